@@ -1,0 +1,82 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors matched by errors.Is against a *Rejection.
+var (
+	ErrRateLimited        = errors.New("rate limited")
+	ErrQuotaExceeded      = errors.New("quota exceeded")
+	ErrConcurrencyLimited = errors.New("concurrency limit reached")
+	ErrQueueFull          = errors.New("queue full")
+	ErrQueueTimeout       = errors.New("queue timeout")
+	ErrStoreUnavailable   = errors.New("limit store unavailable")
+	ErrOverflow           = errors.New("partition table full")
+	// ErrClosed is returned by a closed Controller.
+	ErrClosed = errors.New("admission controller closed")
+)
+
+var reasonErrors = [...]error{
+	ReasonRate:             ErrRateLimited,
+	ReasonQuota:            ErrQuotaExceeded,
+	ReasonConcurrency:      ErrConcurrencyLimited,
+	ReasonQueueFull:        ErrQueueFull,
+	ReasonQueueTimeout:     ErrQueueTimeout,
+	ReasonStoreUnavailable: ErrStoreUnavailable,
+	ReasonOverflow:         ErrOverflow,
+}
+
+// Never is the RetryAfter of a rejection that waiting cannot fix: the cost
+// is larger than the policy could ever admit at once.
+const Never time.Duration = -1
+
+// A Rejection is the error Admit returns when an enforcing policy refuses a
+// request. It is a decision, not a failure: the caller should answer with
+// 429 (or 403, 503) and the figures it carries.
+type Rejection struct {
+	// Policy is the name of the policy that refused.
+	Policy string
+	// Reason says why.
+	Reason Reason
+	// RetryAfter is how long to wait before the same request can succeed;
+	// Never when it cannot succeed. For quotas it reaches the period's end.
+	RetryAfter time.Duration
+	// Status holds the policy's figures for response headers.
+	Status Status
+}
+
+func (r *Rejection) Error() string {
+	if r.RetryAfter == Never {
+		return fmt.Sprintf("admission: %s by policy %q: cost exceeds the limit", r.Reason, r.Policy)
+	}
+	return fmt.Sprintf("admission: %s by policy %q, retry after %v", r.Reason, r.Policy, r.RetryAfter)
+}
+
+// Is matches the sentinel error of the rejection's reason.
+func (r *Rejection) Is(target error) bool {
+	return int(r.Reason) < len(reasonErrors) && reasonErrors[r.Reason] == target && target != nil
+}
+
+// Status is a partition's standing under one policy, as response headers
+// report it.
+type Status struct {
+	// Policy is the policy name.
+	Policy string
+	Mode   Mode
+	Unit   Unit
+	// Algorithm of the policy.
+	Algorithm Algorithm
+	// Limit is the policy's quota in the header sense: the capacity of a
+	// bucket, the limit of a window or quota, the concurrency cap.
+	Limit int64
+	// Window is the time window Limit applies to (zero for concurrency).
+	Window time.Duration
+	// Remaining is what is left now, never negative.
+	Remaining int64
+	// Reset is how long until the partition is fully available again (the
+	// window or period ends, the bucket is full).
+	Reset time.Duration
+}

@@ -1,0 +1,97 @@
+package admission
+
+import "time"
+
+// An Observer receives every decision the controller makes. Implementations
+// (metrics, decision logs) must be safe for concurrent use and cheap: the
+// controller calls them on the request path. Events are passed by value so
+// that calling an observer does not allocate.
+//
+// Embed NopObserver to implement only some methods.
+type Observer interface {
+	// Decision is called once per policy evaluated for a request.
+	Decision(Decision)
+	// Settled is called once per policy when a ticket is settled (also when
+	// its lease expired instead).
+	Settled(Settlement)
+	// LeaseExpired is called when n concurrency permits of a policy were
+	// reclaimed because their ticket was not settled within MaxHold.
+	LeaseExpired(policy string, n int)
+	// PartitionsEvicted is called when idle partitions were dropped.
+	PartitionsEvicted(policy string, n int)
+	// StoreError is called when a store call failed or timed out.
+	StoreError(StoreEvent)
+	// Reloaded is called when a configuration was applied or refused.
+	Reloaded(Reload)
+}
+
+// Decision is one policy's verdict on one request.
+type Decision struct {
+	// Status holds the policy's name, mode, unit and the partition's
+	// figures after the decision.
+	Status
+	Outcome Outcome
+	// Reason is set for Rejected, WouldReject, Timeout and the Fail outcomes.
+	Reason Reason
+	// Tenant, Operation and Model come from the request.
+	Tenant    string
+	Operation string
+	Model     string
+	// Cost is the request's cost in the policy's unit.
+	Cost int64
+	// QueueWait is how long the request waited in the policy's queue.
+	QueueWait time.Duration
+	// RetryAfter is the wait a rejection (or would-reject) advises.
+	RetryAfter time.Duration
+	// RolledBack is set on an Admitted decision whose permits were given
+	// back because another policy rejected the request.
+	RolledBack bool
+}
+
+// Settlement reports how a ticket's reservation under one policy ended.
+type Settlement struct {
+	Policy string
+	Mode   Mode
+	Unit   Unit
+	Tenant string
+	Model  string
+	// Estimated is what was reserved at admission, Actual what was charged
+	// in the end (equal when the actual amount was not known).
+	Estimated int64
+	Actual    int64
+	// Held is the time from admission to settlement.
+	Held time.Duration
+}
+
+// StoreEvent reports a store failure and what the policy did about it.
+type StoreEvent struct {
+	Policy string
+	Store  string
+	// Err is the store's error; never shown to clients.
+	Err error
+	// Action is what the policy did instead: admitted, rejected or used the
+	// local fallback limiter.
+	Action FailMode
+}
+
+// Reload reports a configuration change.
+type Reload struct {
+	// Source names where the configuration came from (a file path).
+	Source string
+	// Err is nil when the configuration was applied.
+	Err error
+	// Policies is the number of policies now active.
+	Policies int
+}
+
+// NopObserver ignores everything. Embed it to implement part of Observer.
+type NopObserver struct{}
+
+func (NopObserver) Decision(Decision)             {}
+func (NopObserver) Settled(Settlement)            {}
+func (NopObserver) LeaseExpired(string, int)      {}
+func (NopObserver) PartitionsEvicted(string, int) {}
+func (NopObserver) StoreError(StoreEvent)         {}
+func (NopObserver) Reloaded(Reload)               {}
+
+var _ Observer = NopObserver{}

@@ -1,0 +1,286 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Defaults applied by the controller to zero Policy fields.
+const (
+	DefaultMaxPartitions = 100_000
+	DefaultIdleTimeout   = 10 * time.Minute
+	DefaultMaxHold       = 10 * time.Minute
+	DefaultRetryHint     = time.Second
+)
+
+// A Policy is one limit: which requests it applies to (Match), how they are
+// grouped into partitions (Key), what it counts (Unit), how (Algorithm and
+// its parameters), whether excess work waits (Queue), and whether it is
+// enforced (Mode).
+type Policy struct {
+	// Name identifies the policy in decisions, metrics and headers.
+	Name string
+	// Match selects the requests the policy applies to. The zero Match
+	// matches every request.
+	Match Match
+	// Key lists the request fields whose values form a partition key. Empty
+	// or [KeyGlobal] means one partition for everyone.
+	Key []KeyPart
+	// Unit is what the policy counts; empty means UnitRequests.
+	Unit Unit
+	// Algorithm and its parameters.
+	Algorithm Algorithm
+	// Limit is the amount allowed: tokens refilled per Per (TokenBucket),
+	// per window (FixedWindow, SlidingWindow, SlidingLog), per period
+	// (Quota), or in flight at once (Concurrency).
+	Limit int64
+	// Per is the refill period of a token bucket, the window of the window
+	// algorithms, and the length of a PeriodFixed quota.
+	Per time.Duration
+	// Burst is a token bucket's capacity; zero means Limit.
+	Burst int64
+	// Period is a quota's period kind.
+	Period Period
+	// Location is where PeriodDay and PeriodMonth quotas reset; nil means UTC.
+	Location *time.Location
+	// MaxCost, when positive, is the largest single cost the policy must be
+	// able to admit; Validate checks the limit can hold it.
+	MaxCost int64
+	// Queue, when Size is positive, lets requests that do not fit wait.
+	Queue Queue
+	// Mode is Enforce, Shadow or Off.
+	Mode Mode
+	// MaxPartitions bounds the number of partitions kept in memory;
+	// zero means DefaultMaxPartitions.
+	MaxPartitions int
+	// Overflow says what happens to new partitions when the table is full.
+	Overflow OverflowMode
+	// IdleTimeout is how long an unused partition is kept once its state is
+	// back to neutral; zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxHold is how long a Concurrency permit is held at most when its
+	// ticket is never settled; zero means DefaultMaxHold.
+	MaxHold time.Duration
+	// RetryHint is the retry-after given for concurrency rejections, where
+	// the wait cannot be computed; zero means DefaultRetryHint.
+	RetryHint time.Duration
+	// Store names the store that holds the policy's state (registered with
+	// WithStore); empty means in memory.
+	Store string
+	// OnStoreError is what happens when the store fails.
+	OnStoreError FailMode
+	// Replicas divides the limit of the local fallback limiter used with
+	// FailLocalMode; zero means 1.
+	Replicas int
+}
+
+// Match selects requests by operation and model. An empty list matches
+// everything.
+type Match struct {
+	Operations []string
+	Models     []string
+}
+
+// Queue configures waiting for a policy.
+type Queue struct {
+	// Size is the maximum number of waiters per partition; 0 disables queuing.
+	Size int
+	// Timeout is the longest a request waits; zero means it waits until its
+	// context ends.
+	Timeout time.Duration
+	// Order is the order within one tenant's waiters. Across tenants the
+	// queue is served round robin, by priority first.
+	Order Order
+}
+
+// Limit holds the figures one partition is evaluated with: the policy's
+// own, or a plan's override for the request's tenant.
+type Limit struct {
+	Algorithm Algorithm
+	Period    Period
+	// Amount is the policy's Limit.
+	Amount int64
+	// Burst is the token bucket capacity (Amount when zero).
+	Burst int64
+	Per   time.Duration
+	// MaxHold is the lease expiry of concurrency permits.
+	MaxHold time.Duration
+	// Location is the quota's calendar location.
+	Location *time.Location
+}
+
+// Capacity returns the most a partition can hold at once: Burst for a token
+// bucket, Amount otherwise.
+func (l Limit) Capacity() int64 {
+	if l.Algorithm == TokenBucket && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Amount
+}
+
+// Override replaces some of a policy's limits for the tenants of a plan.
+// Zero fields keep the policy's value.
+type Override struct {
+	Limit int64
+	Burst int64
+	Per   time.Duration
+}
+
+// limit returns the policy's own Limit with defaults applied.
+func (p *Policy) limit() Limit {
+	l := Limit{
+		Algorithm: p.Algorithm,
+		Period:    p.Period,
+		Amount:    p.Limit,
+		Burst:     p.Burst,
+		Per:       p.Per,
+		MaxHold:   p.MaxHold,
+		Location:  p.Location,
+	}
+	if l.Burst == 0 {
+		l.Burst = l.Amount
+	}
+	if l.MaxHold == 0 {
+		l.MaxHold = DefaultMaxHold
+	}
+	return l
+}
+
+// apply returns l with the non-zero fields of o.
+func (o Override) apply(l Limit) Limit {
+	burstFollows := l.Burst == l.Amount
+	if o.Limit > 0 {
+		l.Amount = o.Limit
+		if burstFollows {
+			l.Burst = o.Limit
+		}
+	}
+	if o.Burst > 0 {
+		l.Burst = o.Burst
+	}
+	if o.Per > 0 {
+		l.Per = o.Per
+	}
+	return l
+}
+
+// Matches reports whether the policy applies to r.
+func (p *Policy) Matches(r *Request) bool {
+	if p.Mode == Off {
+		return false
+	}
+	if len(p.Match.Operations) > 0 && !slices.Contains(p.Match.Operations, r.Operation) {
+		return false
+	}
+	if len(p.Match.Models) > 0 && !slices.Contains(p.Match.Models, r.Model) {
+		return false
+	}
+	return true
+}
+
+// FieldError is one problem found by Validate, with the path of the field.
+type FieldError struct {
+	Path string
+	Msg  string
+}
+
+func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
+
+// Validate reports every problem with p at once, each as a *FieldError
+// whose path starts with prefix (for example "policies[2]").
+func (p *Policy) Validate(prefix string) error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: prefix + "." + field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if p.Name == "" {
+		bad("name", "must not be empty")
+	}
+	if int(p.Algorithm) >= len(algorithmNames) {
+		bad("algorithm", "unknown algorithm %d", p.Algorithm)
+	}
+	if int(p.Mode) >= len(modeNames) {
+		bad("mode", "unknown mode %d", p.Mode)
+	}
+	if p.Limit <= 0 {
+		bad("limit", "must be > 0, got %d", p.Limit)
+	}
+	if p.Burst < 0 {
+		bad("burst", "must be >= 0, got %d", p.Burst)
+	}
+	if p.Burst > 0 && p.Algorithm != TokenBucket {
+		bad("burst", "only a token_bucket has a burst")
+	}
+	switch p.Algorithm {
+	case TokenBucket, FixedWindow, SlidingWindow, SlidingLog:
+		if p.Per <= 0 {
+			bad("per", "must be > 0 for %s", p.Algorithm)
+		}
+	case Quota:
+		if p.Period == PeriodFixed && p.Per <= 0 {
+			bad("per", "a fixed quota period must be > 0")
+		}
+		if p.Period != PeriodFixed && p.Per != 0 {
+			bad("per", "must be empty for a %s quota", p.Period)
+		}
+	case Concurrency:
+		if p.Per != 0 {
+			bad("per", "a concurrency limit has no period")
+		}
+	}
+	if p.Algorithm == SlidingLog && p.Limit > 1_000_000 {
+		bad("limit", "a sliding_log keeps one entry per admission: at most 1000000, got %d", p.Limit)
+	}
+	if p.MaxCost < 0 {
+		bad("max_cost", "must be >= 0")
+	}
+	if p.MaxCost > 0 {
+		capacity := p.Limit
+		if p.Algorithm == TokenBucket && p.Burst > 0 {
+			capacity = p.Burst
+		}
+		if capacity < p.MaxCost {
+			bad("burst", "%d is smaller than max_cost %d: the largest request could never be admitted", capacity, p.MaxCost)
+		}
+	}
+	if p.Queue.Size < 0 {
+		bad("queue.size", "must be >= 0")
+	}
+	if p.Queue.Timeout < 0 {
+		bad("queue.timeout", "must be >= 0")
+	}
+	if p.Queue.Timeout > 0 && p.Queue.Size == 0 {
+		bad("queue.timeout", "set without a queue (queue.size is 0)")
+	}
+	if p.Queue.Size > 0 && p.Algorithm == Quota {
+		bad("queue.size", "a quota cannot queue: its period is too long to wait for")
+	}
+	if p.MaxPartitions < 0 {
+		bad("max_partitions", "must be >= 0")
+	}
+	if p.IdleTimeout < 0 {
+		bad("idle_timeout", "must be >= 0")
+	}
+	if p.MaxHold < 0 {
+		bad("max_hold", "must be >= 0")
+	}
+	if p.Replicas < 0 {
+		bad("replicas", "must be >= 0")
+	}
+	seen := map[KeyPart]bool{}
+	for i, k := range p.Key {
+		if int(k) >= len(keyPartNames) {
+			bad(fmt.Sprintf("key[%d]", i), "unknown key part %d", k)
+		}
+		if seen[k] {
+			bad(fmt.Sprintf("key[%d]", i), "%s appears twice", k)
+		}
+		seen[k] = true
+	}
+	if seen[KeyGlobal] && len(p.Key) > 1 {
+		bad("key", "global cannot be combined with other key parts")
+	}
+	return errors.Join(errs...)
+}

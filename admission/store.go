@@ -1,0 +1,86 @@
+package admission
+
+import (
+	"context"
+	"time"
+)
+
+// A Store holds the state of limiters: in this process (the default) or in a
+// shared backend such as Redis so that several replicas enforce one limit.
+type Store interface {
+	// Limiter returns the limiter that evaluates policy p. It is called when
+	// a policy is installed; the store may keep state per policy name.
+	Limiter(p *Policy) (Limiter, error)
+}
+
+// A Limiter evaluates one policy's algorithm over many partitions, each
+// named by a key. Every method receives the partition's Limit, so plans can
+// give tenants different limits, and the controller's current instant: an
+// in-memory limiter uses it, a shared store may use its own clock instead.
+//
+// The key is only valid during the call: an implementation that keeps it
+// must copy it.
+type Limiter interface {
+	// Acquire takes n permits from the partition if they fit. It never takes
+	// part of n. The error is non-nil only when the store failed.
+	Acquire(ctx context.Context, key string, l Limit, n int64, now time.Time) (Grant, error)
+	// Adjust changes what a grant holds by delta: a positive delta charges
+	// an overrun (a token bucket may go into debt), a negative one refunds
+	// an over-estimate. It updates g.Taken.
+	Adjust(ctx context.Context, key string, l Limit, g *Grant, delta int64, now time.Time) error
+	// Release gives back what a concurrency grant holds. It is a no-op for
+	// rate algorithms, and for a grant already released or expired.
+	Release(ctx context.Context, key string, l Limit, g *Grant, now time.Time) error
+}
+
+// A Grant is a limiter's answer to Acquire.
+type Grant struct {
+	// OK reports whether the permits were taken.
+	OK bool
+	// Taken is how many permits the grant holds.
+	Taken int64
+	// Limit, Remaining and Reset are the partition's figures after the call.
+	Limit     int64
+	Remaining int64
+	Reset     time.Duration
+	// RetryAfter is how long until the request would fit, when !OK; Never
+	// when it never can.
+	RetryAfter time.Duration
+	// Stamp identifies what was taken (the window, instant or lease), so
+	// Adjust and Release act on the right state. Its meaning is the store's.
+	Stamp int64
+	// Expired counts concurrency leases that had passed their MaxHold and
+	// were reclaimed during this call.
+	Expired int32
+}
+
+// An Op is one policy's part of a batched call.
+type Op struct {
+	Limiter Limiter
+	Key     string
+	Limit   Limit
+	// N is the cost to acquire (AcquireBatch) or the delta to adjust
+	// (SettleBatch).
+	N int64
+	// Shadow ops never fail a batch: they take permits when they fit and
+	// report !OK when not.
+	Shadow bool
+	// Release asks SettleBatch to release a concurrency grant.
+	Release bool
+	// Grant is the result of AcquireBatch, and what SettleBatch acts on.
+	Grant Grant
+	// Err is set by SettleBatch when this op failed.
+	Err error
+}
+
+// A Batcher is a Store that can evaluate several of its limiters in one
+// round trip. The controller uses it when a request matches two or more
+// policies on the same store.
+type Batcher interface {
+	// AcquireBatch acquires every op atomically: if any enforcing op does
+	// not fit, nothing is taken for any op and each op's Grant reports its
+	// own answer. The error is non-nil only when the store failed.
+	AcquireBatch(ctx context.Context, ops []Op, now time.Time) error
+	// SettleBatch adjusts (by N) and releases the grants of ops.
+	SettleBatch(ctx context.Context, ops []Op, now time.Time) error
+}
