@@ -1,0 +1,168 @@
+package bpe
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+
+	"github.com/pkoukk/tiktoken-go-loader/assets"
+)
+
+// noRank marks a byte sequence that is not a token.
+const noRank = ^uint32(0)
+
+// table maps token bytes to ranks. Token bytes live in one arena in rank
+// order; an open-addressing hash table with linear probing indexes them, each
+// slot holding 32 bits of the key's hash and rank+1 (0 marks an empty slot),
+// so a lookup hashes the bytes in place and compares at most a few candidates.
+type table struct {
+	slots  []uint64
+	mask   uint64
+	arena  []byte
+	offs   []uint32 // token r is arena[offs[r]:offs[r+1]]
+	maxLen int      // longest token, in bytes
+
+	byteRank [256]uint32
+	pair     []uint32 // rank of the two-byte token a<<8|b, or noRank
+}
+
+// loadTable parses a .tiktoken file (one "base64(token) rank" per line, ranks
+// 0, 1, 2, ... in order) as embedded by github.com/pkoukk/tiktoken-go-loader.
+func loadTable(file string) (*table, error) {
+	data, err := assets.Assets.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("bpe: reading ranks: %w", err)
+	}
+	lines := bytes.Count(data, []byte{'\n'}) + 1
+	t := &table{
+		arena: make([]byte, 0, len(data)/4*3),
+		offs:  make([]uint32, 1, lines+1),
+	}
+	for ln := 1; len(data) > 0; ln++ {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if len(line) == 0 {
+			continue
+		}
+		sp := bytes.IndexByte(line, ' ')
+		if sp <= 0 {
+			return nil, fmt.Errorf("bpe: %s:%d: missing rank", file, ln)
+		}
+		rank, ok := parseRank(line[sp+1:])
+		if !ok || rank != len(t.offs)-1 {
+			return nil, fmt.Errorf("bpe: %s:%d: rank %q out of sequence", file, ln, line[sp+1:])
+		}
+		enc := line[:sp]
+		at := len(t.arena)
+		dn := base64.StdEncoding.DecodedLen(len(enc))
+		if cap(t.arena)-at < dn {
+			t.arena = append(t.arena[:cap(t.arena)], make([]byte, dn)...)[:at]
+		}
+		n, err := base64.StdEncoding.Decode(t.arena[at:at+dn], enc)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("bpe: %s:%d: bad token: %v", file, ln, err)
+		}
+		t.arena = t.arena[:at+n]
+		t.offs = append(t.offs, uint32(len(t.arena)))
+		t.maxLen = max(t.maxLen, n)
+	}
+	t.build()
+	return t, nil
+}
+
+// parseRank parses a non-negative decimal number.
+func parseRank(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// build fills the hash index and the one- and two-byte tables.
+func (t *table) build() {
+	n := len(t.offs) - 1
+	size := 1 << bits.Len(uint(n*2)) // load factor between 1/4 and 1/2
+	t.slots = make([]uint64, size)
+	t.mask = uint64(size - 1)
+	t.pair = make([]uint32, 1<<16)
+	for i := range t.pair {
+		t.pair[i] = noRank
+	}
+	for i := range t.byteRank {
+		t.byteRank[i] = noRank
+	}
+	for r := 0; r < n; r++ {
+		tok := t.arena[t.offs[r]:t.offs[r+1]]
+		switch len(tok) {
+		case 1:
+			t.byteRank[tok[0]] = uint32(r)
+		case 2:
+			t.pair[uint16(tok[0])<<8|uint16(tok[1])] = uint32(r)
+		}
+		h := hash(tok)
+		i := h & t.mask
+		for t.slots[i] != 0 {
+			i = (i + 1) & t.mask
+		}
+		t.slots[i] = h&^0xffffffff | uint64(r+1)
+	}
+}
+
+// rank returns the rank of the token whose bytes are key, or noRank.
+func (t *table) rank(key []byte) uint32 {
+	h := hash(key)
+	tag := h &^ 0xffffffff
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		s := t.slots[i]
+		if s == 0 {
+			return noRank
+		}
+		if s&^0xffffffff == tag {
+			r := uint32(s) - 1
+			if string(t.arena[t.offs[r]:t.offs[r+1]]) == string(key) {
+				return r
+			}
+		}
+	}
+}
+
+// token returns the bytes of token r.
+func (t *table) token(r uint32) []byte {
+	return t.arena[t.offs[r]:t.offs[r+1]:t.offs[r+1]]
+}
+
+// hash is a fast non-cryptographic hash of short byte strings.
+func hash(b []byte) uint64 {
+	const (
+		m1 = 0x9e3779b97f4a7c15
+		m2 = 0xbf58476d1ce4e5b9
+	)
+	h := uint64(len(b)) * m1
+	for len(b) >= 8 {
+		h = (h ^ binary.LittleEndian.Uint64(b)) * m2
+		h ^= h >> 29
+		b = b[8:]
+	}
+	var v uint64
+	switch n := len(b); {
+	case n >= 4:
+		v = uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<32
+	case n > 0:
+		v = uint64(b[0]) | uint64(b[n>>1])<<8 | uint64(b[n-1])<<16
+	}
+	h = (h ^ v) * m1
+	return h ^ h>>32
+}
