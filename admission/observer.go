@@ -59,8 +59,10 @@ type Settlement struct {
 	// in the end (equal when the actual amount was not known).
 	Estimated int64
 	Actual    int64
-	// Held is the time from admission to settlement.
-	Held time.Duration
+	// Admitted is when the request was admitted; the hold time is the time
+	// from then to now (an observer that wants it reads its own clock, so
+	// that settling costs no clock read when nobody needs one).
+	Admitted time.Time
 }
 
 // StoreEvent reports a store failure and what the policy did about it.

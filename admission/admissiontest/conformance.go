@@ -1,0 +1,364 @@
+package admissiontest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Epoch is the instant the conformance steps start from: a whole number of
+// hours after the Unix epoch, so every window in the tables is aligned.
+var Epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// Step is one call in a conformance table: at Epoch+At, acquire N permits
+// (or, with Adjust set, adjust grant number Ref by Adjust, or with Release
+// set, release grant Ref) and expect the given answer.
+type Step struct {
+	At      time.Duration
+	N       int64
+	Adjust  int64
+	Release bool
+	Ref     int // index of an earlier acquire step whose grant to act on
+
+	OK         bool
+	Remaining  int64
+	RetryAfter time.Duration
+	Reset      time.Duration
+	// Skip checks of Reset when it is -1.
+}
+
+// Case is a named step table for one policy.
+type Case struct {
+	Name   string
+	Policy admission.Policy
+	// At overrides Epoch as the start instant when non-zero.
+	Start time.Time
+	Steps []Step
+}
+
+// Cases returns the conformance step tables: every algorithm, weighted
+// costs, retry-after values, header figures and reconciliation.
+func Cases() []Case {
+	tb := func(limit int64, per time.Duration, burst int64) admission.Policy {
+		return admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: limit, Per: per, Burst: burst}
+	}
+	s := time.Second
+	return []Case{
+		{Name: "token_bucket/weighted", Policy: tb(10, 10*s, 0), Steps: []Step{
+			{At: 0, N: 10, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: 0, N: 1, OK: false, RetryAfter: s, Reset: 10 * s},
+			{At: 500 * time.Millisecond, N: 1, OK: false, RetryAfter: 500 * time.Millisecond, Reset: 9500 * time.Millisecond},
+			{At: s, N: 1, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: s, N: 11, OK: false, RetryAfter: admission.Never, Reset: 10 * s},
+			{At: 4 * s, N: 3, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: 4 * s, N: 2, OK: false, RetryAfter: 2 * s, Reset: 10 * s},
+			{At: 20 * s, N: 4, OK: true, Remaining: 6, Reset: 4 * s},
+		}},
+		{Name: "token_bucket/fractional", Policy: tb(3, s, 0), Steps: []Step{
+			{At: 0, N: 3, OK: true, Remaining: 0, Reset: s},
+			// One token takes a third of a second: 333333333.3ns, rounded up.
+			{At: 0, N: 1, OK: false, RetryAfter: 333333334, Reset: s},
+			{At: 333333334, N: 1, OK: true, Remaining: 0, Reset: -1},
+		}},
+		{Name: "token_bucket/burst", Policy: tb(1, s, 5), Steps: []Step{
+			{At: 0, N: 5, OK: true, Remaining: 0, Reset: 5 * s},
+			{At: 2 * s, N: 3, OK: false, Remaining: 2, RetryAfter: s, Reset: 3 * s},
+			{At: 3 * s, N: 3, OK: true, Remaining: 0, Reset: 5 * s},
+		}},
+		{Name: "token_bucket/reconcile", Policy: tb(10, 10*s, 0), Steps: []Step{
+			{At: 0, N: 10, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: 0, Ref: 0, Adjust: -4, Remaining: 4},
+			{At: 0, N: 4, OK: true, Remaining: 0, Reset: 10 * s},
+			// An overrun of 6 puts the bucket 6 tokens into debt.
+			{At: 0, Ref: 2, Adjust: 6, Remaining: 0},
+			{At: 0, N: 1, OK: false, RetryAfter: 7 * s, Reset: 16 * s},
+			{At: 7 * s, N: 1, OK: true, Remaining: 0, Reset: 10 * s},
+		}},
+		{Name: "fixed_window", Policy: admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 5, Per: 10 * s}, Steps: []Step{
+			{At: 0, N: 3, OK: true, Remaining: 2, Reset: 10 * s},
+			{At: 5 * s, N: 3, OK: false, Remaining: 2, RetryAfter: 5 * s, Reset: 5 * s},
+			{At: 5 * s, N: 2, OK: true, Remaining: 0, Reset: 5 * s},
+			{At: 5 * s, Ref: 0, Adjust: -1, Remaining: 1},
+			{At: 9 * s, N: 1, OK: true, Remaining: 0, Reset: s},
+			{At: 10 * s, N: 5, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: 10 * s, N: 6, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: 10 * s},
+			// A refund of a grant from a past window changes nothing now.
+			{At: 11 * s, Ref: 2, Adjust: -2, Remaining: 0},
+		}},
+		{Name: "sliding_window", Policy: admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 10, Per: 10 * s}, Steps: []Step{
+			{At: 0, N: 10, OK: true, Remaining: 0, Reset: 20 * s},
+			// Next window: the previous count weighs 100% at its start.
+			{At: 10 * s, N: 1, OK: false, Remaining: 0, RetryAfter: s, Reset: 10 * s},
+			// Two seconds in it weighs 80%: 8 used, 2 left.
+			{At: 12 * s, N: 2, OK: true, Remaining: 0, Reset: 18 * s},
+			{At: 12 * s, N: 1, OK: false, Remaining: 0, RetryAfter: s, Reset: 18 * s},
+			{At: 13 * s, N: 1, OK: true, Remaining: 0, Reset: 17 * s},
+			// Fits only in the window after: 3*(1-e/10)+7 <= 10 at e=0.
+			{At: 13 * s, N: 7, OK: false, Remaining: 0, RetryAfter: 7 * s, Reset: 17 * s},
+			{At: 13 * s, N: 11, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: 17 * s},
+		}},
+		{Name: "sliding_log", Policy: admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 3, Per: 10 * s}, Steps: []Step{
+			{At: 0, N: 1, OK: true, Remaining: 2, Reset: 10 * s},
+			{At: 2 * s, N: 2, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: 3 * s, N: 1, OK: false, Remaining: 0, RetryAfter: 7 * s, Reset: 9 * s},
+			{At: 10 * s, N: 1, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: 11 * s, N: 2, OK: false, Remaining: 0, RetryAfter: s, Reset: 9 * s},
+			{At: 11 * s, Ref: 1, Adjust: -2, Remaining: 2},
+			{At: 11 * s, N: 2, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: 11 * s, N: 4, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: 10 * s},
+		}},
+		{Name: "concurrency", Policy: admission.Policy{Name: "c", Algorithm: admission.Concurrency, Limit: 3, MaxHold: 5 * s}, Steps: []Step{
+			{At: 0, N: 2, OK: true, Remaining: 1, Reset: -1},
+			{At: 0, N: 1, OK: true, Remaining: 0, Reset: -1},
+			{At: 0, N: 1, OK: false, Remaining: 0, Reset: -1},
+			{At: s, Ref: 0, Release: true},
+			{At: s, N: 2, OK: true, Remaining: 0, Reset: -1},
+			// Releasing twice is harmless.
+			{At: s, Ref: 0, Release: true},
+			{At: s, N: 1, OK: false, Remaining: 0, Reset: -1},
+			{At: s, N: 4, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: -1},
+			// Leases expire after MaxHold: the grants from t=0 are gone at 5s.
+			{At: 5 * s, N: 1, OK: true, Remaining: 0, Reset: -1},
+			// The 2 taken at 1s expired at 6s; the 1 taken at 5s is held.
+			{At: 6 * s, N: 2, OK: true, Remaining: 0, Reset: -1},
+		}},
+		{Name: "quota/month", Start: time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC),
+			Policy: admission.Policy{Name: "q", Algorithm: admission.Quota, Limit: 100, Period: admission.PeriodMonth}, Steps: []Step{
+				{At: 0, N: 60, OK: true, Remaining: 40, Reset: time.Hour},
+				{At: 30 * time.Minute, N: 50, OK: false, Remaining: 40, RetryAfter: 30 * time.Minute, Reset: 30 * time.Minute},
+				{At: 30 * time.Minute, Ref: 0, Adjust: 15, Remaining: 25},
+				{At: 30 * time.Minute, N: 26, OK: false, Remaining: 25, RetryAfter: 30 * time.Minute, Reset: 30 * time.Minute},
+				{At: time.Hour, N: 100, OK: true, Remaining: 0, Reset: 31 * 24 * time.Hour},
+				{At: time.Hour, N: 101, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: 31 * 24 * time.Hour},
+			}},
+		{Name: "quota/fixed", Policy: admission.Policy{Name: "qf", Algorithm: admission.Quota, Limit: 10, Period: admission.PeriodFixed, Per: time.Hour}, Steps: []Step{
+			{At: 0, N: 10, OK: true, Remaining: 0, Reset: time.Hour},
+			{At: 59 * time.Minute, N: 1, OK: false, Remaining: 0, RetryAfter: time.Minute, Reset: time.Minute},
+			{At: time.Hour, N: 1, OK: true, Remaining: 9, Reset: time.Hour},
+		}},
+	}
+}
+
+// RunCases runs the step tables against the store returned by newStore
+// (called once per case). The store must evaluate at the instant it is
+// passed (a shared store in its caller-time test mode).
+func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
+	for _, tc := range Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			st := newStore(t)
+			p := tc.Policy
+			lim, err := st.Limiter(&p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := LimitOf(&p)
+			start := tc.Start
+			if start.IsZero() {
+				start = Epoch
+			}
+			key := "conformance-" + tc.Name
+			ctx := context.Background()
+			grants := make([]admission.Grant, len(tc.Steps))
+			for i, s := range tc.Steps {
+				now := start.Add(s.At)
+				switch {
+				case s.Release:
+					g := grants[s.Ref]
+					if err := lim.Release(ctx, key, l, &g, now); err != nil {
+						t.Fatalf("step %d: Release: %v", i, err)
+					}
+				case s.Adjust != 0:
+					g := &grants[s.Ref]
+					if err := lim.Adjust(ctx, key, l, g, s.Adjust, now); err != nil {
+						t.Fatalf("step %d: Adjust: %v", i, err)
+					}
+					if g.Remaining != s.Remaining {
+						t.Errorf("step %d: Adjust(%d) remaining = %d; want %d", i, s.Adjust, g.Remaining, s.Remaining)
+					}
+				default:
+					g, err := lim.Acquire(ctx, key, l, s.N, now)
+					if err != nil {
+						t.Fatalf("step %d: Acquire: %v", i, err)
+					}
+					grants[i] = g
+					got := fmt.Sprintf("ok=%v remaining=%d retry=%v", g.OK, g.Remaining, g.RetryAfter)
+					want := fmt.Sprintf("ok=%v remaining=%d retry=%v", s.OK, s.Remaining, s.RetryAfter)
+					if got != want {
+						t.Errorf("step %d: Acquire(t+%v, %d) = %s; want %s", i, s.At, s.N, got, want)
+					}
+					if s.Reset >= 0 && g.Reset != s.Reset {
+						t.Errorf("step %d: Acquire(t+%v, %d) reset = %v; want %v", i, s.At, s.N, g.Reset, s.Reset)
+					}
+					if g.OK && g.Taken != s.N {
+						t.Errorf("step %d: taken = %d; want %d", i, g.Taken, s.N)
+					}
+				}
+			}
+		})
+	}
+}
+
+// LimitOf returns the Limit a controller evaluates p's partitions with
+// when no plan overrides it.
+func LimitOf(p *admission.Policy) admission.Limit {
+	l := admission.Limit{
+		Algorithm: p.Algorithm, Period: p.Period, Amount: p.Limit, Burst: p.Burst,
+		Per: p.Per, MaxHold: p.MaxHold, Location: p.Location,
+	}
+	if l.Burst == 0 {
+		l.Burst = l.Amount
+	}
+	if l.MaxHold == 0 {
+		l.MaxHold = admission.DefaultMaxHold
+	}
+	return l
+}
+
+// Traffic is a random weighted workload for property tests.
+type Traffic struct {
+	Seed  uint64
+	Ops   int
+	Keys  int
+	MaxN  int64
+	MaxDt time.Duration
+}
+
+// RunProperties checks the algorithms' invariants over random weighted
+// traffic against the store: a token bucket admits at most burst + rate ×
+// length in any interval, a fixed window at most its limit per window, a
+// sliding log at most its limit in every rolling window, a sliding window
+// counter at most its limit per aligned window and twice it in any rolling
+// window, and concurrency never exceeds its cap in flight.
+func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr Traffic) {
+	s := time.Second
+	policies := []admission.Policy{
+		{Name: "tb", Algorithm: admission.TokenBucket, Limit: 20, Per: 2 * s, Burst: 30},
+		{Name: "fw", Algorithm: admission.FixedWindow, Limit: 25, Per: 3 * s},
+		{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 25, Per: 3 * s},
+		{Name: "sl", Algorithm: admission.SlidingLog, Limit: 25, Per: 3 * s},
+		{Name: "c", Algorithm: admission.Concurrency, Limit: 12, MaxHold: time.Hour},
+	}
+	for _, p := range policies {
+		t.Run(p.Name, func(t *testing.T) {
+			st := newStore(t)
+			lim, err := st.Limiter(&p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := LimitOf(&p)
+			rng := rand.New(rand.NewPCG(tr.Seed, uint64(len(p.Name))))
+			type adm struct {
+				at  time.Duration
+				n   int64
+				key string
+			}
+			var admitted []adm
+			type open struct {
+				key string
+				g   admission.Grant
+				n   int64
+			}
+			var inflight []open
+			held := map[string]int64{}
+			now := time.Duration(0)
+			ctx := context.Background()
+			for i := 0; i < tr.Ops; i++ {
+				now += time.Duration(rng.Int64N(int64(tr.MaxDt) + 1))
+				key := fmt.Sprintf("k%d", rng.IntN(tr.Keys))
+				if p.Algorithm == admission.Concurrency && len(inflight) > 0 && rng.IntN(2) == 0 {
+					j := rng.IntN(len(inflight))
+					o := inflight[j]
+					if err := lim.Release(ctx, o.key, l, &o.g, Epoch.Add(now)); err != nil {
+						t.Fatal(err)
+					}
+					held[o.key] -= o.n
+					inflight = append(inflight[:j], inflight[j+1:]...)
+					continue
+				}
+				n := 1 + rng.Int64N(tr.MaxN)
+				g, err := lim.Acquire(ctx, key, l, n, Epoch.Add(now))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !g.OK {
+					continue
+				}
+				admitted = append(admitted, adm{now, n, key})
+				if p.Algorithm == admission.Concurrency {
+					inflight = append(inflight, open{key, g, n})
+					held[key] += n
+					if held[key] > p.Limit {
+						t.Fatalf("op %d: %d in flight for %s; cap %d", i, held[key], key, p.Limit)
+					}
+				}
+			}
+			if len(admitted) == 0 {
+				t.Fatal("nothing admitted: the traffic does not exercise the limiter")
+			}
+			byKey := map[string][]adm{}
+			for _, a := range admitted {
+				byKey[a.key] = append(byKey[a.key], a)
+			}
+			per := p.Per
+			for key, as := range byKey {
+				switch p.Algorithm {
+				case admission.TokenBucket:
+					// Any interval [as[i].at, as[j].at] holds at most
+					// burst + rate × length.
+					for i := range as {
+						var sum int64
+						for j := i; j < len(as); j++ {
+							sum += as[j].n
+							length := float64(as[j].at - as[i].at)
+							bound := float64(p.Burst) + float64(p.Limit)*length/float64(per)
+							if float64(sum) > bound+1e-6 {
+								t.Fatalf("%s: %d admitted in %v; bound %.2f", key, sum, as[j].at-as[i].at, bound)
+							}
+						}
+					}
+				case admission.FixedWindow, admission.SlidingWindow:
+					win := map[int64]int64{}
+					for _, a := range as {
+						idx := Epoch.Add(a.at).UnixNano() / int64(per)
+						win[idx] += a.n
+						if win[idx] > p.Limit {
+							t.Fatalf("%s: %d admitted in window %d; limit %d", key, win[idx], idx, p.Limit)
+						}
+					}
+					if p.Algorithm == admission.SlidingWindow {
+						checkRolling(t, key, as, func(a adm) (time.Duration, int64) { return a.at, a.n }, per, 2*p.Limit)
+					}
+				case admission.SlidingLog:
+					checkRolling(t, key, as, func(a adm) (time.Duration, int64) { return a.at, a.n }, per, p.Limit)
+				}
+			}
+		})
+	}
+}
+
+// checkRolling fails when some rolling window of length per (ending at an
+// admission) holds more than bound.
+func checkRolling[T any](t *testing.T, key string, as []T, f func(T) (time.Duration, int64), per time.Duration, bound int64) {
+	t.Helper()
+	lo := 0
+	var sum int64
+	for hi := range as {
+		at, n := f(as[hi])
+		sum += n
+		for {
+			lat, ln := f(as[lo])
+			if lat > at-per {
+				break
+			}
+			sum -= ln
+			lo++
+		}
+		if sum > bound {
+			t.Fatalf("%s: %d admitted in the window ending at %v; bound %d", key, sum, at, bound)
+		}
+	}
+}

@@ -1,0 +1,454 @@
+package admission
+
+import (
+	"math"
+	"time"
+)
+
+// cell is the state of one partition in memory. Its fields mean different
+// things per algorithm:
+//
+//	token bucket    a = tokens (negative: debt), t = instant of a (ns)
+//	fixed window    a = count, t = window index
+//	sliding window  a = current count, b = previous count, t = window index
+//	sliding log     log holds (instant, cost) entries, a = their sum
+//	concurrency     a = cost in flight, leases hold each grant, t = lease counter
+//	quota           a = used, t = period start (ns)
+type cell struct {
+	a, b   float64
+	t      int64
+	used   int64 // last use (ns), for idle eviction
+	leases []lease
+	log    *ring
+}
+
+// lease is a concurrency grant: released by its ticket, or when it expires.
+type lease struct {
+	id, n, exp int64
+}
+
+// ring is a sliding log: admissions ordered by instant.
+type ring struct {
+	buf        []entry
+	head, size int
+}
+
+type entry struct{ at, cost int64 }
+
+func (r *ring) at(i int) *entry { return &r.buf[(r.head+i)%len(r.buf)] }
+
+func (r *ring) push(e entry) {
+	if r.size == len(r.buf) {
+		n := max(4, 2*len(r.buf))
+		buf := make([]entry, n)
+		for i := 0; i < r.size; i++ {
+			buf[i] = *r.at(i)
+		}
+		r.buf, r.head = buf, 0
+	}
+	r.buf[(r.head+r.size)%len(r.buf)] = e
+	r.size++
+}
+
+func (r *ring) pop() {
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
+}
+
+// perNano is a token bucket's refill rate in tokens per nanosecond.
+func perNano(l Limit) float64 { return float64(l.Amount) / float64(l.Per) }
+
+// ceilDur converts a fractional number of nanoseconds to a Duration,
+// rounding up so a retry-after is never early.
+func ceilDur(ns float64) time.Duration {
+	if ns <= 0 {
+		return 0
+	}
+	if ns > math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	return time.Duration(math.Ceil(ns))
+}
+
+func floorNonNeg(v float64) int64 {
+	if v <= 0 {
+		return 0
+	}
+	return int64(v)
+}
+
+// acquire evaluates n permits against c at now (nanoseconds since the
+// epoch). It takes them only if they fit.
+func (c *cell) acquire(l Limit, n int64, now int64) Grant {
+	switch l.Algorithm {
+	case TokenBucket:
+		return c.bucketAcquire(l, n, now)
+	case FixedWindow:
+		return c.fixedAcquire(l, n, now)
+	case SlidingWindow:
+		return c.slidingAcquire(l, n, now)
+	case SlidingLog:
+		return c.logAcquire(l, n, now)
+	case Concurrency:
+		return c.concAcquire(l, n, now)
+	default:
+		return c.quotaAcquire(l, n, now)
+	}
+}
+
+// adjust charges (delta > 0) or refunds (delta < 0) what g holds.
+func (c *cell) adjust(l Limit, g *Grant, delta int64, now int64) {
+	if delta == 0 {
+		return
+	}
+	d := float64(delta)
+	switch l.Algorithm {
+	case TokenBucket:
+		c.bucketFill(l, now)
+		c.a = min(c.a-d, float64(l.Capacity()))
+	case FixedWindow:
+		c.fixedRoll(l, now)
+		if g.Stamp == c.t || delta > 0 {
+			c.a = max(c.a+d, 0)
+		}
+	case SlidingWindow:
+		c.slidingRoll(l, now)
+		switch {
+		case g.Stamp == c.t || delta > 0:
+			c.a = max(c.a+d, 0)
+		case g.Stamp == c.t-1:
+			c.b = max(c.b+d, 0)
+		}
+	case SlidingLog:
+		c.logAdjust(l, g, delta, now)
+	case Concurrency:
+		// In-flight cost is what was reserved; it is released whole.
+		return
+	default:
+		start, _ := quotaPeriod(l, now)
+		if c.t != start {
+			c.t, c.a = start, 0
+		}
+		if g.Stamp == start || delta > 0 {
+			c.a = max(c.a+d, 0)
+		}
+	}
+	g.Taken += delta
+	g.Remaining = c.remaining(l, now)
+}
+
+// remaining is what the partition has left now, after a roll or refill.
+func (c *cell) remaining(l Limit, now int64) int64 {
+	switch l.Algorithm {
+	case TokenBucket:
+		return floorNonNeg(c.a)
+	case SlidingWindow:
+		weight := 1 - float64(now-c.t*int64(l.Per))/float64(l.Per)
+		return max(0, l.Amount-int64(math.Ceil(c.b*weight+c.a)))
+	default:
+		return max(0, l.Amount-int64(c.a))
+	}
+}
+
+// neutral reports whether c holds nothing a fresh partition would not:
+// dropping it changes no decision.
+func (c *cell) neutral(l Limit, now int64) bool {
+	switch l.Algorithm {
+	case TokenBucket:
+		c.bucketFill(l, now)
+		return c.a >= float64(l.Capacity())
+	case FixedWindow:
+		return c.t != now/int64(l.Per) || c.a == 0
+	case SlidingWindow:
+		idx := now / int64(l.Per)
+		return idx > c.t+1 || (c.a == 0 && (c.b == 0 || idx > c.t))
+	case SlidingLog:
+		c.logExpire(l, now)
+		return c.log == nil || c.log.size == 0
+	case Concurrency:
+		c.concExpire(now)
+		return len(c.leases) == 0
+	default:
+		start, _ := quotaPeriod(l, now)
+		return c.t != start || c.a == 0
+	}
+}
+
+// Token bucket.
+
+func (c *cell) bucketFill(l Limit, now int64) {
+	capacity := float64(l.Capacity())
+	if now > c.t {
+		c.a = min(capacity, c.a+float64(now-c.t)*perNano(l))
+		c.t = now
+	}
+}
+
+func (c *cell) bucketAcquire(l Limit, n int64, now int64) Grant {
+	c.bucketFill(l, now)
+	capacity := l.Capacity()
+	g := Grant{Limit: capacity, Stamp: now}
+	if float64(n) <= c.a {
+		c.a -= float64(n)
+		g.OK, g.Taken = true, n
+	} else if n > capacity {
+		g.RetryAfter = Never
+	} else {
+		g.RetryAfter = ceilDur((float64(n) - c.a) / perNano(l))
+	}
+	g.Remaining = floorNonNeg(c.a)
+	g.Reset = ceilDur((float64(capacity) - c.a) / perNano(l))
+	return g
+}
+
+// Fixed window.
+
+func (c *cell) fixedRoll(l Limit, now int64) {
+	if idx := now / int64(l.Per); idx != c.t {
+		c.t, c.a = idx, 0
+	}
+}
+
+func (c *cell) fixedAcquire(l Limit, n int64, now int64) Grant {
+	c.fixedRoll(l, now)
+	per := int64(l.Per)
+	reset := time.Duration((c.t+1)*per - now)
+	g := Grant{Limit: l.Amount, Stamp: c.t, Reset: reset}
+	switch {
+	case c.a+float64(n) <= float64(l.Amount):
+		c.a += float64(n)
+		g.OK, g.Taken = true, n
+	case n > l.Amount:
+		g.RetryAfter = Never
+	default:
+		g.RetryAfter = reset
+	}
+	g.Remaining = l.Amount - int64(min(c.a, float64(l.Amount)))
+	return g
+}
+
+// Sliding window counter.
+
+func (c *cell) slidingRoll(l Limit, now int64) {
+	idx := now / int64(l.Per)
+	switch {
+	case idx == c.t:
+	case idx == c.t+1:
+		c.b, c.a, c.t = c.a, 0, idx
+	default:
+		c.b, c.a, c.t = 0, 0, idx
+	}
+}
+
+func (c *cell) slidingAcquire(l Limit, n int64, now int64) Grant {
+	c.slidingRoll(l, now)
+	per := float64(l.Per)
+	elapsed := float64(now - c.t*int64(l.Per))
+	weight := 1 - elapsed/per
+	est := c.b*weight + c.a
+	limit := float64(l.Amount)
+	g := Grant{Limit: l.Amount, Stamp: c.t}
+	switch {
+	case est+float64(n) <= limit:
+		c.a += float64(n)
+		est += float64(n)
+		g.OK, g.Taken = true, n
+	case n > l.Amount:
+		g.RetryAfter = Never
+	case c.a+float64(n) <= limit:
+		// Fits in this window once the previous window's weight has
+		// decayed: b*(1-e/per) + a + n <= limit.
+		e := per * (c.b - (limit - c.a - float64(n))) / c.b
+		g.RetryAfter = ceilDur(e - elapsed)
+	default:
+		// Fits in the next window, where this window's count becomes the
+		// weighted previous one: a*(1-e/per) + n <= limit.
+		e := per * (c.a - (limit - float64(n))) / c.a
+		g.RetryAfter = ceilDur(per - elapsed + e)
+	}
+	g.Remaining = l.Amount - min(int64(math.Ceil(est)), l.Amount)
+	switch {
+	case c.a > 0:
+		g.Reset = ceilDur(2*per - elapsed)
+	case c.b > 0:
+		g.Reset = ceilDur(per - elapsed)
+	}
+	return g
+}
+
+// Sliding log.
+
+func (c *cell) logExpire(l Limit, now int64) {
+	r := c.log
+	if r == nil {
+		return
+	}
+	horizon := now - int64(l.Per)
+	for r.size > 0 && r.at(0).at <= horizon {
+		c.a -= float64(r.at(0).cost)
+		r.pop()
+	}
+	if r.size == 0 {
+		c.a = 0
+	}
+}
+
+func (c *cell) logAcquire(l Limit, n int64, now int64) Grant {
+	c.logExpire(l, now)
+	g := Grant{Limit: l.Amount, Stamp: now}
+	switch {
+	case c.a+float64(n) <= float64(l.Amount):
+		if n > 0 {
+			if c.log == nil {
+				c.log = &ring{}
+			}
+			c.log.push(entry{at: now, cost: n})
+			c.a += float64(n)
+		}
+		g.OK, g.Taken = true, n
+	case n > l.Amount:
+		g.RetryAfter = Never
+	default:
+		// Wait until enough of the oldest entries have left the window.
+		need := c.a + float64(n) - float64(l.Amount)
+		for i := 0; i < c.log.size; i++ {
+			e := c.log.at(i)
+			need -= float64(e.cost)
+			if need <= 0 {
+				g.RetryAfter = time.Duration(e.at + int64(l.Per) - now)
+				break
+			}
+		}
+	}
+	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
+	if c.log != nil && c.log.size > 0 {
+		g.Reset = time.Duration(c.log.at(c.log.size-1).at + int64(l.Per) - now)
+	}
+	return g
+}
+
+func (c *cell) logAdjust(l Limit, g *Grant, delta int64, now int64) {
+	c.logExpire(l, now)
+	if c.log == nil {
+		c.log = &ring{}
+	}
+	r := c.log
+	for i := r.size - 1; i >= 0; i-- {
+		if e := r.at(i); e.at == g.Stamp {
+			d := max(delta, -e.cost)
+			e.cost += d
+			c.a += float64(d)
+			return
+		}
+	}
+	if delta > 0 {
+		// The admission has left the window: charge the overrun now.
+		r.push(entry{at: now, cost: delta})
+		c.a += float64(delta)
+	}
+}
+
+// Concurrency.
+
+func (c *cell) concExpire(now int64) int32 {
+	var expired int32
+	for i := 0; i < len(c.leases); {
+		if c.leases[i].exp <= now {
+			c.a -= float64(c.leases[i].n)
+			c.leases[i] = c.leases[len(c.leases)-1]
+			c.leases = c.leases[:len(c.leases)-1]
+			expired++
+			continue
+		}
+		i++
+	}
+	if len(c.leases) == 0 {
+		c.a = 0
+	}
+	return expired
+}
+
+func (c *cell) concAcquire(l Limit, n int64, now int64) Grant {
+	g := Grant{Limit: l.Amount}
+	g.Expired = c.concExpire(now)
+	switch {
+	case c.a+float64(n) <= float64(l.Amount):
+		if n > 0 {
+			c.t++
+			c.leases = append(c.leases, lease{id: c.t, n: n, exp: now + int64(l.MaxHold)})
+			c.a += float64(n)
+			g.Stamp = c.t
+		}
+		g.OK, g.Taken = true, n
+	case n > l.Amount:
+		g.RetryAfter = Never
+	}
+	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
+	return g
+}
+
+// concRelease drops the lease of g; it reports whether the lease was held.
+func (c *cell) concRelease(g *Grant) bool {
+	for i := range c.leases {
+		if c.leases[i].id == g.Stamp {
+			c.a -= float64(c.leases[i].n)
+			c.leases[i] = c.leases[len(c.leases)-1]
+			c.leases = c.leases[:len(c.leases)-1]
+			if len(c.leases) == 0 {
+				c.a = 0
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// Quota.
+
+// quotaPeriod returns the start and end (ns) of the quota period holding now.
+func quotaPeriod(l Limit, now int64) (start, end int64) {
+	switch l.Period {
+	case PeriodDay, PeriodMonth:
+		loc := l.Location
+		if loc == nil {
+			loc = time.UTC
+		}
+		t := time.Unix(0, now).In(loc)
+		y, m, d := t.Date()
+		var s, e time.Time
+		if l.Period == PeriodDay {
+			s = time.Date(y, m, d, 0, 0, 0, 0, loc)
+			e = s.AddDate(0, 0, 1)
+		} else {
+			s = time.Date(y, m, 1, 0, 0, 0, 0, loc)
+			e = s.AddDate(0, 1, 0)
+		}
+		return s.UnixNano(), e.UnixNano()
+	default:
+		per := int64(l.Per)
+		start = now - now%per
+		if now < 0 && now%per != 0 {
+			start -= per
+		}
+		return start, start + per
+	}
+}
+
+func (c *cell) quotaAcquire(l Limit, n int64, now int64) Grant {
+	start, end := quotaPeriod(l, now)
+	if c.t != start {
+		c.t, c.a = start, 0
+	}
+	g := Grant{Limit: l.Amount, Stamp: start, Reset: time.Duration(end - now)}
+	switch {
+	case c.a+float64(n) <= float64(l.Amount):
+		c.a += float64(n)
+		g.OK, g.Taken = true, n
+	case n > l.Amount:
+		g.RetryAfter = Never
+	default:
+		g.RetryAfter = g.Reset
+	}
+	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
+	return g
+}

@@ -1,0 +1,551 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Config is what a Controller enforces: its policies and the tenants' plans.
+type Config struct {
+	Policies []Policy
+	Plans    Plans
+}
+
+// Validate reports every problem with the policies and plans at once.
+func (c *Config) Validate() error {
+	var errs []error
+	seen := map[string]int{}
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		path := fmt.Sprintf("policies[%d]", i)
+		errs = append(errs, p.Validate(path))
+		if j, dup := seen[p.Name]; dup && p.Name != "" {
+			errs = append(errs, &FieldError{Path: path + ".name", Msg: fmt.Sprintf("%q already used by policies[%d]", p.Name, j)})
+		}
+		seen[p.Name] = i
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	_, err := c.Plans.compile(buildPolicies(c.Policies, nil))
+	return err
+}
+
+// An Option configures a Controller.
+type Option func(*Controller)
+
+// WithClock sets the clock; the default is SystemClock.
+func WithClock(c Clock) Option { return func(ctl *Controller) { ctl.clock = c } }
+
+// WithObserver sets the observer of decisions; the default ignores them.
+func WithObserver(o Observer) Option { return func(ctl *Controller) { ctl.obs = o } }
+
+// WithStore registers a store under a name that policies refer to in their
+// Store field.
+func WithStore(name string, s Store) Option {
+	return func(ctl *Controller) { ctl.stores[name] = s }
+}
+
+// A Controller admits requests against a set of policies. It is safe for
+// concurrent use; its configuration can be replaced while it runs.
+type Controller struct {
+	clock     Clock
+	obs       Observer
+	stores    map[string]Store
+	cfg       atomic.Pointer[config]
+	allShadow atomic.Bool
+	tickets   sync.Pool
+	mu        sync.Mutex // serialises configuration changes
+}
+
+// config is one immutable generation of policies and plans.
+type config struct {
+	policies []*policy // in evaluation order
+	byName   map[string]*policy
+	limits   *limitTable
+	plans    Plans
+}
+
+// policy is an installed Policy with its state.
+type policy struct {
+	Policy
+	base  Limit
+	unit  Unit
+	class int
+	index int
+	*policyState
+}
+
+// policyState is what survives a configuration change: the partitions.
+type policyState struct {
+	limiter Limiter
+	batcher Batcher
+	queues  *queueSet
+	local   struct {
+		once sync.Once
+		l    *memLimiter
+	}
+}
+
+// New returns a Controller enforcing cfg.
+func New(cfg Config, opts ...Option) (*Controller, error) {
+	c := &Controller{
+		clock:  SystemClock{},
+		obs:    NopObserver{},
+		stores: map[string]Store{"": MemoryStore{}, "memory": MemoryStore{}},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	c.tickets.New = func() any { return &ticket{c: c} }
+	if err := c.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// SetConfig replaces the policies and plans. It validates cfg first and
+// keeps the old configuration when cfg is invalid. Policies that keep their
+// name, algorithm, unit, key and store keep their partitions, whatever else
+// changes (their limits, their mode): a policy flipped from shadow to
+// enforce starts from the state its shadow run built.
+func (c *Controller) SetConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.cfg.Load()
+	policies := buildPolicies(cfg.Policies, old)
+	for _, p := range policies {
+		if p.policyState != nil {
+			continue
+		}
+		st, ok := c.stores[p.Store]
+		if !ok {
+			return &FieldError{Path: fmt.Sprintf("policies[%s].store", p.Name), Msg: fmt.Sprintf("no store %q", p.Store)}
+		}
+		lim, err := st.Limiter(&p.Policy)
+		if err != nil {
+			return fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		p.policyState = &policyState{limiter: lim}
+		p.batcher, _ = st.(Batcher)
+		if ml, ok := lim.(*memLimiter); ok {
+			name := p.Name
+			ml.onEvict = func(n int) { c.obs.PartitionsEvicted(name, n) }
+		}
+	}
+	for _, p := range policies {
+		if p.Queue.Size > 0 && p.queues == nil {
+			p.queues = newQueueSet(c, p.policyState)
+		}
+	}
+	limits, err := cfg.Plans.compile(policies)
+	if err != nil {
+		return err
+	}
+	next := &config{policies: policies, byName: map[string]*policy{}, limits: limits, plans: cfg.Plans}
+	for _, p := range policies {
+		next.byName[p.Name] = p
+	}
+	c.cfg.Store(next)
+	return nil
+}
+
+// SetPlans replaces the plans only, keeping every partition.
+func (c *Controller) SetPlans(pl Plans) error {
+	c.mu.Lock()
+	cur := c.cfg.Load()
+	c.mu.Unlock()
+	cfg := Config{Plans: pl}
+	for _, p := range cur.policies {
+		cfg.Policies = append(cfg.Policies, p.Policy)
+	}
+	return c.SetConfig(cfg)
+}
+
+// SetAllShadow switches every enforcing policy to shadow (true) or back to
+// its configured mode (false): an emergency switch that stops all
+// rejections while keeping all state.
+func (c *Controller) SetAllShadow(on bool) { c.allShadow.Store(on) }
+
+// Policies returns the installed policies in evaluation order.
+func (c *Controller) Policies() []Policy {
+	cfg := c.cfg.Load()
+	out := make([]Policy, len(cfg.policies))
+	for i, p := range cfg.policies {
+		out[i] = p.Policy
+	}
+	return out
+}
+
+// buildPolicies turns a validated policy list into installed policies in
+// evaluation order, reusing the state of compatible policies in old.
+func buildPolicies(list []Policy, old *config) []*policy {
+	out := make([]*policy, 0, len(list))
+	for i := range list {
+		p := &policy{Policy: list[i]}
+		p.Key = slices.Clone(p.Key)
+		p.unit = p.Unit
+		if p.unit == "" {
+			p.unit = UnitRequests
+		}
+		p.base = p.limit()
+		switch {
+		case p.Algorithm.IsRate() && p.Queue.Size == 0:
+			p.class = 0
+		case !p.Algorithm.IsRate() && p.Queue.Size == 0:
+			p.class = 1
+		case p.Algorithm.IsRate():
+			p.class = 2
+		default:
+			p.class = 3
+		}
+		if old != nil {
+			if o, ok := old.byName[p.Name]; ok && compatible(&o.Policy, &p.Policy) {
+				p.policyState = o.policyState
+			}
+		}
+		out = append(out, p)
+	}
+	slices.SortStableFunc(out, func(a, b *policy) int { return a.class - b.class })
+	for i, p := range out {
+		p.index = i
+	}
+	return out
+}
+
+// compatible reports whether b can take over a's partitions.
+func compatible(a, b *Policy) bool {
+	return a.Algorithm == b.Algorithm && a.Unit == b.Unit && slices.Equal(a.Key, b.Key) &&
+		a.Store == b.Store && a.Period == b.Period && a.MaxPartitions == b.MaxPartitions &&
+		a.Overflow == b.Overflow && a.IdleTimeout == b.IdleTimeout
+}
+
+// limitsFor returns the effective limits of a tenant, or nil for the
+// policies' own.
+func (cfg *config) limitsFor(tenant string) []Limit {
+	if cfg.limits == nil {
+		return nil
+	}
+	if ls, ok := cfg.limits.tenants[tenant]; ok {
+		return ls
+	}
+	return cfg.limits.dflt
+}
+
+// reason maps a refusal to its reason.
+func (p *policy) reason(g *Grant) Reason {
+	switch {
+	case g.Full:
+		return ReasonOverflow
+	case p.Algorithm == Quota:
+		return ReasonQuota
+	case p.Algorithm == Concurrency:
+		return ReasonConcurrency
+	}
+	return ReasonRate
+}
+
+const keySep = 0x1f
+
+// appendKey builds the partition key of r. A key made of one string field
+// is that field itself (no copy); other keys are built into buf.
+func (p *policy) key(r *Request, buf []byte) (string, []byte) {
+	if len(p.Key) == 1 {
+		switch p.Key[0] {
+		case KeyTenant:
+			return r.Tenant, buf
+		case KeyKeyID:
+			return r.KeyID, buf
+		case KeyUser:
+			return r.User, buf
+		case KeyModel:
+			return r.Model, buf
+		case KeyOperation:
+			return r.Operation, buf
+		case KeyGlobal:
+			return "", buf
+		}
+	}
+	if len(p.Key) == 0 {
+		return "", buf
+	}
+	start := len(buf)
+	for i, k := range p.Key {
+		if i > 0 {
+			buf = append(buf, keySep)
+		}
+		switch k {
+		case KeyTenant:
+			buf = append(buf, r.Tenant...)
+		case KeyKeyID:
+			buf = append(buf, r.KeyID...)
+		case KeyUser:
+			buf = append(buf, r.User...)
+		case KeyModel:
+			buf = append(buf, r.Model...)
+		case KeyOperation:
+			buf = append(buf, r.Operation...)
+		case KeyIP:
+			if r.Addr.IsValid() {
+				buf = r.Addr.Unmap().AppendTo(buf)
+			}
+		case KeyIPPrefix:
+			buf = appendPrefix(buf, r.Addr)
+		}
+	}
+	if len(buf) == start {
+		return "", buf
+	}
+	// The key lives in the ticket's buffer, which is only appended to until
+	// the ticket is recycled; limiters copy keys they keep.
+	return unsafe.String(&buf[start], len(buf)-start), buf
+}
+
+// appendPrefix appends the address grouped as partitions see it: IPv4 as
+// is, IPv6 by its /64 prefix.
+func appendPrefix(buf []byte, a netip.Addr) []byte {
+	if !a.IsValid() {
+		return buf
+	}
+	a = a.Unmap()
+	if a.Is4() {
+		return a.AppendTo(buf)
+	}
+	p, _ := a.Prefix(64)
+	return p.AppendTo(buf)
+}
+
+// Admit asks every policy matching r for admission, waiting in queues where
+// policies have them, until ctx ends. It returns a Ticket to settle when the
+// work is done, or a *Rejection (match it with errors.Is against
+// ErrRateLimited and the other sentinels), or the context's error when the
+// caller gave up while waiting.
+func (c *Controller) Admit(ctx context.Context, r Request) (Ticket, error) {
+	return c.admit(ctx, &r, true)
+}
+
+// TryAdmit is Admit without waiting: a request that would have to queue is
+// rejected at once.
+func (c *Controller) TryAdmit(ctx context.Context, r Request) (Ticket, error) {
+	return c.admit(ctx, &r, false)
+}
+
+func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, error) {
+	cfg := c.cfg.Load()
+	now := c.clock.Now()
+	t := c.tickets.Get().(*ticket)
+	t.start, t.cfg = now, cfg
+	t.tenant, t.model, t.operation, t.priority = r.Tenant, r.Model, r.Operation, r.Priority
+	t.ops = t.ops[:0]
+	t.keybuf = t.keybuf[:0]
+	limits := cfg.limitsFor(r.Tenant)
+	allShadow := c.allShadow.Load()
+	for _, p := range cfg.policies {
+		if !p.Matches(r) {
+			continue
+		}
+		t.ops = append(t.ops, held{p: p, mode: p.Mode, lim: p.base, est: r.Amount(p.unit)})
+		h := &t.ops[len(t.ops)-1]
+		if allShadow && h.mode == Enforce {
+			h.mode = Shadow
+		}
+		if limits != nil {
+			h.lim = limits[p.index]
+		}
+		h.key, t.keybuf = p.key(r, t.keybuf)
+	}
+	var err error
+	for i := 0; i < len(t.ops) && err == nil; i++ {
+		if n := c.batchable(t.ops[i:]); n > 1 {
+			err = c.acquireBatch(ctx, t, t.ops[i:i+n], now)
+			i += n - 1
+			continue
+		}
+		h := &t.ops[i]
+		if h.p.queues != nil && h.mode == Enforce {
+			err = h.p.queues.acquire(ctx, t, h, wait, now)
+		} else {
+			err = c.acquire(ctx, t, h, now)
+		}
+	}
+	rolledBack := err != nil
+	if rolledBack {
+		c.release(t, c.clock.Now(), false)
+	}
+	for i := range t.ops {
+		h := &t.ops[i]
+		if h.taken || h.failOpen && !rolledBack {
+			c.obs.Decision(Decision{
+				Status: h.status(), Outcome: Admitted, Tenant: r.Tenant, Operation: r.Operation,
+				Model: r.Model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack,
+			})
+		}
+	}
+	if rolledBack {
+		t.recycle()
+		return Ticket{}, err
+	}
+	return Ticket{t: t, gen: t.gen.Load()}, nil
+}
+
+// batchable returns how many ops at the head of ops can go to one store in
+// one batch: consecutive, unqueued ops on the same Batcher.
+func (c *Controller) batchable(ops []held) int {
+	b := ops[0].p.batcher
+	if b == nil || ops[0].p.queues != nil {
+		return 1
+	}
+	n := 1
+	for n < len(ops) && ops[n].p.batcher == b && ops[n].p.queues == nil && ops[n].p.Store == ops[0].p.Store {
+		n++
+	}
+	return n
+}
+
+// acquire evaluates one policy without queueing.
+func (c *Controller) acquire(ctx context.Context, t *ticket, h *held, now time.Time) error {
+	g, err := h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now)
+	if err != nil {
+		return c.storeFailed(ctx, t, h, err, now)
+	}
+	return c.decide(t, h, g, false)
+}
+
+// decide records g on h: a taken grant, a would-reject or a rejection.
+// queueable says the caller will queue a refusal instead of rejecting.
+func (c *Controller) decide(t *ticket, h *held, g Grant, queueable bool) error {
+	h.grant = g
+	if g.Expired > 0 {
+		c.obs.LeaseExpired(h.p.Name, int(g.Expired))
+	}
+	if g.OK {
+		h.taken = true
+		return nil
+	}
+	reason := h.p.reason(&g)
+	retry := h.retryAfter()
+	if h.mode == Shadow {
+		h.wouldReject = true
+		c.report(t, h, WouldReject, reason, retry)
+		return nil
+	}
+	if queueable {
+		return nil
+	}
+	c.report(t, h, Rejected, reason, retry)
+	return &Rejection{Policy: h.p.Name, Reason: reason, RetryAfter: retry, Status: h.status()}
+}
+
+func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry time.Duration) {
+	c.obs.Decision(Decision{
+		Status: h.status(), Outcome: o, Reason: reason, Tenant: t.tenant, Operation: t.operation,
+		Model: t.model, Cost: h.est, QueueWait: h.wait, RetryAfter: retry,
+	})
+}
+
+// storeFailed applies the policy's failure mode when its store failed.
+func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err error, now time.Time) error {
+	p := h.p
+	c.obs.StoreError(StoreEvent{Policy: p.Name, Store: p.Store, Err: err, Action: p.OnStoreError})
+	switch p.OnStoreError {
+	case FailLocalMode:
+		lim := h.lim
+		if r := int64(max(p.Replicas, 1)); r > 1 {
+			lim.Amount = max(1, lim.Amount/r)
+			lim.Burst = max(1, lim.Burst/r)
+		}
+		h.local = true
+		h.lim = lim
+		g, _ := p.localLimiter().Acquire(ctx, h.key, lim, h.est, now)
+		return c.decide(t, h, g, false)
+	case FailClosedMode:
+		retry := p.RetryHint
+		if retry == 0 {
+			retry = DefaultRetryHint
+		}
+		if h.mode == Shadow {
+			h.wouldReject = true
+			c.report(t, h, WouldReject, ReasonStoreUnavailable, retry)
+			return nil
+		}
+		c.report(t, h, FailClosed, ReasonStoreUnavailable, retry)
+		return &Rejection{Policy: p.Name, Reason: ReasonStoreUnavailable, RetryAfter: retry, Status: h.status()}
+	default:
+		h.failOpen = true
+		c.report(t, h, FailOpen, ReasonStoreUnavailable, 0)
+		return nil
+	}
+}
+
+func (p *policy) localLimiter() Limiter {
+	p.local.once.Do(func() { p.local.l = newMemLimiter(&p.Policy) })
+	return p.local.l
+}
+
+// limiterOf returns the limiter holding h's grant.
+func (h *held) limiterOf() Limiter {
+	if h.local {
+		return h.p.localLimiter()
+	}
+	return h.p.limiter
+}
+
+// acquireBatch evaluates several policies on one store in one call.
+func (c *Controller) acquireBatch(ctx context.Context, t *ticket, hs []held, now time.Time) error {
+	ops := t.batch[:0]
+	for i := range hs {
+		ops = append(ops, Op{Limiter: hs[i].p.limiter, Key: hs[i].key, Limit: hs[i].lim, N: hs[i].est, Shadow: hs[i].mode == Shadow})
+	}
+	t.batch = ops
+	if err := hs[0].p.batcher.AcquireBatch(ctx, ops, now); err != nil {
+		for i := range hs {
+			if e := c.storeFailed(ctx, t, &hs[i], err, now); e != nil {
+				return e
+			}
+		}
+		return nil
+	}
+	var first error
+	for i := range hs {
+		if err := c.decide(t, &hs[i], ops[i].Grant, false); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// release gives back everything t holds: on rollback (settled false) the
+// whole reservation; the caller settles rate grants before calling it with
+// settled true, so only concurrency is released then.
+func (c *Controller) release(t *ticket, now time.Time, settled bool) {
+	ctx := context.Background()
+	for i := range t.ops {
+		h := &t.ops[i]
+		if !h.taken {
+			continue
+		}
+		h.taken = false
+		l := h.limiterOf()
+		if h.p.Algorithm == Concurrency {
+			_ = l.Release(ctx, h.key, h.lim, &h.grant, now)
+			if h.p.queues != nil {
+				h.p.queues.dispatch(h.key)
+			}
+		} else if !settled && h.grant.Taken != 0 {
+			_ = l.Adjust(ctx, h.key, h.lim, &h.grant, -h.grant.Taken, now)
+			if h.p.queues != nil {
+				h.p.queues.dispatch(h.key)
+			}
+		}
+	}
+}

@@ -1,0 +1,223 @@
+package admission
+
+import (
+	"context"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	numShards = 64
+	slabSize  = 128
+)
+
+// MemoryStore keeps limiter state in this process. It is the default store;
+// its state is not shared between replicas and does not survive a restart
+// (a quota kept in memory starts again from zero after one).
+type MemoryStore struct{}
+
+var _ Store = MemoryStore{}
+
+// Limiter returns a new in-memory limiter for p, with a sharded partition
+// table bounded by p.MaxPartitions.
+func (MemoryStore) Limiter(p *Policy) (Limiter, error) {
+	return newMemLimiter(p), nil
+}
+
+// memLimiter holds the partitions of one policy in a sharded table.
+type memLimiter struct {
+	seed      maphash.Seed
+	perShard  int
+	idle      int64
+	overflow  OverflowMode
+	evicted   atomic.Uint64
+	onEvict   func(n int)
+	ovf       struct {
+		sync.Mutex
+		c cell
+		init bool
+	}
+	shards [numShards]shard
+}
+
+type shard struct {
+	mu        sync.Mutex
+	m         map[string]*cell
+	free      []*cell
+	slab      []cell
+	lastSweep int64
+	_         [40]byte // keep shards on separate cache lines
+}
+
+var _ Limiter = (*memLimiter)(nil)
+
+func newMemLimiter(p *Policy) *memLimiter {
+	maxParts := p.MaxPartitions
+	if maxParts == 0 {
+		maxParts = DefaultMaxPartitions
+	}
+	idle := p.IdleTimeout
+	if idle == 0 {
+		idle = DefaultIdleTimeout
+	}
+	l := &memLimiter{
+		seed:     maphash.MakeSeed(),
+		perShard: max(1, (maxParts+numShards-1)/numShards),
+		idle:     int64(idle),
+		overflow: p.Overflow,
+	}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*cell)
+	}
+	return l
+}
+
+// lock finds (or creates) the cell of key and returns it with its lock held;
+// unlock must be called with the returned mutex. A nil cell means the table
+// is full and the policy rejects overflow.
+func (l *memLimiter) lock(key string, lim Limit, now int64, create bool) (*cell, *sync.Mutex) {
+	sh := &l.shards[maphash.String(l.seed, key)%numShards]
+	sh.mu.Lock()
+	if c, ok := sh.m[key]; ok {
+		c.used = now
+		return c, &sh.mu
+	}
+	if !create {
+		sh.mu.Unlock()
+		return nil, nil
+	}
+	if len(sh.m) >= l.perShard || now-sh.lastSweep > l.idle {
+		l.sweep(sh, lim, now, len(sh.m) >= l.perShard)
+	}
+	if len(sh.m) >= l.perShard {
+		sh.mu.Unlock()
+		if l.overflow == OverflowReject {
+			return nil, nil
+		}
+		l.ovf.Lock()
+		if !l.ovf.init {
+			l.ovf.init = true
+			l.ovf.c.init(lim, now)
+		}
+		return &l.ovf.c, &l.ovf.Mutex
+	}
+	c := sh.alloc()
+	c.init(lim, now)
+	sh.m[strings.Clone(key)] = c
+	return c, &sh.mu
+}
+
+func (c *cell) init(l Limit, now int64) {
+	*c = cell{used: now}
+	if l.Algorithm == TokenBucket {
+		c.a, c.t = float64(l.Capacity()), now
+	} else {
+		c.t = -1 << 62 // no window or period yet
+	}
+}
+
+func (sh *shard) alloc() *cell {
+	if n := len(sh.free); n > 0 {
+		c := sh.free[n-1]
+		sh.free = sh.free[:n-1]
+		return c
+	}
+	if len(sh.slab) == 0 {
+		sh.slab = make([]cell, slabSize)
+	}
+	c := &sh.slab[0]
+	sh.slab = sh.slab[1:]
+	return c
+}
+
+// sweep drops partitions whose state is neutral: idle ones, or any neutral
+// one when the shard is full (dropping a neutral partition changes nothing).
+func (l *memLimiter) sweep(sh *shard, lim Limit, now int64, full bool) {
+	sh.lastSweep = now
+	n := 0
+	for k, c := range sh.m {
+		if (full || now-c.used >= l.idle) && c.neutral(lim, now) {
+			delete(sh.m, k)
+			*c = cell{}
+			sh.free = append(sh.free, c)
+			n++
+		}
+	}
+	if n > 0 {
+		l.evicted.Add(uint64(n))
+		if l.onEvict != nil {
+			l.onEvict(n)
+		}
+	}
+}
+
+// Acquire implements Limiter.
+func (l *memLimiter) Acquire(_ context.Context, key string, lim Limit, n int64, now time.Time) (Grant, error) {
+	ns := now.UnixNano()
+	c, mu := l.lock(key, lim, ns, true)
+	if c == nil {
+		return Grant{Limit: lim.Capacity(), RetryAfter: DefaultRetryHint, Full: true}, nil
+	}
+	g := c.acquire(lim, n, ns)
+	g.Overflow = c == &l.ovf.c
+	mu.Unlock()
+	return g, nil
+}
+
+// cellOf returns the locked cell a grant was taken from, or nil.
+func (l *memLimiter) cellOf(key string, lim Limit, g *Grant, now int64, create bool) (*cell, *sync.Mutex) {
+	if g.Overflow {
+		l.ovf.Lock()
+		if !l.ovf.init {
+			l.ovf.Unlock()
+			return nil, nil
+		}
+		return &l.ovf.c, &l.ovf.Mutex
+	}
+	return l.lock(key, lim, now, create)
+}
+
+// Adjust implements Limiter.
+func (l *memLimiter) Adjust(_ context.Context, key string, lim Limit, g *Grant, delta int64, now time.Time) error {
+	ns := now.UnixNano()
+	c, mu := l.cellOf(key, lim, g, ns, delta > 0)
+	if c == nil || (c == &l.ovf.c && !g.Overflow) {
+		if c != nil {
+			mu.Unlock()
+		}
+		g.Taken += delta
+		return nil
+	}
+	c.adjust(lim, g, delta, ns)
+	mu.Unlock()
+	return nil
+}
+
+// Release implements Limiter.
+func (l *memLimiter) Release(_ context.Context, key string, lim Limit, g *Grant, now time.Time) error {
+	if lim.Algorithm != Concurrency || g.Stamp == 0 {
+		return nil
+	}
+	c, mu := l.cellOf(key, lim, g, now.UnixNano(), false)
+	if c == nil {
+		return nil
+	}
+	c.concRelease(g)
+	mu.Unlock()
+	return nil
+}
+
+// partitions returns the number of partitions held.
+func (l *memLimiter) partitions() int {
+	n := 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}

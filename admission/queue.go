@@ -1,0 +1,330 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// pollInterval is how often a queue whose head does not fit retries when
+// nothing local will wake it: a concurrency permit released by another
+// replica, or a lease expiring.
+const pollInterval = 100 * time.Millisecond
+
+// queueSet holds the queues of one policy, one per partition with waiters.
+// Within a partition's queue, waiters are served by priority, then round
+// robin across tenants, then oldest or newest first within a tenant, so one
+// tenant's backlog cannot delay another tenant's request behind all of it.
+type queueSet struct {
+	c      *Controller
+	st     *policyState
+	seed   maphash.Seed
+	shards [16]qshard
+}
+
+type qshard struct {
+	mu sync.Mutex
+	m  map[string]*queue
+}
+
+type queue struct {
+	key     string
+	n       int
+	classes []*prioClass // by priority, highest first
+	timer   Timer
+	timerAt int64
+}
+
+type prioClass struct {
+	prio    int
+	tenants map[string]*tenantQueue
+	ring    []*tenantQueue
+	next    int
+}
+
+type tenantQueue struct {
+	tenant string
+	ws     []*waiter
+}
+
+const (
+	waiting = iota
+	granted
+	timedOut
+	canceled
+)
+
+type waiter struct {
+	h      *held
+	tenant string
+	prio   int
+	order  Order
+	state  int
+	grant  Grant
+	done   chan struct{}
+	queued time.Time
+}
+
+func newQueueSet(c *Controller, st *policyState) *queueSet {
+	qs := &queueSet{c: c, st: st, seed: maphash.MakeSeed()}
+	for i := range qs.shards {
+		qs.shards[i].m = make(map[string]*queue)
+	}
+	return qs
+}
+
+func (qs *queueSet) shard(key string) *qshard {
+	return &qs.shards[maphash.String(qs.seed, key)%uint64(len(qs.shards))]
+}
+
+// acquire evaluates an enforcing queued policy: it admits at once when the
+// partition's queue is empty and the permits fit, and otherwise waits (when
+// wait is set) behind the queued requests.
+func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, now time.Time) error {
+	c := qs.c
+	sh := qs.shard(h.key)
+	sh.mu.Lock()
+	q := sh.m[h.key]
+	if q == nil || q.n == 0 {
+		g, err := qs.st.limiter.Acquire(ctx, h.key, h.lim, h.est, now)
+		if err != nil {
+			sh.mu.Unlock()
+			return c.storeFailed(ctx, t, h, err, now)
+		}
+		if g.OK || !wait || g.Full || g.RetryAfter == Never || qs.hopeless(ctx, h, g, now) {
+			sh.mu.Unlock()
+			return c.decide(t, h, g, false)
+		}
+		h.grant = g
+	} else if !wait {
+		sh.mu.Unlock()
+		h.grant.RetryAfter = 0
+		return c.decide(t, h, Grant{Limit: h.lim.Capacity()}, false)
+	}
+	if q != nil && q.n >= h.p.Queue.Size {
+		sh.mu.Unlock()
+		retry := h.retryAfter()
+		c.report(t, h, Rejected, ReasonQueueFull, retry)
+		return &Rejection{Policy: h.p.Name, Reason: ReasonQueueFull, RetryAfter: retry, Status: h.status()}
+	}
+	if q == nil {
+		q = &queue{key: strings.Clone(h.key)}
+		sh.m[q.key] = q
+	}
+	w := &waiter{h: h, tenant: t.tenant, prio: 0, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
+	if t.priority != 0 {
+		w.prio = t.priority
+	}
+	q.push(w)
+	if q.n == 1 {
+		qs.arm(q, h, h.grant, now)
+	}
+	sh.mu.Unlock()
+	c.report(t, h, Queued, h.p.reason(&h.grant), h.retryAfter())
+
+	var timer Timer
+	if d := h.p.Queue.Timeout; d > 0 {
+		timer = c.clock.AfterFunc(d, func() { qs.remove(w, timedOut) })
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		qs.remove(w, canceled)
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	sh.mu.Lock()
+	state, g := w.state, w.grant
+	sh.mu.Unlock()
+	h.wait = c.clock.Now().Sub(now)
+	switch state {
+	case granted:
+		return c.decide(t, h, g, false)
+	case timedOut:
+		retry := h.retryAfter()
+		c.report(t, h, Timeout, ReasonQueueTimeout, retry)
+		return &Rejection{Policy: h.p.Name, Reason: ReasonQueueTimeout, RetryAfter: retry, Status: h.status()}
+	default:
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			retry := h.retryAfter()
+			c.report(t, h, Timeout, ReasonQueueTimeout, retry)
+			return &Rejection{Policy: h.p.Name, Reason: ReasonQueueTimeout, RetryAfter: retry, Status: h.status()}
+		}
+		c.report(t, h, Canceled, ReasonNone, 0)
+		return ctx.Err()
+	}
+}
+
+// hopeless reports whether a rate refusal cannot be cured within the
+// queue's timeout or the caller's deadline: such a request is refused at
+// once rather than queued to time out.
+func (qs *queueSet) hopeless(ctx context.Context, h *held, g Grant, now time.Time) bool {
+	if h.p.Algorithm == Concurrency {
+		return false
+	}
+	if d := h.p.Queue.Timeout; d > 0 && g.RetryAfter > d {
+		return true
+	}
+	if dl, ok := ctx.Deadline(); ok && now.Add(g.RetryAfter).After(dl) {
+		return true
+	}
+	return false
+}
+
+// arm schedules the next dispatch attempt for q's head, whose last refusal
+// was g. Callers hold the shard lock.
+func (qs *queueSet) arm(q *queue, h *held, g Grant, now time.Time) {
+	d := pollInterval
+	if h.p.Algorithm != Concurrency && g.RetryAfter > 0 {
+		d = g.RetryAfter
+	}
+	at := now.Add(d).UnixNano()
+	if q.timer != nil {
+		if q.timerAt <= at {
+			return
+		}
+		q.timer.Stop()
+	}
+	key := q.key
+	q.timerAt = at
+	q.timer = qs.c.clock.AfterFunc(d, func() { qs.dispatch(key) })
+}
+
+// dispatch admits waiters of a partition while their permits fit.
+func (qs *queueSet) dispatch(key string) {
+	sh := qs.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	q := sh.m[key]
+	if q == nil {
+		return
+	}
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
+	}
+	for q.n > 0 {
+		w := q.peek()
+		now := qs.c.clock.Now()
+		g, err := qs.st.limiter.Acquire(context.Background(), q.key, w.h.lim, w.h.est, now)
+		if err != nil || !g.OK {
+			if g.Expired > 0 {
+				qs.c.obs.LeaseExpired(w.h.p.Name, int(g.Expired))
+				g.Expired = 0
+			}
+			qs.arm(q, w.h, g, now)
+			return
+		}
+		q.pop(w)
+		w.grant, w.state = g, granted
+		close(w.done)
+	}
+	delete(sh.m, key)
+}
+
+// remove takes w out of its queue unless it was already served.
+func (qs *queueSet) remove(w *waiter, state int) {
+	sh := qs.shard(w.h.key)
+	sh.mu.Lock()
+	if w.state != waiting {
+		sh.mu.Unlock()
+		return
+	}
+	q := sh.m[w.h.key]
+	head := q.peek() == w
+	q.pop(w)
+	w.state = state
+	close(w.done)
+	if q.n == 0 {
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+		delete(sh.m, q.key)
+		head = false
+	}
+	sh.mu.Unlock()
+	if head {
+		// A smaller request behind may fit now.
+		qs.dispatch(w.h.key)
+	}
+}
+
+func (q *queue) push(w *waiter) {
+	i, found := slices.BinarySearchFunc(q.classes, w.prio, func(c *prioClass, p int) int { return p - c.prio })
+	if !found {
+		q.classes = slices.Insert(q.classes, i, &prioClass{prio: w.prio, tenants: map[string]*tenantQueue{}})
+	}
+	pc := q.classes[i]
+	tq := pc.tenants[w.tenant]
+	if tq == nil {
+		tq = &tenantQueue{tenant: w.tenant}
+		pc.tenants[w.tenant] = tq
+		pc.ring = append(pc.ring, tq)
+	}
+	tq.ws = append(tq.ws, w)
+	q.n++
+}
+
+// peek returns the waiter to serve next.
+func (q *queue) peek() *waiter {
+	for _, pc := range q.classes {
+		if len(pc.ring) == 0 {
+			continue
+		}
+		tq := pc.ring[pc.next%len(pc.ring)]
+		if tq.ws[0].order == NewestFirst {
+			return tq.ws[len(tq.ws)-1]
+		}
+		return tq.ws[0]
+	}
+	return nil
+}
+
+// pop removes w; when w was the next to serve, the round robin moves on.
+func (q *queue) pop(w *waiter) {
+	for ci, pc := range q.classes {
+		if pc.prio != w.prio {
+			continue
+		}
+		tq := pc.tenants[w.tenant]
+		i := slices.Index(tq.ws, w)
+		tq.ws = slices.Delete(tq.ws, i, i+1)
+		q.n--
+		ri := slices.Index(pc.ring, tq)
+		served := ri == pc.next%len(pc.ring)
+		if len(tq.ws) == 0 {
+			delete(pc.tenants, w.tenant)
+			pc.ring = slices.Delete(pc.ring, ri, ri+1)
+			if ri < pc.next%max(1, len(pc.ring)+1) && !served {
+				pc.next--
+			}
+			if len(pc.ring) == 0 {
+				q.classes = slices.Delete(q.classes, ci, ci+1)
+			} else {
+				pc.next %= len(pc.ring)
+			}
+		} else if served {
+			pc.next = (ri + 1) % len(pc.ring)
+		}
+		return
+	}
+}
+
+// depth returns the number of waiters.
+func (qs *queueSet) depth() int {
+	n := 0
+	for i := range qs.shards {
+		sh := &qs.shards[i]
+		sh.mu.Lock()
+		for _, q := range sh.m {
+			n += q.n
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,291 @@
+package admission
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Ticket is an admitted request's claim on its policies' permits. Settle
+// it when the work ends: Settle with the actual usage, or Done to keep the
+// estimate. Settling releases concurrency permits, reconciles weighted
+// permits (refunds an over-estimate, charges an overrun) and wakes queued
+// requests. Settling twice is harmless, and so is settling the zero Ticket.
+//
+// A Ticket is a small value: copy it freely. Once settled, every copy is
+// inert (the controller reuses the memory behind it, so a stale copy can
+// never settle someone else's request).
+//
+// A ticket that is never settled does not hold concurrency permits forever:
+// they expire after the policy's MaxHold, and the expiry is reported to the
+// observer.
+type Ticket struct {
+	t   *ticket
+	gen uint64
+}
+
+// ticket is the pooled state behind Tickets.
+type ticket struct {
+	c         *Controller
+	mu        sync.Mutex
+	gen       atomic.Uint64
+	cfg       *config
+	start     time.Time
+	tenant    string
+	model     string
+	operation string
+	priority  int
+	ops       []held
+	batch     []Op
+	keybuf    []byte
+}
+
+// held is one policy's part of a ticket.
+type held struct {
+	p           *policy
+	mode        Mode
+	key         string
+	lim         Limit
+	est         int64 // estimated cost, reserved at admission
+	grant       Grant
+	wait        time.Duration
+	taken       bool // the grant holds permits
+	failOpen    bool // the store failed and the policy admitted without it
+	local       bool // the grant is on the local fallback limiter
+	wouldReject bool
+}
+
+func (h *held) status() Status {
+	s := Status{
+		Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Algorithm: h.p.Algorithm,
+		Limit: h.grant.Limit, Remaining: h.grant.Remaining, Reset: h.grant.Reset,
+	}
+	if s.Limit == 0 {
+		s.Limit = h.lim.Capacity()
+	}
+	switch h.p.Algorithm {
+	case TokenBucket:
+		// The bucket's capacity refills in Per × Burst / Limit.
+		s.Window = time.Duration(float64(h.lim.Per) * float64(h.lim.Capacity()) / float64(h.lim.Amount))
+	case Concurrency:
+	case Quota:
+		if h.lim.Period == PeriodFixed {
+			s.Window = h.lim.Per
+		} else {
+			_, end := quotaPeriod(h.lim, h.grant.Stamp)
+			s.Window = time.Duration(end - h.grant.Stamp)
+		}
+	default:
+		s.Window = h.lim.Per
+	}
+	return s
+}
+
+// retryAfter is the wait a refusal of h advises.
+func (h *held) retryAfter() time.Duration {
+	if h.grant.RetryAfter == 0 && (h.p.Algorithm == Concurrency || h.grant.Full) {
+		if h.p.RetryHint > 0 {
+			return h.p.RetryHint
+		}
+		return DefaultRetryHint
+	}
+	return h.grant.RetryAfter
+}
+
+// live returns the ticket state if tk is still the current holder, with its
+// lock held.
+func (tk Ticket) live() *ticket {
+	t := tk.t
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	if t.gen.Load() != tk.gen {
+		t.mu.Unlock()
+		return nil
+	}
+	return t
+}
+
+// Done settles the ticket at its estimate: concurrency permits are released
+// and weighted permits stay charged as reserved.
+func (tk Ticket) Done() { tk.Settle(Usage{}) }
+
+// Settle settles the ticket with the actual usage of the work. Units whose
+// actual amount is not known stay charged at their estimate.
+func (tk Ticket) Settle(u Usage) {
+	t := tk.live()
+	if t == nil {
+		return
+	}
+	c := t.c
+	now := c.clock.Now()
+	ctx := context.Background()
+	if n := c.batchSettle(ctx, t, &u, now); n == 0 {
+		for i := range t.ops {
+			h := &t.ops[i]
+			if h.taken && h.p.Algorithm.IsRate() {
+				if actual, ok := u.amount(h.p.unit); ok && actual != h.grant.Taken {
+					_ = h.limiterOf().Adjust(ctx, h.key, h.lim, &h.grant, actual-h.grant.Taken, now)
+				}
+			}
+		}
+		c.release(t, now, true)
+	}
+	for i := range t.ops {
+		h := &t.ops[i]
+		if h.p.Algorithm.IsRate() && (h.grant.OK || h.failOpen) {
+			actual := h.est
+			if a, ok := u.amount(h.p.unit); ok {
+				actual = a
+			}
+			c.obs.Settled(Settlement{
+				Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Tenant: t.tenant, Model: t.model,
+				Estimated: h.est, Actual: actual, Admitted: t.start,
+			})
+		} else if h.grant.OK || h.failOpen {
+			c.obs.Settled(Settlement{
+				Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Tenant: t.tenant, Model: t.model,
+				Estimated: h.est, Actual: h.est, Admitted: t.start,
+			})
+		}
+	}
+	t.recycleLocked()
+}
+
+// batchSettle settles t in one call when all its grants live on one
+// Batcher store; it returns 0 when it did not.
+func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now time.Time) int {
+	if len(t.ops) < 2 {
+		return 0
+	}
+	b := t.ops[0].p.batcher
+	if b == nil {
+		return 0
+	}
+	for i := range t.ops {
+		h := &t.ops[i]
+		if h.p.batcher != b || h.local || h.p.queues != nil || h.p.Store != t.ops[0].p.Store {
+			return 0
+		}
+	}
+	ops := t.batch[:0]
+	for i := range t.ops {
+		h := &t.ops[i]
+		if !h.taken {
+			continue
+		}
+		op := Op{Limiter: h.p.limiter, Key: h.key, Limit: h.lim, Grant: h.grant}
+		if h.p.Algorithm == Concurrency {
+			op.Release = true
+		} else if actual, ok := u.amount(h.p.unit); ok {
+			op.N = actual - h.grant.Taken
+		}
+		h.taken = false
+		if op.Release || op.N != 0 {
+			ops = append(ops, op)
+		}
+	}
+	t.batch = ops
+	if len(ops) > 0 {
+		_ = b.SettleBatch(ctx, ops, now)
+	}
+	return len(t.ops)
+}
+
+// Charge records usage so far while the work still runs (a long stream):
+// every unit whose actual amount now exceeds what is charged is charged the
+// difference at once, so parallel work cannot overshoot a rate limit by
+// much. It returns a *Rejection (ErrQuotaExceeded or ErrRateLimited) when an
+// enforcing policy's partition has nothing left after the charge, so the
+// caller may cut the work off; the ticket stays live either way.
+func (tk Ticket) Charge(u Usage) error {
+	t := tk.live()
+	if t == nil {
+		return nil
+	}
+	defer t.mu.Unlock()
+	now := t.c.clock.Now()
+	var rej *Rejection
+	for i := range t.ops {
+		h := &t.ops[i]
+		if !h.taken || !h.p.Algorithm.IsRate() {
+			continue
+		}
+		actual, ok := u.amount(h.p.unit)
+		if !ok || actual <= h.grant.Taken {
+			continue
+		}
+		_ = h.limiterOf().Adjust(context.Background(), h.key, h.lim, &h.grant, actual-h.grant.Taken, now)
+		if h.mode == Enforce && h.grant.Remaining <= 0 && rej == nil {
+			reason := ReasonRate
+			if h.p.Algorithm == Quota {
+				reason = ReasonQuota
+			}
+			rej = &Rejection{Policy: h.p.Name, Reason: reason, RetryAfter: h.grant.Reset, Status: h.status()}
+		}
+	}
+	if rej != nil {
+		return rej
+	}
+	return nil
+}
+
+// Statuses appends the standing of every policy the ticket passed to dst,
+// for response headers, and returns the extended slice.
+func (tk Ticket) Statuses(dst []Status) []Status {
+	t := tk.live()
+	if t == nil {
+		return dst
+	}
+	defer t.mu.Unlock()
+	for i := range t.ops {
+		dst = append(dst, t.ops[i].status())
+	}
+	return dst
+}
+
+// WouldReject appends to dst the names of the shadow policies that would
+// have rejected the request, and returns the extended slice.
+func (tk Ticket) WouldReject(dst []string) []string {
+	t := tk.live()
+	if t == nil {
+		return dst
+	}
+	defer t.mu.Unlock()
+	for i := range t.ops {
+		if t.ops[i].wouldReject {
+			dst = append(dst, t.ops[i].p.Name)
+		}
+	}
+	return dst
+}
+
+// Valid reports whether the ticket is live (admitted and not yet settled).
+func (tk Ticket) Valid() bool {
+	t := tk.live()
+	if t == nil {
+		return false
+	}
+	t.mu.Unlock()
+	return true
+}
+
+// recycle returns an unissued ticket to the pool.
+func (t *ticket) recycle() {
+	t.mu.Lock()
+	t.recycleLocked()
+}
+
+func (t *ticket) recycleLocked() {
+	t.gen.Add(1)
+	clear(t.ops)
+	t.ops = t.ops[:0]
+	clear(t.batch)
+	t.batch = t.batch[:0]
+	t.cfg = nil
+	t.tenant, t.model, t.operation = "", "", ""
+	t.mu.Unlock()
+	t.c.tickets.Put(t)
+}
