@@ -29,15 +29,15 @@ func (MemoryStore) Limiter(p *Policy) (Limiter, error) {
 
 // memLimiter holds the partitions of one policy in a sharded table.
 type memLimiter struct {
-	seed      maphash.Seed
-	perShard  int
-	idle      int64
-	overflow  OverflowMode
-	evicted   atomic.Uint64
-	onEvict   func(n int)
-	ovf       struct {
+	seed     maphash.Seed
+	perShard int
+	idle     int64
+	overflow OverflowMode
+	evicted  atomic.Uint64
+	onEvict  func(n int)
+	ovf      struct {
 		sync.Mutex
-		c cell
+		c    cell
 		init bool
 	}
 	shards [numShards]shard
