@@ -25,6 +25,12 @@ func (t *table) merge(piece []byte, s *scratch, emit *[]int) int {
 	if len(piece) >= heapMin {
 		return t.mergeHeap(piece, s, emit)
 	}
+	return t.mergeLinear(piece, s, emit)
+}
+
+// mergeLinear is merge for short pieces: parts sit in an array and each step
+// scans it for the lowest rank.
+func (t *table) mergeLinear(piece []byte, s *scratch, emit *[]int) int {
 	m := len(piece)
 	starts := s.starts[:0]
 	ranks := s.ranks[:0]

@@ -157,7 +157,7 @@ func suffix(b []byte, p int) int {
 	return p
 }
 
-// contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at b[p] == '\'' and returns
+// contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at b[p] == '\” and returns
 // its end, or 0. Only ASCII letters fold to these letters under
 // unicode.ToLower, which is how the reference engine compares case-insensitively.
 func contraction(b []byte, p int) int {
