@@ -1,0 +1,28 @@
+package bpe
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzCountMatchesTiktoken compares both encodings with tiktoken-go on
+// arbitrary bytes: the split, the tokens and the count must all agree.
+// Bounded run:
+//
+//	go test -run '^$' -fuzz FuzzCountMatchesTiktoken -fuzztime 20s ./weights/bpe
+func FuzzCountMatchesTiktoken(f *testing.F) {
+	for _, text := range corpus(f) {
+		for _, line := range strings.SplitAfter(text, "\n") {
+			f.Add([]byte(line))
+		}
+	}
+	for _, s := range []string{"", " ", "\r\n\t \n", "'S'll'RE", "ǅǅaʰA'd", "<|endoftext|>", "\xed\xa0\x80\xff", "a\u0301\u0301 \u0301"} {
+		f.Add([]byte(s))
+	}
+	es := encodings(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, e := range es {
+			check(t, e, string(b))
+		}
+	})
+}

@@ -1,0 +1,73 @@
+// Package weights prices requests to metered APIs before they run and reads
+// what they actually cost afterwards, so an admission controller can reserve
+// weighted permits and then reconcile them.
+//
+// # Before the call
+//
+// An [Estimator] parses the body of an OpenAI-compatible request
+// (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses) and
+// returns an [Estimate]: prompt tokens, an output reservation, and, with a
+// [Prices] table, a cost in micro-dollars.
+//
+// Prompt tokens are counted with the model's own tokenizer: o200k_base for
+// the gpt-4o, gpt-4.1, gpt-4.5, gpt-5 and o-series families, cl100k_base for
+// gpt-4, gpt-3.5-turbo and the text-embedding-3 and ada-002 models (see
+// [ModelRule] to add families, set a default encoding, or estimate a model
+// without a public tokenizer from a calibrated characters-per-token ratio).
+// The chat format adds the fixed costs published in OpenAI's cookbook ("How
+// to count tokens with tiktoken"): 3 tokens per message, 1 per name, 3 to
+// prime the reply, and the cookbook's formula for tool definitions. With
+// these, the estimate reproduces the API's prompt_tokens for the cookbook's
+// examples exactly (129 and 124 tokens for its chat example, 105 and 101 for
+// its tool example, with cl100k_base and o200k_base). Images are priced with
+// OpenAI's tile formula ([ImageCost]); content this package does not model
+// (audio, files, encrypted reasoning, built-in tools) at one token per four
+// bytes of its JSON. Items stored upstream (previous_response_id,
+// item_reference) cannot be seen and are left to the settlement.
+//
+// The output reservation is the request's max_completion_tokens,
+// max_tokens or max_output_tokens, else the model's default
+// ([ModelRule.MaxOutputTokens], [Config.DefaultMaxOutputTokens]; 16 on the
+// legacy completions endpoint, as in the API), times n (or best_of) and the
+// number of prompts.
+//
+// # Large bodies
+//
+// A body above [Config.MaxBodyBytes] is refused with a [*BodyTooLargeError]
+// before anything is parsed (an HTTP caller answers 413; [Estimator.ReadBody]
+// stops reading at the cap). Malformed JSON or a field of the wrong type is
+// a [*MalformedError] matching [ErrMalformed] (answer 400); nothing panics on
+// input. When a request's text exceeds [Config.SampleThreshold] (64 KiB by
+// default) its tokens are estimated from 8 KiB of samples: eight windows,
+// aligned to white space, spread evenly over the text, whose tokens per byte
+// are scaled to the whole. On 256 KiB of English chat text this is 15 to 20
+// times faster than tokenising everything and within 1% of the exact count
+// (the package benchmarks report it as err%); the tests hold it to 3% on
+// English and to 5% on text that mixes languages and code. Below the
+// threshold the count is exact.
+//
+// # After the call
+//
+// [ParseUsage] reads the usage object of a JSON response in any of the
+// APIs' shapes. A [StreamReader] wraps a server-sent-events response: it
+// passes the bytes through unchanged, picks up the final usage report, and,
+// when none arrives (a cut stream, an upstream that ignores the option),
+// counts the streamed text with the tokenizer. [InjectIncludeUsage] asks the
+// upstream for that report on requests that did not, and
+// [StreamConfig.StripUsage] removes the extra chunk from what the client
+// sees.
+//
+// # Other prices
+//
+// [OperationCosts] prices calls of non-LLM APIs by route and method (an
+// export costs 50 units, a lookup 1). [Prices] turns tokens into
+// micro-dollars, so a policy can cap a tenant's spend.
+//
+// # Tokenizers
+//
+// Counting goes through the [Counter] interface, one per [Encoding]. The
+// default source is [TiktokenCounter] (github.com/pkoukk/tiktoken-go with
+// the ranks embedded by its offline loader: nothing is downloaded; each
+// encoding loads once per process, in about 60 ms for cl100k_base and
+// 160 ms for o200k_base). [Config.Counters] replaces it.
+package weights

@@ -1,0 +1,102 @@
+package weights
+
+import (
+	"fmt"
+	"strings"
+)
+
+// ModelRule says how to count and reserve tokens for the models whose
+// lower-cased name starts with Prefix. Rules from [Config.Models] are tried
+// before the built-in table, and among rules of one table the longest
+// matching prefix wins. A name with a provider part ("openai/gpt-4o",
+// "azure/gpt-4.1-mini") is matched whole first and then by the part after
+// the last slash.
+type ModelRule struct {
+	// Prefix is matched against the lower-cased model name. It must not be
+	// empty.
+	Prefix string `json:"prefix" yaml:"prefix"`
+	// Encoding is the exact tokenizer of the family. Leave it empty and set
+	// CharsPerToken for a model whose tokenizer is not available.
+	Encoding Encoding `json:"encoding,omitempty" yaml:"encoding,omitempty"`
+	// CharsPerToken, used when Encoding is empty, estimates tokens as the
+	// number of Unicode code points divided by this ratio, rounded up.
+	// Calibrate it on the family's own tokenizer with representative text.
+	CharsPerToken float64 `json:"chars_per_token,omitempty" yaml:"chars_per_token,omitempty"`
+	// MaxOutputTokens is the output reservation when a request sets no
+	// limit of its own. Zero means [Config.DefaultMaxOutputTokens].
+	MaxOutputTokens int64 `json:"max_output_tokens,omitempty" yaml:"max_output_tokens,omitempty"`
+}
+
+// validate reports the problems of one rule, each prefixed with path.
+func (r ModelRule) validate(path string) []error {
+	var errs []error
+	if r.Prefix == "" {
+		errs = append(errs, fmt.Errorf("%s.prefix: must not be empty", path))
+	}
+	if r.Encoding != "" && !r.Encoding.Valid() {
+		errs = append(errs, fmt.Errorf("%s.encoding: unknown encoding %q (want %s or %s)", path, string(r.Encoding), O200kBase, Cl100kBase))
+	}
+	if r.Encoding != "" && r.CharsPerToken != 0 {
+		errs = append(errs, fmt.Errorf("%s: set encoding or chars_per_token, not both", path))
+	}
+	if r.CharsPerToken < 0 || r.CharsPerToken > 100 || r.CharsPerToken != r.CharsPerToken {
+		errs = append(errs, fmt.Errorf("%s.chars_per_token: must be in (0, 100]", path))
+	}
+	if r.MaxOutputTokens < 0 {
+		errs = append(errs, fmt.Errorf("%s.max_output_tokens: must be >= 0", path))
+	}
+	return errs
+}
+
+// builtinModels maps OpenAI model families to their encodings, following
+// tiktoken's model table (tiktoken/model.py) and OpenAI's model pages.
+var builtinModels = []ModelRule{
+	{Prefix: "gpt-5", Encoding: O200kBase},
+	{Prefix: "gpt-4.5", Encoding: O200kBase},
+	{Prefix: "gpt-4.1", Encoding: O200kBase},
+	{Prefix: "gpt-4o", Encoding: O200kBase},
+	{Prefix: "chatgpt-4o", Encoding: O200kBase},
+	{Prefix: "gpt-oss", Encoding: O200kBase},
+	{Prefix: "o1", Encoding: O200kBase},
+	{Prefix: "o3", Encoding: O200kBase},
+	{Prefix: "o4", Encoding: O200kBase},
+	{Prefix: "codex-", Encoding: O200kBase},
+	{Prefix: "gpt-4", Encoding: Cl100kBase},
+	{Prefix: "gpt-3.5", Encoding: Cl100kBase},
+	{Prefix: "gpt-35", Encoding: Cl100kBase}, // Azure OpenAI deployment spelling
+	{Prefix: "text-embedding-3", Encoding: Cl100kBase},
+	{Prefix: "text-embedding-ada-002", Encoding: Cl100kBase},
+}
+
+// matchRule returns the longest rule of rules whose prefix starts name.
+func matchRule(rules []ModelRule, name string) (ModelRule, bool) {
+	best, found := ModelRule{}, false
+	for _, r := range rules {
+		if strings.HasPrefix(name, r.Prefix) && (!found || len(r.Prefix) > len(best.Prefix)) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+// lookupRule finds the rule for a model name: configured rules first, then
+// the built-in table, each tried with the whole name and then with the part
+// after the last slash.
+func lookupRule(configured []ModelRule, model string) (ModelRule, bool) {
+	name := strings.ToLower(model)
+	short := name
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		short = name[i+1:]
+	}
+	for _, rules := range [2][]ModelRule{configured, builtinModels} {
+		if r, ok := matchRule(rules, name); ok {
+			return r, true
+		}
+		if short != name {
+			if r, ok := matchRule(rules, short); ok {
+				return r, true
+			}
+		}
+	}
+	return ModelRule{}, false
+}

@@ -1,0 +1,639 @@
+package weights
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+)
+
+// DefaultMaxEventBytes bounds the memory a [StreamReader] holds for one
+// server-sent event: 4 MiB, enough for a Responses API "response.completed"
+// event repeating a long answer. A larger event passes through unparsed.
+const DefaultMaxEventBytes = 4 << 20
+
+// StreamConfig configures a [StreamReader].
+type StreamConfig struct {
+	// Counter counts the streamed text when the stream ends without a usage
+	// report. Nil counts one token per four characters.
+	Counter Counter
+	// InputTokens is reported as the prompt size when no usage arrives:
+	// the request's [Estimate].InputTokens.
+	InputTokens int64
+	// StripUsage removes the usage-only chunk that
+	// stream_options.include_usage adds (a chunk with an empty "choices"
+	// and a "usage" object) from the bytes passed to the client. Set it
+	// when [InjectIncludeUsage] added the option, so the client sees the
+	// stream it asked for. Every other byte is passed through unchanged;
+	// the "usage": null field the option adds to the other chunks stays, as
+	// clients ignore it.
+	StripUsage bool
+	// MaxEventBytes bounds the memory held for one event. Zero means
+	// DefaultMaxEventBytes.
+	MaxEventBytes int
+}
+
+// StreamResult is what a [StreamReader] learnt from a stream.
+type StreamResult struct {
+	// Usage is the last usage the upstream reported or, when it reported
+	// none, the fallback count (Usage.Estimated is then true).
+	Usage Usage
+	// Reported reports whether the upstream sent a usage object.
+	Reported bool
+	// Completed reports whether the stream ended normally: a "[DONE]"
+	// event, or a terminal Responses API event (response.completed,
+	// response.incomplete, response.failed).
+	Completed bool
+	// ErrorMessage is the message of an error event, if the upstream sent
+	// one.
+	ErrorMessage string
+	// Events is the number of events seen.
+	Events int
+	// Stripped is the number of usage-only events removed from the output.
+	Stripped int
+}
+
+// StreamReader wraps a server-sent-events response body of the Chat
+// Completions, Completions or Responses API. Read returns the upstream bytes
+// unchanged (except for the usage-only chunk when StripUsage is set) while
+// the reader picks up the usage report and counts the streamed text for the
+// case where no report arrives (a cut stream, an upstream that ignores
+// stream_options). Events may be split across reads at any byte; the result
+// does not depend on where.
+//
+// Read must be called from one goroutine at a time; Result and
+// StreamedTokens may be called concurrently with it, to charge a long stream
+// as it goes.
+type StreamReader struct {
+	r       io.Reader
+	counter Counter
+	strip   bool
+	maxEv   int
+
+	// Parser state, owned by the reading goroutine.
+	line      []byte
+	lineOver  bool
+	data      []byte
+	dataOver  bool
+	hasData   bool
+	eventType string
+	pendingCR bool
+	raw       []byte // bytes of the current event, held back in strip mode
+	rawSpill  bool   // the current event outgrew maxEv and is passed on
+	out       []byte // bytes ready for the client in strip mode
+	outPos    int
+	buf       []byte
+	srcErr    error
+	finished  bool
+	pending   []byte // streamed text not yet counted
+
+	mu      sync.Mutex
+	res     StreamResult
+	input   int64
+	counted int64 // tokens of the streamed text counted so far
+	pendLen int   // len(pending), for StreamedTokens
+}
+
+// NewStreamReader returns a StreamReader reading the SSE body r.
+func NewStreamReader(r io.Reader, cfg StreamConfig) *StreamReader {
+	s := &StreamReader{r: r, counter: cfg.Counter, strip: cfg.StripUsage, maxEv: cfg.MaxEventBytes, input: cfg.InputTokens}
+	if s.counter == nil {
+		s.counter = ratioCounter{charsPerToken: 4}
+	}
+	if s.maxEv <= 0 {
+		s.maxEv = DefaultMaxEventBytes
+	}
+	return s
+}
+
+// NewStreamReader returns a StreamReader for the response to a request
+// priced as est, counting fallback output with the model's tokenizer.
+// stripUsage is the injected result of [InjectIncludeUsage].
+func (e *Estimator) NewStreamReader(r io.Reader, est Estimate, stripUsage bool) *StreamReader {
+	c, err := e.Counter(est.Model)
+	if err != nil {
+		c = nil
+	}
+	return NewStreamReader(r, StreamConfig{Counter: c, InputTokens: est.InputTokens, StripUsage: stripUsage})
+}
+
+// Read implements io.Reader.
+func (s *StreamReader) Read(p []byte) (int, error) {
+	if !s.strip {
+		n, err := s.r.Read(p)
+		s.feed(p[:n])
+		if err != nil {
+			s.finish()
+		}
+		return n, err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for s.outPos == len(s.out) {
+		s.out, s.outPos = s.out[:0], 0
+		if s.srcErr != nil {
+			s.finish()
+			if s.outPos == len(s.out) {
+				return 0, s.srcErr
+			}
+			break
+		}
+		if s.buf == nil {
+			s.buf = make([]byte, 32<<10)
+		}
+		n, err := s.r.Read(s.buf)
+		s.feed(s.buf[:n])
+		if err != nil {
+			s.srcErr = err
+		} else if n == 0 && s.outPos == len(s.out) {
+			return 0, nil
+		}
+	}
+	n := copy(p, s.out[s.outPos:])
+	s.outPos += n
+	return n, nil
+}
+
+// Result returns what the reader has learnt so far; after Read has returned
+// an error (io.EOF included), the final result.
+func (s *StreamReader) Result() StreamResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.res
+	if !r.Reported {
+		r.Usage = Usage{InputTokens: s.input, OutputTokens: s.counted + int64(s.pendLen+3)/4, Estimated: true}
+	}
+	return r
+}
+
+// Usage returns Result().Usage: the reported usage, or the fallback count.
+func (s *StreamReader) Usage() Usage { return s.Result().Usage }
+
+// StreamedTokens returns the tokens of the text streamed so far, counted
+// with the tokenizer in batches of a few kilobytes (the text of the last
+// batch is estimated at four bytes per token until counted). It is the
+// figure to charge a long stream as it goes, before any usage report.
+func (s *StreamReader) StreamedTokens() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counted + int64(s.pendLen+3)/4
+}
+
+// feed parses a chunk of the stream.
+func (s *StreamReader) feed(b []byte) {
+	if s.pendingCR && len(b) > 0 {
+		s.pendingCR = false
+		if b[0] == '\n' {
+			s.keep(b[:1])
+			b = b[1:]
+		}
+		s.endLine()
+	}
+	for len(b) > 0 {
+		i := bytes.IndexAny(b, "\r\n")
+		if i < 0 {
+			s.addLine(b)
+			s.keep(b)
+			return
+		}
+		s.addLine(b[:i])
+		s.keep(b[:i+1])
+		if b[i] == '\r' {
+			if i+1 == len(b) {
+				s.pendingCR = true // the line ends once we know whether LF follows
+				return
+			}
+			if b[i+1] == '\n' {
+				s.keep(b[i+1 : i+2])
+				i++
+			}
+		}
+		b = b[i+1:]
+		s.endLine()
+	}
+}
+
+// keep records bytes of the current event for output in strip mode.
+func (s *StreamReader) keep(b []byte) {
+	if !s.strip || len(b) == 0 {
+		return
+	}
+	if s.rawSpill {
+		s.out = append(s.out, b...)
+		return
+	}
+	if len(s.raw)+len(b) > s.maxEv {
+		s.out = append(s.out, s.raw...)
+		s.out = append(s.out, b...)
+		s.raw = s.raw[:0]
+		s.rawSpill = true
+		return
+	}
+	s.raw = append(s.raw, b...)
+}
+
+func (s *StreamReader) addLine(b []byte) {
+	if s.lineOver {
+		return
+	}
+	if len(s.line)+len(b) > s.maxEv {
+		s.lineOver = true
+		return
+	}
+	s.line = append(s.line, b...)
+}
+
+// endLine interprets a complete line.
+func (s *StreamReader) endLine() {
+	line, over := s.line, s.lineOver
+	s.line, s.lineOver = s.line[:0], false
+	if len(line) == 0 && !over {
+		s.dispatch()
+		return
+	}
+	if len(line) > 0 && line[0] == ':' {
+		return // comment
+	}
+	field, value := line, []byte(nil)
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		field, value = line[:i], line[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+	}
+	switch string(field) {
+	case "data":
+		if over || len(s.data)+len(value)+1 > s.maxEv {
+			s.dataOver = true
+		}
+		if !s.dataOver {
+			if s.hasData {
+				s.data = append(s.data, '\n')
+			}
+			s.data = append(s.data, value...)
+		}
+		s.hasData = true
+	case "event":
+		if !over {
+			s.eventType = string(value)
+		}
+	}
+}
+
+// dispatch handles a complete event and releases (or drops) its bytes.
+func (s *StreamReader) dispatch() {
+	drop := false
+	if s.hasData {
+		s.mu.Lock()
+		s.res.Events++
+		s.mu.Unlock()
+		if !s.dataOver {
+			drop = s.handle(s.eventType, s.data)
+		}
+	}
+	if s.strip {
+		if drop && !s.rawSpill {
+			s.mu.Lock()
+			s.res.Stripped++
+			s.mu.Unlock()
+		} else if !s.rawSpill {
+			s.out = append(s.out, s.raw...)
+		}
+		s.raw, s.rawSpill = s.raw[:0], false
+	}
+	s.data, s.dataOver, s.hasData, s.eventType = s.data[:0], false, false, ""
+}
+
+// streamEvent is the union of the chunk shapes of the streaming APIs.
+type streamEvent struct {
+	Object  string `json:"object"`
+	Type    string `json:"type"`
+	Choices []struct {
+		Delta struct {
+			Content          jstr `json:"content"`
+			Refusal          jstr `json:"refusal"`
+			ReasoningContent jstr `json:"reasoning_content"`
+			ToolCalls        []struct {
+				Function functionCall `json:"function"`
+			} `json:"tool_calls"`
+			FunctionCall *functionCall `json:"function_call"`
+		} `json:"delta"`
+		Text jstr `json:"text"`
+	} `json:"choices"`
+	Usage    *rawUsage       `json:"usage"`
+	Delta    json.RawMessage `json:"delta"`
+	Message  jstr            `json:"message"`
+	Error    json.RawMessage `json:"error"`
+	Response *struct {
+		Usage *rawUsage       `json:"usage"`
+		Error json.RawMessage `json:"error"`
+	} `json:"response"`
+}
+
+// handle interprets one event's data and reports whether the event is a
+// usage-only chunk to strip.
+func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
+	if string(bytes.TrimSpace(data)) == "[DONE]" {
+		s.mu.Lock()
+		s.res.Completed = true
+		s.mu.Unlock()
+		return false
+	}
+	if firstByte(data) != '{' {
+		return false
+	}
+	var ev streamEvent
+	if json.Unmarshal(data, &ev) != nil {
+		return false
+	}
+	for _, c := range ev.Choices {
+		s.text(string(c.Delta.Content))
+		s.text(string(c.Delta.Refusal))
+		s.text(string(c.Delta.ReasoningContent))
+		for _, tc := range c.Delta.ToolCalls {
+			s.text(string(tc.Function.Name))
+			s.text(string(tc.Function.Arguments))
+		}
+		if fc := c.Delta.FunctionCall; fc != nil {
+			s.text(string(fc.Name))
+			s.text(string(fc.Arguments))
+		}
+		s.text(string(c.Text))
+	}
+	switch ev.Type {
+	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
+		"response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		var d jstr
+		if d.UnmarshalJSON(ev.Delta) == nil {
+			s.text(string(d))
+		}
+	}
+	raw := ev.Usage
+	if raw == nil && ev.Response != nil {
+		raw = ev.Response.Usage
+	}
+	u, ok, err := raw.usage()
+	msg := errorMessage(ev.Error)
+	if msg == "" && (ev.Type == "error" || eventType == "error") {
+		msg = string(ev.Message)
+	}
+	if msg == "" && ev.Response != nil {
+		msg = errorMessage(ev.Response.Error)
+	}
+	s.mu.Lock()
+	if ok && err == nil {
+		s.res.Usage, s.res.Reported = u, true
+	}
+	if msg != "" && s.res.ErrorMessage == "" {
+		s.res.ErrorMessage = msg
+	}
+	switch ev.Type {
+	case "response.completed", "response.incomplete", "response.failed":
+		s.res.Completed = true
+	}
+	s.mu.Unlock()
+	return s.strip && ok && err == nil && ev.Type == "" && len(ev.Choices) == 0
+}
+
+// errorMessage extracts the message of an "error" value: an object with a
+// "message" field, or a string.
+func errorMessage(raw json.RawMessage) string {
+	switch firstByte(raw) {
+	case '{':
+		var e struct {
+			Message jstr `json:"message"`
+		}
+		if json.Unmarshal(raw, &e) == nil {
+			if e.Message == "" {
+				return "upstream error"
+			}
+			return string(e.Message)
+		}
+	case '"':
+		var m jstr
+		if m.UnmarshalJSON(raw) == nil && m != "" {
+			return string(m)
+		}
+	}
+	return ""
+}
+
+// fallbackBatch is how much streamed text is collected before counting.
+const fallbackBatch = 4 << 10
+
+// text collects streamed text for the fallback count.
+func (s *StreamReader) text(t string) {
+	if t == "" {
+		return
+	}
+	s.pending = append(s.pending, t...)
+	if len(s.pending) >= fallbackBatch {
+		cut := bytes.LastIndexAny(s.pending, " \n")
+		if cut <= 0 {
+			cut = len(s.pending)
+		}
+		n := s.counter.Count(string(s.pending[:cut]))
+		rest := copy(s.pending, s.pending[cut:])
+		s.pending = s.pending[:rest]
+		s.mu.Lock()
+		s.counted += int64(n)
+		s.pendLen = rest
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	s.pendLen = len(s.pending)
+	s.mu.Unlock()
+}
+
+// finish ends the stream: a last line without terminator and a last event
+// without blank line are still interpreted, and the remaining text counted.
+func (s *StreamReader) finish() {
+	if s.finished {
+		return
+	}
+	s.finished = true
+	if s.pendingCR {
+		s.pendingCR = false
+		s.endLine()
+	}
+	if len(s.line) > 0 || s.lineOver {
+		s.endLine()
+	}
+	if s.hasData || len(s.raw) > 0 {
+		s.dispatch()
+	}
+	n := s.counter.Count(string(s.pending))
+	s.pending = s.pending[:0]
+	s.mu.Lock()
+	s.counted += int64(n)
+	s.pendLen = 0
+	s.mu.Unlock()
+}
+
+// InjectIncludeUsage makes a streaming Chat Completions or Completions
+// request ask for the final usage chunk by setting
+// stream_options.include_usage to true, so the stream's real cost is known.
+// It returns the body unchanged and injected false when the endpoint is
+// another one, the request does not stream, or it already asks for usage.
+// When injected is true, read the response with StreamConfig.StripUsage set
+// so the client does not see the chunk it did not ask for. The rest of the
+// body is kept byte for byte. An error matches [ErrMalformed].
+func InjectIncludeUsage(path string, body []byte) (out []byte, injected bool, err error) {
+	ep := EndpointFor(path)
+	if ep != EndpointChatCompletions && ep != EndpointCompletions {
+		return body, false, nil
+	}
+	if firstByte(body) != '{' || !json.Valid(body) {
+		return body, false, malformed(ep, "", errWantObject)
+	}
+	members := objectMembers(body, 0)
+	var stream, opts *member
+	for i := range members {
+		switch members[i].key {
+		case "stream":
+			stream = &members[i]
+		case "stream_options":
+			opts = &members[i]
+		}
+	}
+	if stream == nil || string(body[stream.start:stream.end]) != "true" {
+		return body, false, nil
+	}
+	const option = `"include_usage":true`
+	if opts == nil {
+		open := bytes.IndexByte(body, '{') + 1
+		ins := `"stream_options":{` + option + `},`
+		return splice(body, open, open, ins), true, nil
+	}
+	switch body[opts.start] {
+	case 'n':
+		return splice(body, opts.start, opts.end, "{"+option+"}"), true, nil
+	case '{':
+	default:
+		return body, false, malformed(ep, "stream_options", errWantObject)
+	}
+	var inc *member
+	inner := objectMembers(body, opts.start)
+	for i := range inner {
+		if inner[i].key == "include_usage" {
+			inc = &inner[i]
+		}
+	}
+	if inc == nil {
+		open := opts.start + 1
+		sep := ","
+		if len(inner) == 0 {
+			sep = ""
+		}
+		return splice(body, open, open, option+sep), true, nil
+	}
+	if string(body[inc.start:inc.end]) == "true" {
+		return body, false, nil
+	}
+	return splice(body, inc.start, inc.end, "true"), true, nil
+}
+
+var errWantObject = errors.New("want a JSON object")
+
+// splice returns a copy of b with b[from:to] replaced by s.
+func splice(b []byte, from, to int, s string) []byte {
+	out := make([]byte, 0, len(b)-(to-from)+len(s))
+	out = append(out, b[:from]...)
+	out = append(out, s...)
+	if to <= len(b) {
+		out = append(out, b[to:]...)
+	}
+	return out
+}
+
+// member is one member of a JSON object: its key and its value's span.
+type member struct {
+	key        string
+	start, end int
+}
+
+// objectMembers lists the members of the valid JSON object starting at
+// b[at] (the '{'). It never panics: on input that is not valid JSON it
+// returns what it found.
+func objectMembers(b []byte, at int) []member {
+	var ms []member
+	i := skipSpace(b, at+1)
+	for i < len(b) && b[i] == '"' {
+		kEnd := skipString(b, i)
+		key := string(b[i+1 : max(kEnd-1, i+1)])
+		if strings.IndexByte(key, '\\') >= 0 {
+			var k string
+			if json.Unmarshal(b[i:kEnd], &k) == nil {
+				key = k
+			}
+		}
+		i = skipSpace(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return ms
+		}
+		i = skipSpace(b, i+1)
+		vEnd := skipValue(b, i)
+		ms = append(ms, member{key: key, start: i, end: vEnd})
+		i = skipSpace(b, vEnd)
+		if i >= len(b) || b[i] != ',' {
+			return ms
+		}
+		i = skipSpace(b, i+1)
+	}
+	return ms
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] (a '"').
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index after the JSON value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b)
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	for i < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[i])) {
+		i++
+	}
+	return i
+}
