@@ -152,9 +152,15 @@ func (e *Encoding) run(b []byte, emit *[]int) int {
 		}
 		n += t.merge(piece, s, emit)
 	}
-	e.pool.Put(s)
+	if cap(s.heap) <= maxPooled {
+		e.pool.Put(s)
+	}
 	return n
 }
+
+// maxPooled bounds the scratch kept for reuse: the buffers of an unusually
+// long piece are left to the garbage collector rather than kept in the pool.
+const maxPooled = 1 << 16
 
 // repair returns piece with every byte that does not begin a valid UTF-8
 // encoding replaced by the encoding of U+FFFD, the piece itself when it is

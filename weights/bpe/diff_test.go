@@ -128,7 +128,7 @@ func TestGeneratedMatchesTiktoken(t *testing.T) {
 	}
 	// Special tokens are plain text.
 	for _, s := range []string{"<|endoftext|>", "<|endofprompt|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"} {
-		cases = append(cases, s, "a "+s+" b", s+s, "<|"+s[2:])
+		cases = append(cases, s, "a "+s+" b", s+s, "<|"+s[2:], "Sluice counts tokens exactly, even "+s+".")
 	}
 	// Long pieces that take the heap merge.
 	cases = append(cases,
