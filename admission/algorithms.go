@@ -55,8 +55,14 @@ func (r *ring) pop() {
 	r.size--
 }
 
-// perNano is a token bucket's refill rate in tokens per nanosecond.
-func perNano(l Limit) float64 { return float64(l.Amount) / float64(l.Per) }
+// rates returns a token bucket's refill rate in tokens per nanosecond and
+// its inverse, precomputed unless l was built by hand.
+func rates(l *Limit) (perNs, nsPer float64) {
+	if l.perNs != 0 {
+		return l.perNs, l.nsPer
+	}
+	return float64(l.Amount) / float64(l.Per), float64(l.Per) / float64(l.Amount)
+}
 
 // ceilDur converts a fractional number of nanoseconds to a Duration,
 // rounding up so a retry-after is never early.
@@ -177,16 +183,21 @@ func (c *cell) neutral(l Limit, now int64) bool {
 // Token bucket.
 
 func (c *cell) bucketFill(l Limit, now int64) {
-	capacity := float64(l.Capacity())
+	perNs, _ := rates(&l)
+	c.fill(float64(l.Capacity()), perNs, now)
+}
+
+func (c *cell) fill(capacity, perNs float64, now int64) {
 	if now > c.t {
-		c.a = min(capacity, c.a+float64(now-c.t)*perNano(l))
+		c.a = min(capacity, c.a+float64(now-c.t)*perNs)
 		c.t = now
 	}
 }
 
 func (c *cell) bucketAcquire(l Limit, n int64, now int64) Grant {
-	c.bucketFill(l, now)
+	perNs, nsPer := rates(&l)
 	capacity := l.Capacity()
+	c.fill(float64(capacity), perNs, now)
 	g := Grant{Limit: capacity, Stamp: now}
 	if float64(n) <= c.a {
 		c.a -= float64(n)
@@ -194,10 +205,11 @@ func (c *cell) bucketAcquire(l Limit, n int64, now int64) Grant {
 	} else if n > capacity {
 		g.RetryAfter = Never
 	} else {
-		g.RetryAfter = ceilDur((float64(n) - c.a) / perNano(l))
+		// Division, not multiplication by nsPer, keeps the retry exact.
+		g.RetryAfter = ceilDur((float64(n) - c.a) / perNs)
 	}
 	g.Remaining = floorNonNeg(c.a)
-	g.Reset = ceilDur((float64(capacity) - c.a) / perNano(l))
+	g.Reset = ceilDur((float64(capacity) - c.a) * nsPer)
 	return g
 }
 

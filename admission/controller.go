@@ -58,6 +58,7 @@ func WithStore(name string, s Store) Option {
 type Controller struct {
 	clock     Clock
 	obs       Observer
+	nop       bool // obs ignores everything: skip building events
 	stores    map[string]Store
 	cfg       atomic.Pointer[config]
 	allShadow atomic.Bool
@@ -104,6 +105,7 @@ func New(cfg Config, opts ...Option) (*Controller, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	_, c.nop = c.obs.(NopObserver)
 	c.tickets.New = func() any { return &ticket{c: c} }
 	if err := c.SetConfig(cfg); err != nil {
 		return nil, err
@@ -354,13 +356,13 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 		if !p.Matches(r) {
 			continue
 		}
-		t.ops = append(t.ops, held{p: p, mode: p.Mode, lim: p.base, est: r.Amount(p.unit)})
+		t.ops = append(t.ops, held{p: p, mode: p.Mode, lim: &p.base, est: r.Amount(p.unit)})
 		h := &t.ops[len(t.ops)-1]
 		if allShadow && h.mode == Enforce {
 			h.mode = Shadow
 		}
 		if limits != nil {
-			h.lim = limits[p.index]
+			h.lim = &limits[p.index]
 		}
 		h.key, t.keybuf = p.key(r, t.keybuf)
 	}
@@ -382,7 +384,7 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 	if rolledBack {
 		c.release(t, c.clock.Now(), false)
 	}
-	for i := range t.ops {
+	for i := 0; i < len(t.ops) && !c.nop; i++ {
 		h := &t.ops[i]
 		if h.taken || h.failOpen && !rolledBack {
 			c.obs.Decision(Decision{
@@ -414,7 +416,7 @@ func (c *Controller) batchable(ops []held) int {
 
 // acquire evaluates one policy without queueing.
 func (c *Controller) acquire(ctx context.Context, t *ticket, h *held, now time.Time) error {
-	g, err := h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now)
+	g, err := h.p.limiter.Acquire(ctx, h.key, *h.lim, h.est, now)
 	if err != nil {
 		return c.storeFailed(ctx, t, h, err, now)
 	}
@@ -459,13 +461,13 @@ func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err er
 	c.obs.StoreError(StoreEvent{Policy: p.Name, Store: p.Store, Err: err, Action: p.OnStoreError})
 	switch p.OnStoreError {
 	case FailLocalMode:
-		lim := h.lim
+		lim := *h.lim
 		if r := int64(max(p.Replicas, 1)); r > 1 {
 			lim.Amount = max(1, lim.Amount/r)
 			lim.Burst = max(1, lim.Burst/r)
 		}
 		h.local = true
-		h.lim = lim
+		h.lim = &lim
 		g, _ := p.localLimiter().Acquire(ctx, h.key, lim, h.est, now)
 		return c.decide(t, h, g, false)
 	case FailClosedMode:
@@ -504,7 +506,7 @@ func (h *held) limiterOf() Limiter {
 func (c *Controller) acquireBatch(ctx context.Context, t *ticket, hs []held, now time.Time) error {
 	ops := t.batch[:0]
 	for i := range hs {
-		ops = append(ops, Op{Limiter: hs[i].p.limiter, Key: hs[i].key, Limit: hs[i].lim, N: hs[i].est, Shadow: hs[i].mode == Shadow})
+		ops = append(ops, Op{Limiter: hs[i].p.limiter, Key: hs[i].key, Limit: *hs[i].lim, N: hs[i].est, Shadow: hs[i].mode == Shadow})
 	}
 	t.batch = ops
 	if err := hs[0].p.batcher.AcquireBatch(ctx, ops, now); err != nil {
@@ -537,12 +539,12 @@ func (c *Controller) release(t *ticket, now time.Time, settled bool) {
 		h.taken = false
 		l := h.limiterOf()
 		if h.p.Algorithm == Concurrency {
-			_ = l.Release(ctx, h.key, h.lim, &h.grant, now)
+			_ = l.Release(ctx, h.key, *h.lim, &h.grant, now)
 			if h.p.queues != nil {
 				h.p.queues.dispatch(h.key)
 			}
 		} else if !settled && h.grant.Taken != 0 {
-			_ = l.Adjust(ctx, h.key, h.lim, &h.grant, -h.grant.Taken, now)
+			_ = l.Adjust(ctx, h.key, *h.lim, &h.grant, -h.grant.Taken, now)
 			if h.p.queues != nil {
 				h.p.queues.dispatch(h.key)
 			}

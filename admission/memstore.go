@@ -30,7 +30,8 @@ func (MemoryStore) Limiter(p *Policy) (Limiter, error) {
 // memLimiter holds the partitions of one policy in a sharded table.
 type memLimiter struct {
 	seed     maphash.Seed
-	perShard int
+	maxParts int64
+	count    atomic.Int64
 	idle     int64
 	overflow OverflowMode
 	evicted  atomic.Uint64
@@ -65,7 +66,7 @@ func newMemLimiter(p *Policy) *memLimiter {
 	}
 	l := &memLimiter{
 		seed:     maphash.MakeSeed(),
-		perShard: max(1, (maxParts+numShards-1)/numShards),
+		maxParts: int64(maxParts),
 		idle:     int64(idle),
 		overflow: p.Overflow,
 	}
@@ -89,10 +90,10 @@ func (l *memLimiter) lock(key string, lim Limit, now int64, create bool) (*cell,
 		sh.mu.Unlock()
 		return nil, nil
 	}
-	if len(sh.m) >= l.perShard || now-sh.lastSweep > l.idle {
-		l.sweep(sh, lim, now, len(sh.m) >= l.perShard)
+	if full := l.count.Load() >= l.maxParts; full || now-sh.lastSweep > l.idle {
+		l.sweep(sh, lim, now, full)
 	}
-	if len(sh.m) >= l.perShard {
+	if l.count.Load() >= l.maxParts {
 		sh.mu.Unlock()
 		if l.overflow == OverflowReject {
 			return nil, nil
@@ -107,6 +108,7 @@ func (l *memLimiter) lock(key string, lim Limit, now int64, create bool) (*cell,
 	c := sh.alloc()
 	c.init(lim, now)
 	sh.m[strings.Clone(key)] = c
+	l.count.Add(1)
 	return c, &sh.mu
 }
 
@@ -147,6 +149,7 @@ func (l *memLimiter) sweep(sh *shard, lim Limit, now int64, full bool) {
 		}
 	}
 	if n > 0 {
+		l.count.Add(int64(-n))
 		l.evicted.Add(uint64(n))
 		if l.onEvict != nil {
 			l.onEvict(n)

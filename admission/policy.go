@@ -109,6 +109,27 @@ type Limit struct {
 	MaxHold time.Duration
 	// Location is the quota's calendar location.
 	Location *time.Location
+
+	window time.Duration // the header window, computed once
+	perNs  float64       // token bucket refill per nanosecond, computed once
+	nsPer  float64       // nanoseconds per token
+}
+
+// withWindow returns l with its header window computed: the time a token
+// bucket takes to refill its capacity (Per × Burst / Amount), the window of
+// a window algorithm or fixed quota.
+func (l Limit) withWindow() Limit {
+	switch l.Algorithm {
+	case TokenBucket:
+		l.window = time.Duration(float64(l.Per) * float64(l.Capacity()) / float64(l.Amount))
+		l.perNs = float64(l.Amount) / float64(l.Per)
+		l.nsPer = float64(l.Per) / float64(l.Amount)
+	case Concurrency:
+		l.window = 0
+	default:
+		l.window = l.Per
+	}
+	return l
 }
 
 // Capacity returns the most a partition can hold at once: Burst for a token
@@ -145,7 +166,7 @@ func (p *Policy) limit() Limit {
 	if l.MaxHold == 0 {
 		l.MaxHold = DefaultMaxHold
 	}
-	return l
+	return l.withWindow()
 }
 
 // apply returns l with the non-zero fields of o.
@@ -163,7 +184,7 @@ func (o Override) apply(l Limit) Limit {
 	if o.Per > 0 {
 		l.Per = o.Per
 	}
-	return l
+	return l.withWindow()
 }
 
 // Matches reports whether the policy applies to r.

@@ -90,7 +90,7 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	sh.mu.Lock()
 	q := sh.m[h.key]
 	if q == nil || q.n == 0 {
-		g, err := qs.st.limiter.Acquire(ctx, h.key, h.lim, h.est, now)
+		g, err := qs.st.limiter.Acquire(ctx, h.key, *h.lim, h.est, now)
 		if err != nil {
 			sh.mu.Unlock()
 			return c.storeFailed(ctx, t, h, err, now)
@@ -211,7 +211,7 @@ func (qs *queueSet) dispatch(key string) {
 	for q.n > 0 {
 		w := q.peek()
 		now := qs.c.clock.Now()
-		g, err := qs.st.limiter.Acquire(context.Background(), q.key, w.h.lim, w.h.est, now)
+		g, err := qs.st.limiter.Acquire(context.Background(), q.key, *w.h.lim, w.h.est, now)
 		if err != nil || !g.OK {
 			if g.Expired > 0 {
 				qs.c.obs.LeaseExpired(w.h.p.Name, int(g.Expired))

@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,6 +16,9 @@ import (
 // inert (the controller reuses the memory behind it, so a stale copy can
 // never settle someone else's request).
 //
+// Settle and Done may be called from any goroutine, any number of times.
+// Charge, Statuses and WouldReject must not run concurrently with Settle.
+//
 // A ticket that is never settled does not hold concurrency permits forever:
 // they expire after the policy's MaxHold, and the expiry is reported to the
 // observer.
@@ -28,7 +30,6 @@ type Ticket struct {
 // ticket is the pooled state behind Tickets.
 type ticket struct {
 	c         *Controller
-	mu        sync.Mutex
 	gen       atomic.Uint64
 	cfg       *config
 	start     time.Time
@@ -46,7 +47,7 @@ type held struct {
 	p           *policy
 	mode        Mode
 	key         string
-	lim         Limit
+	lim         *Limit // the partition's limit, owned by the configuration
 	est         int64 // estimated cost, reserved at admission
 	grant       Grant
 	wait        time.Duration
@@ -64,20 +65,11 @@ func (h *held) status() Status {
 	if s.Limit == 0 {
 		s.Limit = h.lim.Capacity()
 	}
-	switch h.p.Algorithm {
-	case TokenBucket:
-		// The bucket's capacity refills in Per × Burst / Limit.
-		s.Window = time.Duration(float64(h.lim.Per) * float64(h.lim.Capacity()) / float64(h.lim.Amount))
-	case Concurrency:
-	case Quota:
-		if h.lim.Period == PeriodFixed {
-			s.Window = h.lim.Per
-		} else {
-			_, end := quotaPeriod(h.lim, h.grant.Stamp)
-			s.Window = time.Duration(end - h.grant.Stamp)
-		}
-	default:
-		s.Window = h.lim.Per
+	if h.p.Algorithm == Quota && h.lim.Period != PeriodFixed {
+		_, end := quotaPeriod(*h.lim, h.grant.Stamp)
+		s.Window = time.Duration(end - h.grant.Stamp)
+	} else {
+		s.Window = h.lim.window
 	}
 	return s
 }
@@ -93,19 +85,12 @@ func (h *held) retryAfter() time.Duration {
 	return h.grant.RetryAfter
 }
 
-// live returns the ticket state if tk is still the current holder, with its
-// lock held.
+// live returns the ticket state if tk is still the current holder.
 func (tk Ticket) live() *ticket {
-	t := tk.t
-	if t == nil {
-		return nil
+	if t := tk.t; t != nil && t.gen.Load() == tk.gen {
+		return t
 	}
-	t.mu.Lock()
-	if t.gen.Load() != tk.gen {
-		t.mu.Unlock()
-		return nil
-	}
-	return t
+	return nil
 }
 
 // Done settles the ticket at its estimate: concurrency permits are released
@@ -115,25 +100,33 @@ func (tk Ticket) Done() { tk.Settle(Usage{}) }
 // Settle settles the ticket with the actual usage of the work. Units whose
 // actual amount is not known stay charged at their estimate.
 func (tk Ticket) Settle(u Usage) {
-	t := tk.live()
-	if t == nil {
+	t := tk.t
+	// Claiming the ticket moves its generation on: every copy, this one
+	// included, is inert from here.
+	if t == nil || !t.gen.CompareAndSwap(tk.gen, tk.gen+1) {
 		return
 	}
 	c := t.c
-	now := c.clock.Now()
 	ctx := context.Background()
+	// Releasing needs no clock (leases are found by id); only a charge or
+	// refund does, so a request settled at its estimate reads it once.
+	now := t.start
 	if n := c.batchSettle(ctx, t, &u, now); n == 0 {
+		clockRead := false
 		for i := range t.ops {
 			h := &t.ops[i]
 			if h.taken && h.p.Algorithm.IsRate() {
 				if actual, ok := u.amount(h.p.unit); ok && actual != h.grant.Taken {
-					_ = h.limiterOf().Adjust(ctx, h.key, h.lim, &h.grant, actual-h.grant.Taken, now)
+					if !clockRead {
+						now, clockRead = c.clock.Now(), true
+					}
+					_ = h.limiterOf().Adjust(ctx, h.key, *h.lim, &h.grant, actual-h.grant.Taken, now)
 				}
 			}
 		}
 		c.release(t, now, true)
 	}
-	for i := range t.ops {
+	for i := 0; i < len(t.ops) && !c.nop; i++ {
 		h := &t.ops[i]
 		if h.p.Algorithm.IsRate() && (h.grant.OK || h.failOpen) {
 			actual := h.est
@@ -151,7 +144,7 @@ func (tk Ticket) Settle(u Usage) {
 			})
 		}
 	}
-	t.recycleLocked()
+	t.put()
 }
 
 // batchSettle settles t in one call when all its grants live on one
@@ -176,7 +169,7 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		if !h.taken {
 			continue
 		}
-		op := Op{Limiter: h.p.limiter, Key: h.key, Limit: h.lim, Grant: h.grant}
+		op := Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant}
 		if h.p.Algorithm == Concurrency {
 			op.Release = true
 		} else if actual, ok := u.amount(h.p.unit); ok {
@@ -205,7 +198,6 @@ func (tk Ticket) Charge(u Usage) error {
 	if t == nil {
 		return nil
 	}
-	defer t.mu.Unlock()
 	now := t.c.clock.Now()
 	var rej *Rejection
 	for i := range t.ops {
@@ -217,7 +209,7 @@ func (tk Ticket) Charge(u Usage) error {
 		if !ok || actual <= h.grant.Taken {
 			continue
 		}
-		_ = h.limiterOf().Adjust(context.Background(), h.key, h.lim, &h.grant, actual-h.grant.Taken, now)
+		_ = h.limiterOf().Adjust(context.Background(), h.key, *h.lim, &h.grant, actual-h.grant.Taken, now)
 		if h.mode == Enforce && h.grant.Remaining <= 0 && rej == nil {
 			reason := ReasonRate
 			if h.p.Algorithm == Quota {
@@ -239,7 +231,6 @@ func (tk Ticket) Statuses(dst []Status) []Status {
 	if t == nil {
 		return dst
 	}
-	defer t.mu.Unlock()
 	for i := range t.ops {
 		dst = append(dst, t.ops[i].status())
 	}
@@ -253,7 +244,6 @@ func (tk Ticket) WouldReject(dst []string) []string {
 	if t == nil {
 		return dst
 	}
-	defer t.mu.Unlock()
 	for i := range t.ops {
 		if t.ops[i].wouldReject {
 			dst = append(dst, t.ops[i].p.Name)
@@ -263,29 +253,20 @@ func (tk Ticket) WouldReject(dst []string) []string {
 }
 
 // Valid reports whether the ticket is live (admitted and not yet settled).
-func (tk Ticket) Valid() bool {
-	t := tk.live()
-	if t == nil {
-		return false
-	}
-	t.mu.Unlock()
-	return true
-}
+func (tk Ticket) Valid() bool { return tk.live() != nil }
 
 // recycle returns an unissued ticket to the pool.
 func (t *ticket) recycle() {
-	t.mu.Lock()
-	t.recycleLocked()
+	t.gen.Add(1)
+	t.put()
 }
 
-func (t *ticket) recycleLocked() {
-	t.gen.Add(1)
-	clear(t.ops)
+// put returns a ticket whose generation has moved on to the pool. The ops
+// keep their references until overwritten: they point into the
+// configuration and the requests' strings, and the pool drops idle tickets
+// at the next collection.
+func (t *ticket) put() {
 	t.ops = t.ops[:0]
-	clear(t.batch)
 	t.batch = t.batch[:0]
-	t.cfg = nil
-	t.tenant, t.model, t.operation = "", "", ""
-	t.mu.Unlock()
 	t.c.tickets.Put(t)
 }

@@ -1,0 +1,904 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+// maxNodes bounds the nodes visited while decoding, so that nested aliases
+// cannot make a small file expand without end.
+const maxNodes = 200_000
+
+type decoder struct {
+	file  string
+	errs  Errors
+	lines map[string]*yaml.Node
+	nodes int
+	f     *File
+	// keyPaths records where each key hash was declared.
+	keyPaths map[httpadmit.KeyHash]string
+	// overridePaths records the node of each plan and tenant override.
+	tenantNodes map[string]*yaml.Node
+}
+
+// Parse decodes and validates a policy file. name is used in error
+// messages. The error, when the file is not valid, is an Errors listing
+// every problem.
+func Parse(name string, data []byte) (*File, error) {
+	d := &decoder{
+		file: name, lines: map[string]*yaml.Node{}, f: defaults(),
+		keyPaths: map[httpadmit.KeyHash]string{}, tenantNodes: map[string]*yaml.Node{},
+	}
+	d.f.Source = name
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		line := 0
+		msg := err.Error()
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		if rest, ok := strings.CutPrefix(msg, "line "); ok {
+			if n, tail, ok := strings.Cut(rest, ":"); ok {
+				if l, err := strconv.Atoi(n); err == nil {
+					line, msg = l, strings.TrimSpace(tail)
+				}
+			}
+		}
+		return nil, Errors{{File: name, Line: line, Column: 1, Msg: "invalid YAML: " + msg}}
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, Errors{{File: name, Line: 1, Column: 1, Msg: "empty file: at least one policy is needed"}}
+	}
+	root := doc.Content[0]
+	d.decodeRoot(root)
+	if len(d.errs) == 0 {
+		d.validate(root)
+	}
+	if len(d.errs) == 0 {
+		if err := d.f.Config.Validate(); err != nil {
+			d.fieldErrors(err, root)
+		}
+	}
+	if len(d.errs) > 0 {
+		d.errs.sort()
+		return nil, d.errs
+	}
+	return d.f, nil
+}
+
+func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	e := &Error{File: d.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	d.errs = append(d.errs, e)
+}
+
+// fieldErrors locates the *admission.FieldError values in err by their path.
+func (d *decoder) fieldErrors(err error, root *yaml.Node) {
+	var leaves []error
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		leaves = append(leaves, e)
+	}
+	walk(err)
+	for _, e := range leaves {
+		var fe *admission.FieldError
+		if !errors.As(e, &fe) {
+			d.errorf(root, "", "%v", e)
+			continue
+		}
+		d.errorf(d.locate(fe.Path, root), fe.Path, "%s", fe.Msg)
+	}
+}
+
+// locate returns the node recorded for path, or for its nearest recorded
+// ancestor.
+func (d *decoder) locate(path string, root *yaml.Node) *yaml.Node {
+	for p := path; p != ""; {
+		if n, ok := d.lines[p]; ok {
+			return n
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return root
+}
+
+// resolve follows aliases and counts the node against the budget.
+func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	d.nodes++
+	return n
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+type field struct {
+	name string
+	fn   func(n *yaml.Node, path string)
+}
+
+// mapping decodes a mapping node whose keys must be among fields, each
+// exactly once. It returns false when n is not a mapping.
+func (d *decoder) mapping(n *yaml.Node, path string, fields ...field) bool {
+	n = d.resolve(n)
+	if d.nodes > maxNodes {
+		if d.nodes == maxNodes+1 {
+			d.errorf(n, path, "document too large (aliases expand to more than %d nodes)", maxNodes)
+		}
+		return false
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "expected a mapping, got %s", describe(n))
+		return false
+	}
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := d.resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(k, path, "keys must be plain strings")
+			continue
+		}
+		if k.Value == "<<" {
+			d.errorf(k, path, "merge keys (<<) are not supported")
+			continue
+		}
+		p := join(path, k.Value)
+		if first, dup := seen[k.Value]; dup {
+			d.errorf(k, p, "duplicate key (first set at line %d)", first.Line)
+			continue
+		}
+		seen[k.Value] = k
+		var fn func(*yaml.Node, string)
+		for _, f := range fields {
+			if f.name == k.Value {
+				fn = f.fn
+				break
+			}
+		}
+		if fn == nil {
+			names := make([]string, len(fields))
+			for i, f := range fields {
+				names[i] = f.name
+			}
+			d.errorf(k, p, "unknown key %q (want one of %s)", k.Value, strings.Join(names, ", "))
+			continue
+		}
+		d.lines[p] = k
+		fn(v, p)
+	}
+	return true
+}
+
+// pairs iterates a mapping with free-form keys (plan, tenant and policy
+// names), reporting duplicates.
+func (d *decoder) pairs(n *yaml.Node, path string, fn func(key string, k, v *yaml.Node, path string)) {
+	n = d.resolve(n)
+	if n.Kind != yaml.MappingNode {
+		if !isNull(n) {
+			d.errorf(n, path, "expected a mapping, got %s", describe(n))
+		}
+		return
+	}
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := d.resolve(n.Content[i])
+		if k.Kind != yaml.ScalarNode || k.Value == "" {
+			d.errorf(k, path, "keys must be non-empty strings")
+			continue
+		}
+		p := join(path, k.Value)
+		if first, dup := seen[k.Value]; dup {
+			d.errorf(k, p, "duplicate key (first set at line %d)", first.Line)
+			continue
+		}
+		seen[k.Value] = k
+		d.lines[p] = k
+		fn(k.Value, k, n.Content[i+1], p)
+	}
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "an unsupported node"
+}
+
+func (d *decoder) scalar(n *yaml.Node, path string) (string, bool) {
+	n = d.resolve(n)
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		d.errorf(n, path, "expected a value, got %s", describe(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (d *decoder) str(dst *string) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		if s, ok := d.scalar(n, path); ok {
+			*dst = s
+		}
+	}
+}
+
+func (d *decoder) name(dst *string, what string) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		if s, ok := d.scalar(n, path); ok {
+			if !validName(s) {
+				d.errorf(d.resolve(n), path, "%q is not a valid %s name (letters, digits, '-', '_' and '.', at most 64)", s, what)
+				return
+			}
+			*dst = s
+		}
+	}
+}
+
+func (d *decoder) boolean(dst *bool) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		s, ok := d.scalar(n, path)
+		if !ok {
+			return
+		}
+		switch s {
+		case "true":
+			*dst = true
+		case "false":
+			*dst = false
+		default:
+			d.errorf(d.resolve(n), path, "%q is not true or false", s)
+		}
+	}
+}
+
+// positive decodes an amount that must be > 0; set records that it was given.
+func (d *decoder) positive(dst *int64, set *bool) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		s, ok := d.scalar(n, path)
+		if !ok {
+			return
+		}
+		v, err := parseAmount(s)
+		if err != nil {
+			d.errorf(d.resolve(n), path, "%v", err)
+			return
+		}
+		if v <= 0 {
+			d.errorf(d.resolve(n), path, "must be > 0, got %d", v)
+			return
+		}
+		*dst = v
+		if set != nil {
+			*set = true
+		}
+	}
+}
+
+func (d *decoder) integer(dst *int, min int) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		s, ok := d.scalar(n, path)
+		if !ok {
+			return
+		}
+		v, err := parseAmount(s)
+		if err != nil {
+			d.errorf(d.resolve(n), path, "%v", err)
+			return
+		}
+		if v < int64(min) || v > 1<<31 {
+			d.errorf(d.resolve(n), path, "must be between %d and %d, got %d", min, 1<<31, v)
+			return
+		}
+		*dst = int(v)
+	}
+}
+
+func (d *decoder) duration(dst *time.Duration, allowZero bool) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		s, ok := d.scalar(n, path)
+		if !ok {
+			return
+		}
+		v, err := parseDuration(s)
+		if err != nil {
+			d.errorf(d.resolve(n), path, "%v", err)
+			return
+		}
+		if v < 0 || v == 0 && !allowZero {
+			d.errorf(d.resolve(n), path, "must be > 0, got %s", s)
+			return
+		}
+		*dst = v
+	}
+}
+
+func (d *decoder) enum(dst interface{ UnmarshalText([]byte) error }) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		s, ok := d.scalar(n, path)
+		if !ok {
+			return
+		}
+		if err := dst.UnmarshalText([]byte(s)); err != nil {
+			d.errorf(d.resolve(n), path, "%v", err)
+		}
+	}
+}
+
+// list decodes a sequence of scalars; a single scalar counts as a list of
+// one when one is true.
+func (d *decoder) list(dst *[]string, one bool) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		n = d.resolve(n)
+		if one && n.Kind == yaml.ScalarNode && !isNull(n) {
+			*dst = []string{n.Value}
+			return
+		}
+		if n.Kind != yaml.SequenceNode {
+			d.errorf(n, path, "expected a list, got %s", describe(n))
+			return
+		}
+		seen := map[string]int{}
+		for i, e := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			s, ok := d.scalar(e, p)
+			if !ok {
+				continue
+			}
+			d.lines[p] = d.resolve(e)
+			if j, dup := seen[s]; dup {
+				d.errorf(d.resolve(e), p, "%q already listed at %s[%d]", s, path, j)
+				continue
+			}
+			seen[s] = i
+			*dst = append(*dst, s)
+		}
+	}
+}
+
+func (d *decoder) decodeRoot(root *yaml.Node) {
+	f := d.f
+	version := 1
+	sawPolicies := false
+	if !d.mapping(root, "",
+		field{"version", d.integer(&version, 1)},
+		field{"policies", func(n *yaml.Node, p string) { sawPolicies = true; d.decodePolicies(n, p) }},
+		field{"default_plan", d.name(&f.Config.Plans.Default, "plan")},
+		field{"plans", d.decodePlans},
+		field{"tenants", d.decodeTenants},
+		field{"identity", d.decodeIdentity},
+		field{"http", d.decodeHTTP},
+		field{"metrics", d.decodeMetrics},
+		field{"logging", d.decodeLogging},
+	) {
+		return
+	}
+	if version != 1 {
+		d.errorf(d.lines["version"], "version", "unsupported version %d (this build reads version 1)", version)
+	}
+	if !sawPolicies {
+		d.errorf(root, "policies", "missing: at least one policy is needed")
+	}
+}
+
+func (d *decoder) decodePolicies(n *yaml.Node, path string) {
+	n = d.resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, path, "expected a list of policies, got %s", describe(n))
+		return
+	}
+	if len(n.Content) == 0 {
+		d.errorf(n, path, "at least one policy is needed")
+	}
+	for i, e := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		d.lines[p] = d.resolve(e)
+		d.decodePolicy(e, p)
+	}
+}
+
+func (d *decoder) decodePolicy(n *yaml.Node, path string) {
+	var (
+		pol        admission.Policy
+		info       PolicyInfo
+		ops        []string
+		keys       []string
+		unit       string
+		limitSet   bool
+		location   string
+		locationAt *yaml.Node
+	)
+	ok := d.mapping(n, path,
+		field{"name", d.name(&pol.Name, "policy")},
+		field{"description", d.str(&info.Description)},
+		field{"match", func(n *yaml.Node, p string) {
+			d.mapping(n, p,
+				field{"operations", d.list(&ops, false)},
+				field{"routes", d.list(&info.Routes, false)},
+				field{"methods", d.list(&info.Methods, false)},
+				field{"models", d.list(&pol.Match.Models, false)},
+			)
+		}},
+		field{"key", d.list(&keys, true)},
+		field{"unit", d.str(&unit)},
+		field{"algorithm", d.enum(&pol.Algorithm)},
+		field{"limit", d.positive(&pol.Limit, &limitSet)},
+		field{"per", d.duration(&pol.Per, false)},
+		field{"burst", d.positive(&pol.Burst, nil)},
+		field{"period", d.enum(&pol.Period)},
+		field{"location", func(n *yaml.Node, p string) {
+			location, _ = d.scalar(n, p)
+			locationAt = d.resolve(n)
+		}},
+		field{"max_cost", d.positive(&pol.MaxCost, nil)},
+		field{"bounds", d.name(&info.Bounds, "policy")},
+		field{"queue", func(n *yaml.Node, p string) {
+			d.mapping(n, p,
+				field{"size", d.integer(&pol.Queue.Size, 0)},
+				field{"timeout", d.duration(&pol.Queue.Timeout, false)},
+				field{"order", d.enum(&pol.Queue.Order)},
+			)
+		}},
+		field{"mode", d.enum(&pol.Mode)},
+		field{"store", d.str(&pol.Store)},
+		field{"on_store_error", d.enum(&pol.OnStoreError)},
+		field{"replicas", d.integer(&pol.Replicas, 1)},
+		field{"max_partitions", d.integer(&pol.MaxPartitions, 1)},
+		field{"overflow", d.enum(&pol.Overflow)},
+		field{"idle_timeout", d.duration(&pol.IdleTimeout, false)},
+		field{"max_hold", d.duration(&pol.MaxHold, false)},
+		field{"retry_hint", d.duration(&pol.RetryHint, false)},
+	)
+	if !ok {
+		return
+	}
+	if pol.Name == "" {
+		if _, given := d.lines[path+".name"]; !given {
+			d.errorf(d.lines[path], path+".name", "missing")
+		}
+	}
+	if !limitSet {
+		if _, given := d.lines[path+".limit"]; !given {
+			d.errorf(d.lines[path], path+".limit", "missing")
+		}
+	}
+	if _, given := d.lines[path+".algorithm"]; !given {
+		d.errorf(d.lines[path], path+".algorithm", "missing (token_bucket, fixed_window, sliding_window, sliding_log, concurrency or quota)")
+	}
+	if unit != "" {
+		if !validName(unit) {
+			d.errorf(d.lines[path+".unit"], path+".unit", "%q is not a valid unit name", unit)
+		}
+		pol.Unit = admission.Unit(unit)
+	}
+	for i, k := range keys {
+		var kp admission.KeyPart
+		if err := kp.UnmarshalText([]byte(k)); err != nil {
+			d.errorf(d.locate(fmt.Sprintf("%s.key[%d]", path, i), nil), fmt.Sprintf("%s.key[%d]", path, i), "%v", err)
+			continue
+		}
+		pol.Key = append(pol.Key, kp)
+	}
+	if location != "" {
+		loc, err := time.LoadLocation(location)
+		if err != nil {
+			d.errorf(locationAt, path+".location", "unknown time zone %q", location)
+		} else {
+			pol.Location = loc
+		}
+		if pol.Algorithm != admission.Quota || pol.Period == admission.PeriodFixed {
+			d.errorf(locationAt, path+".location", "only a day or month quota has a location")
+		}
+	}
+	if _, given := d.lines[path+".period"]; given && pol.Algorithm != admission.Quota {
+		d.errorf(d.lines[path+".period"], path+".period", "only a quota has a period")
+	}
+	if info.Bounds != "" && pol.Algorithm != admission.Quota {
+		d.errorf(d.lines[path+".bounds"], path+".bounds", "only a quota bounds another policy")
+	}
+	if len(info.Methods) > 0 && len(info.Routes) == 0 {
+		d.errorf(d.lines[path+".match.methods"], path+".match.methods", "methods need routes to apply to")
+	}
+	methods := info.Methods
+	if len(methods) == 0 {
+		methods = allMethods
+	}
+	for i, m := range info.Methods {
+		if !isMethod(m) {
+			d.errorf(d.lines[fmt.Sprintf("%s.match.methods[%d]", path, i)], fmt.Sprintf("%s.match.methods[%d]", path, i), "%q is not an HTTP method", m)
+		}
+	}
+	for i, r := range info.Routes {
+		if !strings.HasPrefix(r, "/") || strings.ContainsAny(r, " \t") {
+			d.errorf(d.lines[fmt.Sprintf("%s.match.routes[%d]", path, i)], fmt.Sprintf("%s.match.routes[%d]", path, i), "%q is not a route pattern (write /v1/items/{id})", r)
+		}
+		for _, m := range methods {
+			ops = append(ops, m+" "+r)
+		}
+	}
+	pol.Match.Operations = ops
+	d.f.Config.Policies = append(d.f.Config.Policies, pol)
+	d.f.Policies = append(d.f.Policies, info)
+}
+
+// allMethods are the methods a route matches when a policy names none.
+var allMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}
+
+func isMethod(m string) bool {
+	for _, x := range allMethods {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// overrideNode decodes one plan or tenant override of a policy.
+func (d *decoder) override(n *yaml.Node, path string) admission.Override {
+	var o admission.Override
+	if d.mapping(n, path,
+		field{"limit", d.positive(&o.Limit, nil)},
+		field{"burst", d.positive(&o.Burst, nil)},
+		field{"per", d.duration(&o.Per, false)},
+	) && o == (admission.Override{}) {
+		d.errorf(d.resolve(n), path, "an override needs limit, burst or per")
+	}
+	return o
+}
+
+func (d *decoder) decodePlans(n *yaml.Node, path string) {
+	pl := &d.f.Config.Plans
+	pl.Plans = map[string]map[string]admission.Override{}
+	d.pairs(n, path, func(plan string, k, v *yaml.Node, p string) {
+		if !validName(plan) {
+			d.errorf(k, p, "%q is not a valid plan name", plan)
+		}
+		os := map[string]admission.Override{}
+		d.pairs(v, p, func(pol string, _, v *yaml.Node, p string) {
+			os[pol] = d.override(v, p)
+		})
+		pl.Plans[plan] = os
+	})
+}
+
+func (d *decoder) decodeTenants(n *yaml.Node, path string) {
+	pl := &d.f.Config.Plans
+	pl.Tenants = map[string]admission.TenantPlan{}
+	d.pairs(n, path, func(tenant string, k, v *yaml.Node, p string) {
+		d.tenantNodes[tenant] = k
+		var tp admission.TenantPlan
+		d.mapping(v, p,
+			field{"plan", d.name(&tp.Plan, "plan")},
+			field{"api_keys", func(n *yaml.Node, p string) { d.decodeKeys(tenant, n, p) }},
+			field{"overrides", func(n *yaml.Node, p string) {
+				tp.Overrides = map[string]admission.Override{}
+				d.pairs(n, p, func(pol string, _, v *yaml.Node, p string) {
+					tp.Overrides[pol] = d.override(v, p)
+				})
+			}},
+		)
+		pl.Tenants[tenant] = tp
+	})
+}
+
+func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
+	n = d.resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, path, "expected a list of key hashes, got %s", describe(n))
+		return
+	}
+	id := &d.f.Identity
+	if id.Keys == nil {
+		id.Keys = httpadmit.KeyTable{}
+	}
+	for i, e := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		e = d.resolve(e)
+		d.lines[p] = e
+		var hash, keyID, user string
+		if e.Kind == yaml.MappingNode {
+			d.mapping(e, p,
+				field{"hash", d.str(&hash)},
+				field{"id", d.name(&keyID, "key id")},
+				field{"user", d.str(&user)},
+			)
+			if hash == "" {
+				if _, given := d.lines[p+".hash"]; !given {
+					d.errorf(e, p+".hash", "missing")
+				}
+				continue
+			}
+		} else if s, ok := d.scalar(e, p); ok {
+			hash = s
+		} else {
+			continue
+		}
+		at := e
+		if x, ok := d.lines[p+".hash"]; ok {
+			at = x
+		}
+		h, err := httpadmit.ParseKeyHash(hash)
+		if err != nil {
+			d.errorf(at, p, "%v", err)
+			continue
+		}
+		if first, dup := d.keyPaths[h]; dup {
+			d.errorf(at, p, "key hash already used at %s", first)
+			continue
+		}
+		d.keyPaths[h] = p
+		if keyID == "" {
+			keyID = h.ID()
+		}
+		id.Keys[h] = httpadmit.Identity{Tenant: tenant, KeyID: keyID, User: user}
+	}
+}
+
+func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
+	id := &d.f.Identity
+	var proxies []string
+	var anonymous string
+	d.mapping(n, path,
+		field{"api_key_headers", d.list(&id.KeyHeaders, true)},
+		field{"trusted_proxies", d.list(&proxies, false)},
+		field{"client_ip_header", d.str(&id.ClientIPHeader)},
+		field{"anonymous", d.str(&anonymous)},
+		field{"anonymous_tenant", d.str(&id.AnonymousTenant)},
+	)
+	switch anonymous {
+	case "", "allow":
+	case "deny":
+		id.RequireKey = true
+	default:
+		d.errorf(d.lines[path+".anonymous"], path+".anonymous", "%q is not allow or deny", anonymous)
+	}
+	switch strings.ToLower(id.ClientIPHeader) {
+	case "x-forwarded-for":
+		id.ClientIPHeader = "X-Forwarded-For"
+	case "forwarded":
+		id.ClientIPHeader = "Forwarded"
+	default:
+		d.errorf(d.lines[path+".client_ip_header"], path+".client_ip_header", "%q is not X-Forwarded-For or Forwarded", id.ClientIPHeader)
+	}
+	for i, s := range proxies {
+		p := fmt.Sprintf("%s.trusted_proxies[%d]", path, i)
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				d.errorf(d.lines[p], p, "%q is not an address or CIDR prefix", s)
+				continue
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		if pfx.Masked() != pfx {
+			d.errorf(d.lines[p], p, "%q has host bits set (did you mean %s?)", s, pfx.Masked())
+			continue
+		}
+		id.TrustedProxies = append(id.TrustedProxies, pfx)
+	}
+	if id.AnonymousTenant == "" {
+		d.errorf(d.lines[path+".anonymous_tenant"], path+".anonymous_tenant", "must not be empty")
+	}
+}
+
+func (d *decoder) decodeHTTP(n *yaml.Node, path string) {
+	h := &d.f.HTTP
+	var exempt []string
+	exemptSet := false
+	var maxBody string
+	d.mapping(n, path,
+		field{"exempt", func(n *yaml.Node, p string) { exemptSet = true; d.list(&exempt, false)(n, p) }},
+		field{"max_body", d.str(&maxBody)},
+		field{"quota_status", d.integer(&h.QuotaStatus, 0)},
+		field{"shadow_header", d.boolean(&h.ShadowHeader)},
+	)
+	if exemptSet {
+		h.Exempt = exempt
+		for i, e := range exempt {
+			if !strings.HasPrefix(e, "/") {
+				p := fmt.Sprintf("%s.exempt[%d]", path, i)
+				d.errorf(d.lines[p], p, "%q is not a path", e)
+			}
+		}
+	}
+	if maxBody != "" {
+		v, err := parseSize(maxBody)
+		if err != nil || v < 0 {
+			d.errorf(d.lines[path+".max_body"], path+".max_body", "%q is not a size (write 1048576, 512KiB or 1MiB)", maxBody)
+		}
+		h.MaxBody = v
+	}
+	if h.QuotaStatus != 403 && h.QuotaStatus != 429 {
+		d.errorf(d.lines[path+".quota_status"], path+".quota_status", "must be 403 or 429, got %d", h.QuotaStatus)
+	}
+}
+
+func (d *decoder) decodeMetrics(n *yaml.Node, path string) {
+	m := &d.f.Metrics
+	d.mapping(n, path,
+		field{"enabled", d.boolean(&m.Enabled)},
+		field{"listen", d.str(&m.Listen)},
+		field{"path", d.str(&m.Path)},
+		field{"top_tenants", d.integer(&m.TopTenants, 0)},
+		field{"cardinality_limit", d.integer(&m.CardinalityLimit, 1)},
+	)
+	if !strings.HasPrefix(m.Path, "/") {
+		d.errorf(d.lines[path+".path"], path+".path", "%q is not a path", m.Path)
+	}
+	if m.TopTenants > 1000 {
+		d.errorf(d.lines[path+".top_tenants"], path+".top_tenants", "at most 1000, got %d", m.TopTenants)
+	}
+	if m.CardinalityLimit > 0 && m.TopTenants >= m.CardinalityLimit {
+		d.errorf(d.lines[path+".top_tenants"], path+".top_tenants", "%d does not fit under cardinality_limit %d", m.TopTenants, m.CardinalityLimit)
+	}
+}
+
+func (d *decoder) decodeLogging(n *yaml.Node, path string) {
+	l := &d.f.Logging
+	var level, sample string
+	d.mapping(n, path,
+		field{"level", d.str(&level)},
+		field{"format", d.str(&l.Format)},
+		field{"decisions", func(n *yaml.Node, p string) {
+			d.mapping(n, p,
+				field{"sample", d.str(&sample)},
+				field{"rejections", d.boolean(&l.Rejections)},
+				field{"max_per_second", d.integer(&l.MaxPerSecond, 1)},
+			)
+		}},
+	)
+	if level != "" {
+		if err := l.Level.UnmarshalText([]byte(level)); err != nil {
+			d.errorf(d.lines[path+".level"], path+".level", "%q is not debug, info, warn or error", level)
+		}
+	}
+	if l.Format != "json" && l.Format != "text" {
+		d.errorf(d.lines[path+".format"], path+".format", "%q is not json or text", l.Format)
+	}
+	if sample != "" {
+		v, err := strconv.ParseFloat(sample, 64)
+		if err != nil || v < 0 || v > 1 {
+			d.errorf(d.lines[path+".decisions.sample"], path+".decisions.sample", "%q is not a fraction between 0 and 1", sample)
+		}
+		l.DecisionSample = v
+	}
+	_ = slog.LevelInfo
+}
+
+// validate checks what spans entries: names, references, plans, keys.
+func (d *decoder) validate(root *yaml.Node) {
+	f := d.f
+	pols := f.Config.Policies
+	byName := map[string]int{}
+	for i := range pols {
+		p := &pols[i]
+		path := fmt.Sprintf("policies[%d]", i)
+		if err := p.Validate(path); err != nil {
+			d.fieldErrors(err, root)
+		}
+		if j, dup := byName[p.Name]; dup {
+			d.errorf(d.lines[path+".name"], path+".name", "%q already used by policies[%d]", p.Name, j)
+			continue
+		}
+		byName[p.Name] = i
+	}
+	for i := range pols {
+		b := f.Policies[i].Bounds
+		if b == "" {
+			continue
+		}
+		path := fmt.Sprintf("policies[%d].bounds", i)
+		j, ok := byName[b]
+		if !ok {
+			d.errorf(d.lines[path], path, "no policy %q", b)
+			continue
+		}
+		t := &pols[j]
+		if !t.Algorithm.IsRate() || t.Algorithm == admission.Quota {
+			d.errorf(d.lines[path], path, "%q is a %s, not a rate policy", b, t.Algorithm)
+			continue
+		}
+		if span := quotaSpan(&pols[i]); span < t.Per {
+			d.errorf(d.lines[path], path, "the quota's period (%v) is shorter than the window of %q (%v): it cannot bound it", span, b, t.Per)
+		}
+	}
+	pl := &f.Config.Plans
+	checkOverride := func(path, pol string, o admission.Override) {
+		i, ok := byName[pol]
+		if !ok {
+			d.errorf(d.lines[path], path, "no such policy %q", pol)
+			return
+		}
+		p := &pols[i]
+		if o.Burst > 0 && p.Algorithm != admission.TokenBucket {
+			d.errorf(d.lines[path+".burst"], path+".burst", "only a token_bucket has a burst")
+		}
+		if o.Per > 0 && (p.Algorithm == admission.Concurrency || p.Algorithm == admission.Quota && p.Period != admission.PeriodFixed) {
+			d.errorf(d.lines[path+".per"], path+".per", "a %s policy has no per", p.Algorithm)
+		}
+		if p.MaxCost > 0 {
+			capacity := o.Limit
+			if p.Algorithm == admission.TokenBucket && (o.Burst > 0 || p.Burst > 0) {
+				capacity = max(o.Burst, p.Burst)
+				if o.Burst > 0 {
+					capacity = o.Burst
+				}
+			}
+			if capacity > 0 && capacity < p.MaxCost {
+				d.errorf(d.lines[path], path, "%d is smaller than max_cost %d of policy %q: the largest request could never be admitted", capacity, p.MaxCost, pol)
+			}
+		}
+	}
+	for plan, os := range pl.Plans {
+		for pol, o := range os {
+			checkOverride(join("plans."+plan, pol), pol, o)
+		}
+	}
+	if pl.Default != "" {
+		if _, ok := pl.Plans[pl.Default]; !ok {
+			d.errorf(d.lines["default_plan"], "default_plan", "no plan %q", pl.Default)
+		}
+	}
+	for tenant, tp := range pl.Tenants {
+		path := "tenants." + tenant
+		if tp.Plan != "" {
+			if _, ok := pl.Plans[tp.Plan]; !ok {
+				d.errorf(d.lines[path+".plan"], path+".plan", "no plan %q", tp.Plan)
+			}
+		}
+		for pol, o := range tp.Overrides {
+			checkOverride(path+".overrides."+pol, pol, o)
+		}
+		if tenant == f.Identity.AnonymousTenant {
+			d.errorf(d.tenantNodes[tenant], path, "%q is the anonymous tenant (identity.anonymous_tenant): callers without a key would share its limits", tenant)
+		}
+	}
+}
+
+// quotaSpan returns the shortest length of a quota's period.
+func quotaSpan(p *admission.Policy) time.Duration {
+	switch p.Period {
+	case admission.PeriodDay:
+		return 24 * time.Hour
+	case admission.PeriodMonth:
+		return 28 * 24 * time.Hour
+	}
+	return p.Per
+}

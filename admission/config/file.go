@@ -1,0 +1,281 @@
+// Package config reads Sluice policy files: one strict YAML schema, shared
+// by every binary, that declares the policies, the plans that override
+// their limits per tenant, the tenants with their hashed API keys, how
+// callers are identified at the HTTP edge, and the metrics and logging
+// settings.
+//
+// Decoding is strict. An unknown key, a duplicate key or policy name, a
+// plan naming a missing policy, a zero or negative limit and impossible
+// combinations (a queue timeout without a queue, a quota shorter than the
+// window of the rate policy it bounds, a burst smaller than max_cost) are
+// all reported at once, each naming the file, line, column and path:
+//
+//	policies.yaml:14:12: policies[1].burst: 5 is smaller than max_cost 8: the largest request could never be admitted
+//
+// Durations are Go durations or days (90s, 1m, 24h, 7d); amounts may use
+// underscores and k/M/G suffixes (100_000, 100k); sizes take KiB/MiB or
+// KB/MB suffixes. API keys are stored only as SHA-256 hashes in the form
+// "sha256:<64 hex digits>" that `admitctl hash-key` prints.
+//
+// A Watcher reloads the file when it changes and on SIGHUP: a file that
+// does not validate is refused and reported, and the old configuration
+// keeps serving.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+// File is a decoded, validated policy file.
+type File struct {
+	// Source is the file name used in error messages.
+	Source string
+	// Config holds the policies and plans, ready for admission.New or
+	// Controller.SetConfig.
+	Config admission.Config
+	// Policies holds what the file says about each policy beyond the
+	// admission.Policy, indexed like Config.Policies.
+	Policies []PolicyInfo
+	// Identity says how HTTP callers are identified.
+	Identity Identity
+	// HTTP holds the middleware settings.
+	HTTP HTTP
+	// Metrics holds the metrics settings.
+	Metrics Metrics
+	// Logging holds the logging settings.
+	Logging Logging
+}
+
+// PolicyInfo is the part of a policy's entry that is not an admission
+// field.
+type PolicyInfo struct {
+	Description string
+	// Routes and Methods are the HTTP match of the policy, expanded into
+	// Match.Operations as "METHOD route".
+	Routes  []string
+	Methods []string
+	// Bounds names the rate policy a quota is meant to bound.
+	Bounds string
+}
+
+// Identity is the identity section.
+type Identity struct {
+	// KeyHeaders are the headers carrying API keys (default Authorization
+	// with the Bearer scheme, then X-API-Key).
+	KeyHeaders []string
+	// TrustedProxies are the proxies whose forwarding header is believed.
+	TrustedProxies []netip.Prefix
+	// ClientIPHeader is X-Forwarded-For (default) or Forwarded.
+	ClientIPHeader string
+	// AnonymousTenant is the tenant of callers without credentials.
+	AnonymousTenant string
+	// RequireKey refuses callers without credentials with 401.
+	RequireKey bool
+	// Keys maps the tenants' hashed API keys to their identities.
+	Keys httpadmit.KeyTable
+}
+
+// HTTPIdentity returns the identity settings for httpadmit.
+func (id *Identity) HTTPIdentity() httpadmit.IdentityConfig {
+	return httpadmit.IdentityConfig{
+		KeyHeaders:      id.KeyHeaders,
+		Keys:            id.Keys,
+		TrustedProxies:  id.TrustedProxies,
+		ClientIPHeader:  id.ClientIPHeader,
+		AnonymousTenant: id.AnonymousTenant,
+		RequireKey:      id.RequireKey,
+	}
+}
+
+// HTTP is the http section: middleware settings.
+type HTTP struct {
+	// Exempt lists paths never limited: exact paths, or prefixes ending in
+	// "/*". Default /healthz, /readyz, /livez, /metrics.
+	Exempt []string
+	// MaxBody is the largest request body accepted, in bytes; 0 means no
+	// limit. Default 1 MiB.
+	MaxBody int64
+	// QuotaStatus is the status of an exhausted quota: 403 (default) or 429.
+	QuotaStatus int
+	// ShadowHeader adds the Sluice-Would-Reject header naming the shadow
+	// policies that would have rejected an admitted request.
+	ShadowHeader bool
+}
+
+// Options returns the middleware options of the section.
+func (h *HTTP) Options() []httpadmit.Option {
+	return []httpadmit.Option{
+		httpadmit.WithExempt(h.Exempt...),
+		httpadmit.WithMaxBody(h.MaxBody),
+		httpadmit.WithQuotaStatus(h.QuotaStatus),
+		httpadmit.WithShadowHeader(h.ShadowHeader),
+	}
+}
+
+// Metrics is the metrics section.
+type Metrics struct {
+	// Enabled turns the exporter on (default true).
+	Enabled bool
+	// Listen is the address of a separate metrics listener; empty serves
+	// Path on the main one.
+	Listen string
+	// Path is where Prometheus scrapes (default /metrics).
+	Path string
+	// TopTenants is how many heavy-hitter tenants get their own label
+	// value; the rest are "other" (default 20).
+	TopTenants int
+	// CardinalityLimit is the SDK's hard cap of series per instrument
+	// (default 2000).
+	CardinalityLimit int
+}
+
+// Logging is the logging section.
+type Logging struct {
+	// Level is the minimum level logged (default info).
+	Level slog.Level
+	// Format is "json" (default) or "text".
+	Format string
+	// DecisionSample is the fraction of admitted decisions logged
+	// (default 0).
+	DecisionSample float64
+	// Rejections logs every rejection and would-reject (default true),
+	// within MaxPerSecond.
+	Rejections bool
+	// MaxPerSecond bounds decision log lines per second (default 100).
+	MaxPerSecond int
+}
+
+// Defaults of the sections.
+var (
+	DefaultExempt = []string{"/healthz", "/readyz", "/livez", "/metrics"}
+)
+
+// DefaultMaxBody is the default body limit of the http section.
+const DefaultMaxBody = 1 << 20
+
+func defaults() *File {
+	return &File{
+		Identity: Identity{AnonymousTenant: httpadmit.DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For"},
+		HTTP:     HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
+		Metrics:  Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
+		Logging:  Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
+	}
+}
+
+// Load reads and parses the policy file at path.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Row is one line of the effective-policy table: a policy's limits as a
+// plan (or a tenant's own overrides) makes them.
+type Row struct {
+	// Plan is the plan name, "-" for the policy's own limits, or
+	// "tenant:<id>" for a tenant with its own overrides.
+	Plan      string
+	Policy    string
+	Mode      admission.Mode
+	Algorithm admission.Algorithm
+	Unit      admission.Unit
+	Key       string
+	Limit     int64
+	Burst     int64
+	Per       time.Duration
+	Period    admission.Period
+	Queue     int
+}
+
+// Effective returns the limits every plan gives every policy, the policies'
+// own first, then each plan in name order, then tenants with overrides.
+func (f *File) Effective() []Row {
+	var rows []Row
+	pols := f.Config.Policies
+	add := func(plan string, overrides ...map[string]admission.Override) {
+		for i := range pols {
+			p := &pols[i]
+			r := Row{
+				Plan: plan, Policy: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.Unit,
+				Limit: p.Limit, Burst: p.Burst, Per: p.Per, Period: p.Period, Queue: p.Queue.Size,
+			}
+			if r.Unit == "" {
+				r.Unit = admission.UnitRequests
+			}
+			if r.Burst == 0 && p.Algorithm == admission.TokenBucket {
+				r.Burst = r.Limit
+			}
+			r.Key = keyString(p.Key)
+			for _, os := range overrides {
+				o, ok := os[p.Name]
+				if !ok {
+					continue
+				}
+				follows := r.Burst == r.Limit
+				if o.Limit > 0 {
+					r.Limit = o.Limit
+					if follows && p.Algorithm == admission.TokenBucket {
+						r.Burst = o.Limit
+					}
+				}
+				if o.Burst > 0 {
+					r.Burst = o.Burst
+				}
+				if o.Per > 0 {
+					r.Per = o.Per
+				}
+			}
+			rows = append(rows, r)
+		}
+	}
+	pl := &f.Config.Plans
+	add("-")
+	names := make([]string, 0, len(pl.Plans))
+	for n := range pl.Plans {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		add(n, pl.Plans[n])
+	}
+	tenants := make([]string, 0, len(pl.Tenants))
+	for t, tp := range pl.Tenants {
+		if len(tp.Overrides) > 0 {
+			tenants = append(tenants, t)
+		}
+	}
+	sort.Strings(tenants)
+	for _, t := range tenants {
+		tp := pl.Tenants[t]
+		plan := tp.Plan
+		if plan == "" {
+			plan = pl.Default
+		}
+		add(fmt.Sprintf("tenant:%s", t), pl.Plans[plan], tp.Overrides)
+	}
+	return rows
+}
+
+func keyString(ks []admission.KeyPart) string {
+	if len(ks) == 0 {
+		return "global"
+	}
+	s := ""
+	for i, k := range ks {
+		if i > 0 {
+			s += "+"
+		}
+		s += k.String()
+	}
+	return s
+}

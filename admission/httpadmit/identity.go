@@ -1,0 +1,290 @@
+package httpadmit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// Identity is a validated caller: the tenant billed, the credential used
+// (as a short hash-derived id, never the credential) and the end user.
+type Identity struct {
+	Tenant string
+	KeyID  string
+	User   string
+}
+
+type identityKey struct{}
+
+// WithIdentity returns a context carrying id. An authentication middleware
+// that runs before this one calls it once it has validated the caller's
+// credentials (a JWT, a session); the admission middleware then uses id
+// instead of looking for an API key.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// IdentityFrom returns the identity placed in ctx by WithIdentity.
+func IdentityFrom(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok
+}
+
+// KeyHash is the SHA-256 digest of an API key: the only form in which keys
+// are stored.
+type KeyHash [sha256.Size]byte
+
+// HashKey returns the digest of an API key.
+func HashKey(key string) KeyHash {
+	var buf [128]byte
+	if len(key) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], key...))
+	}
+	return sha256.Sum256([]byte(key))
+}
+
+// KeyHashPrefix starts the stored text form of a key hash.
+const KeyHashPrefix = "sha256:"
+
+// String returns the stored form, "sha256:" and 64 lower-case hex digits.
+func (h KeyHash) String() string { return KeyHashPrefix + hex.EncodeToString(h[:]) }
+
+// ID returns a short id derived from the hash, safe to log and to use as a
+// partition key: "key_" and the first 12 hex digits.
+func (h KeyHash) ID() string { return "key_" + hex.EncodeToString(h[:6]) }
+
+// ParseKeyHash parses the stored form written by KeyHash.String.
+func ParseKeyHash(s string) (KeyHash, error) {
+	var h KeyHash
+	hexPart, ok := strings.CutPrefix(s, KeyHashPrefix)
+	if !ok {
+		return h, errors.New(`must start with "sha256:" (store the hash of the key, not the key: see admitctl hash-key)`)
+	}
+	if len(hexPart) != 2*sha256.Size {
+		return h, errors.New("must have 64 hex digits after \"sha256:\"")
+	}
+	if _, err := hex.Decode(h[:], []byte(hexPart)); err != nil {
+		return h, errors.New("is not hexadecimal")
+	}
+	return h, nil
+}
+
+// KeyTable maps API key hashes to the identities they stand for.
+type KeyTable map[KeyHash]Identity
+
+// Lookup hashes key and returns its identity.
+func (t KeyTable) Lookup(key string) (Identity, bool) {
+	if len(t) == 0 {
+		return Identity{}, false
+	}
+	id, ok := t[HashKey(key)]
+	return id, ok
+}
+
+// IdentityConfig says how the middleware identifies callers.
+type IdentityConfig struct {
+	// KeyHeaders are the request headers that may carry an API key, tried
+	// in order. Authorization is read as "Bearer <key>"; any other header
+	// holds the key itself. Empty means Authorization and X-API-Key.
+	KeyHeaders []string
+	// Keys maps API key hashes to identities. A request presenting a key
+	// not in the table is refused with 401; it never gets a partition.
+	Keys KeyTable
+	// TrustedProxies are the peers whose forwarding header is believed.
+	// Empty means none: the client address is the TCP peer.
+	TrustedProxies []netip.Prefix
+	// ClientIPHeader is the forwarding header read when the peer is a
+	// trusted proxy: "X-Forwarded-For" (the default) or "Forwarded".
+	ClientIPHeader string
+	// AnonymousTenant is the tenant of callers that present no credential;
+	// empty means "anonymous". Policies keyed by ip or ip_prefix still give
+	// each anonymous address its own partition.
+	AnonymousTenant string
+	// RequireKey refuses callers without a credential with 401 instead of
+	// admitting them as the anonymous tenant.
+	RequireKey bool
+}
+
+// DefaultAnonymousTenant is the tenant of unidentified callers.
+const DefaultAnonymousTenant = "anonymous"
+
+var defaultKeyHeaders = []string{"Authorization", "X-Api-Key"}
+
+// Errors returned by Identify. Both answer 401.
+var (
+	// ErrUnknownKey: the request carries an API key that is not in the table.
+	ErrUnknownKey = errors.New("unknown API key")
+	// ErrNoCredentials: the request carries no credential and anonymous
+	// callers are not admitted.
+	ErrNoCredentials = errors.New("no credentials")
+)
+
+// Identify returns the validated identity of r: the identity placed in its
+// context by WithIdentity, or the one an API key maps to, or the anonymous
+// tenant. It returns ErrUnknownKey for a key not in the table and
+// ErrNoCredentials when a key is required and none was sent.
+func (ic *IdentityConfig) Identify(r *http.Request) (Identity, error) {
+	if id, ok := IdentityFrom(r.Context()); ok {
+		return id, nil
+	}
+	if key, ok := ic.APIKey(r); ok {
+		if id, ok := ic.Keys.Lookup(key); ok {
+			return id, nil
+		}
+		return Identity{}, ErrUnknownKey
+	}
+	if ic.RequireKey {
+		return Identity{}, ErrNoCredentials
+	}
+	t := ic.AnonymousTenant
+	if t == "" {
+		t = DefaultAnonymousTenant
+	}
+	return Identity{Tenant: t}, nil
+}
+
+// APIKey returns the API key r carries in one of the key headers.
+func (ic *IdentityConfig) APIKey(r *http.Request) (string, bool) {
+	hs := ic.KeyHeaders
+	if len(hs) == 0 {
+		hs = defaultKeyHeaders
+	}
+	for _, h := range hs {
+		v := r.Header.Get(h)
+		if v == "" {
+			continue
+		}
+		if strings.EqualFold(h, "Authorization") {
+			scheme, key, ok := strings.Cut(v, " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") {
+				continue
+			}
+			v = strings.TrimSpace(key)
+		}
+		if v != "" {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// ClientAddr returns the client address of r: the TCP peer, or, when the
+// peer is a trusted proxy, the first address not trusted in the forwarding
+// header read right to left (the entries on the left were written by the
+// client and prove nothing). IPv6 addresses are grouped by their /64
+// prefix, since one host usually owns a whole /64. It returns the zero
+// Addr when the peer address cannot be parsed.
+func (ic *IdentityConfig) ClientAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	var peer netip.Addr
+	if err == nil {
+		peer = ap.Addr()
+	} else if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
+		peer = a
+	} else {
+		return netip.Addr{}
+	}
+	peer = peer.Unmap()
+	addr := peer
+	if ic.trusted(peer) {
+		addr = ic.forwarded(r, peer)
+	}
+	return Group(addr)
+}
+
+// Group returns a as partitions see it: IPv4 unchanged, IPv6 reduced to
+// the first address of its /64.
+func Group(a netip.Addr) netip.Addr {
+	a = a.Unmap()
+	if a.Is6() {
+		p, err := a.Prefix(64)
+		if err == nil {
+			return p.Addr()
+		}
+	}
+	return a
+}
+
+func (ic *IdentityConfig) trusted(a netip.Addr) bool {
+	for _, p := range ic.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwarded walks the forwarding header right to left from a trusted peer
+// and returns the first untrusted address, or the leftmost valid one when
+// every hop is trusted. A malformed entry stops the walk: everything left of
+// it is unverifiable, so the last trusted hop is the client.
+func (ic *IdentityConfig) forwarded(r *http.Request, peer netip.Addr) netip.Addr {
+	forwardedSyntax := strings.EqualFold(ic.ClientIPHeader, "Forwarded")
+	name := "X-Forwarded-For"
+	if forwardedSyntax {
+		name = "Forwarded"
+	}
+	values := r.Header.Values(name)
+	last := peer
+	for i := len(values) - 1; i >= 0; i-- {
+		v := values[i]
+		for v != "" {
+			var elem string
+			if j := strings.LastIndexByte(v, ','); j >= 0 {
+				elem, v = v[j+1:], v[:j]
+			} else {
+				elem, v = v, ""
+			}
+			var a netip.Addr
+			var ok bool
+			if forwardedSyntax {
+				a, ok = parseForwardedFor(elem)
+			} else {
+				a, ok = parseHostAddr(strings.TrimSpace(elem))
+			}
+			if !ok {
+				return last
+			}
+			a = a.Unmap()
+			if !ic.trusted(a) {
+				return a
+			}
+			last = a
+		}
+	}
+	return last
+}
+
+// parseHostAddr parses "1.2.3.4", "1.2.3.4:80", "::1" or "[::1]:80".
+func parseHostAddr(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr(), true
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		a, err := netip.ParseAddr(s[1 : len(s)-1])
+		return a, err == nil
+	}
+	return netip.Addr{}, false
+}
+
+// parseForwardedFor reads the for= parameter of one RFC 7239 element.
+func parseForwardedFor(elem string) (netip.Addr, bool) {
+	for elem != "" {
+		var pair string
+		pair, elem, _ = strings.Cut(elem, ";")
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || !strings.EqualFold(k, "for") {
+			continue
+		}
+		v = strings.Trim(v, `"`)
+		return parseHostAddr(v)
+	}
+	return netip.Addr{}, false
+}
