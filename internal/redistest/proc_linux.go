@@ -1,0 +1,12 @@
+package redistest
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setDeathSignal makes the kernel kill the server if the test process dies
+// without cleaning up.
+func setDeathSignal(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
