@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -92,6 +93,9 @@ func describeType(t reflect.Type) string {
 	return "another type"
 }
 
+// embeddedPath removes the names of embedded structs from field paths.
+var embeddedPath = strings.NewReplacer("limits.", "", "functionDef.", "")
+
 // decode unmarshals a request body into v, turning every failure into a
 // *MalformedError.
 func decode(ep Endpoint, body []byte, v any) error {
@@ -108,7 +112,7 @@ func decode(ep Endpoint, body []byte, v any) error {
 	)
 	switch {
 	case errors.As(err, &ute):
-		return malformed(ep, ute.Field, fmt.Errorf("want %s, got %s", describeType(ute.Type), ute.Value))
+		return malformed(ep, embeddedPath.Replace(ute.Field), fmt.Errorf("want %s, got %s", describeType(ute.Type), ute.Value))
 	case errors.As(err, &se):
 		return malformed(ep, "", fmt.Errorf("invalid JSON at byte %d: %w", se.Offset, se))
 	}

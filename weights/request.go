@@ -114,10 +114,10 @@ func (l *limits) stream() (stream, includeUsage bool) {
 
 // chatRequest is the part of a /v1/chat/completions body that costs tokens.
 type chatRequest struct {
-	Model          jstr           `json:"model"`
-	Messages       []chatMessage  `json:"messages"`
-	Tools          []toolDef      `json:"tools"`
-	Functions      []functionDef  `json:"functions"`
+	Model          jstr            `json:"model"`
+	Messages       []chatMessage   `json:"messages"`
+	Tools          []toolDef       `json:"tools"`
+	Functions      []functionDef   `json:"functions"`
 	ResponseFormat *responseFormat `json:"response_format"`
 	limits
 }

@@ -9,13 +9,14 @@ const sampleWindows = 8
 
 // sampleCount estimates the tokens of pieces (total bytes in all) by
 // tokenising sampleWindows windows of budget/sampleWindows bytes, centred at
-// evenly spaced offsets of the concatenated text, and scaling the tokens per
-// byte found to the whole. Windows are aligned to white space so that they
-// split the text where the tokenizer would: a window starts at a space (the
-// space belongs to the next word's token) and ends before one.
+// evenly spaced offsets of the concatenated text, and scaling the tokens
+// found by the ratio of a cheap proxy count (textProxy) over the whole text
+// to the same proxy over the windows. Windows are aligned to white space so
+// that they split the text where the tokenizer would: a window starts at a
+// space (the space belongs to the next word's token) and ends before one.
 func sampleCount(c Counter, pieces []string, total, budget int) int64 {
 	w := max(budget/sampleWindows, 64)
-	var sBytes, sTokens int64
+	var sTokens, sProxy int64
 	pi, base := 0, 0 // current piece and the offset where it starts
 	for k := range sampleWindows {
 		centre := int((int64(2*k+1) * int64(total)) / (2 * sampleWindows))
@@ -31,19 +32,23 @@ func sampleCount(c Counter, pieces []string, total, budget int) int64 {
 		if win == "" {
 			continue
 		}
-		sBytes += int64(len(win))
 		sTokens += int64(c.Count(win))
+		sProxy += textProxy(win)
 	}
-	if sBytes == 0 {
-		// Nothing sampleable (no piece had a complete word or character in
-		// a window): count everything.
+	var all int64
+	for _, p := range pieces {
+		all += textProxy(p)
+	}
+	if sProxy == 0 || all == 0 {
+		// Nothing sampleable (white space only, or windows without a
+		// complete character): count everything.
 		var n int64
 		for _, p := range pieces {
 			n += int64(c.Count(p))
 		}
 		return n
 	}
-	return (sTokens*int64(total) + sBytes/2) / sBytes
+	return (sTokens*all + sProxy/2) / sProxy
 }
 
 // alignWindow narrows p[start:end] to white-space boundaries, or to rune
@@ -80,3 +85,51 @@ func alignWindow(p string, start, end int) string {
 }
 
 func isSpace(b byte) bool { return b == ' ' || b == '\n' || b == '\t' || b == '\r' }
+
+// textProxy is a cheap stand-in for a token count, used to scale sampled
+// counts: tokens per proxy unit varies far less between languages and code
+// than tokens per byte. It counts words (runs of ASCII letters, one more
+// per 6 letters), groups of up to three digits, punctuation characters,
+// line breaks, and each non-ASCII character by its UTF-8 length.
+func textProxy(s string) int64 {
+	var n int64
+	run := 0 // length of the current run of letters
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z':
+			if run == 0 {
+				n += 6
+			}
+			run++
+			if run%6 == 0 {
+				n += 6
+			}
+			digits = 0
+			continue
+		case b >= '0' && b <= '9':
+			if digits%3 == 0 {
+				n += 6
+			}
+			digits++
+			run = 0
+			continue
+		}
+		run, digits = 0, 0
+		switch {
+		case b == ' ' || b == '\t':
+		case b == '\n':
+			n += 3
+		case b < 0x80:
+			n += 4
+		case b >= 0xF0:
+			n += 9 // four-byte sequences: emoji and rare scripts
+		case b >= 0xE0:
+			n += 5 // three-byte sequences: CJK, most Asian scripts
+		case b >= 0xC0:
+			n += 2 // two-byte sequences: accented Latin, Cyrillic, Greek, Arabic
+		}
+	}
+	return n
+}
