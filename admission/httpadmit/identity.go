@@ -20,15 +20,15 @@ type Identity struct {
 
 type identityKey struct{}
 
-// WithIdentity returns a context carrying id. An authentication middleware
+// ContextWithIdentity returns a context carrying id. An authentication middleware
 // that runs before this one calls it once it has validated the caller's
 // credentials (a JWT, a session); the admission middleware then uses id
 // instead of looking for an API key.
-func WithIdentity(ctx context.Context, id Identity) context.Context {
+func ContextWithIdentity(ctx context.Context, id Identity) context.Context {
 	return context.WithValue(ctx, identityKey{}, id)
 }
 
-// IdentityFrom returns the identity placed in ctx by WithIdentity.
+// IdentityFrom returns the identity placed in ctx by ContextWithIdentity.
 func IdentityFrom(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	return id, ok
@@ -124,7 +124,7 @@ var (
 )
 
 // Identify returns the validated identity of r: the identity placed in its
-// context by WithIdentity, or the one an API key maps to, or the anonymous
+// context by ContextWithIdentity, or the one an API key maps to, or the anonymous
 // tenant. It returns ErrUnknownKey for a key not in the table and
 // ErrNoCredentials when a key is required and none was sent.
 func (ic *IdentityConfig) Identify(r *http.Request) (Identity, error) {

@@ -1,0 +1,227 @@
+package config
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// A Watcher keeps a Controller in step with a policy file. It reloads the
+// file when it changes on disk and when the process receives SIGHUP; every
+// reload is validated first, and a file that does not validate (or that
+// the controller refuses) is logged, counted and reported to the observer
+// while the previous configuration keeps serving. Policies that keep their
+// name, algorithm, unit and key keep their partitions across a reload,
+// including a policy flipped from shadow to enforce.
+//
+// File changes are seen through fsnotify on the file's directory, so that
+// editors that write a new file and rename it, and Kubernetes ConfigMap
+// volumes that swap a symlink, are both followed; events are debounced and
+// a reload whose content is unchanged is skipped.
+type Watcher struct {
+	path     string
+	ctl      *admission.Controller
+	obs      admission.Observer
+	log      *slog.Logger
+	onApply  []func(*File)
+	signals  []os.Signal
+	debounce time.Duration
+
+	mu      sync.Mutex // serialises reloads
+	sum     [sha256.Size]byte
+	cur     atomic.Pointer[File]
+	applied atomic.Int64
+	refused atomic.Int64
+
+	fsw  *fsnotify.Watcher
+	sigs chan os.Signal
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// A WatchOption configures a Watcher.
+type WatchOption func(*Watcher)
+
+// WithObserver sets the observer told about every reload, applied or
+// refused (Observer.Reloaded); use the controller's observer.
+func WithObserver(o admission.Observer) WatchOption { return func(w *Watcher) { w.obs = o } }
+
+// WithLogger sets the logger of reloads; the default is slog.Default().
+func WithLogger(l *slog.Logger) WatchOption { return func(w *Watcher) { w.log = l } }
+
+// OnApply adds a function called with each applied file, after the
+// controller has it (for example to hand the new key table to the HTTP
+// middleware with SetIdentityConfig). It is also called for the first load.
+func OnApply(f func(*File)) WatchOption {
+	return func(w *Watcher) { w.onApply = append(w.onApply, f) }
+}
+
+// WithSignals sets the signals that force a reload; the default is SIGHUP.
+// No signal at all disables signal handling.
+func WithSignals(sigs ...os.Signal) WatchOption {
+	return func(w *Watcher) { w.signals = sigs }
+}
+
+// WithDebounce sets how long file events must be quiet before a reload
+// (default 100ms).
+func WithDebounce(d time.Duration) WatchOption { return func(w *Watcher) { w.debounce = d } }
+
+// Watch loads the policy file at path, applies it to ctl and keeps
+// watching it until Close. It fails when the first load fails.
+func Watch(path string, ctl *admission.Controller, opts ...WatchOption) (*Watcher, error) {
+	w := &Watcher{
+		path: path, ctl: ctl, obs: admission.NopObserver{}, log: slog.Default(),
+		signals: []os.Signal{syscall.SIGHUP}, debounce: 100 * time.Millisecond,
+		stop: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(w)
+	}
+	if err := w.reload(true); err != nil {
+		return nil, err
+	}
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("config: watching %s: %w", path, err)
+	}
+	if err := fsw.Add(filepath.Dir(path)); err != nil {
+		_ = fsw.Close()
+		return nil, fmt.Errorf("config: watching %s: %w", path, err)
+	}
+	w.fsw = fsw
+	if len(w.signals) > 0 {
+		w.sigs = make(chan os.Signal, 1)
+		signal.Notify(w.sigs, w.signals...)
+	}
+	w.wg.Add(1)
+	go w.loop()
+	return w, nil
+}
+
+// Current returns the file in force.
+func (w *Watcher) Current() *File { return w.cur.Load() }
+
+// Stats returns how many reloads were applied and refused since Watch
+// (the first load counts as applied).
+func (w *Watcher) Stats() (applied, refused int64) { return w.applied.Load(), w.refused.Load() }
+
+// Reload reads the file now and applies it, even when its content has not
+// changed. It returns the reason a refused file was refused.
+func (w *Watcher) Reload() error { return w.reload(true) }
+
+// Close stops watching. It does not touch the controller.
+func (w *Watcher) Close() error {
+	var err error
+	w.once.Do(func() {
+		close(w.stop)
+		if w.sigs != nil {
+			signal.Stop(w.sigs)
+		}
+		err = w.fsw.Close()
+		w.wg.Wait()
+	})
+	return err
+}
+
+func (w *Watcher) loop() {
+	defer w.wg.Done()
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-w.stop:
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(w.debounce)
+			} else {
+				timer.Reset(w.debounce)
+			}
+			fire = timer.C
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return
+			}
+			w.log.Warn("policy file watch error", slog.String("file", w.path), slog.String("error", err.Error()))
+		case <-fire:
+			fire = nil
+			_ = w.reload(false)
+		case <-w.sigs:
+			w.log.Info("policy file reload requested by signal", slog.String("file", w.path))
+			_ = w.reload(true)
+		}
+	}
+}
+
+// reload reads, validates and applies the file; force applies it even
+// when its content is the same as last time.
+func (w *Watcher) reload(force bool) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	data, err := os.ReadFile(w.path)
+	if err != nil {
+		return w.refuse(err)
+	}
+	sum := sha256.Sum256(data)
+	if !force && sum == w.sum && w.cur.Load() != nil {
+		return nil
+	}
+	f, err := Parse(w.path, data)
+	if err != nil {
+		return w.refuse(err)
+	}
+	if err := w.ctl.SetConfig(f.Config); err != nil {
+		return w.refuse(fmt.Errorf("%s: %w", w.path, err))
+	}
+	w.sum = sum
+	w.cur.Store(f)
+	w.applied.Add(1)
+	for _, fn := range w.onApply {
+		fn(f)
+	}
+	w.obs.Reloaded(admission.Reload{Source: w.path, Policies: len(f.Config.Policies)})
+	w.log.Info("policy file applied", slog.String("file", w.path), slog.Int("policies", len(f.Config.Policies)))
+	return nil
+}
+
+func (w *Watcher) refuse(err error) error {
+	w.refused.Add(1)
+	w.obs.Reloaded(admission.Reload{Source: w.path, Err: err, Policies: w.policies()})
+	n := 0
+	var es Errors
+	if errors.As(err, &es) {
+		n = len(es)
+	}
+	w.log.Error("policy file refused; the previous configuration stays in force",
+		slog.String("file", w.path), slog.Int("problems", n), slog.String("error", err.Error()))
+	return err
+}
+
+func (w *Watcher) policies() int {
+	if f := w.cur.Load(); f != nil {
+		return len(f.Config.Policies)
+	}
+	return 0
+}

@@ -1,0 +1,183 @@
+package httpadmit
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Canonical names of the headers the middleware writes.
+const (
+	HeaderRateLimitPolicy    = "Ratelimit-Policy"
+	HeaderRateLimit          = "Ratelimit"
+	HeaderXRateLimitLimit    = "X-Ratelimit-Limit"
+	HeaderXRateLimitRemain   = "X-Ratelimit-Remaining"
+	HeaderXRateLimitReset    = "X-Ratelimit-Reset"
+	HeaderRetryAfter         = "Retry-After"
+	HeaderWouldReject        = "Sluice-Would-Reject"
+	unitParam                = "sluice-qu"
+	maxStatusesOnStack       = 8
+	headerBufferSizeOnStack  = 512
+	concurrentRequestsQuUnit = "concurrent-requests"
+)
+
+// Seconds returns d in whole seconds, rounded up: the form of Retry-After
+// and of the reset figures. Negative durations give 0.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// SetRetryAfter sets Retry-After to d in whole seconds, rounded up and at
+// least 1. It does nothing for admission.Never: waiting cannot help.
+func SetRetryAfter(h http.Header, d time.Duration) {
+	if d == admission.Never {
+		return
+	}
+	h[HeaderRetryAfter] = []string{strconv.FormatInt(max(1, Seconds(d)), 10)}
+}
+
+// AppendPolicyItem appends one RateLimit-Policy list member for s in the
+// syntax of draft-ietf-httpapi-ratelimit-headers-10:
+//
+//	"tpm";q=100000;w=60;sluice-qu="tokens"
+//
+// q is the quota (s.Limit), w the window in seconds (omitted for a
+// concurrency limit, which has none); qu="concurrent-requests" marks a
+// concurrency limit, and the vendor parameter sluice-qu names the unit when
+// it is not requests (tokens, cost or a named unit).
+func AppendPolicyItem(b []byte, s *admission.Status) []byte {
+	b = appendSFString(b, s.Policy)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, s.Limit, 10)
+	if s.Window > 0 {
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, Seconds(s.Window), 10)
+	}
+	if s.Algorithm == admission.Concurrency {
+		b = append(b, `;qu="`+concurrentRequestsQuUnit+`"`...)
+	}
+	if s.Unit != "" && s.Unit != admission.UnitRequests {
+		b = append(b, ";"+unitParam+"="...)
+		b = appendSFString(b, string(s.Unit))
+	}
+	return b
+}
+
+// AppendLimitItem appends one RateLimit list member for s:
+//
+//	"tpm";r=4200;t=17
+//
+// r is what remains, t the seconds until the partition is fully available
+// again, rounded up.
+func AppendLimitItem(b []byte, s *admission.Status) []byte {
+	b = appendSFString(b, s.Policy)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(0, s.Remaining), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, Seconds(s.Reset), 10)
+	return b
+}
+
+// appendSFString appends s as a structured-field string: quoted, with
+// backslash and quote escaped and anything outside printable ASCII dropped.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c >= 0x20 && c < 0x7f:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// Tightest returns the index of the status with the least room left
+// relative to its limit (the one a client should pace itself by), or -1
+// when there is none.
+func Tightest(sts []admission.Status) int {
+	best := -1
+	var bestRatio float64
+	for i := range sts {
+		s := &sts[i]
+		if s.Limit <= 0 {
+			continue
+		}
+		r := float64(max(0, s.Remaining)) / float64(s.Limit)
+		if best < 0 || r < bestRatio {
+			best, bestRatio = i, r
+		}
+	}
+	return best
+}
+
+// SetLimitHeaders sets the limit headers for sts on h: RateLimit-Policy and
+// RateLimit with one member per policy, and X-RateLimit-Limit, -Remaining
+// and -Reset (seconds until fully available) for the tightest policy. It
+// allocates two objects whatever the number of policies.
+func SetLimitHeaders(h http.Header, sts []admission.Status) {
+	if len(sts) == 0 {
+		return
+	}
+	var stack [headerBufferSizeOnStack]byte
+	b := stack[:0]
+	var ends [5]int
+	for i := range sts {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = AppendPolicyItem(b, &sts[i])
+	}
+	ends[0] = len(b)
+	for i := range sts {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = AppendLimitItem(b, &sts[i])
+	}
+	ends[1] = len(b)
+	if t := Tightest(sts); t >= 0 {
+		s := &sts[t]
+		b = strconv.AppendInt(b, s.Limit, 10)
+		ends[2] = len(b)
+		b = strconv.AppendInt(b, max(0, s.Remaining), 10)
+		ends[3] = len(b)
+		b = strconv.AppendInt(b, Seconds(s.Reset), 10)
+		ends[4] = len(b)
+	}
+	all := string(b)
+	n := 2
+	if ends[4] > 0 {
+		n = 5
+	}
+	vals := make([]string, n)
+	start := 0
+	for i := range n {
+		vals[i] = all[start:ends[i]]
+		start = ends[i]
+	}
+	h[HeaderRateLimitPolicy] = vals[0:1:1]
+	h[HeaderRateLimit] = vals[1:2:2]
+	if n == 5 {
+		h[HeaderXRateLimitLimit] = vals[2:3:3]
+		h[HeaderXRateLimitRemain] = vals[3:4:4]
+		h[HeaderXRateLimitReset] = vals[4:5:5]
+	}
+}
+
+// SetWouldReject sets the Sluice-Would-Reject header naming the shadow
+// policies that would have rejected the request; it does nothing when
+// names is empty.
+func SetWouldReject(h http.Header, names []string) {
+	if len(names) > 0 {
+		h[HeaderWouldReject] = []string{strings.Join(names, ", ")}
+	}
+}

@@ -1,0 +1,390 @@
+// Package httpadmit puts an admission.Controller in front of net/http
+// handlers.
+//
+// For each request the middleware finds the operation (the route pattern
+// and method, as "POST /v1/chat/completions"), identifies the caller (an
+// identity placed in the context by the application's own authentication
+// middleware, else an API key looked up by its SHA-256 hash, else the
+// anonymous tenant; the client address only through trusted proxies,
+// IPv6 grouped by /64) and asks the controller for admission. A refused
+// request gets 429 (its own rate, concurrency or queue limit), 403 (an
+// exhausted quota; 429 if configured) or 503 (limit store unavailable,
+// partition table full) with Retry-After in whole seconds rounded up, the
+// IETF RateLimit-Policy and RateLimit fields, X-RateLimit-Limit/Remaining/
+// Reset and an RFC 9457 problem+json body whose type is stable per reason.
+// An unknown API key gets 401 and never a partition. Admitted responses
+// carry the same limit headers; the ticket is settled when the handler
+// returns, panics or gives up on a departed client.
+//
+// The header, problem and identity functions are exported so that
+// gateways answering in another shape (the OpenAI-style LLM proxy) reuse
+// them.
+package httpadmit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// An Option configures a Middleware.
+type Option func(*options)
+
+type options struct {
+	identity     IdentityConfig
+	exempt       []string
+	skipper      func(*http.Request) bool
+	maxBody      int64
+	quotaStatus  int
+	shadowHeader bool
+	operation    func(*http.Request) string
+	mux          *http.ServeMux
+	enrich       func(*http.Request, *admission.Request) error
+	noWait       bool
+	ticketCtx    bool
+	logger       *slog.Logger
+}
+
+// WithIdentityConfig sets how callers are identified (see IdentityConfig).
+// The default admits every caller as the anonymous tenant, with the TCP
+// peer as its address.
+func WithIdentityConfig(ic IdentityConfig) Option {
+	return func(o *options) { o.identity = ic }
+}
+
+// WithExempt lists paths that are never limited: exact paths, or prefixes
+// written with a trailing "/*". The default is /healthz, /readyz, /livez
+// and /metrics; WithExempt replaces it.
+func WithExempt(paths ...string) Option {
+	return func(o *options) { o.exempt = append([]string(nil), paths...) }
+}
+
+// WithSkipper sets a function that exempts a request when it returns true.
+func WithSkipper(f func(*http.Request) bool) Option { return func(o *options) { o.skipper = f } }
+
+// WithMaxBody refuses bodies larger than n bytes with 413, before anything
+// reads them: a declared Content-Length over the limit is refused at once,
+// and the body is wrapped in http.MaxBytesReader. 0 means no limit (the
+// default).
+func WithMaxBody(n int64) Option { return func(o *options) { o.maxBody = n } }
+
+// WithQuotaStatus sets the status of an exhausted quota: 403 (the default)
+// or 429.
+func WithQuotaStatus(code int) Option { return func(o *options) { o.quotaStatus = code } }
+
+// WithShadowHeader adds, on admitted responses, the Sluice-Would-Reject
+// header naming the shadow policies that would have rejected the request.
+// Off by default: it tells callers about limits not yet enforced.
+func WithShadowHeader(on bool) Option { return func(o *options) { o.shadowHeader = on } }
+
+// WithOperation sets the function naming a request's operation, replacing
+// the route-pattern default.
+func WithOperation(f func(*http.Request) string) Option {
+	return func(o *options) { o.operation = f }
+}
+
+// WithRoutes names operations after the pattern mux would route the
+// request to, for a middleware wrapped around the whole mux (where
+// Request.Pattern is not yet set). A request that matches no route has the
+// empty operation, which only unrestricted policies match.
+func WithRoutes(mux *http.ServeMux) Option { return func(o *options) { o.mux = mux } }
+
+// WithRequest sets a function that completes the admission request before
+// it is evaluated: the model, the estimated tokens or cost, the priority.
+// An error it returns answers 400 with its text, so it must not reveal
+// internals.
+func WithRequest(f func(*http.Request, *admission.Request) error) Option {
+	return func(o *options) { o.enrich = f }
+}
+
+// WithoutQueueing rejects at once requests that would have to wait in a
+// policy's queue (Controller.TryAdmit).
+func WithoutQueueing() Option { return func(o *options) { o.noWait = true } }
+
+// WithTicketInContext places the ticket in the request context for the
+// handler (see TicketFrom), so it can Settle with the actual usage or
+// Charge while it streams. It costs two allocations per request.
+func WithTicketInContext() Option { return func(o *options) { o.ticketCtx = true } }
+
+// WithLogger sets the logger of unexpected admission errors; the default
+// is slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// A Middleware admits HTTP requests through a Controller. It is safe for
+// concurrent use; its identity settings can be replaced while it serves.
+type Middleware struct {
+	ctl      *admission.Controller
+	o        options
+	identity atomic.Pointer[IdentityConfig]
+	ops      opCache
+}
+
+// New returns a Middleware admitting requests through ctl.
+func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
+	if ctl == nil {
+		return nil, errors.New("httpadmit: nil controller")
+	}
+	m := &Middleware{ctl: ctl}
+	m.o.exempt = []string{"/healthz", "/readyz", "/livez", "/metrics"}
+	m.o.quotaStatus = http.StatusForbidden
+	for _, opt := range opts {
+		opt(&m.o)
+	}
+	if m.o.quotaStatus != http.StatusForbidden && m.o.quotaStatus != http.StatusTooManyRequests {
+		if m.o.quotaStatus != 0 {
+			return nil, errors.New("httpadmit: quota status must be 403 or 429")
+		}
+		m.o.quotaStatus = http.StatusForbidden
+	}
+	if m.o.maxBody < 0 {
+		return nil, errors.New("httpadmit: negative body limit")
+	}
+	if m.o.logger == nil {
+		m.o.logger = slog.Default()
+	}
+	ic := m.o.identity
+	m.identity.Store(&ic)
+	return m, nil
+}
+
+// SetIdentityConfig replaces the identity settings (a reloaded key table,
+// new trusted proxies). Requests in flight finish with the old ones.
+func (m *Middleware) SetIdentityConfig(ic IdentityConfig) { m.identity.Store(&ic) }
+
+// IdentityConfig returns the identity settings in use.
+func (m *Middleware) IdentityConfig() *IdentityConfig { return m.identity.Load() }
+
+// Handler returns next behind the middleware.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return &handler{m: m, next: next}
+}
+
+type handler struct {
+	m    *Middleware
+	next http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	if m.Exempt(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	tk, err := m.Decide(w, r)
+	if err != nil {
+		m.WriteError(w, r, err)
+		return
+	}
+	// Settled when the handler returns, and also while a panic unwinds
+	// (the panic goes on after the deferred call). A departed client
+	// cancels the request context, which the handler's work observes.
+	defer tk.Done()
+	if m.o.ticketCtx {
+		r = r.WithContext(context.WithValue(r.Context(), ticketKey{}, tk))
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+type ticketKey struct{}
+
+// TicketFrom returns the ticket of the request whose context is ctx, when
+// the middleware has WithTicketInContext. Settling it in the handler is
+// fine: the middleware's own settlement then does nothing.
+func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
+	tk, ok := ctx.Value(ticketKey{}).(admission.Ticket)
+	return tk, ok
+}
+
+// Exempt reports whether r bypasses admission: an exempt path or the
+// skipper says so.
+func (m *Middleware) Exempt(r *http.Request) bool {
+	if m.o.skipper != nil && m.o.skipper(r) {
+		return true
+	}
+	p := r.URL.Path
+	for _, e := range m.o.exempt {
+		if prefix, ok := strings.CutSuffix(e, "/*"); ok {
+			if p == prefix || strings.HasPrefix(p, prefix+"/") {
+				return true
+			}
+		} else if p == e {
+			return true
+		}
+	}
+	return false
+}
+
+// Decide admits r, or says why not. On admission it sets the limit headers
+// (and the shadow header when enabled) on w and returns the ticket, which
+// the caller settles when the work ends. Otherwise it returns the reason
+// without writing anything: ErrBodyTooLarge, ErrUnknownKey,
+// ErrNoCredentials, a *admission.Rejection, the request context's error
+// when the client went away while queued, or another error when admission
+// itself failed. WriteError answers each of them.
+func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
+	if m.o.maxBody > 0 {
+		if r.ContentLength > m.o.maxBody {
+			return admission.Ticket{}, ErrBodyTooLarge
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, m.o.maxBody)
+		}
+	}
+	req, err := m.Request(r)
+	if err != nil {
+		return admission.Ticket{}, err
+	}
+	var tk admission.Ticket
+	if m.o.noWait {
+		tk, err = m.ctl.TryAdmit(r.Context(), req)
+	} else {
+		tk, err = m.ctl.Admit(r.Context(), req)
+	}
+	if err != nil {
+		return tk, err
+	}
+	var stack [maxStatusesOnStack]admission.Status
+	sts := tk.Statuses(stack[:0])
+	h := w.Header()
+	SetLimitHeaders(h, sts)
+	if m.o.shadowHeader {
+		var names [maxStatusesOnStack]string
+		SetWouldReject(h, tk.WouldReject(names[:0]))
+	}
+	return tk, nil
+}
+
+// Request returns the admission request for r: identity, client address
+// and operation, completed by the WithRequest function.
+func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
+	ic := m.identity.Load()
+	id, err := ic.Identify(r)
+	if err != nil {
+		return admission.Request{}, err
+	}
+	req := admission.Request{
+		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
+		Addr:      ic.ClientAddr(r),
+		Operation: m.Operation(r),
+	}
+	if m.o.enrich != nil {
+		return m.enrich(r, req)
+	}
+	return req, nil
+}
+
+// enrich is apart from Request so that the admitted path without a
+// WithRequest function keeps its request on the stack.
+func (m *Middleware) enrich(r *http.Request, req admission.Request) (admission.Request, error) {
+	if err := m.o.enrich(r, &req); err != nil {
+		return req, &badRequest{err}
+	}
+	return req, nil
+}
+
+type badRequest struct{ err error }
+
+func (e *badRequest) Error() string { return e.err.Error() }
+func (e *badRequest) Unwrap() error { return e.err }
+
+// WriteError answers a request Decide did not admit: 413 for
+// ErrBodyTooLarge, 401 for ErrUnknownKey and ErrNoCredentials, the
+// rejection contract for a *admission.Rejection, nothing when the client
+// is gone, 400 for an error of the WithRequest function and 503 for
+// anything else (logged, never shown).
+func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	var rej *admission.Rejection
+	var bad *badRequest
+	switch {
+	case errors.As(err, &rej):
+		WriteRejection(w, rej, m.o.quotaStatus)
+	case errors.Is(err, ErrUnknownKey), errors.Is(err, ErrNoCredentials):
+		w.Header()["Www-Authenticate"] = []string{`Bearer realm="api"`}
+		detail := "The API key is not valid."
+		if errors.Is(err, ErrNoCredentials) {
+			detail = "An API key is required."
+		}
+		WriteProblem(w, &Problem{Type: ProblemUnauthenticated, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
+	case errors.Is(err, ErrBodyTooLarge):
+		WriteProblem(w, &Problem{Type: ProblemBodyTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+			Detail: "The request body is larger than this service accepts."})
+	case errors.As(err, &bad):
+		WriteProblem(w, &Problem{Type: ProblemTypeBase + "bad-request", Title: "Bad Request", Status: http.StatusBadRequest, Detail: bad.Error()})
+	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// The client went away while queued: nobody reads an answer.
+	default:
+		m.o.logger.LogAttrs(r.Context(), slog.LevelError, "admission failed", slog.String("error", err.Error()))
+		w.Header()["Retry-After"] = []string{"1"}
+		WriteProblem(w, &Problem{Type: ProblemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "The request cannot be admitted right now."})
+	}
+}
+
+// Operation returns the operation name of r: "METHOD route", the route
+// being the pattern that matched (Request.Pattern, or the WithRoutes mux's
+// match) without its method, else the URL path.
+func (m *Middleware) Operation(r *http.Request) string {
+	if m.o.operation != nil {
+		return m.o.operation(r)
+	}
+	pat := r.Pattern
+	if pat == "" && m.o.mux != nil {
+		_, pat = m.o.mux.Handler(r)
+		if pat == "" {
+			return ""
+		}
+	}
+	if pat == "" {
+		return r.Method + " " + r.URL.Path
+	}
+	if i := strings.IndexByte(pat, ' '); i >= 0 {
+		pat = strings.TrimLeft(pat[i+1:], " \t")
+	}
+	return m.ops.get(r.Method, pat)
+}
+
+// opCache interns "METHOD route" strings so the admitted path does not
+// build one per request. It is bounded: past maxOps entries, names are
+// built per request.
+type opCache struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[opKey]string]
+}
+
+type opKey struct{ method, route string }
+
+const maxOps = 4096
+
+func (c *opCache) get(method, route string) string {
+	if mp := c.m.Load(); mp != nil {
+		if s, ok := (*mp)[opKey{method, route}]; ok {
+			return s
+		}
+	}
+	s := method + " " + route
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	n := 0
+	if old != nil {
+		n = len(*old)
+	}
+	if n >= maxOps {
+		return s
+	}
+	next := make(map[opKey]string, n+1)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[opKey{strings.Clone(method), strings.Clone(route)}] = s
+	c.m.Store(&next)
+	return s
+}
