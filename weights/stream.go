@@ -431,7 +431,9 @@ func (s *StreamReader) text(t string) {
 	}
 	s.pending = append(s.pending, t...)
 	if len(s.pending) >= fallbackBatch {
-		cut := bytes.LastIndexAny(s.pending, " \n")
+		// Cut before the last space, which starts the next word's token, so
+		// batches split the text where the tokenizer would.
+		cut := bytes.LastIndexByte(s.pending, ' ')
 		if cut <= 0 {
 			cut = len(s.pending)
 		}
@@ -490,7 +492,8 @@ func InjectIncludeUsage(path string, body []byte) (out []byte, injected bool, er
 	if firstByte(body) != '{' || !json.Valid(body) {
 		return body, false, malformed(ep, "", errWantObject)
 	}
-	members := objectMembers(body, 0)
+	open := skipSpace(body, 0)
+	members := objectMembers(body, open)
 	var stream, opts *member
 	for i := range members {
 		switch members[i].key {
@@ -505,9 +508,8 @@ func InjectIncludeUsage(path string, body []byte) (out []byte, injected bool, er
 	}
 	const option = `"include_usage":true`
 	if opts == nil {
-		open := bytes.IndexByte(body, '{') + 1
 		ins := `"stream_options":{` + option + `},`
-		return splice(body, open, open, ins), true, nil
+		return splice(body, open+1, open+1, ins), true, nil
 	}
 	switch body[opts.start] {
 	case 'n':
