@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// errorBody returns {"error":{"message","type","param","code"}}, the OpenAI
+// error shape.
+func errorBody(typ, code, param, msg string) []byte {
+	b := make([]byte, 0, 128+len(msg))
+	b = append(b, `{"error":{"message":`...)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"param":`...)
+	if param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, param)
+	}
+	b = append(b, `,"code":`...)
+	if code == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, code)
+	}
+	return append(b, "}}"...)
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s)
+	return append(b, q...)
+}
+
+// writeError answers with an error in the OpenAI shape.
+func writeError(w *echo.Response, status int, typ, code, param, msg string) {
+	body := errorBody(typ, code, param, msg)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// rejectionCode names a rejection in the error body's code field.
+func rejectionCode(rej *admission.Rejection) string {
+	switch rej.Reason {
+	case admission.ReasonRate, admission.ReasonOverflow:
+		if rej.Status.Unit == admission.UnitTokens {
+			return "tokens_limit_exceeded"
+		}
+		return "rate_limit_exceeded"
+	case admission.ReasonQuota:
+		return "quota_exceeded"
+	case admission.ReasonConcurrency, admission.ReasonQueueFull:
+		return "concurrency_limit_exceeded"
+	case admission.ReasonQueueTimeout:
+		return "queue_timeout"
+	case admission.ReasonStoreUnavailable:
+		return "service_unavailable"
+	}
+	return "rate_limit_exceeded"
+}
+
+// rejectionShape returns the status, error type and code of a rejection:
+// 429 for the caller's own limits, QuotaStatus for an exhausted quota, 503
+// when the shared upstream capacity or the limit store is the problem.
+func (g *Gateway) rejectionShape(rej *admission.Rejection) (status int, typ, code string) {
+	code = rejectionCode(rej)
+	status = http.StatusTooManyRequests
+	switch rej.Reason {
+	case admission.ReasonRate, admission.ReasonOverflow:
+		typ = string(rej.Status.Unit)
+	case admission.ReasonQuota:
+		typ, status = "insufficient_quota", g.cfg.QuotaStatus
+	case admission.ReasonConcurrency, admission.ReasonQueueFull, admission.ReasonQueueTimeout:
+		typ = "concurrency"
+		if (*g.shared.Load())[rej.Policy] {
+			typ, status = "server_overloaded", http.StatusServiceUnavailable
+		}
+	case admission.ReasonStoreUnavailable:
+		typ, status = "server_error", http.StatusServiceUnavailable
+	}
+	return status, typ, code
+}
+
+// unitPhrase names what a policy counts, for messages.
+func unitPhrase(s admission.Status) string {
+	switch s.Unit {
+	case admission.UnitRequests:
+		return "requests"
+	case admission.UnitTokens:
+		return "tokens"
+	case admission.UnitCost:
+		return "spend (micro-dollars)"
+	}
+	return string(s.Unit)
+}
+
+// rejectionMessage explains a rejection to the caller with its own
+// figures only.
+func rejectionMessage(rej *admission.Rejection) string {
+	s := rej.Status
+	var what string
+	switch rej.Reason {
+	case admission.ReasonQuota:
+		what = fmt.Sprintf("Quota exceeded on %s (policy %s): limit %d per period.", unitPhrase(s), rej.Policy, s.Limit)
+	case admission.ReasonConcurrency, admission.ReasonQueueFull:
+		what = fmt.Sprintf("Too many requests in flight (policy %s): limit %d at once, and the queue is full.", rej.Policy, s.Limit)
+	case admission.ReasonQueueTimeout:
+		what = fmt.Sprintf("The request waited too long in the queue (policy %s).", rej.Policy)
+	case admission.ReasonStoreUnavailable:
+		what = "The rate limiter is unavailable."
+	default:
+		what = fmt.Sprintf("Rate limit reached on %s per %s (policy %s): limit %d, remaining %d.",
+			unitPhrase(s), formatReset(s.Window), rej.Policy, s.Limit, s.Remaining)
+	}
+	switch {
+	case rej.RetryAfter == admission.Never:
+		return what + " This request is larger than the limit allows and cannot succeed as is."
+	case rej.RetryAfter > 0:
+		return what + " Please try again in " + formatReset(rej.RetryAfter) + "."
+	}
+	return what
+}
+
+// reject answers a rejection: OpenAI-shaped body, Retry-After (whole
+// seconds, rounded up), retry-after-ms, x-should-retry: false when waiting
+// cannot help before a client gives up, and the limit headers.
+func (g *Gateway) reject(c echo.Context, rej *admission.Rejection) {
+	status, typ, code := g.rejectionShape(rej)
+	h := c.Response().Header()
+	g.setLimitHeaders(h, []admission.Status{rej.Status})
+	if ra := rej.RetryAfter; ra > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10))
+		h.Set("Retry-After-Ms", strconv.FormatInt(int64((ra+time.Millisecond-1)/time.Millisecond), 10))
+	}
+	if rej.RetryAfter == admission.Never || rej.RetryAfter > g.cfg.GiveUpAfter {
+		h.Set("X-Should-Retry", "false")
+	}
+	g.m.rejected(c.Request().Context(), code)
+	writeError(c.Response(), status, typ, code, "", rejectionMessage(rej))
+}
+
+// formatReset writes a duration the way OpenAI's reset headers do: a Go
+// duration rounded to the millisecond ("6m0s", "1.5s", "20ms").
+func formatReset(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if d > time.Second {
+		d = d.Round(time.Millisecond)
+	} else {
+		d = (d + time.Millisecond - 1).Truncate(time.Millisecond)
+	}
+	return d.String()
+}
+
+// setLimitHeaders writes the OpenAI-style x-ratelimit-{limit,remaining,
+// reset}-{requests,tokens} for the most constraining policy of each unit,
+// then the extra headers of Config.LimitHeaders.
+func (g *Gateway) setLimitHeaders(h http.Header, ss []admission.Status) {
+	for _, u := range [...]struct {
+		unit   admission.Unit
+		suffix string
+	}{{admission.UnitRequests, "-Requests"}, {admission.UnitTokens, "-Tokens"}} {
+		best := -1
+		for i := range ss {
+			if ss[i].Unit == u.unit && ss[i].Algorithm != admission.Concurrency && better(&ss[i], ss, best) {
+				best = i
+			}
+		}
+		if best < 0 {
+			continue
+		}
+		s := &ss[best]
+		h["X-Ratelimit-Limit"+u.suffix] = []string{strconv.FormatInt(s.Limit, 10)}
+		h["X-Ratelimit-Remaining"+u.suffix] = []string{strconv.FormatInt(max(s.Remaining, 0), 10)}
+		h["X-Ratelimit-Reset"+u.suffix] = []string{formatReset(s.Reset)}
+	}
+	if g.cfg.LimitHeaders != nil {
+		g.cfg.LimitHeaders(h, ss)
+	}
+}
+
+// better reports whether s is a better choice for the headers than ss[best]:
+// enforced before shadow, a rate before a quota, then the least remaining.
+func better(s *admission.Status, ss []admission.Status, best int) bool {
+	if best < 0 {
+		return true
+	}
+	b := &ss[best]
+	if (s.Mode == admission.Enforce) != (b.Mode == admission.Enforce) {
+		return s.Mode == admission.Enforce
+	}
+	if (s.Algorithm == admission.Quota) != (b.Algorithm == admission.Quota) {
+		return b.Algorithm == admission.Quota
+	}
+	return s.Remaining < b.Remaining
+}

@@ -1,0 +1,387 @@
+// Package gateway is the request path of the llmproxy example: identity,
+// body cap, strict parse, estimate, admission, proxying (streaming too) and
+// settlement, on echo v4. Package main wires it to flags, a policy file and
+// the simulated upstream; see its documentation for the user's guide.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultTimeout          = 10 * time.Minute
+	DefaultHeaderTimeout    = 2 * time.Minute
+	DefaultStreamIdle       = 2 * time.Minute
+	DefaultChargeInterval   = 500 * time.Millisecond
+	DefaultGiveUpAfter      = 60 * time.Second
+	DefaultMaxResponseBytes = 64 << 20
+)
+
+// CutMode says when a running stream is cut off because its tenant has
+// nothing left.
+type CutMode uint8
+
+const (
+	// CutRateAndQuota cuts a stream when charging it finds an enforcing
+	// rate policy (tokens per minute) or quota of its tenant exhausted, so
+	// parallel streams overshoot a limit by at most one charging interval.
+	CutRateAndQuota CutMode = iota
+	// CutQuota cuts only on an exhausted quota; a rate limit is charged and
+	// left in debt.
+	CutQuota
+	// CutNever never cuts a stream; usage is still charged as it goes.
+	CutNever
+)
+
+// ParseCutMode parses "all", "quota" or "never".
+func ParseCutMode(s string) (CutMode, error) {
+	switch s {
+	case "all", "":
+		return CutRateAndQuota, nil
+	case "quota":
+		return CutQuota, nil
+	case "never":
+		return CutNever, nil
+	}
+	return 0, fmt.Errorf("unknown stream cut mode %q (want all, quota or never)", s)
+}
+
+// Config configures a Gateway. Upstream, Controller and Estimator are
+// required; every other field documents its default.
+type Config struct {
+	// Upstream is the base URL of the OpenAI-compatible API, with its
+	// version prefix: "https://api.openai.com/v1". A request for
+	// /v1/chat/completions goes to Upstream + "/chat/completions".
+	Upstream string
+	// UpstreamKey is sent upstream as "Authorization: Bearer <key>" in place
+	// of the client's proxy key. It never reaches a client. Empty sends no
+	// Authorization header.
+	UpstreamKey string
+	// Controller admits requests.
+	Controller *admission.Controller
+	// Estimator prices request bodies and caps their size.
+	Estimator *weights.Estimator
+	// Prices turns actual usage into micro-dollars for cost policies; nil
+	// settles cost at the estimate.
+	Prices *weights.Prices
+	// Identity maps API keys to tenants; replace it with SetIdentity.
+	Identity *httpadmit.IdentityConfig
+	// Transport carries upstream requests; nil means NewTransport().
+	Transport http.RoundTripper
+	// Timeout bounds a non-streaming upstream call; zero means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// StreamIdleTimeout bounds the silence between two reads of a stream;
+	// zero means DefaultStreamIdle.
+	StreamIdleTimeout time.Duration
+	// ChargeInterval is how often a running stream is charged for what it
+	// has produced; zero means DefaultChargeInterval.
+	ChargeInterval time.Duration
+	// Cut says when a stream is cut off by an exhausted limit.
+	Cut CutMode
+	// QuotaStatus is the status of a quota rejection; zero means 429, the
+	// status OpenAI itself uses for insufficient_quota (403 is the other
+	// common choice).
+	QuotaStatus int
+	// GiveUpAfter is the longest retry-after a client is expected to wait:
+	// a rejection advising longer carries x-should-retry: false. Zero
+	// means DefaultGiveUpAfter.
+	GiveUpAfter time.Duration
+	// MaxOutputReserve, when positive, caps the output part of a request's
+	// token reservation; the rest is charged as the stream goes. Zero
+	// reserves the full output limit.
+	MaxOutputReserve int64
+	// MaxResponseBytes caps a non-streaming upstream response; zero means
+	// DefaultMaxResponseBytes.
+	MaxResponseBytes int64
+	// SharedPolicies names the policies whose rejections mean the shared
+	// upstream capacity is overloaded (503 instead of 429). Nil means every
+	// concurrency policy keyed globally.
+	SharedPolicies map[string]bool
+	// Meter creates the gateway's own instruments; nil means none.
+	Meter metric.Meter
+	// Logger logs upstream failures; nil means slog.Default().
+	Logger *slog.Logger
+	// LimitHeaders, when set, writes extra limit headers (the IETF fields,
+	// X-RateLimit-*) for the statuses of a response.
+	LimitHeaders func(h http.Header, ss []admission.Status)
+}
+
+// Gateway proxies OpenAI-compatible requests through admission control.
+type Gateway struct {
+	cfg      Config
+	base     *url.URL
+	identity atomic.Pointer[httpadmit.IdentityConfig]
+	shared   atomic.Pointer[map[string]bool]
+	ready    atomic.Bool
+	log      *slog.Logger
+	m        instruments
+}
+
+// New checks cfg and returns a Gateway.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Controller == nil || cfg.Estimator == nil {
+		return nil, errors.New("gateway: Controller and Estimator are required")
+	}
+	base, err := url.Parse(strings.TrimSuffix(cfg.Upstream, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("gateway: upstream %q is not an http(s) URL", cfg.Upstream)
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = NewTransport()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.StreamIdleTimeout <= 0 {
+		cfg.StreamIdleTimeout = DefaultStreamIdle
+	}
+	if cfg.ChargeInterval <= 0 {
+		cfg.ChargeInterval = DefaultChargeInterval
+	}
+	if cfg.QuotaStatus == 0 {
+		cfg.QuotaStatus = http.StatusTooManyRequests
+	}
+	if cfg.GiveUpAfter <= 0 {
+		cfg.GiveUpAfter = DefaultGiveUpAfter
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = noop.NewMeterProvider().Meter("")
+	}
+	g := &Gateway{cfg: cfg, base: base, log: cfg.Logger}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if cfg.Identity == nil {
+		cfg.Identity = &httpadmit.IdentityConfig{RequireKey: true}
+	}
+	g.identity.Store(cfg.Identity)
+	g.PoliciesChanged()
+	if err := g.m.init(cfg.Meter); err != nil {
+		return nil, err
+	}
+	g.ready.Store(true)
+	return g, nil
+}
+
+// NewTransport returns the transport used for upstream calls: many idle
+// connections kept per host (Go's default of 2 makes a busy proxy redial
+// constantly), a bounded wait for response headers, and no transparent
+// compression so streamed bytes pass through as they come.
+func NewTransport() *http.Transport {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: DefaultHeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+}
+
+// SetIdentity replaces the key table and identity settings, for a policy
+// file reload.
+func (g *Gateway) SetIdentity(ic *httpadmit.IdentityConfig) { g.identity.Store(ic) }
+
+// PoliciesChanged recomputes which policies guard the shared upstream
+// capacity; call it after the controller's configuration changed.
+func (g *Gateway) PoliciesChanged() {
+	if g.cfg.SharedPolicies != nil {
+		g.shared.Store(&g.cfg.SharedPolicies)
+		return
+	}
+	m := map[string]bool{}
+	for _, p := range g.cfg.Controller.Policies() {
+		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == admission.KeyGlobal)
+		if global && p.Algorithm == admission.Concurrency {
+			m[p.Name] = true
+		}
+	}
+	g.shared.Store(&m)
+}
+
+// SetReady sets what /readyz answers; a shutting-down server sets false so
+// load balancers stop sending traffic while streams drain.
+func (g *Gateway) SetReady(ok bool) { g.ready.Store(ok) }
+
+// The routes of the gateway. A policy file matches them by route and
+// method: the admission operation of a request is "METHOD route", as the
+// HTTP middleware names it ("POST /v1/chat/completions").
+const (
+	OpChatCompletions = "/v1/chat/completions"
+	OpCompletions     = "/v1/completions"
+	OpEmbeddings      = "/v1/embeddings"
+	OpResponses       = "/v1/responses"
+	OpModels          = "/v1/models"
+)
+
+// operations holds the operation names of the routes, built once.
+var operations = func() map[string]string {
+	m := map[string]string{}
+	for _, r := range []string{OpChatCompletions, OpCompletions, OpEmbeddings, OpResponses} {
+		m["POST "+r] = "POST " + r
+	}
+	m["GET "+OpModels] = "GET " + OpModels
+	m["GET "+OpModels+"/:id"] = "GET " + OpModels + "/{id}"
+	return m
+}()
+
+// operation returns the admission operation of a request to route.
+func operation(method, route string) string {
+	if op, ok := operations[method+" "+route]; ok {
+		return op
+	}
+	return method + " " + route
+}
+
+// Register adds the gateway's routes to e: the four LLM endpoints, the
+// models listing, /healthz and /readyz, and metrics at /metrics when
+// metrics is not nil. It also installs an error handler that answers in
+// the OpenAI error shape.
+func (g *Gateway) Register(e *echo.Echo, metrics http.Handler) {
+	e.HTTPErrorHandler = g.errorHandler
+	for _, op := range []string{OpChatCompletions, OpCompletions, OpEmbeddings, OpResponses} {
+		e.POST(op, g.handleLLM)
+	}
+	e.GET(OpModels, g.handleModels)
+	e.GET(OpModels+"/:id", g.handleModels)
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/readyz", func(c echo.Context) error {
+		if !g.ready.Load() {
+			return c.String(http.StatusServiceUnavailable, "shutting down\n")
+		}
+		return c.String(http.StatusOK, "ready\n")
+	})
+	if metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(metrics))
+	}
+}
+
+// errorHandler answers echo's own errors (unknown route, wrong method) in
+// the OpenAI error shape.
+func (g *Gateway) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	status, msg := http.StatusInternalServerError, "The server had an error while processing your request."
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		status = he.Code
+		switch status {
+		case http.StatusNotFound:
+			msg = "Unknown request URL: " + c.Request().Method + " " + c.Request().URL.Path + "."
+		case http.StatusMethodNotAllowed:
+			msg = "Method " + c.Request().Method + " is not allowed on " + c.Request().URL.Path + "."
+		default:
+			msg = http.StatusText(status)
+		}
+	}
+	typ, code := "invalid_request_error", "unknown_url"
+	if status >= 500 {
+		typ, code = "server_error", "internal_error"
+		g.log.Error("llmproxy: handler error", "err", err)
+	} else if status == http.StatusMethodNotAllowed {
+		code = "method_not_allowed"
+	}
+	writeError(c.Response(), status, typ, code, "", msg)
+}
+
+// identify resolves the caller or answers 401.
+func (g *Gateway) identify(c echo.Context) (httpadmit.Identity, bool) {
+	ic := g.identity.Load()
+	id, err := ic.Identify(c.Request())
+	if err == nil {
+		return id, true
+	}
+	if errors.Is(err, httpadmit.ErrNoCredentials) {
+		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
+			"You didn't provide an API key. Send it as \"Authorization: Bearer YOUR_KEY\".")
+	} else {
+		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "",
+			"Incorrect API key provided.")
+	}
+	g.m.count(context.Background(), g.m.clientErrors, "unauthorized")
+	return httpadmit.Identity{}, false
+}
+
+// admit asks the controller, answering the rejection itself when refused.
+// It reports whether the request may go on.
+func (g *Gateway) admit(c echo.Context, req admission.Request) (admission.Ticket, bool) {
+	ctx := c.Request().Context()
+	tk, err := g.cfg.Controller.Admit(ctx, req)
+	if err == nil {
+		return tk, true
+	}
+	var rej *admission.Rejection
+	switch {
+	case errors.As(err, &rej):
+		g.reject(c, rej)
+	case ctx.Err() != nil:
+		// The client gave up while queued: nobody is left to answer.
+		c.Response().Status = 499
+	default:
+		writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
+			"The gateway cannot admit requests right now. Please retry.")
+	}
+	return admission.Ticket{}, false
+}
+
+// handleModels proxies the models listing, limited by requests only.
+func (g *Gateway) handleModels(c echo.Context) error {
+	id, ok := g.identify(c)
+	if !ok {
+		return nil
+	}
+	r := c.Request()
+	tk, ok := g.admit(c, admission.Request{
+		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
+		Addr: g.identity.Load().ClientAddr(r), Operation: operation(r.Method, c.Path()),
+	})
+	if !ok {
+		return nil
+	}
+	defer tk.Done()
+	g.setLimitHeaders(c.Response().Header(), tk.Statuses(nil))
+	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
+	defer cancel()
+	resp, err := g.roundTrip(ctx, r, nil)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	defer resp.Body.Close()
+	g.m.upstreamStatus(ctx, resp.StatusCode)
+	body, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	g.writeUpstream(c, resp, body)
+	return nil
+}

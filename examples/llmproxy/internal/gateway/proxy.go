@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// handleLLM serves the four token-priced endpoints: identity → body cap →
+// strict parse and estimate → admission → proxy → settlement.
+func (g *Gateway) handleLLM(c echo.Context) error {
+	id, ok := g.identify(c)
+	if !ok {
+		return nil
+	}
+	r := c.Request()
+	ctx := r.Context()
+	est := g.cfg.Estimator
+	if r.ContentLength > est.MaxBodyBytes() {
+		g.tooLarge(c, est.MaxBodyBytes())
+		return nil
+	}
+	body, err := est.ReadBody(r.Body)
+	if err != nil {
+		if errors.Is(err, weights.ErrTooLarge) {
+			g.tooLarge(c, est.MaxBodyBytes())
+		} else if ctx.Err() == nil {
+			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "The request body could not be read.")
+		}
+		return nil
+	}
+	op := c.Path()
+	e, err := est.Estimate(op, body)
+	if err != nil {
+		var mal *weights.MalformedError
+		switch {
+		case errors.As(err, &mal):
+			code, msg := "invalid_type", mal.Error()
+			if mal.Field == "" {
+				code, msg = "invalid_json", "We could not parse the JSON body of your request. (HINT: it is not valid JSON.)"
+			}
+			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", code, mal.Field, msg)
+			g.m.count(ctx, g.m.clientErrors, code)
+		case errors.Is(err, weights.ErrTooLarge):
+			g.tooLarge(c, est.MaxBodyBytes())
+		default:
+			g.log.Error("llmproxy: estimate failed", "err", err)
+			writeError(c.Response(), http.StatusInternalServerError, "server_error", "internal_error", "", "The request could not be priced.")
+		}
+		return nil
+	}
+	in, out := e.InputTokens, e.OutputTokens
+	if m := g.cfg.MaxOutputReserve; m > 0 && out > m {
+		out = m
+	}
+	cost := e.CostMicros
+	price, priced := weights.Price{}, false
+	if g.cfg.Prices != nil {
+		price, priced = g.cfg.Prices.Lookup(e.Model)
+		if priced {
+			cost = price.EstimateMicros(in, out)
+		}
+	}
+	tk, ok := g.admit(c, admission.Request{
+		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
+		Addr: g.identity.Load().ClientAddr(r), Operation: operation(r.Method, op), Model: e.Model,
+		Tokens: in + out, Cost: cost,
+	})
+	if !ok {
+		return nil
+	}
+	x := exchange{g: g, c: c, tk: tk, est: e, price: price, priced: priced}
+	defer x.settleZeroOutput() // settles only if nothing else did
+	g.setLimitHeaders(c.Response().Header(), tk.Statuses(nil))
+
+	injected := false
+	if e.Stream && !e.IncludeUsage {
+		if b, inj, err := weights.InjectIncludeUsage(op, body); err == nil && inj {
+			body, injected = b, true
+		}
+	}
+	uctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var timer *time.Timer
+	if !e.Stream {
+		timer = time.AfterFunc(g.cfg.Timeout, cancel)
+		defer timer.Stop()
+	}
+	resp, err := g.roundTrip(uctx, r, body)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	defer resp.Body.Close()
+	g.m.upstreamStatus(ctx, resp.StatusCode)
+	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		x.stream(uctx, cancel, resp, injected)
+		return nil
+	}
+	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		// Nothing was generated: the upstream refused or failed.
+		x.settle(weights.Usage{})
+		if !isOpenAIError(data) {
+			data = errorBody(upstreamErrorType(resp.StatusCode), "upstream_error", "", "The upstream API returned status "+strconv.Itoa(resp.StatusCode)+".")
+			resp.Header.Set("Content-Type", "application/json")
+		}
+		g.writeUpstream(c, resp, data)
+		return nil
+	}
+	u, err := weights.ParseUsage(data)
+	switch {
+	case err == nil:
+		x.settle(u)
+	case errors.Is(err, weights.ErrNoUsage):
+		x.tk.Done() // keep the estimate
+	default:
+		x.settle(weights.Usage{})
+		g.m.count(ctx, g.m.upstreamFailures, "bad_response")
+		writeError(c.Response(), http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API returned a response that is not valid JSON.")
+		return nil
+	}
+	g.writeUpstream(c, resp, data)
+	return nil
+}
+
+func (g *Gateway) tooLarge(c echo.Context, limit int64) {
+	g.m.count(c.Request().Context(), g.m.clientErrors, "request_too_large")
+	writeError(c.Response(), http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
+		"The request body is larger than "+strconv.FormatInt(limit, 10)+" bytes.")
+}
+
+// exchange is one admitted LLM request on its way through the proxy.
+type exchange struct {
+	g      *Gateway
+	c      echo.Context
+	tk     admission.Ticket
+	est    weights.Estimate
+	price  weights.Price
+	priced bool
+}
+
+// usage converts upstream usage to the admission figures.
+func (x *exchange) usage(u weights.Usage) admission.Usage {
+	au := admission.Usage{Tokens: u.TotalTokens(), TokensKnown: true}
+	if x.priced {
+		au.Cost, au.CostKnown = x.price.CostMicros(u), true
+	}
+	return au
+}
+
+func (x *exchange) settle(u weights.Usage) { x.tk.Settle(x.usage(u)) }
+
+// settleZeroOutput settles a request that ended before any output (the
+// upstream failed or the client left): the prompt is charged, as a
+// provider would.
+func (x *exchange) settleZeroOutput() {
+	if x.tk.Valid() {
+		x.settle(weights.Usage{InputTokens: x.est.InputTokens})
+	}
+}
+
+// roundTrip sends the request upstream with the client's headers, minus
+// its credentials and hop-by-hop fields, and the upstream key.
+func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, body []byte) (*http.Response, error) {
+	u := *g.base
+	u.Path = g.base.Path + strings.TrimPrefix(r.URL.Path, "/v1")
+	u.RawPath = ""
+	u.RawQuery = r.URL.RawQuery
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range r.Header {
+		if dropRequestHeader(k) {
+			continue
+		}
+		req.Header[k] = vs
+	}
+	if g.cfg.UpstreamKey != "" {
+		req.Header.Set("Authorization", "Bearer "+g.cfg.UpstreamKey)
+	}
+	req.ContentLength = int64(len(body))
+	return g.cfg.Transport.RoundTrip(req)
+}
+
+func dropRequestHeader(k string) bool {
+	switch k {
+	case "Authorization", "X-Api-Key", "Api-Key", "Cookie", "Connection", "Keep-Alive", "Proxy-Authorization",
+		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Accept-Encoding",
+		"Host", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip":
+		return true
+	}
+	return false
+}
+
+// dropResponseHeader lists upstream headers a client must not see: hop-by-
+// hop fields, the provider account's own limits and identifiers (the
+// gateway's limits replace them), cookies.
+func dropResponseHeader(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Content-Length", "Set-Cookie", "Openai-Organization", "Openai-Project", "Alt-Svc":
+		return true
+	}
+	lk := strings.ToLower(k)
+	return strings.HasPrefix(lk, "x-ratelimit-") || strings.HasPrefix(lk, "ratelimit")
+}
+
+// writeUpstream answers with an upstream response's status, headers and
+// body.
+func (g *Gateway) writeUpstream(c echo.Context, resp *http.Response, body []byte) {
+	h := c.Response().Header()
+	for k, vs := range resp.Header {
+		if dropResponseHeader(k) {
+			continue
+		}
+		h[k] = vs
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	c.Response().WriteHeader(resp.StatusCode)
+	_, _ = c.Response().Write(body)
+}
+
+// upstreamFailed answers a call that got no usable response: 504 for a
+// timeout, 502 otherwise; nothing when the client itself left.
+func (g *Gateway) upstreamFailed(c echo.Context, clientCtx context.Context, err error) {
+	if clientCtx.Err() != nil {
+		g.m.count(context.Background(), g.m.clientCancels, "before_response")
+		c.Response().Status = 499
+		return
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		g.m.count(clientCtx, g.m.upstreamFailures, "timeout")
+		writeError(c.Response(), http.StatusGatewayTimeout, "server_error", "upstream_timeout", "", "The upstream API did not answer in time.")
+	default:
+		reason := "unavailable"
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			reason = "connection_refused"
+		}
+		g.log.Warn("llmproxy: upstream call failed", "err", err)
+		g.m.count(clientCtx, g.m.upstreamFailures, reason)
+		writeError(c.Response(), http.StatusBadGateway, "server_error", "upstream_unavailable", "", "The upstream API could not be reached.")
+	}
+}
+
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errors.New("upstream response too large")
+	}
+	return b, nil
+}
+
+// isOpenAIError reports whether body is a JSON object with an "error"
+// object, the shape every OpenAI-compatible client understands.
+func isOpenAIError(body []byte) bool {
+	var v struct {
+		Error *struct {
+			Message *string `json:"message"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(body, &v) == nil && v.Error != nil && v.Error.Message != nil
+}
+
+func upstreamErrorType(status int) string {
+	if status >= 500 {
+		return "server_error"
+	}
+	return "invalid_request_error"
+}

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// stream passes a server-sent-events response through chunk by chunk,
+// flushing each, while a StreamReader picks up the usage report (and
+// strips the usage chunk the client did not ask for). The stream is
+// charged every ChargeInterval for what it has produced, cut off when an
+// enforcing limit runs out (per Config.Cut), and settled at the end with
+// the reported usage or, for a stream cut short by either side, with what
+// was counted.
+func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *http.Response, injected bool) {
+	g := x.g
+	w := x.c.Response()
+	sr := g.cfg.Estimator.NewStreamReader(resp.Body, x.est, injected)
+	h := w.Header()
+	for k, vs := range resp.Header {
+		if !dropResponseHeader(k) {
+			h[k] = vs
+		}
+	}
+	h.Del("Content-Length")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	w.Flush()
+	g.m.streams.Add(ctx, 1)
+	defer g.m.streams.Add(context.Background(), -1)
+
+	var idleFired atomic.Bool
+	idle := time.AfterFunc(g.cfg.StreamIdleTimeout, func() { idleFired.Store(true); cancel() })
+	defer idle.Stop()
+	buf := make([]byte, 32<<10)
+	last := time.Now()
+	var readErr error
+	clientGone, cut := false, false
+	for {
+		n, err := sr.Read(buf)
+		if n > 0 {
+			idle.Reset(g.cfg.StreamIdleTimeout)
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				clientGone = true
+				break
+			}
+			w.Flush()
+			if now := time.Now(); now.Sub(last) >= g.cfg.ChargeInterval {
+				last = now
+				if rej := x.charge(sr); rej != nil {
+					cut = true
+					x.cutStream(rej)
+					break
+				}
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				readErr = err
+			}
+			break
+		}
+	}
+	cancel()
+	res := sr.Result()
+	if x.c.Request().Context().Err() != nil {
+		clientGone = true
+	}
+	switch {
+	case clientGone:
+		g.m.count(context.Background(), g.m.clientCancels, "during_stream")
+	case cut:
+	case !res.Completed:
+		reason := "stream_cut"
+		if readErr != nil && idleFired.Load() {
+			reason = "stream_idle_timeout"
+		}
+		g.m.count(context.Background(), g.m.upstreamFailures, reason)
+		x.writeStreamError("server_error", "upstream_error", "The upstream API ended the stream before it was complete.")
+	}
+	u := res.Usage
+	if !res.Reported || !res.Completed {
+		// Charge what was produced: the prompt as estimated and the output
+		// counted on the way.
+		u = weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: sr.StreamedTokens(), Estimated: true}
+		if res.Reported && res.Usage.TotalTokens() > u.TotalTokens() {
+			u = res.Usage
+		}
+	}
+	x.settle(u)
+}
+
+// charge charges the ticket for the stream so far; it returns the
+// rejection when the stream must be cut.
+func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
+	u := weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: sr.StreamedTokens()}
+	err := x.tk.Charge(x.usage(u))
+	x.g.m.count(context.Background(), x.g.m.charges, "charged")
+	var rej *admission.Rejection
+	if !errors.As(err, &rej) {
+		return nil
+	}
+	switch x.g.cfg.Cut {
+	case CutNever:
+		return nil
+	case CutQuota:
+		if rej.Reason != admission.ReasonQuota {
+			return nil
+		}
+	}
+	return rej
+}
+
+// cutStream ends a stream whose tenant ran out, with a final error event.
+func (x *exchange) cutStream(rej *admission.Rejection) {
+	x.g.m.count(context.Background(), x.g.m.streamsCut, rejectionCode(rej))
+	_, typ, code := x.g.rejectionShape(rej)
+	x.writeStreamError(typ, code, rejectionMessage(rej))
+}
+
+// writeStreamError appends an error event to a stream: "data:
+// {"error":{...}}", which the official SDKs raise as a stream error. On
+// the Responses API it is an "error" event that also carries the fields
+// of that API's error event.
+func (x *exchange) writeStreamError(typ, code, msg string) {
+	w := x.c.Response()
+	body := errorBody(typ, code, "", msg)
+	var ev []byte
+	if x.est.Endpoint == weights.EndpointResponses {
+		ev = append(ev, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
+		ev = appendJSONString(ev, code)
+		ev = append(ev, ",\"message\":"...)
+		ev = appendJSONString(ev, msg)
+		ev = append(ev, ",\"param\":null,"...)
+		ev = append(ev, body[1:]...)
+	} else {
+		ev = append(append(ev, "data: "...), body...)
+	}
+	ev = append(ev, "\n\n"...)
+	if _, err := w.Write(ev); err == nil {
+		w.Flush()
+	}
+}

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// defaultPolicy is the policy file used when --config is not given.
+//
+//go:embed default.yaml
+var defaultPolicy []byte
+
+// demoKeys are the API keys of the demo tenants of default.yaml, printed at
+// start-up. The file stores only their hashes.
+var demoKeys = []string{"sk-demo-acme", "sk-demo-globex", "sk-demo-initech"}
+
+// UpstreamKeyEnv is the environment variable holding the upstream API key.
+const UpstreamKeyEnv = "LLMPROXY_UPSTREAM_API_KEY"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "llmproxy:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// options are the command-line settings, and a few test hooks.
+type options struct {
+	addr             string
+	configPath       string
+	upstreamURL      string
+	upstreamKey      string
+	simLatency       time.Duration
+	simRate          float64
+	simTokens        int
+	shutdownTimeout  time.Duration
+	upstreamTimeout  time.Duration
+	streamIdle       time.Duration
+	chargeInterval   time.Duration
+	cut              string
+	maxOutputReserve int64
+	logLevel         string
+
+	// Test hooks.
+	clock     admission.Clock
+	transport http.RoundTripper
+	logOutput io.Writer
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("llmproxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&o.configPath, "config", "", "policy file (reloaded on change and on SIGHUP); empty uses the embedded default with its demo tenants")
+	fs.StringVar(&o.upstreamURL, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
+	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
+	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
+	fs.IntVar(&o.simTokens, "sim-output-tokens", 48, "simulated upstream: output tokens of a completion without a smaller max_tokens")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests and streams")
+	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", gateway.DefaultTimeout, "limit on a non-streaming upstream call")
+	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
+	fs.DurationVar(&o.chargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
+	fs.StringVar(&o.cut, "cut-streams", "all", "cut a stream when its tenant runs out: all (rate or quota), quota, never")
+	fs.Int64Var(&o.maxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o.upstreamKey = os.Getenv(UpstreamKeyEnv)
+	return o, nil
+}
+
+// run starts the proxy and serves until ctx ends, then shuts down
+// gracefully.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	o.logOutput = stderr
+	s, err := start(o)
+	if err != nil {
+		return err
+	}
+	s.banner(stdout)
+	select {
+	case <-ctx.Done():
+	case err := <-s.serveErr:
+		return err
+	}
+	fmt.Fprintln(stdout, "llmproxy: shutting down, draining in-flight requests and streams")
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	return s.shutdown(sctx)
+}
+
+// server is a running proxy: the listener, the echo server, the gateway,
+// its controller and, without --upstream, the simulated upstream.
+type server struct {
+	opts     options
+	URL      string // http://host:port of the proxy
+	e        *echo.Echo
+	ln       net.Listener
+	gw       *gateway.Gateway
+	ctl      *admission.Controller
+	file     *config.File
+	watcher  *config.Watcher
+	metrics  *telemetry
+	sim      *upstream.Server
+	simSrv   *http.Server
+	simURL   string
+	serveErr chan error
+	log      *slog.Logger
+}
+
+// start builds everything and starts serving; it returns once the
+// listener is open.
+func start(o options) (_ *server, err error) {
+	s := &server{opts: o, serveErr: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil && o.logLevel != "" {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	out := o.logOutput
+	if out == nil {
+		out = io.Discard
+	}
+	s.log = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+
+	// The policy file: the one given, or the embedded default.
+	if o.configPath != "" {
+		s.file, err = config.Load(o.configPath)
+	} else {
+		s.file, err = config.Parse("default.yaml (embedded)", defaultPolicy)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cut, err := gateway.ParseCutMode(o.cut)
+	if err != nil {
+		return nil, fmt.Errorf("--cut-streams: %w", err)
+	}
+
+	s.metrics, err = newTelemetry(s.file.Metrics.CardinalityLimit, s.file.Metrics.TopTenants)
+	if err != nil {
+		return nil, err
+	}
+	copts := []admission.Option{admission.WithObserver(s.metrics.observer)}
+	if o.clock != nil {
+		copts = append(copts, admission.WithClock(o.clock))
+	}
+	s.ctl, err = admission.New(s.file.Config, copts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.file.Source, err)
+	}
+	s.metrics.watch(s.ctl)
+
+	// The upstream: the one given, or the simulator on a loopback port.
+	upstreamURL := o.upstreamURL
+	if upstreamURL == "" {
+		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens})
+		simLn, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("simulated upstream: %w", err)
+		}
+		s.simSrv = &http.Server{Handler: s.sim, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = s.simSrv.Serve(simLn) }()
+		s.simURL = "http://" + simLn.Addr().String() + "/v1"
+		upstreamURL = s.simURL
+	}
+
+	maxBody := s.file.HTTP.MaxBody
+	if maxBody <= 0 {
+		maxBody = weights.DefaultMaxBodyBytes
+	}
+	prices := defaultPrices()
+	est, err := weights.NewEstimator(weights.Config{MaxBodyBytes: maxBody, Prices: prices})
+	if err != nil {
+		return nil, err
+	}
+	ic := s.file.Identity.HTTPIdentity()
+	s.gw, err = gateway.New(gateway.Config{
+		Upstream:          upstreamURL,
+		UpstreamKey:       o.upstreamKey,
+		Controller:        s.ctl,
+		Estimator:         est,
+		Prices:            prices,
+		Identity:          &ic,
+		Transport:         o.transport,
+		Timeout:           o.upstreamTimeout,
+		StreamIdleTimeout: o.streamIdle,
+		ChargeInterval:    o.chargeInterval,
+		Cut:               cut,
+		QuotaStatus:       s.file.HTTP.QuotaStatus,
+		MaxOutputReserve:  o.maxOutputReserve,
+		Meter:             s.metrics.meter(),
+		Logger:            s.log,
+		LimitHeaders:      limitHeaders,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	if o.configPath != "" {
+		s.watcher, err = config.Watch(o.configPath, s.ctl,
+			config.WithObserver(s.metrics.observer),
+			config.WithLogger(s.log),
+			config.OnApply(func(f *config.File) {
+				ic := f.Identity.HTTPIdentity()
+				s.gw.SetIdentity(&ic)
+				s.gw.PoliciesChanged()
+			}))
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	s.e = echo.New()
+	s.e.HideBanner, s.e.HidePort = true, true
+	s.e.Server.ReadHeaderTimeout = 30 * time.Second
+	s.e.Server.IdleTimeout = 2 * time.Minute
+	s.gw.Register(s.e, s.metrics.handler)
+	s.ln, err = net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, err
+	}
+	s.URL = "http://" + s.ln.Addr().String()
+	s.e.Listener = s.ln
+	go func() {
+		if err := s.e.Server.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr <- err
+		}
+	}()
+	return s, nil
+}
+
+// banner prints where the proxy listens and, with the embedded policy,
+// the demo keys.
+func (s *server) banner(w io.Writer) {
+	fmt.Fprintf(w, "llmproxy: listening on %s (OpenAI-compatible API under %s/v1)\n", s.URL, s.URL)
+	if s.sim != nil {
+		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)
+	} else {
+		fmt.Fprintf(w, "llmproxy: upstream: %s\n", s.opts.upstreamURL)
+	}
+	if s.opts.configPath == "" {
+		fmt.Fprintln(w, "llmproxy: policy: embedded default.yaml; demo keys:")
+		ic := s.file.Identity.HTTPIdentity()
+		type row struct{ key, tenant, plan string }
+		var rows []row
+		for _, k := range demoKeys {
+			if id, ok := ic.Keys.Lookup(k); ok {
+				rows = append(rows, row{k, id.Tenant, s.file.Config.Plans.Tenants[id.Tenant].Plan})
+			}
+		}
+		sort.Slice(rows, func(i, j int) bool { return rows[i].key < rows[j].key })
+		for _, r := range rows {
+			fmt.Fprintf(w, "  %-18s tenant %-8s plan %s\n", r.key, r.tenant, r.plan)
+		}
+	} else {
+		fmt.Fprintf(w, "llmproxy: policy: %s (reloaded on change and on SIGHUP)\n", s.opts.configPath)
+	}
+	fmt.Fprintf(w, "llmproxy: try: curl %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-globex' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", s.URL)
+	fmt.Fprintf(w, "llmproxy: metrics at %s/metrics, health at %s/healthz and %s/readyz\n", s.URL, s.URL, s.URL)
+}
+
+// shutdown stops accepting, waits for in-flight requests and streams up to
+// ctx's deadline, then stops the rest.
+func (s *server) shutdown(ctx context.Context) error {
+	s.gw.SetReady(false)
+	err := s.e.Shutdown(ctx)
+	s.close()
+	return err
+}
+
+// close releases everything start built, without draining.
+func (s *server) close() {
+	if s.e != nil {
+		_ = s.e.Close()
+	} else if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	if s.watcher != nil {
+		_ = s.watcher.Close()
+	}
+	if s.simSrv != nil {
+		_ = s.simSrv.Close()
+	}
+	if s.metrics != nil {
+		s.metrics.close()
+	}
+}
+
+// limitHeaders writes the IETF RateLimit-Policy and RateLimit fields and
+// X-RateLimit-* next to the OpenAI-style headers.
+func limitHeaders(h http.Header, ss []admission.Status) { httpadmit.SetLimitHeaders(h, ss) }
+
+// defaultPrices is the model price table (US dollars per million tokens,
+// list prices) used to price requests for the spend quota.
+func defaultPrices() *weights.Prices {
+	p, err := weights.NewPrices(map[string]weights.Price{
+		"gpt-4o":                 {Input: 2.50, Output: 10.00, CachedInput: 1.25},
+		"gpt-4o-mini":            {Input: 0.15, Output: 0.60, CachedInput: 0.075},
+		"gpt-4.1":                {Input: 2.00, Output: 8.00, CachedInput: 0.50},
+		"gpt-4.1-mini":           {Input: 0.40, Output: 1.60, CachedInput: 0.10},
+		"gpt-4.1-nano":           {Input: 0.10, Output: 0.40, CachedInput: 0.025},
+		"gpt-5":                  {Input: 1.25, Output: 10.00, CachedInput: 0.125},
+		"gpt-5-mini":             {Input: 0.25, Output: 2.00, CachedInput: 0.025},
+		"o4-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.275},
+		"gpt-3.5-turbo":          {Input: 0.50, Output: 1.50},
+		"text-embedding-3-small": {Input: 0.02},
+		"text-embedding-3-large": {Input: 0.13},
+		"text-embedding-ada-002": {Input: 0.10},
+	})
+	if err != nil {
+		panic(err) // a fixed table: a mistake here is a programming error
+	}
+	return p
+}

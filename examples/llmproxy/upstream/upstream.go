@@ -1,0 +1,673 @@
+// Package upstream is a simulated OpenAI-compatible API: chat completions,
+// legacy completions, embeddings and responses, streaming and not, with
+// realistic usage reports, configurable latency and output rate. The llmproxy
+// gateway runs it in-process when no real upstream is configured, and its
+// tests and benchmarks use it as the provider.
+//
+// The simulator counts prompt tokens as one per four bytes of prompt text plus
+// the chat format's fixed costs, and writes one token per output word, so the
+// usage it reports is close to what a tokenizer would count on its output.
+//
+// A few request headers steer it, for tests and demonstrations:
+//
+//	X-Sim-Tokens: 500      output tokens to generate (capped by max_tokens)
+//	X-Sim-Fault: 500       answer 500 in the OpenAI error shape
+//	X-Sim-Fault: 429       answer 429 with retry-after headers
+//	X-Sim-Fault: hang      never answer (until the caller gives up)
+//	X-Sim-Fault: cut       break the connection half-way through the output
+//	X-Sim-Fault: garbage   answer 200 with a body that is not JSON
+//	X-Sim-Latency: 2s      time before the first byte, for this request
+package upstream
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultOutputTokens = 32
+	DefaultDimensions   = 8
+)
+
+// DefaultModels are the models served when Config.Models is empty.
+var DefaultModels = []string{
+	"gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano",
+	"gpt-5", "gpt-5-mini", "o4-mini", "gpt-3.5-turbo", "gpt-3.5-turbo-instruct",
+	"text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002",
+}
+
+// Config configures a Server. The zero value answers at once.
+type Config struct {
+	// Latency is the time before the first byte of every response.
+	Latency time.Duration
+	// TokensPerSecond is the output rate: a stream sends its tokens at this
+	// pace, a non-streaming response waits as long as generating them
+	// takes. Zero means as fast as possible.
+	TokensPerSecond float64
+	// OutputTokens is how many tokens a completion has when the request
+	// sets no smaller limit. Zero means DefaultOutputTokens.
+	OutputTokens int
+	// ChunkTokens is the number of tokens per streamed chunk; zero means 1.
+	ChunkTokens int
+	// Models lists the models served; others get 404 model_not_found.
+	// Empty means DefaultModels.
+	Models []string
+	// AnyModel serves every model name.
+	AnyModel bool
+}
+
+// Server is the simulated API. It is an http.Handler, safe for concurrent
+// use, and counts the requests it serves.
+type Server struct {
+	cfg      Config
+	models   map[string]bool
+	seq      atomic.Int64
+	requests atomic.Int64
+	inflight atomic.Int64
+	maxIn    atomic.Int64
+	mu       sync.Mutex
+	seen     []Seen
+}
+
+// Seen records what one request asked for, for tests.
+type Seen struct {
+	Path string
+	// Auth is the Authorization header the upstream received.
+	Auth         string
+	IncludeUsage bool
+	Stream       bool
+}
+
+// New returns a simulator.
+func New(cfg Config) *Server {
+	if cfg.OutputTokens <= 0 {
+		cfg.OutputTokens = DefaultOutputTokens
+	}
+	if cfg.ChunkTokens <= 0 {
+		cfg.ChunkTokens = 1
+	}
+	if len(cfg.Models) == 0 {
+		cfg.Models = DefaultModels
+	}
+	s := &Server{cfg: cfg, models: map[string]bool{}}
+	for _, m := range cfg.Models {
+		s.models[m] = true
+	}
+	return s
+}
+
+// Requests returns the number of requests received.
+func (s *Server) Requests() int64 { return s.requests.Load() }
+
+// InFlight returns the number of requests being served now.
+func (s *Server) InFlight() int64 { return s.inflight.Load() }
+
+// MaxInFlight returns the most requests served at once since the last
+// ResetMaxInFlight.
+func (s *Server) MaxInFlight() int64 { return s.maxIn.Load() }
+
+// ResetMaxInFlight starts a new MaxInFlight measurement.
+func (s *Server) ResetMaxInFlight() { s.maxIn.Store(s.inflight.Load()) }
+
+// Seen returns the requests received so far (the last 1000).
+func (s *Server) Seen() []Seen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.seen)
+}
+
+// simRequest is the part of a request body the simulator reads.
+type simRequest struct {
+	Model               string          `json:"model"`
+	Messages            []simMessage    `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Input               json.RawMessage `json:"input"`
+	Instructions        string          `json:"instructions"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	MaxOutputTokens     *int            `json:"max_output_tokens"`
+	N                   int             `json:"n"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	EncodingFormat string `json:"encoding_format"`
+	Dimensions     int    `json:"dimensions"`
+}
+
+type simMessage struct {
+	Role    string          `json:"role"`
+	Name    string          `json:"name"`
+	Content json.RawMessage `json:"content"`
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	n := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for {
+		m := s.maxIn.Load()
+		if n <= m || s.maxIn.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case r.Method == http.MethodGet && strings.HasSuffix(path, "/models"):
+		s.listModels(w)
+		return
+	case r.Method == http.MethodGet && strings.Contains(path, "/models/"):
+		id := path[strings.LastIndex(path, "/models/")+len("/models/"):]
+		if !s.knows(id) {
+			notFound(w, id)
+			return
+		}
+		writeJSON(w, http.StatusOK, modelObject(id))
+		return
+	case r.Method != http.MethodPost:
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Method not allowed.")
+		return
+	}
+	var req simRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "We could not parse the JSON body of your request.")
+		return
+	}
+	s.record(Seen{
+		Path: path, Auth: r.Header.Get("Authorization"), Stream: req.Stream,
+		IncludeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+	})
+	if !s.knows(req.Model) {
+		notFound(w, req.Model)
+		return
+	}
+	latency := s.cfg.Latency
+	if v := r.Header.Get("X-Sim-Latency"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			latency = d
+		}
+	}
+	fault := r.Header.Get("X-Sim-Fault")
+	if fault == "hang" {
+		<-r.Context().Done()
+		return
+	}
+	if !sleep(r, latency) {
+		return
+	}
+	switch fault {
+	case "500":
+		writeError(w, http.StatusInternalServerError, "server_error", "", "The server had an error while processing your request.")
+		return
+	case "429":
+		h := w.Header()
+		h.Set("Retry-After", "1")
+		h.Set("Retry-After-Ms", "1000")
+		h.Set("X-Ratelimit-Limit-Requests", "10000")
+		h.Set("X-Ratelimit-Remaining-Requests", "0")
+		h.Set("X-Ratelimit-Reset-Requests", "1s")
+		writeError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "Rate limit reached for requests. Please try again in 1s.")
+		return
+	case "garbage":
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("<html>upstream proxy error</html>"))
+		return
+	}
+	out := s.cfg.OutputTokens
+	if v, err := strconv.Atoi(r.Header.Get("X-Sim-Tokens")); err == nil && v >= 0 {
+		out = v
+	}
+	finish := "stop"
+	for _, lim := range []*int{req.MaxCompletionTokens, req.MaxTokens, req.MaxOutputTokens} {
+		if lim != nil && *lim < out {
+			out, finish = max(*lim, 0), "length"
+		}
+	}
+	g := gen{s: s, w: w, r: r, req: &req, out: out, finish: finish, cut: fault == "cut"}
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		g.prompt = chatPromptTokens(&req)
+		g.chat()
+	case strings.HasSuffix(path, "/completions"):
+		g.prompt = promptTokens(req.Prompt)
+		g.completion()
+	case strings.HasSuffix(path, "/embeddings"):
+		s.embeddings(w, &req)
+	case strings.HasSuffix(path, "/responses"):
+		g.prompt = promptTokens(req.Input) + textTokens(req.Instructions)
+		g.responses()
+	default:
+		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "Unknown request URL: "+r.Method+" "+r.URL.Path)
+	}
+}
+
+func (s *Server) record(x Seen) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.seen) >= 1000 {
+		s.seen = s.seen[1:]
+	}
+	s.seen = append(s.seen, x)
+}
+
+func (s *Server) knows(model string) bool { return s.cfg.AnyModel || s.models[model] }
+
+func (s *Server) listModels(w http.ResponseWriter) {
+	data := make([]any, 0, len(s.cfg.Models))
+	for _, m := range s.cfg.Models {
+		data = append(data, modelObject(m))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func modelObject(id string) map[string]any {
+	return map[string]any{"id": id, "object": "model", "created": 1700000000, "owned_by": "sluice-simulator"}
+}
+
+func notFound(w http.ResponseWriter, model string) {
+	writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found",
+		fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
+}
+
+// sleep waits d or until the request is cancelled; it reports whether the
+// request is still alive.
+func sleep(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return r.Context().Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// textTokens prices a text at one token per four bytes, rounded up.
+func textTokens(s string) int { return (len(s) + 3) / 4 }
+
+// promptTokens prices a JSON prompt value (a string, an array of strings,
+// content parts or input items) by the length of the strings it holds.
+func promptTokens(raw json.RawMessage) int {
+	if len(raw) == 0 {
+		return 0
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return textTokens(string(raw))
+	}
+	return walkTokens(v)
+}
+
+func walkTokens(v any) int {
+	switch x := v.(type) {
+	case string:
+		return textTokens(x)
+	case []any:
+		n := 0
+		for _, e := range x {
+			n += walkTokens(e)
+		}
+		return n
+	case map[string]any:
+		n := 0
+		for k, e := range x {
+			if k == "text" || k == "content" || k == "input" {
+				n += walkTokens(e)
+			}
+		}
+		return n
+	case float64:
+		return 1 // a token id
+	}
+	return 0
+}
+
+func chatPromptTokens(req *simRequest) int {
+	n := 3
+	for _, m := range req.Messages {
+		n += 3 + promptTokens(m.Content)
+		if m.Name != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// words are the simulated output: each is one token in the common
+// tokenizers.
+var words = []string{" The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."}
+
+func word(i int) string { return words[i%len(words)] }
+
+// gen generates one completion.
+type gen struct {
+	s      *Server
+	w      http.ResponseWriter
+	r      *http.Request
+	req    *simRequest
+	prompt int
+	out    int
+	finish string
+	cut    bool
+}
+
+func (g *gen) id(prefix string) string { return fmt.Sprintf("%s-sim%d", prefix, g.s.seq.Add(1)) }
+
+func (g *gen) choices() int { return max(g.req.N, 1) }
+
+// pace waits for the generation of k tokens; it reports whether the
+// request is still alive.
+func (g *gen) pace(k int) bool {
+	if g.s.cfg.TokensPerSecond <= 0 || k == 0 {
+		return g.r.Context().Err() == nil
+	}
+	return sleep(g.r, time.Duration(float64(k)/g.s.cfg.TokensPerSecond*float64(time.Second)))
+}
+
+func (g *gen) text() string {
+	var b strings.Builder
+	for i := range g.out {
+		b.WriteString(word(i))
+	}
+	return b.String()
+}
+
+func (g *gen) includeUsage() bool {
+	return g.req.StreamOptions != nil && g.req.StreamOptions.IncludeUsage
+}
+
+func (g *gen) chatUsage() map[string]any {
+	out := g.out * g.choices()
+	return map[string]any{
+		"prompt_tokens": g.prompt, "completion_tokens": out, "total_tokens": g.prompt + out,
+		"prompt_tokens_details":     map[string]any{"cached_tokens": 0, "audio_tokens": 0},
+		"completion_tokens_details": map[string]any{"reasoning_tokens": 0, "audio_tokens": 0},
+	}
+}
+
+func (g *gen) chat() {
+	created := time.Now().Unix()
+	if !g.req.Stream {
+		if !g.pace(g.out) {
+			return
+		}
+		choices := make([]any, g.choices())
+		for i := range choices {
+			choices[i] = map[string]any{
+				"index": i, "finish_reason": g.finish, "logprobs": nil,
+				"message": map[string]any{"role": "assistant", "content": g.text(), "refusal": nil},
+			}
+		}
+		writeJSON(g.w, http.StatusOK, map[string]any{
+			"id": g.id("chatcmpl"), "object": "chat.completion", "created": created, "model": g.req.Model,
+			"choices": choices, "usage": g.chatUsage(), "system_fingerprint": "fp_sim",
+		})
+		return
+	}
+	id := g.id("chatcmpl")
+	sse := g.startSSE()
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		c := map[string]any{
+			"id": id, "object": "chat.completion.chunk", "created": created, "model": g.req.Model,
+			"system_fingerprint": "fp_sim",
+			"choices":            []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}},
+		}
+		if g.includeUsage() {
+			c["usage"] = nil
+		}
+		return c
+	}
+	if !sse.data(chunk(map[string]any{"role": "assistant", "content": ""}, nil)) {
+		return
+	}
+	if !g.streamTokens(sse, func(text string) any { return chunk(map[string]any{"content": text}, nil) }) {
+		return
+	}
+	if !sse.data(chunk(map[string]any{}, g.finish)) {
+		return
+	}
+	if g.includeUsage() {
+		if !sse.data(map[string]any{
+			"id": id, "object": "chat.completion.chunk", "created": created, "model": g.req.Model,
+			"system_fingerprint": "fp_sim", "choices": []any{}, "usage": g.chatUsage(),
+		}) {
+			return
+		}
+	}
+	sse.done()
+}
+
+// streamTokens sends the output in chunks; it reports whether the stream
+// may go on.
+func (g *gen) streamTokens(sse *sseWriter, event func(text string) any) bool {
+	step := g.s.cfg.ChunkTokens
+	for i := 0; i < g.out; i += step {
+		k := min(step, g.out-i)
+		if g.cut && i >= g.out/2 {
+			// Break the connection without ending the response.
+			panic(http.ErrAbortHandler)
+		}
+		if !g.pace(k) {
+			return false
+		}
+		var b strings.Builder
+		for j := range k {
+			b.WriteString(word(i + j))
+		}
+		if !sse.data(event(b.String())) {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *gen) completion() {
+	created := time.Now().Unix()
+	usage := map[string]any{"prompt_tokens": g.prompt, "completion_tokens": g.out * g.choices(), "total_tokens": g.prompt + g.out*g.choices()}
+	if !g.req.Stream {
+		if !g.pace(g.out) {
+			return
+		}
+		choices := make([]any, g.choices())
+		for i := range choices {
+			choices[i] = map[string]any{"index": i, "text": g.text(), "finish_reason": g.finish, "logprobs": nil}
+		}
+		writeJSON(g.w, http.StatusOK, map[string]any{
+			"id": g.id("cmpl"), "object": "text_completion", "created": created, "model": g.req.Model,
+			"choices": choices, "usage": usage,
+		})
+		return
+	}
+	id := g.id("cmpl")
+	sse := g.startSSE()
+	chunk := func(text string, finish any) map[string]any {
+		c := map[string]any{
+			"id": id, "object": "text_completion", "created": created, "model": g.req.Model,
+			"choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}},
+		}
+		if g.includeUsage() {
+			c["usage"] = nil
+		}
+		return c
+	}
+	if !g.streamTokens(sse, func(text string) any { return chunk(text, nil) }) {
+		return
+	}
+	if !sse.data(chunk("", g.finish)) {
+		return
+	}
+	if g.includeUsage() {
+		if !sse.data(map[string]any{"id": id, "object": "text_completion", "created": created, "model": g.req.Model, "choices": []any{}, "usage": usage}) {
+			return
+		}
+	}
+	sse.done()
+}
+
+func (s *Server) embeddings(w http.ResponseWriter, req *simRequest) {
+	var inputs []json.RawMessage
+	if len(req.Input) > 0 && req.Input[0] == '[' {
+		if json.Unmarshal(req.Input, &inputs) != nil {
+			inputs = nil
+		}
+		// An array of token ids is one input.
+		if len(inputs) > 0 && len(inputs[0]) > 0 && inputs[0][0] != '"' && inputs[0][0] != '[' {
+			inputs = []json.RawMessage{req.Input}
+		}
+	} else {
+		inputs = []json.RawMessage{req.Input}
+	}
+	dims := req.Dimensions
+	if dims <= 0 || dims > 4096 {
+		dims = DefaultDimensions
+	}
+	tokens := 0
+	data := make([]any, len(inputs))
+	for i, in := range inputs {
+		tokens += promptTokens(in)
+		vec := make([]float32, dims)
+		for j := range vec {
+			vec[j] = float32(math.Sin(float64(i*dims+j+len(in)))) / 2
+		}
+		var emb any = vec
+		if req.EncodingFormat == "base64" {
+			var b bytes.Buffer
+			_ = binary.Write(&b, binary.LittleEndian, vec)
+			emb = base64.StdEncoding.EncodeToString(b.Bytes())
+		}
+		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": emb}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object": "list", "data": data, "model": req.Model,
+		"usage": map[string]any{"prompt_tokens": tokens, "total_tokens": tokens},
+	})
+}
+
+func (g *gen) responsesUsage() map[string]any {
+	return map[string]any{
+		"input_tokens": g.prompt, "input_tokens_details": map[string]any{"cached_tokens": 0},
+		"output_tokens": g.out, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
+		"total_tokens": g.prompt + g.out,
+	}
+}
+
+func (g *gen) response(id, msgID, status string, text string, usage any) map[string]any {
+	output := []any{}
+	if status == "completed" || status == "incomplete" {
+		output = append(output, map[string]any{
+			"type": "message", "id": msgID, "status": "completed", "role": "assistant",
+			"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}},
+		})
+	}
+	return map[string]any{
+		"id": id, "object": "response", "created_at": time.Now().Unix(), "status": status,
+		"model": g.req.Model, "output": output, "usage": usage, "parallel_tool_calls": true,
+		"tool_choice": "auto", "tools": []any{}, "error": nil, "incomplete_details": nil,
+		"instructions": nil, "metadata": map[string]any{}, "temperature": 1.0, "top_p": 1.0,
+	}
+}
+
+func (g *gen) responses() {
+	id, msgID := g.id("resp"), g.id("msg")
+	status := "completed"
+	if g.finish == "length" {
+		status = "incomplete"
+	}
+	if !g.req.Stream {
+		if !g.pace(g.out) {
+			return
+		}
+		writeJSON(g.w, http.StatusOK, g.response(id, msgID, status, g.text(), g.responsesUsage()))
+		return
+	}
+	sse := g.startSSE()
+	seq := 0
+	event := func(typ string, v map[string]any) bool {
+		v["type"] = typ
+		v["sequence_number"] = seq
+		seq++
+		return sse.event(typ, v)
+	}
+	if !event("response.created", map[string]any{"response": g.response(id, msgID, "in_progress", "", nil)}) {
+		return
+	}
+	if !g.streamTokens(sse, func(text string) any {
+		v := map[string]any{"type": "response.output_text.delta", "item_id": msgID, "output_index": 0, "content_index": 0, "delta": text, "sequence_number": seq}
+		seq++
+		return v
+	}) {
+		return
+	}
+	event("response."+status, map[string]any{"response": g.response(id, msgID, status, g.text(), g.responsesUsage())})
+}
+
+// sseWriter writes server-sent events and flushes each.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (g *gen) startSSE() *sseWriter {
+	h := g.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	g.w.WriteHeader(http.StatusOK)
+	return &sseWriter{w: g.w, rc: http.NewResponseController(g.w)}
+}
+
+func (s *sseWriter) data(v any) bool {
+	b, _ := json.Marshal(v)
+	return s.write("", b)
+}
+
+func (s *sseWriter) event(name string, v any) bool {
+	b, _ := json.Marshal(v)
+	return s.write(name, b)
+}
+
+func (s *sseWriter) done() { s.write("", []byte("[DONE]")) }
+
+func (s *sseWriter) write(name string, data []byte) bool {
+	buf := make([]byte, 0, len(data)+len(name)+16)
+	if name != "" {
+		buf = append(append(append(buf, "event: "...), name...), '\n')
+	}
+	buf = append(append(append(buf, "data: "...), data...), "\n\n"...)
+	if _, err := s.w.Write(buf); err != nil {
+		return false
+	}
+	return s.rc.Flush() == nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	var c any
+	if code != "" {
+		c = code
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+}
