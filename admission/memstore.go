@@ -29,14 +29,16 @@ func (MemoryStore) Limiter(p *Policy) (Limiter, error) {
 
 // memLimiter holds the partitions of one policy in a sharded table.
 type memLimiter struct {
-	seed     maphash.Seed
-	maxParts int64
-	count    atomic.Int64
-	idle     int64
-	overflow OverflowMode
-	evicted  atomic.Uint64
-	onEvict  func(n int)
-	ovf      struct {
+	seed          maphash.Seed
+	maxParts      int64
+	count         atomic.Int64
+	lastSweep     atomic.Int64
+	nextFullSweep atomic.Int64
+	idle          int64
+	overflow      OverflowMode
+	evicted       atomic.Uint64
+	onEvict       func(n int)
+	ovf           struct {
 		sync.Mutex
 		c    cell
 		init bool
@@ -45,12 +47,11 @@ type memLimiter struct {
 }
 
 type shard struct {
-	mu        sync.Mutex
-	m         map[string]*cell
-	free      []*cell
-	slab      []cell
-	lastSweep int64
-	_         [40]byte // keep shards on separate cache lines
+	mu   sync.Mutex
+	m    map[string]*cell
+	free []*cell
+	slab []cell
+	_    [48]byte // keep shards on separate cache lines
 }
 
 var _ Limiter = (*memLimiter)(nil)
@@ -86,12 +87,38 @@ func (l *memLimiter) lock(key string, lim Limit, now int64, create bool) (*cell,
 		c.used = now
 		return c, &sh.mu
 	}
+	sh.mu.Unlock()
 	if !create {
-		sh.mu.Unlock()
 		return nil, nil
 	}
-	if full := l.count.Load() >= l.maxParts; full || now-sh.lastSweep > l.idle {
-		l.sweep(sh, lim, now, full)
+	return l.create(sh, key, lim, now)
+}
+
+// create adds the partition of key, making room first when the table is
+// full or an idle period has passed.
+func (l *memLimiter) create(sh *shard, key string, lim Limit, now int64) (*cell, *sync.Mutex) {
+	last := l.lastSweep.Load()
+	full := l.count.Load() >= l.maxParts
+	if (now-last > l.idle || full && now >= l.nextFullSweep.Load()) && l.lastSweep.CompareAndSwap(last, now) {
+		// Once per idle period, drop idle neutral partitions; when the
+		// table is full, drop any neutral one (it changes no decision). A
+		// full sweep that frees nothing is not repeated for a while, so a
+		// flood of new keys costs a lookup each, not a sweep each.
+		freed := 0
+		for i := range l.shards {
+			o := &l.shards[i]
+			o.mu.Lock()
+			freed += l.sweep(o, lim, now, full)
+			o.mu.Unlock()
+		}
+		if full && freed == 0 {
+			l.nextFullSweep.Store(now + min(l.idle, int64(time.Second)))
+		}
+	}
+	sh.mu.Lock()
+	if c, ok := sh.m[key]; ok {
+		c.used = now
+		return c, &sh.mu
 	}
 	if l.count.Load() >= l.maxParts {
 		sh.mu.Unlock()
@@ -137,8 +164,7 @@ func (sh *shard) alloc() *cell {
 
 // sweep drops partitions whose state is neutral: idle ones, or any neutral
 // one when the shard is full (dropping a neutral partition changes nothing).
-func (l *memLimiter) sweep(sh *shard, lim Limit, now int64, full bool) {
-	sh.lastSweep = now
+func (l *memLimiter) sweep(sh *shard, lim Limit, now int64, full bool) int {
 	n := 0
 	for k, c := range sh.m {
 		if (full || now-c.used >= l.idle) && c.neutral(lim, now) {
@@ -155,6 +181,7 @@ func (l *memLimiter) sweep(sh *shard, lim Limit, now int64, full bool) {
 			l.onEvict(n)
 		}
 	}
+	return n
 }
 
 // Acquire implements Limiter.

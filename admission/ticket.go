@@ -48,7 +48,7 @@ type held struct {
 	mode        Mode
 	key         string
 	lim         *Limit // the partition's limit, owned by the configuration
-	est         int64 // estimated cost, reserved at admission
+	est         int64  // estimated cost, reserved at admission
 	grant       Grant
 	wait        time.Duration
 	taken       bool // the grant holds permits

@@ -59,9 +59,7 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	root := doc.Content[0]
 	d.decodeRoot(root)
-	if len(d.errs) == 0 {
-		d.validate(root)
-	}
+	d.validate(root)
 	if len(d.errs) == 0 {
 		if err := d.f.Config.Validate(); err != nil {
 			d.fieldErrors(err, root)
@@ -102,8 +100,22 @@ func (d *decoder) fieldErrors(err error, root *yaml.Node) {
 			d.errorf(root, "", "%v", e)
 			continue
 		}
+		if d.reported(fe.Path) {
+			continue
+		}
 		d.errorf(d.locate(fe.Path, root), fe.Path, "%s", fe.Msg)
 	}
+}
+
+// reported reports whether an error was already given for path: the
+// semantic checks do not repeat what decoding found.
+func (d *decoder) reported(path string) bool {
+	for _, e := range d.errs {
+		if e.Path == path {
+			return true
+		}
+	}
+	return false
 }
 
 // locate returns the node recorded for path, or for its nearest recorded
@@ -510,7 +522,7 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 	for i, k := range keys {
 		var kp admission.KeyPart
 		if err := kp.UnmarshalText([]byte(k)); err != nil {
-			d.errorf(d.locate(fmt.Sprintf("%s.key[%d]", path, i), nil), fmt.Sprintf("%s.key[%d]", path, i), "%v", err)
+			d.errorf(d.locate(fmt.Sprintf("%s.key[%d]", path, i), nil), fmt.Sprintf("%s.key[%d]", path, i), "%s", strings.Replace(err.Error(), "unknown key", "unknown key part", 1))
 			continue
 		}
 		pol.Key = append(pol.Key, kp)
@@ -576,7 +588,7 @@ func (d *decoder) override(n *yaml.Node, path string) admission.Override {
 		field{"limit", d.positive(&o.Limit, nil)},
 		field{"burst", d.positive(&o.Burst, nil)},
 		field{"per", d.duration(&o.Per, false)},
-	) && o == (admission.Override{}) {
+	) && len(d.resolve(n).Content) == 0 {
 		d.errorf(d.resolve(n), path, "an override needs limit, burst or per")
 	}
 	return o

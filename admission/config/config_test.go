@@ -1,0 +1,201 @@
+package config_test
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of broken policy files")
+
+// TestBrokenFiles parses every file in testdata/broken and compares the
+// errors, all reported at once with file, line, column and path, with the
+// .golden file next to it.
+func TestBrokenFiles(t *testing.T) {
+	files, _ := filepath.Glob("testdata/broken/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no test files")
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			_, err := config.Load(file)
+			if err == nil {
+				t.Fatalf("Load(%s) = nil error; want errors", file)
+			}
+			var es config.Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("Load(%s) error %T is not config.Errors", file, err)
+			}
+			for _, e := range es {
+				if e.File != file || e.Line == 0 {
+					t.Errorf("error %q has no position", e)
+				}
+			}
+			got := err.Error() + "\n"
+			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("Load(%s) errors:\n%s\nwant:\n%s", file, got, want)
+			}
+		})
+	}
+}
+
+func TestExampleFile(t *testing.T) {
+	f, err := config.Load("../../examples/policies/example.yaml")
+	if err != nil {
+		t.Fatalf("Load(example.yaml) = %v", err)
+	}
+	if got := len(f.Config.Policies); got != 6 {
+		t.Errorf("policies = %d; want 6", got)
+	}
+	if _, err := admission.New(f.Config); err != nil {
+		t.Errorf("admission.New(example) = %v", err)
+	}
+	id, ok := f.Identity.Keys.Lookup("sk-example-acme-ci")
+	if !ok || id.Tenant != "acme" || id.KeyID != "acme-ci" {
+		t.Errorf("Lookup(acme ci key) = %+v, %v; want acme/acme-ci", id, ok)
+	}
+	id, ok = f.Identity.Keys.Lookup("sk-example-globex")
+	if !ok || id.Tenant != "globex" || !strings.HasPrefix(id.KeyID, "key_") {
+		t.Errorf("Lookup(globex key) = %+v, %v; want globex with a derived id", id, ok)
+	}
+	tpm := f.Config.Policies[1]
+	if want := []string{"POST /v1/chat/completions", "POST /v1/embeddings"}; strings.Join(tpm.Match.Operations, ",") != strings.Join(want, ",") {
+		t.Errorf("tenant-tpm operations = %q; want %q", tpm.Match.Operations, want)
+	}
+	if tpm.Limit != 100_000 || tpm.MaxCost != 32_000 || tpm.Unit != admission.UnitTokens {
+		t.Errorf("tenant-tpm = %d/%d %s; want 100000/32000 tokens", tpm.Limit, tpm.MaxCost, tpm.Unit)
+	}
+	if f.HTTP.MaxBody != 1<<20 || f.HTTP.QuotaStatus != 403 || len(f.Identity.TrustedProxies) != 2 {
+		t.Errorf("http/identity = %+v %+v", f.HTTP, f.Identity.TrustedProxies)
+	}
+}
+
+func TestEffective(t *testing.T) {
+	f, err := config.Parse("plans.yaml", []byte(`
+policies:
+  - {name: rpm, key: tenant, algorithm: token_bucket, limit: 60, per: 1m}
+  - {name: inflight, key: tenant, algorithm: concurrency, limit: 4}
+default_plan: basic
+plans:
+  basic: {}
+  premium:
+    rpm: {limit: 600}
+    inflight: {limit: 16}
+tenants:
+  acme: {plan: premium, overrides: {rpm: {burst: 900}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		plan, policy string
+		limit, burst int64
+	}
+	want := []row{
+		{"-", "rpm", 60, 60}, {"-", "inflight", 4, 0},
+		{"basic", "rpm", 60, 60}, {"basic", "inflight", 4, 0},
+		{"premium", "rpm", 600, 600}, {"premium", "inflight", 16, 0},
+		{"tenant:acme", "rpm", 600, 900}, {"tenant:acme", "inflight", 16, 0},
+	}
+	got := f.Effective()
+	if len(got) != len(want) {
+		t.Fatalf("Effective() = %d rows; want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if (row{g.Plan, g.Policy, g.Limit, g.Burst}) != w {
+			t.Errorf("Effective()[%d] = %v %v %d/%d; want %v", i, g.Plan, g.Policy, g.Limit, g.Burst, w)
+		}
+	}
+}
+
+func TestValues(t *testing.T) {
+	tests := []struct {
+		limit, per, size string
+		wantLimit        int64
+		wantPer          time.Duration
+		wantSize         int64
+	}{
+		{"600", "1m", "1048576", 600, time.Minute, 1 << 20},
+		{"100_000", "90s", "512KiB", 100_000, 90 * time.Second, 512 << 10},
+		{"100k", "1h30m", "1MiB", 100_000, 90 * time.Minute, 1 << 20},
+		{"2M", "7d", "10MB", 2_000_000, 7 * 24 * time.Hour, 10_000_000},
+	}
+	for _, tt := range tests {
+		src := "policies:\n  - {name: p, algorithm: fixed_window, limit: " + tt.limit + ", per: " + tt.per + "}\nhttp: {max_body: " + tt.size + "}\n"
+		f, err := config.Parse("v.yaml", []byte(src))
+		if err != nil {
+			t.Errorf("Parse(limit %s, per %s, size %s) = %v", tt.limit, tt.per, tt.size, err)
+			continue
+		}
+		p := f.Config.Policies[0]
+		if p.Limit != tt.wantLimit || p.Per != tt.wantPer || f.HTTP.MaxBody != tt.wantSize {
+			t.Errorf("Parse(%s, %s, %s) = %d, %v, %d; want %d, %v, %d", tt.limit, tt.per, tt.size,
+				p.Limit, p.Per, f.HTTP.MaxBody, tt.wantLimit, tt.wantPer, tt.wantSize)
+		}
+	}
+}
+
+func TestKeyHashForm(t *testing.T) {
+	h := httpadmit.HashKey("sk-example-acme-1")
+	if got, want := h.String(), "sha256:e441e10e484da43fa24e869bb226e626905ba748647185f3d0cccd011c2e0b1c"; got != want {
+		t.Errorf("HashKey(sk-example-acme-1) = %s; want %s", got, want)
+	}
+	back, err := httpadmit.ParseKeyHash(h.String())
+	if err != nil || back != h {
+		t.Errorf("ParseKeyHash(%s) = %v, %v", h, back, err)
+	}
+}
+
+// FuzzParse feeds arbitrary documents to the decoder: it must never panic,
+// and what it accepts must be a configuration the controller accepts too.
+func FuzzParse(f *testing.F) {
+	for _, file := range append(must(filepath.Glob("testdata/broken/*.yaml")), "../../examples/policies/example.yaml") {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("policies: [{name: a, algorithm: quota, period: month, limit: 1}]"))
+	f.Add([]byte("a: &a [*a, *a]\npolicies: *a"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := config.Parse("fuzz.yaml", data)
+		if err != nil {
+			var es config.Errors
+			if !errors.As(err, &es) || len(es) == 0 {
+				t.Fatalf("Parse error %T %v is not a non-empty config.Errors", err, err)
+			}
+			return
+		}
+		if _, err := admission.New(file.Config); err != nil {
+			t.Fatalf("Parse accepted a configuration admission.New refuses: %v", err)
+		}
+	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -1,0 +1,311 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+)
+
+// waitFor polls cond until it holds or a second of real time has passed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type result struct {
+	name string
+	tk   admission.Ticket
+	err  error
+}
+
+// enqueue starts an Admit in a goroutine and waits until it is queued.
+func enqueue(t *testing.T, c *admission.Controller, rec *recorder, ctx context.Context, r admission.Request, name string, out chan<- result) {
+	t.Helper()
+	before := rec.count(admission.Queued)
+	go func() {
+		tk, err := c.Admit(ctx, r)
+		out <- result{name, tk, err}
+	}()
+	waitFor(t, name+" to queue", func() bool { return rec.count(admission.Queued) > before })
+}
+
+func concurrencyPolicy(limit int64, q admission.Queue, key ...admission.KeyPart) admission.Policy {
+	return admission.Policy{Name: "inflight", Key: key, Algorithm: admission.Concurrency, Limit: limit, Queue: q}
+}
+
+func TestQueueOrder(t *testing.T) {
+	for _, order := range []admission.Order{admission.OldestFirst, admission.NewestFirst} {
+		t.Run(order.String(), func(t *testing.T) {
+			clock := admissiontest.NewClock(admissiontest.Epoch)
+			rec := &recorder{}
+			c := newController(t, clock, rec, concurrencyPolicy(1, admission.Queue{Size: 3, Order: order}, admission.KeyTenant))
+			ctx := context.Background()
+			holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := make(chan result, 4)
+			for i := 1; i <= 3; i++ {
+				enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Operation: fmt.Sprint(i)}, fmt.Sprint(i), out)
+			}
+			// The queue holds 3: a fourth is refused at once.
+			_, err = c.Admit(ctx, admission.Request{Tenant: "a"})
+			if !errors.Is(err, admission.ErrQueueFull) {
+				t.Fatalf("fourth waiter: err = %v; want ErrQueueFull", err)
+			}
+			var served []string
+			holder.Done()
+			for i := 0; i < 3; i++ {
+				r := <-out
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				served = append(served, r.name)
+				r.tk.Done()
+			}
+			want := "[1 2 3]"
+			if order == admission.NewestFirst {
+				want = "[3 2 1]"
+			}
+			if fmt.Sprint(served) != want {
+				t.Errorf("served %v; want %s", served, want)
+			}
+		})
+	}
+}
+
+func TestQueueTimeoutAndDeadline(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, concurrencyPolicy(1, admission.Queue{Size: 5, Timeout: 2 * time.Second}, admission.KeyTenant))
+	ctx := context.Background()
+	holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan result, 1)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "w", out)
+	clock.Advance(1999 * time.Millisecond)
+	select {
+	case r := <-out:
+		t.Fatalf("left the queue early: %v", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clock.Advance(time.Millisecond)
+	r := <-out
+	var rej *admission.Rejection
+	if !errors.As(r.err, &rej) || rej.Reason != admission.ReasonQueueTimeout || !errors.Is(r.err, admission.ErrQueueTimeout) {
+		t.Fatalf("after the queue timeout: err = %v", r.err)
+	}
+	if n := rec.count(admission.Timeout); n != 1 {
+		t.Errorf("timeout decisions = %d; want 1", n)
+	}
+	// A caller's own deadline ends the wait too, as a queue timeout.
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	_, err = c.Admit(dctx, admission.Request{Tenant: "a"})
+	if !errors.Is(err, admission.ErrQueueTimeout) {
+		t.Fatalf("deadline while queued: err = %v", err)
+	}
+	// Cancellation is the caller's error, not a rejection.
+	cctx, cancel2 := context.WithCancel(ctx)
+	enqueue(t, c, rec, cctx, admission.Request{Tenant: "a"}, "c", out)
+	cancel2()
+	if r := <-out; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("canceled while queued: err = %v", r.err)
+	}
+	holder.Done()
+	if tk, err := c.TryAdmit(ctx, admission.Request{Tenant: "a"}); err != nil {
+		t.Fatalf("slot leaked by the waiters that left: %v", err)
+	} else {
+		tk.Done()
+	}
+}
+
+func TestRateQueue(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, admission.Policy{
+		Name: "rps", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second,
+		Queue: admission.Queue{Size: 10, Timeout: 5 * time.Second},
+	})
+	ctx := context.Background()
+	tk, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done()
+	out := make(chan result, 2)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "1", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "2", out)
+	clock.Advance(time.Second)
+	r := <-out
+	if r.err != nil || r.name != "1" {
+		t.Fatalf("after 1s: %s %v; want 1 admitted", r.name, r.err)
+	}
+	select {
+	case r := <-out:
+		t.Fatalf("2 admitted before its token: %v", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clock.Advance(time.Second)
+	if r := <-out; r.err != nil || r.name != "2" {
+		t.Fatalf("after 2s: %s %v", r.name, r.err)
+	}
+	// A request that cannot fit before the queue timeout is refused at
+	// once with the rate's retry-after instead of queueing to time out.
+	big := admission.Request{Tenant: "b", Operation: "x"}
+	c2 := newController(t, clock, nil, admission.Policy{
+		Name: "tpm", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 60, Per: time.Minute,
+		Queue: admission.Queue{Size: 10, Timeout: 5 * time.Second},
+	})
+	big.Tokens = 60
+	if tk, err := c2.Admit(ctx, big); err != nil {
+		t.Fatal(err)
+	} else {
+		tk.Done()
+	}
+	big.Tokens = 10
+	_, err = c2.Admit(ctx, big)
+	var rej *admission.Rejection
+	if !errors.As(err, &rej) || rej.Reason != admission.ReasonRate || rej.RetryAfter != 10*time.Second {
+		t.Fatalf("hopeless wait: err = %v; want an immediate rate rejection with retry 10s", err)
+	}
+}
+
+func TestQueuePriority(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, concurrencyPolicy(1, admission.Queue{Size: 10}))
+	ctx := context.Background()
+	holder, _ := c.Admit(ctx, admission.Request{Tenant: "a"})
+	out := make(chan result, 3)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Priority: 0}, "low", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "b", Priority: 5}, "high", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "c", Priority: 1}, "mid", out)
+	holder.Done()
+	var served []string
+	for i := 0; i < 3; i++ {
+		r := <-out
+		served = append(served, r.name)
+		r.tk.Done()
+	}
+	if fmt.Sprint(served) != "[high mid low]" {
+		t.Errorf("served %v; want [high mid low]", served)
+	}
+}
+
+// TestQueueFairness: a noisy tenant's backlog on a shared cap must not
+// delay a quiet tenant's request behind all of it.
+func TestQueueFairness(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, concurrencyPolicy(1, admission.Queue{Size: 2000}, admission.KeyGlobal))
+	ctx := context.Background()
+	holder, err := c.Admit(ctx, admission.Request{Tenant: "noisy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan result, 1001)
+	for i := 0; i < 1000; i++ {
+		go func() {
+			tk, err := c.Admit(ctx, admission.Request{Tenant: "noisy"})
+			out <- result{"noisy", tk, err}
+		}()
+	}
+	waitFor(t, "1000 noisy waiters", func() bool { return c.Stats()[0].Queued == 1000 })
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "quiet"}, "quiet", out)
+	holder.Done()
+	for served := 1; ; served++ {
+		r := <-out
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.name == "quiet" {
+			// Round robin: at most one noisy request before the quiet one.
+			if served > 2 {
+				t.Errorf("quiet tenant served %d-th; want within 2", served)
+			}
+			r.tk.Done()
+			break
+		}
+		r.tk.Done()
+	}
+	// Drain the rest.
+	for i := 0; i < 999; i++ {
+		r := <-out
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		r.tk.Done()
+	}
+	if s := c.Stats()[0]; s.Queued != 0 || s.InFlight != 0 {
+		t.Errorf("after draining: queued %d, in flight %d", s.Queued, s.InFlight)
+	}
+}
+
+// TestCancellationStorm: 10,000 waiters give up; no slot leaks and every
+// goroutine ends.
+func TestCancellationStorm(t *testing.T) {
+	baseline := runtime.NumGoroutine()
+	c := newController(t, admission.SystemClock{}, nil, concurrencyPolicy(3, admission.Queue{Size: 20000}, admission.KeyGlobal))
+	ctx := context.Background()
+	var holders []admission.Ticket
+	for i := 0; i < 3; i++ {
+		tk, err := c.Admit(ctx, admission.Request{Tenant: "h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders = append(holders, tk)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[string]int{}
+	for i := 0; i < 10000; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tk, err := c.Admit(cctx, admission.Request{Tenant: fmt.Sprintf("t%d", i%50)})
+			if err == nil {
+				tk.Done()
+			}
+			mu.Lock()
+			errs[fmt.Sprint(err)]++
+			mu.Unlock()
+		}()
+	}
+	waitFor(t, "10000 waiters", func() bool { return c.Stats()[0].Queued == 10000 })
+	// Release one holder while the storm cancels: some waiters may win the
+	// slot, the rest are canceled.
+	go holders[0].Done()
+	cancel()
+	wg.Wait()
+	holders[1].Done()
+	holders[2].Done()
+	if s := c.Stats()[0]; s.Queued != 0 || s.InFlight != 0 {
+		t.Fatalf("after the storm: queued %d, in flight %d; want 0, 0 (%v)", s.Queued, s.InFlight, errs)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := c.TryAdmit(ctx, admission.Request{Tenant: "x"}); err != nil {
+			t.Fatalf("slot %d leaked: %v", i, err)
+		}
+	}
+	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= baseline+2 })
+	if errs[context.Canceled.Error()] == 0 {
+		t.Errorf("no waiter saw its cancellation: %v", errs)
+	}
+}

@@ -1,0 +1,52 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+var prefixSeq atomic.Int64
+
+// uniquePrefix returns a key prefix no other store in this test binary uses.
+func uniquePrefix() string { return fmt.Sprintf("t%d:", prefixSeq.Add(1)) }
+
+// newClient returns a client of the server, closed when the test ends.
+func newClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// callerTimeStores returns a constructor of caller-time stores on client,
+// each with its own prefix.
+func callerTimeStores(client redis.UniversalClient) func(t *testing.T) admission.Store {
+	return func(t *testing.T) admission.Store {
+		s, err := redisstore.New(client, redisstore.Config{
+			Prefix: uniquePrefix(), CallerTime: true, Timeout: 2 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := callerTimeStores(newClient(t, srv.Addr))
+	admissiontest.RunCases(t, stores)
+	for seed := uint64(1); seed <= 3; seed++ {
+		admissiontest.RunProperties(t, stores, admissiontest.Traffic{
+			Seed: seed, Ops: 1000, Keys: 3, MaxN: 6, MaxDt: 200 * time.Millisecond,
+		})
+	}
+}

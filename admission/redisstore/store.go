@@ -1,0 +1,754 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Defaults applied to zero Config fields.
+const (
+	DefaultPrefix          = "sluice:"
+	DefaultTimeout         = 50 * time.Millisecond
+	DefaultBreakerFailures = 5
+	DefaultBreakerCooldown = time.Second
+	DefaultIdleGrace       = time.Second
+	DefaultName            = "redis"
+)
+
+// ErrBreakerOpen is returned (wrapped) without calling Redis while the
+// circuit breaker is open after repeated failures.
+var ErrBreakerOpen = errors.New("redisstore: circuit breaker open")
+
+// Config configures a Store. Zero fields take the defaults above.
+type Config struct {
+	// Prefix starts every key the store writes; default DefaultPrefix. It
+	// must not contain '{' or '}', which delimit the hash tag that follows.
+	Prefix string
+	// Timeout bounds each call to Redis (one round trip); default
+	// DefaultTimeout. A call that takes longer fails, and the policy's
+	// OnStoreError decides the request.
+	Timeout time.Duration
+	// BreakerFailures is how many consecutive failed calls open the circuit
+	// breaker; default DefaultBreakerFailures.
+	BreakerFailures int
+	// BreakerCooldown is how long an open breaker fails calls at once,
+	// without a network call, before it lets one probe call through;
+	// default DefaultBreakerCooldown. A successful probe closes it.
+	BreakerCooldown time.Duration
+	// IdleGrace is added to the expiry of every key beyond the moment its
+	// state becomes neutral; default DefaultIdleGrace.
+	IdleGrace time.Duration
+	// Name is the store's name in observer events; default DefaultName. Use
+	// the name the store is registered under with admission.WithStore.
+	Name string
+	// CallerTime makes the scripts use the instant passed to each call
+	// instead of Redis TIME. It exists for tests that replay fixed instants
+	// (the conformance suite); with several replicas it would let their
+	// clocks disagree, so never set it in production.
+	CallerTime bool
+}
+
+// An Option configures a Store's collaborators.
+type Option func(*Store)
+
+// WithObserver sets the observer the store reports to. The store reports
+// StoreError for failed settlements (which the controller cannot report,
+// as no request is waiting for them); if the observer also implements
+// CallObserver it receives the latency of every call, and if it implements
+// BreakerObserver the breaker's state changes.
+func WithObserver(o admission.Observer) Option { return func(s *Store) { s.obs = o } }
+
+// A CallObserver is an observer that also wants every Redis call's latency
+// and outcome. It is called on the request path and must be cheap.
+type CallObserver interface {
+	RedisCall(Call)
+}
+
+// Call describes one Redis call of a store.
+type Call struct {
+	// Store is the store's Name.
+	Store string
+	// Op is "acquire", "batch" or "settle".
+	Op string
+	// Policies is the number of policies the call evaluated.
+	Policies int
+	// Duration is the call's latency (zero when the breaker refused it).
+	Duration time.Duration
+	// Err is the call's error, nil on success.
+	Err error
+}
+
+// A BreakerObserver is an observer that also wants the breaker's state
+// changes.
+type BreakerObserver interface {
+	// BreakerChanged is called when the breaker opens (open true) after
+	// repeated failures, and when it closes again.
+	BreakerChanged(store string, open bool)
+}
+
+// Store keeps limiter state in Redis so that every replica of a service
+// enforces one limit. It implements admission.Store and admission.Batcher.
+// It is safe for concurrent use and has no background goroutines.
+type Store struct {
+	client  redis.UniversalClient
+	cfg     Config
+	sharded bool // Cluster or Ring: a batch's keys must share a hash tag
+	obs     admission.Observer
+	calls   CallObserver
+	breaks  BreakerObserver
+	brk     breaker
+	grace   int64 // ms
+	idemTTL int64 // ms
+	pool    sync.Pool
+}
+
+var (
+	_ admission.Store   = (*Store)(nil)
+	_ admission.Batcher = (*Store)(nil)
+)
+
+// New returns a Store on client: a *redis.Client (single node or
+// Sentinel failover), a *redis.ClusterClient or a *redis.Ring.
+func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", cfg.Prefix)
+	}
+	if cfg.Timeout < 0 || cfg.BreakerFailures < 0 || cfg.BreakerCooldown < 0 || cfg.IdleGrace < 0 {
+		return nil, errors.New("redisstore: negative timeout, breaker or grace setting")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = DefaultBreakerFailures
+	}
+	if cfg.BreakerCooldown == 0 {
+		cfg.BreakerCooldown = DefaultBreakerCooldown
+	}
+	if cfg.IdleGrace == 0 {
+		cfg.IdleGrace = DefaultIdleGrace
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	s := &Store{client: client, cfg: cfg, obs: admission.NopObserver{}}
+	for _, o := range opts {
+		o(s)
+	}
+	s.calls, _ = s.obs.(CallObserver)
+	s.breaks, _ = s.obs.(BreakerObserver)
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		s.sharded = true
+	}
+	s.brk.threshold = int32(cfg.BreakerFailures)
+	s.brk.cooldown = int64(cfg.BreakerCooldown)
+	s.brk.onChange = func(open bool) {
+		if s.breaks != nil {
+			s.breaks.BreakerChanged(s.cfg.Name, open)
+		}
+	}
+	s.grace = cfg.IdleGrace.Milliseconds()
+	s.idemTTL = max(1000, 4*cfg.Timeout.Milliseconds())
+	s.pool.New = func() any { return &call{} }
+	return s, nil
+}
+
+// Limiter returns the limiter of policy p. Its keys are named after the
+// policy and its algorithm, so a policy that changes algorithm starts from
+// fresh state.
+func (s *Store) Limiter(p *admission.Policy) (admission.Limiter, error) {
+	if p.Algorithm > admission.Quota {
+		return nil, fmt.Errorf("redisstore: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
+	}
+	return &limiter{
+		s: s, policy: p.Name, alg: p.Algorithm, onErr: p.OnStoreError,
+		infix: ":" + p.Name + ":" + algCode[p.Algorithm] + ":",
+	}, nil
+}
+
+var algCode = [...]string{
+	admission.TokenBucket:   "tb",
+	admission.FixedWindow:   "fw",
+	admission.SlidingWindow: "sw",
+	admission.SlidingLog:    "sl",
+	admission.Concurrency:   "cc",
+	admission.Quota:         "q",
+}
+
+// limiter is one policy's view of the store.
+type limiter struct {
+	s      *Store
+	policy string
+	alg    admission.Algorithm
+	onErr  admission.FailMode
+	infix  string
+}
+
+var _ admission.Limiter = (*limiter)(nil)
+
+func (l *limiter) nkeys() int {
+	if l.alg == admission.SlidingLog || l.alg == admission.Concurrency {
+		return 2
+	}
+	return 1
+}
+
+// Tag returns the hash tag of a partition key: its first part (up to the
+// first 0x1f separator the controller puts between key fields), so the
+// partitions of one request under policies keyed by the same leading field
+// (tenant, for example) share a Cluster slot. An empty tag, or one that
+// starts with '}', is prefixed with '~' so that Redis hashes the tag and not
+// the whole key.
+func Tag(key string) string {
+	if i := strings.IndexByte(key, 0x1f); i >= 0 {
+		key = key[:i]
+	}
+	if key == "" || key[0] == '}' {
+		return "~" + key
+	}
+	return key
+}
+
+// appendKeys appends the Redis keys of partition key to dst.
+func (l *limiter) appendKeys(dst []string, key string) []string {
+	tag := Tag(key)
+	if l.nkeys() == 1 {
+		return append(dst, l.s.cfg.Prefix+"{"+tag+"}"+l.infix+key)
+	}
+	base := l.s.cfg.Prefix + "{" + tag + "}" + l.infix
+	return append(dst, base+"h:"+key, base+"z:"+key)
+}
+
+// call is a reusable argument buffer for one script call.
+type call struct {
+	keys []string
+	args []any
+}
+
+func (s *Store) getCall() *call { return s.pool.Get().(*call) }
+
+func (s *Store) putCall(c *call) {
+	clear(c.keys)
+	clear(c.args)
+	c.keys, c.args = c.keys[:0], c.args[:0]
+	s.pool.Put(c)
+}
+
+// header appends the instant (empty for Redis TIME), the grace and count.
+func (s *Store) header(c *call, now int64, count int) {
+	if s.cfg.CallerTime {
+		sec, ns := split(now)
+		c.args = append(c.args, sec, ns)
+	} else {
+		c.args = append(c.args, "", "")
+	}
+	c.args = append(c.args, s.grace, count)
+}
+
+// split returns the seconds and nanoseconds of an instant, flooring.
+func split(ns int64) (int64, int64) {
+	sec := ns / 1e9
+	rem := ns - sec*1e9
+	if rem < 0 {
+		sec--
+		rem += 1e9
+	}
+	return sec, rem
+}
+
+func floorTo(ns, per int64) int64 {
+	start := ns - ns%per
+	if ns < 0 && ns%per != 0 {
+		start -= per
+	}
+	return start
+}
+
+// quotaPeriod returns the start and length of the quota period holding now
+// and whether it is a calendar period (which the script checks against its
+// own time instead of moving it).
+func quotaPeriod(l admission.Limit, now int64) (start, length int64, calendar bool) {
+	switch l.Period {
+	case admission.PeriodDay, admission.PeriodMonth:
+		loc := l.Location
+		if loc == nil {
+			loc = time.UTC
+		}
+		t := time.Unix(0, now).In(loc)
+		y, m, d := t.Date()
+		var st, end time.Time
+		if l.Period == admission.PeriodDay {
+			st = time.Date(y, m, d, 0, 0, 0, 0, loc)
+			end = st.AddDate(0, 0, 1)
+		} else {
+			st = time.Date(y, m, 1, 0, 0, 0, 0, loc)
+			end = st.AddDate(0, 1, 0)
+		}
+		return st.UnixNano(), end.UnixNano() - st.UnixNano(), true
+	default:
+		per := int64(l.Per)
+		return floorTo(now, per), per, false
+	}
+}
+
+// params appends the five algorithm parameters of l at now.
+func (l *limiter) params(dst []any, lim admission.Limit, now int64) []any {
+	switch l.alg {
+	case admission.TokenBucket:
+		return append(dst, lim.Amount, lim.Capacity(), int64(lim.Per), 0, 0)
+	case admission.FixedWindow, admission.SlidingWindow:
+		ws, wn := split(floorTo(now, int64(lim.Per)))
+		return append(dst, lim.Amount, int64(lim.Per), ws, wn, 0)
+	case admission.SlidingLog:
+		return append(dst, lim.Amount, int64(lim.Per), 0, 0, 0)
+	case admission.Concurrency:
+		hold := lim.MaxHold
+		if hold <= 0 {
+			hold = admission.DefaultMaxHold
+		}
+		return append(dst, lim.Amount, int64(hold), 0, 0, 0)
+	default:
+		start, length, cal := quotaPeriod(lim, now)
+		ss, sn := split(start)
+		flag := 0
+		if cal {
+			flag = 1
+		}
+		return append(dst, lim.Amount, ss, sn, length, flag)
+	}
+}
+
+func nowNanos(now time.Time) int64 {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return now.UnixNano()
+}
+
+// Acquire implements admission.Limiter with one script call.
+func (l *limiter) Acquire(ctx context.Context, key string, lim admission.Limit, n int64, now time.Time) (admission.Grant, error) {
+	var ops [1]admission.Op
+	ops[0] = admission.Op{Limiter: l, Key: key, Limit: lim, N: n}
+	err := l.s.acquire(ctx, acquireScripts[l.alg], "acquire", ops[:], nowNanos(now))
+	return ops[0].Grant, err
+}
+
+// AcquireBatch implements admission.Batcher: one script evaluates every op
+// atomically when their keys can share a script (always on a single node;
+// on Cluster and Ring when their hash tags are equal, see Tag). Otherwise
+// the ops are evaluated in groups of equal tags and the groups that took
+// permits are given back when an enforcing op did not fit.
+func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.Time) error {
+	for i := range ops {
+		if _, ok := ops[i].Limiter.(*limiter); !ok {
+			return fmt.Errorf("redisstore: op %d: limiter %T is not from this store", i, ops[i].Limiter)
+		}
+	}
+	ns := nowNanos(now)
+	if len(ops) == 1 {
+		return s.acquire(ctx, acquireScripts[ops[0].Limiter.(*limiter).alg], "acquire", ops, ns)
+	}
+	if !s.sharded || sameTag(ops) {
+		return s.acquire(ctx, batchScript, "batch", ops, ns)
+	}
+	groups := groupByTag(ops)
+	var err error
+	done := make([]bool, len(groups))
+	for gi, g := range groups {
+		sub := make([]admission.Op, len(g))
+		for i, j := range g {
+			sub[i] = ops[j]
+		}
+		script := batchScript
+		if len(sub) == 1 {
+			script = acquireScripts[sub[0].Limiter.(*limiter).alg]
+		}
+		if err = s.acquire(ctx, script, "batch", sub, ns); err != nil {
+			break
+		}
+		for i, j := range g {
+			ops[j].Grant = sub[i].Grant
+		}
+		done[gi] = true
+	}
+	fits := err == nil
+	for i := range ops {
+		if !ops[i].Shadow && !ops[i].Grant.OK {
+			fits = false
+		}
+	}
+	if fits {
+		return nil
+	}
+	// Give back what the committed groups took.
+	var back []admission.Op
+	var idx []int
+	for gi, g := range groups {
+		if !done[gi] {
+			continue
+		}
+		for _, j := range g {
+			op := ops[j]
+			if !op.Grant.OK {
+				continue
+			}
+			l := op.Limiter.(*limiter)
+			switch {
+			case l.alg == admission.Concurrency && op.Grant.Stamp != 0:
+				op.Release = true
+			case l.alg != admission.Concurrency && op.Grant.Taken != 0:
+				op.N = -op.Grant.Taken
+			default:
+				continue
+			}
+			back = append(back, op)
+			idx = append(idx, j)
+		}
+	}
+	if len(back) > 0 {
+		_ = s.SettleBatch(context.WithoutCancel(ctx), back, now)
+	}
+	for _, j := range idx {
+		ops[j].Grant.Taken = 0
+		if ops[j].Limiter.(*limiter).alg == admission.Concurrency {
+			ops[j].Grant.Stamp = 0
+		}
+	}
+	return err
+}
+
+func sameTag(ops []admission.Op) bool {
+	t := Tag(ops[0].Key)
+	for i := 1; i < len(ops); i++ {
+		if Tag(ops[i].Key) != t {
+			return false
+		}
+	}
+	return true
+}
+
+// groupByTag returns the indexes of ops grouped by hash tag, in order of
+// first appearance.
+func groupByTag(ops []admission.Op) [][]int {
+	var groups [][]int
+	var tags []string
+	for i := range ops {
+		t := Tag(ops[i].Key)
+		found := false
+		for g := range tags {
+			if tags[g] == t {
+				groups[g] = append(groups[g], i)
+				found = true
+				break
+			}
+		}
+		if !found {
+			tags = append(tags, t)
+			groups = append(groups, []int{i})
+		}
+	}
+	return groups
+}
+
+// acquire runs an acquire script over ops and fills their grants.
+func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, ops []admission.Op, now int64) error {
+	for attempt := 0; ; attempt++ {
+		c := s.getCall()
+		s.header(c, now, len(ops))
+		for i := range ops {
+			op := &ops[i]
+			l := op.Limiter.(*limiter)
+			c.keys = l.appendKeys(c.keys, op.Key)
+			shadow := 0
+			if op.Shadow {
+				shadow = 1
+			}
+			c.args = append(c.args, int(l.alg), shadow, op.N)
+			c.args = l.params(c.args, op.Limit, now)
+		}
+		reply, err := s.run(ctx, script, name, len(ops), c.keys, c.args)
+		s.putCall(c)
+		if err != nil {
+			return err
+		}
+		if server, ok := skew(reply); ok {
+			// A calendar quota's period, computed from the caller's
+			// clock, does not hold the server's time: recompute it from
+			// the server's.
+			if attempt >= 2 {
+				return errors.New("redisstore: quota period keeps moving")
+			}
+			now = server
+			continue
+		}
+		r := reader{s: reply}
+		for i := range ops {
+			g := &ops[i].Grant
+			*g = admission.Grant{}
+			g.OK = r.int() == 1
+			g.Taken = r.int()
+			g.Limit = r.int()
+			g.Remaining = r.int()
+			g.Reset = dur(r.int())
+			g.RetryAfter = dur(r.int())
+			ss, sn := r.int(), r.int()
+			g.Stamp = ss*1e9 + sn
+			g.Expired = int32(r.int())
+		}
+		if r.err {
+			return fmt.Errorf("redisstore: malformed reply %q", reply)
+		}
+		return nil
+	}
+}
+
+func dur(v int64) time.Duration {
+	if v >= math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	return time.Duration(v)
+}
+
+// skew parses a "S now_s now_n" reply.
+func skew(reply string) (int64, bool) {
+	if !strings.HasPrefix(reply, "S ") {
+		return 0, false
+	}
+	r := reader{s: reply[2:]}
+	sec, ns := r.int(), r.int()
+	return sec*1e9 + ns, !r.err
+}
+
+// reader parses space-separated integers without allocating.
+type reader struct {
+	s   string
+	err bool
+}
+
+func (r *reader) int() int64 {
+	for len(r.s) > 0 && r.s[0] == ' ' {
+		r.s = r.s[1:]
+	}
+	i := 0
+	for i < len(r.s) && r.s[i] != ' ' {
+		i++
+	}
+	v, err := strconv.ParseInt(r.s[:i], 10, 64)
+	if err != nil {
+		r.err = true
+	}
+	r.s = r.s[i:]
+	return v
+}
+
+// Adjust implements admission.Limiter: one script call, none when delta is
+// zero or the policy is a concurrency limit (whose permits are released
+// whole).
+func (l *limiter) Adjust(ctx context.Context, key string, lim admission.Limit, g *admission.Grant, delta int64, now time.Time) error {
+	if delta == 0 || l.alg == admission.Concurrency {
+		return nil
+	}
+	var ops [1]admission.Op
+	ops[0] = admission.Op{Limiter: l, Key: key, Limit: lim, N: delta, Grant: *g}
+	err := l.s.settle(ctx, ops[:], nowNanos(now))
+	*g = ops[0].Grant
+	return err
+}
+
+// Release implements admission.Limiter: one script call for a concurrency
+// grant that holds a lease, none otherwise. Releasing twice is harmless.
+func (l *limiter) Release(ctx context.Context, key string, lim admission.Limit, g *admission.Grant, now time.Time) error {
+	if l.alg != admission.Concurrency || g.Stamp == 0 {
+		return nil
+	}
+	var ops [1]admission.Op
+	ops[0] = admission.Op{Limiter: l, Key: key, Limit: lim, Release: true, Grant: *g}
+	return l.s.settle(ctx, ops[:], nowNanos(now))
+}
+
+// SettleBatch implements admission.Batcher: the adjustments and releases of
+// ops in one script call (one per hash tag on Cluster when the tags
+// differ). Ops with nothing to do (N zero and no lease to release) cost
+// nothing, and a batch of only such ops makes no call at all.
+func (s *Store) SettleBatch(ctx context.Context, ops []admission.Op, now time.Time) error {
+	work := 0
+	for i := range ops {
+		l, ok := ops[i].Limiter.(*limiter)
+		if !ok {
+			return fmt.Errorf("redisstore: op %d: limiter %T is not from this store", i, ops[i].Limiter)
+		}
+		if settles(l, &ops[i]) {
+			work++
+		}
+	}
+	if work == 0 {
+		return nil
+	}
+	ns := nowNanos(now)
+	if !s.sharded || sameTag(ops) {
+		return s.settle(ctx, ops, ns)
+	}
+	var errs []error
+	for _, g := range groupByTag(ops) {
+		sub := make([]admission.Op, len(g))
+		for i, j := range g {
+			sub[i] = ops[j]
+		}
+		if err := s.settle(ctx, sub, ns); err != nil {
+			errs = append(errs, err)
+		}
+		for i, j := range g {
+			ops[j].Grant, ops[j].Err = sub[i].Grant, sub[i].Err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// settles reports whether op has work for the settle script.
+func settles(l *limiter, op *admission.Op) bool {
+	if l.alg == admission.Concurrency {
+		return op.Release && op.Grant.Stamp != 0
+	}
+	return op.N != 0
+}
+
+// settle runs the settle script over the ops that have work.
+func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error {
+	for attempt := 0; ; attempt++ {
+		c := s.getCall()
+		count, adjusts := 0, false
+		var tag string
+		for i := range ops {
+			op := &ops[i]
+			if settles(op.Limiter.(*limiter), op) {
+				count++
+				if !op.Release {
+					adjusts = true
+					tag = Tag(op.Key)
+				}
+			}
+		}
+		if count == 0 {
+			s.putCall(c)
+			return nil
+		}
+		s.header(c, now, count)
+		if adjusts {
+			// An idempotency key makes a settle that the client retries
+			// (after a lost reply) apply once.
+			c.keys = append(c.keys, s.cfg.Prefix+"{"+tag+"}:settle:"+strconv.FormatUint(rand.Uint64(), 36))
+			c.args = append(c.args, s.idemTTL)
+		} else {
+			c.args = append(c.args, 0)
+		}
+		for i := range ops {
+			op := &ops[i]
+			l := op.Limiter.(*limiter)
+			if !settles(l, op) {
+				continue
+			}
+			c.keys = l.appendKeys(c.keys, op.Key)
+			kind, ss, sn := 1, int64(0), int64(0)
+			if op.Release {
+				kind, sn = 2, op.Grant.Stamp
+			} else {
+				ss, sn = split(op.Grant.Stamp)
+			}
+			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
+			c.args = l.params(c.args, op.Limit, now)
+		}
+		reply, err := s.run(ctx, settleScript, "settle", count, c.keys, c.args)
+		s.putCall(c)
+		if err != nil {
+			for i := range ops {
+				op := &ops[i]
+				l := op.Limiter.(*limiter)
+				if settles(l, op) {
+					op.Err = err
+					s.obs.StoreError(admission.StoreEvent{Policy: l.policy, Store: s.cfg.Name, Err: err, Action: l.onErr})
+				}
+			}
+			return err
+		}
+		if server, ok := skew(reply); ok {
+			if attempt >= 2 {
+				return errors.New("redisstore: quota period keeps moving")
+			}
+			now = server
+			continue
+		}
+		dup := reply == "D"
+		r := reader{s: reply}
+		for i := range ops {
+			op := &ops[i]
+			if !settles(op.Limiter.(*limiter), op) {
+				continue
+			}
+			var rem int64 = -1
+			if !dup {
+				rem = r.int()
+			}
+			if !op.Release {
+				op.Grant.Taken += op.N
+				if rem >= 0 {
+					op.Grant.Remaining = rem
+				}
+			}
+		}
+		if r.err {
+			return fmt.Errorf("redisstore: malformed reply %q", reply)
+		}
+		return nil
+	}
+}
+
+// run calls script through the breaker and the timeout.
+func (s *Store) run(ctx context.Context, script *redis.Script, op string, policies int, keys []string, args []any) (string, error) {
+	if !s.brk.allow() {
+		err := fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
+		if s.calls != nil {
+			s.calls.RedisCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
+		}
+		return "", err
+	}
+	var start time.Time
+	if s.calls != nil {
+		start = time.Now()
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	reply, err := script.Run(cctx, s.client, keys, args...).Text()
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller gave up: not the store's failure.
+			s.brk.abandon()
+		} else {
+			s.brk.failure()
+		}
+		err = fmt.Errorf("redisstore: %s: %w", op, err)
+	} else {
+		s.brk.success()
+	}
+	if s.calls != nil {
+		s.calls.RedisCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Duration: time.Since(start), Err: err})
+	}
+	return reply, err
+}
