@@ -1,0 +1,139 @@
+// Package admission decides whether a piece of metered work may start now,
+// later, or not at all.
+//
+// A Controller holds a set of policies. Each Policy is one limit: which
+// requests it matches, how it groups them into partitions (per tenant, per
+// API key, per client address or /64, globally, or by a composite such as
+// tenant and model), what it counts (requests, tokens, cost or any named
+// unit), with which algorithm, whether excess work may wait in a queue, and
+// whether it is enforced. Admit evaluates every matching policy for a
+// Request and returns a Ticket, or a *Rejection that says which policy
+// refused, why, and when to retry.
+//
+//	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
+//		Name: "tpm", Key: []admission.KeyPart{admission.KeyTenant},
+//		Unit: admission.UnitTokens, Algorithm: admission.TokenBucket,
+//		Limit: 100_000, Per: time.Minute,
+//	}}})
+//	...
+//	t, err := ctl.Admit(ctx, admission.Request{Tenant: "acme", Tokens: estimate})
+//	if err != nil {
+//		// errors.Is(err, admission.ErrRateLimited), ... → 429 with the
+//		// rejection's RetryAfter and Status.
+//	}
+//	defer t.Settle(admission.Usage{Tokens: actual})
+//
+// # Weighted permits and reconciliation
+//
+// Every algorithm is weighted: a request of cost N takes N permits at once or
+// none. For units other than requests the cost is an estimate made before
+// the work starts (for an LLM call: prompt tokens plus the output
+// reservation). Settling the ticket reconciles it with the actual usage: an
+// over-estimate is refunded, an overrun is charged, which may put a token
+// bucket into debt that later requests wait out. Long work can be charged as
+// it goes with Ticket.Charge. A ticket that is never settled keeps its rate
+// charge at the estimate and releases its concurrency permits after the
+// policy's MaxHold.
+//
+// # Algorithms
+//
+// TokenBucket refills Limit permits every Per, continuously and
+// fractionally, up to Burst: smooth rates with a bounded burst. Its
+// retry-after for a cost N is exact: the time until N tokens are there. In
+// any interval of length d it admits at most Burst + Limit·d/Per.
+//
+// FixedWindow admits Limit per window of length Per aligned to the Unix
+// epoch. It is the cheapest and the easiest to explain ("600 per minute,
+// resetting on the minute"), but admits up to twice the limit across a
+// window boundary.
+//
+// SlidingWindow is the sliding window counter: it weighs the previous
+// window's count by the part of it still inside the rolling window. It
+// admits at most Limit per aligned window; in a rolling window it is exact
+// when the previous window's traffic was evenly spread and, in the worst
+// case (the whole previous window at its very end), admits up to twice
+// Limit.
+//
+// SlidingLog keeps every admission of the last Per and is exact: at most
+// Limit in every rolling window. It costs one entry per admission, so its
+// memory per partition is bounded by Limit (Validate caps Limit at one
+// million).
+//
+// Concurrency caps the cost in flight at Limit: permits are held from
+// admission until the ticket is settled (or MaxHold passes). A cap shared by
+// all tenants is a Concurrency policy keyed by KeyGlobal.
+//
+// Quota admits Limit per long period: a fixed duration, a calendar day or a
+// calendar month in the policy's Location. Its retry-after is the end of the
+// period. In memory it is not durable: a restart starts every quota from
+// zero; use a shared store for a durable record.
+//
+// # Waiting
+//
+// Without a queue every algorithm rejects at once. With Policy.Queue a
+// request that does not fit waits, bounded by the queue's size and timeout
+// and by the caller's context: a Concurrency policy admits waiters as
+// permits are released; a rate policy admits them when its bucket or window
+// has room (the queueing meaning of "leaky bucket": a shaper). A rate request
+// whose wait would pass the queue timeout or its context's deadline is
+// refused at once with its retry-after rather than queued to time out.
+// Quotas never queue. Within a partition's queue, waiters are served by
+// priority, then round robin across tenants, then oldest (or newest) first
+// within a tenant: one tenant's backlog on a shared cap does not delay
+// another tenant's single request behind all of it. TryAdmit never waits.
+//
+// # Several policies
+//
+// All matching policies are evaluated, cheap rate checks first, then
+// concurrency, then policies that may queue. If an enforcing policy
+// rejects, everything already taken from the others is given back: a
+// request is admitted by all its policies or charged by none.
+//
+// # Shadow mode
+//
+// A policy in Shadow mode never blocks. It keeps exactly the state it would
+// keep if it were enforcing (a request it would reject does not consume its
+// permits) and reports a WouldReject decision with the reason and
+// retry-after enforcement would give. Its prediction can therefore be
+// trusted: flipping it to Enforce (SetConfig keeps the state of a policy
+// whose algorithm, unit, key and store are unchanged) rejects exactly what
+// it reported. SetAllShadow turns every enforcing policy into a shadow one at
+// once, for emergencies. A shadow policy with a queue reports would-reject
+// instead of waiting.
+//
+// # Partitions
+//
+// Each policy keeps its partitions in a sharded table bounded by
+// MaxPartitions. A partition whose state is back to neutral (a full bucket,
+// an expired window, nothing in flight) is dropped after IdleTimeout, or at
+// once when the table is full. When the table is full of partitions that
+// are not neutral, new keys go to one shared overflow partition
+// (OverflowShared) or are rejected with ReasonOverflow (OverflowReject):
+// memory never grows without bound.
+//
+// # Plans
+//
+// Plans give tenants other limits than a policy's own (basic 60 requests a
+// minute, premium 600). They can be replaced at run time with SetPlans; the
+// partitions keep their state.
+//
+// # Observing
+//
+// An Observer receives every decision, settlement, lease expiry, eviction,
+// store error and reload; package metrics turns them into OpenTelemetry
+// metrics, package shadow into a decision log and rollout reports. Events
+// are passed by value and the admitted path allocates nothing.
+//
+// # Stores
+//
+// State lives in memory by default. A Store (such as the Redis store in
+// admission/redisstore) holds it elsewhere so that several replicas share one
+// limit; each policy names its store and what to do when the store fails
+// (admit, reject with ReasonStoreUnavailable, or fall back to a local
+// limiter sized for one replica).
+//
+// # Time
+//
+// The controller reads its Clock once per decision; the algorithms take the
+// instant as a parameter. Tests use admissiontest.Clock, a fake clock.
+package admission

@@ -1,0 +1,116 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+)
+
+// A tokens-per-minute limit priced by an estimate and reconciled with the
+// actual usage.
+func Example() {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "tpm", Key: []admission.KeyPart{admission.KeyTenant},
+		Unit: admission.UnitTokens, Algorithm: admission.TokenBucket,
+		Limit: 1000, Per: time.Minute,
+	}}}, admission.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+
+	// Reserve 800 tokens (prompt + output reservation), use only 300.
+	t, err := ctl.Admit(ctx, admission.Request{Tenant: "acme", Tokens: 800})
+	if err != nil {
+		panic(err)
+	}
+	t.Settle(admission.Usage{Tokens: 300})
+
+	// 700 tokens are left: a 900-token request waits for 200 more.
+	_, err = ctl.Admit(ctx, admission.Request{Tenant: "acme", Tokens: 900})
+	var rej *admission.Rejection
+	if errors.As(err, &rej) {
+		fmt.Println(rej.Policy, rej.Reason, "retry after", rej.RetryAfter, "remaining", rej.Status.Remaining)
+	}
+	fmt.Println(errors.Is(err, admission.ErrRateLimited))
+	// Output:
+	// tpm rate retry after 12s remaining 700
+	// true
+}
+
+// A candidate limit runs in shadow mode: it never blocks but reports what
+// it would reject.
+func Example_shadow() {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "candidate-rpm", Key: []admission.KeyPart{admission.KeyTenant},
+		Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute,
+		Mode: admission.Shadow,
+	}}}, admission.WithClock(clock))
+	for i := 1; i <= 3; i++ {
+		t, err := ctl.TryAdmit(context.Background(), admission.Request{Tenant: "acme"})
+		fmt.Println(i, err, t.WouldReject(nil))
+		t.Done()
+	}
+	// Output:
+	// 1 <nil> []
+	// 2 <nil> []
+	// 3 <nil> [candidate-rpm]
+}
+
+// A per-tenant concurrency cap with a queue: the second request waits for
+// the first to finish.
+func Example_queue() {
+	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant},
+		Algorithm: admission.Concurrency, Limit: 1,
+		Queue: admission.Queue{Size: 10, Timeout: time.Second},
+	}}})
+	ctx := context.Background()
+	first, _ := ctl.Admit(ctx, admission.Request{Tenant: "acme"})
+	done := make(chan struct{})
+	go func() {
+		second, err := ctl.Admit(ctx, admission.Request{Tenant: "acme"})
+		fmt.Println("second admitted:", err == nil)
+		second.Done()
+		close(done)
+	}()
+	for ctl.Stats()[0].Queued == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("queued:", ctl.Stats()[0].Queued)
+	first.Done()
+	<-done
+	// Output:
+	// queued: 1
+	// second admitted: true
+}
+
+// Plans give tenants different limits for the same policy.
+func ExamplePlans() {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	ctl, _ := admission.New(admission.Config{
+		Policies: []admission.Policy{{
+			Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant},
+			Algorithm: admission.FixedWindow, Limit: 60, Per: time.Minute,
+		}},
+		Plans: admission.Plans{
+			Plans:   map[string]map[string]admission.Override{"premium": {"rpm": {Limit: 600}}},
+			Tenants: map[string]admission.TenantPlan{"bigco": {Plan: "premium"}},
+		},
+	}, admission.WithClock(clock))
+	for _, tenant := range []string{"acme", "bigco"} {
+		t, _ := ctl.TryAdmit(context.Background(), admission.Request{Tenant: tenant})
+		s := t.Statuses(nil)[0]
+		fmt.Printf("%s: %d per %v, %d left\n", tenant, s.Limit, s.Window, s.Remaining)
+		t.Done()
+	}
+	// Output:
+	// acme: 60 per 1m0s, 59 left
+	// bigco: 600 per 1m0s, 599 left
+}
