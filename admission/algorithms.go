@@ -15,11 +15,24 @@ import (
 //	concurrency     a = cost in flight, leases hold each grant, t = lease counter
 //	quota           a = used, t = period start (ns)
 type cell struct {
-	a, b   float64
-	t      int64
-	used   int64 // last use (ns), for idle eviction
+	a, b float64
+	t    int64
+	used int64    // last use (ns), for idle eviction
+	x    *cellExt // leases or log entries; nil for the other algorithms
+}
+
+// cellExt holds what only concurrency and sliding-log partitions need,
+// keeping the common cell at 40 bytes.
+type cellExt struct {
 	leases []lease
-	log    *ring
+	log    ring
+}
+
+func (c *cell) ext() *cellExt {
+	if c.x == nil {
+		c.x = &cellExt{}
+	}
+	return c.x
 }
 
 // lease is a concurrency grant: released by its ticket, or when it expires.
@@ -170,10 +183,10 @@ func (c *cell) neutral(l Limit, now int64) bool {
 		return idx > c.t+1 || (c.a == 0 && (c.b == 0 || idx > c.t))
 	case SlidingLog:
 		c.logExpire(l, now)
-		return c.log == nil || c.log.size == 0
+		return c.x == nil || c.x.log.size == 0
 	case Concurrency:
 		c.concExpire(now)
-		return len(c.leases) == 0
+		return c.x == nil || len(c.x.leases) == 0
 	default:
 		start, _ := quotaPeriod(l, now)
 		return c.t != start || c.a == 0
@@ -291,10 +304,10 @@ func (c *cell) slidingAcquire(l Limit, n int64, now int64) Grant {
 // Sliding log.
 
 func (c *cell) logExpire(l Limit, now int64) {
-	r := c.log
-	if r == nil {
+	if c.x == nil {
 		return
 	}
+	r := &c.x.log
 	horizon := now - int64(l.Per)
 	for r.size > 0 && r.at(0).at <= horizon {
 		c.a -= float64(r.at(0).cost)
@@ -311,10 +324,7 @@ func (c *cell) logAcquire(l Limit, n int64, now int64) Grant {
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
 		if n > 0 {
-			if c.log == nil {
-				c.log = &ring{}
-			}
-			c.log.push(entry{at: now, cost: n})
+			c.ext().log.push(entry{at: now, cost: n})
 			c.a += float64(n)
 		}
 		g.OK, g.Taken = true, n
@@ -323,8 +333,9 @@ func (c *cell) logAcquire(l Limit, n int64, now int64) Grant {
 	default:
 		// Wait until enough of the oldest entries have left the window.
 		need := c.a + float64(n) - float64(l.Amount)
-		for i := 0; i < c.log.size; i++ {
-			e := c.log.at(i)
+		r := &c.x.log
+		for i := 0; i < r.size; i++ {
+			e := r.at(i)
 			need -= float64(e.cost)
 			if need <= 0 {
 				g.RetryAfter = time.Duration(e.at + int64(l.Per) - now)
@@ -333,18 +344,15 @@ func (c *cell) logAcquire(l Limit, n int64, now int64) Grant {
 		}
 	}
 	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
-	if c.log != nil && c.log.size > 0 {
-		g.Reset = time.Duration(c.log.at(c.log.size-1).at + int64(l.Per) - now)
+	if c.x != nil && c.x.log.size > 0 {
+		g.Reset = time.Duration(c.x.log.at(c.x.log.size-1).at + int64(l.Per) - now)
 	}
 	return g
 }
 
 func (c *cell) logAdjust(l Limit, g *Grant, delta int64, now int64) {
 	c.logExpire(l, now)
-	if c.log == nil {
-		c.log = &ring{}
-	}
-	r := c.log
+	r := &c.ext().log
 	for i := r.size - 1; i >= 0; i-- {
 		if e := r.at(i); e.at == g.Stamp {
 			d := max(delta, -e.cost)
@@ -363,18 +371,22 @@ func (c *cell) logAdjust(l Limit, g *Grant, delta int64, now int64) {
 // Concurrency.
 
 func (c *cell) concExpire(now int64) int32 {
+	if c.x == nil {
+		return 0
+	}
 	var expired int32
-	for i := 0; i < len(c.leases); {
-		if c.leases[i].exp <= now {
-			c.a -= float64(c.leases[i].n)
-			c.leases[i] = c.leases[len(c.leases)-1]
-			c.leases = c.leases[:len(c.leases)-1]
+	x := c.x
+	for i := 0; i < len(x.leases); {
+		if x.leases[i].exp <= now {
+			c.a -= float64(x.leases[i].n)
+			x.leases[i] = x.leases[len(x.leases)-1]
+			x.leases = x.leases[:len(x.leases)-1]
 			expired++
 			continue
 		}
 		i++
 	}
-	if len(c.leases) == 0 {
+	if len(x.leases) == 0 {
 		c.a = 0
 	}
 	return expired
@@ -387,7 +399,8 @@ func (c *cell) concAcquire(l Limit, n int64, now int64) Grant {
 	case c.a+float64(n) <= float64(l.Amount):
 		if n > 0 {
 			c.t++
-			c.leases = append(c.leases, lease{id: c.t, n: n, exp: now + int64(l.MaxHold)})
+			x := c.ext()
+			x.leases = append(x.leases, lease{id: c.t, n: n, exp: now + int64(l.MaxHold)})
 			c.a += float64(n)
 			g.Stamp = c.t
 		}
@@ -401,12 +414,16 @@ func (c *cell) concAcquire(l Limit, n int64, now int64) Grant {
 
 // concRelease drops the lease of g; it reports whether the lease was held.
 func (c *cell) concRelease(g *Grant) bool {
-	for i := range c.leases {
-		if c.leases[i].id == g.Stamp {
-			c.a -= float64(c.leases[i].n)
-			c.leases[i] = c.leases[len(c.leases)-1]
-			c.leases = c.leases[:len(c.leases)-1]
-			if len(c.leases) == 0 {
+	if c.x == nil {
+		return false
+	}
+	x := c.x
+	for i := range x.leases {
+		if x.leases[i].id == g.Stamp {
+			c.a -= float64(x.leases[i].n)
+			x.leases[i] = x.leases[len(x.leases)-1]
+			x.leases = x.leases[:len(x.leases)-1]
+			if len(x.leases) == 0 {
 				c.a = 0
 			}
 			return true

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"errors"
 	"flag"
 	"os"
@@ -179,6 +180,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("policies: [{name: a, algorithm: quota, period: month, limit: 1}]"))
 	f.Add([]byte("a: &a [*a, *a]\npolicies: *a"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		tm := time.AfterFunc(3*time.Second, func() { panic(fmt.Sprintf("slow input %q", data)) })
+		defer tm.Stop()
 		file, err := config.Parse("fuzz.yaml", data)
 		if err != nil {
 			var es config.Errors
