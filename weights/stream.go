@@ -240,6 +240,8 @@ func (s *StreamReader) addLine(b []byte) {
 		return
 	}
 	if len(s.line)+len(b) > s.maxEv {
+		// Keep the start, which names the field, whatever the chunking.
+		s.line = append(s.line, b[:s.maxEv-len(s.line)]...)
 		s.lineOver = true
 		return
 	}
