@@ -43,20 +43,23 @@ func check(t *testing.T, e *Encoding, text string) bool {
 	return true
 }
 
-// corpus returns the texts under testdata/corpus.
+// corpus returns the texts under testdata/corpus, and the chat texts the
+// estimator's tests are built from (../testdata/*.txt).
 func corpus(t testing.TB) map[string]string {
 	t.Helper()
 	files, err := filepath.Glob("testdata/corpus/*")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no corpus files: %v", err)
 	}
+	chats, _ := filepath.Glob("../testdata/*.txt")
+	files = append(files, chats...)
 	m := map[string]string{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m[filepath.Base(f)] = string(b)
+		m[filepath.Base(filepath.Dir(f))+"/"+filepath.Base(f)] = string(b)
 	}
 	return m
 }
