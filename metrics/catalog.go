@@ -1,0 +1,93 @@
+package metrics
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// A Metric describes one exported metric family as Prometheus sees it
+// through NewPrometheus: its final name (with _total and _seconds), type
+// and labels. Histograms also expose _bucket, _sum and _count series.
+type Metric struct {
+	Name   string
+	Type   string // counter, gauge or histogram
+	Labels []string
+	Help   string
+}
+
+// Catalog lists every metric family the Observer exports, sorted by name.
+// A test checks it against the exporter's real output.
+func Catalog() []Metric {
+	return []Metric{
+		{"admission_cost_total", "counter", []string{"policy", "mode", "decision", "reason", "unit"},
+			"Cost of decided requests in the policy's unit (requests, tokens, cost = micro-dollars). Rolled-back admissions add no cost."},
+		{"admission_decisions_total", "counter", []string{"policy", "mode", "decision", "reason"},
+			"Decisions: admitted, rejected, would_reject, queued, canceled, timeout, fail_open, fail_closed. queued is an intermediate event: leave it out of ratios."},
+		{"admission_estimate_accuracy", "histogram", []string{"policy", "model_family"},
+			"Actual ÷ estimated tokens per settled request."},
+		{"admission_inflight", "gauge", []string{"policy", "unit"},
+			"Cost held by concurrency permits."},
+		{"admission_lease_duration_seconds", "histogram", []string{"policy"},
+			"How long concurrency permits were held."},
+		{"admission_lease_expirations_total", "counter", []string{"policy"},
+			"Permits reclaimed from tickets never settled."},
+		{"admission_limit", "gauge", []string{"policy", "mode", "algorithm", "unit"},
+			"The policy's own limit; its labels say the mode (enforce, shadow)."},
+		{"admission_partitions", "gauge", []string{"policy"},
+			"Partitions held in memory."},
+		{"admission_partitions_evictions_total", "counter", []string{"policy"},
+			"Idle partitions evicted."},
+		{"admission_partitions_limit", "gauge", []string{"policy"},
+			"Maximum partitions before overflow."},
+		{"admission_partitions_near_limit", "gauge", []string{"policy"},
+			"Partitions at 80% or more of the policy's limit."},
+		{"admission_queue_depth", "gauge", []string{"policy"},
+			"Requests waiting in the policy's queue."},
+		{"admission_queue_wait_seconds", "histogram", []string{"policy", "decision"},
+			"Time spent queued, by how the wait ended (admitted, timeout, canceled)."},
+		{"admission_reloads_total", "counter", []string{"result"},
+			"Configuration reloads: ok or rejected."},
+		{"admission_rollbacks_total", "counter", []string{"policy", "mode"},
+			"Admissions given back because another policy refused the request."},
+		{"admission_store_errors_total", "counter", []string{"policy", "store", "action"},
+			"Failed store calls and the action taken (open, closed, local)."},
+		{"admission_tenant_cost_total", "counter", []string{"policy", "decision", "unit", "tenant"},
+			"Cost per tenant: top K by refused cost, the rest as `__other__`."},
+		{"admission_tenant_decisions_total", "counter", []string{"policy", "decision", "tenant"},
+			"Decisions per tenant (admitted, rejected, would_reject): top K, the rest as `__other__`; admitted is sampled."},
+		{"admission_tenant_utilization_ratio", "gauge", []string{"policy", "tenant"},
+			"Share of its limit a top-K tenant's partition used at its last decision."},
+	}
+}
+
+// MarkdownTable renders the catalog as the README's metrics table.
+func MarkdownTable() string {
+	var b strings.Builder
+	b.WriteString("| metric | type | labels | meaning |\n|---|---|---|---|\n")
+	for _, m := range Catalog() {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", m.Name, m.Type, "`"+strings.Join(m.Labels, "`, `")+"`", m.Help)
+	}
+	return b.String()
+}
+
+// SeriesBound is the most series the Observer can export (target_info
+// included) for the given number of policies, top K, model families seen
+// in token settlements (at most 32) and stores per policy. Per policy:
+// 2 × 128 decision and cost cells (2 modes × 8 outcomes × 8 reasons; in
+// practice about 20 are ever used), 7K+6 tenant series (K+1 tenant values
+// × 3 decisions × 2 counters, plus K utilisation gauges), 6 gauges, 4
+// counters, 3 × stores store-error counters and the histograms' buckets.
+// With 10 policies, K = 20, 3 families and 1 store that is 5,453, and no
+// number of tenants changes it.
+func SeriesBound(policies, topK, families, stores int) int {
+	hist := func(buckets []float64) int { return len(buckets) + 3 } // +Inf, _sum, _count
+	perPolicy := 2*numModes*admission.NumOutcomes*admission.NumReasons + // decisions and cost cells
+		3*(topK+1)*2 + topK + // tenant decisions, tenant cost, utilisation
+		6 + // partitions, partitions limit, near limit, queue depth, inflight, limit
+		numModes + 2 + // rollbacks, lease expirations, evictions
+		3*stores +
+		4*hist(QueueWaitBuckets) + hist(LeaseBuckets) + min(families, maxFamilies)*hist(AccuracyBuckets)
+	return policies*perPolicy + 2 + 1 // reloads, target_info
+}

@@ -1,0 +1,272 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/metrics"
+)
+
+var update = flag.Bool("update", false, "rewrite the README's metrics table")
+
+// newProm returns an observer exporting to a fresh Prometheus registry.
+func newProm(t testing.TB, opts ...metrics.Option) (*metrics.Observer, *metrics.Prometheus) {
+	t.Helper()
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prom.Provider.Shutdown(context.Background()) })
+	o, err := metrics.New(append([]metrics.Option{metrics.WithMeterProvider(prom.Provider)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, prom
+}
+
+func gather(t testing.TB, prom *metrics.Prometheus) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := prom.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// exercise sends every kind of event the observer handles.
+func exercise(o *metrics.Observer) {
+	st := admission.Status{Policy: "conc", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 10, Remaining: 2}
+	for i := range 64 {
+		o.Decision(admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: "a", Cost: 3, QueueWait: time.Millisecond})
+		o.Decision(admission.Decision{Status: st, Outcome: admission.WouldReject, Reason: admission.ReasonRate, Tenant: "b" + strconv.Itoa(i%3), Cost: 3})
+	}
+	o.Decision(admission.Decision{Status: st, Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "a", Cost: 3})
+	o.Decision(admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: "a", Cost: 3, RolledBack: true})
+	o.Settled(admission.Settlement{Policy: "conc", Unit: admission.UnitTokens, Estimated: 10, Actual: 12, Model: "gpt-4o", Admitted: time.Now()})
+	o.LeaseExpired("conc", 1)
+	o.PartitionsEvicted("conc", 1)
+	o.StoreError(admission.StoreEvent{Policy: "conc", Store: "redis", Err: errors.New("timeout"), Action: admission.FailOpenMode})
+	o.Reloaded(admission.Reload{Source: "policies.yaml", Policies: 1})
+}
+
+func TestCatalogMatchesExposition(t *testing.T) {
+	o, prom := newProm(t, metrics.WithTopK(2))
+	exercise(o)
+	c, err := admission.New(admission.Config{Policies: []admission.Policy{{Name: "conc", Algorithm: admission.Concurrency, Limit: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Watch(c)
+	got := gather(t, prom)
+	delete(got, "target_info")
+	for _, m := range metrics.Catalog() {
+		f, ok := got[m.Name]
+		if !ok {
+			t.Errorf("catalog lists %s; the exporter does not produce it", m.Name)
+			continue
+		}
+		delete(got, m.Name)
+		if typ := strings.ToLower(f.GetType().String()); typ != m.Type {
+			t.Errorf("%s: type %s; catalog says %s", m.Name, typ, m.Type)
+		}
+		labels := map[string]bool{}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() != "le" {
+					labels[l.GetName()] = true
+				}
+			}
+		}
+		want := slices.Clone(m.Labels)
+		slices.Sort(want)
+		var have []string
+		for l := range labels {
+			have = append(have, l)
+		}
+		slices.Sort(have)
+		if !slices.Equal(have, want) {
+			t.Errorf("%s: labels %v; catalog says %v", m.Name, have, want)
+		}
+	}
+	for name := range got {
+		t.Errorf("the exporter produces %s; the catalog does not list it", name)
+	}
+}
+
+func TestREADMEMetricsTable(t *testing.T) {
+	const path = "../README.md"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- metrics:begin -->\n", "<!-- metrics:end -->"
+	i, j := strings.Index(string(b), begin), strings.Index(string(b), end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no %q ... %q markers", path, begin, end)
+	}
+	section := string(b[i+len(begin) : j])
+	table := metrics.MarkdownTable()
+	if *update {
+		intro := "Every metric below is exported by `metrics.Observer` through `metrics.NewPrometheus`; " +
+			"names are final Prometheus names. The table is checked against the exporter's output by " +
+			"`go test ./metrics -run TestREADMEMetricsTable` (`-update` rewrites it).\n\n"
+		rest := ""
+		if k := strings.Index(section, "\n### "); k >= 0 {
+			rest = section[k:]
+		}
+		section = intro + table + rest
+		out := string(b[:i+len(begin)]) + section + string(b[j:])
+		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(section, table) {
+		t.Errorf("README metrics table is stale; run go test ./metrics -run TestREADMEMetricsTable -update\nwant:\n%s", table)
+	}
+}
+
+func TestDecisionCounts(t *testing.T) {
+	o, prom := newProm(t, metrics.WithAdmittedSampling(1))
+	exercise(o)
+	fams := gather(t, prom)
+	sum := func(name string, match map[string]string) float64 {
+		var total float64
+	next:
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := match[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+		return total
+	}
+	tests := []struct {
+		name  string
+		match map[string]string
+		want  float64
+	}{
+		{"admission_decisions_total", map[string]string{"decision": "admitted"}, 65},
+		{"admission_cost_total", map[string]string{"decision": "admitted"}, 64 * 3},
+		{"admission_decisions_total", map[string]string{"decision": "would_reject", "reason": "rate"}, 64},
+		{"admission_tenant_decisions_total", map[string]string{"tenant": "a", "decision": "admitted"}, 64},
+		{"admission_tenant_decisions_total", map[string]string{"decision": "would_reject"}, 64},
+		{"admission_rollbacks_total", nil, 1},
+		{"admission_store_errors_total", map[string]string{"action": "open"}, 1},
+	}
+	for _, tt := range tests {
+		if got := sum(tt.name, tt.match); got != tt.want {
+			t.Errorf("sum(%s%v) = %v; want %v", tt.name, tt.match, got, tt.want)
+		}
+	}
+}
+
+// TestTopKBound sends many tenants and checks the exposition keeps K+1
+// tenant values per policy with the heaviest one first in its counts.
+func TestTopKBound(t *testing.T) {
+	const k = 5
+	o, prom := newProm(t, metrics.WithTopK(k))
+	st := admission.Status{Policy: "rpm", Unit: admission.UnitRequests, Limit: 10}
+	for i := range 20_000 {
+		tenant := "t" + strconv.Itoa(i)
+		if i%4 == 0 {
+			tenant = "noisy"
+		}
+		o.Decision(admission.Decision{Status: st, Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: tenant, Cost: 1})
+	}
+	fams := gather(t, prom)
+	values := map[string]float64{}
+	for _, m := range fams["admission_tenant_decisions_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "tenant" {
+				values[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if len(values) > k+1 {
+		t.Errorf("%d tenant values; want at most %d", len(values), k+1)
+	}
+	if values["noisy"] != 5000 {
+		t.Errorf("noisy = %v; want 5000", values["noisy"])
+	}
+	var total float64
+	for _, v := range values {
+		total += v
+	}
+	if total != 20_000 {
+		t.Errorf("sum over tenants = %v; want 20000", total)
+	}
+}
+
+// TestConcurrentDecisions checks the cells under concurrent use: every
+// decision and every unit of cost is counted once.
+func TestConcurrentDecisions(t *testing.T) {
+	o, prom := newProm(t)
+	st := admission.Status{Policy: "tpm", Unit: admission.UnitTokens, Limit: 1000}
+	const workers, each = 4, 5000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				o.Decision(admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: fmt.Sprint(w, i%50), Cost: 7})
+			}
+		})
+	}
+	// Collect while writing: totals never go backwards.
+	var last float64
+	for range 5 {
+		for _, m := range gather(t, prom)["admission_cost_total"].GetMetric() {
+			v := m.GetCounter().GetValue()
+			if v < last {
+				t.Fatalf("cost went back from %v to %v", last, v)
+			}
+			last = v
+		}
+	}
+	wg.Wait()
+	fams := gather(t, prom)
+	if got := fams["admission_decisions_total"].GetMetric()[0].GetCounter().GetValue(); got != workers*each {
+		t.Errorf("decisions = %v; want %d", got, workers*each)
+	}
+	if got := fams["admission_cost_total"].GetMetric()[0].GetCounter().GetValue(); got != 7*workers*each {
+		t.Errorf("cost = %v; want %d", got, 7*workers*each)
+	}
+}
+
+func TestModelFamily(t *testing.T) {
+	for _, tt := range []struct{ model, want string }{
+		{"gpt-4o-mini", "gpt-4o"}, {"gpt-4.1-nano", "gpt-4.1"}, {"gpt-4-turbo", "gpt-4"},
+		{"gpt-3.5-turbo", "gpt-3.5"}, {"o3-mini", "o-series"}, {"text-embedding-3-small", "embedding"},
+		{"claude-3-5-sonnet", "claude"}, {"Meta-Llama-3-70B", "llama"}, {"", "none"}, {"my-model", "other"},
+	} {
+		if got := metrics.ModelFamily(tt.model); got != tt.want {
+			t.Errorf("ModelFamily(%q) = %q; want %q", tt.model, got, tt.want)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	if _, err := metrics.New(metrics.WithTopK(0), metrics.WithAdmittedSampling(0)); err == nil {
+		t.Error("New(WithTopK(0), WithAdmittedSampling(0)) = nil error; want one")
+	}
+	if _, err := metrics.NewPrometheus(-1); err == nil {
+		t.Error("NewPrometheus(-1) = nil error; want one")
+	}
+}

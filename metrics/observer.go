@@ -1,0 +1,465 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Defaults of the options.
+const (
+	// DefaultTopK is how many tenants per policy are exported by name.
+	DefaultTopK = 20
+	// DefaultSketchFactor sizes each policy's heavy-hitter sketch: it
+	// monitors DefaultSketchFactor × K tenants to rank the top K well.
+	DefaultSketchFactor = 10
+	// DefaultAdmittedSampling records one admitted decision in N in the
+	// tenant sketch (weighted by N), which keeps the admitted path cheap.
+	DefaultAdmittedSampling = 32
+	// DefaultMaxPolicies bounds the policies counted by name; decisions of
+	// further policies are counted under the policy name Other.
+	DefaultMaxPolicies = 64
+	// ScopeName is the instrumentation scope of every instrument.
+	ScopeName = "github.com/sluicehq/sluice/metrics"
+)
+
+// A Source reports the state of a controller's policies at collection
+// time. *admission.Controller is one.
+type Source interface {
+	Stats() []admission.PolicyStats
+	Policies() []admission.Policy
+}
+
+var _ Source = (*admission.Controller)(nil)
+
+// An Option configures an Observer.
+type Option func(*config)
+
+type config struct {
+	provider    metric.MeterProvider
+	topK        int
+	sketchCap   int
+	sampling    int
+	maxPolicies int
+	clock       admission.Clock
+	family      func(model string) string
+	source      Source
+}
+
+// WithMeterProvider sets where the instruments live; the default is the
+// global provider (otel.GetMeterProvider). Use NewPrometheus for a
+// Prometheus endpoint, or your own sdkmetric.MeterProvider with an OTLP
+// reader to push to a collector.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.provider = mp }
+}
+
+// WithTopK sets how many tenants per policy are exported by name (default
+// DefaultTopK); every other tenant is counted as Other.
+func WithTopK(k int) Option { return func(c *config) { c.topK = k } }
+
+// WithSketchCapacity sets how many tenants each policy's sketch monitors
+// (default DefaultSketchFactor × K). More is more accurate and costs memory
+// and collection time, not request time.
+func WithSketchCapacity(n int) Option { return func(c *config) { c.sketchCap = n } }
+
+// WithAdmittedSampling records one admitted decision in n in the tenant
+// sketch, weighted by n (default DefaultAdmittedSampling; 1 records all);
+// n is rounded up to a power of two.
+// Refused decisions are always recorded.
+func WithAdmittedSampling(n int) Option { return func(c *config) { c.sampling = n } }
+
+// WithMaxPolicies bounds the number of policy label values (default
+// DefaultMaxPolicies).
+func WithMaxPolicies(n int) Option { return func(c *config) { c.maxPolicies = n } }
+
+// WithClock sets the clock used to measure lease durations; use the
+// controller's clock. The default is admission.SystemClock.
+func WithClock(clk admission.Clock) Option { return func(c *config) { c.clock = clk } }
+
+// WithModelFamily replaces ModelFamily, the function that maps a model name
+// to the model_family label. At most 32 distinct families are kept; the
+// rest are labelled "other".
+func WithModelFamily(f func(model string) string) Option {
+	return func(c *config) { c.family = f }
+}
+
+// WithSource sets the controller whose state the gauges report. It can
+// also be set later with Watch, since the controller is usually built with
+// the observer.
+func WithSource(s Source) Option { return func(c *config) { c.source = s } }
+
+// An Observer records a controller's decisions as OpenTelemetry metrics in
+// the "admission." namespace. Use it with admission.WithObserver and call
+// Watch with the controller for the gauges.
+//
+// Decisions are counted in precomputed cells, one per policy, mode,
+// outcome and reason, each one atomic addition that carries both the
+// count and the cost; the cells are exported through observable counters
+// when the metrics are collected. Recording an admitted decision therefore
+// costs a few nanoseconds and allocates nothing. Queue waits, lease
+// durations and estimate accuracy go to synchronous histograms with
+// prebuilt attribute sets.
+//
+// Tenants appear as a label only through a heavy-hitter sketch per policy:
+// the K tenants with the most refused cost (rejected or would-reject) are
+// exported by name and everyone else as Other, so 100,000 tenants make at
+// most K+1 tenant label values per policy.
+type Observer struct {
+	cfg    config
+	source atomic.Pointer[Source]
+
+	fast     atomic.Pointer[[]fastEntry] // lock-free lookup by name pointer
+	mu       sync.Mutex                  // guards byName, list growth, stores, families
+	byName   map[string]*policyMetrics
+	list     atomic.Pointer[[]*policyMetrics]
+	stores   map[storeKey]*storeMetrics
+	families map[string]struct{}
+
+	reloads      [2]atomic.Uint64 // ok, rejected
+	lastPolicies atomic.Int64
+
+	queueWait metric.Float64Histogram
+	lease     metric.Float64Histogram
+	accuracy  metric.Float64Histogram
+
+	collectMu sync.Mutex // serialises collections
+	reg       metric.Registration
+	scratch   []tenantCount
+}
+
+type fastEntry struct {
+	ptr *byte
+	n   int
+	pm  *policyMetrics
+}
+
+type storeKey struct {
+	policy, store string
+	action        admission.FailMode
+}
+
+type storeMetrics struct {
+	n     atomic.Uint64
+	attrs attribute.Set
+}
+
+// numModes counts the modes a decision can carry: Enforce and Shadow.
+const numModes = 2
+
+// policyMetrics holds the cells of one policy.
+type policyMetrics struct {
+	name      string
+	unit      admission.Unit
+	algorithm admission.Algorithm
+	cells     [numModes][admission.NumOutcomes][admission.NumReasons]pair
+	rollbacks [numModes]atomic.Uint64
+	expired   atomic.Uint64
+	evicted   atomic.Uint64
+	tenants   *sketch
+
+	policyAttr attribute.KeyValue
+	waitOpts   [admission.NumOutcomes][]metric.RecordOption
+	leaseOpts  []metric.RecordOption
+	accMu      sync.RWMutex
+	accOpts    map[string][]metric.RecordOption
+
+	// Guarded by the observer's collectMu.
+	cellAttrs [numModes][admission.NumOutcomes][admission.NumReasons]*[2]attribute.Set
+	other     [numClasses]struct{ weight, events uint64 }
+}
+
+// New returns an Observer whose instruments are created at once on the
+// configured meter provider.
+func New(opts ...Option) (*Observer, error) {
+	o := &Observer{
+		cfg: config{
+			topK:        DefaultTopK,
+			sampling:    DefaultAdmittedSampling,
+			maxPolicies: DefaultMaxPolicies,
+			clock:       admission.SystemClock{},
+			family:      ModelFamily,
+		},
+		byName:   map[string]*policyMetrics{},
+		stores:   map[storeKey]*storeMetrics{},
+		families: map[string]struct{}{},
+	}
+	for _, opt := range opts {
+		opt(&o.cfg)
+	}
+	c := &o.cfg
+	var errs []error
+	if c.topK < 1 {
+		errs = append(errs, errors.New("metrics: top K must be >= 1"))
+	}
+	if c.sketchCap == 0 {
+		c.sketchCap = DefaultSketchFactor * c.topK
+	}
+	if c.sketchCap < c.topK {
+		errs = append(errs, errors.New("metrics: sketch capacity must be >= top K"))
+	}
+	if c.sampling < 1 {
+		errs = append(errs, errors.New("metrics: admitted sampling must be >= 1"))
+	}
+	c.sampling = 1 << bits.Len(uint(c.sampling-1))
+	if c.maxPolicies < 1 {
+		errs = append(errs, errors.New("metrics: max policies must be >= 1"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if c.provider == nil {
+		c.provider = otel.GetMeterProvider()
+	}
+	if c.source != nil {
+		o.Watch(c.source)
+	}
+	if err := o.instruments(c.provider.Meter(ScopeName)); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Watch sets the controller whose policies the gauges (partitions, queue
+// depth, in-flight work, limits, near-limit partitions) report.
+func (o *Observer) Watch(s Source) { o.source.Store(&s) }
+
+// Close unregisters the observable instruments' callback.
+func (o *Observer) Close() error {
+	if o.reg == nil {
+		return nil
+	}
+	return o.reg.Unregister()
+}
+
+// policy returns the cells of the named policy. The controller passes the
+// same string for a policy every time, so the common case is a comparison
+// of pointers in a short, immutable list.
+func (o *Observer) policy(name string, st *admission.Status) *policyMetrics {
+	if fe := o.fast.Load(); fe != nil {
+		p := unsafe.StringData(name)
+		for i := range *fe {
+			if e := &(*fe)[i]; e.ptr == p && e.n == len(name) {
+				return e.pm
+			}
+		}
+	}
+	return o.policySlow(name, st)
+}
+
+// maxFast bounds the pointer list; names beyond it (configuration reloads
+// make new strings) are found through the map.
+const maxFast = 32
+
+func (o *Observer) policySlow(name string, st *admission.Status) *policyMetrics {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pm, ok := o.byName[name]
+	if !ok {
+		var list []*policyMetrics
+		if l := o.list.Load(); l != nil {
+			list = *l
+		}
+		if len(list) >= o.cfg.maxPolicies {
+			if pm = o.byName[Other]; pm == nil {
+				pm = o.newPolicy(Other, st)
+				o.byName[Other] = pm
+				list = append(slices.Clip(list), pm)
+				o.list.Store(&list)
+			}
+			return pm
+		}
+		pm = o.newPolicy(name, st)
+		o.byName[pm.name] = pm
+		list = append(slices.Clip(list), pm)
+		o.list.Store(&list)
+	}
+	var fe []fastEntry
+	if l := o.fast.Load(); l != nil {
+		fe = *l
+	}
+	if len(fe) < maxFast {
+		fe = append(slices.Clip(fe), fastEntry{ptr: unsafe.StringData(name), n: len(name), pm: pm})
+		o.fast.Store(&fe)
+	}
+	return pm
+}
+
+func (o *Observer) newPolicy(name string, st *admission.Status) *policyMetrics {
+	pm := &policyMetrics{name: name, unit: admission.UnitRequests, tenants: newSketch(o.cfg.sketchCap)}
+	if st != nil {
+		pm.unit, pm.algorithm = st.Unit, st.Algorithm
+	}
+	pm.policyAttr = attribute.String("policy", name)
+	for out := range admission.NumOutcomes {
+		set := attribute.NewSet(pm.policyAttr, attribute.String("decision", admission.Outcome(out).String()))
+		pm.waitOpts[out] = []metric.RecordOption{metric.WithAttributeSet(set)}
+	}
+	pm.leaseOpts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(pm.policyAttr))}
+	pm.accOpts = map[string][]metric.RecordOption{}
+	return pm
+}
+
+// Decision counts one policy's decision. It allocates nothing.
+func (o *Observer) Decision(d admission.Decision) {
+	pm := o.policy(d.Policy, &d.Status)
+	mode := 0
+	if d.Mode == admission.Shadow {
+		mode = 1
+	}
+	out, reason := int(d.Outcome), int(d.Reason)
+	if out >= admission.NumOutcomes || reason >= admission.NumReasons {
+		return
+	}
+	cost := d.Cost
+	if d.RolledBack {
+		// Another policy refused the request: this policy's permits were
+		// given back, so the decision counts but its cost does not.
+		cost = 0
+		pm.rollbacks[mode].Add(1)
+	}
+	seq := pm.cells[mode][out][reason].add(cost)
+	switch d.Outcome {
+	case admission.Admitted, admission.FailOpen:
+		if d.QueueWait > 0 {
+			pm.recordWait(o, out, d.QueueWait)
+		}
+		if d.RolledBack {
+			return
+		}
+		if n := o.cfg.sampling; n == 1 || sampled(seq, uint64(n-1)) {
+			pm.tenants.add(tenantLabel(d.Tenant), classAdmitted, uint64(max(cost, 0))*uint64(n), uint64(n), utilisation(&d.Status))
+		}
+	case admission.Rejected, admission.FailClosed:
+		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), 1, utilisation(&d.Status))
+	case admission.Timeout:
+		pm.recordWait(o, out, d.QueueWait)
+		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), 1, utilisation(&d.Status))
+	case admission.WouldReject:
+		pm.tenants.add(tenantLabel(d.Tenant), classWouldReject, uint64(max(cost, 0)), 1, utilisation(&d.Status))
+	case admission.Canceled:
+		pm.recordWait(o, out, d.QueueWait)
+	}
+}
+
+func (pm *policyMetrics) recordWait(o *Observer, out int, d time.Duration) {
+	o.queueWait.Record(context.Background(), d.Seconds(), pm.waitOpts[out]...)
+}
+
+func tenantLabel(t string) string {
+	if t == "" {
+		return NoTenant
+	}
+	return t
+}
+
+// utilisation is the share of the partition's limit in use after a
+// decision.
+func utilisation(s *admission.Status) float64 {
+	if s.Limit <= 0 {
+		return 0
+	}
+	return 1 - float64(max(s.Remaining, 0))/float64(s.Limit)
+}
+
+// Settled records how long a concurrency permit was held and, for token
+// policies, the ratio of actual to estimated tokens.
+func (o *Observer) Settled(s admission.Settlement) {
+	pm := o.policy(s.Policy, nil)
+	if pm.algorithm == admission.Concurrency && !s.Admitted.IsZero() {
+		held := o.cfg.clock.Now().Sub(s.Admitted)
+		o.lease.Record(context.Background(), max(held, 0).Seconds(), pm.leaseOpts...)
+	}
+	if s.Unit == admission.UnitTokens && s.Estimated > 0 {
+		opts := o.accuracyOpts(pm, s.Model)
+		o.accuracy.Record(context.Background(), float64(s.Actual)/float64(s.Estimated), opts...)
+	}
+}
+
+// maxFamilies bounds the model_family label values.
+const maxFamilies = 32
+
+func (o *Observer) accuracyOpts(pm *policyMetrics, model string) []metric.RecordOption {
+	fam := o.cfg.family(model)
+	pm.accMu.RLock()
+	opts, ok := pm.accOpts[fam]
+	pm.accMu.RUnlock()
+	if ok {
+		return opts
+	}
+	o.mu.Lock()
+	if _, known := o.families[fam]; !known {
+		if len(o.families) >= maxFamilies {
+			fam = "other"
+		}
+		o.families[fam] = struct{}{}
+	}
+	o.mu.Unlock()
+	pm.accMu.Lock()
+	defer pm.accMu.Unlock()
+	if opts, ok := pm.accOpts[fam]; ok {
+		return opts
+	}
+	set := attribute.NewSet(pm.policyAttr, attribute.String("model_family", fam))
+	opts = []metric.RecordOption{metric.WithAttributeSet(set)}
+	pm.accOpts[fam] = opts
+	return opts
+}
+
+// LeaseExpired counts concurrency permits reclaimed from unsettled tickets.
+func (o *Observer) LeaseExpired(policy string, n int) {
+	o.policy(policy, nil).expired.Add(uint64(max(n, 0)))
+}
+
+// PartitionsEvicted counts idle partitions dropped.
+func (o *Observer) PartitionsEvicted(policy string, n int) {
+	o.policy(policy, nil).evicted.Add(uint64(max(n, 0)))
+}
+
+// StoreError counts a failed store call by policy, store and what the
+// policy did instead (open, closed, local). The error text is never a label.
+func (o *Observer) StoreError(e admission.StoreEvent) {
+	pm := o.policy(e.Policy, nil)
+	store := e.Store
+	if store == "" {
+		store = "memory"
+	}
+	k := storeKey{policy: pm.name, store: store, action: e.Action}
+	o.mu.Lock()
+	sm := o.stores[k]
+	if sm == nil {
+		if len(o.stores) >= 4*o.cfg.maxPolicies {
+			k.store = Other
+		}
+		if sm = o.stores[k]; sm == nil {
+			sm = &storeMetrics{attrs: attribute.NewSet(pm.policyAttr,
+				attribute.String("store", k.store), attribute.String("action", e.Action.String()))}
+			o.stores[k] = sm
+		}
+	}
+	o.mu.Unlock()
+	sm.n.Add(1)
+}
+
+// Reloaded counts configuration reloads by result (ok or rejected).
+func (o *Observer) Reloaded(r admission.Reload) {
+	if r.Err != nil {
+		o.reloads[1].Add(1)
+		return
+	}
+	o.reloads[0].Add(1)
+	o.lastPolicies.Store(int64(r.Policies))
+}
+
+var _ admission.Observer = (*Observer)(nil)
