@@ -180,7 +180,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("policies: [{name: a, algorithm: quota, period: month, limit: 1}]"))
 	f.Add([]byte("a: &a [*a, *a]\npolicies: *a"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tm := time.AfterFunc(3*time.Second, func() { panic(fmt.Sprintf("slow input %q", data)) })
+		tm := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("slow input %q", data)) })
 		defer tm.Stop()
 		file, err := config.Parse("fuzz.yaml", data)
 		if err != nil {

@@ -822,8 +822,11 @@ func (d *decoder) validate(root *yaml.Node) {
 	for i := range pols {
 		p := &pols[i]
 		path := fmt.Sprintf("policies[%d]", i)
-		if err := p.Validate(path); err != nil {
-			d.fieldErrors(err, root)
+		// Without its algorithm the other fields cannot be judged.
+		if _, given := d.lines[path+".algorithm"]; given {
+			if err := p.Validate(path); err != nil {
+				d.fieldErrors(err, root)
+			}
 		}
 		if j, dup := byName[p.Name]; dup {
 			d.errorf(d.lines[path+".name"], path+".name", "%q already used by policies[%d]", p.Name, j)

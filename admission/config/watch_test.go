@@ -1,0 +1,272 @@
+package config_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+type reloads struct {
+	admission.NopObserver
+	mu  sync.Mutex
+	got []admission.Reload
+}
+
+func (r *reloads) Reloaded(ev admission.Reload) {
+	r.mu.Lock()
+	r.got = append(r.got, ev)
+	r.mu.Unlock()
+}
+
+func (r *reloads) count() (ok, failed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range r.got {
+		if ev.Err != nil {
+			failed++
+		} else {
+			ok++
+		}
+	}
+	return
+}
+
+const keyAcme = "sk-test-acme"
+
+// policyFile returns a policy file with a per-tenant window of limit per
+// hour in mode, plus a second policy whose limit varies between reloads.
+func policyFile(limit int, mode string, other int) string {
+	return fmt.Sprintf(`
+policies:
+  - name: per-tenant
+    key: tenant
+    algorithm: fixed_window
+    limit: %d
+    per: 1h
+    mode: %s
+  - name: other
+    key: tenant
+    algorithm: token_bucket
+    limit: %d
+    per: 1s
+tenants:
+  acme:
+    api_keys: [%s]
+http:
+  shadow_header: true
+`, limit, mode, other, httpadmit.HashKey(keyAcme))
+}
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serve starts a controller, a watcher and a real HTTP server on loopback.
+func serve(t *testing.T, path string, obs admission.Observer, opts ...config.WatchOption) (*config.Watcher, *httptest.Server) {
+	t.Helper()
+	f, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ctl, err := admission.New(f.Config, admission.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpadmit.New(ctl, append(f.HTTP.Options(), httpadmit.WithIdentityConfig(f.Identity.HTTPIdentity()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]config.WatchOption{
+		config.WithObserver(obs), config.WithSignals(), config.WithLogger(slog.New(slog.DiscardHandler)),
+		config.OnApply(func(f *config.File) { mw.SetIdentityConfig(f.Identity.HTTPIdentity()) }),
+	}, opts...)
+	w, err := config.Watch(path, ctl, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	})))
+	t.Cleanup(srv.Close)
+	return w, srv
+}
+
+func get(t *testing.T, srv *httptest.Server) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/items", nil)
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// TestReloadUnderLoad reloads the file 30 times (and once with a broken
+// file) while 8 clients send 480 requests over HTTP: every request gets an
+// answer, exactly the limit is admitted, no admission is lost or counted
+// twice, and the broken file changes nothing.
+func TestReloadUnderLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	write(t, path, policyFile(300, "enforce", 1000))
+	obs := &reloads{}
+	w, srv := serve(t, path, obs)
+
+	var ok, limited, other atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := srv.Client()
+			for range 60 {
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/items", nil)
+				req.Header.Set("Authorization", "Bearer "+keyAcme)
+				resp, err := client.Do(req)
+				if err != nil {
+					other.Add(1)
+					continue
+				}
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusTooManyRequests:
+					limited.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		}()
+	}
+	var refusedErr error
+	for i := range 30 {
+		write(t, path, policyFile(300, "enforce", 1000+i))
+		if err := w.Reload(); err != nil {
+			t.Errorf("Reload %d = %v", i, err)
+		}
+		if i == 15 {
+			write(t, path, "policies:\n  - name: per-tenant\n    limit: 0\n")
+			refusedErr = w.Reload()
+		}
+	}
+	wg.Wait()
+	if ok.Load() != 300 || limited.Load() != 180 || other.Load() != 0 {
+		t.Errorf("admitted, limited, other = %d, %d, %d; want 300, 180, 0", ok.Load(), limited.Load(), other.Load())
+	}
+	if refusedErr == nil {
+		t.Error("Reload(broken file) = nil; want an error")
+	}
+	if applied, refused := w.Stats(); applied < 31 || refused != 1 {
+		t.Errorf("Stats() = %d applied, %d refused; want >= 31, 1", applied, refused)
+	}
+	if okN, failed := obs.count(); okN < 31 || failed != 1 {
+		t.Errorf("observer saw %d applied, %d refused reloads; want >= 31, 1", okN, failed)
+	}
+	if got := w.Current().Config.Policies[1].Limit; got != 1029 {
+		t.Errorf("current other limit = %d; want 1029 (the last good file)", got)
+	}
+}
+
+// TestReloadShadowToEnforce runs a policy in shadow, then enforces it by
+// editing the file: the enforcing policy starts from the state its shadow
+// run built.
+func TestReloadShadowToEnforce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	write(t, path, policyFile(10, "shadow", 1000))
+	w, srv := serve(t, path, &reloads{})
+	for i := range 15 {
+		resp := get(t, srv)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("shadow request %d: status %d; want 200", i, resp.StatusCode)
+		}
+		wr := resp.Header.Get(httpadmit.HeaderWouldReject)
+		if (i >= 10) != (wr == "per-tenant") {
+			t.Errorf("shadow request %d: %s = %q", i, httpadmit.HeaderWouldReject, wr)
+		}
+	}
+	write(t, path, policyFile(10, "enforce", 1000))
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if resp := get(t, srv); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("first enforced request: status %d; want 429 (state kept from the shadow run)", resp.StatusCode)
+	}
+	write(t, path, policyFile(12, "enforce", 1000))
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{200, 200, 429} {
+		if resp := get(t, srv); resp.StatusCode != want {
+			t.Errorf("after raising the limit to 12, request %d: status %d; want %d", i, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestReloadOnChangeAndSignal checks the two triggers: a file written in
+// place of the old one, and SIGHUP.
+func TestReloadOnChangeAndSignal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	write(t, path, policyFile(10, "enforce", 1000))
+	obs := &reloads{}
+	w, _ := serve(t, path, obs, config.WithDebounce(10*time.Millisecond), config.WithSignals(syscall.SIGHUP))
+	waitApplied := func(n int64, what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if applied, _ := w.Stats(); applied >= n {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		applied, _ := w.Stats()
+		t.Fatalf("%s: %d reloads applied; want %d", what, applied, n)
+	}
+	waitApplied(1, "start")
+	write(t, path, policyFile(20, "enforce", 1000))
+	waitApplied(2, "file change")
+	if got := w.Current().Config.Policies[0].Limit; got != 20 {
+		t.Errorf("limit after change = %d; want 20", got)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(3, "SIGHUP")
+	write(t, path, "policies: [")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, refused := w.Stats(); refused >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a broken file was not refused")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := w.Current().Config.Policies[0].Limit; got != 20 {
+		t.Errorf("limit after a broken file = %d; want 20 (kept)", got)
+	}
+}
