@@ -129,7 +129,9 @@ ALG[0].take = function(o, n, g)
     g.retry = ceil_ns((n - o.a) / o.rate)
   end
   g.rem = floor0(o.a)
-  g.reset = ceil_ns((o.cap - o.a) / o.rate)
+  -- Like the in-memory bucket: nanoseconds per token times the missing
+  -- tokens (the retry above divides, to stay exact).
+  g.reset = ceil_ns((o.cap - o.a) * (o.p3 / o.p1))
 end
 ALG[0].adjust = function(o, d)
   o.a = math.min(o.a - d, o.cap)
@@ -139,7 +141,7 @@ ALG[0].save = function(o, grace)
   if o.a >= o.cap then
     redis.call('DEL', o.k1)
   else
-    redis.call('SET', o.k1, struct.pack('<ddd', o.a, o.ts, o.tn), 'PX', ttl((o.cap - o.a) / o.rate, grace))
+    redis.call('SET', o.k1, struct.pack('<ddd', o.a, o.ts, o.tn), 'PX', ttl((o.cap - o.a) * (o.p3 / o.p1), grace))
   end
 end
 `,

@@ -1,0 +1,115 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestSameFiguresAsMemory replays random weighted traffic (acquisitions,
+// refunds, overrun charges, releases, lease expiries, period changes) on
+// the in-memory store and on Redis side by side, and requires every grant
+// to carry the same figures.
+func TestSameFiguresAsMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := callerTimeStores(newClient(t, srv.Addr))
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		ny = time.FixedZone("UTC-5", -5*3600)
+	}
+	s := time.Second
+	policies := []struct {
+		p     admission.Policy
+		maxDt time.Duration
+	}{
+		{admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: 7, Per: 3 * s, Burst: 12}, 700 * time.Millisecond},
+		{admission.Policy{Name: "tb3", Algorithm: admission.TokenBucket, Limit: 3, Per: s}, 300 * time.Millisecond},
+		{admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "cc", Algorithm: admission.Concurrency, Limit: 9, MaxHold: 3 * s}, 500 * time.Millisecond},
+		{admission.Policy{Name: "qf", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodFixed, Per: 5 * s}, time.Second},
+		{admission.Policy{Name: "qd", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodDay, Location: ny}, 3 * time.Hour},
+		{admission.Policy{Name: "qm", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodMonth, Location: ny}, 4 * 24 * time.Hour},
+	}
+	ctx := context.Background()
+	for _, tc := range policies {
+		t.Run(tc.p.Name, func(t *testing.T) {
+			p := tc.p
+			mem, _ := admission.MemoryStore{}.Limiter(&p)
+			red, err := stores(t).Limiter(&p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := admissiontest.LimitOf(&p)
+			rng := rand.New(rand.NewPCG(7, uint64(len(p.Name))))
+			type pair struct {
+				key  string
+				m, r admission.Grant
+			}
+			var open []pair
+			now := admissiontest.Epoch.Add(-time.Duration(rng.Int64N(int64(time.Hour))))
+			for i := 0; i < 600; i++ {
+				now = now.Add(time.Duration(rng.Int64N(int64(tc.maxDt))))
+				key := fmt.Sprintf("k%d", rng.IntN(2))
+				switch op := rng.IntN(10); {
+				case op < 3 && len(open) > 0:
+					j := rng.IntN(len(open))
+					o := &open[j]
+					if p.Algorithm == admission.Concurrency {
+						em := mem.Release(ctx, o.key, l, &o.m, now)
+						er := red.Release(ctx, o.key, l, &o.r, now)
+						if em != nil || er != nil {
+							t.Fatalf("op %d: Release = %v, %v", i, em, er)
+						}
+						open = append(open[:j], open[j+1:]...)
+						continue
+					}
+					delta := rng.Int64N(o.m.Taken+4) - o.m.Taken
+					em := mem.Adjust(ctx, o.key, l, &o.m, delta, now)
+					er := red.Adjust(ctx, o.key, l, &o.r, delta, now)
+					if em != nil || er != nil {
+						t.Fatalf("op %d: Adjust = %v, %v", i, em, er)
+					}
+					if o.m.Taken != o.r.Taken || o.m.Remaining != o.r.Remaining {
+						t.Fatalf("op %d at %v: Adjust(%s, %d): redis taken=%d remaining=%d; memory taken=%d remaining=%d",
+							i, now.Sub(admissiontest.Epoch), o.key, delta, o.r.Taken, o.r.Remaining, o.m.Taken, o.m.Remaining)
+					}
+				default:
+					n := rng.Int64N(6)
+					if rng.IntN(20) == 0 {
+						n = p.Limit + 1 + rng.Int64N(3)
+					}
+					gm, em := mem.Acquire(ctx, key, l, n, now)
+					gr, er := red.Acquire(ctx, key, l, n, now)
+					if em != nil || er != nil {
+						t.Fatalf("op %d: Acquire = %v, %v", i, em, er)
+					}
+					if figures(gm) != figures(gr) {
+						t.Fatalf("op %d at %v: Acquire(%s, %d) =\n redis  %s\n memory %s", i, now.Sub(admissiontest.Epoch), key, n, figures(gr), figures(gm))
+					}
+					if p.Algorithm == admission.Quota && gm.Stamp != gr.Stamp {
+						t.Fatalf("op %d: quota stamp = %d; want the period start %d", i, gr.Stamp, gm.Stamp)
+					}
+					if gm.OK {
+						open = append(open, pair{key, gm, gr})
+						if len(open) > 30 {
+							open = open[1:]
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func figures(g admission.Grant) string {
+	return fmt.Sprintf("ok=%v taken=%d limit=%d remaining=%d reset=%v retry=%v expired=%d",
+		g.OK, g.Taken, g.Limit, g.Remaining, g.Reset, g.RetryAfter, g.Expired)
+}
