@@ -82,7 +82,7 @@ func MarkdownTable() string {
 // With 10 policies, K = 20, 3 families and 1 store that is 5,453, and no
 // number of tenants changes it.
 func SeriesBound(policies, topK, families, stores int) int {
-	hist := func(buckets []float64) int { return len(buckets) + 3 } // +Inf, _sum, _count
+	hist := func(buckets []float64) int { return len(buckets) + 3 }      // +Inf, _sum, _count
 	perPolicy := 2*numModes*admission.NumOutcomes*admission.NumReasons + // decisions and cost cells
 		3*(topK+1)*2 + topK + // tenant decisions, tenant cost, utilisation
 		6 + // partitions, partitions limit, near limit, queue depth, inflight, limit

@@ -1,0 +1,209 @@
+package shadow_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/shadow"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func wouldReject(tenant string) admission.Decision {
+	return admission.Decision{
+		Status:  admission.Status{Policy: "tpm", Mode: admission.Shadow, Unit: admission.UnitTokens, Limit: 1000, Window: time.Minute},
+		Outcome: admission.WouldReject, Reason: admission.ReasonRate, Tenant: tenant, Cost: 300, RetryAfter: 2 * time.Second,
+	}
+}
+
+func records(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("record %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	buf.Reset()
+	return out
+}
+
+func TestLogRateLimit(t *testing.T) {
+	clk := admissiontest.NewClock(t0)
+	var buf bytes.Buffer
+	l, err := shadow.NewLog(shadow.LogConfig{Rate: 1, Burst: 2}, shadow.WithClock(clk),
+		shadow.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		advance      time.Duration
+		decisions    int
+		records      int
+		suppressed   uint64  // Suppressed() after the step
+		firstCarries float64 // the "suppressed" field of the step's first record
+	}{
+		{0, 5, 2, 3, 0},
+		{time.Second, 1, 1, 3, 3},
+		{0, 1, 0, 4, 0},
+		{10 * time.Second, 3, 2, 5, 1},
+	}
+	for i, s := range steps {
+		clk.Advance(s.advance)
+		for range s.decisions {
+			l.Decision(wouldReject("acme"))
+		}
+		recs := records(t, &buf)
+		if len(recs) != s.records {
+			t.Fatalf("step %d: %d records; want %d", i, len(recs), s.records)
+		}
+		if got := l.Suppressed(); got != s.suppressed {
+			t.Errorf("step %d: Suppressed() = %d; want %d", i, got, s.suppressed)
+		}
+		if len(recs) > 0 && recs[0]["suppressed"] != s.firstCarries {
+			t.Errorf("step %d: suppressed field = %v; want %v", i, recs[0]["suppressed"], s.firstCarries)
+		}
+	}
+}
+
+func TestLogRecord(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := shadow.NewLog(shadow.LogConfig{RejectSample: 2}, shadow.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Decision(wouldReject("acme"))
+	rec := records(t, &buf)[0]
+	want := map[string]any{
+		"msg": "shadow policy would reject", "level": "INFO", "policy": "tpm", "mode": "shadow",
+		"decision": "would_reject", "reason": "rate", "tenant": "acme", "cost": 300.0, "unit": "tokens",
+		"limit": 1000.0, "retry_after": float64(2 * time.Second),
+	}
+	for k, v := range want {
+		if rec[k] != v {
+			t.Errorf("record[%q] = %v; want %v", k, rec[k], v)
+		}
+	}
+	// Admitted decisions are not logged; one enforced rejection in two is.
+	l.Decision(admission.Decision{Status: admission.Status{Policy: "tpm"}, Outcome: admission.Admitted})
+	rej := wouldReject("acme")
+	rej.Outcome, rej.Mode = admission.Rejected, admission.Enforce
+	for range 4 {
+		l.Decision(rej)
+	}
+	recs := records(t, &buf)
+	if len(recs) != 2 {
+		t.Fatalf("%d records; want 2 (half of 4 rejections)", len(recs))
+	}
+	if recs[0]["level"] != "WARN" {
+		t.Errorf("rejection level = %v; want WARN", recs[0]["level"])
+	}
+}
+
+func TestNewLogValidates(t *testing.T) {
+	if _, err := shadow.NewLog(shadow.LogConfig{Rate: -1, Burst: -1, RejectSample: -1}); err == nil ||
+		strings.Count(err.Error(), "\n") != 2 {
+		t.Errorf("NewLog(bad config) = %v; want three problems", err)
+	}
+}
+
+func TestRecorderReport(t *testing.T) {
+	clk := admissiontest.NewClock(t0)
+	r, err := shadow.NewRecorder(shadow.RecorderConfig{Window: time.Minute, Buckets: 6}, shadow.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := func(tenant string) admission.Decision {
+		d := wouldReject(tenant)
+		d.Outcome, d.Reason = admission.Admitted, admission.ReasonNone
+		return d
+	}
+	// 100 requests: noisy sends 20 and 18 would be rejected; quiet sends
+	// 80 and 2 would be rejected.
+	for i := range 20 {
+		if i < 18 {
+			r.Decision(wouldReject("noisy"))
+		} else {
+			r.Decision(admitted("noisy"))
+		}
+	}
+	for i := range 80 {
+		if i < 2 {
+			r.Decision(wouldReject("quiet"))
+		} else {
+			r.Decision(admitted("quiet"))
+		}
+	}
+	r.Decision(admission.Decision{Status: admission.Status{Policy: "tpm"}, Outcome: admission.Queued})
+
+	rep := r.Report(5)
+	if len(rep.Policies) != 1 {
+		t.Fatalf("Report() has %d policies; want 1", len(rep.Policies))
+	}
+	p := rep.Policies[0]
+	if p.Requests != 100 || p.Refused != 20 || p.Ratio != 0.2 {
+		t.Errorf("policy: requests %d refused %d ratio %v; want 100, 20, 0.2", p.Requests, p.Refused, p.Ratio)
+	}
+	if len(p.Tenants) != 2 || p.Tenants[0].Tenant != "noisy" || p.Tenants[0].Share != 0.9 || p.Tenants[0].Ratio != 0.9 {
+		t.Errorf("tenants = %+v; want noisy first with share 0.9 and ratio 0.9", p.Tenants)
+	}
+	want := "if enforced now, policy tpm would reject 20.0% of requests (20 of 100) over the last 1m0s, 90% of them from tenant noisy\n"
+	if got := rep.String(); got != want {
+		t.Errorf("String() = %q; want %q", got, want)
+	}
+
+	// Half a window later the decisions still count; a full window later
+	// they have left it.
+	clk.Advance(30 * time.Second)
+	if got := r.Report(5).Policies[0].Requests; got != 100 {
+		t.Errorf("30s later: requests = %d; want 100", got)
+	}
+	clk.Advance(time.Minute)
+	if got := len(r.Report(5).Policies); got != 0 {
+		t.Errorf("90s later: %d policies reported; want 0", got)
+	}
+}
+
+func TestRecorderBoundsTenants(t *testing.T) {
+	r, err := shadow.NewRecorder(shadow.RecorderConfig{MaxTenants: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"a", "b", "c", "d", "e", "a"} {
+		r.Decision(wouldReject(tenant))
+	}
+	p := r.Report(10).Policies[0]
+	got := map[string]int64{}
+	for _, tr := range p.Tenants {
+		got[tr.Tenant] = tr.Refused
+	}
+	if len(got) != 4 || got["a"] != 2 || got["c"] != 1 || got[shadow.OtherTenant] != 2 {
+		t.Errorf("tenants = %v; want a:2 b:1 c:1 %s:2", got, shadow.OtherTenant)
+	}
+}
+
+func TestJoin(t *testing.T) {
+	r1, _ := shadow.NewRecorder(shadow.RecorderConfig{})
+	r2, _ := shadow.NewRecorder(shadow.RecorderConfig{})
+	o := shadow.Join(r1, r2)
+	o.Decision(wouldReject("a"))
+	o.Settled(admission.Settlement{})
+	o.LeaseExpired("p", 1)
+	o.PartitionsEvicted("p", 1)
+	o.StoreError(admission.StoreEvent{})
+	o.Reloaded(admission.Reload{})
+	if len(r1.Report(1).Policies) != 1 || len(r2.Report(1).Policies) != 1 {
+		t.Error("Join did not pass the decision to every observer")
+	}
+}
