@@ -1,0 +1,224 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestReplicas runs three controllers, each with its own client as three
+// replicas would have, against one Redis under concurrent load, and checks
+// the fleet-wide admitted totals.
+func TestReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	const (
+		replicas   = 3
+		goroutines = 8
+		attempts   = 30
+		limit      = 150
+	)
+	long := 1000 * time.Hour // one window for the whole test
+	cases := []struct {
+		p admission.Policy
+		// slack is how far above limit the total may go over the run.
+		slack func(elapsed time.Duration) int64
+	}{
+		{admission.Policy{Name: "token_bucket", Algorithm: admission.TokenBucket, Limit: limit, Per: time.Hour},
+			func(d time.Duration) int64 { return int64(float64(limit) * d.Hours()) }},
+		{admission.Policy{Name: "fixed_window", Algorithm: admission.FixedWindow, Limit: limit, Per: long}, nil},
+		{admission.Policy{Name: "sliding_window", Algorithm: admission.SlidingWindow, Limit: limit, Per: long}, nil},
+		{admission.Policy{Name: "sliding_log", Algorithm: admission.SlidingLog, Limit: limit, Per: time.Hour}, nil},
+		{admission.Policy{Name: "quota", Algorithm: admission.Quota, Limit: limit, Period: admission.PeriodFixed, Per: long}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.p.Name, func(t *testing.T) {
+			prefix := uniquePrefix()
+			p := tc.p
+			p.Key = []admission.KeyPart{admission.KeyTenant}
+			p.Unit = admission.UnitTokens
+			var ctls []*admission.Controller
+			for r := 0; r < replicas; r++ {
+				st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: prefix, Timeout: 2 * time.Second})
+				ctls = append(ctls, newController(t, st, p))
+			}
+			var admitted, rejected atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			stop := start.Add(10 * time.Second)
+			for r := 0; r < replicas; r++ {
+				for g := 0; g < goroutines; g++ {
+					wg.Add(1)
+					go func(ctl *admission.Controller, seed uint64) {
+						defer wg.Done()
+						rng := rand.New(rand.NewPCG(seed, 1))
+						for i := 0; i < attempts && time.Now().Before(stop); i++ {
+							n := 1 + rng.Int64N(4)
+							tk, err := ctl.Admit(context.Background(), admission.Request{Tenant: "shared", Tokens: n})
+							if err != nil {
+								if !errorsIsRejection(err) {
+									t.Errorf("Admit: %v", err)
+									return
+								}
+								rejected.Add(1)
+								continue
+							}
+							admitted.Add(n)
+							tk.Done()
+						}
+					}(ctls[r], uint64(r*100+g))
+				}
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			var slack int64
+			if tc.slack != nil {
+				slack = tc.slack(elapsed)
+			}
+			got := admitted.Load()
+			if got > limit+slack || got < limit-3 {
+				t.Errorf("%d replicas admitted %d tokens in %v; want %d (at most %d more from refill, at most 3 fewer from the last costs)",
+					replicas, got, elapsed.Round(time.Millisecond), limit, slack)
+			}
+			if rejected.Load() == 0 {
+				t.Error("nothing rejected: the load did not reach the limit")
+			}
+		})
+	}
+	t.Run("concurrency", func(t *testing.T) {
+		prefix := uniquePrefix()
+		p := admission.Policy{Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 5, MaxHold: time.Minute}
+		var ctls []*admission.Controller
+		for r := 0; r < replicas; r++ {
+			st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: prefix, Timeout: 2 * time.Second})
+			ctls = append(ctls, newController(t, st, p))
+		}
+		var inflight, peak, admitted, rejected atomic.Int64
+		var wg sync.WaitGroup
+		stop := time.Now().Add(10 * time.Second)
+		for r := 0; r < replicas; r++ {
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func(ctl *admission.Controller) {
+					defer wg.Done()
+					for i := 0; i < attempts && time.Now().Before(stop); i++ {
+						tk, err := ctl.Admit(context.Background(), admission.Request{Tenant: "shared"})
+						if err != nil {
+							rejected.Add(1)
+							continue
+						}
+						admitted.Add(1)
+						n := inflight.Add(1)
+						for {
+							p := peak.Load()
+							if n <= p || peak.CompareAndSwap(p, n) {
+								break
+							}
+						}
+						time.Sleep(time.Millisecond)
+						inflight.Add(-1)
+						tk.Done()
+					}
+				}(ctls[r])
+			}
+		}
+		wg.Wait()
+		if peak.Load() > p.Limit {
+			t.Errorf("%d requests in flight at once; limit %d", peak.Load(), p.Limit)
+		}
+		if admitted.Load() == 0 || rejected.Load() == 0 {
+			t.Errorf("admitted %d, rejected %d; want both", admitted.Load(), rejected.Load())
+		}
+		// Every lease was released: the whole limit is free again.
+		st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: prefix, Timeout: 2 * time.Second})
+		lim, _ := st.Limiter(&p)
+		g, err := lim.Acquire(context.Background(), "shared", limitOf(&p), p.Limit, time.Now())
+		if err != nil || !g.OK {
+			t.Errorf("Acquire(limit) after the load = %+v, %v; want the whole limit free", g, err)
+		}
+	})
+}
+
+func errorsIsRejection(err error) bool {
+	_, ok := err.(*admission.Rejection)
+	return ok
+}
+
+// TestCluster runs the conformance tables on a three-node Redis Cluster and
+// checks a request's policies keyed by tenant run in one script there.
+func TestCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := newClusterClient(t, cl.Addrs)
+	t.Run("conformance", func(t *testing.T) {
+		admissiontest.RunCases(t, callerTimeStores(client))
+	})
+	t.Run("batch", func(t *testing.T) {
+		st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})
+		ctl := newController(t, st, threePolicies()...)
+		ctx := context.Background()
+		calls := func() int {
+			n := 0
+			for _, a := range cl.Addrs {
+				n += scriptCalls(t, a)
+			}
+			return n
+		}
+		for i := 0; i < 20; i++ {
+			tenant := fmt.Sprintf("tenant-%d", i)
+			tk, err := ctl.Admit(ctx, admission.Request{Tenant: tenant, Tokens: 10}) // loads scripts on every node
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk.Settle(admission.Usage{Tokens: 5})
+		}
+		before := calls()
+		for i := 0; i < 20; i++ {
+			tk, err := ctl.Admit(ctx, admission.Request{Tenant: fmt.Sprintf("tenant-%d", i), Tokens: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk.Settle(admission.Usage{Tokens: 5})
+		}
+		if got := calls() - before; got != 40 {
+			t.Errorf("20 requests under 3 policies on Cluster: %d script calls; want 40 (one admit, one settle each)", got)
+		}
+	})
+	t.Run("different_slots", func(t *testing.T) {
+		// A global limit does not share the tenant's slot: the request is
+		// evaluated in two scripts and what the first took is given back
+		// when the second refuses.
+		st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})
+		tenant := admission.Policy{Name: "per_tenant", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 100, Per: time.Hour}
+		global := admission.Policy{Name: "global", Key: []admission.KeyPart{admission.KeyGlobal}, Algorithm: admission.FixedWindow, Limit: 3, Per: 1000 * time.Hour}
+		ctl := newController(t, st, tenant, global)
+		ctx := context.Background()
+		for i := 0; i < 8; i++ {
+			tk, err := ctl.Admit(ctx, admission.Request{Tenant: "acme"})
+			if (err == nil) != (i < 3) {
+				t.Fatalf("Admit %d = %v; want admitted only for the first 3", i, err)
+			}
+			tk.Done()
+		}
+		lim, _ := st.Limiter(&tenant)
+		g, err := lim.Acquire(ctx, "acme", limitOf(&tenant), 0, time.Now())
+		if err != nil || g.Remaining != 97 {
+			t.Errorf("per-tenant remaining = %d, %v; want 97 (the 5 refused requests gave their permits back)", g.Remaining, err)
+		}
+	})
+}
+
+func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
