@@ -228,19 +228,37 @@ func (m *Middleware) Exempt(r *http.Request) bool {
 // when the client went away while queued, or another error when admission
 // itself failed. WriteError answers each of them.
 func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
-	if m.o.maxBody > 0 {
-		if r.ContentLength > m.o.maxBody {
-			return admission.Ticket{}, ErrBodyTooLarge
-		}
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = http.MaxBytesReader(w, r.Body, m.o.maxBody)
-		}
+	if err := m.LimitBody(w, r); err != nil {
+		return admission.Ticket{}, err
 	}
 	req, err := m.Request(r)
 	if err != nil {
 		return admission.Ticket{}, err
 	}
+	return m.Admit(w, r, req)
+}
+
+// LimitBody applies the body limit to r before anything reads its body:
+// it returns ErrBodyTooLarge for a declared length over the limit and
+// otherwise wraps the body in http.MaxBytesReader.
+func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
+	if m.o.maxBody > 0 {
+		if r.ContentLength > m.o.maxBody {
+			return ErrBodyTooLarge
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, m.o.maxBody)
+		}
+	}
+	return nil
+}
+
+// Admit asks the controller to admit req on behalf of r (whose context
+// bounds any queue wait) and, when it is admitted, sets the limit headers
+// (and the shadow header when enabled) on w.
+func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
 	var tk admission.Ticket
+	var err error
 	if m.o.noWait {
 		tk, err = m.ctl.TryAdmit(r.Context(), req)
 	} else {
@@ -346,8 +364,13 @@ func (m *Middleware) Operation(r *http.Request) string {
 	if i := strings.IndexByte(pat, ' '); i >= 0 {
 		pat = strings.TrimLeft(pat[i+1:], " \t")
 	}
-	return m.ops.get(r.Method, pat)
+	return m.OperationName(r.Method, pat)
 }
+
+// OperationName returns method + " " + route, interned so that the
+// admitted path does not build the string on every request. route must be
+// a route pattern (a bounded set), not a raw path.
+func (m *Middleware) OperationName(method, route string) string { return m.ops.get(method, route) }
 
 // opCache interns "METHOD route" strings so the admitted path does not
 // build one per request. It is bounded: past maxOps entries, names are
