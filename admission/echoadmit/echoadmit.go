@@ -1,0 +1,107 @@
+// Package echoadmit adapts the httpadmit middleware to echo v4, with the
+// vocabulary echo users know from echo's own rate limiter: a Skipper, an
+// IdentifierExtractor, a DenyHandler for rejections and an ErrorHandler
+// for everything else. The decisions, headers and response bodies are
+// httpadmit's: the same contract on both stacks.
+//
+// Operations are named "METHOD route" with echo's route pattern
+// (c.Path(), for example "GET /v1/items/:id").
+package echoadmit
+
+import (
+	"errors"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+// Skipper reports whether a request bypasses admission.
+type Skipper func(c echo.Context) bool
+
+// Config configures the echo middleware. Every field is optional.
+type Config struct {
+	// Skipper exempts requests; paths exempted in the httpadmit middleware
+	// (health, metrics) are exempt too.
+	Skipper Skipper
+	// IdentifierExtractor returns the validated identity of the caller.
+	// The default is the httpadmit middleware's identity rules: an identity
+	// placed in the request context, else an API key from the hashed
+	// table, else the anonymous tenant. Return httpadmit.ErrUnknownKey or
+	// httpadmit.ErrNoCredentials for a 401.
+	IdentifierExtractor func(c echo.Context) (httpadmit.Identity, error)
+	// Request completes the admission request (model, estimated tokens,
+	// priority) before it is evaluated. An error goes to ErrorHandler.
+	Request func(c echo.Context, r *admission.Request) error
+	// DenyHandler answers a rejected request; err is a
+	// *admission.Rejection and identifier the tenant. The default writes
+	// httpadmit's 429/403/503 contract.
+	DenyHandler func(c echo.Context, identifier string, err error) error
+	// ErrorHandler answers a request that could not be evaluated: 401 for
+	// identity errors, 413 for an oversized body, 503 when admission
+	// failed. The default writes httpadmit's responses.
+	ErrorHandler func(c echo.Context, err error) error
+}
+
+// Middleware returns echo middleware admitting requests through m. The
+// ticket is settled when the rest of the chain returns, also when it
+// panics.
+func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
+	deny := cfg.DenyHandler
+	if deny == nil {
+		deny = func(c echo.Context, _ string, err error) error {
+			m.WriteError(c.Response(), c.Request(), err)
+			return nil
+		}
+	}
+	fail := cfg.ErrorHandler
+	if fail == nil {
+		fail = func(c echo.Context, err error) error {
+			m.WriteError(c.Response(), c.Request(), err)
+			return nil
+		}
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if (cfg.Skipper != nil && cfg.Skipper(c)) || m.Exempt(r) {
+				return next(c)
+			}
+			w := c.Response()
+			if err := m.LimitBody(w, r); err != nil {
+				return fail(c, err)
+			}
+			var id httpadmit.Identity
+			var err error
+			if cfg.IdentifierExtractor != nil {
+				id, err = cfg.IdentifierExtractor(c)
+			} else {
+				id, err = m.IdentityConfig().Identify(r)
+			}
+			if err != nil {
+				return fail(c, err)
+			}
+			req := admission.Request{
+				Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
+				Addr:      m.IdentityConfig().ClientAddr(r),
+				Operation: m.OperationName(r.Method, c.Path()),
+			}
+			if cfg.Request != nil {
+				if err := cfg.Request(c, &req); err != nil {
+					return fail(c, err)
+				}
+			}
+			tk, err := m.Admit(w, r, req)
+			if err != nil {
+				var rej *admission.Rejection
+				if errors.As(err, &rej) {
+					return deny(c, id.Tenant, err)
+				}
+				return fail(c, err)
+			}
+			defer tk.Done()
+			return next(c)
+		}
+	}
+}
