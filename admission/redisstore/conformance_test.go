@@ -21,7 +21,7 @@ func uniquePrefix() string { return fmt.Sprintf("t%d:", prefixSeq.Add(1)) }
 
 // newClient returns a client of the server, closed when the test ends.
 func newClient(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

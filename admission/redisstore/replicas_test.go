@@ -218,7 +218,7 @@ func TestCluster(t *testing.T) {
 }
 
 func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

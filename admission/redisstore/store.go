@@ -119,7 +119,9 @@ var (
 )
 
 // New returns a Store on client: a *redis.Client (single node or
-// Sentinel failover), a *redis.ClusterClient or a *redis.Ring.
+// Sentinel failover), a *redis.ClusterClient or a *redis.Ring. The client
+// must honour context deadlines (ContextTimeoutEnabled in its options), so
+// that Config.Timeout bounds every call; New refuses one that does not.
 func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -148,6 +150,10 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	if cfg.Name == "" {
 		cfg.Name = DefaultName
 	}
+	if !honoursDeadlines(client) {
+		return nil, errors.New("redisstore: the client ignores context deadlines, so the store's Timeout could not bound its calls: " +
+			"set ContextTimeoutEnabled: true in the client's options")
+	}
 	s := &Store{client: client, cfg: cfg, obs: admission.NopObserver{}}
 	for _, o := range opts {
 		o(s)
@@ -169,6 +175,21 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	s.idemTTL = max(1000, 4*cfg.Timeout.Milliseconds())
 	s.pool.New = func() any { return &call{} }
 	return s, nil
+}
+
+// honoursDeadlines reports whether client bounds network I/O by the
+// context's deadline (go-redis does only with ContextTimeoutEnabled).
+// Clients of other types are trusted.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // Limiter returns the limiter of policy p. Its keys are named after the

@@ -334,8 +334,13 @@ func TestKeysExpire(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer c.Close()
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer plain.Close()
+	if _, err := redisstore.New(plain, redisstore.Config{}); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+		t.Errorf("New with a client that ignores deadlines = %v; want an error naming ContextTimeoutEnabled", err)
+	}
 	if _, err := redisstore.New(c, redisstore.Config{Prefix: "a{b"}); err == nil {
 		t.Error("New with a brace in the prefix: nil error")
 	}

@@ -1,0 +1,223 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+const (
+	faultTimeout  = 50 * time.Millisecond
+	faultCooldown = 300 * time.Millisecond
+	// latencySlack is what a decision may take beyond the timeout on a
+	// loaded 2-core machine under the race detector.
+	latencySlack = 150 * time.Millisecond
+)
+
+type replica struct {
+	mode  admission.FailMode
+	ctl   *admission.Controller
+	store *recorder
+	ctlr  *recorder
+}
+
+func faultReplicas(t *testing.T, addr string) []*replica {
+	var rs []*replica
+	for _, mode := range []admission.FailMode{admission.FailOpenMode, admission.FailClosedMode, admission.FailLocalMode} {
+		r := &replica{mode: mode, store: &recorder{}, ctlr: &recorder{}}
+		client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { client.Close() })
+		st := newStore(t, client, redisstore.Config{
+			Timeout: faultTimeout, BreakerFailures: 3, BreakerCooldown: faultCooldown, Name: "redis",
+		}, redisstore.WithObserver(r.store))
+		p := admission.Policy{
+			Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket,
+			Limit: 100, Per: time.Hour, Store: "redis", OnStoreError: mode, Replicas: 4,
+		}
+		ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}},
+			admission.WithStore("redis", st), admission.WithObserver(r.ctlr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ctl = ctl
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// checkFailMode admits 40 requests while Redis is failing and checks each
+// policy's fail mode and the decisions' latency.
+func checkFailMode(t *testing.T, r *replica, what string, localLeft int) {
+	t.Helper()
+	var admitted, unavailable, limited int
+	var slowest time.Duration
+	for i := 0; i < 40; i++ {
+		start := time.Now()
+		tk, err := r.ctl.Admit(context.Background(), admission.Request{Tenant: "acme"})
+		if d := time.Since(start); d > slowest {
+			slowest = d
+		}
+		switch {
+		case err == nil:
+			admitted++
+			tk.Done()
+		case errors.Is(err, admission.ErrStoreUnavailable):
+			unavailable++
+		case errors.Is(err, admission.ErrRateLimited):
+			limited++
+		default:
+			t.Fatalf("%s, %s: Admit = %v", what, r.mode, err)
+		}
+	}
+	if slowest > faultTimeout+latencySlack {
+		t.Errorf("%s, %s: slowest decision %v; want at most the timeout %v (+%v)", what, r.mode, slowest, faultTimeout, latencySlack)
+	}
+	want := map[admission.FailMode][3]int{
+		admission.FailOpenMode:   {40, 0, 0},
+		admission.FailClosedMode: {0, 40, 0},
+		// The local limiter holds 100/4 = 25 (the request admitted by
+		// Redis before the failure is not counted there).
+		admission.FailLocalMode: {localLeft, 0, 40 - localLeft},
+	}[r.mode]
+	if got := [3]int{admitted, unavailable, limited}; got != want {
+		t.Errorf("%s, %s: admitted/unavailable/rate-limited = %v; want %v", what, r.mode, got, want)
+	}
+	r.ctlr.mu.Lock()
+	events := len(r.ctlr.storeErr)
+	r.ctlr.storeErr = nil
+	r.ctlr.mu.Unlock()
+	if events != 40 {
+		t.Errorf("%s, %s: %d store error events; want 40", what, r.mode, events)
+	}
+	_, br := r.store.snapshot()
+	if len(br) == 0 || !br[len(br)-1] {
+		t.Errorf("%s, %s: breaker changes %v; want it open", what, r.mode, br)
+	}
+	calls, _ := r.store.snapshot()
+	network := 0
+	for _, c := range calls {
+		if c.Err != nil && !errors.Is(c.Err, redisstore.ErrBreakerOpen) {
+			network++
+		}
+	}
+	if network > 3 {
+		t.Errorf("%s, %s: %d failed calls reached the network; want at most 3 (then the breaker answers)", what, r.mode, network)
+	}
+}
+
+func TestFaults(t *testing.T) {
+	srv := redistest.Start(t)
+	rs := faultReplicas(t, srv.Addr)
+	for _, r := range rs {
+		if _, err := r.ctl.Admit(context.Background(), admission.Request{Tenant: "acme"}); err != nil {
+			t.Fatalf("%s: Admit with Redis up: %v", r.mode, err)
+		}
+		r.store.reset()
+	}
+
+	// A hung Redis: every call times out.
+	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "1500", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		checkFailMode(t, r, "paused", 25)
+	}
+	if _, err := redistest.Do(srv.Addr, "CLIENT", "UNPAUSE"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		waitRecovered(t, r, "unpaused", time.Now())
+	}
+
+	// A dead Redis: killed mid-run.
+	srv.Kill()
+	for _, r := range rs {
+		r.store.reset()
+		r.store.mu.Lock()
+		r.store.breaker = nil
+		r.store.mu.Unlock()
+	}
+	for _, r := range rs {
+		// The local limiter was spent during the pause above.
+		checkFailMode(t, r, "killed", 0)
+	}
+	srv.Restart(t)
+	restarted := time.Now()
+	for _, r := range rs {
+		waitRecovered(t, r, "restarted", restarted)
+	}
+}
+
+// waitRecovered admits until a decision is made by Redis again and checks
+// that happened within the breaker's cooldown (plus slack).
+func waitRecovered(t *testing.T, r *replica, what string, since time.Time) {
+	t.Helper()
+	r.store.reset()
+	deadline := since.Add(faultCooldown + time.Second)
+	for time.Now().Before(deadline) {
+		tk, _ := r.ctl.Admit(context.Background(), admission.Request{Tenant: "recovery"})
+		tk.Done()
+		calls, _ := r.store.snapshot()
+		if len(calls) > 0 && calls[len(calls)-1].Err == nil {
+			if d := time.Since(since); d > faultCooldown+latencySlack+faultTimeout {
+				t.Errorf("%s, %s: back on Redis after %v; want within the breaker cooldown %v", what, r.mode, d, faultCooldown)
+			}
+			_, br := r.store.snapshot()
+			if len(br) == 0 || br[len(br)-1] {
+				t.Errorf("%s, %s: breaker changes %v; want it closed", what, r.mode, br)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s, %s: decisions did not return to Redis within %v", what, r.mode, faultCooldown+time.Second)
+}
+
+// TestCrashedReplicaLeases: a replica holding concurrency leases dies; the
+// others get the permits back when the leases expire.
+func TestCrashedReplicaLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := uniquePrefix()
+	p := admission.Policy{Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 3, MaxHold: 700 * time.Millisecond}
+
+	crashed := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	ctlA := newController(t, newStore(t, crashed, redisstore.Config{Prefix: prefix, Timeout: time.Second}), p)
+	for i := 0; i < 3; i++ {
+		if _, err := ctlA.Admit(context.Background(), admission.Request{Tenant: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashed.Close() // the replica dies with its tickets unsettled
+	held := time.Now()
+
+	rec := &recorder{}
+	stB := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: prefix, Timeout: time.Second})
+	p.Store = "redis"
+	ctlB, err := admission.New(admission.Config{Policies: []admission.Policy{p}}, admission.WithStore("redis", stB), admission.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctlB.Admit(context.Background(), admission.Request{Tenant: "acme"}); !errors.Is(err, admission.ErrConcurrencyLimited) {
+		t.Fatalf("Admit while the crashed replica's leases are live = %v; want ErrConcurrencyLimited", err)
+	}
+	time.Sleep(time.Until(held.Add(p.MaxHold + 50*time.Millisecond)))
+	for i := 0; i < 3; i++ {
+		tk, err := ctlB.Admit(context.Background(), admission.Request{Tenant: "acme"})
+		if err != nil {
+			t.Fatalf("Admit %d after the leases expired: %v", i, err)
+		}
+		defer tk.Done()
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.expired != 3 {
+		t.Errorf("LeaseExpired reported %d leases; want 3", rec.expired)
+	}
+}
