@@ -1,0 +1,266 @@
+// Package httpretry is an http.RoundTripper for clients of rate-limited
+// APIs: it retries what is safe to retry, waits what the server asks, and
+// never waits past the request's deadline.
+//
+// A request is retried only when its method is idempotent (GET, HEAD,
+// OPTIONS, TRACE, PUT, DELETE) or it carries an idempotency key, and only
+// when its body can be replayed (no body, or Request.GetBody set, as
+// http.NewRequest does for in-memory bodies). A response is retried when
+// the server says so with "x-should-retry: true", or when its status is
+// 408, 429, 500, 502, 503 or 504 and the server did not say
+// "x-should-retry: false". The wait is the server's hint: retry-after-ms
+// (milliseconds, fractional allowed), else Retry-After (seconds or an
+// HTTP-date); without a hint, exponential backoff with full jitter. The
+// attempt budget is never exceeded, and when the wait would end after the
+// context's deadline (or exceed MaxWait) the transport gives up at once and
+// returns the last response, so the caller sees the server's answer and
+// headers.
+package httpretry
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of a zero Transport.
+const (
+	DefaultMaxAttempts = 4
+	DefaultBaseDelay   = 250 * time.Millisecond
+	DefaultMaxDelay    = 20 * time.Second
+	DefaultMaxWait     = time.Minute
+)
+
+// DefaultIdempotencyHeaders are the headers whose presence makes a
+// non-idempotent request safe to retry.
+var DefaultIdempotencyHeaders = []string{"Idempotency-Key", "X-Idempotency-Key"}
+
+// Transport retries requests through Base. The zero value is ready to use;
+// it is safe for concurrent use as long as its fields are not changed.
+type Transport struct {
+	// Base performs each attempt; nil means http.DefaultTransport.
+	Base http.RoundTripper
+	// MaxAttempts is the attempt budget, the first attempt included;
+	// 0 means DefaultMaxAttempts.
+	MaxAttempts int
+	// BaseDelay and MaxDelay shape the backoff used when the server gives
+	// no hint: attempt n waits a uniformly random time in
+	// [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)]. Zero means the defaults.
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+	// MaxWait is the longest wait accepted: a hint asking for more gives
+	// the response back at once. 0 means DefaultMaxWait.
+	MaxWait time.Duration
+	// IdempotencyHeaders make non-idempotent requests retryable when
+	// present; nil means DefaultIdempotencyHeaders.
+	IdempotencyHeaders []string
+	// Now and Sleep are the clock; nil means the real one. Sleep returns
+	// early with ctx's error when ctx ends.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Rand returns a uniform number in [0, 1) for the jitter; nil means
+	// math/rand/v2.
+	Rand func() float64
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	max := t.MaxAttempts
+	if max <= 0 {
+		max = DefaultMaxAttempts
+	}
+	if !t.Retryable(req) {
+		max = 1
+	}
+	ctx := req.Context()
+	attemptReq := req
+	for attempt := 1; ; attempt++ {
+		resp, err := base.RoundTrip(attemptReq)
+		if attempt >= max || ctx.Err() != nil {
+			return resp, err
+		}
+		var wait time.Duration
+		if err != nil {
+			wait = t.backoff(attempt)
+		} else {
+			retry, _ := ShouldRetry(resp)
+			if !retry {
+				return resp, nil
+			}
+			hint, ok := Hint(resp.Header, t.now())
+			if ok {
+				wait = hint
+			} else {
+				wait = t.backoff(attempt)
+			}
+		}
+		if !t.fits(ctx, wait) {
+			return resp, err
+		}
+		next, berr := nextRequest(req)
+		if berr != nil {
+			return resp, err
+		}
+		if resp != nil {
+			drain(resp)
+		}
+		if serr := t.sleep(ctx, wait); serr != nil {
+			return nil, serr
+		}
+		attemptReq = next
+	}
+}
+
+// Retryable reports whether req may be sent more than once: an idempotent
+// method or an idempotency key, and a body that can be replayed.
+func (t *Transport) Retryable(req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return false
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	hs := t.IdempotencyHeaders
+	if hs == nil {
+		hs = DefaultIdempotencyHeaders
+	}
+	for _, h := range hs {
+		if req.Header.Get(h) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// ShouldRetry reports whether resp is worth retrying, and whether the
+// server said so explicitly with x-should-retry.
+func ShouldRetry(resp *http.Response) (retry, explicit bool) {
+	switch strings.ToLower(strings.TrimSpace(resp.Header.Get("X-Should-Retry"))) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	switch resp.StatusCode {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true, false
+	}
+	return false, false
+}
+
+// Hint returns the wait a response asks for: retry-after-ms, else
+// Retry-After in seconds or as an HTTP-date (relative to now). A date in
+// the past is a zero wait.
+func Hint(h http.Header, now time.Time) (time.Duration, bool) {
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && ms < 1e12 {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s < 0 || s > 1e9 {
+			return 0, false
+		}
+		return time.Duration(s) * time.Second, true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(0, at.Sub(now)), true
+	}
+	return 0, false
+}
+
+// fits reports whether a wait is acceptable: within MaxWait and ending
+// before ctx's deadline.
+func (t *Transport) fits(ctx context.Context, wait time.Duration) bool {
+	maxWait := t.MaxWait
+	if maxWait <= 0 {
+		maxWait = DefaultMaxWait
+	}
+	if wait > maxWait {
+		return false
+	}
+	if dl, ok := ctx.Deadline(); ok && !t.now().Add(wait).Before(dl) {
+		return false
+	}
+	return true
+}
+
+func (t *Transport) backoff(attempt int) time.Duration {
+	base, ceil := t.BaseDelay, t.MaxDelay
+	if base <= 0 {
+		base = DefaultBaseDelay
+	}
+	if ceil <= 0 {
+		ceil = DefaultMaxDelay
+	}
+	d := base
+	for i := 1; i < attempt && d < ceil; i++ {
+		d *= 2
+	}
+	d = min(d, ceil)
+	r := rand.Float64
+	if t.Rand != nil {
+		r = t.Rand
+	}
+	return time.Duration(r() * float64(d))
+}
+
+func (t *Transport) now() time.Time {
+	if t.Now != nil {
+		return t.Now()
+	}
+	return time.Now()
+}
+
+func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
+	if t.Sleep != nil {
+		return t.Sleep(ctx, d)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// nextRequest returns a copy of req with a fresh body for another attempt.
+func nextRequest(req *http.Request) (*http.Request, error) {
+	next := req.Clone(req.Context())
+	if req.Body != nil && req.Body != http.NoBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		next.Body = body
+	}
+	return next, nil
+}
+
+// drain reads a little of a discarded response so that its connection can
+// be reused, then closes it.
+func drain(resp *http.Response) {
+	if resp.Body != nil {
+		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+		_ = resp.Body.Close()
+	}
+}
