@@ -86,20 +86,25 @@ func TestGoldenChat(t *testing.T) {
 }
 
 // TestGoldenEmbeddings checks embeddings inputs. Strings use the cookbook's
-// published counts (cl100k_base, the text-embedding-3 encoding); token
-// arrays count one token per id.
+// published counts (see TestGoldenTextCounts) in cl100k_base, the
+// text-embedding-3 encoding, and o200k_base; token arrays count one token per
+// id.
 func TestGoldenEmbeddings(t *testing.T) {
 	e := newTestEstimator(t)
 	tests := []struct {
 		model, input string
 		want         int64
+		enc          Encoding
 	}{
-		{"text-embedding-3-small", `"tiktoken is great!"`, 6},
-		{"text-embedding-3-large", `["tiktoken is great!", "antidisestablishmentarianism", "2 + 2 = 4"]`, 6 + 6 + 7},
-		{"text-embedding-ada-002", `"お誕生日おめでとう"`, 9},
-		{"text-embedding-3-small", `[83, 1609, 5963, 374, 2294, 0]`, 6},
-		{"text-embedding-3-small", `[[83, 1609], [5963, 374, 2294, 0], []]`, 6},
-		{"text-embedding-3-small", `[]`, 0},
+		{"text-embedding-3-small", `"tiktoken is great!"`, 6, Cl100kBase},
+		{"text-embedding-3-large", `["tiktoken is great!", "antidisestablishmentarianism", "2 + 2 = 4"]`, 6 + 6 + 7, Cl100kBase},
+		{"text-embedding-ada-002", `"お誕生日おめでとう"`, 9, Cl100kBase},
+		{"text-embedding-3-small", `[83, 1609, 5963, 374, 2294, 0]`, 6, Cl100kBase},
+		{"text-embedding-3-small", `[[83, 1609], [5963, 374, 2294, 0], []]`, 6, Cl100kBase},
+		{"text-embedding-3-small", `[]`, 0, Cl100kBase},
+		// A model without a rule (a self-hosted embedding model) is counted
+		// with the default encoding, o200k_base.
+		{"my-embedder", `["tiktoken is great!", "お誕生日おめでとう", "2 + 2 = 4"]`, 6 + 8 + 7, O200kBase},
 	}
 	for _, tt := range tests {
 		body := fmt.Sprintf(`{"model":%q,"input":%s}`, tt.model, tt.input)
@@ -108,8 +113,8 @@ func TestGoldenEmbeddings(t *testing.T) {
 			t.Errorf("Estimate(%s) error %v", body, err)
 			continue
 		}
-		if est.InputTokens != tt.want || est.OutputTokens != 0 || est.Encoding != Cl100kBase {
-			t.Errorf("Estimate(%s) = in %d out %d enc %s; want in %d out 0 enc cl100k_base", body, est.InputTokens, est.OutputTokens, est.Encoding, tt.want)
+		if est.InputTokens != tt.want || est.OutputTokens != 0 || est.Encoding != tt.enc {
+			t.Errorf("Estimate(%s) = in %d out %d enc %s; want in %d out 0 enc %s", body, est.InputTokens, est.OutputTokens, est.Encoding, tt.want, tt.enc)
 		}
 	}
 }
