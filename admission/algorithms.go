@@ -98,7 +98,7 @@ func floorNonNeg(v float64) int64 {
 
 // acquire evaluates n permits against c at now (nanoseconds since the
 // epoch). It takes them only if they fit.
-func (c *cell) acquire(l Limit, n int64, now int64) Grant {
+func (c *cell) acquire(l *Limit, n int64, now int64) Grant {
 	switch l.Algorithm {
 	case TokenBucket:
 		return c.bucketAcquire(l, n, now)
@@ -116,7 +116,7 @@ func (c *cell) acquire(l Limit, n int64, now int64) Grant {
 }
 
 // adjust charges (delta > 0) or refunds (delta < 0) what g holds.
-func (c *cell) adjust(l Limit, g *Grant, delta int64, now int64) {
+func (c *cell) adjust(l *Limit, g *Grant, delta int64, now int64) {
 	if delta == 0 {
 		return
 	}
@@ -157,7 +157,7 @@ func (c *cell) adjust(l Limit, g *Grant, delta int64, now int64) {
 }
 
 // remaining is what the partition has left now, after a roll or refill.
-func (c *cell) remaining(l Limit, now int64) int64 {
+func (c *cell) remaining(l *Limit, now int64) int64 {
 	switch l.Algorithm {
 	case TokenBucket:
 		return floorNonNeg(c.a)
@@ -171,7 +171,7 @@ func (c *cell) remaining(l Limit, now int64) int64 {
 
 // neutral reports whether c holds nothing a fresh partition would not:
 // dropping it changes no decision.
-func (c *cell) neutral(l Limit, now int64) bool {
+func (c *cell) neutral(l *Limit, now int64) bool {
 	switch l.Algorithm {
 	case TokenBucket:
 		c.bucketFill(l, now)
@@ -195,8 +195,8 @@ func (c *cell) neutral(l Limit, now int64) bool {
 
 // Token bucket.
 
-func (c *cell) bucketFill(l Limit, now int64) {
-	perNs, _ := rates(&l)
+func (c *cell) bucketFill(l *Limit, now int64) {
+	perNs, _ := rates(l)
 	c.fill(float64(l.Capacity()), perNs, now)
 }
 
@@ -207,8 +207,8 @@ func (c *cell) fill(capacity, perNs float64, now int64) {
 	}
 }
 
-func (c *cell) bucketAcquire(l Limit, n int64, now int64) Grant {
-	perNs, nsPer := rates(&l)
+func (c *cell) bucketAcquire(l *Limit, n int64, now int64) Grant {
+	perNs, nsPer := rates(l)
 	capacity := l.Capacity()
 	c.fill(float64(capacity), perNs, now)
 	g := Grant{Limit: capacity, Stamp: now}
@@ -228,13 +228,13 @@ func (c *cell) bucketAcquire(l Limit, n int64, now int64) Grant {
 
 // Fixed window.
 
-func (c *cell) fixedRoll(l Limit, now int64) {
+func (c *cell) fixedRoll(l *Limit, now int64) {
 	if idx := now / int64(l.Per); idx != c.t {
 		c.t, c.a = idx, 0
 	}
 }
 
-func (c *cell) fixedAcquire(l Limit, n int64, now int64) Grant {
+func (c *cell) fixedAcquire(l *Limit, n int64, now int64) Grant {
 	c.fixedRoll(l, now)
 	per := int64(l.Per)
 	reset := time.Duration((c.t+1)*per - now)
@@ -254,7 +254,7 @@ func (c *cell) fixedAcquire(l Limit, n int64, now int64) Grant {
 
 // Sliding window counter.
 
-func (c *cell) slidingRoll(l Limit, now int64) {
+func (c *cell) slidingRoll(l *Limit, now int64) {
 	idx := now / int64(l.Per)
 	switch {
 	case idx == c.t:
@@ -265,7 +265,7 @@ func (c *cell) slidingRoll(l Limit, now int64) {
 	}
 }
 
-func (c *cell) slidingAcquire(l Limit, n int64, now int64) Grant {
+func (c *cell) slidingAcquire(l *Limit, n int64, now int64) Grant {
 	c.slidingRoll(l, now)
 	per := float64(l.Per)
 	elapsed := float64(now - c.t*int64(l.Per))
@@ -303,7 +303,7 @@ func (c *cell) slidingAcquire(l Limit, n int64, now int64) Grant {
 
 // Sliding log.
 
-func (c *cell) logExpire(l Limit, now int64) {
+func (c *cell) logExpire(l *Limit, now int64) {
 	if c.x == nil {
 		return
 	}
@@ -318,7 +318,7 @@ func (c *cell) logExpire(l Limit, now int64) {
 	}
 }
 
-func (c *cell) logAcquire(l Limit, n int64, now int64) Grant {
+func (c *cell) logAcquire(l *Limit, n int64, now int64) Grant {
 	c.logExpire(l, now)
 	g := Grant{Limit: l.Amount, Stamp: now}
 	switch {
@@ -350,7 +350,7 @@ func (c *cell) logAcquire(l Limit, n int64, now int64) Grant {
 	return g
 }
 
-func (c *cell) logAdjust(l Limit, g *Grant, delta int64, now int64) {
+func (c *cell) logAdjust(l *Limit, g *Grant, delta int64, now int64) {
 	c.logExpire(l, now)
 	r := &c.ext().log
 	for i := r.size - 1; i >= 0; i-- {
@@ -392,7 +392,7 @@ func (c *cell) concExpire(now int64) int32 {
 	return expired
 }
 
-func (c *cell) concAcquire(l Limit, n int64, now int64) Grant {
+func (c *cell) concAcquire(l *Limit, n int64, now int64) Grant {
 	g := Grant{Limit: l.Amount}
 	g.Expired = c.concExpire(now)
 	switch {
@@ -435,7 +435,7 @@ func (c *cell) concRelease(g *Grant) bool {
 // Quota.
 
 // quotaPeriod returns the start and end (ns) of the quota period holding now.
-func quotaPeriod(l Limit, now int64) (start, end int64) {
+func quotaPeriod(l *Limit, now int64) (start, end int64) {
 	switch l.Period {
 	case PeriodDay, PeriodMonth:
 		loc := l.Location
@@ -463,7 +463,7 @@ func quotaPeriod(l Limit, now int64) (start, end int64) {
 	}
 }
 
-func (c *cell) quotaAcquire(l Limit, n int64, now int64) Grant {
+func (c *cell) quotaAcquire(l *Limit, n int64, now int64) Grant {
 	start, end := quotaPeriod(l, now)
 	if c.t != start {
 		c.t, c.a = start, 0

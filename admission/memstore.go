@@ -80,7 +80,7 @@ func newMemLimiter(p *Policy) *memLimiter {
 // lock finds (or creates) the cell of key and returns it with its lock held;
 // unlock must be called with the returned mutex. A nil cell means the table
 // is full and the policy rejects overflow.
-func (l *memLimiter) lock(key string, lim Limit, now int64, create bool) (*cell, *sync.Mutex) {
+func (l *memLimiter) lock(key string, lim *Limit, now int64, create bool) (*cell, *sync.Mutex) {
 	sh := &l.shards[maphash.String(l.seed, key)%numShards]
 	sh.mu.Lock()
 	if c, ok := sh.m[key]; ok {
@@ -96,7 +96,7 @@ func (l *memLimiter) lock(key string, lim Limit, now int64, create bool) (*cell,
 
 // create adds the partition of key, making room first when the table is
 // full or an idle period has passed.
-func (l *memLimiter) create(sh *shard, key string, lim Limit, now int64) (*cell, *sync.Mutex) {
+func (l *memLimiter) create(sh *shard, key string, lim *Limit, now int64) (*cell, *sync.Mutex) {
 	last := l.lastSweep.Load()
 	full := l.count.Load() >= l.maxParts
 	if (now-last > l.idle || full && now >= l.nextFullSweep.Load()) && l.lastSweep.CompareAndSwap(last, now) {
@@ -139,7 +139,7 @@ func (l *memLimiter) create(sh *shard, key string, lim Limit, now int64) (*cell,
 	return c, &sh.mu
 }
 
-func (c *cell) init(l Limit, now int64) {
+func (c *cell) init(l *Limit, now int64) {
 	*c = cell{used: now}
 	if l.Algorithm == TokenBucket {
 		c.a, c.t = float64(l.Capacity()), now
@@ -164,7 +164,7 @@ func (sh *shard) alloc() *cell {
 
 // sweep drops partitions whose state is neutral: idle ones, or any neutral
 // one when the shard is full (dropping a neutral partition changes nothing).
-func (l *memLimiter) sweep(sh *shard, lim Limit, now int64, full bool) int {
+func (l *memLimiter) sweep(sh *shard, lim *Limit, now int64, full bool) int {
 	n := 0
 	for k, c := range sh.m {
 		if (full || now-c.used >= l.idle) && c.neutral(lim, now) {
@@ -187,18 +187,18 @@ func (l *memLimiter) sweep(sh *shard, lim Limit, now int64, full bool) int {
 // Acquire implements Limiter.
 func (l *memLimiter) Acquire(_ context.Context, key string, lim Limit, n int64, now time.Time) (Grant, error) {
 	ns := now.UnixNano()
-	c, mu := l.lock(key, lim, ns, true)
+	c, mu := l.lock(key, &lim, ns, true)
 	if c == nil {
 		return Grant{Limit: lim.Capacity(), RetryAfter: DefaultRetryHint, Full: true}, nil
 	}
-	g := c.acquire(lim, n, ns)
+	g := c.acquire(&lim, n, ns)
 	g.Overflow = c == &l.ovf.c
 	mu.Unlock()
 	return g, nil
 }
 
 // cellOf returns the locked cell a grant was taken from, or nil.
-func (l *memLimiter) cellOf(key string, lim Limit, g *Grant, now int64, create bool) (*cell, *sync.Mutex) {
+func (l *memLimiter) cellOf(key string, lim *Limit, g *Grant, now int64, create bool) (*cell, *sync.Mutex) {
 	if g.Overflow {
 		l.ovf.Lock()
 		if !l.ovf.init {
@@ -213,7 +213,7 @@ func (l *memLimiter) cellOf(key string, lim Limit, g *Grant, now int64, create b
 // Adjust implements Limiter.
 func (l *memLimiter) Adjust(_ context.Context, key string, lim Limit, g *Grant, delta int64, now time.Time) error {
 	ns := now.UnixNano()
-	c, mu := l.cellOf(key, lim, g, ns, delta > 0)
+	c, mu := l.cellOf(key, &lim, g, ns, delta > 0)
 	if c == nil || (c == &l.ovf.c && !g.Overflow) {
 		if c != nil {
 			mu.Unlock()
@@ -221,7 +221,7 @@ func (l *memLimiter) Adjust(_ context.Context, key string, lim Limit, g *Grant, 
 		g.Taken += delta
 		return nil
 	}
-	c.adjust(lim, g, delta, ns)
+	c.adjust(&lim, g, delta, ns)
 	mu.Unlock()
 	return nil
 }
@@ -231,7 +231,7 @@ func (l *memLimiter) Release(_ context.Context, key string, lim Limit, g *Grant,
 	if lim.Algorithm != Concurrency || g.Stamp == 0 {
 		return nil
 	}
-	c, mu := l.cellOf(key, lim, g, now.UnixNano(), false)
+	c, mu := l.cellOf(key, &lim, g, now.UnixNano(), false)
 	if c == nil {
 		return nil
 	}

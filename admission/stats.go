@@ -60,7 +60,7 @@ func (l *memLimiter) stats(lim Limit, now time.Time) (parts, near int, inflight 
 			expired += int(c.concExpire(ns))
 			inflight += int64(c.a)
 		}
-		if float64(lim.Capacity()-c.remaining(lim, ns)) >= threshold {
+		if float64(lim.Capacity()-c.remaining(&lim, ns)) >= threshold {
 			near++
 		}
 	}
@@ -70,7 +70,7 @@ func (l *memLimiter) stats(lim Limit, now time.Time) (parts, near int, inflight 
 		parts += len(sh.m)
 		for _, c := range sh.m {
 			if lim.Algorithm == TokenBucket {
-				c.bucketFill(lim, ns)
+				c.bucketFill(&lim, ns)
 			}
 			visit(c)
 		}
