@@ -1,0 +1,55 @@
+// Package alerts holds Sluice's Prometheus rules: recording rules for
+// rejection and shadow would-reject ratios and per-tenant rejections, and
+// the alerts every deployment should start from (rejection burn rate, the
+// shadow rollout gate, throttled tenants, store failover and errors, queue
+// saturation and wait, estimate drift, full partition tables, metric
+// cardinality overflow). Load rules.yml into Prometheus as it is; the
+// runbook for each alert is in the README.
+//
+// Every alert has promtool unit tests in tests/, which go test runs with
+// the real promtool.
+package alerts
+
+import (
+	_ "embed"
+	"fmt"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// RulesYAML is rules.yml, the Prometheus rule file.
+//
+//go:embed rules.yml
+var RulesYAML []byte
+
+// A Rule is one recording or alerting rule.
+type Rule struct {
+	Group       string
+	Record      string            `yaml:"record"`
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// Rules returns the rules of RulesYAML in file order.
+func Rules() ([]Rule, error) {
+	var f struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []Rule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(RulesYAML, &f); err != nil {
+		return nil, fmt.Errorf("alerts: rules.yml: %w", err)
+	}
+	var out []Rule
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			r.Group = g.Name
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,136 @@
+package alerts_test
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/alerts"
+	"github.com/sluicehq/sluice/internal/promtest"
+	"github.com/sluicehq/sluice/metrics"
+)
+
+func TestPromtoolCheckRules(t *testing.T) {
+	out := promtest.Promtool(t, ".", "check", "rules", "rules.yml")
+	if !strings.Contains(out, "SUCCESS") {
+		t.Errorf("promtool check rules:\n%s", out)
+	}
+}
+
+func TestPromtoolTestRules(t *testing.T) {
+	out := promtest.Promtool(t, ".", "test", "rules", "tests/alerts_test.yml")
+	if !strings.Contains(out, "SUCCESS") {
+		t.Errorf("promtool test rules:\n%s", out)
+	}
+}
+
+func rules(t *testing.T) []alerts.Rule {
+	t.Helper()
+	rs, err := alerts.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// TestEveryAlertTested checks the promtool tests hold, for every alert, a
+// case where it fires and a case where it stays quiet.
+func TestEveryAlertTested(t *testing.T) {
+	b, err := os.ReadFile("tests/alerts_test.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range f.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	for _, r := range rules(t) {
+		if r.Alert == "" {
+			continue
+		}
+		if !fires[r.Alert] {
+			t.Errorf("alert %s: no promtool test where it fires", r.Alert)
+		}
+		if !quiet[r.Alert] {
+			t.Errorf("alert %s: no promtool test where it stays quiet", r.Alert)
+		}
+	}
+}
+
+// TestAlertsDocumented checks each alert's annotations, severity and
+// README runbook entry.
+func TestAlertsDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- runbook:begin -->", "<!-- runbook:end -->"
+	i, j := strings.Index(string(readme), begin), strings.Index(string(readme), end)
+	if i < 0 || j < i {
+		t.Fatalf("README: no runbook markers")
+	}
+	runbook := string(readme[i:j])
+	for _, r := range rules(t) {
+		if r.Alert == "" {
+			continue
+		}
+		if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+			t.Errorf("alert %s: needs summary and description annotations", r.Alert)
+		}
+		if !strings.Contains(r.Annotations["description"], "$value") {
+			t.Errorf("alert %s: description does not show the query value ($value)", r.Alert)
+		}
+		if !slices.Contains([]string{"page", "ticket", "warning", "info"}, r.Labels["severity"]) {
+			t.Errorf("alert %s: severity %q; want page, ticket, warning or info", r.Alert, r.Labels["severity"])
+		}
+		if !strings.Contains(runbook, "\n#### "+r.Alert+"\n") {
+			t.Errorf("alert %s: no runbook entry (#### %s) in the README", r.Alert, r.Alert)
+		}
+	}
+}
+
+// TestRulesUseExportedMetrics checks every admission_ metric a rule reads
+// is one the metrics package exports.
+func TestRulesUseExportedMetrics(t *testing.T) {
+	exported := map[string]bool{}
+	for _, m := range metrics.Catalog() {
+		exported[m.Name] = true
+		if m.Type == "histogram" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				exported[m.Name+s] = true
+			}
+		}
+	}
+	ident := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+	for _, r := range rules(t) {
+		for _, m := range ident.FindAllString(r.Expr, -1) {
+			if !strings.HasPrefix(m, "admission_") || strings.Contains(m, ":") || m == "admission_" {
+				continue // not a metric, or a recording rule's name
+			}
+			if !exported[m] {
+				t.Errorf("rule %s%s reads %s, which the metrics package does not export", r.Record, r.Alert, m)
+			}
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package promtest_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/promtest"
+)
+
+// TestStartScrapes starts a real prometheus against a loopback target and
+// waits for its first scrape.
+func TestStartScrapes(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "# TYPE promtest_up gauge\npromtest_up 1")
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	p := promtest.Start(t, promtest.Config{Targets: []string{l.Addr().String()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		got, err := p.Query(ctx, "promtest_up")
+		if err == nil && len(got) == 1 && got[0].Float() == 1 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("promtest_up never scraped: %v %v", got, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
