@@ -14,9 +14,11 @@ import (
 const noRank = ^uint32(0)
 
 // table maps token bytes to ranks. Token bytes live in one arena in rank
-// order; an open-addressing hash table with linear probing indexes them, each
-// slot holding 32 bits of the key's hash and rank+1 (0 marks an empty slot),
-// so a lookup hashes the bytes in place and compares at most a few candidates.
+// order; an open-addressing hash table with linear probing indexes them. A
+// slot packs everything a lookup needs, so it touches one slot and the
+// candidate's bytes: bits 0-21 hold the token's arena offset, 22-29 its
+// length, 30-47 its rank+1 (0 marks an empty slot) and 48-63 the top bits of
+// its hash.
 type table struct {
 	slots  []uint64
 	mask   uint64
@@ -72,9 +74,21 @@ func loadTable(file string) (*table, error) {
 		t.offs = append(t.offs, uint32(len(t.arena)))
 		t.maxLen = max(t.maxLen, n)
 	}
-	t.build()
+	if err := t.build(); err != nil {
+		return nil, fmt.Errorf("bpe: %s: %w", file, err)
+	}
 	return t, nil
 }
+
+// Slot layout.
+const (
+	offBits  = 22
+	lenBits  = 8
+	rankBits = 18
+	lenShift = offBits
+	rankShft = offBits + lenBits
+	tagShift = 48
+)
 
 // parseRank parses a non-negative decimal number.
 func parseRank(b []byte) (int, bool) {
@@ -92,8 +106,11 @@ func parseRank(b []byte) (int, bool) {
 }
 
 // build fills the hash index and the one- and two-byte tables.
-func (t *table) build() {
+func (t *table) build() error {
 	n := len(t.offs) - 1
+	if len(t.arena) >= 1<<offBits || n+1 >= 1<<rankBits || t.maxLen >= 1<<lenBits {
+		return fmt.Errorf("vocabulary too large for the index (%d tokens, %d bytes)", n, len(t.arena))
+	}
 	size := 1 << bits.Len(uint(n*2)) // load factor between 1/4 and 1/2
 	t.slots = make([]uint64, size)
 	t.mask = uint64(size - 1)
@@ -117,23 +134,25 @@ func (t *table) build() {
 		for t.slots[i] != 0 {
 			i = (i + 1) & t.mask
 		}
-		t.slots[i] = h&^0xffffffff | uint64(r+1)
+		t.slots[i] = h>>tagShift<<tagShift | uint64(r+1)<<rankShft | uint64(len(tok))<<lenShift | uint64(t.offs[r])
 	}
+	return nil
 }
 
 // rank returns the rank of the token whose bytes are key, or noRank.
 func (t *table) rank(key []byte) uint32 {
 	h := hash(key)
-	tag := h &^ 0xffffffff
+	want := h>>tagShift<<tagShift | uint64(len(key))<<lenShift
+	const match = (1<<64-1)>>tagShift<<tagShift | (1<<lenBits-1)<<lenShift
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		s := t.slots[i]
 		if s == 0 {
 			return noRank
 		}
-		if s&^0xffffffff == tag {
-			r := uint32(s) - 1
-			if string(t.arena[t.offs[r]:t.offs[r+1]]) == string(key) {
-				return r
+		if s&match == want {
+			off := s & (1<<offBits - 1)
+			if string(t.arena[off:off+uint64(len(key))]) == string(key) {
+				return uint32(s>>rankShft&(1<<rankBits-1)) - 1
 			}
 		}
 	}
