@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+func init() {
+	register(&command{
+		name:    "hash-key",
+		usage:   "[KEY]",
+		summary: "print the stored form (sha256:...) of an API key; reads the key from stdin when not given, which keeps it out of shell history",
+		run:     runHashKey,
+	})
+}
+
+func runHashKey(_ context.Context, e *env, args []string) int {
+	var key string
+	switch len(args) {
+	case 0:
+		line, err := bufio.NewReader(e.stdin).ReadString('\n')
+		if err != nil && line == "" {
+			fmt.Fprintln(e.stderr, "admitctl hash-key: no key on stdin")
+			return 2
+		}
+		key = strings.TrimRight(line, "\r\n")
+	case 1:
+		key = args[0]
+	default:
+		fmt.Fprintln(e.stderr, "usage: admitctl hash-key [KEY]")
+		return 2
+	}
+	if key == "" {
+		fmt.Fprintln(e.stderr, "admitctl hash-key: empty key")
+		return 2
+	}
+	h := httpadmit.HashKey(key)
+	fmt.Fprintln(e.stdout, h.String())
+	fmt.Fprintf(e.stderr, "key id in logs and metrics: %s\n", h.ID())
+	return 0
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runArgs(stdin string, args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb}, args)
+	return code, out.String(), errb.String()
+}
+
+func TestCheckExample(t *testing.T) {
+	code, out, errs := runArgs("", "check", "../../examples/policies/example.yaml")
+	if code != 0 {
+		t.Fatalf("check example.yaml = %d; stderr:\n%s", code, errs)
+	}
+	for _, want := range []string{
+		"OK: 6 policies, 2 plans, 2 tenants, 3 API keys",
+		"PLAN", "premium", "tenant:globex",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	// One row per plan and policy: the premium bucket is 600 with burst 100.
+	var premium string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "premium ") && strings.Contains(l, "tenant-rpm") {
+			premium = strings.Join(strings.Fields(l), " ")
+		}
+	}
+	if want := "premium tenant-rpm enforce token_bucket requests tenant 600 100 1m -"; premium != want {
+		t.Errorf("premium tenant-rpm row = %q; want %q", premium, want)
+	}
+}
+
+func TestCheckBroken(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(path, []byte("policies:\n  - name: a\n    algorithm: token_bucket\n    limit: 0\n    per: 1m\n    colour: blue\n"), 0o644)
+	code, out, errs := runArgs("", "check", path)
+	if code != 1 || out != "" {
+		t.Fatalf("check bad.yaml = %d, stdout %q; want 1 and nothing", code, out)
+	}
+	for _, want := range []string{path + ":4:12: policies[0].limit: must be > 0, got 0", path + `:6:5: policies[0].colour: unknown key "colour"`, "2 problem(s)"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+	if code, _, _ := runArgs("", "check", filepath.Join(t.TempDir(), "missing.yaml")); code != 1 {
+		t.Errorf("check missing file = %d; want 1", code)
+	}
+	if code, _, _ := runArgs("", "check"); code != 2 {
+		t.Errorf("check without a file = %d; want 2", code)
+	}
+}
+
+func TestHashKey(t *testing.T) {
+	const want = "sha256:e441e10e484da43fa24e869bb226e626905ba748647185f3d0cccd011c2e0b1c\n"
+	if code, out, _ := runArgs("", "hash-key", "sk-example-acme-1"); code != 0 || out != want {
+		t.Errorf("hash-key KEY = %d, %q; want 0, %q", code, out, want)
+	}
+	if code, out, errs := runArgs("sk-example-acme-1\n", "hash-key"); code != 0 || out != want || !strings.Contains(errs, "key_e441e10e484d") {
+		t.Errorf("hash-key < KEY = %d, %q, %q; want 0, %q and the key id", code, out, errs, want)
+	}
+	if code, _, _ := runArgs("", "hash-key"); code != 2 {
+		t.Errorf("hash-key with no input = %d; want 2", code)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	if code, _, errs := runArgs("", "frobnicate"); code != 2 || !strings.Contains(errs, "check FILE") {
+		t.Errorf("unknown command = %d, %q", code, errs)
+	}
+	if code, out, _ := runArgs("", "help"); code != 0 || !strings.Contains(out, "hash-key [KEY]") {
+		t.Errorf("help = %d, %q", code, out)
+	}
+}
