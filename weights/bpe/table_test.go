@@ -1,0 +1,47 @@
+package bpe
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestTableIndexesEveryToken looks every token up by its bytes: the index
+// must return its own rank (which also proves the tokens are distinct, as
+// the reference's map from bytes to rank requires), and every byte must be a
+// token.
+func TestTableIndexesEveryToken(t *testing.T) {
+	for _, e := range encodings(t) {
+		tab := e.t
+		for r := uint32(0); int(r) < len(tab.offs)-1; r++ {
+			tok := tab.token(r)
+			if got := tab.rank(tok); got != r {
+				t.Fatalf("%s: rank(%q) = %d; want %d", e.Name(), tok, got, r)
+			}
+			if got := tab.partRank(tok); got != r {
+				t.Fatalf("%s: partRank(%q) = %d; want %d", e.Name(), tok, got, r)
+			}
+		}
+		for c := range 256 {
+			if tab.byteRank[c] == noRank {
+				t.Errorf("%s: byte %#x is not a token", e.Name(), c)
+			}
+		}
+		if got := tab.rank([]byte("definitely not a single token")); got != noRank {
+			t.Errorf("%s: rank of a long phrase = %d; want noRank", e.Name(), got)
+		}
+	}
+}
+
+func TestLoadTableErrors(t *testing.T) {
+	if _, err := loadTable("missing.tiktoken"); err == nil || !strings.Contains(err.Error(), "reading ranks") {
+		t.Errorf(`loadTable("missing.tiktoken") error = %v; want a reading error`, err)
+	}
+	for _, in := range []string{"-1", "1a", "", "1234567890"} {
+		if n, ok := parseRank([]byte(in)); ok {
+			t.Errorf("parseRank(%q) = %d, true; want false", in, n)
+		}
+	}
+	if n, ok := parseRank([]byte("199997")); !ok || n != 199997 {
+		t.Errorf(`parseRank("199997") = %d, %v; want 199997, true`, n, ok)
+	}
+}
