@@ -1,0 +1,143 @@
+package dashboards_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/dashboards"
+	"github.com/sluicehq/sluice/metrics"
+)
+
+var update = flag.Bool("update", false, "rewrite the generated dashboard JSON files")
+
+// TestGenerated checks the committed JSON is what the code generates.
+func TestGenerated(t *testing.T) {
+	for _, d := range dashboards.All() {
+		want, err := d.JSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *update {
+			if err := os.WriteFile(d.File(), want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(d.File())
+		if err != nil {
+			t.Fatalf("%v (generate with go test ./dashboards -run TestGenerated -update)", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: regenerate with go test ./dashboards -run TestGenerated -update", d.File())
+		}
+	}
+}
+
+// exported holds every series name the metrics package exports.
+func exported() map[string]string {
+	out := map[string]string{}
+	for _, m := range metrics.Catalog() {
+		out[m.Name] = m.Type
+		if m.Type == "histogram" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				out[m.Name+s] = "counter" // cumulative: only inside rate or increase
+			}
+		}
+	}
+	return out
+}
+
+var (
+	ident    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+	rangeSel = regexp.MustCompile(`\[([^\]]*)\]`)
+	rateCall = regexp.MustCompile(`\b(rate|irate|increase)\(\s*$`)
+	wantUIDs = []string{"sluice-overview", "sluice-rollout", "sluice-tenant"}
+)
+
+// TestLint enforces the rules every dashboard follows.
+func TestLint(t *testing.T) {
+	metricsExported := exported()
+	all := dashboards.All()
+	if len(all) != len(wantUIDs) {
+		t.Fatalf("%d dashboards; want %d", len(all), len(wantUIDs))
+	}
+	for i, d := range all {
+		if d.UID != wantUIDs[i] {
+			t.Errorf("dashboard %d: uid %q; want the stable %q", i, d.UID, wantUIDs[i])
+		}
+		vars := d.Templating.List
+		if len(vars) == 0 || vars[0].Name != "datasource" || vars[0].Type != "datasource" || vars[0].Query != "prometheus" {
+			t.Errorf("%s: the first variable must be the Prometheus datasource variable", d.UID)
+		}
+		for _, v := range vars[1:] {
+			if v.Datasource != dashboards.Datasource {
+				t.Errorf("%s: variable %s does not use the datasource variable", d.UID, v.Name)
+			}
+			q, _ := v.Query.(map[string]any)["query"].(string)
+			checkMetrics(t, d.UID+" variable "+v.Name, q, metricsExported)
+		}
+		ids := map[int]bool{}
+		for _, p := range d.Panels {
+			where := d.UID + " panel " + p.Title
+			if ids[p.ID] {
+				t.Errorf("%s: duplicate id %d", where, p.ID)
+			}
+			ids[p.ID] = true
+			if p.Description == "" {
+				t.Errorf("%s: no description", where)
+			}
+			if p.FieldConfig.Defaults.Unit == "" {
+				t.Errorf("%s: no unit", where)
+			}
+			if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+				t.Errorf("%s: datasource is not the datasource variable", where)
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("%s: no query", where)
+			}
+			for _, tg := range p.Targets {
+				if tg.Datasource == nil || tg.Datasource.UID != "${datasource}" {
+					t.Errorf("%s: query %s: datasource is not the datasource variable", where, tg.RefID)
+				}
+				lintExpr(t, where, tg, metricsExported)
+			}
+		}
+	}
+}
+
+func lintExpr(t *testing.T, where string, tg dashboards.Target, exp map[string]string) {
+	t.Helper()
+	for _, m := range rangeSel.FindAllStringSubmatch(tg.Expr, -1) {
+		switch {
+		case m[1] == "$__rate_interval":
+		case m[1] == "$__range" && tg.Instant:
+		default:
+			t.Errorf("%s: range [%s] in %q; use $__rate_interval ($__range in instant queries)", where, m[1], tg.Expr)
+		}
+	}
+	if strings.Contains(tg.Expr, "rate(") && strings.Contains(tg.Expr, "[$__range]") && !strings.Contains(tg.Expr, "increase(") {
+		t.Errorf("%s: rate over $__range in %q; rates use $__rate_interval", where, tg.Expr)
+	}
+	for _, loc := range ident.FindAllStringIndex(tg.Expr, -1) {
+		name := tg.Expr[loc[0]:loc[1]]
+		if exp[name] == "counter" && !rateCall.MatchString(tg.Expr[:loc[0]]) {
+			t.Errorf("%s: counter %s outside rate() or increase() in %q", where, name, tg.Expr)
+		}
+	}
+	checkMetrics(t, where, tg.Expr, exp)
+}
+
+// checkMetrics fails for any admission_ metric that is not exported.
+func checkMetrics(t *testing.T, where, expr string, exp map[string]string) {
+	t.Helper()
+	for _, name := range ident.FindAllString(expr, -1) {
+		if strings.HasPrefix(name, "admission_") && !strings.Contains(name, ":") {
+			if _, ok := exp[name]; !ok {
+				t.Errorf("%s: %s is not exported by the metrics package", where, name)
+			}
+		}
+	}
+}
