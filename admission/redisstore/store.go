@@ -495,15 +495,7 @@ func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, 
 		c := s.getCall()
 		s.header(c, now, len(ops))
 		for i := range ops {
-			op := &ops[i]
-			l := op.Limiter.(*limiter)
-			c.keys = l.appendKeys(c.keys, op.Key)
-			shadow := 0
-			if op.Shadow {
-				shadow = 1
-			}
-			c.args = append(c.args, int(l.alg), shadow, op.N)
-			c.args = l.params(c.args, op.Limit, now)
+			appendAcquire(c, &ops[i], now)
 		}
 		reply, err := s.run(ctx, script, name, len(ops), c.keys, c.args)
 		s.putCall(c)
@@ -539,6 +531,18 @@ func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, 
 		}
 		return nil
 	}
+}
+
+// appendAcquire appends op's keys and arguments to c.
+func appendAcquire(c *call, op *admission.Op, now int64) {
+	l := op.Limiter.(*limiter)
+	c.keys = l.appendKeys(c.keys, op.Key)
+	shadow := 0
+	if op.Shadow {
+		shadow = 1
+	}
+	c.args = append(c.args, int(l.alg), shadow, op.N)
+	c.args = l.params(c.args, op.Limit, now)
 }
 
 func dur(v int64) time.Duration {

@@ -1,0 +1,121 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func usedMemory(t *testing.T, addr string) int64 {
+	t.Helper()
+	info, err := redistest.Do(addr, "INFO", "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO")
+	return 0
+}
+
+// TestTenantFlood admits one request for each of 100,000 distinct tenants,
+// with the store's own script, keys and arguments sent in pipelines of 1000
+// (the admission path itself sends them one by one), and reports the Redis
+// memory a partition costs and the expiry that bounds its life.
+func TestTenantFlood(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer client.Close()
+	const prefix = "flood:"
+	st, err := New(client, Config{Prefix: prefix, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The flood itself is on the token bucket; the other layouts are
+	// measured on fewer partitions to keep the test short.
+	policies := []struct {
+		p       admission.Policy
+		tenants int
+		life    time.Duration // neutral after at most this long
+	}{
+		{admission.Policy{Name: "rph", Algorithm: admission.TokenBucket, Limit: 100, Per: time.Hour}, 100_000, time.Hour},
+		{admission.Policy{Name: "win", Algorithm: admission.SlidingWindow, Limit: 100, Per: time.Hour}, 10_000, 2 * time.Hour},
+		{admission.Policy{Name: "log", Algorithm: admission.SlidingLog, Limit: 100, Per: time.Hour}, 10_000, time.Hour},
+		{admission.Policy{Name: "inflight", Algorithm: admission.Concurrency, Limit: 10, MaxHold: time.Hour}, 10_000, time.Hour},
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(40 * time.Second)
+	for _, tc := range policies {
+		p, tenants := tc.p, tc.tenants
+		lim, _ := st.Limiter(&p)
+		l := lim.(*limiter)
+		limit := admission.Limit{Algorithm: p.Algorithm, Amount: p.Limit, Burst: p.Limit, Per: p.Per, MaxHold: p.MaxHold}
+		if _, err := lim.Acquire(ctx, "warm-up", limit, 1, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		before := usedMemory(t, srv.Addr)
+		keysBefore, _ := client.DBSize(ctx).Result()
+		for i := 0; i < tenants; i += 1000 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: flood not done in time (%d tenants)", p.Name, i)
+			}
+			pipe := client.Pipeline()
+			now := time.Now().UnixNano()
+			for j := i; j < i+1000; j++ {
+				c := &call{}
+				st.header(c, now, 1)
+				appendAcquire(c, &admission.Op{Limiter: l, Key: "tenant-" + strconv.Itoa(j), Limit: limit, N: 1}, now)
+				acquireScripts[p.Algorithm].EvalSha(ctx, pipe, c.keys, c.args...)
+			}
+			cmds, err := pipe.Exec(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", p.Name, err)
+			}
+			for _, c := range cmds {
+				if r, _ := c.(*redis.Cmd).Text(); !strings.HasPrefix(r, "1 1 ") {
+					t.Fatalf("%s: reply %q; want an admission", p.Name, r)
+				}
+			}
+		}
+		after := usedMemory(t, srv.Addr)
+		keys, _ := client.DBSize(ctx).Result()
+		var usage, maxTTL int64
+		for i := 0; i < 100; i++ {
+			var ks []string
+			ks = l.appendKeys(ks, "tenant-"+strconv.Itoa(i*(tenants/100)+i%7))
+			for _, k := range ks {
+				u, err := client.MemoryUsage(ctx, k).Result()
+				if err != nil {
+					t.Fatalf("MEMORY USAGE %s: %v", k, err)
+				}
+				usage += u
+				ttl, _ := client.PTTL(ctx, k).Result()
+				maxTTL = max(maxTTL, ttl.Milliseconds())
+			}
+		}
+		perPartition := float64(after-before) / float64(tenants)
+		t.Logf("%s (%s): %d partitions, %d keys, used_memory +%.1f MB = %.0f bytes per partition; MEMORY USAGE %d bytes per partition; keys expire within %v",
+			p.Name, p.Algorithm, tenants, keys-keysBefore, float64(after-before)/1e6, perPartition, usage/100, time.Duration(maxTTL)*time.Millisecond)
+		if perPartition > 512 {
+			t.Errorf("%s: %.0f bytes per partition; want at most 512", p.Name, perPartition)
+		}
+		// Every key lives at most until its state is neutral plus the grace.
+		if bound := tc.life + DefaultIdleGrace; time.Duration(maxTTL)*time.Millisecond > bound {
+			t.Errorf("%s: a key expires in %vms; want within %v", p.Name, maxTTL, bound)
+		}
+		if err := client.FlushDB(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
