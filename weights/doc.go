@@ -51,6 +51,14 @@
 // tokenising everything (BenchmarkEstimateChat against
 // BenchmarkPeerTiktokenEncode). Below the threshold the count is exact.
 //
+// Text reaches the tokenizer in chunks of at most 1 KiB, cut where the
+// tokenizer splits anyway (before a space that follows a non-space), so the
+// count stays exact. This bounds the cost of hostile input: tiktoken-go's
+// merge is quadratic in the length of one pre-tokenised piece, and 64 KiB of
+// a single repeated letter took 6.6 s to count in one call; chunked, it costs
+// about twice as much as 64 KiB of English (a run with no space to cut at is
+// cut at a character boundary, which can add one token per KiB).
+//
 // # After the call
 //
 // [ParseUsage] reads the usage object of a JSON response in any of the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -565,6 +566,49 @@ func TestConcurrentEstimates(t *testing.T) {
 	for range 4 {
 		if err := <-done; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// lenCounter records the longest text it was asked to count.
+type lenCounter struct {
+	Counter
+	mu      sync.Mutex
+	longest int
+}
+
+func (c *lenCounter) Count(s string) int {
+	c.mu.Lock()
+	c.longest = max(c.longest, len(s))
+	c.mu.Unlock()
+	return c.Counter.Count(s)
+}
+
+// TestCountTextChunks: long text reaches the tokenizer in chunks of at most
+// maxChunk bytes, and the total is still exact for natural text.
+func TestCountTextChunks(t *testing.T) {
+	e := newTestEstimator(t)
+	for _, enc := range []Encoding{O200kBase, Cl100kBase} {
+		c, err := e.counter(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc := &lenCounter{Counter: c}
+		for _, text := range []string{
+			corpusText(englishCorpus, 20<<10, 7),
+			corpusText(mixedCorpus, 20<<10, 8),
+			"a" + strings.Repeat("  b", 2000),
+			strings.Repeat("x\u3000 y ", 1000),
+		} {
+			if got, want := countText(lc, text), refCount(t, enc, text); got != want {
+				t.Errorf("%s countText(%.30q...) = %d; want %d", enc, text, got, want)
+			}
+		}
+		// A run without spaces is cut too (with tiktoken-go, 64 KiB of one
+		// letter in one piece takes seconds).
+		countText(lc, strings.Repeat("é", 32<<10))
+		if lc.longest > maxChunk {
+			t.Errorf("%s: a %d-byte text reached the tokenizer; want at most %d", enc, lc.longest, maxChunk)
 		}
 	}
 }

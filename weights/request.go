@@ -49,7 +49,7 @@ func (t *tally) total(threshold, sampleBytes int) (tokens int64, sampled bool) {
 		n, sampled = sampleCount(t.m.counter, t.pieces, t.bytes, sampleBytes), true
 	} else {
 		for _, p := range t.pieces {
-			n += int64(t.m.counter.Count(p))
+			n += int64(countText(t.m.counter, p))
 		}
 	}
 	n += t.fixed

@@ -32,7 +32,7 @@ func sampleCount(c Counter, pieces []string, total, budget int) int64 {
 		if win == "" {
 			continue
 		}
-		sTokens += int64(c.Count(win))
+		sTokens += int64(countText(c, win))
 		sProxy += textProxy(win)
 	}
 	var all int64
@@ -44,7 +44,7 @@ func sampleCount(c Counter, pieces []string, total, budget int) int64 {
 		// complete character): count everything.
 		var n int64
 		for _, p := range pieces {
-			n += int64(c.Count(p))
+			n += int64(countText(c, p))
 		}
 		return n
 	}

@@ -433,13 +433,11 @@ func (s *StreamReader) text(t string) {
 	}
 	s.pending = append(s.pending, t...)
 	if len(s.pending) >= fallbackBatch {
-		// Cut before the last space, which starts the next word's token, so
-		// batches split the text where the tokenizer would.
-		cut := bytes.LastIndexByte(s.pending, ' ')
-		if cut <= 0 {
-			cut = len(s.pending)
-		}
-		n := s.counter.Count(string(s.pending[:cut]))
+		// Count up to the last place where the tokenizer splits anyway, and
+		// keep the rest for the next batch.
+		ps := string(s.pending)
+		cut := safeCut(ps, len(ps)-1)
+		n := countText(s.counter, ps[:cut])
 		rest := copy(s.pending, s.pending[cut:])
 		s.pending = s.pending[:rest]
 		s.mu.Lock()
@@ -470,7 +468,7 @@ func (s *StreamReader) finish() {
 	if s.hasData || len(s.raw) > 0 {
 		s.dispatch()
 	}
-	n := s.counter.Count(string(s.pending))
+	n := countText(s.counter, string(s.pending))
 	s.pending = s.pending[:0]
 	s.mu.Lock()
 	s.counted += int64(n)

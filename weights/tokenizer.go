@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/pkoukk/tiktoken-go"
@@ -115,4 +116,48 @@ func (c ratioCounter) Count(text string) int {
 		t = 1
 	}
 	return t
+}
+
+// maxChunk bounds the text handed to a Counter in one call. tiktoken-go's
+// merge step is quadratic in the length of a pre-tokenised piece: 64 KiB of
+// one repeated letter takes seconds, a cheap way to burn a gateway's CPU.
+// countText therefore cuts long text into chunks of at most maxChunk bytes.
+const maxChunk = 1 << 10
+
+// countText counts the tokens of s with c, maxChunk bytes at a time. Chunks
+// end where the tokenizer splits anyway (see safeCut), so the count is exact
+// for any text with a space at least every maxChunk bytes: every natural
+// language, including Chinese and Japanese paragraphs, which are cut at
+// their spaces or are shorter. A longer run without one (base64, a repeated
+// character) is cut at a character boundary, which can add one token per
+// cut.
+func countText(c Counter, s string) int {
+	n := 0
+	for len(s) > maxChunk {
+		cut := safeCut(s, maxChunk)
+		n += c.Count(s[:cut])
+		s = s[cut:]
+	}
+	return n + c.Count(s)
+}
+
+// safeCut returns where to cut s, at or before limit: before the last space
+// that follows a non-white-space character. No pre-tokenisation piece of
+// o200k_base or cl100k_base spans such a position (a space only ever starts
+// a piece), so counting both sides apart gives the same total. Without one,
+// it cuts at the last character boundary.
+func safeCut(s string, limit int) int {
+	for i := limit; i > 0; i-- {
+		if s[i] == ' ' {
+			if r, _ := utf8.DecodeLastRuneInString(s[:i]); !unicode.IsSpace(r) {
+				return i
+			}
+		}
+	}
+	for i := limit; i > limit-utf8.UTFMax && i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return i
+		}
+	}
+	return limit
 }
