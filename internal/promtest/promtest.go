@@ -10,12 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -161,11 +163,13 @@ type Sample struct {
 	Value [2]any `json:"value"`
 }
 
-// Float returns the sample's value.
+// Float returns the sample's value, NaN when it is not a number.
 func (s Sample) Float() float64 {
-	var f float64
 	str, _ := s.Value[1].(string)
-	fmt.Sscan(str, &f)
+	f, err := strconv.ParseFloat(str, 64)
+	if err != nil {
+		return math.NaN()
+	}
 	return f
 }
 

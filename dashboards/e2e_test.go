@@ -1,0 +1,255 @@
+package dashboards_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/alerts"
+	"github.com/sluicehq/sluice/dashboards"
+	"github.com/sluicehq/sluice/internal/promtest"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/shadow"
+)
+
+// flakyStore is an in-memory store whose calls fail one time in every, as
+// a sick shared store would: it drives fail-open decisions and store errors.
+type flakyStore struct{ every int64 }
+
+func (s flakyStore) Limiter(p *admission.Policy) (admission.Limiter, error) {
+	l, err := admission.MemoryStore{}.Limiter(p)
+	return &flakyLimiter{Limiter: l, every: s.every}, err
+}
+
+type flakyLimiter struct {
+	admission.Limiter
+	every int64
+	n     atomic.Int64
+}
+
+var errStoreTimeout = errors.New("store call timed out")
+
+func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim admission.Limit, n int64, now time.Time) (admission.Grant, error) {
+	if l.n.Add(1)%l.every == 0 {
+		return admission.Grant{}, errStoreTimeout
+	}
+	return l.Limiter.Acquire(ctx, key, lim, n, now)
+}
+
+// e2ePolicies: a per-tenant rate limit the noisy tenant runs into, a
+// shadow token limit that would reject, a global concurrency cap with a
+// small queue, and a policy on a flaky store that fails open.
+func e2ePolicies() []admission.Policy {
+	return []admission.Policy{
+		{Name: "tenant-rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket,
+			Limit: 40, Per: time.Second, MaxPartitions: 42},
+		{Name: "tenant-tpm-candidate", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens,
+			Algorithm: admission.FixedWindow, Limit: 1500, Per: time.Second, Mode: admission.Shadow},
+		{Name: "global-concurrency", Algorithm: admission.Concurrency, Limit: 4,
+			Queue: admission.Queue{Size: 2, Timeout: 20 * time.Millisecond}},
+		{Name: "tenant-tpm-shared", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens,
+			Algorithm: admission.SlidingWindow, Limit: 1_000_000, Per: time.Minute, Store: "flaky",
+			OnStoreError: admission.FailOpenMode},
+	}
+}
+
+// drive sends traffic until stop is closed: half of it from one noisy
+// tenant, the rest spread over 40 tenants; claude requests use twice the
+// tokens estimated.
+func drive(ctl *admission.Controller, stop <-chan struct{}, sent *atomic.Int64) {
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tenant := "noisy"
+				if rnd.IntN(2) == 0 {
+					tenant = "tenant-" + strconv.Itoa(rnd.IntN(40))
+				}
+				model, actual := "gpt-4o-mini", int64(110)
+				if rnd.IntN(4) == 0 {
+					model, actual = "claude-3-haiku", 200
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				tk, err := ctl.Admit(ctx, admission.Request{Tenant: tenant, Operation: "chat", Model: model, Tokens: 100})
+				if err == nil {
+					time.Sleep(time.Duration(1+rnd.IntN(3)) * time.Millisecond)
+					tk.Settle(admission.Usage{Tokens: actual, TokensKnown: true})
+				} else {
+					time.Sleep(time.Millisecond)
+				}
+				cancel()
+				sent.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// vars substitutes the dashboards' template variables as Grafana would.
+var vars = strings.NewReplacer(
+	"$__rate_interval", "10s", "$__range", "5m",
+	"$policy", ".*", "$shadow_policy", ".*", "$enforced_policy", ".*", "$tenant", "noisy",
+)
+
+// quietAlerts are the alerts the traffic is not meant to trigger: their
+// expressions must evaluate, and may return nothing.
+var quietAlerts = []string{"AdmissionQueueWaitHigh", "AdmissionMetricCardinalityOverflow"}
+
+// TestEndToEnd drives a controller with multi-tenant traffic, serves its
+// metrics on loopback to a real prometheus (1 s scrapes, the rules loaded
+// with short for: durations), and evaluates every dashboard query and
+// every rule through prometheus' HTTP API.
+func TestEndToEnd(t *testing.T) {
+	start := time.Now()
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prom.Provider.Shutdown(context.Background()) })
+	obs, err := metrics.New(metrics.WithMeterProvider(prom.Provider), metrics.WithTopK(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := shadow.NewRecorder(shadow.RecorderConfig{Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := admission.New(admission.Config{Policies: e2ePolicies()},
+		admission.WithObserver(shadow.Join(obs, rec)), admission.WithStore("flaky", flakyStore{every: 10}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs.Watch(ctl)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", prom.Handler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	stop := make(chan struct{})
+	var sent atomic.Int64
+	done := make(chan struct{})
+	go func() { drive(ctl, stop, &sent); close(done) }()
+	t.Cleanup(func() { close(stop); <-done })
+
+	// The rules as shipped, with for: shortened so alerts go pending and
+	// firing within the test.
+	rules := regexp.MustCompile(`(?m)^(\s+for:) \S+$`).ReplaceAll(alerts.RulesYAML, []byte("$1 2s"))
+	p := promtest.Start(t, promtest.Config{Targets: []string{l.Addr().String()}, RuleFiles: [][]byte{rules}})
+
+	type check struct {
+		name, expr string
+		needData   bool
+	}
+	var checks []check
+	for _, d := range dashboards.All() {
+		for _, panel := range d.Panels {
+			for _, tg := range panel.Targets {
+				checks = append(checks, check{d.UID + " / " + panel.Title + " / " + tg.RefID, vars.Replace(tg.Expr), true})
+			}
+		}
+		for _, v := range d.Templating.List[1:] {
+			q := v.Query.(map[string]any)["query"].(string)
+			// label_values(selector, label) is what Grafana turns into a
+			// series query; its selector must match series.
+			sel := strings.TrimSuffix(strings.TrimPrefix(q, "label_values("), ")")
+			sel = sel[:strings.LastIndex(sel, ",")]
+			checks = append(checks, check{d.UID + " / variable " + v.Name, sel, true})
+		}
+	}
+	rs, err := alerts.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Record != "" {
+			checks = append(checks, check{"record " + r.Record, r.Expr, true}, check{"recorded " + r.Record, r.Record, true})
+		} else {
+			checks = append(checks, check{"alert " + r.Alert, r.Expr, !slices.Contains(quietAlerts, r.Alert)})
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
+	defer cancel()
+	var failures []string
+	var top []promtest.Sample
+	var shadowAlert string
+	for attempt := 0; ; attempt++ {
+		time.Sleep(2 * time.Second)
+		failures = failures[:0]
+		for _, c := range checks {
+			got, err := p.Query(ctx, c.expr)
+			switch {
+			case err != nil:
+				failures = append(failures, fmt.Sprintf("%s: %v\n  %s", c.name, err, c.expr))
+			case c.needData && !hasData(got):
+				failures = append(failures, fmt.Sprintf("%s: no data\n  %s", c.name, c.expr))
+			}
+		}
+		top, err = p.Query(ctx, vars.Replace(dashboards.Overview().Panels[2].Targets[0].Expr))
+		if err != nil || len(top) == 0 || top[0].Metric["tenant"] != "noisy" {
+			failures = append(failures, fmt.Sprintf("top rejected tenants: want noisy first, got %v %v", top, err))
+		}
+		al, err := p.Alerts(ctx)
+		shadowAlert = ""
+		for _, a := range al {
+			if a.Labels["alertname"] == "AdmissionShadowWouldRejectAboveThreshold" && a.Labels["policy"] == "tenant-tpm-candidate" {
+				shadowAlert = a.State
+			}
+		}
+		if err != nil || (shadowAlert != "pending" && shadowAlert != "firing") {
+			failures = append(failures, fmt.Sprintf("AdmissionShadowWouldRejectAboveThreshold: state %q (%v); want pending or firing", shadowAlert, err))
+		}
+		if len(failures) == 0 || ctx.Err() != nil || time.Since(start) > 75*time.Second {
+			break
+		}
+	}
+	for _, f := range failures {
+		t.Error(f)
+	}
+	t.Logf("%d queries checked, %d requests sent, shadow alert %s, in %v", len(checks)+1, sent.Load(), shadowAlert, time.Since(start).Round(time.Second))
+	if len(top) > 0 {
+		t.Logf("top rejected: %s/%s %.0f", top[0].Metric["policy"], top[0].Metric["tenant"], top[0].Float())
+	}
+	// The shadow package's own report agrees: the candidate would reject,
+	// mostly the noisy tenant.
+	for _, pr := range rec.Report(3).Policies {
+		if pr.Policy == "tenant-tpm-candidate" && (pr.Refused == 0 || pr.Tenants[0].Tenant != "noisy") {
+			t.Errorf("rollout report for %s = %+v; want would-rejects led by noisy", pr.Policy, pr)
+		}
+	}
+}
+
+// hasData reports whether a result has a sample with a number.
+func hasData(s []promtest.Sample) bool {
+	for _, x := range s {
+		if v := x.Float(); !math.IsNaN(v) {
+			return true
+		}
+	}
+	return false
+}
