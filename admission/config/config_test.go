@@ -1,9 +1,9 @@
 package config_test
 
 import (
-	"fmt"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"

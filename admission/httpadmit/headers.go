@@ -55,6 +55,11 @@ func AppendPolicyItem(b []byte, s *admission.Status) []byte {
 	b = appendSFString(b, s.Policy)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, s.Limit, 10)
+	return appendPolicyParams(b, s)
+}
+
+// appendPolicyParams appends the parameters that follow q.
+func appendPolicyParams(b []byte, s *admission.Status) []byte {
 	if s.Window > 0 {
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, Seconds(s.Window), 10)
@@ -129,48 +134,60 @@ func SetLimitHeaders(h http.Header, sts []admission.Status) {
 	}
 	var stack [headerBufferSizeOnStack]byte
 	b := stack[:0]
-	var ends [5]int
+	tight := Tightest(sts)
+	// The X-RateLimit values are the q, r and t figures of the tightest
+	// member, sliced out of the structured fields rather than written again.
+	var q, r, t [2]int
 	for i := range sts {
 		if i > 0 {
 			b = append(b, ", "...)
+		}
+		if i == tight {
+			b = appendSFString(b, sts[i].Policy)
+			b = append(b, ";q="...)
+			q[0] = len(b)
+			b = strconv.AppendInt(b, sts[i].Limit, 10)
+			q[1] = len(b)
+			b = appendPolicyParams(b, &sts[i])
+			continue
 		}
 		b = AppendPolicyItem(b, &sts[i])
 	}
-	ends[0] = len(b)
+	policyEnd := len(b)
 	for i := range sts {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
+		if i == tight {
+			b = appendSFString(b, sts[i].Policy)
+			b = append(b, ";r="...)
+			r[0] = len(b)
+			b = strconv.AppendInt(b, max(0, sts[i].Remaining), 10)
+			r[1] = len(b)
+			b = append(b, ";t="...)
+			t[0] = len(b)
+			b = strconv.AppendInt(b, Seconds(sts[i].Reset), 10)
+			t[1] = len(b)
+			continue
+		}
 		b = AppendLimitItem(b, &sts[i])
 	}
-	ends[1] = len(b)
-	if t := Tightest(sts); t >= 0 {
-		s := &sts[t]
-		b = strconv.AppendInt(b, s.Limit, 10)
-		ends[2] = len(b)
-		b = strconv.AppendInt(b, max(0, s.Remaining), 10)
-		ends[3] = len(b)
-		b = strconv.AppendInt(b, Seconds(s.Reset), 10)
-		ends[4] = len(b)
-	}
 	all := string(b)
-	n := 2
-	if ends[4] > 0 {
-		n = 5
+	if tight < 0 {
+		vals := make([]string, 2)
+		vals[0], vals[1] = all[:policyEnd], all[policyEnd:]
+		h[HeaderRateLimitPolicy] = vals[0:1:1]
+		h[HeaderRateLimit] = vals[1:2:2]
+		return
 	}
-	vals := make([]string, n)
-	start := 0
-	for i := range n {
-		vals[i] = all[start:ends[i]]
-		start = ends[i]
-	}
+	vals := make([]string, 5)
+	vals[0], vals[1] = all[:policyEnd], all[policyEnd:]
+	vals[2], vals[3], vals[4] = all[q[0]:q[1]], all[r[0]:r[1]], all[t[0]:t[1]]
 	h[HeaderRateLimitPolicy] = vals[0:1:1]
 	h[HeaderRateLimit] = vals[1:2:2]
-	if n == 5 {
-		h[HeaderXRateLimitLimit] = vals[2:3:3]
-		h[HeaderXRateLimitRemain] = vals[3:4:4]
-		h[HeaderXRateLimitReset] = vals[4:5:5]
-	}
+	h[HeaderXRateLimitLimit] = vals[2:3:3]
+	h[HeaderXRateLimitRemain] = vals[3:4:4]
+	h[HeaderXRateLimitReset] = vals[4:5:5]
 }
 
 // SetWouldReject sets the Sluice-Would-Reject header naming the shadow

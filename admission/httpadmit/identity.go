@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strings"
 )
 
@@ -107,6 +108,23 @@ type IdentityConfig struct {
 	// RequireKey refuses callers without a credential with 401 instead of
 	// admitting them as the anonymous tenant.
 	RequireKey bool
+
+	// canonical is set when KeyHeaders hold canonical header names, so
+	// that they index the header map directly.
+	canonical bool
+}
+
+// normalize returns a copy of ic whose key headers are canonical.
+func (ic IdentityConfig) normalize() IdentityConfig {
+	if len(ic.KeyHeaders) > 0 {
+		hs := make([]string, len(ic.KeyHeaders))
+		for i, h := range ic.KeyHeaders {
+			hs[i] = textproto.CanonicalMIMEHeaderKey(h)
+		}
+		ic.KeyHeaders = hs
+	}
+	ic.canonical = true
+	return ic
 }
 
 // DefaultAnonymousTenant is the tenant of unidentified callers.
@@ -154,11 +172,18 @@ func (ic *IdentityConfig) APIKey(r *http.Request) (string, bool) {
 		hs = defaultKeyHeaders
 	}
 	for _, h := range hs {
-		v := r.Header.Get(h)
+		var v string
+		if ic.canonical || len(ic.KeyHeaders) == 0 {
+			if vs := r.Header[h]; len(vs) > 0 {
+				v = vs[0]
+			}
+		} else {
+			v = r.Header.Get(h)
+		}
 		if v == "" {
 			continue
 		}
-		if strings.EqualFold(h, "Authorization") {
+		if h == "Authorization" || strings.EqualFold(h, "Authorization") {
 			scheme, key, ok := strings.Cut(v, " ")
 			if !ok || !strings.EqualFold(scheme, "Bearer") {
 				continue

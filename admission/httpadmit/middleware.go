@@ -148,14 +148,16 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	if m.o.logger == nil {
 		m.o.logger = slog.Default()
 	}
-	ic := m.o.identity
-	m.identity.Store(&ic)
+	m.SetIdentityConfig(m.o.identity)
 	return m, nil
 }
 
 // SetIdentityConfig replaces the identity settings (a reloaded key table,
 // new trusted proxies). Requests in flight finish with the old ones.
-func (m *Middleware) SetIdentityConfig(ic IdentityConfig) { m.identity.Store(&ic) }
+func (m *Middleware) SetIdentityConfig(ic IdentityConfig) {
+	ic = ic.normalize()
+	m.identity.Store(&ic)
+}
 
 // IdentityConfig returns the identity settings in use.
 func (m *Middleware) IdentityConfig() *IdentityConfig { return m.identity.Load() }
@@ -362,6 +364,11 @@ func (m *Middleware) Operation(r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	}
 	if i := strings.IndexByte(pat, ' '); i >= 0 {
+		// A pattern written "METHOD /route" for the request's own method
+		// is already the operation name.
+		if pat[:i] == r.Method && i+1 < len(pat) && pat[i+1] != ' ' && pat[i+1] != '\t' {
+			return pat
+		}
 		pat = strings.TrimLeft(pat[i+1:], " \t")
 	}
 	return m.OperationName(r.Method, pat)
