@@ -9,13 +9,14 @@ import (
 // An Error is one problem in a policy file, located by line and column and
 // by the path of the offending key (for example policies[2].burst).
 type Error struct {
-	File   string
-	Line   int
-	Column int
-	Path   string
-	Msg    string
+	File   string // the file name given to Parse or Load
+	Line   int    // 1-based line, 0 when the file could not be read as YAML at all
+	Column int    // 1-based column
+	Path   string // the key's path, e.g. policies[2].burst or plans.basic.rpm
+	Msg    string // what is wrong
 }
 
+// Error formats the problem as "file:line:column: path: message".
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
@@ -35,6 +36,7 @@ func (e *Error) Error() string {
 // returns it as its error; errors.As extracts it.
 type Errors []*Error
 
+// Error returns one problem per line.
 func (es Errors) Error() string {
 	msgs := make([]string, len(es))
 	for i, e := range es {

@@ -57,11 +57,12 @@ type File struct {
 // PolicyInfo is the part of a policy's entry that is not an admission
 // field.
 type PolicyInfo struct {
+	// Description is the entry's free text.
 	Description string
 	// Routes and Methods are the HTTP match of the policy, expanded into
 	// Match.Operations as "METHOD route".
 	Routes  []string
-	Methods []string
+	Methods []string // empty: every method
 	// Bounds names the rate policy a quota is meant to bound.
 	Bounds string
 }
@@ -185,16 +186,16 @@ type Row struct {
 	// Plan is the plan name, "-" for the policy's own limits, or
 	// "tenant:<id>" for a tenant with its own overrides.
 	Plan      string
-	Policy    string
-	Mode      admission.Mode
-	Algorithm admission.Algorithm
-	Unit      admission.Unit
-	Key       string
-	Limit     int64
-	Burst     int64
-	Per       time.Duration
-	Period    admission.Period
-	Queue     int
+	Policy    string              // policy name
+	Mode      admission.Mode      // enforce, shadow or off
+	Algorithm admission.Algorithm // the policy's algorithm
+	Unit      admission.Unit      // what it counts
+	Key       string              // key parts joined by "+", or "global"
+	Limit     int64               // the effective limit
+	Burst     int64               // the effective burst (token buckets)
+	Per       time.Duration       // the effective period or window
+	Period    admission.Period    // a quota's period kind
+	Queue     int                 // queue size, 0 for none
 }
 
 // Effective returns the limits every plan gives every policy, the policies'

@@ -14,9 +14,9 @@ import (
 // Identity is a validated caller: the tenant billed, the credential used
 // (as a short hash-derived id, never the credential) and the end user.
 type Identity struct {
-	Tenant string
-	KeyID  string
-	User   string
+	Tenant string // the account billed; the usual partition key
+	KeyID  string // the credential's short id (see KeyHash.ID)
+	User   string // the end user inside the tenant, when known
 }
 
 type identityKey struct{}

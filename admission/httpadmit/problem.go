@@ -60,10 +60,10 @@ func StatusCode(rej *admission.Rejection, quotaStatus int) int {
 // Problem is an RFC 9457 problem details object with the extension
 // members the middleware adds.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
+	Type   string `json:"type"`             // stable URI per reason, e.g. urn:sluice:problem:rate-limited
+	Title  string `json:"title"`            // the status text
+	Status int    `json:"status"`           // the HTTP status
+	Detail string `json:"detail,omitempty"` // a sentence for humans
 	// Policy names the policy that refused, when one did.
 	Policy string `json:"policy,omitempty"`
 	// Reason is the rejection reason (rate, quota, ...).

@@ -51,7 +51,7 @@ type Transport struct {
 	// no hint: attempt n waits a uniformly random time in
 	// [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)]. Zero means the defaults.
 	BaseDelay time.Duration
-	MaxDelay  time.Duration
+	MaxDelay  time.Duration // the backoff's ceiling
 	// MaxWait is the longest wait accepted: a hint asking for more gives
 	// the response back at once. 0 means DefaultMaxWait.
 	MaxWait time.Duration
@@ -61,7 +61,7 @@ type Transport struct {
 	// Now and Sleep are the clock; nil means the real one. Sleep returns
 	// early with ctx's error when ctx ends.
 	Now   func() time.Time
-	Sleep func(ctx context.Context, d time.Duration) error
+	Sleep func(ctx context.Context, d time.Duration) error // waits d or until ctx ends
 	// Rand returns a uniform number in [0, 1) for the jitter; nil means
 	// math/rand/v2.
 	Rand func() float64

@@ -1,0 +1,58 @@
+package httpadmit_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+func TestOpenAIHeaders(t *testing.T) {
+	sts := []admission.Status{
+		{Policy: "rpm", Algorithm: admission.TokenBucket, Limit: 600, Remaining: 599, Reset: 100 * time.Millisecond},
+		{Policy: "rpd", Algorithm: admission.Quota, Limit: 10000, Remaining: 20, Reset: 6 * time.Hour},
+		{Policy: "tpm", Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 100000, Remaining: 4200, Reset: 16100 * time.Millisecond},
+		{Policy: "inflight", Algorithm: admission.Concurrency, Limit: 2, Remaining: 0},
+	}
+	h := http.Header{}
+	httpadmit.SetOpenAIHeaders(h, sts)
+	want := map[string]string{
+		"x-ratelimit-limit-requests":     "10000",
+		"x-ratelimit-remaining-requests": "20",
+		"x-ratelimit-reset-requests":     "6h0m0s",
+		"x-ratelimit-limit-tokens":       "100000",
+		"x-ratelimit-remaining-tokens":   "4200",
+		"x-ratelimit-reset-tokens":       "16.1s",
+	}
+	for k, v := range want {
+		if got := h.Get(k); got != v {
+			t.Errorf("%s = %q; want %q", k, got, v)
+		}
+	}
+}
+
+func TestRetryHints(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		retry    time.Duration
+		deadline time.Time
+		after    string
+		ms       string
+		should   string
+	}{
+		{1500 * time.Millisecond, time.Time{}, "2", "1500", "true"},
+		{1500 * time.Millisecond, now.Add(10 * time.Second), "2", "1500", "true"},
+		{20 * time.Second, now.Add(10 * time.Second), "", "", "false"},
+		{admission.Never, time.Time{}, "", "", "false"},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		httpadmit.SetRetryHints(h, tt.retry, now, tt.deadline)
+		if h.Get("Retry-After") != tt.after || h.Get("retry-after-ms") != tt.ms || h.Get("x-should-retry") != tt.should {
+			t.Errorf("SetRetryHints(%v, deadline %v) = %v; want Retry-After %q, retry-after-ms %q, x-should-retry %q",
+				tt.retry, tt.deadline, h, tt.after, tt.ms, tt.should)
+		}
+	}
+}
