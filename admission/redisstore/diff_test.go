@@ -47,11 +47,18 @@ func TestSameFiguresAsMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// bat evaluates each acquisition in a two-policy batch (the
+			// generic script), next to a companion policy taking nothing.
+			batStore := stores(t)
+			bat, _ := batStore.Limiter(&p)
+			cp := admission.Policy{Name: "companion", Algorithm: admission.FixedWindow, Limit: 1 << 40, Per: time.Hour}
+			comp, _ := batStore.Limiter(&cp)
+			cl := admissiontest.LimitOf(&cp)
 			l := admissiontest.LimitOf(&p)
 			rng := rand.New(rand.NewPCG(7, uint64(len(p.Name))))
 			type pair struct {
-				key  string
-				m, r admission.Grant
+				key     string
+				m, r, b admission.Grant
 			}
 			var open []pair
 			now := admissiontest.Epoch.Add(-time.Duration(rng.Int64N(int64(time.Hour))))
@@ -65,7 +72,8 @@ func TestSameFiguresAsMemory(t *testing.T) {
 					if p.Algorithm == admission.Concurrency {
 						em := mem.Release(ctx, o.key, l, &o.m, now)
 						er := red.Release(ctx, o.key, l, &o.r, now)
-						if em != nil || er != nil {
+						eb := bat.Release(ctx, o.key, l, &o.b, now)
+						if em != nil || er != nil || eb != nil {
 							t.Fatalf("op %d: Release = %v, %v", i, em, er)
 						}
 						open = append(open[:j], open[j+1:]...)
@@ -74,10 +82,11 @@ func TestSameFiguresAsMemory(t *testing.T) {
 					delta := rng.Int64N(o.m.Taken+4) - o.m.Taken
 					em := mem.Adjust(ctx, o.key, l, &o.m, delta, now)
 					er := red.Adjust(ctx, o.key, l, &o.r, delta, now)
-					if em != nil || er != nil {
+					eb := bat.Adjust(ctx, o.key, l, &o.b, delta, now)
+					if em != nil || er != nil || eb != nil {
 						t.Fatalf("op %d: Adjust = %v, %v", i, em, er)
 					}
-					if o.m.Taken != o.r.Taken || o.m.Remaining != o.r.Remaining {
+					if o.m.Taken != o.r.Taken || o.m.Remaining != o.r.Remaining || o.b.Remaining != o.m.Remaining {
 						t.Fatalf("op %d at %v: Adjust(%s, %d): redis taken=%d remaining=%d; memory taken=%d remaining=%d",
 							i, now.Sub(admissiontest.Epoch), o.key, delta, o.r.Taken, o.r.Remaining, o.m.Taken, o.m.Remaining)
 					}
@@ -91,6 +100,13 @@ func TestSameFiguresAsMemory(t *testing.T) {
 					if em != nil || er != nil {
 						t.Fatalf("op %d: Acquire = %v, %v", i, em, er)
 					}
+					ops := []admission.Op{{Limiter: bat, Key: key, Limit: l, N: n}, {Limiter: comp, Key: "other", Limit: cl}}
+					if err := batStore.(admission.Batcher).AcquireBatch(ctx, ops, now); err != nil {
+						t.Fatalf("op %d: AcquireBatch: %v", i, err)
+					}
+					if gb := ops[0].Grant; figures(gb) != figures(gm) {
+						t.Fatalf("op %d at %v: AcquireBatch(%s, %d) =\n redis  %s\n memory %s", i, now.Sub(admissiontest.Epoch), key, n, figures(gb), figures(gm))
+					}
 					if figures(gm) != figures(gr) {
 						t.Fatalf("op %d at %v: Acquire(%s, %d) =\n redis  %s\n memory %s", i, now.Sub(admissiontest.Epoch), key, n, figures(gr), figures(gm))
 					}
@@ -98,7 +114,7 @@ func TestSameFiguresAsMemory(t *testing.T) {
 						t.Fatalf("op %d: quota stamp = %d; want the period start %d", i, gr.Stamp, gm.Stamp)
 					}
 					if gm.OK {
-						open = append(open, pair{key, gm, gr})
+						open = append(open, pair{key, gm, gr, ops[0].Grant})
 						if len(open) > 30 {
 							open = open[1:]
 						}

@@ -1,0 +1,142 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// The benchmarks start their own redis-server; run them with
+//
+//	go test -run '^$' -bench . -benchmem ./admission/redisstore/
+//
+// BenchmarkPeerRedisRate is the peer: go-redis/redis_rate's GCRA Allow on
+// the same server, keys and client settings, so one run gives the ratios.
+
+const benchKeys = 10_000
+
+func benchTenants() []string {
+	ks := make([]string, benchKeys)
+	for i := range ks {
+		ks[i] = "tenant-" + strconv.Itoa(i)
+	}
+	return ks
+}
+
+func benchClient(b *testing.B, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+var parallelism = []int{1, 8, 64}
+
+func BenchmarkPeerRedisRate(b *testing.B) {
+	srv := redistest.Start(b)
+	client := benchClient(b, srv.Addr)
+	lim := redis_rate.NewLimiter(client)
+	limit := redis_rate.Limit{Rate: 1 << 30, Burst: 1 << 30, Period: time.Second}
+	keys := benchTenants()
+	ctx := context.Background()
+	for _, par := range parallelism {
+		b.Run("parallel="+strconv.Itoa(par), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(par)
+			var seq atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1) * 7919)
+				for pb.Next() {
+					res, err := lim.Allow(ctx, keys[i%benchKeys], limit)
+					if err != nil || res.Allowed != 1 {
+						b.Errorf("Allow = %+v, %v", res, err)
+						return
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
+// errCounter fails a benchmark that measured store failures instead of
+// decisions.
+type errCounter struct {
+	admission.NopObserver
+	n atomic.Int64
+}
+
+func (e *errCounter) StoreError(admission.StoreEvent) { e.n.Add(1) }
+
+func benchController(b *testing.B, client redis.UniversalClient, obs *errCounter, policies ...admission.Policy) *admission.Controller {
+	st, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), Timeout: time.Second}, redisstore.WithObserver(obs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range policies {
+		policies[i].Store = "redis"
+	}
+	ctl, err := admission.New(admission.Config{Policies: policies}, admission.WithStore("redis", st), admission.WithObserver(obs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ctl
+}
+
+// BenchmarkRedisAdmit is a token-bucket admission and its settlement
+// through an admission.Controller on 10,000 tenants; policies=3 adds a
+// token bucket on tokens and a concurrency limit (one AcquireBatch round
+// trip, then one SettleBatch that releases the lease and reconciles the
+// tokens).
+func BenchmarkRedisAdmit(b *testing.B) {
+	srv := redistest.Start(b)
+	client := benchClient(b, srv.Addr)
+	keys := benchTenants()
+	tenant := []admission.KeyPart{admission.KeyTenant}
+	rpm := admission.Policy{Name: "rpm", Key: tenant, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second}
+	run := func(b *testing.B, par int, ctl *admission.Controller, obs *errCounter, tokens bool) {
+		b.ReportAllocs()
+		b.SetParallelism(par)
+		var seq atomic.Int64
+		ctx := context.Background()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1) * 7919)
+			for pb.Next() {
+				tk, err := ctl.Admit(ctx, admission.Request{Tenant: keys[i%benchKeys], Tokens: 100})
+				if err != nil {
+					b.Errorf("Admit: %v", err)
+					return
+				}
+				if tokens {
+					tk.Settle(admission.Usage{Tokens: 80})
+				} else {
+					tk.Done()
+				}
+				i++
+			}
+		})
+		if n := obs.n.Load(); n > 0 {
+			b.Fatalf("%d store errors: the benchmark measured failures", n)
+		}
+	}
+	for _, par := range parallelism {
+		b.Run("parallel="+strconv.Itoa(par), func(b *testing.B) {
+			obs := &errCounter{}
+			run(b, par, benchController(b, client, obs, rpm), obs, false)
+		})
+	}
+	b.Run("policies=3/parallel=8", func(b *testing.B) {
+		obs := &errCounter{}
+		tpm := admission.Policy{Name: "tpm", Key: tenant, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second}
+		inflight := admission.Policy{Name: "inflight", Key: tenant, Algorithm: admission.Concurrency, Limit: 1 << 20, MaxHold: time.Minute}
+		run(b, 8, benchController(b, client, obs, rpm, tpm, inflight), obs, true)
+	})
+}
