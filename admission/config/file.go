@@ -111,6 +111,13 @@ type HTTP struct {
 	ShadowHeader bool
 }
 
+// MiddlewareOptions returns the httpadmit options the file sets: its http
+// section and its identity section with the tenants' key table. Pass them
+// to httpadmit.New, and to Middleware.Reconfigure after a reload.
+func (f *File) MiddlewareOptions() []httpadmit.Option {
+	return append(f.HTTP.Options(), httpadmit.WithIdentityConfig(f.Identity.HTTPIdentity()))
+}
+
 // Options returns the middleware options of the section.
 func (h *HTTP) Options() []httpadmit.Option {
 	return []httpadmit.Option{

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -93,13 +94,17 @@ func serve(t *testing.T, path string, obs admission.Observer, opts ...config.Wat
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, append(f.HTTP.Options(), httpadmit.WithIdentityConfig(f.Identity.HTTPIdentity()))...)
+	mw, err := httpadmit.New(ctl, f.MiddlewareOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts = append([]config.WatchOption{
 		config.WithObserver(obs), config.WithSignals(), config.WithLogger(slog.New(slog.DiscardHandler)),
-		config.OnApply(func(f *config.File) { mw.SetIdentityConfig(f.Identity.HTTPIdentity()) }),
+		config.OnApply(func(f *config.File) {
+			if err := mw.Reconfigure(f.MiddlewareOptions()...); err != nil {
+				t.Error(err)
+			}
+		}),
 	}, opts...)
 	w, err := config.Watch(path, ctl, opts...)
 	if err != nil {
@@ -268,5 +273,43 @@ func TestReloadOnChangeAndSignal(t *testing.T) {
 	}
 	if got := w.Current().Config.Policies[0].Limit; got != 20 {
 		t.Errorf("limit after a broken file = %d; want 20 (kept)", got)
+	}
+}
+
+// TestReloadKeys adds a tenant key and changes the exempt paths through a
+// reload: the middleware applies both at once.
+func TestReloadKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	write(t, path, policyFile(10, "enforce", 1000))
+	w, srv := serve(t, path, &reloads{})
+	req := func(key, p string) int {
+		r, _ := http.NewRequest(http.MethodGet, srv.URL+p, nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := req("sk-new", "/v1/items"); got != http.StatusUnauthorized {
+		t.Fatalf("key not yet in the file: %d; want 401", got)
+	}
+	write(t, path, policyFile(10, "enforce", 1000)+fmt.Sprintf("  globex:\n    api_keys: [%s]\n", httpadmit.HashKey("sk-new"))+
+		"http_unused: 1\n")
+	if err := w.Reload(); err == nil {
+		t.Fatal("Reload(file with an unknown key) = nil; want an error")
+	}
+	data := strings.Replace(policyFile(10, "enforce", 1000), "http:\n  shadow_header: true\n",
+		fmt.Sprintf("  globex:\n    api_keys: [%s]\nhttp:\n  exempt: [/v1/status]\n", httpadmit.HashKey("sk-new")), 1)
+	write(t, path, data)
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := req("sk-new", "/v1/items"); got != http.StatusOK {
+		t.Errorf("key added by a reload: %d; want 200", got)
+	}
+	if got := req("sk-unknown", "/v1/status"); got != http.StatusOK {
+		t.Errorf("path exempted by a reload: %d; want 200", got)
 	}
 }

@@ -117,12 +117,14 @@ func WithTicketInContext() Option { return func(o *options) { o.ticketCtx = true
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // A Middleware admits HTTP requests through a Controller. It is safe for
-// concurrent use; its identity settings can be replaced while it serves.
+// concurrent use; its settings can be replaced while it serves
+// (Reconfigure, SetIdentityConfig), requests in flight finishing with the
+// settings they started with.
 type Middleware struct {
-	ctl      *admission.Controller
-	o        options
-	identity atomic.Pointer[IdentityConfig]
-	ops      opCache
+	ctl *admission.Controller
+	cur atomic.Pointer[options]
+	mu  sync.Mutex // serialises Reconfigure
+	ops opCache
 }
 
 // New returns a Middleware admitting requests through ctl.
@@ -131,36 +133,57 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 		return nil, errors.New("httpadmit: nil controller")
 	}
 	m := &Middleware{ctl: ctl}
-	m.o.exempt = []string{"/healthz", "/readyz", "/livez", "/metrics"}
-	m.o.quotaStatus = http.StatusForbidden
-	for _, opt := range opts {
-		opt(&m.o)
+	o := &options{
+		exempt:      []string{"/healthz", "/readyz", "/livez", "/metrics"},
+		quotaStatus: http.StatusForbidden,
+		logger:      slog.Default(),
 	}
-	if m.o.quotaStatus != http.StatusForbidden && m.o.quotaStatus != http.StatusTooManyRequests {
-		if m.o.quotaStatus != 0 {
-			return nil, errors.New("httpadmit: quota status must be 403 or 429")
-		}
-		m.o.quotaStatus = http.StatusForbidden
+	if err := m.apply(o, opts); err != nil {
+		return nil, err
 	}
-	if m.o.maxBody < 0 {
-		return nil, errors.New("httpadmit: negative body limit")
-	}
-	if m.o.logger == nil {
-		m.o.logger = slog.Default()
-	}
-	m.SetIdentityConfig(m.o.identity)
 	return m, nil
+}
+
+// Reconfigure applies opts on top of the current settings, for example
+// after a policy file reload (config.File.MiddlewareOptions). It leaves
+// the settings unchanged when the result is invalid.
+func (m *Middleware) Reconfigure(opts ...Option) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := *m.cur.Load()
+	return m.apply(&o, opts)
+}
+
+func (m *Middleware) apply(o *options, opts []Option) error {
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.quotaStatus == 0 {
+		o.quotaStatus = http.StatusForbidden
+	}
+	if o.quotaStatus != http.StatusForbidden && o.quotaStatus != http.StatusTooManyRequests {
+		return errors.New("httpadmit: quota status must be 403 or 429")
+	}
+	if o.maxBody < 0 {
+		return errors.New("httpadmit: negative body limit")
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	o.identity = o.identity.normalize()
+	m.cur.Store(o)
+	return nil
 }
 
 // SetIdentityConfig replaces the identity settings (a reloaded key table,
 // new trusted proxies). Requests in flight finish with the old ones.
 func (m *Middleware) SetIdentityConfig(ic IdentityConfig) {
-	ic = ic.normalize()
-	m.identity.Store(&ic)
+	_ = m.Reconfigure(WithIdentityConfig(ic))
 }
 
-// IdentityConfig returns the identity settings in use.
-func (m *Middleware) IdentityConfig() *IdentityConfig { return m.identity.Load() }
+// IdentityConfig returns the identity settings in use; they must not be
+// modified (use SetIdentityConfig).
+func (m *Middleware) IdentityConfig() *IdentityConfig { return &m.cur.Load().identity }
 
 // Handler returns next behind the middleware.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
@@ -187,7 +210,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// (the panic goes on after the deferred call). A departed client
 	// cancels the request context, which the handler's work observes.
 	defer tk.Done()
-	if m.o.ticketCtx {
+	if m.cur.Load().ticketCtx {
 		r = r.WithContext(context.WithValue(r.Context(), ticketKey{}, tk))
 	}
 	h.next.ServeHTTP(w, r)
@@ -206,11 +229,12 @@ func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
 // Exempt reports whether r bypasses admission: an exempt path or the
 // skipper says so.
 func (m *Middleware) Exempt(r *http.Request) bool {
-	if m.o.skipper != nil && m.o.skipper(r) {
+	o := m.cur.Load()
+	if o.skipper != nil && o.skipper(r) {
 		return true
 	}
 	p := r.URL.Path
-	for _, e := range m.o.exempt {
+	for _, e := range o.exempt {
 		if prefix, ok := strings.CutSuffix(e, "/*"); ok {
 			if p == prefix || strings.HasPrefix(p, prefix+"/") {
 				return true
@@ -244,12 +268,12 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 // it returns ErrBodyTooLarge for a declared length over the limit and
 // otherwise wraps the body in http.MaxBytesReader.
 func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
-	if m.o.maxBody > 0 {
-		if r.ContentLength > m.o.maxBody {
+	if limit := m.cur.Load().maxBody; limit > 0 {
+		if r.ContentLength > limit {
 			return ErrBodyTooLarge
 		}
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = http.MaxBytesReader(w, r.Body, m.o.maxBody)
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
 	}
 	return nil
@@ -259,9 +283,10 @@ func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
 // bounds any queue wait) and, when it is admitted, sets the limit headers
 // (and the shadow header when enabled) on w.
 func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
+	o := m.cur.Load()
 	var tk admission.Ticket
 	var err error
-	if m.o.noWait {
+	if o.noWait {
 		tk, err = m.ctl.TryAdmit(r.Context(), req)
 	} else {
 		tk, err = m.ctl.Admit(r.Context(), req)
@@ -273,7 +298,7 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 	sts := tk.Statuses(stack[:0])
 	h := w.Header()
 	SetLimitHeaders(h, sts)
-	if m.o.shadowHeader {
+	if o.shadowHeader {
 		var names [maxStatusesOnStack]string
 		SetWouldReject(h, tk.WouldReject(names[:0]))
 	}
@@ -283,7 +308,8 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 // Request returns the admission request for r: identity, client address
 // and operation, completed by the WithRequest function.
 func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
-	ic := m.identity.Load()
+	o := m.cur.Load()
+	ic := &o.identity
 	id, err := ic.Identify(r)
 	if err != nil {
 		return admission.Request{}, err
@@ -293,16 +319,16 @@ func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 		Addr:      ic.ClientAddr(r),
 		Operation: m.Operation(r),
 	}
-	if m.o.enrich != nil {
-		return m.enrich(r, req)
+	if o.enrich != nil {
+		return enrich(o.enrich, r, req)
 	}
 	return req, nil
 }
 
 // enrich is apart from Request so that the admitted path without a
 // WithRequest function keeps its request on the stack.
-func (m *Middleware) enrich(r *http.Request, req admission.Request) (admission.Request, error) {
-	if err := m.o.enrich(r, &req); err != nil {
+func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, req admission.Request) (admission.Request, error) {
+	if err := f(r, &req); err != nil {
 		return req, &badRequest{err}
 	}
 	return req, nil
@@ -319,11 +345,12 @@ func (e *badRequest) Unwrap() error { return e.err }
 // is gone, 400 for an error of the WithRequest function and 503 for
 // anything else (logged, never shown).
 func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	o := m.cur.Load()
 	var rej *admission.Rejection
 	var bad *badRequest
 	switch {
 	case errors.As(err, &rej):
-		WriteRejection(w, rej, m.o.quotaStatus)
+		WriteRejection(w, rej, o.quotaStatus)
 	case errors.Is(err, ErrUnknownKey), errors.Is(err, ErrNoCredentials):
 		w.Header()["Www-Authenticate"] = []string{`Bearer realm="api"`}
 		detail := "The API key is not valid."
@@ -339,7 +366,7 @@ func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err erro
 	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client went away while queued: nobody reads an answer.
 	default:
-		m.o.logger.LogAttrs(r.Context(), slog.LevelError, "admission failed", slog.String("error", err.Error()))
+		o.logger.LogAttrs(r.Context(), slog.LevelError, "admission failed", slog.String("error", err.Error()))
 		w.Header()["Retry-After"] = []string{"1"}
 		WriteProblem(w, &Problem{Type: ProblemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "The request cannot be admitted right now."})
@@ -350,12 +377,13 @@ func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err erro
 // being the pattern that matched (Request.Pattern, or the WithRoutes mux's
 // match) without its method, else the URL path.
 func (m *Middleware) Operation(r *http.Request) string {
-	if m.o.operation != nil {
-		return m.o.operation(r)
+	o := m.cur.Load()
+	if o.operation != nil {
+		return o.operation(r)
 	}
 	pat := r.Pattern
-	if pat == "" && m.o.mux != nil {
-		_, pat = m.o.mux.Handler(r)
+	if pat == "" && o.mux != nil {
+		_, pat = o.mux.Handler(r)
 		if pat == "" {
 			return ""
 		}
