@@ -190,7 +190,11 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if _, err := admission.New(file.Config); err != nil {
+		var opts []admission.Option
+		for _, s := range file.Stores() {
+			opts = append(opts, admission.WithStore(s, admission.MemoryStore{}))
+		}
+		if _, err := admission.New(file.Config, opts...); err != nil {
 			t.Fatalf("Parse accepted a configuration admission.New refuses: %v", err)
 		}
 	})

@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -176,6 +177,20 @@ func defaults() *File {
 		Metrics:  Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
 		Logging:  Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
 	}
+}
+
+// Stores returns the store names the policies refer to, other than the
+// in-memory store, in order of first use. The program registers each with
+// admission.WithStore; the file cannot.
+func (f *File) Stores() []string {
+	var out []string
+	for _, p := range f.Config.Policies {
+		if p.Store == "" || p.Store == "memory" || slices.Contains(out, p.Store) {
+			continue
+		}
+		out = append(out, p.Store)
+	}
+	return out
 }
 
 // Load reads and parses the policy file at path.

@@ -41,16 +41,25 @@ func runCheck(_ context.Context, e *env, args []string) int {
 		}
 		return 1
 	}
-	// The controller is the final judge (stores, plan resolution).
-	if _, err := admission.New(f.Config); err != nil {
+	// The controller is the final judge of the rest. Stores are registered
+	// by the program that runs the file; offline, in-memory ones stand in.
+	var opts []admission.Option
+	for _, name := range f.Stores() {
+		opts = append(opts, admission.WithStore(name, admission.MemoryStore{}))
+	}
+	if _, err := admission.New(f.Config, opts...); err != nil {
 		fmt.Fprintf(e.stderr, "%s: %v\n", fs.Arg(0), err)
 		return 1
 	}
 	if *quiet {
 		return 0
 	}
-	fmt.Fprintf(e.stdout, "%s: OK: %d policies, %d plans, %d tenants, %d API keys\n\n",
+	fmt.Fprintf(e.stdout, "%s: OK: %d policies, %d plans, %d tenants, %d API keys\n",
 		fs.Arg(0), len(f.Config.Policies), len(f.Config.Plans.Plans), len(f.Config.Plans.Tenants), len(f.Identity.Keys))
+	if stores := f.Stores(); len(stores) > 0 {
+		fmt.Fprintf(e.stdout, "stores the program must register: %s\n", strings.Join(stores, ", "))
+	}
+	fmt.Fprintln(e.stdout)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLAN\tPOLICY\tMODE\tALGORITHM\tUNIT\tKEY\tLIMIT\tBURST\tPER\tQUEUE")
 	for _, r := range f.Effective() {

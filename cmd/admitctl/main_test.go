@@ -60,6 +60,15 @@ func TestCheckBroken(t *testing.T) {
 	}
 }
 
+func TestCheckNamedStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "redis.yaml")
+	os.WriteFile(path, []byte("policies:\n  - {name: a, algorithm: token_bucket, limit: 5, per: 1s, store: redis, on_store_error: local, replicas: 3}\n"), 0o644)
+	code, out, errs := runArgs("", "check", path)
+	if code != 0 || !strings.Contains(out, "stores the program must register: redis") {
+		t.Errorf("check with a named store = %d, %q, %q; want 0 and the store listed", code, out, errs)
+	}
+}
+
 func TestHashKey(t *testing.T) {
 	const want = "sha256:e441e10e484da43fa24e869bb226e626905ba748647185f3d0cccd011c2e0b1c\n"
 	if code, out, _ := runArgs("", "hash-key", "sk-example-acme-1"); code != 0 || out != want {
