@@ -82,5 +82,7 @@
 // default source is [TiktokenCounter] (github.com/pkoukk/tiktoken-go with
 // the ranks embedded by its offline loader: nothing is downloaded; each
 // encoding loads once per process, in about 60 ms for cl100k_base and
-// 160 ms for o200k_base). [Config.Counters] replaces it.
+// 160 ms for o200k_base). [BPECounter] (package weights/bpe) gives the same
+// counts without allocating, several times faster; set [Config.Counters] to
+// use it, or any other exact counter.
 package weights

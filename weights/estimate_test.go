@@ -36,6 +36,13 @@ func TestGoldenTextCounts(t *testing.T) {
 			if got := counter.Count(tt.text); got != c.want {
 				t.Errorf("%s Count(%q) = %d; want %d", c.enc, tt.text, got, c.want)
 			}
+			fast, err := BPECounter(c.enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fast.Count(tt.text); got != c.want {
+				t.Errorf("%s BPECounter Count(%q) = %d; want %d", c.enc, tt.text, got, c.want)
+			}
 			if got := refCount(t, c.enc, tt.text); got != c.want {
 				t.Errorf("tiktoken-go %s Encode(%q) = %d tokens; want %d", c.enc, tt.text, got, c.want)
 			}
@@ -613,6 +620,34 @@ func TestCountTextChunks(t *testing.T) {
 		countText(lc, strings.Repeat("é", 32<<10))
 		if lc.longest > maxChunk {
 			t.Errorf("%s: a %d-byte text reached the tokenizer; want at most %d", enc, lc.longest, maxChunk)
+		}
+	}
+}
+
+// TestBPECounterEstimates: an Estimator on the allocation-free counter gives
+// the same estimates as one on tiktoken-go, for the cookbook's examples and
+// the realistic requests (exact and sampled).
+func TestBPECounterEstimates(t *testing.T) {
+	ref := newTestEstimator(t)
+	fast, err := NewEstimator(Config{Counters: BPECounter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := [][]byte{
+		chatBody(t, "gpt-4", cookbookMessages, nil),
+		chatBody(t, "gpt-4o", cookbookMessages, nil),
+	}
+	for _, r := range realisticRequests() {
+		bodies = append(bodies, chatBody(t, r.model, r.msgs, nil))
+	}
+	for i, body := range bodies {
+		want, err := ref.Estimate("/v1/chat/completions", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fast.Estimate("/v1/chat/completions", body)
+		if err != nil || got != want {
+			t.Errorf("request %d: BPECounter estimate %+v, %v;\nwant %+v", i, got, err, want)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+
+	"github.com/sluicehq/sluice/weights/bpe"
 )
 
 // Encoding names a byte-pair-encoding vocabulary, as tiktoken spells it.
@@ -43,8 +45,24 @@ type Counter interface {
 type CounterSource func(Encoding) (Counter, error)
 
 // defaultCounters is the CounterSource used when [Config.Counters] is nil.
-// Switching the whole package to another exact counter is this one line.
+// Switching the whole package to another exact counter is this one line
+// (BPECounter is the allocation-free one).
 var defaultCounters CounterSource = TiktokenCounter
+
+// BPECounter returns a Counter backed by package weights/bpe, an exact
+// reimplementation of the same encodings that counts without allocating.
+// Its ranks load once per process, on first use.
+func BPECounter(enc Encoding) (Counter, error) {
+	e, err := bpe.Get(string(enc))
+	if err != nil {
+		return nil, fmt.Errorf("weights: loading %s: %w", enc, err)
+	}
+	return bpeCounter{e}, nil
+}
+
+type bpeCounter struct{ e *bpe.Encoding }
+
+func (c bpeCounter) Count(text string) int { return c.e.CountString(text) }
 
 // TiktokenCounter returns a Counter backed by github.com/pkoukk/tiktoken-go,
 // with the vocabulary read from the ranks embedded by
