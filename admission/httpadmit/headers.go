@@ -105,6 +105,20 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// Enforced filters sts in place to the enforcing policies: a shadow
+// policy's figures stay out of the headers, so clients neither learn about
+// limits not yet enforced nor pace themselves by them (which would skew
+// what the shadow run measures).
+func Enforced(sts []admission.Status) []admission.Status {
+	out := sts[:0]
+	for _, s := range sts {
+		if s.Mode == admission.Enforce {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Tightest returns the index of the status with the least room left
 // relative to its limit (the one a client should pace itself by), or -1
 // when there is none.

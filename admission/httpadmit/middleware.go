@@ -295,7 +295,7 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 		return tk, err
 	}
 	var stack [maxStatusesOnStack]admission.Status
-	sts := tk.Statuses(stack[:0])
+	sts := Enforced(tk.Statuses(stack[:0]))
 	h := w.Header()
 	SetLimitHeaders(h, sts)
 	if o.shadowHeader {

@@ -556,3 +556,23 @@ func TestIdentityFromContext(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowPolicyNotAdvertised: a shadow policy's figures stay out of the
+// limit headers unless the shadow annotation is asked for.
+func TestShadowPolicyNotAdvertised(t *testing.T) {
+	shadow := perTenant(1)
+	shadow.Name, shadow.Mode = "candidate", admission.Shadow
+	srv, _, _ := setup(t, []admission.Policy{perTenant(10), shadow})
+	for i := range 3 {
+		resp := call(t, srv, "GET", "/v1/items/1", keyNoisy)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+		if got, want := resp.Header.Get("RateLimit-Policy"), `"per-tenant";q=10;w=1`; got != want {
+			t.Errorf("request %d: RateLimit-Policy = %q; want %q", i, got, want)
+		}
+		if got := resp.Header.Get(httpadmit.HeaderWouldReject); got != "" {
+			t.Errorf("request %d: %s = %q without the option", i, httpadmit.HeaderWouldReject, got)
+		}
+	}
+}

@@ -124,7 +124,9 @@ func RejectionProblem(rej *admission.Rejection, quotaStatus int) *Problem {
 func WriteRejection(w http.ResponseWriter, rej *admission.Rejection, quotaStatus int) {
 	h := w.Header()
 	SetRetryAfter(h, rej.RetryAfter)
-	if rej.Status.Policy != "" {
+	// A store failure or a full partition table has no figures worth
+	// showing: they would describe the service, not the caller.
+	if rej.Status.Policy != "" && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow {
 		SetLimitHeaders(h, []admission.Status{rej.Status})
 	}
 	WriteProblem(w, RejectionProblem(rej, quotaStatus))
