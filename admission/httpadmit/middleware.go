@@ -236,7 +236,7 @@ func (m *Middleware) Exempt(r *http.Request) bool {
 	p := r.URL.Path
 	for _, e := range o.exempt {
 		if prefix, ok := strings.CutSuffix(e, "/*"); ok {
-			if p == prefix || strings.HasPrefix(p, prefix+"/") {
+			if strings.HasPrefix(p, prefix) && (len(p) == len(prefix) || p[len(prefix)] == '/') {
 				return true
 			}
 		} else if p == e {

@@ -576,3 +576,16 @@ func TestShadowPolicyNotAdvertised(t *testing.T) {
 		}
 	}
 }
+
+func TestExemptPrefix(t *testing.T) {
+	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{perTenant(1)}})
+	mw, _ := httpadmit.New(ctl, httpadmit.WithExempt("/debug/*", "/healthz"))
+	for path, want := range map[string]bool{
+		"/debug": true, "/debug/": true, "/debug/pprof/heap": true, "/debugger": false,
+		"/healthz": true, "/healthz/x": false, "/metrics": false,
+	} {
+		if got := mw.Exempt(httptest.NewRequest("GET", path, nil)); got != want {
+			t.Errorf("Exempt(%s) = %v; want %v", path, got, want)
+		}
+	}
+}
