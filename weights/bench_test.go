@@ -66,8 +66,14 @@ func benchChatBody(b *testing.B, text string) []byte {
 // BenchmarkEstimateChat is the full estimate with the default Config: JSON
 // parse, tokenising (sampled at 256KB) and the chat format's overheads. The
 // 256KB case reports its error against the exact count as err%.
-func BenchmarkEstimateChat(b *testing.B) {
-	e, err := NewEstimator(Config{})
+func BenchmarkEstimateChat(b *testing.B) { benchEstimateChat(b, Config{}) }
+
+// BenchmarkEstimateChatBPE is the same estimate on the allocation-free
+// counter of weights/bpe (Config.Counters = BPECounter).
+func BenchmarkEstimateChatBPE(b *testing.B) { benchEstimateChat(b, Config{Counters: BPECounter}) }
+
+func benchEstimateChat(b *testing.B, cfg Config) {
+	e, err := NewEstimator(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -216,3 +216,26 @@ func FuzzInjectIncludeUsage(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUnquote checks the string decoder against encoding/json: the same
+// string for every literal encoding/json accepts, and a fallback (not a
+// different answer) otherwise.
+func FuzzUnquote(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"a\nb\t\"q\" \\ \/"`, `"\u00e9\ud83d\ude00"`, `"\ud800x"`, `"\ud800\u0041"`, `"\udc00"`, "\"\xff\xfe\"", `"\u12"`, `"\x"`, "\"a\x01\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, lit []byte) {
+		var want string
+		wantErr := json.Unmarshal(lit, &want)
+		var got jstr
+		gotErr := got.UnmarshalJSON(lit)
+		if wantErr == nil && (gotErr != nil || string(got) != want) {
+			t.Fatalf("jstr(%q) = %q, %v; encoding/json gives %q", lit, got, gotErr, want)
+		}
+		if len(lit) >= 2 && lit[0] == '"' && lit[len(lit)-1] == '"' {
+			if v, ok := unquote(lit[1 : len(lit)-1]); ok && (wantErr != nil || v != want) {
+				t.Fatalf("unquote(%q) = %q; encoding/json gives %q, %v", lit, v, want, wantErr)
+			}
+		}
+	})
+}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -21,6 +23,10 @@ func (s *jstr) UnmarshalJSON(b []byte) error {
 		in := b[1 : len(b)-1]
 		if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
 			*s = jstr(in)
+			return nil
+		}
+		if v, ok := unquote(in); ok {
+			*s = jstr(v)
 			return nil
 		}
 	}
@@ -204,3 +210,94 @@ func firstByte(b []byte) byte {
 // files, encrypted reasoning): one token per four bytes of its JSON, rounded
 // up.
 func bytesTokens(n int) int64 { return int64(n+3) / 4 }
+
+// unquote decodes the inside of a JSON string literal (without its quotes)
+// exactly as encoding/json does: escapes are resolved, a lone or broken
+// surrogate escape and each byte of invalid UTF-8 become U+FFFD. It reports
+// false for input encoding/json would reject (a control character, a bad
+// escape), so the caller can fall back to it for the error.
+func unquote(in []byte) (string, bool) {
+	out := make([]byte, 0, len(in))
+	for i := 0; i < len(in); {
+		c := in[i]
+		switch {
+		case c == '\\':
+			if i+1 >= len(in) {
+				return "", false
+			}
+			switch in[i+1] {
+			case '"', '\\', '/':
+				out = append(out, in[i+1])
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(in[i+2:])
+				if !ok {
+					return "", false
+				}
+				i += 6
+				if utf16.IsSurrogate(r) {
+					r2, ok := rune(0), false
+					if i+1 < len(in) && in[i] == '\\' && in[i+1] == 'u' {
+						r2, ok = hex4(in[i+2:])
+					}
+					if dec := utf16.DecodeRune(r, r2); ok && dec != unicode.ReplacementChar {
+						i += 6
+						r = dec
+					} else {
+						r = unicode.ReplacementChar
+					}
+				}
+				out = utf8.AppendRune(out, r)
+				continue
+			default:
+				return "", false
+			}
+			i += 2
+		case c < ' ' || c == '"':
+			return "", false
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			i++
+		default:
+			r, size := utf8.DecodeRune(in[i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, unicode.ReplacementChar)
+			} else {
+				out = append(out, in[i:i+size]...)
+			}
+			i += size
+		}
+	}
+	return string(out), true
+}
+
+// hex4 decodes four hexadecimal digits.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r*16 + rune(c)
+	}
+	return r, true
+}
