@@ -31,11 +31,8 @@ func (c *Config) Validate() error {
 		}
 		seen[p.Name] = i
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
 	_, err := c.Plans.compile(buildPolicies(c.Policies, nil))
-	return err
+	return errors.Join(append(errs, err)...)
 }
 
 // An Option configures a Controller.

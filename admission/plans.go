@@ -43,12 +43,17 @@ func (pl *Plans) compile(policies []*policy) (*limitTable, error) {
 		index[p.Name] = i
 	}
 	var errs []error
+	check := func(path, pol string, o Override) {
+		i, ok := index[pol]
+		if !ok {
+			errs = append(errs, &FieldError{Path: path, Msg: "no such policy"})
+			return
+		}
+		errs = append(errs, o.validate(path, policies[i].Algorithm))
+	}
 	for _, name := range sortedKeys(pl.Plans) {
 		for _, pol := range sortedKeys(pl.Plans[name]) {
-			if _, ok := index[pol]; !ok {
-				errs = append(errs, &FieldError{Path: fmt.Sprintf("plans.%s.%s", name, pol), Msg: "no such policy"})
-			}
-			errs = append(errs, pl.Plans[name][pol].validate(fmt.Sprintf("plans.%s.%s", name, pol)))
+			check(fmt.Sprintf("plans.%s.%s", name, pol), pol, pl.Plans[name][pol])
 		}
 	}
 	if pl.Default != "" {
@@ -64,10 +69,7 @@ func (pl *Plans) compile(policies []*policy) (*limitTable, error) {
 			}
 		}
 		for _, pol := range sortedKeys(tp.Overrides) {
-			if _, ok := index[pol]; !ok {
-				errs = append(errs, &FieldError{Path: fmt.Sprintf("tenants.%s.overrides.%s", tenant, pol), Msg: "no such policy"})
-			}
-			errs = append(errs, tp.Overrides[pol].validate(fmt.Sprintf("tenants.%s.overrides.%s", tenant, pol)))
+			check(fmt.Sprintf("tenants.%s.overrides.%s", tenant, pol), pol, tp.Overrides[pol])
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -100,8 +102,14 @@ func (pl *Plans) compile(policies []*policy) (*limitTable, error) {
 	return t, nil
 }
 
-func (o Override) validate(path string) error {
+func (o Override) validate(path string, a Algorithm) error {
 	var errs []error
+	if o.Burst != 0 && a != TokenBucket {
+		errs = append(errs, &FieldError{Path: path + ".burst", Msg: "only a token_bucket has a burst"})
+	}
+	if o.Per != 0 && (a == Concurrency || a == Quota) {
+		errs = append(errs, &FieldError{Path: path + ".per", Msg: fmt.Sprintf("a %s policy's period cannot be overridden", a)})
+	}
 	if o.Limit < 0 {
 		errs = append(errs, &FieldError{Path: path + ".limit", Msg: "must be > 0"})
 	}
