@@ -129,3 +129,48 @@ func figures(g admission.Grant) string {
 	return fmt.Sprintf("ok=%v taken=%d limit=%d remaining=%d reset=%v retry=%v expired=%d",
 		g.OK, g.Taken, g.Limit, g.Remaining, g.Reset, g.RetryAfter, g.Expired)
 }
+
+// TestLongLivedScores keeps sliding-log entries and leases alive for
+// months, past the point where their sorted-set scores are moved to a new
+// base, and compares every figure with the in-memory limiter.
+func TestLongLivedScores(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := callerTimeStores(newClient(t, srv.Addr))
+	day := 24 * time.Hour
+	ctx := context.Background()
+	for _, p := range []admission.Policy{
+		{Name: "sl", Algorithm: admission.SlidingLog, Limit: 10, Per: 100 * day},
+		{Name: "cc", Algorithm: admission.Concurrency, Limit: 10, MaxHold: 100 * day},
+	} {
+		mem, _ := admission.MemoryStore{}.Limiter(&p)
+		red, _ := stores(t).Limiter(&p)
+		l := admissiontest.LimitOf(&p)
+		var gms, grs []admission.Grant
+		for i := 0; i < 12; i++ {
+			now := admissiontest.Epoch.Add(time.Duration(i) * 20 * day)
+			gm, _ := mem.Acquire(ctx, "k", l, 3, now)
+			gr, err := red.Acquire(ctx, "k", l, 3, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if figures(gm) != figures(gr) {
+				t.Fatalf("%s day %d: Acquire =\n redis  %s\n memory %s", p.Name, i*20, figures(gr), figures(gm))
+			}
+			gms, grs = append(gms, gm), append(grs, gr)
+			if i%3 == 2 {
+				// Give back an older grant, taken before a rebase.
+				j := i - 2
+				if p.Algorithm == admission.Concurrency {
+					_ = mem.Release(ctx, "k", l, &gms[j], now)
+					_ = red.Release(ctx, "k", l, &grs[j], now)
+				} else {
+					_ = mem.Adjust(ctx, "k", l, &gms[j], -1, now)
+					_ = red.Adjust(ctx, "k", l, &grs[j], -1, now)
+					if gms[j].Remaining != grs[j].Remaining {
+						t.Fatalf("%s day %d: Adjust remaining = %d; want %d", p.Name, i*20, grs[j].Remaining, gms[j].Remaining)
+					}
+				}
+			}
+		}
+	}
+}

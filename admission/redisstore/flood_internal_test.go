@@ -76,7 +76,11 @@ func TestTenantFlood(t *testing.T) {
 				c := &call{}
 				st.header(c, now, 1)
 				appendAcquire(c, &admission.Op{Limiter: l, Key: "tenant-" + strconv.Itoa(j), Limit: limit, N: 1}, now)
-				acquireScripts[p.Algorithm].EvalSha(ctx, pipe, c.keys, c.args...)
+				if p.Algorithm == admission.TokenBucket {
+					acquireScripts[p.Algorithm].EvalSha(ctx, pipe, c.keys, c.args...)
+				} else {
+					pipe.FCall(ctx, libAcquire, c.keys, c.args...)
+				}
 			}
 			cmds, err := pipe.Exec(ctx)
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,9 +109,11 @@ type Store struct {
 	calls   CallObserver
 	breaks  BreakerObserver
 	brk     breaker
-	grace   int64 // ms
-	idemTTL int64 // ms
-	pool    sync.Pool
+	// noFunctions is set once the server refused to load the library.
+	noFunctions atomic.Bool
+	grace       int64 // ms
+	idemTTL     int64 // ms
+	pool        sync.Pool
 }
 
 var (
@@ -497,7 +500,11 @@ func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, 
 		for i := range ops {
 			appendAcquire(c, &ops[i], now)
 		}
-		reply, err := s.run(ctx, script, name, len(ops), c.keys, c.args)
+		fn := libAcquire
+		if script == acquireScripts[admission.TokenBucket] {
+			fn = "" // the straight-through script is cheaper still
+		}
+		reply, err := s.run(ctx, fn, script, name, len(ops), c.keys, c.args)
 		s.putCall(c)
 		if err != nil {
 			return err
@@ -700,7 +707,7 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
 			c.args = l.params(c.args, op.Limit, now)
 		}
-		reply, err := s.run(ctx, settleScript, "settle", count, c.keys, c.args)
+		reply, err := s.run(ctx, libSettle, settleScript, "settle", count, c.keys, c.args)
 		s.putCall(c)
 		if err != nil {
 			for i := range ops {
@@ -745,8 +752,57 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 	}
 }
 
-// run calls script through the breaker and the timeout.
-func (s *Store) run(ctx context.Context, script *redis.Script, op string, policies int, keys []string, args []any) (string, error) {
+// call runs fn from the library when the server has functions, loading
+// the library when the server does not have it (first use, restart), and
+// script otherwise.
+func (s *Store) call(ctx context.Context, fn string, script *redis.Script, keys []string, args []any) (string, error) {
+	if fn == "" || s.noFunctions.Load() {
+		return script.Run(ctx, s.client, keys, args...).Text()
+	}
+	reply, err := s.client.FCall(ctx, fn, keys, args...).Text()
+	if err == nil || !isMissingFunction(err) {
+		return reply, err
+	}
+	if err := s.loadLibrary(ctx); err != nil {
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			// The server refused FUNCTION (Redis before 7, or an ACL):
+			// use scripts from now on.
+			s.noFunctions.Store(true)
+			return script.Run(ctx, s.client, keys, args...).Text()
+		}
+		return "", err
+	}
+	return s.client.FCall(ctx, fn, keys, args...).Text()
+}
+
+func isMissingFunction(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.Contains(msg, "Function not found") || strings.Contains(msg, "unknown command")
+}
+
+// loadLibrary loads the library on every master (Cluster) or shard (Ring),
+// or on the server.
+func (s *Store) loadLibrary(ctx context.Context) error {
+	load := func(ctx context.Context, c *redis.Client) error {
+		return c.FunctionLoadReplace(ctx, librarySrc).Err()
+	}
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, load)
+	}
+	return s.client.FunctionLoadReplace(ctx, librarySrc).Err()
+}
+
+// run calls fn (a library function, "" for none) or else script, through
+// the breaker and the timeout.
+func (s *Store) run(ctx context.Context, fn string, script *redis.Script, op string, policies int, keys []string, args []any) (string, error) {
 	if !s.brk.allow() {
 		err := fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
 		if s.calls != nil {
@@ -759,7 +815,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, op string, polici
 		start = time.Now()
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	reply, err := script.Run(cctx, s.client, keys, args...).Text()
+	reply, err := s.call(cctx, fn, script, keys, args)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
