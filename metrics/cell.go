@@ -7,8 +7,8 @@ import (
 
 // A pair counts events and their summed cost with one atomic addition on
 // the hot path: the count lives in the low countBits bits of one word and
-// the cost in the high bits. Whoever sees a field pass half its range
-// drains the word into base under mu; readers take mu too, so a read sees
+// the cost in the high bits. Whoever sees the count pass half its range
+// drains the word into the locked totals; readers take mu too, so a read sees
 // either the word before a drain or after it, never both or neither, and
 // the totals never go backwards.
 type pair struct {
@@ -21,58 +21,50 @@ type pair struct {
 const (
 	countBits = 20
 	countMask = 1<<countBits - 1
-	// drainCount and drainCost leave half of each field's range as
-	// headroom for additions racing with a drain.
+	// drainCount leaves half of the count's range as headroom for
+	// additions racing with a drain.
 	drainCount = 1 << (countBits - 1)
-	drainCost  = 1 << (63 - countBits)
-	// bigCost is the largest cost added through the packed word; larger
-	// (and negative) costs take the locked path.
-	bigCost = 1 << 32
+	// bigCost bounds the cost of one event added through the packed word
+	// (larger and negative costs take the locked path), so that the cost
+	// field (64 - countBits = 44 bits) cannot overflow before the count
+	// triggers a drain: 2^20 events × 2^23 = 2^43.
+	bigCost = 1 << 23
 )
 
 // add counts one event of the given cost. It returns the packed word after
 // the addition, which changes with every event: callers use it as a cheap
 // sequence number for sampling.
 func (p *pair) add(cost int64) uint64 {
-	if cost < 0 || cost >= bigCost {
-		p.addSlow(cost)
-		return uint64(cost)
-	}
-	v := p.packed.Add(uint64(cost)<<countBits | 1)
-	if v&countMask >= drainCount || v>>countBits >= drainCost {
-		p.drain()
+	v, ok := p.tryAdd(cost)
+	if !ok {
+		p.finish(cost, v)
 	}
 	return v
 }
 
-// sampled reports whether the event numbered seq is one of the sampled
-// ones, one in mask+1 (a power of two). A mixing function (the 64-bit finaliser of MurmurHash3)
-// spreads the picks so that periodic traffic does not alias with them.
-func sampled(seq, mask uint64) bool {
-	seq ^= seq >> 33
-	seq *= 0xff51afd7ed558ccd
-	seq ^= seq >> 33
-	seq *= 0xc4ceb9fe1a85ec53
-	seq ^= seq >> 33
-	return seq&mask == 0
-}
-
-// addSlow counts an event whose cost does not fit the packed word;
-// negative costs count as zero.
-func (p *pair) addSlow(cost int64) {
-	p.mu.Lock()
-	p.count++
-	if cost > 0 {
-		p.cost += uint64(cost)
+// tryAdd is add's common case, small enough to be inlined: one atomic
+// addition. When it reports !ok the caller must call finish with the same
+// cost and the word returned.
+func (p *pair) tryAdd(cost int64) (uint64, bool) {
+	if uint64(cost) >= bigCost { // negative costs do not fit either
+		return 0, false
 	}
-	p.mu.Unlock()
+	v := p.packed.Add(uint64(cost)<<countBits | 1)
+	return v, v&countMask < drainCount
 }
 
-func (p *pair) drain() {
+// finish completes an add that tryAdd could not: v == 0 means the event
+// was not counted (its cost does not fit the packed word; a negative cost
+// counts as zero), otherwise the word needs draining into the totals.
+func (p *pair) finish(cost int64, v uint64) {
 	p.mu.Lock()
-	v := p.packed.Swap(0)
-	p.count += v & countMask
-	p.cost += v >> countBits
+	w := p.packed.Swap(0)
+	p.count += w & countMask
+	p.cost += w >> countBits
+	if v == 0 {
+		p.count++
+		p.cost += uint64(max(cost, 0))
+	}
 	p.mu.Unlock()
 }
 
@@ -83,4 +75,14 @@ func (p *pair) load() (count, cost uint64) {
 	count, cost = p.count+v&countMask, p.cost+v>>countBits
 	p.mu.Unlock()
 	return count, cost
+}
+
+// sampled reports whether the event whose packed word is v is one of the
+// sampled ones: one in 2^(64-shift). The event's count goes through
+// Fibonacci hashing (multiplication by 2^64/φ, keeping the top bits), a
+// Weyl sequence that spreads the picks evenly: periodic traffic (a
+// round-robin over P tenants) still has each tenant sampled at the same
+// rate, since P/φ is never a whole number.
+func sampled(v uint64, shift uint) bool {
+	return ((v&countMask)*0x9e3779b97f4a7c15)>>shift == 0
 }

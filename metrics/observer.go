@@ -117,8 +117,9 @@ func WithSource(s Source) Option { return func(c *config) { c.source = s } }
 // exported by name and everyone else as Other, so 100,000 tenants make at
 // most K+1 tenant label values per policy.
 type Observer struct {
-	cfg    config
-	source atomic.Pointer[Source]
+	cfg         config
+	sampleShift uint // sampled keeps events whose hash is below 2^(64-sampleShift)
+	source      atomic.Pointer[Source]
 
 	fast     atomic.Pointer[[]fastEntry] // lock-free lookup by name pointer
 	mu       sync.Mutex                  // guards byName, list growth, stores, families
@@ -213,6 +214,7 @@ func New(opts ...Option) (*Observer, error) {
 		errs = append(errs, errors.New("metrics: admitted sampling must be >= 1"))
 	}
 	c.sampling = 1 << bits.Len(uint(c.sampling-1))
+	o.sampleShift = uint(64 - bits.Len(uint(c.sampling-1)))
 	if c.maxPolicies < 1 {
 		errs = append(errs, errors.New("metrics: max policies must be >= 1"))
 	}
@@ -313,7 +315,20 @@ func (o *Observer) newPolicy(name string, st *admission.Status) *policyMetrics {
 
 // Decision counts one policy's decision. It allocates nothing.
 func (o *Observer) Decision(d admission.Decision) {
-	pm := o.policy(d.Policy, &d.Status)
+	// o.policy, by hand: the lookup is most of the cost of a decision.
+	var pm *policyMetrics
+	if fe := o.fast.Load(); fe != nil {
+		p, n := unsafe.StringData(d.Policy), len(d.Policy)
+		for i := range *fe {
+			if e := &(*fe)[i]; e.ptr == p && e.n == n {
+				pm = e.pm
+				break
+			}
+		}
+	}
+	if pm == nil {
+		pm = o.policySlow(d.Policy, &d.Status)
+	}
 	mode := 0
 	if d.Mode == admission.Shadow {
 		mode = 1
@@ -329,7 +344,11 @@ func (o *Observer) Decision(d admission.Decision) {
 		cost = 0
 		pm.rollbacks[mode].Add(1)
 	}
-	seq := pm.cells[mode][out][reason].add(cost)
+	cell := &pm.cells[mode][out][reason]
+	seq, ok := cell.tryAdd(cost)
+	if !ok {
+		cell.finish(cost, seq)
+	}
 	switch d.Outcome {
 	case admission.Admitted, admission.FailOpen:
 		if d.QueueWait > 0 {
@@ -338,7 +357,7 @@ func (o *Observer) Decision(d admission.Decision) {
 		if d.RolledBack {
 			return
 		}
-		if n := o.cfg.sampling; n == 1 || sampled(seq, uint64(n-1)) {
+		if n := o.cfg.sampling; n == 1 || sampled(seq, o.sampleShift) {
 			pm.tenants.add(tenantLabel(d.Tenant), classAdmitted, uint64(max(cost, 0))*uint64(n), uint64(n), utilisation(&d.Status))
 		}
 	case admission.Rejected, admission.FailClosed:
