@@ -25,7 +25,8 @@ var (
 type observables struct {
 	decisions, cost, rollbacks, expirations, evictions, storeErrors, reloads metric.Int64ObservableCounter
 	tenantDecisions, tenantCost                                              metric.Int64ObservableCounter
-	partitions, partitionsLimit, nearLimit, queueDepth, inflight, limit      metric.Int64ObservableGauge
+	partitions, nearLimit, queueDepth, inflight                              metric.Int64ObservableUpDownCounter
+	partitionsLimit, limit                                                   metric.Int64ObservableGauge
 	tenantUtil                                                               metric.Float64ObservableGauge
 }
 
@@ -41,6 +42,11 @@ func (o *Observer) instruments(m metric.Meter) error {
 		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		errs = append(errs, err)
 		return c
+	}
+	updown := func(name, unit, desc string) metric.Int64ObservableUpDownCounter {
+		g, err := m.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
 	}
 	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
 		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -73,15 +79,15 @@ func (o *Observer) instruments(m metric.Meter) error {
 		"Decisions of the top K tenants per policy (others as __other__), by decision (admitted, rejected, would_reject); admitted is sampled.")
 	ob.tenantCost = counter("admission.tenant.cost", "{cost}",
 		"Cost of the top K tenants' decisions per policy (others as __other__), in the policy's unit.")
-	ob.partitions = gauge("admission.partitions", "{partition}",
+	ob.partitions = updown("admission.partitions", "{partition}",
 		"Partitions held in memory per policy.")
 	ob.partitionsLimit = gauge("admission.partitions.limit", "{partition}",
 		"Maximum partitions a policy keeps before overflowing.")
-	ob.nearLimit = gauge("admission.partitions.near_limit", "{partition}",
+	ob.nearLimit = updown("admission.partitions.near_limit", "{partition}",
 		"Partitions using 80% or more of the policy's limit.")
-	ob.queueDepth = gauge("admission.queue.depth", "{request}",
+	ob.queueDepth = updown("admission.queue.depth", "{request}",
 		"Requests waiting in a policy's queue.")
-	ob.inflight = gauge("admission.inflight", "{cost}",
+	ob.inflight = updown("admission.inflight", "{cost}",
 		"Cost held by concurrency permits, in the policy's unit.")
 	ob.limit = gauge("admission.limit", "{cost}",
 		"A policy's own limit (plans may differ per tenant), with its mode, algorithm and unit.")
@@ -164,7 +170,10 @@ func (o *Observer) collect(obs metric.Observer, ob *observables) {
 }
 
 func (o *Observer) collectPolicy(obs metric.Observer, ob *observables, pm *policyMetrics) {
-	unit := keyUnit.String(string(pm.unit))
+	unit := keyUnit.String(string(admission.UnitRequests))
+	if m := pm.meta.Load(); m != nil {
+		unit = keyUnit.String(string(m.unit))
+	}
 	for m := range numModes {
 		for out := range admission.NumOutcomes {
 			for r := range admission.NumReasons {

@@ -270,3 +270,22 @@ func TestOptionsValidate(t *testing.T) {
 		t.Error("NewPrometheus(-1) = nil error; want one")
 	}
 }
+
+// TestPolicyNamedBeforeDecision: a store error can name a policy before
+// any decision describes it; the policy's unit still comes out right.
+func TestPolicyNamedBeforeDecision(t *testing.T) {
+	o, prom := newProm(t)
+	o.StoreError(admission.StoreEvent{Policy: "conc", Store: "redis", Err: errors.New("down"), Action: admission.FailOpenMode})
+	st := admission.Status{Policy: "conc", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 10}
+	o.Decision(admission.Decision{Status: st, Outcome: admission.FailOpen, Reason: admission.ReasonStoreUnavailable, Cost: 5})
+	o.Settled(admission.Settlement{Policy: "conc", Unit: admission.UnitTokens, Estimated: 5, Actual: 5, Admitted: time.Now()})
+	fams := gather(t, prom)
+	for _, l := range fams["admission_cost_total"].GetMetric()[0].GetLabel() {
+		if l.GetName() == "unit" && l.GetValue() != "tokens" {
+			t.Errorf("unit label = %q; want tokens", l.GetValue())
+		}
+	}
+	if fams["admission_lease_duration_seconds"] == nil {
+		t.Error("no lease duration recorded for a concurrency policy first named by a store error")
+	}
+}

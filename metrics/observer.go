@@ -140,6 +140,12 @@ type Observer struct {
 	scratch   []tenantCount
 }
 
+// policyMeta describes a policy, as its decisions report it.
+type policyMeta struct {
+	unit      admission.Unit
+	algorithm admission.Algorithm
+}
+
 type fastEntry struct {
 	ptr *byte
 	n   int
@@ -161,9 +167,10 @@ const numModes = 2
 
 // policyMetrics holds the cells of one policy.
 type policyMetrics struct {
-	name      string
-	unit      admission.Unit
-	algorithm admission.Algorithm
+	name string
+	// meta is set by the policy's first decision: store errors and
+	// evictions may name a policy before any decision carried its figures.
+	meta      atomic.Pointer[policyMeta]
 	cells     [numModes][admission.NumOutcomes][admission.NumReasons]pair
 	rollbacks [numModes]atomic.Uint64
 	expired   atomic.Uint64
@@ -287,6 +294,12 @@ func (o *Observer) policySlow(name string, st *admission.Status) *policyMetrics 
 		list = append(slices.Clip(list), pm)
 		o.list.Store(&list)
 	}
+	if st != nil && pm.meta.Load() == nil {
+		pm.meta.Store(&policyMeta{unit: st.Unit, algorithm: st.Algorithm})
+	}
+	if pm.meta.Load() == nil {
+		return pm // stays off the fast list until a decision describes it
+	}
 	var fe []fastEntry
 	if l := o.fast.Load(); l != nil {
 		fe = *l
@@ -299,10 +312,7 @@ func (o *Observer) policySlow(name string, st *admission.Status) *policyMetrics 
 }
 
 func (o *Observer) newPolicy(name string, st *admission.Status) *policyMetrics {
-	pm := &policyMetrics{name: name, unit: admission.UnitRequests, tenants: newSketch(o.cfg.sketchCap)}
-	if st != nil {
-		pm.unit, pm.algorithm = st.Unit, st.Algorithm
-	}
+	pm := &policyMetrics{name: name, tenants: newSketch(o.cfg.sketchCap)}
 	pm.policyAttr = attribute.String("policy", name)
 	for out := range admission.NumOutcomes {
 		set := attribute.NewSet(pm.policyAttr, attribute.String("decision", admission.Outcome(out).String()))
@@ -396,7 +406,7 @@ func utilisation(s *admission.Status) float64 {
 // policies, the ratio of actual to estimated tokens.
 func (o *Observer) Settled(s admission.Settlement) {
 	pm := o.policy(s.Policy, nil)
-	if pm.algorithm == admission.Concurrency && !s.Admitted.IsZero() {
+	if m := pm.meta.Load(); m != nil && m.algorithm == admission.Concurrency && !s.Admitted.IsZero() {
 		held := o.cfg.clock.Now().Sub(s.Admitted)
 		o.lease.Record(context.Background(), max(held, 0).Seconds(), pm.leaseOpts...)
 	}
