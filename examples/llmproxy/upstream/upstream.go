@@ -157,7 +157,12 @@ type simMessage struct {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	n := s.inflight.Add(1)
-	defer s.inflight.Add(-1)
+	// A request stops counting as in flight just before its last write,
+	// so a caller that has read the whole answer never sees it counted.
+	var once sync.Once
+	done := func() { once.Do(func() { s.inflight.Add(-1) }) }
+	defer done()
+	w = &lastWriter{ResponseWriter: w, done: done}
 	for {
 		m := s.maxIn.Load()
 		if n <= m || s.maxIn.CompareAndSwap(m, n) {
@@ -615,6 +620,7 @@ func (g *gen) responses() {
 	}) {
 		return
 	}
+	sse.last()
 	event("response."+status, map[string]any{"response": g.response(id, msgID, status, g.text(), g.responsesUsage())})
 }
 
@@ -642,7 +648,26 @@ func (s *sseWriter) event(name string, v any) bool {
 	return s.write(name, b)
 }
 
-func (s *sseWriter) done() { s.write("", []byte("[DONE]")) }
+func (s *sseWriter) done() {
+	s.last()
+	s.write("", []byte("[DONE]"))
+}
+
+// last marks the next write as the response's last.
+func (s *sseWriter) last() {
+	if lw, ok := s.w.(*lastWriter); ok {
+		lw.done()
+	}
+}
+
+// lastWriter lets the handler stop counting a request before its last
+// write.
+type lastWriter struct {
+	http.ResponseWriter
+	done func()
+}
+
+func (w *lastWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *sseWriter) write(name string, data []byte) bool {
 	buf := make([]byte, 0, len(data)+len(name)+16)
@@ -658,6 +683,9 @@ func (s *sseWriter) write(name string, data []byte) bool {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, _ := json.Marshal(v)
+	if lw, ok := w.(*lastWriter); ok {
+		lw.done()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)

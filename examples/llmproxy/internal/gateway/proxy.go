@@ -50,7 +50,7 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 		case errors.As(err, &mal):
 			code, msg := "invalid_type", mal.Error()
 			if mal.Field == "" {
-				code, msg = "invalid_json", "We could not parse the JSON body of your request. (HINT: it is not valid JSON.)"
+				code, msg = "invalid_json", "We could not parse the JSON body of your request: "+mal.Error()
 			}
 			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", code, mal.Field, msg)
 			g.m.count(ctx, g.m.clientErrors, code)
@@ -94,11 +94,10 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	}
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var timer *time.Timer
-	if !e.Stream {
-		timer = time.AfterFunc(g.cfg.Timeout, cancel)
-		defer timer.Stop()
-	}
+	// The timeout bounds a whole non-streaming call, and a stream until its
+	// first byte; from then on a stream is bounded by its idle timeout.
+	timer := time.AfterFunc(g.cfg.Timeout, cancel)
+	defer timer.Stop()
 	resp, err := g.roundTrip(uctx, r, body)
 	if err != nil {
 		g.upstreamFailed(c, ctx, err)
@@ -107,7 +106,11 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		x.stream(uctx, cancel, resp, injected)
+		if timer.Stop() {
+			x.stream(uctx, cancel, resp, injected)
+		} else {
+			g.upstreamFailed(c, ctx, context.DeadlineExceeded)
+		}
 		return nil
 	}
 	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)

@@ -74,6 +74,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		clientGone = true
 	}
 	switch {
+	case res.Completed:
 	case clientGone:
 		g.m.count(context.Background(), g.m.clientCancels, "during_stream")
 	case cut:

@@ -1,0 +1,614 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+)
+
+// Noisy neighbour: tenant A bursts 50 chat calls while tenant B sends one
+// every 100 ms. A is limited (429 with the limit headers); B never sees a
+// 429, and its latency stays near its normal range because the shared
+// upstream capacity queue is served round robin across tenants.
+func TestNoisyNeighbour(t *testing.T) {
+	const latency = 100 * time.Millisecond
+	s := startProxy(t, withPolicy(t, `
+  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 40, per: 1m}
+  - name: upstream-capacity
+    key: [global]
+    algorithm: concurrency
+    limit: 4
+    queue: {size: 64, timeout: 20s}
+`, []string{"a", "b"}, ""), func(o *options) { o.simLatency = latency })
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}`
+	timed := func(key string) (int, time.Duration, http.Header, []byte) {
+		start := time.Now()
+		resp, b := post(t, s, "/v1/chat/completions", key, body)
+		return resp.StatusCode, time.Since(start), resp.Header, b
+	}
+	// B alone: its normal range.
+	var normal time.Duration
+	for range 3 {
+		st, d, _, b := timed(testKey("b"))
+		if st != http.StatusOK {
+			t.Fatalf("B alone: status %d: %s", st, b)
+		}
+		normal = max(normal, d)
+	}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var aOK, a429 int
+	var aSlowest time.Duration
+	for range 50 {
+		wg.Go(func() {
+			st, d, h, b := timed(testKey("a"))
+			mu.Lock()
+			defer mu.Unlock()
+			switch st {
+			case http.StatusOK:
+				aOK++
+				aSlowest = max(aSlowest, d)
+			case http.StatusTooManyRequests:
+				a429++
+				if a429 == 1 {
+					resp := &http.Response{StatusCode: st, Header: h}
+					checkError(t, "A's 429", resp, b, http.StatusTooManyRequests, "rate_limit_exceeded")
+					if h.Get("x-ratelimit-limit-requests") != "40" || h.Get("x-ratelimit-remaining-requests") != "0" {
+						t.Errorf("A's 429: x-ratelimit-limit-requests %q remaining %q; want 40 and 0",
+							h.Get("x-ratelimit-limit-requests"), h.Get("x-ratelimit-remaining-requests"))
+					}
+					if h.Get("Retry-After") == "" || h.Get("Retry-After-Ms") == "" || h.Get("RateLimit") == "" {
+						t.Errorf("A's 429 lacks Retry-After, retry-after-ms or RateLimit: %v", h)
+					}
+				}
+			default:
+				t.Errorf("A: status %d: %s", st, b)
+			}
+		})
+	}
+	var bLat []time.Duration
+	tick := time.NewTicker(100 * time.Millisecond)
+	for range 12 {
+		<-tick.C
+		st, d, _, b := timed(testKey("b"))
+		if st != http.StatusOK {
+			t.Errorf("B during A's burst: status %d: %s", st, b)
+		}
+		bLat = append(bLat, d)
+	}
+	tick.Stop()
+	wg.Wait()
+	t.Logf("B's latencies in order: %v", bLat)
+	slices.Sort(bLat)
+	t.Logf("B alone: %v at most; B beside A: median %v, max %v; A: %d admitted (slowest %v), %d rejected",
+		normal, bLat[len(bLat)/2], bLat[len(bLat)-1], aOK, aSlowest, a429)
+	if aOK != 40 || a429 != 10 {
+		t.Errorf("A: %d admitted, %d rejected; want 40 and 10", aOK, a429)
+	}
+	// Round robin: B waits for about one upstream call to end, never
+	// behind A's backlog of 36 calls queued for 4 slots (~900 ms).
+	if limit := normal + latency + 50*time.Millisecond; bLat[len(bLat)/2] > limit {
+		t.Errorf("B's median call took %v beside A; want at most %v (normal %v + one upstream call)", bLat[len(bLat)/2], limit, normal)
+	}
+	if limit := normal + 4*latency; bLat[len(bLat)-1] > limit {
+		t.Errorf("B's slowest call took %v beside A; want at most %v, far below A's backlog", bLat[len(bLat)-1], limit)
+	}
+}
+
+// A policy in shadow produces would-reject metrics and no 429s; editing
+// the file to enforce it (hot reload) makes the same traffic receive 429s.
+func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
+	const policies = `
+  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1000, per: 1m}
+  - name: tpm-candidate
+    match: {routes: [/v1/chat/completions], methods: [POST]}
+    key: [tenant]
+    unit: tokens
+    algorithm: token_bucket
+    limit: 300
+    per: 1m
+    mode: %s
+`
+	opt := withPolicy(t, fmt.Sprintf(policies, "shadow"), []string{"a"}, "")
+	var path string
+	s := startProxy(t, opt, func(o *options) { path = o.configPath })
+	body := `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`
+	send := func() (ok, limited int) {
+		for range 15 {
+			resp, b := post(t, s, "/v1/chat/completions", testKey("a"), body)
+			switch resp.StatusCode {
+			case http.StatusOK:
+				ok++
+			case http.StatusTooManyRequests:
+				checkError(t, "enforced candidate", resp, b, http.StatusTooManyRequests, "tokens_limit_exceeded")
+				limited++
+			default:
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+		}
+		return ok, limited
+	}
+	if ok, limited := send(); limited != 0 || ok != 15 {
+		t.Fatalf("in shadow: %d ok, %d limited; want 15 and 0", ok, limited)
+	}
+	wouldReject := scrape(t, s, "admission_decisions_total", "policy", "tpm-candidate", "decision", "would_reject")
+	if wouldReject == 0 {
+		t.Fatalf("in shadow: no would_reject decisions in the metrics")
+	}
+	if r := scrape(t, s, "admission_decisions_total", "decision", "rejected"); r != 0 {
+		t.Fatalf("in shadow: %v rejected decisions; want 0", r)
+	}
+
+	writePolicy(t, path, fmt.Sprintf(policies, "enforce"), []string{"a"}, "")
+	eventually(t, 10*time.Second, "the edited file is applied", func() bool {
+		for _, p := range s.ctl.Policies() {
+			if p.Name == "tpm-candidate" {
+				return p.Mode == admission.Enforce
+			}
+		}
+		return false
+	})
+	if _, limited := send(); limited == 0 {
+		t.Fatalf("enforced: the same traffic got no 429")
+	}
+	t.Logf("would_reject in shadow: %v", wouldReject)
+}
+
+// streamResult is how one SDK stream ended.
+type streamResult struct {
+	chunks int
+	err    error
+	took   time.Duration
+}
+
+func runStream(ctx context.Context, c openai.Client, p openai.ChatCompletionNewParams, firstChunk func()) streamResult {
+	start := time.Now()
+	st := c.Chat.Completions.NewStreaming(ctx, p)
+	defer st.Close()
+	var r streamResult
+	for st.Next() {
+		if len(st.Current().Choices) > 0 && st.Current().Choices[0].Delta.Content != "" {
+			r.chunks++
+			if r.chunks == 1 && firstChunk != nil {
+				firstChunk()
+			}
+		}
+	}
+	r.err, r.took = st.Err(), time.Since(start)
+	return r
+}
+
+// Concurrency: 20 parallel long streams against a per-tenant cap of 4 with
+// a queue of 8: never more than 4 upstream at once, 8 wait, the other 8
+// get 429 at once.
+func TestStreamsAgainstConcurrencyCap(t *testing.T) {
+	s := startProxy(t, withPolicy(t, `
+  - name: tenant-concurrency
+    key: [tenant]
+    algorithm: concurrency
+    limit: 4
+    queue: {size: 8, timeout: 20s}
+`, []string{"a"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 40 })
+	c := sdk(s, testKey("a"))
+	ctx := ctxT(t, 30*time.Second)
+	var wg sync.WaitGroup
+	results := make([]streamResult, 20)
+	var maxQueued, maxHeld atomic.Int64
+	done := make(chan struct{})
+	go func() { // watch the queue
+		for {
+			for _, st := range s.ctl.Stats() {
+				if st.Name == "tenant-concurrency" && int64(st.Queued) > maxQueued.Load() {
+					maxQueued.Store(int64(st.Queued))
+				}
+				if st.Name == "tenant-concurrency" && st.InFlight > maxHeld.Load() {
+					maxHeld.Store(st.InFlight)
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	for i := range results {
+		wg.Go(func() { results[i] = runStream(ctx, c, chatParams("a long story"), nil) })
+	}
+	wg.Wait()
+	close(done)
+	var ok, rejected int
+	for i, r := range results {
+		switch {
+		case r.err == nil && r.chunks == 40:
+			ok++
+		case statusOf(r.err) == http.StatusTooManyRequests && codeOf(r.err) == "concurrency_limit_exceeded":
+			rejected++
+			if r.took > 2*time.Second {
+				t.Errorf("stream %d: rejected after %v; want at once", i, r.took)
+			}
+		default:
+			t.Errorf("stream %d: %d chunks, err %v", i, r.chunks, r.err)
+		}
+	}
+	if ok != 12 || rejected != 8 {
+		t.Errorf("%d streams completed, %d rejected; want 12 (4 running + 8 queued) and 8", ok, rejected)
+	}
+	if m := s.sim.MaxInFlight(); m > 4 {
+		t.Errorf("the upstream saw %d streams at once; want at most 4 (permits held at most: %d)", m, maxHeld.Load())
+	}
+	if q := maxQueued.Load(); q != 8 {
+		t.Errorf("at most %d streams queued; want 8", q)
+	}
+}
+
+// A client that disconnects frees its concurrency slot at once: a queued
+// stream starts right away, the upstream call is cancelled, and nothing is
+// left in flight.
+func TestDisconnectFreesSlot(t *testing.T) {
+	s := startProxy(t, withPolicy(t, `
+  - name: tenant-concurrency
+    key: [tenant]
+    algorithm: concurrency
+    limit: 4
+    queue: {size: 8, timeout: 20s}
+  - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 1M, per: 1m}
+`, []string{"a"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 2000 })
+	c := sdk(s, testKey("a"))
+	ctx := ctxT(t, 30*time.Second)
+	var started sync.WaitGroup
+	cancels := make([]context.CancelFunc, 4)
+	var wg sync.WaitGroup
+	for i := range cancels {
+		sctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		started.Add(1)
+		wg.Go(func() { runStream(sctx, c, chatParams("long"), started.Done) })
+	}
+	started.Wait()
+	fifth := make(chan time.Time, 1)
+	fctx, fcancel := context.WithCancel(ctx)
+	wg.Go(func() { runStream(fctx, c, chatParams("queued"), func() { fifth <- time.Now() }) })
+	eventually(t, 5*time.Second, "the fifth stream queues", func() bool {
+		return scrape(t, s, "admission_queue_depth", "policy", "tenant-concurrency") == 1
+	})
+	cancelled := time.Now()
+	cancels[0]()
+	select {
+	case at := <-fifth:
+		if d := at.Sub(cancelled); d > time.Second {
+			t.Errorf("the queued stream started %v after a client left; want at once", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued stream did not start after a client left")
+	}
+	for _, cancel := range cancels[1:] {
+		cancel()
+	}
+	fcancel()
+	wg.Wait()
+	eventually(t, 5*time.Second, "upstream calls cancelled", func() bool { return s.sim.InFlight() == 0 })
+	eventually(t, 5*time.Second, "no permits in flight", func() bool { return scrape(t, s, "admission_inflight") == 0 })
+	if n := scrape(t, s, "llmproxy_client_cancels_total"); n < 5 {
+		t.Errorf("llmproxy_client_cancels_total = %v; want 5", n)
+	}
+}
+
+// Streams are charged as they go: 10 parallel long streams that reserve
+// little at admission cannot overshoot a tokens-per-minute limit by more
+// than about one charging interval's output each; they are cut with a
+// final error event when the limit runs out.
+func TestStreamsChargedAsTheyGo(t *testing.T) {
+	const (
+		limit    = 1000
+		rate     = 200 // tokens per second per stream
+		interval = 100 * time.Millisecond
+		streams  = 10
+	)
+	s := startProxy(t, withPolicy(t, fmt.Sprintf(`
+  - name: tpm
+    match: {routes: [/v1/chat/completions], methods: [POST]}
+    key: [tenant]
+    unit: tokens
+    algorithm: token_bucket
+    limit: %d
+    per: 1m
+`, limit), []string{"a"}, ""), func(o *options) {
+		o.simRate, o.simTokens = rate, 600
+		o.maxOutputReserve = 10
+		o.chargeInterval = interval
+	})
+	c := sdk(s, testKey("a"))
+	ctx := ctxT(t, 30*time.Second)
+	var wg sync.WaitGroup
+	results := make([]streamResult, streams)
+	start := time.Now()
+	for i := range results {
+		wg.Go(func() { results[i] = runStream(ctx, c, chatParams("go on"), nil) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total, cut := 0, 0
+	for i, r := range results {
+		total += r.chunks
+		var se *ssestream.StreamError
+		switch {
+		case errors.As(r.err, &se) && strings.Contains(se.Message, "tokens_limit_exceeded"):
+			cut++
+		case r.err != nil:
+			t.Errorf("stream %d: %v", i, r.err)
+		}
+	}
+	perInterval := int(rate * interval.Seconds())
+	refill := int(float64(limit) * elapsed.Minutes())
+	bound := limit + refill + streams*perInterval*2
+	t.Logf("%d streams produced %d tokens in %v (limit %d, refill %d, bound %d); %d cut", streams, total, elapsed, limit, refill, bound, cut)
+	if total > bound {
+		t.Errorf("streams produced %d tokens; want at most %d (limit + refill + 2 intervals per stream)", total, bound)
+	}
+	if total < limit*8/10 {
+		t.Errorf("streams produced only %d tokens of a %d limit", total, limit)
+	}
+	if cut == 0 {
+		t.Errorf("no stream was cut off")
+	}
+	if n := scrape(t, s, "llmproxy_streams_cut_total", "reason", "tokens_limit_exceeded"); int(n) != cut {
+		t.Errorf("llmproxy_streams_cut_total = %v; want %d", n, cut)
+	}
+}
+
+// Bad input gets the right 4xx in the OpenAI error shape, never a 500, and
+// nothing is charged for a request refused before admission.
+func TestBadInput(t *testing.T) {
+	clk := admissiontest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	s := startProxy(t, withPolicy(t, `
+  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 100, per: 1m}
+  - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 100k, per: 1m}
+`, []string{"a"}, "http: {max_body: 64KiB}\n"), func(o *options) { o.clock = clk })
+	key := testKey("a")
+	decisions := func() float64 { return scrape(t, s, "admission_decisions_total") }
+	before := decisions()
+	tokens := remaining(t, s, "a", "tpm")
+	before = decisions() // the probe's own decisions
+	huge := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", 100<<10) + `"}]}`
+	for _, tc := range []struct {
+		name, path, key, body string
+		status                int
+		code                  string
+	}{
+		{"malformed JSON", "/v1/chat/completions", key, `{"model":"gpt-4o-mini","messages":[`, 400, "invalid_json"},
+		{"not an object", "/v1/chat/completions", key, `[1,2,3]`, 400, "invalid_json"},
+		{"wrong type", "/v1/chat/completions", key, `{"model":"gpt-4o-mini","messages":"hello"}`, 400, "invalid_type"},
+		{"negative max_tokens", "/v1/chat/completions", key, `{"model":"gpt-4o-mini","max_tokens":-1,"messages":[]}`, 400, "invalid_type"},
+		{"embeddings wrong type", "/v1/embeddings", key, `{"model":"text-embedding-3-small","input":{"a":1}}`, 400, "invalid_type"},
+		{"oversized body", "/v1/chat/completions", key, huge, 413, "request_too_large"},
+		{"missing key", "/v1/chat/completions", "", `{"model":"gpt-4o-mini","messages":[]}`, 401, "missing_api_key"},
+		{"unknown key", "/v1/chat/completions", "sk-nope", `{"model":"gpt-4o-mini","messages":[]}`, 401, "invalid_api_key"},
+		{"unknown route", "/v1/nothing", key, `{}`, 404, "unknown_url"},
+	} {
+		resp, b := post(t, s, tc.path, tc.key, tc.body)
+		checkError(t, tc.name, resp, b, tc.status, tc.code)
+	}
+	// An oversized body sent without a length is cut at the cap.
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", io.MultiReader(strings.NewReader(huge)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	checkError(t, "oversized chunked body", resp, b, 413, "request_too_large")
+
+	if after := decisions(); after != before {
+		t.Errorf("requests refused before admission made %v decisions; want none", after-before)
+	}
+	if got := remaining(t, s, "a", "tpm"); got != tokens {
+		t.Errorf("tokens charged for refused requests: %d", tokens-got)
+	}
+	// An unknown model is the upstream's 404, and costs no tokens.
+	cl := sdk(s, key)
+	_, err = cl.Chat.Completions.New(ctxT(t, 10*time.Second), openai.ChatCompletionNewParams{
+		Model: "gpt-nonexistent", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+	})
+	if statusOf(err) != http.StatusNotFound || codeOf(err) != "model_not_found" {
+		t.Errorf("unknown model: %v; want 404 model_not_found", err)
+	}
+	if got := remaining(t, s, "a", "tpm"); got != tokens {
+		t.Errorf("tokens charged for an unknown model: %d", tokens-got)
+	}
+	// Wrong method on a route.
+	r2, err := http.Get(s.URL + "/v1/chat/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(r2.Body)
+	r2.Body.Close()
+	checkError(t, "GET on a POST route", r2, b, 405, "method_not_allowed")
+}
+
+// Upstream failures: a timeout, a refused connection, a 500, a body that
+// is not JSON, a stream cut half-way, the provider's own 429 (passed
+// through, counted apart). Each gets the right status, and no permit is
+// left in flight afterwards.
+func TestUpstreamFailures(t *testing.T) {
+	const policies = `
+  - name: tenant-concurrency
+    key: [tenant]
+    algorithm: concurrency
+    limit: 4
+    queue: {size: 8, timeout: 20s}
+  - name: upstream-capacity
+    key: [global]
+    algorithm: concurrency
+    limit: 16
+  - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 1M, per: 1m}
+`
+	s := startProxy(t, withPolicy(t, policies, []string{"a"}, ""), func(o *options) {
+		o.upstreamTimeout = 300 * time.Millisecond
+		o.simRate, o.simTokens = 200, 40
+	})
+	key := testKey("a")
+	chat := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	stream := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct {
+		name, body, fault string
+		status            int
+		code              string
+	}{
+		{"timeout", chat, "hang", 504, "upstream_timeout"},
+		{"stream timeout", stream, "hang", 504, "upstream_timeout"},
+		{"500", chat, "500", 500, ""},
+		{"garbage", chat, "garbage", 502, "bad_upstream_response"},
+		{"provider 429", chat, "429", 429, "rate_limit_exceeded"},
+	} {
+		resp, b := post(t, s, "/v1/chat/completions", key, tc.body, "X-Sim-Fault", tc.fault)
+		checkError(t, tc.name, resp, b, tc.status, tc.code)
+		if tc.fault == "429" && (resp.Header.Get("Retry-After") != "1" || resp.Header.Get("x-ratelimit-limit-tokens") != "1000000") {
+			t.Errorf("provider 429: Retry-After %q, x-ratelimit-limit-tokens %q; want the provider's hint and the proxy's limits",
+				resp.Header.Get("Retry-After"), resp.Header.Get("x-ratelimit-limit-tokens"))
+		}
+	}
+	if n := scrape(t, s, "llmproxy_upstream_throttled_total"); n != 1 {
+		t.Errorf("llmproxy_upstream_throttled_total = %v; want 1", n)
+	}
+	if n := scrape(t, s, "llmproxy_rejections_total"); n != 0 {
+		t.Errorf("llmproxy_rejections_total = %v; want 0 (the provider's 429 is not ours)", n)
+	}
+
+	// A stream cut half-way: the client gets the first half, then an error.
+	r := runStream(ctxT(t, 10*time.Second), sdk(s, key, option.WithHeader("X-Sim-Fault", "cut")), chatParams("hi"), nil)
+	var se *ssestream.StreamError
+	if !errors.As(r.err, &se) || r.chunks == 0 || r.chunks >= 40 {
+		t.Errorf("cut stream: %d chunks, err %v; want part of the output then a stream error", r.chunks, r.err)
+	}
+
+	// A refused connection.
+	dead := startProxy(t, withPolicy(t, policies, []string{"a"}, ""), func(o *options) { o.upstreamURL = "http://127.0.0.1:1/v1" })
+	resp, b := post(t, dead, "/v1/chat/completions", key, chat)
+	checkError(t, "connection refused", resp, b, 502, "upstream_unavailable")
+
+	for _, x := range []*server{s, dead} {
+		eventually(t, 5*time.Second, "no permits in flight", func() bool { return scrape(t, x, "admission_inflight") == 0 })
+	}
+	if n := scrape(t, s, "llmproxy_upstream_failures_total"); n < 4 {
+		t.Errorf("llmproxy_upstream_failures_total = %v; want at least 4", n)
+	}
+}
+
+// Shutdown drains: a stream in flight when the shutdown starts completes,
+// and new connections are refused.
+func TestGracefulShutdownDrainsStreams(t *testing.T) {
+	s := startProxy(t, func(o *options) { o.simRate, o.simTokens = 50, 25 })
+	c := sdk(s, "sk-demo-acme")
+	first := make(chan struct{})
+	res := make(chan streamResult, 1)
+	go func() {
+		res <- runStream(ctxT(t, 20*time.Second), c, chatParams("hi"), func() { close(first) })
+	}()
+	select {
+	case <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not start")
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- s.shutdown(ctx)
+	}()
+	r := <-res
+	if r.err != nil || r.chunks != 25 {
+		t.Errorf("stream during shutdown: %d chunks, err %v; want all 25", r.chunks, r.err)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if _, err := http.Get(s.URL + "/healthz"); err == nil {
+		t.Errorf("the proxy still accepts connections after shutdown")
+	}
+}
+
+// With no arguments the proxy listens on 127.0.0.1:8080 with the embedded
+// policy and the simulator; run prints the demo keys and serves them.
+func TestRunWithDefaults(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || o.addr != "127.0.0.1:8080" || o.configPath != "" || o.upstreamURL != "" {
+		t.Fatalf("defaults: %+v, %v", o, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--sim-latency", "0"}, &out, io.Discard) }()
+	var url string
+	eventually(t, 10*time.Second, "the banner", func() bool {
+		s := out.String()
+		i := strings.Index(s, "listening on ")
+		if i < 0 || !strings.Contains(s, "sk-demo-initech") {
+			return false
+		}
+		url = strings.Fields(s[i+len("listening on "):])[0]
+		return true
+	})
+	for _, k := range demoKeys {
+		if !strings.Contains(out.String(), k) {
+			t.Errorf("banner lacks demo key %s", k)
+		}
+	}
+	cl := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("sk-demo-acme"), option.WithMaxRetries(0))
+	if _, err := cl.Chat.Completions.New(ctxT(t, 10*time.Second), chatParams("hi")); err != nil {
+		t.Errorf("chat with a demo key: %v", err)
+	}
+	// initech's plan allows 5 requests a minute: the sixth is a 429.
+	ci := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("sk-demo-initech"), option.WithMaxRetries(0))
+	var last error
+	for range 6 {
+		_, last = ci.Models.List(ctxT(t, 10*time.Second))
+	}
+	if statusOf(last) != http.StatusTooManyRequests {
+		t.Errorf("sixth request of initech: %v; want 429", last)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
