@@ -43,21 +43,22 @@
 // scaled to the whole text by a cheap proxy (words, digit groups,
 // punctuation and non-ASCII characters, counted over all of it), whose ratio
 // to tokens varies far less between languages and code than bytes per token
-// does. Measured on 18 texts of 70 to 256 KiB each: English chat text is
-// within 1.1% of the exact count (0.6% on average; 0.7% for the 256 KiB
-// benchmark request), text mixing six languages with code, JSON and SQL
-// within 2.8% (1.3% on average). The tests hold the method to 2% on English
-// and 4% on mixed text. On 256 KiB this is about twenty times faster than
-// tokenising everything (BenchmarkEstimateChat against
-// BenchmarkPeerTiktokenEncode). Below the threshold the count is exact.
+// does. Measured on 24 texts of 70 to 256 KiB each (four sizes, six
+// paragraph orders): English chat text is within 1.43% of the exact count
+// (0.58% on average; 0.66% for the 256 KiB benchmark request), text mixing
+// six languages with code, JSON and SQL within 2.81% (1.32% on average).
+// The tests hold the method to 2% on English and 4% on mixed text. On 256 KiB
+// it takes about a sixteenth of the CPU time of tokenising everything
+// (BenchmarkEstimateChat against BenchmarkPeerTiktokenEncode, cpu-ns/op).
+// Below the threshold the count is exact.
 //
 // Text reaches the tokenizer in chunks of at most 1 KiB, cut where the
 // tokenizer splits anyway (before a space that follows a non-space), so the
 // count stays exact. This bounds the cost of hostile input: tiktoken-go's
 // merge is quadratic in the length of one pre-tokenised piece, and 64 KiB of
 // a single repeated letter took 6.6 s to count in one call; chunked, it costs
-// about twice as much as 64 KiB of English (a run with no space to cut at is
-// cut at a character boundary, which can add one token per KiB).
+// two to three times as much as 64 KiB of English (a run with no space to
+// cut at is cut at a character boundary, which can add one token per KiB).
 //
 // # After the call
 //

@@ -219,6 +219,15 @@ func bytesTokens(n int) int64 { return int64(n+3) / 4 }
 func unquote(in []byte) (string, bool) {
 	out := make([]byte, 0, len(in))
 	for i := 0; i < len(in); {
+		// Copy the run of plain ASCII up to the next byte that needs care.
+		j := i
+		for j < len(in) && in[j] >= ' ' && in[j] < utf8.RuneSelf && in[j] != '\\' && in[j] != '"' {
+			j++
+		}
+		out = append(out, in[i:j]...)
+		if i = j; i == len(in) {
+			break
+		}
 		c := in[i]
 		switch {
 		case c == '\\':

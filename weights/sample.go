@@ -88,17 +88,17 @@ func isSpace(b byte) bool { return b == ' ' || b == '\n' || b == '\t' || b == '\
 
 // textProxy is a cheap stand-in for a token count, used to scale sampled
 // counts: tokens per proxy unit varies far less between languages and code
-// than tokens per byte. It counts words (runs of ASCII letters, one more
-// per 6 letters), groups of up to three digits, punctuation characters,
-// line breaks, and each non-ASCII character by its UTF-8 length.
+// than tokens per byte. In sixths of a token, roughly: a word (a run of
+// ASCII letters) is one token, plus one per further 6 letters; a group of up
+// to three digits is one; punctuation two thirds; a line break half; each
+// non-ASCII character by its UTF-8 length (a third for two-byte letters such
+// as accented Latin or Cyrillic, most of a token for CJK, more for emoji).
 func textProxy(s string) int64 {
 	var n int64
-	run := 0 // length of the current run of letters
-	digits := 0
+	run, digits := 0, 0 // lengths of the current runs of letters and digits
 	for i := 0; i < len(s); i++ {
-		b := s[i]
-		switch {
-		case b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z':
+		switch k := proxyClass[s[i]]; k {
+		case classLetter:
 			if run == 0 {
 				n += 6
 			}
@@ -107,29 +107,47 @@ func textProxy(s string) int64 {
 				n += 6
 			}
 			digits = 0
-			continue
-		case b >= '0' && b <= '9':
+		case classDigit:
 			if digits%3 == 0 {
 				n += 6
 			}
 			digits++
 			run = 0
-			continue
-		}
-		run, digits = 0, 0
-		switch {
-		case b == ' ' || b == '\t':
-		case b == '\n':
-			n += 3
-		case b < 0x80:
-			n += 4
-		case b >= 0xF0:
-			n += 9 // four-byte sequences: emoji and rare scripts
-		case b >= 0xE0:
-			n += 5 // three-byte sequences: CJK, most Asian scripts
-		case b >= 0xC0:
-			n += 2 // two-byte sequences: accented Latin, Cyrillic, Greek, Arabic
+		default:
+			run, digits = 0, 0
+			n += int64(k)
 		}
 	}
 	return n
 }
+
+// Byte classes of textProxy: a weight (in sixths of a token) for bytes that
+// count on their own, or one of the two run classes.
+const (
+	classLetter = 255
+	classDigit  = 254
+)
+
+var proxyClass = func() (t [256]uint8) {
+	for b := range 256 {
+		switch {
+		case b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z':
+			t[b] = classLetter
+		case b >= '0' && b <= '9':
+			t[b] = classDigit
+		case b == ' ' || b == '\t':
+			t[b] = 0
+		case b == '\n':
+			t[b] = 3
+		case b < 0x80:
+			t[b] = 4
+		case b >= 0xF0:
+			t[b] = 9 // four-byte sequences: emoji and rare scripts
+		case b >= 0xE0:
+			t[b] = 5 // three-byte sequences: CJK, most Asian scripts
+		case b >= 0xC0:
+			t[b] = 2 // two-byte sequences: accented Latin, Cyrillic, Greek, Arabic
+		}
+	}
+	return t
+}()
