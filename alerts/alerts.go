@@ -24,11 +24,18 @@ var RulesYAML []byte
 
 // A Rule is one recording or alerting rule.
 type Rule struct {
-	Group       string
-	Record      string            `yaml:"record"`
-	Alert       string            `yaml:"alert"`
-	Expr        string            `yaml:"expr"`
-	For         string            `yaml:"for"`
+	// Group is the name of the rule's group.
+	Group string
+	// Record is the series a recording rule writes; Alert the name of an
+	// alerting rule. One of them is set.
+	Record string `yaml:"record"`
+	Alert  string `yaml:"alert"`
+	// Expr is the PromQL expression.
+	Expr string `yaml:"expr"`
+	// For is how long an alert's condition must hold before it fires.
+	For string `yaml:"for"`
+	// Labels and Annotations are an alert's (severity; summary and
+	// description).
 	Labels      map[string]string `yaml:"labels"`
 	Annotations map[string]string `yaml:"annotations"`
 }

@@ -31,7 +31,9 @@ var Datasource = &Ref{Type: "prometheus", UID: "${datasource}"}
 // rollout gate as the AdmissionShadowWouldRejectAboveThreshold alert.
 const Threshold = 0.02
 
-// Dashboard is a Grafana dashboard, in the JSON model Grafana imports.
+// Dashboard is a Grafana dashboard, in the JSON model Grafana imports. The
+// fields of Dashboard and of the types it is made of mirror that model
+// (schemaVersion 39); their JSON tags give the names Grafana reads.
 type Dashboard struct {
 	UID           string     `json:"uid"`
 	Title         string     `json:"title"`

@@ -11,10 +11,14 @@ import (
 // through NewPrometheus: its final name (with _total and _seconds), type
 // and labels. Histograms also expose _bucket, _sum and _count series.
 type Metric struct {
-	Name   string
-	Type   string // counter, gauge or histogram
+	// Name is the Prometheus name, suffixes included.
+	Name string
+	// Type is counter, gauge or histogram.
+	Type string
+	// Labels are the label names (histograms add le).
 	Labels []string
-	Help   string
+	// Help says what the metric counts.
+	Help string
 }
 
 // Catalog lists every metric family the Observer exports, sorted by name.

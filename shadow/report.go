@@ -152,20 +152,25 @@ func (r *Recorder) Decision(d admission.Decision) {
 // A Report is what each policy decided over a window.
 type Report struct {
 	// Window is how far back the report looks.
-	Window   time.Duration
+	Window time.Duration
+	// Policies are the policies that decided something in the window.
 	Policies []PolicyReport
 }
 
 // PolicyReport is one policy's share of refused requests and the tenants
 // they came from.
 type PolicyReport struct {
+	// Policy is the policy's name.
 	Policy string
 	// Mode is the policy's mode at its last decision. For a Shadow policy
 	// Refused counts would-reject decisions: what enforcing it would
 	// have rejected.
-	Mode     admission.Mode
+	Mode admission.Mode
+	// Requests counts the policy's decisions in the window.
 	Requests int64
-	Refused  int64
+	// Refused counts those rejected, timed out, failed closed or (in
+	// shadow mode) that would have been rejected.
+	Refused int64
 	// Ratio is Refused / Requests.
 	Ratio float64
 	// Tenants are the tenants with refused requests, most refused first
@@ -175,7 +180,9 @@ type PolicyReport struct {
 
 // TenantReport is one tenant's part of a policy's refusals.
 type TenantReport struct {
-	Tenant   string
+	// Tenant is the tenant, or OtherTenant.
+	Tenant string
+	// Requests and Refused count the tenant's decisions under the policy.
 	Requests int64
 	Refused  int64
 	// Ratio is the share of the tenant's own requests refused.

@@ -158,6 +158,7 @@ func FreeAddr(t testing.TB) string {
 
 // Sample is one series of a query result.
 type Sample struct {
+	// Metric holds the series' labels.
 	Metric map[string]string `json:"metric"`
 	// Value is [unix time, "value"].
 	Value [2]any `json:"value"`
@@ -198,10 +199,13 @@ func (s *Server) Query(ctx context.Context, expr string) ([]Sample, error) {
 
 // Alert is an alert as the API reports it.
 type Alert struct {
+	// Labels and Annotations are the alert's, after templating.
 	Labels      map[string]string `json:"labels"`
 	Annotations map[string]string `json:"annotations"`
-	State       string            `json:"state"` // pending or firing
-	Value       string            `json:"value"`
+	// State is pending or firing.
+	State string `json:"state"`
+	// Value is the expression's value when the alert became active.
+	Value string `json:"value"`
 }
 
 // Alerts returns the pending and firing alerts.
