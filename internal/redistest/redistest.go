@@ -32,9 +32,8 @@ type Server struct {
 	// Port is its TCP port.
 	Port int
 
-	tb     testing.TB
-	args   []string
 	dir    string
+	ownDir bool
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -56,27 +55,53 @@ func Binary(tb testing.TB) string {
 // Start starts a redis-server on a free loopback port with persistence off
 // (--save ” --appendonly no) and returns once it answers PING. Extra
 // arguments are passed to the server. The server is stopped, by its PID,
-// when the test ends.
+// when the test ends; when redis-server is not installed, the test fails
+// with instructions.
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	Binary(tb)
-	s := &Server{tb: tb, dir: tb.TempDir(), extra: extra}
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		s.Port, err = freePort(len(extra) > 0 && hasClusterFlag(extra))
-		if err != nil {
-			continue
-		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		if err = s.start(); err == nil {
-			break
-		}
-	}
+	s, err := launch(tb.TempDir(), extra)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
 	tb.Cleanup(s.Stop)
 	return s
+}
+
+// Launch is Start for code without a testing.TB (runnable examples): the
+// caller stops the server with Stop and removes nothing else (its files
+// live in a temporary directory that Stop deletes).
+func Launch() (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("redis-server is not installed: %s", installHint)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	s, err := launch(dir, nil)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s.ownDir = true
+	return s, nil
+}
+
+func launch(dir string, extra []string) (*Server, error) {
+	s := &Server{dir: dir, extra: extra}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		s.Port, err = freePort(hasClusterFlag(extra))
+		if err != nil {
+			continue
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	return nil, err
 }
 
 func hasClusterFlag(args []string) bool {
@@ -99,7 +124,12 @@ func (s *Server) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(Binary(s.tb), args...)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		log.Close()
+		return fmt.Errorf("redis-server is not installed: %s", installHint)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = s.dir
 	setDeathSignal(cmd)
@@ -179,7 +209,12 @@ func (s *Server) Restart(tb testing.TB) {
 }
 
 // Stop kills the server; it is registered with t.Cleanup by Start.
-func (s *Server) Stop() { s.Kill() }
+func (s *Server) Stop() {
+	s.Kill()
+	if s.ownDir {
+		os.RemoveAll(s.dir)
+	}
+}
 
 // Do sends one command to addr over a fresh connection and returns the
 // reply as text: simple strings, bulk strings and integers as they are,
