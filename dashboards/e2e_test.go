@@ -224,6 +224,15 @@ func TestEndToEnd(t *testing.T) {
 		if err != nil || (shadowAlert != "pending" && shadowAlert != "firing") {
 			failures = append(failures, fmt.Sprintf("AdmissionShadowWouldRejectAboveThreshold: state %q (%v); want pending or firing", shadowAlert, err))
 		}
+		loaded, err := p.Rules(ctx)
+		if err != nil || len(loaded) != len(rs) {
+			failures = append(failures, fmt.Sprintf("prometheus loaded %d rules (%v); want %d", len(loaded), err, len(rs)))
+		}
+		for _, r := range loaded {
+			if r.Health != "ok" {
+				failures = append(failures, fmt.Sprintf("rule %s: health %q %s", r.Name, r.Health, r.LastError))
+			}
+		}
 		if len(failures) == 0 || ctx.Err() != nil || time.Since(start) > 75*time.Second {
 			break
 		}

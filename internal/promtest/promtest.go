@@ -268,3 +268,32 @@ func (s *Server) get(ctx context.Context, path string, q url.Values, into any) e
 	}
 	return json.Unmarshal(env.Data, into)
 }
+
+// RuleState is a loaded rule as the API reports it.
+type RuleState struct {
+	// Name is the recorded series or the alert's name.
+	Name string `json:"name"`
+	// Health is ok, err or unknown (not evaluated yet).
+	Health string `json:"health"`
+	// LastError is the last evaluation's error.
+	LastError string `json:"lastError"`
+	// Type is recording or alerting.
+	Type string `json:"type"`
+}
+
+// Rules returns every loaded rule with its evaluation health.
+func (s *Server) Rules(ctx context.Context) ([]RuleState, error) {
+	var data struct {
+		Groups []struct {
+			Rules []RuleState `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := s.get(ctx, "/api/v1/rules", nil, &data); err != nil {
+		return nil, err
+	}
+	var out []RuleState
+	for _, g := range data.Groups {
+		out = append(out, g.Rules...)
+	}
+	return out, nil
+}
