@@ -85,10 +85,21 @@ func classSlow(r rune) uint8 {
 // b[p], which must exist. An invalid or truncated encoding counts as one byte
 // holding U+FFFD, as converting the text to []rune does.
 func runeAt(b []byte, p int) (uint8, int) {
-	c := b[p]
-	if c < utf8.RuneSelf {
-		return bmpClass[c], 1
+	if c := b[p]; c < utf8.RuneSelf {
+		return asciiClass[c], 1
 	}
+	return runeAtSlow(b, p)
+}
+
+// runeAtSlow is runeAt for a rune that is not ASCII.
+func runeAtSlow(b []byte, p int) (uint8, int) {
 	r, w := utf8.DecodeRune(b[p:])
 	return classOf(r), w
 }
+
+// asciiClass holds the flags of the ASCII runes (the rest is unused), small
+// enough to stay in cache and indexed by a byte without a bounds check.
+var asciiClass = func() (t [256]uint8) {
+	copy(t[:utf8.RuneSelf], bmpClass[:utf8.RuneSelf])
+	return t
+}()

@@ -1,5 +1,7 @@
 package bpe
 
+import "unicode/utf8"
+
 // The pre-tokenizers below are hand-written equivalents of the split patterns
 // of the two encodings, evaluated with the leftmost-first, backtracking
 // semantics of the reference engine. Each returns the end of the piece that
@@ -105,7 +107,10 @@ func upperLower(b []byte, p int) int {
 	n := len(b)
 	last := -1
 	for p < n {
-		f, w := runeAt(b, p)
+		f, w := asciiClass[b[p]], 1 // runeAt, with its ASCII case inlined
+		if b[p] >= utf8.RuneSelf {
+			f, w = runeAtSlow(b, p)
+		}
 		if f&fU == 0 {
 			if f&fW == 0 {
 				break
@@ -125,7 +130,10 @@ func upperLower(b []byte, p int) int {
 func upperThenLower(b []byte, p int) int {
 	n := len(b)
 	for p < n {
-		f, w := runeAt(b, p)
+		f, w := asciiClass[b[p]], 1 // runeAt, with its ASCII case inlined
+		if b[p] >= utf8.RuneSelf {
+			f, w = runeAtSlow(b, p)
+		}
 		if f&fU == 0 {
 			break
 		}
@@ -138,7 +146,10 @@ func upperThenLower(b []byte, p int) int {
 func lowerRun(b []byte, p int) int {
 	n := len(b)
 	for p < n {
-		f, w := runeAt(b, p)
+		f, w := asciiClass[b[p]], 1 // runeAt, with its ASCII case inlined
+		if b[p] >= utf8.RuneSelf {
+			f, w = runeAtSlow(b, p)
+		}
 		if f&fW == 0 {
 			break
 		}
@@ -192,7 +203,10 @@ func letters(b []byte, p int) int {
 			}
 			break
 		}
-		f, w := runeAt(b, p)
+		f, w := asciiClass[b[p]], 1 // runeAt, with its ASCII case inlined
+		if b[p] >= utf8.RuneSelf {
+			f, w = runeAtSlow(b, p)
+		}
 		if f&fL == 0 {
 			break
 		}
@@ -212,7 +226,10 @@ var asciiLetter = func() (t [128]bool) {
 // numbers completes \p{N}{1,3} after the first number at b[p-w].
 func numbers(b []byte, p int) int {
 	for i := 0; i < 2 && p < len(b); i++ {
-		f, w := runeAt(b, p)
+		f, w := asciiClass[b[p]], 1 // runeAt, with its ASCII case inlined
+		if b[p] >= utf8.RuneSelf {
+			f, w = runeAtSlow(b, p)
+		}
 		if f&fN == 0 {
 			break
 		}
@@ -226,7 +243,10 @@ func numbers(b []byte, p int) int {
 func punct(b []byte, p int, slash bool) int {
 	n := len(b)
 	for p < n {
-		f, w := runeAt(b, p)
+		f, w := asciiClass[b[p]], 1 // runeAt, with its ASCII case inlined
+		if b[p] >= utf8.RuneSelf {
+			f, w = runeAtSlow(b, p)
+		}
 		if f&(fL|fN|fS) != 0 {
 			break
 		}
@@ -246,7 +266,10 @@ func spaces(b []byte, p int) int {
 	n := len(b)
 	lastNL, lastStart, k := -1, p, 0
 	for p < n {
-		f, w := runeAt(b, p)
+		f, w := asciiClass[b[p]], 1 // runeAt, with its ASCII case inlined
+		if b[p] >= utf8.RuneSelf {
+			f, w = runeAtSlow(b, p)
+		}
 		if f&fS == 0 {
 			break
 		}
