@@ -140,7 +140,8 @@
 //
 // Rate limits (buckets, windows, leases) need none of this: losing them
 // briefly lets a little more traffic through. A test-style server started
-// with --save ” --appendonly no forgets every quota on restart.
+// with persistence off (no save points, no append-only file) forgets every
+// quota on restart.
 //
 // # Performance
 //

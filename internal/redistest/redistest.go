@@ -53,7 +53,7 @@ func Binary(tb testing.TB) string {
 }
 
 // Start starts a redis-server on a free loopback port with persistence off
-// (--save ” --appendonly no) and returns once it answers PING. Extra
+// (no save points, appendonly no) and returns once it answers PING. Extra
 // arguments are passed to the server. The server is stopped, by its PID,
 // when the test ends; when redis-server is not installed, the test fails
 // with instructions.
