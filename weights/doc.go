@@ -22,8 +22,10 @@
 // its tool example, with cl100k_base and o200k_base). Images are priced with
 // OpenAI's tile formula ([ImageCost]); content this package does not model
 // (audio, files, encrypted reasoning, built-in tools) at one token per four
-// bytes of its JSON. Items stored upstream (previous_response_id,
-// item_reference) cannot be seen and are left to the settlement.
+// bytes of its JSON. The Responses API's instructions and input messages
+// are priced like chat messages. Items stored upstream
+// (previous_response_id, item_reference) cannot be seen and are left to the
+// settlement.
 //
 // The output reservation is the request's max_completion_tokens,
 // max_tokens or max_output_tokens, else the model's default

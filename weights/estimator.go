@@ -91,36 +91,37 @@ const (
 )
 
 // Config configures an [Estimator]. The zero value is usable: every field
-// documents its default.
+// documents its default. The tags name the fields as configuration files and
+// validation errors do; Prices and Counters are set in code.
 type Config struct {
 	// MaxBodyBytes caps the request body. Estimate returns a
 	// *BodyTooLargeError, before any parsing, for a larger body. Zero means
 	// DefaultMaxBodyBytes.
-	MaxBodyBytes int64
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty" yaml:"max_body_bytes,omitempty"`
 	// SampleThreshold is the total size, in bytes, of the text of one
 	// request above which its prompt tokens are estimated from samples
 	// instead of tokenising all of it. Zero means DefaultSampleThreshold; a
 	// negative value turns sampling off.
-	SampleThreshold int
+	SampleThreshold int `json:"sample_threshold,omitempty" yaml:"sample_threshold,omitempty"`
 	// SampleBytes is how much text is tokenised when sampling. Zero means
 	// DefaultSampleBytes. It must be at least 1024.
-	SampleBytes int
+	SampleBytes int `json:"sample_bytes,omitempty" yaml:"sample_bytes,omitempty"`
 	// DefaultEncoding counts the tokens of models that match no rule
 	// (including requests without a model). Empty means O200kBase.
-	DefaultEncoding Encoding
+	DefaultEncoding Encoding `json:"default_encoding,omitempty" yaml:"default_encoding,omitempty"`
 	// DefaultMaxOutputTokens is the output reservation of a request that
 	// sets no limit, for models whose rule sets none. Zero means
 	// DefaultMaxOutputTokens.
-	DefaultMaxOutputTokens int64
+	DefaultMaxOutputTokens int64 `json:"default_max_output_tokens,omitempty" yaml:"default_max_output_tokens,omitempty"`
 	// Models are extra model rules, tried before the built-in table.
-	Models []ModelRule
+	Models []ModelRule `json:"models,omitempty" yaml:"models,omitempty"`
 	// Prices, when not nil, prices each estimate in micro-dollars.
-	Prices *Prices
+	Prices *Prices `json:"-" yaml:"-"`
 	// Images prices image inputs. The zero value uses OpenAI's tile formula.
-	Images ImageCost
+	Images ImageCost `json:"images,omitempty" yaml:"images,omitempty"`
 	// Counters supplies the exact counters. Nil means the package default
 	// (tiktoken-go with its offline loader).
-	Counters CounterSource
+	Counters CounterSource `json:"-" yaml:"-"`
 }
 
 // Estimator prices OpenAI-compatible requests in tokens before they are
