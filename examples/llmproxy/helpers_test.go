@@ -202,6 +202,25 @@ func deref(p *string) string {
 // labels include every label=value pair given, summed.
 func scrape(t testing.TB, s *server, name string, labels ...string) float64 {
 	t.Helper()
+	v, _ := scrapeN(t, s, name, labels...)
+	return v
+}
+
+// inflight returns the cost held by concurrency permits across policies,
+// failing when the metric is missing.
+func inflight(t testing.TB, s *server) float64 {
+	t.Helper()
+	v, n := scrapeN(t, s, "admission_inflight")
+	if n == 0 {
+		t.Fatal("/metrics has no admission_inflight")
+	}
+	return v
+}
+
+// scrapeN is scrape that also returns the number of samples summed.
+func scrapeN(t testing.TB, s *server, name string, labels ...string) (float64, int) {
+	t.Helper()
+	n := 0
 	resp, err := http.Get(s.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -231,9 +250,10 @@ func scrape(t testing.TB, s *server, name string, labels ...string) float64 {
 		v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
 		if err == nil {
 			sum += v
+			n++
 		}
 	}
-	return sum
+	return sum, n
 }
 
 // eventually polls cond every 10 ms for at most d.

@@ -175,7 +175,7 @@ func start(o options) (_ *server, err error) {
 		return nil, fmt.Errorf("--cut-streams: %w", err)
 	}
 
-	s.metrics, err = newTelemetry(s.file.Metrics.CardinalityLimit, s.file.Metrics.TopTenants)
+	s.metrics, err = newTelemetry(s.file, s.log)
 	if err != nil {
 		return nil, err
 	}

@@ -289,6 +289,9 @@ func TestDisconnectFreesSlot(t *testing.T) {
 	eventually(t, 5*time.Second, "the fifth stream queues", func() bool {
 		return scrape(t, s, "admission_queue_depth", "policy", "tenant-concurrency") == 1
 	})
+	if v := scrape(t, s, "admission_inflight", "policy", "tenant-concurrency"); v != 4 {
+		t.Errorf("admission_inflight{policy=tenant-concurrency} = %v with 4 streams running; want 4", v)
+	}
 	cancelled := time.Now()
 	cancels[0]()
 	select {
@@ -305,7 +308,7 @@ func TestDisconnectFreesSlot(t *testing.T) {
 	fcancel()
 	wg.Wait()
 	eventually(t, 5*time.Second, "upstream calls cancelled", func() bool { return s.sim.InFlight() == 0 })
-	eventually(t, 5*time.Second, "no permits in flight", func() bool { return scrape(t, s, "admission_inflight") == 0 })
+	eventually(t, 5*time.Second, "no permits in flight", func() bool { return inflight(t, s) == 0 })
 	if n := scrape(t, s, "llmproxy_client_cancels_total"); n < 5 {
 		t.Errorf("llmproxy_client_cancels_total = %v; want 5", n)
 	}
@@ -506,7 +509,7 @@ func TestUpstreamFailures(t *testing.T) {
 	checkError(t, "connection refused", resp, b, 502, "upstream_unavailable")
 
 	for _, x := range []*server{s, dead} {
-		eventually(t, 5*time.Second, "no permits in flight", func() bool { return scrape(t, x, "admission_inflight") == 0 })
+		eventually(t, 5*time.Second, "no permits in flight", func() bool { return inflight(t, x) == 0 })
 	}
 	if n := scrape(t, s, "llmproxy_upstream_failures_total"); n < 4 {
 		t.Errorf("llmproxy_upstream_failures_total = %v; want at least 4", n)

@@ -147,7 +147,7 @@ func TestSDKCallsChargeUpstreamUsage(t *testing.T) {
 	charged("models", 0)
 
 	// Every answer carried the limit headers.
-	if inflight := scrape(t, s, "admission_inflight"); inflight != 0 {
+	if inflight := inflight(t, s); inflight != 0 {
 		t.Errorf("admission_inflight = %v after all calls ended; want 0", inflight)
 	}
 }
