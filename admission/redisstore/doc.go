@@ -70,8 +70,8 @@
 //
 // Keys are
 //
-//	<prefix>{<tag>}:<policy>:<alg>:<partition key>          token bucket, windows, quota
-//	<prefix>{<tag>}:<policy>:<alg>:h:<partition key>        sliding log, concurrency: a hash
+//	<prefix>{<tag>}:<policy>:<alg>:<partition key>          token bucket, windows, quota, concurrency
+//	<prefix>{<tag>}:<policy>:<alg>:h:<partition key>        sliding log: a hash
 //	<prefix>{<tag>}:<policy>:<alg>:z:<partition key>        ... and a sorted set
 //	<prefix>{<tag>}:settle:<random id>                      idempotency of a settlement
 //
@@ -80,8 +80,9 @@
 // and tag is the partition key's first field (see Tag). Token buckets,
 // windows and quotas are one string of packed doubles; a sliding log is a
 // sorted set of entries, at most one per admitted permit (so at most the
-// limit in the window), with a small hash of its sum; concurrency leases
-// are a sorted set of lease expiries with a hash of the cost in flight.
+// limit in the window), with a small hash of its sum; concurrency is one
+// hash of the cost in flight and one field per lease (its expiry and cost),
+// scanned only when a lease may have expired.
 //
 // Every key expires when its state becomes neutral (a full bucket, a
 // window that has passed, the last log entry or lease expired, the end of

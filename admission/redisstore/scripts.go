@@ -369,30 +369,54 @@ ALG[3].flush = function(o)
 end
 `,
 	admission.Concurrency: `
-ALG[4] = {nkeys = 2, lease = true}
--- The hash holds b (base second), a (cost in flight), q (lease counter)
--- and m (latest expiry); a is 0 exactly when no lease is held, as every
--- lease holds a positive cost.
+-- One hash per partition: b (base second), a (cost in flight), q (lease
+-- counter, see load), e (earliest lease expiry, a lower bound), m (latest expiry), and
+-- a field l<id> = "<expiry>:<cost>" per lease; expiries are nanoseconds
+-- from b. a is 0 exactly when no lease is held, as every lease holds a
+-- positive cost. Leases are scanned only when one may have expired.
+ALG[4] = {nkeys = 1, lease = true}
 ALG[4].load = function(o)
-  local h = redis.call('HMGET', o.k1, 'b', 'a', 'q', 'm')
+  local h = redis.call('HMGET', o.k1, 'b', 'a', 'q', 'e', 'm')
   o.a = tonumber(h[2]) or 0
-  o.q = tonumber(h[3]) or 0
-  o.m = tonumber(h[4]) or 0
-  local base = tonumber(h[1])
-  rel(o, base)
-  if base and o.b ~= base then o.m = o.m - (o.b - base) * E9 end
+  -- A new partition numbers its leases from the current microsecond, so
+  -- that a lease id is never reused after the partition was dropped (a
+  -- stale ticket can never release someone else's lease).
+  o.q = tonumber(h[3]) or (o.s * 1000000 + math.floor(o.n / 1000))
+  o.b = tonumber(h[1]) or o.s
+  o.now = tdiff(o.s, o.n, o.b, 0)
+  o.e = tonumber(h[4])
+  o.m = tonumber(h[5]) or 0
   o.expired = 0
-  if o.a > 0 then
-    local old = redis.call('ZRANGEBYSCORE', o.k2, '-inf', fmt(o.now))
-    if #old > 0 then
-      for i = 1, #old do o.a = o.a - mcost(old[i]) end
-      o.expired = #old
-      redis.call('ZREMRANGEBYSCORE', o.k2, '-inf', fmt(o.now))
-      o.hdirty = true
+  if o.a > 0 and (o.e == nil or o.e <= o.now or o.now > 4503599627370496) then
+    local shift = 0
+    if o.now > 4503599627370496 then
+      shift = (o.s - o.b) * E9
+      o.b, o.now, o.m = o.s, o.n, o.m - shift
     end
+    local all = redis.call('HGETALL', o.k1)
+    local e, dels = nil, {}
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if string.byte(f, 1) == 108 then
+        local x, c = string.match(all[i + 1], '^(-?%d+):(%d+)$')
+        local exp, cost = tonumber(x) - shift, tonumber(c)
+        if exp <= o.now then
+          dels[#dels + 1] = f
+          o.a = o.a - cost
+          o.expired = o.expired + 1
+        else
+          if shift ~= 0 then redis.call('HSET', o.k1, f, fmt(exp) .. ':' .. c) end
+          if e == nil or exp < e then e = exp end
+        end
+      end
+    end
+    for i = 1, #dels, 500 do
+      redis.call('HDEL', o.k1, unpack(dels, i, math.min(i + 499, #dels)))
+    end
+    o.e = e
+    o.hdirty = true
   end
-  if o.a <= 0 then o.a = 0 end
-  o.card = o.a > 0 and 1 or 0
+  if o.a <= 0 then o.a, o.e = 0, nil end
   o.a0, o.q0 = o.a, o.q
 end
 ALG[4].take = function(o, n, g)
@@ -402,7 +426,7 @@ ALG[4].take = function(o, n, g)
   if o.a + n <= amount then
     if n > 0 then
       o.q = o.q + 1
-      o.add = o.q .. ':' .. fmt(n)
+      o.addn = n
       o.a = o.a + n
       o.dirty = true
       g.sn = o.q
@@ -416,31 +440,30 @@ end
 ALG[4].save = function(o, grace)
   local exp = o.now + o.p2
   if exp > o.m then o.m = exp end
-  redis.call('ZADD', o.k2, fmt(exp), o.add)
-  local px = ttl(o.m - o.now, grace)
-  redis.call('HSET', o.k1, 'b', fmt(o.b), 'a', fmt(o.a), 'q', fmt(o.q), 'm', fmt(o.m))
-  redis.call('PEXPIRE', o.k1, px)
-  redis.call('PEXPIRE', o.k2, px)
+  if o.e == nil or exp < o.e then o.e = exp end
+  redis.call('HSET', o.k1, 'l' .. fmt(o.q), fmt(exp) .. ':' .. fmt(o.addn),
+    'b', fmt(o.b), 'a', fmt(o.a), 'q', fmt(o.q), 'e', fmt(o.e), 'm', fmt(o.m))
+  redis.call('PEXPIRE', o.k1, ttl(o.m - o.now, grace))
 end
 ALG[4].flush = function(o)
   if o.hdirty and not o.saved then
-    if o.card == 0 then
-      redis.call('DEL', o.k1, o.k2)
+    if o.a0 == 0 then
+      redis.call('DEL', o.k1)
     else
-      redis.call('HSET', o.k1, 'b', fmt(o.b), 'a', fmt(o.a0), 'q', fmt(o.q0), 'm', fmt(o.m))
+      redis.call('HSET', o.k1, 'b', fmt(o.b), 'a', fmt(o.a0), 'q', fmt(o.q0), 'e', fmt(o.e), 'm', fmt(o.m))
     end
   end
 end
 ALG[4].release = function(o, id, taken)
-  local a = tonumber(redis.call('HGET', o.k1, 'a')) or 0
-  if redis.call('ZREM', o.k2, fmt(id) .. ':' .. fmt(taken)) == 1 then
-    a = a - taken
+  local a
+  if redis.call('HDEL', o.k1, 'l' .. fmt(id)) == 1 then
+    a = redis.call('HINCRBY', o.k1, 'a', -taken)
     if a <= 0 then
       a = 0
-      redis.call('DEL', o.k1, o.k2)
-    else
-      redis.call('HSET', o.k1, 'a', fmt(a))
+      redis.call('DEL', o.k1)
     end
+  else
+    a = tonumber(redis.call('HGET', o.k1, 'a')) or 0
   end
   return math.max(0, o.p1 - a)
 end

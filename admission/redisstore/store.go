@@ -229,7 +229,7 @@ type limiter struct {
 var _ admission.Limiter = (*limiter)(nil)
 
 func (l *limiter) nkeys() int {
-	if l.alg == admission.SlidingLog || l.alg == admission.Concurrency {
+	if l.alg == admission.SlidingLog {
 		return 2
 	}
 	return 1

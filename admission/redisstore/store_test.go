@@ -297,7 +297,7 @@ func TestKeysExpire(t *testing.T) {
 		{admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 10, Per: 400 * ms}, 5, 1, 400*ms + 50*ms},
 		{admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 10, Per: 200 * ms}, 5, 1, 400*ms + 50*ms},
 		{admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 10, Per: 400 * ms}, 5, 2, 400*ms + 50*ms},
-		{admission.Policy{Name: "cc", Algorithm: admission.Concurrency, Limit: 10, MaxHold: 400 * ms}, 5, 2, 400*ms + 50*ms},
+		{admission.Policy{Name: "cc", Algorithm: admission.Concurrency, Limit: 10, MaxHold: 400 * ms}, 5, 1, 400*ms + 50*ms},
 		{admission.Policy{Name: "q", Algorithm: admission.Quota, Limit: 10, Period: admission.PeriodFixed, Per: 400 * ms}, 5, 1, 400*ms + 50*ms},
 	}
 	ctx := context.Background()
