@@ -65,6 +65,7 @@ type options struct {
 	cut              string
 	maxOutputReserve int64
 	logLevel         string
+	tokenizer        string
 
 	// Test hooks.
 	clock     admission.Clock
@@ -89,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cut, "cut-streams", "all", "cut a stream when its tenant runs out: all (rate or quota), quota, never")
 	fs.Int64Var(&o.maxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -208,7 +210,13 @@ func start(o options) (_ *server, err error) {
 		maxBody = weights.DefaultMaxBodyBytes
 	}
 	prices := defaultPrices()
-	est, err := weights.NewEstimator(weights.Config{MaxBodyBytes: maxBody, Prices: prices})
+	counters := weights.BPECounter
+	if o.tokenizer == "tiktoken" {
+		counters = weights.TiktokenCounter
+	} else if o.tokenizer != "bpe" && o.tokenizer != "" {
+		return nil, fmt.Errorf("--tokenizer: %q is not bpe or tiktoken", o.tokenizer)
+	}
+	est, err := weights.NewEstimator(weights.Config{MaxBodyBytes: maxBody, Prices: prices, Counters: counters})
 	if err != nil {
 		return nil, err
 	}
