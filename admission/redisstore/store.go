@@ -112,7 +112,8 @@ type Store struct {
 	// noFunctions is set once the server refused to load the library.
 	noFunctions atomic.Bool
 	grace       int64 // ms
-	idemTTL     int64 // ms
+	graceArg    any   // grace, boxed once
+	idemTTL     any   // ms, boxed once
 	pool        sync.Pool
 }
 
@@ -175,7 +176,8 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 		}
 	}
 	s.grace = cfg.IdleGrace.Milliseconds()
-	s.idemTTL = max(1000, 4*cfg.Timeout.Milliseconds())
+	s.graceArg = s.grace
+	s.idemTTL = max(int64(1000), 4*cfg.Timeout.Milliseconds())
 	s.pool.New = func() any { return &call{} }
 	return s, nil
 }
@@ -224,6 +226,15 @@ type limiter struct {
 	alg    admission.Algorithm
 	onErr  admission.FailMode
 	infix  string
+	// fixed holds the boxed arguments of the last Limit used, for the
+	// algorithms whose arguments do not depend on the instant: building
+	// them again for every call would allocate.
+	fixed atomic.Pointer[fixedParams]
+}
+
+type fixedParams struct {
+	lim  admission.Limit
+	vals [5]any
 }
 
 var _ admission.Limiter = (*limiter)(nil)
@@ -284,7 +295,7 @@ func (s *Store) header(c *call, now int64, count int) {
 	} else {
 		c.args = append(c.args, "", "")
 	}
-	c.args = append(c.args, s.grace, count)
+	c.args = append(c.args, s.graceArg, count)
 }
 
 // split returns the seconds and nanoseconds of an instant, flooring.
@@ -335,6 +346,20 @@ func quotaPeriod(l admission.Limit, now int64) (start, length int64, calendar bo
 
 // params appends the five algorithm parameters of l at now.
 func (l *limiter) params(dst []any, lim admission.Limit, now int64) []any {
+	switch l.alg {
+	case admission.TokenBucket, admission.SlidingLog, admission.Concurrency:
+		fp := l.fixed.Load()
+		if fp == nil || fp.lim != lim {
+			fp = &fixedParams{lim: lim}
+			copy(fp.vals[:], l.params1(nil, lim, now))
+			l.fixed.Store(fp)
+		}
+		return append(dst, fp.vals[:]...)
+	}
+	return l.params1(dst, lim, now)
+}
+
+func (l *limiter) params1(dst []any, lim admission.Limit, now int64) []any {
 	switch l.alg {
 	case admission.TokenBucket:
 		return append(dst, lim.Amount, lim.Capacity(), int64(lim.Per), 0, 0)
@@ -686,7 +711,8 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 		if adjusts {
 			// An idempotency key makes a settle that the client retries
 			// (after a lost reply) apply once.
-			c.keys = append(c.keys, s.cfg.Prefix+"{"+tag+"}:settle:"+strconv.FormatUint(rand.Uint64(), 36))
+			var id [13]byte
+			c.keys = append(c.keys, s.cfg.Prefix+"{"+tag+"}:settle:"+string(strconv.AppendUint(id[:0], rand.Uint64(), 36)))
 			c.args = append(c.args, s.idemTTL)
 		} else {
 			c.args = append(c.args, 0)
