@@ -221,3 +221,31 @@ func TestCrashedReplicaLeases(t *testing.T) {
 		t.Errorf("LeaseExpired reported %d leases; want 3", rec.expired)
 	}
 }
+
+// TestSettleFailureReported: a settlement that fails (no request waits for
+// it) is reported to the store's observer.
+func TestSettleFailureReported(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "shared"}, redisstore.WithObserver(rec))
+	p := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute, OnStoreError: admission.FailClosedMode}
+	lim, _ := st.Limiter(&p)
+	ctx := context.Background()
+	g, err := lim.Acquire(ctx, "acme", limitOf(&p), 100, time.Now())
+	if err != nil || !g.OK {
+		t.Fatalf("Acquire = %+v, %v", g, err)
+	}
+	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "500", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = lim.Adjust(ctx, "acme", limitOf(&p), &g, -40, time.Now())
+	if d := time.Since(start); err == nil || d > faultTimeout+latencySlack {
+		t.Fatalf("Adjust against a hung Redis = %v after %v; want an error within %v", err, d, faultTimeout)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.storeErr) != 1 || rec.storeErr[0].Policy != "tpm" || rec.storeErr[0].Store != "shared" || rec.storeErr[0].Action != admission.FailClosedMode {
+		t.Errorf("store error events = %+v; want one for policy tpm on store shared", rec.storeErr)
+	}
+}
