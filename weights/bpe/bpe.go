@@ -100,14 +100,15 @@ func (e *Encoding) CountString(s string) int {
 	return e.run(unsafe.Slice(unsafe.StringData(s), len(s)), nil)
 }
 
-// Encode appends the tokens of b to dst and returns the extended slice.
+// Encode appends the tokens of b to dst and returns the extended slice. The
+// tokens are those of tiktoken-go's Encode(string(b), nil, nil).
 func (e *Encoding) Encode(dst []int, b []byte) []int {
 	e.run(b, &dst)
 	return dst
 }
 
 // Decode appends the bytes of tokens to dst and returns the extended slice.
-// Tokens outside the vocabulary are skipped.
+// Tokens outside the vocabulary, including the special tokens, are skipped.
 func (e *Encoding) Decode(dst []byte, tokens []int) []byte {
 	for _, tok := range tokens {
 		if tok >= 0 && tok < len(e.t.offs)-1 {
