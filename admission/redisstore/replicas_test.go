@@ -222,3 +222,30 @@ func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestSentinel runs the store through a Sentinel failover client (the
+// master found by asking the Sentinel), as a UniversalClient.
+func TestSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "main")
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		MasterName: "main", Addrs: []string{sentinel.Addr}, ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { client.Close() })
+	st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})
+	ctl := newController(t, st, threePolicies()...)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		tk, err := ctl.Admit(ctx, admission.Request{Tenant: "acme", Tokens: 10})
+		if (err == nil) != (i < 2) {
+			t.Fatalf("Admit %d = %v; want the third refused by the concurrency limit of 2", i, err)
+		}
+		if i == 2 {
+			break
+		}
+		defer tk.Done()
+	}
+	if n := scriptCalls(t, master.Addr); n < 3 {
+		t.Errorf("%d script calls on the master; want the decisions made there", n)
+	}
+}

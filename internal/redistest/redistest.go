@@ -33,6 +33,7 @@ type Server struct {
 	Port int
 
 	dir    string
+	conf   string // configuration file, for a Sentinel
 	ownDir bool
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -60,9 +61,29 @@ func Binary(tb testing.TB) string {
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	Binary(tb)
-	s, err := launch(tb.TempDir(), extra)
-	if err != nil {
+	s := &Server{dir: tb.TempDir(), extra: extra}
+	if err := s.launch(); err != nil {
 		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// StartSentinel starts a Redis Sentinel on a free loopback port that
+// monitors master under name (quorum 1), and returns once it answers PING.
+// It is stopped, by its PID, when the test ends.
+func StartSentinel(tb testing.TB, master *Server, name string) *Server {
+	tb.Helper()
+	Binary(tb)
+	dir := tb.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n", name, master.Port, name)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{dir: dir, conf: conf, extra: []string{"--sentinel"}}
+	if err := s.launch(); err != nil {
+		tb.Fatalf("redistest: sentinel: %v", err)
 	}
 	tb.Cleanup(s.Stop)
 	return s
@@ -79,29 +100,28 @@ func Launch() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := launch(dir, nil)
-	if err != nil {
+	s := &Server{dir: dir, ownDir: true}
+	if err := s.launch(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s.ownDir = true
 	return s, nil
 }
 
-func launch(dir string, extra []string) (*Server, error) {
-	s := &Server{dir: dir, extra: extra}
+// launch starts s on a free port, trying a few ports.
+func (s *Server) launch() error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
-		s.Port, err = freePort(hasClusterFlag(extra))
+		s.Port, err = freePort(hasClusterFlag(s.extra))
 		if err != nil {
 			continue
 		}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 		if err = s.start(); err == nil {
-			return s, nil
+			return nil
 		}
 	}
-	return nil, err
+	return err
 }
 
 func hasClusterFlag(args []string) bool {
@@ -120,6 +140,9 @@ func (s *Server) start() error {
 		"--protected-mode", "no", "--daemonize", "no",
 	}
 	args = append(args, s.extra...)
+	if s.conf != "" {
+		args = append([]string{s.conf}, args...)
+	}
 	log, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

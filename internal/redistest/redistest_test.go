@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -32,5 +33,14 @@ func TestCluster(t *testing.T) {
 	info, err := Do(c.Addrs[0], "CLUSTER", "INFO")
 	if err != nil || !strings.Contains(info, "cluster_known_nodes:3") {
 		t.Fatalf("CLUSTER INFO = %q, %v; want 3 known nodes", info, err)
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	m := Start(t)
+	s := StartSentinel(t, m, "main")
+	addr, err := Do(s.Addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main")
+	if err != nil || addr != "127.0.0.1\n"+strconv.Itoa(m.Port) {
+		t.Fatalf("SENTINEL GET-MASTER-ADDR-BY-NAME = %q, %v; want the master", addr, err)
 	}
 }
