@@ -1,0 +1,288 @@
+// Command loadtest measures the latency the llmproxy gateway adds, under an
+// open-loop load, against a bare reverse proxy on the same path.
+//
+// It starts, on loopback ports in one process, the simulated upstream
+// (answering at once), an httputil.ReverseProxy with the gateway's tuned
+// transport, and the gateway with three policies (requests per minute,
+// tokens per minute, concurrency; limits high enough to admit everything)
+// and its metrics. Then it sends non-streaming chat requests with a 1 KB
+// prompt to each proxy in turn at a fixed rate, whatever the answers'
+// latency (open loop: a slow answer does not slow the sender, so queueing
+// shows in the figures), and prints the latency percentiles of each and the
+// difference.
+//
+//	go run ./examples/llmproxy/loadtest                 # 2,000 req/s for 10 s each
+//	go run ./examples/llmproxy/loadtest -rate 500 -duration 5s
+//
+// Latency is measured from the moment a request was due to be sent, so a
+// sender that falls behind is charged for it. At most -max-inflight
+// requests are outstanding; requests beyond are counted as dropped, which
+// keeps the run bounded in memory and time.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/weights"
+)
+
+const key = "sk-loadtest"
+
+// policy is the gateway's configuration: three policies that admit
+// everything at this load.
+var policy = `version: 1
+policies:
+  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1G, per: 1m}
+  - name: tpm
+    match: {routes: [/v1/chat/completions], methods: [POST]}
+    key: [tenant]
+    unit: tokens
+    algorithm: token_bucket
+    limit: 1G
+    per: 1m
+  - {name: concurrency, key: [tenant], algorithm: concurrency, limit: 100000}
+tenants:
+  load:
+    api_keys: [` + httpadmit.HashKey(key).String() + `]
+identity: {anonymous: deny}
+`
+
+func main() {
+	rate := flag.Int("rate", 2000, "requests per second")
+	duration := flag.Duration("duration", 10*time.Second, "length of each measured run")
+	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured run before each measured one")
+	promptBytes := flag.Int("prompt-bytes", 1024, "size of the prompt")
+	maxInflight := flag.Int("max-inflight", 4000, "requests outstanding at most; more are dropped")
+	rounds := flag.Int("rounds", 3, "measured runs per target, alternating between the targets")
+	flag.Parse()
+	if *rate <= 0 || *rate > 100_000 || *duration <= 0 || *duration > 5*time.Minute || *rounds < 1 || *rounds > 10 {
+		fmt.Fprintln(os.Stderr, "loadtest: -rate must be in 1..100000, -duration in (0, 5m], -rounds in 1..10")
+		os.Exit(2)
+	}
+	if err := run(*rate, *duration, *warmup, *promptBytes, *maxInflight, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+}
+
+func run(rate int, duration, warmup time.Duration, promptBytes, maxInflight, rounds int) error {
+	upURL, err := serve(upstream.New(upstream.Config{OutputTokens: 16}))
+	if err != nil {
+		return err
+	}
+	upURL += "/v1"
+	base, _ := url.Parse(upURL)
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host = base.Scheme, base.Host
+			r.Out.URL.Path = base.Path + strings.TrimPrefix(r.In.URL.Path, "/v1")
+			r.Out.Host = base.Host
+		},
+		Transport: gateway.NewTransport(),
+	}
+	rpURL, err := serve(rp)
+	if err != nil {
+		return err
+	}
+	gwURL, err := startGateway(upURL)
+	if err != nil {
+		return err
+	}
+	body, _ := json.Marshal(map[string]any{
+		"model": "gpt-4o-mini", "max_tokens": 16,
+		"messages": []any{map[string]any{"role": "user", "content": prompt(promptBytes)}},
+	})
+	fmt.Printf("open loop: %d req/s for %v per run (after %v warm-up), %d-byte prompt, non-streaming chat, GOMAXPROCS %d, %d rounds\n",
+		rate, duration, warmup, promptBytes, gomaxprocs(), rounds)
+	targets := []struct{ name, url string }{
+		{"httputil.ReverseProxy", rpURL},
+		{"llmproxy gateway", gwURL},
+	}
+	if warmup > 0 {
+		for _, t := range targets {
+			load(t.url, body, rate, warmup, maxInflight)
+		}
+	}
+	// Alternate the targets so that a change in the machine's load
+	// affects both alike.
+	var added50, added99 []time.Duration
+	for round := range rounds {
+		var rs [2]result
+		for i, t := range targets {
+			rs[i] = load(t.url, body, rate, duration, maxInflight)
+			rs[i].name = t.name
+			fmt.Printf("round %d  %v\n", round+1, rs[i])
+		}
+		added50 = append(added50, rs[1].q(0.50)-rs[0].q(0.50))
+		added99 = append(added99, rs[1].q(0.99)-rs[0].q(0.99))
+	}
+	slices.Sort(added50)
+	slices.Sort(added99)
+	fmt.Printf("added by the gateway (median over rounds): p50 %+.3f ms, p99 %+.3f ms\n",
+		ms(added50[len(added50)/2]), ms(added99[len(added99)/2]))
+	return nil
+}
+
+// startGateway runs the gateway as llmproxy does, with the policy above.
+func startGateway(upURL string) (string, error) {
+	f, err := config.Parse("loadtest policy", []byte(policy))
+	if err != nil {
+		return "", err
+	}
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		return "", err
+	}
+	obs, err := metrics.New(metrics.WithMeterProvider(prom.Provider))
+	if err != nil {
+		return "", err
+	}
+	ctl, err := admission.New(f.Config, admission.WithObserver(obs))
+	if err != nil {
+		return "", err
+	}
+	obs.Watch(ctl)
+	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	if err != nil {
+		return "", err
+	}
+	ic := f.Identity.HTTPIdentity()
+	gw, err := gateway.New(gateway.Config{
+		Upstream: upURL, Controller: ctl, Estimator: est, Identity: &ic,
+		Meter:        prom.Provider.Meter("loadtest"),
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		LimitHeaders: httpadmit.SetLimitHeaders,
+	})
+	if err != nil {
+		return "", err
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	gw.Register(e, prom.Handler)
+	return serve(e)
+}
+
+func serve(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), nil
+}
+
+func prompt(n int) string {
+	const s = "The gateway admits each request against the tenant's limits before it reaches the model, " +
+		"and settles the reservation with the usage the upstream reports once the answer is complete. "
+	return strings.Repeat(s, n/len(s)+1)[:n]
+}
+
+// result is one measured run.
+type result struct {
+	name     string
+	lat      []time.Duration // sorted
+	errors   int64
+	dropped  int64
+	sent     int
+	duration time.Duration
+}
+
+func (r result) q(p float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(r.lat)))
+	return r.lat[min(i, len(r.lat)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r result) String() string {
+	return fmt.Sprintf("%-22s %6d ok %4d errors %4d dropped (%.0f req/s)  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  p99.9 %.3f ms  max %.3f ms",
+		r.name, len(r.lat), r.errors, r.dropped, float64(r.sent)/r.duration.Seconds(),
+		ms(r.q(0.5)), ms(r.q(0.9)), ms(r.q(0.99)), ms(r.q(0.999)), ms(r.q(1)))
+}
+
+// load sends rate requests per second to target for d, each on its own
+// goroutine at its due time, and collects the latencies.
+func load(target string, body []byte, rate int, d time.Duration, maxInflight int) result {
+	client := &http.Client{
+		Transport: &http.Transport{MaxIdleConns: maxInflight, MaxIdleConnsPerHost: maxInflight, IdleConnTimeout: time.Minute},
+		Timeout:   30 * time.Second,
+	}
+	defer client.CloseIdleConnections()
+	n := int(float64(rate) * d.Seconds())
+	interval := time.Second / time.Duration(rate)
+	lat := make([]time.Duration, n)
+	var errs, dropped atomic.Int64
+	var inflight atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		}
+		if inflight.Load() >= int64(maxInflight) {
+			dropped.Add(1)
+			lat[i] = -1
+			continue
+		}
+		inflight.Add(1)
+		wg.Go(func() {
+			defer inflight.Add(-1)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/chat/completions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := client.Do(req)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			if err != nil {
+				errs.Add(1)
+				lat[i] = -1
+				return
+			}
+			lat[i] = time.Since(due)
+		})
+	}
+	sendTime := time.Since(start)
+	wg.Wait()
+	ok := slices.DeleteFunc(lat, func(d time.Duration) bool { return d < 0 })
+	slices.Sort(ok)
+	return result{lat: ok, errors: errs.Load(), dropped: dropped.Load(), sent: n, duration: sendTime}
+}
+
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
