@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,13 +137,52 @@ func TestFaults(t *testing.T) {
 		waitRecovered(t, r, "unpaused", time.Now())
 	}
 
-	// A dead Redis: killed mid-run.
+	// A dead Redis: killed while the replicas are admitting.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	slowest := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		for g := 0; g < 3; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; n < 2000; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					start := time.Now()
+					tk, err := r.ctl.Admit(context.Background(), admission.Request{Tenant: "load"})
+					d := time.Since(start)
+					if err == nil {
+						tk.Done()
+					} else if !errors.Is(err, admission.ErrStoreUnavailable) && !errors.Is(err, admission.ErrRateLimited) {
+						t.Errorf("%s under load: Admit = %v", r.mode, err)
+						return
+					}
+					r.ctlr.mu.Lock()
+					slowest[i] = max(slowest[i], d)
+					r.ctlr.mu.Unlock()
+				}
+			}()
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
 	srv.Kill()
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	for i, r := range rs {
+		if slowest[i] > faultTimeout+latencySlack {
+			t.Errorf("%s: slowest decision while Redis was killed under load: %v; want at most %v (+%v)", r.mode, slowest[i], faultTimeout, latencySlack)
+		}
+		r.ctlr.mu.Lock()
+		r.ctlr.storeErr = nil
+		r.ctlr.mu.Unlock()
+	}
 	for _, r := range rs {
-		r.store.reset()
-		r.store.mu.Lock()
-		r.store.breaker = nil
-		r.store.mu.Unlock()
+		r.store.reset() // the breaker opened during the load above
 	}
 	for _, r := range rs {
 		// The local limiter was spent during the pause above.
