@@ -21,20 +21,20 @@ import (
 //
 //	go test -run '^$' -bench 'Count' -benchmem ./weights
 
-var benchEncodings = []struct{ short, name string }{
+var countBenchEncodings = []struct{ short, name string }{
 	{"o200k", bpe.O200kBase},
 	{"cl100k", bpe.Cl100kBase},
 }
 
-var benchSizes = []struct {
+var countBenchSizes = []struct {
 	label string
 	n     int
 }{{"1KB", 1 << 10}, {"16KB", 16 << 10}, {"256KB", 256 << 10}}
 
-var peers = sync.OnceValue(func() map[string]*tiktoken.Tiktoken {
+var countPeers = sync.OnceValue(func() map[string]*tiktoken.Tiktoken {
 	tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
 	m := map[string]*tiktoken.Tiktoken{}
-	for _, e := range benchEncodings {
+	for _, e := range countBenchEncodings {
 		tk, err := tiktoken.GetEncoding(e.name)
 		if err != nil {
 			panic(err)
@@ -44,10 +44,10 @@ var peers = sync.OnceValue(func() map[string]*tiktoken.Tiktoken {
 	return m
 })
 
-// benchText returns n bytes (cut back to a rune boundary) of text built from
+// countBenchText returns n bytes (cut back to a rune boundary) of text built from
 // the corpus files: English chat paragraphs in a shuffled order when mixed is
 // false, every language, code and JSON file of the corpus otherwise.
-func benchText(b *testing.B, n int, mixed bool) string {
+func countBenchText(b *testing.B, n int, mixed bool) string {
 	b.Helper()
 	pattern := "bpe/testdata/corpus/english.txt"
 	if mixed {
@@ -88,20 +88,20 @@ func benchText(b *testing.B, n int, mixed bool) string {
 }
 
 func BenchmarkPeerTiktokenCount(b *testing.B) {
-	for _, e := range benchEncodings {
-		for _, size := range benchSizes {
+	for _, e := range countBenchEncodings {
+		for _, size := range countBenchSizes {
 			b.Run("enc="+e.short+"/size="+size.label, func(b *testing.B) {
-				benchPeer(b, e.name, benchText(b, size.n, false))
+				benchPeerCount(b, e.name, countBenchText(b, size.n, false))
 			})
 		}
 	}
 }
 
 func BenchmarkCount(b *testing.B) {
-	for _, e := range benchEncodings {
-		for _, size := range benchSizes {
+	for _, e := range countBenchEncodings {
+		for _, size := range countBenchSizes {
 			b.Run("enc="+e.short+"/size="+size.label, func(b *testing.B) {
-				benchCount(b, e.name, benchText(b, size.n, false))
+				benchBPECount(b, e.name, countBenchText(b, size.n, false))
 			})
 		}
 	}
@@ -109,18 +109,18 @@ func BenchmarkCount(b *testing.B) {
 
 func BenchmarkPeerTiktokenCountMixed(b *testing.B) {
 	b.Run("enc=o200k", func(b *testing.B) {
-		benchPeer(b, bpe.O200kBase, benchText(b, 64<<10, true))
+		benchPeerCount(b, bpe.O200kBase, countBenchText(b, 64<<10, true))
 	})
 }
 
 func BenchmarkCountMixed(b *testing.B) {
 	b.Run("enc=o200k", func(b *testing.B) {
-		benchCount(b, bpe.O200kBase, benchText(b, 64<<10, true))
+		benchBPECount(b, bpe.O200kBase, countBenchText(b, 64<<10, true))
 	})
 }
 
-func benchPeer(b *testing.B, name, text string) {
-	tk := peers()[name]
+func benchPeerCount(b *testing.B, name, text string) {
+	tk := countPeers()[name]
 	want, err := bpe.Get(name)
 	if err != nil {
 		b.Fatal(err)
@@ -138,14 +138,14 @@ func benchPeer(b *testing.B, name, text string) {
 	b.ReportMetric(float64(n), "tokens")
 }
 
-func benchCount(b *testing.B, name, text string) {
+func benchBPECount(b *testing.B, name, text string) {
 	e, err := bpe.Get(name)
 	if err != nil {
 		b.Fatal(err)
 	}
 	buf := []byte(text)
 	n := e.Count(buf)
-	if want := len(peers()[name].Encode(text, nil, nil)); n != want {
+	if want := len(countPeers()[name].Encode(text, nil, nil)); n != want {
 		b.Fatalf("bpe %s counts %d tokens, tiktoken-go %d", name, n, want)
 	}
 	b.SetBytes(int64(len(buf)))
