@@ -3,7 +3,28 @@ package bpe
 import (
 	"strings"
 	"testing"
+
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
+
+// TestTableMatchesLoader compares the parsed vocabulary with the map the
+// reference builds from the same file: same size, same bytes for every rank.
+func TestTableMatchesLoader(t *testing.T) {
+	for _, e := range encodings(t) {
+		want, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe(e.Name() + ".tiktoken")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(e.t.offs) - 1; got != len(want) {
+			t.Errorf("%s: %d tokens; the loader has %d", e.Name(), got, len(want))
+		}
+		for tok, r := range want {
+			if r < 0 || r >= len(e.t.offs)-1 || string(e.t.token(uint32(r))) != tok {
+				t.Fatalf("%s: token %d is missing or differs from the loader's %q", e.Name(), r, tok)
+			}
+		}
+	}
+}
 
 // TestTableIndexesEveryToken looks every token up by its bytes: the index
 // must return its own rank (which also proves the tokens are distinct, as
