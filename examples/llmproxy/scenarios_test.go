@@ -615,3 +615,53 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A client that leaves mid-stream is charged for what was produced: the
+// prompt and the output streamed so far, not the reservation.
+func TestDisconnectSettlesWhatWasProduced(t *testing.T) {
+	clk := admissiontest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	s := startProxy(t, withPolicy(t, `
+  - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 100k, per: 1m}
+`, []string{"a"}, ""), func(o *options) {
+		o.clock = clk
+		o.simRate, o.simTokens = 100, 3000
+	})
+	c := sdk(s, testKey("a"))
+	ctx, cancel := context.WithCancel(ctxT(t, 20*time.Second))
+	p := chatParams("hi")
+	p.MaxTokens = openai.Int(3000)
+	got := 0
+	st := c.Chat.Completions.NewStreaming(ctx, p)
+	for st.Next() {
+		if len(st.Current().Choices) > 0 && st.Current().Choices[0].Delta.Content != "" {
+			got++
+			if got == 20 {
+				cancel()
+			}
+		}
+	}
+	st.Close()
+	eventually(t, 5*time.Second, "the upstream call is cancelled", func() bool { return s.sim.InFlight() == 0 })
+	// The reservation was about 3000 tokens; the client left after 20.
+	var charged int64
+	eventually(t, 5*time.Second, "the stream is settled", func() bool {
+		charged = 100_000 - remaining(t, s, "a", "tpm")
+		return charged < 3000
+	})
+	if charged < 20 || charged > 200 {
+		t.Errorf("the abandoned stream was charged %d tokens; want the ~20 produced plus its prompt, not its 3000 reservation", charged)
+	}
+	t.Logf("abandoned stream charged %d tokens", charged)
+}
+
+// The upstream key comes from the environment.
+func TestUpstreamKeyFromEnvironment(t *testing.T) {
+	t.Setenv(UpstreamKeyEnv, "sk-from-env")
+	o, err := parseFlags([]string{"--upstream", "http://127.0.0.1:1/v1", "--config", "x.yaml", "--addr", ":9"}, io.Discard)
+	if err != nil || o.upstreamKey != "sk-from-env" || o.upstreamURL != "http://127.0.0.1:1/v1" || o.configPath != "x.yaml" || o.addr != ":9" {
+		t.Fatalf("parseFlags: %+v, %v", o, err)
+	}
+	if _, err := parseFlags([]string{"--cut-streams"}, io.Discard); err == nil {
+		t.Error("a flag without its value was accepted")
+	}
+}

@@ -371,6 +371,9 @@ type gen struct {
 	out    int
 	finish string
 	cut    bool
+	// deltaEvent names the events of streamed text, on APIs that name
+	// their events.
+	deltaEvent string
 }
 
 func (g *gen) id(prefix string) string { return fmt.Sprintf("%s-sim%d", prefix, g.s.seq.Add(1)) }
@@ -476,7 +479,13 @@ func (g *gen) streamTokens(sse *sseWriter, event func(text string) any) bool {
 		for j := range k {
 			b.WriteString(word(i + j))
 		}
-		if !sse.data(event(b.String())) {
+		ok := false
+		if g.deltaEvent != "" {
+			ok = sse.event(g.deltaEvent, event(b.String()))
+		} else {
+			ok = sse.data(event(b.String()))
+		}
+		if !ok {
 			return false
 		}
 	}
@@ -613,6 +622,7 @@ func (g *gen) responses() {
 	if !event("response.created", map[string]any{"response": g.response(id, msgID, "in_progress", "", nil)}) {
 		return
 	}
+	g.deltaEvent = "response.output_text.delta"
 	if !g.streamTokens(sse, func(text string) any {
 		v := map[string]any{"type": "response.output_text.delta", "item_id": msgID, "output_index": 0, "content_index": 0, "delta": text, "sequence_number": seq}
 		seq++

@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+func TestFormatReset(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{-time.Second, "0s"},
+		{time.Microsecond, "1ms"},
+		{17*time.Millisecond + 300*time.Microsecond, "18ms"},
+		{time.Second, "1s"},
+		{6 * time.Minute, "6m0s"},
+		{6156 * time.Millisecond, "6.156s"},
+		{time.Minute + 1500*time.Microsecond, "1m0.002s"},
+	} {
+		if got := formatReset(tc.d); got != tc.want {
+			t.Errorf("formatReset(%v) = %q; want %q", tc.d, got, tc.want)
+		}
+		if _, err := time.ParseDuration(formatReset(tc.d)); err != nil {
+			t.Errorf("formatReset(%v) = %q is not a Go duration", tc.d, formatReset(tc.d))
+		}
+	}
+}
+
+func TestErrorBody(t *testing.T) {
+	b := errorBody("invalid_request_error", "invalid_type", "messages[0].content", `bad "quote"`)
+	var v struct {
+		Error struct {
+			Message, Type string
+			Param, Code   *string
+		}
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("errorBody = %s: %v", b, err)
+	}
+	if v.Error.Message != `bad "quote"` || v.Error.Type != "invalid_request_error" || *v.Error.Param != "messages[0].content" || *v.Error.Code != "invalid_type" {
+		t.Errorf("errorBody = %s", b)
+	}
+	if b := errorBody("server_error", "", "", "x"); string(b) != `{"error":{"message":"x","type":"server_error","param":null,"code":null}}` {
+		t.Errorf("errorBody without code and param = %s", b)
+	}
+}
+
+func TestRejectionShape(t *testing.T) {
+	g := &Gateway{cfg: Config{QuotaStatus: 429}}
+	g.shared.Store(&map[string]bool{"upstream": true})
+	for _, tc := range []struct {
+		rej    admission.Rejection
+		status int
+		code   string
+	}{
+		{admission.Rejection{Policy: "rpm", Reason: admission.ReasonRate, Status: admission.Status{Unit: admission.UnitRequests}}, 429, "rate_limit_exceeded"},
+		{admission.Rejection{Policy: "tpm", Reason: admission.ReasonRate, Status: admission.Status{Unit: admission.UnitTokens}}, 429, "tokens_limit_exceeded"},
+		{admission.Rejection{Policy: "spend", Reason: admission.ReasonQuota, Status: admission.Status{Unit: admission.UnitCost}}, 429, "quota_exceeded"},
+		{admission.Rejection{Policy: "conc", Reason: admission.ReasonQueueFull}, 429, "concurrency_limit_exceeded"},
+		{admission.Rejection{Policy: "conc", Reason: admission.ReasonConcurrency}, 429, "concurrency_limit_exceeded"},
+		{admission.Rejection{Policy: "conc", Reason: admission.ReasonQueueTimeout}, 429, "queue_timeout"},
+		{admission.Rejection{Policy: "upstream", Reason: admission.ReasonQueueFull}, 503, "concurrency_limit_exceeded"},
+		{admission.Rejection{Policy: "upstream", Reason: admission.ReasonQueueTimeout}, 503, "queue_timeout"},
+		{admission.Rejection{Policy: "redis", Reason: admission.ReasonStoreUnavailable}, 503, "service_unavailable"},
+	} {
+		status, _, code := g.rejectionShape(&tc.rej)
+		if status != tc.status || code != tc.code {
+			t.Errorf("rejectionShape(%s by %s) = %d %s; want %d %s", tc.rej.Reason, tc.rej.Policy, status, code, tc.status, tc.code)
+		}
+	}
+}
+
+func TestHeaderFilters(t *testing.T) {
+	for k, drop := range map[string]bool{
+		"Authorization": true, "X-Api-Key": true, "Cookie": true, "Connection": true, "Accept-Encoding": true,
+		"Content-Type": false, "Openai-Beta": false, "User-Agent": false, "X-Stainless-Retry-Count": false,
+	} {
+		if dropRequestHeader(http.CanonicalHeaderKey(k)) != drop {
+			t.Errorf("dropRequestHeader(%s) = %v; want %v", k, !drop, drop)
+		}
+	}
+	for k, drop := range map[string]bool{
+		"X-Ratelimit-Remaining-Tokens": true, "Openai-Organization": true, "Set-Cookie": true, "Ratelimit-Policy": true,
+		"Retry-After": false, "Retry-After-Ms": false, "X-Request-Id": false, "Openai-Processing-Ms": false,
+	} {
+		if dropResponseHeader(http.CanonicalHeaderKey(k)) != drop {
+			t.Errorf("dropResponseHeader(%s) = %v; want %v", k, !drop, drop)
+		}
+	}
+}
