@@ -2,7 +2,6 @@ package bpe
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
@@ -37,48 +36,93 @@ func loadTable(file string) (*table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpe: reading ranks: %w", err)
 	}
+	return parseTable(file, data)
+}
+
+// parseTable builds the table of the .tiktoken data read from file. One pass
+// decodes the base64 and checks the ranks, without a call per line.
+func parseTable(file string, data []byte) (*table, error) {
 	lines := bytes.Count(data, []byte{'\n'}) + 1
-	t := &table{
-		arena: make([]byte, 0, len(data)/4*3),
-		offs:  make([]uint32, 1, lines+1),
-	}
-	for ln := 1; len(data) > 0; ln++ {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		if len(line) == 0 {
+	t := &table{offs: make([]uint32, 1, lines+1)}
+	arena := make([]byte, len(data)/4*3+3)
+	w := 0
+	for i, ln := 0, 1; i < len(data); ln++ {
+		if data[i] == '\n' {
+			i++
 			continue
 		}
-		sp := bytes.IndexByte(line, ' ')
-		if sp <= 0 {
-			return nil, fmt.Errorf("bpe: %s:%d: missing rank", file, ln)
+		// base64(token): quanta of four characters, the last maybe padded.
+		start := w
+		for i < len(data) && data[i] != ' ' {
+			if i+4 > len(data) {
+				return nil, fmt.Errorf("bpe: %s:%d: bad token", file, ln)
+			}
+			a, b, c, d := b64[data[i]], b64[data[i+1]], b64[data[i+2]], b64[data[i+3]]
+			if a|b|c|d < 64 {
+				arena[w] = a<<2 | b>>4
+				arena[w+1] = b<<4 | c>>2
+				arena[w+2] = c<<6 | d
+				w += 3
+				i += 4
+				continue
+			}
+			switch {
+			case a|b < 64 && c == pad && d == pad:
+				arena[w] = a<<2 | b>>4
+				w++
+				i += 4
+			case a|b|c < 64 && d == pad:
+				arena[w] = a<<2 | b>>4
+				arena[w+1] = b<<4 | c>>2
+				w += 2
+				i += 4
+			}
+			break
 		}
-		rank, ok := parseRank(line[sp+1:])
-		if !ok || rank != len(t.offs)-1 {
-			return nil, fmt.Errorf("bpe: %s:%d: rank %q out of sequence", file, ln, line[sp+1:])
+		if w == start || i >= len(data) || data[i] != ' ' {
+			return nil, fmt.Errorf("bpe: %s:%d: bad token", file, ln)
 		}
-		enc := line[:sp]
-		at := len(t.arena)
-		dn := base64.StdEncoding.DecodedLen(len(enc))
-		if cap(t.arena)-at < dn {
-			t.arena = append(t.arena[:cap(t.arena)], make([]byte, dn)...)[:at]
+		i++ // the space
+		rank, digits := 0, 0
+		for ; i < len(data) && data[i] != '\n'; i++ {
+			c := data[i] - '0'
+			if c > 9 || digits == 9 {
+				return nil, fmt.Errorf("bpe: %s:%d: bad rank", file, ln)
+			}
+			rank = rank*10 + int(c)
+			digits++
 		}
-		n, err := base64.StdEncoding.Decode(t.arena[at:at+dn], enc)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("bpe: %s:%d: bad token: %v", file, ln, err)
+		if digits == 0 || rank != len(t.offs)-1 {
+			return nil, fmt.Errorf("bpe: %s:%d: rank out of sequence", file, ln)
 		}
-		t.arena = t.arena[:at+n]
-		t.offs = append(t.offs, uint32(len(t.arena)))
-		t.maxLen = max(t.maxLen, n)
+		t.offs = append(t.offs, uint32(w))
+		t.maxLen = max(t.maxLen, w-start)
 	}
+	t.arena = arena[:w:w]
 	if err := t.build(); err != nil {
 		return nil, fmt.Errorf("bpe: %s: %w", file, err)
 	}
 	return t, nil
 }
+
+// b64 maps the characters of the standard base64 alphabet to their values,
+// '=' to pad and every other byte to bad.
+var b64 = func() (t [256]byte) {
+	for i := range t {
+		t[i] = bad
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for i := range len(alphabet) {
+		t[alphabet[i]] = byte(i)
+	}
+	t['='] = pad
+	return t
+}()
+
+const (
+	pad = 64
+	bad = 128
+)
 
 // Slot layout.
 const (
@@ -89,21 +133,6 @@ const (
 	rankShft = offBits + lenBits
 	tagShift = 48
 )
-
-// parseRank parses a non-negative decimal number.
-func parseRank(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 9 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
-}
 
 // build fills the hash index and the one- and two-byte tables.
 func (t *table) build() error {

@@ -57,12 +57,26 @@ func TestLoadTableErrors(t *testing.T) {
 	if _, err := loadTable("missing.tiktoken"); err == nil || !strings.Contains(err.Error(), "reading ranks") {
 		t.Errorf(`loadTable("missing.tiktoken") error = %v; want a reading error`, err)
 	}
-	for _, in := range []string{"-1", "1a", "", "1234567890"} {
-		if n, ok := parseRank([]byte(in)); ok {
-			t.Errorf("parseRank(%q) = %d, true; want false", in, n)
+	for _, in := range []string{
+		"IQ== 1\n",          // rank out of sequence
+		"IQ== 0\nIg 1\n",    // truncated base64
+		"IQ== 0\nI@== 1\n",  // not base64
+		"IQ== x\n",          // rank not a number
+		"IQ==\n",            // no rank
+		" 0\n",              // empty token
+		"IQ== 0123456789\n", // rank too long
+	} {
+		if _, err := parseTable("test", []byte(in)); err == nil {
+			t.Errorf("parseTable(%q) succeeded; want an error", in)
 		}
 	}
-	if n, ok := parseRank([]byte("199997")); !ok || n != 199997 {
-		t.Errorf(`parseRank("199997") = %d, %v; want 199997, true`, n, ok)
+	tab, err := parseTable("test", []byte("IQ== 0\nIg== 1\nISI= 2\nISIj 3"))
+	if err != nil {
+		t.Fatalf("parseTable: %v", err)
+	}
+	for r, want := range []string{"!", "\"", "!\"", "!\"#"} {
+		if got := string(tab.token(uint32(r))); got != want {
+			t.Errorf("token %d = %q; want %q", r, got, want)
+		}
 	}
 }
