@@ -628,6 +628,7 @@ func TestDisconnectSettlesWhatWasProduced(t *testing.T) {
 	})
 	c := sdk(s, testKey("a"))
 	ctx, cancel := context.WithCancel(ctxT(t, 20*time.Second))
+	defer cancel()
 	p := chatParams("hi")
 	p.MaxTokens = openai.Int(3000)
 	got := 0
