@@ -55,8 +55,9 @@
 // Decisions use the Redis server's clock (TIME inside the script), never
 // the replicas': replicas with skewed clocks still share one window. The
 // caller's instant is only a hint: fixed and sliding windows are placed by
-// the script in the window holding the server's time (exact for any skew
-// below 104 days). Calendar quotas (day, month) are computed in Go, in the
+// the script in the window holding the server's time (a replica whose clock
+// is more than 13 days off gets the server's time back and computes the
+// window again: one extra round trip). Calendar quotas (day, month) are computed in Go, in the
 // Limit's Location, from the caller's clock; the script checks the server's
 // time falls in that period, and when it does not (a replica's clock on the
 // other side of midnight) it answers with its time and the store computes

@@ -151,6 +151,10 @@ end
 `,
 	admission.FixedWindow: `
 ALG[1] = {nkeys = 1}
+-- A window hint more than 2^50 ns (13 days) off the server's time could
+-- not be moved exactly: the caller recomputes it from the server's time.
+local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
+ALG[1].skew = function(o) return far(tdiff(o.s, o.n, o.p3, o.p4), o.p2) end
 ALG[1].load = function(o)
   window(o, o.p2, o.p3, o.p4)
   o.a = 0
@@ -193,6 +197,7 @@ end
 `,
 	admission.SlidingWindow: `
 ALG[2] = {nkeys = 1}
+ALG[2].skew = ALG[1].skew
 ALG[2].load = function(o)
   window(o, o.p2, o.p3, o.p4)
   o.a, o.b = 0, 0
@@ -471,11 +476,11 @@ end
 	admission.Quota: `
 ALG[5] = {nkeys = 1}
 ALG[5].skew = function(o)
+  local el = tdiff(o.s, o.n, o.p2, o.p3)
   if o.p5 == 1 then
-    local el = tdiff(o.s, o.n, o.p2, o.p3)
     return el < 0 or el >= o.p4
   end
-  return false
+  return far(el, o.p4)
 end
 ALG[5].load = function(o)
   if o.p5 == 1 then
@@ -712,8 +717,9 @@ var (
 func init() {
 	for a := admission.TokenBucket; a <= admission.Quota; a++ {
 		src := luaAlg[a]
-		if a == admission.Quota {
-			// The quota shares the fixed window's adjustment.
+		if a == admission.Quota || a == admission.SlidingWindow {
+			// The quota shares the fixed window's adjustment, the sliding
+			// window its hint check.
 			src = luaAlg[admission.FixedWindow] + src
 		}
 		acquireScripts[a] = redis.NewScript(luaPrelude + src + luaAcquire)

@@ -247,6 +247,16 @@ func TestServerTime(t *testing.T) {
 	if g.Reset <= 0 || g.Reset > 15*time.Minute {
 		t.Errorf("reset = %v; want within the window", g.Reset)
 	}
+	// A caller with no idea of the time at all.
+	sw := admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 5, Per: 10 * time.Minute}
+	swl, _ := st.Limiter(&sw)
+	g, err = swl.Acquire(ctx, "k", limitOf(&sw), 1, time.Unix(0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := server.UnixNano() - server.UnixNano()%int64(10*time.Minute); g.Stamp != want && g.Stamp != want+int64(10*time.Minute) {
+		t.Errorf("sliding window stamp with a 1970 hint = %v; want the server's window %v", time.Unix(0, g.Stamp), time.Unix(0, want))
+	}
 	loc := time.FixedZone("UTC+13", 13*3600)
 	q := admission.Policy{Name: "qd", Algorithm: admission.Quota, Limit: 5, Period: admission.PeriodDay, Location: loc}
 	ql, _ := st.Limiter(&q)
