@@ -20,7 +20,6 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/weights"
@@ -237,7 +236,6 @@ func start(o options) (_ *server, err error) {
 		MaxOutputReserve:  o.maxOutputReserve,
 		Meter:             s.metrics.meter(),
 		Logger:            s.log,
-		LimitHeaders:      limitHeaders,
 	})
 	if err != nil {
 		return nil, err
@@ -332,10 +330,6 @@ func (s *server) close() {
 		s.metrics.close()
 	}
 }
-
-// limitHeaders writes the IETF RateLimit-Policy and RateLimit fields and
-// X-RateLimit-* next to the OpenAI-style headers.
-func limitHeaders(h http.Header, ss []admission.Status) { httpadmit.SetLimitHeaders(h, ss) }
 
 // defaultPrices is the model price table (US dollars per million tokens,
 // list prices) used to price requests for the spend quota.

@@ -293,8 +293,8 @@ func TestSDKRetryHonoursHints(t *testing.T) {
 	if waited := got[1].at.Sub(got[0].at); waited < ms-5*time.Millisecond {
 		t.Errorf("the SDK retried after %v; the proxy asked for %v", waited, ms)
 	}
-	if got[0].hdr.Get("X-Should-Retry") != "" {
-		t.Errorf("a short rate-limit wait carries x-should-retry %q", got[0].hdr.Get("X-Should-Retry"))
+	if v := got[0].hdr.Get("X-Should-Retry"); v != "true" {
+		t.Errorf("a short rate-limit wait carries x-should-retry %q; want true", v)
 	}
 
 	// The monthly quota: 30 tokens; the first call fits, the second

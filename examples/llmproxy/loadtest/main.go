@@ -174,9 +174,8 @@ func startGateway(upURL string) (string, error) {
 	ic := f.Identity.HTTPIdentity()
 	gw, err := gateway.New(gateway.Config{
 		Upstream: upURL, Controller: ctl, Estimator: est, Identity: &ic,
-		Meter:        prom.Provider.Meter("loadtest"),
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		LimitHeaders: httpadmit.SetLimitHeaders,
+		Meter:  prom.Provider.Meter("loadtest"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		return "", err

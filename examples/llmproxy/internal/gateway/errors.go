@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpadmit"
 )
 
 // errorBody returns {"error":{"message","type","param","code"}}, the OpenAI
@@ -75,19 +76,19 @@ func rejectionCode(rej *admission.Rejection) string {
 // when the shared upstream capacity or the limit store is the problem.
 func (g *Gateway) rejectionShape(rej *admission.Rejection) (status int, typ, code string) {
 	code = rejectionCode(rej)
-	status = http.StatusTooManyRequests
+	status = httpadmit.StatusCode(rej, g.cfg.QuotaStatus)
 	switch rej.Reason {
 	case admission.ReasonRate, admission.ReasonOverflow:
 		typ = string(rej.Status.Unit)
 	case admission.ReasonQuota:
-		typ, status = "insufficient_quota", g.cfg.QuotaStatus
+		typ = "insufficient_quota"
 	case admission.ReasonConcurrency, admission.ReasonQueueFull, admission.ReasonQueueTimeout:
 		typ = "concurrency"
 		if (*g.shared.Load())[rej.Policy] {
 			typ, status = "server_overloaded", http.StatusServiceUnavailable
 		}
 	case admission.ReasonStoreUnavailable:
-		typ, status = "server_error", http.StatusServiceUnavailable
+		typ = "server_error"
 	}
 	return status, typ, code
 }
@@ -133,19 +134,15 @@ func rejectionMessage(rej *admission.Rejection) string {
 }
 
 // reject answers a rejection: OpenAI-shaped body, Retry-After (whole
-// seconds, rounded up), retry-after-ms, x-should-retry: false when waiting
-// cannot help before a client gives up, and the limit headers.
+// seconds, rounded up), retry-after-ms and x-should-retry (false when the
+// wait would outlast Config.GiveUpAfter or can never end), and the limit
+// headers.
 func (g *Gateway) reject(c echo.Context, rej *admission.Rejection) {
 	status, typ, code := g.rejectionShape(rej)
 	h := c.Response().Header()
 	g.setLimitHeaders(h, []admission.Status{rej.Status})
-	if ra := rej.RetryAfter; ra > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10))
-		h.Set("Retry-After-Ms", strconv.FormatInt(int64((ra+time.Millisecond-1)/time.Millisecond), 10))
-	}
-	if rej.RetryAfter == admission.Never || rej.RetryAfter > g.cfg.GiveUpAfter {
-		h.Set("X-Should-Retry", "false")
-	}
+	now := time.Now()
+	httpadmit.SetRetryHints(h, rej.RetryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(c.Request().Context(), code)
 	writeError(c.Response(), status, typ, code, "", rejectionMessage(rej))
 }
@@ -164,45 +161,13 @@ func formatReset(d time.Duration) string {
 	return d.String()
 }
 
-// setLimitHeaders writes the OpenAI-style x-ratelimit-{limit,remaining,
-// reset}-{requests,tokens} for the most constraining policy of each unit,
-// then the extra headers of Config.LimitHeaders.
+// setLimitHeaders writes, for the enforced policies among ss, the
+// OpenAI-style x-ratelimit-{limit,remaining,reset}-{requests,tokens} of the
+// tightest policy of each unit, the IETF RateLimit-Policy and RateLimit
+// fields and X-RateLimit-*. Shadow policies are left out: they are not
+// limits the caller has to respect.
 func (g *Gateway) setLimitHeaders(h http.Header, ss []admission.Status) {
-	for _, u := range [...]struct {
-		unit   admission.Unit
-		suffix string
-	}{{admission.UnitRequests, "-Requests"}, {admission.UnitTokens, "-Tokens"}} {
-		best := -1
-		for i := range ss {
-			if ss[i].Unit == u.unit && ss[i].Algorithm != admission.Concurrency && better(&ss[i], ss, best) {
-				best = i
-			}
-		}
-		if best < 0 {
-			continue
-		}
-		s := &ss[best]
-		h["X-Ratelimit-Limit"+u.suffix] = []string{strconv.FormatInt(s.Limit, 10)}
-		h["X-Ratelimit-Remaining"+u.suffix] = []string{strconv.FormatInt(max(s.Remaining, 0), 10)}
-		h["X-Ratelimit-Reset"+u.suffix] = []string{formatReset(s.Reset)}
-	}
-	if g.cfg.LimitHeaders != nil {
-		g.cfg.LimitHeaders(h, ss)
-	}
-}
-
-// better reports whether s is a better choice for the headers than ss[best]:
-// enforced before shadow, a rate before a quota, then the least remaining.
-func better(s *admission.Status, ss []admission.Status, best int) bool {
-	if best < 0 {
-		return true
-	}
-	b := &ss[best]
-	if (s.Mode == admission.Enforce) != (b.Mode == admission.Enforce) {
-		return s.Mode == admission.Enforce
-	}
-	if (s.Algorithm == admission.Quota) != (b.Algorithm == admission.Quota) {
-		return b.Algorithm == admission.Quota
-	}
-	return s.Remaining < b.Remaining
+	ss = httpadmit.Enforced(ss)
+	httpadmit.SetOpenAIHeaders(h, ss)
+	httpadmit.SetLimitHeaders(h, ss)
 }

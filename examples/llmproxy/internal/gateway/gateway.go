@@ -120,9 +120,6 @@ type Config struct {
 	Meter metric.Meter
 	// Logger logs upstream failures; nil means slog.Default().
 	Logger *slog.Logger
-	// LimitHeaders, when set, writes extra limit headers (the IETF fields,
-	// X-RateLimit-*) for the statuses of a response.
-	LimitHeaders func(h http.Header, ss []admission.Status)
 }
 
 // Gateway proxies OpenAI-compatible requests through admission control.
@@ -367,7 +364,8 @@ func (g *Gateway) handleModels(c echo.Context) error {
 		return nil
 	}
 	defer tk.Done()
-	g.setLimitHeaders(c.Response().Header(), tk.Statuses(nil))
+	var buf [8]admission.Status
+	g.setLimitHeaders(c.Response().Header(), tk.Statuses(buf[:0]))
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
 	defer cancel()
 	resp, err := g.roundTrip(ctx, r, nil)
