@@ -419,6 +419,7 @@ ALG[4].load = function(o)
       redis.call('HDEL', o.k1, unpack(dels, i, math.min(i + 499, #dels)))
     end
     o.e = e
+    if e == nil then o.a = 0 end -- no lease left, whatever the sum said
     o.hdirty = true
   end
   if o.a <= 0 then o.a, o.e = 0, nil end
