@@ -115,7 +115,7 @@ func Tenant() *Dashboard {
 		labelVar("tenant", "Tenant", "A tenant tracked by name (the top K per policy).", `admission_tenant_decisions_total{tenant!="__other__"}`, "tenant", false),
 		labelVar("policy", "Policy", "Policies to show.", "admission_decisions_total", "policy", true))
 	b.add(12, 8, timeseries("Admitted",
-		"The tenant's admitted requests per second by policy (estimated from a sample of admissions).",
+		"The tenant's admitted requests per second by policy, counted when the work settles.",
 		"reqps",
 		series(`sum by (policy) (rate(admission_tenant_decisions_total{tenant="$tenant",policy=~"$policy",decision="admitted"}[$__rate_interval]))`, "{{policy}}")))
 	b.add(12, 8, timeseries("Rejected and would-reject",
@@ -123,7 +123,7 @@ func Tenant() *Dashboard {
 		"reqps",
 		series(`sum by (policy, decision) (rate(admission_tenant_decisions_total{tenant="$tenant",policy=~"$policy",decision=~"rejected|would_reject"}[$__rate_interval]))`, "{{policy}} {{decision}}")))
 	b.add(8, 8, ratio(timeseries("Near its limit",
-		"Share of each policy's limit the tenant's partition had used at its last decision: at 1 the next request is refused.",
+		"Highest share of each policy's limit the tenant's partition reached between scrapes, when 80% or more (0 below): at 1 requests are refused.",
 		"percentunit",
 		series(`max by (policy) (admission_tenant_utilization_ratio{tenant="$tenant",policy=~"$policy"})`, "{{policy}}"))))
 	b.add(8, 8, ratio(timeseries("Rejection ratio",

@@ -58,11 +58,11 @@ func Catalog() []Metric {
 		{"admission_store_errors_total", "counter", []string{"policy", "store", "action"},
 			"Failed store calls and the action taken (open, closed, local)."},
 		{"admission_tenant_cost_total", "counter", []string{"policy", "decision", "unit", "tenant"},
-			"Cost per tenant: top K by refused cost, the rest as `__other__`."},
+			"Cost per tenant (admitted: actual cost at settlement): top K by refused cost, the rest as `__other__`."},
 		{"admission_tenant_decisions_total", "counter", []string{"policy", "decision", "tenant"},
-			"Decisions per tenant (admitted, rejected, would_reject): top K, the rest as `__other__`; admitted is sampled."},
+			"Decisions per tenant: admitted (counted when settled), rejected, would_reject; top K, the rest as `__other__`."},
 		{"admission_tenant_utilization_ratio", "gauge", []string{"policy", "tenant"},
-			"Share of its limit a top-K tenant's partition used at its last decision."},
+			"Highest share of its limit a top-K tenant's partition reached since the previous scrape, when 0.8 or more; 0 otherwise."},
 	}
 }
 

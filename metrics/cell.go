@@ -31,15 +31,11 @@ const (
 	bigCost = 1 << 23
 )
 
-// add counts one event of the given cost. It returns the packed word after
-// the addition, which changes with every event: callers use it as a cheap
-// sequence number for sampling.
-func (p *pair) add(cost int64) uint64 {
-	v, ok := p.tryAdd(cost)
-	if !ok {
+// add counts one event of the given cost.
+func (p *pair) add(cost int64) {
+	if v, ok := p.tryAdd(cost); !ok {
 		p.finish(cost, v)
 	}
-	return v
 }
 
 // tryAdd is add's common case, small enough to be inlined: one atomic
@@ -75,14 +71,4 @@ func (p *pair) load() (count, cost uint64) {
 	count, cost = p.count+v&countMask, p.cost+v>>countBits
 	p.mu.Unlock()
 	return count, cost
-}
-
-// sampled reports whether the event whose packed word is v is one of the
-// sampled ones: one in 2^(64-shift). The event's count goes through
-// Fibonacci hashing (multiplication by 2^64/φ, keeping the top bits), a
-// Weyl sequence that spreads the picks evenly: periodic traffic (a
-// round-robin over P tenants) still has each tenant sampled at the same
-// rate, since P/φ is never a whole number.
-func sampled(v uint64, shift uint) bool {
-	return ((v&countMask)*0x9e3779b97f4a7c15)>>shift == 0
 }

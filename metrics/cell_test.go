@@ -35,20 +35,3 @@ func TestPairConcurrent(t *testing.T) {
 		t.Errorf("load() = %d, %d; want %d, %d", count, cost, workers*each, 1000*workers*each)
 	}
 }
-
-// TestSampledSpread checks that 1-in-32 sampling of consecutive events
-// picks each residue of a period-7 rotation equally often.
-func TestSampledSpread(t *testing.T) {
-	const shift, period, events = 64 - 5, 7, 32 * 7 * 1000
-	hits := make([]int, period)
-	for k := uint64(1); k <= events; k++ {
-		if sampled(k, shift) {
-			hits[k%period]++
-		}
-	}
-	for r, h := range hits {
-		if h < 990 || h > 1010 {
-			t.Errorf("residue %d sampled %d times; want 1000±10", r, h)
-		}
-	}
-}

@@ -76,9 +76,9 @@ func (o *Observer) instruments(m metric.Meter) error {
 	ob.reloads = counter("admission.reloads", "{reload}",
 		"Configuration reloads by result (ok, rejected).")
 	ob.tenantDecisions = counter("admission.tenant.decisions", "{decision}",
-		"Decisions of the top K tenants per policy (others as __other__), by decision (admitted, rejected, would_reject); admitted is sampled.")
+		"Decisions of the top K tenants per policy (others as __other__), by decision: admitted (counted when settled), rejected, would_reject.")
 	ob.tenantCost = counter("admission.tenant.cost", "{cost}",
-		"Cost of the top K tenants' decisions per policy (others as __other__), in the policy's unit.")
+		"Cost of the top K tenants' decisions per policy (others as __other__), in the policy's unit; admitted work at its actual cost.")
 	ob.partitions = updown("admission.partitions", "{partition}",
 		"Partitions held in memory per policy.")
 	ob.partitionsLimit = gauge("admission.partitions.limit", "{partition}",
@@ -93,7 +93,7 @@ func (o *Observer) instruments(m metric.Meter) error {
 		"A policy's own limit (plans may differ per tenant), with its mode, algorithm and unit.")
 	var err error
 	ob.tenantUtil, err = m.Float64ObservableGauge("admission.tenant.utilization", metric.WithUnit("1"),
-		metric.WithDescription("Share of its limit a top-K tenant's partition had used at its last decision (0 to 1)."))
+		metric.WithDescription("Highest share of its limit a top-K tenant's partition reached since the previous collection when at least 0.8, else 0."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return err

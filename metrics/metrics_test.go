@@ -142,7 +142,7 @@ func TestREADMEMetricsTable(t *testing.T) {
 }
 
 func TestDecisionCounts(t *testing.T) {
-	o, prom := newProm(t, metrics.WithAdmittedSampling(1))
+	o, prom := newProm(t)
 	exercise(o)
 	fams := gather(t, prom)
 	sum := func(name string, match map[string]string) float64 {
@@ -166,7 +166,8 @@ func TestDecisionCounts(t *testing.T) {
 		{"admission_decisions_total", map[string]string{"decision": "admitted"}, 65},
 		{"admission_cost_total", map[string]string{"decision": "admitted"}, 64 * 3},
 		{"admission_decisions_total", map[string]string{"decision": "would_reject", "reason": "rate"}, 64},
-		{"admission_tenant_decisions_total", map[string]string{"tenant": "a", "decision": "admitted"}, 64},
+		{"admission_tenant_decisions_total", map[string]string{"tenant": "__none__", "decision": "admitted"}, 1},
+		{"admission_tenant_cost_total", map[string]string{"tenant": "__none__", "decision": "admitted"}, 12},
 		{"admission_tenant_decisions_total", map[string]string{"decision": "would_reject"}, 64},
 		{"admission_rollbacks_total", nil, 1},
 		{"admission_store_errors_total", map[string]string{"action": "open"}, 1},
@@ -263,8 +264,9 @@ func TestModelFamily(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	if _, err := metrics.New(metrics.WithTopK(0), metrics.WithAdmittedSampling(0)); err == nil {
-		t.Error("New(WithTopK(0), WithAdmittedSampling(0)) = nil error; want one")
+	if _, err := metrics.New(metrics.WithTopK(0), metrics.WithMaxPolicies(0)); err == nil ||
+		!strings.Contains(err.Error(), "top K") || !strings.Contains(err.Error(), "max policies") {
+		t.Errorf("New(WithTopK(0), WithMaxPolicies(0)) = %v; want both problems", err)
 	}
 	if _, err := metrics.NewPrometheus(-1); err == nil {
 		t.Error("NewPrometheus(-1) = nil error; want one")

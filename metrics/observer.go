@@ -3,7 +3,6 @@ package metrics
 import (
 	"context"
 	"errors"
-	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,9 +23,9 @@ const (
 	// DefaultSketchFactor sizes each policy's heavy-hitter sketch: it
 	// monitors DefaultSketchFactor × K tenants to rank the top K well.
 	DefaultSketchFactor = 10
-	// DefaultAdmittedSampling records one admitted decision in N in the
-	// tenant sketch (weighted by N), which keeps the admitted path cheap.
-	DefaultAdmittedSampling = 32
+	// NearLimit is the utilisation from which an admitted decision
+	// reports its tenant's utilisation (admission.tenant.utilization).
+	NearLimit = 0.8
 	// DefaultMaxPolicies bounds the policies counted by name; decisions of
 	// further policies are counted under the policy name Other.
 	DefaultMaxPolicies = 64
@@ -50,7 +49,6 @@ type config struct {
 	provider    metric.MeterProvider
 	topK        int
 	sketchCap   int
-	sampling    int
 	maxPolicies int
 	clock       admission.Clock
 	family      func(model string) string
@@ -73,12 +71,6 @@ func WithTopK(k int) Option { return func(c *config) { c.topK = k } }
 // (default DefaultSketchFactor × K). More is more accurate and costs memory
 // and collection time, not request time.
 func WithSketchCapacity(n int) Option { return func(c *config) { c.sketchCap = n } }
-
-// WithAdmittedSampling records one admitted decision in n in the tenant
-// sketch, weighted by n (default DefaultAdmittedSampling; 1 records all);
-// n is rounded up to a power of two.
-// Refused decisions are always recorded.
-func WithAdmittedSampling(n int) Option { return func(c *config) { c.sampling = n } }
 
 // WithMaxPolicies bounds the number of policy label values (default
 // DefaultMaxPolicies).
@@ -117,9 +109,8 @@ func WithSource(s Source) Option { return func(c *config) { c.source = s } }
 // exported by name and everyone else as Other, so 100,000 tenants make at
 // most K+1 tenant label values per policy.
 type Observer struct {
-	cfg         config
-	sampleShift uint // sampled keeps events whose hash is below 2^(64-sampleShift)
-	source      atomic.Pointer[Source]
+	cfg    config
+	source atomic.Pointer[Source]
 
 	fast     atomic.Pointer[[]fastEntry] // lock-free lookup by name pointer
 	mu       sync.Mutex                  // guards byName, list growth, stores, families
@@ -194,7 +185,6 @@ func New(opts ...Option) (*Observer, error) {
 	o := &Observer{
 		cfg: config{
 			topK:        DefaultTopK,
-			sampling:    DefaultAdmittedSampling,
 			maxPolicies: DefaultMaxPolicies,
 			clock:       admission.SystemClock{},
 			family:      ModelFamily,
@@ -217,11 +207,6 @@ func New(opts ...Option) (*Observer, error) {
 	if c.sketchCap < c.topK {
 		errs = append(errs, errors.New("metrics: sketch capacity must be >= top K"))
 	}
-	if c.sampling < 1 {
-		errs = append(errs, errors.New("metrics: admitted sampling must be >= 1"))
-	}
-	c.sampling = 1 << bits.Len(uint(c.sampling-1))
-	o.sampleShift = uint(64 - bits.Len(uint(c.sampling-1)))
 	if c.maxPolicies < 1 {
 		errs = append(errs, errors.New("metrics: max policies must be >= 1"))
 	}
@@ -323,9 +308,10 @@ func (o *Observer) newPolicy(name string, st *admission.Status) *policyMetrics {
 	return pm
 }
 
-// Decision counts one policy's decision. It allocates nothing.
+// Decision counts one policy's decision. It allocates nothing; a plain
+// admission costs a pointer comparison per policy and one atomic addition.
 func (o *Observer) Decision(d admission.Decision) {
-	// o.policy, by hand: the lookup is most of the cost of a decision.
+	// o.policy, by hand: the lookup is a good part of a decision's cost.
 	var pm *policyMetrics
 	if fe := o.fast.Load(); fe != nil {
 		p, n := unsafe.StringData(d.Policy), len(d.Policy)
@@ -336,6 +322,21 @@ func (o *Observer) Decision(d admission.Decision) {
 			}
 		}
 	}
+	if pm == nil || d.Outcome != admission.Admitted || d.Mode != admission.Enforce ||
+		d.Reason != admission.ReasonNone || d.QueueWait != 0 || d.RolledBack ||
+		d.Limit > 0 && float64(d.Remaining) <= (1-NearLimit)*float64(d.Limit) {
+		o.decision(pm, &d)
+		return
+	}
+	cell := &pm.cells[0][admission.Admitted][admission.ReasonNone]
+	if v, ok := cell.tryAdd(d.Cost); !ok {
+		cell.finish(d.Cost, v)
+	}
+}
+
+// decision counts every decision but a plain enforced admission of a
+// known policy that leaves its partition below NearLimit.
+func (o *Observer) decision(pm *policyMetrics, d *admission.Decision) {
 	if pm == nil {
 		pm = o.policySlow(d.Policy, &d.Status)
 	}
@@ -355,28 +356,26 @@ func (o *Observer) Decision(d admission.Decision) {
 		pm.rollbacks[mode].Add(1)
 	}
 	cell := &pm.cells[mode][out][reason]
-	seq, ok := cell.tryAdd(cost)
-	if !ok {
-		cell.finish(cost, seq)
+	if v, ok := cell.tryAdd(cost); !ok {
+		cell.finish(cost, v)
 	}
 	switch d.Outcome {
 	case admission.Admitted, admission.FailOpen:
 		if d.QueueWait > 0 {
 			pm.recordWait(o, out, d.QueueWait)
 		}
-		if d.RolledBack {
-			return
-		}
-		if n := o.cfg.sampling; n == 1 || sampled(seq, o.sampleShift) {
-			pm.tenants.add(tenantLabel(d.Tenant), classAdmitted, uint64(max(cost, 0))*uint64(n), uint64(n), utilisation(&d.Status))
+		// Admitted work is counted per tenant when it settles, at its
+		// actual cost; here only a partition near its limit is noted.
+		if u := utilisation(&d.Status); u >= NearLimit && !d.RolledBack {
+			pm.tenants.touch(tenantLabel(d.Tenant), u)
 		}
 	case admission.Rejected, admission.FailClosed:
-		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), 1, utilisation(&d.Status))
+		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.Timeout:
 		pm.recordWait(o, out, d.QueueWait)
-		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), 1, utilisation(&d.Status))
+		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.WouldReject:
-		pm.tenants.add(tenantLabel(d.Tenant), classWouldReject, uint64(max(cost, 0)), 1, utilisation(&d.Status))
+		pm.tenants.add(tenantLabel(d.Tenant), classWouldReject, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.Canceled:
 		pm.recordWait(o, out, d.QueueWait)
 	}
@@ -402,10 +401,12 @@ func utilisation(s *admission.Status) float64 {
 	return 1 - float64(max(s.Remaining, 0))/float64(s.Limit)
 }
 
-// Settled records how long a concurrency permit was held and, for token
-// policies, the ratio of actual to estimated tokens.
+// Settled counts the settled work of the tenant at its actual cost,
+// records how long a concurrency permit was held and, for token policies,
+// the ratio of actual to estimated tokens.
 func (o *Observer) Settled(s admission.Settlement) {
 	pm := o.policy(s.Policy, nil)
+	pm.tenants.add(tenantLabel(s.Tenant), classAdmitted, uint64(max(s.Actual, 0)), 0)
 	if m := pm.meta.Load(); m != nil && m.algorithm == admission.Concurrency && !s.Admitted.IsZero() {
 		held := o.cfg.clock.Now().Sub(s.Admitted)
 		o.lease.Record(context.Background(), max(held, 0).Seconds(), pm.leaseOpts...)

@@ -66,7 +66,7 @@ type ssEntry struct {
 	rank   uint64 // estimated refused cost, an upper bound
 	weight [numClasses]uint64
 	events [numClasses]uint64
-	util   float64 // utilisation of the tenant's partition at its last event
+	util   float64 // highest utilisation noted since the last collection
 	index  int     // position in the heap
 }
 
@@ -80,13 +80,13 @@ func newSketch(capacity int) *sketch {
 	return s
 }
 
-// add records n events of the given total cost in class c for tenant
-// (n > 1 when the caller samples), whose partition is at utilisation util.
-func (s *sketch) add(tenant string, c int, cost, n uint64, util float64) {
+// add records an event of the given cost in class c for tenant, whose
+// partition is at utilisation util.
+func (s *sketch) add(tenant string, c int, cost uint64, util float64) {
 	sh := &s.shards[maphash.String(s.seed, tenant)%sketchShards]
 	sh.mu.Lock()
 	sh.weight[c] += cost
-	sh.events[c] += n
+	sh.events[c]++
 	e, ok := sh.byName[tenant]
 	switch {
 	case ok:
@@ -107,9 +107,20 @@ func (s *sketch) add(tenant string, c int, cost, n uint64, util float64) {
 		e.rank += cost
 	}
 	e.weight[c] += cost
-	e.events[c] += n
-	e.util = util
+	e.events[c]++
+	e.util = max(e.util, util)
 	heap.Fix(&sh.heap, e.index)
+	sh.mu.Unlock()
+}
+
+// touch notes the utilisation of a monitored tenant's partition; it does
+// not make a tenant monitored.
+func (s *sketch) touch(tenant string, util float64) {
+	sh := &s.shards[maphash.String(s.seed, tenant)%sketchShards]
+	sh.mu.Lock()
+	if e, ok := sh.byName[tenant]; ok {
+		e.util = max(e.util, util)
+	}
 	sh.mu.Unlock()
 }
 
@@ -130,7 +141,7 @@ type sketchTotals struct {
 
 // top returns the k monitored tenants with the most refused cost (then
 // the most admitted cost), heaviest first, and the stream's totals. dst is
-// reused for the result.
+// reused for the result. The tenants' utilisation peaks start over.
 func (s *sketch) top(k int, dst []tenantCount) ([]tenantCount, sketchTotals) {
 	dst = dst[:0]
 	var t sketchTotals
@@ -143,6 +154,7 @@ func (s *sketch) top(k int, dst []tenantCount) ([]tenantCount, sketchTotals) {
 		}
 		for _, e := range sh.heap {
 			dst = append(dst, tenantCount{tenant: e.tenant, rank: e.rank, weight: e.weight, events: e.events, util: e.util})
+			e.util = 0
 		}
 		sh.mu.Unlock()
 	}
