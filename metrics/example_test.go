@@ -55,5 +55,6 @@ func Example() {
 	// Output:
 	// admission_decisions_total{decision="admitted",mode="enforce",policy="tenant-rpm",reason="none"} 2
 	// admission_decisions_total{decision="rejected",mode="enforce",policy="tenant-rpm",reason="rate"} 1
+	// admission_tenant_decisions_total{decision="admitted",policy="tenant-rpm",tenant="acme"} 2
 	// admission_tenant_decisions_total{decision="rejected",policy="tenant-rpm",tenant="acme"} 1
 }
