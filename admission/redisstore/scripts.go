@@ -528,7 +528,9 @@ end
 // script's functions and tables costs more server time per call than the
 // decision itself. It takes the same arguments and computes the same
 // figures as ALG[0] under the generic driver (the tests compare both with
-// the in-memory limiter).
+// the in-memory limiter), from fewer arguments: ARGV is now_s, now_n,
+// grace_ms, n, amount, capacity, per; the reply is "ok remaining reset
+// retry" (the caller knows the rest).
 const luaTokenBucket = `
 if redis.replicate_commands then redis.replicate_commands() end
 local now_s, now_n
@@ -540,7 +542,7 @@ else
 end
 local MAXD = 4611686018427387903
 local k = KEYS[1]
-local n, amount, cap, per = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local n, amount, cap, per = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local rate = amount / per
 local a, ts, tn
 local v = redis.call('GET', k)
@@ -571,7 +573,7 @@ else
 end
 local rem = 0
 if a > 0 then rem = math.floor(a) end
-return string.format('%d %d %d %d %d %d %d %d 0', ok, taken, cap, rem, reset, retry, now_s, now_n)
+return string.format('%d %d %d %d', ok, rem, reset, retry)
 `
 
 const luaDriver = `
