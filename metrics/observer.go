@@ -112,8 +112,8 @@ type Observer struct {
 	cfg    config
 	source atomic.Pointer[Source]
 
-	fast     atomic.Pointer[[]fastEntry] // lock-free lookup by name pointer
-	mu       sync.Mutex                  // guards byName, list growth, stores, families
+	fast     atomic.Pointer[fastTable] // lock-free lookup by name pointer
+	mu       sync.Mutex                // guards byName, list growth, stores, families
 	byName   map[string]*policyMetrics
 	list     atomic.Pointer[[]*policyMetrics]
 	stores   map[storeKey]*storeMetrics
@@ -135,6 +135,14 @@ type Observer struct {
 type policyMeta struct {
 	unit      admission.Unit
 	algorithm admission.Algorithm
+}
+
+// fastTable is an immutable table from policy name pointers to cells,
+// replaced whole when a policy is added; a table of its own (not a slice)
+// saves a pointer hop on every decision.
+type fastTable struct {
+	n int
+	e [maxFast]fastEntry
 }
 
 type fastEntry struct {
@@ -193,6 +201,7 @@ func New(opts ...Option) (*Observer, error) {
 		stores:   map[storeKey]*storeMetrics{},
 		families: map[string]struct{}{},
 	}
+	o.fast.Store(&fastTable{})
 	for _, opt := range opts {
 		opt(&o.cfg)
 	}
@@ -241,12 +250,11 @@ func (o *Observer) Close() error {
 // same string for a policy every time, so the common case is a comparison
 // of pointers in a short, immutable list.
 func (o *Observer) policy(name string, st *admission.Status) *policyMetrics {
-	if fe := o.fast.Load(); fe != nil {
-		p := unsafe.StringData(name)
-		for i := range *fe {
-			if e := &(*fe)[i]; e.ptr == p && e.n == len(name) {
-				return e.pm
-			}
+	ft := o.fast.Load()
+	p := unsafe.StringData(name)
+	for i := range ft.e[:ft.n] {
+		if e := &ft.e[i]; e.ptr == p && e.n == len(name) {
+			return e.pm
 		}
 	}
 	return o.policySlow(name, st)
@@ -285,13 +293,10 @@ func (o *Observer) policySlow(name string, st *admission.Status) *policyMetrics 
 	if pm.meta.Load() == nil {
 		return pm // stays off the fast list until a decision describes it
 	}
-	var fe []fastEntry
-	if l := o.fast.Load(); l != nil {
-		fe = *l
-	}
-	if len(fe) < maxFast {
-		fe = append(slices.Clip(fe), fastEntry{ptr: unsafe.StringData(name), n: len(name), pm: pm})
-		o.fast.Store(&fe)
+	if ft := *o.fast.Load(); ft.n < maxFast {
+		ft.e[ft.n] = fastEntry{ptr: unsafe.StringData(name), n: len(name), pm: pm}
+		ft.n++
+		o.fast.Store(&ft)
 	}
 	return pm
 }
@@ -313,18 +318,18 @@ func (o *Observer) newPolicy(name string, st *admission.Status) *policyMetrics {
 func (o *Observer) Decision(d admission.Decision) {
 	// o.policy, by hand: the lookup is a good part of a decision's cost.
 	var pm *policyMetrics
-	if fe := o.fast.Load(); fe != nil {
-		p, n := unsafe.StringData(d.Policy), len(d.Policy)
-		for i := range *fe {
-			if e := &(*fe)[i]; e.ptr == p && e.n == n {
-				pm = e.pm
-				break
-			}
+	ft := o.fast.Load()
+	p, n := unsafe.StringData(d.Policy), len(d.Policy)
+	for i := range ft.e[:ft.n] {
+		if e := &ft.e[i]; e.ptr == p && e.n == n {
+			pm = e.pm
+			break
 		}
 	}
+	// Remaining ≤ Limit/5: the partition is at NearLimit (80%) or more.
 	if pm == nil || d.Outcome != admission.Admitted || d.Mode != admission.Enforce ||
 		d.Reason != admission.ReasonNone || d.QueueWait != 0 || d.RolledBack ||
-		d.Limit > 0 && float64(d.Remaining) <= (1-NearLimit)*float64(d.Limit) {
+		d.Remaining <= d.Limit/5 {
 		o.decision(pm, &d)
 		return
 	}
