@@ -119,8 +119,7 @@ type Observer struct {
 	stores   map[storeKey]*storeMetrics
 	families map[string]struct{}
 
-	reloads      [2]atomic.Uint64 // ok, rejected
-	lastPolicies atomic.Int64
+	reloads [2]atomic.Uint64 // ok, rejected
 
 	queueWait metric.Float64Histogram
 	lease     metric.Float64Histogram
@@ -494,7 +493,6 @@ func (o *Observer) Reloaded(r admission.Reload) {
 		return
 	}
 	o.reloads[0].Add(1)
-	o.lastPolicies.Store(int64(r.Policies))
 }
 
 var _ admission.Observer = (*Observer)(nil)
