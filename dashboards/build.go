@@ -33,11 +33,9 @@ func newDashboard(uid, title, desc string, vars ...Variable) *builder {
 func labelVar(name, label, desc, metric, labelName string, multi bool) Variable {
 	v := Variable{
 		Name: name, Label: label, Description: desc, Type: "query", Datasource: Datasource,
-		Query: map[string]any{
-			"query": "label_values(" + metric + ", " + labelName + ")", "refId": "PrometheusVariableQueryEditor-VariableQuery",
-			"qryType": 1,
-		},
-		Refresh: 2, Sort: 1, Multi: multi, IncludeAll: multi,
+		Query:      "label_values(" + metric + ", " + labelName + ")",
+		Definition: "label_values(" + metric + ", " + labelName + ")",
+		Refresh:    2, Sort: 1, Multi: multi, IncludeAll: multi,
 		Current: map[string]any{}, Options: []any{},
 	}
 	if multi {

@@ -73,20 +73,23 @@ type Link struct {
 // Variable is a template variable: the datasource, or a query over label
 // values.
 type Variable struct {
-	Name        string         `json:"name"`
-	Label       string         `json:"label"`
-	Description string         `json:"description,omitempty"`
-	Type        string         `json:"type"`
-	Query       any            `json:"query"`
-	Datasource  *Ref           `json:"datasource,omitempty"`
-	Refresh     int            `json:"refresh,omitempty"`
-	Multi       bool           `json:"multi"`
-	IncludeAll  bool           `json:"includeAll"`
-	AllValue    string         `json:"allValue,omitempty"`
-	Sort        int            `json:"sort,omitempty"`
-	Current     map[string]any `json:"current"`
-	Options     []any          `json:"options"`
-	Hide        int            `json:"hide"`
+	Name        string `json:"name"`
+	Label       string `json:"label"`
+	Description string `json:"description,omitempty"`
+	Type        string `json:"type"`
+	// Query is the datasource type for a datasource variable, and a
+	// label_values(selector, label) query for a query variable.
+	Query      string         `json:"query"`
+	Definition string         `json:"definition,omitempty"`
+	Datasource *Ref           `json:"datasource,omitempty"`
+	Refresh    int            `json:"refresh,omitempty"`
+	Multi      bool           `json:"multi"`
+	IncludeAll bool           `json:"includeAll"`
+	AllValue   string         `json:"allValue,omitempty"`
+	Sort       int            `json:"sort,omitempty"`
+	Current    map[string]any `json:"current"`
+	Options    []any          `json:"options"`
+	Hide       int            `json:"hide"`
 }
 
 // Ref names a datasource.

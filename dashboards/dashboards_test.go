@@ -76,8 +76,7 @@ func TestLint(t *testing.T) {
 			if v.Datasource != dashboards.Datasource {
 				t.Errorf("%s: variable %s does not use the datasource variable", d.UID, v.Name)
 			}
-			q, _ := v.Query.(map[string]any)["query"].(string)
-			checkMetrics(t, d.UID+" variable "+v.Name, q, metricsExported)
+			checkMetrics(t, d.UID+" variable "+v.Name, v.Query, metricsExported)
 		}
 		ids := map[int]bool{}
 		for _, p := range d.Panels {

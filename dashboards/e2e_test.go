@@ -176,7 +176,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 		}
 		for _, v := range d.Templating.List[1:] {
-			q := v.Query.(map[string]any)["query"].(string)
+			q := v.Query
 			// label_values(selector, label) is what Grafana turns into a
 			// series query; its selector must match series.
 			sel := strings.TrimSuffix(strings.TrimPrefix(q, "label_values("), ")")
