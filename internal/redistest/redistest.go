@@ -328,7 +328,8 @@ func freePort(bus bool) (int, error) {
 // Cluster is a Redis Cluster of masters on loopback ports.
 type Cluster struct {
 	// Addrs are the nodes' host:port addresses.
-	Addrs   []string
+	Addrs []string
+	// Servers are the nodes, in the order of Addrs.
 	Servers []*Server
 }
 
