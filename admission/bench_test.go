@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/benchcpu"
 )
 
 func tenants(n int) []string {
@@ -47,15 +48,18 @@ func BenchmarkPeerXTimeRate(b *testing.B) {
 			}
 			b.Run("serial", func(b *testing.B) {
 				b.ReportAllocs()
+				cpu := benchcpu.Start()
 				for i := 0; b.Loop(); i++ {
 					if !allow(i) {
 						b.Fatal("rejected")
 					}
 				}
+				cpu.Report(b)
 			})
 			b.Run("parallel", func(b *testing.B) {
 				b.ReportAllocs()
 				var seq atomic.Int64
+				cpu := benchcpu.Start()
 				b.RunParallel(func(pb *testing.PB) {
 					i := int(seq.Add(1) * 7919)
 					for pb.Next() {
@@ -66,6 +70,7 @@ func BenchmarkPeerXTimeRate(b *testing.B) {
 						i++
 					}
 				})
+				cpu.Report(b)
 			})
 		})
 	}
@@ -115,13 +120,16 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 			b.Run("serial", func(b *testing.B) {
 				b.ReportAllocs()
+				cpu := benchcpu.Start()
 				for i := 0; b.Loop(); i++ {
 					admit(i)
 				}
+				cpu.Report(b)
 			})
 			b.Run("parallel", func(b *testing.B) {
 				b.ReportAllocs()
 				var seq atomic.Int64
+				cpu := benchcpu.Start()
 				b.RunParallel(func(pb *testing.PB) {
 					i := int(seq.Add(1) * 7919)
 					for pb.Next() {
@@ -129,6 +137,7 @@ func BenchmarkAdmit(b *testing.B) {
 						i++
 					}
 				})
+				cpu.Report(b)
 			})
 		})
 	}

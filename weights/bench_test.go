@@ -5,7 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/sluicehq/sluice/internal/benchcpu"
 )
 
 // Benchmarks of the estimate against its peer, in one run:
@@ -17,26 +18,6 @@ import (
 // tokenising (1KB, 16KB, exact) or the saving of sampling (256KB, above the
 // default threshold). cpu-ns/op is the process CPU time per operation, the
 // figure to compare on a machine shared with other work.
-
-// cpuClock measures the process CPU time of a benchmark loop.
-type cpuClock struct {
-	start time.Duration
-	ok    bool
-}
-
-func startCPU() cpuClock {
-	t, ok := processCPU()
-	return cpuClock{t, ok}
-}
-
-// report adds cpu-ns/op: CPU time (all threads, garbage collection
-// included) per operation, a figure that stays comparable between runs on a
-// busy machine where ns/op does not.
-func (c cpuClock) report(b *testing.B) {
-	if t, ok := processCPU(); ok && c.ok && b.N > 0 {
-		b.ReportMetric(float64(t-c.start)/float64(b.N), "cpu-ns/op")
-	}
-}
 
 var benchSizes = []struct {
 	name string
@@ -58,13 +39,13 @@ func BenchmarkPeerTiktokenEncode(b *testing.B) {
 		b.Run("size="+s.name, func(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.Start()
 			for b.Loop() {
 				if len(tk.Encode(text, nil, nil)) == 0 {
 					b.Fatal("no tokens")
 				}
 			}
-			cpu.report(b)
+			cpu.Report(b)
 		})
 	}
 }
@@ -116,14 +97,14 @@ func benchEstimateChat(b *testing.B, cfg Config) {
 			b.SetBytes(int64(len(text)))
 			b.ReportAllocs()
 			var est Estimate
-			cpu := startCPU()
+			cpu := benchcpu.Start()
 			for b.Loop() {
 				est, err = e.Estimate("/v1/chat/completions", body)
 				if err != nil {
 					b.Fatal(err)
 				}
 			}
-			cpu.report(b)
+			cpu.Report(b)
 			if est.Sampled {
 				b.ReportMetric(100*math.Abs(float64(est.InputTokens-want.InputTokens))/float64(want.InputTokens), "err%")
 			} else if est.InputTokens != want.InputTokens {
