@@ -442,7 +442,7 @@ func (l *limiter) acquireBucket(ctx context.Context, key string, lim admission.L
 // permits are given back when an enforcing op did not fit.
 func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.Time) error {
 	for i := range ops {
-		if _, ok := ops[i].Limiter.(*limiter); !ok {
+		if l, ok := ops[i].Limiter.(*limiter); !ok || l.s != s {
 			return fmt.Errorf("redisstore: op %d: limiter %T is not from this store", i, ops[i].Limiter)
 		}
 	}
@@ -682,7 +682,7 @@ func (s *Store) SettleBatch(ctx context.Context, ops []admission.Op, now time.Ti
 	work := 0
 	for i := range ops {
 		l, ok := ops[i].Limiter.(*limiter)
-		if !ok {
+		if !ok || l.s != s {
 			return fmt.Errorf("redisstore: op %d: limiter %T is not from this store", i, ops[i].Limiter)
 		}
 		if settles(l, &ops[i]) {
