@@ -248,6 +248,7 @@ func start(o options) (_ *server, err error) {
 			config.OnApply(func(f *config.File) {
 				ic := f.Identity.HTTPIdentity()
 				s.gw.SetIdentity(&ic)
+				s.gw.SetQuotaStatus(f.HTTP.QuotaStatus)
 				s.gw.PoliciesChanged()
 			}))
 		if err != nil {

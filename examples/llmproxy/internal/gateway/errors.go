@@ -76,7 +76,7 @@ func rejectionCode(rej *admission.Rejection) string {
 // when the shared upstream capacity or the limit store is the problem.
 func (g *Gateway) rejectionShape(rej *admission.Rejection) (status int, typ, code string) {
 	code = rejectionCode(rej)
-	status = httpadmit.StatusCode(rej, g.cfg.QuotaStatus)
+	status = httpadmit.StatusCode(rej, int(g.quota.Load()))
 	switch rej.Reason {
 	case admission.ReasonRate, admission.ReasonOverflow:
 		typ = string(rej.Status.Unit)

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,7 @@ type Gateway struct {
 	base     *url.URL
 	identity atomic.Pointer[httpadmit.IdentityConfig]
 	shared   atomic.Pointer[map[string]bool]
+	quota    atomic.Int32 // the status of a quota rejection
 	ready    atomic.Bool
 	log      *slog.Logger
 	m        instruments
@@ -174,6 +176,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Identity = &httpadmit.IdentityConfig{RequireKey: true}
 	}
 	g.identity.Store(cfg.Identity)
+	g.quota.Store(int32(cfg.QuotaStatus))
 	g.PoliciesChanged()
 	if err := g.m.init(cfg.Meter); err != nil {
 		return nil, err
@@ -205,6 +208,14 @@ func NewTransport() *http.Transport {
 // SetIdentity replaces the key table and identity settings, for a policy
 // file reload.
 func (g *Gateway) SetIdentity(ic *httpadmit.IdentityConfig) { g.identity.Store(ic) }
+
+// SetQuotaStatus sets the status of a quota rejection (403 or 429), for a
+// policy file reload; zero keeps the current one.
+func (g *Gateway) SetQuotaStatus(status int) {
+	if status != 0 {
+		g.quota.Store(int32(status))
+	}
+}
 
 // PoliciesChanged recomputes which policies guard the shared upstream
 // capacity; call it after the controller's configuration changed.
@@ -331,7 +342,18 @@ func (g *Gateway) identify(c echo.Context) (httpadmit.Identity, bool) {
 // It reports whether the request may go on.
 func (g *Gateway) admit(c echo.Context, req admission.Request) (admission.Ticket, bool) {
 	ctx := c.Request().Context()
-	tk, err := g.cfg.Controller.Admit(ctx, req)
+	actx := ctx
+	// The official SDKs send their request timeout: a request whose queue
+	// wait would outlast it is refused at once rather than queued to time
+	// out.
+	if v := c.Request().Header.Get("X-Stainless-Timeout"); v != "" {
+		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 && secs < 86400 {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeout(ctx, time.Duration(secs*float64(time.Second)))
+			defer cancel()
+		}
+	}
+	tk, err := g.cfg.Controller.Admit(actx, req)
 	if err == nil {
 		return tk, true
 	}

@@ -52,7 +52,8 @@ func TestErrorBody(t *testing.T) {
 }
 
 func TestRejectionShape(t *testing.T) {
-	g := &Gateway{cfg: Config{QuotaStatus: 429}}
+	g := &Gateway{}
+	g.quota.Store(429)
 	g.shared.Store(&map[string]bool{"upstream": true})
 	for _, tc := range []struct {
 		rej    admission.Rejection
