@@ -6,9 +6,13 @@ BENCHTIME ?= 1s
 
 .PHONY: test test-deps vet lint bench fuzz run
 
-## test: install what the tests need (redis-server, prometheus/promtool), vet, then run every test with -race.
+FUZZTIME ?= 40s
+
+## test: install what the tests need (redis-server, prometheus/promtool), vet, run every test with -race,
+## then fuzz the token counter against tiktoken-go for a bounded time (both encodings per input).
 test: test-deps vet
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
+	$(GO) test -run '^$$' -fuzz '^FuzzCountMatchesTiktoken$$' -fuzztime $(FUZZTIME) ./weights/bpe
 
 test-deps:
 	./scripts/test-deps.sh

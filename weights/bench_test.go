@@ -73,9 +73,12 @@ func benchChatBody(b *testing.B, text string) []byte {
 // 256KB case reports its error against the exact count as err%.
 func BenchmarkEstimateChat(b *testing.B) { benchEstimateChat(b, Config{}) }
 
-// BenchmarkEstimateChatBPE is the same estimate on the allocation-free
-// counter of weights/bpe (Config.Counters = BPECounter).
-func BenchmarkEstimateChatBPE(b *testing.B) { benchEstimateChat(b, Config{Counters: BPECounter}) }
+// BenchmarkEstimateChatTiktoken is the same estimate counting with
+// tiktoken-go (Config.Counters = TiktokenCounter), the reference the default
+// counter replaces.
+func BenchmarkEstimateChatTiktoken(b *testing.B) {
+	benchEstimateChat(b, Config{Counters: TiktokenCounter})
+}
 
 func benchEstimateChat(b *testing.B, cfg Config) {
 	e, err := NewEstimator(cfg)

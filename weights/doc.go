@@ -82,10 +82,13 @@
 // # Tokenizers
 //
 // Counting goes through the [Counter] interface, one per [Encoding]. The
-// default source is [TiktokenCounter] (github.com/pkoukk/tiktoken-go with
-// the ranks embedded by its offline loader: nothing is downloaded; each
+// default source is [BPECounter] (package weights/bpe): an exact
+// reimplementation of the o200k_base and cl100k_base encodings, proven
+// token for token against tiktoken-go by differential and fuzz tests, that
+// counts without allocating at 20 to 60 times tiktoken-go's speed and loads
+// o200k_base in about 12 ms. [TiktokenCounter] (github.com/pkoukk/tiktoken-go
+// with the ranks embedded by its offline loader: nothing is downloaded; each
 // encoding loads once per process, in about 60 ms for cl100k_base and
-// 160 ms for o200k_base). [BPECounter] (package weights/bpe) gives the same
-// counts without allocating, several times faster; set [Config.Counters] to
-// use it, or any other exact counter.
+// 160 ms for o200k_base) stays available as the reference; set
+// [Config.Counters] to use it, or any other exact counter.
 package weights

@@ -44,10 +44,9 @@ type Counter interface {
 // concurrent use.
 type CounterSource func(Encoding) (Counter, error)
 
-// defaultCounters is the CounterSource used when [Config.Counters] is nil.
-// Switching the whole package to another exact counter is this one line
-// (BPECounter is the allocation-free one).
-var defaultCounters CounterSource = TiktokenCounter
+// defaultCounters is the CounterSource used when [Config.Counters] is nil:
+// the allocation-free exact counter of package weights/bpe.
+var defaultCounters CounterSource = BPECounter
 
 // BPECounter returns a Counter backed by package weights/bpe, an exact
 // reimplementation of the same encodings that counts without allocating.
