@@ -481,9 +481,13 @@ func TestUpstreamFailures(t *testing.T) {
 		{"500", chat, "500", 500, ""},
 		{"garbage", chat, "garbage", 502, "bad_upstream_response"},
 		{"provider 429", chat, "429", 429, "rate_limit_exceeded"},
+		{"upstream refuses the gateway's key", chat, "401", 502, "upstream_unauthorized"},
 	} {
 		resp, b := post(t, s, "/v1/chat/completions", key, tc.body, "X-Sim-Fault", tc.fault)
 		checkError(t, tc.name, resp, b, tc.status, tc.code)
+		if strings.Contains(string(b), "org-") {
+			t.Errorf("%s: the answer names the provider's account: %s", tc.name, b)
+		}
 		if tc.fault == "429" && (resp.Header.Get("Retry-After") != "1" || resp.Header.Get("x-ratelimit-limit-tokens") != "1000000") {
 			t.Errorf("provider 429: Retry-After %q, x-ratelimit-limit-tokens %q; want the provider's hint and the proxy's limits",
 				resp.Header.Get("Retry-After"), resp.Header.Get("x-ratelimit-limit-tokens"))

@@ -13,6 +13,7 @@
 //	X-Sim-Tokens: 500      output tokens to generate (capped by max_tokens)
 //	X-Sim-Fault: 500       answer 500 in the OpenAI error shape
 //	X-Sim-Fault: 429       answer 429 with retry-after headers
+//	X-Sim-Fault: 401       answer 401, as for a wrong upstream key
 //	X-Sim-Fault: hang      never answer (until the caller gives up)
 //	X-Sim-Fault: cut       break the connection half-way through the output
 //	X-Sim-Fault: garbage   answer 200 with a body that is not JSON
@@ -224,7 +225,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("X-Ratelimit-Limit-Requests", "10000")
 		h.Set("X-Ratelimit-Remaining-Requests", "0")
 		h.Set("X-Ratelimit-Reset-Requests", "1s")
-		writeError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "Rate limit reached for requests. Please try again in 1s.")
+		writeError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "Rate limit reached for gpt-4o-mini in organization org-simulated on requests per min (RPM): Limit 10000, Used 10000, Requested 1. Please try again in 1s.")
+		return
+	case "401":
+		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
 		return
 	case "garbage":
 		w.Header().Set("Content-Type", "application/json")

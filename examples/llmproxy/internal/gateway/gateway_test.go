@@ -79,7 +79,7 @@ func TestRejectionShape(t *testing.T) {
 
 func TestHeaderFilters(t *testing.T) {
 	for k, drop := range map[string]bool{
-		"Authorization": true, "X-Api-Key": true, "Cookie": true, "Connection": true, "Accept-Encoding": true,
+		"Authorization": true, "X-Api-Key": true, "Openai-Organization": true, "Openai-Project": true, "Cookie": true, "Connection": true, "Accept-Encoding": true,
 		"Content-Type": false, "Openai-Beta": false, "User-Agent": false, "X-Stainless-Retry-Count": false,
 	} {
 		if dropRequestHeader(http.CanonicalHeaderKey(k)) != drop {

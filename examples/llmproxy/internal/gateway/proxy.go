@@ -122,11 +122,7 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	if resp.StatusCode != http.StatusOK {
 		// Nothing was generated: the upstream refused or failed.
 		x.settle(weights.Usage{})
-		if !isOpenAIError(data) {
-			data = errorBody(upstreamErrorType(resp.StatusCode), "upstream_error", "", "The upstream API returned status "+strconv.Itoa(resp.StatusCode)+".")
-			resp.Header.Set("Content-Type", "application/json")
-		}
-		g.writeUpstream(c, resp, data)
+		g.upstreamError(c, resp, data)
 		return nil
 	}
 	u, err := weights.ParseUsage(data)
@@ -211,7 +207,7 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, body []byte) (
 
 func dropRequestHeader(k string) bool {
 	switch k {
-	case "Authorization", "X-Api-Key", "Api-Key", "Cookie", "Connection", "Keep-Alive", "Proxy-Authorization",
+	case "Authorization", "X-Api-Key", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Connection", "Keep-Alive", "Proxy-Authorization",
 		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Accept-Encoding",
 		"Host", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip":
 		return true
@@ -245,6 +241,69 @@ func (g *Gateway) writeUpstream(c echo.Context, resp *http.Response, body []byte
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	c.Response().WriteHeader(resp.StatusCode)
 	_, _ = c.Response().Write(body)
+}
+
+// upstreamError answers an upstream error response. A client error (400,
+// 404, 422...) is the client's own and passes through. The provider's
+// throttling (429) and failures (5xx) pass through with their status,
+// retry hints, type and code, but with a message of the gateway's: the
+// provider's messages name its account (organization, project), which is
+// none of a tenant's business. An upstream 401 or 403 means the gateway's
+// own upstream key is wrong: the client gets 502, not a hint that its key
+// is.
+func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte) {
+	st := resp.StatusCode
+	typ, code := upstreamErrorType(st), "upstream_error"
+	if e, ok := parseOpenAIError(data); ok {
+		if e.typ != "" {
+			typ = e.typ
+		}
+		code = e.code
+	}
+	switch {
+	case st == http.StatusUnauthorized || st == http.StatusForbidden:
+		g.log.Error("llmproxy: the upstream refused the gateway's key", "status", st)
+		g.m.count(c.Request().Context(), g.m.upstreamFailures, "unauthorized")
+		writeError(c.Response(), http.StatusBadGateway, "server_error", "upstream_unauthorized", "",
+			"The upstream API refused the gateway's credentials.")
+		return
+	case st == http.StatusTooManyRequests:
+		data = errorBody(typ, code, "", "The upstream API is rate limiting the gateway (the provider's limit, not yours). Please retry after the advised delay.")
+	case st >= 500:
+		data = errorBody(typ, code, "", "The upstream API failed with status "+strconv.Itoa(st)+". Please retry.")
+	case !isOpenAIError(data):
+		data = errorBody(typ, code, "", "The upstream API refused the request with status "+strconv.Itoa(st)+".")
+	default:
+		g.writeUpstream(c, resp, data)
+		return
+	}
+	resp.Header.Set("Content-Type", "application/json")
+	g.writeUpstream(c, resp, data)
+}
+
+type openAIError struct{ typ, code string }
+
+// parseOpenAIError reads the type and code of an OpenAI-shaped error body.
+func parseOpenAIError(body []byte) (openAIError, bool) {
+	var v struct {
+		Error *struct {
+			Type any `json:"type"`
+			Code any `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Error == nil {
+		return openAIError{}, false
+	}
+	str := func(x any) string {
+		switch y := x.(type) {
+		case string:
+			return y
+		case float64:
+			return strconv.FormatFloat(y, 'f', -1, 64)
+		}
+		return ""
+	}
+	return openAIError{typ: str(v.Error.Type), code: str(v.Error.Code)}, true
 }
 
 // upstreamFailed answers a call that got no usable response: 504 for a
