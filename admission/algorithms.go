@@ -98,20 +98,20 @@ func floorNonNeg(v float64) int64 {
 
 // acquire evaluates n permits against c at now (nanoseconds since the
 // epoch). It takes them only if they fit.
-func (c *cell) acquire(l *Limit, n int64, now int64) Grant {
+func (c *cell) acquire(l *Limit, n int64, now int64, g *Grant) {
 	switch l.Algorithm {
 	case TokenBucket:
-		return c.bucketAcquire(l, n, now)
+		c.bucketAcquire(l, n, now, g)
 	case FixedWindow:
-		return c.fixedAcquire(l, n, now)
+		c.fixedAcquire(l, n, now, g)
 	case SlidingWindow:
-		return c.slidingAcquire(l, n, now)
+		c.slidingAcquire(l, n, now, g)
 	case SlidingLog:
-		return c.logAcquire(l, n, now)
+		c.logAcquire(l, n, now, g)
 	case Concurrency:
-		return c.concAcquire(l, n, now)
+		c.concAcquire(l, n, now, g)
 	default:
-		return c.quotaAcquire(l, n, now)
+		c.quotaAcquire(l, n, now, g)
 	}
 }
 
@@ -207,11 +207,11 @@ func (c *cell) fill(capacity, perNs float64, now int64) {
 	}
 }
 
-func (c *cell) bucketAcquire(l *Limit, n int64, now int64) Grant {
+func (c *cell) bucketAcquire(l *Limit, n int64, now int64, g *Grant) {
 	perNs, nsPer := rates(l)
 	capacity := l.Capacity()
 	c.fill(float64(capacity), perNs, now)
-	g := Grant{Limit: capacity, Stamp: now}
+	*g = Grant{Limit: capacity, Stamp: now}
 	if float64(n) <= c.a {
 		c.a -= float64(n)
 		g.OK, g.Taken = true, n
@@ -223,7 +223,6 @@ func (c *cell) bucketAcquire(l *Limit, n int64, now int64) Grant {
 	}
 	g.Remaining = floorNonNeg(c.a)
 	g.Reset = ceilDur((float64(capacity) - c.a) * nsPer)
-	return g
 }
 
 // Fixed window.
@@ -234,11 +233,11 @@ func (c *cell) fixedRoll(l *Limit, now int64) {
 	}
 }
 
-func (c *cell) fixedAcquire(l *Limit, n int64, now int64) Grant {
+func (c *cell) fixedAcquire(l *Limit, n int64, now int64, g *Grant) {
 	c.fixedRoll(l, now)
 	per := int64(l.Per)
 	reset := time.Duration((c.t+1)*per - now)
-	g := Grant{Limit: l.Amount, Stamp: c.t, Reset: reset}
+	*g = Grant{Limit: l.Amount, Stamp: c.t, Reset: reset}
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
 		c.a += float64(n)
@@ -249,7 +248,6 @@ func (c *cell) fixedAcquire(l *Limit, n int64, now int64) Grant {
 		g.RetryAfter = reset
 	}
 	g.Remaining = l.Amount - int64(min(c.a, float64(l.Amount)))
-	return g
 }
 
 // Sliding window counter.
@@ -265,14 +263,14 @@ func (c *cell) slidingRoll(l *Limit, now int64) {
 	}
 }
 
-func (c *cell) slidingAcquire(l *Limit, n int64, now int64) Grant {
+func (c *cell) slidingAcquire(l *Limit, n int64, now int64, g *Grant) {
 	c.slidingRoll(l, now)
 	per := float64(l.Per)
 	elapsed := float64(now - c.t*int64(l.Per))
 	weight := 1 - elapsed/per
 	est := c.b*weight + c.a
 	limit := float64(l.Amount)
-	g := Grant{Limit: l.Amount, Stamp: c.t}
+	*g = Grant{Limit: l.Amount, Stamp: c.t}
 	switch {
 	case est+float64(n) <= limit:
 		c.a += float64(n)
@@ -298,7 +296,6 @@ func (c *cell) slidingAcquire(l *Limit, n int64, now int64) Grant {
 	case c.b > 0:
 		g.Reset = ceilDur(per - elapsed)
 	}
-	return g
 }
 
 // Sliding log.
@@ -318,9 +315,9 @@ func (c *cell) logExpire(l *Limit, now int64) {
 	}
 }
 
-func (c *cell) logAcquire(l *Limit, n int64, now int64) Grant {
+func (c *cell) logAcquire(l *Limit, n int64, now int64, g *Grant) {
 	c.logExpire(l, now)
-	g := Grant{Limit: l.Amount, Stamp: now}
+	*g = Grant{Limit: l.Amount, Stamp: now}
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
 		if n > 0 {
@@ -347,7 +344,6 @@ func (c *cell) logAcquire(l *Limit, n int64, now int64) Grant {
 	if c.x != nil && c.x.log.size > 0 {
 		g.Reset = time.Duration(c.x.log.at(c.x.log.size-1).at + int64(l.Per) - now)
 	}
-	return g
 }
 
 func (c *cell) logAdjust(l *Limit, g *Grant, delta int64, now int64) {
@@ -392,8 +388,8 @@ func (c *cell) concExpire(now int64) int32 {
 	return expired
 }
 
-func (c *cell) concAcquire(l *Limit, n int64, now int64) Grant {
-	g := Grant{Limit: l.Amount}
+func (c *cell) concAcquire(l *Limit, n int64, now int64, g *Grant) {
+	*g = Grant{Limit: l.Amount}
 	g.Expired = c.concExpire(now)
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
@@ -409,7 +405,6 @@ func (c *cell) concAcquire(l *Limit, n int64, now int64) Grant {
 		g.RetryAfter = Never
 	}
 	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
-	return g
 }
 
 // concRelease drops the lease of g; it reports whether the lease was held.
@@ -463,12 +458,12 @@ func quotaPeriod(l *Limit, now int64) (start, end int64) {
 	}
 }
 
-func (c *cell) quotaAcquire(l *Limit, n int64, now int64) Grant {
+func (c *cell) quotaAcquire(l *Limit, n int64, now int64, g *Grant) {
 	start, end := quotaPeriod(l, now)
 	if c.t != start {
 		c.t, c.a = start, 0
 	}
-	g := Grant{Limit: l.Amount, Stamp: start, Reset: time.Duration(end - now)}
+	*g = Grant{Limit: l.Amount, Stamp: start, Reset: time.Duration(end - now)}
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
 		c.a += float64(n)
@@ -479,5 +474,4 @@ func (c *cell) quotaAcquire(l *Limit, n int64, now int64) Grant {
 		g.RetryAfter = g.Reset
 	}
 	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
-	return g
 }

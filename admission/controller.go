@@ -254,7 +254,10 @@ func (p *policy) reason(g *Grant) Reason {
 	return ReasonRate
 }
 
-const keySep = 0x1f
+// KeySeparator separates the fields of a composite partition key (such as
+// tenant and model). Stores that derive something from the first field, as
+// a Cluster hash tag, split on it.
+const KeySeparator = 0x1f
 
 // appendKey builds the partition key of r. A key made of one string field
 // is that field itself (no copy); other keys are built into buf.
@@ -281,7 +284,7 @@ func (p *policy) key(r *Request, buf []byte) (string, []byte) {
 	start := len(buf)
 	for i, k := range p.Key {
 		if i > 0 {
-			buf = append(buf, keySep)
+			buf = append(buf, KeySeparator)
 		}
 		switch k {
 		case KeyTenant:
@@ -486,6 +489,14 @@ func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err er
 	}
 }
 
+// settleFailed reports a failed release, refund or charge: the permits stay
+// with the store until its leases or windows expire.
+func (c *Controller) settleFailed(h *held, err error) {
+	if err != nil {
+		c.obs.StoreError(StoreEvent{Policy: h.p.Name, Store: h.p.Store, Err: err, Action: h.p.OnStoreError})
+	}
+}
+
 func (p *policy) localLimiter() Limiter {
 	p.local.once.Do(func() { p.local.l = newMemLimiter(&p.Policy) })
 	return p.local.l
@@ -536,12 +547,12 @@ func (c *Controller) release(t *ticket, now time.Time, settled bool) {
 		h.taken = false
 		l := h.limiterOf()
 		if h.p.Algorithm == Concurrency {
-			_ = l.Release(ctx, h.key, *h.lim, &h.grant, now)
+			c.settleFailed(h, l.Release(ctx, h.key, *h.lim, &h.grant, now))
 			if h.p.queues != nil {
 				h.p.queues.dispatch(h.key)
 			}
 		} else if !settled && h.grant.Taken != 0 {
-			_ = l.Adjust(ctx, h.key, *h.lim, &h.grant, -h.grant.Taken, now)
+			c.settleFailed(h, l.Adjust(ctx, h.key, *h.lim, &h.grant, -h.grant.Taken, now))
 			if h.p.queues != nil {
 				h.p.queues.dispatch(h.key)
 			}

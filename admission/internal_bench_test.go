@@ -9,10 +9,16 @@ import (
 
 // BenchmarkLimiterAcquire isolates the in-memory limiter from the controller.
 func BenchmarkLimiterAcquire(b *testing.B) {
+	for _, n := range []int{1, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) { benchLimiter(b, n) })
+	}
+}
+
+func benchLimiter(b *testing.B, nkeys int) {
 	p := &Policy{Name: "rpm", Algorithm: TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000}
 	l := newMemLimiter(p)
 	lim := p.limit()
-	keys := make([]string, 10000)
+	keys := make([]string, nkeys)
 	for i := range keys {
 		keys[i] = "tenant-" + strconv.Itoa(i)
 	}

@@ -2,7 +2,8 @@ package admission
 
 import (
 	"context"
-	"hash/maphash"
+	"encoding/binary"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,9 +28,30 @@ func (MemoryStore) Limiter(p *Policy) (Limiter, error) {
 	return newMemLimiter(p), nil
 }
 
+// shardOf picks a shard from the key's first and last eight bytes and its
+// length, mixed with a per-table seed: a few nanoseconds where a full hash
+// of the key costs more than the map lookup it precedes. Keys that share
+// both ends share a shard, which costs contention, never correctness.
+func shardOf(seed uint64, key string) int {
+	n := len(key)
+	var head, tail uint64
+	switch {
+	case n >= 8:
+		head = binary.LittleEndian.Uint64([]byte(key[:8]))
+		tail = binary.LittleEndian.Uint64([]byte(key[n-8:]))
+	default:
+		for i := 0; i < n; i++ {
+			head = head<<8 | uint64(key[i])
+		}
+	}
+	h := (head ^ seed) * 0x9E3779B97F4A7C15
+	h ^= (tail + uint64(n)) * 0xC2B2AE3D27D4EB4F
+	return int((h ^ h>>29) % numShards)
+}
+
 // memLimiter holds the partitions of one policy in a sharded table.
 type memLimiter struct {
-	seed          maphash.Seed
+	seed          uint64
 	maxParts      int64
 	count         atomic.Int64
 	lastSweep     atomic.Int64
@@ -66,7 +88,7 @@ func newMemLimiter(p *Policy) *memLimiter {
 		idle = DefaultIdleTimeout
 	}
 	l := &memLimiter{
-		seed:     maphash.MakeSeed(),
+		seed:     rand.Uint64(),
 		maxParts: int64(maxParts),
 		idle:     int64(idle),
 		overflow: p.Overflow,
@@ -81,7 +103,7 @@ func newMemLimiter(p *Policy) *memLimiter {
 // unlock must be called with the returned mutex. A nil cell means the table
 // is full and the policy rejects overflow.
 func (l *memLimiter) lock(key string, lim *Limit, now int64, create bool) (*cell, *sync.Mutex) {
-	sh := &l.shards[maphash.String(l.seed, key)%numShards]
+	sh := &l.shards[shardOf(l.seed, key)]
 	sh.mu.Lock()
 	if c, ok := sh.m[key]; ok {
 		c.used = now
@@ -141,9 +163,15 @@ func (l *memLimiter) create(sh *shard, key string, lim *Limit, now int64) (*cell
 
 func (c *cell) init(l *Limit, now int64) {
 	*c = cell{used: now}
-	if l.Algorithm == TokenBucket {
+	switch l.Algorithm {
+	case TokenBucket:
 		c.a, c.t = float64(l.Capacity()), now
-	} else {
+	case Concurrency:
+		// Lease ids count up from the creation instant in nanoseconds, so
+		// a partition dropped and created again never reissues the id of a
+		// stale ticket's expired lease.
+		c.t = now
+	default:
 		c.t = -1 << 62 // no window or period yet
 	}
 }
@@ -191,7 +219,8 @@ func (l *memLimiter) Acquire(_ context.Context, key string, lim Limit, n int64, 
 	if c == nil {
 		return Grant{Limit: lim.Capacity(), RetryAfter: DefaultRetryHint, Full: true}, nil
 	}
-	g := c.acquire(&lim, n, ns)
+	var g Grant
+	c.acquire(&lim, n, ns, &g)
 	g.Overflow = c == &l.ovf.c
 	mu.Unlock()
 	return g, nil

@@ -37,6 +37,15 @@ type Limiter interface {
 type Grant struct {
 	// OK reports whether the permits were taken.
 	OK bool
+	// Overflow reports that the grant came from the policy's shared
+	// overflow partition because its partition table was full.
+	Overflow bool
+	// Full reports a refusal because the partition table was full and the
+	// policy rejects overflow (ReasonOverflow).
+	Full bool
+	// Expired counts concurrency leases that had passed their MaxHold and
+	// were reclaimed during this call.
+	Expired int32
 	// Taken is how many permits the grant holds.
 	Taken int64
 	// Limit, Remaining and Reset are the partition's figures after the call.
@@ -49,15 +58,6 @@ type Grant struct {
 	// Stamp identifies what was taken (the window, instant or lease), so
 	// Adjust and Release act on the right state. Its meaning is the store's.
 	Stamp int64
-	// Overflow reports that the grant came from the policy's shared
-	// overflow partition because its partition table was full.
-	Overflow bool
-	// Full reports a refusal because the partition table was full and the
-	// policy rejects overflow (ReasonOverflow).
-	Full bool
-	// Expired counts concurrency leases that had passed their MaxHold and
-	// were reclaimed during this call.
-	Expired int32
 }
 
 // An Op is one policy's part of a batched call.

@@ -120,7 +120,7 @@ func (tk Ticket) Settle(u Usage) {
 					if !clockRead {
 						now, clockRead = c.clock.Now(), true
 					}
-					_ = h.limiterOf().Adjust(ctx, h.key, *h.lim, &h.grant, actual-h.grant.Taken, now)
+					c.settleFailed(h, h.limiterOf().Adjust(ctx, h.key, *h.lim, &h.grant, actual-h.grant.Taken, now))
 				}
 			}
 		}
@@ -182,9 +182,31 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 	}
 	t.batch = ops
 	if len(ops) > 0 {
-		_ = b.SettleBatch(ctx, ops, now)
+		if err := b.SettleBatch(ctx, ops, now); err != nil {
+			// Ops are in the order of t.ops; report each failed one under
+			// its own policy.
+			j := 0
+			for i := range t.ops {
+				h := &t.ops[i]
+				if j < len(ops) && ops[j].Limiter == h.p.limiter && ops[j].Key == h.key {
+					if ops[j].Err != nil || !anyOpErr(ops) {
+						c.settleFailed(h, err)
+					}
+					j++
+				}
+			}
+		}
 	}
 	return len(t.ops)
+}
+
+func anyOpErr(ops []Op) bool {
+	for i := range ops {
+		if ops[i].Err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Charge records usage so far while the work still runs (a long stream):
@@ -209,7 +231,7 @@ func (tk Ticket) Charge(u Usage) error {
 		if !ok || actual <= h.grant.Taken {
 			continue
 		}
-		_ = h.limiterOf().Adjust(context.Background(), h.key, *h.lim, &h.grant, actual-h.grant.Taken, now)
+		t.c.settleFailed(h, h.limiterOf().Adjust(context.Background(), h.key, *h.lim, &h.grant, actual-h.grant.Taken, now))
 		if h.mode == Enforce && h.grant.Remaining <= 0 && rej == nil {
 			reason := ReasonRate
 			if h.p.Algorithm == Quota {

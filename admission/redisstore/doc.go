@@ -122,11 +122,11 @@
 // the policy's OnStoreError: FailOpenMode admits, FailClosedMode rejects
 // with ReasonStoreUnavailable (503 at the HTTP edge), FailLocalMode decides
 // with an in-memory limiter whose limit is divided by Policy.Replicas. The
-// controller reports each such event to its observer (StoreError). The
-// store reports to the observer given with WithObserver: StoreError for
-// failed settlements (no request waits for them), every call's latency and
-// outcome when the observer implements CallObserver, and the breaker's
-// changes when it implements BreakerObserver. Leases of a crashed replica
+// controller reports each such event, and each failed settlement, to its
+// observer (StoreError). The store reports to the observer given with
+// WithObserver every call's latency and outcome when the observer
+// implements CallObserver, and the breaker's changes when it implements
+// BreakerObserver. Leases of a crashed replica
 // return when they expire (the policy's MaxHold).
 //
 // # Durable quotas: Redis persistence

@@ -263,25 +263,28 @@ func TestCrashedReplicaLeases(t *testing.T) {
 }
 
 // TestSettleFailureReported: a settlement that fails (no request waits for
-// it) is reported to the store's observer.
+// it) is reported to the controller's observer under its policy.
 func TestSettleFailureReported(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &recorder{}
-	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "shared"}, redisstore.WithObserver(rec))
-	p := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute, OnStoreError: admission.FailClosedMode}
-	lim, _ := st.Limiter(&p)
-	ctx := context.Background()
-	g, err := lim.Acquire(ctx, "acme", limitOf(&p), 100, time.Now())
-	if err != nil || !g.OK {
-		t.Fatalf("Acquire = %+v, %v", g, err)
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "shared"})
+	p := admission.Policy{Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute,
+		Store: "shared", OnStoreError: admission.FailClosedMode}
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}}, admission.WithStore("shared", st), admission.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := ctl.Admit(context.Background(), admission.Request{Tenant: "acme", Tokens: 100})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "500", "ALL"); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err = lim.Adjust(ctx, "acme", limitOf(&p), &g, -40, time.Now())
-	if d := time.Since(start); err == nil || d > faultTimeout+latencySlack {
-		t.Fatalf("Adjust against a hung Redis = %v after %v; want an error within %v", err, d, faultTimeout)
+	tk.Settle(admission.Usage{Tokens: 60})
+	if d := time.Since(start); d > faultTimeout+latencySlack {
+		t.Fatalf("Settle against a hung Redis took %v; want at most %v", d, faultTimeout+latencySlack)
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

@@ -63,11 +63,10 @@ type Config struct {
 // An Option configures a Store's collaborators.
 type Option func(*Store)
 
-// WithObserver sets the observer the store reports to. The store reports
-// StoreError for failed settlements (which the controller cannot report,
-// as no request is waiting for them); if the observer also implements
+// WithObserver sets the observer the store reports to: if it implements
 // CallObserver it receives the latency of every call, and if it implements
-// BreakerObserver the breaker's state changes.
+// BreakerObserver the breaker's state changes. Failed decisions and
+// settlements are reported by the controller (StoreError).
 func WithObserver(o admission.Observer) Option { return func(s *Store) { s.obs = o } }
 
 // A CallObserver is an observer that also wants every Redis call's latency
@@ -205,7 +204,7 @@ func (s *Store) Limiter(p *admission.Policy) (admission.Limiter, error) {
 		return nil, fmt.Errorf("redisstore: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
 	}
 	return &limiter{
-		s: s, policy: p.Name, alg: p.Algorithm, onErr: p.OnStoreError,
+		s: s, policy: p.Name, alg: p.Algorithm,
 		infix: ":" + p.Name + ":" + algCode[p.Algorithm] + ":",
 	}, nil
 }
@@ -224,7 +223,6 @@ type limiter struct {
 	s      *Store
 	policy string
 	alg    admission.Algorithm
-	onErr  admission.FailMode
 	infix  string
 	// fixed holds the boxed arguments of the last Limit used, for the
 	// algorithms whose arguments do not depend on the instant: building
@@ -253,7 +251,7 @@ func (l *limiter) nkeys() int {
 // starts with '}', is prefixed with '~' so that Redis hashes the tag and not
 // the whole key.
 func Tag(key string) string {
-	if i := strings.IndexByte(key, 0x1f); i >= 0 {
+	if i := strings.IndexByte(key, admission.KeySeparator); i >= 0 {
 		key = key[:i]
 	}
 	if key == "" || key[0] == '}' {
@@ -774,7 +772,6 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 				l := op.Limiter.(*limiter)
 				if settles(l, op) {
 					op.Err = err
-					s.obs.StoreError(admission.StoreEvent{Policy: l.policy, Store: s.cfg.Name, Err: err, Action: l.onErr})
 				}
 			}
 			return err
