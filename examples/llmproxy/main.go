@@ -88,7 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.chargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
 	fs.StringVar(&o.cut, "cut-streams", "all", "cut a stream when its tenant runs out: all (rate or quota), quota, never")
 	fs.Int64Var(&o.maxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -152,16 +152,6 @@ func start(o options) (_ *server, err error) {
 			s.close()
 		}
 	}()
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil && o.logLevel != "" {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	out := o.logOutput
-	if out == nil {
-		out = io.Discard
-	}
-	s.log = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
-
 	// The policy file: the one given, or the embedded default.
 	if o.configPath != "" {
 		s.file, err = config.Load(o.configPath)
@@ -170,6 +160,23 @@ func start(o options) (_ *server, err error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// The log: the file's logging section, the level overridden by the flag.
+	level := s.file.Logging.Level
+	if o.logLevel != "" {
+		if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+			return nil, fmt.Errorf("--log-level: %w", err)
+		}
+	}
+	out := o.logOutput
+	if out == nil {
+		out = io.Discard
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	if s.file.Logging.Format == "text" {
+		s.log = slog.New(slog.NewTextHandler(out, hopts))
+	} else {
+		s.log = slog.New(slog.NewJSONHandler(out, hopts))
 	}
 	cut, err := gateway.ParseCutMode(o.cut)
 	if err != nil {
@@ -233,6 +240,7 @@ func start(o options) (_ *server, err error) {
 		ChargeInterval:    o.chargeInterval,
 		Cut:               cut,
 		QuotaStatus:       s.file.HTTP.QuotaStatus,
+		ShadowHeader:      s.file.HTTP.ShadowHeader,
 		MaxOutputReserve:  o.maxOutputReserve,
 		Meter:             s.metrics.meter(),
 		Logger:            s.log,
@@ -249,6 +257,7 @@ func start(o options) (_ *server, err error) {
 				ic := f.Identity.HTTPIdentity()
 				s.gw.SetIdentity(&ic)
 				s.gw.SetQuotaStatus(f.HTTP.QuotaStatus)
+				s.gw.SetShadowHeader(f.HTTP.ShadowHeader)
 				s.gw.PoliciesChanged()
 			}))
 		if err != nil {

@@ -161,7 +161,8 @@ func TestLimitHeadersAndKeys(t *testing.T) {
 		withPolicy(t, `
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 2, per: 1m}
   - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 100k, per: 1m}
-`, []string{"a"}, ""),
+  - {name: tpm-candidate, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 10, per: 1m, mode: shadow}
+`, []string{"a"}, "http: {shadow_header: true}\n"),
 		func(o *options) { o.upstreamKey = "sk-upstream-secret" })
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
 	for i := range 3 {
@@ -185,6 +186,12 @@ func TestLimitHeadersAndKeys(t *testing.T) {
 			}
 		}
 		if i < 2 {
+			if got := resp.Header.Get("Sluice-Would-Reject"); !strings.Contains(got, "tpm-candidate") {
+				t.Errorf("request %d: Sluice-Would-Reject = %q; want the shadow policy", i, got)
+			}
+			if got := resp.Header.Get("RateLimit-Policy"); strings.Contains(got, "tpm-candidate") {
+				t.Errorf("request %d: RateLimit-Policy names the shadow policy: %s", i, got)
+			}
 			for _, h := range []string{"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"} {
 				if resp.Header.Get(h) == "" {
 					t.Errorf("request %d: no %s header", i, h)

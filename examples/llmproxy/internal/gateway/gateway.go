@@ -117,6 +117,11 @@ type Config struct {
 	// upstream capacity is overloaded (503 instead of 429). Nil means every
 	// concurrency policy keyed globally.
 	SharedPolicies map[string]bool
+	// ShadowHeader adds, on admitted responses, the Sluice-Would-Reject
+	// header naming the shadow policies that would have rejected the
+	// request. Off by default: it tells callers about limits not yet
+	// enforced.
+	ShadowHeader bool
 	// Meter creates the gateway's own instruments; nil means none.
 	Meter metric.Meter
 	// Logger logs upstream failures; nil means slog.Default().
@@ -130,6 +135,7 @@ type Gateway struct {
 	identity atomic.Pointer[httpadmit.IdentityConfig]
 	shared   atomic.Pointer[map[string]bool]
 	quota    atomic.Int32 // the status of a quota rejection
+	shadowH  atomic.Bool
 	ready    atomic.Bool
 	log      *slog.Logger
 	m        instruments
@@ -177,6 +183,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.identity.Store(cfg.Identity)
 	g.quota.Store(int32(cfg.QuotaStatus))
+	g.shadowH.Store(cfg.ShadowHeader)
 	g.PoliciesChanged()
 	if err := g.m.init(cfg.Meter); err != nil {
 		return nil, err
@@ -214,6 +221,22 @@ func (g *Gateway) SetIdentity(ic *httpadmit.IdentityConfig) { g.identity.Store(i
 func (g *Gateway) SetQuotaStatus(status int) {
 	if status != 0 {
 		g.quota.Store(int32(status))
+	}
+}
+
+// SetShadowHeader turns the Sluice-Would-Reject header on or off, for a
+// policy file reload.
+func (g *Gateway) SetShadowHeader(on bool) { g.shadowH.Store(on) }
+
+// admitted writes the headers of an admitted request.
+func (g *Gateway) admitted(h http.Header, tk admission.Ticket) {
+	var buf [8]admission.Status
+	g.setLimitHeaders(h, tk.Statuses(buf[:0]))
+	if g.shadowH.Load() {
+		var names [4]string
+		if wr := tk.WouldReject(names[:0]); len(wr) > 0 {
+			httpadmit.SetWouldReject(h, wr)
+		}
 	}
 }
 
@@ -386,8 +409,7 @@ func (g *Gateway) handleModels(c echo.Context) error {
 		return nil
 	}
 	defer tk.Done()
-	var buf [8]admission.Status
-	g.setLimitHeaders(c.Response().Header(), tk.Statuses(buf[:0]))
+	g.admitted(c.Response().Header(), tk)
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
 	defer cancel()
 	resp, err := g.roundTrip(ctx, r, nil)

@@ -84,8 +84,7 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	}
 	x := exchange{g: g, c: c, tk: tk, est: e, price: price, priced: priced}
 	defer x.settleZeroOutput() // settles only if nothing else did
-	var buf [8]admission.Status
-	g.setLimitHeaders(c.Response().Header(), tk.Statuses(buf[:0]))
+	g.admitted(c.Response().Header(), tk)
 
 	injected := false
 	if e.Stream && !e.IncludeUsage {
