@@ -59,7 +59,9 @@ const (
 )
 
 type waiter struct {
-	h      *held
+	h      *held // valid only while the waiter is queued
+	key    string
+	sh     *qshard
 	tenant string
 	prio   int
 	order  Order
@@ -115,10 +117,8 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		q = &queue{key: strings.Clone(h.key)}
 		sh.m[q.key] = q
 	}
-	w := &waiter{h: h, tenant: t.tenant, prio: 0, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
-	if t.priority != 0 {
-		w.prio = t.priority
-	}
+	w := &waiter{h: h, key: q.key, sh: sh, tenant: t.tenant, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
+	w.prio = t.priority
 	q.push(w)
 	if q.n == 1 {
 		qs.arm(q, h, h.grant, now)
@@ -227,15 +227,17 @@ func (qs *queueSet) dispatch(key string) {
 	delete(sh.m, key)
 }
 
-// remove takes w out of its queue unless it was already served.
+// remove takes w out of its queue unless it was already served. It may run
+// from a timer after the waiter has returned, so it reads only the waiter's
+// own fields, never its held (which the ticket reuses).
 func (qs *queueSet) remove(w *waiter, state int) {
-	sh := qs.shard(w.h.key)
+	sh := w.sh
 	sh.mu.Lock()
 	if w.state != waiting {
 		sh.mu.Unlock()
 		return
 	}
-	q := sh.m[w.h.key]
+	q := sh.m[w.key]
 	head := q.peek() == w
 	q.pop(w)
 	w.state = state
@@ -250,7 +252,7 @@ func (qs *queueSet) remove(w *waiter, state int) {
 	sh.mu.Unlock()
 	if head {
 		// A smaller request behind may fit now.
-		qs.dispatch(w.h.key)
+		qs.dispatch(w.key)
 	}
 }
 

@@ -309,3 +309,38 @@ func TestCancellationStorm(t *testing.T) {
 		t.Errorf("no waiter saw its cancellation: %v", errs)
 	}
 }
+
+// TestQueueTimeoutRacesGrant: a queue timeout firing while the waiter is
+// being served must not touch the waiter's ticket, which the controller
+// reuses at once (run with -race).
+func TestQueueTimeoutRacesGrant(t *testing.T) {
+	c := newController(t, admission.SystemClock{}, nil, concurrencyPolicy(1, admission.Queue{Size: 4, Timeout: time.Millisecond}, admission.KeyTenant))
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; i < 300 && time.Now().Before(deadline); i++ {
+		holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if tk, err := c.Admit(ctx, admission.Request{Tenant: "a", Model: "m"}); err == nil {
+				tk.Done()
+			}
+		}()
+		time.Sleep(time.Duration(i%3) * 400 * time.Microsecond)
+		holder.Done()
+		<-done
+		// Reuse tickets while late timers may still fire.
+		for j := 0; j < 3; j++ {
+			if tk, err := c.TryAdmit(ctx, admission.Request{Tenant: "b", Operation: "x"}); err == nil {
+				tk.Done()
+			}
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	if s := c.Stats()[0]; s.Queued != 0 || s.InFlight != 0 {
+		t.Fatalf("queued %d, in flight %d after the races; want 0, 0", s.Queued, s.InFlight)
+	}
+}

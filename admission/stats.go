@@ -12,6 +12,8 @@ type PolicyStats struct {
 	Limit int64
 	// Partitions is the number of partitions held in memory.
 	Partitions int
+	// MaxPartitions is the policy's bound on Partitions.
+	MaxPartitions int
 	// Evicted counts partitions dropped since the policy was installed.
 	Evicted uint64
 	// NearLimit is the number of partitions using 80% or more of the
@@ -31,7 +33,10 @@ func (c *Controller) Stats() []PolicyStats {
 	now := c.clock.Now()
 	out := make([]PolicyStats, 0, len(cfg.policies))
 	for _, p := range cfg.policies {
-		s := PolicyStats{Name: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.unit, Limit: p.Limit}
+		s := PolicyStats{Name: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.unit, Limit: p.Limit, MaxPartitions: p.MaxPartitions}
+		if s.MaxPartitions == 0 {
+			s.MaxPartitions = DefaultMaxPartitions
+		}
 		if c.allShadow.Load() && s.Mode == Enforce {
 			s.Mode = Shadow
 		}
