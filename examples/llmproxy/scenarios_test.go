@@ -670,3 +670,46 @@ func TestUpstreamKeyFromEnvironment(t *testing.T) {
 		t.Error("a flag without its value was accepted")
 	}
 }
+
+// A request that waits in a tenant's queue longer than the queue allows
+// gets 429 queue_timeout; a request refused by the shared upstream cap
+// gets 503, since the proxy is overloaded, not the tenant over its limit.
+func TestQueueTimeoutAndSharedOverload(t *testing.T) {
+	s := startProxy(t, withPolicy(t, `
+  - name: tenant-concurrency
+    key: [tenant]
+    algorithm: concurrency
+    limit: 1
+    queue: {size: 2, timeout: 200ms}
+  - name: upstream-capacity
+    key: [global]
+    algorithm: concurrency
+    limit: 2
+`, []string{"a", "b", "c"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 200 })
+	ctx, cancel := context.WithCancel(ctxT(t, 20*time.Second))
+	defer cancel()
+	var wg sync.WaitGroup
+	stream := func(tenant string) {
+		started := make(chan struct{})
+		wg.Go(func() { runStream(ctx, sdk(s, testKey(tenant)), chatParams("long"), func() { close(started) }) })
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the stream of %s did not start", tenant)
+		}
+	}
+	stream("a")
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	start := time.Now()
+	resp, b := post(t, s, "/v1/chat/completions", testKey("a"), body)
+	checkError(t, "queued too long", resp, b, http.StatusTooManyRequests, "queue_timeout")
+	if d := time.Since(start); d < 200*time.Millisecond || d > 5*time.Second {
+		t.Errorf("queue timeout after %v; want about 200ms", d)
+	}
+	stream("b")
+	resp, b = post(t, s, "/v1/chat/completions", testKey("c"), body)
+	checkError(t, "shared cap full", resp, b, http.StatusServiceUnavailable, "concurrency_limit_exceeded")
+	cancel()
+	wg.Wait()
+	eventually(t, 5*time.Second, "no permits in flight", func() bool { return inflight(t, s) == 0 })
+}

@@ -95,6 +95,28 @@ func TestSDKCallsChargeUpstreamUsage(t *testing.T) {
 	}
 	charged("stream, usage injected", usage)
 
+	// Legacy completions, not streaming and streaming (usage injected).
+	cp := openai.CompletionNewParams{
+		Model:     openai.CompletionNewParamsModelGPT3_5TurboInstruct,
+		Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+		MaxTokens: openai.Int(12),
+	}
+	cmpl, err := c.Completions.New(ctx, cp)
+	if err != nil || cmpl.Usage.TotalTokens == 0 || len(cmpl.Choices) == 0 {
+		t.Fatalf("completions: %v %+v", err, cmpl)
+	}
+	charged("completions", cmpl.Usage.TotalTokens)
+	cs := c.Completions.NewStreaming(ctx, cp)
+	for cs.Next() {
+		if len(cs.Current().Choices) == 0 {
+			t.Errorf("completions stream: client saw a usage chunk %s", cs.Current().RawJSON())
+		}
+	}
+	if err := cs.Err(); err != nil {
+		t.Fatalf("completions stream: %v", err)
+	}
+	charged("completions stream, usage injected", cmpl.Usage.TotalTokens)
+
 	// Embeddings.
 	emb, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{
 		Model: openai.EmbeddingModelTextEmbedding3Small,
