@@ -414,14 +414,18 @@ func (g *Gateway) handleModels(c echo.Context) error {
 	defer cancel()
 	resp, err := g.roundTrip(ctx, r, nil)
 	if err != nil {
-		g.upstreamFailed(c, ctx, err)
+		g.upstreamFailed(c, r.Context(), err)
 		return nil
 	}
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	body, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
 	if err != nil {
-		g.upstreamFailed(c, ctx, err)
+		g.upstreamFailed(c, r.Context(), err)
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		g.upstreamError(c, resp, body)
 		return nil
 	}
 	g.writeUpstream(c, resp, body)
