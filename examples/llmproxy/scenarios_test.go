@@ -156,7 +156,11 @@ func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
 		t.Fatalf("in shadow: %v rejected decisions; want 0", r)
 	}
 
-	writePolicy(t, path, fmt.Sprintf(policies, "enforce"), []string{"a"}, "")
+	if resp, _ := post(t, s, "/v1/chat/completions", testKey("b"), body); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("tenant b before it is in the file: status %d; want 401", resp.StatusCode)
+	}
+	// Enforce the candidate, and add tenant b with its key.
+	writePolicy(t, path, fmt.Sprintf(policies, "enforce"), []string{"a", "b"}, "")
 	eventually(t, 10*time.Second, "the edited file is applied", func() bool {
 		for _, p := range s.ctl.Policies() {
 			if p.Name == "tpm-candidate" {
@@ -167,6 +171,9 @@ func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
 	})
 	if _, limited := send(); limited == 0 {
 		t.Fatalf("enforced: the same traffic got no 429")
+	}
+	if resp, b := post(t, s, "/v1/chat/completions", testKey("b"), body); resp.StatusCode != http.StatusOK {
+		t.Fatalf("tenant b after the reload: status %d: %s", resp.StatusCode, b)
 	}
 	t.Logf("would_reject in shadow: %v", wouldReject)
 }
