@@ -356,8 +356,16 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 		if !p.Matches(r) {
 			continue
 		}
-		t.ops = append(t.ops, held{p: p, mode: p.Mode, lim: &p.base, est: r.Amount(p.unit)})
-		h := &t.ops[len(t.ops)-1]
+		n := len(t.ops)
+		if n < cap(t.ops) {
+			t.ops = t.ops[:n+1]
+		} else {
+			t.ops = append(t.ops, held{})
+		}
+		// Every field but the grant, which the evaluation always writes.
+		h := &t.ops[n]
+		h.p, h.mode, h.lim, h.est, h.wait = p, p.Mode, &p.base, r.Amount(p.unit), 0
+		h.taken, h.failOpen, h.local, h.wouldReject = false, false, false, false
 		if allShadow && h.mode == Enforce {
 			h.mode = Shadow
 		}
@@ -416,17 +424,16 @@ func (c *Controller) batchable(ops []held) int {
 
 // acquire evaluates one policy without queueing.
 func (c *Controller) acquire(ctx context.Context, t *ticket, h *held, now time.Time) error {
-	g, err := h.p.limiter.Acquire(ctx, h.key, *h.lim, h.est, now)
-	if err != nil {
+	var err error
+	if h.grant, err = h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now); err != nil {
 		return c.storeFailed(ctx, t, h, err, now)
 	}
-	return c.decide(t, h, g, false)
+	return c.decide(t, h)
 }
 
-// decide records g on h: a taken grant, a would-reject or a rejection.
-// queueable says the caller will queue a refusal instead of rejecting.
-func (c *Controller) decide(t *ticket, h *held, g Grant, queueable bool) error {
-	h.grant = g
+// decide acts on h.grant: a taken grant, a would-reject or a rejection.
+func (c *Controller) decide(t *ticket, h *held) error {
+	g := &h.grant
 	if g.Expired > 0 {
 		c.obs.LeaseExpired(h.p.Name, int(g.Expired))
 	}
@@ -434,14 +441,11 @@ func (c *Controller) decide(t *ticket, h *held, g Grant, queueable bool) error {
 		h.taken = true
 		return nil
 	}
-	reason := h.p.reason(&g)
+	reason := h.p.reason(g)
 	retry := h.retryAfter()
 	if h.mode == Shadow {
 		h.wouldReject = true
 		c.report(t, h, WouldReject, reason, retry)
-		return nil
-	}
-	if queueable {
 		return nil
 	}
 	c.report(t, h, Rejected, reason, retry)
@@ -458,6 +462,7 @@ func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry 
 // storeFailed applies the policy's failure mode when its store failed.
 func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err error, now time.Time) error {
 	p := h.p
+	h.grant = Grant{}
 	c.obs.StoreError(StoreEvent{Policy: p.Name, Store: p.Store, Err: err, Action: p.OnStoreError})
 	switch p.OnStoreError {
 	case FailLocalMode:
@@ -468,8 +473,8 @@ func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err er
 		}
 		h.local = true
 		h.lim = &lim
-		g, _ := p.localLimiter().Acquire(ctx, h.key, lim, h.est, now)
-		return c.decide(t, h, g, false)
+		h.grant, _ = p.localLimiter().Acquire(ctx, h.key, &lim, h.est, now)
+		return c.decide(t, h)
 	case FailClosedMode:
 		retry := p.RetryHint
 		if retry == 0 {
@@ -527,7 +532,8 @@ func (c *Controller) acquireBatch(ctx context.Context, t *ticket, hs []held, now
 	}
 	var first error
 	for i := range hs {
-		if err := c.decide(t, &hs[i], ops[i].Grant, false); err != nil && first == nil {
+		hs[i].grant = ops[i].Grant
+		if err := c.decide(t, &hs[i]); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -547,12 +553,12 @@ func (c *Controller) release(t *ticket, now time.Time, settled bool) {
 		h.taken = false
 		l := h.limiterOf()
 		if h.p.Algorithm == Concurrency {
-			c.settleFailed(h, l.Release(ctx, h.key, *h.lim, &h.grant, now))
+			c.settleFailed(h, l.Release(ctx, h.key, h.lim, &h.grant, now))
 			if h.p.queues != nil {
 				h.p.queues.dispatch(h.key)
 			}
 		} else if !settled && h.grant.Taken != 0 {
-			c.settleFailed(h, l.Adjust(ctx, h.key, *h.lim, &h.grant, -h.grant.Taken, now))
+			c.settleFailed(h, l.Adjust(ctx, h.key, h.lim, &h.grant, -h.grant.Taken, now))
 			if h.p.queues != nil {
 				h.p.queues.dispatch(h.key)
 			}

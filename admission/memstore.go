@@ -213,14 +213,14 @@ func (l *memLimiter) sweep(sh *shard, lim *Limit, now int64, full bool) int {
 }
 
 // Acquire implements Limiter.
-func (l *memLimiter) Acquire(_ context.Context, key string, lim Limit, n int64, now time.Time) (Grant, error) {
+func (l *memLimiter) Acquire(_ context.Context, key string, lim *Limit, n int64, now time.Time) (Grant, error) {
 	ns := now.UnixNano()
-	c, mu := l.lock(key, &lim, ns, true)
+	c, mu := l.lock(key, lim, ns, true)
 	if c == nil {
 		return Grant{Limit: lim.Capacity(), RetryAfter: DefaultRetryHint, Full: true}, nil
 	}
 	var g Grant
-	c.acquire(&lim, n, ns, &g)
+	c.acquire(lim, n, ns, &g)
 	g.Overflow = c == &l.ovf.c
 	mu.Unlock()
 	return g, nil
@@ -240,9 +240,9 @@ func (l *memLimiter) cellOf(key string, lim *Limit, g *Grant, now int64, create 
 }
 
 // Adjust implements Limiter.
-func (l *memLimiter) Adjust(_ context.Context, key string, lim Limit, g *Grant, delta int64, now time.Time) error {
+func (l *memLimiter) Adjust(_ context.Context, key string, lim *Limit, g *Grant, delta int64, now time.Time) error {
 	ns := now.UnixNano()
-	c, mu := l.cellOf(key, &lim, g, ns, delta > 0)
+	c, mu := l.cellOf(key, lim, g, ns, delta > 0)
 	if c == nil || (c == &l.ovf.c && !g.Overflow) {
 		if c != nil {
 			mu.Unlock()
@@ -250,17 +250,17 @@ func (l *memLimiter) Adjust(_ context.Context, key string, lim Limit, g *Grant, 
 		g.Taken += delta
 		return nil
 	}
-	c.adjust(&lim, g, delta, ns)
+	c.adjust(lim, g, delta, ns)
 	mu.Unlock()
 	return nil
 }
 
 // Release implements Limiter.
-func (l *memLimiter) Release(_ context.Context, key string, lim Limit, g *Grant, now time.Time) error {
+func (l *memLimiter) Release(_ context.Context, key string, lim *Limit, g *Grant, now time.Time) error {
 	if lim.Algorithm != Concurrency || g.Stamp == 0 {
 		return nil
 	}
-	c, mu := l.cellOf(key, &lim, g, now.UnixNano(), false)
+	c, mu := l.cellOf(key, lim, g, now.UnixNano(), false)
 	if c == nil {
 		return nil
 	}

@@ -92,20 +92,20 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	sh.mu.Lock()
 	q := sh.m[h.key]
 	if q == nil || q.n == 0 {
-		g, err := qs.st.limiter.Acquire(ctx, h.key, *h.lim, h.est, now)
+		g, err := qs.st.limiter.Acquire(ctx, h.key, h.lim, h.est, now)
 		if err != nil {
 			sh.mu.Unlock()
 			return c.storeFailed(ctx, t, h, err, now)
 		}
+		h.grant = g
 		if g.OK || !wait || g.Full || g.RetryAfter == Never || qs.hopeless(ctx, h, g, now) {
 			sh.mu.Unlock()
-			return c.decide(t, h, g, false)
+			return c.decide(t, h)
 		}
-		h.grant = g
 	} else if !wait {
 		sh.mu.Unlock()
-		h.grant.RetryAfter = 0
-		return c.decide(t, h, Grant{Limit: h.lim.Capacity()}, false)
+		h.grant = Grant{Limit: h.lim.Capacity()}
+		return c.decide(t, h)
 	}
 	if q != nil && q.n >= h.p.Queue.Size {
 		sh.mu.Unlock()
@@ -144,7 +144,8 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	h.wait = c.clock.Now().Sub(now)
 	switch state {
 	case granted:
-		return c.decide(t, h, g, false)
+		h.grant = g
+		return c.decide(t, h)
 	case timedOut:
 		retry := h.retryAfter()
 		c.report(t, h, Timeout, ReasonQueueTimeout, retry)
@@ -211,7 +212,7 @@ func (qs *queueSet) dispatch(key string) {
 	for q.n > 0 {
 		w := q.peek()
 		now := qs.c.clock.Now()
-		g, err := qs.st.limiter.Acquire(context.Background(), q.key, *w.h.lim, w.h.est, now)
+		g, err := qs.st.limiter.Acquire(context.Background(), q.key, w.h.lim, w.h.est, now)
 		if err != nil || !g.OK {
 			if g.Expired > 0 {
 				qs.c.obs.LeaseExpired(w.h.p.Name, int(g.Expired))

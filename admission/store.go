@@ -18,19 +18,19 @@ type Store interface {
 // give tenants different limits, and the controller's current instant: an
 // in-memory limiter uses it, a shared store may use its own clock instead.
 //
-// The key is only valid during the call: an implementation that keeps it
-// must copy it.
+// The key and the Limit are only valid during the call (the Limit must not
+// be modified): an implementation that keeps either must copy it.
 type Limiter interface {
 	// Acquire takes n permits from the partition if they fit. It never takes
 	// part of n. The error is non-nil only when the store failed.
-	Acquire(ctx context.Context, key string, l Limit, n int64, now time.Time) (Grant, error)
+	Acquire(ctx context.Context, key string, l *Limit, n int64, now time.Time) (Grant, error)
 	// Adjust changes what a grant holds by delta: a positive delta charges
 	// an overrun (a token bucket may go into debt), a negative one refunds
 	// an over-estimate. It updates g.Taken.
-	Adjust(ctx context.Context, key string, l Limit, g *Grant, delta int64, now time.Time) error
+	Adjust(ctx context.Context, key string, l *Limit, g *Grant, delta int64, now time.Time) error
 	// Release gives back what a concurrency grant holds. It is a no-op for
 	// rate algorithms, and for a grant already released or expired.
-	Release(ctx context.Context, key string, l Limit, g *Grant, now time.Time) error
+	Release(ctx context.Context, key string, l *Limit, g *Grant, now time.Time) error
 }
 
 // A Grant is a limiter's answer to Acquire.

@@ -120,7 +120,7 @@ func (tk Ticket) Settle(u Usage) {
 					if !clockRead {
 						now, clockRead = c.clock.Now(), true
 					}
-					c.settleFailed(h, h.limiterOf().Adjust(ctx, h.key, *h.lim, &h.grant, actual-h.grant.Taken, now))
+					c.settleFailed(h, h.limiterOf().Adjust(ctx, h.key, h.lim, &h.grant, actual-h.grant.Taken, now))
 				}
 			}
 		}
@@ -231,7 +231,7 @@ func (tk Ticket) Charge(u Usage) error {
 		if !ok || actual <= h.grant.Taken {
 			continue
 		}
-		t.c.settleFailed(h, h.limiterOf().Adjust(context.Background(), h.key, *h.lim, &h.grant, actual-h.grant.Taken, now))
+		t.c.settleFailed(h, h.limiterOf().Adjust(context.Background(), h.key, h.lim, &h.grant, actual-h.grant.Taken, now))
 		if h.mode == Enforce && h.grant.Remaining <= 0 && rej == nil {
 			reason := ReasonRate
 			if h.p.Algorithm == Quota {

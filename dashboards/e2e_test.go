@@ -42,7 +42,7 @@ type flakyLimiter struct {
 
 var errStoreTimeout = errors.New("store call timed out")
 
-func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim admission.Limit, n int64, now time.Time) (admission.Grant, error) {
+func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time) (admission.Grant, error) {
 	if l.n.Add(1)%l.every == 0 {
 		return admission.Grant{}, errStoreTimeout
 	}

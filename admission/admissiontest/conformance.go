@@ -168,19 +168,19 @@ func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
 				switch {
 				case s.Release:
 					g := grants[s.Ref]
-					if err := lim.Release(ctx, key, l, &g, now); err != nil {
+					if err := lim.Release(ctx, key, &l, &g, now); err != nil {
 						t.Fatalf("step %d: Release: %v", i, err)
 					}
 				case s.Adjust != 0:
 					g := &grants[s.Ref]
-					if err := lim.Adjust(ctx, key, l, g, s.Adjust, now); err != nil {
+					if err := lim.Adjust(ctx, key, &l, g, s.Adjust, now); err != nil {
 						t.Fatalf("step %d: Adjust: %v", i, err)
 					}
 					if g.Remaining != s.Remaining {
 						t.Errorf("step %d: Adjust(%d) remaining = %d; want %d", i, s.Adjust, g.Remaining, s.Remaining)
 					}
 				default:
-					g, err := lim.Acquire(ctx, key, l, s.N, now)
+					g, err := lim.Acquire(ctx, key, &l, s.N, now)
 					if err != nil {
 						t.Fatalf("step %d: Acquire: %v", i, err)
 					}
@@ -272,7 +272,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 				if p.Algorithm == admission.Concurrency && len(inflight) > 0 && rng.IntN(2) == 0 {
 					j := rng.IntN(len(inflight))
 					o := inflight[j]
-					if err := lim.Release(ctx, o.key, l, &o.g, Epoch.Add(now)); err != nil {
+					if err := lim.Release(ctx, o.key, &l, &o.g, Epoch.Add(now)); err != nil {
 						t.Fatal(err)
 					}
 					held[o.key] -= o.n
@@ -280,7 +280,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 					continue
 				}
 				n := 1 + rng.Int64N(tr.MaxN)
-				g, err := lim.Acquire(ctx, key, l, n, Epoch.Add(now))
+				g, err := lim.Acquire(ctx, key, &l, n, Epoch.Add(now))
 				if err != nil {
 					t.Fatal(err)
 				}

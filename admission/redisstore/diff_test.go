@@ -70,9 +70,9 @@ func TestSameFiguresAsMemory(t *testing.T) {
 					j := rng.IntN(len(open))
 					o := &open[j]
 					if p.Algorithm == admission.Concurrency {
-						em := mem.Release(ctx, o.key, l, &o.m, now)
-						er := red.Release(ctx, o.key, l, &o.r, now)
-						eb := bat.Release(ctx, o.key, l, &o.b, now)
+						em := mem.Release(ctx, o.key, &l, &o.m, now)
+						er := red.Release(ctx, o.key, &l, &o.r, now)
+						eb := bat.Release(ctx, o.key, &l, &o.b, now)
 						if em != nil || er != nil || eb != nil {
 							t.Fatalf("op %d: Release = %v, %v", i, em, er)
 						}
@@ -80,9 +80,9 @@ func TestSameFiguresAsMemory(t *testing.T) {
 						continue
 					}
 					delta := rng.Int64N(o.m.Taken+4) - o.m.Taken
-					em := mem.Adjust(ctx, o.key, l, &o.m, delta, now)
-					er := red.Adjust(ctx, o.key, l, &o.r, delta, now)
-					eb := bat.Adjust(ctx, o.key, l, &o.b, delta, now)
+					em := mem.Adjust(ctx, o.key, &l, &o.m, delta, now)
+					er := red.Adjust(ctx, o.key, &l, &o.r, delta, now)
+					eb := bat.Adjust(ctx, o.key, &l, &o.b, delta, now)
 					if em != nil || er != nil || eb != nil {
 						t.Fatalf("op %d: Adjust = %v, %v", i, em, er)
 					}
@@ -95,8 +95,8 @@ func TestSameFiguresAsMemory(t *testing.T) {
 					if rng.IntN(20) == 0 {
 						n = p.Limit + 1 + rng.Int64N(3)
 					}
-					gm, em := mem.Acquire(ctx, key, l, n, now)
-					gr, er := red.Acquire(ctx, key, l, n, now)
+					gm, em := mem.Acquire(ctx, key, &l, n, now)
+					gr, er := red.Acquire(ctx, key, &l, n, now)
 					if em != nil || er != nil {
 						t.Fatalf("op %d: Acquire = %v, %v", i, em, er)
 					}
@@ -148,8 +148,8 @@ func TestLongLivedScores(t *testing.T) {
 		var gms, grs []admission.Grant
 		for i := 0; i < 12; i++ {
 			now := admissiontest.Epoch.Add(time.Duration(i) * 20 * day)
-			gm, _ := mem.Acquire(ctx, "k", l, 3, now)
-			gr, err := red.Acquire(ctx, "k", l, 3, now)
+			gm, _ := mem.Acquire(ctx, "k", &l, 3, now)
+			gr, err := red.Acquire(ctx, "k", &l, 3, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,11 +161,11 @@ func TestLongLivedScores(t *testing.T) {
 				// Give back an older grant, taken before a rebase.
 				j := i - 2
 				if p.Algorithm == admission.Concurrency {
-					_ = mem.Release(ctx, "k", l, &gms[j], now)
-					_ = red.Release(ctx, "k", l, &grs[j], now)
+					_ = mem.Release(ctx, "k", &l, &gms[j], now)
+					_ = red.Release(ctx, "k", &l, &grs[j], now)
 				} else {
-					_ = mem.Adjust(ctx, "k", l, &gms[j], -1, now)
-					_ = red.Adjust(ctx, "k", l, &grs[j], -1, now)
+					_ = mem.Adjust(ctx, "k", &l, &gms[j], -1, now)
+					_ = red.Adjust(ctx, "k", &l, &grs[j], -1, now)
 					if gms[j].Remaining != grs[j].Remaining {
 						t.Fatalf("%s day %d: Adjust remaining = %d; want %d", p.Name, i*20, grs[j].Remaining, gms[j].Remaining)
 					}

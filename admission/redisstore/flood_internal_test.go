@@ -61,7 +61,7 @@ func TestTenantFlood(t *testing.T) {
 		lim, _ := st.Limiter(&p)
 		l := lim.(*limiter)
 		limit := admission.Limit{Algorithm: p.Algorithm, Amount: p.Limit, Burst: p.Limit, Per: p.Per, MaxHold: p.MaxHold}
-		if _, err := lim.Acquire(ctx, "warm-up", limit, 1, time.Now()); err != nil {
+		if _, err := lim.Acquire(ctx, "warm-up", &limit, 1, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		before := usedMemory(t, srv.Addr)

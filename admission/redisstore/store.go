@@ -391,12 +391,12 @@ func nowNanos(now time.Time) int64 {
 }
 
 // Acquire implements admission.Limiter with one script call.
-func (l *limiter) Acquire(ctx context.Context, key string, lim admission.Limit, n int64, now time.Time) (admission.Grant, error) {
+func (l *limiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time) (admission.Grant, error) {
 	if l.alg == admission.TokenBucket {
-		return l.acquireBucket(ctx, key, lim, n, nowNanos(now))
+		return l.acquireBucket(ctx, key, *lim, n, nowNanos(now))
 	}
 	var ops [1]admission.Op
-	ops[0] = admission.Op{Limiter: l, Key: key, Limit: lim, N: n}
+	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, N: n}
 	err := l.s.acquire(ctx, acquireScripts[l.alg], "acquire", ops[:], nowNanos(now))
 	return ops[0].Grant, err
 }
@@ -650,12 +650,12 @@ func (r *reader) int() int64 {
 // Adjust implements admission.Limiter: one script call, none when delta is
 // zero or the policy is a concurrency limit (whose permits are released
 // whole).
-func (l *limiter) Adjust(ctx context.Context, key string, lim admission.Limit, g *admission.Grant, delta int64, now time.Time) error {
+func (l *limiter) Adjust(ctx context.Context, key string, lim *admission.Limit, g *admission.Grant, delta int64, now time.Time) error {
 	if delta == 0 || l.alg == admission.Concurrency {
 		return nil
 	}
 	var ops [1]admission.Op
-	ops[0] = admission.Op{Limiter: l, Key: key, Limit: lim, N: delta, Grant: *g}
+	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, N: delta, Grant: *g}
 	err := l.s.settle(ctx, ops[:], nowNanos(now))
 	*g = ops[0].Grant
 	return err
@@ -663,12 +663,12 @@ func (l *limiter) Adjust(ctx context.Context, key string, lim admission.Limit, g
 
 // Release implements admission.Limiter: one script call for a concurrency
 // grant that holds a lease, none otherwise. Releasing twice is harmless.
-func (l *limiter) Release(ctx context.Context, key string, lim admission.Limit, g *admission.Grant, now time.Time) error {
+func (l *limiter) Release(ctx context.Context, key string, lim *admission.Limit, g *admission.Grant, now time.Time) error {
 	if l.alg != admission.Concurrency || g.Stamp == 0 {
 		return nil
 	}
 	var ops [1]admission.Op
-	ops[0] = admission.Op{Limiter: l, Key: key, Limit: lim, Release: true, Grant: *g}
+	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, Release: true, Grant: *g}
 	return l.s.settle(ctx, ops[:], nowNanos(now))
 }
 

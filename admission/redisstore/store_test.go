@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -278,15 +279,10 @@ func TestServerTime(t *testing.T) {
 	}
 }
 
-func limitOf(p *admission.Policy) admission.Limit {
-	l := admission.Limit{Algorithm: p.Algorithm, Period: p.Period, Amount: p.Limit, Burst: p.Burst, Per: p.Per, MaxHold: p.MaxHold, Location: p.Location}
-	if l.Burst == 0 {
-		l.Burst = l.Amount
-	}
-	if l.MaxHold == 0 {
-		l.MaxHold = admission.DefaultMaxHold
-	}
-	return l
+// limitOf is the limit a controller evaluates p's partitions with.
+func limitOf(p *admission.Policy) *admission.Limit {
+	l := admissiontest.LimitOf(p)
+	return &l
 }
 
 // TestKeysExpire checks every algorithm's keys carry the expiry of their
