@@ -144,7 +144,7 @@ func (c *cell) adjust(l *Limit, g *Grant, delta int64, now int64) {
 		// In-flight cost is what was reserved; it is released whole.
 		return
 	default:
-		start, _ := quotaPeriod(l, now)
+		start, _ := QuotaPeriod(l, now)
 		if c.t != start {
 			c.t, c.a = start, 0
 		}
@@ -188,7 +188,7 @@ func (c *cell) neutral(l *Limit, now int64) bool {
 		c.concExpire(now)
 		return c.x == nil || len(c.x.leases) == 0
 	default:
-		start, _ := quotaPeriod(l, now)
+		start, _ := QuotaPeriod(l, now)
 		return c.t != start || c.a == 0
 	}
 }
@@ -238,6 +238,12 @@ func (c *cell) fixedAcquire(l *Limit, n int64, now int64, g *Grant) {
 	per := int64(l.Per)
 	reset := time.Duration((c.t+1)*per - now)
 	*g = Grant{Limit: l.Amount, Stamp: c.t, Reset: reset}
+	c.take(l, n, g, reset)
+}
+
+// take adds n to a counting partition (fixed window, quota) when it fits
+// under the limit; retry is the wait when it does not.
+func (c *cell) take(l *Limit, n int64, g *Grant, retry time.Duration) {
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
 		c.a += float64(n)
@@ -245,9 +251,9 @@ func (c *cell) fixedAcquire(l *Limit, n int64, now int64, g *Grant) {
 	case n > l.Amount:
 		g.RetryAfter = Never
 	default:
-		g.RetryAfter = reset
+		g.RetryAfter = retry
 	}
-	g.Remaining = l.Amount - int64(min(c.a, float64(l.Amount)))
+	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
 }
 
 // Sliding window counter.
@@ -429,8 +435,12 @@ func (c *cell) concRelease(g *Grant) bool {
 
 // Quota.
 
-// quotaPeriod returns the start and end (ns) of the quota period holding now.
-func quotaPeriod(l *Limit, now int64) (start, end int64) {
+// QuotaPeriod returns the start and end, in nanoseconds since the Unix
+// epoch, of the quota period holding now (nanoseconds): a calendar day or
+// month in the limit's Location (UTC when nil), or a fixed period of Per
+// aligned to the epoch. Stores that keep quotas elsewhere use it so that
+// their periods are the in-memory limiter's.
+func QuotaPeriod(l *Limit, now int64) (start, end int64) {
 	switch l.Period {
 	case PeriodDay, PeriodMonth:
 		loc := l.Location
@@ -459,19 +469,10 @@ func quotaPeriod(l *Limit, now int64) (start, end int64) {
 }
 
 func (c *cell) quotaAcquire(l *Limit, n int64, now int64, g *Grant) {
-	start, end := quotaPeriod(l, now)
+	start, end := QuotaPeriod(l, now)
 	if c.t != start {
 		c.t, c.a = start, 0
 	}
 	*g = Grant{Limit: l.Amount, Stamp: start, Reset: time.Duration(end - now)}
-	switch {
-	case c.a+float64(n) <= float64(l.Amount):
-		c.a += float64(n)
-		g.OK, g.Taken = true, n
-	case n > l.Amount:
-		g.RetryAfter = Never
-	default:
-		g.RetryAfter = g.Reset
-	}
-	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
+	c.take(l, n, g, g.Reset)
 }

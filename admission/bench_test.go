@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strconv"
 	"sync"
@@ -35,45 +36,62 @@ func BenchmarkPeerXTimeRate(b *testing.B) {
 			for _, k := range names {
 				m[k] = rate.NewLimiter(rate.Inf, 1)
 			}
-			allow := func(i int) bool {
+			allow := func(i int) error {
 				k := names[i%keys]
 				mu.Lock()
 				l := m[k]
 				mu.Unlock()
-				return l.AllowN(time.Now(), 1)
+				if !l.AllowN(time.Now(), 1) {
+					return errRejected
+				}
+				return nil
 			}
 			if keys == 1 {
 				l := m[names[0]]
-				allow = func(int) bool { return l.AllowN(time.Now(), 1) }
-			}
-			b.Run("serial", func(b *testing.B) {
-				b.ReportAllocs()
-				cpu := benchcpu.Start()
-				for i := 0; b.Loop(); i++ {
-					if !allow(i) {
-						b.Fatal("rejected")
+				allow = func(int) error {
+					if !l.AllowN(time.Now(), 1) {
+						return errRejected
 					}
+					return nil
 				}
-				cpu.Report(b)
-			})
-			b.Run("parallel", func(b *testing.B) {
-				b.ReportAllocs()
-				var seq atomic.Int64
-				cpu := benchcpu.Start()
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(seq.Add(1) * 7919)
-					for pb.Next() {
-						if !allow(i) {
-							b.Error("rejected")
-							return
-						}
-						i++
-					}
-				})
-				cpu.Report(b)
-			})
+			}
+			serialAndParallel(b, allow)
 		})
 	}
+}
+
+var errRejected = errors.New("rejected")
+
+// serialAndParallel runs op as a /serial and a /parallel sub-benchmark,
+// reporting allocations and cpu-ns/op. Each goroutine of the parallel run
+// starts at its own offset of i.
+func serialAndParallel(b *testing.B, op func(i int) error) {
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := benchcpu.Start()
+		for i := 0; b.Loop(); i++ {
+			if err := op(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.Report(b)
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var seq atomic.Int64
+		cpu := benchcpu.Start()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1) * 7919)
+			for pb.Next() {
+				if err := op(i); err != nil {
+					b.Error(err)
+					return
+				}
+				i++
+			}
+		})
+		cpu.Report(b)
+	})
 }
 
 func benchController(b *testing.B, policies []admission.Policy) *admission.Controller {
@@ -111,33 +129,10 @@ func BenchmarkAdmit(b *testing.B) {
 			c := benchController(b, tc.policies)
 			names := tenants(tc.keys)
 			ctx := context.Background()
-			admit := func(i int) {
+			serialAndParallel(b, func(i int) error {
 				t, err := c.TryAdmit(ctx, admission.Request{Tenant: names[i%tc.keys], Tokens: 100})
-				if err != nil {
-					b.Fatal(err)
-				}
 				t.Done()
-			}
-			b.Run("serial", func(b *testing.B) {
-				b.ReportAllocs()
-				cpu := benchcpu.Start()
-				for i := 0; b.Loop(); i++ {
-					admit(i)
-				}
-				cpu.Report(b)
-			})
-			b.Run("parallel", func(b *testing.B) {
-				b.ReportAllocs()
-				var seq atomic.Int64
-				cpu := benchcpu.Start()
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(seq.Add(1) * 7919)
-					for pb.Next() {
-						admit(i)
-						i++
-					}
-				})
-				cpu.Report(b)
+				return err
 			})
 		})
 	}

@@ -66,7 +66,7 @@ func (h *held) status() Status {
 		s.Limit = h.lim.Capacity()
 	}
 	if h.p.Algorithm == Quota && h.lim.Period != PeriodFixed {
-		_, end := quotaPeriod(h.lim, h.grant.Stamp)
+		_, end := QuotaPeriod(h.lim, h.grant.Stamp)
 		s.Window = time.Duration(end - h.grant.Stamp)
 	} else {
 		s.Window = h.lim.window

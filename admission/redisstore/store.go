@@ -319,27 +319,8 @@ func floorTo(ns, per int64) int64 {
 // and whether it is a calendar period (which the script checks against its
 // own time instead of moving it).
 func quotaPeriod(l admission.Limit, now int64) (start, length int64, calendar bool) {
-	switch l.Period {
-	case admission.PeriodDay, admission.PeriodMonth:
-		loc := l.Location
-		if loc == nil {
-			loc = time.UTC
-		}
-		t := time.Unix(0, now).In(loc)
-		y, m, d := t.Date()
-		var st, end time.Time
-		if l.Period == admission.PeriodDay {
-			st = time.Date(y, m, d, 0, 0, 0, 0, loc)
-			end = st.AddDate(0, 0, 1)
-		} else {
-			st = time.Date(y, m, 1, 0, 0, 0, 0, loc)
-			end = st.AddDate(0, 1, 0)
-		}
-		return st.UnixNano(), end.UnixNano() - st.UnixNano(), true
-	default:
-		per := int64(l.Per)
-		return floorTo(now, per), per, false
-	}
+	start, end := admission.QuotaPeriod(&l, now)
+	return start, end - start, l.Period == admission.PeriodDay || l.Period == admission.PeriodMonth
 }
 
 // params appends the five algorithm parameters of l at now.
