@@ -103,8 +103,13 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 			return c.decide(t, h)
 		}
 	} else if !wait {
-		sh.mu.Unlock()
+		// Others are waiting: a request that will not wait is refused, not
+		// let past them. It may retry when the queue is next served.
 		h.grant = Grant{Limit: h.lim.Capacity()}
+		if q.timer != nil && h.p.Algorithm != Concurrency {
+			h.grant.RetryAfter = time.Duration(max(1, q.timerAt-now.UnixNano()))
+		}
+		sh.mu.Unlock()
 		return c.decide(t, h)
 	}
 	if q != nil && q.n >= h.p.Queue.Size {

@@ -344,3 +344,36 @@ func TestQueueTimeoutRacesGrant(t *testing.T) {
 		t.Fatalf("queued %d, in flight %d after the races; want 0, 0", s.Queued, s.InFlight)
 	}
 }
+
+// TestTryAdmitBehindWaiters: a request that will not wait is refused while
+// others wait, with the time the queue is next served as its retry-after.
+func TestTryAdmitBehindWaiters(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, admission.Policy{
+		Name: "rps", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second,
+		Queue: admission.Queue{Size: 10, Timeout: 5 * time.Second},
+	})
+	ctx := context.Background()
+	tk, err := c.TryAdmit(ctx, admission.Request{Tenant: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done()
+	out := make(chan result, 1)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "w", out)
+	clock.Advance(300 * time.Millisecond)
+	// The bucket has 0.3 tokens and a waiter is first in line: TryAdmit is
+	// refused even once a token is there, and told when the queue moves.
+	_, err = c.TryAdmit(ctx, admission.Request{Tenant: "a"})
+	var rej *admission.Rejection
+	if !errors.As(err, &rej) || rej.Reason != admission.ReasonRate || rej.RetryAfter != 700*time.Millisecond {
+		t.Fatalf("TryAdmit behind a waiter: %v; want a rate rejection with retry 700ms", err)
+	}
+	clock.Advance(700 * time.Millisecond)
+	if r := <-out; r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	} else {
+		r.tk.Done()
+	}
+}

@@ -52,6 +52,7 @@ func BenchmarkPeerRedisRate(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(par)
 			var seq atomic.Int64
+			m := startServerMeter(b, srv.Addr)
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(seq.Add(1) * 7919)
 				for pb.Next() {
@@ -63,6 +64,7 @@ func BenchmarkPeerRedisRate(b *testing.B) {
 					i++
 				}
 			})
+			m.report(b)
 		})
 	}
 }
@@ -107,6 +109,7 @@ func BenchmarkRedisAdmit(b *testing.B) {
 		b.SetParallelism(par)
 		var seq atomic.Int64
 		ctx := context.Background()
+		m := startServerMeter(b, srv.Addr)
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(seq.Add(1) * 7919)
 			for pb.Next() {
@@ -123,6 +126,7 @@ func BenchmarkRedisAdmit(b *testing.B) {
 				i++
 			}
 		})
+		m.report(b)
 		if n := obs.n.Load(); n > 0 {
 			b.Fatalf("%d store errors: the benchmark measured failures", n)
 		}
