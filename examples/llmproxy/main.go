@@ -63,6 +63,7 @@ type options struct {
 	chargeInterval   time.Duration
 	cut              string
 	maxOutputReserve int64
+	maxRetryWait     time.Duration
 	logLevel         string
 	tokenizer        string
 
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.chargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
 	fs.StringVar(&o.cut, "cut-streams", "all", "cut a stream when its tenant runs out: all (rate or quota), quota, never")
 	fs.Int64Var(&o.maxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
+	fs.DurationVar(&o.maxRetryWait, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
 	if err := fs.Parse(args); err != nil {
@@ -242,6 +244,7 @@ func start(o options) (_ *server, err error) {
 		QuotaStatus:       s.file.HTTP.QuotaStatus,
 		ShadowHeader:      s.file.HTTP.ShadowHeader,
 		MaxOutputReserve:  o.maxOutputReserve,
+		GiveUpAfter:       o.maxRetryWait,
 		Meter:             s.metrics.meter(),
 		Logger:            s.log,
 	})
