@@ -107,8 +107,17 @@ func TestNoisyNeighbour(t *testing.T) {
 	if limit := normal + latency + 50*time.Millisecond; bLat[len(bLat)/2] > limit {
 		t.Errorf("B's median call took %v beside A; want at most %v (normal %v + one upstream call)", bLat[len(bLat)/2], limit, normal)
 	}
-	if limit := normal + 4*latency; bLat[len(bLat)-1] > limit {
-		t.Errorf("B's slowest call took %v beside A; want at most %v, far below A's backlog", bLat[len(bLat)-1], limit)
+	// Without fair queuing most of B's calls would wait behind A's
+	// backlog; allow one slow call for a pause of the machine.
+	slow := 0
+	limit := normal + 4*latency
+	for _, d := range bLat {
+		if d > limit {
+			slow++
+		}
+	}
+	if slow > 1 {
+		t.Errorf("%d of B's calls took over %v beside A; want at most one, far below A's backlog", slow, limit)
 	}
 }
 
