@@ -1,0 +1,572 @@
+package shadow
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+)
+
+// Defaults of ReplayConfig.
+const (
+	// DefaultTopTenants is how many tenants a replay report lists per
+	// policy.
+	DefaultTopTenants = 10
+	// maxNamedUnits bounds the named units a replay sums refused costs
+	// for; later ones are summed under OtherTenant's name.
+	maxNamedUnits = 32
+)
+
+// A Candidate is one configuration a request log is replayed through.
+type Candidate struct {
+	// Name identifies the candidate in the report (a file name).
+	Name string
+	// Config holds its policies and plans.
+	Config admission.Config
+}
+
+// ReplayConfig configures a Replayer.
+type ReplayConfig struct {
+	// MaxTenants bounds the tenants counted by name, in the whole log and
+	// per policy; the others are counted as OtherTenant. Zero means
+	// DefaultMaxTenants.
+	MaxTenants int
+	// TopTenants is how many tenants the report lists per policy, most
+	// refused first; zero means DefaultTopTenants.
+	TopTenants int
+}
+
+// A Replayer answers "what if these limits had been in place?": it replays
+// a request log through one or more candidate configurations and counts,
+// per candidate and policy, what was admitted, rejected and would have
+// been rejected.
+//
+// Each candidate runs on its own admission.Controller with an
+// admissiontest.Clock. Before a record is admitted the clock is set to
+// the record's time; an admitted request is settled, with the record's
+// actual usage, when the clock passes the record's time plus its
+// duration (requests due at the same instant in log order, before any
+// request arriving at that instant). Policies keep their modes: an
+// enforcing policy rejects, and a rejected request takes nothing from
+// the candidate's other policies; a shadow policy never blocks and counts
+// what it would reject. The candidate's emergency all-shadow switch is
+// off, so enforcing policies really decide.
+//
+// Queues are not simulated: the replay never waits, so a request an
+// enforcing policy would queue is counted as rejected (with the reason
+// the policy would give without its queue). The rejected counts of
+// queued policies are therefore an upper bound.
+//
+// Records should be in time order. A record earlier than one before it
+// is replayed at the later time (the clock never goes back) and counted
+// in ReplayReport.Reordered.
+//
+// The replay is deterministic: the same log and candidates give the same
+// report. Memory is bounded by the candidates' partitions, the requests
+// in flight at once and MaxTenants, not by the length of the log.
+// A Replayer is not safe for concurrent use.
+type Replayer struct {
+	cfg       ReplayConfig
+	runs      []*run
+	records   int64
+	reordered int64
+	first     time.Time
+	last      time.Time
+	tenants   *tenantTable[int64]
+	ctx       context.Context
+}
+
+// run is one candidate's replay.
+type run struct {
+	name     string
+	ctl      *admission.Controller
+	clk      *admissiontest.Clock
+	cfg      *ReplayConfig
+	policies []admission.Policy // evaluation order
+	index    map[string]int
+	stats    []policyStats
+	pending  settleHeap
+	seq      uint64
+	rec      *Record // the record being admitted
+
+	admitted, rejected, wouldRejected int64
+	inFlight, peakInFlight            int64
+
+	// Per request: the policies that took permits, whether a shadow
+	// policy would have rejected it.
+	took  []int
+	would bool
+}
+
+type policyStats struct {
+	matched, admitted, rejected, wouldReject int64
+	reasons                                  [admission.NumReasons]int64
+	refusedCost                              amounts
+	inFlight, peakInFlight                   int64
+	tenants                                  *tenantTable[tenantRefusals]
+}
+
+type tenantRefusals struct{ rejected, wouldReject int64 }
+
+// amounts sums costs in every unit.
+type amounts struct {
+	requests, tokens, cost int64
+	units                  map[admission.Unit]int64
+}
+
+func (a *amounts) add(r *Record) {
+	a.requests++
+	a.tokens += r.Tokens
+	a.cost += r.Cost
+	for _, u := range r.Units {
+		if a.units == nil {
+			a.units = map[admission.Unit]int64{}
+		}
+		name := u.Unit
+		if _, ok := a.units[name]; !ok && len(a.units) >= maxNamedUnits {
+			name = OtherTenant
+		}
+		a.units[name] += u.Amount
+	}
+}
+
+// tenantTable counts per tenant, by name for the first max tenants and
+// under OtherTenant for the rest.
+type tenantTable[T any] struct {
+	max int
+	m   map[string]*T
+}
+
+func newTenantTable[T any](max int) *tenantTable[T] {
+	return &tenantTable[T]{max: max, m: map[string]*T{}}
+}
+
+func (t *tenantTable[T]) get(tenant string) *T {
+	if v, ok := t.m[tenant]; ok {
+		return v
+	}
+	if len(t.m) >= t.max {
+		tenant = OtherTenant
+		if v, ok := t.m[tenant]; ok {
+			return v
+		}
+	}
+	v := new(T)
+	t.m[strings.Clone(tenant)] = v
+	return v
+}
+
+// NewReplayer returns a Replayer of the candidates. Each candidate's
+// configuration must be valid for admission.New; policies on a named
+// store are evaluated in memory.
+func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
+	if cfg.MaxTenants == 0 {
+		cfg.MaxTenants = DefaultMaxTenants
+	}
+	if cfg.TopTenants == 0 {
+		cfg.TopTenants = DefaultTopTenants
+	}
+	var errs []error
+	if cfg.MaxTenants < 0 {
+		errs = append(errs, errors.New("shadow: max tenants must be > 0"))
+	}
+	if cfg.TopTenants < 0 {
+		errs = append(errs, errors.New("shadow: top tenants must be > 0"))
+	}
+	if len(candidates) == 0 {
+		errs = append(errs, errors.New("shadow: no candidate to replay"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	rp := &Replayer{cfg: cfg, tenants: newTenantTable[int64](cfg.MaxTenants), ctx: context.Background()}
+	for i, c := range candidates {
+		r := &run{name: c.Name, cfg: &rp.cfg, clk: admissiontest.NewClock(time.Time{}), index: map[string]int{}}
+		if r.name == "" {
+			r.name = fmt.Sprintf("candidate-%d", i+1)
+		}
+		opts := []admission.Option{admission.WithClock(r.clk), admission.WithObserver(&replayObserver{r: r})}
+		for _, p := range c.Config.Policies {
+			if p.Store != "" && p.Store != "memory" {
+				opts = append(opts, admission.WithStore(p.Store, admission.MemoryStore{}))
+			}
+		}
+		ctl, err := admission.New(c.Config, opts...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("candidate %s: %w", r.name, err))
+			continue
+		}
+		ctl.SetAllShadow(false)
+		r.ctl = ctl
+		r.policies = ctl.Policies()
+		r.stats = make([]policyStats, len(r.policies))
+		for j, p := range r.policies {
+			r.index[p.Name] = j
+			r.stats[j].tenants = newTenantTable[tenantRefusals](cfg.MaxTenants)
+		}
+		rp.runs = append(rp.runs, r)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return rp, nil
+}
+
+// Add replays one record through every candidate. The Replayer keeps
+// nothing of rec after Add returns.
+func (rp *Replayer) Add(rec *Record) {
+	at := rec.Time
+	if rp.records == 0 {
+		rp.first = at
+	}
+	if at.Before(rp.last) {
+		rp.reordered++
+		at = rp.last
+	}
+	rp.last = at
+	rp.records++
+	*rp.tenants.get(rec.Tenant)++
+	req := rec.Request()
+	var usage admission.Usage
+	if rec.Duration > 0 {
+		usage = rec.Usage()
+		if len(usage.Units) > 0 {
+			usage.Units = slices.Clone(usage.Units)
+		}
+	}
+	for _, r := range rp.runs {
+		r.add(rp.ctx, rec, &req, at, &usage)
+	}
+}
+
+func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at time.Time, usage *admission.Usage) {
+	r.settleUntil(at)
+	r.clk.Set(at)
+	for i := range r.policies {
+		if r.policies[i].Matches(req) {
+			r.stats[i].matched++
+		}
+	}
+	r.rec, r.took, r.would = rec, r.took[:0], false
+	tk, err := r.ctl.TryAdmit(ctx, *req)
+	r.rec = nil
+	if err != nil {
+		r.rejected++
+		return
+	}
+	r.admitted++
+	if r.would {
+		r.wouldRejected++
+	}
+	if rec.Duration <= 0 {
+		tk.Settle(rec.Usage())
+		for _, i := range r.took {
+			ps := &r.stats[i]
+			ps.peakInFlight = max(ps.peakInFlight, ps.inFlight+1)
+		}
+		r.peakInFlight = max(r.peakInFlight, r.inFlight+1)
+		return
+	}
+	r.inFlight++
+	r.peakInFlight = max(r.peakInFlight, r.inFlight)
+	for _, i := range r.took {
+		ps := &r.stats[i]
+		ps.inFlight++
+		ps.peakInFlight = max(ps.peakInFlight, ps.inFlight)
+	}
+	r.seq++
+	heap.Push(&r.pending, settlement{at: at.Add(rec.Duration), seq: r.seq, tk: tk, usage: *usage, took: slices.Clone(r.took)})
+}
+
+// settleUntil settles, in order, every admitted request due by t.
+func (r *run) settleUntil(t time.Time) {
+	for len(r.pending) > 0 && !r.pending[0].at.After(t) {
+		s := heap.Pop(&r.pending).(settlement)
+		r.clk.Set(s.at)
+		s.tk.Settle(s.usage)
+		r.inFlight--
+		for _, i := range s.took {
+			r.stats[i].inFlight--
+		}
+	}
+}
+
+// Finish settles every request still in flight, as if the clock ran on
+// until the last of them ended.
+func (rp *Replayer) Finish() {
+	for _, r := range rp.runs {
+		if len(r.pending) > 0 {
+			last := r.pending[0].at
+			for _, s := range r.pending {
+				if s.at.After(last) {
+					last = s.at
+				}
+			}
+			r.settleUntil(last)
+		}
+	}
+}
+
+// settlement is an admitted request waiting for its end.
+type settlement struct {
+	at    time.Time
+	seq   uint64
+	tk    admission.Ticket
+	usage admission.Usage
+	took  []int
+}
+
+type settleHeap []settlement
+
+func (h settleHeap) Len() int { return len(h) }
+func (h settleHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h settleHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *settleHeap) Push(x any)   { *h = append(*h, x.(settlement)) }
+func (h *settleHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = settlement{}
+	*h = old[:len(old)-1]
+	return s
+}
+
+// replayObserver counts one candidate's decisions.
+type replayObserver struct {
+	admission.NopObserver
+	r *run
+}
+
+func (o *replayObserver) Decision(d admission.Decision) {
+	r := o.r
+	i, ok := r.index[d.Policy]
+	if !ok || r.rec == nil {
+		return
+	}
+	ps := &r.stats[i]
+	switch d.Outcome {
+	case admission.Admitted:
+		ps.admitted++
+		r.took = append(r.took, i)
+	case admission.WouldReject:
+		ps.wouldReject++
+		ps.reasons[d.Reason]++
+		ps.refusedCost.add(r.rec)
+		ps.tenants.get(d.Tenant).wouldReject++
+		r.would = true
+	case admission.Rejected, admission.Timeout, admission.FailClosed:
+		ps.rejected++
+		ps.reasons[d.Reason]++
+		ps.refusedCost.add(r.rec)
+		ps.tenants.get(d.Tenant).rejected++
+	}
+}
+
+// Report returns what the replay counted so far. Call Finish first to
+// settle the requests still in flight.
+func (rp *Replayer) Report() ReplayReport {
+	rep := ReplayReport{Records: rp.records, Reordered: rp.reordered}
+	if rp.records > 0 {
+		rep.Start, rep.End = rp.first, rp.last
+	}
+	for _, r := range rp.runs {
+		cr := CandidateReport{
+			Candidate: r.name, Requests: rp.records,
+			Admitted: r.admitted, Rejected: r.rejected, WouldRejected: r.wouldRejected,
+			PeakInFlight: r.peakInFlight,
+		}
+		cr.RejectedRatio = ratio(r.rejected, rp.records)
+		cr.WouldRejectedRatio = ratio(r.wouldRejected, rp.records)
+		for i, p := range r.policies {
+			ps := &r.stats[i]
+			pr := PolicyReplay{
+				Policy: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.Unit, Limit: p.Limit,
+				Matched: ps.matched, Admitted: ps.admitted, Rejected: ps.rejected, WouldReject: ps.wouldReject,
+				PeakInFlight: ps.peakInFlight,
+			}
+			if pr.Unit == "" {
+				pr.Unit = admission.UnitRequests
+			}
+			pr.Bypassed = pr.Matched - pr.Admitted - pr.Rejected - pr.WouldReject
+			pr.AdmittedRatio = ratio(pr.Admitted, pr.Matched)
+			pr.RejectedRatio = ratio(pr.Rejected, pr.Matched)
+			pr.WouldRejectRatio = ratio(pr.WouldReject, pr.Matched)
+			for reason, n := range ps.reasons {
+				if n > 0 {
+					if pr.Reasons == nil {
+						pr.Reasons = map[string]int64{}
+					}
+					pr.Reasons[admission.Reason(reason).String()] = n
+				}
+			}
+			pr.RefusedCost = Amounts{Requests: ps.refusedCost.requests, Tokens: ps.refusedCost.tokens, Cost: ps.refusedCost.cost}
+			if len(ps.refusedCost.units) > 0 {
+				pr.RefusedCost.Units = map[string]int64{}
+				for u, n := range ps.refusedCost.units {
+					pr.RefusedCost.Units[string(u)] = n
+				}
+			}
+			refused := pr.Rejected + pr.WouldReject
+			for t, c := range ps.tenants.m {
+				n := c.rejected + c.wouldReject
+				if n == 0 {
+					continue
+				}
+				tr := TenantReplay{Tenant: t, Rejected: c.rejected, WouldReject: c.wouldReject, Share: ratio(n, refused)}
+				if req, ok := rp.tenants.m[t]; ok {
+					tr.Requests = *req
+				}
+				pr.TopTenants = append(pr.TopTenants, tr)
+			}
+			slices.SortFunc(pr.TopTenants, func(a, b TenantReplay) int {
+				if c := cmp.Compare(b.Rejected+b.WouldReject, a.Rejected+a.WouldReject); c != 0 {
+					return c
+				}
+				return strings.Compare(a.Tenant, b.Tenant)
+			})
+			pr.TopTenants = pr.TopTenants[:min(len(pr.TopTenants), rp.cfg.TopTenants)]
+			cr.Policies = append(cr.Policies, pr)
+		}
+		rep.Candidates = append(rep.Candidates, cr)
+	}
+	return rep
+}
+
+func ratio(n, d int64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return float64(n) / float64(d)
+}
+
+// Replay reads the request log r to its end, replays it through the
+// candidates and returns the report. A malformed record stops the replay
+// with its *RecordError; so does ctx ending.
+func Replay(ctx context.Context, r io.Reader, cfg ReplayConfig, candidates ...Candidate) (ReplayReport, error) {
+	rp, err := NewReplayer(cfg, candidates...)
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	lr := NewLogReader(r)
+	var rec Record
+	for n := 0; ; n++ {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return ReplayReport{}, err
+			}
+		}
+		err := lr.Read(&rec)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return ReplayReport{}, err
+		}
+		rp.Add(&rec)
+	}
+	rp.Finish()
+	return rp.Report(), nil
+}
+
+// A ReplayReport is the outcome of a replay, per candidate.
+type ReplayReport struct {
+	// Records counts the records replayed.
+	Records int64 `json:"records"`
+	// Start and End are the times of the first and the last record.
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Reordered counts records earlier than a record before them,
+	// replayed at the later time.
+	Reordered int64 `json:"reordered"`
+	// Candidates are in the order they were given.
+	Candidates []CandidateReport `json:"candidates"`
+}
+
+// A CandidateReport is what one candidate configuration did to the log.
+type CandidateReport struct {
+	// Candidate is the candidate's name.
+	Candidate string `json:"candidate"`
+	// Requests counts the records; Admitted and Rejected split them by
+	// the candidate's verdict (a request is rejected when an enforcing
+	// policy rejected it).
+	Requests int64 `json:"requests"`
+	Admitted int64 `json:"admitted"`
+	Rejected int64 `json:"rejected"`
+	// WouldRejected counts admitted requests that at least one shadow
+	// policy would have rejected.
+	WouldRejected int64 `json:"would_rejected"`
+	// RejectedRatio and WouldRejectedRatio are shares of Requests.
+	RejectedRatio      float64 `json:"rejected_ratio"`
+	WouldRejectedRatio float64 `json:"would_rejected_ratio"`
+	// PeakInFlight is the most admitted requests running at once.
+	PeakInFlight int64 `json:"peak_in_flight"`
+	// Policies are in the candidate's evaluation order.
+	Policies []PolicyReplay `json:"policies"`
+}
+
+// A PolicyReplay is what one policy of a candidate decided.
+type PolicyReplay struct {
+	Policy    string              `json:"policy"`
+	Mode      admission.Mode      `json:"mode"`
+	Algorithm admission.Algorithm `json:"algorithm"`
+	Unit      admission.Unit      `json:"unit"`
+	// Limit is the policy's own limit (plans may give tenants others).
+	Limit int64 `json:"limit"`
+	// Matched counts the requests the policy applies to. Each was
+	// admitted by it, rejected, would have been rejected (shadow), or
+	// bypassed: rejected by another enforcing policy before this one
+	// decided, or after it admitted (its permits were given back).
+	Matched     int64 `json:"matched"`
+	Admitted    int64 `json:"admitted"`
+	Rejected    int64 `json:"rejected"`
+	WouldReject int64 `json:"would_reject"`
+	Bypassed    int64 `json:"bypassed"`
+	// The ratios are shares of Matched.
+	AdmittedRatio    float64 `json:"admitted_ratio"`
+	RejectedRatio    float64 `json:"rejected_ratio"`
+	WouldRejectRatio float64 `json:"would_reject_ratio"`
+	// Reasons counts rejections and would-rejects by reason.
+	Reasons map[string]int64 `json:"reasons,omitempty"`
+	// RefusedCost sums the estimated cost of the requests the policy
+	// rejected or would have rejected, in every unit.
+	RefusedCost Amounts `json:"refused_cost"`
+	// PeakInFlight is the most requests holding the policy's permits at
+	// once (admitted by it and not yet finished).
+	PeakInFlight int64 `json:"peak_in_flight"`
+	// TopTenants are the tenants with the most refusals, most first.
+	TopTenants []TenantReplay `json:"top_tenants,omitempty"`
+}
+
+// Amounts are costs in every unit: requests, tokens, cost and the named
+// units.
+type Amounts struct {
+	Requests int64            `json:"requests"`
+	Tokens   int64            `json:"tokens"`
+	Cost     int64            `json:"cost"`
+	Units    map[string]int64 `json:"units,omitempty"`
+}
+
+// A TenantReplay is one tenant's part of a policy's refusals.
+type TenantReplay struct {
+	// Tenant is the tenant, or OtherTenant for the tenants not tracked by
+	// name.
+	Tenant string `json:"tenant"`
+	// Requests counts all the tenant's records in the log.
+	Requests    int64 `json:"requests"`
+	Rejected    int64 `json:"rejected"`
+	WouldReject int64 `json:"would_reject"`
+	// Share is the tenant's share of the policy's refusals.
+	Share float64 `json:"share"`
+}

@@ -1,0 +1,361 @@
+package shadow_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/shadow"
+)
+
+// logLines writes records as "seconds-after-t0 tenant [key=value...]"
+// specs, e.g. "0.5 acme tokens=800 actual=200 dur=1s".
+func logLines(t testing.TB, specs ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, s := range specs {
+		f := strings.Fields(s)
+		var secs float64
+		fmt.Sscan(f[0], &secs)
+		r := shadow.Record{Time: t0.Add(time.Duration(secs * float64(time.Second))), Tenant: f[1]}
+		for _, kv := range f[2:] {
+			k, v, _ := strings.Cut(kv, "=")
+			var n int64
+			fmt.Sscan(v, &n)
+			switch k {
+			case "tokens":
+				r.Tokens = n
+			case "actual":
+				r.Actual = &shadow.Actual{Tokens: &n}
+			case "dur":
+				r.Duration, _ = time.ParseDuration(v)
+			case "op":
+				r.Operation = v
+			default:
+				t.Fatalf("bad spec %q", s)
+			}
+		}
+		b.Write(r.AppendJSON(nil))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func tenantKey() []admission.KeyPart { return []admission.KeyPart{admission.KeyTenant} }
+
+func rpm(mode admission.Mode) admission.Policy {
+	return admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: admission.TokenBucket, Limit: 2, Per: time.Second, Mode: mode}
+}
+
+func replay(t testing.TB, log string, cands ...shadow.Candidate) shadow.ReplayReport {
+	t.Helper()
+	rep, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{}, cands...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func cand(name string, ps ...admission.Policy) shadow.Candidate {
+	return shadow.Candidate{Name: name, Config: admission.Config{Policies: ps}}
+}
+
+// A known log through known policies gives exact counts.
+func TestReplayCounts(t *testing.T) {
+	type counts struct{ matched, admitted, rejected, would, bypassed, peak, refusedTokens int64 }
+	tests := []struct {
+		name   string
+		policy admission.Policy
+		log    []string
+		// the candidate's admitted, rejected, would-rejected and peak in flight
+		admitted, rejected, would, peak int64
+		want                            counts
+		top                             string
+	}{
+		{
+			name:   "token bucket refills 2/s",
+			policy: rpm(admission.Enforce),
+			log:    []string{"0 acme", "0 acme", "0 acme tokens=10", "0.5 acme", "0.5 acme tokens=5", "0.5 beta"},
+			admitted: 4, rejected: 2, peak: 1,
+			want: counts{matched: 6, admitted: 4, rejected: 2, peak: 1, refusedTokens: 15},
+			top:  "acme:2/5",
+		},
+		{
+			name:   "the same in shadow",
+			policy: rpm(admission.Shadow),
+			log:    []string{"0 acme", "0 acme", "0 acme tokens=10", "0.5 acme", "0.5 acme tokens=5", "0.5 beta"},
+			admitted: 6, would: 2, peak: 1,
+			want: counts{matched: 6, admitted: 4, would: 2, peak: 1, refusedTokens: 15},
+			top:  "acme:2/5",
+		},
+		{
+			name:   "concurrency: permits held for the duration, freed at its end",
+			policy: admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 1},
+			log:    []string{"0 acme dur=1s", "0 acme", "0.5 beta dur=1s", "1 acme", "1.2 beta", "1.5 beta"},
+			admitted: 4, rejected: 2, peak: 2,
+			want: counts{matched: 6, admitted: 4, rejected: 2, peak: 2},
+			top:  "acme:1/3 beta:1/3",
+		},
+		{
+			name:   "tokens reconciled with the actual usage",
+			policy: admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute},
+			log:    []string{"0 acme tokens=800 actual=200", "0 acme tokens=700", "0 acme tokens=200", "0 beta tokens=1000"},
+			admitted: 3, rejected: 1, peak: 1,
+			want: counts{matched: 4, admitted: 3, rejected: 1, peak: 1, refusedTokens: 200},
+			top:  "acme:1/3",
+		},
+		{
+			name:   "settled late: actual usage charged at the end of the duration",
+			policy: admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 1000, Per: time.Minute},
+			log:    []string{"0 acme tokens=100 actual=900 dur=2s", "1 acme tokens=800", "3 acme tokens=100", "3 acme tokens=1"},
+			admitted: 2, rejected: 2, peak: 2,
+			want: counts{matched: 4, admitted: 2, rejected: 2, peak: 2, refusedTokens: 101},
+			top:  "acme:2/4",
+		},
+		{
+			name:   "operations not matched are not counted",
+			policy: admission.Policy{Name: "chat", Key: tenantKey(), Algorithm: admission.FixedWindow, Limit: 1, Per: time.Minute, Match: admission.Match{Operations: []string{"chat"}}},
+			log:    []string{"0 acme op=chat", "0 acme op=embed", "1 acme op=chat", "2 acme op=embed"},
+			admitted: 3, rejected: 1, peak: 1,
+			want: counts{matched: 2, admitted: 1, rejected: 1, peak: 1},
+			top:  "acme:1/4",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := replay(t, logLines(t, tt.log...), cand("c", tt.policy))
+			c := rep.Candidates[0]
+			if c.Admitted != tt.admitted || c.Rejected != tt.rejected || c.WouldRejected != tt.would || c.PeakInFlight != tt.peak {
+				t.Errorf("candidate admitted, rejected, would, peak = %d, %d, %d, %d; want %d, %d, %d, %d",
+					c.Admitted, c.Rejected, c.WouldRejected, c.PeakInFlight, tt.admitted, tt.rejected, tt.would, tt.peak)
+			}
+			p := c.Policies[0]
+			got := counts{p.Matched, p.Admitted, p.Rejected, p.WouldReject, p.Bypassed, p.PeakInFlight, p.RefusedCost.Tokens}
+			if got != tt.want {
+				t.Errorf("policy counts = %+v; want %+v", got, tt.want)
+			}
+			var top []string
+			for _, tr := range p.TopTenants {
+				top = append(top, fmt.Sprintf("%s:%d/%d", tr.Tenant, tr.Rejected+tr.WouldReject, tr.Requests))
+			}
+			if s := strings.Join(top, " "); s != tt.top {
+				t.Errorf("top tenants = %q; want %q", s, tt.top)
+			}
+		})
+	}
+}
+
+// A rejected request takes nothing from the candidate's other policies:
+// policies after the rejecting one are bypassed, and ones before give
+// their permits back.
+func TestReplayBypassed(t *testing.T) {
+	quota := admission.Policy{Name: "daily", Key: tenantKey(), Algorithm: admission.Quota, Period: admission.PeriodDay, Limit: 100}
+	rep := replay(t, logLines(t, "0 acme", "0 acme", "0 acme", "0.1 acme"), cand("c", rpm(admission.Enforce), quota))
+	for _, p := range rep.Candidates[0].Policies {
+		var want [4]int64 // matched, admitted, rejected, bypassed
+		switch p.Policy {
+		case "rpm":
+			want = [4]int64{4, 2, 2, 0}
+		case "daily":
+			want = [4]int64{4, 2, 0, 2}
+		}
+		if got := [4]int64{p.Matched, p.Admitted, p.Rejected, p.Bypassed}; got != want {
+			t.Errorf("%s: matched, admitted, rejected, bypassed = %v; want %v", p.Policy, got, want)
+		}
+	}
+}
+
+// randomLog is multi-tenant traffic: a few heavy tenants, many light ones,
+// durations and reconciled token usage.
+func randomLog(t testing.TB, seed uint64, n int) string {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	var b bytes.Buffer
+	at := t0
+	for i := range n {
+		at = at.Add(time.Duration(rng.ExpFloat64() * float64(20*time.Millisecond)))
+		tenant := fmt.Sprintf("t%02d", min(rng.IntN(40), rng.IntN(40)))
+		if i%7 == 0 {
+			tenant = "noisy"
+		}
+		est := int64(100 + rng.IntN(2000))
+		actual := est * int64(20+rng.IntN(100)) / 100
+		r := shadow.Record{
+			Time: at, Tenant: tenant, Operation: "POST /v1/chat/completions", Model: "m", Tokens: est, Cost: est / 10,
+			Actual: &shadow.Actual{Tokens: &actual}, Duration: time.Duration(rng.IntN(3000)) * time.Millisecond,
+		}
+		b.Write(r.AppendJSON(nil))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// The core guarantee: a shadow policy would reject exactly what its
+// enforcing twin rejects, tenant by tenant, for every algorithm.
+func TestReplayShadowEqualsEnforce(t *testing.T) {
+	log := randomLog(t, 7, 4000)
+	policies := []admission.Policy{
+		{Name: "token_bucket", Key: tenantKey(), Algorithm: admission.TokenBucket, Limit: 5, Burst: 3, Per: time.Second},
+		{Name: "fixed_window", Key: tenantKey(), Algorithm: admission.FixedWindow, Limit: 4, Per: time.Second},
+		{Name: "sliding_window", Key: tenantKey(), Algorithm: admission.SlidingWindow, Limit: 4, Per: time.Second},
+		{Name: "sliding_log", Key: tenantKey(), Algorithm: admission.SlidingLog, Limit: 4, Per: time.Second},
+		{Name: "tokens", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 4000, Per: time.Second},
+		{Name: "concurrency", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 3},
+		{Name: "global_concurrency", Algorithm: admission.Concurrency, Limit: 40},
+		{Name: "quota", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 200_000, Per: time.Hour},
+	}
+	var cands []shadow.Candidate
+	for _, p := range policies {
+		e, s := p, p
+		e.Mode, s.Mode = admission.Enforce, admission.Shadow
+		cands = append(cands, cand(p.Name+"/enforce", e), cand(p.Name+"/shadow", s))
+	}
+	rep := replay(t, log, cands...)
+	for i := 0; i < len(rep.Candidates); i += 2 {
+		e, s := rep.Candidates[i].Policies[0], rep.Candidates[i+1].Policies[0]
+		if e.Rejected == 0 || e.Admitted == 0 {
+			t.Errorf("%s: enforcing rejected %d, admitted %d; the test wants both", e.Policy, e.Rejected, e.Admitted)
+		}
+		if e.Rejected != s.WouldReject || e.Admitted != s.Admitted || s.Rejected != 0 || e.WouldReject != 0 {
+			t.Errorf("%s: enforce rejected %d admitted %d; shadow would reject %d admitted %d",
+				e.Policy, e.Rejected, e.Admitted, s.WouldReject, s.Admitted)
+		}
+		if !reflect.DeepEqual(e.RefusedCost, s.RefusedCost) || !reflect.DeepEqual(e.Reasons, s.Reasons) {
+			t.Errorf("%s: refused cost %+v, reasons %v; shadow %+v, %v", e.Policy, e.RefusedCost, e.Reasons, s.RefusedCost, s.Reasons)
+		}
+		if len(e.TopTenants) != len(s.TopTenants) {
+			t.Fatalf("%s: %d top tenants; shadow %d", e.Policy, len(e.TopTenants), len(s.TopTenants))
+		}
+		for j := range e.TopTenants {
+			a, b := e.TopTenants[j], s.TopTenants[j]
+			if a.Tenant != b.Tenant || a.Rejected != b.WouldReject || a.Requests != b.Requests {
+				t.Errorf("%s: top tenant %d = %+v; shadow %+v", e.Policy, j, a, b)
+			}
+		}
+	}
+}
+
+// The same log and candidates give the same report, byte for byte.
+func TestReplayDeterministic(t *testing.T) {
+	log := randomLog(t, 11, 3000)
+	cands := []shadow.Candidate{
+		cand("a", rpm(admission.Enforce), admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 2, Mode: admission.Shadow}),
+		cand("b", admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 5000, Per: time.Second}),
+	}
+	var outs [3][]byte
+	for i := range outs {
+		rep := replay(t, log, cands...)
+		var b bytes.Buffer
+		if err := json.NewEncoder(&b).Encode(rep); err != nil {
+			t.Fatal(err)
+		}
+		rep.WriteText(&b)
+		outs[i] = b.Bytes()
+	}
+	if !bytes.Equal(outs[0], outs[1]) || !bytes.Equal(outs[0], outs[2]) {
+		t.Errorf("reports differ between runs:\n%s\n%s", outs[0], outs[1])
+	}
+}
+
+// Tenants beyond MaxTenants are counted as __other__.
+func TestReplayMaxTenants(t *testing.T) {
+	var specs []string
+	for i := range 10 {
+		specs = append(specs, fmt.Sprintf("0 t%d", i), fmt.Sprintf("0 t%d", i), fmt.Sprintf("0 t%d", i))
+	}
+	p := admission.Policy{Name: "one", Key: tenantKey(), Algorithm: admission.FixedWindow, Limit: 1, Per: time.Minute}
+	rp, err := shadow.NewReplayer(shadow.ReplayConfig{MaxTenants: 3, TopTenants: 5}, cand("c", p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr := shadow.NewLogReader(strings.NewReader(logLines(t, specs...)))
+	var rec shadow.Record
+	for lr.Read(&rec) == nil {
+		rp.Add(&rec)
+	}
+	rp.Finish()
+	top := rp.Report().Candidates[0].Policies[0].TopTenants
+	var got []string
+	for _, tr := range top {
+		got = append(got, fmt.Sprintf("%s:%d/%d", tr.Tenant, tr.Rejected, tr.Requests))
+	}
+	if s := strings.Join(got, " "); s != "__other__:14/21 t0:2/3 t1:2/3 t2:2/3" {
+		t.Errorf("top tenants = %q", s)
+	}
+}
+
+// Records out of time order are replayed at the time before them.
+func TestReplayReordered(t *testing.T) {
+	rep := replay(t, logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme"), cand("c", rpm(admission.Enforce)))
+	if rep.Reordered != 2 || rep.Candidates[0].Rejected != 1 {
+		t.Errorf("Reordered = %d, Rejected = %d; want 2, 1", rep.Reordered, rep.Candidates[0].Rejected)
+	}
+}
+
+func TestReplayErrors(t *testing.T) {
+	if _, err := shadow.NewReplayer(shadow.ReplayConfig{}); err == nil {
+		t.Error("NewReplayer without candidates succeeded")
+	}
+	bad := admission.Policy{Name: "x", Algorithm: admission.TokenBucket}
+	if _, err := shadow.NewReplayer(shadow.ReplayConfig{}, cand("bad", bad)); err == nil || !strings.Contains(err.Error(), "candidate bad") {
+		t.Errorf("NewReplayer(invalid policy) = %v; want an error naming the candidate", err)
+	}
+	_, err := shadow.Replay(context.Background(), strings.NewReader(logLines(t, "0 acme")+"{}\n"), shadow.ReplayConfig{}, cand("c", rpm(0)))
+	if err == nil || !strings.HasPrefix(err.Error(), "line 2: ") {
+		t.Errorf("Replay(malformed line 2) = %v", err)
+	}
+}
+
+func TestReplayText(t *testing.T) {
+	log := logLines(t, "0 acme dur=1s", "0 acme", "0 acme tokens=10", "0.5 acme", "0.5 acme tokens=5", "0.5 beta dur=2s", "1 beta")
+	rep := replay(t, log,
+		cand("enforce.yaml", rpm(admission.Enforce), admission.Policy{Name: "conc", Algorithm: admission.Concurrency, Limit: 1}),
+		cand("shadow.yaml", rpm(admission.Shadow), admission.Policy{Name: "conc", Algorithm: admission.Concurrency, Limit: 1, Mode: admission.Shadow}))
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "replay.golden", b.Bytes())
+}
+
+// BenchmarkReplay replays a log of multi-tenant traffic through two
+// candidates of three policies each; records/s is the figure to read.
+// BenchmarkParse is the parsing share of it.
+func BenchmarkReplay(b *testing.B) {
+	log := randomLog(b, 3, 100_000)
+	cands := []shadow.Candidate{
+		cand("a", rpm(admission.Enforce),
+			admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 20_000, Per: time.Second},
+			admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 4, Mode: admission.Shadow}),
+		cand("b", admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: admission.TokenBucket, Limit: 10, Per: time.Second, Mode: admission.Shadow},
+			admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 10_000, Per: time.Second},
+			admission.Policy{Name: "conc", Algorithm: admission.Concurrency, Limit: 50}),
+	}
+	b.SetBytes(int64(len(log)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{}, cands...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)*100_000/b.Elapsed().Seconds(), "records/s")
+}
+
+func BenchmarkParse(b *testing.B) {
+	log := randomLog(b, 3, 100_000)
+	b.SetBytes(int64(len(log)))
+	b.ReportAllocs()
+	for b.Loop() {
+		lr := shadow.NewLogReader(strings.NewReader(log))
+		var rec shadow.Record
+		for lr.Read(&rec) == nil {
+		}
+	}
+	b.ReportMetric(float64(b.N)*100_000/b.Elapsed().Seconds(), "records/s")
+}

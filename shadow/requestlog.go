@@ -1,0 +1,465 @@
+package shadow
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Limits of the request log format.
+const (
+	// MaxRecordBytes is the longest line a request log may hold.
+	MaxRecordBytes = 64 << 10
+	// MaxRecordUnits is the most named units one record may carry.
+	MaxRecordUnits = 16
+	// MaxRecordDuration is the longest hold time a record may have.
+	MaxRecordDuration = 24 * time.Hour
+)
+
+// A Record is one request of a request log: who sent it, when, what it
+// was estimated to cost, and optionally what it really cost and how long
+// it held its permits.
+//
+// A request log is JSON Lines: one JSON object per line, in time order,
+// blank lines ignored. Its fields are
+//
+//	time       RFC 3339 time the request arrived, fractional seconds allowed
+//	           ("2026-01-01T12:00:00.250Z"); required
+//	tenant     the tenant (validated identity); required
+//	key_id     the API key's id (never the key); optional
+//	user       the end user inside the tenant; optional
+//	ip         the client address; optional
+//	operation  the operation policies match, e.g. "POST /v1/chat/completions"
+//	model      the model asked for
+//	priority   the queue priority (an integer)
+//	tokens     the estimated tokens (prompt plus output reservation)
+//	cost       the estimated cost (micro-dollars or cost units)
+//	units      other named units' estimates: {"images": 2}
+//	actual     the actual usage known after the work: {"tokens": 812,
+//	           "cost": 95, "units": {"images": 2}}; a unit left out stays
+//	           charged at its estimate
+//	duration   how long the work ran (a Go duration, "1.5s"): its
+//	           concurrency permits are held that long; zero or absent
+//	           settles it at once
+//
+// The requests unit is implied: every record is one request. Amounts are
+// non-negative integers. An unknown field is an error, as in policy files.
+type Record struct {
+	Time      time.Time
+	Tenant    string
+	KeyID     string
+	User      string
+	Addr      netip.Addr
+	Operation string
+	Model     string
+	Priority  int
+	Tokens    int64
+	Cost      int64
+	// Units holds the estimates of named units, sorted by unit.
+	Units []admission.UnitAmount
+	// Actual is the actual usage; nil when unknown.
+	Actual *Actual
+	// Duration is how long the work held its permits.
+	Duration time.Duration
+}
+
+// Actual is the actual usage of a recorded request. Nil fields were not
+// known and stay charged at the estimate.
+type Actual struct {
+	Tokens *int64
+	Cost   *int64
+	// Units holds the actual amounts of named units, sorted by unit.
+	Units []admission.UnitAmount
+}
+
+// Request returns the admission request the record describes.
+func (r *Record) Request() admission.Request {
+	return admission.Request{
+		Tenant: r.Tenant, KeyID: r.KeyID, User: r.User, Addr: r.Addr,
+		Operation: r.Operation, Model: r.Model, Priority: r.Priority,
+		Tokens: r.Tokens, Cost: r.Cost, Units: r.Units,
+	}
+}
+
+// Usage returns the usage to settle the record's ticket with: the actual
+// amounts where known, the estimates otherwise.
+func (r *Record) Usage() admission.Usage {
+	var u admission.Usage
+	if r.Actual == nil {
+		return u
+	}
+	if r.Actual.Tokens != nil {
+		u.Tokens, u.TokensKnown = *r.Actual.Tokens, true
+	}
+	if r.Actual.Cost != nil {
+		u.Cost, u.CostKnown = *r.Actual.Cost, true
+	}
+	u.Units = r.Actual.Units
+	return u
+}
+
+// AppendJSON appends the record as one JSON object (no newline) to dst.
+// Fields with zero values are left out, named units are written in order,
+// the time in RFC 3339 with as many fractional digits as it needs, so
+// equal records are equal bytes and parsing the line gives the record back.
+func (r *Record) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"time":"`...)
+	dst = r.Time.AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, '"')
+	str := func(name, v string) {
+		if v != "" {
+			dst = append(dst, `,"`...)
+			dst = append(dst, name...)
+			dst = append(dst, `":`...)
+			dst = appendJSONString(dst, v)
+		}
+	}
+	num := func(name string, v int64) {
+		if v != 0 {
+			dst = append(dst, `,"`...)
+			dst = append(dst, name...)
+			dst = append(dst, `":`...)
+			dst = strconv.AppendInt(dst, v, 10)
+		}
+	}
+	units := func(us []admission.UnitAmount) {
+		if len(us) == 0 {
+			return
+		}
+		dst = append(dst, `,"units":{`...)
+		for i, u := range us {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, string(u.Unit))
+			dst = append(dst, ':')
+			dst = strconv.AppendInt(dst, u.Amount, 10)
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `,"tenant":`...)
+	dst = appendJSONString(dst, r.Tenant)
+	str("key_id", r.KeyID)
+	str("user", r.User)
+	if r.Addr.IsValid() {
+		str("ip", r.Addr.String())
+	}
+	str("operation", r.Operation)
+	str("model", r.Model)
+	num("priority", int64(r.Priority))
+	num("tokens", r.Tokens)
+	num("cost", r.Cost)
+	units(r.Units)
+	if a := r.Actual; a != nil {
+		dst = append(dst, `,"actual":{`...)
+		mark := len(dst)
+		if a.Tokens != nil {
+			dst = append(dst, `,"tokens":`...)
+			dst = strconv.AppendInt(dst, *a.Tokens, 10)
+		}
+		if a.Cost != nil {
+			dst = append(dst, `,"cost":`...)
+			dst = strconv.AppendInt(dst, *a.Cost, 10)
+		}
+		units(a.Units)
+		if len(dst) > mark { // drop the first field's comma
+			dst = append(dst[:mark], dst[mark+1:]...)
+		}
+		dst = append(dst, '}')
+	}
+	if r.Duration != 0 {
+		str("duration", r.Duration.String())
+	}
+	return append(dst, '}')
+}
+
+// MarshalJSON returns AppendJSON's form of the record.
+func (r *Record) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil), nil }
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c < 0x20:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			dst = append(dst, `\ufffd`...)
+		} else {
+			dst = append(dst, s[i:i+n]...)
+		}
+		i += n
+	}
+	return append(dst, '"')
+}
+
+// A RecordError is a malformed record: its line number in the log and
+// what is wrong with it.
+type RecordError struct {
+	Line int
+	Err  error
+}
+
+func (e *RecordError) Error() string { return "line " + strconv.Itoa(e.Line) + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying problem.
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// A LogReader reads a request log one Record at a time, in constant
+// memory (one line at a time).
+type LogReader struct {
+	br   *bufio.Reader
+	line int
+	buf  []byte
+}
+
+// NewLogReader returns a reader of the request log r.
+func NewLogReader(r io.Reader) *LogReader {
+	return &LogReader{br: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// Line returns the line number of the record last read.
+func (lr *LogReader) Line() int { return lr.line }
+
+// Read reads the next record into rec. It returns io.EOF at the end of the
+// log and a *RecordError for a malformed record; reading may go on after
+// a *RecordError.
+func (lr *LogReader) Read(rec *Record) error {
+	for {
+		line, err := lr.readLine()
+		if err != nil {
+			return err
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		if err := ParseRecord(line, rec); err != nil {
+			return &RecordError{Line: lr.line, Err: err}
+		}
+		return nil
+	}
+}
+
+// readLine returns the next line without its newline.
+func (lr *LogReader) readLine() ([]byte, error) {
+	lr.buf = lr.buf[:0]
+	for {
+		chunk, err := lr.br.ReadSlice('\n')
+		if len(lr.buf)+len(chunk) > MaxRecordBytes+1 {
+			lr.line++
+			// Skip the rest of the line so that reading can go on.
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = lr.br.ReadSlice('\n')
+			}
+			return nil, &RecordError{Line: lr.line, Err: fmt.Errorf("record longer than %d bytes", MaxRecordBytes)}
+		}
+		switch {
+		case err == nil:
+			lr.line++
+			if len(lr.buf) == 0 {
+				return chunk[:len(chunk)-1], nil
+			}
+			lr.buf = append(lr.buf, chunk[:len(chunk)-1]...)
+			return lr.buf, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			lr.buf = append(lr.buf, chunk...)
+		case errors.Is(err, io.EOF):
+			lr.buf = append(lr.buf, chunk...)
+			if len(lr.buf) == 0 {
+				return nil, io.EOF
+			}
+			lr.line++
+			return lr.buf, nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+// recordJSON is the wire form of a Record.
+type recordJSON struct {
+	Time      *string          `json:"time"`
+	Tenant    *string          `json:"tenant"`
+	KeyID     string           `json:"key_id"`
+	User      string           `json:"user"`
+	IP        string           `json:"ip"`
+	Operation string           `json:"operation"`
+	Model     string           `json:"model"`
+	Priority  int              `json:"priority"`
+	Tokens    int64            `json:"tokens"`
+	Cost      int64            `json:"cost"`
+	Units     map[string]int64 `json:"units"`
+	Actual    *actualJSON      `json:"actual"`
+	Duration  string           `json:"duration"`
+}
+
+type actualJSON struct {
+	Tokens *int64           `json:"tokens"`
+	Cost   *int64           `json:"cost"`
+	Units  map[string]int64 `json:"units"`
+}
+
+// ParseRecord parses one line of a request log into rec, overwriting it.
+// It reports the record's problems at once, each naming its field (a
+// value of the wrong JSON type is reported alone).
+func ParseRecord(line []byte, rec *Record) error {
+	var w recordJSON
+	var rd bytes.Reader
+	rd.Reset(line)
+	dec := json.NewDecoder(&rd)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return jsonError(err, line)
+	}
+	if off := dec.InputOffset(); len(bytes.TrimSpace(line[off:])) > 0 {
+		return fmt.Errorf("unexpected data after the record at column %d", off+1)
+	}
+	*rec = Record{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	switch {
+	case w.Time == nil:
+		bad("time", "missing")
+	default:
+		t, err := time.Parse(time.RFC3339Nano, *w.Time)
+		if err != nil {
+			bad("time", "%q is not an RFC 3339 time such as 2026-01-01T12:00:00.25Z", *w.Time)
+		}
+		rec.Time = t
+	}
+	switch {
+	case w.Tenant == nil:
+		bad("tenant", "missing")
+	case *w.Tenant == "":
+		bad("tenant", "must not be empty")
+	default:
+		rec.Tenant = *w.Tenant
+	}
+	if w.IP != "" {
+		a, err := netip.ParseAddr(w.IP)
+		if err != nil {
+			bad("ip", "%q is not an IP address", w.IP)
+		}
+		rec.Addr = a
+	}
+	if w.Tokens < 0 {
+		bad("tokens", "must be >= 0, got %d", w.Tokens)
+	}
+	if w.Cost < 0 {
+		bad("cost", "must be >= 0, got %d", w.Cost)
+	}
+	rec.Units = parseUnits("units", w.Units, bad)
+	if a := w.Actual; a != nil {
+		rec.Actual = &Actual{Tokens: a.Tokens, Cost: a.Cost, Units: parseUnits("actual.units", a.Units, bad)}
+		if a.Tokens != nil && *a.Tokens < 0 {
+			bad("actual.tokens", "must be >= 0, got %d", *a.Tokens)
+		}
+		if a.Cost != nil && *a.Cost < 0 {
+			bad("actual.cost", "must be >= 0, got %d", *a.Cost)
+		}
+	}
+	if w.Duration != "" {
+		d, err := time.ParseDuration(w.Duration)
+		switch {
+		case err != nil:
+			bad("duration", "%q is not a duration such as 1.5s or 250ms", w.Duration)
+		case d < 0:
+			bad("duration", "must be >= 0, got %s", w.Duration)
+		case d > MaxRecordDuration:
+			bad("duration", "must be at most %s, got %s", MaxRecordDuration, w.Duration)
+		}
+		rec.Duration = d
+	}
+	return errors.Join(errs...)
+}
+
+// parseUnits turns a units object into sorted amounts.
+func parseUnits(field string, m map[string]int64, bad func(field, format string, args ...any)) []admission.UnitAmount {
+	if len(m) == 0 {
+		return nil
+	}
+	if len(m) > MaxRecordUnits {
+		bad(field, "at most %d named units, got %d", MaxRecordUnits, len(m))
+		return nil
+	}
+	out := make([]admission.UnitAmount, 0, len(m))
+	for _, u := range slices.Sorted(maps.Keys(m)) {
+		n := m[u]
+		switch admission.Unit(u) {
+		case "", admission.UnitRequests, admission.UnitTokens, admission.UnitCost:
+			bad(field, "%q is not a named unit (requests are implied; tokens and cost have their own fields)", u)
+			continue
+		}
+		if n < 0 {
+			bad(field+"."+u, "must be >= 0, got %d", n)
+		}
+		out = append(out, admission.UnitAmount{Unit: admission.Unit(u), Amount: n})
+	}
+	return out
+}
+
+// jsonError rewords encoding/json's errors for a person reading a log.
+func jsonError(err error, line []byte) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Errorf("invalid JSON at column %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return fmt.Errorf("a record must be a JSON object, got %s", typ.Value)
+		}
+		t := typ.Type
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		return fmt.Errorf("%s: want %s, got %s", field, kindName(t.Kind()), typ.Value)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("truncated JSON record (%d bytes)", len(line))
+	}
+	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Errorf("unknown field %s", s)
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int64:
+		return "an integer"
+	case reflect.String:
+		return "a string"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return k.String()
+}

@@ -1,0 +1,173 @@
+package shadow_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/shadow"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs; got:\n%s\nwant:\n%s", name, got, want)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestParseRecord(t *testing.T) {
+	tests := []struct {
+		line string
+		want shadow.Record
+	}{
+		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`, shadow.Record{Time: t0, Tenant: "acme"}},
+		{
+			`{"time":"2026-01-01T12:00:00.25Z","tenant":"acme","key_id":"key_1","user":"u1","ip":"2001:db8::1","operation":"POST /v1/chat/completions","model":"gpt-4o","priority":2,"tokens":1200,"cost":350,"units":{"images":2,"audio_s":9},"actual":{"tokens":900,"units":{"images":1}},"duration":"1.5s"}`,
+			shadow.Record{
+				Time: t0.Add(250 * time.Millisecond), Tenant: "acme", KeyID: "key_1", User: "u1", Addr: netip.MustParseAddr("2001:db8::1"),
+				Operation: "POST /v1/chat/completions", Model: "gpt-4o", Priority: 2, Tokens: 1200, Cost: 350,
+				Units:    []admission.UnitAmount{{Unit: "audio_s", Amount: 9}, {Unit: "images", Amount: 2}},
+				Actual:   &shadow.Actual{Tokens: ptr[int64](900), Units: []admission.UnitAmount{{Unit: "images", Amount: 1}}},
+				Duration: 1500 * time.Millisecond,
+			},
+		},
+		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, shadow.Record{Time: t0, Tenant: "b", Actual: &shadow.Actual{Cost: ptr[int64](0)}}},
+	}
+	for _, tt := range tests {
+		var got shadow.Record
+		if err := shadow.ParseRecord([]byte(strings.TrimSpace(tt.line)), &got); err != nil {
+			t.Errorf("ParseRecord(%s) = %v", tt.line, err)
+			continue
+		}
+		if !got.Time.Equal(tt.want.Time) {
+			t.Errorf("ParseRecord(%s).Time = %v; want %v", tt.line, got.Time, tt.want.Time)
+		}
+		got.Time = tt.want.Time
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseRecord(%s) = %+v; want %+v", tt.line, got, tt.want)
+		}
+		// The written form parses back to the same record.
+		var back shadow.Record
+		if err := shadow.ParseRecord(got.AppendJSON(nil), &back); err != nil || !reflect.DeepEqual(back, got) {
+			t.Errorf("ParseRecord(AppendJSON(%+v)) = %+v, %v", got, back, err)
+		}
+	}
+}
+
+func TestRecordRequestAndUsage(t *testing.T) {
+	r := shadow.Record{Tenant: "acme", Tokens: 100, Cost: 7, Actual: &shadow.Actual{Tokens: ptr[int64](0)}}
+	req := r.Request()
+	if req.Amount(admission.UnitRequests) != 1 || req.Amount(admission.UnitTokens) != 100 || req.Amount(admission.UnitCost) != 7 {
+		t.Errorf("Request() = %+v", req)
+	}
+	if u := r.Usage(); !u.TokensKnown || u.Tokens != 0 || u.CostKnown {
+		t.Errorf("Usage() = %+v; want tokens known as 0, cost unknown", u)
+	}
+}
+
+// The log reader reports every malformed record with its line number and
+// goes on with the next line.
+func TestLogReaderMalformed(t *testing.T) {
+	f, err := os.Open("testdata/malformed.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lr := shadow.NewLogReader(f)
+	var out bytes.Buffer
+	var rec shadow.Record
+	for {
+		err := lr.Read(&rec)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		var re *shadow.RecordError
+		switch {
+		case errors.As(err, &re):
+			if re.Line != lr.Line() {
+				t.Errorf("RecordError.Line = %d; reader at line %d", re.Line, lr.Line())
+			}
+			out.WriteString(strings.ReplaceAll(err.Error(), "\n", "\n    ") + "\n")
+		case err != nil:
+			t.Fatal(err)
+		default:
+			out.Write(rec.AppendJSON([]byte("ok:   ")))
+			out.WriteString("\n")
+		}
+	}
+	golden(t, "malformed.golden", out.Bytes())
+}
+
+func TestLogReaderLongLine(t *testing.T) {
+	long := `{"time":"2026-01-01T12:00:00Z","tenant":"` + strings.Repeat("x", shadow.MaxRecordBytes) + `"}`
+	log := long + "\n" + `{"time":"2026-01-01T12:00:00Z","tenant":"acme"}` // no final newline
+	lr := shadow.NewLogReader(strings.NewReader(log))
+	var rec shadow.Record
+	err := lr.Read(&rec)
+	if err == nil || !strings.Contains(err.Error(), "line 1: record longer than") {
+		t.Fatalf("Read(long line) = %v; want a line 1 error", err)
+	}
+	if err := lr.Read(&rec); err != nil || rec.Tenant != "acme" || lr.Line() != 2 {
+		t.Fatalf("Read after a long line = %v, %q, line %d; want acme at line 2", err, rec.Tenant, lr.Line())
+	}
+	if err := lr.Read(&rec); !errors.Is(err, io.EOF) {
+		t.Fatalf("Read at the end = %v; want io.EOF", err)
+	}
+}
+
+func FuzzParseRecord(f *testing.F) {
+	for _, s := range []string{
+		`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`,
+		`{"time":"2026-01-01T12:00:00.25Z","tenant":"acme","key_id":"k","ip":"::1","operation":"op","model":"m","priority":-1,"tokens":1,"cost":2,"units":{"x":3},"actual":{"tokens":1,"cost":0,"units":{"x":1}},"duration":"1ms"}`,
+		`{"time":"9999-12-31T23:59:59.999999999-23:59","tenant":"\u0000\ud800"}`,
+		`{"tenant":1}`, `[]`, `{`, `{"time":"2026-01-01T12:00:00Z","tenant":"a"} {}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var rec shadow.Record
+		if err := shadow.ParseRecord(line, &rec); err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		// A record that parses is written and read back unchanged.
+		out := rec.AppendJSON(nil)
+		var back shadow.Record
+		if err := shadow.ParseRecord(out, &back); err != nil {
+			t.Fatalf("ParseRecord(%s) (written from %q) = %v", out, line, err)
+		}
+		if !back.Time.Equal(rec.Time) {
+			t.Fatalf("time %v became %v via %s", rec.Time, back.Time, out)
+		}
+		back.Time = rec.Time
+		if !reflect.DeepEqual(back, rec) {
+			t.Fatalf("record %+v became %+v via %s", rec, back, out)
+		}
+	})
+}
