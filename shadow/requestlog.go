@@ -233,9 +233,10 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // A LogReader reads a request log one Record at a time, in constant
 // memory (one line at a time).
 type LogReader struct {
-	br   *bufio.Reader
-	line int
-	buf  []byte
+	br     *bufio.Reader
+	line   int
+	buf    []byte
+	intern interner
 }
 
 // NewLogReader returns a reader of the request log r.
@@ -259,7 +260,7 @@ func (lr *LogReader) Read(rec *Record) error {
 		if len(line) == 0 {
 			continue
 		}
-		if err := ParseRecord(line, rec); err != nil {
+		if err := parseRecord(line, rec, lr.intern.str); err != nil {
 			return &RecordError{Line: lr.line, Err: err}
 		}
 		return nil
@@ -317,6 +318,8 @@ type recordJSON struct {
 	Units     map[string]int64 `json:"units"`
 	Actual    *actualJSON      `json:"actual"`
 	Duration  string           `json:"duration"`
+
+	timeVal, tenantVal string // what Time and Tenant point to after parseFast
 }
 
 type actualJSON struct {
@@ -329,16 +332,23 @@ type actualJSON struct {
 // It reports the record's problems at once, each naming its field (a
 // value of the wrong JSON type is reported alone).
 func ParseRecord(line []byte, rec *Record) error {
+	return parseRecord(line, rec, func(b []byte) string { return string(b) })
+}
+
+func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 	var w recordJSON
-	var rd bytes.Reader
-	rd.Reset(line)
-	dec := json.NewDecoder(&rd)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&w); err != nil {
-		return jsonError(err, line)
-	}
-	if off := dec.InputOffset(); len(bytes.TrimSpace(line[off:])) > 0 {
-		return fmt.Errorf("unexpected data after the record at column %d", off+1)
+	if !parseFast(line, &w, str) {
+		w = recordJSON{}
+		var rd bytes.Reader
+		rd.Reset(line)
+		dec := json.NewDecoder(&rd)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&w); err != nil {
+			return jsonError(err, line)
+		}
+		if off := dec.InputOffset(); len(bytes.TrimSpace(line[off:])) > 0 {
+			return fmt.Errorf("unexpected data after the record at column %d", off+1)
+		}
 	}
 	*rec = Record{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost}
 	var errs []error

@@ -1,0 +1,47 @@
+package shadow
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// The fast decoder accepts only records encoding/json decodes, and
+// decodes them the same way.
+func FuzzFastMatchesJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`,
+		`{"time":"t","tenant":"a","key_id":"k","user":"u","ip":"::1","operation":"op","model":"m","priority":-1,"tokens":1,"cost":2,"units":{"x":3},"actual":{"tokens":1,"cost":0,"units":{"x":1}},"duration":"1ms"}`,
+		`{"units":{"a":1},"units":{"b":2}}`, `{"actual":{"tokens":1},"actual":{"cost":2}}`,
+		`{"tokens":-9223372036854775808}`, `{"tokens":9223372036854775807}`, `{"tokens":01}`, `{"tokens":1.0}`,
+		` { "tenant" : "é" } `, `{"Tenant":"a"}`, `{"tenant":"a\u0041"}`, `{"tenant":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var fast recordJSON
+		if !parseFast(line, &fast, func(b []byte) string { return string(b) }) {
+			return
+		}
+		var slow recordJSON
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&slow); err != nil {
+			t.Fatalf("parseFast accepted %q; encoding/json: %v", line, err)
+		}
+		if dec.More() {
+			t.Fatalf("parseFast accepted %q with trailing data", line)
+		}
+		for _, p := range []**string{&fast.Time, &fast.Tenant} {
+			if *p != nil {
+				v := **p
+				*p = &v
+			}
+		}
+		fast.timeVal, fast.tenantVal = "", ""
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: parseFast = %+v; encoding/json = %+v", line, fast, slow)
+		}
+	})
+}
