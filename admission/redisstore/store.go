@@ -378,7 +378,7 @@ func (l *limiter) Acquire(ctx context.Context, key string, lim *admission.Limit,
 	}
 	var ops [1]admission.Op
 	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, N: n}
-	err := l.s.acquire(ctx, acquireScripts[l.alg], "acquire", ops[:], nowNanos(now))
+	err := l.s.acquireOne(ctx, ops[:], nowNanos(now))
 	return ops[0].Grant, err
 }
 
@@ -433,10 +433,10 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.T
 			ops[0].Grant = g
 			return err
 		}
-		return s.acquire(ctx, acquireScripts[l.alg], "acquire", ops, ns)
+		return s.acquireOne(ctx, ops, ns)
 	}
 	if !s.sharded || sameTag(ops) {
-		return s.acquire(ctx, batchScript, "batch", ops, ns)
+		return s.batch(ctx, ops, ns)
 	}
 	groups := groupByTag(ops)
 	var err error
@@ -446,7 +446,7 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.T
 		for i, j := range g {
 			sub[i] = ops[j]
 		}
-		if err = s.acquire(ctx, batchScript, "batch", sub, ns); err != nil {
+		if err = s.batch(ctx, sub, ns); err != nil {
 			break
 		}
 		for i, j := range g {
@@ -531,6 +531,24 @@ func groupByTag(ops []admission.Op) [][]int {
 		}
 	}
 	return groups
+}
+
+// acquireOne runs the acquire script of the algorithm of ops[0], the only
+// op.
+func (s *Store) acquireOne(ctx context.Context, ops []admission.Op, now int64) error {
+	alg := ops[0].Limiter.(*limiter).alg
+	if alg == admission.Concurrency {
+		return s.leanAcquire(ctx, "acquire", ops, now)
+	}
+	return s.acquire(ctx, acquireScripts[alg], "acquire", ops, now)
+}
+
+// batch evaluates ops, whose keys may share a script, in one script.
+func (s *Store) batch(ctx context.Context, ops []admission.Op, now int64) error {
+	if lean(ops) {
+		return s.leanAcquire(ctx, "batch", ops, now)
+	}
+	return s.acquire(ctx, batchScript, "batch", ops, now)
 }
 
 // acquire runs an acquire script over ops and fills their grants.
@@ -745,7 +763,11 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
 			c.args = l.params(c.args, op.Limit, now)
 		}
-		reply, err := s.run(ctx, libSettle, settleScript, "settle", count, c.keys, c.args)
+		fn, script := libSettle, settleScript
+		if leanSettle(ops) {
+			fn, script = "", leanSettleScript
+		}
+		reply, err := s.run(ctx, fn, script, "settle", count, c.keys, c.args)
 		s.putCall(c)
 		if err != nil {
 			for i := range ops {
