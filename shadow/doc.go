@@ -3,7 +3,9 @@
 // flooding the log, and a Recorder whose Report tells, per policy, what
 // share of the last window's requests it refused or would have refused,
 // and from which tenants — the evidence for flipping a policy from shadow
-// to enforce.
+// to enforce. Replay runs a request log (see Record for its JSON Lines
+// format) through candidate configurations on a fake clock and compares
+// what each would admit, reject and would reject.
 //
 // Both are admission.Observers. Combine them with the metrics observer
 // through Join.
