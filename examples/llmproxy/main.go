@@ -54,6 +54,7 @@ type options struct {
 	configPath       string
 	upstreamURL      string
 	upstreamKey      string
+	upstreamKeyHdr   string
 	simLatency       time.Duration
 	simRate          float64
 	simTokens        int
@@ -80,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&o.configPath, "config", "", "policy file (reloaded on change and on SIGHUP); empty uses the embedded default with its demo tenants")
 	fs.StringVar(&o.upstreamURL, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
+	fs.StringVar(&o.upstreamKeyHdr, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
 	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
 	fs.IntVar(&o.simTokens, "sim-output-tokens", 48, "simulated upstream: output tokens of a completion without a smaller max_tokens")
@@ -232,6 +234,7 @@ func start(o options) (_ *server, err error) {
 	s.gw, err = gateway.New(gateway.Config{
 		Upstream:          upstreamURL,
 		UpstreamKey:       o.upstreamKey,
+		UpstreamKeyHeader: o.upstreamKeyHdr,
 		Controller:        s.ctl,
 		Estimator:         est,
 		Prices:            prices,

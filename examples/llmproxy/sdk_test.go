@@ -242,6 +242,16 @@ func TestLimitHeadersAndKeys(t *testing.T) {
 			t.Errorf("upstream saw Authorization %q; want the upstream key", seen.Auth)
 		}
 	}
+	// Azure OpenAI's header: the key itself, and no Authorization.
+	az := startProxy(t, withPolicy(t, `
+  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 10, per: 1m}
+`, []string{"a"}, ""), func(o *options) { o.upstreamKey, o.upstreamKeyHdr = "azure-secret", "api-key" })
+	if resp, b := post(t, az, "/v1/chat/completions", testKey("a"), body); resp.StatusCode != http.StatusOK {
+		t.Fatalf("with api-key: status %d: %s", resp.StatusCode, b)
+	}
+	if seen := az.sim.Seen(); len(seen) != 1 || seen[0].Auth != "" || seen[0].APIKey != "azure-secret" {
+		t.Errorf("upstream saw %+v; want api-key: azure-secret and no Authorization", seen)
+	}
 	// Health and metrics are never limited.
 	for i := range 20 {
 		for _, p := range []string{"/healthz", "/readyz", "/metrics"} {

@@ -86,7 +86,9 @@ type Server struct {
 type Seen struct {
 	Path string
 	// Auth is the Authorization header the upstream received.
-	Auth         string
+	Auth string
+	// APIKey is the api-key header (Azure OpenAI's) it received.
+	APIKey       string
 	IncludeUsage bool
 	Stream       bool
 }
@@ -193,7 +195,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.record(Seen{
-		Path: path, Auth: r.Header.Get("Authorization"), Stream: req.Stream,
+		Path: path, Auth: r.Header.Get("Authorization"), APIKey: r.Header.Get("Api-Key"), Stream: req.Stream,
 		IncludeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 	})
 	if !s.knows(req.Model) {

@@ -76,6 +76,10 @@ type Config struct {
 	// of the client's proxy key. It never reaches a client. Empty sends no
 	// Authorization header.
 	UpstreamKey string
+	// UpstreamKeyHeader is the header carrying UpstreamKey. Empty means
+	// Authorization with the Bearer scheme; any other header carries the
+	// key itself (Azure OpenAI's "api-key").
+	UpstreamKeyHeader string
 	// Controller admits requests.
 	Controller *admission.Controller
 	// Estimator prices request bodies and caps their size.

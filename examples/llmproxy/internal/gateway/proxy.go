@@ -197,8 +197,12 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, body []byte) (
 		}
 		req.Header[k] = vs
 	}
-	if g.cfg.UpstreamKey != "" {
-		req.Header.Set("Authorization", "Bearer "+g.cfg.UpstreamKey)
+	if k := g.cfg.UpstreamKey; k != "" {
+		if hk := g.cfg.UpstreamKeyHeader; hk != "" && !strings.EqualFold(hk, "Authorization") {
+			req.Header.Set(hk, k)
+		} else {
+			req.Header.Set("Authorization", "Bearer "+k)
+		}
 	}
 	req.ContentLength = int64(len(body))
 	return g.cfg.Transport.RoundTrip(req)
