@@ -7,7 +7,7 @@
 // format) through candidate configurations on a fake clock and compares
 // what each would admit, reject and would reject.
 //
-// Both are admission.Observers. Combine them with the metrics observer
+// The Log and the Recorder are admission.Observers. Combine them with the metrics observer
 // through Join.
 package shadow
 

@@ -6,13 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // WriteText writes the report as a comparison table: one row per
 // candidate (its overall verdict) followed by one row per policy, then
 // each policy's top tenants by refusals.
 func (rep ReplayReport) WriteText(w io.Writer) error {
-	span := rep.End.Sub(rep.Start)
+	span := rep.End.Sub(rep.Start).Round(time.Millisecond)
 	fmt.Fprintf(w, "replayed %d requests over %s through %d candidate(s)", rep.Records, span, len(rep.Candidates))
 	if rep.Reordered > 0 {
 		fmt.Fprintf(w, "; %d records out of time order were replayed at the time before them", rep.Reordered)
