@@ -453,28 +453,62 @@ func ratio(n, d int64) float64 {
 
 // Replay reads the request log r to its end, replays it through the
 // candidates and returns the report. A malformed record stops the replay
-// with its *RecordError; so does ctx ending.
+// with its *RecordError; so does ctx ending. Reading and parsing run on
+// their own goroutine, one batch of records ahead of the replay.
 func Replay(ctx context.Context, r io.Reader, cfg ReplayConfig, candidates ...Candidate) (ReplayReport, error) {
 	rp, err := NewReplayer(cfg, candidates...)
 	if err != nil {
 		return ReplayReport{}, err
 	}
-	lr := NewLogReader(r)
-	var rec Record
-	for n := 0; ; n++ {
-		if n%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return ReplayReport{}, err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const batchSize, batches = 1024, 4
+	type batch struct {
+		recs []Record
+		err  error // after recs: io.EOF or what stopped the reading
+	}
+	free := make(chan *batch, batches)
+	for range batches {
+		free <- &batch{recs: make([]Record, 0, batchSize)}
+	}
+	full := make(chan *batch, batches)
+	go func() {
+		defer close(full)
+		lr := NewLogReader(r)
+		for {
+			var b *batch
+			select {
+			case b = <-free:
+			case <-ctx.Done():
+				return
+			}
+			b.recs, b.err = b.recs[:0], ctx.Err()
+			for b.err == nil && len(b.recs) < batchSize {
+				b.recs = b.recs[:len(b.recs)+1]
+				if b.err = lr.Read(&b.recs[len(b.recs)-1]); b.err != nil {
+					b.recs = b.recs[:len(b.recs)-1]
+				}
+			}
+			full <- b
+			if b.err != nil {
+				return
 			}
 		}
-		err := lr.Read(&rec)
-		if errors.Is(err, io.EOF) {
-			break
+	}()
+	for b := range full {
+		for i := range b.recs {
+			rp.Add(&b.recs[i])
 		}
-		if err != nil {
+		if b.err != nil {
+			if errors.Is(b.err, io.EOF) {
+				break
+			}
+			return ReplayReport{}, b.err
+		}
+		if err := ctx.Err(); err != nil {
 			return ReplayReport{}, err
 		}
-		rp.Add(&rec)
+		free <- b
 	}
 	rp.Finish()
 	return rp.Report(), nil
@@ -518,6 +552,8 @@ type CandidateReport struct {
 
 // A PolicyReplay is what one policy of a candidate decided.
 type PolicyReplay struct {
+	// Policy, Mode, Algorithm and Unit describe the policy as the
+	// candidate configures it.
 	Policy    string              `json:"policy"`
 	Mode      admission.Mode      `json:"mode"`
 	Algorithm admission.Algorithm `json:"algorithm"`
@@ -552,6 +588,9 @@ type PolicyReplay struct {
 // Amounts are costs in every unit: requests, tokens, cost and the named
 // units.
 type Amounts struct {
+	// Requests counts requests; Tokens and Cost sum their estimates;
+	// Units sums named units (at most 32 names, the rest under
+	// OtherTenant's name).
 	Requests int64            `json:"requests"`
 	Tokens   int64            `json:"tokens"`
 	Cost     int64            `json:"cost"`
@@ -563,8 +602,10 @@ type TenantReplay struct {
 	// Tenant is the tenant, or OtherTenant for the tenants not tracked by
 	// name.
 	Tenant string `json:"tenant"`
-	// Requests counts all the tenant's records in the log.
-	Requests    int64 `json:"requests"`
+	// Requests counts all the tenant's records in the log (zero when the
+	// tenant was not among the first MaxTenants of the log).
+	Requests int64 `json:"requests"`
+	// Rejected and WouldReject count the tenant's refusals by the policy.
 	Rejected    int64 `json:"rejected"`
 	WouldReject int64 `json:"would_reject"`
 	// Share is the tenant's share of the policy's refusals.

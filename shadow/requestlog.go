@@ -58,16 +58,21 @@ const (
 // The requests unit is implied: every record is one request. Amounts are
 // non-negative integers. An unknown field is an error, as in policy files.
 type Record struct {
-	Time      time.Time
-	Tenant    string
-	KeyID     string
-	User      string
-	Addr      netip.Addr
+	// Time is when the request arrived.
+	Time time.Time
+	// Tenant, KeyID, User and Addr are the request's identity.
+	Tenant string
+	KeyID  string
+	User   string
+	Addr   netip.Addr
+	// Operation and Model are what policies match on.
 	Operation string
 	Model     string
-	Priority  int
-	Tokens    int64
-	Cost      int64
+	// Priority is the request's queue priority.
+	Priority int
+	// Tokens and Cost are the estimates made before the work started.
+	Tokens int64
+	Cost   int64
 	// Units holds the estimates of named units, sorted by unit.
 	Units []admission.UnitAmount
 	// Actual is the actual usage; nil when unknown.
@@ -79,6 +84,7 @@ type Record struct {
 // Actual is the actual usage of a recorded request. Nil fields were not
 // known and stay charged at the estimate.
 type Actual struct {
+	// Tokens and Cost are the actual amounts, when known.
 	Tokens *int64
 	Cost   *int64
 	// Units holds the actual amounts of named units, sorted by unit.
@@ -225,6 +231,7 @@ type RecordError struct {
 	Err  error
 }
 
+// Error returns "line N: " and the problem.
 func (e *RecordError) Error() string { return "line " + strconv.Itoa(e.Line) + ": " + e.Err.Error() }
 
 // Unwrap returns the underlying problem.
