@@ -36,10 +36,16 @@ func TestNoisyNeighbour(t *testing.T) {
     limit: 4
     queue: {size: 64, timeout: 20s}
 `, []string{"a", "b"}, ""), func(o *options) { o.simLatency = latency })
-	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}`
+	body := func(user string) string {
+		return `{"model":"gpt-4o-mini","user":"` + user + `","messages":[{"role":"user","content":"hello"}]}`
+	}
 	timed := func(key string) (int, time.Duration, http.Header, []byte) {
 		start := time.Now()
-		resp, b := post(t, s, "/v1/chat/completions", key, body)
+		user := "a"
+		if key == testKey("b") {
+			user = "b"
+		}
+		resp, b := post(t, s, "/v1/chat/completions", key, body(user))
 		return resp.StatusCode, time.Since(start), resp.Header, b
 	}
 	// B alone: its normal range.
@@ -85,8 +91,15 @@ func TestNoisyNeighbour(t *testing.T) {
 	}
 	var bLat []time.Duration
 	tick := time.NewTicker(100 * time.Millisecond)
-	for range 12 {
+	seenBeforeB := 0
+	for i := range 12 {
 		<-tick.C
+		if i == 0 {
+			// How many calls had reached the upstream when B's first one
+			// was sent: B may follow them, plus at most one of A's by
+			// round robin, plus one wave of 4 dispatched meanwhile.
+			seenBeforeB = len(s.sim.Seen())
+		}
 		st, d, _, b := timed(testKey("b"))
 		if st != http.StatusOK {
 			t.Errorf("B during A's burst: status %d: %s", st, b)
@@ -107,17 +120,20 @@ func TestNoisyNeighbour(t *testing.T) {
 	if limit := normal + latency + 50*time.Millisecond; bLat[len(bLat)/2] > limit {
 		t.Errorf("B's median call took %v beside A; want at most %v (normal %v + one upstream call)", bLat[len(bLat)/2], limit, normal)
 	}
-	// Without fair queuing most of B's calls would wait behind A's
-	// backlog; allow one slow call for a pause of the machine.
-	slow := 0
-	limit := normal + 4*latency
-	for _, d := range bLat {
-		if d > limit {
-			slow++
-		}
+	// The order in which calls reached the upstream shows the queue's
+	// fairness whatever the machine's pauses: when B's first call joined
+	// the queue, A had calls waiting behind the 4 slots (36 at first).
+	// First in first out would put B behind all of them; round robin lets
+	// at most one of A's go first, plus a wave of 4 dispatched while B's
+	// call was on its way.
+	var order []string
+	for _, seen := range s.sim.Seen() {
+		order = append(order, seen.User)
 	}
-	if slow > 1 {
-		t.Errorf("%d of B's calls took over %v beside A; want at most one, far below A's backlog", slow, limit)
+	first := slices.Index(order[3:], "b") + 3 // after B's calls alone
+	if first < 3 || first > seenBeforeB+1+4 {
+		t.Errorf("upstream order %v: B's first call beside A reached the upstream at %d; %d calls had arrived when it was sent, want at most %d",
+			order, first, seenBeforeB, seenBeforeB+1+4)
 	}
 }
 

@@ -91,6 +91,8 @@ type Seen struct {
 	APIKey       string
 	IncludeUsage bool
 	Stream       bool
+	// User is the request's "user" field.
+	User string
 }
 
 // New returns a simulator.
@@ -148,6 +150,7 @@ type simRequest struct {
 	} `json:"stream_options"`
 	EncodingFormat string `json:"encoding_format"`
 	Dimensions     int    `json:"dimensions"`
+	User           string `json:"user"`
 }
 
 type simMessage struct {
@@ -196,7 +199,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.record(Seen{
 		Path: path, Auth: r.Header.Get("Authorization"), APIKey: r.Header.Get("Api-Key"), Stream: req.Stream,
-		IncludeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		IncludeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, User: req.User,
 	})
 	if !s.knows(req.Model) {
 		notFound(w, req.Model)
