@@ -28,7 +28,7 @@ import (
 func init() {
 	register(&command{
 		name:    "loadgen",
-		usage:   "[--tenants N] [--rate R] [--duration D] [--seed S] [--target URL --keys FILE] ...",
+		usage:   "[FLAGS]",
 		summary: "generate multi-tenant traffic as a request log for replay (deterministic for a seed), or send it to an OpenAI-compatible endpoint",
 		run:     runLoadgen,
 	})

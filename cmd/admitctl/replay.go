@@ -17,7 +17,7 @@ import (
 func init() {
 	register(&command{
 		name:    "replay",
-		usage:   "--log FILE --config A.yaml [--config B.yaml ...] [--format table|json]",
+		usage:   "--log F --config A...",
 		summary: "replay a request log (JSON Lines, - for stdin) through candidate policy files and compare what each admits, rejects and would reject",
 		run:     runReplay,
 	})
