@@ -358,6 +358,9 @@ func (o *replayObserver) Decision(d admission.Decision) {
 	ps := &r.stats[i]
 	switch d.Outcome {
 	case admission.Admitted:
+		if d.RolledBack {
+			return // another policy rejected the request: bypassed
+		}
 		ps.admitted++
 		r.took = append(r.took, i)
 	case admission.WouldReject:

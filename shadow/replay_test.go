@@ -208,6 +208,9 @@ func TestReplayShadowEqualsEnforce(t *testing.T) {
 		{Name: "tokens", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 4000, Per: time.Second},
 		{Name: "concurrency", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 3},
 		{Name: "global_concurrency", Algorithm: admission.Concurrency, Limit: 40},
+		// The replay never waits: an enforcing queue rejects what does not
+		// fit, as its shadow twin reports would-reject instead of waiting.
+		{Name: "queued_concurrency", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 2, Queue: admission.Queue{Size: 4, Timeout: time.Second}},
 		{Name: "quota", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 200_000, Per: time.Hour},
 	}
 	var cands []shadow.Candidate
