@@ -81,7 +81,6 @@ type Replayer struct {
 	first     time.Time
 	last      time.Time
 	tenants   *tenantTable[int64]
-	ctx       context.Context
 }
 
 // run is one candidate's replay.
@@ -187,7 +186,7 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	rp := &Replayer{cfg: cfg, tenants: newTenantTable[int64](cfg.MaxTenants), ctx: context.Background()}
+	rp := &Replayer{cfg: cfg, tenants: newTenantTable[int64](cfg.MaxTenants)}
 	for i, c := range candidates {
 		r := &run{name: c.Name, cfg: &rp.cfg, clk: admissiontest.NewClock(time.Time{}), index: map[string]int{}}
 		if r.name == "" {
@@ -243,7 +242,7 @@ func (rp *Replayer) Add(rec *Record) {
 		}
 	}
 	for _, r := range rp.runs {
-		r.add(rp.ctx, rec, &req, at, &usage)
+		r.add(context.Background(), rec, &req, at, &usage)
 	}
 }
 
