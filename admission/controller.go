@@ -375,26 +375,37 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 		h.key, t.keybuf = p.key(r, t.keybuf)
 	}
 	var err error
-	for i := 0; i < len(t.ops) && err == nil; i++ {
-		if n := c.batchable(t.ops[i:]); n > 1 {
-			err = c.acquireBatch(ctx, t, t.ops[i:i+n], now)
-			i += n - 1
+	evaluated := 0
+	for evaluated < len(t.ops) && err == nil {
+		if n := c.batchable(t.ops[evaluated:]); n > 1 {
+			err = c.acquireBatch(ctx, t, t.ops[evaluated:evaluated+n], now)
+			evaluated += n
 			continue
 		}
-		h := &t.ops[i]
+		h := &t.ops[evaluated]
 		if h.p.queues != nil && h.mode == Enforce {
 			err = h.p.queues.acquire(ctx, t, h, wait, now)
 		} else {
 			err = c.acquire(ctx, t, h, now)
 		}
+		evaluated++
 	}
 	rolledBack := err != nil
 	if rolledBack {
 		c.release(t, c.clock.Now(), false)
+		if rej, ok := err.(*Rejection); ok {
+			// After the rollback: refunds update the grants' figures.
+			for i := range evaluated {
+				rej.Statuses = append(rej.Statuses, t.ops[i].status())
+			}
+		}
 	}
-	for i := 0; i < len(t.ops) && !c.nop; i++ {
+	// Each policy that let the request through reports it now, marked
+	// when another policy's refusal gave its permits back. (A store
+	// failure that admitted was reported as fail_open already.)
+	for i := 0; i < evaluated && !c.nop; i++ {
 		h := &t.ops[i]
-		if h.taken || h.failOpen && !rolledBack {
+		if h.grant.OK {
 			c.obs.Decision(Decision{
 				Status: h.status(), Outcome: Admitted, Tenant: r.Tenant, Operation: r.Operation,
 				Model: r.Model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack,

@@ -77,7 +77,8 @@ var tenantKey = []admission.KeyPart{admission.KeyTenant}
 
 func TestRollbackAcrossPolicies(t *testing.T) {
 	clock := admissiontest.NewClock(admissiontest.Epoch)
-	c := newController(t, clock, nil,
+	rec := &recorder{}
+	c := newController(t, clock, rec,
 		admission.Policy{Name: "hourly", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 2, Per: time.Hour},
 		admission.Policy{Name: "per-minute", Key: tenantKey, Algorithm: admission.FixedWindow, Limit: 1, Per: time.Minute},
 	)
@@ -94,9 +95,28 @@ func TestRollbackAcrossPolicies(t *testing.T) {
 		if !errors.As(err, &rej) || rej.Policy != "per-minute" || !errors.Is(err, admission.ErrRateLimited) {
 			t.Fatalf("request %d: err = %v; want a per-minute rate rejection", i+2, err)
 		}
+		// The rejection carries every evaluated policy's standing: the
+		// hourly bucket with the permit it gave back.
+		var got []string
+		for _, s := range rej.Statuses {
+			got = append(got, fmt.Sprintf("%s:%d/%d", s.Policy, s.Remaining, s.Limit))
+		}
+		if want := "[hourly:1/2 per-minute:0/1]"; fmt.Sprint(got) != want {
+			t.Errorf("request %d: statuses %v; want %s", i+2, got, want)
+		}
 	}
 	// The hourly bucket gave back what the rejected requests took: one of
 	// its two tokens is left when the minute window resets.
+	rec.mu.Lock()
+	var decisions []string
+	for _, d := range rec.decisions {
+		decisions = append(decisions, fmt.Sprintf("%s:%s:%v", d.Policy, d.Outcome, d.RolledBack))
+	}
+	rec.mu.Unlock()
+	want := "[hourly:admitted:false per-minute:admitted:false" + strings.Repeat(" per-minute:rejected:false hourly:admitted:true", 3) + "]"
+	if fmt.Sprint(decisions) != want {
+		t.Errorf("decisions %v;\nwant %s", decisions, want)
+	}
 	clock.Advance(time.Minute)
 	if _, err := c.TryAdmit(ctx, req); err != nil {
 		t.Fatalf("after the window: %v; the hourly bucket leaked permits on rollback", err)

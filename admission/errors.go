@@ -44,8 +44,12 @@ type Rejection struct {
 	// RetryAfter is how long to wait before the same request can succeed;
 	// Never when it cannot succeed. For quotas it reaches the period's end.
 	RetryAfter time.Duration
-	// Status holds the policy's figures for response headers.
+	// Status holds the refusing policy's figures for response headers.
 	Status Status
+	// Statuses holds the figures of every policy evaluated for the request,
+	// the refusing one included, so a response can carry all its limits
+	// (policies evaluated after the refusal are not included).
+	Statuses []Status
 }
 
 func (r *Rejection) Error() string {
