@@ -55,16 +55,21 @@ func setOpenAI(h http.Header, sts []admission.Status, unit admission.Unit, limit
 // SetRetryHints sets the retry hints of a rejection for OpenAI-style
 // clients: Retry-After in whole seconds (rounded up), retry-after-ms, and
 // x-should-retry. x-should-retry is "false" when waiting cannot help: the
-// request can never be admitted (admission.Never), or the wait would end
-// after the caller's deadline (a zero deadline means none); then no wait is
-// advertised. Otherwise it is "true".
+// request can never be admitted (admission.Never: no wait is advertised),
+// or the wait would end after the caller's deadline (a zero deadline means
+// none: the wait is still advertised, so a client learns when, say, its
+// monthly quota resets). Otherwise it is "true".
 func SetRetryHints(h http.Header, retryAfter time.Duration, now, deadline time.Time) {
-	if retryAfter == admission.Never || (!deadline.IsZero() && !now.Add(retryAfter).Before(deadline)) {
+	if retryAfter == admission.Never {
 		h["X-Should-Retry"] = []string{"false"}
 		return
 	}
 	SetRetryAfter(h, retryAfter)
 	ms := (retryAfter + time.Millisecond - 1) / time.Millisecond
 	h["Retry-After-Ms"] = []string{strconv.FormatInt(int64(max(0, ms)), 10)}
+	if !deadline.IsZero() && !now.Add(retryAfter).Before(deadline) {
+		h["X-Should-Retry"] = []string{"false"}
+		return
+	}
 	h["X-Should-Retry"] = []string{"true"}
 }

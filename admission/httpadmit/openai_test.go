@@ -44,7 +44,8 @@ func TestRetryHints(t *testing.T) {
 	}{
 		{1500 * time.Millisecond, time.Time{}, "2", "1500", "true"},
 		{1500 * time.Millisecond, now.Add(10 * time.Second), "2", "1500", "true"},
-		{20 * time.Second, now.Add(10 * time.Second), "", "", "false"},
+		// Waiting would pass the deadline: do not retry, but say when.
+		{20 * time.Second, now.Add(10 * time.Second), "20", "20000", "false"},
 		{admission.Never, time.Time{}, "", "", "false"},
 	}
 	for _, tt := range tests {
