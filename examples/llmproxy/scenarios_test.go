@@ -163,6 +163,11 @@ func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
 				ok++
 			case http.StatusTooManyRequests:
 				checkError(t, "enforced candidate", resp, b, http.StatusTooManyRequests, "tokens_limit_exceeded")
+				// A tokens rejection carries the requests trio too.
+				if resp.Header.Get("x-ratelimit-limit-tokens") != "300" || resp.Header.Get("x-ratelimit-limit-requests") != "1000" {
+					t.Errorf("tokens 429: x-ratelimit-limit-tokens %q, x-ratelimit-limit-requests %q; want 300 and 1000",
+						resp.Header.Get("x-ratelimit-limit-tokens"), resp.Header.Get("x-ratelimit-limit-requests"))
+				}
 				limited++
 			default:
 				t.Fatalf("status %d: %s", resp.StatusCode, b)

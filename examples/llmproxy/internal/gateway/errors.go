@@ -140,7 +140,13 @@ func rejectionMessage(rej *admission.Rejection) string {
 func (g *Gateway) reject(c echo.Context, rej *admission.Rejection) {
 	status, typ, code := g.rejectionShape(rej)
 	h := c.Response().Header()
-	g.setLimitHeaders(h, []admission.Status{rej.Status})
+	// Every policy evaluated for the request, so a tokens rejection still
+	// carries the requests figures and the other way round.
+	sts := rej.Statuses
+	if len(sts) == 0 {
+		sts = []admission.Status{rej.Status}
+	}
+	g.setLimitHeaders(h, sts)
 	now := time.Now()
 	httpadmit.SetRetryHints(h, rej.RetryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(c.Request().Context(), code)
