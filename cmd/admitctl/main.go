@@ -6,6 +6,9 @@
 //
 //	admitctl check FILE        validate a policy file; print the effective policies per plan
 //	admitctl hash-key [KEY]    print the stored form of an API key (reads stdin without KEY)
+//	admitctl replay --log FILE --config A.yaml [--config B.yaml ...]
+//	                           replay a request log against candidate policy files and compare
+//	admitctl loadgen [flags]   generate multi-tenant traffic as a request log, or send it as HTTP
 //	admitctl help [COMMAND]
 //
 // Exit status: 0 on success, 1 when the file (or the work) failed, 2 on a
@@ -23,8 +26,8 @@ import (
 )
 
 // A command is one subcommand. Each lives in its own file and registers
-// itself in an init function, so new ones (replay, loadgen) are added
-// without touching this file.
+// itself in an init function, so new ones are added without touching this
+// file.
 type command struct {
 	name    string
 	usage   string // the argument synopsis, e.g. "FILE"
