@@ -406,10 +406,11 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 	for i := 0; i < evaluated && !c.nop; i++ {
 		h := &t.ops[i]
 		if h.grant.OK {
-			c.obs.Decision(Decision{
+			t.dec = Decision{
 				Status: h.status(), Outcome: Admitted, Tenant: r.Tenant, Operation: r.Operation,
 				Model: r.Model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack,
-			})
+			}
+			c.obs.Decision(&t.dec)
 		}
 	}
 	if rolledBack {
@@ -464,10 +465,11 @@ func (c *Controller) decide(t *ticket, h *held) error {
 }
 
 func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry time.Duration) {
-	c.obs.Decision(Decision{
+	t.dec = Decision{
 		Status: h.status(), Outcome: o, Reason: reason, Tenant: t.tenant, Operation: t.operation,
 		Model: t.model, Cost: h.est, QueueWait: h.wait, RetryAfter: retry,
-	})
+	}
+	c.obs.Decision(&t.dec)
 }
 
 // storeFailed applies the policy's failure mode when its store failed.

@@ -24,9 +24,9 @@ type recorder struct {
 	evicted   int
 }
 
-func (r *recorder) Decision(d admission.Decision) {
+func (r *recorder) Decision(d *admission.Decision) {
 	r.mu.Lock()
-	r.decisions = append(r.decisions, d)
+	r.decisions = append(r.decisions, *d)
 	r.mu.Unlock()
 }
 

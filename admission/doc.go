@@ -121,8 +121,8 @@
 //
 // An Observer receives every decision, settlement, lease expiry, eviction,
 // store error and reload; package metrics turns them into OpenTelemetry
-// metrics, package shadow into a decision log and rollout reports. Events
-// are passed by value and the admitted path allocates nothing.
+// metrics, package shadow into a decision log and rollout reports. Calling
+// an observer allocates nothing, and neither does the admitted path.
 //
 // # Stores
 //

@@ -4,13 +4,16 @@ import "time"
 
 // An Observer receives every decision the controller makes. Implementations
 // (metrics, decision logs) must be safe for concurrent use and cheap: the
-// controller calls them on the request path. Events are passed by value so
-// that calling an observer does not allocate.
+// controller calls them on the request path. Events are passed by value,
+// except the most frequent, Decision, which points into the request's own
+// state: calling an observer never allocates. An observer must not keep
+// the *Decision past the call (copy what it needs).
 //
 // Embed NopObserver to implement only some methods.
 type Observer interface {
-	// Decision is called once per policy evaluated for a request.
-	Decision(Decision)
+	// Decision is called once per policy evaluated for a request. d is
+	// valid only during the call.
+	Decision(d *Decision)
 	// Settled is called once per policy when a ticket is settled (also when
 	// its lease expired instead).
 	Settled(Settlement)
@@ -89,7 +92,7 @@ type Reload struct {
 // NopObserver ignores everything. Embed it to implement part of Observer.
 type NopObserver struct{}
 
-func (NopObserver) Decision(Decision)             {}
+func (NopObserver) Decision(*Decision)            {}
 func (NopObserver) Settled(Settlement)            {}
 func (NopObserver) LeaseExpired(string, int)      {}
 func (NopObserver) PartitionsEvicted(string, int) {}

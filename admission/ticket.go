@@ -39,6 +39,7 @@ type ticket struct {
 	priority  int
 	ops       []held
 	batch     []Op
+	dec       Decision // the event being reported, so observers get a pointer
 	keybuf    []byte
 }
 

@@ -34,11 +34,11 @@ func BenchmarkObserverDecision(b *testing.B) {
 	}
 	// Through the interface, as the controller calls it.
 	var obs admission.Observer = o
-	obs.Decision(d) // the first decision of a policy creates its cells
+	obs.Decision(&d) // the first decision of a policy creates its cells
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		obs.Decision(d)
+		obs.Decision(&d)
 	}
 }
 

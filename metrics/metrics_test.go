@@ -53,11 +53,11 @@ func gather(t testing.TB, prom *metrics.Prometheus) map[string]*dto.MetricFamily
 func exercise(o *metrics.Observer) {
 	st := admission.Status{Policy: "conc", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 10, Remaining: 2}
 	for i := range 64 {
-		o.Decision(admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: "a", Cost: 3, QueueWait: time.Millisecond})
-		o.Decision(admission.Decision{Status: st, Outcome: admission.WouldReject, Reason: admission.ReasonRate, Tenant: "b" + strconv.Itoa(i%3), Cost: 3})
+		o.Decision(&admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: "a", Cost: 3, QueueWait: time.Millisecond})
+		o.Decision(&admission.Decision{Status: st, Outcome: admission.WouldReject, Reason: admission.ReasonRate, Tenant: "b" + strconv.Itoa(i%3), Cost: 3})
 	}
-	o.Decision(admission.Decision{Status: st, Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "a", Cost: 3})
-	o.Decision(admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: "a", Cost: 3, RolledBack: true})
+	o.Decision(&admission.Decision{Status: st, Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "a", Cost: 3})
+	o.Decision(&admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: "a", Cost: 3, RolledBack: true})
 	o.Settled(admission.Settlement{Policy: "conc", Unit: admission.UnitTokens, Estimated: 10, Actual: 12, Model: "gpt-4o", Admitted: time.Now()})
 	o.LeaseExpired("conc", 1)
 	o.PartitionsEvicted("conc", 1)
@@ -190,7 +190,7 @@ func TestTopKBound(t *testing.T) {
 		if i%4 == 0 {
 			tenant = "noisy"
 		}
-		o.Decision(admission.Decision{Status: st, Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: tenant, Cost: 1})
+		o.Decision(&admission.Decision{Status: st, Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: tenant, Cost: 1})
 	}
 	fams := gather(t, prom)
 	values := map[string]float64{}
@@ -226,7 +226,7 @@ func TestConcurrentDecisions(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				o.Decision(admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: fmt.Sprint(w, i%50), Cost: 7})
+				o.Decision(&admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: fmt.Sprint(w, i%50), Cost: 7})
 			}
 		})
 	}
@@ -279,7 +279,7 @@ func TestPolicyNamedBeforeDecision(t *testing.T) {
 	o, prom := newProm(t)
 	o.StoreError(admission.StoreEvent{Policy: "conc", Store: "redis", Err: errors.New("down"), Action: admission.FailOpenMode})
 	st := admission.Status{Policy: "conc", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 10}
-	o.Decision(admission.Decision{Status: st, Outcome: admission.FailOpen, Reason: admission.ReasonStoreUnavailable, Cost: 5})
+	o.Decision(&admission.Decision{Status: st, Outcome: admission.FailOpen, Reason: admission.ReasonStoreUnavailable, Cost: 5})
 	o.Settled(admission.Settlement{Policy: "conc", Unit: admission.UnitTokens, Estimated: 5, Actual: 5, Admitted: time.Now()})
 	fams := gather(t, prom)
 	for _, l := range fams["admission_cost_total"].GetMetric()[0].GetLabel() {

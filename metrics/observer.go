@@ -314,7 +314,7 @@ func (o *Observer) newPolicy(name string, st *admission.Status) *policyMetrics {
 
 // Decision counts one policy's decision. It allocates nothing; a plain
 // admission costs a pointer comparison per policy and one atomic addition.
-func (o *Observer) Decision(d admission.Decision) {
+func (o *Observer) Decision(d *admission.Decision) {
 	// o.policy, by hand: the lookup is a good part of a decision's cost.
 	var pm *policyMetrics
 	ft := o.fast.Load()
@@ -329,7 +329,7 @@ func (o *Observer) Decision(d admission.Decision) {
 	if pm == nil || d.Outcome != admission.Admitted || d.Mode != admission.Enforce ||
 		d.Reason != admission.ReasonNone || d.QueueWait != 0 || d.RolledBack ||
 		d.Remaining <= d.Limit/5 {
-		o.decision(pm, &d)
+		o.decision(pm, d)
 		return
 	}
 	cell := &pm.cells[0][admission.Admitted][admission.ReasonNone]

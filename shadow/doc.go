@@ -19,7 +19,7 @@ func Join(obs ...admission.Observer) admission.Observer { return multi(obs) }
 
 type multi []admission.Observer
 
-func (m multi) Decision(d admission.Decision) {
+func (m multi) Decision(d *admission.Decision) {
 	for _, o := range m {
 		o.Decision(d)
 	}

@@ -118,7 +118,7 @@ func (l *Log) Suppressed() uint64 { return l.suppressed.Load() }
 
 // Decision logs would-reject and fail-open decisions and a sample of
 // enforced refusals.
-func (l *Log) Decision(d admission.Decision) {
+func (l *Log) Decision(d *admission.Decision) {
 	level := l.cfg.Level
 	switch d.Outcome {
 	case admission.WouldReject, admission.FailOpen:

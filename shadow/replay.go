@@ -348,7 +348,7 @@ type replayObserver struct {
 	r *run
 }
 
-func (o *replayObserver) Decision(d admission.Decision) {
+func (o *replayObserver) Decision(d *admission.Decision) {
 	r := o.r
 	i, ok := r.index[d.Policy]
 	if !ok || r.rec == nil {

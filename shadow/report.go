@@ -100,7 +100,7 @@ func NewRecorder(cfg RecorderConfig, opts ...Option) (*Recorder, error) {
 }
 
 // Decision counts a policy's decision for its tenant.
-func (r *Recorder) Decision(d admission.Decision) {
+func (r *Recorder) Decision(d *admission.Decision) {
 	var refused int64
 	switch d.Outcome {
 	case admission.Admitted, admission.FailOpen:

@@ -62,7 +62,7 @@ func TestLogRateLimit(t *testing.T) {
 	for i, s := range steps {
 		clk.Advance(s.advance)
 		for range s.decisions {
-			l.Decision(wouldReject("acme"))
+			l.Decision(ptr(wouldReject("acme")))
 		}
 		recs := records(t, &buf)
 		if len(recs) != s.records {
@@ -83,7 +83,7 @@ func TestLogRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Decision(wouldReject("acme"))
+	l.Decision(ptr(wouldReject("acme")))
 	rec := records(t, &buf)[0]
 	want := map[string]any{
 		"msg": "shadow policy would reject", "level": "INFO", "policy": "tpm", "mode": "shadow",
@@ -96,11 +96,11 @@ func TestLogRecord(t *testing.T) {
 		}
 	}
 	// Admitted decisions are not logged; one enforced rejection in two is.
-	l.Decision(admission.Decision{Status: admission.Status{Policy: "tpm"}, Outcome: admission.Admitted})
+	l.Decision(&admission.Decision{Status: admission.Status{Policy: "tpm"}, Outcome: admission.Admitted})
 	rej := wouldReject("acme")
 	rej.Outcome, rej.Mode = admission.Rejected, admission.Enforce
 	for range 4 {
-		l.Decision(rej)
+		l.Decision(&rej)
 	}
 	recs := records(t, &buf)
 	if len(recs) != 2 {
@@ -133,19 +133,19 @@ func TestRecorderReport(t *testing.T) {
 	// 80 and 2 would be rejected.
 	for i := range 20 {
 		if i < 18 {
-			r.Decision(wouldReject("noisy"))
+			r.Decision(ptr(wouldReject("noisy")))
 		} else {
-			r.Decision(admitted("noisy"))
+			r.Decision(ptr(admitted("noisy")))
 		}
 	}
 	for i := range 80 {
 		if i < 2 {
-			r.Decision(wouldReject("quiet"))
+			r.Decision(ptr(wouldReject("quiet")))
 		} else {
-			r.Decision(admitted("quiet"))
+			r.Decision(ptr(admitted("quiet")))
 		}
 	}
-	r.Decision(admission.Decision{Status: admission.Status{Policy: "tpm"}, Outcome: admission.Queued})
+	r.Decision(&admission.Decision{Status: admission.Status{Policy: "tpm"}, Outcome: admission.Queued})
 
 	rep := r.Report(5)
 	if len(rep.Policies) != 1 {
@@ -181,7 +181,7 @@ func TestRecorderBoundsTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tenant := range []string{"a", "b", "c", "d", "e", "a"} {
-		r.Decision(wouldReject(tenant))
+		r.Decision(ptr(wouldReject(tenant)))
 	}
 	p := r.Report(10).Policies[0]
 	got := map[string]int64{}
@@ -197,7 +197,7 @@ func TestJoin(t *testing.T) {
 	r1, _ := shadow.NewRecorder(shadow.RecorderConfig{})
 	r2, _ := shadow.NewRecorder(shadow.RecorderConfig{})
 	o := shadow.Join(r1, r2)
-	o.Decision(wouldReject("a"))
+	o.Decision(ptr(wouldReject("a")))
 	o.Settled(admission.Settlement{})
 	o.LeaseExpired("p", 1)
 	o.PartitionsEvicted("p", 1)

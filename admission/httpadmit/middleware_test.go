@@ -38,7 +38,7 @@ type decisions struct {
 	n atomic.Int64
 }
 
-func (d *decisions) Decision(admission.Decision) { d.n.Add(1) }
+func (d *decisions) Decision(*admission.Decision) { d.n.Add(1) }
 
 // setup serves ok behind the middleware on loopback with a fake clock.
 func setup(t *testing.T, policies []admission.Policy, opts ...httpadmit.Option) (*httptest.Server, *admissiontest.Clock, *decisions) {
