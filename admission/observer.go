@@ -79,6 +79,30 @@ type StoreEvent struct {
 	Action FailMode
 }
 
+// StoreCall reports one call a shared store made to its backend (a Redis
+// script, say), for latency metrics.
+type StoreCall struct {
+	// Store is the store's name.
+	Store string
+	// Op names the call: "acquire", "batch" or "settle" for the Redis store.
+	Op string
+	// Policies is the number of policies the call evaluated.
+	Policies int
+	// Duration is the call's latency; zero when the call was refused
+	// without reaching the backend (an open circuit breaker).
+	Duration time.Duration
+	// Err is the call's error, nil on success. Never shown to clients.
+	Err error
+}
+
+// A StoreCallObserver is an Observer that also wants the latency of every
+// call a store makes: stores that talk to a backend report to the observer
+// they are given when it implements this interface. It is called on the
+// request path and must be cheap.
+type StoreCallObserver interface {
+	StoreCall(StoreCall)
+}
+
 // Reload reports a configuration change.
 type Reload struct {
 	// Source names where the configuration came from (a file path).

@@ -55,6 +55,8 @@ func Catalog() []Metric {
 			"Configuration reloads: ok or rejected."},
 		{"admission_rollbacks_total", "counter", []string{"policy", "mode"},
 			"Admissions given back because another policy refused the request."},
+		{"admission_store_duration_seconds", "histogram", []string{"store", "op", "outcome"},
+			"Latency of calls to a shared store (Redis), by operation (acquire, batch, settle) and outcome (ok, error)."},
 		{"admission_store_errors_total", "counter", []string{"policy", "store", "action"},
 			"Failed store calls and the action taken (open, closed, local)."},
 		{"admission_tenant_cost_total", "counter", []string{"policy", "decision", "unit", "tenant"},
@@ -82,8 +84,9 @@ func MarkdownTable() string {
 // 2 × 128 decision and cost cells (2 modes × 8 outcomes × 8 reasons; in
 // practice about 20 are ever used), 7K+6 tenant series (K+1 tenant values
 // × 3 decisions × 2 counters, plus K utilisation gauges), 6 gauges, 4
-// counters, 3 × stores store-error counters and the histograms' buckets.
-// With 10 policies, K = 20, 3 families and 1 store that is 5,453, and no
+// counters, 3 × stores store-error counters and the histograms' buckets;
+// plus, per store, the latency histograms of 3 operations × 2 outcomes.
+// With 10 policies, K = 20, 3 families and 1 store that is 5,537, and no
 // number of tenants changes it.
 func SeriesBound(policies, topK, families, stores int) int {
 	hist := func(buckets []float64) int { return len(buckets) + 3 }      // +Inf, _sum, _count
@@ -93,5 +96,6 @@ func SeriesBound(policies, topK, families, stores int) int {
 		numModes + 2 + // rollbacks, lease expirations, evictions
 		3*stores +
 		4*hist(QueueWaitBuckets) + hist(LeaseBuckets) + min(families, maxFamilies)*hist(AccuracyBuckets)
-	return policies*perPolicy + 2 + 1 // reloads, target_info
+	// Store call latency: per store, 3 operations × 2 outcomes.
+	return policies*perPolicy + stores*6*hist(StoreCallBuckets) + 2 + 1 // reloads, target_info
 }

@@ -14,6 +14,10 @@ import (
 var (
 	// QueueWaitBuckets are the boundaries of admission.queue.wait, in seconds.
 	QueueWaitBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	// StoreCallBuckets are the boundaries of admission.store.duration, in
+	// seconds: a healthy Redis answers in a fraction of a millisecond, and
+	// the store's default deadline is 50 ms.
+	StoreCallBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}
 	// LeaseBuckets are the boundaries of admission.lease.duration, in seconds.
 	LeaseBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 	// AccuracyBuckets are the boundaries of admission.estimate.accuracy
@@ -59,6 +63,8 @@ func (o *Observer) instruments(m metric.Meter) error {
 		"How long concurrency permits were held, from admission to settlement.", LeaseBuckets)
 	o.accuracy = hist("admission.estimate.accuracy", "1",
 		"Actual tokens divided by estimated tokens per settled request, by policy and model family.", AccuracyBuckets)
+	o.storeCall = hist("admission.store.duration", "s",
+		"Latency of calls to a shared store (such as Redis), by store, operation and outcome (ok, error).", StoreCallBuckets)
 
 	var ob observables
 	ob.decisions = counter("admission.decisions", "{decision}",

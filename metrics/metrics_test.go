@@ -62,6 +62,9 @@ func exercise(o *metrics.Observer) {
 	o.LeaseExpired("conc", 1)
 	o.PartitionsEvicted("conc", 1)
 	o.StoreError(admission.StoreEvent{Policy: "conc", Store: "redis", Err: errors.New("timeout"), Action: admission.FailOpenMode})
+	o.StoreCall(admission.StoreCall{Store: "redis", Op: "batch", Policies: 2, Duration: 300 * time.Microsecond})
+	o.StoreCall(admission.StoreCall{Store: "redis", Op: "batch", Policies: 2, Duration: 50 * time.Millisecond, Err: errors.New("timeout")})
+	o.StoreCall(admission.StoreCall{Store: "redis", Op: "acquire", Err: errors.New("breaker open")}) // no latency: not recorded
 	o.Reloaded(admission.Reload{Source: "policies.yaml", Policies: 1})
 }
 
@@ -138,6 +141,27 @@ func TestREADMEMetricsTable(t *testing.T) {
 	}
 	if !strings.Contains(section, table) {
 		t.Errorf("README metrics table is stale; run go test ./metrics -run TestREADMEMetricsTable -update\nwant:\n%s", table)
+	}
+}
+
+func TestStoreCallLatency(t *testing.T) {
+	o, prom := newProm(t)
+	exercise(o)
+	fams := gather(t, prom)
+	got := map[string]uint64{}
+	for _, m := range fams["admission_store_duration_seconds"].GetMetric() {
+		var k []string
+		for _, l := range m.GetLabel() {
+			k = append(k, l.GetName()+"="+l.GetValue())
+		}
+		got[strings.Join(k, ",")] = m.GetHistogram().GetSampleCount()
+	}
+	want := map[string]uint64{
+		"op=batch,outcome=ok,store=redis":    1,
+		"op=batch,outcome=error,store=redis": 1,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("admission_store_duration_seconds counts = %v; want %v", got, want)
 	}
 }
 

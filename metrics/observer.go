@@ -124,6 +124,8 @@ type Observer struct {
 	queueWait metric.Float64Histogram
 	lease     metric.Float64Histogram
 	accuracy  metric.Float64Histogram
+	storeCall metric.Float64Histogram
+	callOpts  sync.Map // callKey → []metric.RecordOption
 
 	collectMu sync.Mutex // serialises collections
 	reg       metric.Registration
@@ -485,6 +487,45 @@ func (o *Observer) StoreError(e admission.StoreEvent) {
 	o.mu.Unlock()
 	sm.n.Add(1)
 }
+
+type callKey struct {
+	store, op string
+	failed    bool
+}
+
+// StoreCall records a store call's latency (admission.StoreCallObserver):
+// the Redis store reports every script call through it. Calls refused
+// without reaching the backend (an open breaker) have no latency and are
+// counted by StoreError only.
+func (o *Observer) StoreCall(c admission.StoreCall) {
+	if c.Duration <= 0 {
+		return
+	}
+	k := callKey{store: c.Store, op: c.Op, failed: c.Err != nil}
+	opts, ok := o.callOpts.Load(k)
+	if !ok {
+		outcome := "ok"
+		if k.failed {
+			outcome = "error"
+		}
+		store := k.store
+		if store == "" {
+			store = "memory"
+		}
+		o.mu.Lock()
+		n := 0
+		o.callOpts.Range(func(any, any) bool { n++; return true })
+		if n >= 4*o.cfg.maxPolicies {
+			store, k.store = Other, Other
+		}
+		o.mu.Unlock()
+		set := attribute.NewSet(attribute.String("store", store), attribute.String("op", k.op), attribute.String("outcome", outcome))
+		opts, _ = o.callOpts.LoadOrStore(k, []metric.RecordOption{metric.WithAttributeSet(set)})
+	}
+	o.storeCall.Record(context.Background(), c.Duration.Seconds(), opts.([]metric.RecordOption)...)
+}
+
+var _ admission.StoreCallObserver = (*Observer)(nil)
 
 // Reloaded counts configuration reloads by result (ok or rejected).
 func (o *Observer) Reloaded(r admission.Reload) {
