@@ -18,11 +18,20 @@ import (
 // these two algorithms), and run with EVALSHA, which on Redis 7 costs less
 // server time than FCALL of the generic library function.
 //
-// ARGV and KEYS are those of the generic acquire and settle (opWidth and
-// settleWidth blocks, one key per op). The acquire reply is "now_s now_n"
-// then per op "ok rem reset retry" for a token bucket and "ok rem retry
-// lease expired" for a concurrency limit; the caller derives taken, limit
-// and the stamps (see leanAcquire). The settle reply is the generic one.
+// ARGV starts as the generic acquire's and settle's (now_s, now_n,
+// grace_ms, count, and idem_ms for a settle), KEYS are the same (one key
+// per op, after the idempotency key of a settle), and each op passes only
+// what its algorithm uses:
+//
+//	acquire, token bucket:  0, shadow, n, amount, capacity, per
+//	acquire, concurrency:   4, shadow, n, amount, max_hold
+//	settle, token bucket:   0, delta, amount, capacity, per
+//	settle, concurrency:    4, lease, taken, amount
+//
+// The acquire reply is "now_s now_n" then per op "ok rem reset retry" for
+// a token bucket and "ok rem retry lease expired" for a concurrency limit;
+// the caller derives taken, limit and the stamps (see leanAcquire). The
+// settle reply is the generic one.
 const luaLeanAcquire = `
 local now_s, now_n
 if ARGV[1] == '' then
@@ -38,13 +47,15 @@ local count = tonumber(ARGV[4])
 local fmt = string.format
 local ops, out = {}, {fmt('%d %d', now_s, now_n)}
 local fits = true
+local j = 4
 for i = 1, count do
-  local j = 4 + (i - 1) * 8
   local k = KEYS[i]
   local n = tonumber(ARGV[j + 3])
+  local shadow = ARGV[j + 2] == '1'
   local o
   if ARGV[j + 1] == '0' then
     local amount, cap, per = tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6])
+    j = j + 6
     local a, ts, tn
     local v = redis.call('GET', k)
     if v then a, ts, tn = struct.unpack('<ddd', v) else a, ts, tn = cap, now_s, now_n end
@@ -72,6 +83,7 @@ for i = 1, count do
     o = {tb = true, ok = ok, a = a, a0 = a0, ts = ts, tn = tn, cap = cap, amount = amount, per = per}
   else
     local amount, hold = tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
+    j = j + 5
     local h = redis.call('HMGET', k, 'b', 'a', 'q', 'e', 'm')
     local a = tonumber(h[2]) or 0
     local q = tonumber(h[3]) or (now_s * 1000000 + math.floor(now_n / 1000))
@@ -128,7 +140,7 @@ for i = 1, count do
     out[i + 1] = fmt('%d %d %d %d %d', ok, amount - math.min(a, amount), retry, lease, expired)
     o = {ok = ok, a = a, a0 = a0, q = q, q0 = q0, b = b, now = now, e = e, m = m, add = add, hold = hold, hdirty = hdirty}
   end
-  if o.ok == 0 and ARGV[j + 2] ~= '1' then fits = false end
+  if o.ok == 0 and not shadow then fits = false end
   o.k = k
   ops[i] = o
 end
@@ -181,8 +193,8 @@ local grace = tonumber(ARGV[3])
 local count = tonumber(ARGV[4])
 local fmt = string.format
 local out = {}
+local j = 5
 for i = 1, count do
-  local j = 5 + (i - 1) * 11
   local k = KEYS[ki + i - 1]
   if ARGV[j + 1] == '0' then
     if not now_s then
@@ -193,8 +205,9 @@ for i = 1, count do
         now_s, now_n = tonumber(ARGV[1]), tonumber(ARGV[2])
       end
     end
-    local d = tonumber(ARGV[j + 3])
-    local amount, cap, per = tonumber(ARGV[j + 7]), tonumber(ARGV[j + 8]), tonumber(ARGV[j + 9])
+    local d = tonumber(ARGV[j + 2])
+    local amount, cap, per = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
+    j = j + 5
     local a, ts, tn
     local v = redis.call('GET', k)
     if v then a, ts, tn = struct.unpack('<ddd', v) else a, ts, tn = cap, now_s, now_n end
@@ -213,8 +226,10 @@ for i = 1, count do
     end
     if a > 0 then out[i] = fmt('%d', math.floor(a)) else out[i] = '0' end
   else
-    local taken = tonumber(ARGV[j + 6])
-    local f = 'l' .. ARGV[j + 5]
+    local taken = tonumber(ARGV[j + 3])
+    local f = 'l' .. ARGV[j + 2]
+    local amount = tonumber(ARGV[j + 4])
+    j = j + 4
     local h = redis.call('HMGET', k, 'a', f)
     local a = tonumber(h[1]) or 0
     if h[2] then
@@ -227,7 +242,7 @@ for i = 1, count do
         redis.call('HSET', k, 'a', fmt('%d', a))
       end
     end
-    out[i] = fmt('%d', math.max(0, tonumber(ARGV[j + 7]) - a))
+    out[i] = fmt('%d', math.max(0, amount - a))
   end
 end
 return table.concat(out, ' ')
@@ -276,7 +291,15 @@ func (s *Store) leanAcquire(ctx context.Context, name string, ops []admission.Op
 	c := s.getCall()
 	s.header(c, now, len(ops))
 	for i := range ops {
-		appendAcquire(c, &ops[i], now)
+		op := &ops[i]
+		l := op.Limiter.(*limiter)
+		c.keys = l.appendKeys(c.keys, op.Key)
+		shadow := 0
+		if op.Shadow {
+			shadow = 1
+		}
+		c.args = append(c.args, int(l.alg), shadow, op.N)
+		c.args = appendLeanParams(c.args, l, op.Limit, now)
 	}
 	reply, err := s.run(ctx, "", leanAcquireScript, name, len(ops), c.keys, c.args)
 	s.putCall(c)
@@ -320,4 +343,30 @@ func (s *Store) leanAcquire(ctx context.Context, name string, ops []admission.Op
 		}
 	}
 	return nil
+}
+
+// appendLeanParams appends the parameters of l that the lean scripts use:
+// amount, capacity and per for a token bucket, amount and max hold for a
+// concurrency limit.
+func appendLeanParams(dst []any, l *limiter, lim admission.Limit, now int64) []any {
+	n := len(dst)
+	dst = l.params(dst, lim, now)
+	if l.alg == admission.TokenBucket {
+		return dst[:n+3]
+	}
+	return dst[:n+2]
+}
+
+// appendLeanSettle appends op's arguments for the lean settle
+// script: an adjustment of a token bucket or the release of a lease.
+func appendLeanSettle(c *call, op *admission.Op, now int64) {
+	l := op.Limiter.(*limiter)
+	if op.Release {
+		c.args = append(c.args, int(l.alg), op.Grant.Stamp, op.Grant.Taken)
+		n := len(c.args)
+		c.args = appendLeanParams(c.args, l, op.Limit, now)[:n+1] // amount
+		return
+	}
+	c.args = append(c.args, int(l.alg), op.N)
+	c.args = appendLeanParams(c.args, l, op.Limit, now)
 }

@@ -747,6 +747,7 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 		} else {
 			c.args = append(c.args, 0)
 		}
+		isLean := leanSettle(ops)
 		for i := range ops {
 			op := &ops[i]
 			l := op.Limiter.(*limiter)
@@ -754,6 +755,10 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 				continue
 			}
 			c.keys = l.appendKeys(c.keys, op.Key)
+			if isLean {
+				appendLeanSettle(c, op, now)
+				continue
+			}
 			kind, ss, sn := 1, int64(0), int64(0)
 			if op.Release {
 				kind, sn = 2, op.Grant.Stamp
@@ -764,7 +769,7 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 			c.args = l.params(c.args, op.Limit, now)
 		}
 		fn, script := libSettle, settleScript
-		if leanSettle(ops) {
+		if isLean {
 			fn, script = "", leanSettleScript
 		}
 		reply, err := s.run(ctx, fn, script, "settle", count, c.keys, c.args)
