@@ -130,8 +130,9 @@
 // controller reports each such event, and each failed settlement, to its
 // observer (StoreError). The store reports to the observer given with
 // WithObserver every call's latency and outcome when the observer
-// implements CallObserver, and the breaker's changes when it implements
-// BreakerObserver. Leases of a crashed replica
+// implements admission.StoreCallObserver (the metrics observer exports it
+// as admission_store_duration_seconds), and the breaker's changes when it
+// implements BreakerObserver. Leases of a crashed replica
 // return when they expire (the policy's MaxHold).
 //
 // # Durable quotas: Redis persistence

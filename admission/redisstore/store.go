@@ -64,30 +64,15 @@ type Config struct {
 type Option func(*Store)
 
 // WithObserver sets the observer the store reports to: if it implements
-// CallObserver it receives the latency of every call, and if it implements
+// admission.StoreCallObserver (as the metrics observer does) it receives
+// the latency and outcome of every Redis call, and if it implements
 // BreakerObserver the breaker's state changes. Failed decisions and
 // settlements are reported by the controller (StoreError).
 func WithObserver(o admission.Observer) Option { return func(s *Store) { s.obs = o } }
 
-// A CallObserver is an observer that also wants every Redis call's latency
-// and outcome. It is called on the request path and must be cheap.
-type CallObserver interface {
-	RedisCall(Call)
-}
-
-// Call describes one Redis call of a store.
-type Call struct {
-	// Store is the store's Name.
-	Store string
-	// Op is "acquire", "batch" or "settle".
-	Op string
-	// Policies is the number of policies the call evaluated.
-	Policies int
-	// Duration is the call's latency (zero when the breaker refused it).
-	Duration time.Duration
-	// Err is the call's error, nil on success.
-	Err error
-}
+// Call describes one Redis call of a store: Op is "acquire", "batch" or
+// "settle"; Duration is zero when the breaker refused the call.
+type Call = admission.StoreCall
 
 // A BreakerObserver is an observer that also wants the breaker's state
 // changes.
@@ -105,7 +90,7 @@ type Store struct {
 	cfg     Config
 	sharded bool // Cluster or Ring: a batch's keys must share a hash tag
 	obs     admission.Observer
-	calls   CallObserver
+	calls   admission.StoreCallObserver
 	breaks  BreakerObserver
 	brk     breaker
 	// noFunctions is set once the server refused to load the library.
@@ -161,7 +146,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	for _, o := range opts {
 		o(s)
 	}
-	s.calls, _ = s.obs.(CallObserver)
+	s.calls, _ = s.obs.(admission.StoreCallObserver)
 	s.breaks, _ = s.obs.(BreakerObserver)
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -870,7 +855,7 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, op str
 	if !s.brk.allow() {
 		err := fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
 		if s.calls != nil {
-			s.calls.RedisCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
+			s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
 		}
 		return "", err
 	}
@@ -893,7 +878,7 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, op str
 		s.brk.success()
 	}
 	if s.calls != nil {
-		s.calls.RedisCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Duration: time.Since(start), Err: err})
+		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Duration: time.Since(start), Err: err})
 	}
 	return reply, err
 }

@@ -27,7 +27,7 @@ type recorder struct {
 	expired  int
 }
 
-func (r *recorder) RedisCall(c redisstore.Call) {
+func (r *recorder) StoreCall(c redisstore.Call) {
 	r.mu.Lock()
 	r.calls = append(r.calls, c)
 	r.mu.Unlock()
