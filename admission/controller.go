@@ -436,8 +436,7 @@ func (c *Controller) batchable(ops []held) int {
 
 // acquire evaluates one policy without queueing.
 func (c *Controller) acquire(ctx context.Context, t *ticket, h *held, now time.Time) error {
-	var err error
-	if h.grant, err = h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now); err != nil {
+	if err := h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now, &h.grant); err != nil {
 		return c.storeFailed(ctx, t, h, err, now)
 	}
 	return c.decide(t, h)
@@ -486,7 +485,7 @@ func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err er
 		}
 		h.local = true
 		h.lim = &lim
-		h.grant, _ = p.localLimiter().Acquire(ctx, h.key, &lim, h.est, now)
+		_ = p.localLimiter().Acquire(ctx, h.key, &lim, h.est, now, &h.grant)
 		return c.decide(t, h)
 	case FailClosedMode:
 		retry := p.RetryHint

@@ -26,7 +26,8 @@ func benchLimiter(b *testing.B, nkeys int) {
 	b.ReportAllocs()
 	now := time.Now()
 	for i := 0; b.Loop(); i++ {
-		g, _ := l.Acquire(ctx, keys[i%len(keys)], &lim, 1, now)
+		var g Grant
+		_ = l.Acquire(ctx, keys[i%len(keys)], &lim, 1, now, &g)
 		if !g.OK {
 			b.Fatal("rejected")
 		}

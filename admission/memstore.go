@@ -213,17 +213,17 @@ func (l *memLimiter) sweep(sh *shard, lim *Limit, now int64, full bool) int {
 }
 
 // Acquire implements Limiter.
-func (l *memLimiter) Acquire(_ context.Context, key string, lim *Limit, n int64, now time.Time) (Grant, error) {
+func (l *memLimiter) Acquire(_ context.Context, key string, lim *Limit, n int64, now time.Time, g *Grant) error {
 	ns := now.UnixNano()
 	c, mu := l.lock(key, lim, ns, true)
 	if c == nil {
-		return Grant{Limit: lim.Capacity(), RetryAfter: DefaultRetryHint, Full: true}, nil
+		*g = Grant{Limit: lim.Capacity(), RetryAfter: DefaultRetryHint, Full: true}
+		return nil
 	}
-	var g Grant
-	c.acquire(lim, n, ns, &g)
+	c.acquire(lim, n, ns, g)
 	g.Overflow = c == &l.ovf.c
 	mu.Unlock()
-	return g, nil
+	return nil
 }
 
 // cellOf returns the locked cell a grant was taken from, or nil.

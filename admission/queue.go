@@ -92,12 +92,11 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	sh.mu.Lock()
 	q := sh.m[h.key]
 	if q == nil || q.n == 0 {
-		g, err := qs.st.limiter.Acquire(ctx, h.key, h.lim, h.est, now)
-		if err != nil {
+		if err := qs.st.limiter.Acquire(ctx, h.key, h.lim, h.est, now, &h.grant); err != nil {
 			sh.mu.Unlock()
 			return c.storeFailed(ctx, t, h, err, now)
 		}
-		h.grant = g
+		g := h.grant
 		if g.OK || !wait || g.Full || g.RetryAfter == Never || qs.hopeless(ctx, h, g, now) {
 			sh.mu.Unlock()
 			return c.decide(t, h)
@@ -217,7 +216,8 @@ func (qs *queueSet) dispatch(key string) {
 	for q.n > 0 {
 		w := q.peek()
 		now := qs.c.clock.Now()
-		g, err := qs.st.limiter.Acquire(context.Background(), q.key, w.h.lim, w.h.est, now)
+		var g Grant
+		err := qs.st.limiter.Acquire(context.Background(), q.key, w.h.lim, w.h.est, now, &g)
 		if err != nil || !g.OK {
 			if g.Expired > 0 {
 				qs.c.obs.LeaseExpired(w.h.p.Name, int(g.Expired))

@@ -21,9 +21,11 @@ type Store interface {
 // The key and the Limit are only valid during the call (the Limit must not
 // be modified): an implementation that keeps either must copy it.
 type Limiter interface {
-	// Acquire takes n permits from the partition if they fit. It never takes
-	// part of n. The error is non-nil only when the store failed.
-	Acquire(ctx context.Context, key string, l *Limit, n int64, now time.Time) (Grant, error)
+	// Acquire takes n permits from the partition if they fit, and writes
+	// its answer into g (the whole Grant: the controller reuses it, and an
+	// answer written in place costs no copy on the request path). It never
+	// takes part of n. The error is non-nil only when the store failed.
+	Acquire(ctx context.Context, key string, l *Limit, n int64, now time.Time, g *Grant) error
 	// Adjust changes what a grant holds by delta: a positive delta charges
 	// an overrun (a token bucket may go into debt), a negative one refunds
 	// an over-estimate. It updates g.Taken.

@@ -42,11 +42,11 @@ type flakyLimiter struct {
 
 var errStoreTimeout = errors.New("store call timed out")
 
-func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time) (admission.Grant, error) {
+func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time, g *admission.Grant) error {
 	if l.n.Add(1)%l.every == 0 {
-		return admission.Grant{}, errStoreTimeout
+		return errStoreTimeout
 	}
-	return l.Limiter.Acquire(ctx, key, lim, n, now)
+	return l.Limiter.Acquire(ctx, key, lim, n, now, g)
 }
 
 // e2ePolicies: a per-tenant rate limit the noisy tenant runs into, a

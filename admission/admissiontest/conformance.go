@@ -180,7 +180,7 @@ func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
 						t.Errorf("step %d: Adjust(%d) remaining = %d; want %d", i, s.Adjust, g.Remaining, s.Remaining)
 					}
 				default:
-					g, err := lim.Acquire(ctx, key, &l, s.N, now)
+					g, err := Acquire(ctx, lim, key, &l, s.N, now)
 					if err != nil {
 						t.Fatalf("step %d: Acquire: %v", i, err)
 					}
@@ -200,6 +200,13 @@ func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
 			}
 		})
 	}
+}
+
+// Acquire calls l.Acquire and returns the grant it wrote.
+func Acquire(ctx context.Context, l admission.Limiter, key string, lim *admission.Limit, n int64, now time.Time) (admission.Grant, error) {
+	var g admission.Grant
+	err := l.Acquire(ctx, key, lim, n, now, &g)
+	return g, err
 }
 
 // LimitOf returns the Limit a controller evaluates p's partitions with
@@ -280,7 +287,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 					continue
 				}
 				n := 1 + rng.Int64N(tr.MaxN)
-				g, err := lim.Acquire(ctx, key, &l, n, Epoch.Add(now))
+				g, err := Acquire(ctx, lim, key, &l, n, Epoch.Add(now))
 				if err != nil {
 					t.Fatal(err)
 				}

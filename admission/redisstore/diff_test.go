@@ -95,8 +95,8 @@ func TestSameFiguresAsMemory(t *testing.T) {
 					if rng.IntN(20) == 0 {
 						n = p.Limit + 1 + rng.Int64N(3)
 					}
-					gm, em := mem.Acquire(ctx, key, &l, n, now)
-					gr, er := red.Acquire(ctx, key, &l, n, now)
+					gm, em := admissiontest.Acquire(ctx, mem, key, &l, n, now)
+					gr, er := admissiontest.Acquire(ctx, red, key, &l, n, now)
 					if em != nil || er != nil {
 						t.Fatalf("op %d: Acquire = %v, %v", i, em, er)
 					}
@@ -148,8 +148,8 @@ func TestLongLivedScores(t *testing.T) {
 		var gms, grs []admission.Grant
 		for i := 0; i < 12; i++ {
 			now := admissiontest.Epoch.Add(time.Duration(i) * 20 * day)
-			gm, _ := mem.Acquire(ctx, "k", &l, 3, now)
-			gr, err := red.Acquire(ctx, "k", &l, 3, now)
+			gm, _ := admissiontest.Acquire(ctx, mem, "k", &l, 3, now)
+			gr, err := admissiontest.Acquire(ctx, red, "k", &l, 3, now)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -61,7 +62,7 @@ func TestTenantFlood(t *testing.T) {
 		lim, _ := st.Limiter(&p)
 		l := lim.(*limiter)
 		limit := admission.Limit{Algorithm: p.Algorithm, Amount: p.Limit, Burst: p.Limit, Per: p.Per, MaxHold: p.MaxHold}
-		if _, err := lim.Acquire(ctx, "warm-up", &limit, 1, time.Now()); err != nil {
+		if _, err := admissiontest.Acquire(ctx, lim, "warm-up", &limit, 1, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		before := usedMemory(t, srv.Addr)

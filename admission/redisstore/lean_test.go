@@ -88,7 +88,7 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 					if rng.IntN(20) == 0 {
 						n = p.Limit + 1 + rng.Int64N(3)
 					}
-					gm, err := mem.Acquire(ctx, key, &l, n, now)
+					gm, err := admissiontest.Acquire(ctx, mem, key, &l, n, now)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -142,7 +142,7 @@ func TestReplicas(t *testing.T) {
 		// Every lease was released: the whole limit is free again.
 		st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: prefix, Timeout: 2 * time.Second})
 		lim, _ := st.Limiter(&p)
-		g, err := lim.Acquire(context.Background(), "shared", limitOf(&p), p.Limit, time.Now())
+		g, err := admissiontest.Acquire(context.Background(), lim, "shared", limitOf(&p), p.Limit, time.Now())
 		if err != nil || !g.OK {
 			t.Errorf("Acquire(limit) after the load = %+v, %v; want the whole limit free", g, err)
 		}
@@ -210,7 +210,7 @@ func TestCluster(t *testing.T) {
 			tk.Done()
 		}
 		lim, _ := st.Limiter(&tenant)
-		g, err := lim.Acquire(ctx, "acme", limitOf(&tenant), 0, time.Now())
+		g, err := admissiontest.Acquire(ctx, lim, "acme", limitOf(&tenant), 0, time.Now())
 		if err != nil || g.Remaining != 97 {
 			t.Errorf("per-tenant remaining = %d, %v; want 97 (the 5 refused requests gave their permits back)", g.Remaining, err)
 		}

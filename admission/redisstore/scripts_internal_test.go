@@ -46,7 +46,7 @@ func TestLibraryReloaded(t *testing.T) {
 	lim, _ := s.Limiter(&p)
 	l := admissiontest.LimitOf(&p)
 	for i := 0; i < 2; i++ {
-		g, err := lim.Acquire(t.Context(), "k", &l, 1, time.Now())
+		g, err := admissiontest.Acquire(t.Context(), lim, "k", &l, 1, time.Now())
 		if err != nil || !g.OK {
 			t.Fatalf("Acquire %d = %+v, %v", i, g, err)
 		}

@@ -357,14 +357,17 @@ func nowNanos(now time.Time) int64 {
 }
 
 // Acquire implements admission.Limiter with one script call.
-func (l *limiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time) (admission.Grant, error) {
+func (l *limiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time, g *admission.Grant) error {
 	if l.alg == admission.TokenBucket {
-		return l.acquireBucket(ctx, key, *lim, n, nowNanos(now))
+		var err error
+		*g, err = l.acquireBucket(ctx, key, *lim, n, nowNanos(now))
+		return err
 	}
 	var ops [1]admission.Op
 	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, N: n}
 	err := l.s.acquireOne(ctx, ops[:], nowNanos(now))
-	return ops[0].Grant, err
+	*g = ops[0].Grant
+	return err
 }
 
 // acquireBucket runs the straight-through token bucket script.

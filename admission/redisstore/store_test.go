@@ -238,7 +238,7 @@ func TestServerTime(t *testing.T) {
 	skewed := server.Add(-40 * time.Minute)
 	fw := admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 5, Per: 15 * time.Minute}
 	lim, _ := st.Limiter(&fw)
-	g, err := lim.Acquire(ctx, "k", limitOf(&fw), 1, skewed)
+	g, err := admissiontest.Acquire(ctx, lim, "k", limitOf(&fw), 1, skewed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestServerTime(t *testing.T) {
 	// A caller with no idea of the time at all.
 	sw := admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 5, Per: 10 * time.Minute}
 	swl, _ := st.Limiter(&sw)
-	g, err = swl.Acquire(ctx, "k", limitOf(&sw), 1, time.Unix(0, 1))
+	g, err = admissiontest.Acquire(ctx, swl, "k", limitOf(&sw), 1, time.Unix(0, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestServerTime(t *testing.T) {
 	q := admission.Policy{Name: "qd", Algorithm: admission.Quota, Limit: 5, Period: admission.PeriodDay, Location: loc}
 	ql, _ := st.Limiter(&q)
 	yesterday := server.Add(-24 * time.Hour)
-	g, err = ql.Acquire(ctx, "k", limitOf(&q), 2, yesterday)
+	g, err = admissiontest.Acquire(ctx, ql, "k", limitOf(&q), 2, yesterday)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestKeysExpire(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range cases {
 		lim, _ := st.Limiter(&tc.p)
-		if _, err := lim.Acquire(ctx, "tenant", limitOf(&tc.p), tc.n, time.Now()); err != nil {
+		if _, err := admissiontest.Acquire(ctx, lim, "tenant", limitOf(&tc.p), tc.n, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		keys, _ := client.Keys(ctx, prefix+"{tenant}:"+tc.p.Name+":*").Result()
