@@ -330,7 +330,7 @@ func (o *Observer) Decision(d *admission.Decision) {
 	// Remaining ≤ Limit/5: the partition is at NearLimit (80%) or more.
 	if pm == nil || d.Outcome != admission.Admitted || d.Mode != admission.Enforce ||
 		d.Reason != admission.ReasonNone || d.QueueWait != 0 || d.RolledBack ||
-		d.Remaining <= d.Limit/5 {
+		5*d.Remaining <= d.Limit { // Remaining ≤ Limit/5 without a division
 		o.decision(pm, d)
 		return
 	}
