@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"strconv"
@@ -41,7 +43,22 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	d.f.Source = name
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	err := dec.Decode(&doc)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if err == nil {
+		// A second document would be ignored silently: refuse it.
+		var extra yaml.Node
+		if e := dec.Decode(&extra); e == nil {
+			return nil, Errors{{File: name, Line: extra.Line, Column: 1,
+				Msg: "a second YAML document (after ---): a policy file holds one"}}
+		} else if !errors.Is(e, io.EOF) {
+			err = e
+		}
+	}
+	if err != nil {
 		line := 0
 		msg := err.Error()
 		msg = strings.TrimPrefix(msg, "yaml: ")
