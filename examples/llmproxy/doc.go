@@ -16,8 +16,11 @@
 //
 // The demo tenant initech may send five requests a minute: the sixth gets a
 // 429 with Retry-After, retry-after-ms and the limit headers. /metrics serves
-// the Prometheus metrics; /healthz and /readyz answer probes. None of the
-// three is ever limited.
+// the Prometheus metrics; /healthz and /readyz answer probes; /debug/rollout
+// says, per policy, what it rejected over the last 15 minutes, or for a
+// shadow policy what it would reject if enforced now, and from which
+// tenants (?format=json for the report as JSON). None of them is ever
+// limited.
 //
 // For real use, write a policy file (start from default.yaml; check it with
 // `admitctl check FILE`), point the proxy at the upstream and give it the

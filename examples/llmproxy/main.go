@@ -276,6 +276,7 @@ func start(o options) (_ *server, err error) {
 	s.e.Server.ReadHeaderTimeout = 30 * time.Second
 	s.e.Server.IdleTimeout = 2 * time.Minute
 	s.gw.Register(s.e, s.metrics.handler)
+	s.e.GET("/debug/rollout", echo.WrapHandler(http.HandlerFunc(s.metrics.rolloutHandler)))
 	s.ln, err = net.Listen("tcp", o.addr)
 	if err != nil {
 		return nil, err
@@ -317,7 +318,7 @@ func (s *server) banner(w io.Writer) {
 		fmt.Fprintf(w, "llmproxy: policy: %s (reloaded on change and on SIGHUP)\n", s.opts.configPath)
 	}
 	fmt.Fprintf(w, "llmproxy: try: curl %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-globex' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", s.URL)
-	fmt.Fprintf(w, "llmproxy: metrics at %s/metrics, health at %s/healthz and %s/readyz\n", s.URL, s.URL, s.URL)
+	fmt.Fprintf(w, "llmproxy: metrics at %s/metrics, health at %s/healthz and %s/readyz, rollout report at %s/debug/rollout\n", s.URL, s.URL, s.URL, s.URL)
 }
 
 // shutdown stops accepting, waits for in-flight requests and streams up to

@@ -185,6 +185,17 @@ func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
 	if r := scrape(t, s, "admission_decisions_total", "decision", "rejected"); r != 0 {
 		t.Fatalf("in shadow: %v rejected decisions; want 0", r)
 	}
+	// The rollout report says what enforcing would do, and to whom.
+	resp, err := http.Get(s.URL + "/debug/rollout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := "if enforced now, policy tpm-candidate would reject"; !strings.Contains(string(report), want) ||
+		!strings.Contains(string(report), "of them from tenant a") {
+		t.Errorf("rollout report:\n%s\nwant %q ... from tenant a", report, want)
+	}
 
 	if resp, _ := post(t, s, "/v1/chat/completions", testKey("b"), body); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("tenant b before it is in the file: status %d; want 401", resp.StatusCode)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 
@@ -23,6 +25,7 @@ const meterName = "github.com/sluicehq/sluice/examples/llmproxy"
 type telemetry struct {
 	prom     *metrics.Prometheus
 	metrics  *metrics.Observer
+	rollout  *shadow.Recorder
 	observer admission.Observer
 	handler  http.Handler
 }
@@ -51,8 +54,29 @@ func newTelemetry(f *config.File, log *slog.Logger) (*telemetry, error) {
 		t.close()
 		return nil, err
 	}
-	t.observer = shadow.Join(t.metrics, dlog)
+	// The rollout report of /debug/rollout: per policy, what it rejected
+	// (or, in shadow, would reject) over the last 15 minutes, and from whom.
+	t.rollout, err = shadow.NewRecorder(shadow.RecorderConfig{})
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	t.observer = shadow.Join(t.metrics, dlog, t.rollout)
 	return t, nil
+}
+
+// rolloutHandler answers the rollout report: a sentence per policy ("if
+// enforced now, policy X would reject 3.2% of requests, 90% of them from
+// tenant T"), or the report as JSON with ?format=json.
+func (t *telemetry) rolloutHandler(w http.ResponseWriter, r *http.Request) {
+	rep := t.rollout.Report(5)
+	if r.URL.Query().Get("format") == "json" {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(rep)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, rep.String())
 }
 
 // watch points the gauges (in flight, queue depth, partitions) at ctl.
