@@ -135,19 +135,27 @@ func TestQueueTimeoutAndDeadline(t *testing.T) {
 	}
 }
 
-func TestRateQueue(t *testing.T) {
+// emptyRateQueue returns a controller with one token a second per tenant
+// and a queue, whose tenant "a" has just used its token.
+func emptyRateQueue(t *testing.T) (*admissiontest.Clock, *recorder, *admission.Controller) {
+	t.Helper()
 	clock := admissiontest.NewClock(admissiontest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec, admission.Policy{
 		Name: "rps", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second,
 		Queue: admission.Queue{Size: 10, Timeout: 5 * time.Second},
 	})
-	ctx := context.Background()
-	tk, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+	tk, err := c.Admit(context.Background(), admission.Request{Tenant: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tk.Done()
+	return clock, rec, c
+}
+
+func TestRateQueue(t *testing.T) {
+	clock, rec, c := emptyRateQueue(t)
+	ctx := context.Background()
 	out := make(chan result, 2)
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "1", out)
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "2", out)
@@ -179,7 +187,7 @@ func TestRateQueue(t *testing.T) {
 		tk.Done()
 	}
 	big.Tokens = 10
-	_, err = c2.Admit(ctx, big)
+	_, err := c2.Admit(ctx, big)
 	var rej *admission.Rejection
 	if !errors.As(err, &rej) || rej.Reason != admission.ReasonRate || rej.RetryAfter != 10*time.Second {
 		t.Fatalf("hopeless wait: err = %v; want an immediate rate rejection with retry 10s", err)
@@ -348,24 +356,14 @@ func TestQueueTimeoutRacesGrant(t *testing.T) {
 // TestTryAdmitBehindWaiters: a request that will not wait is refused while
 // others wait, with the time the queue is next served as its retry-after.
 func TestTryAdmitBehindWaiters(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
-	rec := &recorder{}
-	c := newController(t, clock, rec, admission.Policy{
-		Name: "rps", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second,
-		Queue: admission.Queue{Size: 10, Timeout: 5 * time.Second},
-	})
+	clock, rec, c := emptyRateQueue(t)
 	ctx := context.Background()
-	tk, err := c.TryAdmit(ctx, admission.Request{Tenant: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk.Done()
 	out := make(chan result, 1)
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "w", out)
 	clock.Advance(300 * time.Millisecond)
 	// The bucket has 0.3 tokens and a waiter is first in line: TryAdmit is
 	// refused even once a token is there, and told when the queue moves.
-	_, err = c.TryAdmit(ctx, admission.Request{Tenant: "a"})
+	_, err := c.TryAdmit(ctx, admission.Request{Tenant: "a"})
 	var rej *admission.Rejection
 	if !errors.As(err, &rej) || rej.Reason != admission.ReasonRate || rej.RetryAfter != 700*time.Millisecond {
 		t.Fatalf("TryAdmit behind a waiter: %v; want a rate rejection with retry 700ms", err)

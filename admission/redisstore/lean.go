@@ -32,14 +32,7 @@ import (
 // a token bucket and "ok rem retry lease expired" for a concurrency limit;
 // the caller derives taken, limit and the stamps (see leanAcquire). The
 // settle reply is the generic one.
-const luaLeanAcquire = `
-local now_s, now_n
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
-else
-  now_s, now_n = tonumber(ARGV[1]), tonumber(ARGV[2])
-end
+const luaLeanAcquire = luaNow + `
 local E9 = 1000000000
 local MAXD = 4611686018427387903
 local grace = tonumber(ARGV[3])

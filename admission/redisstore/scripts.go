@@ -532,14 +532,7 @@ end
 // grace_ms, n, amount, capacity, per; the reply is "ok remaining reset
 // retry" (the caller knows the rest).
 const luaTokenBucket = `
-if redis.replicate_commands then redis.replicate_commands() end
-local now_s, now_n
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
-else
-  now_s, now_n = tonumber(ARGV[1]), tonumber(ARGV[2])
-end
+if redis.replicate_commands then redis.replicate_commands() end` + luaNow + `
 local MAXD = 4611686018427387903
 local k = KEYS[1]
 local n, amount, cap, per = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -576,7 +569,9 @@ if a > 0 then rem = math.floor(a) end
 return string.format('%d %d %d %d', ok, rem, reset, retry)
 `
 
-const luaDriver = `
+// luaNow sets now_s and now_n from the server's TIME, or from the caller's
+// instant in ARGV[1] and ARGV[2] (caller-time test mode).
+const luaNow = `
 local now_s, now_n
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -584,6 +579,9 @@ if ARGV[1] == '' then
 else
   now_s, now_n = tonumber(ARGV[1]), tonumber(ARGV[2])
 end
+`
+
+const luaDriver = luaNow + `
 local grace = tonumber(ARGV[3])
 local count = tonumber(ARGV[4])
 `
