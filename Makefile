@@ -12,7 +12,11 @@ FUZZTIME ?= 40s
 ## then fuzz the token counter against tiktoken-go for a bounded time (both encodings per input).
 test: test-deps vet
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
-	$(GO) test -run '^$$' -fuzz '^FuzzCountMatchesTiktoken$$' -fuzztime $(FUZZTIME) ./weights/bpe
+	$(MAKE) fuzz
+
+## fuzz: compare the token counter with tiktoken-go on fuzzed input for FUZZTIME (make fuzz FUZZTIME=10m for a long run).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzCountMatchesTiktoken$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./weights/bpe
 
 test-deps:
 	./scripts/test-deps.sh
