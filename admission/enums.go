@@ -175,14 +175,19 @@ type KeyPart uint8
 const (
 	// KeyGlobal puts every request in one partition: a shared cap.
 	KeyGlobal KeyPart = iota
+	// KeyTenant is the request's tenant.
 	KeyTenant
+	// KeyKeyID is the id of the credential used.
 	KeyKeyID
+	// KeyUser is the end user inside the tenant.
 	KeyUser
 	// KeyIP is the exact client address.
 	KeyIP
 	// KeyIPPrefix is the client address grouped: IPv4 /32, IPv6 /64.
 	KeyIPPrefix
+	// KeyModel is the model asked for.
 	KeyModel
+	// KeyOperation is the route or operation.
 	KeyOperation
 )
 
@@ -197,22 +202,53 @@ var keyPartNames = [...]string{
 	KeyOperation: "operation",
 }
 
-func (m Mode) String() string                       { return enumString(modeNames[:], int(m)) }
-func (a Algorithm) String() string                  { return enumString(algorithmNames[:], int(a)) }
-func (r Reason) String() string                     { return enumString(reasonNames[:], int(r)) }
-func (o Outcome) String() string                    { return enumString(outcomeNames[:], int(o)) }
-func (o Order) String() string                      { return enumString(orderNames[:], int(o)) }
-func (f FailMode) String() string                   { return enumString(failModeNames[:], int(f)) }
-func (o OverflowMode) String() string               { return enumString(overflowNames[:], int(o)) }
-func (p Period) String() string                     { return enumString(periodNames[:], int(p)) }
-func (k KeyPart) String() string                    { return enumString(keyPartNames[:], int(k)) }
-func (m Mode) MarshalText() ([]byte, error)         { return []byte(m.String()), nil }
-func (a Algorithm) MarshalText() ([]byte, error)    { return []byte(a.String()), nil }
-func (o Order) MarshalText() ([]byte, error)        { return []byte(o.String()), nil }
-func (f FailMode) MarshalText() ([]byte, error)     { return []byte(f.String()), nil }
+// String returns the name used in configuration files and metric labels.
+func (m Mode) String() string { return enumString(modeNames[:], int(m)) }
+
+// String returns the name used in configuration files and metric labels.
+func (a Algorithm) String() string { return enumString(algorithmNames[:], int(a)) }
+
+// String returns the name used in configuration files and metric labels.
+func (r Reason) String() string { return enumString(reasonNames[:], int(r)) }
+
+// String returns the name used in configuration files and metric labels.
+func (o Outcome) String() string { return enumString(outcomeNames[:], int(o)) }
+
+// String returns the name used in configuration files and metric labels.
+func (o Order) String() string { return enumString(orderNames[:], int(o)) }
+
+// String returns the name used in configuration files and metric labels.
+func (f FailMode) String() string { return enumString(failModeNames[:], int(f)) }
+
+// String returns the name used in configuration files and metric labels.
+func (o OverflowMode) String() string { return enumString(overflowNames[:], int(o)) }
+
+// String returns the name used in configuration files and metric labels.
+func (p Period) String() string { return enumString(periodNames[:], int(p)) }
+
+// String returns the name used in configuration files and metric labels.
+func (k KeyPart) String() string { return enumString(keyPartNames[:], int(k)) }
+
+// MarshalText encodes the name returned by String.
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// MarshalText encodes the name returned by String.
+func (a Algorithm) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// MarshalText encodes the name returned by String.
+func (o Order) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// MarshalText encodes the name returned by String.
+func (f FailMode) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
+// MarshalText encodes the name returned by String.
 func (o OverflowMode) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
-func (p Period) MarshalText() ([]byte, error)       { return []byte(p.String()), nil }
-func (k KeyPart) MarshalText() ([]byte, error)      { return []byte(k.String()), nil }
+
+// MarshalText encodes the name returned by String.
+func (p Period) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// MarshalText encodes the name returned by String.
+func (k KeyPart) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // UnmarshalText parses "enforce", "shadow" or "off".
 func (m *Mode) UnmarshalText(b []byte) error { return parseEnum(modeNames[:], "mode", b, m) }

@@ -52,6 +52,7 @@ type Rejection struct {
 	Statuses []Status
 }
 
+// Error describes the rejection: the reason, the policy and the wait.
 func (r *Rejection) Error() string {
 	if r.RetryAfter == Never {
 		return fmt.Sprintf("admission: %s by policy %q: cost exceeds the limit", r.Reason, r.Policy)

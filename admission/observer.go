@@ -116,11 +116,22 @@ type Reload struct {
 // NopObserver ignores everything. Embed it to implement part of Observer.
 type NopObserver struct{}
 
-func (NopObserver) Decision(*Decision)            {}
-func (NopObserver) Settled(Settlement)            {}
-func (NopObserver) LeaseExpired(string, int)      {}
+// Decision ignores the decision.
+func (NopObserver) Decision(*Decision) {}
+
+// Settled ignores the settlement.
+func (NopObserver) Settled(Settlement) {}
+
+// LeaseExpired ignores the expiry.
+func (NopObserver) LeaseExpired(string, int) {}
+
+// PartitionsEvicted ignores the eviction.
 func (NopObserver) PartitionsEvicted(string, int) {}
-func (NopObserver) StoreError(StoreEvent)         {}
-func (NopObserver) Reloaded(Reload)               {}
+
+// StoreError ignores the failure.
+func (NopObserver) StoreError(StoreEvent) {}
+
+// Reloaded ignores the reload.
+func (NopObserver) Reloaded(Reload) {}
 
 var _ Observer = NopObserver{}

@@ -207,6 +207,7 @@ type FieldError struct {
 	Msg  string
 }
 
+// Error returns "path: message".
 func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
 
 // Validate reports every problem with p at once, each as a *FieldError
