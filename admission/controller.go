@@ -392,7 +392,7 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 	}
 	rolledBack := err != nil
 	if rolledBack {
-		c.release(t, c.clock.Now(), false)
+		c.rollback(t, c.clock.Now())
 		if rej, ok := err.(*Rejection); ok {
 			// After the rollback: refunds update the grants' figures.
 			for i := range evaluated {
@@ -552,10 +552,9 @@ func (c *Controller) acquireBatch(ctx context.Context, t *ticket, hs []held, now
 	return first
 }
 
-// release gives back everything t holds: on rollback (settled false) the
-// whole reservation; the caller settles rate grants before calling it with
-// settled true, so only concurrency is released then.
-func (c *Controller) release(t *ticket, now time.Time, settled bool) {
+// rollback gives back everything t holds, for a request another policy
+// refused.
+func (c *Controller) rollback(t *ticket, now time.Time) {
 	ctx := context.Background()
 	for i := range t.ops {
 		h := &t.ops[i]
@@ -569,7 +568,7 @@ func (c *Controller) release(t *ticket, now time.Time, settled bool) {
 			if h.p.queues != nil {
 				h.p.queues.dispatch(h.key)
 			}
-		} else if !settled && h.grant.Taken != 0 {
+		} else if h.grant.Taken != 0 {
 			c.settleFailed(h, l.Adjust(ctx, h.key, h.lim, &h.grant, -h.grant.Taken, now))
 			if h.p.queues != nil {
 				h.p.queues.dispatch(h.key)

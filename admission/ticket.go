@@ -112,20 +112,30 @@ func (tk Ticket) Settle(u Usage) {
 	// Releasing needs no clock (leases are found by id); only a charge or
 	// refund does, so a request settled at its estimate reads it once.
 	now := t.start
-	if n := c.batchSettle(ctx, t, &u, now); n == 0 {
+	if len(t.ops) < 2 || c.batchSettle(ctx, t, &u, now) == 0 {
 		clockRead := false
 		for i := range t.ops {
 			h := &t.ops[i]
-			if h.taken && h.p.Algorithm.IsRate() {
+			if !h.taken {
+				continue
+			}
+			if h.p.Algorithm != Concurrency {
+				// Reconcile the reservation with the actual amount.
 				if actual, ok := u.amount(h.p.unit); ok && actual != h.grant.Taken {
 					if !clockRead {
 						now, clockRead = c.clock.Now(), true
 					}
 					c.settleFailed(h, h.limiterOf().Adjust(ctx, h.key, h.lim, &h.grant, actual-h.grant.Taken, now))
 				}
+				h.taken = false
+				continue
+			}
+			h.taken = false
+			c.settleFailed(h, h.limiterOf().Release(ctx, h.key, h.lim, &h.grant, now))
+			if h.p.queues != nil {
+				h.p.queues.dispatch(h.key)
 			}
 		}
-		c.release(t, now, true)
 	}
 	for i := 0; i < len(t.ops) && !c.nop; i++ {
 		h := &t.ops[i]
