@@ -186,41 +186,23 @@ func (d *decoder) mapping(n *yaml.Node, path string, fields ...field) bool {
 		d.errorf(n, path, "expected a mapping, got %s", describe(n))
 		return false
 	}
-	seen := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := d.resolve(n.Content[i]), n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			d.errorf(k, path, "keys must be plain strings")
-			continue
-		}
+	d.each(n, path, func(k, v *yaml.Node, p string) {
 		if k.Value == "<<" {
 			d.errorf(k, path, "merge keys (<<) are not supported")
-			continue
+			return
 		}
-		p := join(path, k.Value)
-		if first, dup := seen[k.Value]; dup {
-			d.errorf(k, p, "duplicate key (first set at line %d)", first.Line)
-			continue
-		}
-		seen[k.Value] = k
-		var fn func(*yaml.Node, string)
 		for _, f := range fields {
 			if f.name == k.Value {
-				fn = f.fn
-				break
+				f.fn(v, p)
+				return
 			}
 		}
-		if fn == nil {
-			names := make([]string, len(fields))
-			for i, f := range fields {
-				names[i] = f.name
-			}
-			d.errorf(k, p, "unknown key %q (want one of %s)", k.Value, strings.Join(names, ", "))
-			continue
+		names := make([]string, len(fields))
+		for i, f := range fields {
+			names[i] = f.name
 		}
-		d.lines[p] = k
-		fn(v, p)
-	}
+		d.errorf(k, p, "unknown key %q (want one of %s)", k.Value, strings.Join(names, ", "))
+	})
 	return true
 }
 
@@ -234,11 +216,18 @@ func (d *decoder) pairs(n *yaml.Node, path string, fn func(key string, k, v *yam
 		}
 		return
 	}
+	d.each(n, path, func(k, v *yaml.Node, p string) { fn(k.Value, k, v, p) })
+}
+
+// each walks the entries of mapping n, reporting keys that are not
+// non-empty plain strings and duplicate keys, records each key's position
+// under its path, and calls fn for the others.
+func (d *decoder) each(n *yaml.Node, path string, fn func(k, v *yaml.Node, path string)) {
 	seen := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := d.resolve(n.Content[i])
 		if k.Kind != yaml.ScalarNode || k.Value == "" {
-			d.errorf(k, path, "keys must be non-empty strings")
+			d.errorf(k, path, "keys must be non-empty plain strings")
 			continue
 		}
 		p := join(path, k.Value)
@@ -248,7 +237,7 @@ func (d *decoder) pairs(n *yaml.Node, path string, fn func(key string, k, v *yam
 		}
 		seen[k.Value] = k
 		d.lines[p] = k
-		fn(k.Value, k, n.Content[i+1], p)
+		fn(k, n.Content[i+1], p)
 	}
 }
 
