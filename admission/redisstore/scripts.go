@@ -164,11 +164,13 @@ ALG[1].load = function(o)
     if ss == o.ws and sn == o.wn then o.a = a end
   end
 end
-ALG[1].take = function(o, n, g)
-  local amount, per = o.p1, o.p2
+-- count_take adds n to a counting partition (fixed window, quota) that ends
+-- in reset nanoseconds, when it fits under the limit.
+local function count_take(o, n, g, reset)
+  local amount = o.p1
   g.limit = amount
   g.ss, g.sn = o.ws, o.wn
-  g.reset = per - o.el
+  g.reset = reset
   if o.a + n <= amount then
     o.a = o.a + n
     g.ok, g.taken = 1, n
@@ -180,6 +182,7 @@ ALG[1].take = function(o, n, g)
   end
   g.rem = amount - math.min(o.a, amount)
 end
+ALG[1].take = function(o, n, g) count_take(o, n, g, o.p2 - o.el) end
 ALG[1].adjust = function(o, d, ss, sn)
   if (ss == o.ws and sn == o.wn) or d > 0 then
     o.a = math.max(o.a + d, 0)
@@ -496,22 +499,7 @@ ALG[5].load = function(o)
     if ss == o.ws and sn == o.wn then o.a = a end
   end
 end
-ALG[5].take = function(o, n, g)
-  local amount = o.p1
-  g.limit = amount
-  g.ss, g.sn = o.ws, o.wn
-  g.reset = o.p4 - o.el
-  if o.a + n <= amount then
-    o.a = o.a + n
-    g.ok, g.taken = 1, n
-    o.dirty = true
-  elseif n > amount then
-    g.retry = NEVER
-  else
-    g.retry = g.reset
-  end
-  g.rem = amount - math.min(o.a, amount)
-end
+ALG[5].take = function(o, n, g) count_take(o, n, g, o.p4 - o.el) end
 ALG[5].adjust = ALG[1].adjust
 ALG[5].save = function(o, grace)
   if o.a > 0 then
