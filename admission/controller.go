@@ -68,7 +68,6 @@ type config struct {
 	policies []*policy // in evaluation order
 	byName   map[string]*policy
 	limits   *limitTable
-	plans    Plans
 }
 
 // policy is an installed Policy with its state.
@@ -121,6 +120,11 @@ func (c *Controller) SetConfig(cfg Config) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.install(cfg)
+}
+
+// install builds and stores cfg, already validated; c.mu is held.
+func (c *Controller) install(cfg Config) error {
 	old := c.cfg.Load()
 	policies := buildPolicies(cfg.Policies, old)
 	for _, p := range policies {
@@ -151,7 +155,7 @@ func (c *Controller) SetConfig(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	next := &config{policies: policies, byName: map[string]*policy{}, limits: limits, plans: cfg.Plans}
+	next := &config{policies: policies, byName: map[string]*policy{}, limits: limits}
 	for _, p := range policies {
 		next.byName[p.Name] = p
 	}
@@ -162,13 +166,15 @@ func (c *Controller) SetConfig(cfg Config) error {
 // SetPlans replaces the plans only, keeping every partition.
 func (c *Controller) SetPlans(pl Plans) error {
 	c.mu.Lock()
-	cur := c.cfg.Load()
-	c.mu.Unlock()
+	defer c.mu.Unlock()
 	cfg := Config{Plans: pl}
-	for _, p := range cur.policies {
+	for _, p := range c.cfg.Load().policies {
 		cfg.Policies = append(cfg.Policies, p.Policy)
 	}
-	return c.SetConfig(cfg)
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return c.install(cfg)
 }
 
 // SetAllShadow switches every enforcing policy to shadow (true) or back to
@@ -346,7 +352,7 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 	cfg := c.cfg.Load()
 	now := c.clock.Now()
 	t := c.tickets.Get().(*ticket)
-	t.start, t.cfg = now, cfg
+	t.start = now
 	t.tenant, t.model, t.operation, t.priority = r.Tenant, r.Model, r.Operation, r.Priority
 	t.ops = t.ops[:0]
 	t.keybuf = t.keybuf[:0]
@@ -383,7 +389,7 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 			continue
 		}
 		h := &t.ops[evaluated]
-		if h.p.queues != nil && h.mode == Enforce {
+		if h.p.Queue.Size > 0 && h.mode == Enforce {
 			err = h.p.queues.acquire(ctx, t, h, wait, now)
 		} else {
 			err = c.acquire(ctx, t, h, now)
@@ -424,11 +430,11 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 // one batch: consecutive, unqueued ops on the same Batcher.
 func (c *Controller) batchable(ops []held) int {
 	b := ops[0].p.batcher
-	if b == nil || ops[0].p.queues != nil {
+	if b == nil || ops[0].p.Queue.Size > 0 {
 		return 1
 	}
 	n := 1
-	for n < len(ops) && ops[n].p.batcher == b && ops[n].p.queues == nil && ops[n].p.Store == ops[0].p.Store {
+	for n < len(ops) && ops[n].p.batcher == b && ops[n].p.Queue.Size == 0 && ops[n].p.Store == ops[0].p.Store {
 		n++
 	}
 	return n

@@ -375,3 +375,34 @@ func TestTryAdmitBehindWaiters(t *testing.T) {
 		r.tk.Done()
 	}
 }
+
+// TestQueueRemovedOnReload: a reload that removes a policy's queue makes
+// the next request over the limit rejected at once, not queued.
+func TestQueueRemovedOnReload(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	p := concurrencyPolicy(1, admission.Queue{Size: 4}, admission.KeyTenant)
+	c := newController(t, clock, nil, p)
+	ctx := context.Background()
+	holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Queue = admission.Queue{}
+	if err := c.SetConfig(admission.Config{Policies: []admission.Policy{p}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, admission.ErrConcurrencyLimited) {
+			t.Fatalf("over the cap without a queue: err = %v; want ErrConcurrencyLimited", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the request queued although the reload removed the queue")
+	}
+	holder.Done()
+}

@@ -31,7 +31,6 @@ type Ticket struct {
 type ticket struct {
 	c         *Controller
 	gen       atomic.Uint64
-	cfg       *config
 	start     time.Time
 	tenant    string
 	model     string
