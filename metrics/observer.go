@@ -126,6 +126,7 @@ type Observer struct {
 	accuracy  metric.Float64Histogram
 	storeCall metric.Float64Histogram
 	callOpts  sync.Map // callKey → []metric.RecordOption
+	callKeys  atomic.Int64
 
 	collectMu sync.Mutex // serialises collections
 	reg       metric.Registration
@@ -512,13 +513,11 @@ func (o *Observer) StoreCall(c admission.StoreCall) {
 		if store == "" {
 			store = "memory"
 		}
-		o.mu.Lock()
-		n := 0
-		o.callOpts.Range(func(any, any) bool { n++; return true })
-		if n >= 4*o.cfg.maxPolicies {
-			store, k.store = Other, Other
+		// Bound the store label: past the limit new stores share Other
+		// (the key stays the caller's, so its next call finds its options).
+		if o.callKeys.Add(1) > int64(4*o.cfg.maxPolicies) {
+			store = Other
 		}
-		o.mu.Unlock()
 		set := attribute.NewSet(attribute.String("store", store), attribute.String("op", k.op), attribute.String("outcome", outcome))
 		opts, _ = o.callOpts.LoadOrStore(k, []metric.RecordOption{metric.WithAttributeSet(set)})
 	}
