@@ -15,10 +15,12 @@ import (
 // TestSameFiguresAsMemory replays random weighted traffic (acquisitions,
 // refunds, overrun charges, releases, lease expiries, period changes) on
 // the in-memory store and on Redis side by side, and requires every grant
-// to carry the same figures.
+// to carry the same figures. The client sends every settle call twice, as
+// a client retrying after a lost reply does: each must still apply once.
 func TestSameFiguresAsMemory(t *testing.T) {
 	srv := redistest.Start(t)
-	stores := callerTimeStores(newClient(t, srv.Addr))
+	client, repeats := newRepeatingClient(t, srv.Addr)
+	stores := callerTimeStores(client)
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		ny = time.FixedZone("UTC-5", -5*3600)
@@ -122,6 +124,9 @@ func TestSameFiguresAsMemory(t *testing.T) {
 				}
 			}
 		})
+	}
+	if repeats.repeated.Load() == 0 {
+		t.Fatal("no settle call was repeated")
 	}
 }
 

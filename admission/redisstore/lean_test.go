@@ -9,16 +9,29 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestLeanBatchSameFiguresAsMemory replays random weighted traffic on the
 // in-memory store and on batches of token buckets and concurrency limits
-// (the lean scripts), next to a companion token bucket, and requires every
-// grant and every settlement to carry the in-memory figures.
+// (the lean scripts), next to a companion token bucket that every request
+// takes one permit of and every settlement charges one more, and requires
+// every grant and every settlement of both to carry the in-memory figures. The client
+// sends every settle call twice, as a client retrying after a lost reply
+// does; with a 250ms timeout a lease settled less than MaxHold - 1s after
+// its admission marks the settlement applied, later ones use a marker key,
+// and leases that expired before their settlement are among them.
 func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 	srv := redistest.Start(t)
-	stores := callerTimeStores(newClient(t, srv.Addr))
+	client, repeats := newRepeatingClient(t, srv.Addr)
+	stores := func(t *testing.T) admission.Store {
+		s, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 250 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
 	s := time.Second
 	policies := []struct {
 		p     admission.Policy
@@ -39,14 +52,18 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := st.(admission.Batcher)
-			cp := admission.Policy{Name: "companion", Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Hour}
+			// The companion never runs out and barely refills, so that
+			// its remaining figure counts every charge.
+			cp := admission.Policy{Name: "companion", Algorithm: admission.TokenBucket, Limit: 1, Per: time.Hour, Burst: 1 << 20}
 			comp, _ := st.Limiter(&cp)
+			memComp, _ := admission.MemoryStore{}.Limiter(&cp)
 			cl := admissiontest.LimitOf(&cp)
 			l := admissiontest.LimitOf(&p)
 			rng := rand.New(rand.NewPCG(11, uint64(len(p.Name))))
 			type pair struct {
-				key  string
-				m, b admission.Grant
+				key     string
+				m, b   admission.Grant
+				mc, bc admission.Grant // the companion's
 			}
 			var open []pair
 			now := admissiontest.Epoch.Add(-time.Duration(rng.Int64N(int64(time.Hour))))
@@ -57,7 +74,10 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 				case op < 3 && len(open) > 0:
 					j := rng.IntN(len(open))
 					o := &open[j]
-					ops := []admission.Op{{Limiter: bat, Key: o.key, Limit: l, Grant: o.b}, {Limiter: comp, Key: o.key, Limit: cl, N: 1}}
+					ops := []admission.Op{{Limiter: bat, Key: o.key, Limit: l, Grant: o.b}, {Limiter: comp, Key: o.key, Limit: cl, N: 1, Grant: o.bc}}
+					if err := memComp.Adjust(ctx, o.key, &cl, &o.mc, 1, now); err != nil {
+						t.Fatal(err)
+					}
 					var delta int64
 					if p.Algorithm == admission.Concurrency {
 						ops[0].Release = true
@@ -73,6 +93,11 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 					}
 					if err := b.SettleBatch(ctx, ops, now); err != nil {
 						t.Fatalf("op %d: SettleBatch: %v", i, err)
+					}
+					o.bc = ops[1].Grant
+					if o.mc.Taken != o.bc.Taken || o.mc.Remaining != o.bc.Remaining {
+						t.Fatalf("op %d at %v: SettleBatch(%s): companion taken=%d remaining=%d; memory taken=%d remaining=%d",
+							i, now.Sub(admissiontest.Epoch), o.key, o.bc.Taken, o.bc.Remaining, o.mc.Taken, o.mc.Remaining)
 					}
 					if p.Algorithm == admission.Concurrency {
 						open = append(open[:j], open[j+1:]...)
@@ -100,7 +125,16 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 						t.Fatalf("op %d at %v: AcquireBatch(%s, %d) =\n redis  %s\n memory %s", i, now.Sub(admissiontest.Epoch), key, n, figures(gb), figures(gm))
 					}
 					if gm.OK {
-						open = append(open, pair{key, gm, ops[1].Grant})
+						gc, err := admissiontest.Acquire(ctx, memComp, key, &cl, 1, now)
+						if err != nil {
+							t.Fatal(err)
+						}
+						// Reset is not compared: with a million permits
+						// at one an hour, a float64 holds it to ~400ns.
+						if bc := ops[0].Grant; gc.OK != bc.OK || gc.Taken != bc.Taken || gc.Remaining != bc.Remaining {
+							t.Fatalf("op %d: companion =\n redis  %s\n memory %s", i, figures(bc), figures(gc))
+						}
+						open = append(open, pair{key, gm, ops[1].Grant, gc, ops[0].Grant})
 						if len(open) > 30 {
 							open = open[1:]
 						}
@@ -108,5 +142,8 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 				}
 			}
 		})
+	}
+	if repeats.repeated.Load() == 0 {
+		t.Fatal("no settle call was repeated")
 	}
 }

@@ -35,8 +35,7 @@ import (
 // ok, taken, limit, remaining, reset, retry, stamp_s, stamp_n, expired; per
 // settled op the remaining figure. "S now_s now_n" reports that a calendar
 // quota's period, computed from the caller's clock, does not hold the
-// server's time (the caller recomputes it and calls again); "D" reports a
-// settle already applied.
+// server's time (the caller recomputes it and calls again).
 
 const (
 	opWidth     = 8
@@ -625,8 +624,11 @@ return table.concat(out, ' ')
 const luaSettle = luaDriver + `
 local idem = tonumber(ARGV[5])
 local ki = 1
+-- A settle already applied (its idempotency key is there: the client
+-- retried after losing the reply) applies nothing and reports the figures.
+local dup = false
 if idem > 0 then
-  if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt(idem)) then return 'D' end
+  dup = not redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt(idem))
   ki = 2
 end
 local ops = {}
@@ -641,7 +643,7 @@ for i = 1, count do
   if o.alg.nkeys == 2 then o.k2 = KEYS[ki + 1] end
   ki = ki + o.alg.nkeys
   if o.kind == 1 and o.alg.skew and o.alg.skew(o) then
-    if idem > 0 then redis.call('DEL', KEYS[1]) end
+    if idem > 0 and not dup then redis.call('DEL', KEYS[1]) end
     return 'S ' .. fmt(now_s) .. ' ' .. fmt(now_n)
   end
   ops[i] = o
@@ -654,6 +656,7 @@ for i = 1, count do
     rem = o.alg.release(o, o.sn, o.taken)
   else
     o.alg.load(o)
+    if dup then o.d = 0 end
     rem = o.alg.adjust(o, o.d, o.ss, o.sn)
     if o.dirty then o.alg.save(o, grace); o.saved = true end
     if o.alg.flush then o.alg.flush(o) end

@@ -97,7 +97,8 @@ type Store struct {
 	noFunctions atomic.Bool
 	grace       int64 // ms
 	graceArg    any   // grace, boxed once
-	idemTTL     any   // ms, boxed once
+	idemMS      int64 // lifetime of a settle's idempotency key
+	idemTTL     any   // idemMS, boxed once
 	pool        sync.Pool
 }
 
@@ -161,7 +162,8 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	}
 	s.grace = cfg.IdleGrace.Milliseconds()
 	s.graceArg = s.grace
-	s.idemTTL = max(int64(1000), 4*cfg.Timeout.Milliseconds())
+	s.idemMS = max(int64(1000), 4*cfg.Timeout.Milliseconds())
+	s.idemTTL = s.idemMS
 	s.pool.New = func() any { return &call{} }
 	return s, nil
 }
@@ -259,6 +261,7 @@ func (l *limiter) appendKeys(dst []string, key string) []string {
 type call struct {
 	keys []string
 	args []any
+	blob blob // the lean scripts' argument
 }
 
 func (s *Store) getCall() *call { return s.pool.Get().(*call) }
@@ -266,7 +269,7 @@ func (s *Store) getCall() *call { return s.pool.Get().(*call) }
 func (s *Store) putCall(c *call) {
 	clear(c.keys)
 	clear(c.args)
-	c.keys, c.args = c.keys[:0], c.args[:0]
+	c.keys, c.args, c.blob.b = c.keys[:0], c.args[:0], c.blob.b[:0]
 	s.pool.Put(c)
 }
 
@@ -705,8 +708,18 @@ func settles(l *limiter, op *admission.Op) bool {
 	return op.N != 0
 }
 
+// settleKey returns a new idempotency key in the slot of tag: it makes a
+// settle that the client retries (after a lost reply) apply once.
+func (s *Store) settleKey(tag string) string {
+	var id [13]byte
+	return s.cfg.Prefix + "{" + tag + "}:settle:" + string(strconv.AppendUint(id[:0], rand.Uint64(), 36))
+}
+
 // settle runs the settle script over the ops that have work.
 func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error {
+	if leanSettle(ops) {
+		return s.leanSettleOps(ctx, ops, now)
+	}
 	for attempt := 0; ; attempt++ {
 		c := s.getCall()
 		count, adjusts := 0, false
@@ -727,15 +740,11 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 		}
 		s.header(c, now, count)
 		if adjusts {
-			// An idempotency key makes a settle that the client retries
-			// (after a lost reply) apply once.
-			var id [13]byte
-			c.keys = append(c.keys, s.cfg.Prefix+"{"+tag+"}:settle:"+string(strconv.AppendUint(id[:0], rand.Uint64(), 36)))
+			c.keys = append(c.keys, s.settleKey(tag))
 			c.args = append(c.args, s.idemTTL)
 		} else {
 			c.args = append(c.args, 0)
 		}
-		isLean := leanSettle(ops)
 		for i := range ops {
 			op := &ops[i]
 			l := op.Limiter.(*limiter)
@@ -743,10 +752,6 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 				continue
 			}
 			c.keys = l.appendKeys(c.keys, op.Key)
-			if isLean {
-				appendLeanSettle(c, op, now)
-				continue
-			}
 			kind, ss, sn := 1, int64(0), int64(0)
 			if op.Release {
 				kind, sn = 2, op.Grant.Stamp
@@ -756,11 +761,7 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
 			c.args = l.params(c.args, op.Limit, now)
 		}
-		fn, script := libSettle, settleScript
-		if isLean {
-			fn, script = "", leanSettleScript
-		}
-		reply, err := s.run(ctx, fn, script, "settle", count, c.keys, c.args)
+		reply, err := s.run(ctx, libSettle, settleScript, "settle", count, c.keys, c.args)
 		s.putCall(c)
 		if err != nil {
 			for i := range ops {
@@ -779,22 +780,16 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 			now = server
 			continue
 		}
-		dup := reply == "D"
 		r := reader{s: reply}
 		for i := range ops {
 			op := &ops[i]
 			if !settles(op.Limiter.(*limiter), op) {
 				continue
 			}
-			var rem int64 = -1
-			if !dup {
-				rem = r.int()
-			}
+			rem := r.int()
 			if !op.Release {
 				op.Grant.Taken += op.N
-				if rem >= 0 {
-					op.Grant.Remaining = rem
-				}
+				op.Grant.Remaining = rem
 			}
 		}
 		if r.err {

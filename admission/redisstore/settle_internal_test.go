@@ -1,0 +1,164 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"encoding/hex"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// laterRetry is a client hook that runs every lean settle twice, the
+// second time delay later (in the caller's time the store passes), as a
+// retry after a lost reply that reaches the server late.
+type laterRetry struct {
+	delay   time.Duration
+	retried int
+}
+
+func (h *laterRetry) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *laterRetry) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *laterRetry) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 3 || !leanSettleCall(args) {
+			return next(ctx, cmd)
+		}
+		if err := next(ctx, cmd); err != nil {
+			return err
+		}
+		// The blob is the last argument: move its instant.
+		b := args[len(args)-1].(*blob)
+		sec := int64(floatAt(b.b, 1))
+		ns := int64(floatAt(b.b, 2))
+		later := &blob{b: append([]byte(nil), b.b...)}
+		sec, ns = split(sec*1e9 + ns + int64(h.delay))
+		binary.LittleEndian.PutUint64(later.b[8:], math.Float64bits(float64(sec)))
+		binary.LittleEndian.PutUint64(later.b[16:], math.Float64bits(float64(ns)))
+		args[len(args)-1] = later
+		h.retried++
+		return next(ctx, cmd)
+	}
+}
+
+func leanSettleCall(args []any) bool {
+	name, _ := args[0].(string)
+	arg, _ := args[1].(string)
+	switch strings.ToLower(name) {
+	case "evalsha":
+		return arg == leanSettleScript.Hash()
+	case "eval":
+		sum := sha1.Sum([]byte(arg))
+		return hex.EncodeToString(sum[:]) == leanSettleScript.Hash()
+	}
+	return false
+}
+
+func floatAt(b []byte, i int) float64 {
+	return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+}
+
+// TestSettleRetriedLater settles a request holding a token bucket refund
+// and a concurrency lease (MaxHold 10s; the 250ms timeout makes retries
+// happen within 1s of each other) at instants around the lease's expiry,
+// with a retry that runs later than the first attempt, and requires the
+// refund to apply exactly once: the figures are those of a store whose
+// settlement ran once.
+func TestSettleRetriedLater(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	ms := time.Millisecond
+	tokens := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Hour}
+	inflight := admission.Policy{Name: "inflight", Algorithm: admission.Concurrency, Limit: 5, MaxHold: 10 * time.Second}
+	cases := []struct {
+		name   string
+		settle time.Duration // after the admission
+		reap   bool          // another request reclaims the expired lease first
+		delay  time.Duration // of the retry
+		key    bool          // an idempotency key is written
+	}{
+		{"lease marks it, retry too", 2 * time.Second, false, 500 * ms, false},
+		{"lease marks it, retry after the key's window", 8500 * ms, false, 900 * ms, true},
+		{"key marks it, lease alive", 9500 * ms, false, 400 * ms, true},
+		{"key marks it, retry after expiry", 9500 * ms, false, 900 * ms, true},
+		{"lease expired and reclaimed", 10500 * ms, true, 900 * ms, true},
+		{"lease expired, not reclaimed", 10500 * ms, false, 900 * ms, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var prefix string
+			run := func(hook redis.Hook) (admission.Grant, admission.Grant) {
+				client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+				defer client.Close()
+				if hook != nil {
+					client.AddHook(hook)
+				}
+				prefix = strings.NewReplacer(" ", "", ",", "", "'", "").Replace(tc.name) + time.Now().Format("150405.000000000") + ":"
+				st, err := New(client, Config{Prefix: prefix, CallerTime: true, Timeout: 250 * ms})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tl, _ := st.Limiter(&tokens)
+				cl, _ := st.Limiter(&inflight)
+				lt, lc := admissiontest.LimitOf(&tokens), admissiontest.LimitOf(&inflight)
+				at := admissiontest.Epoch
+				ops := []admission.Op{{Limiter: tl, Key: "acme", Limit: lt, N: 300}, {Limiter: cl, Key: "acme", Limit: lc, N: 1}}
+				if err := st.AcquireBatch(ctx, ops, at); err != nil || !ops[0].Grant.OK || !ops[1].Grant.OK {
+					t.Fatalf("AcquireBatch = %v, %+v", err, ops)
+				}
+				if tc.reap {
+					probe := []admission.Op{{Limiter: cl, Key: "acme", Limit: lc, N: 0}}
+					if err := st.AcquireBatch(ctx, probe, at.Add(tc.settle-100*ms)); err != nil || probe[0].Grant.Expired != 1 {
+						t.Fatalf("probe = %v, %+v; want the lease reclaimed", err, probe[0].Grant)
+					}
+				}
+				set := []admission.Op{
+					{Limiter: tl, Key: "acme", Limit: lt, N: -200, Grant: ops[0].Grant},
+					{Limiter: cl, Key: "acme", Limit: lc, Release: true, Grant: ops[1].Grant},
+				}
+				if err := st.SettleBatch(ctx, set, at.Add(tc.settle)); err != nil {
+					t.Fatal(err)
+				}
+				after := []admission.Op{{Limiter: tl, Key: "acme", Limit: lt, N: 0}, {Limiter: cl, Key: "acme", Limit: lc, N: 0}}
+				if err := st.AcquireBatch(ctx, after, at.Add(tc.settle+2*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				return after[0].Grant, after[1].Grant
+			}
+			wantT, wantC := run(nil)
+			h := &laterRetry{delay: tc.delay}
+			gotT, gotC := run(h)
+			if h.retried != 1 {
+				t.Fatalf("%d settles retried; want 1", h.retried)
+			}
+			keys, err := redistest.Do(srv.Addr, "KEYS", prefix+"*:settle:*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (keys != "") != tc.key {
+				t.Errorf("idempotency keys: %q; want one: %v", keys, tc.key)
+			}
+			if gotT.Remaining != wantT.Remaining || gotC.Remaining != wantC.Remaining {
+				t.Fatalf("after a retried settle: tokens remaining %d, slots %d; settled once: %d, %d",
+					gotT.Remaining, gotC.Remaining, wantT.Remaining, wantC.Remaining)
+			}
+			// The refund of 200 is in: 1000 - 300 + 200 and a little refill.
+			if wantT.Remaining < 900 || wantC.Remaining != 5 {
+				t.Fatalf("settled once: tokens remaining %d, slots %d; want >= 900 and 5", wantT.Remaining, wantC.Remaining)
+			}
+		})
+	}
+}
