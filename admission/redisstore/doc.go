@@ -82,13 +82,15 @@
 //	<prefix>{<tag>}:settle:<random id>                      idempotency of a settlement
 //
 // where prefix is Config.Prefix ("sluice:" by default), alg is tb, fw, sw,
-// sl, cc or q (a policy that changes algorithm starts from fresh state),
+// sl, cl or q (a policy that changes algorithm starts from fresh state),
 // and tag is the partition key's first field (see Tag). Token buckets,
 // windows and quotas are one string of packed doubles; a sliding log is a
 // sorted set of entries, at most one per admitted permit (so at most the
 // limit in the window), with a small hash of its sum; concurrency is one
-// hash of the cost in flight and one field per lease (its expiry and cost),
-// scanned only when a lease may have expired.
+// hash of packed doubles: its sums and one field per lease (expiry and
+// cost), scanned only when a lease may have expired. (Concurrency keys were
+// named cc while they held decimal text: replicas of that version and of
+// this one keep separate partitions during a rolling upgrade.)
 //
 // Partitions live in Redis, not in the process: a policy's MaxPartitions,
 // Overflow and IdleTimeout do not apply to them. Instead every key expires

@@ -97,13 +97,15 @@ for i = 1, count do
     st[j], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] =
       kind, ok, a, a0, ts, tn, cap, per / amount
   else
-    local h = redis.call('HMGET', k, 'b', 'a', 'q', 'e', 'm')
-    local a = tonumber(h[2]) or 0
-    local q = tonumber(h[3]) or (now_s * 1000000 + floor(now_n / 1000))
-    local b = tonumber(h[1]) or now_s
+    local hv = redis.call('HGET', k, 'h')
+    local b, a, q, e, m
+    if hv then
+      b, a, q, e, m = up('<ddddd', hv)
+      if e < 0 then e = nil end
+    else
+      b, a, q, m = now_s, 0, now_s * 1000000 + floor(now_n / 1000), 0
+    end
     local now = (now_s - b) * E9 + now_n
-    local e = tonumber(h[4])
-    local m = tonumber(h[5]) or 0
     local expired, hdirty = 0, false
     if a > 0 and (e == nil or e <= now or now > 4503599627370496) then
       local shift = 0
@@ -117,14 +119,14 @@ for i = 1, count do
       for x = 1, #all, 2 do
         local f = all[x]
         if string.byte(f, 1) == 108 then
-          local xs, c = string.match(all[x + 1], '^(-?%d+):(%d+)$')
-          local exp, cost = tonumber(xs) - shift, tonumber(c)
+          local exp, cost = up('<dd', all[x + 1])
+          exp = exp - shift
           if exp <= now then
             dels[#dels + 1] = f
             a = a - cost
             expired = expired + 1
           else
-            if shift ~= 0 then redis.call('HSET', k, f, fmt('%d', exp) .. ':' .. c) end
+            if shift ~= 0 then redis.call('HSET', k, f, pk('<dd', exp, cost)) end
             if e == nil or exp < e then e = exp end
           end
         end
@@ -177,8 +179,8 @@ for i = 1, count do
     local e, m = st[j + 8], st[j + 9]
     if exp > m then m = exp end
     if e == nil or exp < e then e = exp end
-    redis.call('HSET', k, 'l' .. fmt('%d', q), fmt('%d', exp) .. ':' .. fmt('%d', st[j + 10]),
-      'b', st[j + 6], 'a', st[j + 2], 'q', q, 'e', e, 'm', m)
+    redis.call('HSET', k, 'l' .. pk('<d', q), pk('<dd', exp, st[j + 10]),
+      'h', pk('<ddddd', st[j + 6], st[j + 2], q, e, m))
     local ms = ceil((m - now) / 1000000)
     if ms < 1 then ms = 1 end
     redis.call('PEXPIRE', k, fmt('%d', ms + grace))
@@ -186,7 +188,7 @@ for i = 1, count do
     if st[j + 3] == 0 then
       redis.call('DEL', k)
     else
-      redis.call('HSET', k, 'b', st[j + 6], 'a', st[j + 3], 'q', st[j + 5], 'e', st[j + 8], 'm', st[j + 9])
+      redis.call('HSET', k, 'h', pk('<ddddd', st[j + 6], st[j + 3], st[j + 5], st[j + 8], st[j + 9]))
     end
   end
 end
@@ -211,7 +213,7 @@ if idem > 0 then
   if mark > 0 then
     local _, lease, _, _, h = up('<ddddd', P, 73 + (mark - 1) * 40)
     hold = h
-    mh = redis.call('HMGET', KEYS[1 + mark], 'a', 'l' .. fmt('%d', lease))
+    mh = redis.call('HMGET', KEYS[1 + mark], 'h', 'l' .. pk('<d', lease))
     el = (now_s - t0s) * 1000000000 + (now_n - t0n)
   end
   if mark > 0 and el < hold - idem * 1000000 then
@@ -254,10 +256,11 @@ for i = 1, count do
     if a > 0 then rem = floor(a) end
     out[i] = pk('<d', rem)
   else
-    local f = 'l' .. fmt('%d', v1)
+    local f = 'l' .. pk('<d', v1)
     local h = mh
-    if i ~= mark then h = redis.call('HMGET', k, 'a', f) end
-    local a = tonumber(h[1]) or 0
+    if i ~= mark then h = redis.call('HMGET', k, 'h', f) end
+    local b, a, q, e, m = 0, 0, 0, -1, 0
+    if h[1] then b, a, q, e, m = up('<ddddd', h[1]) end
     if h[2] then
       a = a - v2
       if a <= 0 then
@@ -265,7 +268,7 @@ for i = 1, count do
         redis.call('DEL', k)
       else
         redis.call('HDEL', k, f)
-        redis.call('HSET', k, 'a', a)
+        redis.call('HSET', k, 'h', pk('<ddddd', b, a, q, e, m))
       end
     end
     out[i] = pk('<d', math.max(0, v3 - a))

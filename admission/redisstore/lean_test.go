@@ -61,7 +61,7 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 			l := admissiontest.LimitOf(&p)
 			rng := rand.New(rand.NewPCG(11, uint64(len(p.Name))))
 			type pair struct {
-				key     string
+				key    string
 				m, b   admission.Grant
 				mc, bc admission.Grant // the companion's
 			}

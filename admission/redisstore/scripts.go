@@ -376,23 +376,32 @@ ALG[3].flush = function(o)
 end
 `,
 	admission.Concurrency: `
--- One hash per partition: b (base second), a (cost in flight), q (lease
--- counter, see load), e (earliest lease expiry, a lower bound), m (latest expiry), and
--- a field l<id> = "<expiry>:<cost>" per lease; expiries are nanoseconds
--- from b. a is 0 exactly when no lease is held, as every lease holds a
--- positive cost. Leases are scanned only when one may have expired.
+-- One hash per partition: a field h holding five float64s (struct) b
+-- (base second), a (cost in flight), q (lease counter, see load), e
+-- (earliest lease expiry, a lower bound; -1 for none) and m (latest
+-- expiry), and a field "l" .. <id as a float64> = <expiry, cost as two
+-- float64s> per lease; expiries are nanoseconds from b. a is 0 exactly when
+-- no lease is held, as every lease holds a positive cost. Leases are
+-- scanned only when one may have expired. Binary fields need no number
+-- formatting or parsing.
 ALG[4] = {nkeys = 1, lease = true}
+local function cc_head(o, a, q)
+  local e = o.e
+  if e == nil then e = -1 end
+  return struct.pack('<ddddd', o.b, a, q, e, o.m)
+end
 ALG[4].load = function(o)
-  local h = redis.call('HMGET', o.k1, 'b', 'a', 'q', 'e', 'm')
-  o.a = tonumber(h[2]) or 0
-  -- A new partition numbers its leases from the current microsecond, so
-  -- that a lease id is never reused after the partition was dropped (a
-  -- stale ticket can never release someone else's lease).
-  o.q = tonumber(h[3]) or (o.s * 1000000 + math.floor(o.n / 1000))
-  o.b = tonumber(h[1]) or o.s
+  local h = redis.call('HGET', o.k1, 'h')
+  if h then
+    o.b, o.a, o.q, o.e, o.m = struct.unpack('<ddddd', h)
+    if o.e < 0 then o.e = nil end
+  else
+    -- A new partition numbers its leases from the current microsecond,
+    -- so that a lease id is never reused after the partition was dropped
+    -- (a stale ticket can never release someone else's lease).
+    o.b, o.a, o.q, o.e, o.m = o.s, 0, o.s * 1000000 + math.floor(o.n / 1000), nil, 0
+  end
   o.now = tdiff(o.s, o.n, o.b, 0)
-  o.e = tonumber(h[4])
-  o.m = tonumber(h[5]) or 0
   o.expired = 0
   if o.a > 0 and (o.e == nil or o.e <= o.now or o.now > 4503599627370496) then
     local shift = 0
@@ -405,14 +414,14 @@ ALG[4].load = function(o)
     for i = 1, #all, 2 do
       local f = all[i]
       if string.byte(f, 1) == 108 then
-        local x, c = string.match(all[i + 1], '^(-?%d+):(%d+)$')
-        local exp, cost = tonumber(x) - shift, tonumber(c)
+        local exp, cost = struct.unpack('<dd', all[i + 1])
+        exp = exp - shift
         if exp <= o.now then
           dels[#dels + 1] = f
           o.a = o.a - cost
           o.expired = o.expired + 1
         else
-          if shift ~= 0 then redis.call('HSET', o.k1, f, fmt(exp) .. ':' .. c) end
+          if shift ~= 0 then redis.call('HSET', o.k1, f, struct.pack('<dd', exp, cost)) end
           if e == nil or exp < e then e = exp end
         end
       end
@@ -449,8 +458,7 @@ ALG[4].save = function(o, grace)
   local exp = o.now + o.p2
   if exp > o.m then o.m = exp end
   if o.e == nil or exp < o.e then o.e = exp end
-  redis.call('HSET', o.k1, 'l' .. fmt(o.q), fmt(exp) .. ':' .. fmt(o.addn),
-    'b', fmt(o.b), 'a', fmt(o.a), 'q', fmt(o.q), 'e', fmt(o.e), 'm', fmt(o.m))
+  redis.call('HSET', o.k1, 'l' .. struct.pack('<d', o.q), struct.pack('<dd', exp, o.addn), 'h', cc_head(o, o.a, o.q))
   redis.call('PEXPIRE', o.k1, ttl(o.m - o.now, grace))
 end
 ALG[4].flush = function(o)
@@ -458,20 +466,24 @@ ALG[4].flush = function(o)
     if o.a0 == 0 then
       redis.call('DEL', o.k1)
     else
-      redis.call('HSET', o.k1, 'b', fmt(o.b), 'a', fmt(o.a0), 'q', fmt(o.q0), 'e', fmt(o.e), 'm', fmt(o.m))
+      redis.call('HSET', o.k1, 'h', cc_head(o, o.a0, o.q0))
     end
   end
 end
 ALG[4].release = function(o, id, taken)
-  local a
-  if redis.call('HDEL', o.k1, 'l' .. fmt(id)) == 1 then
-    a = redis.call('HINCRBY', o.k1, 'a', -taken)
+  local f = 'l' .. struct.pack('<d', id)
+  local h = redis.call('HMGET', o.k1, 'h', f)
+  local b, a, q, e, m = 0, 0, 0, -1, 0
+  if h[1] then b, a, q, e, m = struct.unpack('<ddddd', h[1]) end
+  if h[2] then
+    a = a - taken
     if a <= 0 then
       a = 0
       redis.call('DEL', o.k1)
+    else
+      redis.call('HDEL', o.k1, f)
+      redis.call('HSET', o.k1, 'h', struct.pack('<ddddd', b, a, q, e, m))
     end
-  else
-    a = tonumber(redis.call('HGET', o.k1, 'a')) or 0
   end
   return math.max(0, o.p1 - a)
 end

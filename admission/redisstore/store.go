@@ -201,7 +201,7 @@ var algCode = [...]string{
 	admission.FixedWindow:   "fw",
 	admission.SlidingWindow: "sw",
 	admission.SlidingLog:    "sl",
-	admission.Concurrency:   "cc",
+	admission.Concurrency:   "cl", // its earlier text layout was named cc
 	admission.Quota:         "q",
 }
 
