@@ -5,37 +5,42 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
 )
 
-// The lean scripts evaluate the most common multi-policy request, token
-// buckets (requests, tokens) and concurrency leases, straight through: no
-// per-algorithm function tables, no per-op tables, no number parsing or
-// formatting for their arguments and replies. They compute the same
-// figures and write the same state as ALG[0] and ALG[4] under the generic
-// driver (the conformance and differential tests run them through the
-// single-policy concurrency calls and every batch of these two
-// algorithms).
+// The lean scripts evaluate the most common requests, token buckets
+// (requests, tokens) and concurrency leases, alone or together, with
+// straight-line code written for the request's exact sequence of
+// algorithms: no loops, no per-op tables, no function tables, one read of
+// all arguments and one reply. They compute the same figures and write the
+// same state as ALG[0] and ALG[4] under the generic driver (the
+// differential tests compare both with the in-memory limiter). A sequence
+// of more than leanMax ops uses the generic scripts.
 //
 // Their arguments are one binary string, ARGV[1], of little-endian
 // float64s (every figure they use is an integer below 2^53, or a quotient
-// they compute as the generic scripts do), and so are their replies.
+// they compute as the generic scripts do), and so are their replies: no
+// number is parsed or formatted on either side.
 //
 // Acquire: clock (0 for Redis TIME, 1 for the caller's instant), now_s,
-// now_n, grace_ms, count, then five per op: kind (0 token bucket, 2
-// concurrency; plus 1 in shadow mode), n, amount, then capacity and per for
-// a token bucket, max hold and 0 for a concurrency limit. KEYS: one per op.
-// The reply is now_s, now_n, then per op ok, remaining, reset, retry for a
-// token bucket and ok, remaining, retry, lease, expired for a concurrency
-// limit; the caller derives taken, limit and the stamps (see leanAcquire).
+// now_n, grace_ms, then five per op: shadow (0 or 1), n, amount, then
+// capacity and per for a token bucket, max hold and 0 for a concurrency
+// limit. KEYS: one per op. The reply is now_s, now_n, then per op ok,
+// remaining, reset, retry for a token bucket and ok, remaining, retry,
+// lease, expired for a concurrency limit; the caller derives taken, limit
+// and the stamps (see leanAcquire).
 //
 // Settle: clock (2 when no token bucket is adjusted: a release does not
-// need the time), now_s, now_n, grace_ms, count, idem_ms, mark, t0_s,
-// t0_n, then five per op: 0, delta, amount, capacity, per to adjust a token
-// bucket; 2, lease, taken, amount, max hold to release a lease. KEYS: the
+// need the time), now_s, now_n, grace_ms, idem_ms, mark, t0_s, t0_n, then
+// five per op: delta, amount, capacity, per, 0 to adjust a token bucket;
+// lease, taken, amount, max hold, 0 to release a lease. KEYS: the
 // idempotency key when idem_ms is positive, then one per op. The reply is
 // the remaining figure of each op.
 //
@@ -43,286 +48,454 @@ import (
 // sends it again after losing the reply. The idempotency key records that
 // it was applied, except when it also releases a lease that cannot have
 // expired by the time a retry runs: the lease's absence then says the same
-// thing at no cost. mark is the (1-based) op holding that lease and t0 the
-// instant the batch was admitted (the token buckets' stamp): a lease
-// admitted at t0 lives until t0 + max hold, and retries run within idem_ms
-// of each other (as the idempotency key's own expiry assumes). A settle
-// already applied writes nothing and reports the current figures.
-const luaLeanAcquire = `
-local up, pk = struct.unpack, struct.pack
-local min, ceil, floor, fmt = math.min, math.ceil, math.floor, string.format
-local E9, MAXD = 1000000000, 4611686018427387903
-local P = ARGV[1]
-local clock, now_s, now_n, grace, count = up('<ddddd', P)
-if clock == 0 then
-  local t = redis.call('TIME')
-  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
-end
-local out = {pk('<dd', now_s, now_n)}
--- st keeps 16 slots per op for the commit: kind, ok, a, a0, then the
--- algorithm's.
-local st = {}
-local fits = true
-local pos = 41
-for i = 1, count do
-  local kind, n, amount, p4, p5
-  kind, n, amount, p4, p5, pos = up('<ddddd', P, pos)
-  local k = KEYS[i]
-  local j = (i - 1) * 16 + 1
-  local ok = 0
-  if kind < 2 then
-    local cap, per = p4, p5
-    local a, ts, tn
-    local v = redis.call('GET', k)
-    if v then a, ts, tn = up('<ddd', v) else a, ts, tn = cap, now_s, now_n end
-    local el = (now_s - ts) * E9 + (now_n - tn)
-    if el > 0 then
-      a = min(cap, a + el * (amount / per))
-      ts, tn = now_s, now_n
-    end
-    local a0, retry = a, 0
-    if n <= a then
-      a = a - n
-      ok = 1
-    elseif n > cap then
-      retry = -1
-    else
-      retry = min(ceil((n - a) / (amount / per)), MAXD)
-    end
-    local rem, reset = 0, 0
-    if a > 0 then rem = floor(a) end
-    local miss = (cap - a) * (per / amount)
-    if miss > 0 then reset = min(ceil(miss), MAXD) end
-    out[i + 1] = pk('<dddd', ok, rem, reset, retry)
-    st[j], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] =
-      kind, ok, a, a0, ts, tn, cap, per / amount
-  else
-    local hv = redis.call('HGET', k, 'h')
-    local b, a, q, e, m
-    if hv then
-      b, a, q, e, m = up('<ddddd', hv)
-      if e < 0 then e = nil end
-    else
-      b, a, q, m = now_s, 0, now_s * 1000000 + floor(now_n / 1000), 0
-    end
-    local now = (now_s - b) * E9 + now_n
-    local expired, hdirty = 0, false
-    if a > 0 and (e == nil or e <= now or now > 4503599627370496) then
-      local shift = 0
-      if now > 4503599627370496 then
-        shift = (now_s - b) * E9
-        b, now, m = now_s, now_n, m - shift
-      end
-      local all = redis.call('HGETALL', k)
-      local dels = {}
-      e = nil
-      for x = 1, #all, 2 do
-        local f = all[x]
-        if string.byte(f, 1) == 108 then
-          local exp, cost = up('<dd', all[x + 1])
-          exp = exp - shift
-          if exp <= now then
-            dels[#dels + 1] = f
-            a = a - cost
-            expired = expired + 1
-          else
-            if shift ~= 0 then redis.call('HSET', k, f, pk('<dd', exp, cost)) end
-            if e == nil or exp < e then e = exp end
-          end
-        end
-      end
-      for x = 1, #dels, 500 do
-        redis.call('HDEL', k, unpack(dels, x, min(x + 499, #dels)))
-      end
-      if e == nil then a = 0 end
-      hdirty = true
-    end
-    if a <= 0 then a, e = 0, nil end
-    local a0, q0 = a, q
-    local retry, add = 0, 0
-    if a + n <= amount then
-      if n > 0 then
-        q = q + 1
-        add = n
-        a = a + n
-      end
-      ok = 1
-    elseif n > amount then
-      retry = -1
-    end
-    local lease = 0
-    if add > 0 then lease = q end
-    out[i + 1] = pk('<ddddd', ok, amount - min(a, amount), retry, lease, expired)
-    st[j], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] =
-      kind, ok, a, a0, q, q0, b, now
-    st[j + 8], st[j + 9], st[j + 10], st[j + 11], st[j + 12] = e, m, add, p4, hdirty
-  end
-  if ok == 0 and kind % 2 == 0 then fits = false end
-end
-for i = 1, count do
-  local k = KEYS[i]
-  local j = (i - 1) * 16 + 1
-  if st[j] < 2 then
-    local a = st[j + 3]
-    if fits and st[j + 1] == 1 then a = st[j + 2] end
-    local cap = st[j + 6]
-    if a >= cap then
-      redis.call('DEL', k)
-    else
-      local ms = ceil((cap - a) * st[j + 7] / 1000000)
-      if ms < 1 then ms = 1 end
-      redis.call('SET', k, pk('<ddd', a, st[j + 4], st[j + 5]), 'PX', fmt('%d', ms + grace))
-    end
-  elseif fits and st[j + 10] > 0 then
-    local now, q = st[j + 7], st[j + 4]
-    local exp = now + st[j + 11]
-    local e, m = st[j + 8], st[j + 9]
-    if exp > m then m = exp end
-    if e == nil or exp < e then e = exp end
-    redis.call('HSET', k, 'l' .. pk('<d', q), pk('<dd', exp, st[j + 10]),
-      'h', pk('<ddddd', st[j + 6], st[j + 2], q, e, m))
-    local ms = ceil((m - now) / 1000000)
-    if ms < 1 then ms = 1 end
-    redis.call('PEXPIRE', k, fmt('%d', ms + grace))
-  elseif st[j + 12] then
-    if st[j + 3] == 0 then
-      redis.call('DEL', k)
-    else
-      redis.call('HSET', k, 'h', pk('<ddddd', st[j + 6], st[j + 3], st[j + 5], st[j + 8], st[j + 9]))
-    end
-  end
-end
-return table.concat(out)
-`
+// thing at no cost. mark is 1 when t0 is the instant the batch was
+// admitted (the token buckets' stamp), which the settle's first lease was
+// taken at: that lease lives until t0 + max hold, and retries run within
+// idem_ms of each other (as the idempotency key's own expiry assumes). A
+// settle already applied writes nothing and reports the current figures.
 
-// luaLeanSettle adjusts token buckets and releases concurrency leases (see
-// luaLeanAcquire for its arguments).
-const luaLeanSettle = `
-local up, pk = struct.unpack, struct.pack
-local min, floor, fmt = math.min, math.floor, string.format
-local P = ARGV[1]
-local clock, now_s, now_n, grace, count, idem, mark, t0s, t0n = up('<ddddddddd', P)
-if clock == 0 then
-  local t = redis.call('TIME')
-  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
-end
-local ki, apply, mh = 0, true, nil
-if idem > 0 then
-  ki = 1
-  local el, hold = 0, 0
-  if mark > 0 then
-    local _, lease, _, _, h = up('<ddddd', P, 73 + (mark - 1) * 40)
-    hold = h
-    mh = redis.call('HMGET', KEYS[1 + mark], 'h', 'l' .. pk('<d', lease))
-    el = (now_s - t0s) * 1000000000 + (now_n - t0n)
-  end
-  if mark > 0 and el < hold - idem * 1000000 then
-    -- The lease outlives any retry: held means not applied yet.
-    apply = mh[2] ~= false
-  elseif not redis.call('SET', KEYS[1], '1', 'NX', 'PX', idem) then
-    apply = false
-  elseif mark > 0 and not mh[2] and el < hold then
-    -- Released, not expired: by an attempt that took the branch above.
-    apply = false
-  end
-end
-local out = {}
-local pos = 73
-for i = 1, count do
-  local kind, v1, v2, v3, v4
-  kind, v1, v2, v3, v4, pos = up('<ddddd', P, pos)
-  local k = KEYS[ki + i]
-  if kind == 0 then
-    local amount, cap, per = v2, v3, v4
-    local a, ts, tn
-    local v = redis.call('GET', k)
-    if v then a, ts, tn = up('<ddd', v) else a, ts, tn = cap, now_s, now_n end
-    local el = (now_s - ts) * 1000000000 + (now_n - tn)
-    if el > 0 then
-      a = min(cap, a + el * (amount / per))
-      ts, tn = now_s, now_n
-    end
-    if apply then
-      a = min(a - v1, cap)
-      if a >= cap then
-        redis.call('DEL', k)
-      else
-        local ms = math.ceil((cap - a) * (per / amount) / 1000000)
-        if ms < 1 then ms = 1 end
-        redis.call('SET', k, pk('<ddd', a, ts, tn), 'PX', fmt('%d', ms + grace))
-      end
-    end
-    local rem = 0
-    if a > 0 then rem = floor(a) end
-    out[i] = pk('<d', rem)
-  else
-    local f = 'l' .. pk('<d', v1)
-    local h = mh
-    if i ~= mark then h = redis.call('HMGET', k, 'h', f) end
-    local b, a, q, e, m = 0, 0, 0, -1, 0
-    if h[1] then b, a, q, e, m = up('<ddddd', h[1]) end
-    if h[2] then
-      a = a - v2
-      if a <= 0 then
-        a = 0
-        redis.call('DEL', k)
-      else
-        redis.call('HDEL', k, f)
-        redis.call('HSET', k, 'h', pk('<ddddd', b, a, q, e, m))
-      end
-    end
-    out[i] = pk('<d', math.max(0, v3 - a))
-  end
-end
-return table.concat(out)
-`
+// leanMax is the most ops a lean script takes: each op holds up to 20 Lua
+// locals, of the 200 a function may have.
+const leanMax = 8
 
-var (
-	leanAcquireScript = redis.NewScript(luaLeanAcquire)
-	leanSettleScript  = redis.NewScript(luaLeanSettle)
-)
-
-// leanHeader is the size of the settle's header, before its ops.
 const (
-	leanOpSize        = 5 * 8
-	leanSettleHeader  = 9 * 8
-	leanKindBucket    = 0
-	leanKindLease     = 2
 	leanClockServer   = 0
 	leanClockCaller   = 1
 	leanClockUnneeded = 2
 )
 
-// lean reports whether every op is a token bucket or a concurrency limit,
-// the algorithms of the lean acquire script.
-func lean(ops []admission.Op) bool {
-	for i := range ops {
-		switch ops[i].Limiter.(*limiter).alg {
-		case admission.TokenBucket, admission.Concurrency:
-		default:
-			return false
-		}
+// leanPrelude starts every lean script.
+const leanPrelude = `
+local up, pk, fmt, ceil, floor = struct.unpack, struct.pack, string.format, math.ceil, math.floor
+local E9, MAXD = 1000000000, 4611686018427387903
+`
+
+const leanTime = `
+if clock == 0 then
+  local t = redis.call('TIME')
+  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
+end
+`
+
+// leanScan reclaims the expired leases of a concurrency partition (and
+// rebases its expiries when they grow large); it returns the partition's
+// new base, instant, latest and earliest expiry, cost in flight and the
+// number of leases reclaimed.
+const leanScan = `
+local function scan(k, b, now, m, a)
+  local shift = 0
+  if now > 4503599627370496 then
+    shift = (now_s - b) * E9
+    b, now, m = now_s, now_n, m - shift
+  end
+  local all = redis.call('HGETALL', k)
+  local dels, e, expired = {}, nil, 0
+  for x = 1, #all, 2 do
+    local f = all[x]
+    if string.byte(f, 1) == 108 then
+      local exp, cost = up('<dd', all[x + 1])
+      exp = exp - shift
+      if exp <= now then
+        dels[#dels + 1] = f
+        a = a - cost
+        expired = expired + 1
+      else
+        if shift ~= 0 then redis.call('HSET', k, f, pk('<dd', exp, cost)) end
+        if e == nil or exp < e then e = exp end
+      end
+    end
+  end
+  for x = 1, #dels, 500 do
+    redis.call('HDEL', k, unpack(dels, x, math.min(x + 499, #dels)))
+  end
+  if e == nil then a = 0 end
+  return b, now, m, e, a, expired
+end
+`
+
+// The per-op parts of the scripts: $ stands for the op's number, # for its
+// key's index. Op $'s arguments are sh$ (or the settle's d$/l$), n$ (tk$),
+// am$, x$ and y$.
+
+// bucketTake refills a token bucket read into v$ and takes n$ from it.
+const bucketTake = `
+local a$, ts$, tn$ = x$, now_s, now_n
+if v$ then a$, ts$, tn$ = up('<ddd', v$) end
+do
+  local el = (now_s - ts$) * E9 + (now_n - tn$)
+  if el > 0 then
+    local f = a$ + el * (am$ / y$)
+    if f < x$ then a$ = f else a$ = x$ end
+    ts$, tn$ = now_s, now_n
+  end
+end
+local a0$, ok$, rem$, reset$, retry$ = a$, 0, 0, 0, 0
+if n$ <= a$ then
+  a$, ok$ = a$ - n$, 1
+elseif n$ > x$ then
+  retry$ = -1
+else
+  retry$ = ceil((n$ - a$) / (am$ / y$))
+  if retry$ > MAXD then retry$ = MAXD end
+end
+if a$ > 0 then rem$ = floor(a$) end
+do
+  local miss = (x$ - a$) * (y$ / am$)
+  if miss > 0 then
+    reset$ = ceil(miss)
+    if reset$ > MAXD then reset$ = MAXD end
+  end
+end
+`
+
+// bucketSave writes a token bucket back: what it took when the batch fits,
+// its refill otherwise; a full bucket is deleted.
+const bucketSave = `
+do
+  local a = a0$
+  if fits and ok$ == 1 then a = a$ end
+  if a >= x$ then
+    redis.call('DEL', KEYS[#])
+  else
+    local ms = ceil((x$ - a) * (y$ / am$) / 1000000)
+    if ms < 1 then ms = 1 end
+    redis.call('SET', KEYS[#], pk('<ddd', a, ts$, tn$), 'PX', fmt('%d', ms + grace))
+  end
+end
+`
+
+// leaseTake loads a concurrency partition, reclaims its expired leases
+// when one may have expired, and takes n$ (a lease numbered q$ + 1).
+const leaseTake = `
+local b$, a$, q$, e$, m$
+do
+  local h = redis.call('HGET', KEYS[#], 'h')
+  if h then
+    b$, a$, q$, e$, m$ = up('<ddddd', h)
+    if e$ < 0 then e$ = nil end
+  else
+    -- A new partition numbers its leases from the current microsecond.
+    b$, a$, q$, m$ = now_s, 0, now_s * 1000000 + floor(now_n / 1000), 0
+  end
+end
+local now$ = (now_s - b$) * E9 + now_n
+local exp$, hd$ = 0, false
+if a$ > 0 and (e$ == nil or e$ <= now$ or now$ > 4503599627370496) then
+  b$, now$, m$, e$, a$, exp$ = scan(KEYS[#], b$, now$, m$, a$)
+  hd$ = true
+end
+if a$ <= 0 then a$, e$ = 0, nil end
+local a0$, q0$, ok$, retry$, add$ = a$, q$, 0, 0, 0
+if a$ + n$ <= am$ then
+  if n$ > 0 then q$, add$, a$ = q$ + 1, n$, a$ + n$ end
+  ok$ = 1
+elseif n$ > am$ then
+  retry$ = -1
+end
+`
+
+// leaseSave records the lease when the batch fits, or else writes back
+// what reclaiming expired leases changed.
+const leaseSave = `
+if fits and add$ > 0 then
+  local exp, e, m = now$ + x$, e$, m$
+  if exp > m then m = exp end
+  if e == nil or exp < e then e = exp end
+  redis.call('HSET', KEYS[#], 'l' .. pk('<d', q$), pk('<dd', exp, add$), 'h', pk('<ddddd', b$, a$, q$, e, m))
+  local ms = ceil((m - now$) / 1000000)
+  if ms < 1 then ms = 1 end
+  redis.call('PEXPIRE', KEYS[#], fmt('%d', ms + grace))
+elseif hd$ then
+  if a0$ == 0 then
+    redis.call('DEL', KEYS[#])
+  else
+    redis.call('HSET', KEYS[#], 'h', pk('<ddddd', b$, a0$, q0$, e$, m$))
+  end
+end
+`
+
+// bucketAdjust refills a token bucket and, when the settle applies, adds
+// -d$ to it.
+const bucketAdjust = `
+local r$ = 0
+do
+  local a, ts, tn = x$, now_s, now_n
+  local v = redis.call('GET', KEYS[ki + #])
+  if v then a, ts, tn = up('<ddd', v) end
+  local el = (now_s - ts) * E9 + (now_n - tn)
+  if el > 0 then
+    local f = a + el * (am$ / y$)
+    if f < x$ then a = f else a = x$ end
+    ts, tn = now_s, now_n
+  end
+  if apply then
+    a = a - d$
+    if a >= x$ then
+      a = x$
+      redis.call('DEL', KEYS[ki + #])
+    else
+      local ms = ceil((x$ - a) * (y$ / am$) / 1000000)
+      if ms < 1 then ms = 1 end
+      redis.call('SET', KEYS[ki + #], pk('<ddd', a, ts, tn), 'PX', fmt('%d', ms + grace))
+    end
+  end
+  if a > 0 then r$ = floor(a) end
+end
+`
+
+// leaseRead reads a concurrency partition's sums and lease l$.
+const leaseRead = `
+local f$ = 'l' .. pk('<d', l$)
+local h$ = redis.call('HMGET', KEYS[ki + #], 'h', f$)
+`
+
+// leaseRelease drops lease l$ if it is still held.
+const leaseRelease = `
+local r$ = 0
+do
+  local b, a, q, e, m = 0, 0, 0, -1, 0
+  if h$[1] then b, a, q, e, m = up('<ddddd', h$[1]) end
+  if h$[2] then
+    a = a - tk$
+    if a <= 0 then
+      a = 0
+      redis.call('DEL', KEYS[ki + #])
+    else
+      redis.call('HDEL', KEYS[ki + #], f$)
+      redis.call('HSET', KEYS[ki + #], 'h', pk('<ddddd', b, a, q, e, m))
+    end
+  end
+  if am$ > a then r$ = am$ - a end
+end
+`
+
+// settleOnce decides whether the settle applies (see above); lease op $ is
+// the first released.
+const settleOnce = `
+if idem > 0 then
+  local el = (now_s - t0s) * E9 + (now_n - t0n)
+  if mark > 0 and el < x$ - idem * 1000000 then
+    -- The lease outlives any retry: held means not applied yet.
+    apply = h$[2] ~= false
+  elseif not redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt('%d', idem)) then
+    apply = false
+  elseif mark > 0 and not h$[2] and el < x$ then
+    -- Released, not expired: by an attempt that took the branch above.
+    apply = false
+  end
+end
+`
+
+const settleOnceKeyOnly = `
+if idem > 0 then
+  apply = redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt('%d', idem)) ~= false
+end
+`
+
+// A shape is the algorithm sequence of a lean call, one bit per op (set
+// for a concurrency limit) above a leading 1 that marks the count.
+type shape uint16
+
+func (sh shape) push(lease bool) shape {
+	if lease {
+		return sh<<1 | 1
 	}
-	return true
+	return sh << 1
 }
 
-// leanSettle reports whether every op with work is a token bucket
-// adjustment or a concurrency release, the work of the lean settle script.
-func leanSettle(ops []admission.Op) bool {
+// ops returns whether each op of sh is a concurrency limit, in order.
+func (sh shape) ops() []bool {
+	var leases []bool
+	for b := sh; b > 1; b >>= 1 {
+		leases = append(leases, b&1 == 1)
+	}
+	for i, j := 0, len(leases)-1; i < j; i, j = i+1, j-1 {
+		leases[i], leases[j] = leases[j], leases[i]
+	}
+	return leases
+}
+
+// scriptCache holds the generated script of each shape.
+type scriptCache struct {
+	scripts [2 << leanMax]atomic.Pointer[redis.Script]
+	gen     func(shape) string
+	mu      sync.Mutex
+}
+
+func (c *scriptCache) get(sh shape) *redis.Script {
+	if s := c.scripts[sh].Load(); s != nil {
+		return s
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.scripts[sh].Load(); s != nil {
+		return s
+	}
+	s := redis.NewScript(c.gen(sh))
+	c.scripts[sh].Store(s)
+	return s
+}
+
+var (
+	leanAcquires = &scriptCache{gen: genAcquire}
+	leanSettles  = &scriptCache{gen: genSettle}
+)
+
+// argList returns the Lua names of the header and of each op's five
+// arguments, and the struct format reading them.
+func argList(header string, leases []bool, names func(lease bool) string) (string, string) {
+	list := header
+	for i, lease := range leases {
+		list += ", " + strings.ReplaceAll(names(lease), "$", strconv.Itoa(i+1))
+	}
+	return list, "<" + strings.Repeat("d", strings.Count(list, ",")+1)
+}
+
+// part instantiates a per-op part for op i.
+func part(src string, i int) string {
+	n := strconv.Itoa(i + 1)
+	return strings.NewReplacer("$", n, "#", n).Replace(src)
+}
+
+func genAcquire(sh shape) string {
+	leases := sh.ops()
+	list, format := argList("clock, now_s, now_n, grace", leases, func(bool) string { return "sh$, n$, am$, x$, y$" })
+	var b strings.Builder
+	b.WriteString(leanPrelude)
+	fmt.Fprintf(&b, "local %s = up('%s', ARGV[1])\n", list, format)
+	b.WriteString(leanTime)
+	var buckets []string
+	for i, lease := range leases {
+		if !lease {
+			buckets = append(buckets, strconv.Itoa(i+1))
+		}
+	}
+	switch len(buckets) {
+	case 0:
+	case 1:
+		fmt.Fprintf(&b, "local v%s = redis.call('GET', KEYS[%s])\n", buckets[0], buckets[0])
+	default:
+		fmt.Fprintf(&b, "local vs = redis.call('MGET', KEYS[%s])\n", strings.Join(buckets, "], KEYS["))
+		for j, i := range buckets {
+			fmt.Fprintf(&b, "local v%s = vs[%d]\n", i, j+1)
+		}
+	}
+	if len(buckets) < len(leases) {
+		b.WriteString(leanScan)
+	}
+	var fits, reply []string
+	reply = append(reply, "now_s", "now_n")
+	for i, lease := range leases {
+		n := strconv.Itoa(i + 1)
+		if lease {
+			b.WriteString(part(leaseTake, i))
+			reply = append(reply, "ok"+n, "am"+n+" - (a"+n+" < am"+n+" and a"+n+" or am"+n+")", "retry"+n, "(add"+n+" > 0 and q"+n+" or 0)", "exp"+n)
+		} else {
+			b.WriteString(part(bucketTake, i))
+			reply = append(reply, "ok"+n, "rem"+n, "reset"+n, "retry"+n)
+		}
+		fits = append(fits, "(ok"+n+" == 1 or sh"+n+" == 1)")
+	}
+	fmt.Fprintf(&b, "local fits = %s\n", strings.Join(fits, " and "))
+	for i, lease := range leases {
+		if lease {
+			b.WriteString(part(leaseSave, i))
+		} else {
+			b.WriteString(part(bucketSave, i))
+		}
+	}
+	fmt.Fprintf(&b, "return pk('<%s', %s)\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "))
+	return b.String()
+}
+
+func genSettle(sh shape) string {
+	leases := sh.ops()
+	list, format := argList("clock, now_s, now_n, grace, idem, mark, t0s, t0n", leases, func(lease bool) string {
+		if lease {
+			return "l$, tk$, am$, x$, z$"
+		}
+		return "d$, am$, x$, y$, z$"
+	})
+	var b strings.Builder
+	b.WriteString(leanPrelude)
+	fmt.Fprintf(&b, "local %s = up('%s', ARGV[1])\n", list, format)
+	b.WriteString(leanTime)
+	b.WriteString("local ki, apply = 0, true\nif idem > 0 then ki = 1 end\n")
+	first, adjusts := -1, false
+	for i, lease := range leases {
+		if lease {
+			b.WriteString(part(leaseRead, i))
+			if first < 0 {
+				first = i
+			}
+		} else {
+			adjusts = true
+		}
+	}
+	switch {
+	case !adjusts:
+	case first >= 0:
+		b.WriteString(part(settleOnce, first))
+	default:
+		b.WriteString(settleOnceKeyOnly)
+	}
+	var reply []string
+	for i, lease := range leases {
+		if lease {
+			b.WriteString(part(leaseRelease, i))
+		} else {
+			b.WriteString(part(bucketAdjust, i))
+		}
+		reply = append(reply, "r"+strconv.Itoa(i+1))
+	}
+	fmt.Fprintf(&b, "return pk('<%s', %s)\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "))
+	return b.String()
+}
+
+// leanAcquireShape returns the shape of ops if the lean acquire scripts
+// take them: at most leanMax token buckets and concurrency limits.
+func leanAcquireShape(ops []admission.Op) (shape, bool) {
+	if len(ops) > leanMax {
+		return 0, false
+	}
+	sh := shape(1)
+	for i := range ops {
+		switch ops[i].Limiter.(*limiter).alg {
+		case admission.TokenBucket:
+			sh = sh.push(false)
+		case admission.Concurrency:
+			sh = sh.push(true)
+		default:
+			return 0, false
+		}
+	}
+	return sh, true
+}
+
+// leanSettleShape returns the shape of the ops with work if the lean
+// settle scripts take them: at most leanMax token bucket adjustments and
+// concurrency releases.
+func leanSettleShape(ops []admission.Op) (shape, bool) {
+	sh, n := shape(1), 0
 	for i := range ops {
 		op := &ops[i]
 		l := op.Limiter.(*limiter)
 		if !settles(l, op) {
 			continue
 		}
+		if n++; n > leanMax {
+			return 0, false
+		}
 		switch {
 		case l.alg == admission.TokenBucket && !op.Release:
+			sh = sh.push(false)
 		case l.alg == admission.Concurrency && op.Release:
+			sh = sh.push(true)
 		default:
-			return false
+			return 0, false
 		}
 	}
-	return true
+	return sh, true
 }
 
 // blob is the binary argument of a lean script. Passed as a pointer to
@@ -333,21 +506,20 @@ type blob struct{ b []byte }
 // MarshalBinary implements encoding.BinaryMarshaler.
 func (b *blob) MarshalBinary() ([]byte, error) { return b.b, nil }
 
-func (b *blob) put(v float64) { b.b = binary.LittleEndian.AppendUint64(b.b, math.Float64bits(v)) }
+func (b *blob) int(vs ...int64) {
+	for _, v := range vs {
+		b.b = binary.LittleEndian.AppendUint64(b.b, math.Float64bits(float64(v)))
+	}
+}
 
-func (b *blob) int(v int64) { b.put(float64(v)) }
-
-// header appends the clock, the instant and the grace.
+// leanHeader starts b with the clock, the instant and the grace.
 func (s *Store) leanHeader(b *blob, now int64, clock int) {
 	b.b = b.b[:0]
 	if s.cfg.CallerTime && clock == leanClockServer {
 		clock = leanClockCaller
 	}
 	sec, ns := split(now)
-	b.int(int64(clock))
-	b.int(sec)
-	b.int(ns)
-	b.int(s.grace)
+	b.int(int64(clock), sec, ns, s.grace)
 }
 
 // floats reads a lean script's reply.
@@ -368,36 +540,27 @@ func (r *floats) int() int64 {
 	return int64(math.Float64frombits(v))
 }
 
-// leanAcquire runs the lean acquire script over ops (see lean) and fills
+// leanAcquire runs the lean acquire script of shape sh over ops and fills
 // their grants as the generic script would.
-func (s *Store) leanAcquire(ctx context.Context, name string, ops []admission.Op, now int64) error {
+func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []admission.Op, now int64) error {
 	c := s.getCall()
 	s.leanHeader(&c.blob, now, leanClockServer)
-	c.blob.int(int64(len(ops)))
 	for i := range ops {
 		op := &ops[i]
 		l := op.Limiter.(*limiter)
 		c.keys = l.appendKeys(c.keys, op.Key)
-		kind := leanKindBucket
-		if l.alg == admission.Concurrency {
-			kind = leanKindLease
-		}
+		var shadow int64
 		if op.Shadow {
-			kind++
+			shadow = 1
 		}
-		c.blob.int(int64(kind))
-		c.blob.int(op.N)
-		c.blob.int(op.Limit.Amount)
 		if l.alg == admission.TokenBucket {
-			c.blob.int(op.Limit.Capacity())
-			c.blob.int(int64(op.Limit.Per))
+			c.blob.int(shadow, op.N, op.Limit.Amount, op.Limit.Capacity(), int64(op.Limit.Per))
 		} else {
-			c.blob.int(maxHold(&op.Limit))
-			c.blob.int(0)
+			c.blob.int(shadow, op.N, op.Limit.Amount, maxHold(&op.Limit), 0)
 		}
 	}
 	c.args = append(c.args, &c.blob)
-	reply, err := s.run(ctx, "", leanAcquireScript, name, len(ops), c.keys, c.args)
+	reply, err := s.run(ctx, "", leanAcquires.get(sh), name, len(ops), c.keys, c.args)
 	s.putCall(c)
 	if err != nil {
 		return err
@@ -450,10 +613,10 @@ func maxHold(lim *admission.Limit) int64 {
 	return int64(lim.MaxHold)
 }
 
-// leanSettleOps runs the lean settle script over the ops of a settle that
-// have work (see leanSettle).
-func (s *Store) leanSettleOps(ctx context.Context, ops []admission.Op, now int64) error {
-	count, mark := 0, 0
+// leanSettleOps runs the lean settle script of shape sh over the ops of a
+// settle that have work.
+func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op, now int64) error {
+	count, mark := 0, int64(0)
 	var t0 int64
 	var tag string
 	for i := range ops {
@@ -462,13 +625,8 @@ func (s *Store) leanSettleOps(ctx context.Context, ops []admission.Op, now int64
 			continue
 		}
 		count++
-		switch {
-		case !op.Release:
-			if tag == "" {
-				tag, t0 = Tag(op.Key), op.Grant.Stamp
-			}
-		case mark == 0:
-			mark = count
+		if !op.Release && tag == "" {
+			tag, t0 = Tag(op.Key), op.Grant.Stamp
 		}
 	}
 	if count == 0 {
@@ -478,19 +636,17 @@ func (s *Store) leanSettleOps(ctx context.Context, ops []admission.Op, now int64
 	clock, idem := leanClockServer, int64(0)
 	if tag == "" {
 		// Releases only: no time, nothing to apply twice.
-		clock, mark = leanClockUnneeded, 0
+		clock = leanClockUnneeded
 	} else {
 		idem = s.idemMS
 		c.keys = append(c.keys, s.settleKey(tag))
-		if t0 == 0 {
-			mark = 0
+		if t0 != 0 {
+			mark = 1
 		}
 	}
 	s.leanHeader(&c.blob, now, clock)
 	t0s, t0n := split(t0)
-	for _, v := range [...]int64{int64(count), idem, int64(mark), t0s, t0n} {
-		c.blob.int(v)
-	}
+	c.blob.int(idem, mark, t0s, t0n)
 	for i := range ops {
 		op := &ops[i]
 		l := op.Limiter.(*limiter)
@@ -499,17 +655,13 @@ func (s *Store) leanSettleOps(ctx context.Context, ops []admission.Op, now int64
 		}
 		c.keys = l.appendKeys(c.keys, op.Key)
 		if op.Release {
-			for _, v := range [...]int64{leanKindLease, op.Grant.Stamp, op.Grant.Taken, op.Limit.Amount, maxHold(&op.Limit)} {
-				c.blob.int(v)
-			}
-			continue
-		}
-		for _, v := range [...]int64{leanKindBucket, op.N, op.Limit.Amount, op.Limit.Capacity(), int64(op.Limit.Per)} {
-			c.blob.int(v)
+			c.blob.int(op.Grant.Stamp, op.Grant.Taken, op.Limit.Amount, maxHold(&op.Limit), 0)
+		} else {
+			c.blob.int(op.N, op.Limit.Amount, op.Limit.Capacity(), int64(op.Limit.Per), 0)
 		}
 	}
 	c.args = append(c.args, &c.blob)
-	reply, err := s.run(ctx, "", leanSettleScript, "settle", count, c.keys, c.args)
+	reply, err := s.run(ctx, "", leanSettles.get(sh), "settle", count, c.keys, c.args)
 	s.putCall(c)
 	r := floats{s: reply}
 	for i := range ops {

@@ -17,16 +17,7 @@ import (
 // client that retries after losing the first reply does: the first call
 // runs on the server, its reply is dropped, and the caller sees the second.
 type repeatSettles struct {
-	names    map[string]bool
 	repeated atomic.Int64
-}
-
-func newRepeatSettles() *repeatSettles {
-	h := &repeatSettles{names: map[string]bool{}}
-	for _, n := range redisstore.SettleScripts() {
-		h.names[n] = true
-	}
-	return h
 }
 
 func (h *repeatSettles) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -56,10 +47,10 @@ func (h *repeatSettles) settle(args []any) bool {
 	arg, _ := args[1].(string)
 	switch strings.ToLower(name) {
 	case "evalsha", "fcall":
-		return h.names[arg]
+		return redisstore.IsSettleScript(arg)
 	case "eval":
 		sum := sha1.Sum([]byte(arg))
-		return h.names[hex.EncodeToString(sum[:])]
+		return redisstore.IsSettleScript(hex.EncodeToString(sum[:]))
 	}
 	return false
 }
@@ -68,7 +59,7 @@ func (h *repeatSettles) settle(args []any) bool {
 // settle call twice (see repeatSettles), closed when the test ends.
 func newRepeatingClient(t testing.TB, addr string) (*redis.Client, *repeatSettles) {
 	c := newClient(t, addr)
-	h := newRepeatSettles()
+	h := &repeatSettles{}
 	c.AddHook(h)
 	return c, h
 }

@@ -59,10 +59,10 @@ func leanSettleCall(args []any) bool {
 	arg, _ := args[1].(string)
 	switch strings.ToLower(name) {
 	case "evalsha":
-		return arg == leanSettleScript.Hash()
+		return IsSettleScript(arg) && arg != settleScript.Hash()
 	case "eval":
 		sum := sha1.Sum([]byte(arg))
-		return hex.EncodeToString(sum[:]) == leanSettleScript.Hash()
+		return IsSettleScript(hex.EncodeToString(sum[:])) && hex.EncodeToString(sum[:]) != settleScript.Hash()
 	}
 	return false
 }

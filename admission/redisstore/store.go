@@ -527,17 +527,16 @@ func groupByTag(ops []admission.Op) [][]int {
 // acquireOne runs the acquire script of the algorithm of ops[0], the only
 // op.
 func (s *Store) acquireOne(ctx context.Context, ops []admission.Op, now int64) error {
-	alg := ops[0].Limiter.(*limiter).alg
-	if alg == admission.Concurrency {
-		return s.leanAcquire(ctx, "acquire", ops, now)
+	if sh, ok := leanAcquireShape(ops); ok {
+		return s.leanAcquire(ctx, "acquire", sh, ops, now)
 	}
-	return s.acquire(ctx, acquireScripts[alg], "acquire", ops, now)
+	return s.acquire(ctx, acquireScripts[ops[0].Limiter.(*limiter).alg], "acquire", ops, now)
 }
 
 // batch evaluates ops, whose keys may share a script, in one script.
 func (s *Store) batch(ctx context.Context, ops []admission.Op, now int64) error {
-	if lean(ops) {
-		return s.leanAcquire(ctx, "batch", ops, now)
+	if sh, ok := leanAcquireShape(ops); ok {
+		return s.leanAcquire(ctx, "batch", sh, ops, now)
 	}
 	return s.acquire(ctx, batchScript, "batch", ops, now)
 }
@@ -717,8 +716,8 @@ func (s *Store) settleKey(tag string) string {
 
 // settle runs the settle script over the ops that have work.
 func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error {
-	if leanSettle(ops) {
-		return s.leanSettleOps(ctx, ops, now)
+	if sh, ok := leanSettleShape(ops); ok {
+		return s.leanSettleOps(ctx, sh, ops, now)
 	}
 	for attempt := 0; ; attempt++ {
 		c := s.getCall()
