@@ -149,18 +149,18 @@ end
 `
 
 // bucketSave writes a token bucket back: what it took when the batch fits,
-// its refill otherwise; a full bucket is deleted.
+// its refill otherwise; a full bucket is deleted. Only taking permits
+// moves the instant a bucket is full again later: a refill keeps the key's
+// expiry, set when permits were last taken (the same holds for a refund).
 const bucketSave = `
-do
-  local a = a0$
-  if fits and ok$ == 1 then a = a$ end
-  if a >= x$ then
-    redis.call('DEL', KEYS[#])
-  else
-    local ms = ceil((x$ - a) * (y$ / am$) / 1000000)
-    if ms < 1 then ms = 1 end
-    redis.call('SET', KEYS[#], pk('<ddd', a, ts$, tn$), 'PX', fmt('%d', ms + grace))
-  end
+if fits and ok$ == 1 and n$ > 0 then
+  local ms = ceil((x$ - a$) * (y$ / am$) / 1000000)
+  if ms < 1 then ms = 1 end
+  redis.call('SET', KEYS[#], pk('<ddd', a$, ts$, tn$), 'PX', fmt('%d', ms + grace))
+elseif a0$ >= x$ then
+  if v$ then redis.call('DEL', KEYS[#]) end
+else
+  redis.call('SET', KEYS[#], pk('<ddd', a0$, ts$, tn$), 'KEEPTTL')
 end
 `
 
@@ -233,6 +233,8 @@ do
     if a >= x$ then
       a = x$
       redis.call('DEL', KEYS[ki + #])
+    elseif d$ < 0 then
+      redis.call('SET', KEYS[ki + #], pk('<ddd', a, ts, tn), 'KEEPTTL')
     else
       local ms = ceil((x$ - a) * (y$ / am$) / 1000000)
       if ms < 1 then ms = 1 end
