@@ -208,21 +208,35 @@ func (c *cell) fill(capacity, perNs float64, now int64) {
 }
 
 func (c *cell) bucketAcquire(l *Limit, n int64, now int64, g *Grant) {
-	perNs, nsPer := rates(l)
+	perNs, _ := rates(l)
 	capacity := l.Capacity()
 	c.fill(float64(capacity), perNs, now)
 	*g = Grant{Limit: capacity, Stamp: now}
 	if float64(n) <= c.a {
 		c.a -= float64(n)
 		g.OK, g.Taken = true, n
-	} else if n > capacity {
-		g.RetryAfter = Never
-	} else {
-		// Division, not multiplication by nsPer, keeps the retry exact.
-		g.RetryAfter = ceilDur((float64(n) - c.a) / perNs)
 	}
-	g.Remaining = floorNonNeg(c.a)
-	g.Reset = ceilDur((float64(capacity) - c.a) * nsPer)
+	BucketFigures(l, n, c.a, g)
+}
+
+// BucketFigures sets the Remaining and Reset of a token-bucket grant whose
+// partition holds available permits after the call, and its RetryAfter
+// when !g.OK (n permits did not fit), as the in-memory limiter computes
+// them. Stores that keep token buckets elsewhere use it so that their
+// figures are the in-memory limiter's.
+func BucketFigures(l *Limit, n int64, available float64, g *Grant) {
+	perNs, nsPer := rates(l)
+	capacity := l.Capacity()
+	switch {
+	case g.OK:
+	case n > capacity:
+		g.RetryAfter = Never
+	default:
+		// Division, not multiplication by nsPer, keeps the retry exact.
+		g.RetryAfter = ceilDur((float64(n) - available) / perNs)
+	}
+	g.Remaining = floorNonNeg(available)
+	g.Reset = ceilDur((float64(capacity) - available) * nsPer)
 }
 
 // Fixed window.

@@ -32,27 +32,29 @@ import (
 // Acquire: clock (0 for Redis TIME, 1 for the caller's instant), now_s,
 // now_n, grace_ms, then five per op: shadow (0 or 1), n, amount, then
 // capacity and per for a token bucket, max hold and 0 for a concurrency
-// limit. KEYS: one per op. The reply is now_s, now_n, then per op ok,
-// remaining, reset, retry for a token bucket and ok, remaining, retry,
-// lease, expired for a concurrency limit; the caller derives taken, limit
-// and the stamps (see leanAcquire).
+// limit. KEYS: one per op. The reply is now_s, now_n, then per op ok and
+// the permits left for a token bucket, ok, the cost in flight, the lease
+// and the leases reclaimed for a concurrency limit; the caller derives the
+// other figures (see leanAcquire).
 //
 // Settle: clock (2 when no token bucket is adjusted: a release does not
-// need the time), now_s, now_n, grace_ms, idem_ms, mark, t0_s, t0_n, then
-// five per op: delta, amount, capacity, per, 0 to adjust a token bucket;
-// lease, taken, amount, max hold, 0 to release a lease. KEYS: the
-// idempotency key when idem_ms is positive, then one per op. The reply is
-// the remaining figure of each op.
+// need the time), now_s, now_n, grace_ms, idem_ms, mark, t0_s, t0_n, keyed,
+// then five per op: delta, amount, capacity, per, 0 to adjust a token
+// bucket; lease, taken, amount, max hold, 0 to release a lease. KEYS: the
+// idempotency key when keyed is 1, then one per op. The reply is the
+// remaining figure of each op, or "K" when the settle needs an
+// idempotency key it was not given.
 //
 // A settle that adjusts a bucket must apply once even when the client
 // sends it again after losing the reply. The idempotency key records that
 // it was applied, except when it also releases a lease that cannot have
 // expired by the time a retry runs: the lease's absence then says the same
-// thing at no cost. mark is 1 when t0 is the instant the batch was
-// admitted (the token buckets' stamp), which the settle's first lease was
-// taken at: that lease lives until t0 + max hold, and retries run within
-// idem_ms of each other (as the idempotency key's own expiry assumes). A
-// settle already applied writes nothing and reports the current figures.
+// thing at no cost, and the caller sends no key. mark is 1 when t0 is the
+// instant the batch was admitted (the token buckets' stamp), which the
+// settle's first lease was taken at: that lease lives until t0 + max hold,
+// and retries run within idem_ms of each other (as the idempotency key's
+// own expiry assumes). A settle already applied writes nothing and reports
+// the current figures.
 
 // leanMax is the most ops a lean script takes: each op holds up to 20 Lua
 // locals, of the 200 a function may have.
@@ -117,7 +119,9 @@ end
 // key's index. Op $'s arguments are sh$ (or the settle's d$/l$), n$ (tk$),
 // am$, x$ and y$.
 
-// bucketTake refills a token bucket read into v$ and takes n$ from it.
+// bucketTake refills a token bucket read into v$ and takes n$ from it. The
+// reply carries what is left, a$: the caller derives the figures
+// (admission.BucketFigures).
 const bucketTake = `
 local a$, ts$, tn$ = x$, now_s, now_n
 if v$ then a$, ts$, tn$ = up('<ddd', v$) end
@@ -129,23 +133,8 @@ do
     ts$, tn$ = now_s, now_n
   end
 end
-local a0$, ok$, rem$, reset$, retry$ = a$, 0, 0, 0, 0
-if n$ <= a$ then
-  a$, ok$ = a$ - n$, 1
-elseif n$ > x$ then
-  retry$ = -1
-else
-  retry$ = ceil((n$ - a$) / (am$ / y$))
-  if retry$ > MAXD then retry$ = MAXD end
-end
-if a$ > 0 then rem$ = floor(a$) end
-do
-  local miss = (x$ - a$) * (y$ / am$)
-  if miss > 0 then
-    reset$ = ceil(miss)
-    if reset$ > MAXD then reset$ = MAXD end
-  end
-end
+local a0$, ok$ = a$, 0
+if n$ <= a$ then a$, ok$ = a$ - n$, 1 end
 `
 
 // bucketSave writes a token bucket back: what it took when the batch fits,
@@ -185,12 +174,10 @@ if a$ > 0 and (e$ == nil or e$ <= now$ or now$ > 4503599627370496) then
   hd$ = true
 end
 if a$ <= 0 then a$, e$ = 0, nil end
-local a0$, q0$, ok$, retry$, add$ = a$, q$, 0, 0, 0
+local a0$, q0$, ok$, add$ = a$, q$, 0, 0
 if a$ + n$ <= am$ then
   if n$ > 0 then q$, add$, a$ = q$ + 1, n$, a$ + n$ end
   ok$ = 1
-elseif n$ > am$ then
-  retry$ = -1
 end
 `
 
@@ -201,7 +188,7 @@ if fits and add$ > 0 then
   local exp, e, m = now$ + x$, e$, m$
   if exp > m then m = exp end
   if e == nil or exp < e then e = exp end
-  redis.call('HSET', KEYS[#], 'l' .. pk('<d', q$), pk('<dd', exp, add$), 'h', pk('<ddddd', b$, a$, q$, e, m))
+  redis.call('HSET', KEYS[#], pk('<c1d', 'l', q$), pk('<dd', exp, add$), 'h', pk('<ddddd', b$, a$, q$, e, m))
   local ms = ceil((m - now$) / 1000000)
   if ms < 1 then ms = 1 end
   redis.call('PEXPIRE', KEYS[#], fmt('%d', ms + grace))
@@ -247,7 +234,7 @@ end
 
 // leaseRead reads a concurrency partition's sums and lease l$.
 const leaseRead = `
-local f$ = 'l' .. pk('<d', l$)
+local f$ = pk('<c1d', 'l', l$)
 local h$ = redis.call('HMGET', KEYS[ki + #], 'h', f$)
 `
 
@@ -279,6 +266,8 @@ if idem > 0 then
   if mark > 0 and el < x$ - idem * 1000000 then
     -- The lease outlives any retry: held means not applied yet.
     apply = h$[2] ~= false
+  elseif ki == 0 then
+    return 'K'
   elseif not redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt('%d', idem)) then
     apply = false
   elseif mark > 0 and not h$[2] and el < x$ then
@@ -391,10 +380,10 @@ func genAcquire(sh shape) string {
 		n := strconv.Itoa(i + 1)
 		if lease {
 			b.WriteString(part(leaseTake, i))
-			reply = append(reply, "ok"+n, "am"+n+" - (a"+n+" < am"+n+" and a"+n+" or am"+n+")", "retry"+n, "(add"+n+" > 0 and q"+n+" or 0)", "exp"+n)
+			reply = append(reply, "ok"+n, "a"+n, "(add"+n+" > 0 and q"+n+" or 0)", "exp"+n)
 		} else {
 			b.WriteString(part(bucketTake, i))
-			reply = append(reply, "ok"+n, "rem"+n, "reset"+n, "retry"+n)
+			reply = append(reply, "ok"+n, "a"+n)
 		}
 		fits = append(fits, "(ok"+n+" == 1 or sh"+n+" == 1)")
 	}
@@ -412,7 +401,7 @@ func genAcquire(sh shape) string {
 
 func genSettle(sh shape) string {
 	leases := sh.ops()
-	list, format := argList("clock, now_s, now_n, grace, idem, mark, t0s, t0n", leases, func(lease bool) string {
+	list, format := argList("clock, now_s, now_n, grace, idem, mark, t0s, t0n, ki", leases, func(lease bool) string {
 		if lease {
 			return "l$, tk$, am$, x$, z$"
 		}
@@ -422,7 +411,7 @@ func genSettle(sh shape) string {
 	b.WriteString(leanPrelude)
 	fmt.Fprintf(&b, "local %s = up('%s', ARGV[1])\n", list, format)
 	b.WriteString(leanTime)
-	b.WriteString("local ki, apply = 0, true\nif idem > 0 then ki = 1 end\n")
+	b.WriteString("local apply = true\n")
 	first, adjusts := -1, false
 	for i, lease := range leases {
 		if lease {
@@ -530,7 +519,7 @@ type floats struct {
 	err bool
 }
 
-func (r *floats) int() int64 {
+func (r *floats) float() float64 {
 	if len(r.s) < 8 {
 		r.err = true
 		return 0
@@ -539,8 +528,10 @@ func (r *floats) int() int64 {
 	v := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 	r.s = s[8:]
-	return int64(math.Float64frombits(v))
+	return math.Float64frombits(v)
 }
+
+func (r *floats) int() int64 { return int64(r.float()) }
 
 // leanAcquire runs the lean acquire script of shape sh over ops and fills
 // their grants as the generic script would.
@@ -550,7 +541,7 @@ func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []ad
 	for i := range ops {
 		op := &ops[i]
 		l := op.Limiter.(*limiter)
-		c.keys = l.appendKeys(c.keys, op.Key)
+		c.putKey(func(b []byte) []byte { return l.appendKey(b, op.Key) })
 		var shadow int64
 		if op.Shadow {
 			shadow = 1
@@ -561,6 +552,7 @@ func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []ad
 			c.blob.int(shadow, op.N, op.Limit.Amount, maxHold(&op.Limit), 0)
 		}
 	}
+	c.flushKeys()
 	c.args = append(c.args, &c.blob)
 	reply, err := s.run(ctx, "", leanAcquires.get(sh), name, len(ops), c.keys, c.args)
 	s.putCall(c)
@@ -573,15 +565,18 @@ func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []ad
 	for i := range ops {
 		op := &ops[i]
 		g := &op.Grant
-		*g = admission.Grant{OK: r.int() == 1, Remaining: r.int()}
+		*g = admission.Grant{OK: r.float() == 1}
+		left := r.float()
 		if op.Limiter.(*limiter).alg == admission.TokenBucket {
 			g.Limit = op.Limit.Capacity()
-			g.Reset = dur(r.int())
-			g.RetryAfter = dur(r.int())
 			g.Stamp = ss*1e9 + sn
+			admission.BucketFigures(&op.Limit, op.N, left, g)
 		} else {
 			g.Limit = op.Limit.Amount
-			g.RetryAfter = dur(r.int())
+			g.Remaining = g.Limit - min(int64(left), g.Limit)
+			if !g.OK && op.N > g.Limit {
+				g.RetryAfter = admission.Never
+			}
 			g.Stamp = r.int()
 			g.Expired = int32(r.int())
 		}
@@ -618,7 +613,7 @@ func maxHold(lim *admission.Limit) int64 {
 // leanSettleOps runs the lean settle script of shape sh over the ops of a
 // settle that have work.
 func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op, now int64) error {
-	count, mark := 0, int64(0)
+	count, hold := 0, int64(-1)
 	var t0 int64
 	var tag string
 	for i := range ops {
@@ -627,44 +622,70 @@ func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op,
 			continue
 		}
 		count++
-		if !op.Release && tag == "" {
+		switch {
+		case !op.Release && tag == "":
 			tag, t0 = Tag(op.Key), op.Grant.Stamp
+		case op.Release && hold < 0:
+			hold = maxHold(&op.Limit)
 		}
 	}
 	if count == 0 {
 		return nil
 	}
-	c := s.getCall()
-	clock, idem := leanClockServer, int64(0)
+	clock, idem, mark, keyed := leanClockServer, int64(0), int64(0), false
 	if tag == "" {
 		// Releases only: no time, nothing to apply twice.
 		clock = leanClockUnneeded
 	} else {
 		idem = s.idemMS
-		c.keys = append(c.keys, s.settleKey(tag))
-		if t0 != 0 {
+		if t0 != 0 && hold >= 0 {
 			mark = 1
 		}
+		// Unless the lease marks the settle, the script needs an
+		// idempotency key: send one when the lease may be near its expiry
+		// by this replica's clock (if the server's says so when this one
+		// did not, the script asks for a key and the call is made again).
+		keyed = mark == 0 || now-t0 >= hold-2*idem*1e6
 	}
-	s.leanHeader(&c.blob, now, clock)
-	t0s, t0n := split(t0)
-	c.blob.int(idem, mark, t0s, t0n)
-	for i := range ops {
-		op := &ops[i]
-		l := op.Limiter.(*limiter)
-		if !settles(l, op) {
+	for {
+		c := s.getCall()
+		if keyed {
+			c.putKey(func(b []byte) []byte { return s.appendSettleKey(b, tag) })
+		}
+		s.leanHeader(&c.blob, now, clock)
+		t0s, t0n := split(t0)
+		ki := int64(0)
+		if keyed {
+			ki = 1
+		}
+		c.blob.int(idem, mark, t0s, t0n, ki)
+		for i := range ops {
+			op := &ops[i]
+			l := op.Limiter.(*limiter)
+			if !settles(l, op) {
+				continue
+			}
+			c.putKey(func(b []byte) []byte { return l.appendKey(b, op.Key) })
+			if op.Release {
+				c.blob.int(op.Grant.Stamp, op.Grant.Taken, op.Limit.Amount, maxHold(&op.Limit), 0)
+			} else {
+				c.blob.int(op.N, op.Limit.Amount, op.Limit.Capacity(), int64(op.Limit.Per), 0)
+			}
+		}
+		c.flushKeys()
+		c.args = append(c.args, &c.blob)
+		reply, err := s.run(ctx, "", leanSettles.get(sh), "settle", count, c.keys, c.args)
+		s.putCall(c)
+		if err == nil && reply == "K" && !keyed {
+			keyed = true
 			continue
 		}
-		c.keys = l.appendKeys(c.keys, op.Key)
-		if op.Release {
-			c.blob.int(op.Grant.Stamp, op.Grant.Taken, op.Limit.Amount, maxHold(&op.Limit), 0)
-		} else {
-			c.blob.int(op.N, op.Limit.Amount, op.Limit.Capacity(), int64(op.Limit.Per), 0)
-		}
+		return settled(ops, reply, err)
 	}
-	c.args = append(c.args, &c.blob)
-	reply, err := s.run(ctx, "", leanSettles.get(sh), "settle", count, c.keys, c.args)
-	s.putCall(c)
+}
+
+// settled records a lean settle's reply, or its error, in ops.
+func settled(ops []admission.Op, reply string, err error) error {
 	r := floats{s: reply}
 	for i := range ops {
 		op := &ops[i]

@@ -17,12 +17,13 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// laterRetry is a client hook that runs every lean settle twice, the
-// second time delay later (in the caller's time the store passes), as a
-// retry after a lost reply that reaches the server late.
+// laterRetry is a client hook that moves the instant of every lean settle
+// by skew (in the caller's time the store passes: a replica whose clock is
+// behind the server's), and with a delay runs it twice, the second time
+// delay later, as a retry after a lost reply that reaches the server late.
 type laterRetry struct {
-	delay   time.Duration
-	retried int
+	skew, delay    time.Duration
+	calls, retried int
 }
 
 func (h *laterRetry) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -37,21 +38,30 @@ func (h *laterRetry) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if len(args) < 3 || !leanSettleCall(args) {
 			return next(ctx, cmd)
 		}
+		h.calls++
+		// The blob is the last argument: move its instant.
+		b := args[len(args)-1].(*blob)
+		args[len(args)-1] = moved(b, h.skew)
+		if h.delay == 0 {
+			return next(ctx, cmd)
+		}
 		if err := next(ctx, cmd); err != nil {
 			return err
 		}
-		// The blob is the last argument: move its instant.
-		b := args[len(args)-1].(*blob)
-		sec := int64(floatAt(b.b, 1))
-		ns := int64(floatAt(b.b, 2))
-		later := &blob{b: append([]byte(nil), b.b...)}
-		sec, ns = split(sec*1e9 + ns + int64(h.delay))
-		binary.LittleEndian.PutUint64(later.b[8:], math.Float64bits(float64(sec)))
-		binary.LittleEndian.PutUint64(later.b[16:], math.Float64bits(float64(ns)))
-		args[len(args)-1] = later
+		args[len(args)-1] = moved(b, h.skew+h.delay)
 		h.retried++
 		return next(ctx, cmd)
 	}
+}
+
+// moved returns a copy of a lean settle's argument with its instant moved
+// by d.
+func moved(b *blob, d time.Duration) *blob {
+	sec, ns := split(int64(floatAt(b.b, 1))*1e9 + int64(floatAt(b.b, 2)) + int64(d))
+	m := &blob{b: append([]byte(nil), b.b...)}
+	binary.LittleEndian.PutUint64(m.b[8:], math.Float64bits(float64(sec)))
+	binary.LittleEndian.PutUint64(m.b[16:], math.Float64bits(float64(ns)))
+	return m
 }
 
 func leanSettleCall(args []any) bool {
@@ -74,9 +84,9 @@ func floatAt(b []byte, i int) float64 {
 // TestSettleRetriedLater settles a request holding a token bucket refund
 // and a concurrency lease (MaxHold 10s; the 250ms timeout makes retries
 // happen within 1s of each other) at instants around the lease's expiry,
-// with a retry that runs later than the first attempt, and requires the
-// refund to apply exactly once: the figures are those of a store whose
-// settlement ran once.
+// with a retry that runs later than the first attempt or a server clock
+// ahead of the replica's, and requires the refund to apply exactly once:
+// the figures are those of a store whose settlement ran once.
 func TestSettleRetriedLater(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
@@ -87,15 +97,21 @@ func TestSettleRetriedLater(t *testing.T) {
 		name   string
 		settle time.Duration // after the admission
 		reap   bool          // another request reclaims the expired lease first
+		skew   time.Duration // of the server's clock ahead of the replica's
 		delay  time.Duration // of the retry
 		key    bool          // an idempotency key is written
+		calls  int           // lean settle calls, retries included
 	}{
-		{"lease marks it, retry too", 2 * time.Second, false, 500 * ms, false},
-		{"lease marks it, retry after the key's window", 8500 * ms, false, 900 * ms, true},
-		{"key marks it, lease alive", 9500 * ms, false, 400 * ms, true},
-		{"key marks it, retry after expiry", 9500 * ms, false, 900 * ms, true},
-		{"lease expired and reclaimed", 10500 * ms, true, 900 * ms, true},
-		{"lease expired, not reclaimed", 10500 * ms, false, 900 * ms, true},
+		{"lease marks it, retry too", 2 * time.Second, false, 0, 500 * ms, false, 2},
+		{"lease marks it, retry after the key's window", 8500 * ms, false, 0, 900 * ms, true, 2},
+		{"key marks it, lease alive", 9500 * ms, false, 0, 400 * ms, true, 2},
+		{"key marks it, retry after expiry", 9500 * ms, false, 0, 900 * ms, true, 2},
+		{"lease expired and reclaimed", 10500 * ms, true, 0, 900 * ms, true, 2},
+		{"lease expired, not reclaimed", 10500 * ms, false, 0, 900 * ms, true, 2},
+		// The replica sends no key, the server's clock says one is needed:
+		// the script asks for one and the settle is sent again with it.
+		{"replica's clock behind", 7500 * ms, false, 1600 * ms, 0, true, 2},
+		{"replica's clock behind, retried", 7500 * ms, false, 1600 * ms, 300 * ms, true, 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,10 +155,10 @@ func TestSettleRetriedLater(t *testing.T) {
 				return after[0].Grant, after[1].Grant
 			}
 			wantT, wantC := run(nil)
-			h := &laterRetry{delay: tc.delay}
+			h := &laterRetry{skew: tc.skew, delay: tc.delay}
 			gotT, gotC := run(h)
-			if h.retried != 1 {
-				t.Fatalf("%d settles retried; want 1", h.retried)
+			if h.calls+h.retried != tc.calls {
+				t.Fatalf("%d settle calls; want %d", h.calls+h.retried, tc.calls)
 			}
 			keys, err := redistest.Do(srv.Addr, "KEYS", prefix+"*:settle:*")
 			if err != nil {

@@ -249,12 +249,33 @@ func Tag(key string) string {
 
 // appendKeys appends the Redis keys of partition key to dst.
 func (l *limiter) appendKeys(dst []string, key string) []string {
-	tag := Tag(key)
 	if l.nkeys() == 1 {
-		return append(dst, l.s.cfg.Prefix+"{"+tag+"}"+l.infix+key)
+		var b [128]byte
+		return append(dst, string(l.appendKey(b[:0], key)))
 	}
-	base := l.s.cfg.Prefix + "{" + tag + "}" + l.infix
+	base := l.s.cfg.Prefix + "{" + Tag(key) + "}" + l.infix
 	return append(dst, base+"h:"+key, base+"z:"+key)
+}
+
+// appendKey appends the Redis key of partition key to dst, for the
+// algorithms that keep a partition in one key.
+func (l *limiter) appendKey(dst []byte, key string) []byte {
+	dst = append(dst, l.s.cfg.Prefix...)
+	dst = append(dst, '{')
+	dst = append(dst, Tag(key)...)
+	dst = append(dst, '}')
+	dst = append(dst, l.infix...)
+	return append(dst, key...)
+}
+
+// appendSettleKey appends a new idempotency key in the slot of tag: it
+// makes a settle that the client retries (after a lost reply) apply once.
+func (s *Store) appendSettleKey(dst []byte, tag string) []byte {
+	dst = append(dst, s.cfg.Prefix...)
+	dst = append(dst, '{')
+	dst = append(dst, tag...)
+	dst = append(dst, "}:settle:"...)
+	return strconv.AppendUint(dst, rand.Uint64(), 36)
 }
 
 // call is a reusable argument buffer for one script call.
@@ -262,6 +283,25 @@ type call struct {
 	keys []string
 	args []any
 	blob blob // the lean scripts' argument
+	// The lean scripts' keys are built in kbuf, ending at kend, and made
+	// strings with one allocation (flushKeys).
+	kbuf []byte
+	kend []int
+}
+
+// putKey appends a key, written by add, for flushKeys.
+func (c *call) putKey(add func([]byte) []byte) {
+	c.kbuf = add(c.kbuf)
+	c.kend = append(c.kend, len(c.kbuf))
+}
+
+// flushKeys appends the keys of putKey to c.keys.
+func (c *call) flushKeys() {
+	all, start := string(c.kbuf), 0
+	for _, end := range c.kend {
+		c.keys = append(c.keys, all[start:end])
+		start = end
+	}
 }
 
 func (s *Store) getCall() *call { return s.pool.Get().(*call) }
@@ -269,7 +309,7 @@ func (s *Store) getCall() *call { return s.pool.Get().(*call) }
 func (s *Store) putCall(c *call) {
 	clear(c.keys)
 	clear(c.args)
-	c.keys, c.args, c.blob.b = c.keys[:0], c.args[:0], c.blob.b[:0]
+	c.keys, c.args, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
 	s.pool.Put(c)
 }
 
@@ -707,13 +747,6 @@ func settles(l *limiter, op *admission.Op) bool {
 	return op.N != 0
 }
 
-// settleKey returns a new idempotency key in the slot of tag: it makes a
-// settle that the client retries (after a lost reply) apply once.
-func (s *Store) settleKey(tag string) string {
-	var id [13]byte
-	return s.cfg.Prefix + "{" + tag + "}:settle:" + string(strconv.AppendUint(id[:0], rand.Uint64(), 36))
-}
-
 // settle runs the settle script over the ops that have work.
 func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error {
 	if sh, ok := leanSettleShape(ops); ok {
@@ -739,7 +772,8 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 		}
 		s.header(c, now, count)
 		if adjusts {
-			c.keys = append(c.keys, s.settleKey(tag))
+			var b [64]byte
+			c.keys = append(c.keys, string(s.appendSettleKey(b[:0], tag)))
 			c.args = append(c.args, s.idemTTL)
 		} else {
 			c.args = append(c.args, 0)
