@@ -37,17 +37,23 @@
 // Settling a ticket (refund or charge of a weighted cost, release of a
 // concurrency lease) is one script call for all its policies. A settlement
 // at the estimate with nothing to release makes no call at all. Releasing
-// is idempotent, and adjustments carry an idempotency key (kept for
-// max(1s, 4×Timeout)) so that a call the client retries after a lost reply
-// is applied once.
+// is idempotent, and an adjustment applies once even when the client
+// retries the call after losing its reply: when the settlement also
+// releases a lease taken in the same batch, and the lease cannot expire
+// before a retry runs, the lease's release marks it applied; otherwise the
+// call carries an idempotency key (kept for max(1s, 4×Timeout)). A
+// settlement found applied already changes nothing and reports the current
+// figures.
 //
 // Scripts: the single-policy token bucket, the most common decision, is a
 // straight-through script run with EVALSHA (NOSCRIPT handled by loading
-// it). So are the most common multi-policy requests: a batch made only of
+// it). So are the most common multi-policy requests: a batch of up to eight
 // token buckets and concurrency limits (requests, tokens, in flight), a
 // single concurrency acquire, and settlements that only adjust buckets and
-// release leases run lean scripts written for those two algorithms, which
-// cost the server a third less time than the generic code. Everything else
+// release leases run lean scripts, generated once for each sequence of
+// those two algorithms: straight-line code with one binary argument and a
+// binary reply, without the generic code's function tables, loops and
+// number formatting. Everything else
 // runs as functions of one library loaded with
 // FUNCTION LOAD on Redis 7 and later (on every master of a Cluster), so the
 // server does not redefine the algorithms at every call; the library is
