@@ -536,6 +536,17 @@ func (r *floats) int() int64 { return int64(r.float()) }
 // leanAcquire runs the lean acquire script of shape sh over ops and fills
 // their grants as the generic script would.
 func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []admission.Op, now int64) error {
+	c := s.leanAcquireCall(ops, now)
+	reply, err := s.run(ctx, "", leanAcquires.get(sh), name, len(ops), c.keys, c.args)
+	s.putCall(c)
+	if err != nil {
+		return err
+	}
+	return leanGrants(ops, reply)
+}
+
+// leanAcquireCall returns the keys and argument of the lean acquire of ops.
+func (s *Store) leanAcquireCall(ops []admission.Op, now int64) *call {
 	c := s.getCall()
 	s.leanHeader(&c.blob, now, leanClockServer)
 	for i := range ops {
@@ -554,11 +565,11 @@ func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []ad
 	}
 	c.flushKeys()
 	c.args = append(c.args, &c.blob)
-	reply, err := s.run(ctx, "", leanAcquires.get(sh), name, len(ops), c.keys, c.args)
-	s.putCall(c)
-	if err != nil {
-		return err
-	}
+	return c
+}
+
+// leanGrants fills the grants of ops from a lean acquire's reply.
+func leanGrants(ops []admission.Op, reply string) error {
 	r := floats{s: reply}
 	ss, sn := r.int(), r.int()
 	fits := true

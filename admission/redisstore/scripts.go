@@ -522,52 +522,6 @@ end
 `,
 }
 
-// luaTokenBucket is the single-policy token bucket acquire, the most
-// common decision, written straight through: defining the generic
-// script's functions and tables costs more server time per call than the
-// decision itself. It takes the same arguments and computes the same
-// figures as ALG[0] under the generic driver (the tests compare both with
-// the in-memory limiter), from fewer arguments: ARGV is now_s, now_n,
-// grace_ms, n, amount, capacity, per; the reply is "ok remaining reset
-// retry" (the caller knows the rest).
-const luaTokenBucket = `
-if redis.replicate_commands then redis.replicate_commands() end` + luaNow + `
-local MAXD = 4611686018427387903
-local k = KEYS[1]
-local n, amount, cap, per = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local rate = amount / per
-local a, ts, tn
-local v = redis.call('GET', k)
-if v then a, ts, tn = struct.unpack('<ddd', v) else a, ts, tn = cap, now_s, now_n end
-local el = (now_s - ts) * 1000000000 + (now_n - tn)
-if el > 0 then
-  a = math.min(cap, a + el * rate)
-  ts, tn = now_s, now_n
-end
-local ok, taken, retry = 0, 0, 0
-if n <= a then
-  a = a - n
-  ok, taken = 1, n
-elseif n > cap then
-  retry = -1
-else
-  retry = math.min(math.ceil((n - a) / rate), MAXD)
-end
-local miss = (cap - a) * (per / amount)
-local reset = 0
-if miss > 0 then reset = math.min(math.ceil(miss), MAXD) end
-if a >= cap then
-  redis.call('DEL', k)
-else
-  local ms = math.ceil(miss / 1000000)
-  if ms < 1 then ms = 1 end
-  redis.call('SET', k, struct.pack('<ddd', a, ts, tn), 'PX', string.format('%d', ms + tonumber(ARGV[3])))
-end
-local rem = 0
-if a > 0 then rem = math.floor(a) end
-return string.format('%d %d %d %d', ok, rem, reset, retry)
-`
-
 // luaNow sets now_s and now_n from the server's TIME, or from the caller's
 // instant in ARGV[1] and ARGV[2] (caller-time test mode).
 const luaNow = `
@@ -728,5 +682,4 @@ func init() {
 		}
 		acquireScripts[a] = redis.NewScript(luaPrelude + src + luaAcquire)
 	}
-	acquireScripts[admission.TokenBucket] = redis.NewScript(luaTokenBucket)
 }

@@ -401,48 +401,11 @@ func nowNanos(now time.Time) int64 {
 
 // Acquire implements admission.Limiter with one script call.
 func (l *limiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time, g *admission.Grant) error {
-	if l.alg == admission.TokenBucket {
-		var err error
-		*g, err = l.acquireBucket(ctx, key, *lim, n, nowNanos(now))
-		return err
-	}
 	var ops [1]admission.Op
 	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, N: n}
 	err := l.s.acquireOne(ctx, ops[:], nowNanos(now))
 	*g = ops[0].Grant
 	return err
-}
-
-// acquireBucket runs the straight-through token bucket script.
-func (l *limiter) acquireBucket(ctx context.Context, key string, lim admission.Limit, n int64, now int64) (admission.Grant, error) {
-	s := l.s
-	c := s.getCall()
-	c.keys = l.appendKeys(c.keys, key)
-	if s.cfg.CallerTime {
-		sec, ns := split(now)
-		c.args = append(c.args, sec, ns)
-	} else {
-		c.args = append(c.args, "", "")
-	}
-	c.args = append(c.args, s.graceArg, n)
-	c.args = l.params(c.args, lim, now)[:7]
-	reply, err := s.run(ctx, "", acquireScripts[admission.TokenBucket], "acquire", 1, c.keys, c.args)
-	s.putCall(c)
-	if err != nil {
-		return admission.Grant{}, err
-	}
-	r := reader{s: reply}
-	g := admission.Grant{OK: r.int() == 1, Limit: lim.Capacity()}
-	g.Remaining = r.int()
-	g.Reset = dur(r.int())
-	g.RetryAfter = dur(r.int())
-	if g.OK {
-		g.Taken = n
-	}
-	if r.err {
-		return admission.Grant{}, fmt.Errorf("redisstore: malformed reply %q", reply)
-	}
-	return g, nil
 }
 
 // AcquireBatch implements admission.Batcher: one script evaluates every op
@@ -458,12 +421,6 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.T
 	}
 	ns := nowNanos(now)
 	if len(ops) == 1 {
-		l := ops[0].Limiter.(*limiter)
-		if l.alg == admission.TokenBucket {
-			g, err := l.acquireBucket(ctx, ops[0].Key, ops[0].Limit, ops[0].N, ns)
-			ops[0].Grant = g
-			return err
-		}
 		return s.acquireOne(ctx, ops, ns)
 	}
 	if !s.sharded || sameTag(ops) {
