@@ -79,42 +79,6 @@ if clock == 0 then
 end
 `
 
-// leanScan reclaims the expired leases of a concurrency partition (and
-// rebases its expiries when they grow large); it returns the partition's
-// new base, instant, latest and earliest expiry, cost in flight and the
-// number of leases reclaimed.
-const leanScan = `
-local function scan(k, b, now, m, a)
-  local shift = 0
-  if now > 4503599627370496 then
-    shift = (now_s - b) * E9
-    b, now, m = now_s, now_n, m - shift
-  end
-  local all = redis.call('HGETALL', k)
-  local dels, e, expired = {}, nil, 0
-  for x = 1, #all, 2 do
-    local f = all[x]
-    if string.byte(f, 1) == 108 then
-      local exp, cost = up('<dd', all[x + 1])
-      exp = exp - shift
-      if exp <= now then
-        dels[#dels + 1] = f
-        a = a - cost
-        expired = expired + 1
-      else
-        if shift ~= 0 then redis.call('HSET', k, f, pk('<dd', exp, cost)) end
-        if e == nil or exp < e then e = exp end
-      end
-    end
-  end
-  for x = 1, #dels, 500 do
-    redis.call('HDEL', k, unpack(dels, x, math.min(x + 499, #dels)))
-  end
-  if e == nil then a = 0 end
-  return b, now, m, e, a, expired
-end
-`
-
 // The per-op parts of the scripts: $ stands for the op's number, # for its
 // key's index. Op $'s arguments are sh$ (or the settle's d$/l$), n$ (tk$),
 // am$, x$ and y$.
@@ -170,7 +134,7 @@ end
 local now$ = (now_s - b$) * E9 + now_n
 local exp$, hd$ = 0, false
 if a$ > 0 and (e$ == nil or e$ <= now$ or now$ > 4503599627370496) then
-  b$, now$, m$, e$, a$, exp$ = scan(KEYS[#], b$, now$, m$, a$)
+  b$, now$, m$, e$, a$, exp$ = lease_scan(KEYS[#], now_s, now_n, b$, now$, m$, a$)
   hd$ = true
 end
 if a$ <= 0 then a$, e$ = 0, nil end
@@ -372,7 +336,7 @@ func genAcquire(sh shape) string {
 		}
 	}
 	if len(buckets) < len(leases) {
-		b.WriteString(leanScan)
+		b.WriteString(luaLeaseScan)
 	}
 	var fits, reply []string
 	reply = append(reply, "now_s", "now_n")

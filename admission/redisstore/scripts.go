@@ -104,6 +104,44 @@ local function mseq(m) return tonumber(string.match(m, '^(%d+):')) end
 local ALG = {}
 `
 
+// luaLeaseScan reclaims the expired leases of a concurrency partition
+// and, when its expiries grow large, rebases them on the current second
+// s. Given the partition's key, the instant (s, n), its base second b, the
+// instant now relative to it, its latest expiry m and cost in flight a, it
+// returns the new b, now, m, the earliest expiry left (nil for none), the
+// cost in flight and the number of leases reclaimed.
+const luaLeaseScan = `
+local function lease_scan(k, s, n, b, now, m, a)
+  local shift = 0
+  if now > 4503599627370496 then
+    shift = (s - b) * 1000000000
+    b, now, m = s, n, m - shift
+  end
+  local all = redis.call('HGETALL', k)
+  local dels, e, expired = {}, nil, 0
+  for x = 1, #all, 2 do
+    local f = all[x]
+    if string.byte(f, 1) == 108 then
+      local exp, cost = struct.unpack('<dd', all[x + 1])
+      exp = exp - shift
+      if exp <= now then
+        dels[#dels + 1] = f
+        a = a - cost
+        expired = expired + 1
+      else
+        if shift ~= 0 then redis.call('HSET', k, f, struct.pack('<dd', exp, cost)) end
+        if e == nil or exp < e then e = exp end
+      end
+    end
+  end
+  for x = 1, #dels, 500 do
+    redis.call('HDEL', k, unpack(dels, x, math.min(x + 499, #dels)))
+  end
+  if e == nil then a = 0 end -- no lease left, whatever the sum said
+  return b, now, m, e, a, expired
+end
+`
+
 var luaAlg = map[admission.Algorithm]string{
 	admission.TokenBucket: `
 ALG[0] = {nkeys = 1, keep = true}
@@ -375,7 +413,7 @@ ALG[3].flush = function(o)
   end
 end
 `,
-	admission.Concurrency: `
+	admission.Concurrency: luaLeaseScan + `
 -- One hash per partition: a field h holding five float64s (struct) b
 -- (base second), a (cost in flight), q (lease counter, see load), e
 -- (earliest lease expiry, a lower bound; -1 for none) and m (latest
@@ -404,33 +442,7 @@ ALG[4].load = function(o)
   o.now = tdiff(o.s, o.n, o.b, 0)
   o.expired = 0
   if o.a > 0 and (o.e == nil or o.e <= o.now or o.now > 4503599627370496) then
-    local shift = 0
-    if o.now > 4503599627370496 then
-      shift = (o.s - o.b) * E9
-      o.b, o.now, o.m = o.s, o.n, o.m - shift
-    end
-    local all = redis.call('HGETALL', o.k1)
-    local e, dels = nil, {}
-    for i = 1, #all, 2 do
-      local f = all[i]
-      if string.byte(f, 1) == 108 then
-        local exp, cost = struct.unpack('<dd', all[i + 1])
-        exp = exp - shift
-        if exp <= o.now then
-          dels[#dels + 1] = f
-          o.a = o.a - cost
-          o.expired = o.expired + 1
-        else
-          if shift ~= 0 then redis.call('HSET', o.k1, f, struct.pack('<dd', exp, cost)) end
-          if e == nil or exp < e then e = exp end
-        end
-      end
-    end
-    for i = 1, #dels, 500 do
-      redis.call('HDEL', o.k1, unpack(dels, i, math.min(i + 499, #dels)))
-    end
-    o.e = e
-    if e == nil then o.a = 0 end -- no lease left, whatever the sum said
+    o.b, o.now, o.m, o.e, o.a, o.expired = lease_scan(o.k1, o.s, o.n, o.b, o.now, o.m, o.a)
     o.hdirty = true
   end
   if o.a <= 0 then o.a, o.e = 0, nil end
