@@ -45,15 +45,13 @@
 // settlement found applied already changes nothing and reports the current
 // figures.
 //
-// Scripts: the single-policy token bucket, the most common decision, is a
-// straight-through script run with EVALSHA (NOSCRIPT handled by loading
-// it). So are the most common multi-policy requests: a batch of up to eight
-// token buckets and concurrency limits (requests, tokens, in flight), a
-// single concurrency acquire, and settlements that only adjust buckets and
-// release leases run lean scripts, generated once for each sequence of
-// those two algorithms: straight-line code with one binary argument and a
-// binary reply, without the generic code's function tables, loops and
-// number formatting. Everything else
+// Scripts: the most common decisions, token buckets and concurrency
+// limits alone or up to eight together (requests, tokens, in flight), and
+// settlements that only adjust buckets and release leases, run lean
+// scripts with EVALSHA (NOSCRIPT handled by loading them), generated once
+// for each sequence of those two algorithms: straight-line code with one
+// binary argument and a binary reply, without the generic code's function
+// tables, loops and number formatting. Everything else
 // runs as functions of one library loaded with
 // FUNCTION LOAD on Redis 7 and later (on every master of a Cluster), so the
 // server does not redefine the algorithms at every call; the library is
