@@ -158,7 +158,26 @@ func errorsIsRejection(err error) bool {
 // checks a request's policies keyed by tenant run in one script there.
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	client := newClusterClient(t, cl.Addrs)
+	testSharded(t, newClusterClient(t, cl.Addrs), cl.Addrs)
+}
+
+// TestRing does the same on a Ring of two servers, which shards keys by
+// their hash tag on the client.
+func TestRing(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	client := redis.NewRing(&redis.RingOptions{
+		Addrs:                 map[string]string{"a": a.Addr, "b": b.Addr},
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { client.Close() })
+	testSharded(t, client, []string{a.Addr, b.Addr})
+}
+
+// testSharded runs the conformance tables on client, whose keys are
+// spread over the servers at addrs by hash tag, and checks a request's
+// policies keyed by tenant run in one script there, and policies in
+// different slots in one script each, all or nothing.
+func testSharded(t *testing.T, client redis.UniversalClient, addrs []string) {
 	t.Run("conformance", func(t *testing.T) {
 		admissiontest.RunCases(t, callerTimeStores(client))
 	})
@@ -168,7 +187,7 @@ func TestCluster(t *testing.T) {
 		ctx := context.Background()
 		calls := func() int {
 			n := 0
-			for _, a := range cl.Addrs {
+			for _, a := range addrs {
 				n += scriptCalls(t, a)
 			}
 			return n
@@ -190,7 +209,12 @@ func TestCluster(t *testing.T) {
 			tk.Settle(admission.Usage{Tokens: 5})
 		}
 		if got := calls() - before; got != 40 {
-			t.Errorf("20 requests under 3 policies on Cluster: %d script calls; want 40 (one admit, one settle each)", got)
+			t.Errorf("20 requests under 3 policies: %d script calls; want 40 (one admit, one settle each)", got)
+		}
+		for _, a := range addrs {
+			if scriptCalls(t, a) == 0 {
+				t.Errorf("no script call on %s: the 20 tenants were not spread over the servers", a)
+			}
 		}
 	})
 	t.Run("different_slots", func(t *testing.T) {
