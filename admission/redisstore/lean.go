@@ -69,7 +69,7 @@ const (
 // leanPrelude starts every lean script.
 const leanPrelude = `
 local up, pk, fmt, ceil, floor = struct.unpack, struct.pack, string.format, math.ceil, math.floor
-local E9, MAXD = 1000000000, 4611686018427387903
+local E9 = 1000000000
 `
 
 const leanTime = `
