@@ -14,10 +14,33 @@ package shadow
 import "github.com/sluicehq/sluice/admission"
 
 // Join returns an observer that passes every event to each of obs in
-// order.
-func Join(obs ...admission.Observer) admission.Observer { return multi(obs) }
+// order. When some of obs are admission.StoreCallObservers (the metrics
+// observer is), so is the result, and it passes store calls to them.
+func Join(obs ...admission.Observer) admission.Observer {
+	var calls []admission.StoreCallObserver
+	for _, o := range obs {
+		if c, ok := o.(admission.StoreCallObserver); ok {
+			calls = append(calls, c)
+		}
+	}
+	if len(calls) == 0 {
+		return multi(obs)
+	}
+	return multiCalls{multi(obs), calls}
+}
 
 type multi []admission.Observer
+
+type multiCalls struct {
+	multi
+	calls []admission.StoreCallObserver
+}
+
+func (m multiCalls) StoreCall(c admission.StoreCall) {
+	for _, o := range m.calls {
+		o.StoreCall(c)
+	}
+}
 
 func (m multi) Decision(d *admission.Decision) {
 	for _, o := range m {

@@ -206,4 +206,24 @@ func TestJoin(t *testing.T) {
 	if len(r1.Report(1).Policies) != 1 || len(r2.Report(1).Policies) != 1 {
 		t.Error("Join did not pass the decision to every observer")
 	}
+	if _, ok := o.(admission.StoreCallObserver); ok {
+		t.Error("Join of observers without store calls wants store calls")
+	}
+	calls := &storeCalls{}
+	o = shadow.Join(r1, calls)
+	sc, ok := o.(admission.StoreCallObserver)
+	if !ok {
+		t.Fatal("Join with a StoreCallObserver is not one")
+	}
+	sc.StoreCall(admission.StoreCall{Store: "redis", Op: "batch"})
+	if len(calls.got) != 1 || calls.got[0].Op != "batch" {
+		t.Errorf("store calls passed on: %+v; want the one batch call", calls.got)
+	}
 }
+
+type storeCalls struct {
+	admission.NopObserver
+	got []admission.StoreCall
+}
+
+func (s *storeCalls) StoreCall(c admission.StoreCall) { s.got = append(s.got, c) }
