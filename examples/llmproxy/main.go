@@ -13,13 +13,16 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/weights"
@@ -67,6 +70,7 @@ type options struct {
 	maxRetryWait     time.Duration
 	logLevel         string
 	tokenizer        string
+	redis            string
 
 	// Test hooks.
 	clock     admission.Clock
@@ -94,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.maxRetryWait, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
+	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -140,6 +145,7 @@ type server struct {
 	file     *config.File
 	watcher  *config.Watcher
 	metrics  *telemetry
+	redis    *redis.Client // for --redis
 	sim      *upstream.Server
 	simSrv   *http.Server
 	simURL   string
@@ -192,6 +198,11 @@ func start(o options) (_ *server, err error) {
 		return nil, err
 	}
 	copts := []admission.Option{admission.WithObserver(s.metrics.observer)}
+	stores, err := s.openStores(o.redis)
+	if err != nil {
+		return nil, err
+	}
+	copts = append(copts, stores...)
 	if o.clock != nil {
 		copts = append(copts, admission.WithClock(o.clock))
 	}
@@ -318,6 +329,9 @@ func (s *server) banner(w io.Writer) {
 		fmt.Fprintf(w, "llmproxy: policy: %s (reloaded on change and on SIGHUP)\n", s.opts.configPath)
 	}
 	fmt.Fprintf(w, "llmproxy: try: curl %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-globex' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", s.URL)
+	if s.redis != nil {
+		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(s.file.Stores(), ", "), s.redis.Options().Addr)
+	}
 	fmt.Fprintf(w, "llmproxy: metrics at %s/metrics, health at %s/healthz and %s/readyz, rollout report at %s/debug/rollout\n", s.URL, s.URL, s.URL, s.URL)
 }
 
@@ -332,6 +346,9 @@ func (s *server) shutdown(ctx context.Context) error {
 
 // close releases everything start built, without draining.
 func (s *server) close() {
+	if s.redis != nil {
+		defer s.redis.Close()
+	}
 	if s.e != nil {
 		_ = s.e.Close()
 	} else if s.ln != nil {
@@ -346,6 +363,37 @@ func (s *server) close() {
 	if s.metrics != nil {
 		s.metrics.close()
 	}
+}
+
+// openStores connects to the Redis server at addr and returns it as every
+// store the policy file names (other than memory); with no such store it
+// connects to nothing.
+func (s *server) openStores(addr string) ([]admission.Option, error) {
+	names := s.file.Stores()
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("%s: policies use the store %q: start with --redis host:port", s.file.Source, names[0])
+	}
+	opts := &redis.Options{Addr: addr}
+	if strings.Contains(addr, "://") {
+		var err error
+		if opts, err = redis.ParseURL(addr); err != nil {
+			return nil, fmt.Errorf("--redis: %w", err)
+		}
+	}
+	opts.ContextTimeoutEnabled = true
+	s.redis = redis.NewClient(opts)
+	var out []admission.Option
+	for _, name := range names {
+		st, err := redisstore.New(s.redis, redisstore.Config{Name: name}, redisstore.WithObserver(s.metrics.observer))
+		if err != nil {
+			return nil, fmt.Errorf("--redis: %w", err)
+		}
+		out = append(out, admission.WithStore(name, st))
+	}
+	return out, nil
 }
 
 // defaultPrices is the model price table (US dollars per million tokens,

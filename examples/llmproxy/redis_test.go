@@ -1,0 +1,63 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestReplicasShareRedisLimit starts two replicas of the proxy on one
+// Redis server with a policy kept there: three requests a minute per
+// tenant hold across both, and the fourth is refused by whichever replica
+// it reaches.
+func TestReplicasShareRedisLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	policy := withPolicy(t, `
+  - name: rpm
+    key: [tenant]
+    algorithm: token_bucket
+    limit: 3
+    per: 1m
+    store: redis
+    on_store_error: closed
+`, []string{"acme"}, "")
+	useRedis := func(o *options) { o.redis = srv.Addr }
+	a := startProxy(t, policy, useRedis)
+	b := startProxy(t, policy, useRedis)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`
+	for i, s := range []*server{a, b, a} {
+		resp, out := post(t, s, "/v1/chat/completions", testKey("acme"), body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d %s; want 200", i, resp.StatusCode, out)
+		}
+	}
+	for _, s := range []*server{b, a} {
+		resp, out := post(t, s, "/v1/chat/completions", testKey("acme"), body)
+		checkError(t, "fourth request", resp, out, http.StatusTooManyRequests, "rate_limit_exceeded")
+		if resp.Header.Get("Retry-After") == "" {
+			t.Error("429 without Retry-After")
+		}
+	}
+	// The decisions went to Redis, and the metrics say so.
+	if n := scrape(t, a, "admission_store_duration_seconds_count", `store="redis"`); n < 3 {
+		t.Errorf("replica a made %v Redis calls; want its decisions made there", n)
+	}
+}
+
+func TestRedisStoreNeedsAddress(t *testing.T) {
+	o := options{addr: "127.0.0.1:0", cut: "all", logOutput: nil}
+	withPolicy(t, `
+  - name: rpm
+    key: [tenant]
+    algorithm: token_bucket
+    limit: 3
+    per: 1m
+    store: redis
+`, []string{"acme"}, "")(&o)
+	_, err := start(o)
+	if err == nil || !strings.Contains(err.Error(), "--redis") {
+		t.Fatalf("start without --redis = %v; want an error naming --redis", err)
+	}
+}
