@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -174,6 +175,67 @@ func TestSettleRetriedLater(t *testing.T) {
 			// The refund of 200 is in: 1000 - 300 + 200 and a little refill.
 			if wantT.Remaining < 900 || wantC.Remaining != 5 {
 				t.Fatalf("settled once: tokens remaining %d, slots %d; want >= 900 and 5", wantT.Remaining, wantC.Remaining)
+			}
+		})
+	}
+}
+
+// TestLeanLargestShapes runs the largest lean scripts, eight concurrency
+// limits, eight token buckets and eight of both alternating, through an
+// admission, a settlement that refunds the buckets and releases the
+// leases, and a probe that finds every partition whole again; a script
+// past Lua's limits would fail to compile here. Nine ops take the generic
+// scripts, with the same results.
+func TestLeanLargestShapes(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	ctx := context.Background()
+	for _, mix := range []string{"llllllll", "bbbbbbbb", "blblblbl", "blblblblb"} {
+		t.Run(mix, func(t *testing.T) {
+			st, err := New(client, Config{Prefix: mix + ":", Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ops, probe []admission.Op
+			for i, c := range mix {
+				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: admission.TokenBucket, Limit: 100, Per: time.Hour}
+				if c == 'l' {
+					p.Algorithm, p.MaxHold = admission.Concurrency, time.Minute
+				}
+				l, err := st.Limiter(&p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				op := admission.Op{Limiter: l, Key: "acme", Limit: admissiontest.LimitOf(&p), N: 10}
+				ops, probe = append(ops, op), append(probe, admission.Op{Limiter: l, Key: "acme", Limit: op.Limit})
+			}
+			if _, ok := leanAcquireShape(ops); ok != (len(ops) <= leanMax) {
+				t.Fatalf("lean = %v for %d ops", ok, len(ops))
+			}
+			if err := st.AcquireBatch(ctx, ops, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			for i := range ops {
+				if g := ops[i].Grant; !g.OK || g.Remaining != 90 {
+					t.Fatalf("op %d: %+v; want 10 of 100 taken", i, g)
+				}
+				if mix[i] == 'l' {
+					ops[i].Release = true
+				} else {
+					ops[i].N = -10
+				}
+			}
+			if err := st.SettleBatch(ctx, ops, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.AcquireBatch(ctx, probe, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			for i := range probe {
+				if g := probe[i].Grant; g.Remaining != 100 {
+					t.Errorf("op %d after the settlement: %d remaining; want 100", i, g.Remaining)
+				}
 			}
 		})
 	}
