@@ -66,8 +66,10 @@ const (
 	leanClockUnneeded = 2
 )
 
-// leanPrelude starts every lean script.
+// leanPrelude starts every lean script. (Redis before 5 replicates a
+// script's effects only when asked: the scripts read TIME, then write.)
 const leanPrelude = `
+if redis.replicate_commands then redis.replicate_commands() end
 local up, pk, fmt, ceil, floor = struct.unpack, struct.pack, string.format, math.ceil, math.floor
 local E9 = 1000000000
 `
