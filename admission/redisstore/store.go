@@ -100,6 +100,7 @@ type Store struct {
 	idemMS      int64 // lifetime of a settle's idempotency key
 	idemTTL     any   // idemMS, boxed once
 	pool        sync.Pool
+	settles     settleQueue
 }
 
 var (
@@ -841,11 +842,7 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 // the breaker and the timeout.
 func (s *Store) run(ctx context.Context, fn string, script *redis.Script, op string, policies int, keys []string, args []any) (string, error) {
 	if !s.brk.allow() {
-		err := fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
-		if s.calls != nil {
-			s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
-		}
-		return "", err
+		return "", s.refused(op, policies)
 	}
 	var start time.Time
 	if s.calls != nil {
@@ -854,6 +851,23 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, op str
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	reply, err := s.call(cctx, fn, script, keys, args)
 	cancel()
+	return reply, s.finish(ctx, op, policies, start, err)
+}
+
+// refused reports and returns the error of a call the open breaker
+// refused.
+func (s *Store) refused(op string, policies int) error {
+	err := fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
+	if s.calls != nil {
+		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
+	}
+	return err
+}
+
+// finish records the outcome of a call that started at start (zero
+// without a call observer) in the breaker and the observer, and returns
+// its error wrapped.
+func (s *Store) finish(ctx context.Context, op string, policies int, start time.Time, err error) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller gave up: not the store's failure.
@@ -868,5 +882,5 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, op str
 	if s.calls != nil {
 		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Duration: time.Since(start), Err: err})
 	}
-	return reply, err
+	return err
 }

@@ -1,0 +1,281 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// holdFirstSettle is a client hook that holds the first lone settle call
+// until released, so that the settles arriving meanwhile queue behind it,
+// and records how many settles each pipeline carries.
+type holdFirstSettle struct {
+	inside  chan struct{} // closed when the first settle is held
+	release chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	sizes   []int
+}
+
+func newHoldFirstSettle() *holdFirstSettle {
+	return &holdFirstSettle{inside: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *holdFirstSettle) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdFirstSettle) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 2 && leanSettleCall(args) {
+			h.once.Do(func() {
+				close(h.inside)
+				<-h.release
+			})
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *holdFirstSettle) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 2 && leanSettleCall(args) {
+				n++
+			}
+		}
+		if n > 0 {
+			h.mu.Lock()
+			h.sizes = append(h.sizes, n)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// settleFixture admits one request of 100 tokens and one lease for each of
+// n tenants, and returns their settles (a refund of 60, the release).
+type settleFixture struct {
+	st       *Store
+	tl, cl   admission.Limiter
+	lt, lc   admission.Limit
+	tenants  []string
+	settles  [][]admission.Op
+	admitted time.Time
+}
+
+func newSettleFixture(t *testing.T, client redis.UniversalClient, n int) *settleFixture {
+	t.Helper()
+	st, err := New(client, Config{Prefix: fmt.Sprintf("q%d:", time.Now().UnixNano()), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Hour}
+	inflight := admission.Policy{Name: "inflight", Algorithm: admission.Concurrency, Limit: 5, MaxHold: time.Minute}
+	f := &settleFixture{st: st, lt: admissiontest.LimitOf(&tokens), lc: admissiontest.LimitOf(&inflight), admitted: time.Now()}
+	f.tl, _ = st.Limiter(&tokens)
+	f.cl, _ = st.Limiter(&inflight)
+	for i := 0; i < n; i++ {
+		tenant := fmt.Sprintf("tenant-%d", i)
+		ops := []admission.Op{{Limiter: f.tl, Key: tenant, Limit: f.lt, N: 100}, {Limiter: f.cl, Key: tenant, Limit: f.lc, N: 1}}
+		if err := st.AcquireBatch(context.Background(), ops, f.admitted); err != nil || !ops[0].Grant.OK || !ops[1].Grant.OK {
+			t.Fatalf("AcquireBatch = %v, %+v", err, ops)
+		}
+		ops[0].N, ops[1].Release = -60, true
+		f.tenants = append(f.tenants, tenant)
+		f.settles = append(f.settles, ops)
+	}
+	return f
+}
+
+// left returns tenant i's tokens and slots left.
+func (f *settleFixture) left(t *testing.T, i int) (int64, int64) {
+	t.Helper()
+	probe := []admission.Op{{Limiter: f.tl, Key: f.tenants[i], Limit: f.lt}, {Limiter: f.cl, Key: f.tenants[i], Limit: f.lc}}
+	if err := f.st.AcquireBatch(context.Background(), probe, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return probe[0].Grant.Remaining, probe[1].Grant.Remaining
+}
+
+// TestSettlesCoalesce holds one settlement on its way to Redis while ten
+// others arrive: they wait, go out together in one pipeline, and each is
+// applied once.
+func TestSettlesCoalesce(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	f := newSettleFixture(t, client, 11)
+	hold := newHoldFirstSettle()
+	client.AddHook(hold)
+	var wg sync.WaitGroup
+	errs := make([]error, 11)
+	settle := func(i int) {
+		defer wg.Done()
+		errs[i] = f.st.SettleBatch(context.Background(), f.settles[i], time.Now())
+	}
+	wg.Add(1)
+	go settle(0)
+	<-hold.inside
+	for i := 1; i < 11; i++ {
+		wg.Add(1)
+		go settle(i)
+	}
+	eventuallyQueued(t, f.st, 10)
+	close(hold.release)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("settle %d: %v", i, err)
+		}
+	}
+	if len(hold.sizes) != 1 || hold.sizes[0] != 10 {
+		t.Errorf("pipelines %v; want the 10 queued settles in one", hold.sizes)
+	}
+	for i := range f.tenants {
+		// 1000 - 100 + 60 and a little refill; every slot free.
+		if tokens, slots := f.left(t, i); tokens < 960 || tokens > 962 || slots != 5 {
+			t.Errorf("%s: %d tokens, %d slots left; want 960 and 5 (the settle applied once)", f.tenants[i], tokens, slots)
+		}
+	}
+}
+
+// TestQueuedSettleGivesUp cancels a settlement waiting behind another: it
+// returns the context's error and changes nothing, and the one it waited
+// for is applied.
+func TestQueuedSettleGivesUp(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	f := newSettleFixture(t, client, 2)
+	hold := newHoldFirstSettle()
+	client.AddHook(hold)
+	first := make(chan error, 1)
+	go func() { first <- f.st.SettleBatch(context.Background(), f.settles[0], time.Now()) }()
+	<-hold.inside
+	ctx, cancel := context.WithCancel(context.Background())
+	second := make(chan error, 1)
+	go func() { second <- f.st.SettleBatch(ctx, f.settles[1], time.Now()) }()
+	eventuallyQueued(t, f.st, 1)
+	cancel()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled queued settle = %v; want context.Canceled", err)
+	}
+	close(hold.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if tokens, slots := f.left(t, 0); tokens < 960 || slots != 5 {
+		t.Errorf("settled tenant: %d tokens, %d slots; want 960 and 5", tokens, slots)
+	}
+	if tokens, slots := f.left(t, 1); tokens > 902 || slots != 4 {
+		t.Errorf("cancelled tenant: %d tokens, %d slots; want 900 and 4 (nothing settled)", tokens, slots)
+	}
+	if len(hold.sizes) != 0 {
+		t.Errorf("pipelines %v; want none", hold.sizes)
+	}
+}
+
+// TestQueuedSettlesRedisGone kills Redis while settlements wait behind one
+// on its way: every one of them fails within the timeout, none hangs.
+func TestQueuedSettlesRedisGone(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	f := newSettleFixture(t, client, 6)
+	hold := newHoldFirstSettle()
+	client.AddHook(hold)
+	errs := make(chan error, 6)
+	go func() { errs <- f.st.SettleBatch(context.Background(), f.settles[0], time.Now()) }()
+	<-hold.inside
+	for i := 1; i < 6; i++ {
+		go func() { errs <- f.st.SettleBatch(context.Background(), f.settles[i], time.Now()) }()
+	}
+	eventuallyQueued(t, f.st, 5)
+	srv.Kill()
+	start := time.Now()
+	close(hold.release)
+	for i := 0; i < 6; i++ {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Error("a settle succeeded with Redis gone")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("settles still waiting 5s after Redis went away")
+		}
+	}
+	if d := time.Since(start); d > 2*f.st.cfg.Timeout+time.Second {
+		t.Errorf("settles failed after %v; want within two timeouts", d)
+	}
+}
+
+// TestQueuedSettlesScriptsFlushed flushes the server's scripts while
+// settlements wait: the pipeline meets NOSCRIPT and they are sent again
+// with their scripts.
+func TestQueuedSettlesScriptsFlushed(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	f := newSettleFixture(t, client, 4)
+	hold := newHoldFirstSettle()
+	client.AddHook(hold)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	settle := func(i int) {
+		defer wg.Done()
+		if err := f.st.SettleBatch(context.Background(), f.settles[i], time.Now()); err != nil {
+			t.Errorf("settle %d: %v", i, err)
+			failed.Add(1)
+		}
+	}
+	wg.Add(1)
+	go settle(0)
+	<-hold.inside
+	for i := 1; i < 4; i++ {
+		wg.Add(1)
+		go settle(i)
+	}
+	eventuallyQueued(t, f.st, 3)
+	if r, err := redistest.Do(srv.Addr, "SCRIPT", "FLUSH"); err != nil || !strings.EqualFold(r, "OK") {
+		t.Fatalf("SCRIPT FLUSH = %q, %v", r, err)
+	}
+	close(hold.release)
+	wg.Wait()
+	if failed.Load() != 0 {
+		return
+	}
+	for i := range f.tenants {
+		if tokens, slots := f.left(t, i); tokens < 960 || tokens > 962 || slots != 5 {
+			t.Errorf("%s: %d tokens, %d slots left; want 960 and 5", f.tenants[i], tokens, slots)
+		}
+	}
+}
+
+// eventuallyQueued waits until n settles wait in st's queue.
+func eventuallyQueued(t *testing.T, st *Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st.settles.mu.Lock()
+		got := len(st.settles.waiting)
+		st.settles.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d settles queued; want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
