@@ -46,8 +46,8 @@
 // figures.
 //
 // Settlements are off a request's critical path, so concurrent ones share
-// round trips (group commit): a lean settlement that arrives while another
-// is on its way waits for it, and the next one sent takes every settlement
+// round trips (group commit): a settlement that arrives while another is
+// on its way waits for it, and the next one sent takes every settlement
 // that queued meanwhile in one pipeline. Each stays its own atomic script
 // call; a lone settlement is sent at once. Under load this saves a large
 // part of each settlement's client and server cost; a settlement waits at

@@ -651,7 +651,7 @@ func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op,
 		}
 		c.flushKeys()
 		c.args = append(c.args, &c.blob)
-		reply, err := s.settleRun(ctx, leanSettles.get(sh), count, c.keys, c.args)
+		reply, err := s.settleRun(ctx, "", leanSettles.get(sh), count, c.keys, c.args)
 		s.putCall(c)
 		if err == nil && reply == "K" && !keyed {
 			keyed = true

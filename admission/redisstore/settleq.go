@@ -9,8 +9,8 @@ import (
 )
 
 // Settlements are not on a request's critical path (the answer is already
-// on its way), so the store coalesces them: a lean settle that arrives
-// while another is being sent waits for it to return, and the next sender
+// on its way), so the store coalesces them: a settle that arrives while
+// another is being sent waits for it to return, and the next sender
 // takes every settle that queued meanwhile in one pipeline (group commit).
 // A lone settle is sent at once, as a single call. Each settle is still
 // its own script call, atomic and applied once; batching only shares the
@@ -25,6 +25,7 @@ type settleQueue struct {
 
 // queuedSettle is one settle call waiting for, or in, a batch.
 type queuedSettle struct {
+	fn     string // library function, "" for none (see Store.call)
 	script *redis.Script
 	keys   []string
 	args   []any
@@ -34,9 +35,9 @@ type queuedSettle struct {
 	done   chan struct{} // closed when reply and err are set, or to lead
 }
 
-// settleRun runs a lean settle script through the queue; policies is the
-// number of ops, for the observer.
-func (s *Store) settleRun(ctx context.Context, script *redis.Script, policies int, keys []string, args []any) (string, error) {
+// settleRun runs a settle function (fn, "" for none) or script through the
+// queue; policies is the number of ops, for the observer.
+func (s *Store) settleRun(ctx context.Context, fn string, script *redis.Script, policies int, keys []string, args []any) (string, error) {
 	const op = "settle"
 	if !s.brk.allow() {
 		return "", s.refused(op, policies)
@@ -45,7 +46,7 @@ func (s *Store) settleRun(ctx context.Context, script *redis.Script, policies in
 	if s.calls != nil {
 		start = time.Now()
 	}
-	me := &queuedSettle{script: script, keys: keys, args: args, done: make(chan struct{})}
+	me := &queuedSettle{fn: fn, script: script, keys: keys, args: args, done: make(chan struct{})}
 	q := &s.settles
 	q.mu.Lock()
 	if q.busy {
@@ -112,20 +113,26 @@ func (s *Store) sendSettles(ctx context.Context, batch []*queuedSettle) {
 	defer cancel()
 	if len(batch) == 1 {
 		b := batch[0]
-		b.reply, b.err = b.script.Run(cctx, s.client, b.keys, b.args...).Text()
+		b.reply, b.err = s.call(cctx, b.fn, b.script, b.keys, b.args)
 		return
 	}
+	functions := !s.noFunctions.Load()
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, b := range batch {
-		cmds[i] = b.script.EvalSha(cctx, pipe, b.keys, b.args...)
+		if b.fn != "" && functions {
+			cmds[i] = pipe.FCall(cctx, b.fn, b.keys, b.args...)
+		} else {
+			cmds[i] = b.script.EvalSha(cctx, pipe, b.keys, b.args...)
+		}
 	}
 	_, _ = pipe.Exec(cctx)
 	for i, b := range batch {
 		b.reply, b.err = cmds[i].Text()
-		if b.err != nil && redis.HasErrorPrefix(b.err, "NOSCRIPT") {
-			// The server lost its scripts (a restart, SCRIPT FLUSH).
-			b.reply, b.err = b.script.Run(cctx, s.client, b.keys, b.args...).Text()
+		if b.err != nil && (redis.HasErrorPrefix(b.err, "NOSCRIPT") || isMissingFunction(b.err)) {
+			// The server lost its scripts or library (a restart, a
+			// flush): one call loads them.
+			b.reply, b.err = s.call(cctx, b.fn, b.script, b.keys, b.args)
 		}
 	}
 }

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,6 +28,9 @@ type holdFirstSettle struct {
 	once    sync.Once
 	mu      sync.Mutex
 	sizes   []int
+	// beforePipeline, when set, runs before the first pipeline of
+	// settles is sent.
+	beforePipeline func()
 }
 
 func newHoldFirstSettle() *holdFirstSettle {
@@ -36,7 +41,7 @@ func (h *holdFirstSettle) DialHook(next redis.DialHook) redis.DialHook { return 
 
 func (h *holdFirstSettle) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 2 && leanSettleCall(args) {
+		if args := cmd.Args(); len(args) > 2 && settleCall(args) {
 			h.once.Do(func() {
 				close(h.inside)
 				<-h.release
@@ -50,21 +55,43 @@ func (h *holdFirstSettle) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		n := 0
 		for _, c := range cmds {
-			if args := c.Args(); len(args) > 2 && leanSettleCall(args) {
+			if args := c.Args(); len(args) > 2 && settleCall(args) {
 				n++
 			}
 		}
 		if n > 0 {
 			h.mu.Lock()
 			h.sizes = append(h.sizes, n)
+			before := h.beforePipeline
+			h.beforePipeline = nil
 			h.mu.Unlock()
+			if before != nil {
+				before()
+			}
 		}
 		return next(ctx, cmds)
 	}
 }
 
+// settleCall reports whether args call a settle script or function, lean
+// or generic.
+func settleCall(args []any) bool {
+	name, _ := args[0].(string)
+	arg, _ := args[1].(string)
+	switch strings.ToLower(name) {
+	case "evalsha", "fcall":
+		return IsSettleScript(arg)
+	case "eval":
+		sum := sha1.Sum([]byte(arg))
+		return IsSettleScript(hex.EncodeToString(sum[:]))
+	}
+	return false
+}
+
 // settleFixture admits one request of 100 tokens and one lease for each of
-// n tenants, and returns their settles (a refund of 60, the release).
+// n tenants, and returns their settles (a refund of 60, the release). The
+// tokens are a token bucket (the lean scripts) or, with generic, a fixed
+// window (the generic ones).
 type settleFixture struct {
 	st       *Store
 	tl, cl   admission.Limiter
@@ -74,13 +101,16 @@ type settleFixture struct {
 	admitted time.Time
 }
 
-func newSettleFixture(t *testing.T, client redis.UniversalClient, n int) *settleFixture {
+func newSettleFixture(t *testing.T, client redis.UniversalClient, n int, generic bool) *settleFixture {
 	t.Helper()
 	st, err := New(client, Config{Prefix: fmt.Sprintf("q%d:", time.Now().UnixNano()), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Hour}
+	if generic {
+		tokens.Algorithm = admission.FixedWindow
+	}
 	inflight := admission.Policy{Name: "inflight", Algorithm: admission.Concurrency, Limit: 5, MaxHold: time.Minute}
 	f := &settleFixture{st: st, lt: admissiontest.LimitOf(&tokens), lc: admissiontest.LimitOf(&inflight), admitted: time.Now()}
 	f.tl, _ = st.Limiter(&tokens)
@@ -110,12 +140,18 @@ func (f *settleFixture) left(t *testing.T, i int) (int64, int64) {
 
 // TestSettlesCoalesce holds one settlement on its way to Redis while ten
 // others arrive: they wait, go out together in one pipeline, and each is
-// applied once.
+// applied once; with the lean scripts and with the generic ones.
 func TestSettlesCoalesce(t *testing.T) {
 	srv := redistest.Start(t)
+	for _, generic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) { testSettlesCoalesce(t, srv, generic) })
+	}
+}
+
+func testSettlesCoalesce(t *testing.T, srv *redistest.Server, generic bool) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	f := newSettleFixture(t, client, 11)
+	f := newSettleFixture(t, client, 11, generic)
 	hold := newHoldFirstSettle()
 	client.AddHook(hold)
 	var wg sync.WaitGroup
@@ -157,7 +193,7 @@ func TestQueuedSettleGivesUp(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	f := newSettleFixture(t, client, 2)
+	f := newSettleFixture(t, client, 2, false)
 	hold := newHoldFirstSettle()
 	client.AddHook(hold)
 	first := make(chan error, 1)
@@ -192,7 +228,7 @@ func TestQueuedSettlesRedisGone(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
-	f := newSettleFixture(t, client, 6)
+	f := newSettleFixture(t, client, 6, false)
 	hold := newHoldFirstSettle()
 	client.AddHook(hold)
 	errs := make(chan error, 6)
@@ -220,45 +256,59 @@ func TestQueuedSettlesRedisGone(t *testing.T) {
 	}
 }
 
-// TestQueuedSettlesScriptsFlushed flushes the server's scripts while
-// settlements wait: the pipeline meets NOSCRIPT and they are sent again
-// with their scripts.
+// TestQueuedSettlesScriptsFlushed flushes the server's scripts (lean
+// settlements) or functions (generic ones) just before a pipeline of
+// settlements goes out: the pipeline meets NOSCRIPT or the missing
+// function, and each settlement is sent again and applied once.
 func TestQueuedSettlesScriptsFlushed(t *testing.T) {
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { client.Close() })
-	f := newSettleFixture(t, client, 4)
-	hold := newHoldFirstSettle()
-	client.AddHook(hold)
-	var wg sync.WaitGroup
-	var failed atomic.Int32
-	settle := func(i int) {
-		defer wg.Done()
-		if err := f.st.SettleBatch(context.Background(), f.settles[i], time.Now()); err != nil {
-			t.Errorf("settle %d: %v", i, err)
-			failed.Add(1)
-		}
-	}
-	wg.Add(1)
-	go settle(0)
-	<-hold.inside
-	for i := 1; i < 4; i++ {
-		wg.Add(1)
-		go settle(i)
-	}
-	eventuallyQueued(t, f.st, 3)
-	if r, err := redistest.Do(srv.Addr, "SCRIPT", "FLUSH"); err != nil || !strings.EqualFold(r, "OK") {
-		t.Fatalf("SCRIPT FLUSH = %q, %v", r, err)
-	}
-	close(hold.release)
-	wg.Wait()
-	if failed.Load() != 0 {
-		return
-	}
-	for i := range f.tenants {
-		if tokens, slots := f.left(t, i); tokens < 960 || tokens > 962 || slots != 5 {
-			t.Errorf("%s: %d tokens, %d slots left; want 960 and 5", f.tenants[i], tokens, slots)
-		}
+	for _, generic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { client.Close() })
+			f := newSettleFixture(t, client, 4, generic)
+			hold := newHoldFirstSettle()
+			flush := []string{"SCRIPT", "FLUSH"}
+			if generic {
+				flush = []string{"FUNCTION", "FLUSH"}
+			}
+			hold.beforePipeline = func() {
+				if r, err := redistest.Do(srv.Addr, flush...); err != nil || !strings.EqualFold(r, "OK") {
+					t.Errorf("%v = %q, %v", flush, r, err)
+				}
+			}
+			client.AddHook(hold)
+			var wg sync.WaitGroup
+			var failed atomic.Int32
+			settle := func(i int) {
+				defer wg.Done()
+				if err := f.st.SettleBatch(context.Background(), f.settles[i], time.Now()); err != nil {
+					t.Errorf("settle %d: %v", i, err)
+					failed.Add(1)
+				}
+			}
+			wg.Add(1)
+			go settle(0)
+			<-hold.inside
+			for i := 1; i < 4; i++ {
+				wg.Add(1)
+				go settle(i)
+			}
+			eventuallyQueued(t, f.st, 3)
+			close(hold.release)
+			wg.Wait()
+			if len(hold.sizes) != 1 || hold.sizes[0] != 3 {
+				t.Errorf("pipelines %v; want the 3 queued settles in one", hold.sizes)
+			}
+			if failed.Load() != 0 {
+				return
+			}
+			for i := range f.tenants {
+				if tokens, slots := f.left(t, i); tokens < 960 || tokens > 962 || slots != 5 {
+					t.Errorf("%s: %d tokens, %d slots left; want 960 and 5", f.tenants[i], tokens, slots)
+				}
+			}
+		})
 	}
 }
 

@@ -752,7 +752,7 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
 			c.args = l.params(c.args, op.Limit, now)
 		}
-		reply, err := s.run(ctx, libSettle, settleScript, "settle", count, c.keys, c.args)
+		reply, err := s.settleRun(ctx, libSettle, settleScript, count, c.keys, c.args)
 		s.putCall(c)
 		if err != nil {
 			for i := range ops {
