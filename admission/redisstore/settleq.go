@@ -32,7 +32,7 @@ type queuedSettle struct {
 	reply  string
 	err    error
 	lead   bool          // set before done closes: send the next batch
-	done   chan struct{} // closed when reply and err are set, or to lead
+	done   chan struct{} // for a queued call: closed when reply and err are set, or to lead
 }
 
 // settleRun runs a settle function (fn, "" for none) or script through the
@@ -46,10 +46,11 @@ func (s *Store) settleRun(ctx context.Context, fn string, script *redis.Script, 
 	if s.calls != nil {
 		start = time.Now()
 	}
-	me := &queuedSettle{fn: fn, script: script, keys: keys, args: args, done: make(chan struct{})}
+	me := &queuedSettle{fn: fn, script: script, keys: keys, args: args}
 	q := &s.settles
 	q.mu.Lock()
 	if q.busy {
+		me.done = make(chan struct{})
 		q.waiting = append(q.waiting, me)
 		q.mu.Unlock()
 		select {
@@ -63,13 +64,11 @@ func (s *Store) settleRun(ctx context.Context, fn string, script *redis.Script, 
 		if !me.lead {
 			return me.reply, s.finish(ctx, op, policies, start, me.err)
 		}
-	} else {
-		q.busy = true
-		q.mu.Unlock()
+		q.mu.Lock()
 	}
-	// Lead: send this settle with every one waiting, then hand the queue
-	// to the first that arrived meanwhile.
-	q.mu.Lock()
+	// Lead: send this settle with every one waiting (none when the queue
+	// was idle), then hand the queue to the first that arrived meanwhile.
+	q.busy = true
 	batch := append([]*queuedSettle{me}, q.waiting...)
 	clear(q.waiting)
 	q.waiting = q.waiting[:0]

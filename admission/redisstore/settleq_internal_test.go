@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,6 +137,49 @@ func (f *settleFixture) left(t *testing.T, i int) (int64, int64) {
 	return probe[0].Grant.Remaining, probe[1].Grant.Remaining
 }
 
+// settleHeld starts every settle of f: the first is held by hold, the
+// others queue behind it. It returns once they are queued; each settle's
+// error arrives on the channel, in no particular order, once hold is
+// released.
+func (f *settleFixture) settleHeld(t *testing.T, hold *holdFirstSettle) <-chan error {
+	t.Helper()
+	errs := make(chan error, len(f.settles))
+	settle := func(i int) { errs <- f.st.SettleBatch(context.Background(), f.settles[i], time.Now()) }
+	go settle(0)
+	<-hold.inside
+	for i := 1; i < len(f.settles); i++ {
+		go settle(i)
+	}
+	eventuallyQueued(t, f.st, len(f.settles)-1)
+	return errs
+}
+
+// collect returns the errors of f's settles, failing if one has not
+// returned within 5s.
+func (f *settleFixture) collect(t *testing.T, errs <-chan error) []error {
+	t.Helper()
+	out := make([]error, len(f.settles))
+	for i := range out {
+		select {
+		case out[i] = <-errs:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d settles still waiting after 5s", len(out)-i)
+		}
+	}
+	return out
+}
+
+// settledOnce checks every tenant of f got its refund once and its slot
+// back: 1000 - 100 + 60 tokens and a little refill, every slot free.
+func (f *settleFixture) settledOnce(t *testing.T) {
+	t.Helper()
+	for i := range f.tenants {
+		if tokens, slots := f.left(t, i); tokens < 960 || tokens > 962 || slots != 5 {
+			t.Errorf("%s: %d tokens, %d slots left; want 960 and 5 (the settle applied once)", f.tenants[i], tokens, slots)
+		}
+	}
+}
+
 // TestSettlesCoalesce holds one settlement on its way to Redis while ten
 // others arrive: they wait, go out together in one pipeline, and each is
 // applied once; with the lean scripts and with the generic ones.
@@ -154,23 +196,9 @@ func testSettlesCoalesce(t *testing.T, srv *redistest.Server, generic bool) {
 	f := newSettleFixture(t, client, 11, generic)
 	hold := newHoldFirstSettle()
 	client.AddHook(hold)
-	var wg sync.WaitGroup
-	errs := make([]error, 11)
-	settle := func(i int) {
-		defer wg.Done()
-		errs[i] = f.st.SettleBatch(context.Background(), f.settles[i], time.Now())
-	}
-	wg.Add(1)
-	go settle(0)
-	<-hold.inside
-	for i := 1; i < 11; i++ {
-		wg.Add(1)
-		go settle(i)
-	}
-	eventuallyQueued(t, f.st, 10)
+	errs := f.settleHeld(t, hold)
 	close(hold.release)
-	wg.Wait()
-	for i, err := range errs {
+	for i, err := range f.collect(t, errs) {
 		if err != nil {
 			t.Fatalf("settle %d: %v", i, err)
 		}
@@ -178,12 +206,7 @@ func testSettlesCoalesce(t *testing.T, srv *redistest.Server, generic bool) {
 	if len(hold.sizes) != 1 || hold.sizes[0] != 10 {
 		t.Errorf("pipelines %v; want the 10 queued settles in one", hold.sizes)
 	}
-	for i := range f.tenants {
-		// 1000 - 100 + 60 and a little refill; every slot free.
-		if tokens, slots := f.left(t, i); tokens < 960 || tokens > 962 || slots != 5 {
-			t.Errorf("%s: %d tokens, %d slots left; want 960 and 5 (the settle applied once)", f.tenants[i], tokens, slots)
-		}
-	}
+	f.settledOnce(t)
 }
 
 // TestQueuedSettleGivesUp cancels a settlement waiting behind another: it
@@ -231,24 +254,13 @@ func TestQueuedSettlesRedisGone(t *testing.T) {
 	f := newSettleFixture(t, client, 6, false)
 	hold := newHoldFirstSettle()
 	client.AddHook(hold)
-	errs := make(chan error, 6)
-	go func() { errs <- f.st.SettleBatch(context.Background(), f.settles[0], time.Now()) }()
-	<-hold.inside
-	for i := 1; i < 6; i++ {
-		go func() { errs <- f.st.SettleBatch(context.Background(), f.settles[i], time.Now()) }()
-	}
-	eventuallyQueued(t, f.st, 5)
+	errs := f.settleHeld(t, hold)
 	srv.Kill()
 	start := time.Now()
 	close(hold.release)
-	for i := 0; i < 6; i++ {
-		select {
-		case err := <-errs:
-			if err == nil {
-				t.Error("a settle succeeded with Redis gone")
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("settles still waiting 5s after Redis went away")
+	for _, err := range f.collect(t, errs) {
+		if err == nil {
+			t.Error("a settle succeeded with Redis gone")
 		}
 	}
 	if d := time.Since(start); d > 2*f.st.cfg.Timeout+time.Second {
@@ -278,35 +290,20 @@ func TestQueuedSettlesScriptsFlushed(t *testing.T) {
 				}
 			}
 			client.AddHook(hold)
-			var wg sync.WaitGroup
-			var failed atomic.Int32
-			settle := func(i int) {
-				defer wg.Done()
-				if err := f.st.SettleBatch(context.Background(), f.settles[i], time.Now()); err != nil {
+			errs := f.settleHeld(t, hold)
+			close(hold.release)
+			failed := false
+			for i, err := range f.collect(t, errs) {
+				if err != nil {
 					t.Errorf("settle %d: %v", i, err)
-					failed.Add(1)
+					failed = true
 				}
 			}
-			wg.Add(1)
-			go settle(0)
-			<-hold.inside
-			for i := 1; i < 4; i++ {
-				wg.Add(1)
-				go settle(i)
-			}
-			eventuallyQueued(t, f.st, 3)
-			close(hold.release)
-			wg.Wait()
 			if len(hold.sizes) != 1 || hold.sizes[0] != 3 {
 				t.Errorf("pipelines %v; want the 3 queued settles in one", hold.sizes)
 			}
-			if failed.Load() != 0 {
-				return
-			}
-			for i := range f.tenants {
-				if tokens, slots := f.left(t, i); tokens < 960 || tokens > 962 || slots != 5 {
-					t.Errorf("%s: %d tokens, %d slots left; want 960 and 5", f.tenants[i], tokens, slots)
-				}
+			if !failed {
+				f.settledOnce(t)
 			}
 		})
 	}
