@@ -8,13 +8,9 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestReplicasShareRedisLimit starts two replicas of the proxy on one
-// Redis server with a policy kept there: three requests a minute per
-// tenant hold across both, and the fourth is refused by whichever replica
-// it reaches.
-func TestReplicasShareRedisLimit(t *testing.T) {
-	srv := redistest.Start(t)
-	policy := withPolicy(t, `
+// redisPolicy is three requests a minute per tenant, kept in the store
+// named redis.
+const redisPolicy = `
   - name: rpm
     key: [tenant]
     algorithm: token_bucket
@@ -22,7 +18,15 @@ func TestReplicasShareRedisLimit(t *testing.T) {
     per: 1m
     store: redis
     on_store_error: closed
-`, []string{"acme"}, "")
+`
+
+// TestReplicasShareRedisLimit starts two replicas of the proxy on one
+// Redis server with a policy kept there: three requests a minute per
+// tenant hold across both, and the fourth is refused by whichever replica
+// it reaches.
+func TestReplicasShareRedisLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	policy := withPolicy(t, redisPolicy, []string{"acme"}, "")
 	useRedis := func(o *options) { o.redis = srv.Addr }
 	a := startProxy(t, policy, useRedis)
 	b := startProxy(t, policy, useRedis)
@@ -46,16 +50,11 @@ func TestReplicasShareRedisLimit(t *testing.T) {
 	}
 }
 
+// TestRedisStoreNeedsAddress: a policy file naming a store without
+// --redis is refused at start, with an error that says what is missing.
 func TestRedisStoreNeedsAddress(t *testing.T) {
-	o := options{addr: "127.0.0.1:0", cut: "all", logOutput: nil}
-	withPolicy(t, `
-  - name: rpm
-    key: [tenant]
-    algorithm: token_bucket
-    limit: 3
-    per: 1m
-    store: redis
-`, []string{"acme"}, "")(&o)
+	o := options{addr: "127.0.0.1:0", cut: "all"}
+	withPolicy(t, redisPolicy, []string{"acme"}, "")(&o)
 	_, err := start(o)
 	if err == nil || !strings.Contains(err.Error(), "--redis") {
 		t.Fatalf("start without --redis = %v; want an error naming --redis", err)
