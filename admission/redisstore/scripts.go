@@ -192,14 +192,19 @@ ALG[1] = {nkeys = 1}
 -- not be moved exactly: the caller recomputes it from the server's time.
 local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
 ALG[1].skew = function(o) return far(tdiff(o.s, o.n, o.p3, o.p4), o.p2) end
-ALG[1].load = function(o)
-  window(o, o.p2, o.p3, o.p4)
+-- count_load reads a counting partition (fixed window, quota): its count
+-- when it holds the window the op is in (o.ws, o.wn), 0 otherwise.
+local function count_load(o)
   o.a = 0
   local v = redis.call('GET', o.k1)
   if v then
     local a, ss, sn = struct.unpack('<ddd', v)
     if ss == o.ws and sn == o.wn then o.a = a end
   end
+end
+ALG[1].load = function(o)
+  window(o, o.p2, o.p3, o.p4)
+  count_load(o)
 end
 -- count_take adds n to a counting partition (fixed window, quota) that ends
 -- in reset nanoseconds, when it fits under the limit.
@@ -515,12 +520,7 @@ ALG[5].load = function(o)
   else
     window(o, o.p4, o.p2, o.p3)
   end
-  o.a = 0
-  local v = redis.call('GET', o.k1)
-  if v then
-    local a, ss, sn = struct.unpack('<ddd', v)
-    if ss == o.ws and sn == o.wn then o.a = a end
-  end
+  count_load(o)
 end
 ALG[5].take = function(o, n, g) count_take(o, n, g, o.p4 - o.el) end
 ALG[5].adjust = ALG[1].adjust

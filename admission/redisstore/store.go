@@ -552,13 +552,11 @@ func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, 
 		if err != nil {
 			return err
 		}
-		if server, ok := skew(reply); ok {
-			// A calendar quota's period, computed from the caller's
-			// clock, does not hold the server's time: recompute it from
-			// the server's.
-			if attempt >= 2 {
-				return errors.New("redisstore: quota period keeps moving")
-			}
+		server, again, err := skew(reply, attempt)
+		if err != nil {
+			return err
+		}
+		if again {
 			now = server
 			continue
 		}
@@ -602,14 +600,20 @@ func dur(v int64) time.Duration {
 	return time.Duration(v)
 }
 
-// skew parses a "S now_s now_n" reply.
-func skew(reply string) (int64, bool) {
+// skew reads a "S now_s now_n" reply: a calendar quota's period, computed
+// from the caller's clock, does not hold the server's time, and the call
+// is to be made again from the server's (again), unless that was the
+// third attempt.
+func skew(reply string, attempt int) (server int64, again bool, err error) {
 	if !strings.HasPrefix(reply, "S ") {
-		return 0, false
+		return 0, false, nil
+	}
+	if attempt >= 2 {
+		return 0, false, errors.New("redisstore: quota period keeps moving")
 	}
 	r := reader{s: reply[2:]}
 	sec, ns := r.int(), r.int()
-	return sec*1e9 + ns, !r.err
+	return sec*1e9 + ns, !r.err, nil
 }
 
 // reader parses space-separated integers without allocating.
@@ -764,10 +768,11 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 			}
 			return err
 		}
-		if server, ok := skew(reply); ok {
-			if attempt >= 2 {
-				return errors.New("redisstore: quota period keeps moving")
-			}
+		server, again, err := skew(reply, attempt)
+		if err != nil {
+			return err
+		}
+		if again {
 			now = server
 			continue
 		}
