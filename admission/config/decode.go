@@ -306,16 +306,25 @@ func (d *decoder) boolean(dst *bool) func(*yaml.Node, string) {
 	}
 }
 
+// amount reads a scalar amount (with k/M/G suffixes), reporting a bad one.
+func (d *decoder) amount(n *yaml.Node, path string) (int64, bool) {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return 0, false
+	}
+	v, err := parseAmount(s)
+	if err != nil {
+		d.errorf(d.resolve(n), path, "%v", err)
+		return 0, false
+	}
+	return v, true
+}
+
 // positive decodes an amount that must be > 0; set records that it was given.
 func (d *decoder) positive(dst *int64, set *bool) func(*yaml.Node, string) {
 	return func(n *yaml.Node, path string) {
-		s, ok := d.scalar(n, path)
+		v, ok := d.amount(n, path)
 		if !ok {
-			return
-		}
-		v, err := parseAmount(s)
-		if err != nil {
-			d.errorf(d.resolve(n), path, "%v", err)
 			return
 		}
 		if v <= 0 {
@@ -331,13 +340,8 @@ func (d *decoder) positive(dst *int64, set *bool) func(*yaml.Node, string) {
 
 func (d *decoder) integer(dst *int, min int) func(*yaml.Node, string) {
 	return func(n *yaml.Node, path string) {
-		s, ok := d.scalar(n, path)
+		v, ok := d.amount(n, path)
 		if !ok {
-			return
-		}
-		v, err := parseAmount(s)
-		if err != nil {
-			d.errorf(d.resolve(n), path, "%v", err)
 			return
 		}
 		if v < int64(min) || v > 1<<31 {
