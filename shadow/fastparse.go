@@ -14,27 +14,15 @@ func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 	if !p.lit('{') {
 		return false
 	}
-	first := true
 	var seen uint16
-	for {
-		p.ws()
-		if p.lit('}') {
-			break
-		}
-		if !first && !p.lit(',') {
-			return false
-		}
-		first = false
-		p.ws()
-		key, ok := p.raw()
+	for first := true; ; first = false {
+		key, end, ok := p.member(first)
 		if !ok {
 			return false
 		}
-		p.ws()
-		if !p.lit(':') {
-			return false
+		if end {
+			break
 		}
-		p.ws()
 		bit := uint16(1) << keyBit(key)
 		if seen&bit != 0 {
 			return false // a repeated key: encoding/json merges objects
@@ -202,29 +190,42 @@ func (p *fastParser) int() (int64, bool) {
 	return int64(n), true
 }
 
+// member reads up to the value of an object's next member (after its
+// opening brace): the separator, the key and the colon. end reports the
+// closing brace instead.
+func (p *fastParser) member(first bool) (key []byte, end, ok bool) {
+	p.ws()
+	if p.lit('}') {
+		return nil, true, true
+	}
+	if !first && !p.lit(',') {
+		return nil, false, false
+	}
+	p.ws()
+	if key, ok = p.raw(); !ok {
+		return nil, false, false
+	}
+	p.ws()
+	if !p.lit(':') {
+		return nil, false, false
+	}
+	p.ws()
+	return key, false, true
+}
+
 func (p *fastParser) units() (map[string]int64, bool) {
 	if !p.lit('{') {
 		return nil, false
 	}
 	m := map[string]int64{}
 	for first := true; ; first = false {
-		p.ws()
-		if p.lit('}') {
-			return m, true
-		}
-		if !first && !p.lit(',') {
-			return nil, false
-		}
-		p.ws()
-		k, ok := p.raw()
+		k, end, ok := p.member(first)
 		if !ok {
 			return nil, false
 		}
-		p.ws()
-		if !p.lit(':') {
-			return nil, false
+		if end {
+			return m, true
 		}
-		p.ws()
 		n, ok := p.int()
 		if !ok {
 			return nil, false
@@ -239,44 +240,32 @@ func (p *fastParser) actual(w *recordJSON) bool {
 	}
 	a := &actualJSON{}
 	w.Actual = a
-	var seen [3]bool
+	// A repeated key (encoding/json would merge) finds its field set.
 	for first := true; ; first = false {
-		p.ws()
-		if p.lit('}') {
-			return true
-		}
-		if !first && !p.lit(',') {
-			return false
-		}
-		p.ws()
-		k, ok := p.raw()
+		k, end, ok := p.member(first)
 		if !ok {
 			return false
 		}
-		p.ws()
-		if !p.lit(':') {
-			return false
+		if end {
+			return true
 		}
-		p.ws()
-		i := map[string]int{"tokens": 0, "cost": 1, "units": 2}[string(k)]
-		if seen[i] {
-			return false
-		}
-		seen[i] = true
 		switch string(k) {
 		case "tokens":
 			n, ok := p.int()
-			if !ok {
+			if !ok || a.Tokens != nil {
 				return false
 			}
 			a.Tokens = &n
 		case "cost":
 			n, ok := p.int()
-			if !ok {
+			if !ok || a.Cost != nil {
 				return false
 			}
 			a.Cost = &n
 		case "units":
+			if a.Units != nil {
+				return false
+			}
 			if a.Units, ok = p.units(); !ok {
 				return false
 			}
