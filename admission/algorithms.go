@@ -208,7 +208,7 @@ func (c *cell) fill(capacity, perNs float64, now int64) {
 }
 
 func (c *cell) bucketAcquire(l *Limit, n int64, now int64, g *Grant) {
-	perNs, _ := rates(l)
+	perNs, nsPer := rates(l)
 	capacity := l.Capacity()
 	c.fill(float64(capacity), perNs, now)
 	*g = Grant{Limit: capacity, Stamp: now}
@@ -216,7 +216,7 @@ func (c *cell) bucketAcquire(l *Limit, n int64, now int64, g *Grant) {
 		c.a -= float64(n)
 		g.OK, g.Taken = true, n
 	}
-	BucketFigures(l, n, c.a, g)
+	bucketFigures(capacity, perNs, nsPer, n, c.a, g)
 }
 
 // BucketFigures sets the Remaining and Reset of a token-bucket grant whose
@@ -226,7 +226,10 @@ func (c *cell) bucketAcquire(l *Limit, n int64, now int64, g *Grant) {
 // figures are the in-memory limiter's.
 func BucketFigures(l *Limit, n int64, available float64, g *Grant) {
 	perNs, nsPer := rates(l)
-	capacity := l.Capacity()
+	bucketFigures(l.Capacity(), perNs, nsPer, n, available, g)
+}
+
+func bucketFigures(capacity int64, perNs, nsPer float64, n int64, available float64, g *Grant) {
 	switch {
 	case g.OK:
 	case n > capacity:
