@@ -2,9 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -28,7 +25,7 @@ func (h *repeatSettles) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 
 func (h *repeatSettles) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.settle(cmd.Args()) {
+		if redisstore.IsSettleCall(cmd.Args()) {
 			if err := next(ctx, cmd); err != nil {
 				return err
 			}
@@ -36,23 +33,6 @@ func (h *repeatSettles) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-
-// settle reports whether args call a settle script or function.
-func (h *repeatSettles) settle(args []any) bool {
-	if len(args) < 2 {
-		return false
-	}
-	name, _ := args[0].(string)
-	arg, _ := args[1].(string)
-	switch strings.ToLower(name) {
-	case "evalsha", "fcall":
-		return redisstore.IsSettleScript(arg)
-	case "eval":
-		sum := sha1.Sum([]byte(arg))
-		return redisstore.IsSettleScript(hex.EncodeToString(sum[:]))
-	}
-	return false
 }
 
 // newRepeatingClient returns a client of the server that sends every

@@ -2,9 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"strings"
@@ -36,12 +34,12 @@ func (h *laterRetry) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (h *laterRetry) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if len(args) < 3 || !leanSettleCall(args) {
+		// A lean settle's blob is its last argument: move its instant.
+		b, lean := args[len(args)-1].(*blob)
+		if !lean || !IsSettleCall(args) {
 			return next(ctx, cmd)
 		}
 		h.calls++
-		// The blob is the last argument: move its instant.
-		b := args[len(args)-1].(*blob)
 		args[len(args)-1] = moved(b, h.skew)
 		if h.delay == 0 {
 			return next(ctx, cmd)
@@ -63,19 +61,6 @@ func moved(b *blob, d time.Duration) *blob {
 	binary.LittleEndian.PutUint64(m.b[8:], math.Float64bits(float64(sec)))
 	binary.LittleEndian.PutUint64(m.b[16:], math.Float64bits(float64(ns)))
 	return m
-}
-
-func leanSettleCall(args []any) bool {
-	name, _ := args[0].(string)
-	arg, _ := args[1].(string)
-	switch strings.ToLower(name) {
-	case "evalsha":
-		return IsSettleScript(arg) && arg != settleScript.Hash()
-	case "eval":
-		sum := sha1.Sum([]byte(arg))
-		return IsSettleScript(hex.EncodeToString(sum[:])) && hex.EncodeToString(sum[:]) != settleScript.Hash()
-	}
-	return false
 }
 
 func floatAt(b []byte, i int) float64 {

@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -40,7 +38,7 @@ func (h *holdFirstSettle) DialHook(next redis.DialHook) redis.DialHook { return 
 
 func (h *holdFirstSettle) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 2 && settleCall(args) {
+		if args := cmd.Args(); IsSettleCall(args) {
 			h.once.Do(func() {
 				close(h.inside)
 				<-h.release
@@ -54,7 +52,7 @@ func (h *holdFirstSettle) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		n := 0
 		for _, c := range cmds {
-			if args := c.Args(); len(args) > 2 && settleCall(args) {
+			if args := c.Args(); IsSettleCall(args) {
 				n++
 			}
 		}
@@ -70,21 +68,6 @@ func (h *holdFirstSettle) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 		}
 		return next(ctx, cmds)
 	}
-}
-
-// settleCall reports whether args call a settle script or function, lean
-// or generic.
-func settleCall(args []any) bool {
-	name, _ := args[0].(string)
-	arg, _ := args[1].(string)
-	switch strings.ToLower(name) {
-	case "evalsha", "fcall":
-		return IsSettleScript(arg)
-	case "eval":
-		sum := sha1.Sum([]byte(arg))
-		return IsSettleScript(hex.EncodeToString(sum[:]))
-	}
-	return false
 }
 
 // settleFixture admits one request of 100 tokens and one lease for each of
