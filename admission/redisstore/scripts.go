@@ -676,7 +676,9 @@ func allAlgorithms() string {
 }
 
 var (
-	// acquireScripts holds one script per algorithm, indexed by it.
+	// acquireScripts holds one script per algorithm, indexed by it, for
+	// servers without FUNCTION; token buckets and concurrency limits run
+	// the lean scripts and have none.
 	acquireScripts [admission.Quota + 1]*redis.Script
 	// batchScript evaluates several policies of any algorithms at once.
 	batchScript = redis.NewScript(luaPrelude + allAlgorithms() + luaAcquire)
@@ -686,6 +688,9 @@ var (
 
 func init() {
 	for a := admission.TokenBucket; a <= admission.Quota; a++ {
+		if a == admission.TokenBucket || a == admission.Concurrency {
+			continue
+		}
 		src := luaAlg[a]
 		if a == admission.Quota || a == admission.SlidingWindow {
 			// The quota shares the fixed window's adjustment, the sliding
