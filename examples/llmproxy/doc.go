@@ -33,6 +33,8 @@
 // validate is refused and the old one keeps serving. Clients use keys the
 // proxy issues (the file stores their SHA-256 hashes); the upstream key
 // never reaches a client and a client's key never reaches the upstream.
+// Policies marked store: redis keep their state on the Redis server given
+// with --redis host:port, so that several replicas enforce one limit.
 //
 // # The path of a request
 //
