@@ -89,25 +89,6 @@ func FuzzEstimateResponses(f *testing.F) {
 	)
 }
 
-func FuzzParseUsage(f *testing.F) {
-	f.Add([]byte(`{"usage":` + testUsage + `}`))
-	f.Add([]byte(`{"usage":{"input_tokens":1,"output_tokens":2,"input_tokens_details":{"cached_tokens":1}}}`))
-	f.Add([]byte(`{"response":{"usage":{"total_tokens":3}}}`))
-	f.Add([]byte(`{"usage":null}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		u, err := ParseUsage(body)
-		if err != nil {
-			if u != (Usage{}) {
-				t.Fatalf("ParseUsage error %v with usage %+v", err, u)
-			}
-			return
-		}
-		if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.ReasoningTokens < 0 {
-			t.Fatalf("negative usage %+v", u)
-		}
-	})
-}
-
 // FuzzStreamReader checks, for any stream, that reading it whole, split in
 // two at any byte, or one byte at a time gives the same output and result;
 // that the output equals the input when nothing is stripped; and that no
@@ -119,7 +100,7 @@ func FuzzStreamReader(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte, split uint16, strip bool) {
 		const maxEv = 256
-		cfg := StreamConfig{StripUsage: strip, MaxEventBytes: maxEv, InputTokens: 1}
+		cfg := StreamConfig{StripUsage: strip, MaxEventBytes: maxEv, InputTokens: 1, OutputTokens: 64}
 		read := func(r io.Reader) ([]byte, StreamResult) {
 			s := NewStreamReader(r, cfg)
 			var out []byte
@@ -131,7 +112,11 @@ func FuzzStreamReader(f *testing.F) {
 					t.Fatalf("buffers outgrew MaxEventBytes: line %d data %d raw %d", cap(s.line), cap(s.data), cap(s.raw))
 				}
 				if err == io.EOF {
-					return out, s.Result()
+					res := s.Result()
+					if err := usageWithin(Estimate{InputTokens: 1, OutputTokens: 64}, s.StreamedTokens(), res.Usage); err != nil {
+						t.Fatalf("Result() = %+v: %v", res, err)
+					}
+					return out, res
 				}
 				if err != nil {
 					t.Fatal(err)

@@ -20,8 +20,14 @@ type StreamConfig struct {
 	// report. Nil counts one token per four characters.
 	Counter Counter
 	// InputTokens is reported as the prompt size when no usage arrives:
-	// the request's [Estimate].InputTokens.
+	// the request's [Estimate].InputTokens. With OutputTokens it bounds a
+	// plausible report, see [StreamResult].Fallback.
 	InputTokens int64
+	// OutputTokens is the request's output reservation,
+	// [Estimate].OutputTokens: it bounds a plausible report, and is
+	// charged (or the streamed text's count, when larger) when the
+	// reported completion count cannot be used.
+	OutputTokens int64
 	// StripUsage removes the usage-only chunk that
 	// stream_options.include_usage adds (a chunk with an empty "choices"
 	// and a "usage" object) from the bytes passed to the client. Set it
@@ -37,10 +43,20 @@ type StreamConfig struct {
 
 // StreamResult is what a [StreamReader] learnt from a stream.
 type StreamResult struct {
-	// Usage is the last usage the upstream reported or, when it reported
-	// none, the fallback count (Usage.Estimated is then true).
+	// Usage is the usage to charge: the last usage the upstream reported,
+	// checked as [Estimate.CheckUsage] does against the StreamConfig's
+	// InputTokens and OutputTokens and against the streamed text (a
+	// completion count below half the streamed text's tokens is
+	// implausible too). When the upstream reported none, it is
+	// InputTokens and the streamed text's count. Usage.Estimated is true
+	// when a figure is not the upstream's.
 	Usage Usage
-	// Reported reports whether the upstream sent a usage object.
+	// Fallback says why Usage is not the upstream's report:
+	// FallbackMissing when there was none, else the reason the report
+	// could not be used as is (FallbackNone when it was).
+	Fallback UsageFallback
+	// Reported reports whether the upstream sent a usage object with a
+	// prompt or completion count, usable or not.
 	Reported bool
 	// Completed reports whether the stream ended normally: a "[DONE]"
 	// event, or a terminal Responses API event (response.completed,
@@ -91,14 +107,16 @@ type StreamReader struct {
 
 	mu      sync.Mutex
 	res     StreamResult
+	report  UsageReport // the last usage reported, when res.Reported
 	input   int64
+	output  int64
 	counted int64 // tokens of the streamed text counted so far
 	pendLen int   // len(pending), for StreamedTokens
 }
 
 // NewStreamReader returns a StreamReader reading the SSE body r.
 func NewStreamReader(r io.Reader, cfg StreamConfig) *StreamReader {
-	s := &StreamReader{r: r, counter: cfg.Counter, strip: cfg.StripUsage, maxEv: cfg.MaxEventBytes, input: cfg.InputTokens}
+	s := &StreamReader{r: r, counter: cfg.Counter, strip: cfg.StripUsage, maxEv: cfg.MaxEventBytes, input: cfg.InputTokens, output: cfg.OutputTokens}
 	if s.counter == nil {
 		s.counter = ratioCounter{charsPerToken: 4}
 	}
@@ -109,14 +127,15 @@ func NewStreamReader(r io.Reader, cfg StreamConfig) *StreamReader {
 }
 
 // NewStreamReader returns a StreamReader for the response to a request
-// priced as est, counting fallback output with the model's tokenizer.
+// priced as est, counting fallback output with the model's tokenizer and
+// checking the reported usage against est.
 // stripUsage is the injected result of [InjectIncludeUsage].
 func (e *Estimator) NewStreamReader(r io.Reader, est Estimate, stripUsage bool) *StreamReader {
 	c, err := e.Counter(est.Model)
 	if err != nil {
 		c = nil
 	}
-	return NewStreamReader(r, StreamConfig{Counter: c, InputTokens: est.InputTokens, StripUsage: stripUsage})
+	return NewStreamReader(r, StreamConfig{Counter: c, InputTokens: est.InputTokens, OutputTokens: est.OutputTokens, StripUsage: stripUsage})
 }
 
 // Read implements io.Reader.
@@ -163,13 +182,17 @@ func (s *StreamReader) Result() StreamResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.res
-	if !r.Reported {
-		r.Usage = Usage{InputTokens: s.input, OutputTokens: s.counted + int64(s.pendLen+3)/4, Estimated: true}
+	streamed := s.counted + int64(s.pendLen+3)/4
+	if r.Reported {
+		r.Usage, r.Fallback = Estimate{InputTokens: s.input, OutputTokens: s.output}.check(s.report, streamed)
+	} else {
+		r.Usage, r.Fallback = Usage{InputTokens: max(s.input, 0), OutputTokens: streamed, Estimated: true}, FallbackMissing
 	}
 	return r
 }
 
-// Usage returns Result().Usage: the reported usage, or the fallback count.
+// Usage returns Result().Usage: the checked reported usage, or the
+// fallback count.
 func (s *StreamReader) Usage() Usage { return s.Result().Usage }
 
 // StreamedTokens returns the tokens of the text streamed so far, counted
@@ -377,7 +400,7 @@ func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
 	if raw == nil && ev.Response != nil {
 		raw = ev.Response.Usage
 	}
-	u, ok, err := raw.usage()
+	rep := raw.report()
 	msg := errorMessage(ev.Error)
 	if msg == "" && (ev.Type == "error" || eventType == "error") {
 		msg = string(ev.Message)
@@ -386,8 +409,8 @@ func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
 		msg = errorMessage(ev.Response.Error)
 	}
 	s.mu.Lock()
-	if ok && err == nil {
-		s.res.Usage, s.res.Reported = u, true
+	if rep.Found() {
+		s.report, s.res.Reported = rep, true
 	}
 	if msg != "" && s.res.ErrorMessage == "" {
 		s.res.ErrorMessage = msg
@@ -397,7 +420,7 @@ func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
 		s.res.Completed = true
 	}
 	s.mu.Unlock()
-	return s.strip && ok && err == nil && ev.Type == "" && len(ev.Choices) == 0
+	return s.strip && rep.Found() && ev.Type == "" && len(ev.Choices) == 0
 }
 
 // errorMessage extracts the message of an "error" value: an object with a

@@ -175,11 +175,11 @@ func TestStreamResults(t *testing.T) {
 		{"multi-line", StreamResult{Usage: Usage{InputTokens: 3, OutputTokens: 1}, Reported: true, Completed: true, Events: 3}},
 		// Errors: the fallback counts what was streamed ("Hi" is one token
 		// at four characters per token with no counter).
-		{"error", StreamResult{Usage: Usage{InputTokens: 11, OutputTokens: 1, Estimated: true}, ErrorMessage: "The server had an error", Events: 2}},
-		{"error event", StreamResult{Usage: Usage{InputTokens: 11, Estimated: true}, ErrorMessage: "Slow down", Events: 1}},
+		{"error", StreamResult{Usage: Usage{InputTokens: 11, OutputTokens: 1, Estimated: true}, Fallback: FallbackMissing, ErrorMessage: "The server had an error", Events: 2}},
+		{"error event", StreamResult{Usage: Usage{InputTokens: 11, Estimated: true}, Fallback: FallbackMissing, ErrorMessage: "Slow down", Events: 1}},
 		{"no final eol", StreamResult{Usage: Usage{InputTokens: 5, OutputTokens: 7}, Reported: true, Events: 1}},
-		{"garbage", StreamResult{Usage: Usage{InputTokens: 11, Estimated: true}, Events: 2}},
-		{"trailing data", StreamResult{Usage: Usage{InputTokens: 11, OutputTokens: 1, Estimated: true}, Completed: true, Events: 2}},
+		{"garbage", StreamResult{Usage: Usage{InputTokens: 11, Estimated: true}, Fallback: FallbackMissing, Events: 2}},
+		{"trailing data", StreamResult{Usage: Usage{InputTokens: 11, OutputTokens: 1, Estimated: true}, Fallback: FallbackMissing, Completed: true, Events: 2}},
 	}
 	for _, tt := range tests {
 		_, res := readStream(t, bytes.NewReader(fx[tt.name]), StreamConfig{InputTokens: 11})
@@ -359,36 +359,6 @@ func TestInjectIncludeUsage(t *testing.T) {
 	}
 }
 
-func TestParseUsage(t *testing.T) {
-	tests := []struct {
-		name, body string
-		want       Usage
-		err        error
-	}{
-		{"chat", `{"id":"x","choices":[],"usage":` + testUsage + `}`, testUsageWant, nil},
-		{"embeddings", `{"object":"list","data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}`, Usage{InputTokens: 8}, nil},
-		{"responses", `{"object":"response","usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":10},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":64},"total_tokens":123}}`,
-			Usage{InputTokens: 36, OutputTokens: 87, CachedInputTokens: 10, ReasoningTokens: 64}, nil},
-		{"responses event", `{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":2}}}`, Usage{InputTokens: 1, OutputTokens: 2}, nil},
-		{"total only", `{"usage":{"total_tokens":9}}`, Usage{InputTokens: 9}, nil},
-		{"no usage", `{"choices":[]}`, Usage{}, ErrNoUsage},
-		{"null usage", `{"usage":null}`, Usage{}, ErrNoUsage},
-		{"empty usage", `{"usage":{}}`, Usage{}, ErrNoUsage},
-		{"negative", `{"usage":{"prompt_tokens":-1}}`, Usage{}, errNegativeUsage},
-	}
-	for _, tt := range tests {
-		got, err := ParseUsage([]byte(tt.body))
-		if !errors.Is(err, tt.err) || got != tt.want {
-			t.Errorf("%s: ParseUsage = %+v, %v; want %+v, %v", tt.name, got, err, tt.want, tt.err)
-		}
-	}
-	for _, body := range []string{``, `[]`, `{"usage":{"prompt_tokens":"x"}}`, `{"usage":`} {
-		if _, err := ParseUsage([]byte(body)); err == nil || errors.Is(err, ErrNoUsage) {
-			t.Errorf("ParseUsage(%q) error = %v; want a parse error", body, err)
-		}
-	}
-}
-
 func ExampleStreamReader() {
 	// A streaming response whose final chunk reports the usage.
 	upstream := strings.NewReader(
@@ -416,11 +386,4 @@ func ExampleInjectIncludeUsage() {
 	fmt.Println(string(out), injected, err)
 	// Output:
 	// {"stream_options":{"include_usage":true},"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"}]} true <nil>
-}
-
-func ExampleParseUsage() {
-	u, err := ParseUsage([]byte(`{"object":"chat.completion","usage":{"prompt_tokens":120,"completion_tokens":30,"prompt_tokens_details":{"cached_tokens":100}}}`))
-	fmt.Println(u.InputTokens, u.OutputTokens, u.CachedInputTokens, err)
-	// Output:
-	// 120 30 100 <nil>
 }

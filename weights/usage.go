@@ -1,9 +1,12 @@
 package weights
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 )
 
 // Usage is what a request actually cost, as the upstream reported it (or as
@@ -24,101 +27,318 @@ type Usage struct {
 	// (completion_tokens_details.reasoning_tokens or
 	// output_tokens_details.reasoning_tokens).
 	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
-	// Estimated reports that the upstream sent no usage and the figures were
-	// counted by this package: InputTokens from the request's estimate,
-	// OutputTokens by tokenising the streamed text (hidden reasoning tokens
-	// cannot be counted this way).
+	// Estimated reports that some figure is not the upstream's: it sent no
+	// usage, or one that could not be used (see [UsageFallback]), and the
+	// figure comes from the request's estimate or, for a stream, from
+	// tokenising the streamed text (hidden reasoning tokens cannot be
+	// counted this way).
 	Estimated bool `json:"estimated,omitempty"`
 }
 
 // TotalTokens returns InputTokens + OutputTokens.
 func (u Usage) TotalTokens() int64 { return satAdd(max(u.InputTokens, 0), max(u.OutputTokens, 0)) }
 
-// rawUsage is a usage object in any of the API's shapes.
-type rawUsage struct {
-	PromptTokens        *int64       `json:"prompt_tokens"`
-	CompletionTokens    *int64       `json:"completion_tokens"`
-	TotalTokens         *int64       `json:"total_tokens"`
-	InputTokens         *int64       `json:"input_tokens"`
-	OutputTokens        *int64       `json:"output_tokens"`
-	PromptDetails       *usageDetail `json:"prompt_tokens_details"`
-	InputDetails        *usageDetail `json:"input_tokens_details"`
-	CompletionDetails   *usageDetail `json:"completion_tokens_details"`
-	OutputTokensDetails *usageDetail `json:"output_tokens_details"`
+// UsageFallback says why the usage to charge for a request is not the
+// figure its upstream reported. Upstream usage is untrusted input: a
+// provider's bug, a proxy in between or a compromised upstream could
+// otherwise charge a tenant nothing, or lock it out for years. Its String
+// form is a fixed, short label value for a metric.
+type UsageFallback uint8
+
+// The reasons a reported usage is not charged as is. In a [UsageReport]
+// only FallbackNone, FallbackMissing, FallbackMalformed and
+// FallbackNegative describe how a count was read; [Estimate.CheckUsage]
+// adds the implausible ones.
+const (
+	// FallbackNone: the reported usage is charged as reported.
+	FallbackNone UsageFallback = iota
+	// FallbackMissing: the response has no usage object, or the object
+	// lacks the prompt or the completion count.
+	FallbackMissing
+	// FallbackMalformed: a count is not a JSON number (a string, a
+	// boolean, an object), or the usage is not a JSON object, or the
+	// response body is not JSON at all.
+	FallbackMalformed
+	// FallbackNegative: a count is below zero.
+	FallbackNegative
+	// FallbackImplausibleInput: the prompt count is outside the plausible
+	// range of the request (see [Estimate.CheckUsage]).
+	FallbackImplausibleInput
+	// FallbackImplausibleOutput: the completion count is outside the
+	// plausible range of the request.
+	FallbackImplausibleOutput
+)
+
+// String returns the reason as a metric label value: "none", "missing",
+// "malformed", "negative", "implausible_input" or "implausible_output".
+func (f UsageFallback) String() string {
+	switch f {
+	case FallbackNone:
+		return "none"
+	case FallbackMissing:
+		return "missing"
+	case FallbackMalformed:
+		return "malformed"
+	case FallbackNegative:
+		return "negative"
+	case FallbackImplausibleInput:
+		return "implausible_input"
+	case FallbackImplausibleOutput:
+		return "implausible_output"
+	}
+	return "unknown"
 }
 
-type usageDetail struct {
-	CachedTokens    int64 `json:"cached_tokens"`
-	ReasoningTokens int64 `json:"reasoning_tokens"`
+// The plausible range of a reported usage, in tokens. See
+// [Estimate.CheckUsage].
+const (
+	// UsageFactor bounds how far the prompt count may stray from the
+	// estimate, either way: at most UsageFactor times the estimate (plus
+	// UsageSlack), at least the estimate divided by UsageFactor. The
+	// estimate is exact for text and within a few percent when sampled, so
+	// a factor of 4 leaves room for tokenizers of other model families.
+	UsageFactor = 4
+	// UsageSlack is added to the upper bounds of both counts. It covers
+	// what an estimate cannot see: items stored upstream
+	// (previous_response_id, item_reference), files sent by id, the
+	// results of built-in tools, models that bill images above the tile
+	// formula, and the output of a request that set no limit of its own
+	// (the reservation is then a default, and the largest published output
+	// limits are about 128k tokens).
+	UsageSlack = 1 << 17
+)
+
+// UsageReport is the usage an upstream response reported, as read and
+// before it is checked against the request ([Estimate.CheckUsage]).
+type UsageReport struct {
+	// Usage holds the counts that were read. A count that is absent or
+	// could not be used is zero; its state is in Input or Output. A count
+	// above what an int64 holds (1e30) reads as math.MaxInt64, and a
+	// fraction is rounded up.
+	Usage Usage
+	// Input says how the prompt count was read: FallbackNone when it was,
+	// else FallbackMissing, FallbackMalformed or FallbackNegative.
+	Input UsageFallback
+	// Output says the same of the completion count.
+	Output UsageFallback
 }
 
-var errNegativeUsage = errors.New("negative token count")
+// Found reports whether the upstream sent a usage object with at least a
+// prompt or a completion count, usable or not.
+func (r UsageReport) Found() bool { return r.Input != FallbackMissing || r.Output != FallbackMissing }
 
-// usage converts r; ok is false when r holds no token count at all.
-func (r *rawUsage) usage() (u Usage, ok bool, err error) {
-	if r == nil {
-		return Usage{}, false, nil
-	}
-	pick := func(a, b *int64) (int64, bool) {
-		if a != nil {
-			return *a, true
-		}
-		if b != nil {
-			return *b, true
-		}
-		return 0, false
-	}
-	var okIn, okOut bool
-	u.InputTokens, okIn = pick(r.PromptTokens, r.InputTokens)
-	u.OutputTokens, okOut = pick(r.CompletionTokens, r.OutputTokens)
-	if !okIn && !okOut && r.TotalTokens != nil {
-		// Only a total: count it as input (embeddings-like), so nothing is lost.
-		u.InputTokens, okIn = *r.TotalTokens, true
-	}
-	for _, d := range []*usageDetail{r.PromptDetails, r.InputDetails} {
-		if d != nil {
-			u.CachedInputTokens = max(u.CachedInputTokens, d.CachedTokens)
-		}
-	}
-	for _, d := range []*usageDetail{r.CompletionDetails, r.OutputTokensDetails} {
-		if d != nil {
-			u.ReasoningTokens = max(u.ReasoningTokens, d.ReasoningTokens)
-		}
-	}
-	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.ReasoningTokens < 0 {
-		return Usage{}, false, errNegativeUsage
-	}
-	return u, okIn || okOut, nil
-}
+// noReport is the report of a response without usage.
+var noReport = UsageReport{Input: FallbackMissing, Output: FallbackMissing}
 
-// ParseUsage reads the usage of a non-streaming response body of any of the
-// endpoints listed at [Endpoint]: the top-level "usage" object (or, for a
-// Responses API event, "response.usage"). It returns [ErrNoUsage] when the
-// body has none, and an error when the body is not JSON or a count is
-// negative.
-func ParseUsage(body []byte) (Usage, error) {
+// malformedReport is the report of a usage that is not a JSON object.
+var malformedReport = UsageReport{Input: FallbackMalformed, Output: FallbackMalformed}
+
+// ReadUsage reads the usage of a non-streaming response body of any of the
+// endpoints listed at [Endpoint]: the top-level "usage" object or, for a
+// Responses API event, "response.usage". A bad count never fails it: it is
+// recorded in the report, and [Estimate.CheckUsage] decides what to charge.
+// The error is not nil only when the body is not a JSON object; the report
+// then says the usage is malformed, so that checking it still charges the
+// request's reservation.
+func ReadUsage(body []byte) (UsageReport, error) {
 	var r struct {
-		Usage    *rawUsage `json:"usage"`
-		Response *struct {
-			Usage *rawUsage `json:"usage"`
-		} `json:"response"`
+		Usage    *rawUsage       `json:"usage"`
+		Response json.RawMessage `json:"response"`
 	}
 	if firstByte(body) != '{' {
-		return Usage{}, errors.New("weights: parsing response usage: want a JSON object")
+		return malformedReport, errors.New("weights: parsing response usage: want a JSON object")
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
-		return Usage{}, fmt.Errorf("weights: parsing response usage: %w", err)
+		return malformedReport, fmt.Errorf("weights: parsing response usage: %w", err)
 	}
-	raw := r.Usage
-	if raw == nil && r.Response != nil {
-		raw = r.Response.Usage
+	if r.Usage == nil && firstByte(r.Response) == '{' {
+		var resp struct {
+			Usage *rawUsage `json:"usage"`
+		}
+		if json.Unmarshal(r.Response, &resp) == nil {
+			r.Usage = resp.Usage
+		}
 	}
-	u, ok, err := raw.usage()
-	if err != nil {
-		return Usage{}, fmt.Errorf("weights: parsing response usage: %w", err)
-	}
-	if !ok {
+	return r.Usage.report(), nil
+}
+
+// ParseUsage reads the usage of a non-streaming response body, like
+// [ReadUsage], for a caller that charges it as reported. It returns
+// [ErrNoUsage] when the body has none, and an error when the body is not
+// JSON or a count is not a usable number.
+//
+// Deprecated: upstream usage is untrusted. Use [ReadUsage] and
+// [Estimate.CheckUsage], which never charge nothing for a bad report and
+// never fail a response that is otherwise valid.
+func ParseUsage(body []byte) (Usage, error) {
+	r, err := ReadUsage(body)
+	switch {
+	case err != nil:
+		return Usage{}, err
+	case !r.Found():
 		return Usage{}, ErrNoUsage
+	case r.Input != FallbackNone && r.Input != FallbackMissing, r.Output != FallbackNone && r.Output != FallbackMissing:
+		return Usage{}, fmt.Errorf("weights: parsing response usage: %s token count", max(r.Input, r.Output))
 	}
-	return u, nil
+	return r.Usage, nil
+}
+
+// CheckUsage returns the usage to charge for a request estimated as e,
+// given what its upstream reported, and why it differs from the report
+// when it does (FallbackNone when it does not). It never returns a
+// negative count, nor one above the plausible range:
+//
+//   - prompt tokens: from e.InputTokens / [UsageFactor] to
+//     e.InputTokens × UsageFactor + [UsageSlack];
+//   - completion tokens: at most e.OutputTokens (the reservation: the
+//     request's limit, or the model's default, times the completions asked
+//     for) + UsageSlack.
+//
+// A count that is missing, malformed, negative or outside its range is
+// replaced by the reservation's: e.InputTokens for the prompt,
+// e.OutputTokens for the completion, so a bad report is charged as the
+// admission reserved it, never as nothing. The one exception is a missing
+// completion count when nothing was reserved for one (an embedding). When
+// both counts are bad the reason is the prompt's. Cached and reasoning
+// tokens are clamped to the counts they are part of. Pass the estimate as
+// reserved: a caller that lowered OutputTokens (a cap on reservations) has
+// lowered the fallback and the bound with it.
+func (e Estimate) CheckUsage(r UsageReport) (Usage, UsageFallback) { return e.check(r, 0) }
+
+// check is CheckUsage for a response whose output text was also counted:
+// streamed tokens. The completion count is then also implausible below
+// half of them, its bound grows to at least streamed + UsageSlack, and its
+// fallback is the larger of the reservation and streamed.
+func (e Estimate) check(r UsageReport, streamed int64) (Usage, UsageFallback) {
+	in, out, seen := max(e.InputTokens, 0), max(e.OutputTokens, 0), max(streamed, 0)
+	u := r.Usage
+	reason := FallbackNone
+	fallBack := func(f UsageFallback) {
+		if reason == FallbackNone {
+			reason = f
+		}
+	}
+	if st := countState(r.Input, u.InputTokens); st != FallbackNone {
+		fallBack(st)
+		u.InputTokens = in
+	} else if u.InputTokens > satAdd(satMul(in, UsageFactor), UsageSlack) || u.InputTokens < in/UsageFactor {
+		fallBack(FallbackImplausibleInput)
+		u.InputTokens = in
+	}
+	outFallback := max(out, seen)
+	if st := countState(r.Output, u.OutputTokens); st == FallbackMissing && outFallback == 0 {
+		u.OutputTokens = 0
+	} else if st != FallbackNone {
+		fallBack(st)
+		u.OutputTokens = outFallback
+	} else if u.OutputTokens > satAdd(outFallback, UsageSlack) || u.OutputTokens < seen/2 {
+		fallBack(FallbackImplausibleOutput)
+		u.OutputTokens = outFallback
+	}
+	u.CachedInputTokens = min(max(u.CachedInputTokens, 0), u.InputTokens)
+	u.ReasoningTokens = min(max(u.ReasoningTokens, 0), u.OutputTokens)
+	u.Estimated = u.Estimated || reason != FallbackNone
+	return u, reason
+}
+
+// countState returns the state of a count: the state it was read with, or
+// FallbackNegative for a negative value given by the caller.
+func countState(st UsageFallback, v int64) UsageFallback {
+	if st == FallbackNone && v < 0 {
+		return FallbackNegative
+	}
+	return st
+}
+
+// rawUsage is a usage object in any of the APIs' shapes. It decodes any
+// JSON value without failing, so a bad usage never hides the rest of a
+// response or of a stream event.
+type rawUsage struct {
+	counts map[string]json.RawMessage
+	bad    bool // the value is not a JSON object
+}
+
+// UnmarshalJSON implements json.Unmarshaler; it never fails.
+func (r *rawUsage) UnmarshalJSON(b []byte) error {
+	r.counts = nil
+	r.bad = json.Unmarshal(b, &r.counts) != nil
+	return nil
+}
+
+// report reads the counts of r; a nil r is no usage at all.
+func (r *rawUsage) report() UsageReport {
+	if r == nil {
+		return noReport
+	}
+	if r.bad {
+		return malformedReport
+	}
+	var rep UsageReport
+	rep.Usage.InputTokens, rep.Input = r.pick("prompt_tokens", "input_tokens")
+	rep.Usage.OutputTokens, rep.Output = r.pick("completion_tokens", "output_tokens")
+	if rep.Input == FallbackMissing && rep.Output == FallbackMissing {
+		// Only a total: count it as input (embeddings-like), so nothing is
+		// lost.
+		rep.Usage.InputTokens, rep.Input = parseCount(r.counts["total_tokens"])
+	}
+	rep.Usage.CachedInputTokens = max(detail(r.counts["prompt_tokens_details"], "cached_tokens"), detail(r.counts["input_tokens_details"], "cached_tokens"))
+	rep.Usage.ReasoningTokens = max(detail(r.counts["completion_tokens_details"], "reasoning_tokens"), detail(r.counts["output_tokens_details"], "reasoning_tokens"))
+	return rep
+}
+
+// pick reads the first of two spellings of a count that is present.
+func (r *rawUsage) pick(a, b string) (int64, UsageFallback) {
+	if n, st := parseCount(r.counts[a]); st != FallbackMissing {
+		return n, st
+	}
+	return parseCount(r.counts[b])
+}
+
+// detail reads a count of a details object, or 0 when it is not usable.
+func detail(raw json.RawMessage, key string) int64 {
+	var m map[string]json.RawMessage
+	if firstByte(raw) != '{' || json.Unmarshal(raw, &m) != nil {
+		return 0
+	}
+	if n, st := parseCount(m[key]); st == FallbackNone {
+		return n
+	}
+	return 0
+}
+
+// parseCount reads a token count in any JSON number form: 1000, 1e3,
+// 1000.0, 999.5 (rounded up), 1e30 (read as math.MaxInt64, for the
+// plausibility check to judge). Absent and null are FallbackMissing, any
+// other JSON value FallbackMalformed, and a number below zero
+// FallbackNegative; the count is then zero.
+func parseCount(raw json.RawMessage) (int64, UsageFallback) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, FallbackMissing
+	}
+	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
+		return 0, FallbackMalformed
+	}
+	if !bytes.ContainsAny(raw, ".eE") {
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		switch {
+		case err == nil && n >= 0:
+			return n, FallbackNone
+		case raw[0] == '-':
+			return 0, FallbackNegative
+		case errors.Is(err, strconv.ErrRange):
+			return math.MaxInt64, FallbackNone
+		}
+		return 0, FallbackMalformed
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(f):
+		return 0, FallbackMalformed
+	case f < 0:
+		return 0, FallbackNegative
+	case f >= math.MaxInt64:
+		return math.MaxInt64, FallbackNone
+	}
+	return int64(math.Ceil(f)), FallbackNone
 }
