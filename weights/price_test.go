@@ -91,6 +91,145 @@ func TestNewPricesValidation(t *testing.T) {
 	}
 }
 
+// TestPricesResolve: every model is priced by its entry, its base model
+// or the fallback, or reported unpriced; never priced at nothing by
+// omission.
+func TestPricesResolve(t *testing.T) {
+	fallback := &Price{Input: 10, Output: 30}
+	def := must(NewPriceTable(PricesConfig{}))
+	withFallback := must(NewPriceTable(PricesConfig{Fallback: fallback}))
+	custom := must(NewPriceTable(PricesConfig{Models: map[string]Price{
+		"GPT-4o-mini":    {Input: 0.2, Output: 0.8},  // replaces the built-in entry
+		"ft:gpt-4o-mini": {Input: 0.3, Output: 1.2},  // fine-tunes of one base priced apart
+		"llama-3":        {Input: 0.05, Output: 0.1}, // a model the built-in table lacks
+	}}))
+	only := must(NewPriceTable(PricesConfig{Models: map[string]Price{"llama-3": {Input: 0.05, Output: 0.1}}, OmitBuiltin: true, Fallback: fallback}))
+	tests := []struct {
+		p      *Prices
+		model  string
+		input  float64
+		source PriceSource
+	}{
+		{def, "gpt-4o-mini", 0.15, PriceListed},
+		{def, "GPT-4o-Mini-2024-07-18", 0.15, PriceListed},
+		{def, "o1-pro", 150, PriceListed},
+		{def, "o1-pro-2025-03-19", 150, PriceListed},
+		{def, "o1-2024-12-17", 15, PriceListed},
+		{def, "azure/gpt-4.1-nano", 0.10, PriceListed},
+		{def, "ft:gpt-4o-mini-2024-07-18:org:custom:id", 0.15, PriceBaseModel},
+		{def, "ft:gpt-4.1-2025-04-14:acme::BxYz12", 2, PriceBaseModel},
+		{def, "FT:GPT-3.5-TURBO-0613:ORG::ID", 0.5, PriceBaseModel},
+		{def, "openai/ft:o4-mini-2025-04-16:org:x:1", 1.10, PriceBaseModel},
+		{def, "davinci-002:ft-acme-2023-08-01-00-00-00", 2, PriceListed}, // the legacy form starts with its base
+		{def, "ft:", 0, PriceUnpriced},
+		{def, "ft:unknown-base:org::id", 0, PriceUnpriced},
+		{def, "my-local-llm", 0, PriceUnpriced},
+		{def, "", 0, PriceUnpriced},
+		{withFallback, "my-local-llm", 10, PriceFallback},
+		{withFallback, "ft:unknown-base:org::id", 10, PriceFallback},
+		{withFallback, "", 10, PriceFallback},
+		{withFallback, "gpt-5", 1.25, PriceListed},
+		{custom, "gpt-4o-mini-2024-07-18", 0.2, PriceListed},
+		{custom, "ft:gpt-4o-mini-2024-07-18:org:custom:id", 0.3, PriceListed},
+		{custom, "ft:gpt-4o-2024-08-06:org:custom:id", 2.5, PriceBaseModel},
+		{custom, "llama-3-70b", 0.05, PriceListed},
+		{custom, "gpt-4o", 2.5, PriceListed},
+		{only, "llama-3-8b", 0.05, PriceListed},
+		{only, "gpt-4o", 10, PriceFallback},
+	}
+	for _, tt := range tests {
+		got, source, ok := tt.p.Resolve(tt.model)
+		if got.Input != tt.input || source != tt.source || ok != (source != PriceUnpriced) {
+			t.Errorf("Resolve(%q) = %+v, %v, %v; want input %v from %v", tt.model, got, source, ok, tt.input, tt.source)
+		}
+		if lp, lok := tt.p.Lookup(tt.model); lp != got || lok != ok {
+			t.Errorf("Lookup(%q) = %+v, %v; want Resolve's %+v, %v", tt.model, lp, lok, got, ok)
+		}
+		if ok && got.Output == 0 && !strings.HasPrefix(strings.ToLower(tt.model), "text-embedding") {
+			t.Errorf("Resolve(%q) = %+v: a generative model with a free output", tt.model, got)
+		}
+	}
+	var none *Prices
+	if _, src, ok := none.Resolve("gpt-4o"); ok || src != PriceUnpriced {
+		t.Errorf("nil Prices resolved gpt-4o: %v, %v", src, ok)
+	}
+	for i, want := range []string{"unpriced", "listed", "base_model", "fallback", "unknown"} {
+		if got := PriceSource(i).String(); got != want {
+			t.Errorf("PriceSource(%d) = %q; want %q", i, got, want)
+		}
+	}
+}
+
+// TestDefaultPrices: the built-in table keeps every price the gateway
+// shipped with, covers OpenAI's current models, and is a copy.
+func TestDefaultPrices(t *testing.T) {
+	shipped := map[string]Price{
+		"gpt-4o":                 {Input: 2.50, Output: 10.00, CachedInput: 1.25},
+		"gpt-4o-mini":            {Input: 0.15, Output: 0.60, CachedInput: 0.075},
+		"gpt-4.1":                {Input: 2.00, Output: 8.00, CachedInput: 0.50},
+		"gpt-4.1-mini":           {Input: 0.40, Output: 1.60, CachedInput: 0.10},
+		"gpt-4.1-nano":           {Input: 0.10, Output: 0.40, CachedInput: 0.025},
+		"gpt-5":                  {Input: 1.25, Output: 10.00, CachedInput: 0.125},
+		"gpt-5-mini":             {Input: 0.25, Output: 2.00, CachedInput: 0.025},
+		"o4-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.275},
+		"gpt-3.5-turbo":          {Input: 0.50, Output: 1.50},
+		"text-embedding-3-small": {Input: 0.02},
+		"text-embedding-3-large": {Input: 0.13},
+		"text-embedding-ada-002": {Input: 0.10},
+	}
+	d := DefaultPrices()
+	for name, want := range shipped {
+		if got := d[name]; got != want {
+			t.Errorf("DefaultPrices()[%q] = %+v; want %+v", name, got, want)
+		}
+	}
+	p := must(NewPriceTable(PricesConfig{}))
+	for _, model := range []string{
+		"gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5-pro", "gpt-5-codex", "gpt-5-chat-latest",
+		"gpt-4.5-preview", "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano", "gpt-4o", "gpt-4o-mini",
+		"chatgpt-4o-latest", "gpt-4o-realtime-preview", "o1", "o1-mini", "o1-pro", "o3", "o3-mini",
+		"o3-pro", "o4-mini", "codex-mini-latest", "gpt-4", "gpt-4-turbo", "gpt-3.5-turbo",
+		"gpt-35-turbo", "text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002",
+	} {
+		if _, _, ok := p.Resolve(model); !ok {
+			t.Errorf("%q has no built-in price", model)
+		}
+	}
+	d["gpt-4o"] = Price{}
+	if DefaultPrices()["gpt-4o"].Input != 2.5 {
+		t.Error("DefaultPrices returned the table itself")
+	}
+}
+
+func TestNewPriceTableValidation(t *testing.T) {
+	for _, tt := range []struct {
+		fallback Price
+		want     string
+	}{
+		{Price{}, "fallback: input and output must be above zero"},
+		{Price{Input: 1}, "fallback: input and output must be above zero"},
+		{Price{Input: -1, Output: 1}, "fallback.input: must be between 0"},
+		{Price{Input: 1, Output: math.Inf(1)}, "fallback.output: must be between 0"},
+	} {
+		fb := tt.fallback
+		_, err := NewPriceTable(PricesConfig{Fallback: &fb})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewPriceTable(fallback %+v) error = %v; want %q", fb, err, tt.want)
+		}
+	}
+	long := strings.Repeat("m", maxModelName+1)
+	if _, err := NewPriceTable(PricesConfig{Models: map[string]Price{long: {Input: 1}}}); err == nil {
+		t.Error("NewPriceTable accepted a model name of 257 bytes")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 func TestOperationCosts(t *testing.T) {
 	tbl, err := NewOperationCosts(1, []OperationCost{
 		{Method: "POST", Route: "/v1/exports", Units: 50},

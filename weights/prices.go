@@ -3,6 +3,7 @@ package weights
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"strings"
@@ -82,13 +83,124 @@ func (p Price) validate(path string) []error {
 	return errs
 }
 
+// PriceSource says where the price of a model came from. Its String form
+// is a fixed, short label value for a metric.
+type PriceSource uint8
+
+// The sources of a price.
+const (
+	// PriceUnpriced: no entry matches the model and no fallback price is
+	// configured. A caller refuses the request (an HTTP gateway answers
+	// 400): serving it would let it run free under a spend limit.
+	PriceUnpriced PriceSource = iota
+	// PriceListed: an entry of the table matches the model's name.
+	PriceListed
+	// PriceBaseModel: the model is fine-tuned
+	// ("ft:gpt-4o-mini-2024-07-18:org:custom:id") and no entry matches its
+	// own name, so it is priced as its base model. (A legacy fine-tune,
+	// "davinci-002:ft-org-2023-01-01", starts with its base and is
+	// PriceListed by prefix.)
+	PriceBaseModel
+	// PriceFallback: no entry matches; the table's fallback price applies.
+	PriceFallback
+)
+
+// String returns the source as a metric label value: "unpriced",
+// "listed", "base_model" or "fallback".
+func (s PriceSource) String() string {
+	switch s {
+	case PriceUnpriced:
+		return "unpriced"
+	case PriceListed:
+		return "listed"
+	case PriceBaseModel:
+		return "base_model"
+	case PriceFallback:
+		return "fallback"
+	}
+	return "unknown"
+}
+
+// builtinPrices are OpenAI's list prices in US dollars per million tokens
+// (standard tier, text tokens), as published in 2025. A policy file's
+// prices section starts from them; see [DefaultPrices].
+var builtinPrices = map[string]Price{
+	"gpt-5":                  {Input: 1.25, Output: 10.00, CachedInput: 0.125},
+	"gpt-5-mini":             {Input: 0.25, Output: 2.00, CachedInput: 0.025},
+	"gpt-5-nano":             {Input: 0.05, Output: 0.40, CachedInput: 0.005},
+	"gpt-5-pro":              {Input: 15.00, Output: 120.00},
+	"gpt-4.5":                {Input: 75.00, Output: 150.00, CachedInput: 37.50},
+	"gpt-4.1":                {Input: 2.00, Output: 8.00, CachedInput: 0.50},
+	"gpt-4.1-mini":           {Input: 0.40, Output: 1.60, CachedInput: 0.10},
+	"gpt-4.1-nano":           {Input: 0.10, Output: 0.40, CachedInput: 0.025},
+	"gpt-4o":                 {Input: 2.50, Output: 10.00, CachedInput: 1.25},
+	"gpt-4o-2024-05-13":      {Input: 5.00, Output: 15.00},
+	"gpt-4o-realtime":        {Input: 5.00, Output: 20.00, CachedInput: 2.50},
+	"gpt-4o-mini":            {Input: 0.15, Output: 0.60, CachedInput: 0.075},
+	"gpt-4o-mini-realtime":   {Input: 0.60, Output: 2.40, CachedInput: 0.30},
+	"chatgpt-4o":             {Input: 5.00, Output: 15.00},
+	"o1":                     {Input: 15.00, Output: 60.00, CachedInput: 7.50},
+	"o1-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.55},
+	"o1-pro":                 {Input: 150.00, Output: 600.00},
+	"o3":                     {Input: 2.00, Output: 8.00, CachedInput: 0.50},
+	"o3-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.55},
+	"o3-pro":                 {Input: 20.00, Output: 80.00},
+	"o3-deep-research":       {Input: 10.00, Output: 40.00, CachedInput: 2.50},
+	"o4-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.275},
+	"o4-mini-deep-research":  {Input: 2.00, Output: 8.00, CachedInput: 0.50},
+	"codex-mini":             {Input: 1.50, Output: 6.00, CachedInput: 0.375},
+	"computer-use-preview":   {Input: 3.00, Output: 12.00},
+	"gpt-4":                  {Input: 30.00, Output: 60.00},
+	"gpt-4-32k":              {Input: 60.00, Output: 120.00},
+	"gpt-4-turbo":            {Input: 10.00, Output: 30.00},
+	"gpt-4-0125-preview":     {Input: 10.00, Output: 30.00},
+	"gpt-4-1106":             {Input: 10.00, Output: 30.00},
+	"gpt-4-vision":           {Input: 10.00, Output: 30.00},
+	"gpt-3.5-turbo":          {Input: 0.50, Output: 1.50},
+	"gpt-3.5-turbo-instruct": {Input: 1.50, Output: 2.00},
+	"gpt-35-turbo":           {Input: 0.50, Output: 1.50}, // Azure OpenAI deployment spelling
+	"davinci-002":            {Input: 2.00, Output: 2.00},
+	"babbage-002":            {Input: 0.40, Output: 0.40},
+	"text-embedding-3-small": {Input: 0.02},
+	"text-embedding-3-large": {Input: 0.13},
+	"text-embedding-ada-002": {Input: 0.10},
+}
+
+// DefaultPrices returns a copy of the built-in price table: OpenAI's list
+// prices, per model name prefix, in US dollars per million tokens. It is
+// the default of a policy file's prices section and of
+// [PricesConfig].
+func DefaultPrices() map[string]Price { return maps.Clone(builtinPrices) }
+
+// PricesConfig configures a [Prices] table, as a policy file's prices
+// section does. The zero value is the built-in table with unpriced models
+// refused.
+type PricesConfig struct {
+	// Models prices models by name prefix (case-insensitive). An entry
+	// replaces the built-in entry of the same name and adds to the others.
+	Models map[string]Price
+	// OmitBuiltin leaves the built-in table out: only Models are priced.
+	OmitBuiltin bool
+	// Fallback, when not nil, prices every model no entry matches. Its
+	// input and output prices must be above zero. Nil refuses such models:
+	// [Prices.Resolve] reports false.
+	Fallback *Price
+}
+
+// maxModelName bounds a model name in a price table.
+const maxModelName = 256
+
 // Prices is a model price table. A model is priced by the entry whose name
 // is the longest prefix of its lower-cased name, so "gpt-4o-mini" can be
 // priced apart from "gpt-4o" and "gpt-4o-2024-08-06" falls under "gpt-4o".
-// A name with a provider part ("openai/gpt-4o") is also tried without it.
-// A Prices is immutable and safe for concurrent use.
+// A name with a provider part ("openai/gpt-4o") is also tried without it,
+// and a fine-tuned model with no entry of its own is priced as its base
+// model (see [PriceBaseModel]). A model no entry matches gets the fallback
+// price, if one is configured, or is unpriced. A nil *Prices prices
+// nothing. A Prices is immutable and safe for concurrent use.
 type Prices struct {
-	entries []priceEntry // sorted by descending prefix length
+	entries  []priceEntry // sorted by descending prefix length
+	fallback *Price
 }
 
 type priceEntry struct {
@@ -97,16 +209,24 @@ type priceEntry struct {
 }
 
 // NewPrices validates a table of prices keyed by model name prefix and
-// returns it. Every problem is reported at once, with the key.
+// returns it: exactly that table, without the built-in one and without a
+// fallback price. Every problem is reported at once, with the key. It is
+// NewPriceTable(PricesConfig{Models: table, OmitBuiltin: true}).
 func NewPrices(table map[string]Price) (*Prices, error) {
+	return NewPriceTable(PricesConfig{Models: table, OmitBuiltin: true})
+}
+
+// NewPriceTable validates cfg and returns its price table. Every problem
+// is reported at once, with its path (prices["gpt-4o"].input, fallback.output).
+func NewPriceTable(cfg PricesConfig) (*Prices, error) {
 	var errs []error
-	p := &Prices{entries: make([]priceEntry, 0, len(table))}
+	p := &Prices{entries: make([]priceEntry, 0, len(cfg.Models)+len(builtinPrices))}
 	seen := map[string]string{}
-	for name, price := range table {
+	for name, price := range cfg.Models {
 		key := strings.ToLower(name)
 		path := fmt.Sprintf("prices[%q]", name)
-		if key == "" {
-			errs = append(errs, fmt.Errorf("%s: model name must not be empty", path))
+		if key == "" || len(key) > maxModelName {
+			errs = append(errs, fmt.Errorf("%s: model name must not be empty nor longer than %d bytes", path, maxModelName))
 		}
 		if other, dup := seen[key]; dup {
 			errs = append(errs, fmt.Errorf("%s: duplicates prices[%q] (names are case-insensitive)", path, other))
@@ -114,6 +234,21 @@ func NewPrices(table map[string]Price) (*Prices, error) {
 		seen[key] = name
 		errs = append(errs, price.validate(path)...)
 		p.entries = append(p.entries, priceEntry{prefix: key, price: price})
+	}
+	if !cfg.OmitBuiltin {
+		for name, price := range builtinPrices {
+			if _, replaced := seen[name]; !replaced {
+				p.entries = append(p.entries, priceEntry{prefix: name, price: price})
+			}
+		}
+	}
+	if f := cfg.Fallback; f != nil {
+		errs = append(errs, f.validate("fallback")...)
+		if !(f.Input > 0 && f.Output > 0) {
+			errs = append(errs, errors.New("fallback: input and output must be above zero: a fallback of nothing lets unpriced models run free"))
+		}
+		fb := *f
+		p.fallback = &fb
 	}
 	if len(errs) > 0 {
 		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
@@ -129,22 +264,60 @@ func NewPrices(table map[string]Price) (*Prices, error) {
 	return p, nil
 }
 
-// Lookup returns the price of a model and whether one is configured.
-func (p *Prices) Lookup(model string) (Price, bool) {
-	if p == nil || model == "" {
-		return Price{}, false
+// Resolve returns the price to charge for a model and where it came from:
+// the table's entry for its name (tried whole, then without a provider
+// part), else its base model's entry when it is fine-tuned, else the
+// fallback price. ok is false, with PriceUnpriced, when none applies: the
+// caller refuses the request rather than serve it for free.
+func (p *Prices) Resolve(model string) (price Price, source PriceSource, ok bool) {
+	if p == nil {
+		return Price{}, PriceUnpriced, false
 	}
 	name := strings.ToLower(model)
 	if pr, ok := p.match(name); ok {
-		return pr, true
+		return pr, PriceListed, true
 	}
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		return p.match(name[i+1:])
+		name = name[i+1:]
+		if pr, ok := p.match(name); ok {
+			return pr, PriceListed, true
+		}
 	}
-	return Price{}, false
+	if base := baseModel(name); base != "" {
+		if pr, ok := p.match(base); ok {
+			return pr, PriceBaseModel, true
+		}
+	}
+	if p.fallback != nil {
+		return *p.fallback, PriceFallback, true
+	}
+	return Price{}, PriceUnpriced, false
+}
+
+// Lookup returns the price to charge for a model and whether one applies,
+// the fallback price included: Resolve without the source.
+func (p *Prices) Lookup(model string) (Price, bool) {
+	pr, _, ok := p.Resolve(model)
+	return pr, ok
+}
+
+// baseModel returns the base model of a fine-tuned model's lower-cased
+// name, "ft:BASE:org:suffix:id", or "" when the name is not one. (The
+// legacy form, "BASE:ft-org-date", starts with its base and is matched by
+// prefix.)
+func baseModel(name string) string {
+	rest, ok := strings.CutPrefix(name, "ft:")
+	if !ok {
+		return ""
+	}
+	base, _, _ := strings.Cut(rest, ":")
+	return base
 }
 
 func (p *Prices) match(name string) (Price, bool) {
+	if name == "" {
+		return Price{}, false
+	}
 	for _, e := range p.entries {
 		if strings.HasPrefix(name, e.prefix) {
 			return e.price, true
