@@ -206,3 +206,44 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestPrices: the prices section decodes into the table the program
+// builds its prices from; without it, the built-in table applies and
+// unpriced models are refused.
+func TestPrices(t *testing.T) {
+	const policy = "policies:\n  - {name: spend, algorithm: quota, unit: cost, period: month, limit: 100M}\n"
+	f := must(config.Parse("default.yaml", []byte(policy)))
+	if p := f.Prices; !p.Builtin || p.Models != nil || p.Fallback != nil {
+		t.Errorf("default prices = %+v; want the built-in table and refuse", p)
+	}
+	f = must(config.Parse("prices.yaml", []byte(policy+`prices:
+  builtin: false
+  unpriced: fallback
+  fallback: {input: 10, output: 30.5}
+  models:
+    gpt-4o-mini: {input: 0.15, output: 0.6, cached_input: 0.075}
+    ft:gpt-4o-mini: {input: 0.3, output: 1.2}
+    local-embedder: {input: 0, output: 0}
+`)))
+	want := config.Prices{
+		Models: map[string]config.Price{
+			"gpt-4o-mini":    {Input: 0.15, Output: 0.6, CachedInput: 0.075},
+			"ft:gpt-4o-mini": {Input: 0.3, Output: 1.2},
+			"local-embedder": {},
+		},
+		Fallback: &config.Price{Input: 10, Output: 30.5},
+	}
+	got := f.Prices
+	if got.Builtin || len(got.Models) != len(want.Models) || got.Fallback == nil || *got.Fallback != *want.Fallback {
+		t.Fatalf("prices = %+v; want %+v", got, want)
+	}
+	for name, p := range want.Models {
+		if got.Models[name] != p {
+			t.Errorf("prices.models[%q] = %+v; want %+v", name, got.Models[name], p)
+		}
+	}
+	f = must(config.Parse("refuse.yaml", []byte(policy+"prices: {unpriced: refuse, models: {llama: {input: 1, output: 2}}}\n")))
+	if p := f.Prices; !p.Builtin || p.Fallback != nil || p.Models["llama"] != (config.Price{Input: 1, Output: 2}) {
+		t.Errorf("refuse prices = %+v; want the built-in table, llama and no fallback", p)
+	}
+}

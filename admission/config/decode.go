@@ -428,6 +428,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"http", d.decodeHTTP},
 		field{"metrics", d.decodeMetrics},
 		field{"logging", d.decodeLogging},
+		field{"prices", d.decodePrices},
 	) {
 		return
 	}

@@ -17,6 +17,17 @@
 // KB/MB suffixes. API keys are stored only as SHA-256 hashes in the form
 // "sha256:<64 hex digits>" that `admitctl hash-key` prints.
 //
+// The prices section (see [Prices]) prices models for cost policies: the
+// built-in list prices by default, with the file's own entries over them,
+// fine-tuned "ft:" models priced as their base, and a model without a
+// price either charged a fallback price or refused, never free:
+//
+//	prices:
+//	  unpriced: fallback
+//	  fallback: {input: 10, output: 30}
+//	  models:
+//	    llama-3.3-70b: {input: 0.59, output: 0.79}
+//
 // A Watcher reloads the file when it changes and on SIGHUP: a file that
 // does not validate is refused and reported, and the old configuration
 // keeps serving.
@@ -53,6 +64,8 @@ type File struct {
 	Metrics Metrics
 	// Logging holds the logging settings.
 	Logging Logging
+	// Prices holds the model prices of cost policies.
+	Prices Prices
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
@@ -176,6 +189,7 @@ func defaults() *File {
 		HTTP:     HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
 		Metrics:  Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
 		Logging:  Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
+		Prices:   Prices{Builtin: true},
 	}
 }
 

@@ -1,0 +1,161 @@
+package config
+
+import (
+	"math"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Prices is the prices section: what a million tokens of each model cost,
+// for the policies whose unit is cost (a monthly spend cap). A model is
+// priced by the entry whose name is the longest prefix of its lower-cased
+// name ("gpt-4o" prices "gpt-4o-2024-08-06"), tried whole and then without
+// a provider part ("openai/gpt-4o"); a fine-tuned model
+// ("ft:gpt-4o-mini-2024-07-18:org:custom:id") with no entry of its own is
+// priced as its base model. A model no entry matches is never free: it is
+// charged the fallback price or refused.
+//
+//	prices:
+//	  builtin: true       # start from the built-in list prices (the default)
+//	  unpriced: refuse    # refuse (the default) or fallback
+//	  fallback: {input: 10, output: 30}
+//	  models:             # replace or add entries, in US dollars per million tokens
+//	    gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}
+//	    ft:gpt-4o-mini: {input: 0.30, output: 1.20}
+//	    llama-3.3-70b: {input: 0.59, output: 0.79}
+//
+// The section is optional; without it the built-in table applies and
+// unpriced models are refused. The program turns it into a price table
+// with weights.NewPriceTable (this package does not depend on weights).
+type Prices struct {
+	// Builtin starts the table from the built-in list prices
+	// (weights.DefaultPrices). Default true.
+	Builtin bool
+	// Models are the file's entries, by model name prefix as written. An
+	// entry replaces the built-in entry of the same name (names are
+	// case-insensitive) and adds to the others.
+	Models map[string]Price
+	// Fallback prices every model no entry matches (unpriced: fallback).
+	// Nil refuses such models (unpriced: refuse).
+	Fallback *Price
+}
+
+// Price is a model's price in US dollars per million tokens. Input and
+// Output are required in the file; CachedInput defaults to 0, which means
+// the Input price.
+type Price struct {
+	// Input is the price of a million prompt tokens.
+	Input float64
+	// Output is the price of a million completion tokens.
+	Output float64
+	// CachedInput is the price of a million prompt tokens served from the
+	// provider's cache; 0 means Input.
+	CachedInput float64
+}
+
+// maxPrice is the largest price accepted, as weights bounds it: a million
+// dollars per million tokens.
+const maxPrice = 1e6
+
+// maxModelName bounds a model name in the prices section, as weights
+// does.
+const maxModelName = 256
+
+func (d *decoder) decodePrices(n *yaml.Node, path string) {
+	p := &d.f.Prices
+	var unpriced string
+	if !d.mapping(n, path,
+		field{"builtin", d.boolean(&p.Builtin)},
+		field{"unpriced", d.str(&unpriced)},
+		field{"fallback", func(n *yaml.Node, path string) {
+			fb, ok := d.price(n, path, true)
+			if ok {
+				p.Fallback = &fb
+			}
+		}},
+		field{"models", func(n *yaml.Node, path string) {
+			p.Models = map[string]Price{}
+			seen := map[string]string{}
+			d.pairs(n, path, func(name string, k, v *yaml.Node, path string) {
+				if len(name) > maxModelName || strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+					d.errorf(k, path, "not a model name (no spaces or control characters, at most %d bytes)", maxModelName)
+					return
+				}
+				key := strings.ToLower(name)
+				if first, dup := seen[key]; dup {
+					d.errorf(k, path, "duplicates %s (model names are case-insensitive)", join("prices.models", first))
+					return
+				}
+				seen[key] = name
+				if pr, ok := d.price(v, path, false); ok {
+					p.Models[name] = pr
+				}
+			})
+		}},
+	) {
+		return
+	}
+	_, hasFallback := d.lines[path+".fallback"]
+	switch unpriced {
+	case "":
+	case "refuse":
+		if hasFallback {
+			d.errorf(d.lines[path+".fallback"], path+".fallback", "a fallback price contradicts unpriced: refuse")
+		}
+	case "fallback":
+		if !hasFallback {
+			d.errorf(d.lines[path+".unpriced"], path+".unpriced", "fallback needs a price: set prices.fallback")
+		}
+	default:
+		d.errorf(d.lines[path+".unpriced"], path+".unpriced", "%q is not refuse or fallback", unpriced)
+	}
+	if !p.Builtin && len(d.f.Prices.Models) == 0 && !hasFallback {
+		d.errorf(d.lines[path+".builtin"], path+".builtin", "false with no models and no fallback prices nothing: every model would be refused")
+	}
+}
+
+// price decodes a price mapping; input and output are required, and above
+// zero for a fallback (a fallback of nothing would let unpriced models run
+// free).
+func (d *decoder) price(n *yaml.Node, path string, fallback bool) (Price, bool) {
+	var pr Price
+	ok := true
+	amount := func(dst *float64) func(*yaml.Node, string) {
+		return func(n *yaml.Node, path string) {
+			s, given := d.scalar(n, path)
+			if !given {
+				ok = false
+				return
+			}
+			v, err := strconv.ParseFloat(s, 64)
+			switch {
+			case err != nil || math.IsNaN(v) || math.IsInf(v, 0):
+				d.errorf(d.resolve(n), path, "%q is not a price (write 2.5 for $2.50 per million tokens)", s)
+			case v < 0 || v > maxPrice:
+				d.errorf(d.resolve(n), path, "must be between 0 and %g US dollars per million tokens, got %s", float64(maxPrice), s)
+			case fallback && v == 0 && !strings.HasSuffix(path, ".cached_input"):
+				d.errorf(d.resolve(n), path, "must be > 0: a fallback of nothing lets unpriced models run free")
+			default:
+				*dst = v
+				return
+			}
+			ok = false
+		}
+	}
+	if !d.mapping(n, path,
+		field{"input", amount(&pr.Input)},
+		field{"output", amount(&pr.Output)},
+		field{"cached_input", amount(&pr.CachedInput)},
+	) {
+		return Price{}, false
+	}
+	for _, k := range []string{"input", "output"} {
+		if _, given := d.lines[path+"."+k]; !given {
+			d.errorf(d.resolve(n), path+"."+k, "missing (a price needs input and output; write 0 for a free part)")
+			ok = false
+		}
+	}
+	return pr, ok
+}
