@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -11,13 +12,14 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/weights"
 )
 
 func init() {
 	register(&command{
 		name:    "check",
 		usage:   "FILE",
-		summary: "validate a policy file offline and print the effective policies per plan",
+		summary: "validate a policy file offline; print the effective policies per plan and the models without a price",
 		run:     runCheck,
 	})
 }
@@ -51,6 +53,11 @@ func runCheck(_ context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "%s: %v\n", fs.Arg(0), err)
 		return 1
 	}
+	prices, err := priceTable(f.Prices)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "%s: %v\n", fs.Arg(0), err)
+		return 1
+	}
 	if *quiet {
 		return 0
 	}
@@ -59,6 +66,7 @@ func runCheck(_ context.Context, e *env, args []string) int {
 	if stores := f.Stores(); len(stores) > 0 {
 		fmt.Fprintf(e.stdout, "stores the program must register: %s\n", strings.Join(stores, ", "))
 	}
+	unpriced(e.stdout, f, prices)
 	fmt.Fprintln(e.stdout)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLAN\tPOLICY\tMODE\tALGORITHM\tUNIT\tKEY\tLIMIT\tBURST\tPER\tQUEUE")
@@ -88,6 +96,48 @@ func runCheck(_ context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stdout, "\ntenants without a plan are on %q; \"-\" rows are the policies' own limits\n", d)
 	}
 	return 0
+}
+
+// priceTable builds the price table of a policy file's prices section.
+func priceTable(p config.Prices) (*weights.Prices, error) {
+	cfg := weights.PricesConfig{OmitBuiltin: !p.Builtin, Models: make(map[string]weights.Price, len(p.Models))}
+	for name, pr := range p.Models {
+		cfg.Models[name] = weights.Price(pr)
+	}
+	if p.Fallback != nil {
+		fb := weights.Price(*p.Fallback)
+		cfg.Fallback = &fb
+	}
+	return weights.NewPriceTable(cfg)
+}
+
+// unpriced lists the models the policies name that no entry of the price
+// table matches, and says what happens to their requests.
+func unpriced(w io.Writer, f *config.File, prices *weights.Prices) {
+	type named struct{ model, at string }
+	var missing []named
+	seen := map[string]bool{}
+	for i, p := range f.Config.Policies {
+		for j, m := range p.Match.Models {
+			if _, src, _ := prices.Resolve(m); seen[m] || src != weights.PriceUnpriced && src != weights.PriceFallback {
+				continue
+			}
+			seen[m] = true
+			missing = append(missing, named{m, fmt.Sprintf("policies[%d].match.models[%d]", i, j)})
+		}
+	}
+	what := "refused (prices.unpriced: refuse)"
+	if fb := f.Prices.Fallback; fb != nil {
+		what = fmt.Sprintf("charged the fallback price, $%g in and $%g out per million tokens (prices.fallback)", fb.Input, fb.Output)
+	}
+	if len(missing) == 0 {
+		fmt.Fprintf(w, "prices: every model the policies name has a price; requests for other models are %s\n", what)
+		return
+	}
+	fmt.Fprintf(w, "prices: %d model(s) the policies name have no price; their requests are %s:\n", len(missing), what)
+	for _, m := range missing {
+		fmt.Fprintf(w, "  %s\t(%s)\n", m.model, m.at)
+	}
 }
 
 // formatDuration writes 1m rather than 1m0s.

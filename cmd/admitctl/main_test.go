@@ -90,3 +90,59 @@ func TestUsage(t *testing.T) {
 		t.Errorf("help = %d, %q", code, out)
 	}
 }
+
+// TestCheckUnpriced: check names the models the policies match that have
+// no price, and says whether they are refused or charged the fallback.
+func TestCheckUnpriced(t *testing.T) {
+	const policies = `policies:
+  - name: spend
+    algorithm: quota
+    unit: cost
+    period: month
+    limit: 100M
+    match: {models: [gpt-4o-mini, o1-pro, "ft:gpt-4o-mini-2024-07-18:org:custom:id", my-llm]}
+  - name: tpm
+    algorithm: token_bucket
+    unit: tokens
+    limit: 100k
+    per: 1m
+    match: {models: [my-llm, llama-3.3-70b, openai/gpt-4.1]}
+`
+	tests := []struct {
+		name, prices string
+		want         []string
+		not          []string
+	}{
+		{"refuse", "", []string{
+			"prices: 2 model(s) the policies name have no price; their requests are refused (prices.unpriced: refuse):",
+			"my-llm\t(policies[0].match.models[3])", "llama-3.3-70b\t(policies[1].match.models[1])",
+		}, []string{"o1-pro", "ft:gpt-4o-mini", "gpt-4.1"}},
+		{"fallback", "prices: {fallback: {input: 10, output: 30}}\n", []string{
+			"their requests are charged the fallback price, $10 in and $30 out per million tokens (prices.fallback):", "my-llm", "llama-3.3-70b",
+		}, nil},
+		{"priced", "prices: {models: {my-llm: {input: 1, output: 2}, llama: {input: 0.5, output: 0.5}}}\n", []string{
+			"prices: every model the policies name has a price; requests for other models are refused (prices.unpriced: refuse)",
+		}, []string{"my-llm"}},
+		{"only the file's", "prices: {builtin: false, models: {my-llm: {input: 1, output: 2}}}\n", []string{
+			"prices: 5 model(s)", "gpt-4o-mini", "o1-pro", "ft:gpt-4o-mini-2024-07-18:org:custom:id", "llama-3.3-70b", "openai/gpt-4.1",
+		}, []string{"  my-llm\t"}},
+	}
+	for _, tt := range tests {
+		path := filepath.Join(t.TempDir(), "prices.yaml")
+		os.WriteFile(path, []byte(policies+tt.prices), 0o644)
+		code, out, errs := runArgs("", "check", path)
+		if code != 0 {
+			t.Fatalf("%s: check = %d; stderr:\n%s", tt.name, code, errs)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: check output lacks %q:\n%s", tt.name, w, out)
+			}
+		}
+		for _, w := range tt.not {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: check output names %q:\n%s", tt.name, w, out)
+			}
+		}
+	}
+}
