@@ -64,7 +64,7 @@
 //
 // # After the call
 //
-// [ParseUsage] reads the usage object of a JSON response in any of the
+// [ReadUsage] reads the usage object of a JSON response in any of the
 // APIs' shapes. A [StreamReader] wraps a server-sent-events response: it
 // passes the bytes through unchanged, picks up the final usage report, and,
 // when none arrives (a cut stream, an upstream that ignores the option),
@@ -73,11 +73,24 @@
 // [StreamConfig.StripUsage] removes the extra chunk from what the client
 // sees.
 //
+// Upstream usage is untrusted input. Counts are read in every JSON number
+// form (1000, 1e3, 1000.0) and a bad one never fails the response;
+// [Estimate.CheckUsage] (and [StreamResult] for streams) then bounds the
+// report by the request: the prompt between a quarter and four times the
+// estimate (plus [UsageSlack]), the completion at most the reservation
+// plus UsageSlack. A count that is missing, malformed, negative or out of
+// range is charged as reserved, never as nothing, and the reason is
+// returned as a [UsageFallback] for a metric.
+//
 // # Other prices
 //
 // [OperationCosts] prices calls of non-LLM APIs by route and method (an
 // export costs 50 units, a lookup 1). [Prices] turns tokens into
-// micro-dollars, so a policy can cap a tenant's spend.
+// micro-dollars, so a policy can cap a tenant's spend: [NewPriceTable]
+// starts from the built-in list prices ([DefaultPrices]), prices
+// fine-tuned "ft:" models as their base, and gives a model without a price
+// a fallback price or reports it unpriced ([Prices.Resolve]), so that the
+// caller refuses it rather than serve it for free.
 //
 // # Tokenizers
 //
