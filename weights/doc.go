@@ -76,9 +76,9 @@
 // Upstream usage is untrusted input. Counts are read in every JSON number
 // form (1000, 1e3, 1000.0) and a bad one never fails the response;
 // [Estimate.CheckUsage] (and [StreamResult] for streams) then bounds the
-// report by the request: the prompt between a quarter and four times the
-// estimate (plus [UsageSlack]), the completion at most the reservation
-// plus UsageSlack. A count that is missing, malformed, negative or out of
+// report by the request: the prompt at most four times the estimate plus
+// [UsageSlack] (and not zero), the completion at most the reservation plus
+// UsageSlack (and, in a stream, not far below the streamed text). A count that is missing, malformed, negative or out of
 // range is charged as reserved, never as nothing, and the reason is
 // returned as a [UsageFallback] for a metric.
 //

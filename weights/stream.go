@@ -46,8 +46,8 @@ type StreamResult struct {
 	// Usage is the usage to charge: the last usage the upstream reported,
 	// checked as [Estimate.CheckUsage] does against the StreamConfig's
 	// InputTokens and OutputTokens and against the streamed text (a
-	// completion count below half the streamed text's tokens is
-	// implausible too). When the upstream reported none, it is
+	// completion count below the streamed text's tokens divided by
+	// [UsageFactor] is implausible too). When the upstream reported none, it is
 	// InputTokens and the streamed text's count. Usage.Estimated is true
 	// when a figure is not the upstream's.
 	Usage Usage

@@ -92,11 +92,16 @@ func (f UsageFallback) String() string {
 // The plausible range of a reported usage, in tokens. See
 // [Estimate.CheckUsage].
 const (
-	// UsageFactor bounds how far the prompt count may stray from the
-	// estimate, either way: at most UsageFactor times the estimate (plus
-	// UsageSlack), at least the estimate divided by UsageFactor. The
-	// estimate is exact for text and within a few percent when sampled, so
-	// a factor of 4 leaves room for tokenizers of other model families.
+	// UsageFactor bounds how far a count may stray from what the request
+	// says of it: the prompt count is at most UsageFactor times the
+	// estimate (plus UsageSlack), and a stream's completion count at least
+	// the streamed text's tokens divided by UsageFactor. The estimate is
+	// exact for text and within a few percent when sampled, so a factor of
+	// 4 leaves room for tokenizers of other model families. There is no
+	// proportional lower bound on the prompt: content the estimate prices
+	// by size (files, images behind URLs) can cost far less than priced,
+	// so only a prompt of zero tokens, for a request that has one, is
+	// implausible.
 	UsageFactor = 4
 	// UsageSlack is added to the upper bounds of both counts. It covers
 	// what an estimate cannot see: items stored upstream
@@ -188,8 +193,8 @@ func ParseUsage(body []byte) (Usage, error) {
 // when it does (FallbackNone when it does not). It never returns a
 // negative count, nor one above the plausible range:
 //
-//   - prompt tokens: from e.InputTokens / [UsageFactor] to
-//     e.InputTokens × UsageFactor + [UsageSlack];
+//   - prompt tokens: from 1 (0 when e.InputTokens is 0) to
+//     e.InputTokens × [UsageFactor] + [UsageSlack];
 //   - completion tokens: at most e.OutputTokens (the reservation: the
 //     request's limit, or the model's default, times the completions asked
 //     for) + UsageSlack.
@@ -207,7 +212,7 @@ func (e Estimate) CheckUsage(r UsageReport) (Usage, UsageFallback) { return e.ch
 
 // check is CheckUsage for a response whose output text was also counted:
 // streamed tokens. The completion count is then also implausible below
-// half of them, its bound grows to at least streamed + UsageSlack, and its
+// streamed / UsageFactor, its bound grows to at least streamed + UsageSlack, and its
 // fallback is the larger of the reservation and streamed.
 func (e Estimate) check(r UsageReport, streamed int64) (Usage, UsageFallback) {
 	in, out, seen := max(e.InputTokens, 0), max(e.OutputTokens, 0), max(streamed, 0)
@@ -221,7 +226,7 @@ func (e Estimate) check(r UsageReport, streamed int64) (Usage, UsageFallback) {
 	if st := countState(r.Input, u.InputTokens); st != FallbackNone {
 		fallBack(st)
 		u.InputTokens = in
-	} else if u.InputTokens > satAdd(satMul(in, UsageFactor), UsageSlack) || u.InputTokens < in/UsageFactor {
+	} else if u.InputTokens > satAdd(satMul(in, UsageFactor), UsageSlack) || u.InputTokens < min(in, 1) {
 		fallBack(FallbackImplausibleInput)
 		u.InputTokens = in
 	}
@@ -231,7 +236,7 @@ func (e Estimate) check(r UsageReport, streamed int64) (Usage, UsageFallback) {
 	} else if st != FallbackNone {
 		fallBack(st)
 		u.OutputTokens = outFallback
-	} else if u.OutputTokens > satAdd(outFallback, UsageSlack) || u.OutputTokens < seen/2 {
+	} else if u.OutputTokens > satAdd(outFallback, UsageSlack) || u.OutputTokens < seen/UsageFactor {
 		fallBack(FallbackImplausibleOutput)
 		u.OutputTokens = outFallback
 	}
