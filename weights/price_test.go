@@ -381,3 +381,23 @@ func ExamplePrices() {
 	// Output:
 	// 6125
 }
+
+// A gateway resolves the price of a request's model once: listed, priced
+// as its base model, charged the fallback, or refused.
+func ExamplePrices_Resolve() {
+	prices, err := NewPriceTable(PricesConfig{
+		Models: map[string]Price{"llama-3.3-70b": {Input: 0.59, Output: 0.79}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, model := range []string{"gpt-4o-mini-2024-07-18", "ft:gpt-4o-mini-2024-07-18:acme:support:9xYz", "llama-3.3-70b-versatile", "my-local-model"} {
+		p, source, ok := prices.Resolve(model)
+		fmt.Println(model, p.Input, p.Output, source, ok)
+	}
+	// Output:
+	// gpt-4o-mini-2024-07-18 0.15 0.6 listed true
+	// ft:gpt-4o-mini-2024-07-18:acme:support:9xYz 0.15 0.6 base_model true
+	// llama-3.3-70b-versatile 0.59 0.79 listed true
+	// my-local-model 0 0 unpriced false
+}

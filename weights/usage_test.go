@@ -282,3 +282,24 @@ func FuzzReadUsage(f *testing.F) {
 		}
 	})
 }
+
+// A gateway checks what the upstream reported against the request before
+// it settles, and counts the fallbacks.
+func ExampleEstimate_CheckUsage() {
+	est := Estimate{InputTokens: 120, OutputTokens: 400} // as reserved
+	for _, body := range []string{
+		`{"object":"chat.completion","usage":{"prompt_tokens":118,"completion_tokens":3.5e1}}`,
+		`{"object":"chat.completion","usage":{"prompt_tokens":1e18,"completion_tokens":35}}`,
+		`{"object":"chat.completion","usage":{"prompt_tokens":-1,"completion_tokens":"35"}}`,
+		`{"object":"chat.completion"}`,
+	} {
+		rep, err := ReadUsage([]byte(body)) // err only when the body is not JSON
+		u, fb := est.CheckUsage(rep)
+		fmt.Println(u.InputTokens, u.OutputTokens, fb, err)
+	}
+	// Output:
+	// 118 35 none <nil>
+	// 120 35 implausible_input <nil>
+	// 120 400 negative <nil>
+	// 120 400 missing <nil>
+}
