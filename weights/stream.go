@@ -47,9 +47,9 @@ type StreamResult struct {
 	// checked as [Estimate.CheckUsage] does against the StreamConfig's
 	// InputTokens and OutputTokens and against the streamed text (a
 	// completion count below the streamed text's tokens divided by
-	// [UsageFactor] is implausible too). When the upstream reported none, it is
-	// InputTokens and the streamed text's count. Usage.Estimated is true
-	// when a figure is not the upstream's.
+	// [UsageFactor] is implausible too). When the upstream reported none,
+	// it is InputTokens and the streamed text's count. Usage.Estimated is
+	// true when a figure is not the upstream's.
 	Usage Usage
 	// Fallback says why Usage is not the upstream's report:
 	// FallbackMissing when there was none, else the reason the report

@@ -135,9 +135,11 @@ func unpriced(w io.Writer, f *config.File, prices *weights.Prices) {
 		return
 	}
 	fmt.Fprintf(w, "prices: %d model(s) the policies name have no price; their requests are %s:\n", len(missing), what)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, m := range missing {
-		fmt.Fprintf(w, "  %s\t(%s)\n", m.model, m.at)
+		fmt.Fprintf(tw, "  %s\t%s\n", m.model, m.at)
 	}
+	tw.Flush()
 }
 
 // formatDuration writes 1m rather than 1m0s.
