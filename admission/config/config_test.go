@@ -242,6 +242,19 @@ func TestPrices(t *testing.T) {
 			t.Errorf("prices.models[%q] = %+v; want %+v", name, got.Models[name], p)
 		}
 	}
+	// The example of the package documentation.
+	f = must(config.Parse("doc.yaml", []byte(policy+`prices:
+  builtin: true       # start from the built-in list prices (the default)
+  unpriced: fallback  # refuse (the default), or charge the fallback price
+  fallback: {input: 10, output: 30}
+  models:             # replace or add entries, in US dollars per million tokens
+    gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}
+    ft:gpt-4o-mini: {input: 0.30, output: 1.20}
+    llama-3.3-70b: {input: 0.59, output: 0.79}
+`)))
+	if p := f.Prices; !p.Builtin || len(p.Models) != 3 || p.Fallback == nil || p.Models["ft:gpt-4o-mini"].Output != 1.2 {
+		t.Errorf("documented prices = %+v; want the built-in table, 3 models and a fallback", p)
+	}
 	f = must(config.Parse("refuse.yaml", []byte(policy+"prices: {unpriced: refuse, models: {llama: {input: 1, output: 2}}}\n")))
 	if p := f.Prices; !p.Builtin || p.Fallback != nil || p.Models["llama"] != (config.Price{Input: 1, Output: 2}) {
 		t.Errorf("refuse prices = %+v; want the built-in table, llama and no fallback", p)

@@ -19,7 +19,7 @@ import (
 //
 //	prices:
 //	  builtin: true       # start from the built-in list prices (the default)
-//	  unpriced: refuse    # refuse (the default) or fallback
+//	  unpriced: fallback  # refuse (the default), or charge the fallback price
 //	  fallback: {input: 10, output: 30}
 //	  models:             # replace or add entries, in US dollars per million tokens
 //	    gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}
