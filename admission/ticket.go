@@ -19,11 +19,16 @@ import (
 // never settle someone else's request).
 //
 // Settle and Done may be called from any goroutine, any number of times.
-// Charge, Statuses and WouldReject must not run concurrently with Settle.
+// Continue, Charge, Renew, Statuses and WouldReject must not run
+// concurrently with Settle.
 //
 // A ticket that is never settled does not hold concurrency permits forever:
-// they expire after the policy's MaxHold, and the expiry is reported to the
-// observer.
+// they expire after the policy's MaxHold (from admission or from the last
+// Renew), and the expiry is reported to the observer.
+//
+// A ticket from Controller.Begin holds the permits of the policies Begin
+// decided until Continue evaluates the rest; it can be settled without
+// Continue.
 type Ticket struct {
 	t   *ticket
 	gen uint64
