@@ -159,7 +159,7 @@ func (c *Controller) install(cfg Config) error {
 	next := &config{policies: policies, byName: map[string]*policy{}, limits: limits}
 	for _, p := range policies {
 		next.byName[p.Name] = p
-		if p.class <= 1 {
+		if p.early() {
 			next.early++
 		}
 	}
@@ -388,6 +388,9 @@ func (c *Controller) Begin(ctx context.Context, r Request) (Ticket, error) {
 	return c.admit(ctx, nil, &r, false, stageBegun)
 }
 
+// admit evaluates for r the policies of one stage of an admission: every
+// policy (Admit), Begin's, or the others (Continue, given the ticket
+// Begin issued; t is nil otherwise).
 func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool, part stage) (Ticket, error) {
 	var cfg *config
 	lo, hi := 0, 0
