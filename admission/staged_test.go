@@ -402,3 +402,60 @@ func stagedSameAsAdmit(t *testing.T, seed uint64, steps int) {
 	}
 	t.Logf("admitted %d, rejected %d (%d by Begin), leases lost %d", admitted, rejected, begunRejected, expired)
 }
+
+// TestContinueWaitsInQueue: a policy with a queue is decided by Continue,
+// which waits for a permit as Admit does; a caller that gives up while
+// waiting gets everything Begin took given back.
+func TestContinueWaitsInQueue(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	c := newController(t, clock, nil,
+		admission.Policy{Name: "rpm", Key: tenantKey, Algorithm: admission.FixedWindow, Limit: 100, Per: time.Minute},
+		admission.Policy{Name: "upstream", Algorithm: admission.Concurrency, Limit: 1, Queue: admission.Queue{Size: 4}},
+	)
+	ctx := context.Background()
+	r := admission.Request{Tenant: "acme", Model: "m0", Tokens: 10}
+	first, err := c.Admit(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.Begin(ctx, withoutBody(r))
+	if err != nil {
+		t.Fatalf("Begin with the queued cap full = %v; want admitted (Begin does not decide it)", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- second.Continue(ctx, r) }()
+	waitFor(t, "Continue to queue", func() bool { return c.Stats()[1].Queued == 1 })
+	first.Done()
+	if err := <-done; err != nil {
+		t.Fatalf("Continue after the permit was released = %v", err)
+	}
+	if s := c.Stats()[1]; s.InFlight != 1 {
+		t.Errorf("upstream in flight = %d; want 1", s.InFlight)
+	}
+
+	// A caller who gives up while its Continue waits.
+	third, err := c.Begin(ctx, withoutBody(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { done <- third.Continue(cctx, r) }()
+	waitFor(t, "Continue to queue", func() bool { return c.Stats()[1].Queued == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled Continue = %v; want context.Canceled", err)
+	}
+	if third.Valid() {
+		t.Error("ticket valid after its Continue was canceled")
+	}
+	second.Done()
+	// rpm counted first, second and (given back) third: 98 left.
+	tk, err := c.Admit(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tk.Statuses(nil)[0]; got.Policy != "rpm" || got.Remaining != 97 {
+		t.Errorf("rpm after two requests and a canceled one = %+v; want 97 left after this one", got)
+	}
+	tk.Done()
+}
