@@ -430,6 +430,26 @@ func (c *cell) concAcquire(l *Limit, n int64, now int64, g *Grant) {
 	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
 }
 
+// concRenew extends the lease of g to now + MaxHold after reclaiming the
+// expired leases, and clears g.Stamp when the lease was not held.
+func (c *cell) concRenew(l *Limit, g *Grant, now int64) {
+	g.Expired = c.concExpire(now)
+	held := false
+	if c.x != nil {
+		for i := range c.x.leases {
+			if ls := &c.x.leases[i]; ls.id == g.Stamp {
+				ls.exp = max(ls.exp, now+int64(l.MaxHold))
+				held = true
+				break
+			}
+		}
+	}
+	if !held {
+		g.Stamp = 0
+	}
+	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
+}
+
 // concRelease drops the lease of g; it reports whether the lease was held.
 func (c *cell) concRelease(g *Grant) bool {
 	if c.x == nil {

@@ -138,6 +138,67 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 }
 
+// BenchmarkStaged compares Admit with Begin then Continue on the same
+// three policies (a request rate and a concurrency cap that Begin decides,
+// a token rate that needs the body), and Begin alone settled at once (a
+// request whose body turned out invalid), every request admitted.
+func BenchmarkStaged(b *testing.B) {
+	policies := []admission.Policy{
+		{Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000},
+		{Name: "tpm", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000},
+		{Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 1 << 40, MaxPartitions: 20000},
+	}
+	const keys = 10000
+	names := tenants(keys)
+	ctx := context.Background()
+	b.Run("admit", func(b *testing.B) {
+		c := benchController(b, policies)
+		serialAndParallel(b, func(i int) error {
+			t, err := c.Admit(ctx, admission.Request{Tenant: names[i%keys], Model: "gpt-4o", Tokens: 100})
+			t.Done()
+			return err
+		})
+	})
+	b.Run("begin+continue", func(b *testing.B) {
+		c := benchController(b, policies)
+		serialAndParallel(b, func(i int) error {
+			t, err := c.Begin(ctx, admission.Request{Tenant: names[i%keys]})
+			if err == nil {
+				err = t.Continue(ctx, admission.Request{Tenant: names[i%keys], Model: "gpt-4o", Tokens: 100})
+			}
+			t.Done()
+			return err
+		})
+	})
+	b.Run("begin", func(b *testing.B) {
+		c := benchController(b, policies)
+		serialAndParallel(b, func(i int) error {
+			t, err := c.Begin(ctx, admission.Request{Tenant: names[i%keys]})
+			t.Done()
+			return err
+		})
+	})
+}
+
+// BenchmarkRenew measures Renew on every chunk of a stream: most calls
+// find the lease fresh and only read the clock.
+func BenchmarkRenew(b *testing.B) {
+	c := benchController(b, []admission.Policy{{
+		Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 1 << 40,
+	}})
+	t, err := c.Admit(context.Background(), admission.Request{Tenant: "acme"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Done()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := t.Renew(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkPartitionMemory reports the heap held per idle token-bucket
 // partition.
 func BenchmarkPartitionMemory(b *testing.B) {

@@ -66,6 +66,7 @@ type Controller struct {
 // config is one immutable generation of policies and plans.
 type config struct {
 	policies []*policy // in evaluation order
+	early    int       // policies[:early] are decided by Begin
 	byName   map[string]*policy
 	limits   *limitTable
 }
@@ -158,6 +159,9 @@ func (c *Controller) install(cfg Config) error {
 	next := &config{policies: policies, byName: map[string]*policy{}, limits: limits}
 	for _, p := range policies {
 		next.byName[p.Name] = p
+		if p.early() {
+			next.early++
+		}
 	}
 	c.cfg.Store(next)
 	return nil
@@ -204,16 +208,7 @@ func buildPolicies(list []Policy, old *config) []*policy {
 			p.unit = UnitRequests
 		}
 		p.base = p.limit()
-		switch {
-		case p.Algorithm.IsRate() && p.Queue.Size == 0:
-			p.class = 0
-		case !p.Algorithm.IsRate() && p.Queue.Size == 0:
-			p.class = 1
-		case p.Algorithm.IsRate():
-			p.class = 2
-		default:
-			p.class = 3
-		}
+		p.class = p.evalClass()
 		if old != nil {
 			if o, ok := old.byName[p.Name]; ok && compatible(&o.Policy, &p.Policy) {
 				p.policyState = o.policyState
@@ -226,6 +221,33 @@ func buildPolicies(list []Policy, old *config) []*policy {
 		p.index = i
 	}
 	return out
+}
+
+// evalClass is the policy's place in the evaluation order: first the
+// policies Begin decides (request rates, then request concurrency), then
+// the other rate checks, then concurrency, then the policies that may
+// queue (rates, then concurrency).
+func (p *policy) evalClass() int {
+	switch {
+	case p.early() && p.Algorithm.IsRate():
+		return 0
+	case p.early():
+		return 1
+	case p.Queue.Size == 0 && p.Algorithm.IsRate():
+		return 2
+	case p.Queue.Size == 0:
+		return 3
+	case p.Algorithm.IsRate():
+		return 4
+	}
+	return 5
+}
+
+// early reports whether Begin decides the policy: it needs nothing a
+// request body tells (no model in its match or key, a cost of one request)
+// and never waits.
+func (p *policy) early() bool {
+	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, KeyModel) && p.unit == UnitRequests && p.Queue.Size == 0
 }
 
 // compatible reports whether b can take over a's partitions.
@@ -339,26 +361,63 @@ func appendPrefix(buf []byte, a netip.Addr) []byte {
 // ErrRateLimited and the other sentinels), or the context's error when the
 // caller gave up while waiting.
 func (c *Controller) Admit(ctx context.Context, r Request) (Ticket, error) {
-	return c.admit(ctx, &r, true)
+	return c.admit(ctx, nil, &r, true, stageWhole)
 }
 
 // TryAdmit is Admit without waiting: a request that would have to queue is
 // rejected at once.
 func (c *Controller) TryAdmit(ctx context.Context, r Request) (Ticket, error) {
-	return c.admit(ctx, &r, false)
+	return c.admit(ctx, nil, &r, false, stageWhole)
 }
 
-func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, error) {
-	cfg := c.cfg.Load()
+// Begin is the first stage of a staged admission, for a request whose body
+// (and so its model and cost estimate) is not read yet: it evaluates only
+// the policies that need none of it, those whose Match names no model,
+// whose Key has no KeyModel part, that count UnitRequests and have no
+// queue, so a caller over its request rate or concurrency is refused
+// before its body is read. r needs only the request's identity and
+// operation. A rejection is final, as Admit's.
+//
+// The Ticket it returns holds what those policies took. Continue it with
+// the full request to evaluate the other policies, or settle it as is: a
+// request that needs nothing else (its body turned out invalid, say) is
+// settled like an admitted one. Begin followed by Continue decides, counts
+// and reports exactly what Admit would on the same request (Admit
+// evaluates the same policies first).
+func (c *Controller) Begin(ctx context.Context, r Request) (Ticket, error) {
+	return c.admit(ctx, nil, &r, false, stageBegun)
+}
+
+// admit evaluates for r the policies of one stage of an admission: every
+// policy (Admit), Begin's, or the others (Continue, given the ticket
+// Begin issued; t is nil otherwise).
+func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool, part stage) (Ticket, error) {
+	var cfg *config
+	lo, hi := 0, 0
 	now := c.clock.Now()
-	t := c.tickets.Get().(*ticket)
-	t.start = now
-	t.tenant, t.model, t.operation, t.priority = r.Tenant, r.Model, r.Operation, r.Priority
-	t.ops = t.ops[:0]
-	t.keybuf = t.keybuf[:0]
+	if t == nil {
+		cfg = c.cfg.Load()
+		t = c.tickets.Get().(*ticket)
+		t.cfg = cfg
+		t.start = now
+		t.tenant, t.model, t.operation, t.priority = r.Tenant, r.Model, r.Operation, r.Priority
+		t.ops = t.ops[:0]
+		t.keybuf = t.keybuf[:0]
+		hi = len(cfg.policies)
+		if part == stageBegun {
+			hi = cfg.early
+		}
+	} else {
+		// Continue: the rest of the configuration Begin started with.
+		cfg = t.cfg
+		t.model = r.Model
+		lo, hi = cfg.early, len(cfg.policies)
+	}
+	t.stage = part
+	first := len(t.ops)
 	limits := cfg.limitsFor(r.Tenant)
 	allShadow := c.allShadow.Load()
-	for _, p := range cfg.policies {
+	for _, p := range cfg.policies[lo:hi] {
 		if !p.Matches(r) {
 			continue
 		}
@@ -379,9 +438,10 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 			h.lim = &limits[p.index]
 		}
 		h.key, t.keybuf = p.key(r, t.keybuf)
+		h.renewed = now
 	}
 	var err error
-	evaluated := 0
+	evaluated := first
 	for evaluated < len(t.ops) && err == nil {
 		if n := c.batchable(t.ops[evaluated:]); n > 1 {
 			err = c.acquireBatch(ctx, t, t.ops[evaluated:evaluated+n], now)
@@ -406,24 +466,34 @@ func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, 
 			}
 		}
 	}
-	// Each policy that let the request through reports it now, marked
-	// when another policy's refusal gave its permits back. (A store
-	// failure that admitted was reported as fail_open already.)
-	for i := 0; i < evaluated && !c.nop; i++ {
-		h := &t.ops[i]
-		if h.grant.OK {
-			t.dec = Decision{
-				Status: h.status(), Outcome: Admitted, Tenant: r.Tenant, Operation: r.Operation,
-				Model: r.Model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack,
-			}
-			c.obs.Decision(&t.dec)
-		}
+	// Once the request's fate is known, each policy that let it through
+	// reports it, marked when another policy's refusal gave its permits
+	// back: after Begin only if it refused, after Continue for Begin's
+	// policies too.
+	if part != stageBegun || rolledBack {
+		c.reportAdmitted(t, evaluated, rolledBack)
 	}
 	if rolledBack {
 		t.recycle()
 		return Ticket{}, err
 	}
 	return Ticket{t: t, gen: t.gen.Load()}, nil
+}
+
+// reportAdmitted reports an admitted decision for each of the first n ops
+// of t that let the request through. (A store failure that admitted was
+// reported as fail_open already.)
+func (c *Controller) reportAdmitted(t *ticket, n int, rolledBack bool) {
+	for i := 0; i < n && !c.nop; i++ {
+		h := &t.ops[i]
+		if h.grant.OK {
+			t.dec = Decision{
+				Status: h.status(), Outcome: Admitted, Tenant: t.tenant, Operation: t.operation,
+				Model: t.model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack,
+			}
+			c.obs.Decision(&t.dec)
+		}
+	}
 }
 
 // batchable returns how many ops at the head of ops can go to one store in

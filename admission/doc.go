@@ -35,6 +35,53 @@
 // charge at the estimate and releases its concurrency permits after the
 // policy's MaxHold.
 //
+// # Staged admission: refuse before reading the body
+//
+// Estimating a request's cost means reading and parsing its body, which is
+// work a caller over its request rate should not get for free. Begin
+// evaluates only the policies that need nothing from the body: those that
+// count UnitRequests, match no model (Match.Models empty), have no
+// KeyModel in their Key and no queue. Request rates, request quotas and
+// caps on requests in flight are such policies, so a throttled or
+// saturated tenant is refused before a byte of its body is read. Continue then evaluates
+// every other policy for the full request (its model and estimates),
+// waiting in queues if need be:
+//
+//	t, err := ctl.Begin(ctx, admission.Request{Tenant: tenant, Operation: route})
+//	if err != nil {
+//		// 429 with err's figures; the body is never read.
+//	}
+//	defer t.Done() // settles whatever the ticket holds
+//	... read and parse the body, within a bound ...
+//	err = t.Continue(ctx, admission.Request{Tenant: tenant, Operation: route, Model: model, Tokens: estimate})
+//
+// The two stages are one admission: a rejection by Continue gives back
+// what Begin took (the ticket is then inert, as after a rejected Admit),
+// and every policy reports its admitted decision once the request's fate
+// is known, at Continue, or at Settle for a ticket never continued (a body
+// found invalid, say), so metrics count each request once. Decisions made
+// at Begin (a shadow policy's would-reject, a refusal) are reported at
+// once, with the request Begin was given. Begin then Continue decides,
+// charges and reports exactly what Admit would on the same traffic: Admit
+// evaluates the same policies first.
+//
+// # Long-running work: renewing leases
+//
+// A concurrency permit is a lease that expires after the policy's MaxHold,
+// so a crashed process cannot hold permits for ever. Work that outlives
+// MaxHold (a long stream) keeps its permits by calling Ticket.Renew while
+// it makes progress, on every chunk for instance: Renew extends each
+// lease by MaxHold from now, and calls the store only once half of
+// MaxHold has passed since the lease was taken or last renewed, so most
+// calls cost a clock read. A ticket that stops renewing (its process
+// crashed, its client stopped reading and the caller cut it) loses its
+// permits MaxHold after its last renewal, and the expiry is reported to
+// the observer; Renew returns ErrLeaseExpired when a lease was lost, so
+// the caller can stop work that is no longer counted. A Store whose
+// limiters implement Renewer can renew (the in-memory and Redis stores
+// do); with one that cannot, Renew returns an error wrapping
+// errors.ErrUnsupported.
+//
 // # Algorithms
 //
 // TokenBucket refills Limit permits every Per, continuously and
@@ -84,10 +131,13 @@
 //
 // # Several policies
 //
-// All matching policies are evaluated, cheap rate checks first, then
-// concurrency, then policies that may queue. If an enforcing policy
-// rejects, everything already taken from the others is given back: a
-// request is admitted by all its policies or charged by none.
+// All matching policies are evaluated: first those Begin would decide
+// (request rates and quotas, then request concurrency), then the other
+// rate checks, then the other concurrency limits, then the policies that
+// may queue (rates, then concurrency). Policies, Stats and a rejection's
+// Statuses list them in that order. If an enforcing policy rejects,
+// everything already taken from the others is given back: a request is
+// admitted by all its policies or charged by none.
 //
 // # Shadow mode
 //

@@ -40,7 +40,8 @@ var algorithmNames = [...]string{
 }
 
 // IsRate reports whether the algorithm limits a rate over time (everything
-// but Concurrency). Rate and quota checks run before concurrency and queues.
+// but Concurrency). Among the policies Begin decides, and among the others,
+// rate and quota checks run before concurrency; queues come last.
 func (a Algorithm) IsRate() bool { return a != Concurrency }
 
 // Reason says why a request was (or would have been) rejected.

@@ -114,3 +114,72 @@ func ExamplePlans() {
 	// acme: 60 per 1m0s, 59 left
 	// bigco: 600 per 1m0s, 599 left
 }
+
+// Staged admission: a tenant over its request rate is refused before its
+// body is read; the token limit, which needs the body's estimate, is
+// decided once it is. A refusal after the body gives back the request
+// Begin counted.
+func Example_staged() {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	tenant := []admission.KeyPart{admission.KeyTenant}
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
+		{Name: "rpm", Key: tenant, Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute},
+		{Name: "tpm", Key: tenant, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute},
+	}}, admission.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for i, tokens := range []int64{800, 800, 100, 100} {
+		// The route and the caller's credentials are known: the body is
+		// not read yet.
+		t, err := ctl.Begin(ctx, admission.Request{Tenant: "acme", Operation: "chat"})
+		if err != nil {
+			fmt.Println(i, "refused before reading the body:", err)
+			continue
+		}
+		// Read the body (bounded), estimate its tokens.
+		err = t.Continue(ctx, admission.Request{Tenant: "acme", Operation: "chat", Model: "gpt-4o", Tokens: tokens})
+		if err != nil {
+			fmt.Println(i, "refused after reading the body:", err)
+			continue
+		}
+		fmt.Println(i, "admitted")
+		t.Done()
+	}
+	// Output:
+	// 0 admitted
+	// 1 refused after reading the body: admission: rate by policy "tpm", retry after 36s
+	// 2 admitted
+	// 3 refused before reading the body: admission: rate by policy "rpm", retry after 1m0s
+}
+
+// A long stream renews its concurrency lease as it goes, so it keeps its
+// permit past MaxHold; a stream that stops (its process crashed) loses it
+// MaxHold after its last renewal.
+func ExampleTicket_Renew() {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant},
+		Algorithm: admission.Concurrency, Limit: 1, MaxHold: time.Minute,
+	}}}, admission.WithClock(clock))
+	ctx := context.Background()
+	stream, _ := ctl.Admit(ctx, admission.Request{Tenant: "acme"})
+	for range 90 { // a chunk a second for 90s
+		clock.Advance(time.Second)
+		if err := stream.Renew(); err != nil {
+			fmt.Println(err)
+		}
+	}
+	_, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "acme"})
+	fmt.Println("after 90s:", err)
+	clock.Advance(time.Minute) // the stream stalls
+	t, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "acme"})
+	fmt.Println("a minute later:", err)
+	t.Done()
+	fmt.Println(errors.Is(stream.Renew(), admission.ErrLeaseExpired))
+	// Output:
+	// after 90s: admission: concurrency by policy "inflight", retry after 1s
+	// a minute later: <nil>
+	// true
+}

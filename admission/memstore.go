@@ -269,6 +269,24 @@ func (l *memLimiter) Release(_ context.Context, key string, lim *Limit, g *Grant
 	return nil
 }
 
+var _ Renewer = (*memLimiter)(nil)
+
+// Renew implements Renewer.
+func (l *memLimiter) Renew(_ context.Context, key string, lim *Limit, g *Grant, now time.Time) error {
+	if lim.Algorithm != Concurrency || g.Stamp == 0 {
+		return nil
+	}
+	c, mu := l.cellOf(key, lim, g, now.UnixNano(), false)
+	if c == nil {
+		// The partition is gone, and with it every lease it held.
+		g.Stamp, g.Expired, g.Remaining = 0, 0, lim.Amount
+		return nil
+	}
+	c.concRenew(lim, g, now.UnixNano())
+	mu.Unlock()
+	return nil
+}
+
 // partitions returns the number of partitions held.
 func (l *memLimiter) partitions() int {
 	n := 0

@@ -84,7 +84,8 @@ type StoreEvent struct {
 type StoreCall struct {
 	// Store is the store's name.
 	Store string
-	// Op names the call: "acquire", "batch" or "settle" for the Redis store.
+	// Op names the call: "acquire", "batch", "settle" or "renew" for the
+	// Redis store.
 	Op string
 	// Policies is the number of policies the call evaluated.
 	Policies int

@@ -35,6 +35,22 @@ type Limiter interface {
 	Release(ctx context.Context, key string, l *Limit, g *Grant, now time.Time) error
 }
 
+// A Renewer is a Limiter that can extend concurrency leases, an optional
+// interface (as driver.Pinger is to a database/sql driver's Conn): a
+// store's limiters implement it when the store can renew, and
+// Ticket.Renew uses it to keep a long-running request's permits.
+type Renewer interface {
+	// Renew extends the lease of the concurrency grant g to now plus
+	// l.MaxHold (a shared store reads its own clock), if the lease is still
+	// held. A lease whose expiry has passed is not renewed, but reclaimed:
+	// Renew then clears g.Stamp. It sets g.Expired to the number of the
+	// partition's leases reclaimed during the call (g's included) and
+	// g.Remaining to what the partition has left. It never shortens a
+	// lease, and is a no-op for rate algorithms and a grant without a
+	// lease. The error is non-nil only when the store failed.
+	Renew(ctx context.Context, key string, l *Limit, g *Grant, now time.Time) error
+}
+
 // A Grant is a limiter's answer to Acquire.
 type Grant struct {
 	// OK reports whether the permits were taken.

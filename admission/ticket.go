@@ -2,6 +2,8 @@ package admission
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -17,11 +19,16 @@ import (
 // never settle someone else's request).
 //
 // Settle and Done may be called from any goroutine, any number of times.
-// Charge, Statuses and WouldReject must not run concurrently with Settle.
+// Continue, Charge, Renew, Statuses and WouldReject must not run
+// concurrently with Settle.
 //
 // A ticket that is never settled does not hold concurrency permits forever:
-// they expire after the policy's MaxHold, and the expiry is reported to the
-// observer.
+// they expire after the policy's MaxHold (from admission or from the last
+// Renew), and the expiry is reported to the observer.
+//
+// A ticket from Controller.Begin holds the permits of the policies Begin
+// decided until Continue evaluates the rest; it can be settled without
+// Continue.
 type Ticket struct {
 	t   *ticket
 	gen uint64
@@ -30,7 +37,9 @@ type Ticket struct {
 // ticket is the pooled state behind Tickets.
 type ticket struct {
 	c         *Controller
+	cfg       *config // the configuration the ticket was admitted under
 	gen       atomic.Uint64
+	stage     stage
 	start     time.Time
 	tenant    string
 	model     string
@@ -55,7 +64,17 @@ type held struct {
 	failOpen    bool // the store failed and the policy admitted without it
 	local       bool // the grant is on the local fallback limiter
 	wouldReject bool
+	renewed     time.Time // when the lease was taken or last renewed
 }
+
+// stage is how far a ticket's admission has gone.
+type stage uint8
+
+const (
+	stageWhole     stage = iota // Admit: every policy
+	stageBegun                  // Begin: the early policies, Continue to come
+	stageContinued              // Continue: the rest too
+)
 
 func (h *held) status() Status {
 	s := Status{
@@ -108,6 +127,11 @@ func (tk Ticket) Settle(u Usage) {
 	}
 	c := t.c
 	ctx := context.Background()
+	if t.stage == stageBegun {
+		// Begin's policies report the request admitted once its fate is
+		// known: settled without Continue, it was.
+		c.reportAdmitted(t, len(t.ops), false)
+	}
 	// Releasing needs no clock (leases are found by id); only a charge or
 	// refund does, so a request settled at its estimate reads it once.
 	now := t.start
@@ -253,6 +277,103 @@ func (tk Ticket) Charge(u Usage) error {
 	if rej != nil {
 		return rej
 	}
+	return nil
+}
+
+// ErrNotBegun is returned by Continue on a ticket that did not come from
+// Begin, was continued already, or is settled.
+var ErrNotBegun = errors.New("admission: Continue on a ticket not from Begin, or continued or settled already")
+
+// errOtherRequest is returned by Continue given another request than
+// Begin's.
+var errOtherRequest = errors.New("admission: Continue with another tenant, operation or priority than Begin's")
+
+// Continue is the second stage of a staged admission (see
+// Controller.Begin): it evaluates, for r, the full request (with its model
+// and cost estimates, and the same tenant, operation and priority as
+// Begin's), every matching policy Begin did not, in the order Admit would,
+// waiting in queues until ctx ends. If one of them rejects, the
+// *Rejection (or the context's error) is returned, everything Begin took
+// is given back as well, and the ticket is settled: every copy is inert.
+// Otherwise the ticket holds every policy's permits, to settle as an
+// admitted one.
+//
+// Continue returns ErrNotBegun on a ticket that is not from Begin or was
+// continued already, and an error, leaving the ticket as it was, when r's
+// tenant, operation or priority differ from Begin's. It must not run
+// concurrently with Settle.
+func (tk Ticket) Continue(ctx context.Context, r Request) error {
+	t := tk.live()
+	if t == nil || t.stage != stageBegun {
+		return ErrNotBegun
+	}
+	if r.Tenant != t.tenant || r.Operation != t.operation || r.Priority != t.priority {
+		return errOtherRequest
+	}
+	_, err := t.c.admit(ctx, t, &r, true, stageContinued)
+	return err
+}
+
+// ErrLeaseExpired is returned by Renew when a concurrency lease of the
+// ticket had expired before it was renewed: its permit is free for others,
+// and the work now runs uncounted by that policy.
+var ErrLeaseExpired = errors.New("admission: concurrency lease expired before it was renewed")
+
+// Renew extends the concurrency leases the ticket holds by their policy's
+// MaxHold from now, so that work which outlives MaxHold (a long stream)
+// keeps its permits for as long as it shows signs of life. It calls a
+// lease's store only once half its MaxHold has passed since the lease was
+// taken or last renewed, so calling it on every chunk of a stream costs a
+// clock read. A ticket that is not renewed still loses its leases after
+// MaxHold, as a crashed process would.
+//
+// Renew returns ErrLeaseExpired (matched with errors.Is) when a lease had
+// expired already (it is not taken again), a store's error when a store
+// failed (the lease is renewed at a later call), and an error wrapping
+// errors.ErrUnsupported when a policy's store cannot renew leases. It is
+// a no-op on a settled ticket. It must not run concurrently with Settle.
+func (tk Ticket) Renew() error {
+	t := tk.live()
+	if t == nil {
+		return nil
+	}
+	var now time.Time
+	var errs []error
+	for i := range t.ops {
+		h := &t.ops[i]
+		if !h.taken || h.p.Algorithm != Concurrency || h.grant.Stamp == 0 {
+			continue
+		}
+		if now.IsZero() {
+			now = t.c.clock.Now()
+		}
+		if now.Sub(h.renewed) < h.lim.MaxHold/2 {
+			continue
+		}
+		if err := t.c.renew(h, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// renew renews the lease of h at now.
+func (c *Controller) renew(h *held, now time.Time) error {
+	rn, ok := h.limiterOf().(Renewer)
+	if !ok {
+		return fmt.Errorf("admission: policy %q: store %q cannot renew leases: %w", h.p.Name, h.p.Store, errors.ErrUnsupported)
+	}
+	if err := rn.Renew(context.Background(), h.key, h.lim, &h.grant, now); err != nil {
+		c.settleFailed(h, err)
+		return fmt.Errorf("admission: policy %q: renewing a lease: %w", h.p.Name, err)
+	}
+	if h.grant.Expired > 0 {
+		c.obs.LeaseExpired(h.p.Name, int(h.grant.Expired))
+	}
+	if h.grant.Stamp == 0 {
+		return fmt.Errorf("admission: policy %q: %w", h.p.Name, ErrLeaseExpired)
+	}
+	h.renewed = now
 	return nil
 }
 

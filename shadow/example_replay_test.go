@@ -46,11 +46,11 @@ func ExampleReplay() {
 	// current    *                   -        5        4         1         0             20.0%     -               -             4
 	// current    tenant-tpm          enforce  5        4         1         0             20.0%     900             0             4
 	// stricter   *                   -        5        5         0         2             40.0%     -               -             4
-	// stricter   tenant-tpm          shadow   5        3         0         2             40.0%     1800            0             3
 	// stricter   tenant-concurrency  shadow   5        4         0         1             20.0%     900             0             3
+	// stricter   tenant-tpm          shadow   5        3         0         2             40.0%     1800            0             3
 	//
 	// top tenants by refusals (refused of their requests, share of the policy's refusals):
 	//   current tenant-tpm: acme 1/4 (100.0%)
-	//   stricter tenant-tpm: acme 2/4 (100.0%)
 	//   stricter tenant-concurrency: acme 1/4 (100.0%)
+	//   stricter tenant-tpm: acme 2/4 (100.0%)
 }

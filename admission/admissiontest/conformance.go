@@ -15,20 +15,27 @@ import (
 var Epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // Step is one call in a conformance table: at Epoch+At, acquire N permits
-// (or, with Adjust set, adjust grant number Ref by Adjust, or with Release
-// set, release grant Ref) and expect the given answer.
+// (or, with Adjust set, adjust grant number Ref by Adjust, with Release
+// set, release grant Ref, or with Renew set, renew the lease of grant Ref)
+// and expect the given answer.
 type Step struct {
 	At      time.Duration
 	N       int64
 	Adjust  int64
 	Release bool
+	Renew   bool
 	Ref     int // index of an earlier acquire step whose grant to act on
 
+	// OK is, for a renewal, whether the lease was still held.
 	OK         bool
 	Remaining  int64
 	RetryAfter time.Duration
 	Reset      time.Duration
 	// Skip checks of Reset when it is -1.
+
+	// Expired is the number of leases an acquire or renewal of a
+	// concurrency limit reclaims.
+	Expired int32
 }
 
 // Case is a named step table for one policy.
@@ -121,10 +128,41 @@ func Cases() []Case {
 			{At: s, Ref: 0, Release: true},
 			{At: s, N: 1, OK: false, Remaining: 0, Reset: -1},
 			{At: s, N: 4, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: -1},
-			// Leases expire after MaxHold: the grants from t=0 are gone at 5s.
-			{At: 5 * s, N: 1, OK: true, Remaining: 0, Reset: -1},
+			// Leases expire after MaxHold: the grant from t=0 still held
+			// is gone at 5s.
+			{At: 5 * s, N: 1, OK: true, Remaining: 0, Reset: -1, Expired: 1},
 			// The 2 taken at 1s expired at 6s; the 1 taken at 5s is held.
-			{At: 6 * s, N: 2, OK: true, Remaining: 0, Reset: -1},
+			{At: 6 * s, N: 2, OK: true, Remaining: 0, Reset: -1, Expired: 1},
+		}},
+		// A renewed lease outlives its first MaxHold; without another
+		// renewal it expires MaxHold after the last one.
+		{Name: "concurrency/renew", Policy: admission.Policy{Name: "cr", Algorithm: admission.Concurrency, Limit: 1, MaxHold: 10 * s}, Steps: []Step{
+			{At: 0, N: 1, OK: true, Remaining: 0, Reset: -1},
+			{At: 6 * s, Ref: 0, Renew: true, OK: true, Remaining: 0},
+			{At: 12 * s, N: 1, OK: false, Remaining: 0, Reset: -1},
+			{At: 17 * s, N: 1, OK: true, Remaining: 0, Reset: -1, Expired: 1},
+			// The expired lease cannot be renewed: its permit is taken.
+			{At: 17 * s, Ref: 0, Renew: true, OK: false, Remaining: 0},
+			{At: 18 * s, N: 1, OK: false, Remaining: 0, Reset: -1},
+		}},
+		{Name: "concurrency/renew-some", Policy: admission.Policy{Name: "cs", Algorithm: admission.Concurrency, Limit: 3, MaxHold: 10 * s}, Steps: []Step{
+			{At: 0, N: 1, OK: true, Remaining: 2, Reset: -1},
+			{At: s, N: 2, OK: true, Remaining: 0, Reset: -1},
+			// Renewing early extends the lease; it never shortens it.
+			{At: 5 * s, Ref: 0, Renew: true, OK: true, Remaining: 0},
+			{At: 5 * s, Ref: 0, Renew: true, OK: true, Remaining: 0},
+			// The unrenewed lease expires on time and is reclaimed by the
+			// next call, a renewal included.
+			{At: 11 * s, Ref: 0, Renew: true, OK: true, Remaining: 2, Expired: 1},
+			{At: 11 * s, N: 3, OK: false, Remaining: 2, Reset: -1},
+			{At: 11 * s, N: 2, OK: true, Remaining: 0, Reset: -1},
+			// Renewed at 11s, grant 0 holds until 21s.
+			{At: 20 * s, N: 1, OK: false, Remaining: 0, Reset: -1},
+			// A released lease is not renewed.
+			{At: 20 * s, Ref: 0, Release: true},
+			{At: 20 * s, Ref: 0, Renew: true, OK: false, Remaining: 1},
+			// A lease long expired is reclaimed by the renewal that finds it.
+			{At: 40 * s, Ref: 6, Renew: true, OK: false, Remaining: 3, Expired: 1},
 		}},
 		{Name: "quota/month", Start: time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC),
 			Policy: admission.Policy{Name: "q", Algorithm: admission.Quota, Limit: 100, Period: admission.PeriodMonth}, Steps: []Step{
@@ -171,6 +209,20 @@ func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
 					if err := lim.Release(ctx, key, &l, &g, now); err != nil {
 						t.Fatalf("step %d: Release: %v", i, err)
 					}
+				case s.Renew:
+					rn, ok := lim.(admission.Renewer)
+					if !ok {
+						t.Fatalf("step %d: the limiter %T does not implement admission.Renewer", i, lim)
+					}
+					g := grants[s.Ref]
+					if err := rn.Renew(ctx, key, &l, &g, now); err != nil {
+						t.Fatalf("step %d: Renew: %v", i, err)
+					}
+					got := fmt.Sprintf("held=%v remaining=%d expired=%d", g.Stamp != 0, g.Remaining, g.Expired)
+					want := fmt.Sprintf("held=%v remaining=%d expired=%d", s.OK, s.Remaining, s.Expired)
+					if got != want {
+						t.Errorf("step %d: Renew(t+%v, grant %d) = %s; want %s", i, s.At, s.Ref, got, want)
+					}
 				case s.Adjust != 0:
 					g := &grants[s.Ref]
 					if err := lim.Adjust(ctx, key, &l, g, s.Adjust, now); err != nil {
@@ -195,6 +247,9 @@ func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
 					}
 					if g.OK && g.Taken != s.N {
 						t.Errorf("step %d: taken = %d; want %d", i, g.Taken, s.N)
+					}
+					if g.Expired != s.Expired {
+						t.Errorf("step %d: Acquire(t+%v, %d) expired = %d; want %d", i, s.At, s.N, g.Expired, s.Expired)
 					}
 				}
 			}

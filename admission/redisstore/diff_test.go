@@ -13,7 +13,8 @@ import (
 )
 
 // TestSameFiguresAsMemory replays random weighted traffic (acquisitions,
-// refunds, overrun charges, releases, lease expiries, period changes) on
+// refunds, overrun charges, releases, lease renewals and expiries, period
+// changes) on
 // the in-memory store and on Redis side by side, and requires every grant
 // to carry the same figures. The client sends every settle call twice, as
 // a client retrying after a lost reply does: each must still apply once.
@@ -71,6 +72,19 @@ func TestSameFiguresAsMemory(t *testing.T) {
 				case op < 3 && len(open) > 0:
 					j := rng.IntN(len(open))
 					o := &open[j]
+					if p.Algorithm == admission.Concurrency && rng.IntN(2) == 0 {
+						em := mem.(admission.Renewer).Renew(ctx, o.key, &l, &o.m, now)
+						er := red.(admission.Renewer).Renew(ctx, o.key, &l, &o.r, now)
+						eb := bat.(admission.Renewer).Renew(ctx, o.key, &l, &o.b, now)
+						if em != nil || er != nil || eb != nil {
+							t.Fatalf("op %d: Renew = %v, %v, %v", i, em, er, eb)
+						}
+						m, r, b := renewed(o.m), renewed(o.r), renewed(o.b)
+						if m != r || m != b {
+							t.Fatalf("op %d at %v: Renew(%s):\n redis  %s\n batch  %s\n memory %s", i, now.Sub(admissiontest.Epoch), o.key, r, b, m)
+						}
+						continue
+					}
 					if p.Algorithm == admission.Concurrency {
 						em := mem.Release(ctx, o.key, &l, &o.m, now)
 						er := red.Release(ctx, o.key, &l, &o.r, now)
@@ -130,6 +144,11 @@ func TestSameFiguresAsMemory(t *testing.T) {
 	}
 }
 
+// renewed is what a renewal reports.
+func renewed(g admission.Grant) string {
+	return fmt.Sprintf("held=%v remaining=%d expired=%d", g.Stamp != 0, g.Remaining, g.Expired)
+}
+
 func figures(g admission.Grant) string {
 	return fmt.Sprintf("ok=%v taken=%d limit=%d remaining=%d reset=%v retry=%v expired=%d",
 		g.OK, g.Taken, g.Limit, g.Remaining, g.Reset, g.RetryAfter, g.Expired)
@@ -137,7 +156,8 @@ func figures(g admission.Grant) string {
 
 // TestLongLivedScores keeps sliding-log entries and leases alive for
 // months, past the point where their sorted-set scores are moved to a new
-// base, and compares every figure with the in-memory limiter.
+// base, renews leases across it, and compares every figure with the
+// in-memory limiter.
 func TestLongLivedScores(t *testing.T) {
 	srv := redistest.Start(t)
 	stores := callerTimeStores(newClient(t, srv.Addr))
@@ -162,6 +182,18 @@ func TestLongLivedScores(t *testing.T) {
 				t.Fatalf("%s day %d: Acquire =\n redis  %s\n memory %s", p.Name, i*20, figures(gr), figures(gm))
 			}
 			gms, grs = append(gms, gm), append(grs, gr)
+			if p.Algorithm == admission.Concurrency && i%4 == 1 {
+				// Renew a lease taken before a rebase: it outlives the
+				// rebase, and its expiry moves with the base.
+				j := i - 1
+				_ = mem.(admission.Renewer).Renew(ctx, "k", &l, &gms[j], now)
+				if err := red.(admission.Renewer).Renew(ctx, "k", &l, &grs[j], now); err != nil {
+					t.Fatal(err)
+				}
+				if renewed(gms[j]) != renewed(grs[j]) {
+					t.Fatalf("day %d: Renew =\n redis  %s\n memory %s", i*20, renewed(grs[j]), renewed(gms[j]))
+				}
+			}
 			if i%3 == 2 {
 				// Give back an older grant, taken before a rebase.
 				j := i - 2

@@ -45,6 +45,17 @@
 // settlement found applied already changes nothing and reports the current
 // figures.
 //
+// Renewing a lease (admission.Ticket.Renew, for a stream that outlives
+// the policy's MaxHold) is one script call on the partition's hash: it
+// reclaims the leases that have expired by the server's clock (the one
+// renewed among them, if it had: an expired lease is never taken again),
+// moves the lease's expiry to the server's time plus MaxHold, and moves
+// the key's expiry with it. Renewals use the lease layout described under
+// Keys unchanged, so replicas that renew and replicas that do not share
+// partitions. The controller calls it at most once per half MaxHold per
+// lease. A replica that crashes stops renewing: its leases expire MaxHold
+// after their last renewal.
+//
 // Settlements are off a request's critical path, so concurrent ones share
 // round trips (group commit): a settlement that arrives while another is
 // on its way waits for it, and the next one sent takes every settlement
@@ -59,7 +70,8 @@
 // scripts with EVALSHA (NOSCRIPT handled by loading them), generated once
 // for each sequence of those two algorithms: straight-line code with one
 // binary argument and a binary reply, without the generic code's function
-// tables, loops and number formatting. Everything else
+// tables, loops and number formatting. Lease renewals run one more lean
+// script of the same kind. Everything else
 // runs as functions of one library loaded with
 // FUNCTION LOAD on Redis 7 and later (on every master of a Cluster), so the
 // server does not redefine the algorithms at every call; the library is
@@ -147,7 +159,8 @@
 // implements admission.StoreCallObserver (the metrics observer exports it
 // as admission_store_duration_seconds), and the breaker's changes when it
 // implements BreakerObserver. Leases of a crashed replica
-// return when they expire (the policy's MaxHold).
+// return when they expire (the policy's MaxHold after they were taken or
+// last renewed).
 //
 // # Durable quotas: Redis persistence
 //

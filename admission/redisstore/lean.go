@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -223,6 +224,84 @@ do
   if am$ > a then r$ = am$ - a end
 end
 `
+
+// renewScript extends a concurrency lease in place: it reclaims the
+// partition's expired leases when one may have expired (the lease to renew
+// among them: an expired lease is never taken again), then moves the
+// lease's expiry to now + max hold, and the partition's latest expiry and
+// its key's with it. The earliest expiry stays a lower bound. ARGV[1]:
+// clock, now_s, now_n, grace, the lease id and the max hold; KEYS[1]: the
+// partition. The reply: 1 if the lease was held, the cost in flight, the
+// leases reclaimed.
+var renewScript = redis.NewScript(leanPrelude + luaLeaseScan + `
+local clock, now_s, now_n, grace, id, hold = up('<dddddd', ARGV[1])
+` + leanTime + `
+local h = redis.call('HGET', KEYS[1], 'h')
+if not h then return pk('<ddd', 0, 0, 0) end
+local b, a, q, e, m = up('<ddddd', h)
+if e < 0 then e = nil end
+local now, expired, dirty = (now_s - b) * E9 + now_n, 0, false
+if a > 0 and (e == nil or e <= now or now > 4503599627370496) then
+  b, now, m, e, a, expired = lease_scan(KEYS[1], now_s, now_n, b, now, m, a)
+  dirty = true
+end
+local f = pk('<c1d', 'l', id)
+local v = a > 0 and redis.call('HGET', KEYS[1], f)
+local held = 0
+if v then
+  held = 1
+  local exp, cost = up('<dd', v)
+  local nexp = now + hold
+  if nexp > exp then
+    redis.call('HSET', KEYS[1], f, pk('<dd', nexp, cost))
+    if nexp > m then m = nexp end
+    dirty = true
+  end
+end
+if a <= 0 then
+  if dirty then redis.call('DEL', KEYS[1]) end
+  a = 0
+elseif dirty then
+  if e == nil then e = -1 end
+  redis.call('HSET', KEYS[1], 'h', pk('<ddddd', b, a, q, e, m))
+  local ms = ceil((m - now) / 1000000)
+  if ms < 1 then ms = 1 end
+  redis.call('PEXPIRE', KEYS[1], fmt('%d', ms + grace))
+end
+return pk('<ddd', held, a, expired)
+`)
+
+// Renew implements admission.Renewer: one script call for a concurrency
+// grant that holds a lease, none otherwise. The lease runs for its max
+// hold from the Redis server's time.
+func (l *limiter) Renew(ctx context.Context, key string, lim *admission.Limit, g *admission.Grant, now time.Time) error {
+	if l.alg != admission.Concurrency || g.Stamp == 0 {
+		return nil
+	}
+	s := l.s
+	c := s.getCall()
+	s.leanHeader(&c.blob, nowNanos(now), leanClockServer)
+	c.blob.int(g.Stamp, maxHold(lim))
+	c.putKey(func(b []byte) []byte { return l.appendKey(b, key) })
+	c.flushKeys()
+	c.args = append(c.args, &c.blob)
+	reply, err := s.run(ctx, "", renewScript, "renew", 1, c.keys, c.args)
+	s.putCall(c)
+	if err != nil {
+		return err
+	}
+	r := floats{s: reply}
+	held, inflight, expired := r.float() == 1, r.int(), r.int()
+	if r.err || len(r.s) != 0 {
+		return fmt.Errorf("redisstore: malformed reply %q", reply)
+	}
+	if !held {
+		g.Stamp = 0
+	}
+	g.Expired = int32(expired)
+	g.Remaining = lim.Amount - min(inflight, lim.Amount)
+	return nil
+}
 
 // settleOnce decides whether the settle applies (see above); lease op $ is
 // the first released.

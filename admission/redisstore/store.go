@@ -70,8 +70,8 @@ type Option func(*Store)
 // settlements are reported by the controller (StoreError).
 func WithObserver(o admission.Observer) Option { return func(s *Store) { s.obs = o } }
 
-// Call describes one Redis call of a store: Op is "acquire", "batch" or
-// "settle"; Duration is zero when the breaker refused the call.
+// Call describes one Redis call of a store: Op is "acquire", "batch",
+// "settle" or "renew"; Duration is zero when the breaker refused the call.
 type Call = admission.StoreCall
 
 // A BreakerObserver is an observer that also wants the breaker's state
@@ -106,6 +106,7 @@ type Store struct {
 var (
 	_ admission.Store   = (*Store)(nil)
 	_ admission.Batcher = (*Store)(nil)
+	_ admission.Renewer = (*limiter)(nil)
 )
 
 // New returns a Store on client: a *redis.Client (single node or
