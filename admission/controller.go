@@ -337,7 +337,9 @@ func appendPrefix(buf []byte, a netip.Addr) []byte {
 // policies have them, until ctx ends. It returns a Ticket to settle when the
 // work is done, or a *Rejection (match it with errors.Is against
 // ErrRateLimited and the other sentinels), or the context's error when the
-// caller gave up while waiting.
+// caller gave up while waiting. A request with an amount outside
+// [0, MaxAmount] gets an error matching ErrInvalidCost and is evaluated by
+// no policy.
 func (c *Controller) Admit(ctx context.Context, r Request) (Ticket, error) {
 	return c.admit(ctx, &r, true)
 }
@@ -349,6 +351,9 @@ func (c *Controller) TryAdmit(ctx context.Context, r Request) (Ticket, error) {
 }
 
 func (c *Controller) admit(ctx context.Context, r *Request, wait bool) (Ticket, error) {
+	if err := r.checkAmounts(); err != nil {
+		return Ticket{}, err
+	}
 	cfg := c.cfg.Load()
 	now := c.clock.Now()
 	t := c.tickets.Get().(*ticket)
