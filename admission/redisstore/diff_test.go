@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -12,24 +13,22 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestSameFiguresAsMemory replays random weighted traffic (acquisitions,
-// refunds, overrun charges, releases, lease expiries, period changes) on
-// the in-memory store and on Redis side by side, and requires every grant
-// to carry the same figures. The client sends every settle call twice, as
-// a client retrying after a lost reply does: each must still apply once.
-func TestSameFiguresAsMemory(t *testing.T) {
-	srv := redistest.Start(t)
-	client, repeats := newRepeatingClient(t, srv.Addr)
-	stores := callerTimeStores(client)
+// diffPolicy is a policy replayed on both stores, with the longest step
+// between two calls.
+type diffPolicy struct {
+	p     admission.Policy
+	maxDt time.Duration
+}
+
+// diffPolicies returns a policy of every algorithm (and every quota period)
+// with small limits.
+func diffPolicies() []diffPolicy {
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		ny = time.FixedZone("UTC-5", -5*3600)
 	}
 	s := time.Second
-	policies := []struct {
-		p     admission.Policy
-		maxDt time.Duration
-	}{
+	return []diffPolicy{
 		{admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: 7, Per: 3 * s, Burst: 12}, 700 * time.Millisecond},
 		{admission.Policy{Name: "tb3", Algorithm: admission.TokenBucket, Limit: 3, Per: s}, 300 * time.Millisecond},
 		{admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
@@ -40,6 +39,87 @@ func TestSameFiguresAsMemory(t *testing.T) {
 		{admission.Policy{Name: "qd", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodDay, Location: ny}, 3 * time.Hour},
 		{admission.Policy{Name: "qm", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodMonth, Location: ny}, 4 * 24 * time.Hour},
 	}
+}
+
+// diffTraffic chooses the amounts of a replay: the cost of an acquisition
+// under limit l, and the delta of an adjustment of a grant holding taken.
+type diffTraffic struct {
+	cost  func(rng *rand.Rand, l *admission.Limit) int64
+	delta func(rng *rand.Rand, taken int64) int64
+}
+
+// TestSameFiguresAsMemory replays random weighted traffic (acquisitions,
+// refunds, overrun charges, releases, lease expiries, period changes) on
+// the in-memory store and on Redis side by side, and requires every grant
+// to carry the same figures. The client sends every settle call twice, as
+// a client retrying after a lost reply does: each must still apply once.
+func TestSameFiguresAsMemory(t *testing.T) {
+	sameFigures(t, diffPolicies(), diffTraffic{
+		cost: func(rng *rand.Rand, l *admission.Limit) int64 {
+			if rng.IntN(20) == 0 {
+				return l.Amount + 1 + rng.Int64N(3)
+			}
+			return rng.Int64N(6)
+		},
+		delta: func(rng *rand.Rand, taken int64) int64 { return rng.Int64N(taken+4) - taken },
+	})
+}
+
+// TestSameFiguresExtreme replays hostile traffic on both stores: costs up
+// to MaxAmount, overruns and refunds of any size (beyond the amounts the
+// controller passes, to the extremes of int64), limits as large as
+// MaxAmount. Every figure must be the same as in memory, so the debt
+// bound holds in Redis as it does in memory, and no retry-after may exceed
+// the policy's horizon.
+func TestSameFiguresExtreme(t *testing.T) {
+	policies := diffPolicies()
+	s := time.Second
+	policies = append(policies,
+		diffPolicy{admission.Policy{Name: "tbmax", Algorithm: admission.TokenBucket, Limit: admission.MaxAmount, Per: time.Hour, Burst: admission.MaxAmount}, 700 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "tbslow", Algorithm: admission.TokenBucket, Limit: 1, Per: time.Hour, Burst: admission.MaxAmount}, 10 * time.Minute},
+		diffPolicy{admission.Policy{Name: "fwmax", Algorithm: admission.FixedWindow, Limit: admission.MaxAmount, Per: 2 * s}, 400 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "swmax", Algorithm: admission.SlidingWindow, Limit: admission.MaxAmount, Per: 2 * s}, 400 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "qmax", Algorithm: admission.Quota, Limit: admission.MaxAmount, Period: admission.PeriodFixed, Per: 5 * s}, time.Second},
+	)
+	sameFigures(t, policies, diffTraffic{
+		cost: func(rng *rand.Rand, l *admission.Limit) int64 {
+			switch rng.IntN(10) {
+			case 0:
+				return admission.MaxAmount
+			case 1:
+				return rng.Int64N(admission.MaxAmount + 1)
+			case 2:
+				return l.Capacity()
+			}
+			return rng.Int64N(min(l.Capacity(), 6) + 1)
+		},
+		delta: func(rng *rand.Rand, taken int64) int64 {
+			// An extreme delta leaves the grant's Taken anywhere in int64,
+			// in memory and Redis alike.
+			taken = min(max(taken, 0), admission.MaxAmount)
+			switch rng.IntN(8) {
+			case 0:
+				return admission.MaxAmount
+			case 1:
+				return -admission.MaxAmount
+			case 2:
+				return math.MaxInt64
+			case 3:
+				return math.MinInt64 + 1
+			case 4:
+				return rng.Int64N(admission.MaxAmount+1) - taken
+			}
+			return rng.Int64N(taken+4) - taken
+		},
+	})
+}
+
+// sameFigures replays traffic on the policies in memory, on Redis one call
+// per policy, and on Redis in two-policy batches, and compares every grant.
+func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
+	srv := redistest.Start(t)
+	client, repeats := newRepeatingClient(t, srv.Addr)
+	stores := callerTimeStores(client)
 	ctx := context.Background()
 	for _, tc := range policies {
 		t.Run(tc.p.Name, func(t *testing.T) {
@@ -81,7 +161,7 @@ func TestSameFiguresAsMemory(t *testing.T) {
 						open = append(open[:j], open[j+1:]...)
 						continue
 					}
-					delta := rng.Int64N(o.m.Taken+4) - o.m.Taken
+					delta := tr.delta(rng, o.m.Taken)
 					em := mem.Adjust(ctx, o.key, &l, &o.m, delta, now)
 					er := red.Adjust(ctx, o.key, &l, &o.r, delta, now)
 					eb := bat.Adjust(ctx, o.key, &l, &o.b, delta, now)
@@ -93,10 +173,7 @@ func TestSameFiguresAsMemory(t *testing.T) {
 							i, now.Sub(admissiontest.Epoch), o.key, delta, o.r.Taken, o.r.Remaining, o.m.Taken, o.m.Remaining)
 					}
 				default:
-					n := rng.Int64N(6)
-					if rng.IntN(20) == 0 {
-						n = p.Limit + 1 + rng.Int64N(3)
-					}
+					n := tr.cost(rng, &l)
 					gm, em := admissiontest.Acquire(ctx, mem, key, &l, n, now)
 					gr, er := admissiontest.Acquire(ctx, red, key, &l, n, now)
 					if em != nil || er != nil {
@@ -114,6 +191,9 @@ func TestSameFiguresAsMemory(t *testing.T) {
 					}
 					if p.Algorithm == admission.Quota && gm.Stamp != gr.Stamp {
 						t.Fatalf("op %d: quota stamp = %d; want the period start %d", i, gr.Stamp, gm.Stamp)
+					}
+					if h := l.Horizon(now); gm.RetryAfter != admission.Never && gm.RetryAfter > h {
+						t.Fatalf("op %d: Acquire(%s, %d) retry = %v; want within the horizon %v", i, key, n, gm.RetryAfter, h)
 					}
 					if gm.OK {
 						open = append(open, pair{key, gm, gr, ops[0].Grant})

@@ -61,9 +61,13 @@ local function ceil_ns(x)
   return math.ceil(x)
 end
 local function fmt(x) return string.format('%d', x) end
+-- MAXTTL bounds an expiry in milliseconds (about 35,000 years): a bucket
+-- refilling a huge burst slowly would otherwise ask for an expiry Redis
+-- refuses.
+local MAXTTL = 1125899906842624
 local function ttl(ns, grace)
   local ms = math.ceil(ns / 1000000)
-  if ms < 1 then ms = 1 end
+  if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
   return fmt(ms + grace)
 end
 local function floor0(x) if x <= 0 then return 0 end return math.floor(x) end
@@ -384,12 +388,10 @@ ALG[3].adjust = function(o, d, ss, sn)
   if found then
     local cost = mcost(found)
     local dd = math.min(math.max(d, -cost), room)
+    -- An entry refunded to nothing stays until it leaves the window, as
+    -- in memory: an overrun charged later is charged at its instant.
     redis.call('ZREM', o.k2, found)
-    o.card = o.card - 1
-    if cost + dd > 0 then
-      redis.call('ZADD', o.k2, fmt(at), seq .. ':' .. fmt(cost + dd))
-      o.card = o.card + 1
-    end
+    redis.call('ZADD', o.k2, fmt(at), seq .. ':' .. fmt(cost + dd))
     o.a = o.a + dd
     o.hdirty = true
   elseif math.min(d, room) > 0 then
