@@ -68,6 +68,15 @@ func (r *ring) pop() {
 	r.size--
 }
 
+// trim drops the newest entries while they cost nothing (refunded whole),
+// so that the newest entry, which a partition's reset is computed from,
+// holds permits.
+func (r *ring) trim() {
+	for r.size > 0 && r.at(r.size-1).cost == 0 {
+		r.size--
+	}
+}
+
 // rates returns a token bucket's refill rate in tokens per nanosecond and
 // its inverse, precomputed unless l was built by hand.
 func rates(l *Limit) (perNs, nsPer float64) {
@@ -392,10 +401,16 @@ func (c *cell) logAdjust(l *Limit, g *Grant, delta int64, now int64) {
 	// A charge fills the log up to the limit at most (the debt bound).
 	room := max(0, l.Amount-int64(c.a))
 	for i := r.size - 1; i >= 0; i-- {
-		if e := r.at(i); e.at == g.Stamp {
+		// An entry refunded whole is as good as gone (the Redis store
+		// deletes it): a later charge for it is a new entry.
+		if e := r.at(i); e.at == g.Stamp && e.cost > 0 {
 			d := min(max(delta, -e.cost), room)
 			e.cost += d
 			c.a += float64(d)
+			r.trim()
+			if r.size == 0 {
+				c.a = 0
+			}
 			return
 		}
 	}

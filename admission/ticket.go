@@ -174,6 +174,7 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		}
 	}
 	ops := t.batch[:0]
+	adjusts := false
 	for i := range t.ops {
 		h := &t.ops[i]
 		if !h.taken {
@@ -184,6 +185,7 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 			op.Release = true
 		} else if actual, ok := u.amount(h.p.unit); ok {
 			op.N = actual - h.grant.Taken
+			adjusts = adjusts || op.N != 0
 		}
 		h.taken = false
 		if op.Release || op.N != 0 {
@@ -191,6 +193,11 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		}
 	}
 	t.batch = ops
+	if adjusts {
+		// A refund or charge applies now, not at the admission (releases
+		// need no clock).
+		now = c.clock.Now()
+	}
 	if len(ops) > 0 {
 		if err := b.SettleBatch(ctx, ops, now); err != nil {
 			// Ops are in the order of t.ops; report each failed one under

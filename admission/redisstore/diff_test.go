@@ -2,14 +2,18 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -257,5 +261,134 @@ func TestLongLivedScores(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestControllerSameAsMemory runs one hostile workload through two
+// controllers, one on the in-memory store and one on Redis (whose batches
+// of token buckets and concurrency limits run the lean scripts, and of
+// every algorithm the generic ones): estimates of any size, negative and
+// out-of-range ones included, usages of any size settled in random order,
+// charges while the work runs, and a shadow policy. Every answer must be
+// the same: the same rejections with the same retry-after, the same
+// figures for every policy, within the horizon of each.
+func TestControllerSameAsMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	client, _ := newRepeatingClient(t, srv.Addr)
+	// Refill rates that are powers of two per nanosecond keep every bucket
+	// level exact, so rolling back a partial admission (in memory) and
+	// taking nothing (in a Redis batch) leave the very same level.
+	per := time.Duration(1 << 30)
+	all := []admission.Policy{
+		{Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 64, Per: per, Burst: 96},
+		{Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 32, Per: per},
+		{Name: "inflight", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 300, MaxHold: time.Minute},
+	}
+	batch := admission.Match{Operations: []string{"batch"}}
+	s := time.Second
+	all = append(all,
+		admission.Policy{Name: "fw", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 150, Per: 2 * s},
+		admission.Policy{Name: "sw", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 150, Per: 2 * s, Mode: admission.Shadow},
+		admission.Policy{Name: "sl", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.SlidingLog, Limit: 150, Per: 2 * s},
+		admission.Policy{Name: "quota", Match: batch, Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 2000, Period: admission.PeriodFixed, Per: time.Minute},
+	)
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	mem, err := admission.New(admission.Config{Policies: all}, admission.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onRedis := slices.Clone(all)
+	limits := map[string]admission.Limit{}
+	for i := range onRedis {
+		onRedis[i].Store = "redis"
+		limits[all[i].Name] = admissiontest.LimitOf(&all[i])
+	}
+	red, err := admission.New(admission.Config{Policies: onRedis}, admission.WithClock(clock), admission.WithStore("redis", st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(12, 1))
+	amount := func(typical int64) int64 {
+		switch rng.IntN(14) {
+		case 0:
+			return math.MaxInt64
+		case 1:
+			return -1 - rng.Int64N(1e18)
+		case 2:
+			return admission.MaxAmount
+		case 3:
+			return rng.Int64N(admission.MaxAmount + 1)
+		}
+		return rng.Int64N(typical + 1)
+	}
+	answer := func(tk admission.Ticket, err error) string {
+		var rej *admission.Rejection
+		switch {
+		case errors.As(err, &rej):
+			if rej.RetryAfter != admission.Never && rej.Reason == admission.ReasonRate {
+				if h := limits[rej.Policy].Horizon(clock.Now()); rej.RetryAfter > h {
+					t.Fatalf("%s advises %v; horizon %v", rej.Policy, rej.RetryAfter, h)
+				}
+			}
+			// Only the refusing policy's figures: a batch evaluates the
+			// policies after it too, one by one evaluation does not.
+			return fmt.Sprintf("rejected by %s (%v) retry=%v %+v", rej.Policy, rej.Reason, rej.RetryAfter, rej.Status)
+		case errors.Is(err, admission.ErrInvalidCost):
+			return "invalid cost"
+		case err != nil:
+			t.Fatalf("admit: %v", err)
+		}
+		return fmt.Sprintf("admitted %+v would reject %v", tk.Statuses(nil), tk.WouldReject(nil))
+	}
+	ctx := context.Background()
+	type pair struct{ m, r admission.Ticket }
+	var open []pair
+	outcomes := map[string]int{}
+	for i := 0; i < 1500; i++ {
+		clock.Advance(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+		if len(open) > 0 && rng.IntN(3) == 0 {
+			j := rng.IntN(len(open))
+			u := admission.Usage{Tokens: amount(120), TokensKnown: rng.IntN(4) > 0}
+			if rng.IntN(3) == 0 {
+				em, er := open[j].m.Charge(u), open[j].r.Charge(u)
+				if fmt.Sprint(em) != fmt.Sprint(er) {
+					t.Fatalf("step %d: Charge(%d) = %v on Redis; %v in memory", i, u.Tokens, er, em)
+				}
+				if sm, sr := open[j].m.Statuses(nil), open[j].r.Statuses(nil); fmt.Sprint(sm) != fmt.Sprint(sr) {
+					t.Fatalf("step %d: after Charge(%d):\n redis  %+v\n memory %+v", i, u.Tokens, sr, sm)
+				}
+				continue
+			}
+			open[j].m.Settle(u)
+			open[j].r.Settle(u)
+			open = append(open[:j], open[j+1:]...)
+			continue
+		}
+		r := admission.Request{
+			Tenant:    []string{"acme", "initech"}[rng.IntN(2)],
+			Operation: []string{"chat", "batch"}[rng.IntN(2)],
+			Tokens:    amount(60),
+		}
+		tm, em := mem.TryAdmit(ctx, r)
+		tr, er := red.TryAdmit(ctx, r)
+		am, ar := answer(tm, em), answer(tr, er)
+		if am != ar {
+			t.Fatalf("step %d at %v: TryAdmit(%s, %s, tokens=%d) =\n redis  %s\n memory %s", i, clock.Now().Sub(admissiontest.Epoch), r.Tenant, r.Operation, r.Tokens, ar, am)
+		}
+		outcomes[strings.SplitN(am, " ", 2)[0]]++
+		if em == nil {
+			open = append(open, pair{tm, tr})
+		}
+	}
+	for _, p := range open {
+		p.m.Done()
+		p.r.Done()
+	}
+	if outcomes["admitted"] == 0 || outcomes["rejected"] == 0 || outcomes["invalid"] == 0 {
+		t.Fatalf("outcomes %v: the workload does not exercise the limits", outcomes)
 	}
 }

@@ -388,10 +388,12 @@ ALG[3].adjust = function(o, d, ss, sn)
   if found then
     local cost = mcost(found)
     local dd = math.min(math.max(d, -cost), room)
-    -- An entry refunded to nothing stays until it leaves the window, as
-    -- in memory: an overrun charged later is charged at its instant.
     redis.call('ZREM', o.k2, found)
-    redis.call('ZADD', o.k2, fmt(at), seq .. ':' .. fmt(cost + dd))
+    o.card = o.card - 1
+    if cost + dd > 0 then
+      redis.call('ZADD', o.k2, fmt(at), seq .. ':' .. fmt(cost + dd))
+      o.card = o.card + 1
+    end
     o.a = o.a + dd
     o.hdirty = true
   elseif math.min(d, room) > 0 then
