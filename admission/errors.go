@@ -49,9 +49,9 @@ type Rejection struct {
 	Reason Reason
 	// RetryAfter is how long to wait before the same request can succeed;
 	// Never when it cannot succeed. For quotas it reaches the period's end.
-	// For a rate or quota refusal it never exceeds the horizon of the
+	// With ReasonRate or ReasonQuota it never exceeds the horizon of the
 	// partition's limit (Limit.Horizon), however much debt reconciliation
-	// left; other refusals advise the policy's RetryHint.
+	// left.
 	RetryAfter time.Duration
 	// Status holds the refusing policy's figures for response headers.
 	Status Status
