@@ -390,3 +390,45 @@ func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
 		t.Fatalf("%d admitted, %d told to wait, %d invalid: the traffic does not exercise the limits", admitted, waits, invalid)
 	}
 }
+
+// TestChargeIsNotRefunded: usage so far never decreases, so a settlement
+// below what Charge charged refunds nothing. Otherwise a charge the debt
+// bound mostly forgave, followed by a settlement at zero, would refund
+// what the partition never took: a full partition for free.
+func TestChargeIsNotRefunded(t *testing.T) {
+	for _, p := range arithPolicies() {
+		for _, final := range []int64{0, -1, 5} {
+			clock := admissiontest.NewClock(admissiontest.Epoch)
+			c := newController(t, clock, nil, p)
+			ctx := context.Background()
+			tk, err := c.TryAdmit(ctx, admission.Request{Tokens: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = tk.Charge(admission.Usage{Tokens: admission.MaxAmount})
+			tk.Settle(admission.Usage{Tokens: final, TokensKnown: true})
+			_, err = c.TryAdmit(ctx, admission.Request{Tokens: 1})
+			var rej *admission.Rejection
+			if !errors.As(err, &rej) {
+				t.Fatalf("%s: after Charge(MaxAmount) and Settle(%d): TryAdmit(1) = %v; want a rejection (nothing refunded)", p.Name, final, err)
+			}
+			if h := admissiontest.LimitOf(&p).Horizon(clock.Now()); rej.RetryAfter > h {
+				t.Fatalf("%s: RetryAfter = %v; horizon %v", p.Name, rej.RetryAfter, h)
+			}
+		}
+	}
+	// A legitimate stream charged 30 so far, then reports 25 in all: it
+	// stays charged 30.
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	c := newController(t, clock, nil, admission.Policy{Name: "fw", Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 100, Per: time.Minute})
+	tk, _ := c.TryAdmit(context.Background(), admission.Request{Tokens: 10})
+	_ = tk.Charge(admission.Usage{Tokens: 30})
+	tk.Settle(admission.Usage{Tokens: 25})
+	next, err := c.TryAdmit(context.Background(), admission.Request{Tokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := next.Statuses(nil); st[0].Remaining != 69 {
+		t.Fatalf("remaining = %d; want 69 (30 charged, 1 taken)", st[0].Remaining)
+	}
+}

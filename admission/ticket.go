@@ -85,6 +85,19 @@ func (h *held) retryAfter() time.Duration {
 	return h.grant.RetryAfter
 }
 
+// final returns the amount to settle h at, and whether u knows it: the
+// actual amount (clamped to [0, MaxAmount]), but never less than what
+// Charge already charged beyond the estimate, as usage so far never
+// decreases. So a settlement refunds only what the partition really took:
+// the part of a charge the debt bound forgave is never given back.
+func (h *held) final(u *Usage) (int64, bool) {
+	actual, ok := u.amount(h.p.unit)
+	if h.grant.Taken > h.est {
+		actual = max(actual, h.grant.Taken)
+	}
+	return actual, ok
+}
+
 // live returns the ticket state if tk is still the current holder.
 func (tk Ticket) live() *ticket {
 	if t := tk.t; t != nil && t.gen.Load() == tk.gen {
@@ -120,7 +133,7 @@ func (tk Ticket) Settle(u Usage) {
 			}
 			if h.p.Algorithm != Concurrency {
 				// Reconcile the reservation with the actual amount.
-				if actual, ok := u.amount(h.p.unit); ok && actual != h.grant.Taken {
+				if actual, ok := h.final(&u); ok && actual != h.grant.Taken {
 					if !clockRead {
 						now, clockRead = c.clock.Now(), true
 					}
@@ -183,7 +196,7 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		op := Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant}
 		if h.p.Algorithm == Concurrency {
 			op.Release = true
-		} else if actual, ok := u.amount(h.p.unit); ok {
+		} else if actual, ok := h.final(u); ok {
 			op.N = actual - h.grant.Taken
 			adjusts = adjusts || op.N != 0
 		}
@@ -229,7 +242,8 @@ func anyOpErr(ops []Op) bool {
 // Charge records usage so far while the work still runs (a long stream):
 // every unit whose actual amount now exceeds what is charged is charged the
 // difference at once, so parallel work cannot overshoot a rate limit by
-// much. It returns a *Rejection (ErrQuotaExceeded or ErrRateLimited) when an
+// much. Usage so far never decreases: a later Settle with a smaller amount
+// settles at what was charged. It returns a *Rejection (ErrQuotaExceeded or ErrRateLimited) when an
 // enforcing policy's partition has nothing left after the charge, so the
 // caller may cut the work off; the ticket stays live either way.
 func (tk Ticket) Charge(u Usage) error {
