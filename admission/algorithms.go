@@ -230,7 +230,9 @@ func (c *cell) fill(capacity, perNs float64, now int64) {
 		c.a = min(capacity, c.a+float64(now-c.t)*perNs)
 		c.t = now
 	}
-	c.a = max(c.a, -capacity)
+	if c.a < -capacity {
+		c.a = -capacity
+	}
 }
 
 func (c *cell) bucketAcquire(l *Limit, n int64, now int64, g *Grant) {

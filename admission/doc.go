@@ -42,7 +42,8 @@
 // ErrInvalidCost (a caller's error, not a rejection: nothing is evaluated),
 // Validate refuses limits, bursts and plan overrides above it, and Settle
 // and Charge clamp usage figures into it (a negative actual refunds what
-// was taken, no more). The bound keeps every sum exact, in memory and in
+// was taken, no more; a settlement below what Charge charged refunds
+// nothing, as usage so far never decreases). The bound keeps every sum exact, in memory and in
 // the Redis store, whose scripts compute in doubles.
 //
 // Reconciliation never leaves a partition owing more than one horizon of

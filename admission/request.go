@@ -6,8 +6,7 @@ import (
 )
 
 // MaxAmount is the largest amount a request, a usage figure or a limit may
-// carry: 2^50, about 1.1e15 (a thousand times a year of a million tokens a
-// second). Every amount that reaches a limiter is in [0, MaxAmount], so no
+// carry: 2^50, about 1.1e15 (35 years of a million tokens a second). Every amount that reaches a limiter is in [0, MaxAmount], so no
 // sum of a partition's level and an amount can overflow, and the Redis
 // store, whose scripts compute in doubles (exact for integers below 2^53),
 // holds every level, every sum of a level and an amount and every debt
