@@ -68,6 +68,15 @@ func (r *ring) pop() {
 	r.size--
 }
 
+// trim drops the newest entries while they cost nothing (refunded whole),
+// so that the newest entry, which a partition's reset is computed from,
+// holds permits.
+func (r *ring) trim() {
+	for r.size > 0 && r.at(r.size-1).cost == 0 {
+		r.size--
+	}
+}
+
 // rates returns a token bucket's refill rate in tokens per nanosecond and
 // its inverse, precomputed unless l was built by hand.
 func rates(l *Limit) (perNs, nsPer float64) {
@@ -77,14 +86,18 @@ func rates(l *Limit) (perNs, nsPer float64) {
 	return float64(l.Amount) / float64(l.Per), float64(l.Per) / float64(l.Amount)
 }
 
+// maxWait is the longest duration a figure carries (about 146 years):
+// longer waits saturate at it rather than overflow.
+const maxWait = math.MaxInt64 / 2
+
 // ceilDur converts a fractional number of nanoseconds to a Duration,
 // rounding up so a retry-after is never early.
 func ceilDur(ns float64) time.Duration {
 	if ns <= 0 {
 		return 0
 	}
-	if ns > math.MaxInt64/2 {
-		return math.MaxInt64 / 2
+	if ns > maxWait {
+		return maxWait
 	}
 	return time.Duration(math.Ceil(ns))
 }
@@ -115,7 +128,9 @@ func (c *cell) acquire(l *Limit, n int64, now int64, g *Grant) {
 	}
 }
 
-// adjust charges (delta > 0) or refunds (delta < 0) what g holds.
+// adjust charges (delta > 0) or refunds (delta < 0) what g holds, within
+// the debt bound: a token bucket's level stays in [-capacity, capacity], a
+// counting partition's count (window, sliding log, quota) in [0, limit].
 func (c *cell) adjust(l *Limit, g *Grant, delta int64, now int64) {
 	if delta == 0 {
 		return
@@ -124,19 +139,20 @@ func (c *cell) adjust(l *Limit, g *Grant, delta int64, now int64) {
 	switch l.Algorithm {
 	case TokenBucket:
 		c.bucketFill(l, now)
-		c.a = min(c.a-d, float64(l.Capacity()))
+		capacity := float64(l.Capacity())
+		c.a = min(max(c.a-d, -capacity), capacity)
 	case FixedWindow:
 		c.fixedRoll(l, now)
 		if g.Stamp == c.t || delta > 0 {
-			c.a = max(c.a+d, 0)
+			c.a = bounded(c.a+d, l)
 		}
 	case SlidingWindow:
 		c.slidingRoll(l, now)
 		switch {
 		case g.Stamp == c.t || delta > 0:
-			c.a = max(c.a+d, 0)
+			c.a = bounded(c.a+d, l)
 		case g.Stamp == c.t-1:
-			c.b = max(c.b+d, 0)
+			c.b = bounded(c.b+d, l)
 		}
 	case SlidingLog:
 		c.logAdjust(l, g, delta, now)
@@ -149,11 +165,17 @@ func (c *cell) adjust(l *Limit, g *Grant, delta int64, now int64) {
 			c.t, c.a = start, 0
 		}
 		if g.Stamp == start || delta > 0 {
-			c.a = max(c.a+d, 0)
+			c.a = bounded(c.a+d, l)
 		}
 	}
 	g.Taken += delta
 	g.Remaining = c.remaining(l, now)
+}
+
+// bounded returns a count within [0, l.Amount]: the debt bound of the
+// counting algorithms.
+func bounded(count float64, l *Limit) float64 {
+	return min(max(count, 0), float64(l.Amount))
 }
 
 // remaining is what the partition has left now, after a roll or refill.
@@ -200,10 +222,16 @@ func (c *cell) bucketFill(l *Limit, now int64) {
 	c.fill(float64(l.Capacity()), perNs, now)
 }
 
+// fill refills a token bucket up to its capacity, and raises a debt deeper
+// than the capacity (left by a larger capacity before a reload) to the
+// debt bound.
 func (c *cell) fill(capacity, perNs float64, now int64) {
 	if now > c.t {
 		c.a = min(capacity, c.a+float64(now-c.t)*perNs)
 		c.t = now
+	}
+	if c.a < -capacity {
+		c.a = -capacity
 	}
 }
 
@@ -372,18 +400,26 @@ func (c *cell) logAcquire(l *Limit, n int64, now int64, g *Grant) {
 func (c *cell) logAdjust(l *Limit, g *Grant, delta int64, now int64) {
 	c.logExpire(l, now)
 	r := &c.ext().log
+	// A charge fills the log up to the limit at most (the debt bound).
+	room := max(0, l.Amount-int64(c.a))
 	for i := r.size - 1; i >= 0; i-- {
-		if e := r.at(i); e.at == g.Stamp {
-			d := max(delta, -e.cost)
+		// An entry refunded whole is as good as gone (the Redis store
+		// deletes it): a later charge for it is a new entry.
+		if e := r.at(i); e.at == g.Stamp && e.cost > 0 {
+			d := min(max(delta, -e.cost), room)
 			e.cost += d
 			c.a += float64(d)
+			r.trim()
+			if r.size == 0 {
+				c.a = 0
+			}
 			return
 		}
 	}
-	if delta > 0 {
+	if d := min(delta, room); d > 0 {
 		// The admission has left the window: charge the overrun now.
-		r.push(entry{at: now, cost: delta})
-		c.a += float64(delta)
+		r.push(entry{at: now, cost: d})
+		c.a += float64(d)
 	}
 }
 

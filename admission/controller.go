@@ -359,7 +359,9 @@ func appendPrefix(buf []byte, a netip.Addr) []byte {
 // policies have them, until ctx ends. It returns a Ticket to settle when the
 // work is done, or a *Rejection (match it with errors.Is against
 // ErrRateLimited and the other sentinels), or the context's error when the
-// caller gave up while waiting.
+// caller gave up while waiting. A request with an amount outside
+// [0, MaxAmount] gets an error matching ErrInvalidCost and is evaluated by
+// no policy.
 func (c *Controller) Admit(ctx context.Context, r Request) (Ticket, error) {
 	return c.admit(ctx, nil, &r, true, stageWhole)
 }
@@ -392,6 +394,9 @@ func (c *Controller) Begin(ctx context.Context, r Request) (Ticket, error) {
 // policy (Admit), Begin's, or the others (Continue, given the ticket
 // Begin issued; t is nil otherwise).
 func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool, part stage) (Ticket, error) {
+	if err := r.checkAmounts(); err != nil {
+		return Ticket{}, err
+	}
 	var cfg *config
 	lo, hi := 0, 0
 	now := c.clock.Now()

@@ -81,6 +81,27 @@
 // limiters implement Renewer can renew (the in-memory and Redis stores
 // do); with one that cannot, Renew returns an error wrapping
 // errors.ErrUnsupported.
+// # Bounded amounts and bounded debt
+//
+// Every amount is an integer in [0, MaxAmount] (2^50): Admit refuses a
+// request with a negative or larger estimate with an error matching
+// ErrInvalidCost (a caller's error, not a rejection: nothing is evaluated),
+// Validate refuses limits, bursts and plan overrides above it, and Settle
+// and Charge clamp usage figures into it (a negative actual refunds what
+// was taken, no more; a settlement below what Charge charged refunds
+// nothing, as usage so far never decreases). The bound keeps every sum exact, in memory and in
+// the Redis store, whose scripts compute in doubles.
+//
+// Reconciliation never leaves a partition owing more than one horizon of
+// its policy, whatever the usage reported: a token bucket's level never
+// falls below -Burst, and a window's current count, a sliding log's total
+// and a quota's use never exceed the limit; an overrun beyond the bound is
+// forgiven. Hence no rejection advises a finite wait beyond the policy's
+// horizon: 2·Burst/rate for a token bucket (from the deepest debt to a
+// request of the whole burst), Per for a fixed window or sliding log, 2·Per
+// for a sliding window counter, and the end of the period for a quota. One
+// tenant's absurd usage can lock out its partition (or a global one) for
+// that long at most, never for years.
 //
 // # Algorithms
 //

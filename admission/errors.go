@@ -17,6 +17,12 @@ var (
 	ErrOverflow           = errors.New("partition table full")
 	// ErrClosed is returned by a closed Controller.
 	ErrClosed = errors.New("admission controller closed")
+	// ErrInvalidCost is matched by the error Admit and TryAdmit return for
+	// a request whose Tokens, Cost or Units amount is negative or above
+	// MaxAmount. It is the caller's error (an HTTP edge answers 400), not
+	// a *Rejection: no policy is evaluated, nothing is taken and no
+	// decision is reported.
+	ErrInvalidCost = errors.New("invalid cost")
 )
 
 var reasonErrors = [...]error{
@@ -43,6 +49,9 @@ type Rejection struct {
 	Reason Reason
 	// RetryAfter is how long to wait before the same request can succeed;
 	// Never when it cannot succeed. For quotas it reaches the period's end.
+	// With ReasonRate or ReasonQuota it never exceeds the horizon of the
+	// partition's limit (Limit.Horizon), however much debt reconciliation
+	// left.
 	RetryAfter time.Duration
 	// Status holds the refusing policy's figures for response headers.
 	Status Status

@@ -113,8 +113,14 @@ func (o Override) validate(path string, a Algorithm) error {
 	if o.Limit < 0 {
 		errs = append(errs, &FieldError{Path: path + ".limit", Msg: "must be > 0"})
 	}
+	if o.Limit > MaxAmount {
+		errs = append(errs, &FieldError{Path: path + ".limit", Msg: fmt.Sprintf("must be <= %d (MaxAmount), got %d", MaxAmount, o.Limit)})
+	}
 	if o.Burst < 0 {
 		errs = append(errs, &FieldError{Path: path + ".burst", Msg: "must be > 0"})
+	}
+	if o.Burst > MaxAmount {
+		errs = append(errs, &FieldError{Path: path + ".burst", Msg: fmt.Sprintf("must be <= %d (MaxAmount), got %d", MaxAmount, o.Burst)})
 	}
 	if o.Per < 0 {
 		errs = append(errs, &FieldError{Path: path + ".per", Msg: "must be > 0"})

@@ -121,7 +121,7 @@ type Limit struct {
 func (l Limit) withWindow() Limit {
 	switch l.Algorithm {
 	case TokenBucket:
-		l.window = time.Duration(float64(l.Per) * float64(l.Capacity()) / float64(l.Amount))
+		l.window = time.Duration(min(float64(l.Per)*float64(l.Capacity())/float64(l.Amount), maxWait))
 		l.perNs = float64(l.Amount) / float64(l.Per)
 		l.nsPer = float64(l.Per) / float64(l.Amount)
 	case Concurrency:
@@ -139,6 +139,33 @@ func (l Limit) Capacity() int64 {
 		return l.Burst
 	}
 	return l.Amount
+}
+
+// Horizon returns the longest finite retry-after a partition evaluated
+// with l may advise at now, which the debt bound guarantees (see Limiter):
+// for a token bucket, twice the time it takes to refill its capacity (the
+// wait of a request of the whole capacity from the deepest debt); the
+// window of a fixed window or sliding log; twice the window of a sliding
+// window counter; the time to the end of the period holding now for a
+// quota. A concurrency limit computes no wait of its own (a rejection
+// advises the policy's RetryHint): 0.
+func (l Limit) Horizon(now time.Time) time.Duration {
+	switch l.Algorithm {
+	case TokenBucket:
+		// As a retry-after is computed: missing tokens over tokens per
+		// nanosecond, rounded up.
+		perNs, _ := rates(&l)
+		return ceilDur(2 * float64(l.Capacity()) / perNs)
+	case FixedWindow, SlidingLog:
+		return l.Per
+	case SlidingWindow:
+		return 2 * min(l.Per, maxWait)
+	case Quota:
+		ns := now.UnixNano()
+		_, end := QuotaPeriod(&l, ns)
+		return time.Duration(end - ns)
+	}
+	return 0
 }
 
 // Override replaces some of a policy's limits for the tenants of a plan.
@@ -229,8 +256,14 @@ func (p *Policy) Validate(prefix string) error {
 	if p.Limit <= 0 {
 		bad("limit", "must be > 0, got %d", p.Limit)
 	}
+	if p.Limit > MaxAmount {
+		bad("limit", "must be <= %d (MaxAmount), got %d", MaxAmount, p.Limit)
+	}
 	if p.Burst < 0 {
 		bad("burst", "must be >= 0, got %d", p.Burst)
+	}
+	if p.Burst > MaxAmount {
+		bad("burst", "must be <= %d (MaxAmount), got %d", MaxAmount, p.Burst)
 	}
 	if p.Burst > 0 && p.Algorithm != TokenBucket {
 		bad("burst", "only a token_bucket has a burst")
@@ -257,6 +290,9 @@ func (p *Policy) Validate(prefix string) error {
 	}
 	if p.MaxCost < 0 {
 		bad("max_cost", "must be >= 0")
+	}
+	if p.MaxCost > MaxAmount {
+		bad("max_cost", "must be <= %d (MaxAmount), got %d", MaxAmount, p.MaxCost)
 	}
 	if p.MaxCost > 0 {
 		capacity := p.Limit

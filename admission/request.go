@@ -1,6 +1,19 @@
 package admission
 
-import "net/netip"
+import (
+	"fmt"
+	"net/netip"
+)
+
+// MaxAmount is the largest amount a request, a usage figure or a limit may
+// carry: 2^50, about 1.1e15 (35 years of a million tokens a second). Every amount that reaches a limiter is in [0, MaxAmount], so no
+// sum of a partition's level and an amount can overflow, and the Redis
+// store, whose scripts compute in doubles (exact for integers below 2^53),
+// holds every level, every sum of a level and an amount and every debt
+// exactly. Admit refuses a request with an amount outside the range
+// (ErrInvalidCost), Policy.Validate a limit above it, and Settle and Charge
+// clamp usage figures to it.
+const MaxAmount int64 = 1 << 50
 
 // A Unit names what a policy counts. Requests are always worth 1; every other
 // unit is an amount the caller estimates before the work starts (tokens,
@@ -49,6 +62,26 @@ type Request struct {
 	Units []UnitAmount
 }
 
+// checkAmounts returns an error matching ErrInvalidCost when an amount of r
+// is negative or above MaxAmount.
+func (r *Request) checkAmounts() error {
+	bad := func(what string, v int64) error {
+		return fmt.Errorf("admission: %w: %s %d is outside [0, %d]", ErrInvalidCost, what, v, MaxAmount)
+	}
+	switch {
+	case r.Tokens < 0 || r.Tokens > MaxAmount:
+		return bad("tokens", r.Tokens)
+	case r.Cost < 0 || r.Cost > MaxAmount:
+		return bad("cost", r.Cost)
+	}
+	for _, c := range r.Units {
+		if c.Amount < 0 || c.Amount > MaxAmount {
+			return bad(fmt.Sprintf("unit %.64q", c.Unit), c.Amount)
+		}
+	}
+	return nil
+}
+
 // Amount returns the request's cost in unit u: 1 for requests, the estimate
 // for every other unit, 0 when the request does not name it.
 func (r *Request) Amount(u Unit) int64 {
@@ -70,7 +103,9 @@ func (r *Request) Amount(u Unit) int64 {
 
 // Usage is the actual cost of admitted work, known once it has finished (or
 // so far, while it runs). A zero field means "as estimated" unless the
-// matching Known flag says the actual amount really is zero.
+// matching Known flag says the actual amount really is zero. Amounts are
+// clamped to [0, MaxAmount]: a negative figure counts as zero (it refunds
+// at most what was taken), a larger one as MaxAmount.
 type Usage struct {
 	Tokens      int64
 	TokensKnown bool
@@ -80,20 +115,24 @@ type Usage struct {
 	Units []UnitAmount
 }
 
-// amount returns the actual amount of unit u and whether it is known.
+// amount returns the actual amount of unit u, clamped to [0, MaxAmount],
+// and whether it is known.
 func (u *Usage) amount(unit Unit) (int64, bool) {
 	switch unit {
 	case UnitRequests, "":
 		return 0, false
 	case UnitTokens:
-		return u.Tokens, u.TokensKnown || u.Tokens != 0
+		return clampAmount(u.Tokens), u.TokensKnown || u.Tokens != 0
 	case UnitCost:
-		return u.Cost, u.CostKnown || u.Cost != 0
+		return clampAmount(u.Cost), u.CostKnown || u.Cost != 0
 	}
 	for _, c := range u.Units {
 		if c.Unit == unit {
-			return c.Amount, true
+			return clampAmount(c.Amount), true
 		}
 	}
 	return 0, false
 }
+
+// clampAmount returns v within [0, MaxAmount].
+func clampAmount(v int64) int64 { return min(max(v, 0), MaxAmount) }

@@ -24,11 +24,19 @@ type Limiter interface {
 	// Acquire takes n permits from the partition if they fit, and writes
 	// its answer into g (the whole Grant: the controller reuses it, and an
 	// answer written in place costs no copy on the request path). It never
-	// takes part of n. The error is non-nil only when the store failed.
+	// takes part of n. The controller passes n in [0, MaxAmount]. The error
+	// is non-nil only when the store failed.
 	Acquire(ctx context.Context, key string, l *Limit, n int64, now time.Time, g *Grant) error
 	// Adjust changes what a grant holds by delta: a positive delta charges
-	// an overrun (a token bucket may go into debt), a negative one refunds
-	// an over-estimate. It updates g.Taken.
+	// an overrun, a negative one refunds an over-estimate. It updates
+	// g.Taken. The controller passes delta in [-MaxAmount, MaxAmount], and
+	// the result respects the debt bound whatever delta is: a token
+	// bucket's level stays within [-capacity, capacity] (a bucket may go
+	// into debt, by its capacity at most), and the count of a fixed or
+	// sliding window's current window, a sliding log's total and a quota's
+	// use within [0, Amount]. The part of a charge beyond the bound is
+	// forgiven; a refund never takes a count below zero. So no retry-after
+	// exceeds the policy's horizon (see the package documentation).
 	Adjust(ctx context.Context, key string, l *Limit, g *Grant, delta int64, now time.Time) error
 	// Release gives back what a concurrency grant holds. It is a no-op for
 	// rate algorithms, and for a grant already released or expired.

@@ -104,6 +104,19 @@ func (h *held) retryAfter() time.Duration {
 	return h.grant.RetryAfter
 }
 
+// final returns the amount to settle h at, and whether u knows it: the
+// actual amount (clamped to [0, MaxAmount]), but never less than what
+// Charge already charged beyond the estimate, as usage so far never
+// decreases. So a settlement refunds only what the partition really took:
+// the part of a charge the debt bound forgave is never given back.
+func (h *held) final(u *Usage) (int64, bool) {
+	actual, ok := u.amount(h.p.unit)
+	if h.grant.Taken > h.est {
+		actual = max(actual, h.grant.Taken)
+	}
+	return actual, ok
+}
+
 // live returns the ticket state if tk is still the current holder.
 func (tk Ticket) live() *ticket {
 	if t := tk.t; t != nil && t.gen.Load() == tk.gen {
@@ -144,7 +157,7 @@ func (tk Ticket) Settle(u Usage) {
 			}
 			if h.p.Algorithm != Concurrency {
 				// Reconcile the reservation with the actual amount.
-				if actual, ok := u.amount(h.p.unit); ok && actual != h.grant.Taken {
+				if actual, ok := h.final(&u); ok && actual != h.grant.Taken {
 					if !clockRead {
 						now, clockRead = c.clock.Now(), true
 					}
@@ -198,6 +211,7 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		}
 	}
 	ops := t.batch[:0]
+	adjusts := false
 	for i := range t.ops {
 		h := &t.ops[i]
 		if !h.taken {
@@ -206,8 +220,9 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		op := Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant}
 		if h.p.Algorithm == Concurrency {
 			op.Release = true
-		} else if actual, ok := u.amount(h.p.unit); ok {
+		} else if actual, ok := h.final(u); ok {
 			op.N = actual - h.grant.Taken
+			adjusts = adjusts || op.N != 0
 		}
 		h.taken = false
 		if op.Release || op.N != 0 {
@@ -215,6 +230,11 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		}
 	}
 	t.batch = ops
+	if adjusts {
+		// A refund or charge applies now, not at the admission (releases
+		// need no clock).
+		now = c.clock.Now()
+	}
 	if len(ops) > 0 {
 		if err := b.SettleBatch(ctx, ops, now); err != nil {
 			// Ops are in the order of t.ops; report each failed one under
@@ -246,7 +266,8 @@ func anyOpErr(ops []Op) bool {
 // Charge records usage so far while the work still runs (a long stream):
 // every unit whose actual amount now exceeds what is charged is charged the
 // difference at once, so parallel work cannot overshoot a rate limit by
-// much. It returns a *Rejection (ErrQuotaExceeded or ErrRateLimited) when an
+// much. Usage so far never decreases: a later Settle with a smaller amount
+// settles at what was charged. It returns a *Rejection (ErrQuotaExceeded or ErrRateLimited) when an
 // enforcing policy's partition has nothing left after the charge, so the
 // caller may cut the work off; the ticket stays live either way.
 func (tk Ticket) Charge(u Usage) error {
@@ -299,8 +320,9 @@ var errOtherRequest = errors.New("admission: Continue with another tenant, opera
 // admitted one.
 //
 // Continue returns ErrNotBegun on a ticket that is not from Begin or was
-// continued already, and an error, leaving the ticket as it was, when r's
-// tenant, operation or priority differ from Begin's. It must not run
+// continued already, and an error, leaving the ticket as it was (to
+// settle), when r's tenant, operation or priority differ from Begin's or an
+// amount of r is outside [0, MaxAmount] (ErrInvalidCost). It must not run
 // concurrently with Settle.
 func (tk Ticket) Continue(ctx context.Context, r Request) error {
 	t := tk.live()

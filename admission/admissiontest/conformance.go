@@ -178,6 +178,54 @@ func Cases() []Case {
 			{At: 59 * time.Minute, N: 1, OK: false, Remaining: 0, RetryAfter: time.Minute, Reset: time.Minute},
 			{At: time.Hour, N: 1, OK: true, Remaining: 9, Reset: time.Hour},
 		}},
+		// The debt bound: the largest overrun leaves a bucket at most its
+		// capacity in debt, and a count at most at its limit.
+		{Name: "token_bucket/debt_bound", Policy: tb(10, 10*s, 0), Steps: []Step{
+			{At: 0, N: 10, OK: true, Remaining: 0, Reset: 10 * s},
+			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			// 10 in debt: 11 tokens to wait for, 20 to be full.
+			{At: 0, N: 1, OK: false, RetryAfter: 11 * s, Reset: 20 * s},
+			{At: 0, N: 10, OK: false, RetryAfter: 20 * s, Reset: 20 * s},
+			{At: 11 * s, N: 1, OK: true, Remaining: 0, Reset: 10 * s},
+		}},
+		{Name: "token_bucket/debt_bound_burst", Policy: tb(2, s, 6), Steps: []Step{
+			{At: 0, N: 1, OK: true, Remaining: 5, Reset: 500 * time.Millisecond},
+			{At: 0, Ref: 0, Adjust: admission.MaxAmount - 1, Remaining: 0},
+			{At: 0, N: 6, OK: false, RetryAfter: 6 * s, Reset: 6 * s},
+			{At: 6 * s, N: 6, OK: true, Remaining: 0, Reset: 3 * s},
+		}},
+		{Name: "fixed_window/debt_bound", Policy: admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 5, Per: 10 * s}, Steps: []Step{
+			{At: 0, N: 2, OK: true, Remaining: 3, Reset: 10 * s},
+			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: 0, N: 1, OK: false, Remaining: 0, RetryAfter: 10 * s, Reset: 10 * s},
+			// The count stopped at the limit: a refund of 5 empties it.
+			{At: s, Ref: 0, Adjust: -5, Remaining: 5},
+			{At: s, N: 5, OK: true, Remaining: 0, Reset: 9 * s},
+		}},
+		{Name: "sliding_window/debt_bound", Policy: admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 10, Per: 10 * s}, Steps: []Step{
+			{At: 0, N: 4, OK: true, Remaining: 6, Reset: 20 * s},
+			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			// The previous window counts 10, weighing 90% a second in.
+			{At: 10 * s, N: 1, OK: false, Remaining: 0, RetryAfter: s, Reset: 10 * s},
+			{At: 11 * s, Ref: 0, Adjust: -10, Remaining: 10},
+			{At: 11 * s, N: 10, OK: true, Remaining: 0, Reset: 19 * s},
+		}},
+		{Name: "sliding_log/debt_bound", Policy: admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 3, Per: 10 * s}, Steps: []Step{
+			{At: 0, N: 1, OK: true, Remaining: 2, Reset: 10 * s},
+			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: s, N: 1, OK: false, Remaining: 0, RetryAfter: 9 * s, Reset: 9 * s},
+			{At: s, Ref: 0, Adjust: -3, Remaining: 3},
+			{At: s, N: 3, OK: true, Remaining: 0, Reset: 10 * s},
+			// A charge for an admission that left the window fills what is left.
+			{At: 20 * s, Ref: 4, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: 20 * s, N: 1, OK: false, Remaining: 0, RetryAfter: 10 * s, Reset: 10 * s},
+		}},
+		{Name: "quota/debt_bound", Policy: admission.Policy{Name: "qf", Algorithm: admission.Quota, Limit: 10, Period: admission.PeriodFixed, Per: time.Hour}, Steps: []Step{
+			{At: 0, N: 4, OK: true, Remaining: 6, Reset: time.Hour},
+			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: time.Minute, Ref: 0, Adjust: -10, Remaining: 10},
+			{At: time.Minute, N: 10, OK: true, Remaining: 0, Reset: 59 * time.Minute},
+		}},
 	}
 }
 

@@ -320,7 +320,8 @@ func (d *decoder) amount(n *yaml.Node, path string) (int64, bool) {
 	return v, true
 }
 
-// positive decodes an amount that must be > 0; set records that it was given.
+// positive decodes an amount (a limit, burst or cost) that must be > 0 and
+// at most admission.MaxAmount; set records that it was given.
 func (d *decoder) positive(dst *int64, set *bool) func(*yaml.Node, string) {
 	return func(n *yaml.Node, path string) {
 		v, ok := d.amount(n, path)
@@ -329,6 +330,10 @@ func (d *decoder) positive(dst *int64, set *bool) func(*yaml.Node, string) {
 		}
 		if v <= 0 {
 			d.errorf(d.resolve(n), path, "must be > 0, got %d", v)
+			return
+		}
+		if v > admission.MaxAmount {
+			d.errorf(d.resolve(n), path, "must be <= %d (MaxAmount), got %d", admission.MaxAmount, v)
 			return
 		}
 		*dst = v

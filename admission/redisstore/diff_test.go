@@ -2,35 +2,37 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestSameFiguresAsMemory replays random weighted traffic (acquisitions,
-// refunds, overrun charges, releases, lease renewals and expiries, period
-// changes) on
-// the in-memory store and on Redis side by side, and requires every grant
-// to carry the same figures. The client sends every settle call twice, as
-// a client retrying after a lost reply does: each must still apply once.
-func TestSameFiguresAsMemory(t *testing.T) {
-	srv := redistest.Start(t)
-	client, repeats := newRepeatingClient(t, srv.Addr)
-	stores := callerTimeStores(client)
+// diffPolicy is a policy replayed on both stores, with the longest step
+// between two calls.
+type diffPolicy struct {
+	p     admission.Policy
+	maxDt time.Duration
+}
+
+// diffPolicies returns a policy of every algorithm (and every quota period)
+// with small limits.
+func diffPolicies() []diffPolicy {
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		ny = time.FixedZone("UTC-5", -5*3600)
 	}
 	s := time.Second
-	policies := []struct {
-		p     admission.Policy
-		maxDt time.Duration
-	}{
+	return []diffPolicy{
 		{admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: 7, Per: 3 * s, Burst: 12}, 700 * time.Millisecond},
 		{admission.Policy{Name: "tb3", Algorithm: admission.TokenBucket, Limit: 3, Per: s}, 300 * time.Millisecond},
 		{admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
@@ -41,6 +43,87 @@ func TestSameFiguresAsMemory(t *testing.T) {
 		{admission.Policy{Name: "qd", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodDay, Location: ny}, 3 * time.Hour},
 		{admission.Policy{Name: "qm", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodMonth, Location: ny}, 4 * 24 * time.Hour},
 	}
+}
+
+// diffTraffic chooses the amounts of a replay: the cost of an acquisition
+// under limit l, and the delta of an adjustment of a grant holding taken.
+type diffTraffic struct {
+	cost  func(rng *rand.Rand, l *admission.Limit) int64
+	delta func(rng *rand.Rand, taken int64) int64
+}
+
+// TestSameFiguresAsMemory replays random weighted traffic (acquisitions,
+// refunds, overrun charges, releases, lease renewals and expiries, period
+// changes) on the in-memory store and on Redis side by side, and requires every grant
+// to carry the same figures. The client sends every settle call twice, as
+// a client retrying after a lost reply does: each must still apply once.
+func TestSameFiguresAsMemory(t *testing.T) {
+	sameFigures(t, diffPolicies(), diffTraffic{
+		cost: func(rng *rand.Rand, l *admission.Limit) int64 {
+			if rng.IntN(20) == 0 {
+				return l.Amount + 1 + rng.Int64N(3)
+			}
+			return rng.Int64N(6)
+		},
+		delta: func(rng *rand.Rand, taken int64) int64 { return rng.Int64N(taken+4) - taken },
+	})
+}
+
+// TestSameFiguresExtreme replays hostile traffic on both stores: costs up
+// to MaxAmount, overruns and refunds of any size (beyond the amounts the
+// controller passes, to the extremes of int64), limits as large as
+// MaxAmount. Every figure must be the same as in memory, so the debt
+// bound holds in Redis as it does in memory, and no retry-after may exceed
+// the policy's horizon.
+func TestSameFiguresExtreme(t *testing.T) {
+	policies := diffPolicies()
+	s := time.Second
+	policies = append(policies,
+		diffPolicy{admission.Policy{Name: "tbmax", Algorithm: admission.TokenBucket, Limit: admission.MaxAmount, Per: time.Hour, Burst: admission.MaxAmount}, 700 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "tbslow", Algorithm: admission.TokenBucket, Limit: 1, Per: time.Hour, Burst: admission.MaxAmount}, 10 * time.Minute},
+		diffPolicy{admission.Policy{Name: "fwmax", Algorithm: admission.FixedWindow, Limit: admission.MaxAmount, Per: 2 * s}, 400 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "swmax", Algorithm: admission.SlidingWindow, Limit: admission.MaxAmount, Per: 2 * s}, 400 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "qmax", Algorithm: admission.Quota, Limit: admission.MaxAmount, Period: admission.PeriodFixed, Per: 5 * s}, time.Second},
+	)
+	sameFigures(t, policies, diffTraffic{
+		cost: func(rng *rand.Rand, l *admission.Limit) int64 {
+			switch rng.IntN(10) {
+			case 0:
+				return admission.MaxAmount
+			case 1:
+				return rng.Int64N(admission.MaxAmount + 1)
+			case 2:
+				return l.Capacity()
+			}
+			return rng.Int64N(min(l.Capacity(), 6) + 1)
+		},
+		delta: func(rng *rand.Rand, taken int64) int64 {
+			// An extreme delta leaves the grant's Taken anywhere in int64,
+			// in memory and Redis alike.
+			taken = min(max(taken, 0), admission.MaxAmount)
+			switch rng.IntN(8) {
+			case 0:
+				return admission.MaxAmount
+			case 1:
+				return -admission.MaxAmount
+			case 2:
+				return math.MaxInt64
+			case 3:
+				return math.MinInt64 + 1
+			case 4:
+				return rng.Int64N(admission.MaxAmount+1) - taken
+			}
+			return rng.Int64N(taken+4) - taken
+		},
+	})
+}
+
+// sameFigures replays traffic on the policies in memory, on Redis one call
+// per policy, and on Redis in two-policy batches, and compares every grant.
+func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
+	srv := redistest.Start(t)
+	client, repeats := newRepeatingClient(t, srv.Addr)
+	stores := callerTimeStores(client)
 	ctx := context.Background()
 	for _, tc := range policies {
 		t.Run(tc.p.Name, func(t *testing.T) {
@@ -95,7 +178,7 @@ func TestSameFiguresAsMemory(t *testing.T) {
 						open = append(open[:j], open[j+1:]...)
 						continue
 					}
-					delta := rng.Int64N(o.m.Taken+4) - o.m.Taken
+					delta := tr.delta(rng, o.m.Taken)
 					em := mem.Adjust(ctx, o.key, &l, &o.m, delta, now)
 					er := red.Adjust(ctx, o.key, &l, &o.r, delta, now)
 					eb := bat.Adjust(ctx, o.key, &l, &o.b, delta, now)
@@ -107,10 +190,7 @@ func TestSameFiguresAsMemory(t *testing.T) {
 							i, now.Sub(admissiontest.Epoch), o.key, delta, o.r.Taken, o.r.Remaining, o.m.Taken, o.m.Remaining)
 					}
 				default:
-					n := rng.Int64N(6)
-					if rng.IntN(20) == 0 {
-						n = p.Limit + 1 + rng.Int64N(3)
-					}
+					n := tr.cost(rng, &l)
 					gm, em := admissiontest.Acquire(ctx, mem, key, &l, n, now)
 					gr, er := admissiontest.Acquire(ctx, red, key, &l, n, now)
 					if em != nil || er != nil {
@@ -128,6 +208,9 @@ func TestSameFiguresAsMemory(t *testing.T) {
 					}
 					if p.Algorithm == admission.Quota && gm.Stamp != gr.Stamp {
 						t.Fatalf("op %d: quota stamp = %d; want the period start %d", i, gr.Stamp, gm.Stamp)
+					}
+					if h := l.Horizon(now); gm.RetryAfter != admission.Never && gm.RetryAfter > h {
+						t.Fatalf("op %d: Acquire(%s, %d) retry = %v; want within the horizon %v", i, key, n, gm.RetryAfter, h)
 					}
 					if gm.OK {
 						open = append(open, pair{key, gm, gr, ops[0].Grant})
@@ -209,5 +292,134 @@ func TestLongLivedScores(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestControllerSameAsMemory runs one hostile workload through two
+// controllers, one on the in-memory store and one on Redis (whose batches
+// of token buckets and concurrency limits run the lean scripts, and of
+// every algorithm the generic ones): estimates of any size, negative and
+// out-of-range ones included, usages of any size settled in random order,
+// charges while the work runs, and a shadow policy. Every answer must be
+// the same: the same rejections with the same retry-after, the same
+// figures for every policy, within the horizon of each.
+func TestControllerSameAsMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	client, _ := newRepeatingClient(t, srv.Addr)
+	// Refill rates that are powers of two per nanosecond keep every bucket
+	// level exact, so rolling back a partial admission (in memory) and
+	// taking nothing (in a Redis batch) leave the very same level.
+	per := time.Duration(1 << 30)
+	all := []admission.Policy{
+		{Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 64, Per: per, Burst: 96},
+		{Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 32, Per: per},
+		{Name: "inflight", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 300, MaxHold: time.Minute},
+	}
+	batch := admission.Match{Operations: []string{"batch"}}
+	s := time.Second
+	all = append(all,
+		admission.Policy{Name: "fw", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 150, Per: 2 * s},
+		admission.Policy{Name: "sw", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 150, Per: 2 * s, Mode: admission.Shadow},
+		admission.Policy{Name: "sl", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.SlidingLog, Limit: 150, Per: 2 * s},
+		admission.Policy{Name: "quota", Match: batch, Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 2000, Period: admission.PeriodFixed, Per: time.Minute},
+	)
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	mem, err := admission.New(admission.Config{Policies: all}, admission.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onRedis := slices.Clone(all)
+	limits := map[string]admission.Limit{}
+	for i := range onRedis {
+		onRedis[i].Store = "redis"
+		limits[all[i].Name] = admissiontest.LimitOf(&all[i])
+	}
+	red, err := admission.New(admission.Config{Policies: onRedis}, admission.WithClock(clock), admission.WithStore("redis", st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(12, 1))
+	amount := func(typical int64) int64 {
+		switch rng.IntN(14) {
+		case 0:
+			return math.MaxInt64
+		case 1:
+			return -1 - rng.Int64N(1e18)
+		case 2:
+			return admission.MaxAmount
+		case 3:
+			return rng.Int64N(admission.MaxAmount + 1)
+		}
+		return rng.Int64N(typical + 1)
+	}
+	answer := func(tk admission.Ticket, err error) string {
+		var rej *admission.Rejection
+		switch {
+		case errors.As(err, &rej):
+			if rej.RetryAfter != admission.Never && rej.Reason == admission.ReasonRate {
+				if h := limits[rej.Policy].Horizon(clock.Now()); rej.RetryAfter > h {
+					t.Fatalf("%s advises %v; horizon %v", rej.Policy, rej.RetryAfter, h)
+				}
+			}
+			// Only the refusing policy's figures: a batch evaluates the
+			// policies after it too, one by one evaluation does not.
+			return fmt.Sprintf("rejected by %s (%v) retry=%v %+v", rej.Policy, rej.Reason, rej.RetryAfter, rej.Status)
+		case errors.Is(err, admission.ErrInvalidCost):
+			return "invalid cost"
+		case err != nil:
+			t.Fatalf("admit: %v", err)
+		}
+		return fmt.Sprintf("admitted %+v would reject %v", tk.Statuses(nil), tk.WouldReject(nil))
+	}
+	ctx := context.Background()
+	type pair struct{ m, r admission.Ticket }
+	var open []pair
+	outcomes := map[string]int{}
+	for i := 0; i < 1500; i++ {
+		clock.Advance(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+		if len(open) > 0 && rng.IntN(3) == 0 {
+			j := rng.IntN(len(open))
+			u := admission.Usage{Tokens: amount(120), TokensKnown: rng.IntN(4) > 0}
+			if rng.IntN(3) == 0 {
+				em, er := open[j].m.Charge(u), open[j].r.Charge(u)
+				if fmt.Sprint(em) != fmt.Sprint(er) {
+					t.Fatalf("step %d: Charge(%d) = %v on Redis; %v in memory", i, u.Tokens, er, em)
+				}
+				if sm, sr := open[j].m.Statuses(nil), open[j].r.Statuses(nil); fmt.Sprint(sm) != fmt.Sprint(sr) {
+					t.Fatalf("step %d: after Charge(%d):\n redis  %+v\n memory %+v", i, u.Tokens, sr, sm)
+				}
+				continue
+			}
+			open[j].m.Settle(u)
+			open[j].r.Settle(u)
+			open = append(open[:j], open[j+1:]...)
+			continue
+		}
+		r := admission.Request{
+			Tenant:    []string{"acme", "initech"}[rng.IntN(2)],
+			Operation: []string{"chat", "batch"}[rng.IntN(2)],
+			Tokens:    amount(60),
+		}
+		tm, em := mem.TryAdmit(ctx, r)
+		tr, er := red.TryAdmit(ctx, r)
+		am, ar := answer(tm, em), answer(tr, er)
+		if am != ar {
+			t.Fatalf("step %d at %v: TryAdmit(%s, %s, tokens=%d) =\n redis  %s\n memory %s", i, clock.Now().Sub(admissiontest.Epoch), r.Tenant, r.Operation, r.Tokens, ar, am)
+		}
+		outcomes[strings.SplitN(am, " ", 2)[0]]++
+		if em == nil {
+			open = append(open, pair{tm, tr})
+		}
+	}
+	for _, p := range open {
+		p.m.Done()
+		p.r.Done()
+	}
+	if outcomes["admitted"] == 0 || outcomes["rejected"] == 0 || outcomes["invalid"] == 0 {
+		t.Fatalf("outcomes %v: the workload does not exercise the limits", outcomes)
 	}
 }

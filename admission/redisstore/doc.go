@@ -24,9 +24,16 @@
 // of a Grant (OK, Taken, Limit, Remaining, Reset, RetryAfter, Expired) mean
 // exactly what the in-memory limiter's mean, computed with the same
 // formulas in the same floating-point order (the tests replay random
-// traffic on both and require equal figures). Differences: time has the
-// resolution of Redis TIME (microseconds); a sliding-log entry refunded to
-// zero is removed, so it no longer extends Reset.
+// traffic on both and require equal figures, hostile amounts included).
+// The one difference: time has the resolution of Redis TIME
+// (microseconds).
+//
+// Lua numbers are doubles, exact for integers below 2^53. The controller
+// passes amounts in [0, admission.MaxAmount] (2^50) and the scripts keep
+// the debt bound as memory does (a bucket at most its capacity in debt, a
+// count at most at its limit), so every level, count and sum of a level
+// and an amount is exact, and key expiries are capped (about 35,000 years)
+// so that a huge burst refilling slowly still gets one Redis accepts.
 //
 // When a request matches several policies on the store, the controller
 // calls AcquireBatch and one script evaluates them all, all or nothing: if

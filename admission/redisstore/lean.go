@@ -73,6 +73,7 @@ const leanPrelude = `
 if redis.replicate_commands then redis.replicate_commands() end
 local up, pk, fmt, ceil, floor = struct.unpack, struct.pack, string.format, math.ceil, math.floor
 local E9 = 1000000000
+local MAXTTL = 1125899906842624 -- ms, as in the generic scripts
 `
 
 const leanTime = `
@@ -100,6 +101,7 @@ do
     ts$, tn$ = now_s, now_n
   end
 end
+if a$ < -x$ then a$ = -x$ end
 local a0$, ok$ = a$, 0
 if n$ <= a$ then a$, ok$ = a$ - n$, 1 end
 `
@@ -111,7 +113,7 @@ if n$ <= a$ then a$, ok$ = a$ - n$, 1 end
 const bucketSave = `
 if fits and ok$ == 1 and n$ > 0 then
   local ms = ceil((x$ - a$) * (y$ / am$) / 1000000)
-  if ms < 1 then ms = 1 end
+  if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
   redis.call('SET', KEYS[#], pk('<ddd', a$, ts$, tn$), 'PX', fmt('%d', ms + grace))
 elseif a0$ >= x$ then
   if v$ then redis.call('DEL', KEYS[#]) end
@@ -182,8 +184,10 @@ do
     if f < x$ then a = f else a = x$ end
     ts, tn = now_s, now_n
   end
+  if a < -x$ then a = -x$ end
   if apply then
     a = a - d$
+    if a < -x$ then a = -x$ end
     if a >= x$ then
       a = x$
       redis.call('DEL', KEYS[ki + #])
@@ -191,7 +195,7 @@ do
       redis.call('SET', KEYS[ki + #], pk('<ddd', a, ts, tn), 'KEEPTTL')
     else
       local ms = ceil((x$ - a) * (y$ / am$) / 1000000)
-      if ms < 1 then ms = 1 end
+      if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
       redis.call('SET', KEYS[ki + #], pk('<ddd', a, ts, tn), 'PX', fmt('%d', ms + grace))
     end
   end

@@ -61,9 +61,13 @@ local function ceil_ns(x)
   return math.ceil(x)
 end
 local function fmt(x) return string.format('%d', x) end
+-- MAXTTL bounds an expiry in milliseconds (about 35,000 years): a bucket
+-- refilling a huge burst slowly would otherwise ask for an expiry Redis
+-- refuses.
+local MAXTTL = 1125899906842624
 local function ttl(ns, grace)
   local ms = math.ceil(ns / 1000000)
-  if ms < 1 then ms = 1 end
+  if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
   return fmt(ms + grace)
 end
 local function floor0(x) if x <= 0 then return 0 end return math.floor(x) end
@@ -155,6 +159,8 @@ ALG[0].load = function(o)
     o.a = math.min(o.cap, o.a + el * o.rate)
     o.ts, o.tn = o.s, o.n
   end
+  -- The debt bound: never deeper than the capacity.
+  if o.a < -o.cap then o.a = -o.cap end
   o.a0 = o.a
   o.dirty = true
 end
@@ -175,7 +181,7 @@ ALG[0].take = function(o, n, g)
   g.reset = ceil_ns((o.cap - o.a) * (o.p3 / o.p1))
 end
 ALG[0].adjust = function(o, d)
-  o.a = math.min(o.a - d, o.cap)
+  o.a = math.min(math.max(o.a - d, -o.cap), o.cap)
   return floor0(o.a)
 end
 ALG[0].save = function(o, grace)
@@ -225,9 +231,12 @@ local function count_take(o, n, g, reset)
   g.rem = amount - math.min(o.a, amount)
 end
 ALG[1].take = function(o, n, g) count_take(o, n, g, o.p2 - o.el) end
+-- bounded keeps a count within [0, limit]: the debt bound of the counting
+-- algorithms.
+local function bounded(o, x) return math.min(math.max(x, 0), o.p1) end
 ALG[1].adjust = function(o, d, ss, sn)
   if (ss == o.ws and sn == o.wn) or d > 0 then
-    o.a = math.max(o.a + d, 0)
+    o.a = bounded(o, o.a + d)
     o.dirty = true
   end
   return math.max(0, o.p1 - o.a)
@@ -285,10 +294,10 @@ end
 ALG[2].adjust = function(o, d, ss, sn)
   local diff = tdiff(ss, sn, o.ws, o.wn)
   if diff == 0 or d > 0 then
-    o.a = math.max(o.a + d, 0)
+    o.a = bounded(o, o.a + d)
     o.dirty = true
   elseif diff == -o.p2 then
-    o.b = math.max(o.b + d, 0)
+    o.b = bounded(o, o.b + d)
     o.dirty = true
   end
   return math.max(0, o.p1 - math.ceil(sw_est(o)))
@@ -374,9 +383,11 @@ ALG[3].adjust = function(o, d, ss, sn)
       if q > seq then found, seq = es[i], q end
     end
   end
+  -- A charge fills the log up to the limit at most (the debt bound).
+  local room = math.max(0, o.p1 - o.a)
   if found then
     local cost = mcost(found)
-    local dd = math.max(d, -cost)
+    local dd = math.min(math.max(d, -cost), room)
     redis.call('ZREM', o.k2, found)
     o.card = o.card - 1
     if cost + dd > 0 then
@@ -385,7 +396,8 @@ ALG[3].adjust = function(o, d, ss, sn)
     end
     o.a = o.a + dd
     o.hdirty = true
-  elseif d > 0 then
+  elseif math.min(d, room) > 0 then
+    d = math.min(d, room)
     o.q = o.q + 1
     o.add = o.q .. ':' .. fmt(d)
     o.a = o.a + d

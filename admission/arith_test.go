@@ -1,0 +1,434 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+)
+
+// TestInvalidCost: a request with an amount outside [0, MaxAmount] is the
+// caller's error. It matches ErrInvalidCost, is no rejection, takes
+// nothing and reports no decision, whether or not a policy counts the
+// unit.
+func TestInvalidCost(t *testing.T) {
+	cases := []struct {
+		name string
+		r    admission.Request
+	}{
+		{"tokens=-1", admission.Request{Tokens: -1}},
+		{"tokens=MinInt64", admission.Request{Tokens: math.MinInt64}},
+		{"tokens=MaxInt64", admission.Request{Tokens: math.MaxInt64}},
+		{"tokens=MaxAmount+1", admission.Request{Tokens: admission.MaxAmount + 1}},
+		{"cost=-5", admission.Request{Cost: -5}},
+		{"cost=1e18", admission.Request{Cost: 1e18}},
+		{"units=-1", admission.Request{Units: []admission.UnitAmount{{Unit: "images", Amount: 1}, {Unit: "pages", Amount: -1}}}},
+		{"units=MaxInt64", admission.Request{Units: []admission.UnitAmount{{Unit: "images", Amount: math.MaxInt64}}}},
+		{"unit_nobody_counts=-1", admission.Request{Units: []admission.UnitAmount{{Unit: "unused", Amount: -1}}}},
+	}
+	s := time.Second
+	policies := []admission.Policy{
+		{Name: "rpm", Algorithm: admission.TokenBucket, Limit: 2, Per: time.Minute},
+		{Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 100, Per: time.Minute},
+		{Name: "spend", Unit: admission.UnitCost, Algorithm: admission.FixedWindow, Limit: 100, Per: s},
+		{Name: "images", Unit: "images", Algorithm: admission.SlidingLog, Limit: 10, Per: s},
+		{Name: "pages", Unit: "pages", Algorithm: admission.Quota, Period: admission.PeriodDay, Limit: 10},
+		{Name: "inflight", Algorithm: admission.Concurrency, Limit: 1},
+	}
+	for _, tc := range cases {
+		for _, try := range []bool{false, true} {
+			name := tc.name + "/admit"
+			if try {
+				name = tc.name + "/try"
+			}
+			t.Run(name, func(t *testing.T) {
+				clock := admissiontest.NewClock(admissiontest.Epoch)
+				rec := &recorder{}
+				c := newController(t, clock, rec, policies...)
+				admit := c.Admit
+				if try {
+					admit = c.TryAdmit
+				}
+				for i := 0; i < 3; i++ {
+					tk, err := admit(context.Background(), tc.r)
+					if !errors.Is(err, admission.ErrInvalidCost) {
+						t.Fatalf("Admit(%+v) = %v; want an error matching ErrInvalidCost", tc.r, err)
+					}
+					var rej *admission.Rejection
+					if errors.As(err, &rej) || errors.Is(err, admission.ErrRateLimited) {
+						t.Fatalf("Admit(%+v) = %v; want no rejection", tc.r, err)
+					}
+					if tk.Valid() {
+						t.Fatal("a refused request has a live ticket")
+					}
+				}
+				if n := len(rec.decisions); n != 0 {
+					t.Fatalf("%d decisions reported for an invalid request; want none", n)
+				}
+				// Nothing was taken: the request rate, the concurrency cap
+				// and every weighted limit still have all their room.
+				tk, err := c.TryAdmit(context.Background(), admission.Request{
+					Tokens: 100, Cost: 100,
+					Units: []admission.UnitAmount{{Unit: "images", Amount: 10}, {Unit: "pages", Amount: 10}},
+				})
+				if err != nil {
+					t.Fatalf("a valid request after the invalid ones: %v", err)
+				}
+				tk.Done()
+			})
+		}
+	}
+}
+
+// TestValidAmountBoundaries: 0 and MaxAmount are valid amounts, and a
+// policy may count up to MaxAmount.
+func TestValidAmountBoundaries(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	c := newController(t, clock, nil, admission.Policy{
+		Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: admission.MaxAmount, Per: time.Minute,
+	})
+	for _, n := range []int64{0, 1, admission.MaxAmount} {
+		clock.Advance(time.Hour)
+		tk, err := c.TryAdmit(context.Background(), admission.Request{Tokens: n})
+		if err != nil {
+			t.Fatalf("TryAdmit(tokens=%d) = %v; want admitted", n, err)
+		}
+		tk.Done()
+	}
+}
+
+// TestLimitBounds: limits, bursts, max costs and plan overrides above
+// MaxAmount fail validation with their path.
+func TestLimitBounds(t *testing.T) {
+	tb := func(f func(p *admission.Policy)) admission.Policy {
+		p := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 10, Per: time.Second}
+		f(&p)
+		return p
+	}
+	cases := []struct {
+		name string
+		cfg  admission.Config
+		want string // a path in the error; empty for a valid config
+	}{
+		{"limit=MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Limit = admission.MaxAmount })}}, ""},
+		{"limit>MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Limit = admission.MaxAmount + 1 })}}, "policies[0].limit"},
+		{"limit=MaxInt64", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Limit = math.MaxInt64 })}}, "policies[0].limit"},
+		{"burst>MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Burst = math.MaxInt64 })}}, "policies[0].burst"},
+		{"max_cost>MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.MaxCost = admission.MaxAmount + 1 })}}, "policies[0].max_cost"},
+		{"window limit>MaxAmount", admission.Config{Policies: []admission.Policy{{Name: "w", Algorithm: admission.FixedWindow, Limit: 1 << 62, Per: time.Second}}}, "policies[0].limit"},
+		{"plan limit>MaxAmount", admission.Config{
+			Policies: []admission.Policy{tb(func(*admission.Policy) {})},
+			Plans:    admission.Plans{Plans: map[string]map[string]admission.Override{"big": {"tpm": {Limit: admission.MaxAmount + 1}}}},
+		}, "plans.big.tpm.limit"},
+		{"tenant burst>MaxAmount", admission.Config{
+			Policies: []admission.Policy{tb(func(*admission.Policy) {})},
+			Plans:    admission.Plans{Tenants: map[string]admission.TenantPlan{"acme": {Overrides: map[string]admission.Override{"tpm": {Burst: math.MaxInt64}}}}},
+		}, "tenants.acme.overrides.tpm.burst"},
+	}
+	for _, tc := range cases {
+		err := tc.cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: Validate() = %v; want nil", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want+": must be <= ")):
+			t.Errorf("%s: Validate() = %v; want an error at %s", tc.name, err, tc.want)
+		}
+	}
+}
+
+// arithPolicies holds one policy of each rate algorithm counting tokens,
+// all keyed globally: the worst case, where one tenant's settlement
+// would lock out everyone.
+func arithPolicies() []admission.Policy {
+	s := time.Second
+	return []admission.Policy{
+		{Name: "tb", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 100, Per: 10 * s, Burst: 150},
+		{Name: "fw", Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 100, Per: 10 * s},
+		{Name: "sw", Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 100, Per: 10 * s},
+		{Name: "sl", Unit: admission.UnitTokens, Algorithm: admission.SlidingLog, Limit: 100, Per: 10 * s},
+		{Name: "qf", Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 100, Period: admission.PeriodFixed, Per: time.Hour},
+		{Name: "qm", Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 100, Period: admission.PeriodMonth},
+	}
+}
+
+// TestExtremeUsageBoundedWait: whatever usage a settlement or a charge
+// reports (as an upstream may, hostile or broken), the next rejection
+// advises a wait within the policy's horizon, and after that wait the
+// partition admits again.
+func TestExtremeUsageBoundedWait(t *testing.T) {
+	usages := []int64{math.MaxInt64, 9.2e18, 1e18, admission.MaxAmount, admission.MaxAmount + 1, 1e6}
+	for _, p := range arithPolicies() {
+		for _, actual := range usages {
+			for _, charge := range []bool{false, true} {
+				clock := admissiontest.NewClock(admissiontest.Epoch)
+				c := newController(t, clock, nil, p)
+				ctx := context.Background()
+				tk, err := c.TryAdmit(ctx, admission.Request{Tenant: "mallory", Tokens: 10})
+				if err != nil {
+					t.Fatalf("%s: first admit: %v", p.Name, err)
+				}
+				if charge {
+					err := tk.Charge(admission.Usage{Tokens: actual})
+					var rej *admission.Rejection
+					if !errors.As(err, &rej) {
+						t.Fatalf("%s: Charge(%d) = %v; want a rejection", p.Name, actual, err)
+					}
+					if h := admissiontest.LimitOf(&p).Horizon(clock.Now()); rej.RetryAfter > h {
+						t.Errorf("%s: Charge(%d) advises %v; horizon %v", p.Name, actual, rej.RetryAfter, h)
+					}
+				}
+				tk.Settle(admission.Usage{Tokens: actual})
+				_, err = c.TryAdmit(ctx, admission.Request{Tenant: "alice", Tokens: 1})
+				var rej *admission.Rejection
+				if !errors.As(err, &rej) {
+					t.Fatalf("%s: admit after usage %d = %v; want a rejection", p.Name, actual, err)
+				}
+				h := admissiontest.LimitOf(&p).Horizon(clock.Now())
+				if rej.RetryAfter < 0 || rej.RetryAfter > h {
+					t.Fatalf("%s: after usage %d (charged first: %v) RetryAfter = %v; want within the horizon %v", p.Name, actual, charge, rej.RetryAfter, h)
+				}
+				clock.Advance(rej.RetryAfter)
+				if tk, err := c.TryAdmit(ctx, admission.Request{Tenant: "alice", Tokens: 1}); err != nil {
+					t.Fatalf("%s: after usage %d, waiting the advised %v: %v", p.Name, actual, rej.RetryAfter, err)
+				} else {
+					tk.Done()
+				}
+			}
+		}
+	}
+}
+
+// TestNegativeUsageRefundsOnlyWhatWasTaken: a negative actual refunds what
+// the ticket took, not what other tickets hold.
+func TestNegativeUsageRefundsOnlyWhatWasTaken(t *testing.T) {
+	for _, p := range arithPolicies() {
+		p.Burst = 0
+		for _, actual := range []int64{-1, -1e18, math.MinInt64} {
+			clock := admissiontest.NewClock(admissiontest.Epoch)
+			c := newController(t, clock, nil, p)
+			ctx := context.Background()
+			a, err := c.TryAdmit(ctx, admission.Request{Tokens: 40})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.TryAdmit(ctx, admission.Request{Tokens: 60}); err != nil {
+				t.Fatal(err)
+			}
+			a.Settle(admission.Usage{Tokens: actual})
+			// 40 are back, the other ticket's 60 are still held.
+			tk, err := c.TryAdmit(ctx, admission.Request{Tokens: 40})
+			if err != nil {
+				t.Fatalf("%s: after Settle(%d): TryAdmit(40) = %v; want the 40 refunded", p.Name, actual, err)
+			}
+			st := tk.Statuses(nil)
+			if len(st) != 1 || st[0].Remaining != 0 {
+				t.Fatalf("%s: after Settle(%d) and taking the 40 back: statuses %+v; want 0 remaining", p.Name, actual, st)
+			}
+		}
+	}
+}
+
+// TestArithmeticProperties replays random traffic with random estimates
+// (extreme and negative ones included), random usages, charges and settle
+// orders, on every algorithm and through plans that lower limits, and
+// requires: no panic, invalid estimates refused with ErrInvalidCost, no
+// valid one refused for ever unless it exceeds the capacity, every finite
+// retry-after within the horizon of the partition's limit, and figures in
+// range.
+func TestArithmeticProperties(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		runArithmetic(t, rand.New(rand.NewPCG(seed, 12)), 1500)
+	}
+}
+
+// FuzzArithmetic is TestArithmeticProperties with the fuzzer choosing the
+// seed and the length of the traffic.
+func FuzzArithmetic(f *testing.F) {
+	f.Add(uint64(1), uint64(2), uint16(300))
+	f.Add(uint64(0xdead), uint64(0xbeef), uint16(1000))
+	f.Fuzz(func(t *testing.T, s1, s2 uint64, n uint16) {
+		runArithmetic(t, rand.New(rand.NewPCG(s1, s2)), int(n%2000))
+	})
+}
+
+// extremeAmount returns a random amount, often a hostile one.
+func extremeAmount(rng *rand.Rand, typical int64) int64 {
+	switch rng.IntN(12) {
+	case 0:
+		return math.MaxInt64
+	case 1:
+		return math.MinInt64
+	case 2:
+		return admission.MaxAmount
+	case 3:
+		return admission.MaxAmount + 1 + rng.Int64N(1<<40)
+	case 4:
+		return -1 - rng.Int64N(1e18)
+	case 5:
+		return rng.Int64()
+	}
+	return rng.Int64N(typical + 1)
+}
+
+func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
+	t.Helper()
+	policies := append(arithPolicies(),
+		admission.Policy{Name: "cc", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 300, MaxHold: time.Minute},
+		admission.Policy{Name: "rq", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 50, Per: time.Second},
+	)
+	// Tenant "small" has every weighted limit lowered, and may switch plans
+	// while its partitions hold state of the larger limits.
+	small := map[string]admission.Override{}
+	for _, p := range policies[:5] {
+		small[p.Name] = admission.Override{Limit: 30}
+	}
+	plans := admission.Plans{
+		Plans:   map[string]map[string]admission.Override{"small": small, "big": {}},
+		Tenants: map[string]admission.TenantPlan{"small": {Plan: "small"}},
+	}
+	clock := admissiontest.NewClock(admissiontest.Epoch.Add(time.Duration(rng.Int64N(int64(40 * 24 * time.Hour)))))
+	c, err := admission.New(admission.Config{Policies: policies, Plans: plans}, admission.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]admission.Policy{}
+	for _, p := range policies {
+		byName[p.Name] = p
+	}
+	limitOf := func(tenant, name string) admission.Limit {
+		p := byName[name]
+		l := admissiontest.LimitOf(&p)
+		if tenant == "small" {
+			if o, ok := plans.Plans[plans.Tenants["small"].Plan][name]; ok && o.Limit > 0 {
+				if l.Burst == l.Amount {
+					l.Burst = o.Limit
+				}
+				l.Amount = o.Limit
+			}
+		}
+		return l
+	}
+	ctx := context.Background()
+	tenants := []string{"small", "alice", "bob"}
+	var open []admission.Ticket
+	var admitted, waits, invalid int
+	for i := 0; i < steps; i++ {
+		clock.Advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
+		switch op := rng.IntN(10); {
+		case op == 0:
+			// Lower or restore the small tenant's limits.
+			plan := []string{"small", "big"}[rng.IntN(2)]
+			plans.Tenants = map[string]admission.TenantPlan{"small": {Plan: plan}}
+			if err := c.SetPlans(plans); err != nil {
+				t.Fatal(err)
+			}
+		case op < 4 && len(open) > 0:
+			j := rng.IntN(len(open))
+			tk := open[j]
+			u := admission.Usage{Tokens: extremeAmount(rng, 200), TokensKnown: rng.IntN(4) > 0}
+			if rng.IntN(3) == 0 {
+				_ = tk.Charge(u) // a rejection is checked below, by the next admit
+				continue
+			}
+			tk.Settle(u)
+			open = append(open[:j], open[j+1:]...)
+		default:
+			tenant := tenants[rng.IntN(len(tenants))]
+			r := admission.Request{Tenant: tenant, Tokens: extremeAmount(rng, 60)}
+			tk, err := c.TryAdmit(ctx, r)
+			if r.Tokens < 0 || r.Tokens > admission.MaxAmount {
+				if !errors.Is(err, admission.ErrInvalidCost) {
+					t.Fatalf("step %d: TryAdmit(tokens=%d) = %v; want ErrInvalidCost", i, r.Tokens, err)
+				}
+				invalid++
+				continue
+			}
+			if err == nil {
+				admitted++
+				open = append(open, tk)
+				if len(open) > 40 {
+					open[0].Settle(admission.Usage{Tokens: extremeAmount(rng, 200)})
+					open = open[1:]
+				}
+				continue
+			}
+			var rej *admission.Rejection
+			if !errors.As(err, &rej) {
+				t.Fatalf("step %d: TryAdmit = %v; want a ticket or a rejection", i, err)
+			}
+			if rej.RetryAfter == admission.Never {
+				if lim := limitOf(tenant, rej.Policy); r.Tokens <= lim.Capacity() {
+					t.Fatalf("step %d: %s: tokens=%d rejected for ever; capacity %d", i, rej.Policy, r.Tokens, lim.Capacity())
+				}
+				continue
+			}
+			h := limitOf(tenant, rej.Policy).Horizon(clock.Now())
+			if rej.Policy == "cc" {
+				h = admission.DefaultRetryHint
+			}
+			waits++
+			if rej.RetryAfter < 0 || rej.RetryAfter > h {
+				t.Fatalf("step %d: %s: tokens=%d for %s: RetryAfter = %v; want within the horizon %v", i, rej.Policy, r.Tokens, tenant, rej.RetryAfter, h)
+			}
+			for _, st := range rej.Statuses {
+				if st.Remaining < 0 || st.Remaining > st.Limit || st.Reset < 0 {
+					t.Fatalf("step %d: status %+v out of range", i, st)
+				}
+			}
+		}
+	}
+	for _, tk := range open {
+		tk.Settle(admission.Usage{Tokens: extremeAmount(rng, 200)})
+	}
+	if steps >= 1000 && (admitted == 0 || waits == 0 || invalid == 0) {
+		t.Fatalf("%d admitted, %d told to wait, %d invalid: the traffic does not exercise the limits", admitted, waits, invalid)
+	}
+}
+
+// TestChargeIsNotRefunded: usage so far never decreases, so a settlement
+// below what Charge charged refunds nothing. Otherwise a charge the debt
+// bound mostly forgave, followed by a settlement at zero, would refund
+// what the partition never took: a full partition for free.
+func TestChargeIsNotRefunded(t *testing.T) {
+	for _, p := range arithPolicies() {
+		for _, final := range []int64{0, -1, 5} {
+			clock := admissiontest.NewClock(admissiontest.Epoch)
+			c := newController(t, clock, nil, p)
+			ctx := context.Background()
+			tk, err := c.TryAdmit(ctx, admission.Request{Tokens: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = tk.Charge(admission.Usage{Tokens: admission.MaxAmount})
+			tk.Settle(admission.Usage{Tokens: final, TokensKnown: true})
+			_, err = c.TryAdmit(ctx, admission.Request{Tokens: 1})
+			var rej *admission.Rejection
+			if !errors.As(err, &rej) {
+				t.Fatalf("%s: after Charge(MaxAmount) and Settle(%d): TryAdmit(1) = %v; want a rejection (nothing refunded)", p.Name, final, err)
+			}
+			if h := admissiontest.LimitOf(&p).Horizon(clock.Now()); rej.RetryAfter > h {
+				t.Fatalf("%s: RetryAfter = %v; horizon %v", p.Name, rej.RetryAfter, h)
+			}
+		}
+	}
+	// A legitimate stream charged 30 so far, then reports 25 in all: it
+	// stays charged 30.
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	c := newController(t, clock, nil, admission.Policy{Name: "fw", Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 100, Per: time.Minute})
+	tk, _ := c.TryAdmit(context.Background(), admission.Request{Tokens: 10})
+	_ = tk.Charge(admission.Usage{Tokens: 30})
+	tk.Settle(admission.Usage{Tokens: 25})
+	next, err := c.TryAdmit(context.Background(), admission.Request{Tokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := next.Statuses(nil); st[0].Remaining != 69 {
+		t.Fatalf("remaining = %d; want 69 (30 charged, 1 taken)", st[0].Remaining)
+	}
+}
