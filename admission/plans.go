@@ -125,6 +125,9 @@ func (o Override) validate(path string, a Algorithm) error {
 	if o.Per < 0 {
 		errs = append(errs, &FieldError{Path: path + ".per", Msg: "must be > 0"})
 	}
+	if o.Per > maxDuration {
+		errs = append(errs, &FieldError{Path: path + ".per", Msg: fmt.Sprintf("must be at most 100 years, got %v", o.Per)})
+	}
 	return errors.Join(errs...)
 }
 

@@ -228,6 +228,10 @@ func (p *Policy) Matches(r *Request) bool {
 	return true
 }
 
+// maxDuration bounds every duration of a policy: an instant plus it never
+// overflows (a lease's expiry, a period's end) for centuries to come.
+const maxDuration = 100 * 365 * 24 * time.Hour
+
 // FieldError is one problem found by Validate, with the path of the field.
 type FieldError struct {
 	Path string
@@ -238,7 +242,9 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
 
 // Validate reports every problem with p at once, each as a *FieldError
-// whose path starts with prefix (for example "policies[2]").
+// whose path starts with prefix (for example "policies[2]"). Among them:
+// a limit, burst or max cost above MaxAmount, and a duration above 100
+// years (an instant plus it could overflow).
 func (p *Policy) Validate(prefix string) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -326,6 +332,17 @@ func (p *Policy) Validate(prefix string) error {
 	}
 	if p.Replicas < 0 {
 		bad("replicas", "must be >= 0")
+	}
+	if p.RetryHint < 0 {
+		bad("retry_hint", "must be >= 0")
+	}
+	for _, d := range [...]struct {
+		field string
+		v     time.Duration
+	}{{"per", p.Per}, {"queue.timeout", p.Queue.Timeout}, {"idle_timeout", p.IdleTimeout}, {"max_hold", p.MaxHold}, {"retry_hint", p.RetryHint}} {
+		if d.v > maxDuration {
+			bad(d.field, "must be at most 100 years, got %v", d.v)
+		}
 	}
 	seen := map[KeyPart]bool{}
 	for i, k := range p.Key {

@@ -27,11 +27,12 @@ func newClient(t testing.TB, addr string) *redis.Client {
 }
 
 // callerTimeStores returns a constructor of caller-time stores on client,
-// each with its own prefix.
+// each with its own prefix. Their timeout is long: the tests using them
+// compare figures, and a machine starved of CPU must not fail them.
 func callerTimeStores(client redis.UniversalClient) func(t *testing.T) admission.Store {
 	return func(t *testing.T) admission.Store {
 		s, err := redisstore.New(client, redisstore.Config{
-			Prefix: uniquePrefix(), CallerTime: true, Timeout: 2 * time.Second,
+			Prefix: uniquePrefix(), CallerTime: true, Timeout: 10 * time.Second,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -173,7 +173,7 @@ func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
 						er := red.Release(ctx, o.key, &l, &o.r, now)
 						eb := bat.Release(ctx, o.key, &l, &o.b, now)
 						if em != nil || er != nil || eb != nil {
-							t.Fatalf("op %d: Release = %v, %v", i, em, er)
+							t.Fatalf("op %d: Release = %v, %v, %v", i, em, er, eb)
 						}
 						open = append(open[:j], open[j+1:]...)
 						continue
@@ -183,7 +183,7 @@ func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
 					er := red.Adjust(ctx, o.key, &l, &o.r, delta, now)
 					eb := bat.Adjust(ctx, o.key, &l, &o.b, delta, now)
 					if em != nil || er != nil || eb != nil {
-						t.Fatalf("op %d: Adjust = %v, %v", i, em, er)
+						t.Fatalf("op %d: Adjust = %v, %v, %v", i, em, er, eb)
 					}
 					if o.m.Taken != o.r.Taken || o.m.Remaining != o.r.Remaining || o.b.Remaining != o.m.Remaining {
 						t.Fatalf("op %d at %v: Adjust(%s, %d): redis taken=%d remaining=%d; memory taken=%d remaining=%d",
@@ -328,7 +328,7 @@ func TestControllerSameAsMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 2 * time.Second})
+	st, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
