@@ -702,6 +702,7 @@ func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
 		field{"client_ip_header", d.str(&id.ClientIPHeader)},
 		field{"anonymous", d.str(&anonymous)},
 		field{"anonymous_tenant", d.str(&id.AnonymousTenant)},
+		field{"failed_auth", d.decodeFailedAuth},
 	)
 	switch anonymous {
 	case "", "allow":
@@ -738,6 +739,16 @@ func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
 	if id.AnonymousTenant == "" {
 		d.errorf(d.lines[path+".anonymous_tenant"], path+".anonymous_tenant", "must not be empty")
 	}
+}
+
+func (d *decoder) decodeFailedAuth(n *yaml.Node, path string) {
+	fa := &d.f.Identity.FailedAuth
+	d.mapping(n, path,
+		field{"enabled", d.boolean(&fa.Enabled)},
+		field{"limit", d.positive(&fa.Limit, nil)},
+		field{"per", d.duration(&fa.Per, false)},
+		field{"max_addresses", d.integer(&fa.MaxAddresses, 1)},
+	)
 }
 
 func (d *decoder) decodeHTTP(n *yaml.Node, path string) {

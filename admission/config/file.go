@@ -83,6 +83,26 @@ type Identity struct {
 	RequireKey bool
 	// Keys maps the tenants' hashed API keys to their identities.
 	Keys httpadmit.KeyTable
+	// FailedAuth throttles failed authentication per client address, for
+	// a gateway that applies it (llmproxy does).
+	FailedAuth FailedAuth
+}
+
+// FailedAuth is the identity.failed_auth section: each client address
+// (through trusted proxies, IPv6 grouped by /64) may present a missing or
+// unknown key Limit times per Per; past that its requests get 429 before
+// their key is looked at, until the allowance refills. MaxAddresses
+// bounds the addresses tracked; when they are all in use, new addresses
+// share one allowance.
+type FailedAuth struct {
+	// Enabled turns the throttle on (default true).
+	Enabled bool
+	// Limit is the failed attempts allowed per Per (default 20).
+	Limit int64
+	// Per is the refill period (default 1m).
+	Per time.Duration
+	// MaxAddresses bounds the addresses tracked (default 65536).
+	MaxAddresses int
 }
 
 // HTTPIdentity returns the identity settings for httpadmit.
@@ -133,8 +153,10 @@ func (h *HTTP) Options() []httpadmit.Option {
 type Metrics struct {
 	// Enabled turns the exporter on (default true).
 	Enabled bool
-	// Listen is the address of a separate metrics listener; empty serves
-	// Path on the main one.
+	// Listen is the address of a separate metrics listener. Empty leaves
+	// the choice to the program: an httpadmit application serves Path on
+	// its main listener; llmproxy never does, and listens on its own
+	// operator default.
 	Listen string
 	// Path is where Prometheus scrapes (default /metrics).
 	Path string
@@ -172,10 +194,11 @@ const DefaultMaxBody = 1 << 20
 
 func defaults() *File {
 	return &File{
-		Identity: Identity{AnonymousTenant: httpadmit.DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For"},
-		HTTP:     HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
-		Metrics:  Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
-		Logging:  Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
+		Identity: Identity{AnonymousTenant: httpadmit.DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For",
+			FailedAuth: FailedAuth{Enabled: true, Limit: 20, Per: time.Minute, MaxAddresses: 1 << 16}},
+		HTTP:    HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
+		Metrics: Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
+		Logging: Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
 	}
 }
 

@@ -61,6 +61,9 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 		}
 		return nil
 	}
+	if !g.checkModel(c, e.Model) {
+		return nil
+	}
 	in, out := e.InputTokens, e.OutputTokens
 	if m := g.cfg.MaxOutputReserve; m > 0 && out > m {
 		out = m
@@ -97,7 +100,7 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	// first byte; from then on a stream is bounded by its idle timeout.
 	timer := time.AfterFunc(g.cfg.Timeout, cancel)
 	defer timer.Stop()
-	resp, err := g.roundTrip(uctx, r, body)
+	resp, err := g.roundTrip(uctx, r, op, "", body)
 	if err != nil {
 		g.upstreamFailed(c, ctx, err)
 		return nil
