@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -35,6 +36,12 @@ func (g *Gateway) deadlines(next echo.HandlerFunc) echo.HandlerFunc {
 		cw.arm()
 		err := next(c)
 		cw.arm()
+		if cw.body != nil && cw.body.timedOut && !res.Committed {
+			// The handler gave up on the body (net/http cancels the
+			// request when a read fails) without answering.
+			writeError(res, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "",
+				"The request body was not received in time.")
+		}
 		if cw.body != nil && !cw.body.eof {
 			// Whatever is left of the body is not read: end the
 			// connection at once.
@@ -103,15 +110,20 @@ func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // leaves).
 type clientBody struct {
 	io.ReadCloser
-	rc  *http.ResponseController
-	eof bool
+	rc       *http.ResponseController
+	eof      bool
+	timedOut bool // a read failed on the deadline
 }
 
 func (b *clientBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) && !b.eof {
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.EOF) && !b.eof:
 		b.eof = true
 		_ = b.rc.SetReadDeadline(time.Time{})
+	case errors.As(err, &ne) && ne.Timeout():
+		b.timedOut = true
 	}
 	return n, err
 }
