@@ -92,8 +92,9 @@ type Identity struct {
 // (through trusted proxies, IPv6 grouped by /64) may present a missing or
 // unknown key Limit times per Per; past that its requests get 429 before
 // their key is looked at, until the allowance refills. MaxAddresses
-// bounds the addresses tracked; when they are all in use, new addresses
-// share one allowance.
+// bounds the addresses tracked; while they all still have failures to
+// forgive, a new address is not tracked, so no address is ever refused
+// for the failures of others.
 type FailedAuth struct {
 	// Enabled turns the throttle on (default true).
 	Enabled bool

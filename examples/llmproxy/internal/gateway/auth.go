@@ -25,9 +25,10 @@ type AuthFailureLimit struct {
 	// Per is the period over which Limit refills.
 	Per time.Duration
 	// MaxAddresses bounds the addresses tracked, so that memory stays
-	// bounded under a flood from many addresses: when every tracked
-	// address still has failures to forgive, new addresses share one
-	// allowance.
+	// bounded under a flood from many addresses. When every tracked
+	// address still has failures to forgive, a new address is not
+	// tracked (nor throttled) until one is forgiven: the throttle never
+	// refuses an address for the failures of others.
 	MaxAddresses int
 }
 
@@ -63,7 +64,8 @@ func authPolicy(l AuthFailureLimit) (p admission.Policy, ok bool) {
 	}
 	return admission.Policy{
 		Name: "failed-authentication", Key: []admission.KeyPart{admission.KeyIP}, Unit: unitAuthFailures,
-		Algorithm: admission.TokenBucket, Limit: l.Limit, Per: l.Per, MaxPartitions: l.MaxAddresses,
+		Algorithm: admission.TokenBucket, Limit: l.Limit, Per: l.Per,
+		MaxPartitions: l.MaxAddresses, Overflow: admission.OverflowReject,
 	}, true
 }
 
@@ -98,6 +100,7 @@ func (a *authLimiter) allow(ctx context.Context, addr netip.Addr) (time.Duration
 	peek := [1]admission.UnitAmount{{Unit: unitAuthFailures}}
 	tk, err := a.ctl.TryAdmit(ctx, authRequest(addr, peek[:]))
 	if err != nil {
+		// An address the full table has no room for is not throttled.
 		return 0, true
 	}
 	var buf [1]admission.Status

@@ -48,7 +48,9 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		if n > 0 {
 			idle.Reset(g.cfg.StreamIdleTimeout)
 			// Each write and flush is bounded by the client write
-			// timeout: a client that stops reading is cut here.
+			// timeout: a client that stops reading is cut here. A
+			// write that succeeds shows the client alive: the place
+			// to renew the ticket's concurrency leases.
 			if werr := x.writeClient(buf[:n]); werr != nil {
 				clientGone = true
 				break
