@@ -759,6 +759,7 @@ func (d *decoder) decodeHTTP(n *yaml.Node, path string) {
 	d.mapping(n, path,
 		field{"exempt", func(n *yaml.Node, p string) { exemptSet = true; d.list(&exempt, false)(n, p) }},
 		field{"max_body", d.str(&maxBody)},
+		field{"body_timeout", d.duration(&h.BodyTimeout, true)},
 		field{"quota_status", d.integer(&h.QuotaStatus, 0)},
 		field{"shadow_header", d.boolean(&h.ShadowHeader)},
 	)

@@ -126,6 +126,9 @@ type HTTP struct {
 	// MaxBody is the largest request body accepted, in bytes; 0 means no
 	// limit. Default 1 MiB.
 	MaxBody int64
+	// BodyTimeout bounds the time a client takes to send its request
+	// body (default 1m); 0 means no limit.
+	BodyTimeout time.Duration
 	// QuotaStatus is the status of an exhausted quota: 403 (default) or 429.
 	QuotaStatus int
 	// ShadowHeader adds the Sluice-Would-Reject header naming the shadow
@@ -145,6 +148,7 @@ func (h *HTTP) Options() []httpadmit.Option {
 	return []httpadmit.Option{
 		httpadmit.WithExempt(h.Exempt...),
 		httpadmit.WithMaxBody(h.MaxBody),
+		httpadmit.WithBodyTimeout(h.BodyTimeout),
 		httpadmit.WithQuotaStatus(h.QuotaStatus),
 		httpadmit.WithShadowHeader(h.ShadowHeader),
 	}
@@ -191,13 +195,13 @@ var (
 )
 
 // DefaultMaxBody is the default body limit of the http section.
-const DefaultMaxBody = 1 << 20
+const DefaultMaxBody = httpadmit.DefaultMaxBody
 
 func defaults() *File {
 	return &File{
 		Identity: Identity{AnonymousTenant: httpadmit.DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For",
 			FailedAuth: FailedAuth{Enabled: true, Limit: 20, Per: time.Minute, MaxAddresses: 1 << 16}},
-		HTTP:    HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
+		HTTP:    HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, BodyTimeout: httpadmit.DefaultBodyTimeout, QuotaStatus: 403},
 		Metrics: Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
 		Logging: Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
 	}

@@ -10,7 +10,7 @@ import (
 
 const onePolicy = "version: 1\npolicies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 10, per: 1m}\n"
 
-func TestFailedAuthSection(t *testing.T) {
+func TestEdgeSections(t *testing.T) {
 	f, err := config.Parse("default.yaml", []byte(onePolicy))
 	if err != nil {
 		t.Fatal(err)
@@ -24,6 +24,10 @@ func TestFailedAuthSection(t *testing.T) {
 	}
 	if got, want := f.Identity.FailedAuth, (config.FailedAuth{Limit: 5, Per: 10 * time.Minute, MaxAddresses: 1000}); got != want {
 		t.Errorf("identity.failed_auth = %+v; want %+v", got, want)
+	}
+	f, err = config.Parse("http.yaml", []byte(onePolicy+"http: {body_timeout: 5s}\n"))
+	if err != nil || f.HTTP.BodyTimeout != 5*time.Second {
+		t.Errorf("http.body_timeout 5s: %v, %v", f.HTTP.BodyTimeout, err)
 	}
 	for src, want := range map[string]string{
 		"identity:\n  failed_auth: {limit: 0}\n":         "identity.failed_auth.limit",

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -110,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "operator listener serving metrics and /debug/rollout (never the API listener); empty uses the policy file's metrics.listen, else "+DefaultMetricsAddr)
 	fs.DurationVar(&o.clientWrite, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
-	fs.DurationVar(&o.bodyRead, "body-read-timeout", gateway.DefaultBodyReadTimeout, "limit on the time a client takes to send its request body")
+	fs.DurationVar(&o.bodyRead, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
 	fs.StringVar(&o.forwardHeaders, "forward-headers", "", "comma-separated client headers forwarded upstream besides the built-in set (a trailing * matches a prefix); credential headers are never forwarded")
 	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
 	if err := fs.Parse(args); err != nil {
@@ -284,7 +285,7 @@ func start(o options) (_ *server, err error) {
 		GiveUpAfter:        o.maxRetryWait,
 		ForwardHeaders:     forward,
 		ClientWriteTimeout: o.clientWrite,
-		BodyReadTimeout:    o.bodyRead,
+		BodyReadTimeout:    cmp.Or(o.bodyRead, s.file.HTTP.BodyTimeout),
 		AuthFailures:       authFailures(s.file.Identity.FailedAuth),
 		Clock:              o.clock,
 		Meter:              s.metrics.meter(),

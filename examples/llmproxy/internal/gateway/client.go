@@ -1,13 +1,12 @@
 package gateway
 
 import (
-	"errors"
-	"io"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission/httpadmit"
 )
 
 // clientWriteChunk is the most written to a client under one deadline: a
@@ -24,29 +23,24 @@ const clientWriteChunk = 64 << 10
 func (g *Gateway) deadlines(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		res, r := c.Response(), c.Request()
-		cw := &clientWriter{ResponseWriter: res.Writer, rc: http.NewResponseController(res.Writer), timeout: g.cfg.ClientWriteTimeout}
-		if r.Body != nil && r.Body != http.NoBody {
-			_ = cw.rc.SetReadDeadline(time.Now().Add(g.cfg.BodyReadTimeout))
-			cw.body = &clientBody{ReadCloser: r.Body, rc: cw.rc}
-			r.Body = cw.body
-		}
+		cw := &clientWriter{ResponseWriter: res.Writer, rc: http.NewResponseController(res.Writer), timeout: g.cfg.ClientWriteTimeout, r: r}
+		cw.body = httpadmit.WatchBody(res.Writer, r, g.cfg.BodyReadTimeout)
 		res.Writer = cw
 		// Armed now for what net/http writes by itself (100 Continue),
 		// and again at the end for what it writes after the handler.
 		cw.arm()
 		err := next(c)
 		cw.arm()
-		if cw.body != nil && cw.body.timedOut && !res.Committed {
+		if cw.body == nil {
+			return err
+		}
+		if cw.body.TimedOut() && !res.Committed {
 			// The handler gave up on the body (net/http cancels the
 			// request when a read fails) without answering.
 			writeError(res, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "",
 				"The request body was not received in time.")
 		}
-		if cw.body != nil && !cw.body.eof {
-			// Whatever is left of the body is not read: end the
-			// connection at once.
-			_ = cw.rc.SetReadDeadline(time.Now())
-		}
+		cw.body.Abandon()
 		return err
 	}
 }
@@ -57,7 +51,8 @@ type clientWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
-	body    *clientBody // nil for a request without a body
+	r       *http.Request
+	body    *httpadmit.Body // nil for a request without a body
 }
 
 func (w *clientWriter) arm() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
@@ -67,8 +62,8 @@ func (w *clientWriter) arm() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeou
 // would otherwise read (drain) the rest of the body first, at the
 // client's pace.
 func (w *clientWriter) WriteHeader(code int) {
-	if w.body != nil && !w.body.eof && code >= 200 {
-		w.Header().Set("Connection", "close")
+	if code >= 200 {
+		httpadmit.CloseUnread(w.Header(), w.r, w.body)
 	}
 	w.arm()
 	w.ResponseWriter.WriteHeader(code)
@@ -103,30 +98,6 @@ func (w *clientWriter) Flush() { _ = w.FlushError() }
 
 // Unwrap gives http.ResponseController the writer underneath.
 func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// clientBody lifts the body read deadline once the body has been read to
-// its end, so that it does not cut a long answer (net/http reads the
-// connection in the background from then on, to notice a client that
-// leaves).
-type clientBody struct {
-	io.ReadCloser
-	rc       *http.ResponseController
-	eof      bool
-	timedOut bool // a read failed on the deadline
-}
-
-func (b *clientBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	var ne net.Error
-	switch {
-	case errors.Is(err, io.EOF) && !b.eof:
-		b.eof = true
-		_ = b.rc.SetReadDeadline(time.Time{})
-	case errors.As(err, &ne) && ne.Timeout():
-		b.timedOut = true
-	}
-	return n, err
-}
 
 // writeClient writes p to the client of an exchange and flushes it, each
 // step within the client write timeout; it returns the first error, once

@@ -117,28 +117,15 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, route, id stri
 
 // copyRequestHeaders copies to dst the client headers that may go
 // upstream: those forwardRequestHeader allows, or Config.ForwardHeaders
-// lists, and never one that can carry a client credential.
+// lists, and never one that can carry a client credential
+// (IdentityConfig.CredentialHeader).
 func (g *Gateway) copyRequestHeaders(dst, src http.Header) {
-	keyHeaders := g.identity.Load().KeyHeaders
+	ic := g.identity.Load()
 	for k, vs := range src {
-		if credentialHeader(k) || !(forwardRequestHeader(k) || g.forward.match(k)) {
-			continue
+		if (forwardRequestHeader(k) || g.forward.match(k)) && !ic.CredentialHeader(k) {
+			dst[k] = vs
 		}
-		if containsFold(keyHeaders, k) {
-			continue
-		}
-		dst[k] = vs
 	}
-}
-
-// credentialHeader lists the headers that carry credentials in any common
-// scheme; they never go upstream, whatever the configuration says.
-func credentialHeader(k string) bool {
-	switch k {
-	case "Authorization", "Proxy-Authorization", "X-Api-Key", "Api-Key", "Cookie", "X-Auth-Token", "X-Access-Token":
-		return true
-	}
-	return false
 }
 
 // forwardRequestHeader lists the client headers an OpenAI-compatible
@@ -182,15 +169,6 @@ func (s headerSet) match(k string) bool {
 	}
 	for _, p := range s.prefixes {
 		if strings.HasPrefix(k, p) {
-			return true
-		}
-	}
-	return false
-}
-
-func containsFold(list []string, k string) bool {
-	for _, s := range list {
-		if strings.EqualFold(s, k) {
 			return true
 		}
 	}

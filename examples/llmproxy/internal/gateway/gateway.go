@@ -39,8 +39,9 @@ const (
 	// that reads nothing for this long is cut and its permits released.
 	DefaultClientWriteTimeout = 30 * time.Second
 	// DefaultBodyReadTimeout bounds the time a client takes to send its
-	// request body, from the end of its headers.
-	DefaultBodyReadTimeout = 60 * time.Second
+	// request body, from the end of its headers: the HTTP middleware's
+	// default.
+	DefaultBodyReadTimeout = httpadmit.DefaultBodyTimeout
 )
 
 // CutMode says when a running stream is cut off because its tenant has
