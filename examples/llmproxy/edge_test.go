@@ -56,6 +56,9 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
 		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"gpt-4o-mini","object":"model"}]}`)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/models/big":
+		// An answer far larger than the socket buffers.
+		_, _ = fmt.Fprintf(w, `{"id":"big","object":"model","padding":%q}`, strings.Repeat("p", 32<<20))
 	case r.Method == http.MethodGet:
 		_, _ = fmt.Fprintf(w, `{"id":%q,"object":"model"}`, strings.TrimPrefix(r.URL.Path, "/v1/models/"))
 	case strings.Contains(string(body), `"stream":true`):
@@ -151,6 +154,7 @@ func TestEncodedPathsNeverReachTheUpstream(t *testing.T) {
 		"/v1/models/..%252F..%252Fadmin",
 		"/v1/models/%252e%252e",
 		"/v1/models/%25",
+		"/v1/models/%2541",
 		"/v1/models/..%5C..%5Cadmin",
 		`/v1/models/..\..\admin`,
 		`/v1/models/gpt-4o\`,
@@ -374,6 +378,36 @@ func TestStalledClientsAreCutAndReleaseTheirPermits(t *testing.T) {
 	t.Logf("2 stalled streams cut and their permits released %v after they started (client write timeout 200ms)", time.Since(start).Round(time.Millisecond))
 	if v := scrape(t, s, "admission_inflight", "policy", "conc"); v != 0 {
 		t.Errorf("conc in flight = %v; want 0 once the streams are cut and the last request done", v)
+	}
+}
+
+// A client that does not read a large plain answer is cut too, and the
+// permit it holds released.
+func TestStalledReaderOfAPlainAnswerIsCut(t *testing.T) {
+	rec := newRecorder(t)
+	s := startProxy(t, edgePolicy(t, rec, `
+  - {name: conc, key: [tenant], algorithm: concurrency, limit: 1}
+`, []string{"a"}, "", ""), func(o *options) { o.clientWrite = 200 * time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10)
+	fmt.Fprintf(conn, "GET /v1/models/big HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer %s\r\n\r\n", testKey("a"))
+	eventually(t, 5*time.Second, "the large answer is asked for", func() bool { return len(rec.requests()) == 1 })
+	eventually(t, 5*time.Second, "the next request is admitted", func() bool {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/v1/models/gpt-4o", nil)
+		req.Header.Set("Authorization", "Bearer "+testKey("a"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if v := scrape(t, s, "admission_inflight", "policy", "conc"); v != 0 {
+		t.Errorf("conc in flight = %v; want 0 once the stalled reader is cut", v)
 	}
 }
 

@@ -56,12 +56,21 @@ func ValidModelID(id string) bool {
 	return true
 }
 
-// ModelIDFromPath decodes a path parameter as the router gives it (echo
-// hands over the raw, still encoded segment when the request path has
-// encoded characters) and validates it with ValidModelID.
-func ModelIDFromPath(param string) (string, bool) {
-	id, err := url.PathUnescape(param)
-	if err != nil || !ValidModelID(id) {
+// ModelIDFromPath validates a model id path parameter as the router gives
+// it: encoded says the router handed over the raw segment, still
+// percent-encoded (echo does when the request path has encoded
+// characters, that is when URL.RawPath is set), which is then decoded
+// once; otherwise the segment is already decoded and is not decoded
+// again. The result must pass ValidModelID.
+func ModelIDFromPath(param string, encoded bool) (string, bool) {
+	id := param
+	if encoded {
+		var err error
+		if id, err = url.PathUnescape(param); err != nil {
+			return "", false
+		}
+	}
+	if !ValidModelID(id) {
 		return "", false
 	}
 	return id, true

@@ -486,7 +486,7 @@ func (g *Gateway) handleModels(c echo.Context) error {
 	route, id := c.Path(), ""
 	if route == OpModel {
 		var ok bool
-		if id, ok = ModelIDFromPath(c.Param("id")); !ok {
+		if id, ok = ModelIDFromPath(c.Param("id"), c.Request().URL.RawPath != ""); !ok {
 			g.m.count(c.Request().Context(), g.m.clientErrors, "invalid_model_id")
 			writeError(c.Response(), http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
 				"The model does not exist: a model id is 1 to "+strconv.Itoa(MaxModelBytes)+" letters, digits and - _ . : @.")
