@@ -26,6 +26,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -255,13 +256,18 @@ func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
 }
 
 // Exempt reports whether r bypasses admission: an exempt path or the
-// skipper says so.
+// skipper says so. A path with dot or empty segments ("/healthz/../v1/x",
+// "/debug//x", encoded or not) is never exempt: routers disagree on what
+// it names.
 func (m *Middleware) Exempt(r *http.Request) bool {
 	o := m.cur.Load()
 	if o.skipper != nil && o.skipper(r) {
 		return true
 	}
 	p := r.URL.Path
+	if c := path.Clean(p); p != c && p != c+"/" {
+		return false
+	}
 	for _, e := range o.exempt {
 		if prefix, ok := strings.CutSuffix(e, "/*"); ok {
 			if strings.HasPrefix(p, prefix) && (len(p) == len(prefix) || p[len(prefix)] == '/') {
