@@ -38,7 +38,7 @@ type decoder struct {
 // every problem.
 func Parse(name string, data []byte) (*File, error) {
 	d := &decoder{
-		file: name, lines: map[string]*yaml.Node{}, f: defaults(),
+		file: name, lines: map[string]*yaml.Node{}, f: edgeDefaults(defaults()),
 		keyPaths: map[httpadmit.KeyHash]string{}, tenantNodes: map[string]*yaml.Node{},
 	}
 	d.f.Source = name

@@ -199,12 +199,20 @@ const DefaultMaxBody = httpadmit.DefaultMaxBody
 
 func defaults() *File {
 	return &File{
-		Identity: Identity{AnonymousTenant: httpadmit.DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For",
-			FailedAuth: FailedAuth{Enabled: true, Limit: 20, Per: time.Minute, MaxAddresses: 1 << 16}},
-		HTTP:    HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, BodyTimeout: httpadmit.DefaultBodyTimeout, QuotaStatus: 403},
-		Metrics: Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
-		Logging: Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
+		Identity: Identity{AnonymousTenant: httpadmit.DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For"},
+		HTTP:     HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
+		Metrics:  Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
+		Logging:  Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
 	}
+}
+
+// edgeDefaults sets the defaults of the identity and http settings that
+// bound hostile clients: the failed-authentication throttle and the body
+// timeout.
+func edgeDefaults(f *File) *File {
+	f.Identity.FailedAuth = FailedAuth{Enabled: true, Limit: 20, Per: time.Minute, MaxAddresses: 1 << 16}
+	f.HTTP.BodyTimeout = httpadmit.DefaultBodyTimeout
+	return f
 }
 
 // Stores returns the store names the policies refer to, other than the
