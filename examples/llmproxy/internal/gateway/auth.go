@@ -136,7 +136,7 @@ func (a *authLimiter) failed(ctx context.Context, addr netip.Addr) {
 
 // SetAuthFailures replaces the failed-authentication throttle's figures,
 // for a policy file reload. While the throttle stays on, every address
-// keeps the failures it has used.
+// keeps what is left of its allowance, refilled at the new rate.
 func (g *Gateway) SetAuthFailures(l AuthFailureLimit) error {
 	p, on := authPolicy(l)
 	if cur := g.auth.Load(); on && cur.ctl != nil {

@@ -79,3 +79,41 @@ func TestAuthLimiter(t *testing.T) {
 		t.Error("a disabled throttle refused an address")
 	}
 }
+
+// A reload changes the figures and keeps each address's allowance.
+func TestSetAuthFailures(t *testing.T) {
+	ctx := context.Background()
+	clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	g := &Gateway{}
+	g.cfg.Clock = clk
+	a, err := newAuthLimiter(AuthFailureLimit{Limit: 3, Per: time.Hour}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.auth.Store(a)
+	x := netip.MustParseAddr("192.0.2.1")
+	for range 3 {
+		g.auth.Load().failed(ctx, x)
+	}
+	if _, ok := g.auth.Load().allow(ctx, x); ok {
+		t.Fatal("allowed after 3 of 3 failures")
+	}
+	if err := g.SetAuthFailures(AuthFailureLimit{Limit: 5, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// The address's allowance is still spent; it refills at the new
+	// rate, one failure every 12 minutes.
+	if _, ok := g.auth.Load().allow(ctx, x); ok {
+		t.Error("limit raised to 5: the spent allowance was forgotten")
+	}
+	clk.Advance(12 * time.Minute)
+	if _, ok := g.auth.Load().allow(ctx, x); !ok {
+		t.Error("limit raised to 5: no attempt back 12 minutes later")
+	}
+	if err := g.SetAuthFailures(AuthFailureLimit{Disabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.auth.Load().allow(ctx, x); !ok {
+		t.Error("disabled by a reload: still refused")
+	}
+}
