@@ -327,6 +327,12 @@ func TestOperatorEndpointsOnlyOnTheOperatorListener(t *testing.T) {
 		t.Errorf("metrics.listen: GET /metrics: status %d; want 200", st)
 	}
 
+	// A metrics.path that would be a pattern elsewhere is an exact path.
+	odd := startProxy(t, edgePolicy(t, rec, rpmPolicy, []string{"a"}, "", "metrics: {path: \"/debug/rollout {x}\"}\n"))
+	if st := status(odd.OpsURL + "/debug/rollout%20%7Bx%7D"); st != http.StatusOK {
+		t.Errorf("metrics.path with a space and braces: status %d; want 200", st)
+	}
+
 	off := startProxy(t, edgePolicy(t, rec, rpmPolicy, []string{"a"}, "", "metrics: {enabled: false}\n"))
 	if off.OpsURL != "" {
 		t.Errorf("with metrics.enabled false: operator listener %s", off.OpsURL)

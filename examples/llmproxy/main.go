@@ -393,10 +393,20 @@ func (s *server) startOperator() error {
 	if err != nil {
 		return fmt.Errorf("operator listener: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET "+m.Path, s.metrics.handler)
-	mux.HandleFunc("GET /debug/rollout", s.metrics.rolloutHandler)
-	s.ops = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+	// Exact paths, not ServeMux patterns: metrics.path is the file's text.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		case r.URL.Path == m.Path:
+			s.metrics.handler.ServeHTTP(w, r)
+		case r.URL.Path == "/debug/rollout":
+			s.metrics.rolloutHandler(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	s.ops = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	s.OpsURL = "http://" + ln.Addr().String()
 	go func() {
