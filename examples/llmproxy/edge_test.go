@@ -487,6 +487,7 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 		{"unknown key", head("sk-unknown", 1000), "401"},
 		{"no key", strings.Replace(head("", 1000), "Authorization: Bearer \r\n", "", 1), "401"},
 		{"declared too large", head(testKey("a"), 64<<20), "413"},
+		{"headers too large", strings.Replace(head(testKey("a"), 10), "Host: proxy", "Host: proxy\r\nX-Pad: "+strings.Repeat("p", 2*MaxHeaderBytes), 1), "431"},
 	} {
 		conn := dial(s)
 		io.WriteString(conn, tc.head)

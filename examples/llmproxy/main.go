@@ -42,6 +42,11 @@ var demoKeys = []string{"sk-demo-acme", "sk-demo-globex", "sk-demo-initech"}
 // UpstreamKeyEnv is the environment variable holding the upstream API key.
 const UpstreamKeyEnv = "LLMPROXY_UPSTREAM_API_KEY"
 
+// MaxHeaderBytes bounds the request headers a client may send on the API
+// listener (431 past it): an OpenAI-style request needs a few hundred
+// bytes, net/http's default allows a megabyte per connection.
+const MaxHeaderBytes = 64 << 10
+
 // DefaultMetricsAddr is the operator listener's address when neither
 // --metrics-addr nor the policy file's metrics.listen names one: loopback
 // only, the OpenTelemetry Prometheus exporter's usual port.
@@ -318,6 +323,7 @@ func start(o options) (_ *server, err error) {
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.Server.ReadHeaderTimeout = 30 * time.Second
 	s.e.Server.IdleTimeout = 2 * time.Minute
+	s.e.Server.MaxHeaderBytes = MaxHeaderBytes
 	s.gw.Register(s.e)
 	if err := s.startOperator(); err != nil {
 		return nil, err

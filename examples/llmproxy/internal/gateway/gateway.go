@@ -138,8 +138,9 @@ type Config struct {
 	// besides the built-in set (Content-Type, Accept, User-Agent,
 	// OpenAI-Beta, Idempotency-Key, trace context, X-Stainless-*): exact
 	// names, or prefixes ending in '*'. A header that can carry a client
-	// credential (Authorization, Proxy-Authorization, X-Api-Key, Api-Key,
-	// Cookie, and every Identity.KeyHeaders entry) is never forwarded.
+	// credential (httpadmit.IdentityConfig.CredentialHeader: every
+	// Identity.KeyHeaders entry, Authorization, Cookie...) is never
+	// forwarded.
 	ForwardHeaders []string
 	// ClientWriteTimeout bounds every write and flush to a client, on
 	// streams and plain answers alike: a client that stops reading is cut
