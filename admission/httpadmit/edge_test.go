@@ -75,6 +75,8 @@ func TestBodyLimitAndAmountsBeforeAdmission(t *testing.T) {
 		"within the limit":                {strings.NewReader("{}"), "10", http.StatusOK},
 		"negative tokens":                 {strings.NewReader("{}"), "-5", http.StatusBadRequest},
 		"the most negative tokens":        {strings.NewReader("{}"), "-9223372036854775808", http.StatusBadRequest},
+		// Saturated, then larger than the limit: refused as a decision.
+		"the most tokens": {strings.NewReader("{}"), "9223372036854775807", http.StatusTooManyRequests},
 	} {
 		if got := send(tc.body, tc.cost); got != tc.want {
 			t.Errorf("%s: status %d; want %d", name, got, tc.want)

@@ -365,7 +365,8 @@ func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 // enrich is apart from Request so that the admitted path without a
 // WithRequest function keeps its request on the stack. A body that was
 // too large or too slow for the function to read is told apart from the
-// function's own errors; a negative amount is refused.
+// function's own errors; a negative amount is refused, one over
+// maxAmount saturated.
 func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, req admission.Request) (admission.Request, error) {
 	if err := f(r, &req); err != nil {
 		var tooLarge *http.MaxBytesError
@@ -377,16 +378,25 @@ func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, re
 		}
 		return req, &badRequest{err}
 	}
+	errNegative := &badRequest{errors.New("the request's estimated cost is negative")}
 	if req.Tokens < 0 || req.Cost < 0 {
-		return req, &badRequest{errors.New("the request's estimated cost is negative")}
+		return req, errNegative
 	}
-	for _, u := range req.Units {
-		if u.Amount < 0 {
-			return req, &badRequest{errors.New("the request's estimated cost is negative")}
+	req.Tokens, req.Cost = min(req.Tokens, maxAmount), min(req.Cost, maxAmount)
+	for i := range req.Units {
+		if req.Units[i].Amount < 0 {
+			return req, errNegative
 		}
+		req.Units[i].Amount = min(req.Units[i].Amount, maxAmount)
 	}
 	return req, nil
 }
+
+// maxAmount is the largest amount the controller accepts (2^50: the Redis
+// store counts in doubles, exact below 2^53). An estimate above it is
+// saturated: such a request is larger than any limit, and refused as such
+// rather than as an error.
+const maxAmount = 1 << 50
 
 type badRequest struct{ err error }
 
