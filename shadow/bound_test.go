@@ -85,3 +85,27 @@ func TestBoundedHandler(t *testing.T) {
 		}
 	}
 }
+
+// Whatever a client sends, Clip gives at most MaxLogValue bytes of valid
+// UTF-8 without control characters, and leaves short clean text alone.
+func FuzzClip(f *testing.F) {
+	for _, s := range []string{"", "gpt-4o", "a\nb", "caf\xffé", strings.Repeat("é", 300), "\u2028\x7f\u0085"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := shadow.Clip(s)
+		if len(got) > shadow.MaxLogValue || !utf8.ValidString(got) {
+			t.Fatalf("Clip(%q) = %q: %d bytes, valid %v", s, got, len(got), utf8.ValidString(got))
+		}
+		for _, r := range got {
+			if r < 0x20 || (r >= 0x7f && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+				t.Fatalf("Clip(%q) = %q keeps %U", s, got, r)
+			}
+		}
+		if len(s) <= shadow.MaxLogValue && got != s && strings.IndexFunc(s, func(r rune) bool {
+			return r == utf8.RuneError || r < 0x20 || (r >= 0x7f && r < 0xa0) || r == '\u2028' || r == '\u2029'
+		}) < 0 {
+			t.Fatalf("Clip(%q) = %q; want it unchanged", s, got)
+		}
+	})
+}
