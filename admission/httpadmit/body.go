@@ -12,6 +12,7 @@ import (
 type Body struct {
 	rc       *http.ResponseController
 	body     io.ReadCloser
+	left     int64 // bytes of a declared length still to read; -1 when undeclared
 	eof      bool
 	timedOut bool
 }
@@ -27,7 +28,10 @@ func WatchBody(w http.ResponseWriter, r *http.Request, d time.Duration) *Body {
 	if d <= 0 || r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	b := &Body{rc: http.NewResponseController(w), body: r.Body}
+	b := &Body{rc: http.NewResponseController(w), body: r.Body, left: -1}
+	if r.ContentLength > 0 {
+		b.left = r.ContentLength
+	}
 	_ = b.rc.SetReadDeadline(time.Now().Add(d))
 	r.Body = b
 	return b
@@ -36,9 +40,13 @@ func WatchBody(w http.ResponseWriter, r *http.Request, d time.Duration) *Body {
 // Read implements io.Reader.
 func (b *Body) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
+	if b.left > 0 {
+		b.left = max(b.left-int64(n), 0)
+	}
 	var ne net.Error
 	switch {
-	case errors.Is(err, io.EOF) && !b.eof:
+	case !b.eof && (errors.Is(err, io.EOF) || b.left == 0):
+		// The end, seen or, for a declared length, reached.
 		b.eof = true
 		_ = b.rc.SetReadDeadline(time.Time{})
 	case errors.As(err, &ne) && ne.Timeout():
@@ -50,7 +58,8 @@ func (b *Body) Read(p []byte) (int, error) {
 // Close implements io.Closer.
 func (b *Body) Close() error { return b.body.Close() }
 
-// Complete reports whether the body has been read to its end.
+// Complete reports whether the body has been read to its end (for a
+// declared length, all of its bytes).
 func (b *Body) Complete() bool { return b.eof }
 
 // TimedOut reports whether a read failed because the deadline passed.

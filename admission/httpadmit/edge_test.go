@@ -164,3 +164,26 @@ func TestCredentialHeaders(t *testing.T) {
 		t.Error("CredentialHeader: the configured key header is a credential, X-Request-Id is not")
 	}
 }
+
+// A body read to its declared length, without the read that returns
+// io.EOF, is complete: the answer keeps the connection.
+func TestBodyReadToItsLength(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := httpadmit.WatchBody(w, r, time.Minute)
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			t.Errorf("ReadFull: %v", err)
+		}
+		httpadmit.CloseUnread(w.Header(), r, b)
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL, "text/plain", strings.NewReader("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Close || resp.Header.Get("Connection") == "close" {
+		t.Error("the answer to a body read to its length closes the connection")
+	}
+}
