@@ -12,7 +12,12 @@
 // partition table full) with Retry-After in whole seconds rounded up, the
 // IETF RateLimit-Policy and RateLimit fields, X-RateLimit-Limit/Remaining/
 // Reset and an RFC 9457 problem+json body whose type is stable per reason.
-// An unknown API key gets 401 and never a partition. Admitted responses
+// An unknown API key gets 401 and never a partition. A body is bounded
+// before anything reads it, in size (WithMaxBody, 1 MiB by default) and in
+// time (WithBodyTimeout, a minute by default), and a refusal is answered at
+// once with the connection closed rather than the body drained. Estimates
+// from a WithRequest function are checked: negative is a 400, above the
+// controller's amount bound saturated. Admitted responses
 // carry the same limit headers; the ticket is settled when the handler
 // returns, panics or gives up on a departed client.
 //
