@@ -5,9 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
 )
@@ -67,7 +69,9 @@ func buildOptions(opts []Option) options {
 // refused), every fail-open, and a sample of enforced refusals. Each
 // record carries the policy, mode, decision, reason, tenant, operation,
 // model, cost and unit, the retry-after and the partition's limit figures;
-// never credentials (the core has none to give) nor request content.
+// never credentials (the core has none to give) nor request content. Every
+// string comes from the request and is bounded with Clip, so one record is
+// at most MaxDecisionBytes whatever a caller sends.
 //
 // The log limits itself with a token bucket so that a flood of refusals
 // cannot flood the log: records over the rate are dropped and counted, the
@@ -137,13 +141,13 @@ func (l *Log) Decision(d *admission.Decision) {
 		return
 	}
 	attrs := [...]slog.Attr{
-		slog.String("policy", d.Policy),
+		slog.String("policy", Clip(d.Policy)),
 		slog.String("mode", d.Mode.String()),
 		slog.String("decision", d.Outcome.String()),
 		slog.String("reason", d.Reason.String()),
-		slog.String("tenant", d.Tenant),
-		slog.String("operation", d.Operation),
-		slog.String("model", d.Model),
+		slog.String("tenant", Clip(d.Tenant)),
+		slog.String("operation", Clip(d.Operation)),
+		slog.String("model", Clip(d.Model)),
 		slog.Int64("cost", d.Cost),
 		slog.String("unit", string(d.Unit)),
 		slog.Duration("retry_after", d.RetryAfter),
@@ -177,3 +181,106 @@ func (l *Log) allow() bool {
 }
 
 var _ admission.Observer = (*Log)(nil)
+
+// Bounds of what a decision record or a BoundedHandler writes.
+const (
+	// MaxLogValue is the longest string value written, in bytes; a longer
+	// one is cut at a character boundary and ends with "...".
+	MaxLogValue = 256
+	// MaxDecisionBytes is the most one decision record takes as a JSON or
+	// text line: its seven strings clipped to MaxLogValue, each doubled
+	// at worst by escaping, and its fixed fields.
+	MaxDecisionBytes = 4 << 10
+)
+
+// Clip bounds a string taken from a request for a log line: invalid UTF-8
+// and control characters (which a log reader's terminal would interpret,
+// and which escaping multiplies) become '?', and a value over MaxLogValue
+// bytes is cut at a character boundary and ends with "...". A short
+// printable string is returned as is, without allocating.
+func Clip(s string) string {
+	clean := len(s) <= MaxLogValue
+	for i := 0; clean && i < len(s); i++ {
+		if b := s[i]; b < 0x20 || b >= 0x7f {
+			clean = false
+		}
+	}
+	if clean {
+		return s
+	}
+	// Replacing never lengthens a string, so only a long one is cut.
+	const ellipsis = "..."
+	long := len(s) > MaxLogValue
+	var b strings.Builder
+	b.Grow(min(len(s), MaxLogValue))
+	for _, r := range s {
+		n := utf8.RuneLen(r)
+		if r == utf8.RuneError || r < 0x20 || (r >= 0x7f && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+			r, n = '?', 1
+		}
+		if long && b.Len()+n > MaxLogValue-len(ellipsis) {
+			b.WriteString(ellipsis)
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// BoundedHandler wraps a slog.Handler so that no record it passes on
+// carries an unbounded string: the message, every string attribute, every
+// error and every other value formatted as text go through Clip, in groups
+// too. Put it under a program's logger when records may carry values
+// taken from requests (an error quoting a client's input).
+type BoundedHandler struct{ h slog.Handler }
+
+// NewBoundedHandler returns h behind Clip.
+func NewBoundedHandler(h slog.Handler) *BoundedHandler { return &BoundedHandler{h: h} }
+
+// Enabled implements slog.Handler.
+func (b *BoundedHandler) Enabled(ctx context.Context, l slog.Level) bool { return b.h.Enabled(ctx, l) }
+
+// Handle implements slog.Handler.
+func (b *BoundedHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, Clip(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(clipAttr(a))
+		return true
+	})
+	return b.h.Handle(ctx, out)
+}
+
+// WithAttrs implements slog.Handler.
+func (b *BoundedHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	cs := make([]slog.Attr, len(as))
+	for i, a := range as {
+		cs[i] = clipAttr(a)
+	}
+	return &BoundedHandler{h: b.h.WithAttrs(cs)}
+}
+
+// WithGroup implements slog.Handler.
+func (b *BoundedHandler) WithGroup(name string) slog.Handler {
+	return &BoundedHandler{h: b.h.WithGroup(Clip(name))}
+}
+
+func clipAttr(a slog.Attr) slog.Attr {
+	a.Key = Clip(a.Key)
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		a.Value = slog.StringValue(Clip(v.String()))
+	case slog.KindGroup:
+		g := v.Group()
+		cs := make([]slog.Attr, len(g))
+		for i, x := range g {
+			cs[i] = clipAttr(x)
+		}
+		a.Value = slog.GroupValue(cs...)
+	case slog.KindAny:
+		a.Value = slog.StringValue(Clip(v.String()))
+	default:
+		a.Value = v
+	}
+	return a
+}

@@ -38,7 +38,7 @@ type decoder struct {
 // every problem.
 func Parse(name string, data []byte) (*File, error) {
 	d := &decoder{
-		file: name, lines: map[string]*yaml.Node{}, f: defaults(),
+		file: name, lines: map[string]*yaml.Node{}, f: edgeDefaults(defaults()),
 		keyPaths: map[httpadmit.KeyHash]string{}, tenantNodes: map[string]*yaml.Node{},
 	}
 	d.f.Source = name
@@ -708,6 +708,7 @@ func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
 		field{"client_ip_header", d.str(&id.ClientIPHeader)},
 		field{"anonymous", d.str(&anonymous)},
 		field{"anonymous_tenant", d.str(&id.AnonymousTenant)},
+		field{"failed_auth", d.decodeFailedAuth},
 	)
 	switch anonymous {
 	case "", "allow":
@@ -746,6 +747,16 @@ func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
 	}
 }
 
+func (d *decoder) decodeFailedAuth(n *yaml.Node, path string) {
+	fa := &d.f.Identity.FailedAuth
+	d.mapping(n, path,
+		field{"enabled", d.boolean(&fa.Enabled)},
+		field{"limit", d.positive(&fa.Limit, nil)},
+		field{"per", d.duration(&fa.Per, false)},
+		field{"max_addresses", d.integer(&fa.MaxAddresses, 1)},
+	)
+}
+
 func (d *decoder) decodeHTTP(n *yaml.Node, path string) {
 	h := &d.f.HTTP
 	var exempt []string
@@ -754,6 +765,7 @@ func (d *decoder) decodeHTTP(n *yaml.Node, path string) {
 	d.mapping(n, path,
 		field{"exempt", func(n *yaml.Node, p string) { exemptSet = true; d.list(&exempt, false)(n, p) }},
 		field{"max_body", d.str(&maxBody)},
+		field{"body_timeout", d.duration(&h.BodyTimeout, true)},
 		field{"quota_status", d.integer(&h.QuotaStatus, 0)},
 		field{"shadow_header", d.boolean(&h.ShadowHeader)},
 	)

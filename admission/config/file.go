@@ -96,6 +96,27 @@ type Identity struct {
 	RequireKey bool
 	// Keys maps the tenants' hashed API keys to their identities.
 	Keys httpadmit.KeyTable
+	// FailedAuth throttles failed authentication per client address, for
+	// a gateway that applies it (llmproxy does).
+	FailedAuth FailedAuth
+}
+
+// FailedAuth is the identity.failed_auth section: each client address
+// (through trusted proxies, IPv6 grouped by /64) may present a missing or
+// unknown key Limit times per Per; past that its requests get 429 before
+// their key is looked at, until the allowance refills. MaxAddresses
+// bounds the addresses tracked; while they all still have failures to
+// forgive, a new address is not tracked, so no address is ever refused
+// for the failures of others.
+type FailedAuth struct {
+	// Enabled turns the throttle on (default true).
+	Enabled bool
+	// Limit is the failed attempts allowed per Per (default 20).
+	Limit int64
+	// Per is the refill period (default 1m).
+	Per time.Duration
+	// MaxAddresses bounds the addresses tracked (default 65536).
+	MaxAddresses int
 }
 
 // HTTPIdentity returns the identity settings for httpadmit.
@@ -118,6 +139,9 @@ type HTTP struct {
 	// MaxBody is the largest request body accepted, in bytes; 0 means no
 	// limit. Default 1 MiB.
 	MaxBody int64
+	// BodyTimeout bounds the time a client takes to send its request
+	// body (default 1m); 0 means no limit.
+	BodyTimeout time.Duration
 	// QuotaStatus is the status of an exhausted quota: 403 (default) or 429.
 	QuotaStatus int
 	// ShadowHeader adds the Sluice-Would-Reject header naming the shadow
@@ -137,6 +161,7 @@ func (h *HTTP) Options() []httpadmit.Option {
 	return []httpadmit.Option{
 		httpadmit.WithExempt(h.Exempt...),
 		httpadmit.WithMaxBody(h.MaxBody),
+		httpadmit.WithBodyTimeout(h.BodyTimeout),
 		httpadmit.WithQuotaStatus(h.QuotaStatus),
 		httpadmit.WithShadowHeader(h.ShadowHeader),
 	}
@@ -146,8 +171,10 @@ func (h *HTTP) Options() []httpadmit.Option {
 type Metrics struct {
 	// Enabled turns the exporter on (default true).
 	Enabled bool
-	// Listen is the address of a separate metrics listener; empty serves
-	// Path on the main one.
+	// Listen is the address of a separate metrics listener. Empty leaves
+	// the choice to the program: an httpadmit application serves Path on
+	// its main listener; llmproxy never does, and listens on its own
+	// operator default.
 	Listen string
 	// Path is where Prometheus scrapes (default /metrics).
 	Path string
@@ -181,7 +208,7 @@ var (
 )
 
 // DefaultMaxBody is the default body limit of the http section.
-const DefaultMaxBody = 1 << 20
+const DefaultMaxBody = httpadmit.DefaultMaxBody
 
 func defaults() *File {
 	return &File{
@@ -191,6 +218,15 @@ func defaults() *File {
 		Logging:  Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
 		Prices:   Prices{Builtin: true},
 	}
+}
+
+// edgeDefaults sets the defaults of the identity and http settings that
+// bound hostile clients: the failed-authentication throttle and the body
+// timeout.
+func edgeDefaults(f *File) *File {
+	f.Identity.FailedAuth = FailedAuth{Enabled: true, Limit: 20, Per: time.Minute, MaxAddresses: 1 << 16}
+	f.HTTP.BodyTimeout = httpadmit.DefaultBodyTimeout
+	return f
 }
 
 // Stores returns the store names the policies refer to, other than the

@@ -72,6 +72,10 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 			if err := m.LimitBody(w, r); err != nil {
 				return fail(c, err)
 			}
+			if b, ok := r.Body.(*httpadmit.Body); ok {
+				// What the chain leaves of the body is not drained.
+				defer b.Abandon()
+			}
 			var id httpadmit.Identity
 			var err error
 			if cfg.IdentifierExtractor != nil {

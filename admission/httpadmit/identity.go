@@ -197,6 +197,35 @@ func (ic *IdentityConfig) APIKey(r *http.Request) (string, bool) {
 	return "", false
 }
 
+// CredentialHeader reports whether the header named k can carry a
+// client credential under ic: one of its key headers (by default
+// Authorization and X-API-Key), or a header that carries credentials in
+// any common scheme (Authorization, Proxy-Authorization, X-Api-Key,
+// Api-Key, Cookie, X-Auth-Token, X-Access-Token). A handler that forwards
+// a request elsewhere must not send these on (see StripCredentials).
+func (ic *IdentityConfig) CredentialHeader(k string) bool {
+	switch textproto.CanonicalMIMEHeaderKey(k) {
+	case "Authorization", "Proxy-Authorization", "X-Api-Key", "Api-Key", "Cookie", "X-Auth-Token", "X-Access-Token":
+		return true
+	}
+	for _, h := range ic.KeyHeaders {
+		if strings.EqualFold(h, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// StripCredentials deletes from h every header CredentialHeader names,
+// for a request about to be forwarded.
+func (ic *IdentityConfig) StripCredentials(h http.Header) {
+	for k := range h {
+		if ic.CredentialHeader(k) {
+			delete(h, k)
+		}
+	}
+}
+
 // ClientAddr returns the client address of r: the TCP peer, or, when the
 // peer is a trusted proxy, the first address not trusted in the forwarding
 // header read right to left (the entries on the left were written by the

@@ -12,7 +12,12 @@
 // partition table full) with Retry-After in whole seconds rounded up, the
 // IETF RateLimit-Policy and RateLimit fields, X-RateLimit-Limit/Remaining/
 // Reset and an RFC 9457 problem+json body whose type is stable per reason.
-// An unknown API key gets 401 and never a partition. Admitted responses
+// An unknown API key gets 401 and never a partition. A body is bounded
+// before anything reads it, in size (WithMaxBody, 1 MiB by default) and in
+// time (WithBodyTimeout, a minute by default), and a refusal is answered at
+// once with the connection closed rather than the body drained. Estimates
+// from a WithRequest function are checked: negative is a 400, above the
+// controller's amount bound saturated. Admitted responses
 // carry the same limit headers; the ticket is settled when the handler
 // returns, panics or gives up on a departed client.
 //
@@ -26,9 +31,11 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/admission"
 )
@@ -41,6 +48,7 @@ type options struct {
 	exempt       []string
 	skipper      func(*http.Request) bool
 	maxBody      int64
+	bodyTimeout  time.Duration
 	quotaStatus  int
 	shadowHeader bool
 	operation    func(*http.Request) string
@@ -70,9 +78,25 @@ func WithSkipper(f func(*http.Request) bool) Option { return func(o *options) { 
 
 // WithMaxBody refuses bodies larger than n bytes with 413, before anything
 // reads them: a declared Content-Length over the limit is refused at once,
-// and the body is wrapped in http.MaxBytesReader. 0 means no limit (the
-// default).
+// and the body is wrapped in http.MaxBytesReader. The default is
+// DefaultMaxBody; 0 means no limit.
 func WithMaxBody(n int64) Option { return func(o *options) { o.maxBody = n } }
+
+// WithBodyTimeout bounds the time a client takes to send its request
+// body, from when the middleware sees the request (see WatchBody): a
+// slower client gets 408 if the body is read before admission (by the
+// WithRequest function), read errors in the handler otherwise. The
+// default is DefaultBodyTimeout; 0 means no limit.
+func WithBodyTimeout(d time.Duration) Option { return func(o *options) { o.bodyTimeout = d } }
+
+// Defaults of the body options.
+const (
+	// DefaultMaxBody is the body limit of a middleware without WithMaxBody.
+	DefaultMaxBody = 1 << 20
+	// DefaultBodyTimeout is the body timeout of a middleware without
+	// WithBodyTimeout.
+	DefaultBodyTimeout = time.Minute
+)
 
 // WithQuotaStatus sets the status of an exhausted quota: 403 (the default)
 // or 429.
@@ -135,6 +159,8 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	m := &Middleware{ctl: ctl}
 	o := &options{
 		exempt:      []string{"/healthz", "/readyz", "/livez", "/metrics"},
+		maxBody:     DefaultMaxBody,
+		bodyTimeout: DefaultBodyTimeout,
 		quotaStatus: http.StatusForbidden,
 		logger:      slog.Default(),
 	}
@@ -166,6 +192,9 @@ func (m *Middleware) apply(o *options, opts []Option) error {
 	}
 	if o.maxBody < 0 {
 		return errors.New("httpadmit: negative body limit")
+	}
+	if o.bodyTimeout < 0 {
+		return errors.New("httpadmit: negative body timeout")
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
@@ -202,6 +231,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tk, err := m.Decide(w, r)
+	body, _ := r.Body.(*Body)
+	if body != nil {
+		// What the handler leaves of the body is not drained.
+		defer body.Abandon()
+	}
 	if err != nil {
 		m.WriteError(w, r, err)
 		return
@@ -227,13 +261,18 @@ func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
 }
 
 // Exempt reports whether r bypasses admission: an exempt path or the
-// skipper says so.
+// skipper says so. A path with dot or empty segments ("/healthz/../v1/x",
+// "/debug//x", encoded or not) is never exempt: routers disagree on what
+// it names.
 func (m *Middleware) Exempt(r *http.Request) bool {
 	o := m.cur.Load()
 	if o.skipper != nil && o.skipper(r) {
 		return true
 	}
 	p := r.URL.Path
+	if c := path.Clean(p); p != c && p != c+"/" {
+		return false
+	}
 	for _, e := range o.exempt {
 		if prefix, ok := strings.CutSuffix(e, "/*"); ok {
 			if strings.HasPrefix(p, prefix) && (len(p) == len(prefix) || p[len(prefix)] == '/') {
@@ -264,11 +303,13 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 	return m.Admit(w, r, req)
 }
 
-// LimitBody applies the body limit to r before anything reads its body:
-// it returns ErrBodyTooLarge for a declared length over the limit and
-// otherwise wraps the body in http.MaxBytesReader.
+// LimitBody applies the body limit and the body timeout to r before
+// anything reads its body: it returns ErrBodyTooLarge for a declared
+// length over the limit, and otherwise wraps the body in
+// http.MaxBytesReader and a Body (WatchBody).
 func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
-	if limit := m.cur.Load().maxBody; limit > 0 {
+	o := m.cur.Load()
+	if limit := o.maxBody; limit > 0 {
 		if r.ContentLength > limit {
 			return ErrBodyTooLarge
 		}
@@ -276,6 +317,7 @@ func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
 	}
+	WatchBody(w, r, o.bodyTimeout)
 	return nil
 }
 
@@ -326,13 +368,40 @@ func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 }
 
 // enrich is apart from Request so that the admitted path without a
-// WithRequest function keeps its request on the stack.
+// WithRequest function keeps its request on the stack. A body that was
+// too large or too slow for the function to read is told apart from the
+// function's own errors; a negative amount is refused, one over
+// maxAmount saturated.
 func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, req admission.Request) (admission.Request, error) {
 	if err := f(r, &req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if b, ok := r.Body.(*Body); ok && b.TimedOut() {
+			return req, ErrBodyTimeout
+		}
+		if errors.As(err, &tooLarge) {
+			return req, ErrBodyTooLarge
+		}
 		return req, &badRequest{err}
+	}
+	errNegative := &badRequest{errors.New("the request's estimated cost is negative")}
+	if req.Tokens < 0 || req.Cost < 0 {
+		return req, errNegative
+	}
+	req.Tokens, req.Cost = min(req.Tokens, maxAmount), min(req.Cost, maxAmount)
+	for i := range req.Units {
+		if req.Units[i].Amount < 0 {
+			return req, errNegative
+		}
+		req.Units[i].Amount = min(req.Units[i].Amount, maxAmount)
 	}
 	return req, nil
 }
+
+// maxAmount is the largest amount the controller accepts (2^50: the Redis
+// store counts in doubles, exact below 2^53). An estimate above it is
+// saturated: such a request is larger than any limit, and refused as such
+// rather than as an error.
+const maxAmount = 1 << 50
 
 type badRequest struct{ err error }
 
@@ -340,7 +409,7 @@ func (e *badRequest) Error() string { return e.err.Error() }
 func (e *badRequest) Unwrap() error { return e.err }
 
 // WriteError answers a request Decide did not admit: 413 for
-// ErrBodyTooLarge, 401 for ErrUnknownKey and ErrNoCredentials, the
+// ErrBodyTooLarge, 408 for ErrBodyTimeout, 401 for ErrUnknownKey and ErrNoCredentials, the
 // rejection contract for a *admission.Rejection, nothing when the client
 // is gone, 400 for an error of the WithRequest function and 503 for
 // anything else (logged, never shown).
@@ -348,6 +417,10 @@ func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err erro
 	o := m.cur.Load()
 	var rej *admission.Rejection
 	var bad *badRequest
+	// A refusal is sent at once, and the connection closed rather than
+	// the rest of the body read first.
+	body, _ := r.Body.(*Body)
+	CloseUnread(w.Header(), r, body)
 	switch {
 	case errors.As(err, &rej):
 		WriteRejection(w, rej, o.quotaStatus)
@@ -361,6 +434,9 @@ func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err erro
 	case errors.Is(err, ErrBodyTooLarge):
 		WriteProblem(w, &Problem{Type: ProblemBodyTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
 			Detail: "The request body is larger than this service accepts."})
+	case errors.Is(err, ErrBodyTimeout):
+		WriteProblem(w, &Problem{Type: ProblemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
+			Detail: "The request body was not received in time."})
 	case errors.As(err, &bad):
 		WriteProblem(w, &Problem{Type: ProblemTypeBase + "bad-request", Title: "Bad Request", Status: http.StatusBadRequest, Detail: bad.Error()})
 	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):

@@ -583,6 +583,8 @@ func TestExemptPrefix(t *testing.T) {
 	for path, want := range map[string]bool{
 		"/debug": true, "/debug/": true, "/debug/pprof/heap": true, "/debugger": false,
 		"/healthz": true, "/healthz/x": false, "/metrics": false,
+		"/debug/../v1/items/1": false, "/debug/%2e%2e/v1/items/1": false, "/debug/..%2Fv1": false,
+		"/healthz/.": false, "/debug//x": false, "/debug/./x": false,
 	} {
 		if got := mw.Exempt(httptest.NewRequest("GET", path, nil)); got != want {
 			t.Errorf("Exempt(%s) = %v; want %v", path, got, want)

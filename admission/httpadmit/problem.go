@@ -17,6 +17,7 @@ const ProblemTypeBase = "urn:sluice:problem:"
 const (
 	ProblemUnauthenticated = ProblemTypeBase + "unauthenticated"
 	ProblemBodyTooLarge    = ProblemTypeBase + "body-too-large"
+	ProblemBodyTimeout     = ProblemTypeBase + "body-timeout"
 	ProblemUnavailable     = ProblemTypeBase + "unavailable"
 )
 
@@ -133,5 +134,10 @@ func WriteRejection(w http.ResponseWriter, rej *admission.Rejection, quotaStatus
 }
 
 // ErrBodyTooLarge is returned by Decide when the declared body is larger
-// than the limit.
+// than the limit, or when the WithRequest function failed reading a body
+// over it.
 var ErrBodyTooLarge = errors.New("request body too large")
+
+// ErrBodyTimeout is returned by Decide when the WithRequest function
+// failed reading a body the client did not send within the body timeout.
+var ErrBodyTimeout = errors.New("request body not received in time")

@@ -15,12 +15,15 @@
 //	  -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}'
 //
 // The demo tenant initech may send five requests a minute: the sixth gets a
-// 429 with Retry-After, retry-after-ms and the limit headers. /metrics serves
-// the Prometheus metrics; /healthz and /readyz answer probes; /debug/rollout
-// says, per policy, what it rejected over the last 15 minutes, or for a
-// shadow policy what it would reject if enforced now, and from which
-// tenants (?format=json for the report as JSON). None of them is ever
-// limited.
+// 429 with Retry-After, retry-after-ms and the limit headers. /healthz and
+// /readyz answer probes on the API listener. The operator listener
+// (--metrics-addr, else the file's metrics.listen, else 127.0.0.1:9464)
+// serves the Prometheus metrics at metrics.path (/metrics) and
+// /debug/rollout, which says, per policy, what it rejected over the last
+// 15 minutes, or for a shadow policy what it would reject if enforced now,
+// and from which tenants (?format=json for the report as JSON). Both tell
+// about every tenant, so they are never served on the API listener. None
+// of these endpoints is ever limited.
 //
 // For real use, write a policy file (start from default.yaml; check it with
 // `admitctl check FILE`), point the proxy at the upstream and give it the
@@ -42,7 +45,11 @@
 // /v1/responses:
 //
 //  1. Identity: the Bearer key is looked up in the hashed key table (401
-//     in the OpenAI error shape when missing or unknown).
+//     in the OpenAI error shape when missing or unknown; 429 for an
+//     address that failed too often, see identity.failed_auth), before
+//     any of the body is read. A request refused before its body was read
+//     has its connection closed rather than drained; a body must arrive
+//     within --body-read-timeout.
 //  2. The body is capped (http.max_body of the file; 413) and parsed
 //     strictly (400 invalid_json or invalid_type, naming the field), then
 //     priced: prompt tokens counted with the model's tokenizer plus the
@@ -53,7 +60,10 @@
 //     shared upstream cap whose queue is served round robin across tenants.
 //     Operations are named "METHOD route", as policy files match them
 //     ("POST /v1/chat/completions").
-//  4. Proxying with a transport tuned for many concurrent calls to one host
+//  4. Proxying to the path of the matched route (never the client's path
+//     or query), with the headers an OpenAI-compatible API needs and never
+//     one that can carry a client credential, over a transport tuned for
+//     many concurrent calls to one host
 //     and a timeout (--upstream-timeout; for a stream, until its first
 //     byte, then --stream-idle-timeout between chunks). Streams pass through
 //     chunk by chunk with a flush each; a stream that did not ask for
@@ -76,7 +86,13 @@
 //     counted apart (llmproxy_upstream_throttled_total): they are the
 //     provider throttling the proxy, not the proxy throttling a tenant.
 //
-// GET /v1/models is passed through, limited by the policies that match it.
+// GET /v1/models and GET /v1/models/{id} are passed through, limited by the
+// policies that match them; a model id must be 1 to 256 ASCII letters,
+// digits and - _ . : @ once decoded, neither "." nor "..", else 404. Every
+// other path is a 404 from the gateway. Every write to a client must
+// complete within --client-write-timeout: a client that stops reading,
+// during a stream too, is cut and its permits released. See the README's
+// security model for every bound.
 //
 // # Rejections
 //
@@ -104,14 +120,16 @@
 //
 // # Metrics
 //
-// /metrics serves the admission metrics of package metrics (decisions by
+// The operator listener's metrics.path serves the admission metrics of
+// package metrics (decisions by
 // policy, mode, decision and reason; in-flight work; queue depth and wait;
 // estimate accuracy; top tenants) and the proxy's own:
 // llmproxy_upstream_responses_total by status class,
 // llmproxy_upstream_throttled_total, llmproxy_upstream_failures_total by
 // reason, llmproxy_rejections_total by code, llmproxy_client_errors_total,
 // llmproxy_client_cancels_total, llmproxy_streams_active,
-// llmproxy_streams_cut_total and llmproxy_stream_charges_total. Shadow
+// llmproxy_streams_cut_total, llmproxy_stream_charges_total,
+// llmproxy_auth_failures_total and llmproxy_auth_throttled_total. Shadow
 // decisions (what a shadow policy would reject) are logged through package
 // shadow, rate-limited.
 //

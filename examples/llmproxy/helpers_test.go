@@ -28,6 +28,7 @@ func startProxy(t testing.TB, edits ...func(*options)) *server {
 	t.Helper()
 	o := options{
 		addr:            "127.0.0.1:0",
+		metricsAddr:     "127.0.0.1:0",
 		simLatency:      0,
 		simRate:         0,
 		simTokens:       20,
@@ -198,8 +199,9 @@ func deref(p *string) string {
 	return *p
 }
 
-// scrape returns the samples of /metrics whose name is name and whose
-// labels include every label=value pair given, summed.
+// scrape returns the samples of the metrics, on the operator listener,
+// whose name is name and whose labels include every label=value pair
+// given, summed.
 func scrape(t testing.TB, s *server, name string, labels ...string) float64 {
 	t.Helper()
 	v, _ := scrapeN(t, s, name, labels...)
@@ -221,7 +223,7 @@ func inflight(t testing.TB, s *server) float64 {
 func scrapeN(t testing.TB, s *server, name string, labels ...string) (float64, int) {
 	t.Helper()
 	n := 0
-	resp, err := http.Get(s.URL + "/metrics")
+	resp, err := http.Get(s.OpsURL + s.file.Metrics.Path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -39,6 +41,16 @@ var demoKeys = []string{"sk-demo-acme", "sk-demo-globex", "sk-demo-initech"}
 
 // UpstreamKeyEnv is the environment variable holding the upstream API key.
 const UpstreamKeyEnv = "LLMPROXY_UPSTREAM_API_KEY"
+
+// MaxHeaderBytes bounds the request headers a client may send on the API
+// listener (431 past it): an OpenAI-style request needs a few hundred
+// bytes, net/http's default allows a megabyte per connection.
+const MaxHeaderBytes = 64 << 10
+
+// DefaultMetricsAddr is the operator listener's address when neither
+// --metrics-addr nor the policy file's metrics.listen names one: loopback
+// only, the OpenTelemetry Prometheus exporter's usual port.
+const DefaultMetricsAddr = "127.0.0.1:9464"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -71,6 +83,10 @@ type options struct {
 	logLevel         string
 	tokenizer        string
 	redis            string
+	metricsAddr      string
+	clientWrite      time.Duration
+	bodyRead         time.Duration
+	forwardHeaders   string
 
 	// Test hooks.
 	clock     admission.Clock
@@ -98,6 +114,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.maxRetryWait, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "operator listener serving metrics and /debug/rollout (never the API listener); empty uses the policy file's metrics.listen, else "+DefaultMetricsAddr)
+	fs.DurationVar(&o.clientWrite, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
+	fs.DurationVar(&o.bodyRead, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
+	fs.StringVar(&o.forwardHeaders, "forward-headers", "", "comma-separated client headers forwarded upstream besides the built-in set (a trailing * matches a prefix); credential headers are never forwarded")
 	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -133,11 +153,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return s.shutdown(sctx)
 }
 
-// server is a running proxy: the listener, the echo server, the gateway,
-// its controller and, without --upstream, the simulated upstream.
+// server is a running proxy: the API listener, the echo server, the
+// gateway, its controller, the operator listener and, without --upstream,
+// the simulated upstream.
 type server struct {
 	opts     options
 	URL      string // http://host:port of the proxy
+	OpsURL   string // http://host:port of the operator listener; empty when metrics are disabled
+	ops      *http.Server
 	e        *echo.Echo
 	ln       net.Listener
 	gw       *gateway.Gateway
@@ -182,11 +205,12 @@ func start(o options) (_ *server, err error) {
 	if out == nil {
 		out = io.Discard
 	}
+	// Records may quote what clients sent: every string is clipped.
 	hopts := &slog.HandlerOptions{Level: level}
 	if s.file.Logging.Format == "text" {
-		s.log = slog.New(slog.NewTextHandler(out, hopts))
+		s.log = slog.New(shadow.NewBoundedHandler(slog.NewTextHandler(out, hopts)))
 	} else {
-		s.log = slog.New(slog.NewJSONHandler(out, hopts))
+		s.log = slog.New(shadow.NewBoundedHandler(slog.NewJSONHandler(out, hopts)))
 	}
 	cut, err := gateway.ParseCutMode(o.cut)
 	if err != nil {
@@ -241,26 +265,36 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	forward := splitList(o.forwardHeaders)
+	if s.sim != nil {
+		// The simulator's steering headers (X-Sim-Fault...) reach it.
+		forward = append(forward, "X-Sim-*")
+	}
 	ic := s.file.Identity.HTTPIdentity()
 	s.gw, err = gateway.New(gateway.Config{
-		Upstream:          upstreamURL,
-		UpstreamKey:       o.upstreamKey,
-		UpstreamKeyHeader: o.upstreamKeyHdr,
-		Controller:        s.ctl,
-		Estimator:         est,
-		Prices:            prices,
-		Identity:          &ic,
-		Transport:         o.transport,
-		Timeout:           o.upstreamTimeout,
-		StreamIdleTimeout: o.streamIdle,
-		ChargeInterval:    o.chargeInterval,
-		Cut:               cut,
-		QuotaStatus:       s.file.HTTP.QuotaStatus,
-		ShadowHeader:      s.file.HTTP.ShadowHeader,
-		MaxOutputReserve:  o.maxOutputReserve,
-		GiveUpAfter:       o.maxRetryWait,
-		Meter:             s.metrics.meter(),
-		Logger:            s.log,
+		Upstream:           upstreamURL,
+		UpstreamKey:        o.upstreamKey,
+		UpstreamKeyHeader:  o.upstreamKeyHdr,
+		Controller:         s.ctl,
+		Estimator:          est,
+		Prices:             prices,
+		Identity:           &ic,
+		Transport:          o.transport,
+		Timeout:            o.upstreamTimeout,
+		StreamIdleTimeout:  o.streamIdle,
+		ChargeInterval:     o.chargeInterval,
+		Cut:                cut,
+		QuotaStatus:        s.file.HTTP.QuotaStatus,
+		ShadowHeader:       s.file.HTTP.ShadowHeader,
+		MaxOutputReserve:   o.maxOutputReserve,
+		GiveUpAfter:        o.maxRetryWait,
+		ForwardHeaders:     forward,
+		ClientWriteTimeout: o.clientWrite,
+		BodyReadTimeout:    cmp.Or(o.bodyRead, s.file.HTTP.BodyTimeout),
+		AuthFailures:       authFailures(s.file.Identity.FailedAuth),
+		Clock:              o.clock,
+		Meter:              s.metrics.meter(),
+		Logger:             s.log,
 	})
 	if err != nil {
 		return nil, err
@@ -275,6 +309,9 @@ func start(o options) (_ *server, err error) {
 				s.gw.SetIdentity(&ic)
 				s.gw.SetQuotaStatus(f.HTTP.QuotaStatus)
 				s.gw.SetShadowHeader(f.HTTP.ShadowHeader)
+				if err := s.gw.SetAuthFailures(authFailures(f.Identity.FailedAuth)); err != nil {
+					s.log.Error("llmproxy: identity.failed_auth not applied", "err", err)
+				}
 				s.gw.PoliciesChanged()
 			}))
 		if err != nil {
@@ -286,8 +323,11 @@ func start(o options) (_ *server, err error) {
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.Server.ReadHeaderTimeout = 30 * time.Second
 	s.e.Server.IdleTimeout = 2 * time.Minute
-	s.gw.Register(s.e, s.metrics.handler)
-	s.e.GET("/debug/rollout", echo.WrapHandler(http.HandlerFunc(s.metrics.rolloutHandler)))
+	s.e.Server.MaxHeaderBytes = MaxHeaderBytes
+	s.gw.Register(s.e)
+	if err := s.startOperator(); err != nil {
+		return nil, err
+	}
 	s.ln, err = net.Listen("tcp", o.addr)
 	if err != nil {
 		return nil, err
@@ -332,7 +372,72 @@ func (s *server) banner(w io.Writer) {
 	if s.redis != nil {
 		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(s.file.Stores(), ", "), s.redis.Options().Addr)
 	}
-	fmt.Fprintf(w, "llmproxy: metrics at %s/metrics, health at %s/healthz and %s/readyz, rollout report at %s/debug/rollout\n", s.URL, s.URL, s.URL, s.URL)
+	fmt.Fprintf(w, "llmproxy: health at %s/healthz and %s/readyz\n", s.URL, s.URL)
+	if s.OpsURL != "" {
+		fmt.Fprintf(w, "llmproxy: operator listener (keep it private): metrics at %s%s, rollout report at %s/debug/rollout\n", s.OpsURL, s.file.Metrics.Path, s.OpsURL)
+	}
+}
+
+// startOperator opens the operator listener: the metrics at metrics.path
+// and the rollout report at /debug/rollout, apart from the API listener
+// since both tell about every tenant. With metrics.enabled false there is
+// none. Its address is --metrics-addr, else metrics.listen, else
+// DefaultMetricsAddr; a reload does not move it.
+func (s *server) startOperator() error {
+	m := s.file.Metrics
+	if !m.Enabled {
+		return nil
+	}
+	addr := s.opts.metricsAddr
+	if addr == "" {
+		addr = m.Listen
+	}
+	if addr == "" {
+		addr = DefaultMetricsAddr
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("operator listener: %w", err)
+	}
+	// Exact paths, not ServeMux patterns: metrics.path is the file's text.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		case r.URL.Path == m.Path:
+			s.metrics.handler.ServeHTTP(w, r)
+		case r.URL.Path == "/debug/rollout":
+			s.metrics.rolloutHandler(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	s.ops = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.OpsURL = "http://" + ln.Addr().String()
+	go func() {
+		if err := s.ops.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr <- err
+		}
+	}()
+	return nil
+}
+
+// authFailures is the gateway's failed-authentication throttle for the
+// policy file's identity.failed_auth.
+func authFailures(f config.FailedAuth) gateway.AuthFailureLimit {
+	return gateway.AuthFailureLimit{Disabled: !f.Enabled, Limit: f.Limit, Per: f.Per, MaxAddresses: f.MaxAddresses}
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // shutdown stops accepting, waits for in-flight requests and streams up to
@@ -353,6 +458,9 @@ func (s *server) close() {
 		_ = s.e.Close()
 	} else if s.ln != nil {
 		_ = s.ln.Close()
+	}
+	if s.ops != nil {
+		_ = s.ops.Close()
 	}
 	if s.watcher != nil {
 		_ = s.watcher.Close()

@@ -185,8 +185,9 @@ func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
 	if r := scrape(t, s, "admission_decisions_total", "decision", "rejected"); r != 0 {
 		t.Fatalf("in shadow: %v rejected decisions; want 0", r)
 	}
-	// The rollout report says what enforcing would do, and to whom.
-	resp, err := http.Get(s.URL + "/debug/rollout")
+	// The rollout report says what enforcing would do, and to whom, on
+	// the operator listener only.
+	resp, err := http.Get(s.OpsURL + "/debug/rollout")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +612,9 @@ func TestRunWithDefaults(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--sim-latency", "0"}, &out, io.Discard) }()
+	go func() {
+		done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--sim-latency", "0"}, &out, io.Discard)
+	}()
 	var url string
 	eventually(t, 10*time.Second, "the banner", func() bool {
 		s := out.String()

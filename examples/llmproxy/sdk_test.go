@@ -254,8 +254,8 @@ func TestLimitHeadersAndKeys(t *testing.T) {
 	}
 	// Health and metrics are never limited.
 	for i := range 20 {
-		for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
-			r, err := http.Get(s.URL + p)
+		for _, p := range []string{s.URL + "/healthz", s.URL + "/readyz", s.OpsURL + "/metrics"} {
+			r, err := http.Get(p)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -182,7 +182,7 @@ func startGateway(upURL string) (string, error) {
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	gw.Register(e, prom.Handler)
+	gw.Register(e)
 	return serve(e)
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -34,6 +35,13 @@ const (
 	DefaultChargeInterval   = 500 * time.Millisecond
 	DefaultGiveUpAfter      = 60 * time.Second
 	DefaultMaxResponseBytes = 64 << 20
+	// DefaultClientWriteTimeout bounds each write to a client: a client
+	// that reads nothing for this long is cut and its permits released.
+	DefaultClientWriteTimeout = 30 * time.Second
+	// DefaultBodyReadTimeout bounds the time a client takes to send its
+	// request body, from the end of its headers: the HTTP middleware's
+	// default.
+	DefaultBodyReadTimeout = httpadmit.DefaultBodyTimeout
 )
 
 // CutMode says when a running stream is cut off because its tenant has
@@ -126,6 +134,31 @@ type Config struct {
 	// request. Off by default: it tells callers about limits not yet
 	// enforced.
 	ShadowHeader bool
+	// ForwardHeaders names client request headers forwarded upstream
+	// besides the built-in set (Content-Type, Accept, User-Agent,
+	// OpenAI-Beta, Idempotency-Key, trace context, X-Stainless-*): exact
+	// names, or prefixes ending in '*'. A header that can carry a client
+	// credential (httpadmit.IdentityConfig.CredentialHeader: every
+	// Identity.KeyHeaders entry, Authorization, Cookie...) is never
+	// forwarded.
+	ForwardHeaders []string
+	// ClientWriteTimeout bounds every write and flush to a client, on
+	// streams and plain answers alike: a client that stops reading is cut
+	// once its connection's buffers are full and a write waits this long,
+	// and the request's permits are released. Zero means
+	// DefaultClientWriteTimeout.
+	ClientWriteTimeout time.Duration
+	// BodyReadTimeout bounds the time a client takes to send its request
+	// body, counted from the end of its headers (which the server bounds
+	// with its ReadHeaderTimeout): a slower body is cut and the connection
+	// closed. Zero means DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration
+	// AuthFailures throttles failed authentication per client address;
+	// the zero value means DefaultAuthFailures.
+	AuthFailures AuthFailureLimit
+	// Clock is the clock of the failed-authentication limiter; nil means
+	// the system clock.
+	Clock admission.Clock
 	// Meter creates the gateway's own instruments; nil means none.
 	Meter metric.Meter
 	// Logger logs upstream failures; nil means slog.Default().
@@ -141,6 +174,8 @@ type Gateway struct {
 	quota    atomic.Int32 // the status of a quota rejection
 	shadowH  atomic.Bool
 	ready    atomic.Bool
+	forward  headerSet
+	auth     atomic.Pointer[authLimiter]
 	log      *slog.Logger
 	m        instruments
 }
@@ -175,10 +210,21 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
+	if cfg.ClientWriteTimeout <= 0 {
+		cfg.ClientWriteTimeout = DefaultClientWriteTimeout
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
 	if cfg.Meter == nil {
 		cfg.Meter = noop.NewMeterProvider().Meter("")
 	}
-	g := &Gateway{cfg: cfg, base: base, log: cfg.Logger}
+	g := &Gateway{cfg: cfg, base: base, log: cfg.Logger, forward: newHeaderSet(cfg.ForwardHeaders)}
+	auth, err := newAuthLimiter(cfg.AuthFailures, cfg.Clock)
+	if err != nil {
+		return nil, err
+	}
+	g.auth.Store(auth)
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -274,6 +320,9 @@ const (
 	OpEmbeddings      = "/v1/embeddings"
 	OpResponses       = "/v1/responses"
 	OpModels          = "/v1/models"
+	// OpModel is the route of one model, GET /v1/models/{id}; the id
+	// must pass ModelIDFromPath.
+	OpModel = "/v1/models/:id"
 )
 
 // operations holds the operation names of the routes, built once.
@@ -283,7 +332,7 @@ var operations = func() map[string]string {
 		m["POST "+r] = "POST " + r
 	}
 	m["GET "+OpModels] = "GET " + OpModels
-	m["GET "+OpModels+"/:id"] = "GET " + OpModels + "/{id}"
+	m["GET "+OpModel] = "GET " + OpModels + "/{id}"
 	return m
 }()
 
@@ -296,16 +345,21 @@ func operation(method, route string) string {
 }
 
 // Register adds the gateway's routes to e: the four LLM endpoints, the
-// models listing, /healthz and /readyz, and metrics at /metrics when
-// metrics is not nil. It also installs an error handler that answers in
-// the OpenAI error shape.
-func (g *Gateway) Register(e *echo.Echo, metrics http.Handler) {
+// models listing and one model, and the probes /healthz and /readyz
+// (never limited). Every other path is a 404 from the gateway, never
+// forwarded. Operator endpoints (metrics, rollout reports) do not belong
+// on a tenants' listener: the program serves them on another one.
+// Register also puts the client deadlines (Config.ClientWriteTimeout,
+// Config.BodyReadTimeout) on every request and installs an error handler
+// that answers in the OpenAI error shape.
+func (g *Gateway) Register(e *echo.Echo) {
 	e.HTTPErrorHandler = g.errorHandler
+	e.Pre(g.deadlines)
 	for _, op := range []string{OpChatCompletions, OpCompletions, OpEmbeddings, OpResponses} {
 		e.POST(op, g.handleLLM)
 	}
 	e.GET(OpModels, g.handleModels)
-	e.GET(OpModels+"/:id", g.handleModels)
+	e.GET(OpModel, g.handleModels)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
 		if !g.ready.Load() {
@@ -313,9 +367,6 @@ func (g *Gateway) Register(e *echo.Echo, metrics http.Handler) {
 		}
 		return c.String(http.StatusOK, "ready\n")
 	})
-	if metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(metrics))
-	}
 }
 
 // errorHandler answers echo's own errors (unknown route, wrong method) in
@@ -324,15 +375,17 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
+	r := c.Request()
 	status, msg := http.StatusInternalServerError, "The server had an error while processing your request."
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		status = he.Code
+		// The path is the client's: quoted back bounded and cleaned.
 		switch status {
 		case http.StatusNotFound:
-			msg = "Unknown request URL: " + c.Request().Method + " " + c.Request().URL.Path + "."
+			msg = "Unknown request URL: " + shadow.Clip(r.Method) + " " + shadow.Clip(r.URL.Path) + "."
 		case http.StatusMethodNotAllowed:
-			msg = "Method " + c.Request().Method + " is not allowed on " + c.Request().URL.Path + "."
+			msg = "Method " + shadow.Clip(r.Method) + " is not allowed on " + shadow.Clip(r.URL.Path) + "."
 		default:
 			msg = http.StatusText(status)
 		}
@@ -340,29 +393,58 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 	typ, code := "invalid_request_error", "unknown_url"
 	if status >= 500 {
 		typ, code = "server_error", "internal_error"
-		g.log.Error("llmproxy: handler error", "err", err)
+		g.log.Error("llmproxy: handler error", "err", shadow.Clip(err.Error()))
 	} else if status == http.StatusMethodNotAllowed {
 		code = "method_not_allowed"
 	}
 	writeError(c.Response(), status, typ, code, "", msg)
 }
 
-// identify resolves the caller or answers 401.
+// identify resolves the caller or answers: 401 for a missing or unknown
+// key, 429 when the client address has failed too often lately (see
+// AuthFailureLimit), before its key is looked at.
 func (g *Gateway) identify(c echo.Context) (httpadmit.Identity, bool) {
+	r := c.Request()
+	ctx := r.Context()
 	ic := g.identity.Load()
-	id, err := ic.Identify(c.Request())
+	auth := g.auth.Load()
+	addr := ic.ClientAddr(r)
+	if wait, ok := auth.allow(ctx, addr); !ok {
+		g.m.authThrottled.Add(ctx, 1)
+		httpadmit.SetRetryAfter(c.Response().Header(), wait)
+		writeError(c.Response(), http.StatusTooManyRequests, "invalid_request_error", "too_many_authentication_failures", "",
+			"Too many requests with a missing or incorrect API key came from your address. Please retry later.")
+		return httpadmit.Identity{}, false
+	}
+	id, err := ic.Identify(r)
 	if err == nil {
 		return id, true
 	}
+	auth.failed(ctx, addr)
 	if errors.Is(err, httpadmit.ErrNoCredentials) {
+		g.m.count(ctx, g.m.authFailures, "missing_api_key")
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
 			"You didn't provide an API key. Send it as \"Authorization: Bearer YOUR_KEY\".")
 	} else {
+		g.m.count(ctx, g.m.authFailures, "invalid_api_key")
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "",
 			"Incorrect API key provided.")
 	}
-	g.m.count(context.Background(), g.m.clientErrors, "unauthorized")
+	g.m.count(ctx, g.m.clientErrors, "unauthorized")
 	return httpadmit.Identity{}, false
+}
+
+// checkModel answers 400 and returns false when the model name of a
+// request body is over MaxModelBytes or holds control characters (see
+// ValidModelName), before the request is priced or admitted.
+func (g *Gateway) checkModel(c echo.Context, model string) bool {
+	if ValidModelName(model) {
+		return true
+	}
+	g.m.count(c.Request().Context(), g.m.clientErrors, "invalid_model")
+	writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_model", "model",
+		"The model name must be at most "+strconv.Itoa(MaxModelBytes)+" bytes of text without control characters.")
+	return false
 }
 
 // admit asks the controller, answering the rejection itself when refused.
@@ -398,16 +480,28 @@ func (g *Gateway) admit(c echo.Context, req admission.Request) (admission.Ticket
 	return admission.Ticket{}, false
 }
 
-// handleModels proxies the models listing, limited by requests only.
+// handleModels proxies the models listing and the retrieval of one
+// model, limited by requests only. A model id that ModelIDFromPath
+// refuses is a 404 from the gateway, before anything else.
 func (g *Gateway) handleModels(c echo.Context) error {
-	id, ok := g.identify(c)
+	route, id := c.Path(), ""
+	if route == OpModel {
+		var ok bool
+		if id, ok = ModelIDFromPath(c.Param("id"), c.Request().URL.RawPath != ""); !ok {
+			g.m.count(c.Request().Context(), g.m.clientErrors, "invalid_model_id")
+			writeError(c.Response(), http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
+				"The model does not exist: a model id is 1 to "+strconv.Itoa(MaxModelBytes)+" letters, digits and - _ . : @.")
+			return nil
+		}
+	}
+	ident, ok := g.identify(c)
 	if !ok {
 		return nil
 	}
 	r := c.Request()
 	tk, ok := g.admit(c, admission.Request{
-		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
-		Addr: g.identity.Load().ClientAddr(r), Operation: operation(r.Method, c.Path()),
+		Tenant: ident.Tenant, KeyID: ident.KeyID, User: ident.User,
+		Addr: g.identity.Load().ClientAddr(r), Operation: operation(r.Method, route),
 	})
 	if !ok {
 		return nil
@@ -416,7 +510,7 @@ func (g *Gateway) handleModels(c echo.Context) error {
 	g.admitted(c.Response().Header(), tk)
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
 	defer cancel()
-	resp, err := g.roundTrip(ctx, r, nil)
+	resp, err := g.roundTrip(ctx, r, route, id, nil)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil

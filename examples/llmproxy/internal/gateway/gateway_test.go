@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpadmit"
 )
 
 func TestFormatReset(t *testing.T) {
@@ -78,12 +79,29 @@ func TestRejectionShape(t *testing.T) {
 }
 
 func TestHeaderFilters(t *testing.T) {
-	for k, drop := range map[string]bool{
-		"Authorization": true, "X-Api-Key": true, "Openai-Organization": true, "Openai-Project": true, "Cookie": true, "Connection": true, "Accept-Encoding": true,
-		"Content-Type": false, "Openai-Beta": false, "User-Agent": false, "X-Stainless-Retry-Count": false,
-	} {
-		if dropRequestHeader(http.CanonicalHeaderKey(k)) != drop {
-			t.Errorf("dropRequestHeader(%s) = %v; want %v", k, !drop, drop)
+	g := &Gateway{forward: newHeaderSet([]string{"X-Sim-*", "x-trace", "X-Proxy-*"})}
+	g.identity.Store(&httpadmit.IdentityConfig{KeyHeaders: []string{"x-proxy-key", "Authorization"}})
+	want := map[string]bool{
+		"Content-Type": true, "Accept": true, "User-Agent": true, "Openai-Beta": true, "X-Stainless-Retry-Count": true,
+		"Idempotency-Key": true, "Traceparent": true, "X-Sim-Fault": true, "X-Trace": true, "X-Proxy-Region": true,
+		// Credentials, in the configured header or any common one, even
+		// where the forward list would let them through.
+		"Authorization": false, "X-Proxy-Key": false, "X-Api-Key": false, "Api-Key": false, "Proxy-Authorization": false,
+		"Cookie": false, "X-Auth-Token": false,
+		// The tenant's provider account, hop-by-hop and forwarding
+		// fields, and anything not listed.
+		"Openai-Organization": false, "Openai-Project": false, "Connection": false, "Accept-Encoding": false,
+		"X-Forwarded-For": false, "Forwarded": false, "Te": false, "X-Custom-Secret": false,
+	}
+	src := http.Header{}
+	for k := range want {
+		src[http.CanonicalHeaderKey(k)] = []string{"v"}
+	}
+	dst := http.Header{}
+	g.copyRequestHeaders(dst, src)
+	for k, fwd := range want {
+		if _, got := dst[http.CanonicalHeaderKey(k)]; got != fwd {
+			t.Errorf("header %s forwarded = %v; want %v", k, got, fwd)
 		}
 	}
 	for k, drop := range map[string]bool{

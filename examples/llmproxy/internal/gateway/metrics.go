@@ -23,11 +23,13 @@ type instruments struct {
 	streams           metric.Int64UpDownCounter
 	streamsCut        metric.Int64Counter
 	charges           metric.Int64Counter
+	authFailures      metric.Int64Counter
+	authThrottled     metric.Int64Counter
 	opts              sync.Map // attribute key=value → metric.AddOption
 }
 
 func (m *instruments) init(meter metric.Meter) error {
-	var errs [9]error
+	var errs [11]error
 	m.upstreamResponses, errs[0] = meter.Int64Counter("llmproxy.upstream.responses",
 		metric.WithDescription("Responses received from the upstream API, by status class."), metric.WithUnit("{response}"))
 	m.upstreamThrottled, errs[1] = meter.Int64Counter("llmproxy.upstream.throttled",
@@ -46,6 +48,10 @@ func (m *instruments) init(meter metric.Meter) error {
 		metric.WithDescription("Streams cut off because the tenant's limit ran out, by code."), metric.WithUnit("{stream}"))
 	m.charges, errs[8] = meter.Int64Counter("llmproxy.stream.charges",
 		metric.WithDescription("Intermediate charges of running streams."), metric.WithUnit("{charge}"))
+	m.authFailures, errs[9] = meter.Int64Counter("llmproxy.auth.failures",
+		metric.WithDescription("Requests with a missing or unknown API key, by reason (missing_api_key, invalid_api_key)."), metric.WithUnit("{request}"))
+	m.authThrottled, errs[10] = meter.Int64Counter("llmproxy.auth.throttled",
+		metric.WithDescription("Requests refused with 429 before their key was looked at, because their address had failed authentication too often."), metric.WithUnit("{request}"))
 	return errors.Join(errs[:]...)
 }
 

@@ -47,11 +47,14 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		n, err := sr.Read(buf)
 		if n > 0 {
 			idle.Reset(g.cfg.StreamIdleTimeout)
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			// Each write and flush is bounded by the client write
+			// timeout: a client that stops reading is cut here. A
+			// write that succeeds shows the client alive: the place
+			// to renew the ticket's concurrency leases.
+			if werr := x.writeClient(buf[:n]); werr != nil {
 				clientGone = true
 				break
 			}
-			w.Flush()
 			if now := time.Now(); now.Sub(last) >= g.cfg.ChargeInterval {
 				last = now
 				if rej := x.charge(sr); rej != nil {

@@ -1,0 +1,93 @@
+package httpadmit
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// A Body is a request body read under a deadline: see WatchBody.
+type Body struct {
+	rc       *http.ResponseController
+	body     io.ReadCloser
+	left     int64 // bytes of a declared length still to read; -1 when undeclared
+	eof      bool
+	timedOut bool
+}
+
+// WatchBody puts a read deadline d from now on the connection of r and
+// replaces r.Body with a Body that lifts the deadline once the body has
+// been read to its end: net/http then reads the connection in the
+// background to notice a client that leaves, and a deadline there would
+// cancel the request. A client slower than d gets read errors, and its
+// request context is cancelled. WatchBody returns nil and changes nothing
+// when r has no body or d <= 0.
+func WatchBody(w http.ResponseWriter, r *http.Request, d time.Duration) *Body {
+	if d <= 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	b := &Body{rc: http.NewResponseController(w), body: r.Body, left: -1}
+	if r.ContentLength > 0 {
+		b.left = r.ContentLength
+	}
+	_ = b.rc.SetReadDeadline(time.Now().Add(d))
+	r.Body = b
+	return b
+}
+
+// Read implements io.Reader.
+func (b *Body) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if b.left > 0 {
+		b.left = max(b.left-int64(n), 0)
+	}
+	var ne net.Error
+	switch {
+	case !b.eof && (errors.Is(err, io.EOF) || b.left == 0):
+		// The end, seen or, for a declared length, reached.
+		b.eof = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case errors.As(err, &ne) && ne.Timeout():
+		b.timedOut = true
+	}
+	return n, err
+}
+
+// Close implements io.Closer.
+func (b *Body) Close() error { return b.body.Close() }
+
+// Complete reports whether the body has been read to its end (for a
+// declared length, all of its bytes).
+func (b *Body) Complete() bool { return b.eof }
+
+// TimedOut reports whether a read failed because the deadline passed.
+func (b *Body) TimedOut() bool { return b.timedOut }
+
+// Abandon ends the reads of the connection at once, for a handler that
+// answered without reading the whole body: net/http would otherwise read
+// (drain) the rest at the client's pace before closing. The answer
+// should carry "Connection: close" (see CloseUnread).
+func (b *Body) Abandon() {
+	if !b.eof {
+		_ = b.rc.SetReadDeadline(time.Now())
+	}
+}
+
+// CloseUnread sets "Connection: close" on an answer to r when its body
+// may not have been read to its end, so that net/http closes the
+// connection instead of draining the rest of the body, at the client's
+// pace, before it even sends the answer. b is r's Body from WatchBody,
+// or nil.
+func CloseUnread(h http.Header, r *http.Request, b *Body) {
+	if b != nil {
+		if !b.eof {
+			h.Set("Connection", "close")
+		}
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		h.Set("Connection", "close")
+	}
+}

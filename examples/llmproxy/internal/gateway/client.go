@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+// clientWriteChunk is the most written to a client under one deadline: a
+// large answer is written in pieces, each of which must be accepted
+// within Config.ClientWriteTimeout.
+const clientWriteChunk = 64 << 10
+
+// deadlines is echo middleware, run before routing, that bounds what a
+// client can hold: its body must arrive within Config.BodyReadTimeout,
+// and every write and flush to it must complete within
+// Config.ClientWriteTimeout. An answer written before the body was read
+// in full (a refusal) closes the connection instead of draining the rest
+// of the body.
+func (g *Gateway) deadlines(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		res, r := c.Response(), c.Request()
+		cw := &clientWriter{ResponseWriter: res.Writer, rc: http.NewResponseController(res.Writer), timeout: g.cfg.ClientWriteTimeout, r: r}
+		cw.body = httpadmit.WatchBody(res.Writer, r, g.cfg.BodyReadTimeout)
+		res.Writer = cw
+		// Armed now for what net/http writes by itself (100 Continue),
+		// and again at the end for what it writes after the handler.
+		cw.arm()
+		err := next(c)
+		cw.arm()
+		if cw.body == nil {
+			return err
+		}
+		if cw.body.TimedOut() && !res.Committed {
+			// The handler gave up on the body (net/http cancels the
+			// request when a read fails) without answering.
+			writeError(res, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "",
+				"The request body was not received in time.")
+		}
+		cw.body.Abandon()
+		return err
+	}
+}
+
+// clientWriter arms the client write deadline before every write, flush
+// and header.
+type clientWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	r       *http.Request
+	body    *httpadmit.Body // nil for a request without a body
+}
+
+func (w *clientWriter) arm() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
+
+// WriteHeader implements http.ResponseWriter. An answer to a request
+// whose body is not read to its end closes the connection: net/http
+// would otherwise read (drain) the rest of the body first, at the
+// client's pace.
+func (w *clientWriter) WriteHeader(code int) {
+	if code >= 200 {
+		httpadmit.CloseUnread(w.Header(), w.r, w.body)
+	}
+	w.arm()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter, clientWriteChunk bytes per
+// deadline.
+func (w *clientWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), clientWriteChunk)
+		w.arm()
+		m, err := w.ResponseWriter.Write(p[:k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// FlushError flushes within the deadline; http.ResponseController and
+// flushClient use it.
+func (w *clientWriter) FlushError() error {
+	w.arm()
+	return w.rc.Flush()
+}
+
+// Flush implements http.Flusher.
+func (w *clientWriter) Flush() { _ = w.FlushError() }
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeClient writes p to the client of an exchange and flushes it, each
+// step within the client write timeout; it returns the first error, once
+// the client has stopped reading or left.
+func (x *exchange) writeClient(p []byte) error {
+	w := x.c.Response()
+	if _, err := w.Write(p); err != nil {
+		return err
+	}
+	return flushClient(w)
+}
+
+// flushClient flushes a response and returns the error echo's Flush
+// drops.
+func flushClient(w *echo.Response) error {
+	if f, ok := w.Writer.(interface{ FlushError() error }); ok {
+		return f.FlushError()
+	}
+	return http.NewResponseController(w.Writer).Flush()
+}
