@@ -339,8 +339,8 @@ type Estimate struct {
 	Priced bool
 }
 
-// TotalTokens returns InputTokens + OutputTokens.
-func (e Estimate) TotalTokens() int64 { return satAdd(e.InputTokens, e.OutputTokens) }
+// TotalTokens returns InputTokens + OutputTokens, at most [MaxTokens].
+func (e Estimate) TotalTokens() int64 { return capTokens(satAdd(e.InputTokens, e.OutputTokens)) }
 
 // Estimate parses the body of a request to the endpoint at path (see
 // [EndpointFor]) and prices it. Errors match [ErrTooLarge] (the body is over
@@ -352,22 +352,10 @@ func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
 		return Estimate{}, &BodyTooLargeError{Limit: e.maxBody, Size: int64(len(body))}
 	}
 	ep := EndpointFor(path)
-	var (
-		est Estimate
-		err error
-	)
-	switch ep {
-	case EndpointChatCompletions:
-		est, err = e.chat(body)
-	case EndpointCompletions:
-		est, err = e.completions(body)
-	case EndpointEmbeddings:
-		est, err = e.embeddings(body)
-	case EndpointResponses:
-		est, err = e.responses(body)
-	default:
+	if ep == EndpointUnknown {
 		return Estimate{}, fmt.Errorf("%w: %q", ErrUnsupportedEndpoint, path)
 	}
+	est, err := e.price(ep, body)
 	if err != nil {
 		return Estimate{}, err
 	}
@@ -380,6 +368,16 @@ func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
 	}
 	return est, nil
 }
+
+// MaxTokens is the largest token figure an [Estimate] carries: 2^50, the
+// same bound as admission.MaxAmount, so that an estimate is always an
+// amount an admission controller accepts. Every sum and product of the
+// estimate saturates there: a request asking for 9223372036854775807 or
+// 1e30 output tokens reserves MaxTokens.
+const MaxTokens = 1 << 50
+
+// capTokens bounds a token figure to [0, MaxTokens].
+func capTokens(n int64) int64 { return min(max(n, 0), MaxTokens) }
 
 // satAdd adds non-negative numbers, saturating at math.MaxInt64.
 func satAdd(a, b int64) int64 {

@@ -79,7 +79,7 @@ func (c ImageCost) tokens(url, detail string) int64 {
 	if !ok {
 		w, h = c.UnknownWidth, c.UnknownHeight
 	}
-	return c.BaseTokens + c.TileTokens*imageTiles(w, h)
+	return satAdd(c.BaseTokens, satMul(c.TileTokens, imageTiles(w, h)))
 }
 
 // ImageTokens returns the price, in tokens, of a w×h image at the given
