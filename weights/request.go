@@ -272,6 +272,9 @@ func (e *Estimator) price(ep Endpoint, body []byte) (Estimate, error) {
 		ep:   ep,
 		buf:  w.buf[:0], dec: w.dec[:0], kdec: w.kdec[:0],
 	}
+	if w.t.keep && cap(w.t.arena) == 0 {
+		w.t.arena = make([]byte, 0, min(e.sampleThreshold, len(body)))
+	}
 	w.walk()
 	if w.sc.err != nil {
 		return Estimate{}, malformed(ep, "", w.sc.err)
