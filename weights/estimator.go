@@ -317,10 +317,12 @@ type Estimate struct {
 	// estimates from a characters-per-token ratio.
 	Encoding Encoding
 	// InputTokens is the estimated prompt size, including the chat format's
-	// per-message overheads, tool definitions and images.
+	// per-message overheads, tool definitions and images, at most
+	// [MaxTokens].
 	InputTokens int64
 	// OutputTokens is the output reservation: the request's own limit (or
-	// the model's default) times the number of completions asked for.
+	// the model's default) times the number of completions asked for, at
+	// most [MaxTokens].
 	OutputTokens int64
 	// Stream reports whether the request asks for a streamed response.
 	Stream bool
@@ -346,7 +348,8 @@ func (e Estimate) TotalTokens() int64 { return capTokens(satAdd(e.InputTokens, e
 // [EndpointFor]) and prices it. Errors match [ErrTooLarge] (the body is over
 // the cap; nothing was parsed), [ErrMalformed] (the body is not a valid
 // request) or [ErrUnsupportedEndpoint]; any other error means a tokenizer
-// could not be loaded.
+// could not be loaded. Estimate neither modifies body nor keeps a
+// reference to it.
 func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
 	if int64(len(body)) > e.maxBody {
 		return Estimate{}, &BodyTooLargeError{Limit: e.maxBody, Size: int64(len(body))}

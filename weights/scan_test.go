@@ -325,3 +325,38 @@ func topLevelRepeats(body []byte) bool {
 	}
 	return false
 }
+
+// BenchmarkEstimateHostile prices the 8 MB body of 500,000 tiny messages,
+// against its peer: encoding/json decoding the same messages into structs,
+// which is what the estimate used to do before counting anything.
+//
+//	go test -run '^$' -bench EstimateHostile -benchmem ./weights/
+func BenchmarkEstimateHostile(b *testing.B) {
+	body := hostileBody(500_000)
+	b.Run("estimate", func(b *testing.B) {
+		e := newTestEstimator(b)
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := e.Estimate("/v1/chat/completions", body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("peer=encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var req struct {
+				Model    string `json:"model"`
+				Messages []struct {
+					Role    string `json:"role"`
+					Content string `json:"content"`
+				} `json:"messages"`
+			}
+			if err := json.Unmarshal(body, &req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
