@@ -90,6 +90,10 @@ const (
 	DefaultCompletionsMaxTokens = 16
 )
 
+// maxSampleThreshold bounds Config.SampleThreshold: the text kept below
+// the threshold is indexed with 32-bit offsets.
+const maxSampleThreshold = 1 << 30
+
 // Config configures an [Estimator]. The zero value is usable: every field
 // documents its default. The tags name the fields as configuration files and
 // validation errors do; Prices and Counters are set in code.
@@ -101,7 +105,7 @@ type Config struct {
 	// SampleThreshold is the total size, in bytes, of the text of one
 	// request above which its prompt tokens are estimated from samples
 	// instead of tokenising all of it. Zero means DefaultSampleThreshold; a
-	// negative value turns sampling off.
+	// negative value turns sampling off. It must be at most 1 GiB.
 	SampleThreshold int `json:"sample_threshold,omitempty" yaml:"sample_threshold,omitempty"`
 	// SampleBytes is how much text is tokenised when sampling. Zero means
 	// DefaultSampleBytes. It must be at least 1024.
@@ -154,6 +158,9 @@ func NewEstimator(cfg Config) (*Estimator, error) {
 	}
 	if cfg.SampleBytes != 0 && cfg.SampleBytes < 1024 {
 		errs = append(errs, errors.New("sample_bytes: must be >= 1024"))
+	}
+	if cfg.SampleThreshold > maxSampleThreshold {
+		errs = append(errs, fmt.Errorf("sample_threshold: must be at most %d", maxSampleThreshold))
 	}
 	if cfg.SampleThreshold > 0 && cfg.SampleBytes > cfg.SampleThreshold {
 		errs = append(errs, errors.New("sample_bytes: must not exceed sample_threshold"))

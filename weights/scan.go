@@ -344,18 +344,24 @@ func intValue(lit string) (v int64, ok bool) {
 			break
 		}
 	}
-	intLen := len(mant)
+	ip, fp := mant, ""
 	for i := 0; i < len(mant); i++ {
 		if mant[i] == '.' {
-			intLen = i
-			mant = mant[:i] + mant[i+1:] // rare: only literals with a fraction
+			ip, fp = mant[:i], mant[i+1:]
 			break
 		}
 	}
-	// The digit at index k of mant weighs 10^(intLen-1-k+exp).
+	// The digits of ip then fp, numbered from 0: digit k weighs
+	// 10^(len(ip)-1-k+exp).
+	digit := func(k int) byte {
+		if k < len(ip) {
+			return ip[k]
+		}
+		return fp[k-len(ip)]
+	}
 	first, last := -1, -1
-	for k := 0; k < len(mant); k++ {
-		if mant[k] != '0' {
+	for k := 0; k < len(ip)+len(fp); k++ {
+		if digit(k) != '0' {
 			if first < 0 {
 				first = k
 			}
@@ -365,6 +371,7 @@ func intValue(lit string) (v int64, ok bool) {
 	if first < 0 {
 		return 0, true
 	}
+	intLen := len(ip)
 	if intLen-1-last+exp < 0 {
 		return 0, false
 	}
@@ -373,7 +380,7 @@ func intValue(lit string) (v int64, ok bool) {
 		u = 1 << 63
 	} else {
 		for k := first; k <= last; k++ {
-			u = u*10 + uint64(mant[k]-'0')
+			u = u*10 + uint64(digit(k)-'0')
 		}
 		for range intLen - 1 - last + exp {
 			u *= 10

@@ -360,3 +360,12 @@ func BenchmarkEstimateHostile(b *testing.B) {
 		}
 	})
 }
+
+func TestSampleThresholdBound(t *testing.T) {
+	if _, err := NewEstimator(Config{SampleThreshold: maxSampleThreshold + 1}); err == nil || !strings.Contains(err.Error(), "sample_threshold") {
+		t.Errorf("NewEstimator(SampleThreshold %d) error = %v; want sample_threshold", maxSampleThreshold+1, err)
+	}
+	if _, err := NewEstimator(Config{SampleThreshold: maxSampleThreshold}); err != nil {
+		t.Errorf("NewEstimator(SampleThreshold %d) error = %v; want none", maxSampleThreshold, err)
+	}
+}
