@@ -1265,6 +1265,7 @@ func (w *walker) item() {
 	}
 	var typ, role, name, args, callID jstring
 	var content, output span
+	typed := false // the type was read: a content is priced where it stands
 	var o object
 	w.begin(&o, itemFields, path)
 	for {
@@ -1274,7 +1275,7 @@ func (w *walker) item() {
 		}
 		switch f {
 		case "type":
-			typ = w.str(path, f)
+			typ, typed = w.str(path, f), true
 		case "role":
 			role = w.str(path, f)
 		case "name":
@@ -1284,24 +1285,24 @@ func (w *walker) item() {
 		case "call_id":
 			callID = w.str(path, f)
 		case "content":
-			content = w.checkContent("input.content")
+			content = w.itemContent("input.content", typed && isMessage(w.decode(typ)))
 		case "output":
-			output = w.checkContent("input.output")
+			output = w.itemContent("input.output", typed && w.decode(typ) == "function_call_output")
 		}
 	}
-	switch w.decode(typ) {
-	case "", "message":
+	switch t := w.decode(typ); {
+	case isMessage(t):
 		w.t.add(tokensPerMessage)
 		w.t.text(w.decode(role))
 		w.priceContent(content, "input.content")
-	case "function_call":
+	case t == "function_call":
 		w.t.text(w.decode(callID))
 		w.t.text(w.decode(name))
 		w.t.text(w.decode(args))
-	case "function_call_output":
+	case t == "function_call_output":
 		w.t.text(w.decode(callID))
 		w.priceContent(output, "input.output")
-	case "item_reference":
+	case t == "item_reference":
 		// Refers to a stored item whose size is unknown here; the actual
 		// usage settles it.
 	default:
@@ -1309,8 +1310,17 @@ func (w *walker) item() {
 	}
 }
 
-// checkContent reads a content without pricing it and returns its span.
-func (w *walker) checkContent(path string) span {
+func isMessage(typ string) bool { return typ == "" || typ == "message" }
+
+// itemContent reads an item's content. It prices it at once when priced
+// is set (its item's type is known and prices it) and returns an empty
+// span; otherwise it only checks it and returns its span, to be priced
+// once the type is known.
+func (w *walker) itemContent(path string, priced bool) span {
+	if priced {
+		w.content(path)
+		return span{}
+	}
 	w.sc.ws()
 	start := w.sc.i
 	mute := w.t.mute
@@ -1320,6 +1330,7 @@ func (w *walker) checkContent(path string) span {
 	return span{start, w.sc.i}
 }
 
+// priceContent prices a content read by itemContent, if it was not priced.
 func (w *walker) priceContent(s span, path string) {
 	if s.end > s.start {
 		w.at(s.start, func() { w.content(path) })

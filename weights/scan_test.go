@@ -369,3 +369,32 @@ func TestSampleThresholdBound(t *testing.T) {
 		t.Errorf("NewEstimator(SampleThreshold %d) error = %v; want none", maxSampleThreshold, err)
 	}
 }
+
+// TestResponsesItemOrder: an item's content is priced by the item's type
+// wherever the type stands.
+func TestResponsesItemOrder(t *testing.T) {
+	e := newTestEstimator(t)
+	c, _ := e.counter(O200kBase)
+	n := func(s string) int64 { return int64(c.Count(s)) }
+	msg := 3 + n("user") + n("Why is the sky blue?") + 85
+	call := n("c1") + n("ok")
+	for _, tt := range []struct {
+		item string
+		want int64
+	}{
+		{`{"type":"message","role":"user","content":[{"type":"input_text","text":"Why is the sky blue?"},{"type":"input_image","image_url":"x","detail":"low"}]}`, msg},
+		{`{"role":"user","content":[{"type":"input_text","text":"Why is the sky blue?"},{"type":"input_image","image_url":"x","detail":"low"}],"type":"message"}`, msg},
+		{`{"content":[{"type":"input_text","text":"Why is the sky blue?"},{"type":"input_image","image_url":"x","detail":"low"}],"role":"user"}`, msg},
+		{`{"type":"function_call_output","call_id":"c1","output":"ok"}`, call},
+		{`{"output":"ok","call_id":"c1","type":"function_call_output"}`, call},
+		{`{"output":"ok","content":"not priced","call_id":"c1","type":"function_call_output"}`, call},
+		{`{"type":"item_reference","content":[{"type":"input_image","image_url":"x"}],"id":"msg_1"}`, 0},
+		{`{"content":[{"type":"input_image","image_url":"x"}],"id":"msg_1","type":"item_reference"}`, 0},
+	} {
+		body := `{"model":"gpt-5","input":[` + tt.item + `]}`
+		est, err := e.Estimate("/v1/responses", []byte(body))
+		if want := tt.want + 3; err != nil || est.InputTokens != want {
+			t.Errorf("Estimate(%s) = %d, %v; want %d", body, est.InputTokens, err, want)
+		}
+	}
+}
