@@ -274,9 +274,10 @@ func TestEstimateMemory(t *testing.T) {
 
 // FuzzScanner checks the scanner against encoding/json: it accepts exactly
 // the valid JSON texts, and never panics; an estimate refuses every body
-// that is not valid JSON or whose request object repeats a key.
+// that is not valid JSON or whose request object, or one of its messages,
+// repeats a key.
 func FuzzScanner(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":[1,2.5e3,-0,"x\u00e9\n",true,false,null,{}]}`, `[`, `{"a":1,"a":2}`, "\"\xff\"", `{"a" :  1 } `, `1e400`, `-`, `"\ud800"`, `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2}`} {
+	for _, s := range []string{`{}`, `{"a":[1,2.5e3,-0,"x\u00e9\n",true,false,null,{}]}`, `[`, `{"a":1,"a":2}`, "\"\xff\"", `{"a" :  1 } `, `1e400`, `-`, `"\ud800"`, `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2}`, `{"messages":[{"role":"user","content":"hi","x":1,"x":2}]}`, `{"messages":[{"role":"user","ro\u006ce":"x"}]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -294,36 +295,63 @@ func FuzzScanner(f *testing.F) {
 			t.Fatal(err)
 		}
 		_, err = e.Estimate("/v1/chat/completions", body)
-		if err == nil && (!json.Valid(body) || topLevelRepeats(body)) {
+		if err == nil && (!json.Valid(body) || repeats(body)) {
 			t.Fatalf("estimated an invalid or ambiguous body")
 		}
 	})
 }
 
-// topLevelRepeats reports whether body is an object with a repeated key,
-// using encoding/json's tokenizer.
-func topLevelRepeats(body []byte) bool {
+// repeats reports whether body is an object that repeats a key, or whose
+// "messages" array holds an object that does, using encoding/json's
+// tokenizer as the reference.
+func repeats(body []byte) bool {
 	d := json.NewDecoder(bytes.NewReader(body))
+	// object reads the members of an object whose '{' was read; messages
+	// reports whether it is the request, whose messages are checked too.
+	var object func(request bool) (bool, error)
+	object = func(request bool) (bool, error) {
+		seen := map[string]bool{}
+		rep := false
+		for d.More() {
+			tok, err := d.Token()
+			if err != nil {
+				return false, err
+			}
+			k := tok.(string)
+			rep = rep || seen[k]
+			seen[k] = true
+			if request && k == "messages" {
+				if tok, err := d.Token(); err != nil || tok != json.Delim('[') {
+					return rep, err
+				}
+				for d.More() {
+					if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+						return rep, err
+					}
+					r, err := object(false)
+					if err != nil {
+						return false, err
+					}
+					rep = rep || r
+				}
+				if _, err := d.Token(); err != nil {
+					return false, err
+				}
+				continue
+			}
+			var v json.RawMessage
+			if err := d.Decode(&v); err != nil {
+				return false, err
+			}
+		}
+		_, err := d.Token()
+		return rep, err
+	}
 	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
 		return false
 	}
-	seen := map[string]bool{}
-	for d.More() {
-		tok, err := d.Token()
-		if err != nil {
-			return false
-		}
-		k := tok.(string)
-		if seen[k] {
-			return true
-		}
-		seen[k] = true
-		var v json.RawMessage
-		if err := d.Decode(&v); err != nil {
-			return false
-		}
-	}
-	return false
+	rep, err := object(true)
+	return err == nil && rep
 }
 
 // BenchmarkEstimateHostile prices the 8 MB body of 500,000 tiny messages,
@@ -395,6 +423,22 @@ func TestResponsesItemOrder(t *testing.T) {
 		est, err := e.Estimate("/v1/responses", []byte(body))
 		if want := tt.want + 3; err != nil || est.InputTokens != want {
 			t.Errorf("Estimate(%s) = %d, %v; want %d", body, est.InputTokens, err, want)
+		}
+	}
+}
+
+// TestRepeatsReference checks the reference FuzzScanner relies on.
+func TestRepeatsReference(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"a":1,"a":2}`:             true,
+		`{"a":1,"b":{"a":1,"a":2}}`: false,
+		`{"messages":[{"role":"x"},{"role":"x","role":"y"}]}`: true,
+		`{"messages":[{"role":"x"},{"ro\u006ce":"x"}]}`:       false,
+		`{"messages":[{"ro\u006ce":"x","role":"y"}]}`:         true,
+		`{"a":1,"b":2}`: false,
+	} {
+		if got := repeats([]byte(body)); got != want {
+			t.Errorf("repeats(%s) = %v; want %v", body, got, want)
 		}
 	}
 }
