@@ -38,9 +38,12 @@ const (
 	// sizeText measures the text and keeps a copy of it while it is no
 	// larger than the sampling threshold: the first walk.
 	sizeText tallyMode = iota
-	// countText counts every piece exactly.
+	// countPieces counts every piece exactly: a second walk when sampling
+	// is off (the model, hence the tokenizer, may come last), or a third
+	// when a sample found nothing to measure.
 	countPieces
-	// samplePieces feeds every piece to a sampler.
+	// samplePieces feeds every piece to a sampler: the second walk above
+	// the sampling threshold, once the text's size is known.
 	samplePieces
 )
 
@@ -64,6 +67,7 @@ type tally struct {
 	smp       sampler
 }
 
+// text takes the next piece of text.
 func (t *tally) text(p string) {
 	if p == "" || t.mute {
 		return
@@ -85,7 +89,8 @@ func (t *tally) text(p string) {
 	}
 }
 
-// add adds a fixed cost (n >= 0).
+// add adds a fixed cost (n >= 0). Fixed costs are taken on the first walk
+// only.
 func (t *tally) add(n int64) {
 	if !t.mute && t.mode == sizeText {
 		t.fixed = satAdd(t.fixed, n)
