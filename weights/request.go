@@ -322,7 +322,7 @@ func (w *walker) inputTokens(m model) (int64, bool) {
 	t := &w.t
 	fixed := satAdd(t.fixed, w.prompt.tokens)
 	if w.ep == EndpointCompletions && !w.prompt.present {
-		fixed++ // the API's default prompt is <|endoftext|>, one token
+		fixed = satAdd(fixed, 1) // the API's default prompt is <|endoftext|>, one token
 	}
 	if t.functions > 0 {
 		fixed = satAdd(fixed, satAdd(toolsEnd, satMul(t.functions, m.toolInit)))

@@ -1,6 +1,10 @@
 package weights
 
-import "unicode/utf8"
+import (
+	"math"
+	"math/bits"
+	"unicode/utf8"
+)
 
 // sampleWindows is the number of windows a sampled estimate tokenises,
 // spread evenly over the text so that a system prompt, a pasted document and
@@ -57,7 +61,20 @@ func (s *sampler) estimate() (n int64, ok bool) {
 	if s.proxy == 0 || s.all == 0 {
 		return 0, false
 	}
-	return (s.tokens*s.all + s.proxy/2) / s.proxy, true
+	return scale(s.tokens, s.all, s.proxy), true
+}
+
+// scale returns a*b/c rounded to the nearest integer, for non-negative a
+// and b and positive c, saturating at math.MaxInt64.
+func scale(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	lo, carry := bits.Add64(lo, uint64(c/2), 0)
+	hi += carry
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, math.MaxInt64))
 }
 
 // alignWindow narrows p[start:end] to white-space boundaries, or to rune

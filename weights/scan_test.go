@@ -442,3 +442,15 @@ func TestRepeatsReference(t *testing.T) {
 		}
 	}
 }
+
+func TestScale(t *testing.T) {
+	for _, tt := range []struct{ a, b, c, want int64 }{
+		{10, 10, 3, 33}, {10, 10, 6, 17}, {0, 5, 7, 0}, {7, 3, 1, 21},
+		{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64},
+		{math.MaxInt64, 2, 1, math.MaxInt64}, {1 << 40, 1 << 40, 1 << 30, 1 << 50},
+	} {
+		if got := scale(tt.a, tt.b, tt.c); got != tt.want {
+			t.Errorf("scale(%d, %d, %d) = %d; want %d", tt.a, tt.b, tt.c, got, tt.want)
+		}
+	}
+}
