@@ -87,12 +87,13 @@ func kind(c byte) string {
 }
 
 // plainByte marks the bytes a string holds as they are: not a quote, a
-// backslash or a control character.
-var plainByte = func() (t [256]bool) {
+// backslash or a control character; plainASCII the ASCII ones among them.
+var plainByte, plainASCII = func() (t, a [256]bool) {
 	for c := 0x20; c < 256; c++ {
 		t[c] = c != '"' && c != '\\'
+		a[c] = t[c] && c < utf8.RuneSelf
 	}
-	return t
+	return t, a
 }()
 
 // str reads the string at s.i (a quote) and returns its contents, without
@@ -102,9 +103,16 @@ func (s *scanner) str() (raw string, dirty bool) {
 	src := s.s
 	i := s.i + 1
 	start := i
+	ascii := true // no byte above 0x7f so far, so no UTF-8 to check
 	for {
-		for i < len(src) && plainByte[src[i]] {
-			i++
+		if ascii {
+			for i < len(src) && plainASCII[src[i]] {
+				i++
+			}
+		} else {
+			for i < len(src) && plainByte[src[i]] {
+				i++
+			}
 		}
 		if i >= len(src) {
 			s.i = i
@@ -112,10 +120,13 @@ func (s *scanner) str() (raw string, dirty bool) {
 			return "", false
 		}
 		switch c := src[i]; {
+		case c >= utf8.RuneSelf:
+			ascii = false
+			i++
 		case c == '"':
 			raw = src[start:i]
 			s.i = i + 1
-			return raw, dirty || !utf8.ValidString(raw)
+			return raw, dirty || !ascii && !utf8.ValidString(raw)
 		case c == '\\':
 			dirty = true
 			if i+1 >= len(src) {
