@@ -3,6 +3,7 @@ package weights
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -195,10 +196,10 @@ var limitFields = []string{"model", "max_tokens", "max_completion_tokens", "max_
 // The members each object is read for.
 var (
 	requestFields = [...]*fieldSet{
-		EndpointChatCompletions: fields(true, append(limitFields, "messages", "tools", "functions", "response_format")...),
-		EndpointCompletions:     fields(true, append(limitFields, "prompt", "suffix")...),
-		EndpointEmbeddings:      fields(true, append(limitFields, "input")...),
-		EndpointResponses:       fields(true, append(limitFields, "instructions", "input", "tools", "text")...),
+		EndpointChatCompletions: fields(true, slices.Concat(limitFields, []string{"messages", "tools", "functions", "response_format"})...),
+		EndpointCompletions:     fields(true, slices.Concat(limitFields, []string{"prompt", "suffix"})...),
+		EndpointEmbeddings:      fields(true, slices.Concat(limitFields, []string{"input"})...),
+		EndpointResponses:       fields(true, slices.Concat(limitFields, []string{"instructions", "input", "tools", "text"})...),
 	}
 	streamOptionFields   = fields(true, "include_usage")
 	messageFields        = fields(true, "role", "name", "content", "tool_call_id", "tool_calls", "function_call", "refusal")
