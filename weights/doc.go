@@ -52,6 +52,7 @@
 // The tests hold the method to 2% on English and 4% on mixed text. On 256 KiB
 // it takes about a sixteenth of the CPU time of tokenising everything
 // (BenchmarkEstimateChat against BenchmarkPeerTiktokenEncode, cpu-ns/op).
+// Text the proxy does not see (white space only) is scaled by size instead.
 // Below the threshold the count is exact.
 //
 // Text reaches the tokenizer in chunks of at most 1 KiB, cut where the

@@ -3,6 +3,7 @@ package weights
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"reflect"
 	"unicode"
 	"unicode/utf16"
@@ -84,21 +85,30 @@ func unquote(in []byte) (string, bool) {
 // appendUnquote appends the decoded inside of a JSON string literal to out,
 // as unquote decodes it.
 func appendUnquote[S ~string | ~[]byte](out []byte, in S) ([]byte, bool) {
-	for i := 0; i < len(in); {
+	out, _, ok := unquoteChunk(out, in, math.MaxInt)
+	return out, ok
+}
+
+// unquoteChunk decodes the inside of a JSON string literal as
+// appendUnquote does, stopping once out holds limit bytes or more, at the
+// end of a character; it returns how much of in it decoded.
+func unquoteChunk[S ~string | ~[]byte](out []byte, in S, limit int) (_ []byte, n int, ok bool) {
+	i := 0
+	for i < len(in) && len(out) < limit {
 		// Copy the run of plain ASCII up to the next byte that needs care.
 		j := i
-		for j < len(in) && in[j] >= ' ' && in[j] < utf8.RuneSelf && in[j] != '\\' && in[j] != '"' {
+		for j < len(in) && j-i < limit-len(out) && in[j] >= ' ' && in[j] < utf8.RuneSelf && in[j] != '\\' && in[j] != '"' {
 			j++
 		}
 		out = append(out, in[i:j]...)
-		if i = j; i == len(in) {
+		if i = j; i == len(in) || len(out) >= limit {
 			break
 		}
 		c := in[i]
 		switch {
 		case c == '\\':
 			if i+1 >= len(in) {
-				return out, false
+				return out, i, false
 			}
 			switch in[i+1] {
 			case '"', '\\', '/':
@@ -116,7 +126,7 @@ func appendUnquote[S ~string | ~[]byte](out []byte, in S) ([]byte, bool) {
 			case 'u':
 				r, ok := hex4(in[min(i+2, len(in)):])
 				if !ok {
-					return out, false
+					return out, i, false
 				}
 				i += 6
 				if utf16.IsSurrogate(r) {
@@ -134,11 +144,11 @@ func appendUnquote[S ~string | ~[]byte](out []byte, in S) ([]byte, bool) {
 				out = utf8.AppendRune(out, r)
 				continue
 			default:
-				return out, false
+				return out, i, false
 			}
 			i += 2
 		case c < ' ' || c == '"':
-			return out, false
+			return out, i, false
 		case c < utf8.RuneSelf:
 			out = append(out, c)
 			i++
@@ -153,7 +163,7 @@ func appendUnquote[S ~string | ~[]byte](out []byte, in S) ([]byte, bool) {
 			i += size
 		}
 	}
-	return out, true
+	return out, i, true
 }
 
 // hex4 decodes four hexadecimal digits.

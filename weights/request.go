@@ -424,15 +424,52 @@ func (w *walker) decode(v jstring) string {
 	if !v.dirty {
 		return v.raw
 	}
+	if n := len(v.raw); cap(w.dec) < n {
+		if n > 64<<10 {
+			n = w.decodedLen(v.raw) // escapes make long strings much shorter
+		}
+		if cap(w.dec) < n {
+			w.dec = make([]byte, 0, n)
+		}
+	}
 	w.dec, _ = appendUnquote(w.dec[:0], v.raw)
 	return view(w.dec)
+}
+
+// decodedLen returns the length of the decoded value of raw, decoding it
+// a few kilobytes at a time.
+func (w *walker) decodedLen(raw string) int {
+	n := 0
+	for len(raw) > 0 {
+		var k int
+		w.dec, k, _ = unquoteChunk(w.dec[:0], raw, 4<<10)
+		n += len(w.dec)
+		raw = raw[k:]
+	}
+	return n
+}
+
+// textOf prices a string as text. When only the size of the text matters
+// (the first walk, once the text is above the sampling threshold), a
+// string with escapes is measured without being decoded whole.
+func (w *walker) textOf(v jstring) {
+	t := &w.t
+	if v.dirty && t.mode == sizeText && !t.mute && (!t.keep || len(v.raw) > 64<<10) {
+		n := w.decodedLen(v.raw)
+		if !t.keep || t.bytes+n > t.threshold {
+			t.bytes += n
+			t.keep = false
+			return
+		}
+	}
+	t.text(w.decode(v))
 }
 
 func appendDecoded(dst []byte, v jstring) []byte {
 	if !v.dirty {
 		return append(dst, v.raw...)
 	}
-	dst, _ = appendUnquote(dst, v.raw)
+	dst, _ = appendUnquote(slices.Grow(dst, len(v.raw)), v.raw)
 	return dst
 }
 
@@ -510,7 +547,7 @@ func (w *walker) str(path, name string) jstring {
 }
 
 // text reads a string or null and prices it as text.
-func (w *walker) text(path, name string) { w.t.text(w.decode(w.str(path, name))) }
+func (w *walker) text(path, name string) { w.textOf(w.str(path, name)) }
 
 // int reads an integer or null.
 func (w *walker) int(path, name string) limit {
@@ -623,7 +660,7 @@ func (w *walker) walk() {
 			if v := w.str("", name); v.raw != "" {
 				w.t.add(tokensPerMessage)
 				w.t.text("system")
-				w.t.text(w.decode(v))
+				w.textOf(v)
 			}
 		case "input":
 			if w.ep == EndpointEmbeddings {
@@ -690,7 +727,7 @@ func (w *walker) chatMessages() {
 			case "name":
 				if v := w.str("messages", name); v.raw != "" {
 					w.t.add(tokensPerName)
-					w.t.text(w.decode(v))
+					w.textOf(v)
 				}
 			case "content":
 				w.content("messages.content")
@@ -751,7 +788,7 @@ func (w *walker) content(path string) {
 	switch c := w.sc.peek(); c {
 	case '"':
 		raw, dirty := w.sc.str()
-		w.t.text(w.decode(jstring{raw, dirty}))
+		w.textOf(jstring{raw, dirty})
 	case 'n':
 		w.sc.lit()
 	case '[':
@@ -800,9 +837,9 @@ func (w *walker) part(path string) {
 	}
 	switch w.decode(typ) {
 	case "text", "input_text", "output_text":
-		w.t.text(w.decode(text))
+		w.textOf(text)
 	case "refusal":
-		w.t.text(w.decode(refusal))
+		w.textOf(refusal)
 	case "image_url", "input_image":
 		if urlDetail.raw == "" {
 			urlDetail = detail
@@ -1244,7 +1281,7 @@ func (w *walker) responsesInput() {
 		if v := w.str("", "input"); v.raw != "" {
 			w.t.add(tokensPerMessage)
 			w.t.text("user")
-			w.t.text(w.decode(v))
+			w.textOf(v)
 		}
 	case '[':
 		w.sc.open()
@@ -1299,14 +1336,14 @@ func (w *walker) item() {
 	switch t := w.decode(typ); {
 	case isMessage(t):
 		w.t.add(tokensPerMessage)
-		w.t.text(w.decode(role))
+		w.textOf(role)
 		w.priceContent(content, "input.content")
 	case t == "function_call":
-		w.t.text(w.decode(callID))
-		w.t.text(w.decode(name))
-		w.t.text(w.decode(args))
+		w.textOf(callID)
+		w.textOf(name)
+		w.textOf(args)
 	case t == "function_call_output":
-		w.t.text(w.decode(callID))
+		w.textOf(callID)
 		w.priceContent(output, "input.output")
 	case t == "item_reference":
 		// Refers to a stored item whose size is unknown here; the actual

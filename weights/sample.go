@@ -28,6 +28,7 @@ type sampler struct {
 	base   int // offset of the next piece
 	tokens int64
 	proxy  int64 // proxy count of the windows
+	bytes  int64 // size of the windows
 	all    int64 // proxy count of the pieces so far
 }
 
@@ -49,19 +50,24 @@ func (s *sampler) piece(p string) {
 		if win := alignWindow(p, start, end); win != "" {
 			s.tokens += int64(countText(s.c, win))
 			s.proxy += textProxy(win)
+			s.bytes += int64(len(win))
 		}
 	}
 	s.base += len(p)
 }
 
-// estimate returns the estimate once every piece was added; ok is false
-// when nothing was sampleable (white space only, or windows without a
-// complete character), and the text must then be counted in full.
+// estimate returns the estimate once every piece was added. When the
+// windows hold nothing the proxy counts (white space only) the tokens
+// found are scaled by size instead; ok is false when the windows held no
+// complete character, and the text must then be counted in full.
 func (s *sampler) estimate() (n int64, ok bool) {
-	if s.proxy == 0 || s.all == 0 {
-		return 0, false
+	switch {
+	case s.proxy > 0:
+		return scale(s.tokens, s.all, s.proxy), true
+	case s.bytes > 0:
+		return scale(s.tokens, int64(s.total), s.bytes), true
 	}
-	return scale(s.tokens, s.all, s.proxy), true
+	return 0, false
 }
 
 // scale returns a*b/c rounded to the nearest integer, for non-negative a
