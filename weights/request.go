@@ -58,14 +58,16 @@ type tally struct {
 	threshold int  // the sampling threshold; negative: never sample
 	fixed     int64
 	images    int
-	functions int64 // function definitions, priced once the model is known
-	bytes     int   // text bytes seen
-	keep      bool  // the text is copied to arena
-	arena     []byte
-	ends      []int32 // where each piece of arena ends
-	counter   Counter
-	n         int64 // tokens counted (countPieces)
-	smp       sampler
+	// imageHeaders counts the data: URL images whose size was looked for.
+	imageHeaders int
+	functions    int64 // function definitions, priced once the model is known
+	bytes        int   // text bytes seen
+	keep         bool  // the text is copied to arena
+	arena        []byte
+	ends         []int32 // where each piece of arena ends
+	counter      Counter
+	n            int64 // tokens counted (countPieces)
+	smp          sampler
 }
 
 // text takes the next piece of text.
@@ -883,8 +885,10 @@ func (w *walker) image(url, detail jstring) {
 		d = "low"
 	}
 	u := ""
-	if w.e.images.FlatTokens <= 0 && d != "low" {
-		u = w.decode(url)
+	if w.e.images.FlatTokens <= 0 && d != "low" && w.t.imageHeaders < maxImageHeaders {
+		if u = w.decode(url); strings.HasPrefix(u, "data:") {
+			w.t.imageHeaders++
+		}
 	}
 	w.t.add(w.e.images.tokens(u, d))
 	w.t.images++

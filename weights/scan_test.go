@@ -497,3 +497,33 @@ func TestSampledWhiteSpace(t *testing.T) {
 		}
 	}
 }
+
+// TestManyDataURLImages: the headers of at most maxImageHeaders data: URL
+// images are read per request; the others are priced at the unknown size.
+// Reading every header of an 8 MB body of 51,781 tiny images allocated
+// 373 MB.
+func TestManyDataURLImages(t *testing.T) {
+	e, err := NewEstimator(Config{MaxBodyBytes: 9 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := `{"type":"image_url","image_url":{"url":"data:image/png;base64,` + tinyPNG + `"}},`
+	n := (8 << 20) / len(part)
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[` + strings.TrimSuffix(strings.Repeat(part, n), ",") + `]}]}`)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	est, err := e.Estimate("/v1/chat/completions", body)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := e.counter(O200kBase)
+	want := int64(3+c.Count("user")+3) + maxImageHeaders*ImageTokens(1, 1, "") + int64(n-maxImageHeaders)*ImageTokens(1024, 1024, "")
+	if est.Images != n || est.InputTokens != want {
+		t.Errorf("%d images: %d images, %d tokens; want %d, %d", n, est.Images, est.InputTokens, n, want)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(len(body))/2 {
+		t.Errorf("pricing %d images in %d bytes allocated %d bytes; want at most half the body", n, len(body), alloc)
+	}
+}
