@@ -41,7 +41,8 @@
 // a [*MalformedError] matching [ErrMalformed] (answer 400); nothing panics on
 // input. When a request's text exceeds [Config.SampleThreshold] (64 KiB by
 // default) its tokens are estimated from 8 KiB of samples: eight windows,
-// aligned to white space, spread evenly over the text. Their token count is
+// aligned to white space, spread evenly over the text (in the order the
+// body gives it). Their token count is
 // scaled to the whole text by a cheap proxy (words, digit groups,
 // punctuation and non-ASCII characters, counted over all of it), whose ratio
 // to tokens varies far less between languages and code than bytes per token
