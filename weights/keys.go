@@ -95,4 +95,7 @@ func (k *keySet) reset() {
 		k.slots, k.log = nil, nil
 	}
 	k.scratch = k.scratch[:0]
+	if cap(k.scratch) > 64<<10 {
+		k.scratch = nil
+	}
 }
