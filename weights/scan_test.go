@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -525,5 +526,40 @@ func TestManyDataURLImages(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(len(body))/2 {
 		t.Errorf("pricing %d images in %d bytes allocated %d bytes; want at most half the body", n, len(body), alloc)
+	}
+}
+
+// TestKeySet runs random nestings of objects and keys against a reference
+// made of one map per open object.
+func TestKeySet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var k keySet
+	type frame struct {
+		id   int32
+		mark int
+		keys map[string]bool
+	}
+	var stack []frame
+	for step := range 20000 {
+		switch r := rng.IntN(10); {
+		case r == 0 || len(stack) == 0:
+			id, mark := k.open()
+			stack = append(stack, frame{id, mark, map[string]bool{}})
+		case r == 1:
+			f := stack[len(stack)-1]
+			k.release(f.mark)
+			stack = stack[:len(stack)-1]
+		default:
+			f := stack[len(stack)-1]
+			key := fmt.Sprint(rng.IntN(300))
+			raw, dirty := key, false
+			if rng.IntN(4) == 0 {
+				raw, dirty = `\u003`+key[:1]+key[1:], true // the same key, escaped
+			}
+			if got, want := k.insert(f.id, key, raw, dirty), f.keys[key]; got != want {
+				t.Fatalf("step %d: insert(%q) in object %d = %v; want %v", step, key, f.id, got, want)
+			}
+			f.keys[key] = true
+		}
 	}
 }
