@@ -96,8 +96,11 @@ func unquoteChunk[S ~string | ~[]byte](out []byte, in S, limit int) (_ []byte, n
 	i := 0
 	for i < len(in) && len(out) < limit {
 		// Copy the run of plain ASCII up to the next byte that needs care.
-		j := i
-		for j < len(in) && j-i < limit-len(out) && in[j] >= ' ' && in[j] < utf8.RuneSelf && in[j] != '\\' && in[j] != '"' {
+		j, end := i, len(in)
+		if limit-len(out) < end-i {
+			end = i + limit - len(out)
+		}
+		for j < end && plainASCII[in[j]] {
 			j++
 		}
 		out = append(out, in[i:j]...)

@@ -427,10 +427,8 @@ func (w *walker) decode(v jstring) string {
 		return v.raw
 	}
 	if n := len(v.raw); cap(w.dec) < n {
-		if n > 64<<10 {
-			n = w.decodedLen(v.raw) // escapes make long strings much shorter
-		}
-		if cap(w.dec) < n {
+		// A \u escape of six bytes decodes to at most three.
+		if n = max(n-3*strings.Count(v.raw, `\u`), 0); cap(w.dec) < n {
 			w.dec = make([]byte, 0, n)
 		}
 	}
