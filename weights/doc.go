@@ -41,17 +41,19 @@
 // a [*MalformedError] matching [ErrMalformed] (answer 400); nothing panics on
 // input. When a request's text exceeds [Config.SampleThreshold] (64 KiB by
 // default) its tokens are estimated from 8 KiB of samples: eight windows,
-// aligned to white space, spread evenly over the text. Their token count is
+// aligned to white space, spread evenly over the text (in the order the
+// body gives it). Their token count is
 // scaled to the whole text by a cheap proxy (words, digit groups,
 // punctuation and non-ASCII characters, counted over all of it), whose ratio
 // to tokens varies far less between languages and code than bytes per token
 // does. Measured on 24 texts of 70 to 256 KiB each (four sizes, six
 // paragraph orders): English chat text is within 1.43% of the exact count
-// (0.58% on average; 0.66% for the 256 KiB benchmark request), text mixing
+// (0.58% on average; 0.70% for the 256 KiB benchmark request), text mixing
 // six languages with code, JSON and SQL within 2.81% (1.32% on average).
 // The tests hold the method to 2% on English and 4% on mixed text. On 256 KiB
 // it takes about a sixteenth of the CPU time of tokenising everything
 // (BenchmarkEstimateChat against BenchmarkPeerTiktokenEncode, cpu-ns/op).
+// Text the proxy does not see (white space only) is scaled by size instead.
 // Below the threshold the count is exact.
 //
 // Text reaches the tokenizer in chunks of at most 1 KiB, cut where the
@@ -61,6 +63,44 @@
 // a single repeated letter took 6.6 s to count in one call; chunked, it costs
 // two to three times as much as 64 KiB of English (a run with no space to
 // cut at is cut at a character boundary, which can add one token per KiB).
+//
+// # Reading the body
+//
+// The body is read in one pass by a strict JSON scanner: it accepts what
+// encoding/json accepts (invalid UTF-8 inside a string is counted as
+// U+FFFD; nesting is limited to 10,000 levels) and nothing else. The request
+// is never decoded into a tree: its text goes to the tokenizer piece by
+// piece. Below the sampling threshold a copy of the text, at most the
+// threshold's size, is kept until the model is known; above it, a second
+// pass over the body feeds the sampler. The memory used beyond the body
+// therefore does not grow with the number of messages: pricing an 8 MB
+// body of 500,000 messages allocates about 0.34 MB (TestEstimateMemory),
+// where decoding it with encoding/json allocated 446 MB.
+//
+// Keys are matched case-sensitively, as the OpenAI API matches them. A body
+// is refused with a [*MalformedError] naming the field when an object the
+// estimate reads (the request, a message, a content part and its
+// image_url, a tool call, a tool or function definition, its parameters and
+// their properties, stream_options, response_format, text.format) repeats
+// a key, escapes decoded ("max\u005ftokens" is max_tokens), or has a key
+// that is one of its fields under Unicode case folding without being it
+// ("MAX_TOKENS", "Model", "ſtream"). Upstreams differ on which of two keys
+// they keep and some match keys case-insensitively, so such a body could be
+// read upstream as another request than the one priced: this package
+// refuses it rather than guess. JSON Schema keywords are case-sensitive, so
+// inside parameters only repeats are refused. Objects the estimate does not
+// read (metadata, nested schemas) are not checked. An object it reads may
+// have at most 1,024 members.
+//
+// Integer fields (max_tokens, max_completion_tokens, max_output_tokens, n,
+// best_of, token ids) accept any JSON form of an integer (3000, 3e3,
+// 3000.0); a value with a fraction is refused, and so is a negative limit
+// (n and best_of must be at least 1). JSON sets no bound on a number, so
+// 1e400 is a valid, very large max_tokens. Every figure of an estimate, and
+// every sum and product it is made of, saturates at [MaxTokens] (2^50, the
+// bound of admission.MaxAmount): a request for 9223372036854775807 output
+// tokens, or for 1e30 with n = 128, reserves MaxTokens, never a wrapped or
+// negative amount.
 //
 // # After the call
 //

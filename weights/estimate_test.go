@@ -229,7 +229,12 @@ func TestSampledError(t *testing.T) {
 		for _, size := range []int{80 << 10, 256 << 10} {
 			for seed := uint64(1); seed <= seeds; seed++ {
 				text := corpusText(tt.corpus, size, seed)
-				got := sampleCount(counter, []string{text}, len(text), DefaultSampleBytes)
+				smp := newSampler(counter, len(text), DefaultSampleBytes)
+				smp.piece(text)
+				got, ok := smp.estimate()
+				if !ok {
+					t.Fatalf("%s %dKB seed %d: nothing sampled", tt.name, size>>10, seed)
+				}
 				want := int64(counter.Count(text))
 				errPct := 100 * math.Abs(float64(got-want)) / float64(want)
 				t.Logf("%s %dKB seed %d: sampled %d, exact %d, error %.2f%%", tt.name, size>>10, seed, got, want, errPct)
@@ -270,7 +275,7 @@ func TestOutputReservation(t *testing.T) {
 		{"/v1/responses", `{"model":"gpt-5","input":"hi"}`, 1000},
 		{"/v1/responses", `{"model":"gpt-5","input":"hi","max_output_tokens":300}`, 300},
 		{"/v1/embeddings", `{"model":"text-embedding-3-small","input":"hi","max_tokens":300}`, 0},
-		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":9223372036854775807,"n":128,` + msgs + `}`, math.MaxInt64},
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":9223372036854775807,"n":128,` + msgs + `}`, MaxTokens},
 	}
 	for _, tt := range tests {
 		est, err := e.Estimate(tt.path, []byte(tt.body))

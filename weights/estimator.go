@@ -90,6 +90,10 @@ const (
 	DefaultCompletionsMaxTokens = 16
 )
 
+// maxSampleThreshold bounds Config.SampleThreshold: the text kept below
+// the threshold is indexed with 32-bit offsets.
+const maxSampleThreshold = 1 << 30
+
 // Config configures an [Estimator]. The zero value is usable: every field
 // documents its default. The tags name the fields as configuration files and
 // validation errors do; Prices and Counters are set in code.
@@ -101,7 +105,7 @@ type Config struct {
 	// SampleThreshold is the total size, in bytes, of the text of one
 	// request above which its prompt tokens are estimated from samples
 	// instead of tokenising all of it. Zero means DefaultSampleThreshold; a
-	// negative value turns sampling off.
+	// negative value turns sampling off. It must be at most 1 GiB.
 	SampleThreshold int `json:"sample_threshold,omitempty" yaml:"sample_threshold,omitempty"`
 	// SampleBytes is how much text is tokenised when sampling. Zero means
 	// DefaultSampleBytes. It must be at least 1024.
@@ -154,6 +158,9 @@ func NewEstimator(cfg Config) (*Estimator, error) {
 	}
 	if cfg.SampleBytes != 0 && cfg.SampleBytes < 1024 {
 		errs = append(errs, errors.New("sample_bytes: must be >= 1024"))
+	}
+	if cfg.SampleThreshold > maxSampleThreshold {
+		errs = append(errs, fmt.Errorf("sample_threshold: must be at most %d", maxSampleThreshold))
 	}
 	if cfg.SampleThreshold > 0 && cfg.SampleBytes > cfg.SampleThreshold {
 		errs = append(errs, errors.New("sample_bytes: must not exceed sample_threshold"))
@@ -317,10 +324,12 @@ type Estimate struct {
 	// estimates from a characters-per-token ratio.
 	Encoding Encoding
 	// InputTokens is the estimated prompt size, including the chat format's
-	// per-message overheads, tool definitions and images.
+	// per-message overheads, tool definitions and images, at most
+	// [MaxTokens].
 	InputTokens int64
 	// OutputTokens is the output reservation: the request's own limit (or
-	// the model's default) times the number of completions asked for.
+	// the model's default) times the number of completions asked for, at
+	// most [MaxTokens].
 	OutputTokens int64
 	// Stream reports whether the request asks for a streamed response.
 	Stream bool
@@ -339,35 +348,24 @@ type Estimate struct {
 	Priced bool
 }
 
-// TotalTokens returns InputTokens + OutputTokens.
-func (e Estimate) TotalTokens() int64 { return satAdd(e.InputTokens, e.OutputTokens) }
+// TotalTokens returns InputTokens + OutputTokens, at most [MaxTokens].
+func (e Estimate) TotalTokens() int64 { return capTokens(satAdd(e.InputTokens, e.OutputTokens)) }
 
 // Estimate parses the body of a request to the endpoint at path (see
 // [EndpointFor]) and prices it. Errors match [ErrTooLarge] (the body is over
 // the cap; nothing was parsed), [ErrMalformed] (the body is not a valid
 // request) or [ErrUnsupportedEndpoint]; any other error means a tokenizer
-// could not be loaded.
+// could not be loaded. Estimate neither modifies body nor keeps a
+// reference to it.
 func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
 	if int64(len(body)) > e.maxBody {
 		return Estimate{}, &BodyTooLargeError{Limit: e.maxBody, Size: int64(len(body))}
 	}
 	ep := EndpointFor(path)
-	var (
-		est Estimate
-		err error
-	)
-	switch ep {
-	case EndpointChatCompletions:
-		est, err = e.chat(body)
-	case EndpointCompletions:
-		est, err = e.completions(body)
-	case EndpointEmbeddings:
-		est, err = e.embeddings(body)
-	case EndpointResponses:
-		est, err = e.responses(body)
-	default:
+	if ep == EndpointUnknown {
 		return Estimate{}, fmt.Errorf("%w: %q", ErrUnsupportedEndpoint, path)
 	}
+	est, err := e.price(ep, body)
 	if err != nil {
 		return Estimate{}, err
 	}
@@ -380,6 +378,16 @@ func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
 	}
 	return est, nil
 }
+
+// MaxTokens is the largest token figure an [Estimate] carries: 2^50, the
+// same bound as admission.MaxAmount, so that an estimate is always an
+// amount an admission controller accepts. Every sum and product of the
+// estimate saturates there: a request asking for 9223372036854775807 or
+// 1e30 output tokens reserves MaxTokens.
+const MaxTokens = 1 << 50
+
+// capTokens bounds a token figure to [0, MaxTokens].
+func capTokens(n int64) int64 { return min(max(n, 0), MaxTokens) }
 
 // satAdd adds non-negative numbers, saturating at math.MaxInt64.
 func satAdd(a, b int64) int64 {

@@ -16,9 +16,11 @@ import (
 // BaseTokens (85); any other is scaled to fit 2048×2048, then so that its
 // shorter side is at most 768 pixels, and costs BaseTokens plus TileTokens
 // (170) per 512-pixel tile. The dimensions of a base64 data: URL image (PNG,
-// JPEG, GIF) are read from its header; an image behind an http(s) URL is
-// assumed to be UnknownWidth×UnknownHeight (1024×1024: 765 tokens). Models
-// that price images differently (gpt-4o-mini multiplies these figures) are
+// JPEG, GIF) are read from its header, for the first 64 such images of a
+// request; an image behind an http(s) URL, and any further data: URL image,
+// is assumed to be UnknownWidth×UnknownHeight (1024×1024: 765 tokens), so
+// that a request of thousands of tiny images costs bounded work. Models that
+// price images differently (gpt-4o-mini multiplies these figures) are
 // configured with other BaseTokens and TileTokens, or with FlatTokens.
 type ImageCost struct {
 	// FlatTokens, when positive, is the price of every image regardless of
@@ -33,6 +35,10 @@ type ImageCost struct {
 	UnknownWidth  int `json:"unknown_width,omitempty" yaml:"unknown_width,omitempty"`
 	UnknownHeight int `json:"unknown_height,omitempty" yaml:"unknown_height,omitempty"`
 }
+
+// maxImageHeaders is how many data: URL images of one request have their
+// header read.
+const maxImageHeaders = 64
 
 func (c ImageCost) validate(path string) []error {
 	var errs []error
@@ -79,7 +85,7 @@ func (c ImageCost) tokens(url, detail string) int64 {
 	if !ok {
 		w, h = c.UnknownWidth, c.UnknownHeight
 	}
-	return c.BaseTokens + c.TileTokens*imageTiles(w, h)
+	return satAdd(c.BaseTokens, satMul(c.TileTokens, imageTiles(w, h)))
 }
 
 // ImageTokens returns the price, in tokens, of a w×h image at the given

@@ -3,10 +3,8 @@ package weights
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
+	"math"
 	"reflect"
-	"strings"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -42,157 +40,20 @@ func (s *jstr) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-var (
-	typeJstr    = reflect.TypeFor[jstr]()
-	typeContent = reflect.TypeFor[content]()
-	typeInput   = reflect.TypeFor[textInput]()
-)
+// functionCall is a function call's name and arguments, in the shape of
+// the streamed responses' deltas.
+type functionCall struct {
+	Name      jstr `json:"name"`
+	Arguments jstr `json:"arguments"`
+}
+
+var typeJstr = reflect.TypeFor[jstr]()
 
 // typeError reports a JSON value b of the wrong kind for Go type t, in the
 // form encoding/json completes with the field's path.
 func typeError(b []byte, t reflect.Type) error {
-	v := "value"
-	switch firstByte(b) {
-	case '"':
-		v = "string"
-	case '{':
-		v = "object"
-	case '[':
-		v = "array"
-	case 't', 'f':
-		v = "bool"
-	case 'n':
-		v = "null"
-	default:
-		v = "number"
-	}
-	return &json.UnmarshalTypeError{Value: v, Type: t}
+	return &json.UnmarshalTypeError{Value: kind(firstByte(b)), Type: t}
 }
-
-// describeType names what a Go type accepts, for error messages.
-func describeType(t reflect.Type) string {
-	switch t {
-	case typeJstr:
-		return "a string"
-	case typeContent:
-		return "a string or an array of content parts"
-	case typeInput:
-		return "a string, an array of strings, an array of token ids or an array of token arrays"
-	}
-	if t == nil {
-		return "another type"
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Int, reflect.Int64, reflect.Int32:
-		return "an integer"
-	case reflect.Float64:
-		return "a number"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Slice:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	}
-	return "another type"
-}
-
-// embeddedPath removes the names of embedded structs from field paths.
-var embeddedPath = strings.NewReplacer("limits.", "", "functionDef.", "")
-
-// decode unmarshals a request body into v, turning every failure into a
-// *MalformedError.
-func decode(ep Endpoint, body []byte, v any) error {
-	if firstByte(body) != '{' {
-		return malformed(ep, "", errors.New("want a JSON object"))
-	}
-	err := json.Unmarshal(body, v)
-	if err == nil {
-		return nil
-	}
-	var (
-		ute *json.UnmarshalTypeError
-		se  *json.SyntaxError
-	)
-	switch {
-	case errors.As(err, &ute):
-		return malformed(ep, embeddedPath.Replace(ute.Field), fmt.Errorf("want %s, got %s", describeType(ute.Type), ute.Value))
-	case errors.As(err, &se):
-		return malformed(ep, "", fmt.Errorf("invalid JSON at byte %d: %w", se.Offset, se))
-	}
-	return malformed(ep, "", err)
-}
-
-// content is a message's content: a string, an array of parts, or null.
-type content struct {
-	text  jstr
-	parts []contentPart
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (c *content) UnmarshalJSON(b []byte) error {
-	switch firstByte(b) {
-	case '"':
-		return c.text.UnmarshalJSON(b)
-	case '[':
-		return json.Unmarshal(b, &c.parts)
-	case 'n':
-		return nil
-	}
-	return typeError(b, typeContent)
-}
-
-// contentPart is one part of an array content, in the shapes of the Chat
-// Completions API ("text", "image_url", "refusal") and of the Responses API
-// ("input_text", "output_text", "input_image", "refusal").
-type contentPart struct {
-	Type     string   `json:"type"`
-	Text     jstr     `json:"text"`
-	Refusal  jstr     `json:"refusal"`
-	ImageURL imageRef `json:"image_url"`
-	Detail   string   `json:"detail"`
-	rawLen   int
-}
-
-// UnmarshalJSON implements json.Unmarshaler, recording the part's size for
-// part types that are priced by size.
-func (p *contentPart) UnmarshalJSON(b []byte) error {
-	type plain contentPart
-	if err := json.Unmarshal(b, (*plain)(p)); err != nil {
-		return err
-	}
-	p.rawLen = len(b)
-	return nil
-}
-
-// imageRef is an image_url value: an object {"url", "detail"} in the Chat
-// Completions API, a plain string in the Responses API.
-type imageRef struct {
-	URL    jstr   `json:"url"`
-	Detail string `json:"detail"`
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (r *imageRef) UnmarshalJSON(b []byte) error {
-	switch firstByte(b) {
-	case '"', 'n':
-		return r.URL.UnmarshalJSON(b)
-	case '{':
-	default:
-		return typeError(b, reflect.TypeFor[imageRef]())
-	}
-	type plain imageRef
-	return json.Unmarshal(b, (*plain)(r))
-}
-
-// sized is a JSON value of any type whose encoded size is kept, for items
-// priced by size.
-type sized int
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (s *sized) UnmarshalJSON(b []byte) error { *s = sized(len(b)); return nil }
 
 // firstByte returns the first non-space byte of b, or 0.
 func firstByte(b []byte) byte {
@@ -217,22 +78,40 @@ func bytesTokens(n int) int64 { return int64(n+3) / 4 }
 // false for input encoding/json would reject (a control character, a bad
 // escape), so the caller can fall back to it for the error.
 func unquote(in []byte) (string, bool) {
-	out := make([]byte, 0, len(in))
-	for i := 0; i < len(in); {
+	out, ok := appendUnquote(make([]byte, 0, len(in)), in)
+	return string(out), ok
+}
+
+// appendUnquote appends the decoded inside of a JSON string literal to out,
+// as unquote decodes it.
+func appendUnquote[S ~string | ~[]byte](out []byte, in S) ([]byte, bool) {
+	out, _, ok := unquoteChunk(out, in, math.MaxInt)
+	return out, ok
+}
+
+// unquoteChunk decodes the inside of a JSON string literal as
+// appendUnquote does, stopping once out holds limit bytes or more, at the
+// end of a character; it returns how much of in it decoded.
+func unquoteChunk[S ~string | ~[]byte](out []byte, in S, limit int) (_ []byte, n int, ok bool) {
+	i := 0
+	for i < len(in) && len(out) < limit {
 		// Copy the run of plain ASCII up to the next byte that needs care.
-		j := i
-		for j < len(in) && in[j] >= ' ' && in[j] < utf8.RuneSelf && in[j] != '\\' && in[j] != '"' {
+		j, end := i, len(in)
+		if limit-len(out) < end-i {
+			end = i + limit - len(out)
+		}
+		for j < end && plainASCII[in[j]] {
 			j++
 		}
 		out = append(out, in[i:j]...)
-		if i = j; i == len(in) {
+		if i = j; i == len(in) || len(out) >= limit {
 			break
 		}
 		c := in[i]
 		switch {
 		case c == '\\':
 			if i+1 >= len(in) {
-				return "", false
+				return out, i, false
 			}
 			switch in[i+1] {
 			case '"', '\\', '/':
@@ -248,9 +127,9 @@ func unquote(in []byte) (string, bool) {
 			case 't':
 				out = append(out, '\t')
 			case 'u':
-				r, ok := hex4(in[i+2:])
+				r, ok := hex4(in[min(i+2, len(in)):])
 				if !ok {
-					return "", false
+					return out, i, false
 				}
 				i += 6
 				if utf16.IsSurrogate(r) {
@@ -268,16 +147,17 @@ func unquote(in []byte) (string, bool) {
 				out = utf8.AppendRune(out, r)
 				continue
 			default:
-				return "", false
+				return out, i, false
 			}
 			i += 2
 		case c < ' ' || c == '"':
-			return "", false
+			return out, i, false
 		case c < utf8.RuneSelf:
 			out = append(out, c)
 			i++
 		default:
-			r, size := utf8.DecodeRune(in[i:])
+			// At most four bytes: the conversion does not allocate.
+			r, size := utf8.DecodeRuneInString(string(in[i:min(i+utf8.UTFMax, len(in))]))
 			if r == utf8.RuneError && size == 1 {
 				out = utf8.AppendRune(out, unicode.ReplacementChar)
 			} else {
@@ -286,16 +166,17 @@ func unquote(in []byte) (string, bool) {
 			i += size
 		}
 	}
-	return string(out), true
+	return out, i, true
 }
 
 // hex4 decodes four hexadecimal digits.
-func hex4(b []byte) (rune, bool) {
+func hex4[S ~string | ~[]byte](b S) (rune, bool) {
 	if len(b) < 4 {
 		return 0, false
 	}
 	var r rune
-	for _, c := range b[:4] {
+	for i := range 4 {
+		c := b[i]
 		switch {
 		case '0' <= c && c <= '9':
 			c -= '0'

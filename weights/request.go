@@ -1,11 +1,12 @@
 package weights
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"sort"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"unsafe"
 )
 
 // The chat format's fixed costs, from OpenAI's cookbook "How to count tokens
@@ -25,590 +26,1045 @@ const (
 	// see model.toolInit.
 )
 
-// tally collects the text of one request and its fixed token costs, then
-// counts the text exactly or, above the sampling threshold, from samples.
+// maxMembers is the most members an object the estimate reads may have
+// (the request itself, a message, a content part, a tool, a schema's
+// properties...); objects it does not read (metadata, nested schemas) are
+// not limited.
+const maxMembers = 1024
+
+// tallyMode is what a walk over the body does with the text it finds.
+type tallyMode int
+
+const (
+	// sizeText measures the text and keeps a copy of it while it is no
+	// larger than the sampling threshold: the first walk.
+	sizeText tallyMode = iota
+	// countPieces counts every piece exactly: a second walk when sampling
+	// is off (the model, hence the tokenizer, may come last), or a third
+	// when a sample found nothing to measure.
+	countPieces
+	// samplePieces feeds every piece to a sampler: the second walk above
+	// the sampling threshold, once the text's size is known.
+	samplePieces
+)
+
+// tally receives the text of one request piece by piece, and its fixed
+// token costs. Pieces are views of the body or of scratch buffers, valid
+// only during the call: the tally keeps nothing but, below the sampling
+// threshold, a copy of the text in arena.
 type tally struct {
-	m      model
-	pieces []string
-	bytes  int
-	fixed  int64
-	images int
+	mode      tallyMode
+	mute      bool // a walk that only checks: nothing is priced
+	threshold int  // the sampling threshold; negative: never sample
+	fixed     int64
+	images    int
+	// imageHeaders counts the data: URL images whose size was looked for.
+	imageHeaders int
+	functions    int64 // function definitions, priced once the model is known
+	bytes        int   // text bytes seen
+	keep         bool  // the text is copied to arena
+	arena        []byte
+	ends         []int32 // where each piece of arena ends
+	counter      Counter
+	n            int64 // tokens counted (countPieces)
+	smp          sampler
 }
 
-func (t *tally) text(s string) {
-	if s != "" {
-		t.pieces = append(t.pieces, s)
-		t.bytes += len(s)
+// text takes the next piece of text.
+func (t *tally) text(p string) {
+	if p == "" || t.mute {
+		return
 	}
-}
-
-// total returns the input tokens: fixed costs plus the counted text.
-func (t *tally) total(threshold, sampleBytes int) (tokens int64, sampled bool) {
-	var n int64
-	if threshold >= 0 && t.bytes > threshold {
-		n, sampled = sampleCount(t.m.counter, t.pieces, t.bytes, sampleBytes), true
-	} else {
-		for _, p := range t.pieces {
-			n += int64(countText(t.m.counter, p))
+	switch t.mode {
+	case sizeText:
+		t.bytes += len(p)
+		if t.keep && t.bytes > t.threshold {
+			t.keep = false
 		}
+		if t.keep {
+			t.arena = append(t.arena, p...)
+			t.ends = append(t.ends, int32(len(t.arena)))
+		}
+	case countPieces:
+		t.n = satAdd(t.n, int64(countText(t.counter, p)))
+	case samplePieces:
+		t.smp.piece(p)
 	}
-	n += t.fixed
-	if n < 0 {
-		n = 0
-	}
-	return n, sampled
 }
 
-// limits are the output-limit fields shared by the request shapes. A field
-// that is absent or null is nil.
+// add adds a fixed cost (n >= 0). Fixed costs are taken on the first walk
+// only.
+func (t *tally) add(n int64) {
+	if !t.mute && t.mode == sizeText {
+		t.fixed = satAdd(t.fixed, n)
+	}
+}
+
+// limit is an integer field of the request: set when present and not null.
+type limit struct {
+	v   int64
+	set bool
+}
+
+// limits are the output-limit fields shared by the request shapes.
 type limits struct {
-	MaxTokens           *int64 `json:"max_tokens"`
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-	MaxOutputTokens     *int64 `json:"max_output_tokens"`
-	N                   *int64 `json:"n"`
-	BestOf              *int64 `json:"best_of"`
-	Stream              *bool  `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage *bool `json:"include_usage"`
-	} `json:"stream_options"`
+	maxTokens, maxCompletionTokens, maxOutputTokens, n, bestOf limit
+	stream, includeUsage                                       bool
 }
 
 // output computes the output reservation: the first limit set, else def,
-// times the number of choices (the larger of n and best_of) and prompts.
+// times the number of choices (the larger of n and best_of) and prompts,
+// at most MaxTokens.
 func (l *limits) output(ep Endpoint, def, prompts int64) (int64, error) {
-	limit := def
-	for _, f := range []struct {
+	out, found := def, false
+	for _, f := range [...]struct {
 		name string
-		v    *int64
-	}{{"max_completion_tokens", l.MaxCompletionTokens}, {"max_tokens", l.MaxTokens}, {"max_output_tokens", l.MaxOutputTokens}} {
-		if f.v == nil {
+		v    limit
+	}{{"max_completion_tokens", l.maxCompletionTokens}, {"max_tokens", l.maxTokens}, {"max_output_tokens", l.maxOutputTokens}} {
+		if !f.v.set {
 			continue
 		}
-		if *f.v < 0 {
+		if f.v.v < 0 {
 			return 0, malformed(ep, f.name, errors.New("must be >= 0"))
 		}
-		limit = *f.v
-		break
+		if !found {
+			out, found = f.v.v, true
+		}
 	}
 	choices := int64(1)
-	for _, f := range []struct {
+	for _, f := range [...]struct {
 		name string
-		v    *int64
-	}{{"n", l.N}, {"best_of", l.BestOf}} {
-		if f.v == nil {
+		v    limit
+	}{{"n", l.n}, {"best_of", l.bestOf}} {
+		if !f.v.set {
 			continue
 		}
-		if *f.v < 1 {
+		if f.v.v < 1 {
 			return 0, malformed(ep, f.name, errors.New("must be >= 1"))
 		}
-		choices = max(choices, *f.v)
+		choices = max(choices, f.v.v)
 	}
-	return satMul(satMul(limit, choices), max(prompts, 1)), nil
+	return capTokens(satMul(satMul(capTokens(out), choices), max(prompts, 1))), nil
 }
 
-func (l *limits) stream() (stream, includeUsage bool) {
-	stream = l.Stream != nil && *l.Stream
-	includeUsage = l.StreamOptions != nil && l.StreamOptions.IncludeUsage != nil && *l.StreamOptions.IncludeUsage
-	return stream, includeUsage
+// jstring is a JSON string as written in the body: its contents, and
+// whether they must be decoded (escapes, invalid UTF-8). The zero value is
+// an absent or null string.
+type jstring struct {
+	raw   string
+	dirty bool
 }
 
-// chatRequest is the part of a /v1/chat/completions body that costs tokens.
-type chatRequest struct {
-	Model          jstr            `json:"model"`
-	Messages       []chatMessage   `json:"messages"`
-	Tools          []toolDef       `json:"tools"`
-	Functions      []functionDef   `json:"functions"`
-	ResponseFormat *responseFormat `json:"response_format"`
-	limits
+// span is the text of a value, as offsets in the body; empty when absent.
+type span struct{ start, end int }
+
+// fieldSet is the members an object of the request is read for.
+type fieldSet struct {
+	names []string
+	// fold refuses keys that differ from a name only in case (an
+	// upstream that matches keys case-insensitively, as Go's
+	// encoding/json does, would read them as that field).
+	fold bool
 }
 
-type chatMessage struct {
-	Role         jstr          `json:"role"`
-	Name         jstr          `json:"name"`
-	Content      content       `json:"content"`
-	ToolCallID   jstr          `json:"tool_call_id"`
-	ToolCalls    []toolCall    `json:"tool_calls"`
-	FunctionCall *functionCall `json:"function_call"`
-	Refusal      jstr          `json:"refusal"`
-}
-
-type toolCall struct {
-	ID       jstr         `json:"id"`
-	Function functionCall `json:"function"`
-}
-
-type functionCall struct {
-	Name      jstr `json:"name"`
-	Arguments jstr `json:"arguments"`
-}
-
-// toolDef is a tool definition: {"type":"function","function":{...}} in the
-// Chat Completions API, {"type":"function","name":...} in the Responses API,
-// or a built-in tool priced by size.
-type toolDef struct {
-	Type     string       `json:"type"`
-	Function *functionDef `json:"function"`
-	functionDef
-	rawLen int
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *toolDef) UnmarshalJSON(b []byte) error {
-	type plain toolDef
-	if err := json.Unmarshal(b, (*plain)(d)); err != nil {
-		return err
+func (fs *fieldSet) index(k string) int {
+	for i, n := range fs.names {
+		if n == k {
+			return i
+		}
 	}
-	d.rawLen = len(b)
-	return nil
+	return -1
 }
 
-type functionDef struct {
-	Name        jstr            `json:"name"`
-	Description jstr            `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-}
-
-type responseFormat struct {
-	Type       string          `json:"type"`
-	JSONSchema json.RawMessage `json:"json_schema"`
-	Schema     json.RawMessage `json:"schema"` // Responses API text.format
-}
-
-// schema is the part of a JSON schema the tool formula reads.
-type schema struct {
-	Type        json.RawMessage            `json:"type"`
-	Description jstr                       `json:"description"`
-	Enum        []json.RawMessage          `json:"enum"`
-	Properties  map[string]json.RawMessage `json:"properties"`
-}
-
-func (e *Estimator) chat(body []byte) (Estimate, error) {
-	const ep = EndpointChatCompletions
-	var req chatRequest
-	if err := decode(ep, body, &req); err != nil {
-		return Estimate{}, err
+// variant returns the name k is a case variant of.
+func (fs *fieldSet) variant(k string) (string, bool) {
+	if !fs.fold {
+		return "", false
 	}
-	if len(req.Messages) == 0 {
+	for _, n := range fs.names {
+		// Unicode folding maps some characters of two or three bytes to
+		// ASCII letters (ſ to s, the Kelvin sign to k).
+		if len(k) >= len(n) && len(k) <= 3*len(n) && strings.EqualFold(k, n) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+func fields(fold bool, names ...string) *fieldSet { return &fieldSet{names: names, fold: fold} }
+
+var limitFields = []string{"model", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of", "stream", "stream_options"}
+
+// The members each object is read for.
+var (
+	requestFields = [...]*fieldSet{
+		EndpointChatCompletions: fields(true, slices.Concat(limitFields, []string{"messages", "tools", "functions", "response_format"})...),
+		EndpointCompletions:     fields(true, slices.Concat(limitFields, []string{"prompt", "suffix"})...),
+		EndpointEmbeddings:      fields(true, slices.Concat(limitFields, []string{"input"})...),
+		EndpointResponses:       fields(true, slices.Concat(limitFields, []string{"instructions", "input", "tools", "text"})...),
+	}
+	streamOptionFields   = fields(true, "include_usage")
+	messageFields        = fields(true, "role", "name", "content", "tool_call_id", "tool_calls", "function_call", "refusal")
+	toolCallFields       = fields(true, "id", "function")
+	functionCallFields   = fields(true, "name", "arguments")
+	partFields           = fields(true, "type", "text", "refusal", "image_url", "detail")
+	imageURLFields       = fields(true, "url", "detail")
+	toolFields           = fields(true, "type", "function", "name", "description", "parameters")
+	functionDefFields    = fields(true, "name", "description", "parameters")
+	responseFormatFields = fields(true, "type", "json_schema", "schema")
+	textFields           = fields(true, "format")
+	itemFields           = fields(true, "type", "role", "content", "name", "arguments", "call_id", "output")
+	// JSON Schema keywords are case-sensitive everywhere: a case variant is
+	// another keyword.
+	schemaFields = fields(false, "type", "description", "enum", "properties")
+	anyFields    = fields(false)
+)
+
+var (
+	errDuplicate = errors.New("duplicate key")
+	errSchema    = errors.New("function parameters: want a JSON schema object")
+)
+
+const wantInput = "a string, an array of strings, an array of token ids or an array of token arrays"
+
+// object is the state of an object being read.
+type object struct {
+	fields *fieldSet
+	path   string
+	seen   uint64 // names read, by index
+	n      int
+	id     int32
+	mark   int
+}
+
+// walker prices one request body in one pass over it: it checks the JSON
+// as it goes and hands the text to a tally without building the request.
+// Above the sampling threshold a second walk hands the text to a sampler.
+type walker struct {
+	sc   scanner
+	t    tally
+	keys keySet
+	e    *Estimator
+	ep   Endpoint
+	err  error  // the first problem other than a syntax error
+	buf  []byte // text built from several parts
+	dec  []byte // one decoded string
+	kdec []byte // one decoded key
+
+	// What the walk found at the top level.
+	model    jstring
+	messages int
+	lim      limits
+	prompt   struct {
+		present       bool
+		items, tokens int64
+	}
+}
+
+var walkers = sync.Pool{New: func() any { return new(walker) }}
+
+// view returns b as a string without copying; it is valid until b changes.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// price walks body and returns its estimate.
+func (e *Estimator) price(ep Endpoint, body []byte) (Estimate, error) {
+	w := walkers.Get().(*walker)
+	defer w.release()
+	*w = walker{
+		// The body is read as a string without a copy: nothing that
+		// outlives this call refers to it (see cloning).
+		sc:   scanner{s: view(body)},
+		t:    tally{threshold: e.sampleThreshold, keep: e.sampleThreshold >= 0, arena: w.t.arena[:0], ends: w.t.ends[:0]},
+		keys: w.keys,
+		e:    e,
+		ep:   ep,
+		buf:  w.buf[:0], dec: w.dec[:0], kdec: w.kdec[:0],
+	}
+	if w.t.keep && cap(w.t.arena) == 0 {
+		w.t.arena = make([]byte, 0, min(e.sampleThreshold, len(body)))
+	}
+	w.walk()
+	if w.sc.err != nil {
+		return Estimate{}, malformed(ep, "", w.sc.err)
+	}
+	if w.err != nil {
+		return Estimate{}, w.err
+	}
+	switch {
+	case ep == EndpointChatCompletions && w.messages == 0:
 		return Estimate{}, malformed(ep, "messages", errors.New("must be a non-empty array"))
-	}
-	m, err := e.resolve(string(req.Model))
-	if err != nil {
-		return Estimate{}, err
-	}
-	t := &tally{m: m, pieces: make([]string, 0, 2*len(req.Messages)+4)}
-	for i := range req.Messages {
-		msg := &req.Messages[i]
-		t.fixed += tokensPerMessage
-		t.text(string(msg.Role))
-		if msg.Name != "" {
-			t.fixed += tokensPerName
-			t.text(string(msg.Name))
-		}
-		e.content(t, &msg.Content)
-		t.text(string(msg.Refusal))
-		t.text(string(msg.ToolCallID))
-		for _, c := range msg.ToolCalls {
-			t.text(string(c.ID))
-			t.text(string(c.Function.Name))
-			t.text(string(c.Function.Arguments))
-		}
-		if msg.FunctionCall != nil {
-			t.text(string(msg.FunctionCall.Name))
-			t.text(string(msg.FunctionCall.Arguments))
-		}
-	}
-	t.fixed += replyPriming
-	if err := tools(t, req.Tools, req.Functions); err != nil {
-		return Estimate{}, malformed(ep, "tools", err)
-	}
-	if rf := req.ResponseFormat; rf != nil && len(rf.JSONSchema) > 0 {
-		t.text(compactJSON(rf.JSONSchema))
-	}
-	out, err := req.output(ep, m.maxOutput, 1)
-	if err != nil {
-		return Estimate{}, err
-	}
-	return e.finish(t, string(req.Model), out, &req.limits), nil
-}
-
-// finish turns a tally into an Estimate.
-func (e *Estimator) finish(t *tally, modelName string, out int64, l *limits) Estimate {
-	in, sampled := t.total(e.sampleThreshold, e.sampleBytes)
-	stream, inc := l.stream()
-	return Estimate{
-		Model:        modelName,
-		Encoding:     t.m.encoding,
-		InputTokens:  in,
-		OutputTokens: out,
-		Stream:       stream,
-		IncludeUsage: inc,
-		Sampled:      sampled,
-		Images:       t.images,
-	}
-}
-
-// content adds a message content (string or parts) to t.
-func (e *Estimator) content(t *tally, c *content) {
-	t.text(string(c.text))
-	for i := range c.parts {
-		p := &c.parts[i]
-		switch p.Type {
-		case "text", "input_text", "output_text":
-			t.text(string(p.Text))
-		case "refusal":
-			t.text(string(p.Refusal))
-		case "image_url", "input_image":
-			detail := p.ImageURL.Detail
-			if detail == "" {
-				detail = p.Detail
-			}
-			t.fixed += e.images.tokens(string(p.ImageURL.URL), detail)
-			t.images++
-		default:
-			// Audio, files and part types added after this package was
-			// written: priced by size, see bytesTokens.
-			t.fixed += bytesTokens(p.rawLen)
-		}
-	}
-}
-
-// tools adds tool and legacy function definitions to t, with the formula of
-// OpenAI's cookbook (num_tokens_for_tools). Nested schema keywords the
-// formula does not cover (properties of nested objects, items, etc.) are
-// counted as their compact JSON text.
-func tools(t *tally, defs []toolDef, fns []functionDef) error {
-	n := 0
-	for i := range defs {
-		d := &defs[i]
-		switch {
-		case d.Function != nil:
-			if err := function(t, d.Function); err != nil {
-				return err
-			}
-		case d.Type == "function" || d.Name != "":
-			if err := function(t, &d.functionDef); err != nil {
-				return err
-			}
-		default:
-			// Built-in tools (web_search, file_search, ...): priced by size.
-			t.fixed += bytesTokens(d.rawLen)
-			continue
-		}
-		n++
-	}
-	for i := range fns {
-		if err := function(t, &fns[i]); err != nil {
-			return err
-		}
-		n++
-	}
-	if n > 0 {
-		t.fixed += toolsEnd
-	}
-	return nil
-}
-
-func function(t *tally, f *functionDef) error {
-	t.fixed += t.m.toolInit
-	t.text(string(f.Name) + ":" + strings.TrimSuffix(string(f.Description), "."))
-	if firstByte(f.Parameters) != '{' {
-		return nil
-	}
-	var s schema
-	if err := json.Unmarshal(f.Parameters, &s); err != nil {
-		return errors.New("function parameters: want a JSON schema object")
-	}
-	if len(s.Properties) == 0 {
-		return nil
-	}
-	t.fixed += toolPropInit
-	keys := make([]string, 0, len(s.Properties))
-	for k := range s.Properties {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // deterministic order; the count does not depend on it
-	for _, k := range keys {
-		raw := s.Properties[k]
-		t.fixed += toolPropKey
-		var p schema
-		var rest map[string]json.RawMessage
-		if firstByte(raw) != '{' || json.Unmarshal(raw, &p) != nil || json.Unmarshal(raw, &rest) != nil {
-			t.text(k + ":" + compactJSON(raw))
-			continue
-		}
-		if len(p.Enum) > 0 {
-			t.fixed += toolEnumInit
-			for _, item := range p.Enum {
-				t.fixed += toolEnumItem
-				t.text(scalarText(item))
-			}
-		}
-		t.text(k + ":" + scalarText(p.Type) + ":" + strings.TrimSuffix(string(p.Description), "."))
-		for key, v := range rest {
-			switch key {
-			case "type", "description", "enum":
-				continue
-			}
-			t.text(key + ":" + compactJSON(v))
-		}
-	}
-	return nil
-}
-
-// scalarText returns a JSON string's value, or any other value's compact
-// JSON text.
-func scalarText(raw json.RawMessage) string {
-	if firstByte(raw) == '"' {
-		var s jstr
-		if s.UnmarshalJSON(bytes.TrimSpace(raw)) == nil {
-			return string(s)
-		}
-	}
-	return compactJSON(raw)
-}
-
-// compactJSON returns raw without insignificant white space.
-func compactJSON(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return string(raw)
-	}
-	return b.String()
-}
-
-// textInput is a completions prompt or an embeddings input: a string, an
-// array of strings, an array of token ids, or an array of token arrays.
-type textInput struct {
-	texts   []jstr
-	tokens  int64 // inputs given as token ids
-	items   int64 // number of separate inputs
-	present bool
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (in *textInput) UnmarshalJSON(b []byte) error {
-	switch firstByte(b) {
-	case 'n':
-		return nil
-	case '"':
-		var s jstr
-		if err := s.UnmarshalJSON(b); err != nil {
-			return err
-		}
-		in.texts, in.items, in.present = []jstr{s}, 1, true
-		return nil
-	case '[':
-	default:
-		return typeError(b, typeInput)
-	}
-	in.present = true
-	switch firstByte(b[1:]) {
-	case ']':
-		return nil
-	case '"':
-		if err := json.Unmarshal(b, &in.texts); err != nil {
-			return typeError(b, typeInput)
-		}
-		in.items = int64(len(in.texts))
-		return nil
-	case '[':
-		var arrays []sizedArray
-		if err := json.Unmarshal(b, &arrays); err != nil {
-			return typeError(b, typeInput)
-		}
-		for _, a := range arrays {
-			in.tokens += int64(a)
-		}
-		in.items = int64(len(arrays))
-		return nil
-	}
-	var ids []int64
-	if err := json.Unmarshal(b, &ids); err != nil {
-		return typeError(b, typeInput)
-	}
-	in.tokens, in.items = int64(len(ids)), 1
-	return nil
-}
-
-// sizedArray is an array of token ids, kept as its length.
-type sizedArray int
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (a *sizedArray) UnmarshalJSON(b []byte) error {
-	var ids []int64
-	if err := json.Unmarshal(b, &ids); err != nil {
-		return err
-	}
-	*a = sizedArray(len(ids))
-	return nil
-}
-
-type completionsRequest struct {
-	Model  jstr      `json:"model"`
-	Prompt textInput `json:"prompt"`
-	Suffix jstr      `json:"suffix"`
-	limits
-}
-
-func (e *Estimator) completions(body []byte) (Estimate, error) {
-	const ep = EndpointCompletions
-	var req completionsRequest
-	if err := decode(ep, body, &req); err != nil {
-		return Estimate{}, err
-	}
-	m, err := e.resolve(string(req.Model))
-	if err != nil {
-		return Estimate{}, err
-	}
-	t := &tally{m: m}
-	for _, s := range req.Prompt.texts {
-		t.text(string(s))
-	}
-	t.fixed += req.Prompt.tokens
-	if !req.Prompt.present {
-		t.fixed++ // the API's default prompt is <|endoftext|>, one token
-	}
-	t.text(string(req.Suffix))
-	out, err := req.output(ep, DefaultCompletionsMaxTokens, req.Prompt.items)
-	if err != nil {
-		return Estimate{}, err
-	}
-	return e.finish(t, string(req.Model), out, &req.limits), nil
-}
-
-type embeddingsRequest struct {
-	Model jstr      `json:"model"`
-	Input textInput `json:"input"`
-	limits
-}
-
-func (e *Estimator) embeddings(body []byte) (Estimate, error) {
-	const ep = EndpointEmbeddings
-	var req embeddingsRequest
-	if err := decode(ep, body, &req); err != nil {
-		return Estimate{}, err
-	}
-	if !req.Input.present {
+	case ep == EndpointEmbeddings && !w.prompt.present:
 		return Estimate{}, malformed(ep, "input", errors.New("required"))
 	}
-	m, err := e.resolve(string(req.Model))
+	name := strings.Clone(w.decode(w.model))
+	m, err := e.resolve(name)
 	if err != nil {
 		return Estimate{}, err
 	}
-	t := &tally{m: m}
-	for _, s := range req.Input.texts {
-		t.text(string(s))
+	est := Estimate{Model: name, Encoding: m.encoding, Images: w.t.images}
+	switch ep {
+	case EndpointEmbeddings:
+	case EndpointCompletions:
+		est.OutputTokens, err = w.lim.output(ep, DefaultCompletionsMaxTokens, w.prompt.items)
+	default:
+		est.OutputTokens, err = w.lim.output(ep, m.maxOutput, 1)
 	}
-	t.fixed += req.Input.tokens
-	return e.finish(t, string(req.Model), 0, &limits{}), nil
-}
-
-type responsesRequest struct {
-	Model        jstr           `json:"model"`
-	Instructions jstr           `json:"instructions"`
-	Input        responsesInput `json:"input"`
-	Tools        []toolDef      `json:"tools"`
-	Text         *struct {
-		Format *responseFormat `json:"format"`
-	} `json:"text"`
-	limits
-}
-
-// responsesInput is the Responses API input: a string or an array of items.
-type responsesInput struct {
-	text  jstr
-	items []responseItem
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (in *responsesInput) UnmarshalJSON(b []byte) error {
-	switch firstByte(b) {
-	case '"':
-		return in.text.UnmarshalJSON(b)
-	case '[':
-		return json.Unmarshal(b, &in.items)
-	case 'n':
-		return nil
-	}
-	return typeError(b, typeContent)
-}
-
-// responseItem is one input item of the Responses API: a message, a function
-// call, a function call output, or another item priced by size.
-type responseItem struct {
-	Type      string  `json:"type"`
-	Role      jstr    `json:"role"`
-	Content   content `json:"content"`
-	Name      jstr    `json:"name"`
-	Arguments jstr    `json:"arguments"`
-	CallID    jstr    `json:"call_id"`
-	Output    content `json:"output"`
-	rawLen    int
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (it *responseItem) UnmarshalJSON(b []byte) error {
-	type plain responseItem
-	if err := json.Unmarshal(b, (*plain)(it)); err != nil {
-		return err
-	}
-	it.rawLen = len(b)
-	return nil
-}
-
-func (e *Estimator) responses(body []byte) (Estimate, error) {
-	const ep = EndpointResponses
-	var req responsesRequest
-	if err := decode(ep, body, &req); err != nil {
-		return Estimate{}, err
-	}
-	m, err := e.resolve(string(req.Model))
 	if err != nil {
 		return Estimate{}, err
 	}
-	t := &tally{m: m}
-	if req.Instructions != "" {
-		// Priced as a system message of the chat format.
-		t.fixed += tokensPerMessage
-		t.text("system")
-		t.text(string(req.Instructions))
+	if ep != EndpointEmbeddings {
+		est.Stream, est.IncludeUsage = w.lim.stream, w.lim.includeUsage
 	}
-	if req.Input.text != "" {
-		t.fixed += tokensPerMessage
-		t.text("user")
-		t.text(string(req.Input.text))
+	est.InputTokens, est.Sampled = w.inputTokens(m)
+	return est, nil
+}
+
+// inputTokens counts the text found by the first walk and adds the fixed
+// costs.
+func (w *walker) inputTokens(m model) (int64, bool) {
+	t := &w.t
+	fixed := satAdd(t.fixed, w.prompt.tokens)
+	if w.ep == EndpointCompletions && !w.prompt.present {
+		fixed = satAdd(fixed, 1) // the API's default prompt is <|endoftext|>, one token
 	}
-	for i := range req.Input.items {
-		it := &req.Input.items[i]
-		switch it.Type {
-		case "", "message":
-			t.fixed += tokensPerMessage
-			t.text(string(it.Role))
-			e.content(t, &it.Content)
-		case "function_call":
-			t.text(string(it.CallID))
-			t.text(string(it.Name))
-			t.text(string(it.Arguments))
-		case "function_call_output":
-			t.text(string(it.CallID))
-			e.content(t, &it.Output)
-		case "item_reference":
-			// Refers to a stored item whose size is unknown here; the actual
-			// usage settles it.
-		default:
-			t.fixed += bytesTokens(it.rawLen)
+	if t.functions > 0 {
+		fixed = satAdd(fixed, satAdd(toolsEnd, satMul(t.functions, m.toolInit)))
+	}
+	c := cloning(m.counter)
+	var n int64
+	sampled := t.threshold >= 0 && t.bytes > t.threshold
+	switch {
+	case sampled:
+		t.mode, t.smp = samplePieces, newSampler(c, t.bytes, w.e.sampleBytes)
+		w.rewalk()
+		var ok bool
+		if n, ok = t.smp.estimate(); ok {
+			break
+		}
+		fallthrough
+	case t.threshold < 0:
+		t.mode, t.counter, t.n = countPieces, c, 0
+		w.rewalk()
+		n = t.n
+	default:
+		prev := int32(0)
+		for _, end := range t.ends {
+			n = satAdd(n, int64(countText(c, view(t.arena[prev:end]))))
+			prev = end
 		}
 	}
-	t.fixed += replyPriming
-	if err := tools(t, req.Tools, nil); err != nil {
-		return Estimate{}, malformed(ep, "tools", err)
+	return capTokens(satAdd(n, fixed)), sampled
+}
+
+// rewalk walks the body again, handing its text to the tally's new mode.
+func (w *walker) rewalk() {
+	w.sc.i, w.sc.depth = 0, 0
+	w.walk()
+}
+
+// release returns w to the pool without what it refers to.
+func (w *walker) release() {
+	w.keys.reset()
+	const keepAtMost = 1 << 20
+	for _, b := range []*[]byte{&w.t.arena, &w.buf, &w.dec, &w.kdec} {
+		if cap(*b) > keepAtMost {
+			*b = nil
+		}
 	}
-	if req.Text != nil && req.Text.Format != nil && len(req.Text.Format.Schema) > 0 {
-		t.text(compactJSON(req.Text.Format.Schema))
+	if cap(w.t.ends) > keepAtMost/4 {
+		w.t.ends = nil
 	}
-	out, err := req.output(ep, m.maxOutput, 1)
-	if err != nil {
-		return Estimate{}, err
+	*w = walker{t: tally{arena: w.t.arena[:0], ends: w.t.ends[:0]}, keys: w.keys, buf: w.buf[:0], dec: w.dec[:0], kdec: w.kdec[:0]}
+	walkers.Put(w)
+}
+
+// cloning returns c, or for a counter this package does not know (which
+// might keep the strings it is given) a counter that hands it copies.
+func cloning(c Counter) Counter {
+	switch c.(type) {
+	case bpeCounter, ratioCounter:
+		return c
 	}
-	return e.finish(t, string(req.Model), out, &req.limits), nil
+	return cloningCounter{c}
+}
+
+type cloningCounter struct{ c Counter }
+
+func (c cloningCounter) Count(s string) int { return c.c.Count(strings.Clone(s)) }
+
+// fail records the first problem of the request.
+func (w *walker) fail(path string, err error) {
+	if w.err == nil {
+		w.err = malformed(w.ep, path, err)
+	}
+}
+
+func (w *walker) wrongType(path, want string, c byte) {
+	w.fail(path, fmt.Errorf("want %s, got %s", want, kind(c)))
+}
+
+// join returns the path of member name of the object at path.
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// clip returns a copy of a key from the body, cut to a length fit for an
+// error message.
+func clip(s string) string {
+	const n = 64
+	if len(s) > n {
+		return strings.Clone(s[:n]) + "..."
+	}
+	return strings.Clone(s)
+}
+
+// decode returns the value of v, valid until the next decode.
+func (w *walker) decode(v jstring) string {
+	if !v.dirty {
+		return v.raw
+	}
+	if n := len(v.raw); cap(w.dec) < n {
+		// A \u escape of six bytes decodes to at most three.
+		if n = max(n-3*strings.Count(v.raw, `\u`), 0); cap(w.dec) < n {
+			w.dec = make([]byte, 0, n)
+		}
+	}
+	w.dec, _ = appendUnquote(w.dec[:0], v.raw)
+	return view(w.dec)
+}
+
+// decodedLen returns the length of the decoded value of raw, decoding it
+// a few kilobytes at a time.
+func (w *walker) decodedLen(raw string) int {
+	n := 0
+	for len(raw) > 0 {
+		var k int
+		w.dec, k, _ = unquoteChunk(w.dec[:0], raw, 4<<10)
+		n += len(w.dec)
+		raw = raw[k:]
+	}
+	return n
+}
+
+// textOf prices a string as text. When only the size of the text matters
+// (the first walk, once the text is above the sampling threshold), a
+// string with escapes is measured without being decoded whole.
+func (w *walker) textOf(v jstring) {
+	t := &w.t
+	if v.dirty && t.mode == sizeText && !t.mute && (!t.keep || len(v.raw) > 64<<10) {
+		n := w.decodedLen(v.raw)
+		if !t.keep || t.bytes+n > t.threshold {
+			t.bytes += n
+			t.keep = false
+			return
+		}
+	}
+	t.text(w.decode(v))
+}
+
+func appendDecoded(dst []byte, v jstring) []byte {
+	if !v.dirty {
+		return append(dst, v.raw...)
+	}
+	dst, _ = appendUnquote(slices.Grow(dst, len(v.raw)), v.raw)
+	return dst
+}
+
+// begin starts reading the object at the scanner.
+func (w *walker) begin(o *object, fs *fieldSet, path string) {
+	*o = object{fields: fs, path: path}
+	o.id, o.mark = w.keys.open()
+	w.sc.open()
+}
+
+// member reads the key of the object's next member and checks it: a
+// repeated key, a case variant of a field, or one member too many is a
+// problem. known is the field's name, or empty for another key. ok is
+// false at the end of the object.
+func (w *walker) member(o *object) (key jstring, known string, ok bool) {
+	if !w.sc.more(&o.n, '}') {
+		w.keys.release(o.mark)
+		return jstring{}, "", false
+	}
+	raw, dirty := w.sc.key()
+	key = jstring{raw, dirty}
+	if w.sc.err != nil {
+		return key, "", true
+	}
+	k := raw
+	if dirty {
+		w.kdec, _ = appendUnquote(w.kdec[:0], raw)
+		k = view(w.kdec)
+	}
+	if i := o.fields.index(k); i >= 0 {
+		if o.seen&(1<<i) != 0 {
+			w.fail(join(o.path, o.fields.names[i]), errDuplicate)
+		}
+		o.seen |= 1 << i
+		return key, o.fields.names[i], true
+	}
+	if name, found := o.fields.variant(k); found {
+		w.fail(join(o.path, name), fmt.Errorf("key %q differs from %q only in case", clip(k), name))
+	}
+	switch {
+	case o.n > maxMembers:
+		w.fail(o.path, fmt.Errorf("more than %d members", maxMembers))
+	case w.keys.insert(o.id, k, raw, dirty):
+		w.fail(join(o.path, clip(k)), errDuplicate)
+	}
+	return key, "", true
+}
+
+// next reads up to the value of the object's next member that is one of
+// its fields and returns the field's name; other members are checked and
+// skipped. It returns false at the end of the object.
+func (w *walker) next(o *object) (string, bool) {
+	for {
+		_, name, ok := w.member(o)
+		if !ok || name != "" {
+			return name, ok
+		}
+		w.sc.skip()
+	}
+}
+
+// str reads a string or null.
+func (w *walker) str(path, name string) jstring {
+	switch c := w.sc.peek(); c {
+	case '"':
+		raw, dirty := w.sc.str()
+		return jstring{raw, dirty}
+	case 'n':
+		w.sc.lit()
+	default:
+		w.wrongType(join(path, name), "a string", c)
+		w.sc.skip()
+	}
+	return jstring{}
+}
+
+// text reads a string or null and prices it as text.
+func (w *walker) text(path, name string) { w.textOf(w.str(path, name)) }
+
+// int reads an integer or null.
+func (w *walker) int(path, name string) limit {
+	switch c := w.sc.peek(); {
+	case c == 'n':
+		w.sc.lit()
+	case c == '-' || c >= '0' && c <= '9':
+		lit := w.sc.num()
+		if v, ok := intValue(lit); ok {
+			return limit{v: v, set: true}
+		}
+		if len(lit) > 32 {
+			lit = lit[:32] + "..."
+		}
+		w.fail(join(path, name), fmt.Errorf("want an integer, got number %s", lit))
+	default:
+		w.wrongType(join(path, name), "an integer", c)
+		w.sc.skip()
+	}
+	return limit{}
+}
+
+// bool reads a boolean or null.
+func (w *walker) bool(path, name string) bool {
+	switch c := w.sc.peek(); c {
+	case 't', 'f':
+		w.sc.lit()
+		return c == 't'
+	case 'n':
+		w.sc.lit()
+	default:
+		w.wrongType(join(path, name), "a boolean", c)
+		w.sc.skip()
+	}
+	return false
+}
+
+// container reports whether the next value is an object or array (open is
+// '{' or '['), leaving it to the caller; it reads a null, and any other
+// value as a problem.
+func (w *walker) container(open byte, path, want string) bool {
+	switch c := w.sc.peek(); c {
+	case open:
+		return true
+	case 'n':
+		w.sc.lit()
+	default:
+		w.wrongType(path, want, c)
+		w.sc.skip()
+	}
+	return false
+}
+
+// at runs f with the scanner at offset i of the body (a value the walk
+// has already checked), then returns to where it was.
+func (w *walker) at(i int, f func()) {
+	saved := w.sc.i
+	w.sc.i = i
+	f()
+	w.sc.i = saved
+}
+
+// walk reads the request object.
+func (w *walker) walk() {
+	w.model, w.messages, w.lim = jstring{}, 0, limits{}
+	w.prompt.present, w.prompt.items, w.prompt.tokens = false, 0, 0
+	sc := &w.sc
+	if sc.peek() != '{' {
+		w.fail("", errors.New("want a JSON object"))
+		return
+	}
+	var o object
+	w.begin(&o, requestFields[w.ep], "")
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			break
+		}
+		switch name {
+		case "model":
+			w.model = w.str("", name)
+		case "max_tokens":
+			w.lim.maxTokens = w.int("", name)
+		case "max_completion_tokens":
+			w.lim.maxCompletionTokens = w.int("", name)
+		case "max_output_tokens":
+			w.lim.maxOutputTokens = w.int("", name)
+		case "n":
+			w.lim.n = w.int("", name)
+		case "best_of":
+			w.lim.bestOf = w.int("", name)
+		case "stream":
+			w.lim.stream = w.bool("", name)
+		case "stream_options":
+			w.streamOptions()
+		case "messages":
+			w.chatMessages()
+		case "tools":
+			w.tools()
+		case "functions":
+			w.functions()
+		case "response_format":
+			w.responseFormat("response_format", "json_schema")
+		case "prompt":
+			w.textInput(name)
+		case "suffix":
+			w.text("", name)
+		case "instructions":
+			// Priced as a system message of the chat format.
+			if v := w.str("", name); v.raw != "" {
+				w.t.add(tokensPerMessage)
+				w.t.text("system")
+				w.textOf(v)
+			}
+		case "input":
+			if w.ep == EndpointEmbeddings {
+				w.textInput(name)
+			} else {
+				w.responsesInput()
+			}
+		case "text":
+			if w.container('{', "text", "an object") {
+				var to object
+				w.begin(&to, textFields, "text")
+				for {
+					if _, ok := w.next(&to); !ok {
+						break
+					}
+					w.responseFormat("text.format", "schema")
+				}
+			}
+		}
+	}
+	if w.ep == EndpointChatCompletions || w.ep == EndpointResponses {
+		w.t.add(replyPriming)
+	}
+	sc.ws()
+	if sc.i < len(sc.s) {
+		sc.unexpected("after top-level value")
+	}
+}
+
+func (w *walker) streamOptions() {
+	if !w.container('{', "stream_options", "an object") {
+		return
+	}
+	var o object
+	w.begin(&o, streamOptionFields, "stream_options")
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		w.lim.includeUsage = w.bool("stream_options", name)
+	}
+}
+
+func (w *walker) chatMessages() {
+	if !w.container('[', "messages", "an array") {
+		return
+	}
+	w.sc.open()
+	for n := 0; w.sc.more(&n, ']'); {
+		w.messages++
+		w.t.add(tokensPerMessage)
+		if !w.container('{', "messages", "an object") {
+			continue // a null message is an empty one
+		}
+		var o object
+		w.begin(&o, messageFields, "messages")
+		for {
+			name, ok := w.next(&o)
+			if !ok {
+				break
+			}
+			switch name {
+			case "name":
+				if v := w.str("messages", name); v.raw != "" {
+					w.t.add(tokensPerName)
+					w.textOf(v)
+				}
+			case "content":
+				w.content("messages.content")
+			case "tool_calls":
+				w.toolCalls()
+			case "function_call":
+				w.functionCall("messages.function_call")
+			default: // role, tool_call_id, refusal
+				w.text("messages", name)
+			}
+		}
+	}
+}
+
+func (w *walker) toolCalls() {
+	const path = "messages.tool_calls"
+	if !w.container('[', path, "an array") {
+		return
+	}
+	w.sc.open()
+	for n := 0; w.sc.more(&n, ']'); {
+		if !w.container('{', path, "an object") {
+			continue
+		}
+		var o object
+		w.begin(&o, toolCallFields, path)
+		for {
+			name, ok := w.next(&o)
+			if !ok {
+				break
+			}
+			if name == "id" {
+				w.text(path, name)
+			} else {
+				w.functionCall(path + ".function")
+			}
+		}
+	}
+}
+
+func (w *walker) functionCall(path string) {
+	if !w.container('{', path, "an object") {
+		return
+	}
+	var o object
+	w.begin(&o, functionCallFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		w.text(path, name)
+	}
+}
+
+// content prices a message content: a string, an array of parts, or null.
+func (w *walker) content(path string) {
+	switch c := w.sc.peek(); c {
+	case '"':
+		raw, dirty := w.sc.str()
+		w.textOf(jstring{raw, dirty})
+	case 'n':
+		w.sc.lit()
+	case '[':
+		w.sc.open()
+		for n := 0; w.sc.more(&n, ']'); {
+			w.part(path)
+		}
+	default:
+		w.wrongType(path, "a string or an array of content parts", c)
+		w.sc.skip()
+	}
+}
+
+// part prices one part of an array content, in the shapes of the Chat
+// Completions API ("text", "image_url", "refusal") and of the Responses API
+// ("input_text", "output_text", "input_image", "refusal"); other parts
+// (audio, files, part types added after this package was written) are
+// priced by size, see bytesTokens.
+func (w *walker) part(path string) {
+	w.sc.ws()
+	start := w.sc.i
+	if !w.container('{', path, "an object") {
+		w.t.add(bytesTokens(w.sc.i - start)) // null
+		return
+	}
+	var typ, text, refusal, url, urlDetail, detail jstring
+	var o object
+	w.begin(&o, partFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			break
+		}
+		switch name {
+		case "type":
+			typ = w.str(path, name)
+		case "text":
+			text = w.str(path, name)
+		case "refusal":
+			refusal = w.str(path, name)
+		case "detail":
+			detail = w.str(path, name)
+		case "image_url":
+			url, urlDetail = w.imageURL(path + ".image_url")
+		}
+	}
+	switch w.decode(typ) {
+	case "text", "input_text", "output_text":
+		w.textOf(text)
+	case "refusal":
+		w.textOf(refusal)
+	case "image_url", "input_image":
+		if urlDetail.raw == "" {
+			urlDetail = detail
+		}
+		w.image(url, urlDetail)
+	default:
+		w.t.add(bytesTokens(w.sc.i - start))
+	}
+}
+
+// imageURL reads an image_url value: an object {"url", "detail"} in the
+// Chat Completions API, a plain string in the Responses API.
+func (w *walker) imageURL(path string) (url, detail jstring) {
+	if c := w.sc.peek(); c == '"' || c == 'n' {
+		return w.str(path, ""), jstring{}
+	}
+	if !w.container('{', path, "a string or an object") {
+		return
+	}
+	var o object
+	w.begin(&o, imageURLFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return url, detail
+		}
+		if name == "url" {
+			url = w.str(path, name)
+		} else {
+			detail = w.str(path, name)
+		}
+	}
+}
+
+func (w *walker) image(url, detail jstring) {
+	if w.t.mute || w.t.mode != sizeText {
+		return
+	}
+	d := ""
+	if w.decode(detail) == "low" {
+		d = "low"
+	}
+	u := ""
+	if w.e.images.FlatTokens <= 0 && d != "low" && w.t.imageHeaders < maxImageHeaders {
+		if u = w.decode(url); strings.HasPrefix(u, "data:") {
+			w.t.imageHeaders++
+		}
+	}
+	w.t.add(w.e.images.tokens(u, d))
+	w.t.images++
+}
+
+// textInput reads a completions prompt or an embeddings input: a string,
+// an array of strings, an array of token ids, or an array of token arrays.
+func (w *walker) textInput(name string) {
+	in := &w.prompt
+	switch c := w.sc.peek(); c {
+	case 'n':
+		w.sc.lit()
+		return
+	case '"':
+		w.text("", name)
+		in.present, in.items = true, 1
+		return
+	case '[':
+	default:
+		w.wrongType(name, wantInput, c)
+		w.sc.skip()
+		return
+	}
+	in.present = true
+	w.sc.open()
+	var first byte // the first element's type decides the array's
+	for n := 0; w.sc.more(&n, ']'); {
+		c := w.sc.peek()
+		if n == 1 {
+			first = c
+		}
+		in.items++
+		switch {
+		case c == 'n':
+			w.sc.lit()
+			if first != '"' && first != '[' {
+				in.tokens++
+			}
+		case first == '"' && c == '"':
+			w.text("", name)
+		case first == '[' && c == '[':
+			w.sc.open()
+			for m := 0; w.sc.more(&m, ']'); {
+				in.tokens++
+				w.tokenID(name)
+			}
+		case first != '"' && first != '[':
+			in.tokens++
+			w.tokenID(name)
+		default:
+			w.wrongType(name, wantInput, '[')
+			w.sc.skip()
+		}
+	}
+	if first != '"' && first != '[' && in.items > 0 {
+		in.items = 1 // one prompt of token ids
+	}
+}
+
+func (w *walker) tokenID(name string) {
+	switch c := w.sc.peek(); {
+	case c == 'n':
+		w.sc.lit()
+	case c == '-' || c >= '0' && c <= '9':
+		if _, ok := intValue(w.sc.num()); !ok {
+			w.wrongType(name, wantInput, '[')
+		}
+	default:
+		w.wrongType(name, wantInput, '[')
+		w.sc.skip()
+	}
+}
+
+// responsesInput prices the Responses API input: a string or an array of
+// items.
+func (w *walker) responsesInput() {
+	switch c := w.sc.peek(); c {
+	case 'n':
+		w.sc.lit()
+	case '"':
+		if v := w.str("", "input"); v.raw != "" {
+			w.t.add(tokensPerMessage)
+			w.t.text("user")
+			w.textOf(v)
+		}
+	case '[':
+		w.sc.open()
+		for n := 0; w.sc.more(&n, ']'); {
+			w.item()
+		}
+	default:
+		w.wrongType("input", "a string or an array of input items", c)
+		w.sc.skip()
+	}
+}
+
+// item prices one input item of the Responses API: a message, a function
+// call, a function call output, or another item priced by size. Its type
+// may come after its content, so the content is checked where it stands
+// and priced once the type is known.
+func (w *walker) item() {
+	const path = "input"
+	w.sc.ws()
+	start := w.sc.i
+	if !w.container('{', path, "an object") {
+		w.t.add(tokensPerMessage) // a null item is an empty message
+		return
+	}
+	var typ, role, name, args, callID jstring
+	var content, output span
+	typed := false // the type was read: a content is priced where it stands
+	var o object
+	w.begin(&o, itemFields, path)
+	for {
+		f, ok := w.next(&o)
+		if !ok {
+			break
+		}
+		switch f {
+		case "type":
+			typ, typed = w.str(path, f), true
+		case "role":
+			role = w.str(path, f)
+		case "name":
+			name = w.str(path, f)
+		case "arguments":
+			args = w.str(path, f)
+		case "call_id":
+			callID = w.str(path, f)
+		case "content":
+			content = w.itemContent("input.content", typed && isMessage(w.decode(typ)))
+		case "output":
+			output = w.itemContent("input.output", typed && w.decode(typ) == "function_call_output")
+		}
+	}
+	switch t := w.decode(typ); {
+	case isMessage(t):
+		w.t.add(tokensPerMessage)
+		w.textOf(role)
+		w.priceContent(content, "input.content")
+	case t == "function_call":
+		w.textOf(callID)
+		w.textOf(name)
+		w.textOf(args)
+	case t == "function_call_output":
+		w.textOf(callID)
+		w.priceContent(output, "input.output")
+	case t == "item_reference":
+		// Refers to a stored item whose size is unknown here; the actual
+		// usage settles it.
+	default:
+		w.t.add(bytesTokens(w.sc.i - start))
+	}
+}
+
+func isMessage(typ string) bool { return typ == "" || typ == "message" }
+
+// itemContent reads an item's content. It prices it at once when priced
+// is set (its item's type is known and prices it) and returns an empty
+// span; otherwise it only checks it and returns its span, to be priced
+// once the type is known.
+func (w *walker) itemContent(path string, priced bool) span {
+	if priced {
+		w.content(path)
+		return span{}
+	}
+	w.sc.ws()
+	start := w.sc.i
+	mute := w.t.mute
+	w.t.mute = true
+	w.content(path)
+	w.t.mute = mute
+	return span{start, w.sc.i}
+}
+
+// priceContent prices a content read by itemContent, if it was not priced.
+func (w *walker) priceContent(s span, path string) {
+	if s.end > s.start {
+		w.at(s.start, func() { w.content(path) })
+	}
 }

@@ -1,54 +1,86 @@
 package weights
 
-import "unicode/utf8"
+import (
+	"math"
+	"math/bits"
+	"unicode/utf8"
+)
 
 // sampleWindows is the number of windows a sampled estimate tokenises,
 // spread evenly over the text so that a system prompt, a pasted document and
 // a question in another language all weigh in.
 const sampleWindows = 8
 
-// sampleCount estimates the tokens of pieces (total bytes in all) by
-// tokenising sampleWindows windows of budget/sampleWindows bytes, centred at
-// evenly spaced offsets of the concatenated text, and scaling the tokens
-// found by the ratio of a cheap proxy count (textProxy) over the whole text
-// to the same proxy over the windows. Windows are aligned to white space so
-// that they split the text where the tokenizer would: a window starts at a
-// space (the space belongs to the next word's token) and ends before one.
-func sampleCount(c Counter, pieces []string, total, budget int) int64 {
-	w := max(budget/sampleWindows, 64)
-	var sTokens, sProxy int64
-	pi, base := 0, 0 // current piece and the offset where it starts
-	for k := range sampleWindows {
-		centre := int((int64(2*k+1) * int64(total)) / (2 * sampleWindows))
-		for pi < len(pieces)-1 && base+len(pieces[pi]) <= centre {
-			base += len(pieces[pi])
-			pi++
+// sampler estimates the tokens of a text given piece by piece, whose total
+// size in bytes is known in advance: it tokenises sampleWindows windows of
+// budget/sampleWindows bytes, centred at evenly spaced offsets of the
+// concatenated text, and scales the tokens found by the ratio of a cheap
+// proxy count (textProxy) over the whole text to the same proxy over the
+// windows. Windows are aligned to white space so that they split the text
+// where the tokenizer would: a window starts at a space (the space belongs
+// to the next word's token) and ends before one. A window lies within one
+// piece: the piece that holds its centre.
+type sampler struct {
+	c      Counter
+	total  int // bytes in all pieces
+	w      int // window size
+	k      int // next window
+	base   int // offset of the next piece
+	tokens int64
+	proxy  int64 // proxy count of the windows
+	bytes  int64 // size of the windows
+	all    int64 // proxy count of the pieces so far
+}
+
+func newSampler(c Counter, total, budget int) sampler {
+	return sampler{c: c, total: total, w: max(budget/sampleWindows, 64)}
+}
+
+// piece adds the next piece of the text.
+func (s *sampler) piece(p string) {
+	s.all += textProxy(p)
+	for ; s.k < sampleWindows; s.k++ {
+		centre := int((int64(2*s.k+1) * int64(s.total)) / (2 * sampleWindows))
+		if centre >= s.base+len(p) {
+			break
 		}
-		p := pieces[pi]
-		start := min(max(centre-base-w/2, 0), len(p))
-		end := min(start+w, len(p))
-		start = max(end-w, 0)
-		win := alignWindow(p, start, end)
-		if win == "" {
-			continue
+		start := min(max(centre-s.base-s.w/2, 0), len(p))
+		end := min(start+s.w, len(p))
+		start = max(end-s.w, 0)
+		if win := alignWindow(p, start, end); win != "" {
+			s.tokens += int64(countText(s.c, win))
+			s.proxy += textProxy(win)
+			s.bytes += int64(len(win))
 		}
-		sTokens += int64(countText(c, win))
-		sProxy += textProxy(win)
 	}
-	var all int64
-	for _, p := range pieces {
-		all += textProxy(p)
+	s.base += len(p)
+}
+
+// estimate returns the estimate once every piece was added. When the
+// windows hold nothing the proxy counts (white space only) the tokens
+// found are scaled by size instead; ok is false when the windows held no
+// complete character, and the text must then be counted in full.
+func (s *sampler) estimate() (n int64, ok bool) {
+	switch {
+	case s.proxy > 0:
+		return scale(s.tokens, s.all, s.proxy), true
+	case s.bytes > 0:
+		return scale(s.tokens, int64(s.total), s.bytes), true
 	}
-	if sProxy == 0 || all == 0 {
-		// Nothing sampleable (white space only, or windows without a
-		// complete character): count everything.
-		var n int64
-		for _, p := range pieces {
-			n += int64(countText(c, p))
-		}
-		return n
+	return 0, false
+}
+
+// scale returns a*b/c rounded to the nearest integer, for non-negative a
+// and b and positive c, saturating at math.MaxInt64.
+func scale(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	lo, carry := bits.Add64(lo, uint64(c/2), 0)
+	hi += carry
+	if hi >= uint64(c) {
+		return math.MaxInt64
 	}
-	return (sTokens*all + sProxy/2) / sProxy
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, math.MaxInt64))
 }
 
 // alignWindow narrows p[start:end] to white-space boundaries, or to rune

@@ -1,0 +1,314 @@
+package weights
+
+// fnSpans is a function definition: {"name", "description", "parameters"}.
+type fnSpans struct {
+	name, desc jstring
+	params     span
+}
+
+// tools prices tool definitions: {"type":"function","function":{...}} in
+// the Chat Completions API, {"type":"function","name":...} in the Responses
+// API, or a built-in tool priced by size.
+func (w *walker) tools() {
+	if !w.container('[', "tools", "an array") {
+		return
+	}
+	w.sc.open()
+	for n := 0; w.sc.more(&n, ']'); {
+		w.sc.ws()
+		start := w.sc.i
+		if !w.container('{', "tools", "an object") {
+			w.t.add(bytesTokens(w.sc.i - start)) // null
+			continue
+		}
+		var (
+			typ          jstring
+			outer, inner fnSpans
+			hasInner     bool
+			o            object
+		)
+		w.begin(&o, toolFields, "tools")
+		for {
+			name, ok := w.next(&o)
+			if !ok {
+				break
+			}
+			switch name {
+			case "type":
+				typ = w.str("tools", name)
+			case "function":
+				if w.container('{', "tools.function", "an object") {
+					hasInner = true
+					w.functionDef(&inner, "tools.function")
+				}
+			default:
+				w.fnMember(&outer, "tools", name)
+			}
+		}
+		switch {
+		case hasInner:
+			w.function(&inner)
+		case w.decode(typ) == "function" || outer.name.raw != "":
+			w.function(&outer)
+		default:
+			// Built-in tools (web_search, file_search, ...): priced by size.
+			w.t.add(bytesTokens(w.sc.i - start))
+		}
+	}
+}
+
+// functions prices the legacy function definitions.
+func (w *walker) functions() {
+	if !w.container('[', "functions", "an array") {
+		return
+	}
+	w.sc.open()
+	for n := 0; w.sc.more(&n, ']'); {
+		var f fnSpans
+		if w.container('{', "functions", "an object") {
+			w.functionDef(&f, "functions")
+		}
+		w.function(&f)
+	}
+}
+
+// functionDef reads the function definition object at the scanner.
+func (w *walker) functionDef(f *fnSpans, path string) {
+	var o object
+	w.begin(&o, functionDefFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		w.fnMember(f, path, name)
+	}
+}
+
+func (w *walker) fnMember(f *fnSpans, path, name string) {
+	switch name {
+	case "name":
+		f.name = w.str(path, name)
+	case "description":
+		f.desc = w.str(path, name)
+	case "parameters":
+		w.sc.ws()
+		f.params.start = w.sc.i
+		w.sc.skip()
+		f.params.end = w.sc.i
+	}
+}
+
+// function prices a function definition with the formula of OpenAI's
+// cookbook (num_tokens_for_tools). Nested schema keywords the formula does
+// not cover (properties of nested objects, items, etc.) are counted as
+// their compact JSON text.
+func (w *walker) function(f *fnSpans) {
+	if w.t.mute {
+		return
+	}
+	if w.t.mode == sizeText {
+		w.t.functions++
+	}
+	w.buf = appendDecoded(w.buf[:0], f.name)
+	w.buf = append(w.buf, ':')
+	w.buf = appendNoDot(w.buf, f.desc)
+	w.t.text(view(w.buf))
+	if f.params.end == f.params.start || w.sc.s[f.params.start] != '{' {
+		return
+	}
+	w.at(f.params.start, w.parameters)
+}
+
+// appendNoDot appends v without one final dot.
+func appendNoDot(dst []byte, v jstring) []byte {
+	n := len(dst)
+	dst = appendDecoded(dst, v)
+	if len(dst) > n && dst[len(dst)-1] == '.' {
+		dst = dst[:len(dst)-1]
+	}
+	return dst
+}
+
+// parameters prices the JSON schema of a function's parameters.
+func (w *walker) parameters() {
+	const path = "tools.parameters"
+	var o object
+	w.begin(&o, schemaFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		switch name {
+		case "type":
+			w.sc.skip()
+		case "description", "enum":
+			if !w.schemaKeyword(name) {
+				w.fail("tools", errSchema)
+			}
+		case "properties":
+			switch c := w.sc.peek(); c {
+			case 'n':
+				w.sc.lit()
+			case '{':
+				var po object
+				w.begin(&po, anyFields, path+".properties")
+				for {
+					key, _, ok := w.member(&po)
+					if !ok {
+						break
+					}
+					if po.n == 1 {
+						w.t.add(toolPropInit)
+					}
+					w.t.add(toolPropKey)
+					w.property(key)
+				}
+			default:
+				w.fail("tools", errSchema)
+				w.sc.skip()
+			}
+		}
+	}
+}
+
+// schemaKeyword reads the value of a description (a string or null) or an
+// enum (an array or null) and reports whether it has that type.
+func (w *walker) schemaKeyword(name string) bool {
+	want := byte('"')
+	if name == "enum" {
+		want = '['
+	}
+	c := w.sc.peek()
+	w.sc.skip()
+	return c == want || c == 'n'
+}
+
+// property prices one property of a function's parameters: its enum
+// values, "name:type:description", then its other keywords as
+// "keyword:compact JSON". A property that is not a valid schema object is
+// priced as "name:compact JSON".
+func (w *walker) property(key jstring) {
+	const path = "tools.parameters.properties"
+	w.sc.ws()
+	start := w.sc.i
+	valid := w.sc.peek() == '{'
+	var typ, enum span
+	var desc jstring
+	if !valid {
+		w.sc.skip()
+	} else {
+		var o object
+		w.begin(&o, schemaFields, path)
+		for {
+			name, ok := w.next(&o)
+			if !ok {
+				break
+			}
+			w.sc.ws()
+			vs := w.sc.i
+			switch c := w.sc.peek(); {
+			case name == "description" && c == '"':
+				desc = w.str(path, name)
+			case name == "type", c == 'n':
+				w.sc.skip()
+			case name == "enum" && c == '[':
+				w.sc.skip()
+				enum = span{vs, w.sc.i}
+			default: // a description that is not a string, an enum or properties that are not an array or object
+				valid = valid && name == "properties" && c == '{'
+				w.sc.skip()
+			}
+			if name == "type" {
+				typ = span{vs, w.sc.i}
+			}
+		}
+	}
+	end := w.sc.i
+	if !valid {
+		w.buf = appendDecoded(w.buf[:0], key)
+		w.buf = append(w.buf, ':')
+		w.buf = appendCompact(w.buf, w.sc.s[start:end])
+		w.t.text(view(w.buf))
+		return
+	}
+	if enum.end > enum.start {
+		w.at(enum.start, func() {
+			w.sc.open()
+			items := int64(0)
+			for n := 0; w.sc.more(&n, ']'); {
+				w.sc.ws()
+				vs := w.sc.i
+				w.sc.skip()
+				items++
+				w.buf = appendScalar(w.buf[:0], w.sc.s[vs:w.sc.i])
+				w.t.text(view(w.buf))
+			}
+			if items > 0 {
+				w.t.add(toolEnumInit + items*toolEnumItem)
+			}
+		})
+	}
+	w.buf = appendDecoded(w.buf[:0], key)
+	w.buf = append(w.buf, ':')
+	w.buf = appendScalar(w.buf, w.sc.s[typ.start:typ.end])
+	w.buf = append(w.buf, ':')
+	w.buf = appendNoDot(w.buf, desc)
+	w.t.text(view(w.buf))
+	w.at(start, func() {
+		w.sc.open()
+		for n := 0; w.sc.more(&n, '}'); {
+			raw, dirty := w.sc.key()
+			w.sc.ws()
+			vs := w.sc.i
+			w.sc.skip()
+			k := jstring{raw, dirty}
+			switch w.decode(k) {
+			case "type", "description", "enum":
+				continue
+			}
+			w.buf = appendDecoded(w.buf[:0], k)
+			w.buf = append(w.buf, ':')
+			w.buf = appendCompact(w.buf, w.sc.s[vs:w.sc.i])
+			w.t.text(view(w.buf))
+		}
+	})
+}
+
+// appendScalar appends a JSON string's value, or any other value's compact
+// JSON text.
+func appendScalar(dst []byte, v string) []byte {
+	if len(v) > 0 && v[0] == '"' {
+		dst, _ = appendUnquote(dst, v[1:len(v)-1])
+		return dst
+	}
+	return appendCompact(dst, v)
+}
+
+// responseFormat prices the JSON schema of a structured output format: the
+// member key (json_schema in Chat Completions' response_format, schema in
+// the Responses API's text.format), as compact JSON.
+func (w *walker) responseFormat(path, key string) {
+	if !w.container('{', path, "an object") {
+		return
+	}
+	var o object
+	w.begin(&o, responseFormatFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		switch name {
+		case "type":
+			w.str(path, name)
+		case key:
+			v := w.sc.span()
+			w.buf = appendCompact(w.buf[:0], v)
+			w.t.text(view(w.buf))
+		default:
+			w.sc.skip()
+		}
+	}
+}
