@@ -10,6 +10,7 @@ import (
 
 // A Body is a request body read under a deadline: see WatchBody.
 type Body struct {
+	r        *http.Request
 	rc       *http.ResponseController
 	body     io.ReadCloser
 	left     int64 // bytes of a declared length still to read; -1 when undeclared
@@ -28,7 +29,7 @@ func WatchBody(w http.ResponseWriter, r *http.Request, d time.Duration) *Body {
 	if d <= 0 || r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	b := &Body{rc: http.NewResponseController(w), body: r.Body, left: -1}
+	b := &Body{r: r, rc: http.NewResponseController(w), body: r.Body, left: -1}
 	if r.ContentLength > 0 {
 		b.left = r.ContentLength
 	}
@@ -65,13 +66,24 @@ func (b *Body) Complete() bool { return b.eof }
 // TimedOut reports whether a read failed because the deadline passed.
 func (b *Body) TimedOut() bool { return b.timedOut }
 
-// Abandon ends the reads of the connection at once, for a handler that
-// answered without reading the whole body: net/http would otherwise read
-// (drain) the rest at the client's pace before closing. The answer
-// should carry "Connection: close" (see CloseUnread).
+// AbandonGrace is how long the rest of an abandoned body may still be
+// read and discarded (see Abandon).
+const AbandonGrace = 500 * time.Millisecond
+
+// Abandon ends the reads of the connection, for a handler that answered
+// without reading the whole body: net/http would otherwise read (drain)
+// the rest at the client's pace before closing. The answer should carry
+// "Connection: close" (see CloseUnread). Abandon puts the request's own
+// body back in place, so that net/http sees the early close: it then
+// sends its answer, shuts the connection for writing and leaves the
+// client a moment to read the answer before closing (a close with unread
+// data resets the connection, and a client still sending would lose the
+// answer). What net/http still discards of a short remainder is bounded
+// by AbandonGrace.
 func (b *Body) Abandon() {
+	b.r.Body = b.body
 	if !b.eof {
-		_ = b.rc.SetReadDeadline(time.Now())
+		_ = b.rc.SetReadDeadline(time.Now().Add(AbandonGrace))
 	}
 }
 
