@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -53,7 +54,7 @@ func runCheck(_ context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "%s: %v\n", fs.Arg(0), err)
 		return 1
 	}
-	prices, err := priceTable(f.Prices)
+	prices, err := pricing.Table(f.Prices)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "%s: %v\n", fs.Arg(0), err)
 		return 1
@@ -96,19 +97,6 @@ func runCheck(_ context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stdout, "\ntenants without a plan are on %q; \"-\" rows are the policies' own limits\n", d)
 	}
 	return 0
-}
-
-// priceTable builds the price table of a policy file's prices section.
-func priceTable(p config.Prices) (*weights.Prices, error) {
-	cfg := weights.PricesConfig{OmitBuiltin: !p.Builtin, Models: make(map[string]weights.Price, len(p.Models))}
-	for name, pr := range p.Models {
-		cfg.Models[name] = weights.Price(pr)
-	}
-	if p.Fallback != nil {
-		fb := weights.Price(*p.Fallback)
-		cfg.Fallback = &fb
-	}
-	return weights.NewPriceTable(cfg)
 }
 
 // unpriced lists the models the policies name that no entry of the price
