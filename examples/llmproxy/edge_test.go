@@ -513,7 +513,7 @@ func TestModelNamesAndLogLinesAreBounded(t *testing.T) {
 	rec := newRecorder(t)
 	var log syncBuffer
 	s := startProxy(t, edgePolicy(t, rec, `
-  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 2, per: 1h}
+  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 8, per: 1h}
 `, []string{"a"}, "", ""), func(o *options) {
 		o.logLevel, o.logOutput = "info", &log
 	})
@@ -528,7 +528,9 @@ func TestModelNamesAndLogLinesAreBounded(t *testing.T) {
 	if resp, b := post(t, s, "/v1/chat/completions", testKey("a"), chat(strings.Repeat("m", 256))); resp.StatusCode != http.StatusOK {
 		t.Errorf("a 256-byte model name: status %d: %s", resp.StatusCode, b)
 	}
-	// Use up the rate limit, then send the megabyte name again.
+	// The request rate is decided before the body is read: the six refused
+	// names and the two admitted requests use up the limit of eight; the
+	// megabyte name then gets 429 without its body being read.
 	post(t, s, "/v1/chat/completions", testKey("a"), chat("gpt-4o-mini"))
 	for range 3 {
 		if resp, b := post(t, s, "/v1/chat/completions", testKey("a"), chat(huge)); resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusTooManyRequests {

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -79,6 +80,8 @@ type options struct {
 	chargeInterval   time.Duration
 	cut              string
 	maxOutputReserve int64
+	parseBudget      int64
+	parseBudgetWait  time.Duration
 	maxRetryWait     time.Duration
 	logLevel         string
 	tokenizer        string
@@ -110,6 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
 	fs.DurationVar(&o.chargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
 	fs.StringVar(&o.cut, "cut-streams", "all", "cut a stream when its tenant runs out: all (rate or quota), quota, never")
+	fs.Int64Var(&o.parseBudget, "parse-budget", gateway.DefaultParseBudget, "request-body bytes read and priced at once, over all requests; a body that finds no room waits --parse-budget-wait, then gets 503")
+	fs.DurationVar(&o.parseBudgetWait, "parse-budget-wait", gateway.DefaultParseBudgetWait, "how long a request body waits for room in the parse budget")
 	fs.Int64Var(&o.maxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
 	fs.DurationVar(&o.maxRetryWait, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
@@ -254,7 +259,10 @@ func start(o options) (_ *server, err error) {
 	if maxBody <= 0 {
 		maxBody = weights.DefaultMaxBodyBytes
 	}
-	prices := defaultPrices()
+	prices, err := pricing.Table(s.file.Prices)
+	if err != nil {
+		return nil, fmt.Errorf("%s: prices: %w", s.file.Source, err)
+	}
 	counters := weights.BPECounter
 	if o.tokenizer == "tiktoken" {
 		counters = weights.TiktokenCounter
@@ -287,6 +295,8 @@ func start(o options) (_ *server, err error) {
 		QuotaStatus:        s.file.HTTP.QuotaStatus,
 		ShadowHeader:       s.file.HTTP.ShadowHeader,
 		MaxOutputReserve:   o.maxOutputReserve,
+		ParseBudget:        o.parseBudget,
+		ParseBudgetWait:    o.parseBudgetWait,
 		GiveUpAfter:        o.maxRetryWait,
 		ForwardHeaders:     forward,
 		ClientWriteTimeout: o.clientWrite,
@@ -309,6 +319,11 @@ func start(o options) (_ *server, err error) {
 				s.gw.SetIdentity(&ic)
 				s.gw.SetQuotaStatus(f.HTTP.QuotaStatus)
 				s.gw.SetShadowHeader(f.HTTP.ShadowHeader)
+				if p, err := pricing.Table(f.Prices); err != nil {
+					s.log.Error("llmproxy: prices not applied", "err", err)
+				} else {
+					s.gw.SetPrices(p)
+				}
 				if err := s.gw.SetAuthFailures(authFailures(f.Identity.FailedAuth)); err != nil {
 					s.log.Error("llmproxy: identity.failed_auth not applied", "err", err)
 				}
@@ -502,27 +517,4 @@ func (s *server) openStores(addr string) ([]admission.Option, error) {
 		out = append(out, admission.WithStore(name, st))
 	}
 	return out, nil
-}
-
-// defaultPrices is the model price table (US dollars per million tokens,
-// list prices) used to price requests for the spend quota.
-func defaultPrices() *weights.Prices {
-	p, err := weights.NewPrices(map[string]weights.Price{
-		"gpt-4o":                 {Input: 2.50, Output: 10.00, CachedInput: 1.25},
-		"gpt-4o-mini":            {Input: 0.15, Output: 0.60, CachedInput: 0.075},
-		"gpt-4.1":                {Input: 2.00, Output: 8.00, CachedInput: 0.50},
-		"gpt-4.1-mini":           {Input: 0.40, Output: 1.60, CachedInput: 0.10},
-		"gpt-4.1-nano":           {Input: 0.10, Output: 0.40, CachedInput: 0.025},
-		"gpt-5":                  {Input: 1.25, Output: 10.00, CachedInput: 0.125},
-		"gpt-5-mini":             {Input: 0.25, Output: 2.00, CachedInput: 0.025},
-		"o4-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.275},
-		"gpt-3.5-turbo":          {Input: 0.50, Output: 1.50},
-		"text-embedding-3-small": {Input: 0.02},
-		"text-embedding-3-large": {Input: 0.13},
-		"text-embedding-ada-002": {Input: 0.10},
-	})
-	if err != nil {
-		panic(err) // a fixed table: a mistake here is a programming error
-	}
-	return p
 }

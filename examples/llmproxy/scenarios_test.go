@@ -427,7 +427,7 @@ func TestStreamsChargedAsTheyGo(t *testing.T) {
 }
 
 // Bad input gets the right 4xx in the OpenAI error shape, never a 500, and
-// nothing is charged for a request refused before admission.
+// no tokens are charged for a request refused before it was priced.
 func TestBadInput(t *testing.T) {
 	clk := admissiontest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	s := startProxy(t, withPolicy(t, `
@@ -469,8 +469,13 @@ func TestBadInput(t *testing.T) {
 	resp.Body.Close()
 	checkError(t, "oversized chunked body", resp, b, 413, "request_too_large")
 
-	if after := decisions(); after != before {
-		t.Errorf("requests refused before admission made %v decisions; want none", after-before)
+	// The request rate is decided before a body is read, so each of the six
+	// requests whose body was read (five malformed, one oversized without a
+	// length) counts once against rpm, as any request does; the key and
+	// route refusals, and the body refused by its Content-Length, count
+	// nowhere, and the token policy never sees any of them.
+	if after := decisions(); after-before != 6 {
+		t.Errorf("refused requests made %v decisions; want 6 (one rpm decision per body read)", after-before)
 	}
 	if got := remaining(t, s, "a", "tpm"); got != tokens {
 		t.Errorf("tokens charged for refused requests: %d", tokens-got)

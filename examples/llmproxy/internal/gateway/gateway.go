@@ -42,6 +42,12 @@ const (
 	// request body, from the end of its headers: the HTTP middleware's
 	// default.
 	DefaultBodyReadTimeout = httpadmit.DefaultBodyTimeout
+	// DefaultParseBudget is the request-body bytes read and priced at
+	// once: eight bodies of 8 MiB.
+	DefaultParseBudget = 64 << 20
+	// DefaultParseBudgetWait is how long a request waits for room in the
+	// parse budget.
+	DefaultParseBudgetWait = 2 * time.Second
 )
 
 // CutMode says when a running stream is cut off because its tenant has
@@ -92,9 +98,21 @@ type Config struct {
 	Controller *admission.Controller
 	// Estimator prices request bodies and caps their size.
 	Estimator *weights.Estimator
-	// Prices turns actual usage into micro-dollars for cost policies; nil
-	// settles cost at the estimate.
+	// Prices prices requests and their usage in micro-dollars for cost
+	// policies (weights.NewPriceTable; replace it with SetPrices). While a
+	// cost policy is installed, a request for a model Prices cannot price
+	// (no entry, no base model, no fallback price) is refused with 400
+	// model_not_priced: an unpriced model is never free. Nil prices nothing.
 	Prices *weights.Prices
+	// ParseBudget bounds the request-body bytes being read and priced at
+	// once, over all requests: a request reserves its Content-Length (or
+	// the body cap when it sends none) before reading. Zero means
+	// DefaultParseBudget.
+	ParseBudget int64
+	// ParseBudgetWait is how long a request waits for room in the parse
+	// budget before it is refused with 503; zero means
+	// DefaultParseBudgetWait.
+	ParseBudgetWait time.Duration
 	// Identity maps API keys to tenants; replace it with SetIdentity.
 	Identity *httpadmit.IdentityConfig
 	// Transport carries upstream requests; nil means NewTransport().
@@ -171,13 +189,18 @@ type Gateway struct {
 	base     *url.URL
 	identity atomic.Pointer[httpadmit.IdentityConfig]
 	shared   atomic.Pointer[map[string]bool]
-	quota    atomic.Int32 // the status of a quota rejection
-	shadowH  atomic.Bool
-	ready    atomic.Bool
-	forward  headerSet
-	auth     atomic.Pointer[authLimiter]
-	log      *slog.Logger
-	m        instruments
+	prices   atomic.Pointer[weights.Prices]
+	// costPolicies is set while a policy counts cost: unpriced models are
+	// then refused.
+	costPolicies atomic.Bool
+	budget       *budget
+	quota        atomic.Int32 // the status of a quota rejection
+	shadowH      atomic.Bool
+	ready        atomic.Bool
+	forward      headerSet
+	auth         atomic.Pointer[authLimiter]
+	log          *slog.Logger
+	m            instruments
 }
 
 // New checks cfg and returns a Gateway.
@@ -234,6 +257,14 @@ func New(cfg Config) (*Gateway, error) {
 	g.identity.Store(cfg.Identity)
 	g.quota.Store(int32(cfg.QuotaStatus))
 	g.shadowH.Store(cfg.ShadowHeader)
+	if cfg.ParseBudget <= 0 {
+		cfg.ParseBudget = DefaultParseBudget
+	}
+	if cfg.ParseBudgetWait <= 0 {
+		cfg.ParseBudgetWait = DefaultParseBudgetWait
+	}
+	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
+	g.prices.Store(cfg.Prices)
 	g.PoliciesChanged()
 	if err := g.m.init(cfg.Meter); err != nil {
 		return nil, err
@@ -291,21 +322,27 @@ func (g *Gateway) admitted(h http.Header, tk admission.Ticket) {
 }
 
 // PoliciesChanged recomputes which policies guard the shared upstream
-// capacity; call it after the controller's configuration changed.
+// capacity and whether any policy counts cost; call it after the
+// controller's configuration changed.
 func (g *Gateway) PoliciesChanged() {
-	if g.cfg.SharedPolicies != nil {
-		g.shared.Store(&g.cfg.SharedPolicies)
-		return
-	}
 	m := map[string]bool{}
+	cost := false
 	for _, p := range g.cfg.Controller.Policies() {
 		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == admission.KeyGlobal)
 		if global && p.Algorithm == admission.Concurrency {
 			m[p.Name] = true
 		}
+		cost = cost || p.Unit == admission.UnitCost
+	}
+	g.costPolicies.Store(cost)
+	if g.cfg.SharedPolicies != nil {
+		m = g.cfg.SharedPolicies
 	}
 	g.shared.Store(&m)
 }
+
+// SetPrices replaces the price table, for a policy file reload.
+func (g *Gateway) SetPrices(p *weights.Prices) { g.prices.Store(p) }
 
 // SetReady sets what /readyz answers; a shutting-down server sets false so
 // load balancers stop sending traffic while streams drain.
@@ -450,34 +487,61 @@ func (g *Gateway) checkModel(c echo.Context, model string) bool {
 // admit asks the controller, answering the rejection itself when refused.
 // It reports whether the request may go on.
 func (g *Gateway) admit(c echo.Context, req admission.Request) (admission.Ticket, bool) {
+	actx, cancel := g.admissionContext(c)
+	defer cancel()
+	tk, err := g.cfg.Controller.Admit(actx, req)
+	if err != nil {
+		g.refused(c, err)
+		return admission.Ticket{}, false
+	}
+	return tk, true
+}
+
+// continueAdmission evaluates, for a ticket from Begin, the policies that
+// needed the request's price, answering the rejection itself when refused.
+func (g *Gateway) continueAdmission(c echo.Context, tk admission.Ticket, req admission.Request) bool {
+	actx, cancel := g.admissionContext(c)
+	defer cancel()
+	if err := tk.Continue(actx, req); err != nil {
+		g.refused(c, err)
+		return false
+	}
+	return true
+}
+
+// admissionContext bounds the wait in admission queues by the timeout the
+// official SDKs send: a request whose queue wait would outlast it is
+// refused at once rather than queued to time out.
+func (g *Gateway) admissionContext(c echo.Context) (context.Context, context.CancelFunc) {
 	ctx := c.Request().Context()
-	actx := ctx
-	// The official SDKs send their request timeout: a request whose queue
-	// wait would outlast it is refused at once rather than queued to time
-	// out.
 	if v := c.Request().Header.Get("X-Stainless-Timeout"); v != "" {
 		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 && secs < 86400 {
-			var cancel context.CancelFunc
-			actx, cancel = context.WithTimeout(ctx, time.Duration(secs*float64(time.Second)))
-			defer cancel()
+			return context.WithTimeout(ctx, time.Duration(secs*float64(time.Second)))
 		}
 	}
-	tk, err := g.cfg.Controller.Admit(actx, req)
-	if err == nil {
-		return tk, true
-	}
+	return ctx, func() {}
+}
+
+// refused answers a request that admission did not let through: the
+// rejection, 400 for an amount out of range, nothing when the client gave
+// up while queued, 503 when admission itself failed.
+func (g *Gateway) refused(c echo.Context, err error) {
 	var rej *admission.Rejection
 	switch {
 	case errors.As(err, &rej):
 		g.reject(c, rej)
-	case ctx.Err() != nil:
+	case errors.Is(err, admission.ErrInvalidCost):
+		g.m.count(c.Request().Context(), g.m.clientErrors, "invalid_cost")
+		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_cost", "",
+			"The request's token or cost reservation is out of range.")
+	case c.Request().Context().Err() != nil:
 		// The client gave up while queued: nobody is left to answer.
 		c.Response().Status = 499
 	default:
+		g.log.Error("llmproxy: admission failed", "err", err)
 		writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
 			"The gateway cannot admit requests right now. Please retry.")
 	}
-	return admission.Ticket{}, false
 }
 
 // handleModels proxies the models listing and the retrieval of one

@@ -25,11 +25,13 @@ type instruments struct {
 	charges           metric.Int64Counter
 	authFailures      metric.Int64Counter
 	authThrottled     metric.Int64Counter
+	usageFallbacks    metric.Int64Counter
+	fallbackPrices    metric.Int64Counter
 	opts              sync.Map // attribute key=value → metric.AddOption
 }
 
 func (m *instruments) init(meter metric.Meter) error {
-	var errs [11]error
+	var errs [13]error
 	m.upstreamResponses, errs[0] = meter.Int64Counter("llmproxy.upstream.responses",
 		metric.WithDescription("Responses received from the upstream API, by status class."), metric.WithUnit("{response}"))
 	m.upstreamThrottled, errs[1] = meter.Int64Counter("llmproxy.upstream.throttled",
@@ -52,6 +54,10 @@ func (m *instruments) init(meter metric.Meter) error {
 		metric.WithDescription("Requests with a missing or unknown API key, by reason (missing_api_key, invalid_api_key)."), metric.WithUnit("{request}"))
 	m.authThrottled, errs[10] = meter.Int64Counter("llmproxy.auth.throttled",
 		metric.WithDescription("Requests refused with 429 before their key was looked at, because their address had failed authentication too often."), metric.WithUnit("{request}"))
+	m.usageFallbacks, errs[11] = meter.Int64Counter("llmproxy.usage.fallbacks",
+		metric.WithDescription("Settlements that charged the reservation because the upstream's usage report was missing, malformed, negative or implausible, by reason."), metric.WithUnit("{request}"))
+	m.fallbackPrices, errs[12] = meter.Int64Counter("llmproxy.prices.fallbacks",
+		metric.WithDescription("Requests for a model without a price of its own, charged the policy file's fallback price."), metric.WithUnit("{request}"))
 	return errors.Join(errs[:]...)
 }
 

@@ -18,8 +18,11 @@ import (
 	"github.com/sluicehq/sluice/weights"
 )
 
-// handleLLM serves the four token-priced endpoints: identity → body cap →
-// strict parse and estimate → admission → proxy → settlement.
+// handleLLM serves the four token-priced endpoints: identity → the
+// policies that need no price (request rates, unqueued request
+// concurrency), decided before the body is read → body cap and parse
+// budget → strict parse and estimate → the remaining policies → proxy →
+// settlement.
 func (g *Gateway) handleLLM(c echo.Context) error {
 	id, ok := g.identify(c)
 	if !ok {
@@ -32,56 +35,53 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 		g.tooLarge(c, est.MaxBodyBytes())
 		return nil
 	}
-	body, err := est.ReadBody(r.Body)
+	op := c.Path()
+	req := admission.Request{
+		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
+		Addr: g.identity.Load().ClientAddr(r), Operation: operation(r.Method, op),
+	}
+	// A caller over its request rate is refused here, before a byte of its
+	// body is read or parsed.
+	tk, err := g.cfg.Controller.Begin(ctx, req)
 	if err != nil {
-		if errors.Is(err, weights.ErrTooLarge) {
-			g.tooLarge(c, est.MaxBodyBytes())
-		} else if ctx.Err() == nil {
-			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "The request body could not be read.")
-		}
+		g.refused(c, err)
 		return nil
 	}
-	op := c.Path()
-	e, err := est.Estimate(op, body)
-	if err != nil {
-		var mal *weights.MalformedError
-		switch {
-		case errors.As(err, &mal):
-			code, msg := "invalid_type", mal.Error()
-			if mal.Field == "" {
-				code, msg = "invalid_json", "We could not parse the JSON body of your request: "+mal.Error()
-			}
-			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", code, mal.Field, msg)
-			g.m.count(ctx, g.m.clientErrors, code)
-		case errors.Is(err, weights.ErrTooLarge):
-			g.tooLarge(c, est.MaxBodyBytes())
-		default:
-			g.log.Error("llmproxy: estimate failed", "err", err)
-			writeError(c.Response(), http.StatusInternalServerError, "server_error", "internal_error", "", "The request could not be priced.")
-		}
+	// Settles Begin's permits when the request ends before Continue (a bad
+	// body); a no-op once the exchange owns the ticket or Continue refused.
+	defer tk.Done()
+	e, body, ok := g.readAndPrice(c, op)
+	if !ok {
 		return nil
 	}
 	if !g.checkModel(c, e.Model) {
 		return nil
 	}
+	price, priced := weights.Price{}, false
+	if g.costPolicies.Load() {
+		var src weights.PriceSource
+		if price, src, priced = g.prices.Load().Resolve(e.Model); !priced {
+			g.m.count(ctx, g.m.clientErrors, "model_not_priced")
+			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "model_not_priced", "model",
+				"The model has no price, and this gateway does not serve unpriced models.")
+			return nil
+		}
+		if src == weights.PriceFallback {
+			g.m.count(ctx, g.m.fallbackPrices, "fallback")
+		}
+	}
 	in, out := e.InputTokens, e.OutputTokens
 	if m := g.cfg.MaxOutputReserve; m > 0 && out > m {
 		out = m
 	}
-	cost := e.CostMicros
-	price, priced := weights.Price{}, false
-	if g.cfg.Prices != nil {
-		price, priced = g.cfg.Prices.Lookup(e.Model)
-		if priced {
-			cost = price.EstimateMicros(in, out)
-		}
+	// Every amount is in [0, admission.MaxAmount]: a reservation too large
+	// for any policy is refused as such, never wrapped.
+	req.Model = e.Model
+	req.Tokens = min(max(in, 0)+max(out, 0), admission.MaxAmount) // each at most weights.MaxTokens = MaxAmount: no overflow
+	if priced {
+		req.Cost = min(price.EstimateMicros(in, out), admission.MaxAmount)
 	}
-	tk, ok := g.admit(c, admission.Request{
-		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
-		Addr: g.identity.Load().ClientAddr(r), Operation: operation(r.Method, op), Model: e.Model,
-		Tokens: in + out, Cost: cost,
-	})
-	if !ok {
+	if !g.continueAdmission(c, tk, req) {
 		return nil
 	}
 	x := exchange{g: g, c: c, tk: tk, est: e, price: price, priced: priced}
@@ -126,20 +126,76 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 		g.upstreamError(c, resp, data)
 		return nil
 	}
-	u, err := weights.ParseUsage(data)
-	switch {
-	case err == nil:
-		x.settle(u)
-	case errors.Is(err, weights.ErrNoUsage):
-		x.tk.Done() // keep the estimate
-	default:
-		x.settle(weights.Usage{})
+	// The usage the upstream reports is checked against the request: a
+	// missing or implausible figure is charged as reserved, never as
+	// nothing, and counted.
+	rep, err := weights.ReadUsage(data)
+	u, fb := x.est.CheckUsage(rep)
+	if fb != weights.FallbackNone {
+		g.m.count(ctx, g.m.usageFallbacks, fb.String())
+	}
+	x.settle(u)
+	if err != nil {
 		g.m.count(ctx, g.m.upstreamFailures, "bad_response")
 		writeError(c.Response(), http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API returned a response that is not valid JSON.")
 		return nil
 	}
 	g.writeUpstream(c, resp, data)
 	return nil
+}
+
+// readAndPrice reads the body within the parse budget and prices it,
+// answering the client itself when it cannot: 413 for a body over the
+// cap, 400 for one that is unreadable or malformed, 503 when the budget
+// stays full.
+func (g *Gateway) readAndPrice(c echo.Context, op string) (weights.Estimate, []byte, bool) {
+	r := c.Request()
+	ctx := r.Context()
+	est := g.cfg.Estimator
+	want := r.ContentLength
+	if want < 0 {
+		want = est.MaxBodyBytes()
+	}
+	got, ok := g.budget.acquire(ctx, want)
+	if !ok {
+		if ctx.Err() == nil {
+			g.m.count(ctx, g.m.clientErrors, "parse_budget_full")
+			c.Response().Header().Set("Retry-After", "1")
+			writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "server_busy", "",
+				"The gateway is reading too many request bodies at once. Please retry.")
+		}
+		return weights.Estimate{}, nil, false
+	}
+	defer g.budget.release(got)
+	body, err := est.ReadBody(r.Body)
+	if err != nil {
+		if errors.Is(err, weights.ErrTooLarge) {
+			g.tooLarge(c, est.MaxBodyBytes())
+		} else if ctx.Err() == nil {
+			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "The request body could not be read.")
+		}
+		return weights.Estimate{}, nil, false
+	}
+	e, err := est.Estimate(op, body)
+	if err == nil {
+		return e, body, true
+	}
+	var mal *weights.MalformedError
+	switch {
+	case errors.As(err, &mal):
+		code, msg := "invalid_type", mal.Error()
+		if mal.Field == "" {
+			code, msg = "invalid_json", "We could not parse the JSON body of your request: "+mal.Error()
+		}
+		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", code, mal.Field, msg)
+		g.m.count(ctx, g.m.clientErrors, code)
+	case errors.Is(err, weights.ErrTooLarge):
+		g.tooLarge(c, est.MaxBodyBytes())
+	default:
+		g.log.Error("llmproxy: estimate failed", "err", err)
+		writeError(c.Response(), http.StatusInternalServerError, "server_error", "internal_error", "", "The request could not be priced.")
+	}
+	return weights.Estimate{}, nil, false
 }
 
 func (g *Gateway) tooLarge(c echo.Context, limit int64) {

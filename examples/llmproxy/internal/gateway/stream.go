@@ -48,13 +48,17 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		if n > 0 {
 			idle.Reset(g.cfg.StreamIdleTimeout)
 			// Each write and flush is bounded by the client write
-			// timeout: a client that stops reading is cut here. A
-			// write that succeeds shows the client alive: the place
-			// to renew the ticket's concurrency leases.
+			// timeout: a client that stops reading is cut here.
 			if werr := x.writeClient(buf[:n]); werr != nil {
 				clientGone = true
 				break
 			}
+			// A write that went through shows both ends alive: the
+			// stream keeps its concurrency permits past max_hold. (Renew
+			// calls the store only once half of max_hold has passed; a
+			// store failure is reported by the controller and retried at
+			// the next chunk.)
+			_ = x.tk.Renew()
 			if now := time.Now(); now.Sub(last) >= g.cfg.ChargeInterval {
 				last = now
 				if rej := x.charge(sr); rej != nil {
@@ -88,6 +92,9 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		}
 		g.m.count(context.Background(), g.m.upstreamFailures, reason)
 		x.writeStreamError("server_error", "upstream_error", "The upstream API ended the stream before it was complete.")
+	}
+	if res.Fallback != weights.FallbackNone {
+		g.m.count(context.Background(), g.m.usageFallbacks, res.Fallback.String())
 	}
 	u := res.Usage
 	if !res.Reported || !res.Completed {
