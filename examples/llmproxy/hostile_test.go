@@ -347,7 +347,7 @@ func TestHostileBodiesBoundedMemory(t *testing.T) {
 		took := time.Since(start)
 		close(stop)
 		grew := int64(<-peak) - int64(base[0].Value.Uint64())
-		t.Logf("%s: 8 × %d MiB bodies answered in %v, heap grew by at most %d MiB", tc.tenant, len(body)>>20, took, grew>>20)
+		t.Logf("%s: 8 × %.1f MiB bodies answered in %v, heap grew by at most %d MiB", tc.tenant, float64(len(body))/(1<<20), took, grew>>20)
 		for i, st := range statuses {
 			if st != tc.status {
 				t.Errorf("%s: request %d: status %d; want %d", tc.tenant, i, st, tc.status)
@@ -390,4 +390,56 @@ func TestParseBudgetBoundsBodiesInFlight(t *testing.T) {
 		resp, _ := post(t, s, "/v1/chat/completions", testKey("a"), smallChat)
 		return resp.StatusCode == http.StatusOK
 	})
+}
+
+// A healthy stream that lives longer than max_hold keeps its concurrency
+// permit (each chunk that reaches the client renews the lease), so the
+// cap still holds while it runs; once it ends, the permit is free.
+func TestLongStreamKeepsItsPermit(t *testing.T) {
+	s := startProxy(t, withPolicy(t, `
+  - {name: one-at-a-time, key: [tenant], algorithm: concurrency, limit: 1, max_hold: 1s}
+`, []string{"a"}, ""), func(o *options) { o.simRate, o.simTokens = 20, 60 }) // a stream of about 3s
+	stream := `{"model":"gpt-4o-mini","stream":true,"max_tokens":60,"messages":[{"role":"user","content":"hi"}]}`
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(stream))
+		req.Header.Set("Authorization", "Bearer "+testKey("a"))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && (resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte("[DONE]"))) {
+			err = fmt.Errorf("status %d, body %.200s", resp.StatusCode, b)
+		}
+		done <- err
+	}()
+	start := time.Now()
+	eventually(t, 5*time.Second, "the stream holds the permit", func() bool { return inflight(t, s) == 1 })
+	// Past max_hold, and again past twice max_hold, the stream still
+	// counts: a second request is refused.
+	for _, at := range []time.Duration{1500 * time.Millisecond, 2200 * time.Millisecond} {
+		time.Sleep(time.Until(start.Add(at)))
+		select {
+		case err := <-done:
+			t.Fatalf("the stream ended after %v, before the check at %v (%v): make it longer", time.Since(start), at, err)
+		default:
+		}
+		resp, b := post(t, s, "/v1/chat/completions", testKey("a"), smallChat)
+		checkError(t, fmt.Sprintf("a second request %v into a stream, max_hold 1s", at), resp, b, http.StatusTooManyRequests, "concurrency_limit_exceeded")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream did not end")
+	}
+	if resp, b := post(t, s, "/v1/chat/completions", testKey("a"), smallChat); resp.StatusCode != http.StatusOK {
+		t.Errorf("after the stream: status %d: %s", resp.StatusCode, b)
+	}
 }
