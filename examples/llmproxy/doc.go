@@ -50,16 +50,24 @@
 //     any of the body is read. A request refused before its body was read
 //     has its connection closed rather than drained; a body must arrive
 //     within --body-read-timeout.
-//  2. The body is capped (http.max_body of the file; 413) and parsed
-//     strictly (400 invalid_json or invalid_type, naming the field), then
-//     priced: prompt tokens counted with the model's tokenizer plus the
-//     output reservation (max_tokens, or the model's default, capped by
-//     --max-output-reserve), and micro-dollars from the model price table.
-//  3. Admission against every matching policy of the file: request and
-//     token rates, quotas, per-tenant concurrency with a bounded queue, a
-//     shared upstream cap whose queue is served round robin across tenants.
-//     Operations are named "METHOD route", as policy files match them
-//     ("POST /v1/chat/completions").
+//  2. The policies that need nothing from the body (request rates,
+//     request concurrency without a queue) are decided before the body is
+//     read (admission.Controller.Begin): a throttled tenant's body is never
+//     read or parsed.
+//  3. The body is capped (http.max_body of the file; 413), read within the
+//     parse budget shared by all requests (--parse-budget; 503 server_busy
+//     after --parse-budget-wait), parsed strictly in one pass (400
+//     invalid_json or invalid_type, naming the field; a repeated key or a
+//     pricing field in another case is refused), then priced: prompt
+//     tokens counted with the model's tokenizer plus the output reservation
+//     (max_tokens, or the model's default, capped by --max-output-reserve),
+//     saturating at admission.MaxAmount, and micro-dollars from the policy
+//     file's prices (400 model_not_priced for a model without a price while
+//     a cost policy is installed). The other policies follow
+//     (Ticket.Continue): token rates, quotas, per-tenant concurrency with a
+//     bounded queue, a shared upstream cap whose queue is served round
+//     robin across tenants. Operations are named "METHOD route", as policy
+//     files match them ("POST /v1/chat/completions").
 //  4. Proxying to the path of the matched route (never the client's path
 //     or query), with the headers an OpenAI-compatible API needs and never
 //     one that can carry a client credential, over a transport tuned for
@@ -69,14 +77,18 @@
 //     chunk by chunk with a flush each; a stream that did not ask for
 //     stream_options.include_usage gets it added upstream and the extra
 //     usage chunk removed from what the client sees.
-//  5. Settlement with the usage the upstream reported (or, for a stream
-//     that ended without a report, the prompt estimate plus the streamed
-//     output counted with the tokenizer): the difference from the
-//     reservation is refunded or charged. A running stream is charged every
+//  5. Settlement with the usage the upstream reported, checked against the
+//     request (a missing, malformed or implausible figure is charged as
+//     reserved, and counted), or, for a stream that ended without a report,
+//     the prompt estimate plus the streamed output counted with the
+//     tokenizer: the difference from the reservation is refunded or
+//     charged. A running stream is charged every
 //     --charge-interval for what it has produced, so parallel streams cannot
 //     overshoot a tokens-per-minute limit by more than about one interval's
 //     output each; with --cut-streams=all (the default) a stream whose
-//     tenant runs out is ended with a final error event.
+//     tenant runs out is ended with a final error event. Every chunk that
+//     reaches the client renews the request's concurrency leases, so a
+//     stream longer than max_hold keeps its permits.
 //  6. A client that goes away cancels the upstream call; the ticket is
 //     settled with what was produced. Upstream failures are answered in the
 //     OpenAI error shape: 504 upstream_timeout, 502 upstream_unavailable or
