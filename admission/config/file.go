@@ -28,6 +28,18 @@
 //	  models:
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
+// The logging and metrics sections take effect where the program applies
+// them; in a service using the library, a few calls do it:
+//
+//	log := f.Logger(os.Stderr)                  // logging.level, logging.format
+//	prom, _ := metrics.NewPrometheus(f.Metrics.CardinalityLimit)
+//	mo, _ := metrics.New(metrics.WithMeterProvider(prom.Provider), metrics.WithTopK(f.Metrics.TopTenants))
+//	obs, _ := f.Observer(log, mo)               // logging.decisions, then the metrics
+//	ctl, _ := admission.New(f.Config, admission.WithObserver(obs))
+//	mo.Watch(ctl)
+//	mw, _ := httpadmit.New(ctl, f.MiddlewareOptions()...)
+//	h, ml, _ := f.Metrics.Expose(prom.Handler, mw.Handler(mux)) // metrics.enabled, listen, path
+//
 // A Watcher reloads the file when it changes and on SIGHUP: a file that
 // does not validate is refused and reported, and the old configuration
 // keeps serving.

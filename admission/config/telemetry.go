@@ -38,12 +38,13 @@ func (f *File) Logger(w io.Writer) *slog.Logger {
 
 // DecisionLogConfig returns the decision log settings of the
 // logging.decisions section: every rejection when rejections is true
-// (none otherwise), at most max_per_second records per second on average.
-// The decision log always writes would-reject and fail-open decisions,
-// whatever rejections says. decisions.sample is not applied: the decision
-// log writes no admitted decisions.
+// (none otherwise), at most max_per_second records per second on average
+// and at most max_per_second (or shadow.DefaultLogBurst, if fewer) at
+// once. The decision log always writes would-reject and fail-open
+// decisions, whatever rejections says. decisions.sample is not applied:
+// the decision log writes no admitted decisions.
 func (l *Logging) DecisionLogConfig() shadow.LogConfig {
-	c := shadow.LogConfig{Rate: float64(l.MaxPerSecond)}
+	c := shadow.LogConfig{Rate: float64(l.MaxPerSecond), Burst: min(l.MaxPerSecond, shadow.DefaultLogBurst)}
 	if l.Rejections {
 		c.RejectSample = 1
 	}
