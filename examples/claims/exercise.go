@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -164,7 +165,7 @@ func runExercise(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	res.print(stdout)
-	fmt.Fprintf(stdout, "\ndecision log: %d records on stderr in normal use (logging.decisions)\n", logged.n)
+	fmt.Fprintf(stdout, "\ndecision log (logging.decisions; stderr when serving): %d records of refused requests\n", logged.n)
 	if s.MetricsURL == "" {
 		return nil
 	}
@@ -193,7 +194,8 @@ func printDecisions(ctx context.Context, client *http.Client, url string, w io.W
 	return sc.Err()
 }
 
-// lineCounter counts the lines written to it.
+// lineCounter counts the decision records written to it, JSON or text
+// (a handler writes one record per call).
 type lineCounter struct {
 	mu sync.Mutex
 	n  int
@@ -202,6 +204,8 @@ type lineCounter struct {
 func (c *lineCounter) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.n += strings.Count(string(p), "\n")
+	if bytes.Contains(p, []byte(`"msg":"admission decision"`)) || bytes.Contains(p, []byte(`msg="admission decision"`)) {
+		c.n++
+	}
 	return len(p), nil
 }
