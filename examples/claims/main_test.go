@@ -384,3 +384,32 @@ func TestPolicyFilesDifferOnlyInTheKey(t *testing.T) {
 		t.Errorf("policy.yaml and global.yaml differ beyond claims-create's key:\n%+v\n%+v", per, global)
 	}
 }
+
+// The -exercise mode runs against a real server in real time; one second
+// needs no waiting. Its A counts depend on how long the burst takes, its
+// B count and its report's shape do not.
+func TestExerciseCommand(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-exercise", "-seconds", "1"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"second  A filed  A admitted  B filed  B admitted\n",
+		"tenant A: ", " rejected with 429; the first had Retry-After: 1, RateLimit: \"claims-create\";r=0;",
+		"tenant B: never throttled\n",
+		`admission_decisions_total{decision="admitted",mode="enforce",policy="claims-create",reason="none"} `,
+		`admission_decisions_total{decision="rejected",mode="enforce",policy="claims-create",reason="rate"} `,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "): 0 records") {
+		t.Errorf("no decision records counted:\n%s", out.String())
+	}
+	for _, args := range [][]string{{"-seconds", "0"}, {"-seconds", "61"}, {"extra"}} {
+		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("run %q: no error", args)
+		}
+	}
+}
