@@ -72,7 +72,7 @@ func (f *File) Observer(log *slog.Logger, obs ...admission.Observer) (admission.
 // Expose serves h, the metrics handler (metrics.Prometheus.Handler), as
 // the metrics section says, and returns the handler to serve app with:
 //
-//   - metrics.enabled false: app itself, and no listener;
+//   - metrics.enabled false: app itself, and no listener (h may be nil);
 //   - metrics.listen empty: a handler that answers GET and HEAD of exactly
 //     metrics.path with h and passes every other request to app. The
 //     scrape is answered ahead of app, so the admission middleware inside
@@ -82,11 +82,14 @@ func (f *File) Observer(log *slog.Logger, obs ...admission.Observer) (admission.
 //
 // Keep a separate listener private: the metrics name the heaviest tenants.
 func (m *Metrics) Expose(h, app http.Handler) (http.Handler, *MetricsListener, error) {
-	if h == nil || app == nil {
-		return nil, nil, errors.New("config: Expose needs a metrics handler and an application handler")
+	if app == nil {
+		return nil, nil, errors.New("config: Expose needs an application handler")
 	}
 	if !m.Enabled {
 		return app, nil, nil
+	}
+	if h == nil {
+		return nil, nil, errors.New("config: metrics are enabled and Expose has no metrics handler")
 	}
 	if m.Listen == "" {
 		return scrape(m.Path, h, app), nil, nil

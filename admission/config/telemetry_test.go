@@ -238,3 +238,19 @@ func TestNoMetricsDependency(t *testing.T) {
 		}
 	}
 }
+
+// A disabled section needs no metrics handler; an enabled one does.
+func TestExposeHandlers(t *testing.T) {
+	app := http.NotFoundHandler()
+	off := parse(t, "metrics: {enabled: false}")
+	if h, ml, err := off.Metrics.Expose(nil, app); err != nil || ml != nil || h == nil {
+		t.Errorf("disabled Expose(nil, app) = %v, %v, %v; want app, nil, nil", h, ml, err)
+	}
+	on := parse(t, "")
+	if _, _, err := on.Metrics.Expose(nil, app); err == nil {
+		t.Errorf("enabled Expose(nil, app): no error")
+	}
+	if _, _, err := off.Metrics.Expose(app, nil); err == nil {
+		t.Errorf("Expose(h, nil): no error")
+	}
+}

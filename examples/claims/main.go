@@ -107,7 +107,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "claims: listening on %s; policy %s\n", s.URL, s.file.Source)
 	fmt.Fprintf(stdout, "claims: try: curl -i -X POST %s/claims -H 'Authorization: Bearer %s' -d '{\"policy_number\":\"P-1\",\"amount_cents\":12000}'\n", s.URL, KeyA)
-	fmt.Fprintf(stdout, "claims: health at %s/healthz, metrics at %s\n", s.URL, s.MetricsURL)
+	fmt.Fprintf(stdout, "claims: health at %s/healthz\n", s.URL)
+	if s.MetricsURL != "" {
+		fmt.Fprintf(stdout, "claims: metrics at %s\n", s.MetricsURL)
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-s.serveErr:
@@ -162,17 +165,23 @@ func start(o options) (_ *server, err error) {
 	}
 
 	// The logging and metrics sections: a logger, the metrics observer on
-	// a Prometheus registry, and the decision log in front of it.
+	// a Prometheus registry (unless metrics.enabled is false), and the
+	// decision log in front of it.
 	log := f.Logger(out)
-	if s.prom, err = metrics.NewPrometheus(f.Metrics.CardinalityLimit); err != nil {
-		return nil, err
+	var scrape http.Handler
+	var observers []admission.Observer
+	if f.Metrics.Enabled {
+		if s.prom, err = metrics.NewPrometheus(f.Metrics.CardinalityLimit); err != nil {
+			return nil, err
+		}
+		s.metrics, err = metrics.New(metrics.WithMeterProvider(s.prom.Provider),
+			metrics.WithTopK(f.Metrics.TopTenants), metrics.WithClock(clock))
+		if err != nil {
+			return nil, err
+		}
+		scrape, observers = s.prom.Handler, append(observers, s.metrics)
 	}
-	s.metrics, err = metrics.New(metrics.WithMeterProvider(s.prom.Provider),
-		metrics.WithTopK(f.Metrics.TopTenants), metrics.WithClock(clock))
-	if err != nil {
-		return nil, err
-	}
-	obs, err := f.Observer(log, s.metrics)
+	obs, err := f.Observer(log, observers...)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +189,9 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Source, err)
 	}
-	s.metrics.Watch(s.ctl)
+	if s.metrics != nil {
+		s.metrics.Watch(s.ctl)
+	}
 
 	// The API and its limits. WithRoutes names each request's operation
 	// after the pattern the mux routes it to, as the policies' routes do.
@@ -191,7 +202,7 @@ func start(o options) (_ *server, err error) {
 	}
 	api := &api{claims: newStore(clock), identity: s.mw.IdentityConfig, exportHold: o.exportHold}
 	api.register(mux)
-	h, ml, err := f.Metrics.Expose(s.prom.Handler, s.mw.Handler(mux))
+	h, ml, err := f.Metrics.Expose(scrape, s.mw.Handler(mux))
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
@@ -221,10 +232,9 @@ func start(o options) (_ *server, err error) {
 	}
 	s.URL = "http://" + ln.Addr().String()
 	switch {
-	case !f.Metrics.Enabled:
 	case ml != nil:
 		s.MetricsURL = "http://" + ml.Addr() + f.Metrics.Path
-	default:
+	case f.Metrics.Enabled:
 		s.MetricsURL = s.URL + f.Metrics.Path
 	}
 	s.srv = &http.Server{

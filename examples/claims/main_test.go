@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -411,5 +413,50 @@ func TestExerciseCommand(t *testing.T) {
 		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("run %q: no error", args)
 		}
+	}
+}
+
+// The metrics section decides where /metrics is answered: on the API
+// listener ahead of the limits, on a listener of its own, or nowhere.
+func TestMetricsSection(t *testing.T) {
+	for _, tc := range []struct {
+		name, section string
+		separate      bool // served on a listener of its own
+		apiMetrics    int  // status of GET /metrics on the API listener
+	}{
+		{"api listener", "metrics:\n  enabled: true\n  path: /metrics\n", false, http.StatusOK},
+		{"own listener", "metrics:\n  listen: 127.0.0.1:0\n  path: /metrics\n", true, http.StatusUnauthorized},
+		{"disabled", "metrics:\n  enabled: false\n", false, http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := string(defaultPolicy)
+			i, j := strings.Index(text, "metrics:\n"), strings.Index(text, "logging:\n")
+			path := filepath.Join(t.TempDir(), "policy.yaml")
+			if err := os.WriteFile(path, []byte(text[:i]+tc.section+"\n"+text[j:]), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, _, _ := startTest(t, options{configPath: path})
+			c := newClient(t)
+			// The API's /metrics is an ordinary limited route without a
+			// key unless the section puts the scrape there.
+			if resp, _ := do(t, c, http.MethodGet, s.URL+"/metrics", ""); resp.StatusCode != tc.apiMetrics {
+				t.Errorf("GET %s/metrics = %s; want %d", s.URL, resp.Status, tc.apiMetrics)
+			}
+			switch {
+			case tc.name == "disabled":
+				if s.MetricsURL != "" {
+					t.Errorf("metrics at %q; want none", s.MetricsURL)
+				}
+			case tc.separate == strings.HasPrefix(s.MetricsURL, s.URL):
+				t.Errorf("metrics at %q with the API at %q; want a listener of its own: %v", s.MetricsURL, s.URL, tc.separate)
+			default:
+				if _, _, err := file(context.Background(), c, s.URL, KeyA, "P-1"); err != nil {
+					t.Fatal(err)
+				}
+				if got := decisions(t, c, s.MetricsURL, "claims-create"); got["admitted"] != 1 {
+					t.Errorf("decisions at %s = %v; want 1 admitted", s.MetricsURL, got)
+				}
+			}
+		})
 	}
 }
