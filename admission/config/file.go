@@ -28,6 +28,18 @@
 //	  models:
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
+// The logging and metrics sections take effect where the program applies
+// them; in a service using the library, a few calls do it:
+//
+//	log := f.Logger(os.Stderr)                  // logging.level, logging.format
+//	prom, _ := metrics.NewPrometheus(f.Metrics.CardinalityLimit)
+//	mo, _ := metrics.New(metrics.WithMeterProvider(prom.Provider), metrics.WithTopK(f.Metrics.TopTenants))
+//	obs, _ := f.Observer(log, mo)               // logging.decisions, then the metrics
+//	ctl, _ := admission.New(f.Config, admission.WithObserver(obs))
+//	mo.Watch(ctl)
+//	mw, _ := httpadmit.New(ctl, f.MiddlewareOptions()...)
+//	h, ml, _ := f.Metrics.Expose(prom.Handler, mw.Handler(mux)) // metrics.enabled, listen, path
+//
 // A Watcher reloads the file when it changes and on SIGHUP: a file that
 // does not validate is refused and reported, and the old configuration
 // keeps serving.
@@ -167,14 +179,15 @@ func (h *HTTP) Options() []httpadmit.Option {
 	}
 }
 
-// Metrics is the metrics section.
+// Metrics is the metrics section. A service using the library applies it
+// with Expose; llmproxy applies it itself.
 type Metrics struct {
 	// Enabled turns the exporter on (default true).
 	Enabled bool
 	// Listen is the address of a separate metrics listener. Empty leaves
-	// the choice to the program: an httpadmit application serves Path on
-	// its main listener; llmproxy never does, and listens on its own
-	// operator default.
+	// the choice to the program: Expose serves Path on the application's
+	// own listener; llmproxy never does, and listens on its own operator
+	// default.
 	Listen string
 	// Path is where Prometheus scrapes (default /metrics).
 	Path string
@@ -186,14 +199,16 @@ type Metrics struct {
 	CardinalityLimit int
 }
 
-// Logging is the logging section.
+// Logging is the logging section. A service using the library applies
+// it with File.Logger and File.Observer; llmproxy applies it itself.
 type Logging struct {
 	// Level is the minimum level logged (default info).
 	Level slog.Level
 	// Format is "json" (default) or "text".
 	Format string
-	// DecisionSample is the fraction of admitted decisions logged
-	// (default 0).
+	// DecisionSample is the fraction of admitted decisions to log
+	// (default 0). It is validated but not applied yet: the decision log
+	// (package shadow) writes no admitted decisions.
 	DecisionSample float64
 	// Rejections logs every rejection and would-reject (default true),
 	// within MaxPerSecond.
