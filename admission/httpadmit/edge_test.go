@@ -122,14 +122,14 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 
 	conn := dialRaw(t, srv)
 	fmt.Fprintf(conn, head+"{", keySteady)
-	go func() {
+	go func(conn net.Conn) {
 		for range 5 {
 			time.Sleep(time.Second)
 			if _, err := io.WriteString(conn, " "); err != nil {
 				return
 			}
 		}
-	}()
+	}(conn)
 	start := time.Now()
 	if st := answerThenEOF(t, conn, 3*time.Second); st != http.StatusRequestTimeout {
 		t.Errorf("a body at a byte a second: status %d; want 408", st)
