@@ -2,24 +2,25 @@
 // handlers.
 //
 // For each request the middleware finds the operation (the route pattern
-// and method, as "POST /v1/chat/completions"), identifies the caller (an
-// identity placed in the context by the application's own authentication
-// middleware, else an API key looked up by its SHA-256 hash, else the
-// anonymous tenant; the client address only through trusted proxies,
-// IPv6 grouped by /64) and asks the controller for admission. A refused
-// request gets 429 (its own rate, concurrency or queue limit), 403 (an
-// exhausted quota; 429 if configured) or 503 (limit store unavailable,
-// partition table full) with Retry-After in whole seconds rounded up, the
-// IETF RateLimit-Policy and RateLimit fields, X-RateLimit-Limit/Remaining/
-// Reset and an RFC 9457 problem+json body whose type is stable per reason.
-// An unknown API key gets 401 and never a partition. A body is bounded
-// before anything reads it, in size (WithMaxBody, 1 MiB by default) and in
-// time (WithBodyTimeout, a minute by default), and a refusal is answered at
-// once with the connection closed rather than the body drained. Estimates
-// from a WithRequest function are checked: negative is a 400, above the
-// controller's amount bound saturated. Admitted responses
-// carry the same limit headers; the ticket is settled when the handler
-// returns, panics or gives up on a departed client.
+// and method, as "POST /v1/chat/completions"), identifies the caller (the
+// WithIdentity function's identity; without one, an identity placed in the
+// context by the application's own authentication middleware, else an API
+// key looked up by its SHA-256 hash, else the anonymous tenant; the client
+// address only through trusted proxies, IPv6 grouped by /64) and asks the
+// controller for admission. A refused request gets 429 (its own rate,
+// concurrency or queue limit), 403 (an exhausted quota; 429 if configured)
+// or 503 (limit store unavailable, partition table full) with Retry-After
+// in whole seconds rounded up, the IETF RateLimit-Policy and RateLimit
+// fields, X-RateLimit-Limit/Remaining/Reset and an RFC 9457 problem+json
+// body whose type is stable per reason. An unknown API key gets 401 and
+// never a partition. A body is bounded before anything reads it, in size
+// (WithMaxBody, 1 MiB by default) and in time (WithBodyTimeout, a minute
+// by default), and a refusal is answered at once with the connection
+// closed rather than the body drained. Estimates from a WithRequest
+// function are checked (BoundCost): negative is a 400 (problem type
+// ProblemInvalidCost), above admission.MaxAmount saturated. Admitted
+// responses carry the same limit headers; the ticket is settled when the
+// handler returns, panics or gives up on a departed client.
 //
 // A service with its own authentication passes a WithIdentity function
 // (the identity it validated); WithRejectionHandler writes its own answer
@@ -56,9 +57,11 @@
 //     policy.
 //   - Retry-After is the wait of the refused request itself, in whole
 //     seconds rounded up and at least 1, absent when waiting cannot help
-//     (admission.Never). It can differ from t: a request of cost 1 may
-//     fit long before the partition is full again. With WithRetryAfterMs
-//     Retry-After-Ms carries the same wait in milliseconds.
+//     (admission.Never). It can differ from t: a small request may fit
+//     long before the partition is full again, and a request refused by a
+//     bucket in debt or a sliding window counter may have to wait past t,
+//     which stops at w. With WithRetryAfterMs, Retry-After-Ms carries the
+//     same wait in milliseconds.
 //
 // The header, problem and identity functions are exported so that
 // gateways answering in another shape (the OpenAI-style LLM proxy) reuse
@@ -377,10 +380,12 @@ func (m *Middleware) Exempt(r *http.Request) bool {
 // Decide admits r, or says why not. On admission it sets the limit headers
 // (and the shadow header when enabled) on w and returns the ticket, which
 // the caller settles when the work ends. Otherwise it returns the reason
-// without writing anything: ErrBodyTooLarge, ErrUnknownKey,
-// ErrNoCredentials, a *admission.Rejection, the request context's error
-// when the client went away while queued, or another error when admission
-// itself failed. WriteError answers each of them.
+// without writing anything: ErrBodyTooLarge, ErrBodyTimeout,
+// ErrUnknownKey, ErrNoCredentials, an error matching ErrUnauthenticated
+// (from the WithIdentity function) or admission.ErrInvalidCost, a
+// *admission.Rejection, the request context's error when the client went
+// away while queued, or another error when admission itself failed.
+// WriteError answers each of them.
 func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
 	if err := m.LimitBody(w, r); err != nil {
 		return admission.Ticket{}, err
