@@ -340,3 +340,33 @@ func TestSetQueueTiming(t *testing.T) {
 		}
 	}
 }
+
+func TestTightest(t *testing.T) {
+	rate := func(name string, limit, remaining int64, reset time.Duration) admission.Status {
+		return admission.Status{Policy: name, Algorithm: admission.FixedWindow, Limit: limit, Remaining: remaining, Reset: reset, Window: time.Minute}
+	}
+	conc := func(limit, remaining int64) admission.Status {
+		return admission.Status{Policy: "conc", Algorithm: admission.Concurrency, Limit: limit, Remaining: remaining}
+	}
+	for _, tt := range []struct {
+		name string
+		sts  []admission.Status
+		want string
+	}{
+		{"none", nil, ""},
+		{"least room by fraction", []admission.Status{rate("rpm", 60, 30, time.Second), rate("tpm", 1000, 100, time.Second)}, "tpm"},
+		{"equal fractions: the longer reset", []admission.Status{rate("a", 10, 0, 5*time.Second), rate("b", 20, 0, 50*time.Second), rate("c", 5, 0, 7*time.Second)}, "b"},
+		{"a concurrency limit with room stays behind a full rate policy", []admission.Status{conc(4, 1), rate("rpm", 60, 60, 0)}, "rpm"},
+		{"a concurrency limit at capacity", []admission.Status{rate("rpm", 60, 1, time.Second), conc(4, 0)}, "conc"},
+		{"a concurrency limit alone", []admission.Status{conc(4, 3)}, "conc"},
+		{"no limit", []admission.Status{rate("zero", 0, 0, 0)}, ""},
+	} {
+		got := ""
+		if i := httpadmit.Tightest(tt.sts); i >= 0 {
+			got = tt.sts[i].Policy
+		}
+		if got != tt.want {
+			t.Errorf("%s: Tightest = %q; want %q", tt.name, got, tt.want)
+		}
+	}
+}

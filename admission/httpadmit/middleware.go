@@ -53,8 +53,8 @@
 //     policy, always the same one for the three (see Tightest): the one
 //     with the least room left as a fraction of its limit; a concurrency
 //     limit only once it is at capacity, or when it is the only one; equal
-//     fractions go to the longer reset. On a rejection it is the refusing
-//     policy.
+//     fractions go to the longer reset. A rejection carries the refusing
+//     policy's figures only, so the trio is that policy's.
 //   - Retry-After is the wait of the refused request itself, in whole
 //     seconds rounded up and at least 1, absent when waiting cannot help
 //     (admission.Never). It can differ from t: a small request may fit
