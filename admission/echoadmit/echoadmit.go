@@ -42,9 +42,12 @@ type Config struct {
 	// never shown).
 	IdentifierExtractor func(c echo.Context) (httpadmit.Identity, error)
 	// Request completes the admission request (model, estimated tokens,
-	// priority) before it is evaluated. An error goes to ErrorHandler;
-	// amounts are then bounded by httpadmit.BoundCost (a negative one goes
-	// to ErrorHandler matching admission.ErrInvalidCost: a 400).
+	// priority) before it is evaluated. An error goes to ErrorHandler as
+	// httpadmit.RequestError classifies it (413 for a body over the limit,
+	// 408 for one too slow, else 400 with its text, which must not reveal
+	// internals); amounts are then bounded by httpadmit.BoundCost (a
+	// negative one goes to ErrorHandler matching admission.ErrInvalidCost:
+	// a 400).
 	Request func(c echo.Context, r *admission.Request) error
 	// DenyHandler answers a rejected request; err is a
 	// *admission.Rejection and identifier the tenant. The default is the
@@ -52,8 +55,9 @@ type Config struct {
 	// the 429/403/503 contract.
 	DenyHandler func(c echo.Context, identifier string, err error) error
 	// ErrorHandler answers a request that could not be evaluated: 401 for
-	// identity errors, 413 for an oversized body, 400 for an invalid cost,
-	// 503 when admission failed. The default writes httpadmit's responses.
+	// identity errors, 413 for an oversized body, 408 for a body too slow,
+	// 400 for an invalid cost or a Request error, 503 when admission
+	// failed. The default writes httpadmit's responses.
 	ErrorHandler func(c echo.Context, err error) error
 }
 
@@ -107,7 +111,7 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 			}
 			if cfg.Request != nil {
 				if err := cfg.Request(c, &req); err != nil {
-					return fail(c, err)
+					return fail(c, httpadmit.RequestError(r, err))
 				}
 				if err := httpadmit.BoundCost(&req); err != nil {
 					return fail(c, err)

@@ -164,3 +164,45 @@ func waitStats(t *testing.T, ctl *admission.Controller, cond func(admission.Poli
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestEchoRequestErrors: a Request function's errors are answered as on
+// net/http: 413 for a body over the limit, 400 with its text otherwise.
+func TestEchoRequestErrors(t *testing.T) {
+	srv, _ := newServerWith(t, echoadmit.Config{
+		Request: func(c echo.Context, r *admission.Request) error {
+			if _, err := io.ReadAll(c.Request().Body); err != nil {
+				return err
+			}
+			if c.Request().Header.Get("X-Model") == "" {
+				return errors.New("the model is missing")
+			}
+			return nil
+		},
+	}, []httpadmit.Option{httpadmit.WithMaxBody(16)}, itemsPolicy)
+	for _, tc := range []struct {
+		body, model string
+		status      int
+		problem     string
+	}{
+		{"{}", "gpt", 200, ""},
+		{"{}", "", 400, "urn:sluice:problem:bad-request"},
+		// Chunked, so that only reading finds it too large.
+		{strings.Repeat("x", 64), "gpt", 413, httpadmit.ProblemBodyTooLarge},
+	} {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/items/1", io.MultiReader(strings.NewReader(tc.body)))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("X-Model", tc.model)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || (tc.problem != "" && problemType(t, string(body)) != tc.problem) {
+			t.Errorf("body %d bytes, model %q: %d %s; want %d %s", len(tc.body), tc.model, resp.StatusCode, body, tc.status, tc.problem)
+		}
+		if tc.status == 400 && !strings.Contains(string(body), "the model is missing") {
+			t.Errorf("400 body %s; want the function's text", body)
+		}
+	}
+}

@@ -489,16 +489,29 @@ func identify(o *options, r *http.Request) (Identity, error) {
 // function's own errors; the amounts are bounded by BoundCost.
 func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, req admission.Request) (admission.Request, error) {
 	if err := f(r, &req); err != nil {
-		var tooLarge *http.MaxBytesError
-		if b, ok := r.Body.(*Body); ok && b.TimedOut() {
-			return req, ErrBodyTimeout
-		}
-		if errors.As(err, &tooLarge) {
-			return req, ErrBodyTooLarge
-		}
-		return req, &badRequest{err}
+		return req, RequestError(r, err)
 	}
 	return req, BoundCost(&req)
+}
+
+// RequestError classifies the error of a function that completes the
+// admission request of r (WithRequest, echo's Config.Request) for
+// WriteError: ErrBodyTimeout when it failed reading a body the client did
+// not send within the body timeout, ErrBodyTooLarge when the body was
+// over the limit, and otherwise err wrapped so that WriteError answers
+// 400 with its text (which must therefore not reveal internals). An
+// error matching admission.ErrInvalidCost is returned as is.
+func RequestError(r *http.Request, err error) error {
+	var tooLarge *http.MaxBytesError
+	switch b, ok := r.Body.(*Body); {
+	case ok && b.TimedOut():
+		return ErrBodyTimeout
+	case errors.As(err, &tooLarge):
+		return ErrBodyTooLarge
+	case errors.Is(err, admission.ErrInvalidCost):
+		return err
+	}
+	return &badRequest{err}
 }
 
 // errNegativeCost is BoundCost's error.
