@@ -90,7 +90,16 @@ type Status struct {
 	Window time.Duration
 	// Remaining is what is left now, never negative.
 	Remaining int64
-	// Reset is how long until the partition is fully available again (the
-	// window or period ends, the bucket is full).
+	// Reset is how long until the partition is fully available again,
+	// never more than Window: a fixed window's or quota period's end; the
+	// time a token bucket takes to refill to its capacity; the time the
+	// newest admission of a sliding log leaves the window; for a sliding
+	// window counter, the time the previous window's weight has decayed,
+	// or Window while the current window counts anything (the counter
+	// remembers it into the next window, but the policy promises one
+	// window). A token bucket in debt also reports Window. A concurrency
+	// limit has no window: Reset is 0 while it has room, and its retry
+	// hint (Policy.RetryHint) once it is at capacity or refused, so that
+	// "Remaining 0" never comes with "retry now".
 	Reset time.Duration
 }

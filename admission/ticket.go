@@ -90,18 +90,37 @@ func (h *held) status() Status {
 	} else {
 		s.Window = h.lim.window
 	}
+	switch {
+	case h.p.Algorithm == Concurrency:
+		// At capacity (or refused) the wait is the policy's hint, never
+		// 0, which would read as "retry now".
+		s.Reset = 0
+		if s.Remaining <= 0 || !h.grant.OK {
+			s.Reset = h.p.retryHint()
+		}
+	case s.Window > 0 && s.Reset > s.Window:
+		// A bucket in debt, or a sliding window counter still weighing
+		// the current window's requests in the next one: the figures
+		// promise no more than one window.
+		s.Reset = s.Window
+	}
 	return s
 }
 
 // retryAfter is the wait a refusal of h advises.
 func (h *held) retryAfter() time.Duration {
 	if h.grant.RetryAfter == 0 && (h.p.Algorithm == Concurrency || h.grant.Full) {
-		if h.p.RetryHint > 0 {
-			return h.p.RetryHint
-		}
-		return DefaultRetryHint
+		return h.p.retryHint()
 	}
 	return h.grant.RetryAfter
+}
+
+// retryHint is the wait advised where none can be computed.
+func (p *policy) retryHint() time.Duration {
+	if p.RetryHint > 0 {
+		return p.RetryHint
+	}
+	return DefaultRetryHint
 }
 
 // final returns the amount to settle h at, and whether u knows it: the
@@ -410,6 +429,21 @@ func (tk Ticket) Statuses(dst []Status) []Status {
 		dst = append(dst, t.ops[i].status())
 	}
 	return dst
+}
+
+// QueueWait returns how long the request waited in policies' queues
+// before it was admitted (the sum over its queued policies; zero when it
+// was admitted at once or the ticket is settled).
+func (tk Ticket) QueueWait() time.Duration {
+	t := tk.live()
+	if t == nil {
+		return 0
+	}
+	var d time.Duration
+	for i := range t.ops {
+		d += t.ops[i].wait
+	}
+	return d
 }
 
 // WouldReject appends to dst the names of the shadow policies that would

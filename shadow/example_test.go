@@ -51,7 +51,7 @@ func Example() {
 	fmt.Print(rec.Report(3))
 	fmt.Println("suppressed log records:", log.Suppressed())
 	// Output:
-	// level=INFO msg="shadow policy would reject" policy=tenant-rpm-candidate mode=shadow decision=would_reject reason=rate tenant=big-co operation="" model="" cost=1 unit=requests retry_after=1m0s limit=3 remaining=0 reset=1m0s window=1m0s suppressed=0
+	// level=INFO msg="shadow policy would reject" policy=tenant-rpm-candidate mode=shadow decision=would_reject reason=rate tenant=big-co operation="" model="" cost=1 unit=requests retry_after_s=60 queue_wait_s=0 limit=3 remaining=0 reset_s=60 window_s=60 suppressed=0
 	// if enforced now, policy tenant-rpm-candidate would reject 40.0% of requests (4 of 10) over the last 5m0s, 50% of them from tenant big-co
 	// suppressed log records: 3
 }

@@ -68,10 +68,19 @@ func buildOptions(opts []Option) options {
 // slog records: every would-reject (what a shadow policy would have
 // refused), every fail-open, and a sample of enforced refusals. Each
 // record carries the policy, mode, decision, reason, tenant, operation,
-// model, cost and unit, the retry-after and the partition's limit figures;
-// never credentials (the core has none to give) nor request content. Every
-// string comes from the request and is bounded with Clip, so one record is
-// at most MaxDecisionBytes whatever a caller sends.
+// model, cost and unit, the retry-after, the queue wait and the
+// partition's limit figures; never credentials (the core has none to
+// give) nor request content. Every string comes from the request and is
+// bounded with Clip, so one record is at most MaxDecisionBytes whatever a
+// caller sends.
+//
+// Durations are numbers of seconds, to the millisecond, in fields whose
+// names end in "_s": retry_after_s, queue_wait_s, reset_s and window_s
+// (retry_after_s=11.955 for a wait of 11.954624567 s, never raw
+// nanoseconds). A retry_after_s of -1 means waiting cannot help
+// (admission.Never). A text handler writes a million seconds or more in
+// exponent form (2.6784e+06 for a 31-day window), which still parses as
+// a number.
 //
 // The log limits itself with a token bucket so that a flood of refusals
 // cannot flood the log: records over the rate are dropped and counted, the
@@ -150,11 +159,12 @@ func (l *Log) Decision(d *admission.Decision) {
 		slog.String("model", Clip(d.Model)),
 		slog.Int64("cost", d.Cost),
 		slog.String("unit", string(d.Unit)),
-		slog.Duration("retry_after", d.RetryAfter),
+		slog.Float64("retry_after_s", seconds(d.RetryAfter)),
+		slog.Float64("queue_wait_s", seconds(d.QueueWait)),
 		slog.Int64("limit", d.Limit),
 		slog.Int64("remaining", d.Remaining),
-		slog.Duration("reset", d.Reset),
-		slog.Duration("window", d.Window),
+		slog.Float64("reset_s", seconds(d.Reset)),
+		slog.Float64("window_s", seconds(d.Window)),
 		slog.Uint64("suppressed", l.pending.Swap(0)),
 	}
 	msg := "admission decision"
@@ -162,6 +172,15 @@ func (l *Log) Decision(d *admission.Decision) {
 		msg = "shadow policy would reject"
 	}
 	l.opts.logger.LogAttrs(context.Background(), level, msg, attrs[:]...)
+}
+
+// seconds returns d as the decision log writes it: seconds rounded to the
+// millisecond (11.955 for 11.954624567 s), and -1 for admission.Never.
+func seconds(d time.Duration) float64 {
+	if d == admission.Never {
+		return -1
+	}
+	return float64(d.Round(time.Millisecond)) / float64(time.Second)
 }
 
 // allow takes a token from the log's bucket.

@@ -88,7 +88,7 @@ func TestLogRecord(t *testing.T) {
 	want := map[string]any{
 		"msg": "shadow policy would reject", "level": "INFO", "policy": "tpm", "mode": "shadow",
 		"decision": "would_reject", "reason": "rate", "tenant": "acme", "cost": 300.0, "unit": "tokens",
-		"limit": 1000.0, "retry_after": float64(2 * time.Second),
+		"limit": 1000.0, "retry_after_s": 2.0, "queue_wait_s": 0.0, "reset_s": 0.0, "window_s": 60.0,
 	}
 	for k, v := range want {
 		if rec[k] != v {
@@ -227,3 +227,44 @@ type storeCalls struct {
 }
 
 func (s *storeCalls) StoreCall(c admission.StoreCall) { s.got = append(s.got, c) }
+
+// TestLogDurationsInSeconds: every duration of a record is a number of
+// seconds to the millisecond, in JSON and in text, never nanoseconds; a
+// wait that cannot help is -1.
+func TestLogDurationsInSeconds(t *testing.T) {
+	d := wouldReject("acme")
+	d.RetryAfter, d.QueueWait, d.Reset, d.Window = 11954624567*time.Nanosecond, 1020*time.Millisecond, 31*24*time.Hour, 31*24*time.Hour
+	never := wouldReject("acme")
+	never.RetryAfter = admission.Never
+	for _, tc := range []struct {
+		d    admission.Decision
+		want map[string]any
+		text []string
+	}{
+		{d, map[string]any{"retry_after_s": 11.955, "queue_wait_s": 1.02, "reset_s": 2678400.0, "window_s": 2678400.0},
+			[]string{"retry_after_s=11.955 ", "queue_wait_s=1.02 ", "reset_s=2.6784e+06 "}},
+		{never, map[string]any{"retry_after_s": -1.0}, []string{"retry_after_s=-1 "}},
+	} {
+		var buf bytes.Buffer
+		l, _ := shadow.NewLog(shadow.LogConfig{}, shadow.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+		l.Decision(&tc.d)
+		rec := records(t, &buf)[0]
+		for k, v := range tc.want {
+			if rec[k] != v {
+				t.Errorf("record[%q] = %v; want %v", k, rec[k], v)
+			}
+		}
+		for _, k := range []string{"retry_after", "queue_wait", "reset", "window"} {
+			if v, ok := rec[k]; ok {
+				t.Errorf("record has %q = %v; want only %q in seconds", k, v, k+"_s")
+			}
+		}
+		l, _ = shadow.NewLog(shadow.LogConfig{}, shadow.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		l.Decision(&tc.d)
+		for _, want := range tc.text {
+			if !strings.Contains(buf.String(), want) {
+				t.Errorf("text record lacks %q: %s", want, buf.String())
+			}
+		}
+	}
+}

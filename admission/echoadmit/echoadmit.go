@@ -6,6 +6,13 @@
 //
 // Operations are named "METHOD route" with echo's route pattern
 // (c.Path(), for example "GET /v1/items/:id").
+//
+// The httpadmit middleware's options hold on echo too: its WithIdentity
+// function identifies callers unless an IdentifierExtractor is set, its
+// WithRejectionHandler answers rejections unless a DenyHandler is set,
+// WithRetryAfterMs adds Retry-After-Ms to the default answers, and a
+// request admitted after a queue wait carries the Server-Timing entry.
+// The limit headers follow httpadmit's rule (see its package doc).
 package echoadmit
 
 import (
@@ -25,21 +32,31 @@ type Config struct {
 	// Skipper exempts requests; paths exempted in the httpadmit middleware
 	// (health, metrics) are exempt too.
 	Skipper Skipper
-	// IdentifierExtractor returns the validated identity of the caller.
-	// The default is the httpadmit middleware's identity rules: an identity
-	// placed in the request context, else an API key from the hashed
-	// table, else the anonymous tenant. Return httpadmit.ErrUnknownKey or
-	// httpadmit.ErrNoCredentials for a 401.
+	// IdentifierExtractor returns the validated identity of the caller;
+	// what httpadmit.WithIdentity says of its function holds for it (every
+	// field from validated credentials). The default is the httpadmit
+	// middleware's (Middleware.Identify): its WithIdentity function, else
+	// an identity placed in the request context, else an API key from the
+	// hashed table, else the anonymous tenant. An error is a 401 (it goes
+	// to ErrorHandler matching httpadmit.ErrUnauthenticated, its text
+	// never shown).
 	IdentifierExtractor func(c echo.Context) (httpadmit.Identity, error)
 	// Request completes the admission request (model, estimated tokens,
-	// priority) before it is evaluated. An error goes to ErrorHandler.
+	// priority) before it is evaluated. An error goes to ErrorHandler as
+	// httpadmit.RequestError classifies it (413 for a body over the limit,
+	// 408 for one too slow, else 400 with its text, which must not reveal
+	// internals); amounts are then bounded by httpadmit.BoundCost (a
+	// negative one goes to ErrorHandler matching admission.ErrInvalidCost:
+	// a 400).
 	Request func(c echo.Context, r *admission.Request) error
 	// DenyHandler answers a rejected request; err is a
-	// *admission.Rejection and identifier the tenant. The default writes
-	// httpadmit's 429/403/503 contract.
+	// *admission.Rejection and identifier the tenant. The default is the
+	// httpadmit middleware's answer: its WithRejectionHandler function, or
+	// the 429/403/503 contract.
 	DenyHandler func(c echo.Context, identifier string, err error) error
 	// ErrorHandler answers a request that could not be evaluated: 401 for
-	// identity errors, 413 for an oversized body, 503 when admission
+	// identity errors, 413 for an oversized body, 408 for a body too slow,
+	// 400 for an invalid cost or a Request error, 503 when admission
 	// failed. The default writes httpadmit's responses.
 	ErrorHandler func(c echo.Context, err error) error
 }
@@ -80,8 +97,9 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 			var err error
 			if cfg.IdentifierExtractor != nil {
 				id, err = cfg.IdentifierExtractor(c)
+				err = httpadmit.Unauthenticated(err)
 			} else {
-				id, err = m.IdentityConfig().Identify(r)
+				id, err = m.Identify(r)
 			}
 			if err != nil {
 				return fail(c, err)
@@ -93,6 +111,9 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 			}
 			if cfg.Request != nil {
 				if err := cfg.Request(c, &req); err != nil {
+					return fail(c, httpadmit.RequestError(r, err))
+				}
+				if err := httpadmit.BoundCost(&req); err != nil {
 					return fail(c, err)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,27 +21,43 @@ import (
 const key = "sk-echo-1"
 
 func newServer(t testing.TB, cfg echoadmit.Config, policies ...admission.Policy) *httptest.Server {
+	srv, _ := newServerWith(t, cfg, nil, policies...)
+	return srv
+}
+
+// newServerWith serves the echo routes behind the middleware built with
+// opts, with a fake clock; "/v1/hold" waits for the returned channel.
+func newServerWith(t testing.TB, cfg echoadmit.Config, opts []httpadmit.Option, policies ...admission.Policy) (*httptest.Server, *testEnv) {
 	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ctl, err := admission.New(admission.Config{Policies: policies}, admission.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
+	mw, err := httpadmit.New(ctl, append([]httpadmit.Option{httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
 		Keys: httpadmit.KeyTable{httpadmit.HashKey(key): {Tenant: "acme"}},
-	}))
+	})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	env := &testEnv{clk: clk, ctl: ctl, release: make(chan struct{})}
 	e := echo.New()
 	e.HideBanner = true
 	e.Use(echoadmit.Middleware(mw, cfg))
 	e.GET("/v1/items/:id", func(c echo.Context) error { return c.String(http.StatusOK, "item "+c.Param("id")) })
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	e.GET("/v1/hold", func(c echo.Context) error { <-env.release; return c.NoContent(http.StatusOK) })
 	srv := httptest.NewServer(e)
 	if tt, ok := t.(*testing.T); ok {
-		tt.Cleanup(srv.Close)
+		tt.Cleanup(func() { close(env.release); srv.Close() })
 	}
-	return srv
+	return srv, env
+}
+
+// testEnv is what a test drives besides the server.
+type testEnv struct {
+	clk     *admissiontest.Clock
+	ctl     *admission.Controller
+	release chan struct{}
 }
 
 func get(t testing.TB, srv *httptest.Server, path, k string) (*http.Response, string) {
@@ -160,4 +177,38 @@ func Example() {
 	// 200 "items";r=1;t=60
 	// 200 "items";r=0;t=60
 	// 429 "items";r=0;t=60
+}
+
+// A service with its own authentication names the caller with an
+// IdentifierExtractor; the httpadmit middleware's options (here the
+// precise Retry-After-Ms) hold on echo too.
+func Example_identifierExtractor() {
+	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "per-tenant", Key: []admission.KeyPart{admission.KeyTenant},
+		Algorithm: admission.TokenBucket, Limit: 5, Per: time.Second, Burst: 1,
+	}}}, admission.WithClock(clk))
+	mw, _ := httpadmit.New(ctl, httpadmit.WithRetryAfterMs(true))
+	e := echo.New()
+	e.Use(echoadmit.Middleware(mw, echoadmit.Config{
+		IdentifierExtractor: func(c echo.Context) (httpadmit.Identity, error) {
+			// Stands for a session validated by the service's own login.
+			if c.Request().Header.Get("X-Session") != "valid" {
+				return httpadmit.Identity{}, errors.New("no valid session")
+			}
+			return httpadmit.Identity{Tenant: "acme"}, nil
+		},
+	}))
+	e.GET("/v1/claims", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	for _, session := range []string{"valid", "valid", "forged"} {
+		req := httptest.NewRequest("GET", "/v1/claims", nil)
+		req.Header.Set("X-Session", session)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		fmt.Println(strings.TrimSpace(fmt.Sprint(rec.Code, " ", rec.Header().Get("Retry-After-Ms"))))
+	}
+	// Output:
+	// 200
+	// 429 200
+	// 401
 }

@@ -1,6 +1,7 @@
 package httpadmit_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -36,4 +37,93 @@ func Example() {
 	// 200 "per-tenant";r=0;t=60
 	// 429 "per-tenant";r=0;t=60 30
 	// 401
+}
+
+// A service with its own sessions identifies callers itself: the
+// identity comes from the server-side session, never from a header the
+// client fills in. An unknown session is a 401.
+func ExampleWithIdentity() {
+	sessions := map[string]httpadmit.Identity{"s-1": {Tenant: "acme", User: "alice"}}
+	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "per-user", Key: []admission.KeyPart{admission.KeyTenant, admission.KeyUser},
+		Algorithm: admission.FixedWindow, Limit: 1, Per: time.Hour,
+	}}})
+	mw, _ := httpadmit.New(ctl, httpadmit.WithIdentity(func(r *http.Request) (httpadmit.Identity, error) {
+		c, err := r.Cookie("session")
+		if err != nil {
+			return httpadmit.Identity{}, httpadmit.ErrNoCredentials
+		}
+		id, ok := sessions[c.Value]
+		if !ok {
+			return httpadmit.Identity{}, errors.New("unknown session")
+		}
+		return id, nil
+	}))
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, session := range []string{"s-1", "s-1", "s-forged"} {
+		req := httptest.NewRequest("GET", "/v1/claims", nil)
+		req.AddCookie(&http.Cookie{Name: "session", Value: session})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Println(session, rec.Code)
+	}
+	// Output:
+	// s-1 200
+	// s-1 429
+	// s-forged 401
+}
+
+// A rejection handler writes the service's own answer from the typed
+// rejection, and falls back to the default problem+json for the rest.
+func ExampleWithRejectionHandler() {
+	var mw *httpadmit.Middleware
+	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "rps", Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second,
+	}}}, admission.WithClock(admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))))
+	mw, _ = httpadmit.New(ctl, httpadmit.WithRejectionHandler(func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
+		if !errors.Is(rej, admission.ErrRateLimited) {
+			mw.WriteRejection(w, rej)
+			return
+		}
+		httpadmit.SetRetryAfter(w.Header(), rej.RetryAfter)
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, "slow down: %s allows %d per second\n", rej.Policy, rej.Status.Limit)
+	}))
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/claims", nil))
+		fmt.Println(strings.TrimSpace(fmt.Sprint(rec.Code, " ", rec.Header().Get("Retry-After"), " ", rec.Body.String())))
+	}
+	// Output:
+	// 200
+	// 429 1 slow down: rps allows 1 per second
+}
+
+// With WithRetryAfterMs a wait of 0.2 s reads Retry-After: 1 (whole
+// seconds, rounded up) and Retry-After-Ms: 200.
+func ExampleWithRetryAfterMs() {
+	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "rps", Algorithm: admission.TokenBucket, Limit: 5, Per: time.Second, Burst: 1,
+	}}}, admission.WithClock(admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))))
+	mw, _ := httpadmit.New(ctl, httpadmit.WithRetryAfterMs(true))
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/claims", nil))
+		fmt.Println(strings.TrimSpace(fmt.Sprint(rec.Code, " ", rec.Header().Get("Retry-After"), " ", rec.Header().Get("Retry-After-Ms"))))
+	}
+	// Output:
+	// 200
+	// 429 1 200
+}
+
+// A request that waited 1.02 s in a queue tells its client so.
+func ExampleSetQueueTiming() {
+	h := http.Header{}
+	httpadmit.SetQueueTiming(h, 1020*time.Millisecond)
+	fmt.Println(h.Get("Server-Timing"))
+	// Output:
+	// queue;dur=1020
 }

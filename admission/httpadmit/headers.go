@@ -17,6 +17,8 @@ const (
 	HeaderXRateLimitRemain   = "X-Ratelimit-Remaining"
 	HeaderXRateLimitReset    = "X-Ratelimit-Reset"
 	HeaderRetryAfter         = "Retry-After"
+	HeaderRetryAfterMs       = "Retry-After-Ms"
+	HeaderServerTiming       = "Server-Timing"
 	HeaderWouldReject        = "Sluice-Would-Reject"
 	unitParam                = "sluice-qu"
 	maxStatusesOnStack       = 8
@@ -40,6 +42,38 @@ func SetRetryAfter(h http.Header, d time.Duration) {
 		return
 	}
 	h[HeaderRetryAfter] = []string{strconv.FormatInt(max(1, Seconds(d)), 10)}
+}
+
+// Millis returns d in milliseconds, rounded up: the form of
+// Retry-After-Ms. Negative durations give 0.
+func Millis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// SetRetryAfterMs sets Retry-After-Ms to d in milliseconds, rounded up:
+// the precise figure beside Retry-After's whole seconds. It does nothing
+// for admission.Never.
+func SetRetryAfterMs(h http.Header, d time.Duration) {
+	if d == admission.Never {
+		return
+	}
+	h[HeaderRetryAfterMs] = []string{strconv.FormatInt(Millis(d), 10)}
+}
+
+// SetQueueTiming adds to h the Server-Timing entry of a queue wait d, in
+// milliseconds with up to three decimals: "queue;dur=1020.5". It does
+// nothing when d <= 0.
+func SetQueueTiming(h http.Header, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	b := make([]byte, 0, 32)
+	b = append(b, "queue;dur="...)
+	b = strconv.AppendFloat(b, float64(d.Round(time.Microsecond))/float64(time.Millisecond), 'f', -1, 64)
+	h[HeaderServerTiming] = append(h[HeaderServerTiming], string(b))
 }
 
 // AppendPolicyItem appends one RateLimit-Policy list member for s in the
@@ -119,20 +153,27 @@ func Enforced(sts []admission.Status) []admission.Status {
 	return out
 }
 
-// Tightest returns the index of the status with the least room left
-// relative to its limit (the one a client should pace itself by), or -1
-// when there is none.
+// Tightest returns the index of the status the X-RateLimit-* fields
+// describe, all three from it, or -1 when there is none: the policy with
+// the least room left as a fraction of its limit (Remaining/Limit). A
+// concurrency limit counts only once it is at capacity (until then its
+// room says nothing about pacing) or when no other policy is there.
+// Equal fractions go to the longer Reset: the one the caller waits for.
 func Tightest(sts []admission.Status) int {
 	best := -1
-	var bestRatio float64
+	var bestRank float64
 	for i := range sts {
 		s := &sts[i]
 		if s.Limit <= 0 {
 			continue
 		}
 		r := float64(max(0, s.Remaining)) / float64(s.Limit)
-		if best < 0 || r < bestRatio {
-			best, bestRatio = i, r
+		if s.Algorithm == admission.Concurrency && s.Remaining > 0 {
+			// After every rate policy, whose fractions are at most 1.
+			r += 1
+		}
+		if best < 0 || r < bestRank || (r == bestRank && s.Reset > sts[best].Reset) {
+			best, bestRank = i, r
 		}
 	}
 	return best

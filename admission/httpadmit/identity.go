@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"net/textproto"
@@ -139,7 +140,22 @@ var (
 	// ErrNoCredentials: the request carries no credential and anonymous
 	// callers are not admitted.
 	ErrNoCredentials = errors.New("no credentials")
+	// ErrUnauthenticated: the WithIdentity function (or echo's
+	// IdentifierExtractor) refused the caller. Errors wrapped by
+	// Unauthenticated match it.
+	ErrUnauthenticated = errors.New("unauthenticated")
 )
+
+// Unauthenticated returns err wrapped so that it matches
+// ErrUnauthenticated (and still err): WriteError answers it with 401 and
+// never shows its text. It returns nil for nil, and err itself when it
+// already matches ErrUnknownKey, ErrNoCredentials or ErrUnauthenticated.
+func Unauthenticated(err error) error {
+	if err == nil || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrUnauthenticated) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+}
 
 // Identify returns the validated identity of r: the identity placed in its
 // context by ContextWithIdentity, or the one an API key maps to, or the anonymous

@@ -2,24 +2,66 @@
 // handlers.
 //
 // For each request the middleware finds the operation (the route pattern
-// and method, as "POST /v1/chat/completions"), identifies the caller (an
-// identity placed in the context by the application's own authentication
-// middleware, else an API key looked up by its SHA-256 hash, else the
-// anonymous tenant; the client address only through trusted proxies,
-// IPv6 grouped by /64) and asks the controller for admission. A refused
-// request gets 429 (its own rate, concurrency or queue limit), 403 (an
-// exhausted quota; 429 if configured) or 503 (limit store unavailable,
-// partition table full) with Retry-After in whole seconds rounded up, the
-// IETF RateLimit-Policy and RateLimit fields, X-RateLimit-Limit/Remaining/
-// Reset and an RFC 9457 problem+json body whose type is stable per reason.
-// An unknown API key gets 401 and never a partition. A body is bounded
-// before anything reads it, in size (WithMaxBody, 1 MiB by default) and in
-// time (WithBodyTimeout, a minute by default), and a refusal is answered at
-// once with the connection closed rather than the body drained. Estimates
-// from a WithRequest function are checked: negative is a 400, above the
-// controller's amount bound saturated. Admitted responses
-// carry the same limit headers; the ticket is settled when the handler
-// returns, panics or gives up on a departed client.
+// and method, as "POST /v1/chat/completions"), identifies the caller (the
+// WithIdentity function's identity; without one, an identity placed in the
+// context by the application's own authentication middleware, else an API
+// key looked up by its SHA-256 hash, else the anonymous tenant; the client
+// address only through trusted proxies, IPv6 grouped by /64) and asks the
+// controller for admission. A refused request gets 429 (its own rate,
+// concurrency or queue limit), 403 (an exhausted quota; 429 if configured)
+// or 503 (limit store unavailable, partition table full) with Retry-After
+// in whole seconds rounded up, the IETF RateLimit-Policy and RateLimit
+// fields, X-RateLimit-Limit/Remaining/Reset and an RFC 9457 problem+json
+// body whose type is stable per reason. An unknown API key gets 401 and
+// never a partition. A body is bounded before anything reads it, in size
+// (WithMaxBody, 1 MiB by default) and in time (WithBodyTimeout, a minute
+// by default), and a refusal is answered at once with the connection
+// closed rather than the body drained. Estimates from a WithRequest
+// function are checked (BoundCost): negative is a 400 (problem type
+// ProblemInvalidCost), above admission.MaxAmount saturated. Admitted
+// responses carry the same limit headers; the ticket is settled when the
+// handler returns, panics or gives up on a departed client.
+//
+// A service with its own authentication passes a WithIdentity function
+// (the identity it validated); WithRejectionHandler writes its own answer
+// to a rejection; WithRetryAfterMs adds the precise wait (Retry-After-Ms)
+// beside Retry-After's whole seconds; an admitted request that waited in
+// a queue gets a Server-Timing entry "queue;dur=<ms>" (WithServerTiming).
+//
+// # What the limit headers mean
+//
+// Every enforced policy the request passed (or the refusing one, on a
+// rejection) appears in RateLimit-Policy ("name";q=<limit>;w=<window>)
+// and RateLimit ("name";r=<remaining>;t=<reset>). Shadow policies never
+// appear. The figures follow one rule:
+//
+//   - r is what the partition has left now, in the policy's unit.
+//   - t is the number of seconds, rounded up, until the partition is fully
+//     available again, and never more than the policy's window w: the
+//     window's end for a fixed window; the period's end for a quota; the
+//     time a token bucket takes to refill to its burst (w is the time it
+//     takes from empty; a bucket in debt reports w); the time the newest
+//     admission leaves a sliding log; for a sliding window counter, the
+//     time the previous window's weight has decayed, or w while the
+//     current window counts anything (the counter remembers it into the
+//     next window, but the policy promises one window).
+//   - A concurrency limit has no window (qu="concurrent-requests", no w):
+//     r is the room left in flight, and t is 0 while there is room and the
+//     policy's retry hint (Policy.RetryHint, 1 s by default) once it is at
+//     capacity: "r=0;t=0", which reads "retry now", is never written.
+//   - X-RateLimit-Limit, -Remaining and -Reset are q, r and t of one
+//     policy, always the same one for the three (see Tightest): the one
+//     with the least room left as a fraction of its limit; a concurrency
+//     limit only once it is at capacity, or when it is the only one; equal
+//     fractions go to the longer reset. A rejection carries the refusing
+//     policy's figures only, so the trio is that policy's.
+//   - Retry-After is the wait of the refused request itself, in whole
+//     seconds rounded up and at least 1, absent when waiting cannot help
+//     (admission.Never). It can differ from t: a small request may fit
+//     long before the partition is full again, and a request refused by a
+//     bucket in debt or a sliding window counter may have to wait past t,
+//     which stops at w. With WithRetryAfterMs, Retry-After-Ms carries the
+//     same wait in milliseconds.
 //
 // The header, problem and identity functions are exported so that
 // gateways answering in another shape (the OpenAI-style LLM proxy) reuse
@@ -29,6 +71,7 @@ package httpadmit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"path"
@@ -57,6 +100,10 @@ type options struct {
 	noWait       bool
 	ticketCtx    bool
 	logger       *slog.Logger
+	identify     func(*http.Request) (Identity, error)
+	onRejected   func(http.ResponseWriter, *http.Request, *admission.Rejection)
+	retryAfterMs bool
+	serverTiming bool
 }
 
 // WithIdentityConfig sets how callers are identified (see IdentityConfig).
@@ -140,6 +187,50 @@ func WithTicketInContext() Option { return func(o *options) { o.ticketCtx = true
 // is slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
+// WithIdentity sets the function that identifies callers, for a service
+// with its own authentication (a session, a JWT, mTLS), like echo's
+// IdentifierExtractor. It replaces the identity rules of the
+// IdentityConfig (an identity in the context, an API key, the anonymous
+// tenant); the client address still comes from the IdentityConfig (the
+// TCP peer, or the forwarding header of a trusted proxy).
+//
+// The function may set every field of Identity: Tenant (the partition key
+// of per-tenant policies, and the plan's tenant), KeyID (a short id of the
+// credential, never the credential) and User. Each must come from
+// credentials the function has validated (a verified signature, a session
+// looked up server side), never from a header or parameter the client
+// chooses freely: whoever can pick their tenant can pick someone else's
+// allowance. An error answers 401, as an unknown API key does, without a
+// partition and without the error's text (see ErrUnauthenticated).
+func WithIdentity(f func(*http.Request) (Identity, error)) Option {
+	return func(o *options) { o.identify = f }
+}
+
+// WithRejectionHandler sets the function that answers a rejected request,
+// like ASP.NET's OnRejected: it writes the status (429, 403, 503 or its
+// own), headers and body from the typed rejection, whose Reason, Policy,
+// RetryAfter and Status figures are the middleware's. Only
+// "Connection: close" is set before it is called, when the request body
+// was not read to its end. Without it, or to fall back, the answer is the
+// default one (Middleware.WriteRejection): Retry-After, the limit
+// headers and problem+json. The function must not reveal internals.
+func WithRejectionHandler(f func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection)) Option {
+	return func(o *options) { o.onRejected = f }
+}
+
+// WithRetryAfterMs adds to rejections the precise wait beside
+// Retry-After's whole seconds: the Retry-After-Ms header (milliseconds,
+// rounded up, as OpenAI-style clients read it) and the problem's
+// retry_after_ms member. A wait of 0.2 s then reads "Retry-After: 1" and
+// "Retry-After-Ms: 200". Off by default.
+func WithRetryAfterMs(on bool) Option { return func(o *options) { o.retryAfterMs = on } }
+
+// WithServerTiming sets whether an admitted response that waited in a
+// queue carries the wait in a Server-Timing entry ("queue;dur=1020", in
+// milliseconds; see SetQueueTiming), which browsers' developer tools and
+// tracing agents show. On by default: the wait is the caller's own.
+func WithServerTiming(on bool) Option { return func(o *options) { o.serverTiming = on } }
+
 // A Middleware admits HTTP requests through a Controller. It is safe for
 // concurrent use; its settings can be replaced while it serves
 // (Reconfigure, SetIdentityConfig), requests in flight finishing with the
@@ -158,11 +249,12 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	}
 	m := &Middleware{ctl: ctl}
 	o := &options{
-		exempt:      []string{"/healthz", "/readyz", "/livez", "/metrics"},
-		maxBody:     DefaultMaxBody,
-		bodyTimeout: DefaultBodyTimeout,
-		quotaStatus: http.StatusForbidden,
-		logger:      slog.Default(),
+		exempt:       []string{"/healthz", "/readyz", "/livez", "/metrics"},
+		maxBody:      DefaultMaxBody,
+		bodyTimeout:  DefaultBodyTimeout,
+		quotaStatus:  http.StatusForbidden,
+		logger:       slog.Default(),
+		serverTiming: true,
 	}
 	if err := m.apply(o, opts); err != nil {
 		return nil, err
@@ -288,10 +380,12 @@ func (m *Middleware) Exempt(r *http.Request) bool {
 // Decide admits r, or says why not. On admission it sets the limit headers
 // (and the shadow header when enabled) on w and returns the ticket, which
 // the caller settles when the work ends. Otherwise it returns the reason
-// without writing anything: ErrBodyTooLarge, ErrUnknownKey,
-// ErrNoCredentials, a *admission.Rejection, the request context's error
-// when the client went away while queued, or another error when admission
-// itself failed. WriteError answers each of them.
+// without writing anything: ErrBodyTooLarge, ErrBodyTimeout,
+// ErrUnknownKey, ErrNoCredentials, an error matching ErrUnauthenticated
+// (from the WithIdentity function) or admission.ErrInvalidCost, a
+// *admission.Rejection, the request context's error when the client went
+// away while queued, or another error when admission itself failed.
+// WriteError answers each of them.
 func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
 	if err := m.LimitBody(w, r); err != nil {
 		return admission.Ticket{}, err
@@ -340,6 +434,11 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 	sts := Enforced(tk.Statuses(stack[:0]))
 	h := w.Header()
 	SetLimitHeaders(h, sts)
+	if o.serverTiming {
+		if d := tk.QueueWait(); d > 0 {
+			SetQueueTiming(h, d)
+		}
+	}
 	if o.shadowHeader {
 		var names [maxStatusesOnStack]string
 		SetWouldReject(h, tk.WouldReject(names[:0]))
@@ -352,7 +451,7 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 	o := m.cur.Load()
 	ic := &o.identity
-	id, err := ic.Identify(r)
+	id, err := identify(o, r)
 	if err != nil {
 		return admission.Request{}, err
 	}
@@ -367,41 +466,75 @@ func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 	return req, nil
 }
 
+// Identify returns the validated identity of r: the WithIdentity
+// function's, else the IdentityConfig's (IdentityConfig.Identify). An
+// error of the function is returned wrapped so that it matches
+// ErrUnauthenticated.
+func (m *Middleware) Identify(r *http.Request) (Identity, error) { return identify(m.cur.Load(), r) }
+
+func identify(o *options, r *http.Request) (Identity, error) {
+	if o.identify == nil {
+		return o.identity.Identify(r)
+	}
+	id, err := o.identify(r)
+	if err != nil {
+		return Identity{}, Unauthenticated(err)
+	}
+	return id, nil
+}
+
 // enrich is apart from Request so that the admitted path without a
 // WithRequest function keeps its request on the stack. A body that was
 // too large or too slow for the function to read is told apart from the
-// function's own errors; a negative amount is refused, one over
-// maxAmount saturated.
+// function's own errors; the amounts are bounded by BoundCost.
 func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, req admission.Request) (admission.Request, error) {
 	if err := f(r, &req); err != nil {
-		var tooLarge *http.MaxBytesError
-		if b, ok := r.Body.(*Body); ok && b.TimedOut() {
-			return req, ErrBodyTimeout
-		}
-		if errors.As(err, &tooLarge) {
-			return req, ErrBodyTooLarge
-		}
-		return req, &badRequest{err}
+		return req, RequestError(r, err)
 	}
-	errNegative := &badRequest{errors.New("the request's estimated cost is negative")}
-	if req.Tokens < 0 || req.Cost < 0 {
-		return req, errNegative
-	}
-	req.Tokens, req.Cost = min(req.Tokens, maxAmount), min(req.Cost, maxAmount)
-	for i := range req.Units {
-		if req.Units[i].Amount < 0 {
-			return req, errNegative
-		}
-		req.Units[i].Amount = min(req.Units[i].Amount, maxAmount)
-	}
-	return req, nil
+	return req, BoundCost(&req)
 }
 
-// maxAmount is the largest amount the controller accepts (2^50: the Redis
-// store counts in doubles, exact below 2^53). An estimate above it is
-// saturated: such a request is larger than any limit, and refused as such
-// rather than as an error.
-const maxAmount = 1 << 50
+// RequestError classifies the error of a function that completes the
+// admission request of r (WithRequest, echo's Config.Request) for
+// WriteError: ErrBodyTimeout when it failed reading a body the client did
+// not send within the body timeout, ErrBodyTooLarge when the body was
+// over the limit, and otherwise err wrapped so that WriteError answers
+// 400 with its text (which must therefore not reveal internals). An
+// error matching admission.ErrInvalidCost is returned as is.
+func RequestError(r *http.Request, err error) error {
+	var tooLarge *http.MaxBytesError
+	switch b, ok := r.Body.(*Body); {
+	case ok && b.TimedOut():
+		return ErrBodyTimeout
+	case errors.As(err, &tooLarge):
+		return ErrBodyTooLarge
+	case errors.Is(err, admission.ErrInvalidCost):
+		return err
+	}
+	return &badRequest{err}
+}
+
+// errNegativeCost is BoundCost's error.
+var errNegativeCost = fmt.Errorf("%w: the request's estimated cost is negative", admission.ErrInvalidCost)
+
+// BoundCost checks the amounts of an estimate before admission: a
+// negative Tokens, Cost or Units amount is an error matching
+// admission.ErrInvalidCost (WriteError answers 400), and an amount above
+// admission.MaxAmount is saturated to it: such a request is larger than
+// any limit, and refused as such (a decision) rather than as an error.
+func BoundCost(req *admission.Request) error {
+	if req.Tokens < 0 || req.Cost < 0 {
+		return errNegativeCost
+	}
+	req.Tokens, req.Cost = min(req.Tokens, admission.MaxAmount), min(req.Cost, admission.MaxAmount)
+	for i := range req.Units {
+		if req.Units[i].Amount < 0 {
+			return errNegativeCost
+		}
+		req.Units[i].Amount = min(req.Units[i].Amount, admission.MaxAmount)
+	}
+	return nil
+}
 
 type badRequest struct{ err error }
 
@@ -409,9 +542,12 @@ func (e *badRequest) Error() string { return e.err.Error() }
 func (e *badRequest) Unwrap() error { return e.err }
 
 // WriteError answers a request Decide did not admit: 413 for
-// ErrBodyTooLarge, 408 for ErrBodyTimeout, 401 for ErrUnknownKey and ErrNoCredentials, the
-// rejection contract for a *admission.Rejection, nothing when the client
-// is gone, 400 for an error of the WithRequest function and 503 for
+// ErrBodyTooLarge, 408 for ErrBodyTimeout, 401 for ErrUnknownKey,
+// ErrNoCredentials and ErrUnauthenticated, the WithRejectionHandler
+// function or the rejection contract (WriteRejection) for a
+// *admission.Rejection, nothing when the client is gone, 400 for an
+// error matching admission.ErrInvalidCost (problem type
+// ProblemInvalidCost) or of the WithRequest function, and 503 for
 // anything else (logged, never shown).
 func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	o := m.cur.Load()
@@ -423,12 +559,19 @@ func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err erro
 	CloseUnread(w.Header(), r, body)
 	switch {
 	case errors.As(err, &rej):
-		WriteRejection(w, rej, o.quotaStatus)
-	case errors.Is(err, ErrUnknownKey), errors.Is(err, ErrNoCredentials):
+		if o.onRejected != nil {
+			o.onRejected(w, r, rej)
+			return
+		}
+		writeRejection(w, rej, o)
+	case errors.Is(err, ErrUnknownKey), errors.Is(err, ErrNoCredentials), errors.Is(err, ErrUnauthenticated):
 		w.Header()["Www-Authenticate"] = []string{`Bearer realm="api"`}
 		detail := "The API key is not valid."
-		if errors.Is(err, ErrNoCredentials) {
+		switch {
+		case errors.Is(err, ErrNoCredentials):
 			detail = "An API key is required."
+		case errors.Is(err, ErrUnauthenticated):
+			detail = "The request's credentials are not valid."
 		}
 		WriteProblem(w, &Problem{Type: ProblemUnauthenticated, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
 	case errors.Is(err, ErrBodyTooLarge):
@@ -437,6 +580,9 @@ func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err erro
 	case errors.Is(err, ErrBodyTimeout):
 		WriteProblem(w, &Problem{Type: ProblemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
 			Detail: "The request body was not received in time."})
+	case errors.Is(err, admission.ErrInvalidCost):
+		WriteProblem(w, &Problem{Type: ProblemInvalidCost, Title: "Bad Request", Status: http.StatusBadRequest,
+			Detail: "The request's estimated cost is negative or too large."})
 	case errors.As(err, &bad):
 		WriteProblem(w, &Problem{Type: ProblemTypeBase + "bad-request", Title: "Bad Request", Status: http.StatusBadRequest, Detail: bad.Error()})
 	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
@@ -447,6 +593,22 @@ func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err erro
 		WriteProblem(w, &Problem{Type: ProblemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "The request cannot be admitted right now."})
 	}
+}
+
+// WriteRejection writes the default answer to a rejection with the
+// middleware's settings (WithQuotaStatus, WithRetryAfterMs), for a
+// WithRejectionHandler function that falls back to it.
+func (m *Middleware) WriteRejection(w http.ResponseWriter, rej *admission.Rejection) {
+	writeRejection(w, rej, m.cur.Load())
+}
+
+func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *options) {
+	p := RejectionProblem(rej, o.quotaStatus)
+	if o.retryAfterMs && rej.RetryAfter != admission.Never {
+		SetRetryAfterMs(w.Header(), rej.RetryAfter)
+		p.RetryAfterMs = Millis(rej.RetryAfter)
+	}
+	writeRejectionProblem(w, rej, p)
 }
 
 // Operation returns the operation name of r: "METHOD route", the route

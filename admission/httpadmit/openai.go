@@ -18,35 +18,32 @@ import (
 //	x-ratelimit-remaining-tokens: 4200
 //	x-ratelimit-reset-tokens: 16.1s
 //
-// Each trio describes the tightest policy counting that unit; the reset is
-// a Go duration rounded to the millisecond. Concurrency limits are left
-// out: they have no reset.
+// Each trio describes the tightest policy counting that unit, chosen as
+// Tightest chooses; the reset is a Go duration rounded to the
+// millisecond. Concurrency limits are left out: they count requests in
+// flight, not requests per window.
 func SetOpenAIHeaders(h http.Header, sts []admission.Status) {
 	setOpenAI(h, sts, admission.UnitRequests, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests")
 	setOpenAI(h, sts, admission.UnitTokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens")
 }
 
 func setOpenAI(h http.Header, sts []admission.Status, unit admission.Unit, limit, remaining, reset string) {
-	best := -1
-	var bestRatio float64
+	var stack [maxStatusesOnStack]admission.Status
+	of := stack[:0]
 	for i := range sts {
-		s := &sts[i]
-		u := s.Unit
+		u := sts[i].Unit
 		if u == "" {
 			u = admission.UnitRequests
 		}
-		if u != unit || s.Algorithm == admission.Concurrency || s.Limit <= 0 {
-			continue
-		}
-		r := float64(max(0, s.Remaining)) / float64(s.Limit)
-		if best < 0 || r < bestRatio {
-			best, bestRatio = i, r
+		if u == unit && sts[i].Algorithm != admission.Concurrency {
+			of = append(of, sts[i])
 		}
 	}
+	best := Tightest(of)
 	if best < 0 {
 		return
 	}
-	s := &sts[best]
+	s := &of[best]
 	h[limit] = []string{strconv.FormatInt(s.Limit, 10)}
 	h[remaining] = []string{strconv.FormatInt(max(0, s.Remaining), 10)}
 	h[reset] = []string{s.Reset.Round(time.Millisecond).String()}
@@ -65,8 +62,7 @@ func SetRetryHints(h http.Header, retryAfter time.Duration, now, deadline time.T
 		return
 	}
 	SetRetryAfter(h, retryAfter)
-	ms := (retryAfter + time.Millisecond - 1) / time.Millisecond
-	h["Retry-After-Ms"] = []string{strconv.FormatInt(int64(max(0, ms)), 10)}
+	SetRetryAfterMs(h, retryAfter)
 	if !deadline.IsZero() && !now.Add(retryAfter).Before(deadline) {
 		h["X-Should-Retry"] = []string{"false"}
 		return

@@ -19,6 +19,9 @@ const (
 	ProblemBodyTooLarge    = ProblemTypeBase + "body-too-large"
 	ProblemBodyTimeout     = ProblemTypeBase + "body-timeout"
 	ProblemUnavailable     = ProblemTypeBase + "unavailable"
+	// ProblemInvalidCost: the request's estimated cost is outside what
+	// the controller accepts (admission.ErrInvalidCost); answered 400.
+	ProblemInvalidCost = ProblemTypeBase + "invalid-cost"
 )
 
 var reasonTypes = [admission.NumReasons]string{
@@ -71,6 +74,9 @@ type Problem struct {
 	Reason string `json:"reason,omitempty"`
 	// RetryAfter repeats the Retry-After header in seconds.
 	RetryAfter int64 `json:"retry_after,omitempty"`
+	// RetryAfterMs is the precise wait in milliseconds, rounded up
+	// (with WithRetryAfterMs).
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
 // WriteProblem writes p as application/problem+json with status p.Status.
@@ -123,6 +129,11 @@ func RejectionProblem(rej *admission.Rejection, quotaStatus int) *Problem {
 // Retry-After, the limit headers of the refusing policy and a problem+json
 // body.
 func WriteRejection(w http.ResponseWriter, rej *admission.Rejection, quotaStatus int) {
+	writeRejectionProblem(w, rej, RejectionProblem(rej, quotaStatus))
+}
+
+// writeRejectionProblem writes the headers of rej and the problem p.
+func writeRejectionProblem(w http.ResponseWriter, rej *admission.Rejection, p *Problem) {
 	h := w.Header()
 	SetRetryAfter(h, rej.RetryAfter)
 	// A store failure or a full partition table has no figures worth
@@ -130,7 +141,7 @@ func WriteRejection(w http.ResponseWriter, rej *admission.Rejection, quotaStatus
 	if rej.Status.Policy != "" && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow {
 		SetLimitHeaders(h, []admission.Status{rej.Status})
 	}
-	WriteProblem(w, RejectionProblem(rej, quotaStatus))
+	WriteProblem(w, p)
 }
 
 // ErrBodyTooLarge is returned by Decide when the declared body is larger

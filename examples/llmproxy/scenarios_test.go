@@ -51,11 +51,17 @@ func TestNoisyNeighbour(t *testing.T) {
 	// B alone: its normal range.
 	var normal time.Duration
 	for range 3 {
-		st, d, _, b := timed(testKey("b"))
+		st, d, h, b := timed(testKey("b"))
 		if st != http.StatusOK {
 			t.Fatalf("B alone: status %d: %s", st, b)
 		}
 		normal = max(normal, d)
+		// X-RateLimit-* describe one policy, the request rate, not the
+		// upstream cap of 4 while it has room.
+		if got := h.Get("X-Ratelimit-Limit") + "/" + h.Get("X-Ratelimit-Remaining"); got != h.Get("x-ratelimit-limit-requests")+"/"+h.Get("x-ratelimit-remaining-requests") {
+			t.Errorf("B alone: X-Ratelimit-Limit/Remaining = %s; want the requests policy's %s/%s", got,
+				h.Get("x-ratelimit-limit-requests"), h.Get("x-ratelimit-remaining-requests"))
+		}
 	}
 
 	var wg sync.WaitGroup
