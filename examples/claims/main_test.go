@@ -117,7 +117,7 @@ func rejectionsLogged(t *testing.T, logs, policy string) map[string]int {
 	for _, l := range strings.Split(strings.TrimSpace(logs), "\n") {
 		var rec struct {
 			Level, Msg, Policy, Decision, Reason, Tenant string
-			RetryAfter                                   json.Number `json:"retry_after"`
+			RetryAfter                                   json.Number `json:"retry_after_s"`
 		}
 		if err := json.Unmarshal([]byte(l), &rec); err != nil {
 			t.Fatalf("log line %q is not JSON: %v", l, err)
@@ -126,7 +126,7 @@ func rejectionsLogged(t *testing.T, logs, policy string) map[string]int {
 			continue
 		}
 		if rec.Level != "WARN" || rec.Reason != "rate" || rec.RetryAfter == "" {
-			t.Errorf("rejection record %s: want level WARN, reason rate and a retry_after", l)
+			t.Errorf("rejection record %s: want level WARN, reason rate and a retry_after_s", l)
 		}
 		out[rec.Tenant]++
 	}
