@@ -83,7 +83,7 @@ func TestHashKey(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	if code, _, errs := runArgs("", "frobnicate"); code != 2 || !strings.Contains(errs, "check FILE") {
+	if code, _, errs := runArgs("", "frobnicate"); code != 2 || !strings.Contains(errs, "check [-q] FILE") {
 		t.Errorf("unknown command = %d, %q", code, errs)
 	}
 	if code, out, _ := runArgs("", "help"); code != 0 || !strings.Contains(out, "hash-key [KEY]") {
