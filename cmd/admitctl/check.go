@@ -59,7 +59,7 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 		fmt.Fprintf(e.stderr, "%s: %d problem(s); the file was not accepted\n", path, len(es))
 		return 1
 	}
-	for _, w := range exemptWarnings(f, raw) {
+	for _, w := range append(unitWarnings(f, raw), exemptWarnings(f, raw)...) {
 		fmt.Fprintf(e.stderr, "%s:%d:%d: %s: warning: %s\n", path, w.line, w.column, w.path, w.msg)
 	}
 	// The controller is the final judge of the rest. Stores are registered

@@ -163,18 +163,20 @@ func TestCovers(t *testing.T) {
 	}
 }
 
-// TestCheckExemptWarnings: an exempt path over a route a policy limits is
-// a warning on stderr with its position; the file is still valid.
-func TestCheckExemptWarnings(t *testing.T) {
+// TestCheckWarnings: an exempt path over a route a policy limits, and a
+// named unit one typo from a built-in one, are warnings on stderr with
+// their positions; the file is still valid.
+func TestCheckWarnings(t *testing.T) {
 	const file = `policies:
   - {name: api-rpm, algorithm: token_bucket, limit: 10, per: 1m, match: {routes: [/api/items, "/api/items/{id}"], methods: [POST]}}
   - {name: per-item, algorithm: token_bucket, limit: 10, per: 1m, match: {routes: ["/v1/{id}"]}}
-  - {name: everything, algorithm: token_bucket, limit: 10, per: 1m}
+  - {name: everything, algorithm: token_bucket, limit: 10, per: 1m, unit: Tokenz}
 http:
   exempt: [/healthz, /api/*, /v1/special]
 `
 	code, out, errs := checkFile(t, file, "-q")
-	want := `F:6:22: http.exempt[1]: warning: "/api/*" exempts every request to /api/items, which policies[0] (api-rpm) limits: those requests are never limited
+	want := `F:4:75: policies[2].unit: warning: "Tokenz" is a named unit, which a request carries only when it names it; did you mean "tokens"?
+F:6:22: http.exempt[1]: warning: "/api/*" exempts every request to /api/items, which policies[0] (api-rpm) limits: those requests are never limited
 F:6:22: http.exempt[1]: warning: "/api/*" exempts every request to /api/items/{id}, which policies[0] (api-rpm) limits: those requests are never limited
 F:6:30: http.exempt[2]: warning: "/v1/special" exempts some requests to /v1/{id}, which policies[1] (per-item) limits: those requests are never limited
 `
@@ -182,8 +184,8 @@ F:6:30: http.exempt[2]: warning: "/v1/special" exempts some requests to /v1/{id}
 		t.Errorf("check -q = %d, stdout %q, stderr:\n%s\nwant 0, nothing and:\n%s", code, out, errs, want)
 	}
 	// The usual exempt paths, beside policies on every route or other
-	// routes, warn of nothing.
-	code, _, errs = checkFile(t, "policies:\n  - {name: a, algorithm: token_bucket, limit: 1, per: 1s, match: {routes: [/v1/chat]}}\n  - {name: b, algorithm: token_bucket, limit: 1, per: 1s}\n")
+	// routes, and named units far from the built-in ones warn of nothing.
+	code, _, errs = checkFile(t, "policies:\n  - {name: a, algorithm: token_bucket, limit: 1, per: 1s, match: {routes: [/v1/chat]}}\n  - {name: b, algorithm: token_bucket, limit: 1, per: 1s, unit: images}\n")
 	if code != 0 || errs != "" {
 		t.Errorf("check with the default exempt paths = %d, stderr %q; want 0 and nothing", code, errs)
 	}

@@ -158,35 +158,79 @@ type logSummary struct {
 
 // replayLog reads the request log r into rp. On a malformed line it calls
 // bad with the problem and the count of malformed lines so far: nil skips
-// the line, an error stops the reading with that error.
+// the line, an error stops the reading with that error. The log is read
+// and parsed on its own goroutine, a few batches of records ahead of the
+// replay.
 func replayLog(ctx context.Context, rp *shadow.Replayer, r io.Reader, bad func(re *shadow.RecordError, n int64) error) (logSummary, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const batchSize, batches = 1024, 4
+	type batch struct {
+		recs []shadow.Record
+		bad  []*shadow.RecordError // the malformed lines among them, in order
+		err  error                 // after them: io.EOF, or what stopped the reading
+	}
+	free, full := make(chan *batch, batches), make(chan *batch, batches)
+	for range batches {
+		free <- &batch{recs: make([]shadow.Record, batchSize)}
+	}
+	go func() {
+		defer close(full)
+		lr := shadow.NewLogReader(r)
+		for {
+			var b *batch
+			select {
+			case b = <-free:
+			case <-ctx.Done():
+				return
+			}
+			n := 0
+			b.bad, b.err = b.bad[:0], nil
+			for n < batchSize && b.err == nil {
+				err := lr.Read(&b.recs[n])
+				var re *shadow.RecordError
+				switch {
+				case errors.As(err, &re):
+					b.bad = append(b.bad, re)
+				case err != nil:
+					b.err = err
+				default:
+					n++
+				}
+			}
+			b.recs = b.recs[:n]
+			full <- b
+			if b.err != nil {
+				return
+			}
+		}
+	}()
 	var sum logSummary
-	lr := shadow.NewLogReader(r)
-	var rec shadow.Record
-	for {
-		err := lr.Read(&rec)
-		var re *shadow.RecordError
-		switch {
-		case errors.Is(err, io.EOF):
-			return sum, nil
-		case errors.As(err, &re):
+	for b := range full {
+		for _, re := range b.bad {
 			sum.bad++
 			if err := bad(re, sum.bad); err != nil {
 				return sum, err
 			}
-			continue
-		case err != nil:
+		}
+		for i := range b.recs {
+			rec := &b.recs[i]
+			sum.tokens = sum.tokens || rec.Tokens != 0
+			sum.cost = sum.cost || rec.Cost != 0
+			rp.Add(rec)
+		}
+		sum.records += int64(len(b.recs))
+		switch {
+		case errors.Is(b.err, io.EOF):
+			return sum, nil
+		case b.err != nil:
+			return sum, b.err
+		}
+		if err := ctx.Err(); err != nil {
 			return sum, err
 		}
-		// A cancelled replay stops within a batch of records.
-		if sum.records%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return sum, err
-			}
-		}
-		sum.records++
-		sum.tokens = sum.tokens || rec.Tokens != 0
-		sum.cost = sum.cost || rec.Cost != 0
-		rp.Add(&rec)
+		b.recs = b.recs[:batchSize]
+		free <- b
 	}
+	return sum, ctx.Err()
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 )
 
@@ -146,4 +148,31 @@ func segments(p string) []string {
 		return nil
 	}
 	return strings.Split(p, "/")
+}
+
+// builtinUnits are the units requests carry without naming them.
+var builtinUnits = []string{string(admission.UnitRequests), string(admission.UnitTokens), string(admission.UnitCost)}
+
+// unitWarnings warns of a policy unit that is a named unit one typo away
+// from a built-in one ("tokenz"): valid, but no request carries it, so the
+// policy charges nothing.
+func unitWarnings(f *config.File, raw rawFile) []warning {
+	var out []warning
+	for i, p := range f.Config.Policies {
+		u := string(p.Unit)
+		if u == "" || slices.Contains(builtinUnits, u) {
+			continue
+		}
+		s, ok := nearest(u, builtinUnits)
+		if !ok {
+			continue
+		}
+		w := warning{path: fmt.Sprintf("policies[%d].unit", i),
+			msg: fmt.Sprintf("%q is a named unit, which a request carries only when it names it; did you mean %q?", u, s)}
+		if n := get(item(get(raw.root, "policies"), i), "unit"); n != nil {
+			w.line, w.column = n.Line, n.Column
+		}
+		out = append(out, w)
+	}
+	return out
 }
