@@ -37,26 +37,8 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 		return 2
 	}
 	path := fs.Arg(0)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		fmt.Fprintln(e.stderr, err)
-		return 1
-	}
-	raw := parseRaw(data)
-	f, err := config.Parse(path, data)
-	if err != nil {
-		var es config.Errors
-		if !errors.As(err, &es) {
-			fmt.Fprintln(e.stderr, err)
-			return 1
-		}
-		names := raw.names()
-		for _, pe := range es {
-			x := *pe
-			x.Msg = explain(x.Msg, names)
-			fmt.Fprintln(e.stderr, x.Error())
-		}
-		fmt.Fprintf(e.stderr, "%s: %d problem(s); the file was not accepted\n", path, len(es))
+	f, raw, ok := loadPolicyFile(e.stderr, path)
+	if !ok {
 		return 1
 	}
 	for _, w := range append(unitWarnings(f, raw), exemptWarnings(f, raw)...) {
@@ -115,6 +97,35 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 		fmt.Fprintf(e.stdout, "\ntenants without a plan are on %q; \"-\" rows are the policies' own limits\n", d)
 	}
 	return 0
+}
+
+// loadPolicyFile reads and validates the policy file at path. When it is
+// not valid it writes every problem to w, reworded by explain, and
+// reports false.
+func loadPolicyFile(w io.Writer, path string) (*config.File, rawFile, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(w, err)
+		return nil, rawFile{}, false
+	}
+	raw := parseRaw(data)
+	f, err := config.Parse(path, data)
+	if err != nil {
+		var es config.Errors
+		if !errors.As(err, &es) {
+			fmt.Fprintln(w, err)
+			return nil, raw, false
+		}
+		names := raw.names()
+		for _, pe := range es {
+			x := *pe
+			x.Msg = explain(x.Msg, names)
+			fmt.Fprintln(w, x.Error())
+		}
+		fmt.Fprintf(w, "%s: %d problem(s); the file was not accepted\n", path, len(es))
+		return nil, raw, false
+	}
+	return f, raw, true
 }
 
 // unpriced lists the models the policies name that no entry of the price

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -71,9 +70,8 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	var cands []shadow.Candidate
 	failed := false
 	for _, path := range configs {
-		f, err := config.Load(path)
-		if err != nil {
-			fmt.Fprintln(e.stderr, err)
+		f, _, ok := loadPolicyFile(e.stderr, path)
+		if !ok {
 			failed = true
 			continue
 		}

@@ -110,3 +110,15 @@ func TestReplayColumns(t *testing.T) {
 		})
 	}
 }
+
+// A candidate file with a typo gets the same answer as from check.
+func TestReplayConfigSuggests(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "typo.yaml")
+	if err := os.WriteFile(cfg, []byte("policies:\n  - {name: a, algorithm: token_bucket, limit: 1, per: 1s, key: [tennant]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runArgs("", "replay", "--log", sampleLog, "--config", cfg)
+	if want := `unknown key part "tennant"; did you mean "tenant"?`; code != 1 || out != "" || !strings.Contains(errs, want) {
+		t.Errorf("replay = %d, stdout %q, stderr %q; want 1, nothing and %q", code, out, errs, want)
+	}
+}
