@@ -49,6 +49,8 @@ func TestCheckSuggests(t *testing.T) {
 			`logging.level: unknown value "warnn"; did you mean "warn"? (want one of debug, info, warn, error)`},
 		{"anonymous", "policies:\n" + ok + "identity: {anonymous: dney}\n",
 			`identity.anonymous: unknown value "dney"; did you mean "deny"? (want one of allow, deny)`},
+		{"quota status", "policies:\n" + ok + "http: {quota_status: 492}\n",
+			`http.quota_status: unknown value 492; did you mean "429"? (want one of 403, 429)`},
 		{"policy name in a plan", "policies:\n" + ok + "plans:\n  pro:\n    tenant-rmp: {limit: 20}\n",
 			`plans.pro.tenant-rmp: no such policy "tenant-rmp"; did you mean "tenant-rpm"?`},
 		{"default plan", "policies:\n" + ok + "plans:\n  pro:\n    tenant-rpm: {limit: 20}\ndefault_plan: por\n",
@@ -189,4 +191,33 @@ F:6:30: http.exempt[2]: warning: "/v1/special" exempts some requests to /v1/{id}
 	if code != 0 || errs != "" {
 		t.Errorf("check with the default exempt paths = %d, stderr %q; want 0 and nothing", code, errs)
 	}
+}
+
+// FuzzExplain: rewording never fails on any message, leaves messages of
+// other shapes alone, and a reworded one keeps the value it quoted.
+func FuzzExplain(f *testing.F) {
+	for _, s := range []string{
+		`unknown key "algorythm" (want one of name, algorithm)`,
+		`unknown algorithm "x" (want one of [token_bucket quota])`,
+		`"warnn" is not debug, info, warn or error`,
+		`missing (a, b or c)`,
+		`must be 403 or 429, got 42`,
+		`no such policy "p"`, `no plan ""`, `must be > 0, got 0`, `"x" is not a path`,
+	} {
+		f.Add(s)
+	}
+	names := fileNames{policies: []string{"tenant-rpm", "p"}, plans: []string{"pro"}}
+	quoted := regexp.MustCompile(`"[^"]*"`)
+	f.Fuzz(func(t *testing.T, msg string) {
+		got := explain(msg, names)
+		if got == msg {
+			return
+		}
+		if !strings.Contains(got, "(want one of ") && !strings.Contains(got, "; did you mean ") {
+			t.Fatalf("explain(%q) = %q: reworded without a list or a suggestion", msg, got)
+		}
+		if q := quoted.FindString(msg); q != "" && !strings.Contains(got, q) {
+			t.Fatalf("explain(%q) = %q: lost %s", msg, got, q)
+		}
+	})
 }

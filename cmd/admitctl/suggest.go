@@ -16,6 +16,8 @@ var (
 	unknownEnumRE = regexp.MustCompile(`^(unknown [a-z ]+ "([^"]*)") \(want one of \[([^\]]*)\]\)$`)
 	// "warnn" is not debug, info, warn or error
 	isNotRE = regexp.MustCompile(`^"([^"]*)" is not ([\w.-]+(?:, [\w.-]+)* or [\w.-]+)$`)
+	// must be 403 or 429, got 42
+	mustBeRE = regexp.MustCompile(`^must be ([\w.-]+(?:, [\w.-]+)* or [\w.-]+), got (.+)$`)
 	// missing (token_bucket, fixed_window, ... or quota)
 	missingRE = regexp.MustCompile(`^(missing) \(([\w.-]+(?:, [\w.-]+)* or [\w.-]+)\)$`)
 	// no such policy "tenant-rmp", no policy "x", no plan "pr"
@@ -56,7 +58,10 @@ func explain(msg string, names fileNames) string {
 		return withList(m[1], m[2], splitNames(m[3]))
 	}
 	if m := isNotRE.FindStringSubmatch(msg); m != nil {
-		return withList(fmt.Sprintf("unknown value %q", m[1]), m[1], splitNames(m[2]))
+		return withList(`unknown value "`+m[1]+`"`, m[1], splitNames(m[2]))
+	}
+	if m := mustBeRE.FindStringSubmatch(msg); m != nil {
+		return withList("unknown value "+m[2], m[2], splitNames(m[1]))
 	}
 	if m := missingRE.FindStringSubmatch(msg); m != nil {
 		return withList(m[1], "", splitNames(m[2]))
