@@ -37,6 +37,7 @@ type telemetry struct {
 	observer admission.Observer
 	handler  http.Handler
 	otlp     string // where the metrics are pushed, for the banner; empty when they are not
+	stopped  bool   // shutdown ran
 }
 
 // otlpSettings say where and how often the metrics are pushed over
@@ -183,10 +184,13 @@ func (t *telemetry) meter() metric.Meter { return t.prom.Provider.Meter(meterNam
 // metrics are read from their cells at collection, so the last push needs
 // the observer's callbacks still registered. A second call does nothing.
 func (t *telemetry) shutdown(ctx context.Context) error {
+	if t.stopped {
+		return nil
+	}
+	t.stopped = true
 	err := t.prom.Provider.Shutdown(ctx)
 	if t.metrics != nil {
 		err = errors.Join(err, t.metrics.Close())
-		t.metrics = nil
 	}
 	return err
 }
