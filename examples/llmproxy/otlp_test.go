@@ -151,6 +151,16 @@ func TestOTLPPushPeriodic(t *testing.T) {
 		t.Errorf("push destination = %q; want %s/v1/metrics", s.metrics.otlp, rc.URL)
 	}
 	rc.waitFor(t, 10*time.Second, otlpTraffic(t, s))
+	// The scrape goes on beside the push, with the same figures.
+	resp, err := http.Get(s.OpsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if want := `admission_decisions_total{decision="rejected",mode="enforce",policy="rpm",reason="rate"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s:\n%s", want, body)
+	}
 }
 
 // With an interval far beyond the test, the figures arrive only because
