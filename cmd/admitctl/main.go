@@ -4,10 +4,12 @@
 //
 // Usage:
 //
-//	admitctl check FILE        validate a policy file; print the effective policies per plan
+//	admitctl check [-q] FILE   validate a policy file (naming the valid value nearest to a typo),
+//	                           warn of settings that defeat a limit, print the effective policies per plan
 //	admitctl hash-key [KEY]    print the stored form of an API key (reads stdin without KEY)
-//	admitctl replay --log FILE --config A.yaml [--config B.yaml ...]
-//	                           replay a request log against candidate policy files and compare
+//	admitctl replay --log FILE --config A.yaml [--config B.yaml ...] [--strict]
+//	                           replay a request log against candidate policy files and compare;
+//	                           malformed lines are named and skipped (--strict: the first one stops)
 //	admitctl loadgen [flags]   generate multi-tenant traffic as a request log, or send it as HTTP
 //	admitctl help [COMMAND]    list the commands, or print one's synopsis and every flag
 //
