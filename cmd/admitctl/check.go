@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,30 +21,28 @@ import (
 func init() {
 	register(&command{
 		name:    "check",
-		usage:   "FILE",
-		summary: "validate a policy file offline; print the effective policies per plan and the models without a price",
+		usage:   "[-q] FILE",
+		summary: "validate a policy file offline: every problem with its line and the nearest valid name for a typo; warnings for settings that defeat a limit; the effective policies per plan and the models without a price",
 		run:     runCheck,
 	})
 }
 
-func runCheck(_ context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	quiet := fs.Bool("q", false, "print nothing when the file is valid")
-	if err := fs.Parse(args); err != nil {
-		return 2
+func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
+	quiet := fs.Bool("q", false, "print nothing but problems and warnings (on stderr) when the file is valid")
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(e.stderr, "usage: admitctl check [-q] FILE")
+		fs.Usage()
 		return 2
 	}
-	f, err := config.Load(fs.Arg(0))
-	if err != nil {
-		fmt.Fprintln(e.stderr, err)
-		if es, ok := err.(config.Errors); ok {
-			fmt.Fprintf(e.stderr, "%s: %d problem(s); the file was not accepted\n", fs.Arg(0), len(es))
-		}
+	path := fs.Arg(0)
+	f, raw, ok := loadPolicyFile(e.stderr, path)
+	if !ok {
 		return 1
+	}
+	for _, w := range append(unitWarnings(f, raw), exemptWarnings(f, raw)...) {
+		fmt.Fprintf(e.stderr, "%s:%d:%d: %s: warning: %s\n", path, w.line, w.column, w.path, w.msg)
 	}
 	// The controller is the final judge of the rest. Stores are registered
 	// by the program that runs the file; offline, in-memory ones stand in.
@@ -51,19 +51,19 @@ func runCheck(_ context.Context, e *env, args []string) int {
 		opts = append(opts, admission.WithStore(name, admission.MemoryStore{}))
 	}
 	if _, err := admission.New(f.Config, opts...); err != nil {
-		fmt.Fprintf(e.stderr, "%s: %v\n", fs.Arg(0), err)
+		fmt.Fprintf(e.stderr, "%s: %v\n", path, err)
 		return 1
 	}
 	prices, err := pricing.Table(f.Prices)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "%s: %v\n", fs.Arg(0), err)
+		fmt.Fprintf(e.stderr, "%s: %v\n", path, err)
 		return 1
 	}
 	if *quiet {
 		return 0
 	}
 	fmt.Fprintf(e.stdout, "%s: OK: %d policies, %d plans, %d tenants, %d API keys\n",
-		fs.Arg(0), len(f.Config.Policies), len(f.Config.Plans.Plans), len(f.Config.Plans.Tenants), len(f.Identity.Keys))
+		path, len(f.Config.Policies), len(f.Config.Plans.Plans), len(f.Config.Plans.Tenants), len(f.Identity.Keys))
 	if stores := f.Stores(); len(stores) > 0 {
 		fmt.Fprintf(e.stdout, "stores the program must register: %s\n", strings.Join(stores, ", "))
 	}
@@ -97,6 +97,35 @@ func runCheck(_ context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stdout, "\ntenants without a plan are on %q; \"-\" rows are the policies' own limits\n", d)
 	}
 	return 0
+}
+
+// loadPolicyFile reads and validates the policy file at path. When it is
+// not valid it writes every problem to w, reworded by explain, and
+// reports false.
+func loadPolicyFile(w io.Writer, path string) (*config.File, rawFile, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(w, err)
+		return nil, rawFile{}, false
+	}
+	raw := parseRaw(data)
+	f, err := config.Parse(path, data)
+	if err != nil {
+		var es config.Errors
+		if !errors.As(err, &es) {
+			fmt.Fprintln(w, err)
+			return nil, raw, false
+		}
+		names := raw.names()
+		for _, pe := range es {
+			x := *pe
+			x.Msg = explain(x.Msg, names)
+			fmt.Fprintln(w, x.Error())
+		}
+		fmt.Fprintf(w, "%s: %d problem(s); the file was not accepted\n", path, len(es))
+		return nil, raw, false
+	}
+	return f, raw, true
 }
 
 // unpriced lists the models the policies name that no entry of the price

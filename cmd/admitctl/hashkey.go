@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 
@@ -13,12 +14,16 @@ func init() {
 	register(&command{
 		name:    "hash-key",
 		usage:   "[KEY]",
-		summary: "print the stored form (sha256:...) of an API key; reads the key from stdin when not given, which keeps it out of shell history",
+		summary: "print the stored form (sha256:...) of an API key; reads the key from stdin when not given, which keeps it out of shell history (a key beginning with - goes after --)",
 		run:     runHashKey,
 	})
 }
 
-func runHashKey(_ context.Context, e *env, args []string) int {
+func runHashKey(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	args = fs.Args()
 	var key string
 	switch len(args) {
 	case 0:
@@ -31,7 +36,7 @@ func runHashKey(_ context.Context, e *env, args []string) int {
 	case 1:
 		key = args[0]
 	default:
-		fmt.Fprintln(e.stderr, "usage: admitctl hash-key [KEY]")
+		fs.Usage()
 		return 2
 	}
 	if key == "" {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -127,9 +126,7 @@ func tenantAddr(i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 18 + byte(i>>16&1), byte(i >> 8), byte(i)})
 }
 
-func runLoadgen(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+func runLoadgen(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int {
 	var c loadgenConfig
 	tenants := fs.Int("tenants", 20, "number of tenants (tenant-01, tenant-02, ...); with --keys, the file's tenants")
 	fs.Float64Var(&c.zipf, "zipf", 1.2, "Zipf skew of the tenants' shares (> 1; 0 spreads them evenly)")
@@ -154,11 +151,8 @@ func runLoadgen(ctx context.Context, e *env, args []string) int {
 	maxTime := fs.Duration("max-time", time.Minute, "HTTP mode: longest run")
 	timeout := fs.Duration("timeout", 10*time.Second, "HTTP mode: timeout of one request")
 	noPace := fs.Bool("no-pace", false, "HTTP mode: send as fast as --concurrency allows instead of at the log's times")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }

@@ -4,12 +4,14 @@
 //
 // Usage:
 //
-//	admitctl check FILE        validate a policy file; print the effective policies per plan
+//	admitctl check [-q] FILE   validate a policy file (naming the valid value nearest to a typo),
+//	                           warn of settings that defeat a limit, print the effective policies per plan
 //	admitctl hash-key [KEY]    print the stored form of an API key (reads stdin without KEY)
-//	admitctl replay --log FILE --config A.yaml [--config B.yaml ...]
-//	                           replay a request log against candidate policy files and compare
+//	admitctl replay --log FILE --config A.yaml [--config B.yaml ...] [--strict]
+//	                           replay a request log against candidate policy files and compare;
+//	                           malformed lines are named and skipped (--strict: the first one stops)
 //	admitctl loadgen [flags]   generate multi-tenant traffic as a request log, or send it as HTTP
-//	admitctl help [COMMAND]
+//	admitctl help [COMMAND]    list the commands, or print one's synopsis and every flag
 //
 // Exit status: 0 on success, 1 when the file (or the work) failed, 2 on a
 // usage error.
@@ -17,6 +19,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,7 +36,10 @@ type command struct {
 	name    string
 	usage   string // the argument synopsis, e.g. "FILE"
 	summary string
-	run     func(ctx context.Context, env *env, args []string) int
+	// run defines the command's flags on fs, parses args with parse and
+	// does the work. fs's usage is the command's help: the synopsis, the
+	// summary and every flag.
+	run func(ctx context.Context, env *env, fs *flag.FlagSet, args []string) int
 }
 
 // env is what a command reads and writes.
@@ -65,14 +72,19 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	name := args[0]
 	if name == "help" || name == "-h" || name == "--help" || name == "-help" {
-		if len(args) > 1 {
-			if c, ok := commands[args[1]]; ok {
-				fmt.Fprintf(e.stdout, "usage: admitctl %s %s\n\n%s\n", c.name, c.usage, c.summary)
-				return 0
-			}
+		if len(args) == 1 {
+			usage(e.stdout)
+			return 0
 		}
-		usage(e.stdout)
-		return 0
+		c, ok := commands[args[1]]
+		if !ok {
+			fmt.Fprintf(e.stderr, "admitctl help: unknown command %q\n\n", args[1])
+			usage(e.stderr)
+			return 2
+		}
+		// The command's own -h, on stdout: one text for both ways of asking.
+		out := &env{stdin: e.stdin, stdout: e.stdout, stderr: e.stdout}
+		return c.run(ctx, out, c.flagSet(out), []string{"-h"})
 	}
 	c, ok := commands[name]
 	if !ok {
@@ -80,12 +92,42 @@ func run(ctx context.Context, e *env, args []string) int {
 		usage(e.stderr)
 		return 2
 	}
-	return c.run(ctx, e, args[1:])
+	return c.run(ctx, e, c.flagSet(e), args[1:])
+}
+
+// flagSet returns an empty flag set for the command, writing to e.stderr,
+// whose usage is the command's help.
+func (c *command) flagSet(e *env) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: admitctl %s %s\n\n%s\n", c.name, c.usage, c.summary)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprintln(w, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parse parses args into fs. When it reports false the command returns
+// code at once: 0 after -h (the help is printed), 2 after a bad flag (the
+// flag package has said which, and printed the help).
+func parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: admitctl COMMAND [ARGS]")
-	fmt.Fprintln(w)
+	fmt.Fprintln(w, "usage: admitctl COMMAND [ARGS]; admitctl help COMMAND prints a command's flags")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -93,6 +135,6 @@ func usage(w io.Writer) {
 	sort.Strings(names)
 	for _, n := range names {
 		c := commands[n]
-		fmt.Fprintf(w, "  %-28s %s\n", c.name+" "+c.usage, c.summary)
+		fmt.Fprintf(w, "\n  %s %s\n      %s\n", c.name, c.usage, c.summary)
 	}
 }

@@ -80,10 +80,18 @@ func TestHashKey(t *testing.T) {
 	if code, _, _ := runArgs("", "hash-key"); code != 2 {
 		t.Errorf("hash-key with no input = %d; want 2", code)
 	}
+	// A key that looks like a flag goes after --.
+	dash := "sha256:2491456786e2f980156bb6d6932d5f25deea5b8b234c1a89766ff9280ab1f280\n"
+	if code, out, _ := runArgs("", "hash-key", "--", "-k"); code != 0 || out != dash {
+		t.Errorf("hash-key -- -k = %d, %q; want 0, %q", code, out, dash)
+	}
+	if code, out, _ := runArgs("", "hash-key", "-k"); code != 2 || out != "" {
+		t.Errorf("hash-key -k = %d, %q; want 2 and nothing", code, out)
+	}
 }
 
 func TestUsage(t *testing.T) {
-	if code, _, errs := runArgs("", "frobnicate"); code != 2 || !strings.Contains(errs, "check FILE") {
+	if code, _, errs := runArgs("", "frobnicate"); code != 2 || !strings.Contains(errs, "check [-q] FILE") {
 		t.Errorf("unknown command = %d, %q", code, errs)
 	}
 	if code, out, _ := runArgs("", "help"); code != 0 || !strings.Contains(out, "hash-key [KEY]") {

@@ -97,7 +97,7 @@ func TestReplayExitCodes(t *testing.T) {
 		{[]string{"replay", "--log", sampleLog, "--config", current, "extra"}, 2, "unexpected arguments"},
 		{[]string{"replay", "--colour"}, 2, "flag provided but not defined"},
 		{[]string{"replay", "--log", filepath.Join(dir, "missing.jsonl"), "--config", current}, 1, "no such file"},
-		{[]string{"replay", "--log", badLog, "--config", current}, 1, badLog + ":3: tokens: must be >= 0, got -1"},
+		{[]string{"replay", "--log", badLog, "--config", current, "--strict"}, 1, badLog + ":3: tokens: must be >= 0, got -1\n"},
 		{[]string{"replay", "--log", sampleLog, "--config", badConfig}, 1, "policies[0].limit: must be > 0"},
 		{[]string{"replay", "--log", sampleLog, "--config", filepath.Join(dir, "missing.yaml")}, 1, "missing.yaml"},
 	}

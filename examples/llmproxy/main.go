@@ -20,6 +20,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
@@ -87,6 +88,7 @@ type options struct {
 	tokenizer        string
 	redis            string
 	metricsAddr      string
+	otlp             otlpSettings
 	clientWrite      time.Duration
 	bodyRead         time.Duration
 	forwardHeaders   string
@@ -120,6 +122,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "operator listener serving metrics and /debug/rollout (never the API listener); empty uses the policy file's metrics.listen, else "+DefaultMetricsAddr)
+	fs.StringVar(&o.otlp.endpoint, "otlp-endpoint", "", "also push the metrics over OTLP/HTTP to this receiver, e.g. http://127.0.0.1:4318 (/v1/metrics when the URL has no path); overrides $"+otlpMetricsEndpointEnv+" and $"+otlpEndpointEnv+", either of which turns the push on without the flag; the other OTEL_EXPORTER_OTLP_* variables apply")
+	fs.DurationVar(&o.otlp.interval, "otlp-interval", 0, "how often the metrics are pushed over OTLP (and once more at shutdown); 0 uses $OTEL_METRIC_EXPORT_INTERVAL, else 1m")
 	fs.DurationVar(&o.clientWrite, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
 	fs.DurationVar(&o.bodyRead, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
 	fs.StringVar(&o.forwardHeaders, "forward-headers", "", "comma-separated client headers forwarded upstream besides the built-in set (a trailing * matches a prefix); credential headers are never forwarded")
@@ -146,6 +150,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Failed pushes and other exporter errors go to the gateway's log.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { s.log.Warn("llmproxy: opentelemetry", "err", err) }))
 	s.banner(stdout)
 	select {
 	case <-ctx.Done():
@@ -222,7 +228,7 @@ func start(o options) (_ *server, err error) {
 		return nil, fmt.Errorf("--cut-streams: %w", err)
 	}
 
-	s.metrics, err = newTelemetry(s.file, s.log)
+	s.metrics, err = newTelemetry(s.file, s.log, o.otlp)
 	if err != nil {
 		return nil, err
 	}
@@ -391,6 +397,9 @@ func (s *server) banner(w io.Writer) {
 	if s.OpsURL != "" {
 		fmt.Fprintf(w, "llmproxy: operator listener (keep it private): metrics at %s%s, rollout report at %s/debug/rollout\n", s.OpsURL, s.file.Metrics.Path, s.OpsURL)
 	}
+	if s.metrics.otlp != "" {
+		fmt.Fprintf(w, "llmproxy: metrics pushed over OTLP/HTTP to %s\n", s.metrics.otlp)
+	}
 }
 
 // startOperator opens the operator listener: the metrics at metrics.path
@@ -460,6 +469,10 @@ func splitList(v string) []string {
 func (s *server) shutdown(ctx context.Context) error {
 	s.gw.SetReady(false)
 	err := s.e.Shutdown(ctx)
+	// The drained requests' figures are pushed before the exporters stop.
+	if merr := s.metrics.shutdown(ctx); merr != nil {
+		s.log.Warn("llmproxy: last metrics push failed", "err", merr)
+	}
 	s.close()
 	return err
 }
