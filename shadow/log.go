@@ -35,6 +35,11 @@ type LogConfig struct {
 	// fail_closed) in RejectSample; zero logs none, 1 logs all.
 	// Would-reject and fail-open decisions are always logged.
 	RejectSample int
+	// AdmitSample logs one admitted decision in AdmitSample (at the log's
+	// own level); zero, the default, logs none, 1 logs all. Admitted
+	// decisions share the rate limit with the others, so sampling them
+	// never crowds refusals out for long.
+	AdmitSample int
 	// Level is the level of would-reject and fail-open records; refusals
 	// are logged one level higher. The zero value is slog.LevelInfo.
 	Level slog.Level
@@ -66,7 +71,8 @@ func buildOptions(opts []Option) options {
 
 // A Log is an admission.Observer that writes decisions as structured
 // slog records: every would-reject (what a shadow policy would have
-// refused), every fail-open, and a sample of enforced refusals. Each
+// refused), every fail-open, a sample of enforced refusals and, when
+// asked, a sample of admitted decisions. Each
 // record carries the policy, mode, decision, reason, tenant, operation,
 // model, cost and unit, the retry-after, the queue wait and the
 // partition's limit figures; never credentials (the core has none to
@@ -90,7 +96,8 @@ type Log struct {
 	admission.NopObserver
 	cfg    LogConfig
 	opts   options
-	sample atomic.Uint64
+	sample atomic.Uint64 // refusals seen, for RejectSample
+	admits atomic.Uint64 // admitted decisions seen, for AdmitSample
 
 	mu     sync.Mutex
 	tokens float64
@@ -118,6 +125,9 @@ func NewLog(cfg LogConfig, opts ...Option) (*Log, error) {
 	if cfg.RejectSample < 0 {
 		errs = append(errs, errors.New("shadow: reject sample must be >= 0"))
 	}
+	if cfg.AdmitSample < 0 {
+		errs = append(errs, errors.New("shadow: admit sample must be >= 0"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -129,11 +139,16 @@ func NewLog(cfg LogConfig, opts ...Option) (*Log, error) {
 // Suppressed returns how many records were dropped by the log's rate limit.
 func (l *Log) Suppressed() uint64 { return l.suppressed.Load() }
 
-// Decision logs would-reject and fail-open decisions and a sample of
-// enforced refusals.
+// Decision logs would-reject and fail-open decisions, a sample of enforced
+// refusals and a sample of admitted decisions.
 func (l *Log) Decision(d *admission.Decision) {
 	level := l.cfg.Level
 	switch d.Outcome {
+	case admission.Admitted:
+		n := uint64(l.cfg.AdmitSample)
+		if n == 0 || (n > 1 && l.admits.Add(1)%n != 0) {
+			return
+		}
 	case admission.WouldReject, admission.FailOpen:
 	case admission.Rejected, admission.Timeout, admission.FailClosed:
 		n := uint64(l.cfg.RejectSample)

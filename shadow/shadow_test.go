@@ -112,9 +112,35 @@ func TestLogRecord(t *testing.T) {
 }
 
 func TestNewLogValidates(t *testing.T) {
-	if _, err := shadow.NewLog(shadow.LogConfig{Rate: -1, Burst: -1, RejectSample: -1}); err == nil ||
-		strings.Count(err.Error(), "\n") != 2 {
-		t.Errorf("NewLog(bad config) = %v; want three problems", err)
+	if _, err := shadow.NewLog(shadow.LogConfig{Rate: -1, Burst: -1, RejectSample: -1, AdmitSample: -1}); err == nil ||
+		strings.Count(err.Error(), "\n") != 3 {
+		t.Errorf("NewLog(bad config) = %v; want four problems", err)
+	}
+}
+
+// AdmitSample logs one admitted decision in AdmitSample, at the log's
+// level, within the same rate limit.
+func TestLogAdmitSample(t *testing.T) {
+	for _, tc := range []struct{ sample, decisions, want int }{
+		{0, 10, 0}, {1, 10, 10}, {3, 10, 3}, {10, 25, 2},
+	} {
+		var buf bytes.Buffer
+		l, err := shadow.NewLog(shadow.LogConfig{AdmitSample: tc.sample, Burst: 100}, shadow.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range tc.decisions {
+			l.Decision(&admission.Decision{Status: admission.Status{Policy: "rpm", Mode: admission.Enforce}, Outcome: admission.Admitted, Tenant: "acme"})
+		}
+		recs := records(t, &buf)
+		if len(recs) != tc.want {
+			t.Errorf("AdmitSample %d, %d admitted decisions: %d records; want %d", tc.sample, tc.decisions, len(recs), tc.want)
+		}
+		for _, r := range recs {
+			if r["decision"] != "admitted" || r["level"] != "INFO" {
+				t.Errorf("AdmitSample %d: record %v; want an admitted decision at INFO", tc.sample, r)
+			}
+		}
 	}
 }
 

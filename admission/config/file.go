@@ -207,8 +207,7 @@ type Logging struct {
 	// Format is "json" (default) or "text".
 	Format string
 	// DecisionSample is the fraction of admitted decisions to log
-	// (default 0). It is validated but not applied yet: the decision log
-	// (package shadow) writes no admitted decisions.
+	// (default 0): one in round(1/DecisionSample), within MaxPerSecond.
 	DecisionSample float64
 	// Rejections logs every rejection and would-reject (default true),
 	// within MaxPerSecond.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -47,6 +48,11 @@ func (l *Logging) DecisionLogConfig() shadow.LogConfig {
 	c := shadow.LogConfig{Rate: float64(l.MaxPerSecond), Burst: min(l.MaxPerSecond, shadow.DefaultLogBurst)}
 	if l.Rejections {
 		c.RejectSample = 1
+	}
+	if l.DecisionSample > 0 {
+		// One admitted decision in round(1/sample): a fraction of 0.01
+		// logs every hundredth.
+		c.AdmitSample = max(1, int(math.Round(1/l.DecisionSample)))
 	}
 	return c
 }

@@ -86,10 +86,13 @@ func TestObserver(t *testing.T) {
 	for _, tc := range []struct {
 		name, section string
 		wantLogged    int
+		wantAdmitted  int
 	}{
-		{"defaults log rejections", "", 2},
-		{"rejections off", "logging: {decisions: {rejections: false}}", 0},
-		{"max_per_second bounds", "logging: {decisions: {max_per_second: 1}}", 1},
+		{"defaults log rejections", "", 2, 0},
+		{"rejections off", "logging: {decisions: {rejections: false}}", 0, 0},
+		{"max_per_second bounds", "logging: {decisions: {max_per_second: 1}}", 1, 0},
+		{"sample logs admitted decisions", "logging: {decisions: {sample: 1}}", 2, 1},
+		{"a small sample logs a fraction", "logging: {decisions: {sample: 0.5}}", 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := parse(t, tc.section)
@@ -113,7 +116,7 @@ func TestObserver(t *testing.T) {
 			if rejected != 2 || counted.n.Load() != 3 {
 				t.Fatalf("rejected %d, observer saw %d decisions; want 2 and 3", rejected, counted.n.Load())
 			}
-			logged := 0
+			logged, admitted := 0, 0
 			for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 				var rec struct{ Level, Policy, Decision, Tenant string }
 				if l == "" {
@@ -125,9 +128,12 @@ func TestObserver(t *testing.T) {
 				if rec.Decision == "rejected" && rec.Policy == "rpm" && rec.Tenant == "acme" && rec.Level == "WARN" {
 					logged++
 				}
+				if rec.Decision == "admitted" && rec.Policy == "rpm" && rec.Tenant == "acme" && rec.Level == "INFO" {
+					admitted++
+				}
 			}
-			if logged != tc.wantLogged {
-				t.Errorf("rejections logged = %d; want %d:\n%s", logged, tc.wantLogged, buf.String())
+			if logged != tc.wantLogged || admitted != tc.wantAdmitted {
+				t.Errorf("rejections logged = %d, admitted decisions logged = %d; want %d and %d:\n%s", logged, admitted, tc.wantLogged, tc.wantAdmitted, buf.String())
 			}
 		})
 	}

@@ -140,11 +140,7 @@ func newTelemetry(f *config.File, log *slog.Logger, push otlpSettings) (*telemet
 		t.close()
 		return nil, err
 	}
-	lc := shadow.LogConfig{Rate: float64(f.Logging.MaxPerSecond)}
-	if f.Logging.Rejections {
-		lc.RejectSample = 1
-	}
-	dlog, err := shadow.NewLog(lc, shadow.WithLogger(log))
+	dlog, err := shadow.NewLog(f.Logging.DecisionLogConfig(), shadow.WithLogger(log))
 	if err != nil {
 		t.close()
 		return nil, err
