@@ -42,12 +42,13 @@ func ExampleReplay() {
 	// Output:
 	// replayed 5 requests over 3s through 2 candidate(s)
 	//
-	// CANDIDATE  POLICY              MODE     MATCHED  ADMITTED  REJECTED  WOULD_REJECT  REFUSED%  REFUSED_TOKENS  REFUSED_COST  PEAK_IN_FLIGHT
-	// current    *                   -        5        4         1         0             20.0%     -               -             4
-	// current    tenant-tpm          enforce  5        4         1         0             20.0%     900             0             4
-	// stricter   *                   -        5        5         0         2             40.0%     -               -             4
-	// stricter   tenant-concurrency  shadow   5        4         0         1             20.0%     900             0             3
-	// stricter   tenant-tpm          shadow   5        3         0         2             40.0%     1800            0             3
+	// CANDIDATE  POLICY              MODE     MATCHED  ADMITTED  REJECTED  WOULD_REJECT  REFUSED%  REFUSED_TOKENS  PEAK_IN_FLIGHT
+	// current    *                   -        5        4         1         0             20.0%     -               4
+	// current    tenant-tpm          enforce  5        4         1         0             20.0%     900             4
+	// stricter   *                   -        5        5         0         2             40.0%     -               4
+	// stricter   tenant-concurrency  shadow   5        4         0         1             20.0%     900             3
+	// stricter   tenant-tpm          shadow   5        3         0         2             40.0%     1800            3
+	// (no record estimates cost: its column is left out)
 	//
 	// top tenants by refusals (refused of their requests, share of the policy's refusals):
 	//   current tenant-tpm: acme 1/4 (100.0%)

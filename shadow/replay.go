@@ -42,6 +42,13 @@ type ReplayConfig struct {
 	// TopTenants is how many tenants the report lists per policy, most
 	// refused first; zero means DefaultTopTenants.
 	TopTenants int
+	// OnRecordError decides what AddLog (and Replay) do with a malformed
+	// record of the log. Nil stops the replay at the first one, with its
+	// *RecordError. Otherwise it is called with each, in log order, on
+	// the goroutine that called AddLog, after the records before the line
+	// were replayed: nil skips the line (counted in ReplayReport.Skipped)
+	// and the replay goes on; an error stops the replay with that error.
+	OnRecordError func(*RecordError) error
 }
 
 // A Replayer answers "what if these limits had been in place?": it replays
@@ -78,6 +85,9 @@ type Replayer struct {
 	runs      []*run
 	records   int64
 	reordered int64
+	skipped   int64
+	tokens    bool // some record estimates tokens
+	cost      bool // some record estimates cost
 	first     time.Time
 	last      time.Time
 	tenants   *tenantTable[int64]
@@ -232,6 +242,8 @@ func (rp *Replayer) Add(rec *Record) {
 	}
 	rp.last = at
 	rp.records++
+	rp.tokens = rp.tokens || rec.Tokens != 0
+	rp.cost = rp.cost || rec.Cost != 0
 	*rp.tenants.get(rec.Tenant)++
 	req := rec.Request()
 	var usage admission.Usage
@@ -379,7 +391,10 @@ func (o *replayObserver) Decision(d *admission.Decision) {
 // Report returns what the replay counted so far. Call Finish first to
 // settle the requests still in flight.
 func (rp *Replayer) Report() ReplayReport {
-	rep := ReplayReport{Records: rp.records, Reordered: rp.reordered}
+	rep := ReplayReport{
+		Records: rp.records, Reordered: rp.reordered, Skipped: rp.skipped,
+		TokensEstimated: rp.tokens, CostEstimated: rp.cost,
+	}
 	if rp.records > 0 {
 		rep.Start, rep.End = rp.first, rp.last
 	}
@@ -455,25 +470,52 @@ func ratio(n, d int64) float64 {
 
 // Replay reads the request log r to its end, replays it through the
 // candidates and returns the report. A malformed record stops the replay
-// with its *RecordError; so does ctx ending. Reading and parsing run on
-// their own goroutine, one batch of records ahead of the replay.
+// with its *RecordError unless cfg.OnRecordError says otherwise; ctx
+// ending stops it too. See AddLog.
 func Replay(ctx context.Context, r io.Reader, cfg ReplayConfig, candidates ...Candidate) (ReplayReport, error) {
 	rp, err := NewReplayer(cfg, candidates...)
 	if err != nil {
 		return ReplayReport{}, err
 	}
+	if err := rp.AddLog(ctx, r); err != nil {
+		return ReplayReport{}, err
+	}
+	rp.Finish()
+	return rp.Report(), nil
+}
+
+// Read-ahead of AddLog: records per batch, batches read ahead.
+const (
+	logBatchSize = 1024
+	logBatches   = 4
+)
+
+// AddLog reads the request log r to its end and replays each of its
+// records, in order, as Add does. A malformed record goes to the
+// configuration's OnRecordError (see ReplayConfig): by default it stops
+// the replay with its *RecordError. AddLog also stops when reading r
+// fails or ctx ends, and returns why; the records before the stop have
+// been replayed. It does not call Finish.
+//
+// Reading and parsing run on their own goroutine, a few batches of
+// records ahead of the replay.
+func (rp *Replayer) AddLog(ctx context.Context, r io.Reader) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const batchSize, batches = 1024, 4
+	type badLine struct {
+		before int // the batch's records read before it
+		err    *RecordError
+	}
 	type batch struct {
 		recs []Record
-		err  error // after recs: io.EOF or what stopped the reading
+		bad  []badLine // the malformed lines among recs, in order
+		err  error     // after them: io.EOF or what stopped the reading
 	}
-	free := make(chan *batch, batches)
-	for range batches {
-		free <- &batch{recs: make([]Record, 0, batchSize)}
+	free := make(chan *batch, logBatches)
+	for range logBatches {
+		free <- &batch{recs: make([]Record, 0, logBatchSize)}
 	}
-	full := make(chan *batch, batches)
+	full := make(chan *batch, logBatches)
 	go func() {
 		defer close(full)
 		lr := NewLogReader(r)
@@ -484,11 +526,22 @@ func Replay(ctx context.Context, r io.Reader, cfg ReplayConfig, candidates ...Ca
 			case <-ctx.Done():
 				return
 			}
-			b.recs, b.err = b.recs[:0], ctx.Err()
-			for b.err == nil && len(b.recs) < batchSize {
-				b.recs = b.recs[:len(b.recs)+1]
-				if b.err = lr.Read(&b.recs[len(b.recs)-1]); b.err != nil {
-					b.recs = b.recs[:len(b.recs)-1]
+			b.recs, b.bad, b.err = b.recs[:0], b.bad[:0], ctx.Err()
+			// Malformed lines count towards the batch too, so that a log
+			// of garbage is read in bounded memory.
+			for b.err == nil && len(b.recs)+len(b.bad) < logBatchSize {
+				n := len(b.recs)
+				b.recs = b.recs[:n+1]
+				err := lr.Read(&b.recs[n])
+				if err == nil {
+					continue
+				}
+				b.recs = b.recs[:n]
+				var re *RecordError
+				if errors.As(err, &re) {
+					b.bad = append(b.bad, badLine{before: n, err: re})
+				} else {
+					b.err = err
 				}
 			}
 			full <- b
@@ -498,22 +551,46 @@ func Replay(ctx context.Context, r io.Reader, cfg ReplayConfig, candidates ...Ca
 		}
 	}()
 	for b := range full {
+		bad := b.bad
 		for i := range b.recs {
+			for len(bad) > 0 && bad[0].before == i {
+				if err := rp.recordError(bad[0].err); err != nil {
+					return err
+				}
+				bad = bad[1:]
+			}
 			rp.Add(&b.recs[i])
+		}
+		for _, l := range bad {
+			if err := rp.recordError(l.err); err != nil {
+				return err
+			}
 		}
 		if b.err != nil {
 			if errors.Is(b.err, io.EOF) {
-				break
+				return nil
 			}
-			return ReplayReport{}, b.err
+			return b.err
 		}
 		if err := ctx.Err(); err != nil {
-			return ReplayReport{}, err
+			return err
 		}
 		free <- b
 	}
-	rp.Finish()
-	return rp.Report(), nil
+	return ctx.Err()
+}
+
+// recordError applies the configuration's OnRecordError to a malformed
+// record: nil means the line is skipped.
+func (rp *Replayer) recordError(re *RecordError) error {
+	if rp.cfg.OnRecordError == nil {
+		return re
+	}
+	if err := rp.cfg.OnRecordError(re); err != nil {
+		return err
+	}
+	rp.skipped++
+	return nil
 }
 
 // A ReplayReport is the outcome of a replay, per candidate.
@@ -526,6 +603,15 @@ type ReplayReport struct {
 	// Reordered counts records earlier than a record before them,
 	// replayed at the later time.
 	Reordered int64 `json:"reordered"`
+	// Skipped counts the malformed lines of the log that
+	// ReplayConfig.OnRecordError let the replay skip.
+	Skipped int64 `json:"-"`
+	// TokensEstimated and CostEstimated report whether any record
+	// replayed estimates tokens or cost: without one, the refused amount
+	// of that unit says nothing, and WriteText leaves out its column.
+	// Skipped and the two flags are not part of the JSON form.
+	TokensEstimated bool `json:"-"`
+	CostEstimated   bool `json:"-"`
 	// Candidates are in the order they were given.
 	Candidates []CandidateReport `json:"candidates"`
 }

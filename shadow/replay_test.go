@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +34,8 @@ func logLines(t testing.TB, specs ...string) string {
 			switch k {
 			case "tokens":
 				r.Tokens = n
+			case "cost":
+				r.Cost = n
 			case "actual":
 				r.Actual = &shadow.Actual{Tokens: &n}
 			case "dur":
@@ -312,6 +316,187 @@ func TestReplayErrors(t *testing.T) {
 	_, err := shadow.Replay(context.Background(), strings.NewReader(logLines(t, "0 acme")+"{}\n"), shadow.ReplayConfig{}, cand("c", rpm(0)))
 	if err == nil || !strings.HasPrefix(err.Error(), "line 2: ") {
 		t.Errorf("Replay(malformed line 2) = %v", err)
+	}
+}
+
+// OnRecordError sees each malformed line in log order, after the records
+// before it were replayed: nil skips the line, an error stops the replay
+// with it; without one the first malformed line stops the replay.
+func TestReplayOnRecordError(t *testing.T) {
+	good := func(s string) string { return logLines(t, s) }
+	log := good("0 acme") + "{}\n" + good("0.1 acme") + "not json\n" + good("0.2 acme")
+	errStop := errors.New("stop")
+	type call struct {
+		line     int
+		replayed int64 // records replayed when it was called
+	}
+	tests := []struct {
+		name      string
+		stopAt    int  // the line whose error stops the replay; 0 skips all
+		nilFunc   bool // no OnRecordError
+		wantErr   string
+		wantCalls []call
+		// the replay's counts when AddLog returns
+		wantRecords, wantSkipped, wantRejected int64
+	}{
+		{name: "skip", wantCalls: []call{{2, 1}, {4, 2}}, wantRecords: 3, wantSkipped: 2, wantRejected: 1},
+		{name: "stop", stopAt: 4, wantErr: "stop", wantCalls: []call{{2, 1}, {4, 2}}, wantRecords: 2, wantSkipped: 1},
+		{name: "nil", nilFunc: true, wantErr: "line 2: ", wantRecords: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rp *shadow.Replayer
+			var calls []call
+			cfg := shadow.ReplayConfig{OnRecordError: func(re *shadow.RecordError) error {
+				calls = append(calls, call{re.Line, rp.Report().Records})
+				if re.Line == tt.stopAt {
+					return errStop
+				}
+				return nil
+			}}
+			if tt.nilFunc {
+				cfg.OnRecordError = nil
+			}
+			rp, err := shadow.NewReplayer(cfg, cand("c", rpm(admission.Enforce)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = rp.AddLog(context.Background(), strings.NewReader(log))
+			switch {
+			case tt.wantErr == "" && err != nil, tt.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.wantErr)):
+				t.Errorf("AddLog = %v; want %q", err, tt.wantErr)
+			case tt.stopAt != 0 && !errors.Is(err, errStop):
+				t.Errorf("AddLog = %v; want errStop", err)
+			}
+			if !reflect.DeepEqual(calls, tt.wantCalls) {
+				t.Errorf("OnRecordError calls (line, replayed) = %v; want %v", calls, tt.wantCalls)
+			}
+			rp.Finish()
+			rep := rp.Report()
+			if rep.Records != tt.wantRecords || rep.Skipped != tt.wantSkipped || rep.Candidates[0].Rejected != tt.wantRejected {
+				t.Errorf("Records, Skipped, Rejected = %d, %d, %d; want %d, %d, %d", rep.Records, rep.Skipped,
+					rep.Candidates[0].Rejected, tt.wantRecords, tt.wantSkipped, tt.wantRejected)
+			}
+		})
+	}
+}
+
+// Malformed lines spread over many read-ahead batches are seen in order,
+// each after exactly the records before it, and a run of them longer
+// than a batch is read like any other.
+func TestReplayOnRecordErrorBatches(t *testing.T) {
+	var b strings.Builder
+	var wantLines []int
+	var wantReplayed []int64
+	var good int64
+	line := 0
+	add := func(ok bool) {
+		line++
+		if ok {
+			b.WriteString(logLines(t, fmt.Sprintf("%d acme", line)))
+			good++
+			return
+		}
+		b.WriteString("not json\n")
+		wantLines = append(wantLines, line)
+		wantReplayed = append(wantReplayed, good)
+	}
+	for i := range 5000 {
+		add(i%3 != 1)
+	}
+	for range 3000 {
+		add(false)
+	}
+	add(true)
+	var rp *shadow.Replayer
+	var lines []int
+	var replayed []int64
+	rp, err := shadow.NewReplayer(shadow.ReplayConfig{OnRecordError: func(re *shadow.RecordError) error {
+		lines = append(lines, re.Line)
+		replayed = append(replayed, rp.Report().Records)
+		return nil
+	}}, cand("c", rpm(admission.Shadow)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.AddLog(context.Background(), strings.NewReader(b.String())); err != nil {
+		t.Fatalf("AddLog = %v", err)
+	}
+	if !slices.Equal(lines, wantLines) || !slices.Equal(replayed, wantReplayed) {
+		t.Errorf("OnRecordError saw %d lines, not in order or not after the records before them", len(lines))
+	}
+	if rep := rp.Report(); rep.Records != good || rep.Skipped != int64(len(wantLines)) {
+		t.Errorf("Records, Skipped = %d, %d; want %d, %d", rep.Records, rep.Skipped, good, len(wantLines))
+	}
+}
+
+// WriteText leaves out the refused tokens and cost columns when no record
+// estimates them, says so under the table, and counts skipped lines in
+// its first line.
+func TestReplayTextColumns(t *testing.T) {
+	tests := []struct {
+		name, extra string
+		skip        bool // add a malformed line, skipped
+		wantFirst   string
+		wantHeader  string
+		wantNote    string // the line under the table; "" for none
+	}{
+		{"requests", "", false, "replayed 2 requests over 1s through 1 candidate(s)",
+			"CANDIDATE POLICY MODE MATCHED ADMITTED REJECTED WOULD_REJECT REFUSED% PEAK_IN_FLIGHT",
+			"(no record estimates tokens or cost: their columns are left out)"},
+		{"tokens", " tokens=5", false, "replayed 2 requests over 1s through 1 candidate(s)",
+			"CANDIDATE POLICY MODE MATCHED ADMITTED REJECTED WOULD_REJECT REFUSED% REFUSED_TOKENS PEAK_IN_FLIGHT",
+			"(no record estimates cost: its column is left out)"},
+		{"cost", " cost=7", true, "replayed 2 requests over 1s through 1 candidate(s); 1 malformed line(s) skipped",
+			"CANDIDATE POLICY MODE MATCHED ADMITTED REJECTED WOULD_REJECT REFUSED% REFUSED_COST PEAK_IN_FLIGHT",
+			"(no record estimates tokens: its column is left out)"},
+		{"both", " tokens=5 cost=7", false, "replayed 2 requests over 1s through 1 candidate(s)",
+			"CANDIDATE POLICY MODE MATCHED ADMITTED REJECTED WOULD_REJECT REFUSED% REFUSED_TOKENS REFUSED_COST PEAK_IN_FLIGHT",
+			""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Only the second record estimates: one is enough.
+			log := logLines(t, "0 acme", "1 acme"+tt.extra)
+			if tt.skip {
+				log = "{}\n" + log
+			}
+			cfg := shadow.ReplayConfig{OnRecordError: func(*shadow.RecordError) error { return nil }}
+			rep, err := shadow.Replay(context.Background(), strings.NewReader(log), cfg, cand("c", rpm(admission.Enforce)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			if err := rep.WriteText(&b); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(b.String(), "\n")
+			if lines[0] != tt.wantFirst {
+				t.Errorf("first line = %q; want %q", lines[0], tt.wantFirst)
+			}
+			if h := strings.Join(strings.Fields(lines[2]), " "); h != tt.wantHeader {
+				t.Errorf("header = %q; want %q", h, tt.wantHeader)
+			}
+			// The header, the candidate's row and the policy's, then the note.
+			if got := lines[5]; got != tt.wantNote {
+				t.Errorf("line under the table = %q; want %q\n%s", got, tt.wantNote, b.String())
+			}
+			for _, row := range lines[2:5] {
+				if n := len(strings.Fields(row)); n != len(strings.Fields(tt.wantHeader)) {
+					t.Errorf("row %q has %d cells; want one per column", row, n)
+				}
+			}
+		})
+	}
+
+	// An empty log has nothing to say about its estimates.
+	rep := replay(t, "", cand("c", rpm(admission.Enforce)))
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "left out") {
+		t.Errorf("WriteText(empty log):\n%s", b.String())
 	}
 }
 

@@ -80,16 +80,28 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	if failed {
 		return 1
 	}
-	rp, err := shadow.NewReplayer(shadow.ReplayConfig{MaxTenants: *maxTenants, TopTenants: *top}, cands...)
+	name := *logPath
+	if name == "-" {
+		name = "stdin"
+	}
+	var bad int64 // malformed lines so far
+	cfg := shadow.ReplayConfig{MaxTenants: *maxTenants, TopTenants: *top, OnRecordError: func(re *shadow.RecordError) error {
+		if *strict {
+			fmt.Fprintf(e.stderr, "%s:%d: %v\n", name, re.Line, re.Err)
+			return re
+		}
+		if bad++; bad <= maxBadLinesShown {
+			fmt.Fprintf(e.stderr, "%s:%d: %v (line skipped)\n", name, re.Line, re.Err)
+		}
+		return nil
+	}}
+	rp, err := shadow.NewReplayer(cfg, cands...)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "admitctl replay: %v\n", err)
 		return 1
 	}
 	var in io.Reader = e.stdin
-	name := *logPath
-	if name == "-" {
-		name = "stdin"
-	} else {
+	if *logPath != "-" {
 		f, err := os.Open(*logPath)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "admitctl replay: %v\n", err)
@@ -98,41 +110,31 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		defer f.Close()
 		in = f
 	}
-	sum, err := replayLog(ctx, rp, in, func(re *shadow.RecordError, n int64) error {
-		if *strict {
-			fmt.Fprintf(e.stderr, "%s:%d: %v\n", name, re.Line, re.Err)
-			return re
-		}
-		if n <= maxBadLinesShown {
-			fmt.Fprintf(e.stderr, "%s:%d: %v (line skipped)\n", name, re.Line, re.Err)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := rp.AddLog(ctx, in); err != nil {
 		var re *shadow.RecordError
 		if !errors.As(err, &re) {
 			fmt.Fprintf(e.stderr, "admitctl replay: %s: %v\n", name, err)
 		}
 		return 1
 	}
-	if sum.bad > 0 {
-		more := ""
-		if sum.bad > maxBadLinesShown {
-			more = fmt.Sprintf(", %d not shown", sum.bad-maxBadLinesShown)
-		}
-		fmt.Fprintf(e.stderr, "%s: %d malformed line(s) skipped%s; the report covers the other %d\n", name, sum.bad, more, sum.records)
-	}
 	rp.Finish()
 	rep := rp.Report()
+	if rep.Skipped > 0 {
+		more := ""
+		if rep.Skipped > maxBadLinesShown {
+			more = fmt.Sprintf(", %d not shown", rep.Skipped-maxBadLinesShown)
+		}
+		fmt.Fprintf(e.stderr, "%s: %d malformed line(s) skipped%s; the report covers the other %d\n", name, rep.Skipped, more, rep.Records)
+	}
 	if *format == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(jsonReport{ReplayReport: rep, BadLines: sum.bad}); err != nil {
+		if err := enc.Encode(jsonReport{ReplayReport: rep, BadLines: rep.Skipped}); err != nil {
 			return 1
 		}
 		return 0
 	}
-	if err := writeReport(e.stdout, rep, sum); err != nil {
+	if err := rep.WriteText(e.stdout); err != nil {
 		return 1
 	}
 	return 0
@@ -143,92 +145,4 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 type jsonReport struct {
 	shadow.ReplayReport
 	BadLines int64 `json:"bad_lines"`
-}
-
-// logSummary is what replayLog saw of the log besides the replay itself.
-type logSummary struct {
-	records, bad int64
-	// tokens and cost report whether any record carries an estimate of
-	// that unit: without one, the columns of refused tokens or cost say
-	// nothing.
-	tokens, cost bool
-}
-
-// replayLog reads the request log r into rp. On a malformed line it calls
-// bad with the problem and the count of malformed lines so far: nil skips
-// the line, an error stops the reading with that error. The log is read
-// and parsed on its own goroutine, a few batches of records ahead of the
-// replay.
-func replayLog(ctx context.Context, rp *shadow.Replayer, r io.Reader, bad func(re *shadow.RecordError, n int64) error) (logSummary, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	const batchSize, batches = 1024, 4
-	type batch struct {
-		recs []shadow.Record
-		bad  []*shadow.RecordError // the malformed lines among them, in order
-		err  error                 // after them: io.EOF, or what stopped the reading
-	}
-	free, full := make(chan *batch, batches), make(chan *batch, batches)
-	for range batches {
-		free <- &batch{recs: make([]shadow.Record, batchSize)}
-	}
-	go func() {
-		defer close(full)
-		lr := shadow.NewLogReader(r)
-		for {
-			var b *batch
-			select {
-			case b = <-free:
-			case <-ctx.Done():
-				return
-			}
-			n := 0
-			b.bad, b.err = b.bad[:0], nil
-			for n < batchSize && b.err == nil {
-				err := lr.Read(&b.recs[n])
-				var re *shadow.RecordError
-				switch {
-				case errors.As(err, &re):
-					b.bad = append(b.bad, re)
-				case err != nil:
-					b.err = err
-				default:
-					n++
-				}
-			}
-			b.recs = b.recs[:n]
-			full <- b
-			if b.err != nil {
-				return
-			}
-		}
-	}()
-	var sum logSummary
-	for b := range full {
-		for _, re := range b.bad {
-			sum.bad++
-			if err := bad(re, sum.bad); err != nil {
-				return sum, err
-			}
-		}
-		for i := range b.recs {
-			rec := &b.recs[i]
-			sum.tokens = sum.tokens || rec.Tokens != 0
-			sum.cost = sum.cost || rec.Cost != 0
-			rp.Add(rec)
-		}
-		sum.records += int64(len(b.recs))
-		switch {
-		case errors.Is(b.err, io.EOF):
-			return sum, nil
-		case b.err != nil:
-			return sum, b.err
-		}
-		if err := ctx.Err(); err != nil {
-			return sum, err
-		}
-		b.recs = b.recs[:batchSize]
-		free <- b
-	}
-	return sum, ctx.Err()
 }
