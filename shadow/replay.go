@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/internal/vclock"
 )
 
 // Defaults of ReplayConfig.
@@ -57,7 +57,7 @@ type ReplayConfig struct {
 // been rejected.
 //
 // Each candidate runs on its own admission.Controller with an
-// admissiontest.Clock. Before a record is admitted the clock is set to
+// virtual clock. Before a record is admitted the clock is set to
 // the record's time; an admitted request is settled, with the record's
 // actual usage, when the clock passes the record's time plus its
 // duration (requests due at the same instant in log order, before any
@@ -97,7 +97,7 @@ type Replayer struct {
 type run struct {
 	name     string
 	ctl      *admission.Controller
-	clk      *admissiontest.Clock
+	clk      *vclock.Clock
 	cfg      *ReplayConfig
 	policies []admission.Policy // evaluation order
 	index    map[string]int
@@ -198,7 +198,7 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 	}
 	rp := &Replayer{cfg: cfg, tenants: newTenantTable[int64](cfg.MaxTenants)}
 	for i, c := range candidates {
-		r := &run{name: c.Name, cfg: &rp.cfg, clk: admissiontest.NewClock(time.Time{}), index: map[string]int{}}
+		r := &run{name: c.Name, cfg: &rp.cfg, clk: vclock.New(time.Time{}), index: map[string]int{}}
 		if r.name == "" {
 			r.name = fmt.Sprintf("candidate-%d", i+1)
 		}
