@@ -1,6 +1,9 @@
 package admission
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Mode says what a policy does with its decision.
 type Mode uint8
@@ -292,5 +295,5 @@ func parseEnum[T ~uint8](names []string, what string, b []byte, dst *T) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown %s %q (want one of %v)", what, b, names)
+	return fmt.Errorf("unknown %s %q (want one of %s)", what, b, strings.Join(names, ", "))
 }

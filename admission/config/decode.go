@@ -301,7 +301,7 @@ func (d *decoder) boolean(dst *bool) func(*yaml.Node, string) {
 		case "false":
 			*dst = false
 		default:
-			d.errorf(d.resolve(n), path, "%q is not true or false", s)
+			d.errorf(d.resolve(n), path, "unknown value %q (want one of true, false)", s)
 		}
 	}
 }
@@ -527,7 +527,7 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 		}
 	}
 	if _, given := d.lines[path+".algorithm"]; !given {
-		d.errorf(d.lines[path], path+".algorithm", "missing (token_bucket, fixed_window, sliding_window, sliding_log, concurrency or quota)")
+		d.errorf(d.lines[path], path+".algorithm", "missing (want one of token_bucket, fixed_window, sliding_window, sliding_log, concurrency, quota)")
 	}
 	if unit != "" {
 		if !validName(unit) {
@@ -715,7 +715,7 @@ func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
 	case "deny":
 		id.RequireKey = true
 	default:
-		d.errorf(d.lines[path+".anonymous"], path+".anonymous", "%q is not allow or deny", anonymous)
+		d.errorf(d.lines[path+".anonymous"], path+".anonymous", "unknown value %q (want one of allow, deny)", anonymous)
 	}
 	switch strings.ToLower(id.ClientIPHeader) {
 	case "x-forwarded-for":
@@ -723,7 +723,7 @@ func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
 	case "forwarded":
 		id.ClientIPHeader = "Forwarded"
 	default:
-		d.errorf(d.lines[path+".client_ip_header"], path+".client_ip_header", "%q is not X-Forwarded-For or Forwarded", id.ClientIPHeader)
+		d.errorf(d.lines[path+".client_ip_header"], path+".client_ip_header", "unknown header %q (want one of X-Forwarded-For, Forwarded)", id.ClientIPHeader)
 	}
 	for i, s := range proxies {
 		p := fmt.Sprintf("%s.trusted_proxies[%d]", path, i)
@@ -786,7 +786,7 @@ func (d *decoder) decodeHTTP(n *yaml.Node, path string) {
 		h.MaxBody = v
 	}
 	if h.QuotaStatus != 403 && h.QuotaStatus != 429 {
-		d.errorf(d.lines[path+".quota_status"], path+".quota_status", "must be 403 or 429, got %d", h.QuotaStatus)
+		d.errorf(d.lines[path+".quota_status"], path+".quota_status", "unknown status %d (want one of 403, 429)", h.QuotaStatus)
 	}
 }
 
@@ -826,11 +826,11 @@ func (d *decoder) decodeLogging(n *yaml.Node, path string) {
 	)
 	if level != "" {
 		if err := l.Level.UnmarshalText([]byte(level)); err != nil {
-			d.errorf(d.lines[path+".level"], path+".level", "%q is not debug, info, warn or error", level)
+			d.errorf(d.lines[path+".level"], path+".level", "unknown level %q (want one of debug, info, warn, error)", level)
 		}
 	}
 	if l.Format != "json" && l.Format != "text" {
-		d.errorf(d.lines[path+".format"], path+".format", "%q is not json or text", l.Format)
+		d.errorf(d.lines[path+".format"], path+".format", "unknown format %q (want one of json, text)", l.Format)
 	}
 	if sample != "" {
 		v, err := strconv.ParseFloat(sample, 64)

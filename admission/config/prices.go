@@ -109,7 +109,7 @@ func (d *decoder) decodePrices(n *yaml.Node, path string) {
 			d.errorf(d.lines[path+".unpriced"], path+".unpriced", "fallback needs a price: set prices.fallback")
 		}
 	default:
-		d.errorf(d.lines[path+".unpriced"], path+".unpriced", "%q is not refuse or fallback", unpriced)
+		d.errorf(d.lines[path+".unpriced"], path+".unpriced", "unknown value %q (want one of refuse, fallback)", unpriced)
 	}
 	if !p.Builtin && len(d.f.Prices.Models) == 0 && !hasFallback {
 		d.errorf(d.lines[path+".builtin"], path+".builtin", "false with no models and no fallback prices nothing: every model would be refused")

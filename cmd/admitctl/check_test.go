@@ -46,11 +46,11 @@ func TestCheckSuggests(t *testing.T) {
 		{"missing", "policies:\n  - {name: a, limit: 1, per: 1s}\n",
 			`policies[0].algorithm: missing (want one of token_bucket, fixed_window, sliding_window, sliding_log, concurrency, quota)`},
 		{"logging level", "policies:\n" + ok + "logging: {level: warnn}\n",
-			`logging.level: unknown value "warnn"; did you mean "warn"? (want one of debug, info, warn, error)`},
+			`logging.level: unknown level "warnn"; did you mean "warn"? (want one of debug, info, warn, error)`},
 		{"anonymous", "policies:\n" + ok + "identity: {anonymous: dney}\n",
 			`identity.anonymous: unknown value "dney"; did you mean "deny"? (want one of allow, deny)`},
 		{"quota status", "policies:\n" + ok + "http: {quota_status: 492}\n",
-			`http.quota_status: unknown value 492; did you mean "429"? (want one of 403, 429)`},
+			`http.quota_status: unknown status 492; did you mean "429"? (want one of 403, 429)`},
 		{"policy name in a plan", "policies:\n" + ok + "plans:\n  pro:\n    tenant-rmp: {limit: 20}\n",
 			`plans.pro.tenant-rmp: no such policy "tenant-rmp"; did you mean "tenant-rpm"?`},
 		{"default plan", "policies:\n" + ok + "plans:\n  pro:\n    tenant-rpm: {limit: 20}\ndefault_plan: por\n",
@@ -198,10 +198,10 @@ F:6:30: http.exempt[2]: warning: "/v1/special" exempts some requests to /v1/{id}
 func FuzzExplain(f *testing.F) {
 	for _, s := range []string{
 		`unknown key "algorythm" (want one of name, algorithm)`,
-		`unknown algorithm "x" (want one of [token_bucket quota])`,
-		`"warnn" is not debug, info, warn or error`,
-		`missing (a, b or c)`,
-		`must be 403 or 429, got 42`,
+		`unknown algorithm "x" (want one of token_bucket, quota)`,
+		`unknown level "warnn" (want one of debug, info, warn, error)`,
+		`missing (want one of a, b, c)`,
+		`unknown status 492 (want one of 403, 429)`,
 		`no such policy "p"`, `no plan ""`, `must be > 0, got 0`, `"x" is not a path`,
 	} {
 		f.Add(s)

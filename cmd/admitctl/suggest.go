@@ -7,36 +7,17 @@ import (
 )
 
 // The shapes of the policy file's errors that name a value from a closed
-// set. The library words its lists in several ways; check rewrites each
-// into one ("(want one of a, b, c)") and adds the nearest valid name.
+// set, or a policy or plan of the file: check adds the nearest valid name
+// to each.
 var (
-	// unknown key "algorythm" (want one of name, description, ...)
-	unknownKeyRE = regexp.MustCompile(`^(unknown key "([^"]*)") \(want one of ([^()]+)\)$`)
-	// unknown algorithm "token_buckt" (want one of [token_bucket fixed_window ...])
-	unknownEnumRE = regexp.MustCompile(`^(unknown [a-z ]+ "([^"]*)") \(want one of \[([^\]]*)\]\)$`)
-	// "warnn" is not debug, info, warn or error
-	isNotRE = regexp.MustCompile(`^"([^"]*)" is not ([\w.-]+(?:, [\w.-]+)* or [\w.-]+)$`)
-	// must be 403 or 429, got 42
-	mustBeRE = regexp.MustCompile(`^must be ([\w.-]+(?:, [\w.-]+)* or [\w.-]+), got (.+)$`)
-	// missing (token_bucket, fixed_window, ... or quota)
-	missingRE = regexp.MustCompile(`^(missing) \(([\w.-]+(?:, [\w.-]+)* or [\w.-]+)\)$`)
+	// unknown key "algorythm" (want one of name, description, ...);
+	// unknown level "warnn" (want one of debug, info, warn, error);
+	// unknown status 492 (want one of 403, 429); missing (want one of ...)
+	wantOneOfRE = regexp.MustCompile(`^(unknown [a-z ]+ (?:"([^"]*)"|(\S+))|missing) \(want one of ([^()]+)\)$`)
 	// no such policy "tenant-rmp", no policy "x", no plan "pr"
 	noPolicyRE = regexp.MustCompile(`^no (?:such )?policy "([^"]*)"$`)
 	noPlanRE   = regexp.MustCompile(`^no plan "([^"]*)"$`)
 )
-
-// splitNames splits "a, b, c or d" or "a b c" into its names.
-func splitNames(s string) []string {
-	s = strings.ReplaceAll(s, " or ", ", ")
-	if !strings.Contains(s, ",") {
-		return strings.Fields(s)
-	}
-	out := strings.Split(s, ", ")
-	for i := range out {
-		out[i] = strings.TrimSpace(out[i])
-	}
-	return out
-}
 
 // fileNames are the names a policy file defines, for suggestions when a
 // reference to one does not resolve.
@@ -44,27 +25,13 @@ type fileNames struct {
 	policies, plans []string
 }
 
-// explain rewords one problem of a policy file: lists of valid values
-// written one way, with the valid value nearest to the one given.
-// Messages of other shapes are returned as they are.
+// explain adds to one problem of a policy file the valid value or name
+// nearest to the one given. Messages of other shapes are returned as they
+// are.
 func explain(msg string, names fileNames) string {
-	withList := func(lead, given string, valid []string) string {
-		return lead + didYouMean(given, valid) + " (want one of " + strings.Join(valid, ", ") + ")"
-	}
-	if m := unknownKeyRE.FindStringSubmatch(msg); m != nil {
-		return withList(m[1], m[2], splitNames(m[3]))
-	}
-	if m := unknownEnumRE.FindStringSubmatch(msg); m != nil {
-		return withList(m[1], m[2], splitNames(m[3]))
-	}
-	if m := isNotRE.FindStringSubmatch(msg); m != nil {
-		return withList(`unknown value "`+m[1]+`"`, m[1], splitNames(m[2]))
-	}
-	if m := mustBeRE.FindStringSubmatch(msg); m != nil {
-		return withList("unknown value "+m[2], m[2], splitNames(m[1]))
-	}
-	if m := missingRE.FindStringSubmatch(msg); m != nil {
-		return withList(m[1], "", splitNames(m[2]))
+	if m := wantOneOfRE.FindStringSubmatch(msg); m != nil {
+		given := m[2] + m[3]
+		return m[1] + didYouMean(given, strings.Split(m[4], ", ")) + " (want one of " + m[4] + ")"
 	}
 	if m := noPolicyRE.FindStringSubmatch(msg); m != nil {
 		return msg + didYouMean(m[1], names.policies)
