@@ -1,12 +1,11 @@
 package weights
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Usage is what a request actually cost, as the upstream reported it (or as
@@ -146,25 +145,61 @@ var malformedReport = UsageReport{Input: FallbackMalformed, Output: FallbackMalf
 // then says the usage is malformed, so that checking it still charges the
 // request's reservation.
 func ReadUsage(body []byte) (UsageReport, error) {
-	var r struct {
-		Usage    *rawUsage       `json:"usage"`
-		Response json.RawMessage `json:"response"`
-	}
 	if firstByte(body) != '{' {
 		return malformedReport, errors.New("weights: parsing response usage: want a JSON object")
 	}
-	if err := json.Unmarshal(body, &r); err != nil {
+	rep, resp, err := findUsage(view(body))
+	if err != nil {
 		return malformedReport, fmt.Errorf("weights: parsing response usage: %w", err)
 	}
-	if r.Usage == nil && firstByte(r.Response) == '{' {
-		var resp struct {
-			Usage *rawUsage `json:"usage"`
-		}
-		if json.Unmarshal(r.Response, &resp) == nil {
-			r.Usage = resp.Usage
+	if rep == nil && strings.HasPrefix(resp, "{") {
+		rep, _, _ = findUsage(resp)
+	}
+	return rep.report(), nil
+}
+
+// findUsage scans the JSON object v (checking all of it, as a parser
+// would) for its "usage" member, read into a rawUsage (nil when absent or
+// null), and returns the text of its "response" member. Keys match
+// exactly, as the APIs write them; of repeated keys the last wins.
+func findUsage(v string) (usage *rawUsage, response string, err error) {
+	s := scanner{s: v}
+	if s.peek() != '{' {
+		return nil, "", errors.New("want a JSON object")
+	}
+	var u rawUsage
+	s.open()
+	for n := 0; s.more(&n, '}'); {
+		switch memberKey(&s) {
+		case "usage":
+			if v := s.span(); v == "null" {
+				usage = nil
+			} else {
+				u.rep, usage = readUsageObject(v), &u
+			}
+		case "response":
+			response = s.span()
+		default:
+			s.skip()
 		}
 	}
-	return r.Usage.report(), nil
+	if s.peek() != 0 && s.err == nil {
+		s.unexpected("after top-level value")
+	}
+	if s.err != nil {
+		return nil, "", s.err
+	}
+	return usage, response, nil
+}
+
+// memberKey reads an object member's key, decoded when it has escapes.
+func memberKey(s *scanner) string {
+	raw, dirty := s.key()
+	if !dirty {
+		return raw
+	}
+	b, _ := appendUnquote(nil, raw)
+	return string(b)
 }
 
 // ParseUsage reads the usage of a non-streaming response body, like
@@ -258,54 +293,93 @@ func countState(st UsageFallback, v int64) UsageFallback {
 // rawUsage is a usage object in any of the APIs' shapes. It decodes any
 // JSON value without failing, so a bad usage never hides the rest of a
 // response or of a stream event.
-type rawUsage struct {
-	counts map[string]json.RawMessage
-	bad    bool // the value is not a JSON object
-}
+type rawUsage struct{ rep UsageReport }
 
 // UnmarshalJSON implements json.Unmarshaler; it never fails.
 func (r *rawUsage) UnmarshalJSON(b []byte) error {
-	r.counts = nil
-	r.bad = json.Unmarshal(b, &r.counts) != nil
+	r.rep = readUsageObject(view(b))
 	return nil
 }
 
-// report reads the counts of r; a nil r is no usage at all.
+// report returns what r read; a nil r is no usage at all.
 func (r *rawUsage) report() UsageReport {
 	if r == nil {
 		return noReport
 	}
-	if r.bad {
+	return r.rep
+}
+
+// readUsageObject reads the counts of a usage object, given as its JSON
+// text, without building anything: a value that is not a JSON object is
+// malformed. Keys match exactly; of repeated keys the last wins.
+func readUsageObject(v string) UsageReport {
+	s := scanner{s: v}
+	if s.peek() != '{' {
+		return malformedReport
+	}
+	var prompt, input, completion, output, total string
+	var cached, reasoning int64
+	s.open()
+	for n := 0; s.more(&n, '}'); {
+		switch memberKey(&s) {
+		case "prompt_tokens":
+			prompt = s.span()
+		case "input_tokens":
+			input = s.span()
+		case "completion_tokens":
+			completion = s.span()
+		case "output_tokens":
+			output = s.span()
+		case "total_tokens":
+			total = s.span()
+		case "prompt_tokens_details", "input_tokens_details":
+			cached = max(cached, detail(s.span(), "cached_tokens"))
+		case "completion_tokens_details", "output_tokens_details":
+			reasoning = max(reasoning, detail(s.span(), "reasoning_tokens"))
+		default:
+			s.skip()
+		}
+	}
+	if s.err != nil {
 		return malformedReport
 	}
 	var rep UsageReport
-	rep.Usage.InputTokens, rep.Input = r.pick("prompt_tokens", "input_tokens")
-	rep.Usage.OutputTokens, rep.Output = r.pick("completion_tokens", "output_tokens")
+	rep.Usage.InputTokens, rep.Input = pick(prompt, input)
+	rep.Usage.OutputTokens, rep.Output = pick(completion, output)
 	if rep.Input == FallbackMissing && rep.Output == FallbackMissing {
 		// Only a total: count it as input (embeddings-like), so nothing is
 		// lost.
-		rep.Usage.InputTokens, rep.Input = parseCount(r.counts["total_tokens"])
+		rep.Usage.InputTokens, rep.Input = parseCount(total)
 	}
-	rep.Usage.CachedInputTokens = max(detail(r.counts["prompt_tokens_details"], "cached_tokens"), detail(r.counts["input_tokens_details"], "cached_tokens"))
-	rep.Usage.ReasoningTokens = max(detail(r.counts["completion_tokens_details"], "reasoning_tokens"), detail(r.counts["output_tokens_details"], "reasoning_tokens"))
+	rep.Usage.CachedInputTokens, rep.Usage.ReasoningTokens = cached, reasoning
 	return rep
 }
 
 // pick reads the first of two spellings of a count that is present.
-func (r *rawUsage) pick(a, b string) (int64, UsageFallback) {
-	if n, st := parseCount(r.counts[a]); st != FallbackMissing {
+func pick(a, b string) (int64, UsageFallback) {
+	if n, st := parseCount(a); st != FallbackMissing {
 		return n, st
 	}
-	return parseCount(r.counts[b])
+	return parseCount(b)
 }
 
-// detail reads a count of a details object, or 0 when it is not usable.
-func detail(raw json.RawMessage, key string) int64 {
-	var m map[string]json.RawMessage
-	if firstByte(raw) != '{' || json.Unmarshal(raw, &m) != nil {
+// detail reads a count of a details object, given as its JSON text, or 0
+// when it is not usable.
+func detail(v, key string) int64 {
+	s := scanner{s: v}
+	if s.peek() != '{' {
 		return 0
 	}
-	if n, st := parseCount(m[key]); st == FallbackNone {
+	var count string
+	s.open()
+	for n := 0; s.more(&n, '}'); {
+		if memberKey(&s) == key {
+			count = s.span()
+		} else {
+			s.skip()
+		}
+	}
+	if n, st := parseCount(count); s.err == nil && st == FallbackNone {
 		return n
 	}
 	return 0
@@ -316,16 +390,16 @@ func detail(raw json.RawMessage, key string) int64 {
 // plausibility check to judge). Absent and null are FallbackMissing, any
 // other JSON value FallbackMalformed, and a number below zero
 // FallbackNegative; the count is then zero.
-func parseCount(raw json.RawMessage) (int64, UsageFallback) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+func parseCount(raw string) (int64, UsageFallback) {
+	raw = strings.TrimSpace(raw)
+	if len(raw) == 0 || raw == "null" {
 		return 0, FallbackMissing
 	}
 	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
 		return 0, FallbackMalformed
 	}
-	if !bytes.ContainsAny(raw, ".eE") {
-		n, err := strconv.ParseInt(string(raw), 10, 64)
+	if !strings.ContainsAny(raw, ".eE") {
+		n, err := strconv.ParseInt(raw, 10, 64)
 		switch {
 		case err == nil && n >= 0:
 			return n, FallbackNone
@@ -336,7 +410,7 @@ func parseCount(raw json.RawMessage) (int64, UsageFallback) {
 		}
 		return 0, FallbackMalformed
 	}
-	f, err := strconv.ParseFloat(string(raw), 64)
+	f, err := strconv.ParseFloat(raw, 64)
 	switch {
 	case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(f):
 		return 0, FallbackMalformed
