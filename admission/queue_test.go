@@ -426,3 +426,45 @@ func TestQueueRemovedOnReload(t *testing.T) {
 	}
 	holder.Done()
 }
+
+// clockMover moves a fake clock by d when it sees a request queued, as a
+// test or a timer does when the waiter's goroutine is descheduled right
+// after joining the queue.
+type clockMover struct {
+	admission.NopObserver
+	clock *admissiontest.Clock
+	d     time.Duration
+}
+
+func (m clockMover) Decision(d *admission.Decision) {
+	if d.Outcome == admission.Queued {
+		m.clock.Advance(m.d)
+	}
+}
+
+// TestQueueTimeoutCountsFromJoining: the queue timeout runs from the moment
+// a request joins the queue, so the clock reaching that moment plus the
+// timeout ends the wait even when it gets there before the waiter's
+// goroutine runs again.
+func TestQueueTimeoutCountsFromJoining(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	c := newController(t, clock, clockMover{clock: clock, d: 2 * time.Second},
+		concurrencyPolicy(1, admission.Queue{Size: 5, Timeout: 2 * time.Second}, admission.KeyTenant))
+	ctx := context.Background()
+	holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Done()
+	out := make(chan error, 1)
+	go func() {
+		_, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+		out <- err
+	}()
+	if err := receive(t, "the queue timeout", out); !errors.Is(err, admission.ErrQueueTimeout) {
+		t.Fatalf("Admit = %v; want ErrQueueTimeout", err)
+	}
+	if s := c.Stats()[0]; s.Queued != 0 || s.InFlight != 1 {
+		t.Errorf("queued %d, in flight %d; want 0, 1", s.Queued, s.InFlight)
+	}
+}
