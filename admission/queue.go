@@ -127,13 +127,17 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	if q.n == 1 {
 		qs.arm(q, h, h.grant, now)
 	}
-	sh.mu.Unlock()
-	c.report(t, h, Queued, h.p.reason(&h.grant), h.retryAfter())
-
+	// The queue timeout runs from the moment the waiter joins the queue,
+	// before anyone can see it there (Stats, the Queued decision): a wait
+	// is never longer than the timeout by however long this goroutine is
+	// descheduled, and a fake clock moved once the waiter shows counts.
 	var timer Timer
 	if d := h.p.Queue.Timeout; d > 0 {
 		timer = c.clock.AfterFunc(d, func() { qs.remove(w, timedOut) })
 	}
+	sh.mu.Unlock()
+	c.report(t, h, Queued, h.p.reason(&h.grant), h.retryAfter())
+
 	select {
 	case <-w.done:
 	case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,15 +14,36 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 )
 
-// waitFor polls cond until it holds or a second of real time has passed.
+// waitDeadline bounds every wait of these tests: long enough for a
+// machine loaded by other builds, short enough that a wait that can never
+// end fails with its name instead of running into the test binary's
+// timeout.
+const waitDeadline = 20 * time.Second
+
+// waitFor polls cond until it holds, failing the test after waitDeadline.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitDeadline)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// receive returns the next value from ch, failing the test when none comes
+// within waitDeadline.
+func receive[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	timer := time.NewTimer(waitDeadline)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
 	}
 }
 
@@ -69,7 +91,7 @@ func TestQueueOrder(t *testing.T) {
 			var served []string
 			holder.Done()
 			for i := 0; i < 3; i++ {
-				r := <-out
+				r := receive(t, "a waiter to be served", out)
 				if r.err != nil {
 					t.Fatal(r.err)
 				}
@@ -105,7 +127,7 @@ func TestQueueTimeoutAndDeadline(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	clock.Advance(time.Millisecond)
-	r := <-out
+	r := receive(t, "the queue timeout", out)
 	var rej *admission.Rejection
 	if !errors.As(r.err, &rej) || rej.Reason != admission.ReasonQueueTimeout || !errors.Is(r.err, admission.ErrQueueTimeout) {
 		t.Fatalf("after the queue timeout: err = %v", r.err)
@@ -124,7 +146,7 @@ func TestQueueTimeoutAndDeadline(t *testing.T) {
 	cctx, cancel2 := context.WithCancel(ctx)
 	enqueue(t, c, rec, cctx, admission.Request{Tenant: "a"}, "c", out)
 	cancel2()
-	if r := <-out; !errors.Is(r.err, context.Canceled) {
+	if r := receive(t, "the canceled waiter", out); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("canceled while queued: err = %v", r.err)
 	}
 	holder.Done()
@@ -160,7 +182,7 @@ func TestRateQueue(t *testing.T) {
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "1", out)
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a"}, "2", out)
 	clock.Advance(time.Second)
-	r := <-out
+	r := receive(t, "the first waiter", out)
 	if r.err != nil || r.name != "1" {
 		t.Fatalf("after 1s: %s %v; want 1 admitted", r.name, r.err)
 	}
@@ -170,7 +192,7 @@ func TestRateQueue(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	clock.Advance(time.Second)
-	if r := <-out; r.err != nil || r.name != "2" {
+	if r := receive(t, "the second waiter", out); r.err != nil || r.name != "2" {
 		t.Fatalf("after 2s: %s %v", r.name, r.err)
 	}
 	// A request that cannot fit before the queue timeout is refused at
@@ -207,7 +229,7 @@ func TestQueuePriority(t *testing.T) {
 	holder.Done()
 	var served []string
 	for i := 0; i < 3; i++ {
-		r := <-out
+		r := receive(t, "a waiter to be served", out)
 		served = append(served, r.name)
 		r.tk.Done()
 	}
@@ -238,7 +260,7 @@ func TestQueueFairness(t *testing.T) {
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "quiet"}, "quiet", out)
 	holder.Done()
 	for served := 1; ; served++ {
-		r := <-out
+		r := receive(t, "a waiter to be served", out)
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
@@ -254,7 +276,7 @@ func TestQueueFairness(t *testing.T) {
 	}
 	// Drain the rest.
 	for i := 0; i < 999; i++ {
-		r := <-out
+		r := receive(t, "a noisy waiter to be served", out)
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
@@ -280,13 +302,12 @@ func TestCancellationStorm(t *testing.T) {
 		holders = append(holders, tk)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	var ended atomic.Int64
 	var mu sync.Mutex
 	errs := map[string]int{}
 	for i := 0; i < 10000; i++ {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer ended.Add(1)
 			tk, err := c.Admit(cctx, admission.Request{Tenant: fmt.Sprintf("t%d", i%50)})
 			if err == nil {
 				tk.Done()
@@ -301,7 +322,7 @@ func TestCancellationStorm(t *testing.T) {
 	// slot, the rest are canceled.
 	go holders[0].Done()
 	cancel()
-	wg.Wait()
+	waitFor(t, "10000 waiters to return", func() bool { return ended.Load() == 10000 })
 	holders[1].Done()
 	holders[2].Done()
 	if s := c.Stats()[0]; s.Queued != 0 || s.InFlight != 0 {
@@ -339,7 +360,7 @@ func TestQueueTimeoutRacesGrant(t *testing.T) {
 		}()
 		time.Sleep(time.Duration(i%3) * 400 * time.Microsecond)
 		holder.Done()
-		<-done
+		receive(t, "the racing waiter to return", done)
 		// Reuse tickets while late timers may still fire.
 		for j := 0; j < 3; j++ {
 			if tk, err := c.TryAdmit(ctx, admission.Request{Tenant: "b", Operation: "x"}); err == nil {
@@ -347,7 +368,6 @@ func TestQueueTimeoutRacesGrant(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(5 * time.Millisecond)
 	if s := c.Stats()[0]; s.Queued != 0 || s.InFlight != 0 {
 		t.Fatalf("queued %d, in flight %d after the races; want 0, 0", s.Queued, s.InFlight)
 	}
@@ -369,7 +389,7 @@ func TestTryAdmitBehindWaiters(t *testing.T) {
 		t.Fatalf("TryAdmit behind a waiter: %v; want a rate rejection with retry 700ms", err)
 	}
 	clock.Advance(700 * time.Millisecond)
-	if r := <-out; r.err != nil {
+	if r := receive(t, "the waiter", out); r.err != nil {
 		t.Fatalf("waiter: %v", r.err)
 	} else {
 		r.tk.Done()
@@ -405,4 +425,46 @@ func TestQueueRemovedOnReload(t *testing.T) {
 		t.Fatal("the request queued although the reload removed the queue")
 	}
 	holder.Done()
+}
+
+// clockMover moves a fake clock by d when it sees a request queued, as a
+// test or a timer does when the waiter's goroutine is descheduled right
+// after joining the queue.
+type clockMover struct {
+	admission.NopObserver
+	clock *admissiontest.Clock
+	d     time.Duration
+}
+
+func (m clockMover) Decision(d *admission.Decision) {
+	if d.Outcome == admission.Queued {
+		m.clock.Advance(m.d)
+	}
+}
+
+// TestQueueTimeoutCountsFromJoining: the queue timeout runs from the moment
+// a request joins the queue, so the clock reaching that moment plus the
+// timeout ends the wait even when it gets there before the waiter's
+// goroutine runs again.
+func TestQueueTimeoutCountsFromJoining(t *testing.T) {
+	clock := admissiontest.NewClock(admissiontest.Epoch)
+	c := newController(t, clock, clockMover{clock: clock, d: 2 * time.Second},
+		concurrencyPolicy(1, admission.Queue{Size: 5, Timeout: 2 * time.Second}, admission.KeyTenant))
+	ctx := context.Background()
+	holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Done()
+	out := make(chan error, 1)
+	go func() {
+		_, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+		out <- err
+	}()
+	if err := receive(t, "the queue timeout", out); !errors.Is(err, admission.ErrQueueTimeout) {
+		t.Fatalf("Admit = %v; want ErrQueueTimeout", err)
+	}
+	if s := c.Stats()[0]; s.Queued != 0 || s.InFlight != 1 {
+		t.Errorf("queued %d, in flight %d; want 0, 1", s.Queued, s.InFlight)
+	}
 }

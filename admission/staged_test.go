@@ -426,7 +426,7 @@ func TestContinueWaitsInQueue(t *testing.T) {
 	go func() { done <- second.Continue(ctx, r) }()
 	waitFor(t, "Continue to queue", func() bool { return c.Stats()[1].Queued == 1 })
 	first.Done()
-	if err := <-done; err != nil {
+	if err := receive(t, "Continue to be served", done); err != nil {
 		t.Fatalf("Continue after the permit was released = %v", err)
 	}
 	if s := c.Stats()[1]; s.InFlight != 1 {
@@ -442,7 +442,7 @@ func TestContinueWaitsInQueue(t *testing.T) {
 	go func() { done <- third.Continue(cctx, r) }()
 	waitFor(t, "Continue to queue", func() bool { return c.Stats()[1].Queued == 1 })
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := receive(t, "the canceled Continue", done); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled Continue = %v; want context.Canceled", err)
 	}
 	if third.Valid() {

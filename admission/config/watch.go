@@ -28,8 +28,16 @@ import (
 //
 // File changes are seen through fsnotify on the file's directory, so that
 // editors that write a new file and rename it, and Kubernetes ConfigMap
-// volumes that swap a symlink, are both followed; events are debounced and
-// a reload whose content is unchanged is skipped.
+// volumes that swap a symlink, are both followed. Events of other files in
+// the directory (a log written next to the policy file, an editor's swap
+// file) are ignored, and events of the file are debounced.
+//
+// Each version of the file, told apart by the SHA-256 of its content (or,
+// for a file that cannot be read, by the error), is tried once: a version
+// that was refused is refused, logged and counted once, not again on every
+// event, and a version equal to the last one tried is skipped. The next
+// change is tried again. SIGHUP and Reload retry the file on demand,
+// whatever it holds.
 type Watcher struct {
 	path     string
 	ctl      *admission.Controller
@@ -39,8 +47,9 @@ type Watcher struct {
 	signals  []os.Signal
 	debounce time.Duration
 
-	mu      sync.Mutex // serialises reloads
-	sum     [sha256.Size]byte
+	mu      sync.Mutex // serialises reloads and guards tried
+	tried   version    // the version of the file the last reload read
+	real    string     // the file's path with symlinks resolved, for the loop
 	cur     atomic.Pointer[File]
 	applied atomic.Int64
 	refused atomic.Int64
@@ -50,6 +59,13 @@ type Watcher struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
+}
+
+// version tells versions of the file apart: the hash of its content, or
+// the reason it could not be read.
+type version struct {
+	sum     [sha256.Size]byte
+	readErr string
 }
 
 // A WatchOption configures a Watcher.
@@ -83,13 +99,14 @@ func WithDebounce(d time.Duration) WatchOption { return func(w *Watcher) { w.deb
 // watching it until Close. It fails when the first load fails.
 func Watch(path string, ctl *admission.Controller, opts ...WatchOption) (*Watcher, error) {
 	w := &Watcher{
-		path: path, ctl: ctl, obs: admission.NopObserver{}, log: slog.Default(),
+		path: filepath.Clean(path), ctl: ctl, obs: admission.NopObserver{}, log: slog.Default(),
 		signals: []os.Signal{syscall.SIGHUP}, debounce: 100 * time.Millisecond,
 		stop: make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(w)
 	}
+	w.real, _ = filepath.EvalSymlinks(w.path)
 	if err := w.reload(true); err != nil {
 		return nil, err
 	}
@@ -97,7 +114,7 @@ func Watch(path string, ctl *admission.Controller, opts ...WatchOption) (*Watche
 	if err != nil {
 		return nil, fmt.Errorf("config: watching %s: %w", path, err)
 	}
-	if err := fsw.Add(filepath.Dir(path)); err != nil {
+	if err := fsw.Add(filepath.Dir(w.path)); err != nil {
 		_ = fsw.Close()
 		return nil, fmt.Errorf("config: watching %s: %w", path, err)
 	}
@@ -119,7 +136,8 @@ func (w *Watcher) Current() *File { return w.cur.Load() }
 func (w *Watcher) Stats() (applied, refused int64) { return w.applied.Load(), w.refused.Load() }
 
 // Reload reads the file now and applies it, even when its content has not
-// changed. It returns the reason a refused file was refused.
+// changed since the last reload (applied or refused), as SIGHUP does. It
+// returns the reason a refused file was refused.
 func (w *Watcher) Reload() error { return w.reload(true) }
 
 // Close stops watching. It does not touch the controller.
@@ -151,7 +169,7 @@ func (w *Watcher) loop() {
 			if !ok {
 				return
 			}
-			if ev.Op == fsnotify.Chmod {
+			if ev.Op == fsnotify.Chmod || !w.concerns(ev) {
 				continue
 			}
 			if timer == nil {
@@ -175,18 +193,39 @@ func (w *Watcher) loop() {
 	}
 }
 
-// reload reads, validates and applies the file; force applies it even
-// when its content is the same as last time.
+// concerns reports whether ev may have changed the file: an event of the
+// file itself, or any event after which the file resolves to another path
+// (a ConfigMap volume swaps a symlink in the directory: "..data").
+func (w *Watcher) concerns(ev fsnotify.Event) bool {
+	if filepath.Clean(ev.Name) == w.path {
+		return true
+	}
+	real, _ := filepath.EvalSymlinks(w.path)
+	if real == w.real {
+		return false
+	}
+	w.real = real
+	return true
+}
+
+// reload reads, validates and applies the file; force tries it even when
+// it is the version the last reload read.
 func (w *Watcher) reload(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	data, err := os.ReadFile(w.path)
+	var v version
+	if err != nil {
+		v.readErr = err.Error()
+	} else {
+		v.sum = sha256.Sum256(data)
+	}
+	if !force && v == w.tried {
+		return nil
+	}
+	w.tried = v
 	if err != nil {
 		return w.refuse(err)
-	}
-	sum := sha256.Sum256(data)
-	if !force && sum == w.sum && w.cur.Load() != nil {
-		return nil
 	}
 	f, err := Parse(w.path, data)
 	if err != nil {
@@ -195,7 +234,6 @@ func (w *Watcher) reload(force bool) error {
 	if err := w.ctl.SetConfig(f.Config); err != nil {
 		return w.refuse(fmt.Errorf("%s: %w", w.path, err))
 	}
-	w.sum = sum
 	w.cur.Store(f)
 	w.applied.Add(1)
 	for _, fn := range w.onApply {

@@ -240,15 +240,7 @@ func TestReloadOnChangeAndSignal(t *testing.T) {
 	w, _ := serve(t, path, obs, config.WithDebounce(10*time.Millisecond), config.WithSignals(syscall.SIGHUP))
 	waitApplied := func(n int64, what string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			if applied, _ := w.Stats(); applied >= n {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		applied, _ := w.Stats()
-		t.Fatalf("%s: %d reloads applied; want %d", what, applied, n)
+		waitFor(t, what, func() bool { applied, _ := w.Stats(); return applied >= n })
 	}
 	waitApplied(1, "start")
 	write(t, path, policyFile(20, "enforce", 1000))
@@ -261,16 +253,7 @@ func TestReloadOnChangeAndSignal(t *testing.T) {
 	}
 	waitApplied(3, "SIGHUP")
 	write(t, path, "policies: [")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, refused := w.Stats(); refused >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a broken file was not refused")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "a broken file to be refused", func() bool { _, refused := w.Stats(); return refused >= 1 })
 	if got := w.Current().Config.Policies[0].Limit; got != 20 {
 		t.Errorf("limit after a broken file = %d; want 20 (kept)", got)
 	}
