@@ -18,11 +18,12 @@ type cell struct {
 	a, b float64
 	t    int64
 	used int64    // last use (ns), for idle eviction
+	calm int64    // from this instant (ns) the cell is neutral: see calmAt
 	x    *cellExt // leases or log entries; nil for the other algorithms
 }
 
 // cellExt holds what only concurrency and sliding-log partitions need,
-// keeping the common cell at 40 bytes.
+// keeping the common cell at 48 bytes.
 type cellExt struct {
 	leases []lease
 	log    ring
@@ -191,27 +192,52 @@ func (c *cell) remaining(l *Limit, now int64) int64 {
 	}
 }
 
-// neutral reports whether c holds nothing a fresh partition would not:
-// dropping it changes no decision.
-func (c *cell) neutral(l *Limit, now int64) bool {
+// calmAt returns the instant (ns) from which c holds nothing a fresh
+// partition would not, so that dropping it changes no decision, judged by
+// the limit l of the partition's own last request. A sweep compares times
+// only, so a request of another plan never judges (and refills, or drops)
+// a partition with its own limit.
+func (c *cell) calmAt(l *Limit) int64 {
 	switch l.Algorithm {
 	case TokenBucket:
-		c.bucketFill(l, now)
-		return c.a >= float64(l.Capacity())
+		capacity := float64(l.Capacity())
+		if c.a >= capacity {
+			return c.t
+		}
+		_, nsPer := rates(l)
+		return c.t + int64(ceilDur((capacity-c.a)*nsPer))
 	case FixedWindow:
-		return c.t != now/int64(l.Per) || c.a == 0
+		if c.a == 0 {
+			return 0
+		}
+		return (c.t + 1) * int64(l.Per)
 	case SlidingWindow:
-		idx := now / int64(l.Per)
-		return idx > c.t+1 || (c.a == 0 && (c.b == 0 || idx > c.t))
+		switch {
+		case c.a > 0:
+			return (c.t + 2) * int64(l.Per)
+		case c.b > 0:
+			return (c.t + 1) * int64(l.Per)
+		}
+		return 0
 	case SlidingLog:
-		c.logExpire(l, now)
-		return c.x == nil || c.x.log.size == 0
+		if c.x == nil || c.x.log.size == 0 {
+			return 0
+		}
+		return c.x.log.at(c.x.log.size-1).at + int64(l.Per)
 	case Concurrency:
-		c.concExpire(now)
-		return c.x == nil || len(c.x.leases) == 0
+		calm := int64(0)
+		if c.x != nil {
+			for i := range c.x.leases {
+				calm = max(calm, c.x.leases[i].exp)
+			}
+		}
+		return calm
 	default:
-		start, _ := QuotaPeriod(l, now)
-		return c.t != start || c.a == 0
+		if c.a == 0 {
+			return 0
+		}
+		_, end := QuotaPeriod(l, c.t)
+		return end
 	}
 }
 

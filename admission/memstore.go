@@ -130,7 +130,7 @@ func (l *memLimiter) create(sh *shard, key string, lim *Limit, now int64) (*cell
 		for i := range l.shards {
 			o := &l.shards[i]
 			o.mu.Lock()
-			freed += l.sweep(o, lim, now, full)
+			freed += l.sweep(o, now, full)
 			o.mu.Unlock()
 		}
 		if full && freed == 0 {
@@ -192,10 +192,10 @@ func (sh *shard) alloc() *cell {
 
 // sweep drops partitions whose state is neutral: idle ones, or any neutral
 // one when the shard is full (dropping a neutral partition changes nothing).
-func (l *memLimiter) sweep(sh *shard, lim *Limit, now int64, full bool) int {
+func (l *memLimiter) sweep(sh *shard, now int64, full bool) int {
 	n := 0
 	for k, c := range sh.m {
-		if (full || now-c.used >= l.idle) && c.neutral(lim, now) {
+		if (full || now-c.used >= l.idle) && now >= c.calm {
 			delete(sh.m, k)
 			*c = cell{}
 			sh.free = append(sh.free, c)
@@ -221,6 +221,15 @@ func (l *memLimiter) Acquire(_ context.Context, key string, lim *Limit, n int64,
 		return nil
 	}
 	c.acquire(lim, n, ns, g)
+	if lim.Algorithm == Concurrency {
+		c.calm = c.calmAt(lim)
+	} else {
+		// A rate grant's Reset is the time until the partition is fully
+		// available again: when it becomes neutral (or, for a window or
+		// quota that holds nothing, a little later, which only keeps it
+		// longer).
+		c.calm = ns + int64(g.Reset)
+	}
 	g.Overflow = c == &l.ovf.c
 	mu.Unlock()
 	return nil
@@ -251,6 +260,7 @@ func (l *memLimiter) Adjust(_ context.Context, key string, lim *Limit, g *Grant,
 		return nil
 	}
 	c.adjust(lim, g, delta, ns)
+	c.calm = c.calmAt(lim)
 	mu.Unlock()
 	return nil
 }
@@ -265,6 +275,7 @@ func (l *memLimiter) Release(_ context.Context, key string, lim *Limit, g *Grant
 		return nil
 	}
 	c.concRelease(g)
+	c.calm = c.calmAt(lim)
 	mu.Unlock()
 	return nil
 }
@@ -283,6 +294,7 @@ func (l *memLimiter) Renew(_ context.Context, key string, lim *Limit, g *Grant, 
 		return nil
 	}
 	c.concRenew(lim, g, now.UnixNano())
+	c.calm = c.calmAt(lim)
 	mu.Unlock()
 	return nil
 }

@@ -130,3 +130,58 @@ func TestIdleEviction(t *testing.T) {
 		t.Error("evictions not reported to the observer")
 	}
 }
+
+// A sweep judges each partition by its own plan's limit, never by the
+// limit of the request that triggered it: a free tenant arriving at a full
+// table must not find a pro tenant's half-used bucket "full" by the free
+// capacity and drop it (the pro tenant would start again from a full
+// bucket), nor refill it at the free rate. Every algorithm whose state a
+// plan's limit reads is checked.
+func TestSweepJudgesPartitionsByTheirOwnPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		p          admission.Policy
+		pro        admission.Override
+		take, want int64 // what pro takes, and the remaining its next request of 1 sees
+		after      time.Duration // before the free tenant arrives: within pro's window, past free's
+	}{
+		{"token bucket", admission.Policy{Algorithm: admission.TokenBucket, Limit: 60, Per: time.Minute}, admission.Override{Limit: 600}, 100, 499, time.Millisecond},
+		{"fixed window", admission.Policy{Algorithm: admission.FixedWindow, Limit: 60, Per: time.Minute}, admission.Override{Per: time.Hour, Limit: 600}, 100, 499, time.Millisecond},
+		{"sliding window", admission.Policy{Algorithm: admission.SlidingWindow, Limit: 60, Per: time.Minute}, admission.Override{Per: time.Hour, Limit: 600}, 100, 499, time.Millisecond},
+		{"sliding log", admission.Policy{Algorithm: admission.SlidingLog, Limit: 60, Per: time.Minute}, admission.Override{Per: time.Hour, Limit: 600}, 100, 499, 2 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.p
+			p.Name, p.Key, p.Unit, p.MaxPartitions, p.IdleTimeout = "rpm", []admission.KeyPart{admission.KeyTenant}, admission.UnitTokens, 2, time.Hour
+			clock := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC))
+			c, err := admission.New(admission.Config{
+				Policies: []admission.Policy{p},
+				Plans: admission.Plans{
+					Plans:   map[string]map[string]admission.Override{"pro": {"rpm": tc.pro}},
+					Tenants: map[string]admission.TenantPlan{"acme": {Plan: "pro"}},
+				},
+			}, admission.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			admit := func(tenant string, tokens int64) admission.Ticket {
+				t.Helper()
+				tk, err := c.TryAdmit(ctx, admission.Request{Tenant: tenant, Tokens: tokens})
+				if err != nil {
+					t.Fatalf("%s, %d tokens: %v", tenant, tokens, err)
+				}
+				return tk
+			}
+			admit("acme", tc.take).Done()
+			admit("globex", 1).Done() // the table is full
+			clock.Advance(tc.after)
+			admit("initech", 1).Done() // a full table: a sweep, judged by the free limit
+			tk := admit("acme", 1)
+			defer tk.Done()
+			if got := tk.Statuses(nil)[0].Remaining; got != tc.want {
+				t.Errorf("acme's remaining after a sweep by a free tenant = %d; want %d (its own partition kept)", got, tc.want)
+			}
+		})
+	}
+}
