@@ -142,7 +142,7 @@ func TestSweepJudgesPartitionsByTheirOwnPlan(t *testing.T) {
 		name       string
 		p          admission.Policy
 		pro        admission.Override
-		take, want int64 // what pro takes, and the remaining its next request of 1 sees
+		take, want int64         // what pro takes, and the remaining its next request of 1 sees
 		after      time.Duration // before the free tenant arrives: within pro's window, past free's
 	}{
 		{"token bucket", admission.Policy{Algorithm: admission.TokenBucket, Limit: 60, Per: time.Minute}, admission.Override{Limit: 600}, 100, 499, time.Millisecond},
