@@ -260,3 +260,12 @@ func TestPrices(t *testing.T) {
 		t.Errorf("refuse prices = %+v; want the built-in table, llama and no fallback", p)
 	}
 }
+
+// metrics.top_tenants of 0 is refused by the file, as metrics.WithTopK
+// would refuse it at start.
+func TestTopTenantsAtLeastOne(t *testing.T) {
+	_, err := config.Parse("m.yaml", []byte("version: 1\npolicies:\n  - {name: rpm, algorithm: token_bucket, limit: 1, per: 1s}\nmetrics: {top_tenants: 0}\n"))
+	if err == nil || !strings.Contains(err.Error(), "metrics.top_tenants: must be between 1 and") {
+		t.Errorf("top_tenants: 0: %v; want it refused", err)
+	}
+}

@@ -796,7 +796,7 @@ func (d *decoder) decodeMetrics(n *yaml.Node, path string) {
 		field{"enabled", d.boolean(&m.Enabled)},
 		field{"listen", d.str(&m.Listen)},
 		field{"path", d.str(&m.Path)},
-		field{"top_tenants", d.integer(&m.TopTenants, 0)},
+		field{"top_tenants", d.integer(&m.TopTenants, 1)},
 		field{"cardinality_limit", d.integer(&m.CardinalityLimit, 1)},
 	)
 	if !strings.HasPrefix(m.Path, "/") {
