@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -129,8 +130,12 @@ func loadPolicyFile(w io.Writer, path string) (*config.File, rawFile, bool) {
 }
 
 // unpriced lists the models the policies name that no entry of the price
-// table matches, and says what happens to their requests.
+// table matches, and says what happens to their requests; nothing when
+// no policy counts cost, as prices then decide nothing.
 func unpriced(w io.Writer, f *config.File, prices *weights.Prices) {
+	if !slices.ContainsFunc(f.Config.Policies, func(p admission.Policy) bool { return p.Unit == admission.UnitCost }) {
+		return // prices matter only to policies that count cost
+	}
 	type named struct{ model, at string }
 	var missing []named
 	seen := map[string]bool{}

@@ -160,3 +160,14 @@ func TestCheckUnpriced(t *testing.T) {
 		}
 	}
 }
+
+// Without a policy that counts cost, prices decide nothing: check says
+// nothing about them, even for models without a price.
+func TestCheckUnpricedWithoutCostPolicies(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	os.WriteFile(path, []byte("policies:\n  - {name: tpm, algorithm: token_bucket, unit: tokens, limit: 100k, per: 1m, match: {models: [my-llm]}}\n"), 0o644)
+	code, out, errs := runArgs("", "check", path)
+	if code != 0 || strings.Contains(out, "prices:") {
+		t.Errorf("check = %d, stdout:\n%s\nstderr:\n%s\nwant 0 and no prices line", code, out, errs)
+	}
+}
