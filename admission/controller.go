@@ -652,18 +652,16 @@ func (c *Controller) rollback(t *ticket, now time.Time) {
 // negative, nothing when zero), and its queue served after a refund when
 // wake is set. A store's failure goes to the observer.
 func (c *Controller) settleOne(h *held, delta int64, now time.Time, wake bool) {
-	ctx := context.Background()
+	ctx, l := context.Background(), h.limiterOf()
 	if h.p.Algorithm == Concurrency {
-		c.settleFailed(h, h.limiterOf().Release(ctx, h.key, h.lim, &h.grant, now))
+		c.settleFailed(h, l.Release(ctx, h.key, h.lim, &h.grant, now))
+		wake = true
 	} else if delta != 0 {
-		c.settleFailed(h, h.limiterOf().Adjust(ctx, h.key, h.lim, &h.grant, delta, now))
-		if !wake {
-			return
-		}
+		c.settleFailed(h, l.Adjust(ctx, h.key, h.lim, &h.grant, delta, now))
 	} else {
 		return
 	}
-	if h.p.queues != nil {
+	if wake && h.p.queues != nil {
 		h.p.queues.dispatch(h.key)
 	}
 }
