@@ -636,24 +636,32 @@ func (c *Controller) acquireBatch(ctx context.Context, t *ticket, hs []held, now
 // rollback gives back everything t holds, for a request another policy
 // refused.
 func (c *Controller) rollback(t *ticket, now time.Time) {
-	ctx := context.Background()
 	for i := range t.ops {
 		h := &t.ops[i]
 		if !h.taken {
 			continue
 		}
 		h.taken = false
-		l := h.limiterOf()
-		if h.p.Algorithm == Concurrency {
-			c.settleFailed(h, l.Release(ctx, h.key, h.lim, &h.grant, now))
-			if h.p.queues != nil {
-				h.p.queues.dispatch(h.key)
-			}
-		} else if h.grant.Taken != 0 {
-			c.settleFailed(h, l.Adjust(ctx, h.key, h.lim, &h.grant, -h.grant.Taken, now))
-			if h.p.queues != nil {
-				h.p.queues.dispatch(h.key)
-			}
-		}
+		c.settleOne(h, -h.grant.Taken, now, true)
+	}
+}
+
+// settleOne settles what h holds, or part of it: a concurrency lease is
+// released whole and its queue served; any other grant is adjusted by
+// delta (an overrun charged when positive, an over-estimate refunded when
+// negative, nothing when zero), and its queue served after a refund when
+// wake is set. A store's failure goes to the observer.
+func (c *Controller) settleOne(h *held, delta int64, now time.Time, wake bool) {
+	ctx, l := context.Background(), h.limiterOf()
+	if h.p.Algorithm == Concurrency {
+		c.settleFailed(h, l.Release(ctx, h.key, h.lim, &h.grant, now))
+		wake = true
+	} else if delta != 0 {
+		c.settleFailed(h, l.Adjust(ctx, h.key, h.lim, &h.grant, delta, now))
+	} else {
+		return
+	}
+	if wake && h.p.queues != nil {
+		h.p.queues.dispatch(h.key)
 	}
 }

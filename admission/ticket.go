@@ -136,6 +136,19 @@ func (h *held) final(u *Usage) (int64, bool) {
 	return actual, ok
 }
 
+// settleDelta returns what settling h at u changes in its reservation:
+// the final amount (see final) less what the grant holds, or 0 when u does
+// not know the amount or h is a concurrency lease (released whole).
+func (h *held) settleDelta(u *Usage) int64 {
+	if h.p.Algorithm == Concurrency {
+		return 0
+	}
+	if actual, ok := h.final(u); ok {
+		return actual - h.grant.Taken
+	}
+	return 0
+}
+
 // live returns the ticket state if tk is still the current holder.
 func (tk Ticket) live() *ticket {
 	if t := tk.t; t != nil && t.gen.Load() == tk.gen {
@@ -174,22 +187,12 @@ func (tk Ticket) Settle(u Usage) {
 			if !h.taken {
 				continue
 			}
-			if h.p.Algorithm != Concurrency {
-				// Reconcile the reservation with the actual amount.
-				if actual, ok := h.final(&u); ok && actual != h.grant.Taken {
-					if !clockRead {
-						now, clockRead = c.clock.Now(), true
-					}
-					c.settleFailed(h, h.limiterOf().Adjust(ctx, h.key, h.lim, &h.grant, actual-h.grant.Taken, now))
-				}
-				h.taken = false
-				continue
-			}
 			h.taken = false
-			c.settleFailed(h, h.limiterOf().Release(ctx, h.key, h.lim, &h.grant, now))
-			if h.p.queues != nil {
-				h.p.queues.dispatch(h.key)
+			delta := h.settleDelta(&u)
+			if delta != 0 && !clockRead {
+				now, clockRead = c.clock.Now(), true
 			}
+			c.settleOne(h, delta, now, false)
 		}
 	}
 	for i := 0; i < len(t.ops) && !c.nop; i++ {
@@ -236,13 +239,9 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		if !h.taken {
 			continue
 		}
-		op := Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant}
-		if h.p.Algorithm == Concurrency {
-			op.Release = true
-		} else if actual, ok := h.final(u); ok {
-			op.N = actual - h.grant.Taken
-			adjusts = adjusts || op.N != 0
-		}
+		op := Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant,
+			Release: h.p.Algorithm == Concurrency, N: h.settleDelta(u)}
+		adjusts = adjusts || op.N != 0
 		h.taken = false
 		if op.Release || op.N != 0 {
 			ops = append(ops, op)
@@ -305,7 +304,7 @@ func (tk Ticket) Charge(u Usage) error {
 		if !ok || actual <= h.grant.Taken {
 			continue
 		}
-		t.c.settleFailed(h, h.limiterOf().Adjust(context.Background(), h.key, h.lim, &h.grant, actual-h.grant.Taken, now))
+		t.c.settleOne(h, actual-h.grant.Taken, now, false)
 		if h.mode == Enforce && h.grant.Remaining <= 0 && rej == nil {
 			reason := ReasonRate
 			if h.p.Algorithm == Quota {

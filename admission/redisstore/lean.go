@@ -707,7 +707,7 @@ func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op,
 		// did not, the script asks for a key and the call is made again).
 		keyed = mark == 0 || now-t0 >= hold-2*idem*1e6
 	}
-	for {
+	reply, err := retry(now, keyed, func(now int64, keyed bool) (string, error) {
 		c := s.getCall()
 		if keyed {
 			c.putKey(func(b []byte) []byte { return s.appendSettleKey(b, tag) })
@@ -736,12 +736,9 @@ func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op,
 		c.args = append(c.args, &c.blob)
 		reply, err := s.settleRun(ctx, "", leanSettles.get(sh), count, c.keys, c.args)
 		s.putCall(c)
-		if err == nil && reply == "K" && !keyed {
-			keyed = true
-			continue
-		}
-		return settled(ops, reply, err)
-	}
+		return reply, err
+	})
+	return settled(ops, reply, err)
 }
 
 // settled records a lean settle's reply, or its error, in ops.

@@ -115,20 +115,15 @@ func (s *Store) sendSettles(ctx context.Context, batch []*queuedSettle) {
 		b.reply, b.err = s.call(cctx, b.fn, b.script, b.keys, b.args)
 		return
 	}
-	functions := !s.noFunctions.Load()
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, b := range batch {
-		if b.fn != "" && functions {
-			cmds[i] = pipe.FCall(cctx, b.fn, b.keys, b.args...)
-		} else {
-			cmds[i] = b.script.EvalSha(cctx, pipe, b.keys, b.args...)
-		}
+		cmds[i] = s.send(cctx, pipe, b.fn, b.script, b.keys, b.args)
 	}
 	_, _ = pipe.Exec(cctx)
 	for i, b := range batch {
 		b.reply, b.err = cmds[i].Text()
-		if b.err != nil && (redis.HasErrorPrefix(b.err, "NOSCRIPT") || isMissingFunction(b.err)) {
+		if lost(b.err) {
 			// The server lost its scripts or library (a restart, a
 			// flush): one call loads them.
 			b.reply, b.err = s.call(cctx, b.fn, b.script, b.keys, b.args)

@@ -542,7 +542,7 @@ func (s *Store) batch(ctx context.Context, ops []admission.Op, now int64) error 
 
 // acquire runs an acquire script over ops and fills their grants.
 func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, ops []admission.Op, now int64) error {
-	for attempt := 0; ; attempt++ {
+	reply, err := retry(now, true, func(now int64, _ bool) (string, error) {
 		c := s.getCall()
 		s.header(c, now, len(ops))
 		for i := range ops {
@@ -550,36 +550,29 @@ func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, 
 		}
 		reply, err := s.run(ctx, libAcquire, script, name, len(ops), c.keys, c.args)
 		s.putCall(c)
-		if err != nil {
-			return err
-		}
-		server, again, err := skew(reply, attempt)
-		if err != nil {
-			return err
-		}
-		if again {
-			now = server
-			continue
-		}
-		r := reader{s: reply}
-		for i := range ops {
-			g := &ops[i].Grant
-			*g = admission.Grant{}
-			g.OK = r.int() == 1
-			g.Taken = r.int()
-			g.Limit = r.int()
-			g.Remaining = r.int()
-			g.Reset = dur(r.int())
-			g.RetryAfter = dur(r.int())
-			ss, sn := r.int(), r.int()
-			g.Stamp = ss*1e9 + sn
-			g.Expired = int32(r.int())
-		}
-		if r.err {
-			return fmt.Errorf("redisstore: malformed reply %q", reply)
-		}
-		return nil
+		return reply, err
+	})
+	if err != nil {
+		return err
 	}
+	r := reader{s: reply}
+	for i := range ops {
+		g := &ops[i].Grant
+		*g = admission.Grant{}
+		g.OK = r.int() == 1
+		g.Taken = r.int()
+		g.Limit = r.int()
+		g.Remaining = r.int()
+		g.Reset = dur(r.int())
+		g.RetryAfter = dur(r.int())
+		ss, sn := r.int(), r.int()
+		g.Stamp = ss*1e9 + sn
+		g.Expired = int32(r.int())
+	}
+	if r.err {
+		return fmt.Errorf("redisstore: malformed reply %q", reply)
+	}
+	return nil
 }
 
 // appendAcquire appends op's keys and arguments to c.
@@ -601,20 +594,36 @@ func dur(v int64) time.Duration {
 	return time.Duration(v)
 }
 
-// skew reads a "S now_s now_n" reply: a calendar quota's period, computed
-// from the caller's clock, does not hold the server's time, and the call
-// is to be made again from the server's (again), unless that was the
-// third attempt.
-func skew(reply string, attempt int) (server int64, again bool, err error) {
-	if !strings.HasPrefix(reply, "S ") {
-		return 0, false, nil
+// retry makes an acquire or settle call with send, from the instant now
+// and with an idempotency key when keyed, and makes it again while the
+// reply asks: "S now_s now_n" says a calendar quota's period, computed
+// from the caller's clock, does not hold the server's time, so the call is
+// made again from the server's instant (three attempts at most); "K" says
+// a lean settle needs the idempotency key it was not sent, so the call is
+// made again with one. An error ends the calls. (Each call deals with a
+// server that lost the scripts or the library: see Store.call.)
+func retry(now int64, keyed bool, send func(now int64, keyed bool) (string, error)) (string, error) {
+	for attempt := 0; ; attempt++ {
+		reply, err := send(now, keyed)
+		switch {
+		case err != nil:
+			return "", err
+		case reply == "K" && !keyed:
+			keyed = true
+		case strings.HasPrefix(reply, "S "):
+			if attempt >= 2 {
+				return "", errors.New("redisstore: quota period keeps moving")
+			}
+			r := reader{s: reply[2:]}
+			sec, ns := r.int(), r.int()
+			if r.err {
+				return reply, nil // malformed, as the caller will say
+			}
+			now = sec*1e9 + ns
+		default:
+			return reply, nil
+		}
 	}
-	if attempt >= 2 {
-		return 0, false, errors.New("redisstore: quota period keeps moving")
-	}
-	r := reader{s: reply[2:]}
-	sec, ns := r.int(), r.int()
-	return sec*1e9 + ns, !r.err, nil
 }
 
 // reader parses space-separated integers without allocating.
@@ -715,24 +724,23 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 	if sh, ok := leanSettleShape(ops); ok {
 		return s.leanSettleOps(ctx, sh, ops, now)
 	}
-	for attempt := 0; ; attempt++ {
-		c := s.getCall()
-		count, adjusts := 0, false
-		var tag string
-		for i := range ops {
-			op := &ops[i]
-			if settles(op.Limiter.(*limiter), op) {
-				count++
-				if !op.Release {
-					adjusts = true
-					tag = Tag(op.Key)
-				}
+	count, adjusts := 0, false
+	var tag string
+	for i := range ops {
+		op := &ops[i]
+		if settles(op.Limiter.(*limiter), op) {
+			count++
+			if !op.Release {
+				adjusts = true
+				tag = Tag(op.Key)
 			}
 		}
-		if count == 0 {
-			s.putCall(c)
-			return nil
-		}
+	}
+	if count == 0 {
+		return nil
+	}
+	reply, err := retry(now, true, func(now int64, _ bool) (string, error) {
+		c := s.getCall()
 		s.header(c, now, count)
 		if adjusts {
 			var b [64]byte
@@ -762,62 +770,72 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 		if err != nil {
 			for i := range ops {
 				op := &ops[i]
-				l := op.Limiter.(*limiter)
-				if settles(l, op) {
+				if settles(op.Limiter.(*limiter), op) {
 					op.Err = err
 				}
 			}
-			return err
 		}
-		server, again, err := skew(reply, attempt)
-		if err != nil {
-			return err
-		}
-		if again {
-			now = server
+		return reply, err
+	})
+	if err != nil {
+		return err
+	}
+	r := reader{s: reply}
+	for i := range ops {
+		op := &ops[i]
+		if !settles(op.Limiter.(*limiter), op) {
 			continue
 		}
-		r := reader{s: reply}
-		for i := range ops {
-			op := &ops[i]
-			if !settles(op.Limiter.(*limiter), op) {
-				continue
-			}
-			rem := r.int()
-			if !op.Release {
-				op.Grant.Taken += op.N
-				op.Grant.Remaining = rem
-			}
+		rem := r.int()
+		if !op.Release {
+			op.Grant.Taken += op.N
+			op.Grant.Remaining = rem
 		}
-		if r.err {
-			return fmt.Errorf("redisstore: malformed reply %q", reply)
-		}
-		return nil
 	}
+	if r.err {
+		return fmt.Errorf("redisstore: malformed reply %q", reply)
+	}
+	return nil
 }
 
-// call runs fn from the library when the server has functions, loading
-// the library when the server does not have it (first use, restart), and
-// script otherwise.
+// call runs fn from the library when the server has functions (fn "" for
+// none), and script otherwise. When the server lost them (first use, a
+// restart, a flush) it loads the library and calls fn again, or evaluates
+// script (which loads it); a server that refuses FUNCTION (Redis before 7,
+// or an ACL) gets scripts from then on.
 func (s *Store) call(ctx context.Context, fn string, script *redis.Script, keys []string, args []any) (string, error) {
-	if fn == "" || s.noFunctions.Load() {
-		return script.Run(ctx, s.client, keys, args...).Text()
-	}
-	reply, err := s.client.FCall(ctx, fn, keys, args...).Text()
-	if err == nil || !isMissingFunction(err) {
+	reply, err := s.send(ctx, s.client, fn, script, keys, args).Text()
+	if !lost(err) {
 		return reply, err
 	}
-	if err := s.loadLibrary(ctx); err != nil {
-		var rerr redis.Error
-		if errors.As(err, &rerr) {
-			// The server refused FUNCTION (Redis before 7, or an ACL):
-			// use scripts from now on.
-			s.noFunctions.Store(true)
-			return script.Run(ctx, s.client, keys, args...).Text()
+	if fn != "" && !s.noFunctions.Load() {
+		err := s.loadLibrary(ctx)
+		if err == nil {
+			return s.client.FCall(ctx, fn, keys, args...).Text()
 		}
-		return "", err
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			return "", err
+		}
+		s.noFunctions.Store(true)
 	}
-	return s.client.FCall(ctx, fn, keys, args...).Text()
+	return script.Eval(ctx, s.client, keys, args...).Text()
+}
+
+// send queues or makes the first try of a call on c (the client or a
+// pipeline): fn when the server has functions (fn "" for none), script by
+// its hash otherwise.
+func (s *Store) send(ctx context.Context, c redis.Cmdable, fn string, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	if fn != "" && !s.noFunctions.Load() {
+		return c.FCall(ctx, fn, keys, args...)
+	}
+	return script.EvalSha(ctx, c, keys, args...)
+}
+
+// lost reports whether err says the server does not have the script or
+// the library function a call named.
+func lost(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || isMissingFunction(err))
 }
 
 func isMissingFunction(err error) bool {
