@@ -122,7 +122,7 @@ func checkRetryWithin(t testing.TB, what string, resp *http.Response, d time.Dur
 func TestUntrustedUsageIsChargedAsReserved(t *testing.T) {
 	up := newUsageUpstream(t)
 	s := startProxy(t, pointAt(up.URL), withPolicy(t, `
-  - {name: tpm, key: [global], unit: tokens, algorithm: token_bucket, limit: 1M, per: 1h}
+  - {name: tpm, key: [global], unit: tokens, algorithm: quota, period: month, limit: 1G} # counts exactly: no refill between the probes
   - {name: spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 5M}
 `, []string{"a"}, ""))
 	const req = `{"model":"gpt-4o-mini","max_tokens":100,"messages":[{"role":"user","content":"Hello there"}]}`
