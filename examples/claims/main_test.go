@@ -13,40 +13,22 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 
-// syncBuffer is a log output safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startTest starts the service on a loopback port with a fake clock.
-func startTest(t *testing.T, o options) (*server, *admissiontest.Clock, *syncBuffer) {
+func startTest(t *testing.T, o options) (*server, *admissiontest.Clock, *syncbuf.Buffer) {
 	t.Helper()
 	clock := admissiontest.NewClock(t0)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	o.addr, o.clock, o.logOutput = "127.0.0.1:0", clock, logs
 	s, err := start(o)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
 // recorder is a fake upstream that records every request it receives, as
@@ -502,7 +503,7 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 }
 
 // logLines returns the lines written to the log so far.
-func logLines(b *syncBuffer) []string {
+func logLines(b *syncbuf.Buffer) []string {
 	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 }
 
@@ -511,7 +512,7 @@ func logLines(b *syncBuffer) []string {
 // writes no log line over 4 KiB.
 func TestModelNamesAndLogLinesAreBounded(t *testing.T) {
 	rec := newRecorder(t)
-	var log syncBuffer
+	var log syncbuf.Buffer
 	s := startProxy(t, edgePolicy(t, rec, `
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 8, per: 1h}
 `, []string{"a"}, "", ""), func(o *options) {

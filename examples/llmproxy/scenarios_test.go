@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
 // Noisy neighbour: tenant A bursts 50 chat calls while tenant B sends one
@@ -621,7 +621,7 @@ func TestRunWithDefaults(t *testing.T) {
 		t.Fatalf("defaults: %+v, %v", o, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--sim-latency", "0"}, &out, io.Discard)
@@ -663,23 +663,6 @@ func TestRunWithDefaults(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after its context ended")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A client that leaves mid-stream is charged for what was produced: the

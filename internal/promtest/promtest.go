@@ -4,7 +4,6 @@
 package promtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
 // InstallHint says how to get the tools; `make test` does it for you.
@@ -69,7 +70,7 @@ type Server struct {
 	// URL is the server's base URL, http://127.0.0.1:port.
 	URL string
 	cmd *exec.Cmd
-	log *lockedWriter
+	log *syncbuf.Buffer
 }
 
 // Start runs prometheus on a free loopback port with a temporary storage
@@ -108,7 +109,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := FreeAddr(t)
-	log := &lockedWriter{w: &bytes.Buffer{}}
+	log := &syncbuf.Buffer{}
 	cmd := exec.Command(bin,
 		"--config.file="+confPath,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
