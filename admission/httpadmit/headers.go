@@ -28,12 +28,7 @@ const (
 
 // Seconds returns d in whole seconds, rounded up: the form of Retry-After
 // and of the reset figures. Negative durations give 0.
-func Seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
+func Seconds(d time.Duration) int64 { return ceilUnits(d, time.Second) }
 
 // SetRetryAfter sets Retry-After to d in whole seconds, rounded up and at
 // least 1. It does nothing for admission.Never: waiting cannot help.
@@ -46,11 +41,14 @@ func SetRetryAfter(h http.Header, d time.Duration) {
 
 // Millis returns d in milliseconds, rounded up: the form of
 // Retry-After-Ms. Negative durations give 0.
-func Millis(d time.Duration) int64 {
+func Millis(d time.Duration) int64 { return ceilUnits(d, time.Millisecond) }
+
+// ceilUnits returns d in units, rounded up; 0 for negative durations.
+func ceilUnits(d, unit time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	return int64((d + unit - 1) / unit)
 }
 
 // SetRetryAfterMs sets Retry-After-Ms to d in milliseconds, rounded up:
