@@ -19,13 +19,15 @@ import (
 
 // recorder is a fake upstream that records every request it receives, as
 // it received it, and answers OpenAI-shaped bodies: a models listing, a
-// model, a chat completion with usage, or, for a streaming chat request,
+// model, a chat completion with usage (any usage: see setUsage), or, for a
+// streaming chat request,
 // an endless fast stream of chunks until the caller goes away.
 type recorder struct {
 	URL string // base URL with the /v1 prefix
 
-	mu   sync.Mutex
-	seen []seenRequest
+	mu    sync.Mutex
+	seen  []seenRequest
+	usage *string // the usage member of chat completions; nil: a small honest one
 }
 
 // seenRequest is one request as the upstream received it.
@@ -76,8 +78,26 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	default:
-		_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`)
+		usage := `{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}`
+		rec.mu.Lock()
+		if rec.usage != nil {
+			usage = *rec.usage
+		}
+		rec.mu.Unlock()
+		answer := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]`
+		if usage != "" {
+			answer += `,"usage":` + usage
+		}
+		_, _ = io.WriteString(w, answer+"}")
 	}
+}
+
+// setUsage makes chat completions report usage (a JSON value, or "" for no
+// usage member at all).
+func (rec *recorder) setUsage(usage string) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.usage = &usage
 }
 
 // requests returns what the upstream received so far.

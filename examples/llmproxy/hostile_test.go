@@ -12,49 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// usageUpstream is a fake OpenAI-compatible upstream whose chat
-// completions report whatever usage object the test sets, and which counts
-// the requests it receives.
-type usageUpstream struct {
-	URL      string // base URL with the /v1 prefix
-	usage    atomic.Pointer[string]
-	requests atomic.Int64
-}
-
-func newUsageUpstream(t testing.TB) *usageUpstream {
-	t.Helper()
-	up := &usageUpstream{}
-	up.set(`{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}`)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: up, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	up.URL = "http://" + ln.Addr().String() + "/v1"
-	return up
-}
-
-// set makes the upstream report usage (a JSON value, or "" for no usage
-// member at all).
-func (up *usageUpstream) set(usage string) { up.usage.Store(&usage) }
-
-func (up *usageUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	up.requests.Add(1)
-	_, _ = io.Copy(io.Discard, r.Body)
-	w.Header().Set("Content-Type", "application/json")
-	body := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]`
-	if u := *up.usage.Load(); u != "" {
-		body += `,"usage":` + u
-	}
-	_, _ = io.WriteString(w, body+"}")
-}
 
 // smallChat is a valid chat request of a few tokens.
 const smallChat = `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
@@ -69,7 +29,7 @@ func pointAt(url string) func(*options) {
 // wait is within the policy's horizon, and the other tenants of a global
 // policy, and the tenant itself with a sane request, are admitted after.
 func TestHugeReservationsNeverLockOut(t *testing.T) {
-	up := newUsageUpstream(t)
+	up := newRecorder(t)
 	s := startProxy(t, pointAt(up.URL), withPolicy(t, `
   - {name: tpm, key: [global], unit: tokens, algorithm: token_bucket, limit: 40k, per: 1m}
   - {name: tenant-tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 20k, per: 1m}
@@ -120,7 +80,7 @@ func checkRetryWithin(t testing.TB, what string, resp *http.Response, d time.Dur
 // answer, is charged as the request reserved (never nothing, never the
 // absurd figure), and is counted; a figure in another number form is read.
 func TestUntrustedUsageIsChargedAsReserved(t *testing.T) {
-	up := newUsageUpstream(t)
+	up := newRecorder(t)
 	s := startProxy(t, pointAt(up.URL), withPolicy(t, `
   - {name: tpm, key: [global], unit: tokens, algorithm: quota, period: month, limit: 1G} # counts exactly: no refill between the probes
   - {name: spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 5M}
@@ -147,7 +107,7 @@ func TestUntrustedUsageIsChargedAsReserved(t *testing.T) {
 		{"no usage", ``, "missing", reserved},
 		{"usage not an object", `[1,2]`, "", reserved},
 	} {
-		up.set(tc.usage)
+		up.setUsage(tc.usage)
 		before := remaining(t, s, "a", "tpm")
 		spendBefore := remaining(t, s, "a", "spend")
 		var fbBefore float64
@@ -182,8 +142,8 @@ func reserved(n int64) bool { return n >= 100 && n <= 130 }
 // price, an unknown one is refused with 400 unless the policy file names
 // a fallback price, which is then charged.
 func TestUnpricedModelsAreNotFree(t *testing.T) {
-	up := newUsageUpstream(t)
-	up.set(`{"prompt_tokens":1000,"completion_tokens":1000}`)
+	up := newRecorder(t)
+	up.setUsage(`{"prompt_tokens":1000,"completion_tokens":1000}`)
 	const spend = "  - {name: spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 100M}\n"
 	chat := func(model string) string {
 		return `{"model":"` + model + `","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`
@@ -199,12 +159,12 @@ func TestUnpricedModelsAreNotFree(t *testing.T) {
 			t.Errorf("%s: charged %d micro-dollars; want its price", model, spent)
 		}
 	}
-	n := up.requests.Load()
+	n := len(up.requests())
 	for _, model := range []string{"my-local-llm", "ft:my-local-llm:acme::x", "o9-ultra"} {
 		resp, b := post(t, s, "/v1/chat/completions", testKey("a"), chat(model))
 		checkError(t, model, resp, b, http.StatusBadRequest, "model_not_priced")
 	}
-	if got := up.requests.Load(); got != n {
+	if got := len(up.requests()); got != n {
 		t.Errorf("the upstream received %d requests for unpriced models; want none", got-n)
 	}
 
@@ -229,7 +189,7 @@ func TestUnpricedModelsAreNotFree(t *testing.T) {
 // another case) is refused before it is priced or forwarded: the gateway
 // never reserves for one reading while the upstream applies another.
 func TestAmbiguousBodiesAreRefused(t *testing.T) {
-	up := newUsageUpstream(t)
+	up := newRecorder(t)
 	s := startProxy(t, pointAt(up.URL), withPolicy(t, `
   - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 100k, per: 1m}
 `, []string{"a"}, ""))
@@ -249,7 +209,7 @@ func TestAmbiguousBodiesAreRefused(t *testing.T) {
 			t.Errorf("%.90s: status %d; want 400: %s", body, resp.StatusCode, b)
 		}
 	}
-	if n := up.requests.Load(); n != 0 {
+	if n := len(up.requests()); n != 0 {
 		t.Errorf("the upstream received %d ambiguous bodies; want none", n)
 	}
 }
@@ -296,7 +256,7 @@ func heapPeak(stop <-chan struct{}) <-chan uint64 {
 // 256 MiB over the eight bodies. (The time taken is logged, not asserted:
 // the race detector and a shared machine make timings meaningless here.)
 func TestHostileBodiesBoundedMemory(t *testing.T) {
-	up := newUsageUpstream(t)
+	up := newRecorder(t)
 	s := startProxy(t, pointAt(up.URL), withPolicy(t, `
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 10, per: 1h}
   - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 1k, per: 1m}
@@ -357,7 +317,7 @@ func TestHostileBodiesBoundedMemory(t *testing.T) {
 			t.Errorf("%s: the heap grew by %d MiB while 8 hostile bodies were answered; want at most 256 MiB", tc.tenant, grew>>20)
 		}
 	}
-	if n := up.requests.Load(); n != 10 {
+	if n := len(up.requests()); n != 10 {
 		t.Errorf("the upstream received %d requests; want the ten within the rate only", n)
 	}
 }
@@ -367,7 +327,7 @@ func TestHostileBodiesBoundedMemory(t *testing.T) {
 // after another, and a body that cannot get room within the wait is
 // refused with 503 rather than read.
 func TestParseBudgetBoundsBodiesInFlight(t *testing.T) {
-	up := newUsageUpstream(t)
+	up := newRecorder(t)
 	s := startProxy(t, pointAt(up.URL), withPolicy(t, rpmPolicy, []string{"a"}, ""), func(o *options) {
 		o.parseBudget, o.parseBudgetWait = 64<<10, 300*time.Millisecond
 	})
