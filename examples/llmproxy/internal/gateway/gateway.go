@@ -439,8 +439,10 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 
 // identify resolves the caller or answers: 401 for a missing or unknown
 // key, 429 when the client address has failed too often lately (see
-// AuthFailureLimit), before its key is looked at.
-func (g *Gateway) identify(c echo.Context) (httpadmit.Identity, bool) {
+// AuthFailureLimit), before its key is looked at. It returns the
+// admission request of the caller, its identity and address filled in
+// from one identity configuration.
+func (g *Gateway) identify(c echo.Context) (admission.Request, bool) {
 	r := c.Request()
 	ctx := r.Context()
 	ic := g.identity.Load()
@@ -451,11 +453,11 @@ func (g *Gateway) identify(c echo.Context) (httpadmit.Identity, bool) {
 		httpadmit.SetRetryAfter(c.Response().Header(), wait)
 		writeError(c.Response(), http.StatusTooManyRequests, "invalid_request_error", "too_many_authentication_failures", "",
 			"Too many requests with a missing or incorrect API key came from your address. Please retry later.")
-		return httpadmit.Identity{}, false
+		return admission.Request{}, false
 	}
 	id, err := ic.Identify(r)
 	if err == nil {
-		return id, true
+		return admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Addr: addr}, true
 	}
 	auth.failed(ctx, addr)
 	if errors.Is(err, httpadmit.ErrNoCredentials) {
@@ -468,7 +470,7 @@ func (g *Gateway) identify(c echo.Context) (httpadmit.Identity, bool) {
 			"Incorrect API key provided.")
 	}
 	g.m.count(ctx, g.m.clientErrors, "unauthorized")
-	return httpadmit.Identity{}, false
+	return admission.Request{}, false
 }
 
 // checkModel answers 400 and returns false when the model name of a
@@ -558,15 +560,13 @@ func (g *Gateway) handleModels(c echo.Context) error {
 			return nil
 		}
 	}
-	ident, ok := g.identify(c)
+	req, ok := g.identify(c)
 	if !ok {
 		return nil
 	}
 	r := c.Request()
-	tk, ok := g.admit(c, admission.Request{
-		Tenant: ident.Tenant, KeyID: ident.KeyID, User: ident.User,
-		Addr: g.identity.Load().ClientAddr(r), Operation: operation(r.Method, route),
-	})
+	req.Operation = operation(r.Method, route)
+	tk, ok := g.admit(c, req)
 	if !ok {
 		return nil
 	}

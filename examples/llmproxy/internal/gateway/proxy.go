@@ -24,7 +24,7 @@ import (
 // budget → strict parse and estimate → the remaining policies → proxy →
 // settlement.
 func (g *Gateway) handleLLM(c echo.Context) error {
-	id, ok := g.identify(c)
+	req, ok := g.identify(c)
 	if !ok {
 		return nil
 	}
@@ -36,10 +36,7 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 		return nil
 	}
 	op := c.Path()
-	req := admission.Request{
-		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
-		Addr: g.identity.Load().ClientAddr(r), Operation: operation(r.Method, op),
-	}
+	req.Operation = operation(r.Method, op)
 	// A caller over its request rate is refused here, before a byte of its
 	// body is read or parsed.
 	tk, err := g.cfg.Controller.Begin(ctx, req)
