@@ -275,7 +275,9 @@ func start(o options) (_ *server, err error) {
 	} else if o.tokenizer != "bpe" && o.tokenizer != "" {
 		return nil, fmt.Errorf("--tokenizer: %q is not bpe or tiktoken", o.tokenizer)
 	}
-	est, err := weights.NewEstimator(weights.Config{MaxBodyBytes: maxBody, Prices: prices, Counters: counters})
+	// The gateway prices requests itself, from the table a reload may
+	// replace: the estimator only counts tokens.
+	est, err := weights.NewEstimator(weights.Config{MaxBodyBytes: maxBody, Counters: counters})
 	if err != nil {
 		return nil, err
 	}
