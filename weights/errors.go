@@ -19,10 +19,6 @@ var ErrTooLarge = errors.New("weights: request body too large")
 // such a request with an [OperationCosts] table instead.
 var ErrUnsupportedEndpoint = errors.New("weights: unsupported endpoint")
 
-// ErrNoUsage is returned by [ParseUsage] when a response carries no usage
-// object.
-var ErrNoUsage = errors.New("weights: response has no usage")
-
 // MalformedError describes a request body that cannot be estimated. It
 // matches [ErrMalformed] and unwraps to the underlying decoding error, if
 // any. Its message names only the client's own field, so it is safe to show

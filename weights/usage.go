@@ -202,27 +202,6 @@ func memberKey(s *scanner) string {
 	return string(b)
 }
 
-// ParseUsage reads the usage of a non-streaming response body, like
-// [ReadUsage], for a caller that charges it as reported. It returns
-// [ErrNoUsage] when the body has none, and an error when the body is not
-// JSON or a count is not a usable number.
-//
-// Deprecated: upstream usage is untrusted. Use [ReadUsage] and
-// [Estimate.CheckUsage], which never charge nothing for a bad report and
-// never fail a response that is otherwise valid.
-func ParseUsage(body []byte) (Usage, error) {
-	r, err := ReadUsage(body)
-	switch {
-	case err != nil:
-		return Usage{}, err
-	case !r.Found():
-		return Usage{}, ErrNoUsage
-	case r.Input != FallbackNone && r.Input != FallbackMissing, r.Output != FallbackNone && r.Output != FallbackMissing:
-		return Usage{}, fmt.Errorf("weights: parsing response usage: %s token count", max(r.Input, r.Output))
-	}
-	return r.Usage, nil
-}
-
 // CheckUsage returns the usage to charge for a request estimated as e,
 // given what its upstream reported, and why it differs from the report
 // when it does (FallbackNone when it does not). It never returns a

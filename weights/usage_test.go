@@ -2,7 +2,6 @@ package weights
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -228,21 +227,6 @@ func TestUsageFallbackString(t *testing.T) {
 	for i, w := range want {
 		if got := UsageFallback(i).String(); got != w {
 			t.Errorf("UsageFallback(%d).String() = %q; want %q", i, got, w)
-		}
-	}
-}
-
-// TestParseUsageDeprecated: the old entry point keeps its contract.
-func TestParseUsageDeprecated(t *testing.T) {
-	if u, err := ParseUsage([]byte(`{"usage":` + testUsage + `}`)); err != nil || u != testUsageWant {
-		t.Errorf("ParseUsage = %+v, %v; want %+v", u, err, testUsageWant)
-	}
-	if _, err := ParseUsage([]byte(`{"usage":null}`)); !errors.Is(err, ErrNoUsage) {
-		t.Errorf("ParseUsage(no usage) error = %v; want ErrNoUsage", err)
-	}
-	for _, body := range []string{``, `{"usage":{"prompt_tokens":-1}}`, `{"usage":{"prompt_tokens":"x"}}`, `{"usage":`} {
-		if _, err := ParseUsage([]byte(body)); err == nil || errors.Is(err, ErrNoUsage) {
-			t.Errorf("ParseUsage(%q) error = %v; want a parse error", body, err)
 		}
 	}
 }
