@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -118,9 +119,21 @@ func planReload(t *testing.T, st admission.Store) {
 	var admitted, rejected [2]atomic.Int64
 	var firstErr atomic.Pointer[error]
 	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
+	var reloads atomic.Int64
+	// awaitReloads lets traffic go on only once the reloader has done n
+	// reloads, so reloads and admissions interleave however the
+	// goroutines are scheduled.
+	awaitReloads := func(n int64) {
+		for deadline := time.Now().Add(10 * time.Second); reloads.Load() < n && time.Now().Before(deadline); {
+			runtime.Gosched()
+		}
+	}
 	send := func(ti int, tenant string, n int) {
 		r := admission.Request{Tenant: tenant}
-		for range n {
+		for i := range n {
+			if i%19 == 0 {
+				awaitReloads(int64(i/19 + 1))
+			}
 			tk, err := ctl.Begin(ctx, r)
 			if err == nil {
 				full := r
@@ -155,7 +168,6 @@ func planReload(t *testing.T, st admission.Store) {
 		}()
 	}
 	stop := make(chan struct{})
-	reloads := 0
 	var reloader sync.WaitGroup
 	reloader.Add(1)
 	go func() {
@@ -177,7 +189,7 @@ func planReload(t *testing.T, st admission.Store) {
 				fail(err)
 				return
 			}
-			reloads++
+			reloads.Add(1)
 		}
 	}()
 	traffic.Wait()
@@ -224,8 +236,8 @@ func planReload(t *testing.T, st admission.Store) {
 			}
 		}
 	}
-	if reloads < 10 {
-		t.Errorf("only %d reloads during the traffic; want at least 10", reloads)
+	if n := reloads.Load(); n < 10 {
+		t.Errorf("only %d reloads during the traffic; want at least 10", n)
 	}
-	t.Logf("%d reloads during %d admissions", reloads, admitted[0].Load()+admitted[1].Load())
+	t.Logf("%d reloads during %d admissions", reloads.Load(), admitted[0].Load()+admitted[1].Load())
 }
