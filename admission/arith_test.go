@@ -11,6 +11,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // TestInvalidCost: a request with an amount outside [0, MaxAmount] is the
@@ -25,7 +27,7 @@ func TestInvalidCost(t *testing.T) {
 		{"tokens=-1", admission.Request{Tokens: -1}},
 		{"tokens=MinInt64", admission.Request{Tokens: math.MinInt64}},
 		{"tokens=MaxInt64", admission.Request{Tokens: math.MaxInt64}},
-		{"tokens=MaxAmount+1", admission.Request{Tokens: admission.MaxAmount + 1}},
+		{"tokens=MaxAmount+1", admission.Request{Tokens: limits.MaxAmount + 1}},
 		{"cost=-5", admission.Request{Cost: -5}},
 		{"cost=1e18", admission.Request{Cost: 1e18}},
 		{"units=-1", admission.Request{Units: []admission.UnitAmount{{Unit: "images", Amount: 1}, {Unit: "pages", Amount: -1}}}},
@@ -34,12 +36,12 @@ func TestInvalidCost(t *testing.T) {
 	}
 	s := time.Second
 	policies := []admission.Policy{
-		{Name: "rpm", Algorithm: admission.TokenBucket, Limit: 2, Per: time.Minute},
-		{Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 100, Per: time.Minute},
-		{Name: "spend", Unit: admission.UnitCost, Algorithm: admission.FixedWindow, Limit: 100, Per: s},
-		{Name: "images", Unit: "images", Algorithm: admission.SlidingLog, Limit: 10, Per: s},
-		{Name: "pages", Unit: "pages", Algorithm: admission.Quota, Period: admission.PeriodDay, Limit: 10},
-		{Name: "inflight", Algorithm: admission.Concurrency, Limit: 1},
+		{Name: "rpm", Algorithm: limits.TokenBucket, Limit: 2, Per: time.Minute},
+		{Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 100, Per: time.Minute},
+		{Name: "spend", Unit: limits.UnitCost, Algorithm: limits.FixedWindow, Limit: 100, Per: s},
+		{Name: "images", Unit: "images", Algorithm: limits.SlidingLog, Limit: 10, Per: s},
+		{Name: "pages", Unit: "pages", Algorithm: limits.Quota, Period: limits.PeriodDay, Limit: 10},
+		{Name: "inflight", Algorithm: limits.Concurrency, Limit: 1},
 	}
 	for _, tc := range cases {
 		for _, try := range []bool{false, true} {
@@ -48,7 +50,7 @@ func TestInvalidCost(t *testing.T) {
 				name = tc.name + "/try"
 			}
 			t.Run(name, func(t *testing.T) {
-				clock := admissiontest.NewClock(admissiontest.Epoch)
+				clock := admissiontest.NewClock(backendtest.Epoch)
 				rec := &recorder{}
 				c := newController(t, clock, rec, policies...)
 				admit := c.Admit
@@ -89,11 +91,11 @@ func TestInvalidCost(t *testing.T) {
 // TestValidAmountBoundaries: 0 and MaxAmount are valid amounts, and a
 // policy may count up to MaxAmount.
 func TestValidAmountBoundaries(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	c := newController(t, clock, nil, admission.Policy{
-		Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: admission.MaxAmount, Per: time.Minute,
+		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: limits.MaxAmount, Per: time.Minute,
 	})
-	for _, n := range []int64{0, 1, admission.MaxAmount} {
+	for _, n := range []int64{0, 1, limits.MaxAmount} {
 		clock.Advance(time.Hour)
 		tk, err := c.TryAdmit(context.Background(), admission.Request{Tokens: n})
 		if err != nil {
@@ -110,7 +112,7 @@ func TestValidAmountBoundaries(t *testing.T) {
 func TestLimitBounds(t *testing.T) {
 	const year = 365 * 24 * time.Hour
 	tb := func(f func(p *admission.Policy)) admission.Policy {
-		p := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 10, Per: time.Second}
+		p := admission.Policy{Name: "tpm", Algorithm: limits.TokenBucket, Limit: 10, Per: time.Second}
 		f(&p)
 		return p
 	}
@@ -119,28 +121,28 @@ func TestLimitBounds(t *testing.T) {
 		cfg  admission.Config
 		want string // the start of the error, with its path; empty for a valid config
 	}{
-		{"limit=MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Limit = admission.MaxAmount })}}, ""},
-		{"limit>MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Limit = admission.MaxAmount + 1 })}}, "policies[0].limit: must be <= "},
+		{"limit=MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Limit = limits.MaxAmount })}}, ""},
+		{"limit>MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Limit = limits.MaxAmount + 1 })}}, "policies[0].limit: must be <= "},
 		{"limit=MaxInt64", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Limit = math.MaxInt64 })}}, "policies[0].limit: must be <= "},
 		{"burst>MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.Burst = math.MaxInt64 })}}, "policies[0].burst: must be <= "},
-		{"max_cost>MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.MaxCost = admission.MaxAmount + 1 })}}, "policies[0].max_cost: must be <= "},
-		{"window limit>MaxAmount", admission.Config{Policies: []admission.Policy{{Name: "w", Algorithm: admission.FixedWindow, Limit: 1 << 62, Per: time.Second}}}, "policies[0].limit: must be <= "},
+		{"max_cost>MaxAmount", admission.Config{Policies: []admission.Policy{tb(func(p *admission.Policy) { p.MaxCost = limits.MaxAmount + 1 })}}, "policies[0].max_cost: must be <= "},
+		{"window limit>MaxAmount", admission.Config{Policies: []admission.Policy{{Name: "w", Algorithm: limits.FixedWindow, Limit: 1 << 62, Per: time.Second}}}, "policies[0].limit: must be <= "},
 		{"plan limit>MaxAmount", admission.Config{
 			Policies: []admission.Policy{tb(func(*admission.Policy) {})},
-			Plans:    admission.Plans{Plans: map[string]map[string]admission.Override{"big": {"tpm": {Limit: admission.MaxAmount + 1}}}},
+			Plans:    limits.Plans{Plans: map[string]map[string]limits.Override{"big": {"tpm": {Limit: limits.MaxAmount + 1}}}},
 		}, "plans.big.tpm.limit: must be <= "},
-		{"max_hold 250 years", admission.Config{Policies: []admission.Policy{{Name: "c", Algorithm: admission.Concurrency, Limit: 1, MaxHold: 250 * year}}}, "policies[0].max_hold: must be at most"},
-		{"quota per 250 years", admission.Config{Policies: []admission.Policy{{Name: "q", Algorithm: admission.Quota, Period: admission.PeriodFixed, Limit: 1, Per: 250 * year}}}, "policies[0].per: must be at most"},
-		{"retry_hint 101 years", admission.Config{Policies: []admission.Policy{{Name: "c", Algorithm: admission.Concurrency, Limit: 1, RetryHint: 101 * year}}}, "policies[0].retry_hint: must be at most"},
-		{"retry_hint<0", admission.Config{Policies: []admission.Policy{{Name: "c", Algorithm: admission.Concurrency, Limit: 1, RetryHint: -1}}}, "policies[0].retry_hint: must be >= 0"},
+		{"max_hold 250 years", admission.Config{Policies: []admission.Policy{{Name: "c", Algorithm: limits.Concurrency, Limit: 1, MaxHold: 250 * year}}}, "policies[0].max_hold: must be at most"},
+		{"quota per 250 years", admission.Config{Policies: []admission.Policy{{Name: "q", Algorithm: limits.Quota, Period: limits.PeriodFixed, Limit: 1, Per: 250 * year}}}, "policies[0].per: must be at most"},
+		{"retry_hint 101 years", admission.Config{Policies: []admission.Policy{{Name: "c", Algorithm: limits.Concurrency, Limit: 1, RetryHint: 101 * year}}}, "policies[0].retry_hint: must be at most"},
+		{"retry_hint<0", admission.Config{Policies: []admission.Policy{{Name: "c", Algorithm: limits.Concurrency, Limit: 1, RetryHint: -1}}}, "policies[0].retry_hint: must be >= 0"},
 		{"plan per 250 years", admission.Config{
 			Policies: []admission.Policy{tb(func(*admission.Policy) {})},
-			Plans:    admission.Plans{Plans: map[string]map[string]admission.Override{"slow": {"tpm": {Per: 250 * year}}}},
+			Plans:    limits.Plans{Plans: map[string]map[string]limits.Override{"slow": {"tpm": {Per: 250 * year}}}},
 		}, "plans.slow.tpm.per: must be at most"},
-		{"durations of 100 years", admission.Config{Policies: []admission.Policy{{Name: "c", Algorithm: admission.Concurrency, Limit: 1, MaxHold: 100 * year, IdleTimeout: 100 * year}}}, ""},
+		{"durations of 100 years", admission.Config{Policies: []admission.Policy{{Name: "c", Algorithm: limits.Concurrency, Limit: 1, MaxHold: 100 * year, IdleTimeout: 100 * year}}}, ""},
 		{"tenant burst>MaxAmount", admission.Config{
 			Policies: []admission.Policy{tb(func(*admission.Policy) {})},
-			Plans:    admission.Plans{Tenants: map[string]admission.TenantPlan{"acme": {Overrides: map[string]admission.Override{"tpm": {Burst: math.MaxInt64}}}}},
+			Plans:    limits.Plans{Tenants: map[string]limits.TenantPlan{"acme": {Overrides: map[string]limits.Override{"tpm": {Burst: math.MaxInt64}}}}},
 		}, "tenants.acme.overrides.tpm.burst: must be <= "},
 	}
 	for _, tc := range cases {
@@ -160,12 +162,12 @@ func TestLimitBounds(t *testing.T) {
 func arithPolicies() []admission.Policy {
 	s := time.Second
 	return []admission.Policy{
-		{Name: "tb", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 100, Per: 10 * s, Burst: 150},
-		{Name: "fw", Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 100, Per: 10 * s},
-		{Name: "sw", Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 100, Per: 10 * s},
-		{Name: "sl", Unit: admission.UnitTokens, Algorithm: admission.SlidingLog, Limit: 100, Per: 10 * s},
-		{Name: "qf", Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 100, Period: admission.PeriodFixed, Per: time.Hour},
-		{Name: "qm", Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 100, Period: admission.PeriodMonth},
+		{Name: "tb", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 100, Per: 10 * s, Burst: 150},
+		{Name: "fw", Unit: limits.UnitTokens, Algorithm: limits.FixedWindow, Limit: 100, Per: 10 * s},
+		{Name: "sw", Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 100, Per: 10 * s},
+		{Name: "sl", Unit: limits.UnitTokens, Algorithm: limits.SlidingLog, Limit: 100, Per: 10 * s},
+		{Name: "qf", Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 100, Period: limits.PeriodFixed, Per: time.Hour},
+		{Name: "qm", Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 100, Period: limits.PeriodMonth},
 	}
 }
 
@@ -174,11 +176,11 @@ func arithPolicies() []admission.Policy {
 // advises a wait within the policy's horizon, and after that wait the
 // partition admits again.
 func TestExtremeUsageBoundedWait(t *testing.T) {
-	usages := []int64{math.MaxInt64, 9.2e18, 1e18, admission.MaxAmount, admission.MaxAmount + 1, 1e6}
+	usages := []int64{math.MaxInt64, 9.2e18, 1e18, limits.MaxAmount, limits.MaxAmount + 1, 1e6}
 	for _, p := range arithPolicies() {
 		for _, actual := range usages {
 			for _, charge := range []bool{false, true} {
-				clock := admissiontest.NewClock(admissiontest.Epoch)
+				clock := admissiontest.NewClock(backendtest.Epoch)
 				c := newController(t, clock, nil, p)
 				ctx := context.Background()
 				tk, err := c.TryAdmit(ctx, admission.Request{Tenant: "mallory", Tokens: 10})
@@ -191,7 +193,7 @@ func TestExtremeUsageBoundedWait(t *testing.T) {
 					if !errors.As(err, &rej) {
 						t.Fatalf("%s: Charge(%d) = %v; want a rejection", p.Name, actual, err)
 					}
-					if h := admissiontest.LimitOf(&p).Horizon(clock.Now()); rej.RetryAfter > h {
+					if h := p.Base().Horizon(clock.Now()); rej.RetryAfter > h {
 						t.Errorf("%s: Charge(%d) advises %v; horizon %v", p.Name, actual, rej.RetryAfter, h)
 					}
 				}
@@ -201,7 +203,7 @@ func TestExtremeUsageBoundedWait(t *testing.T) {
 				if !errors.As(err, &rej) {
 					t.Fatalf("%s: admit after usage %d = %v; want a rejection", p.Name, actual, err)
 				}
-				h := admissiontest.LimitOf(&p).Horizon(clock.Now())
+				h := p.Base().Horizon(clock.Now())
 				if rej.RetryAfter < 0 || rej.RetryAfter > h {
 					t.Fatalf("%s: after usage %d (charged first: %v) RetryAfter = %v; want within the horizon %v", p.Name, actual, charge, rej.RetryAfter, h)
 				}
@@ -222,7 +224,7 @@ func TestNegativeUsageRefundsOnlyWhatWasTaken(t *testing.T) {
 	for _, p := range arithPolicies() {
 		p.Burst = 0
 		for _, actual := range []int64{-1, -1e18, math.MinInt64} {
-			clock := admissiontest.NewClock(admissiontest.Epoch)
+			clock := admissiontest.NewClock(backendtest.Epoch)
 			c := newController(t, clock, nil, p)
 			ctx := context.Background()
 			a, err := c.TryAdmit(ctx, admission.Request{Tokens: 40})
@@ -277,9 +279,9 @@ func extremeAmount(rng *rand.Rand, typical int64) int64 {
 	case 1:
 		return math.MinInt64
 	case 2:
-		return admission.MaxAmount
+		return limits.MaxAmount
 	case 3:
-		return admission.MaxAmount + 1 + rng.Int64N(1<<40)
+		return limits.MaxAmount + 1 + rng.Int64N(1<<40)
 	case 4:
 		return -1 - rng.Int64N(1e18)
 	case 5:
@@ -291,20 +293,20 @@ func extremeAmount(rng *rand.Rand, typical int64) int64 {
 func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
 	t.Helper()
 	policies := append(arithPolicies(),
-		admission.Policy{Name: "cc", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 300, MaxHold: time.Minute},
-		admission.Policy{Name: "rq", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 50, Per: time.Second},
+		admission.Policy{Name: "cc", Unit: limits.UnitTokens, Algorithm: limits.Concurrency, Limit: 300, MaxHold: time.Minute},
+		admission.Policy{Name: "rq", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 50, Per: time.Second},
 	)
 	// Tenant "small" has every weighted limit lowered, and may switch plans
 	// while its partitions hold state of the larger limits.
-	small := map[string]admission.Override{}
+	small := map[string]limits.Override{}
 	for _, p := range policies[:5] {
-		small[p.Name] = admission.Override{Limit: 30}
+		small[p.Name] = limits.Override{Limit: 30}
 	}
-	plans := admission.Plans{
-		Plans:   map[string]map[string]admission.Override{"small": small, "big": {}},
-		Tenants: map[string]admission.TenantPlan{"small": {Plan: "small"}},
+	plans := limits.Plans{
+		Plans:   map[string]map[string]limits.Override{"small": small, "big": {}},
+		Tenants: map[string]limits.TenantPlan{"small": {Plan: "small"}},
 	}
-	clock := admissiontest.NewClock(admissiontest.Epoch.Add(time.Duration(rng.Int64N(int64(40 * 24 * time.Hour)))))
+	clock := admissiontest.NewClock(backendtest.Epoch.Add(time.Duration(rng.Int64N(int64(40 * 24 * time.Hour)))))
 	c, err := admission.New(admission.Config{Policies: policies, Plans: plans}, admission.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
@@ -313,16 +315,11 @@ func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
 	for _, p := range policies {
 		byName[p.Name] = p
 	}
-	limitOf := func(tenant, name string) admission.Limit {
+	limitOf := func(tenant, name string) limits.Limit {
 		p := byName[name]
-		l := admissiontest.LimitOf(&p)
-		if tenant == "small" {
-			if o, ok := plans.Plans[plans.Tenants["small"].Plan][name]; ok && o.Limit > 0 {
-				if l.Burst == l.Amount {
-					l.Burst = o.Limit
-				}
-				l.Amount = o.Limit
-			}
+		l := p.Base()
+		if o, ok := plans.Plans[plans.Tenants[tenant].Plan][name]; ok {
+			l = o.Apply(l)
 		}
 		return l
 	}
@@ -336,7 +333,7 @@ func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
 		case op == 0:
 			// Lower or restore the small tenant's limits.
 			plan := []string{"small", "big"}[rng.IntN(2)]
-			plans.Tenants = map[string]admission.TenantPlan{"small": {Plan: plan}}
+			plans.Tenants = map[string]limits.TenantPlan{"small": {Plan: plan}}
 			if err := c.SetPlans(plans); err != nil {
 				t.Fatal(err)
 			}
@@ -354,7 +351,7 @@ func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
 			tenant := tenants[rng.IntN(len(tenants))]
 			r := admission.Request{Tenant: tenant, Tokens: extremeAmount(rng, 60)}
 			tk, err := c.TryAdmit(ctx, r)
-			if r.Tokens < 0 || r.Tokens > admission.MaxAmount {
+			if r.Tokens < 0 || r.Tokens > limits.MaxAmount {
 				if !errors.Is(err, admission.ErrInvalidCost) {
 					t.Fatalf("step %d: TryAdmit(tokens=%d) = %v; want ErrInvalidCost", i, r.Tokens, err)
 				}
@@ -374,7 +371,7 @@ func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
 			if !errors.As(err, &rej) {
 				t.Fatalf("step %d: TryAdmit = %v; want a ticket or a rejection", i, err)
 			}
-			if rej.RetryAfter == admission.Never {
+			if rej.RetryAfter == limits.Never {
 				if lim := limitOf(tenant, rej.Policy); r.Tokens <= lim.Capacity() {
 					t.Fatalf("step %d: %s: tokens=%d rejected for ever; capacity %d", i, rej.Policy, r.Tokens, lim.Capacity())
 				}
@@ -382,7 +379,7 @@ func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
 			}
 			h := limitOf(tenant, rej.Policy).Horizon(clock.Now())
 			if rej.Policy == "cc" {
-				h = admission.DefaultRetryHint
+				h = limits.DefaultRetryHint
 			}
 			waits++
 			if rej.RetryAfter < 0 || rej.RetryAfter > h {
@@ -410,29 +407,29 @@ func runArithmetic(t *testing.T, rng *rand.Rand, steps int) {
 func TestChargeIsNotRefunded(t *testing.T) {
 	for _, p := range arithPolicies() {
 		for _, final := range []int64{0, -1, 5} {
-			clock := admissiontest.NewClock(admissiontest.Epoch)
+			clock := admissiontest.NewClock(backendtest.Epoch)
 			c := newController(t, clock, nil, p)
 			ctx := context.Background()
 			tk, err := c.TryAdmit(ctx, admission.Request{Tokens: 10})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_ = tk.Charge(admission.Usage{Tokens: admission.MaxAmount})
+			_ = tk.Charge(admission.Usage{Tokens: limits.MaxAmount})
 			tk.Settle(admission.Usage{Tokens: final, TokensKnown: true})
 			_, err = c.TryAdmit(ctx, admission.Request{Tokens: 1})
 			var rej *admission.Rejection
 			if !errors.As(err, &rej) {
 				t.Fatalf("%s: after Charge(MaxAmount) and Settle(%d): TryAdmit(1) = %v; want a rejection (nothing refunded)", p.Name, final, err)
 			}
-			if h := admissiontest.LimitOf(&p).Horizon(clock.Now()); rej.RetryAfter > h {
+			if h := p.Base().Horizon(clock.Now()); rej.RetryAfter > h {
 				t.Fatalf("%s: RetryAfter = %v; horizon %v", p.Name, rej.RetryAfter, h)
 			}
 		}
 	}
 	// A legitimate stream charged 30 so far, then reports 25 in all: it
 	// stays charged 30.
-	clock := admissiontest.NewClock(admissiontest.Epoch)
-	c := newController(t, clock, nil, admission.Policy{Name: "fw", Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 100, Per: time.Minute})
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	c := newController(t, clock, nil, admission.Policy{Name: "fw", Unit: limits.UnitTokens, Algorithm: limits.FixedWindow, Limit: 100, Per: time.Minute})
 	tk, _ := c.TryAdmit(context.Background(), admission.Request{Tokens: 10})
 	_ = tk.Charge(admission.Usage{Tokens: 30})
 	tk.Settle(admission.Usage{Tokens: 25})

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/benchcpu"
 )
 
@@ -106,13 +107,13 @@ func benchController(b *testing.B, policies []admission.Policy) *admission.Contr
 // admitted and a no-op observer.
 func BenchmarkAdmit(b *testing.B) {
 	bucket := admission.Policy{
-		Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket,
+		Name: "rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket,
 		Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000,
 	}
 	tokens := bucket
-	tokens.Name, tokens.Unit = "tpm", admission.UnitTokens
+	tokens.Name, tokens.Unit = "tpm", limits.UnitTokens
 	conc := admission.Policy{
-		Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency,
+		Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency,
 		Limit: 1 << 40, MaxPartitions: 20000,
 	}
 	cases := []struct {
@@ -144,9 +145,9 @@ func BenchmarkAdmit(b *testing.B) {
 // request whose body turned out invalid), every request admitted.
 func BenchmarkStaged(b *testing.B) {
 	policies := []admission.Policy{
-		{Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000},
-		{Name: "tpm", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000},
-		{Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 1 << 40, MaxPartitions: 20000},
+		{Name: "rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000},
+		{Name: "tpm", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000},
+		{Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 1 << 40, MaxPartitions: 20000},
 	}
 	const keys = 10000
 	names := tenants(keys)
@@ -184,7 +185,7 @@ func BenchmarkStaged(b *testing.B) {
 // find the lease fresh and only read the clock.
 func BenchmarkRenew(b *testing.B) {
 	c := benchController(b, []admission.Policy{{
-		Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 1 << 40,
+		Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 1 << 40,
 	}})
 	t, err := c.Admit(context.Background(), admission.Request{Tenant: "acme"})
 	if err != nil {
@@ -206,7 +207,7 @@ func BenchmarkPartitionMemory(b *testing.B) {
 	names := tenants(n)
 	for b.Loop() {
 		c := benchController(b, []admission.Policy{{
-			Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket,
+			Name: "rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket,
 			Limit: 100, Per: time.Minute, MaxPartitions: n,
 		}})
 		var before, after runtime.MemStats

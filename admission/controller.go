@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -10,30 +9,18 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 )
 
-// Config is what a Controller enforces: its policies and the tenants' plans.
-type Config struct {
-	Policies []Policy
-	Plans    Plans
-}
+// Config is what a Controller enforces: its policies and the tenants'
+// plans (package limits holds the vocabulary of both).
+type Config = limits.Config
 
-// Validate reports every problem with the policies and plans at once.
-func (c *Config) Validate() error {
-	var errs []error
-	seen := map[string]int{}
-	for i := range c.Policies {
-		p := &c.Policies[i]
-		path := fmt.Sprintf("policies[%d]", i)
-		errs = append(errs, p.Validate(path))
-		if j, dup := seen[p.Name]; dup && p.Name != "" {
-			errs = append(errs, &FieldError{Path: path + ".name", Msg: fmt.Sprintf("%q already used by policies[%d]", p.Name, j)})
-		}
-		seen[p.Name] = i
-	}
-	_, err := c.Plans.compile(buildPolicies(c.Policies, nil))
-	return errors.Join(append(errs, err)...)
-}
+// A Policy is one limit; see limits.Policy.
+type Policy = limits.Policy
 
 // An Option configures a Controller.
 type Option func(*Controller)
@@ -46,7 +33,7 @@ func WithObserver(o Observer) Option { return func(ctl *Controller) { ctl.obs = 
 
 // WithStore registers a store under a name that policies refer to in their
 // Store field.
-func WithStore(name string, s Store) Option {
+func WithStore(name string, s backend.Store) Option {
 	return func(ctl *Controller) { ctl.stores[name] = s }
 }
 
@@ -56,7 +43,7 @@ type Controller struct {
 	clock     Clock
 	obs       Observer
 	nop       bool // obs ignores everything: skip building events
-	stores    map[string]Store
+	stores    map[string]backend.Store
 	cfg       atomic.Pointer[config]
 	allShadow atomic.Bool
 	tickets   sync.Pool
@@ -74,8 +61,8 @@ type config struct {
 // policy is an installed Policy with its state.
 type policy struct {
 	Policy
-	base  Limit
-	unit  Unit
+	base  limits.Limit
+	unit  limits.Unit
 	class int
 	index int
 	*policyState
@@ -83,12 +70,12 @@ type policy struct {
 
 // policyState is what survives a configuration change: the partitions.
 type policyState struct {
-	limiter Limiter
-	batcher Batcher
+	limiter backend.Limiter
+	batcher backend.Batcher
 	queues  *queueSet
 	local   struct {
 		once sync.Once
-		l    *memLimiter
+		l    backend.Limiter
 	}
 }
 
@@ -97,7 +84,7 @@ func New(cfg Config, opts ...Option) (*Controller, error) {
 	c := &Controller{
 		clock:  SystemClock{},
 		obs:    NopObserver{},
-		stores: map[string]Store{"": MemoryStore{}, "memory": MemoryStore{}},
+		stores: map[string]backend.Store{"": memstore.Store{}, "memory": memstore.Store{}},
 	}
 	for _, o := range opts {
 		o(c)
@@ -134,17 +121,17 @@ func (c *Controller) install(cfg Config) error {
 		}
 		st, ok := c.stores[p.Store]
 		if !ok {
-			return &FieldError{Path: fmt.Sprintf("policies[%s].store", p.Name), Msg: fmt.Sprintf("no store %q", p.Store)}
+			return &limits.FieldError{Path: fmt.Sprintf("policies[%s].store", p.Name), Msg: fmt.Sprintf("no store %q", p.Store)}
 		}
 		lim, err := st.Limiter(&p.Policy)
 		if err != nil {
 			return fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		p.policyState = &policyState{limiter: lim}
-		p.batcher, _ = st.(Batcher)
-		if ml, ok := lim.(*memLimiter); ok {
+		p.batcher, _ = st.(backend.Batcher)
+		if in, ok := lim.(backend.Inspector); ok {
 			name := p.Name
-			ml.onEvict = func(n int) { c.obs.PartitionsEvicted(name, n) }
+			in.OnEvict(func(n int) { c.obs.PartitionsEvicted(name, n) })
 		}
 	}
 	for _, p := range policies {
@@ -152,11 +139,8 @@ func (c *Controller) install(cfg Config) error {
 			p.queues = newQueueSet(c, p.policyState)
 		}
 	}
-	limits, err := cfg.Plans.compile(policies)
-	if err != nil {
-		return err
-	}
-	next := &config{policies: policies, byName: map[string]*policy{}, limits: limits}
+	table := compilePlans(&cfg.Plans, policies)
+	next := &config{policies: policies, byName: map[string]*policy{}, limits: table}
 	for _, p := range policies {
 		next.byName[p.Name] = p
 		if p.early() {
@@ -168,7 +152,7 @@ func (c *Controller) install(cfg Config) error {
 }
 
 // SetPlans replaces the plans only, keeping every partition.
-func (c *Controller) SetPlans(pl Plans) error {
+func (c *Controller) SetPlans(pl limits.Plans) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cfg := Config{Plans: pl}
@@ -205,9 +189,9 @@ func buildPolicies(list []Policy, old *config) []*policy {
 		p.Key = slices.Clone(p.Key)
 		p.unit = p.Unit
 		if p.unit == "" {
-			p.unit = UnitRequests
+			p.unit = limits.UnitRequests
 		}
-		p.base = p.limit()
+		p.base = p.Base()
 		p.class = p.evalClass()
 		if old != nil {
 			if o, ok := old.byName[p.Name]; ok && compatible(&o.Policy, &p.Policy) {
@@ -247,7 +231,7 @@ func (p *policy) evalClass() int {
 // request body tells (no model in its match or key, a cost of one request)
 // and never waits.
 func (p *policy) early() bool {
-	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, KeyModel) && p.unit == UnitRequests && p.Queue.Size == 0
+	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, limits.KeyModel) && p.unit == limits.UnitRequests && p.Queue.Size == 0
 }
 
 // compatible reports whether b can take over a's partitions.
@@ -259,7 +243,7 @@ func compatible(a, b *Policy) bool {
 
 // limitsFor returns the effective limits of a tenant, or nil for the
 // policies' own.
-func (cfg *config) limitsFor(tenant string) []Limit {
+func (cfg *config) limitsFor(tenant string) []limits.Limit {
 	if cfg.limits == nil {
 		return nil
 	}
@@ -270,39 +254,34 @@ func (cfg *config) limitsFor(tenant string) []Limit {
 }
 
 // reason maps a refusal to its reason.
-func (p *policy) reason(g *Grant) Reason {
+func (p *policy) reason(g *backend.Grant) Reason {
 	switch {
 	case g.Full:
 		return ReasonOverflow
-	case p.Algorithm == Quota:
+	case p.Algorithm == limits.Quota:
 		return ReasonQuota
-	case p.Algorithm == Concurrency:
+	case p.Algorithm == limits.Concurrency:
 		return ReasonConcurrency
 	}
 	return ReasonRate
 }
-
-// KeySeparator separates the fields of a composite partition key (such as
-// tenant and model). Stores that derive something from the first field, as
-// a Cluster hash tag, split on it.
-const KeySeparator = 0x1f
 
 // appendKey builds the partition key of r. A key made of one string field
 // is that field itself (no copy); other keys are built into buf.
 func (p *policy) key(r *Request, buf []byte) (string, []byte) {
 	if len(p.Key) == 1 {
 		switch p.Key[0] {
-		case KeyTenant:
+		case limits.KeyTenant:
 			return r.Tenant, buf
-		case KeyKeyID:
+		case limits.KeyKeyID:
 			return r.KeyID, buf
-		case KeyUser:
+		case limits.KeyUser:
 			return r.User, buf
-		case KeyModel:
+		case limits.KeyModel:
 			return r.Model, buf
-		case KeyOperation:
+		case limits.KeyOperation:
 			return r.Operation, buf
-		case KeyGlobal:
+		case limits.KeyGlobal:
 			return "", buf
 		}
 	}
@@ -312,24 +291,24 @@ func (p *policy) key(r *Request, buf []byte) (string, []byte) {
 	start := len(buf)
 	for i, k := range p.Key {
 		if i > 0 {
-			buf = append(buf, KeySeparator)
+			buf = append(buf, backend.KeySeparator)
 		}
 		switch k {
-		case KeyTenant:
+		case limits.KeyTenant:
 			buf = append(buf, r.Tenant...)
-		case KeyKeyID:
+		case limits.KeyKeyID:
 			buf = append(buf, r.KeyID...)
-		case KeyUser:
+		case limits.KeyUser:
 			buf = append(buf, r.User...)
-		case KeyModel:
+		case limits.KeyModel:
 			buf = append(buf, r.Model...)
-		case KeyOperation:
+		case limits.KeyOperation:
 			buf = append(buf, r.Operation...)
-		case KeyIP:
+		case limits.KeyIP:
 			if r.Addr.IsValid() {
 				buf = r.Addr.Unmap().AppendTo(buf)
 			}
-		case KeyIPPrefix:
+		case limits.KeyIPPrefix:
 			buf = appendPrefix(buf, r.Addr)
 		}
 	}
@@ -420,10 +399,10 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 	}
 	t.stage = part
 	first := len(t.ops)
-	limits := cfg.limitsFor(r.Tenant)
+	lims := cfg.limitsFor(r.Tenant)
 	allShadow := c.allShadow.Load()
 	for _, p := range cfg.policies[lo:hi] {
-		if !p.Matches(r) {
+		if !p.Matches(r.Operation, r.Model) {
 			continue
 		}
 		n := len(t.ops)
@@ -436,11 +415,11 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		h := &t.ops[n]
 		h.p, h.mode, h.lim, h.est, h.wait = p, p.Mode, &p.base, r.Amount(p.unit), 0
 		h.taken, h.failOpen, h.local, h.wouldReject = false, false, false, false
-		if allShadow && h.mode == Enforce {
-			h.mode = Shadow
+		if allShadow && h.mode == limits.Enforce {
+			h.mode = limits.Shadow
 		}
-		if limits != nil {
-			h.lim = &limits[p.index]
+		if lims != nil {
+			h.lim = &lims[p.index]
 		}
 		h.key, t.keybuf = p.key(r, t.keybuf)
 		h.renewed = now
@@ -454,7 +433,7 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 			continue
 		}
 		h := &t.ops[evaluated]
-		if h.p.Queue.Size > 0 && h.mode == Enforce {
+		if h.p.Queue.Size > 0 && h.mode == limits.Enforce {
 			err = h.p.queues.acquire(ctx, t, h, wait, now)
 		} else {
 			err = c.acquire(ctx, t, h, now)
@@ -535,7 +514,7 @@ func (c *Controller) decide(t *ticket, h *held) error {
 	}
 	reason := h.p.reason(g)
 	retry := h.retryAfter()
-	if h.mode == Shadow {
+	if h.mode == limits.Shadow {
 		h.wouldReject = true
 		c.report(t, h, WouldReject, reason, retry)
 		return nil
@@ -555,10 +534,10 @@ func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry 
 // storeFailed applies the policy's failure mode when its store failed.
 func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err error, now time.Time) error {
 	p := h.p
-	h.grant = Grant{}
+	h.grant = backend.Grant{}
 	c.obs.StoreError(StoreEvent{Policy: p.Name, Store: p.Store, Err: err, Action: p.OnStoreError})
 	switch p.OnStoreError {
-	case FailLocalMode:
+	case limits.FailLocalMode:
 		lim := *h.lim
 		if r := int64(max(p.Replicas, 1)); r > 1 {
 			lim.Amount = max(1, lim.Amount/r)
@@ -568,12 +547,12 @@ func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err er
 		h.lim = &lim
 		_ = p.localLimiter().Acquire(ctx, h.key, &lim, h.est, now, &h.grant)
 		return c.decide(t, h)
-	case FailClosedMode:
+	case limits.FailClosedMode:
 		retry := p.RetryHint
 		if retry == 0 {
-			retry = DefaultRetryHint
+			retry = limits.DefaultRetryHint
 		}
-		if h.mode == Shadow {
+		if h.mode == limits.Shadow {
 			h.wouldReject = true
 			c.report(t, h, WouldReject, ReasonStoreUnavailable, retry)
 			return nil
@@ -595,13 +574,13 @@ func (c *Controller) settleFailed(h *held, err error) {
 	}
 }
 
-func (p *policy) localLimiter() Limiter {
-	p.local.once.Do(func() { p.local.l = newMemLimiter(&p.Policy) })
+func (p *policy) localLimiter() backend.Limiter {
+	p.local.once.Do(func() { p.local.l, _ = memstore.Store{}.Limiter(&p.Policy) })
 	return p.local.l
 }
 
 // limiterOf returns the limiter holding h's grant.
-func (h *held) limiterOf() Limiter {
+func (h *held) limiterOf() backend.Limiter {
 	if h.local {
 		return h.p.localLimiter()
 	}
@@ -612,7 +591,7 @@ func (h *held) limiterOf() Limiter {
 func (c *Controller) acquireBatch(ctx context.Context, t *ticket, hs []held, now time.Time) error {
 	ops := t.batch[:0]
 	for i := range hs {
-		ops = append(ops, Op{Limiter: hs[i].p.limiter, Key: hs[i].key, Limit: *hs[i].lim, N: hs[i].est, Shadow: hs[i].mode == Shadow})
+		ops = append(ops, backend.Op{Limiter: hs[i].p.limiter, Key: hs[i].key, Limit: *hs[i].lim, N: hs[i].est, Shadow: hs[i].mode == limits.Shadow})
 	}
 	t.batch = ops
 	if err := hs[0].p.batcher.AcquireBatch(ctx, ops, now); err != nil {
@@ -653,7 +632,7 @@ func (c *Controller) rollback(t *ticket, now time.Time) {
 // wake is set. A store's failure goes to the observer.
 func (c *Controller) settleOne(h *held, delta int64, now time.Time, wake bool) {
 	ctx, l := context.Background(), h.limiterOf()
-	if h.p.Algorithm == Concurrency {
+	if h.p.Algorithm == limits.Concurrency {
 		c.settleFailed(h, l.Release(ctx, h.key, h.lim, &h.grant, now))
 		wake = true
 	} else if delta != 0 {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // recorder is an Observer that keeps every event.
@@ -73,14 +75,14 @@ func newController(t testing.TB, clock admission.Clock, obs admission.Observer, 
 	return c
 }
 
-var tenantKey = []admission.KeyPart{admission.KeyTenant}
+var tenantKey = []limits.KeyPart{limits.KeyTenant}
 
 func TestRollbackAcrossPolicies(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec,
-		admission.Policy{Name: "hourly", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 2, Per: time.Hour},
-		admission.Policy{Name: "per-minute", Key: tenantKey, Algorithm: admission.FixedWindow, Limit: 1, Per: time.Minute},
+		admission.Policy{Name: "hourly", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 2, Per: time.Hour},
+		admission.Policy{Name: "per-minute", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute},
 	)
 	ctx := context.Background()
 	req := admission.Request{Tenant: "a"}
@@ -133,10 +135,10 @@ func TestRollbackAcrossPolicies(t *testing.T) {
 }
 
 func TestReconcile(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec,
-		admission.Policy{Name: "tpm", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 100, Per: time.Hour})
+		admission.Policy{Name: "tpm", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour})
 	ctx := context.Background()
 	remaining := func() int64 {
 		t.Helper()
@@ -196,9 +198,9 @@ func TestZeroTicketAndStaleCopies(t *testing.T) {
 	if zero.Valid() {
 		t.Fatal("zero ticket is valid")
 	}
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	c := newController(t, clock, nil,
-		admission.Policy{Name: "inflight", Key: tenantKey, Algorithm: admission.Concurrency, Limit: 1})
+		admission.Policy{Name: "inflight", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 1})
 	ctx := context.Background()
 	first, err := c.TryAdmit(ctx, admission.Request{Tenant: "a"})
 	if err != nil {
@@ -220,10 +222,10 @@ func TestZeroTicketAndStaleCopies(t *testing.T) {
 }
 
 func TestUnsettledLeaseExpires(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec,
-		admission.Policy{Name: "inflight", Key: tenantKey, Algorithm: admission.Concurrency, Limit: 2, MaxHold: 30 * time.Second})
+		admission.Policy{Name: "inflight", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 2, MaxHold: 30 * time.Second})
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		if _, err := c.TryAdmit(ctx, admission.Request{Tenant: "a"}); err != nil { // never settled
@@ -251,10 +253,10 @@ func TestUnsettledLeaseExpires(t *testing.T) {
 }
 
 func TestShadowNeverBlocks(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec,
-		admission.Policy{Name: "candidate", Key: tenantKey, Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute, Mode: admission.Shadow})
+		admission.Policy{Name: "candidate", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: 2, Per: time.Minute, Mode: limits.Shadow})
 	ctx := context.Background()
 	var would []string
 	for i := 0; i < 5; i++ {
@@ -272,7 +274,7 @@ func TestShadowNeverBlocks(t *testing.T) {
 		t.Errorf("would_reject decisions = %d; want 3", n)
 	}
 	for _, d := range rec.decisions {
-		if d.Outcome == admission.WouldReject && (d.Reason != admission.ReasonRate || d.RetryAfter != time.Minute || d.Mode != admission.Shadow) {
+		if d.Outcome == admission.WouldReject && (d.Reason != admission.ReasonRate || d.RetryAfter != time.Minute || d.Mode != limits.Shadow) {
 			t.Errorf("would-reject decision = %+v; want reason rate, retry 1m, mode shadow", d)
 		}
 	}
@@ -284,17 +286,17 @@ func TestShadowNeverBlocks(t *testing.T) {
 func TestShadowEqualsEnforce(t *testing.T) {
 	s := time.Second
 	policies := []admission.Policy{
-		{Name: "tb", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 50, Per: 10 * s, Burst: 80},
-		{Name: "fw", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 60, Per: 5 * s},
-		{Name: "sw", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 60, Per: 5 * s},
-		{Name: "sl", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.SlidingLog, Limit: 60, Per: 5 * s},
-		{Name: "q", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 500, Period: admission.PeriodFixed, Per: time.Minute},
-		{Name: "c", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 40},
+		{Name: "tb", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 50, Per: 10 * s, Burst: 80},
+		{Name: "fw", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.FixedWindow, Limit: 60, Per: 5 * s},
+		{Name: "sw", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 60, Per: 5 * s},
+		{Name: "sl", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.SlidingLog, Limit: 60, Per: 5 * s},
+		{Name: "q", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 500, Period: limits.PeriodFixed, Per: time.Minute},
+		{Name: "c", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.Concurrency, Limit: 40},
 	}
 	for _, p := range policies {
 		t.Run(p.Name, func(t *testing.T) {
-			run := func(mode admission.Mode) []string {
-				clock := admissiontest.NewClock(admissiontest.Epoch)
+			run := func(mode limits.Mode) []string {
+				clock := admissiontest.NewClock(backendtest.Epoch)
 				rec := &recorder{}
 				pp := p
 				pp.Mode = mode
@@ -334,7 +336,7 @@ func TestShadowEqualsEnforce(t *testing.T) {
 				}
 				return seq
 			}
-			enforced, shadowed := run(admission.Enforce), run(admission.Shadow)
+			enforced, shadowed := run(limits.Enforce), run(limits.Shadow)
 			if len(enforced) == 0 {
 				t.Fatal("the traffic never hits the limit")
 			}
@@ -347,8 +349,8 @@ func TestShadowEqualsEnforce(t *testing.T) {
 }
 
 func TestModeFlipKeepsState(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
-	p := admission.Policy{Name: "candidate", Key: tenantKey, Algorithm: admission.FixedWindow, Limit: 3, Per: time.Minute, Mode: admission.Shadow}
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	p := admission.Policy{Name: "candidate", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: 3, Per: time.Minute, Mode: limits.Shadow}
 	c := newController(t, clock, nil, p)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
@@ -358,7 +360,7 @@ func TestModeFlipKeepsState(t *testing.T) {
 		}
 		tk.Done()
 	}
-	p.Mode = admission.Enforce
+	p.Mode = limits.Enforce
 	if err := c.SetConfig(admission.Config{Policies: []admission.Policy{p}}); err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +378,7 @@ func TestModeFlipKeepsState(t *testing.T) {
 		t.Fatalf("all-shadow off: err = %v", err)
 	}
 	// An incompatible change (another algorithm) starts from scratch.
-	p.Algorithm, p.Per = admission.Concurrency, 0
+	p.Algorithm, p.Per = limits.Concurrency, 0
 	if err := c.SetConfig(admission.Config{Policies: []admission.Policy{p}}); err != nil {
 		t.Fatal(err)
 	}
@@ -388,19 +390,19 @@ func TestModeFlipKeepsState(t *testing.T) {
 }
 
 func TestPlans(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
-	rpm := admission.Policy{Name: "rpm", Key: tenantKey, Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute}
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rpm := admission.Policy{Name: "rpm", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: 2, Per: time.Minute}
 	c, err := admission.New(admission.Config{
 		Policies: []admission.Policy{rpm},
-		Plans: admission.Plans{
+		Plans: limits.Plans{
 			Default: "basic",
-			Plans: map[string]map[string]admission.Override{
+			Plans: map[string]map[string]limits.Override{
 				"basic":   {"rpm": {Limit: 3}},
 				"premium": {"rpm": {Limit: 10}},
 			},
-			Tenants: map[string]admission.TenantPlan{
+			Tenants: map[string]limits.TenantPlan{
 				"big":  {Plan: "premium"},
-				"tiny": {Plan: "basic", Overrides: map[string]admission.Override{"rpm": {Limit: 1}}},
+				"tiny": {Plan: "basic", Overrides: map[string]limits.Override{"rpm": {Limit: 1}}},
 			},
 		},
 	}, admission.WithClock(clock))
@@ -429,9 +431,9 @@ func TestPlans(t *testing.T) {
 	}
 	// Moving a tenant to another plan keeps its partition: "big" has used 10
 	// this minute, more than basic's 3.
-	err = c.SetPlans(admission.Plans{
-		Plans:   map[string]map[string]admission.Override{"basic": {"rpm": {Limit: 3}}},
-		Tenants: map[string]admission.TenantPlan{"big": {Plan: "basic"}},
+	err = c.SetPlans(limits.Plans{
+		Plans:   map[string]map[string]limits.Override{"basic": {"rpm": {Limit: 3}}},
+		Tenants: map[string]limits.TenantPlan{"big": {Plan: "basic"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -439,16 +441,16 @@ func TestPlans(t *testing.T) {
 	if got := allowance("big", 3); got != 0 {
 		t.Errorf("after the plan swap: allowance(big) = %d; want 0 (state kept)", got)
 	}
-	err = c.SetPlans(admission.Plans{Plans: map[string]map[string]admission.Override{"x": {"nope": {Limit: 1}}}})
+	err = c.SetPlans(limits.Plans{Plans: map[string]map[string]limits.Override{"x": {"nope": {Limit: 1}}}})
 	if err == nil || !strings.Contains(err.Error(), "plans.x.nope: no such policy") {
 		t.Errorf("plan naming a missing policy: err = %v", err)
 	}
 }
 
 func TestPlanSwapUnderLoad(t *testing.T) {
-	rpm := admission.Policy{Name: "rpm", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Second}
+	rpm := admission.Policy{Name: "rpm", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Second}
 	c := newController(t, admission.SystemClock{}, nil, rpm,
-		admission.Policy{Name: "inflight", Key: tenantKey, Algorithm: admission.Concurrency, Limit: 4})
+		admission.Policy{Name: "inflight", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 4})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -470,9 +472,9 @@ func TestPlanSwapUnderLoad(t *testing.T) {
 	}
 	for i := 0; i < 50; i++ {
 		limit := int64(10 + i)
-		err := c.SetPlans(admission.Plans{
+		err := c.SetPlans(limits.Plans{
 			Default: "p",
-			Plans:   map[string]map[string]admission.Override{"p": {"rpm": {Limit: limit}, "inflight": {Limit: 2}}},
+			Plans:   map[string]map[string]limits.Override{"p": {"rpm": {Limit: limit}, "inflight": {Limit: 2}}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -495,10 +497,10 @@ func TestPlanSwapUnderLoad(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	cfg := admission.Config{Policies: []admission.Policy{
-		{Name: "a", Algorithm: admission.TokenBucket, Limit: 0, Per: time.Second},
-		{Name: "a", Algorithm: admission.FixedWindow, Limit: 5},
-		{Name: "q", Algorithm: admission.Concurrency, Limit: 5, Queue: admission.Queue{Timeout: time.Second}},
-		{Name: "b", Algorithm: admission.TokenBucket, Limit: 5, Per: time.Second, Burst: 3, MaxCost: 4},
+		{Name: "a", Algorithm: limits.TokenBucket, Limit: 0, Per: time.Second},
+		{Name: "a", Algorithm: limits.FixedWindow, Limit: 5},
+		{Name: "q", Algorithm: limits.Concurrency, Limit: 5, Queue: limits.Queue{Timeout: time.Second}},
+		{Name: "b", Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 3, MaxCost: 4},
 	}}
 	err := cfg.Validate()
 	if err == nil {
@@ -518,11 +520,11 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	c := newController(t, clock, nil,
-		admission.Policy{Name: "by-prefix", Key: []admission.KeyPart{admission.KeyIPPrefix}, Algorithm: admission.FixedWindow, Limit: 1, Per: time.Minute},
-		admission.Policy{Name: "tenant-model", Key: []admission.KeyPart{admission.KeyTenant, admission.KeyModel}, Algorithm: admission.FixedWindow, Limit: 1, Per: time.Minute,
-			Match: admission.Match{Operations: []string{"chat"}}},
+		admission.Policy{Name: "by-prefix", Key: []limits.KeyPart{limits.KeyIPPrefix}, Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute},
+		admission.Policy{Name: "tenant-model", Key: []limits.KeyPart{limits.KeyTenant, limits.KeyModel}, Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute,
+			Match: limits.Match{Operations: []string{"chat"}}},
 	)
 	ctx := context.Background()
 	admit := func(r admission.Request) error {

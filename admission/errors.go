@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Sentinel errors matched by errors.Is against a *Rejection.
@@ -35,10 +37,6 @@ var reasonErrors = [...]error{
 	ReasonOverflow:         ErrOverflow,
 }
 
-// Never is the RetryAfter of a rejection that waiting cannot fix: the cost
-// is larger than the policy could ever admit at once.
-const Never time.Duration = -1
-
 // A Rejection is the error Admit returns when an enforcing policy refuses a
 // request. It is a decision, not a failure: the caller should answer with
 // 429 (or 403, 503) and the figures it carries.
@@ -63,7 +61,7 @@ type Rejection struct {
 
 // Error describes the rejection: the reason, the policy and the wait.
 func (r *Rejection) Error() string {
-	if r.RetryAfter == Never {
+	if r.RetryAfter == limits.Never {
 		return fmt.Sprintf("admission: %s by policy %q: cost exceeds the limit", r.Reason, r.Policy)
 	}
 	return fmt.Sprintf("admission: %s by policy %q, retry after %v", r.Reason, r.Policy, r.RetryAfter)
@@ -79,10 +77,10 @@ func (r *Rejection) Is(target error) bool {
 type Status struct {
 	// Policy is the policy name.
 	Policy string
-	Mode   Mode
-	Unit   Unit
+	Mode   limits.Mode
+	Unit   limits.Unit
 	// Algorithm of the policy.
-	Algorithm Algorithm
+	Algorithm limits.Algorithm
 	// Limit is the policy's quota in the header sense: the capacity of a
 	// bucket, the limit of a window or quota, the concurrency cap.
 	Limit int64

@@ -8,15 +8,17 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // A tokens-per-minute limit priced by an estimate and reconciled with the
 // actual usage.
 func Example() {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "tpm", Key: []admission.KeyPart{admission.KeyTenant},
-		Unit: admission.UnitTokens, Algorithm: admission.TokenBucket,
+		Name: "tpm", Key: []limits.KeyPart{limits.KeyTenant},
+		Unit: limits.UnitTokens, Algorithm: limits.TokenBucket,
 		Limit: 1000, Per: time.Minute,
 	}}}, admission.WithClock(clock))
 	if err != nil {
@@ -46,11 +48,11 @@ func Example() {
 // A candidate limit runs in shadow mode: it never blocks but reports what
 // it would reject.
 func Example_shadow() {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "candidate-rpm", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute,
-		Mode: admission.Shadow,
+		Name: "candidate-rpm", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.FixedWindow, Limit: 2, Per: time.Minute,
+		Mode: limits.Shadow,
 	}}}, admission.WithClock(clock))
 	for i := 1; i <= 3; i++ {
 		t, err := ctl.TryAdmit(context.Background(), admission.Request{Tenant: "acme"})
@@ -67,9 +69,9 @@ func Example_shadow() {
 // the first to finish.
 func Example_queue() {
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.Concurrency, Limit: 1,
-		Queue: admission.Queue{Size: 10, Timeout: time.Second},
+		Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.Concurrency, Limit: 1,
+		Queue: limits.Queue{Size: 10, Timeout: time.Second},
 	}}})
 	ctx := context.Background()
 	first, _ := ctl.Admit(ctx, admission.Request{Tenant: "acme"})
@@ -93,15 +95,15 @@ func Example_queue() {
 
 // Plans give tenants different limits for the same policy.
 func ExamplePlans() {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, _ := admission.New(admission.Config{
 		Policies: []admission.Policy{{
-			Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant},
-			Algorithm: admission.FixedWindow, Limit: 60, Per: time.Minute,
+			Name: "rpm", Key: []limits.KeyPart{limits.KeyTenant},
+			Algorithm: limits.FixedWindow, Limit: 60, Per: time.Minute,
 		}},
-		Plans: admission.Plans{
-			Plans:   map[string]map[string]admission.Override{"premium": {"rpm": {Limit: 600}}},
-			Tenants: map[string]admission.TenantPlan{"bigco": {Plan: "premium"}},
+		Plans: limits.Plans{
+			Plans:   map[string]map[string]limits.Override{"premium": {"rpm": {Limit: 600}}},
+			Tenants: map[string]limits.TenantPlan{"bigco": {Plan: "premium"}},
 		},
 	}, admission.WithClock(clock))
 	for _, tenant := range []string{"acme", "bigco"} {
@@ -120,11 +122,11 @@ func ExamplePlans() {
 // decided once it is. A refusal after the body gives back the request
 // Begin counted.
 func Example_staged() {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
-	tenant := []admission.KeyPart{admission.KeyTenant}
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	tenant := []limits.KeyPart{limits.KeyTenant}
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
-		{Name: "rpm", Key: tenant, Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute},
-		{Name: "tpm", Key: tenant, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute},
+		{Name: "rpm", Key: tenant, Algorithm: limits.FixedWindow, Limit: 2, Per: time.Minute},
+		{Name: "tpm", Key: tenant, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute},
 	}}, admission.WithClock(clock))
 	if err != nil {
 		panic(err)
@@ -158,10 +160,10 @@ func Example_staged() {
 // permit past MaxHold; a stream that stops (its process crashed) loses it
 // MaxHold after its last renewal.
 func ExampleTicket_Renew() {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.Concurrency, Limit: 1, MaxHold: time.Minute,
+		Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.Concurrency, Limit: 1, MaxHold: time.Minute,
 	}}}, admission.WithClock(clock))
 	ctx := context.Background()
 	stream, _ := ctl.Admit(ctx, admission.Request{Tenant: "acme"})

@@ -9,6 +9,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // TestStatusFigures: over random traffic with overruns settled (debt) on
@@ -18,18 +20,18 @@ import (
 // hint once it is at capacity or refusing, never "Remaining 0, Reset 0".
 func TestStatusFigures(t *testing.T) {
 	const hint = 1500 * time.Millisecond
-	tokens := admission.UnitTokens
+	tokens := limits.UnitTokens
 	policies := []admission.Policy{
-		{Name: "tb", Unit: tokens, Algorithm: admission.TokenBucket, Limit: 100, Per: 10 * time.Second, Burst: 40},
-		{Name: "fw", Unit: tokens, Algorithm: admission.FixedWindow, Limit: 200, Per: 7 * time.Second},
-		{Name: "sw", Unit: tokens, Algorithm: admission.SlidingWindow, Limit: 200, Per: 9 * time.Second},
-		{Name: "sl", Unit: tokens, Algorithm: admission.SlidingLog, Limit: 200, Per: 5 * time.Second},
-		{Name: "qd", Unit: tokens, Algorithm: admission.Quota, Limit: 5000, Period: admission.PeriodDay},
-		{Name: "cc", Algorithm: admission.Concurrency, Limit: 3, RetryHint: hint, MaxHold: time.Minute},
+		{Name: "tb", Unit: tokens, Algorithm: limits.TokenBucket, Limit: 100, Per: 10 * time.Second, Burst: 40},
+		{Name: "fw", Unit: tokens, Algorithm: limits.FixedWindow, Limit: 200, Per: 7 * time.Second},
+		{Name: "sw", Unit: tokens, Algorithm: limits.SlidingWindow, Limit: 200, Per: 9 * time.Second},
+		{Name: "sl", Unit: tokens, Algorithm: limits.SlidingLog, Limit: 200, Per: 5 * time.Second},
+		{Name: "qd", Unit: tokens, Algorithm: limits.Quota, Limit: 5000, Period: limits.PeriodDay},
+		{Name: "cc", Algorithm: limits.Concurrency, Limit: 3, RetryHint: hint, MaxHold: time.Minute},
 	}
 	for seed := uint64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 14))
-		clock := admissiontest.NewClock(admissiontest.Epoch.Add(time.Duration(rng.Int64N(int64(30 * 24 * time.Hour)))))
+		clock := admissiontest.NewClock(backendtest.Epoch.Add(time.Duration(rng.Int64N(int64(30 * 24 * time.Hour)))))
 		for _, p := range policies {
 			c, err := admission.New(admission.Config{Policies: []admission.Policy{p}}, admission.WithClock(clock))
 			if err != nil {
@@ -37,7 +39,7 @@ func TestStatusFigures(t *testing.T) {
 			}
 			check := func(step int, what string, s admission.Status) {
 				t.Helper()
-				if p.Algorithm == admission.Concurrency {
+				if p.Algorithm == limits.Concurrency {
 					atCapacity := s.Remaining == 0 || what == "rejection"
 					if (atCapacity && s.Reset != hint) || (!atCapacity && s.Reset != 0) {
 						t.Fatalf("%s seed %d step %d: %s status %+v; want Reset %v at capacity, 0 otherwise", p.Name, seed, step, what, s, hint)
@@ -88,9 +90,9 @@ func TestStatusFigures(t *testing.T) {
 // TestTicketQueueWait: a ticket admitted after waiting in a queue tells
 // how long; one admitted at once, or settled, tells zero.
 func TestTicketQueueWait(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	c, err := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "cc", Algorithm: admission.Concurrency, Limit: 1, Queue: admission.Queue{Size: 1},
+		Name: "cc", Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 1},
 	}}}, admission.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,10 @@
 package admission
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/admission/limits"
+)
 
 // An Observer receives every decision the controller makes. Implementations
 // (metrics, decision logs) must be safe for concurrent use and cheap: the
@@ -24,8 +28,6 @@ type Observer interface {
 	PartitionsEvicted(policy string, n int)
 	// StoreError is called when a store call failed or timed out.
 	StoreError(StoreEvent)
-	// Reloaded is called when a configuration was applied or refused.
-	Reloaded(Reload)
 }
 
 // Decision is one policy's verdict on one request.
@@ -54,8 +56,8 @@ type Decision struct {
 // Settlement reports how a ticket's reservation under one policy ended.
 type Settlement struct {
 	Policy string
-	Mode   Mode
-	Unit   Unit
+	Mode   limits.Mode
+	Unit   limits.Unit
 	Tenant string
 	Model  string
 	// Estimated is what was reserved at admission, Actual what was charged
@@ -76,42 +78,7 @@ type StoreEvent struct {
 	Err error
 	// Action is what the policy did instead: admitted, rejected or used the
 	// local fallback limiter.
-	Action FailMode
-}
-
-// StoreCall reports one call a shared store made to its backend (a Redis
-// script, say), for latency metrics.
-type StoreCall struct {
-	// Store is the store's name.
-	Store string
-	// Op names the call: "acquire", "batch", "settle" or "renew" for the
-	// Redis store.
-	Op string
-	// Policies is the number of policies the call evaluated.
-	Policies int
-	// Duration is the call's latency; zero when the call was refused
-	// without reaching the backend (an open circuit breaker).
-	Duration time.Duration
-	// Err is the call's error, nil on success. Never shown to clients.
-	Err error
-}
-
-// A StoreCallObserver is an Observer that also wants the latency of every
-// call a store makes: stores that talk to a backend report to the observer
-// they are given when it implements this interface. It is called on the
-// request path and must be cheap.
-type StoreCallObserver interface {
-	StoreCall(StoreCall)
-}
-
-// Reload reports a configuration change.
-type Reload struct {
-	// Source names where the configuration came from (a file path).
-	Source string
-	// Err is nil when the configuration was applied.
-	Err error
-	// Policies is the number of policies now active.
-	Policies int
+	Action limits.FailMode
 }
 
 // NopObserver ignores everything. Embed it to implement part of Observer.
@@ -131,8 +98,5 @@ func (NopObserver) PartitionsEvicted(string, int) {}
 
 // StoreError ignores the failure.
 func (NopObserver) StoreError(StoreEvent) {}
-
-// Reloaded ignores the reload.
-func (NopObserver) Reloaded(Reload) {}
 
 var _ Observer = NopObserver{}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // TestPartitionFlood sends 1,000,000 distinct tenants at a policy capped at
@@ -19,12 +21,12 @@ func TestPartitionFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("flood of a million keys")
 	}
-	for _, overflow := range []admission.OverflowMode{admission.OverflowShared, admission.OverflowReject} {
+	for _, overflow := range []limits.OverflowMode{limits.OverflowShared, limits.OverflowReject} {
 		t.Run(overflow.String(), func(t *testing.T) {
 			t.Parallel()
-			clock := admissiontest.NewClock(admissiontest.Epoch)
+			clock := admissiontest.NewClock(backendtest.Epoch)
 			c := newController(t, clock, nil, admission.Policy{
-				Name: "rpm", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Hour,
+				Name: "rpm", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Hour,
 				MaxPartitions: 10000, Overflow: overflow,
 			})
 			ctx := context.Background()
@@ -66,13 +68,13 @@ func TestPartitionFlood(t *testing.T) {
 			}
 			t.Logf("%s: admitted %d, overflow rejections %d, heap +%d KB, partitions %d", overflow, admitted, overflowed, grown>>10, s.Partitions)
 			switch overflow {
-			case admission.OverflowShared:
+			case limits.OverflowShared:
 				// 10,000 own partitions admit one each; the rest share one
 				// bucket of 1000.
 				if admitted != 10000+1000 || overflowed != 0 {
 					t.Errorf("shared overflow: admitted %d, overflowed %d; want 11000, 0", admitted, overflowed)
 				}
-			case admission.OverflowReject:
+			case limits.OverflowReject:
 				if admitted != 10000 || overflowed != 990000 {
 					t.Errorf("reject overflow: admitted %d, overflowed %d; want 10000, 990000", admitted, overflowed)
 				}
@@ -82,10 +84,10 @@ func TestPartitionFlood(t *testing.T) {
 }
 
 func TestIdleEviction(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec, admission.Policy{
-		Name: "rps", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 10, Per: time.Second,
+		Name: "rps", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 10, Per: time.Second,
 		IdleTimeout: time.Minute, MaxPartitions: 100,
 	})
 	ctx := context.Background()
@@ -141,24 +143,24 @@ func TestSweepJudgesPartitionsByTheirOwnPlan(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		p          admission.Policy
-		pro        admission.Override
+		pro        limits.Override
 		take, want int64         // what pro takes, and the remaining its next request of 1 sees
 		after      time.Duration // before the free tenant arrives: within pro's window, past free's
 	}{
-		{"token bucket", admission.Policy{Algorithm: admission.TokenBucket, Limit: 60, Per: time.Minute}, admission.Override{Limit: 600}, 100, 499, time.Millisecond},
-		{"fixed window", admission.Policy{Algorithm: admission.FixedWindow, Limit: 60, Per: time.Minute}, admission.Override{Per: time.Hour, Limit: 600}, 100, 499, time.Millisecond},
-		{"sliding window", admission.Policy{Algorithm: admission.SlidingWindow, Limit: 60, Per: time.Minute}, admission.Override{Per: time.Hour, Limit: 600}, 100, 499, time.Millisecond},
-		{"sliding log", admission.Policy{Algorithm: admission.SlidingLog, Limit: 60, Per: time.Minute}, admission.Override{Per: time.Hour, Limit: 600}, 100, 499, 2 * time.Minute},
+		{"token bucket", admission.Policy{Algorithm: limits.TokenBucket, Limit: 60, Per: time.Minute}, limits.Override{Limit: 600}, 100, 499, time.Millisecond},
+		{"fixed window", admission.Policy{Algorithm: limits.FixedWindow, Limit: 60, Per: time.Minute}, limits.Override{Per: time.Hour, Limit: 600}, 100, 499, time.Millisecond},
+		{"sliding window", admission.Policy{Algorithm: limits.SlidingWindow, Limit: 60, Per: time.Minute}, limits.Override{Per: time.Hour, Limit: 600}, 100, 499, time.Millisecond},
+		{"sliding log", admission.Policy{Algorithm: limits.SlidingLog, Limit: 60, Per: time.Minute}, limits.Override{Per: time.Hour, Limit: 600}, 100, 499, 2 * time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.p
-			p.Name, p.Key, p.Unit, p.MaxPartitions, p.IdleTimeout = "rpm", []admission.KeyPart{admission.KeyTenant}, admission.UnitTokens, 2, time.Hour
+			p.Name, p.Key, p.Unit, p.MaxPartitions, p.IdleTimeout = "rpm", []limits.KeyPart{limits.KeyTenant}, limits.UnitTokens, 2, time.Hour
 			clock := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC))
 			c, err := admission.New(admission.Config{
 				Policies: []admission.Policy{p},
-				Plans: admission.Plans{
-					Plans:   map[string]map[string]admission.Override{"pro": {"rpm": tc.pro}},
-					Tenants: map[string]admission.TenantPlan{"acme": {Plan: "pro"}},
+				Plans: limits.Plans{
+					Plans:   map[string]map[string]limits.Override{"pro": {"rpm": tc.pro}},
+					Tenants: map[string]limits.TenantPlan{"acme": {Plan: "pro"}},
 				},
 			}, admission.WithClock(clock))
 			if err != nil {

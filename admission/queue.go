@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // pollInterval is how often a queue whose head does not fit retries when
@@ -64,9 +67,9 @@ type waiter struct {
 	sh     *qshard
 	tenant string
 	prio   int
-	order  Order
+	order  limits.Order
 	state  int
-	grant  Grant
+	grant  backend.Grant
 	done   chan struct{}
 	queued time.Time
 }
@@ -97,15 +100,15 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 			return c.storeFailed(ctx, t, h, err, now)
 		}
 		g := h.grant
-		if g.OK || !wait || g.Full || g.RetryAfter == Never || qs.hopeless(ctx, h, g, now) {
+		if g.OK || !wait || g.Full || g.RetryAfter == limits.Never || qs.hopeless(ctx, h, g, now) {
 			sh.mu.Unlock()
 			return c.decide(t, h)
 		}
 	} else if !wait {
 		// Others are waiting: a request that will not wait is refused, not
 		// let past them. It may retry when the queue is next served.
-		h.grant = Grant{Limit: h.lim.Capacity()}
-		if q.timer != nil && h.p.Algorithm != Concurrency {
+		h.grant = backend.Grant{Limit: h.lim.Capacity()}
+		if q.timer != nil && h.p.Algorithm != limits.Concurrency {
 			h.grant.RetryAfter = time.Duration(max(1, q.timerAt-now.UnixNano()))
 		}
 		sh.mu.Unlock()
@@ -172,8 +175,8 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 // hopeless reports whether a rate refusal cannot be cured within the
 // queue's timeout or the caller's deadline: such a request is refused at
 // once rather than queued to time out.
-func (qs *queueSet) hopeless(ctx context.Context, h *held, g Grant, now time.Time) bool {
-	if h.p.Algorithm == Concurrency {
+func (qs *queueSet) hopeless(ctx context.Context, h *held, g backend.Grant, now time.Time) bool {
+	if h.p.Algorithm == limits.Concurrency {
 		return false
 	}
 	if d := h.p.Queue.Timeout; d > 0 && g.RetryAfter > d {
@@ -187,9 +190,9 @@ func (qs *queueSet) hopeless(ctx context.Context, h *held, g Grant, now time.Tim
 
 // arm schedules the next dispatch attempt for q's head, whose last refusal
 // was g. Callers hold the shard lock.
-func (qs *queueSet) arm(q *queue, h *held, g Grant, now time.Time) {
+func (qs *queueSet) arm(q *queue, h *held, g backend.Grant, now time.Time) {
 	d := pollInterval
-	if h.p.Algorithm != Concurrency && g.RetryAfter > 0 {
+	if h.p.Algorithm != limits.Concurrency && g.RetryAfter > 0 {
 		d = g.RetryAfter
 	}
 	at := now.Add(d).UnixNano()
@@ -220,7 +223,7 @@ func (qs *queueSet) dispatch(key string) {
 	for q.n > 0 {
 		w := q.peek()
 		now := qs.c.clock.Now()
-		var g Grant
+		var g backend.Grant
 		err := qs.st.limiter.Acquire(context.Background(), q.key, w.h.lim, w.h.est, now, &g)
 		if err != nil || !g.OK {
 			if g.Expired > 0 {
@@ -289,7 +292,7 @@ func (q *queue) peek() *waiter {
 			continue
 		}
 		tq := pc.ring[pc.next%len(pc.ring)]
-		if tq.ws[0].order == NewestFirst {
+		if tq.ws[0].order == limits.NewestFirst {
 			return tq.ws[len(tq.ws)-1]
 		}
 		return tq.ws[0]

@@ -12,6 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // waitDeadline bounds every wait of these tests: long enough for a
@@ -64,16 +66,16 @@ func enqueue(t *testing.T, c *admission.Controller, rec *recorder, ctx context.C
 	waitFor(t, name+" to queue", func() bool { return rec.count(admission.Queued) > before })
 }
 
-func concurrencyPolicy(limit int64, q admission.Queue, key ...admission.KeyPart) admission.Policy {
-	return admission.Policy{Name: "inflight", Key: key, Algorithm: admission.Concurrency, Limit: limit, Queue: q}
+func concurrencyPolicy(limit int64, q limits.Queue, key ...limits.KeyPart) admission.Policy {
+	return admission.Policy{Name: "inflight", Key: key, Algorithm: limits.Concurrency, Limit: limit, Queue: q}
 }
 
 func TestQueueOrder(t *testing.T) {
-	for _, order := range []admission.Order{admission.OldestFirst, admission.NewestFirst} {
+	for _, order := range []limits.Order{limits.OldestFirst, limits.NewestFirst} {
 		t.Run(order.String(), func(t *testing.T) {
-			clock := admissiontest.NewClock(admissiontest.Epoch)
+			clock := admissiontest.NewClock(backendtest.Epoch)
 			rec := &recorder{}
-			c := newController(t, clock, rec, concurrencyPolicy(1, admission.Queue{Size: 3, Order: order}, admission.KeyTenant))
+			c := newController(t, clock, rec, concurrencyPolicy(1, limits.Queue{Size: 3, Order: order}, limits.KeyTenant))
 			ctx := context.Background()
 			holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
 			if err != nil {
@@ -99,7 +101,7 @@ func TestQueueOrder(t *testing.T) {
 				r.tk.Done()
 			}
 			want := "[1 2 3]"
-			if order == admission.NewestFirst {
+			if order == limits.NewestFirst {
 				want = "[3 2 1]"
 			}
 			if fmt.Sprint(served) != want {
@@ -110,9 +112,9 @@ func TestQueueOrder(t *testing.T) {
 }
 
 func TestQueueTimeoutAndDeadline(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
-	c := newController(t, clock, rec, concurrencyPolicy(1, admission.Queue{Size: 5, Timeout: 2 * time.Second}, admission.KeyTenant))
+	c := newController(t, clock, rec, concurrencyPolicy(1, limits.Queue{Size: 5, Timeout: 2 * time.Second}, limits.KeyTenant))
 	ctx := context.Background()
 	holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
 	if err != nil {
@@ -161,11 +163,11 @@ func TestQueueTimeoutAndDeadline(t *testing.T) {
 // and a queue, whose tenant "a" has just used its token.
 func emptyRateQueue(t *testing.T) (*admissiontest.Clock, *recorder, *admission.Controller) {
 	t.Helper()
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec, admission.Policy{
-		Name: "rps", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second,
-		Queue: admission.Queue{Size: 10, Timeout: 5 * time.Second},
+		Name: "rps", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 1, Per: time.Second,
+		Queue: limits.Queue{Size: 10, Timeout: 5 * time.Second},
 	})
 	tk, err := c.Admit(context.Background(), admission.Request{Tenant: "a"})
 	if err != nil {
@@ -199,8 +201,8 @@ func TestRateQueue(t *testing.T) {
 	// once with the rate's retry-after instead of queueing to time out.
 	big := admission.Request{Tenant: "b", Operation: "x"}
 	c2 := newController(t, clock, nil, admission.Policy{
-		Name: "tpm", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 60, Per: time.Minute,
-		Queue: admission.Queue{Size: 10, Timeout: 5 * time.Second},
+		Name: "tpm", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 60, Per: time.Minute,
+		Queue: limits.Queue{Size: 10, Timeout: 5 * time.Second},
 	})
 	big.Tokens = 60
 	if tk, err := c2.Admit(ctx, big); err != nil {
@@ -217,9 +219,9 @@ func TestRateQueue(t *testing.T) {
 }
 
 func TestQueuePriority(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
-	c := newController(t, clock, rec, concurrencyPolicy(1, admission.Queue{Size: 10}))
+	c := newController(t, clock, rec, concurrencyPolicy(1, limits.Queue{Size: 10}))
 	ctx := context.Background()
 	holder, _ := c.Admit(ctx, admission.Request{Tenant: "a"})
 	out := make(chan result, 3)
@@ -241,9 +243,9 @@ func TestQueuePriority(t *testing.T) {
 // TestQueueFairness: a noisy tenant's backlog on a shared cap must not
 // delay a quiet tenant's request behind all of it.
 func TestQueueFairness(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
-	c := newController(t, clock, rec, concurrencyPolicy(1, admission.Queue{Size: 2000}, admission.KeyGlobal))
+	c := newController(t, clock, rec, concurrencyPolicy(1, limits.Queue{Size: 2000}, limits.KeyGlobal))
 	ctx := context.Background()
 	holder, err := c.Admit(ctx, admission.Request{Tenant: "noisy"})
 	if err != nil {
@@ -291,7 +293,7 @@ func TestQueueFairness(t *testing.T) {
 // goroutine ends.
 func TestCancellationStorm(t *testing.T) {
 	baseline := runtime.NumGoroutine()
-	c := newController(t, admission.SystemClock{}, nil, concurrencyPolicy(3, admission.Queue{Size: 20000}, admission.KeyGlobal))
+	c := newController(t, admission.SystemClock{}, nil, concurrencyPolicy(3, limits.Queue{Size: 20000}, limits.KeyGlobal))
 	ctx := context.Background()
 	var holders []admission.Ticket
 	for i := 0; i < 3; i++ {
@@ -343,7 +345,7 @@ func TestCancellationStorm(t *testing.T) {
 // being served must not touch the waiter's ticket, which the controller
 // reuses at once (run with -race).
 func TestQueueTimeoutRacesGrant(t *testing.T) {
-	c := newController(t, admission.SystemClock{}, nil, concurrencyPolicy(1, admission.Queue{Size: 4, Timeout: time.Millisecond}, admission.KeyTenant))
+	c := newController(t, admission.SystemClock{}, nil, concurrencyPolicy(1, limits.Queue{Size: 4, Timeout: time.Millisecond}, limits.KeyTenant))
 	ctx := context.Background()
 	deadline := time.Now().Add(2 * time.Second)
 	for i := 0; i < 300 && time.Now().Before(deadline); i++ {
@@ -399,15 +401,15 @@ func TestTryAdmitBehindWaiters(t *testing.T) {
 // TestQueueRemovedOnReload: a reload that removes a policy's queue makes
 // the next request over the limit rejected at once, not queued.
 func TestQueueRemovedOnReload(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
-	p := concurrencyPolicy(1, admission.Queue{Size: 4}, admission.KeyTenant)
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	p := concurrencyPolicy(1, limits.Queue{Size: 4}, limits.KeyTenant)
 	c := newController(t, clock, nil, p)
 	ctx := context.Background()
 	holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Queue = admission.Queue{}
+	p.Queue = limits.Queue{}
 	if err := c.SetConfig(admission.Config{Policies: []admission.Policy{p}}); err != nil {
 		t.Fatal(err)
 	}
@@ -447,9 +449,9 @@ func (m clockMover) Decision(d *admission.Decision) {
 // timeout ends the wait even when it gets there before the waiter's
 // goroutine runs again.
 func TestQueueTimeoutCountsFromJoining(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	c := newController(t, clock, clockMover{clock: clock, d: 2 * time.Second},
-		concurrencyPolicy(1, admission.Queue{Size: 5, Timeout: 2 * time.Second}, admission.KeyTenant))
+		concurrencyPolicy(1, limits.Queue{Size: 5, Timeout: 2 * time.Second}, limits.KeyTenant))
 	ctx := context.Background()
 	holder, err := c.Admit(ctx, admission.Request{Tenant: "a"})
 	if err != nil {

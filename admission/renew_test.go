@@ -9,28 +9,32 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 )
 
 // wrapStore is the in-memory store with every limiter wrapped.
 type wrapStore struct {
-	wrap func(admission.Limiter) admission.Limiter
+	wrap func(backend.Limiter) backend.Limiter
 }
 
-func (s wrapStore) Limiter(p *admission.Policy) (admission.Limiter, error) {
-	l, err := admission.MemoryStore{}.Limiter(p)
+func (s wrapStore) Limiter(p *admission.Policy) (backend.Limiter, error) {
+	l, err := memstore.Store{}.Limiter(p)
 	return s.wrap(l), err
 }
 
 // renewCounter counts the renewals that reach the store, and fails them
 // while err is set.
 type renewCounter struct {
-	admission.Limiter
+	backend.Limiter
 	mu     sync.Mutex
 	renews int
 	err    error
 }
 
-func (l *renewCounter) Renew(ctx context.Context, key string, lim *admission.Limit, g *admission.Grant, now time.Time) error {
+func (l *renewCounter) Renew(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
 	l.mu.Lock()
 	l.renews++
 	err := l.err
@@ -38,7 +42,7 @@ func (l *renewCounter) Renew(ctx context.Context, key string, lim *admission.Lim
 	if err != nil {
 		return err
 	}
-	return l.Limiter.(admission.Renewer).Renew(ctx, key, lim, g, now)
+	return l.Limiter.(backend.Renewer).Renew(ctx, key, lim, g, now)
 }
 
 func (l *renewCounter) count() int {
@@ -59,9 +63,9 @@ func (r *storeErrors) StoreError(e admission.StoreEvent) {
 	r.mu.Unlock()
 }
 
-func renewController(t *testing.T, clock admission.Clock, obs admission.Observer, st admission.Store) *admission.Controller {
+func renewController(t *testing.T, clock admission.Clock, obs admission.Observer, st backend.Store) *admission.Controller {
 	t.Helper()
-	p := admission.Policy{Name: "inflight", Key: tenantKey, Algorithm: admission.Concurrency, Limit: 1, MaxHold: 10 * time.Second, Store: "wrapped"}
+	p := admission.Policy{Name: "inflight", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 1, MaxHold: 10 * time.Second, Store: "wrapped"}
 	c, err := admission.New(admission.Config{Policies: []admission.Policy{p}},
 		admission.WithClock(clock), admission.WithObserver(obs), admission.WithStore("wrapped", st))
 	if err != nil {
@@ -75,10 +79,10 @@ func renewController(t *testing.T, clock admission.Clock, obs admission.Observer
 // often it renews; once it stops renewing, the lease expires MaxHold after
 // the last renewal and the ticket is told.
 func TestRenewKeepsLongWork(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &storeErrors{}
 	var lim *renewCounter
-	c := renewController(t, clock, rec, wrapStore{func(l admission.Limiter) admission.Limiter {
+	c := renewController(t, clock, rec, wrapStore{func(l backend.Limiter) backend.Limiter {
 		lim = &renewCounter{Limiter: l}
 		return lim
 	}})
@@ -90,7 +94,7 @@ func TestRenewKeepsLongWork(t *testing.T) {
 	}
 	// A chunk every 250ms for 40s.
 	for at := 250 * time.Millisecond; at <= 40*time.Second; at += 250 * time.Millisecond {
-		clock.Set(admissiontest.Epoch.Add(at))
+		clock.Set(backendtest.Epoch.Add(at))
 		if err := stream.Renew(); err != nil {
 			t.Fatalf("Renew at %v: %v", at, err)
 		}
@@ -105,11 +109,11 @@ func TestRenewKeepsLongWork(t *testing.T) {
 		t.Errorf("store renewals over 40s of chunks = %d; want 8 (one per half MaxHold)", n)
 	}
 	// The stream stalls: no renewal after 40s.
-	clock.Set(admissiontest.Epoch.Add(50*time.Second - time.Nanosecond))
+	clock.Set(backendtest.Epoch.Add(50*time.Second - time.Nanosecond))
 	if _, err := c.TryAdmit(ctx, r); !errors.Is(err, admission.ErrConcurrencyLimited) {
 		t.Fatalf("TryAdmit just before the last renewal's MaxHold = %v; want ErrConcurrencyLimited", err)
 	}
-	clock.Set(admissiontest.Epoch.Add(50 * time.Second))
+	clock.Set(backendtest.Epoch.Add(50 * time.Second))
 	other, err := c.TryAdmit(ctx, r)
 	if err != nil {
 		t.Fatalf("TryAdmit MaxHold after the last renewal = %v; want admitted", err)
@@ -140,9 +144,9 @@ func TestRenewKeepsLongWork(t *testing.T) {
 // TestRenewNeverCalledExpires: a ticket never renewed (its process
 // crashed, or its stream stalled) loses its permit after MaxHold.
 func TestRenewNeverCalledExpires(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &storeErrors{}
-	c := renewController(t, clock, rec, wrapStore{func(l admission.Limiter) admission.Limiter { return l }})
+	c := renewController(t, clock, rec, wrapStore{func(l backend.Limiter) backend.Limiter { return l }})
 	ctx := context.Background()
 	r := admission.Request{Tenant: "acme"}
 	if _, err := c.Admit(ctx, r); err != nil {
@@ -161,9 +165,9 @@ func TestRenewNeverCalledExpires(t *testing.T) {
 // a failed renewal is reported to the observer and tried again at the
 // next call.
 func TestRenewStoreTrouble(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
-	c := renewController(t, clock, &storeErrors{}, wrapStore{func(l admission.Limiter) admission.Limiter {
-		return struct{ admission.Limiter }{l} // hides Renew
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	c := renewController(t, clock, &storeErrors{}, wrapStore{func(l backend.Limiter) backend.Limiter {
+		return struct{ backend.Limiter }{l} // hides Renew
 	}})
 	tk, err := c.Admit(context.Background(), admission.Request{Tenant: "acme"})
 	if err != nil {
@@ -178,10 +182,10 @@ func TestRenewStoreTrouble(t *testing.T) {
 	}
 	tk.Done()
 
-	clock = admissiontest.NewClock(admissiontest.Epoch)
+	clock = admissiontest.NewClock(backendtest.Epoch)
 	rec := &storeErrors{}
 	var lim *renewCounter
-	c = renewController(t, clock, rec, wrapStore{func(l admission.Limiter) admission.Limiter {
+	c = renewController(t, clock, rec, wrapStore{func(l backend.Limiter) backend.Limiter {
 		lim = &renewCounter{Limiter: l}
 		return lim
 	}})
@@ -209,7 +213,7 @@ func TestRenewStoreTrouble(t *testing.T) {
 		t.Errorf("store renewals = %d; want 2 (the failed one is tried again)", n)
 	}
 	// Renewed at 7s: held until 17s.
-	clock.Set(admissiontest.Epoch.Add(17*time.Second - time.Nanosecond))
+	clock.Set(backendtest.Epoch.Add(17*time.Second - time.Nanosecond))
 	if _, err := c.TryAdmit(context.Background(), admission.Request{Tenant: "acme"}); !errors.Is(err, admission.ErrConcurrencyLimited) {
 		t.Errorf("TryAdmit before the renewed lease expires = %v; want ErrConcurrencyLimited", err)
 	}

@@ -3,34 +3,13 @@ package admission
 import (
 	"fmt"
 	"net/netip"
-)
 
-// MaxAmount is the largest amount a request, a usage figure or a limit may
-// carry: 2^50, about 1.1e15 (35 years of a million tokens a second). Every amount that reaches a limiter is in [0, MaxAmount], so no
-// sum of a partition's level and an amount can overflow, and the Redis
-// store, whose scripts compute in doubles (exact for integers below 2^53),
-// holds every level, every sum of a level and an amount and every debt
-// exactly. Admit refuses a request with an amount outside the range
-// (ErrInvalidCost), Policy.Validate a limit above it, and Settle and Charge
-// clamp usage figures to it.
-const MaxAmount int64 = 1 << 50
-
-// A Unit names what a policy counts. Requests are always worth 1; every other
-// unit is an amount the caller estimates before the work starts (tokens,
-// micro-dollars, operation cost units) and may reconcile when it ends.
-type Unit string
-
-// The units every caller can use. Any other non-empty string is a named unit
-// whose amount the caller supplies in Request.Units.
-const (
-	UnitRequests Unit = "requests"
-	UnitTokens   Unit = "tokens"
-	UnitCost     Unit = "cost"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // UnitAmount is an amount of a named unit.
 type UnitAmount struct {
-	Unit   Unit
+	Unit   limits.Unit
 	Amount int64
 }
 
@@ -66,16 +45,16 @@ type Request struct {
 // is negative or above MaxAmount.
 func (r *Request) checkAmounts() error {
 	bad := func(what string, v int64) error {
-		return fmt.Errorf("admission: %w: %s %d is outside [0, %d]", ErrInvalidCost, what, v, MaxAmount)
+		return fmt.Errorf("admission: %w: %s %d is outside [0, %d]", ErrInvalidCost, what, v, limits.MaxAmount)
 	}
 	switch {
-	case r.Tokens < 0 || r.Tokens > MaxAmount:
+	case r.Tokens < 0 || r.Tokens > limits.MaxAmount:
 		return bad("tokens", r.Tokens)
-	case r.Cost < 0 || r.Cost > MaxAmount:
+	case r.Cost < 0 || r.Cost > limits.MaxAmount:
 		return bad("cost", r.Cost)
 	}
 	for _, c := range r.Units {
-		if c.Amount < 0 || c.Amount > MaxAmount {
+		if c.Amount < 0 || c.Amount > limits.MaxAmount {
 			return bad(fmt.Sprintf("unit %.64q", c.Unit), c.Amount)
 		}
 	}
@@ -84,13 +63,13 @@ func (r *Request) checkAmounts() error {
 
 // Amount returns the request's cost in unit u: 1 for requests, the estimate
 // for every other unit, 0 when the request does not name it.
-func (r *Request) Amount(u Unit) int64 {
+func (r *Request) Amount(u limits.Unit) int64 {
 	switch u {
-	case UnitRequests, "":
+	case limits.UnitRequests, "":
 		return 1
-	case UnitTokens:
+	case limits.UnitTokens:
 		return r.Tokens
-	case UnitCost:
+	case limits.UnitCost:
 		return r.Cost
 	}
 	for _, c := range r.Units {
@@ -117,13 +96,13 @@ type Usage struct {
 
 // amount returns the actual amount of unit u, clamped to [0, MaxAmount],
 // and whether it is known.
-func (u *Usage) amount(unit Unit) (int64, bool) {
+func (u *Usage) amount(unit limits.Unit) (int64, bool) {
 	switch unit {
-	case UnitRequests, "":
+	case limits.UnitRequests, "":
 		return 0, false
-	case UnitTokens:
+	case limits.UnitTokens:
 		return clampAmount(u.Tokens), u.TokensKnown || u.Tokens != 0
-	case UnitCost:
+	case limits.UnitCost:
 		return clampAmount(u.Cost), u.CostKnown || u.Cost != 0
 	}
 	for _, c := range u.Units {
@@ -135,4 +114,4 @@ func (u *Usage) amount(unit Unit) (int64, bool) {
 }
 
 // clampAmount returns v within [0, MaxAmount].
-func clampAmount(v int64) int64 { return min(max(v, 0), MaxAmount) }
+func clampAmount(v int64) int64 { return min(max(v, 0), limits.MaxAmount) }

@@ -12,24 +12,26 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // stagedPolicies holds policies of every kind: those Begin decides (in
 // earlyPolicies) and those that need the body.
 func stagedPolicies() []admission.Policy {
 	s := time.Second
-	model := []admission.KeyPart{admission.KeyTenant, admission.KeyModel}
+	model := []limits.KeyPart{limits.KeyTenant, limits.KeyModel}
 	return []admission.Policy{
-		{Name: "tpm", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 400, Per: 10 * s},
-		{Name: "rpm", Key: tenantKey, Algorithm: admission.FixedWindow, Limit: 5, Per: 10 * s},
-		{Name: "model-inflight", Key: []admission.KeyPart{admission.KeyModel}, Algorithm: admission.Concurrency, Limit: 4, MaxHold: 20 * s},
-		{Name: "inflight", Key: tenantKey, Algorithm: admission.Concurrency, Limit: 3, MaxHold: 30 * s},
-		{Name: "model-rpm", Key: model, Algorithm: admission.SlidingWindow, Limit: 3, Per: 10 * s},
-		{Name: "rpm-shadow", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 3, Per: 10 * s, Mode: admission.Shadow},
-		{Name: "m1-rpm", Key: tenantKey, Match: admission.Match{Models: []string{"m1"}}, Algorithm: admission.FixedWindow, Limit: 4, Per: 10 * s},
-		{Name: "global-inflight", Algorithm: admission.Concurrency, Limit: 6, MaxHold: 30 * s},
-		{Name: "hourly-tokens", Key: tenantKey, Unit: admission.UnitTokens, Algorithm: admission.Quota, Period: admission.PeriodFixed, Per: time.Hour, Limit: 3000, Mode: admission.Shadow},
-		{Name: "chat-rpm", Key: tenantKey, Match: admission.Match{Operations: []string{"chat"}}, Algorithm: admission.SlidingLog, Limit: 4, Per: 10 * s},
+		{Name: "tpm", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 400, Per: 10 * s},
+		{Name: "rpm", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: 5, Per: 10 * s},
+		{Name: "model-inflight", Key: []limits.KeyPart{limits.KeyModel}, Algorithm: limits.Concurrency, Limit: 4, MaxHold: 20 * s},
+		{Name: "inflight", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 3, MaxHold: 30 * s},
+		{Name: "model-rpm", Key: model, Algorithm: limits.SlidingWindow, Limit: 3, Per: 10 * s},
+		{Name: "rpm-shadow", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 3, Per: 10 * s, Mode: limits.Shadow},
+		{Name: "m1-rpm", Key: tenantKey, Match: limits.Match{Models: []string{"m1"}}, Algorithm: limits.FixedWindow, Limit: 4, Per: 10 * s},
+		{Name: "global-inflight", Algorithm: limits.Concurrency, Limit: 6, MaxHold: 30 * s},
+		{Name: "hourly-tokens", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.Quota, Period: limits.PeriodFixed, Per: time.Hour, Limit: 3000, Mode: limits.Shadow},
+		{Name: "chat-rpm", Key: tenantKey, Match: limits.Match{Operations: []string{"chat"}}, Algorithm: limits.SlidingLog, Limit: 4, Per: 10 * s},
 	}
 }
 
@@ -41,10 +43,10 @@ var earlyPolicies = map[string]bool{"rpm": true, "inflight": true, "rpm-shadow":
 func TestEvaluationOrder(t *testing.T) {
 	ps := stagedPolicies()
 	ps = append(ps,
-		admission.Policy{Name: "queued-inflight", Key: tenantKey, Algorithm: admission.Concurrency, Limit: 1, Queue: admission.Queue{Size: 2}},
-		admission.Policy{Name: "queued-rpm", Key: tenantKey, Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second, Queue: admission.Queue{Size: 2}},
+		admission.Policy{Name: "queued-inflight", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 2}},
+		admission.Policy{Name: "queued-rpm", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 1, Per: time.Second, Queue: limits.Queue{Size: 2}},
 	)
-	c := newController(t, admissiontest.NewClock(admissiontest.Epoch), nil, ps...)
+	c := newController(t, admissiontest.NewClock(backendtest.Epoch), nil, ps...)
 	var got []string
 	for _, p := range c.Policies() {
 		got = append(got, p.Name)
@@ -66,7 +68,7 @@ func withoutBody(r admission.Request) admission.Request {
 // concurrency is refused by Begin, which evaluates no policy that needs
 // the body.
 func TestBeginRefusesBeforeBody(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec, stagedPolicies()...)
 	ctx := context.Background()
@@ -130,7 +132,7 @@ func TestBeginRefusesBeforeBody(t *testing.T) {
 // rejects, what Begin took is given back, the ticket is inert and Begin's
 // policies report rolled-back admissions.
 func TestContinueRejectionGivesBack(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec, stagedPolicies()...)
 	ctx := context.Background()
@@ -144,7 +146,7 @@ func TestContinueRejectionGivesBack(t *testing.T) {
 		t.Fatalf("Continue over the token rate = %v; want ErrRateLimited", err)
 	}
 	var rej *admission.Rejection
-	if errors.As(err, &rej); rej.Policy != "tpm" || rej.RetryAfter != admission.Never {
+	if errors.As(err, &rej); rej.Policy != "tpm" || rej.RetryAfter != limits.Never {
 		t.Errorf("rejection = %+v; want tpm, never", rej)
 	}
 	if tk.Valid() {
@@ -194,7 +196,7 @@ func TestContinueRejectionGivesBack(t *testing.T) {
 // TestContinueMisuse: Continue only continues a live ticket from Begin,
 // once, with Begin's tenant, operation and priority.
 func TestContinueMisuse(t *testing.T) {
-	c := newController(t, admissiontest.NewClock(admissiontest.Epoch), nil, stagedPolicies()...)
+	c := newController(t, admissiontest.NewClock(backendtest.Epoch), nil, stagedPolicies()...)
 	ctx := context.Background()
 	r := admission.Request{Tenant: "acme", Operation: "chat", Model: "m0", Tokens: 10}
 	if err := (admission.Ticket{}).Continue(ctx, r); !errors.Is(err, admission.ErrNotBegun) {
@@ -242,7 +244,7 @@ func TestContinueMisuse(t *testing.T) {
 // Continue reports its admissions then, releases its permits, and its
 // policies count it as one admitted request.
 func TestBeginSettledWithoutContinue(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
 	c := newController(t, clock, rec, stagedPolicies()...)
 	tk, err := c.Begin(context.Background(), admission.Request{Tenant: "acme", Operation: "embed"})
@@ -287,7 +289,7 @@ func TestStagedSameAsAdmit(t *testing.T) {
 }
 
 func stagedSameAsAdmit(t *testing.T, seed uint64, steps int) {
-	clockA, clockB := admissiontest.NewClock(admissiontest.Epoch), admissiontest.NewClock(admissiontest.Epoch)
+	clockA, clockB := admissiontest.NewClock(backendtest.Epoch), admissiontest.NewClock(backendtest.Epoch)
 	recA, recB := &recorder{}, &recorder{}
 	ctlA := newController(t, clockA, recA, stagedPolicies()...)
 	ctlB := newController(t, clockB, recB, stagedPolicies()...)
@@ -407,10 +409,10 @@ func stagedSameAsAdmit(t *testing.T, seed uint64, steps int) {
 // which waits for a permit as Admit does; a caller that gives up while
 // waiting gets everything Begin took given back.
 func TestContinueWaitsInQueue(t *testing.T) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	c := newController(t, clock, nil,
-		admission.Policy{Name: "rpm", Key: tenantKey, Algorithm: admission.FixedWindow, Limit: 100, Per: time.Minute},
-		admission.Policy{Name: "upstream", Algorithm: admission.Concurrency, Limit: 1, Queue: admission.Queue{Size: 4}},
+		admission.Policy{Name: "rpm", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: 100, Per: time.Minute},
+		admission.Policy{Name: "upstream", Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 4}},
 	)
 	ctx := context.Background()
 	r := admission.Request{Tenant: "acme", Model: "m0", Tokens: 10}

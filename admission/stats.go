@@ -1,13 +1,16 @@
 package admission
 
-import "time"
+import (
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
+)
 
 // PolicyStats is a snapshot of one policy's state, for gauges.
 type PolicyStats struct {
 	Name      string
-	Mode      Mode
-	Algorithm Algorithm
-	Unit      Unit
+	Mode      limits.Mode
+	Algorithm limits.Algorithm
+	Unit      limits.Unit
 	// Limit is the policy's own limit (plans may differ per tenant).
 	Limit int64
 	// Partitions is the number of partitions held in memory.
@@ -35,17 +38,16 @@ func (c *Controller) Stats() []PolicyStats {
 	for _, p := range cfg.policies {
 		s := PolicyStats{Name: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.unit, Limit: p.Limit, MaxPartitions: p.MaxPartitions}
 		if s.MaxPartitions == 0 {
-			s.MaxPartitions = DefaultMaxPartitions
+			s.MaxPartitions = limits.DefaultMaxPartitions
 		}
-		if c.allShadow.Load() && s.Mode == Enforce {
-			s.Mode = Shadow
+		if c.allShadow.Load() && s.Mode == limits.Enforce {
+			s.Mode = limits.Shadow
 		}
-		if ml, ok := p.limiter.(*memLimiter); ok {
-			var expired int
-			s.Partitions, s.NearLimit, s.InFlight, expired = ml.stats(p.base, now)
-			s.Evicted = ml.evicted.Load()
-			if expired > 0 {
-				c.obs.LeaseExpired(p.Name, expired)
+		if in, ok := p.limiter.(backend.Inspector); ok {
+			ps := in.Stats(&p.base, now)
+			s.Partitions, s.NearLimit, s.InFlight, s.Evicted = ps.Partitions, ps.NearLimit, ps.InFlight, ps.Evicted
+			if ps.Expired > 0 {
+				c.obs.LeaseExpired(p.Name, ps.Expired)
 			}
 		}
 		if p.queues != nil {
@@ -54,37 +56,4 @@ func (c *Controller) Stats() []PolicyStats {
 		out = append(out, s)
 	}
 	return out
-}
-
-// stats walks the table: partitions, those near the limit, cost in flight.
-func (l *memLimiter) stats(lim Limit, now time.Time) (parts, near int, inflight int64, expired int) {
-	ns := now.UnixNano()
-	threshold := 0.8 * float64(lim.Capacity())
-	visit := func(c *cell) {
-		if lim.Algorithm == Concurrency {
-			expired += int(c.concExpire(ns))
-			inflight += int64(c.a)
-		}
-		if float64(lim.Capacity()-c.remaining(&lim, ns)) >= threshold {
-			near++
-		}
-	}
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		parts += len(sh.m)
-		for _, c := range sh.m {
-			if lim.Algorithm == TokenBucket {
-				c.bucketFill(&lim, ns)
-			}
-			visit(c)
-		}
-		sh.mu.Unlock()
-	}
-	l.ovf.Lock()
-	if l.ovf.init {
-		visit(&l.ovf.c)
-	}
-	l.ovf.Unlock()
-	return parts, near, inflight, expired
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // A Ticket is an admitted request's claim on its policies' permits. Settle
@@ -46,7 +49,7 @@ type ticket struct {
 	operation string
 	priority  int
 	ops       []held
-	batch     []Op
+	batch     []backend.Op
 	dec       Decision // the event being reported, so observers get a pointer
 	keybuf    []byte
 }
@@ -54,11 +57,11 @@ type ticket struct {
 // held is one policy's part of a ticket.
 type held struct {
 	p           *policy
-	mode        Mode
+	mode        limits.Mode
 	key         string
-	lim         *Limit // the partition's limit, owned by the configuration
-	est         int64  // estimated cost, reserved at admission
-	grant       Grant
+	lim         *limits.Limit // the partition's limit, owned by the configuration
+	est         int64         // estimated cost, reserved at admission
+	grant       backend.Grant
 	wait        time.Duration
 	taken       bool // the grant holds permits
 	failOpen    bool // the store failed and the policy admitted without it
@@ -84,14 +87,14 @@ func (h *held) status() Status {
 	if s.Limit == 0 {
 		s.Limit = h.lim.Capacity()
 	}
-	if h.p.Algorithm == Quota && h.lim.Period != PeriodFixed {
-		_, end := QuotaPeriod(h.lim, h.grant.Stamp)
+	if h.p.Algorithm == limits.Quota && h.lim.Period != limits.PeriodFixed {
+		_, end := limits.QuotaPeriod(h.lim, h.grant.Stamp)
 		s.Window = time.Duration(end - h.grant.Stamp)
 	} else {
-		s.Window = h.lim.window
+		s.Window = h.lim.Window()
 	}
 	switch {
-	case h.p.Algorithm == Concurrency:
+	case h.p.Algorithm == limits.Concurrency:
 		// At capacity (or refused) the wait is the policy's hint, never
 		// 0, which would read as "retry now".
 		s.Reset = 0
@@ -109,7 +112,7 @@ func (h *held) status() Status {
 
 // retryAfter is the wait a refusal of h advises.
 func (h *held) retryAfter() time.Duration {
-	if h.grant.RetryAfter == 0 && (h.p.Algorithm == Concurrency || h.grant.Full) {
+	if h.grant.RetryAfter == 0 && (h.p.Algorithm == limits.Concurrency || h.grant.Full) {
 		return h.p.retryHint()
 	}
 	return h.grant.RetryAfter
@@ -120,7 +123,7 @@ func (p *policy) retryHint() time.Duration {
 	if p.RetryHint > 0 {
 		return p.RetryHint
 	}
-	return DefaultRetryHint
+	return limits.DefaultRetryHint
 }
 
 // final returns the amount to settle h at, and whether u knows it: the
@@ -140,7 +143,7 @@ func (h *held) final(u *Usage) (int64, bool) {
 // the final amount (see final) less what the grant holds, or 0 when u does
 // not know the amount or h is a concurrency lease (released whole).
 func (h *held) settleDelta(u *Usage) int64 {
-	if h.p.Algorithm == Concurrency {
+	if h.p.Algorithm == limits.Concurrency {
 		return 0
 	}
 	if actual, ok := h.final(u); ok {
@@ -239,8 +242,8 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 		if !h.taken {
 			continue
 		}
-		op := Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant,
-			Release: h.p.Algorithm == Concurrency, N: h.settleDelta(u)}
+		op := backend.Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant,
+			Release: h.p.Algorithm == limits.Concurrency, N: h.settleDelta(u)}
 		adjusts = adjusts || op.N != 0
 		h.taken = false
 		if op.Release || op.N != 0 {
@@ -272,7 +275,7 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 	return len(t.ops)
 }
 
-func anyOpErr(ops []Op) bool {
+func anyOpErr(ops []backend.Op) bool {
 	for i := range ops {
 		if ops[i].Err != nil {
 			return true
@@ -305,9 +308,9 @@ func (tk Ticket) Charge(u Usage) error {
 			continue
 		}
 		t.c.settleOne(h, actual-h.grant.Taken, now, false)
-		if h.mode == Enforce && h.grant.Remaining <= 0 && rej == nil {
+		if h.mode == limits.Enforce && h.grant.Remaining <= 0 && rej == nil {
 			reason := ReasonRate
-			if h.p.Algorithm == Quota {
+			if h.p.Algorithm == limits.Quota {
 				reason = ReasonQuota
 			}
 			rej = &Rejection{Policy: h.p.Name, Reason: reason, RetryAfter: h.grant.Reset, Status: h.status()}
@@ -381,7 +384,7 @@ func (tk Ticket) Renew() error {
 	var errs []error
 	for i := range t.ops {
 		h := &t.ops[i]
-		if !h.taken || h.p.Algorithm != Concurrency || h.grant.Stamp == 0 {
+		if !h.taken || h.p.Algorithm != limits.Concurrency || h.grant.Stamp == 0 {
 			continue
 		}
 		if now.IsZero() {
@@ -399,7 +402,7 @@ func (tk Ticket) Renew() error {
 
 // renew renews the lease of h at now.
 func (c *Controller) renew(h *held, now time.Time) error {
-	rn, ok := h.limiterOf().(Renewer)
+	rn, ok := h.limiterOf().(backend.Renewer)
 	if !ok {
 		return fmt.Errorf("admission: policy %q: store %q cannot renew leases: %w", h.p.Name, h.p.Store, errors.ErrUnsupported)
 	}

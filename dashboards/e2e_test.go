@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/alerts"
 	"github.com/sluicehq/sluice/dashboards"
 	"github.com/sluicehq/sluice/internal/promtest"
@@ -29,20 +32,20 @@ import (
 // a sick shared store would: it drives fail-open decisions and store errors.
 type flakyStore struct{ every int64 }
 
-func (s flakyStore) Limiter(p *admission.Policy) (admission.Limiter, error) {
-	l, err := admission.MemoryStore{}.Limiter(p)
+func (s flakyStore) Limiter(p *admission.Policy) (backend.Limiter, error) {
+	l, err := memstore.Store{}.Limiter(p)
 	return &flakyLimiter{Limiter: l, every: s.every}, err
 }
 
 type flakyLimiter struct {
-	admission.Limiter
+	backend.Limiter
 	every int64
 	n     atomic.Int64
 }
 
 var errStoreTimeout = errors.New("store call timed out")
 
-func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time, g *admission.Grant) error {
+func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n int64, now time.Time, g *backend.Grant) error {
 	if l.n.Add(1)%l.every == 0 {
 		return errStoreTimeout
 	}
@@ -54,18 +57,18 @@ func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim *admission.L
 // small queue, and a policy on a flaky store that fails open.
 func e2ePolicies() []admission.Policy {
 	return []admission.Policy{
-		{Name: "tenant-rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket,
+		{Name: "tenant-rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket,
 			Limit: 40, Per: time.Second, MaxPartitions: 42},
-		{Name: "tenant-tpm-candidate", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens,
-			Algorithm: admission.FixedWindow, Limit: 1500, Per: time.Second, Mode: admission.Shadow},
+		{Name: "tenant-tpm-candidate", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
+			Algorithm: limits.FixedWindow, Limit: 1500, Per: time.Second, Mode: limits.Shadow},
 		// Waits end at the caller's deadline (drive sets 20 ms), not at a
 		// queue timeout: the core's queue-timeout timer may still read a
 		// waiter after its ticket was reused (a race reported on the core).
-		{Name: "global-concurrency", Algorithm: admission.Concurrency, Limit: 3,
-			Queue: admission.Queue{Size: 1}},
-		{Name: "tenant-tpm-shared", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens,
-			Algorithm: admission.SlidingWindow, Limit: 1_000_000, Per: time.Minute, Store: "flaky",
-			OnStoreError: admission.FailOpenMode},
+		{Name: "global-concurrency", Algorithm: limits.Concurrency, Limit: 3,
+			Queue: limits.Queue{Size: 1}},
+		{Name: "tenant-tpm-shared", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
+			Algorithm: limits.SlidingWindow, Limit: 1_000_000, Per: time.Minute, Store: "flaky",
+			OnStoreError: limits.FailOpenMode},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -28,8 +29,8 @@ func BenchmarkObserverDecision(b *testing.B) {
 	}
 	name := "tokens-per-minute"
 	d := admission.Decision{
-		Status: admission.Status{Policy: name, Mode: admission.Enforce, Unit: admission.UnitTokens,
-			Algorithm: admission.TokenBucket, Limit: 100000, Remaining: 50000},
+		Status: admission.Status{Policy: name, Mode: limits.Enforce, Unit: limits.UnitTokens,
+			Algorithm: limits.TokenBucket, Limit: 100000, Remaining: 50000},
 		Outcome: admission.Admitted, Tenant: "tenant-7", Operation: "chat", Model: "gpt-4o", Cost: 1200,
 	}
 	// Through the interface, as the controller calls it.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -20,10 +21,10 @@ func TestCardinality(t *testing.T) {
 	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	o, prom := newProm(t, metrics.WithClock(clk))
 	cfg := admission.Config{Policies: []admission.Policy{
-		{Name: "tenant-rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket,
+		{Name: "tenant-rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket,
 			Limit: 1, Per: time.Minute, MaxPartitions: 200_000},
-		{Name: "tenant-tpm-shadow", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens,
-			Algorithm: admission.FixedWindow, Limit: 150, Per: time.Minute, Mode: admission.Shadow, MaxPartitions: 200_000},
+		{Name: "tenant-tpm-shadow", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
+			Algorithm: limits.FixedWindow, Limit: 150, Per: time.Minute, Mode: limits.Shadow, MaxPartitions: 200_000},
 	}}
 	c, err := admission.New(cfg, admission.WithClock(clk), admission.WithObserver(o))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Histogram bucket boundaries.
@@ -124,9 +125,9 @@ var (
 
 func modeName(m int) string {
 	if m == 1 {
-		return admission.Shadow.String()
+		return limits.Shadow.String()
 	}
-	return admission.Enforce.String()
+	return limits.Enforce.String()
 }
 
 // collect exports the cells, sketches and the watched controller's state.
@@ -159,7 +160,7 @@ func (o *Observer) collect(obs metric.Observer, ob *observables) {
 	for _, p := range policies {
 		maxParts[p.Name] = p.MaxPartitions
 		if maxParts[p.Name] == 0 {
-			maxParts[p.Name] = admission.DefaultMaxPartitions
+			maxParts[p.Name] = limits.DefaultMaxPartitions
 		}
 	}
 	for _, s := range (*src).Stats() {
@@ -176,7 +177,7 @@ func (o *Observer) collect(obs metric.Observer, ob *observables) {
 }
 
 func (o *Observer) collectPolicy(obs metric.Observer, ob *observables, pm *policyMetrics) {
-	unit := keyUnit.String(string(admission.UnitRequests))
+	unit := keyUnit.String(string(limits.UnitRequests))
 	if m := pm.meta.Load(); m != nil {
 		unit = keyUnit.String(string(m.unit))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -26,8 +27,8 @@ func Example() {
 		panic(err)
 	}
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "tenant-rpm", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute,
+		Name: "tenant-rpm", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.FixedWindow, Limit: 2, Per: time.Minute,
 	}}}, admission.WithObserver(obs))
 	if err != nil {
 		panic(err)

@@ -16,6 +16,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -51,27 +53,27 @@ func gather(t testing.TB, prom *metrics.Prometheus) map[string]*dto.MetricFamily
 
 // exercise sends every kind of event the observer handles.
 func exercise(o *metrics.Observer) {
-	st := admission.Status{Policy: "conc", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 10, Remaining: 2}
+	st := admission.Status{Policy: "conc", Unit: limits.UnitTokens, Algorithm: limits.Concurrency, Limit: 10, Remaining: 2}
 	for i := range 64 {
 		o.Decision(&admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: "a", Cost: 3, QueueWait: time.Millisecond})
 		o.Decision(&admission.Decision{Status: st, Outcome: admission.WouldReject, Reason: admission.ReasonRate, Tenant: "b" + strconv.Itoa(i%3), Cost: 3})
 	}
 	o.Decision(&admission.Decision{Status: st, Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "a", Cost: 3})
 	o.Decision(&admission.Decision{Status: st, Outcome: admission.Admitted, Tenant: "a", Cost: 3, RolledBack: true})
-	o.Settled(admission.Settlement{Policy: "conc", Unit: admission.UnitTokens, Estimated: 10, Actual: 12, Model: "gpt-4o", Admitted: time.Now()})
+	o.Settled(admission.Settlement{Policy: "conc", Unit: limits.UnitTokens, Estimated: 10, Actual: 12, Model: "gpt-4o", Admitted: time.Now()})
 	o.LeaseExpired("conc", 1)
 	o.PartitionsEvicted("conc", 1)
-	o.StoreError(admission.StoreEvent{Policy: "conc", Store: "redis", Err: errors.New("timeout"), Action: admission.FailOpenMode})
-	o.StoreCall(admission.StoreCall{Store: "redis", Op: "batch", Policies: 2, Duration: 300 * time.Microsecond})
-	o.StoreCall(admission.StoreCall{Store: "redis", Op: "batch", Policies: 2, Duration: 50 * time.Millisecond, Err: errors.New("timeout")})
-	o.StoreCall(admission.StoreCall{Store: "redis", Op: "acquire", Err: errors.New("breaker open")}) // no latency: not recorded
-	o.Reloaded(admission.Reload{Source: "policies.yaml", Policies: 1})
+	o.StoreError(admission.StoreEvent{Policy: "conc", Store: "redis", Err: errors.New("timeout"), Action: limits.FailOpenMode})
+	o.StoreCall(backend.Call{Store: "redis", Op: "batch", Policies: 2, Duration: 300 * time.Microsecond})
+	o.StoreCall(backend.Call{Store: "redis", Op: "batch", Policies: 2, Duration: 50 * time.Millisecond, Err: errors.New("timeout")})
+	o.StoreCall(backend.Call{Store: "redis", Op: "acquire", Err: errors.New("breaker open")}) // no latency: not recorded
+	o.Reloaded(nil)
 }
 
 func TestCatalogMatchesExposition(t *testing.T) {
 	o, prom := newProm(t, metrics.WithTopK(2))
 	exercise(o)
-	c, err := admission.New(admission.Config{Policies: []admission.Policy{{Name: "conc", Algorithm: admission.Concurrency, Limit: 3}}})
+	c, err := admission.New(admission.Config{Policies: []admission.Policy{{Name: "conc", Algorithm: limits.Concurrency, Limit: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +210,7 @@ func TestDecisionCounts(t *testing.T) {
 func TestTopKBound(t *testing.T) {
 	const k = 5
 	o, prom := newProm(t, metrics.WithTopK(k))
-	st := admission.Status{Policy: "rpm", Unit: admission.UnitRequests, Limit: 10}
+	st := admission.Status{Policy: "rpm", Unit: limits.UnitRequests, Limit: 10}
 	for i := range 20_000 {
 		tenant := "t" + strconv.Itoa(i)
 		if i%4 == 0 {
@@ -244,7 +246,7 @@ func TestTopKBound(t *testing.T) {
 // decision and every unit of cost is counted once.
 func TestConcurrentDecisions(t *testing.T) {
 	o, prom := newProm(t)
-	st := admission.Status{Policy: "tpm", Unit: admission.UnitTokens, Limit: 1000}
+	st := admission.Status{Policy: "tpm", Unit: limits.UnitTokens, Limit: 1000}
 	const workers, each = 4, 5000
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -301,10 +303,10 @@ func TestOptionsValidate(t *testing.T) {
 // any decision describes it; the policy's unit still comes out right.
 func TestPolicyNamedBeforeDecision(t *testing.T) {
 	o, prom := newProm(t)
-	o.StoreError(admission.StoreEvent{Policy: "conc", Store: "redis", Err: errors.New("down"), Action: admission.FailOpenMode})
-	st := admission.Status{Policy: "conc", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 10}
+	o.StoreError(admission.StoreEvent{Policy: "conc", Store: "redis", Err: errors.New("down"), Action: limits.FailOpenMode})
+	st := admission.Status{Policy: "conc", Unit: limits.UnitTokens, Algorithm: limits.Concurrency, Limit: 10}
 	o.Decision(&admission.Decision{Status: st, Outcome: admission.FailOpen, Reason: admission.ReasonStoreUnavailable, Cost: 5})
-	o.Settled(admission.Settlement{Policy: "conc", Unit: admission.UnitTokens, Estimated: 5, Actual: 5, Admitted: time.Now()})
+	o.Settled(admission.Settlement{Policy: "conc", Unit: limits.UnitTokens, Estimated: 5, Actual: 5, Admitted: time.Now()})
 	fams := gather(t, prom)
 	for _, l := range fams["admission_cost_total"].GetMetric()[0].GetLabel() {
 		if l.GetName() == "unit" && l.GetValue() != "tokens" {

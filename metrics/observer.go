@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Defaults of the options.
@@ -135,8 +137,8 @@ type Observer struct {
 
 // policyMeta describes a policy, as its decisions report it.
 type policyMeta struct {
-	unit      admission.Unit
-	algorithm admission.Algorithm
+	unit      limits.Unit
+	algorithm limits.Algorithm
 }
 
 // fastTable is an immutable table from policy name pointers to cells,
@@ -155,7 +157,7 @@ type fastEntry struct {
 
 type storeKey struct {
 	policy, store string
-	action        admission.FailMode
+	action        limits.FailMode
 }
 
 type storeMetrics struct {
@@ -329,7 +331,7 @@ func (o *Observer) Decision(d *admission.Decision) {
 		}
 	}
 	// Remaining ≤ Limit/5: the partition is at NearLimit (80%) or more.
-	if pm == nil || d.Outcome != admission.Admitted || d.Mode != admission.Enforce ||
+	if pm == nil || d.Outcome != admission.Admitted || d.Mode != limits.Enforce ||
 		d.Reason != admission.ReasonNone || d.QueueWait != 0 || d.RolledBack ||
 		5*d.Remaining <= d.Limit { // Remaining ≤ Limit/5 without a division
 		o.decision(pm, d)
@@ -348,7 +350,7 @@ func (o *Observer) decision(pm *policyMetrics, d *admission.Decision) {
 		pm = o.policySlow(d.Policy, &d.Status)
 	}
 	mode := 0
-	if d.Mode == admission.Shadow {
+	if d.Mode == limits.Shadow {
 		mode = 1
 	}
 	out, reason := int(d.Outcome), int(d.Reason)
@@ -414,11 +416,11 @@ func utilisation(s *admission.Status) float64 {
 func (o *Observer) Settled(s admission.Settlement) {
 	pm := o.policy(s.Policy, nil)
 	pm.tenants.add(tenantLabel(s.Tenant), classAdmitted, uint64(max(s.Actual, 0)), 0)
-	if m := pm.meta.Load(); m != nil && m.algorithm == admission.Concurrency && !s.Admitted.IsZero() {
+	if m := pm.meta.Load(); m != nil && m.algorithm == limits.Concurrency && !s.Admitted.IsZero() {
 		held := o.cfg.clock.Now().Sub(s.Admitted)
 		o.lease.Record(context.Background(), max(held, 0).Seconds(), pm.leaseOpts...)
 	}
-	if s.Unit == admission.UnitTokens && s.Estimated > 0 {
+	if s.Unit == limits.UnitTokens && s.Estimated > 0 {
 		opts := o.accuracyOpts(pm, s.Model)
 		o.accuracy.Record(context.Background(), float64(s.Actual)/float64(s.Estimated), opts...)
 	}
@@ -498,7 +500,7 @@ type callKey struct {
 // the Redis store reports every script call through it. Calls refused
 // without reaching the backend (an open breaker) have no latency and are
 // counted by StoreError only.
-func (o *Observer) StoreCall(c admission.StoreCall) {
+func (o *Observer) StoreCall(c backend.Call) {
 	if c.Duration <= 0 {
 		return
 	}
@@ -524,11 +526,16 @@ func (o *Observer) StoreCall(c admission.StoreCall) {
 	o.storeCall.Record(context.Background(), c.Duration.Seconds(), opts.([]metric.RecordOption)...)
 }
 
-var _ admission.StoreCallObserver = (*Observer)(nil)
+var _ backend.CallObserver = (*Observer)(nil)
 
-// Reloaded counts configuration reloads by result (ok or rejected).
-func (o *Observer) Reloaded(r admission.Reload) {
-	if r.Err != nil {
+// Reloaded counts a configuration reload by its result: applied (err is
+// nil) or refused. A nil Observer counts nothing, so a program whose
+// metrics are disabled can pass its nil *Observer.
+func (o *Observer) Reloaded(err error) {
+	if o == nil {
+		return
+	}
+	if err != nil {
 		o.reloads[1].Add(1)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -52,9 +53,9 @@ func TestDecisionLineIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		l.Decision(&admission.Decision{
-			Status:  admission.Status{Policy: huge, Unit: admission.UnitTokens, Limit: 1 << 50},
+			Status:  admission.Status{Policy: huge, Unit: limits.UnitTokens, Limit: 1 << 50},
 			Outcome: admission.Rejected, Reason: admission.ReasonRate,
-			Tenant: huge, Operation: huge, Model: huge, Cost: -1 << 62, RetryAfter: admission.Never,
+			Tenant: huge, Operation: huge, Model: huge, Cost: -1 << 62, RetryAfter: limits.Never,
 		})
 		lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 		if len(lines) != 1 {

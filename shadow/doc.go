@@ -11,15 +11,18 @@
 // through Join.
 package shadow
 
-import "github.com/sluicehq/sluice/admission"
+import (
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+)
 
 // Join returns an observer that passes every event to each of obs in
 // order. When some of obs are admission.StoreCallObservers (the metrics
 // observer is), so is the result, and it passes store calls to them.
 func Join(obs ...admission.Observer) admission.Observer {
-	var calls []admission.StoreCallObserver
+	var calls []backend.CallObserver
 	for _, o := range obs {
-		if c, ok := o.(admission.StoreCallObserver); ok {
+		if c, ok := o.(backend.CallObserver); ok {
 			calls = append(calls, c)
 		}
 	}
@@ -33,10 +36,10 @@ type multi []admission.Observer
 
 type multiCalls struct {
 	multi
-	calls []admission.StoreCallObserver
+	calls []backend.CallObserver
 }
 
-func (m multiCalls) StoreCall(c admission.StoreCall) {
+func (m multiCalls) StoreCall(c backend.Call) {
 	for _, o := range m.calls {
 		o.StoreCall(c)
 	}
@@ -69,11 +72,5 @@ func (m multi) PartitionsEvicted(policy string, n int) {
 func (m multi) StoreError(e admission.StoreEvent) {
 	for _, o := range m {
 		o.StoreError(e)
-	}
-}
-
-func (m multi) Reloaded(r admission.Reload) {
-	for _, o := range m {
-		o.Reloaded(r)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -22,17 +23,17 @@ func ExampleReplay() {
 {"time":"2026-01-01T12:00:00.300Z","tenant":"globex","operation":"POST /v1/chat/completions","tokens":300}
 {"time":"2026-01-01T12:00:03.000Z","tenant":"acme","operation":"POST /v1/chat/completions","tokens":900}
 `
-	tpm := func(limit int64, mode admission.Mode) admission.Policy {
+	tpm := func(limit int64, mode limits.Mode) admission.Policy {
 		return admission.Policy{
-			Name: "tenant-tpm", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens,
-			Algorithm: admission.SlidingWindow, Limit: limit, Per: time.Minute, Mode: mode,
+			Name: "tenant-tpm", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
+			Algorithm: limits.SlidingWindow, Limit: limit, Per: time.Minute, Mode: mode,
 		}
 	}
 	rep, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{},
-		shadow.Candidate{Name: "current", Config: admission.Config{Policies: []admission.Policy{tpm(3000, admission.Enforce)}}},
+		shadow.Candidate{Name: "current", Config: admission.Config{Policies: []admission.Policy{tpm(3000, limits.Enforce)}}},
 		shadow.Candidate{Name: "stricter", Config: admission.Config{Policies: []admission.Policy{
-			tpm(2000, admission.Shadow),
-			{Name: "tenant-concurrency", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 2, Mode: admission.Shadow},
+			tpm(2000, limits.Shadow),
+			{Name: "tenant-concurrency", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 2, Mode: limits.Shadow},
 		}}})
 	if err != nil {
 		fmt.Println(err)

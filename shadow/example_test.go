@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -32,8 +33,8 @@ func Example() {
 		panic(err)
 	}
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "tenant-rpm-candidate", Key: []admission.KeyPart{admission.KeyTenant}, Mode: admission.Shadow,
-		Algorithm: admission.FixedWindow, Limit: 3, Per: time.Minute,
+		Name: "tenant-rpm-candidate", Key: []limits.KeyPart{limits.KeyTenant}, Mode: limits.Shadow,
+		Algorithm: limits.FixedWindow, Limit: 3, Per: time.Minute,
 	}}}, admission.WithObserver(shadow.Join(rec, log)),
 		admission.WithClock(admissiontest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))))
 	if err != nil {

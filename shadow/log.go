@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Defaults of LogConfig.
@@ -192,7 +193,7 @@ func (l *Log) Decision(d *admission.Decision) {
 // seconds returns d as the decision log writes it: seconds rounded to the
 // millisecond (11.955 for 11.954624567 s), and -1 for admission.Never.
 func seconds(d time.Duration) float64 {
-	if d == admission.Never {
+	if d == limits.Never {
 		return -1
 	}
 	return float64(d.Round(time.Millisecond)) / float64(time.Second)

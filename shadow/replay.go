@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/internal/vclock"
 )
 
@@ -128,7 +130,7 @@ type tenantRefusals struct{ rejected, wouldReject int64 }
 // amounts sums costs in every unit.
 type amounts struct {
 	requests, tokens, cost int64
-	units                  map[admission.Unit]int64
+	units                  map[limits.Unit]int64
 }
 
 func (a *amounts) add(r *Record) {
@@ -137,7 +139,7 @@ func (a *amounts) add(r *Record) {
 	a.cost += r.Cost
 	for _, u := range r.Units {
 		if a.units == nil {
-			a.units = map[admission.Unit]int64{}
+			a.units = map[limits.Unit]int64{}
 		}
 		name := u.Unit
 		if _, ok := a.units[name]; !ok && len(a.units) >= maxNamedUnits {
@@ -205,7 +207,7 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 		opts := []admission.Option{admission.WithClock(r.clk), admission.WithObserver(&replayObserver{r: r})}
 		for _, p := range c.Config.Policies {
 			if p.Store != "" && p.Store != "memory" {
-				opts = append(opts, admission.WithStore(p.Store, admission.MemoryStore{}))
+				opts = append(opts, admission.WithStore(p.Store, memstore.Store{}))
 			}
 		}
 		ctl, err := admission.New(c.Config, opts...)
@@ -262,7 +264,7 @@ func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at t
 	r.settleUntil(at)
 	r.clk.Set(at)
 	for i := range r.policies {
-		if r.policies[i].Matches(req) {
+		if r.policies[i].Matches(req.Operation, req.Model) {
 			r.stats[i].matched++
 		}
 	}
@@ -414,7 +416,7 @@ func (rp *Replayer) Report() ReplayReport {
 				PeakInFlight: ps.peakInFlight,
 			}
 			if pr.Unit == "" {
-				pr.Unit = admission.UnitRequests
+				pr.Unit = limits.UnitRequests
 			}
 			pr.Bypassed = pr.Matched - pr.Admitted - pr.Rejected - pr.WouldReject
 			pr.AdmittedRatio = ratio(pr.Admitted, pr.Matched)
@@ -642,10 +644,10 @@ type CandidateReport struct {
 type PolicyReplay struct {
 	// Policy, Mode, Algorithm and Unit describe the policy as the
 	// candidate configures it.
-	Policy    string              `json:"policy"`
-	Mode      admission.Mode      `json:"mode"`
-	Algorithm admission.Algorithm `json:"algorithm"`
-	Unit      admission.Unit      `json:"unit"`
+	Policy    string           `json:"policy"`
+	Mode      limits.Mode      `json:"mode"`
+	Algorithm limits.Algorithm `json:"algorithm"`
+	Unit      limits.Unit      `json:"unit"`
 	// Limit is the policy's own limit (plans may give tenants others).
 	Limit int64 `json:"limit"`
 	// Matched counts the requests the policy applies to. Each was

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -52,10 +53,10 @@ func logLines(t testing.TB, specs ...string) string {
 	return b.String()
 }
 
-func tenantKey() []admission.KeyPart { return []admission.KeyPart{admission.KeyTenant} }
+func tenantKey() []limits.KeyPart { return []limits.KeyPart{limits.KeyTenant} }
 
-func rpm(mode admission.Mode) admission.Policy {
-	return admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: admission.TokenBucket, Limit: 2, Per: time.Second, Mode: mode}
+func rpm(mode limits.Mode) admission.Policy {
+	return admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 2, Per: time.Second, Mode: mode}
 }
 
 func replay(t testing.TB, log string, cands ...shadow.Candidate) shadow.ReplayReport {
@@ -85,7 +86,7 @@ func TestReplayCounts(t *testing.T) {
 	}{
 		{
 			name:     "token bucket refills 2/s",
-			policy:   rpm(admission.Enforce),
+			policy:   rpm(limits.Enforce),
 			log:      []string{"0 acme", "0 acme", "0 acme tokens=10", "0.5 acme", "0.5 acme tokens=5", "0.5 beta"},
 			admitted: 4, rejected: 2, peak: 1,
 			want: counts{matched: 6, admitted: 4, rejected: 2, peak: 1, refusedTokens: 15},
@@ -93,7 +94,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "the same in shadow",
-			policy:   rpm(admission.Shadow),
+			policy:   rpm(limits.Shadow),
 			log:      []string{"0 acme", "0 acme", "0 acme tokens=10", "0.5 acme", "0.5 acme tokens=5", "0.5 beta"},
 			admitted: 6, would: 2, peak: 1,
 			want: counts{matched: 6, admitted: 4, would: 2, peak: 1, refusedTokens: 15},
@@ -101,7 +102,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "concurrency: permits held for the duration, freed at its end",
-			policy:   admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 1},
+			policy:   admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 1},
 			log:      []string{"0 acme dur=1s", "0 acme", "0.5 beta dur=1s", "1 acme", "1.2 beta", "1.5 beta"},
 			admitted: 4, rejected: 2, peak: 2,
 			want: counts{matched: 6, admitted: 4, rejected: 2, peak: 2},
@@ -109,7 +110,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "tokens reconciled with the actual usage",
-			policy:   admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute},
+			policy:   admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute},
 			log:      []string{"0 acme tokens=800 actual=200", "0 acme tokens=700", "0 acme tokens=200", "0 beta tokens=1000"},
 			admitted: 3, rejected: 1, peak: 1,
 			want: counts{matched: 4, admitted: 3, rejected: 1, peak: 1, refusedTokens: 200},
@@ -117,7 +118,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "settled late: actual usage charged at the end of the duration",
-			policy:   admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 1000, Per: time.Minute},
+			policy:   admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.FixedWindow, Limit: 1000, Per: time.Minute},
 			log:      []string{"0 acme tokens=100 actual=900 dur=2s", "1 acme tokens=800", "3 acme tokens=100", "3 acme tokens=1"},
 			admitted: 2, rejected: 2, peak: 2,
 			want: counts{matched: 4, admitted: 2, rejected: 2, peak: 2, refusedTokens: 101},
@@ -125,7 +126,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "operations not matched are not counted",
-			policy:   admission.Policy{Name: "chat", Key: tenantKey(), Algorithm: admission.FixedWindow, Limit: 1, Per: time.Minute, Match: admission.Match{Operations: []string{"chat"}}},
+			policy:   admission.Policy{Name: "chat", Key: tenantKey(), Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute, Match: limits.Match{Operations: []string{"chat"}}},
 			log:      []string{"0 acme op=chat", "0 acme op=embed", "1 acme op=chat", "2 acme op=embed"},
 			admitted: 3, rejected: 1, peak: 1,
 			want: counts{matched: 2, admitted: 1, rejected: 1, peak: 1},
@@ -160,8 +161,8 @@ func TestReplayCounts(t *testing.T) {
 // policies after the rejecting one are bypassed, and ones before give
 // their permits back.
 func TestReplayBypassed(t *testing.T) {
-	quota := admission.Policy{Name: "daily", Key: tenantKey(), Algorithm: admission.Quota, Period: admission.PeriodDay, Limit: 100}
-	rep := replay(t, logLines(t, "0 acme", "0 acme", "0 acme", "0.1 acme"), cand("c", rpm(admission.Enforce), quota))
+	quota := admission.Policy{Name: "daily", Key: tenantKey(), Algorithm: limits.Quota, Period: limits.PeriodDay, Limit: 100}
+	rep := replay(t, logLines(t, "0 acme", "0 acme", "0 acme", "0.1 acme"), cand("c", rpm(limits.Enforce), quota))
 	for _, p := range rep.Candidates[0].Policies {
 		var want [4]int64 // matched, admitted, rejected, bypassed
 		switch p.Policy {
@@ -205,22 +206,22 @@ func randomLog(t testing.TB, seed uint64, n int) string {
 func TestReplayShadowEqualsEnforce(t *testing.T) {
 	log := randomLog(t, 7, 4000)
 	policies := []admission.Policy{
-		{Name: "token_bucket", Key: tenantKey(), Algorithm: admission.TokenBucket, Limit: 5, Burst: 3, Per: time.Second},
-		{Name: "fixed_window", Key: tenantKey(), Algorithm: admission.FixedWindow, Limit: 4, Per: time.Second},
-		{Name: "sliding_window", Key: tenantKey(), Algorithm: admission.SlidingWindow, Limit: 4, Per: time.Second},
-		{Name: "sliding_log", Key: tenantKey(), Algorithm: admission.SlidingLog, Limit: 4, Per: time.Second},
-		{Name: "tokens", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 4000, Per: time.Second},
-		{Name: "concurrency", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 3},
-		{Name: "global_concurrency", Algorithm: admission.Concurrency, Limit: 40},
+		{Name: "token_bucket", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 5, Burst: 3, Per: time.Second},
+		{Name: "fixed_window", Key: tenantKey(), Algorithm: limits.FixedWindow, Limit: 4, Per: time.Second},
+		{Name: "sliding_window", Key: tenantKey(), Algorithm: limits.SlidingWindow, Limit: 4, Per: time.Second},
+		{Name: "sliding_log", Key: tenantKey(), Algorithm: limits.SlidingLog, Limit: 4, Per: time.Second},
+		{Name: "tokens", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 4000, Per: time.Second},
+		{Name: "concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 3},
+		{Name: "global_concurrency", Algorithm: limits.Concurrency, Limit: 40},
 		// The replay never waits: an enforcing queue rejects what does not
 		// fit, as its shadow twin reports would-reject instead of waiting.
-		{Name: "queued_concurrency", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 2, Queue: admission.Queue{Size: 4, Timeout: time.Second}},
-		{Name: "quota", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 200_000, Per: time.Hour},
+		{Name: "queued_concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2, Queue: limits.Queue{Size: 4, Timeout: time.Second}},
+		{Name: "quota", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 200_000, Per: time.Hour},
 	}
 	var cands []shadow.Candidate
 	for _, p := range policies {
 		e, s := p, p
-		e.Mode, s.Mode = admission.Enforce, admission.Shadow
+		e.Mode, s.Mode = limits.Enforce, limits.Shadow
 		cands = append(cands, cand(p.Name+"/enforce", e), cand(p.Name+"/shadow", s))
 	}
 	rep := replay(t, log, cands...)
@@ -252,8 +253,8 @@ func TestReplayShadowEqualsEnforce(t *testing.T) {
 func TestReplayDeterministic(t *testing.T) {
 	log := randomLog(t, 11, 3000)
 	cands := []shadow.Candidate{
-		cand("a", rpm(admission.Enforce), admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 2, Mode: admission.Shadow}),
-		cand("b", admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 5000, Per: time.Second}),
+		cand("a", rpm(limits.Enforce), admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2, Mode: limits.Shadow}),
+		cand("b", admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 5000, Per: time.Second}),
 	}
 	var outs [3][]byte
 	for i := range outs {
@@ -276,7 +277,7 @@ func TestReplayMaxTenants(t *testing.T) {
 	for i := range 10 {
 		specs = append(specs, fmt.Sprintf("0 t%d", i), fmt.Sprintf("0 t%d", i), fmt.Sprintf("0 t%d", i))
 	}
-	p := admission.Policy{Name: "one", Key: tenantKey(), Algorithm: admission.FixedWindow, Limit: 1, Per: time.Minute}
+	p := admission.Policy{Name: "one", Key: tenantKey(), Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute}
 	rp, err := shadow.NewReplayer(shadow.ReplayConfig{MaxTenants: 3, TopTenants: 5}, cand("c", p))
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +300,7 @@ func TestReplayMaxTenants(t *testing.T) {
 
 // Records out of time order are replayed at the time before them.
 func TestReplayReordered(t *testing.T) {
-	rep := replay(t, logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme"), cand("c", rpm(admission.Enforce)))
+	rep := replay(t, logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme"), cand("c", rpm(limits.Enforce)))
 	if rep.Reordered != 2 || rep.Candidates[0].Rejected != 1 {
 		t.Errorf("Reordered = %d, Rejected = %d; want 2, 1", rep.Reordered, rep.Candidates[0].Rejected)
 	}
@@ -309,7 +310,7 @@ func TestReplayErrors(t *testing.T) {
 	if _, err := shadow.NewReplayer(shadow.ReplayConfig{}); err == nil {
 		t.Error("NewReplayer without candidates succeeded")
 	}
-	bad := admission.Policy{Name: "x", Algorithm: admission.TokenBucket}
+	bad := admission.Policy{Name: "x", Algorithm: limits.TokenBucket}
 	if _, err := shadow.NewReplayer(shadow.ReplayConfig{}, cand("bad", bad)); err == nil || !strings.Contains(err.Error(), "candidate bad") {
 		t.Errorf("NewReplayer(invalid policy) = %v; want an error naming the candidate", err)
 	}
@@ -357,7 +358,7 @@ func TestReplayOnRecordError(t *testing.T) {
 			if tt.nilFunc {
 				cfg.OnRecordError = nil
 			}
-			rp, err := shadow.NewReplayer(cfg, cand("c", rpm(admission.Enforce)))
+			rp, err := shadow.NewReplayer(cfg, cand("c", rpm(limits.Enforce)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -415,7 +416,7 @@ func TestReplayOnRecordErrorBatches(t *testing.T) {
 		lines = append(lines, re.Line)
 		replayed = append(replayed, rp.Report().Records)
 		return nil
-	}}, cand("c", rpm(admission.Shadow)))
+	}}, cand("c", rpm(limits.Shadow)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func TestReplayTextColumns(t *testing.T) {
 				log = "{}\n" + log
 			}
 			cfg := shadow.ReplayConfig{OnRecordError: func(*shadow.RecordError) error { return nil }}
-			rep, err := shadow.Replay(context.Background(), strings.NewReader(log), cfg, cand("c", rpm(admission.Enforce)))
+			rep, err := shadow.Replay(context.Background(), strings.NewReader(log), cfg, cand("c", rpm(limits.Enforce)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -490,7 +491,7 @@ func TestReplayTextColumns(t *testing.T) {
 	}
 
 	// An empty log has nothing to say about its estimates.
-	rep := replay(t, "", cand("c", rpm(admission.Enforce)))
+	rep := replay(t, "", cand("c", rpm(limits.Enforce)))
 	var b bytes.Buffer
 	if err := rep.WriteText(&b); err != nil {
 		t.Fatal(err)
@@ -503,8 +504,8 @@ func TestReplayTextColumns(t *testing.T) {
 func TestReplayText(t *testing.T) {
 	log := logLines(t, "0 acme dur=1s", "0 acme", "0 acme tokens=10", "0.5 acme", "0.5 acme tokens=5", "0.5 beta dur=2s", "1 beta")
 	rep := replay(t, log,
-		cand("enforce.yaml", rpm(admission.Enforce), admission.Policy{Name: "conc", Algorithm: admission.Concurrency, Limit: 1}),
-		cand("shadow.yaml", rpm(admission.Shadow), admission.Policy{Name: "conc", Algorithm: admission.Concurrency, Limit: 1, Mode: admission.Shadow}))
+		cand("enforce.yaml", rpm(limits.Enforce), admission.Policy{Name: "conc", Algorithm: limits.Concurrency, Limit: 1}),
+		cand("shadow.yaml", rpm(limits.Shadow), admission.Policy{Name: "conc", Algorithm: limits.Concurrency, Limit: 1, Mode: limits.Shadow}))
 	var b bytes.Buffer
 	if err := rep.WriteText(&b); err != nil {
 		t.Fatal(err)
@@ -518,12 +519,12 @@ func TestReplayText(t *testing.T) {
 func BenchmarkReplay(b *testing.B) {
 	log := randomLog(b, 3, 100_000)
 	cands := []shadow.Candidate{
-		cand("a", rpm(admission.Enforce),
-			admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 20_000, Per: time.Second},
-			admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: admission.Concurrency, Limit: 4, Mode: admission.Shadow}),
-		cand("b", admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: admission.TokenBucket, Limit: 10, Per: time.Second, Mode: admission.Shadow},
-			admission.Policy{Name: "tpm", Key: tenantKey(), Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 10_000, Per: time.Second},
-			admission.Policy{Name: "conc", Algorithm: admission.Concurrency, Limit: 50}),
+		cand("a", rpm(limits.Enforce),
+			admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 20_000, Per: time.Second},
+			admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 4, Mode: limits.Shadow}),
+		cand("b", admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 10, Per: time.Second, Mode: limits.Shadow},
+			admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 10_000, Per: time.Second},
+			admission.Policy{Name: "conc", Algorithm: limits.Concurrency, Limit: 50}),
 	}
 	b.SetBytes(int64(len(log)))
 	b.ReportAllocs()

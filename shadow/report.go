@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Defaults of RecorderConfig.
@@ -56,7 +57,7 @@ type Recorder struct {
 
 type policyWindow struct {
 	mu      sync.Mutex
-	mode    admission.Mode
+	mode    limits.Mode
 	buckets []bucket
 }
 
@@ -165,7 +166,7 @@ type PolicyReport struct {
 	// Mode is the policy's mode at its last decision. For a Shadow policy
 	// Refused counts would-reject decisions: what enforcing it would
 	// have rejected.
-	Mode admission.Mode
+	Mode limits.Mode
 	// Requests counts the policy's decisions in the window.
 	Requests int64
 	// Refused counts those rejected, timed out, failed closed or (in
@@ -265,7 +266,7 @@ func (rep Report) String() string {
 	var b strings.Builder
 	for _, p := range rep.Policies {
 		verb := "rejected"
-		if p.Mode == admission.Shadow {
+		if p.Mode == limits.Shadow {
 			b.WriteString("if enforced now, ")
 			verb = "would reject"
 		}

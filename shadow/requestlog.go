@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Limits of the request log format.
@@ -430,15 +431,15 @@ func parseUnits(field string, m map[string]int64, bad func(field, format string,
 	out := make([]admission.UnitAmount, 0, len(m))
 	for _, u := range slices.Sorted(maps.Keys(m)) {
 		n := m[u]
-		switch admission.Unit(u) {
-		case "", admission.UnitRequests, admission.UnitTokens, admission.UnitCost:
+		switch limits.Unit(u) {
+		case "", limits.UnitRequests, limits.UnitTokens, limits.UnitCost:
 			bad(field, "%q is not a named unit (requests are implied; tokens and cost have their own fields)", u)
 			continue
 		}
 		if n < 0 {
 			bad(field+"."+u, "must be >= 0, got %d", n)
 		}
-		out = append(out, admission.UnitAmount{Unit: admission.Unit(u), Amount: n})
+		out = append(out, admission.UnitAmount{Unit: limits.Unit(u), Amount: n})
 	}
 	return out
 }

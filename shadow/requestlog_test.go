@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -81,7 +82,7 @@ func TestParseRecord(t *testing.T) {
 func TestRecordRequestAndUsage(t *testing.T) {
 	r := shadow.Record{Tenant: "acme", Tokens: 100, Cost: 7, Actual: &shadow.Actual{Tokens: ptr[int64](0)}}
 	req := r.Request()
-	if req.Amount(admission.UnitRequests) != 1 || req.Amount(admission.UnitTokens) != 100 || req.Amount(admission.UnitCost) != 7 {
+	if req.Amount(limits.UnitRequests) != 1 || req.Amount(limits.UnitTokens) != 100 || req.Amount(limits.UnitCost) != 7 {
 		t.Errorf("Request() = %+v", req)
 	}
 	if u := r.Usage(); !u.TokensKnown || u.Tokens != 0 || u.CostKnown {

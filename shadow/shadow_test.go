@@ -10,6 +10,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -17,7 +19,7 @@ var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 func wouldReject(tenant string) admission.Decision {
 	return admission.Decision{
-		Status:  admission.Status{Policy: "tpm", Mode: admission.Shadow, Unit: admission.UnitTokens, Limit: 1000, Window: time.Minute},
+		Status:  admission.Status{Policy: "tpm", Mode: limits.Shadow, Unit: limits.UnitTokens, Limit: 1000, Window: time.Minute},
 		Outcome: admission.WouldReject, Reason: admission.ReasonRate, Tenant: tenant, Cost: 300, RetryAfter: 2 * time.Second,
 	}
 }
@@ -98,7 +100,7 @@ func TestLogRecord(t *testing.T) {
 	// Admitted decisions are not logged; one enforced rejection in two is.
 	l.Decision(&admission.Decision{Status: admission.Status{Policy: "tpm"}, Outcome: admission.Admitted})
 	rej := wouldReject("acme")
-	rej.Outcome, rej.Mode = admission.Rejected, admission.Enforce
+	rej.Outcome, rej.Mode = admission.Rejected, limits.Enforce
 	for range 4 {
 		l.Decision(&rej)
 	}
@@ -130,7 +132,7 @@ func TestLogAdmitSample(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range tc.decisions {
-			l.Decision(&admission.Decision{Status: admission.Status{Policy: "rpm", Mode: admission.Enforce}, Outcome: admission.Admitted, Tenant: "acme"})
+			l.Decision(&admission.Decision{Status: admission.Status{Policy: "rpm", Mode: limits.Enforce}, Outcome: admission.Admitted, Tenant: "acme"})
 		}
 		recs := records(t, &buf)
 		if len(recs) != tc.want {
@@ -228,20 +230,19 @@ func TestJoin(t *testing.T) {
 	o.LeaseExpired("p", 1)
 	o.PartitionsEvicted("p", 1)
 	o.StoreError(admission.StoreEvent{})
-	o.Reloaded(admission.Reload{})
 	if len(r1.Report(1).Policies) != 1 || len(r2.Report(1).Policies) != 1 {
 		t.Error("Join did not pass the decision to every observer")
 	}
-	if _, ok := o.(admission.StoreCallObserver); ok {
+	if _, ok := o.(backend.CallObserver); ok {
 		t.Error("Join of observers without store calls wants store calls")
 	}
 	calls := &storeCalls{}
 	o = shadow.Join(r1, calls)
-	sc, ok := o.(admission.StoreCallObserver)
+	sc, ok := o.(backend.CallObserver)
 	if !ok {
 		t.Fatal("Join with a StoreCallObserver is not one")
 	}
-	sc.StoreCall(admission.StoreCall{Store: "redis", Op: "batch"})
+	sc.StoreCall(backend.Call{Store: "redis", Op: "batch"})
 	if len(calls.got) != 1 || calls.got[0].Op != "batch" {
 		t.Errorf("store calls passed on: %+v; want the one batch call", calls.got)
 	}
@@ -249,10 +250,10 @@ func TestJoin(t *testing.T) {
 
 type storeCalls struct {
 	admission.NopObserver
-	got []admission.StoreCall
+	got []backend.Call
 }
 
-func (s *storeCalls) StoreCall(c admission.StoreCall) { s.got = append(s.got, c) }
+func (s *storeCalls) StoreCall(c backend.Call) { s.got = append(s.got, c) }
 
 // TestLogDurationsInSeconds: every duration of a record is a number of
 // seconds to the millisecond, in JSON and in text, never nanoseconds; a
@@ -261,7 +262,7 @@ func TestLogDurationsInSeconds(t *testing.T) {
 	d := wouldReject("acme")
 	d.RetryAfter, d.QueueWait, d.Reset, d.Window = 11954624567*time.Nanosecond, 1020*time.Millisecond, 31*24*time.Hour, 31*24*time.Hour
 	never := wouldReject("acme")
-	never.RetryAfter = admission.Never
+	never.RetryAfter = limits.Never
 	for _, tc := range []struct {
 		d    admission.Decision
 		want map[string]any

@@ -1,5 +1,6 @@
 // Package admissiontest provides helpers for testing code built on package
-// admission: a fake clock and the conformance suite every Store must pass.
+// admission: a fake clock. The conformance suite of stores is package
+// backend/backendtest.
 package admissiontest
 
 import (

@@ -13,6 +13,8 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of broken policy files")
@@ -82,7 +84,7 @@ func TestExampleFile(t *testing.T) {
 	if want := []string{"POST /v1/chat/completions", "POST /v1/embeddings"}; strings.Join(tpm.Match.Operations, ",") != strings.Join(want, ",") {
 		t.Errorf("tenant-tpm operations = %q; want %q", tpm.Match.Operations, want)
 	}
-	if tpm.Limit != 100_000 || tpm.MaxCost != 32_000 || tpm.Unit != admission.UnitTokens {
+	if tpm.Limit != 100_000 || tpm.MaxCost != 32_000 || tpm.Unit != limits.UnitTokens {
 		t.Errorf("tenant-tpm = %d/%d %s; want 100000/32000 tokens", tpm.Limit, tpm.MaxCost, tpm.Unit)
 	}
 	if f.HTTP.MaxBody != 1<<20 || f.HTTP.QuotaStatus != 403 || len(f.Identity.TrustedProxies) != 2 {
@@ -192,7 +194,7 @@ func FuzzParse(f *testing.F) {
 		}
 		var opts []admission.Option
 		for _, s := range file.Stores() {
-			opts = append(opts, admission.WithStore(s, admission.MemoryStore{}))
+			opts = append(opts, admission.WithStore(s, memstore.Store{}))
 		}
 		if _, err := admission.New(file.Config, opts...); err != nil {
 			t.Fatalf("Parse accepted a configuration admission.New refuses: %v", err)

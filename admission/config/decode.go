@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // maxNodes bounds the nodes visited while decoding, so that nested aliases
@@ -112,7 +113,7 @@ func (d *decoder) fieldErrors(err error, root *yaml.Node) {
 	}
 	walk(err)
 	for _, e := range leaves {
-		var fe *admission.FieldError
+		var fe *limits.FieldError
 		if !errors.As(e, &fe) {
 			d.errorf(root, "", "%v", e)
 			continue
@@ -332,8 +333,8 @@ func (d *decoder) positive(dst *int64, set *bool) func(*yaml.Node, string) {
 			d.errorf(d.resolve(n), path, "must be > 0, got %d", v)
 			return
 		}
-		if v > admission.MaxAmount {
-			d.errorf(d.resolve(n), path, "must be <= %d (MaxAmount), got %d", admission.MaxAmount, v)
+		if v > limits.MaxAmount {
+			d.errorf(d.resolve(n), path, "must be <= %d (MaxAmount), got %d", limits.MaxAmount, v)
 			return
 		}
 		*dst = v
@@ -533,10 +534,10 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 		if !validName(unit) {
 			d.errorf(d.lines[path+".unit"], path+".unit", "%q is not a valid unit name", unit)
 		}
-		pol.Unit = admission.Unit(unit)
+		pol.Unit = limits.Unit(unit)
 	}
 	for i, k := range keys {
-		var kp admission.KeyPart
+		var kp limits.KeyPart
 		if err := kp.UnmarshalText([]byte(k)); err != nil {
 			d.errorf(d.locate(fmt.Sprintf("%s.key[%d]", path, i), nil), fmt.Sprintf("%s.key[%d]", path, i), "%s", strings.Replace(err.Error(), "unknown key", "unknown key part", 1))
 			continue
@@ -550,14 +551,14 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 		} else {
 			pol.Location = loc
 		}
-		if pol.Algorithm != admission.Quota || pol.Period == admission.PeriodFixed {
+		if pol.Algorithm != limits.Quota || pol.Period == limits.PeriodFixed {
 			d.errorf(locationAt, path+".location", "only a day or month quota has a location")
 		}
 	}
-	if _, given := d.lines[path+".period"]; given && pol.Algorithm != admission.Quota {
+	if _, given := d.lines[path+".period"]; given && pol.Algorithm != limits.Quota {
 		d.errorf(d.lines[path+".period"], path+".period", "only a quota has a period")
 	}
-	if info.Bounds != "" && pol.Algorithm != admission.Quota {
+	if info.Bounds != "" && pol.Algorithm != limits.Quota {
 		d.errorf(d.lines[path+".bounds"], path+".bounds", "only a quota bounds another policy")
 	}
 	if len(info.Methods) > 0 && len(info.Routes) == 0 {
@@ -598,8 +599,8 @@ func isMethod(m string) bool {
 }
 
 // overrideNode decodes one plan or tenant override of a policy.
-func (d *decoder) override(n *yaml.Node, path string) admission.Override {
-	var o admission.Override
+func (d *decoder) override(n *yaml.Node, path string) limits.Override {
+	var o limits.Override
 	if d.mapping(n, path,
 		field{"limit", d.positive(&o.Limit, nil)},
 		field{"burst", d.positive(&o.Burst, nil)},
@@ -612,12 +613,12 @@ func (d *decoder) override(n *yaml.Node, path string) admission.Override {
 
 func (d *decoder) decodePlans(n *yaml.Node, path string) {
 	pl := &d.f.Config.Plans
-	pl.Plans = map[string]map[string]admission.Override{}
+	pl.Plans = map[string]map[string]limits.Override{}
 	d.pairs(n, path, func(plan string, k, v *yaml.Node, p string) {
 		if !validName(plan) {
 			d.errorf(k, p, "%q is not a valid plan name", plan)
 		}
-		os := map[string]admission.Override{}
+		os := map[string]limits.Override{}
 		d.pairs(v, p, func(pol string, _, v *yaml.Node, p string) {
 			os[pol] = d.override(v, p)
 		})
@@ -627,15 +628,15 @@ func (d *decoder) decodePlans(n *yaml.Node, path string) {
 
 func (d *decoder) decodeTenants(n *yaml.Node, path string) {
 	pl := &d.f.Config.Plans
-	pl.Tenants = map[string]admission.TenantPlan{}
+	pl.Tenants = map[string]limits.TenantPlan{}
 	d.pairs(n, path, func(tenant string, k, v *yaml.Node, p string) {
 		d.tenantNodes[tenant] = k
-		var tp admission.TenantPlan
+		var tp limits.TenantPlan
 		d.mapping(v, p,
 			field{"plan", d.name(&tp.Plan, "plan")},
 			field{"api_keys", func(n *yaml.Node, p string) { d.decodeKeys(tenant, n, p) }},
 			field{"overrides", func(n *yaml.Node, p string) {
-				tp.Overrides = map[string]admission.Override{}
+				tp.Overrides = map[string]limits.Override{}
 				d.pairs(n, p, func(pol string, _, v *yaml.Node, p string) {
 					tp.Overrides[pol] = d.override(v, p)
 				})
@@ -874,7 +875,7 @@ func (d *decoder) validate(root *yaml.Node) {
 			continue
 		}
 		t := &pols[j]
-		if !t.Algorithm.IsRate() || t.Algorithm == admission.Quota {
+		if !t.Algorithm.IsRate() || t.Algorithm == limits.Quota {
 			d.errorf(d.lines[path], path, "%q is a %s, not a rate policy", b, t.Algorithm)
 			continue
 		}
@@ -883,22 +884,22 @@ func (d *decoder) validate(root *yaml.Node) {
 		}
 	}
 	pl := &f.Config.Plans
-	checkOverride := func(path, pol string, o admission.Override) {
+	checkOverride := func(path, pol string, o limits.Override) {
 		i, ok := byName[pol]
 		if !ok {
 			d.errorf(d.lines[path], path, "no such policy %q", pol)
 			return
 		}
 		p := &pols[i]
-		if o.Burst > 0 && p.Algorithm != admission.TokenBucket {
+		if o.Burst > 0 && p.Algorithm != limits.TokenBucket {
 			d.errorf(d.lines[path+".burst"], path+".burst", "only a token_bucket has a burst")
 		}
-		if o.Per > 0 && (p.Algorithm == admission.Concurrency || p.Algorithm == admission.Quota && p.Period != admission.PeriodFixed) {
+		if o.Per > 0 && (p.Algorithm == limits.Concurrency || p.Algorithm == limits.Quota && p.Period != limits.PeriodFixed) {
 			d.errorf(d.lines[path+".per"], path+".per", "a %s policy has no per", p.Algorithm)
 		}
 		if p.MaxCost > 0 {
 			capacity := o.Limit
-			if p.Algorithm == admission.TokenBucket && (o.Burst > 0 || p.Burst > 0) {
+			if p.Algorithm == limits.TokenBucket && (o.Burst > 0 || p.Burst > 0) {
 				capacity = max(o.Burst, p.Burst)
 				if o.Burst > 0 {
 					capacity = o.Burst
@@ -938,9 +939,9 @@ func (d *decoder) validate(root *yaml.Node) {
 // quotaSpan returns the shortest length of a quota's period.
 func quotaSpan(p *admission.Policy) time.Duration {
 	switch p.Period {
-	case admission.PeriodDay:
+	case limits.PeriodDay:
 		return 24 * time.Hour
-	case admission.PeriodMonth:
+	case limits.PeriodMonth:
 		return 28 * 24 * time.Hour
 	}
 	return p.Per

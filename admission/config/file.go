@@ -56,6 +56,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // File is a decoded, validated policy file.
@@ -272,16 +273,16 @@ type Row struct {
 	// Plan is the plan name, "-" for the policy's own limits, or
 	// "tenant:<id>" for a tenant with its own overrides.
 	Plan      string
-	Policy    string              // policy name
-	Mode      admission.Mode      // enforce, shadow or off
-	Algorithm admission.Algorithm // the policy's algorithm
-	Unit      admission.Unit      // what it counts
-	Key       string              // key parts joined by "+", or "global"
-	Limit     int64               // the effective limit
-	Burst     int64               // the effective burst (token buckets)
-	Per       time.Duration       // the effective period or window
-	Period    admission.Period    // a quota's period kind
-	Queue     int                 // queue size, 0 for none
+	Policy    string           // policy name
+	Mode      limits.Mode      // enforce, shadow or off
+	Algorithm limits.Algorithm // the policy's algorithm
+	Unit      limits.Unit      // what it counts
+	Key       string           // key parts joined by "+", or "global"
+	Limit     int64            // the effective limit
+	Burst     int64            // the effective burst (token buckets)
+	Per       time.Duration    // the effective period or window
+	Period    limits.Period    // a quota's period kind
+	Queue     int              // queue size, 0 for none
 }
 
 // Effective returns the limits every plan gives every policy, the policies'
@@ -289,7 +290,7 @@ type Row struct {
 func (f *File) Effective() []Row {
 	var rows []Row
 	pols := f.Config.Policies
-	add := func(plan string, overrides ...map[string]admission.Override) {
+	add := func(plan string, overrides ...map[string]limits.Override) {
 		for i := range pols {
 			p := &pols[i]
 			r := Row{
@@ -297,9 +298,9 @@ func (f *File) Effective() []Row {
 				Limit: p.Limit, Burst: p.Burst, Per: p.Per, Period: p.Period, Queue: p.Queue.Size,
 			}
 			if r.Unit == "" {
-				r.Unit = admission.UnitRequests
+				r.Unit = limits.UnitRequests
 			}
-			if r.Burst == 0 && p.Algorithm == admission.TokenBucket {
+			if r.Burst == 0 && p.Algorithm == limits.TokenBucket {
 				r.Burst = r.Limit
 			}
 			r.Key = keyString(p.Key)
@@ -311,7 +312,7 @@ func (f *File) Effective() []Row {
 				follows := r.Burst == r.Limit
 				if o.Limit > 0 {
 					r.Limit = o.Limit
-					if follows && p.Algorithm == admission.TokenBucket {
+					if follows && p.Algorithm == limits.TokenBucket {
 						r.Burst = o.Limit
 					}
 				}
@@ -353,7 +354,7 @@ func (f *File) Effective() []Row {
 	return rows
 }
 
-func keyString(ks []admission.KeyPart) string {
+func keyString(ks []limits.KeyPart) string {
 	if len(ks) == 0 {
 		return "global"
 	}

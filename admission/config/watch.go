@@ -41,7 +41,7 @@ import (
 type Watcher struct {
 	path     string
 	ctl      *admission.Controller
-	obs      admission.Observer
+	obs      ReloadObserver
 	log      *slog.Logger
 	onApply  []func(*File)
 	signals  []os.Signal
@@ -71,9 +71,15 @@ type version struct {
 // A WatchOption configures a Watcher.
 type WatchOption func(*Watcher)
 
+// A ReloadObserver is told the result of every reload: a nil error when
+// the file was applied. The metrics observer is one.
+type ReloadObserver interface {
+	Reloaded(err error)
+}
+
 // WithObserver sets the observer told about every reload, applied or
-// refused (Observer.Reloaded); use the controller's observer.
-func WithObserver(o admission.Observer) WatchOption { return func(w *Watcher) { w.obs = o } }
+// refused.
+func WithObserver(o ReloadObserver) WatchOption { return func(w *Watcher) { w.obs = o } }
 
 // WithLogger sets the logger of reloads; the default is slog.Default().
 func WithLogger(l *slog.Logger) WatchOption { return func(w *Watcher) { w.log = l } }
@@ -99,7 +105,7 @@ func WithDebounce(d time.Duration) WatchOption { return func(w *Watcher) { w.deb
 // watching it until Close. It fails when the first load fails.
 func Watch(path string, ctl *admission.Controller, opts ...WatchOption) (*Watcher, error) {
 	w := &Watcher{
-		path: filepath.Clean(path), ctl: ctl, obs: admission.NopObserver{}, log: slog.Default(),
+		path: filepath.Clean(path), ctl: ctl, log: slog.Default(),
 		signals: []os.Signal{syscall.SIGHUP}, debounce: 100 * time.Millisecond,
 		stop: make(chan struct{}),
 	}
@@ -239,14 +245,18 @@ func (w *Watcher) reload(force bool) error {
 	for _, fn := range w.onApply {
 		fn(f)
 	}
-	w.obs.Reloaded(admission.Reload{Source: w.path, Policies: len(f.Config.Policies)})
+	if w.obs != nil {
+		w.obs.Reloaded(nil)
+	}
 	w.log.Info("policy file applied", slog.String("file", w.path), slog.Int("policies", len(f.Config.Policies)))
 	return nil
 }
 
 func (w *Watcher) refuse(err error) error {
 	w.refused.Add(1)
-	w.obs.Reloaded(admission.Reload{Source: w.path, Err: err, Policies: w.policies()})
+	if w.obs != nil {
+		w.obs.Reloaded(err)
+	}
 	n := 0
 	var es Errors
 	if errors.As(err, &es) {

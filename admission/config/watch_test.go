@@ -21,22 +21,21 @@ import (
 )
 
 type reloads struct {
-	admission.NopObserver
 	mu  sync.Mutex
-	got []admission.Reload
+	got []error
 }
 
-func (r *reloads) Reloaded(ev admission.Reload) {
+func (r *reloads) Reloaded(err error) {
 	r.mu.Lock()
-	r.got = append(r.got, ev)
+	r.got = append(r.got, err)
 	r.mu.Unlock()
 }
 
 func (r *reloads) count() (ok, failed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, ev := range r.got {
-		if ev.Err != nil {
+	for _, err := range r.got {
+		if err != nil {
 			failed++
 		} else {
 			ok++
@@ -83,7 +82,7 @@ func write(t *testing.T, path, data string) {
 }
 
 // serve starts a controller, a watcher and a real HTTP server on loopback.
-func serve(t *testing.T, path string, obs admission.Observer, opts ...config.WatchOption) (*config.Watcher, *httptest.Server) {
+func serve(t *testing.T, path string, obs config.ReloadObserver, opts ...config.WatchOption) (*config.Watcher, *httptest.Server) {
 	t.Helper()
 	f, err := config.Load(path)
 	if err != nil {

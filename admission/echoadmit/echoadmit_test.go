@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/echoadmit"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 const key = "sk-echo-1"
@@ -75,9 +76,9 @@ func get(t testing.TB, srv *httptest.Server, path, k string) (*http.Response, st
 }
 
 var itemsPolicy = admission.Policy{
-	Name: "items", Key: []admission.KeyPart{admission.KeyTenant},
-	Match:     admission.Match{Operations: []string{"GET /v1/items/:id"}},
-	Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute,
+	Name: "items", Key: []limits.KeyPart{limits.KeyTenant},
+	Match:     limits.Match{Operations: []string{"GET /v1/items/:id"}},
+	Algorithm: limits.FixedWindow, Limit: 2, Per: time.Minute,
 }
 
 func TestEchoContract(t *testing.T) {
@@ -185,8 +186,8 @@ func Example() {
 func Example_identifierExtractor() {
 	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "per-tenant", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.TokenBucket, Limit: 5, Per: time.Second, Burst: 1,
+		Name: "per-tenant", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 1,
 	}}}, admission.WithClock(clk))
 	mw, _ := httpadmit.New(ctl, httpadmit.WithRetryAfterMs(true))
 	e := echo.New()

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/echoadmit"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 func send(t *testing.T, url string, hdr ...string) (*http.Response, string) {
@@ -56,7 +57,7 @@ func TestHTTPAdmitOptionsOnEcho(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprint(w, "busy: "+rej.Policy)
 	}
-	tb := admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: 5, Per: time.Second, Burst: 1}
+	tb := admission.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 1}
 	srv, _ := newServerWith(t, echoadmit.Config{}, []httpadmit.Option{httpadmit.WithIdentity(identify), httpadmit.WithRejectionHandler(hook)}, tb)
 	if resp, body := send(t, srv.URL+"/v1/items/1", "X-Session", "forged"); resp.StatusCode != 401 || problemType(t, body) != httpadmit.ProblemUnauthenticated {
 		t.Errorf("forged session: %d %s; want 401 unauthenticated", resp.StatusCode, body)
@@ -80,7 +81,7 @@ func TestHTTPAdmitOptionsOnEcho(t *testing.T) {
 // without its text; a negative estimate is a 400 invalid-cost, an
 // absurdly large one saturated and refused as a decision.
 func TestEchoIdentifierAndCost(t *testing.T) {
-	tpm := admission.Policy{Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute}
+	tpm := admission.Policy{Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute}
 	srv := newServer(t, echoadmit.Config{
 		IdentifierExtractor: func(c echo.Context) (httpadmit.Identity, error) {
 			if c.Request().Header.Get("X-Token") != "signed" {
@@ -116,7 +117,7 @@ func TestEchoIdentifierAndCost(t *testing.T) {
 // TestEchoServerTiming: a request admitted after 1.5 s in a queue
 // carries "queue;dur=1500" under echo too.
 func TestEchoServerTiming(t *testing.T) {
-	conc := admission.Policy{Name: "conc", Algorithm: admission.Concurrency, Limit: 1, Queue: admission.Queue{Size: 2}}
+	conc := admission.Policy{Name: "conc", Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 2}}
 	srv, env := newServerWith(t, echoadmit.Config{}, nil, conc)
 	held := async(t, srv.URL+"/v1/hold")
 	waitStats(t, env.ctl, func(s admission.PolicyStats) bool { return s.InFlight == 1 })

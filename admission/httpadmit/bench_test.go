@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 var okBody = []byte("ok\n")
@@ -34,8 +35,8 @@ func benchRequest() *http.Request {
 // limit headers, the handler and the settlement.
 func BenchmarkMiddleware(b *testing.B) {
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "per-tenant", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second,
+		Name: "per-tenant", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Second,
 	}}})
 	if err != nil {
 		b.Fatal(err)

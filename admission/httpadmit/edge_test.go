@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // bodyServer serves a handler behind the middleware whose WithRequest
@@ -22,7 +23,7 @@ import (
 func bodyServer(t *testing.T, opts ...httpadmit.Option) *httptest.Server {
 	t.Helper()
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
-		{Name: "tpm", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Minute},
+		{Name: "tpm", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Minute},
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // A per-tenant bucket of 2 requests per minute in front of a handler; the
@@ -18,8 +19,8 @@ import (
 func Example() {
 	clock := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "per-tenant", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.TokenBucket, Limit: 2, Per: time.Minute,
+		Name: "per-tenant", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.TokenBucket, Limit: 2, Per: time.Minute,
 	}}}, admission.WithClock(clock))
 	mw, _ := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
 		Keys: httpadmit.KeyTable{httpadmit.HashKey("sk-demo"): {Tenant: "demo"}},
@@ -45,8 +46,8 @@ func Example() {
 func ExampleWithIdentity() {
 	sessions := map[string]httpadmit.Identity{"s-1": {Tenant: "acme", User: "alice"}}
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "per-user", Key: []admission.KeyPart{admission.KeyTenant, admission.KeyUser},
-		Algorithm: admission.FixedWindow, Limit: 1, Per: time.Hour,
+		Name: "per-user", Key: []limits.KeyPart{limits.KeyTenant, limits.KeyUser},
+		Algorithm: limits.FixedWindow, Limit: 1, Per: time.Hour,
 	}}})
 	mw, _ := httpadmit.New(ctl, httpadmit.WithIdentity(func(r *http.Request) (httpadmit.Identity, error) {
 		c, err := r.Cookie("session")
@@ -78,7 +79,7 @@ func ExampleWithIdentity() {
 func ExampleWithRejectionHandler() {
 	var mw *httpadmit.Middleware
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "rps", Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second,
+		Name: "rps", Algorithm: limits.TokenBucket, Limit: 1, Per: time.Second,
 	}}}, admission.WithClock(admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))))
 	mw, _ = httpadmit.New(ctl, httpadmit.WithRejectionHandler(func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
 		if !errors.Is(rej, admission.ErrRateLimited) {
@@ -105,7 +106,7 @@ func ExampleWithRejectionHandler() {
 // seconds, rounded up) and Retry-After-Ms: 200.
 func ExampleWithRetryAfterMs() {
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "rps", Algorithm: admission.TokenBucket, Limit: 5, Per: time.Second, Burst: 1,
+		Name: "rps", Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 1,
 	}}}, admission.WithClock(admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))))
 	mw, _ := httpadmit.New(ctl, httpadmit.WithRetryAfterMs(true))
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))

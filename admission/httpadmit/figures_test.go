@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // figureServer serves, behind the middleware on loopback with a fake
@@ -68,7 +69,7 @@ func TestLimitFigures(t *testing.T) {
 		xReset     string // X-RateLimit-Reset
 		retryAfter string // Retry-After on a rejection
 	}
-	tokens := func(p admission.Policy) admission.Policy { p.Unit = admission.UnitTokens; return p }
+	tokens := func(p admission.Policy) admission.Policy { p.Unit = limits.UnitTokens; return p }
 	for _, tc := range []struct {
 		name   string
 		policy admission.Policy
@@ -78,7 +79,7 @@ func TestLimitFigures(t *testing.T) {
 		// at 40 leaves the bucket 20 in debt: 8 s from full, reported as
 		// the window, 4.
 		name:   "token bucket",
-		policy: tokens(admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: 5, Per: time.Second, Burst: 20}),
+		policy: tokens(admission.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 20}),
 		steps: []step{
 			{at: 0, cost: "1", status: 200, rateLimit: `"tb";r=19;t=1`, xReset: "1"},
 			{at: 0, cost: "1", actual: "40", status: 200, rateLimit: `"tb";r=18;t=1`, xReset: "1"},
@@ -87,7 +88,7 @@ func TestLimitFigures(t *testing.T) {
 		},
 	}, {
 		name:   "fixed window",
-		policy: admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 2, Per: time.Minute},
+		policy: admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 2, Per: time.Minute},
 		steps: []step{
 			{at: 10 * time.Second, status: 200, rateLimit: `"fw";r=1;t=50`, xReset: "50"},
 			{at: 20 * time.Second, status: 200, rateLimit: `"fw";r=0;t=40`, xReset: "40"},
@@ -98,7 +99,7 @@ func TestLimitFigures(t *testing.T) {
 		// One request 8 s into a 60 s window is remembered, weighted, until
 		// 112 s from now: reported as the window, never 112.
 		name:   "sliding window",
-		policy: tokens(admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 100, Per: time.Minute}),
+		policy: tokens(admission.Policy{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 100, Per: time.Minute}),
 		steps: []step{
 			{at: 8 * time.Second, cost: "1", status: 200, rateLimit: `"sw";r=99;t=60`, xReset: "60"},
 			{at: 70 * time.Second, cost: "1", status: 200, rateLimit: `"sw";r=98;t=60`, xReset: "60"},
@@ -107,7 +108,7 @@ func TestLimitFigures(t *testing.T) {
 		},
 	}, {
 		name:   "sliding log",
-		policy: admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 3, Per: time.Minute},
+		policy: admission.Policy{Name: "sl", Algorithm: limits.SlidingLog, Limit: 3, Per: time.Minute},
 		steps: []step{
 			{at: 0, status: 200, rateLimit: `"sl";r=2;t=60`, xReset: "60"},
 			{at: 20 * time.Second, status: 200, rateLimit: `"sl";r=1;t=60`, xReset: "60"},
@@ -118,14 +119,14 @@ func TestLimitFigures(t *testing.T) {
 	}, {
 		// A daily quota at noon: 12 hours to the period's end.
 		name:   "quota",
-		policy: admission.Policy{Name: "qd", Algorithm: admission.Quota, Limit: 1, Period: admission.PeriodDay},
+		policy: admission.Policy{Name: "qd", Algorithm: limits.Quota, Limit: 1, Period: limits.PeriodDay},
 		steps: []step{
 			{at: 0, status: 200, rateLimit: `"qd";r=0;t=43200`, xReset: "43200"},
 			{at: time.Hour, status: 403, rateLimit: `"qd";r=0;t=39600`, xReset: "39600", retryAfter: "39600"},
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.policy.Key = []admission.KeyPart{admission.KeyTenant}
+			tc.policy.Key = []limits.KeyPart{limits.KeyTenant}
 			srv, clk := figureServer(t, []admission.Policy{tc.policy})
 			for i, s := range tc.steps {
 				clk.Set(t0.Add(s.at))
@@ -226,8 +227,8 @@ func inFlight(ctl *admission.Controller, policy string) (inflight int64, queued 
 // concurrency limit is what stops the caller.
 func TestConcurrencyFigures(t *testing.T) {
 	srv, _, ctl, release := holdServer(t, []admission.Policy{
-		{Name: "rpm", Algorithm: admission.FixedWindow, Limit: 60, Per: time.Minute},
-		{Name: "conc", Algorithm: admission.Concurrency, Limit: 2, RetryHint: 3 * time.Second},
+		{Name: "rpm", Algorithm: limits.FixedWindow, Limit: 60, Per: time.Minute},
+		{Name: "conc", Algorithm: limits.Concurrency, Limit: 2, RetryHint: 3 * time.Second},
 	}, httpadmit.WithRetryAfterMs(true))
 	first := call(t, srv, "GET", "/x", "")
 	if got, want := first.Header.Get("RateLimit"), `"rpm";r=59;t=60, "conc";r=1;t=0`; got != want {
@@ -274,7 +275,7 @@ func TestConcurrencyFigures(t *testing.T) {
 // the option, Retry-After-Ms 200 and retry_after_ms in the problem; not
 // without it.
 func TestRetryAfterMs(t *testing.T) {
-	tb := admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: 5, Per: time.Second, Burst: 1}
+	tb := admission.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 1}
 	for _, on := range []bool{false, true} {
 		srv, _ := figureServer(t, []admission.Policy{tb}, httpadmit.WithRetryAfterMs(on))
 		if resp := call(t, srv, "GET", "/x", ""); resp.StatusCode != 200 {
@@ -303,7 +304,7 @@ func TestRetryAfterMs(t *testing.T) {
 func TestServerTimingQueue(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		srv, clk, ctl, release := holdServer(t, []admission.Policy{{
-			Name: "conc", Algorithm: admission.Concurrency, Limit: 1, Queue: admission.Queue{Size: 5},
+			Name: "conc", Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 5},
 		}}, httpadmit.WithServerTiming(on))
 		first := async(t, srv, "/hold")
 		waitFor(t, "one in flight", func() bool { n, _ := inFlight(ctl, "conc"); return n == 1 })
@@ -343,10 +344,10 @@ func TestSetQueueTiming(t *testing.T) {
 
 func TestTightest(t *testing.T) {
 	rate := func(name string, limit, remaining int64, reset time.Duration) admission.Status {
-		return admission.Status{Policy: name, Algorithm: admission.FixedWindow, Limit: limit, Remaining: remaining, Reset: reset, Window: time.Minute}
+		return admission.Status{Policy: name, Algorithm: limits.FixedWindow, Limit: limit, Remaining: remaining, Reset: reset, Window: time.Minute}
 	}
 	conc := func(limit, remaining int64) admission.Status {
-		return admission.Status{Policy: "conc", Algorithm: admission.Concurrency, Limit: limit, Remaining: remaining}
+		return admission.Status{Policy: "conc", Algorithm: limits.Concurrency, Limit: limit, Remaining: remaining}
 	}
 	for _, tt := range []struct {
 		name string

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Canonical names of the headers the middleware writes.
@@ -33,7 +34,7 @@ func Seconds(d time.Duration) int64 { return ceilUnits(d, time.Second) }
 // SetRetryAfter sets Retry-After to d in whole seconds, rounded up and at
 // least 1. It does nothing for admission.Never: waiting cannot help.
 func SetRetryAfter(h http.Header, d time.Duration) {
-	if d == admission.Never {
+	if d == limits.Never {
 		return
 	}
 	h[HeaderRetryAfter] = []string{strconv.FormatInt(max(1, Seconds(d)), 10)}
@@ -55,7 +56,7 @@ func ceilUnits(d, unit time.Duration) int64 {
 // the precise figure beside Retry-After's whole seconds. It does nothing
 // for admission.Never.
 func SetRetryAfterMs(h http.Header, d time.Duration) {
-	if d == admission.Never {
+	if d == limits.Never {
 		return
 	}
 	h[HeaderRetryAfterMs] = []string{strconv.FormatInt(Millis(d), 10)}
@@ -96,10 +97,10 @@ func appendPolicyParams(b []byte, s *admission.Status) []byte {
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, Seconds(s.Window), 10)
 	}
-	if s.Algorithm == admission.Concurrency {
+	if s.Algorithm == limits.Concurrency {
 		b = append(b, `;qu="`+concurrentRequestsQuUnit+`"`...)
 	}
-	if s.Unit != "" && s.Unit != admission.UnitRequests {
+	if s.Unit != "" && s.Unit != limits.UnitRequests {
 		b = append(b, ";"+unitParam+"="...)
 		b = appendSFString(b, string(s.Unit))
 	}
@@ -144,7 +145,7 @@ func appendSFString(b []byte, s string) []byte {
 func Enforced(sts []admission.Status) []admission.Status {
 	out := sts[:0]
 	for _, s := range sts {
-		if s.Mode == admission.Enforce {
+		if s.Mode == limits.Enforce {
 			out = append(out, s)
 		}
 	}
@@ -166,7 +167,7 @@ func Tightest(sts []admission.Status) int {
 			continue
 		}
 		r := float64(max(0, s.Remaining)) / float64(s.Limit)
-		if s.Algorithm == admission.Concurrency && s.Remaining > 0 {
+		if s.Algorithm == limits.Concurrency && s.Remaining > 0 {
 			// After every rate policy, whose fractions are at most 1.
 			r += 1
 		}

@@ -81,6 +81,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // An Option configures a Middleware.
@@ -526,12 +527,12 @@ func BoundCost(req *admission.Request) error {
 	if req.Tokens < 0 || req.Cost < 0 {
 		return errNegativeCost
 	}
-	req.Tokens, req.Cost = min(req.Tokens, admission.MaxAmount), min(req.Cost, admission.MaxAmount)
+	req.Tokens, req.Cost = min(req.Tokens, limits.MaxAmount), min(req.Cost, limits.MaxAmount)
 	for i := range req.Units {
 		if req.Units[i].Amount < 0 {
 			return errNegativeCost
 		}
-		req.Units[i].Amount = min(req.Units[i].Amount, admission.MaxAmount)
+		req.Units[i].Amount = min(req.Units[i].Amount, limits.MaxAmount)
 	}
 	return nil
 }
@@ -604,7 +605,7 @@ func (m *Middleware) WriteRejection(w http.ResponseWriter, rej *admission.Reject
 
 func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *options) {
 	p := RejectionProblem(rej, o.quotaStatus)
-	if o.retryAfterMs && rej.RetryAfter != admission.Never {
+	if o.retryAfterMs && rej.RetryAfter != limits.Never {
 		SetRetryAfterMs(w.Header(), rej.RetryAfter)
 		p.RetryAfterMs = Millis(rej.RetryAfter)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -102,8 +103,8 @@ func intHeader(t *testing.T, resp *http.Response, name string) int64 {
 
 func perTenant(limit int64) admission.Policy {
 	return admission.Policy{
-		Name: "per-tenant", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.TokenBucket, Limit: limit, Per: time.Second,
+		Name: "per-tenant", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.TokenBucket, Limit: limit, Per: time.Second,
 	}
 }
 
@@ -209,8 +210,8 @@ func TestNoisyNeighbourGlobalPolicy(t *testing.T) {
 }
 
 func TestSpoofedForwardedForIgnoredFromUntrustedPeer(t *testing.T) {
-	perIP := admission.Policy{Name: "per-ip", Key: []admission.KeyPart{admission.KeyIPPrefix},
-		Algorithm: admission.FixedWindow, Limit: 1, Per: time.Hour}
+	perIP := admission.Policy{Name: "per-ip", Key: []limits.KeyPart{limits.KeyIPPrefix},
+		Algorithm: limits.FixedWindow, Limit: 1, Per: time.Hour}
 	srv, _, _ := setup(t, []admission.Policy{perIP})
 	if resp := call(t, srv, "GET", "/v1/items/1", "", "X-Forwarded-For", "203.0.113.1"); resp.StatusCode != 200 {
 		t.Fatalf("first request: %d", resp.StatusCode)
@@ -226,8 +227,8 @@ func TestSpoofedForwardedForIgnoredFromUntrustedPeer(t *testing.T) {
 }
 
 func TestForwardedForFromTrustedProxy(t *testing.T) {
-	perIP := admission.Policy{Name: "per-ip", Key: []admission.KeyPart{admission.KeyIPPrefix},
-		Algorithm: admission.FixedWindow, Limit: 1, Per: time.Hour}
+	perIP := admission.Policy{Name: "per-ip", Key: []limits.KeyPart{limits.KeyIPPrefix},
+		Algorithm: limits.FixedWindow, Limit: 1, Per: time.Hour}
 	srv, _, _ := setup(t, []admission.Policy{perIP}, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")},
 	}))
@@ -337,8 +338,8 @@ func TestExemptAndSkipper(t *testing.T) {
 func TestOperationFromRoute(t *testing.T) {
 	clk := admissiontest.NewClock(t0)
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "items", Match: admission.Match{Operations: []string{"GET /v1/items/{id}"}},
-		Algorithm: admission.FixedWindow, Limit: 1, Per: time.Hour,
+		Name: "items", Match: limits.Match{Operations: []string{"GET /v1/items/{id}"}},
+		Algorithm: limits.FixedWindow, Limit: 1, Per: time.Hour,
 	}}}, admission.WithClock(clk))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/items/{id}", func(w http.ResponseWriter, r *http.Request) {})
@@ -362,7 +363,7 @@ func TestOperationFromRoute(t *testing.T) {
 func TestSettledOnPanicAndClientGone(t *testing.T) {
 	clk := admissiontest.NewClock(t0)
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "inflight", Algorithm: admission.Concurrency, Limit: 1,
+		Name: "inflight", Algorithm: limits.Concurrency, Limit: 1,
 	}}}, admission.WithClock(clk))
 	mw, _ := httpadmit.New(ctl)
 	started := make(chan struct{}, 1)
@@ -449,8 +450,8 @@ func TestBodyLimitBeforeAdmission(t *testing.T) {
 }
 
 func TestQuotaStatus(t *testing.T) {
-	quota := admission.Policy{Name: "daily", Key: []admission.KeyPart{admission.KeyTenant},
-		Algorithm: admission.Quota, Period: admission.PeriodDay, Limit: 1}
+	quota := admission.Policy{Name: "daily", Key: []limits.KeyPart{limits.KeyTenant},
+		Algorithm: limits.Quota, Period: limits.PeriodDay, Limit: 1}
 	for _, tc := range []struct {
 		opt  []httpadmit.Option
 		want int
@@ -495,8 +496,8 @@ func TestStatusCode(t *testing.T) {
 
 func TestHeaderSyntax(t *testing.T) {
 	sts := []admission.Status{
-		{Policy: "tpm", Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 100000, Window: time.Minute, Remaining: 4200, Reset: 16100 * time.Millisecond},
-		{Policy: "inflight", Algorithm: admission.Concurrency, Limit: 8, Remaining: 7},
+		{Policy: "tpm", Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 100000, Window: time.Minute, Remaining: 4200, Reset: 16100 * time.Millisecond},
+		{Policy: "inflight", Algorithm: limits.Concurrency, Limit: 8, Remaining: 7},
 	}
 	h := http.Header{}
 	httpadmit.SetLimitHeaders(h, sts)
@@ -523,7 +524,7 @@ func TestHeaderSyntax(t *testing.T) {
 		}
 	}
 	h = http.Header{}
-	httpadmit.SetRetryAfter(h, admission.Never)
+	httpadmit.SetRetryAfter(h, limits.Never)
 	if got := h.Get("Retry-After"); got != "" {
 		t.Errorf("SetRetryAfter(Never) = %q; want none", got)
 	}
@@ -532,8 +533,8 @@ func TestHeaderSyntax(t *testing.T) {
 func TestIdentityFromContext(t *testing.T) {
 	clk := admissiontest.NewClock(t0)
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "per-user", Key: []admission.KeyPart{admission.KeyTenant, admission.KeyUser},
-		Algorithm: admission.FixedWindow, Limit: 1, Per: time.Hour,
+		Name: "per-user", Key: []limits.KeyPart{limits.KeyTenant, limits.KeyUser},
+		Algorithm: limits.FixedWindow, Limit: 1, Per: time.Hour,
 	}}}, admission.WithClock(clk))
 	mw, _ := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{RequireKey: true}))
 	// The application's own authentication: a validated session header.
@@ -561,7 +562,7 @@ func TestIdentityFromContext(t *testing.T) {
 // limit headers unless the shadow annotation is asked for.
 func TestShadowPolicyNotAdvertised(t *testing.T) {
 	shadow := perTenant(1)
-	shadow.Name, shadow.Mode = "candidate", admission.Shadow
+	shadow.Name, shadow.Mode = "candidate", limits.Shadow
 	srv, _, _ := setup(t, []admission.Policy{perTenant(10), shadow})
 	for i := range 3 {
 		resp := call(t, srv, "GET", "/v1/items/1", keyNoisy)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // SetOpenAIHeaders sets the OpenAI-style limit headers that OpenAI SDKs
@@ -23,19 +24,19 @@ import (
 // millisecond. Concurrency limits are left out: they count requests in
 // flight, not requests per window.
 func SetOpenAIHeaders(h http.Header, sts []admission.Status) {
-	setOpenAI(h, sts, admission.UnitRequests, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests")
-	setOpenAI(h, sts, admission.UnitTokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens")
+	setOpenAI(h, sts, limits.UnitRequests, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests")
+	setOpenAI(h, sts, limits.UnitTokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens")
 }
 
-func setOpenAI(h http.Header, sts []admission.Status, unit admission.Unit, limit, remaining, reset string) {
+func setOpenAI(h http.Header, sts []admission.Status, unit limits.Unit, limit, remaining, reset string) {
 	var stack [maxStatusesOnStack]admission.Status
 	of := stack[:0]
 	for i := range sts {
 		u := sts[i].Unit
 		if u == "" {
-			u = admission.UnitRequests
+			u = limits.UnitRequests
 		}
-		if u == unit && sts[i].Algorithm != admission.Concurrency {
+		if u == unit && sts[i].Algorithm != limits.Concurrency {
 			of = append(of, sts[i])
 		}
 	}
@@ -57,7 +58,7 @@ func setOpenAI(h http.Header, sts []admission.Status, unit admission.Unit, limit
 // none: the wait is still advertised, so a client learns when, say, its
 // monthly quota resets). Otherwise it is "true".
 func SetRetryHints(h http.Header, retryAfter time.Duration, now, deadline time.Time) {
-	if retryAfter == admission.Never {
+	if retryAfter == limits.Never {
 		h["X-Should-Retry"] = []string{"false"}
 		return
 	}

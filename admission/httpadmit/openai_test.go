@@ -7,14 +7,15 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 func TestOpenAIHeaders(t *testing.T) {
 	sts := []admission.Status{
-		{Policy: "rpm", Algorithm: admission.TokenBucket, Limit: 600, Remaining: 599, Reset: 100 * time.Millisecond},
-		{Policy: "rpd", Algorithm: admission.Quota, Limit: 10000, Remaining: 20, Reset: 6 * time.Hour},
-		{Policy: "tpm", Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 100000, Remaining: 4200, Reset: 16100 * time.Millisecond},
-		{Policy: "inflight", Algorithm: admission.Concurrency, Limit: 2, Remaining: 0},
+		{Policy: "rpm", Algorithm: limits.TokenBucket, Limit: 600, Remaining: 599, Reset: 100 * time.Millisecond},
+		{Policy: "rpd", Algorithm: limits.Quota, Limit: 10000, Remaining: 20, Reset: 6 * time.Hour},
+		{Policy: "tpm", Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 100000, Remaining: 4200, Reset: 16100 * time.Millisecond},
+		{Policy: "inflight", Algorithm: limits.Concurrency, Limit: 2, Remaining: 0},
 	}
 	h := http.Header{}
 	httpadmit.SetOpenAIHeaders(h, sts)
@@ -46,7 +47,7 @@ func TestRetryHints(t *testing.T) {
 		{1500 * time.Millisecond, now.Add(10 * time.Second), "2", "1500", "true"},
 		// Waiting would pass the deadline: do not retry, but say when.
 		{20 * time.Second, now.Add(10 * time.Second), "20", "20000", "false"},
-		{admission.Never, time.Time{}, "", "", "false"},
+		{limits.Never, time.Time{}, "", "", "false"},
 	}
 	for _, tt := range tests {
 		h := http.Header{}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // sessions stands for a service's own session store: the identity is
@@ -44,8 +45,8 @@ func sessionIdentity(r *http.Request) (httpadmit.Identity, error) {
 // without its text; it replaces the API key lookup.
 func TestWithIdentity(t *testing.T) {
 	policy := admission.Policy{
-		Name: "per-user", Key: []admission.KeyPart{admission.KeyTenant, admission.KeyUser},
-		Algorithm: admission.FixedWindow, Limit: 1, Per: time.Hour,
+		Name: "per-user", Key: []limits.KeyPart{limits.KeyTenant, limits.KeyUser},
+		Algorithm: limits.FixedWindow, Limit: 1, Per: time.Hour,
 	}
 	srv, _, obs := setup(t, []admission.Policy{policy}, httpadmit.WithIdentity(sessionIdentity))
 	for i, s := range []struct {
@@ -118,10 +119,10 @@ func TestWithRejectionHandler(t *testing.T) {
 	}
 	clk := admissiontest.NewClock(t0)
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
-		{Name: "rps", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 1, Per: time.Second,
-			Match: admission.Match{Operations: []string{"GET /rate"}}},
-		{Name: "daily", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Quota, Limit: 1, Period: admission.PeriodDay,
-			Match: admission.Match{Operations: []string{"GET /quota"}}},
+		{Name: "rps", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket, Limit: 1, Per: time.Second,
+			Match: limits.Match{Operations: []string{"GET /rate"}}},
+		{Name: "daily", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Quota, Limit: 1, Period: limits.PeriodDay,
+			Match: limits.Match{Operations: []string{"GET /quota"}}},
 	}}, admission.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +184,7 @@ func TestInvalidCost(t *testing.T) {
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{perTenant(10)}})
 	mw, _ := httpadmit.New(ctl)
 	r := httptest.NewRequest("GET", "/v1/x", nil)
-	_, err = mw.Admit(httptest.NewRecorder(), r, admission.Request{Tenant: "t", Tokens: admission.MaxAmount + 1})
+	_, err = mw.Admit(httptest.NewRecorder(), r, admission.Request{Tenant: "t", Tokens: limits.MaxAmount + 1})
 	if !errors.Is(err, admission.ErrInvalidCost) {
 		t.Fatalf("Admit(tokens > MaxAmount) = %v; want ErrInvalidCost", err)
 	}
@@ -200,7 +201,7 @@ func TestBoundCost(t *testing.T) {
 		invalid  bool
 	}{
 		{in: admission.Request{Tokens: 5, Cost: 7}, want: admission.Request{Tokens: 5, Cost: 7}},
-		{in: admission.Request{Tokens: admission.MaxAmount + 1, Cost: 1 << 62}, want: admission.Request{Tokens: admission.MaxAmount, Cost: admission.MaxAmount}},
+		{in: admission.Request{Tokens: limits.MaxAmount + 1, Cost: 1 << 62}, want: admission.Request{Tokens: limits.MaxAmount, Cost: limits.MaxAmount}},
 		{in: admission.Request{Tokens: -1}, invalid: true},
 		{in: admission.Request{Cost: -1 << 63}, invalid: true},
 		{in: admission.Request{Units: []admission.UnitAmount{{Unit: "rows", Amount: -1}}}, invalid: true},
@@ -218,7 +219,7 @@ func TestBoundCost(t *testing.T) {
 		}
 	}
 	units := admission.Request{Units: []admission.UnitAmount{{Unit: "rows", Amount: 1 << 60}}}
-	if err := httpadmit.BoundCost(&units); err != nil || units.Units[0].Amount != admission.MaxAmount {
+	if err := httpadmit.BoundCost(&units); err != nil || units.Units[0].Amount != limits.MaxAmount {
 		t.Errorf("BoundCost(rows 2^60) = %+v, %v; want MaxAmount", units.Units, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // ProblemTypeBase starts every problem type URI. The types are stable: a
@@ -116,7 +117,7 @@ func RejectionProblem(rej *admission.Rejection, quotaStatus int) *Problem {
 	case admission.ReasonOverflow:
 		p.Detail = "The service is overloaded."
 	}
-	if rej.RetryAfter == admission.Never {
+	if rej.RetryAfter == limits.Never {
 		p.Detail += " The request costs more than the limit allows at once; retrying cannot succeed."
 	} else {
 		p.RetryAfter = wait

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -110,8 +111,8 @@ func BenchmarkRedisAdmit(b *testing.B) {
 	srv := redistest.Start(b)
 	client := benchClient(b, srv.Addr)
 	keys := benchTenants()
-	tenant := []admission.KeyPart{admission.KeyTenant}
-	rpm := admission.Policy{Name: "rpm", Key: tenant, Algorithm: admission.TokenBucket, Limit: benchRate, Per: time.Second}
+	tenant := []limits.KeyPart{limits.KeyTenant}
+	rpm := admission.Policy{Name: "rpm", Key: tenant, Algorithm: limits.TokenBucket, Limit: benchRate, Per: time.Second}
 	run := func(b *testing.B, par int, ctl *admission.Controller, obs *errCounter, tokens bool) {
 		b.ReportAllocs()
 		b.SetParallelism(par)
@@ -147,8 +148,8 @@ func BenchmarkRedisAdmit(b *testing.B) {
 	}
 	b.Run("policies=3/parallel=8", func(b *testing.B) {
 		obs := &errCounter{}
-		tpm := admission.Policy{Name: "tpm", Key: tenant, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second}
-		inflight := admission.Policy{Name: "inflight", Key: tenant, Algorithm: admission.Concurrency, Limit: 1 << 20, MaxHold: time.Minute}
+		tpm := admission.Policy{Name: "tpm", Key: tenant, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Second}
+		inflight := admission.Policy{Name: "inflight", Key: tenant, Algorithm: limits.Concurrency, Limit: 1 << 20, MaxHold: time.Minute}
 		run(b, 8, benchController(b, client, obs, rpm, tpm, inflight), obs, true)
 	})
 }

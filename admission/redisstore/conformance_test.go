@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -29,8 +29,8 @@ func newClient(t testing.TB, addr string) *redis.Client {
 // callerTimeStores returns a constructor of caller-time stores on client,
 // each with its own prefix. Their timeout is long: the tests using them
 // compare figures, and a machine starved of CPU must not fail them.
-func callerTimeStores(client redis.UniversalClient) func(t *testing.T) admission.Store {
-	return func(t *testing.T) admission.Store {
+func callerTimeStores(client redis.UniversalClient) func(t *testing.T) backend.Store {
+	return func(t *testing.T) backend.Store {
 		s, err := redisstore.New(client, redisstore.Config{
 			Prefix: uniquePrefix(), CallerTime: true, Timeout: 10 * time.Second,
 		})
@@ -44,9 +44,9 @@ func callerTimeStores(client redis.UniversalClient) func(t *testing.T) admission
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	stores := callerTimeStores(newClient(t, srv.Addr))
-	admissiontest.RunCases(t, stores)
+	backendtest.RunCases(t, stores)
 	for seed := uint64(1); seed <= 3; seed++ {
-		admissiontest.RunProperties(t, stores, admissiontest.Traffic{
+		backendtest.RunProperties(t, stores, backendtest.Traffic{
 			Seed: seed, Ops: 1000, Keys: 3, MaxN: 6, MaxDt: 200 * time.Millisecond,
 		})
 	}

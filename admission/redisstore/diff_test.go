@@ -13,6 +13,10 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -33,22 +37,22 @@ func diffPolicies() []diffPolicy {
 	}
 	s := time.Second
 	return []diffPolicy{
-		{admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: 7, Per: 3 * s, Burst: 12}, 700 * time.Millisecond},
-		{admission.Policy{Name: "tb3", Algorithm: admission.TokenBucket, Limit: 3, Per: s}, 300 * time.Millisecond},
-		{admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
-		{admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
-		{admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
-		{admission.Policy{Name: "cc", Algorithm: admission.Concurrency, Limit: 9, MaxHold: 3 * s}, 500 * time.Millisecond},
-		{admission.Policy{Name: "qf", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodFixed, Per: 5 * s}, time.Second},
-		{admission.Policy{Name: "qd", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodDay, Location: ny}, 3 * time.Hour},
-		{admission.Policy{Name: "qm", Algorithm: admission.Quota, Limit: 40, Period: admission.PeriodMonth, Location: ny}, 4 * 24 * time.Hour},
+		{admission.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: 7, Per: 3 * s, Burst: 12}, 700 * time.Millisecond},
+		{admission.Policy{Name: "tb3", Algorithm: limits.TokenBucket, Limit: 3, Per: s}, 300 * time.Millisecond},
+		{admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "sl", Algorithm: limits.SlidingLog, Limit: 15, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "cc", Algorithm: limits.Concurrency, Limit: 9, MaxHold: 3 * s}, 500 * time.Millisecond},
+		{admission.Policy{Name: "qf", Algorithm: limits.Quota, Limit: 40, Period: limits.PeriodFixed, Per: 5 * s}, time.Second},
+		{admission.Policy{Name: "qd", Algorithm: limits.Quota, Limit: 40, Period: limits.PeriodDay, Location: ny}, 3 * time.Hour},
+		{admission.Policy{Name: "qm", Algorithm: limits.Quota, Limit: 40, Period: limits.PeriodMonth, Location: ny}, 4 * 24 * time.Hour},
 	}
 }
 
 // diffTraffic chooses the amounts of a replay: the cost of an acquisition
 // under limit l, and the delta of an adjustment of a grant holding taken.
 type diffTraffic struct {
-	cost  func(rng *rand.Rand, l *admission.Limit) int64
+	cost  func(rng *rand.Rand, l *limits.Limit) int64
 	delta func(rng *rand.Rand, taken int64) int64
 }
 
@@ -59,7 +63,7 @@ type diffTraffic struct {
 // a client retrying after a lost reply does: each must still apply once.
 func TestSameFiguresAsMemory(t *testing.T) {
 	sameFigures(t, diffPolicies(), diffTraffic{
-		cost: func(rng *rand.Rand, l *admission.Limit) int64 {
+		cost: func(rng *rand.Rand, l *limits.Limit) int64 {
 			if rng.IntN(20) == 0 {
 				return l.Amount + 1 + rng.Int64N(3)
 			}
@@ -79,19 +83,19 @@ func TestSameFiguresExtreme(t *testing.T) {
 	policies := diffPolicies()
 	s := time.Second
 	policies = append(policies,
-		diffPolicy{admission.Policy{Name: "tbmax", Algorithm: admission.TokenBucket, Limit: admission.MaxAmount, Per: time.Hour, Burst: admission.MaxAmount}, 700 * time.Millisecond},
-		diffPolicy{admission.Policy{Name: "tbslow", Algorithm: admission.TokenBucket, Limit: 1, Per: time.Hour, Burst: admission.MaxAmount}, 10 * time.Minute},
-		diffPolicy{admission.Policy{Name: "fwmax", Algorithm: admission.FixedWindow, Limit: admission.MaxAmount, Per: 2 * s}, 400 * time.Millisecond},
-		diffPolicy{admission.Policy{Name: "swmax", Algorithm: admission.SlidingWindow, Limit: admission.MaxAmount, Per: 2 * s}, 400 * time.Millisecond},
-		diffPolicy{admission.Policy{Name: "qmax", Algorithm: admission.Quota, Limit: admission.MaxAmount, Period: admission.PeriodFixed, Per: 5 * s}, time.Second},
+		diffPolicy{admission.Policy{Name: "tbmax", Algorithm: limits.TokenBucket, Limit: limits.MaxAmount, Per: time.Hour, Burst: limits.MaxAmount}, 700 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "tbslow", Algorithm: limits.TokenBucket, Limit: 1, Per: time.Hour, Burst: limits.MaxAmount}, 10 * time.Minute},
+		diffPolicy{admission.Policy{Name: "fwmax", Algorithm: limits.FixedWindow, Limit: limits.MaxAmount, Per: 2 * s}, 400 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "swmax", Algorithm: limits.SlidingWindow, Limit: limits.MaxAmount, Per: 2 * s}, 400 * time.Millisecond},
+		diffPolicy{admission.Policy{Name: "qmax", Algorithm: limits.Quota, Limit: limits.MaxAmount, Period: limits.PeriodFixed, Per: 5 * s}, time.Second},
 	)
 	sameFigures(t, policies, diffTraffic{
-		cost: func(rng *rand.Rand, l *admission.Limit) int64 {
+		cost: func(rng *rand.Rand, l *limits.Limit) int64 {
 			switch rng.IntN(10) {
 			case 0:
-				return admission.MaxAmount
+				return limits.MaxAmount
 			case 1:
-				return rng.Int64N(admission.MaxAmount + 1)
+				return rng.Int64N(limits.MaxAmount + 1)
 			case 2:
 				return l.Capacity()
 			}
@@ -100,18 +104,18 @@ func TestSameFiguresExtreme(t *testing.T) {
 		delta: func(rng *rand.Rand, taken int64) int64 {
 			// An extreme delta leaves the grant's Taken anywhere in int64,
 			// in memory and Redis alike.
-			taken = min(max(taken, 0), admission.MaxAmount)
+			taken = min(max(taken, 0), limits.MaxAmount)
 			switch rng.IntN(8) {
 			case 0:
-				return admission.MaxAmount
+				return limits.MaxAmount
 			case 1:
-				return -admission.MaxAmount
+				return -limits.MaxAmount
 			case 2:
 				return math.MaxInt64
 			case 3:
 				return math.MinInt64 + 1
 			case 4:
-				return rng.Int64N(admission.MaxAmount+1) - taken
+				return rng.Int64N(limits.MaxAmount+1) - taken
 			}
 			return rng.Int64N(taken+4) - taken
 		},
@@ -128,7 +132,7 @@ func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
 	for _, tc := range policies {
 		t.Run(tc.p.Name, func(t *testing.T) {
 			p := tc.p
-			mem, _ := admission.MemoryStore{}.Limiter(&p)
+			mem, _ := memstore.Store{}.Limiter(&p)
 			red, err := stores(t).Limiter(&p)
 			if err != nil {
 				t.Fatal(err)
@@ -137,17 +141,17 @@ func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
 			// generic script), next to a companion policy taking nothing.
 			batStore := stores(t)
 			bat, _ := batStore.Limiter(&p)
-			cp := admission.Policy{Name: "companion", Algorithm: admission.FixedWindow, Limit: 1 << 40, Per: time.Hour}
+			cp := admission.Policy{Name: "companion", Algorithm: limits.FixedWindow, Limit: 1 << 40, Per: time.Hour}
 			comp, _ := batStore.Limiter(&cp)
-			cl := admissiontest.LimitOf(&cp)
-			l := admissiontest.LimitOf(&p)
+			cl := cp.Base()
+			l := p.Base()
 			rng := rand.New(rand.NewPCG(7, uint64(len(p.Name))))
 			type pair struct {
 				key     string
-				m, r, b admission.Grant
+				m, r, b backend.Grant
 			}
 			var open []pair
-			now := admissiontest.Epoch.Add(-time.Duration(rng.Int64N(int64(time.Hour))))
+			now := backendtest.Epoch.Add(-time.Duration(rng.Int64N(int64(time.Hour))))
 			for i := 0; i < 600; i++ {
 				now = now.Add(time.Duration(rng.Int64N(int64(tc.maxDt))))
 				key := fmt.Sprintf("k%d", rng.IntN(2))
@@ -155,20 +159,20 @@ func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
 				case op < 3 && len(open) > 0:
 					j := rng.IntN(len(open))
 					o := &open[j]
-					if p.Algorithm == admission.Concurrency && rng.IntN(2) == 0 {
-						em := mem.(admission.Renewer).Renew(ctx, o.key, &l, &o.m, now)
-						er := red.(admission.Renewer).Renew(ctx, o.key, &l, &o.r, now)
-						eb := bat.(admission.Renewer).Renew(ctx, o.key, &l, &o.b, now)
+					if p.Algorithm == limits.Concurrency && rng.IntN(2) == 0 {
+						em := mem.(backend.Renewer).Renew(ctx, o.key, &l, &o.m, now)
+						er := red.(backend.Renewer).Renew(ctx, o.key, &l, &o.r, now)
+						eb := bat.(backend.Renewer).Renew(ctx, o.key, &l, &o.b, now)
 						if em != nil || er != nil || eb != nil {
 							t.Fatalf("op %d: Renew = %v, %v, %v", i, em, er, eb)
 						}
 						m, r, b := renewed(o.m), renewed(o.r), renewed(o.b)
 						if m != r || m != b {
-							t.Fatalf("op %d at %v: Renew(%s):\n redis  %s\n batch  %s\n memory %s", i, now.Sub(admissiontest.Epoch), o.key, r, b, m)
+							t.Fatalf("op %d at %v: Renew(%s):\n redis  %s\n batch  %s\n memory %s", i, now.Sub(backendtest.Epoch), o.key, r, b, m)
 						}
 						continue
 					}
-					if p.Algorithm == admission.Concurrency {
+					if p.Algorithm == limits.Concurrency {
 						em := mem.Release(ctx, o.key, &l, &o.m, now)
 						er := red.Release(ctx, o.key, &l, &o.r, now)
 						eb := bat.Release(ctx, o.key, &l, &o.b, now)
@@ -187,29 +191,29 @@ func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
 					}
 					if o.m.Taken != o.r.Taken || o.m.Remaining != o.r.Remaining || o.b.Remaining != o.m.Remaining {
 						t.Fatalf("op %d at %v: Adjust(%s, %d): redis taken=%d remaining=%d; memory taken=%d remaining=%d",
-							i, now.Sub(admissiontest.Epoch), o.key, delta, o.r.Taken, o.r.Remaining, o.m.Taken, o.m.Remaining)
+							i, now.Sub(backendtest.Epoch), o.key, delta, o.r.Taken, o.r.Remaining, o.m.Taken, o.m.Remaining)
 					}
 				default:
 					n := tr.cost(rng, &l)
-					gm, em := admissiontest.Acquire(ctx, mem, key, &l, n, now)
-					gr, er := admissiontest.Acquire(ctx, red, key, &l, n, now)
+					gm, em := backendtest.Acquire(ctx, mem, key, &l, n, now)
+					gr, er := backendtest.Acquire(ctx, red, key, &l, n, now)
 					if em != nil || er != nil {
 						t.Fatalf("op %d: Acquire = %v, %v", i, em, er)
 					}
-					ops := []admission.Op{{Limiter: bat, Key: key, Limit: l, N: n}, {Limiter: comp, Key: "other", Limit: cl}}
-					if err := batStore.(admission.Batcher).AcquireBatch(ctx, ops, now); err != nil {
+					ops := []backend.Op{{Limiter: bat, Key: key, Limit: l, N: n}, {Limiter: comp, Key: "other", Limit: cl}}
+					if err := batStore.(backend.Batcher).AcquireBatch(ctx, ops, now); err != nil {
 						t.Fatalf("op %d: AcquireBatch: %v", i, err)
 					}
 					if gb := ops[0].Grant; figures(gb) != figures(gm) {
-						t.Fatalf("op %d at %v: AcquireBatch(%s, %d) =\n redis  %s\n memory %s", i, now.Sub(admissiontest.Epoch), key, n, figures(gb), figures(gm))
+						t.Fatalf("op %d at %v: AcquireBatch(%s, %d) =\n redis  %s\n memory %s", i, now.Sub(backendtest.Epoch), key, n, figures(gb), figures(gm))
 					}
 					if figures(gm) != figures(gr) {
-						t.Fatalf("op %d at %v: Acquire(%s, %d) =\n redis  %s\n memory %s", i, now.Sub(admissiontest.Epoch), key, n, figures(gr), figures(gm))
+						t.Fatalf("op %d at %v: Acquire(%s, %d) =\n redis  %s\n memory %s", i, now.Sub(backendtest.Epoch), key, n, figures(gr), figures(gm))
 					}
-					if p.Algorithm == admission.Quota && gm.Stamp != gr.Stamp {
+					if p.Algorithm == limits.Quota && gm.Stamp != gr.Stamp {
 						t.Fatalf("op %d: quota stamp = %d; want the period start %d", i, gr.Stamp, gm.Stamp)
 					}
-					if h := l.Horizon(now); gm.RetryAfter != admission.Never && gm.RetryAfter > h {
+					if h := l.Horizon(now); gm.RetryAfter != limits.Never && gm.RetryAfter > h {
 						t.Fatalf("op %d: Acquire(%s, %d) retry = %v; want within the horizon %v", i, key, n, gm.RetryAfter, h)
 					}
 					if gm.OK {
@@ -228,11 +232,11 @@ func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
 }
 
 // renewed is what a renewal reports.
-func renewed(g admission.Grant) string {
+func renewed(g backend.Grant) string {
 	return fmt.Sprintf("held=%v remaining=%d expired=%d", g.Stamp != 0, g.Remaining, g.Expired)
 }
 
-func figures(g admission.Grant) string {
+func figures(g backend.Grant) string {
 	return fmt.Sprintf("ok=%v taken=%d limit=%d remaining=%d reset=%v retry=%v expired=%d",
 		g.OK, g.Taken, g.Limit, g.Remaining, g.Reset, g.RetryAfter, g.Expired)
 }
@@ -247,17 +251,17 @@ func TestLongLivedScores(t *testing.T) {
 	day := 24 * time.Hour
 	ctx := context.Background()
 	for _, p := range []admission.Policy{
-		{Name: "sl", Algorithm: admission.SlidingLog, Limit: 10, Per: 100 * day},
-		{Name: "cc", Algorithm: admission.Concurrency, Limit: 10, MaxHold: 100 * day},
+		{Name: "sl", Algorithm: limits.SlidingLog, Limit: 10, Per: 100 * day},
+		{Name: "cc", Algorithm: limits.Concurrency, Limit: 10, MaxHold: 100 * day},
 	} {
-		mem, _ := admission.MemoryStore{}.Limiter(&p)
+		mem, _ := memstore.Store{}.Limiter(&p)
 		red, _ := stores(t).Limiter(&p)
-		l := admissiontest.LimitOf(&p)
-		var gms, grs []admission.Grant
+		l := p.Base()
+		var gms, grs []backend.Grant
 		for i := 0; i < 12; i++ {
-			now := admissiontest.Epoch.Add(time.Duration(i) * 20 * day)
-			gm, _ := admissiontest.Acquire(ctx, mem, "k", &l, 3, now)
-			gr, err := admissiontest.Acquire(ctx, red, "k", &l, 3, now)
+			now := backendtest.Epoch.Add(time.Duration(i) * 20 * day)
+			gm, _ := backendtest.Acquire(ctx, mem, "k", &l, 3, now)
+			gr, err := backendtest.Acquire(ctx, red, "k", &l, 3, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -265,12 +269,12 @@ func TestLongLivedScores(t *testing.T) {
 				t.Fatalf("%s day %d: Acquire =\n redis  %s\n memory %s", p.Name, i*20, figures(gr), figures(gm))
 			}
 			gms, grs = append(gms, gm), append(grs, gr)
-			if p.Algorithm == admission.Concurrency && i%4 == 1 {
+			if p.Algorithm == limits.Concurrency && i%4 == 1 {
 				// Renew a lease taken before a rebase: it outlives the
 				// rebase, and its expiry moves with the base.
 				j := i - 1
-				_ = mem.(admission.Renewer).Renew(ctx, "k", &l, &gms[j], now)
-				if err := red.(admission.Renewer).Renew(ctx, "k", &l, &grs[j], now); err != nil {
+				_ = mem.(backend.Renewer).Renew(ctx, "k", &l, &gms[j], now)
+				if err := red.(backend.Renewer).Renew(ctx, "k", &l, &grs[j], now); err != nil {
 					t.Fatal(err)
 				}
 				if renewed(gms[j]) != renewed(grs[j]) {
@@ -280,7 +284,7 @@ func TestLongLivedScores(t *testing.T) {
 			if i%3 == 2 {
 				// Give back an older grant, taken before a rebase.
 				j := i - 2
-				if p.Algorithm == admission.Concurrency {
+				if p.Algorithm == limits.Concurrency {
 					_ = mem.Release(ctx, "k", &l, &gms[j], now)
 					_ = red.Release(ctx, "k", &l, &grs[j], now)
 				} else {
@@ -311,19 +315,19 @@ func TestControllerSameAsMemory(t *testing.T) {
 	// taking nothing (in a Redis batch) leave the very same level.
 	per := time.Duration(1 << 30)
 	all := []admission.Policy{
-		{Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 64, Per: per, Burst: 96},
-		{Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 32, Per: per},
-		{Name: "inflight", Unit: admission.UnitTokens, Algorithm: admission.Concurrency, Limit: 300, MaxHold: time.Minute},
+		{Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 64, Per: per, Burst: 96},
+		{Name: "rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket, Limit: 32, Per: per},
+		{Name: "inflight", Unit: limits.UnitTokens, Algorithm: limits.Concurrency, Limit: 300, MaxHold: time.Minute},
 	}
-	batch := admission.Match{Operations: []string{"batch"}}
+	batch := limits.Match{Operations: []string{"batch"}}
 	s := time.Second
 	all = append(all,
-		admission.Policy{Name: "fw", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.FixedWindow, Limit: 150, Per: 2 * s},
-		admission.Policy{Name: "sw", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.SlidingWindow, Limit: 150, Per: 2 * s, Mode: admission.Shadow},
-		admission.Policy{Name: "sl", Match: batch, Unit: admission.UnitTokens, Algorithm: admission.SlidingLog, Limit: 150, Per: 2 * s},
-		admission.Policy{Name: "quota", Match: batch, Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 2000, Period: admission.PeriodFixed, Per: time.Minute},
+		admission.Policy{Name: "fw", Match: batch, Unit: limits.UnitTokens, Algorithm: limits.FixedWindow, Limit: 150, Per: 2 * s},
+		admission.Policy{Name: "sw", Match: batch, Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 150, Per: 2 * s, Mode: limits.Shadow},
+		admission.Policy{Name: "sl", Match: batch, Unit: limits.UnitTokens, Algorithm: limits.SlidingLog, Limit: 150, Per: 2 * s},
+		admission.Policy{Name: "quota", Match: batch, Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 2000, Period: limits.PeriodFixed, Per: time.Minute},
 	)
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	mem, err := admission.New(admission.Config{Policies: all}, admission.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
@@ -333,10 +337,10 @@ func TestControllerSameAsMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	onRedis := slices.Clone(all)
-	limits := map[string]admission.Limit{}
+	byPolicy := map[string]limits.Limit{}
 	for i := range onRedis {
 		onRedis[i].Store = "redis"
-		limits[all[i].Name] = admissiontest.LimitOf(&all[i])
+		byPolicy[all[i].Name] = all[i].Base()
 	}
 	red, err := admission.New(admission.Config{Policies: onRedis}, admission.WithClock(clock), admission.WithStore("redis", st))
 	if err != nil {
@@ -350,9 +354,9 @@ func TestControllerSameAsMemory(t *testing.T) {
 		case 1:
 			return -1 - rng.Int64N(1e18)
 		case 2:
-			return admission.MaxAmount
+			return limits.MaxAmount
 		case 3:
-			return rng.Int64N(admission.MaxAmount + 1)
+			return rng.Int64N(limits.MaxAmount + 1)
 		}
 		return rng.Int64N(typical + 1)
 	}
@@ -360,8 +364,8 @@ func TestControllerSameAsMemory(t *testing.T) {
 		var rej *admission.Rejection
 		switch {
 		case errors.As(err, &rej):
-			if rej.RetryAfter != admission.Never && rej.Reason == admission.ReasonRate {
-				if h := limits[rej.Policy].Horizon(clock.Now()); rej.RetryAfter > h {
+			if rej.RetryAfter != limits.Never && rej.Reason == admission.ReasonRate {
+				if h := byPolicy[rej.Policy].Horizon(clock.Now()); rej.RetryAfter > h {
 					t.Fatalf("%s advises %v; horizon %v", rej.Policy, rej.RetryAfter, h)
 				}
 			}
@@ -408,7 +412,7 @@ func TestControllerSameAsMemory(t *testing.T) {
 		tr, er := red.TryAdmit(ctx, r)
 		am, ar := answer(tm, em), answer(tr, er)
 		if am != ar {
-			t.Fatalf("step %d at %v: TryAdmit(%s, %s, tokens=%d) =\n redis  %s\n memory %s", i, clock.Now().Sub(admissiontest.Epoch), r.Tenant, r.Operation, r.Tokens, ar, am)
+			t.Fatalf("step %d at %v: TryAdmit(%s, %s, tokens=%d) =\n redis  %s\n memory %s", i, clock.Now().Sub(backendtest.Epoch), r.Tenant, r.Operation, r.Tokens, ar, am)
 		}
 		outcomes[strings.SplitN(am, " ", 2)[0]]++
 		if em == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -38,12 +39,12 @@ func Example() {
 	}
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
 		Name:         "requests_per_hour",
-		Key:          []admission.KeyPart{admission.KeyTenant},
-		Algorithm:    admission.TokenBucket,
+		Key:          []limits.KeyPart{limits.KeyTenant},
+		Algorithm:    limits.TokenBucket,
 		Limit:        2,
 		Per:          time.Hour,
 		Store:        "redis",
-		OnStoreError: admission.FailLocalMode,
+		OnStoreError: limits.FailLocalMode,
 		Replicas:     3,
 	}}}, admission.WithStore("redis", store))
 	if err != nil {

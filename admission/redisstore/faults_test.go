@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -23,7 +24,7 @@ const (
 )
 
 type replica struct {
-	mode  admission.FailMode
+	mode  limits.FailMode
 	ctl   *admission.Controller
 	store *recorder
 	ctlr  *recorder
@@ -31,7 +32,7 @@ type replica struct {
 
 func faultReplicas(t *testing.T, addr string) []*replica {
 	var rs []*replica
-	for _, mode := range []admission.FailMode{admission.FailOpenMode, admission.FailClosedMode, admission.FailLocalMode} {
+	for _, mode := range []limits.FailMode{limits.FailOpenMode, limits.FailClosedMode, limits.FailLocalMode} {
 		r := &replica{mode: mode, store: &recorder{}, ctlr: &recorder{}}
 		client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { client.Close() })
@@ -39,7 +40,7 @@ func faultReplicas(t *testing.T, addr string) []*replica {
 			Timeout: faultTimeout, BreakerFailures: 3, BreakerCooldown: faultCooldown, Name: "redis",
 		}, redisstore.WithObserver(r.store))
 		p := admission.Policy{
-			Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket,
+			Name: "rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket,
 			Limit: 100, Per: time.Hour, Store: "redis", OnStoreError: mode, Replicas: 4,
 		}
 		ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}},
@@ -80,12 +81,12 @@ func checkFailMode(t *testing.T, r *replica, what string, localLeft int) {
 	if slowest > faultTimeout+latencySlack {
 		t.Errorf("%s, %s: slowest decision %v; want at most the timeout %v (+%v)", what, r.mode, slowest, faultTimeout, latencySlack)
 	}
-	want := map[admission.FailMode][3]int{
-		admission.FailOpenMode:   {40, 0, 0},
-		admission.FailClosedMode: {0, 40, 0},
+	want := map[limits.FailMode][3]int{
+		limits.FailOpenMode:   {40, 0, 0},
+		limits.FailClosedMode: {0, 40, 0},
 		// The local limiter holds 100/4 = 25 (the request admitted by
 		// Redis before the failure is not counted there).
-		admission.FailLocalMode: {localLeft, 0, 40 - localLeft},
+		limits.FailLocalMode: {localLeft, 0, 40 - localLeft},
 	}[r.mode]
 	if got := [3]int{admitted, unavailable, limited}; got != want {
 		t.Errorf("%s, %s: admitted/unavailable/rate-limited = %v; want %v", what, r.mode, got, want)
@@ -225,7 +226,7 @@ func waitRecovered(t *testing.T, r *replica, what string, since time.Time) {
 func TestCrashedReplicaLeases(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := uniquePrefix()
-	p := admission.Policy{Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 3, MaxHold: 700 * time.Millisecond}
+	p := admission.Policy{Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 3, MaxHold: 700 * time.Millisecond}
 
 	crashed := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	ctlA := newController(t, newStore(t, crashed, redisstore.Config{Prefix: prefix, Timeout: time.Second}), p)
@@ -268,8 +269,8 @@ func TestSettleFailureReported(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &recorder{}
 	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "shared"})
-	p := admission.Policy{Name: "tpm", Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute,
-		Store: "shared", OnStoreError: admission.FailClosedMode}
+	p := admission.Policy{Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute,
+		Store: "shared", OnStoreError: limits.FailClosedMode}
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}}, admission.WithStore("shared", st), admission.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +289,7 @@ func TestSettleFailureReported(t *testing.T) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.storeErr) != 1 || rec.storeErr[0].Policy != "tpm" || rec.storeErr[0].Store != "shared" || rec.storeErr[0].Action != admission.FailClosedMode {
+	if len(rec.storeErr) != 1 || rec.storeErr[0].Policy != "tpm" || rec.storeErr[0].Store != "shared" || rec.storeErr[0].Action != limits.FailClosedMode {
 		t.Errorf("store error events = %+v; want one for policy tpm on store shared", rec.storeErr)
 	}
 }

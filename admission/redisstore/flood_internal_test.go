@@ -10,7 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -50,10 +52,10 @@ func TestTenantFlood(t *testing.T) {
 		tenants int
 		life    time.Duration // neutral after at most this long
 	}{
-		{admission.Policy{Name: "rph", Algorithm: admission.TokenBucket, Limit: 100, Per: time.Hour}, 100_000, time.Hour},
-		{admission.Policy{Name: "win", Algorithm: admission.SlidingWindow, Limit: 100, Per: time.Hour}, 10_000, 2 * time.Hour},
-		{admission.Policy{Name: "log", Algorithm: admission.SlidingLog, Limit: 100, Per: time.Hour}, 10_000, time.Hour},
-		{admission.Policy{Name: "inflight", Algorithm: admission.Concurrency, Limit: 10, MaxHold: time.Hour}, 10_000, time.Hour},
+		{admission.Policy{Name: "rph", Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour}, 100_000, time.Hour},
+		{admission.Policy{Name: "win", Algorithm: limits.SlidingWindow, Limit: 100, Per: time.Hour}, 10_000, 2 * time.Hour},
+		{admission.Policy{Name: "log", Algorithm: limits.SlidingLog, Limit: 100, Per: time.Hour}, 10_000, time.Hour},
+		{admission.Policy{Name: "inflight", Algorithm: limits.Concurrency, Limit: 10, MaxHold: time.Hour}, 10_000, time.Hour},
 	}
 	ctx := context.Background()
 	deadline := time.Now().Add(40 * time.Second)
@@ -61,8 +63,8 @@ func TestTenantFlood(t *testing.T) {
 		p, tenants := tc.p, tc.tenants
 		lim, _ := st.Limiter(&p)
 		l := lim.(*limiter)
-		limit := admission.Limit{Algorithm: p.Algorithm, Amount: p.Limit, Burst: p.Limit, Per: p.Per, MaxHold: p.MaxHold}
-		if _, err := admissiontest.Acquire(ctx, lim, "warm-up", &limit, 1, time.Now()); err != nil {
+		limit := limits.Limit{Algorithm: p.Algorithm, Amount: p.Limit, Burst: p.Limit, Per: p.Per, MaxHold: p.MaxHold}
+		if _, err := backendtest.Acquire(ctx, lim, "warm-up", &limit, 1, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		before := usedMemory(t, srv.Addr)
@@ -75,7 +77,7 @@ func TestTenantFlood(t *testing.T) {
 			now := time.Now().UnixNano()
 			var calls []*call
 			for j := i; j < i+1000; j++ {
-				op := []admission.Op{{Limiter: l, Key: "tenant-" + strconv.Itoa(j), Limit: limit, N: 1}}
+				op := []backend.Op{{Limiter: l, Key: "tenant-" + strconv.Itoa(j), Limit: limit, N: 1}}
 				if sh, ok := leanAcquireShape(op); ok {
 					// The store's own call (leanAcquire), sent in a
 					// pipeline.
@@ -97,7 +99,7 @@ func TestTenantFlood(t *testing.T) {
 				r, _ := c.(*redis.Cmd).Text()
 				admitted := strings.HasPrefix(r, "1 ")
 				if len(calls) > 0 {
-					op := []admission.Op{{Limiter: l, Limit: limit, N: 1}}
+					op := []backend.Op{{Limiter: l, Limit: limit, N: 1}}
 					admitted = leanGrants(op, r) == nil && op[0].Grant.OK
 				}
 				if !admitted {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // The lean scripts evaluate the most common requests, token buckets
@@ -278,8 +278,8 @@ return pk('<ddd', held, a, expired)
 // Renew implements admission.Renewer: one script call for a concurrency
 // grant that holds a lease, none otherwise. The lease runs for its max
 // hold from the Redis server's time.
-func (l *limiter) Renew(ctx context.Context, key string, lim *admission.Limit, g *admission.Grant, now time.Time) error {
-	if l.alg != admission.Concurrency || g.Stamp == 0 {
+func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
+	if l.alg != limits.Concurrency || g.Stamp == 0 {
 		return nil
 	}
 	s := l.s
@@ -494,16 +494,16 @@ func genSettle(sh shape) string {
 
 // leanAcquireShape returns the shape of ops if the lean acquire scripts
 // take them: at most leanMax token buckets and concurrency limits.
-func leanAcquireShape(ops []admission.Op) (shape, bool) {
+func leanAcquireShape(ops []backend.Op) (shape, bool) {
 	if len(ops) > leanMax {
 		return 0, false
 	}
 	sh := shape(1)
 	for i := range ops {
 		switch ops[i].Limiter.(*limiter).alg {
-		case admission.TokenBucket:
+		case limits.TokenBucket:
 			sh = sh.push(false)
-		case admission.Concurrency:
+		case limits.Concurrency:
 			sh = sh.push(true)
 		default:
 			return 0, false
@@ -515,7 +515,7 @@ func leanAcquireShape(ops []admission.Op) (shape, bool) {
 // leanSettleShape returns the shape of the ops with work if the lean
 // settle scripts take them: at most leanMax token bucket adjustments and
 // concurrency releases.
-func leanSettleShape(ops []admission.Op) (shape, bool) {
+func leanSettleShape(ops []backend.Op) (shape, bool) {
 	sh, n := shape(1), 0
 	for i := range ops {
 		op := &ops[i]
@@ -527,9 +527,9 @@ func leanSettleShape(ops []admission.Op) (shape, bool) {
 			return 0, false
 		}
 		switch {
-		case l.alg == admission.TokenBucket && !op.Release:
+		case l.alg == limits.TokenBucket && !op.Release:
 			sh = sh.push(false)
-		case l.alg == admission.Concurrency && op.Release:
+		case l.alg == limits.Concurrency && op.Release:
 			sh = sh.push(true)
 		default:
 			return 0, false
@@ -584,7 +584,7 @@ func (r *floats) int() int64 { return int64(r.float()) }
 
 // leanAcquire runs the lean acquire script of shape sh over ops and fills
 // their grants as the generic script would.
-func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []admission.Op, now int64) error {
+func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []backend.Op, now int64) error {
 	c := s.leanAcquireCall(ops, now)
 	reply, err := s.run(ctx, "", leanAcquires.get(sh), name, len(ops), c.keys, c.args)
 	s.putCall(c)
@@ -595,7 +595,7 @@ func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []ad
 }
 
 // leanAcquireCall returns the keys and argument of the lean acquire of ops.
-func (s *Store) leanAcquireCall(ops []admission.Op, now int64) *call {
+func (s *Store) leanAcquireCall(ops []backend.Op, now int64) *call {
 	c := s.getCall()
 	s.leanHeader(&c.blob, now, leanClockServer)
 	for i := range ops {
@@ -606,7 +606,7 @@ func (s *Store) leanAcquireCall(ops []admission.Op, now int64) *call {
 		if op.Shadow {
 			shadow = 1
 		}
-		if l.alg == admission.TokenBucket {
+		if l.alg == limits.TokenBucket {
 			c.blob.int(shadow, op.N, op.Limit.Amount, op.Limit.Capacity(), int64(op.Limit.Per))
 		} else {
 			c.blob.int(shadow, op.N, op.Limit.Amount, maxHold(&op.Limit), 0)
@@ -618,24 +618,24 @@ func (s *Store) leanAcquireCall(ops []admission.Op, now int64) *call {
 }
 
 // leanGrants fills the grants of ops from a lean acquire's reply.
-func leanGrants(ops []admission.Op, reply string) error {
+func leanGrants(ops []backend.Op, reply string) error {
 	r := floats{s: reply}
 	ss, sn := r.int(), r.int()
 	fits := true
 	for i := range ops {
 		op := &ops[i]
 		g := &op.Grant
-		*g = admission.Grant{OK: r.float() == 1}
+		*g = backend.Grant{OK: r.float() == 1}
 		left := r.float()
-		if op.Limiter.(*limiter).alg == admission.TokenBucket {
+		if op.Limiter.(*limiter).alg == limits.TokenBucket {
 			g.Limit = op.Limit.Capacity()
 			g.Stamp = ss*1e9 + sn
-			admission.BucketFigures(&op.Limit, op.N, left, g)
+			backend.BucketFigures(&op.Limit, op.N, left, g)
 		} else {
 			g.Limit = op.Limit.Amount
 			g.Remaining = g.Limit - min(int64(left), g.Limit)
 			if !g.OK && op.N > g.Limit {
-				g.RetryAfter = admission.Never
+				g.RetryAfter = limits.Never
 			}
 			g.Stamp = r.int()
 			g.Expired = int32(r.int())
@@ -653,7 +653,7 @@ func leanGrants(ops []admission.Op, reply string) error {
 		for i := range ops {
 			g := &ops[i].Grant
 			g.Taken = 0
-			if ops[i].Limiter.(*limiter).alg == admission.Concurrency {
+			if ops[i].Limiter.(*limiter).alg == limits.Concurrency {
 				g.Stamp = 0
 			}
 		}
@@ -663,16 +663,16 @@ func leanGrants(ops []admission.Op, reply string) error {
 
 // maxHold returns the lease lifetime of a concurrency limit, in
 // nanoseconds.
-func maxHold(lim *admission.Limit) int64 {
+func maxHold(lim *limits.Limit) int64 {
 	if lim.MaxHold <= 0 {
-		return int64(admission.DefaultMaxHold)
+		return int64(limits.DefaultMaxHold)
 	}
 	return int64(lim.MaxHold)
 }
 
 // leanSettleOps runs the lean settle script of shape sh over the ops of a
 // settle that have work.
-func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op, now int64) error {
+func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []backend.Op, now int64) error {
 	count, hold := 0, int64(-1)
 	var t0 int64
 	var tag string
@@ -742,7 +742,7 @@ func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op,
 }
 
 // settled records a lean settle's reply, or its error, in ops.
-func settled(ops []admission.Op, reply string, err error) error {
+func settled(ops []backend.Op, reply string, err error) error {
 	r := floats{s: reply}
 	for i := range ops {
 		op := &ops[i]

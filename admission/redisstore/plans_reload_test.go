@@ -13,6 +13,10 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -30,20 +34,20 @@ var planLimits = map[string]map[string]int64{
 // plan goes by.
 func planConfig(store string, gen int) admission.Config {
 	shape := gen / 2
-	tenant := []admission.KeyPart{admission.KeyTenant}
+	tenant := []limits.KeyPart{limits.KeyTenant}
 	policies := []admission.Policy{
-		{Name: "rpm", Key: tenant, Algorithm: admission.TokenBucket, Limit: 60, Per: time.Minute},
-		{Name: "tpm", Key: tenant, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 40_000, Per: time.Minute},
-		{Name: "inflight", Key: tenant, Algorithm: admission.Concurrency, Limit: 4, MaxHold: time.Hour},
-		{Name: "hourly", Key: tenant, Algorithm: admission.FixedWindow, Limit: 1000, Per: time.Hour},
+		{Name: "rpm", Key: tenant, Algorithm: limits.TokenBucket, Limit: 60, Per: time.Minute},
+		{Name: "tpm", Key: tenant, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 40_000, Per: time.Minute},
+		{Name: "inflight", Key: tenant, Algorithm: limits.Concurrency, Limit: 4, MaxHold: time.Hour},
+		{Name: "hourly", Key: tenant, Algorithm: limits.FixedWindow, Limit: 1000, Per: time.Hour},
 	}
 	if shape%3 != 0 {
-		mode := admission.Shadow
+		mode := limits.Shadow
 		if shape%3 == 2 {
-			mode = admission.Enforce
+			mode = limits.Enforce
 		}
 		policies = append(policies, admission.Policy{
-			Name: "candidate", Key: tenant, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket,
+			Name: "candidate", Key: tenant, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket,
 			Limit: 20_000, Per: time.Minute, Mode: mode,
 		})
 	}
@@ -53,11 +57,11 @@ func planConfig(store string, gen int) admission.Config {
 	for i := range policies {
 		policies[i].Store = store
 	}
-	overrides := func(plan string) map[string]admission.Override {
-		o := map[string]admission.Override{}
+	overrides := func(plan string) map[string]limits.Override {
+		o := map[string]limits.Override{}
 		for _, p := range policies {
 			if plan != "free" {
-				o[p.Name] = admission.Override{Limit: planLimits[plan][p.Name]}
+				o[p.Name] = limits.Override{Limit: planLimits[plan][p.Name]}
 			}
 		}
 		return o
@@ -68,10 +72,10 @@ func planConfig(store string, gen int) admission.Config {
 	if gen%2 == 1 {
 		acmePlan = "premium"
 	}
-	return admission.Config{Policies: policies, Plans: admission.Plans{
+	return admission.Config{Policies: policies, Plans: limits.Plans{
 		Default: "free",
-		Plans:   map[string]map[string]admission.Override{"free": overrides("free"), acmePlan: overrides("pro")},
-		Tenants: map[string]admission.TenantPlan{"acme": {Plan: acmePlan}, "globex": {Plan: "free"}},
+		Plans:   map[string]map[string]limits.Override{"free": overrides("free"), acmePlan: overrides("pro")},
+		Tenants: map[string]limits.TenantPlan{"acme": {Plan: acmePlan}, "globex": {Plan: "free"}},
 	}}
 }
 
@@ -88,17 +92,17 @@ func TestPlanReloadKeepsTenantLimits(t *testing.T) {
 	redis := callerTimeStores(newClient(t, srv.Addr))
 	for _, tc := range []struct {
 		name  string
-		store func(t *testing.T) admission.Store
+		store func(t *testing.T) backend.Store
 	}{
-		{"memory", func(*testing.T) admission.Store { return admission.MemoryStore{} }},
+		{"memory", func(*testing.T) backend.Store { return memstore.Store{} }},
 		{"redis", redis},
 	} {
 		t.Run(tc.name, func(t *testing.T) { planReload(t, tc.store(t)) })
 	}
 }
 
-func planReload(t *testing.T, st admission.Store) {
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+func planReload(t *testing.T, st backend.Store) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, err := admission.New(planConfig("s", 0), admission.WithClock(clock), admission.WithStore("s", st))
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,9 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -22,9 +25,9 @@ func TestRenewServerTime(t *testing.T) {
 	rec := &recorder{}
 	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: time.Second}, redisstore.WithObserver(rec))
 	const hold = time.Second
-	p := admission.Policy{Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency,
+	p := admission.Policy{Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency,
 		Limit: 1, MaxHold: hold, Store: "redis"}
-	clock := admissiontest.NewClock(admissiontest.Epoch)
+	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}},
 		admission.WithStore("redis", st), admission.WithClock(clock), admission.WithObserver(rec))
 	if err != nil {
@@ -35,7 +38,7 @@ func TestRenewServerTime(t *testing.T) {
 	start := time.Now()
 	at := func(d time.Duration) {
 		time.Sleep(time.Until(start.Add(d)))
-		clock.Set(admissiontest.Epoch.Add(d))
+		clock.Set(backendtest.Epoch.Add(d))
 	}
 	stream, err := ctl.Admit(ctx, r)
 	if err != nil {
@@ -87,19 +90,19 @@ func TestRenewExtendsKey(t *testing.T) {
 	prefix := uniquePrefix()
 	const grace = 50 * time.Millisecond
 	st := newStore(t, client, redisstore.Config{Prefix: prefix, Timeout: time.Second, IdleGrace: grace})
-	p := admission.Policy{Name: "cr", Algorithm: admission.Concurrency, Limit: 2, MaxHold: 400 * time.Millisecond}
+	p := admission.Policy{Name: "cr", Algorithm: limits.Concurrency, Limit: 2, MaxHold: 400 * time.Millisecond}
 	lim, err := st.Limiter(&p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	g, err := admissiontest.Acquire(ctx, lim, "acme", limitOf(&p), 1, time.Now())
+	g, err := backendtest.Acquire(ctx, lim, "acme", limitOf(&p), 1, time.Now())
 	if err != nil || !g.OK {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
 	time.Sleep(200 * time.Millisecond)
 	// A caller with no idea of the time.
-	if err := lim.(admission.Renewer).Renew(ctx, "acme", limitOf(&p), &g, time.Unix(0, 1)); err != nil {
+	if err := lim.(backend.Renewer).Renew(ctx, "acme", limitOf(&p), &g, time.Unix(0, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if g.Stamp == 0 || g.Remaining != 1 || g.Expired != 0 {
@@ -113,7 +116,7 @@ func TestRenewExtendsKey(t *testing.T) {
 		t.Errorf("PTTL after a renewal 200ms in = %v; want in (300ms, %v]", ttl, p.MaxHold+grace)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if g2, err := admissiontest.Acquire(ctx, lim, "acme", limitOf(&p), 2, time.Now()); err != nil || g2.OK || g2.Remaining != 1 {
+	if g2, err := backendtest.Acquire(ctx, lim, "acme", limitOf(&p), 2, time.Now()); err != nil || g2.OK || g2.Remaining != 1 {
 		t.Errorf("Acquire(2) 500ms in = %+v, %v; want refused with 1 left: the renewed lease holds", g2, err)
 	}
 }

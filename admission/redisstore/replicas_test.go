@@ -12,7 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -34,19 +35,19 @@ func TestReplicas(t *testing.T) {
 		// slack is how far above limit the total may go over the run.
 		slack func(elapsed time.Duration) int64
 	}{
-		{admission.Policy{Name: "token_bucket", Algorithm: admission.TokenBucket, Limit: limit, Per: time.Hour},
+		{admission.Policy{Name: "token_bucket", Algorithm: limits.TokenBucket, Limit: limit, Per: time.Hour},
 			func(d time.Duration) int64 { return int64(float64(limit) * d.Hours()) }},
-		{admission.Policy{Name: "fixed_window", Algorithm: admission.FixedWindow, Limit: limit, Per: long}, nil},
-		{admission.Policy{Name: "sliding_window", Algorithm: admission.SlidingWindow, Limit: limit, Per: long}, nil},
-		{admission.Policy{Name: "sliding_log", Algorithm: admission.SlidingLog, Limit: limit, Per: time.Hour}, nil},
-		{admission.Policy{Name: "quota", Algorithm: admission.Quota, Limit: limit, Period: admission.PeriodFixed, Per: long}, nil},
+		{admission.Policy{Name: "fixed_window", Algorithm: limits.FixedWindow, Limit: limit, Per: long}, nil},
+		{admission.Policy{Name: "sliding_window", Algorithm: limits.SlidingWindow, Limit: limit, Per: long}, nil},
+		{admission.Policy{Name: "sliding_log", Algorithm: limits.SlidingLog, Limit: limit, Per: time.Hour}, nil},
+		{admission.Policy{Name: "quota", Algorithm: limits.Quota, Limit: limit, Period: limits.PeriodFixed, Per: long}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.p.Name, func(t *testing.T) {
 			prefix := uniquePrefix()
 			p := tc.p
-			p.Key = []admission.KeyPart{admission.KeyTenant}
-			p.Unit = admission.UnitTokens
+			p.Key = []limits.KeyPart{limits.KeyTenant}
+			p.Unit = limits.UnitTokens
 			var ctls []*admission.Controller
 			for r := 0; r < replicas; r++ {
 				st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: prefix, Timeout: 2 * time.Second})
@@ -97,7 +98,7 @@ func TestReplicas(t *testing.T) {
 	}
 	t.Run("concurrency", func(t *testing.T) {
 		prefix := uniquePrefix()
-		p := admission.Policy{Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 5, MaxHold: time.Minute}
+		p := admission.Policy{Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 5, MaxHold: time.Minute}
 		var ctls []*admission.Controller
 		for r := 0; r < replicas; r++ {
 			st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: prefix, Timeout: 2 * time.Second})
@@ -142,7 +143,7 @@ func TestReplicas(t *testing.T) {
 		// Every lease was released: the whole limit is free again.
 		st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: prefix, Timeout: 2 * time.Second})
 		lim, _ := st.Limiter(&p)
-		g, err := admissiontest.Acquire(context.Background(), lim, "shared", limitOf(&p), p.Limit, time.Now())
+		g, err := backendtest.Acquire(context.Background(), lim, "shared", limitOf(&p), p.Limit, time.Now())
 		if err != nil || !g.OK {
 			t.Errorf("Acquire(limit) after the load = %+v, %v; want the whole limit free", g, err)
 		}
@@ -179,7 +180,7 @@ func TestRing(t *testing.T) {
 // different slots in one script each, all or nothing.
 func testSharded(t *testing.T, client redis.UniversalClient, addrs []string) {
 	t.Run("conformance", func(t *testing.T) {
-		admissiontest.RunCases(t, callerTimeStores(client))
+		backendtest.RunCases(t, callerTimeStores(client))
 	})
 	t.Run("batch", func(t *testing.T) {
 		st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})
@@ -222,8 +223,8 @@ func testSharded(t *testing.T, client redis.UniversalClient, addrs []string) {
 		// evaluated in two scripts and what the first took is given back
 		// when the second refuses.
 		st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})
-		tenant := admission.Policy{Name: "per_tenant", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 100, Per: time.Hour}
-		global := admission.Policy{Name: "global", Key: []admission.KeyPart{admission.KeyGlobal}, Algorithm: admission.FixedWindow, Limit: 3, Per: 1000 * time.Hour}
+		tenant := admission.Policy{Name: "per_tenant", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour}
+		global := admission.Policy{Name: "global", Key: []limits.KeyPart{limits.KeyGlobal}, Algorithm: limits.FixedWindow, Limit: 3, Per: 1000 * time.Hour}
 		ctl := newController(t, st, tenant, global)
 		ctx := context.Background()
 		for i := 0; i < 8; i++ {
@@ -234,7 +235,7 @@ func testSharded(t *testing.T, client redis.UniversalClient, addrs []string) {
 			tk.Done()
 		}
 		lim, _ := st.Limiter(&tenant)
-		g, err := admissiontest.Acquire(ctx, lim, "acme", limitOf(&tenant), 0, time.Now())
+		g, err := backendtest.Acquire(ctx, lim, "acme", limitOf(&tenant), 0, time.Now())
 		if err != nil || g.Remaining != 97 {
 			t.Errorf("per-tenant remaining = %d, %v; want 97 (the 5 refused requests gave their permits back)", g.Remaining, err)
 		}

@@ -6,8 +6,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // The scripts share one prelude and one driver. Each algorithm has its own
@@ -146,8 +145,8 @@ local function lease_scan(k, s, n, b, now, m, a)
 end
 `
 
-var luaAlg = map[admission.Algorithm]string{
-	admission.TokenBucket: `
+var luaAlg = map[limits.Algorithm]string{
+	limits.TokenBucket: `
 ALG[0] = {nkeys = 1, keep = true}
 ALG[0].load = function(o)
   o.cap = o.p2
@@ -192,7 +191,7 @@ ALG[0].save = function(o, grace)
   end
 end
 `,
-	admission.FixedWindow: `
+	limits.FixedWindow: `
 ALG[1] = {nkeys = 1}
 -- A window hint more than 2^50 ns (13 days) off the server's time could
 -- not be moved exactly: the caller recomputes it from the server's time.
@@ -249,7 +248,7 @@ ALG[1].save = function(o, grace)
   end
 end
 `,
-	admission.SlidingWindow: `
+	limits.SlidingWindow: `
 ALG[2] = {nkeys = 1}
 ALG[2].skew = ALG[1].skew
 ALG[2].load = function(o)
@@ -312,7 +311,7 @@ ALG[2].save = function(o, grace)
   end
 end
 `,
-	admission.SlidingLog: `
+	limits.SlidingLog: `
 ALG[3] = {nkeys = 2}
 ALG[3].load = function(o)
   local h = redis.call('HMGET', o.k1, 'b', 'a', 'q')
@@ -430,7 +429,7 @@ ALG[3].flush = function(o)
   end
 end
 `,
-	admission.Concurrency: luaLeaseScan + `
+	limits.Concurrency: luaLeaseScan + `
 -- One hash per partition: a field h holding five float64s (struct) b
 -- (base second), a (cost in flight), q (lease counter, see load), e
 -- (earliest lease expiry, a lower bound; -1 for none) and m (latest
@@ -517,7 +516,7 @@ ALG[4].release = function(o, id, taken)
   return math.max(0, o.p1 - a)
 end
 `,
-	admission.Quota: `
+	limits.Quota: `
 ALG[5] = {nkeys = 1}
 ALG[5].skew = function(o)
   local el = tdiff(o.s, o.n, o.p2, o.p3)
@@ -681,7 +680,7 @@ func init() {
 
 func allAlgorithms() string {
 	s := ""
-	for a := admission.TokenBucket; a <= admission.Quota; a++ {
+	for a := limits.TokenBucket; a <= limits.Quota; a++ {
 		s += luaAlg[a]
 	}
 	return s
@@ -691,7 +690,7 @@ var (
 	// acquireScripts holds one script per algorithm, indexed by it, for
 	// servers without FUNCTION; token buckets and concurrency limits run
 	// the lean scripts and have none.
-	acquireScripts [admission.Quota + 1]*redis.Script
+	acquireScripts [limits.Quota + 1]*redis.Script
 	// batchScript evaluates several policies of any algorithms at once.
 	batchScript = redis.NewScript(luaPrelude + allAlgorithms() + luaAcquire)
 	// settleScript adjusts and releases grants of any algorithms.
@@ -699,15 +698,15 @@ var (
 )
 
 func init() {
-	for a := admission.TokenBucket; a <= admission.Quota; a++ {
-		if a == admission.TokenBucket || a == admission.Concurrency {
+	for a := limits.TokenBucket; a <= limits.Quota; a++ {
+		if a == limits.TokenBucket || a == limits.Concurrency {
 			continue
 		}
 		src := luaAlg[a]
-		if a == admission.Quota || a == admission.SlidingWindow {
+		if a == limits.Quota || a == limits.SlidingWindow {
 			// The quota shares the fixed window's adjustment, the sliding
 			// window its hint check.
-			src = luaAlg[admission.FixedWindow] + src
+			src = luaAlg[limits.FixedWindow] + src
 		}
 		acquireScripts[a] = redis.NewScript(luaPrelude + src + luaAcquire)
 	}

@@ -7,7 +7,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -18,7 +20,7 @@ func TestScriptsWithoutFunctions(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	defer client.Close()
 	n := 0
-	admissiontest.RunCases(t, func(t *testing.T) admission.Store {
+	backendtest.RunCases(t, func(t *testing.T) backend.Store {
 		n++
 		s, err := New(client, Config{Prefix: "nf" + string(rune('a'+n)) + ":", CallerTime: true, Timeout: 2 * time.Second})
 		if err != nil {
@@ -42,11 +44,11 @@ func TestLibraryReloaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := admission.Policy{Name: "c", Algorithm: admission.Concurrency, Limit: 3}
+	p := admission.Policy{Name: "c", Algorithm: limits.Concurrency, Limit: 3}
 	lim, _ := s.Limiter(&p)
-	l := admissiontest.LimitOf(&p)
+	l := p.Base()
 	for i := 0; i < 2; i++ {
-		g, err := admissiontest.Acquire(t.Context(), lim, "k", &l, 1, time.Now())
+		g, err := backendtest.Acquire(t.Context(), lim, "k", &l, 1, time.Now())
 		if err != nil || !g.OK {
 			t.Fatalf("Acquire %d = %+v, %v", i, g, err)
 		}

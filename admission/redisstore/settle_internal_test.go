@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -77,8 +79,8 @@ func TestSettleRetriedLater(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	ms := time.Millisecond
-	tokens := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Hour}
-	inflight := admission.Policy{Name: "inflight", Algorithm: admission.Concurrency, Limit: 5, MaxHold: 10 * time.Second}
+	tokens := admission.Policy{Name: "tpm", Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Hour}
+	inflight := admission.Policy{Name: "inflight", Algorithm: limits.Concurrency, Limit: 5, MaxHold: 10 * time.Second}
 	cases := []struct {
 		name   string
 		settle time.Duration // after the admission
@@ -102,7 +104,7 @@ func TestSettleRetriedLater(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var prefix string
-			run := func(hook redis.Hook) (admission.Grant, admission.Grant) {
+			run := func(hook redis.Hook) (backend.Grant, backend.Grant) {
 				client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 				defer client.Close()
 				if hook != nil {
@@ -115,26 +117,26 @@ func TestSettleRetriedLater(t *testing.T) {
 				}
 				tl, _ := st.Limiter(&tokens)
 				cl, _ := st.Limiter(&inflight)
-				lt, lc := admissiontest.LimitOf(&tokens), admissiontest.LimitOf(&inflight)
-				at := admissiontest.Epoch
-				ops := []admission.Op{{Limiter: tl, Key: "acme", Limit: lt, N: 300}, {Limiter: cl, Key: "acme", Limit: lc, N: 1}}
+				lt, lc := tokens.Base(), inflight.Base()
+				at := backendtest.Epoch
+				ops := []backend.Op{{Limiter: tl, Key: "acme", Limit: lt, N: 300}, {Limiter: cl, Key: "acme", Limit: lc, N: 1}}
 				if err := st.AcquireBatch(ctx, ops, at); err != nil || !ops[0].Grant.OK || !ops[1].Grant.OK {
 					t.Fatalf("AcquireBatch = %v, %+v", err, ops)
 				}
 				if tc.reap {
-					probe := []admission.Op{{Limiter: cl, Key: "acme", Limit: lc, N: 0}}
+					probe := []backend.Op{{Limiter: cl, Key: "acme", Limit: lc, N: 0}}
 					if err := st.AcquireBatch(ctx, probe, at.Add(tc.settle-100*ms)); err != nil || probe[0].Grant.Expired != 1 {
 						t.Fatalf("probe = %v, %+v; want the lease reclaimed", err, probe[0].Grant)
 					}
 				}
-				set := []admission.Op{
+				set := []backend.Op{
 					{Limiter: tl, Key: "acme", Limit: lt, N: -200, Grant: ops[0].Grant},
 					{Limiter: cl, Key: "acme", Limit: lc, Release: true, Grant: ops[1].Grant},
 				}
 				if err := st.SettleBatch(ctx, set, at.Add(tc.settle)); err != nil {
 					t.Fatal(err)
 				}
-				after := []admission.Op{{Limiter: tl, Key: "acme", Limit: lt, N: 0}, {Limiter: cl, Key: "acme", Limit: lc, N: 0}}
+				after := []backend.Op{{Limiter: tl, Key: "acme", Limit: lt, N: 0}, {Limiter: cl, Key: "acme", Limit: lc, N: 0}}
 				if err := st.AcquireBatch(ctx, after, at.Add(tc.settle+2*time.Second)); err != nil {
 					t.Fatal(err)
 				}
@@ -182,18 +184,18 @@ func TestLeanLargestShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ops, probe []admission.Op
+			var ops, probe []backend.Op
 			for i, c := range mix {
-				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: admission.TokenBucket, Limit: 100, Per: time.Hour}
+				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour}
 				if c == 'l' {
-					p.Algorithm, p.MaxHold = admission.Concurrency, time.Minute
+					p.Algorithm, p.MaxHold = limits.Concurrency, time.Minute
 				}
 				l, err := st.Limiter(&p)
 				if err != nil {
 					t.Fatal(err)
 				}
-				op := admission.Op{Limiter: l, Key: "acme", Limit: admissiontest.LimitOf(&p), N: 10}
-				ops, probe = append(ops, op), append(probe, admission.Op{Limiter: l, Key: "acme", Limit: op.Limit})
+				op := backend.Op{Limiter: l, Key: "acme", Limit: p.Base(), N: 10}
+				ops, probe = append(ops, op), append(probe, backend.Op{Limiter: l, Key: "acme", Limit: op.Limit})
 			}
 			if _, ok := leanAcquireShape(ops); ok != (len(ops) <= leanMax) {
 				t.Fatalf("lean = %v for %d ops", ok, len(ops))

@@ -12,7 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -76,10 +77,10 @@ func (h *holdFirstSettle) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // window (the generic ones).
 type settleFixture struct {
 	st       *Store
-	tl, cl   admission.Limiter
-	lt, lc   admission.Limit
+	tl, cl   backend.Limiter
+	lt, lc   limits.Limit
 	tenants  []string
-	settles  [][]admission.Op
+	settles  [][]backend.Op
 	admitted time.Time
 }
 
@@ -89,17 +90,17 @@ func newSettleFixture(t *testing.T, client redis.UniversalClient, n int, generic
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens := admission.Policy{Name: "tpm", Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Hour}
+	tokens := admission.Policy{Name: "tpm", Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Hour}
 	if generic {
-		tokens.Algorithm = admission.FixedWindow
+		tokens.Algorithm = limits.FixedWindow
 	}
-	inflight := admission.Policy{Name: "inflight", Algorithm: admission.Concurrency, Limit: 5, MaxHold: time.Minute}
-	f := &settleFixture{st: st, lt: admissiontest.LimitOf(&tokens), lc: admissiontest.LimitOf(&inflight), admitted: time.Now()}
+	inflight := admission.Policy{Name: "inflight", Algorithm: limits.Concurrency, Limit: 5, MaxHold: time.Minute}
+	f := &settleFixture{st: st, lt: tokens.Base(), lc: inflight.Base(), admitted: time.Now()}
 	f.tl, _ = st.Limiter(&tokens)
 	f.cl, _ = st.Limiter(&inflight)
 	for i := 0; i < n; i++ {
 		tenant := fmt.Sprintf("tenant-%d", i)
-		ops := []admission.Op{{Limiter: f.tl, Key: tenant, Limit: f.lt, N: 100}, {Limiter: f.cl, Key: tenant, Limit: f.lc, N: 1}}
+		ops := []backend.Op{{Limiter: f.tl, Key: tenant, Limit: f.lt, N: 100}, {Limiter: f.cl, Key: tenant, Limit: f.lc, N: 1}}
 		if err := st.AcquireBatch(context.Background(), ops, f.admitted); err != nil || !ops[0].Grant.OK || !ops[1].Grant.OK {
 			t.Fatalf("AcquireBatch = %v, %+v", err, ops)
 		}
@@ -113,7 +114,7 @@ func newSettleFixture(t *testing.T, client redis.UniversalClient, n int, generic
 // left returns tenant i's tokens and slots left.
 func (f *settleFixture) left(t *testing.T, i int) (int64, int64) {
 	t.Helper()
-	probe := []admission.Op{{Limiter: f.tl, Key: f.tenants[i], Limit: f.lt}, {Limiter: f.cl, Key: f.tenants[i], Limit: f.lc}}
+	probe := []backend.Op{{Limiter: f.tl, Key: f.tenants[i], Limit: f.lt}, {Limiter: f.cl, Key: f.tenants[i], Limit: f.lc}}
 	if err := f.st.AcquireBatch(context.Background(), probe, time.Now()); err != nil {
 		t.Fatal(err)
 	}

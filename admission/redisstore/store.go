@@ -15,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Defaults applied to zero Config fields.
@@ -72,7 +74,7 @@ func WithObserver(o admission.Observer) Option { return func(s *Store) { s.obs =
 
 // Call describes one Redis call of a store: Op is "acquire", "batch",
 // "settle" or "renew"; Duration is zero when the breaker refused the call.
-type Call = admission.StoreCall
+type Call = backend.Call
 
 // A BreakerObserver is an observer that also wants the breaker's state
 // changes.
@@ -90,7 +92,7 @@ type Store struct {
 	cfg     Config
 	sharded bool // Cluster or Ring: a batch's keys must share a hash tag
 	obs     admission.Observer
-	calls   admission.StoreCallObserver
+	calls   backend.CallObserver
 	breaks  BreakerObserver
 	brk     breaker
 	// noFunctions is set once the server refused to load the library.
@@ -104,9 +106,9 @@ type Store struct {
 }
 
 var (
-	_ admission.Store   = (*Store)(nil)
-	_ admission.Batcher = (*Store)(nil)
-	_ admission.Renewer = (*limiter)(nil)
+	_ backend.Store   = (*Store)(nil)
+	_ backend.Batcher = (*Store)(nil)
+	_ backend.Renewer = (*limiter)(nil)
 )
 
 // New returns a Store on client: a *redis.Client (single node or
@@ -149,7 +151,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	for _, o := range opts {
 		o(s)
 	}
-	s.calls, _ = s.obs.(admission.StoreCallObserver)
+	s.calls, _ = s.obs.(backend.CallObserver)
 	s.breaks, _ = s.obs.(BreakerObserver)
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -188,8 +190,8 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 // Limiter returns the limiter of policy p. Its keys are named after the
 // policy and its algorithm, so a policy that changes algorithm starts from
 // fresh state.
-func (s *Store) Limiter(p *admission.Policy) (admission.Limiter, error) {
-	if p.Algorithm > admission.Quota {
+func (s *Store) Limiter(p *admission.Policy) (backend.Limiter, error) {
+	if p.Algorithm > limits.Quota {
 		return nil, fmt.Errorf("redisstore: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
 	}
 	return &limiter{
@@ -199,19 +201,19 @@ func (s *Store) Limiter(p *admission.Policy) (admission.Limiter, error) {
 }
 
 var algCode = [...]string{
-	admission.TokenBucket:   "tb",
-	admission.FixedWindow:   "fw",
-	admission.SlidingWindow: "sw",
-	admission.SlidingLog:    "sl",
-	admission.Concurrency:   "cl", // its earlier text layout was named cc
-	admission.Quota:         "q",
+	limits.TokenBucket:   "tb",
+	limits.FixedWindow:   "fw",
+	limits.SlidingWindow: "sw",
+	limits.SlidingLog:    "sl",
+	limits.Concurrency:   "cl", // its earlier text layout was named cc
+	limits.Quota:         "q",
 }
 
 // limiter is one policy's view of the store.
 type limiter struct {
 	s      *Store
 	policy string
-	alg    admission.Algorithm
+	alg    limits.Algorithm
 	infix  string
 	// fixed holds the boxed arguments of the last Limit used, for the
 	// algorithms whose arguments do not depend on the instant: building
@@ -220,14 +222,14 @@ type limiter struct {
 }
 
 type fixedParams struct {
-	lim  admission.Limit
+	lim  limits.Limit
 	vals [5]any
 }
 
-var _ admission.Limiter = (*limiter)(nil)
+var _ backend.Limiter = (*limiter)(nil)
 
 func (l *limiter) nkeys() int {
-	if l.alg == admission.SlidingLog {
+	if l.alg == limits.SlidingLog {
 		return 2
 	}
 	return 1
@@ -240,7 +242,7 @@ func (l *limiter) nkeys() int {
 // starts with '}', is prefixed with '~' so that Redis hashes the tag and not
 // the whole key.
 func Tag(key string) string {
-	if i := strings.IndexByte(key, admission.KeySeparator); i >= 0 {
+	if i := strings.IndexByte(key, backend.KeySeparator); i >= 0 {
 		key = key[:i]
 	}
 	if key == "" || key[0] == '}' {
@@ -348,15 +350,15 @@ func floorTo(ns, per int64) int64 {
 // quotaPeriod returns the start and length of the quota period holding now
 // and whether it is a calendar period (which the script checks against its
 // own time instead of moving it).
-func quotaPeriod(l admission.Limit, now int64) (start, length int64, calendar bool) {
-	start, end := admission.QuotaPeriod(&l, now)
-	return start, end - start, l.Period == admission.PeriodDay || l.Period == admission.PeriodMonth
+func quotaPeriod(l limits.Limit, now int64) (start, length int64, calendar bool) {
+	start, end := limits.QuotaPeriod(&l, now)
+	return start, end - start, l.Period == limits.PeriodDay || l.Period == limits.PeriodMonth
 }
 
 // params appends the five algorithm parameters of l at now.
-func (l *limiter) params(dst []any, lim admission.Limit, now int64) []any {
+func (l *limiter) params(dst []any, lim limits.Limit, now int64) []any {
 	switch l.alg {
-	case admission.TokenBucket, admission.SlidingLog, admission.Concurrency:
+	case limits.TokenBucket, limits.SlidingLog, limits.Concurrency:
 		fp := l.fixed.Load()
 		if fp == nil || fp.lim != lim {
 			fp = &fixedParams{lim: lim}
@@ -368,19 +370,19 @@ func (l *limiter) params(dst []any, lim admission.Limit, now int64) []any {
 	return l.params1(dst, lim, now)
 }
 
-func (l *limiter) params1(dst []any, lim admission.Limit, now int64) []any {
+func (l *limiter) params1(dst []any, lim limits.Limit, now int64) []any {
 	switch l.alg {
-	case admission.TokenBucket:
+	case limits.TokenBucket:
 		return append(dst, lim.Amount, lim.Capacity(), int64(lim.Per), 0, 0)
-	case admission.FixedWindow, admission.SlidingWindow:
+	case limits.FixedWindow, limits.SlidingWindow:
 		ws, wn := split(floorTo(now, int64(lim.Per)))
 		return append(dst, lim.Amount, int64(lim.Per), ws, wn, 0)
-	case admission.SlidingLog:
+	case limits.SlidingLog:
 		return append(dst, lim.Amount, int64(lim.Per), 0, 0, 0)
-	case admission.Concurrency:
+	case limits.Concurrency:
 		hold := lim.MaxHold
 		if hold <= 0 {
-			hold = admission.DefaultMaxHold
+			hold = limits.DefaultMaxHold
 		}
 		return append(dst, lim.Amount, int64(hold), 0, 0, 0)
 	default:
@@ -402,9 +404,9 @@ func nowNanos(now time.Time) int64 {
 }
 
 // Acquire implements admission.Limiter with one script call.
-func (l *limiter) Acquire(ctx context.Context, key string, lim *admission.Limit, n int64, now time.Time, g *admission.Grant) error {
-	var ops [1]admission.Op
-	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, N: n}
+func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n int64, now time.Time, g *backend.Grant) error {
+	var ops [1]backend.Op
+	ops[0] = backend.Op{Limiter: l, Key: key, Limit: *lim, N: n}
 	err := l.s.acquireOne(ctx, ops[:], nowNanos(now))
 	*g = ops[0].Grant
 	return err
@@ -415,7 +417,7 @@ func (l *limiter) Acquire(ctx context.Context, key string, lim *admission.Limit,
 // on Cluster and Ring when their hash tags are equal, see Tag). Otherwise
 // the ops are evaluated in groups of equal tags and the groups that took
 // permits are given back when an enforcing op did not fit.
-func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.Time) error {
+func (s *Store) AcquireBatch(ctx context.Context, ops []backend.Op, now time.Time) error {
 	for i := range ops {
 		if l, ok := ops[i].Limiter.(*limiter); !ok || l.s != s {
 			return fmt.Errorf("redisstore: op %d: limiter %T is not from this store", i, ops[i].Limiter)
@@ -432,7 +434,7 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.T
 	var err error
 	done := make([]bool, len(groups))
 	for gi, g := range groups {
-		sub := make([]admission.Op, len(g))
+		sub := make([]backend.Op, len(g))
 		for i, j := range g {
 			sub[i] = ops[j]
 		}
@@ -454,7 +456,7 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.T
 		return nil
 	}
 	// Give back what the committed groups took.
-	var back []admission.Op
+	var back []backend.Op
 	var idx []int
 	for gi, g := range groups {
 		if !done[gi] {
@@ -467,9 +469,9 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.T
 			}
 			l := op.Limiter.(*limiter)
 			switch {
-			case l.alg == admission.Concurrency && op.Grant.Stamp != 0:
+			case l.alg == limits.Concurrency && op.Grant.Stamp != 0:
 				op.Release = true
-			case l.alg != admission.Concurrency && op.Grant.Taken != 0:
+			case l.alg != limits.Concurrency && op.Grant.Taken != 0:
 				op.N = -op.Grant.Taken
 			default:
 				continue
@@ -483,14 +485,14 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []admission.Op, now time.T
 	}
 	for _, j := range idx {
 		ops[j].Grant.Taken = 0
-		if ops[j].Limiter.(*limiter).alg == admission.Concurrency {
+		if ops[j].Limiter.(*limiter).alg == limits.Concurrency {
 			ops[j].Grant.Stamp = 0
 		}
 	}
 	return err
 }
 
-func sameTag(ops []admission.Op) bool {
+func sameTag(ops []backend.Op) bool {
 	t := Tag(ops[0].Key)
 	for i := 1; i < len(ops); i++ {
 		if Tag(ops[i].Key) != t {
@@ -502,7 +504,7 @@ func sameTag(ops []admission.Op) bool {
 
 // groupByTag returns the indexes of ops grouped by hash tag, in order of
 // first appearance.
-func groupByTag(ops []admission.Op) [][]int {
+func groupByTag(ops []backend.Op) [][]int {
 	var groups [][]int
 	var tags []string
 	for i := range ops {
@@ -525,7 +527,7 @@ func groupByTag(ops []admission.Op) [][]int {
 
 // acquireOne runs the acquire script of the algorithm of ops[0], the only
 // op.
-func (s *Store) acquireOne(ctx context.Context, ops []admission.Op, now int64) error {
+func (s *Store) acquireOne(ctx context.Context, ops []backend.Op, now int64) error {
 	if sh, ok := leanAcquireShape(ops); ok {
 		return s.leanAcquire(ctx, "acquire", sh, ops, now)
 	}
@@ -533,7 +535,7 @@ func (s *Store) acquireOne(ctx context.Context, ops []admission.Op, now int64) e
 }
 
 // batch evaluates ops, whose keys may share a script, in one script.
-func (s *Store) batch(ctx context.Context, ops []admission.Op, now int64) error {
+func (s *Store) batch(ctx context.Context, ops []backend.Op, now int64) error {
 	if sh, ok := leanAcquireShape(ops); ok {
 		return s.leanAcquire(ctx, "batch", sh, ops, now)
 	}
@@ -541,7 +543,7 @@ func (s *Store) batch(ctx context.Context, ops []admission.Op, now int64) error 
 }
 
 // acquire runs an acquire script over ops and fills their grants.
-func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, ops []admission.Op, now int64) error {
+func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, ops []backend.Op, now int64) error {
 	reply, err := retry(now, true, func(now int64, _ bool) (string, error) {
 		c := s.getCall()
 		s.header(c, now, len(ops))
@@ -558,7 +560,7 @@ func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, 
 	r := reader{s: reply}
 	for i := range ops {
 		g := &ops[i].Grant
-		*g = admission.Grant{}
+		*g = backend.Grant{}
 		g.OK = r.int() == 1
 		g.Taken = r.int()
 		g.Limit = r.int()
@@ -576,7 +578,7 @@ func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, 
 }
 
 // appendAcquire appends op's keys and arguments to c.
-func appendAcquire(c *call, op *admission.Op, now int64) {
+func appendAcquire(c *call, op *backend.Op, now int64) {
 	l := op.Limiter.(*limiter)
 	c.keys = l.appendKeys(c.keys, op.Key)
 	shadow := 0
@@ -651,12 +653,12 @@ func (r *reader) int() int64 {
 // Adjust implements admission.Limiter: one script call, none when delta is
 // zero or the policy is a concurrency limit (whose permits are released
 // whole).
-func (l *limiter) Adjust(ctx context.Context, key string, lim *admission.Limit, g *admission.Grant, delta int64, now time.Time) error {
-	if delta == 0 || l.alg == admission.Concurrency {
+func (l *limiter) Adjust(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, delta int64, now time.Time) error {
+	if delta == 0 || l.alg == limits.Concurrency {
 		return nil
 	}
-	var ops [1]admission.Op
-	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, N: delta, Grant: *g}
+	var ops [1]backend.Op
+	ops[0] = backend.Op{Limiter: l, Key: key, Limit: *lim, N: delta, Grant: *g}
 	err := l.s.settle(ctx, ops[:], nowNanos(now))
 	*g = ops[0].Grant
 	return err
@@ -664,12 +666,12 @@ func (l *limiter) Adjust(ctx context.Context, key string, lim *admission.Limit, 
 
 // Release implements admission.Limiter: one script call for a concurrency
 // grant that holds a lease, none otherwise. Releasing twice is harmless.
-func (l *limiter) Release(ctx context.Context, key string, lim *admission.Limit, g *admission.Grant, now time.Time) error {
-	if l.alg != admission.Concurrency || g.Stamp == 0 {
+func (l *limiter) Release(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
+	if l.alg != limits.Concurrency || g.Stamp == 0 {
 		return nil
 	}
-	var ops [1]admission.Op
-	ops[0] = admission.Op{Limiter: l, Key: key, Limit: *lim, Release: true, Grant: *g}
+	var ops [1]backend.Op
+	ops[0] = backend.Op{Limiter: l, Key: key, Limit: *lim, Release: true, Grant: *g}
 	return l.s.settle(ctx, ops[:], nowNanos(now))
 }
 
@@ -677,7 +679,7 @@ func (l *limiter) Release(ctx context.Context, key string, lim *admission.Limit,
 // ops in one script call (one per hash tag on Cluster when the tags
 // differ). Ops with nothing to do (N zero and no lease to release) cost
 // nothing, and a batch of only such ops makes no call at all.
-func (s *Store) SettleBatch(ctx context.Context, ops []admission.Op, now time.Time) error {
+func (s *Store) SettleBatch(ctx context.Context, ops []backend.Op, now time.Time) error {
 	work := 0
 	for i := range ops {
 		l, ok := ops[i].Limiter.(*limiter)
@@ -697,7 +699,7 @@ func (s *Store) SettleBatch(ctx context.Context, ops []admission.Op, now time.Ti
 	}
 	var errs []error
 	for _, g := range groupByTag(ops) {
-		sub := make([]admission.Op, len(g))
+		sub := make([]backend.Op, len(g))
 		for i, j := range g {
 			sub[i] = ops[j]
 		}
@@ -712,15 +714,15 @@ func (s *Store) SettleBatch(ctx context.Context, ops []admission.Op, now time.Ti
 }
 
 // settles reports whether op has work for the settle script.
-func settles(l *limiter, op *admission.Op) bool {
-	if l.alg == admission.Concurrency {
+func settles(l *limiter, op *backend.Op) bool {
+	if l.alg == limits.Concurrency {
 		return op.Release && op.Grant.Stamp != 0
 	}
 	return op.N != 0
 }
 
 // settle runs the settle script over the ops that have work.
-func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error {
+func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	if sh, ok := leanSettleShape(ops); ok {
 		return s.leanSettleOps(ctx, sh, ops, now)
 	}

@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -94,7 +96,7 @@ func newStore(t testing.TB, client redis.UniversalClient, cfg redisstore.Config,
 	return s
 }
 
-func newController(t testing.TB, st admission.Store, policies ...admission.Policy) *admission.Controller {
+func newController(t testing.TB, st backend.Store, policies ...admission.Policy) *admission.Controller {
 	t.Helper()
 	for i := range policies {
 		policies[i].Store = "redis"
@@ -121,9 +123,9 @@ func statusOf(t *testing.T, sts []admission.Status, name string) admission.Statu
 // threePolicies are requests, tokens and concurrency per tenant.
 func threePolicies() []admission.Policy {
 	return []admission.Policy{
-		{Name: "rpm", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.TokenBucket, Limit: 100, Per: time.Minute},
-		{Name: "tpm", Key: []admission.KeyPart{admission.KeyTenant}, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1000, Per: time.Minute},
-		{Name: "inflight", Key: []admission.KeyPart{admission.KeyTenant}, Algorithm: admission.Concurrency, Limit: 2, MaxHold: time.Minute},
+		{Name: "rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket, Limit: 100, Per: time.Minute},
+		{Name: "tpm", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute},
+		{Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 2, MaxHold: time.Minute},
 	}
 }
 
@@ -221,7 +223,7 @@ func TestShadowBatch(t *testing.T) {
 	srv := redistest.Start(t)
 	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: time.Second})
 	ps := threePolicies()[:2]
-	ps[1].Mode = admission.Shadow
+	ps[1].Mode = limits.Shadow
 	ps[1].Limit = 10
 	ctl := newController(t, st, ps...)
 	ctx := context.Background()
@@ -251,9 +253,9 @@ func TestServerTime(t *testing.T) {
 	// A replica whose clock is 40 minutes slow still counts in the
 	// server's window and the server's day.
 	skewed := server.Add(-40 * time.Minute)
-	fw := admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 5, Per: 15 * time.Minute}
+	fw := admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 5, Per: 15 * time.Minute}
 	lim, _ := st.Limiter(&fw)
-	g, err := admissiontest.Acquire(ctx, lim, "k", limitOf(&fw), 1, skewed)
+	g, err := backendtest.Acquire(ctx, lim, "k", limitOf(&fw), 1, skewed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +266,9 @@ func TestServerTime(t *testing.T) {
 		t.Errorf("reset = %v; want within the window", g.Reset)
 	}
 	// A caller with no idea of the time at all.
-	sw := admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 5, Per: 10 * time.Minute}
+	sw := admission.Policy{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 5, Per: 10 * time.Minute}
 	swl, _ := st.Limiter(&sw)
-	g, err = admissiontest.Acquire(ctx, swl, "k", limitOf(&sw), 1, time.Unix(0, 1))
+	g, err = backendtest.Acquire(ctx, swl, "k", limitOf(&sw), 1, time.Unix(0, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,10 +276,10 @@ func TestServerTime(t *testing.T) {
 		t.Errorf("sliding window stamp with a 1970 hint = %v; want the server's window %v", time.Unix(0, g.Stamp), time.Unix(0, want))
 	}
 	loc := time.FixedZone("UTC+13", 13*3600)
-	q := admission.Policy{Name: "qd", Algorithm: admission.Quota, Limit: 5, Period: admission.PeriodDay, Location: loc}
+	q := admission.Policy{Name: "qd", Algorithm: limits.Quota, Limit: 5, Period: limits.PeriodDay, Location: loc}
 	ql, _ := st.Limiter(&q)
 	yesterday := server.Add(-24 * time.Hour)
-	g, err = admissiontest.Acquire(ctx, ql, "k", limitOf(&q), 2, yesterday)
+	g, err = backendtest.Acquire(ctx, ql, "k", limitOf(&q), 2, yesterday)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,8 +297,8 @@ func TestServerTime(t *testing.T) {
 }
 
 // limitOf is the limit a controller evaluates p's partitions with.
-func limitOf(p *admission.Policy) *admission.Limit {
-	l := admissiontest.LimitOf(p)
+func limitOf(p *admission.Policy) *limits.Limit {
+	l := p.Base()
 	return &l
 }
 
@@ -314,17 +316,17 @@ func TestKeysExpire(t *testing.T) {
 		keys int
 		ttl  time.Duration // upper bound: time to neutral + grace
 	}{
-		{admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: 10, Per: 400 * ms}, 5, 1, 200*ms + 50*ms},
-		{admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 10, Per: 400 * ms}, 5, 1, 400*ms + 50*ms},
-		{admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 10, Per: 200 * ms}, 5, 1, 400*ms + 50*ms},
-		{admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 10, Per: 400 * ms}, 5, 2, 400*ms + 50*ms},
-		{admission.Policy{Name: "cc", Algorithm: admission.Concurrency, Limit: 10, MaxHold: 400 * ms}, 5, 1, 400*ms + 50*ms},
-		{admission.Policy{Name: "q", Algorithm: admission.Quota, Limit: 10, Period: admission.PeriodFixed, Per: 400 * ms}, 5, 1, 400*ms + 50*ms},
+		{admission.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: 10, Per: 400 * ms}, 5, 1, 200*ms + 50*ms},
+		{admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 10, Per: 400 * ms}, 5, 1, 400*ms + 50*ms},
+		{admission.Policy{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 10, Per: 200 * ms}, 5, 1, 400*ms + 50*ms},
+		{admission.Policy{Name: "sl", Algorithm: limits.SlidingLog, Limit: 10, Per: 400 * ms}, 5, 2, 400*ms + 50*ms},
+		{admission.Policy{Name: "cc", Algorithm: limits.Concurrency, Limit: 10, MaxHold: 400 * ms}, 5, 1, 400*ms + 50*ms},
+		{admission.Policy{Name: "q", Algorithm: limits.Quota, Limit: 10, Period: limits.PeriodFixed, Per: 400 * ms}, 5, 1, 400*ms + 50*ms},
 	}
 	ctx := context.Background()
 	for _, tc := range cases {
 		lim, _ := st.Limiter(&tc.p)
-		if _, err := admissiontest.Acquire(ctx, lim, "tenant", limitOf(&tc.p), tc.n, time.Now()); err != nil {
+		if _, err := backendtest.Acquire(ctx, lim, "tenant", limitOf(&tc.p), tc.n, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		keys, _ := client.Keys(ctx, prefix+"{tenant}:"+tc.p.Name+":*").Result()

@@ -15,6 +15,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -49,7 +51,7 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 	// by the program that runs the file; offline, in-memory ones stand in.
 	var opts []admission.Option
 	for _, name := range f.Stores() {
-		opts = append(opts, admission.WithStore(name, admission.MemoryStore{}))
+		opts = append(opts, admission.WithStore(name, memstore.Store{}))
 	}
 	if _, err := admission.New(f.Config, opts...); err != nil {
 		fmt.Fprintf(e.stderr, "%s: %v\n", path, err)
@@ -74,12 +76,12 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 	fmt.Fprintln(tw, "PLAN\tPOLICY\tMODE\tALGORITHM\tUNIT\tKEY\tLIMIT\tBURST\tPER\tQUEUE")
 	for _, r := range f.Effective() {
 		burst := "-"
-		if r.Algorithm == admission.TokenBucket {
+		if r.Algorithm == limits.TokenBucket {
 			burst = strconv.FormatInt(r.Burst, 10)
 		}
 		per := "-"
 		switch {
-		case r.Algorithm == admission.Quota && r.Period != admission.PeriodFixed:
+		case r.Algorithm == limits.Quota && r.Period != limits.PeriodFixed:
 			per = r.Period.String()
 		case r.Per > 0:
 			per = formatDuration(r.Per)
@@ -133,7 +135,7 @@ func loadPolicyFile(w io.Writer, path string) (*config.File, rawFile, bool) {
 // table matches, and says what happens to their requests; nothing when
 // no policy counts cost, as prices then decide nothing.
 func unpriced(w io.Writer, f *config.File, prices *weights.Prices) {
-	if !slices.ContainsFunc(f.Config.Policies, func(p admission.Policy) bool { return p.Unit == admission.UnitCost }) {
+	if !slices.ContainsFunc(f.Config.Policies, func(p admission.Policy) bool { return p.Unit == limits.UnitCost }) {
 		return // prices matter only to policies that count cost
 	}
 	type named struct{ model, at string }

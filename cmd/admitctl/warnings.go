@@ -7,8 +7,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // rawFile is the policy file as YAML nodes: what check needs beyond
@@ -151,7 +151,7 @@ func segments(p string) []string {
 }
 
 // builtinUnits are the units requests carry without naming them.
-var builtinUnits = []string{string(admission.UnitRequests), string(admission.UnitTokens), string(admission.UnitCost)}
+var builtinUnits = []string{string(limits.UnitRequests), string(limits.UnitTokens), string(limits.UnitCost)}
 
 // unitWarnings warns of a policy unit that is a named unit one typo away
 // from a built-in one ("tokenz"): valid, but no request carries it, so the

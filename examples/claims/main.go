@@ -211,7 +211,7 @@ func start(o options) (_ *server, err error) {
 	if o.configPath != "" {
 		// A reload applies the policies, tenants, identity and http
 		// sections; logging and metrics are read at start.
-		s.watcher, err = config.Watch(o.configPath, s.ctl, config.WithObserver(obs), config.WithLogger(log),
+		s.watcher, err = config.Watch(o.configPath, s.ctl, config.WithObserver(s.metrics), config.WithLogger(log),
 			config.OnApply(func(f *config.File) {
 				if err := s.mw.Reconfigure(f.MiddlewareOptions()...); err != nil {
 					log.Error("claims: http and identity sections not applied", "err", err)

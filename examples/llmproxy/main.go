@@ -320,7 +320,7 @@ func start(o options) (_ *server, err error) {
 
 	if o.configPath != "" {
 		s.watcher, err = config.Watch(o.configPath, s.ctl,
-			config.WithObserver(s.metrics.observer),
+			config.WithObserver(s.metrics.metrics),
 			config.WithLogger(s.log),
 			config.OnApply(func(f *config.File) {
 				ic := f.Identity.HTTPIdentity()

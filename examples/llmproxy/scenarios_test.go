@@ -17,8 +17,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
-	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
@@ -212,7 +212,7 @@ func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
 	eventually(t, 10*time.Second, "the edited file is applied", func() bool {
 		for _, p := range s.ctl.Policies() {
 			if p.Name == "tpm-candidate" {
-				return p.Mode == admission.Enforce
+				return p.Mode == limits.Enforce
 			}
 		}
 		return false

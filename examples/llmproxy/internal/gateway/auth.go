@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // AuthFailureLimit throttles failed authentication per client address
@@ -44,7 +45,7 @@ type authLimiter struct {
 	ctl *admission.Controller // nil when disabled
 }
 
-const unitAuthFailures admission.Unit = "auth_failures"
+const unitAuthFailures limits.Unit = "auth_failures"
 
 // authPolicy is the throttle's policy for l, zero fields defaulted; ok is
 // false when l is disabled.
@@ -63,9 +64,9 @@ func authPolicy(l AuthFailureLimit) (p admission.Policy, ok bool) {
 		l.MaxAddresses = d.MaxAddresses
 	}
 	return admission.Policy{
-		Name: "failed-authentication", Key: []admission.KeyPart{admission.KeyIP}, Unit: unitAuthFailures,
-		Algorithm: admission.TokenBucket, Limit: l.Limit, Per: l.Per,
-		MaxPartitions: l.MaxAddresses, Overflow: admission.OverflowReject,
+		Name: "failed-authentication", Key: []limits.KeyPart{limits.KeyIP}, Unit: unitAuthFailures,
+		Algorithm: limits.TokenBucket, Limit: l.Limit, Per: l.Per,
+		MaxPartitions: l.MaxAddresses, Overflow: limits.OverflowReject,
 	}, true
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // errorBody returns {"error":{"message","type","param","code"}}, the OpenAI
@@ -55,7 +56,7 @@ func writeError(w *echo.Response, status int, typ, code, param, msg string) {
 func rejectionCode(rej *admission.Rejection) string {
 	switch rej.Reason {
 	case admission.ReasonRate, admission.ReasonOverflow:
-		if rej.Status.Unit == admission.UnitTokens {
+		if rej.Status.Unit == limits.UnitTokens {
 			return "tokens_limit_exceeded"
 		}
 		return "rate_limit_exceeded"
@@ -96,11 +97,11 @@ func (g *Gateway) rejectionShape(rej *admission.Rejection) (status int, typ, cod
 // unitPhrase names what a policy counts, for messages.
 func unitPhrase(s admission.Status) string {
 	switch s.Unit {
-	case admission.UnitRequests:
+	case limits.UnitRequests:
 		return "requests"
-	case admission.UnitTokens:
+	case limits.UnitTokens:
 		return "tokens"
-	case admission.UnitCost:
+	case limits.UnitCost:
 		return "spend (micro-dollars)"
 	}
 	return string(s.Unit)
@@ -125,7 +126,7 @@ func rejectionMessage(rej *admission.Rejection) string {
 			unitPhrase(s), formatReset(s.Window), rej.Policy, s.Limit, s.Remaining)
 	}
 	switch {
-	case rej.RetryAfter == admission.Never:
+	case rej.RetryAfter == limits.Never:
 		return what + " This request is larger than the limit allows and cannot succeed as is."
 	case rej.RetryAfter > 0:
 		return what + " Please try again in " + formatReset(rej.RetryAfter) + "."

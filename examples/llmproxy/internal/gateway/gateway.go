@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -328,11 +329,11 @@ func (g *Gateway) PoliciesChanged() {
 	m := map[string]bool{}
 	cost := false
 	for _, p := range g.cfg.Controller.Policies() {
-		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == admission.KeyGlobal)
-		if global && p.Algorithm == admission.Concurrency {
+		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == limits.KeyGlobal)
+		if global && p.Algorithm == limits.Concurrency {
 			m[p.Name] = true
 		}
-		cost = cost || p.Unit == admission.UnitCost
+		cost = cost || p.Unit == limits.UnitCost
 	}
 	g.costPolicies.Store(cost)
 	if g.cfg.SharedPolicies != nil {

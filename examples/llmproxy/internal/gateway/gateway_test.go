@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 func TestFormatReset(t *testing.T) {
@@ -61,9 +62,9 @@ func TestRejectionShape(t *testing.T) {
 		status int
 		code   string
 	}{
-		{admission.Rejection{Policy: "rpm", Reason: admission.ReasonRate, Status: admission.Status{Unit: admission.UnitRequests}}, 429, "rate_limit_exceeded"},
-		{admission.Rejection{Policy: "tpm", Reason: admission.ReasonRate, Status: admission.Status{Unit: admission.UnitTokens}}, 429, "tokens_limit_exceeded"},
-		{admission.Rejection{Policy: "spend", Reason: admission.ReasonQuota, Status: admission.Status{Unit: admission.UnitCost}}, 429, "quota_exceeded"},
+		{admission.Rejection{Policy: "rpm", Reason: admission.ReasonRate, Status: admission.Status{Unit: limits.UnitRequests}}, 429, "rate_limit_exceeded"},
+		{admission.Rejection{Policy: "tpm", Reason: admission.ReasonRate, Status: admission.Status{Unit: limits.UnitTokens}}, 429, "tokens_limit_exceeded"},
+		{admission.Rejection{Policy: "spend", Reason: admission.ReasonQuota, Status: admission.Status{Unit: limits.UnitCost}}, 429, "quota_exceeded"},
 		{admission.Rejection{Policy: "conc", Reason: admission.ReasonQueueFull}, 429, "concurrency_limit_exceeded"},
 		{admission.Rejection{Policy: "conc", Reason: admission.ReasonConcurrency}, 429, "concurrency_limit_exceeded"},
 		{admission.Rejection{Policy: "conc", Reason: admission.ReasonQueueTimeout}, 429, "queue_timeout"},

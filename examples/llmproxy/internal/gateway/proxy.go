@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -74,9 +75,9 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	// Every amount is in [0, admission.MaxAmount]: a reservation too large
 	// for any policy is refused as such, never wrapped.
 	req.Model = e.Model
-	req.Tokens = min(max(in, 0)+max(out, 0), admission.MaxAmount) // each at most weights.MaxTokens = MaxAmount: no overflow
+	req.Tokens = min(max(in, 0)+max(out, 0), limits.MaxAmount) // each at most weights.MaxTokens = MaxAmount: no overflow
 	if priced {
-		req.Cost = min(price.EstimateMicros(in, out), admission.MaxAmount)
+		req.Cost = min(price.EstimateMicros(in, out), limits.MaxAmount)
 	}
 	if !g.continueAdmission(c, tk, req) {
 		return nil

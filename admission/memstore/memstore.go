@@ -1,4 +1,4 @@
-package admission
+package memstore
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 const (
@@ -15,16 +18,17 @@ const (
 	slabSize  = 128
 )
 
-// MemoryStore keeps limiter state in this process. It is the default store;
-// its state is not shared between replicas and does not survive a restart
-// (a quota kept in memory starts again from zero after one).
-type MemoryStore struct{}
+// Store keeps limiter state in this process. It is the controller's
+// default store; its state is not shared between replicas and does not
+// survive a restart (a quota kept in memory starts again from zero after
+// one).
+type Store struct{}
 
-var _ Store = MemoryStore{}
+var _ backend.Store = Store{}
 
 // Limiter returns a new in-memory limiter for p, with a sharded partition
 // table bounded by p.MaxPartitions.
-func (MemoryStore) Limiter(p *Policy) (Limiter, error) {
+func (Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 	return newMemLimiter(p), nil
 }
 
@@ -57,7 +61,7 @@ type memLimiter struct {
 	lastSweep     atomic.Int64
 	nextFullSweep atomic.Int64
 	idle          int64
-	overflow      OverflowMode
+	overflow      limits.OverflowMode
 	evicted       atomic.Uint64
 	onEvict       func(n int)
 	ovf           struct {
@@ -76,16 +80,16 @@ type shard struct {
 	_    [48]byte // keep shards on separate cache lines
 }
 
-var _ Limiter = (*memLimiter)(nil)
+var _ backend.Limiter = (*memLimiter)(nil)
 
-func newMemLimiter(p *Policy) *memLimiter {
+func newMemLimiter(p *limits.Policy) *memLimiter {
 	maxParts := p.MaxPartitions
 	if maxParts == 0 {
-		maxParts = DefaultMaxPartitions
+		maxParts = limits.DefaultMaxPartitions
 	}
 	idle := p.IdleTimeout
 	if idle == 0 {
-		idle = DefaultIdleTimeout
+		idle = limits.DefaultIdleTimeout
 	}
 	l := &memLimiter{
 		seed:     rand.Uint64(),
@@ -102,7 +106,7 @@ func newMemLimiter(p *Policy) *memLimiter {
 // lock finds (or creates) the cell of key and returns it with its lock held;
 // unlock must be called with the returned mutex. A nil cell means the table
 // is full and the policy rejects overflow.
-func (l *memLimiter) lock(key string, lim *Limit, now int64, create bool) (*cell, *sync.Mutex) {
+func (l *memLimiter) lock(key string, lim *limits.Limit, now int64, create bool) (*cell, *sync.Mutex) {
 	sh := &l.shards[shardOf(l.seed, key)]
 	sh.mu.Lock()
 	if c, ok := sh.m[key]; ok {
@@ -118,7 +122,7 @@ func (l *memLimiter) lock(key string, lim *Limit, now int64, create bool) (*cell
 
 // create adds the partition of key, making room first when the table is
 // full or an idle period has passed.
-func (l *memLimiter) create(sh *shard, key string, lim *Limit, now int64) (*cell, *sync.Mutex) {
+func (l *memLimiter) create(sh *shard, key string, lim *limits.Limit, now int64) (*cell, *sync.Mutex) {
 	last := l.lastSweep.Load()
 	full := l.count.Load() >= l.maxParts
 	if (now-last > l.idle || full && now >= l.nextFullSweep.Load()) && l.lastSweep.CompareAndSwap(last, now) {
@@ -144,7 +148,7 @@ func (l *memLimiter) create(sh *shard, key string, lim *Limit, now int64) (*cell
 	}
 	if l.count.Load() >= l.maxParts {
 		sh.mu.Unlock()
-		if l.overflow == OverflowReject {
+		if l.overflow == limits.OverflowReject {
 			return nil, nil
 		}
 		l.ovf.Lock()
@@ -161,12 +165,12 @@ func (l *memLimiter) create(sh *shard, key string, lim *Limit, now int64) (*cell
 	return c, &sh.mu
 }
 
-func (c *cell) init(l *Limit, now int64) {
+func (c *cell) init(l *limits.Limit, now int64) {
 	*c = cell{used: now}
 	switch l.Algorithm {
-	case TokenBucket:
+	case limits.TokenBucket:
 		c.a, c.t = float64(l.Capacity()), now
-	case Concurrency:
+	case limits.Concurrency:
 		// Lease ids count up from the creation instant in nanoseconds, so
 		// a partition dropped and created again never reissues the id of a
 		// stale ticket's expired lease.
@@ -213,15 +217,15 @@ func (l *memLimiter) sweep(sh *shard, now int64, full bool) int {
 }
 
 // Acquire implements Limiter.
-func (l *memLimiter) Acquire(_ context.Context, key string, lim *Limit, n int64, now time.Time, g *Grant) error {
+func (l *memLimiter) Acquire(_ context.Context, key string, lim *limits.Limit, n int64, now time.Time, g *backend.Grant) error {
 	ns := now.UnixNano()
 	c, mu := l.lock(key, lim, ns, true)
 	if c == nil {
-		*g = Grant{Limit: lim.Capacity(), RetryAfter: DefaultRetryHint, Full: true}
+		*g = backend.Grant{Limit: lim.Capacity(), RetryAfter: limits.DefaultRetryHint, Full: true}
 		return nil
 	}
 	c.acquire(lim, n, ns, g)
-	if lim.Algorithm == Concurrency {
+	if lim.Algorithm == limits.Concurrency {
 		c.calm = c.calmAt(lim)
 	} else {
 		// A rate grant's Reset is the time until the partition is fully
@@ -236,7 +240,7 @@ func (l *memLimiter) Acquire(_ context.Context, key string, lim *Limit, n int64,
 }
 
 // cellOf returns the locked cell a grant was taken from, or nil.
-func (l *memLimiter) cellOf(key string, lim *Limit, g *Grant, now int64, create bool) (*cell, *sync.Mutex) {
+func (l *memLimiter) cellOf(key string, lim *limits.Limit, g *backend.Grant, now int64, create bool) (*cell, *sync.Mutex) {
 	if g.Overflow {
 		l.ovf.Lock()
 		if !l.ovf.init {
@@ -249,7 +253,7 @@ func (l *memLimiter) cellOf(key string, lim *Limit, g *Grant, now int64, create 
 }
 
 // Adjust implements Limiter.
-func (l *memLimiter) Adjust(_ context.Context, key string, lim *Limit, g *Grant, delta int64, now time.Time) error {
+func (l *memLimiter) Adjust(_ context.Context, key string, lim *limits.Limit, g *backend.Grant, delta int64, now time.Time) error {
 	ns := now.UnixNano()
 	c, mu := l.cellOf(key, lim, g, ns, delta > 0)
 	if c == nil || (c == &l.ovf.c && !g.Overflow) {
@@ -266,8 +270,8 @@ func (l *memLimiter) Adjust(_ context.Context, key string, lim *Limit, g *Grant,
 }
 
 // Release implements Limiter.
-func (l *memLimiter) Release(_ context.Context, key string, lim *Limit, g *Grant, now time.Time) error {
-	if lim.Algorithm != Concurrency || g.Stamp == 0 {
+func (l *memLimiter) Release(_ context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
+	if lim.Algorithm != limits.Concurrency || g.Stamp == 0 {
 		return nil
 	}
 	c, mu := l.cellOf(key, lim, g, now.UnixNano(), false)
@@ -280,11 +284,19 @@ func (l *memLimiter) Release(_ context.Context, key string, lim *Limit, g *Grant
 	return nil
 }
 
-var _ Renewer = (*memLimiter)(nil)
+var (
+	_ backend.Renewer   = (*memLimiter)(nil)
+	_ backend.Inspector = (*memLimiter)(nil)
+)
+
+// OnEvict registers f, called with the number of idle partitions each sweep
+// evicts. The controller registers it when it installs the policy, before
+// any request reaches the limiter.
+func (l *memLimiter) OnEvict(f func(n int)) { l.onEvict = f }
 
 // Renew implements Renewer.
-func (l *memLimiter) Renew(_ context.Context, key string, lim *Limit, g *Grant, now time.Time) error {
-	if lim.Algorithm != Concurrency || g.Stamp == 0 {
+func (l *memLimiter) Renew(_ context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
+	if lim.Algorithm != limits.Concurrency || g.Stamp == 0 {
 		return nil
 	}
 	c, mu := l.cellOf(key, lim, g, now.UnixNano(), false)
@@ -309,4 +321,40 @@ func (l *memLimiter) partitions() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// Stats walks the table: partitions, those near the limit, cost in flight,
+// and the leases it reclaims on the way.
+func (l *memLimiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
+	var parts, near, expired int
+	var inflight int64
+	ns := now.UnixNano()
+	threshold := 0.8 * float64(lim.Capacity())
+	visit := func(c *cell) {
+		if lim.Algorithm == limits.Concurrency {
+			expired += int(c.concExpire(ns))
+			inflight += int64(c.a)
+		}
+		if float64(lim.Capacity()-c.remaining(lim, ns)) >= threshold {
+			near++
+		}
+	}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		parts += len(sh.m)
+		for _, c := range sh.m {
+			if lim.Algorithm == limits.TokenBucket {
+				c.bucketFill(lim, ns)
+			}
+			visit(c)
+		}
+		sh.mu.Unlock()
+	}
+	l.ovf.Lock()
+	if l.ovf.init {
+		visit(&l.ovf.c)
+	}
+	l.ovf.Unlock()
+	return backend.Stats{Partitions: parts, NearLimit: near, InFlight: inflight, Expired: expired, Evicted: l.evicted.Load()}
 }

@@ -1,4 +1,9 @@
-package admissiontest
+// Package backendtest is the conformance suite of the store contract
+// (package backend): the step tables every store must answer exactly as the
+// in-memory store does, and property tests over random traffic. A store's
+// tests call RunCases and RunProperties with a constructor of the store,
+// as the in-memory and Redis stores do.
+package backendtest
 
 import (
 	"context"
@@ -7,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Epoch is the instant the conformance steps start from: a whole number of
@@ -41,7 +47,7 @@ type Step struct {
 // Case is a named step table for one policy.
 type Case struct {
 	Name   string
-	Policy admission.Policy
+	Policy limits.Policy
 	// At overrides Epoch as the start instant when non-zero.
 	Start time.Time
 	Steps []Step
@@ -50,8 +56,8 @@ type Case struct {
 // Cases returns the conformance step tables: every algorithm, weighted
 // costs, retry-after values, header figures and reconciliation.
 func Cases() []Case {
-	tb := func(limit int64, per time.Duration, burst int64) admission.Policy {
-		return admission.Policy{Name: "tb", Algorithm: admission.TokenBucket, Limit: limit, Per: per, Burst: burst}
+	tb := func(limit int64, per time.Duration, burst int64) limits.Policy {
+		return limits.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: limit, Per: per, Burst: burst}
 	}
 	s := time.Second
 	return []Case{
@@ -60,7 +66,7 @@ func Cases() []Case {
 			{At: 0, N: 1, OK: false, RetryAfter: s, Reset: 10 * s},
 			{At: 500 * time.Millisecond, N: 1, OK: false, RetryAfter: 500 * time.Millisecond, Reset: 9500 * time.Millisecond},
 			{At: s, N: 1, OK: true, Remaining: 0, Reset: 10 * s},
-			{At: s, N: 11, OK: false, RetryAfter: admission.Never, Reset: 10 * s},
+			{At: s, N: 11, OK: false, RetryAfter: limits.Never, Reset: 10 * s},
 			{At: 4 * s, N: 3, OK: true, Remaining: 0, Reset: 10 * s},
 			{At: 4 * s, N: 2, OK: false, RetryAfter: 2 * s, Reset: 10 * s},
 			{At: 20 * s, N: 4, OK: true, Remaining: 6, Reset: 4 * s},
@@ -85,18 +91,18 @@ func Cases() []Case {
 			{At: 0, N: 1, OK: false, RetryAfter: 7 * s, Reset: 16 * s},
 			{At: 7 * s, N: 1, OK: true, Remaining: 0, Reset: 10 * s},
 		}},
-		{Name: "fixed_window", Policy: admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 5, Per: 10 * s}, Steps: []Step{
+		{Name: "fixed_window", Policy: limits.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 5, Per: 10 * s}, Steps: []Step{
 			{At: 0, N: 3, OK: true, Remaining: 2, Reset: 10 * s},
 			{At: 5 * s, N: 3, OK: false, Remaining: 2, RetryAfter: 5 * s, Reset: 5 * s},
 			{At: 5 * s, N: 2, OK: true, Remaining: 0, Reset: 5 * s},
 			{At: 5 * s, Ref: 0, Adjust: -1, Remaining: 1},
 			{At: 9 * s, N: 1, OK: true, Remaining: 0, Reset: s},
 			{At: 10 * s, N: 5, OK: true, Remaining: 0, Reset: 10 * s},
-			{At: 10 * s, N: 6, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: 10 * s},
+			{At: 10 * s, N: 6, OK: false, Remaining: 0, RetryAfter: limits.Never, Reset: 10 * s},
 			// A refund of a grant from a past window changes nothing now.
 			{At: 11 * s, Ref: 2, Adjust: -2, Remaining: 0},
 		}},
-		{Name: "sliding_window", Policy: admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 10, Per: 10 * s}, Steps: []Step{
+		{Name: "sliding_window", Policy: limits.Policy{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 10, Per: 10 * s}, Steps: []Step{
 			{At: 0, N: 10, OK: true, Remaining: 0, Reset: 20 * s},
 			// Next window: the previous count weighs 100% at its start.
 			{At: 10 * s, N: 1, OK: false, Remaining: 0, RetryAfter: s, Reset: 10 * s},
@@ -106,9 +112,9 @@ func Cases() []Case {
 			{At: 13 * s, N: 1, OK: true, Remaining: 0, Reset: 17 * s},
 			// Fits only in the window after: 3*(1-e/10)+7 <= 10 at e=0.
 			{At: 13 * s, N: 7, OK: false, Remaining: 0, RetryAfter: 7 * s, Reset: 17 * s},
-			{At: 13 * s, N: 11, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: 17 * s},
+			{At: 13 * s, N: 11, OK: false, Remaining: 0, RetryAfter: limits.Never, Reset: 17 * s},
 		}},
-		{Name: "sliding_log", Policy: admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 3, Per: 10 * s}, Steps: []Step{
+		{Name: "sliding_log", Policy: limits.Policy{Name: "sl", Algorithm: limits.SlidingLog, Limit: 3, Per: 10 * s}, Steps: []Step{
 			{At: 0, N: 1, OK: true, Remaining: 2, Reset: 10 * s},
 			{At: 2 * s, N: 2, OK: true, Remaining: 0, Reset: 10 * s},
 			{At: 3 * s, N: 1, OK: false, Remaining: 0, RetryAfter: 7 * s, Reset: 9 * s},
@@ -116,9 +122,9 @@ func Cases() []Case {
 			{At: 11 * s, N: 2, OK: false, Remaining: 0, RetryAfter: s, Reset: 9 * s},
 			{At: 11 * s, Ref: 1, Adjust: -2, Remaining: 2},
 			{At: 11 * s, N: 2, OK: true, Remaining: 0, Reset: 10 * s},
-			{At: 11 * s, N: 4, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: 10 * s},
+			{At: 11 * s, N: 4, OK: false, Remaining: 0, RetryAfter: limits.Never, Reset: 10 * s},
 		}},
-		{Name: "concurrency", Policy: admission.Policy{Name: "c", Algorithm: admission.Concurrency, Limit: 3, MaxHold: 5 * s}, Steps: []Step{
+		{Name: "concurrency", Policy: limits.Policy{Name: "c", Algorithm: limits.Concurrency, Limit: 3, MaxHold: 5 * s}, Steps: []Step{
 			{At: 0, N: 2, OK: true, Remaining: 1, Reset: -1},
 			{At: 0, N: 1, OK: true, Remaining: 0, Reset: -1},
 			{At: 0, N: 1, OK: false, Remaining: 0, Reset: -1},
@@ -127,7 +133,7 @@ func Cases() []Case {
 			// Releasing twice is harmless.
 			{At: s, Ref: 0, Release: true},
 			{At: s, N: 1, OK: false, Remaining: 0, Reset: -1},
-			{At: s, N: 4, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: -1},
+			{At: s, N: 4, OK: false, Remaining: 0, RetryAfter: limits.Never, Reset: -1},
 			// Leases expire after MaxHold: the grant from t=0 still held
 			// is gone at 5s.
 			{At: 5 * s, N: 1, OK: true, Remaining: 0, Reset: -1, Expired: 1},
@@ -136,7 +142,7 @@ func Cases() []Case {
 		}},
 		// A renewed lease outlives its first MaxHold; without another
 		// renewal it expires MaxHold after the last one.
-		{Name: "concurrency/renew", Policy: admission.Policy{Name: "cr", Algorithm: admission.Concurrency, Limit: 1, MaxHold: 10 * s}, Steps: []Step{
+		{Name: "concurrency/renew", Policy: limits.Policy{Name: "cr", Algorithm: limits.Concurrency, Limit: 1, MaxHold: 10 * s}, Steps: []Step{
 			{At: 0, N: 1, OK: true, Remaining: 0, Reset: -1},
 			{At: 6 * s, Ref: 0, Renew: true, OK: true, Remaining: 0},
 			{At: 12 * s, N: 1, OK: false, Remaining: 0, Reset: -1},
@@ -145,7 +151,7 @@ func Cases() []Case {
 			{At: 17 * s, Ref: 0, Renew: true, OK: false, Remaining: 0},
 			{At: 18 * s, N: 1, OK: false, Remaining: 0, Reset: -1},
 		}},
-		{Name: "concurrency/renew-some", Policy: admission.Policy{Name: "cs", Algorithm: admission.Concurrency, Limit: 3, MaxHold: 10 * s}, Steps: []Step{
+		{Name: "concurrency/renew-some", Policy: limits.Policy{Name: "cs", Algorithm: limits.Concurrency, Limit: 3, MaxHold: 10 * s}, Steps: []Step{
 			{At: 0, N: 1, OK: true, Remaining: 2, Reset: -1},
 			{At: s, N: 2, OK: true, Remaining: 0, Reset: -1},
 			// Renewing early extends the lease; it never shortens it.
@@ -165,15 +171,15 @@ func Cases() []Case {
 			{At: 40 * s, Ref: 6, Renew: true, OK: false, Remaining: 3, Expired: 1},
 		}},
 		{Name: "quota/month", Start: time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC),
-			Policy: admission.Policy{Name: "q", Algorithm: admission.Quota, Limit: 100, Period: admission.PeriodMonth}, Steps: []Step{
+			Policy: limits.Policy{Name: "q", Algorithm: limits.Quota, Limit: 100, Period: limits.PeriodMonth}, Steps: []Step{
 				{At: 0, N: 60, OK: true, Remaining: 40, Reset: time.Hour},
 				{At: 30 * time.Minute, N: 50, OK: false, Remaining: 40, RetryAfter: 30 * time.Minute, Reset: 30 * time.Minute},
 				{At: 30 * time.Minute, Ref: 0, Adjust: 15, Remaining: 25},
 				{At: 30 * time.Minute, N: 26, OK: false, Remaining: 25, RetryAfter: 30 * time.Minute, Reset: 30 * time.Minute},
 				{At: time.Hour, N: 100, OK: true, Remaining: 0, Reset: 31 * 24 * time.Hour},
-				{At: time.Hour, N: 101, OK: false, Remaining: 0, RetryAfter: admission.Never, Reset: 31 * 24 * time.Hour},
+				{At: time.Hour, N: 101, OK: false, Remaining: 0, RetryAfter: limits.Never, Reset: 31 * 24 * time.Hour},
 			}},
-		{Name: "quota/fixed", Policy: admission.Policy{Name: "qf", Algorithm: admission.Quota, Limit: 10, Period: admission.PeriodFixed, Per: time.Hour}, Steps: []Step{
+		{Name: "quota/fixed", Policy: limits.Policy{Name: "qf", Algorithm: limits.Quota, Limit: 10, Period: limits.PeriodFixed, Per: time.Hour}, Steps: []Step{
 			{At: 0, N: 10, OK: true, Remaining: 0, Reset: time.Hour},
 			{At: 59 * time.Minute, N: 1, OK: false, Remaining: 0, RetryAfter: time.Minute, Reset: time.Minute},
 			{At: time.Hour, N: 1, OK: true, Remaining: 9, Reset: time.Hour},
@@ -182,7 +188,7 @@ func Cases() []Case {
 		// capacity in debt, and a count at most at its limit.
 		{Name: "token_bucket/debt_bound", Policy: tb(10, 10*s, 0), Steps: []Step{
 			{At: 0, N: 10, OK: true, Remaining: 0, Reset: 10 * s},
-			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: 0, Ref: 0, Adjust: limits.MaxAmount, Remaining: 0},
 			// 10 in debt: 11 tokens to wait for, 20 to be full.
 			{At: 0, N: 1, OK: false, RetryAfter: 11 * s, Reset: 20 * s},
 			{At: 0, N: 10, OK: false, RetryAfter: 20 * s, Reset: 20 * s},
@@ -190,39 +196,39 @@ func Cases() []Case {
 		}},
 		{Name: "token_bucket/debt_bound_burst", Policy: tb(2, s, 6), Steps: []Step{
 			{At: 0, N: 1, OK: true, Remaining: 5, Reset: 500 * time.Millisecond},
-			{At: 0, Ref: 0, Adjust: admission.MaxAmount - 1, Remaining: 0},
+			{At: 0, Ref: 0, Adjust: limits.MaxAmount - 1, Remaining: 0},
 			{At: 0, N: 6, OK: false, RetryAfter: 6 * s, Reset: 6 * s},
 			{At: 6 * s, N: 6, OK: true, Remaining: 0, Reset: 3 * s},
 		}},
-		{Name: "fixed_window/debt_bound", Policy: admission.Policy{Name: "fw", Algorithm: admission.FixedWindow, Limit: 5, Per: 10 * s}, Steps: []Step{
+		{Name: "fixed_window/debt_bound", Policy: limits.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 5, Per: 10 * s}, Steps: []Step{
 			{At: 0, N: 2, OK: true, Remaining: 3, Reset: 10 * s},
-			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: 0, Ref: 0, Adjust: limits.MaxAmount, Remaining: 0},
 			{At: 0, N: 1, OK: false, Remaining: 0, RetryAfter: 10 * s, Reset: 10 * s},
 			// The count stopped at the limit: a refund of 5 empties it.
 			{At: s, Ref: 0, Adjust: -5, Remaining: 5},
 			{At: s, N: 5, OK: true, Remaining: 0, Reset: 9 * s},
 		}},
-		{Name: "sliding_window/debt_bound", Policy: admission.Policy{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 10, Per: 10 * s}, Steps: []Step{
+		{Name: "sliding_window/debt_bound", Policy: limits.Policy{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 10, Per: 10 * s}, Steps: []Step{
 			{At: 0, N: 4, OK: true, Remaining: 6, Reset: 20 * s},
-			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: 0, Ref: 0, Adjust: limits.MaxAmount, Remaining: 0},
 			// The previous window counts 10, weighing 90% a second in.
 			{At: 10 * s, N: 1, OK: false, Remaining: 0, RetryAfter: s, Reset: 10 * s},
 			{At: 11 * s, Ref: 0, Adjust: -10, Remaining: 10},
 			{At: 11 * s, N: 10, OK: true, Remaining: 0, Reset: 19 * s},
 		}},
-		{Name: "sliding_log/debt_bound", Policy: admission.Policy{Name: "sl", Algorithm: admission.SlidingLog, Limit: 3, Per: 10 * s}, Steps: []Step{
+		{Name: "sliding_log/debt_bound", Policy: limits.Policy{Name: "sl", Algorithm: limits.SlidingLog, Limit: 3, Per: 10 * s}, Steps: []Step{
 			{At: 0, N: 1, OK: true, Remaining: 2, Reset: 10 * s},
-			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: 0, Ref: 0, Adjust: limits.MaxAmount, Remaining: 0},
 			{At: s, N: 1, OK: false, Remaining: 0, RetryAfter: 9 * s, Reset: 9 * s},
 			{At: s, Ref: 0, Adjust: -3, Remaining: 3},
 			{At: s, N: 3, OK: true, Remaining: 0, Reset: 10 * s},
 			// A charge for an admission that left the window fills what is left.
-			{At: 20 * s, Ref: 4, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: 20 * s, Ref: 4, Adjust: limits.MaxAmount, Remaining: 0},
 			{At: 20 * s, N: 1, OK: false, Remaining: 0, RetryAfter: 10 * s, Reset: 10 * s},
 		}},
-		{Name: "quota/debt_bound", Policy: admission.Policy{Name: "qf", Algorithm: admission.Quota, Limit: 10, Period: admission.PeriodFixed, Per: time.Hour}, Steps: []Step{
+		{Name: "quota/debt_bound", Policy: limits.Policy{Name: "qf", Algorithm: limits.Quota, Limit: 10, Period: limits.PeriodFixed, Per: time.Hour}, Steps: []Step{
 			{At: 0, N: 4, OK: true, Remaining: 6, Reset: time.Hour},
-			{At: 0, Ref: 0, Adjust: admission.MaxAmount, Remaining: 0},
+			{At: 0, Ref: 0, Adjust: limits.MaxAmount, Remaining: 0},
 			{At: time.Minute, Ref: 0, Adjust: -10, Remaining: 10},
 			{At: time.Minute, N: 10, OK: true, Remaining: 0, Reset: 59 * time.Minute},
 		}},
@@ -232,7 +238,7 @@ func Cases() []Case {
 // RunCases runs the step tables against the store returned by newStore
 // (called once per case). The store must evaluate at the instant it is
 // passed (a shared store in its caller-time test mode).
-func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
+func RunCases(t *testing.T, newStore func(t *testing.T) backend.Store) {
 	for _, tc := range Cases() {
 		t.Run(tc.Name, func(t *testing.T) {
 			st := newStore(t)
@@ -241,14 +247,14 @@ func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := LimitOf(&p)
+			l := p.Base()
 			start := tc.Start
 			if start.IsZero() {
 				start = Epoch
 			}
 			key := "conformance-" + tc.Name
 			ctx := context.Background()
-			grants := make([]admission.Grant, len(tc.Steps))
+			grants := make([]backend.Grant, len(tc.Steps))
 			for i, s := range tc.Steps {
 				now := start.Add(s.At)
 				switch {
@@ -258,9 +264,9 @@ func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
 						t.Fatalf("step %d: Release: %v", i, err)
 					}
 				case s.Renew:
-					rn, ok := lim.(admission.Renewer)
+					rn, ok := lim.(backend.Renewer)
 					if !ok {
-						t.Fatalf("step %d: the limiter %T does not implement admission.Renewer", i, lim)
+						t.Fatalf("step %d: the limiter %T does not implement backend.Renewer", i, lim)
 					}
 					g := grants[s.Ref]
 					if err := rn.Renew(ctx, key, &l, &g, now); err != nil {
@@ -306,26 +312,10 @@ func RunCases(t *testing.T, newStore func(t *testing.T) admission.Store) {
 }
 
 // Acquire calls l.Acquire and returns the grant it wrote.
-func Acquire(ctx context.Context, l admission.Limiter, key string, lim *admission.Limit, n int64, now time.Time) (admission.Grant, error) {
-	var g admission.Grant
+func Acquire(ctx context.Context, l backend.Limiter, key string, lim *limits.Limit, n int64, now time.Time) (backend.Grant, error) {
+	var g backend.Grant
 	err := l.Acquire(ctx, key, lim, n, now, &g)
 	return g, err
-}
-
-// LimitOf returns the Limit a controller evaluates p's partitions with
-// when no plan overrides it.
-func LimitOf(p *admission.Policy) admission.Limit {
-	l := admission.Limit{
-		Algorithm: p.Algorithm, Period: p.Period, Amount: p.Limit, Burst: p.Burst,
-		Per: p.Per, MaxHold: p.MaxHold, Location: p.Location,
-	}
-	if l.Burst == 0 {
-		l.Burst = l.Amount
-	}
-	if l.MaxHold == 0 {
-		l.MaxHold = admission.DefaultMaxHold
-	}
-	return l
 }
 
 // Traffic is a random weighted workload for property tests.
@@ -343,14 +333,14 @@ type Traffic struct {
 // sliding log at most its limit in every rolling window, a sliding window
 // counter at most its limit per aligned window and twice it in any rolling
 // window, and concurrency never exceeds its cap in flight.
-func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr Traffic) {
+func RunProperties(t *testing.T, newStore func(t *testing.T) backend.Store, tr Traffic) {
 	s := time.Second
-	policies := []admission.Policy{
-		{Name: "tb", Algorithm: admission.TokenBucket, Limit: 20, Per: 2 * s, Burst: 30},
-		{Name: "fw", Algorithm: admission.FixedWindow, Limit: 25, Per: 3 * s},
-		{Name: "sw", Algorithm: admission.SlidingWindow, Limit: 25, Per: 3 * s},
-		{Name: "sl", Algorithm: admission.SlidingLog, Limit: 25, Per: 3 * s},
-		{Name: "c", Algorithm: admission.Concurrency, Limit: 12, MaxHold: time.Hour},
+	policies := []limits.Policy{
+		{Name: "tb", Algorithm: limits.TokenBucket, Limit: 20, Per: 2 * s, Burst: 30},
+		{Name: "fw", Algorithm: limits.FixedWindow, Limit: 25, Per: 3 * s},
+		{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 25, Per: 3 * s},
+		{Name: "sl", Algorithm: limits.SlidingLog, Limit: 25, Per: 3 * s},
+		{Name: "c", Algorithm: limits.Concurrency, Limit: 12, MaxHold: time.Hour},
 	}
 	for _, p := range policies {
 		t.Run(p.Name, func(t *testing.T) {
@@ -359,7 +349,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := LimitOf(&p)
+			l := p.Base()
 			rng := rand.New(rand.NewPCG(tr.Seed, uint64(len(p.Name))))
 			type adm struct {
 				at  time.Duration
@@ -369,7 +359,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 			var admitted []adm
 			type open struct {
 				key string
-				g   admission.Grant
+				g   backend.Grant
 				n   int64
 			}
 			var inflight []open
@@ -379,7 +369,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 			for i := 0; i < tr.Ops; i++ {
 				now += time.Duration(rng.Int64N(int64(tr.MaxDt) + 1))
 				key := fmt.Sprintf("k%d", rng.IntN(tr.Keys))
-				if p.Algorithm == admission.Concurrency && len(inflight) > 0 && rng.IntN(2) == 0 {
+				if p.Algorithm == limits.Concurrency && len(inflight) > 0 && rng.IntN(2) == 0 {
 					j := rng.IntN(len(inflight))
 					o := inflight[j]
 					if err := lim.Release(ctx, o.key, &l, &o.g, Epoch.Add(now)); err != nil {
@@ -398,7 +388,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 					continue
 				}
 				admitted = append(admitted, adm{now, n, key})
-				if p.Algorithm == admission.Concurrency {
+				if p.Algorithm == limits.Concurrency {
 					inflight = append(inflight, open{key, g, n})
 					held[key] += n
 					if held[key] > p.Limit {
@@ -416,7 +406,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 			per := p.Per
 			for key, as := range byKey {
 				switch p.Algorithm {
-				case admission.TokenBucket:
+				case limits.TokenBucket:
 					// Any interval [as[i].at, as[j].at] holds at most
 					// burst + rate × length.
 					for i := range as {
@@ -430,7 +420,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 							}
 						}
 					}
-				case admission.FixedWindow, admission.SlidingWindow:
+				case limits.FixedWindow, limits.SlidingWindow:
 					win := map[int64]int64{}
 					for _, a := range as {
 						idx := Epoch.Add(a.at).UnixNano() / int64(per)
@@ -439,10 +429,10 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) admission.Store, tr
 							t.Fatalf("%s: %d admitted in window %d; limit %d", key, win[idx], idx, p.Limit)
 						}
 					}
-					if p.Algorithm == admission.SlidingWindow {
+					if p.Algorithm == limits.SlidingWindow {
 						checkRolling(t, key, as, func(a adm) (time.Duration, int64) { return a.at, a.n }, per, 2*p.Limit)
 					}
-				case admission.SlidingLog:
+				case limits.SlidingLog:
 					checkRolling(t, key, as, func(a adm) (time.Duration, int64) { return a.at, a.n }, per, p.Limit)
 				}
 			}

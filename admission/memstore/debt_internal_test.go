@@ -1,4 +1,4 @@
-package admission
+package memstore
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // FuzzDebtBound drives the in-memory limiter of every algorithm with
@@ -30,30 +33,30 @@ func TestDebtBound(t *testing.T) {
 
 func checkDebtBound(t *testing.T, rng *rand.Rand, steps int) {
 	s := time.Second
-	for _, p := range []Policy{
-		{Name: "tb", Algorithm: TokenBucket, Limit: 7, Per: 3 * s, Burst: 12},
-		{Name: "tbbig", Algorithm: TokenBucket, Limit: MaxAmount, Per: time.Hour, Burst: MaxAmount},
-		{Name: "fw", Algorithm: FixedWindow, Limit: 15, Per: 2 * s},
-		{Name: "sw", Algorithm: SlidingWindow, Limit: 15, Per: 2 * s},
-		{Name: "swbig", Algorithm: SlidingWindow, Limit: MaxAmount, Per: 2 * s},
-		{Name: "sl", Algorithm: SlidingLog, Limit: 15, Per: 2 * s},
-		{Name: "qf", Algorithm: Quota, Limit: 40, Period: PeriodFixed, Per: 5 * s},
-		{Name: "qm", Algorithm: Quota, Limit: MaxAmount, Period: PeriodMonth},
+	for _, p := range []limits.Policy{
+		{Name: "tb", Algorithm: limits.TokenBucket, Limit: 7, Per: 3 * s, Burst: 12},
+		{Name: "tbbig", Algorithm: limits.TokenBucket, Limit: limits.MaxAmount, Per: time.Hour, Burst: limits.MaxAmount},
+		{Name: "fw", Algorithm: limits.FixedWindow, Limit: 15, Per: 2 * s},
+		{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 15, Per: 2 * s},
+		{Name: "swbig", Algorithm: limits.SlidingWindow, Limit: limits.MaxAmount, Per: 2 * s},
+		{Name: "sl", Algorithm: limits.SlidingLog, Limit: 15, Per: 2 * s},
+		{Name: "qf", Algorithm: limits.Quota, Limit: 40, Period: limits.PeriodFixed, Per: 5 * s},
+		{Name: "qm", Algorithm: limits.Quota, Limit: limits.MaxAmount, Period: limits.PeriodMonth},
 	} {
-		l := p.limit()
+		l := p.Base()
 		ml := newMemLimiter(&p)
 		ctx := context.Background()
 		amount := func() int64 {
 			switch rng.IntN(8) {
 			case 0:
-				return MaxAmount
+				return limits.MaxAmount
 			case 1:
-				return rng.Int64N(MaxAmount + 1)
+				return rng.Int64N(limits.MaxAmount + 1)
 			}
 			return rng.Int64N(l.Capacity() + 1)
 		}
 		now := time.Unix(0, 1_700_000_000e9+rng.Int64N(1e18))
-		var grants []Grant
+		var grants []backend.Grant
 		for i := 0; i < steps; i++ {
 			now = now.Add(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
 			if len(grants) > 0 && rng.IntN(3) == 0 {
@@ -74,9 +77,9 @@ func checkDebtBound(t *testing.T, rng *rand.Rand, steps int) {
 					t.Fatalf("%s op %d: Adjust(%d) remaining = %d", p.Name, i, delta, grants[j].Remaining)
 				}
 			} else {
-				var g Grant
+				var g backend.Grant
 				_ = ml.Acquire(ctx, "k", &l, amount(), now, &g)
-				if g.RetryAfter != Never && g.RetryAfter > l.Horizon(now) {
+				if g.RetryAfter != limits.Never && g.RetryAfter > l.Horizon(now) {
 					t.Fatalf("%s op %d: RetryAfter = %v; horizon %v", p.Name, i, g.RetryAfter, l.Horizon(now))
 				}
 				if g.OK {
@@ -100,11 +103,11 @@ func checkDebtBound(t *testing.T, rng *rand.Rand, steps int) {
 			mu.Unlock()
 			capacity, limit := float64(l.Capacity()), float64(l.Amount)
 			switch {
-			case p.Algorithm == TokenBucket && (a < -capacity || a > capacity):
+			case p.Algorithm == limits.TokenBucket && (a < -capacity || a > capacity):
 				t.Fatalf("%s op %d: level %v outside [-%v, %v]", p.Name, i, a, capacity, capacity)
-			case p.Algorithm != TokenBucket && (a < 0 || a > limit || b < 0 || b > limit):
+			case p.Algorithm != limits.TokenBucket && (a < 0 || a > limit || b < 0 || b > limit):
 				t.Fatalf("%s op %d: counts %v, %v outside [0, %v]", p.Name, i, a, b, limit)
-			case p.Algorithm == SlidingLog && float64(sum) != a:
+			case p.Algorithm == limits.SlidingLog && float64(sum) != a:
 				t.Fatalf("%s op %d: total %v; entries sum to %d", p.Name, i, a, sum)
 			}
 		}

@@ -1,8 +1,11 @@
-package admission
+package memstore
 
 import (
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // cell is the state of one partition in memory. Its fields mean different
@@ -78,31 +81,6 @@ func (r *ring) trim() {
 	}
 }
 
-// rates returns a token bucket's refill rate in tokens per nanosecond and
-// its inverse, precomputed unless l was built by hand.
-func rates(l *Limit) (perNs, nsPer float64) {
-	if l.perNs != 0 {
-		return l.perNs, l.nsPer
-	}
-	return float64(l.Amount) / float64(l.Per), float64(l.Per) / float64(l.Amount)
-}
-
-// maxWait is the longest duration a figure carries (about 146 years):
-// longer waits saturate at it rather than overflow.
-const maxWait = math.MaxInt64 / 2
-
-// ceilDur converts a fractional number of nanoseconds to a Duration,
-// rounding up so a retry-after is never early.
-func ceilDur(ns float64) time.Duration {
-	if ns <= 0 {
-		return 0
-	}
-	if ns > maxWait {
-		return maxWait
-	}
-	return time.Duration(math.Ceil(ns))
-}
-
 func floorNonNeg(v float64) int64 {
 	if v <= 0 {
 		return 0
@@ -112,17 +90,17 @@ func floorNonNeg(v float64) int64 {
 
 // acquire evaluates n permits against c at now (nanoseconds since the
 // epoch). It takes them only if they fit.
-func (c *cell) acquire(l *Limit, n int64, now int64, g *Grant) {
+func (c *cell) acquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
 	switch l.Algorithm {
-	case TokenBucket:
+	case limits.TokenBucket:
 		c.bucketAcquire(l, n, now, g)
-	case FixedWindow:
+	case limits.FixedWindow:
 		c.fixedAcquire(l, n, now, g)
-	case SlidingWindow:
+	case limits.SlidingWindow:
 		c.slidingAcquire(l, n, now, g)
-	case SlidingLog:
+	case limits.SlidingLog:
 		c.logAcquire(l, n, now, g)
-	case Concurrency:
+	case limits.Concurrency:
 		c.concAcquire(l, n, now, g)
 	default:
 		c.quotaAcquire(l, n, now, g)
@@ -132,22 +110,22 @@ func (c *cell) acquire(l *Limit, n int64, now int64, g *Grant) {
 // adjust charges (delta > 0) or refunds (delta < 0) what g holds, within
 // the debt bound: a token bucket's level stays in [-capacity, capacity], a
 // counting partition's count (window, sliding log, quota) in [0, limit].
-func (c *cell) adjust(l *Limit, g *Grant, delta int64, now int64) {
+func (c *cell) adjust(l *limits.Limit, g *backend.Grant, delta int64, now int64) {
 	if delta == 0 {
 		return
 	}
 	d := float64(delta)
 	switch l.Algorithm {
-	case TokenBucket:
+	case limits.TokenBucket:
 		c.bucketFill(l, now)
 		capacity := float64(l.Capacity())
 		c.a = min(max(c.a-d, -capacity), capacity)
-	case FixedWindow:
+	case limits.FixedWindow:
 		c.fixedRoll(l, now)
 		if g.Stamp == c.t || delta > 0 {
 			c.a = bounded(c.a+d, l)
 		}
-	case SlidingWindow:
+	case limits.SlidingWindow:
 		c.slidingRoll(l, now)
 		switch {
 		case g.Stamp == c.t || delta > 0:
@@ -155,13 +133,13 @@ func (c *cell) adjust(l *Limit, g *Grant, delta int64, now int64) {
 		case g.Stamp == c.t-1:
 			c.b = bounded(c.b+d, l)
 		}
-	case SlidingLog:
+	case limits.SlidingLog:
 		c.logAdjust(l, g, delta, now)
-	case Concurrency:
+	case limits.Concurrency:
 		// In-flight cost is what was reserved; it is released whole.
 		return
 	default:
-		start, _ := QuotaPeriod(l, now)
+		start, _ := limits.QuotaPeriod(l, now)
 		if c.t != start {
 			c.t, c.a = start, 0
 		}
@@ -175,16 +153,16 @@ func (c *cell) adjust(l *Limit, g *Grant, delta int64, now int64) {
 
 // bounded returns a count within [0, l.Amount]: the debt bound of the
 // counting algorithms.
-func bounded(count float64, l *Limit) float64 {
+func bounded(count float64, l *limits.Limit) float64 {
 	return min(max(count, 0), float64(l.Amount))
 }
 
 // remaining is what the partition has left now, after a roll or refill.
-func (c *cell) remaining(l *Limit, now int64) int64 {
+func (c *cell) remaining(l *limits.Limit, now int64) int64 {
 	switch l.Algorithm {
-	case TokenBucket:
+	case limits.TokenBucket:
 		return floorNonNeg(c.a)
-	case SlidingWindow:
+	case limits.SlidingWindow:
 		weight := 1 - float64(now-c.t*int64(l.Per))/float64(l.Per)
 		return max(0, l.Amount-int64(math.Ceil(c.b*weight+c.a)))
 	default:
@@ -197,21 +175,21 @@ func (c *cell) remaining(l *Limit, now int64) int64 {
 // the limit l of the partition's own last request. A sweep compares times
 // only, so a request of another plan never judges (and refills, or drops)
 // a partition with its own limit.
-func (c *cell) calmAt(l *Limit) int64 {
+func (c *cell) calmAt(l *limits.Limit) int64 {
 	switch l.Algorithm {
-	case TokenBucket:
+	case limits.TokenBucket:
 		capacity := float64(l.Capacity())
 		if c.a >= capacity {
 			return c.t
 		}
-		_, nsPer := rates(l)
-		return c.t + int64(ceilDur((capacity-c.a)*nsPer))
-	case FixedWindow:
+		_, nsPer := l.Rates()
+		return c.t + int64(limits.CeilDuration((capacity-c.a)*nsPer))
+	case limits.FixedWindow:
 		if c.a == 0 {
 			return 0
 		}
 		return (c.t + 1) * int64(l.Per)
-	case SlidingWindow:
+	case limits.SlidingWindow:
 		switch {
 		case c.a > 0:
 			return (c.t + 2) * int64(l.Per)
@@ -219,12 +197,12 @@ func (c *cell) calmAt(l *Limit) int64 {
 			return (c.t + 1) * int64(l.Per)
 		}
 		return 0
-	case SlidingLog:
+	case limits.SlidingLog:
 		if c.x == nil || c.x.log.size == 0 {
 			return 0
 		}
 		return c.x.log.at(c.x.log.size-1).at + int64(l.Per)
-	case Concurrency:
+	case limits.Concurrency:
 		calm := int64(0)
 		if c.x != nil {
 			for i := range c.x.leases {
@@ -236,15 +214,15 @@ func (c *cell) calmAt(l *Limit) int64 {
 		if c.a == 0 {
 			return 0
 		}
-		_, end := QuotaPeriod(l, c.t)
+		_, end := limits.QuotaPeriod(l, c.t)
 		return end
 	}
 }
 
 // Token bucket.
 
-func (c *cell) bucketFill(l *Limit, now int64) {
-	perNs, _ := rates(l)
+func (c *cell) bucketFill(l *limits.Limit, now int64) {
+	perNs, _ := l.Rates()
 	c.fill(float64(l.Capacity()), perNs, now)
 }
 
@@ -261,66 +239,43 @@ func (c *cell) fill(capacity, perNs float64, now int64) {
 	}
 }
 
-func (c *cell) bucketAcquire(l *Limit, n int64, now int64, g *Grant) {
-	perNs, nsPer := rates(l)
+func (c *cell) bucketAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
+	perNs, _ := l.Rates()
 	capacity := l.Capacity()
 	c.fill(float64(capacity), perNs, now)
-	*g = Grant{Limit: capacity, Stamp: now}
+	*g = backend.Grant{Limit: capacity, Stamp: now}
 	if float64(n) <= c.a {
 		c.a -= float64(n)
 		g.OK, g.Taken = true, n
 	}
-	bucketFigures(capacity, perNs, nsPer, n, c.a, g)
-}
-
-// BucketFigures sets the Remaining and Reset of a token-bucket grant whose
-// partition holds available permits after the call, and its RetryAfter
-// when !g.OK (n permits did not fit), as the in-memory limiter computes
-// them. Stores that keep token buckets elsewhere use it so that their
-// figures are the in-memory limiter's.
-func BucketFigures(l *Limit, n int64, available float64, g *Grant) {
-	perNs, nsPer := rates(l)
-	bucketFigures(l.Capacity(), perNs, nsPer, n, available, g)
-}
-
-func bucketFigures(capacity int64, perNs, nsPer float64, n int64, available float64, g *Grant) {
-	switch {
-	case g.OK:
-	case n > capacity:
-		g.RetryAfter = Never
-	default:
-		// Division, not multiplication by nsPer, keeps the retry exact.
-		g.RetryAfter = ceilDur((float64(n) - available) / perNs)
-	}
-	g.Remaining = floorNonNeg(available)
-	g.Reset = ceilDur((float64(capacity) - available) * nsPer)
+	backend.BucketFigures(l, n, c.a, g)
 }
 
 // Fixed window.
 
-func (c *cell) fixedRoll(l *Limit, now int64) {
+func (c *cell) fixedRoll(l *limits.Limit, now int64) {
 	if idx := now / int64(l.Per); idx != c.t {
 		c.t, c.a = idx, 0
 	}
 }
 
-func (c *cell) fixedAcquire(l *Limit, n int64, now int64, g *Grant) {
+func (c *cell) fixedAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
 	c.fixedRoll(l, now)
 	per := int64(l.Per)
 	reset := time.Duration((c.t+1)*per - now)
-	*g = Grant{Limit: l.Amount, Stamp: c.t, Reset: reset}
+	*g = backend.Grant{Limit: l.Amount, Stamp: c.t, Reset: reset}
 	c.take(l, n, g, reset)
 }
 
 // take adds n to a counting partition (fixed window, quota) when it fits
 // under the limit; retry is the wait when it does not.
-func (c *cell) take(l *Limit, n int64, g *Grant, retry time.Duration) {
+func (c *cell) take(l *limits.Limit, n int64, g *backend.Grant, retry time.Duration) {
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
 		c.a += float64(n)
 		g.OK, g.Taken = true, n
 	case n > l.Amount:
-		g.RetryAfter = Never
+		g.RetryAfter = limits.Never
 	default:
 		g.RetryAfter = retry
 	}
@@ -329,7 +284,7 @@ func (c *cell) take(l *Limit, n int64, g *Grant, retry time.Duration) {
 
 // Sliding window counter.
 
-func (c *cell) slidingRoll(l *Limit, now int64) {
+func (c *cell) slidingRoll(l *limits.Limit, now int64) {
 	idx := now / int64(l.Per)
 	switch {
 	case idx == c.t:
@@ -340,44 +295,44 @@ func (c *cell) slidingRoll(l *Limit, now int64) {
 	}
 }
 
-func (c *cell) slidingAcquire(l *Limit, n int64, now int64, g *Grant) {
+func (c *cell) slidingAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
 	c.slidingRoll(l, now)
 	per := float64(l.Per)
 	elapsed := float64(now - c.t*int64(l.Per))
 	weight := 1 - elapsed/per
 	est := c.b*weight + c.a
 	limit := float64(l.Amount)
-	*g = Grant{Limit: l.Amount, Stamp: c.t}
+	*g = backend.Grant{Limit: l.Amount, Stamp: c.t}
 	switch {
 	case est+float64(n) <= limit:
 		c.a += float64(n)
 		est += float64(n)
 		g.OK, g.Taken = true, n
 	case n > l.Amount:
-		g.RetryAfter = Never
+		g.RetryAfter = limits.Never
 	case c.a+float64(n) <= limit:
 		// Fits in this window once the previous window's weight has
 		// decayed: b*(1-e/per) + a + n <= limit.
 		e := per * (c.b - (limit - c.a - float64(n))) / c.b
-		g.RetryAfter = ceilDur(e - elapsed)
+		g.RetryAfter = limits.CeilDuration(e - elapsed)
 	default:
 		// Fits in the next window, where this window's count becomes the
 		// weighted previous one: a*(1-e/per) + n <= limit.
 		e := per * (c.a - (limit - float64(n))) / c.a
-		g.RetryAfter = ceilDur(per - elapsed + e)
+		g.RetryAfter = limits.CeilDuration(per - elapsed + e)
 	}
 	g.Remaining = l.Amount - min(int64(math.Ceil(est)), l.Amount)
 	switch {
 	case c.a > 0:
-		g.Reset = ceilDur(2*per - elapsed)
+		g.Reset = limits.CeilDuration(2*per - elapsed)
 	case c.b > 0:
-		g.Reset = ceilDur(per - elapsed)
+		g.Reset = limits.CeilDuration(per - elapsed)
 	}
 }
 
 // Sliding log.
 
-func (c *cell) logExpire(l *Limit, now int64) {
+func (c *cell) logExpire(l *limits.Limit, now int64) {
 	if c.x == nil {
 		return
 	}
@@ -392,9 +347,9 @@ func (c *cell) logExpire(l *Limit, now int64) {
 	}
 }
 
-func (c *cell) logAcquire(l *Limit, n int64, now int64, g *Grant) {
+func (c *cell) logAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
 	c.logExpire(l, now)
-	*g = Grant{Limit: l.Amount, Stamp: now}
+	*g = backend.Grant{Limit: l.Amount, Stamp: now}
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
 		if n > 0 {
@@ -403,7 +358,7 @@ func (c *cell) logAcquire(l *Limit, n int64, now int64, g *Grant) {
 		}
 		g.OK, g.Taken = true, n
 	case n > l.Amount:
-		g.RetryAfter = Never
+		g.RetryAfter = limits.Never
 	default:
 		// Wait until enough of the oldest entries have left the window.
 		need := c.a + float64(n) - float64(l.Amount)
@@ -423,7 +378,7 @@ func (c *cell) logAcquire(l *Limit, n int64, now int64, g *Grant) {
 	}
 }
 
-func (c *cell) logAdjust(l *Limit, g *Grant, delta int64, now int64) {
+func (c *cell) logAdjust(l *limits.Limit, g *backend.Grant, delta int64, now int64) {
 	c.logExpire(l, now)
 	r := &c.ext().log
 	// A charge fills the log up to the limit at most (the debt bound).
@@ -473,8 +428,8 @@ func (c *cell) concExpire(now int64) int32 {
 	return expired
 }
 
-func (c *cell) concAcquire(l *Limit, n int64, now int64, g *Grant) {
-	*g = Grant{Limit: l.Amount}
+func (c *cell) concAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
+	*g = backend.Grant{Limit: l.Amount}
 	g.Expired = c.concExpire(now)
 	switch {
 	case c.a+float64(n) <= float64(l.Amount):
@@ -487,14 +442,14 @@ func (c *cell) concAcquire(l *Limit, n int64, now int64, g *Grant) {
 		}
 		g.OK, g.Taken = true, n
 	case n > l.Amount:
-		g.RetryAfter = Never
+		g.RetryAfter = limits.Never
 	}
 	g.Remaining = l.Amount - min(int64(c.a), l.Amount)
 }
 
 // concRenew extends the lease of g to now + MaxHold after reclaiming the
 // expired leases, and clears g.Stamp when the lease was not held.
-func (c *cell) concRenew(l *Limit, g *Grant, now int64) {
+func (c *cell) concRenew(l *limits.Limit, g *backend.Grant, now int64) {
 	g.Expired = c.concExpire(now)
 	held := false
 	if c.x != nil {
@@ -513,7 +468,7 @@ func (c *cell) concRenew(l *Limit, g *Grant, now int64) {
 }
 
 // concRelease drops the lease of g; it reports whether the lease was held.
-func (c *cell) concRelease(g *Grant) bool {
+func (c *cell) concRelease(g *backend.Grant) bool {
 	if c.x == nil {
 		return false
 	}
@@ -534,44 +489,11 @@ func (c *cell) concRelease(g *Grant) bool {
 
 // Quota.
 
-// QuotaPeriod returns the start and end, in nanoseconds since the Unix
-// epoch, of the quota period holding now (nanoseconds): a calendar day or
-// month in the limit's Location (UTC when nil), or a fixed period of Per
-// aligned to the epoch. Stores that keep quotas elsewhere use it so that
-// their periods are the in-memory limiter's.
-func QuotaPeriod(l *Limit, now int64) (start, end int64) {
-	switch l.Period {
-	case PeriodDay, PeriodMonth:
-		loc := l.Location
-		if loc == nil {
-			loc = time.UTC
-		}
-		t := time.Unix(0, now).In(loc)
-		y, m, d := t.Date()
-		var s, e time.Time
-		if l.Period == PeriodDay {
-			s = time.Date(y, m, d, 0, 0, 0, 0, loc)
-			e = s.AddDate(0, 0, 1)
-		} else {
-			s = time.Date(y, m, 1, 0, 0, 0, 0, loc)
-			e = s.AddDate(0, 1, 0)
-		}
-		return s.UnixNano(), e.UnixNano()
-	default:
-		per := int64(l.Per)
-		start = now - now%per
-		if now < 0 && now%per != 0 {
-			start -= per
-		}
-		return start, start + per
-	}
-}
-
-func (c *cell) quotaAcquire(l *Limit, n int64, now int64, g *Grant) {
-	start, end := QuotaPeriod(l, now)
+func (c *cell) quotaAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
+	start, end := limits.QuotaPeriod(l, now)
 	if c.t != start {
 		c.t, c.a = start, 0
 	}
-	*g = Grant{Limit: l.Amount, Stamp: start, Reset: time.Duration(end - now)}
+	*g = backend.Grant{Limit: l.Amount, Stamp: start, Reset: time.Duration(end - now)}
 	c.take(l, n, g, g.Reset)
 }

@@ -1,4 +1,4 @@
-package admission
+package limits
 
 import (
 	"errors"
@@ -95,79 +95,6 @@ type Queue struct {
 	Order Order
 }
 
-// Limit holds the figures one partition is evaluated with: the policy's
-// own, or a plan's override for the request's tenant.
-type Limit struct {
-	Algorithm Algorithm
-	Period    Period
-	// Amount is the policy's Limit.
-	Amount int64
-	// Burst is the token bucket capacity (Amount when zero).
-	Burst int64
-	Per   time.Duration
-	// MaxHold is the lease expiry of concurrency permits.
-	MaxHold time.Duration
-	// Location is the quota's calendar location.
-	Location *time.Location
-
-	window time.Duration // the header window, computed once
-	perNs  float64       // token bucket refill per nanosecond, computed once
-	nsPer  float64       // nanoseconds per token
-}
-
-// withWindow returns l with its header window computed: the time a token
-// bucket takes to refill its capacity (Per × Burst / Amount), the window of
-// a window algorithm or fixed quota.
-func (l Limit) withWindow() Limit {
-	switch l.Algorithm {
-	case TokenBucket:
-		l.window = time.Duration(min(float64(l.Per)*float64(l.Capacity())/float64(l.Amount), maxWait))
-		l.perNs = float64(l.Amount) / float64(l.Per)
-		l.nsPer = float64(l.Per) / float64(l.Amount)
-	case Concurrency:
-		l.window = 0
-	default:
-		l.window = l.Per
-	}
-	return l
-}
-
-// Capacity returns the most a partition can hold at once: Burst for a token
-// bucket, Amount otherwise.
-func (l Limit) Capacity() int64 {
-	if l.Algorithm == TokenBucket && l.Burst > 0 {
-		return l.Burst
-	}
-	return l.Amount
-}
-
-// Horizon returns the longest finite retry-after a partition evaluated
-// with l may advise at now, which the debt bound guarantees (see Limiter):
-// for a token bucket, twice the time it takes to refill its capacity (the
-// wait of a request of the whole capacity from the deepest debt); the
-// window of a fixed window or sliding log; twice the window of a sliding
-// window counter; the time to the end of the period holding now for a
-// quota. A concurrency limit computes no wait of its own (a rejection
-// advises the policy's RetryHint): 0.
-func (l Limit) Horizon(now time.Time) time.Duration {
-	switch l.Algorithm {
-	case TokenBucket:
-		// As a retry-after is computed: missing tokens over tokens per
-		// nanosecond, rounded up.
-		perNs, _ := rates(&l)
-		return ceilDur(2 * float64(l.Capacity()) / perNs)
-	case FixedWindow, SlidingLog:
-		return l.Per
-	case SlidingWindow:
-		return 2 * min(l.Per, maxWait)
-	case Quota:
-		ns := now.UnixNano()
-		_, end := QuotaPeriod(&l, ns)
-		return time.Duration(end - ns)
-	}
-	return 0
-}
-
 // Override replaces some of a policy's limits for the tenants of a plan.
 // Zero fields keep the policy's value.
 type Override struct {
@@ -176,8 +103,9 @@ type Override struct {
 	Per   time.Duration
 }
 
-// limit returns the policy's own Limit with defaults applied.
-func (p *Policy) limit() Limit {
+// Base returns the policy's own Limit, with defaults applied: the figures
+// of every partition whose tenant no plan overrides.
+func (p *Policy) Base() Limit {
 	l := Limit{
 		Algorithm: p.Algorithm,
 		Period:    p.Period,
@@ -196,8 +124,8 @@ func (p *Policy) limit() Limit {
 	return l.withWindow()
 }
 
-// apply returns l with the non-zero fields of o.
-func (o Override) apply(l Limit) Limit {
+// Apply returns l with the non-zero fields of o.
+func (o Override) Apply(l Limit) Limit {
 	burstFollows := l.Burst == l.Amount
 	if o.Limit > 0 {
 		l.Amount = o.Limit
@@ -214,15 +142,17 @@ func (o Override) apply(l Limit) Limit {
 	return l.withWindow()
 }
 
-// Matches reports whether the policy applies to r.
-func (p *Policy) Matches(r *Request) bool {
+// Matches reports whether the policy applies to a request for operation
+// and model: it is not Off, and each non-empty list of its Match holds the
+// request's value.
+func (p *Policy) Matches(operation, model string) bool {
 	if p.Mode == Off {
 		return false
 	}
-	if len(p.Match.Operations) > 0 && !slices.Contains(p.Match.Operations, r.Operation) {
+	if len(p.Match.Operations) > 0 && !slices.Contains(p.Match.Operations, operation) {
 		return false
 	}
-	if len(p.Match.Models) > 0 && !slices.Contains(p.Match.Models, r.Model) {
+	if len(p.Match.Models) > 0 && !slices.Contains(p.Match.Models, model) {
 		return false
 	}
 	return true

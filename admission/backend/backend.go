@@ -1,8 +1,10 @@
-package admission
+package backend
 
 import (
 	"context"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // A Store holds the state of limiters: in this process (the default) or in a
@@ -10,7 +12,7 @@ import (
 type Store interface {
 	// Limiter returns the limiter that evaluates policy p. It is called when
 	// a policy is installed; the store may keep state per policy name.
-	Limiter(p *Policy) (Limiter, error)
+	Limiter(p *limits.Policy) (Limiter, error)
 }
 
 // A Limiter evaluates one policy's algorithm over many partitions, each
@@ -24,12 +26,12 @@ type Limiter interface {
 	// Acquire takes n permits from the partition if they fit, and writes
 	// its answer into g (the whole Grant: the controller reuses it, and an
 	// answer written in place costs no copy on the request path). It never
-	// takes part of n. The controller passes n in [0, MaxAmount]. The error
+	// takes part of n. The controller passes n in [0, limits.MaxAmount]. The error
 	// is non-nil only when the store failed.
-	Acquire(ctx context.Context, key string, l *Limit, n int64, now time.Time, g *Grant) error
+	Acquire(ctx context.Context, key string, l *limits.Limit, n int64, now time.Time, g *Grant) error
 	// Adjust changes what a grant holds by delta: a positive delta charges
 	// an overrun, a negative one refunds an over-estimate. It updates
-	// g.Taken. The controller passes delta in [-MaxAmount, MaxAmount], and
+	// g.Taken. The controller passes delta in [-limits.MaxAmount, limits.MaxAmount], and
 	// the result respects the debt bound whatever delta is: a token
 	// bucket's level stays within [-capacity, capacity] (a bucket may go
 	// into debt, by its capacity at most), and the count of a fixed or
@@ -37,10 +39,10 @@ type Limiter interface {
 	// use within [0, Amount]. The part of a charge beyond the bound is
 	// forgiven; a refund never takes a count below zero. So no retry-after
 	// exceeds the policy's horizon (see the package documentation).
-	Adjust(ctx context.Context, key string, l *Limit, g *Grant, delta int64, now time.Time) error
+	Adjust(ctx context.Context, key string, l *limits.Limit, g *Grant, delta int64, now time.Time) error
 	// Release gives back what a concurrency grant holds. It is a no-op for
 	// rate algorithms, and for a grant already released or expired.
-	Release(ctx context.Context, key string, l *Limit, g *Grant, now time.Time) error
+	Release(ctx context.Context, key string, l *limits.Limit, g *Grant, now time.Time) error
 }
 
 // A Renewer is a Limiter that can extend concurrency leases, an optional
@@ -56,7 +58,7 @@ type Renewer interface {
 	// g.Remaining to what the partition has left. It never shortens a
 	// lease, and is a no-op for rate algorithms and a grant without a
 	// lease. The error is non-nil only when the store failed.
-	Renew(ctx context.Context, key string, l *Limit, g *Grant, now time.Time) error
+	Renew(ctx context.Context, key string, l *limits.Limit, g *Grant, now time.Time) error
 }
 
 // A Grant is a limiter's answer to Acquire.
@@ -79,7 +81,7 @@ type Grant struct {
 	Remaining int64
 	Reset     time.Duration
 	// RetryAfter is how long until the request would fit, when !OK; Never
-	// when it never can.
+	// when it never can (limits.Never).
 	RetryAfter time.Duration
 	// Stamp identifies what was taken (the window, instant or lease), so
 	// Adjust and Release act on the right state. Its meaning is the store's.
@@ -90,7 +92,7 @@ type Grant struct {
 type Op struct {
 	Limiter Limiter
 	Key     string
-	Limit   Limit
+	Limit   limits.Limit
 	// N is the cost to acquire (AcquireBatch) or the delta to adjust
 	// (SettleBatch).
 	N int64
@@ -115,4 +117,82 @@ type Batcher interface {
 	AcquireBatch(ctx context.Context, ops []Op, now time.Time) error
 	// SettleBatch adjusts (by N) and releases the grants of ops.
 	SettleBatch(ctx context.Context, ops []Op, now time.Time) error
+}
+
+// A Call reports one call a shared store made to its backend (a Redis
+// script, say), for latency metrics.
+type Call struct {
+	// Store is the store's name.
+	Store string
+	// Op names the call: "acquire", "batch", "settle" or "renew" for the
+	// Redis store.
+	Op string
+	// Policies is the number of policies the call evaluated.
+	Policies int
+	// Duration is the call's latency; zero when the call was refused
+	// without reaching the backend (an open circuit breaker).
+	Duration time.Duration
+	// Err is the call's error, nil on success. Never shown to clients.
+	Err error
+}
+
+// A CallObserver is an observer that also wants the latency of every call a
+// store makes: stores that talk to a backend report to the observer they
+// are given when it implements this interface. It is called on the request
+// path and must be cheap.
+type CallObserver interface {
+	StoreCall(Call)
+}
+
+// KeySeparator separates the fields of a composite partition key (such as
+// tenant and model) in the keys a Limiter receives. Stores that derive
+// something from the first field, as a Cluster hash tag, split on it.
+const KeySeparator = 0x1f
+
+// An Inspector is a Limiter that can describe its partitions, an optional
+// interface: a store whose state is in this process implements it, and the
+// controller's Stats and eviction reports use it. Shared stores, whose
+// partitions live elsewhere, need not.
+type Inspector interface {
+	// Stats walks the partitions evaluated with l at now: how many there
+	// are, how many are near their limit, the cost in flight (concurrency),
+	// and the leases found expired and reclaimed on the way.
+	Stats(l *limits.Limit, now time.Time) Stats
+	// OnEvict registers f, called with the number of idle partitions each
+	// sweep of the table evicts.
+	OnEvict(f func(n int))
+}
+
+// Stats describes a limiter's partitions (see Inspector).
+type Stats struct {
+	// Partitions is the number of partitions in the table.
+	Partitions int
+	// NearLimit counts partitions that have used 80% of their limit.
+	NearLimit int
+	// InFlight is the cost held by concurrency leases.
+	InFlight int64
+	// Expired counts the leases reclaimed during the walk.
+	Expired int
+	// Evicted counts the partitions evicted since the limiter was created.
+	Evicted uint64
+}
+
+// BucketFigures sets the Remaining and Reset of a token-bucket grant whose
+// partition holds available permits after the call, and its RetryAfter
+// when !g.OK (n permits did not fit), as the in-memory limiter computes
+// them. Stores that keep token buckets elsewhere use it so that their
+// figures are the in-memory limiter's.
+func BucketFigures(l *limits.Limit, n int64, available float64, g *Grant) {
+	perNs, nsPer := l.Rates()
+	capacity := l.Capacity()
+	switch {
+	case g.OK:
+	case n > capacity:
+		g.RetryAfter = limits.Never
+	default:
+		// Division, not multiplication by nsPer, keeps the retry exact.
+		g.RetryAfter = limits.CeilDuration((float64(n) - available) / perNs)
+	}
+	g.Remaining = int64(max(available, 0))
+	g.Reset = limits.CeilDuration((float64(capacity) - available) * nsPer)
 }

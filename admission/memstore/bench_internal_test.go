@@ -1,10 +1,13 @@
-package admission
+package memstore
 
 import (
 	"context"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // BenchmarkLimiterAcquire isolates the in-memory limiter from the controller.
@@ -15,9 +18,9 @@ func BenchmarkLimiterAcquire(b *testing.B) {
 }
 
 func benchLimiter(b *testing.B, nkeys int) {
-	p := &Policy{Name: "rpm", Algorithm: TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000}
+	p := &limits.Policy{Name: "rpm", Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Second, MaxPartitions: 20000}
 	l := newMemLimiter(p)
-	lim := p.limit()
+	lim := p.Base()
 	keys := make([]string, nkeys)
 	for i := range keys {
 		keys[i] = "tenant-" + strconv.Itoa(i)
@@ -26,7 +29,7 @@ func benchLimiter(b *testing.B, nkeys int) {
 	b.ReportAllocs()
 	now := time.Now()
 	for i := 0; b.Loop(); i++ {
-		var g Grant
+		var g backend.Grant
 		_ = l.Acquire(ctx, keys[i%len(keys)], &lim, 1, now, &g)
 		if !g.OK {
 			b.Fatal("rejected")
