@@ -11,8 +11,8 @@
 // refused, why, and when to retry.
 //
 //	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
-//		Name: "tpm", Key: []admission.KeyPart{admission.KeyTenant},
-//		Unit: admission.UnitTokens, Algorithm: admission.TokenBucket,
+//		Name: "tpm", Key: []limits.KeyPart{limits.KeyTenant},
+//		Unit: limits.UnitTokens, Algorithm: limits.TokenBucket,
 //		Limit: 100_000, Per: time.Minute,
 //	}}})
 //	...
@@ -22,6 +22,25 @@
 //		// rejection's RetryAfter and Status.
 //	}
 //	defer t.Settle(admission.Usage{Tokens: actual})
+//
+// # Which package to open
+//
+//   - Service authors: this package (New, Admit or Begin, Ticket, Rejection)
+//     and admission/limits, the vocabulary of policies and plans as plain
+//     data (Policy, Mode, Algorithm, KeyPart, Unit, Plans). Config and Policy
+//     here are aliases of limits' types.
+//   - Backend authors: admission/backend, the contract a store implements
+//     (Store, Limiter, Grant, optional Batcher, Renewer and Inspector), and
+//     admission/backend/backendtest, the conformance suite it must pass.
+//     admission/memstore (the default, in this process) and
+//     admission/redisstore (shared by a fleet) are its two implementations.
+//   - HTTP services: admission/httpadmit (net/http) and admission/echoadmit
+//     (echo) decide, render 429s and settle; admission/config reads the
+//     policy file.
+//   - Gateway embedders: examples/llmproxy/gateway, the OpenAI-compatible
+//     gateway llmproxy runs.
+//   - Operators: package metrics and package shadow observe the controller;
+//     cmd/admitctl checks policy files and replays request logs.
 //
 // # Weighted permits and reconciliation
 //
@@ -83,7 +102,7 @@
 // errors.ErrUnsupported.
 // # Bounded amounts and bounded debt
 //
-// Every amount is an integer in [0, MaxAmount] (2^50): Admit refuses a
+// Every amount is an integer in [0, limits.MaxAmount] (2^50): Admit refuses a
 // request with a negative or larger estimate with an error matching
 // ErrInvalidCost (a caller's error, not a rejection: nothing is evaluated),
 // Validate refuses limits, bursts and plan overrides above it, and Settle
@@ -129,7 +148,7 @@
 //
 // Concurrency caps the cost in flight at Limit: permits are held from
 // admission until the ticket is settled (or MaxHold passes). A cap shared by
-// all tenants is a Concurrency policy keyed by KeyGlobal.
+// all tenants is a Concurrency policy keyed by limits.KeyGlobal.
 //
 // Quota admits Limit per long period: a fixed duration, a calendar day or a
 // calendar month in the policy's Location. Its retry-after is the end of the
@@ -190,18 +209,20 @@
 //
 // # Observing
 //
-// An Observer receives every decision, settlement, lease expiry, eviction,
-// store error and reload; package metrics turns them into OpenTelemetry
+// An Observer receives every decision, settlement, lease expiry, eviction
+// and store error; package metrics turns them into OpenTelemetry
 // metrics, package shadow into a decision log and rollout reports. Calling
 // an observer allocates nothing, and neither does the admitted path.
 //
 // # Stores
 //
-// State lives in memory by default. A Store (such as the Redis store in
-// admission/redisstore) holds it elsewhere so that several replicas share one
-// limit; each policy names its store and what to do when the store fails
-// (admit, reject with ReasonStoreUnavailable, or fall back to a local
-// limiter sized for one replica).
+// State lives in memory by default (admission/memstore). A store
+// registered with WithStore (such as the Redis store in
+// admission/redisstore) holds it elsewhere so that several replicas share
+// one limit; each policy names its store and what to do when the store
+// fails (admit, reject with ReasonStoreUnavailable, or fall back to a local
+// limiter sized for one replica). The controller treats every store alike,
+// through the contract of admission/backend and its optional interfaces.
 //
 // # Time
 //

@@ -496,7 +496,7 @@ type callKey struct {
 	failed    bool
 }
 
-// StoreCall records a store call's latency (admission.StoreCallObserver):
+// StoreCall records a store call's latency (backend.CallObserver):
 // the Redis store reports every script call through it. Calls refused
 // without reaching the backend (an open breaker) have no latency and are
 // counted by StoreError only.

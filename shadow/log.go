@@ -85,7 +85,7 @@ func buildOptions(opts []Option) options {
 // names end in "_s": retry_after_s, queue_wait_s, reset_s and window_s
 // (retry_after_s=11.955 for a wait of 11.954624567 s, never raw
 // nanoseconds). A retry_after_s of -1 means waiting cannot help
-// (admission.Never). A text handler writes a million seconds or more in
+// (limits.Never). A text handler writes a million seconds or more in
 // exponent form (2.6784e+06 for a 31-day window), which still parses as
 // a number.
 //
@@ -191,7 +191,7 @@ func (l *Log) Decision(d *admission.Decision) {
 }
 
 // seconds returns d as the decision log writes it: seconds rounded to the
-// millisecond (11.955 for 11.954624567 s), and -1 for admission.Never.
+// millisecond (11.955 for 11.954624567 s), and -1 for limits.Never.
 func seconds(d time.Duration) float64 {
 	if d == limits.Never {
 		return -1

@@ -98,7 +98,7 @@
 // (n and best_of must be at least 1). JSON sets no bound on a number, so
 // 1e400 is a valid, very large max_tokens. Every figure of an estimate, and
 // every sum and product it is made of, saturates at [MaxTokens] (2^50, the
-// bound of admission.MaxAmount): a request for 9223372036854775807 output
+// bound of limits.MaxAmount): a request for 9223372036854775807 output
 // tokens, or for 1e30 with n = 128, reserves MaxTokens, never a wrapped or
 // negative amount.
 //

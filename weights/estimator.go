@@ -380,7 +380,7 @@ func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
 }
 
 // MaxTokens is the largest token figure an [Estimate] carries: 2^50, the
-// same bound as admission.MaxAmount, so that an estimate is always an
+// same bound as limits.MaxAmount, so that an estimate is always an
 // amount an admission controller accepts. Every sum and product of the
 // estimate saturates there: a request asking for 9223372036854775807 or
 // 1e30 output tokens reserves MaxTokens.

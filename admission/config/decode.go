@@ -98,7 +98,7 @@ func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
 	d.errs = append(d.errs, e)
 }
 
-// fieldErrors locates the *admission.FieldError values in err by their path.
+// fieldErrors locates the *limits.FieldError values in err by their path.
 func (d *decoder) fieldErrors(err error, root *yaml.Node) {
 	var leaves []error
 	var walk func(error)
@@ -322,7 +322,7 @@ func (d *decoder) amount(n *yaml.Node, path string) (int64, bool) {
 }
 
 // positive decodes an amount (a limit, burst or cost) that must be > 0 and
-// at most admission.MaxAmount; set records that it was given.
+// at most limits.MaxAmount; set records that it was given.
 func (d *decoder) positive(dst *int64, set *bool) func(*yaml.Node, string) {
 	return func(n *yaml.Node, path string) {
 		v, ok := d.amount(n, path)

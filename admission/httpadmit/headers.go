@@ -32,7 +32,7 @@ const (
 func Seconds(d time.Duration) int64 { return ceilUnits(d, time.Second) }
 
 // SetRetryAfter sets Retry-After to d in whole seconds, rounded up and at
-// least 1. It does nothing for admission.Never: waiting cannot help.
+// least 1. It does nothing for limits.Never: waiting cannot help.
 func SetRetryAfter(h http.Header, d time.Duration) {
 	if d == limits.Never {
 		return
@@ -54,7 +54,7 @@ func ceilUnits(d, unit time.Duration) int64 {
 
 // SetRetryAfterMs sets Retry-After-Ms to d in milliseconds, rounded up:
 // the precise figure beside Retry-After's whole seconds. It does nothing
-// for admission.Never.
+// for limits.Never.
 func SetRetryAfterMs(h http.Header, d time.Duration) {
 	if d == limits.Never {
 		return

@@ -18,7 +18,7 @@
 // by default), and a refusal is answered at once with the connection
 // closed rather than the body drained. Estimates from a WithRequest
 // function are checked (BoundCost): negative is a 400 (problem type
-// ProblemInvalidCost), above admission.MaxAmount saturated. Admitted
+// ProblemInvalidCost), above limits.MaxAmount saturated. Admitted
 // responses carry the same limit headers; the ticket is settled when the
 // handler returns, panics or gives up on a departed client.
 //
@@ -57,7 +57,7 @@
 //     policy's figures only, so the trio is that policy's.
 //   - Retry-After is the wait of the refused request itself, in whole
 //     seconds rounded up and at least 1, absent when waiting cannot help
-//     (admission.Never). It can differ from t: a small request may fit
+//     (limits.Never). It can differ from t: a small request may fit
 //     long before the partition is full again, and a request refused by a
 //     bucket in debt or a sliding window counter may have to wait past t,
 //     which stops at w. With WithRetryAfterMs, Retry-After-Ms carries the
@@ -521,7 +521,7 @@ var errNegativeCost = fmt.Errorf("%w: the request's estimated cost is negative",
 // BoundCost checks the amounts of an estimate before admission: a
 // negative Tokens, Cost or Units amount is an error matching
 // admission.ErrInvalidCost (WriteError answers 400), and an amount above
-// admission.MaxAmount is saturated to it: such a request is larger than
+// limits.MaxAmount is saturated to it: such a request is larger than
 // any limit, and refused as such (a decision) rather than as an error.
 func BoundCost(req *admission.Request) error {
 	if req.Tokens < 0 || req.Cost < 0 {

@@ -53,7 +53,7 @@ func setOpenAI(h http.Header, sts []admission.Status, unit limits.Unit, limit, r
 // SetRetryHints sets the retry hints of a rejection for OpenAI-style
 // clients: Retry-After in whole seconds (rounded up), retry-after-ms, and
 // x-should-retry. x-should-retry is "false" when waiting cannot help: the
-// request can never be admitted (admission.Never: no wait is advertised),
+// request can never be admitted (limits.Never: no wait is advertised),
 // or the wait would end after the caller's deadline (a zero deadline means
 // none: the wait is still advertised, so a client learns when, say, its
 // monthly quota resets). Otherwise it is "true".

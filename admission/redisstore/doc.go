@@ -2,7 +2,7 @@
 // of a service enforces one fleet-wide limit: with four replicas a
 // "100 per minute" policy stays 100 per minute, not 400.
 //
-// A Store implements admission.Store and admission.Batcher for every
+// A Store implements backend.Store and backend.Batcher for every
 // algorithm of package admission (token bucket, fixed window, sliding
 // window counter, sliding log, concurrency leases and long-period quotas),
 // on github.com/redis/go-redis/v9: a single node or Sentinel failover
@@ -29,7 +29,7 @@
 // (microseconds).
 //
 // Lua numbers are doubles, exact for integers below 2^53. The controller
-// passes amounts in [0, admission.MaxAmount] (2^50) and the scripts keep
+// passes amounts in [0, limits.MaxAmount] (2^50) and the scripts keep
 // the debt bound as memory does (a bucket at most its capacity in debt, a
 // count at most at its limit), so every level, count and sum of a level
 // and an amount is exact, and key expiries are capped (about 35,000 years)
@@ -163,7 +163,7 @@
 // controller reports each such event, and each failed settlement, to its
 // observer (StoreError). The store reports to the observer given with
 // WithObserver every call's latency and outcome when the observer
-// implements admission.StoreCallObserver (the metrics observer exports it
+// implements backend.CallObserver (the metrics observer exports it
 // as admission_store_duration_seconds), and the breaker's changes when it
 // implements BreakerObserver. Leases of a crashed replica
 // return when they expire (the policy's MaxHold after they were taken or

@@ -89,7 +89,7 @@ end
 
 // bucketTake refills a token bucket read into v$ and takes n$ from it. The
 // reply carries what is left, a$: the caller derives the figures
-// (admission.BucketFigures).
+// (backend.BucketFigures).
 const bucketTake = `
 local a$, ts$, tn$ = x$, now_s, now_n
 if v$ then a$, ts$, tn$ = up('<ddd', v$) end
@@ -275,7 +275,7 @@ end
 return pk('<ddd', held, a, expired)
 `)
 
-// Renew implements admission.Renewer: one script call for a concurrency
+// Renew implements backend.Renewer: one script call for a concurrency
 // grant that holds a lease, none otherwise. The lease runs for its max
 // hold from the Redis server's time.
 func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {

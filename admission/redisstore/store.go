@@ -66,7 +66,7 @@ type Config struct {
 type Option func(*Store)
 
 // WithObserver sets the observer the store reports to: if it implements
-// admission.StoreCallObserver (as the metrics observer does) it receives
+// backend.CallObserver (as the metrics observer does) it receives
 // the latency and outcome of every Redis call, and if it implements
 // BreakerObserver the breaker's state changes. Failed decisions and
 // settlements are reported by the controller (StoreError).
@@ -85,7 +85,7 @@ type BreakerObserver interface {
 }
 
 // Store keeps limiter state in Redis so that every replica of a service
-// enforces one limit. It implements admission.Store and admission.Batcher.
+// enforces one limit. It implements backend.Store and backend.Batcher.
 // It is safe for concurrent use and has no background goroutines.
 type Store struct {
 	client  redis.UniversalClient
@@ -403,7 +403,7 @@ func nowNanos(now time.Time) int64 {
 	return now.UnixNano()
 }
 
-// Acquire implements admission.Limiter with one script call.
+// Acquire implements backend.Limiter with one script call.
 func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n int64, now time.Time, g *backend.Grant) error {
 	var ops [1]backend.Op
 	ops[0] = backend.Op{Limiter: l, Key: key, Limit: *lim, N: n}
@@ -412,7 +412,7 @@ func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n 
 	return err
 }
 
-// AcquireBatch implements admission.Batcher: one script evaluates every op
+// AcquireBatch implements backend.Batcher: one script evaluates every op
 // atomically when their keys can share a script (always on a single node;
 // on Cluster and Ring when their hash tags are equal, see Tag). Otherwise
 // the ops are evaluated in groups of equal tags and the groups that took
@@ -650,7 +650,7 @@ func (r *reader) int() int64 {
 	return v
 }
 
-// Adjust implements admission.Limiter: one script call, none when delta is
+// Adjust implements backend.Limiter: one script call, none when delta is
 // zero or the policy is a concurrency limit (whose permits are released
 // whole).
 func (l *limiter) Adjust(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, delta int64, now time.Time) error {
@@ -664,7 +664,7 @@ func (l *limiter) Adjust(ctx context.Context, key string, lim *limits.Limit, g *
 	return err
 }
 
-// Release implements admission.Limiter: one script call for a concurrency
+// Release implements backend.Limiter: one script call for a concurrency
 // grant that holds a lease, none otherwise. Releasing twice is harmless.
 func (l *limiter) Release(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
 	if l.alg != limits.Concurrency || g.Stamp == 0 {
@@ -675,7 +675,7 @@ func (l *limiter) Release(ctx context.Context, key string, lim *limits.Limit, g 
 	return l.s.settle(ctx, ops[:], nowNanos(now))
 }
 
-// SettleBatch implements admission.Batcher: the adjustments and releases of
+// SettleBatch implements backend.Batcher: the adjustments and releases of
 // ops in one script call (one per hash tag on Cluster when the tags
 // differ). Ops with nothing to do (N zero and no lease to release) cost
 // nothing, and a batch of only such ops makes no call at all.

@@ -61,7 +61,7 @@
 //     pricing field in another case is refused), then priced: prompt
 //     tokens counted with the model's tokenizer plus the output reservation
 //     (max_tokens, or the model's default, capped by --max-output-reserve),
-//     saturating at admission.MaxAmount, and micro-dollars from the policy
+//     saturating at limits.MaxAmount, and micro-dollars from the policy
 //     file's prices (400 model_not_priced for a model without a price while
 //     a cost policy is installed). The other policies follow
 //     (Ticket.Continue): token rates, quotas, per-tenant concurrency with a

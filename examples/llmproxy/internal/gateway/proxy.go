@@ -72,7 +72,7 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	if m := g.cfg.MaxOutputReserve; m > 0 && out > m {
 		out = m
 	}
-	// Every amount is in [0, admission.MaxAmount]: a reservation too large
+	// Every amount is in [0, limits.MaxAmount]: a reservation too large
 	// for any policy is refused as such, never wrapped.
 	req.Model = e.Model
 	req.Tokens = min(max(in, 0)+max(out, 0), limits.MaxAmount) // each at most weights.MaxTokens = MaxAmount: no overflow
