@@ -250,7 +250,7 @@ func (rp *Replayer) Add(rec *Record) {
 	req := rec.Request()
 	var usage admission.Usage
 	if rec.Duration > 0 {
-		usage = rec.Usage()
+		usage = rec.Actual
 		if len(usage.Units) > 0 {
 			usage.Units = slices.Clone(usage.Units)
 		}
@@ -280,7 +280,7 @@ func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at t
 		r.wouldRejected++
 	}
 	if rec.Duration <= 0 {
-		tk.Settle(rec.Usage())
+		tk.Settle(rec.Actual)
 		for _, i := range r.took {
 			ps := &r.stats[i]
 			ps.peakInFlight = max(ps.peakInFlight, ps.inFlight+1)

@@ -38,7 +38,7 @@ func logLines(t testing.TB, specs ...string) string {
 			case "cost":
 				r.Cost = n
 			case "actual":
-				r.Actual = &shadow.Actual{Tokens: &n}
+				r.Actual = admission.Usage{Tokens: n, TokensKnown: true}
 			case "dur":
 				r.Duration, _ = time.ParseDuration(v)
 			case "op":
@@ -193,7 +193,7 @@ func randomLog(t testing.TB, seed uint64, n int) string {
 		actual := est * int64(20+rng.IntN(100)) / 100
 		r := shadow.Record{
 			Time: at, Tenant: tenant, Operation: "POST /v1/chat/completions", Model: "m", Tokens: est, Cost: est / 10,
-			Actual: &shadow.Actual{Tokens: &actual}, Duration: time.Duration(rng.IntN(3000)) * time.Millisecond,
+			Actual: admission.Usage{Tokens: actual, TokensKnown: true}, Duration: time.Duration(rng.IntN(3000)) * time.Millisecond,
 		}
 		b.Write(r.AppendJSON(nil))
 		b.WriteByte('\n')

@@ -76,20 +76,12 @@ type Record struct {
 	Cost   int64
 	// Units holds the estimates of named units, sorted by unit.
 	Units []admission.UnitAmount
-	// Actual is the actual usage; nil when unknown.
-	Actual *Actual
+	// Actual is the actual usage, in the encoding Ticket.Settle takes: an
+	// amount is known when its Known flag is set or it is not zero, and
+	// the zero Usage knows nothing (the estimates stay charged).
+	Actual admission.Usage
 	// Duration is how long the work held its permits.
 	Duration time.Duration
-}
-
-// Actual is the actual usage of a recorded request. Nil fields were not
-// known and stay charged at the estimate.
-type Actual struct {
-	// Tokens and Cost are the actual amounts, when known.
-	Tokens *int64
-	Cost   *int64
-	// Units holds the actual amounts of named units, sorted by unit.
-	Units []admission.UnitAmount
 }
 
 // Request returns the admission request the record describes.
@@ -99,23 +91,6 @@ func (r *Record) Request() admission.Request {
 		Operation: r.Operation, Model: r.Model, Priority: r.Priority,
 		Tokens: r.Tokens, Cost: r.Cost, Units: r.Units,
 	}
-}
-
-// Usage returns the usage to settle the record's ticket with: the actual
-// amounts where known, the estimates otherwise.
-func (r *Record) Usage() admission.Usage {
-	var u admission.Usage
-	if r.Actual == nil {
-		return u
-	}
-	if r.Actual.Tokens != nil {
-		u.Tokens, u.TokensKnown = *r.Actual.Tokens, true
-	}
-	if r.Actual.Cost != nil {
-		u.Cost, u.CostKnown = *r.Actual.Cost, true
-	}
-	u.Units = r.Actual.Units
-	return u
 }
 
 // AppendJSON appends the record as one JSON object (no newline) to dst.
@@ -170,16 +145,16 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	num("tokens", r.Tokens)
 	num("cost", r.Cost)
 	units(r.Units)
-	if a := r.Actual; a != nil {
+	if a := &r.Actual; a.TokensKnown || a.Tokens != 0 || a.CostKnown || a.Cost != 0 || len(a.Units) > 0 {
 		dst = append(dst, `,"actual":{`...)
 		mark := len(dst)
-		if a.Tokens != nil {
+		if a.TokensKnown || a.Tokens != 0 {
 			dst = append(dst, `,"tokens":`...)
-			dst = strconv.AppendInt(dst, *a.Tokens, 10)
+			dst = strconv.AppendInt(dst, a.Tokens, 10)
 		}
-		if a.Cost != nil {
+		if a.CostKnown || a.Cost != 0 {
 			dst = append(dst, `,"cost":`...)
-			dst = strconv.AppendInt(dst, *a.Cost, 10)
+			dst = strconv.AppendInt(dst, a.Cost, 10)
 		}
 		units(a.Units)
 		if len(dst) > mark { // drop the first field's comma
@@ -396,7 +371,13 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 	}
 	rec.Units = parseUnits("units", w.Units, bad)
 	if a := w.Actual; a != nil {
-		rec.Actual = &Actual{Tokens: a.Tokens, Cost: a.Cost, Units: parseUnits("actual.units", a.Units, bad)}
+		rec.Actual.Units = parseUnits("actual.units", a.Units, bad)
+		if a.Tokens != nil {
+			rec.Actual.Tokens, rec.Actual.TokensKnown = *a.Tokens, true
+		}
+		if a.Cost != nil {
+			rec.Actual.Cost, rec.Actual.CostKnown = *a.Cost, true
+		}
 		if a.Tokens != nil && *a.Tokens < 0 {
 			bad("actual.tokens", "must be >= 0, got %d", *a.Tokens)
 		}

@@ -52,11 +52,11 @@ func TestParseRecord(t *testing.T) {
 				Time: t0.Add(250 * time.Millisecond), Tenant: "acme", KeyID: "key_1", User: "u1", Addr: netip.MustParseAddr("2001:db8::1"),
 				Operation: "POST /v1/chat/completions", Model: "gpt-4o", Priority: 2, Tokens: 1200, Cost: 350,
 				Units:    []admission.UnitAmount{{Unit: "audio_s", Amount: 9}, {Unit: "images", Amount: 2}},
-				Actual:   &shadow.Actual{Tokens: ptr[int64](900), Units: []admission.UnitAmount{{Unit: "images", Amount: 1}}},
+				Actual:   admission.Usage{Tokens: 900, TokensKnown: true, Units: []admission.UnitAmount{{Unit: "images", Amount: 1}}},
 				Duration: 1500 * time.Millisecond,
 			},
 		},
-		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, shadow.Record{Time: t0, Tenant: "b", Actual: &shadow.Actual{Cost: ptr[int64](0)}}},
+		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, shadow.Record{Time: t0, Tenant: "b", Actual: admission.Usage{CostKnown: true}}},
 	}
 	for _, tt := range tests {
 		var got shadow.Record
@@ -80,12 +80,12 @@ func TestParseRecord(t *testing.T) {
 }
 
 func TestRecordRequestAndUsage(t *testing.T) {
-	r := shadow.Record{Tenant: "acme", Tokens: 100, Cost: 7, Actual: &shadow.Actual{Tokens: ptr[int64](0)}}
+	r := shadow.Record{Tenant: "acme", Tokens: 100, Cost: 7, Actual: admission.Usage{TokensKnown: true}}
 	req := r.Request()
 	if req.Amount(limits.UnitRequests) != 1 || req.Amount(limits.UnitTokens) != 100 || req.Amount(limits.UnitCost) != 7 {
 		t.Errorf("Request() = %+v", req)
 	}
-	if u := r.Usage(); !u.TokensKnown || u.Tokens != 0 || u.CostKnown {
+	if u := r.Actual; !u.TokensKnown || u.Tokens != 0 || u.CostKnown {
 		t.Errorf("Usage() = %+v; want tokens known as 0, cost unknown", u)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/shadow"
 )
@@ -114,7 +115,7 @@ func (g *generator) next(rec *shadow.Record) bool {
 	*rec = shadow.Record{
 		Time: g.at, Tenant: tenant, KeyID: g.keyID[tenant], Addr: tenantAddr(ti), Operation: c.operation, Model: c.models[mi],
 		Tokens: est, Cost: est * int64(mi+1) * 150 / 1000,
-		Actual:   &shadow.Actual{Tokens: &actual},
+		Actual:   admission.Usage{Tokens: actual, TokensKnown: true},
 		Duration: hold,
 	}
 	return true
