@@ -1,7 +1,5 @@
 package admission
 
-import "fmt"
-
 // Reason says why a request was (or would have been) rejected.
 type Reason uint8
 
@@ -73,14 +71,17 @@ var outcomeNames = [...]string{
 const NumOutcomes = int(numOutcomes)
 
 // String returns the name used in metric labels and logs.
-func (r Reason) String() string { return enumString(reasonNames[:], int(r)) }
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
 
 // String returns the name used in metric labels and logs.
-func (o Outcome) String() string { return enumString(outcomeNames[:], int(o)) }
-
-func enumString(names []string, i int) string {
-	if i < len(names) {
-		return names[i]
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
 	}
-	return fmt.Sprintf("unknown(%d)", i)
+	return "unknown"
 }
