@@ -32,7 +32,7 @@ func runSteps(t *testing.T, r *rig, steps []step) {
 				ds[j] = desc(kv...)
 			}
 			resp := r.call(s.domain, ds...)
-			if got := codes(resp); got != s.want {
+			if got := outcome(resp); got != s.want {
 				t.Fatalf("step %d, call %d of %d: ShouldRateLimit(%s, %v) = %s; want %s", i, k+1, n, s.domain, s.ds, got, s.want)
 			}
 			if k < n-1 || s.remaining == nil {

@@ -31,6 +31,7 @@ type rig struct {
 	ctl    *admission.Controller
 	srv    *envoyrls.Server
 	client rlsv3.RateLimitServiceClient
+	conn   *grpc.ClientConn
 	obs    *countingObserver
 }
 
@@ -59,12 +60,13 @@ func start(t testing.TB, cfg *envoyrls.Config, o rigOption) *rig {
 		t.Fatal(err)
 	}
 	r.srv = srv
-	r.client = serve(t, srv)
+	r.conn = serve(t, srv)
+	r.client = rlsv3.NewRateLimitServiceClient(r.conn)
 	return r
 }
 
-// serve serves srv on a loopback port and returns a client for it.
-func serve(t testing.TB, srv *envoyrls.Server) rlsv3.RateLimitServiceClient {
+// serve serves srv on a loopback port and returns a connection to it.
+func serve(t testing.TB, srv *envoyrls.Server) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +80,7 @@ func serve(t testing.TB, srv *envoyrls.Server) rlsv3.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return conn
 }
 
 func mustParse(t testing.TB, yaml string) *envoyrls.Config {
@@ -133,9 +135,9 @@ func (r *rig) callReq(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
 	return resp
 }
 
-// codes returns the overall code and the descriptors' codes, as in
+// outcome returns the overall code and the descriptors' codes, as in
 // "OVER_LIMIT: OK OVER_LIMIT".
-func codes(resp *rlsv3.RateLimitResponse) string {
+func outcome(resp *rlsv3.RateLimitResponse) string {
 	s := resp.OverallCode.String() + ":"
 	for _, st := range resp.Statuses {
 		s += " " + st.Code.String()
