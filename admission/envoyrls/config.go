@@ -387,6 +387,7 @@ func (c *compiler) list(path string, ds []fileDescriptor, up []ancestor) *node {
 func (c *compiler) leaf(p string, path []ancestor) *leaf {
 	d := path[len(path)-1].d
 	rl := d.RateLimit
+	errsBefore := len(c.errs)
 	p += ".rate_limit"
 	lf := &leaf{name: rl.Name, shadow: d.ShadowMode, unit: UnitHits, tenant: -1}
 	var id strings.Builder
@@ -500,6 +501,11 @@ func (c *compiler) leaf(p string, path []ancestor) *leaf {
 			}
 		}
 		lf.queued = q.Size > 0
+	}
+	// The policy's own checks, once the rule's are passed (a bad unit
+	// would be reported again as a zero period).
+	if len(c.errs) > errsBefore {
+		return lf
 	}
 	if err := pol.Validate(p); err != nil {
 		c.errs = append(c.errs, fmt.Errorf("%s: domain %q: %w", c.file, c.dom.name, err))
