@@ -16,7 +16,9 @@ import (
 
 // replica starts one rate limit service whose limits live in the Redis at
 // addr, with its own client as a replica of a fleet has.
-func replica(t *testing.T, addr string, cfg *envoyrls.Config) *rig {
+func replica(t *testing.T, addr string, cfg *envoyrls.Config) *rig { return replicaB(t, addr, cfg) }
+
+func replicaB(t testing.TB, addr string, cfg *envoyrls.Config) *rig {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })

@@ -1,0 +1,115 @@
+package envoyrls_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/benchcpu"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// The benchmarks compare one ShouldRateLimit call over loopback gRPC (the
+// official client, one connection) with the core's Admit of the same
+// policy, in the same run, with the memory store and with Redis:
+//
+//	go test -run '^$' -bench . -benchmem ./admission/envoyrls/
+//
+// parallel=N runs N×GOMAXPROCS goroutines, as the store benchmarks do.
+
+const benchTenantCount = 10_000
+
+var benchParallelism = []int{1, 8, 64}
+
+// benchConfig admits everything: the figures are the cost of a decision.
+func benchConfig(store string) string {
+	s := "domain: bench\nalgorithm: token_bucket\n"
+	if store != "" {
+		s += "store: " + store + "\n"
+	}
+	return s + "descriptors:\n  - key: tenant\n    tenant: true\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
+}
+
+func benchRig(b *testing.B, store string) *rig {
+	if store == "" {
+		return start(b, mustParse(b, benchConfig("")), rigOption{clock: admission.SystemClock{}})
+	}
+	srv := redistest.Start(b)
+	return replicaB(b, srv.Addr, mustParse(b, benchConfig("redis")))
+}
+
+func BenchmarkShouldRateLimit(b *testing.B) {
+	for _, store := range []string{"", "redis"} {
+		r := benchRig(b, store)
+		reqs := make([]*rlsv3.RateLimitRequest, benchTenantCount)
+		for i := range reqs {
+			reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant", "t"+strconv.Itoa(i))}}
+		}
+		for _, par := range benchParallelism {
+			b.Run("store="+storeName(store)+"/parallel="+strconv.Itoa(par), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetParallelism(par)
+				var seq atomic.Int64
+				cpu := benchcpu.Start()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seq.Add(1) * 7919)
+					for pb.Next() {
+						resp, err := r.client.ShouldRateLimit(context.Background(), reqs[i%benchTenantCount])
+						if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+							b.Errorf("ShouldRateLimit = %v, %v", resp, err)
+							return
+						}
+						i++
+					}
+				})
+				cpu.Report(b)
+			})
+		}
+	}
+}
+
+// BenchmarkAdmit is the peer: the core's own decision for the same policy
+// and partitions, without the protocol.
+func BenchmarkAdmit(b *testing.B) {
+	for _, store := range []string{"", "redis"} {
+		r := benchRig(b, store)
+		reqs := make([]admission.Request, benchTenantCount)
+		policy := r.srv.Config().Policies[0].Name
+		for i := range reqs {
+			reqs[i] = admission.Request{Operation: policy, Tenant: "t" + strconv.Itoa(i), User: "t" + strconv.Itoa(i), Units: []admission.UnitAmount{{Unit: "hits", Amount: 1}}}
+		}
+		for _, par := range benchParallelism {
+			b.Run("store="+storeName(store)+"/parallel="+strconv.Itoa(par), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetParallelism(par)
+				var seq atomic.Int64
+				cpu := benchcpu.Start()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seq.Add(1) * 7919)
+					for pb.Next() {
+						t, err := r.ctl.TryAdmit(context.Background(), reqs[i%benchTenantCount])
+						if err != nil {
+							b.Errorf("TryAdmit: %v", err)
+							return
+						}
+						t.Done()
+						i++
+					}
+				})
+				cpu.Report(b)
+			})
+		}
+	}
+}
+
+func storeName(s string) string {
+	if s == "" {
+		return "memory"
+	}
+	return s
+}
