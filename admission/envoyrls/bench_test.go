@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/internal/benchcpu"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -44,45 +46,44 @@ func benchRig(b *testing.B, store string) *rig {
 }
 
 func BenchmarkShouldRateLimit(b *testing.B) {
-	for _, store := range []string{"", "redis"} {
-		r := benchRig(b, store)
+	benchStores(b, func(r *rig) func(i int) error {
 		reqs := make([]*rlsv3.RateLimitRequest, benchTenantCount)
 		for i := range reqs {
 			reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant", "t"+strconv.Itoa(i))}}
 		}
-		for _, par := range benchParallelism {
-			b.Run("store="+storeName(store)+"/parallel="+strconv.Itoa(par), func(b *testing.B) {
-				b.ReportAllocs()
-				b.SetParallelism(par)
-				var seq atomic.Int64
-				cpu := benchcpu.Start()
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(seq.Add(1) * 7919)
-					for pb.Next() {
-						resp, err := r.client.ShouldRateLimit(context.Background(), reqs[i%benchTenantCount])
-						if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-							b.Errorf("ShouldRateLimit = %v, %v", resp, err)
-							return
-						}
-						i++
-					}
-				})
-				cpu.Report(b)
-			})
+		return func(i int) error {
+			resp, err := r.client.ShouldRateLimit(context.Background(), reqs[i%benchTenantCount])
+			if err == nil && resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				err = fmt.Errorf("ShouldRateLimit = %v", resp)
+			}
+			return err
 		}
-	}
+	})
 }
 
 // BenchmarkAdmit is the peer: the core's own decision for the same policy
 // and partitions, without the protocol.
 func BenchmarkAdmit(b *testing.B) {
-	for _, store := range []string{"", "redis"} {
-		r := benchRig(b, store)
+	benchStores(b, func(r *rig) func(i int) error {
 		reqs := make([]admission.Request, benchTenantCount)
 		policy := r.srv.Config().Policies[0].Name
 		for i := range reqs {
-			reqs[i] = admission.Request{Operation: policy, Tenant: "t" + strconv.Itoa(i), User: "t" + strconv.Itoa(i), Units: []admission.UnitAmount{{Unit: "hits", Amount: 1}}}
+			tenant := "t" + strconv.Itoa(i)
+			reqs[i] = admission.Request{Operation: policy, Tenant: tenant, User: tenant, Units: []admission.UnitAmount{{Unit: envoyrls.UnitHits, Amount: 1}}}
 		}
+		return func(i int) error {
+			t, err := r.ctl.TryAdmit(context.Background(), reqs[i%benchTenantCount])
+			t.Done()
+			return err
+		}
+	})
+}
+
+// benchStores runs the decision op builds, with the memory store and with
+// Redis, at every parallelism, reporting CPU per decision.
+func benchStores(b *testing.B, build func(*rig) func(i int) error) {
+	for _, store := range []string{"", "redis"} {
+		op := build(benchRig(b, store))
 		for _, par := range benchParallelism {
 			b.Run("store="+storeName(store)+"/parallel="+strconv.Itoa(par), func(b *testing.B) {
 				b.ReportAllocs()
@@ -92,12 +93,10 @@ func BenchmarkAdmit(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					i := int(seq.Add(1) * 7919)
 					for pb.Next() {
-						t, err := r.ctl.TryAdmit(context.Background(), reqs[i%benchTenantCount])
-						if err != nil {
-							b.Errorf("TryAdmit: %v", err)
+						if err := op(i); err != nil {
+							b.Error(err)
 							return
 						}
-						t.Done()
 						i++
 					}
 				})
