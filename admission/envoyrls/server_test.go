@@ -482,3 +482,58 @@ func TestHealth(t *testing.T) {
 		}
 	}
 }
+
+// TestFairQueue: callers waiting on a limit shared by every tenant are
+// served round robin across tenants, as in the core: one tenant's backlog
+// does not delay another tenant's single call behind all of it.
+func TestFairQueue(t *testing.T) {
+	r := start(t, mustParse(t, `
+domain: api
+descriptors:
+  - key: tenant
+    tenant: true
+    shared: true
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      algorithm: token_bucket
+      queue: {size: 10, timeout: 1m}
+`), rigOption{})
+	if got := outcome(r.call("api", desc("tenant", "a"))); got != "OK: OK" {
+		t.Fatalf("first call = %s; want OK", got)
+	}
+	served := make(chan string, 4)
+	for i, tenant := range []string{"a", "a", "a", "b"} {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			resp, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant", tenant)}})
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				served <- "error"
+				return
+			}
+			served <- tenant
+		}()
+		// Queue them in this order.
+		deadline := time.Now().Add(10 * time.Second)
+		for r.obs.count(admission.Queued) != int64(i+1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d never queued", i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	var order []string
+	for range 4 {
+		r.clk.Advance(time.Second)
+		select {
+		case tenant := <-served:
+			order = append(order, tenant)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no waiter served after a token came; served %v", order)
+		}
+	}
+	if got, want := strings.Join(order, " "), "a b a a"; got != want {
+		t.Fatalf("served in the order %s; want %s", got, want)
+	}
+}
