@@ -135,6 +135,9 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 		return err
 	}
 	defer srv.Close()
+	if err := registerStats(prom.Registry, srv); err != nil {
+		return err
+	}
 	w, err := envoyrls.Watch(o.config, srv, log)
 	if err != nil {
 		return err

@@ -89,14 +89,25 @@ func TestServe(t *testing.T) {
 	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health = %v, %v; want SERVING", h, err)
 	}
+	if _, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{{
+		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "nobody", Value: "x"}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := http.Get("http://" + op + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `admission_decisions_total{decision="rejected",mode="enforce",policy="api/tenant",reason="rate"`; !strings.Contains(string(body), want) {
-		t.Fatalf("metrics do not contain %s:\n%s", want, body)
+	for _, want := range []string{
+		`admission_decisions_total{decision="rejected",mode="enforce",policy="api/tenant",reason="rate"`,
+		`rls_descriptors_total{kind="unknown"} 1`,
+		`rls_reported_costs_total{how="charged"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics do not contain %s:\n%s", want, body)
+		}
 	}
 
 	// A broken file is refused; the limit in force keeps serving.
