@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -338,16 +339,7 @@ func (s *Server) prepare(e *eval, dom *domain, d *rlv3.RateLimitDescriptor, hits
 		}
 		return
 	}
-	var b strings.Builder
-	for i, en := range entries {
-		if lf.partition[i] {
-			if b.Len() > 0 {
-				b.WriteByte(admission.KeySeparator)
-			}
-			b.WriteString(en.Value)
-		}
-	}
-	e.req = admission.Request{Operation: lf.policy, User: b.String()}
+	e.req = admission.Request{Operation: lf.policy, User: partition(lf, entries)}
 	if lf.tenant >= 0 {
 		e.req.Tenant = entries[lf.tenant].Value
 	}
@@ -355,6 +347,31 @@ func (s *Server) prepare(e *eval, dom *domain, d *rlv3.RateLimitDescriptor, hits
 		e.check, e.cost = true, 1
 	}
 	setAmount(&e.req, lf.unit, e.cost)
+}
+
+// partition returns the partition key of a descriptor matched by lf: the
+// values lf does not fix, joined by admission.KeySeparator (one value is
+// used as it is).
+func partition(lf *leaf, entries []*rlv3.RateLimitDescriptor_Entry) string {
+	key, n := "", 0
+	var b []byte
+	for i, en := range entries {
+		if !lf.partition[i] {
+			continue
+		}
+		switch n++; n {
+		case 1:
+			key = en.Value
+		case 2:
+			b = append(append(append(b, key...), admission.KeySeparator), en.Value...)
+		default:
+			b = append(append(b, admission.KeySeparator), en.Value...)
+		}
+	}
+	if n > 1 {
+		return string(b)
+	}
+	return key
 }
 
 // match walks the descriptor tree with entries: the leaf of the rule
@@ -592,23 +609,38 @@ func (s *Server) descriptorStatus(e *eval, now time.Time) *rlsv3.RateLimitRespon
 	return ds
 }
 
+// headerNames are the fields headers may set, in the order they are
+// sent, with the lower-case names HTTP/2 wants.
+var headerNames = [...]struct{ canonical, lower string }{
+	{httpadmit.HeaderRateLimitPolicy, "ratelimit-policy"},
+	{httpadmit.HeaderRateLimit, "ratelimit"},
+	{httpadmit.HeaderXRateLimitLimit, "x-ratelimit-limit"},
+	{httpadmit.HeaderXRateLimitRemain, "x-ratelimit-remaining"},
+	{httpadmit.HeaderXRateLimitReset, "x-ratelimit-reset"},
+	{httpadmit.HeaderRetryAfter, "retry-after"},
+}
+
+var headerPool = sync.Pool{New: func() any { return make(http.Header, len(headerNames)) }}
+
 // headers returns the draft-10 RateLimit-Policy and RateLimit fields of
 // the enforcing policies evaluated, the X-RateLimit-* fields of the
 // tightest, and Retry-After when the call is over limit.
 func headers(sts []admission.Status, over bool, retry time.Duration) []*corev3.HeaderValue {
-	h := make(http.Header, headerBufferEntries)
+	h := headerPool.Get().(http.Header)
+	defer headerPool.Put(h)
+	clear(h)
 	httpadmit.SetLimitHeaders(h, sts)
 	if over {
 		httpadmit.SetRetryAfter(h, retry)
 	}
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
+	if len(h) == 0 {
+		return nil
 	}
-	slices.Sort(keys)
-	out := make([]*corev3.HeaderValue, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, &corev3.HeaderValue{Key: strings.ToLower(k), Value: h[k][0]})
+	out := make([]*corev3.HeaderValue, 0, len(h))
+	for _, n := range headerNames {
+		if v := h[n.canonical]; len(v) > 0 {
+			out = append(out, &corev3.HeaderValue{Key: n.lower, Value: v[0]})
+		}
 	}
 	return out
 }
