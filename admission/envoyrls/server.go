@@ -413,7 +413,7 @@ func (n *node) find(key, value string) *rule {
 func applyReplaces(evs []eval) {
 	for i := range evs {
 		lf := evs[i].lf
-		if lf == nil || len(lf.replaces) == 0 || evs[i].response {
+		if lf == nil || len(lf.replaces) == 0 {
 			continue
 		}
 		for j := range evs {

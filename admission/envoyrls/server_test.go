@@ -537,3 +537,24 @@ descriptors:
 		t.Fatalf("served in the order %s; want %s", got, want)
 	}
 }
+
+// TestReplacesResponsePhase: a replaced limit is not charged by the
+// response phase either.
+func TestReplacesResponsePhase(t *testing.T) {
+	r := start(t, mustLoad(t, "ratelimit/example7.yaml"), rigOption{})
+	both := func(phase ...string) []*rlv3.RateLimitDescriptor {
+		return []*rlv3.RateLimitDescriptor{
+			hits(desc(append([]string{"key_1", "value_1", "user", "bkthomps"}, phase...)...), 3),
+			hits(desc(append([]string{"key_2", "value_2", "user", "bkthomps"}, phase...)...), 3),
+		}
+	}
+	r.call("example7", both(envoyrls.PhaseKey, "response")...)
+	resp := r.call("example7", desc("key_1", "value_1", "user", "bkthomps"), desc("key_2", "value_2", "user", "bkthomps"))
+	if got := resp.Statuses[1].LimitRemaining; got != 6 {
+		t.Errorf("replacing limit remaining = %d; want 6 (3 charged after the response, 1 now)", got)
+	}
+	resp = r.call("example7", desc("key_1", "value_1", "user", "bkthomps"))
+	if got := resp.Statuses[0].LimitRemaining; got != 4 {
+		t.Errorf("replaced limit remaining = %d; want 4 (never charged while replaced)", got)
+	}
+}
