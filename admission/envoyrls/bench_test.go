@@ -11,7 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/internal/benchcpu"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -90,7 +90,7 @@ func BenchmarkAdmit(b *testing.B) {
 		policy := r.srv.Config().Policies[0].Name
 		for i := range reqs {
 			tenant := "t" + strconv.Itoa(i)
-			reqs[i] = admission.Request{Operation: policy, Tenant: tenant, User: tenant, Units: []admission.UnitAmount{{Unit: envoyrls.UnitHits, Amount: 1}}}
+			reqs[i] = admission.Request{Operation: policy, Tenant: tenant, User: tenant, Units: []admission.UnitAmount{{Unit: rlsconfig.UnitHits, Amount: 1}}}
 		}
 		return func(i int) error {
 			t, err := r.ctl.TryAdmit(context.Background(), reqs[i%benchTenantCount])

@@ -8,7 +8,7 @@
 //
 // # Configuration: envoyproxy/ratelimit's files, as they are
 //
-// Load reads envoyproxy/ratelimit's YAML (a file, or a directory of
+// rlsconfig.Load reads envoyproxy/ratelimit's YAML (a file, or a directory of
 // *.yaml files as that service's runtime directory): domain, nested
 // descriptors with key and optional value (a trailing * matches a value
 // prefix), rate_limit {unit, requests_per_unit, unlimited, name,
@@ -53,13 +53,13 @@
 // # Mapping descriptors to policies
 //
 // Each rule with a finite, non-zero limit becomes one admission.Policy
-// (Config.Policies), named after its domain and path ("llm/tenant",
+// (rlsconfig.Config.Policies), named after its domain and path ("llm/tenant",
 // "messaging/message_type=marketing/to_number"), which the headers, the
 // metrics and the decision log use. A descriptor that matches the rule is
 // one admission of that policy: its partition key is the values of the
 // descriptor's entries that the rule does not fix (no value or a prefix),
 // those marked shared excepted, joined; its tenant is the value of the
-// entry marked tenant. The generated policies count UnitHits unless
+// entry marked tenant. The generated policies count rlsconfig.UnitHits unless
 // counts says tokens or cost.
 //
 // A descriptor no rule matches is answered by its domain's unknown
@@ -127,8 +127,9 @@
 //
 // # Bounds
 //
-// A call has at most MaxDescriptors descriptors of at most MaxDepth
-// entries; domains, keys and values are at most MaxName bytes, request
+// A call has at most MaxDescriptors descriptors of at most
+// rlsconfig.MaxDepth entries; domains, keys and values are at most
+// rlsconfig.MaxName bytes, request
 // ids 128; hits_addend is at most admission.MaxAmount. Calls outside
 // them are refused with InvalidArgument before anything is evaluated.
 package envoyrls

@@ -9,13 +9,14 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 )
 
 // An envoyproxy/ratelimit configuration, served by Sluice: two messages a
 // day to any one number. Register srv on a grpc.Server (or use
 // NewGRPCServer) and point Envoy's rate_limit_service at it.
 func Example() {
-	cfg, err := envoyrls.Parse("messaging.yaml", []byte(`
+	cfg, err := rlsconfig.Parse("messaging.yaml", []byte(`
 domain: messaging
 descriptors:
   - key: to_number

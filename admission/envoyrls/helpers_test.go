@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 )
 
 // epoch is a fixed instant at the start of a day, a minute and a second,
@@ -42,7 +43,7 @@ type rigOption struct {
 }
 
 // start serves cfg on 127.0.0.1 with a fake clock (unless o sets one).
-func start(t testing.TB, cfg *envoyrls.Config, o rigOption) *rig {
+func start(t testing.TB, cfg *rlsconfig.Config, o rigOption) *rig {
 	t.Helper()
 	r := &rig{t: t, clk: admissiontest.NewClock(epoch), obs: &countingObserver{}}
 	clock := admission.Clock(r.clk)
@@ -83,18 +84,18 @@ func serve(t testing.TB, srv *envoyrls.Server) *grpc.ClientConn {
 	return conn
 }
 
-func mustParse(t testing.TB, yaml string) *envoyrls.Config {
+func mustParse(t testing.TB, yaml string) *rlsconfig.Config {
 	t.Helper()
-	cfg, err := envoyrls.Parse("test.yaml", []byte(yaml))
+	cfg, err := rlsconfig.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg
 }
 
-func mustLoad(t testing.TB, name string) *envoyrls.Config {
+func mustLoad(t testing.TB, name string) *rlsconfig.Config {
 	t.Helper()
-	cfg, err := envoyrls.Load(filepath.Join("testdata", name))
+	cfg, err := rlsconfig.Load(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

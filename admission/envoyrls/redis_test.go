@@ -10,15 +10,16 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // replica starts one rate limit service whose limits live in the Redis at
 // addr, with its own client as a replica of a fleet has.
-func replica(t *testing.T, addr string, cfg *envoyrls.Config) *rig { return replicaB(t, addr, cfg) }
+func replica(t *testing.T, addr string, cfg *rlsconfig.Config) *rig { return replicaB(t, addr, cfg) }
 
-func replicaB(t testing.TB, addr string, cfg *envoyrls.Config) *rig {
+func replicaB(t testing.TB, addr string, cfg *rlsconfig.Config) *rig {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,13 +23,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 )
 
-// Reserved descriptor entries: stripped before matching, they say which
-// phase of a request a call belongs to and correlate the two phases.
+// Reserved descriptor entries (rlsconfig.ReservedPrefix): stripped
+// before matching, they say which phase of a request a call belongs to and
+// correlate the two phases.
 const (
-	reservedPrefix = "sluice."
 	// PhaseKey is the entry whose value "response" marks a call made after
 	// the response (Envoy's apply_on_stream_done): its hits are the actual
 	// cost, charged without a decision. Any other value, or no entry, is
@@ -42,7 +42,9 @@ const (
 	RequestIDKey = "sluice.request_id"
 )
 
-// Bounds on a request.
+// Bounds on a request. A descriptor has at most rlsconfig.MaxDepth
+// entries besides the reserved ones; domains, keys and values are at most
+// rlsconfig.MaxName bytes.
 const (
 	// MaxDescriptors is the most descriptors one call may carry.
 	MaxDescriptors = 64
@@ -66,9 +68,9 @@ const (
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	ctl           *admission.Controller
-	cfg           atomic.Pointer[Config]
+	cfg           atomic.Pointer[rlsconfig.Config]
 	clock         admission.Clock
-	unknownDomain Code
+	unknownDomain rlsconfig.Code
 	pending       *pendingTable
 	stats         counters
 }
@@ -101,7 +103,7 @@ func WithClock(c admission.Clock) Option { return func(s *Server) { s.clock = c 
 // WithUnknownDomain sets the answer for a call whose domain no file
 // declares; the default is OK (as envoyproxy/ratelimit, which applies no
 // limit).
-func WithUnknownDomain(c Code) Option { return func(s *Server) { s.unknownDomain = c } }
+func WithUnknownDomain(c rlsconfig.Code) Option { return func(s *Server) { s.unknownDomain = c } }
 
 // WithPending bounds the reconciliation table: at most n estimates held,
 // each for ttl at most (zero values keep DefaultMaxPending and
@@ -119,7 +121,7 @@ func WithPending(n int, ttl time.Duration) Option {
 
 // New returns a Server deciding with ctl and installs cfg's policies in it
 // (replacing ctl's configuration).
-func New(ctl *admission.Controller, cfg *Config, opts ...Option) (*Server, error) {
+func New(ctl *admission.Controller, cfg *rlsconfig.Config, opts ...Option) (*Server, error) {
 	s := &Server{ctl: ctl, clock: admission.SystemClock{}, pending: newPendingTable()}
 	for _, o := range opts {
 		o(s)
@@ -132,7 +134,7 @@ func New(ctl *admission.Controller, cfg *Config, opts ...Option) (*Server, error
 
 // SetConfig installs a new configuration: its policies in the controller
 // (partitions of unchanged policies keep their state) and its rules.
-func (s *Server) SetConfig(cfg *Config) error {
+func (s *Server) SetConfig(cfg *rlsconfig.Config) error {
 	if err := s.ctl.SetConfig(admission.Config{Policies: cfg.Policies}); err != nil {
 		return err
 	}
@@ -141,7 +143,7 @@ func (s *Server) SetConfig(cfg *Config) error {
 }
 
 // Config returns the configuration in force.
-func (s *Server) Config() *Config { return s.cfg.Load() }
+func (s *Server) Config() *rlsconfig.Config { return s.cfg.Load() }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
@@ -176,13 +178,13 @@ func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.
 
 // eval is one descriptor's evaluation.
 type eval struct {
-	lf       *leaf
+	lf       *rlsconfig.Limit
 	req      admission.Request
 	cost     int64
 	check    bool // hits_addend 0: is there room for one? charges nothing
 	response bool
 	rid      string
-	code     Code
+	code     rlsconfig.Code
 	st       admission.Status
 	hasSt    bool
 	retry    time.Duration
@@ -200,7 +202,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	cfg := s.cfg.Load()
-	dom := cfg.domains[req.Domain]
+	dom := cfg.Domain(req.Domain)
 	evs := make([]eval, len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		s.prepare(&evs[i], dom, d, req.HitsAddend)
@@ -211,19 +213,19 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	// something refused.
 	refused := false
 	for i := range evs {
-		refused = refused || evs[i].code == OverLimit
+		refused = refused || evs[i].code == rlsconfig.OverLimit
 	}
 	for pass := range 2 {
 		for i := range evs {
 			e := &evs[i]
-			if e.lf == nil || e.replaced || e.lf.unlimited || e.lf.blocked || e.lf.queued != (pass == 1) {
+			if e.lf == nil || e.replaced || e.lf.Unlimited || e.lf.Blocked || e.lf.Queued != (pass == 1) {
 				continue
 			}
 			if err := s.decide(ctx, e, !refused); err != nil {
 				s.undo(evs)
 				return nil, err
 			}
-			refused = refused || e.code == OverLimit
+			refused = refused || e.code == rlsconfig.OverLimit
 		}
 	}
 	now := s.clock.Now()
@@ -238,11 +240,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	retry := time.Duration(0)
 	for i := range evs {
 		e := &evs[i]
-		if e.code == OverLimit {
+		if e.code == rlsconfig.OverLimit {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			retry = max(retry, e.retry)
 		}
-		if e.lf != nil && e.lf.blocked && e.code == OverLimit {
+		if e.lf != nil && e.lf.Blocked && e.code == rlsconfig.OverLimit {
 			retry = max(retry, blockedReset(e.lf, now))
 		}
 		resp.Statuses[i] = s.descriptorStatus(e, now)
@@ -259,20 +261,20 @@ func checkRequest(req *rlsv3.RateLimitRequest) error {
 	switch {
 	case req.Domain == "":
 		return errors.New("domain must not be empty")
-	case len(req.Domain) > MaxName:
-		return fmt.Errorf("domain longer than %d bytes", MaxName)
+	case len(req.Domain) > rlsconfig.MaxName:
+		return fmt.Errorf("domain longer than %d bytes", rlsconfig.MaxName)
 	case len(req.Descriptors) == 0:
 		return errors.New("at least one descriptor is required")
 	case len(req.Descriptors) > MaxDescriptors:
 		return fmt.Errorf("more than %d descriptors", MaxDescriptors)
 	}
 	for i, d := range req.Descriptors {
-		if len(d.Entries) == 0 || len(d.Entries) > MaxDepth+2 {
-			return fmt.Errorf("descriptors[%d]: between 1 and %d entries", i, MaxDepth)
+		if len(d.Entries) == 0 || len(d.Entries) > rlsconfig.MaxDepth+2 {
+			return fmt.Errorf("descriptors[%d]: between 1 and %d entries", i, rlsconfig.MaxDepth)
 		}
 		for j, en := range d.Entries {
-			if en.Key == "" || len(en.Key) > MaxName || len(en.Value) > MaxName {
-				return fmt.Errorf("descriptors[%d].entries[%d]: key empty, or key or value longer than %d bytes", i, j, MaxName)
+			if en.Key == "" || len(en.Key) > rlsconfig.MaxName || len(en.Value) > rlsconfig.MaxName {
+				return fmt.Errorf("descriptors[%d].entries[%d]: key empty, or key or value longer than %d bytes", i, j, rlsconfig.MaxName)
 			}
 			if en.Key == RequestIDKey && len(en.Value) > maxRequestID {
 				return fmt.Errorf("descriptors[%d].entries[%d]: request id longer than %d bytes", i, j, maxRequestID)
@@ -289,8 +291,8 @@ func checkRequest(req *rlsv3.RateLimitRequest) error {
 }
 
 // prepare matches descriptor d and builds its admission request.
-func (s *Server) prepare(e *eval, dom *domain, d *rlv3.RateLimitDescriptor, hits uint32) {
-	var stack [MaxDepth]*rlv3.RateLimitDescriptor_Entry
+func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescriptor, hits uint32) {
+	var stack [rlsconfig.MaxDepth]rlsconfig.Entry
 	entries := stack[:0]
 	for _, en := range d.Entries {
 		switch en.Key {
@@ -299,11 +301,11 @@ func (s *Server) prepare(e *eval, dom *domain, d *rlv3.RateLimitDescriptor, hits
 		case RequestIDKey:
 			e.rid = en.Value
 		default:
-			if len(entries) == MaxDepth {
+			if len(entries) == rlsconfig.MaxDepth {
 				entries = entries[:0:0] // deeper than any rule: matches none
 				break
 			}
-			entries = append(entries, en)
+			entries = append(entries, rlsconfig.Entry{Key: en.Key, Value: en.Value})
 		}
 	}
 	e.cost = 1
@@ -318,9 +320,9 @@ func (s *Server) prepare(e *eval, dom *domain, d *rlv3.RateLimitDescriptor, hits
 		s.stats.unknown.Add(1)
 		return
 	}
-	lf, found := dom.match(entries)
+	lf, found := dom.Match(entries)
 	if !found {
-		e.code = dom.unknown
+		e.code = dom.Unknown
 		s.stats.unknown.Add(1)
 		return
 	}
@@ -329,83 +331,21 @@ func (s *Server) prepare(e *eval, dom *domain, d *rlv3.RateLimitDescriptor, hits
 	}
 	e.lf = lf
 	switch {
-	case lf.unlimited:
+	case lf.Unlimited:
 		s.stats.unlimited.Add(1)
 		return
-	case lf.blocked:
+	case lf.Blocked:
 		s.stats.blocked.Add(1)
-		if !lf.shadow && !e.response {
-			e.code = OverLimit
+		if !lf.Shadow && !e.response {
+			e.code = rlsconfig.OverLimit
 		}
 		return
 	}
-	e.req = admission.Request{Operation: lf.policy, User: partition(lf, entries)}
-	if lf.tenant >= 0 {
-		e.req.Tenant = entries[lf.tenant].Value
-	}
+	e.req = admission.Request{Operation: lf.Policy, User: lf.Partition(entries), Tenant: lf.Tenant(entries)}
 	if e.cost == 0 && !e.response {
 		e.check, e.cost = true, 1
 	}
-	setAmount(&e.req, lf.unit, e.cost)
-}
-
-// partition returns the partition key of a descriptor matched by lf: the
-// values lf does not fix, joined by admission.KeySeparator (one value is
-// used as it is).
-func partition(lf *leaf, entries []*rlv3.RateLimitDescriptor_Entry) string {
-	key, n := "", 0
-	var b []byte
-	for i, en := range entries {
-		if !lf.partition[i] {
-			continue
-		}
-		switch n++; n {
-		case 1:
-			key = en.Value
-		case 2:
-			b = append(append(append(b, key...), admission.KeySeparator), en.Value...)
-		default:
-			b = append(append(b, admission.KeySeparator), en.Value...)
-		}
-	}
-	if n > 1 {
-		return string(b)
-	}
-	return key
-}
-
-// match walks the descriptor tree with entries: the leaf of the rule
-// reached (nil when that rule sets no limit), and whether a rule was.
-func (d *domain) match(entries []*rlv3.RateLimitDescriptor_Entry) (*leaf, bool) {
-	n := d.root
-	var r *rule
-	for _, en := range entries {
-		if n == nil {
-			return nil, false
-		}
-		if r = n.find(en.Key, en.Value); r == nil {
-			return nil, false
-		}
-		n = r.children
-	}
-	if r == nil {
-		return nil, false
-	}
-	return r.leaf, true
-}
-
-// find returns the most specific rule for one entry: key and value, then
-// the longest value prefix, then the key alone.
-func (n *node) find(key, value string) *rule {
-	if r := n.exact[key+"\x00"+value]; r != nil {
-		return r
-	}
-	for _, r := range n.prefixes {
-		if r.key == key && strings.HasPrefix(value, r.value) {
-			return r
-		}
-	}
-	return n.any[key]
+	setAmount(&e.req, lf.Unit, e.cost)
 }
 
 // applyReplaces drops the limits another matched limit replaces: they are
@@ -413,11 +353,11 @@ func (n *node) find(key, value string) *rule {
 func applyReplaces(evs []eval) {
 	for i := range evs {
 		lf := evs[i].lf
-		if lf == nil || len(lf.replaces) == 0 {
+		if lf == nil || len(lf.Replaces) == 0 {
 			continue
 		}
 		for j := range evs {
-			if o := evs[j].lf; o != nil && o.name != "" && slices.Contains(lf.replaces, o.name) {
+			if o := evs[j].lf; o != nil && o.Name != "" && slices.Contains(lf.Replaces, o.Name) {
 				evs[j].replaced = true
 			}
 		}
@@ -458,7 +398,7 @@ func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
 	if e.rid != "" && s.pending.settledEarly(s.key(e), s.clock.Now()) {
 		// The actual arrived first and was charged: check, charge nothing.
 		e.check = true
-		setAmount(&e.req, e.lf.unit, 1)
+		setAmount(&e.req, e.lf.Unit, 1)
 	}
 	var t admission.Ticket
 	var err error
@@ -470,7 +410,7 @@ func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
 	var rej *admission.Rejection
 	switch {
 	case errors.As(err, &rej):
-		e.code, e.st, e.hasSt, e.retry = OverLimit, rej.Status, true, rej.RetryAfter
+		e.code, e.st, e.hasSt, e.retry = rlsconfig.OverLimit, rej.Status, true, rej.RetryAfter
 		return nil
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return status.FromContextError(err).Err()
@@ -494,7 +434,7 @@ func (s *Server) charge(ctx context.Context, e *eval) {
 	if e.rid != "" {
 		if t, ok := s.pending.take(s.key(e), now); ok {
 			s.fill(e, t)
-			t.Settle(usageOf(e.lf.unit, e.cost))
+			t.Settle(usageOf(e.lf.Unit, e.cost))
 			s.stats.reconciled.Add(1)
 			return
 		}
@@ -502,7 +442,7 @@ func (s *Server) charge(ctx context.Context, e *eval) {
 	// A zero-cost admission, settled at the actual: an overrun is charged
 	// whatever the partition holds (within the policy's debt bound).
 	r := e.req
-	setAmount(&r, e.lf.unit, 0)
+	setAmount(&r, e.lf.Unit, 0)
 	t, err := s.ctl.TryAdmit(ctx, r)
 	if err != nil {
 		// A token bucket already in debt refuses even nothing; its debt
@@ -514,7 +454,7 @@ func (s *Server) charge(ctx context.Context, e *eval) {
 		return
 	}
 	s.fill(e, t)
-	t.Settle(usageOf(e.lf.unit, e.cost))
+	t.Settle(usageOf(e.lf.Unit, e.cost))
 	s.stats.charged.Add(1)
 	if e.rid != "" {
 		s.pending.markSettled(s.key(e), now)
@@ -530,7 +470,7 @@ func (s *Server) fill(e *eval, t admission.Ticket) {
 
 // key is the reconciliation key of e: its policy, partition and request id.
 func (s *Server) key(e *eval) string {
-	return e.lf.policy + "\x1f" + e.req.Tenant + "\x1f" + e.req.User + "\x1f" + e.rid
+	return e.lf.Policy + "\x1f" + e.req.Tenant + "\x1f" + e.req.User + "\x1f" + e.rid
 }
 
 // undo gives back what the call's admitted descriptors took.
@@ -538,7 +478,7 @@ func (s *Server) undo(evs []eval) {
 	for i := range evs {
 		e := &evs[i]
 		if e.admitted {
-			e.ticket.Settle(zeroUsage(e.lf.unit))
+			e.ticket.Settle(zeroUsage(e.lf.Unit))
 			e.admitted = false
 			if e.hasSt && e.st.Remaining < e.st.Limit {
 				e.st.Remaining = min(e.st.Limit, e.st.Remaining+e.cost)
@@ -558,7 +498,7 @@ func (s *Server) keep(evs []eval, now time.Time) {
 		}
 		switch {
 		case e.check:
-			e.ticket.Settle(zeroUsage(e.lf.unit))
+			e.ticket.Settle(zeroUsage(e.lf.Unit))
 			if e.st.Remaining < e.st.Limit {
 				e.st.Remaining++
 			}
@@ -573,9 +513,26 @@ func (s *Server) keep(evs []eval, now time.Time) {
 	}
 }
 
+// envoyUnit is the protocol's name for a unit of time.
+func envoyUnit(per time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch per {
+	case time.Second:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case time.Minute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case 7 * 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
 // blockedReset is the time to the end of the current unit window.
-func blockedReset(lf *leaf, now time.Time) time.Duration {
-	per := int64(lf.per)
+func blockedReset(lf *rlsconfig.Limit, now time.Time) time.Duration {
+	per := int64(lf.Per)
 	return time.Duration(per - now.UnixNano()%per)
 }
 
@@ -583,24 +540,24 @@ func clampU32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
 
 func (s *Server) descriptorStatus(e *eval, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
 	ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	if e.code == OverLimit {
+	if e.code == rlsconfig.OverLimit {
 		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	lf := e.lf
 	switch {
 	case lf == nil || e.replaced:
 		return ds
-	case lf.unlimited:
+	case lf.Unlimited:
 		ds.LimitRemaining = unlimitedRemaining
 		return ds
 	}
-	name := lf.name
+	name := lf.Name
 	if name == "" {
-		name = lf.policy
+		name = lf.Policy
 	}
-	ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clampU32(lf.limit), Unit: lf.envoyUnit}
+	ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clampU32(lf.Requests), Unit: envoyUnit(lf.Per)}
 	switch {
-	case lf.blocked:
+	case lf.Blocked:
 		ds.DurationUntilReset = durationpb.New(blockedReset(lf, now))
 	case e.hasSt:
 		ds.LimitRemaining = clampU32(e.st.Remaining)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 )
 
 // TestAlgorithms runs every rate algorithm through descriptors: 3 a
@@ -319,7 +320,7 @@ descriptors:
 	if resp := r.call("strict", desc("a", "x")); resp.Statuses[0].LimitRemaining != 3 {
 		t.Errorf("remaining = %d; want 3 (the refused call took nothing)", resp.Statuses[0].LimitRemaining)
 	}
-	strict := start(t, cfg, rigOption{srvOpts: []envoyrls.Option{envoyrls.WithUnknownDomain(envoyrls.OverLimit)}})
+	strict := start(t, cfg, rigOption{srvOpts: []envoyrls.Option{envoyrls.WithUnknownDomain(rlsconfig.OverLimit)}})
 	if got := outcome(strict.call("nowhere", desc("a", "x"))); got != "OVER_LIMIT: OVER_LIMIT" {
 		t.Errorf("unknown domain with WithUnknownDomain(OverLimit) = %s; want OVER_LIMIT", got)
 	}
@@ -405,7 +406,7 @@ func TestHostileRequests(t *testing.T) {
 		many[i] = desc("a", "x")
 	}
 	deep := desc()
-	for range envoyrls.MaxDepth + 3 {
+	for range rlsconfig.MaxDepth + 3 {
 		deep.Entries = append(deep.Entries, desc("a", "x").Entries...)
 	}
 	negative := desc("a", "x")
@@ -415,12 +416,12 @@ func TestHostileRequests(t *testing.T) {
 		req  *rlsv3.RateLimitRequest
 	}{
 		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*rlv3.RateLimitDescriptor{desc("a", "x")}}},
-		{"long domain", &rlsv3.RateLimitRequest{Domain: strings.Repeat("d", envoyrls.MaxName+1), Descriptors: []*rlv3.RateLimitDescriptor{desc("a", "x")}}},
+		{"long domain", &rlsv3.RateLimitRequest{Domain: strings.Repeat("d", rlsconfig.MaxName+1), Descriptors: []*rlv3.RateLimitDescriptor{desc("a", "x")}}},
 		{"no descriptor", &rlsv3.RateLimitRequest{Domain: "api"}},
 		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: many}},
 		{"too many entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{deep}}},
 		{"empty descriptor", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc()}}},
-		{"long value", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("a", strings.Repeat("v", envoyrls.MaxName+1))}}},
+		{"long value", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("a", strings.Repeat("v", rlsconfig.MaxName+1))}}},
 		{"long request id", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("a", "x", envoyrls.RequestIDKey, strings.Repeat("r", 129))}}},
 		{"huge hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{hits(desc("a", "x"), 1<<62)}}},
 		{"negative hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{negative}}},

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 )
 
 // A Watcher reloads a Server's configuration when its file or directory
@@ -66,7 +68,7 @@ func Watch(path string, srv *Server, log *slog.Logger) (*Watcher, error) {
 func (w *Watcher) Reload() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	cfg, err := Load(w.path)
+	cfg, err := rlsconfig.Load(w.path)
 	if err == nil {
 		err = w.srv.SetConfig(cfg)
 	}
@@ -76,7 +78,7 @@ func (w *Watcher) Reload() error {
 		return err
 	}
 	w.applied++
-	w.log.Info("rate limit configuration applied", slog.String("path", w.path), slog.Int("domains", len(cfg.domains)), slog.Int("policies", len(cfg.Policies)))
+	w.log.Info("rate limit configuration applied", slog.String("path", w.path), slog.Int("domains", len(cfg.Domains())), slog.Int("policies", len(cfg.Policies)))
 	return nil
 }
 

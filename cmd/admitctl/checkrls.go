@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 )
 
 func init() {
@@ -32,7 +32,7 @@ func runCheckRLS(_ context.Context, e *env, fs *flag.FlagSet, args []string) int
 		return 2
 	}
 	path := fs.Arg(0)
-	cfg, err := envoyrls.Load(path)
+	cfg, err := rlsconfig.Load(path)
 	if err != nil {
 		n := 1
 		if j, ok := err.(interface{ Unwrap() []error }); ok {

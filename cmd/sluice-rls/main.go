@@ -35,6 +35,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -126,11 +127,11 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 	}
 	ctl.SetAllShadow(o.shadow)
 	mo.Watch(ctl)
-	unknown := envoyrls.OK
+	unknown := rlsconfig.OK
 	if o.unknownDomain == "over_limit" {
-		unknown = envoyrls.OverLimit
+		unknown = rlsconfig.OverLimit
 	}
-	srv, err := envoyrls.New(ctl, &envoyrls.Config{}, envoyrls.WithUnknownDomain(unknown), envoyrls.WithPending(o.maxPending, o.pendingTTL))
+	srv, err := envoyrls.New(ctl, &rlsconfig.Config{}, envoyrls.WithUnknownDomain(unknown), envoyrls.WithPending(o.maxPending, o.pendingTTL))
 	if err != nil {
 		return err
 	}

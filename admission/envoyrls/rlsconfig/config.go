@@ -1,4 +1,12 @@
-package envoyrls
+// Package rlsconfig reads the configuration of Sluice's rate limit service
+// for Envoy (package envoyrls, command sluice-rls): envoyproxy/ratelimit's
+// YAML files, as they are, with Sluice's optional extensions. It compiles
+// them into admission policies, one per limit, and matches request
+// descriptors to those limits. It depends on the core and the YAML
+// decoder only, so that an offline checker does not carry a gRPC stack.
+//
+// See package envoyrls for the semantics and the mapping rules.
+package rlsconfig
 
 import (
 	"bytes"
@@ -12,7 +20,6 @@ import (
 	"strings"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission"
@@ -26,6 +33,11 @@ const (
 	// MaxName bounds domains, keys, values and limit names, in bytes.
 	MaxName = 256
 )
+
+// ReservedPrefix starts the descriptor keys Sluice reserves (the phase of
+// a call and its request id): no rule may use them, and the server strips
+// them before matching.
+const ReservedPrefix = "sluice."
 
 // UnitHits is the unit generated policies count by default: one hit per
 // request unless the descriptor or the request carries a hits_addend.
@@ -46,10 +58,13 @@ const (
 // Policies holds the admission policies the rules were compiled into, one
 // per rule with a finite, non-zero limit, ready for Controller.SetConfig.
 type Config struct {
-	// Policies are the generated policies; Server.SetConfig installs them.
+	// Policies are the generated policies.
 	Policies []admission.Policy
-	domains  map[string]*domain
+	domains  map[string]*Domain
 }
+
+// Domain returns the domain named name, or nil.
+func (c *Config) Domain(name string) *Domain { return c.domains[name] }
 
 // Domains returns the names of the configured domains, sorted.
 func (c *Config) Domains() []string {
@@ -61,10 +76,12 @@ func (c *Config) Domains() []string {
 	return names
 }
 
-// domain is one compiled domain.
-type domain struct {
-	name    string
-	unknown Code
+// Domain is one compiled domain.
+type Domain struct {
+	// Name is the domain's name.
+	Name string
+	// Unknown is the answer for descriptors no rule matches.
+	Unknown Code
 	root    *node
 }
 
@@ -81,24 +98,30 @@ type rule struct {
 	key, value string
 	prefix     bool // value is a prefix ("value*")
 	children   *node
-	leaf       *leaf // nil when the descriptor sets no limit
-	shared     bool  // its value stays out of the partition key
-	tenant     bool  // its value is the request's tenant
+	limit      *Limit // nil when the descriptor sets no limit
+	shared     bool   // its value stays out of the partition key
+	tenant     bool   // its value is the request's tenant
 }
 
-// leaf is the limit a matched descriptor is evaluated with.
-type leaf struct {
-	policy    string // the generated policy's name, also the request's operation
-	name      string // rate_limit.name, for replaces
-	replaces  []string
-	unit      admission.Unit
-	envoyUnit rlsv3.RateLimitResponse_RateLimit_Unit
-	limit     int64
-	unlimited bool
-	blocked   bool // requests_per_unit: 0
-	shadow    bool
-	queued    bool
-	per       time.Duration
+// Limit is the limit a matched descriptor is evaluated with.
+type Limit struct {
+	// Policy is the generated policy's name (domain and path), also the
+	// operation of the admission requests it matches.
+	Policy string
+	// Name is rate_limit.name (empty when unnamed), which Replaces of
+	// other limits refer to.
+	Name     string
+	Replaces []string
+	// Unit is what hits count in: UnitHits, tokens or cost.
+	Unit admission.Unit
+	// Per is the unit of time; Requests the requests_per_unit.
+	Per      time.Duration
+	Requests int64
+	// Unlimited answers OK without counting; Blocked (requests_per_unit
+	// 0) refuses everything without counting.
+	Unlimited, Blocked bool
+	// Shadow is shadow_mode; Queued says the policy has a queue.
+	Shadow, Queued bool
 	// partition lists, by depth, whether the entry's value is part of the
 	// partition key; tenant is the depth of the tenant entry, or -1.
 	partition []bool
@@ -150,15 +173,12 @@ type fileQueue struct {
 	Order   string `yaml:"order"`
 }
 
-var units = map[string]struct {
-	per time.Duration
-	rls rlsv3.RateLimitResponse_RateLimit_Unit
-}{
-	"second": {time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
-	"minute": {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-	"hour":   {time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
-	"day":    {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
-	"week":   {7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+var units = map[string]time.Duration{
+	"second": time.Second,
+	"minute": time.Minute,
+	"hour":   time.Hour,
+	"day":    24 * time.Hour,
+	"week":   7 * 24 * time.Hour,
 }
 
 // Load reads a configuration from path: one YAML file, or a directory
@@ -207,7 +227,7 @@ type source struct {
 const maxFile = 8 << 20
 
 func compile(srcs []source) (*Config, error) {
-	cfg := &Config{domains: map[string]*domain{}}
+	cfg := &Config{domains: map[string]*Domain{}}
 	var errs []error
 	for _, s := range srcs {
 		if len(s.data) > maxFile {
@@ -243,7 +263,7 @@ func compile(srcs []source) (*Config, error) {
 type compiler struct {
 	cfg  *Config
 	file string
-	dom  *domain
+	dom  *Domain
 	d    *fileDomain
 	errs []error
 	// names maps rate_limit names to their paths, for replaces.
@@ -254,7 +274,7 @@ type compiler struct {
 func (c *compiler) bad(path, format string, args ...any) {
 	prefix := c.file + ": "
 	if c.dom != nil {
-		prefix += "domain " + fmt.Sprintf("%q", c.dom.name) + ": "
+		prefix += "domain " + fmt.Sprintf("%q", c.dom.Name) + ": "
 	}
 	c.errs = append(c.errs, fmt.Errorf("%s%s: %s", prefix, path, fmt.Sprintf(format, args...)))
 }
@@ -273,11 +293,11 @@ func (c *compiler) domain(fd *fileDomain) {
 		c.bad("domain", "%q is declared twice", fd.Domain)
 		return
 	}
-	c.dom = &domain{name: fd.Domain}
+	c.dom = &Domain{Name: fd.Domain}
 	switch fd.Unknown {
 	case "", "ok":
 	case "over_limit":
-		c.dom.unknown = OverLimit
+		c.dom.Unknown = OverLimit
 	default:
 		c.bad("unknown", "must be ok or over_limit, got %q", fd.Unknown)
 	}
@@ -336,8 +356,8 @@ func (c *compiler) list(path string, ds []fileDescriptor, up []ancestor) *node {
 			c.bad(p+".key", "must not be empty")
 		case len(d.Key) > MaxName || len(d.Value) > MaxName:
 			c.bad(p, "key or value longer than %d bytes", MaxName)
-		case strings.HasPrefix(d.Key, reservedPrefix):
-			c.bad(p+".key", "keys starting with %q are reserved for phases and request ids", reservedPrefix)
+		case strings.HasPrefix(d.Key, ReservedPrefix):
+			c.bad(p+".key", "keys starting with %q are reserved for phases and request ids", ReservedPrefix)
 		}
 		if d.Shared && d.Value != "" && !strings.HasSuffix(d.Value, "*") {
 			c.bad(p+".shared", "only a descriptor matching any value (no value, or a value ending in *) can share its limit across values")
@@ -353,7 +373,7 @@ func (c *compiler) list(path string, ds []fileDescriptor, up []ancestor) *node {
 			c.bad(p+".tenant", "a descriptor path has one tenant entry at most")
 		}
 		if d.RateLimit != nil {
-			r.leaf = c.leaf(p, here)
+			r.limit = c.limit(p, here)
 		}
 		if len(d.Descriptors) > 0 {
 			r.children = c.list(p+".descriptors", d.Descriptors, here)
@@ -384,14 +404,14 @@ func (c *compiler) list(path string, ds []fileDescriptor, up []ancestor) *node {
 	return n
 }
 
-func (c *compiler) leaf(p string, path []ancestor) *leaf {
+func (c *compiler) limit(p string, path []ancestor) *Limit {
 	d := path[len(path)-1].d
 	rl := d.RateLimit
 	errsBefore := len(c.errs)
 	p += ".rate_limit"
-	lf := &leaf{name: rl.Name, shadow: d.ShadowMode, unit: UnitHits, tenant: -1}
+	lf := &Limit{Name: rl.Name, Shadow: d.ShadowMode, Unit: UnitHits, tenant: -1}
 	var id strings.Builder
-	id.WriteString(c.dom.name)
+	id.WriteString(c.dom.Name)
 	for i, a := range path {
 		id.WriteByte('/')
 		id.WriteString(a.d.Key)
@@ -404,7 +424,7 @@ func (c *compiler) leaf(p string, path []ancestor) *leaf {
 			lf.tenant = i
 		}
 	}
-	lf.policy = id.String()
+	lf.Policy = id.String()
 	if rl.Name != "" {
 		if prev, ok := c.names[rl.Name]; ok {
 			c.bad(p+".name", "%q already names the limit at %s", rl.Name, prev)
@@ -419,51 +439,51 @@ func (c *compiler) leaf(p string, path []ancestor) *leaf {
 		if r.Name == rl.Name {
 			c.bad(fmt.Sprintf("%s.replaces[%d].name", p, i), "a limit cannot replace itself")
 		}
-		lf.replaces = append(lf.replaces, r.Name)
+		lf.Replaces = append(lf.Replaces, r.Name)
 		c.replaces[r.Name] = append(c.replaces[r.Name], fmt.Sprintf("%s.replaces[%d]", p, i))
 	}
 	if rl.Unlimited {
 		if rl.Unit != "" || rl.RequestsPerUnit != nil || rl.Algorithm != "" || rl.Burst != 0 || rl.Queue != nil || rl.Counts != "" {
 			c.bad(p+".unlimited", "an unlimited rate_limit takes no unit, requests_per_unit, algorithm, burst, counts or queue")
 		}
-		lf.unlimited = true
+		lf.Unlimited = true
 		return lf
 	}
-	u, ok := units[rl.Unit]
+	per, ok := units[rl.Unit]
 	if !ok {
 		c.bad(p+".unit", "must be second, minute, hour, day or week, got %q", rl.Unit)
 	}
-	lf.per, lf.envoyUnit = u.per, u.rls
+	lf.Per = per
 	switch {
 	case rl.RequestsPerUnit == nil:
 		c.bad(p+".requests_per_unit", "is required (or unlimited: true)")
 	case *rl.RequestsPerUnit < 0 || *rl.RequestsPerUnit > math.MaxUint32:
 		c.bad(p+".requests_per_unit", "must be in [0, %d], got %d", uint32(math.MaxUint32), *rl.RequestsPerUnit)
 	default:
-		lf.limit = *rl.RequestsPerUnit
+		lf.Requests = *rl.RequestsPerUnit
 	}
 	switch rl.Counts {
 	case "", "hits":
 	case "tokens":
-		lf.unit = admission.UnitTokens
+		lf.Unit = admission.UnitTokens
 	case "cost":
-		lf.unit = admission.UnitCost
+		lf.Unit = admission.UnitCost
 	default:
 		c.bad(p+".counts", "must be hits, tokens or cost, got %q", rl.Counts)
 	}
-	if lf.limit == 0 {
+	if lf.Requests == 0 {
 		// Every request is refused: no state to keep.
-		lf.blocked = true
+		lf.Blocked = true
 		return lf
 	}
 	pol := admission.Policy{
-		Name:      lf.policy,
-		Match:     admission.Match{Operations: []string{lf.policy}},
+		Name:      lf.Policy,
+		Match:     admission.Match{Operations: []string{lf.Policy}},
 		Key:       []admission.KeyPart{admission.KeyUser},
-		Unit:      lf.unit,
+		Unit:      lf.Unit,
 		Algorithm: admission.FixedWindow,
-		Limit:     lf.limit,
-		Per:       lf.per,
+		Limit:     lf.Requests,
+		Per:       lf.Per,
 		Burst:     rl.Burst,
 		Store:     c.d.Store,
 	}
@@ -476,7 +496,7 @@ func (c *compiler) leaf(p string, path []ancestor) *leaf {
 	if rl.Algorithm != "" {
 		pol.Algorithm = c.algorithm(p+".algorithm", rl.Algorithm)
 	}
-	if lf.shadow {
+	if lf.Shadow {
 		pol.Mode = admission.Shadow
 	}
 	for _, f := range []string{c.d.OnStoreError, rl.OnStoreError} {
@@ -500,7 +520,7 @@ func (c *compiler) leaf(p string, path []ancestor) *leaf {
 				c.bad(p+".queue.order", "%v", err)
 			}
 		}
-		lf.queued = q.Size > 0
+		lf.Queued = q.Size > 0
 	}
 	// The policy's own checks, once the rule's are passed (a bad unit
 	// would be reported again as a zero period).
@@ -508,8 +528,79 @@ func (c *compiler) leaf(p string, path []ancestor) *leaf {
 		return lf
 	}
 	if err := pol.Validate(p); err != nil {
-		c.errs = append(c.errs, fmt.Errorf("%s: domain %q: %w", c.file, c.dom.name, err))
+		c.errs = append(c.errs, fmt.Errorf("%s: domain %q: %w", c.file, c.dom.Name, err))
 	}
 	c.cfg.Policies = append(c.cfg.Policies, pol)
 	return lf
+}
+
+// Entry is one key and value of a request descriptor.
+type Entry struct{ Key, Value string }
+
+// Match walks the descriptor tree with a request descriptor's entries: the
+// limit of the rule reached (nil when that rule sets none), and whether a
+// rule was reached. Each level is matched most specifically: key and
+// value, then the longest value prefix, then the key alone; the rule is
+// the one at the level of the last entry.
+func (d *Domain) Match(entries []Entry) (*Limit, bool) {
+	n := d.root
+	var r *rule
+	for _, en := range entries {
+		if n == nil {
+			return nil, false
+		}
+		if r = n.find(en.Key, en.Value); r == nil {
+			return nil, false
+		}
+		n = r.children
+	}
+	if r == nil {
+		return nil, false
+	}
+	return r.limit, true
+}
+
+func (n *node) find(key, value string) *rule {
+	if r := n.exact[key+"\x00"+value]; r != nil {
+		return r
+	}
+	for _, r := range n.prefixes {
+		if r.key == key && strings.HasPrefix(value, r.value) {
+			return r
+		}
+	}
+	return n.any[key]
+}
+
+// Partition returns the partition key of entries, matched to l: the
+// values l's rule does not fix (no value, or a prefix), shared ones
+// excepted, joined by admission.KeySeparator (one value as it is).
+func (l *Limit) Partition(entries []Entry) string {
+	key, n := "", 0
+	var b []byte
+	for i, en := range entries {
+		if !l.partition[i] {
+			continue
+		}
+		switch n++; n {
+		case 1:
+			key = en.Value
+		case 2:
+			b = append(append(append(b, key...), admission.KeySeparator), en.Value...)
+		default:
+			b = append(append(b, admission.KeySeparator), en.Value...)
+		}
+	}
+	if n > 1 {
+		return string(b)
+	}
+	return key
+}
+
+// Tenant returns the value of the entry the rule marks as the tenant, or "".
+func (l *Limit) Tenant(entries []Entry) string {
+	if l.tenant < 0 {
+		return ""
+	}
+	return entries[l.tenant].Value
 }

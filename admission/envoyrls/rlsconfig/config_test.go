@@ -1,10 +1,10 @@
-package envoyrls_test
+package rlsconfig_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 )
 
 // TestParseErrors: decoding is strict, and every problem of a file is
@@ -98,7 +98,7 @@ descriptors:
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := envoyrls.Parse("test.yaml", []byte(c.yaml))
+			_, err := rlsconfig.Parse("test.yaml", []byte(c.yaml))
 			if err == nil {
 				t.Fatalf("Parse = nil error; want %q", c.want)
 			}
@@ -119,12 +119,12 @@ func TestParseDepth(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("domain: deep\ndescriptors:\n")
 	indent := ""
-	for range envoyrls.MaxDepth + 1 {
+	for range rlsconfig.MaxDepth + 1 {
 		b.WriteString(indent + "  - key: k\n" + indent + "    descriptors:\n")
 		indent += "    "
 	}
 	b.WriteString(indent + "  - key: last\n")
-	_, err := envoyrls.Parse("deep.yaml", []byte(b.String()))
+	_, err := rlsconfig.Parse("deep.yaml", []byte(b.String()))
 	if err == nil || !strings.Contains(err.Error(), "deeper than 16 levels") {
 		t.Fatalf("Parse(17 levels) = %v; want a depth error", err)
 	}
@@ -141,7 +141,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := envoyrls.Parse("fuzz.yaml", data)
+		cfg, err := rlsconfig.Parse("fuzz.yaml", data)
 		if err != nil {
 			return
 		}
