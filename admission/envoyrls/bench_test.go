@@ -42,7 +42,7 @@ func benchRig(b *testing.B, store string) *rig {
 		return start(b, mustParse(b, benchConfig("")), rigOption{clock: admission.SystemClock{}})
 	}
 	srv := redistest.Start(b)
-	return replicaB(b, srv.Addr, mustParse(b, benchConfig("redis")))
+	return replica(b, srv.Addr, mustParse(b, benchConfig("redis")), slowOK)
 }
 
 func BenchmarkShouldRateLimit(b *testing.B) {

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
@@ -16,19 +17,23 @@ import (
 )
 
 // replica starts one rate limit service whose limits live in the Redis at
-// addr, with its own client as a replica of a fleet has.
-func replica(t *testing.T, addr string, cfg *rlsconfig.Config) *rig { return replicaB(t, addr, cfg) }
-
-func replicaB(t testing.TB, addr string, cfg *rlsconfig.Config) *rig {
+// addr, with its own client as a replica of a fleet has. timeout bounds
+// each Redis call (zero: the store's default).
+func replica(t testing.TB, addr string, cfg *rlsconfig.Config, timeout time.Duration) *rig {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
-	store, err := redisstore.New(client, redisstore.Config{Name: "redis"})
+	store, err := redisstore.New(client, redisstore.Config{Name: "redis", Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return start(t, cfg, rigOption{clock: admission.SystemClock{}, ctlOpts: []admission.Option{admission.WithStore("redis", store)}})
 }
+
+// slowOK is a Redis timeout no call on a loaded test machine reaches: the
+// tests that count admissions must not see a store failure answer for
+// Redis.
+const slowOK = 10 * time.Second
 
 // TestFleet: three replicas on one Redis enforce one limit, whatever
 // replica Envoy calls; a cost charged after the response on one replica
@@ -39,6 +44,7 @@ func TestFleet(t *testing.T) {
 	cfg := mustParse(t, `
 domain: api
 store: redis
+on_store_error: closed
 algorithm: token_bucket
 descriptors:
   - key: tenant
@@ -49,7 +55,7 @@ descriptors:
 `)
 	var fleet []*rig
 	for range 3 {
-		fleet = append(fleet, replica(t, srv.Addr, cfg))
+		fleet = append(fleet, replica(t, srv.Addr, cfg, slowOK))
 	}
 	var ok, over atomic.Int64
 	var wg sync.WaitGroup
@@ -69,6 +75,11 @@ descriptors:
 	wg.Wait()
 	if ok.Load() != 30 || over.Load() != 60 {
 		t.Fatalf("fleet admitted %d and refused %d of 90; want 30 and 60", ok.Load(), over.Load())
+	}
+	for i, r := range fleet {
+		if n := r.obs.count(admission.FailClosed); n != 0 {
+			t.Fatalf("replica %d: %d store failures", i, n)
+		}
 	}
 	// Response-phase charge on one replica, check on another.
 	fleet[0].call("api", hits(desc("model", "m", envoyrls.PhaseKey, "response"), 990))
@@ -97,7 +108,7 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 5, on_store_error: closed}
   - key: local
     rate_limit: {unit: day, requests_per_unit: 1, on_store_error: local}
-`))
+`), 0)
 	if got := outcome(r.call("api", desc("closed", "x"))); got != "OK: OK" {
 		t.Fatalf("with Redis up = %s; want OK", got)
 	}

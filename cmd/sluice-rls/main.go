@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	sluice-rls -config DIR_OR_FILE [-listen :8081] [-operator :6070] [-redis host:port] [-shadow]
+//	sluice-rls -config DIR_OR_FILE [-listen :8081] [-operator :6070] [-redis host:port [-redis-timeout 50ms]] [-shadow]
 //
 // Several replicas given the same -redis enforce one limit for the fleet
 // (for the limits whose domain says store: redis). SIGTERM or SIGINT stops
@@ -53,6 +53,7 @@ type options struct {
 	unknownDomain                   string
 	maxPending                      int
 	pendingTTL, shutdownTimeout     time.Duration
+	redisTimeout                    time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -63,6 +64,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.listen, "listen", ":8081", "gRPC address of the rate limit service")
 	fs.StringVar(&o.operator, "operator", ":6070", "operator address: /metrics (Prometheus) and /healthz; empty disables it")
 	fs.StringVar(&o.redis, "redis", "", "Redis address of the store named redis (host:port); empty: no shared store")
+	fs.DurationVar(&o.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "longest Redis call; a slower one fails and the limit answers by its on_store_error")
 	fs.BoolVar(&o.shadow, "shadow", false, "run every limit in shadow mode (answer OK, count would-rejects)")
 	fs.StringVar(&o.unknownDomain, "unknown-domain", "ok", "answer for a domain no file declares: ok or over_limit")
 	fs.IntVar(&o.maxPending, "max-pending", envoyrls.DefaultMaxPending, "most request-phase estimates held for reconciliation")
@@ -115,7 +117,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 	if o.redis != "" {
 		client := redis.NewClient(&redis.Options{Addr: o.redis, ContextTimeoutEnabled: true})
 		defer client.Close()
-		store, err := redisstore.New(client, redisstore.Config{Name: "redis"}, redisstore.WithObserver(mo))
+		store, err := redisstore.New(client, redisstore.Config{Name: "redis", Timeout: o.redisTimeout}, redisstore.WithObserver(mo))
 		if err != nil {
 			return err
 		}
