@@ -237,15 +237,19 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(evs))}
 	var sts []admission.Status
-	retry := time.Duration(0)
+	// The longest finite wait a refusal advises; Never when waiting
+	// cannot help any refused descriptor (its cost exceeds its limit).
+	retry := admission.Never
 	for i := range evs {
 		e := &evs[i]
 		if e.code == rlsconfig.OverLimit {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			retry = max(retry, e.retry)
-		}
-		if e.lf != nil && e.lf.Blocked && e.code == rlsconfig.OverLimit {
-			retry = max(retry, blockedReset(e.lf, now))
+			if e.lf != nil && e.lf.Blocked {
+				e.retry = blockedReset(e.lf, now)
+			}
+			if e.retry != admission.Never {
+				retry = max(retry, e.retry)
+			}
 		}
 		resp.Statuses[i] = s.descriptorStatus(e, now)
 		if e.hasSt && e.st.Mode == admission.Enforce {

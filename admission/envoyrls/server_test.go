@@ -88,6 +88,8 @@ descriptors:
 		// A refusal by one descriptor charges none: the tokens stay.
 		{&rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlv3.RateLimitDescriptor{hits(desc("model", "gpt"), 200), desc("tenant", "a")}}, "OVER_LIMIT: OK OVER_LIMIT", []uint32{300, 0}},
 		{&rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlv3.RateLimitDescriptor{hits(desc("model", "gpt"), 301)}}, "OVER_LIMIT: OVER_LIMIT", []uint32{300}},
+		// More than the limit can ever admit: refused, with no Retry-After.
+		{&rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlv3.RateLimitDescriptor{hits(desc("tenant", "b"), 11)}}, "OVER_LIMIT: OVER_LIMIT", []uint32{10}},
 	}
 	for i, s := range steps {
 		resp := r.callReq(s.req)
@@ -98,6 +100,11 @@ descriptors:
 			if got := resp.Statuses[j].LimitRemaining; got != w {
 				t.Errorf("step %d descriptor %d: remaining = %d; want %d", i, j, got, w)
 			}
+		}
+		// Every refusal says when to retry, but the last: waiting cannot help.
+		wantRetry := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && i < len(steps)-1
+		if ra := header(resp, "retry-after"); wantRetry != (ra != "") {
+			t.Errorf("step %d: retry-after = %q; want one: %v", i, ra, wantRetry)
 		}
 	}
 }
