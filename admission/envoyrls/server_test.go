@@ -564,3 +564,23 @@ func TestReplacesResponsePhase(t *testing.T) {
 		t.Errorf("replaced limit remaining = %d; want 4 (never charged while replaced)", got)
 	}
 }
+
+// TestREADMEConfiguration runs the README's Envoy pattern on its
+// configuration: a request-phase check per tenant and model, the tokens
+// charged after the response, the next check refused once they are spent.
+func TestREADMEConfiguration(t *testing.T) {
+	r := start(t, mustLoad(t, "sluice/llm.yaml"), rigOption{})
+	check := func() string {
+		return outcome(r.call("llm", hits(desc("tenant", "acme", "model", "gpt-4o"), 0)))
+	}
+	if got := check(); got != "OK: OK" {
+		t.Fatalf("check = %s; want OK", got)
+	}
+	r.call("llm", hits(desc("tenant", "acme", "model", "gpt-4o", envoyrls.PhaseKey, "response"), 100_000))
+	if got := check(); got != "OVER_LIMIT: OVER_LIMIT" {
+		t.Fatalf("check after 100k tokens = %s; want OVER_LIMIT", got)
+	}
+	if got := outcome(r.call("llm", hits(desc("tenant", "acme", "model", "other"), 0))); got != "OK: OK" {
+		t.Fatalf("another model = %s; want OK (its own partition)", got)
+	}
+}
