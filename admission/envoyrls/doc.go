@@ -40,6 +40,7 @@
 //	descriptors:
 //	  - key: tenant
 //	    tenant: true         # this entry's value is the tenant: fair queueing, metrics
+//	                         # (fill it from a validated identity, never a raw client header)
 //	    shared: true         # ...and stays out of the partition: one limit for all tenants
 //	    rate_limit:
 //	      unit: minute
