@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,8 +31,21 @@ descriptors:
 // returns a connection to its gRPC listener and its operator address.
 func binary(t *testing.T, args ...string) (*grpc.ClientConn, string, *syncbuf.Buffer) {
 	t.Helper()
+	conn, op, logs, stop := startBinary(t, args...)
+	t.Cleanup(func() {
+		if code := stop(); code != 0 {
+			t.Errorf("sluice-rls exited with %d after a stop; want 0: %s", code, logs.String())
+		}
+	})
+	return conn, op, logs
+}
+
+// startBinary runs the command; stop ends it as SIGTERM does and returns
+// its exit status.
+func startBinary(t *testing.T, args ...string) (conn *grpc.ClientConn, op string, logs *syncbuf.Buffer, stop func() int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncbuf.Buffer{}
+	logs = &syncbuf.Buffer{}
 	addrs := make(chan [2]string, 1)
 	done := make(chan int, 1)
 	args = append([]string{"-listen", "127.0.0.1:0", "-operator", "127.0.0.1:0"}, args...)
@@ -40,20 +54,22 @@ func binary(t *testing.T, args ...string) (*grpc.ClientConn, string, *syncbuf.Bu
 	select {
 	case a = <-addrs:
 	case code := <-done:
+		cancel()
 		t.Fatalf("sluice-rls exited with %d: %s", code, logs.String())
 	}
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("sluice-rls exited with %d after a stop; want 0: %s", code, logs.String())
-		}
-	})
+	var once sync.Once
+	code := 0
+	stop = func() int {
+		once.Do(func() { cancel(); code = <-done })
+		return code
+	}
 	conn, err := grpc.NewClient(a[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn, a[1], logs
+	return conn, a[1], logs, stop
 }
 
 func call(t *testing.T, c rlsv3.RateLimitServiceClient, tenant string) rlsv3.RateLimitResponse_Code {
@@ -94,18 +110,13 @@ func TestServe(t *testing.T) {
 	}}}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get("http://" + op + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrape(t, op)
 	for _, want := range []string{
 		`admission_decisions_total{decision="rejected",mode="enforce",policy="api/tenant",reason="rate"`,
 		`rls_descriptors_total{kind="unknown"} 1`,
 		`rls_reported_costs_total{how="charged"} 0`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("metrics do not contain %s:\n%s", want, body)
 		}
 	}
@@ -173,4 +184,67 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestGracefulStop: a stop lets the call in flight (held in a queue)
+// finish with its answer, then refuses new calls, and exits 0.
+func TestGracefulStop(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(file, []byte(`domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 1, queue: {size: 5, timeout: 5s}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conn, op, _, stop := startBinary(t, "-config", file)
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	if got := call(t, rls, "a"); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("first call = %v", got)
+	}
+	type answer struct {
+		resp *rlsv3.RateLimitResponse
+		err  error
+	}
+	held := make(chan answer, 1)
+	go func() { // waits ~500ms in the queue for the next token
+		resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{{
+			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}},
+		}}})
+		held <- answer{resp, err}
+	}()
+	waitFor(t, func() bool { return strings.Contains(scrape(t, op), `decision="queued"`) })
+	if code := stop(); code != 0 {
+		t.Fatalf("exit status %d after a stop; want 0", code)
+	}
+	select {
+	case a := <-held:
+		if a.err != nil || a.resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call in flight = %v, %v; want OK", a.resp, a.err)
+		}
+	default:
+		t.Fatal("the call in flight got no answer before the process stopped")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{{
+		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}},
+	}}}); err == nil {
+		t.Fatal("a call after the stop was answered")
+	}
+}
+
+// scrape returns the operator listener's metrics page.
+func scrape(t *testing.T, op string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + op + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
