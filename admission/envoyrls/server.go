@@ -53,11 +53,16 @@ const (
 
 // Defaults of the reconciliation table.
 const (
-	DefaultPendingTTL   = 10 * time.Minute
-	DefaultMaxPending   = 100_000
-	unlimitedRemaining  = math.MaxUint32
-	phaseResponse       = "response"
-	headerBufferEntries = 8
+	DefaultPendingTTL = 10 * time.Minute
+	DefaultMaxPending = 100_000
+)
+
+const (
+	// unlimitedRemaining is the limit_remaining of an unlimited
+	// descriptor, as envoyproxy/ratelimit answers it.
+	unlimitedRemaining = math.MaxUint32
+	// phaseResponse is the PhaseKey value of a response-phase call.
+	phaseResponse = "response"
 )
 
 // A Server answers Envoy's rate limit service calls
@@ -273,8 +278,10 @@ func checkRequest(req *rlsv3.RateLimitRequest) error {
 		return fmt.Errorf("more than %d descriptors", MaxDescriptors)
 	}
 	for i, d := range req.Descriptors {
+		// A rule matches at most MaxDepth entries; the reserved phase and
+		// request id may come beside them.
 		if len(d.Entries) == 0 || len(d.Entries) > rlsconfig.MaxDepth+2 {
-			return fmt.Errorf("descriptors[%d]: between 1 and %d entries", i, rlsconfig.MaxDepth)
+			return fmt.Errorf("descriptors[%d]: %d entries; want between 1 and %d", i, len(d.Entries), rlsconfig.MaxDepth+2)
 		}
 		for j, en := range d.Entries {
 			if en.Key == "" || len(en.Key) > rlsconfig.MaxName || len(en.Value) > rlsconfig.MaxName {
