@@ -1,6 +1,7 @@
 package rlsconfig_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -151,4 +152,26 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParseAliasBomb: nested aliases that would expand a small file
+// without end are refused, not expanded.
+func TestParseAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: bomb\nanchors: [&a0 {key: x}")
+	for i := 1; i < 10; i++ {
+		fmt.Fprintf(&b, ", &a%d {key: x, descriptors: [", i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*a%d", i-1)
+		}
+		b.WriteString("]}")
+	}
+	b.WriteString("]\ndescriptors: [*a9]\n")
+	_, err := rlsconfig.Parse("bomb.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "excessive aliasing") {
+		t.Fatalf("Parse(alias bomb) = %v; want an excessive aliasing error", err)
+	}
 }
