@@ -37,6 +37,7 @@
 //	algorithm: token_bucket  # fixed_window (default), sliding_window, sliding_log or token_bucket
 //	store: redis             # the store every limit of the domain lives in (default: memory)
 //	on_store_error: closed   # open (default), closed or local
+//	replicas: 3              # local: each replica's in-memory limit is the limit / replicas
 //	descriptors:
 //	  - key: tenant
 //	    tenant: true         # this entry's value is the tenant: fair queueing, metrics

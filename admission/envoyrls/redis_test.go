@@ -95,19 +95,20 @@ descriptors:
 
 // TestStoreDown: with Redis gone, each limit answers as its
 // on_store_error says: open lets the call through, closed refuses it,
-// local falls back to an in-memory limit.
+// local falls back to an in-memory limit of its share (2 replicas: half).
 func TestStoreDown(t *testing.T) {
 	srv := redistest.Start(t)
 	r := replica(t, srv.Addr, mustParse(t, `
 domain: api
 store: redis
+replicas: 2
 descriptors:
   - key: open
     rate_limit: {unit: day, requests_per_unit: 5, on_store_error: open}
   - key: closed
     rate_limit: {unit: day, requests_per_unit: 5, on_store_error: closed}
   - key: local
-    rate_limit: {unit: day, requests_per_unit: 1, on_store_error: local}
+    rate_limit: {unit: day, requests_per_unit: 2, on_store_error: local}
 `), 0)
 	if got := outcome(r.call("api", desc("closed", "x"))); got != "OK: OK" {
 		t.Fatalf("with Redis up = %s; want OK", got)

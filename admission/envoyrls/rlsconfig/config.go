@@ -137,6 +137,7 @@ type fileDomain struct {
 	Algorithm    string           `yaml:"algorithm"`
 	Store        string           `yaml:"store"`
 	OnStoreError string           `yaml:"on_store_error"`
+	Replicas     int              `yaml:"replicas"`
 }
 
 type fileDescriptor struct {
@@ -486,6 +487,7 @@ func (c *compiler) limit(p string, path []ancestor) *Limit {
 		Per:       lf.Per,
 		Burst:     rl.Burst,
 		Store:     c.d.Store,
+		Replicas:  c.d.Replicas,
 	}
 	if !slices.Contains(lf.partition, true) {
 		pol.Key = []admission.KeyPart{admission.KeyGlobal}
