@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -479,9 +480,16 @@ func (s *Server) fill(e *eval, t admission.Ticket) {
 	}
 }
 
-// key is the reconciliation key of e: its policy, partition and request id.
+// key is the reconciliation key of e: its policy, tenant, partition and
+// request id, each prefixed by its length so that no choice of values
+// makes two requests share a key.
 func (s *Server) key(e *eval) string {
-	return e.lf.Policy + "\x1f" + e.req.Tenant + "\x1f" + e.req.User + "\x1f" + e.rid
+	var b []byte
+	for _, part := range [...]string{e.lf.Policy, e.req.Tenant, e.req.User, e.rid} {
+		b = strconv.AppendInt(b, int64(len(part)), 10)
+		b = append(append(b, ':'), part...)
+	}
+	return string(b)
 }
 
 // undo gives back what the call's admitted descriptors took.

@@ -576,7 +576,10 @@ func (n *node) find(key, value string) *rule {
 
 // Partition returns the partition key of entries, matched to l: the
 // values l's rule does not fix (no value, or a prefix), shared ones
-// excepted, joined by admission.KeySeparator (one value as it is).
+// excepted, joined by admission.KeySeparator. One value is the key as it
+// is; in a joined key each value's separator and escape bytes are
+// escaped, so that values chosen by a client cannot make two descriptors
+// share a partition.
 func (l *Limit) Partition(entries []Entry) string {
 	key, n := "", 0
 	var b []byte
@@ -588,15 +591,35 @@ func (l *Limit) Partition(entries []Entry) string {
 		case 1:
 			key = en.Value
 		case 2:
-			b = append(append(append(b, key...), admission.KeySeparator), en.Value...)
+			b = append(appendEscaped(b, key), admission.KeySeparator)
+			b = appendEscaped(b, en.Value)
 		default:
-			b = append(append(b, admission.KeySeparator), en.Value...)
+			b = appendEscaped(append(b, admission.KeySeparator), en.Value)
 		}
 	}
 	if n > 1 {
 		return string(b)
 	}
 	return key
+}
+
+// keyEscape escapes itself and admission.KeySeparator inside a value of
+// a joined partition key.
+const keyEscape = 0x1e
+
+func appendEscaped(b []byte, v string) []byte {
+	if strings.IndexByte(v, admission.KeySeparator) < 0 && strings.IndexByte(v, keyEscape) < 0 {
+		return append(b, v...)
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case keyEscape, admission.KeySeparator:
+			b = append(b, keyEscape, c^0x40)
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
 }
 
 // Tenant returns the value of the entry the rule marks as the tenant, or "".

@@ -175,3 +175,27 @@ func TestParseAliasBomb(t *testing.T) {
 		t.Fatalf("Parse(alias bomb) = %v; want an excessive aliasing error", err)
 	}
 }
+
+// TestPartitionEscapes: values carrying the key separator cannot make two
+// descriptors share a partition.
+func TestPartitionEscapes(t *testing.T) {
+	cfg, err := rlsconfig.Parse("p.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string][]string{}
+	for _, c := range [][2]string{
+		{"x\x1fy", "z"}, {"x", "y\x1fz"}, {"x\x1e", "\x1fz"}, {"x\x1e\x1f", "z"}, {"x", "\x1e\x1fz"}, {"x\x1e_", "z"}, {"x", "yz"},
+	} {
+		entries := []rlsconfig.Entry{{Key: "a", Value: c[0]}, {Key: "b", Value: c[1]}}
+		l, ok := cfg.Domain("d").Match(entries)
+		if !ok || l == nil {
+			t.Fatalf("Match(%q) found no limit", c)
+		}
+		k := l.Partition(entries)
+		if prev, dup := seen[k]; dup {
+			t.Fatalf("Partition(%q) = Partition(%q) = %q", c, prev, k)
+		}
+		seen[k] = c[:]
+	}
+}
