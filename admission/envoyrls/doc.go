@@ -1,0 +1,137 @@
+// Package envoyrls serves Envoy's rate limit service protocol
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) with a
+// Sluice admission controller, so that every proxy built on Envoy (Envoy
+// Gateway, Istio, Contour, Gloo, kgateway, Envoy AI Gateway) can delegate
+// its global limits to Sluice without code on its side. The binary
+// cmd/sluice-rls wraps it; a team can also register a Server on its own
+// grpc.Server.
+//
+// # Configuration: envoyproxy/ratelimit's files, as they are
+//
+// rlsconfig.Load reads envoyproxy/ratelimit's YAML (a file, or a directory of
+// *.yaml files as that service's runtime directory): domain, nested
+// descriptors with key and optional value (a trailing * matches a value
+// prefix), rate_limit {unit, requests_per_unit, unlimited, name,
+// replaces}, shadow_mode and detailed_metric. They behave as that service
+// documents: a fixed window per unit (second, minute, hour, day, week)
+// aligned to the Unix epoch; the most specific match at each level
+// (key and value, then the longest value prefix, then the key alone); a
+// request descriptor matches the rule at the level of its last entry
+// only; each distinct value of an entry configured without a value (or
+// with a prefix) has its own limit; requests_per_unit 0 refuses
+// everything; unlimited answers OK with limit_remaining 4294967295; a
+// limit replaced by another matched limit is neither evaluated nor
+// charged; shadow_mode answers OK. detailed_metric is accepted and has no
+// effect: Sluice's metrics are bounded (per policy, with a top-K of
+// tenants), never per descriptor value.
+//
+// Decoding is strict: an unknown key, a duplicate key or descriptor, a
+// missing unit, a replaces naming no limit are errors naming the file,
+// the domain and the path, all reported at once.
+//
+// Sluice's extensions, all optional, so that a file written for
+// envoyproxy/ratelimit needs none:
+//
+//	domain: llm
+//	unknown: ok              # answer for descriptors no rule matches: ok (default) or over_limit
+//	algorithm: token_bucket  # fixed_window (default), sliding_window, sliding_log or token_bucket
+//	store: redis             # the store every limit of the domain lives in (default: memory)
+//	on_store_error: closed   # open (default), closed or local
+//	replicas: 3              # local: each replica's in-memory limit is the limit / replicas
+//	descriptors:
+//	  - key: tenant
+//	    tenant: true         # this entry's value is the tenant: fair queueing, metrics
+//	                         # (fill it from a validated identity, never a raw client header)
+//	    shared: true         # ...and stays out of the partition: one limit for all tenants
+//	    rate_limit:
+//	      unit: minute
+//	      requests_per_unit: 100000
+//	      counts: tokens     # hits (default), tokens or cost: the unit hits_addend is in
+//	      algorithm: sliding_log
+//	      burst: 200000      # token_bucket only
+//	      queue: {size: 100, timeout: 2s, order: oldest_first}
+//	      on_store_error: local
+//
+// # Mapping descriptors to policies
+//
+// Each rule with a finite, non-zero limit becomes one admission.Policy
+// (rlsconfig.Config.Policies), named after its domain and path ("llm/tenant",
+// "messaging/message_type=marketing/to_number"), which the headers, the
+// metrics and the decision log use. A descriptor that matches the rule is
+// one admission of that policy: its partition key is the values of the
+// descriptor's entries that the rule does not fix (no value or a prefix),
+// those marked shared excepted, joined; its tenant is the value of the
+// entry marked tenant. The generated policies count rlsconfig.UnitHits unless
+// counts says tokens or cost.
+//
+// A descriptor no rule matches is answered by its domain's unknown
+// setting; a call for a domain no file declares, by WithUnknownDomain
+// (OK by default, as envoyproxy/ratelimit applies no limit there). A
+// descriptor matching a rule without a rate_limit is let through.
+//
+// One call is one admission for all its descriptors: if any descriptor is
+// refused, the call is OVER_LIMIT and no descriptor is charged (an
+// envoyproxy/ratelimit call charges the descriptors that were under their
+// limits). Descriptors whose limit has a queue are evaluated last, and
+// wait only if no other descriptor refused.
+//
+// # Weights and costs reported after the response
+//
+// The cost of a descriptor is its own hits_addend if set, else the
+// call's hits_addend, else 1. A descriptor hits_addend of 0 is a check:
+// OVER_LIMIT if not one more unit fits, and nothing is charged.
+//
+// A descriptor carrying the entry sluice.phase=response (from a
+// rate_limits entry with apply_on_stream_done, as Envoy AI Gateway reports
+// token usage) is the actual cost of a finished request: it is charged,
+// an overrun included (within the policy's debt bound), so that the next
+// request sees it, and it is answered OK. Two ways to pair it with the
+// request phase:
+//
+//   - check, then charge: the request phase sends hits_addend 0 (refused
+//     when the budget is spent), the response phase the actual. Nothing
+//     is estimated, nothing is charged twice, and it works on every
+//     replica of a fleet.
+//   - estimate, then reconcile: both phases carry sluice.request_id (from
+//     x-request-id). The request phase charges its estimate and the
+//     replica holds it; the response phase's actual replaces it (an
+//     over-estimate is refunded, an overrun charged). If the actual comes
+//     first, it is charged and the later estimate charges nothing. Either
+//     way the request costs its actual once. Estimates are held in a
+//     bounded table (WithPending): one that is never reconciled stays
+//     charged. The table is per replica: both phases must reach the same
+//     replica, or the actual is charged on top of the estimate.
+//
+// The sluice.* entries are stripped before matching.
+//
+// # Answers
+//
+// Each descriptor's status carries its code, current_limit (the rule's
+// requests_per_unit and unit, named by rate_limit.name or the policy),
+// limit_remaining and duration_until_reset. response_headers_to_add
+// carries the enforcing limits' RateLimit-Policy and RateLimit fields in
+// the syntax of draft-ietf-httpapi-ratelimit-headers-10, X-RateLimit-Limit,
+// -Remaining and -Reset of the tightest, and Retry-After (whole seconds)
+// on OVER_LIMIT. Shadow limits answer OK, keep the state enforcement would
+// and report their would-reject decisions to the controller's observer,
+// exactly as at the HTTP edge; they never appear in headers. A limit whose
+// store fails answers as its on_store_error says: OK (open), OVER_LIMIT
+// (closed) or by an in-memory limit (local).
+//
+// # Waiting
+//
+// A limit with a queue holds the call until it is admitted, its queue
+// timeout passes, or the call's deadline (the timeout Envoy's rate limit
+// filter sends, 20ms by default) is near: a wait that cannot end before
+// the deadline is refused at once. Raise the filter's timeout to the
+// longest queue timeout you want honoured, and keep Envoy's
+// failure_mode_deny in mind for calls that time out.
+//
+// # Bounds
+//
+// A call has at most MaxDescriptors descriptors of at most
+// rlsconfig.MaxDepth entries; domains, keys and values are at most
+// rlsconfig.MaxName bytes, request
+// ids 128; hits_addend is at most admission.MaxAmount. Calls outside
+// them are refused with InvalidArgument before anything is evaluated.
+package envoyrls

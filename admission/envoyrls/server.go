@@ -1,0 +1,622 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+// Reserved descriptor entries (rlsconfig.ReservedPrefix): stripped
+// before matching, they say which phase of a request a call belongs to and
+// correlate the two phases.
+const (
+	// PhaseKey is the entry whose value "response" marks a call made after
+	// the response (Envoy's apply_on_stream_done): its hits are the actual
+	// cost, charged without a decision. Any other value, or no entry, is
+	// the request phase.
+	PhaseKey = "sluice.phase"
+	// RequestIDKey is the entry correlating a request-phase estimate with
+	// its response-phase actual (Envoy's request_headers action on
+	// x-request-id, say), so that the actual replaces the estimate.
+	RequestIDKey = "sluice.request_id"
+)
+
+// Bounds on a request. A descriptor has at most rlsconfig.MaxDepth
+// entries besides the reserved ones; domains, keys and values are at most
+// rlsconfig.MaxName bytes.
+const (
+	// MaxDescriptors is the most descriptors one call may carry.
+	MaxDescriptors = 64
+	maxRequestID   = 128
+)
+
+// Defaults of the reconciliation table.
+const (
+	DefaultPendingTTL = 10 * time.Minute
+	DefaultMaxPending = 100_000
+)
+
+const (
+	// unlimitedRemaining is the limit_remaining of an unlimited
+	// descriptor, as envoyproxy/ratelimit answers it.
+	unlimitedRemaining = math.MaxUint32
+	// phaseResponse is the PhaseKey value of a response-phase call.
+	phaseResponse = "response"
+)
+
+// A Server answers Envoy's rate limit service calls
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) with an
+// admission controller: each descriptor a rule matches is one admission
+// of the rule's generated policy. Register it on a grpc.Server with
+// Register, or use NewGRPCServer for one with health and reflection.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	ctl           *admission.Controller
+	cfg           atomic.Pointer[rlsconfig.Config]
+	clock         admission.Clock
+	unknownDomain rlsconfig.Code
+	pending       *pendingTable
+	stats         counters
+}
+
+type counters struct {
+	unknown, blocked, unlimited, reconciled, charged, untracked atomic.Int64
+}
+
+// Stats counts what the server did beside the controller's decisions.
+type Stats struct {
+	// Unknown counts descriptors no rule matched (answered by the domain's
+	// unknown setting), Blocked those whose rule allows 0, Unlimited those
+	// whose rule is unlimited.
+	Unknown, Blocked, Unlimited int64
+	// Reconciled counts response-phase actuals that replaced their
+	// request-phase estimate; Charged those charged on their own (no
+	// estimate was held for them); Untracked the estimates that could not
+	// be held for reconciliation (the table was full) and stay charged.
+	Reconciled, Charged, Untracked int64
+}
+
+// An Option configures a Server.
+type Option func(*Server)
+
+// WithClock sets the clock the reconciliation table expires entries with
+// (and blocked descriptors compute their reset with); the default is the
+// system clock.
+func WithClock(c admission.Clock) Option { return func(s *Server) { s.clock = c } }
+
+// WithUnknownDomain sets the answer for a call whose domain no file
+// declares; the default is OK (as envoyproxy/ratelimit, which applies no
+// limit).
+func WithUnknownDomain(c rlsconfig.Code) Option { return func(s *Server) { s.unknownDomain = c } }
+
+// WithPending bounds the reconciliation table: at most n estimates held,
+// each for ttl at most (zero values keep DefaultMaxPending and
+// DefaultPendingTTL). An estimate that expires stays charged.
+func WithPending(n int, ttl time.Duration) Option {
+	return func(s *Server) {
+		if n > 0 {
+			s.pending.max = n
+		}
+		if ttl > 0 {
+			s.pending.ttl = ttl
+		}
+	}
+}
+
+// New returns a Server deciding with ctl and installs cfg's policies in it
+// (replacing ctl's configuration).
+func New(ctl *admission.Controller, cfg *rlsconfig.Config, opts ...Option) (*Server, error) {
+	s := &Server{ctl: ctl, clock: admission.SystemClock{}, pending: newPendingTable()}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := s.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetConfig installs a new configuration: its policies in the controller
+// (partitions of unchanged policies keep their state) and its rules.
+func (s *Server) SetConfig(cfg *rlsconfig.Config) error {
+	if err := s.ctl.SetConfig(admission.Config{Policies: cfg.Policies}); err != nil {
+		return err
+	}
+	s.cfg.Store(cfg)
+	return nil
+}
+
+// Config returns the configuration in force.
+func (s *Server) Config() *rlsconfig.Config { return s.cfg.Load() }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	c := &s.stats
+	return Stats{
+		Unknown: c.unknown.Load(), Blocked: c.blocked.Load(), Unlimited: c.unlimited.Load(),
+		Reconciled: c.reconciled.Load(), Charged: c.charged.Load(), Untracked: c.untracked.Load(),
+	}
+}
+
+// Close settles every estimate still held for reconciliation at its
+// estimate. The controller is the caller's to close.
+func (s *Server) Close() { s.pending.drain() }
+
+// Register registers the rate limit service on g.
+func (s *Server) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+
+// NewGRPCServer returns a grpc.Server serving s, the standard health
+// service (grpc.health.v1, SERVING for "" and the rate limit service) and
+// server reflection, and the health server so that shutdown can mark it
+// NOT_SERVING before GracefulStop.
+func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(opts...)
+	s.Register(g)
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, h)
+	reflection.Register(g)
+	return g, h
+}
+
+// eval is one descriptor's evaluation.
+type eval struct {
+	lf       *rlsconfig.Limit
+	req      admission.Request
+	cost     int64
+	check    bool // hits_addend 0: is there room for one? charges nothing
+	response bool
+	rid      string
+	code     rlsconfig.Code
+	st       admission.Status
+	hasSt    bool
+	retry    time.Duration
+	ticket   admission.Ticket
+	admitted bool
+	replaced bool
+}
+
+// ShouldRateLimit answers one call: per descriptor OK or OVER_LIMIT with
+// its limit's figures, overall OVER_LIMIT when any descriptor is, and the
+// RateLimit-Policy, RateLimit and Retry-After response headers. See the
+// package documentation for the mapping.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := checkRequest(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	cfg := s.cfg.Load()
+	dom := cfg.Domain(req.Domain)
+	evs := make([]eval, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		s.prepare(&evs[i], dom, d, req.HitsAddend)
+	}
+	applyReplaces(evs)
+	// Descriptors that cannot wait first, so that a refusal is known
+	// before a queue is waited in; then the others, without waiting once
+	// something refused.
+	refused := false
+	for i := range evs {
+		refused = refused || evs[i].code == rlsconfig.OverLimit
+	}
+	for pass := range 2 {
+		for i := range evs {
+			e := &evs[i]
+			if e.lf == nil || e.replaced || e.lf.Unlimited || e.lf.Blocked || e.lf.Queued != (pass == 1) {
+				continue
+			}
+			if err := s.decide(ctx, e, !refused); err != nil {
+				s.undo(evs)
+				return nil, err
+			}
+			refused = refused || e.code == rlsconfig.OverLimit
+		}
+	}
+	now := s.clock.Now()
+	// A request is admitted by all its descriptors or charged by none.
+	if refused {
+		s.undo(evs)
+	} else {
+		s.keep(evs, now)
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(evs))}
+	var sts []admission.Status
+	// The longest finite wait a refusal advises; Never when waiting
+	// cannot help any refused descriptor (its cost exceeds its limit).
+	retry := admission.Never
+	for i := range evs {
+		e := &evs[i]
+		if e.code == rlsconfig.OverLimit {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if e.lf != nil && e.lf.Blocked {
+				e.retry = blockedReset(e.lf, now)
+			}
+			if e.retry != admission.Never {
+				retry = max(retry, e.retry)
+			}
+		}
+		resp.Statuses[i] = s.descriptorStatus(e, now)
+		if e.hasSt && e.st.Mode == admission.Enforce {
+			sts = append(sts, e.st)
+		}
+	}
+	resp.ResponseHeadersToAdd = headers(sts, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, retry)
+	return resp, nil
+}
+
+// checkRequest bounds a call before anything is evaluated.
+func checkRequest(req *rlsv3.RateLimitRequest) error {
+	switch {
+	case req.Domain == "":
+		return errors.New("domain must not be empty")
+	case len(req.Domain) > rlsconfig.MaxName:
+		return fmt.Errorf("domain longer than %d bytes", rlsconfig.MaxName)
+	case len(req.Descriptors) == 0:
+		return errors.New("at least one descriptor is required")
+	case len(req.Descriptors) > MaxDescriptors:
+		return fmt.Errorf("more than %d descriptors", MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		// A rule matches at most MaxDepth entries; the reserved phase and
+		// request id may come beside them.
+		if len(d.Entries) == 0 || len(d.Entries) > rlsconfig.MaxDepth+2 {
+			return fmt.Errorf("descriptors[%d]: %d entries; want between 1 and %d", i, len(d.Entries), rlsconfig.MaxDepth+2)
+		}
+		for j, en := range d.Entries {
+			if en.Key == "" || len(en.Key) > rlsconfig.MaxName || len(en.Value) > rlsconfig.MaxName {
+				return fmt.Errorf("descriptors[%d].entries[%d]: key empty, or key or value longer than %d bytes", i, j, rlsconfig.MaxName)
+			}
+			if en.Key == RequestIDKey && len(en.Value) > maxRequestID {
+				return fmt.Errorf("descriptors[%d].entries[%d]: request id longer than %d bytes", i, j, maxRequestID)
+			}
+		}
+		if h := d.HitsAddend; h != nil && h.Value > uint64(admission.MaxAmount) {
+			return fmt.Errorf("descriptors[%d].hits_addend: above %d", i, admission.MaxAmount)
+		}
+		if d.IsNegativeHits {
+			return fmt.Errorf("descriptors[%d]: negative hits are not supported: report the actual cost in the response phase", i)
+		}
+	}
+	return nil
+}
+
+// prepare matches descriptor d and builds its admission request.
+func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescriptor, hits uint32) {
+	var stack [rlsconfig.MaxDepth]rlsconfig.Entry
+	entries := stack[:0]
+	for _, en := range d.Entries {
+		switch en.Key {
+		case PhaseKey:
+			e.response = en.Value == phaseResponse
+		case RequestIDKey:
+			e.rid = en.Value
+		default:
+			if len(entries) == rlsconfig.MaxDepth {
+				entries = entries[:0:0] // deeper than any rule: matches none
+				break
+			}
+			entries = append(entries, rlsconfig.Entry{Key: en.Key, Value: en.Value})
+		}
+	}
+	e.cost = 1
+	switch {
+	case d.HitsAddend != nil:
+		e.cost = int64(d.HitsAddend.Value)
+	case hits > 0:
+		e.cost = int64(hits)
+	}
+	if dom == nil {
+		e.code = s.unknownDomain
+		s.stats.unknown.Add(1)
+		return
+	}
+	lf, found := dom.Match(entries)
+	if !found {
+		e.code = dom.Unknown
+		s.stats.unknown.Add(1)
+		return
+	}
+	if lf == nil {
+		return // a descriptor without a limit: let through
+	}
+	e.lf = lf
+	switch {
+	case lf.Unlimited:
+		s.stats.unlimited.Add(1)
+		return
+	case lf.Blocked:
+		s.stats.blocked.Add(1)
+		if !lf.Shadow && !e.response {
+			e.code = rlsconfig.OverLimit
+		}
+		return
+	}
+	e.req = admission.Request{Operation: lf.Policy, User: lf.Partition(entries), Tenant: lf.Tenant(entries)}
+	if e.cost == 0 && !e.response {
+		e.check, e.cost = true, 1
+	}
+	setAmount(&e.req, lf.Unit, e.cost)
+}
+
+// applyReplaces drops the limits another matched limit replaces: they are
+// neither evaluated nor charged, and answered OK.
+func applyReplaces(evs []eval) {
+	for i := range evs {
+		lf := evs[i].lf
+		if lf == nil || len(lf.Replaces) == 0 {
+			continue
+		}
+		for j := range evs {
+			if o := evs[j].lf; o != nil && o.Name != "" && slices.Contains(lf.Replaces, o.Name) {
+				evs[j].replaced = true
+			}
+		}
+	}
+}
+
+func setAmount(r *admission.Request, u admission.Unit, n int64) {
+	switch u {
+	case admission.UnitTokens:
+		r.Tokens = n
+	case admission.UnitCost:
+		r.Cost = n
+	default:
+		r.Units = []admission.UnitAmount{{Unit: u, Amount: n}}
+	}
+}
+
+func zeroUsage(u admission.Unit) admission.Usage { return usageOf(u, 0) }
+
+func usageOf(u admission.Unit, n int64) admission.Usage {
+	switch u {
+	case admission.UnitTokens:
+		return admission.Usage{Tokens: n, TokensKnown: true}
+	case admission.UnitCost:
+		return admission.Usage{Cost: n, CostKnown: true}
+	}
+	return admission.Usage{Units: []admission.UnitAmount{{Unit: u, Amount: n}}}
+}
+
+// decide evaluates one descriptor; wait says whether it may wait in its
+// policy's queue (bounded by the call's deadline). An error is the call's
+// failure (the controller closed, the call canceled while waiting).
+func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
+	if e.response {
+		s.charge(ctx, e)
+		return nil
+	}
+	if e.rid != "" && s.pending.settledEarly(s.key(e), s.clock.Now()) {
+		// The actual arrived first and was charged: check, charge nothing.
+		e.check = true
+		setAmount(&e.req, e.lf.Unit, 1)
+	}
+	var t admission.Ticket
+	var err error
+	if wait {
+		t, err = s.ctl.Admit(ctx, e.req)
+	} else {
+		t, err = s.ctl.TryAdmit(ctx, e.req)
+	}
+	var rej *admission.Rejection
+	switch {
+	case errors.As(err, &rej):
+		e.code, e.st, e.hasSt, e.retry = rlsconfig.OverLimit, rej.Status, true, rej.RetryAfter
+		return nil
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return status.FromContextError(err).Err()
+	case err != nil:
+		return status.Error(codes.Unavailable, "rate limit service unavailable")
+	}
+	e.ticket, e.admitted = t, true
+	var buf [1]admission.Status
+	if sts := t.Statuses(buf[:0]); len(sts) > 0 {
+		e.st, e.hasSt = sts[0], true
+	}
+	return nil
+}
+
+// charge applies a response-phase actual: it replaces the estimate held
+// for the same request id, or is charged on its own. The bucket then
+// reflects it for the next request; the answer is always OK (Envoy does
+// not act on it).
+func (s *Server) charge(ctx context.Context, e *eval) {
+	now := s.clock.Now()
+	if e.rid != "" {
+		if t, ok := s.pending.take(s.key(e), now); ok {
+			s.fill(e, t)
+			t.Settle(usageOf(e.lf.Unit, e.cost))
+			s.stats.reconciled.Add(1)
+			return
+		}
+	}
+	// A zero-cost admission, settled at the actual: an overrun is charged
+	// whatever the partition holds (within the policy's debt bound).
+	r := e.req
+	setAmount(&r, e.lf.Unit, 0)
+	t, err := s.ctl.TryAdmit(ctx, r)
+	if err != nil {
+		// A token bucket already in debt refuses even nothing; its debt
+		// is at the bound that would forgive most of the charge anyway.
+		var rej *admission.Rejection
+		if errors.As(err, &rej) {
+			e.st, e.hasSt = rej.Status, true
+		}
+		return
+	}
+	s.fill(e, t)
+	t.Settle(usageOf(e.lf.Unit, e.cost))
+	s.stats.charged.Add(1)
+	if e.rid != "" {
+		s.pending.markSettled(s.key(e), now)
+	}
+}
+
+func (s *Server) fill(e *eval, t admission.Ticket) {
+	var buf [1]admission.Status
+	if sts := t.Statuses(buf[:0]); len(sts) > 0 {
+		e.st, e.hasSt = sts[0], true
+	}
+}
+
+// key is the reconciliation key of e: its policy, tenant, partition and
+// request id, each prefixed by its length so that no choice of values
+// makes two requests share a key.
+func (s *Server) key(e *eval) string {
+	var b []byte
+	for _, part := range [...]string{e.lf.Policy, e.req.Tenant, e.req.User, e.rid} {
+		b = strconv.AppendInt(b, int64(len(part)), 10)
+		b = append(append(b, ':'), part...)
+	}
+	return string(b)
+}
+
+// undo gives back what the call's admitted descriptors took.
+func (s *Server) undo(evs []eval) {
+	for i := range evs {
+		e := &evs[i]
+		if e.admitted {
+			e.ticket.Settle(zeroUsage(e.lf.Unit))
+			e.admitted = false
+			if e.hasSt && e.st.Remaining < e.st.Limit {
+				e.st.Remaining = min(e.st.Limit, e.st.Remaining+e.cost)
+			}
+		}
+	}
+}
+
+// keep settles or holds the admitted descriptors' tickets: a check
+// charges nothing, an estimate with a request id waits for its actual,
+// any other is charged as it came.
+func (s *Server) keep(evs []eval, now time.Time) {
+	for i := range evs {
+		e := &evs[i]
+		if !e.admitted {
+			continue
+		}
+		switch {
+		case e.check:
+			e.ticket.Settle(zeroUsage(e.lf.Unit))
+			if e.st.Remaining < e.st.Limit {
+				e.st.Remaining++
+			}
+		case e.rid != "":
+			if !s.pending.put(s.key(e), e.ticket, now) {
+				e.ticket.Done()
+				s.stats.untracked.Add(1)
+			}
+		default:
+			e.ticket.Done()
+		}
+	}
+}
+
+// envoyUnit is the protocol's name for a unit of time.
+func envoyUnit(per time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch per {
+	case time.Second:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case time.Minute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case 7 * 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+// blockedReset is the time to the end of the current unit window.
+func blockedReset(lf *rlsconfig.Limit, now time.Time) time.Duration {
+	per := int64(lf.Per)
+	return time.Duration(per - now.UnixNano()%per)
+}
+
+func clampU32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
+
+func (s *Server) descriptorStatus(e *eval, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+	ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	if e.code == rlsconfig.OverLimit {
+		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	lf := e.lf
+	switch {
+	case lf == nil || e.replaced:
+		return ds
+	case lf.Unlimited:
+		ds.LimitRemaining = unlimitedRemaining
+		return ds
+	}
+	name := lf.Name
+	if name == "" {
+		name = lf.Policy
+	}
+	ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clampU32(lf.Requests), Unit: envoyUnit(lf.Per)}
+	switch {
+	case lf.Blocked:
+		ds.DurationUntilReset = durationpb.New(blockedReset(lf, now))
+	case e.hasSt:
+		ds.LimitRemaining = clampU32(e.st.Remaining)
+		ds.DurationUntilReset = durationpb.New(e.st.Reset)
+	}
+	return ds
+}
+
+// headerNames are the fields headers may set, in the order they are
+// sent, with the lower-case names HTTP/2 wants.
+var headerNames = [...]struct{ canonical, lower string }{
+	{httpadmit.HeaderRateLimitPolicy, "ratelimit-policy"},
+	{httpadmit.HeaderRateLimit, "ratelimit"},
+	{httpadmit.HeaderXRateLimitLimit, "x-ratelimit-limit"},
+	{httpadmit.HeaderXRateLimitRemain, "x-ratelimit-remaining"},
+	{httpadmit.HeaderXRateLimitReset, "x-ratelimit-reset"},
+	{httpadmit.HeaderRetryAfter, "retry-after"},
+}
+
+var headerPool = sync.Pool{New: func() any { return make(http.Header, len(headerNames)) }}
+
+// headers returns the draft-10 RateLimit-Policy and RateLimit fields of
+// the enforcing policies evaluated, the X-RateLimit-* fields of the
+// tightest, and Retry-After when the call is over limit.
+func headers(sts []admission.Status, over bool, retry time.Duration) []*corev3.HeaderValue {
+	h := headerPool.Get().(http.Header)
+	defer headerPool.Put(h)
+	clear(h)
+	httpadmit.SetLimitHeaders(h, sts)
+	if over {
+		httpadmit.SetRetryAfter(h, retry)
+	}
+	if len(h) == 0 {
+		return nil
+	}
+	out := make([]*corev3.HeaderValue, 0, len(h))
+	for _, n := range headerNames {
+		if v := h[n.canonical]; len(v) > 0 {
+			out = append(out, &corev3.HeaderValue{Key: n.lower, Value: v[0]})
+		}
+	}
+	return out
+}
