@@ -132,6 +132,6 @@
 // A call has at most MaxDescriptors descriptors of at most
 // rlsconfig.MaxDepth entries; domains, keys and values are at most
 // rlsconfig.MaxName bytes, request
-// ids 128; hits_addend is at most admission.MaxAmount. Calls outside
+// ids 128; hits_addend is at most limits.MaxAmount. Calls outside
 // them are refused with InvalidArgument before anything is evaluated.
 package envoyrls

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Reserved descriptor entries (rlsconfig.ReservedPrefix): stripped
@@ -245,7 +246,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	var sts []admission.Status
 	// The longest finite wait a refusal advises; Never when waiting
 	// cannot help any refused descriptor (its cost exceeds its limit).
-	retry := admission.Never
+	retry := limits.Never
 	for i := range evs {
 		e := &evs[i]
 		if e.code == rlsconfig.OverLimit {
@@ -253,12 +254,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			if e.lf != nil && e.lf.Blocked {
 				e.retry = blockedReset(e.lf, now)
 			}
-			if e.retry != admission.Never {
+			if e.retry != limits.Never {
 				retry = max(retry, e.retry)
 			}
 		}
 		resp.Statuses[i] = s.descriptorStatus(e, now)
-		if e.hasSt && e.st.Mode == admission.Enforce {
+		if e.hasSt && e.st.Mode == limits.Enforce {
 			sts = append(sts, e.st)
 		}
 	}
@@ -292,8 +293,8 @@ func checkRequest(req *rlsv3.RateLimitRequest) error {
 				return fmt.Errorf("descriptors[%d].entries[%d]: request id longer than %d bytes", i, j, maxRequestID)
 			}
 		}
-		if h := d.HitsAddend; h != nil && h.Value > uint64(admission.MaxAmount) {
-			return fmt.Errorf("descriptors[%d].hits_addend: above %d", i, admission.MaxAmount)
+		if h := d.HitsAddend; h != nil && h.Value > uint64(limits.MaxAmount) {
+			return fmt.Errorf("descriptors[%d].hits_addend: above %d", i, limits.MaxAmount)
 		}
 		if d.IsNegativeHits {
 			return fmt.Errorf("descriptors[%d]: negative hits are not supported: report the actual cost in the response phase", i)
@@ -376,24 +377,24 @@ func applyReplaces(evs []eval) {
 	}
 }
 
-func setAmount(r *admission.Request, u admission.Unit, n int64) {
+func setAmount(r *admission.Request, u limits.Unit, n int64) {
 	switch u {
-	case admission.UnitTokens:
+	case limits.UnitTokens:
 		r.Tokens = n
-	case admission.UnitCost:
+	case limits.UnitCost:
 		r.Cost = n
 	default:
 		r.Units = []admission.UnitAmount{{Unit: u, Amount: n}}
 	}
 }
 
-func zeroUsage(u admission.Unit) admission.Usage { return usageOf(u, 0) }
+func zeroUsage(u limits.Unit) admission.Usage { return usageOf(u, 0) }
 
-func usageOf(u admission.Unit, n int64) admission.Usage {
+func usageOf(u limits.Unit, n int64) admission.Usage {
 	switch u {
-	case admission.UnitTokens:
+	case limits.UnitTokens:
 		return admission.Usage{Tokens: n, TokensKnown: true}
-	case admission.UnitCost:
+	case limits.UnitCost:
 		return admission.Usage{Cost: n, CostKnown: true}
 	}
 	return admission.Usage{Units: []admission.UnitAmount{{Unit: u, Amount: n}}}

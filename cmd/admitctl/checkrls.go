@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
+	"github.com/sluicehq/sluice/admission/memstore"
 )
 
 func init() {
@@ -52,7 +53,7 @@ func runCheckRLS(_ context.Context, e *env, fs *flag.FlagSet, args []string) int
 	}
 	var opts []admission.Option
 	for _, s := range stores {
-		opts = append(opts, admission.WithStore(s, admission.MemoryStore{}))
+		opts = append(opts, admission.WithStore(s, memstore.Store{}))
 	}
 	if _, err := admission.New(admission.Config{Policies: cfg.Policies}, opts...); err != nil {
 		fmt.Fprintf(e.stderr, "%s: %v\n", path, err)

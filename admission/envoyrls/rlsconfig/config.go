@@ -23,6 +23,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // Bounds on what a configuration may declare.
@@ -41,7 +43,7 @@ const ReservedPrefix = "sluice."
 
 // UnitHits is the unit generated policies count by default: one hit per
 // request unless the descriptor or the request carries a hits_addend.
-const UnitHits admission.Unit = "hits"
+const UnitHits limits.Unit = "hits"
 
 // Code is the answer given for a descriptor.
 type Code uint8
@@ -113,7 +115,7 @@ type Limit struct {
 	Name     string
 	Replaces []string
 	// Unit is what hits count in: UnitHits, tokens or cost.
-	Unit admission.Unit
+	Unit limits.Unit
 	// Per is the unit of time; Requests the requests_per_unit.
 	Per      time.Duration
 	Requests int64
@@ -306,7 +308,7 @@ func (c *compiler) domain(fd *fileDomain) {
 		c.algorithm("algorithm", fd.Algorithm)
 	}
 	if fd.OnStoreError != "" {
-		var f admission.FailMode
+		var f limits.FailMode
 		if err := f.UnmarshalText([]byte(fd.OnStoreError)); err != nil {
 			c.bad("on_store_error", "%v", err)
 		}
@@ -322,18 +324,18 @@ func (c *compiler) domain(fd *fileDomain) {
 
 // algorithm parses a rate algorithm name; RLS calls have no end, so a
 // concurrency limit cannot be served, and a quota is a window here.
-func (c *compiler) algorithm(path, s string) admission.Algorithm {
-	var a admission.Algorithm
+func (c *compiler) algorithm(path, s string) limits.Algorithm {
+	var a limits.Algorithm
 	if err := a.UnmarshalText([]byte(s)); err != nil {
 		c.bad(path, "%v", err)
-		return admission.FixedWindow
+		return limits.FixedWindow
 	}
 	switch a {
-	case admission.FixedWindow, admission.SlidingWindow, admission.SlidingLog, admission.TokenBucket:
+	case limits.FixedWindow, limits.SlidingWindow, limits.SlidingLog, limits.TokenBucket:
 		return a
 	}
 	c.bad(path, "%s cannot be served over the rate limit protocol: use fixed_window, sliding_window, sliding_log or token_bucket", a)
-	return admission.FixedWindow
+	return limits.FixedWindow
 }
 
 // ancestor is one descriptor on the path to the one being compiled.
@@ -466,9 +468,9 @@ func (c *compiler) limit(p string, path []ancestor) *Limit {
 	switch rl.Counts {
 	case "", "hits":
 	case "tokens":
-		lf.Unit = admission.UnitTokens
+		lf.Unit = limits.UnitTokens
 	case "cost":
-		lf.Unit = admission.UnitCost
+		lf.Unit = limits.UnitCost
 	default:
 		c.bad(p+".counts", "must be hits, tokens or cost, got %q", rl.Counts)
 	}
@@ -479,10 +481,10 @@ func (c *compiler) limit(p string, path []ancestor) *Limit {
 	}
 	pol := admission.Policy{
 		Name:      lf.Policy,
-		Match:     admission.Match{Operations: []string{lf.Policy}},
-		Key:       []admission.KeyPart{admission.KeyUser},
+		Match:     limits.Match{Operations: []string{lf.Policy}},
+		Key:       []limits.KeyPart{limits.KeyUser},
 		Unit:      lf.Unit,
-		Algorithm: admission.FixedWindow,
+		Algorithm: limits.FixedWindow,
 		Limit:     lf.Requests,
 		Per:       lf.Per,
 		Burst:     rl.Burst,
@@ -490,7 +492,7 @@ func (c *compiler) limit(p string, path []ancestor) *Limit {
 		Replicas:  c.d.Replicas,
 	}
 	if !slices.Contains(lf.partition, true) {
-		pol.Key = []admission.KeyPart{admission.KeyGlobal}
+		pol.Key = []limits.KeyPart{limits.KeyGlobal}
 	}
 	if c.d.Algorithm != "" {
 		pol.Algorithm = c.algorithm("algorithm", c.d.Algorithm)
@@ -499,7 +501,7 @@ func (c *compiler) limit(p string, path []ancestor) *Limit {
 		pol.Algorithm = c.algorithm(p+".algorithm", rl.Algorithm)
 	}
 	if lf.Shadow {
-		pol.Mode = admission.Shadow
+		pol.Mode = limits.Shadow
 	}
 	for _, f := range []string{c.d.OnStoreError, rl.OnStoreError} {
 		if f != "" {
@@ -576,7 +578,7 @@ func (n *node) find(key, value string) *rule {
 
 // Partition returns the partition key of entries, matched to l: the
 // values l's rule does not fix (no value, or a prefix), shared ones
-// excepted, joined by admission.KeySeparator. One value is the key as it
+// excepted, joined by backend.KeySeparator. One value is the key as it
 // is; in a joined key each value's separator and escape bytes are
 // escaped, so that values chosen by a client cannot make two descriptors
 // share a partition.
@@ -591,10 +593,10 @@ func (l *Limit) Partition(entries []Entry) string {
 		case 1:
 			key = en.Value
 		case 2:
-			b = append(appendEscaped(b, key), admission.KeySeparator)
+			b = append(appendEscaped(b, key), backend.KeySeparator)
 			b = appendEscaped(b, en.Value)
 		default:
-			b = appendEscaped(append(b, admission.KeySeparator), en.Value)
+			b = appendEscaped(append(b, backend.KeySeparator), en.Value)
 		}
 	}
 	if n > 1 {
@@ -603,17 +605,17 @@ func (l *Limit) Partition(entries []Entry) string {
 	return key
 }
 
-// keyEscape escapes itself and admission.KeySeparator inside a value of
+// keyEscape escapes itself and backend.KeySeparator inside a value of
 // a joined partition key.
 const keyEscape = 0x1e
 
 func appendEscaped(b []byte, v string) []byte {
-	if strings.IndexByte(v, admission.KeySeparator) < 0 && strings.IndexByte(v, keyEscape) < 0 {
+	if strings.IndexByte(v, backend.KeySeparator) < 0 && strings.IndexByte(v, keyEscape) < 0 {
 		return append(b, v...)
 	}
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; c {
-		case keyEscape, admission.KeySeparator:
+		case keyEscape, backend.KeySeparator:
 			b = append(b, keyEscape, c^0x40)
 		default:
 			b = append(b, c)
