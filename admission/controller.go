@@ -187,6 +187,7 @@ func buildPolicies(list []Policy, old *config) []*policy {
 	for i := range list {
 		p := &policy{Policy: list[i]}
 		p.Key = slices.Clone(p.Key)
+		p.Queue.Shares = slices.Clone(p.Queue.Shares)
 		p.unit = p.Unit
 		if p.unit == "" {
 			p.unit = limits.UnitRequests

@@ -19,9 +19,11 @@ import (
 const pollInterval = 100 * time.Millisecond
 
 // queueSet holds the queues of one policy, one per partition with waiters.
-// Within a partition's queue, waiters are served by priority, then round
-// robin across tenants, then oldest or newest first within a tenant, so one
-// tenant's backlog cannot delay another tenant's request behind all of it.
+// Within a partition's queue, waiters are served by priority (or, when the
+// policy reserves shares, by class in proportion to the shares), then
+// round robin across tenants, then oldest or newest first within a tenant,
+// so one tenant's backlog cannot delay another tenant's request behind all
+// of it.
 type queueSet struct {
 	c      *Controller
 	st     *policyState
@@ -40,10 +42,25 @@ type queue struct {
 	classes []*prioClass // by priority, highest first
 	timer   Timer
 	timerAt int64
+	// shares are the policy's Queue.Shares when the queue formed, and
+	// groups their state: one per share, then one for every other
+	// priority. Nil without shares: strict priority.
+	shares  []limits.Share
+	groups  []shareGroup
+	virtual float64 // the vt the last group served had when served
+}
+
+// shareGroup is the state of one share of a queue: a start-time fair
+// queue over the groups, by cost admitted over percent.
+type shareGroup struct {
+	weight float64 // the percent; 0 is served only when no weighted group waits
+	vt     float64 // cost admitted over weight: the lowest goes next
+	n      int     // waiters
 }
 
 type prioClass struct {
 	prio    int
+	group   int // the share group, when the queue has shares
 	tenants map[string]*tenantQueue
 	ring    []*tenantQueue
 	next    int
@@ -121,7 +138,7 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		return &Rejection{Policy: h.p.Name, Reason: ReasonQueueFull, RetryAfter: retry, Status: h.status()}
 	}
 	if q == nil {
-		q = &queue{key: strings.Clone(h.key)}
+		q = newQueue(strings.Clone(h.key), h.p.Queue.Shares)
 		sh.m[q.key] = q
 	}
 	w := &waiter{h: h, key: q.key, sh: sh, tenant: t.tenant, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
@@ -233,6 +250,7 @@ func (qs *queueSet) dispatch(key string) {
 			qs.arm(q, w.h, g, now)
 			return
 		}
+		q.charge(w.prio, w.h.est)
 		q.pop(w)
 		w.grant, w.state = g, granted
 		close(w.done)
@@ -269,12 +287,64 @@ func (qs *queueSet) remove(w *waiter, state int) {
 	}
 }
 
+// newQueue returns the queue of a partition, with the policy's shares.
+func newQueue(key string, shares []limits.Share) *queue {
+	q := &queue{key: key}
+	if len(shares) > 0 {
+		q.shares = shares
+		q.groups = make([]shareGroup, len(shares)+1)
+		rest := 100
+		for i, s := range shares {
+			q.groups[i].weight = float64(s.Percent)
+			rest -= s.Percent
+		}
+		q.groups[len(shares)].weight = float64(rest)
+	}
+	return q
+}
+
+// groupOf returns the share group of priority prio.
+func (q *queue) groupOf(prio int) int {
+	for i, s := range q.shares {
+		if s.Priority == prio {
+			return i
+		}
+	}
+	return len(q.shares)
+}
+
+// charge counts cost admitted for a waiter of priority prio against its
+// share group.
+func (q *queue) charge(prio int, cost int64) {
+	if q.groups == nil {
+		return
+	}
+	if g := &q.groups[q.groupOf(prio)]; g.weight > 0 {
+		q.virtual = g.vt
+		g.vt += float64(max(cost, 1)) / g.weight
+	}
+}
+
 func (q *queue) push(w *waiter) {
 	i, found := slices.BinarySearchFunc(q.classes, w.prio, func(c *prioClass, p int) int { return p - c.prio })
 	if !found {
-		q.classes = slices.Insert(q.classes, i, &prioClass{prio: w.prio, tenants: map[string]*tenantQueue{}})
+		pc := &prioClass{prio: w.prio, tenants: map[string]*tenantQueue{}}
+		if q.groups != nil {
+			pc.group = q.groupOf(w.prio)
+		}
+		q.classes = slices.Insert(q.classes, i, pc)
 	}
 	pc := q.classes[i]
+	if q.groups != nil {
+		g := &q.groups[pc.group]
+		if g.n == 0 {
+			// A group that starts waiting again starts no earlier than
+			// the last group served: what it did not use while idle
+			// was borrowed by the others, not banked.
+			g.vt = max(g.vt, q.virtual)
+		}
+		g.n++
+	}
 	tq := pc.tenants[w.tenant]
 	if tq == nil {
 		tq = &tenantQueue{tenant: w.tenant}
@@ -287,17 +357,39 @@ func (q *queue) push(w *waiter) {
 
 // peek returns the waiter to serve next.
 func (q *queue) peek() *waiter {
+	var best *prioClass
 	for _, pc := range q.classes {
 		if len(pc.ring) == 0 {
 			continue
 		}
-		tq := pc.ring[pc.next%len(pc.ring)]
-		if tq.ws[0].order == limits.NewestFirst {
-			return tq.ws[len(tq.ws)-1]
+		if q.groups == nil {
+			best = pc
+			break
 		}
-		return tq.ws[0]
+		// Classes are by priority, highest first: the first seen of a
+		// group is the group's next.
+		if best == nil || q.before(pc.group, best.group) {
+			best = pc
+		}
 	}
-	return nil
+	if best == nil {
+		return nil
+	}
+	tq := best.ring[best.next%len(best.ring)]
+	if tq.ws[0].order == limits.NewestFirst {
+		return tq.ws[len(tq.ws)-1]
+	}
+	return tq.ws[0]
+}
+
+// before reports whether share group a goes before b: a weighted group
+// before one without weight, then the least served for its share.
+func (q *queue) before(a, b int) bool {
+	ga, gb := &q.groups[a], &q.groups[b]
+	if (ga.weight > 0) != (gb.weight > 0) {
+		return ga.weight > 0
+	}
+	return ga.vt < gb.vt
 }
 
 // pop removes w; when w was the next to serve, the round robin moves on.
@@ -310,6 +402,9 @@ func (q *queue) pop(w *waiter) {
 		i := slices.Index(tq.ws, w)
 		tq.ws = slices.Delete(tq.ws, i, i+1)
 		q.n--
+		if q.groups != nil {
+			q.groups[pc.group].n--
+		}
 		ri := slices.Index(pc.ring, tq)
 		served := ri == pc.next%len(pc.ring)
 		if len(tq.ws) == 0 {

@@ -93,6 +93,29 @@ type Queue struct {
 	// Order is the order within one tenant's waiters. Across tenants the
 	// queue is served round robin, by priority first.
 	Order Order
+	// Shares, when set, replace strict priority between classes (a
+	// class is the requests of one Request.Priority) with guaranteed
+	// shares: see Share.
+	Shares []Share
+}
+
+// MaxShares bounds the classes a queue reserves shares for.
+const MaxShares = 16
+
+// A Share guarantees one priority class part of what a policy admits
+// while its queue is contended. Waiting classes are served in proportion
+// to their percents (by cost admitted: tokens for a tokens policy), so
+// each gets at least its percent; a class with nobody waiting leaves its
+// share to the others, which borrow it. The priorities no Share names
+// form one class whose share is what the percents leave (100 minus their
+// sum); when they add up to 100, those requests are served only when no
+// class with a share waits. For example {Priority: 10, Percent: 70} alone
+// gives interactive traffic (priority 10) at least 70% and everything
+// else at least 30% when both wait. Within a class, higher priorities go
+// first, then tenants round robin.
+type Share struct {
+	Priority int
+	Percent  int
 }
 
 // Override replaces some of a policy's limits for the tenants of a plan.
@@ -156,6 +179,43 @@ func (p *Policy) Matches(operation, model string) bool {
 		return false
 	}
 	return true
+}
+
+// validateShares checks the shares: each percent in [1, 100], each
+// priority once, at most MaxShares of them adding up to at most 100, on a
+// queue.
+func (q *Queue) validateShares(path string) error {
+	if len(q.Shares) == 0 {
+		return nil
+	}
+	var errs []error
+	bad := func(p, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: p, Msg: fmt.Sprintf(format, args...)})
+	}
+	if q.Size == 0 {
+		bad(path, "set without a queue (queue.size is 0)")
+	}
+	if len(q.Shares) > MaxShares {
+		bad(path, "at most %d classes, got %d", MaxShares, len(q.Shares))
+	}
+	sum := 0
+	seen := map[int]int{}
+	for i, s := range q.Shares {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		if s.Percent < 1 || s.Percent > 100 {
+			bad(at+".percent", "must be in [1, 100], got %d", s.Percent)
+		} else {
+			sum += s.Percent
+		}
+		if j, dup := seen[s.Priority]; dup {
+			bad(at+".priority", "%d already has a share at %s[%d]", s.Priority, path, j)
+		}
+		seen[s.Priority] = i
+	}
+	if sum > 100 {
+		bad(path, "percents add up to %d, more than 100", sum)
+	}
+	return errors.Join(errs...)
 }
 
 // maxDuration bounds every duration of a policy: an instant plus it never
@@ -248,6 +308,7 @@ func (p *Policy) Validate(prefix string) error {
 	if p.Queue.Timeout > 0 && p.Queue.Size == 0 {
 		bad("queue.timeout", "set without a queue (queue.size is 0)")
 	}
+	errs = append(errs, p.Queue.validateShares(prefix+".queue.shares"))
 	if p.Queue.Size > 0 && p.Algorithm == Quota {
 		bad("queue.size", "a quota cannot queue: its period is too long to wait for")
 	}
