@@ -240,6 +240,45 @@ func (g *group) over(now int64) bool {
 	return true
 }
 
+// GroupStatus is what a Store holds about one group, for gauges.
+type GroupStatus struct {
+	// Group is the group's key, as given to Observe.
+	Group string
+	// Paused is how long the group stays paused after a provider
+	// refusal; zero when it is not paused.
+	Paused time.Duration
+	// Figures holds, per Dimension, the learned figures that still hold:
+	// the provider's limit, its remaining less what was admitted since,
+	// and the time to its reset. A dimension with nothing that holds has
+	// no Has flag set.
+	Figures [numDimensions]Figure
+}
+
+// Groups returns the status at now of every group the store holds, in no
+// particular order. Call it at metric collection time, not per request.
+func (s *Store) Groups(now time.Time) []GroupStatus {
+	ns := now.UnixNano()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]GroupStatus, 0, len(s.groups))
+	for k, g := range s.groups {
+		st := GroupStatus{Group: k}
+		g.mu.Lock()
+		st.Paused = time.Duration(max(g.paused-ns, 0))
+		for d, l := range g.dims {
+			if ns < l.until {
+				st.Figures[d] = Figure{
+					Limit: l.limit, Remaining: l.remaining, Reset: time.Duration(l.until - ns),
+					HasLimit: l.limit > 0, HasRemaining: true, HasReset: true,
+				}
+			}
+		}
+		g.mu.Unlock()
+		out = append(out, st)
+	}
+	return out
+}
+
 // lookup returns the group of key, or nil when nothing was learned.
 func (s *Store) lookup(key string) *group {
 	s.mu.RLock()

@@ -3,6 +3,7 @@ package upstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -284,6 +285,77 @@ func TestStoreValidates(t *testing.T) {
 	for _, cfg := range []upstream.Config{{MaxGroups: -1}, {Pause: -1}, {MaxPause: -1}, {RemainingTTL: -1}} {
 		if _, err := upstream.New(cfg); err == nil {
 			t.Errorf("New(%+v) = nil error; want a refusal", cfg)
+		}
+	}
+}
+
+// TestPausedClassesShare: an upstream policy's queue reserves shares like
+// any queued policy: after the provider's pause, interactive and batch
+// requests waiting together are served 70/30 as the provider's budget
+// (one request per 100ms) allows.
+func TestPausedClassesShare(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	s, _ := upstream.New(upstream.Config{})
+	p := limits.Policy{
+		Name: "rpm", Store: "upstream", Key: []limits.KeyPart{limits.KeyModel},
+		Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute, Burst: 1,
+		Queue: limits.Queue{Size: 100, Shares: []limits.Share{{Priority: 10, Percent: 70}}},
+	}
+	c := newController(t, clock, s, p)
+	s.Observe("gpt-4o", *throttled(&upstream.Report{Received: clock.Now()}, 2*time.Second))
+	type result struct {
+		prio int
+		err  error
+	}
+	out := make(chan result, 20)
+	for i := range 20 {
+		prio := []int{0, 10}[i/10] // batch queues first
+		go func() {
+			tk, err := c.Admit(context.Background(), admission.Request{Tenant: fmt.Sprint("t", i%4), Model: "gpt-4o", Priority: prio})
+			tk.Done()
+			out <- result{prio, err}
+		}()
+		waitFor(t, "the request to queue", func() bool { return queued(c) == i+1 })
+	}
+	clock.Advance(2 * time.Second)
+	served := map[int]int{}
+	for i := range 10 {
+		if i > 0 {
+			clock.Advance(100 * time.Millisecond)
+		}
+		var r result
+		select {
+		case r = <-out:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no request admitted after step %d", i)
+		}
+		if r.err != nil {
+			t.Fatalf("step %d: %v", i, r.err)
+		}
+		served[r.prio]++
+	}
+	if served[10] < 6 || served[0] < 2 {
+		t.Errorf("10 served after the pause: %v; want priority 10 >= 6 and 0 >= 2 (70%%/30%% within one request)", served)
+	}
+}
+
+func TestStoreGroups(t *testing.T) {
+	s, _ := upstream.New(upstream.Config{})
+	r := *throttled(tokens(40, 30*time.Second), 5*time.Second)
+	r.Figures[upstream.Tokens].Limit, r.Figures[upstream.Tokens].HasLimit = 1000, true
+	r.Received = backendtest.Epoch
+	s.Observe("gpt-4o", r)
+	for _, tc := range []struct {
+		at   time.Duration
+		want upstream.GroupStatus
+	}{
+		{2 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Paused: 3 * time.Second, Figures: [4]upstream.Figure{{}, fig(1000, 40, 28*time.Second)}}},
+		{10 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Figures: [4]upstream.Figure{{}, fig(1000, 40, 20*time.Second)}}},
+		{30 * time.Second, upstream.GroupStatus{Group: "gpt-4o"}},
+	} {
+		got := s.Groups(backendtest.Epoch.Add(tc.at))
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("Groups(+%v) = %+v; want [%+v]", tc.at, got, tc.want)
 		}
 	}
 }
