@@ -111,8 +111,11 @@ const MaxShares = 16
 // sum); when they add up to 100, those requests are served only when no
 // class with a share waits. For example {Priority: 10, Percent: 70} alone
 // gives interactive traffic (priority 10) at least 70% and everything
-// else at least 30% when both wait. Within a class, higher priorities go
-// first, then tenants round robin.
+// else at least 30% when both wait. Among the priorities without a share,
+// higher ones go first; within a priority, tenants are served round
+// robin. A partition's queue takes the shares its policy has when the
+// queue forms: a reload that changes them applies from the next time the
+// queue forms.
 type Share struct {
 	Priority int
 	Percent  int

@@ -150,10 +150,11 @@ func (s *Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 // (Report.Throttled) pauses the group until the provider's retry-after,
 // else the reset of a dimension it reports exhausted, else Config.Pause,
 // at most Config.MaxPause. It reports whether the report was kept: a
-// report about a group whose key is longer than 256 bytes, or a new group
-// when the table is full of groups whose figures still hold, is not.
+// report without a Received instant, about a group whose key is longer
+// than 256 bytes, or about a new group when the table is full of groups
+// whose figures still hold, is not.
 func (s *Store) Observe(group string, r Report) bool {
-	if len(group) > maxGroupKey {
+	if len(group) > maxGroupKey || r.Received.IsZero() {
 		return false
 	}
 	now := r.Received.UnixNano()

@@ -261,11 +261,15 @@ func TestStoreGroupsBounded(t *testing.T) {
 		{"a", 0, true}, {"b", 0, true}, {"c", 0, false},
 		{"a", time.Second, true}, // known groups are still learned about
 		{strings.Repeat("x", 257), 0, false},
+		{"", -1, false}, // no Received instant
 		// a and b's figures are over at +11s: their room is reused.
 		{"c", 11 * time.Second, true}, {"d", 11 * time.Second, true}, {"e", 11 * time.Second, false},
 	} {
 		r := *tokens(0, 10*time.Second)
 		r.Received = now.Add(tc.at)
+		if tc.at < 0 {
+			r.Received = time.Time{}
+		}
 		if got := s.Observe(tc.group, r); got != tc.want {
 			t.Errorf("Observe(%.8q) at +%v = %v; want %v", tc.group, tc.at, got, tc.want)
 		}
