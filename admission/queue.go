@@ -32,8 +32,31 @@ type queueSet struct {
 }
 
 type qshard struct {
-	mu sync.Mutex
-	m  map[string]*queue
+	mu    sync.Mutex
+	m     map[string]*queue
+	slots map[string]*slotLoad // concurrency partitions with shares
+}
+
+// maxSlotLoads bounds the partitions of one queue shard whose in-flight
+// work is tracked by class; beyond it, a partition's shares weigh what
+// it admits instead.
+const maxSlotLoads = 1024
+
+// slotLoad is what each priority holds in flight on one concurrency
+// partition whose policy reserves shares: there a share is a share of the
+// permits held, so a class of long requests cannot fill the partition
+// with them while a class of short ones waits.
+type slotLoad struct {
+	byPrio map[int]int64   // cost in flight by priority
+	leases map[int64]lease // by the grant's stamp
+	swept  int             // len(leases) after the last sweep
+}
+
+// lease is one admitted request's part of a slotLoad.
+type lease struct {
+	prio    int
+	cost    int64
+	expires int64 // when the store reclaims it unless renewed, unix nanoseconds
 }
 
 type queue struct {
@@ -48,6 +71,9 @@ type queue struct {
 	shares  []limits.Share
 	groups  []shareGroup
 	virtual float64 // the vt the last group served had when served
+	// slots, for a concurrency partition, is what its groups hold in
+	// flight: the group holding least for its share goes next.
+	slots *slotLoad
 }
 
 // shareGroup is the state of one share of a queue: a start-time fair
@@ -118,6 +144,9 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		}
 		g := h.grant
 		if g.OK || !wait || g.Full || g.RetryAfter == limits.Never || qs.hopeless(ctx, h, g, now) {
+			if g.OK {
+				qs.hold(sh, h.key, t.priority, h, &g, now)
+			}
 			sh.mu.Unlock()
 			return c.decide(t, h)
 		}
@@ -139,6 +168,9 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	}
 	if q == nil {
 		q = newQueue(strings.Clone(h.key), h.p.Queue.Shares)
+		if q.groups != nil && h.p.Algorithm == limits.Concurrency {
+			q.slots = sh.slotLoad(q.key, true)
+		}
 		sh.m[q.key] = q
 	}
 	w := &waiter{h: h, key: q.key, sh: sh, tenant: t.tenant, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
@@ -251,6 +283,7 @@ func (qs *queueSet) dispatch(key string) {
 			return
 		}
 		q.charge(w.prio, w.h.est)
+		qs.hold(sh, q.key, w.prio, w.h, &g, now)
 		q.pop(w)
 		w.grant, w.state = g, granted
 		close(w.done)
@@ -325,6 +358,68 @@ func (q *queue) charge(prio int, cost int64) {
 	}
 }
 
+// slotLoad returns the in-flight load of a partition, created when create
+// is set and there is room. Callers hold the shard lock.
+func (sh *qshard) slotLoad(key string, create bool) *slotLoad {
+	if l := sh.slots[key]; l != nil || !create || len(sh.slots) >= maxSlotLoads {
+		return l
+	}
+	if sh.slots == nil {
+		sh.slots = map[string]*slotLoad{}
+	}
+	l := &slotLoad{byPrio: map[int]int64{}, leases: map[int64]lease{}}
+	sh.slots[strings.Clone(key)] = l
+	return l
+}
+
+// hold records the concurrency grant g, taken by a request of priority
+// prio, in its partition's load when its policy reserves shares. Callers
+// hold the shard lock.
+func (qs *queueSet) hold(sh *qshard, key string, prio int, h *held, g *backend.Grant, now time.Time) {
+	if h.p.Algorithm != limits.Concurrency || len(h.p.Queue.Shares) == 0 || g.Stamp == 0 {
+		return
+	}
+	l := sh.slotLoad(key, true)
+	if l == nil {
+		return
+	}
+	ns := now.UnixNano()
+	if len(l.leases) >= max(64, 2*l.swept) {
+		// Leases never settled are reclaimed by the store after MaxHold:
+		// forget them too, once the table has doubled.
+		for id, ls := range l.leases {
+			if ls.expires <= ns {
+				l.drop(id, ls)
+			}
+		}
+		l.swept = len(l.leases)
+	}
+	l.leases[g.Stamp] = lease{prio: prio, cost: h.est, expires: ns + int64(h.lim.MaxHold)}
+	l.byPrio[prio] += h.est
+}
+
+func (l *slotLoad) drop(id int64, ls lease) {
+	delete(l.leases, id)
+	if l.byPrio[ls.prio] -= ls.cost; l.byPrio[ls.prio] <= 0 {
+		delete(l.byPrio, ls.prio)
+	}
+}
+
+// released forgets the concurrency grant of h, about to be released.
+func (qs *queueSet) released(h *held) {
+	sh := qs.shard(h.key)
+	sh.mu.Lock()
+	if l := sh.slotLoad(h.key, false); l != nil {
+		if ls, ok := l.leases[h.grant.Stamp]; ok {
+			l.drop(h.grant.Stamp, ls)
+		}
+		if len(l.leases) == 0 && sh.m[h.key] == nil {
+			delete(sh.slots, h.key)
+		}
+	}
+	sh.mu.Unlock()
+}
+
 func (q *queue) push(w *waiter) {
 	i, found := slices.BinarySearchFunc(q.classes, w.prio, func(c *prioClass, p int) int { return p - c.prio })
 	if !found {
@@ -358,6 +453,12 @@ func (q *queue) push(w *waiter) {
 // peek returns the waiter to serve next.
 func (q *queue) peek() *waiter {
 	var best *prioClass
+	var held [limits.MaxShares + 1]int64
+	if q.slots != nil {
+		for prio, cost := range q.slots.byPrio {
+			held[q.groupOf(prio)] += cost
+		}
+	}
 	for _, pc := range q.classes {
 		if len(pc.ring) == 0 {
 			continue
@@ -368,7 +469,7 @@ func (q *queue) peek() *waiter {
 		}
 		// Classes are by priority, highest first: the first seen of a
 		// group is the group's next.
-		if best == nil || q.before(pc.group, best.group) {
+		if best == nil || q.before(pc.group, best.group, &held) {
 			best = pc
 		}
 	}
@@ -383,11 +484,18 @@ func (q *queue) peek() *waiter {
 }
 
 // before reports whether share group a goes before b: a weighted group
-// before one without weight, then the least served for its share.
-func (q *queue) before(a, b int) bool {
+// before one without weight, then the one holding least in flight for
+// its share (a concurrency partition's), then the least served for its
+// share.
+func (q *queue) before(a, b int, held *[limits.MaxShares + 1]int64) bool {
 	ga, gb := &q.groups[a], &q.groups[b]
 	if (ga.weight > 0) != (gb.weight > 0) {
 		return ga.weight > 0
+	}
+	if q.slots != nil && ga.weight > 0 {
+		if la, lb := float64(held[a])/ga.weight, float64(held[b])/gb.weight; la != lb {
+			return la < lb
+		}
 	}
 	return ga.vt < gb.vt
 }

@@ -1,9 +1,11 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/admission/limits"
 )
@@ -85,3 +87,54 @@ func TestSharesFloorProperty(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotLoadBounded: the in-flight load of a concurrency partition with
+// shares forgets leases never settled once the store has reclaimed them,
+// and settled ones at once.
+func TestSlotLoadBounded(t *testing.T) {
+	clock := &stepClock{now: time.Unix(1_800_000_000, 0)}
+	p := Policy{Name: "slots", Algorithm: limits.Concurrency, Limit: 1000, MaxHold: time.Second,
+		Queue: limits.Queue{Size: 10, Shares: []limits.Share{{Priority: 1, Percent: 50}}}}
+	c, err := New(Config{Policies: []Policy{p}}, WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := func() int {
+		qs := c.cfg.Load().byName["slots"].queues
+		sh := qs.shard("")
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if l := sh.slots[""]; l != nil {
+			return len(l.leases)
+		}
+		return 0
+	}
+	for round := range 20 {
+		for range 100 {
+			if _, err := c.Admit(context.Background(), Request{Priority: round % 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.now = clock.now.Add(2 * time.Second) // every lease expires
+		if n := leases(); n > 200 {
+			t.Fatalf("round %d: %d leases tracked; want at most 200 (those of the last two rounds)", round, n)
+		}
+	}
+	tk, _ := c.Admit(context.Background(), Request{})
+	before := leases()
+	tk.Done()
+	if after := leases(); after != before-1 {
+		t.Errorf("settling a ticket: %d leases tracked, then %d; want one fewer", before, after)
+	}
+}
+
+// stepClock is a clock moved by hand whose timers never fire.
+type stepClock struct{ now time.Time }
+
+func (c *stepClock) Now() time.Time { return c.now }
+
+func (c *stepClock) AfterFunc(time.Duration, func()) Timer { return stopped{} }
+
+type stopped struct{}
+
+func (stopped) Stop() bool { return false }

@@ -102,3 +102,47 @@ func TestQueueSharesRate(t *testing.T) {
 		t.Errorf("10 served: %v; want interactive >= 6 and batch >= 2 (70%%/30%% within one request)", served)
 	}
 }
+
+// TestQueueSharesConcurrencyHeld: on a concurrency cap a share is a share
+// of the permits held. Batch requests that run long must not take over
+// the slots interactive requests, short ones, free: while interactive
+// requests wait, batch holds at most its 30% of the 10 slots.
+func TestQueueSharesConcurrencyHeld(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, concurrencyPolicy(10, limits.Queue{Size: 100, Shares: interactiveShare}, limits.KeyGlobal))
+	ctx := context.Background()
+	var short []admission.Ticket // interactive tickets, settled one by one
+	for range 10 {
+		tk, err := c.Admit(ctx, admission.Request{Tenant: "i", Priority: interactive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		short = append(short, tk)
+	}
+	out := make(chan result, 80)
+	enqueueClasses(t, c, rec, 40, out)
+	held := map[string]int{"interactive": 10}
+	// 40 steps: 37 interactive and 3 batch requests admitted, so some of
+	// either class still waits at the end.
+	for i := range 40 {
+		tk := short[0]
+		short = short[1:]
+		tk.Done()
+		held["interactive"]--
+		r := receive(t, "a waiter to be served", out)
+		if r.err != nil {
+			t.Fatalf("step %d: %v", i, r.err)
+		}
+		held[r.name]++
+		if r.name == "interactive" {
+			short = append(short, r.tk)
+		} // batch tickets run on: never settled here
+		if held["batch"] > 3 {
+			t.Fatalf("step %d: batch holds %d of 10 slots while interactive requests wait; want at most 3 (30%%)", i, held["batch"])
+		}
+	}
+	if held["batch"] != 3 || held["interactive"] != 7 {
+		t.Errorf("held %v; want batch 3, interactive 7", held)
+	}
+}

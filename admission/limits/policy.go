@@ -102,11 +102,15 @@ type Queue struct {
 // MaxShares bounds the classes a queue reserves shares for.
 const MaxShares = 16
 
-// A Share guarantees one priority class part of what a policy admits
-// while its queue is contended. Waiting classes are served in proportion
-// to their percents (by cost admitted: tokens for a tokens policy), so
-// each gets at least its percent; a class with nobody waiting leaves its
-// share to the others, which borrow it. The priorities no Share names
+// A Share guarantees one priority class part of a policy while its queue
+// is contended. On a rate policy, waiting classes are served in
+// proportion to their percents of the cost admitted (tokens for a tokens
+// policy); on a concurrency policy, the class holding the least of the
+// permits for its percent is served next, so a class of long requests
+// cannot keep the permits a class of short ones frees. Either way each
+// waiting class gets at least its percent, and a class with nobody
+// waiting leaves its share to the others, which borrow it (no permit is
+// taken back from a running request). The priorities no Share names
 // form one class whose share is what the percents leave (100 minus their
 // sum); when they add up to 100, those requests are served only when no
 // class with a share waits. For example {Priority: 10, Percent: 70} alone
