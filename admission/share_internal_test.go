@@ -138,3 +138,113 @@ func (c *stepClock) AfterFunc(time.Duration, func()) Timer { return stopped{} }
 type stopped struct{}
 
 func (stopped) Stop() bool { return false }
+
+// TestSlotSharesFloorProperty: on a simulated concurrency partition of
+// random capacity, with requests of random cost and of durations that
+// differ by class, from random classes (some always waiting, others
+// coming and going), every share group that always has a waiter holds on
+// average at least its percent of the capacity, less one largest request
+// per group.
+// (Without preemption a group whose requests all end at once waits for
+// the others' to end before it is back at its share: the floor holds on
+// average, and whenever a permit frees the group furthest below its share
+// takes it.)
+func TestSlotSharesFloorProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	const ticks, warmup = 3000, 300
+	for trial := range 150 {
+		k := 2 + rng.IntN(4)
+		var shares []limits.Share
+		left := 100
+		for prio := range k {
+			if left > 0 && rng.IntN(3) > 0 {
+				pct := 1 + rng.IntN(left)
+				shares = append(shares, limits.Share{Priority: prio, Percent: pct})
+				left -= pct
+			}
+		}
+		if len(shares) == 0 {
+			shares = []limits.Share{{Priority: 0, Percent: 50}}
+			left = 50
+		}
+		q := newQueue("k", shares)
+		q.slots = &slotLoad{byPrio: map[int]int64{}}
+		maxCost := 1 + rng.Int64N(5)
+		capacity := maxCost * (10 + rng.Int64N(40))
+		free := capacity
+		steady := make([]bool, k)
+		waiting := make([]int, k)
+		push := func(prio int) {
+			q.push(&waiter{tenant: fmt.Sprint(rng.IntN(3)), prio: prio, h: &held{est: 1 + rng.Int64N(maxCost)}})
+			waiting[prio]++
+		}
+		for prio := range k {
+			if steady[prio] = rng.IntN(2) == 0; steady[prio] {
+				push(prio)
+			}
+		}
+		type running struct {
+			prio      int
+			cost, end int64
+		}
+		var run []running
+		sum := make([]int64, len(shares)+1) // held, summed over ticks after warmup
+		for tick := int64(0); tick < ticks; tick++ {
+			kept := run[:0]
+			for _, r := range run {
+				if r.end > tick {
+					kept = append(kept, r)
+					continue
+				}
+				free += r.cost
+				if q.slots.byPrio[r.prio] -= r.cost; q.slots.byPrio[r.prio] == 0 {
+					delete(q.slots.byPrio, r.prio)
+				}
+			}
+			run = kept
+			for prio := range k {
+				if !steady[prio] && rng.IntN(3) == 0 {
+					push(prio)
+				}
+			}
+			for {
+				w := q.peek()
+				if w == nil || w.h.est > free {
+					break
+				}
+				q.charge(w.prio, w.h.est)
+				q.pop(w)
+				waiting[w.prio]--
+				free -= w.h.est
+				q.slots.byPrio[w.prio] += w.h.est
+				// Durations differ by class, so long requests would
+				// crowd out short ones if shares counted admissions.
+				run = append(run, running{w.prio, w.h.est, tick + 1 + int64(w.prio*7) + rng.Int64N(20)})
+				if steady[w.prio] && waiting[w.prio] == 0 {
+					push(w.prio)
+				}
+			}
+			if tick >= warmup {
+				for prio, cost := range q.slots.byPrio {
+					sum[q.groupOf(prio)] += cost
+				}
+			}
+		}
+		for g := range sum {
+			percent := left
+			if g < len(shares) {
+				percent = shares[g].Percent
+			}
+			always := false
+			for prio := range k {
+				always = always || (steady[prio] && q.groupOf(prio) == g)
+			}
+			avg := float64(sum[g]) / (ticks - warmup)
+			// Each other group may round its share up by a request.
+			floor := float64(capacity*int64(percent))/100 - float64(int64(len(sum))*maxCost)
+			if always && avg < floor {
+				t.Fatalf("trial %d: shares %v steady %v capacity %d: group %d holds %.2f on average; want >= %.2f (%d%%)", trial, shares, steady, capacity, g, avg, floor, percent)
+			}
+		}
+	}
+}
