@@ -55,8 +55,12 @@ type Config struct {
 // What is learned only tightens: a request is refused when the group is
 // paused after a provider refusal, or when the provider's remaining
 // figure, less what was admitted since the report, cannot hold its
-// estimate (with the provider's reset as its retry-after); it is then
-// still subject to the static limit. A policy with a queue makes such
+// estimate; it is then still subject to the static limit. With the
+// provider's limit and reset known, the remaining figure refills
+// linearly to the limit at the reset, as OpenAI's and Anthropic's
+// buckets do, and a refusal's retry-after is when the estimate fits;
+// with the remaining figure alone, it holds until the reset (or
+// Config.RemainingTTL). A policy with a queue makes such
 // requests wait for the reset rather than fail.
 type Store struct {
 	cfg    Config
@@ -74,12 +78,34 @@ type group struct {
 	dims   [numDimensions]learned
 }
 
-// learned is the provider's budget of one dimension of a group.
+// learned is the provider's budget of one dimension of a group. OpenAI
+// and Anthropic replenish their limits continuously (a token bucket that
+// is full again at the reset), so with a limit and a reset known the
+// budget refills linearly from the reported remaining to the limit at
+// the reset; without them (Azure's remaining alone) it holds still until
+// the figure expires.
 type learned struct {
-	at        int64 // the report's instant, unix nanoseconds
-	until     int64 // the figure holds until then; 0 when nothing is known
-	limit     int64
-	remaining int64 // as reported, less what was admitted since
+	at        int64   // the report's instant, unix nanoseconds
+	until     int64   // the figure holds until then; 0 when nothing is known
+	limit     int64   // 0 when not reported
+	remaining float64 // as reported, less what was admitted since
+	perNs     float64 // refill per nanosecond; 0 when the budget holds still
+}
+
+// available returns the budget at now, before until: it reaches the
+// limit at the reset, when the figure ends.
+func (l *learned) available(now int64) float64 {
+	return l.remaining + l.perNs*float64(now-l.at)
+}
+
+// wait returns how long from now until n fits in the budget, at most
+// until the figure expires.
+func (l *learned) wait(n int64, now int64) time.Duration {
+	end := time.Duration(l.until - now)
+	if l.perNs == 0 {
+		return end
+	}
+	return min(end, limits.CeilDuration((float64(n)-l.available(now))/l.perNs))
 }
 
 // New returns a Store; it fails when a field of cfg is negative.
@@ -174,9 +200,12 @@ func (s *Store) Observe(group string, r Report) bool {
 		if f.HasReset {
 			ttl = min(f.Reset, s.cfg.MaxPause)
 		}
-		*l = learned{at: now, until: now + int64(ttl), limit: f.Limit, remaining: f.Remaining}
-		if !f.HasLimit {
-			l.limit = 0
+		*l = learned{at: now, until: now + int64(ttl), remaining: float64(f.Remaining)}
+		if f.HasLimit {
+			l.limit = f.Limit
+			if f.HasReset && f.Reset > 0 && f.Limit > f.Remaining {
+				l.perNs = float64(f.Limit-f.Remaining) / float64(f.Reset)
+			}
 		}
 		if f.Remaining == 0 && f.HasReset {
 			pause, exhausted = max(pause, f.Reset), true
@@ -269,7 +298,7 @@ func (s *Store) Groups(now time.Time) []GroupStatus {
 		for d, l := range g.dims {
 			if ns < l.until {
 				st.Figures[d] = Figure{
-					Limit: l.limit, Remaining: l.remaining, Reset: time.Duration(l.until - ns),
+					Limit: l.limit, Remaining: int64(max(l.available(ns), 0)), Reset: time.Duration(l.until - ns),
 					HasLimit: l.limit > 0, HasRemaining: true, HasReset: true,
 				}
 			}
@@ -322,9 +351,10 @@ func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n 
 	if !l.rate || ns >= b.until {
 		return l.inner.Acquire(ctx, key, lim, n, now, g)
 	}
-	if n > b.remaining {
-		wait := time.Duration(b.until - ns)
-		*g = backend.Grant{Limit: lim.Capacity(), Remaining: b.remaining, Reset: wait, RetryAfter: wait}
+	avail := b.available(ns)
+	if float64(n) > avail {
+		reset := time.Duration(b.until - ns)
+		*g = backend.Grant{Limit: lim.Capacity(), Remaining: int64(max(avail, 0)), Reset: reset, RetryAfter: b.wait(n, ns)}
 		if b.limit > 0 {
 			g.Limit = min(g.Limit, b.limit)
 		}
@@ -336,8 +366,8 @@ func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n 
 	if err := l.inner.Acquire(ctx, key, lim, n, now, g); err != nil || !g.OK {
 		return err
 	}
-	b.remaining -= n
-	g.Remaining = min(g.Remaining, b.remaining)
+	b.remaining -= float64(n)
+	g.Remaining = min(g.Remaining, int64(avail)-n)
 	return nil
 }
 

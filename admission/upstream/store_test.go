@@ -122,7 +122,18 @@ func TestStoreSteps(t *testing.T) {
 			{observe: &skewed}, {n: 1, retry: 30 * time.Second}, {at: 30 * time.Second, n: 1, ok: true},
 		}},
 		{"a requests policy reads the requests figures", upstream.Config{}, requests, []step{
-			{observe: rpm}, {n: 1, ok: true}, {n: 1, retry: 10 * time.Second},
+			// 99 more requests by the reset: one every 10s/99.
+			{observe: rpm}, {n: 1, ok: true}, {n: 1, retry: 101010102},
+		}},
+		{"the learned budget refills toward the provider's limit", upstream.Config{}, tpm(), []step{
+			{observe: &upstream.Report{Figures: [4]upstream.Figure{{}, fig(1000, 0, 10*time.Second)}}},
+			// 100 tokens a second until the provider's bucket is full.
+			{n: 200, retry: 2 * time.Second},
+			{at: 2 * time.Second, n: 200, ok: true},
+			{at: 2 * time.Second, n: 100, retry: time.Second},
+			{at: 2 * time.Second, n: 1, retry: 10 * time.Millisecond},
+			// Past the reset the figure is over: the static limit has 800.
+			{at: 10 * time.Second, n: 800, ok: true}, {at: 10 * time.Second, n: 1, retry: 50 * time.Second},
 		}},
 	}
 	for _, tt := range tests {
@@ -353,8 +364,9 @@ func TestStoreGroups(t *testing.T) {
 		at   time.Duration
 		want upstream.GroupStatus
 	}{
-		{2 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Paused: 3 * time.Second, Figures: [4]upstream.Figure{{}, fig(1000, 40, 28*time.Second)}}},
-		{10 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Figures: [4]upstream.Figure{{}, fig(1000, 40, 20*time.Second)}}},
+		// 40 left of 1000, full in 30s: 32 tokens a second.
+		{2 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Paused: 3 * time.Second, Figures: [4]upstream.Figure{{}, fig(1000, 104, 28*time.Second)}}},
+		{10 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Figures: [4]upstream.Figure{{}, fig(1000, 360, 20*time.Second)}}},
 		{30 * time.Second, upstream.GroupStatus{Group: "gpt-4o"}},
 	} {
 		got := s.Groups(backendtest.Epoch.Add(tc.at))
