@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -172,5 +173,109 @@ func TestLearnedBudgetQueuedFair(t *testing.T) {
 	t.Logf("admitted %d, provider 429s %d, tokens by tenant %v, provider tokens used %.1f%%, Jain's index %.4f", admitted, throttled, used, 100*useful, jain)
 	if ratio > 0.01 || useful < 0.95 || jain < 0.95 {
 		t.Errorf("429s %.3f of admitted, %.3f of the provider's tokens used, Jain's index %.3f; want <= 0.01, >= 0.95, >= 0.95", ratio, useful, jain)
+	}
+}
+
+// TestLearnedBudgetClasses: interactive requests (priority 10, a 70%
+// share) and a batch tenant saturating the queue behind the same
+// provider. Interactive traffic within its share waits little (p99 <= 2s,
+// in fact one refill) and batch keeps every token interactive leaves;
+// interactive traffic offered beyond its share gets 70% and batch its
+// 30% floor.
+func TestLearnedBudgetClasses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every time.Duration // one interactive request of 100 tokens each
+		// want, of the provider's tokens used after warmup:
+		minInteractive, minBatch float64
+		maxP99                   time.Duration
+	}{
+		{"interactive within its share", 200 * time.Millisecond, 0.49, 0.49, 2 * time.Second},
+		{"interactive beyond its share", 25 * time.Millisecond, 0.69, 0.29, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := admissiontest.NewClock(backendtest.Epoch)
+			s, _ := upstream.New(upstream.Config{})
+			c := newController(t, clock, s, limits.Policy{
+				Name: "tpm", Store: "upstream", Key: []limits.KeyPart{limits.KeyModel}, Unit: limits.UnitTokens,
+				Algorithm: limits.TokenBucket, Limit: 60_000, Per: time.Minute,
+				// Room for every request of the run: none is refused.
+				Queue: limits.Queue{Size: 5000, Shares: []limits.Share{{Priority: 10, Percent: 70}}},
+			})
+			var mu sync.Mutex
+			p := &provider{limit: 60_000, level: 0, last: clock.Now()}
+			const warmup, run = 10 * time.Second, time.Minute
+			var byClass [2]int64 // tokens used after warmup: batch, interactive
+			var waits []time.Duration
+			call := func(r admission.Request, class int) {
+				mu.Lock()
+				defer mu.Unlock()
+				now := clock.Now()
+				status, h := p.call(r.Tokens, now)
+				s.Observe(r.Model, upstream.Parse(h.Get, status, now))
+				if status == http.StatusOK && now.Sub(backendtest.Epoch) >= warmup {
+					byClass[class] += r.Tokens
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			const batchers = 4
+			for i := range batchers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := admission.Request{Tenant: "batch", Model: "gpt-4o", Tokens: 100, Priority: 0, User: fmt.Sprint(i)}
+					for {
+						tk, err := c.Admit(ctx, r)
+						if err != nil {
+							return
+						}
+						call(r, 0)
+						tk.Done()
+					}
+				}()
+			}
+			var live int
+			var liveMu sync.Mutex
+			alive := func() int { liveMu.Lock(); defer liveMu.Unlock(); return live }
+			for next := time.Duration(0); clock.Now().Sub(backendtest.Epoch) < run; {
+				for ; next <= clock.Now().Sub(backendtest.Epoch); next += tc.every {
+					liveMu.Lock()
+					live++
+					liveMu.Unlock()
+					wg.Add(1)
+					go func(arrived time.Time) {
+						defer wg.Done()
+						r := admission.Request{Tenant: "interactive", Model: "gpt-4o", Tokens: 100, Priority: 10}
+						tk, err := c.Admit(ctx, r)
+						if err == nil {
+							call(r, 1)
+							tk.Done()
+							mu.Lock()
+							if arrived.Sub(backendtest.Epoch) >= warmup {
+								waits = append(waits, clock.Now().Sub(arrived))
+							}
+							mu.Unlock()
+						}
+						liveMu.Lock()
+						live--
+						liveMu.Unlock()
+					}(clock.Now())
+				}
+				waitFor(t, "every request to wait", func() bool { return queued(c) == batchers+alive() })
+				clock.Advance(25 * time.Millisecond)
+			}
+			waitFor(t, "every request to wait", func() bool { return queued(c) == batchers+alive() })
+			cancel()
+			wg.Wait()
+			slices.Sort(waits)
+			p99 := waits[len(waits)*99/100]
+			total := float64(byClass[0] + byClass[1])
+			batch, interactive := float64(byClass[0])/total, float64(byClass[1])/total
+			t.Logf("after warmup: %.0f tokens, interactive %.1f%%, batch %.1f%%, interactive queue wait p99 %v (%d requests)", total, 100*interactive, 100*batch, p99, len(waits))
+			if interactive < tc.minInteractive || batch < tc.minBatch || (tc.maxP99 > 0 && p99 > tc.maxP99) {
+				t.Errorf("interactive %.3f, batch %.3f, p99 %v; want >= %v, >= %v, p99 <= %v", interactive, batch, p99, tc.minInteractive, tc.minBatch, tc.maxP99)
+			}
+		})
 	}
 }

@@ -154,11 +154,11 @@ func (s *Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 	}
 	var errs []error
 	if !ok {
-		errs = append(errs, fmt.Errorf("upstream: policy %q counts %q: an upstream policy counts requests, tokens, input_tokens or output_tokens", p.Name, p.Unit))
+		errs = append(errs, fmt.Errorf("upstream: unit %.64q: an upstream policy counts requests, tokens, input_tokens or output_tokens", p.Unit))
 	}
 	for _, k := range p.Key {
 		if k != limits.KeyGlobal && k != limits.KeyModel && k != limits.KeyOperation {
-			errs = append(errs, fmt.Errorf("upstream: policy %q is keyed by %s: an upstream policy is keyed by global, model or operation, as providers limit", p.Name, k))
+			errs = append(errs, fmt.Errorf("upstream: key %s: an upstream policy is keyed by global, model or operation, as providers limit", k))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -375,3 +375,16 @@ func TestStoreGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerRefusesBadPolicy: the controller names the policy whose
+// configuration the store refuses.
+func TestControllerRefusesBadPolicy(t *testing.T) {
+	s, _ := upstream.New(upstream.Config{})
+	p := tpm()
+	p.Key = []limits.KeyPart{limits.KeyTenant}
+	_, err := admission.New(admission.Config{Policies: []limits.Policy{p}}, admission.WithStore("upstream", s))
+	const want = `policy "tpm": upstream: key tenant: an upstream policy is keyed by global, model or operation, as providers limit`
+	if err == nil || err.Error() != want {
+		t.Errorf("New = %v; want %s", err, want)
+	}
+}
