@@ -453,10 +453,10 @@ func (q *queue) push(w *waiter) {
 // peek returns the waiter to serve next.
 func (q *queue) peek() *waiter {
 	var best *prioClass
-	var held [limits.MaxShares + 1]int64
+	var inflight [limits.MaxShares + 1]int64
 	if q.slots != nil {
 		for prio, cost := range q.slots.byPrio {
-			held[q.groupOf(prio)] += cost
+			inflight[q.groupOf(prio)] += cost
 		}
 	}
 	for _, pc := range q.classes {
@@ -469,7 +469,7 @@ func (q *queue) peek() *waiter {
 		}
 		// Classes are by priority, highest first: the first seen of a
 		// group is the group's next.
-		if best == nil || q.before(pc.group, best.group, &held) {
+		if best == nil || q.before(pc.group, best.group, &inflight) {
 			best = pc
 		}
 	}
@@ -487,13 +487,13 @@ func (q *queue) peek() *waiter {
 // before one without weight, then the one holding least in flight for
 // its share (a concurrency partition's), then the least served for its
 // share.
-func (q *queue) before(a, b int, held *[limits.MaxShares + 1]int64) bool {
+func (q *queue) before(a, b int, inflight *[limits.MaxShares + 1]int64) bool {
 	ga, gb := &q.groups[a], &q.groups[b]
 	if (ga.weight > 0) != (gb.weight > 0) {
 		return ga.weight > 0
 	}
 	if q.slots != nil && ga.weight > 0 {
-		if la, lb := float64(held[a])/ga.weight, float64(held[b])/gb.weight; la != lb {
+		if la, lb := float64(inflight[a])/ga.weight, float64(inflight[b])/gb.weight; la != lb {
 			return la < lb
 		}
 	}
