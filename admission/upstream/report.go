@@ -149,6 +149,15 @@ var headerNames = func() (t [numDimensions]struct {
 	return t
 }()
 
+// bounded returns f with its amounts within [0, limits.MaxAmount] and its
+// reset within [0, MaxReset], as Parse keeps them.
+func (f Figure) bounded() Figure {
+	f.Limit = min(max(f.Limit, 0), limits.MaxAmount)
+	f.Remaining = min(max(f.Remaining, 0), limits.MaxAmount)
+	f.Reset = min(max(f.Reset, 0), MaxReset)
+	return f
+}
+
 // tighter merges two vendors' figures of one dimension: the lower limit
 // and remaining, the later reset.
 func (f Figure) tighter(o Figure) Figure {

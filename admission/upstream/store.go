@@ -178,7 +178,8 @@ func (s *Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 // at most Config.MaxPause. It reports whether the report was kept: a
 // report without a Received instant, about a group whose key is longer
 // than 256 bytes, or about a new group when the table is full of groups
-// whose figures still hold, is not.
+// whose figures still hold, is not. A report built by hand rather than by
+// Parse is held to Parse's bounds.
 func (s *Store) Observe(group string, r Report) bool {
 	if len(group) > maxGroupKey || r.Received.IsZero() {
 		return false
@@ -192,7 +193,7 @@ func (s *Store) Observe(group string, r Report) bool {
 	defer g.mu.Unlock()
 	pause, exhausted := time.Duration(0), false
 	for d := range g.dims {
-		f, l := &r.Figures[d], &g.dims[d]
+		f, l := r.Figures[d].bounded(), &g.dims[d]
 		if !f.HasRemaining || now < l.at {
 			continue
 		}
@@ -214,7 +215,7 @@ func (s *Store) Observe(group string, r Report) bool {
 	if r.Throttled {
 		switch {
 		case r.HasRetryAfter:
-			pause = r.RetryAfter
+			pause = min(max(r.RetryAfter, 0), MaxReset)
 		case !exhausted:
 			pause = s.cfg.Pause
 		}

@@ -121,6 +121,12 @@ func TestStoreSteps(t *testing.T) {
 		{"provider clock skew", upstream.Config{}, tpm(), []step{
 			{observe: &skewed}, {n: 1, retry: 30 * time.Second}, {at: 30 * time.Second, n: 1, ok: true},
 		}},
+		{"a report built by hand is bounded", upstream.Config{}, tpm(), []step{
+			{observe: &upstream.Report{Figures: [4]upstream.Figure{{}, {Remaining: -5, Reset: -time.Second, HasRemaining: true, HasReset: true}}}},
+			{n: 1, ok: true},
+			{observe: &upstream.Report{Throttled: true, RetryAfter: -time.Hour, HasRetryAfter: true}}, {n: 1, ok: true},
+			{observe: throttled(nil, 1<<62)}, {n: 1, retry: upstream.DefaultMaxPause},
+		}},
 		{"a requests policy reads the requests figures", upstream.Config{}, requests, []step{
 			// 99 more requests by the reset: one every 10s/99.
 			{observe: rpm}, {n: 1, ok: true}, {n: 1, retry: 101010102},
