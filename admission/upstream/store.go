@@ -41,12 +41,17 @@ type Config struct {
 	// RemainingTTL is how long a remaining figure sent without a reset
 	// (as Azure OpenAI does) holds; DefaultRemainingTTL when zero.
 	RemainingTTL time.Duration
+	// Static is the store that holds the policies' static budgets; nil
+	// means the in-memory store. With a shared store (Redis) the
+	// published budget holds for a fleet of gateways, while each replica
+	// learns from the responses it receives.
+	Static backend.Store
 }
 
 // Store is a limit store for the policies that guard a provider: each
-// policy is evaluated by the in-memory store with its own, static limit
-// (the provider's published tier), and tightened by what the provider's
-// responses report, per group. A group is a partition key of the
+// policy is evaluated with its own, static limit (the provider's
+// published tier) by Config.Static, in memory by default, and tightened
+// by what the provider's responses report, per group. A group is a partition key of the
 // policies on the store: "" for a policy keyed globally (the whole
 // upstream), the model for a policy keyed by model. Register one Store per
 // upstream (per provider account, or per Azure deployment) with
@@ -164,7 +169,11 @@ func (s *Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	inner, err := memstore.Store{}.Limiter(p)
+	static := s.cfg.Static
+	if static == nil {
+		static = memstore.Store{}
+	}
+	inner, err := static.Limiter(p)
 	if err != nil {
 		return nil, err
 	}
@@ -383,15 +392,29 @@ func (l *limiter) Release(ctx context.Context, key string, lim *limits.Limit, g 
 	return l.inner.Release(ctx, key, lim, g, now)
 }
 
-// Renew implements backend.Renewer.
+// Renew implements backend.Renewer when the static store's limiter
+// does; otherwise it fails with an error matching errors.ErrUnsupported.
 func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
-	return l.inner.(backend.Renewer).Renew(ctx, key, lim, g, now)
+	rn, ok := l.inner.(backend.Renewer)
+	if !ok {
+		return fmt.Errorf("upstream: the static store cannot renew leases: %w", errors.ErrUnsupported)
+	}
+	return rn.Renew(ctx, key, lim, g, now)
 }
 
-// Stats implements backend.Inspector: the static limit's partitions.
+// Stats implements backend.Inspector: the static limit's partitions, when
+// the static store's limiter can describe them (the zero Stats
+// otherwise, as for a store that cannot).
 func (l *limiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
-	return l.inner.(backend.Inspector).Stats(lim, now)
+	if in, ok := l.inner.(backend.Inspector); ok {
+		return in.Stats(lim, now)
+	}
+	return backend.Stats{}
 }
 
 // OnEvict implements backend.Inspector.
-func (l *limiter) OnEvict(f func(n int)) { l.inner.(backend.Inspector).OnEvict(f) }
+func (l *limiter) OnEvict(f func(n int)) {
+	if in, ok := l.inner.(backend.Inspector); ok {
+		in.OnEvict(f)
+	}
+}

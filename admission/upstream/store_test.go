@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/admission/upstream"
 )
 
@@ -392,5 +393,52 @@ func TestControllerRefusesBadPolicy(t *testing.T) {
 	const want = `policy "tpm": upstream: key tenant: an upstream policy is keyed by global, model or operation, as providers limit`
 	if err == nil || err.Error() != want {
 		t.Errorf("New = %v; want %s", err, want)
+	}
+}
+
+// plainStore is the in-memory store without the optional interfaces, as
+// a shared store may be.
+type plainStore struct{}
+
+func (plainStore) Limiter(p *limits.Policy) (backend.Limiter, error) {
+	l, err := memstore.Store{}.Limiter(p)
+	return struct{ backend.Limiter }{l}, err
+}
+
+// TestStaticStore: the static budget lives in the configured store (the
+// in-memory one by default), and what that store cannot do (renew leases,
+// count partitions) the upstream store reports as such rather than
+// pretending.
+func TestStaticStore(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		static     backend.Store
+		renew      error
+		partitions int
+	}{
+		{"memory", nil, nil, 1},
+		{"without renewals or stats", plainStore{}, errors.ErrUnsupported, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := admissiontest.NewClock(backendtest.Epoch)
+			s, _ := upstream.New(upstream.Config{Static: tc.static})
+			p := limits.Policy{Name: "inflight", Store: "upstream", Algorithm: limits.Concurrency, Limit: 1}
+			c := newController(t, clock, s, p)
+			tk, err := c.Admit(context.Background(), admission.Request{Tenant: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tk.Done()
+			if _, err := c.Admit(context.Background(), admission.Request{Tenant: "b"}); !errors.Is(err, admission.ErrConcurrencyLimited) {
+				t.Errorf("second Admit = %v; want the static limit of 1 in flight", err)
+			}
+			clock.Advance(limits.DefaultMaxHold / 2) // Renew calls the store from then on
+			if err := tk.Renew(); !errors.Is(err, tc.renew) {
+				t.Errorf("Renew = %v; want %v", err, tc.renew)
+			}
+			if st := c.Stats(); st[0].Partitions != tc.partitions {
+				t.Errorf("Stats partitions = %d; want %d", st[0].Partitions, tc.partitions)
+			}
+		})
 	}
 }
