@@ -51,11 +51,12 @@ type Config struct {
 // Store is a limit store for the policies that guard a provider: each
 // policy is evaluated with its own, static limit (the provider's
 // published tier) by Config.Static, in memory by default, and tightened
-// by what the provider's responses report, per group. A group is a partition key of the
-// policies on the store: "" for a policy keyed globally (the whole
-// upstream), the model for a policy keyed by model. Register one Store per
-// upstream (per provider account, or per Azure deployment) with
-// admission.WithStore, and feed it every response with Observe.
+// by what the provider's responses report, per group. A group is a
+// partition key of the policies on the store: "" for a policy keyed
+// globally (the whole upstream), the model for a policy keyed by model.
+// Register one Store per upstream (per provider account, or per Azure
+// deployment) with admission.WithStore, and feed it every response with
+// Observe.
 //
 // What is learned only tightens: a request is refused when the group is
 // paused after a provider refusal, or when the provider's remaining
@@ -65,8 +66,8 @@ type Config struct {
 // linearly to the limit at the reset, as OpenAI's and Anthropic's
 // buckets do, and a refusal's retry-after is when the estimate fits;
 // with the remaining figure alone, it holds until the reset (or
-// Config.RemainingTTL). A policy with a queue makes such
-// requests wait for the reset rather than fail.
+// Config.RemainingTTL). A policy with a queue makes such requests wait
+// rather than fail.
 type Store struct {
 	cfg    Config
 	mu     sync.RWMutex
