@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -440,5 +441,51 @@ func TestStaticStore(t *testing.T) {
 				t.Errorf("Stats partitions = %d; want %d", st[0].Partitions, tc.partitions)
 			}
 		})
+	}
+}
+
+// TestNeverLoosensProperty: whatever the provider reports, in whatever
+// order (random figures, resets, pauses, out-of-order instants), the
+// upstream store never admits more in a window than the static budget
+// alone would, and never admits what the in-memory store refuses.
+func TestNeverLoosensProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 1))
+	p := tpm()
+	lim := p.Base()
+	for trial := range 200 {
+		s, _ := upstream.New(upstream.Config{MaxGroups: 1 + rng.IntN(3)})
+		up, _ := s.Limiter(&p)
+		peer, _ := memstore.Store{}.Limiter(&p)
+		now := backendtest.Epoch
+		for step := range 500 {
+			now = now.Add(time.Duration(rng.Int64N(int64(2 * time.Second))))
+			group := fmt.Sprint("m", rng.IntN(4))
+			if rng.IntN(3) == 0 {
+				var r upstream.Report
+				r.Received = now.Add(-time.Duration(rng.Int64N(int64(time.Second))))
+				for d := range r.Figures {
+					r.Figures[d] = fig(rng.Int64N(3000)-500, rng.Int64N(3000)-500, time.Duration(rng.Int64N(int64(2*time.Minute)))-time.Second)
+				}
+				if r.Throttled = rng.IntN(4) == 0; r.Throttled {
+					r.RetryAfter, r.HasRetryAfter = time.Duration(rng.Int64N(int64(time.Minute))), rng.IntN(2) == 0
+				}
+				s.Observe(group, r)
+				continue
+			}
+			n := rng.Int64N(1200)
+			var g, pg backend.Grant
+			_ = up.Acquire(context.Background(), group, &lim, n, now, &g)
+			if g.OK {
+				// The peer is asked only for what the upstream store
+				// admitted, so it holds the same state: it must agree.
+				_ = peer.Acquire(context.Background(), group, &lim, n, now, &pg)
+				if !pg.OK {
+					t.Fatalf("trial %d step %d: the upstream store admitted %d for %s that the static budget alone refuses", trial, step, n, group)
+				}
+			}
+			if !g.OK && g.RetryAfter < 0 && g.RetryAfter != limits.Never {
+				t.Fatalf("trial %d step %d: retry-after %v", trial, step, g.RetryAfter)
+			}
+		}
 	}
 }
