@@ -10,6 +10,83 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
+// contention is a random set of classes waiting on one queue: priorities
+// 0..k-1, shares for some of them, requests of random cost from three
+// tenants, and the classes that always have a waiter (steady); the
+// others come and go.
+type contention struct {
+	q       *queue
+	rng     *rand.Rand
+	shares  []limits.Share
+	left    int // the percent of the priorities without a share
+	steady  []bool
+	waiting []int
+	maxCost int64
+}
+
+func newContention(rng *rand.Rand, maxCost int64) *contention {
+	k := 2 + rng.IntN(5)
+	c := &contention{rng: rng, left: 100, steady: make([]bool, k), waiting: make([]int, k), maxCost: maxCost}
+	for prio := range k {
+		if c.left > 0 && rng.IntN(3) > 0 {
+			pct := 1 + rng.IntN(c.left)
+			if rng.IntN(4) == 0 {
+				pct = c.left
+			}
+			c.shares = append(c.shares, limits.Share{Priority: prio, Percent: pct})
+			c.left -= pct
+		}
+	}
+	if len(c.shares) == 0 {
+		c.shares = []limits.Share{{Priority: 0, Percent: 1 + rng.IntN(100)}}
+		c.left = 100 - c.shares[0].Percent
+	}
+	c.q = newQueue("k", c.shares)
+	for prio := range k {
+		if c.steady[prio] = rng.IntN(2) == 0; c.steady[prio] {
+			c.push(prio)
+		}
+	}
+	return c
+}
+
+func (c *contention) push(prio int) {
+	c.q.push(&waiter{tenant: fmt.Sprint(c.rng.IntN(3)), prio: prio, h: &held{est: 1 + c.rng.Int64N(c.maxCost)}})
+	c.waiting[prio]++
+}
+
+// arrive queues a request of each class that comes and goes, at random.
+func (c *contention) arrive() {
+	for prio, steady := range c.steady {
+		if !steady && c.rng.IntN(4) == 0 {
+			c.push(prio)
+		}
+	}
+}
+
+// serve takes w, about to be admitted, out of the queue, and queues the
+// next request of a steady class.
+func (c *contention) serve(w *waiter) {
+	c.q.charge(w.prio, w.h.est)
+	c.q.pop(w)
+	if c.waiting[w.prio]--; c.steady[w.prio] && c.waiting[w.prio] == 0 {
+		c.push(w.prio)
+	}
+}
+
+// floor returns share group g's percent, and whether one of its
+// priorities always has a waiter.
+func (c *contention) floor(g int) (percent int, always bool) {
+	percent = c.left
+	if g < len(c.shares) {
+		percent = c.shares[g].Percent
+	}
+	for prio, steady := range c.steady {
+		always = always || (steady && c.q.groupOf(prio) == g)
+	}
+	return percent, always
+}
+
 // TestSharesFloorProperty: under random contention (random classes,
 // shares, tenants and costs, some classes always waiting, others coming
 // and going), every share group that always has a waiter is served at
@@ -18,71 +95,24 @@ import (
 func TestSharesFloorProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 3))
 	for trial := range 300 {
-		k := 2 + rng.IntN(5) // priorities 0..k-1
-		var shares []limits.Share
-		left := 100
-		for prio := range k {
-			if left == 0 || rng.IntN(3) == 0 {
-				continue // a priority without a share: the rest's group
-			}
-			pct := 1 + rng.IntN(left)
-			if rng.IntN(4) == 0 {
-				pct = left
-			}
-			shares = append(shares, limits.Share{Priority: prio, Percent: pct})
-			left -= pct
-		}
-		if len(shares) == 0 {
-			shares = []limits.Share{{Priority: 0, Percent: 1 + rng.IntN(100)}}
-			left = 100 - shares[0].Percent
-		}
-		q := newQueue("k", shares)
-		maxCost := 1 + rng.Int64N(100)
-		steady := make([]bool, k) // always has a waiter
-		waiting := make([]int, k)
-		push := func(prio int) {
-			q.push(&waiter{tenant: fmt.Sprint(rng.IntN(3)), prio: prio, h: &held{est: 1 + rng.Int64N(maxCost)}})
-			waiting[prio]++
-		}
-		for prio := range k {
-			steady[prio] = rng.IntN(2) == 0
-			if steady[prio] {
-				push(prio)
-			}
-		}
-		served := make([]int64, len(shares)+1)
+		c := newContention(rng, 1+rng.Int64N(100))
+		served := make([]int64, len(c.shares)+1)
 		var total int64
 		for range 3000 {
-			for prio := range k {
-				if !steady[prio] && rng.IntN(4) == 0 {
-					push(prio)
-				}
-			}
-			w := q.peek()
+			c.arrive()
+			w := c.q.peek()
 			if w == nil {
 				continue
 			}
-			q.charge(w.prio, w.h.est)
-			q.pop(w)
-			waiting[w.prio]--
-			served[q.groupOf(w.prio)] += w.h.est
+			c.serve(w)
+			served[c.q.groupOf(w.prio)] += w.h.est
 			total += w.h.est
-			if steady[w.prio] && waiting[w.prio] == 0 {
-				push(w.prio)
-			}
 		}
 		for g := range served {
-			percent := left
-			if g < len(shares) {
-				percent = shares[g].Percent
-			}
-			always := false
-			for prio := range k {
-				always = always || (steady[prio] && q.groupOf(prio) == g)
-			}
-			floor := total*int64(percent)/100 - 2*int64(len(served))*maxCost
+			percent, always := c.floor(g)
+			floor := total*int64(percent)/100 - 2*int64(len(served))*c.maxCost
 			if always && served[g] < floor {
-				t.Fatalf("trial %d: shares %v, steady %v: group %d served %d of %d; want >= %d (%d%%)", trial, shares, steady, g, served[g], total, floor, percent)
+				t.Fatalf("trial %d: shares %v, steady %v: group %d served %d of %d; want >= %d (%d%%)", trial, c.shares, c.steady, g, served[g], total, floor, percent)
 			}
 		}
 	}
@@ -153,42 +183,17 @@ func TestSlotSharesFloorProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 8))
 	const ticks, warmup = 3000, 300
 	for trial := range 150 {
-		k := 2 + rng.IntN(4)
-		var shares []limits.Share
-		left := 100
-		for prio := range k {
-			if left > 0 && rng.IntN(3) > 0 {
-				pct := 1 + rng.IntN(left)
-				shares = append(shares, limits.Share{Priority: prio, Percent: pct})
-				left -= pct
-			}
-		}
-		if len(shares) == 0 {
-			shares = []limits.Share{{Priority: 0, Percent: 50}}
-			left = 50
-		}
-		q := newQueue("k", shares)
+		c := newContention(rng, 1+rng.Int64N(5))
+		q := c.q
 		q.slots = &slotLoad{byPrio: map[int]int64{}}
-		maxCost := 1 + rng.Int64N(5)
-		capacity := maxCost * (10 + rng.Int64N(40))
+		capacity := c.maxCost * (10 + rng.Int64N(40))
 		free := capacity
-		steady := make([]bool, k)
-		waiting := make([]int, k)
-		push := func(prio int) {
-			q.push(&waiter{tenant: fmt.Sprint(rng.IntN(3)), prio: prio, h: &held{est: 1 + rng.Int64N(maxCost)}})
-			waiting[prio]++
-		}
-		for prio := range k {
-			if steady[prio] = rng.IntN(2) == 0; steady[prio] {
-				push(prio)
-			}
-		}
 		type running struct {
 			prio      int
 			cost, end int64
 		}
 		var run []running
-		sum := make([]int64, len(shares)+1) // held, summed over ticks after warmup
+		sum := make([]int64, len(c.shares)+1) // held, summed over ticks after warmup
 		for tick := int64(0); tick < ticks; tick++ {
 			kept := run[:0]
 			for _, r := range run {
@@ -202,27 +207,18 @@ func TestSlotSharesFloorProperty(t *testing.T) {
 				}
 			}
 			run = kept
-			for prio := range k {
-				if !steady[prio] && rng.IntN(3) == 0 {
-					push(prio)
-				}
-			}
+			c.arrive()
 			for {
 				w := q.peek()
 				if w == nil || w.h.est > free {
 					break
 				}
-				q.charge(w.prio, w.h.est)
-				q.pop(w)
-				waiting[w.prio]--
+				c.serve(w)
 				free -= w.h.est
 				q.slots.byPrio[w.prio] += w.h.est
 				// Durations differ by class, so long requests would
 				// crowd out short ones if shares counted admissions.
 				run = append(run, running{w.prio, w.h.est, tick + 1 + int64(w.prio*7) + rng.Int64N(20)})
-				if steady[w.prio] && waiting[w.prio] == 0 {
-					push(w.prio)
-				}
 			}
 			if tick >= warmup {
 				for prio, cost := range q.slots.byPrio {
@@ -231,19 +227,12 @@ func TestSlotSharesFloorProperty(t *testing.T) {
 			}
 		}
 		for g := range sum {
-			percent := left
-			if g < len(shares) {
-				percent = shares[g].Percent
-			}
-			always := false
-			for prio := range k {
-				always = always || (steady[prio] && q.groupOf(prio) == g)
-			}
+			percent, always := c.floor(g)
 			avg := float64(sum[g]) / (ticks - warmup)
 			// Each other group may round its share up by a request.
-			floor := float64(capacity*int64(percent))/100 - float64(int64(len(sum))*maxCost)
+			floor := float64(capacity*int64(percent))/100 - float64(int64(len(sum))*c.maxCost)
 			if always && avg < floor {
-				t.Fatalf("trial %d: shares %v steady %v capacity %d: group %d holds %.2f on average; want >= %.2f (%d%%)", trial, shares, steady, capacity, g, avg, floor, percent)
+				t.Fatalf("trial %d: shares %v steady %v capacity %d: group %d holds %.2f on average; want >= %.2f (%d%%)", trial, c.shares, c.steady, capacity, g, avg, floor, percent)
 			}
 		}
 	}
