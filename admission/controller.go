@@ -187,6 +187,7 @@ func buildPolicies(list []Policy, old *config) []*policy {
 	for i := range list {
 		p := &policy{Policy: list[i]}
 		p.Key = slices.Clone(p.Key)
+		p.Queue.Shares = slices.Clone(p.Queue.Shares)
 		p.unit = p.Unit
 		if p.unit == "" {
 			p.unit = limits.UnitRequests
@@ -633,6 +634,9 @@ func (c *Controller) rollback(t *ticket, now time.Time) {
 func (c *Controller) settleOne(h *held, delta int64, now time.Time, wake bool) {
 	ctx, l := context.Background(), h.limiterOf()
 	if h.p.Algorithm == limits.Concurrency {
+		if len(h.p.Queue.Shares) > 0 && !h.local {
+			h.p.queues.released(h)
+		}
 		c.settleFailed(h, l.Release(ctx, h.key, h.lim, &h.grant, now))
 		wake = true
 	} else if delta != 0 {

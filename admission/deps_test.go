@@ -9,9 +9,10 @@ import (
 
 // TestStdlibOnly keeps the core free of outside dependencies: adapters,
 // exporters and stores depend on admission, never the reverse. The core
-// is four packages: the vocabulary of limits, the store contract, the
-// in-memory store and the controller; together they import only the
-// standard library, and the lower ones never the upper ones.
+// is five packages: the vocabulary of limits, the store contract, the
+// in-memory store, the controller and the provider-budget store beside
+// it; together they import only the standard library, and the lower ones
+// never the upper ones.
 func TestStdlibOnly(t *testing.T) {
 	const mod = "github.com/sluicehq/sluice/admission"
 	allowed := map[string][]string{
@@ -19,6 +20,7 @@ func TestStdlibOnly(t *testing.T) {
 		mod + "/backend":  {mod + "/limits"},
 		mod + "/memstore": {mod + "/limits", mod + "/backend"},
 		mod:               {mod + "/limits", mod + "/backend", mod + "/memstore"},
+		mod + "/upstream": {mod + "/limits", mod + "/backend", mod + "/memstore"},
 	}
 	for pkg, want := range allowed {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()

@@ -169,6 +169,16 @@
 // within a tenant: one tenant's backlog on a shared cap does not delay
 // another tenant's single request behind all of it. TryAdmit never waits.
 //
+// Strict priority lets a busy high class starve the others. Queue.Shares
+// instead guarantees priority classes shares of a contended policy (for
+// example interactive traffic at least 70%, everything else at least
+// 30%): waiting classes are served in proportion to their shares of the
+// cost admitted, on a concurrency policy of the permits held, and a class
+// with nothing waiting lends its share to the others (see limits.Share).
+// A request's class is its Priority, which the caller sets from a trusted
+// source (the tenant's plan, the API key, the route), never from a raw
+// client header.
+//
 // # Several policies
 //
 // All matching policies are evaluated: first those Begin would decide

@@ -19,9 +19,11 @@ import (
 const pollInterval = 100 * time.Millisecond
 
 // queueSet holds the queues of one policy, one per partition with waiters.
-// Within a partition's queue, waiters are served by priority, then round
-// robin across tenants, then oldest or newest first within a tenant, so one
-// tenant's backlog cannot delay another tenant's request behind all of it.
+// Within a partition's queue, waiters are served by priority (or, when the
+// policy reserves shares, by class in proportion to the shares), then
+// round robin across tenants, then oldest or newest first within a tenant,
+// so one tenant's backlog cannot delay another tenant's request behind all
+// of it.
 type queueSet struct {
 	c      *Controller
 	st     *policyState
@@ -30,8 +32,31 @@ type queueSet struct {
 }
 
 type qshard struct {
-	mu sync.Mutex
-	m  map[string]*queue
+	mu    sync.Mutex
+	m     map[string]*queue
+	slots map[string]*slotLoad // concurrency partitions with shares
+}
+
+// maxSlotLoads bounds the partitions of one queue shard whose in-flight
+// work is tracked by class; beyond it, a partition's shares weigh what
+// it admits instead.
+const maxSlotLoads = 1024
+
+// slotLoad is what each priority holds in flight on one concurrency
+// partition whose policy reserves shares: there a share is a share of the
+// permits held, so a class of long requests cannot fill the partition
+// with them while a class of short ones waits.
+type slotLoad struct {
+	byPrio map[int]int64   // cost in flight by priority
+	leases map[int64]lease // by the grant's stamp
+	swept  int             // len(leases) after the last sweep
+}
+
+// lease is one admitted request's part of a slotLoad.
+type lease struct {
+	prio    int
+	cost    int64
+	expires int64 // when the store reclaims it unless renewed, unix nanoseconds
 }
 
 type queue struct {
@@ -40,10 +65,28 @@ type queue struct {
 	classes []*prioClass // by priority, highest first
 	timer   Timer
 	timerAt int64
+	// shares are the policy's Queue.Shares when the queue formed, and
+	// groups their state: one per share, then one for every other
+	// priority. Nil without shares: strict priority.
+	shares  []limits.Share
+	groups  []shareGroup
+	virtual float64 // the vt the last group served had when served
+	// slots, for a concurrency partition, is what its groups hold in
+	// flight: the group holding least for its share goes next.
+	slots *slotLoad
+}
+
+// shareGroup is the state of one share of a queue: a start-time fair
+// queue over the groups, by cost admitted over percent.
+type shareGroup struct {
+	weight float64 // the percent; 0 is served only when no weighted group waits
+	vt     float64 // cost admitted over weight: the lowest goes next
+	n      int     // waiters
 }
 
 type prioClass struct {
 	prio    int
+	group   int // the share group, when the queue has shares
 	tenants map[string]*tenantQueue
 	ring    []*tenantQueue
 	next    int
@@ -101,6 +144,9 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		}
 		g := h.grant
 		if g.OK || !wait || g.Full || g.RetryAfter == limits.Never || qs.hopeless(ctx, h, g, now) {
+			if g.OK {
+				qs.hold(sh, h.key, t.priority, h, &g, now)
+			}
 			sh.mu.Unlock()
 			return c.decide(t, h)
 		}
@@ -121,7 +167,10 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		return &Rejection{Policy: h.p.Name, Reason: ReasonQueueFull, RetryAfter: retry, Status: h.status()}
 	}
 	if q == nil {
-		q = &queue{key: strings.Clone(h.key)}
+		q = newQueue(strings.Clone(h.key), h.p.Queue.Shares)
+		if q.groups != nil && h.p.Algorithm == limits.Concurrency {
+			q.slots = sh.slotLoad(q.key, true)
+		}
 		sh.m[q.key] = q
 	}
 	w := &waiter{h: h, key: q.key, sh: sh, tenant: t.tenant, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
@@ -233,6 +282,8 @@ func (qs *queueSet) dispatch(key string) {
 			qs.arm(q, w.h, g, now)
 			return
 		}
+		q.charge(w.prio, w.h.est)
+		qs.hold(sh, q.key, w.prio, w.h, &g, now)
 		q.pop(w)
 		w.grant, w.state = g, granted
 		close(w.done)
@@ -269,12 +320,126 @@ func (qs *queueSet) remove(w *waiter, state int) {
 	}
 }
 
+// newQueue returns the queue of a partition, with the policy's shares.
+func newQueue(key string, shares []limits.Share) *queue {
+	q := &queue{key: key}
+	if len(shares) > 0 {
+		q.shares = shares
+		q.groups = make([]shareGroup, len(shares)+1)
+		rest := 100
+		for i, s := range shares {
+			q.groups[i].weight = float64(s.Percent)
+			rest -= s.Percent
+		}
+		q.groups[len(shares)].weight = float64(rest)
+	}
+	return q
+}
+
+// groupOf returns the share group of priority prio.
+func (q *queue) groupOf(prio int) int {
+	for i, s := range q.shares {
+		if s.Priority == prio {
+			return i
+		}
+	}
+	return len(q.shares)
+}
+
+// charge counts cost admitted for a waiter of priority prio against its
+// share group.
+func (q *queue) charge(prio int, cost int64) {
+	if q.groups == nil {
+		return
+	}
+	if g := &q.groups[q.groupOf(prio)]; g.weight > 0 {
+		q.virtual = g.vt
+		g.vt += float64(max(cost, 1)) / g.weight
+	}
+}
+
+// slotLoad returns the in-flight load of a partition, created when create
+// is set and there is room. Callers hold the shard lock.
+func (sh *qshard) slotLoad(key string, create bool) *slotLoad {
+	if l := sh.slots[key]; l != nil || !create || len(sh.slots) >= maxSlotLoads {
+		return l
+	}
+	if sh.slots == nil {
+		sh.slots = map[string]*slotLoad{}
+	}
+	l := &slotLoad{byPrio: map[int]int64{}, leases: map[int64]lease{}}
+	sh.slots[strings.Clone(key)] = l
+	return l
+}
+
+// hold records the concurrency grant g, taken by a request of priority
+// prio, in its partition's load when its policy reserves shares. Callers
+// hold the shard lock.
+func (qs *queueSet) hold(sh *qshard, key string, prio int, h *held, g *backend.Grant, now time.Time) {
+	if h.p.Algorithm != limits.Concurrency || len(h.p.Queue.Shares) == 0 || g.Stamp == 0 {
+		return
+	}
+	l := sh.slotLoad(key, true)
+	if l == nil {
+		return
+	}
+	ns := now.UnixNano()
+	if len(l.leases) >= max(64, 2*l.swept) {
+		// Leases never settled are reclaimed by the store after MaxHold:
+		// forget them too, once the table has doubled.
+		for id, ls := range l.leases {
+			if ls.expires <= ns {
+				l.drop(id, ls)
+			}
+		}
+		l.swept = len(l.leases)
+	}
+	l.leases[g.Stamp] = lease{prio: prio, cost: h.est, expires: ns + int64(h.lim.MaxHold)}
+	l.byPrio[prio] += h.est
+}
+
+func (l *slotLoad) drop(id int64, ls lease) {
+	delete(l.leases, id)
+	if l.byPrio[ls.prio] -= ls.cost; l.byPrio[ls.prio] <= 0 {
+		delete(l.byPrio, ls.prio)
+	}
+}
+
+// released forgets the concurrency grant of h, about to be released.
+func (qs *queueSet) released(h *held) {
+	sh := qs.shard(h.key)
+	sh.mu.Lock()
+	if l := sh.slotLoad(h.key, false); l != nil {
+		if ls, ok := l.leases[h.grant.Stamp]; ok {
+			l.drop(h.grant.Stamp, ls)
+		}
+		if len(l.leases) == 0 && sh.m[h.key] == nil {
+			delete(sh.slots, h.key)
+		}
+	}
+	sh.mu.Unlock()
+}
+
 func (q *queue) push(w *waiter) {
 	i, found := slices.BinarySearchFunc(q.classes, w.prio, func(c *prioClass, p int) int { return p - c.prio })
 	if !found {
-		q.classes = slices.Insert(q.classes, i, &prioClass{prio: w.prio, tenants: map[string]*tenantQueue{}})
+		pc := &prioClass{prio: w.prio, tenants: map[string]*tenantQueue{}}
+		if q.groups != nil {
+			pc.group = q.groupOf(w.prio)
+		}
+		q.classes = slices.Insert(q.classes, i, pc)
 	}
 	pc := q.classes[i]
+	if q.groups != nil {
+		g := &q.groups[pc.group]
+		if g.n == 0 {
+			// A group that starts waiting again starts no earlier than
+			// the last group served: what it did not use while idle
+			// was borrowed by the others, not banked.
+			g.vt = max(g.vt, q.virtual)
+		}
+		g.n++
+	}
 	tq := pc.tenants[w.tenant]
 	if tq == nil {
 		tq = &tenantQueue{tenant: w.tenant}
@@ -287,17 +452,52 @@ func (q *queue) push(w *waiter) {
 
 // peek returns the waiter to serve next.
 func (q *queue) peek() *waiter {
+	var best *prioClass
+	var inflight [limits.MaxShares + 1]int64
+	if q.slots != nil {
+		for prio, cost := range q.slots.byPrio {
+			inflight[q.groupOf(prio)] += cost
+		}
+	}
 	for _, pc := range q.classes {
 		if len(pc.ring) == 0 {
 			continue
 		}
-		tq := pc.ring[pc.next%len(pc.ring)]
-		if tq.ws[0].order == limits.NewestFirst {
-			return tq.ws[len(tq.ws)-1]
+		if q.groups == nil {
+			best = pc
+			break
 		}
-		return tq.ws[0]
+		// Classes are by priority, highest first: the first seen of a
+		// group is the group's next.
+		if best == nil || q.before(pc.group, best.group, &inflight) {
+			best = pc
+		}
 	}
-	return nil
+	if best == nil {
+		return nil
+	}
+	tq := best.ring[best.next%len(best.ring)]
+	if tq.ws[0].order == limits.NewestFirst {
+		return tq.ws[len(tq.ws)-1]
+	}
+	return tq.ws[0]
+}
+
+// before reports whether share group a goes before b: a weighted group
+// before one without weight, then the one holding least in flight for
+// its share (a concurrency partition's), then the least served for its
+// share.
+func (q *queue) before(a, b int, inflight *[limits.MaxShares + 1]int64) bool {
+	ga, gb := &q.groups[a], &q.groups[b]
+	if (ga.weight > 0) != (gb.weight > 0) {
+		return ga.weight > 0
+	}
+	if q.slots != nil && ga.weight > 0 {
+		if la, lb := float64(inflight[a])/ga.weight, float64(inflight[b])/gb.weight; la != lb {
+			return la < lb
+		}
+	}
+	return ga.vt < gb.vt
 }
 
 // pop removes w; when w was the next to serve, the round robin moves on.
@@ -310,6 +510,9 @@ func (q *queue) pop(w *waiter) {
 		i := slices.Index(tq.ws, w)
 		tq.ws = slices.Delete(tq.ws, i, i+1)
 		q.n--
+		if q.groups != nil {
+			q.groups[pc.group].n--
+		}
 		ri := slices.Index(pc.ring, tq)
 		served := ri == pc.next%len(pc.ring)
 		if len(tq.ws) == 0 {

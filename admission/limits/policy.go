@@ -93,6 +93,36 @@ type Queue struct {
 	// Order is the order within one tenant's waiters. Across tenants the
 	// queue is served round robin, by priority first.
 	Order Order
+	// Shares, when set, replace strict priority between classes (a
+	// class is the requests of one Request.Priority) with guaranteed
+	// shares: see Share.
+	Shares []Share
+}
+
+// MaxShares bounds the classes a queue reserves shares for.
+const MaxShares = 16
+
+// A Share guarantees one priority class part of a policy while its queue
+// is contended. On a rate policy, waiting classes are served in
+// proportion to their percents of the cost admitted (tokens for a tokens
+// policy); on a concurrency policy, the class holding the least of the
+// permits for its percent is served next, so a class of long requests
+// cannot keep the permits a class of short ones frees. Either way each
+// waiting class gets at least its percent, and a class with nobody
+// waiting leaves its share to the others, which borrow it (no permit is
+// taken back from a running request). The priorities no Share names
+// form one class whose share is what the percents leave (100 minus their
+// sum); when they add up to 100, those requests are served only when no
+// class with a share waits. For example {Priority: 10, Percent: 70} alone
+// gives interactive traffic (priority 10) at least 70% and everything
+// else at least 30% when both wait. Among the priorities without a share,
+// higher ones go first; within a priority, tenants are served round
+// robin. A partition's queue takes the shares its policy has when the
+// queue forms: a reload that changes them applies from the next time the
+// queue forms.
+type Share struct {
+	Priority int
+	Percent  int
 }
 
 // Override replaces some of a policy's limits for the tenants of a plan.
@@ -156,6 +186,43 @@ func (p *Policy) Matches(operation, model string) bool {
 		return false
 	}
 	return true
+}
+
+// validateShares checks the shares: each percent in [1, 100], each
+// priority once, at most MaxShares of them adding up to at most 100, on a
+// queue.
+func (q *Queue) validateShares(path string) error {
+	if len(q.Shares) == 0 {
+		return nil
+	}
+	var errs []error
+	bad := func(p, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: p, Msg: fmt.Sprintf(format, args...)})
+	}
+	if q.Size == 0 {
+		bad(path, "set without a queue (queue.size is 0)")
+	}
+	if len(q.Shares) > MaxShares {
+		bad(path, "at most %d classes, got %d", MaxShares, len(q.Shares))
+	}
+	sum := 0
+	seen := map[int]int{}
+	for i, s := range q.Shares {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		if s.Percent < 1 || s.Percent > 100 {
+			bad(at+".percent", "must be in [1, 100], got %d", s.Percent)
+		} else {
+			sum += s.Percent
+		}
+		if j, dup := seen[s.Priority]; dup {
+			bad(at+".priority", "%d already has a share at %s[%d]", s.Priority, path, j)
+		}
+		seen[s.Priority] = i
+	}
+	if sum > 100 {
+		bad(path, "percents add up to %d, more than 100", sum)
+	}
+	return errors.Join(errs...)
 }
 
 // maxDuration bounds every duration of a policy: an instant plus it never
@@ -248,6 +315,7 @@ func (p *Policy) Validate(prefix string) error {
 	if p.Queue.Timeout > 0 && p.Queue.Size == 0 {
 		bad("queue.timeout", "set without a queue (queue.size is 0)")
 	}
+	errs = append(errs, p.Queue.validateShares(prefix+".queue.shares"))
 	if p.Queue.Size > 0 && p.Algorithm == Quota {
 		bad("queue.size", "a quota cannot queue: its period is too long to wait for")
 	}
