@@ -37,7 +37,13 @@ type Request struct {
 	Tokens int64
 	// Cost is the estimated cost in micro-dollars or operation cost units.
 	Cost int64
-	// Units holds estimates for other named units.
+	// Units holds estimates for other named units, among them the token
+	// units limits.UnitInputTokens, UnitOutputTokens and
+	// UnitCachedInputTokens, which split Tokens the way providers limit
+	// it. They travel here rather than in fields of their own: a policy
+	// reads only the unit it counts, a request carries a handful of units
+	// at most (so the lookup is a short scan, allocation-free), and the
+	// core needs no new names for each way a provider counts.
 	Units []UnitAmount
 }
 
@@ -90,7 +96,10 @@ type Usage struct {
 	TokensKnown bool
 	Cost        int64
 	CostKnown   bool
-	// Units holds actual amounts for other named units; an entry present is known.
+	// Units holds actual amounts for other named units; an entry present
+	// is known. The token units (limits.UnitInputTokens, UnitOutputTokens,
+	// UnitCachedInputTokens) settle here: a policy on input_tokens is
+	// refunded the prompt tokens the provider read from its cache.
 	Units []UnitAmount
 }
 
