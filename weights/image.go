@@ -127,6 +127,12 @@ func dataURLSize(url string) (w, h int, ok bool) {
 	if !found || !strings.HasSuffix(meta, ";base64") {
 		return 0, 0, false
 	}
+	return base64ImageSize(data)
+}
+
+// base64ImageSize reads the dimensions of a base64-encoded PNG, JPEG or
+// GIF image from its header, decoding at most 64 KiB.
+func base64ImageSize(data string) (w, h int, ok bool) {
 	r := io.LimitReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(data)), 64<<10)
 	cfg, _, err := image.DecodeConfig(r)
 	if err != nil || cfg.Width <= 0 || cfg.Height <= 0 {
