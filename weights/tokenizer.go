@@ -143,7 +143,9 @@ type scaledCounter struct {
 	scale float64
 }
 
-func (c scaledCounter) Count(text string) int { return int(scaleCount(int64(c.c.Count(text)), c.scale)) }
+func (c scaledCounter) Count(text string) int {
+	return int(scaleCount(int64(c.c.Count(text)), c.scale))
+}
 
 // scaleCount returns n × scale rounded up, n itself for a scale of 0 or 1,
 // saturating at MaxTokens.
