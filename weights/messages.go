@@ -50,7 +50,7 @@ func (w *walker) system() {
 		return
 	}
 	w.t.add(tokensPerMessage)
-	w.claudeContent("system")
+	w.content("system")
 }
 
 func (w *walker) claudeMessages() {
@@ -74,29 +74,9 @@ func (w *walker) claudeMessages() {
 			if name == "role" {
 				w.text("messages", name)
 			} else {
-				w.claudeContent("messages.content")
+				w.content("messages.content")
 			}
 		}
-	}
-}
-
-// claudeContent prices a content: a string, an array of content blocks,
-// or null.
-func (w *walker) claudeContent(path string) {
-	switch c := w.sc.peek(); c {
-	case '"':
-		raw, dirty := w.sc.str()
-		w.textOf(jstring{raw, dirty})
-	case 'n':
-		w.sc.lit()
-	case '[':
-		w.sc.open()
-		for n := 0; w.sc.more(&n, ']'); {
-			w.block(path)
-		}
-	default:
-		w.wrongType(path, "a string or an array of content blocks", c)
-		w.sc.skip()
 	}
 }
 
@@ -150,7 +130,7 @@ func (w *walker) block(path string) {
 		case "input":
 			input = w.raw()
 		case "content":
-			content = w.deferred(typed && w.decode(typ) == "tool_result", func() { w.claudeContent(path + ".content") })
+			content = w.deferred(typed && w.decode(typ) == "tool_result", func() { w.content(path + ".content") })
 		case "source":
 			w.source(&src, path+".source")
 		}
@@ -166,7 +146,7 @@ func (w *walker) block(path string) {
 		w.rawText(input)
 	case "tool_result":
 		w.textOf(useID)
-		w.priceSpan(content, func() { w.claudeContent(path + ".content") })
+		w.priceSpan(content, func() { w.content(path + ".content") })
 	case "image":
 		w.claudeImage(&src)
 	case "document":
@@ -212,7 +192,7 @@ func (w *walker) source(src *claudeSource, path string) {
 		case "data":
 			src.data = w.str(path, f)
 		case "content":
-			src.content = w.deferred(false, func() { w.claudeContent(path + ".content") })
+			src.content = w.deferred(false, func() { w.content(path + ".content") })
 		default: // media_type, url, file_id
 			w.str(path, f)
 		}
@@ -247,10 +227,7 @@ func ClaudeImageTokens(w, h int) int64 {
 	if w <= 0 || h <= 0 {
 		return 0
 	}
-	fw, fh := float64(w), float64(h)
-	if s := 1568 / max(fw, fh); s < 1 {
-		fw, fh = fw*s, fh*s
-	}
+	fw, fh := fit(float64(w), float64(h), 1568)
 	return min(int64(math.Ceil(fw*fh/750)), claudeImageMax)
 }
 
@@ -264,7 +241,7 @@ func (w *walker) document(src *claudeSource, path string) {
 	case "text":
 		w.textOf(src.data)
 	case "content":
-		w.priceSpan(src.content, func() { w.claudeContent(path + ".source.content") })
+		w.priceSpan(src.content, func() { w.content(path + ".source.content") })
 	case "base64":
 		if w.t.mute || w.t.mode != sizeText {
 			return

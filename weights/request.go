@@ -799,7 +799,8 @@ func (w *walker) functionCall(path string) {
 	}
 }
 
-// content prices a message content: a string, an array of parts, or null.
+// content prices a message content: a string, an array of parts (content
+// blocks in Anthropic's Messages API), or null.
 func (w *walker) content(path string) {
 	switch c := w.sc.peek(); c {
 	case '"':
@@ -810,10 +811,18 @@ func (w *walker) content(path string) {
 	case '[':
 		w.sc.open()
 		for n := 0; w.sc.more(&n, ']'); {
-			w.part(path)
+			if w.ep == EndpointMessages {
+				w.block(path)
+			} else {
+				w.part(path)
+			}
 		}
 	default:
-		w.wrongType(path, "a string or an array of content parts", c)
+		want := "a string or an array of content parts"
+		if w.ep == EndpointMessages {
+			want = "a string or an array of content blocks"
+		}
+		w.wrongType(path, want, c)
 		w.sc.skip()
 	}
 }
