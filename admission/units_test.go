@@ -172,3 +172,27 @@ func equalFigures(a, b map[string]int64) bool {
 	}
 	return true
 }
+
+// BenchmarkTokenUnitsAdmit admits and settles requests under an input and
+// an output tokens policy, each amount found among the request's token
+// units: the admitted path stays allocation-free.
+func BenchmarkTokenUnitsAdmit(b *testing.B) {
+	big := func(name string, u limits.Unit) admission.Policy {
+		return admission.Policy{Name: name, Key: tenantKey, Unit: u, Algorithm: limits.TokenBucket, Limit: limits.MaxAmount, Per: time.Second}
+	}
+	c, err := admission.New(admission.Config{Policies: []admission.Policy{big("itpm", limits.UnitInputTokens), big("otpm", limits.UnitOutputTokens)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := tenants(100)
+	units := tokenUnits(1200, 400, 0)
+	used := tokenUnits(300, 120, 900)
+	serialAndParallel(b, func(i int) error {
+		tk, err := c.TryAdmit(context.Background(), admission.Request{Tenant: names[i%len(names)], Tokens: 1600, Units: units})
+		if err != nil {
+			return err
+		}
+		tk.Settle(admission.Usage{Tokens: 1320, TokensKnown: true, Units: used})
+		return nil
+	})
+}
