@@ -3,6 +3,7 @@ package weights
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -34,6 +35,13 @@ const (
 	// under, as the settlement refunds an overcount.
 	claudeTokenScale = 1.2
 )
+
+// maxBlockDepth bounds the nesting of content blocks: a document in a
+// tool result, its content source's blocks (the API nests no deeper).
+// A block's content is checked where it stands and priced once its type
+// is known, so each level may be walked twice: the bound keeps a hostile
+// body's cost linear in its size.
+const maxBlockDepth = 4
 
 // The members each object of a Messages API request is read for.
 var (
@@ -99,6 +107,13 @@ func (w *walker) block(path string) {
 		w.t.add(bytesTokens(w.sc.i - start)) // null
 		return
 	}
+	if w.blocks >= maxBlockDepth {
+		w.fail(path, fmt.Errorf("content blocks nested more than %d deep", maxBlockDepth))
+		w.sc.skip()
+		return
+	}
+	w.blocks++
+	defer func() { w.blocks-- }()
 	var typ, text, id, useID, name, thinking, title, context jstring
 	var input, content span
 	var src claudeSource

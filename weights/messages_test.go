@@ -283,3 +283,45 @@ func FuzzEstimateMessages(f *testing.F) {
 		`{"max_tokens":1e3,"stream":true,"messages":[{"role":"user","content":[{"content":[{"type":"document","source":{"content":"t","type":"content"}}],"type":"tool_result"}]}]}`,
 	)
 }
+
+// TestBlockNesting: a block's type may come before or after its content
+// at every level, at the same price; blocks nested deeper than the API
+// nests them are refused, so a hostile body cannot make the walk repeat
+// itself level after level.
+func TestBlockNesting(t *testing.T) {
+	e := newTestEstimator(t)
+	doc := `{"type":"document","source":{"type":"content","content":[{"type":"text","text":"inner text"}]}}`
+	docLast := `{"source":{"content":[{"text":"inner text","type":"text"}],"type":"content"},"type":"document"}`
+	body := func(block string) []byte {
+		return []byte(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":[` + block + `]}]}`)
+	}
+	first, err := e.Estimate("/v1/messages", body(`{"type":"tool_result","tool_use_id":"t","content":[`+doc+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := e.Estimate("/v1/messages", body(`{"tool_use_id":"t","content":[`+docLast+`],"type":"tool_result"}`))
+	if err != nil || last != first {
+		t.Errorf("type last: %+v, %v; want %+v", last, err, first)
+	}
+	if want := int64(3+3) + claudeCount(t, "user", "t", "inner text"); first.InputTokens != want {
+		t.Errorf("nested document: InputTokens = %d; want %d", first.InputTokens, want)
+	}
+	nested := func(depth int) []byte {
+		b := `{"text":"x","type":"text"}`
+		for range depth - 1 {
+			b = `{"content":[` + b + `],"type":"tool_result"}`
+		}
+		return body(b)
+	}
+	if _, err := e.Estimate("/v1/messages", nested(maxBlockDepth)); err != nil {
+		t.Errorf("%d levels: %v", maxBlockDepth, err)
+	}
+	var me *MalformedError
+	if _, err := e.Estimate("/v1/messages", nested(maxBlockDepth+1)); !errors.As(err, &me) || me.Field != "messages.content.content.content.content.content" {
+		t.Errorf("%d levels: error %v; want a *MalformedError for the fifth level", maxBlockDepth+1, err)
+	}
+	// 10,000 levels: refused in about one pass over the body.
+	if _, err := e.Estimate("/v1/messages", nested(10_000)); !errors.As(err, &me) {
+		t.Errorf("10,000 levels: error %v; want a *MalformedError", err)
+	}
+}

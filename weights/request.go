@@ -253,6 +253,8 @@ type walker struct {
 	dec  []byte // one decoded string
 	kdec []byte // one decoded key
 
+	blocks int // content blocks being read, nested (Messages API)
+
 	// What the walk found at the top level.
 	model    jstring
 	messages int
@@ -1088,9 +1090,9 @@ func (w *walker) deferred(priced bool, read func()) span {
 }
 
 // priceSpan prices with read a value deferred returned the span of, if it
-// was not priced.
+// was not priced. A walk that only checks has checked it already.
 func (w *walker) priceSpan(s span, read func()) {
-	if s.end > s.start {
+	if s.end > s.start && !w.t.mute {
 		w.at(s.start, read)
 	}
 }
