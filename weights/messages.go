@@ -43,6 +43,28 @@ const (
 // body's cost linear in its size.
 const maxBlockDepth = 4
 
+// blockPath is the paths of what a block at one path holds.
+type blockPath struct{ content, source, sourceContent string }
+
+// blockPaths maps the path of every block a request can hold (nesting is
+// bounded) to the paths of what it holds, so that walking a block builds
+// no string.
+var blockPaths = func() map[string]blockPath {
+	m := map[string]blockPath{}
+	var add func(path string, depth int)
+	add = func(path string, depth int) {
+		p := blockPath{content: path + ".content", source: path + ".source", sourceContent: path + ".source.content"}
+		m[path] = p
+		if depth < maxBlockDepth {
+			add(p.content, depth+1)
+			add(p.sourceContent, depth+1)
+		}
+	}
+	add("system", 1)
+	add("messages.content", 1)
+	return m
+}()
+
 // The members each object of a Messages API request is read for.
 var (
 	claudeMessageFields = fields(true, "role", "content")
@@ -114,6 +136,7 @@ func (w *walker) block(path string) {
 	}
 	w.blocks++
 	defer func() { w.blocks-- }()
+	paths := blockPaths[path]
 	var typ, text, id, useID, name, thinking, title, context jstring
 	var input, content span
 	var src claudeSource
@@ -145,9 +168,9 @@ func (w *walker) block(path string) {
 		case "input":
 			input = w.raw()
 		case "content":
-			content = w.deferred(typed && w.decode(typ) == "tool_result", func() { w.content(path + ".content") })
+			content = w.deferred(typed && w.decode(typ) == "tool_result", func() { w.content(paths.content) })
 		case "source":
-			w.source(&src, path+".source")
+			w.source(&src, paths.source, paths.sourceContent)
 		}
 	}
 	switch w.decode(typ) {
@@ -161,13 +184,13 @@ func (w *walker) block(path string) {
 		w.rawText(input)
 	case "tool_result":
 		w.textOf(useID)
-		w.priceSpan(content, func() { w.content(path + ".content") })
+		w.priceSpan(content, func() { w.content(paths.content) })
 	case "image":
 		w.claudeImage(&src)
 	case "document":
 		w.textOf(title)
 		w.textOf(context)
-		w.document(&src, path)
+		w.document(&src, paths.sourceContent)
 	default:
 		w.t.add(bytesTokens(w.sc.i - start))
 	}
@@ -189,8 +212,9 @@ func (w *walker) rawText(s span) {
 	}
 }
 
-// source reads the source of an image or a document.
-func (w *walker) source(src *claudeSource, path string) {
+// source reads the source of an image or a document; a content source's
+// blocks are at contentPath.
+func (w *walker) source(src *claudeSource, path, contentPath string) {
 	if !w.container('{', path, "an object") {
 		return
 	}
@@ -207,7 +231,7 @@ func (w *walker) source(src *claudeSource, path string) {
 		case "data":
 			src.data = w.str(path, f)
 		case "content":
-			src.content = w.deferred(false, func() { w.content(path + ".content") })
+			src.content = w.deferred(false, func() { w.content(contentPath) })
 		default: // media_type, url, file_id
 			w.str(path, f)
 		}
@@ -251,12 +275,12 @@ func ClaudeImageTokens(w, h int) int64 {
 // (its pages counted in the file, else by size), and a document behind a
 // URL or a file id not at all (its size is unknown: the settlement
 // charges it).
-func (w *walker) document(src *claudeSource, path string) {
+func (w *walker) document(src *claudeSource, contentPath string) {
 	switch w.decode(src.typ) {
 	case "text":
 		w.textOf(src.data)
 	case "content":
-		w.priceSpan(src.content, func() { w.content(path + ".source.content") })
+		w.priceSpan(src.content, func() { w.content(contentPath) })
 	case "base64":
 		if w.t.mute || w.t.mode != sizeText {
 			return

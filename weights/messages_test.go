@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -323,5 +324,36 @@ func TestBlockNesting(t *testing.T) {
 	// 10,000 levels: refused in about one pass over the body.
 	if _, err := e.Estimate("/v1/messages", nested(10_000)); !errors.As(err, &me) {
 		t.Errorf("10,000 levels: error %v; want a *MalformedError", err)
+	}
+}
+
+// TestEstimateMessagesMemory: pricing an 8 MB Messages API body of 55,000
+// tool results, each with its type after its content (checked where it
+// stands, priced once the type is known), allocates a small fraction of
+// the body, as for the other APIs.
+func TestEstimateMessagesMemory(t *testing.T) {
+	const n = 55_000
+	msg := `{"role":"user","content":[{"content":[{"text":"hi","type":"text"}],"tool_use_id":"t","cache_control":{"type":"ephemeral"},"type":"tool_result"}]}`
+	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[` + strings.Repeat(msg+",", n-1) + msg + `]}`)
+	e := newTestEstimator(t)
+	est, err := e.Estimate("/v1/messages", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(n*3+3) + scaleCount(n*3, claudeTokenScale); est.InputTokens != want {
+		t.Errorf("InputTokens = %d; want %d", est.InputTokens, want)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := e.Estimate("/v1/messages", body); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d-byte body, %d tool results: %d bytes allocated (%.4f of the body)", len(body), n, alloc, float64(alloc)/float64(len(body)))
+	if alloc > uint64(len(body))/16 {
+		t.Errorf("pricing a %d-byte body allocated %d bytes; want at most 1/16 of the body", len(body), alloc)
 	}
 }

@@ -83,6 +83,12 @@ func (t *tally) text(p string) {
 		}
 		if t.keep {
 			t.arena = append(t.arena, p...)
+			if len(t.ends) == cap(t.ends) {
+				// Doubling: append grows a large slice by a quarter, and
+				// a request of many short pieces (roles, ids) would
+				// reallocate its ends five times over.
+				t.ends = slices.Grow(t.ends, max(len(t.ends), 64))
+			}
 			t.ends = append(t.ends, int32(len(t.arena)))
 		}
 	case countPieces:
