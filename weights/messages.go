@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"math"
-	"strings"
+	"slices"
+	"unsafe"
 )
 
 // Anthropic's published figures for the Messages API (docs.claude.com:
@@ -285,7 +285,8 @@ func (w *walker) document(src *claudeSource, contentPath string) {
 		if w.t.mute || w.t.mode != sizeText {
 			return
 		}
-		if pages := pdfPages(w.decode(src.data)); pages > 0 {
+		var pages int64
+		if w.buf, pages = pdfPages(w.decode(src.data), w.buf); pages > 0 {
 			w.t.add(satMul(pages, claudePDFPage))
 		} else {
 			w.t.add(bytesTokens(len(src.data.raw)))
@@ -294,23 +295,27 @@ func (w *walker) document(src *claudeSource, contentPath string) {
 }
 
 // pdfPages counts the page objects of a base64-encoded PDF ("/Type
-// /Page", not "/Pages"), decoding it in chunks. It returns 0 when it finds
-// none (pages kept in compressed object streams).
-func pdfPages(data string) int64 {
-	const carry = 32 // longer than a marker with its white space
-	r := base64.NewDecoder(base64.StdEncoding, strings.NewReader(data))
-	var buf [32 << 10]byte
+// /Page", not "/Pages"), decoding it 24 KiB at a time into buf. It
+// returns 0 when it finds none (pages kept in compressed object streams),
+// and what it found before a part that is not base64.
+func pdfPages(data string, buf []byte) ([]byte, int64) {
+	const chunk = 32 << 10 // encoded bytes, a multiple of 4
+	const carry = 32       // longer than a marker with its white space
+	buf = slices.Grow(buf[:0], carry+base64.StdEncoding.DecodedLen(chunk))[:carry]
+	keep := 0 // decoded bytes carried over from the previous chunk
 	var pages int64
-	keep := 0 // bytes carried over from the previous chunk
-	for {
-		n, err := io.ReadFull(r, buf[keep:])
+	for off := 0; off < len(data); off += chunk {
+		end := min(off+chunk, len(data))
+		n, err := base64.StdEncoding.Decode(buf[keep:cap(buf)], unsafe.Slice(unsafe.StringData(data[off:end]), end-off))
 		b := buf[:keep+n]
-		if err != nil {
-			return pages + countPageObjects(b, len(b))
+		if err != nil || end == len(data) {
+			return buf, pages + countPageObjects(b, len(b))
 		}
-		pages += countPageObjects(b, len(b)-carry)
-		keep = copy(buf[:], b[len(b)-carry:])
+		limit := max(len(b)-carry, 0)
+		pages += countPageObjects(b, limit)
+		keep = copy(buf[:cap(buf)], b[limit:])
 	}
+	return buf, pages
 }
 
 // countPageObjects counts the markers "/Type /Page" and "/Type/Page" not

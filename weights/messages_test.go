@@ -182,11 +182,11 @@ func TestPDFPages(t *testing.T) {
 	// two 32 KiB chunks.
 	for _, n := range []int{0, 1, 3000} {
 		doc := "%PDF-1.7\n<< /Type /Pages /Count 1 >>\n" + strings.Repeat(page, n)
-		if got := pdfPages(base64.StdEncoding.EncodeToString([]byte(doc))); got != int64(n) {
+		if _, got := pdfPages(base64.StdEncoding.EncodeToString([]byte(doc)), nil); got != int64(n) {
 			t.Errorf("pdfPages(%d pages) = %d", n, got)
 		}
 	}
-	if got := pdfPages("not base64!"); got != 0 {
+	if _, got := pdfPages("not base64!", nil); got != 0 {
 		t.Errorf("pdfPages(garbage) = %d; want 0", got)
 	}
 }
@@ -329,31 +329,43 @@ func TestBlockNesting(t *testing.T) {
 
 // TestEstimateMessagesMemory: pricing an 8 MB Messages API body of 55,000
 // tool results, each with its type after its content (checked where it
-// stands, priced once the type is known), allocates a small fraction of
-// the body, as for the other APIs.
+// stands, priced once the type is known), or of 50,000 small PDFs (each
+// decoded to count its pages), allocates a small fraction of the body, as
+// for the other APIs.
 func TestEstimateMessagesMemory(t *testing.T) {
-	const n = 55_000
-	msg := `{"role":"user","content":[{"content":[{"text":"hi","type":"text"}],"tool_use_id":"t","cache_control":{"type":"ephemeral"},"type":"tool_result"}]}`
-	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[` + strings.Repeat(msg+",", n-1) + msg + `]}`)
-	e := newTestEstimator(t)
-	est, err := e.Estimate("/v1/messages", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := int64(n*3+3) + scaleCount(n*3, claudeTokenScale); est.InputTokens != want {
-		t.Errorf("InputTokens = %d; want %d", est.InputTokens, want)
-	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	if _, err := e.Estimate("/v1/messages", body); err != nil {
-		t.Fatal(err)
-	}
-	runtime.ReadMemStats(&after)
-	alloc := after.TotalAlloc - before.TotalAlloc
-	t.Logf("%d-byte body, %d tool results: %d bytes allocated (%.4f of the body)", len(body), n, alloc, float64(alloc)/float64(len(body)))
-	if alloc > uint64(len(body))/16 {
-		t.Errorf("pricing a %d-byte body allocated %d bytes; want at most 1/16 of the body", len(body), alloc)
+	pdf := base64.StdEncoding.EncodeToString([]byte("%PDF-1.4\n<< /Type /Page >>\n%%EOF"))
+	for _, tt := range []struct {
+		name  string
+		n     int
+		msg   string
+		input int64
+	}{
+		{"tool results", 55_000, `{"role":"user","content":[{"content":[{"text":"hi","type":"text"}],"tool_use_id":"t","cache_control":{"type":"ephemeral"},"type":"tool_result"}]}`,
+			55_000*3 + 3 + scaleCount(55_000*3, claudeTokenScale)},
+		{"PDFs", 50_000, `{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"` + pdf + `"}}]}`,
+			50_000*(3+claudePDFPage) + 3 + scaleCount(50_000, claudeTokenScale)},
+	} {
+		body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[` + strings.Repeat(tt.msg+",", tt.n-1) + tt.msg + `]}`)
+		e := newTestEstimator(t)
+		est, err := e.Estimate("/v1/messages", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if est.InputTokens != tt.input {
+			t.Errorf("%s: InputTokens = %d; want %d", tt.name, est.InputTokens, tt.input)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if _, err := e.Estimate("/v1/messages", body); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d-byte body, %d messages: %d bytes allocated (%.4f of the body)", tt.name, len(body), tt.n, alloc, float64(alloc)/float64(len(body)))
+		if alloc > uint64(len(body))/16 {
+			t.Errorf("%s: pricing a %d-byte body allocated %d bytes; want at most 1/16 of the body", tt.name, len(body), alloc)
+		}
 	}
 }
