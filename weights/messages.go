@@ -83,6 +83,8 @@ func (w *walker) system() {
 	w.content("system")
 }
 
+// claudeMessages prices the messages: each one a message of the chat
+// format, its role and its content.
 func (w *walker) claudeMessages() {
 	if !w.container('[', "messages", "an array") {
 		return
@@ -123,10 +125,8 @@ type claudeSource struct {
 // block's type may come after its content, so nested content is checked
 // where it stands and priced once the type is known.
 func (w *walker) block(path string) {
-	w.sc.ws()
-	start := w.sc.i
-	if !w.container('{', path, "an object") {
-		w.t.add(bytesTokens(w.sc.i - start)) // null
+	start, ok := w.pricedObject(path)
+	if !ok {
 		return
 	}
 	if w.blocks >= maxBlockDepth {
@@ -348,10 +348,8 @@ func (w *walker) claudeTools() {
 		if n == 1 {
 			w.t.add(claudeToolPrompt)
 		}
-		w.sc.ws()
-		start := w.sc.i
-		if !w.container('{', "tools", "an object") {
-			w.t.add(bytesTokens(w.sc.i - start)) // null
+		start, ok := w.pricedObject("tools")
+		if !ok {
 			continue
 		}
 		var typ, name, desc jstring

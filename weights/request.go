@@ -615,6 +615,19 @@ func (w *walker) container(open byte, path, want string) bool {
 	return false
 }
 
+// pricedObject reads up to the '{' of the object at the scanner, and
+// returns where its value starts; a null (or a value of another type, a
+// problem) is priced by size and reported as no object.
+func (w *walker) pricedObject(path string) (start int, ok bool) {
+	w.sc.ws()
+	start = w.sc.i
+	if !w.container('{', path, "an object") {
+		w.t.add(bytesTokens(w.sc.i - start))
+		return start, false
+	}
+	return start, true
+}
+
 // at runs f with the scanner at offset i of the body (a value the walk
 // has already checked), then returns to where it was.
 func (w *walker) at(i int, f func()) {
@@ -841,10 +854,8 @@ func (w *walker) content(path string) {
 // (audio, files, part types added after this package was written) are
 // priced by size, see bytesTokens.
 func (w *walker) part(path string) {
-	w.sc.ws()
-	start := w.sc.i
-	if !w.container('{', path, "an object") {
-		w.t.add(bytesTokens(w.sc.i - start)) // null
+	start, ok := w.pricedObject(path)
+	if !ok {
 		return
 	}
 	var typ, text, refusal, url, urlDetail, detail jstring
