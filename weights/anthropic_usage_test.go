@@ -101,9 +101,10 @@ func TestAnthropicStream(t *testing.T) {
 		if !bytes.Equal(out, []byte(anthropicStream)) || res != want {
 			t.Errorf("%s: Result() = %+v; want %+v", name, res, want)
 		}
-		// "Hello", "!" and the tool input, counted at 4 bytes a token.
-		if got := s.StreamedTokens(); got != 10 {
-			t.Errorf("%s: StreamedTokens() = %d; want 10", name, got)
+		// "Hello", "!", the tool's name and its input: 50 bytes, counted
+		// at 4 bytes a token.
+		if got := s.StreamedTokens(); got != 13 {
+			t.Errorf("%s: StreamedTokens() = %d; want 13", name, got)
 		}
 	}
 

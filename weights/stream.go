@@ -353,6 +353,8 @@ type streamEvent struct {
 	} `json:"choices"`
 	Usage *rawUsage       `json:"usage"`
 	Delta json.RawMessage `json:"delta"`
+	// ContentBlock is the block an Anthropic content_block_start opens.
+	ContentBlock json.RawMessage `json:"content_block"`
 	// Message is an error event's message (a string), or the message an
 	// Anthropic message_start event opens (an object with its usage).
 	Message  json.RawMessage `json:"message"`
@@ -410,13 +412,19 @@ func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
 		if d.UnmarshalJSON(ev.Delta) == nil {
 			s.text(string(d))
 		}
-	case "content_block_delta": // Anthropic: text, tool input, thinking
+	case "content_block_start", "content_block_delta": // Anthropic: a block's name and text, tool input, thinking
 		var d struct {
+			Name        jstr `json:"name"`
 			Text        jstr `json:"text"`
 			PartialJSON jstr `json:"partial_json"`
 			Thinking    jstr `json:"thinking"`
 		}
-		if json.Unmarshal(ev.Delta, &d) == nil {
+		raw := ev.Delta
+		if ev.Type == "content_block_start" {
+			raw = ev.ContentBlock
+		}
+		if json.Unmarshal(raw, &d) == nil {
+			s.text(string(d.Name))
 			s.text(string(d.Text))
 			s.text(string(d.PartialJSON))
 			s.text(string(d.Thinking))
