@@ -17,7 +17,12 @@ import (
 // claudeTokens holds the token counts of every paragraph of the two
 // corpora (testdata/english.txt and testdata/mixed.txt, split at blank
 // lines) by the last Claude tokenizer Anthropic published, as its npm
-// package @anthropic-ai/tokenizer 0.0.4 counts them.
+// package @anthropic-ai/tokenizer 0.0.4 counts them. To reproduce them,
+// after npm install @anthropic-ai/tokenizer@0.0.4:
+//
+//	node -e 'const {countTokens} = require("@anthropic-ai/tokenizer"), fs = require("fs");
+//	  for (const f of ["english", "mixed"]) console.log(f, JSON.stringify(fs.readFileSync(
+//	    "testdata/" + f + ".txt", "utf8").trim().split("\n\n").map(countTokens)))'
 //
 //go:embed testdata/claude_tokens.json
 var claudeTokensJSON []byte
