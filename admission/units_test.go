@@ -116,7 +116,7 @@ func TestAnthropicTokenLimits(t *testing.T) {
 		t.Fatalf("a prompt of cache reads is refunded to ITPM: %v", err)
 	}
 	// The large buckets refilled to their capacity in the 6 s; tokens,
-	// settled without a known total, stay at their reservations.
+	// settled without a total of their own, at the sum of the units.
 	want = map[string]int64{"itpm": 0, "otpm": 800, "cached": 997_000, "tpm": 994_000}
 	if got := remaining(tk); !equalFigures(got, want) {
 		t.Errorf("after a cached prompt: remaining %v; want %v", got, want)
@@ -159,6 +159,53 @@ func TestTokenUnitsCharge(t *testing.T) {
 		t.Fatalf("ITPM was refunded the 20 cached tokens: %v", err)
 	}
 	tk.Done()
+}
+
+// TestTokensFromUnits: a request or a usage that gives token units but no
+// Tokens counts their sum in tokens; a Tokens of its own wins.
+func TestTokensFromUnits(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	c := newController(t, clock, nil,
+		admission.Policy{Name: "tpm", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 10_000, Per: time.Minute},
+	)
+	steps := []struct {
+		name      string
+		req       admission.Request
+		usage     admission.Usage
+		admitted  int64 // remaining once admitted
+		remaining int64 // remaining once settled
+	}{
+		{"units only", admission.Request{Units: tokenUnits(1_000, 500, 200)}, admission.Usage{Units: tokenUnits(300, 100, 900)}, 8_300, 8_700},
+		{"tokens win", admission.Request{Tokens: 2_000, Units: tokenUnits(1_000, 500, 200)}, admission.Usage{Tokens: 1_000, Units: tokenUnits(1, 1, 1)}, 6_700, 7_700},
+		{"known zero", admission.Request{Units: tokenUnits(700, 0, 0)}, admission.Usage{TokensKnown: true, Units: tokenUnits(700, 0, 0)}, 7_000, 7_700},
+		{"other units", admission.Request{Units: []admission.UnitAmount{{Unit: "images", Amount: 3}}}, admission.Usage{}, 7_700, 7_700},
+	}
+	for _, s := range steps {
+		s.req.Tenant = "org"
+		tk, err := c.TryAdmit(context.Background(), s.req)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := remaining(tk)["tpm"]; got != s.admitted {
+			t.Errorf("%s: admitted with %d remaining; want %d", s.name, got, s.admitted)
+		}
+		tk.Settle(s.usage)
+		tk, err = c.TryAdmit(context.Background(), admission.Request{Tenant: "org"})
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := remaining(tk)["tpm"]; got != s.remaining {
+			t.Errorf("%s: settled with %d remaining; want %d", s.name, got, s.remaining)
+		}
+		tk.Done()
+	}
+	// A sum above MaxAmount is MaxAmount: more than the bucket can ever
+	// hold, refused for good rather than wrapped.
+	_, err := c.TryAdmit(context.Background(), admission.Request{Tenant: "org", Units: tokenUnits(limits.MaxAmount, limits.MaxAmount, 0)})
+	var rej *admission.Rejection
+	if !errors.As(err, &rej) || rej.RetryAfter != limits.Never {
+		t.Errorf("a sum of MaxAmounts: err = %v; want a rejection that waiting cannot fix", err)
+	}
 }
 
 func equalFigures(a, b map[string]int64) bool {

@@ -237,10 +237,11 @@ type Unit string
 // limit counts; UnitCachedInputTokens the prompt tokens read from the
 // cache; UnitOutputTokens the completion, hidden reasoning included, as
 // every provider bills it (Anthropic's output-tokens-per-minute limit).
-// UnitTokens stays the whole: input + cached input + output. The caller
-// supplies the three in Request.Units (before the call nothing is known to
-// be cached: the whole prompt is input_tokens) and in Usage.Units once the
-// provider reported them.
+// UnitTokens stays the whole: input + cached input + output (a request or
+// usage that gives the three but no tokens of its own counts their sum).
+// The caller supplies the three in Request.Units (before the call nothing
+// is known to be cached: the whole prompt is input_tokens) and in
+// Usage.Units once the provider reported them.
 const (
 	UnitRequests          Unit = "requests"
 	UnitTokens            Unit = "tokens"
