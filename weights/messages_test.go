@@ -254,6 +254,31 @@ func TestEstimateMessagesRefused(t *testing.T) {
 	}
 }
 
+// TestClaudeModels: every spelling of a Claude model (Anthropic's, a
+// provider prefix, Amazon Bedrock's with and without a region group)
+// counts as Claude, and its stream counter is scaled too.
+func TestClaudeModels(t *testing.T) {
+	e := newTestEstimator(t)
+	text := "The quick brown fox jumps over the lazy dog."
+	want := claudeCount(t, text)
+	for _, m := range []string{"claude-sonnet-4-5", "Claude-3-7-Sonnet-20250219", "anthropic/claude-opus-4-1", "anthropic.claude-3-5-haiku-20241022-v1:0", "us.anthropic.claude-sonnet-4-20250514-v1:0", "global.anthropic.claude-sonnet-4-5-20250929-v1:0"} {
+		c, err := e.Counter(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := int64(c.Count(text)); got != want {
+			t.Errorf("Counter(%q).Count = %d; want %d", m, got, want)
+		}
+	}
+	if r, _ := lookupRule(nil, "gpt-4o"); r.TokenScale != 0 {
+		t.Errorf("gpt-4o is scaled by %v", r.TokenScale)
+	}
+	if _, err := NewEstimator(Config{Models: []ModelRule{{Prefix: "x", TokenScale: 2}, {Prefix: "y", Encoding: O200kBase, TokenScale: 20}}}); err == nil ||
+		!strings.Contains(err.Error(), "models[0].token_scale") || !strings.Contains(err.Error(), "models[1].token_scale") {
+		t.Errorf("NewEstimator with bad token scales: %v; want both refused", err)
+	}
+}
+
 func TestEndpointForMessages(t *testing.T) {
 	for path, want := range map[string]Endpoint{
 		"/v1/messages":               EndpointMessages,

@@ -77,9 +77,13 @@ var builtinModels = []ModelRule{
 	{Prefix: "text-embedding-ada-002", Encoding: Cl100kBase},
 	// Claude's tokenizer is not public: cl100k_base scaled (see
 	// claudeTokenScale). "anthropic.claude" is the Amazon Bedrock
-	// spelling.
+	// spelling, after a region group for cross-region inference.
 	{Prefix: "claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
 	{Prefix: "anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "us.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "eu.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "apac.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "global.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
 }
 
 // matchRule returns the longest rule of rules whose prefix starts name.
