@@ -14,7 +14,8 @@
 // the gpt-4o, gpt-4.1, gpt-4.5, gpt-5 and o-series families, cl100k_base for
 // gpt-4, gpt-3.5-turbo and the text-embedding-3 and ada-002 models (see
 // [ModelRule] to add families, set a default encoding, or estimate a model
-// without a public tokenizer from a calibrated characters-per-token ratio).
+// without a public tokenizer from a calibrated characters-per-token ratio,
+// or from a public encoding's count times a measured factor).
 // The chat format adds the fixed costs published in OpenAI's cookbook ("How
 // to count tokens with tiktoken"): 3 tokens per message, 1 per name, 3 to
 // prime the reply, and the cookbook's formula for tool definitions. With
