@@ -34,10 +34,17 @@ type Request struct {
 	// Requests of equal priority are served fairly across tenants.
 	Priority int
 	// Tokens is the estimated token cost (prompt plus output reservation).
+	// Zero, with token units in Units, means their sum.
 	Tokens int64
 	// Cost is the estimated cost in micro-dollars or operation cost units.
 	Cost int64
-	// Units holds estimates for other named units.
+	// Units holds estimates for other named units, among them the token
+	// units limits.UnitInputTokens, UnitOutputTokens and
+	// UnitCachedInputTokens, which split Tokens the way providers limit
+	// it. They travel here rather than in fields of their own: a policy
+	// reads only the unit it counts, a request carries a handful of units
+	// at most (so the lookup is a short scan, allocation-free), and the
+	// core needs no new names for each way a provider counts.
 	Units []UnitAmount
 }
 
@@ -62,22 +69,47 @@ func (r *Request) checkAmounts() error {
 }
 
 // Amount returns the request's cost in unit u: 1 for requests, the estimate
-// for every other unit, 0 when the request does not name it.
+// for every other unit, 0 when the request does not name it. A request
+// with no Tokens but token units costs their sum in tokens.
 func (r *Request) Amount(u limits.Unit) int64 {
 	switch u {
 	case limits.UnitRequests, "":
 		return 1
 	case limits.UnitTokens:
+		if r.Tokens == 0 {
+			n, _ := tokenSum(r.Units)
+			return n
+		}
 		return r.Tokens
 	case limits.UnitCost:
 		return r.Cost
 	}
-	for _, c := range r.Units {
+	n, _ := unitAmount(r.Units, u)
+	return n
+}
+
+// unitAmount returns the amount of the first entry of units for u, clamped
+// to [0, MaxAmount], and whether there is one.
+func unitAmount(units []UnitAmount, u limits.Unit) (int64, bool) {
+	for _, c := range units {
 		if c.Unit == u {
-			return c.Amount
+			return clampAmount(c.Amount), true
 		}
 	}
-	return 0
+	return 0, false
+}
+
+// tokenSum returns input_tokens + output_tokens + cached_input_tokens
+// among units, at most MaxAmount, and whether units holds any of them.
+func tokenSum(units []UnitAmount) (int64, bool) {
+	var sum int64
+	found := false
+	for _, u := range [...]limits.Unit{limits.UnitInputTokens, limits.UnitOutputTokens, limits.UnitCachedInputTokens} {
+		n, ok := unitAmount(units, u)
+		sum += n // three amounts of at most 2^50 each
+		found = found || ok
+	}
+	return min(sum, limits.MaxAmount), found
 }
 
 // Usage is the actual cost of admitted work, known once it has finished (or
@@ -90,7 +122,12 @@ type Usage struct {
 	TokensKnown bool
 	Cost        int64
 	CostKnown   bool
-	// Units holds actual amounts for other named units; an entry present is known.
+	// Units holds actual amounts for other named units; an entry present
+	// is known. The token units (limits.UnitInputTokens, UnitOutputTokens,
+	// UnitCachedInputTokens) settle here: a policy on input_tokens is
+	// refunded the prompt tokens the provider read from its cache. A
+	// usage with neither Tokens nor TokensKnown but token units settles
+	// tokens at their sum.
 	Units []UnitAmount
 }
 
@@ -101,16 +138,14 @@ func (u *Usage) amount(unit limits.Unit) (int64, bool) {
 	case limits.UnitRequests, "":
 		return 0, false
 	case limits.UnitTokens:
-		return clampAmount(u.Tokens), u.TokensKnown || u.Tokens != 0
+		if u.Tokens == 0 && !u.TokensKnown {
+			return tokenSum(u.Units)
+		}
+		return clampAmount(u.Tokens), true
 	case limits.UnitCost:
 		return clampAmount(u.Cost), u.CostKnown || u.Cost != 0
 	}
-	for _, c := range u.Units {
-		if c.Unit == unit {
-			return clampAmount(c.Amount), true
-		}
-	}
-	return 0, false
+	return unitAmount(u.Units, unit)
 }
 
 // clampAmount returns v within [0, MaxAmount].

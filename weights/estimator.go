@@ -25,6 +25,8 @@ const (
 	EndpointEmbeddings
 	// EndpointResponses is POST /v1/responses.
 	EndpointResponses
+	// EndpointMessages is POST /v1/messages, Anthropic's Messages API.
+	EndpointMessages
 )
 
 // String returns the endpoint's canonical path.
@@ -38,6 +40,8 @@ func (e Endpoint) String() string {
 		return "/v1/embeddings"
 	case EndpointResponses:
 		return "/v1/responses"
+	case EndpointMessages:
+		return "/v1/messages"
 	}
 	return "unknown endpoint"
 }
@@ -45,6 +49,9 @@ func (e Endpoint) String() string {
 // EndpointFor maps a request path to an Endpoint. It matches by suffix, so
 // "/v1/chat/completions", "/openai/deployments/d1/chat/completions" (Azure
 // OpenAI) and "/api/v1/embeddings/" all resolve; a query string is ignored.
+// Anthropic's Messages API is matched as "v1/messages", so that another
+// API's messages collection ("/v1/threads/t1/messages") is not priced as
+// it, and "/v1/messages/count_tokens" is no endpoint to price.
 func EndpointFor(path string) Endpoint {
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -59,6 +66,8 @@ func EndpointFor(path string) Endpoint {
 		return EndpointEmbeddings
 	case hasPathSuffix(path, "responses"):
 		return EndpointResponses
+	case hasPathSuffix(path, "v1/messages"):
+		return EndpointMessages
 	}
 	return EndpointUnknown
 }
@@ -272,7 +281,8 @@ type model struct {
 	counter   Counter
 	encoding  Encoding // empty for a ratio estimate
 	maxOutput int64
-	toolInit  int64 // per-function overhead of tool definitions
+	toolInit  int64   // per-function overhead of tool definitions
+	scale     float64 // multiplies the text's count; 0 or 1: exact
 }
 
 // resolve returns how to count tokens for a model name.
@@ -281,7 +291,7 @@ func (e *Estimator) resolve(name string) (model, error) {
 	if !ok {
 		r = e.defaultRule
 	}
-	m := model{maxOutput: r.MaxOutputTokens, toolInit: 7}
+	m := model{maxOutput: r.MaxOutputTokens, toolInit: 7, scale: r.TokenScale}
 	if m.maxOutput == 0 {
 		m.maxOutput = e.defaultOutput
 	}
@@ -310,6 +320,9 @@ func (e *Estimator) Counter(modelName string) (Counter, error) {
 	m, err := e.resolve(modelName)
 	if err != nil {
 		return nil, err
+	}
+	if m.scale > 0 && m.scale != 1 {
+		return scaledCounter{c: m.counter, scale: m.scale}, nil
 	}
 	return m.counter, nil
 }

@@ -75,3 +75,31 @@ func ExampleEstimator_Estimate_errors() {
 	// 400 weights: malformed /v1/chat/completions body: messages: want an array, got string
 	// 413 weights: request body of 2012 bytes exceeds the 1024-byte limit
 }
+
+// An Anthropic Messages API request priced before the call, and the units
+// its usage settles: cache reads apart from the input that Anthropic's
+// input-tokens-per-minute limit counts.
+func ExampleEstimator_Estimate_messages() {
+	est, err := weights.NewEstimator(weights.Config{})
+	if err != nil {
+		panic(err)
+	}
+	e, err := est.Estimate("/v1/messages", []byte(`{
+		"model": "claude-sonnet-4-5",
+		"max_tokens": 1024,
+		"messages": [{"role": "user", "content": "Hello, Claude"}]
+	}`))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s: %d in, %d out, %+v\n", e.Encoding, e.InputTokens, e.OutputTokens, e.Units())
+	rep, err := weights.ReadUsage([]byte(`{"type":"message","usage":{"input_tokens":4,"cache_creation_input_tokens":0,"cache_read_input_tokens":6,"output_tokens":12}}`))
+	if err != nil {
+		panic(err)
+	}
+	u, _ := e.CheckUsage(rep)
+	fmt.Printf("usage: %d in (%d cached), %d out, %+v\n", u.InputTokens, u.CachedInputTokens, u.OutputTokens, u.Units())
+	// Output:
+	// cl100k_base: 11 in, 1024 out, {Input:11 Output:1024 CachedInput:0}
+	// usage: 10 in (6 cached), 12 out, {Input:4 Output:12 CachedInput:6}
+}

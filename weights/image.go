@@ -104,16 +104,22 @@ func imageTiles(w, h int) int64 {
 	if w <= 0 || h <= 0 {
 		return 0
 	}
-	fw, fh := float64(w), float64(h)
-	if s := 2048 / max(fw, fh); s < 1 {
-		fw, fh = fw*s, fh*s
-	}
+	fw, fh := fit(float64(w), float64(h), 2048)
 	if s := 768 / min(fw, fh); s < 1 {
 		fw, fh = fw*s, fh*s
 	}
 	tw := (int64(fw) + 511) / 512
 	th := (int64(fh) + 511) / 512
 	return max(tw, 1) * max(th, 1)
+}
+
+// fit scales a w×h image down, keeping its aspect ratio, so that its
+// longer side is at most bound.
+func fit(w, h, bound float64) (float64, float64) {
+	if s := bound / max(w, h); s < 1 {
+		return w * s, h * s
+	}
+	return w, h
 }
 
 // dataURLSize reads the dimensions of a base64 data: URL image from its
@@ -127,6 +133,12 @@ func dataURLSize(url string) (w, h int, ok bool) {
 	if !found || !strings.HasSuffix(meta, ";base64") {
 		return 0, 0, false
 	}
+	return base64ImageSize(data)
+}
+
+// base64ImageSize reads the dimensions of a base64-encoded PNG, JPEG or
+// GIF image from its header, decoding at most 64 KiB.
+func base64ImageSize(data string) (w, h int, ok bool) {
 	r := io.LimitReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(data)), 64<<10)
 	cfg, _, err := image.DecodeConfig(r)
 	if err != nil || cfg.Width <= 0 || cfg.Height <= 0 {

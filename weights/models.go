@@ -22,6 +22,12 @@ type ModelRule struct {
 	// number of Unicode code points divided by this ratio, rounded up.
 	// Calibrate it on the family's own tokenizer with representative text.
 	CharsPerToken float64 `json:"chars_per_token,omitempty" yaml:"chars_per_token,omitempty"`
+	// TokenScale, when set with Encoding, multiplies the encoding's count
+	// of the request's text (not the fixed costs of the format, images or
+	// tools), rounded up: for a family whose tokenizer is not public but
+	// splits text like a public one at a measured ratio (Claude, see
+	// [EndpointMessages]). Zero means 1. It must be in [0.1, 10].
+	TokenScale float64 `json:"token_scale,omitempty" yaml:"token_scale,omitempty"`
 	// MaxOutputTokens is the output reservation when a request sets no
 	// limit of its own. Zero means [Config.DefaultMaxOutputTokens].
 	MaxOutputTokens int64 `json:"max_output_tokens,omitempty" yaml:"max_output_tokens,omitempty"`
@@ -41,6 +47,9 @@ func (r ModelRule) validate(path string) []error {
 	}
 	if r.CharsPerToken < 0 || r.CharsPerToken > 100 || r.CharsPerToken != r.CharsPerToken {
 		errs = append(errs, fmt.Errorf("%s.chars_per_token: must be in (0, 100]", path))
+	}
+	if r.TokenScale != 0 && (r.Encoding == "" || !(r.TokenScale >= 0.1 && r.TokenScale <= 10)) {
+		errs = append(errs, fmt.Errorf("%s.token_scale: must be in [0.1, 10], with an encoding", path))
 	}
 	if r.MaxOutputTokens < 0 {
 		errs = append(errs, fmt.Errorf("%s.max_output_tokens: must be >= 0", path))
@@ -66,6 +75,15 @@ var builtinModels = []ModelRule{
 	{Prefix: "gpt-35", Encoding: Cl100kBase}, // Azure OpenAI deployment spelling
 	{Prefix: "text-embedding-3", Encoding: Cl100kBase},
 	{Prefix: "text-embedding-ada-002", Encoding: Cl100kBase},
+	// Claude's tokenizer is not public: cl100k_base scaled (see
+	// claudeTokenScale). "anthropic.claude" is the Amazon Bedrock
+	// spelling, after a region group for cross-region inference.
+	{Prefix: "claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "us.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "eu.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "apac.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	{Prefix: "global.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
 }
 
 // matchRule returns the longest rule of rules whose prefix starts name.

@@ -83,6 +83,12 @@ func (t *tally) text(p string) {
 		}
 		if t.keep {
 			t.arena = append(t.arena, p...)
+			if len(t.ends) == cap(t.ends) {
+				// Doubling: append grows a large slice by a quarter, and
+				// a request of many short pieces (roles, ids) would
+				// reallocate its ends five times over.
+				t.ends = slices.Grow(t.ends, max(len(t.ends), 64))
+			}
 			t.ends = append(t.ends, int32(len(t.arena)))
 		}
 	case countPieces:
@@ -202,6 +208,8 @@ var (
 		EndpointCompletions:     fields(true, slices.Concat(limitFields, []string{"prompt", "suffix"})...),
 		EndpointEmbeddings:      fields(true, slices.Concat(limitFields, []string{"input"})...),
 		EndpointResponses:       fields(true, slices.Concat(limitFields, []string{"instructions", "input", "tools", "text"})...),
+		// Anthropic's Messages API has none of OpenAI's other limits.
+		EndpointMessages: fields(true, "model", "max_tokens", "stream", "system", "messages", "tools"),
 	}
 	streamOptionFields   = fields(true, "include_usage")
 	messageFields        = fields(true, "role", "name", "content", "tool_call_id", "tool_calls", "function_call", "refusal")
@@ -251,6 +259,8 @@ type walker struct {
 	dec  []byte // one decoded string
 	kdec []byte // one decoded key
 
+	blocks int // content blocks being read, nested (Messages API)
+
 	// What the walk found at the top level.
 	model    jstring
 	messages int
@@ -291,8 +301,12 @@ func (e *Estimator) price(ep Endpoint, body []byte) (Estimate, error) {
 		return Estimate{}, w.err
 	}
 	switch {
-	case ep == EndpointChatCompletions && w.messages == 0:
+	case (ep == EndpointChatCompletions || ep == EndpointMessages) && w.messages == 0:
 		return Estimate{}, malformed(ep, "messages", errors.New("must be a non-empty array"))
+	case ep == EndpointMessages && !w.lim.maxTokens.set:
+		// Required by the API, and the reservation Anthropic's own output
+		// limit takes.
+		return Estimate{}, malformed(ep, "max_tokens", errors.New("required"))
 	case ep == EndpointEmbeddings && !w.prompt.present:
 		return Estimate{}, malformed(ep, "input", errors.New("required"))
 	}
@@ -353,7 +367,7 @@ func (w *walker) inputTokens(m model) (int64, bool) {
 			prev = end
 		}
 	}
-	return capTokens(satAdd(n, fixed)), sampled
+	return capTokens(satAdd(scaleCount(n, m.scale), fixed)), sampled
 }
 
 // rewalk walks the body again, handing its text to the tally's new mode.
@@ -601,6 +615,19 @@ func (w *walker) container(open byte, path, want string) bool {
 	return false
 }
 
+// pricedObject reads up to the '{' of the object at the scanner, and
+// returns where its value starts; a null (or a value of another type, a
+// problem) is priced by size and reported as no object.
+func (w *walker) pricedObject(path string) (start int, ok bool) {
+	w.sc.ws()
+	start = w.sc.i
+	if !w.container('{', path, "an object") {
+		w.t.add(bytesTokens(w.sc.i - start))
+		return start, false
+	}
+	return start, true
+}
+
 // at runs f with the scanner at offset i of the body (a value the walk
 // has already checked), then returns to where it was.
 func (w *walker) at(i int, f func()) {
@@ -644,9 +671,19 @@ func (w *walker) walk() {
 		case "stream_options":
 			w.streamOptions()
 		case "messages":
-			w.chatMessages()
+			if w.ep == EndpointMessages {
+				w.claudeMessages()
+			} else {
+				w.chatMessages()
+			}
 		case "tools":
-			w.tools()
+			if w.ep == EndpointMessages {
+				w.claudeTools()
+			} else {
+				w.tools()
+			}
+		case "system":
+			w.system()
 		case "functions":
 			w.functions()
 		case "response_format":
@@ -681,7 +718,7 @@ func (w *walker) walk() {
 			}
 		}
 	}
-	if w.ep == EndpointChatCompletions || w.ep == EndpointResponses {
+	if w.ep == EndpointChatCompletions || w.ep == EndpointResponses || w.ep == EndpointMessages {
 		w.t.add(replyPriming)
 	}
 	sc.ws()
@@ -783,7 +820,8 @@ func (w *walker) functionCall(path string) {
 	}
 }
 
-// content prices a message content: a string, an array of parts, or null.
+// content prices a message content: a string, an array of parts (content
+// blocks in Anthropic's Messages API), or null.
 func (w *walker) content(path string) {
 	switch c := w.sc.peek(); c {
 	case '"':
@@ -794,10 +832,18 @@ func (w *walker) content(path string) {
 	case '[':
 		w.sc.open()
 		for n := 0; w.sc.more(&n, ']'); {
-			w.part(path)
+			if w.ep == EndpointMessages {
+				w.block(path)
+			} else {
+				w.part(path)
+			}
 		}
 	default:
-		w.wrongType(path, "a string or an array of content parts", c)
+		want := "a string or an array of content parts"
+		if w.ep == EndpointMessages {
+			want = "a string or an array of content blocks"
+		}
+		w.wrongType(path, want, c)
 		w.sc.skip()
 	}
 }
@@ -808,10 +854,8 @@ func (w *walker) content(path string) {
 // (audio, files, part types added after this package was written) are
 // priced by size, see bytesTokens.
 func (w *walker) part(path string) {
-	w.sc.ws()
-	start := w.sc.i
-	if !w.container('{', path, "an object") {
-		w.t.add(bytesTokens(w.sc.i - start)) // null
+	start, ok := w.pricedObject(path)
+	if !ok {
 		return
 	}
 	var typ, text, refusal, url, urlDetail, detail jstring
@@ -1017,23 +1061,23 @@ func (w *walker) item() {
 		case "call_id":
 			callID = w.str(path, f)
 		case "content":
-			content = w.itemContent("input.content", typed && isMessage(w.decode(typ)))
+			content = w.deferred(typed && isMessage(w.decode(typ)), func() { w.content("input.content") })
 		case "output":
-			output = w.itemContent("input.output", typed && w.decode(typ) == "function_call_output")
+			output = w.deferred(typed && w.decode(typ) == "function_call_output", func() { w.content("input.output") })
 		}
 	}
 	switch t := w.decode(typ); {
 	case isMessage(t):
 		w.t.add(tokensPerMessage)
 		w.textOf(role)
-		w.priceContent(content, "input.content")
+		w.priceSpan(content, func() { w.content("input.content") })
 	case t == "function_call":
 		w.textOf(callID)
 		w.textOf(name)
 		w.textOf(args)
 	case t == "function_call_output":
 		w.textOf(callID)
-		w.priceContent(output, "input.output")
+		w.priceSpan(output, func() { w.content("input.output") })
 	case t == "item_reference":
 		// Refers to a stored item whose size is unknown here; the actual
 		// usage settles it.
@@ -1044,27 +1088,28 @@ func (w *walker) item() {
 
 func isMessage(typ string) bool { return typ == "" || typ == "message" }
 
-// itemContent reads an item's content. It prices it at once when priced
-// is set (its item's type is known and prices it) and returns an empty
-// span; otherwise it only checks it and returns its span, to be priced
-// once the type is known.
-func (w *walker) itemContent(path string, priced bool) span {
+// deferred reads a value with read, which prices it: at once when priced
+// is set (what the value is, hence its price, is known), returning an
+// empty span; otherwise it only checks it and returns its span, to price
+// with priceSpan once known.
+func (w *walker) deferred(priced bool, read func()) span {
 	if priced {
-		w.content(path)
+		read()
 		return span{}
 	}
 	w.sc.ws()
 	start := w.sc.i
 	mute := w.t.mute
 	w.t.mute = true
-	w.content(path)
+	read()
 	w.t.mute = mute
 	return span{start, w.sc.i}
 }
 
-// priceContent prices a content read by itemContent, if it was not priced.
-func (w *walker) priceContent(s span, path string) {
-	if s.end > s.start {
-		w.at(s.start, func() { w.content(path) })
+// priceSpan prices with read a value deferred returned the span of, if it
+// was not priced. A walk that only checks has checked it already.
+func (w *walker) priceSpan(s span, read func()) {
+	if s.end > s.start && !w.t.mute {
+		w.at(s.start, read)
 	}
 }

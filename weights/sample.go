@@ -18,8 +18,10 @@ const sampleWindows = 8
 // proxy count (textProxy) over the whole text to the same proxy over the
 // windows. Windows are aligned to white space so that they split the text
 // where the tokenizer would: a window starts at a space (the space belongs
-// to the next word's token) and ends before one. A window lies within one
-// piece: the piece that holds its centre.
+// to the next word's token) and ends before one. A window lies within the
+// piece that holds its centre, or, when that piece is shorter than a
+// window, starts with it and takes the pieces after it, each counted on
+// its own as the exact count does.
 type sampler struct {
 	c      Counter
 	total  int // bytes in all pieces
@@ -30,6 +32,7 @@ type sampler struct {
 	proxy  int64 // proxy count of the windows
 	bytes  int64 // size of the windows
 	all    int64 // proxy count of the pieces so far
+	rest   int   // bytes the current window takes from the pieces to come
 }
 
 func newSampler(c Counter, total, budget int) sampler {
@@ -39,21 +42,48 @@ func newSampler(c Counter, total, budget int) sampler {
 // piece adds the next piece of the text.
 func (s *sampler) piece(p string) {
 	s.all += textProxy(p)
+	whole := false // p is counted whole, as part of a window
+	if s.rest > 0 {
+		// A window that started in a shorter piece goes on here.
+		if len(p) <= s.rest {
+			s.window(p)
+			whole = true
+		} else {
+			s.window(alignWindow(p, 0, s.rest))
+		}
+		s.rest = max(s.rest-len(p), 0)
+	}
 	for ; s.k < sampleWindows; s.k++ {
 		centre := int((int64(2*s.k+1) * int64(s.total)) / (2 * sampleWindows))
 		if centre >= s.base+len(p) {
 			break
 		}
+		if len(p) < s.w {
+			// A piece shorter than a window (a role, an id, a short
+			// message): the window is it and the pieces after it, each
+			// counted whole, so that it weighs what a window weighs.
+			if !whole {
+				s.window(p)
+				whole = true
+				s.rest = s.w - len(p)
+			}
+			continue
+		}
 		start := min(max(centre-s.base-s.w/2, 0), len(p))
 		end := min(start+s.w, len(p))
 		start = max(end-s.w, 0)
-		if win := alignWindow(p, start, end); win != "" {
-			s.tokens += int64(countText(s.c, win))
-			s.proxy += textProxy(win)
-			s.bytes += int64(len(win))
-		}
+		s.window(alignWindow(p, start, end))
 	}
 	s.base += len(p)
+}
+
+// window counts the text of a window.
+func (s *sampler) window(win string) {
+	if win != "" {
+		s.tokens += int64(countText(s.c, win))
+		s.proxy += textProxy(win)
+		s.bytes += int64(len(win))
+	}
 }
 
 // estimate returns the estimate once every piece was added. When the

@@ -279,7 +279,7 @@ func TestEstimateMemory(t *testing.T) {
 // that is not valid JSON or whose request object, or one of its messages,
 // repeats a key.
 func FuzzScanner(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":[1,2.5e3,-0,"x\u00e9\n",true,false,null,{}]}`, `[`, `{"a":1,"a":2}`, "\"\xff\"", `{"a" :  1 } `, `1e400`, `-`, `"\ud800"`, `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2}`, `{"messages":[{"role":"user","content":"hi","x":1,"x":2}]}`, `{"messages":[{"role":"user","ro\u006ce":"x"}]}`} {
+	for _, s := range []string{`{}`, `{"a":[1,2.5e3,-0,"x\u00e9\n",true,false,null,{}]}`, `[`, `{"a":1,"a":2}`, "\"\xff\"", `{"a" :  1 } `, `1e400`, `-`, `"\ud800"`, `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2}`, `{"messages":[{"role":"user","content":"hi","x":1,"x":2}]}`, `{"messages":[{"role":"user","ro\u006ce":"x"}]}`, `{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -296,9 +296,11 @@ func FuzzScanner(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.Estimate("/v1/chat/completions", body)
-		if err == nil && (!json.Valid(body) || repeats(body)) {
-			t.Fatalf("estimated an invalid or ambiguous body")
+		for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
+			_, err = e.Estimate(path, body)
+			if err == nil && (!json.Valid(body) || repeats(body)) {
+				t.Fatalf("%s: estimated an invalid or ambiguous body", path)
+			}
 		}
 	})
 }

@@ -59,8 +59,8 @@ type StreamResult struct {
 	// prompt or completion count, usable or not.
 	Reported bool
 	// Completed reports whether the stream ended normally: a "[DONE]"
-	// event, or a terminal Responses API event (response.completed,
-	// response.incomplete, response.failed).
+	// event, a terminal Responses API event (response.completed,
+	// response.incomplete, response.failed), or Anthropic's message_stop.
 	Completed bool
 	// ErrorMessage is the message of an error event, if the upstream sent
 	// one.
@@ -72,7 +72,10 @@ type StreamResult struct {
 }
 
 // StreamReader wraps a server-sent-events response body of the Chat
-// Completions, Completions or Responses API. Read returns the upstream bytes
+// Completions, Completions or Responses API, or of Anthropic's Messages
+// API (whose message_start event reports the prompt and its cache
+// figures, and whose message_delta events the output so far: each report
+// updates the figures it carries). Read returns the upstream bytes
 // unchanged (except for the usage-only chunk when StripUsage is set) while
 // the reader picks up the usage report and counts the streamed text for the
 // case where no report arrives (a cut stream, an upstream that ignores
@@ -348,9 +351,13 @@ type streamEvent struct {
 		} `json:"delta"`
 		Text jstr `json:"text"`
 	} `json:"choices"`
-	Usage    *rawUsage       `json:"usage"`
-	Delta    json.RawMessage `json:"delta"`
-	Message  jstr            `json:"message"`
+	Usage *rawUsage       `json:"usage"`
+	Delta json.RawMessage `json:"delta"`
+	// ContentBlock is the block an Anthropic content_block_start opens.
+	ContentBlock json.RawMessage `json:"content_block"`
+	// Message is an error event's message (a string), or the message an
+	// Anthropic message_start event opens (an object with its usage).
+	Message  json.RawMessage `json:"message"`
 	Error    json.RawMessage `json:"error"`
 	Response *struct {
 		Usage *rawUsage       `json:"usage"`
@@ -388,6 +395,16 @@ func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
 		}
 		s.text(string(c.Text))
 	}
+	var message struct {
+		Usage *rawUsage `json:"usage"`
+	}
+	var errMsg jstr
+	switch firstByte(ev.Message) {
+	case '{':
+		_ = json.Unmarshal(ev.Message, &message)
+	case '"':
+		_ = errMsg.UnmarshalJSON(ev.Message)
+	}
 	switch ev.Type {
 	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
 		"response.reasoning_summary_text.delta", "response.reasoning_text.delta":
@@ -395,28 +412,52 @@ func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
 		if d.UnmarshalJSON(ev.Delta) == nil {
 			s.text(string(d))
 		}
+	case "content_block_start", "content_block_delta": // Anthropic: a block's name and text, tool input, thinking
+		var d struct {
+			Name        jstr `json:"name"`
+			Text        jstr `json:"text"`
+			PartialJSON jstr `json:"partial_json"`
+			Thinking    jstr `json:"thinking"`
+		}
+		raw := ev.Delta
+		if ev.Type == "content_block_start" {
+			raw = ev.ContentBlock
+		}
+		if json.Unmarshal(raw, &d) == nil {
+			s.text(string(d.Name))
+			s.text(string(d.Text))
+			s.text(string(d.PartialJSON))
+			s.text(string(d.Thinking))
+		}
 	}
 	raw := ev.Usage
-	if raw == nil && ev.Response != nil {
+	switch {
+	case raw != nil:
+	case ev.Response != nil:
 		raw = ev.Response.Usage
+	case ev.Type == "message_start":
+		raw = message.Usage
 	}
 	rep := raw.report()
 	msg := errorMessage(ev.Error)
 	if msg == "" && (ev.Type == "error" || eventType == "error") {
-		msg = string(ev.Message)
+		msg = string(errMsg)
 	}
 	if msg == "" && ev.Response != nil {
 		msg = errorMessage(ev.Response.Error)
 	}
 	s.mu.Lock()
 	if rep.Found() {
-		s.report, s.res.Reported = rep, true
+		if !s.res.Reported {
+			s.report = noReport
+		}
+		s.report, s.res.Reported = s.report.merge(rep), true
 	}
 	if msg != "" && s.res.ErrorMessage == "" {
 		s.res.ErrorMessage = msg
 	}
 	switch ev.Type {
-	case "response.completed", "response.incomplete", "response.failed":
+	case "response.completed", "response.incomplete", "response.failed", "message_stop":
 		s.res.Completed = true
 	}
 	s.mu.Unlock()

@@ -72,6 +72,10 @@ func streamFixtures() map[string][]byte {
 		"no final eol":  []byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}"),
 		"garbage":       []byte("data: {not json\n\nid: 7\nretry: 100\nfoo\n\ndata\n\n"),
 		"trailing data": []byte("data: [DONE]\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"late\"}}]}\n"),
+		"anthropic":     []byte(anthropicStream),
+		"anthropic cut": []byte(anthropicStream[:strings.Index(anthropicStream, "event: message_delta")]),
+		"anthropic error": []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n" +
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"),
 	}
 }
 

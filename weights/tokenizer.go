@@ -135,6 +135,27 @@ func (c ratioCounter) Count(text string) int {
 	return t
 }
 
+// scaledCounter counts with an exact tokenizer and scales the count by a
+// calibrated factor, for a model family whose own tokenizer is not public
+// (see [ModelRule].TokenScale).
+type scaledCounter struct {
+	c     Counter
+	scale float64
+}
+
+func (c scaledCounter) Count(text string) int {
+	return int(scaleCount(int64(c.c.Count(text)), c.scale))
+}
+
+// scaleCount returns n × scale rounded up, n itself for a scale of 0 or 1,
+// saturating at MaxTokens.
+func scaleCount(n int64, scale float64) int64 {
+	if scale <= 0 || scale == 1 || n <= 0 {
+		return n
+	}
+	return int64(math.Ceil(min(float64(n)*scale, MaxTokens)))
+}
+
 // maxChunk bounds the text handed to a Counter in one call. tiktoken-go's
 // merge step is quadratic in the length of a pre-tokenised piece: 64 KiB of
 // one repeated letter takes seconds, a cheap way to burn a gateway's CPU.

@@ -15,10 +15,8 @@ func (w *walker) tools() {
 	}
 	w.sc.open()
 	for n := 0; w.sc.more(&n, ']'); {
-		w.sc.ws()
-		start := w.sc.i
-		if !w.container('{', "tools", "an object") {
-			w.t.add(bytesTokens(w.sc.i - start)) // null
+		start, ok := w.pricedObject("tools")
+		if !ok {
 			continue
 		}
 		var (

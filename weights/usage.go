@@ -13,15 +13,23 @@ import (
 type Usage struct {
 	// InputTokens is the prompt size: prompt_tokens in the Chat
 	// Completions, Completions and Embeddings APIs, input_tokens in the
-	// Responses API. It includes CachedInputTokens.
+	// Responses API; in Anthropic's Messages API, whose input_tokens
+	// leaves the cache out, input_tokens + cache_creation_input_tokens +
+	// cache_read_input_tokens. It includes CachedInputTokens and
+	// CacheWriteInputTokens.
 	InputTokens int64 `json:"input_tokens"`
 	// OutputTokens is the completion size: completion_tokens or
 	// output_tokens. It includes ReasoningTokens.
 	OutputTokens int64 `json:"output_tokens"`
 	// CachedInputTokens is the part of InputTokens served from the
-	// provider's prompt cache (prompt_tokens_details.cached_tokens or
-	// input_tokens_details.cached_tokens).
+	// provider's prompt cache (prompt_tokens_details.cached_tokens,
+	// input_tokens_details.cached_tokens, or Anthropic's
+	// cache_read_input_tokens).
 	CachedInputTokens int64 `json:"cached_input_tokens,omitempty"`
+	// CacheWriteInputTokens is the part of InputTokens written to the
+	// provider's prompt cache, which Anthropic bills above the input
+	// price (cache_creation_input_tokens).
+	CacheWriteInputTokens int64 `json:"cache_write_input_tokens,omitempty"`
 	// ReasoningTokens is the part of OutputTokens spent on hidden reasoning
 	// (completion_tokens_details.reasoning_tokens or
 	// output_tokens_details.reasoning_tokens).
@@ -255,6 +263,7 @@ func (e Estimate) check(r UsageReport, streamed int64) (Usage, UsageFallback) {
 		u.OutputTokens = outFallback
 	}
 	u.CachedInputTokens = min(max(u.CachedInputTokens, 0), u.InputTokens)
+	u.CacheWriteInputTokens = min(max(u.CacheWriteInputTokens, 0), u.InputTokens-u.CachedInputTokens)
 	u.ReasoningTokens = min(max(u.ReasoningTokens, 0), u.OutputTokens)
 	u.Estimated = u.Estimated || reason != FallbackNone
 	return u, reason
@@ -290,13 +299,18 @@ func (r *rawUsage) report() UsageReport {
 
 // readUsageObject reads the counts of a usage object, given as its JSON
 // text, without building anything: a value that is not a JSON object is
-// malformed. Keys match exactly; of repeated keys the last wins.
+// malformed. Keys match exactly; of repeated keys the last wins. An
+// Anthropic usage (one with cache_creation_input_tokens or
+// cache_read_input_tokens) counts its cache figures into the prompt, as
+// the other APIs do; a cache figure that cannot be used makes the prompt
+// count unusable, so that the request is charged as reserved rather than
+// as a cheaper prompt than it was.
 func readUsageObject(v string) UsageReport {
 	s := scanner{s: v}
 	if s.peek() != '{' {
 		return malformedReport
 	}
-	var prompt, input, completion, output, total string
+	var prompt, input, completion, output, total, cacheWrite, cacheRead string
 	var cached, reasoning int64
 	s.open()
 	for n := 0; s.more(&n, '}'); {
@@ -311,6 +325,10 @@ func readUsageObject(v string) UsageReport {
 			output = s.span()
 		case "total_tokens":
 			total = s.span()
+		case "cache_creation_input_tokens":
+			cacheWrite = s.span()
+		case "cache_read_input_tokens":
+			cacheRead = s.span()
 		case "prompt_tokens_details", "input_tokens_details":
 			cached = max(cached, detail(s.span(), "cached_tokens"))
 		case "completion_tokens_details", "output_tokens_details":
@@ -331,7 +349,35 @@ func readUsageObject(v string) UsageReport {
 		rep.Usage.InputTokens, rep.Input = parseCount(total)
 	}
 	rep.Usage.CachedInputTokens, rep.Usage.ReasoningTokens = cached, reasoning
+	if cacheWrite != "" || cacheRead != "" {
+		written, wst := parseCount(cacheWrite)
+		read, rst := parseCount(cacheRead)
+		for _, st := range [...]UsageFallback{wst, rst} {
+			if st != FallbackNone && st != FallbackMissing && rep.Input == FallbackNone {
+				rep.Input = st
+			}
+		}
+		rep.Usage.InputTokens = satAdd(satAdd(rep.Usage.InputTokens, written), read)
+		rep.Usage.CachedInputTokens, rep.Usage.CacheWriteInputTokens = read, written
+	}
 	return rep
+}
+
+// merge returns the usage of a stream that reported r and then next: each
+// side (the prompt with its cache figures, the completion with its
+// reasoning) as next reports it, or as r did when next leaves it out.
+// Anthropic reports the prompt when a message starts and the cumulative
+// completion as it goes.
+func (r UsageReport) merge(next UsageReport) UsageReport {
+	if next.Input != FallbackMissing {
+		r.Input = next.Input
+		r.Usage.InputTokens, r.Usage.CachedInputTokens, r.Usage.CacheWriteInputTokens = next.Usage.InputTokens, next.Usage.CachedInputTokens, next.Usage.CacheWriteInputTokens
+	}
+	if next.Output != FallbackMissing {
+		r.Output = next.Output
+		r.Usage.OutputTokens, r.Usage.ReasoningTokens = next.Usage.OutputTokens, next.Usage.ReasoningTokens
+	}
+	return r
 }
 
 // pick reads the first of two spellings of a count that is present.

@@ -174,7 +174,8 @@ func usageWithin(est Estimate, streamed int64, u Usage) error {
 		return fmt.Errorf("input %d outside [%d, 4×%d+slack]", u.InputTokens, min(in, 1), in)
 	case u.OutputTokens < streamed/UsageFactor || u.OutputTokens > satAdd(max(out, streamed), UsageSlack):
 		return fmt.Errorf("output %d outside [%d, %d+slack]", u.OutputTokens, streamed/UsageFactor, max(out, streamed))
-	case u.CachedInputTokens < 0 || u.CachedInputTokens > u.InputTokens || u.ReasoningTokens < 0 || u.ReasoningTokens > u.OutputTokens:
+	case u.CachedInputTokens < 0 || u.CachedInputTokens > u.InputTokens || u.ReasoningTokens < 0 || u.ReasoningTokens > u.OutputTokens,
+		u.CacheWriteInputTokens < 0 || u.CacheWriteInputTokens > u.InputTokens-u.CachedInputTokens:
 		return fmt.Errorf("parts outside their counts: %+v", u)
 	}
 	return nil
@@ -242,6 +243,8 @@ func FuzzReadUsage(f *testing.F) {
 	f.Add([]byte(`{"usage":{"prompt_tokens":1e18,"completion_tokens":-1}}`), int64(100), int64(200))
 	f.Add([]byte(`{"usage":{"prompt_tokens":1000.5,"completion_tokens":"7"}}`), int64(-4), int64(math.MaxInt64))
 	f.Add([]byte(`{"usage":null}`), int64(0), int64(0))
+	f.Add([]byte(anthropicResponse), int64(3000), int64(1024))
+	f.Add([]byte(`{"usage":{"input_tokens":3,"cache_creation_input_tokens":-1,"cache_read_input_tokens":"x","output_tokens":2}}`), int64(3), int64(2))
 	f.Fuzz(func(t *testing.T, body []byte, in, out int64) {
 		rep, err := ReadUsage(body)
 		if err != nil && rep != malformedReport {

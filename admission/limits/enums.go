@@ -229,8 +229,24 @@ type Unit string
 
 // The units every caller can use. Any other non-empty string is a named unit
 // whose amount the caller supplies in Request.Units.
+//
+// The token units split a request's tokens the way providers limit and
+// bill them, so that a policy can mirror a provider's own limit exactly:
+// UnitInputTokens counts the prompt tokens not read from a prompt cache
+// (cache writes included), which is what Anthropic's input-tokens-per-minute
+// limit counts; UnitCachedInputTokens the prompt tokens read from the
+// cache; UnitOutputTokens the completion, hidden reasoning included, as
+// every provider bills it (Anthropic's output-tokens-per-minute limit).
+// UnitTokens stays the whole: input + cached input + output (a request or
+// usage that gives the three but no tokens of its own counts their sum).
+// The caller supplies the three in Request.Units (before the call nothing
+// is known to be cached: the whole prompt is input_tokens) and in
+// Usage.Units once the provider reported them.
 const (
-	UnitRequests Unit = "requests"
-	UnitTokens   Unit = "tokens"
-	UnitCost     Unit = "cost"
+	UnitRequests          Unit = "requests"
+	UnitTokens            Unit = "tokens"
+	UnitCost              Unit = "cost"
+	UnitInputTokens       Unit = "input_tokens"
+	UnitOutputTokens      Unit = "output_tokens"
+	UnitCachedInputTokens Unit = "cached_input_tokens"
 )
