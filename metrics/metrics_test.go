@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -65,7 +66,7 @@ func exercise(o *metrics.Observer) {
 	o.StoreCall(admission.StoreCall{Store: "redis", Op: "batch", Policies: 2, Duration: 300 * time.Microsecond})
 	o.StoreCall(admission.StoreCall{Store: "redis", Op: "batch", Policies: 2, Duration: 50 * time.Millisecond, Err: errors.New("timeout")})
 	o.StoreCall(admission.StoreCall{Store: "redis", Op: "acquire", Err: errors.New("breaker open")}) // no latency: not recorded
-	o.Reloaded(admission.Reload{Source: "policies.yaml", Policies: 1})
+	o.CountReload(config.Reload{Source: "policies.yaml", Policies: 1})
 }
 
 func TestCatalogMatchesExposition(t *testing.T) {

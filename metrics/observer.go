@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/admission"
+	policyfile "github.com/sluicehq/sluice/admission/config"
 )
 
 // Defaults of the options.
@@ -526,8 +527,13 @@ func (o *Observer) StoreCall(c admission.StoreCall) {
 
 var _ admission.StoreCallObserver = (*Observer)(nil)
 
-// Reloaded counts configuration reloads by result (ok or rejected).
-func (o *Observer) Reloaded(r admission.Reload) {
+// Reloaded is the core's reload event, which policy file reloads no
+// longer send: they are counted by CountReload.
+func (o *Observer) Reloaded(r admission.Reload) { o.CountReload(policyfile.Reload{Err: r.Err}) }
+
+// CountReload counts a policy file reload by result (ok or rejected), as
+// admission_reloads_total: pass it to config.OnReload.
+func (o *Observer) CountReload(r policyfile.Reload) {
 	if r.Err != nil {
 		o.reloads[1].Add(1)
 		return

@@ -18,11 +18,12 @@ import (
 	"github.com/sluicehq/sluice/admission"
 )
 
-// A Watcher keeps a Controller in step with a policy file. It reloads the
+// A Watcher keeps a program in step with a policy file. It reloads the
 // file when it changes on disk and when the process receives SIGHUP; every
-// reload is validated first, and a file that does not validate (or that
-// the controller refuses) is logged, counted and reported to the observer
-// while the previous configuration keeps serving. Policies that keep their
+// reload is validated first and handed to the program's Subscriber, and a
+// file that does not validate (or that the subscriber refuses) is logged,
+// counted and reported (OnReload) while the previous configuration keeps
+// serving. Policies that keep their
 // name, algorithm, unit and key keep their partitions across a reload,
 // including a policy flipped from shadow to enforce.
 //
@@ -40,10 +41,9 @@ import (
 // whatever it holds.
 type Watcher struct {
 	path     string
-	ctl      *admission.Controller
-	obs      admission.Observer
+	sub      Subscriber
+	onReload func(Reload)
 	log      *slog.Logger
-	onApply  []func(*File)
 	signals  []os.Signal
 	debounce time.Duration
 
@@ -71,19 +71,44 @@ type version struct {
 // A WatchOption configures a Watcher.
 type WatchOption func(*Watcher)
 
-// WithObserver sets the observer told about every reload, applied or
-// refused (Observer.Reloaded); use the controller's observer.
-func WithObserver(o admission.Observer) WatchOption { return func(w *Watcher) { w.obs = o } }
+// A Subscriber is where a policy file takes effect: Apply installs
+// everything the program derives from the file (the controller's policies
+// and plans, the key table, the HTTP settings, prices) as one step, so
+// that no request is decided by the policies of one file and the
+// identities of another (see Epoch), or returns an error and leaves the
+// previous file in force. httpadmit.Middleware is one; ApplyFunc makes one
+// of a function.
+type Subscriber interface {
+	Apply(f *File) error
+}
+
+// ApplyFunc adapts a function to Subscriber.
+type ApplyFunc func(f *File) error
+
+// Apply calls fn(f).
+func (fn ApplyFunc) Apply(f *File) error { return fn(f) }
+
+// Controller returns the Subscriber of a program whose only reader of
+// the file is ctl: Apply hands it the file's policies and plans.
+func Controller(ctl *admission.Controller) Subscriber {
+	return ApplyFunc(func(f *File) error { return ctl.SetConfig(f.Config) })
+}
+
+// Reload is one reload of the file, applied or refused, as OnReload
+// reports it.
+type Reload struct {
+	Source   string // the file's path
+	Policies int    // the policies in force afterwards
+	Err      error  // why the file was refused; nil when applied
+}
+
+// OnReload sets the function told about every reload, applied or refused
+// (the first load included), for example to count reloads
+// (metrics.Observer.CountReload).
+func OnReload(fn func(Reload)) WatchOption { return func(w *Watcher) { w.onReload = fn } }
 
 // WithLogger sets the logger of reloads; the default is slog.Default().
 func WithLogger(l *slog.Logger) WatchOption { return func(w *Watcher) { w.log = l } }
-
-// OnApply adds a function called with each applied file, after the
-// controller has it (for example to hand the new key table to the HTTP
-// middleware with SetIdentityConfig). It is also called for the first load.
-func OnApply(f func(*File)) WatchOption {
-	return func(w *Watcher) { w.onApply = append(w.onApply, f) }
-}
 
 // WithSignals sets the signals that force a reload; the default is SIGHUP.
 // No signal at all disables signal handling.
@@ -95,11 +120,11 @@ func WithSignals(sigs ...os.Signal) WatchOption {
 // (default 100ms).
 func WithDebounce(d time.Duration) WatchOption { return func(w *Watcher) { w.debounce = d } }
 
-// Watch loads the policy file at path, applies it to ctl and keeps
+// Watch loads the policy file at path, applies it to sub and keeps
 // watching it until Close. It fails when the first load fails.
-func Watch(path string, ctl *admission.Controller, opts ...WatchOption) (*Watcher, error) {
+func Watch(path string, sub Subscriber, opts ...WatchOption) (*Watcher, error) {
 	w := &Watcher{
-		path: filepath.Clean(path), ctl: ctl, obs: admission.NopObserver{}, log: slog.Default(),
+		path: filepath.Clean(path), sub: sub, onReload: func(Reload) {}, log: slog.Default(),
 		signals: []os.Signal{syscall.SIGHUP}, debounce: 100 * time.Millisecond,
 		stop: make(chan struct{}),
 	}
@@ -140,7 +165,7 @@ func (w *Watcher) Stats() (applied, refused int64) { return w.applied.Load(), w.
 // returns the reason a refused file was refused.
 func (w *Watcher) Reload() error { return w.reload(true) }
 
-// Close stops watching. It does not touch the controller.
+// Close stops watching. It does not touch the subscriber.
 func (w *Watcher) Close() error {
 	var err error
 	w.once.Do(func() {
@@ -231,22 +256,19 @@ func (w *Watcher) reload(force bool) error {
 	if err != nil {
 		return w.refuse(err)
 	}
-	if err := w.ctl.SetConfig(f.Config); err != nil {
+	if err := w.sub.Apply(f); err != nil {
 		return w.refuse(fmt.Errorf("%s: %w", w.path, err))
 	}
 	w.cur.Store(f)
 	w.applied.Add(1)
-	for _, fn := range w.onApply {
-		fn(f)
-	}
-	w.obs.Reloaded(admission.Reload{Source: w.path, Policies: len(f.Config.Policies)})
+	w.onReload(Reload{Source: w.path, Policies: len(f.Config.Policies)})
 	w.log.Info("policy file applied", slog.String("file", w.path), slog.Int("policies", len(f.Config.Policies)))
 	return nil
 }
 
 func (w *Watcher) refuse(err error) error {
 	w.refused.Add(1)
-	w.obs.Reloaded(admission.Reload{Source: w.path, Err: err, Policies: w.policies()})
+	w.onReload(Reload{Source: w.path, Err: err, Policies: w.policies()})
 	n := 0
 	var es Errors
 	if errors.As(err, &es) {
@@ -263,3 +285,43 @@ func (w *Watcher) policies() int {
 	}
 	return 0
 }
+
+// An Epoch makes a reload one step for requests that read several things
+// derived from one file: the controller's policies and, say, the key
+// table that says whose they are. A Subscriber installs the file under
+// Install; a request takes Stable before reading anything and asks
+// Changed once admitted. When Changed is false, everything it read came
+// from one file: Install brackets its swaps with two increments, and
+// every read between two loads of an even, equal count saw neither of an
+// install's swaps or both (sync/atomic is sequentially consistent). When
+// it is true, the request may have mixed two files and must be decided
+// again (httpadmit.Middleware.Decide shows how). The hot path costs two
+// atomic loads; waiting happens only while an install runs.
+type Epoch struct {
+	mu sync.Mutex
+	n  atomic.Uint64 // odd while an install runs
+}
+
+// Install runs swap, which installs one file, as one step; installs are
+// serialised.
+func (e *Epoch) Install(swap func() error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n.Add(1)
+	defer e.n.Add(1)
+	return swap()
+}
+
+// Stable returns the current epoch, waiting for an install in progress.
+func (e *Epoch) Stable() uint64 {
+	if n := e.n.Load(); n&1 == 0 {
+		return n
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n.Load()
+}
+
+// Changed reports whether an install ran, or is running, since Stable
+// returned n.
+func (e *Epoch) Changed(n uint64) bool { return e.n.Load() != n }

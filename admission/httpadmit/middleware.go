@@ -81,6 +81,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 )
 
 // An Option configures a Middleware.
@@ -139,10 +140,10 @@ func WithBodyTimeout(d time.Duration) Option { return func(o *options) { o.bodyT
 // Defaults of the body options.
 const (
 	// DefaultMaxBody is the body limit of a middleware without WithMaxBody.
-	DefaultMaxBody = 1 << 20
+	DefaultMaxBody = config.DefaultMaxBody
 	// DefaultBodyTimeout is the body timeout of a middleware without
 	// WithBodyTimeout.
-	DefaultBodyTimeout = time.Minute
+	DefaultBodyTimeout = config.DefaultBodyTimeout
 )
 
 // WithQuotaStatus sets the status of an exhausted quota: 403 (the default)
@@ -236,10 +237,11 @@ func WithServerTiming(on bool) Option { return func(o *options) { o.serverTiming
 // (Reconfigure, SetIdentityConfig), requests in flight finishing with the
 // settings they started with.
 type Middleware struct {
-	ctl *admission.Controller
-	cur atomic.Pointer[options]
-	mu  sync.Mutex // serialises Reconfigure
-	ops opCache
+	ctl   *admission.Controller
+	cur   atomic.Pointer[options]
+	mu    sync.Mutex // serialises Reconfigure and Apply
+	epoch config.Epoch
+	ops   opCache
 }
 
 // New returns a Middleware admitting requests through ctl.
@@ -256,23 +258,50 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 		logger:       slog.Default(),
 		serverTiming: true,
 	}
-	if err := m.apply(o, opts); err != nil {
+	if err := build(o, opts); err != nil {
 		return nil, err
 	}
+	m.cur.Store(o)
 	return m, nil
 }
 
 // Reconfigure applies opts on top of the current settings, for example
-// after a policy file reload (config.File.MiddlewareOptions). It leaves
+// after a policy file reload (FileOptions). It leaves
 // the settings unchanged when the result is invalid.
 func (m *Middleware) Reconfigure(opts ...Option) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := *m.cur.Load()
-	return m.apply(&o, opts)
+	if err := build(&o, opts); err != nil {
+		return err
+	}
+	m.cur.Store(&o)
+	return nil
 }
 
-func (m *Middleware) apply(o *options, opts []Option) error {
+// Apply installs a policy file, as a config.Subscriber: its policies and
+// plans in the controller and its http and identity sections
+// (FileOptions) in the middleware, as one step (config.Epoch): Decide
+// never lets a request be decided by the policies of one file and the key
+// table of another. A file the controller refuses changes nothing.
+func (m *Middleware) Apply(f *config.File) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := *m.cur.Load()
+	if err := build(&o, FileOptions(f)); err != nil {
+		return err
+	}
+	return m.epoch.Install(func() error {
+		if err := m.ctl.SetConfig(f.Config); err != nil {
+			return err
+		}
+		m.cur.Store(&o)
+		return nil
+	})
+}
+
+// build applies opts to o and checks the result.
+func build(o *options, opts []Option) error {
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -292,7 +321,6 @@ func (m *Middleware) apply(o *options, opts []Option) error {
 		o.logger = slog.Default()
 	}
 	o.identity = o.identity.normalize()
-	m.cur.Store(o)
 	return nil
 }
 
@@ -390,11 +418,80 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 	if err := m.LimitBody(w, r); err != nil {
 		return admission.Ticket{}, err
 	}
+	e := m.epoch.Stable()
 	req, err := m.Request(r)
 	if err != nil {
 		return admission.Ticket{}, err
 	}
-	return m.Admit(w, r, req)
+	tk, err := m.Admit(w, r, req)
+	if m.epoch.Changed(e) {
+		// A WithRequest function runs once: its amounts are kept.
+		again := func() (admission.Request, error) {
+			a, err := m.caller(m.cur.Load(), r)
+			a.Model, a.Tokens, a.Cost, a.Units, a.Priority = req.Model, req.Tokens, req.Cost, req.Units, req.Priority
+			return a, err
+		}
+		_, tk, err = Readmit(&m.epoch, e, req, tk, err, again, func(req admission.Request) (admission.Ticket, error) { return m.Admit(w, r, req) })
+	}
+	return tk, err
+}
+
+// Readmit makes sure a request was decided by the policies and the
+// identities of one policy file, for a handler that identifies and admits
+// requests itself (Decide calls it). e is the epoch (config.Epoch.Stable)
+// taken before req was built from the file's identity (and prices) and
+// given to the controller, and tk, err are the decision. While no file
+// was applied since e, the decision stands; it costs an atomic load.
+//
+// Otherwise the controller may have decided with the policies of the new
+// file for a caller identified with the old one. again builds the
+// request anew from the file now in force; when exactly one file was
+// applied and it builds the same request (SameCaller, the same tokens
+// and cost), the decision is that of either file and stands. Otherwise
+// the admission is undone (Undo) and the new request decided by admit,
+// and checked in turn. Readmit returns the request decided last with its
+// decision: after three admissions overlapped by reloads, an error (503).
+func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
+	again func() (admission.Request, error), admit func(admission.Request) (admission.Ticket, error)) (admission.Request, admission.Ticket, error) {
+	for tries := 0; ep.Changed(e); tries++ {
+		next := ep.Stable()
+		a, aerr := again()
+		if aerr == nil && next == e+2 && !ep.Changed(next) && SameCaller(&a, &req) && a.Tokens == req.Tokens && a.Cost == req.Cost {
+			break
+		}
+		Undo(tk, err)
+		switch {
+		case aerr != nil:
+			return a, admission.Ticket{}, aerr
+		case tries == maxReadmissions:
+			return a, admission.Ticket{}, errReloading
+		}
+		e, req = next, a
+		tk, err = admit(req)
+	}
+	return req, tk, err
+}
+
+// maxReadmissions bounds the admissions of one request after the first,
+// when reloads overlap each; errReloading answers a request past it (503).
+const maxReadmissions = 2
+
+var errReloading = errors.New("httpadmit: policy file reloads overlapped every admission of the request")
+
+// SameCaller reports whether a and b are the same caller of the same
+// operation: the fields a policy file's identity section decides.
+func SameCaller(a, b *admission.Request) bool {
+	return a.Tenant == b.Tenant && a.KeyID == b.KeyID && a.User == b.User && a.Addr == b.Addr && a.Operation == b.Operation
+}
+
+// Undo gives back what an admission took, for a request to be admitted
+// again: the tokens and cost it reserved and its concurrency permits. Its
+// requests stay counted (no policy refunds a request). err is the
+// admission's error: a refused admission took nothing.
+func Undo(tk admission.Ticket, err error) {
+	if err == nil {
+		tk.Settle(admission.Usage{TokensKnown: true, CostKnown: true})
+	}
 }
 
 // LimitBody applies the body limit and the body timeout to r before
@@ -450,20 +547,24 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 // and operation, completed by the WithRequest function.
 func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 	o := m.cur.Load()
-	ic := &o.identity
+	req, err := m.caller(o, r)
+	if err != nil || o.enrich == nil {
+		return req, err
+	}
+	return enrich(o.enrich, r, req)
+}
+
+// caller returns the identity, client address and operation of r.
+func (m *Middleware) caller(o *options, r *http.Request) (admission.Request, error) {
 	id, err := identify(o, r)
 	if err != nil {
 		return admission.Request{}, err
 	}
-	req := admission.Request{
+	return admission.Request{
 		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
-		Addr:      ic.ClientAddr(r),
-		Operation: m.Operation(r),
-	}
-	if o.enrich != nil {
-		return enrich(o.enrich, r, req)
-	}
-	return req, nil
+		Addr:      o.identity.ClientAddr(r),
+		Operation: m.operation(o, r),
+	}, nil
 }
 
 // Identify returns the validated identity of r: the WithIdentity
@@ -614,8 +715,9 @@ func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *options)
 // Operation returns the operation name of r: "METHOD route", the route
 // being the pattern that matched (Request.Pattern, or the WithRoutes mux's
 // match) without its method, else the URL path.
-func (m *Middleware) Operation(r *http.Request) string {
-	o := m.cur.Load()
+func (m *Middleware) Operation(r *http.Request) string { return m.operation(m.cur.Load(), r) }
+
+func (m *Middleware) operation(o *options, r *http.Request) string {
 	if o.operation != nil {
 		return o.operation(r)
 	}

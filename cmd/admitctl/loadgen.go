@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -71,7 +71,7 @@ func newGenerator(cfg loadgenConfig) *generator {
 		g.zipf = rand.NewZipf(rng, cfg.zipf, 1, uint64(len(cfg.tenants)-1))
 	}
 	for t, k := range cfg.keys {
-		g.keyID[t] = httpadmit.HashKey(k).ID()
+		g.keyID[t] = config.HashKey(k).ID()
 	}
 	return g
 }

@@ -25,9 +25,8 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/redisstore"
-	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
-	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -206,23 +205,13 @@ func start(o options) (_ *server, err error) {
 		return nil, err
 	}
 	// The log: the file's logging section, the level overridden by the flag.
-	level := s.file.Logging.Level
+	logging := s.file.Logging
 	if o.logLevel != "" {
-		if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		if err := logging.Level.UnmarshalText([]byte(o.logLevel)); err != nil {
 			return nil, fmt.Errorf("--log-level: %w", err)
 		}
 	}
-	out := o.logOutput
-	if out == nil {
-		out = io.Discard
-	}
-	// Records may quote what clients sent: every string is clipped.
-	hopts := &slog.HandlerOptions{Level: level}
-	if s.file.Logging.Format == "text" {
-		s.log = slog.New(shadow.NewBoundedHandler(slog.NewTextHandler(out, hopts)))
-	} else {
-		s.log = slog.New(shadow.NewBoundedHandler(slog.NewJSONHandler(out, hopts)))
-	}
+	s.log = shadow.FileLogger(cmp.Or[io.Writer](o.logOutput, io.Discard), &logging)
 	cut, err := gateway.ParseCutMode(o.cut)
 	if err != nil {
 		return nil, fmt.Errorf("--cut-streams: %w", err)
@@ -265,18 +254,14 @@ func start(o options) (_ *server, err error) {
 	if maxBody <= 0 {
 		maxBody = weights.DefaultMaxBodyBytes
 	}
-	prices, err := pricing.Table(s.file.Prices)
-	if err != nil {
-		return nil, fmt.Errorf("%s: prices: %w", s.file.Source, err)
-	}
 	counters := weights.BPECounter
 	if o.tokenizer == "tiktoken" {
 		counters = weights.TiktokenCounter
 	} else if o.tokenizer != "bpe" && o.tokenizer != "" {
 		return nil, fmt.Errorf("--tokenizer: %q is not bpe or tiktoken", o.tokenizer)
 	}
-	// The gateway prices requests itself, from the table a reload may
-	// replace: the estimator only counts tokens.
+	// The gateway prices requests itself, from the prices of the policy
+	// file in force: the estimator only counts tokens.
 	est, err := weights.NewEstimator(weights.Config{MaxBodyBytes: maxBody, Counters: counters})
 	if err != nil {
 		return nil, err
@@ -286,30 +271,25 @@ func start(o options) (_ *server, err error) {
 		// The simulator's steering headers (X-Sim-Fault...) reach it.
 		forward = append(forward, "X-Sim-*")
 	}
-	ic := s.file.Identity.HTTPIdentity()
 	s.gw, err = gateway.New(gateway.Config{
 		Upstream:           upstreamURL,
 		UpstreamKey:        o.upstreamKey,
 		UpstreamKeyHeader:  o.upstreamKeyHdr,
 		Controller:         s.ctl,
 		Estimator:          est,
-		Prices:             prices,
-		Identity:           &ic,
+		File:               s.file,
 		Transport:          o.transport,
 		Timeout:            o.upstreamTimeout,
 		StreamIdleTimeout:  o.streamIdle,
 		ChargeInterval:     o.chargeInterval,
 		Cut:                cut,
-		QuotaStatus:        s.file.HTTP.QuotaStatus,
-		ShadowHeader:       s.file.HTTP.ShadowHeader,
 		MaxOutputReserve:   o.maxOutputReserve,
 		ParseBudget:        o.parseBudget,
 		ParseBudgetWait:    o.parseBudgetWait,
 		GiveUpAfter:        o.maxRetryWait,
 		ForwardHeaders:     forward,
 		ClientWriteTimeout: o.clientWrite,
-		BodyReadTimeout:    cmp.Or(o.bodyRead, s.file.HTTP.BodyTimeout),
-		AuthFailures:       authFailures(s.file.Identity.FailedAuth),
+		BodyReadTimeout:    o.bodyRead,
 		Clock:              o.clock,
 		Meter:              s.metrics.meter(),
 		Logger:             s.log,
@@ -319,24 +299,8 @@ func start(o options) (_ *server, err error) {
 	}
 
 	if o.configPath != "" {
-		s.watcher, err = config.Watch(o.configPath, s.ctl,
-			config.WithObserver(s.metrics.observer),
-			config.WithLogger(s.log),
-			config.OnApply(func(f *config.File) {
-				ic := f.Identity.HTTPIdentity()
-				s.gw.SetIdentity(&ic)
-				s.gw.SetQuotaStatus(f.HTTP.QuotaStatus)
-				s.gw.SetShadowHeader(f.HTTP.ShadowHeader)
-				if p, err := pricing.Table(f.Prices); err != nil {
-					s.log.Error("llmproxy: prices not applied", "err", err)
-				} else {
-					s.gw.SetPrices(p)
-				}
-				if err := s.gw.SetAuthFailures(authFailures(f.Identity.FailedAuth)); err != nil {
-					s.log.Error("llmproxy: identity.failed_auth not applied", "err", err)
-				}
-				s.gw.PoliciesChanged()
-			}))
+		// A reload reaches the gateway, which installs it whole.
+		s.watcher, err = config.Watch(o.configPath, s.gw, config.WithLogger(s.log), config.OnReload(s.metrics.metrics.CountReload))
 		if err != nil {
 			return nil, err
 		}
@@ -376,11 +340,10 @@ func (s *server) banner(w io.Writer) {
 	}
 	if s.opts.configPath == "" {
 		fmt.Fprintln(w, "llmproxy: policy: embedded default.yaml; demo keys:")
-		ic := s.file.Identity.HTTPIdentity()
 		type row struct{ key, tenant, plan string }
 		var rows []row
 		for _, k := range demoKeys {
-			if id, ok := ic.Keys.Lookup(k); ok {
+			if id, ok := s.file.Identity.Keys[config.HashKey(k)]; ok {
 				rows = append(rows, row{k, id.Tenant, s.file.Config.Plans.Tenants[id.Tenant].Plan})
 			}
 		}
@@ -447,12 +410,6 @@ func (s *server) startOperator() error {
 		}
 	}()
 	return nil
-}
-
-// authFailures is the gateway's failed-authentication throttle for the
-// policy file's identity.failed_auth.
-func authFailures(f config.FailedAuth) gateway.AuthFailureLimit {
-	return gateway.AuthFailureLimit{Disabled: !f.Enabled, Limit: f.Limit, Per: f.Per, MaxAddresses: f.MaxAddresses}
 }
 
 // splitList splits a comma-separated flag value, dropping empty entries.

@@ -140,19 +140,15 @@ func newTelemetry(f *config.File, log *slog.Logger, push otlpSettings) (*telemet
 		t.close()
 		return nil, err
 	}
-	dlog, err := shadow.NewLog(f.Logging.DecisionLogConfig(), shadow.WithLogger(log))
-	if err != nil {
-		t.close()
-		return nil, err
-	}
 	// The rollout report of /debug/rollout: per policy, what it rejected
 	// (or, in shadow, would reject) over the last 15 minutes, and from whom.
-	t.rollout, err = shadow.NewRecorder(shadow.RecorderConfig{})
+	if t.rollout, err = shadow.NewRecorder(shadow.RecorderConfig{}); err == nil {
+		t.observer, err = shadow.FileObserver(&f.Logging, log, t.metrics, t.rollout)
+	}
 	if err != nil {
 		t.close()
 		return nil, err
 	}
-	t.observer = shadow.Join(t.metrics, dlog, t.rollout)
 	return t, nil
 }
 

@@ -1,0 +1,65 @@
+package shadow
+
+import (
+	"io"
+	"log/slog"
+	"math"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
+)
+
+// This file reads the logging section of a policy file (config.Logging):
+// the policy file package yields the section as data, and the decision
+// log, which it configures, lives here.
+
+// FileLogger returns a logger as the logging section says: records at
+// logging.level and above, written to w as JSON or text (logging.format),
+// every string clipped (BoundedHandler) since records may quote what
+// clients sent.
+func FileLogger(w io.Writer, l *config.Logging) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: l.Level}
+	var h slog.Handler
+	if l.Format == "text" {
+		h = slog.NewTextHandler(w, opts)
+	} else {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(NewBoundedHandler(h))
+}
+
+// FileLogConfig returns the decision log settings of the
+// logging.decisions section: every rejection when rejections is true
+// (none otherwise), at most max_per_second records per second on average
+// and at most max_per_second (or DefaultLogBurst, if fewer) at once, and
+// one admitted decision in round(1/sample). The decision log always
+// writes would-reject and fail-open decisions, whatever rejections says.
+func FileLogConfig(l *config.Logging) LogConfig {
+	c := LogConfig{Rate: float64(l.MaxPerSecond), Burst: min(l.MaxPerSecond, DefaultLogBurst)}
+	if l.Rejections {
+		c.RejectSample = 1
+	}
+	if l.DecisionSample > 0 {
+		// One admitted decision in round(1/sample): a fraction of 0.01
+		// logs every hundredth.
+		c.AdmitSample = max(1, int(math.Round(1/l.DecisionSample)))
+	}
+	return c
+}
+
+// FileObserver returns the observer to give admission.WithObserver: the
+// decision log of the logging.decisions section writing to log, followed
+// by obs, typically a metrics.Observer. Nil entries of obs are skipped.
+func FileObserver(l *config.Logging, log *slog.Logger, obs ...admission.Observer) (admission.Observer, error) {
+	dlog, err := NewLog(FileLogConfig(l), WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	all := []admission.Observer{dlog}
+	for _, o := range obs {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	return Join(all...), nil
+}
