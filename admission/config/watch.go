@@ -322,6 +322,15 @@ func (e *Epoch) Stable() uint64 {
 	return e.n.Load()
 }
 
+// Hold runs fn with installs held off, for a request that reloads
+// overlapped too often: fn's reads all come from one file. An install
+// waits for fn to return.
+func (e *Epoch) Hold(fn func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fn()
+}
+
 // Changed reports whether an install ran, or is running, since Stable
 // returned n.
 func (e *Epoch) Changed(n uint64) bool { return e.n.Load() != n }

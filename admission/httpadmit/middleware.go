@@ -449,8 +449,9 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 // applied and it builds the same request (SameCaller, the same tokens
 // and cost), the decision is that of either file and stands. Otherwise
 // the admission is undone (Undo) and the new request decided by admit,
-// and checked in turn. Readmit returns the request decided last with its
-// decision: after three admissions overlapped by reloads, an error (503).
+// and checked in turn; after three overlapped admissions, the fourth
+// holds installs off (config.Epoch.Hold), so that it cannot be. Readmit
+// returns the request decided last with its decision.
 func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
 	again func() (admission.Request, error), admit func(admission.Request) (admission.Ticket, error)) (admission.Request, admission.Ticket, error) {
 	for tries := 0; ep.Changed(e); tries++ {
@@ -460,11 +461,18 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 			break
 		}
 		Undo(tk, err)
-		switch {
-		case aerr != nil:
+		if aerr == nil && tries == maxReadmissions {
+			ep.Hold(func() {
+				if a, aerr = again(); aerr == nil {
+					tk, err = admit(a)
+				}
+			})
+		}
+		if aerr != nil {
 			return a, admission.Ticket{}, aerr
-		case tries == maxReadmissions:
-			return a, admission.Ticket{}, errReloading
+		}
+		if tries == maxReadmissions {
+			return a, tk, err
 		}
 		e, req = next, a
 		tk, err = admit(req)
@@ -472,11 +480,9 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 	return req, tk, err
 }
 
-// maxReadmissions bounds the admissions of one request after the first,
-// when reloads overlap each; errReloading answers a request past it (503).
+// maxReadmissions is the number of admissions of one request that
+// reloads may overlap before the next holds installs off.
 const maxReadmissions = 2
-
-var errReloading = errors.New("httpadmit: policy file reloads overlapped every admission of the request")
 
 // SameCaller reports whether a and b are the same caller of the same
 // operation: the fields a policy file's identity section decides.
