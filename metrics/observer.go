@@ -532,8 +532,12 @@ var _ admission.StoreCallObserver = (*Observer)(nil)
 func (o *Observer) Reloaded(r admission.Reload) { o.CountReload(policyfile.Reload{Err: r.Err}) }
 
 // CountReload counts a policy file reload by result (ok or rejected), as
-// admission_reloads_total: pass it to config.OnReload.
+// admission_reloads_total: pass it to config.OnReload. A nil Observer
+// (metrics disabled) counts nothing.
 func (o *Observer) CountReload(r policyfile.Reload) {
+	if o == nil {
+		return
+	}
 	if r.Err != nil {
 		o.reloads[1].Add(1)
 		return

@@ -28,30 +28,23 @@ func FileLogger(w io.Writer, l *config.Logging) *slog.Logger {
 	return slog.New(NewBoundedHandler(h))
 }
 
-// FileLogConfig returns the decision log settings of the
-// logging.decisions section: every rejection when rejections is true
-// (none otherwise), at most max_per_second records per second on average
-// and at most max_per_second (or DefaultLogBurst, if fewer) at once, and
-// one admitted decision in round(1/sample). The decision log always
-// writes would-reject and fail-open decisions, whatever rejections says.
-func FileLogConfig(l *config.Logging) LogConfig {
+// FileObserver returns the observer to give admission.WithObserver: the
+// decision log of the logging.decisions section writing to log, followed
+// by obs, typically a metrics.Observer. Nil entries of obs are skipped.
+// The log writes every rejection when rejections is true (none
+// otherwise), would-reject and fail-open decisions always, one admitted
+// decision in round(1/sample), at most max_per_second records per second
+// on average and at most max_per_second (or DefaultLogBurst, if fewer) at
+// once.
+func FileObserver(l *config.Logging, log *slog.Logger, obs ...admission.Observer) (admission.Observer, error) {
 	c := LogConfig{Rate: float64(l.MaxPerSecond), Burst: min(l.MaxPerSecond, DefaultLogBurst)}
 	if l.Rejections {
 		c.RejectSample = 1
 	}
 	if l.DecisionSample > 0 {
-		// One admitted decision in round(1/sample): a fraction of 0.01
-		// logs every hundredth.
 		c.AdmitSample = max(1, int(math.Round(1/l.DecisionSample)))
 	}
-	return c
-}
-
-// FileObserver returns the observer to give admission.WithObserver: the
-// decision log of the logging.decisions section writing to log, followed
-// by obs, typically a metrics.Observer. Nil entries of obs are skipped.
-func FileObserver(l *config.Logging, log *slog.Logger, obs ...admission.Observer) (admission.Observer, error) {
-	dlog, err := NewLog(FileLogConfig(l), WithLogger(log))
+	dlog, err := NewLog(c, WithLogger(log))
 	if err != nil {
 		return nil, err
 	}

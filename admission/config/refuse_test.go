@@ -82,7 +82,7 @@ func TestReloadRefusesBadFileOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs := &reloads{}
-	w, err := config.Watch(path, config.Controller(ctl), config.OnReload(obs.add), config.WithDebounce(5*time.Millisecond),
+	w, err := config.Watch(path, config.ApplyFunc(func(f *config.File) error { return ctl.SetConfig(f.Config) }), config.OnReload(obs.add), config.WithDebounce(5*time.Millisecond),
 		config.WithSignals(syscall.SIGHUP), config.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)

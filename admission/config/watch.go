@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-
-	"github.com/sluicehq/sluice/admission"
 )
 
 // A Watcher keeps a program in step with a policy file. It reloads the
@@ -71,28 +69,21 @@ type version struct {
 // A WatchOption configures a Watcher.
 type WatchOption func(*Watcher)
 
-// A Subscriber is where a policy file takes effect: Apply installs
-// everything the program derives from the file (the controller's policies
-// and plans, the key table, the HTTP settings, prices) as one step, so
-// that no request is decided by the policies of one file and the
-// identities of another (see Epoch), or returns an error and leaves the
-// previous file in force. httpadmit.Middleware is one; ApplyFunc makes one
-// of a function.
+// A Subscriber is where a policy file takes effect: Apply installs all
+// the program derives from it (the controller's policies, the key table,
+// the HTTP settings, prices) as one step (see Epoch), or returns an error
+// and leaves the previous file in force. httpadmit.Middleware is one.
 type Subscriber interface {
 	Apply(f *File) error
 }
 
-// ApplyFunc adapts a function to Subscriber.
+// ApplyFunc adapts a function to Subscriber; a program whose only reader
+// of the file is a controller passes
+// ApplyFunc(func(f *File) error { return ctl.SetConfig(f.Config) }).
 type ApplyFunc func(f *File) error
 
 // Apply calls fn(f).
 func (fn ApplyFunc) Apply(f *File) error { return fn(f) }
-
-// Controller returns the Subscriber of a program whose only reader of
-// the file is ctl: Apply hands it the file's policies and plans.
-func Controller(ctl *admission.Controller) Subscriber {
-	return ApplyFunc(func(f *File) error { return ctl.SetConfig(f.Config) })
-}
 
 // Reload is one reload of the file, applied or refused, as OnReload
 // reports it.
@@ -260,14 +251,14 @@ func (w *Watcher) reload(force bool) error {
 		return w.refuse(fmt.Errorf("%s: %w", w.path, err))
 	}
 	w.cur.Store(f)
-	w.applied.Add(1)
 	w.onReload(Reload{Source: w.path, Policies: len(f.Config.Policies)})
 	w.log.Info("policy file applied", slog.String("file", w.path), slog.Int("policies", len(f.Config.Policies)))
+	w.applied.Add(1) // last: once Stats counts a reload, it was reported
 	return nil
 }
 
 func (w *Watcher) refuse(err error) error {
-	w.refused.Add(1)
+	defer w.refused.Add(1) // last, as for an applied file
 	w.onReload(Reload{Source: w.path, Err: err, Policies: w.policies()})
 	n := 0
 	var es Errors
@@ -287,29 +278,38 @@ func (w *Watcher) policies() int {
 }
 
 // An Epoch makes a reload one step for requests that read several things
-// derived from one file: the controller's policies and, say, the key
-// table that says whose they are. A Subscriber installs the file under
-// Install; a request takes Stable before reading anything and asks
-// Changed once admitted. When Changed is false, everything it read came
-// from one file: Install brackets its swaps with two increments, and
-// every read between two loads of an even, equal count saw neither of an
-// install's swaps or both (sync/atomic is sequentially consistent). When
-// it is true, the request may have mixed two files and must be decided
-// again (httpadmit.Middleware.Decide shows how). The hot path costs two
-// atomic loads; waiting happens only while an install runs.
+// derived from one file (the controller's policies, the key table that
+// says whose they are). A Subscriber installs under Install, bracketing
+// its swaps with two increments; a request takes Stable before reading
+// and asks Changed once admitted. false means that every read in between
+// saw all of one install or none of it (sync/atomic is sequentially
+// consistent); true, that it may have mixed two files and must be decided
+// again (httpadmit.Readmit). It costs two atomic loads.
 type Epoch struct {
 	mu sync.Mutex
 	n  atomic.Uint64 // odd while an install runs
 }
 
 // Install runs swap, which installs one file, as one step; installs are
-// serialised.
-func (e *Epoch) Install(swap func() error) error {
+// serialised. Before it changes anything, swap calls moves if the file
+// changes what requests read from it besides the controller's policies
+// (the key table, the identity settings, prices): an install that does
+// not is not counted, since every request reads the same from both files.
+func (e *Epoch) Install(swap func(moves func()) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.n.Add(1)
-	defer e.n.Add(1)
-	return swap()
+	moved := false
+	defer func() {
+		if moved {
+			e.n.Add(1)
+		}
+	}()
+	return swap(func() {
+		if !moved {
+			moved = true
+			e.n.Add(1)
+		}
+	})
 }
 
 // Stable returns the current epoch, waiting for an install in progress.

@@ -93,27 +93,21 @@ func (ic IdentityConfig) normalize() IdentityConfig {
 // DefaultAnonymousTenant is the tenant of unidentified callers.
 const DefaultAnonymousTenant = config.DefaultAnonymousTenant
 
-// FileIdentity returns the identity settings of a policy file's identity
-// section, its key table included.
-func FileIdentity(id *config.Identity) IdentityConfig {
-	keys := make(KeyTable, len(id.Keys))
-	for h, k := range id.Keys {
-		keys[h] = Identity(k)
-	}
-	return IdentityConfig{
-		KeyHeaders: id.KeyHeaders, Keys: keys, TrustedProxies: id.TrustedProxies,
-		ClientIPHeader: id.ClientIPHeader, AnonymousTenant: id.AnonymousTenant, RequireKey: id.RequireKey,
-	}
-}
-
 // FileOptions returns the options a policy file sets: its http section
-// and its identity section with the tenants' key table. Pass them to New,
-// and to Reconfigure after a reload (or let Apply do it).
+// and its identity section with the tenants' key table. Pass them to New;
+// Apply installs those of a reloaded file.
 func FileOptions(f *config.File) []Option {
-	h := &f.HTTP
+	h, id := &f.HTTP, &f.Identity
+	keys := make(KeyTable, len(id.Keys))
+	for hash, k := range id.Keys {
+		keys[hash] = Identity(k)
+	}
 	return []Option{
-		WithExempt(h.Exempt...), WithMaxBody(h.MaxBody), WithBodyTimeout(h.BodyTimeout),
-		WithQuotaStatus(h.QuotaStatus), WithShadowHeader(h.ShadowHeader), WithIdentityConfig(FileIdentity(&f.Identity)),
+		WithExempt(h.Exempt...), WithMaxBody(h.MaxBody), WithBodyTimeout(h.BodyTimeout), WithQuotaStatus(h.QuotaStatus),
+		WithShadowHeader(h.ShadowHeader), WithIdentityConfig(IdentityConfig{
+			KeyHeaders: id.KeyHeaders, Keys: keys, TrustedProxies: id.TrustedProxies,
+			ClientIPHeader: id.ClientIPHeader, AnonymousTenant: id.AnonymousTenant, RequireKey: id.RequireKey,
+		}),
 	}
 }
 

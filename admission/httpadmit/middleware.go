@@ -75,6 +75,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -233,13 +234,12 @@ func WithRetryAfterMs(on bool) Option { return func(o *options) { o.retryAfterMs
 func WithServerTiming(on bool) Option { return func(o *options) { o.serverTiming = on } }
 
 // A Middleware admits HTTP requests through a Controller. It is safe for
-// concurrent use; its settings can be replaced while it serves
-// (Reconfigure, SetIdentityConfig), requests in flight finishing with the
-// settings they started with.
+// concurrent use; a policy file's settings replace its own while it
+// serves (Apply), requests in flight finishing with those they started
+// with.
 type Middleware struct {
 	ctl   *admission.Controller
 	cur   atomic.Pointer[options]
-	mu    sync.Mutex // serialises Reconfigure and Apply
 	epoch config.Epoch
 	ops   opCache
 }
@@ -265,33 +265,21 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	return m, nil
 }
 
-// Reconfigure applies opts on top of the current settings, for example
-// after a policy file reload (FileOptions). It leaves
-// the settings unchanged when the result is invalid.
-func (m *Middleware) Reconfigure(opts ...Option) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	o := *m.cur.Load()
-	if err := build(&o, opts); err != nil {
-		return err
-	}
-	m.cur.Store(&o)
-	return nil
-}
-
 // Apply installs a policy file, as a config.Subscriber: its policies and
 // plans in the controller and its http and identity sections
 // (FileOptions) in the middleware, as one step (config.Epoch): Decide
 // never lets a request be decided by the policies of one file and the key
 // table of another. A file the controller refuses changes nothing.
 func (m *Middleware) Apply(f *config.File) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	o := *m.cur.Load()
-	if err := build(&o, FileOptions(f)); err != nil {
-		return err
-	}
-	return m.epoch.Install(func() error {
+	return m.epoch.Install(func(moves func()) error {
+		cur := m.cur.Load()
+		o := *cur
+		if err := build(&o, FileOptions(f)); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(o.identity, cur.identity) {
+			moves()
+		}
 		if err := m.ctl.SetConfig(f.Config); err != nil {
 			return err
 		}
@@ -324,14 +312,8 @@ func build(o *options, opts []Option) error {
 	return nil
 }
 
-// SetIdentityConfig replaces the identity settings (a reloaded key table,
-// new trusted proxies). Requests in flight finish with the old ones.
-func (m *Middleware) SetIdentityConfig(ic IdentityConfig) {
-	_ = m.Reconfigure(WithIdentityConfig(ic))
-}
-
 // IdentityConfig returns the identity settings in use; they must not be
-// modified (use SetIdentityConfig).
+// modified.
 func (m *Middleware) IdentityConfig() *IdentityConfig { return &m.cur.Load().identity }
 
 // Handler returns next behind the middleware.
@@ -437,30 +419,28 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 }
 
 // Readmit makes sure a request was decided by the policies and the
-// identities of one policy file, for a handler that identifies and admits
-// requests itself (Decide calls it). e is the epoch (config.Epoch.Stable)
-// taken before req was built from the file's identity (and prices) and
-// given to the controller, and tk, err are the decision. While no file
-// was applied since e, the decision stands; it costs an atomic load.
-//
-// Otherwise the controller may have decided with the policies of the new
-// file for a caller identified with the old one. again builds the
-// request anew from the file now in force; when exactly one file was
-// applied and it builds the same request (SameCaller, the same tokens
-// and cost), the decision is that of either file and stands. Otherwise
-// the admission is undone (Undo) and the new request decided by admit,
-// and checked in turn; after three overlapped admissions, the fourth
-// holds installs off (config.Epoch.Hold), so that it cannot be. Readmit
-// returns the request decided last with its decision.
+// identities of one policy file, for a handler that admits requests
+// itself. e is the epoch (config.Epoch.Stable) taken before req was built
+// from the file, tk and err the decision, which stands while ep has not
+// changed. Otherwise again builds the request from the file now in force:
+// when one file was applied and it builds the same request (tenant, key,
+// user, address, operation, tokens, cost), the decision is either file's
+// and stands; else it is undone (tokens, cost and concurrency permits
+// given back; requests stay counted) and admit decides the new request,
+// checked in turn, the fourth admission with installs held off
+// (config.Epoch.Hold). It returns the request decided last.
 func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
 	again func() (admission.Request, error), admit func(admission.Request) (admission.Ticket, error)) (admission.Request, admission.Ticket, error) {
 	for tries := 0; ep.Changed(e); tries++ {
 		next := ep.Stable()
 		a, aerr := again()
-		if aerr == nil && next == e+2 && !ep.Changed(next) && SameCaller(&a, &req) && a.Tokens == req.Tokens && a.Cost == req.Cost {
+		if aerr == nil && next == e+2 && !ep.Changed(next) && a.Tenant == req.Tenant && a.KeyID == req.KeyID &&
+			a.User == req.User && a.Addr == req.Addr && a.Operation == req.Operation && a.Tokens == req.Tokens && a.Cost == req.Cost {
 			break
 		}
-		Undo(tk, err)
+		if err == nil {
+			tk.Settle(admission.Usage{TokensKnown: true, CostKnown: true})
+		}
 		if aerr == nil && tries == maxReadmissions {
 			ep.Hold(func() {
 				if a, aerr = again(); aerr == nil {
@@ -483,22 +463,6 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 // maxReadmissions is the number of admissions of one request that
 // reloads may overlap before the next holds installs off.
 const maxReadmissions = 2
-
-// SameCaller reports whether a and b are the same caller of the same
-// operation: the fields a policy file's identity section decides.
-func SameCaller(a, b *admission.Request) bool {
-	return a.Tenant == b.Tenant && a.KeyID == b.KeyID && a.User == b.User && a.Addr == b.Addr && a.Operation == b.Operation
-}
-
-// Undo gives back what an admission took, for a request to be admitted
-// again: the tokens and cost it reserved and its concurrency permits. Its
-// requests stay counted (no policy refunds a request). err is the
-// admission's error: a refused admission took nothing.
-func Undo(tk admission.Ticket, err error) {
-	if err == nil {
-		tk.Settle(admission.Usage{TokensKnown: true, CostKnown: true})
-	}
-}
 
 // LimitBody applies the body limit and the body timeout to r before
 // anything reads its body: it returns ErrBodyTooLarge for a declared

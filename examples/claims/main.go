@@ -213,11 +213,7 @@ func start(o options) (_ *server, err error) {
 		// A reload applies the policies, tenants, identity and http
 		// sections at once (the middleware is the subscriber); logging and
 		// metrics are read at start.
-		wopts := []config.WatchOption{config.WithLogger(log)}
-		if s.metrics != nil {
-			wopts = append(wopts, config.OnReload(s.metrics.CountReload))
-		}
-		s.watcher, err = config.Watch(o.configPath, s.mw, wopts...)
+		s.watcher, err = config.Watch(o.configPath, s.mw, config.WithLogger(log), config.OnReload(s.metrics.CountReload))
 		if err != nil {
 			return nil, err
 		}

@@ -197,6 +197,6 @@ func BenchmarkProxy(b *testing.B) {
     limit: 1G
     per: 1m
   - {name: concurrency, key: [tenant], algorithm: concurrency, limit: 10000}
-`, []string{"bench"}, ""), func(o *options) { o.upstreamURL = benchUpstream() })
+`, []string{"bench"}, ""), func(o *options) { o.gw.Upstream = benchUpstream() })
 	drive(b, s.URL, testKey("bench"))
 }

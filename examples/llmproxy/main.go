@@ -64,37 +64,27 @@ func main() {
 	}
 }
 
-// options are the command-line settings, and a few test hooks.
+// options are the command-line settings, and a few test hooks. The
+// gateway's own settings go straight to gw; start adds the controller,
+// the estimator, the policy file and the rest.
 type options struct {
-	addr             string
-	configPath       string
-	upstreamURL      string
-	upstreamKey      string
-	upstreamKeyHdr   string
-	simLatency       time.Duration
-	simRate          float64
-	simTokens        int
-	shutdownTimeout  time.Duration
-	upstreamTimeout  time.Duration
-	streamIdle       time.Duration
-	chargeInterval   time.Duration
-	cut              string
-	maxOutputReserve int64
-	parseBudget      int64
-	parseBudgetWait  time.Duration
-	maxRetryWait     time.Duration
-	logLevel         string
-	tokenizer        string
-	redis            string
-	metricsAddr      string
-	otlp             otlpSettings
-	clientWrite      time.Duration
-	bodyRead         time.Duration
-	forwardHeaders   string
+	gw              gateway.Config
+	addr            string
+	configPath      string
+	simLatency      time.Duration
+	simRate         float64
+	simTokens       int
+	shutdownTimeout time.Duration
+	cut             string
+	logLevel        string
+	tokenizer       string
+	redis           string
+	metricsAddr     string
+	otlp            otlpSettings
+	forwardHeaders  string
 
-	// Test hooks.
+	// Test hooks (the clock also goes to gw.Clock).
 	clock     admission.Clock
-	transport http.RoundTripper
 	logOutput io.Writer
 }
 
@@ -104,27 +94,27 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&o.configPath, "config", "", "policy file (reloaded on change and on SIGHUP); empty uses the embedded default with its demo tenants")
-	fs.StringVar(&o.upstreamURL, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
-	fs.StringVar(&o.upstreamKeyHdr, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
+	fs.StringVar(&o.gw.Upstream, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
+	fs.StringVar(&o.gw.UpstreamKeyHeader, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
 	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
 	fs.IntVar(&o.simTokens, "sim-output-tokens", 48, "simulated upstream: output tokens of a completion without a smaller max_tokens")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests and streams")
-	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", gateway.DefaultTimeout, "limit on a non-streaming upstream call")
-	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
-	fs.DurationVar(&o.chargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
+	fs.DurationVar(&o.gw.Timeout, "upstream-timeout", gateway.DefaultTimeout, "limit on a non-streaming upstream call")
+	fs.DurationVar(&o.gw.StreamIdleTimeout, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
+	fs.DurationVar(&o.gw.ChargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
 	fs.StringVar(&o.cut, "cut-streams", "all", "cut a stream when its tenant runs out: all (rate or quota), quota, never")
-	fs.Int64Var(&o.parseBudget, "parse-budget", gateway.DefaultParseBudget, "request-body bytes read and priced at once, over all requests; a body that finds no room waits --parse-budget-wait, then gets 503")
-	fs.DurationVar(&o.parseBudgetWait, "parse-budget-wait", gateway.DefaultParseBudgetWait, "how long a request body waits for room in the parse budget")
-	fs.Int64Var(&o.maxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
-	fs.DurationVar(&o.maxRetryWait, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
+	fs.Int64Var(&o.gw.ParseBudget, "parse-budget", gateway.DefaultParseBudget, "request-body bytes read and priced at once, over all requests; a body that finds no room waits --parse-budget-wait, then gets 503")
+	fs.DurationVar(&o.gw.ParseBudgetWait, "parse-budget-wait", gateway.DefaultParseBudgetWait, "how long a request body waits for room in the parse budget")
+	fs.Int64Var(&o.gw.MaxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
+	fs.DurationVar(&o.gw.GiveUpAfter, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "operator listener serving metrics and /debug/rollout (never the API listener); empty uses the policy file's metrics.listen, else "+DefaultMetricsAddr)
 	fs.StringVar(&o.otlp.endpoint, "otlp-endpoint", "", "also push the metrics over OTLP/HTTP to this receiver, e.g. http://127.0.0.1:4318 (/v1/metrics when the URL has no path); overrides $"+otlpMetricsEndpointEnv+" and $"+otlpEndpointEnv+", either of which turns the push on without the flag; the other OTEL_EXPORTER_OTLP_* variables apply")
 	fs.DurationVar(&o.otlp.interval, "otlp-interval", 0, "how often the metrics are pushed over OTLP (and once more at shutdown); 0 uses $OTEL_METRIC_EXPORT_INTERVAL, else 1m")
-	fs.DurationVar(&o.clientWrite, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
-	fs.DurationVar(&o.bodyRead, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
+	fs.DurationVar(&o.gw.ClientWriteTimeout, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
+	fs.DurationVar(&o.gw.BodyReadTimeout, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
 	fs.StringVar(&o.forwardHeaders, "forward-headers", "", "comma-separated client headers forwarded upstream besides the built-in set (a trailing * matches a prefix); credential headers are never forwarded")
 	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
 	if err := fs.Parse(args); err != nil {
@@ -133,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	o.upstreamKey = os.Getenv(UpstreamKeyEnv)
+	o.gw.UpstreamKey = os.Getenv(UpstreamKeyEnv)
 	return o, nil
 }
 
@@ -212,8 +202,8 @@ func start(o options) (_ *server, err error) {
 		}
 	}
 	s.log = shadow.FileLogger(cmp.Or[io.Writer](o.logOutput, io.Discard), &logging)
-	cut, err := gateway.ParseCutMode(o.cut)
-	if err != nil {
+	gc := o.gw
+	if gc.Cut, err = gateway.ParseCutMode(o.cut); err != nil {
 		return nil, fmt.Errorf("--cut-streams: %w", err)
 	}
 
@@ -237,8 +227,7 @@ func start(o options) (_ *server, err error) {
 	s.metrics.watch(s.ctl)
 
 	// The upstream: the one given, or the simulator on a loopback port.
-	upstreamURL := o.upstreamURL
-	if upstreamURL == "" {
+	if gc.Upstream == "" {
 		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens})
 		simLn, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -247,7 +236,7 @@ func start(o options) (_ *server, err error) {
 		s.simSrv = &http.Server{Handler: s.sim, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = s.simSrv.Serve(simLn) }()
 		s.simURL = "http://" + simLn.Addr().String() + "/v1"
-		upstreamURL = s.simURL
+		gc.Upstream = s.simURL
 	}
 
 	maxBody := s.file.HTTP.MaxBody
@@ -266,34 +255,14 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	forward := splitList(o.forwardHeaders)
+	gc.ForwardHeaders = splitList(o.forwardHeaders)
 	if s.sim != nil {
 		// The simulator's steering headers (X-Sim-Fault...) reach it.
-		forward = append(forward, "X-Sim-*")
+		gc.ForwardHeaders = append(gc.ForwardHeaders, "X-Sim-*")
 	}
-	s.gw, err = gateway.New(gateway.Config{
-		Upstream:           upstreamURL,
-		UpstreamKey:        o.upstreamKey,
-		UpstreamKeyHeader:  o.upstreamKeyHdr,
-		Controller:         s.ctl,
-		Estimator:          est,
-		File:               s.file,
-		Transport:          o.transport,
-		Timeout:            o.upstreamTimeout,
-		StreamIdleTimeout:  o.streamIdle,
-		ChargeInterval:     o.chargeInterval,
-		Cut:                cut,
-		MaxOutputReserve:   o.maxOutputReserve,
-		ParseBudget:        o.parseBudget,
-		ParseBudgetWait:    o.parseBudgetWait,
-		GiveUpAfter:        o.maxRetryWait,
-		ForwardHeaders:     forward,
-		ClientWriteTimeout: o.clientWrite,
-		BodyReadTimeout:    o.bodyRead,
-		Clock:              o.clock,
-		Meter:              s.metrics.meter(),
-		Logger:             s.log,
-	})
+	gc.Controller, gc.Estimator, gc.File = s.ctl, est, s.file
+	gc.Clock, gc.Meter, gc.Logger = o.clock, s.metrics.meter(), s.log
+	s.gw, err = gateway.New(gc)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +305,7 @@ func (s *server) banner(w io.Writer) {
 	if s.sim != nil {
 		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)
 	} else {
-		fmt.Fprintf(w, "llmproxy: upstream: %s\n", s.opts.upstreamURL)
+		fmt.Fprintf(w, "llmproxy: upstream: %s\n", s.opts.gw.Upstream)
 	}
 	if s.opts.configPath == "" {
 		fmt.Fprintln(w, "llmproxy: policy: embedded default.yaml; demo keys:")

@@ -315,7 +315,8 @@ func (g *Gateway) writeUpstream(c echo.Context, resp *http.Response, body []byte
 func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte) {
 	st := resp.StatusCode
 	typ, code := upstreamErrorType(st), "upstream_error"
-	if e, ok := parseOpenAIError(data); ok {
+	e, ok := parseOpenAIError(data)
+	if ok {
 		if e.typ != "" {
 			typ = e.typ
 		}
@@ -332,7 +333,7 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 		data = errorBody(typ, code, "", "The upstream API is rate limiting the gateway (the provider's limit, not yours). Please retry after the advised delay.")
 	case st >= 500:
 		data = errorBody(typ, code, "", "The upstream API failed with status "+strconv.Itoa(st)+". Please retry.")
-	case !isOpenAIError(data):
+	case !e.shaped:
 		data = errorBody(typ, code, "", "The upstream API refused the request with status "+strconv.Itoa(st)+".")
 	default:
 		g.writeUpstream(c, resp, data)
@@ -342,14 +343,21 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 	g.writeUpstream(c, resp, data)
 }
 
-type openAIError struct{ typ, code string }
+// openAIError is what an upstream error body says: its type and code,
+// when it has an "error" object, and whether that object has a message,
+// the shape every OpenAI-compatible client understands.
+type openAIError struct {
+	typ, code string
+	shaped    bool
+}
 
-// parseOpenAIError reads the type and code of an OpenAI-shaped error body.
+// parseOpenAIError reads an upstream error body.
 func parseOpenAIError(body []byte) (openAIError, bool) {
 	var v struct {
 		Error *struct {
-			Type any `json:"type"`
-			Code any `json:"code"`
+			Type    any     `json:"type"`
+			Code    any     `json:"code"`
+			Message *string `json:"message"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(body, &v) != nil || v.Error == nil {
@@ -364,7 +372,7 @@ func parseOpenAIError(body []byte) (openAIError, bool) {
 		}
 		return ""
 	}
-	return openAIError{typ: str(v.Error.Type), code: str(v.Error.Code)}, true
+	return openAIError{typ: str(v.Error.Type), code: str(v.Error.Code), shaped: v.Error.Message != nil}, true
 }
 
 // upstreamFailed answers a call that got no usable response: 504 for a
@@ -400,17 +408,6 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 		return nil, errors.New("upstream response too large")
 	}
 	return b, nil
-}
-
-// isOpenAIError reports whether body is a JSON object with an "error"
-// object, the shape every OpenAI-compatible client understands.
-func isOpenAIError(body []byte) bool {
-	var v struct {
-		Error *struct {
-			Message *string `json:"message"`
-		} `json:"error"`
-	}
-	return json.Unmarshal(body, &v) == nil && v.Error != nil && v.Error.Message != nil
 }
 
 func upstreamErrorType(status int) string {
