@@ -40,14 +40,27 @@ func (m *Metrics) Expose(h, app http.Handler) (http.Handler, *MetricsListener, e
 	if m.Listen == "" {
 		return scrape(m.Path, h, app), nil, nil
 	}
-	ln, err := net.Listen("tcp", m.Listen)
+	ml, err := m.Serve(m.Listen, h, http.NotFoundHandler())
 	if err != nil {
 		return nil, nil, err
+	}
+	return app, ml, nil
+}
+
+// Serve serves h at metrics.path and rest at every other path on a
+// listener of its own at addr, for a program whose operator listener has
+// its own address or serves more than the metrics (llmproxy's rollout
+// report); Expose calls it for metrics.listen. Close the listener at
+// shutdown.
+func (m *Metrics) Serve(addr string, h, rest http.Handler) (*MetricsListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
 	}
 	ml := &MetricsListener{
 		addr: ln.Addr().String(),
 		srv: &http.Server{
-			Handler:           scrape(m.Path, h, http.NotFoundHandler()),
+			Handler:           scrape(m.Path, h, rest),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
@@ -62,7 +75,7 @@ func (m *Metrics) Expose(h, app http.Handler) (http.Handler, *MetricsListener, e
 			ml.err = err
 		}
 	}()
-	return app, ml, nil
+	return ml, nil
 }
 
 // scrape answers GET and HEAD of exactly path with h (405 for other

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -37,7 +36,7 @@ import (
 var defaultPolicy []byte
 
 // demoKeys are the API keys of the demo tenants of default.yaml, printed at
-// start-up. The file stores only their hashes.
+// start-up in this (sorted) order. The file stores only their hashes.
 var demoKeys = []string{"sk-demo-acme", "sk-demo-globex", "sk-demo-initech"}
 
 // UpstreamKeyEnv is the environment variable holding the upstream API key.
@@ -160,7 +159,7 @@ type server struct {
 	opts     options
 	URL      string // http://host:port of the proxy
 	OpsURL   string // http://host:port of the operator listener; empty when metrics are disabled
-	ops      *http.Server
+	ops      *config.MetricsListener
 	e        *echo.Echo
 	ln       net.Listener
 	gw       *gateway.Gateway
@@ -309,16 +308,10 @@ func (s *server) banner(w io.Writer) {
 	}
 	if s.opts.configPath == "" {
 		fmt.Fprintln(w, "llmproxy: policy: embedded default.yaml; demo keys:")
-		type row struct{ key, tenant, plan string }
-		var rows []row
 		for _, k := range demoKeys {
 			if id, ok := s.file.Identity.Keys[config.HashKey(k)]; ok {
-				rows = append(rows, row{k, id.Tenant, s.file.Config.Plans.Tenants[id.Tenant].Plan})
+				fmt.Fprintf(w, "  %-18s tenant %-8s plan %s\n", k, id.Tenant, s.file.Config.Plans.Tenants[id.Tenant].Plan)
 			}
-		}
-		sort.Slice(rows, func(i, j int) bool { return rows[i].key < rows[j].key })
-		for _, r := range rows {
-			fmt.Fprintf(w, "  %-18s tenant %-8s plan %s\n", r.key, r.tenant, r.plan)
 		}
 	} else {
 		fmt.Fprintf(w, "llmproxy: policy: %s (reloaded on change and on SIGHUP)\n", s.opts.configPath)
@@ -341,43 +334,26 @@ func (s *server) banner(w io.Writer) {
 // since both tell about every tenant. With metrics.enabled false there is
 // none. Its address is --metrics-addr, else metrics.listen, else
 // DefaultMetricsAddr; a reload does not move it.
-func (s *server) startOperator() error {
+func (s *server) startOperator() (err error) {
 	m := s.file.Metrics
 	if !m.Enabled {
 		return nil
 	}
-	addr := s.opts.metricsAddr
-	if addr == "" {
-		addr = m.Listen
-	}
-	if addr == "" {
-		addr = DefaultMetricsAddr
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("operator listener: %w", err)
-	}
 	// Exact paths, not ServeMux patterns: metrics.path is the file's text.
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rollout := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		case r.URL.Path == m.Path:
-			s.metrics.handler.ServeHTTP(w, r)
 		case r.URL.Path == "/debug/rollout":
 			s.metrics.rolloutHandler(w, r)
 		default:
 			http.NotFound(w, r)
 		}
 	})
-	s.ops = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	s.OpsURL = "http://" + ln.Addr().String()
-	go func() {
-		if err := s.ops.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.serveErr <- err
-		}
-	}()
+	if s.ops, err = m.Serve(cmp.Or(s.opts.metricsAddr, m.Listen, DefaultMetricsAddr), s.metrics.handler, rollout); err != nil {
+		return fmt.Errorf("operator listener: %w", err)
+	}
+	s.OpsURL = "http://" + s.ops.Addr()
 	return nil
 }
 

@@ -115,7 +115,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -329,27 +328,11 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.StreamIdleTimeout <= 0 {
-		cfg.StreamIdleTimeout = DefaultStreamIdle
-	}
-	if cfg.ChargeInterval <= 0 {
-		cfg.ChargeInterval = DefaultChargeInterval
-	}
-	if cfg.GiveUpAfter <= 0 {
-		cfg.GiveUpAfter = DefaultGiveUpAfter
-	}
-	if cfg.MaxResponseBytes <= 0 {
-		cfg.MaxResponseBytes = DefaultMaxResponseBytes
-	}
-	if cfg.ClientWriteTimeout <= 0 {
-		cfg.ClientWriteTimeout = DefaultClientWriteTimeout
-	}
-	if cfg.BodyReadTimeout <= 0 {
-		cfg.BodyReadTimeout = cmp.Or(cfg.File.HTTP.BodyTimeout, DefaultBodyReadTimeout)
-	}
+	cfg.Timeout, cfg.StreamIdleTimeout = positive(cfg.Timeout, DefaultTimeout), positive(cfg.StreamIdleTimeout, DefaultStreamIdle)
+	cfg.ChargeInterval, cfg.GiveUpAfter = positive(cfg.ChargeInterval, DefaultChargeInterval), positive(cfg.GiveUpAfter, DefaultGiveUpAfter)
+	cfg.MaxResponseBytes, cfg.ClientWriteTimeout = positive(cfg.MaxResponseBytes, DefaultMaxResponseBytes), positive(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
+	cfg.BodyReadTimeout = positive(cfg.BodyReadTimeout, positive(cfg.File.HTTP.BodyTimeout, DefaultBodyReadTimeout))
+	cfg.ParseBudget, cfg.ParseBudgetWait = positive(cfg.ParseBudget, DefaultParseBudget), positive(cfg.ParseBudgetWait, DefaultParseBudgetWait)
 	if cfg.Meter == nil {
 		cfg.Meter = noop.NewMeterProvider().Meter("")
 	}
@@ -364,18 +347,20 @@ func New(cfg Config) (*Gateway, error) {
 	if err := g.Apply(cfg.File); err != nil {
 		return nil, err
 	}
-	if cfg.ParseBudget <= 0 {
-		cfg.ParseBudget = DefaultParseBudget
-	}
-	if cfg.ParseBudgetWait <= 0 {
-		cfg.ParseBudgetWait = DefaultParseBudgetWait
-	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
 	if err := g.m.init(cfg.Meter); err != nil {
 		return nil, err
 	}
 	g.ready.Store(true)
 	return g, nil
+}
+
+// positive returns v, or d when v is zero or negative.
+func positive[T int64 | time.Duration](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
 }
 
 // NewTransport returns the transport used for upstream calls: many idle
