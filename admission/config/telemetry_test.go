@@ -119,14 +119,19 @@ func TestExpose(t *testing.T) {
 }
 
 // Reading policy files must not link the OpenTelemetry and Prometheus
-// modules: the metrics observer is passed in.
-func TestNoMetricsDependency(t *testing.T) {
+// modules, nor any adapter: the packages that act on a section read it
+// from the File.
+func TestNoAdapterDependency(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
 	for _, p := range strings.Fields(string(out)) {
-		if strings.HasPrefix(p, "go.opentelemetry.io/") || strings.HasPrefix(p, "github.com/prometheus/") || p == "github.com/sluicehq/sluice/metrics" {
+		adapter := false
+		for _, a := range []string{"admission/httpadmit", "admission/echoadmit", "admission/httpretry", "admission/redisstore", "metrics", "shadow", "weights"} {
+			adapter = adapter || strings.HasPrefix(p, "github.com/sluicehq/sluice/"+a)
+		}
+		if adapter || strings.HasPrefix(p, "go.opentelemetry.io/") || strings.HasPrefix(p, "github.com/prometheus/") {
 			t.Errorf("admission/config depends on %s", p)
 		}
 	}
