@@ -141,11 +141,14 @@ type FailedAuth struct {
 	MaxAddresses int
 }
 
-// A Key is what one hashed API key of the file stands for.
+// A Key is the caller a hashed API key of the file stands for (and
+// httpadmit.Identity the same type): the tenant whose api_keys list it,
+// the key's id (the entry's, else KeyHash.ID; never the key) and the end
+// user, if the entry names one.
 type Key struct {
-	Tenant string // the tenant whose api_keys list the hash
-	KeyID  string // the entry's id, else KeyHash.ID
-	User   string // the entry's user, if any
+	Tenant string // the account billed; the usual partition key
+	KeyID  string // the credential's short id
+	User   string // the end user inside the tenant, when known
 }
 
 // KeyHash is the SHA-256 digest of an API key: the only form in which

@@ -13,12 +13,9 @@ import (
 )
 
 // Identity is a validated caller: the tenant billed, the credential used
-// (as a short hash-derived id, never the credential) and the end user.
-type Identity struct {
-	Tenant string // the account billed; the usual partition key
-	KeyID  string // the credential's short id (see config.KeyHash.ID)
-	User   string // the end user inside the tenant, when known
-}
+// (as a short hash-derived id, never the credential) and the end user. It
+// is what a policy file's API key stands for (config.Key).
+type Identity = config.Key
 
 type identityKey struct{}
 
@@ -98,14 +95,10 @@ const DefaultAnonymousTenant = config.DefaultAnonymousTenant
 // Apply installs those of a reloaded file.
 func FileOptions(f *config.File) []Option {
 	h, id := &f.HTTP, &f.Identity
-	keys := make(KeyTable, len(id.Keys))
-	for hash, k := range id.Keys {
-		keys[hash] = Identity(k)
-	}
 	return []Option{
 		WithExempt(h.Exempt...), WithMaxBody(h.MaxBody), WithBodyTimeout(h.BodyTimeout), WithQuotaStatus(h.QuotaStatus),
 		WithShadowHeader(h.ShadowHeader), WithIdentityConfig(IdentityConfig{
-			KeyHeaders: id.KeyHeaders, Keys: keys, TrustedProxies: id.TrustedProxies,
+			KeyHeaders: id.KeyHeaders, Keys: id.Keys, TrustedProxies: id.TrustedProxies,
 			ClientIPHeader: id.ClientIPHeader, AnonymousTenant: id.AnonymousTenant, RequireKey: id.RequireKey,
 		}),
 	}

@@ -33,25 +33,30 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	var req admission.Request
 	var tk admission.Ticket
 	var err error
-	for tries := 0; ; tries++ {
+	ok := false
+	// A caller over its request rate is refused here, before a byte of
+	// its body is read or parsed. A refusal a reload overlapped took
+	// nothing and is decided again, the third time with reloads held off.
+	begin := func() {
 		e, st = g.epoch.Stable(), g.state.Load()
-		var ok bool
-		if req, ok = g.identify(c, st); !ok {
-			return nil
-		}
-		if tries == 0 && r.ContentLength > est.MaxBodyBytes() {
-			g.tooLarge(c, est.MaxBodyBytes())
-			return nil
-		}
-		// A caller over its request rate is refused here, before a byte
-		// of its body is read or parsed; a refusal a reload overlapped
-		// took nothing and is decided again.
-		tk, err = g.cfg.Controller.Begin(ctx, req)
-		if err == nil || !g.epoch.Changed(e) || tries == 2 {
-			break
+		if req, ok = g.identify(c, st); ok && r.ContentLength <= est.MaxBodyBytes() {
+			tk, err = g.cfg.Controller.Begin(ctx, req)
 		}
 	}
-	if err != nil {
+	for tries := 0; tries == 0 || (ok && err != nil && g.epoch.Changed(e)); tries++ {
+		if tries == 2 {
+			g.epoch.Hold(begin)
+		} else {
+			begin()
+		}
+	}
+	switch {
+	case !ok:
+		return nil
+	case r.ContentLength > est.MaxBodyBytes():
+		g.tooLarge(c, est.MaxBodyBytes())
+		return nil
+	case err != nil:
 		g.refused(c, err)
 		return nil
 	}
@@ -61,7 +66,6 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	defer func() { tk.Done() }()
 	x := exchange{g: g, c: c}
 	var body []byte
-	var ok bool
 	if x.est, body, ok = g.readAndPrice(c, rt.path); !ok || !g.checkModel(c, x.est.Model) {
 		return nil
 	}
