@@ -527,8 +527,7 @@ func (o *Observer) StoreCall(c admission.StoreCall) {
 
 var _ admission.StoreCallObserver = (*Observer)(nil)
 
-// Reloaded is the core's reload event, which policy file reloads no
-// longer send: they are counted by CountReload.
+// Reloaded is the core's reload event, which reloads no longer send.
 func (o *Observer) Reloaded(r admission.Reload) { o.CountReload(policyfile.Reload{Err: r.Err}) }
 
 // CountReload counts a policy file reload by result (ok or rejected), as

@@ -29,13 +29,11 @@ func FileLogger(w io.Writer, l *config.Logging) *slog.Logger {
 }
 
 // FileObserver returns the observer to give admission.WithObserver: the
-// decision log of the logging.decisions section writing to log, followed
-// by obs, typically a metrics.Observer. Nil entries of obs are skipped.
-// The log writes every rejection when rejections is true (none
-// otherwise), would-reject and fail-open decisions always, one admitted
-// decision in round(1/sample), at most max_per_second records per second
-// on average and at most max_per_second (or DefaultLogBurst, if fewer) at
-// once.
+// decision log of the logging.decisions section writing to log (every
+// rejection if rejections is true, would-reject and fail-open decisions
+// always, one admitted decision in round(1/sample), max_per_second
+// records a second, at most min(max_per_second, DefaultLogBurst) at
+// once), followed by obs, typically a metrics.Observer, nil ones skipped.
 func FileObserver(l *config.Logging, log *slog.Logger, obs ...admission.Observer) (admission.Observer, error) {
 	c := LogConfig{Rate: float64(l.MaxPerSecond), Burst: min(l.MaxPerSecond, DefaultLogBurst)}
 	if l.Rejections {

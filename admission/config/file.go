@@ -164,11 +164,8 @@ func HashKey(key string) KeyHash {
 	return sha256.Sum256([]byte(key))
 }
 
-// KeyHashPrefix starts the stored text form of a key hash.
-const KeyHashPrefix = "sha256:"
-
 // String returns the stored form, "sha256:" and 64 lower-case hex digits.
-func (h KeyHash) String() string { return KeyHashPrefix + hex.EncodeToString(h[:]) }
+func (h KeyHash) String() string { return "sha256:" + hex.EncodeToString(h[:]) }
 
 // ID returns a short id derived from the hash, safe to log and to use as a
 // partition key: "key_" and the first 12 hex digits.
@@ -177,7 +174,7 @@ func (h KeyHash) ID() string { return "key_" + hex.EncodeToString(h[:6]) }
 // ParseKeyHash parses the stored form written by KeyHash.String.
 func ParseKeyHash(s string) (KeyHash, error) {
 	var h KeyHash
-	hexPart, ok := strings.CutPrefix(s, KeyHashPrefix)
+	hexPart, ok := strings.CutPrefix(s, "sha256:")
 	if !ok {
 		return h, errors.New(`must start with "sha256:" (store the hash of the key, not the key: see admitctl hash-key)`)
 	}

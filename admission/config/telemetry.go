@@ -41,10 +41,7 @@ func (m *Metrics) Expose(h, app http.Handler) (http.Handler, *MetricsListener, e
 		return scrape(m.Path, h, app), nil, nil
 	}
 	ml, err := m.Serve(m.Listen, h, http.NotFoundHandler())
-	if err != nil {
-		return nil, nil, err
-	}
-	return app, ml, nil
+	return app, ml, err
 }
 
 // Serve serves h at metrics.path and rest at every other path on a

@@ -72,18 +72,12 @@ type WatchOption func(*Watcher)
 // A Subscriber is where a policy file takes effect: Apply installs all
 // the program derives from it (the controller's policies, the key table,
 // the HTTP settings, prices) as one step (see Epoch), or returns an error
-// and leaves the previous file in force. httpadmit.Middleware is one.
+// and leaves the previous file in force. httpadmit.Middleware is one; a
+// program whose only reader of the file is a controller applies f.Config
+// with Controller.SetConfig.
 type Subscriber interface {
 	Apply(f *File) error
 }
-
-// ApplyFunc adapts a function to Subscriber; a program whose only reader
-// of the file is a controller passes
-// ApplyFunc(func(f *File) error { return ctl.SetConfig(f.Config) }).
-type ApplyFunc func(f *File) error
-
-// Apply calls fn(f).
-func (fn ApplyFunc) Apply(f *File) error { return fn(f) }
 
 // Reload is one reload of the file, applied or refused, as OnReload
 // reports it.
@@ -298,28 +292,17 @@ type Epoch struct {
 func (e *Epoch) Install(swap func(moves func()) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	moved := false
-	defer func() {
-		if moved {
-			e.n.Add(1)
-		}
-	}()
-	return swap(func() {
-		if !moved {
-			moved = true
-			e.n.Add(1)
-		}
-	})
+	// n changes only here: even before, odd once moves opened the bracket.
+	defer func() { e.n.Add(e.n.Load() & 1) }()
+	return swap(func() { e.n.Add(1 - e.n.Load()&1) })
 }
 
 // Stable returns the current epoch, waiting for an install in progress.
-func (e *Epoch) Stable() uint64 {
-	if n := e.n.Load(); n&1 == 0 {
-		return n
+func (e *Epoch) Stable() (n uint64) {
+	if n = e.n.Load(); n&1 != 0 {
+		e.Hold(func() { n = e.n.Load() })
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n.Load()
+	return n
 }
 
 // Hold runs fn with installs held off, for a request that reloads

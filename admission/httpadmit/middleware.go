@@ -419,19 +419,16 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 }
 
 // Readmit makes sure a request was decided by the policies and the
-// identities of one policy file, for a handler that admits requests
-// itself. e is the epoch (config.Epoch.Stable) taken before req was built
-// from the file, tk and err the decision, which stands while ep has not
-// changed. Otherwise again builds the request from the file now in force:
-// when one file was applied and it builds the same request (tenant, key,
-// user, address, operation, tokens, cost), the decision is either file's
-// and stands; else it is undone (tokens, cost and concurrency permits
-// given back; requests stay counted) and admit decides the new request,
-// checked in turn, the fourth admission with installs held off
-// (config.Epoch.Hold). It returns the request decided last.
+// identities of one policy file. e is the epoch (config.Epoch.Stable)
+// taken before req was built from the file, tk and err the decision,
+// which stands while ep is unchanged, or when one file was applied and
+// again, building the request from it, builds the same one. Else the
+// decision is undone (tokens, cost and permits given back; requests stay
+// counted) and admit decides the new request, checked in turn, the
+// fourth time with installs held off. It returns the request decided last.
 func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
 	again func() (admission.Request, error), admit func(admission.Request) (admission.Ticket, error)) (admission.Request, admission.Ticket, error) {
-	for tries := 0; ep.Changed(e); tries++ {
+	for tries := 0; ep.Changed(e); tries++ { // the fourth admission holds installs off
 		next := ep.Stable()
 		a, aerr := again()
 		if aerr == nil && next == e+2 && !ep.Changed(next) && a.Tenant == req.Tenant && a.KeyID == req.KeyID &&
@@ -441,7 +438,7 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 		if err == nil {
 			tk.Settle(admission.Usage{TokensKnown: true, CostKnown: true})
 		}
-		if aerr == nil && tries == maxReadmissions {
+		if aerr == nil && tries == 2 {
 			ep.Hold(func() {
 				if a, aerr = again(); aerr == nil {
 					tk, err = admit(a)
@@ -451,7 +448,7 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 		if aerr != nil {
 			return a, admission.Ticket{}, aerr
 		}
-		if tries == maxReadmissions {
+		if tries == 2 {
 			return a, tk, err
 		}
 		e, req = next, a
@@ -459,10 +456,6 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 	}
 	return req, tk, err
 }
-
-// maxReadmissions is the number of admissions of one request that
-// reloads may overlap before the next holds installs off.
-const maxReadmissions = 2
 
 // LimitBody applies the body limit and the body timeout to r before
 // anything reads its body: it returns ErrBodyTooLarge for a declared

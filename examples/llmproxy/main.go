@@ -223,7 +223,7 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.file.Source, err)
 	}
-	s.metrics.watch(s.ctl)
+	s.metrics.metrics.Watch(s.ctl) // the gauges: in flight, queue depth, partitions
 
 	// The upstream: the one given, or the simulator on a loopback port.
 	if gc.Upstream == "" {
@@ -260,7 +260,7 @@ func start(o options) (_ *server, err error) {
 		gc.ForwardHeaders = append(gc.ForwardHeaders, "X-Sim-*")
 	}
 	gc.Controller, gc.Estimator, gc.File = s.ctl, est, s.file
-	gc.Clock, gc.Meter, gc.Logger = o.clock, s.metrics.meter(), s.log
+	gc.Clock, gc.Meter, gc.Logger = o.clock, s.metrics.prom.Provider.Meter(meterName), s.log
 	s.gw, err = gateway.New(gc)
 	if err != nil {
 		return nil, err

@@ -235,12 +235,17 @@ identity: {anonymous: deny}
 func TestEmbeddedApplyIsOneStep(t *testing.T) {
 	s := embed(t, "policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1, per: 1s}\n")
 	files := []*config.File{movingKey(t, false), movingKey(t, true)}
+	// The first file before any request: no partition ever has the
+	// embedded file's limit of 1 (the fake clock would never refill it).
+	if err := s.gw.Apply(files[0]); err != nil {
+		t.Fatal(err)
+	}
 	var stop atomic.Bool
 	var reloads atomic.Int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for i := 0; !stop.Load(); i++ {
+		for i := 1; !stop.Load(); i++ {
 			if err := s.gw.Apply(files[i%2]); err != nil {
 				t.Error(err)
 				return

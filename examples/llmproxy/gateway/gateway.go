@@ -301,9 +301,7 @@ type Gateway struct {
 }
 
 // state is what the gateway derives from one policy file besides the
-// controller's policies and the middleware's identity settings: Apply
-// installs the three under one epoch, and a request reads them between
-// two loads of it.
+// controller's policies and the middleware's identity settings.
 type state struct {
 	file   *config.File // the file installed
 	prices *weights.Prices
@@ -384,12 +382,10 @@ func NewTransport() *http.Transport {
 }
 
 // Apply installs a policy file, as a config.Subscriber: the controller's
-// policies and plans, the key table and identity settings, the quota
-// status, the shadow header, the prices and the failed-authentication
-// throttle's figures (each address keeps what is left of its allowance),
-// as one step. A request identified and priced with one file and
-// admitted while the next was installed is decided again
-// (httpadmit.Readmit). A file the controller refuses changes nothing.
+// policies and plans, the key table, the quota status, the shadow header,
+// the prices and the failed-authentication throttle's figures (each
+// address keeping what is left of its allowance), as one step (see
+// httpadmit.Readmit). A file the controller refuses changes nothing.
 func (g *Gateway) Apply(f *config.File) error {
 	prices, err := pricing.Table(f.Prices)
 	if err != nil {
@@ -410,14 +406,13 @@ func (g *Gateway) Apply(f *config.File) error {
 	}
 	return g.epoch.Install(func(moves func()) error {
 		old := g.state.Load()
-		if old == nil || old.cost != st.cost || !reflect.DeepEqual(old.file.Prices, f.Prices) || !reflect.DeepEqual(old.file.Identity, f.Identity) {
+		if old == nil {
+			old = &state{file: &config.File{}}
+		}
+		if old.cost != st.cost || !reflect.DeepEqual(old.file.Prices, f.Prices) || !reflect.DeepEqual(old.file.Identity, f.Identity) {
 			moves()
 		}
-		var cur *authLimiter
-		if old != nil {
-			cur = old.auth
-		}
-		if st.auth, err = nextAuthLimiter(cur, f.Identity.FailedAuth, g.cfg.Clock); err != nil {
+		if st.auth, err = nextAuthLimiter(old.auth, f.Identity.FailedAuth, g.cfg.Clock); err != nil {
 			return err
 		}
 		if err := g.mw.Apply(f); err != nil {

@@ -150,10 +150,9 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 var errNotPriced = errors.New("gateway: the model has no price")
 
 // amounts is the one pricing step of a request: the estimate's tokens,
-// the output part capped by Config.MaxOutputReserve, and, while st has a
-// cost policy, the model's price from st's table and the cost of the
-// reservation, all bounded to [0, admission.MaxAmount]. It returns
-// errNotPriced for a model the table cannot price.
+// the output capped by Config.MaxOutputReserve, and with a cost policy
+// the model's price from st and the reservation's cost, bounded to
+// [0, admission.MaxAmount]; errNotPriced for a model st cannot price.
 func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request) (price weights.Price, priced bool, src weights.PriceSource, err error) {
 	if st.cost {
 		if price, src, priced = st.prices.Resolve(e.Model); !priced {
@@ -173,12 +172,10 @@ func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request
 	return price, priced, src, nil
 }
 
-// readmit decides again, through httpadmit.Readmit, a request whose
-// admission a reload overlapped: identified and priced anew with the
-// state in force, and admitted whole (its body is read) when that
-// changes it. x, the exchange of a priced request (nil for the models
-// routes), gets the price the request was decided with; readmit returns
-// the state it was decided with.
+// readmit decides again (httpadmit.Readmit) a request a reload
+// overlapped: identified and priced (x; nil for the models routes) anew,
+// and admitted whole when that changes it. It returns the state it was
+// decided with; x gets the price.
 func (g *Gateway) readmit(ctx context.Context, r *http.Request, e uint64, st *state, req admission.Request, tk admission.Ticket, err error, x *exchange) (*state, admission.Request, admission.Ticket, error) {
 	cand := st
 	var price weights.Price
