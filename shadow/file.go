@@ -9,23 +9,16 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 )
 
-// This file reads the logging section of a policy file (config.Logging):
-// the policy file package yields the section as data, and the decision
-// log, which it configures, lives here.
-
 // FileLogger returns a logger as the logging section says: records at
 // logging.level and above, written to w as JSON or text (logging.format),
 // every string clipped (BoundedHandler) since records may quote what
 // clients sent.
 func FileLogger(w io.Writer, l *config.Logging) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: l.Level}
-	var h slog.Handler
 	if l.Format == "text" {
-		h = slog.NewTextHandler(w, opts)
-	} else {
-		h = slog.NewJSONHandler(w, opts)
+		return slog.New(NewBoundedHandler(slog.NewTextHandler(w, opts)))
 	}
-	return slog.New(NewBoundedHandler(h))
+	return slog.New(NewBoundedHandler(slog.NewJSONHandler(w, opts)))
 }
 
 // FileObserver returns the observer to give admission.WithObserver: the

@@ -28,13 +28,10 @@
 //	  models:
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
-// The package yields plain data and imports only the core: the packages
-// that act on a section read it from a File. httpadmit builds its
-// identity and options from the identity and http sections
-// (httpadmit.FileOptions), shadow its logger and decision log from the
-// logging section (shadow.FileLogger, shadow.FileObserver), the program
-// its price table from the prices section; Metrics.Expose serves the
-// metrics section. In a service using the library, a few calls do it:
+// The package yields plain data and imports only the core; the packages
+// that act on a section read it from a File (httpadmit.FileOptions,
+// shadow.FileLogger, shadow.FileObserver; Metrics.Expose serves the
+// metrics section). In a service using the library, a few calls do it:
 //
 //	log := shadow.FileLogger(os.Stderr, &f.Logging)
 //	prom, _ := metrics.NewPrometheus(f.Metrics.CardinalityLimit)

@@ -70,11 +70,10 @@ type version struct {
 type WatchOption func(*Watcher)
 
 // A Subscriber is where a policy file takes effect: Apply installs all
-// the program derives from it (the controller's policies, the key table,
-// the HTTP settings, prices) as one step (see Epoch), or returns an error
-// and leaves the previous file in force. httpadmit.Middleware is one; a
-// program whose only reader of the file is a controller applies f.Config
-// with Controller.SetConfig.
+// the program derives from it (policies, keys, HTTP settings, prices) as
+// one step (see Epoch), or fails and leaves the previous file in force.
+// httpadmit.Middleware is one; a program with only a controller applies
+// f.Config with Controller.SetConfig.
 type Subscriber interface {
 	Apply(f *File) error
 }
@@ -272,13 +271,12 @@ func (w *Watcher) policies() int {
 }
 
 // An Epoch makes a reload one step for requests that read several things
-// derived from one file (the controller's policies, the key table that
-// says whose they are). A Subscriber installs under Install, bracketing
-// its swaps with two increments; a request takes Stable before reading
-// and asks Changed once admitted. false means that every read in between
-// saw all of one install or none of it (sync/atomic is sequentially
-// consistent); true, that it may have mixed two files and must be decided
-// again (httpadmit.Readmit). It costs two atomic loads.
+// derived from one file (the policies, the key table saying whose they
+// are). A Subscriber installs under Install, which brackets its swaps with
+// two increments; a request takes Stable before reading and asks Changed
+// once admitted: false means every read saw all of one install or none
+// (sync/atomic is sequentially consistent), true that the request may
+// have mixed two files (see httpadmit.Readmit). Two atomic loads.
 type Epoch struct {
 	mu sync.Mutex
 	n  atomic.Uint64 // odd while an install runs
@@ -305,9 +303,8 @@ func (e *Epoch) Stable() (n uint64) {
 	return n
 }
 
-// Hold runs fn with installs held off, for a request that reloads
-// overlapped too often: fn's reads all come from one file. An install
-// waits for fn to return.
+// Hold runs fn with installs held off (they wait for it), for a request
+// reloads overlapped too often: all fn reads come from one file.
 func (e *Epoch) Hold(fn func()) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -400,16 +400,35 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 	if err := m.LimitBody(w, r); err != nil {
 		return admission.Ticket{}, err
 	}
+	return m.AdmitAs(w, r, nil, nil)
+}
+
+// AdmitAs is Decide after LimitBody for an adapter that builds requests
+// itself (echoadmit): caller (nil: the middleware's own) returns r's
+// identity, address and operation under the settings in force, complete
+// (nil: the WithRequest function) adds the amounts, once; the decision is
+// one policy file's (Readmit).
+func (m *Middleware) AdmitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
 	e := m.epoch.Stable()
-	req, err := m.Request(r)
+	o := m.cur.Load()
+	req, err := m.caller(o, r, caller)
+	switch {
+	case err != nil:
+		return admission.Ticket{}, err
+	case complete != nil:
+		c := req // escapes: declared here, so that Decide's request does not
+		err = complete(&c)
+		req = c
+	case o.enrich != nil:
+		req, err = enrich(o.enrich, r, req)
+	}
 	if err != nil {
 		return admission.Ticket{}, err
 	}
 	tk, err := m.Admit(w, r, req)
 	if m.epoch.Changed(e) {
-		// A WithRequest function runs once: its amounts are kept.
 		again := func() (admission.Request, error) {
-			a, err := m.caller(m.cur.Load(), r)
+			a, err := m.caller(m.cur.Load(), r, caller)
 			a.Model, a.Tokens, a.Cost, a.Units, a.Priority = req.Model, req.Tokens, req.Cost, req.Units, req.Priority
 			return a, err
 		}
@@ -419,13 +438,12 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 }
 
 // Readmit makes sure a request was decided by the policies and the
-// identities of one policy file. e is the epoch (config.Epoch.Stable)
-// taken before req was built from the file, tk and err the decision,
-// which stands while ep is unchanged, or when one file was applied and
-// again, building the request from it, builds the same one. Else the
-// decision is undone (tokens, cost and permits given back; requests stay
-// counted) and admit decides the new request, checked in turn, the
-// fourth time with installs held off. It returns the request decided last.
+// identities of one policy file. The decision tk, err of req, built after
+// ep.Stable returned e, stands while ep is unchanged, or when one file was
+// applied and again builds the same request from it. Else it is undone
+// (tokens, cost and permits given back; requests stay counted) and admit
+// decides the new request, checked in turn, the fourth time with installs
+// held off. It returns the request decided last.
 func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
 	again func() (admission.Request, error), admit func(admission.Request) (admission.Ticket, error)) (admission.Request, admission.Ticket, error) {
 	for tries := 0; ep.Changed(e); tries++ { // the fourth admission holds installs off
@@ -510,15 +528,19 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 // and operation, completed by the WithRequest function.
 func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 	o := m.cur.Load()
-	req, err := m.caller(o, r)
+	req, err := m.caller(o, r, nil)
 	if err != nil || o.enrich == nil {
 		return req, err
 	}
 	return enrich(o.enrich, r, req)
 }
 
-// caller returns the identity, client address and operation of r.
-func (m *Middleware) caller(o *options, r *http.Request) (admission.Request, error) {
+// caller returns fn(), or the identity, client address and operation of
+// r under o.
+func (m *Middleware) caller(o *options, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
+	if fn != nil {
+		return fn()
+	}
 	id, err := identify(o, r)
 	if err != nil {
 		return admission.Request{}, err

@@ -1,17 +1,11 @@
 // Package gateway is an OpenAI-compatible LLM gateway behind admission
-// control, on echo v4. The llmproxy binary is this package behind flags;
-// a team that wants the same gateway inside its own binary imports it,
-// builds a Controller from a policy file and calls Register on its own
-// echo server (see the example), and gets the behaviour llmproxy has. It
-// is built on package httpadmit: callers are identified by an
-// httpadmit.Middleware (the file's identity section, operations named
-// "METHOD route"), rejections rendered by WriteRejection, which the
-// middleware takes as its rejection handler, and a reload reaches the
-// gateway through Apply (config.Subscriber), which installs the
-// controller's policies, the key table, the HTTP settings and the prices
-// as one step: no request is decided by the policies of one file and the
-// identities or prices of another. The flags named below are llmproxy's,
-// each the Config field of the same meaning.
+// control, on echo v4: llmproxy is this package behind flags (each the
+// Config field of the same meaning, as named below), and a team that
+// wants it inside its own binary imports it and calls Register on its own
+// echo server (see the example). It identifies callers with an
+// httpadmit.Middleware, renders rejections with WriteRejection (the
+// middleware's rejection handler), and takes reloads through Apply
+// (config.Subscriber), installing policies, keys and prices as one step.
 //
 // # The path of a request
 //
@@ -391,18 +385,14 @@ func (g *Gateway) Apply(f *config.File) error {
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
 	}
-	st := &state{file: f, prices: prices, shared: g.cfg.SharedPolicies, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader}
-	if st.shared == nil {
-		st.shared = map[string]bool{}
-		for _, p := range f.Config.Policies {
-			global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == admission.KeyGlobal)
-			if global && p.Algorithm == admission.Concurrency {
-				st.shared[p.Name] = true
-			}
-		}
-	}
+	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader}
 	for _, p := range f.Config.Policies {
+		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == admission.KeyGlobal)
+		st.shared[p.Name] = global && p.Algorithm == admission.Concurrency
 		st.cost = st.cost || p.Unit == admission.UnitCost
+	}
+	if g.cfg.SharedPolicies != nil {
+		st.shared = g.cfg.SharedPolicies
 	}
 	return g.epoch.Install(func(moves func()) error {
 		old := g.state.Load()
