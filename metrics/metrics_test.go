@@ -67,7 +67,7 @@ func exercise(o *metrics.Observer) {
 	o.StoreCall(backend.Call{Store: "redis", Op: "batch", Policies: 2, Duration: 300 * time.Microsecond})
 	o.StoreCall(backend.Call{Store: "redis", Op: "batch", Policies: 2, Duration: 50 * time.Millisecond, Err: errors.New("timeout")})
 	o.StoreCall(backend.Call{Store: "redis", Op: "acquire", Err: errors.New("breaker open")}) // no latency: not recorded
-	o.Reloaded(nil)
+	o.CountReload(nil)
 }
 
 func TestCatalogMatchesExposition(t *testing.T) {

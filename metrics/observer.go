@@ -528,10 +528,11 @@ func (o *Observer) StoreCall(c backend.Call) {
 
 var _ backend.CallObserver = (*Observer)(nil)
 
-// Reloaded counts a configuration reload by its result: applied (err is
-// nil) or refused. A nil Observer counts nothing, so a program whose
-// metrics are disabled can pass its nil *Observer.
-func (o *Observer) Reloaded(err error) {
+// CountReload counts a policy file reload by result, as
+// admission_reloads_total: applied when err is nil, refused otherwise (call
+// it from config.OnReload with the reload's Err). A nil Observer (metrics
+// disabled) counts nothing.
+func (o *Observer) CountReload(err error) {
 	if o == nil {
 		return
 	}

@@ -14,7 +14,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -29,7 +28,7 @@ type decoder struct {
 	nodes int
 	f     *File
 	// keyPaths records where each key hash was declared.
-	keyPaths map[httpadmit.KeyHash]string
+	keyPaths map[KeyHash]string
 	// overridePaths records the node of each plan and tenant override.
 	tenantNodes map[string]*yaml.Node
 }
@@ -40,7 +39,7 @@ type decoder struct {
 func Parse(name string, data []byte) (*File, error) {
 	d := &decoder{
 		file: name, lines: map[string]*yaml.Node{}, f: edgeDefaults(defaults()),
-		keyPaths: map[httpadmit.KeyHash]string{}, tenantNodes: map[string]*yaml.Node{},
+		keyPaths: map[KeyHash]string{}, tenantNodes: map[string]*yaml.Node{},
 	}
 	d.f.Source = name
 	var doc yaml.Node
@@ -654,7 +653,7 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 	}
 	id := &d.f.Identity
 	if id.Keys == nil {
-		id.Keys = httpadmit.KeyTable{}
+		id.Keys = map[KeyHash]Key{}
 	}
 	for i, e := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
@@ -682,7 +681,7 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 		if x, ok := d.lines[p+".hash"]; ok {
 			at = x
 		}
-		h, err := httpadmit.ParseKeyHash(hash)
+		h, err := ParseKeyHash(hash)
 		if err != nil {
 			d.errorf(at, p, "%v", err)
 			continue
@@ -695,7 +694,7 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 		if keyID == "" {
 			keyID = h.ID()
 		}
-		id.Keys[h] = httpadmit.Identity{Tenant: tenant, KeyID: keyID, User: user}
+		id.Keys[h] = Key{Tenant: tenant, KeyID: keyID, User: user}
 	}
 }
 

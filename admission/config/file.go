@@ -28,34 +28,41 @@
 //	  models:
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
-// The logging and metrics sections take effect where the program applies
-// them; in a service using the library, a few calls do it:
+// The package yields plain data and imports only the core; the packages
+// that act on a section read it from a File (httpadmit.FileOptions,
+// shadow.FileLogger, shadow.FileObserver; Metrics.Expose serves the
+// metrics section). In a service using the library, a few calls do it:
 //
-//	log := f.Logger(os.Stderr)                  // logging.level, logging.format
+//	log := shadow.FileLogger(os.Stderr, &f.Logging)
 //	prom, _ := metrics.NewPrometheus(f.Metrics.CardinalityLimit)
 //	mo, _ := metrics.New(metrics.WithMeterProvider(prom.Provider), metrics.WithTopK(f.Metrics.TopTenants))
-//	obs, _ := f.Observer(log, mo)               // logging.decisions, then the metrics
+//	obs, _ := shadow.FileObserver(&f.Logging, log, mo)
 //	ctl, _ := admission.New(f.Config, admission.WithObserver(obs))
 //	mo.Watch(ctl)
-//	mw, _ := httpadmit.New(ctl, f.MiddlewareOptions()...)
+//	mw, _ := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
 //	h, ml, _ := f.Metrics.Expose(prom.Handler, mw.Handler(mux)) // metrics.enabled, listen, path
+//	w, _ := config.Watch(path, mw, config.OnReload(func(r config.Reload) { mo.CountReload(r.Err) }))
 //
 // A Watcher reloads the file when it changes and on SIGHUP: a file that
 // does not validate is refused and reported, and the old configuration
-// keeps serving.
+// keeps serving. A reload reaches the program through one Subscriber,
+// whose Apply installs the whole file as one step (see Epoch).
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -107,8 +114,8 @@ type Identity struct {
 	AnonymousTenant string
 	// RequireKey refuses callers without credentials with 401.
 	RequireKey bool
-	// Keys maps the tenants' hashed API keys to their identities.
-	Keys httpadmit.KeyTable
+	// Keys maps the tenants' hashed API keys to what they stand for.
+	Keys map[KeyHash]Key
 	// FailedAuth throttles failed authentication per client address, for
 	// a gateway that applies it (llmproxy does).
 	FailedAuth FailedAuth
@@ -132,16 +139,50 @@ type FailedAuth struct {
 	MaxAddresses int
 }
 
-// HTTPIdentity returns the identity settings for httpadmit.
-func (id *Identity) HTTPIdentity() httpadmit.IdentityConfig {
-	return httpadmit.IdentityConfig{
-		KeyHeaders:      id.KeyHeaders,
-		Keys:            id.Keys,
-		TrustedProxies:  id.TrustedProxies,
-		ClientIPHeader:  id.ClientIPHeader,
-		AnonymousTenant: id.AnonymousTenant,
-		RequireKey:      id.RequireKey,
+// A Key is the caller a hashed API key of the file stands for (and
+// httpadmit.Identity the same type): the tenant whose api_keys list it,
+// the key's id (the entry's, else KeyHash.ID; never the key) and the end
+// user, if the entry names one.
+type Key struct {
+	Tenant string // the account billed; the usual partition key
+	KeyID  string // the credential's short id
+	User   string // the end user inside the tenant, when known
+}
+
+// KeyHash is the SHA-256 digest of an API key: the only form in which
+// keys are stored.
+type KeyHash [sha256.Size]byte
+
+// HashKey returns the digest of an API key.
+func HashKey(key string) KeyHash {
+	var buf [128]byte
+	if len(key) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], key...))
 	}
+	return sha256.Sum256([]byte(key))
+}
+
+// String returns the stored form, "sha256:" and 64 lower-case hex digits.
+func (h KeyHash) String() string { return "sha256:" + hex.EncodeToString(h[:]) }
+
+// ID returns a short id derived from the hash, safe to log and to use as a
+// partition key: "key_" and the first 12 hex digits.
+func (h KeyHash) ID() string { return "key_" + hex.EncodeToString(h[:6]) }
+
+// ParseKeyHash parses the stored form written by KeyHash.String.
+func ParseKeyHash(s string) (KeyHash, error) {
+	var h KeyHash
+	hexPart, ok := strings.CutPrefix(s, "sha256:")
+	if !ok {
+		return h, errors.New(`must start with "sha256:" (store the hash of the key, not the key: see admitctl hash-key)`)
+	}
+	if len(hexPart) != 2*sha256.Size {
+		return h, errors.New("must have 64 hex digits after \"sha256:\"")
+	}
+	if _, err := hex.Decode(h[:], []byte(hexPart)); err != nil {
+		return h, errors.New("is not hexadecimal")
+	}
+	return h, nil
 }
 
 // HTTP is the http section: middleware settings.
@@ -160,24 +201,6 @@ type HTTP struct {
 	// ShadowHeader adds the Sluice-Would-Reject header naming the shadow
 	// policies that would have rejected an admitted request.
 	ShadowHeader bool
-}
-
-// MiddlewareOptions returns the httpadmit options the file sets: its http
-// section and its identity section with the tenants' key table. Pass them
-// to httpadmit.New, and to Middleware.Reconfigure after a reload.
-func (f *File) MiddlewareOptions() []httpadmit.Option {
-	return append(f.HTTP.Options(), httpadmit.WithIdentityConfig(f.Identity.HTTPIdentity()))
-}
-
-// Options returns the middleware options of the section.
-func (h *HTTP) Options() []httpadmit.Option {
-	return []httpadmit.Option{
-		httpadmit.WithExempt(h.Exempt...),
-		httpadmit.WithMaxBody(h.MaxBody),
-		httpadmit.WithBodyTimeout(h.BodyTimeout),
-		httpadmit.WithQuotaStatus(h.QuotaStatus),
-		httpadmit.WithShadowHeader(h.ShadowHeader),
-	}
 }
 
 // Metrics is the metrics section. A service using the library applies it
@@ -200,8 +223,8 @@ type Metrics struct {
 	CardinalityLimit int
 }
 
-// Logging is the logging section. A service using the library applies
-// it with File.Logger and File.Observer; llmproxy applies it itself.
+// Logging is the logging section, which shadow.FileLogger and
+// shadow.FileObserver apply.
 type Logging struct {
 	// Level is the minimum level logged (default info).
 	Level slog.Level
@@ -217,17 +240,20 @@ type Logging struct {
 	MaxPerSecond int
 }
 
-// Defaults of the sections.
-var (
-	DefaultExempt = []string{"/healthz", "/readyz", "/livez", "/metrics"}
-)
+// DefaultExempt is the default of http.exempt.
+var DefaultExempt = []string{"/healthz", "/readyz", "/livez", "/metrics"}
 
-// DefaultMaxBody is the default body limit of the http section.
-const DefaultMaxBody = httpadmit.DefaultMaxBody
+// Defaults of the http and identity sections, which package httpadmit
+// shares.
+const (
+	DefaultMaxBody         = 1 << 20     // http.max_body
+	DefaultBodyTimeout     = time.Minute // http.body_timeout
+	DefaultAnonymousTenant = "anonymous" // identity.anonymous_tenant
+)
 
 func defaults() *File {
 	return &File{
-		Identity: Identity{AnonymousTenant: httpadmit.DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For"},
+		Identity: Identity{AnonymousTenant: DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For"},
 		HTTP:     HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
 		Metrics:  Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
 		Logging:  Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
@@ -240,7 +266,7 @@ func defaults() *File {
 // timeout.
 func edgeDefaults(f *File) *File {
 	f.Identity.FailedAuth = FailedAuth{Enabled: true, Limit: 20, Per: time.Minute, MaxAddresses: 1 << 16}
-	f.HTTP.BodyTimeout = httpadmit.DefaultBodyTimeout
+	f.HTTP.BodyTimeout = DefaultBodyTimeout
 	return f
 }
 

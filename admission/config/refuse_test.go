@@ -82,7 +82,7 @@ func TestReloadRefusesBadFileOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs := &reloads{}
-	w, err := config.Watch(path, ctl, config.WithObserver(obs), config.WithDebounce(5*time.Millisecond),
+	w, err := config.Watch(path, controller{ctl}, config.OnReload(obs.add), config.WithDebounce(5*time.Millisecond),
 		config.WithSignals(syscall.SIGHUP), config.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -252,3 +252,9 @@ func TestReloadConfigMapSwap(t *testing.T) {
 		t.Errorf("observer saw %d applied, %d refused; want 3, 1", okN, failed)
 	}
 }
+
+// controller is the subscriber of a program whose only reader of the file
+// is a controller.
+type controller struct{ *admission.Controller }
+
+func (c controller) Apply(f *config.File) error { return c.SetConfig(f.Config) }

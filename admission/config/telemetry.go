@@ -2,78 +2,18 @@ package config
 
 import (
 	"errors"
-	"io"
-	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/shadow"
 )
 
-// This file wires the logging and metrics sections in a program that
-// uses the library. It imports package shadow (standard library and the
-// core only) for the decision log, but not package metrics, whose
-// OpenTelemetry and Prometheus modules every reader of policy files would
-// otherwise link: the metrics observer and its handler are passed in, as
-// an admission.Observer and an http.Handler.
-
-// Logger returns a logger as the logging section says: records at
-// logging.level and above, written to w as JSON or text (logging.format),
-// every string clipped (shadow.BoundedHandler) since records may quote
-// what clients sent.
-func (f *File) Logger(w io.Writer) *slog.Logger {
-	l := &f.Logging
-	opts := &slog.HandlerOptions{Level: l.Level}
-	var h slog.Handler
-	if l.Format == "text" {
-		h = slog.NewTextHandler(w, opts)
-	} else {
-		h = slog.NewJSONHandler(w, opts)
-	}
-	return slog.New(shadow.NewBoundedHandler(h))
-}
-
-// DecisionLogConfig returns the decision log settings of the
-// logging.decisions section: every rejection when rejections is true
-// (none otherwise), at most max_per_second records per second on average
-// and at most max_per_second (or shadow.DefaultLogBurst, if fewer) at
-// once. The decision log always writes would-reject and fail-open
-// decisions, whatever rejections says. decisions.sample is not applied:
-// the decision log writes no admitted decisions.
-func (l *Logging) DecisionLogConfig() shadow.LogConfig {
-	c := shadow.LogConfig{Rate: float64(l.MaxPerSecond), Burst: min(l.MaxPerSecond, shadow.DefaultLogBurst)}
-	if l.Rejections {
-		c.RejectSample = 1
-	}
-	if l.DecisionSample > 0 {
-		// One admitted decision in round(1/sample): a fraction of 0.01
-		// logs every hundredth.
-		c.AdmitSample = max(1, int(math.Round(1/l.DecisionSample)))
-	}
-	return c
-}
-
-// Observer returns the observer to give admission.WithObserver (and
-// WithObserver of a Watcher): the decision log of the logging.decisions
-// section writing to log, followed by obs, typically a metrics.Observer.
-// Nil entries of obs are skipped.
-func (f *File) Observer(log *slog.Logger, obs ...admission.Observer) (admission.Observer, error) {
-	dlog, err := shadow.NewLog(f.Logging.DecisionLogConfig(), shadow.WithLogger(log))
-	if err != nil {
-		return nil, err
-	}
-	all := []admission.Observer{dlog}
-	for _, o := range obs {
-		if o != nil {
-			all = append(all, o)
-		}
-	}
-	return shadow.Join(all...), nil
-}
+// This file serves the metrics section in a program that uses the
+// library. It does not import package metrics, whose OpenTelemetry and
+// Prometheus modules every reader of policy files would otherwise link:
+// the metrics handler is passed in as an http.Handler. The logging
+// section is read by package shadow (shadow.FileLogger,
+// shadow.FileObserver).
 
 // Expose serves h, the metrics handler (metrics.Prometheus.Handler), as
 // the metrics section says, and returns the handler to serve app with:
@@ -100,14 +40,24 @@ func (m *Metrics) Expose(h, app http.Handler) (http.Handler, *MetricsListener, e
 	if m.Listen == "" {
 		return scrape(m.Path, h, app), nil, nil
 	}
-	ln, err := net.Listen("tcp", m.Listen)
+	ml, err := m.Serve(m.Listen, h, http.NotFoundHandler())
+	return app, ml, err
+}
+
+// Serve serves h at metrics.path and rest at every other path on a
+// listener of its own at addr, for a program whose operator listener has
+// its own address or serves more than the metrics (llmproxy's rollout
+// report); Expose calls it for metrics.listen. Close the listener at
+// shutdown.
+func (m *Metrics) Serve(addr string, h, rest http.Handler) (*MetricsListener, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ml := &MetricsListener{
 		addr: ln.Addr().String(),
 		srv: &http.Server{
-			Handler:           scrape(m.Path, h, http.NotFoundHandler()),
+			Handler:           scrape(m.Path, h, rest),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
@@ -122,7 +72,7 @@ func (m *Metrics) Expose(h, app http.Handler) (http.Handler, *MetricsListener, e
 			ml.err = err
 		}
 	}()
-	return app, ml, nil
+	return ml, nil
 }
 
 // scrape answers GET and HEAD of exactly path with h (405 for other

@@ -14,15 +14,14 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-
-	"github.com/sluicehq/sluice/admission"
 )
 
-// A Watcher keeps a Controller in step with a policy file. It reloads the
+// A Watcher keeps a program in step with a policy file. It reloads the
 // file when it changes on disk and when the process receives SIGHUP; every
-// reload is validated first, and a file that does not validate (or that
-// the controller refuses) is logged, counted and reported to the observer
-// while the previous configuration keeps serving. Policies that keep their
+// reload is validated first and handed to the program's Subscriber, and a
+// file that does not validate (or that the subscriber refuses) is logged,
+// counted and reported (OnReload) while the previous configuration keeps
+// serving. Policies that keep their
 // name, algorithm, unit and key keep their partitions across a reload,
 // including a policy flipped from shadow to enforce.
 //
@@ -40,10 +39,9 @@ import (
 // whatever it holds.
 type Watcher struct {
 	path     string
-	ctl      *admission.Controller
-	obs      ReloadObserver
+	sub      Subscriber
+	onReload func(Reload)
 	log      *slog.Logger
-	onApply  []func(*File)
 	signals  []os.Signal
 	debounce time.Duration
 
@@ -71,25 +69,30 @@ type version struct {
 // A WatchOption configures a Watcher.
 type WatchOption func(*Watcher)
 
-// A ReloadObserver is told the result of every reload: a nil error when
-// the file was applied. The metrics observer is one.
-type ReloadObserver interface {
-	Reloaded(err error)
+// A Subscriber is where a policy file takes effect: Apply installs all
+// the program derives from it (policies, keys, HTTP settings, prices) as
+// one step (see Epoch), or fails and leaves the previous file in force.
+// httpadmit.Middleware is one; a program with only a controller applies
+// f.Config with Controller.SetConfig.
+type Subscriber interface {
+	Apply(f *File) error
 }
 
-// WithObserver sets the observer told about every reload, applied or
-// refused.
-func WithObserver(o ReloadObserver) WatchOption { return func(w *Watcher) { w.obs = o } }
+// Reload is one reload of the file, applied or refused, as OnReload
+// reports it.
+type Reload struct {
+	Source   string // the file's path
+	Policies int    // the policies in force afterwards
+	Err      error  // why the file was refused; nil when applied
+}
+
+// OnReload sets the function told about every reload, applied or refused
+// (the first load included), for example to count reloads
+// (metrics.Observer.CountReload).
+func OnReload(fn func(Reload)) WatchOption { return func(w *Watcher) { w.onReload = fn } }
 
 // WithLogger sets the logger of reloads; the default is slog.Default().
 func WithLogger(l *slog.Logger) WatchOption { return func(w *Watcher) { w.log = l } }
-
-// OnApply adds a function called with each applied file, after the
-// controller has it (for example to hand the new key table to the HTTP
-// middleware with SetIdentityConfig). It is also called for the first load.
-func OnApply(f func(*File)) WatchOption {
-	return func(w *Watcher) { w.onApply = append(w.onApply, f) }
-}
 
 // WithSignals sets the signals that force a reload; the default is SIGHUP.
 // No signal at all disables signal handling.
@@ -101,11 +104,11 @@ func WithSignals(sigs ...os.Signal) WatchOption {
 // (default 100ms).
 func WithDebounce(d time.Duration) WatchOption { return func(w *Watcher) { w.debounce = d } }
 
-// Watch loads the policy file at path, applies it to ctl and keeps
+// Watch loads the policy file at path, applies it to sub and keeps
 // watching it until Close. It fails when the first load fails.
-func Watch(path string, ctl *admission.Controller, opts ...WatchOption) (*Watcher, error) {
+func Watch(path string, sub Subscriber, opts ...WatchOption) (*Watcher, error) {
 	w := &Watcher{
-		path: filepath.Clean(path), ctl: ctl, log: slog.Default(),
+		path: filepath.Clean(path), sub: sub, onReload: func(Reload) {}, log: slog.Default(),
 		signals: []os.Signal{syscall.SIGHUP}, debounce: 100 * time.Millisecond,
 		stop: make(chan struct{}),
 	}
@@ -146,7 +149,7 @@ func (w *Watcher) Stats() (applied, refused int64) { return w.applied.Load(), w.
 // returns the reason a refused file was refused.
 func (w *Watcher) Reload() error { return w.reload(true) }
 
-// Close stops watching. It does not touch the controller.
+// Close stops watching. It does not touch the subscriber.
 func (w *Watcher) Close() error {
 	var err error
 	w.once.Do(func() {
@@ -237,26 +240,19 @@ func (w *Watcher) reload(force bool) error {
 	if err != nil {
 		return w.refuse(err)
 	}
-	if err := w.ctl.SetConfig(f.Config); err != nil {
+	if err := w.sub.Apply(f); err != nil {
 		return w.refuse(fmt.Errorf("%s: %w", w.path, err))
 	}
 	w.cur.Store(f)
-	w.applied.Add(1)
-	for _, fn := range w.onApply {
-		fn(f)
-	}
-	if w.obs != nil {
-		w.obs.Reloaded(nil)
-	}
+	w.onReload(Reload{Source: w.path, Policies: len(f.Config.Policies)})
 	w.log.Info("policy file applied", slog.String("file", w.path), slog.Int("policies", len(f.Config.Policies)))
+	w.applied.Add(1) // last: once Stats counts a reload, it was reported
 	return nil
 }
 
 func (w *Watcher) refuse(err error) error {
-	w.refused.Add(1)
-	if w.obs != nil {
-		w.obs.Reloaded(err)
-	}
+	defer w.refused.Add(1) // last, as for an applied file
+	w.onReload(Reload{Source: w.path, Err: err, Policies: w.policies()})
 	n := 0
 	var es Errors
 	if errors.As(err, &es) {
@@ -273,3 +269,48 @@ func (w *Watcher) policies() int {
 	}
 	return 0
 }
+
+// An Epoch makes a reload one step for requests that read several things
+// derived from one file (the policies, the key table saying whose they
+// are). A Subscriber installs under Install, which brackets its swaps with
+// two increments; a request takes Stable before reading and asks Changed
+// once admitted: false means every read saw all of one install or none
+// (sync/atomic is sequentially consistent), true that the request may
+// have mixed two files (see httpadmit.Readmit). Two atomic loads.
+type Epoch struct {
+	mu sync.Mutex
+	n  atomic.Uint64 // odd while an install runs
+}
+
+// Install runs swap, which installs one file, as one step; installs are
+// serialised. Before it changes anything, swap calls moves if the file
+// changes what requests read from it besides the controller's policies
+// (the key table, the identity settings, prices): an install that does
+// not is not counted, since every request reads the same from both files.
+func (e *Epoch) Install(swap func(moves func()) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// n changes only here: even before, odd once moves opened the bracket.
+	defer func() { e.n.Add(e.n.Load() & 1) }()
+	return swap(func() { e.n.Add(1 - e.n.Load()&1) })
+}
+
+// Stable returns the current epoch, waiting for an install in progress.
+func (e *Epoch) Stable() (n uint64) {
+	if n = e.n.Load(); n&1 != 0 {
+		e.Hold(func() { n = e.n.Load() })
+	}
+	return n
+}
+
+// Hold runs fn with installs held off (they wait for it), for a request
+// reloads overlapped too often: all fn reads come from one file.
+func (e *Epoch) Hold(fn func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fn()
+}
+
+// Changed reports whether an install ran, or is running, since Stable
+// returned n.
+func (e *Epoch) Changed(n uint64) bool { return e.n.Load() != n }

@@ -22,20 +22,20 @@ import (
 
 type reloads struct {
 	mu  sync.Mutex
-	got []error
+	got []config.Reload
 }
 
-func (r *reloads) Reloaded(err error) {
+func (r *reloads) add(ev config.Reload) {
 	r.mu.Lock()
-	r.got = append(r.got, err)
+	r.got = append(r.got, ev)
 	r.mu.Unlock()
 }
 
 func (r *reloads) count() (ok, failed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, err := range r.got {
-		if err != nil {
+	for _, ev := range r.got {
+		if ev.Err != nil {
 			failed++
 		} else {
 			ok++
@@ -67,7 +67,7 @@ tenants:
     api_keys: [%s]
 http:
   shadow_header: true
-`, limit, mode, other, httpadmit.HashKey(keyAcme))
+`, limit, mode, other, config.HashKey(keyAcme))
 }
 
 func write(t *testing.T, path, data string) {
@@ -82,7 +82,7 @@ func write(t *testing.T, path, data string) {
 }
 
 // serve starts a controller, a watcher and a real HTTP server on loopback.
-func serve(t *testing.T, path string, obs config.ReloadObserver, opts ...config.WatchOption) (*config.Watcher, *httptest.Server) {
+func serve(t *testing.T, path string, obs *reloads, opts ...config.WatchOption) (*config.Watcher, *httptest.Server) {
 	t.Helper()
 	f, err := config.Load(path)
 	if err != nil {
@@ -93,19 +93,14 @@ func serve(t *testing.T, path string, obs config.ReloadObserver, opts ...config.
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, f.MiddlewareOptions()...)
+	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts = append([]config.WatchOption{
-		config.WithObserver(obs), config.WithSignals(), config.WithLogger(slog.New(slog.DiscardHandler)),
-		config.OnApply(func(f *config.File) {
-			if err := mw.Reconfigure(f.MiddlewareOptions()...); err != nil {
-				t.Error(err)
-			}
-		}),
+		config.OnReload(obs.add), config.WithSignals(), config.WithLogger(slog.New(slog.DiscardHandler)),
 	}, opts...)
-	w, err := config.Watch(path, ctl, opts...)
+	w, err := config.Watch(path, mw, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,13 +272,13 @@ func TestReloadKeys(t *testing.T) {
 	if got := req("sk-new", "/v1/items"); got != http.StatusUnauthorized {
 		t.Fatalf("key not yet in the file: %d; want 401", got)
 	}
-	write(t, path, policyFile(10, "enforce", 1000)+fmt.Sprintf("  globex:\n    api_keys: [%s]\n", httpadmit.HashKey("sk-new"))+
+	write(t, path, policyFile(10, "enforce", 1000)+fmt.Sprintf("  globex:\n    api_keys: [%s]\n", config.HashKey("sk-new"))+
 		"http_unused: 1\n")
 	if err := w.Reload(); err == nil {
 		t.Fatal("Reload(file with an unknown key) = nil; want an error")
 	}
 	data := strings.Replace(policyFile(10, "enforce", 1000), "http:\n  shadow_header: true\n",
-		fmt.Sprintf("  globex:\n    api_keys: [%s]\nhttp:\n  exempt: [/v1/status]\n", httpadmit.HashKey("sk-new")), 1)
+		fmt.Sprintf("  globex:\n    api_keys: [%s]\nhttp:\n  exempt: [/v1/status]\n", config.HashKey("sk-new")), 1)
 	write(t, path, data)
 	if err := w.Reload(); err != nil {
 		t.Fatal(err)

@@ -93,35 +93,37 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 				// What the chain leaves of the body is not drained.
 				defer b.Abandon()
 			}
-			var id httpadmit.Identity
-			var err error
-			if cfg.IdentifierExtractor != nil {
-				id, err = cfg.IdentifierExtractor(c)
-				err = httpadmit.Unauthenticated(err)
-			} else {
-				id, err = m.Identify(r)
+			var tenant string
+			caller := func() (admission.Request, error) {
+				var id httpadmit.Identity
+				var err error
+				if cfg.IdentifierExtractor != nil {
+					id, err = cfg.IdentifierExtractor(c)
+					err = httpadmit.Unauthenticated(err)
+				} else {
+					id, err = m.Identify(r)
+				}
+				tenant = id.Tenant
+				return admission.Request{
+					Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
+					Addr:      m.IdentityConfig().ClientAddr(r),
+					Operation: m.OperationName(r.Method, c.Path()),
+				}, err
 			}
-			if err != nil {
-				return fail(c, err)
-			}
-			req := admission.Request{
-				Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
-				Addr:      m.IdentityConfig().ClientAddr(r),
-				Operation: m.OperationName(r.Method, c.Path()),
-			}
+			var complete func(*admission.Request) error
 			if cfg.Request != nil {
-				if err := cfg.Request(c, &req); err != nil {
-					return fail(c, httpadmit.RequestError(r, err))
-				}
-				if err := httpadmit.BoundCost(&req); err != nil {
-					return fail(c, err)
+				complete = func(req *admission.Request) error {
+					if err := cfg.Request(c, req); err != nil {
+						return httpadmit.RequestError(r, err)
+					}
+					return httpadmit.BoundCost(req)
 				}
 			}
-			tk, err := m.Admit(w, r, req)
+			tk, err := m.AdmitAs(w, r, caller, complete)
 			if err != nil {
 				var rej *admission.Rejection
 				if errors.As(err, &rej) {
-					return deny(c, id.Tenant, err)
+					return deny(c, tenant, err)
 				}
 				return fail(c, err)
 			}

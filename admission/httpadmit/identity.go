@@ -2,23 +2,20 @@ package httpadmit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"net/textproto"
 	"strings"
+
+	"github.com/sluicehq/sluice/admission/config"
 )
 
 // Identity is a validated caller: the tenant billed, the credential used
-// (as a short hash-derived id, never the credential) and the end user.
-type Identity struct {
-	Tenant string // the account billed; the usual partition key
-	KeyID  string // the credential's short id (see KeyHash.ID)
-	User   string // the end user inside the tenant, when known
-}
+// (as a short hash-derived id, never the credential) and the end user. It
+// is what a policy file's API key stands for (config.Key).
+type Identity = config.Key
 
 type identityKey struct{}
 
@@ -36,54 +33,16 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 	return id, ok
 }
 
-// KeyHash is the SHA-256 digest of an API key: the only form in which keys
-// are stored.
-type KeyHash [sha256.Size]byte
-
-// HashKey returns the digest of an API key.
-func HashKey(key string) KeyHash {
-	var buf [128]byte
-	if len(key) <= len(buf) {
-		return sha256.Sum256(append(buf[:0], key...))
-	}
-	return sha256.Sum256([]byte(key))
-}
-
-// KeyHashPrefix starts the stored text form of a key hash.
-const KeyHashPrefix = "sha256:"
-
-// String returns the stored form, "sha256:" and 64 lower-case hex digits.
-func (h KeyHash) String() string { return KeyHashPrefix + hex.EncodeToString(h[:]) }
-
-// ID returns a short id derived from the hash, safe to log and to use as a
-// partition key: "key_" and the first 12 hex digits.
-func (h KeyHash) ID() string { return "key_" + hex.EncodeToString(h[:6]) }
-
-// ParseKeyHash parses the stored form written by KeyHash.String.
-func ParseKeyHash(s string) (KeyHash, error) {
-	var h KeyHash
-	hexPart, ok := strings.CutPrefix(s, KeyHashPrefix)
-	if !ok {
-		return h, errors.New(`must start with "sha256:" (store the hash of the key, not the key: see admitctl hash-key)`)
-	}
-	if len(hexPart) != 2*sha256.Size {
-		return h, errors.New("must have 64 hex digits after \"sha256:\"")
-	}
-	if _, err := hex.Decode(h[:], []byte(hexPart)); err != nil {
-		return h, errors.New("is not hexadecimal")
-	}
-	return h, nil
-}
-
-// KeyTable maps API key hashes to the identities they stand for.
-type KeyTable map[KeyHash]Identity
+// KeyTable maps API key hashes (config.HashKey) to the identities they
+// stand for.
+type KeyTable map[config.KeyHash]Identity
 
 // Lookup hashes key and returns its identity.
 func (t KeyTable) Lookup(key string) (Identity, bool) {
 	if len(t) == 0 {
 		return Identity{}, false
 	}
-	id, ok := t[HashKey(key)]
+	id, ok := t[config.HashKey(key)]
 	return id, ok
 }
 
@@ -129,7 +88,21 @@ func (ic IdentityConfig) normalize() IdentityConfig {
 }
 
 // DefaultAnonymousTenant is the tenant of unidentified callers.
-const DefaultAnonymousTenant = "anonymous"
+const DefaultAnonymousTenant = config.DefaultAnonymousTenant
+
+// FileOptions returns the options a policy file sets: its http section
+// and its identity section with the tenants' key table. Pass them to New;
+// Apply installs those of a reloaded file.
+func FileOptions(f *config.File) []Option {
+	h, id := &f.HTTP, &f.Identity
+	return []Option{
+		WithExempt(h.Exempt...), WithMaxBody(h.MaxBody), WithBodyTimeout(h.BodyTimeout), WithQuotaStatus(h.QuotaStatus),
+		WithShadowHeader(h.ShadowHeader), WithIdentityConfig(IdentityConfig{
+			KeyHeaders: id.KeyHeaders, Keys: id.Keys, TrustedProxies: id.TrustedProxies,
+			ClientIPHeader: id.ClientIPHeader, AnonymousTenant: id.AnonymousTenant, RequireKey: id.RequireKey,
+		}),
+	}
+}
 
 var defaultKeyHeaders = []string{"Authorization", "X-Api-Key"}
 

@@ -75,12 +75,14 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -140,10 +142,10 @@ func WithBodyTimeout(d time.Duration) Option { return func(o *options) { o.bodyT
 // Defaults of the body options.
 const (
 	// DefaultMaxBody is the body limit of a middleware without WithMaxBody.
-	DefaultMaxBody = 1 << 20
+	DefaultMaxBody = config.DefaultMaxBody
 	// DefaultBodyTimeout is the body timeout of a middleware without
 	// WithBodyTimeout.
-	DefaultBodyTimeout = time.Minute
+	DefaultBodyTimeout = config.DefaultBodyTimeout
 )
 
 // WithQuotaStatus sets the status of an exhausted quota: 403 (the default)
@@ -233,14 +235,14 @@ func WithRetryAfterMs(on bool) Option { return func(o *options) { o.retryAfterMs
 func WithServerTiming(on bool) Option { return func(o *options) { o.serverTiming = on } }
 
 // A Middleware admits HTTP requests through a Controller. It is safe for
-// concurrent use; its settings can be replaced while it serves
-// (Reconfigure, SetIdentityConfig), requests in flight finishing with the
-// settings they started with.
+// concurrent use; a policy file's settings replace its own while it
+// serves (Apply), requests in flight finishing with those they started
+// with.
 type Middleware struct {
-	ctl *admission.Controller
-	cur atomic.Pointer[options]
-	mu  sync.Mutex // serialises Reconfigure
-	ops opCache
+	ctl   *admission.Controller
+	cur   atomic.Pointer[options]
+	epoch config.Epoch
+	ops   opCache
 }
 
 // New returns a Middleware admitting requests through ctl.
@@ -257,23 +259,38 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 		logger:       slog.Default(),
 		serverTiming: true,
 	}
-	if err := m.apply(o, opts); err != nil {
+	if err := build(o, opts); err != nil {
 		return nil, err
 	}
+	m.cur.Store(o)
 	return m, nil
 }
 
-// Reconfigure applies opts on top of the current settings, for example
-// after a policy file reload (config.File.MiddlewareOptions). It leaves
-// the settings unchanged when the result is invalid.
-func (m *Middleware) Reconfigure(opts ...Option) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	o := *m.cur.Load()
-	return m.apply(&o, opts)
+// Apply installs a policy file, as a config.Subscriber: its policies and
+// plans in the controller and its http and identity sections
+// (FileOptions) in the middleware, as one step (config.Epoch): Decide
+// never lets a request be decided by the policies of one file and the key
+// table of another. A file the controller refuses changes nothing.
+func (m *Middleware) Apply(f *config.File) error {
+	return m.epoch.Install(func(moves func()) error {
+		cur := m.cur.Load()
+		o := *cur
+		if err := build(&o, FileOptions(f)); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(o.identity, cur.identity) {
+			moves()
+		}
+		if err := m.ctl.SetConfig(f.Config); err != nil {
+			return err
+		}
+		m.cur.Store(&o)
+		return nil
+	})
 }
 
-func (m *Middleware) apply(o *options, opts []Option) error {
+// build applies opts to o and checks the result.
+func build(o *options, opts []Option) error {
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -293,18 +310,11 @@ func (m *Middleware) apply(o *options, opts []Option) error {
 		o.logger = slog.Default()
 	}
 	o.identity = o.identity.normalize()
-	m.cur.Store(o)
 	return nil
 }
 
-// SetIdentityConfig replaces the identity settings (a reloaded key table,
-// new trusted proxies). Requests in flight finish with the old ones.
-func (m *Middleware) SetIdentityConfig(ic IdentityConfig) {
-	_ = m.Reconfigure(WithIdentityConfig(ic))
-}
-
 // IdentityConfig returns the identity settings in use; they must not be
-// modified (use SetIdentityConfig).
+// modified.
 func (m *Middleware) IdentityConfig() *IdentityConfig { return &m.cur.Load().identity }
 
 // Handler returns next behind the middleware.
@@ -391,11 +401,79 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 	if err := m.LimitBody(w, r); err != nil {
 		return admission.Ticket{}, err
 	}
-	req, err := m.Request(r)
+	return m.AdmitAs(w, r, nil, nil)
+}
+
+// AdmitAs is Decide after LimitBody for an adapter that builds requests
+// itself (echoadmit): caller (nil: the middleware's own) returns r's
+// identity, address and operation under the settings in force, complete
+// (nil: the WithRequest function) adds the amounts, once; the decision is
+// one policy file's (Readmit).
+func (m *Middleware) AdmitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
+	e := m.epoch.Stable()
+	o := m.cur.Load()
+	req, err := m.caller(o, r, caller)
+	switch {
+	case err != nil:
+		return admission.Ticket{}, err
+	case complete != nil:
+		c := req // escapes: declared here, so that Decide's request does not
+		err = complete(&c)
+		req = c
+	case o.enrich != nil:
+		req, err = enrich(o.enrich, r, req)
+	}
 	if err != nil {
 		return admission.Ticket{}, err
 	}
-	return m.Admit(w, r, req)
+	tk, err := m.Admit(w, r, req)
+	if m.epoch.Changed(e) {
+		again := func() (admission.Request, error) {
+			a, err := m.caller(m.cur.Load(), r, caller)
+			a.Model, a.Tokens, a.Cost, a.Units, a.Priority = req.Model, req.Tokens, req.Cost, req.Units, req.Priority
+			return a, err
+		}
+		_, tk, err = Readmit(&m.epoch, e, req, tk, err, again, func(req admission.Request) (admission.Ticket, error) { return m.Admit(w, r, req) })
+	}
+	return tk, err
+}
+
+// Readmit makes sure a request was decided by the policies and the
+// identities of one policy file. The decision tk, err of req, built after
+// ep.Stable returned e, stands while ep is unchanged, or when one file was
+// applied and again builds the same request from it. Else it is undone
+// (tokens, cost and permits given back; requests stay counted) and admit
+// decides the new request, checked in turn, the fourth time with installs
+// held off. It returns the request decided last.
+func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
+	again func() (admission.Request, error), admit func(admission.Request) (admission.Ticket, error)) (admission.Request, admission.Ticket, error) {
+	for tries := 0; ep.Changed(e); tries++ { // the fourth admission holds installs off
+		next := ep.Stable()
+		a, aerr := again()
+		if aerr == nil && next == e+2 && !ep.Changed(next) && a.Tenant == req.Tenant && a.KeyID == req.KeyID &&
+			a.User == req.User && a.Addr == req.Addr && a.Operation == req.Operation && a.Tokens == req.Tokens && a.Cost == req.Cost {
+			break
+		}
+		if err == nil {
+			tk.Settle(admission.Usage{TokensKnown: true, CostKnown: true})
+		}
+		if aerr == nil && tries == 2 {
+			ep.Hold(func() {
+				if a, aerr = again(); aerr == nil {
+					tk, err = admit(a)
+				}
+			})
+		}
+		if aerr != nil {
+			return a, admission.Ticket{}, aerr
+		}
+		if tries == 2 {
+			return a, tk, err
+		}
+		e, req = next, a
+		tk, err = admit(req)
+	}
+	return req, tk, err
 }
 
 // LimitBody applies the body limit and the body timeout to r before
@@ -451,20 +529,28 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 // and operation, completed by the WithRequest function.
 func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 	o := m.cur.Load()
-	ic := &o.identity
+	req, err := m.caller(o, r, nil)
+	if err != nil || o.enrich == nil {
+		return req, err
+	}
+	return enrich(o.enrich, r, req)
+}
+
+// caller returns fn(), or the identity, client address and operation of
+// r under o.
+func (m *Middleware) caller(o *options, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
+	if fn != nil {
+		return fn()
+	}
 	id, err := identify(o, r)
 	if err != nil {
 		return admission.Request{}, err
 	}
-	req := admission.Request{
+	return admission.Request{
 		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
-		Addr:      ic.ClientAddr(r),
-		Operation: m.Operation(r),
-	}
-	if o.enrich != nil {
-		return enrich(o.enrich, r, req)
-	}
-	return req, nil
+		Addr:      o.identity.ClientAddr(r),
+		Operation: m.operation(o, r),
+	}, nil
 }
 
 // Identify returns the validated identity of r: the WithIdentity
@@ -615,8 +701,9 @@ func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *options)
 // Operation returns the operation name of r: "METHOD route", the route
 // being the pattern that matched (Request.Pattern, or the WithRoutes mux's
 // match) without its method, else the URL path.
-func (m *Middleware) Operation(r *http.Request) string {
-	o := m.cur.Load()
+func (m *Middleware) Operation(r *http.Request) string { return m.operation(m.cur.Load(), r) }
+
+func (m *Middleware) operation(o *options, r *http.Request) string {
 	if o.operation != nil {
 		return o.operation(r)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 )
@@ -30,8 +31,8 @@ const (
 )
 
 var keys = httpadmit.KeyTable{
-	httpadmit.HashKey(keyNoisy):  {Tenant: "noisy", KeyID: "k1"},
-	httpadmit.HashKey(keySteady): {Tenant: "steady", KeyID: "k2"},
+	config.HashKey(keyNoisy):  {Tenant: "noisy", KeyID: "k1"},
+	config.HashKey(keySteady): {Tenant: "steady", KeyID: "k2"},
 }
 
 type decisions struct {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/config"
 )
 
 func init() {
@@ -43,7 +43,7 @@ func runHashKey(_ context.Context, e *env, fs *flag.FlagSet, args []string) int 
 		fmt.Fprintln(e.stderr, "admitctl hash-key: empty key")
 		return 2
 	}
-	h := httpadmit.HashKey(key)
+	h := config.HashKey(key)
 	fmt.Fprintln(e.stdout, h.String())
 	fmt.Fprintf(e.stderr, "key id in logs and metrics: %s\n", h.ID())
 	return 0

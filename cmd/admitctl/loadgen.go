@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -72,7 +72,7 @@ func newGenerator(cfg loadgenConfig) *generator {
 		g.zipf = rand.NewZipf(rng, cfg.zipf, 1, uint64(len(cfg.tenants)-1))
 	}
 	for t, k := range cfg.keys {
-		g.keyID[t] = httpadmit.HashKey(k).ID()
+		g.keyID[t] = config.HashKey(k).ID()
 	}
 	return g
 }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -218,7 +218,7 @@ func TestLoadgenKeysLog(t *testing.T) {
 		t.Fatal("the log contains an API key")
 	}
 	for _, r := range records(t, out) {
-		want := map[string]string{"acme": httpadmit.HashKey("sk-test-acme").ID(), "globex": httpadmit.HashKey("sk-test-globex").ID()}[r.Tenant]
+		want := map[string]string{"acme": config.HashKey("sk-test-acme").ID(), "globex": config.HashKey("sk-test-globex").ID()}[r.Tenant]
 		if want == "" || r.KeyID != want {
 			t.Fatalf("record of tenant %q has key id %q; want %q", r.Tenant, r.KeyID, want)
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/shadow"
 )
 
 // defaultPolicy is the policy file used when -config is not given.
@@ -167,7 +168,7 @@ func start(o options) (_ *server, err error) {
 	// The logging and metrics sections: a logger, the metrics observer on
 	// a Prometheus registry (unless metrics.enabled is false), and the
 	// decision log in front of it.
-	log := f.Logger(out)
+	log := shadow.FileLogger(out, &f.Logging)
 	var scrape http.Handler
 	var observers []admission.Observer
 	if f.Metrics.Enabled {
@@ -181,7 +182,7 @@ func start(o options) (_ *server, err error) {
 		}
 		scrape, observers = s.prom.Handler, append(observers, s.metrics)
 	}
-	obs, err := f.Observer(log, observers...)
+	obs, err := shadow.FileObserver(&f.Logging, log, observers...)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +197,7 @@ func start(o options) (_ *server, err error) {
 	// The API and its limits. WithRoutes names each request's operation
 	// after the pattern the mux routes it to, as the policies' routes do.
 	mux := http.NewServeMux()
-	s.mw, err = httpadmit.New(s.ctl, append(f.MiddlewareOptions(), httpadmit.WithRoutes(mux), httpadmit.WithLogger(log))...)
+	s.mw, err = httpadmit.New(s.ctl, append(httpadmit.FileOptions(f), httpadmit.WithRoutes(mux), httpadmit.WithLogger(log))...)
 	if err != nil {
 		return nil, err
 	}
@@ -210,13 +211,9 @@ func start(o options) (_ *server, err error) {
 
 	if o.configPath != "" {
 		// A reload applies the policies, tenants, identity and http
-		// sections; logging and metrics are read at start.
-		s.watcher, err = config.Watch(o.configPath, s.ctl, config.WithObserver(s.metrics), config.WithLogger(log),
-			config.OnApply(func(f *config.File) {
-				if err := s.mw.Reconfigure(f.MiddlewareOptions()...); err != nil {
-					log.Error("claims: http and identity sections not applied", "err", err)
-				}
-			}))
+		// sections at once (the middleware is the subscriber); logging and
+		// metrics are read at start.
+		s.watcher, err = config.Watch(o.configPath, s.mw, config.WithLogger(log), config.OnReload(func(r config.Reload) { s.metrics.CountReload(r.Err) }))
 		if err != nil {
 			return nil, err
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 
-	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
 
@@ -197,6 +197,6 @@ func BenchmarkProxy(b *testing.B) {
     limit: 1G
     per: 1m
   - {name: concurrency, key: [tenant], algorithm: concurrency, limit: 10000}
-`, []string{"bench"}, ""), func(o *options) { o.upstreamURL = benchUpstream() })
+`, []string{"bench"}, ""), func(o *options) { o.gw.Upstream = benchUpstream() })
 	drive(b, s.URL, testKey("bench"))
 }

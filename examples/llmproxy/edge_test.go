@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
@@ -115,7 +115,7 @@ func edgePolicy(t testing.TB, rec *recorder, policies string, tenants []string, 
 	var b strings.Builder
 	b.WriteString("version: 1\npolicies:\n" + policies + "\ntenants:\n")
 	for _, tn := range tenants {
-		b.WriteString("  " + tn + ":\n    api_keys: [" + httpadmit.HashKey(testKey(tn)).String() + "]\n")
+		b.WriteString("  " + tn + ":\n    api_keys: [" + config.HashKey(testKey(tn)).String() + "]\n")
 	}
 	b.WriteString("identity:\n  anonymous: deny\n" + identity + extra)
 	path := filepath.Join(t.TempDir(), "policy.yaml")
@@ -124,8 +124,8 @@ func edgePolicy(t testing.TB, rec *recorder, policies string, tenants []string, 
 	}
 	return func(o *options) {
 		o.configPath = path
-		o.upstreamURL = rec.URL
-		o.upstreamKey = "sk-upstream-secret"
+		o.gw.Upstream = rec.URL
+		o.gw.UpstreamKey = "sk-upstream-secret"
 	}
 }
 
@@ -387,7 +387,7 @@ func TestStalledClientsAreCutAndReleaseTheirPermits(t *testing.T) {
 	rec := newRecorder(t)
 	s := startProxy(t, edgePolicy(t, rec, `
   - {name: conc, key: [tenant], algorithm: concurrency, limit: 2}
-`, []string{"a"}, "", ""), func(o *options) { o.clientWrite = 200 * time.Millisecond })
+`, []string{"a"}, "", ""), func(o *options) { o.gw.ClientWriteTimeout = 200 * time.Millisecond })
 	start := time.Now()
 	for range 2 {
 		stalledStream(t, s, testKey("a"))
@@ -414,7 +414,7 @@ func TestStalledReaderOfAPlainAnswerIsCut(t *testing.T) {
 	rec := newRecorder(t)
 	s := startProxy(t, edgePolicy(t, rec, `
   - {name: conc, key: [tenant], algorithm: concurrency, limit: 1}
-`, []string{"a"}, "", ""), func(o *options) { o.clientWrite = 200 * time.Millisecond })
+`, []string{"a"}, "", ""), func(o *options) { o.gw.ClientWriteTimeout = 200 * time.Millisecond })
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -476,7 +476,7 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 	}
 
 	t.Run("one byte a second", func(t *testing.T) {
-		s := startProxy(t, edgePolicy(t, rec, rpmPolicy, []string{"a"}, "", ""), func(o *options) { o.bodyRead = 300 * time.Millisecond })
+		s := startProxy(t, edgePolicy(t, rec, rpmPolicy, []string{"a"}, "", ""), func(o *options) { o.gw.BodyReadTimeout = 300 * time.Millisecond })
 		conn := dial(s)
 		io.WriteString(conn, head(testKey("a"), 100)+"{")
 		go func() {
@@ -501,7 +501,7 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 
 	// A long body read timeout: the connection must end at once, not when
 	// it expires.
-	s := startProxy(t, edgePolicy(t, rec, rpmPolicy, []string{"a"}, "", ""), func(o *options) { o.bodyRead = time.Minute })
+	s := startProxy(t, edgePolicy(t, rec, rpmPolicy, []string{"a"}, "", ""), func(o *options) { o.gw.BodyReadTimeout = time.Minute })
 	for _, tc := range []struct {
 		name, head, status string
 	}{

@@ -21,7 +21,7 @@ const smallChat = `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"us
 
 // pointAt points the proxy at the upstream.
 func pointAt(url string) func(*options) {
-	return func(o *options) { o.upstreamURL = url }
+	return func(o *options) { o.gw.Upstream = url }
 }
 
 // A reservation too large to represent never wraps: whatever max_tokens a
@@ -329,7 +329,7 @@ func TestHostileBodiesBoundedMemory(t *testing.T) {
 func TestParseBudgetBoundsBodiesInFlight(t *testing.T) {
 	up := newRecorder(t)
 	s := startProxy(t, pointAt(up.URL), withPolicy(t, rpmPolicy, []string{"a"}, ""), func(o *options) {
-		o.parseBudget, o.parseBudgetWait = 64<<10, 300*time.Millisecond
+		o.gw.ParseBudget, o.gw.ParseBudgetWait = 64<<10, 300*time.Millisecond
 	})
 	// One slow client holds the whole budget while it sends its body.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))

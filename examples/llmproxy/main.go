@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -25,9 +24,8 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/redisstore"
-	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
-	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -38,7 +36,7 @@ import (
 var defaultPolicy []byte
 
 // demoKeys are the API keys of the demo tenants of default.yaml, printed at
-// start-up. The file stores only their hashes.
+// start-up in this (sorted) order. The file stores only their hashes.
 var demoKeys = []string{"sk-demo-acme", "sk-demo-globex", "sk-demo-initech"}
 
 // UpstreamKeyEnv is the environment variable holding the upstream API key.
@@ -65,37 +63,27 @@ func main() {
 	}
 }
 
-// options are the command-line settings, and a few test hooks.
+// options are the command-line settings, and a few test hooks. The
+// gateway's own settings go straight to gw; start adds the controller,
+// the estimator, the policy file and the rest.
 type options struct {
-	addr             string
-	configPath       string
-	upstreamURL      string
-	upstreamKey      string
-	upstreamKeyHdr   string
-	simLatency       time.Duration
-	simRate          float64
-	simTokens        int
-	shutdownTimeout  time.Duration
-	upstreamTimeout  time.Duration
-	streamIdle       time.Duration
-	chargeInterval   time.Duration
-	cut              string
-	maxOutputReserve int64
-	parseBudget      int64
-	parseBudgetWait  time.Duration
-	maxRetryWait     time.Duration
-	logLevel         string
-	tokenizer        string
-	redis            string
-	metricsAddr      string
-	otlp             otlpSettings
-	clientWrite      time.Duration
-	bodyRead         time.Duration
-	forwardHeaders   string
+	gw              gateway.Config
+	addr            string
+	configPath      string
+	simLatency      time.Duration
+	simRate         float64
+	simTokens       int
+	shutdownTimeout time.Duration
+	cut             string
+	logLevel        string
+	tokenizer       string
+	redis           string
+	metricsAddr     string
+	otlp            otlpSettings
+	forwardHeaders  string
 
-	// Test hooks.
+	// Test hooks (the clock also goes to gw.Clock).
 	clock     admission.Clock
-	transport http.RoundTripper
 	logOutput io.Writer
 }
 
@@ -105,27 +93,27 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&o.configPath, "config", "", "policy file (reloaded on change and on SIGHUP); empty uses the embedded default with its demo tenants")
-	fs.StringVar(&o.upstreamURL, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
-	fs.StringVar(&o.upstreamKeyHdr, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
+	fs.StringVar(&o.gw.Upstream, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
+	fs.StringVar(&o.gw.UpstreamKeyHeader, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
 	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
 	fs.IntVar(&o.simTokens, "sim-output-tokens", 48, "simulated upstream: output tokens of a completion without a smaller max_tokens")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests and streams")
-	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", gateway.DefaultTimeout, "limit on a non-streaming upstream call")
-	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
-	fs.DurationVar(&o.chargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
+	fs.DurationVar(&o.gw.Timeout, "upstream-timeout", gateway.DefaultTimeout, "limit on a non-streaming upstream call")
+	fs.DurationVar(&o.gw.StreamIdleTimeout, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
+	fs.DurationVar(&o.gw.ChargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
 	fs.StringVar(&o.cut, "cut-streams", "all", "cut a stream when its tenant runs out: all (rate or quota), quota, never")
-	fs.Int64Var(&o.parseBudget, "parse-budget", gateway.DefaultParseBudget, "request-body bytes read and priced at once, over all requests; a body that finds no room waits --parse-budget-wait, then gets 503")
-	fs.DurationVar(&o.parseBudgetWait, "parse-budget-wait", gateway.DefaultParseBudgetWait, "how long a request body waits for room in the parse budget")
-	fs.Int64Var(&o.maxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
-	fs.DurationVar(&o.maxRetryWait, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
+	fs.Int64Var(&o.gw.ParseBudget, "parse-budget", gateway.DefaultParseBudget, "request-body bytes read and priced at once, over all requests; a body that finds no room waits --parse-budget-wait, then gets 503")
+	fs.DurationVar(&o.gw.ParseBudgetWait, "parse-budget-wait", gateway.DefaultParseBudgetWait, "how long a request body waits for room in the parse budget")
+	fs.Int64Var(&o.gw.MaxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
+	fs.DurationVar(&o.gw.GiveUpAfter, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "operator listener serving metrics and /debug/rollout (never the API listener); empty uses the policy file's metrics.listen, else "+DefaultMetricsAddr)
 	fs.StringVar(&o.otlp.endpoint, "otlp-endpoint", "", "also push the metrics over OTLP/HTTP to this receiver, e.g. http://127.0.0.1:4318 (/v1/metrics when the URL has no path); overrides $"+otlpMetricsEndpointEnv+" and $"+otlpEndpointEnv+", either of which turns the push on without the flag; the other OTEL_EXPORTER_OTLP_* variables apply")
 	fs.DurationVar(&o.otlp.interval, "otlp-interval", 0, "how often the metrics are pushed over OTLP (and once more at shutdown); 0 uses $OTEL_METRIC_EXPORT_INTERVAL, else 1m")
-	fs.DurationVar(&o.clientWrite, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
-	fs.DurationVar(&o.bodyRead, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
+	fs.DurationVar(&o.gw.ClientWriteTimeout, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
+	fs.DurationVar(&o.gw.BodyReadTimeout, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
 	fs.StringVar(&o.forwardHeaders, "forward-headers", "", "comma-separated client headers forwarded upstream besides the built-in set (a trailing * matches a prefix); credential headers are never forwarded")
 	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
 	if err := fs.Parse(args); err != nil {
@@ -134,7 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	o.upstreamKey = os.Getenv(UpstreamKeyEnv)
+	o.gw.UpstreamKey = os.Getenv(UpstreamKeyEnv)
 	return o, nil
 }
 
@@ -171,7 +159,7 @@ type server struct {
 	opts     options
 	URL      string // http://host:port of the proxy
 	OpsURL   string // http://host:port of the operator listener; empty when metrics are disabled
-	ops      *http.Server
+	ops      *config.MetricsListener
 	e        *echo.Echo
 	ln       net.Listener
 	gw       *gateway.Gateway
@@ -206,25 +194,15 @@ func start(o options) (_ *server, err error) {
 		return nil, err
 	}
 	// The log: the file's logging section, the level overridden by the flag.
-	level := s.file.Logging.Level
+	logging := s.file.Logging
 	if o.logLevel != "" {
-		if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		if err := logging.Level.UnmarshalText([]byte(o.logLevel)); err != nil {
 			return nil, fmt.Errorf("--log-level: %w", err)
 		}
 	}
-	out := o.logOutput
-	if out == nil {
-		out = io.Discard
-	}
-	// Records may quote what clients sent: every string is clipped.
-	hopts := &slog.HandlerOptions{Level: level}
-	if s.file.Logging.Format == "text" {
-		s.log = slog.New(shadow.NewBoundedHandler(slog.NewTextHandler(out, hopts)))
-	} else {
-		s.log = slog.New(shadow.NewBoundedHandler(slog.NewJSONHandler(out, hopts)))
-	}
-	cut, err := gateway.ParseCutMode(o.cut)
-	if err != nil {
+	s.log = shadow.FileLogger(cmp.Or[io.Writer](o.logOutput, io.Discard), &logging)
+	gc := o.gw
+	if gc.Cut, err = gateway.ParseCutMode(o.cut); err != nil {
 		return nil, fmt.Errorf("--cut-streams: %w", err)
 	}
 
@@ -245,11 +223,10 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.file.Source, err)
 	}
-	s.metrics.watch(s.ctl)
+	s.metrics.metrics.Watch(s.ctl) // the gauges: in flight, queue depth, partitions
 
 	// The upstream: the one given, or the simulator on a loopback port.
-	upstreamURL := o.upstreamURL
-	if upstreamURL == "" {
+	if gc.Upstream == "" {
 		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens})
 		simLn, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -258,16 +235,12 @@ func start(o options) (_ *server, err error) {
 		s.simSrv = &http.Server{Handler: s.sim, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = s.simSrv.Serve(simLn) }()
 		s.simURL = "http://" + simLn.Addr().String() + "/v1"
-		upstreamURL = s.simURL
+		gc.Upstream = s.simURL
 	}
 
 	maxBody := s.file.HTTP.MaxBody
 	if maxBody <= 0 {
 		maxBody = weights.DefaultMaxBodyBytes
-	}
-	prices, err := pricing.Table(s.file.Prices)
-	if err != nil {
-		return nil, fmt.Errorf("%s: prices: %w", s.file.Source, err)
 	}
 	counters := weights.BPECounter
 	if o.tokenizer == "tiktoken" {
@@ -275,68 +248,27 @@ func start(o options) (_ *server, err error) {
 	} else if o.tokenizer != "bpe" && o.tokenizer != "" {
 		return nil, fmt.Errorf("--tokenizer: %q is not bpe or tiktoken", o.tokenizer)
 	}
-	// The gateway prices requests itself, from the table a reload may
-	// replace: the estimator only counts tokens.
+	// The gateway prices requests itself, from the prices of the policy
+	// file in force: the estimator only counts tokens.
 	est, err := weights.NewEstimator(weights.Config{MaxBodyBytes: maxBody, Counters: counters})
 	if err != nil {
 		return nil, err
 	}
-	forward := splitList(o.forwardHeaders)
+	gc.ForwardHeaders = splitList(o.forwardHeaders)
 	if s.sim != nil {
 		// The simulator's steering headers (X-Sim-Fault...) reach it.
-		forward = append(forward, "X-Sim-*")
+		gc.ForwardHeaders = append(gc.ForwardHeaders, "X-Sim-*")
 	}
-	ic := s.file.Identity.HTTPIdentity()
-	s.gw, err = gateway.New(gateway.Config{
-		Upstream:           upstreamURL,
-		UpstreamKey:        o.upstreamKey,
-		UpstreamKeyHeader:  o.upstreamKeyHdr,
-		Controller:         s.ctl,
-		Estimator:          est,
-		Prices:             prices,
-		Identity:           &ic,
-		Transport:          o.transport,
-		Timeout:            o.upstreamTimeout,
-		StreamIdleTimeout:  o.streamIdle,
-		ChargeInterval:     o.chargeInterval,
-		Cut:                cut,
-		QuotaStatus:        s.file.HTTP.QuotaStatus,
-		ShadowHeader:       s.file.HTTP.ShadowHeader,
-		MaxOutputReserve:   o.maxOutputReserve,
-		ParseBudget:        o.parseBudget,
-		ParseBudgetWait:    o.parseBudgetWait,
-		GiveUpAfter:        o.maxRetryWait,
-		ForwardHeaders:     forward,
-		ClientWriteTimeout: o.clientWrite,
-		BodyReadTimeout:    cmp.Or(o.bodyRead, s.file.HTTP.BodyTimeout),
-		AuthFailures:       authFailures(s.file.Identity.FailedAuth),
-		Clock:              o.clock,
-		Meter:              s.metrics.meter(),
-		Logger:             s.log,
-	})
+	gc.Controller, gc.Estimator, gc.File = s.ctl, est, s.file
+	gc.Clock, gc.Meter, gc.Logger = o.clock, s.metrics.prom.Provider.Meter(meterName), s.log
+	s.gw, err = gateway.New(gc)
 	if err != nil {
 		return nil, err
 	}
 
 	if o.configPath != "" {
-		s.watcher, err = config.Watch(o.configPath, s.ctl,
-			config.WithObserver(s.metrics.metrics),
-			config.WithLogger(s.log),
-			config.OnApply(func(f *config.File) {
-				ic := f.Identity.HTTPIdentity()
-				s.gw.SetIdentity(&ic)
-				s.gw.SetQuotaStatus(f.HTTP.QuotaStatus)
-				s.gw.SetShadowHeader(f.HTTP.ShadowHeader)
-				if p, err := pricing.Table(f.Prices); err != nil {
-					s.log.Error("llmproxy: prices not applied", "err", err)
-				} else {
-					s.gw.SetPrices(p)
-				}
-				if err := s.gw.SetAuthFailures(authFailures(f.Identity.FailedAuth)); err != nil {
-					s.log.Error("llmproxy: identity.failed_auth not applied", "err", err)
-				}
-				s.gw.PoliciesChanged()
-			}))
+		// A reload reaches the gateway, which installs it whole.
+		s.watcher, err = config.Watch(o.configPath, s.gw, config.WithLogger(s.log), config.OnReload(func(r config.Reload) { s.metrics.metrics.CountReload(r.Err) }))
 		if err != nil {
 			return nil, err
 		}
@@ -372,21 +304,14 @@ func (s *server) banner(w io.Writer) {
 	if s.sim != nil {
 		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)
 	} else {
-		fmt.Fprintf(w, "llmproxy: upstream: %s\n", s.opts.upstreamURL)
+		fmt.Fprintf(w, "llmproxy: upstream: %s\n", s.opts.gw.Upstream)
 	}
 	if s.opts.configPath == "" {
 		fmt.Fprintln(w, "llmproxy: policy: embedded default.yaml; demo keys:")
-		ic := s.file.Identity.HTTPIdentity()
-		type row struct{ key, tenant, plan string }
-		var rows []row
 		for _, k := range demoKeys {
-			if id, ok := ic.Keys.Lookup(k); ok {
-				rows = append(rows, row{k, id.Tenant, s.file.Config.Plans.Tenants[id.Tenant].Plan})
+			if id, ok := s.file.Identity.Keys[config.HashKey(k)]; ok {
+				fmt.Fprintf(w, "  %-18s tenant %-8s plan %s\n", k, id.Tenant, s.file.Config.Plans.Tenants[id.Tenant].Plan)
 			}
-		}
-		sort.Slice(rows, func(i, j int) bool { return rows[i].key < rows[j].key })
-		for _, r := range rows {
-			fmt.Fprintf(w, "  %-18s tenant %-8s plan %s\n", r.key, r.tenant, r.plan)
 		}
 	} else {
 		fmt.Fprintf(w, "llmproxy: policy: %s (reloaded on change and on SIGHUP)\n", s.opts.configPath)
@@ -409,50 +334,27 @@ func (s *server) banner(w io.Writer) {
 // since both tell about every tenant. With metrics.enabled false there is
 // none. Its address is --metrics-addr, else metrics.listen, else
 // DefaultMetricsAddr; a reload does not move it.
-func (s *server) startOperator() error {
+func (s *server) startOperator() (err error) {
 	m := s.file.Metrics
 	if !m.Enabled {
 		return nil
 	}
-	addr := s.opts.metricsAddr
-	if addr == "" {
-		addr = m.Listen
-	}
-	if addr == "" {
-		addr = DefaultMetricsAddr
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("operator listener: %w", err)
-	}
 	// Exact paths, not ServeMux patterns: metrics.path is the file's text.
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rollout := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		case r.URL.Path == m.Path:
-			s.metrics.handler.ServeHTTP(w, r)
 		case r.URL.Path == "/debug/rollout":
 			s.metrics.rolloutHandler(w, r)
 		default:
 			http.NotFound(w, r)
 		}
 	})
-	s.ops = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	s.OpsURL = "http://" + ln.Addr().String()
-	go func() {
-		if err := s.ops.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.serveErr <- err
-		}
-	}()
+	if s.ops, err = m.Serve(cmp.Or(s.opts.metricsAddr, m.Listen, DefaultMetricsAddr), s.metrics.handler, rollout); err != nil {
+		return fmt.Errorf("operator listener: %w", err)
+	}
+	s.OpsURL = "http://" + s.ops.Addr()
 	return nil
-}
-
-// authFailures is the gateway's failed-authentication throttle for the
-// policy file's identity.failed_auth.
-func authFailures(f config.FailedAuth) gateway.AuthFailureLimit {
-	return gateway.AuthFailureLimit{Disabled: !f.Enabled, Limit: f.Limit, Per: f.Per, MaxAddresses: f.MaxAddresses}
 }
 
 // splitList splits a comma-separated flag value, dropping empty entries.

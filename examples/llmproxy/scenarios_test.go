@@ -390,8 +390,8 @@ func TestStreamsChargedAsTheyGo(t *testing.T) {
     per: 1m
 `, limit), []string{"a"}, ""), func(o *options) {
 		o.simRate, o.simTokens = rate, 600
-		o.maxOutputReserve = 10
-		o.chargeInterval = interval
+		o.gw.MaxOutputReserve = 10
+		o.gw.ChargeInterval = interval
 	})
 	c := sdk(s, testKey("a"))
 	ctx := ctxT(t, 30*time.Second)
@@ -525,7 +525,7 @@ func TestUpstreamFailures(t *testing.T) {
   - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 1M, per: 1m}
 `
 	s := startProxy(t, withPolicy(t, policies, []string{"a"}, ""), func(o *options) {
-		o.upstreamTimeout = 300 * time.Millisecond
+		o.gw.Timeout = 300 * time.Millisecond
 		o.simRate, o.simTokens = 200, 40
 	})
 	key := testKey("a")
@@ -568,7 +568,7 @@ func TestUpstreamFailures(t *testing.T) {
 	}
 
 	// A refused connection.
-	dead := startProxy(t, withPolicy(t, policies, []string{"a"}, ""), func(o *options) { o.upstreamURL = "http://127.0.0.1:1/v1" })
+	dead := startProxy(t, withPolicy(t, policies, []string{"a"}, ""), func(o *options) { o.gw.Upstream = "http://127.0.0.1:1/v1" })
 	resp, b := post(t, dead, "/v1/chat/completions", key, chat)
 	checkError(t, "connection refused", resp, b, 502, "upstream_unavailable")
 
@@ -617,7 +617,7 @@ func TestGracefulShutdownDrainsStreams(t *testing.T) {
 // policy and the simulator; run prints the demo keys and serves them.
 func TestRunWithDefaults(t *testing.T) {
 	o, err := parseFlags(nil, io.Discard)
-	if err != nil || o.addr != "127.0.0.1:8080" || o.configPath != "" || o.upstreamURL != "" {
+	if err != nil || o.addr != "127.0.0.1:8080" || o.configPath != "" || o.gw.Upstream != "" {
 		t.Fatalf("defaults: %+v, %v", o, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -708,7 +708,7 @@ func TestDisconnectSettlesWhatWasProduced(t *testing.T) {
 func TestUpstreamKeyFromEnvironment(t *testing.T) {
 	t.Setenv(UpstreamKeyEnv, "sk-from-env")
 	o, err := parseFlags([]string{"--upstream", "http://127.0.0.1:1/v1", "--config", "x.yaml", "--addr", ":9"}, io.Discard)
-	if err != nil || o.upstreamKey != "sk-from-env" || o.upstreamURL != "http://127.0.0.1:1/v1" || o.configPath != "x.yaml" || o.addr != ":9" {
+	if err != nil || o.gw.UpstreamKey != "sk-from-env" || o.gw.Upstream != "http://127.0.0.1:1/v1" || o.configPath != "x.yaml" || o.addr != ":9" {
 		t.Fatalf("parseFlags: %+v, %v", o, err)
 	}
 	if _, err := parseFlags([]string{"--cut-streams"}, io.Discard); err == nil {

@@ -185,7 +185,7 @@ func TestLimitHeadersAndKeys(t *testing.T) {
   - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 100k, per: 1m}
   - {name: tpm-candidate, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 10, per: 1m, mode: shadow}
 `, []string{"a"}, "http: {shadow_header: true}\n"),
-		func(o *options) { o.upstreamKey = "sk-upstream-secret" })
+		func(o *options) { o.gw.UpstreamKey = "sk-upstream-secret" })
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
 	for i := range 3 {
 		resp, b := post(t, s, "/v1/chat/completions", testKey("a"), body)
@@ -245,7 +245,7 @@ func TestLimitHeadersAndKeys(t *testing.T) {
 	// Azure OpenAI's header: the key itself, and no Authorization.
 	az := startProxy(t, withPolicy(t, `
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 10, per: 1m}
-`, []string{"a"}, ""), func(o *options) { o.upstreamKey, o.upstreamKeyHdr = "azure-secret", "api-key" })
+`, []string{"a"}, ""), func(o *options) { o.gw.UpstreamKey, o.gw.UpstreamKeyHeader = "azure-secret", "api-key" })
 	if resp, b := post(t, az, "/v1/chat/completions", testKey("a"), body); resp.StatusCode != http.StatusOK {
 		t.Fatalf("with api-key: status %d: %s", resp.StatusCode, b)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluicehq/sluice/admission"
@@ -140,19 +139,15 @@ func newTelemetry(f *config.File, log *slog.Logger, push otlpSettings) (*telemet
 		t.close()
 		return nil, err
 	}
-	dlog, err := shadow.NewLog(f.Logging.DecisionLogConfig(), shadow.WithLogger(log))
-	if err != nil {
-		t.close()
-		return nil, err
-	}
 	// The rollout report of /debug/rollout: per policy, what it rejected
 	// (or, in shadow, would reject) over the last 15 minutes, and from whom.
-	t.rollout, err = shadow.NewRecorder(shadow.RecorderConfig{})
+	if t.rollout, err = shadow.NewRecorder(shadow.RecorderConfig{}); err == nil {
+		t.observer, err = shadow.FileObserver(&f.Logging, log, t.metrics, t.rollout)
+	}
 	if err != nil {
 		t.close()
 		return nil, err
 	}
-	t.observer = shadow.Join(t.metrics, dlog, t.rollout)
 	return t, nil
 }
 
@@ -169,11 +164,6 @@ func (t *telemetry) rolloutHandler(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, rep.String())
 }
-
-// watch points the gauges (in flight, queue depth, partitions) at ctl.
-func (t *telemetry) watch(ctl *admission.Controller) { t.metrics.Watch(ctl) }
-
-func (t *telemetry) meter() metric.Meter { return t.prom.Provider.Meter(meterName) }
 
 // shutdown pushes the last figures to the OTLP receiver, if any, within
 // ctx, and stops the exporters. The provider goes first: the admission

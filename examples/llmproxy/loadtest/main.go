@@ -44,8 +44,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
-	"github.com/sluicehq/sluice/admission/httpadmit"
-	"github.com/sluicehq/sluice/examples/llmproxy/internal/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/weights"
@@ -68,7 +67,7 @@ policies:
   - {name: concurrency, key: [tenant], algorithm: concurrency, limit: 100000}
 tenants:
   load:
-    api_keys: [` + httpadmit.HashKey(key).String() + `]
+    api_keys: [` + config.HashKey(key).String() + `]
 identity: {anonymous: deny}
 `
 
@@ -171,9 +170,8 @@ func startGateway(upURL string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ic := f.Identity.HTTPIdentity()
 	gw, err := gateway.New(gateway.Config{
-		Upstream: upURL, Controller: ctl, Estimator: est, Identity: &ic,
+		Upstream: upURL, Controller: ctl, Estimator: est, File: f,
 		Meter:  prom.Provider.Meter("loadtest"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -22,73 +23,76 @@ import (
 // handleLLM serves the four token-priced endpoints: identity → the
 // policies that need no price (request rates, unqueued request
 // concurrency), decided before the body is read → body cap and parse
-// budget → strict parse and estimate → the remaining policies → proxy →
-// settlement.
-func (g *Gateway) handleLLM(c echo.Context) error {
-	req, ok := g.identify(c)
-	if !ok {
-		return nil
-	}
+// budget → strict parse and estimate → pricing → the remaining policies →
+// proxy → settlement.
+func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	r := c.Request()
 	ctx := r.Context()
 	est := g.cfg.Estimator
-	if r.ContentLength > est.MaxBodyBytes() {
+	var e uint64
+	var st *state
+	var req admission.Request
+	var tk admission.Ticket
+	var err error
+	ok := false
+	// A caller over its request rate is refused here, before a byte of
+	// its body is read or parsed. A refusal a reload overlapped took
+	// nothing and is decided again, the third time with reloads held off.
+	begin := func() {
+		e, st = g.epoch.Stable(), g.state.Load()
+		if req, ok = g.identify(c, st); ok && r.ContentLength <= est.MaxBodyBytes() {
+			tk, err = g.cfg.Controller.Begin(ctx, req)
+		}
+	}
+	for tries := 0; tries == 0 || (ok && err != nil && g.epoch.Changed(e)); tries++ {
+		if tries == 2 {
+			g.epoch.Hold(begin)
+		} else {
+			begin()
+		}
+	}
+	switch {
+	case !ok:
+		return nil
+	case r.ContentLength > est.MaxBodyBytes():
 		g.tooLarge(c, est.MaxBodyBytes())
 		return nil
+	case err != nil:
+		g.refused(c, err)
+		return nil
 	}
-	op := c.Path()
-	req.Operation = operation(r.Method, op)
-	// A caller over its request rate is refused here, before a byte of its
-	// body is read or parsed.
-	tk, err := g.cfg.Controller.Begin(ctx, req)
+	// Settles the permits held when the request ends before it is
+	// admitted whole (a bad body); a no-op once the exchange owns the
+	// ticket or it was refused.
+	defer func() { tk.Done() }()
+	x := exchange{g: g, c: c}
+	var body []byte
+	if x.est, body, ok = g.readAndPrice(c, rt.path); !ok || !g.checkModel(c, x.est.Model) {
+		return nil
+	}
+	var src weights.PriceSource
+	if x.price, x.priced, src, err = g.amounts(st, &x.est, &req); err == nil {
+		if src == weights.PriceFallback {
+			g.m.count(ctx, g.m.fallbackPrices, "fallback")
+		}
+		actx, cancel := g.admissionContext(c)
+		err = tk.Continue(actx, req)
+		if g.epoch.Changed(e) {
+			st, req, tk, err = g.readmit(actx, r, e, st, req, tk, err, &x)
+		}
+		cancel()
+	}
 	if err != nil {
 		g.refused(c, err)
 		return nil
 	}
-	// Settles Begin's permits when the request ends before Continue (a bad
-	// body); a no-op once the exchange owns the ticket or Continue refused.
-	defer tk.Done()
-	e, body, ok := g.readAndPrice(c, op)
-	if !ok {
-		return nil
-	}
-	if !g.checkModel(c, e.Model) {
-		return nil
-	}
-	price, priced := weights.Price{}, false
-	if g.costPolicies.Load() {
-		var src weights.PriceSource
-		if price, src, priced = g.prices.Load().Resolve(e.Model); !priced {
-			g.m.count(ctx, g.m.clientErrors, "model_not_priced")
-			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "model_not_priced", "model",
-				"The model has no price, and this gateway does not serve unpriced models.")
-			return nil
-		}
-		if src == weights.PriceFallback {
-			g.m.count(ctx, g.m.fallbackPrices, "fallback")
-		}
-	}
-	in, out := e.InputTokens, e.OutputTokens
-	if m := g.cfg.MaxOutputReserve; m > 0 && out > m {
-		out = m
-	}
-	// Every amount is in [0, limits.MaxAmount]: a reservation too large
-	// for any policy is refused as such, never wrapped.
-	req.Model = e.Model
-	req.Tokens = min(max(in, 0)+max(out, 0), limits.MaxAmount) // each at most weights.MaxTokens = MaxAmount: no overflow
-	if priced {
-		req.Cost = min(price.EstimateMicros(in, out), limits.MaxAmount)
-	}
-	if !g.continueAdmission(c, tk, req) {
-		return nil
-	}
-	x := exchange{g: g, c: c, tk: tk, est: e, price: price, priced: priced}
+	x.tk, x.st = tk, st
 	defer x.settleZeroOutput() // settles only if nothing else did
-	g.admitted(c.Response().Header(), tk)
+	g.admitted(c.Response().Header(), st, tk)
 
 	injected := false
-	if e.Stream && !e.IncludeUsage {
-		if b, inj, err := weights.InjectIncludeUsage(op, body); err == nil && inj {
+	if x.est.Stream && !x.est.IncludeUsage {
+		if b, inj, err := weights.InjectIncludeUsage(rt.path, body); err == nil && inj {
 			body, injected = b, true
 		}
 	}
@@ -98,7 +102,7 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	// first byte; from then on a stream is bounded by its idle timeout.
 	timer := time.AfterFunc(g.cfg.Timeout, cancel)
 	defer timer.Stop()
-	resp, err := g.roundTrip(uctx, r, op, "", body)
+	resp, err := g.roundTrip(uctx, r, rt, "", body)
 	if err != nil {
 		g.upstreamFailed(c, ctx, err)
 		return nil
@@ -140,6 +144,60 @@ func (g *Gateway) handleLLM(c echo.Context) error {
 	}
 	g.writeUpstream(c, resp, data)
 	return nil
+}
+
+// errNotPriced refuses a request for a model the prices cannot price
+// while a cost policy is installed (400 model_not_priced).
+var errNotPriced = errors.New("gateway: the model has no price")
+
+// amounts is the one pricing step of a request: the estimate's tokens,
+// the output capped by Config.MaxOutputReserve, and with a cost policy
+// the model's price from st and the reservation's cost, bounded to
+// [0, limits.MaxAmount]; errNotPriced for a model st cannot price.
+func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request) (price weights.Price, priced bool, src weights.PriceSource, err error) {
+	if st.cost {
+		if price, src, priced = st.prices.Resolve(e.Model); !priced {
+			return price, false, src, errNotPriced
+		}
+	}
+	in, out := e.InputTokens, e.OutputTokens
+	if m := g.cfg.MaxOutputReserve; m > 0 && out > m {
+		out = m
+	}
+	req.Model = e.Model
+	req.Tokens = min(max(in, 0)+max(out, 0), limits.MaxAmount) // each at most weights.MaxTokens = MaxAmount: no overflow
+	req.Cost = 0
+	if priced {
+		req.Cost = min(price.EstimateMicros(in, out), limits.MaxAmount)
+	}
+	return price, priced, src, nil
+}
+
+// readmit decides again (httpadmit.Readmit) a request a reload
+// overlapped: identified and priced (x; nil for the models routes) anew,
+// and admitted whole when that changes it. It returns the state it was
+// decided with; x gets the price.
+func (g *Gateway) readmit(ctx context.Context, r *http.Request, e uint64, st *state, req admission.Request, tk admission.Ticket, err error, x *exchange) (*state, admission.Request, admission.Ticket, error) {
+	cand := st
+	var price weights.Price
+	var priced bool
+	again := func() (admission.Request, error) {
+		cand = g.state.Load()
+		a, err := g.mw.Request(r)
+		if err == nil && x != nil {
+			price, priced, _, err = g.amounts(cand, &x.est, &a)
+		}
+		return a, err
+	}
+	admit := func(a admission.Request) (admission.Ticket, error) {
+		st = cand
+		if x != nil {
+			x.price, x.priced = price, priced
+		}
+		return g.cfg.Controller.Admit(ctx, a)
+	}
+	req, tk, err = httpadmit.Readmit(&g.epoch, e, req, tk, err, again, admit)
+	return st, req, tk, err
 }
 
 // readAndPrice reads the body within the parse budget and prices it,
@@ -206,6 +264,7 @@ func (g *Gateway) tooLarge(c echo.Context, limit int64) {
 type exchange struct {
 	g      *Gateway
 	c      echo.Context
+	st     *state // what the request was decided with
 	tk     admission.Ticket
 	est    weights.Estimate
 	price  weights.Price
@@ -258,7 +317,8 @@ func (g *Gateway) writeUpstream(c echo.Context, resp *http.Response, body []byte
 func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte) {
 	st := resp.StatusCode
 	typ, code := upstreamErrorType(st), "upstream_error"
-	if e, ok := parseOpenAIError(data); ok {
+	e, ok := parseOpenAIError(data)
+	if ok {
 		if e.typ != "" {
 			typ = e.typ
 		}
@@ -275,7 +335,7 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 		data = errorBody(typ, code, "", "The upstream API is rate limiting the gateway (the provider's limit, not yours). Please retry after the advised delay.")
 	case st >= 500:
 		data = errorBody(typ, code, "", "The upstream API failed with status "+strconv.Itoa(st)+". Please retry.")
-	case !isOpenAIError(data):
+	case !e.shaped:
 		data = errorBody(typ, code, "", "The upstream API refused the request with status "+strconv.Itoa(st)+".")
 	default:
 		g.writeUpstream(c, resp, data)
@@ -285,14 +345,21 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 	g.writeUpstream(c, resp, data)
 }
 
-type openAIError struct{ typ, code string }
+// openAIError is what an upstream error body says: its type and code,
+// when it has an "error" object, and whether that object has a message,
+// the shape every OpenAI-compatible client understands.
+type openAIError struct {
+	typ, code string
+	shaped    bool
+}
 
-// parseOpenAIError reads the type and code of an OpenAI-shaped error body.
+// parseOpenAIError reads an upstream error body.
 func parseOpenAIError(body []byte) (openAIError, bool) {
 	var v struct {
 		Error *struct {
-			Type any `json:"type"`
-			Code any `json:"code"`
+			Type    any     `json:"type"`
+			Code    any     `json:"code"`
+			Message *string `json:"message"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(body, &v) != nil || v.Error == nil {
@@ -307,7 +374,7 @@ func parseOpenAIError(body []byte) (openAIError, bool) {
 		}
 		return ""
 	}
-	return openAIError{typ: str(v.Error.Type), code: str(v.Error.Code)}, true
+	return openAIError{typ: str(v.Error.Type), code: str(v.Error.Code), shaped: v.Error.Message != nil}, true
 }
 
 // upstreamFailed answers a call that got no usable response: 504 for a
@@ -343,17 +410,6 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 		return nil, errors.New("upstream response too large")
 	}
 	return b, nil
-}
-
-// isOpenAIError reports whether body is a JSON object with an "error"
-// object, the shape every OpenAI-compatible client understands.
-func isOpenAIError(body []byte) bool {
-	var v struct {
-		Error *struct {
-			Message *string `json:"message"`
-		} `json:"error"`
-	}
-	return json.Unmarshal(body, &v) == nil && v.Error != nil && v.Error.Message != nil
 }
 
 func upstreamErrorType(status int) string {

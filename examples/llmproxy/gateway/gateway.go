@@ -1,7 +1,111 @@
-// Package gateway is the request path of the llmproxy example: identity,
-// body cap, strict parse, estimate, admission, proxying (streaming too) and
-// settlement, on echo v4. Package main wires it to flags, a policy file and
-// the simulated upstream; see its documentation for the user's guide.
+// Package gateway is an OpenAI-compatible LLM gateway behind admission
+// control, on echo v4: llmproxy is this package behind flags (each the
+// Config field of the same meaning, as named below), and a team that
+// wants it inside its own binary imports it and calls Register on its own
+// echo server (see the example). It identifies callers with an
+// httpadmit.Middleware, renders rejections with WriteRejection (the
+// middleware's rejection handler), and takes reloads through Apply
+// (config.Subscriber), installing policies, keys and prices as one step.
+//
+// # The path of a request
+//
+// For POST /v1/chat/completions, /v1/completions, /v1/embeddings and
+// /v1/responses:
+//
+//  1. Identity: the Bearer key is looked up in the hashed key table (401
+//     in the OpenAI error shape when missing or unknown; 429 for an
+//     address that failed too often, see identity.failed_auth), before
+//     any of the body is read. A request refused before its body was read
+//     has its connection closed rather than drained; a body must arrive
+//     within --body-read-timeout.
+//  2. The policies that need nothing from the body (request rates,
+//     request concurrency without a queue) are decided before the body is
+//     read (admission.Controller.Begin): a throttled tenant's body is never
+//     read or parsed.
+//  3. The body is capped (http.max_body of the file; 413), read within the
+//     parse budget shared by all requests (--parse-budget; 503 server_busy
+//     after --parse-budget-wait), parsed strictly in one pass (400
+//     invalid_json or invalid_type, naming the field; a repeated key or a
+//     pricing field in another case is refused), then priced: prompt
+//     tokens counted with the model's tokenizer plus the output reservation
+//     (max_tokens, or the model's default, capped by --max-output-reserve),
+//     saturating at limits.MaxAmount, and micro-dollars from the policy
+//     file's prices (400 model_not_priced for a model without a price while
+//     a cost policy is installed). The other policies follow
+//     (Ticket.Continue): token rates, quotas, per-tenant concurrency with a
+//     bounded queue, a shared upstream cap whose queue is served round
+//     robin across tenants. Operations are named "METHOD route", as policy
+//     files match them ("POST /v1/chat/completions").
+//  4. Proxying to the path of the matched route (never the client's path
+//     or query), with the headers an OpenAI-compatible API needs and never
+//     one that can carry a client credential, over a transport tuned for
+//     many concurrent calls to one host
+//     and a timeout (--upstream-timeout; for a stream, until its first
+//     byte, then --stream-idle-timeout between chunks). Streams pass through
+//     chunk by chunk with a flush each; a stream that did not ask for
+//     stream_options.include_usage gets it added upstream and the extra
+//     usage chunk removed from what the client sees.
+//  5. Settlement with the usage the upstream reported, checked against the
+//     request (a missing, malformed or implausible figure is charged as
+//     reserved, and counted), or, for a stream that ended without a report,
+//     the prompt estimate plus the streamed output counted with the
+//     tokenizer: the difference from the reservation is refunded or
+//     charged. A running stream is charged every
+//     --charge-interval for what it has produced, so parallel streams cannot
+//     overshoot a tokens-per-minute limit by more than about one interval's
+//     output each; with --cut-streams=all (the default) a stream whose
+//     tenant runs out is ended with a final error event. Every chunk that
+//     reaches the client renews the request's concurrency leases, so a
+//     stream longer than max_hold keeps its permits.
+//  6. A client that goes away cancels the upstream call; the ticket is
+//     settled with what was produced. Upstream failures are answered in the
+//     OpenAI error shape: 504 upstream_timeout, 502 upstream_unavailable or
+//     bad_upstream_response, the upstream's own 4xx/5xx passed through.
+//     Nothing generated means only the prompt is charged.
+//  7. The provider's own 429s are passed through with their retry hints and
+//     counted apart (llmproxy_upstream_throttled_total): they are the
+//     provider throttling the proxy, not the proxy throttling a tenant.
+//
+// GET /v1/models and GET /v1/models/{id} are passed through, limited by the
+// policies that match them; a model id must be 1 to 256 ASCII letters,
+// digits and - _ . : @ once decoded, neither "." nor "..", else 404. Every
+// other path is a 404 from the gateway. Every write to a client must
+// complete within --client-write-timeout: a client that stops reading,
+// during a stream too, is cut and its permits released. See the README's
+// security model for every bound.
+//
+// # Rejections
+//
+// A rejection is an OpenAI-shaped error whose code names the reason:
+// rate_limit_exceeded, tokens_limit_exceeded, quota_exceeded,
+// concurrency_limit_exceeded, queue_timeout. It is a 429, except an
+// exhausted quota (http.quota_status of the file: 429 like OpenAI's
+// insufficient_quota, or 403) and an overloaded shared upstream cap (503).
+// Retry-After (whole seconds, rounded up) and retry-after-ms say when to
+// retry; x-should-retry: false says that waiting cannot help before a
+// client would give up (the request is larger than the limit, or a quota
+// is exhausted until its period ends), so the official SDKs neither hammer
+// the proxy nor give up on a wait they could make.
+//
+// Every response carries x-ratelimit-{limit,remaining,reset}-{requests,
+// tokens} for the tightest policy of each unit (reset as a Go duration,
+// "6m0s"), and the IETF RateLimit-Policy and RateLimit fields with
+// X-RateLimit-Limit/Remaining/Reset for every policy the request passed.
+//
+// # Metrics
+//
+// The program's metrics (llmproxy's operator listener) are the admission metrics of
+// package metrics (decisions by
+// policy, mode, decision and reason; in-flight work; queue depth and wait;
+// estimate accuracy; top tenants) and the proxy's own:
+// llmproxy_upstream_responses_total by status class,
+// llmproxy_upstream_throttled_total, llmproxy_upstream_failures_total by
+// reason, llmproxy_rejections_total by code, llmproxy_client_errors_total,
+// llmproxy_client_cancels_total, llmproxy_streams_active,
+// llmproxy_streams_cut_total, llmproxy_stream_charges_total,
+// llmproxy_auth_failures_total and llmproxy_auth_throttled_total. Shadow
+// decisions (what a shadow policy would reject) are logged through package
+// shadow, rate-limited.
 package gateway
 
 import (
@@ -12,6 +116,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,8 +127,10 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -80,8 +187,8 @@ func ParseCutMode(s string) (CutMode, error) {
 	return 0, fmt.Errorf("unknown stream cut mode %q (want all, quota or never)", s)
 }
 
-// Config configures a Gateway. Upstream, Controller and Estimator are
-// required; every other field documents its default.
+// Config configures a Gateway. Upstream, Controller, Estimator and File
+// are required; every other field documents its default.
 type Config struct {
 	// Upstream is the base URL of the OpenAI-compatible API, with its
 	// version prefix: "https://api.openai.com/v1". A request for
@@ -95,16 +202,19 @@ type Config struct {
 	// Authorization with the Bearer scheme; any other header carries the
 	// key itself (Azure OpenAI's "api-key").
 	UpstreamKeyHeader string
-	// Controller admits requests.
+	// Controller admits requests; New installs File's policies in it.
 	Controller *admission.Controller
-	// Estimator prices request bodies and caps their size.
+	// Estimator counts the tokens of request bodies and caps their size.
 	Estimator *weights.Estimator
-	// Prices prices requests and their usage in micro-dollars for cost
-	// policies (weights.NewPriceTable; replace it with SetPrices). While a
-	// cost policy is installed, a request for a model Prices cannot price
-	// (no entry, no base model, no fallback price) is refused with 400
-	// model_not_priced: an unpriced model is never free. Nil prices nothing.
-	Prices *weights.Prices
+	// File is the policy file in force; Apply installs the next one. The
+	// gateway reads its policies and plans (into Controller), its
+	// identity section (API keys, trusted proxies, failed_auth), its http
+	// section's quota_status, shadow_header and body_timeout (see
+	// BodyReadTimeout), and its prices: while a cost policy is installed,
+	// a request for a model the prices cannot price (no entry, no base
+	// model, no fallback price) is refused with 400 model_not_priced: an
+	// unpriced model is never free.
+	File *config.File
 	// ParseBudget bounds the request-body bytes being read and priced at
 	// once, over all requests: a request reserves its Content-Length (or
 	// the body cap when it sends none) before reading. Zero means
@@ -114,8 +224,6 @@ type Config struct {
 	// budget before it is refused with 503; zero means
 	// DefaultParseBudgetWait.
 	ParseBudgetWait time.Duration
-	// Identity maps API keys to tenants; replace it with SetIdentity.
-	Identity *httpadmit.IdentityConfig
 	// Transport carries upstream requests; nil means NewTransport().
 	Transport http.RoundTripper
 	// Timeout bounds a non-streaming upstream call; zero means
@@ -129,10 +237,6 @@ type Config struct {
 	ChargeInterval time.Duration
 	// Cut says when a stream is cut off by an exhausted limit.
 	Cut CutMode
-	// QuotaStatus is the status of a quota rejection; zero means 429, the
-	// status OpenAI itself uses for insufficient_quota (403 is the other
-	// common choice).
-	QuotaStatus int
 	// GiveUpAfter is the longest retry-after a client is expected to wait:
 	// a rejection advising longer carries x-should-retry: false. Zero
 	// means DefaultGiveUpAfter.
@@ -148,11 +252,6 @@ type Config struct {
 	// upstream capacity is overloaded (503 instead of 429). Nil means every
 	// concurrency policy keyed globally.
 	SharedPolicies map[string]bool
-	// ShadowHeader adds, on admitted responses, the Sluice-Would-Reject
-	// header naming the shadow policies that would have rejected the
-	// request. Off by default: it tells callers about limits not yet
-	// enforced.
-	ShadowHeader bool
 	// ForwardHeaders names client request headers forwarded upstream
 	// besides the built-in set (Content-Type, Accept, User-Agent,
 	// OpenAI-Beta, Idempotency-Key, trace context, X-Stainless-*): exact
@@ -170,11 +269,9 @@ type Config struct {
 	// BodyReadTimeout bounds the time a client takes to send its request
 	// body, counted from the end of its headers (which the server bounds
 	// with its ReadHeaderTimeout): a slower body is cut and the connection
-	// closed. Zero means DefaultBodyReadTimeout.
+	// closed. Zero means File's http.body_timeout, else
+	// DefaultBodyReadTimeout; a reload does not change it.
 	BodyReadTimeout time.Duration
-	// AuthFailures throttles failed authentication per client address;
-	// the zero value means DefaultAuthFailures.
-	AuthFailures AuthFailureLimit
 	// Clock is the clock of the failed-authentication limiter; nil means
 	// the system clock.
 	Clock admission.Clock
@@ -186,28 +283,36 @@ type Config struct {
 
 // Gateway proxies OpenAI-compatible requests through admission control.
 type Gateway struct {
-	cfg      Config
-	base     *url.URL
-	identity atomic.Pointer[httpadmit.IdentityConfig]
-	shared   atomic.Pointer[map[string]bool]
-	prices   atomic.Pointer[weights.Prices]
-	// costPolicies is set while a policy counts cost: unpriced models are
-	// then refused.
-	costPolicies atomic.Bool
-	budget       *budget
-	quota        atomic.Int32 // the status of a quota rejection
-	shadowH      atomic.Bool
-	ready        atomic.Bool
-	forward      headerSet
-	auth         atomic.Pointer[authLimiter]
-	log          *slog.Logger
-	m            instruments
+	cfg     Config
+	base    *url.URL
+	mw      *httpadmit.Middleware // identity and operation names
+	epoch   config.Epoch          // brackets Apply (see state)
+	state   atomic.Pointer[state]
+	budget  *budget
+	ready   atomic.Bool
+	forward headerSet
+	log     *slog.Logger
+	m       instruments
 }
 
-// New checks cfg and returns a Gateway.
+// state is what the gateway derives from one policy file besides the
+// controller's policies and the middleware's identity settings.
+type state struct {
+	file   *config.File // the file installed
+	prices *weights.Prices
+	// cost is set while a policy counts cost: unpriced models are then
+	// refused.
+	cost   bool
+	shared map[string]bool // the policies guarding the shared upstream
+	quota  int             // the status of a quota rejection
+	shadow bool            // the Sluice-Would-Reject header
+	auth   *authLimiter
+}
+
+// New checks cfg, installs cfg.File and returns a Gateway.
 func New(cfg Config) (*Gateway, error) {
-	if cfg.Controller == nil || cfg.Estimator == nil {
-		return nil, errors.New("gateway: Controller and Estimator are required")
+	if cfg.Controller == nil || cfg.Estimator == nil || cfg.File == nil {
+		return nil, errors.New("gateway: Controller, Estimator and File are required")
 	}
 	base, err := url.Parse(strings.TrimSuffix(cfg.Upstream, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
@@ -216,62 +321,39 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.StreamIdleTimeout <= 0 {
-		cfg.StreamIdleTimeout = DefaultStreamIdle
-	}
-	if cfg.ChargeInterval <= 0 {
-		cfg.ChargeInterval = DefaultChargeInterval
-	}
-	if cfg.QuotaStatus == 0 {
-		cfg.QuotaStatus = http.StatusTooManyRequests
-	}
-	if cfg.GiveUpAfter <= 0 {
-		cfg.GiveUpAfter = DefaultGiveUpAfter
-	}
-	if cfg.MaxResponseBytes <= 0 {
-		cfg.MaxResponseBytes = DefaultMaxResponseBytes
-	}
-	if cfg.ClientWriteTimeout <= 0 {
-		cfg.ClientWriteTimeout = DefaultClientWriteTimeout
-	}
-	if cfg.BodyReadTimeout <= 0 {
-		cfg.BodyReadTimeout = DefaultBodyReadTimeout
-	}
+	cfg.Timeout, cfg.StreamIdleTimeout = positive(cfg.Timeout, DefaultTimeout), positive(cfg.StreamIdleTimeout, DefaultStreamIdle)
+	cfg.ChargeInterval, cfg.GiveUpAfter = positive(cfg.ChargeInterval, DefaultChargeInterval), positive(cfg.GiveUpAfter, DefaultGiveUpAfter)
+	cfg.MaxResponseBytes, cfg.ClientWriteTimeout = positive(cfg.MaxResponseBytes, DefaultMaxResponseBytes), positive(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
+	cfg.BodyReadTimeout = positive(cfg.BodyReadTimeout, positive(cfg.File.HTTP.BodyTimeout, DefaultBodyReadTimeout))
+	cfg.ParseBudget, cfg.ParseBudgetWait = positive(cfg.ParseBudget, DefaultParseBudget), positive(cfg.ParseBudgetWait, DefaultParseBudgetWait)
 	if cfg.Meter == nil {
 		cfg.Meter = noop.NewMeterProvider().Meter("")
 	}
 	g := &Gateway{cfg: cfg, base: base, log: cfg.Logger, forward: newHeaderSet(cfg.ForwardHeaders)}
-	auth, err := newAuthLimiter(cfg.AuthFailures, cfg.Clock)
-	if err != nil {
-		return nil, err
-	}
-	g.auth.Store(auth)
 	if g.log == nil {
 		g.log = slog.Default()
 	}
-	if cfg.Identity == nil {
-		cfg.Identity = &httpadmit.IdentityConfig{RequireKey: true}
+	g.mw, err = httpadmit.New(cfg.Controller, httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log))
+	if err != nil {
+		return nil, err
 	}
-	g.identity.Store(cfg.Identity)
-	g.quota.Store(int32(cfg.QuotaStatus))
-	g.shadowH.Store(cfg.ShadowHeader)
-	if cfg.ParseBudget <= 0 {
-		cfg.ParseBudget = DefaultParseBudget
-	}
-	if cfg.ParseBudgetWait <= 0 {
-		cfg.ParseBudgetWait = DefaultParseBudgetWait
+	if err := g.Apply(cfg.File); err != nil {
+		return nil, err
 	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
-	g.prices.Store(cfg.Prices)
-	g.PoliciesChanged()
 	if err := g.m.init(cfg.Meter); err != nil {
 		return nil, err
 	}
 	g.ready.Store(true)
 	return g, nil
+}
+
+// positive returns v, or d when v is zero or negative.
+func positive[T int64 | time.Duration](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
 }
 
 // NewTransport returns the transport used for upstream calls: many idle
@@ -294,56 +376,55 @@ func NewTransport() *http.Transport {
 	}
 }
 
-// SetIdentity replaces the key table and identity settings, for a policy
-// file reload.
-func (g *Gateway) SetIdentity(ic *httpadmit.IdentityConfig) { g.identity.Store(ic) }
-
-// SetQuotaStatus sets the status of a quota rejection (403 or 429), for a
-// policy file reload; zero keeps the current one.
-func (g *Gateway) SetQuotaStatus(status int) {
-	if status != 0 {
-		g.quota.Store(int32(status))
+// Apply installs a policy file, as a config.Subscriber: the controller's
+// policies and plans, the key table, the quota status, the shadow header,
+// the prices and the failed-authentication throttle's figures (each
+// address keeping what is left of its allowance), as one step (see
+// httpadmit.Readmit). A file the controller refuses changes nothing.
+func (g *Gateway) Apply(f *config.File) error {
+	prices, err := pricing.Table(f.Prices)
+	if err != nil {
+		return fmt.Errorf("prices: %w", err)
 	}
+	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader}
+	for _, p := range f.Config.Policies {
+		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == limits.KeyGlobal)
+		st.shared[p.Name] = global && p.Algorithm == limits.Concurrency
+		st.cost = st.cost || p.Unit == limits.UnitCost
+	}
+	if g.cfg.SharedPolicies != nil {
+		st.shared = g.cfg.SharedPolicies
+	}
+	return g.epoch.Install(func(moves func()) error {
+		old := g.state.Load()
+		if old == nil {
+			old = &state{file: &config.File{}}
+		}
+		if old.cost != st.cost || !reflect.DeepEqual(old.file.Prices, f.Prices) || !reflect.DeepEqual(old.file.Identity, f.Identity) {
+			moves()
+		}
+		if st.auth, err = nextAuthLimiter(old.auth, f.Identity.FailedAuth, g.cfg.Clock); err != nil {
+			return err
+		}
+		if err := g.mw.Apply(f); err != nil {
+			return err
+		}
+		g.state.Store(st)
+		return nil
+	})
 }
 
-// SetShadowHeader turns the Sluice-Would-Reject header on or off, for a
-// policy file reload.
-func (g *Gateway) SetShadowHeader(on bool) { g.shadowH.Store(on) }
-
 // admitted writes the headers of an admitted request.
-func (g *Gateway) admitted(h http.Header, tk admission.Ticket) {
+func (g *Gateway) admitted(h http.Header, st *state, tk admission.Ticket) {
 	var buf [8]admission.Status
 	g.setLimitHeaders(h, tk.Statuses(buf[:0]))
-	if g.shadowH.Load() {
+	if st.shadow {
 		var names [4]string
 		if wr := tk.WouldReject(names[:0]); len(wr) > 0 {
 			httpadmit.SetWouldReject(h, wr)
 		}
 	}
 }
-
-// PoliciesChanged recomputes which policies guard the shared upstream
-// capacity and whether any policy counts cost; call it after the
-// controller's configuration changed.
-func (g *Gateway) PoliciesChanged() {
-	m := map[string]bool{}
-	cost := false
-	for _, p := range g.cfg.Controller.Policies() {
-		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == limits.KeyGlobal)
-		if global && p.Algorithm == limits.Concurrency {
-			m[p.Name] = true
-		}
-		cost = cost || p.Unit == limits.UnitCost
-	}
-	g.costPolicies.Store(cost)
-	if g.cfg.SharedPolicies != nil {
-		m = g.cfg.SharedPolicies
-	}
-	g.shared.Store(&m)
-}
-
-// SetPrices replaces the price table, for a policy file reload.
-func (g *Gateway) SetPrices(p *weights.Prices) { g.prices.Store(p) }
 
 // SetReady sets what /readyz answers; a shutting-down server sets false so
 // load balancers stop sending traffic while streams drain.
@@ -363,23 +444,31 @@ const (
 	OpModel = "/v1/models/:id"
 )
 
-// operations holds the operation names of the routes, built once.
-var operations = func() map[string]string {
-	m := map[string]string{}
-	for _, r := range []string{OpChatCompletions, OpCompletions, OpEmbeddings, OpResponses} {
-		m["POST "+r] = "POST " + r
-	}
-	m["GET "+OpModels] = "GET " + OpModels
-	m["GET "+OpModel] = "GET " + OpModels + "/{id}"
-	return m
-}()
+// A route is one forwarded route: its echo path, its pattern (the
+// operation name the middleware reads from Request.Pattern) and its path
+// under Config.Upstream. The upstream path of a request is rebuilt from
+// the route, never from the path the client sent.
+type route struct {
+	path, pattern, upstream string
+}
 
-// operation returns the admission operation of a request to route.
-func operation(method, route string) string {
-	if op, ok := operations[method+" "+route]; ok {
-		return op
+var (
+	llmRoutes = []route{
+		{OpChatCompletions, "POST " + OpChatCompletions, "/chat/completions"},
+		{OpCompletions, "POST " + OpCompletions, "/completions"},
+		{OpEmbeddings, "POST " + OpEmbeddings, "/embeddings"},
+		{OpResponses, "POST " + OpResponses, "/responses"},
 	}
-	return method + " " + route
+	modelsRoute = route{OpModels, "GET " + OpModels, "/models"}
+	modelRoute  = route{OpModel, "GET " + OpModels + "/{id}", "/models/"}
+)
+
+// on returns h for rt, the request's pattern set for the middleware.
+func on(rt route, h func(echo.Context, route) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Request().Pattern = rt.pattern
+		return h(c, rt)
+	}
 }
 
 // Register adds the gateway's routes to e: the four LLM endpoints, the
@@ -393,11 +482,11 @@ func operation(method, route string) string {
 func (g *Gateway) Register(e *echo.Echo) {
 	e.HTTPErrorHandler = g.errorHandler
 	e.Pre(g.deadlines)
-	for _, op := range []string{OpChatCompletions, OpCompletions, OpEmbeddings, OpResponses} {
-		e.POST(op, g.handleLLM)
+	for _, rt := range llmRoutes {
+		e.POST(rt.path, on(rt, g.handleLLM))
 	}
-	e.GET(OpModels, g.handleModels)
-	e.GET(OpModel, g.handleModels)
+	e.GET(OpModels, on(modelsRoute, g.handleModels))
+	e.GET(OpModel, on(modelRoute, g.handleModels))
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
 		if !g.ready.Load() {
@@ -438,29 +527,36 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 	writeError(c.Response(), status, typ, code, "", msg)
 }
 
-// identify resolves the caller or answers: 401 for a missing or unknown
-// key, 429 when the client address has failed too often lately (see
-// AuthFailureLimit), before its key is looked at. It returns the
-// admission request of the caller, its identity and address filled in
-// from one identity configuration.
-func (g *Gateway) identify(c echo.Context) (admission.Request, bool) {
+// identify resolves the caller with the middleware or answers: 401 for a
+// missing or unknown key, 429 when the client address has failed too
+// often lately (see config.FailedAuth), whatever its key. It returns the
+// admission request of the caller: identity, address and operation.
+func (g *Gateway) identify(c echo.Context, st *state) (admission.Request, bool) {
 	r := c.Request()
 	ctx := r.Context()
-	ic := g.identity.Load()
-	auth := g.auth.Load()
-	addr := ic.ClientAddr(r)
-	if wait, ok := auth.allow(ctx, addr); !ok {
+	req, err := g.mw.Request(r)
+	addr := req.Addr
+	if err != nil {
+		addr = g.mw.IdentityConfig().ClientAddr(r)
+	}
+	if wait, ok := st.auth.allow(ctx, addr); !ok {
 		g.m.authThrottled.Add(ctx, 1)
 		httpadmit.SetRetryAfter(c.Response().Header(), wait)
 		writeError(c.Response(), http.StatusTooManyRequests, "invalid_request_error", "too_many_authentication_failures", "",
 			"Too many requests with a missing or incorrect API key came from your address. Please retry later.")
 		return admission.Request{}, false
 	}
-	id, err := ic.Identify(r)
 	if err == nil {
-		return admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Addr: addr}, true
+		return req, true
 	}
-	auth.failed(ctx, addr)
+	st.auth.failed(ctx, addr)
+	g.unauthorized(c, err)
+	return admission.Request{}, false
+}
+
+// unauthorized answers 401 for a missing or unknown key.
+func (g *Gateway) unauthorized(c echo.Context, err error) {
+	ctx := c.Request().Context()
 	if errors.Is(err, httpadmit.ErrNoCredentials) {
 		g.m.count(ctx, g.m.authFailures, "missing_api_key")
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
@@ -471,7 +567,6 @@ func (g *Gateway) identify(c echo.Context) (admission.Request, bool) {
 			"Incorrect API key provided.")
 	}
 	g.m.count(ctx, g.m.clientErrors, "unauthorized")
-	return admission.Request{}, false
 }
 
 // checkModel answers 400 and returns false when the model name of a
@@ -485,31 +580,6 @@ func (g *Gateway) checkModel(c echo.Context, model string) bool {
 	writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_model", "model",
 		"The model name must be at most "+strconv.Itoa(MaxModelBytes)+" bytes of text without control characters.")
 	return false
-}
-
-// admit asks the controller, answering the rejection itself when refused.
-// It reports whether the request may go on.
-func (g *Gateway) admit(c echo.Context, req admission.Request) (admission.Ticket, bool) {
-	actx, cancel := g.admissionContext(c)
-	defer cancel()
-	tk, err := g.cfg.Controller.Admit(actx, req)
-	if err != nil {
-		g.refused(c, err)
-		return admission.Ticket{}, false
-	}
-	return tk, true
-}
-
-// continueAdmission evaluates, for a ticket from Begin, the policies that
-// needed the request's price, answering the rejection itself when refused.
-func (g *Gateway) continueAdmission(c echo.Context, tk admission.Ticket, req admission.Request) bool {
-	actx, cancel := g.admissionContext(c)
-	defer cancel()
-	if err := tk.Continue(actx, req); err != nil {
-		g.refused(c, err)
-		return false
-	}
-	return true
 }
 
 // admissionContext bounds the wait in admission queues by the timeout the
@@ -530,14 +600,22 @@ func (g *Gateway) admissionContext(c echo.Context) (context.Context, context.Can
 // up while queued, 503 when admission itself failed.
 func (g *Gateway) refused(c echo.Context, err error) {
 	var rej *admission.Rejection
+	ctx := c.Request().Context()
 	switch {
 	case errors.As(err, &rej):
-		g.reject(c, rej)
+		g.WriteRejection(c.Response(), c.Request(), rej)
+	case errors.Is(err, errNotPriced):
+		g.m.count(ctx, g.m.clientErrors, "model_not_priced")
+		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "model_not_priced", "model",
+			"The model has no price, and this gateway does not serve unpriced models.")
+	case errors.Is(err, httpadmit.ErrUnknownKey), errors.Is(err, httpadmit.ErrNoCredentials):
+		// A reload removed the key while the request was admitted.
+		g.unauthorized(c, err)
 	case errors.Is(err, admission.ErrInvalidCost):
-		g.m.count(c.Request().Context(), g.m.clientErrors, "invalid_cost")
+		g.m.count(ctx, g.m.clientErrors, "invalid_cost")
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_cost", "",
 			"The request's token or cost reservation is out of range.")
-	case c.Request().Context().Err() != nil:
+	case ctx.Err() != nil:
 		// The client gave up while queued: nobody is left to answer.
 		c.Response().Status = 499
 	default:
@@ -550,9 +628,9 @@ func (g *Gateway) refused(c echo.Context, err error) {
 // handleModels proxies the models listing and the retrieval of one
 // model, limited by requests only. A model id that ModelIDFromPath
 // refuses is a 404 from the gateway, before anything else.
-func (g *Gateway) handleModels(c echo.Context) error {
-	route, id := c.Path(), ""
-	if route == OpModel {
+func (g *Gateway) handleModels(c echo.Context, rt route) error {
+	id := ""
+	if rt.path == OpModel {
 		var ok bool
 		if id, ok = ModelIDFromPath(c.Param("id"), c.Request().URL.RawPath != ""); !ok {
 			g.m.count(c.Request().Context(), g.m.clientErrors, "invalid_model_id")
@@ -561,21 +639,27 @@ func (g *Gateway) handleModels(c echo.Context) error {
 			return nil
 		}
 	}
-	req, ok := g.identify(c)
+	e, st := g.epoch.Stable(), g.state.Load()
+	req, ok := g.identify(c, st)
 	if !ok {
 		return nil
 	}
 	r := c.Request()
-	req.Operation = operation(r.Method, route)
-	tk, ok := g.admit(c, req)
-	if !ok {
+	actx, cancel := g.admissionContext(c)
+	tk, err := g.cfg.Controller.Admit(actx, req)
+	if g.epoch.Changed(e) {
+		st, _, tk, err = g.readmit(actx, r, e, st, req, tk, err, nil)
+	}
+	cancel()
+	if err != nil {
+		g.refused(c, err)
 		return nil
 	}
 	defer tk.Done()
-	g.admitted(c.Response().Header(), tk)
+	g.admitted(c.Response().Header(), st, tk)
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
 	defer cancel()
-	resp, err := g.roundTrip(ctx, r, route, id, nil)
+	resp, err := g.roundTrip(ctx, r, rt, id, nil)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil

@@ -16,19 +16,6 @@ import (
 // under it.
 const MaxModelBytes = 256
 
-// upstreamPaths maps each forwarded route to its path under
-// Config.Upstream. The upstream path of a request is rebuilt from this
-// table, never from the path the client sent: a route not in it is never
-// forwarded.
-var upstreamPaths = map[string]string{
-	OpChatCompletions: "/chat/completions",
-	OpCompletions:     "/completions",
-	OpEmbeddings:      "/embeddings",
-	OpResponses:       "/responses",
-	OpModels:          "/models",
-	OpModel:           "/models/",
-}
-
 // errNotForwarded is the error of a route the gateway does not forward, or
 // of a path parameter that is not valid; handlers check both before
 // calling roundTrip, so it means a programming error.
@@ -96,13 +83,12 @@ func ValidModelName(m string) bool {
 // validated model id, for OpModel), with the client's forwardable headers
 // and the upstream key. The client's query string is not forwarded: the
 // upstream URL keeps its own (Azure's api-version).
-func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, route, id string, body []byte) (*http.Response, error) {
-	rel, ok := upstreamPaths[route]
-	if !ok || (route == OpModel) != (id != "") || (id != "" && !ValidModelID(id)) {
+func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, rt route, id string, body []byte) (*http.Response, error) {
+	if (rt.path == OpModel) != (id != "") || (id != "" && !ValidModelID(id)) {
 		return nil, errNotForwarded
 	}
 	u := *g.base
-	u.Path = g.base.Path + rel + id
+	u.Path = g.base.Path + rt.upstream + id
 	u.RawPath = ""
 	var rd io.Reader = http.NoBody
 	if body != nil {
@@ -129,7 +115,7 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, route, id stri
 // lists, and never one that can carry a client credential
 // (IdentityConfig.CredentialHeader).
 func (g *Gateway) copyRequestHeaders(dst, src http.Header) {
-	ic := g.identity.Load()
+	ic := g.mw.IdentityConfig()
 	for k, vs := range src {
 		if (forwardRequestHeader(k) || g.forward.match(k)) && !ic.CredentialHeader(k) {
 			dst[k] = vs

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/config"
 )
 
 // The throttle allows Limit failures per Per to each address, tells a
@@ -15,7 +16,7 @@ import (
 func TestAuthLimiter(t *testing.T) {
 	ctx := context.Background()
 	clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	a, err := newAuthLimiter(AuthFailureLimit{Limit: 3, Per: time.Minute, MaxAddresses: 100}, clk)
+	a, err := nextAuthLimiter(nil, config.FailedAuth{Enabled: true, Limit: 3, Per: time.Minute, MaxAddresses: 100}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestAuthLimiter(t *testing.T) {
 		t.Error("a new address during the flood is throttled for the failures of others")
 	}
 
-	off, err := newAuthLimiter(AuthFailureLimit{Disabled: true}, clk)
+	off, err := nextAuthLimiter(nil, config.FailedAuth{}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,39 +82,36 @@ func TestAuthLimiter(t *testing.T) {
 }
 
 // A reload changes the figures and keeps each address's allowance.
-func TestSetAuthFailures(t *testing.T) {
+func TestNextAuthLimiter(t *testing.T) {
 	ctx := context.Background()
 	clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	g := &Gateway{}
-	g.cfg.Clock = clk
-	a, err := newAuthLimiter(AuthFailureLimit{Limit: 3, Per: time.Hour}, clk)
+	a, err := nextAuthLimiter(nil, config.FailedAuth{Enabled: true, Limit: 3, Per: time.Hour, MaxAddresses: 100}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.auth.Store(a)
 	x := netip.MustParseAddr("192.0.2.1")
 	for range 3 {
-		g.auth.Load().failed(ctx, x)
+		a.failed(ctx, x)
 	}
-	if _, ok := g.auth.Load().allow(ctx, x); ok {
+	if _, ok := a.allow(ctx, x); ok {
 		t.Fatal("allowed after 3 of 3 failures")
 	}
-	if err := g.SetAuthFailures(AuthFailureLimit{Limit: 5, Per: time.Hour}); err != nil {
+	if a, err = nextAuthLimiter(a, config.FailedAuth{Enabled: true, Limit: 5, Per: time.Hour, MaxAddresses: 100}, clk); err != nil {
 		t.Fatal(err)
 	}
 	// The address's allowance is still spent; it refills at the new
 	// rate, one failure every 12 minutes.
-	if _, ok := g.auth.Load().allow(ctx, x); ok {
+	if _, ok := a.allow(ctx, x); ok {
 		t.Error("limit raised to 5: the spent allowance was forgotten")
 	}
 	clk.Advance(12 * time.Minute)
-	if _, ok := g.auth.Load().allow(ctx, x); !ok {
+	if _, ok := a.allow(ctx, x); !ok {
 		t.Error("limit raised to 5: no attempt back 12 minutes later")
 	}
-	if err := g.SetAuthFailures(AuthFailureLimit{Disabled: true}); err != nil {
+	if a, err = nextAuthLimiter(a, config.FailedAuth{}, clk); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := g.auth.Load().allow(ctx, x); !ok {
+	if _, ok := a.allow(ctx, x); !ok {
 		t.Error("disabled by a reload: still refused")
 	}
 }

@@ -54,9 +54,7 @@ func TestErrorBody(t *testing.T) {
 }
 
 func TestRejectionShape(t *testing.T) {
-	g := &Gateway{}
-	g.quota.Store(429)
-	g.shared.Store(&map[string]bool{"upstream": true})
+	g := &state{quota: 429, shared: map[string]bool{"upstream": true}}
 	for _, tc := range []struct {
 		rej    admission.Rejection
 		status int
@@ -80,8 +78,11 @@ func TestRejectionShape(t *testing.T) {
 }
 
 func TestHeaderFilters(t *testing.T) {
-	g := &Gateway{forward: newHeaderSet([]string{"X-Sim-*", "x-trace", "X-Proxy-*"})}
-	g.identity.Store(&httpadmit.IdentityConfig{KeyHeaders: []string{"x-proxy-key", "Authorization"}})
+	mw, err := httpadmit.New(&admission.Controller{}, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{KeyHeaders: []string{"x-proxy-key", "Authorization"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{forward: newHeaderSet([]string{"X-Sim-*", "x-trace", "X-Proxy-*"}), mw: mw}
 	want := map[string]bool{
 		"Content-Type": true, "Accept": true, "User-Agent": true, "Openai-Beta": true, "X-Stainless-Retry-Count": true,
 		"Idempotency-Key": true, "Traceparent": true, "X-Sim-Fault": true, "X-Trace": true, "X-Proxy-Region": true,

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -43,7 +41,7 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // writeError answers with an error in the OpenAI shape.
-func writeError(w *echo.Response, status int, typ, code, param, msg string) {
+func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	body := errorBody(typ, code, param, msg)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -75,9 +73,9 @@ func rejectionCode(rej *admission.Rejection) string {
 // rejectionShape returns the status, error type and code of a rejection:
 // 429 for the caller's own limits, QuotaStatus for an exhausted quota, 503
 // when the shared upstream capacity or the limit store is the problem.
-func (g *Gateway) rejectionShape(rej *admission.Rejection) (status int, typ, code string) {
+func (st *state) rejectionShape(rej *admission.Rejection) (status int, typ, code string) {
 	code = rejectionCode(rej)
-	status = httpadmit.StatusCode(rej, int(g.quota.Load()))
+	status = httpadmit.StatusCode(rej, st.quota)
 	switch rej.Reason {
 	case admission.ReasonRate, admission.ReasonOverflow:
 		typ = string(rej.Status.Unit)
@@ -85,7 +83,7 @@ func (g *Gateway) rejectionShape(rej *admission.Rejection) (status int, typ, cod
 		typ = "insufficient_quota"
 	case admission.ReasonConcurrency, admission.ReasonQueueFull, admission.ReasonQueueTimeout:
 		typ = "concurrency"
-		if (*g.shared.Load())[rej.Policy] {
+		if st.shared[rej.Policy] {
 			typ, status = "server_overloaded", http.StatusServiceUnavailable
 		}
 	case admission.ReasonStoreUnavailable:
@@ -134,13 +132,18 @@ func rejectionMessage(rej *admission.Rejection) string {
 	return what
 }
 
-// reject answers a rejection: OpenAI-shaped body, Retry-After (whole
-// seconds, rounded up), retry-after-ms and x-should-retry (false when the
-// wait would outlast Config.GiveUpAfter or can never end), and the limit
-// headers.
-func (g *Gateway) reject(c echo.Context, rej *admission.Rejection) {
-	status, typ, code := g.rejectionShape(rej)
-	h := c.Response().Header()
+// WriteRejection answers a rejection in OpenAI's shape: the error body
+// (its type and code name the reason; the status is 429, the quota
+// status of the policy file for an exhausted quota, 503 when the shared
+// upstream capacity or the limit store is the problem), Retry-After
+// (whole seconds, rounded up), retry-after-ms and x-should-retry (false
+// when the wait would outlast Config.GiveUpAfter or can never end), and
+// the limit headers. It is the gateway's one rejection renderer, and has
+// the signature of httpadmit.WithRejectionHandler, which the gateway's
+// middleware is given.
+func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
+	status, typ, code := g.state.Load().rejectionShape(rej)
+	h := w.Header()
 	// Every policy evaluated for the request, so a tokens rejection still
 	// carries the requests figures and the other way round.
 	sts := rej.Statuses
@@ -150,8 +153,8 @@ func (g *Gateway) reject(c echo.Context, rej *admission.Rejection) {
 	g.setLimitHeaders(h, sts)
 	now := time.Now()
 	httpadmit.SetRetryHints(h, rej.RetryAfter, now, now.Add(g.cfg.GiveUpAfter))
-	g.m.rejected(c.Request().Context(), code)
-	writeError(c.Response(), status, typ, code, "", rejectionMessage(rej))
+	g.m.rejected(r.Context(), code)
+	writeError(w, status, typ, code, "", rejectionMessage(rej))
 }
 
 // formatReset writes a duration the way OpenAI's reset headers do: a Go

@@ -132,7 +132,7 @@ func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
 // cutStream ends a stream whose tenant ran out, with a final error event.
 func (x *exchange) cutStream(rej *admission.Rejection) {
 	x.g.m.count(context.Background(), x.g.m.streamsCut, rejectionCode(rej))
-	_, typ, code := x.g.rejectionShape(rej)
+	_, typ, code := x.st.rejectionShape(rej)
 	x.writeStreamError(typ, code, rejectionMessage(rej))
 }
 

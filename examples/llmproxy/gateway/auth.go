@@ -8,35 +8,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
 )
-
-// AuthFailureLimit throttles failed authentication per client address
-// (the address as the identity settings resolve it: the TCP peer, or the
-// client named by a trusted proxy, IPv6 grouped by /64). Each address may
-// fail Limit times per Per, in a burst of Limit; once it has used them
-// up, its requests are refused with 429 before their key is even looked
-// at, valid keys included, until the allowance refills. Zero fields take
-// their value from DefaultAuthFailures.
-type AuthFailureLimit struct {
-	// Disabled turns the throttle off.
-	Disabled bool
-	// Limit is the number of failed attempts allowed per Per.
-	Limit int64
-	// Per is the period over which Limit refills.
-	Per time.Duration
-	// MaxAddresses bounds the addresses tracked, so that memory stays
-	// bounded under a flood from many addresses. When every tracked
-	// address still has failures to forgive, a new address is not
-	// tracked (nor throttled) until one is forgiven: the throttle never
-	// refuses an address for the failures of others.
-	MaxAddresses int
-}
-
-// DefaultAuthFailures is the failed-authentication throttle used for
-// zero fields: 20 failures a minute per address, 65,536 addresses
-// tracked (a few megabytes).
-var DefaultAuthFailures = AuthFailureLimit{Limit: 20, Per: time.Minute, MaxAddresses: 1 << 16}
 
 // authLimiter is the failed-authentication throttle: a controller of its
 // own with one token bucket keyed by client address, whose unit is a
@@ -47,21 +21,13 @@ type authLimiter struct {
 
 const unitAuthFailures limits.Unit = "auth_failures"
 
-// authPolicy is the throttle's policy for l, zero fields defaulted; ok is
-// false when l is disabled.
-func authPolicy(l AuthFailureLimit) (p admission.Policy, ok bool) {
-	if l.Disabled {
+// authPolicy is the throttle's policy for the identity.failed_auth
+// section l (each client address, as the identity settings resolve it,
+// may fail l.Limit times per l.Per; see config.FailedAuth); ok is false
+// when l is disabled.
+func authPolicy(l config.FailedAuth) (p admission.Policy, ok bool) {
+	if !l.Enabled {
 		return p, false
-	}
-	d := DefaultAuthFailures
-	if l.Limit <= 0 {
-		l.Limit = d.Limit
-	}
-	if l.Per <= 0 {
-		l.Per = d.Per
-	}
-	if l.MaxAddresses <= 0 {
-		l.MaxAddresses = d.MaxAddresses
 	}
 	return admission.Policy{
 		Name: "failed-authentication", Key: []limits.KeyPart{limits.KeyIP}, Unit: unitAuthFailures,
@@ -70,10 +36,16 @@ func authPolicy(l AuthFailureLimit) (p admission.Policy, ok bool) {
 	}, true
 }
 
-func newAuthLimiter(l AuthFailureLimit, clk admission.Clock) (*authLimiter, error) {
+// nextAuthLimiter returns the throttle for l after cur (nil at start):
+// while the throttle stays on, cur itself with l's figures, every address
+// keeping what is left of its allowance, refilled at the new rate.
+func nextAuthLimiter(cur *authLimiter, l config.FailedAuth, clk admission.Clock) (*authLimiter, error) {
 	p, ok := authPolicy(l)
 	if !ok {
 		return &authLimiter{}, nil
+	}
+	if cur != nil && cur.ctl != nil {
+		return cur, cur.ctl.SetConfig(admission.Config{Policies: []admission.Policy{p}})
 	}
 	var opts []admission.Option
 	if clk != nil {
@@ -133,20 +105,4 @@ func (a *authLimiter) failed(ctx context.Context, addr netip.Addr) {
 	if tk, err := a.ctl.TryAdmit(ctx, authRequest(addr, one[:])); err == nil {
 		tk.Done()
 	}
-}
-
-// SetAuthFailures replaces the failed-authentication throttle's figures,
-// for a policy file reload. While the throttle stays on, every address
-// keeps what is left of its allowance, refilled at the new rate.
-func (g *Gateway) SetAuthFailures(l AuthFailureLimit) error {
-	p, on := authPolicy(l)
-	if cur := g.auth.Load(); on && cur.ctl != nil {
-		return cur.ctl.SetConfig(admission.Config{Policies: []admission.Policy{p}})
-	}
-	a, err := newAuthLimiter(l, g.cfg.Clock)
-	if err != nil {
-		return err
-	}
-	g.auth.Store(a)
-	return nil
 }

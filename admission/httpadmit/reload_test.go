@@ -1,0 +1,83 @@
+package httpadmit_test
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+)
+
+// TestApplyIsOneStep installs, between the identification of a request
+// and its admission, a file that moves the caller's key from tenant a to
+// tenant b: the request is decided as the new file identifies it, by the
+// new file's policies (b's limit, 200), never by the new policies for the
+// old tenant (a's new limit, 300). Another file that changes limits only
+// leaves the decision alone.
+func TestApplyIsOneStep(t *testing.T) {
+	file := func(owner string, aLimit int) *config.File {
+		t.Helper()
+		f, err := config.Parse("moving.yaml", []byte(`
+policies:
+  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 100, per: 1s}
+tenants:
+  a: {overrides: {rpm: {limit: `+strconv.Itoa(aLimit)+`}}`+keysIf(owner == "a")+`}
+  b: {overrides: {rpm: {limit: 200}}`+keysIf(owner == "b")+`}
+identity: {anonymous: deny}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		name string
+		next *config.File // installed while the request is between identity and admission
+		want int64        // the limit the request is decided with
+	}{
+		{"the key moves to b", file("b", 300), 200},
+		{"a's limit changes", file("a", 300), 300},
+		{"nothing is installed", nil, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := file("a", 100)
+			ctl, err := admission.New(first.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mw *httpadmit.Middleware
+			mid := func(*http.Request, *admission.Request) error {
+				if tc.next != nil {
+					return mw.Apply(tc.next)
+				}
+				return nil
+			}
+			mw, err = httpadmit.New(ctl, append(httpadmit.FileOptions(first), httpadmit.WithRequest(mid), httpadmit.WithLogger(slog.New(slog.DiscardHandler)))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := httptest.NewRequest("GET", "/v1/items", nil)
+			r.Header.Set("Authorization", "Bearer "+keyNoisy)
+			tk, err := mw.Decide(httptest.NewRecorder(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tk.Done()
+			var buf [1]admission.Status
+			if sts := tk.Statuses(buf[:0]); len(sts) != 1 || sts[0].Limit != tc.want {
+				t.Errorf("decided with %+v; want limit %d", sts, tc.want)
+			}
+		})
+	}
+}
+
+func keysIf(owner bool) string {
+	if !owner {
+		return ""
+	}
+	return ", api_keys: [" + config.HashKey(keyNoisy).String() + "]"
+}
