@@ -152,3 +152,55 @@ func BenchmarkRedisAdmit(b *testing.B) {
 		run(b, 8, benchController(b, client, obs, rpm, tpm, inflight), obs, true)
 	})
 }
+
+// BenchmarkRedisAdmitGeneric is an admission and its settlement through an
+// admission.Controller on 10,000 tenants for the algorithms the lean
+// scripts do not take (windows, sliding log, quota), alone and all four in
+// one batch.
+func BenchmarkRedisAdmitGeneric(b *testing.B) {
+	srv := redistest.Start(b)
+	client := benchClient(b, srv.Addr)
+	keys := benchTenants()
+	tenant := []admission.KeyPart{admission.KeyTenant}
+	fw := admission.Policy{Name: "fw", Key: tenant, Algorithm: admission.FixedWindow, Limit: benchRate, Per: time.Second}
+	sw := admission.Policy{Name: "sw", Key: tenant, Algorithm: admission.SlidingWindow, Limit: benchRate, Per: time.Second}
+	sl := admission.Policy{Name: "sl", Key: tenant, Algorithm: admission.SlidingLog, Limit: benchRate, Per: time.Second}
+	q := admission.Policy{Name: "q", Key: tenant, Unit: admission.UnitTokens, Algorithm: admission.Quota, Limit: 1 << 40, Period: admission.PeriodFixed, Per: time.Hour}
+	cases := []struct {
+		name     string
+		policies []admission.Policy
+	}{
+		{"fixed_window", []admission.Policy{fw}},
+		{"sliding_window", []admission.Policy{sw}},
+		{"sliding_log", []admission.Policy{sl}},
+		{"quota", []admission.Policy{q}},
+		{"policies=4", []admission.Policy{fw, sw, sl, q}},
+	}
+	for _, c := range cases {
+		b.Run(c.name+"/parallel=8", func(b *testing.B) {
+			obs := &errCounter{}
+			ctl := benchController(b, client, obs, c.policies...)
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			var seq atomic.Int64
+			ctx := context.Background()
+			m := startServerMeter(b, srv.Addr)
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1) * 7919)
+				for pb.Next() {
+					tk, err := ctl.Admit(ctx, admission.Request{Tenant: keys[i%benchKeys], Tokens: 100})
+					if err != nil {
+						b.Errorf("Admit: %v", err)
+						return
+					}
+					tk.Settle(admission.Usage{Tokens: 80})
+					i++
+				}
+			})
+			m.report(b)
+			if n := obs.n.Load(); n > 0 {
+				b.Fatalf("%d store errors: the benchmark measured failures", n)
+			}
+		})
+	}
+}
