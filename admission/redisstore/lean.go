@@ -289,7 +289,7 @@ func (l *limiter) Renew(ctx context.Context, key string, lim *admission.Limit, g
 	c.putKey(func(b []byte) []byte { return l.appendKey(b, key) })
 	c.flushKeys()
 	c.args = append(c.args, &c.blob)
-	reply, err := s.run(ctx, "", renewScript, "renew", 1, c.keys, c.args)
+	reply, err := s.run(ctx, renewScript, "renew", 1, c.keys, c.args)
 	s.putCall(c)
 	if err != nil {
 		return err
@@ -355,30 +355,32 @@ func (sh shape) ops() []bool {
 	return leases
 }
 
-// scriptCache holds the generated script of each shape.
-type scriptCache struct {
+// scriptCache holds the generated script of each shape (lean) or set of
+// algorithms (generic), created on first use. Each runs with EVALSHA, and
+// with EVAL when the server does not have it (see Store.run).
+type scriptCache[K shape | algSet] struct {
 	scripts [2 << leanMax]atomic.Pointer[redis.Script]
-	gen     func(shape) string
+	gen     func(K) string
 	mu      sync.Mutex
 }
 
-func (c *scriptCache) get(sh shape) *redis.Script {
-	if s := c.scripts[sh].Load(); s != nil {
+func (c *scriptCache[K]) get(k K) *redis.Script {
+	if s := c.scripts[k].Load(); s != nil {
 		return s
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s := c.scripts[sh].Load(); s != nil {
+	if s := c.scripts[k].Load(); s != nil {
 		return s
 	}
-	s := redis.NewScript(c.gen(sh))
-	c.scripts[sh].Store(s)
+	s := redis.NewScript(c.gen(k))
+	c.scripts[k].Store(s)
 	return s
 }
 
 var (
-	leanAcquires = &scriptCache{gen: genAcquire}
-	leanSettles  = &scriptCache{gen: genSettle}
+	leanAcquires = &scriptCache[shape]{gen: genAcquire}
+	leanSettles  = &scriptCache[shape]{gen: genSettle}
 )
 
 // argList returns the Lua names of the header and of each op's five
@@ -586,7 +588,7 @@ func (r *floats) int() int64 { return int64(r.float()) }
 // their grants as the generic script would.
 func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []admission.Op, now int64) error {
 	c := s.leanAcquireCall(ops, now)
-	reply, err := s.run(ctx, "", leanAcquires.get(sh), name, len(ops), c.keys, c.args)
+	reply, err := s.run(ctx, leanAcquires.get(sh), name, len(ops), c.keys, c.args)
 	s.putCall(c)
 	if err != nil {
 		return err
@@ -734,7 +736,7 @@ func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []admission.Op,
 		}
 		c.flushKeys()
 		c.args = append(c.args, &c.blob)
-		reply, err := s.settleRun(ctx, "", leanSettles.get(sh), count, c.keys, c.args)
+		reply, err := s.settleRun(ctx, leanSettles.get(sh), count, c.keys, c.args)
 		s.putCall(c)
 		return reply, err
 	})
