@@ -101,6 +101,37 @@ func benchController(b *testing.B, client redis.UniversalClient, obs *errCounter
 	return ctl
 }
 
+// benchAdmit measures admissions through ctl on keys with par goroutines
+// per CPU, each settled with 80 tokens of the 100 estimated when tokens is
+// set and done otherwise, and the server's side of them (see serverMeter).
+func benchAdmit(b *testing.B, addr string, keys []string, par int, ctl *admission.Controller, obs *errCounter, tokens bool) {
+	b.ReportAllocs()
+	b.SetParallelism(par)
+	var seq atomic.Int64
+	ctx := context.Background()
+	m := startServerMeter(b, addr)
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(1) * 7919)
+		for pb.Next() {
+			tk, err := ctl.Admit(ctx, admission.Request{Tenant: keys[i%benchKeys], Tokens: 100})
+			if err != nil {
+				b.Errorf("Admit: %v", err)
+				return
+			}
+			if tokens {
+				tk.Settle(admission.Usage{Tokens: 80})
+			} else {
+				tk.Done()
+			}
+			i++
+		}
+	})
+	m.report(b)
+	if n := obs.n.Load(); n > 0 {
+		b.Fatalf("%d store errors: the benchmark measured failures", n)
+	}
+}
+
 // BenchmarkRedisAdmit is a token-bucket admission and its settlement
 // through an admission.Controller on 10,000 tenants; policies=3 adds a
 // token bucket on tokens and a concurrency limit (one AcquireBatch round
@@ -112,44 +143,17 @@ func BenchmarkRedisAdmit(b *testing.B) {
 	keys := benchTenants()
 	tenant := []admission.KeyPart{admission.KeyTenant}
 	rpm := admission.Policy{Name: "rpm", Key: tenant, Algorithm: admission.TokenBucket, Limit: benchRate, Per: time.Second}
-	run := func(b *testing.B, par int, ctl *admission.Controller, obs *errCounter, tokens bool) {
-		b.ReportAllocs()
-		b.SetParallelism(par)
-		var seq atomic.Int64
-		ctx := context.Background()
-		m := startServerMeter(b, srv.Addr)
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(seq.Add(1) * 7919)
-			for pb.Next() {
-				tk, err := ctl.Admit(ctx, admission.Request{Tenant: keys[i%benchKeys], Tokens: 100})
-				if err != nil {
-					b.Errorf("Admit: %v", err)
-					return
-				}
-				if tokens {
-					tk.Settle(admission.Usage{Tokens: 80})
-				} else {
-					tk.Done()
-				}
-				i++
-			}
-		})
-		m.report(b)
-		if n := obs.n.Load(); n > 0 {
-			b.Fatalf("%d store errors: the benchmark measured failures", n)
-		}
-	}
 	for _, par := range parallelism {
 		b.Run("parallel="+strconv.Itoa(par), func(b *testing.B) {
 			obs := &errCounter{}
-			run(b, par, benchController(b, client, obs, rpm), obs, false)
+			benchAdmit(b, srv.Addr, keys, par, benchController(b, client, obs, rpm), obs, false)
 		})
 	}
 	b.Run("policies=3/parallel=8", func(b *testing.B) {
 		obs := &errCounter{}
 		tpm := admission.Policy{Name: "tpm", Key: tenant, Unit: admission.UnitTokens, Algorithm: admission.TokenBucket, Limit: 1 << 40, Per: time.Second}
 		inflight := admission.Policy{Name: "inflight", Key: tenant, Algorithm: admission.Concurrency, Limit: 1 << 20, MaxHold: time.Minute}
-		run(b, 8, benchController(b, client, obs, rpm, tpm, inflight), obs, true)
+		benchAdmit(b, srv.Addr, keys, 8, benchController(b, client, obs, rpm, tpm, inflight), obs, true)
 	})
 }
 
@@ -179,28 +183,7 @@ func BenchmarkRedisAdmitGeneric(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name+"/parallel=8", func(b *testing.B) {
 			obs := &errCounter{}
-			ctl := benchController(b, client, obs, c.policies...)
-			b.ReportAllocs()
-			b.SetParallelism(8)
-			var seq atomic.Int64
-			ctx := context.Background()
-			m := startServerMeter(b, srv.Addr)
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(seq.Add(1) * 7919)
-				for pb.Next() {
-					tk, err := ctl.Admit(ctx, admission.Request{Tenant: keys[i%benchKeys], Tokens: 100})
-					if err != nil {
-						b.Errorf("Admit: %v", err)
-						return
-					}
-					tk.Settle(admission.Usage{Tokens: 80})
-					i++
-				}
-			})
-			m.report(b)
-			if n := obs.n.Load(); n > 0 {
-				b.Fatalf("%d store errors: the benchmark measured failures", n)
-			}
+			benchAdmit(b, srv.Addr, keys, 8, benchController(b, client, obs, c.policies...), obs, true)
 		})
 	}
 }

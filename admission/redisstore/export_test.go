@@ -29,7 +29,7 @@ func IsSettleCall(args []any) bool {
 // has reports whether sha names a script of c.
 func (c *scriptCache[K]) has(sha string) bool {
 	for i := range c.scripts {
-		if s := c.scripts[i].Load(); s != nil && s.Hash() == sha {
+		if s := c.scripts[i].Load(); s != nil && s.sha == sha {
 			return true
 		}
 	}

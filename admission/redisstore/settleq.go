@@ -25,9 +25,8 @@ type settleQueue struct {
 
 // queuedSettle is one settle call waiting for, or in, a batch.
 type queuedSettle struct {
-	script *redis.Script
-	keys   []string
-	args   []any
+	script *script
+	c      *call
 	reply  string
 	err    error
 	lead   bool          // set before done closes: send the next batch
@@ -36,7 +35,7 @@ type queuedSettle struct {
 
 // settleRun runs a settle script through the queue; policies is the
 // number of ops, for the observer.
-func (s *Store) settleRun(ctx context.Context, script *redis.Script, policies int, keys []string, args []any) (string, error) {
+func (s *Store) settleRun(ctx context.Context, script *script, policies int, c *call) (string, error) {
 	const op = "settle"
 	if !s.brk.allow() {
 		return "", s.refused(op, policies)
@@ -45,7 +44,7 @@ func (s *Store) settleRun(ctx context.Context, script *redis.Script, policies in
 	if s.calls != nil {
 		start = time.Now()
 	}
-	me := &queuedSettle{script: script, keys: keys, args: args}
+	me := &queuedSettle{script: script, c: c}
 	q := &s.settles
 	q.mu.Lock()
 	if q.busy {
@@ -111,13 +110,13 @@ func (s *Store) sendSettles(ctx context.Context, batch []*queuedSettle) {
 	defer cancel()
 	if len(batch) == 1 {
 		b := batch[0]
-		b.reply, b.err = b.script.Run(cctx, s.client, b.keys, b.args...).Text()
+		b.reply, b.err = s.eval(cctx, b.script, b.c)
 		return
 	}
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, b := range batch {
-		cmds[i] = b.script.EvalSha(cctx, pipe, b.keys, b.args...)
+		cmds[i] = pipe.Do(cctx, b.c.command("evalsha", b.script.sha)...)
 	}
 	_, _ = pipe.Exec(cctx)
 	for i, b := range batch {
@@ -125,7 +124,7 @@ func (s *Store) sendSettles(ctx context.Context, batch []*queuedSettle) {
 		if redis.HasErrorPrefix(b.err, "NOSCRIPT") {
 			// The server does not have the script (a restart, a flush, a
 			// Cluster node that never ran it): EVAL loads it.
-			b.reply, b.err = b.script.Eval(cctx, s.client, b.keys, b.args...).Text()
+			b.reply, b.err = s.client.Do(cctx, b.c.command("eval", b.script.src)...).Text()
 		}
 	}
 }

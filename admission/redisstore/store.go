@@ -282,7 +282,8 @@ func (s *Store) appendSettleKey(dst []byte, tag string) []byte {
 type call struct {
 	keys []string
 	args []any
-	blob blob // the lean scripts' argument
+	cmd  []any // the command: see command
+	blob blob  // the lean scripts' argument
 	// The lean scripts' keys are built in kbuf, ending at kend, and made
 	// strings with one allocation (flushKeys).
 	kbuf []byte
@@ -304,12 +305,23 @@ func (c *call) flushKeys() {
 	}
 }
 
+// command returns the command calling a script with c's keys and
+// arguments: verb EVALSHA with the script's hash, or EVAL with its source.
+func (c *call) command(verb, script any) []any {
+	c.cmd = append(c.cmd[:0], verb, script, len(c.keys))
+	for _, k := range c.keys {
+		c.cmd = append(c.cmd, k)
+	}
+	return append(c.cmd, c.args...)
+}
+
 func (s *Store) getCall() *call { return s.pool.Get().(*call) }
 
 func (s *Store) putCall(c *call) {
 	clear(c.keys)
 	clear(c.args)
-	c.keys, c.args, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
+	clear(c.cmd)
+	c.keys, c.args, c.cmd, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.cmd[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
 	s.pool.Put(c)
 }
 
@@ -538,7 +550,7 @@ func (s *Store) acquire(ctx context.Context, name string, ops []admission.Op, no
 		for i := range ops {
 			appendAcquire(c, &ops[i], now)
 		}
-		reply, err := s.run(ctx, script, name, len(ops), c.keys, c.args)
+		reply, err := s.run(ctx, script, name, len(ops), c)
 		s.putCall(c)
 		return reply, err
 	})
@@ -758,7 +770,7 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
 			c.args = l.params(c.args, op.Limit, now)
 		}
-		reply, err := s.settleRun(ctx, script, count, c.keys, c.args)
+		reply, err := s.settleRun(ctx, script, count, c)
 		s.putCall(c)
 		if err != nil {
 			for i := range ops {
@@ -791,8 +803,9 @@ func (s *Store) settle(ctx context.Context, ops []admission.Op, now int64) error
 	return nil
 }
 
-// run calls script through the breaker and the timeout.
-func (s *Store) run(ctx context.Context, script *redis.Script, op string, policies int, keys []string, args []any) (string, error) {
+// run calls script with c's keys and arguments through the breaker and
+// the timeout.
+func (s *Store) run(ctx context.Context, script *script, op string, policies int, c *call) (string, error) {
 	if !s.brk.allow() {
 		return "", s.refused(op, policies)
 	}
@@ -801,9 +814,21 @@ func (s *Store) run(ctx context.Context, script *redis.Script, op string, polici
 		start = time.Now()
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	reply, err := script.Run(cctx, s.client, keys, args...).Text()
+	reply, err := s.eval(cctx, script, c)
 	cancel()
 	return reply, s.finish(ctx, op, policies, start, err)
+}
+
+// eval runs script with c's keys and arguments by its hash (EVALSHA), and
+// by its source (EVAL, which loads it) when the server does not have it:
+// on first use, after a restart or SCRIPT FLUSH, on a Cluster node that
+// never ran it.
+func (s *Store) eval(ctx context.Context, script *script, c *call) (string, error) {
+	reply, err := s.client.Do(ctx, c.command("evalsha", script.sha)...).Text()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return s.client.Do(ctx, c.command("eval", script.src)...).Text()
+	}
+	return reply, err
 }
 
 // refused reports and returns the error of a call the open breaker
