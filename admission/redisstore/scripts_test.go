@@ -23,13 +23,15 @@ import (
 // EVALs that followed them.
 type flushScripts struct {
 	t                 testing.TB
-	addr              string
+	addrs             []string // the servers, all flushed
 	noscript, reloads atomic.Int64
 }
 
 func (h *flushScripts) flush() {
-	if r, err := redistest.Do(h.addr, "SCRIPT", "FLUSH"); err != nil || !strings.EqualFold(r, "OK") {
-		h.t.Errorf("SCRIPT FLUSH = %q, %v", r, err)
+	for _, a := range h.addrs {
+		if r, err := redistest.Do(a, "SCRIPT", "FLUSH"); err != nil || !strings.EqualFold(r, "OK") {
+			h.t.Errorf("SCRIPT FLUSH on %s = %q, %v", a, r, err)
+		}
 	}
 }
 
@@ -75,7 +77,7 @@ func (h *flushScripts) check(t *testing.T) {
 func TestScriptsFlushed(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr)
-	h := &flushScripts{t: t, addr: srv.Addr}
+	h := &flushScripts{t: t, addrs: []string{srv.Addr}}
 	client.AddHook(h)
 	admissiontest.RunCases(t, callerTimeStores(client))
 	h.check(t)
@@ -89,7 +91,7 @@ func TestScriptsFlushed(t *testing.T) {
 func TestScriptsFlushedBatches(t *testing.T) {
 	srv := redistest.Start(t)
 	flushed, kept := newClient(t, srv.Addr), newClient(t, srv.Addr)
-	h := &flushScripts{t: t, addr: srv.Addr}
+	h := &flushScripts{t: t, addrs: []string{srv.Addr}}
 	flushed.AddHook(h)
 	tenant := []admission.KeyPart{admission.KeyTenant}
 	policy := func(name string, alg admission.Algorithm) admission.Policy {

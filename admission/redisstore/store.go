@@ -603,7 +603,7 @@ func dur(v int64) time.Duration {
 // made again from the server's instant (three attempts at most); "K" says
 // a lean settle needs the idempotency key it was not sent, so the call is
 // made again with one. An error ends the calls. (Each call deals with a
-// server that does not have its script: see Store.run.)
+// server that does not have its script: see Store.eval.)
 func retry(now int64, keyed bool, send func(now int64, keyed bool) (string, error)) (string, error) {
 	for attempt := 0; ; attempt++ {
 		reply, err := send(now, keyed)
