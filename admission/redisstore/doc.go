@@ -81,7 +81,8 @@
 // the generic code's function tables, loops and number formatting. Lease
 // renewals run one more lean script of the same kind. Every other call
 // runs a generic script holding the code of the algorithms it uses and
-// nothing else. A server that does not have a script (its first call, a
+// nothing else (it defines their Lua functions at every call, a few
+// microseconds of server time the lean scripts do not spend). A server that does not have a script (its first call, a
 // restart, SCRIPT FLUSH, a Cluster node that never ran it) answers
 // NOSCRIPT without running anything, and the store sends the call again
 // with the script's source (EVAL), which loads it. The store uses no Redis
