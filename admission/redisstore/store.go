@@ -312,7 +312,8 @@ func (c *call) command(verb, script any) []any {
 	for _, k := range c.keys {
 		c.cmd = append(c.cmd, k)
 	}
-	return append(c.cmd, c.args...)
+	c.cmd = append(c.cmd, c.args...)
+	return c.cmd
 }
 
 func (s *Store) getCall() *call { return s.pool.Get().(*call) }
