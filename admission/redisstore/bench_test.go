@@ -102,6 +102,37 @@ func benchController(b *testing.B, client redis.UniversalClient, obs *errCounter
 	return ctl
 }
 
+// benchAdmit measures admissions through ctl on keys with par goroutines
+// per CPU, each settled with 80 tokens of the 100 estimated when tokens is
+// set and done otherwise, and the server's side of them (see serverMeter).
+func benchAdmit(b *testing.B, addr string, keys []string, par int, ctl *admission.Controller, obs *errCounter, tokens bool) {
+	b.ReportAllocs()
+	b.SetParallelism(par)
+	var seq atomic.Int64
+	ctx := context.Background()
+	m := startServerMeter(b, addr)
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(1) * 7919)
+		for pb.Next() {
+			tk, err := ctl.Admit(ctx, admission.Request{Tenant: keys[i%benchKeys], Tokens: 100})
+			if err != nil {
+				b.Errorf("Admit: %v", err)
+				return
+			}
+			if tokens {
+				tk.Settle(admission.Usage{Tokens: 80})
+			} else {
+				tk.Done()
+			}
+			i++
+		}
+	})
+	m.report(b)
+	if n := obs.n.Load(); n > 0 {
+		b.Fatalf("%d store errors: the benchmark measured failures", n)
+	}
+}
+
 // BenchmarkRedisAdmit is a token-bucket admission and its settlement
 // through an admission.Controller on 10,000 tenants; policies=3 adds a
 // token bucket on tokens and a concurrency limit (one AcquireBatch round
@@ -113,43 +144,47 @@ func BenchmarkRedisAdmit(b *testing.B) {
 	keys := benchTenants()
 	tenant := []limits.KeyPart{limits.KeyTenant}
 	rpm := admission.Policy{Name: "rpm", Key: tenant, Algorithm: limits.TokenBucket, Limit: benchRate, Per: time.Second}
-	run := func(b *testing.B, par int, ctl *admission.Controller, obs *errCounter, tokens bool) {
-		b.ReportAllocs()
-		b.SetParallelism(par)
-		var seq atomic.Int64
-		ctx := context.Background()
-		m := startServerMeter(b, srv.Addr)
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(seq.Add(1) * 7919)
-			for pb.Next() {
-				tk, err := ctl.Admit(ctx, admission.Request{Tenant: keys[i%benchKeys], Tokens: 100})
-				if err != nil {
-					b.Errorf("Admit: %v", err)
-					return
-				}
-				if tokens {
-					tk.Settle(admission.Usage{Tokens: 80})
-				} else {
-					tk.Done()
-				}
-				i++
-			}
-		})
-		m.report(b)
-		if n := obs.n.Load(); n > 0 {
-			b.Fatalf("%d store errors: the benchmark measured failures", n)
-		}
-	}
 	for _, par := range parallelism {
 		b.Run("parallel="+strconv.Itoa(par), func(b *testing.B) {
 			obs := &errCounter{}
-			run(b, par, benchController(b, client, obs, rpm), obs, false)
+			benchAdmit(b, srv.Addr, keys, par, benchController(b, client, obs, rpm), obs, false)
 		})
 	}
 	b.Run("policies=3/parallel=8", func(b *testing.B) {
 		obs := &errCounter{}
 		tpm := admission.Policy{Name: "tpm", Key: tenant, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Second}
 		inflight := admission.Policy{Name: "inflight", Key: tenant, Algorithm: limits.Concurrency, Limit: 1 << 20, MaxHold: time.Minute}
-		run(b, 8, benchController(b, client, obs, rpm, tpm, inflight), obs, true)
+		benchAdmit(b, srv.Addr, keys, 8, benchController(b, client, obs, rpm, tpm, inflight), obs, true)
 	})
+}
+
+// BenchmarkRedisAdmitGeneric is an admission and its settlement through an
+// admission.Controller on 10,000 tenants for the algorithms the lean
+// scripts do not take (windows, sliding log, quota), alone and all four in
+// one batch.
+func BenchmarkRedisAdmitGeneric(b *testing.B) {
+	srv := redistest.Start(b)
+	client := benchClient(b, srv.Addr)
+	keys := benchTenants()
+	tenant := []limits.KeyPart{limits.KeyTenant}
+	fw := admission.Policy{Name: "fw", Key: tenant, Algorithm: limits.FixedWindow, Limit: benchRate, Per: time.Second}
+	sw := admission.Policy{Name: "sw", Key: tenant, Algorithm: limits.SlidingWindow, Limit: benchRate, Per: time.Second}
+	sl := admission.Policy{Name: "sl", Key: tenant, Algorithm: limits.SlidingLog, Limit: benchRate, Per: time.Second}
+	q := admission.Policy{Name: "q", Key: tenant, Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 1 << 40, Period: limits.PeriodFixed, Per: time.Hour}
+	cases := []struct {
+		name     string
+		policies []admission.Policy
+	}{
+		{"fixed_window", []admission.Policy{fw}},
+		{"sliding_window", []admission.Policy{sw}},
+		{"sliding_log", []admission.Policy{sl}},
+		{"quota", []admission.Policy{q}},
+		{"policies=4", []admission.Policy{fw, sw, sl, q}},
+	}
+	for _, c := range cases {
+		b.Run(c.name+"/parallel=8", func(b *testing.B) {
+			obs := &errCounter{}
+			benchAdmit(b, srv.Addr, keys, 8, benchController(b, client, obs, c.policies...), obs, true)
+		})
+	}
 }

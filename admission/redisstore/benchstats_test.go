@@ -11,8 +11,8 @@ import (
 
 // serverMeter adds the server's side of a benchmark to its metrics:
 // srv-cpu-ns/op, the redis-server process's CPU time per operation (INFO
-// cpu), and script-µs/op, the time the server spent in scripts and
-// functions per operation (INFO commandstats of EVALSHA, EVAL and FCALL),
+// cpu), and script-µs/op, the time the server spent in scripts per
+// operation (INFO commandstats of EVALSHA and EVAL),
 // next to the client's cpu-ns/op.
 type serverMeter struct {
 	addr string
@@ -45,7 +45,7 @@ func (m *serverMeter) report(b *testing.B) {
 	for _, line := range strings.Split(stats, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		switch name {
-		case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall":
+		case "cmdstat_evalsha", "cmdstat_eval":
 		default:
 			continue
 		}

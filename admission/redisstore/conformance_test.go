@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,9 +42,20 @@ func callerTimeStores(client redis.UniversalClient) func(t *testing.T) backend.S
 	}
 }
 
+// TestConformance runs the conformance suite as a Redis user denied
+// FUNCTION and FCALL: the store runs scripts only, so a server without
+// Functions (before Redis 7, or an ACL) runs it the same.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	stores := callerTimeStores(newClient(t, srv.Addr))
+	if _, err := redistest.Do(srv.Addr, "ACL", "SETUSER", "scripts", "on", ">scripts", "~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro"); err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "scripts", Password: "scripts", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	if err := client.FunctionList(t.Context(), redis.FunctionListQuery{}).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Fatalf("FUNCTION LIST as the user denied it = %v; want NOPERM", err)
+	}
+	stores := callerTimeStores(client)
 	backendtest.RunCases(t, stores)
 	for seed := uint64(1); seed <= 3; seed++ {
 		backendtest.RunProperties(t, stores, backendtest.Traffic{

@@ -7,8 +7,8 @@ import (
 )
 
 // IsSettleCall reports whether the arguments of a client command call a
-// settle script or function, lean or generic, for tests that replay or hold
-// settle calls as a client retrying after a lost reply would.
+// settle script, lean or generic, for tests that replay or hold settle
+// calls as a client retrying after a lost reply would.
 func IsSettleCall(args []any) bool {
 	if len(args) < 3 {
 		return false
@@ -16,22 +16,20 @@ func IsSettleCall(args []any) bool {
 	name, _ := args[0].(string)
 	arg, _ := args[1].(string)
 	switch strings.ToLower(name) {
-	case "evalsha", "fcall":
-		return isSettleScript(arg)
+	case "evalsha":
+		return leanSettles.has(arg) || genericSettles.has(arg)
 	case "eval":
 		sum := sha1.Sum([]byte(arg))
-		return isSettleScript(hex.EncodeToString(sum[:]))
+		sha := hex.EncodeToString(sum[:])
+		return leanSettles.has(sha) || genericSettles.has(sha)
 	}
 	return false
 }
 
-// isSettleScript reports whether sha names a settle script or function.
-func isSettleScript(sha string) bool {
-	if sha == settleScript.Hash() || sha == libSettle {
-		return true
-	}
-	for i := range leanSettles.scripts {
-		if s := leanSettles.scripts[i].Load(); s != nil && s.Hash() == sha {
+// has reports whether sha names a script of c.
+func (c *scriptCache[K]) has(sha string) bool {
+	for i := range c.scripts {
+		if s := c.scripts[i].Load(); s != nil && s.sha == sha {
 			return true
 		}
 	}

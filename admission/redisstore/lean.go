@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
@@ -11,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/limits"
 )
@@ -237,7 +238,7 @@ end
 // clock, now_s, now_n, grace, the lease id and the max hold; KEYS[1]: the
 // partition. The reply: 1 if the lease was held, the cost in flight, the
 // leases reclaimed.
-var renewScript = redis.NewScript(leanPrelude + luaLeaseScan + `
+var renewScript = newScript(leanPrelude + luaLeaseScan + `
 local clock, now_s, now_n, grace, id, hold = up('<dddddd', ARGV[1])
 ` + leanTime + `
 local h = redis.call('HGET', KEYS[1], 'h')
@@ -289,7 +290,7 @@ func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *b
 	c.putKey(func(b []byte) []byte { return l.appendKey(b, key) })
 	c.flushKeys()
 	c.args = append(c.args, &c.blob)
-	reply, err := s.run(ctx, "", renewScript, "renew", 1, c.keys, c.args)
+	reply, err := s.run(ctx, renewScript, "renew", 1, c)
 	s.putCall(c)
 	if err != nil {
 		return err
@@ -355,30 +356,41 @@ func (sh shape) ops() []bool {
 	return leases
 }
 
-// scriptCache holds the generated script of each shape.
-type scriptCache struct {
-	scripts [2 << leanMax]atomic.Pointer[redis.Script]
-	gen     func(shape) string
+// A script is a Lua script the store runs by its hash (see Store.eval).
+type script struct {
+	src, sha any // the source and its hex SHA-1, boxed once for the calls
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// scriptCache holds the generated script of each shape (lean) or set of
+// algorithms (generic), created on first use.
+type scriptCache[K shape | algSet] struct {
+	scripts [2 << leanMax]atomic.Pointer[script]
+	gen     func(K) string
 	mu      sync.Mutex
 }
 
-func (c *scriptCache) get(sh shape) *redis.Script {
-	if s := c.scripts[sh].Load(); s != nil {
+func (c *scriptCache[K]) get(k K) *script {
+	if s := c.scripts[k].Load(); s != nil {
 		return s
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s := c.scripts[sh].Load(); s != nil {
+	if s := c.scripts[k].Load(); s != nil {
 		return s
 	}
-	s := redis.NewScript(c.gen(sh))
-	c.scripts[sh].Store(s)
+	s := newScript(c.gen(k))
+	c.scripts[k].Store(s)
 	return s
 }
 
 var (
-	leanAcquires = &scriptCache{gen: genAcquire}
-	leanSettles  = &scriptCache{gen: genSettle}
+	leanAcquires = &scriptCache[shape]{gen: genAcquire}
+	leanSettles  = &scriptCache[shape]{gen: genSettle}
 )
 
 // argList returns the Lua names of the header and of each op's five
@@ -586,7 +598,7 @@ func (r *floats) int() int64 { return int64(r.float()) }
 // their grants as the generic script would.
 func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []backend.Op, now int64) error {
 	c := s.leanAcquireCall(ops, now)
-	reply, err := s.run(ctx, "", leanAcquires.get(sh), name, len(ops), c.keys, c.args)
+	reply, err := s.run(ctx, leanAcquires.get(sh), name, len(ops), c)
 	s.putCall(c)
 	if err != nil {
 		return err
@@ -734,7 +746,7 @@ func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []backend.Op, n
 		}
 		c.flushKeys()
 		c.args = append(c.args, &c.blob)
-		reply, err := s.settleRun(ctx, "", leanSettles.get(sh), count, c.keys, c.args)
+		reply, err := s.settleRun(ctx, leanSettles.get(sh), count, c)
 		s.putCall(c)
 		return reply, err
 	})

@@ -159,28 +159,39 @@ func errorsIsRejection(err error) bool {
 // checks a request's policies keyed by tenant run in one script there.
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	testSharded(t, newClusterClient(t, cl.Addrs), cl.Addrs)
+	testSharded(t, func(t testing.TB) redis.UniversalClient { return newClusterClient(t, cl.Addrs) }, cl.Addrs)
 }
 
 // TestRing does the same on a Ring of two servers, which shards keys by
 // their hash tag on the client.
 func TestRing(t *testing.T) {
 	a, b := redistest.Start(t), redistest.Start(t)
-	client := redis.NewRing(&redis.RingOptions{
-		Addrs:                 map[string]string{"a": a.Addr, "b": b.Addr},
-		ContextTimeoutEnabled: true,
-	})
-	t.Cleanup(func() { client.Close() })
-	testSharded(t, client, []string{a.Addr, b.Addr})
+	testSharded(t, func(t testing.TB) redis.UniversalClient {
+		client := redis.NewRing(&redis.RingOptions{
+			Addrs:                 map[string]string{"a": a.Addr, "b": b.Addr},
+			ContextTimeoutEnabled: true,
+		})
+		t.Cleanup(func() { client.Close() })
+		return client
+	}, []string{a.Addr, b.Addr})
 }
 
-// testSharded runs the conformance tables on client, whose keys are
-// spread over the servers at addrs by hash tag, and checks a request's
+// testSharded runs the conformance tables on a client of newClient, whose
+// keys are spread over the servers at addrs by hash tag, also with every
+// server's scripts flushed before every call, and checks a request's
 // policies keyed by tenant run in one script there, and policies in
 // different slots in one script each, all or nothing.
-func testSharded(t *testing.T, client redis.UniversalClient, addrs []string) {
+func testSharded(t *testing.T, newClient func(t testing.TB) redis.UniversalClient, addrs []string) {
+	client := newClient(t)
 	t.Run("conformance", func(t *testing.T) {
 		backendtest.RunCases(t, callerTimeStores(client))
+	})
+	t.Run("scripts_flushed", func(t *testing.T) {
+		flushed := newClient(t)
+		h := &flushScripts{t: t, addrs: addrs}
+		flushed.AddHook(h)
+		backendtest.RunCases(t, callerTimeStores(flushed))
+		h.check(t)
 	})
 	t.Run("batch", func(t *testing.T) {
 		st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})

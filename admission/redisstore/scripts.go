@@ -1,18 +1,16 @@
 package redisstore
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
-// The scripts share one prelude and one driver. Each algorithm has its own
-// acquire script (prelude + that algorithm + driver); a batch of several
-// policies runs the script holding every algorithm; settling (refund,
-// charge, release) has its own script.
+// The generic scripts take what the lean scripts (lean.go) do not: fixed
+// and sliding windows, sliding logs, quotas, and calls mixing them with
+// token buckets and concurrency limits. Each is generated for the set of
+// algorithms of a call: one prelude, the code of those algorithms only,
+// and the acquire or the settle (refund, charge, release) driver.
 //
 // Time is kept as (seconds, nanoseconds) pairs: a Lua number is a double,
 // which holds nanoseconds since the epoch only to 256 ns, while differences
@@ -47,13 +45,6 @@ local E9 = 1000000000
 local NEVER = -1
 local MAXD = 4611686018427387903
 local function tdiff(as, an, bs, bn) return (as - bs) * E9 + (an - bn) end
-local function tadd(s, n, d)
-  local t = n + d
-  local q = math.floor(t / E9)
-  local r = t - q * E9
-  if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
-  return s + q, r
-end
 local function ceil_ns(x)
   if x <= 0 then return 0 end
   if x > MAXD then return MAXD end
@@ -69,41 +60,6 @@ local function ttl(ns, grace)
   if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
   return fmt(ms + grace)
 end
-local function floor0(x) if x <= 0 then return 0 end return math.floor(x) end
--- window places the op in the window holding now, starting from the
--- caller's hint (p2 per, p3/p4 window start): exact for any skew below
--- 2^53 ns.
-local function window(o, per, hs, hn)
-  local el = tdiff(o.s, o.n, hs, hn)
-  local ws, wn = hs, hn
-  if el < 0 or el >= per then
-    local k = math.floor(el / per)
-    ws, wn = tadd(hs, hn, k * per)
-    el = el - k * per
-    while el < 0 do ws, wn = tadd(ws, wn, -per); el = el + per end
-    while el >= per do ws, wn = tadd(ws, wn, per); el = el - per end
-  end
-  o.ws, o.wn, o.el = ws, wn, el
-end
--- rel loads the base second of a sorted-set partition and the current
--- instant relative to it, rebasing the scores when they grow large.
-local function rel(o, base)
-  if base == nil then base = o.s end
-  o.b = base
-  o.now = tdiff(o.s, o.n, base, 0)
-  if o.now > 4503599627370496 then
-    local shift = (o.s - base) * E9
-    local all = redis.call('ZRANGE', o.k2, 0, -1, 'WITHSCORES')
-    for i = 1, #all, 2 do
-      redis.call('ZADD', o.k2, fmt(tonumber(all[i + 1]) - shift), all[i])
-    end
-    o.b = o.s
-    o.now = o.n
-    o.hdirty = true
-  end
-end
-local function mcost(m) return tonumber(string.match(m, ':(%d+)$')) end
-local function mseq(m) return tonumber(string.match(m, '^(%d+):')) end
 local ALG = {}
 `
 
@@ -147,6 +103,7 @@ end
 
 var luaAlg = map[limits.Algorithm]string{
 	limits.TokenBucket: `
+local function floor0(x) if x <= 0 then return 0 end return math.floor(x) end
 ALG[0] = {nkeys = 1, keep = true}
 ALG[0].load = function(o)
   o.cap = o.p2
@@ -192,6 +149,28 @@ ALG[0].save = function(o, grace)
 end
 `,
 	limits.FixedWindow: `
+local function tadd(s, n, d)
+  local t = n + d
+  local q = math.floor(t / E9)
+  local r = t - q * E9
+  if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
+  return s + q, r
+end
+-- window places the op in the window holding now, starting from the
+-- caller's hint (p2 per, p3/p4 window start): exact for any skew below
+-- 2^53 ns.
+local function window(o, per, hs, hn)
+  local el = tdiff(o.s, o.n, hs, hn)
+  local ws, wn = hs, hn
+  if el < 0 or el >= per then
+    local k = math.floor(el / per)
+    ws, wn = tadd(hs, hn, k * per)
+    el = el - k * per
+    while el < 0 do ws, wn = tadd(ws, wn, -per); el = el + per end
+    while el >= per do ws, wn = tadd(ws, wn, per); el = el - per end
+  end
+  o.ws, o.wn, o.el = ws, wn, el
+end
 ALG[1] = {nkeys = 1}
 -- A window hint more than 2^50 ns (13 days) off the server's time could
 -- not be moved exactly: the caller recomputes it from the server's time.
@@ -312,6 +291,25 @@ ALG[2].save = function(o, grace)
 end
 `,
 	limits.SlidingLog: `
+-- rel loads the base second of a sorted-set partition and the current
+-- instant relative to it, rebasing the scores when they grow large.
+local function rel(o, base)
+  if base == nil then base = o.s end
+  o.b = base
+  o.now = tdiff(o.s, o.n, base, 0)
+  if o.now > 4503599627370496 then
+    local shift = (o.s - base) * E9
+    local all = redis.call('ZRANGE', o.k2, 0, -1, 'WITHSCORES')
+    for i = 1, #all, 2 do
+      redis.call('ZADD', o.k2, fmt(tonumber(all[i + 1]) - shift), all[i])
+    end
+    o.b = o.s
+    o.now = o.n
+    o.hdirty = true
+  end
+end
+local function mcost(m) return tonumber(string.match(m, ':(%d+)$')) end
+local function mseq(m) return tonumber(string.match(m, '^(%d+):')) end
 ALG[3] = {nkeys = 2}
 ALG[3].load = function(o)
   local h = redis.call('HMGET', o.k1, 'b', 'a', 'q')
@@ -655,59 +653,31 @@ end
 return table.concat(out, ' ')
 `
 
-// The library holds the same code as Redis Functions (Redis 7 and later):
-// its functions are defined once when it is loaded instead of at every
-// call, which halves the server time of a batch. The store uses it when
-// the server has FUNCTION, and the scripts otherwise.
-var (
-	libName    string
-	libAcquire string
-	libSettle  string
-	librarySrc string
-)
+// An algSet is the set of algorithms of a generic call, one bit per
+// limits.Algorithm.
+type algSet uint16
 
-func init() {
-	body := strings.Replace(luaPrelude, "if redis.replicate_commands then redis.replicate_commands() end", "", 1) + allAlgorithms()
-	sum := sha1.Sum([]byte(body + luaAcquire + luaSettle))
-	h := hex.EncodeToString(sum[:6])
-	libName = "sluice_" + h
-	libAcquire = "sluice_acquire_" + h
-	libSettle = "sluice_settle_" + h
-	librarySrc = "#!lua name=" + libName + "\n" + body +
-		"redis.register_function('" + libAcquire + "', function(KEYS, ARGV)\n" + luaAcquire + "\nend)\n" +
-		"redis.register_function('" + libSettle + "', function(KEYS, ARGV)\n" + luaSettle + "\nend)\n"
-}
-
-func allAlgorithms() string {
-	s := ""
-	for a := limits.TokenBucket; a <= limits.Quota; a++ {
-		s += luaAlg[a]
+// genGeneric returns the generator of the generic scripts running driver.
+func genGeneric(driver string) func(algSet) string {
+	return func(set algSet) string {
+		if set&(1<<limits.SlidingWindow|1<<limits.Quota) != 0 {
+			// The sliding window and the quota share the fixed window's
+			// code: window placement, hint check, counting.
+			set |= 1 << limits.FixedWindow
+		}
+		var b strings.Builder
+		b.WriteString(luaPrelude)
+		for a := limits.TokenBucket; a <= limits.Quota; a++ {
+			if set&(1<<a) != 0 {
+				b.WriteString(luaAlg[a])
+			}
+		}
+		b.WriteString(driver)
+		return b.String()
 	}
-	return s
 }
 
 var (
-	// acquireScripts holds one script per algorithm, indexed by it, for
-	// servers without FUNCTION; token buckets and concurrency limits run
-	// the lean scripts and have none.
-	acquireScripts [limits.Quota + 1]*redis.Script
-	// batchScript evaluates several policies of any algorithms at once.
-	batchScript = redis.NewScript(luaPrelude + allAlgorithms() + luaAcquire)
-	// settleScript adjusts and releases grants of any algorithms.
-	settleScript = redis.NewScript(luaPrelude + allAlgorithms() + luaSettle)
+	genericAcquires = &scriptCache[algSet]{gen: genGeneric(luaAcquire)}
+	genericSettles  = &scriptCache[algSet]{gen: genGeneric(luaSettle)}
 )
-
-func init() {
-	for a := limits.TokenBucket; a <= limits.Quota; a++ {
-		if a == limits.TokenBucket || a == limits.Concurrency {
-			continue
-		}
-		src := luaAlg[a]
-		if a == limits.Quota || a == limits.SlidingWindow {
-			// The quota shares the fixed window's adjustment, the sliding
-			// window its hint check.
-			src = luaAlg[limits.FixedWindow] + src
-		}
-		acquireScripts[a] = redis.NewScript(luaPrelude + src + luaAcquire)
-	}
-}

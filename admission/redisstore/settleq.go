@@ -25,19 +25,17 @@ type settleQueue struct {
 
 // queuedSettle is one settle call waiting for, or in, a batch.
 type queuedSettle struct {
-	fn     string // library function, "" for none (see Store.call)
-	script *redis.Script
-	keys   []string
-	args   []any
+	script *script
+	c      *call
 	reply  string
 	err    error
 	lead   bool          // set before done closes: send the next batch
 	done   chan struct{} // for a queued call: closed when reply and err are set, or to lead
 }
 
-// settleRun runs a settle function (fn, "" for none) or script through the
-// queue; policies is the number of ops, for the observer.
-func (s *Store) settleRun(ctx context.Context, fn string, script *redis.Script, policies int, keys []string, args []any) (string, error) {
+// settleRun runs a settle script through the queue; policies is the
+// number of ops, for the observer.
+func (s *Store) settleRun(ctx context.Context, script *script, policies int, c *call) (string, error) {
 	const op = "settle"
 	if !s.brk.allow() {
 		return "", s.refused(op, policies)
@@ -46,7 +44,7 @@ func (s *Store) settleRun(ctx context.Context, fn string, script *redis.Script, 
 	if s.calls != nil {
 		start = time.Now()
 	}
-	me := &queuedSettle{fn: fn, script: script, keys: keys, args: args}
+	me := &queuedSettle{script: script, c: c}
 	q := &s.settles
 	q.mu.Lock()
 	if q.busy {
@@ -112,21 +110,21 @@ func (s *Store) sendSettles(ctx context.Context, batch []*queuedSettle) {
 	defer cancel()
 	if len(batch) == 1 {
 		b := batch[0]
-		b.reply, b.err = s.call(cctx, b.fn, b.script, b.keys, b.args)
+		b.reply, b.err = s.eval(cctx, b.script, b.c)
 		return
 	}
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, b := range batch {
-		cmds[i] = s.send(cctx, pipe, b.fn, b.script, b.keys, b.args)
+		cmds[i] = pipe.Do(cctx, b.c.command("evalsha", b.script.sha)...)
 	}
 	_, _ = pipe.Exec(cctx)
 	for i, b := range batch {
 		b.reply, b.err = cmds[i].Text()
-		if lost(b.err) {
-			// The server lost its scripts or library (a restart, a
-			// flush): one call loads them.
-			b.reply, b.err = s.call(cctx, b.fn, b.script, b.keys, b.args)
+		if redis.HasErrorPrefix(b.err, "NOSCRIPT") {
+			// The server does not have the script (a restart, a flush, a
+			// Cluster node that never ran it): EVAL loads it.
+			b.reply, b.err = s.client.Do(cctx, b.c.command("eval", b.script.src)...).Text()
 		}
 	}
 }

@@ -88,21 +88,19 @@ type BreakerObserver interface {
 // enforces one limit. It implements backend.Store and backend.Batcher.
 // It is safe for concurrent use and has no background goroutines.
 type Store struct {
-	client  redis.UniversalClient
-	cfg     Config
-	sharded bool // Cluster or Ring: a batch's keys must share a hash tag
-	obs     admission.Observer
-	calls   backend.CallObserver
-	breaks  BreakerObserver
-	brk     breaker
-	// noFunctions is set once the server refused to load the library.
-	noFunctions atomic.Bool
-	grace       int64 // ms
-	graceArg    any   // grace, boxed once
-	idemMS      int64 // lifetime of a settle's idempotency key
-	idemTTL     any   // idemMS, boxed once
-	pool        sync.Pool
-	settles     settleQueue
+	client   redis.UniversalClient
+	cfg      Config
+	sharded  bool // Cluster or Ring: a batch's keys must share a hash tag
+	obs      admission.Observer
+	calls    backend.CallObserver
+	breaks   BreakerObserver
+	brk      breaker
+	grace    int64 // ms
+	graceArg any   // grace, boxed once
+	idemMS   int64 // lifetime of a settle's idempotency key
+	idemTTL  any   // idemMS, boxed once
+	pool     sync.Pool
+	settles  settleQueue
 }
 
 var (
@@ -286,7 +284,8 @@ func (s *Store) appendSettleKey(dst []byte, tag string) []byte {
 type call struct {
 	keys []string
 	args []any
-	blob blob // the lean scripts' argument
+	cmd  []any // the command: see command
+	blob blob  // the lean scripts' argument
 	// The lean scripts' keys are built in kbuf, ending at kend, and made
 	// strings with one allocation (flushKeys).
 	kbuf []byte
@@ -308,12 +307,24 @@ func (c *call) flushKeys() {
 	}
 }
 
+// command returns the command calling a script with c's keys and
+// arguments: verb EVALSHA with the script's hash, or EVAL with its source.
+func (c *call) command(verb, script any) []any {
+	c.cmd = append(c.cmd[:0], verb, script, len(c.keys))
+	for _, k := range c.keys {
+		c.cmd = append(c.cmd, k)
+	}
+	c.cmd = append(c.cmd, c.args...)
+	return c.cmd
+}
+
 func (s *Store) getCall() *call { return s.pool.Get().(*call) }
 
 func (s *Store) putCall(c *call) {
 	clear(c.keys)
 	clear(c.args)
-	c.keys, c.args, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
+	clear(c.cmd)
+	c.keys, c.args, c.cmd, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.cmd[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
 	s.pool.Put(c)
 }
 
@@ -407,7 +418,7 @@ func nowNanos(now time.Time) int64 {
 func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n int64, now time.Time, g *backend.Grant) error {
 	var ops [1]backend.Op
 	ops[0] = backend.Op{Limiter: l, Key: key, Limit: *lim, N: n}
-	err := l.s.acquireOne(ctx, ops[:], nowNanos(now))
+	err := l.s.acquire(ctx, "acquire", ops[:], nowNanos(now))
 	*g = ops[0].Grant
 	return err
 }
@@ -425,10 +436,10 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []backend.Op, now time.Tim
 	}
 	ns := nowNanos(now)
 	if len(ops) == 1 {
-		return s.acquireOne(ctx, ops, ns)
+		return s.acquire(ctx, "acquire", ops, ns)
 	}
 	if !s.sharded || sameTag(ops) {
-		return s.batch(ctx, ops, ns)
+		return s.acquire(ctx, "batch", ops, ns)
 	}
 	groups := groupByTag(ops)
 	var err error
@@ -438,7 +449,7 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []backend.Op, now time.Tim
 		for i, j := range g {
 			sub[i] = ops[j]
 		}
-		if err = s.batch(ctx, sub, ns); err != nil {
+		if err = s.acquire(ctx, "batch", sub, ns); err != nil {
 			break
 		}
 		for i, j := range g {
@@ -525,32 +536,24 @@ func groupByTag(ops []backend.Op) [][]int {
 	return groups
 }
 
-// acquireOne runs the acquire script of the algorithm of ops[0], the only
-// op.
-func (s *Store) acquireOne(ctx context.Context, ops []backend.Op, now int64) error {
+// acquire evaluates ops, whose keys may share a script, in one call (name
+// is "acquire" for one op, "batch" for several) and fills their grants.
+func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now int64) error {
 	if sh, ok := leanAcquireShape(ops); ok {
-		return s.leanAcquire(ctx, "acquire", sh, ops, now)
+		return s.leanAcquire(ctx, name, sh, ops, now)
 	}
-	return s.acquire(ctx, acquireScripts[ops[0].Limiter.(*limiter).alg], "acquire", ops, now)
-}
-
-// batch evaluates ops, whose keys may share a script, in one script.
-func (s *Store) batch(ctx context.Context, ops []backend.Op, now int64) error {
-	if sh, ok := leanAcquireShape(ops); ok {
-		return s.leanAcquire(ctx, "batch", sh, ops, now)
+	var set algSet
+	for i := range ops {
+		set |= 1 << ops[i].Limiter.(*limiter).alg
 	}
-	return s.acquire(ctx, batchScript, "batch", ops, now)
-}
-
-// acquire runs an acquire script over ops and fills their grants.
-func (s *Store) acquire(ctx context.Context, script *redis.Script, name string, ops []backend.Op, now int64) error {
+	script := genericAcquires.get(set)
 	reply, err := retry(now, true, func(now int64, _ bool) (string, error) {
 		c := s.getCall()
 		s.header(c, now, len(ops))
 		for i := range ops {
 			appendAcquire(c, &ops[i], now)
 		}
-		reply, err := s.run(ctx, libAcquire, script, name, len(ops), c.keys, c.args)
+		reply, err := s.run(ctx, script, name, len(ops), c)
 		s.putCall(c)
 		return reply, err
 	})
@@ -603,7 +606,7 @@ func dur(v int64) time.Duration {
 // made again from the server's instant (three attempts at most); "K" says
 // a lean settle needs the idempotency key it was not sent, so the call is
 // made again with one. An error ends the calls. (Each call deals with a
-// server that lost the scripts or the library: see Store.call.)
+// server that does not have its script: see Store.eval.)
 func retry(now int64, keyed bool, send func(now int64, keyed bool) (string, error)) (string, error) {
 	for attempt := 0; ; attempt++ {
 		reply, err := send(now, keyed)
@@ -728,10 +731,12 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	}
 	count, adjusts := 0, false
 	var tag string
+	var set algSet
 	for i := range ops {
 		op := &ops[i]
-		if settles(op.Limiter.(*limiter), op) {
+		if l := op.Limiter.(*limiter); settles(l, op) {
 			count++
+			set |= 1 << l.alg
 			if !op.Release {
 				adjusts = true
 				tag = Tag(op.Key)
@@ -741,6 +746,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	if count == 0 {
 		return nil
 	}
+	script := genericSettles.get(set)
 	reply, err := retry(now, true, func(now int64, _ bool) (string, error) {
 		c := s.getCall()
 		s.header(c, now, count)
@@ -767,7 +773,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
 			c.args = l.params(c.args, op.Limit, now)
 		}
-		reply, err := s.settleRun(ctx, libSettle, settleScript, count, c.keys, c.args)
+		reply, err := s.settleRun(ctx, script, count, c)
 		s.putCall(c)
 		if err != nil {
 			for i := range ops {
@@ -800,73 +806,9 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	return nil
 }
 
-// call runs fn from the library when the server has functions (fn "" for
-// none), and script otherwise. When the server lost them (first use, a
-// restart, a flush) it loads the library and calls fn again, or evaluates
-// script (which loads it); a server that refuses FUNCTION (Redis before 7,
-// or an ACL) gets scripts from then on.
-func (s *Store) call(ctx context.Context, fn string, script *redis.Script, keys []string, args []any) (string, error) {
-	reply, err := s.send(ctx, s.client, fn, script, keys, args).Text()
-	if !lost(err) {
-		return reply, err
-	}
-	if fn != "" && !s.noFunctions.Load() {
-		err := s.loadLibrary(ctx)
-		if err == nil {
-			return s.client.FCall(ctx, fn, keys, args...).Text()
-		}
-		var rerr redis.Error
-		if !errors.As(err, &rerr) {
-			return "", err
-		}
-		s.noFunctions.Store(true)
-	}
-	return script.Eval(ctx, s.client, keys, args...).Text()
-}
-
-// send queues or makes the first try of a call on c (the client or a
-// pipeline): fn when the server has functions (fn "" for none), script by
-// its hash otherwise.
-func (s *Store) send(ctx context.Context, c redis.Cmdable, fn string, script *redis.Script, keys []string, args []any) *redis.Cmd {
-	if fn != "" && !s.noFunctions.Load() {
-		return c.FCall(ctx, fn, keys, args...)
-	}
-	return script.EvalSha(ctx, c, keys, args...)
-}
-
-// lost reports whether err says the server does not have the script or
-// the library function a call named.
-func lost(err error) bool {
-	return err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || isMissingFunction(err))
-}
-
-func isMissingFunction(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false
-	}
-	msg := rerr.Error()
-	return strings.Contains(msg, "Function not found") || strings.Contains(msg, "unknown command")
-}
-
-// loadLibrary loads the library on every master (Cluster) or shard (Ring),
-// or on the server.
-func (s *Store) loadLibrary(ctx context.Context) error {
-	load := func(ctx context.Context, c *redis.Client) error {
-		return c.FunctionLoadReplace(ctx, librarySrc).Err()
-	}
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, load)
-	case *redis.Ring:
-		return c.ForEachShard(ctx, load)
-	}
-	return s.client.FunctionLoadReplace(ctx, librarySrc).Err()
-}
-
-// run calls fn (a library function, "" for none) or else script, through
-// the breaker and the timeout.
-func (s *Store) run(ctx context.Context, fn string, script *redis.Script, op string, policies int, keys []string, args []any) (string, error) {
+// run calls script with c's keys and arguments through the breaker and
+// the timeout.
+func (s *Store) run(ctx context.Context, script *script, op string, policies int, c *call) (string, error) {
 	if !s.brk.allow() {
 		return "", s.refused(op, policies)
 	}
@@ -875,9 +817,21 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, op str
 		start = time.Now()
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	reply, err := s.call(cctx, fn, script, keys, args)
+	reply, err := s.eval(cctx, script, c)
 	cancel()
 	return reply, s.finish(ctx, op, policies, start, err)
+}
+
+// eval runs script with c's keys and arguments by its hash (EVALSHA), and
+// by its source (EVAL, which loads it) when the server does not have it:
+// on first use, after a restart or SCRIPT FLUSH, on a Cluster node that
+// never ran it.
+func (s *Store) eval(ctx context.Context, script *script, c *call) (string, error) {
+	reply, err := s.client.Do(ctx, c.command("evalsha", script.sha)...).Text()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return s.client.Do(ctx, c.command("eval", script.src)...).Text()
+	}
+	return reply, err
 }
 
 // refused reports and returns the error of a call the open breaker

@@ -65,8 +65,7 @@ func (r *recorder) reset() {
 	r.mu.Unlock()
 }
 
-// scriptCalls returns how many scripts and functions addr has run
-// (EVALSHA, EVAL, FCALL).
+// scriptCalls returns how many scripts addr has run (EVALSHA, EVAL).
 func scriptCalls(t testing.TB, addr string) int {
 	t.Helper()
 	info, err := redistest.Do(addr, "INFO", "commandstats")
@@ -75,7 +74,7 @@ func scriptCalls(t testing.TB, addr string) int {
 	}
 	n := 0
 	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") || strings.HasPrefix(line, "cmdstat_fcall:") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
 			f := strings.TrimPrefix(line[strings.Index(line, "calls=")+6:], "")
 			v, _ := strconv.Atoi(f[:strings.IndexByte(f, ',')])
 			n += v
