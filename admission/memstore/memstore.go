@@ -311,18 +311,6 @@ func (l *memLimiter) Renew(_ context.Context, key string, lim *limits.Limit, g *
 	return nil
 }
 
-// partitions returns the number of partitions held.
-func (l *memLimiter) partitions() int {
-	n := 0
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
-}
-
 // Stats walks the table: partitions, those near the limit, cost in flight,
 // and the leases it reclaims on the way.
 func (l *memLimiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {

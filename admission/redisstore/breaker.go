@@ -66,6 +66,3 @@ func (b *breaker) abandon() {
 		b.probing.Store(false)
 	}
 }
-
-// open reports whether the breaker is open now.
-func (b *breaker) open() bool { return b.openUntil.Load() != 0 }

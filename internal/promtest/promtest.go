@@ -218,26 +218,6 @@ func (s *Server) Alerts(ctx context.Context) ([]Alert, error) {
 	return data.Alerts, err
 }
 
-// Targets returns the health ("up", "down", "unknown") of each scrape
-// target by its address.
-func (s *Server) Targets(ctx context.Context) (map[string]string, error) {
-	var data struct {
-		Active []struct {
-			ScrapeURL string `json:"scrapeUrl"`
-			Health    string `json:"health"`
-			LastError string `json:"lastError"`
-		} `json:"activeTargets"`
-	}
-	if err := s.get(ctx, "/api/v1/targets", nil, &data); err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, a := range data.Active {
-		out[a.ScrapeURL] = a.Health + a.LastError
-	}
-	return out, nil
-}
-
 func (s *Server) get(ctx context.Context, path string, q url.Values, into any) error {
 	u := s.URL + path
 	if q != nil {
