@@ -317,3 +317,38 @@ func TestPolicyNamedBeforeDecision(t *testing.T) {
 		t.Error("no lease duration recorded for a concurrency policy first named by a store error")
 	}
 }
+
+// TestOptionsShapeOutput: WithModelFamily names the accuracy histogram's
+// families, WithSource feeds the gauges from construction on, and
+// WithSketchCapacity must hold at least the top K.
+func TestOptionsShapeOutput(t *testing.T) {
+	o, prom := newProm(t, metrics.WithModelFamily(func(m string) string { return "fam-" + m[:2] }))
+	o.Settled(admission.Settlement{Policy: "tpm", Unit: limits.UnitTokens, Estimated: 10, Actual: 9, Model: "xyz-1", Admitted: time.Now()})
+	var fams []string
+	for _, m := range gather(t, prom)["admission_estimate_accuracy"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "model_family" {
+				fams = append(fams, l.GetValue())
+			}
+		}
+	}
+	if !slices.Equal(fams, []string{"fam-xy"}) {
+		t.Errorf("model_family labels = %v; want [fam-xy] from the custom function", fams)
+	}
+
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{Name: "inflight", Algorithm: limits.Concurrency, Limit: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, prom = newProm(t, metrics.WithSource(ctl))
+	if g := gather(t, prom)["admission_limit"]; g == nil || len(g.GetMetric()) != 1 || g.GetMetric()[0].GetGauge().GetValue() != 4 {
+		t.Errorf("admission_limit = %v; want one gauge of 4 from the source given at construction", g)
+	}
+
+	if _, err := metrics.New(metrics.WithTopK(10), metrics.WithSketchCapacity(5)); err == nil {
+		t.Error("New(WithTopK(10), WithSketchCapacity(5)) = nil error; want the sketch too small for K")
+	}
+	if _, err := metrics.New(metrics.WithTopK(10), metrics.WithSketchCapacity(50)); err != nil {
+		t.Errorf("New(WithTopK(10), WithSketchCapacity(50)) = %v; want it accepted", err)
+	}
+}
