@@ -51,6 +51,13 @@ type ReplayConfig struct {
 	// were replayed: nil skips the line (counted in ReplayReport.Skipped)
 	// and the replay goes on; an error stops the replay with that error.
 	OnRecordError func(*RecordError) error
+	// Reorder is how late a record may come in the log and still be
+	// replayed at its own time: records are held back and replayed in
+	// time order once the log has gone Reorder past them. A RequestLog
+	// writes a request when it ends, so its records are late by their
+	// queue wait and duration. Zero replays records in log order.
+	// Memory grows with the records of one Reorder of traffic.
+	Reorder time.Duration
 }
 
 // A Replayer answers "what if these limits had been in place?": it replays
@@ -93,6 +100,36 @@ type Replayer struct {
 	first     time.Time
 	last      time.Time
 	tenants   *tenantTable[int64]
+	sample    int // the log's tenant sampling, 0 for a whole log
+	held      recordHeap
+	heldSeq   uint64
+	newest    time.Time // the latest time of a record added
+}
+
+// heldRecord is a record waiting, with ReplayConfig.Reorder, for the log
+// to go past it.
+type heldRecord struct {
+	rec Record
+	seq uint64
+}
+
+type recordHeap []heldRecord
+
+func (h recordHeap) Len() int { return len(h) }
+func (h recordHeap) Less(i, j int) bool {
+	if !h[i].rec.Time.Equal(h[j].rec.Time) {
+		return h[i].rec.Time.Before(h[j].rec.Time)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h recordHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *recordHeap) Push(x any)   { *h = append(*h, x.(heldRecord)) }
+func (h *recordHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = heldRecord{}
+	*h = old[:len(old)-1]
+	return r
 }
 
 // run is one candidate's replay.
@@ -231,9 +268,35 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 	return rp, nil
 }
 
-// Add replays one record through every candidate. The Replayer keeps
-// nothing of rec after Add returns.
+// Add replays one record through every candidate (with
+// ReplayConfig.Reorder, once the log has gone past it). The Replayer
+// keeps nothing of rec after Add returns. Add does not check the record's
+// sampling; AddLog does.
 func (rp *Replayer) Add(rec *Record) {
+	if rp.cfg.Reorder <= 0 {
+		rp.replay(rec)
+		return
+	}
+	c := *rec
+	c.Units, c.Actual.Units = slices.Clone(c.Units), slices.Clone(c.Actual.Units)
+	rp.heldSeq++
+	heap.Push(&rp.held, heldRecord{rec: c, seq: rp.heldSeq})
+	if c.Time.After(rp.newest) {
+		rp.newest = c.Time
+	}
+	rp.release(rp.newest.Add(-rp.cfg.Reorder))
+}
+
+// release replays the held records due by t, in time order.
+func (rp *Replayer) release(t time.Time) {
+	for len(rp.held) > 0 && !rp.held[0].rec.Time.After(t) {
+		h := heap.Pop(&rp.held).(heldRecord)
+		rp.replay(&h.rec)
+	}
+}
+
+// replay replays one record, in order, through every candidate.
+func (rp *Replayer) replay(rec *Record) {
 	at := rec.Time
 	if rp.records == 0 {
 		rp.first = at
@@ -315,6 +378,9 @@ func (r *run) settleUntil(t time.Time) {
 // Finish settles every request still in flight, as if the clock ran on
 // until the last of them ended.
 func (rp *Replayer) Finish() {
+	if len(rp.held) > 0 {
+		rp.release(rp.newest)
+	}
 	for _, r := range rp.runs {
 		if len(r.pending) > 0 {
 			last := r.pending[0].at
@@ -395,7 +461,7 @@ func (o *replayObserver) Decision(d *admission.Decision) {
 func (rp *Replayer) Report() ReplayReport {
 	rep := ReplayReport{
 		Records: rp.records, Reordered: rp.reordered, Skipped: rp.skipped,
-		TokensEstimated: rp.tokens, CostEstimated: rp.cost,
+		TokensEstimated: rp.tokens, CostEstimated: rp.cost, SampleTenants: rp.sample,
 	}
 	if rp.records > 0 {
 		rep.Start, rep.End = rp.first, rp.last
@@ -561,6 +627,9 @@ func (rp *Replayer) AddLog(ctx context.Context, r io.Reader) error {
 				}
 				bad = bad[1:]
 			}
+			if err := rp.checkSample(&b.recs[i]); err != nil {
+				return err
+			}
 			rp.Add(&b.recs[i])
 		}
 		for _, l := range bad {
@@ -580,6 +649,34 @@ func (rp *Replayer) AddLog(ctx context.Context, r io.Reader) error {
 		free <- b
 	}
 	return ctx.Err()
+}
+
+// ErrSampledLog is the error of replaying a sampled request log through
+// a candidate whose answer sampling changes.
+var ErrSampledLog = errors.New("shadow: the request log is sampled by tenant")
+
+// checkSample refuses a sampled record when a candidate has a policy
+// whose partitions mix tenants: with only some tenants' requests logged,
+// such a partition would see a fraction of its traffic, and no scaling of
+// the counts gives back what it would have refused. Policies keyed by
+// tenant or key id see each sampled tenant's traffic whole.
+func (rp *Replayer) checkSample(rec *Record) error {
+	if rec.Sample <= 1 || rec.Sample == rp.sample {
+		return nil
+	}
+	if rp.sample != 0 {
+		return fmt.Errorf("%w: records sampled 1 in %d and 1 in %d tenants are mixed", ErrSampledLog, rp.sample, rec.Sample)
+	}
+	rp.sample = rec.Sample
+	var errs []error
+	for _, r := range rp.runs {
+		for _, p := range r.policies {
+			if !slices.Contains(p.Key, limits.KeyTenant) && !slices.Contains(p.Key, limits.KeyKeyID) {
+				errs = append(errs, fmt.Errorf("%w (1 in %d): candidate %s: policy %s is not partitioned by tenant or key_id, so its replay would be wrong", ErrSampledLog, rec.Sample, r.name, p.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // recordError applies the configuration's OnRecordError to a malformed
@@ -614,6 +711,10 @@ type ReplayReport struct {
 	// Skipped and the two flags are not part of the JSON form.
 	TokensEstimated bool `json:"-"`
 	CostEstimated   bool `json:"-"`
+	// SampleTenants is N when the log held the requests of one tenant in
+	// N: the counts are those of the sampled tenants (about 1/N of the
+	// traffic), exact for them; zero for a whole log.
+	SampleTenants int `json:"sample_tenants,omitempty"`
 	// Candidates are in the order they were given.
 	Candidates []CandidateReport `json:"candidates"`
 }
