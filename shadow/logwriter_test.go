@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -64,16 +65,17 @@ type liveRequest struct {
 	priority int
 }
 
-// knownTraffic is n requests of a few tenants, one noisy, over about a
-// minute. Arrivals fall on whole milliseconds and ends on half ones, so
-// that no two events of the live run happen at the same instant.
+// knownTraffic is n requests of a few tenants, one noisy, about 30 a
+// second. Arrivals and durations are drawn to the nanosecond, so that no
+// two events of the live run (an arrival, an end, a queue's timer) fall
+// on the same instant, where goroutines would go in any order.
 func knownTraffic(n int, seed uint64) []liveRequest {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	tenants := []string{"noisy", "noisy", "noisy", "acme", "globex", "initech"}
 	out := make([]liveRequest, n)
 	at := time.Duration(0)
 	for i := range out {
-		at += time.Duration(1+rng.IntN(60)) * time.Millisecond
+		at += time.Duration(1 + rng.Int64N(60e6))
 		tenant := tenants[rng.IntN(len(tenants))]
 		tokens := int64(100 + rng.IntN(900))
 		out[i] = liveRequest{
@@ -82,7 +84,7 @@ func knownTraffic(n int, seed uint64) []liveRequest {
 				Tenant: tenant, KeyID: "key-" + tenant, Operation: "POST /v1/chat/completions", Model: "gpt-4o",
 				Tokens: tokens, Priority: rng.IntN(2),
 			},
-			work:   time.Duration(50+rng.IntN(400))*time.Millisecond + 500*time.Microsecond,
+			work:   time.Duration(50e6 + rng.Int64N(400e6)),
 			actual: tokens / 2,
 		}
 	}
@@ -319,5 +321,39 @@ func TestRequestLogSampling(t *testing.T) {
 	_, err = shadow.Replay(context.Background(), strings.NewReader(string(b)), shadow.ReplayConfig{}, cand("global", global))
 	if !errors.Is(err, shadow.ErrSampledLog) || !strings.Contains(err.Error(), "policy global") {
 		t.Errorf("replay of a sampled log through a global policy: %v, want ErrSampledLog naming the policy", err)
+	}
+}
+
+// A queued policy: the replay waits requests in the candidate's queue
+// (size, timeout, priority, fairness) and gets back what the controller
+// did live, where each request waited on its own goroutine.
+func TestRequestLogReplayQueuesAsLive(t *testing.T) {
+	cfg := admission.Config{Policies: []admission.Policy{
+		{Name: "tenant-rps", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 12, Per: time.Second, Burst: 6},
+		{Name: "tenant-concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 3,
+			Queue: limits.Queue{Size: 4, Timeout: 250*time.Millisecond + 250*time.Microsecond}},
+		{Name: "shared-rate", Algorithm: limits.TokenBucket, Limit: 30, Per: time.Second, Burst: 10,
+			Mode: limits.Shadow},
+	}}
+	traffic := knownTraffic(2000, 2)
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	live := runLive(t, cfg, traffic, path)
+	rep := compareLive(t, cfg, live, path, len(traffic))
+	q := rep.Candidates[0].Policies[2]
+	if q.Reasons["queue_full"] == 0 || q.Reasons["queue_timeout"] == 0 || q.Admitted == 0 {
+		t.Errorf("queued policy: %+v; the traffic must fill the queue, time out and admit", q)
+	}
+	// Without its queue the policy rejects more: the queue was simulated.
+	nq := cfg
+	nq.Policies = slices.Clone(cfg.Policies)
+	nq.Policies[1].Queue = limits.Queue{} // tenant-concurrency
+	f, _ := os.Open(path)
+	defer f.Close()
+	norep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{Reorder: 5 * time.Second}, shadow.Candidate{Config: nq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := norep.Candidates[0].Policies[2].Rejected; n <= q.Rejected {
+		t.Errorf("without the queue %d rejected, with it %d: want more without", n, q.Rejected)
 	}
 }

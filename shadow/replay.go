@@ -76,10 +76,17 @@ type ReplayConfig struct {
 // what it would reject. The candidate's emergency all-shadow switch is
 // off, so enforcing policies really decide.
 //
-// Queues are not simulated: the replay never waits, so a request an
-// enforcing policy would queue is counted as rejected (with the reason
-// the policy would give without its queue). The rejected counts of
-// queued policies are therefore an upper bound.
+// Queues are simulated: a request an enforcing policy would queue waits
+// in the candidate's queue on the virtual clock, with the policy's size,
+// timeout, order, priorities and fairness across tenants (the real
+// controller queues it), and is admitted when permits free up, settling
+// its duration after that, or rejected when the queue is full or its
+// timeout passes. Requests still waiting when the log ends are served
+// until the last record's time plus the longest queue timeout, then
+// counted as rejected (reason none). When several waiters are served at
+// the same instant and each then waits in a second queue, their order in
+// it follows the goroutines'; with one queued policy per request the
+// replay is deterministic.
 //
 // Records should be in time order. A record earlier than one before it
 // is replayed at the later time (the clock never goes back) and counted
@@ -143,15 +150,25 @@ type run struct {
 	stats    []policyStats
 	pending  settleHeap
 	seq      uint64
-	rec      *Record // the record being admitted
+	cur      *request // the request being admitted
+	one      request  // cur's storage when requests do not queue
 
 	admitted, rejected, wouldRejected int64
 	inFlight, peakInFlight            int64
 
-	// Per request: the policies that took permits, whether a shadow
-	// policy would have rejected it.
+	// queued is set when an enforcing policy of the candidate queues: its
+	// requests are admitted on goroutines of their own (see queuedRun).
+	queued *queuedRun
+}
+
+// request is one record's admission in a candidate's replay.
+type request struct {
+	rec *Record
+	// took lists the policies that took permits; would is set when a
+	// shadow policy would have rejected the request.
 	took  []int
 	would bool
+	queuedState
 }
 
 type policyStats struct {
@@ -254,6 +271,7 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 		}
 		ctl.SetAllShadow(false)
 		r.ctl = ctl
+		r.queued = newQueuedRun(ctl)
 		r.policies = ctl.Policies()
 		r.stats = make([]policyStats, len(r.policies))
 		for j, p := range r.policies {
@@ -324,27 +342,44 @@ func (rp *Replayer) replay(rec *Record) {
 }
 
 func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at time.Time, usage *admission.Usage) {
+	if r.queued != nil {
+		r.addQueued(rec, req, at, usage)
+		return
+	}
 	r.settleUntil(at)
 	r.clk.Set(at)
+	r.countMatched(req)
+	r.one = request{rec: rec, took: r.one.took[:0]}
+	r.cur = &r.one
+	tk, err := r.ctl.TryAdmit(ctx, *req)
+	r.cur = nil
+	r.admitted1(&r.one, tk, err, at, usage)
+}
+
+// countMatched counts req for the policies it matches.
+func (r *run) countMatched(req *admission.Request) {
 	for i := range r.policies {
 		if r.policies[i].Matches(req.Operation, req.Model) {
 			r.stats[i].matched++
 		}
 	}
-	r.rec, r.took, r.would = rec, r.took[:0], false
-	tk, err := r.ctl.TryAdmit(ctx, *req)
-	r.rec = nil
+}
+
+// admitted1 counts one request's verdict, err from the controller, and
+// schedules the settlement of an admitted one at its admission time at
+// plus its duration.
+func (r *run) admitted1(q *request, tk admission.Ticket, err error, at time.Time, usage *admission.Usage) {
 	if err != nil {
 		r.rejected++
 		return
 	}
 	r.admitted++
-	if r.would {
+	if q.would {
 		r.wouldRejected++
 	}
-	if rec.Duration <= 0 {
-		tk.Settle(rec.Actual)
-		for _, i := range r.took {
+	if q.rec.Duration <= 0 {
+		tk.Settle(q.rec.Actual)
+		for _, i := range q.took {
 			ps := &r.stats[i]
 			ps.peakInFlight = max(ps.peakInFlight, ps.inFlight+1)
 		}
@@ -353,13 +388,13 @@ func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at t
 	}
 	r.inFlight++
 	r.peakInFlight = max(r.peakInFlight, r.inFlight)
-	for _, i := range r.took {
+	for _, i := range q.took {
 		ps := &r.stats[i]
 		ps.inFlight++
 		ps.peakInFlight = max(ps.peakInFlight, ps.inFlight)
 	}
 	r.seq++
-	heap.Push(&r.pending, settlement{at: at.Add(rec.Duration), seq: r.seq, tk: tk, usage: *usage, took: slices.Clone(r.took)})
+	heap.Push(&r.pending, settlement{at: at.Add(q.rec.Duration), seq: r.seq, tk: tk, usage: *usage, took: slices.Clone(q.took)})
 }
 
 // settleUntil settles, in order, every admitted request due by t.
@@ -367,11 +402,16 @@ func (r *run) settleUntil(t time.Time) {
 	for len(r.pending) > 0 && !r.pending[0].at.After(t) {
 		s := heap.Pop(&r.pending).(settlement)
 		r.clk.Set(s.at)
-		s.tk.Settle(s.usage)
-		r.inFlight--
-		for _, i := range s.took {
-			r.stats[i].inFlight--
-		}
+		r.settle(&s)
+	}
+}
+
+// settle ends an admitted request.
+func (r *run) settle(s *settlement) {
+	s.tk.Settle(s.usage)
+	r.inFlight--
+	for _, i := range s.took {
+		r.stats[i].inFlight--
 	}
 }
 
@@ -382,6 +422,10 @@ func (rp *Replayer) Finish() {
 		rp.release(rp.newest)
 	}
 	for _, r := range rp.runs {
+		if r.queued != nil {
+			r.finishQueued(rp.last)
+			continue
+		}
 		if len(r.pending) > 0 {
 			last := r.pending[0].at
 			for _, s := range r.pending {
@@ -430,8 +474,13 @@ type replayObserver struct {
 
 func (o *replayObserver) Decision(d *admission.Decision) {
 	r := o.r
+	if r.queued != nil {
+		r.queued.mu.Lock()
+		defer r.queued.mu.Unlock()
+	}
 	i, ok := r.index[d.Policy]
-	if !ok || r.rec == nil {
+	q := r.requestOf(d)
+	if !ok || q == nil {
 		return
 	}
 	ps := &r.stats[i]
@@ -441,17 +490,19 @@ func (o *replayObserver) Decision(d *admission.Decision) {
 			return // another policy rejected the request: bypassed
 		}
 		ps.admitted++
-		r.took = append(r.took, i)
+		q.took = append(q.took, i)
+	case admission.Queued:
+		q.parked = true
 	case admission.WouldReject:
 		ps.wouldReject++
 		ps.reasons[d.Reason]++
-		ps.refusedCost.add(r.rec)
+		ps.refusedCost.add(q.rec)
 		ps.tenants.get(d.Tenant).wouldReject++
-		r.would = true
-	case admission.Rejected, admission.Timeout, admission.FailClosed:
+		q.would = true
+	case admission.Rejected, admission.Timeout, admission.FailClosed, admission.Canceled:
 		ps.rejected++
 		ps.reasons[d.Reason]++
-		ps.refusedCost.add(r.rec)
+		ps.refusedCost.add(q.rec)
 		ps.tenants.get(d.Tenant).rejected++
 	}
 }

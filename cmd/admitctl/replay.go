@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/shadow"
 )
@@ -40,6 +41,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	top := fs.Int("top", shadow.DefaultTopTenants, "tenants listed per policy")
 	maxTenants := fs.Int("max-tenants", shadow.DefaultMaxTenants, "tenants counted by name; the rest are "+shadow.OtherTenant)
 	strict := fs.Bool("strict", false, "stop at the first malformed line (exit status 1) instead of skipping it")
+	reorder := fs.Duration("reorder", 5*time.Minute, "how late a line may come in the log and be replayed at its own time (a request log has a request's line when it ended); 0 replays lines in file order")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -55,6 +57,9 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	}
 	if *format != "table" && *format != "json" {
 		problems = append(problems, fmt.Sprintf("--format must be table or json, not %q", *format))
+	}
+	if *reorder < 0 {
+		problems = append(problems, "--reorder must be >= 0")
 	}
 	if *top <= 0 || *maxTenants <= 0 {
 		problems = append(problems, "--top and --max-tenants must be > 0")
@@ -85,7 +90,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		name = "stdin"
 	}
 	var bad int64 // malformed lines so far
-	cfg := shadow.ReplayConfig{MaxTenants: *maxTenants, TopTenants: *top, OnRecordError: func(re *shadow.RecordError) error {
+	cfg := shadow.ReplayConfig{MaxTenants: *maxTenants, TopTenants: *top, Reorder: *reorder, OnRecordError: func(re *shadow.RecordError) error {
 		if *strict {
 			fmt.Fprintf(e.stderr, "%s:%d: %v\n", name, re.Line, re.Err)
 			return re
