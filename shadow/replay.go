@@ -150,8 +150,10 @@ type run struct {
 	stats    []policyStats
 	pending  settleHeap
 	seq      uint64
-	cur      *request // the request being admitted
-	one      request  // cur's storage when requests do not queue
+	origin   *time.Time // the first record's time
+	latest   time.Time  // the last decision's
+	cur      *request   // the request being admitted
+	one      request    // cur's storage when requests do not queue
 
 	admitted, rejected, wouldRejected int64
 	inFlight, peakInFlight            int64
@@ -177,6 +179,7 @@ type policyStats struct {
 	refusedCost                              amounts
 	inFlight, peakInFlight                   int64
 	tenants                                  *tenantTable[tenantRefusals]
+	series                                   *series
 }
 
 type tenantRefusals struct{ rejected, wouldReject int64 }
@@ -254,7 +257,7 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 	}
 	rp := &Replayer{cfg: cfg, tenants: newTenantTable[int64](cfg.MaxTenants)}
 	for i, c := range candidates {
-		r := &run{name: c.Name, cfg: &rp.cfg, clk: vclock.New(time.Time{}), index: map[string]int{}}
+		r := &run{name: c.Name, cfg: &rp.cfg, origin: &rp.first, clk: vclock.New(time.Time{}), index: map[string]int{}}
 		if r.name == "" {
 			r.name = fmt.Sprintf("candidate-%d", i+1)
 		}
@@ -277,6 +280,7 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 		for j, p := range r.policies {
 			r.index[p.Name] = j
 			r.stats[j].tenants = newTenantTable[tenantRefusals](cfg.MaxTenants)
+			r.stats[j].series = newSeries(cfg.MaxTenants)
 		}
 		rp.runs = append(rp.runs, r)
 	}
@@ -484,26 +488,35 @@ func (o *replayObserver) Decision(d *admission.Decision) {
 		return
 	}
 	ps := &r.stats[i]
+	if d.Outcome == admission.Queued {
+		q.parked = true
+		return
+	}
+	if d.Outcome == admission.Admitted && d.RolledBack {
+		return // another policy rejected the request: bypassed
+	}
+	now := r.clk.Now()
+	r.latest = later(r.latest, now)
+	tb := ps.series.tenants.get(d.Tenant)
+	slot := ps.series.slot(*r.origin, now)
 	switch d.Outcome {
 	case admission.Admitted:
-		if d.RolledBack {
-			return // another policy rejected the request: bypassed
-		}
 		ps.admitted++
+		tb.admitted[slot]++
 		q.took = append(q.took, i)
-	case admission.Queued:
-		q.parked = true
 	case admission.WouldReject:
 		ps.wouldReject++
 		ps.reasons[d.Reason]++
 		ps.refusedCost.add(q.rec)
 		ps.tenants.get(d.Tenant).wouldReject++
+		tb.would[slot]++
 		q.would = true
 	case admission.Rejected, admission.Timeout, admission.FailClosed, admission.Canceled:
 		ps.rejected++
 		ps.reasons[d.Reason]++
 		ps.refusedCost.add(q.rec)
 		ps.tenants.get(d.Tenant).rejected++
+		tb.rejected[slot]++
 	}
 }
 
@@ -517,6 +530,16 @@ func (rp *Replayer) Report() ReplayReport {
 	if rp.records > 0 {
 		rep.Start, rep.End = rp.first, rp.last
 	}
+	// The series' common axes: the widest buckets of any, as many as the
+	// last decision needs.
+	step, latest := time.Second, rp.first
+	for _, r := range rp.runs {
+		latest = later(latest, r.latest)
+		for i := range r.stats {
+			step = max(step, r.stats[i].series.step)
+		}
+	}
+	buckets := min(int(latest.Sub(rp.first)/step)+1, seriesBuckets)
 	for _, r := range rp.runs {
 		cr := CandidateReport{
 			Candidate: r.name, Requests: rp.records,
@@ -531,6 +554,9 @@ func (rp *Replayer) Report() ReplayReport {
 				Policy: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.Unit, Limit: p.Limit,
 				Matched: ps.matched, Admitted: ps.admitted, Rejected: ps.rejected, WouldReject: ps.wouldReject,
 				PeakInFlight: ps.peakInFlight,
+			}
+			if rp.records > 0 {
+				pr.Series = ps.series.report(rp.first, step, buckets)
 			}
 			if pr.Unit == "" {
 				pr.Unit = limits.UnitRequests
@@ -825,6 +851,9 @@ type PolicyReplay struct {
 	PeakInFlight int64 `json:"peak_in_flight"`
 	// TopTenants are the tenants with the most refusals, most first.
 	TopTenants []TenantReplay `json:"top_tenants,omitempty"`
+	// Series is what the policy decided over time, per top tenant (not
+	// part of the JSON form; WriteHTML charts it).
+	Series *Series `json:"-"`
 }
 
 // Amounts are costs in every unit: requests, tokens, cost and the named
