@@ -24,9 +24,9 @@ type HTMLOptions struct {
 	Suggestions []Suggestion
 }
 
-// DefaultThreshold is HTMLOptions.Threshold's default: 1% of requests,
-// the error budget the alert rules spend.
-const DefaultThreshold = 0.01
+// DefaultThreshold is HTMLOptions.Threshold's default: 2% of requests,
+// the rollout threshold of the alert AdmissionShadowWouldRejectAboveThreshold.
+const DefaultThreshold = 0.02
 
 // Chart geometry, in SVG user units.
 const (
@@ -337,8 +337,9 @@ const reportCSS = `
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1em;margin:.2em 0}
 table{border-collapse:collapse;margin:.5em 0}td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}
-td:first-child,th:first-child,.candidates td:nth-child(2){text-align:left}
-.side{display:flex;flex-wrap:wrap;gap:1.5em}.cell{flex:0 0 auto}
+td:first-child,th:first-child,.candidates td:nth-child(2),.candidates th:nth-child(2){text-align:left}
+.side{display:grid;grid-template-columns:repeat(auto-fit,minmax(380px,1fr));gap:1.5em;align-items:start}
+.cell p{max-width:380px}
 figure{margin:.4em 0}figcaption{font-size:12px;color:#555}svg text{font-size:9px;fill:#555}
 .legend{list-style:none;padding:0;margin:.2em 0;font-size:12px}.legend li{display:inline-block;margin-right:1em}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}

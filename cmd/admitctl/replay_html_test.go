@@ -106,8 +106,8 @@ func TestReplayHTMLFigures(t *testing.T) {
 			if n != buckets || len(pointRE.FindAllString(charts["ratio"], -1)) != n {
 				t.Errorf("%s %s: %d buckets; want %d, a point each, as the other charts", cand, policy, n, buckets)
 			}
-			if th := thresholdR.FindStringSubmatch(charts["ratio"]); th == nil || th[1] != "0.01" {
-				t.Errorf("%s %s: threshold %v, want 0.01", cand, policy, th)
+			if th := thresholdR.FindStringSubmatch(charts["ratio"]); th == nil || th[1] != "0.02" {
+				t.Errorf("%s %s: threshold %v, want the default 0.02", cand, policy, th)
 			}
 			rows := tenantRow.FindAllStringSubmatch(cell, -1)
 			if len(rows) != len(pr.TopTenants) {
