@@ -85,15 +85,9 @@ type RequestLog struct {
 // NewRequestLog opens (appending) the request log cfg.Path and starts
 // writing to it. Close it to flush what is buffered.
 func NewRequestLog(cfg RequestLogConfig) (*RequestLog, error) {
-	if cfg.MaxBytes == 0 {
-		cfg.MaxBytes = DefaultRequestLogMaxBytes
-	}
-	if cfg.MaxFiles == 0 {
-		cfg.MaxFiles = DefaultRequestLogMaxFiles
-	}
-	if cfg.Buffer == 0 {
-		cfg.Buffer = DefaultRequestLogBuffer
-	}
+	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, DefaultRequestLogMaxBytes)
+	cfg.MaxFiles = cmp.Or(cfg.MaxFiles, DefaultRequestLogMaxFiles)
+	cfg.Buffer = cmp.Or(cfg.Buffer, DefaultRequestLogBuffer)
 	var errs []error
 	if cfg.Path == "" {
 		errs = append(errs, errors.New("shadow: request log: no path"))
