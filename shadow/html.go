@@ -129,7 +129,7 @@ func (rep ReplayReport) WriteHTML(w io.Writer, opt HTMLOptions) error {
 					return out
 				})
 				_, _, rs := seriesTotals(s)
-				writeRatio(bw, s, rs, ratioMax, opt.Threshold)
+				writeRatio(bw, s.axis(), rs, ratioMax, opt.Threshold)
 				writeLegend(bw, s)
 			}
 			writeTenants(bw, pr)
@@ -209,23 +209,31 @@ func y(v, top float64) float64 {
 
 func fnum(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
 
+// timeAxis is a chart's horizontal axis: n buckets of step from start.
+type timeAxis struct {
+	start time.Time
+	step  time.Duration
+	n     int
+}
+
+func (s *Series) axis() timeAxis { return timeAxis{s.Start, s.Step, s.Buckets()} }
+
 // writeAxes writes a chart's frame, its y axis' top label and its time
 // labels.
-func writeAxes(w io.Writer, s *Series, top string) {
-	n := s.Buckets()
-	end := s.Start.Add(time.Duration(n) * s.Step)
+func writeAxes(w io.Writer, ax timeAxis, top string) {
+	end := ax.start.Add(time.Duration(ax.n) * ax.step)
 	fmt.Fprintf(w, `<rect class="frame" x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`, chartL, chartT, plotW, plotH)
 	fmt.Fprintf(w, `<text x="%d" y="%d" text-anchor="end">%s</text><text x="%d" y="%d" text-anchor="end">0</text>`,
 		chartL-4, chartT+8, top, chartL-4, chartT+plotH)
 	fmt.Fprintf(w, `<text x="%d" y="%d">%s</text><text x="%d" y="%d" text-anchor="end">%s</text>`,
-		chartL, chartH-6, s.Start.UTC().Format("15:04:05"), chartW-chartR, chartH-6, end.UTC().Format("15:04:05"))
+		chartL, chartH-6, ax.start.UTC().Format("15:04:05"), chartW-chartR, chartH-6, end.UTC().Format("15:04:05"))
 }
 
 // writeStack writes a stacked area chart of one count of s's tenants.
 func writeStack(w io.Writer, s *Series, kind, caption string, top int64, values func(*TenantSeries) []int64) {
 	n := s.Buckets()
 	fmt.Fprintf(w, "<figure class=\"chart\" data-chart=\"%s\">\n<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"%s\">", kind, chartW, chartH, chartW, chartH, html.EscapeString(caption))
-	writeAxes(w, s, strconv.FormatInt(top, 10))
+	writeAxes(w, s.axis(), strconv.FormatInt(top, 10))
 	lower := make([]int64, n)
 	for k := range s.Tenants {
 		t := &s.Tenants[k]
@@ -262,10 +270,10 @@ func writeStack(w io.Writer, s *Series, kind, caption string, top int64, values 
 
 // writeRatio writes the refused share per bucket as a line with a point
 // per bucket, against the threshold.
-func writeRatio(w io.Writer, s *Series, share []float64, top, threshold float64) {
-	n := s.Buckets()
+func writeRatio(w io.Writer, ax timeAxis, share []float64, top, threshold float64) {
+	n := ax.n
 	fmt.Fprintf(w, "<figure class=\"chart\" data-chart=\"ratio\">\n<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"refused share per bucket\">", chartW, chartH, chartW, chartH)
-	writeAxes(w, s, pct(top))
+	writeAxes(w, ax, pct(top))
 	ty := fnum(y(threshold, top))
 	fmt.Fprintf(w, `<line class="threshold" data-value="%g" x1="%d" x2="%d" y1="%s" y2="%s" stroke="%s" stroke-dasharray="4 3"><title>threshold %s</title></line>`,
 		threshold, chartL, chartL+plotW, ty, ty, thresholdColor, pct(threshold))
@@ -285,7 +293,7 @@ func writeRatio(w io.Writer, s *Series, share []float64, top, threshold float64)
 	fmt.Fprintf(w, "\n<polyline class=\"ratio\" data-values=\"%s\" points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"/>", vals.String(), pts.String(), ratioColor)
 	for i, r := range share {
 		fmt.Fprintf(w, `<circle class="point" cx="%s" cy="%s" r="1.6" fill="%s"><title>%s: %s</title></circle>`,
-			fnum(x(i, n)), fnum(y(r, top)), ratioColor, s.Start.Add(time.Duration(i)*s.Step).UTC().Format("15:04:05"), pct(r))
+			fnum(x(i, n)), fnum(y(r, top)), ratioColor, ax.start.Add(time.Duration(i)*ax.step).UTC().Format("15:04:05"), pct(r))
 	}
 	fmt.Fprintf(w, "</svg>\n<figcaption>refused share per bucket against the %s threshold: over it in <span class=\"over\">%d</span> of %d buckets</figcaption></figure>\n", pct(threshold), over, n)
 }
