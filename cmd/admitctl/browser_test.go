@@ -1,72 +1,29 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"image"
 	"image/color"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/sluicehq/sluice/internal/browsertest"
 )
-
-// skipBrowserEnv opts out of the browser tests, for machines where
-// Chromium cannot be installed: without it a missing Chromium fails.
-const skipBrowserEnv = "SLUICE_SKIP_BROWSER"
-
-// chromium returns the path of Chromium, failing the test when it is
-// missing unless the opt-out is set.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv(skipBrowserEnv) == "1" {
-		t.Skipf("chromium is not installed and %s=1: the browser test is skipped", skipBrowserEnv)
-	}
-	t.Fatalf("chromium is not installed: run scripts/test-deps.sh (make test does), or set %s=1 to skip the browser tests", skipBrowserEnv)
-	return ""
-}
-
-// headless runs Chromium headless on url with args, returning its output
-// and its log (where the page's console messages go).
-func headless(t *testing.T, bin, url string, args ...string) (stdout, log string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
-		"--user-data-dir=" + t.TempDir()}, args...)
-	cmd := exec.CommandContext(ctx, bin, append(all, url)...)
-	var out, errs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errs
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium %v: %v\n%s", args, err, errs.String())
-	}
-	return out.String(), errs.String()
-}
-
-// consoleRE matches a page's console message in Chromium's log: an
-// uncaught error or anything a script logged.
-var consoleRE = regexp.MustCompile(`(?m)^.*:CONSOLE[:(].*$`)
 
 // The browser sees the console of a page whose script fails: the check
 // below is not blind.
 func TestBrowserSeesScriptErrors(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	page := filepath.Join(t.TempDir(), "broken.html")
 	if err := os.WriteFile(page, []byte("<!doctype html><body><script>undefinedFunction()</script></body>"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, log := headless(t, bin, "file://"+page, "--dump-dom")
-	if m := consoleRE.FindString(log); !strings.Contains(m, "undefinedFunction") {
+	_, log := browsertest.Headless(t, bin, "file://"+page, "--dump-dom")
+	if m := strings.Join(browsertest.Console(log), "\n"); !strings.Contains(m, "undefinedFunction") {
 		t.Errorf("the console error is not in Chromium's log:\n%s", log)
 	}
 }
@@ -76,14 +33,14 @@ func TestBrowserSeesScriptErrors(t *testing.T) {
 // ratio chart has a point per bucket, and the screenshot shows the
 // charts' colours.
 func TestReportInBrowser(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.html")
 	if code, _, errs := runArgs("", "replay", "--log", sampleLog, "--config", current, "--config", candidate, "--suggest", "--html", report); code != 0 {
 		t.Fatalf("replay --html = %d: %s", code, errs)
 	}
-	dom, log := headless(t, bin, "file://"+report, "--dump-dom")
-	if m := consoleRE.FindAllString(log, -1); len(m) > 0 {
+	dom, log := browsertest.Headless(t, bin, "file://"+report, "--dump-dom")
+	if m := browsertest.Console(log); len(m) > 0 {
 		t.Errorf("console messages (script errors):\n%s", strings.Join(m, "\n"))
 	}
 	rendered := regexp.MustCompile(`<body data-rendered="(\d+) charts, (\d+) points">`).FindStringSubmatch(dom)
@@ -120,8 +77,8 @@ func TestReportInBrowser(t *testing.T) {
 	}
 
 	shot := filepath.Join(dir, "report.png")
-	_, log = headless(t, bin, "file://"+report, "--window-size=1300,1600", "--screenshot="+shot)
-	if m := consoleRE.FindAllString(log, -1); len(m) > 0 {
+	_, log = browsertest.Headless(t, bin, "file://"+report, "--window-size=1300,1600", "--screenshot="+shot)
+	if m := browsertest.Console(log); len(m) > 0 {
 		t.Errorf("console messages (script errors):\n%s", strings.Join(m, "\n"))
 	}
 	f, err := os.Open(shot)
