@@ -60,6 +60,11 @@ type RequestLogConfig struct {
 // buffer is full the record is dropped and counted (Dropped), so a slow
 // disk never slows requests. A RequestLog is safe for concurrent use.
 //
+// A request's record is written when Log is called, once the request
+// ended, so the log is in order of the requests' ends: replay it with
+// ReplayConfig.Reorder (admitctl replay --reorder) at least the longest
+// request plus queue wait, which puts the records back in arrival order.
+//
 // With SampleTenants set, only the requests of one tenant in that many are
 // logged, each record saying so ("sample": N). Sampling by tenant keeps
 // the sampled tenants' traffic whole, so a replay of policies partitioned

@@ -107,7 +107,8 @@ type Replayer struct {
 	first     time.Time
 	last      time.Time
 	tenants   *tenantTable[int64]
-	sample    int // the log's tenant sampling, 0 for a whole log
+	sample    int           // the log's tenant sampling, 0 for a whole log
+	lateness  time.Duration // the latest a reordered record came
 	held      recordHeap
 	heldSeq   uint64
 	newest    time.Time // the latest time of a record added
@@ -325,6 +326,7 @@ func (rp *Replayer) replay(rec *Record) {
 	}
 	if at.Before(rp.last) {
 		rp.reordered++
+		rp.lateness = max(rp.lateness, rp.last.Sub(at))
 		at = rp.last
 	}
 	rp.last = at
@@ -524,7 +526,7 @@ func (o *replayObserver) Decision(d *admission.Decision) {
 // settle the requests still in flight.
 func (rp *Replayer) Report() ReplayReport {
 	rep := ReplayReport{
-		Records: rp.records, Reordered: rp.reordered, Skipped: rp.skipped,
+		Records: rp.records, Reordered: rp.reordered, Lateness: rp.lateness, Skipped: rp.skipped,
 		TokensEstimated: rp.tokens, CostEstimated: rp.cost, SampleTenants: rp.sample,
 	}
 	if rp.records > 0 {
@@ -777,8 +779,11 @@ type ReplayReport struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
 	// Reordered counts records earlier than a record before them,
-	// replayed at the later time.
-	Reordered int64 `json:"reordered"`
+	// replayed at the later time; Lateness is how much earlier the
+	// latest of them was: a ReplayConfig.Reorder of Lateness replays
+	// them all at their own time.
+	Reordered int64         `json:"reordered"`
+	Lateness  time.Duration `json:"lateness_ns,omitempty"`
 	// Skipped counts the malformed lines of the log that
 	// ReplayConfig.OnRecordError let the replay skip.
 	Skipped int64 `json:"-"`

@@ -331,6 +331,24 @@ func TestReplayReordered(t *testing.T) {
 	}
 }
 
+// The report says how late the latest out-of-order record was; a
+// Reorder of that much replays every record at its own time.
+func TestReplayReorderWindow(t *testing.T) {
+	log := logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme")
+	rep := replay(t, log, cand("c", rpm(limits.Enforce)))
+	if rep.Reordered != 2 || rep.Lateness != time.Second {
+		t.Errorf("Reordered = %d, Lateness = %s; want 2, 1s", rep.Reordered, rep.Lateness)
+	}
+	got, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{Reorder: time.Second}, cand("c", rpm(limits.Enforce)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sorted := replay(t, logLines(t, "0 acme", "0.5 acme", "1 acme", "2 acme"), cand("c", rpm(limits.Enforce)))
+	if got.Reordered != 0 || got.Candidates[0].Rejected != sorted.Candidates[0].Rejected || got.Candidates[0].Admitted != sorted.Candidates[0].Admitted {
+		t.Errorf("with Reorder 1s: reordered %d, %+v; the sorted log gives %+v", got.Reordered, got.Candidates[0], sorted.Candidates[0])
+	}
+}
+
 func TestReplayErrors(t *testing.T) {
 	if _, err := shadow.NewReplayer(shadow.ReplayConfig{}); err == nil {
 		t.Error("NewReplayer without candidates succeeded")

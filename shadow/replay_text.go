@@ -55,7 +55,7 @@ func (rep ReplayReport) WriteText(w io.Writer) error {
 	span := rep.End.Sub(rep.Start).Round(time.Millisecond)
 	fmt.Fprintf(w, "replayed %d requests over %s through %d candidate(s)", rep.Records, span, len(rep.Candidates))
 	if rep.Reordered > 0 {
-		fmt.Fprintf(w, "; %d records out of time order were replayed at the time before them", rep.Reordered)
+		fmt.Fprintf(w, "; %d records out of time order (up to %s late) were replayed at the time before them", rep.Reordered, rep.Lateness)
 	}
 	if rep.Skipped > 0 {
 		fmt.Fprintf(w, "; %d malformed line(s) skipped", rep.Skipped)

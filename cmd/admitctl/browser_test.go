@@ -36,7 +36,7 @@ func TestReportInBrowser(t *testing.T) {
 	bin := browsertest.Chromium(t)
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.html")
-	if code, _, errs := runArgs("", "replay", "--log", sampleLog, "--config", current, "--config", candidate, "--suggest", "--html", report); code != 0 {
+	if code, _, errs := runArgs("", "replay", "--log", sampleLog, "--config", current, "--config", candidate, "--html", report); code != 0 {
 		t.Fatalf("replay --html = %d: %s", code, errs)
 	}
 	dom, log := browsertest.Headless(t, bin, "file://"+report, "--dump-dom")

@@ -47,7 +47,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	suggest := fs.Bool("suggest", false, "per policy of each candidate, the smallest limit (and burst) under which at most --target of its requests would be rejected, as YAML (and in the HTML report)")
 	target := fs.Float64("target", shadow.DefaultSuggestTarget, "the share of requests --suggest lets a policy reject")
 	ignoreTop := fs.Int("ignore-top", 0, "--suggest leaves out the `N` tenants with the most requests")
-	reorder := fs.Duration("reorder", 5*time.Minute, "how late a line may come in the log and be replayed at its own time (a request log has a request's line when it ended); 0 replays lines in file order")
+	reorder := fs.Duration("reorder", 0, "how late a line may come in the log and still be replayed at its own time: a request log written by the gateway or shadow.RequestLog has a request's line when it ended, so give the longest request plus queue wait (memory holds that much traffic); 0 replays lines in file order")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -147,6 +147,10 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	}
 	rp.Finish()
 	rep := rp.Report()
+	if rep.Reordered > 0 {
+		fmt.Fprintf(e.stderr, "%s: %d line(s) out of time order, up to %s late; replay with --reorder %s to place them at their own time\n",
+			name, rep.Reordered, rep.Lateness, (rep.Lateness+*reorder).Round(time.Second)+time.Second)
+	}
 	if rep.Skipped > 0 {
 		more := ""
 		if rep.Skipped > maxBadLinesShown {
