@@ -26,6 +26,12 @@ type queuedRun struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	timeout time.Duration // the longest queue timeout of the candidate
+	// queues marks the policies (by evaluation index) whose queue a
+	// settlement may serve; several is set when more than one does, so
+	// that an admission refused after taking a queued permit may serve
+	// another queue.
+	queues  []bool
+	several bool
 	// mu guards what the goroutines and the observer share with the
 	// replay: the run's statistics and the fields below.
 	mu          sync.Mutex
@@ -50,18 +56,20 @@ type queuedState struct {
 // when no enforcing policy of ctl queues.
 func newQueuedRun(ctl *admission.Controller) *queuedRun {
 	var timeout time.Duration
-	queues := false
-	for _, p := range ctl.Policies() {
+	ps := ctl.Policies()
+	queues, n := make([]bool, len(ps)), 0
+	for i, p := range ps {
 		if p.Queue.Size > 0 && p.Mode == limits.Enforce {
-			queues = true
+			queues[i] = true
+			n++
 			timeout = max(timeout, p.Queue.Timeout)
 		}
 	}
-	if !queues {
+	if n == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &queuedRun{ctl: ctl, ctx: ctx, cancel: cancel, timeout: timeout, byDec: map[*admission.Decision]*request{}}
+	return &queuedRun{ctl: ctl, ctx: ctx, cancel: cancel, timeout: timeout, queues: queues, several: n > 1, byDec: map[*admission.Decision]*request{}}
 }
 
 // requestOf returns the request a decision is about. The controller
@@ -114,27 +122,35 @@ func (r *run) addQueued(rec *Record, req *admission.Request, at time.Time, usage
 		qr.finished = append(qr.finished, q)
 		qr.mu.Unlock()
 	}()
-	r.quiesce(q)
+	r.quiesce(q, qr.several)
 	qr.mu.Lock()
 	r.cur = nil
 	qr.mu.Unlock()
 	r.collect()
 }
 
-// quiesce waits until every admission running has returned or waits in
-// a queue, and q (when not nil) has returned or been queued.
-func (r *run) quiesce(q *request) {
+// quiesce waits until q (when not nil) has returned or been queued and,
+// when served is set (the last step may have served a queue), until every
+// admission running has returned or waits in a queue. Without served,
+// the admissions other than q were all waiting before and still are.
+func (r *run) quiesce(q *request, served bool) {
 	qr := r.queued
 	for {
 		qr.mu.Lock()
 		n := qr.outstanding
 		ready := q == nil || q.done || q.parked
 		qr.mu.Unlock()
-		if ready && (n == 0 || n == r.waiting()) {
+		if ready && (!served || n == 0 || n == r.waiting()) {
 			return
 		}
 		runtime.Gosched()
 	}
+}
+
+// servesQueue reports whether settling permits of the policies took may
+// serve a queue.
+func (qr *queuedRun) servesQueue(took []int) bool {
+	return slices.ContainsFunc(took, func(i int) bool { return qr.queues[i] })
 }
 
 // waiting returns how many requests wait in the candidate's queues.
@@ -161,10 +177,12 @@ func (r *run) collect() {
 		}
 		slices.SortFunc(done, func(a, b *request) int { return cmp.Compare(a.seq, b.seq) })
 		now := r.clk.Now()
+		served := false
 		for _, q := range done {
 			r.admitted1(q, q.tk, q.err, now, &q.usage)
+			served = served || (q.err == nil && q.rec.Duration <= 0 && qr.servesQueue(q.took))
 		}
-		r.quiesce(nil)
+		r.quiesce(nil, served)
 	}
 }
 
@@ -180,7 +198,7 @@ func (r *run) advance(t time.Time) {
 			bound = r.pending[0].at
 		}
 		if r.clk.Step(bound) {
-			r.quiesce(nil)
+			r.quiesce(nil, true)
 			r.collect()
 			continue
 		}
@@ -189,7 +207,7 @@ func (r *run) advance(t time.Time) {
 		}
 		s := heap.Pop(&r.pending).(settlement)
 		r.settle(&s)
-		r.quiesce(nil)
+		r.quiesce(nil, r.queued.servesQueue(s.took))
 		r.collect()
 	}
 }
