@@ -60,6 +60,13 @@ type RequestLogConfig struct {
 // buffer is full the record is dropped and counted (Dropped), so a slow
 // disk never slows requests. A RequestLog is safe for concurrent use.
 //
+// The caller logs each request, rather than an admission.Observer
+// assembling records from the controller's events: a Decision carries
+// neither the key id, user, address and priority nor the estimates in
+// units no policy counts, a request no policy matches produces no event,
+// a Settlement has no operation, and no id ties one request's per-policy
+// events together. A replay through other limits needs all of that.
+//
 // A request's record is written when Log is called, once the request
 // ended, so the log is in order of the requests' ends: replay it with
 // ReplayConfig.Reorder (admitctl replay --reorder) at least the longest
