@@ -183,3 +183,22 @@ $`)
 		t.Errorf("YAML snippet:\n%s", yaml)
 	}
 }
+
+// The example's queued candidate: requests over the concurrency cap wait
+// in the replay's queue, so fewer are rejected than without it, and only
+// for a full queue or a timeout (the README quotes the figures).
+func TestReplayQueuedExample(t *testing.T) {
+	code, out, errs := runArgs("", "replay", "--log", sampleLog, "--config", current, "--config", "../../examples/replay/queued.yaml", "--format", "json")
+	if code != 0 {
+		t.Fatalf("replay = %d: %s", code, errs)
+	}
+	var rep jsonReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	now := findPolicy(t, rep.ReplayReport, current, "tenant-concurrency")
+	q := findPolicy(t, rep.ReplayReport, "../../examples/replay/queued.yaml", "tenant-concurrency")
+	if now.Rejected != 318 || q.Rejected != 245 || q.Reasons["queue_full"] != 235 || q.Reasons["queue_timeout"] != 10 || q.Admitted != 729 {
+		t.Errorf("queued candidate: %+v; current rejects %d", q, now.Rejected)
+	}
+}
