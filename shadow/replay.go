@@ -422,7 +422,9 @@ func (r *run) settle(s *settlement) {
 }
 
 // Finish settles every request still in flight, as if the clock ran on
-// until the last of them ended.
+// until the last of them ended (see Replayer for the requests still
+// queued). A replay stopped before its end must be finished too, or its
+// queued requests wait on.
 func (rp *Replayer) Finish() {
 	if len(rp.held) > 0 {
 		rp.release(rp.newest)
@@ -440,6 +442,16 @@ func (rp *Replayer) Finish() {
 				}
 			}
 			r.settleUntil(last)
+		}
+	}
+}
+
+// abandon gives up the requests waiting in the candidates' queues, so
+// that a replay stopped before Finish leaves no goroutine behind.
+func (rp *Replayer) abandon() {
+	for _, r := range rp.runs {
+		if r.queued != nil {
+			r.queued.cancel()
 		}
 	}
 }
@@ -625,6 +637,7 @@ func Replay(ctx context.Context, r io.Reader, cfg ReplayConfig, candidates ...Ca
 		return ReplayReport{}, err
 	}
 	if err := rp.AddLog(ctx, r); err != nil {
+		rp.abandon()
 		return ReplayReport{}, err
 	}
 	rp.Finish()

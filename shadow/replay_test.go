@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -590,4 +591,22 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)*100_000/b.Elapsed().Seconds(), "records/s")
+}
+
+// A replay stopped by a malformed line gives up the requests waiting in
+// its queues: no goroutine is left behind.
+func TestReplayStoppedLeavesNoWaiters(t *testing.T) {
+	queued := admission.Policy{Name: "q", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 10}}
+	log := logLines(t, "0 acme dur=10s", "0.1 acme dur=1s", "0.2 acme dur=1s") + "not json\n"
+	before := runtime.NumGoroutine()
+	if _, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{}, cand("c", queued)); err == nil {
+		t.Fatal("no error for the malformed line")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, %d before the replay", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

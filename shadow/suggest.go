@@ -227,38 +227,47 @@ func replayFiltered(ctx context.Context, open func() (io.ReadCloser, error), cfg
 		return nil, err
 	}
 	defer rc.Close()
-	lr := NewLogReader(rc)
+	if err := addFiltered(ctx, rp, rc, skip); err != nil {
+		rp.abandon()
+		return nil, err
+	}
+	rp.Finish()
+	return rp, nil
+}
+
+// addFiltered adds the records of the log r to rp but those of the
+// tenants in skip.
+func addFiltered(ctx context.Context, rp *Replayer, r io.Reader, skip map[string]bool) error {
+	lr := NewLogReader(r)
 	var rec Record
 	for n := 0; ; n++ {
 		if n%1024 == 0 {
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		err := lr.Read(&rec)
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		var re *RecordError
 		if errors.As(err, &re) {
 			if err := rp.recordError(re); err != nil {
-				return nil, err
+				return err
 			}
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if skip[rec.Tenant] {
 			continue
 		}
 		if err := rp.checkSample(&rec); err != nil {
-			return nil, err
+			return err
 		}
 		rp.Add(&rec)
 	}
-	rp.Finish()
-	return rp, nil
 }
 
 // topTenants returns the n tenants with the most records replayed, most
