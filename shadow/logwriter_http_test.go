@@ -54,8 +54,9 @@ func TestRequestLogRealClock(t *testing.T) {
 		work, _ := time.ParseDuration(r.Header.Get("X-Work"))
 		time.Sleep(work)
 		u := admission.Usage{Tokens: 60, TokensKnown: true}
+		held := time.Since(admitted)
 		tk.Settle(u)
-		rl.Log(&req, arrived, u, time.Since(admitted))
+		rl.Log(&req, arrived, u, held)
 	}))
 	defer srv.Close()
 
