@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // HTMLOptions configures ReplayReport.WriteHTML.
@@ -117,7 +119,7 @@ func (rep ReplayReport) WriteHTML(w io.Writer, opt HTMLOptions) error {
 				pct(pr.RejectedRatio+pr.WouldRejectRatio))
 			if s := pr.Series; s != nil && s.Buckets() > 0 {
 				refusedWhat := "rejected"
-				if pr.Mode.String() == "shadow" {
+				if pr.Mode == limits.Shadow {
 					refusedWhat = "would reject"
 				}
 				writeStack(bw, s, "admitted", admittedCaption, admMax, func(t *TenantSeries) []int64 { return t.Admitted })
