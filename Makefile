@@ -8,7 +8,7 @@ BENCHTIME ?= 1s
 
 FUZZTIME ?= 40s
 
-## test: install what the tests need (redis-server, prometheus/promtool), vet, run every test with -race,
+## test: install what the tests need (redis-server, prometheus/promtool, chromium), vet, run every test with -race,
 ## then fuzz the token counter against tiktoken-go for a bounded time (both encodings per input).
 test: test-deps vet
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)

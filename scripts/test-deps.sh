@@ -1,13 +1,16 @@
 #!/bin/sh
 # Installs the programs the test suite runs for real when they are missing:
 # redis-server and redis-cli (Redis store tests, Redis Cluster tests) and
-# prometheus/promtool (alert rule tests, end-to-end dashboard tests).
+# prometheus/promtool (alert rule tests, end-to-end dashboard tests) and
+# chromium (the browser tests of the HTML what-if report, the README
+# screenshots).
 set -eu
 missing=""
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 [ -z "$missing" ] && exit 0
 echo "installing:$missing"
 SUDO=""

@@ -5,7 +5,11 @@
 // and from which tenants — the evidence for flipping a policy from shadow
 // to enforce. Replay runs a request log (see Record for its JSON Lines
 // format) through candidate configurations on a fake clock and compares
-// what each would admit, reject and would reject.
+// what each would admit, reject and would reject, queues simulated;
+// ReplayReport.WriteHTML draws it as a self-contained page and Suggest
+// finds the smallest limits within a rejected share. A RequestLog writes
+// the request log from live traffic, and a StatusPage serves the
+// operator's live view of a controller (/status, /status.json).
 //
 // The Log and the Recorder are admission.Observers. Combine them with the metrics observer
 // through Join.

@@ -56,10 +56,7 @@ func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 		case "duration":
 			ok = p.strTo(&w.Duration)
 		case "priority":
-			var n int64
-			n, ok = p.int()
-			w.Priority = int(n)
-			ok = ok && int64(w.Priority) == n
+			ok = p.smallIntTo(&w.Priority)
 		case "tokens":
 			w.Tokens, ok = p.int()
 		case "cost":
@@ -68,6 +65,8 @@ func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 			w.Units, ok = p.units()
 		case "actual":
 			ok = p.actual(w)
+		case "sample":
+			ok = p.smallIntTo(&w.Sample)
 		default:
 			return false
 		}
@@ -108,8 +107,17 @@ func keyBit(k []byte) int {
 		return 12
 	case "actual":
 		return 13
+	case "sample":
+		return 14
 	}
 	return 0
+}
+
+// smallIntTo reads an integer that fits an int into dst.
+func (p *fastParser) smallIntTo(dst *int) bool {
+	n, ok := p.int()
+	*dst = int(n)
+	return ok && int64(*dst) == n
 }
 
 type fastParser struct {

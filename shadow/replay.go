@@ -51,6 +51,13 @@ type ReplayConfig struct {
 	// were replayed: nil skips the line (counted in ReplayReport.Skipped)
 	// and the replay goes on; an error stops the replay with that error.
 	OnRecordError func(*RecordError) error
+	// Reorder is how late a record may come in the log and still be
+	// replayed at its own time: records are held back and replayed in
+	// time order once the log has gone Reorder past them. A RequestLog
+	// writes a request when it ends, so its records are late by their
+	// queue wait and duration. Zero replays records in log order.
+	// Memory grows with the records of one Reorder of traffic.
+	Reorder time.Duration
 }
 
 // A Replayer answers "what if these limits had been in place?": it replays
@@ -69,10 +76,17 @@ type ReplayConfig struct {
 // what it would reject. The candidate's emergency all-shadow switch is
 // off, so enforcing policies really decide.
 //
-// Queues are not simulated: the replay never waits, so a request an
-// enforcing policy would queue is counted as rejected (with the reason
-// the policy would give without its queue). The rejected counts of
-// queued policies are therefore an upper bound.
+// Queues are simulated: a request an enforcing policy would queue waits
+// in the candidate's queue on the virtual clock, with the policy's size,
+// timeout, order, priorities and fairness across tenants (the real
+// controller queues it), and is admitted when permits free up, settling
+// its duration after that, or rejected when the queue is full or its
+// timeout passes. Requests still waiting when the log ends are served
+// until the last record's time plus the longest queue timeout, then
+// counted as rejected (reason none). When several waiters are served at
+// the same instant and each then waits in a second queue, their order in
+// it follows the goroutines'; with one queued policy per request the
+// replay is deterministic.
 //
 // Records should be in time order. A record earlier than one before it
 // is replayed at the later time (the clock never goes back) and counted
@@ -93,6 +107,37 @@ type Replayer struct {
 	first     time.Time
 	last      time.Time
 	tenants   *tenantTable[int64]
+	sample    int           // the log's tenant sampling, 0 for a whole log
+	lateness  time.Duration // the latest a reordered record came
+	held      recordHeap
+	heldSeq   uint64
+	newest    time.Time // the latest time of a record added
+}
+
+// heldRecord is a record waiting, with ReplayConfig.Reorder, for the log
+// to go past it.
+type heldRecord struct {
+	rec Record
+	seq uint64
+}
+
+type recordHeap []heldRecord
+
+func (h recordHeap) Len() int { return len(h) }
+func (h recordHeap) Less(i, j int) bool {
+	if !h[i].rec.Time.Equal(h[j].rec.Time) {
+		return h[i].rec.Time.Before(h[j].rec.Time)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h recordHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *recordHeap) Push(x any)   { *h = append(*h, x.(heldRecord)) }
+func (h *recordHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = heldRecord{}
+	*h = old[:len(old)-1]
+	return r
 }
 
 // run is one candidate's replay.
@@ -106,15 +151,27 @@ type run struct {
 	stats    []policyStats
 	pending  settleHeap
 	seq      uint64
-	rec      *Record // the record being admitted
+	origin   *time.Time // the first record's time
+	latest   time.Time  // the last decision's
+	cur      *request   // the request being admitted
+	one      request    // cur's storage when requests do not queue
 
 	admitted, rejected, wouldRejected int64
 	inFlight, peakInFlight            int64
 
-	// Per request: the policies that took permits, whether a shadow
-	// policy would have rejected it.
+	// queued is set when an enforcing policy of the candidate queues: its
+	// requests are admitted on goroutines of their own (see queuedRun).
+	queued *queuedRun
+}
+
+// request is one record's admission in a candidate's replay.
+type request struct {
+	rec *Record
+	// took lists the policies that took permits; would is set when a
+	// shadow policy would have rejected the request.
 	took  []int
 	would bool
+	queuedState
 }
 
 type policyStats struct {
@@ -123,6 +180,7 @@ type policyStats struct {
 	refusedCost                              amounts
 	inFlight, peakInFlight                   int64
 	tenants                                  *tenantTable[tenantRefusals]
+	series                                   *series
 }
 
 type tenantRefusals struct{ rejected, wouldReject int64 }
@@ -200,7 +258,7 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 	}
 	rp := &Replayer{cfg: cfg, tenants: newTenantTable[int64](cfg.MaxTenants)}
 	for i, c := range candidates {
-		r := &run{name: c.Name, cfg: &rp.cfg, clk: vclock.New(time.Time{}), index: map[string]int{}}
+		r := &run{name: c.Name, cfg: &rp.cfg, origin: &rp.first, clk: vclock.New(time.Time{}), index: map[string]int{}}
 		if r.name == "" {
 			r.name = fmt.Sprintf("candidate-%d", i+1)
 		}
@@ -217,11 +275,13 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 		}
 		ctl.SetAllShadow(false)
 		r.ctl = ctl
+		r.queued = newQueuedRun(ctl)
 		r.policies = ctl.Policies()
 		r.stats = make([]policyStats, len(r.policies))
 		for j, p := range r.policies {
 			r.index[p.Name] = j
 			r.stats[j].tenants = newTenantTable[tenantRefusals](cfg.MaxTenants)
+			r.stats[j].series = newSeries(cfg.MaxTenants)
 		}
 		rp.runs = append(rp.runs, r)
 	}
@@ -231,15 +291,42 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 	return rp, nil
 }
 
-// Add replays one record through every candidate. The Replayer keeps
-// nothing of rec after Add returns.
+// Add replays one record through every candidate (with
+// ReplayConfig.Reorder, once the log has gone past it). The Replayer
+// keeps nothing of rec after Add returns. Add does not check the record's
+// sampling; AddLog does.
 func (rp *Replayer) Add(rec *Record) {
+	if rp.cfg.Reorder <= 0 {
+		rp.replay(rec)
+		return
+	}
+	c := *rec
+	c.Units, c.Actual.Units = slices.Clone(c.Units), slices.Clone(c.Actual.Units)
+	rp.heldSeq++
+	heap.Push(&rp.held, heldRecord{rec: c, seq: rp.heldSeq})
+	if c.Time.After(rp.newest) {
+		rp.newest = c.Time
+	}
+	rp.release(rp.newest.Add(-rp.cfg.Reorder))
+}
+
+// release replays the held records due by t, in time order.
+func (rp *Replayer) release(t time.Time) {
+	for len(rp.held) > 0 && !rp.held[0].rec.Time.After(t) {
+		h := heap.Pop(&rp.held).(heldRecord)
+		rp.replay(&h.rec)
+	}
+}
+
+// replay replays one record, in order, through every candidate.
+func (rp *Replayer) replay(rec *Record) {
 	at := rec.Time
 	if rp.records == 0 {
 		rp.first = at
 	}
 	if at.Before(rp.last) {
 		rp.reordered++
+		rp.lateness = max(rp.lateness, rp.last.Sub(at))
 		at = rp.last
 	}
 	rp.last = at
@@ -261,27 +348,44 @@ func (rp *Replayer) Add(rec *Record) {
 }
 
 func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at time.Time, usage *admission.Usage) {
+	if r.queued != nil {
+		r.addQueued(rec, req, at, usage)
+		return
+	}
 	r.settleUntil(at)
 	r.clk.Set(at)
+	r.countMatched(req)
+	r.one = request{rec: rec, took: r.one.took[:0]}
+	r.cur = &r.one
+	tk, err := r.ctl.TryAdmit(ctx, *req)
+	r.cur = nil
+	r.admitted1(&r.one, tk, err, at, usage)
+}
+
+// countMatched counts req for the policies it matches.
+func (r *run) countMatched(req *admission.Request) {
 	for i := range r.policies {
 		if r.policies[i].Matches(req.Operation, req.Model) {
 			r.stats[i].matched++
 		}
 	}
-	r.rec, r.took, r.would = rec, r.took[:0], false
-	tk, err := r.ctl.TryAdmit(ctx, *req)
-	r.rec = nil
+}
+
+// admitted1 counts one request's verdict, err from the controller, and
+// schedules the settlement of an admitted one at its admission time at
+// plus its duration.
+func (r *run) admitted1(q *request, tk admission.Ticket, err error, at time.Time, usage *admission.Usage) {
 	if err != nil {
 		r.rejected++
 		return
 	}
 	r.admitted++
-	if r.would {
+	if q.would {
 		r.wouldRejected++
 	}
-	if rec.Duration <= 0 {
-		tk.Settle(rec.Actual)
-		for _, i := range r.took {
+	if q.rec.Duration <= 0 {
+		tk.Settle(q.rec.Actual)
+		for _, i := range q.took {
 			ps := &r.stats[i]
 			ps.peakInFlight = max(ps.peakInFlight, ps.inFlight+1)
 		}
@@ -290,13 +394,13 @@ func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at t
 	}
 	r.inFlight++
 	r.peakInFlight = max(r.peakInFlight, r.inFlight)
-	for _, i := range r.took {
+	for _, i := range q.took {
 		ps := &r.stats[i]
 		ps.inFlight++
 		ps.peakInFlight = max(ps.peakInFlight, ps.inFlight)
 	}
 	r.seq++
-	heap.Push(&r.pending, settlement{at: at.Add(rec.Duration), seq: r.seq, tk: tk, usage: *usage, took: slices.Clone(r.took)})
+	heap.Push(&r.pending, settlement{at: at.Add(q.rec.Duration), seq: r.seq, tk: tk, usage: *usage, took: slices.Clone(q.took)})
 }
 
 // settleUntil settles, in order, every admitted request due by t.
@@ -304,18 +408,32 @@ func (r *run) settleUntil(t time.Time) {
 	for len(r.pending) > 0 && !r.pending[0].at.After(t) {
 		s := heap.Pop(&r.pending).(settlement)
 		r.clk.Set(s.at)
-		s.tk.Settle(s.usage)
-		r.inFlight--
-		for _, i := range s.took {
-			r.stats[i].inFlight--
-		}
+		r.settle(&s)
+	}
+}
+
+// settle ends an admitted request.
+func (r *run) settle(s *settlement) {
+	s.tk.Settle(s.usage)
+	r.inFlight--
+	for _, i := range s.took {
+		r.stats[i].inFlight--
 	}
 }
 
 // Finish settles every request still in flight, as if the clock ran on
-// until the last of them ended.
+// until the last of them ended (see Replayer for the requests still
+// queued). A replay stopped before its end must be finished too, or its
+// queued requests wait on.
 func (rp *Replayer) Finish() {
+	if len(rp.held) > 0 {
+		rp.release(rp.newest)
+	}
 	for _, r := range rp.runs {
+		if r.queued != nil {
+			r.finishQueued(rp.last)
+			continue
+		}
 		if len(r.pending) > 0 {
 			last := r.pending[0].at
 			for _, s := range r.pending {
@@ -324,6 +442,16 @@ func (rp *Replayer) Finish() {
 				}
 			}
 			r.settleUntil(last)
+		}
+	}
+}
+
+// abandon gives up the requests waiting in the candidates' queues, so
+// that a replay stopped before Finish leaves no goroutine behind.
+func (rp *Replayer) abandon() {
+	for _, r := range rp.runs {
+		if r.queued != nil {
+			r.queued.cancel()
 		}
 	}
 }
@@ -364,29 +492,45 @@ type replayObserver struct {
 
 func (o *replayObserver) Decision(d *admission.Decision) {
 	r := o.r
+	if r.queued != nil {
+		r.queued.mu.Lock()
+		defer r.queued.mu.Unlock()
+	}
 	i, ok := r.index[d.Policy]
-	if !ok || r.rec == nil {
+	q := r.requestOf(d)
+	if !ok || q == nil {
 		return
 	}
 	ps := &r.stats[i]
+	if d.Outcome == admission.Queued {
+		q.parked = true
+		return
+	}
+	if d.Outcome == admission.Admitted && d.RolledBack {
+		return // another policy rejected the request: bypassed
+	}
+	now := r.clk.Now()
+	r.latest = later(r.latest, now)
+	tb := ps.series.tenants.get(d.Tenant)
+	slot := ps.series.slot(*r.origin, now)
 	switch d.Outcome {
 	case admission.Admitted:
-		if d.RolledBack {
-			return // another policy rejected the request: bypassed
-		}
 		ps.admitted++
-		r.took = append(r.took, i)
+		tb.admitted[slot]++
+		q.took = append(q.took, i)
 	case admission.WouldReject:
 		ps.wouldReject++
 		ps.reasons[d.Reason]++
-		ps.refusedCost.add(r.rec)
+		ps.refusedCost.add(q.rec)
 		ps.tenants.get(d.Tenant).wouldReject++
-		r.would = true
-	case admission.Rejected, admission.Timeout, admission.FailClosed:
+		tb.would[slot]++
+		q.would = true
+	case admission.Rejected, admission.Timeout, admission.FailClosed, admission.Canceled:
 		ps.rejected++
 		ps.reasons[d.Reason]++
-		ps.refusedCost.add(r.rec)
+		ps.refusedCost.add(q.rec)
 		ps.tenants.get(d.Tenant).rejected++
+		tb.rejected[slot]++
 	}
 }
 
@@ -394,12 +538,22 @@ func (o *replayObserver) Decision(d *admission.Decision) {
 // settle the requests still in flight.
 func (rp *Replayer) Report() ReplayReport {
 	rep := ReplayReport{
-		Records: rp.records, Reordered: rp.reordered, Skipped: rp.skipped,
-		TokensEstimated: rp.tokens, CostEstimated: rp.cost,
+		Records: rp.records, Reordered: rp.reordered, Lateness: rp.lateness, Skipped: rp.skipped,
+		TokensEstimated: rp.tokens, CostEstimated: rp.cost, SampleTenants: rp.sample,
 	}
 	if rp.records > 0 {
 		rep.Start, rep.End = rp.first, rp.last
 	}
+	// The series' common axes: the widest buckets of any, as many as the
+	// last decision needs.
+	step, latest := time.Second, rp.first
+	for _, r := range rp.runs {
+		latest = later(latest, r.latest)
+		for i := range r.stats {
+			step = max(step, r.stats[i].series.step)
+		}
+	}
+	buckets := min(int(latest.Sub(rp.first)/step)+1, seriesBuckets)
 	for _, r := range rp.runs {
 		cr := CandidateReport{
 			Candidate: r.name, Requests: rp.records,
@@ -414,6 +568,9 @@ func (rp *Replayer) Report() ReplayReport {
 				Policy: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.Unit, Limit: p.Limit,
 				Matched: ps.matched, Admitted: ps.admitted, Rejected: ps.rejected, WouldReject: ps.wouldReject,
 				PeakInFlight: ps.peakInFlight,
+			}
+			if rp.records > 0 {
+				pr.Series = ps.series.report(rp.first, step, buckets)
 			}
 			if pr.Unit == "" {
 				pr.Unit = limits.UnitRequests
@@ -480,6 +637,7 @@ func Replay(ctx context.Context, r io.Reader, cfg ReplayConfig, candidates ...Ca
 		return ReplayReport{}, err
 	}
 	if err := rp.AddLog(ctx, r); err != nil {
+		rp.abandon()
 		return ReplayReport{}, err
 	}
 	rp.Finish()
@@ -561,6 +719,9 @@ func (rp *Replayer) AddLog(ctx context.Context, r io.Reader) error {
 				}
 				bad = bad[1:]
 			}
+			if err := rp.checkSample(&b.recs[i]); err != nil {
+				return err
+			}
 			rp.Add(&b.recs[i])
 		}
 		for _, l := range bad {
@@ -580,6 +741,34 @@ func (rp *Replayer) AddLog(ctx context.Context, r io.Reader) error {
 		free <- b
 	}
 	return ctx.Err()
+}
+
+// ErrSampledLog is the error of replaying a sampled request log through
+// a candidate whose answer sampling changes.
+var ErrSampledLog = errors.New("shadow: the request log is sampled by tenant")
+
+// checkSample refuses a sampled record when a candidate has a policy
+// whose partitions mix tenants: with only some tenants' requests logged,
+// such a partition would see a fraction of its traffic, and no scaling of
+// the counts gives back what it would have refused. Policies keyed by
+// tenant or key id see each sampled tenant's traffic whole.
+func (rp *Replayer) checkSample(rec *Record) error {
+	if rec.Sample <= 1 || rec.Sample == rp.sample {
+		return nil
+	}
+	if rp.sample != 0 {
+		return fmt.Errorf("%w: records sampled 1 in %d and 1 in %d tenants are mixed", ErrSampledLog, rp.sample, rec.Sample)
+	}
+	rp.sample = rec.Sample
+	var errs []error
+	for _, r := range rp.runs {
+		for _, p := range r.policies {
+			if !slices.Contains(p.Key, limits.KeyTenant) && !slices.Contains(p.Key, limits.KeyKeyID) {
+				errs = append(errs, fmt.Errorf("%w (1 in %d): candidate %s: policy %s is not partitioned by tenant or key_id, so its replay would be wrong", ErrSampledLog, rec.Sample, r.name, p.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // recordError applies the configuration's OnRecordError to a malformed
@@ -603,8 +792,11 @@ type ReplayReport struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
 	// Reordered counts records earlier than a record before them,
-	// replayed at the later time.
-	Reordered int64 `json:"reordered"`
+	// replayed at the later time; Lateness is how much earlier the
+	// latest of them was: a ReplayConfig.Reorder of Lateness replays
+	// them all at their own time.
+	Reordered int64         `json:"reordered"`
+	Lateness  time.Duration `json:"lateness_ns,omitempty"`
 	// Skipped counts the malformed lines of the log that
 	// ReplayConfig.OnRecordError let the replay skip.
 	Skipped int64 `json:"-"`
@@ -614,6 +806,10 @@ type ReplayReport struct {
 	// Skipped and the two flags are not part of the JSON form.
 	TokensEstimated bool `json:"-"`
 	CostEstimated   bool `json:"-"`
+	// SampleTenants is N when the log held the requests of one tenant in
+	// N: the counts are those of the sampled tenants (about 1/N of the
+	// traffic), exact for them; zero for a whole log.
+	SampleTenants int `json:"sample_tenants,omitempty"`
 	// Candidates are in the order they were given.
 	Candidates []CandidateReport `json:"candidates"`
 }
@@ -673,6 +869,9 @@ type PolicyReplay struct {
 	PeakInFlight int64 `json:"peak_in_flight"`
 	// TopTenants are the tenants with the most refusals, most first.
 	TopTenants []TenantReplay `json:"top_tenants,omitempty"`
+	// Series is what the policy decided over time, per top tenant (not
+	// part of the JSON form; WriteHTML charts it).
+	Series *Series `json:"-"`
 }
 
 // Amounts are costs in every unit: requests, tokens, cost and the named

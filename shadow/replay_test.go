@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -213,9 +214,6 @@ func TestReplayShadowEqualsEnforce(t *testing.T) {
 		{Name: "tokens", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 4000, Per: time.Second},
 		{Name: "concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 3},
 		{Name: "global_concurrency", Algorithm: limits.Concurrency, Limit: 40},
-		// The replay never waits: an enforcing queue rejects what does not
-		// fit, as its shadow twin reports would-reject instead of waiting.
-		{Name: "queued_concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2, Queue: limits.Queue{Size: 4, Timeout: time.Second}},
 		{Name: "quota", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 200_000, Per: time.Hour},
 	}
 	var cands []shadow.Candidate
@@ -249,12 +247,40 @@ func TestReplayShadowEqualsEnforce(t *testing.T) {
 	}
 }
 
+// An enforcing queue waits what does not fit, where its shadow twin
+// (which never waits, as in the gateway) reports would-reject: the
+// queue rejects fewer, and only for a full queue or a timeout.
+func TestReplayQueueWaits(t *testing.T) {
+	log := randomLog(t, 7, 4000)
+	p := admission.Policy{Name: "queued_concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2, Queue: limits.Queue{Size: 4, Timeout: time.Second}}
+	e, s := p, p
+	e.Mode, s.Mode = limits.Enforce, limits.Shadow
+	rep := replay(t, log, cand("enforce", e), cand("shadow", s))
+	pe, ps := rep.Candidates[0].Policies[0], rep.Candidates[1].Policies[0]
+	if pe.Rejected == 0 || pe.Rejected >= ps.WouldReject || pe.Admitted+pe.Rejected != pe.Matched {
+		t.Errorf("enforcing queue rejected %d of %d (admitted %d); shadow would reject %d: want fewer, more than none", pe.Rejected, pe.Matched, pe.Admitted, ps.WouldReject)
+	}
+	for reason := range pe.Reasons {
+		if reason != "queue_full" && reason != "queue_timeout" {
+			t.Errorf("enforcing queue rejected for %s, want queue_full or queue_timeout only (%v)", reason, pe.Reasons)
+		}
+	}
+	if pe.Reasons["queue_full"] == 0 || pe.Reasons["queue_timeout"] == 0 {
+		t.Errorf("reasons %v: the test wants both a full queue and timeouts", pe.Reasons)
+	}
+}
+
 // The same log and candidates give the same report, byte for byte.
 func TestReplayDeterministic(t *testing.T) {
 	log := randomLog(t, 11, 3000)
 	cands := []shadow.Candidate{
 		cand("a", rpm(limits.Enforce), admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2, Mode: limits.Shadow}),
 		cand("b", admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 5000, Per: time.Second}),
+		// Queues: requests wait on goroutines of their own.
+		cand("c", rpm(limits.Enforce), admission.Policy{Name: "qconc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2,
+			Queue: limits.Queue{Size: 3, Timeout: 700 * time.Millisecond, Order: limits.NewestFirst}}),
+		cand("d", admission.Policy{Name: "qrate", Algorithm: limits.TokenBucket, Limit: 20, Burst: 5, Per: time.Second,
+			Queue: limits.Queue{Size: 10, Timeout: 400 * time.Millisecond}}),
 	}
 	var outs [3][]byte
 	for i := range outs {
@@ -303,6 +329,24 @@ func TestReplayReordered(t *testing.T) {
 	rep := replay(t, logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme"), cand("c", rpm(limits.Enforce)))
 	if rep.Reordered != 2 || rep.Candidates[0].Rejected != 1 {
 		t.Errorf("Reordered = %d, Rejected = %d; want 2, 1", rep.Reordered, rep.Candidates[0].Rejected)
+	}
+}
+
+// The report says how late the latest out-of-order record was; a
+// Reorder of that much replays every record at its own time.
+func TestReplayReorderWindow(t *testing.T) {
+	log := logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme")
+	rep := replay(t, log, cand("c", rpm(limits.Enforce)))
+	if rep.Reordered != 2 || rep.Lateness != time.Second {
+		t.Errorf("Reordered = %d, Lateness = %s; want 2, 1s", rep.Reordered, rep.Lateness)
+	}
+	got, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{Reorder: time.Second}, cand("c", rpm(limits.Enforce)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sorted := replay(t, logLines(t, "0 acme", "0.5 acme", "1 acme", "2 acme"), cand("c", rpm(limits.Enforce)))
+	if got.Reordered != 0 || got.Candidates[0].Rejected != sorted.Candidates[0].Rejected || got.Candidates[0].Admitted != sorted.Candidates[0].Admitted {
+		t.Errorf("with Reorder 1s: reordered %d, %+v; the sorted log gives %+v", got.Reordered, got.Candidates[0], sorted.Candidates[0])
 	}
 }
 
@@ -547,4 +591,22 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)*100_000/b.Elapsed().Seconds(), "records/s")
+}
+
+// A replay stopped by a malformed line gives up the requests waiting in
+// its queues: no goroutine is left behind.
+func TestReplayStoppedLeavesNoWaiters(t *testing.T) {
+	queued := admission.Policy{Name: "q", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 10}}
+	log := logLines(t, "0 acme dur=10s", "0.1 acme dur=1s", "0.2 acme dur=1s") + "not json\n"
+	before := runtime.NumGoroutine()
+	if _, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{}, cand("c", queued)); err == nil {
+		t.Fatal("no error for the malformed line")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, %d before the replay", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

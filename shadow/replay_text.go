@@ -47,18 +47,21 @@ func (rep *ReplayReport) columns() []column {
 // WriteText writes the report as a comparison table: one row per
 // candidate (its overall verdict) followed by one row per policy, then
 // each policy's top tenants by refusals. The first line gives the records
-// replayed, and the records out of time order and the malformed lines
-// skipped when there are any. The REFUSED_TOKENS and REFUSED_COST
+// replayed, and the records out of time order, the malformed lines
+// skipped and the log's sampling when there are any. The REFUSED_TOKENS and REFUSED_COST
 // columns are left out when no record estimates that unit
 // (TokensEstimated, CostEstimated), and a line under the table says so.
 func (rep ReplayReport) WriteText(w io.Writer) error {
 	span := rep.End.Sub(rep.Start).Round(time.Millisecond)
 	fmt.Fprintf(w, "replayed %d requests over %s through %d candidate(s)", rep.Records, span, len(rep.Candidates))
 	if rep.Reordered > 0 {
-		fmt.Fprintf(w, "; %d records out of time order were replayed at the time before them", rep.Reordered)
+		fmt.Fprintf(w, "; %d records out of time order (up to %s late) were replayed at the time before them", rep.Reordered, rep.Lateness)
 	}
 	if rep.Skipped > 0 {
 		fmt.Fprintf(w, "; %d malformed line(s) skipped", rep.Skipped)
+	}
+	if rep.SampleTenants > 1 {
+		fmt.Fprintf(w, "; the log holds 1 in %d tenants: the figures are theirs", rep.SampleTenants)
 	}
 	fmt.Fprint(w, "\n\n")
 	cols := rep.columns()

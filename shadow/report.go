@@ -177,6 +177,18 @@ type PolicyReport struct {
 	// Tenants are the tenants with refused requests, most refused first
 	// (at most the top N asked for).
 	Tenants []TenantReport
+	// Buckets are the window's slices, oldest first, each with its own
+	// figures (empty slices too): the ratio over time.
+	Buckets []BucketReport
+}
+
+// BucketReport is a policy's decisions in one slice of the window.
+type BucketReport struct {
+	// Start is when the slice began.
+	Start time.Time
+	// Requests and Refused count the decisions; Ratio is their ratio.
+	Requests, Refused int64
+	Ratio             float64
 }
 
 // TenantReport is one tenant's part of a policy's refusals.
@@ -213,7 +225,10 @@ func (r *Recorder) Report(top int) Report {
 		r.mu.RLock()
 		pw := r.policies[name]
 		r.mu.RUnlock()
-		pr := PolicyReport{Policy: name}
+		pr := PolicyReport{Policy: name, Buckets: make([]BucketReport, r.cfg.Buckets)}
+		for i := range pr.Buckets {
+			pr.Buckets[i].Start = time.Unix(0, (oldest+int64(i)-1)*r.width)
+		}
 		tenants := map[string]*counts{}
 		pw.mu.Lock()
 		pr.Mode = pw.mode
@@ -222,6 +237,9 @@ func (r *Recorder) Report(top int) Report {
 			if b.epoch < oldest || b.epoch > now {
 				continue
 			}
+			br := &pr.Buckets[b.epoch-oldest]
+			br.Requests, br.Refused = b.total.requests, b.total.refused
+			br.Ratio = ratio(br.Refused, br.Requests)
 			pr.Requests += b.total.requests
 			pr.Refused += b.total.refused
 			for t, c := range b.tenants {

@@ -55,6 +55,8 @@ const (
 //	duration   how long the work ran (a Go duration, "1.5s"): its
 //	           concurrency permits are held that long; zero or absent
 //	           settles it at once
+//	sample     N when the log holds the requests of one tenant in N
+//	           (RequestLogConfig.SampleTenants); absent when it holds all
 //
 // The requests unit is implied: every record is one request. Amounts are
 // non-negative integers. An unknown field is an error, as in policy files.
@@ -82,6 +84,9 @@ type Record struct {
 	Actual admission.Usage
 	// Duration is how long the work held its permits.
 	Duration time.Duration
+	// Sample is N when the log the record is part of holds the requests
+	// of one tenant in N, zero (or one) when it holds every request.
+	Sample int
 }
 
 // Request returns the admission request the record describes.
@@ -165,6 +170,7 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	if r.Duration != 0 {
 		str("duration", r.Duration.String())
 	}
+	num("sample", int64(r.Sample))
 	return append(dst, '}')
 }
 
@@ -301,6 +307,7 @@ type recordJSON struct {
 	Units     map[string]int64 `json:"units"`
 	Actual    *actualJSON      `json:"actual"`
 	Duration  string           `json:"duration"`
+	Sample    int              `json:"sample"`
 
 	timeVal, tenantVal string // what Time and Tenant point to after parseFast
 }
@@ -333,7 +340,7 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 			return fmt.Errorf("unexpected data after the record at column %d", off+1)
 		}
 	}
-	*rec = Record{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost}
+	*rec = Record{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost, Sample: w.Sample}
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
@@ -365,6 +372,9 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 	}
 	if w.Tokens < 0 {
 		bad("tokens", "must be >= 0, got %d", w.Tokens)
+	}
+	if w.Sample < 0 {
+		bad("sample", "must be >= 0, got %d", w.Sample)
 	}
 	if w.Cost < 0 {
 		bad("cost", "must be >= 0, got %d", w.Cost)

@@ -143,7 +143,8 @@ func TestLogReaderLongLine(t *testing.T) {
 func FuzzParseRecord(f *testing.F) {
 	for _, s := range []string{
 		`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`,
-		`{"time":"2026-01-01T12:00:00.25Z","tenant":"acme","key_id":"k","ip":"::1","operation":"op","model":"m","priority":-1,"tokens":1,"cost":2,"units":{"x":3},"actual":{"tokens":1,"cost":0,"units":{"x":1}},"duration":"1ms"}`,
+		`{"time":"2026-01-01T12:00:00.25Z","tenant":"acme","key_id":"k","ip":"::1","operation":"op","model":"m","priority":-1,"tokens":1,"cost":2,"units":{"x":3},"actual":{"tokens":1,"cost":0,"units":{"x":1}},"duration":"1ms","sample":4}`,
+		`{"time":"2026-01-01T12:00:00Z","tenant":"a","sample":-1}`, `{"time":"2026-01-01T12:00:00Z","tenant":"a","sample":1e3}`,
 		`{"time":"9999-12-31T23:59:59.999999999-23:59","tenant":"\u0000\ud800"}`,
 		`{"tenant":1}`, `[]`, `{`, `{"time":"2026-01-01T12:00:00Z","tenant":"a"} {}`,
 	} {

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/shadow"
 )
@@ -40,6 +42,12 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	top := fs.Int("top", shadow.DefaultTopTenants, "tenants listed per policy")
 	maxTenants := fs.Int("max-tenants", shadow.DefaultMaxTenants, "tenants counted by name; the rest are "+shadow.OtherTenant)
 	strict := fs.Bool("strict", false, "stop at the first malformed line (exit status 1) instead of skipping it")
+	htmlPath := fs.String("html", "", "also write the report as a self-contained HTML `FILE` (charts over time per candidate and policy)")
+	threshold := fs.Float64("threshold", shadow.DefaultThreshold, "the refused share drawn on the HTML report's charts")
+	suggest := fs.Bool("suggest", false, "per policy of each candidate, the smallest limit (and burst) under which at most --target of its requests would be rejected, as YAML (and in the HTML report)")
+	target := fs.Float64("target", shadow.DefaultSuggestTarget, "the share of requests --suggest lets a policy reject")
+	ignoreTop := fs.Int("ignore-top", 0, "--suggest leaves out the `N` tenants with the most requests")
+	reorder := fs.Duration("reorder", 0, "how late a line may come in the log and still be replayed at its own time: a request log written by the gateway or shadow.RequestLog has a request's line when it ended, so give the longest request plus queue wait (memory holds that much traffic); 0 replays lines in file order")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -55,6 +63,15 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	}
 	if *format != "table" && *format != "json" {
 		problems = append(problems, fmt.Sprintf("--format must be table or json, not %q", *format))
+	}
+	if *threshold <= 0 || *threshold >= 1 || *target <= 0 || *target >= 1 {
+		problems = append(problems, "--threshold and --target must be shares in (0, 1)")
+	}
+	if *ignoreTop < 0 {
+		problems = append(problems, "--ignore-top must be >= 0")
+	}
+	if *reorder < 0 {
+		problems = append(problems, "--reorder must be >= 0")
 	}
 	if *top <= 0 || *maxTenants <= 0 {
 		problems = append(problems, "--top and --max-tenants must be > 0")
@@ -85,7 +102,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		name = "stdin"
 	}
 	var bad int64 // malformed lines so far
-	cfg := shadow.ReplayConfig{MaxTenants: *maxTenants, TopTenants: *top, OnRecordError: func(re *shadow.RecordError) error {
+	cfg := shadow.ReplayConfig{MaxTenants: *maxTenants, TopTenants: *top, Reorder: *reorder, OnRecordError: func(re *shadow.RecordError) error {
 		if *strict {
 			fmt.Fprintf(e.stderr, "%s:%d: %v\n", name, re.Line, re.Err)
 			return re
@@ -109,6 +126,17 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		}
 		defer f.Close()
 		in = f
+	} else if *suggest {
+		// Suggesting reads the log several times: keep a copy of stdin.
+		spool, err := spoolStdin(e.stdin)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "admitctl replay: %v\n", err)
+			return 1
+		}
+		defer os.Remove(spool.Name())
+		defer spool.Close()
+		in = spool
+		*logPath = spool.Name()
 	}
 	if err := rp.AddLog(ctx, in); err != nil {
 		var re *shadow.RecordError
@@ -119,6 +147,10 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	}
 	rp.Finish()
 	rep := rp.Report()
+	if rep.Reordered > 0 {
+		fmt.Fprintf(e.stderr, "%s: %d line(s) out of time order, up to %s late; replay with --reorder %s to place them at their own time\n",
+			name, rep.Reordered, rep.Lateness, (rep.Lateness+*reorder).Round(time.Second)+time.Second)
+	}
 	if rep.Skipped > 0 {
 		more := ""
 		if rep.Skipped > maxBadLinesShown {
@@ -126,10 +158,31 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		}
 		fmt.Fprintf(e.stderr, "%s: %d malformed line(s) skipped%s; the report covers the other %d\n", name, rep.Skipped, more, rep.Records)
 	}
+	var suggestions []shadow.Suggestion
+	if *suggest {
+		// The malformed lines were reported by the replay: skip them.
+		scfg := shadow.SuggestConfig{Target: *target, IgnoreTop: *ignoreTop, Replay: cfg}
+		scfg.Replay.OnRecordError = func(*shadow.RecordError) error { return nil }
+		open := func() (io.ReadCloser, error) { return os.Open(*logPath) }
+		for _, c := range cands {
+			s, err := shadow.Suggest(ctx, open, c, scfg)
+			if err != nil {
+				fmt.Fprintf(e.stderr, "admitctl replay: --suggest: %s: %v\n", c.Name, err)
+				return 1
+			}
+			suggestions = append(suggestions, s...)
+		}
+	}
+	if *htmlPath != "" {
+		if err := writeHTMLReport(*htmlPath, rep, shadow.HTMLOptions{Threshold: *threshold, Suggestions: suggestions}); err != nil {
+			fmt.Fprintf(e.stderr, "admitctl replay: %v\n", err)
+			return 1
+		}
+	}
 	if *format == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(jsonReport{ReplayReport: rep, BadLines: rep.Skipped}); err != nil {
+		if err := enc.Encode(jsonReport{ReplayReport: rep, BadLines: rep.Skipped, Suggestions: suggestions}); err != nil {
 			return 1
 		}
 		return 0
@@ -137,12 +190,63 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	if err := rep.WriteText(e.stdout); err != nil {
 		return 1
 	}
+	if *suggest {
+		writeSuggestions(e.stdout, suggestions)
+	}
 	return 0
+}
+
+// writeSuggestions prints each candidate's suggestions as a YAML snippet.
+func writeSuggestions(w io.Writer, all []shadow.Suggestion) {
+	for i, s := range all {
+		if i == 0 || all[i-1].Candidate != s.Candidate {
+			fmt.Fprintf(w, "\n# %s: the smallest limits under which each policy, enforced alone, rejects at most %.1f%% of its requests", s.Candidate, s.Target*100)
+			if len(s.Ignored) > 0 {
+				fmt.Fprintf(w, " (leaving out %s)", strings.Join(s.Ignored, ", "))
+			}
+			fmt.Fprint(w, "\npolicies:\n")
+		}
+		fmt.Fprint(w, s.YAML())
+	}
+}
+
+// writeHTMLReport writes the HTML report to path, replacing it whole.
+func writeHTMLReport(path string, rep shadow.ReplayReport, opt shadow.HTMLOptions) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.html")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := errors.Join(rep.WriteHTML(tmp, opt), tmp.Chmod(0o644), tmp.Close()); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// spoolStdin copies r to a temporary file and returns it, read from the
+// start.
+func spoolStdin(r io.Reader) (*os.File, error) {
+	f, err := os.CreateTemp("", "admitctl-replay-*.jsonl")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
 }
 
 // jsonReport is the report of --format json: the replay's, and the count
 // of malformed lines skipped.
 type jsonReport struct {
 	shadow.ReplayReport
-	BadLines int64 `json:"bad_lines"`
+	BadLines    int64               `json:"bad_lines"`
+	Suggestions []shadow.Suggestion `json:"suggestions,omitempty"`
 }

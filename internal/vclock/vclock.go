@@ -72,29 +72,37 @@ func (c *Clock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
 // Set moves the clock to t (never backwards), running due functions, each
 // with the clock reading its due time.
 func (c *Clock) Set(t time.Time) {
-	for {
-		c.mu.Lock()
-		sort.SliceStable(c.timers, func(i, j int) bool {
-			if !c.timers[i].at.Equal(c.timers[j].at) {
-				return c.timers[i].at.Before(c.timers[j].at)
-			}
-			return c.timers[i].seq < c.timers[j].seq
-		})
-		if len(c.timers) == 0 || c.timers[0].at.After(t) {
-			if t.After(c.now) {
-				c.now = t
-			}
-			c.mu.Unlock()
-			return
+	for c.Step(t) {
+	}
+}
+
+// Step runs the first function due by t, with the clock moved to its due
+// time, and reports whether there was one; when there was none it moves
+// the clock to t (never backwards). A caller that must see each
+// function's effects before the next runs steps instead of setting.
+func (c *Clock) Step(t time.Time) bool {
+	c.mu.Lock()
+	sort.SliceStable(c.timers, func(i, j int) bool {
+		if !c.timers[i].at.Equal(c.timers[j].at) {
+			return c.timers[i].at.Before(c.timers[j].at)
 		}
-		next := c.timers[0]
-		c.timers = c.timers[1:]
-		if next.at.After(c.now) {
-			c.now = next.at
+		return c.timers[i].seq < c.timers[j].seq
+	})
+	if len(c.timers) == 0 || c.timers[0].at.After(t) {
+		if t.After(c.now) {
+			c.now = t
 		}
 		c.mu.Unlock()
-		next.f()
+		return false
 	}
+	next := c.timers[0]
+	c.timers = c.timers[1:]
+	if next.at.After(c.now) {
+		c.now = next.at
+	}
+	c.mu.Unlock()
+	next.f()
+	return true
 }
 
 // Pending returns the number of scheduled functions not yet run.

@@ -33,6 +33,31 @@ func TestSetRunsDueFunctionsInOrder(t *testing.T) {
 	}
 }
 
+// Step runs one due function at a time, in due order (ties in the order
+// scheduled), each seeing the clock at its due time, and moves the clock
+// when none is due.
+func TestStep(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := vclock.New(t0)
+	var ran []string
+	at := func(name string) func() { return func() { ran = append(ran, name+"@"+c.Now().Sub(t0).String()) } }
+	c.AfterFunc(2*time.Second, at("b"))
+	c.AfterFunc(time.Second, at("a1"))
+	c.AfterFunc(time.Second, at("a2"))
+	for i, want := range []string{"a1@1s", "a1@1s a2@1s", "a1@1s a2@1s b@2s"} {
+		if !c.Step(t0.Add(time.Hour)) || strings.Join(ran, " ") != want {
+			t.Fatalf("step %d: ran %q, want %q", i, ran, want)
+		}
+	}
+	if c.Step(t0.Add(3*time.Second)) || !c.Now().Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("a step with nothing due ran something or left the clock at %v", c.Now())
+	}
+	c.AfterFunc(time.Second, at("late"))
+	if c.Step(t0.Add(3500*time.Millisecond)) || !c.Now().Equal(t0.Add(3500*time.Millisecond)) || len(ran) != 3 {
+		t.Fatalf("a function due after the bound ran, or the clock is at %v", c.Now())
+	}
+}
+
 // TestBinariesLinkNoTestKit keeps the test kit (package testing, through
 // admissiontest) out of the programs: the replay engine runs on this
 // clock, not on admissiontest's.

@@ -1,0 +1,108 @@
+package shadow_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/shadow"
+)
+
+// The tolerance of a replay of a log written on a real clock, per
+// policy: the times a service logs are read a few microseconds from the
+// controller's own reads, so a request racing another for the last permit
+// may be decided the other way in the replay. A handful of requests.
+const realClockTolerance = 5
+
+// A service on loopback admits real HTTP requests on the real clock and
+// logs them; replaying its log gives its figures back within the
+// tolerance.
+func TestRequestLogRealClock(t *testing.T) {
+	cfg := admission.Config{Policies: []admission.Policy{
+		{Name: "tenant-rps", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 8, Per: time.Second, Burst: 3},
+		{Name: "tenant-concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2},
+	}}
+	live := newLiveCounts()
+	ctl, err := admission.New(cfg, admission.WithObserver(live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
+		req := admission.Request{Tenant: r.Header.Get("X-Tenant"), Operation: "POST /v1/chat/completions", Tokens: 100}
+		tk, err := ctl.Admit(r.Context(), req)
+		if err != nil {
+			rl.Log(&req, arrived, admission.Usage{}, 0)
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		admitted := time.Now()
+		work, _ := time.ParseDuration(r.Header.Get("X-Work"))
+		time.Sleep(work)
+		u := admission.Usage{Tokens: 60, TokensKnown: true}
+		held := time.Since(admitted)
+		tk.Settle(u)
+		rl.Log(&req, arrived, u, held)
+	}))
+	defer srv.Close()
+
+	traffic := knownTraffic(200, 3) // about 6 s
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, lr := range traffic {
+		time.Sleep(time.Until(start.Add(lr.at)))
+		wg.Go(func() {
+			hr, _ := http.NewRequest(http.MethodPost, srv.URL, nil)
+			hr.Header.Set("X-Tenant", lr.req.Tenant)
+			hr.Header.Set("X-Work", strconv.FormatInt(int64(lr.work/2), 10)+"ns")
+			resp, err := http.DefaultClient.Do(hr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	if err := rl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{Reorder: 5 * time.Second}, shadow.Candidate{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Records != int64(len(traffic)) {
+		t.Fatalf("replayed %d records, sent %d", rep.Records, len(traffic))
+	}
+	for _, p := range rep.Candidates[0].Policies {
+		la, lr := live.admitted[p.Policy], live.rejected[p.Policy]
+		t.Logf("%s: live admitted %d rejected %d; replay %d, %d", p.Policy, la, lr, p.Admitted, p.Rejected)
+		if lr == 0 {
+			t.Errorf("%s rejected nothing live: the traffic does not test it", p.Policy)
+		}
+		if d := abs(p.Admitted-la) + abs(p.Rejected-lr); d > 2*realClockTolerance {
+			t.Errorf("%s: replay %s from live", p.Policy, fmt.Sprint(d, " decisions"))
+		}
+	}
+}
+
+func abs(n int64) int64 { return max(n, -n) }
