@@ -131,11 +131,7 @@ func (l *RequestLog) Log(r *admission.Request, arrived time.Time, actual admissi
 	if l.cfg.SampleTenants > 1 && !sampled(r.Tenant, l.cfg.SampleTenants) {
 		return
 	}
-	rec := Record{
-		Time: arrived.UTC(), Tenant: r.Tenant, KeyID: r.KeyID, User: r.User, Addr: r.Addr,
-		Operation: r.Operation, Model: r.Model, Priority: r.Priority, Tokens: r.Tokens, Cost: r.Cost,
-		Actual: actual, Duration: min(max(work, 0), MaxRecordDuration),
-	}
+	rec := Record{Time: arrived.UTC(), Request: *r, Actual: actual, Duration: min(max(work, 0), MaxRecordDuration)}
 	if l.cfg.SampleTenants > 1 {
 		rec.Sample = l.cfg.SampleTenants
 	}

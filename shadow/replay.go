@@ -334,7 +334,7 @@ func (rp *Replayer) replay(rec *Record) {
 	rp.tokens = rp.tokens || rec.Tokens != 0
 	rp.cost = rp.cost || rec.Cost != 0
 	*rp.tenants.get(rec.Tenant)++
-	req := rec.Request()
+	req := rec.Request
 	var usage admission.Usage
 	if rec.Duration > 0 {
 		usage = rec.Actual

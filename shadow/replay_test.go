@@ -28,7 +28,7 @@ func logLines(t testing.TB, specs ...string) string {
 		f := strings.Fields(s)
 		var secs float64
 		fmt.Sscan(f[0], &secs)
-		r := shadow.Record{Time: t0.Add(time.Duration(secs * float64(time.Second))), Tenant: f[1]}
+		r := shadow.Record{Time: t0.Add(time.Duration(secs * float64(time.Second))), Request: admission.Request{Tenant: f[1]}}
 		for _, kv := range f[2:] {
 			k, v, _ := strings.Cut(kv, "=")
 			var n int64
@@ -193,7 +193,7 @@ func randomLog(t testing.TB, seed uint64, n int) string {
 		est := int64(100 + rng.IntN(2000))
 		actual := est * int64(20+rng.IntN(100)) / 100
 		r := shadow.Record{
-			Time: at, Tenant: tenant, Operation: "POST /v1/chat/completions", Model: "m", Tokens: est, Cost: est / 10,
+			Time: at, Request: admission.Request{Tenant: tenant, Operation: "POST /v1/chat/completions", Model: "m", Tokens: est, Cost: est / 10},
 			Actual: admission.Usage{Tokens: actual, TokensKnown: true}, Duration: time.Duration(rng.IntN(3000)) * time.Millisecond,
 		}
 		b.Write(r.AppendJSON(nil))

@@ -101,7 +101,7 @@ func (r *run) addQueued(rec *Record, req *admission.Request, at time.Time, usage
 	c := *rec
 	c.Units, c.Actual.Units = slices.Clone(c.Units), slices.Clone(c.Actual.Units)
 	q := &request{rec: &c}
-	q.req = c.Request()
+	q.req = c.Request
 	q.usage = *usage
 	if len(q.usage.Units) > 0 {
 		q.usage.Units = slices.Clone(q.usage.Units)

@@ -63,21 +63,10 @@ const (
 type Record struct {
 	// Time is when the request arrived.
 	Time time.Time
-	// Tenant, KeyID, User and Addr are the request's identity.
-	Tenant string
-	KeyID  string
-	User   string
-	Addr   netip.Addr
-	// Operation and Model are what policies match on.
-	Operation string
-	Model     string
-	// Priority is the request's queue priority.
-	Priority int
-	// Tokens and Cost are the estimates made before the work started.
-	Tokens int64
-	Cost   int64
-	// Units holds the estimates of named units, sorted by unit.
-	Units []admission.UnitAmount
+	// Request is the request as it was admitted: its identity, what
+	// policies match on (operation, model), its priority and the
+	// estimates made before the work started (named units sorted by unit).
+	admission.Request
 	// Actual is the actual usage, in the encoding Ticket.Settle takes: an
 	// amount is known when its Known flag is set or it is not zero, and
 	// the zero Usage knows nothing (the estimates stay charged).
@@ -87,15 +76,6 @@ type Record struct {
 	// Sample is N when the log the record is part of holds the requests
 	// of one tenant in N, zero (or one) when it holds every request.
 	Sample int
-}
-
-// Request returns the admission request the record describes.
-func (r *Record) Request() admission.Request {
-	return admission.Request{
-		Tenant: r.Tenant, KeyID: r.KeyID, User: r.User, Addr: r.Addr,
-		Operation: r.Operation, Model: r.Model, Priority: r.Priority,
-		Tokens: r.Tokens, Cost: r.Cost, Units: r.Units,
-	}
 }
 
 // AppendJSON appends the record as one JSON object (no newline) to dst.
@@ -340,7 +320,7 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 			return fmt.Errorf("unexpected data after the record at column %d", off+1)
 		}
 	}
-	*rec = Record{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost, Sample: w.Sample}
+	*rec = Record{Request: admission.Request{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost}, Sample: w.Sample}
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))

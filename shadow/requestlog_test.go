@@ -45,18 +45,19 @@ func TestParseRecord(t *testing.T) {
 		line string
 		want shadow.Record
 	}{
-		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`, shadow.Record{Time: t0, Tenant: "acme"}},
+		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`, shadow.Record{Time: t0, Request: admission.Request{Tenant: "acme"}}},
 		{
 			`{"time":"2026-01-01T12:00:00.25Z","tenant":"acme","key_id":"key_1","user":"u1","ip":"2001:db8::1","operation":"POST /v1/chat/completions","model":"gpt-4o","priority":2,"tokens":1200,"cost":350,"units":{"images":2,"audio_s":9},"actual":{"tokens":900,"units":{"images":1}},"duration":"1.5s"}`,
 			shadow.Record{
-				Time: t0.Add(250 * time.Millisecond), Tenant: "acme", KeyID: "key_1", User: "u1", Addr: netip.MustParseAddr("2001:db8::1"),
-				Operation: "POST /v1/chat/completions", Model: "gpt-4o", Priority: 2, Tokens: 1200, Cost: 350,
-				Units:    []admission.UnitAmount{{Unit: "audio_s", Amount: 9}, {Unit: "images", Amount: 2}},
+				Time: t0.Add(250 * time.Millisecond),
+				Request: admission.Request{Tenant: "acme", KeyID: "key_1", User: "u1", Addr: netip.MustParseAddr("2001:db8::1"),
+					Operation: "POST /v1/chat/completions", Model: "gpt-4o", Priority: 2, Tokens: 1200, Cost: 350,
+					Units: []admission.UnitAmount{{Unit: "audio_s", Amount: 9}, {Unit: "images", Amount: 2}}},
 				Actual:   admission.Usage{Tokens: 900, TokensKnown: true, Units: []admission.UnitAmount{{Unit: "images", Amount: 1}}},
 				Duration: 1500 * time.Millisecond,
 			},
 		},
-		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, shadow.Record{Time: t0, Tenant: "b", Actual: admission.Usage{CostKnown: true}}},
+		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, shadow.Record{Time: t0, Request: admission.Request{Tenant: "b"}, Actual: admission.Usage{CostKnown: true}}},
 	}
 	for _, tt := range tests {
 		var got shadow.Record
@@ -80,8 +81,8 @@ func TestParseRecord(t *testing.T) {
 }
 
 func TestRecordRequestAndUsage(t *testing.T) {
-	r := shadow.Record{Tenant: "acme", Tokens: 100, Cost: 7, Actual: admission.Usage{TokensKnown: true}}
-	req := r.Request()
+	r := shadow.Record{Request: admission.Request{Tenant: "acme", Tokens: 100, Cost: 7}, Actual: admission.Usage{TokensKnown: true}}
+	req := r.Request
 	if req.Amount(limits.UnitRequests) != 1 || req.Amount(limits.UnitTokens) != 100 || req.Amount(limits.UnitCost) != 7 {
 		t.Errorf("Request() = %+v", req)
 	}

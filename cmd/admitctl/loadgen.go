@@ -113,8 +113,9 @@ func (g *generator) next(rec *shadow.Record) bool {
 		hold = min(time.Duration(g.rng.ExpFloat64()*float64(c.hold)).Round(time.Millisecond), shadow.MaxRecordDuration)
 	}
 	*rec = shadow.Record{
-		Time: g.at, Tenant: tenant, KeyID: g.keyID[tenant], Addr: tenantAddr(ti), Operation: c.operation, Model: c.models[mi],
-		Tokens: est, Cost: est * int64(mi+1) * 150 / 1000,
+		Time: g.at,
+		Request: admission.Request{Tenant: tenant, KeyID: g.keyID[tenant], Addr: tenantAddr(ti), Operation: c.operation, Model: c.models[mi],
+			Tokens: est, Cost: est * int64(mi+1) * 150 / 1000},
 		Actual:   admission.Usage{Tokens: actual, TokensKnown: true},
 		Duration: hold,
 	}
