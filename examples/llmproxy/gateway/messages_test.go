@@ -558,3 +558,40 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// A stream whose tenant runs out of output tokens as it goes is cut with
+// Anthropic's error event, which the SDK raises as a rate_limit_error,
+// and is charged what it streamed.
+func TestMessagesStreamCutInAnthropicShape(t *testing.T) {
+	s := anthropicGateway(t, `
+policies:
+  - {name: otpm, key: [tenant], unit: output_tokens, algorithm: token_bucket, limit: 4, per: 1m}
+`, false, func(g *gateway.Config, u *upstream.Config) {
+		g.ChargeInterval, g.MaxOutputReserve, u.TokensPerSecond = time.Millisecond, 1, 200
+	})
+	c := s.client(keyA, option.WithHeader("X-Sim-Tokens", "40"))
+	st := c.Messages.NewStreaming(ctxT(t, 10*time.Second), anthropic.MessageNewParams{
+		Model: claude, MaxTokens: 100, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},
+	})
+	var msg anthropic.Message
+	for st.Next() {
+		if err := msg.Accumulate(st.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ae *anthropic.Error
+	if err := st.Err(); !errors.As(err, &ae) || ae.Type() != "rate_limit_error" {
+		t.Fatalf("stream error %v; want the SDK's rate_limit_error", err)
+	}
+	if len(msg.Content) == 0 || msg.Content[0].Text == "" || msg.StopReason != "" {
+		t.Fatalf("message %+v: want some text and no stop", msg)
+	}
+	// The stream was charged past the limit: the partition is exhausted.
+	resp, b := s.post(t, gateway.OpCountTokens, keyA, `{"model":"`+claude+`","messages":[{"role":"user","content":"hi"}]}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("count_tokens: %d %s", resp.StatusCode, b)
+	}
+	if got := remaining(t, resp.Header, "Output-Tokens"); got != 0 {
+		t.Errorf("output-tokens remaining after the cut %d; want 0", got)
+	}
+}
