@@ -66,6 +66,17 @@
 //     counted apart (llmproxy_upstream_throttled_total): they are the
 //     provider throttling the proxy, not the proxy throttling a tenant.
 //
+// With Config.Anthropic, POST /v1/messages (Anthropic's Messages API)
+// takes the same path, priced as weights.EndpointMessages (max_tokens is
+// the output reservation), admitted on the token units input_tokens,
+// output_tokens and cached_input_tokens too (internal/tokenunits), and
+// settled, or charged as a stream goes, from its usage (message_start,
+// message_delta); the upstream key goes in x-api-key, anthropic-version
+// and anthropic-beta pass through. POST /v1/messages/count_tokens is
+// limited by requests only and passed through. Errors on these routes,
+// rejections included, are in Anthropic's shape, and answers carry
+// anthropic-ratelimit-* headers (see Anthropic).
+//
 // GET /v1/models and GET /v1/models/{id} are passed through, limited by the
 // policies that match them; a model id must be 1 to 256 ASCII letters,
 // digits and - _ . : @ once decoded, neither "." nor "..", else 404. Every
