@@ -582,8 +582,12 @@ func (g *Gateway) unauthorized(c echo.Context, err error) {
 	ctx := c.Request().Context()
 	if errors.Is(err, httpadmit.ErrNoCredentials) {
 		g.m.count(ctx, g.m.authFailures, "missing_api_key")
+		how := "\"Authorization: Bearer YOUR_KEY\""
+		if anthropicShaped(c.Response()) {
+			how = "\"x-api-key: YOUR_KEY\""
+		}
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
-			"You didn't provide an API key. Send it as \"Authorization: Bearer YOUR_KEY\".")
+			"You didn't provide an API key. Send it as "+how+".")
 	} else {
 		g.m.count(ctx, g.m.authFailures, "invalid_api_key")
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "",

@@ -506,8 +506,12 @@ policies:
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d; want %d: %s", resp.StatusCode, tc.status, b)
 			}
-			if typ, _ := anthropicError(t, b); typ != tc.typ {
+			typ, msg := anthropicError(t, b)
+			if typ != tc.typ {
 				t.Errorf("type %q; want %q (%s)", typ, tc.typ, b)
+			}
+			if tc.key == "" && !strings.Contains(msg, "x-api-key") {
+				t.Errorf("401 without a key: %q does not say to send x-api-key", msg)
 			}
 			if resp.Header.Get("Anthropic-Organization-Id") != "" || strings.Contains(string(b), "org-simulated") {
 				t.Errorf("the provider's organization reached the tenant: %v %s", resp.Header, b)
@@ -593,5 +597,52 @@ policies:
 	}
 	if got := remaining(t, resp.Header, "Output-Tokens"); got != 0 {
 		t.Errorf("output-tokens remaining after the cut %d; want 0", got)
+	}
+}
+
+// A cost quota on /v1/messages: the message is priced from the policy
+// file's prices and settled at its usage's exact cost, cache reads at the
+// cached price; a model without a price is refused in Anthropic's shape.
+func TestMessagesCostSettlesExactly(t *testing.T) {
+	s := anthropicGateway(t, `
+policies:
+  - {name: spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 100M}
+prices:
+  models:
+    claude-sonnet-4-5: {input: 3, output: 15, cached_input: 0.3}
+`, false)
+	body := `{"model":"` + claude + `","max_tokens":100,"system":[{"type":"text","text":"` + strings.Repeat("Physics, patiently. ", 40) + `","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"Why is the sky blue?"}]}`
+	resp, b := s.post(t, gateway.OpMessages, keyA, body, "X-Sim-Cache", "read")
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	var m struct {
+		Usage struct {
+			In     int64 `json:"input_tokens"`
+			Write  int64 `json:"cache_creation_input_tokens"`
+			Read   int64 `json:"cache_read_input_tokens"`
+			Output int64 `json:"output_tokens"`
+		}
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.Usage.Read == 0 {
+		t.Fatalf("usage %s (%v): want a cache read", b, err)
+	}
+	// Micro-dollars, rounded up: $3, $0.30 and $15 per million tokens.
+	pico := (m.Usage.In+m.Usage.Write)*3_000_000 + m.Usage.Read*300_000 + m.Usage.Output*15_000_000
+	cost := (pico + 999_999) / 1_000_000
+	resp, b = s.post(t, gateway.OpCountTokens, keyA, `{"model":"`+claude+`","messages":[{"role":"user","content":"hi"}]}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("count_tokens: %d %s", resp.StatusCode, b)
+	}
+	want := `"spend";r=` + strconv.FormatInt(100_000_000-cost, 10) + ";"
+	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, want) {
+		t.Errorf("after the message, RateLimit = %q; want %s… (cost %d µ$ of usage %+v)", got, want, cost, m.Usage)
+	}
+	resp, b = s.post(t, gateway.OpMessages, keyA, strings.Replace(body, claude, "claude-unpriced-9", 1))
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("unpriced model: %d %s; want 400", resp.StatusCode, b)
+	}
+	if typ, msg := anthropicError(t, b); typ != "invalid_request_error" || !strings.Contains(msg, "price") {
+		t.Errorf("unpriced model: %s %q; want invalid_request_error about the price", typ, msg)
 	}
 }
