@@ -3,6 +3,7 @@ package upstream
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +14,8 @@ import (
 // prompt's usage, content_block_start, content_block_delta per chunk,
 // content_block_stop, message_delta with the output's usage,
 // message_stop), and POST /v1/messages/count_tokens the prompt's
-// input_tokens. Errors take Anthropic's shape.
+// input_tokens, for the models of Config.Models and ClaudeModels.
+// Errors take Anthropic's shape.
 //
 // The prompt is priced as the OpenAI routes price it (one token per four
 // bytes of text, 3 per message, 3 to prime the reply). The part of the
@@ -23,6 +25,12 @@ import (
 // (cache_read_input_tokens); input_tokens is the rest, as Anthropic
 // reports it. The X-Sim-* headers of the package doc apply, and
 // X-Sim-Fault: 529 answers overloaded_error.
+
+// ClaudeModels are served by the Messages API besides Config.Models.
+var ClaudeModels = []string{
+	"claude-opus-4-1", "claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5",
+	"claude-sonnet-4-0", "claude-3-7-sonnet-latest", "claude-3-5-haiku-latest",
+}
 
 // isMessages reports whether a request is for the Messages API.
 func isMessages(r *http.Request, path string) bool {
@@ -89,7 +97,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, path string) {
 		return
 	}
 	s.record(Seen{Path: path, Auth: r.Header.Get("Authorization"), APIKey: r.Header.Get("Api-Key"), Stream: req.Stream})
-	if !s.knows(req.Model) {
+	if !s.knows(req.Model) && !slices.Contains(ClaudeModels, req.Model) {
 		anthropicError(w, http.StatusNotFound, "not_found_error", "model: "+req.Model)
 		return
 	}
