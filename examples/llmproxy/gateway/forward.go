@@ -81,8 +81,9 @@ func ValidModelName(m string) bool {
 
 // roundTrip sends the request upstream to the path of route (with id, the
 // validated model id, for OpModel), with the client's forwardable headers
-// and the upstream key (Config.Anthropic's for the Messages API). The client's query string is not forwarded: the
-// upstream URL keeps its own (Azure's api-version).
+// and the upstream key (Config.Anthropic's for the Messages API). The
+// client's query string is not forwarded: the upstream URL keeps its own
+// (Azure's api-version).
 func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, rt route, id string, body []byte) (*http.Response, error) {
 	if (rt.path == OpModel) != (id != "") || (id != "" && !ValidModelID(id)) {
 		return nil, errNotForwarded
