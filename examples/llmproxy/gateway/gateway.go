@@ -674,6 +674,10 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	r := c.Request()
+	if limit := g.cfg.Estimator.MaxBodyBytes(); r.ContentLength > limit {
+		g.tooLarge(c, limit) // before it takes a request from the caller's limits
+		return nil
+	}
 	actx, cancel := g.admissionContext(c)
 	tk, err := g.cfg.Controller.Admit(actx, req)
 	if g.epoch.Changed(e) {

@@ -496,6 +496,7 @@ policies:
 		{"upstream refuses the gateway's key", keyA, ok, []string{"X-Sim-Fault", "401"}, 502, "api_error"},
 		{"upstream garbage", keyA, ok, []string{"X-Sim-Fault", "garbage"}, 502, "api_error"},
 		{"count_tokens without key", "", ok, nil, 401, "authentication_error"},
+		{"count_tokens too large", keyA, `{"model":"` + claude + `","messages":[{"role":"user","content":"` + strings.Repeat("a", maxBody) + `"}]}`, nil, 413, "request_too_large"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := gateway.OpMessages
@@ -644,5 +645,44 @@ prices:
 	}
 	if typ, msg := anthropicError(t, b); typ != "invalid_request_error" || !strings.Contains(msg, "price") {
 		t.Errorf("unpriced model: %s %q; want invalid_request_error about the price", typ, msg)
+	}
+}
+
+// The token units are the OpenAI routes' too: a chat completion is
+// admitted on input_tokens and output_tokens and settled at its
+// prompt_tokens and completion_tokens; its answer carries no
+// anthropic-ratelimit-* header.
+func TestChatCompletionsSettleTokenUnits(t *testing.T) {
+	s := anthropicGateway(t, `
+policies:
+  - {name: itpm, key: [tenant], unit: input_tokens, algorithm: token_bucket, limit: 1000, per: 1m}
+  - {name: otpm, key: [tenant], unit: output_tokens, algorithm: token_bucket, limit: 300, per: 1m}
+`, false)
+	resp, b := s.post(t, "/v1/chat/completions", keyA, chat)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if resp.Header.Get("Anthropic-Ratelimit-Input-Tokens-Remaining") != "" {
+		t.Errorf("a chat completion carries anthropic-ratelimit-* headers: %v", resp.Header)
+	}
+	var m struct {
+		Usage struct {
+			Prompt     int64 `json:"prompt_tokens"`
+			Completion int64 `json:"completion_tokens"`
+		}
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.Usage.Prompt == 0 || m.Usage.Completion != 5 {
+		t.Fatalf("usage %s (%v)", b, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, s.URL+gateway.OpModels, nil)
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	want := `"itpm";r=` + strconv.FormatInt(1000-m.Usage.Prompt, 10) + `;t=`
+	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, want) || !strings.Contains(got, `"otpm";r=295;`) {
+		t.Errorf("after the completion, RateLimit = %q; want %s… and otpm 295", got, want)
 	}
 }
