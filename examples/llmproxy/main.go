@@ -42,6 +42,10 @@ var demoKeys = []string{"sk-demo-acme", "sk-demo-globex", "sk-demo-initech"}
 // UpstreamKeyEnv is the environment variable holding the upstream API key.
 const UpstreamKeyEnv = "LLMPROXY_UPSTREAM_API_KEY"
 
+// AnthropicKeyEnv is the environment variable holding the Anthropic API
+// key, sent upstream in x-api-key on the Messages API routes.
+const AnthropicKeyEnv = "LLMPROXY_ANTHROPIC_API_KEY"
+
 // MaxHeaderBytes bounds the request headers a client may send on the API
 // listener (431 past it): an OpenAI-style request needs a few hundred
 // bytes, net/http's default allows a megabyte per connection.
@@ -95,6 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.configPath, "config", "", "policy file (reloaded on change and on SIGHUP); empty uses the embedded default with its demo tenants")
 	fs.StringVar(&o.gw.Upstream, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
 	fs.StringVar(&o.gw.UpstreamKeyHeader, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
+	fs.StringVar(&o.gw.Anthropic.Upstream, "anthropic-upstream", "", "base URL of the Anthropic API with its version prefix, e.g. https://api.anthropic.com/v1, serving /v1/messages and /v1/messages/count_tokens; empty serves them only with the built-in simulator. The key is read from $"+AnthropicKeyEnv)
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
 	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
 	fs.IntVar(&o.simTokens, "sim-output-tokens", 48, "simulated upstream: output tokens of a completion without a smaller max_tokens")
@@ -123,6 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o.gw.UpstreamKey = os.Getenv(UpstreamKeyEnv)
+	o.gw.Anthropic.Key = os.Getenv(AnthropicKeyEnv)
 	return o, nil
 }
 
@@ -236,6 +242,9 @@ func start(o options) (_ *server, err error) {
 		go func() { _ = s.simSrv.Serve(simLn) }()
 		s.simURL = "http://" + simLn.Addr().String() + "/v1"
 		gc.Upstream = s.simURL
+		if gc.Anthropic.Upstream == "" {
+			gc.Anthropic.Upstream = s.simURL // the simulator speaks the Messages API too
+		}
 	}
 
 	maxBody := s.file.HTTP.MaxBody

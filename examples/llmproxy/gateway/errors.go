@@ -40,9 +40,14 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, q...)
 }
 
-// writeError answers with an error in the OpenAI shape.
+// writeError answers with an error in the OpenAI shape, or Anthropic's
+// on a Messages API route (the type of the status, see
+// anthropicErrorType).
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	body := errorBody(typ, code, param, msg)
+	if anthropicShaped(w) {
+		body = anthropicErrorBody(anthropicErrorType(status), msg)
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
@@ -132,7 +137,9 @@ func rejectionMessage(rej *admission.Rejection) string {
 	return what
 }
 
-// WriteRejection answers a rejection in OpenAI's shape: the error body
+// WriteRejection answers a rejection in OpenAI's shape (Anthropic's on
+// a Messages API route, its type rate_limit_error for a 429, with the
+// anthropic-ratelimit-* headers): the error body
 // (its type and code name the reason; the status is 429, the quota
 // status of the policy file for an exhausted quota, 503 when the shared
 // upstream capacity or the limit store is the problem), Retry-After
@@ -150,7 +157,7 @@ func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *ad
 	if len(sts) == 0 {
 		sts = []admission.Status{rej.Status}
 	}
-	g.setLimitHeaders(h, sts)
+	g.setLimitHeaders(w, sts)
 	now := time.Now()
 	httpadmit.SetRetryHints(h, rej.RetryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(r.Context(), code)
@@ -174,10 +181,15 @@ func formatReset(d time.Duration) string {
 // setLimitHeaders writes, for the enforced policies among ss, the
 // OpenAI-style x-ratelimit-{limit,remaining,reset}-{requests,tokens} of the
 // tightest policy of each unit, the IETF RateLimit-Policy and RateLimit
-// fields and X-RateLimit-*. Shadow policies are left out: they are not
+// fields and X-RateLimit-*, and on a Messages API route Anthropic's
+// anthropic-ratelimit-*. Shadow policies are left out: they are not
 // limits the caller has to respect.
-func (g *Gateway) setLimitHeaders(h http.Header, ss []admission.Status) {
+func (g *Gateway) setLimitHeaders(w http.ResponseWriter, ss []admission.Status) {
+	h := w.Header()
 	ss = httpadmit.Enforced(ss)
 	httpadmit.SetOpenAIHeaders(h, ss)
 	httpadmit.SetLimitHeaders(h, ss)
+	if anthropicShaped(w) {
+		setAnthropicHeaders(h, ss, time.Now())
+	}
 }

@@ -81,14 +81,19 @@ func ValidModelName(m string) bool {
 
 // roundTrip sends the request upstream to the path of route (with id, the
 // validated model id, for OpModel), with the client's forwardable headers
-// and the upstream key. The client's query string is not forwarded: the
-// upstream URL keeps its own (Azure's api-version).
+// and the upstream key (Config.Anthropic's for the Messages API). The
+// client's query string is not forwarded: the upstream URL keeps its own
+// (Azure's api-version).
 func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, rt route, id string, body []byte) (*http.Response, error) {
 	if (rt.path == OpModel) != (id != "") || (id != "" && !ValidModelID(id)) {
 		return nil, errNotForwarded
 	}
-	u := *g.base
-	u.Path = g.base.Path + rt.upstream + id
+	base := g.base
+	if rt.anthropic() {
+		base = g.anthropic
+	}
+	u := *base
+	u.Path = base.Path + rt.upstream + id
 	u.RawPath = ""
 	var rd io.Reader = http.NoBody
 	if body != nil {
@@ -99,7 +104,9 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, rt route, id s
 		return nil, err
 	}
 	g.copyRequestHeaders(req.Header, r.Header)
-	if k := g.cfg.UpstreamKey; k != "" {
+	if rt.anthropic() {
+		g.setAnthropicUpstream(req.Header, r.Header)
+	} else if k := g.cfg.UpstreamKey; k != "" {
 		if hk := g.cfg.UpstreamKeyHeader; hk != "" && !strings.EqualFold(hk, "Authorization") {
 			req.Header.Set(hk, k)
 		} else {
@@ -176,9 +183,9 @@ func (s headerSet) match(k string) bool {
 func dropResponseHeader(k string) bool {
 	switch k {
 	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Content-Length", "Set-Cookie", "Openai-Organization", "Openai-Project", "Alt-Svc":
+		"Content-Length", "Set-Cookie", "Openai-Organization", "Openai-Project", "Anthropic-Organization-Id", "Alt-Svc":
 		return true
 	}
 	lk := strings.ToLower(k)
-	return strings.HasPrefix(lk, "x-ratelimit-") || strings.HasPrefix(lk, "ratelimit")
+	return strings.HasPrefix(lk, "x-ratelimit-") || strings.HasPrefix(lk, "ratelimit") || strings.HasPrefix(lk, "anthropic-ratelimit-")
 }

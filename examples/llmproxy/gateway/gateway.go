@@ -66,6 +66,17 @@
 //     counted apart (llmproxy_upstream_throttled_total): they are the
 //     provider throttling the proxy, not the proxy throttling a tenant.
 //
+// With Config.Anthropic, POST /v1/messages (Anthropic's Messages API)
+// takes the same path, priced as weights.EndpointMessages (max_tokens is
+// the output reservation), admitted on the token units input_tokens,
+// output_tokens and cached_input_tokens too (internal/tokenunits), and
+// settled, or charged as a stream goes, from its usage (message_start,
+// message_delta); the upstream key goes in x-api-key, anthropic-version
+// and anthropic-beta pass through. POST /v1/messages/count_tokens is
+// limited by requests only and passed through. Errors on these routes,
+// rejections included, are in Anthropic's shape, and answers carry
+// anthropic-ratelimit-* headers (see Anthropic).
+//
 // GET /v1/models and GET /v1/models/{id} are passed through, limited by the
 // policies that match them; a model id must be 1 to 256 ASCII letters,
 // digits and - _ . : @ once decoded, neither "." nor "..", else 404. Every
@@ -118,7 +129,6 @@ import (
 	"net/url"
 	"reflect"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -202,6 +212,9 @@ type Config struct {
 	// Authorization with the Bearer scheme; any other header carries the
 	// key itself (Azure OpenAI's "api-key").
 	UpstreamKeyHeader string
+	// Anthropic configures the Messages API routes (see Anthropic); the
+	// zero value leaves them out.
+	Anthropic Anthropic
 	// Controller admits requests; New installs File's policies in it.
 	Controller *admission.Controller
 	// Estimator counts the tokens of request bodies and caps their size.
@@ -293,6 +306,8 @@ type Gateway struct {
 	forward headerSet
 	log     *slog.Logger
 	m       instruments
+
+	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
 }
 
 // state is what the gateway derives from one policy file besides the
@@ -314,9 +329,15 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Controller == nil || cfg.Estimator == nil || cfg.File == nil {
 		return nil, errors.New("gateway: Controller, Estimator and File are required")
 	}
-	base, err := url.Parse(strings.TrimSuffix(cfg.Upstream, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("gateway: upstream %q is not an http(s) URL", cfg.Upstream)
+	base, err := parseUpstream(cfg.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	var anthropic *url.URL
+	if cfg.Anthropic.Upstream != "" {
+		if anthropic, err = parseUpstream(cfg.Anthropic.Upstream); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()
@@ -329,7 +350,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Meter == nil {
 		cfg.Meter = noop.NewMeterProvider().Meter("")
 	}
-	g := &Gateway{cfg: cfg, base: base, log: cfg.Logger, forward: newHeaderSet(cfg.ForwardHeaders)}
+	g := &Gateway{cfg: cfg, base: base, anthropic: anthropic, log: cfg.Logger, forward: newHeaderSet(cfg.ForwardHeaders)}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -415,9 +436,10 @@ func (g *Gateway) Apply(f *config.File) error {
 }
 
 // admitted writes the headers of an admitted request.
-func (g *Gateway) admitted(h http.Header, st *state, tk admission.Ticket) {
+func (g *Gateway) admitted(w http.ResponseWriter, st *state, tk admission.Ticket) {
 	var buf [8]admission.Status
-	g.setLimitHeaders(h, tk.Statuses(buf[:0]))
+	h := w.Header()
+	g.setLimitHeaders(w, tk.Statuses(buf[:0]))
 	if st.shadow {
 		var names [4]string
 		if wr := tk.WouldReject(names[:0]); len(wr) > 0 {
@@ -485,6 +507,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 	for _, rt := range llmRoutes {
 		e.POST(rt.path, on(rt, g.handleLLM))
 	}
+	g.registerMessages(e)
 	e.GET(OpModels, on(modelsRoute, g.handleModels))
 	e.GET(OpModel, on(modelRoute, g.handleModels))
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
@@ -559,8 +582,12 @@ func (g *Gateway) unauthorized(c echo.Context, err error) {
 	ctx := c.Request().Context()
 	if errors.Is(err, httpadmit.ErrNoCredentials) {
 		g.m.count(ctx, g.m.authFailures, "missing_api_key")
+		how := "\"Authorization: Bearer YOUR_KEY\""
+		if anthropicShaped(c.Response()) {
+			how = "\"x-api-key: YOUR_KEY\""
+		}
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
-			"You didn't provide an API key. Send it as \"Authorization: Bearer YOUR_KEY\".")
+			"You didn't provide an API key. Send it as "+how+".")
 	} else {
 		g.m.count(ctx, g.m.authFailures, "invalid_api_key")
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "",
@@ -625,9 +652,11 @@ func (g *Gateway) refused(c echo.Context, err error) {
 	}
 }
 
-// handleModels proxies the models listing and the retrieval of one
-// model, limited by requests only. A model id that ModelIDFromPath
-// refuses is a 404 from the gateway, before anything else.
+// handleModels proxies the models listing, the retrieval of one model
+// and Anthropic's count_tokens, limited by requests only: a POST's body
+// is read (capped, within the parse budget) once admitted and passed
+// through as is. A model id that ModelIDFromPath refuses is a 404 from
+// the gateway, before anything else.
 func (g *Gateway) handleModels(c echo.Context, rt route) error {
 	id := ""
 	if rt.path == OpModel {
@@ -645,6 +674,10 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	r := c.Request()
+	if limit := g.cfg.Estimator.MaxBodyBytes(); r.ContentLength > limit {
+		g.tooLarge(c, limit) // before it takes a request from the caller's limits
+		return nil
+	}
 	actx, cancel := g.admissionContext(c)
 	tk, err := g.cfg.Controller.Admit(actx, req)
 	if g.epoch.Changed(e) {
@@ -656,25 +689,33 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	defer tk.Done()
-	g.admitted(c.Response().Header(), st, tk)
+	g.admitted(c.Response(), st, tk)
+	var body []byte
+	if r.Method == http.MethodPost {
+		var release func()
+		if body, release, ok = g.readBody(c); !ok {
+			return nil
+		}
+		release()
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
 	defer cancel()
-	resp, err := g.roundTrip(ctx, r, rt, id, nil)
+	resp, err := g.roundTrip(ctx, r, rt, id, body)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil
 	}
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
-	body, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
+	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil
 	}
 	if resp.StatusCode != http.StatusOK {
-		g.upstreamError(c, resp, body)
+		g.upstreamError(c, resp, data)
 		return nil
 	}
-	g.writeUpstream(c, resp, body)
+	g.writeUpstream(c, resp, data)
 	return nil
 }

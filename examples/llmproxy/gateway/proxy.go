@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/tokenunits"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -88,7 +89,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	}
 	x.tk, x.st = tk, st
 	defer x.settleZeroOutput() // settles only if nothing else did
-	g.admitted(c.Response().Header(), st, tk)
+	g.admitted(c.Response(), st, tk)
 
 	injected := false
 	if x.est.Stream && !x.est.IncludeUsage {
@@ -165,7 +166,9 @@ func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request
 		out = m
 	}
 	req.Model = e.Model
-	req.Tokens = min(max(in, 0)+max(out, 0), limits.MaxAmount) // each at most weights.MaxTokens = MaxAmount: no overflow
+	// Tokens and the units input_tokens and output_tokens; each figure is
+	// at most weights.MaxTokens = MaxAmount, and their sum saturates there.
+	tokenunits.Request(req, weights.TokenUnits{Input: max(in, 0), Output: max(out, 0)})
 	req.Cost = 0
 	if priced {
 		req.Cost = min(price.EstimateMicros(in, out), limits.MaxAmount)
@@ -205,33 +208,13 @@ func (g *Gateway) readmit(ctx context.Context, r *http.Request, e uint64, st *st
 // cap, 400 for one that is unreadable or malformed, 503 when the budget
 // stays full.
 func (g *Gateway) readAndPrice(c echo.Context, op string) (weights.Estimate, []byte, bool) {
-	r := c.Request()
-	ctx := r.Context()
+	ctx := c.Request().Context()
 	est := g.cfg.Estimator
-	want := r.ContentLength
-	if want < 0 {
-		want = est.MaxBodyBytes()
-	}
-	got, ok := g.budget.acquire(ctx, want)
+	body, release, ok := g.readBody(c)
 	if !ok {
-		if ctx.Err() == nil {
-			g.m.count(ctx, g.m.clientErrors, "parse_budget_full")
-			c.Response().Header().Set("Retry-After", "1")
-			writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "server_busy", "",
-				"The gateway is reading too many request bodies at once. Please retry.")
-		}
 		return weights.Estimate{}, nil, false
 	}
-	defer g.budget.release(got)
-	body, err := est.ReadBody(r.Body)
-	if err != nil {
-		if errors.Is(err, weights.ErrTooLarge) {
-			g.tooLarge(c, est.MaxBodyBytes())
-		} else if ctx.Err() == nil {
-			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "The request body could not be read.")
-		}
-		return weights.Estimate{}, nil, false
-	}
+	defer release()
 	e, err := est.Estimate(op, body)
 	if err == nil {
 		return e, body, true
@@ -254,6 +237,40 @@ func (g *Gateway) readAndPrice(c echo.Context, op string) (weights.Estimate, []b
 	return weights.Estimate{}, nil, false
 }
 
+// readBody reads the body within the parse budget, answering the client
+// itself when it cannot (413, 400, 503 as readAndPrice); release returns
+// the body's room in the budget.
+func (g *Gateway) readBody(c echo.Context) (body []byte, release func(), ok bool) {
+	r := c.Request()
+	ctx := r.Context()
+	est := g.cfg.Estimator
+	want := r.ContentLength
+	if want < 0 {
+		want = est.MaxBodyBytes()
+	}
+	got, ok := g.budget.acquire(ctx, want)
+	if !ok {
+		if ctx.Err() == nil {
+			g.m.count(ctx, g.m.clientErrors, "parse_budget_full")
+			c.Response().Header().Set("Retry-After", "1")
+			writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "server_busy", "",
+				"The gateway is reading too many request bodies at once. Please retry.")
+		}
+		return nil, nil, false
+	}
+	body, err := est.ReadBody(r.Body)
+	if err != nil {
+		g.budget.release(got)
+		if errors.Is(err, weights.ErrTooLarge) {
+			g.tooLarge(c, est.MaxBodyBytes())
+		} else if ctx.Err() == nil {
+			writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "The request body could not be read.")
+		}
+		return nil, nil, false
+	}
+	return body, func() { g.budget.release(got) }, true
+}
+
 func (g *Gateway) tooLarge(c echo.Context, limit int64) {
 	g.m.count(c.Request().Context(), g.m.clientErrors, "request_too_large")
 	writeError(c.Response(), http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
@@ -271,9 +288,10 @@ type exchange struct {
 	priced bool
 }
 
-// usage converts upstream usage to the admission figures.
+// usage converts upstream usage to the admission figures: tokens, the
+// token units (the prompt read from a cache apart) and the cost.
 func (x *exchange) usage(u weights.Usage) admission.Usage {
-	au := admission.Usage{Tokens: u.TotalTokens(), TokensKnown: true}
+	au := tokenunits.Usage(u.Units())
 	if x.priced {
 		au.Cost, au.CostKnown = x.price.CostMicros(u), true
 	}
@@ -332,11 +350,11 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 			"The upstream API refused the gateway's credentials.")
 		return
 	case st == http.StatusTooManyRequests:
-		data = errorBody(typ, code, "", "The upstream API is rate limiting the gateway (the provider's limit, not yours). Please retry after the advised delay.")
+		data = errorBodyFor(c.Response(), st, typ, code, "The upstream API is rate limiting the gateway (the provider's limit, not yours). Please retry after the advised delay.")
 	case st >= 500:
-		data = errorBody(typ, code, "", "The upstream API failed with status "+strconv.Itoa(st)+". Please retry.")
+		data = errorBodyFor(c.Response(), st, typ, code, "The upstream API failed with status "+strconv.Itoa(st)+". Please retry.")
 	case !e.shaped:
-		data = errorBody(typ, code, "", "The upstream API refused the request with status "+strconv.Itoa(st)+".")
+		data = errorBodyFor(c.Response(), st, typ, code, "The upstream API refused the request with status "+strconv.Itoa(st)+".")
 	default:
 		g.writeUpstream(c, resp, data)
 		return

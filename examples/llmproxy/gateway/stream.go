@@ -98,21 +98,36 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	}
 	u := res.Usage
 	if !res.Reported || !res.Completed {
-		// Charge what was produced: the prompt as estimated and the output
-		// counted on the way.
-		u = weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: sr.StreamedTokens(), Estimated: true}
-		if res.Reported && res.Usage.TotalTokens() > u.TotalTokens() {
+		// Charge what was produced.
+		u = produced(sr)
+		u.Estimated = true
+		if res.Reported && res.Fallback == weights.FallbackNone && res.Usage.TotalTokens() > u.TotalTokens() {
 			u = res.Usage
 		}
 	}
 	x.settle(u)
 }
 
+// produced returns what a running stream has produced so far: the prompt
+// as the upstream reported it (Anthropic's message_start, with its cache
+// figures) or else as estimated, and the output counted on the way, or
+// as reported so far (Anthropic's message_delta) when that is more.
+func produced(sr *weights.StreamReader) weights.Usage {
+	res := sr.Result()
+	u := weights.Usage{
+		InputTokens: res.Usage.InputTokens, CachedInputTokens: res.Usage.CachedInputTokens,
+		CacheWriteInputTokens: res.Usage.CacheWriteInputTokens, OutputTokens: sr.StreamedTokens(),
+	}
+	if res.Fallback == weights.FallbackNone {
+		u.OutputTokens = max(u.OutputTokens, res.Usage.OutputTokens)
+	}
+	return u
+}
+
 // charge charges the ticket for the stream so far; it returns the
 // rejection when the stream must be cut.
 func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
-	u := weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: sr.StreamedTokens()}
-	err := x.tk.Charge(x.usage(u))
+	err := x.tk.Charge(x.usage(produced(sr)))
 	x.g.m.count(context.Background(), x.g.m.charges, "charged")
 	var rej *admission.Rejection
 	if !errors.As(err, &rej) {
@@ -139,22 +154,26 @@ func (x *exchange) cutStream(rej *admission.Rejection) {
 // writeStreamError appends an error event to a stream: "data:
 // {"error":{...}}", which the official SDKs raise as a stream error. On
 // the Responses API it is an "error" event that also carries the fields
-// of that API's error event.
+// of that API's error event; on the Messages API Anthropic's error event.
 func (x *exchange) writeStreamError(typ, code, msg string) {
 	w := x.c.Response()
 	body := errorBody(typ, code, "", msg)
 	var ev []byte
-	if x.est.Endpoint == weights.EndpointResponses {
+	switch x.est.Endpoint {
+	case weights.EndpointMessages:
+		ev = anthropicStreamError(typ, msg)
+	case weights.EndpointResponses:
 		ev = append(ev, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
 		ev = appendJSONString(ev, code)
 		ev = append(ev, ",\"message\":"...)
 		ev = appendJSONString(ev, msg)
 		ev = append(ev, ",\"param\":null,"...)
 		ev = append(ev, body[1:]...)
-	} else {
+		ev = append(ev, "\n\n"...)
+	default:
 		ev = append(append(ev, "data: "...), body...)
+		ev = append(ev, "\n\n"...)
 	}
-	ev = append(ev, "\n\n"...)
 	if _, err := w.Write(ev); err == nil {
 		w.Flush()
 	}

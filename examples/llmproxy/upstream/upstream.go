@@ -188,6 +188,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, modelObject(id))
 		return
+	case isMessages(r, path):
+		s.messages(w, r, path)
+		return
 	case r.Method != http.MethodPost:
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Method not allowed.")
 		return
