@@ -82,6 +82,7 @@ type options struct {
 	logLevel        string
 	tokenizer       string
 	redis           string
+	requestLog      string
 	metricsAddr     string
 	otlp            otlpSettings
 	forwardHeaders  string
@@ -120,6 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.gw.ClientWriteTimeout, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
 	fs.DurationVar(&o.gw.BodyReadTimeout, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
 	fs.StringVar(&o.forwardHeaders, "forward-headers", "", "comma-separated client headers forwarded upstream besides the built-in set (a trailing * matches a prefix); credential headers are never forwarded")
+	fs.StringVar(&o.requestLog, "request-log", "", "write every decided request to this file in the request-log format admitctl replay reads (JSON Lines, rotated at 64 MiB, 5 files kept); never keys, prompts or completions")
 	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -179,6 +181,7 @@ type server struct {
 	simURL   string
 	serveErr chan error
 	log      *slog.Logger
+	reqLog   *shadow.RequestLog // for --request-log
 }
 
 // start builds everything and starts serving; it returns once the
@@ -230,6 +233,7 @@ func start(o options) (_ *server, err error) {
 		return nil, fmt.Errorf("%s: %w", s.file.Source, err)
 	}
 	s.metrics.metrics.Watch(s.ctl) // the gauges: in flight, queue depth, partitions
+	s.metrics.ctl.Store(s.ctl)     // the status page's figures
 
 	// The upstream: the one given, or the simulator on a loopback port.
 	if gc.Upstream == "" {
@@ -270,6 +274,12 @@ func start(o options) (_ *server, err error) {
 	}
 	gc.Controller, gc.Estimator, gc.File = s.ctl, est, s.file
 	gc.Clock, gc.Meter, gc.Logger = o.clock, s.metrics.prom.Provider.Meter(meterName), s.log
+	if o.requestLog != "" {
+		if s.reqLog, err = shadow.NewRequestLog(shadow.RequestLogConfig{Path: o.requestLog}); err != nil {
+			return nil, fmt.Errorf("--request-log: %w", err)
+		}
+		gc.RequestLog = s.reqLog
+	}
 	s.gw, err = gateway.New(gc)
 	if err != nil {
 		return nil, err
@@ -277,7 +287,10 @@ func start(o options) (_ *server, err error) {
 
 	if o.configPath != "" {
 		// A reload reaches the gateway, which installs it whole.
-		s.watcher, err = config.Watch(o.configPath, s.gw, config.WithLogger(s.log), config.OnReload(func(r config.Reload) { s.metrics.metrics.CountReload(r.Err) }))
+		s.watcher, err = config.Watch(o.configPath, s.gw, config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
+			s.metrics.metrics.CountReload(r.Err)
+			s.metrics.status.Reloaded(r.Source, r.Err)
+		}))
 		if err != nil {
 			return nil, err
 		}
@@ -331,7 +344,7 @@ func (s *server) banner(w io.Writer) {
 	}
 	fmt.Fprintf(w, "llmproxy: health at %s/healthz and %s/readyz\n", s.URL, s.URL)
 	if s.OpsURL != "" {
-		fmt.Fprintf(w, "llmproxy: operator listener (keep it private): metrics at %s%s, rollout report at %s/debug/rollout\n", s.OpsURL, s.file.Metrics.Path, s.OpsURL)
+		fmt.Fprintf(w, "llmproxy: operator listener (keep it private): metrics at %s%s, status page at %s/status, rollout report at %s/debug/rollout\n", s.OpsURL, s.file.Metrics.Path, s.OpsURL, s.OpsURL)
 	}
 	if s.metrics.otlp != "" {
 		fmt.Fprintf(w, "llmproxy: metrics pushed over OTLP/HTTP to %s\n", s.metrics.otlp)
@@ -355,6 +368,8 @@ func (s *server) startOperator() (err error) {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		case r.URL.Path == "/debug/rollout":
 			s.metrics.rolloutHandler(w, r)
+		case r.URL.Path == "/status", r.URL.Path == "/status.json":
+			s.metrics.status.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -411,6 +426,9 @@ func (s *server) close() {
 	}
 	if s.metrics != nil {
 		s.metrics.close()
+	}
+	if s.reqLog != nil {
+		_ = s.reqLog.Close() // after the server: the drained requests are written
 	}
 }
 

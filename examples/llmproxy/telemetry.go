@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
@@ -33,6 +34,8 @@ type telemetry struct {
 	prom     *metrics.Prometheus
 	metrics  *metrics.Observer
 	rollout  *shadow.Recorder
+	status   *shadow.StatusPage                   // /status on the operator listener
+	ctl      atomic.Pointer[admission.Controller] // the status page's source, set once built
 	observer admission.Observer
 	handler  http.Handler
 	otlp     string // where the metrics are pushed, for the banner; empty when they are not
@@ -141,8 +144,18 @@ func newTelemetry(f *config.File, log *slog.Logger, push otlpSettings) (*telemet
 	}
 	// The rollout report of /debug/rollout: per policy, what it rejected
 	// (or, in shadow, would reject) over the last 15 minutes, and from whom.
+	// The status page of /status: every policy's figures, the tenants
+	// refused, shadow ratios against the rollout threshold, reloads.
 	if t.rollout, err = shadow.NewRecorder(shadow.RecorderConfig{}); err == nil {
-		t.observer, err = shadow.FileObserver(&f.Logging, log, t.metrics, t.rollout)
+		t.status, err = shadow.NewStatusPage(shadow.StatusConfig{Recorder: t.rollout, Stats: func() []admission.PolicyStats {
+			if c := t.ctl.Load(); c != nil {
+				return c.Stats()
+			}
+			return nil
+		}})
+	}
+	if err == nil {
+		t.observer, err = shadow.FileObserver(&f.Logging, log, t.metrics, t.rollout, t.status)
 	}
 	if err != nil {
 		t.close()

@@ -288,6 +288,12 @@ type Config struct {
 	// Clock is the clock of the failed-authentication limiter; nil means
 	// the system clock.
 	Clock admission.Clock
+	// RequestLog, when set, receives every request the policies decided
+	// on the token-priced routes: a refused one with its estimates, an
+	// admitted one with its actual usage and how long it held its permits,
+	// in the format admitctl replay reads (see shadow.RequestLog). It never
+	// holds a key, a prompt or a completion.
+	RequestLog *shadow.RequestLog
 	// Meter creates the gateway's own instruments; nil means none.
 	Meter metric.Meter
 	// Logger logs upstream failures; nil means slog.Default().

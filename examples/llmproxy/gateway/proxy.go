@@ -30,6 +30,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	r := c.Request()
 	ctx := r.Context()
 	est := g.cfg.Estimator
+	arrived := time.Now()
 	var e uint64
 	var st *state
 	var req admission.Request
@@ -59,6 +60,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		g.tooLarge(c, est.MaxBodyBytes())
 		return nil
 	case err != nil:
+		g.logRefused(&req, arrived, err)
 		g.refused(c, err)
 		return nil
 	}
@@ -84,10 +86,11 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		cancel()
 	}
 	if err != nil {
+		g.logRefused(&req, arrived, err)
 		g.refused(c, err)
 		return nil
 	}
-	x.tk, x.st = tk, st
+	x.tk, x.st, x.req, x.arrived, x.admitted = tk, st, req, arrived, time.Now()
 	defer x.settleZeroOutput() // settles only if nothing else did
 	g.admitted(c.Response(), st, tk)
 
@@ -286,6 +289,11 @@ type exchange struct {
 	est    weights.Estimate
 	price  weights.Price
 	priced bool
+
+	// For the request log: the request as admitted, when it arrived and
+	// when it was admitted.
+	req               admission.Request
+	arrived, admitted time.Time
 }
 
 // usage converts upstream usage to the admission figures: tokens, the
@@ -298,7 +306,23 @@ func (x *exchange) usage(u weights.Usage) admission.Usage {
 	return au
 }
 
-func (x *exchange) settle(u weights.Usage) { x.tk.Settle(x.usage(u)) }
+// settle settles the ticket with u, once, and logs the request.
+func (x *exchange) settle(u weights.Usage) {
+	au := x.usage(u)
+	if l := x.g.cfg.RequestLog; l != nil && x.tk.Valid() {
+		l.Log(&x.req, x.arrived, au, time.Since(x.admitted))
+	}
+	x.tk.Settle(au)
+}
+
+// logRefused writes a request the policies refused to the request log,
+// with its estimates as its usage.
+func (g *Gateway) logRefused(req *admission.Request, arrived time.Time, err error) {
+	var rej *admission.Rejection
+	if g.cfg.RequestLog != nil && errors.As(err, &rej) {
+		g.cfg.RequestLog.Log(req, arrived, admission.Usage{}, 0)
+	}
+}
 
 // settleZeroOutput settles a request that ended before any output (the
 // upstream failed or the client left): the prompt is charged, as a

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/shadow"
+)
+
+// whatifPolicy: an enforced request rate the traffic below exceeds for
+// tenant a, and a shadow token rate that would refuse some of it.
+const whatifPolicy = `  - {name: rpm, key: [tenant], algorithm: fixed_window, limit: 5, per: 1h}
+  - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 100, per: 1h, mode: shadow}
+`
+
+// whatifTraffic sends 8 chat requests for tenant a and 3 for tenant b,
+// one after another, and returns the statuses.
+func whatifTraffic(t *testing.T, s *server) (ok, refused int) {
+	t.Helper()
+	body := `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`
+	for _, tenant := range []string{"a", "a", "a", "b", "a", "a", "b", "a", "a", "b", "a"} {
+		resp, b := post(t, s, "/v1/chat/completions", testKey(tenant), body)
+		switch resp.StatusCode {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			refused++
+		default:
+			t.Fatalf("tenant %s: %d %s", tenant, resp.StatusCode, b)
+		}
+	}
+	return ok, refused
+}
+
+// TestRequestLogReplaysLiveTraffic: with --request-log the gateway writes
+// every decided request, admitted or refused, and replaying that log
+// through the same policies gives the live figures back, exactly (the
+// requests are sequential, so no timing tolerance is needed).
+func TestRequestLogReplaysLiveTraffic(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	s := startProxy(t, withPolicy(t, whatifPolicy, []string{"a", "b"}, ""), func(o *options) { o.requestLog = path })
+	ok, refused := whatifTraffic(t, s)
+	if ok != 8 || refused != 3 {
+		t.Fatalf("live: %d admitted, %d refused; want 8 and 3", ok, refused)
+	}
+	// A request is written when it settles, after its answer.
+	eventually(t, 5*time.Second, "11 requests logged", func() bool { return s.reqLog.Written() == 11 })
+	if err := s.reqLog.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{testKey("a"), testKey("b"), "hello there"} {
+		if strings.Contains(string(data), secret) {
+			t.Fatalf("the request log holds %q:\n%s", secret, data)
+		}
+	}
+	rep, err := shadow.Replay(context.Background(), strings.NewReader(string(data)), shadow.ReplayConfig{Reorder: time.Minute},
+		shadow.Candidate{Name: "live", Config: s.file.Config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Candidates[0]
+	if c.Requests != 11 || c.Admitted != 8 || c.Rejected != 3 {
+		t.Errorf("replay: %d requests, %d admitted, %d rejected; want 11, 8, 3 as live", c.Requests, c.Admitted, c.Rejected)
+	}
+	live := scrape(t, s, "admission_decisions_total", "policy", "tpm", "decision", "would_reject")
+	for _, p := range c.Policies {
+		if p.Policy == "tpm" && float64(p.WouldReject) != live {
+			t.Errorf("replay: tpm would reject %d; live it would-rejected %v", p.WouldReject, live)
+		}
+		if p.Policy == "rpm" && (p.Admitted != 8 || p.Rejected != 3) {
+			t.Errorf("replay: rpm admitted %d, rejected %d; want 8 and 3", p.Admitted, p.Rejected)
+		}
+	}
+	if live == 0 {
+		t.Error("live: the shadow tpm would-rejected nothing; the traffic should exceed it")
+	}
+}
+
+// TestStatusPageOnOperatorListener: /status and /status.json are served
+// on the operator listener only, with the controller's figures and the
+// refused tenants of the live traffic.
+func TestStatusPageOnOperatorListener(t *testing.T) {
+	s := startProxy(t, withPolicy(t, whatifPolicy, []string{"a", "b"}, ""))
+	if ok, refused := whatifTraffic(t, s); ok != 8 || refused != 3 {
+		t.Fatalf("live: %d admitted, %d refused; want 8 and 3", ok, refused)
+	}
+	get := func(url string) (*http.Response, []byte) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, b
+	}
+	if resp, _ := get(s.URL + "/status"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("API listener GET /status: %d; want 404", resp.StatusCode)
+	}
+	resp, b := get(s.OpsURL + "/status.json")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /status.json: %d %s", resp.StatusCode, b)
+	}
+	var st shadow.Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("status.json: %v\n%s", err, b)
+	}
+	stats := s.ctl.Stats()
+	got := map[string]shadow.PolicyStatus{}
+	for _, p := range st.Policies {
+		got[p.Name] = p
+	}
+	for _, ps := range stats {
+		p, found := got[ps.Name]
+		if !found || p.Limit != ps.Limit || p.Mode != ps.Mode || p.Partitions != ps.Partitions {
+			t.Errorf("status page %s = %+v; want the controller's %+v", ps.Name, p, ps)
+		}
+	}
+	if rpm := got["rpm"]; rpm.Requests != 11 || rpm.Refused != 3 || len(rpm.Tenants) == 0 || rpm.Tenants[0].Tenant != "a" {
+		t.Errorf("status page rpm: %d requests, %d refused, tenants %+v; want 11, 3, a first", rpm.Requests, rpm.Refused, rpm.Tenants)
+	}
+	if resp, b := get(s.OpsURL + "/status"); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), "rpm") {
+		t.Errorf("GET /status: %d, want an HTML page with the policies and their charts:\n%.400s", resp.StatusCode, b)
+	}
+}
