@@ -279,6 +279,9 @@ func start(o options) (_ *server, err error) {
 			return nil, fmt.Errorf("--request-log: %w", err)
 		}
 		gc.RequestLog = s.reqLog
+		if err := s.metrics.countRequestLog(s.reqLog); err != nil {
+			return nil, err
+		}
 	}
 	s.gw, err = gateway.New(gc)
 	if err != nil {

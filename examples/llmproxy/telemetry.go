@@ -13,7 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluicehq/sluice/admission"
@@ -195,3 +197,22 @@ func (t *telemetry) shutdown(ctx context.Context) error {
 }
 
 func (t *telemetry) close() { _ = t.shutdown(context.Background()) }
+
+// countRequestLog exports the request log's records as
+// llmproxy.request_log.records, by outcome: written, or dropped because
+// the disk could not keep up.
+func (t *telemetry) countRequestLog(l *shadow.RequestLog) error {
+	m := t.prom.Provider.Meter(meterName)
+	c, err := m.Int64ObservableCounter("llmproxy.request_log.records",
+		metric.WithDescription("Requests written to the request log, and those dropped because writing fell behind."))
+	if err != nil {
+		return err
+	}
+	written, dropped := metric.WithAttributes(attribute.String("outcome", "written")), metric.WithAttributes(attribute.String("outcome", "dropped"))
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(c, int64(l.Written()), written)
+		o.ObserveInt64(c, int64(l.Dropped()), dropped)
+		return nil
+	}, c)
+	return err
+}

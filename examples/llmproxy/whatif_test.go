@@ -52,6 +52,9 @@ func TestRequestLogReplaysLiveTraffic(t *testing.T) {
 	}
 	// A request is written when it settles, after its answer.
 	eventually(t, 5*time.Second, "11 requests logged", func() bool { return s.reqLog.Written() == 11 })
+	if n := scrape(t, s, "llmproxy_request_log_records_total", "outcome", "written"); n != 11 {
+		t.Errorf("llmproxy_request_log_records_total{outcome=written} = %v; want 11", n)
+	}
 	if err := s.reqLog.Close(); err != nil {
 		t.Fatal(err)
 	}
