@@ -73,6 +73,7 @@ type options struct {
 	simLatency      time.Duration
 	simRate         float64
 	simTokens       int
+	simLimits       upstream.Limits
 	shutdownTimeout time.Duration
 	cut             string
 	logLevel        string
@@ -98,6 +99,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
 	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
 	fs.IntVar(&o.simTokens, "sim-output-tokens", 48, "simulated upstream: output tokens of a completion without a smaller max_tokens")
+	fs.Int64Var(&o.simLimits.Requests, "sim-rpm", 10_000, "simulated upstream: requests per --sim-window per model it accepts before answering 429 (0: unlimited)")
+	fs.Int64Var(&o.simLimits.Tokens, "sim-tpm", 2_000_000, "simulated upstream: tokens (prompt and output) per --sim-window per model it accepts before answering 429 (0: unlimited)")
+	fs.DurationVar(&o.simLimits.Window, "sim-window", upstream.DefaultWindow, "simulated upstream: the rolling window of --sim-rpm and --sim-tpm")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests and streams")
 	fs.DurationVar(&o.gw.Timeout, "upstream-timeout", gateway.DefaultTimeout, "limit on a non-streaming upstream call")
 	fs.DurationVar(&o.gw.StreamIdleTimeout, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
@@ -227,7 +231,7 @@ func start(o options) (_ *server, err error) {
 
 	// The upstream: the one given, or the simulator on a loopback port.
 	if gc.Upstream == "" {
-		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens})
+		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens, Limits: o.simLimits})
 		simLn, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("simulated upstream: %w", err)
