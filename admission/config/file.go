@@ -86,6 +86,9 @@ type File struct {
 	Logging Logging
 	// Prices holds the model prices of cost policies.
 	Prices Prices
+	// Upstreams holds the stores section's entries (all of kind
+	// upstream), by store name; nil when the file declares none.
+	Upstreams map[string]Upstream
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
@@ -271,7 +274,8 @@ func edgeDefaults(f *File) *File {
 }
 
 // Stores returns the store names the policies refer to, other than the
-// in-memory store, in order of first use. The program registers each with
+// in-memory store, in order of first use, the stores the stores section
+// declares (Upstreams) among them. The program registers each with
 // admission.WithStore; the file cannot.
 func (f *File) Stores() []string {
 	var out []string
