@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -219,7 +220,12 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	copts = append(copts, stores...)
+	// The stores section's upstream stores keep their static budgets in
+	// memory: each replica learns its provider's figures itself.
+	if gc.Providers, err = gateway.NewProviders(s.file, nil); err != nil {
+		return nil, err
+	}
+	copts = append(append(copts, stores...), gc.Providers.Options()...)
 	if o.clock != nil {
 		copts = append(copts, admission.WithClock(o.clock))
 	}
@@ -322,7 +328,7 @@ func (s *server) banner(w io.Writer) {
 	}
 	fmt.Fprintf(w, "llmproxy: try: curl %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-globex' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", s.URL)
 	if s.redis != nil {
-		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(s.file.Stores(), ", "), s.redis.Options().Addr)
+		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(s.redisStores(), ", "), s.redis.Options().Addr)
 	}
 	fmt.Fprintf(w, "llmproxy: health at %s/healthz and %s/readyz\n", s.URL, s.URL)
 	if s.OpsURL != "" {
@@ -410,10 +416,10 @@ func (s *server) close() {
 }
 
 // openStores connects to the Redis server at addr and returns it as every
-// store the policy file names (other than memory); with no such store it
-// connects to nothing.
+// store the policy file names (other than memory and the upstream stores
+// of its stores section); with no such store it connects to nothing.
 func (s *server) openStores(addr string) ([]admission.Option, error) {
-	names := s.file.Stores()
+	names := s.redisStores()
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -438,4 +444,10 @@ func (s *server) openStores(addr string) ([]admission.Option, error) {
 		out = append(out, admission.WithStore(name, st))
 	}
 	return out, nil
+}
+
+// redisStores returns the stores the policy file names other than memory
+// and its upstream stores: those --redis holds.
+func (s *server) redisStores() []string {
+	return slices.DeleteFunc(s.file.Stores(), func(n string) bool { _, up := s.file.Upstreams[n]; return up })
 }

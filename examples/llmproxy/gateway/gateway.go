@@ -272,8 +272,14 @@ type Config struct {
 	// closed. Zero means File's http.body_timeout, else
 	// DefaultBodyReadTimeout; a reload does not change it.
 	BodyReadTimeout time.Duration
-	// Clock is the clock of the failed-authentication limiter; nil means
-	// the system clock.
+	// Providers are the upstream stores of File's stores section, built
+	// by NewProviders and registered with Controller (Providers.Options):
+	// every upstream response feeds them, and a provider 429 is absorbed
+	// once (see Providers). Nil, or none declared, passes the provider's
+	// 429s through.
+	Providers *Providers
+	// Clock is the clock of the failed-authentication limiter and of the
+	// providers' reports; nil means the system clock.
 	Clock admission.Clock
 	// Meter creates the gateway's own instruments; nil means none.
 	Meter metric.Meter
@@ -341,7 +347,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
-	if err := g.m.init(cfg.Meter); err != nil {
+	if err := errors.Join(g.m.init(cfg.Meter), g.initProviders(cfg.Meter)); err != nil {
 		return nil, err
 	}
 	g.ready.Store(true)
@@ -382,6 +388,9 @@ func NewTransport() *http.Transport {
 // address keeping what is left of its allowance), as one step (see
 // httpadmit.Readmit). A file the controller refuses changes nothing.
 func (g *Gateway) Apply(f *config.File) error {
+	if err := g.cfg.Providers.check(f); err != nil {
+		return err
+	}
 	prices, err := pricing.Table(f.Prices)
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
@@ -665,6 +674,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	defer resp.Body.Close()
+	g.observe(resp, "")
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	body, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
 	if err != nil {

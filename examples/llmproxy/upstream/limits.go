@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,7 +14,7 @@ import (
 // providers publish their limits per minute.
 const DefaultWindow = time.Minute
 
-// maxLimitedModels bounds the models the simulator keeps a window for; a
+// maxLimitedModels bounds the models the simulator keeps budgets for; a
 // request for another model is served unlimited (only AnyModel lets
 // unknown names through, and a test that floods it must not grow memory).
 const maxLimitedModels = 1024
@@ -21,19 +22,22 @@ const maxLimitedModels = 1024
 // maxChoices bounds the choices a request is counted for.
 const maxChoices = 128
 
-// Limits are a simulated provider's limits, per model, as OpenAI enforces
-// them: at most Requests requests and Tokens tokens (prompt plus the
-// output the request will generate) in any Window, a rolling window. A
-// request over either is refused with 429, rate_limit_exceeded, with
-// retry-after, retry-after-ms and the x-ratelimit headers; every answer
-// to a limited request carries x-ratelimit-{limit,remaining,reset}-
-// {requests,tokens}, the reset a Go duration ("6m0s", "1.5s") until the
-// window is empty again. A zero field does not limit; the zero Limits
-// send no headers.
+// Limits are a simulated provider's limits, per model, as OpenAI and
+// Anthropic enforce them: Requests requests and Tokens tokens (prompt
+// plus the output the request will generate) per Window, a rolling window
+// with no boundaries: each budget replenishes continuously, at its limit
+// per Window, up to the limit, so it is full again Window after it was
+// spent. A request over either is refused with 429, rate_limit_exceeded,
+// with retry-after, retry-after-ms and the x-ratelimit headers; every
+// answer to a limited request carries x-ratelimit-{limit,remaining,
+// reset}-{requests,tokens}, the reset a Go duration ("6m0s", "1.5s")
+// until that budget is full again. A zero field does not limit; the zero
+// Limits send no headers.
 type Limits struct {
 	Requests int64
 	Tokens   int64
-	// Window is the rolling window; zero means DefaultWindow.
+	// Window is the time a spent budget takes to refill; zero means
+	// DefaultWindow.
 	Window time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -42,34 +46,33 @@ type Limits struct {
 // enabled reports whether l limits anything.
 func (l *Limits) enabled() bool { return l.Requests > 0 || l.Tokens > 0 }
 
-// use is one request admitted in a window.
-type use struct {
-	at     time.Time
-	tokens int64
+// bucket is what is left of one budget of one model at an instant.
+type bucket struct {
+	left float64
+	at   time.Time
 }
 
-// window is the rolling window of one model: the requests admitted in
-// the last Limits.Window, oldest first, and their tokens.
-type window struct {
-	uses   []use
-	tokens int64
-}
-
-// expire drops the uses older than since.
-func (w *window) expire(since time.Time) {
-	i := 0
-	for i < len(w.uses) && !w.uses[i].at.After(since) {
-		w.tokens -= w.uses[i].tokens
-		i++
+// refill brings b to now, at limit per window.
+func (b *bucket) refill(limit int64, window time.Duration, now time.Time) {
+	if now.After(b.at) {
+		b.left = min(float64(limit), b.left+float64(limit)*float64(now.Sub(b.at))/float64(window))
+		b.at = now
 	}
-	w.uses = w.uses[i:]
+}
+
+// until returns how long b takes to hold n.
+func (b *bucket) until(n, limit int64, window time.Duration) time.Duration {
+	if float64(n) <= b.left {
+		return 0
+	}
+	return time.Duration(math.Ceil((float64(n) - b.left) * float64(window) / float64(limit)))
 }
 
 // limiter enforces Limits per model.
 type limiter struct {
-	cfg     Limits
-	mu      sync.Mutex
-	windows map[string]*window
+	cfg    Limits
+	mu     sync.Mutex
+	models map[string]*[2]bucket // requests, tokens
 }
 
 func newLimiter(cfg Limits) *limiter {
@@ -79,11 +82,11 @@ func newLimiter(cfg Limits) *limiter {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &limiter{cfg: cfg, windows: map[string]*window{}}
+	return &limiter{cfg: cfg, models: map[string]*[2]bucket{}}
 }
 
 // verdict is what the limiter decided about one request: the figures of
-// each dimension after it, and, when refused, which limit refused it and
+// each budget after it, and, when refused, which limit refused it and
 // when to retry.
 type verdict struct {
 	remainingRequests, remainingTokens int64
@@ -97,39 +100,35 @@ func (l *limiter) take(model string, n int64) verdict {
 	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	w := l.windows[model]
-	if w == nil {
-		if len(l.windows) >= maxLimitedModels {
+	b := l.models[model]
+	if b == nil {
+		if len(l.models) >= maxLimitedModels {
 			return verdict{remainingRequests: l.cfg.Requests, remainingTokens: l.cfg.Tokens}
 		}
-		w = &window{}
-		l.windows[model] = w
+		b = &[2]bucket{{left: float64(l.cfg.Requests), at: now}, {left: float64(l.cfg.Tokens), at: now}}
+		l.models[model] = b
 	}
-	w.expire(now.Add(-l.cfg.Window))
+	req, tok := &b[0], &b[1]
+	req.refill(l.cfg.Requests, l.cfg.Window, now)
+	tok.refill(l.cfg.Tokens, l.cfg.Window, now)
 	var v verdict
 	switch {
-	case l.cfg.Requests > 0 && int64(len(w.uses)) >= l.cfg.Requests:
-		v.refused, v.retry = "requests", w.uses[int64(len(w.uses))-l.cfg.Requests].at.Add(l.cfg.Window).Sub(now)
-	case l.cfg.Tokens > 0 && w.tokens+n > l.cfg.Tokens:
+	case l.cfg.Requests > 0 && req.left < 1:
+		v.refused, v.retry = "requests", req.until(1, l.cfg.Requests, l.cfg.Window)
+	case l.cfg.Tokens > 0 && n > l.cfg.Tokens:
 		v.refused, v.retry = "tokens", l.cfg.Window
-		if n <= l.cfg.Tokens {
-			// The oldest uses leave the window until n fits.
-			free := l.cfg.Tokens - w.tokens
-			for _, u := range w.uses {
-				if free += u.tokens; free >= n {
-					v.retry = u.at.Add(l.cfg.Window).Sub(now)
-					break
-				}
-			}
-		}
+	case l.cfg.Tokens > 0 && float64(n) > tok.left:
+		v.refused, v.retry = "tokens", tok.until(n, l.cfg.Tokens, l.cfg.Window)
 	default:
-		w.uses = append(w.uses, use{at: now, tokens: n})
-		w.tokens += n
+		req.left--
+		tok.left -= float64(n)
 	}
-	v.remainingRequests, v.remainingTokens = max(l.cfg.Requests-int64(len(w.uses)), 0), max(l.cfg.Tokens-w.tokens, 0)
-	if len(w.uses) > 0 {
-		full := w.uses[len(w.uses)-1].at.Add(l.cfg.Window).Sub(now)
-		v.resetRequests, v.resetTokens = full, full
+	v.remainingRequests, v.remainingTokens = max(int64(req.left), 0), max(int64(tok.left), 0)
+	if l.cfg.Requests > 0 {
+		v.resetRequests = req.until(l.cfg.Requests, l.cfg.Requests, l.cfg.Window)
+	}
+	if l.cfg.Tokens > 0 {
+		v.resetTokens = tok.until(l.cfg.Tokens, l.cfg.Tokens, l.cfg.Window)
 	}
 	v.retry = max(v.retry, time.Millisecond)
 	return v

@@ -25,8 +25,9 @@ func (c *fakeClock) advance(d time.Duration) {
 }
 
 // The rolling window: requests and tokens per model are refused past
-// their limit with OpenAI's 429 and headers, every answer carries the
-// figures, and capacity comes back as the oldest uses leave the window.
+// what is left with OpenAI's 429 and headers, every answer carries the
+// figures, and the budgets come back continuously, full a window after
+// they were spent.
 func TestLimits(t *testing.T) {
 	// A chat request of "hi" costs 3+3+1 = 7 prompt tokens plus its output.
 	const chat = `{"model":"%s","max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`
@@ -44,20 +45,23 @@ func TestLimits(t *testing.T) {
 		limits Limits
 		steps  []step
 	}{
-		{"tokens per window", Limits{Requests: 100, Tokens: 50, Window: 10 * time.Second}, []step{
-			{at: 0, out: 13, status: 200, remaining: [2]string{"99", "30"}, reset: "10s"},
-			{at: time.Second, out: 13, status: 200, remaining: [2]string{"98", "10"}, reset: "10s"},
-			// 20 tokens do not fit in 10: the first use leaves at 10s.
-			{at: 2 * time.Second, out: 13, status: 429, remaining: [2]string{"98", "10"}, reset: "9s", retryMs: "8000"},
-			{at: 10 * time.Second, out: 13, status: 200, remaining: [2]string{"98", "10"}, reset: "10s"},
-			// Each model has its own window.
-			{at: 10 * time.Second, model: "gpt-4o-mini", out: 13, status: 200, remaining: [2]string{"99", "30"}, reset: "10s"},
+		{"tokens", Limits{Requests: 100, Tokens: 50, Window: 10 * time.Second}, []step{
+			{at: 0, out: 13, status: 200, remaining: [2]string{"99", "30"}, reset: "4s"},
+			// 5 tokens a second come back.
+			{at: time.Second, out: 13, status: 200, remaining: [2]string{"99", "15"}, reset: "7s"},
+			// 20 tokens do not fit in 17.5: in 0.5s they do.
+			{at: 1500 * time.Millisecond, out: 13, status: 429, remaining: [2]string{"100", "17"}, reset: "6.5s", retryMs: "500"},
+			{at: 2 * time.Second, out: 13, status: 200, remaining: [2]string{"99", "0"}, reset: "10s"},
+			// Each model has its own budgets.
+			{at: 2 * time.Second, model: "gpt-4o-mini", out: 13, status: 200, remaining: [2]string{"99", "30"}, reset: "4s"},
 		}},
-		{"requests per window", Limits{Requests: 2, Window: time.Minute}, []step{
-			{at: 0, status: 200, remaining: [2]string{"1", ""}},
-			{at: 30 * time.Second, status: 200, remaining: [2]string{"0", ""}},
-			{at: 40 * time.Second, status: 429, remaining: [2]string{"0", ""}, retryMs: "20000"},
-			{at: time.Minute, status: 200, remaining: [2]string{"0", ""}},
+		{"requests", Limits{Requests: 4, Window: 4 * time.Second}, []step{
+			{status: 200, remaining: [2]string{"3", ""}},
+			{status: 200, remaining: [2]string{"2", ""}},
+			{status: 200, remaining: [2]string{"1", ""}},
+			{status: 200, remaining: [2]string{"0", ""}},
+			{at: 500 * time.Millisecond, status: 429, remaining: [2]string{"0", ""}, retryMs: "500"},
+			{at: time.Second, status: 200, remaining: [2]string{"0", ""}},
 		}},
 		{"larger than the limit", Limits{Tokens: 10, Window: time.Minute}, []step{
 			{at: 0, out: 20, status: 429, remaining: [2]string{"", "10"}, reset: "0s", retryMs: "60000"},

@@ -1,0 +1,249 @@
+package gateway_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// providerFile guards the simulated provider's requests per model with an
+// upstream store whose static budget is far above the provider's: only
+// what the gateway learns keeps it inside.
+func providerFile(stores string) string {
+	return `
+stores:
+` + stores + `
+policies:
+  - name: provider-rpm
+    store: openai
+    key: [model]
+    algorithm: sliding_window
+    limit: 1000
+    per: 1m
+    queue: {size: 10, timeout: 10s}
+tenants:
+  acme: {api_keys: [` + config.HashKey("sk-acme").String() + `]}
+identity: {anonymous: deny}
+`
+}
+
+// providerGateway is a gateway in front of sim with the policy file src.
+type providerGateway struct {
+	url    string
+	gw     *gateway.Gateway
+	prov   *gateway.Providers
+	reader *sdkmetric.ManualReader
+}
+
+func newProviderGateway(t *testing.T, sim *upstream.Server, src string) *providerGateway {
+	t.Helper()
+	f, err := config.Parse("providers.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := gateway.NewProviders(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := admission.New(f.Config, prov.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	up := httptest.NewServer(sim)
+	t.Cleanup(up.Close)
+	reader := sdkmetric.NewManualReader()
+	gw, err := gateway.New(gateway.Config{
+		Upstream: up.URL + "/v1", Controller: ctl, Estimator: est, File: f, Providers: prov,
+		ForwardHeaders: []string{"X-Sim-*"},
+		Meter:          sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"),
+		Logger:         slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	gw.Register(e)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return &providerGateway{url: srv.URL, gw: gw, prov: prov, reader: reader}
+}
+
+// post sends a chat completion as acme, with extra headers, and returns
+// the status and body.
+func post(t *testing.T, url string, stream bool, hdr ...string) (int, string) {
+	t.Helper()
+	body := `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	if stream {
+		body = `{"model":"gpt-4o","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	}
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer sk-acme")
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// sumCounter returns the counter's value per value of the attribute key.
+func sumCounter(t *testing.T, r *sdkmetric.ManualReader, name, key string) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					v, _ := p.Attributes.Value(attribute.Key(key))
+					out[v.AsString()] += p.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					v, _ := p.Attributes.Value(attribute.Key(key))
+					out[v.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	return out
+}
+
+// The gateway learns the provider's budget from its headers, on streams
+// too, and keeps inside it: with two requests a second allowed, the
+// third request waits in the queue for the window rather than meet the
+// provider's 429.
+func TestProviderBudgetLearned(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 2, Window: time.Second}})
+		pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"))
+		start := time.Now()
+		for i := range 3 {
+			if status, body := post(t, pg.url, stream); status != 200 {
+				t.Fatalf("stream %v, request %d: status %d: %s", stream, i, status, body)
+			}
+		}
+		if sim.Limited() != 0 {
+			t.Errorf("stream %v: the provider refused %d requests; want none", stream, sim.Limited())
+		}
+		if waited := time.Since(start); waited < 300*time.Millisecond {
+			t.Errorf("stream %v: three requests took %v; the third should have waited for the provider's window", stream, waited)
+		}
+		groups := pg.prov.Store("openai").Groups(time.Now())
+		if len(groups) != 1 || groups[0].Group != "gpt-4o" || !groups[0].Figures[0].HasLimit || groups[0].Figures[0].Limit != 2 {
+			t.Errorf("stream %v: learned %+v; want the requests limit 2 of gpt-4o", stream, groups)
+		}
+		if g := sumCounter(t, pg.reader, "llmproxy.provider.budget.limit", "dimension"); g["requests"] != 2 {
+			t.Errorf("stream %v: budget limit gauge %v; want requests 2", stream, g)
+		}
+	}
+}
+
+// A provider 429 the gateway could not foresee (another client spent the
+// account's budget) is absorbed: the request waits for the provider's
+// retry-after and is retried once, and the client gets its answer. When
+// the caller's deadline is shorter than the pause, it is refused at once
+// with the gateway's own 429; and with the provider refusing every time,
+// the second 429 reaches the client.
+func TestProviderThrottleAbsorbed(t *testing.T) {
+	const window = 600 * time.Millisecond
+	sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 1, Window: window}})
+	direct := httptest.NewServer(sim)
+	defer direct.Close()
+	pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"))
+	spend := func() {
+		resp, err := http.Post(direct.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o","messages":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+
+	spend()
+	if status, body := post(t, pg.url, false); status != 200 {
+		t.Fatalf("absorbed: status %d: %s", status, body)
+	}
+	if sim.Limited() != 1 {
+		t.Fatalf("the provider refused %d requests; want the one absorbed", sim.Limited())
+	}
+
+	time.Sleep(window)
+	spend()
+	status, body := post(t, pg.url, false, "X-Stainless-Timeout", "0.05")
+	if status != 429 || strings.Contains(body, "upstream API is rate limiting") {
+		t.Errorf("hopeless: status %d: %s; want the gateway's own 429", status, body)
+	}
+
+	time.Sleep(window)
+	status, body = post(t, pg.url, false, "X-Sim-Fault", "429")
+	if status != 429 || !strings.Contains(body, "upstream API is rate limiting") {
+		t.Errorf("refused twice: status %d: %s; want the provider's 429 passed through", status, body)
+	}
+	got := sumCounter(t, pg.reader, "llmproxy.provider.throttled", "outcome")
+	if want := map[string]int64{"absorbed": 2, "refused": 1, "passed_through": 1}; len(got) != len(want) || got["absorbed"] != 2 || got["refused"] != 1 || got["passed_through"] != 1 {
+		t.Errorf("llmproxy.provider.throttled = %v; want %v", got, want)
+	}
+}
+
+// Without an upstream store the provider's 429 passes through at once,
+// as before.
+func TestProviderThrottleWithoutStore(t *testing.T) {
+	sim := upstream.New(upstream.Config{OutputTokens: 3})
+	src := strings.Replace(strings.Replace(providerFile(""), "stores:\n", "", 1), "store: openai", "store: memory", 1)
+	pg := newProviderGateway(t, sim, src)
+	status, body := post(t, pg.url, false, "X-Sim-Fault", "429")
+	if status != 429 || !strings.Contains(body, "upstream API is rate limiting") || sim.Requests() != 1 {
+		t.Errorf("status %d after %d upstream requests: %s; want the provider's 429 after one", status, sim.Requests(), body)
+	}
+}
+
+// The stores are registered once: a reload that changes the stores
+// section is refused, one that keeps it is installed.
+func TestProvidersReload(t *testing.T) {
+	sim := upstream.New(upstream.Config{})
+	pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"))
+	for _, tc := range []struct {
+		stores string
+		ok     bool
+	}{
+		{"  openai: {kind: upstream}", true},
+		{"  openai: {kind: upstream, pause: 5s}", false},
+	} {
+		f, err := config.Parse("next.yaml", []byte(providerFile(tc.stores)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pg.gw.Apply(f); (err == nil) != tc.ok {
+			t.Errorf("Apply(stores %s) = %v; want ok %v", tc.stores, err, tc.ok)
+		}
+	}
+}
