@@ -65,6 +65,10 @@
 //  7. The provider's own 429s are passed through with their retry hints and
 //     counted apart (llmproxy_upstream_throttled_total): they are the
 //     provider throttling the proxy, not the proxy throttling a tenant.
+//     With upstream stores in the policy file (Config.Providers), every
+//     response's limit headers feed them, and a provider 429 is first
+//     absorbed: the request waits for the provider's pause, within its
+//     deadline, and is retried once (see Providers).
 //
 // GET /v1/models and GET /v1/models/{id} are passed through, limited by the
 // policies that match them; a model id must be 1 to 256 ASCII letters,
@@ -103,7 +107,10 @@
 // reason, llmproxy_rejections_total by code, llmproxy_client_errors_total,
 // llmproxy_client_cancels_total, llmproxy_streams_active,
 // llmproxy_streams_cut_total, llmproxy_stream_charges_total,
-// llmproxy_auth_failures_total and llmproxy_auth_throttled_total. Shadow
+// llmproxy_auth_failures_total and llmproxy_auth_throttled_total; with
+// upstream stores, llmproxy_provider_throttled_total by outcome and the
+// gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit
+// and llmproxy_provider_paused_seconds by store and group. Shadow
 // decisions (what a shadow policy would reject) are logged through package
 // shadow, rate-limited.
 package gateway
