@@ -96,11 +96,12 @@ func main() {
 	flag.DurationVar(&ps.Window, "provider-window", 10*time.Second, "provider scenario: the provider's window (its budget refills over it); also the warm-up")
 	flag.DurationVar(&ps.Duration, "provider-duration", 30*time.Second, "provider scenario: the measured interval")
 	flag.Float64Var(&ps.Overload, "provider-overload", 2, "provider scenario: the offered load over the provider's rate")
+	flag.IntVar(&ps.Queue, "provider-queue", 200, "provider scenario: the size of the upstream policy's queue")
 	flag.Parse()
 	if *provider {
 		ps.Output, ps.Deadline = 100, 10*time.Second
-		if ps.Tokens <= 0 || ps.Window <= 0 || ps.Window > time.Minute || ps.Duration <= 0 || ps.Duration > 2*time.Minute || ps.Overload <= 0 || ps.Overload > 10 || *rounds < 1 || *rounds > 10 {
-			fmt.Fprintln(os.Stderr, "loadtest: -provider-tokens must be positive, -provider-window in (0, 1m], -provider-duration in (0, 2m], -provider-overload in (0, 10], -rounds in 1..10")
+		if ps.Tokens <= 0 || ps.Window <= 0 || ps.Window > time.Minute || ps.Duration <= 0 || ps.Duration > 2*time.Minute || ps.Overload <= 0 || ps.Overload > 10 || ps.Queue < 1 || ps.Queue > 10_000 || *rounds < 1 || *rounds > 10 {
+			fmt.Fprintln(os.Stderr, "loadtest: -provider-tokens must be positive, -provider-window in (0, 1m], -provider-duration in (0, 2m], -provider-overload in (0, 10], -provider-queue in 1..10000, -rounds in 1..10")
 			os.Exit(2)
 		}
 		if err := runProviderRounds(ps, *rounds); err != nil {

@@ -38,8 +38,11 @@ type providerSetup struct {
 	Overload float64
 	// Output is the output tokens of each request (max_tokens).
 	Output int
-	// Deadline is the callers' deadline (X-Stainless-Timeout).
+	// Deadline is the callers' deadline (X-Stainless-Timeout), and the
+	// queue's timeout.
 	Deadline time.Duration
+	// Queue is the size of the upstream policy's queue.
+	Queue int
 }
 
 // tenants are the four equal tenants of the provider scenario.
@@ -63,8 +66,8 @@ func providerPolicy(s providerSetup, guard bool) string {
     algorithm: token_bucket
     limit: %d
     per: %v
-    queue: {size: 400, timeout: %v}
-`, s.Tokens, s.Window, s.Deadline)
+    queue: {size: %d, timeout: %v}
+`, s.Tokens, s.Window, s.Queue, s.Deadline)
 	}
 	b.WriteString("tenants:\n")
 	for _, t := range tenants {
@@ -81,6 +84,8 @@ type providerRun struct {
 	// clients; Refused the gateway's own refusals (429, 503); Failed the
 	// rest (timeouts, other statuses).
 	Sent, OK, ProviderRefusals, Refused, Failed int64
+	// Codes counts the gateway's refusals by error code.
+	Codes map[string]int64
 	// AtProvider counts the 429s the provider sent the gateway.
 	AtProvider int64
 	// Tokens holds, per tenant, the tokens of the answers completed in
@@ -98,8 +103,8 @@ func (r providerRun) String() string {
 	if r.Guard {
 		mode = "with upstream policy   "
 	}
-	return fmt.Sprintf("%s  sent %5d  ok %5d  provider 429s to clients %5d (%5.1f%%)  gateway refusals %5d  other failures %3d  429s at the provider %5d  goodput %5.1f%% of the provider's TPM  Jain %.3f  tokens per tenant %v",
-		mode, r.Sent, r.OK, r.ProviderRefusals, pct(r.ProviderRefusals, r.Sent), r.Refused, r.Failed, r.AtProvider, 100*r.Goodput, r.Jain, r.Tokens)
+	return fmt.Sprintf("%s  sent %5d  ok %5d  provider 429s to clients %5d (%5.1f%%)  gateway refusals %5d %v  other failures %3d  429s at the provider %5d  goodput %5.1f%% of the provider's TPM  Jain %.3f  tokens per tenant %v",
+		mode, r.Sent, r.OK, r.ProviderRefusals, pct(r.ProviderRefusals, r.Sent), r.Refused, r.Codes, r.Failed, r.AtProvider, 100*r.Goodput, r.Jain, r.Tokens)
 }
 
 func pct(a, b int64) float64 {
@@ -178,6 +183,9 @@ func runProvider(s providerSetup, guard bool) (providerRun, error) {
 // streamed.
 var totalTokens = regexp.MustCompile(`"total_tokens":(\d+)`)
 
+// errorCode finds the code of an OpenAI-shaped error.
+var errorCode = regexp.MustCompile(`"code":"([a-z_]{1,40})"`)
+
 // offer sends each tenant's share of the load, open loop (a request is
 // sent when due, whatever the answers), for a warm-up Window and the
 // measured Duration, and follows the requests sent in the interval to
@@ -195,7 +203,7 @@ func offer(gwURL string, s providerSetup) providerRun {
 	ctx, cancel := context.WithDeadline(context.Background(), to.Add(s.Deadline+time.Second))
 	defer cancel()
 	var run providerRun
-	run.Tokens = make([]int64, len(tenants))
+	run.Tokens, run.Codes = make([]int64, len(tenants)), map[string]int64{}
 	var sent, ok, provider, refused, failed atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -245,6 +253,12 @@ func offer(gwURL string, s providerSetup) providerRun {
 						provider.Add(1)
 					case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
 						refused.Add(1)
+						code := errorCode.FindSubmatch(answer)
+						mu.Lock()
+						if len(code) == 2 {
+							run.Codes[string(code[1])]++
+						}
+						mu.Unlock()
 					default:
 						failed.Add(1)
 					}
@@ -281,8 +295,8 @@ func call(ctx context.Context, client *http.Client, gwURL, tenant string, body [
 // runProviderRounds measures rounds runs without and with the upstream
 // policy, alternating, and prints each.
 func runProviderRounds(s providerSetup, rounds int) error {
-	fmt.Printf("provider scenario: %d tokens per %v (%d TPM) for gpt-4o-mini, four equal tenants offering %.1fx for %v after a %v warm-up, %d output tokens a request, one in four streamed, callers' deadline %v, %d rounds\n",
-		s.Tokens, s.Window, int64(float64(s.Tokens)*float64(time.Minute)/float64(s.Window)), s.Overload, s.Duration, s.Window, s.Output, s.Deadline, rounds)
+	fmt.Printf("provider scenario: %d tokens per %v (%d TPM) for gpt-4o-mini, four equal tenants offering %.1fx for %v after a %v warm-up, %d output tokens a request, one in four streamed, callers' deadline %v, queue %d, %d rounds\n",
+		s.Tokens, s.Window, int64(float64(s.Tokens)*float64(time.Minute)/float64(s.Window)), s.Overload, s.Duration, s.Window, s.Output, s.Deadline, s.Queue, rounds)
 	for round := range rounds {
 		for _, guard := range []bool{false, true} {
 			r, err := runProvider(s, guard)

@@ -28,7 +28,7 @@ func TestJain(t *testing.T) {
 // The scenario's policy files are valid, and only the guarded one puts
 // the provider's budget on an upstream store.
 func TestProviderPolicy(t *testing.T) {
-	s := providerSetup{Tokens: 30_000, Window: 10 * time.Second, Deadline: 10 * time.Second}
+	s := providerSetup{Tokens: 30_000, Window: 10 * time.Second, Deadline: 10 * time.Second, Queue: 200}
 	for _, guard := range []bool{false, true} {
 		f, err := config.Parse("scenario", []byte(providerPolicy(s, guard)))
 		if err != nil {
