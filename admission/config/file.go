@@ -28,6 +28,12 @@
 //	  models:
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
+// The stores section (see [Upstream]) declares the stores that guard an
+// external provider's limits, for the policies that name them:
+//
+//	stores:
+//	  openai: {kind: upstream, group_by: model}
+//
 // The package yields plain data and imports only the core; the packages
 // that act on a section read it from a File (httpadmit.FileOptions,
 // shadow.FileLogger, shadow.FileObserver; Metrics.Expose serves the

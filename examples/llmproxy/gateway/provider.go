@@ -81,15 +81,6 @@ func (p *Providers) Options() []admission.Option {
 	return out
 }
 
-// Names returns the names of the stores, sorted.
-func (p *Providers) Names() []string {
-	out := make([]string, 0, len(p.stores))
-	for _, s := range p.stores {
-		out = append(out, s.name)
-	}
-	return out
-}
-
 // Store returns the store declared under name, or nil.
 func (p *Providers) Store(name string) *upstream.Store {
 	for _, s := range p.stores {
@@ -108,8 +99,11 @@ func (p *Providers) check(f *config.File) error {
 	if p != nil {
 		decl = p.decl
 	}
-	if len(decl) == 0 && len(f.Upstreams) == 0 || reflect.DeepEqual(decl, f.Upstreams) {
+	switch {
+	case len(decl) == 0 && len(f.Upstreams) == 0 || reflect.DeepEqual(decl, f.Upstreams):
 		return nil
+	case p == nil:
+		return errors.New("stores: the file declares upstream stores: build them with NewProviders, register them with the controller and pass them as Config.Providers")
 	}
 	return errors.New("stores: the stores section changed; it takes effect on a restart, not a reload")
 }

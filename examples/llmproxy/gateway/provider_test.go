@@ -247,3 +247,22 @@ func TestProvidersReload(t *testing.T) {
 		}
 	}
 }
+
+// A file declaring upstream stores needs them built: a gateway given none
+// refuses it rather than pass the provider's 429s through unnoticed.
+func TestProvidersRequired(t *testing.T) {
+	f, err := config.Parse("providers.yaml", []byte(providerFile("  openai: {kind: upstream}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, _ := gateway.NewProviders(f, nil)
+	ctl, err := admission.New(f.Config, prov.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	_, err = gateway.New(gateway.Config{Upstream: "http://127.0.0.1:1/v1", Controller: ctl, Estimator: est, File: f})
+	if err == nil || !strings.Contains(err.Error(), "Config.Providers") {
+		t.Errorf("New without Providers = %v; want an error naming Config.Providers", err)
+	}
+}
