@@ -16,7 +16,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/config"
+	budget "github.com/sluicehq/sluice/admission/upstream"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/weights"
@@ -47,11 +49,12 @@ identity: {anonymous: deny}
 type providerGateway struct {
 	url    string
 	gw     *gateway.Gateway
+	ctl    *admission.Controller
 	prov   *gateway.Providers
 	reader *sdkmetric.ManualReader
 }
 
-func newProviderGateway(t *testing.T, sim *upstream.Server, src string) *providerGateway {
+func newProviderGateway(t *testing.T, sim *upstream.Server, src string, clk admission.Clock) *providerGateway {
 	t.Helper()
 	f, err := config.Parse("providers.yaml", []byte(src))
 	if err != nil {
@@ -61,7 +64,7 @@ func newProviderGateway(t *testing.T, sim *upstream.Server, src string) *provide
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := admission.New(f.Config, prov.Options()...)
+	ctl, err := admission.New(f.Config, append(prov.Options(), admission.WithClock(clk))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +74,9 @@ func newProviderGateway(t *testing.T, sim *upstream.Server, src string) *provide
 	reader := sdkmetric.NewManualReader()
 	gw, err := gateway.New(gateway.Config{
 		Upstream: up.URL + "/v1", Controller: ctl, Estimator: est, File: f, Providers: prov,
-		ForwardHeaders: []string{"X-Sim-*"},
-		Meter:          sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"),
-		Logger:         slog.New(slog.DiscardHandler),
+		ForwardHeaders: []string{"X-Sim-*"}, Clock: clk,
+		Meter:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"),
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -82,13 +85,12 @@ func newProviderGateway(t *testing.T, sim *upstream.Server, src string) *provide
 	gw.Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &providerGateway{url: srv.URL, gw: gw, prov: prov, reader: reader}
+	return &providerGateway{url: srv.URL, gw: gw, ctl: ctl, prov: prov, reader: reader}
 }
 
-// post sends a chat completion as acme, with extra headers, and returns
+// send sends a chat completion as acme, with extra headers, and returns
 // the status and body.
-func post(t *testing.T, url string, stream bool, hdr ...string) (int, string) {
-	t.Helper()
+func send(url string, stream bool, hdr ...string) (int, string, error) {
 	body := `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
 	if stream {
 		body = `{"model":"gpt-4o","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
@@ -101,11 +103,62 @@ func post(t *testing.T, url string, stream bool, hdr ...string) (int, string) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, "", err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// post is send, failing the test when the request fails.
+func post(t *testing.T, url string, stream bool, hdr ...string) (int, string) {
+	t.Helper()
+	status, body, err := send(url, stream, hdr...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, body
+}
+
+// answer is what a request sent in the background got.
+type answer struct {
+	status int
+	body   string
+	err    error
+}
+
+// queuedThen sends a request in the background, waits until it waits in
+// the gateway's queue, checks the provider has not seen it (it has seen
+// seen requests), advances the clock by d and returns the answer.
+func queuedThen(t *testing.T, pg *providerGateway, sim *upstream.Server, seen int64, clk *admissiontest.Clock, d time.Duration, hdr ...string) (int, string) {
+	t.Helper()
+	done := make(chan answer, 1)
+	go func() {
+		status, body, err := send(pg.url, false, hdr...)
+		done <- answer{status, body, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if st := pg.ctl.Stats(); len(st) > 0 && st[0].Queued == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request never waited in the queue")
+		}
+	}
+	if n := sim.Requests(); n != seen {
+		t.Errorf("the provider saw %d requests while one waited; want %d", n, seen)
+	}
+	clk.Advance(d)
+	select {
+	case a := <-done:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		return a.status, a.body
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request waiting in the queue was never answered")
+	}
+	return 0, ""
 }
 
 // sumCounter returns the counter's value per value of the attribute key.
@@ -140,30 +193,30 @@ func sumCounter(t *testing.T, r *sdkmetric.ManualReader, name, key string) map[s
 
 // The gateway learns the provider's budget from its headers, on streams
 // too, and keeps inside it: with two requests a second allowed, the
-// third request waits in the queue for the window rather than meet the
-// provider's 429.
+// third request waits in the queue until the provider's budget refills
+// rather than meet its 429.
 func TestProviderBudgetLearned(t *testing.T) {
 	for _, stream := range []bool{false, true} {
-		sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 2, Window: time.Second}})
-		pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"))
-		start := time.Now()
-		for i := range 3 {
+		clk := admissiontest.NewClock(time.Now())
+		sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 2, Window: time.Second, Now: clk.Now}})
+		pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"), clk)
+		for i := range 2 {
 			if status, body := post(t, pg.url, stream); status != 200 {
 				t.Fatalf("stream %v, request %d: status %d: %s", stream, i, status, body)
 			}
 		}
-		if sim.Limited() != 0 {
-			t.Errorf("stream %v: the provider refused %d requests; want none", stream, sim.Limited())
-		}
-		if waited := time.Since(start); waited < 300*time.Millisecond {
-			t.Errorf("stream %v: three requests took %v; the third should have waited for the provider's window", stream, waited)
-		}
-		groups := pg.prov.Store("openai").Groups(time.Now())
-		if len(groups) != 1 || groups[0].Group != "gpt-4o" || !groups[0].Figures[0].HasLimit || groups[0].Figures[0].Limit != 2 {
-			t.Errorf("stream %v: learned %+v; want the requests limit 2 of gpt-4o", stream, groups)
+		groups := pg.prov.Store("openai").Groups(clk.Now())
+		if len(groups) != 1 || groups[0].Group != "gpt-4o" || groups[0].Figures[budget.Requests].Limit != 2 || groups[0].Figures[budget.Requests].Remaining != 0 {
+			t.Errorf("stream %v: learned %+v; want gpt-4o's requests limit 2, none left", stream, groups)
 		}
 		if g := sumCounter(t, pg.reader, "llmproxy.provider.budget.limit", "dimension"); g["requests"] != 2 {
 			t.Errorf("stream %v: budget limit gauge %v; want requests 2", stream, g)
+		}
+		if status, body := queuedThen(t, pg, sim, 2, clk, time.Second); status != 200 {
+			t.Errorf("stream %v: the request that waited: status %d: %s", stream, status, body)
+		}
+		if sim.Limited() != 0 {
+			t.Errorf("stream %v: the provider refused %d requests; want none", stream, sim.Limited())
 		}
 	}
 }
@@ -175,11 +228,11 @@ func TestProviderBudgetLearned(t *testing.T) {
 // with the gateway's own 429; and with the provider refusing every time,
 // the second 429 reaches the client.
 func TestProviderThrottleAbsorbed(t *testing.T) {
-	const window = 600 * time.Millisecond
-	sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 1, Window: window}})
+	clk := admissiontest.NewClock(time.Now())
+	sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 1, Window: time.Second, Now: clk.Now}})
 	direct := httptest.NewServer(sim)
 	defer direct.Close()
-	pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"))
+	pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"), clk)
 	spend := func() {
 		resp, err := http.Post(direct.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o","messages":[]}`))
 		if err != nil {
@@ -188,23 +241,28 @@ func TestProviderThrottleAbsorbed(t *testing.T) {
 		resp.Body.Close()
 	}
 
+	// The provider refuses, with a retry-after of 1s: the request waits
+	// for it in the queue, and is then served.
 	spend()
-	if status, body := post(t, pg.url, false); status != 200 {
+	if status, body := queuedThen(t, pg, sim, 2, clk, time.Second); status != 200 {
 		t.Fatalf("absorbed: status %d: %s", status, body)
 	}
 	if sim.Limited() != 1 {
 		t.Fatalf("the provider refused %d requests; want the one absorbed", sim.Limited())
 	}
 
-	time.Sleep(window)
+	// A caller who cannot wait that long is refused by the gateway at once.
+	clk.Advance(time.Second)
 	spend()
 	status, body := post(t, pg.url, false, "X-Stainless-Timeout", "0.05")
 	if status != 429 || strings.Contains(body, "upstream API is rate limiting") {
 		t.Errorf("hopeless: status %d: %s; want the gateway's own 429", status, body)
 	}
 
-	time.Sleep(window)
-	status, body = post(t, pg.url, false, "X-Sim-Fault", "429")
+	// A provider that refuses the retry too: its 429 reaches the client.
+	clk.Advance(time.Second)
+	seen := sim.Requests() + 1
+	status, body = queuedThen(t, pg, sim, seen, clk, time.Second, "X-Sim-Fault", "429")
 	if status != 429 || !strings.Contains(body, "upstream API is rate limiting") {
 		t.Errorf("refused twice: status %d: %s; want the provider's 429 passed through", status, body)
 	}
@@ -219,7 +277,7 @@ func TestProviderThrottleAbsorbed(t *testing.T) {
 func TestProviderThrottleWithoutStore(t *testing.T) {
 	sim := upstream.New(upstream.Config{OutputTokens: 3})
 	src := strings.Replace(strings.Replace(providerFile(""), "stores:\n", "", 1), "store: openai", "store: memory", 1)
-	pg := newProviderGateway(t, sim, src)
+	pg := newProviderGateway(t, sim, src, admissiontest.NewClock(time.Now()))
 	status, body := post(t, pg.url, false, "X-Sim-Fault", "429")
 	if status != 429 || !strings.Contains(body, "upstream API is rate limiting") || sim.Requests() != 1 {
 		t.Errorf("status %d after %d upstream requests: %s; want the provider's 429 after one", status, sim.Requests(), body)
@@ -230,7 +288,7 @@ func TestProviderThrottleWithoutStore(t *testing.T) {
 // section is refused, one that keeps it is installed.
 func TestProvidersReload(t *testing.T) {
 	sim := upstream.New(upstream.Config{})
-	pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"))
+	pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"), admissiontest.NewClock(time.Now()))
 	for _, tc := range []struct {
 		stores string
 		ok     bool
