@@ -3,7 +3,7 @@
 // the alerts every deployment should start from (rejection burn rate, the
 // shadow rollout gate, throttled tenants, store failover and errors, queue
 // saturation and wait, estimate drift, full partition tables, metric
-// cardinality overflow). Load rules.yml into Prometheus as it is; the
+// cardinality overflow, and llmproxy's provider budget running out). Load rules.yml into Prometheus as it is; the
 // runbook for each alert is in the README.
 //
 // Every alert has promtool unit tests in tests/, which go test runs with

@@ -434,6 +434,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"metrics", d.decodeMetrics},
 		field{"logging", d.decodeLogging},
 		field{"prices", d.decodePrices},
+		field{"stores", d.decodeStores},
 	) {
 		return
 	}
@@ -845,6 +846,7 @@ func (d *decoder) decodeLogging(n *yaml.Node, path string) {
 // validate checks what spans entries: names, references, plans, keys.
 func (d *decoder) validate(root *yaml.Node) {
 	f := d.f
+	d.validateStores()
 	pols := f.Config.Policies
 	byName := map[string]int{}
 	for i := range pols {

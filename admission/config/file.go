@@ -28,6 +28,12 @@
 //	  models:
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
+// The stores section (see [Upstream]) declares the stores that guard an
+// external provider's limits, for the policies that name them:
+//
+//	stores:
+//	  openai: {kind: upstream, group_by: model}
+//
 // The package yields plain data and imports only the core; the packages
 // that act on a section read it from a File (httpadmit.FileOptions,
 // shadow.FileLogger, shadow.FileObserver; Metrics.Expose serves the
@@ -86,6 +92,9 @@ type File struct {
 	Logging Logging
 	// Prices holds the model prices of cost policies.
 	Prices Prices
+	// Upstreams holds the stores section's entries (all of kind
+	// upstream), by store name; nil when the file declares none.
+	Upstreams map[string]Upstream
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
@@ -271,7 +280,8 @@ func edgeDefaults(f *File) *File {
 }
 
 // Stores returns the store names the policies refer to, other than the
-// in-memory store, in order of first use. The program registers each with
+// in-memory store, in order of first use, the stores the stores section
+// declares (Upstreams) among them. The program registers each with
 // admission.WithStore; the file cannot.
 func (f *File) Stores() []string {
 	var out []string

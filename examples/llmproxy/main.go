@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -77,6 +78,7 @@ type options struct {
 	simLatency      time.Duration
 	simRate         float64
 	simTokens       int
+	simLimits       upstream.Limits
 	shutdownTimeout time.Duration
 	cut             string
 	logLevel        string
@@ -104,6 +106,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
 	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
 	fs.IntVar(&o.simTokens, "sim-output-tokens", 48, "simulated upstream: output tokens of a completion without a smaller max_tokens")
+	fs.Int64Var(&o.simLimits.Requests, "sim-rpm", 10_000, "simulated upstream: requests per --sim-window per model it accepts before answering 429 (0: unlimited)")
+	fs.Int64Var(&o.simLimits.Tokens, "sim-tpm", 2_000_000, "simulated upstream: tokens (prompt and output) per --sim-window per model it accepts before answering 429 (0: unlimited)")
+	fs.DurationVar(&o.simLimits.Window, "sim-window", upstream.DefaultWindow, "simulated upstream: the rolling window of --sim-rpm and --sim-tpm")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests and streams")
 	fs.DurationVar(&o.gw.Timeout, "upstream-timeout", gateway.DefaultTimeout, "limit on a non-streaming upstream call")
 	fs.DurationVar(&o.gw.StreamIdleTimeout, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
@@ -224,7 +229,12 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	copts = append(copts, stores...)
+	// The stores section's upstream stores keep their static budgets in
+	// memory: each replica learns its provider's figures itself.
+	if gc.Providers, err = gateway.NewProviders(s.file, nil); err != nil {
+		return nil, err
+	}
+	copts = append(append(copts, stores...), gc.Providers.Options()...)
 	if o.clock != nil {
 		copts = append(copts, admission.WithClock(o.clock))
 	}
@@ -237,7 +247,7 @@ func start(o options) (_ *server, err error) {
 
 	// The upstream: the one given, or the simulator on a loopback port.
 	if gc.Upstream == "" {
-		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens})
+		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens, Limits: o.simLimits})
 		simLn, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("simulated upstream: %w", err)
@@ -343,7 +353,7 @@ func (s *server) banner(w io.Writer) {
 	}
 	fmt.Fprintf(w, "llmproxy: try: curl %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-globex' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", s.URL)
 	if s.redis != nil {
-		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(s.file.Stores(), ", "), s.redis.Options().Addr)
+		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(s.redisStores(), ", "), s.redis.Options().Addr)
 	}
 	fmt.Fprintf(w, "llmproxy: health at %s/healthz and %s/readyz\n", s.URL, s.URL)
 	if s.OpsURL != "" {
@@ -436,10 +446,10 @@ func (s *server) close() {
 }
 
 // openStores connects to the Redis server at addr and returns it as every
-// store the policy file names (other than memory); with no such store it
-// connects to nothing.
+// store the policy file names (other than memory and the upstream stores
+// of its stores section); with no such store it connects to nothing.
 func (s *server) openStores(addr string) ([]admission.Option, error) {
-	names := s.file.Stores()
+	names := s.redisStores()
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -464,4 +474,10 @@ func (s *server) openStores(addr string) ([]admission.Option, error) {
 		out = append(out, admission.WithStore(name, st))
 	}
 	return out, nil
+}
+
+// redisStores returns the stores the policy file names other than memory
+// and its upstream stores: those --redis holds.
+func (s *server) redisStores() []string {
+	return slices.DeleteFunc(s.file.Stores(), func(n string) bool { _, up := s.file.Upstreams[n]; return up })
 }

@@ -65,6 +65,10 @@
 //  7. The provider's own 429s are passed through with their retry hints and
 //     counted apart (llmproxy_upstream_throttled_total): they are the
 //     provider throttling the proxy, not the proxy throttling a tenant.
+//     With upstream stores in the policy file (Config.Providers), every
+//     response's limit headers feed them, and a provider 429 is first
+//     absorbed: the request waits for the provider's pause, within its
+//     deadline, and is retried once (see Providers).
 //
 // With Config.Anthropic, POST /v1/messages (Anthropic's Messages API)
 // takes the same path, priced as weights.EndpointMessages (max_tokens is
@@ -114,7 +118,10 @@
 // reason, llmproxy_rejections_total by code, llmproxy_client_errors_total,
 // llmproxy_client_cancels_total, llmproxy_streams_active,
 // llmproxy_streams_cut_total, llmproxy_stream_charges_total,
-// llmproxy_auth_failures_total and llmproxy_auth_throttled_total. Shadow
+// llmproxy_auth_failures_total and llmproxy_auth_throttled_total; with
+// upstream stores, llmproxy_provider_throttled_total by outcome and the
+// gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit
+// and llmproxy_provider_paused_seconds by store and group. Shadow
 // decisions (what a shadow policy would reject) are logged through package
 // shadow, rate-limited.
 package gateway
@@ -285,8 +292,14 @@ type Config struct {
 	// closed. Zero means File's http.body_timeout, else
 	// DefaultBodyReadTimeout; a reload does not change it.
 	BodyReadTimeout time.Duration
-	// Clock is the clock of the failed-authentication limiter; nil means
-	// the system clock.
+	// Providers are the upstream stores of File's stores section, built
+	// by NewProviders and registered with Controller (Providers.Options):
+	// every upstream response feeds them, and a provider 429 is absorbed
+	// once (see Providers). Nil, or none declared, passes the provider's
+	// 429s through.
+	Providers *Providers
+	// Clock is the clock of the failed-authentication limiter and of the
+	// providers' reports; nil means the system clock.
 	Clock admission.Clock
 	// RequestLog, when set, receives every request the policies decided
 	// on the token-priced routes: a refused one with its estimates, an
@@ -368,7 +381,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
-	if err := g.m.init(cfg.Meter); err != nil {
+	if err := errors.Join(g.m.init(cfg.Meter), g.initProviders(cfg.Meter)); err != nil {
 		return nil, err
 	}
 	g.ready.Store(true)
@@ -409,6 +422,9 @@ func NewTransport() *http.Transport {
 // address keeping what is left of its allowance), as one step (see
 // httpadmit.Readmit). A file the controller refuses changes nothing.
 func (g *Gateway) Apply(f *config.File) error {
+	if err := g.cfg.Providers.check(f); err != nil {
+		return err
+	}
 	prices, err := pricing.Table(f.Prices)
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
@@ -712,6 +728,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	defer resp.Body.Close()
+	g.observe(resp, "")
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
 	if err != nil {

@@ -27,6 +27,7 @@ type instruments struct {
 	authThrottled     metric.Int64Counter
 	usageFallbacks    metric.Int64Counter
 	fallbackPrices    metric.Int64Counter
+	provider          providerInstruments
 	opts              sync.Map // attribute key=value → metric.AddOption
 }
 

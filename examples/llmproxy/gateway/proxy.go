@@ -106,9 +106,8 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	// first byte; from then on a stream is bounded by its idle timeout.
 	timer := time.AfterFunc(g.cfg.Timeout, cancel)
 	defer timer.Stop()
-	resp, err := g.roundTrip(uctx, r, rt, "", body)
-	if err != nil {
-		g.upstreamFailed(c, ctx, err)
+	resp, ok := x.call(uctx, rt, body, req)
+	if !ok {
 		return nil
 	}
 	defer resp.Body.Close()

@@ -14,6 +14,18 @@
 //	go run ./examples/llmproxy/loadtest                 # 2,000 req/s for 10 s each
 //	go run ./examples/llmproxy/loadtest -rate 500 -duration 5s
 //
+// With -provider it measures instead how the gateway protects a
+// provider's limits: the simulator enforces a tokens-per-window budget,
+// four equal tenants offer together twice (-provider-overload) what it
+// accepts, open loop, and each round runs the gateway without and with
+// an upstream policy (the provider's budget on an upstream store, queued
+// round robin by tenant, the provider's 429s absorbed). It prints the
+// provider's 429s that reached clients, the goodput as a share of what the
+// provider accepts in the measured interval, and Jain's index of the
+// tokens each tenant got:
+//
+//	go run ./examples/llmproxy/loadtest -provider       # 30 s measured, 3 rounds
+//
 // Latency is measured from the moment a request was due to be sent, so a
 // sender that falls behind is charged for it. At most -max-inflight
 // requests are outstanding; requests beyond are counted as dropped, which
@@ -78,7 +90,26 @@ func main() {
 	promptBytes := flag.Int("prompt-bytes", 1024, "size of the prompt")
 	maxInflight := flag.Int("max-inflight", 4000, "requests outstanding at most; more are dropped")
 	rounds := flag.Int("rounds", 3, "measured runs per target, alternating between the targets")
+	provider := flag.Bool("provider", false, "run the provider scenario instead: four equal tenants offering twice the simulated provider's tokens per minute, without and with the upstream policy")
+	var ps providerSetup
+	flag.Int64Var(&ps.Tokens, "provider-tokens", 30_000, "provider scenario: the provider's tokens per -provider-window")
+	flag.DurationVar(&ps.Window, "provider-window", 10*time.Second, "provider scenario: the provider's window (its budget refills over it); also the warm-up")
+	flag.DurationVar(&ps.Duration, "provider-duration", 30*time.Second, "provider scenario: the measured interval")
+	flag.Float64Var(&ps.Overload, "provider-overload", 2, "provider scenario: the offered load over the provider's rate")
+	flag.IntVar(&ps.Queue, "provider-queue", 200, "provider scenario: the size of the upstream policy's queue")
 	flag.Parse()
+	if *provider {
+		ps.Output, ps.Deadline = 100, 10*time.Second
+		if ps.Tokens <= 0 || ps.Window <= 0 || ps.Window > time.Minute || ps.Duration <= 0 || ps.Duration > 2*time.Minute || ps.Overload <= 0 || ps.Overload > 10 || ps.Queue < 1 || ps.Queue > 10_000 || *rounds < 1 || *rounds > 10 {
+			fmt.Fprintln(os.Stderr, "loadtest: -provider-tokens must be positive, -provider-window in (0, 1m], -provider-duration in (0, 2m], -provider-overload in (0, 10], -provider-queue in 1..10000, -rounds in 1..10")
+			os.Exit(2)
+		}
+		if err := runProviderRounds(ps, *rounds); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *rate <= 0 || *rate > 100_000 || *duration <= 0 || *duration > 5*time.Minute || *rounds < 1 || *rounds > 10 {
 		fmt.Fprintln(os.Stderr, "loadtest: -rate must be in 1..100000, -duration in (0, 5m], -rounds in 1..10")
 		os.Exit(2)
@@ -90,7 +121,7 @@ func main() {
 }
 
 func run(rate int, duration, warmup time.Duration, promptBytes, maxInflight, rounds int) error {
-	upURL, err := serve(upstream.New(upstream.Config{OutputTokens: 16}))
+	upURL, _, err := serve(upstream.New(upstream.Config{OutputTokens: 16}))
 	if err != nil {
 		return err
 	}
@@ -104,7 +135,7 @@ func run(rate int, duration, warmup time.Duration, promptBytes, maxInflight, rou
 		},
 		Transport: gateway.NewTransport(),
 	}
-	rpURL, err := serve(rp)
+	rpURL, _, err := serve(rp)
 	if err != nil {
 		return err
 	}
@@ -181,17 +212,19 @@ func startGateway(upURL string) (string, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	gw.Register(e)
-	return serve(e)
+	u, _, err := serve(e)
+	return u, err
 }
 
-func serve(h http.Handler) (string, error) {
+// serve serves h on a loopback port; stop closes the server.
+func serve(h http.Handler) (url string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), nil
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
 func prompt(n int) string {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
@@ -35,4 +36,28 @@ func Example() {
 	// Output:
 	// " The quick brown fox jumps"
 	// 9 5
+}
+
+// With Limits the simulator enforces a provider's limits per model and
+// sends OpenAI's headers: here one request a minute.
+func ExampleLimits() {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	srv := httptest.NewServer(upstream.New(upstream.Config{
+		Limits: upstream.Limits{Requests: 1, Window: time.Minute, Now: func() time.Time { return now }},
+	}))
+	defer srv.Close()
+	for range 2 {
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`))
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		h := resp.Header
+		fmt.Printf("%d remaining %s, full in %s, retry after %q\n", resp.StatusCode,
+			h.Get("X-Ratelimit-Remaining-Requests"), h.Get("X-Ratelimit-Reset-Requests"), h.Get("Retry-After"))
+	}
+	// Output:
+	// 200 remaining 0, full in 1m0s, retry after ""
+	// 429 remaining 0, full in 1m0s, retry after "60"
 }

@@ -18,6 +18,10 @@
 //	X-Sim-Fault: cut       break the connection half-way through the output
 //	X-Sim-Fault: garbage   answer 200 with a body that is not JSON
 //	X-Sim-Latency: 2s      time before the first byte, for this request
+//
+// With Config.Limits it enforces a provider's requests and tokens per
+// minute per model over a rolling window, answering 429 with OpenAI's
+// headers, and sends its x-ratelimit figures on every answer (see Limits).
 package upstream
 
 import (
@@ -67,6 +71,9 @@ type Config struct {
 	Models []string
 	// AnyModel serves every model name.
 	AnyModel bool
+	// Limits are the provider's limits per model; the zero Limits limit
+	// nothing.
+	Limits Limits
 }
 
 // Server is the simulated API. It is an http.Handler, safe for concurrent
@@ -80,6 +87,8 @@ type Server struct {
 	maxIn    atomic.Int64
 	mu       sync.Mutex
 	seen     []Seen
+	limits   *limiter // nil without Limits
+	limited  atomic.Int64
 }
 
 // Seen records what one request asked for, for tests.
@@ -107,6 +116,9 @@ func New(cfg Config) *Server {
 		cfg.Models = DefaultModels
 	}
 	s := &Server{cfg: cfg, models: map[string]bool{}}
+	if cfg.Limits.enabled() {
+		s.limits = newLimiter(cfg.Limits)
+	}
 	for _, m := range cfg.Models {
 		s.models[m] = true
 	}
@@ -115,6 +127,9 @@ func New(cfg Config) *Server {
 
 // Requests returns the number of requests received.
 func (s *Server) Requests() int64 { return s.requests.Load() }
+
+// Limited returns the number of requests refused by Config.Limits.
+func (s *Server) Limited() int64 { return s.limited.Load() }
 
 // InFlight returns the number of requests being served now.
 func (s *Server) InFlight() int64 { return s.inflight.Load() }
@@ -252,6 +267,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, lim := range []*int{req.MaxCompletionTokens, req.MaxTokens, req.MaxOutputTokens} {
 		if lim != nil && *lim < out {
 			out, finish = max(*lim, 0), "length"
+		}
+	}
+	if s.limits != nil {
+		n := requestTokens(path, &req, out)
+		v := s.limits.take(req.Model, n)
+		s.limits.setHeaders(w.Header(), v)
+		if v.refused != "" {
+			s.limited.Add(1)
+			s.limits.refuse(w, req.Model, n, v)
+			return
 		}
 	}
 	g := gen{s: s, w: w, r: r, req: &req, out: out, finish: finish, cut: fault == "cut"}

@@ -1,0 +1,58 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission/config"
+)
+
+// The stores section declares upstream stores; the policies on them are
+// keyed as the store groups its budgets, and the file still lists them
+// among the stores the program registers.
+func TestUpstreamStores(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       map[string]config.Upstream
+	}{
+		{"by model, defaults", `
+stores:
+  openai: {kind: upstream}
+policies:
+  - {name: tpm, store: openai, key: [model], unit: tokens, algorithm: sliding_window, limit: 2M, per: 1m}
+`, map[string]config.Upstream{"openai": {}}},
+		{"whole upstream, every field", `
+stores:
+  azure: {kind: upstream, group_by: upstream, max_groups: 8, pause: 2s, max_pause: 1m, remaining_ttl: 30s}
+policies:
+  - {name: rpm, store: azure, algorithm: token_bucket, limit: 600, per: 1m}
+  - {name: tpm, store: azure, key: [global], unit: tokens, algorithm: token_bucket, limit: 100k, per: 1m}
+`, map[string]config.Upstream{"azure": {GroupBy: config.GroupByUpstream, MaxGroups: 8, Pause: 2 * time.Second, MaxPause: time.Minute, RemainingTTL: 30 * time.Second}}},
+		{"none", `
+policies:
+  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 600, per: 1m}
+`, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := config.Parse("stores.yaml", []byte("version: 1"+tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(f.Upstreams) != len(tc.want) {
+				t.Fatalf("Upstreams = %+v; want %+v", f.Upstreams, tc.want)
+			}
+			for name, w := range tc.want {
+				if got, ok := f.Upstreams[name]; !ok || got != w {
+					t.Errorf("Upstreams[%q] = %+v; want %+v", name, got, w)
+				}
+				if stores := f.Stores(); len(stores) != 1 || stores[0] != name {
+					t.Errorf("Stores() = %q; want [%q]", stores, name)
+				}
+			}
+		})
+	}
+	if config.GroupByModel.String() != "model" || config.GroupByUpstream.String() != "upstream" {
+		t.Errorf("Grouping names: %s, %s", config.GroupByModel, config.GroupByUpstream)
+	}
+}

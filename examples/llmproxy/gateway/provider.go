@@ -1,0 +1,286 @@
+package gateway
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/upstream"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// maxGaugeGroups bounds the groups of one store the budget gauges report,
+// so the series stay bounded whatever model names the provider answers
+// for; the groups with the least budget left come first.
+const maxGaugeGroups = 32
+
+// maxThrottleBody bounds what is read of a provider 429's body to tell a
+// rate limit from an exhausted account.
+const maxThrottleBody = 64 << 10
+
+// Providers are the upstream stores a policy file declares (its stores
+// section, config.File.Upstreams): each an upstream.Store guarding one
+// provider account's limits. The gateway feeds every upstream response's
+// limit headers to each (Store.Observe), grouped as the entry says (by
+// the request's model, or as one budget for the whole upstream), and
+// absorbs the provider's 429s: the request is settled as nothing used,
+// admitted again within the caller's deadline (so it waits in the
+// policy's queue until the provider's pause ends, or is refused at once
+// when the wait is hopeless) and retried once; only a second 429 reaches
+// the client.
+type Providers struct {
+	stores []provider // by name
+	decl   map[string]config.Upstream
+}
+
+// provider is one upstream store and its grouping.
+type provider struct {
+	name  string
+	group config.Grouping
+	store *upstream.Store
+}
+
+// NewProviders builds an upstream.Store for every upstream store f
+// declares; static, when not nil, holds the policies' static budgets (a
+// shared store, so a fleet of gateways keeps one published budget), else
+// they are held in memory. With no store declared it returns an empty
+// Providers, which observes and absorbs nothing.
+func NewProviders(f *config.File, static backend.Store) (*Providers, error) {
+	p := &Providers{decl: f.Upstreams}
+	for name, u := range f.Upstreams {
+		s, err := upstream.New(upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL, Static: static})
+		if err != nil {
+			return nil, fmt.Errorf("stores.%s: %w", name, err)
+		}
+		p.stores = append(p.stores, provider{name: name, group: u.GroupBy, store: s})
+	}
+	slices.SortFunc(p.stores, func(a, b provider) int { return cmp.Compare(a.name, b.name) })
+	return p, nil
+}
+
+// Options returns the controller options that register the stores, each
+// under its name.
+func (p *Providers) Options() []admission.Option {
+	out := make([]admission.Option, 0, len(p.stores))
+	for _, s := range p.stores {
+		out = append(out, admission.WithStore(s.name, s.store))
+	}
+	return out
+}
+
+// Store returns the store declared under name, or nil.
+func (p *Providers) Store(name string) *upstream.Store {
+	for _, s := range p.stores {
+		if s.name == name {
+			return s.store
+		}
+	}
+	return nil
+}
+
+// check refuses a file whose stores section differs from the one the
+// stores were built from: stores are registered with the controller once,
+// so changing them takes a restart.
+func (p *Providers) check(f *config.File) error {
+	var decl map[string]config.Upstream
+	if p != nil {
+		decl = p.decl
+	}
+	switch {
+	case len(decl) == 0 && len(f.Upstreams) == 0 || reflect.DeepEqual(decl, f.Upstreams):
+		return nil
+	case p == nil:
+		return errors.New("stores: the file declares upstream stores: build them with NewProviders, register them with the controller and pass them as Config.Providers")
+	}
+	return errors.New("stores: the stores section changed; it takes effect on a restart, not a reload")
+}
+
+// observe feeds a provider response to every store, as soon as its
+// headers arrive: its group is model for a store grouped by model (a
+// response without one, the models listing, speaks about none) and ""
+// for one grouped by upstream. Only answers that speak about the limits
+// are read: successes, 429 and 503, so that neither a client's
+// misspelled model (404) nor any other error makes a group.
+func (g *Gateway) observe(resp *http.Response, model string) {
+	p := g.cfg.Providers
+	if p == nil || len(p.stores) == 0 {
+		return
+	}
+	st := resp.StatusCode
+	if (st < 200 || st >= 300) && st != http.StatusTooManyRequests && st != http.StatusServiceUnavailable {
+		return
+	}
+	r := upstream.Parse(resp.Header.Get, st, g.now())
+	for _, s := range p.stores {
+		switch {
+		case s.group == config.GroupByUpstream:
+			s.store.Observe("", r)
+		case model != "":
+			s.store.Observe(model, r)
+		}
+	}
+}
+
+// now is the instant a response arrived, on the controller's clock when
+// one is configured.
+func (g *Gateway) now() time.Time {
+	if g.cfg.Clock != nil {
+		return g.cfg.Clock.Now()
+	}
+	return time.Now()
+}
+
+// call sends an admitted LLM request upstream and feeds the answer to the
+// providers' stores. A provider 429 (other than an exhausted account,
+// insufficient_quota) is absorbed once when the file declares upstream
+// stores: the ticket is settled as nothing used, the request admitted
+// again with the caller's deadline and, once admitted, sent again. It
+// answers the client itself and returns false when there is no response
+// to pass on: the call failed, or the request was not admitted again.
+func (x *exchange) call(ctx context.Context, rt route, body []byte, req admission.Request) (*http.Response, bool) {
+	g, c := x.g, x.c
+	r := c.Request()
+	resp, err := g.roundTrip(ctx, r, rt, "", body)
+	if err != nil {
+		g.upstreamFailed(c, r.Context(), err)
+		return nil, false
+	}
+	g.observe(resp, x.est.Model)
+	if resp.StatusCode != http.StatusTooManyRequests || g.cfg.Providers == nil || len(g.cfg.Providers.stores) == 0 {
+		return resp, true
+	}
+	data, err := readLimited(resp.Body, maxThrottleBody)
+	resp.Body.Close()
+	if err != nil {
+		g.upstreamFailed(c, r.Context(), err)
+		return nil, false
+	}
+	if e, _ := parseOpenAIError(data); e.code == "insufficient_quota" {
+		// Waiting does not refill an account: the client is told.
+		resp.Body = io.NopCloser(bytes.NewReader(data))
+		g.m.throttled(ctx, "passed_through")
+		return resp, true
+	}
+	g.m.upstreamStatus(ctx, resp.StatusCode)
+	x.settle(weights.Usage{}) // the provider counted nothing
+	actx, cancel := g.admissionContext(c)
+	tk, err := g.cfg.Controller.Admit(actx, req)
+	cancel()
+	if err != nil {
+		g.m.throttled(ctx, "refused")
+		g.refused(c, err)
+		return nil, false
+	}
+	g.m.throttled(ctx, "absorbed")
+	x.tk = tk
+	g.admitted(c.Response().Header(), x.st, tk)
+	if resp, err = g.roundTrip(ctx, r, rt, "", body); err != nil {
+		g.upstreamFailed(c, r.Context(), err)
+		return nil, false
+	}
+	g.observe(resp, x.est.Model)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		g.m.throttled(ctx, "passed_through")
+	}
+	return resp, true
+}
+
+// providerInstruments are the metrics of the providers' budgets: what
+// became of the provider's 429s, and, per store and group, the learned
+// budget and pause.
+type providerInstruments struct {
+	throttled metric.Int64Counter
+}
+
+// throttled counts a provider 429 by outcome: absorbed (admitted again
+// and retried), refused (not admitted again: the client got the
+// gateway's answer), passed_through (the client got the provider's 429).
+func (m *instruments) throttled(ctx context.Context, outcome string) {
+	m.provider.throttled.Add(ctx, 1, m.opt("outcome", outcome))
+}
+
+// initProviders creates the providers' instruments: the outcome counter,
+// and the gauges read from each store at collection time
+// (llmproxy.provider.budget.remaining and .limit by store, group and
+// dimension; llmproxy.provider.paused by store and group), at most
+// maxGaugeGroups groups a store.
+func (g *Gateway) initProviders(meter metric.Meter) error {
+	var errs [4]error
+	m := &g.m.provider
+	m.throttled, errs[0] = meter.Int64Counter("llmproxy.provider.throttled",
+		metric.WithDescription("The provider's 429 answers to the gateway, by outcome: absorbed (admitted again and retried), refused (not admitted again), passed_through (the client got the provider's 429)."), metric.WithUnit("{response}"))
+	remaining, err := meter.Int64ObservableGauge("llmproxy.provider.budget.remaining",
+		metric.WithDescription("The provider's remaining budget as learned from its headers, less what was admitted since, by store, group and dimension."), metric.WithUnit("{unit}"))
+	errs[1] = err
+	limit, err := meter.Int64ObservableGauge("llmproxy.provider.budget.limit",
+		metric.WithDescription("The provider's limit as its headers report it, by store, group and dimension."), metric.WithUnit("{unit}"))
+	errs[2] = err
+	paused, err := meter.Float64ObservableGauge("llmproxy.provider.paused",
+		metric.WithDescription("How long the group stays paused after a provider refusal, by store and group."), metric.WithUnit("s"))
+	errs[3] = err
+	if err := errors.Join(errs[:]...); err != nil {
+		return err
+	}
+	p := g.cfg.Providers
+	if p == nil || len(p.stores) == 0 {
+		return nil
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		now := g.now()
+		for _, s := range p.stores {
+			for _, st := range gaugeGroups(s.store.Groups(now)) {
+				base := []attribute.KeyValue{attribute.String("store", s.name), attribute.String("group", st.Group)}
+				o.ObserveFloat64(paused, st.Paused.Seconds(), metric.WithAttributes(base...))
+				for d := upstream.Requests; d <= upstream.OutputTokens; d++ {
+					f := st.Figures[d]
+					if !f.HasRemaining {
+						continue
+					}
+					attrs := metric.WithAttributes(append(base, attribute.String("dimension", d.String()))...)
+					o.ObserveInt64(remaining, f.Remaining, attrs)
+					if f.HasLimit {
+						o.ObserveInt64(limit, f.Limit, attrs)
+					}
+				}
+			}
+		}
+		return nil
+	}, remaining, limit, paused)
+	return err
+}
+
+// gaugeGroups returns at most maxGaugeGroups groups: the paused first,
+// then those with the least tokens (else requests) left.
+func gaugeGroups(gs []upstream.GroupStatus) []upstream.GroupStatus {
+	left := func(s *upstream.GroupStatus) int64 {
+		for _, d := range []upstream.Dimension{upstream.Tokens, upstream.Requests} {
+			if f := s.Figures[d]; f.HasRemaining {
+				return f.Remaining
+			}
+		}
+		return 1<<63 - 1
+	}
+	slices.SortFunc(gs, func(a, b upstream.GroupStatus) int {
+		if c := cmp.Compare(b.Paused, a.Paused); c != 0 {
+			return c
+		}
+		if la, lb := left(&a), left(&b); la != lb {
+			return cmp.Compare(la, lb)
+		}
+		return cmp.Compare(a.Group, b.Group)
+	})
+	return gs[:min(len(gs), maxGaugeGroups)]
+}
