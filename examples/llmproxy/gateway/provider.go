@@ -181,12 +181,14 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 	cancel()
 	if err != nil {
 		g.m.throttled(ctx, "refused")
+		g.logRefused(&req, time.Now(), err)
 		g.refused(c, err)
 		return nil, false
 	}
 	g.m.throttled(ctx, "absorbed")
-	x.tk = tk
-	g.admitted(c.Response().Header(), x.st, tk)
+	// The request log holds both admissions, as the controller saw them.
+	x.tk, x.admitted = tk, time.Now()
+	g.admitted(c.Response(), x.st, tk)
 	if resp, err = g.roundTrip(ctx, r, rt, "", body); err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
