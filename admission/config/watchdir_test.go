@@ -82,6 +82,15 @@ func watchDir(t *testing.T, dir string, steps []dirStep) *config.Watcher {
 	return w
 }
 
+// remove returns a step removing path and all it holds.
+func remove(t *testing.T, path string) func() {
+	return func() {
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestWatchDirectory follows a directory of files, as sluice-rls follows
 // a directory of rate limit files: a file added, changed or removed in it
 // is one reload each, which sees the directory as it is; a file rewritten
@@ -108,11 +117,7 @@ func TestWatchDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, 3, 0, "a.yaml=a2 b.yaml=b1"},
-		{"a file removed", func() {
-			if err := os.Remove(filepath.Join(dir, "b.yaml")); err != nil {
-				t.Fatal(err)
-			}
-		}, 4, 0, "a.yaml=a2"},
+		{"a file removed", remove(t, filepath.Join(dir, "b.yaml")), 4, 0, "a.yaml=a2"},
 		{"a file refused", put("c.yaml", "bad"), 4, 1, "a.yaml=a2"},
 		{"the refused file rewritten with the same bytes", put("c.yaml", "bad"), 4, 1, "a.yaml=a2"},
 		{"the refused file fixed", put("c.yaml", "c1"), 5, 1, "a.yaml=a2 c.yaml=c1"},
@@ -145,11 +150,7 @@ func TestWatchDirectoryConfigMap(t *testing.T) {
 	watchDir(t, dir, []dirStep{
 		{"start", func() {}, 1, 0, "api.yaml=a1"},
 		{"a swap to v2", swap("..v2", "a2"), 2, 0, "api.yaml=a2"},
-		{"an old version removed", func() {
-			if err := os.RemoveAll(filepath.Join(dir, "..v1")); err != nil {
-				t.Fatal(err)
-			}
-		}, 2, 0, "api.yaml=a2"},
+		{"an old version removed", remove(t, filepath.Join(dir, "..v1")), 2, 0, "api.yaml=a2"},
 		{"a swap to a refused v3", swap("..v3", "bad"), 2, 1, "api.yaml=a2"},
 		{"a swap to v4, as v2", swap("..v4", "a2"), 3, 1, "api.yaml=a2"},
 	})
