@@ -213,22 +213,7 @@ func TestReloadNotStarvedByOtherFiles(t *testing.T) {
 // good version is applied, a swap to a broken one refused once.
 func TestReloadConfigMapSwap(t *testing.T) {
 	dir := t.TempDir()
-	version := func(name, data string) {
-		t.Helper()
-		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name, "policies.yaml"), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		tmp := filepath.Join(dir, "..data_tmp")
-		if err := os.Symlink(name, tmp); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	version := func(name, data string) { swapConfigMap(t, dir, name, map[string]string{"policies.yaml": data}) }
 	version("..v1", policyFile(10, "enforce", 1000))
 	path := filepath.Join(dir, "policies.yaml")
 	if err := os.Symlink(filepath.Join("..data", "policies.yaml"), path); err != nil {
@@ -250,6 +235,28 @@ func TestReloadConfigMapSwap(t *testing.T) {
 	}
 	if okN, failed := obs.count(); okN != 3 || failed != 1 {
 		t.Errorf("observer saw %d applied, %d refused; want 3, 1", okN, failed)
+	}
+}
+
+// swapConfigMap lays out version name of a Kubernetes ConfigMap volume in
+// dir as the kubelet does: its files in the directory name, then the
+// symlink ..data swapped to it by rename.
+func swapConfigMap(t *testing.T, dir, name string, files map[string]string) {
+	t.Helper()
+	if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for file, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name, file), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(name, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
 	}
 }
 

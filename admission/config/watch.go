@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -16,12 +17,12 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// A Watcher keeps a program in step with a policy file. It reloads the
-// file when it changes on disk and when the process receives SIGHUP; every
-// reload is validated first and handed to the program's Subscriber, and a
-// file that does not validate (or that the subscriber refuses) is logged,
-// counted and reported (OnReload) while the previous configuration keeps
-// serving. Policies that keep their
+// A Watcher keeps a program in step with its configuration: a policy
+// file (Watch), or any file or directory of files a program loads itself
+// (NewWatcher). It reloads the configuration when it changes on disk and
+// when the process receives SIGHUP; a configuration that does not load (or
+// that the program refuses) is logged, counted and reported (OnReload)
+// while the previous one keeps serving. Policies that keep their
 // name, algorithm, unit and key keep their partitions across a reload,
 // including a policy flipped from shadow to enforce.
 //
@@ -29,28 +30,34 @@ import (
 // editors that write a new file and rename it, and Kubernetes ConfigMap
 // volumes that swap a symlink, are both followed. Events of other files in
 // the directory (a log written next to the policy file, an editor's swap
-// file) are ignored, and events of the file are debounced.
+// file) are ignored, and events of the file are debounced. A directory is
+// watched itself: every event inside it concerns it.
 //
-// Each version of the file, told apart by the SHA-256 of its content (or,
-// for a file that cannot be read, by the error), is tried once: a version
-// that was refused is refused, logged and counted once, not again on every
+// Each version of the configuration, told apart by the SHA-256 of its
+// content (for a directory, of the names and contents of its files; for
+// one that cannot be read, by the error), is tried once: a version that
+// was refused is refused, logged and counted once, not again on every
 // event, and a version equal to the last one tried is skipped. The next
-// change is tried again. SIGHUP and Reload retry the file on demand,
-// whatever it holds.
+// change is tried again. SIGHUP and Reload retry on demand, whatever the
+// configuration holds.
 type Watcher struct {
 	path     string
-	sub      Subscriber
+	dir      bool // path is a directory, whose files are the configuration
+	load     func(path string) (policies int, err error)
+	name     string // what the logs call the configuration
 	onReload func(Reload)
 	log      *slog.Logger
 	signals  []os.Signal
 	debounce time.Duration
 
-	mu      sync.Mutex // serialises reloads and guards tried
-	tried   version    // the version of the file the last reload read
-	real    string     // the file's path with symlinks resolved, for the loop
-	cur     atomic.Pointer[File]
-	applied atomic.Int64
-	refused atomic.Int64
+	mu       sync.Mutex // serialises reloads and guards tried, policies and data
+	tried    version    // the version the last reload read
+	real     string     // the file's path with symlinks resolved, for the loop
+	policies int        // the policies in force
+	data     []byte     // the content of the file the last reload read
+	cur      atomic.Pointer[File]
+	applied  atomic.Int64
+	refused  atomic.Int64
 
 	fsw  *fsnotify.Watcher
 	sigs chan os.Signal
@@ -59,8 +66,8 @@ type Watcher struct {
 	once sync.Once
 }
 
-// version tells versions of the file apart: the hash of its content, or
-// the reason it could not be read.
+// version tells versions of the configuration apart: the hash of its
+// content, or the reason it could not be read.
 type version struct {
 	sum     [sha256.Size]byte
 	readErr string
@@ -78,12 +85,12 @@ type Subscriber interface {
 	Apply(f *File) error
 }
 
-// Reload is one reload of the file, applied or refused, as OnReload
-// reports it.
+// Reload is one reload of the configuration, applied or refused, as
+// OnReload reports it.
 type Reload struct {
-	Source   string // the file's path
+	Source   string // the configuration's path
 	Policies int    // the policies in force afterwards
-	Err      error  // why the file was refused; nil when applied
+	Err      error  // why the configuration was refused; nil when applied
 }
 
 // OnReload sets the function told about every reload, applied or refused
@@ -93,6 +100,10 @@ func OnReload(fn func(Reload)) WatchOption { return func(w *Watcher) { w.onReloa
 
 // WithLogger sets the logger of reloads; the default is slog.Default().
 func WithLogger(l *slog.Logger) WatchOption { return func(w *Watcher) { w.log = l } }
+
+// WithName sets what the logs call the configuration ("<name> applied",
+// "<name> refused; ..."); the default is "policy file".
+func WithName(name string) WatchOption { return func(w *Watcher) { w.name = name } }
 
 // WithSignals sets the signals that force a reload; the default is SIGHUP.
 // No signal at all disables signal handling.
@@ -107,25 +118,65 @@ func WithDebounce(d time.Duration) WatchOption { return func(w *Watcher) { w.deb
 // Watch loads the policy file at path, applies it to sub and keeps
 // watching it until Close. It fails when the first load fails.
 func Watch(path string, sub Subscriber, opts ...WatchOption) (*Watcher, error) {
+	w := newWatcher(path, opts)
+	w.load = func(path string) (int, error) {
+		f, err := Parse(path, w.data) // the bytes of the version tried
+		if err != nil {
+			return 0, err
+		}
+		if err := sub.Apply(f); err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		w.cur.Store(f)
+		return len(f.Config.Policies), nil
+	}
+	return w.start()
+}
+
+// NewWatcher follows the configuration at path, a file or a directory of
+// files, as Watch follows a policy file: load reads the configuration at
+// path and installs it, returning the number of policies now in force, or
+// why it refused it (the previous configuration staying in force). load
+// runs now, and again for every new version and on SIGHUP, until Close;
+// NewWatcher fails when the first load fails. Current is nil.
+func NewWatcher(path string, load func(path string) (policies int, err error), opts ...WatchOption) (*Watcher, error) {
+	w := newWatcher(path, opts)
+	w.load = load
+	return w.start()
+}
+
+func newWatcher(path string, opts []WatchOption) *Watcher {
 	w := &Watcher{
-		path: filepath.Clean(path), sub: sub, onReload: func(Reload) {}, log: slog.Default(),
+		path: filepath.Clean(path), name: "policy file", onReload: func(Reload) {}, log: slog.Default(),
 		signals: []os.Signal{syscall.SIGHUP}, debounce: 100 * time.Millisecond,
 		stop: make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(w)
 	}
+	return w
+}
+
+// start loads the configuration and starts watching it.
+func (w *Watcher) start() (*Watcher, error) {
+	st, err := os.Stat(w.path)
+	w.dir = err == nil && st.IsDir()
 	w.real, _ = filepath.EvalSymlinks(w.path)
 	if err := w.reload(true); err != nil {
 		return nil, err
 	}
-	fsw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, fmt.Errorf("config: watching %s: %w", path, err)
+	watched := filepath.Dir(w.path)
+	if w.dir {
+		watched = w.path
 	}
-	if err := fsw.Add(filepath.Dir(w.path)); err != nil {
-		_ = fsw.Close()
-		return nil, fmt.Errorf("config: watching %s: %w", path, err)
+	fsw, err := fsnotify.NewWatcher()
+	if err == nil {
+		if err = fsw.Add(watched); err != nil {
+			_ = fsw.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config: watching %s: %w", w.path, err)
 	}
 	w.fsw = fsw
 	if len(w.signals) > 0 {
@@ -137,16 +188,16 @@ func Watch(path string, sub Subscriber, opts ...WatchOption) (*Watcher, error) {
 	return w, nil
 }
 
-// Current returns the file in force.
+// Current returns the policy file in force (nil for a NewWatcher).
 func (w *Watcher) Current() *File { return w.cur.Load() }
 
 // Stats returns how many reloads were applied and refused since Watch
 // (the first load counts as applied).
 func (w *Watcher) Stats() (applied, refused int64) { return w.applied.Load(), w.refused.Load() }
 
-// Reload reads the file now and applies it, even when its content has not
-// changed since the last reload (applied or refused), as SIGHUP does. It
-// returns the reason a refused file was refused.
+// Reload reads the configuration now and applies it, even when its content
+// has not changed since the last reload (applied or refused), as SIGHUP
+// does. It returns the reason a refused configuration was refused.
 func (w *Watcher) Reload() error { return w.reload(true) }
 
 // Close stops watching. It does not touch the subscriber.
@@ -191,22 +242,23 @@ func (w *Watcher) loop() {
 			if !ok {
 				return
 			}
-			w.log.Warn("policy file watch error", slog.String("file", w.path), slog.String("error", err.Error()))
+			w.log.Warn(w.name+" watch error", slog.String("file", w.path), slog.String("error", err.Error()))
 		case <-fire:
 			fire = nil
 			_ = w.reload(false)
 		case <-w.sigs:
-			w.log.Info("policy file reload requested by signal", slog.String("file", w.path))
+			w.log.Info(w.name+" reload requested by signal", slog.String("file", w.path))
 			_ = w.reload(true)
 		}
 	}
 }
 
-// concerns reports whether ev may have changed the file: an event of the
-// file itself, or any event after which the file resolves to another path
-// (a ConfigMap volume swaps a symlink in the directory: "..data").
+// concerns reports whether ev may have changed the configuration: any
+// event in a watched directory; for a file, an event of the file itself,
+// or any event after which the file resolves to another path (a ConfigMap
+// volume swaps a symlink in the directory: "..data").
 func (w *Watcher) concerns(ev fsnotify.Event) bool {
-	if filepath.Clean(ev.Name) == w.path {
+	if w.dir || filepath.Clean(ev.Name) == w.path {
 		return true
 	}
 	real, _ := filepath.EvalSymlinks(w.path)
@@ -217,57 +269,81 @@ func (w *Watcher) concerns(ev fsnotify.Event) bool {
 	return true
 }
 
-// reload reads, validates and applies the file; force tries it even when
-// it is the version the last reload read.
+// read returns the version of the configuration on disk: the hash of the
+// file, or of the names and contents of the directory's files (its
+// subdirectories and entries gone while it is read left out).
+func (w *Watcher) read() (version, error) {
+	var v version
+	files := []string{w.path}
+	if w.dir {
+		files = files[:0]
+		entries, err := os.ReadDir(w.path)
+		if err != nil {
+			v.readErr = err.Error()
+			return v, err
+		}
+		for _, e := range entries {
+			name := filepath.Join(w.path, e.Name())
+			if st, err := os.Stat(name); err == nil && st.Mode().IsRegular() {
+				files = append(files, name)
+			}
+		}
+	}
+	h := sha256.New()
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if w.dir && errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			v.readErr = err.Error()
+			return v, err
+		}
+		fmt.Fprintf(h, "%d:%s:%d:", len(name), name, len(data))
+		h.Write(data)
+		if !w.dir {
+			w.data = data
+		}
+	}
+	h.Sum(v.sum[:0])
+	return v, nil
+}
+
+// reload reads and applies the configuration; force tries it even when it
+// is the version the last reload read.
 func (w *Watcher) reload(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	data, err := os.ReadFile(w.path)
-	var v version
-	if err != nil {
-		v.readErr = err.Error()
-	} else {
-		v.sum = sha256.Sum256(data)
-	}
+	v, err := w.read()
 	if !force && v == w.tried {
 		return nil
 	}
 	w.tried = v
+	n := 0
+	if err == nil {
+		n, err = w.load(w.path)
+	}
 	if err != nil {
 		return w.refuse(err)
 	}
-	f, err := Parse(w.path, data)
-	if err != nil {
-		return w.refuse(err)
-	}
-	if err := w.sub.Apply(f); err != nil {
-		return w.refuse(fmt.Errorf("%s: %w", w.path, err))
-	}
-	w.cur.Store(f)
-	w.onReload(Reload{Source: w.path, Policies: len(f.Config.Policies)})
-	w.log.Info("policy file applied", slog.String("file", w.path), slog.Int("policies", len(f.Config.Policies)))
+	w.policies = n
+	w.onReload(Reload{Source: w.path, Policies: n})
+	w.log.Info(w.name+" applied", slog.String("file", w.path), slog.Int("policies", n))
 	w.applied.Add(1) // last: once Stats counts a reload, it was reported
 	return nil
 }
 
 func (w *Watcher) refuse(err error) error {
-	defer w.refused.Add(1) // last, as for an applied file
-	w.onReload(Reload{Source: w.path, Err: err, Policies: w.policies()})
+	defer w.refused.Add(1) // last, as for an applied configuration
+	w.onReload(Reload{Source: w.path, Err: err, Policies: w.policies})
 	n := 0
 	var es Errors
 	if errors.As(err, &es) {
 		n = len(es)
 	}
-	w.log.Error("policy file refused; the previous configuration stays in force",
+	w.log.Error(w.name+" refused; the previous configuration stays in force",
 		slog.String("file", w.path), slog.Int("problems", n), slog.String("error", err.Error()))
 	return err
-}
-
-func (w *Watcher) policies() int {
-	if f := w.cur.Load(); f != nil {
-		return len(f.Config.Policies)
-	}
-	return 0
 }
 
 // An Epoch makes a reload one step for requests that read several things

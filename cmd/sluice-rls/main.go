@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/admission/redisstore"
@@ -141,7 +142,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 	if err := registerStats(prom.Registry, srv); err != nil {
 		return err
 	}
-	w, err := envoyrls.Watch(o.config, srv, log)
+	w, err := envoyrls.Watch(o.config, srv, config.WithLogger(log), config.OnReload(func(r config.Reload) { mo.CountReload(r.Err) }))
 	if err != nil {
 		return err
 	}

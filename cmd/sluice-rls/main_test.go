@@ -140,6 +140,14 @@ func TestServe(t *testing.T) {
 	if got := call(t, rls, "a"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("fourth call = %v; want OVER_LIMIT", got)
 	}
+	// The reloads are counted: the first load and the raised limit
+	// applied, the broken file refused.
+	body = scrape(t, op)
+	for _, want := range []string{`admission_reloads_total{result="ok"} 2`, `admission_reloads_total{result="rejected"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics do not contain %s:\n%s", want, body)
+		}
+	}
 }
 
 // TestRedisReplicas: two processes on one Redis enforce one limit.
