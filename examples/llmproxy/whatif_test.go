@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/shadow"
 )
 
@@ -137,5 +139,27 @@ func TestStatusPageOnOperatorListener(t *testing.T) {
 	}
 	if resp, b := get(s.OpsURL + "/status"); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), "rpm") {
 		t.Errorf("GET /status: %d, want an HTML page with the policies and their charts:\n%.400s", resp.StatusCode, b)
+	}
+}
+
+// TestGatewayStatusPageInBrowser loads the status page of a running
+// gateway in headless Chromium: its script ran, the shadow policy's chart
+// has its points, and the console is quiet.
+func TestGatewayStatusPageInBrowser(t *testing.T) {
+	bin := browsertest.Chromium(t)
+	s := startProxy(t, withPolicy(t, whatifPolicy, []string{"a", "b"}, ""))
+	whatifTraffic(t, s)
+	dom, log := browsertest.Headless(t, bin, s.OpsURL+"/status", "--dump-dom")
+	if m := browsertest.Console(log); len(m) > 0 {
+		t.Errorf("console messages:\n%s", strings.Join(m, "\n"))
+	}
+	want := fmt.Sprintf(`<body data-rendered="1 charts, %d points">`, shadow.DefaultBuckets)
+	if !strings.Contains(dom, want) {
+		t.Errorf("the page did not render one chart (the shadow tpm) of %d points; want %s in:\n%.1500s", shadow.DefaultBuckets, want, dom)
+	}
+	for _, policy := range []string{"rpm", "tpm"} {
+		if !strings.Contains(dom, policy) {
+			t.Errorf("the rendered page does not name policy %s", policy)
+		}
 	}
 }
