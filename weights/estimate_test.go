@@ -656,3 +656,33 @@ func TestBPECounterEstimates(t *testing.T) {
 		}
 	}
 }
+
+// TestEstimateEndpoint: a caller that knows the endpoint gets the same
+// estimate as one that names it by path, and the same errors.
+func TestEstimateEndpoint(t *testing.T) {
+	e, err := NewEstimator(Config{MaxBodyBytes: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		ep   Endpoint
+		body string
+	}{
+		{"/v1/chat/completions", EndpointChatCompletions, `{"model":"gpt-4o","max_tokens":7,"messages":[{"role":"user","content":"hello there"}]}`},
+		{"/v1/embeddings", EndpointEmbeddings, `{"model":"text-embedding-3-small","input":"hello"}`},
+		{"/v1/messages", EndpointMessages, `{"model":"claude-sonnet-4","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		byPath, err1 := e.Estimate(tc.path, []byte(tc.body))
+		byEp, err2 := e.EstimateEndpoint(tc.ep, []byte(tc.body))
+		if err1 != nil || err2 != nil || byPath != byEp {
+			t.Errorf("%s: Estimate = %+v, %v; EstimateEndpoint(%v) = %+v, %v; want equal", tc.path, byPath, err1, tc.ep, byEp, err2)
+		}
+	}
+	if _, err := e.EstimateEndpoint(EndpointUnknown, []byte(`{}`)); !errors.Is(err, ErrUnsupportedEndpoint) {
+		t.Errorf("EstimateEndpoint(unknown) error = %v; want ErrUnsupportedEndpoint", err)
+	}
+	if _, err := e.EstimateEndpoint(EndpointChatCompletions, make([]byte, 201)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("EstimateEndpoint(201 bytes over a 200 cap) error = %v; want ErrTooLarge", err)
+	}
+}

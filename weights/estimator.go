@@ -371,12 +371,22 @@ func (e Estimate) TotalTokens() int64 { return capTokens(satAdd(e.InputTokens, e
 // could not be loaded. Estimate neither modifies body nor keeps a
 // reference to it.
 func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
+	ep := EndpointFor(path)
+	if ep == EndpointUnknown && int64(len(body)) <= e.maxBody {
+		return Estimate{}, fmt.Errorf("%w: %q", ErrUnsupportedEndpoint, path)
+	}
+	return e.EstimateEndpoint(ep, body)
+}
+
+// EstimateEndpoint is Estimate for a request to ep: for a caller that
+// routes requests itself (a gateway's route table) and knows the endpoint
+// without deriving it from a path.
+func (e *Estimator) EstimateEndpoint(ep Endpoint, body []byte) (Estimate, error) {
 	if int64(len(body)) > e.maxBody {
 		return Estimate{}, &BodyTooLargeError{Limit: e.maxBody, Size: int64(len(body))}
 	}
-	ep := EndpointFor(path)
 	if ep == EndpointUnknown {
-		return Estimate{}, fmt.Errorf("%w: %q", ErrUnsupportedEndpoint, path)
+		return Estimate{}, fmt.Errorf("%w: %v", ErrUnsupportedEndpoint, ep)
 	}
 	est, err := e.price(ep, body)
 	if err != nil {

@@ -158,7 +158,7 @@ func FuzzInjectIncludeUsage(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		out, injected, err := InjectIncludeUsage("/v1/chat/completions", body)
+		out, injected, err := InjectIncludeUsage(EndpointChatCompletions, body)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v does not match ErrMalformed", err)
@@ -195,7 +195,7 @@ func FuzzInjectIncludeUsage(f *testing.F) {
 				t.Fatalf("member %q changed: %s -> %s", k, a, b)
 			}
 		}
-		again, injected2, err := InjectIncludeUsage("/v1/chat/completions", out)
+		again, injected2, err := InjectIncludeUsage(EndpointChatCompletions, out)
 		if err != nil || injected2 || !bytes.Equal(again, out) {
 			t.Fatalf("second injection = %s, %v, %v; want unchanged", again, injected2, err)
 		}

@@ -543,13 +543,12 @@ func (s *StreamReader) finish() {
 // InjectIncludeUsage makes a streaming Chat Completions or Completions
 // request ask for the final usage chunk by setting
 // stream_options.include_usage to true, so the stream's real cost is known.
-// It returns the body unchanged and injected false when the endpoint is
-// another one, the request does not stream, or it already asks for usage.
+// It returns the body unchanged and injected false when ep is another
+// endpoint, the request does not stream, or it already asks for usage.
 // When injected is true, read the response with StreamConfig.StripUsage set
 // so the client does not see the chunk it did not ask for. The rest of the
 // body is kept byte for byte. An error matches [ErrMalformed].
-func InjectIncludeUsage(path string, body []byte) (out []byte, injected bool, err error) {
-	ep := EndpointFor(path)
+func InjectIncludeUsage(ep Endpoint, body []byte) (out []byte, injected bool, err error) {
 	if ep != EndpointChatCompletions && ep != EndpointCompletions {
 		return body, false, nil
 	}

@@ -313,7 +313,7 @@ func TestEstimatorStreamReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up, injected, err := InjectIncludeUsage("/v1/chat/completions", body)
+	up, injected, err := InjectIncludeUsage(EndpointChatCompletions, body)
 	if err != nil || !injected {
 		t.Fatalf("InjectIncludeUsage = %s, %v, %v; want injected", up, injected, err)
 	}
@@ -351,13 +351,13 @@ func TestInjectIncludeUsage(t *testing.T) {
 		{"/v1/embeddings", `{"stream":true}`, `{"stream":true}`, false},
 	}
 	for _, tt := range tests {
-		out, injected, err := InjectIncludeUsage(tt.path, []byte(tt.in))
+		out, injected, err := InjectIncludeUsage(EndpointFor(tt.path), []byte(tt.in))
 		if err != nil || string(out) != tt.want || injected != tt.injected {
 			t.Errorf("InjectIncludeUsage(%s, %s) = %s, %v, %v; want %s, %v, nil", tt.path, tt.in, out, injected, err, tt.want, tt.injected)
 		}
 	}
 	for _, in := range []string{`{"stream":true,"stream_options":5}`, `{"stream":true`, `[]`, ``} {
-		if _, _, err := InjectIncludeUsage(chat, []byte(in)); !errors.Is(err, ErrMalformed) {
+		if _, _, err := InjectIncludeUsage(EndpointFor(chat), []byte(in)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("InjectIncludeUsage(%s) error = %v; want ErrMalformed", in, err)
 		}
 	}
@@ -386,7 +386,7 @@ func ExampleStreamReader() {
 
 func ExampleInjectIncludeUsage() {
 	body := []byte(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"}]}`)
-	out, injected, err := InjectIncludeUsage("/v1/chat/completions", body)
+	out, injected, err := InjectIncludeUsage(EndpointChatCompletions, body)
 	fmt.Println(string(out), injected, err)
 	// Output:
 	// {"stream_options":{"include_usage":true},"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"}]} true <nil>

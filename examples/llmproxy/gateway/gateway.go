@@ -494,17 +494,18 @@ const (
 // the route, never from the path the client sent.
 type route struct {
 	path, pattern, upstream string
+	endpoint                weights.Endpoint // what the body is priced as
 }
 
 var (
 	llmRoutes = []route{
-		{OpChatCompletions, "POST " + OpChatCompletions, "/chat/completions"},
-		{OpCompletions, "POST " + OpCompletions, "/completions"},
-		{OpEmbeddings, "POST " + OpEmbeddings, "/embeddings"},
-		{OpResponses, "POST " + OpResponses, "/responses"},
+		{OpChatCompletions, "POST " + OpChatCompletions, "/chat/completions", weights.EndpointChatCompletions},
+		{OpCompletions, "POST " + OpCompletions, "/completions", weights.EndpointCompletions},
+		{OpEmbeddings, "POST " + OpEmbeddings, "/embeddings", weights.EndpointEmbeddings},
+		{OpResponses, "POST " + OpResponses, "/responses", weights.EndpointResponses},
 	}
-	modelsRoute = route{OpModels, "GET " + OpModels, "/models"}
-	modelRoute  = route{OpModel, "GET " + OpModels + "/{id}", "/models/"}
+	modelsRoute = route{OpModels, "GET " + OpModels, "/models", weights.EndpointUnknown}
+	modelRoute  = route{OpModel, "GET " + OpModels + "/{id}", "/models/", weights.EndpointUnknown}
 )
 
 // on returns h for rt, the request's pattern set for the middleware.

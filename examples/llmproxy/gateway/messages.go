@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/weights"
 )
 
 // DefaultAnthropicVersion is the anthropic-version sent upstream for a
@@ -45,8 +46,8 @@ const (
 )
 
 var (
-	messagesRoute    = route{OpMessages, "POST " + OpMessages, "/messages"}
-	countTokensRoute = route{OpCountTokens, "POST " + OpCountTokens, "/messages/count_tokens"}
+	messagesRoute    = route{OpMessages, "POST " + OpMessages, "/messages", weights.EndpointMessages}
+	countTokensRoute = route{OpCountTokens, "POST " + OpCountTokens, "/messages/count_tokens", weights.EndpointUnknown}
 )
 
 // anthropic reports whether rt is a route of Anthropic's API, proxied to

@@ -70,7 +70,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	defer func() { tk.Done() }()
 	x := exchange{g: g, c: c}
 	var body []byte
-	if x.est, body, ok = g.readAndPrice(c, rt.path); !ok || !g.checkModel(c, x.est.Model) {
+	if x.est, body, ok = g.readAndPrice(c, rt.endpoint); !ok || !g.checkModel(c, x.est.Model) {
 		return nil
 	}
 	var src weights.PriceSource
@@ -96,7 +96,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 
 	injected := false
 	if x.est.Stream && !x.est.IncludeUsage {
-		if b, inj, err := weights.InjectIncludeUsage(rt.path, body); err == nil && inj {
+		if b, inj, err := weights.InjectIncludeUsage(rt.endpoint, body); err == nil && inj {
 			body, injected = b, true
 		}
 	}
@@ -209,7 +209,7 @@ func (g *Gateway) readmit(ctx context.Context, r *http.Request, e uint64, st *st
 // answering the client itself when it cannot: 413 for a body over the
 // cap, 400 for one that is unreadable or malformed, 503 when the budget
 // stays full.
-func (g *Gateway) readAndPrice(c echo.Context, op string) (weights.Estimate, []byte, bool) {
+func (g *Gateway) readAndPrice(c echo.Context, ep weights.Endpoint) (weights.Estimate, []byte, bool) {
 	ctx := c.Request().Context()
 	est := g.cfg.Estimator
 	body, release, ok := g.readBody(c)
@@ -217,7 +217,7 @@ func (g *Gateway) readAndPrice(c echo.Context, op string) (weights.Estimate, []b
 		return weights.Estimate{}, nil, false
 	}
 	defer release()
-	e, err := est.Estimate(op, body)
+	e, err := est.EstimateEndpoint(ep, body)
 	if err == nil {
 		return e, body, true
 	}
