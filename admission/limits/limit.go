@@ -67,12 +67,12 @@ func (l Limit) withWindow() Limit {
 // Window returns the time window the limit's figures refer to in response
 // headers: the time a token bucket takes to refill its capacity, the window
 // of a window algorithm or a fixed quota, zero for a concurrency limit.
-func (l Limit) Window() time.Duration { return l.window }
+func (l *Limit) Window() time.Duration { return l.window }
 
 // Rates returns a token bucket's refill rate in tokens per nanosecond and
 // its inverse, computed once by Policy.Base and Override.Apply (and here
 // for a Limit built by hand).
-func (l Limit) Rates() (perNs, nsPer float64) {
+func (l *Limit) Rates() (perNs, nsPer float64) {
 	if l.perNs != 0 {
 		return l.perNs, l.nsPer
 	}
@@ -81,7 +81,7 @@ func (l Limit) Rates() (perNs, nsPer float64) {
 
 // Capacity returns the most a partition can hold at once: Burst for a token
 // bucket, Amount otherwise.
-func (l Limit) Capacity() int64 {
+func (l *Limit) Capacity() int64 {
 	if l.Algorithm == TokenBucket && l.Burst > 0 {
 		return l.Burst
 	}
