@@ -254,7 +254,8 @@ func TestQueuedSettlesRedisGone(t *testing.T) {
 
 // TestQueuedSettlesScriptsFlushed flushes the server's scripts just before
 // a pipeline of settlements (lean or generic) goes out: the pipeline meets
-// NOSCRIPT, and each settlement is sent again and applied once.
+// NOSCRIPT, and the settlements are sent again with their scripts' source
+// in one more pipeline, each applied once.
 func TestQueuedSettlesScriptsFlushed(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, generic := range []bool{false, true} {
@@ -278,8 +279,8 @@ func TestQueuedSettlesScriptsFlushed(t *testing.T) {
 					failed = true
 				}
 			}
-			if len(hold.sizes) != 1 || hold.sizes[0] != 3 {
-				t.Errorf("pipelines %v; want the 3 queued settles in one", hold.sizes)
+			if len(hold.sizes) != 2 || hold.sizes[0] != 3 || hold.sizes[1] != 3 {
+				t.Errorf("pipelines %v; want the 3 queued settles in one, and in one more sent again with their scripts", hold.sizes)
 			}
 			if !failed {
 				f.settledOnce(t)
@@ -293,9 +294,9 @@ func eventuallyQueued(t *testing.T, st *Store, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		st.settles.mu.Lock()
-		got := len(st.settles.waiting)
-		st.settles.mu.Unlock()
+		st.group.mu.Lock()
+		got := len(st.group.waiting)
+		st.group.mu.Unlock()
 		if got == n {
 			return
 		}
