@@ -27,12 +27,17 @@ import (
 // the others are not affected; a script error answers its call only. A
 // pipeline is bounded by the latest deadline of its calls and is not
 // cancelled when one of its callers gives up.
+// maxSending is how many calls or pipelines a queue has on their way at
+// once: with two, a node's connection is not left idle while the client
+// reads one reply and builds the next pipeline, and two callers alone
+// never wait for each other.
+const maxSending = 2
+
 type groupQueue struct {
 	mu      sync.Mutex
-	busy    bool    // a batch is being sent
+	sending int     // calls or batches on their way, at most maxSending
 	waiting []*call // queued for the next batch
-	spare   []*call // the slice of the batch being sent, reused
-	cmds    []*redis.Cmd
+	spare   []*call // a batch's slice, reused
 }
 
 // queueFor returns the group queue of the node c's keys are bound for:
@@ -90,8 +95,8 @@ func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call)
 	c.script = script
 	c.deadline, _ = ctx.Deadline()
 	q.mu.Lock()
-	if !q.busy {
-		q.busy = true
+	if q.sending < maxSending {
+		q.sending++
 		q.mu.Unlock()
 		ectx := ctx
 		if c.detached {
@@ -103,7 +108,7 @@ func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call)
 		s.putCall(c)
 		q.mu.Lock()
 		if len(q.waiting) == 0 {
-			q.busy = false
+			q.sending--
 			q.mu.Unlock()
 		} else {
 			// The calls that queued meanwhile go out together, sent by a
@@ -161,7 +166,7 @@ func (q *groupQueue) flush(s *Store, batch []*call) {
 		q.spare = batch[:0]
 		batch = nil
 		if len(q.waiting) == 0 {
-			q.busy = false
+			q.sending--
 		} else {
 			batch = q.take()
 		}
@@ -205,8 +210,7 @@ func (q *groupQueue) leave(c *call) int {
 // each call's reply and error. The calls the server has no script for
 // (its first call, a restart, SCRIPT FLUSH, a Cluster node that never ran
 // it) are sent again with the script's source (EVAL, which loads it), in
-// one more pipeline. Only the sender touches the cmds and the calls'
-// commands.
+// one more pipeline. Only the sender touches the calls' commands.
 func (q *groupQueue) send(s *Store, batch []*call) {
 	var latest time.Time
 	for _, b := range batch {
@@ -221,7 +225,7 @@ func (q *groupQueue) send(s *Store, batch []*call) {
 		b.reply, b.err = s.eval(ctx, b.script, b)
 		return
 	}
-	cmds := q.cmds[:0]
+	cmds := make([]*redis.Cmd, 0, len(batch))
 	pipe := s.client.Pipeline()
 	for _, b := range batch {
 		cmds = append(cmds, pipe.Do(ctx, b.command("evalsha", b.script.sha)...))
@@ -247,6 +251,4 @@ func (q *groupQueue) send(s *Store, batch []*call) {
 			}
 		}
 	}
-	clear(cmds)
-	q.cmds = cmds[:0]
 }
