@@ -119,7 +119,6 @@ func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call)
 		}
 		return reply, err
 	}
-	c.done = make(chan struct{})
 	q.waiting = append(q.waiting, c)
 	q.mu.Unlock()
 	select {
@@ -159,7 +158,7 @@ func (q *groupQueue) flush(s *Store, batch []*call) {
 				gone = append(gone, b)
 			} else {
 				b.finished = true
-				close(b.done)
+				b.done <- struct{}{}
 			}
 		}
 		clear(batch)

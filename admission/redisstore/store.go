@@ -169,7 +169,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	s.graceArg = s.grace
 	s.idemMS = max(int64(1000), 4*cfg.Timeout.Milliseconds())
 	s.idemTTL = s.idemMS
-	s.pool.New = func() any { return &call{} }
+	s.pool.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return s, nil
 }
 
@@ -294,7 +294,8 @@ type call struct {
 	kbuf []byte
 	kend []int
 	// In a group queue (see groupQueue): the script, the deadline, the
-	// outcome, and done, closed when the outcome is set.
+	// outcome, and done, which receives once when the outcome is set (the
+	// call is recycled with it empty).
 	script   *script
 	deadline time.Time
 	reply    string
@@ -338,7 +339,7 @@ func (s *Store) putCall(c *call) {
 	clear(c.args)
 	clear(c.cmd)
 	c.keys, c.args, c.cmd, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.cmd[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
-	c.script, c.deadline, c.reply, c.err, c.done = nil, time.Time{}, "", nil, nil
+	c.script, c.deadline, c.reply, c.err = nil, time.Time{}, "", nil
 	c.detached, c.finished, c.gone = false, false, false
 	s.pool.Put(c)
 }
