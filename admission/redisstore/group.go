@@ -8,31 +8,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Every script call, decision or settlement, goes through the group queue
-// of the Redis node it is bound for (group commit): a call that arrives
-// while another is on its way to that node waits for it to return, and
-// then every call that queued meanwhile goes out in one pipeline. A call
-// arriving at an idle queue is sent at once, as a single command, on its
-// caller's goroutine: no wait is added when only one is in flight, and a
-// call waits for company at most one round trip (the one ahead of it).
-// The pipelines are sent by a goroutine that lives while calls keep
-// queueing. Each call stays its own script
-// call, atomic and exact; batching only shares the round trip, which
-// under load saves the client and the server a large part of each call's
-// cost.
-//
-// Each call keeps its own deadline (Config.Timeout from its start, or its
-// caller's, whichever is earlier) and its own outcome: a call whose
-// deadline passes returns at once, queued or in a batch being sent, and
-// the others are not affected; a script error answers its call only. A
-// pipeline is bounded by the latest deadline of its calls and is not
-// cancelled when one of its callers gives up.
 // maxSending is how many calls or pipelines a queue has on their way at
 // once: with two, a node's connection is not left idle while the client
 // reads one reply and builds the next pipeline, and two callers alone
 // never wait for each other.
 const maxSending = 2
 
+// A groupQueue shares the round trips of the script calls bound for one
+// Redis node (group commit): decisions, settlements and renewals alike. A
+// call arriving while fewer than maxSending are on their way to the node
+// is sent at once, as a single command, on its caller's goroutine, so no
+// wait is added at low concurrency; otherwise it waits, and when the
+// first one on its way returns every call that queued meanwhile goes out
+// in one pipeline, sent by a goroutine that lives while calls keep
+// queueing. A call so waits for company at most one round trip. Each call
+// stays its own script call, atomic and exact; batching only shares the
+// round trip, which under load saves the client and the server most of
+// each call's cost.
+//
+// Each call keeps its own deadline (Config.Timeout from its start, or its
+// caller's, whichever is earlier) and its own outcome: a call whose
+// deadline passes returns at once, queued or in a pipeline being sent,
+// and the others are not affected; a script error answers its call only.
+// A pipeline is bounded by the latest deadline of its calls and is not
+// cancelled when one of its callers gives up.
 type groupQueue struct {
 	mu      sync.Mutex
 	sending int     // calls or batches on their way, at most maxSending
@@ -42,7 +41,8 @@ type groupQueue struct {
 
 // queueFor returns the group queue of the node c's keys are bound for:
 // the store's one queue on a single node, the queue of the key's master
-// on Cluster (its shard on Ring).
+// on Cluster (its shard on Ring). The queues are kept per node client, so
+// their number is that of the nodes the client has known.
 func (s *Store) queueFor(ctx context.Context, c *call) *groupQueue {
 	if !s.sharded || len(c.keys) == 0 {
 		return &s.group
