@@ -401,3 +401,29 @@ func ExamplePrices_Resolve() {
 	// llama-3.3-70b-versatile 0.59 0.79 listed true
 	// my-local-model 0 0 unpriced false
 }
+
+// TestBuiltinClaudePrices: Claude's dated and provider-qualified names
+// find the built-in price of their family, the newer families apart.
+func TestBuiltinClaudePrices(t *testing.T) {
+	p, err := NewPrices(DefaultPrices())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		model       string
+		in, out, cr float64
+	}{
+		{"claude-sonnet-4-5-20250929", 3, 15, 0.30},
+		{"claude-sonnet-4-20250514", 3, 15, 0.30},
+		{"claude-opus-4-1-20250805", 15, 75, 1.50},
+		{"claude-opus-4-5", 5, 25, 0.50},
+		{"claude-haiku-4-5", 1, 5, 0.10},
+		{"claude-3-5-haiku-latest", 0.80, 4, 0.08},
+		{"anthropic/claude-3-7-sonnet-latest", 3, 15, 0.30},
+	} {
+		got, ok := p.Lookup(tt.model)
+		if !ok || got.Input != tt.in || got.Output != tt.out || got.CachedInput != tt.cr {
+			t.Errorf("Lookup(%q) = %+v, %v; want %v/%v/%v", tt.model, got, ok, tt.in, tt.out, tt.cr)
+		}
+	}
+}

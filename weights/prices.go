@@ -121,9 +121,10 @@ func (s PriceSource) String() string {
 	return "unknown"
 }
 
-// builtinPrices are OpenAI's list prices in US dollars per million tokens
-// (standard tier, text tokens), as published in 2025. A policy file's
-// prices section starts from them; see [DefaultPrices].
+// builtinPrices are OpenAI's and Anthropic's list prices in US dollars per
+// million tokens (standard tier, text tokens; for Claude, CachedInput is
+// the cache-read price), as published in 2025. A policy file's prices
+// section starts from them; see [DefaultPrices].
 var builtinPrices = map[string]Price{
 	"gpt-5":                  {Input: 1.25, Output: 10.00, CachedInput: 0.125},
 	"gpt-5-mini":             {Input: 0.25, Output: 2.00, CachedInput: 0.025},
@@ -164,10 +165,19 @@ var builtinPrices = map[string]Price{
 	"text-embedding-3-small": {Input: 0.02},
 	"text-embedding-3-large": {Input: 0.13},
 	"text-embedding-ada-002": {Input: 0.10},
+	"claude-opus-4":          {Input: 15.00, Output: 75.00, CachedInput: 1.50},
+	"claude-opus-4-5":        {Input: 5.00, Output: 25.00, CachedInput: 0.50},
+	"claude-sonnet-4":        {Input: 3.00, Output: 15.00, CachedInput: 0.30},
+	"claude-haiku-4-5":       {Input: 1.00, Output: 5.00, CachedInput: 0.10},
+	"claude-3-7-sonnet":      {Input: 3.00, Output: 15.00, CachedInput: 0.30},
+	"claude-3-5-sonnet":      {Input: 3.00, Output: 15.00, CachedInput: 0.30},
+	"claude-3-5-haiku":       {Input: 0.80, Output: 4.00, CachedInput: 0.08},
+	"claude-3-opus":          {Input: 15.00, Output: 75.00, CachedInput: 1.50},
+	"claude-3-haiku":         {Input: 0.25, Output: 1.25, CachedInput: 0.03},
 }
 
-// DefaultPrices returns a copy of the built-in price table: OpenAI's list
-// prices, per model name prefix, in US dollars per million tokens. It is
+// DefaultPrices returns a copy of the built-in price table: OpenAI's and
+// Anthropic's list prices, per model name prefix, in US dollars per million tokens. It is
 // the default of a policy file's prices section and of
 // [PricesConfig].
 func DefaultPrices() map[string]Price { return maps.Clone(builtinPrices) }
