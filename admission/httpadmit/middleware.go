@@ -107,6 +107,7 @@ type options struct {
 	onRejected   func(http.ResponseWriter, *http.Request, *admission.Rejection)
 	retryAfterMs bool
 	serverTiming bool
+	requestLog   func(*admission.Request, time.Time, admission.Usage, time.Duration)
 }
 
 // WithIdentityConfig sets how callers are identified (see IdentityConfig).
@@ -180,6 +181,17 @@ func WithRequest(f func(*http.Request, *admission.Request) error) Option {
 // WithoutQueueing rejects at once requests that would have to wait in a
 // policy's queue (Controller.TryAdmit).
 func WithoutQueueing() Option { return func(o *options) { o.noWait = true } }
+
+// WithRequestLog has the middleware report every request the policies
+// decided, once its fate is known: a refused one at once, an admitted one
+// when the handler returns, with the time it arrived and, for an admitted
+// one, how long it held its permits. The usage reported is the zero Usage
+// (the estimates): a handler that settles with the actual usage
+// (WithTicketInContext) knows more than the middleware. Pass a
+// shadow.RequestLog's Log to write the request log admitctl replay reads.
+func WithRequestLog(log func(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration)) Option {
+	return func(o *options) { o.requestLog = log }
+}
 
 // WithTicketInContext places the ticket in the request context for the
 // handler (see TicketFrom), so it can Settle with the actual usage or
@@ -333,24 +345,47 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	tk, err := m.Decide(w, r)
+	var arrived time.Time
+	log := m.cur.Load().requestLog
+	if log != nil {
+		arrived = time.Now()
+	}
+	req, tk, err := m.decide(w, r)
 	body, _ := r.Body.(*Body)
 	if body != nil {
 		// What the handler leaves of the body is not drained.
 		defer body.Abandon()
 	}
 	if err != nil {
+		var rej *admission.Rejection
+		if log != nil && errors.As(err, &rej) {
+			logRequest(log, req, arrived, time.Time{})
+		}
 		m.WriteError(w, r, err)
 		return
 	}
 	// Settled when the handler returns, and also while a panic unwinds
 	// (the panic goes on after the deferred call). A departed client
 	// cancels the request context, which the handler's work observes.
+	if log != nil {
+		defer logRequest(log, req, arrived, time.Now())
+	}
 	defer tk.Done()
 	if m.cur.Load().ticketCtx {
 		r = r.WithContext(context.WithValue(r.Context(), ticketKey{}, tk))
 	}
 	h.next.ServeHTTP(w, r)
+}
+
+// logRequest reports req to log (WithRequestLog): refused when admitted
+// is zero, else admitted at admitted and ended now. req is a copy, so
+// that only a middleware with a request log pays for it escaping.
+func logRequest(log func(*admission.Request, time.Time, admission.Usage, time.Duration), req admission.Request, arrived, admitted time.Time) {
+	var work time.Duration
+	if !admitted.IsZero() {
+		work = time.Since(admitted)
+	}
+	log(&req, arrived, admission.Usage{}, work)
 }
 
 type ticketKey struct{}
@@ -398,10 +433,16 @@ func (m *Middleware) Exempt(r *http.Request) bool {
 // away while queued, or another error when admission itself failed.
 // WriteError answers each of them.
 func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
+	_, tk, err := m.decide(w, r)
+	return tk, err
+}
+
+// decide is Decide, returning the request decided as well.
+func (m *Middleware) decide(w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
 	if err := m.LimitBody(w, r); err != nil {
-		return admission.Ticket{}, err
+		return admission.Request{}, admission.Ticket{}, err
 	}
-	return m.AdmitAs(w, r, nil, nil)
+	return m.admitAs(w, r, nil, nil)
 }
 
 // AdmitAs is Decide after LimitBody for an adapter that builds requests
@@ -410,12 +451,18 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 // (nil: the WithRequest function) adds the amounts, once; the decision is
 // one policy file's (Readmit).
 func (m *Middleware) AdmitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
+	_, tk, err := m.admitAs(w, r, caller, complete)
+	return tk, err
+}
+
+// admitAs is AdmitAs, returning the request decided as well.
+func (m *Middleware) admitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Request, admission.Ticket, error) {
 	e := m.epoch.Stable()
 	o := m.cur.Load()
 	req, err := m.caller(o, r, caller)
 	switch {
 	case err != nil:
-		return admission.Ticket{}, err
+		return req, admission.Ticket{}, err
 	case complete != nil:
 		c := req // escapes: declared here, so that Decide's request does not
 		err = complete(&c)
@@ -424,7 +471,7 @@ func (m *Middleware) AdmitAs(w http.ResponseWriter, r *http.Request, caller func
 		req, err = enrich(o.enrich, r, req)
 	}
 	if err != nil {
-		return admission.Ticket{}, err
+		return req, admission.Ticket{}, err
 	}
 	tk, err := m.Admit(w, r, req)
 	if m.epoch.Changed(e) {
@@ -433,9 +480,9 @@ func (m *Middleware) AdmitAs(w http.ResponseWriter, r *http.Request, caller func
 			a.Model, a.Tokens, a.Cost, a.Units, a.Priority = req.Model, req.Tokens, req.Cost, req.Units, req.Priority
 			return a, err
 		}
-		_, tk, err = Readmit(&m.epoch, e, req, tk, err, again, func(req admission.Request) (admission.Ticket, error) { return m.Admit(w, r, req) })
+		req, tk, err = Readmit(&m.epoch, e, req, tk, err, again, func(req admission.Request) (admission.Ticket, error) { return m.Admit(w, r, req) })
 	}
-	return tk, err
+	return req, tk, err
 }
 
 // Readmit makes sure a request was decided by the policies and the
