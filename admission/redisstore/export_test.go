@@ -9,15 +9,7 @@ import (
 // IsSettleCall reports whether the arguments of a client command call a
 // settle script, lean or generic, for tests that replay or hold settle
 // calls as a client retrying after a lost reply would.
-func IsSettleCall(args []any) bool { return callsScriptOf(args, leanSettles, genericSettles) }
-
-// isAcquireCall reports whether the arguments of a client command call an
-// acquire script, lean or generic.
-func isAcquireCall(args []any) bool { return callsScriptOf(args, leanAcquires, genericAcquires) }
-
-// callsScriptOf reports whether the arguments of a client command call a
-// script of one of caches, by hash (EVALSHA) or by source (EVAL).
-func callsScriptOf(args []any, caches ...interface{ has(sha string) bool }) bool {
+func IsSettleCall(args []any) bool {
 	if len(args) < 3 {
 		return false
 	}
@@ -25,16 +17,11 @@ func callsScriptOf(args []any, caches ...interface{ has(sha string) bool }) bool
 	arg, _ := args[1].(string)
 	switch strings.ToLower(name) {
 	case "evalsha":
+		return leanSettles.has(arg) || genericSettles.has(arg)
 	case "eval":
 		sum := sha1.Sum([]byte(arg))
-		arg = hex.EncodeToString(sum[:])
-	default:
-		return false
-	}
-	for _, c := range caches {
-		if c.has(arg) {
-			return true
-		}
+		sha := hex.EncodeToString(sum[:])
+		return leanSettles.has(sha) || genericSettles.has(sha)
 	}
 	return false
 }
@@ -47,11 +34,4 @@ func (c *scriptCache[K]) has(sha string) bool {
 		}
 	}
 	return false
-}
-
-// NodeQueues returns how many Redis nodes st has a group queue for.
-func NodeQueues(st *Store) int {
-	n := 0
-	st.nodes.Range(func(any, any) bool { n++; return true })
-	return n
 }
