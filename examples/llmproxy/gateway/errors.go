@@ -57,7 +57,11 @@ func writeError(w http.ResponseWriter, status int, typ, code, param, msg string)
 
 // rejectionCode names a rejection in the error body's code field.
 func rejectionCode(rej *admission.Rejection) string {
-	switch rej.Reason {
+	reason := rej.Reason
+	if reason == admission.ReasonQueueFull && rej.Status.Algorithm != limits.Concurrency {
+		reason = admission.ReasonRate // a rate policy's full queue: the rate is what ran out
+	}
+	switch reason {
 	case admission.ReasonRate, admission.ReasonOverflow:
 		if rej.Status.Unit == limits.UnitTokens {
 			return "tokens_limit_exceeded"
