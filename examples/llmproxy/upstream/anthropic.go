@@ -110,16 +110,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, path string) {
 		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens: Field required")
 		return
 	}
-	latency := s.cfg.Latency
-	if d, err := time.ParseDuration(r.Header.Get("X-Sim-Latency")); err == nil {
-		latency = d
-	}
-	fault := r.Header.Get("X-Sim-Fault")
-	if fault == "hang" {
-		<-r.Context().Done()
-		return
-	}
-	if !sleep(r, latency) {
+	fault, ok := s.wait(r)
+	if !ok {
 		return
 	}
 	switch fault {

@@ -223,18 +223,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		notFound(w, req.Model)
 		return
 	}
-	latency := s.cfg.Latency
-	if v := r.Header.Get("X-Sim-Latency"); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			latency = d
-		}
-	}
-	fault := r.Header.Get("X-Sim-Fault")
-	if fault == "hang" {
-		<-r.Context().Done()
-		return
-	}
-	if !sleep(r, latency) {
+	fault, ok := s.wait(r)
+	if !ok {
 		return
 	}
 	switch fault {
@@ -323,6 +313,23 @@ func modelObject(id string) map[string]any {
 func notFound(w http.ResponseWriter, model string) {
 	writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found",
 		fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
+}
+
+// wait holds a request for its time to the first byte (Config.Latency,
+// or the X-Sim-Latency header's duration) and returns its X-Sim-Fault;
+// ok is false when the client left first, or the fault is "hang" (held
+// until the client leaves).
+func (s *Server) wait(r *http.Request) (fault string, ok bool) {
+	latency := s.cfg.Latency
+	if d, err := time.ParseDuration(r.Header.Get("X-Sim-Latency")); err == nil {
+		latency = d
+	}
+	fault = r.Header.Get("X-Sim-Fault")
+	if fault == "hang" {
+		<-r.Context().Done()
+		return fault, false
+	}
+	return fault, sleep(r, latency)
 }
 
 // sleep waits d or until the request is cancelled; it reports whether the
