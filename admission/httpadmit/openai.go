@@ -20,8 +20,7 @@ import (
 //	x-ratelimit-reset-tokens: 16.1s
 //
 // Each trio describes the tightest policy counting that unit, chosen as
-// Tightest chooses; the reset is a Go duration rounded to the
-// millisecond. Concurrency limits are left out: they count requests in
+// Tightest chooses; the reset is written by FormatReset. Concurrency limits are left out: they count requests in
 // flight, not requests per window.
 func SetOpenAIHeaders(h http.Header, sts []admission.Status) {
 	setOpenAI(h, sts, limits.UnitRequests, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests")
@@ -47,7 +46,21 @@ func setOpenAI(h http.Header, sts []admission.Status, unit limits.Unit, limit, r
 	s := &of[best]
 	h[limit] = []string{strconv.FormatInt(s.Limit, 10)}
 	h[remaining] = []string{strconv.FormatInt(max(0, s.Remaining), 10)}
-	h[reset] = []string{s.Reset.Round(time.Millisecond).String()}
+	h[reset] = []string{FormatReset(s.Reset)}
+}
+
+// FormatReset writes a reset the way OpenAI's headers do, as a Go duration
+// ("6m0s", "1.5s", "20ms"), rounded up to the millisecond so that a reset
+// is never announced earlier than it is: a partition that is full for
+// another 400µs says "1ms", not "0s" (retry now).
+func FormatReset(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
+	}
+	return d.String()
 }
 
 // SetRetryHints sets the retry hints of a rejection for OpenAI-style

@@ -58,3 +58,28 @@ func TestRetryHints(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatReset(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{-time.Second, "0s"},
+		{time.Microsecond, "1ms"},
+		{17*time.Millisecond + 300*time.Microsecond, "18ms"},
+		{time.Second, "1s"},
+		{6 * time.Minute, "6m0s"},
+		{6156 * time.Millisecond, "6.156s"},
+		{time.Minute + 1500*time.Microsecond, "1m0.002s"},
+		{time.Minute + 100*time.Microsecond, "1m0.001s"},
+		{400 * time.Microsecond, "1ms"},
+	} {
+		if got := httpadmit.FormatReset(tc.d); got != tc.want {
+			t.Errorf("httpadmit.FormatReset(%v) = %q; want %q", tc.d, got, tc.want)
+		}
+		if _, err := time.ParseDuration(httpadmit.FormatReset(tc.d)); err != nil {
+			t.Errorf("httpadmit.FormatReset(%v) = %q is not a Go duration", tc.d, httpadmit.FormatReset(tc.d))
+		}
+	}
+}

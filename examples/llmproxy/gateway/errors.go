@@ -130,13 +130,13 @@ func rejectionMessage(rej *admission.Rejection) string {
 		what = "The rate limiter is unavailable."
 	default:
 		what = fmt.Sprintf("Rate limit reached on %s per %s (policy %s): limit %d, remaining %d.",
-			unitPhrase(s), formatReset(s.Window), rej.Policy, s.Limit, s.Remaining)
+			unitPhrase(s), httpadmit.FormatReset(s.Window), rej.Policy, s.Limit, s.Remaining)
 	}
 	switch {
 	case rej.RetryAfter == limits.Never:
 		return what + " This request is larger than the limit allows and cannot succeed as is."
 	case rej.RetryAfter > 0:
-		return what + " Please try again in " + formatReset(rej.RetryAfter) + "."
+		return what + " Please try again in " + httpadmit.FormatReset(rej.RetryAfter) + "."
 	}
 	return what
 }
@@ -166,20 +166,6 @@ func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *ad
 	httpadmit.SetRetryHints(h, rej.RetryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(r.Context(), code)
 	writeError(w, status, typ, code, "", rejectionMessage(rej))
-}
-
-// formatReset writes a duration the way OpenAI's reset headers do: a Go
-// duration rounded to the millisecond ("6m0s", "1.5s", "20ms").
-func formatReset(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	if d > time.Second {
-		d = d.Round(time.Millisecond)
-	} else {
-		d = (d + time.Millisecond - 1).Truncate(time.Millisecond)
-	}
-	return d.String()
 }
 
 // setLimitHeaders writes, for the enforced policies among ss, the

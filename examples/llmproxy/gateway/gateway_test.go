@@ -4,35 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 )
-
-func TestFormatReset(t *testing.T) {
-	for _, tc := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{0, "0s"},
-		{-time.Second, "0s"},
-		{time.Microsecond, "1ms"},
-		{17*time.Millisecond + 300*time.Microsecond, "18ms"},
-		{time.Second, "1s"},
-		{6 * time.Minute, "6m0s"},
-		{6156 * time.Millisecond, "6.156s"},
-		{time.Minute + 1500*time.Microsecond, "1m0.002s"},
-	} {
-		if got := formatReset(tc.d); got != tc.want {
-			t.Errorf("formatReset(%v) = %q; want %q", tc.d, got, tc.want)
-		}
-		if _, err := time.ParseDuration(formatReset(tc.d)); err != nil {
-			t.Errorf("formatReset(%v) = %q is not a Go duration", tc.d, formatReset(tc.d))
-		}
-	}
-}
 
 func TestErrorBody(t *testing.T) {
 	b := errorBody("invalid_request_error", "invalid_type", "messages[0].content", `bad "quote"`)
