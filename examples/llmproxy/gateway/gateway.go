@@ -593,6 +593,7 @@ func (g *Gateway) identify(c echo.Context, st *state) (admission.Request, bool) 
 		return admission.Request{}, false
 	}
 	if err == nil {
+		st.classify(r, &req)
 		return req, true
 	}
 	st.auth.failed(ctx, addr)

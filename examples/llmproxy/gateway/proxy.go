@@ -189,6 +189,7 @@ func (g *Gateway) readmit(ctx context.Context, r *http.Request, e uint64, st *st
 	again := func() (admission.Request, error) {
 		cand = g.state.Load()
 		a, err := g.mw.Request(r)
+		cand.classify(r, &a)
 		if err == nil && x != nil {
 			price, priced, _, err = g.amounts(cand, &x.est, &a)
 		}
