@@ -68,19 +68,9 @@ func priorityPolicy(s prioritySetup, mode priorityMode) string {
 	fmt.Fprintf(&b, `policies:
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1M, per: 1m}
   - {name: tenant-concurrency, key: [tenant], algorithm: concurrency, limit: %d}
-  - name: provider-tpm
-    store: openai
-    key: [model]
-    unit: tokens
-    algorithm: token_bucket
-    limit: %d
-    per: %v
-    queue: {size: %d, timeout: %v%s}
-`, s.Queue/(len(tenants)+1), s.Tokens, s.Window, s.Queue, s.Deadline, shares)
-	b.WriteString("tenants:\n")
-	for _, t := range tenants {
-		fmt.Fprintf(&b, "  %s: {api_keys: [%s]}\n", t, config.HashKey("sk-"+t))
-	}
+`, s.Queue/(len(tenants)+1))
+	b.WriteString(providerTPM(s.providerSetup, shares))
+	writeTenants(&b)
 	class := ""
 	if mode != noClasses {
 		class = ", class: batch"

@@ -59,22 +59,34 @@ func providerPolicy(s providerSetup, guard bool) string {
 	}
 	b.WriteString("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1M, per: 1m}\n")
 	if guard {
-		fmt.Fprintf(&b, `  - name: provider-tpm
+		b.WriteString(providerTPM(s, ""))
+	}
+	writeTenants(&b)
+	b.WriteString("identity: {anonymous: deny}\n")
+	return b.String()
+}
+
+// providerTPM is the policy entry of the provider's published budget, on
+// the upstream store, queued; shares ends its queue's settings.
+func providerTPM(s providerSetup, shares string) string {
+	return fmt.Sprintf(`  - name: provider-tpm
     store: openai
     key: [model]
     unit: tokens
     algorithm: token_bucket
     limit: %d
     per: %v
-    queue: {size: %d, timeout: %v}
-`, s.Tokens, s.Window, s.Queue, s.Deadline)
-	}
+    queue: {size: %d, timeout: %v%s}
+`, s.Tokens, s.Window, s.Queue, s.Deadline, shares)
+}
+
+// writeTenants writes the tenants section's four equal tenants, each with
+// its key sk-<tenant>.
+func writeTenants(b *strings.Builder) {
 	b.WriteString("tenants:\n")
 	for _, t := range tenants {
-		fmt.Fprintf(&b, "  %s: {api_keys: [%s]}\n", t, config.HashKey("sk-"+t))
+		fmt.Fprintf(b, "  %s: {api_keys: [%s]}\n", t, config.HashKey("sk-"+t))
 	}
-	b.WriteString("identity: {anonymous: deny}\n")
-	return b.String()
 }
 
 // providerRun is what one run measured.
