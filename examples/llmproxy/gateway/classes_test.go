@@ -1,8 +1,13 @@
 package gateway_test
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/config"
@@ -77,4 +82,55 @@ identity: {anonymous: deny}
 	next("interactive", claimed, batch)
 	waitQueued(1)
 	next("batch", batch, nil)
+}
+
+// With adaptive_concurrency on an upstream store, every answer's time to
+// first byte feeds the cap of its concurrency policy, which the gauges
+// report with the time to first byte it follows.
+func TestAdaptiveConcurrencyGauges(t *testing.T) {
+	src := `
+stores:
+  openai: {kind: upstream, adaptive_concurrency: {min: 2}}
+policies:
+  - {name: provider-cap, store: openai, key: [model], algorithm: concurrency, limit: 8, queue: {size: 10, timeout: 10s}}
+tenants:
+  acme: {api_keys: [` + config.HashKey("sk-acme").String() + `]}
+identity: {anonymous: deny}
+`
+	clk := admissiontest.NewClock(time.Now())
+	pg := newProviderGateway(t, upstream.New(upstream.Config{}), src, clk)
+	for range 3 {
+		if status, body := post(t, pg.url, false, "X-Sim-Latency", "20ms"); status != 200 {
+			t.Fatalf("%d %s", status, body)
+		}
+	}
+	if got := sumCounter(t, pg.reader, "llmproxy.provider.concurrency.limit", "group"); got["gpt-4o"] < 2 || got["gpt-4o"] > 8 {
+		t.Errorf("llmproxy.provider.concurrency.limit by group = %v; want gpt-4o in [2, 8]", got)
+	}
+	ttfb := gaugeFloat(t, pg.reader, "llmproxy.provider.ttfb", "average")
+	if ttfb["short"] < 0.02 || ttfb["baseline"] < 0.02 {
+		t.Errorf("llmproxy.provider.ttfb by average = %v; want at least the 20ms the provider took", ttfb)
+	}
+}
+
+// gaugeFloat returns a float gauge's value per value of the attribute
+// key.
+func gaugeFloat(t *testing.T, r *sdkmetric.ManualReader, name, key string) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && m.Name == name {
+				for _, p := range g.DataPoints {
+					v, _ := p.Attributes.Value(attribute.Key(key))
+					out[v.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	return out
 }
