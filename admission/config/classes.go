@@ -14,6 +14,9 @@ import (
 // MaxClassPriority bounds the priority a class may be given.
 const MaxClassPriority = 1000
 
+// MaxClasses bounds the classes a file declares: they label metrics.
+const MaxClasses = limits.MaxShares
+
 // maxHeaderValue bounds a value of classes.from_header.values: a longer
 // header value never names a class.
 const maxHeaderValue = 64
@@ -174,6 +177,10 @@ func (d *decoder) decodeClasses(n *yaml.Node, path string) {
 				prio := int(v64)
 				if other, dup := byPrio[prio]; dup {
 					d.errorf(d.resolve(v), p, "priority %d already belongs to class %q: two classes need two priorities", prio, other)
+					return
+				}
+				if len(c.Priorities) == MaxClasses {
+					d.errorf(k, p, "at most %d classes", MaxClasses)
 					return
 				}
 				byPrio[prio] = name

@@ -237,7 +237,7 @@ func (m *instruments) throttled(ctx context.Context, outcome string) {
 // llmproxy.provider.ttfb by store, group and average), at most
 // maxGaugeGroups groups a store.
 func (g *Gateway) initProviders(meter metric.Meter) error {
-	var errs [6]error
+	errs := [7]error{6: g.m.initClasses(meter)}
 	m := &g.m.provider
 	m.throttled, errs[0] = meter.Int64Counter("llmproxy.provider.throttled",
 		metric.WithDescription("The provider's 429 answers to the gateway, by outcome: absorbed (admitted again and retried), refused (not admitted again), passed_through (the client got the provider's 429)."), metric.WithUnit("{response}"))

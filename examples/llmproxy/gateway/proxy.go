@@ -93,6 +93,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	x.tk, x.st, x.req, x.arrived, x.admitted = tk, st, req, arrived, time.Now()
 	defer x.settleZeroOutput() // settles only if nothing else did
 	g.admitted(c.Response(), st, tk)
+	g.queueWaited(ctx, st, req.Priority, tk)
 
 	injected := false
 	if x.est.Stream && !x.est.IncludeUsage {
