@@ -133,3 +133,26 @@ func TestPriorityAllocs(t *testing.T) {
 		t.Errorf("Priority allocates %v times; want 0", n)
 	}
 }
+
+// FuzzPriority: whatever tenant, key, operation and header a request
+// brings, its priority is one the file declares (or 0), and a header only
+// counts for the listed key.
+func FuzzPriority(f *testing.F) {
+	file, err := config.Parse("classes.yaml", []byte(classesFile))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("acme", "ci", "POST /v1/embeddings", "low")
+	f.Add("hobby", "key_x", "GET /v1/models/{id}", " high\t")
+	f.Add("", "", "", "")
+	f.Fuzz(func(t *testing.T, tenant, key, op, value string) {
+		h := http.Header{"X-Priority": {value}}
+		got := file.Priority(tenant, key, op, h.Values)
+		if got != 0 && got != 1 && got != 10 {
+			t.Fatalf("Priority(%q, %q, %q, %q) = %d: not a declared class", tenant, key, op, value, got)
+		}
+		if key != "ci" && got != file.Priority(tenant, key, op, nil) {
+			t.Fatalf("Priority(%q, %q, %q, %q) = %d: the header of a key not listed counted", tenant, key, op, value, got)
+		}
+	})
+}
