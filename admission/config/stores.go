@@ -71,10 +71,10 @@ type Upstream struct {
 //	stores:
 //	  openai: {kind: upstream, adaptive_concurrency: {min: 4, tolerance: 1.5, smoothing: 0.2, window: 600}}
 type Adaptive struct {
-	Min       int64
-	Tolerance float64
-	Smoothing float64
-	Window    int
+	Min       int64   // the lowest the cap falls
+	Tolerance float64 // how much slower than usual the provider may answer before the cap falls, in [1, 100]
+	Smoothing float64 // the weight of each new cap, in (0, 1]
+	Window    int     // the answers of the long-term average of the time to first byte
 }
 
 // decodeStores decodes the stores section.
