@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/alerts"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/internal/promtest"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -111,10 +112,11 @@ func TestAlertsDocumented(t *testing.T) {
 }
 
 // TestRulesUseExportedMetrics checks every admission_ metric a rule reads
-// is one the metrics package exports.
+// is one the metrics package exports, and every llmproxy_ metric one the
+// llmproxy gateway exports.
 func TestRulesUseExportedMetrics(t *testing.T) {
 	exported := map[string]bool{}
-	for _, m := range metrics.Catalog() {
+	for _, m := range append(metrics.Catalog(), gateway.Catalog()...) {
 		exported[m.Name] = true
 		if m.Type == "histogram" {
 			for _, s := range []string{"_bucket", "_sum", "_count"} {
@@ -125,11 +127,11 @@ func TestRulesUseExportedMetrics(t *testing.T) {
 	ident := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 	for _, r := range rules(t) {
 		for _, m := range ident.FindAllString(r.Expr, -1) {
-			if !strings.HasPrefix(m, "admission_") || strings.Contains(m, ":") || m == "admission_" {
+			if !strings.HasPrefix(m, "admission_") && !strings.HasPrefix(m, "llmproxy_") || strings.Contains(m, ":") || m == "admission_" {
 				continue // not a metric, or a recording rule's name
 			}
 			if !exported[m] {
-				t.Errorf("rule %s%s reads %s, which the metrics package does not export", r.Record, r.Alert, m)
+				t.Errorf("rule %s%s reads %s, which neither the metrics package nor the gateway exports", r.Record, r.Alert, m)
 			}
 		}
 	}

@@ -4,7 +4,11 @@
 //   - Overview (uid sluice-overview): decisions by outcome, rejection ratio
 //     per policy, the top rejected tenants, tokens admitted, in-flight work
 //     against its cap, queue depth and wait, estimate accuracy, partitions,
-//     store health and fail-open events.
+//     store health and fail-open events; and a row for the external
+//     provider behind the llmproxy gateway (its learned budget per
+//     upstream store and group, paused time, provider 429s absorbed vs
+//     passed through, queue wait by priority class, the adaptive
+//     concurrency cap and the time to first byte it follows).
 //   - Rollout (uid sluice-rollout): each shadow policy's would-reject ratio
 //     against the rollout threshold, its top would-reject tenants, and the
 //     enforced policy it would replace side by side.

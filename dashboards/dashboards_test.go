@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/dashboards"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -36,10 +37,11 @@ func TestGenerated(t *testing.T) {
 	}
 }
 
-// exported holds every series name the metrics package exports.
+// exported holds every series name the metrics package and the llmproxy
+// gateway export.
 func exported() map[string]string {
 	out := map[string]string{}
-	for _, m := range metrics.Catalog() {
+	for _, m := range append(metrics.Catalog(), gateway.Catalog()...) {
 		out[m.Name] = m.Type
 		if m.Type == "histogram" {
 			for _, s := range []string{"_bucket", "_sum", "_count"} {
@@ -85,6 +87,12 @@ func TestLint(t *testing.T) {
 				t.Errorf("%s: duplicate id %d", where, p.ID)
 			}
 			ids[p.ID] = true
+			if p.Type == "row" {
+				if p.Title == "" || len(p.Targets) > 0 || p.GridPos.W != 24 {
+					t.Errorf("%s: a row has a title, spans the grid and has no query", where)
+				}
+				continue
+			}
 			if p.Description == "" {
 				t.Errorf("%s: no description", where)
 			}
@@ -129,13 +137,14 @@ func lintExpr(t *testing.T, where string, tg dashboards.Target, exp map[string]s
 	checkMetrics(t, where, tg.Expr, exp)
 }
 
-// checkMetrics fails for any admission_ metric that is not exported.
+// checkMetrics fails for any admission_ or llmproxy_ metric that is not
+// exported.
 func checkMetrics(t *testing.T, where, expr string, exp map[string]string) {
 	t.Helper()
 	for _, name := range ident.FindAllString(expr, -1) {
-		if strings.HasPrefix(name, "admission_") && !strings.Contains(name, ":") {
+		if (strings.HasPrefix(name, "admission_") || strings.HasPrefix(name, "llmproxy_")) && !strings.Contains(name, ":") {
 			if _, ok := exp[name]; !ok {
-				t.Errorf("%s: %s is not exported by the metrics package", where, name)
+				t.Errorf("%s: %s is not exported by the metrics package or the gateway", where, name)
 			}
 		}
 	}

@@ -31,6 +31,8 @@ type decoder struct {
 	keyPaths map[KeyHash]string
 	// overridePaths records the node of each plan and tenant override.
 	tenantNodes map[string]*yaml.Node
+	// cls holds what names classes until the classes section is known.
+	cls classDecoding
 }
 
 // Parse decodes and validates a policy file. name is used in error
@@ -435,6 +437,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"logging", d.decodeLogging},
 		field{"prices", d.decodePrices},
 		field{"stores", d.decodeStores},
+		field{"classes", d.decodeClasses},
 	) {
 		return
 	}
@@ -463,6 +466,7 @@ func (d *decoder) decodePolicies(n *yaml.Node, path string) {
 }
 
 func (d *decoder) decodePolicy(n *yaml.Node, path string) {
+	index := len(d.f.Config.Policies)
 	var (
 		pol        admission.Policy
 		info       PolicyInfo
@@ -502,6 +506,7 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 				field{"size", d.integer(&pol.Queue.Size, 0)},
 				field{"timeout", d.duration(&pol.Queue.Timeout, false)},
 				field{"order", d.enum(&pol.Queue.Order)},
+				field{"shares", d.decodeShares(index)},
 			)
 		}},
 		field{"mode", d.enum(&pol.Mode)},
@@ -660,12 +665,13 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		e = d.resolve(e)
 		d.lines[p] = e
-		var hash, keyID, user string
+		var hash, keyID, user, class string
 		if e.Kind == yaml.MappingNode {
 			d.mapping(e, p,
 				field{"hash", d.str(&hash)},
 				field{"id", d.name(&keyID, "key id")},
 				field{"user", d.str(&user)},
+				field{"class", d.str(&class)},
 			)
 			if hash == "" {
 				if _, given := d.lines[p+".hash"]; !given {
@@ -696,6 +702,7 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 			keyID = h.ID()
 		}
 		id.Keys[h] = Key{Tenant: tenant, KeyID: keyID, User: user}
+		d.keyClass(keyID, class, p)
 	}
 }
 
@@ -847,6 +854,7 @@ func (d *decoder) decodeLogging(n *yaml.Node, path string) {
 func (d *decoder) validate(root *yaml.Node) {
 	f := d.f
 	d.validateStores()
+	d.validateClasses()
 	pols := f.Config.Policies
 	byName := map[string]int{}
 	for i := range pols {

@@ -34,6 +34,11 @@
 //	stores:
 //	  openai: {kind: upstream, group_by: model}
 //
+// The classes section (see [Classes]) names the priority classes whose
+// shares a policy's queue reserves (queue.shares), and where a request's
+// class comes from: the key's entry, the route, the tenant's plan, a
+// client header only for the keys the operator lists ([File.Priority]).
+//
 // The package yields plain data and imports only the core; the packages
 // that act on a section read it from a File (httpadmit.FileOptions,
 // shadow.FileLogger, shadow.FileObserver; Metrics.Expose serves the
@@ -95,6 +100,9 @@ type File struct {
 	// Upstreams holds the stores section's entries (all of kind
 	// upstream), by store name; nil when the file declares none.
 	Upstreams map[string]Upstream
+	// Classes holds the classes section: the priority classes and where
+	// a request's class comes from (see Priority).
+	Classes Classes
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission

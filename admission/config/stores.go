@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -57,6 +58,23 @@ type Upstream struct {
 	MaxPause time.Duration
 	// RemainingTTL is how long a remaining figure without a reset holds.
 	RemainingTTL time.Duration
+	// Adaptive, when set (adaptive_concurrency), makes the cap of the
+	// store's concurrency policies follow the provider's time to first
+	// byte, between its min and the policy's limit.
+	Adaptive *Adaptive
+}
+
+// Adaptive is an upstream store's adaptive_concurrency entry (see
+// admission/upstream.Adaptive for the fields' meaning; zero fields take
+// its defaults):
+//
+//	stores:
+//	  openai: {kind: upstream, adaptive_concurrency: {min: 4, tolerance: 1.5, smoothing: 0.2, window: 600}}
+type Adaptive struct {
+	Min       int64   // the lowest the cap falls
+	Tolerance float64 // how much slower than usual the provider may answer before the cap falls, in [1, 100]
+	Smoothing float64 // the weight of each new cap, in (0, 1]
+	Window    int     // the answers of the long-term average of the time to first byte
 }
 
 // decodeStores decodes the stores section.
@@ -75,6 +93,7 @@ func (d *decoder) decodeStores(n *yaml.Node, path string) {
 			field{"pause", d.duration(&u.Pause, false)},
 			field{"max_pause", d.duration(&u.MaxPause, false)},
 			field{"remaining_ttl", d.duration(&u.RemainingTTL, false)},
+			field{"adaptive_concurrency", func(n *yaml.Node, p string) { u.Adaptive = d.decodeAdaptive(n, p) }},
 		) {
 			return
 		}
@@ -105,6 +124,14 @@ func (d *decoder) decodeStores(n *yaml.Node, path string) {
 // validateStores checks the policies on an upstream store: they count
 // what providers limit, keyed as the store groups its budgets.
 func (d *decoder) validateStores() {
+	adaptive := map[string]bool{} // the stores with a concurrency policy
+	defer func() {
+		for name, u := range d.f.Upstreams {
+			if p := "stores." + name + ".adaptive_concurrency"; u.Adaptive != nil && !adaptive[name] {
+				d.errorf(d.lines[p], p, "no concurrency policy is on the store %q: there is no cap to adapt", name)
+			}
+		}
+	}()
 	for i := range d.f.Config.Policies {
 		p := &d.f.Config.Policies[i]
 		u, ok := d.f.Upstreams[p.Store]
@@ -116,6 +143,9 @@ func (d *decoder) validateStores() {
 		case "", limits.UnitRequests, limits.UnitTokens, "input_tokens", "output_tokens":
 		default:
 			d.errorf(d.at(path, ".unit", ""), path+".unit", "a policy on the upstream store %q counts requests, tokens, input_tokens or output_tokens, as providers limit", p.Store)
+		}
+		if p.Algorithm == limits.Concurrency {
+			adaptive[p.Store] = true
 		}
 		global := len(p.Key) == 0 || len(p.Key) == 1 && p.Key[0] == limits.KeyGlobal
 		byModel := len(p.Key) == 1 && p.Key[0] == limits.KeyModel
@@ -137,4 +167,39 @@ func (d *decoder) at(path string, fields ...string) *yaml.Node {
 		}
 	}
 	return d.lines[path]
+}
+
+// decodeAdaptive decodes an adaptive_concurrency entry.
+func (d *decoder) decodeAdaptive(n *yaml.Node, path string) *Adaptive {
+	a := &Adaptive{}
+	d.mapping(n, path,
+		field{"min", d.positive(&a.Min, nil)},
+		field{"tolerance", d.fraction(&a.Tolerance, 1, 100)},
+		field{"smoothing", d.fraction(&a.Smoothing, 0, 1)},
+		field{"window", d.integer(&a.Window, 1)},
+	)
+	if a.Window > 1_000_000 {
+		d.errorf(d.lines[path+".window"], path+".window", "at most 1000000 samples, got %d", a.Window)
+	}
+	return a
+}
+
+// fraction decodes a number in [lo, hi], and above lo when lo is 0.
+func (d *decoder) fraction(dst *float64, lo, hi float64) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		s, ok := d.scalar(n, path)
+		if !ok {
+			return
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v < lo || v > hi || v == 0 && lo == 0 {
+			open := "["
+			if lo == 0 {
+				open = "("
+			}
+			d.errorf(d.resolve(n), path, "%q is not a number in %s%g, %g]", s, open, lo, hi)
+			return
+		}
+		*dst = v
+	}
 }

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -28,6 +29,12 @@ policies:
   - {name: rpm, store: azure, algorithm: token_bucket, limit: 600, per: 1m}
   - {name: tpm, store: azure, key: [global], unit: tokens, algorithm: token_bucket, limit: 100k, per: 1m}
 `, map[string]config.Upstream{"azure": {GroupBy: config.GroupByUpstream, MaxGroups: 8, Pause: 2 * time.Second, MaxPause: time.Minute, RemainingTTL: 30 * time.Second}}},
+		{"adaptive concurrency", `
+stores:
+  openai: {kind: upstream, adaptive_concurrency: {min: 4, tolerance: 2, smoothing: 0.5, window: 300}}
+policies:
+  - {name: cap, store: openai, key: [model], algorithm: concurrency, limit: 64}
+`, map[string]config.Upstream{"openai": {Adaptive: &config.Adaptive{Min: 4, Tolerance: 2, Smoothing: 0.5, Window: 300}}}},
 		{"none", `
 policies:
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 600, per: 1m}
@@ -43,7 +50,7 @@ policies:
 				t.Fatalf("Upstreams = %+v; want %+v", f.Upstreams, tc.want)
 			}
 			for name, w := range tc.want {
-				if got, ok := f.Upstreams[name]; !ok || got != w {
+				if got, ok := f.Upstreams[name]; !ok || !reflect.DeepEqual(got, w) {
 					t.Errorf("Upstreams[%q] = %+v; want %+v", name, got, w)
 				}
 				if stores := f.Stores(); len(stores) != 1 || stores[0] != name {

@@ -39,4 +39,13 @@
 // counted nothing), Admit the same request again (it waits for the pause to
 // end, within the caller's deadline) and retry it once, rather than pass
 // the provider's refusal on to the tenant.
+//
+// With Config.Adaptive, the store's concurrency policies get a cap that
+// follows the provider's time to first byte, per group (a gradient limit,
+// as Netflix's concurrency-limits and Envoy's adaptive concurrency filter
+// keep): it falls, never below Adaptive.Min, while the provider answers
+// slower than usual, and grows back to the policy's limit when it is
+// fast again. Feed it each response's time to first byte:
+//
+//	store.ObserveLatency(model, time.Since(sent), time.Now())
 package upstream

@@ -41,6 +41,11 @@ type Config struct {
 	// RemainingTTL is how long a remaining figure sent without a reset
 	// (as Azure OpenAI does) holds; DefaultRemainingTTL when zero.
 	RemainingTTL time.Duration
+	// Adaptive, when set, makes the cap of the store's concurrency
+	// policies adapt to the provider's time to first byte, per group,
+	// between Adaptive.Min and the policy's limit (see Adaptive and
+	// ObserveLatency).
+	Adaptive *Adaptive
 	// Static is the store that holds the policies' static budgets; nil
 	// means the in-memory store. With a shared store (Redis) the
 	// published budget holds for a fleet of gateways, while each replica
@@ -82,6 +87,7 @@ type group struct {
 	mu     sync.Mutex
 	paused int64 // refuse until then, unix nanoseconds
 	dims   [numDimensions]learned
+	grad   gradient // the adaptive concurrency cap (Config.Adaptive)
 }
 
 // learned is the provider's budget of one dimension of a group. OpenAI
@@ -137,6 +143,13 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.MaxGroups == 0 {
 		cfg.MaxGroups = DefaultMaxGroups
+	}
+	if cfg.Adaptive != nil {
+		a := *cfg.Adaptive
+		if err := a.normalize(); err != nil {
+			return nil, err
+		}
+		cfg.Adaptive = &a
 	}
 	return &Store{cfg: cfg, groups: map[string]*group{}}, nil
 }
@@ -270,7 +283,7 @@ func (s *Store) group(key string, now int64) *group {
 func (g *group) over(now int64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if now < g.paused {
+	if now < g.paused || g.grad.constrained() {
 		return false
 	}
 	for _, l := range g.dims {
@@ -293,6 +306,12 @@ type GroupStatus struct {
 	// and the time to its reset. A dimension with nothing that holds has
 	// no Has flag set.
 	Figures [numDimensions]Figure
+	// Concurrency is the adaptive cap of the group's concurrency
+	// policies (Config.Adaptive), TTFB and BaselineTTFB the short- and
+	// long-term averages of the provider's time to first byte it follows;
+	// all zero before the first sample.
+	Concurrency        int64
+	TTFB, BaselineTTFB time.Duration
 }
 
 // Groups returns the status at now of every group the store holds, in no
@@ -306,6 +325,9 @@ func (s *Store) Groups(now time.Time) []GroupStatus {
 		st := GroupStatus{Group: k}
 		g.mu.Lock()
 		st.Paused = time.Duration(max(g.paused-ns, 0))
+		if gr := &g.grad; gr.limit > 0 {
+			st.Concurrency, st.TTFB, st.BaselineTTFB = int64(gr.limit), time.Duration(gr.short), time.Duration(gr.long)
+		}
 		for d, l := range g.dims {
 			if ns < l.until {
 				st.Figures[d] = Figure{
@@ -346,17 +368,23 @@ var (
 // Acquire implements backend.Limiter: the group's pause and learned
 // budget first, then the static limit.
 func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n int64, now time.Time, g *backend.Grant) error {
+	ns := now.UnixNano()
 	gr := l.s.lookup(key)
+	if gr == nil && !l.rate && l.s.cfg.Adaptive != nil {
+		gr = l.s.group(key, ns) // the cap adapts from the first response
+	}
 	if gr == nil {
 		return l.inner.Acquire(ctx, key, lim, n, now, g)
 	}
-	ns := now.UnixNano()
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
 	if ns < gr.paused {
 		wait := time.Duration(gr.paused - ns)
 		*g = backend.Grant{Limit: lim.Capacity(), Reset: wait, RetryAfter: wait}
 		return nil
+	}
+	if !l.rate && l.s.cfg.Adaptive != nil {
+		return l.adaptiveAcquire(ctx, gr, key, lim, n, now, g)
 	}
 	b := &gr.dims[l.dim]
 	if !l.rate || ns >= b.until {

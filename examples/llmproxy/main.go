@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
@@ -229,9 +231,15 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The stores section's upstream stores keep their static budgets in
-	// memory: each replica learns its provider's figures itself.
-	if gc.Providers, err = gateway.NewProviders(s.file, nil); err != nil {
+	// The stores section's upstream stores keep their static budgets (the
+	// provider's published limits) on Redis with --redis, shared by every
+	// replica, else in memory; each replica learns its provider's figures
+	// itself.
+	static, err := s.upstreamStatic()
+	if err != nil {
+		return nil, err
+	}
+	if gc.Providers, err = gateway.NewProviders(s.file, static); err != nil {
 		return nil, err
 	}
 	copts = append(append(copts, stores...), gc.Providers.Options()...)
@@ -353,7 +361,11 @@ func (s *server) banner(w io.Writer) {
 	}
 	fmt.Fprintf(w, "llmproxy: try: curl %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-globex' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", s.URL)
 	if s.redis != nil {
-		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(s.redisStores(), ", "), s.redis.Options().Addr)
+		names := s.redisStores()
+		for _, up := range slices.Sorted(maps.Keys(s.file.Upstreams)) {
+			names = append(names, up+" (its static budget)")
+		}
+		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(names, ", "), s.redis.Options().Addr)
 	}
 	fmt.Fprintf(w, "llmproxy: health at %s/healthz and %s/readyz\n", s.URL, s.URL)
 	if s.OpsURL != "" {
@@ -450,7 +462,7 @@ func (s *server) close() {
 // of its stores section); with no such store it connects to nothing.
 func (s *server) openStores(addr string) ([]admission.Option, error) {
 	names := s.redisStores()
-	if len(names) == 0 {
+	if len(names) == 0 && (addr == "" || len(s.file.Upstreams) == 0) {
 		return nil, nil
 	}
 	if addr == "" {
@@ -474,6 +486,15 @@ func (s *server) openStores(addr string) ([]admission.Option, error) {
 		out = append(out, admission.WithStore(name, st))
 	}
 	return out, nil
+}
+
+// upstreamStatic returns the store of the upstream stores' static
+// budgets: on Redis with --redis, else nil (in memory).
+func (s *server) upstreamStatic() (backend.Store, error) {
+	if s.redis == nil || len(s.file.Upstreams) == 0 {
+		return nil, nil
+	}
+	return redisstore.New(s.redis, redisstore.Config{Name: "upstream"}, redisstore.WithObserver(s.metrics.observer))
 }
 
 // redisStores returns the stores the policy file names other than memory

@@ -121,7 +121,9 @@
 // llmproxy_auth_failures_total and llmproxy_auth_throttled_total; with
 // upstream stores, llmproxy_provider_throttled_total by outcome and the
 // gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit
-// and llmproxy_provider_paused_seconds by store and group. Shadow
+// and llmproxy_provider_paused_seconds by store and group (with
+// adaptive_concurrency, llmproxy_provider_concurrency_limit and
+// llmproxy_provider_ttfb_seconds too). Shadow
 // decisions (what a shadow policy would reject) are logged through package
 // shadow, rate-limited.
 package gateway
@@ -593,6 +595,7 @@ func (g *Gateway) identify(c echo.Context, st *state) (admission.Request, bool) 
 		return admission.Request{}, false
 	}
 	if err == nil {
+		st.classify(r, &req)
 		return req, true
 	}
 	st.auth.failed(ctx, addr)
@@ -729,7 +732,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	defer resp.Body.Close()
-	g.observe(resp, "")
+	g.observe(resp, "", 0)
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
 	if err != nil {

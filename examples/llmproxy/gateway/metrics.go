@@ -28,6 +28,7 @@ type instruments struct {
 	usageFallbacks    metric.Int64Counter
 	fallbackPrices    metric.Int64Counter
 	provider          providerInstruments
+	classes           classInstruments
 	opts              sync.Map // attribute key=value → metric.AddOption
 }
 

@@ -61,7 +61,11 @@ type provider struct {
 func NewProviders(f *config.File, static backend.Store) (*Providers, error) {
 	p := &Providers{decl: f.Upstreams}
 	for name, u := range f.Upstreams {
-		s, err := upstream.New(upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL, Static: static})
+		cfg := upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL, Static: static}
+		if a := u.Adaptive; a != nil {
+			cfg.Adaptive = &upstream.Adaptive{Min: a.Min, Tolerance: a.Tolerance, Smoothing: a.Smoothing, Window: a.Window}
+		}
+		s, err := upstream.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("stores.%s: %w", name, err)
 		}
@@ -113,8 +117,10 @@ func (p *Providers) check(f *config.File) error {
 // response without one, the models listing, speaks about none) and ""
 // for one grouped by upstream. Only answers that speak about the limits
 // are read: successes, 429 and 503, so that neither a client's
-// misspelled model (404) nor any other error makes a group.
-func (g *Gateway) observe(resp *http.Response, model string) {
+// misspelled model (404) nor any other error makes a group. A success's
+// time to first byte, ttfb (0 when not measured), feeds the stores'
+// adaptive concurrency.
+func (g *Gateway) observe(resp *http.Response, model string, ttfb time.Duration) {
 	p := g.cfg.Providers
 	if p == nil || len(p.stores) == 0 {
 		return
@@ -123,13 +129,20 @@ func (g *Gateway) observe(resp *http.Response, model string) {
 	if (st < 200 || st >= 300) && st != http.StatusTooManyRequests && st != http.StatusServiceUnavailable {
 		return
 	}
-	r := upstream.Parse(resp.Header.Get, st, g.now())
+	now := g.now()
+	r := upstream.Parse(resp.Header.Get, st, now)
 	for _, s := range p.stores {
+		group := ""
 		switch {
 		case s.group == config.GroupByUpstream:
-			s.store.Observe("", r)
 		case model != "":
-			s.store.Observe(model, r)
+			group = model
+		default:
+			continue
+		}
+		s.store.Observe(group, r)
+		if ttfb > 0 && st < 300 {
+			s.store.ObserveLatency(group, ttfb, now)
 		}
 	}
 }
@@ -153,12 +166,13 @@ func (g *Gateway) now() time.Time {
 func (x *exchange) call(ctx context.Context, rt route, body []byte, req admission.Request) (*http.Response, bool) {
 	g, c := x.g, x.c
 	r := c.Request()
+	sent := time.Now()
 	resp, err := g.roundTrip(ctx, r, rt, "", body)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}
-	g.observe(resp, x.est.Model)
+	g.observe(resp, x.est.Model, time.Since(sent))
 	if resp.StatusCode != http.StatusTooManyRequests || g.cfg.Providers == nil || len(g.cfg.Providers.stores) == 0 {
 		return resp, true
 	}
@@ -189,11 +203,12 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 	// The request log holds both admissions, as the controller saw them.
 	x.tk, x.admitted = tk, time.Now()
 	g.admitted(c.Response(), x.st, tk)
+	sent = time.Now()
 	if resp, err = g.roundTrip(ctx, r, rt, "", body); err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}
-	g.observe(resp, x.est.Model)
+	g.observe(resp, x.est.Model, time.Since(sent))
 	if resp.StatusCode == http.StatusTooManyRequests {
 		g.m.throttled(ctx, "passed_through")
 	}
@@ -217,10 +232,12 @@ func (m *instruments) throttled(ctx context.Context, outcome string) {
 // initProviders creates the providers' instruments: the outcome counter,
 // and the gauges read from each store at collection time
 // (llmproxy.provider.budget.remaining and .limit by store, group and
-// dimension; llmproxy.provider.paused by store and group), at most
+// dimension; llmproxy.provider.paused by store and group; with adaptive
+// concurrency, llmproxy.provider.concurrency.limit by store and group and
+// llmproxy.provider.ttfb by store, group and average), at most
 // maxGaugeGroups groups a store.
 func (g *Gateway) initProviders(meter metric.Meter) error {
-	var errs [4]error
+	errs := [7]error{6: g.m.initClasses(meter)}
 	m := &g.m.provider
 	m.throttled, errs[0] = meter.Int64Counter("llmproxy.provider.throttled",
 		metric.WithDescription("The provider's 429 answers to the gateway, by outcome: absorbed (admitted again and retried), refused (not admitted again), passed_through (the client got the provider's 429)."), metric.WithUnit("{response}"))
@@ -233,6 +250,12 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 	paused, err := meter.Float64ObservableGauge("llmproxy.provider.paused",
 		metric.WithDescription("How long the group stays paused after a provider refusal, by store and group."), metric.WithUnit("s"))
 	errs[3] = err
+	concurrency, err := meter.Int64ObservableGauge("llmproxy.provider.concurrency.limit",
+		metric.WithDescription("The adaptive cap of the concurrency policies on an upstream store with adaptive_concurrency, by store and group."), metric.WithUnit("{request}"))
+	errs[4] = err
+	ttfb, err := meter.Float64ObservableGauge("llmproxy.provider.ttfb",
+		metric.WithDescription("The provider's time to first byte the adaptive cap follows, by store, group and average (short: the last 10 answers; baseline: the long-term average)."), metric.WithUnit("s"))
+	errs[5] = err
 	if err := errors.Join(errs[:]...); err != nil {
 		return err
 	}
@@ -246,6 +269,11 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 			for _, st := range gaugeGroups(s.store.Groups(now)) {
 				base := []attribute.KeyValue{attribute.String("store", s.name), attribute.String("group", st.Group)}
 				o.ObserveFloat64(paused, st.Paused.Seconds(), metric.WithAttributes(base...))
+				if st.Concurrency > 0 {
+					o.ObserveInt64(concurrency, st.Concurrency, metric.WithAttributes(base...))
+					o.ObserveFloat64(ttfb, st.TTFB.Seconds(), metric.WithAttributes(append(base, attribute.String("average", "short"))...))
+					o.ObserveFloat64(ttfb, st.BaselineTTFB.Seconds(), metric.WithAttributes(append(base, attribute.String("average", "baseline"))...))
+				}
 				for d := upstream.Requests; d <= upstream.OutputTokens; d++ {
 					f := st.Figures[d]
 					if !f.HasRemaining {
@@ -260,7 +288,7 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 			}
 		}
 		return nil
-	}, remaining, limit, paused)
+	}, remaining, limit, paused, concurrency, ttfb)
 	return err
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
 	budget "github.com/sluicehq/sluice/admission/upstream"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
@@ -56,11 +57,18 @@ type providerGateway struct {
 
 func newProviderGateway(t *testing.T, sim *upstream.Server, src string, clk admission.Clock) *providerGateway {
 	t.Helper()
+	return newProviderGatewayOn(t, sim, src, clk, nil)
+}
+
+// newProviderGatewayOn is newProviderGateway with the upstream stores'
+// static budgets on static (nil: in memory).
+func newProviderGatewayOn(t *testing.T, sim *upstream.Server, src string, clk admission.Clock, static backend.Store) *providerGateway {
+	t.Helper()
 	f, err := config.Parse("providers.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	prov, err := gateway.NewProviders(f, nil)
+	prov, err := gateway.NewProviders(f, static)
 	if err != nil {
 		t.Fatal(err)
 	}

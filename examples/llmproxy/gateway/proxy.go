@@ -93,6 +93,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	x.tk, x.st, x.req, x.arrived, x.admitted = tk, st, req, arrived, time.Now()
 	defer x.settleZeroOutput() // settles only if nothing else did
 	g.admitted(c.Response(), st, tk)
+	g.queueWaited(ctx, st, req.Priority, tk)
 
 	injected := false
 	if x.est.Stream && !x.est.IncludeUsage {
@@ -189,6 +190,7 @@ func (g *Gateway) readmit(ctx context.Context, r *http.Request, e uint64, st *st
 	again := func() (admission.Request, error) {
 		cand = g.state.Load()
 		a, err := g.mw.Request(r)
+		cand.classify(r, &a)
 		if err == nil && x != nil {
 			price, priced, _, err = g.amounts(cand, &x.est, &a)
 		}

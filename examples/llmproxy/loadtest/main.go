@@ -26,6 +26,19 @@
 //
 //	go run ./examples/llmproxy/loadtest -provider       # 30 s measured, 3 rounds
 //
+// With -priority the four tenants are interactive (offering together
+// -priority-interactive times the provider's rate, open loop) and a batch
+// tenant saturates the budget in the background (-priority-batch-workers
+// closed-loop senders of 800-token requests, its key in the batch class).
+// Each round runs the gateway with the upstream policy and no classes
+// (one class, round robin by tenant), with strict priority, and with
+// reserved shares (batch -priority-floor percent, interactive the rest),
+// and prints the interactive requests' queue wait at the upstream policy
+// (p50, p99) and each class's share of the tokens answered, the batch
+// class's lowest over 5 s slots:
+//
+//	go run ./examples/llmproxy/loadtest -priority      # 30 s measured, 3 rounds
+//
 // Latency is measured from the moment a request was due to be sent, so a
 // sender that falls behind is charged for it. At most -max-inflight
 // requests are outstanding; requests beyond are counted as dropped, which
@@ -97,7 +110,26 @@ func main() {
 	flag.DurationVar(&ps.Duration, "provider-duration", 30*time.Second, "provider scenario: the measured interval")
 	flag.Float64Var(&ps.Overload, "provider-overload", 2, "provider scenario: the offered load over the provider's rate")
 	flag.IntVar(&ps.Queue, "provider-queue", 200, "provider scenario: the size of the upstream policy's queue")
+	priority := flag.Bool("priority", false, "run the priority scenario instead: four interactive tenants and one batch tenant saturating the simulated provider's budget, with no classes, strict priority and reserved shares")
+	ds := prioritySetup{BatchOutput: 800}
+	flag.Float64Var(&ds.Interactive, "priority-interactive", 0.6, "priority scenario: the load the interactive tenants offer together, over the provider's rate")
+	flag.IntVar(&ds.BatchWorkers, "priority-batch-workers", 32, "priority scenario: the batch tenant's closed-loop senders")
+	flag.IntVar(&ds.Floor, "priority-floor", 30, "priority scenario: the batch class's reserved share, in percent")
 	flag.Parse()
+	if *priority {
+		ds.providerSetup = ps
+		ds.Output, ds.Deadline = 100, 10*time.Second
+		if ps.Tokens <= 0 || ps.Window <= 0 || ps.Window > time.Minute || ps.Duration <= 0 || ps.Duration > 2*time.Minute || ps.Queue < 10 || ps.Queue > 10_000 ||
+			ds.Interactive <= 0 || ds.Interactive > 10 || ds.BatchWorkers < 1 || ds.BatchWorkers > 1000 || ds.Floor < 1 || ds.Floor > 99 || *rounds < 1 || *rounds > 10 {
+			fmt.Fprintln(os.Stderr, "loadtest: -provider-tokens must be positive, -provider-window in (0, 1m], -provider-duration in (0, 2m], -provider-queue in 10..10000, -priority-interactive in (0, 10], -priority-batch-workers in 1..1000, -priority-floor in 1..99, -rounds in 1..10")
+			os.Exit(2)
+		}
+		if err := runPriorityRounds(ds, *rounds); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *provider {
 		ps.Output, ps.Deadline = 100, 10*time.Second
 		if ps.Tokens <= 0 || ps.Window <= 0 || ps.Window > time.Minute || ps.Duration <= 0 || ps.Duration > 2*time.Minute || ps.Overload <= 0 || ps.Overload > 10 || ps.Queue < 1 || ps.Queue > 10_000 || *rounds < 1 || *rounds > 10 {

@@ -59,22 +59,34 @@ func providerPolicy(s providerSetup, guard bool) string {
 	}
 	b.WriteString("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1M, per: 1m}\n")
 	if guard {
-		fmt.Fprintf(&b, `  - name: provider-tpm
+		b.WriteString(providerTPM(s, ""))
+	}
+	writeTenants(&b)
+	b.WriteString("identity: {anonymous: deny}\n")
+	return b.String()
+}
+
+// providerTPM is the policy entry of the provider's published budget, on
+// the upstream store, queued; shares ends its queue's settings.
+func providerTPM(s providerSetup, shares string) string {
+	return fmt.Sprintf(`  - name: provider-tpm
     store: openai
     key: [model]
     unit: tokens
     algorithm: token_bucket
     limit: %d
     per: %v
-    queue: {size: %d, timeout: %v}
-`, s.Tokens, s.Window, s.Queue, s.Deadline)
-	}
+    queue: {size: %d, timeout: %v%s}
+`, s.Tokens, s.Window, s.Queue, s.Deadline, shares)
+}
+
+// writeTenants writes the tenants section's four equal tenants, each with
+// its key sk-<tenant>.
+func writeTenants(b *strings.Builder) {
 	b.WriteString("tenants:\n")
 	for _, t := range tenants {
-		fmt.Fprintf(&b, "  %s: {api_keys: [%s]}\n", t, config.HashKey("sk-"+t))
+		fmt.Fprintf(b, "  %s: {api_keys: [%s]}\n", t, config.HashKey("sk-"+t))
 	}
-	b.WriteString("identity: {anonymous: deny}\n")
-	return b.String()
 }
 
 // providerRun is what one run measured.
@@ -96,6 +108,9 @@ type providerRun struct {
 	Goodput float64
 	// Jain is Jain's fairness index of Tokens.
 	Jain float64
+	// Slots holds, per tenant, the tokens of the answers completed in
+	// each slot of the interval.
+	Slots [][]int64
 }
 
 func (r providerRun) String() string {
@@ -134,49 +149,65 @@ const providerPrompt = "Summarize the quarterly report for the board in three sh
 // runProvider starts the simulated provider and the gateway, with or
 // without the upstream policy, and offers the load.
 func runProvider(s providerSetup, guard bool) (providerRun, error) {
+	var r providerRun
+	err := withGateway(s, providerPolicy(s, guard), nil, func(gwURL string, sim *upstream.Server) {
+		r = offer(gwURL, s, equalClients(s))
+		r.Guard, r.AtProvider = guard, sim.Limited()
+	})
+	return r, err
+}
+
+// withGateway starts the simulated provider enforcing s's budget and the
+// gateway in front of it with the policy file src (and obs, when not
+// nil, observing its decisions), runs fn, and stops both.
+func withGateway(s providerSetup, src string, obs admission.Observer, fn func(gwURL string, sim *upstream.Server)) error {
 	sim := upstream.New(upstream.Config{
-		Latency: 50 * time.Millisecond, OutputTokens: s.Output,
+		// Every answer is as long as its max_tokens allows.
+		Latency: 50 * time.Millisecond, OutputTokens: 1 << 12,
 		Limits: upstream.Limits{Requests: 1_000_000, Tokens: s.Tokens, Window: s.Window},
 	})
 	simURL, stopSim, err := serve(sim)
 	if err != nil {
-		return providerRun{}, err
+		return err
 	}
 	defer stopSim()
-	f, err := config.Parse("provider scenario", []byte(providerPolicy(s, guard)))
+	f, err := config.Parse("provider scenario", []byte(src))
 	if err != nil {
-		return providerRun{}, err
+		return err
 	}
 	prov, err := gateway.NewProviders(f, nil)
 	if err != nil {
-		return providerRun{}, err
+		return err
 	}
-	ctl, err := admission.New(f.Config, prov.Options()...)
+	opts := prov.Options()
+	if obs != nil {
+		opts = append(opts, admission.WithObserver(obs))
+	}
+	ctl, err := admission.New(f.Config, opts...)
 	if err != nil {
-		return providerRun{}, err
+		return err
 	}
 	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	if err != nil {
-		return providerRun{}, err
+		return err
 	}
 	gw, err := gateway.New(gateway.Config{
 		Upstream: simURL + "/v1", Controller: ctl, Estimator: est, File: f, Providers: prov,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		return providerRun{}, err
+		return err
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	gw.Register(e)
 	gwURL, stopGw, err := serve(e)
 	if err != nil {
-		return providerRun{}, err
+		return err
 	}
 	defer stopGw()
-	r := offer(gwURL, s)
-	r.Guard, r.AtProvider = guard, sim.Limited()
-	return r, nil
+	fn(gwURL, sim)
+	return nil
 }
 
 // totalTokens finds the last usage figure of an answer, plain or
@@ -186,15 +217,44 @@ var totalTokens = regexp.MustCompile(`"total_tokens":(\d+)`)
 // errorCode finds the code of an OpenAI-shaped error.
 var errorCode = regexp.MustCompile(`"code":"([a-z_]{1,40})"`)
 
-// offer sends each tenant's share of the load, open loop (a request is
-// sent when due, whatever the answers), for a warm-up Window and the
+// A client is one tenant's sender: open loop at Rate requests a second
+// (a request is sent when due, whatever the answers), or, with Rate 0,
+// closed loop with Workers senders each sending its next request when
+// its last is answered, as a batch job's worker pool does.
+type client struct {
+	Tenant  string
+	Rate    float64
+	Workers int
+	// Output is the output tokens of each request (max_tokens).
+	Output int
+}
+
+// equalClients returns the four equal tenants offering together Overload
+// times the provider's rate.
+func equalClients(s providerSetup) []client {
+	cs := make([]client, len(tenants))
+	for i, t := range tenants {
+		cs[i] = client{Tenant: t, Rate: s.Overload * s.requestRate(s.Output) / float64(len(tenants)), Output: s.Output}
+	}
+	return cs
+}
+
+// requestRate returns the requests per second of output tokens each that
+// the provider's budget admits.
+func (s providerSetup) requestRate(output int) float64 {
+	return float64(s.Tokens) / s.Window.Seconds() / (float64(3+3+len(providerPrompt)/4) + float64(output))
+}
+
+// slot is the length of the intervals in which each client's tokens are
+// counted (providerRun.Slots).
+const slot = 5 * time.Second
+
+// offer sends each client's requests for a warm-up Window and the
 // measured Duration, and follows the requests sent in the interval to
 // their answers (at most the callers' deadline later). The tokens counted
-// are those of the answers completed in the interval.
-func offer(gwURL string, s providerSetup) providerRun {
-	perRequest := float64(3+3+len(providerPrompt)/4) + float64(s.Output)
-	rate := s.Overload * float64(s.Tokens) / s.Window.Seconds() / perRequest / float64(len(tenants))
-	interval := time.Duration(float64(time.Second) / rate)
+// are those of the answers completed in the interval, by client and by
+// slot.
+func offer(gwURL string, s providerSetup, clients []client) providerRun {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, Timeout: s.Deadline + 5*time.Second}
 	defer client.CloseIdleConnections()
 	start := time.Now()
@@ -203,66 +263,96 @@ func offer(gwURL string, s providerSetup) providerRun {
 	ctx, cancel := context.WithDeadline(context.Background(), to.Add(s.Deadline+time.Second))
 	defer cancel()
 	var run providerRun
-	run.Tokens, run.Codes = make([]int64, len(tenants)), map[string]int64{}
+	run.Tokens, run.Codes = make([]int64, len(clients)), map[string]int64{}
+	run.Slots = make([][]int64, len(clients))
+	for i := range run.Slots {
+		run.Slots[i] = make([]int64, (s.Duration+slot-1)/slot)
+	}
 	var sent, ok, provider, refused, failed atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for ti, t := range tenants {
-		wg.Go(func() {
-			// The tenants' clocks are staggered, as independent clients are.
-			due := start.Add(time.Duration(ti) * interval / time.Duration(len(tenants)))
-			for i := 0; due.Before(to); i, due = i+1, due.Add(interval) {
-				time.Sleep(time.Until(due))
-				measured := !due.Before(from)
-				if measured {
-					sent.Add(1)
+	// send sends one request of client ci, due at due, and accounts for
+	// its answer; it returns whether the gateway refused it.
+	send := func(ci, i int, due time.Time) bool {
+		cl := clients[ci]
+		measured := !due.Before(from)
+		if measured {
+			sent.Add(1)
+		}
+		req := map[string]any{
+			"model": "gpt-4o-mini", "max_tokens": cl.Output,
+			"messages": []any{map[string]any{"role": "user", "content": providerPrompt}},
+		}
+		if i%4 == 3 {
+			// A stream that asks for its usage, to be counted.
+			req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
+		}
+		body, _ := json.Marshal(req)
+		status, answer, err := call(ctx, client, gwURL, cl.Tenant, body, s.Deadline)
+		now := time.Now()
+		switch {
+		case err != nil:
+			if measured {
+				failed.Add(1)
+			}
+		case status == http.StatusOK:
+			m := totalTokens.FindAllSubmatch(answer, -1)
+			if len(m) == 0 {
+				break
+			}
+			n, _ := strconv.ParseInt(string(m[len(m)-1][1]), 10, 64)
+			if !now.Before(from) && now.Before(to) {
+				mu.Lock()
+				run.Tokens[ci] += n
+				run.Slots[ci][now.Sub(from)/slot] += n
+				mu.Unlock()
+			}
+			if measured {
+				ok.Add(1)
+			}
+		case status == http.StatusTooManyRequests && bytes.Contains(answer, []byte("upstream API is rate limiting")):
+			if measured {
+				provider.Add(1)
+			}
+		case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+			if measured {
+				refused.Add(1)
+				code := errorCode.FindSubmatch(answer)
+				mu.Lock()
+				if len(code) == 2 {
+					run.Codes[string(code[1])]++
 				}
-				req := map[string]any{
-					"model": "gpt-4o-mini", "max_tokens": s.Output,
-					"messages": []any{map[string]any{"role": "user", "content": providerPrompt}},
-				}
-				if i%4 == 3 {
-					// A stream that asks for its usage, to be counted.
-					req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
-				}
-				body, _ := json.Marshal(req)
+				mu.Unlock()
+			}
+			return true
+		default:
+			if measured {
+				failed.Add(1)
+			}
+		}
+		return false
+	}
+	for ci, cl := range clients {
+		if cl.Rate <= 0 {
+			for range cl.Workers {
 				wg.Go(func() {
-					status, answer, err := call(ctx, client, gwURL, t, body, s.Deadline)
-					now := time.Now()
-					switch {
-					case err != nil:
-						if measured {
-							failed.Add(1)
+					for i := 0; time.Now().Before(to); i++ {
+						if send(ci, i, time.Now()) {
+							// A refused worker backs off a little.
+							time.Sleep(100 * time.Millisecond)
 						}
-					case status == http.StatusOK:
-						m := totalTokens.FindAllSubmatch(answer, -1)
-						if len(m) == 0 {
-							break
-						}
-						n, _ := strconv.ParseInt(string(m[len(m)-1][1]), 10, 64)
-						if !now.Before(from) && !now.After(to) {
-							mu.Lock()
-							run.Tokens[ti] += n
-							mu.Unlock()
-						}
-						if measured {
-							ok.Add(1)
-						}
-					case !measured:
-					case status == http.StatusTooManyRequests && bytes.Contains(answer, []byte("upstream API is rate limiting")):
-						provider.Add(1)
-					case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
-						refused.Add(1)
-						code := errorCode.FindSubmatch(answer)
-						mu.Lock()
-						if len(code) == 2 {
-							run.Codes[string(code[1])]++
-						}
-						mu.Unlock()
-					default:
-						failed.Add(1)
 					}
 				})
+			}
+			continue
+		}
+		interval := time.Duration(float64(time.Second) / cl.Rate)
+		wg.Go(func() {
+			// The clients' clocks are staggered, as independent clients are.
+			due := start.Add(time.Duration(ci) * interval / time.Duration(len(clients)))
+			for i := 0; due.Before(to); i, due = i+1, due.Add(interval) {
+				time.Sleep(time.Until(due))
+				wg.Go(func() { send(ci, i, due) })
 			}
 		})
 	}
