@@ -160,7 +160,7 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		sh.mu.Unlock()
 		return c.decide(t, h)
 	}
-	if q != nil && q.n >= h.p.Queue.Size {
+	if q != nil && (q.n >= h.p.Queue.Size || h.p.Queue.PerTenant > 0 && q.waitersOf(t.tenant) >= h.p.Queue.PerTenant) {
 		sh.mu.Unlock()
 		retry := h.retryAfter()
 		c.report(t, h, Rejected, ReasonQueueFull, retry)
@@ -448,6 +448,17 @@ func (q *queue) push(w *waiter) {
 	}
 	tq.ws = append(tq.ws, w)
 	q.n++
+}
+
+// waitersOf returns how many of q's waiters are the tenant's.
+func (q *queue) waitersOf(tenant string) int {
+	n := 0
+	for _, pc := range q.classes {
+		if tq := pc.tenants[tenant]; tq != nil {
+			n += len(tq.ws)
+		}
+	}
+	return n
 }
 
 // peek returns the waiter to serve next.

@@ -470,3 +470,39 @@ func TestQueueTimeoutCountsFromJoining(t *testing.T) {
 		t.Errorf("queued %d, in flight %d; want 0, 1", s.Queued, s.InFlight)
 	}
 }
+
+// TestQueuePerTenant: on a global policy, a tenant that has its
+// queue.per_tenant places waiting is refused queue_full, and another
+// tenant still finds a place, is served in turn, and nothing leaks.
+func TestQueuePerTenant(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, concurrencyPolicy(1, limits.Queue{Size: 4, PerTenant: 2}, limits.KeyGlobal))
+	ctx := context.Background()
+	holder, err := c.Admit(ctx, admission.Request{Tenant: "noisy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan result, 4)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "noisy"}, "noisy", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "noisy", Priority: 5}, "noisy", out)
+	// Its two places are taken, in any class: a third is refused at once,
+	// although the queue has room.
+	_, err = c.Admit(ctx, admission.Request{Tenant: "noisy"})
+	var rej *admission.Rejection
+	if !errors.As(err, &rej) || rej.Reason != admission.ReasonQueueFull {
+		t.Fatalf("noisy's third waiter: err = %v; want queue_full", err)
+	}
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "quiet"}, "quiet", out)
+	holder.Done()
+	for i := 0; i < 3; i++ {
+		r := receive(t, "a waiter to be served", out)
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+		r.tk.Done()
+	}
+	if s := c.Stats()[0]; s.Queued != 0 || s.InFlight != 0 {
+		t.Errorf("after draining: queued %d, in flight %d", s.Queued, s.InFlight)
+	}
+}

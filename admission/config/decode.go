@@ -504,6 +504,7 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 		field{"queue", func(n *yaml.Node, p string) {
 			d.mapping(n, p,
 				field{"size", d.integer(&pol.Queue.Size, 0)},
+				field{"per_tenant", d.integer(&pol.Queue.PerTenant, 1)},
 				field{"timeout", d.duration(&pol.Queue.Timeout, false)},
 				field{"order", d.enum(&pol.Queue.Order)},
 				field{"shares", d.decodeShares(index)},

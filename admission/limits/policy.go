@@ -87,6 +87,12 @@ type Match struct {
 type Queue struct {
 	// Size is the maximum number of waiters per partition; 0 disables queuing.
 	Size int
+	// PerTenant, when positive, is the most waiters one tenant may have
+	// in a partition's queue, so that on a policy shared by tenants (a
+	// global concurrency cap, a provider's budget) one tenant's backlog
+	// cannot take every place and leave the others queue_full. Zero means
+	// Size.
+	PerTenant int
 	// Timeout is the longest a request waits; zero means it waits until its
 	// context ends.
 	Timeout time.Duration
@@ -311,6 +317,9 @@ func (p *Policy) Validate(prefix string) error {
 	}
 	if p.Queue.Timeout < 0 {
 		bad("queue.timeout", "must be >= 0")
+	}
+	if p.Queue.PerTenant < 0 || p.Queue.PerTenant > p.Queue.Size {
+		bad("queue.per_tenant", "%d must be between 0 and queue.size (%d)", p.Queue.PerTenant, p.Queue.Size)
 	}
 	if p.Queue.Timeout > 0 && p.Queue.Size == 0 {
 		bad("queue.timeout", "set without a queue (queue.size is 0)")
