@@ -95,6 +95,8 @@ type File struct {
 	// Upstreams holds the stores section's entries (all of kind
 	// upstream), by store name; nil when the file declares none.
 	Upstreams map[string]Upstream
+	// Budgets holds the budgets section: where quota warnings go.
+	Budgets Budgets
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
@@ -108,6 +110,11 @@ type PolicyInfo struct {
 	Methods []string // empty: every method
 	// Bounds names the rate policy a quota is meant to bound.
 	Bounds string
+	// Warn lists a quota's warning thresholds in percent of its limit,
+	// ascending (see Budgets); Soft marks a quota that never refuses: it
+	// runs in shadow mode and Warn holds 100.
+	Warn []int
+	Soft bool
 }
 
 // Identity is the identity section.
