@@ -180,6 +180,7 @@ type server struct {
 	file     *config.File
 	watcher  *config.Watcher
 	metrics  *telemetry
+	budgets  *budgets      // quota warnings
 	redis    *redis.Client // for --redis
 	sim      *upstream.Server
 	simSrv   *http.Server
@@ -224,7 +225,10 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	copts := []admission.Option{admission.WithObserver(s.metrics.observer)}
+	if s.budgets, err = newBudgets(s.file, s.log, s.metrics.prom.Provider, o.clock); err != nil {
+		return nil, err
+	}
+	copts := []admission.Option{admission.WithObserver(shadow.Join(s.metrics.observer, s.budgets.watcher))}
 	stores, err := s.openStores(o.redis)
 	if err != nil {
 		return nil, err
@@ -300,7 +304,7 @@ func start(o options) (_ *server, err error) {
 
 	if o.configPath != "" {
 		// A reload reaches the gateway, which installs it whole.
-		s.watcher, err = config.Watch(o.configPath, s.gw, config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
+		s.watcher, err = config.Watch(o.configPath, s.budgets.subscriber(s.gw), config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
 			s.metrics.metrics.CountReload(r.Err)
 			s.metrics.status.Reloaded(r.Source, r.Err)
 		}))
@@ -436,6 +440,9 @@ func (s *server) close() {
 	}
 	if s.simSrv != nil {
 		_ = s.simSrv.Close()
+	}
+	if s.budgets != nil {
+		s.budgets.close()
 	}
 	if s.metrics != nil {
 		s.metrics.close()
