@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/admission/budget"
 	"github.com/sluicehq/sluice/alerts"
 	"github.com/sluicehq/sluice/internal/promtest"
 	"github.com/sluicehq/sluice/metrics"
@@ -114,7 +115,7 @@ func TestAlertsDocumented(t *testing.T) {
 // is one the metrics package exports.
 func TestRulesUseExportedMetrics(t *testing.T) {
 	exported := map[string]bool{}
-	for _, m := range metrics.Catalog() {
+	for _, m := range append(metrics.Catalog(), budget.Catalog()...) {
 		exported[m.Name] = true
 		if m.Type == "histogram" {
 			for _, s := range []string{"_bucket", "_sum", "_count"} {

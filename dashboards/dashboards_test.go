@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/admission/budget"
 	"github.com/sluicehq/sluice/dashboards"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -39,7 +40,7 @@ func TestGenerated(t *testing.T) {
 // exported holds every series name the metrics package exports.
 func exported() map[string]string {
 	out := map[string]string{}
-	for _, m := range metrics.Catalog() {
+	for _, m := range append(metrics.Catalog(), budget.Catalog()...) {
 		out[m.Name] = m.Type
 		if m.Type == "histogram" {
 			for _, s := range []string{"_bucket", "_sum", "_count"} {

@@ -2,6 +2,7 @@ package budget_test
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -97,5 +98,20 @@ func TestCatalogMatchesExposition(t *testing.T) {
 	}
 	if s := got["admission_budget_soft"]; !slices.Equal(s, []string{"policy=soft 1"}) {
 		t.Errorf("soft %v; want only the soft policy", s)
+	}
+}
+
+// TestREADMETable checks the README's table of the budget metrics is the
+// Catalog's.
+func TestREADMETable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range budget.Catalog() {
+		row := fmt.Sprintf("| `%s` | %s | %s | %s |\n", m.Name, m.Type, "`"+strings.Join(m.Labels, "`, `")+"`", m.Help)
+		if !strings.Contains(string(readme), row) {
+			t.Errorf("README.md lacks the row\n%s", row)
+		}
 	}
 }
