@@ -100,6 +100,9 @@ type Webhook struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	closing atomic.Bool  // Shutdown or Close began: Notify drops
+	pending atomic.Int64 // warnings queued or being delivered
+
 	delivered, retried, failed, dropped atomic.Uint64
 }
 
@@ -157,13 +160,15 @@ func (h *Webhook) Notify(w Warning) {
 	if h.cfg.Load().URL == "" {
 		return
 	}
-	if h.ctx.Err() != nil {
+	if h.closing.Load() {
 		h.dropped.Add(1)
 		return
 	}
+	h.pending.Add(1)
 	select {
 	case h.queue <- w:
 	default:
+		h.pending.Add(-1)
 		h.dropped.Add(1)
 	}
 }
@@ -173,9 +178,26 @@ func (h *Webhook) Stats() WebhookStats {
 	return WebhookStats{Delivered: h.delivered.Load(), Retried: h.retried.Load(), Failed: h.failed.Load(), Dropped: h.dropped.Load()}
 }
 
+// Shutdown stops taking warnings and delivers those queued or under way
+// until they are done or ctx ends, then closes the webhook.
+func (h *Webhook) Shutdown(ctx context.Context) error {
+	h.closing.Store(true)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for h.pending.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), h.Close())
+		case <-tick.C:
+		}
+	}
+	return h.Close()
+}
+
 // Close stops the workers, cutting short an attempt or a backoff under
 // way; the warnings still queued are counted as dropped.
 func (h *Webhook) Close() error {
+	h.closing.Store(true)
 	h.cancel()
 	h.wg.Wait()
 	h.dropped.Add(uint64(len(h.queue)))
@@ -191,6 +213,7 @@ func (h *Webhook) work() {
 			return
 		case w := <-h.queue:
 			h.deliver(w)
+			h.pending.Add(-1)
 		}
 	}
 }

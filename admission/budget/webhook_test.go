@@ -1,6 +1,7 @@
 package budget_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -265,5 +266,27 @@ func TestWebhookConfig(t *testing.T) {
 			_ = h.Close()
 			t.Errorf("NewWebhook(%+v) = nil error; want one", c)
 		}
+	}
+}
+
+// TestWebhookShutdown delivers what is queued and under way before
+// closing, and drops (and counts) what comes after.
+func TestWebhookShutdown(t *testing.T) {
+	r := newReceiver(t, 503)
+	h := newWebhook(t, r.URL, nil)
+	for range 10 {
+		h.Notify(sample)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.Notify(sample)
+	if s := h.Stats(); s.Delivered != 10 || s.Retried != 1 || s.Dropped != 1 {
+		t.Errorf("stats after Shutdown = %+v; want 10 delivered (one after a retry), the late one dropped", s)
+	}
+	if got := len(r.delivered()); got != 10 {
+		t.Errorf("receiver got %d; want 10", got)
 	}
 }

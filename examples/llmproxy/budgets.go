@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -72,6 +74,17 @@ func (r reloadBudgets) Apply(f *config.File) error {
 		return err
 	}
 	return errors.Join(r.b.watcher.SetConfig(cfg), r.b.hook.SetConfig(wc))
+}
+
+// drainTime bounds how long shutdown waits for the webhook to deliver the
+// warnings queued, out of the shutdown timeout.
+const drainTime = 2 * time.Second
+
+// drain delivers the queued warnings within ctx and drainTime.
+func (b *budgets) drain(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, drainTime)
+	defer cancel()
+	_ = b.hook.Shutdown(ctx)
 }
 
 // close stops the watcher's metrics and the webhook's deliveries.

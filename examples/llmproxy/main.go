@@ -414,6 +414,7 @@ func splitList(v string) []string {
 func (s *server) shutdown(ctx context.Context) error {
 	s.gw.SetReady(false)
 	err := s.e.Shutdown(ctx)
+	s.budgets.drain(ctx) // the warnings of the drained requests
 	// The drained requests' figures are pushed before the exporters stop.
 	if merr := s.metrics.shutdown(ctx); merr != nil {
 		s.log.Warn("llmproxy: last metrics push failed", "err", merr)
