@@ -26,7 +26,13 @@
 // that takes usage back under a threshold does not let it warn again.
 // With several replicas each keeps its own set: each warns once; the
 // webhook's event id is the same on all of them, so a receiver can
-// de-duplicate.
+// de-duplicate. A store that keeps time itself (Redis: the server's
+// clock) ends its periods by its clock and the Watcher by its own, so a
+// crossing within the clocks' skew of a period's end may be told as the
+// neighbouring period's.
+//
+// A stream charged as it goes (Ticket.Charge) reports no decision: its
+// usage is seen when it settles, or at the tenant's next request.
 //
 // # Memory and cost
 //
