@@ -12,7 +12,10 @@
 // limit minus what remains of it (Decision.Status). A threshold t is
 // crossed when usage × 100 ≥ t × limit, and a threshold of 100% also
 // when the quota refuses a request (or, shadow or soft, would refuse it):
-// the budget cannot hold the next request. A decision that crosses
+// the budget cannot hold the next request (a request larger than the
+// whole limit does not count). The limit is the tenant's own, its plan's
+// when it has one. Tenants that a full partition table sends to a
+// quota's shared overflow partition are told that partition's figures. A decision that crosses
 // several thresholds at once emits one warning for each. A settlement
 // whose actual cost exceeds its estimate adds the difference to a tenant
 // already past a threshold and can cross the next one at once; for a

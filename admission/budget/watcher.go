@@ -255,7 +255,9 @@ func (w *Watcher) Decision(d *admission.Decision) {
 	switch d.Outcome {
 	case admission.Admitted:
 	case admission.Rejected, admission.WouldReject:
-		if d.Reason != admission.ReasonQuota {
+		// A request larger than the whole limit says nothing of the
+		// tenant's usage.
+		if d.Reason != admission.ReasonQuota || d.RetryAfter == limits.Never {
 			return
 		}
 		refused = true

@@ -62,6 +62,10 @@ func decision(policy, tenant string, used, limit int64, o admission.Outcome) *ad
 	return d
 }
 
+// tooBig stands in a step for a refusal of a request larger than the
+// whole quota (retry after Never).
+const tooBig = admission.Outcome(255)
+
 // TestThresholdsOncePerPeriod steps one tenant through a day on a fake
 // clock: each step is a decision (or a settlement) and the thresholds it
 // must warn of, in order.
@@ -108,6 +112,8 @@ func TestThresholdsOncePerPeriod(t *testing.T) {
 			{2 * time.Minute, "b", 999, 0, admission.WouldReject, []int{100}},
 			{3 * time.Minute, "c", 1000, 0, admission.Admitted, []int{90, 100}},
 			{4 * time.Minute, "d", 10, 0, admission.Canceled, nil},
+			{5 * time.Minute, "e", 10, 0, tooBig, nil}, // refused: larger than the whole quota
+			{6 * time.Minute, "e", 10, 0, admission.Rejected, []int{100}},
 		},
 	}, {
 		name: "a settlement's overrun crosses the next threshold of a tracked tenant",
@@ -137,6 +143,10 @@ func TestThresholdsOncePerPeriod(t *testing.T) {
 				clk.Set(t0.Add(st.at))
 				if st.used < 0 {
 					w.Settled(admission.Settlement{Policy: "q", Unit: limits.UnitTokens, Tenant: st.tenant, Estimated: 10, Actual: 10 + st.over, Admitted: clk.Now()})
+				} else if st.outcome == tooBig {
+					d := decision("q", st.tenant, st.used, 1000, admission.Rejected)
+					d.RetryAfter = limits.Never
+					w.Decision(d)
 				} else {
 					w.Decision(decision("q", st.tenant, st.used, 1000, st.outcome))
 				}
