@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission/budget"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestBudgetWarningsEndToEnd sends a tenant's requests through the
@@ -134,5 +135,64 @@ func TestBudgetReload(t *testing.T) {
 	send(2)
 	if v50, v70 := scrape(t, s, "admission_budget_warnings_total", "threshold", "50"), scrape(t, s, "admission_budget_warnings_total", "threshold", "70"); v50 != 1 || v70 != 1 {
 		t.Errorf("after the reload: 50%% warned %v times, 70%% %v; want 1 and 1", v50, v70)
+	}
+}
+
+// TestReplicasWarnWithOneEventID runs two replicas on one Redis server
+// with a daily quota kept there: each replica that sees the tenant past
+// 50% warns once, and both warnings carry the same event id, so the
+// receiver can keep one.
+func TestReplicasWarnWithOneEventID(t *testing.T) {
+	const secretEnv = "LLMPROXY_TEST_REPLICA_SECRET"
+	secret := "whsec-replicas-0123456789"
+	t.Setenv(secretEnv, secret)
+	var mu sync.Mutex
+	ids := map[string]int{}
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+		var wn budget.Warning
+		if budget.Verify([]byte(secret), r.Header.Get(budget.SignatureHeader), body, time.Now(), 5*time.Minute) != nil ||
+			json.Unmarshal(body, &wn) != nil || wn.ID != r.Header.Get(budget.EventIDHeader) || wn.Threshold != 50 {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		ids[wn.ID]++
+		mu.Unlock()
+	}))
+	defer recv.Close()
+	srv := redistest.Start(t)
+	policy := withPolicy(t, `
+  - {name: daily, key: tenant, algorithm: quota, period: day, limit: 10, warn: [50%], store: redis, on_store_error: closed}
+`, []string{"acme"}, `budgets:
+  webhook: {url: "`+recv.URL+`", secret_env: `+secretEnv+`}
+`)
+	useRedis := func(o *options) { o.redis = srv.Addr }
+	a, b := startProxy(t, policy, useRedis), startProxy(t, policy, useRedis)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`
+	for i, s := range []*server{a, b, a, b, a, b} {
+		if resp, out := post(t, s, "/v1/chat/completions", testKey("acme"), body); resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, out)
+		}
+	}
+	eventually(t, 10*time.Second, "a warning from each replica", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range ids {
+			n += c
+		}
+		return n >= 2
+	})
+	time.Sleep(50 * time.Millisecond) // room for a wrong third
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) != 1 {
+		t.Errorf("event ids %v; want one id, from both replicas", ids)
+	}
+	for id, n := range ids {
+		if n != 2 {
+			t.Errorf("id %s received %d times; want 2 (once per replica)", id, n)
+		}
 	}
 }
