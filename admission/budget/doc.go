@@ -75,7 +75,7 @@
 // Every attempt is signed with HMAC-SHA256 under the secret from the
 // environment variable the file names:
 //
-//	Sluice-Signature: t=1767225600,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd
+//	Sluice-Signature: t=1767225600,v1=<64 lower-case hex digits>
 //
 // where v1 is the lower-case hex HMAC-SHA256 of the decimal t, a dot, and
 // the exact body bytes. A receiver recomputes it over the raw body (before
