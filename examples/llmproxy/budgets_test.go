@@ -28,20 +28,15 @@ func TestBudgetWarningsEndToEnd(t *testing.T) {
 	var mu sync.Mutex
 	var got []budget.Warning
 	bad := 0
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+	recv := signedReceiver(t, secret, func(wn budget.Warning, ok bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		var wn budget.Warning
-		if budget.Verify([]byte(secret), r.Header.Get(budget.SignatureHeader), body, time.Now(), 5*time.Minute) != nil ||
-			json.Unmarshal(body, &wn) != nil {
+		if !ok {
 			bad++
-			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
 		got = append(got, wn)
-	}))
-	defer recv.Close()
+	})
 	s := startProxy(t, withPolicy(t, `
   - {name: daily, key: tenant, algorithm: quota, period: day, limit: 10, warn: [50%, 80%]}
   - {name: soft-daily, key: tenant, algorithm: quota, period: day, limit: 5, soft: true}
@@ -148,19 +143,13 @@ func TestReplicasWarnWithOneEventID(t *testing.T) {
 	t.Setenv(secretEnv, secret)
 	var mu sync.Mutex
 	ids := map[string]int{}
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
-		var wn budget.Warning
-		if budget.Verify([]byte(secret), r.Header.Get(budget.SignatureHeader), body, time.Now(), 5*time.Minute) != nil ||
-			json.Unmarshal(body, &wn) != nil || wn.ID != r.Header.Get(budget.EventIDHeader) || wn.Threshold != 50 {
-			w.WriteHeader(http.StatusBadRequest)
-			return
+	recv := signedReceiver(t, secret, func(wn budget.Warning, ok bool) {
+		if ok && wn.Threshold == 50 {
+			mu.Lock()
+			ids[wn.ID]++
+			mu.Unlock()
 		}
-		mu.Lock()
-		ids[wn.ID]++
-		mu.Unlock()
-	}))
-	defer recv.Close()
+	})
 	srv := redistest.Start(t)
 	policy := withPolicy(t, `
   - {name: daily, key: tenant, algorithm: quota, period: day, limit: 10, warn: [50%], store: redis, on_store_error: closed}
@@ -195,4 +184,23 @@ func TestReplicasWarnWithOneEventID(t *testing.T) {
 			t.Errorf("id %s received %d times; want 2 (once per replica)", id, n)
 		}
 	}
+}
+
+// signedReceiver is a webhook receiver on loopback that checks each POST
+// as a real one would (the signature over the raw body, the event id
+// header against the body's) and hands f the warning and whether it
+// passed; a warning that did not is answered 401.
+func signedReceiver(t *testing.T, secret string, f func(budget.Warning, bool)) *httptest.Server {
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+		var wn budget.Warning
+		ok := budget.Verify([]byte(secret), r.Header.Get(budget.SignatureHeader), body, time.Now(), 5*time.Minute) == nil &&
+			json.Unmarshal(body, &wn) == nil && wn.ID == r.Header.Get(budget.EventIDHeader)
+		f(wn, ok)
+		if !ok {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	t.Cleanup(recv.Close)
+	return recv
 }
