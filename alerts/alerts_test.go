@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/admission/budget"
 	"github.com/sluicehq/sluice/alerts"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/internal/promtest"
@@ -116,7 +117,7 @@ func TestAlertsDocumented(t *testing.T) {
 // llmproxy gateway exports.
 func TestRulesUseExportedMetrics(t *testing.T) {
 	exported := map[string]bool{}
-	for _, m := range append(metrics.Catalog(), gateway.Catalog()...) {
+	for _, m := range append(append(metrics.Catalog(), gateway.Catalog()...), budget.Catalog()...) {
 		exported[m.Name] = true
 		if m.Type == "histogram" {
 			for _, s := range []string{"_bucket", "_sum", "_count"} {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/admission/budget"
 	"github.com/sluicehq/sluice/dashboards"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/metrics"
@@ -41,7 +42,7 @@ func TestGenerated(t *testing.T) {
 // gateway export.
 func exported() map[string]string {
 	out := map[string]string{}
-	for _, m := range append(metrics.Catalog(), gateway.Catalog()...) {
+	for _, m := range append(append(metrics.Catalog(), gateway.Catalog()...), budget.Catalog()...) {
 		out[m.Name] = m.Type
 		if m.Type == "histogram" {
 			for _, s := range []string{"_bucket", "_sum", "_count"} {

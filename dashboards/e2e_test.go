@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/budget"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/alerts"
@@ -69,6 +71,10 @@ func e2ePolicies() []admission.Policy {
 		{Name: "tenant-tpm-shared", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
 			Algorithm: limits.SlidingWindow, Limit: 1_000_000, Per: time.Minute, Store: "flaky",
 			OnStoreError: limits.FailOpenMode},
+		// A soft daily budget (shadow, warning at 50%, 95% and 100%) the
+		// noisy tenant goes through in seconds.
+		{Name: "tenant-daily-budget", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
+			Algorithm: limits.Quota, Period: limits.PeriodDay, Limit: 100_000, Mode: limits.Shadow},
 	}
 }
 
@@ -120,8 +126,9 @@ var vars = strings.NewReplacer(
 // expressions must evaluate, and may return nothing.
 // LLMProxyProviderBudgetExhausted needs more provider 429s than the
 // gateway scraped beside the controller (startGateway, for the provider
-// row) meets.
-var quietAlerts = []string{"AdmissionQueueWaitHigh", "AdmissionMetricCardinalityOverflow", "LLMProxyProviderBudgetExhausted"}
+// row) meets. AdmissionBudgetWebhookFailing needs a webhook, which this
+// test has not.
+var quietAlerts = []string{"AdmissionQueueWaitHigh", "AdmissionMetricCardinalityOverflow", "LLMProxyProviderBudgetExhausted", "AdmissionBudgetWebhookFailing"}
 
 // TestEndToEnd drives a controller with multi-tenant traffic, serves its
 // metrics on loopback to a real prometheus (1 s scrapes, the rules loaded
@@ -142,8 +149,13 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bw, err := budget.New(budget.Config{Policies: []budget.Policy{{Name: "tenant-daily-budget", Thresholds: []int{50, 95, 100}, Soft: true, Period: limits.PeriodDay}}},
+		budget.WithMeterProvider(prom.Provider), budget.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctl, err := admission.New(admission.Config{Policies: e2ePolicies()},
-		admission.WithObserver(shadow.Join(obs, rec)), admission.WithStore("flaky", flakyStore{every: 10}))
+		admission.WithObserver(shadow.Join(obs, rec, bw)), admission.WithStore("flaky", flakyStore{every: 10}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,7 @@ func Overview() *Dashboard {
 		"Decisions made without the store: fail_open admitted with no limit applied, fail_closed rejected everything. Either means the store is sick.",
 		"reqps",
 		series(`sum by (policy, decision) (rate(admission_decisions_total{policy=~"$policy",decision=~"fail_open|fail_closed"}[$__rate_interval]))`, "{{policy}} {{decision}}")))
+	b.add(24, 9, budgetPanel())
 	providerRow(b)
 	return b.d
 }

@@ -438,6 +438,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"prices", d.decodePrices},
 		field{"stores", d.decodeStores},
 		field{"classes", d.decodeClasses},
+		field{"budgets", d.decodeBudgets},
 	) {
 		return
 	}
@@ -519,6 +520,8 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 		field{"idle_timeout", d.duration(&pol.IdleTimeout, false)},
 		field{"max_hold", d.duration(&pol.MaxHold, false)},
 		field{"retry_hint", d.duration(&pol.RetryHint, false)},
+		field{"warn", d.warn(&info.Warn)},
+		field{"soft", d.boolean(&info.Soft)},
 	)
 	if !ok {
 		return
@@ -588,6 +591,7 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 		}
 	}
 	pol.Match.Operations = ops
+	d.budgetPolicy(&pol, &info, path)
 	d.f.Config.Policies = append(d.f.Config.Policies, pol)
 	d.f.Policies = append(d.f.Policies, info)
 }

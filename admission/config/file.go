@@ -103,6 +103,8 @@ type File struct {
 	// Classes holds the classes section: the priority classes and where
 	// a request's class comes from (see Priority).
 	Classes Classes
+	// Budgets holds the budgets section: where quota warnings go.
+	Budgets Budgets
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
@@ -116,6 +118,11 @@ type PolicyInfo struct {
 	Methods []string // empty: every method
 	// Bounds names the rate policy a quota is meant to bound.
 	Bounds string
+	// Warn lists a quota's warning thresholds in percent of its limit,
+	// ascending (see Budgets); Soft marks a quota that never refuses: it
+	// runs in shadow mode and Warn holds 100.
+	Warn []int
+	Soft bool
 }
 
 // Identity is the identity section.

@@ -71,6 +71,7 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 		fmt.Fprintf(e.stdout, "stores the program must register: %s\n", strings.Join(stores, ", "))
 	}
 	unpriced(e.stdout, f, prices)
+	budgetLines(e.stdout, f)
 	fmt.Fprintln(e.stdout)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLAN\tPOLICY\tMODE\tALGORITHM\tUNIT\tKEY\tLIMIT\tBURST\tPER\tQUEUE")

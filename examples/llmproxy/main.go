@@ -182,6 +182,7 @@ type server struct {
 	file     *config.File
 	watcher  *config.Watcher
 	metrics  *telemetry
+	budgets  *budgets      // quota warnings
 	redis    *redis.Client // for --redis
 	sim      *upstream.Server
 	simSrv   *http.Server
@@ -226,7 +227,10 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	copts := []admission.Option{admission.WithObserver(s.metrics.observer)}
+	if s.budgets, err = newBudgets(s.file, s.log, s.metrics.prom.Provider, o.clock); err != nil {
+		return nil, err
+	}
+	copts := []admission.Option{admission.WithObserver(shadow.Join(s.metrics.observer, s.budgets.watcher))}
 	stores, err := s.openStores(o.redis)
 	if err != nil {
 		return nil, err
@@ -308,7 +312,7 @@ func start(o options) (_ *server, err error) {
 
 	if o.configPath != "" {
 		// A reload reaches the gateway, which installs it whole.
-		s.watcher, err = config.Watch(o.configPath, s.gw, config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
+		s.watcher, err = config.Watch(o.configPath, s.budgets.subscriber(s.gw), config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
 			s.metrics.metrics.CountReload(r.Err)
 			s.metrics.status.Reloaded(r.Source, r.Err)
 		}))
@@ -422,6 +426,7 @@ func splitList(v string) []string {
 func (s *server) shutdown(ctx context.Context) error {
 	s.gw.SetReady(false)
 	err := s.e.Shutdown(ctx)
+	s.budgets.drain(ctx) // the warnings of the drained requests
 	// The drained requests' figures are pushed before the exporters stop.
 	if merr := s.metrics.shutdown(ctx); merr != nil {
 		s.log.Warn("llmproxy: last metrics push failed", "err", merr)
@@ -448,6 +453,9 @@ func (s *server) close() {
 	}
 	if s.simSrv != nil {
 		_ = s.simSrv.Close()
+	}
+	if s.budgets != nil {
+		s.budgets.close()
 	}
 	if s.metrics != nil {
 		s.metrics.close()
