@@ -86,7 +86,9 @@ type BreakerObserver interface {
 
 // Store keeps limiter state in Redis so that every replica of a service
 // enforces one limit. It implements backend.Store and backend.Batcher.
-// It is safe for concurrent use and has no background goroutines.
+// It is safe for concurrent use. Its only goroutines send the calls that
+// queue for a node while another is on its way (see groupQueue), and end
+// when none waits.
 type Store struct {
 	client   redis.UniversalClient
 	cfg      Config
@@ -100,7 +102,8 @@ type Store struct {
 	idemMS   int64 // lifetime of a settle's idempotency key
 	idemTTL  any   // idemMS, boxed once
 	pool     sync.Pool
-	settles  settleQueue
+	group    groupQueue // a single node's, or when a key's node is unknown
+	nodes    sync.Map   // *redis.Client (a Cluster master, a Ring shard) -> *groupQueue
 }
 
 var (
@@ -166,7 +169,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	s.graceArg = s.grace
 	s.idemMS = max(int64(1000), 4*cfg.Timeout.Milliseconds())
 	s.idemTTL = s.idemMS
-	s.pool.New = func() any { return &call{} }
+	s.pool.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return s, nil
 }
 
@@ -290,6 +293,17 @@ type call struct {
 	// strings with one allocation (flushKeys).
 	kbuf []byte
 	kend []int
+	// In a group queue (see groupQueue): the script, the deadline, the
+	// outcome, and done, which receives once when the outcome is set (the
+	// call is recycled with it empty).
+	script   *script
+	deadline time.Time
+	reply    string
+	err      error
+	done     chan struct{}
+	detached bool // once sent, not cancelled by its caller (a settlement)
+	finished bool // done is closed
+	gone     bool // left while its batch was sent: the sender recycles it
 }
 
 // putKey appends a key, written by add, for flushKeys.
@@ -325,6 +339,8 @@ func (s *Store) putCall(c *call) {
 	clear(c.args)
 	clear(c.cmd)
 	c.keys, c.args, c.cmd, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.cmd[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
+	c.script, c.deadline, c.reply, c.err = nil, time.Time{}, "", nil
+	c.detached, c.finished, c.gone = false, false, false
 	s.pool.Put(c)
 }
 
@@ -553,9 +569,7 @@ func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now 
 		for i := range ops {
 			appendAcquire(c, &ops[i], now)
 		}
-		reply, err := s.run(ctx, script, name, len(ops), c)
-		s.putCall(c)
-		return reply, err
+		return s.run(ctx, script, name, len(ops), c)
 	})
 	if err != nil {
 		return err
@@ -773,8 +787,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
 			c.args = l.params(c.args, op.Limit, now)
 		}
-		reply, err := s.settleRun(ctx, script, count, c)
-		s.putCall(c)
+		reply, err := s.run(ctx, script, "settle", count, c)
 		if err != nil {
 			for i := range ops {
 				op := &ops[i]
@@ -804,22 +817,6 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 		return fmt.Errorf("redisstore: malformed reply %q", reply)
 	}
 	return nil
-}
-
-// run calls script with c's keys and arguments through the breaker and
-// the timeout.
-func (s *Store) run(ctx context.Context, script *script, op string, policies int, c *call) (string, error) {
-	if !s.brk.allow() {
-		return "", s.refused(op, policies)
-	}
-	var start time.Time
-	if s.calls != nil {
-		start = time.Now()
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	reply, err := s.eval(cctx, script, c)
-	cancel()
-	return reply, s.finish(ctx, op, policies, start, err)
 }
 
 // eval runs script with c's keys and arguments by its hash (EVALSHA), and
