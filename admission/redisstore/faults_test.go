@@ -175,6 +175,7 @@ func TestFaults(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	for i, r := range rs {
+		t.Logf("%s: slowest decision while Redis was killed under load: %v", r.mode, slowest[i])
 		if slowest[i] > faultTimeout+latencySlack {
 			t.Errorf("%s: slowest decision while Redis was killed under load: %v; want at most %v (+%v)", r.mode, slowest[i], faultTimeout, latencySlack)
 		}

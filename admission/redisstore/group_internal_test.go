@@ -190,6 +190,35 @@ func TestDecisionsShareRoundTrips(t *testing.T) {
 		}
 	})
 
+	t.Run("deadline_while_queued", func(t *testing.T) {
+		// The decisions on their way are held past a queued one's
+		// deadline: it returns at its deadline, not when they do, and is
+		// never sent.
+		f := newDecisionFixture(t, srv.Addr)
+		late := queued[5]
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		out := f.decideHeld(t, tenants, map[string]context.Context{late: ctx})
+		select {
+		case d := <-out:
+			if d.tenant != late || !errors.Is(d.err, context.DeadlineExceeded) || d.took > 300*time.Millisecond+latencyAllowance {
+				t.Errorf("%s: %v after %v; want %s's deadline exceeded at 300ms", d.tenant, d.err, d.took, late)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s still waiting 5s after its deadline, behind the held decisions", late)
+		}
+		close(f.hold.release)
+		for tn, d := range collect(t, out, len(tenants)-1) {
+			if d.err != nil || !d.g.OK || d.g.Remaining != 9 {
+				t.Errorf("%s, beside a decision that gave up queued: %+v, %v; want admitted with 9 left", tn, d.g, d.err)
+			}
+		}
+		f.remaining(t, late, 10)
+		if len(f.hold.sizes) != 1 || f.hold.sizes[0] != len(queued)-1 {
+			t.Errorf("pipelines %v; want the %d decisions still queued in one", f.hold.sizes, len(queued)-1)
+		}
+	})
+
 	t.Run("scripts_flushed", func(t *testing.T) {
 		f := newDecisionFixture(t, srv.Addr)
 		f.hold.beforePipeline = func() {

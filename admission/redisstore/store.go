@@ -97,6 +97,7 @@ type Store struct {
 	calls    backend.CallObserver
 	breaks   BreakerObserver
 	brk      breaker
+	openErr  error // what the open breaker answers: made once, as it refuses calls at full speed
 	grace    int64 // ms
 	graceArg any   // grace, boxed once
 	idemMS   int64 // lifetime of a settle's idempotency key
@@ -160,6 +161,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	}
 	s.brk.threshold = int32(cfg.BreakerFailures)
 	s.brk.cooldown = int64(cfg.BreakerCooldown)
+	s.openErr = fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
 	s.brk.onChange = func(open bool) {
 		if s.breaks != nil {
 			s.breaks.BreakerChanged(s.cfg.Name, open)
@@ -555,6 +557,10 @@ func groupByTag(ops []backend.Op) [][]int {
 // acquire evaluates ops, whose keys may share a script, in one call (name
 // is "acquire" for one op, "batch" for several) and fills their grants.
 func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now int64) error {
+	if s.brk.refusing() {
+		// Refused before its keys are built: nothing allocated.
+		return s.refused(name, len(ops))
+	}
 	if sh, ok := leanAcquireShape(ops); ok {
 		return s.leanAcquire(ctx, name, sh, ops, now)
 	}
@@ -832,9 +838,11 @@ func (s *Store) eval(ctx context.Context, script *script, c *call) (string, erro
 }
 
 // refused reports and returns the error of a call the open breaker
-// refused.
+// refused, without allocating: while Redis is down every call of every
+// request comes here, and garbage made at that rate would bring the
+// collector's pauses onto the decisions still on their way.
 func (s *Store) refused(op string, policies int) error {
-	err := fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
+	err := s.openErr
 	if s.calls != nil {
 		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
 	}
