@@ -172,7 +172,11 @@
 // through a circuit breaker: after Config.BreakerFailures consecutive
 // failures (5) the breaker opens and calls fail at once, without touching
 // the network, for Config.BreakerCooldown (1s); then one probe call goes
-// through and its success closes the breaker. Decisions return to Redis by
+// through and its success closes the breaker. A decision the open breaker
+// refuses allocates nothing: while Redis is down every request comes
+// through there at the rate it arrives, and garbage made at that rate
+// would bring the collector's pauses onto the decisions still on their
+// way. Decisions return to Redis by
 // themselves within the cooldown once it answers again.
 //
 // A failed call is an error from the Limiter; the controller then applies
