@@ -41,7 +41,8 @@ type groupQueue struct {
 
 // queueFor returns the group queue of the node c's keys are bound for:
 // the store's one queue on a single node, the queue of the key's master
-// on Cluster (its shard on Ring). The queues are kept per node client, so
+// on Cluster (its shard on Ring); c.deadline bounds finding the master.
+// The queues are kept per node client, so
 // their number is that of the nodes the client has known.
 func (s *Store) queueFor(ctx context.Context, c *call) *groupQueue {
 	if !s.sharded || len(c.keys) == 0 {
@@ -51,7 +52,11 @@ func (s *Store) queueFor(ctx context.Context, c *call) *groupQueue {
 	var err error
 	switch cl := s.client.(type) {
 	case *redis.ClusterClient:
-		node, err = cl.MasterForKey(ctx, c.keys[0])
+		// Finding the master may load the cluster's slots: within the
+		// call's deadline.
+		kctx, cancel := context.WithDeadline(ctx, c.deadline)
+		node, err = cl.MasterForKey(kctx, c.keys[0])
+		cancel()
 	case *redis.Ring:
 		node, err = cl.GetShardClientForKey(c.keys[0])
 	}
@@ -83,28 +88,34 @@ func (s *Store) run(ctx context.Context, script *script, op string, policies int
 	// A settlement is off the request's path: once sent, its caller
 	// giving up does not cancel it (queued, it leaves).
 	c.detached = op == "settle"
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	reply, err := s.queueFor(cctx, c).run(s, cctx, script, c)
-	cancel()
+	c.deadline = time.Now().Add(s.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
+		c.deadline = d
+	}
+	reply, err := s.queueFor(ctx, c).run(s, ctx, script, c)
 	return reply, s.finish(ctx, op, policies, start, err)
 }
 
 // run sends c at once when q is idle, on the caller's goroutine, and
-// otherwise in the next batch; ctx carries c's deadline.
+// otherwise in the next batch; c.deadline is set, and ctx is the caller's.
+// A queued call waits for its deadline on a timer of its own, not on a
+// context: no context is made for it, and when the deadline passes the
+// timer wakes the caller directly, where a context's deadline would first
+// run a goroutine to cancel it (one more wait for a CPU on a loaded
+// machine).
 func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call) (string, error) {
 	c.script = script
-	c.deadline, _ = ctx.Deadline()
 	q.mu.Lock()
 	if q.sending < maxSending {
 		q.sending++
 		q.mu.Unlock()
-		ectx := ctx
+		parent := ctx
 		if c.detached {
-			var cancel context.CancelFunc
-			ectx, cancel = context.WithDeadline(context.WithoutCancel(ctx), c.deadline)
-			defer cancel()
+			parent = context.WithoutCancel(ctx)
 		}
+		ectx, cancel := context.WithDeadline(parent, c.deadline)
 		reply, err := s.eval(ectx, script, c)
+		cancel()
 		s.putCall(c)
 		q.mu.Lock()
 		if len(q.waiting) == 0 {
@@ -121,15 +132,27 @@ func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call)
 	}
 	q.waiting = append(q.waiting, c)
 	q.mu.Unlock()
+	if c.timer == nil {
+		c.timer = time.NewTimer(time.Until(c.deadline))
+	} else {
+		c.timer.Reset(time.Until(c.deadline))
+	}
+	var gaveUp error
 	select {
 	case <-c.done:
 	case <-ctx.Done():
+		gaveUp = ctx.Err()
+	case <-c.timer.C:
+		gaveUp = context.DeadlineExceeded
+	}
+	c.timer.Stop()
+	if gaveUp != nil {
 		switch q.leave(c) {
 		case left:
 			s.putCall(c)
-			return "", ctx.Err()
+			return "", gaveUp
 		case gone:
-			return "", ctx.Err() // the batch's sender recycles c
+			return "", gaveUp // the batch's sender recycles c
 		}
 		<-c.done
 	}

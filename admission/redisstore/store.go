@@ -297,12 +297,14 @@ type call struct {
 	kend []int
 	// In a group queue (see groupQueue): the script, the deadline, the
 	// outcome, and done, which receives once when the outcome is set (the
-	// call is recycled with it empty).
+	// call is recycled with it empty); timer, kept across uses, is a
+	// queued call's deadline.
 	script   *script
 	deadline time.Time
 	reply    string
 	err      error
 	done     chan struct{}
+	timer    *time.Timer
 	detached bool // once sent, not cancelled by its caller (a settlement)
 	finished bool // done is closed
 	gone     bool // left while its batch was sent: the sender recycles it
