@@ -256,7 +256,7 @@ func (q *groupQueue) send(s *Store, batch []*call) {
 	var again redis.Pipeliner
 	for i, b := range batch {
 		b.reply, b.err = cmds[i].Text()
-		if redis.HasErrorPrefix(b.err, "NOSCRIPT") {
+		if noScript(b.err) {
 			if again == nil {
 				again = s.client.Pipeline()
 			}

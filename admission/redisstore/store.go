@@ -833,10 +833,17 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 // never ran it.
 func (s *Store) eval(ctx context.Context, script *script, c *call) (string, error) {
 	reply, err := s.client.Do(ctx, c.command("evalsha", script.sha)...).Text()
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if noScript(err) {
 		return s.client.Do(ctx, c.command("eval", script.src)...).Text()
 	}
 	return reply, err
+}
+
+// noScript reports whether err is the server's NOSCRIPT: it has no
+// script of that hash. (redis.HasErrorPrefix allocates even for a nil
+// error, which every successful call has.)
+func noScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // refused reports and returns the error of a call the open breaker
