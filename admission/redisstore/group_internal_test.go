@@ -17,7 +17,8 @@ import (
 )
 
 // decisionFixture is a store whose client holds the first maxSending lone
-// decisions, and a token bucket of 10 per hour.
+// decisions, and a token bucket of 10 per hour; its calls time out after
+// timeout.
 type decisionFixture struct {
 	st   *Store
 	hold *holdFirstSettle
@@ -25,11 +26,11 @@ type decisionFixture struct {
 	base limits.Limit
 }
 
-func newDecisionFixture(t *testing.T, addr string) *decisionFixture {
+func newDecisionFixture(t *testing.T, addr string, timeout time.Duration) *decisionFixture {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	st, err := New(client, Config{Prefix: fmt.Sprintf("d%d:", time.Now().UnixNano()), Timeout: 2 * time.Second})
+	st, err := New(client, Config{Prefix: fmt.Sprintf("d%d:", time.Now().UnixNano()), Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestDecisionsShareRoundTrips(t *testing.T) {
 	queued := tenants[maxSending:]
 
 	t.Run("one_pipeline", func(t *testing.T) {
-		f := newDecisionFixture(t, srv.Addr)
+		f := newDecisionFixture(t, srv.Addr, 2*time.Second)
 		out := f.decideHeld(t, tenants, nil)
 		close(f.hold.release)
 		for tn, d := range collect(t, out, len(tenants)) {
@@ -136,7 +137,7 @@ func TestDecisionsShareRoundTrips(t *testing.T) {
 
 	t.Run("script_error", func(t *testing.T) {
 		// A key of the wrong type makes one script call fail in Redis.
-		f := newDecisionFixture(t, srv.Addr)
+		f := newDecisionFixture(t, srv.Addr, 2*time.Second)
 		bad := queued[3]
 		var key [128]byte
 		if _, err := redistest.Do(srv.Addr, "HSET", string(f.lim.(*limiter).appendKey(key[:0], bad)), "x", "1"); err != nil {
@@ -163,7 +164,7 @@ func TestDecisionsShareRoundTrips(t *testing.T) {
 	t.Run("deadline", func(t *testing.T) {
 		// The pipeline is held past one decision's deadline: that one
 		// returns at its deadline, the others when the pipeline does.
-		f := newDecisionFixture(t, srv.Addr)
+		f := newDecisionFixture(t, srv.Addr, 2*time.Second)
 		late := queued[5]
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -194,7 +195,7 @@ func TestDecisionsShareRoundTrips(t *testing.T) {
 		// The decisions on their way are held past a queued one's
 		// deadline: it returns at its deadline, not when they do, and is
 		// never sent.
-		f := newDecisionFixture(t, srv.Addr)
+		f := newDecisionFixture(t, srv.Addr, 2*time.Second)
 		late := queued[5]
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -219,8 +220,39 @@ func TestDecisionsShareRoundTrips(t *testing.T) {
 		}
 	})
 
+	t.Run("timeout_while_queued", func(t *testing.T) {
+		// The store's Timeout, not the callers' contexts, bounds the
+		// decisions: those queued behind the held ones return when it
+		// passes, every one, and none is sent.
+		f := newDecisionFixture(t, srv.Addr, 300*time.Millisecond)
+		out := f.decideHeld(t, tenants, nil)
+		for range queued {
+			select {
+			case d := <-out:
+				if !errors.Is(d.err, context.DeadlineExceeded) || d.took > 300*time.Millisecond+latencyAllowance {
+					t.Errorf("%s: %v after %v; want the store's timeout at 300ms", d.tenant, d.err, d.took)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("queued decisions still waiting 5s after the store's timeout")
+			}
+		}
+		close(f.hold.release)
+		collect(t, out, maxSending) // the held ones, past their deadline
+		// The timeouts opened the breaker: Redis itself says no queued
+		// decision took anything.
+		var key [128]byte
+		for _, tn := range queued {
+			if n, err := redistest.Do(srv.Addr, "EXISTS", string(f.lim.(*limiter).appendKey(key[:0], tn))); err != nil || n != "0" {
+				t.Errorf("%s: its bucket exists (%q, %v); want none: the decision was never sent", tn, n, err)
+			}
+		}
+		if len(f.hold.sizes) != 0 {
+			t.Errorf("pipelines %v; want none: every queued decision gave up", f.hold.sizes)
+		}
+	})
+
 	t.Run("scripts_flushed", func(t *testing.T) {
-		f := newDecisionFixture(t, srv.Addr)
+		f := newDecisionFixture(t, srv.Addr, 2*time.Second)
 		f.hold.beforePipeline = func() {
 			for f.hold.settled.Load() < maxSending {
 				time.Sleep(time.Millisecond)
