@@ -26,10 +26,17 @@ func (b *breaker) allow() bool {
 	if until == 0 {
 		return true
 	}
-	if time.Now().UnixNano() < until {
+	if b.refusing() {
 		return false
 	}
 	return b.probing.CompareAndSwap(false, true)
+}
+
+// refusing reports whether the breaker is open and its cooldown has not
+// passed: allow would refuse. It takes no probe slot.
+func (b *breaker) refusing() bool {
+	until := b.openUntil.Load()
+	return until != 0 && time.Now().UnixNano() < until
 }
 
 // success records a successful call.

@@ -9,7 +9,15 @@ import (
 // IsSettleCall reports whether the arguments of a client command call a
 // settle script, lean or generic, for tests that replay or hold settle
 // calls as a client retrying after a lost reply would.
-func IsSettleCall(args []any) bool {
+func IsSettleCall(args []any) bool { return callsScriptOf(args, leanSettles, genericSettles) }
+
+// isAcquireCall reports whether the arguments of a client command call an
+// acquire script, lean or generic.
+func isAcquireCall(args []any) bool { return callsScriptOf(args, leanAcquires, genericAcquires) }
+
+// callsScriptOf reports whether the arguments of a client command call a
+// script of one of caches, by hash (EVALSHA) or by source (EVAL).
+func callsScriptOf(args []any, caches ...interface{ has(sha string) bool }) bool {
 	if len(args) < 3 {
 		return false
 	}
@@ -17,11 +25,16 @@ func IsSettleCall(args []any) bool {
 	arg, _ := args[1].(string)
 	switch strings.ToLower(name) {
 	case "evalsha":
-		return leanSettles.has(arg) || genericSettles.has(arg)
 	case "eval":
 		sum := sha1.Sum([]byte(arg))
-		sha := hex.EncodeToString(sum[:])
-		return leanSettles.has(sha) || genericSettles.has(sha)
+		arg = hex.EncodeToString(sum[:])
+	default:
+		return false
+	}
+	for _, c := range caches {
+		if c.has(arg) {
+			return true
+		}
 	}
 	return false
 }
@@ -34,4 +47,11 @@ func (c *scriptCache[K]) has(sha string) bool {
 		}
 	}
 	return false
+}
+
+// NodeQueues returns how many Redis nodes st has a group queue for.
+func NodeQueues(st *Store) int {
+	n := 0
+	st.nodes.Range(func(any, any) bool { n++; return true })
+	return n
 }

@@ -291,7 +291,6 @@ func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *b
 	c.flushKeys()
 	c.args = append(c.args, &c.blob)
 	reply, err := s.run(ctx, renewScript, "renew", 1, c)
-	s.putCall(c)
 	if err != nil {
 		return err
 	}
@@ -597,9 +596,7 @@ func (r *floats) int() int64 { return int64(r.float()) }
 // leanAcquire runs the lean acquire script of shape sh over ops and fills
 // their grants as the generic script would.
 func (s *Store) leanAcquire(ctx context.Context, name string, sh shape, ops []backend.Op, now int64) error {
-	c := s.leanAcquireCall(ops, now)
-	reply, err := s.run(ctx, leanAcquires.get(sh), name, len(ops), c)
-	s.putCall(c)
+	reply, err := s.run(ctx, leanAcquires.get(sh), name, len(ops), s.leanAcquireCall(ops, now))
 	if err != nil {
 		return err
 	}
@@ -746,9 +743,7 @@ func (s *Store) leanSettleOps(ctx context.Context, sh shape, ops []backend.Op, n
 		}
 		c.flushKeys()
 		c.args = append(c.args, &c.blob)
-		reply, err := s.settleRun(ctx, leanSettles.get(sh), count, c)
-		s.putCall(c)
-		return reply, err
+		return s.run(ctx, leanSettles.get(sh), "settle", count, c)
 	})
 	return settled(ops, reply, err)
 }

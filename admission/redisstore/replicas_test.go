@@ -229,6 +229,44 @@ func testSharded(t *testing.T, newClient func(t testing.TB) redis.UniversalClien
 			}
 		}
 	})
+	t.Run("concurrent", func(t *testing.T) {
+		// Decisions from many goroutines at once share round trips per
+		// node: every tenant is admitted exactly its limit, and the store
+		// has one queue per server.
+		st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})
+		p := admission.Policy{Name: "burst", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket, Limit: 30, Per: 1000 * time.Hour}
+		ctl := newController(t, st, p)
+		const tenants, goroutines, rounds = 12, 16, 3
+		var admitted [tenants]atomic.Int64
+		var wg sync.WaitGroup
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < tenants*rounds; i++ {
+					k := (i + g) % tenants
+					tk, err := ctl.Admit(context.Background(), admission.Request{Tenant: fmt.Sprintf("tenant-%d", k)})
+					switch {
+					case err == nil:
+						admitted[k].Add(1)
+						tk.Done()
+					case !errorsIsRejection(err):
+						t.Errorf("Admit: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for k := range admitted {
+			if n := admitted[k].Load(); n != p.Limit {
+				t.Errorf("tenant-%d: %d admitted of %d attempts; want exactly its limit %d", k, n, goroutines*rounds, p.Limit)
+			}
+		}
+		if n := redisstore.NodeQueues(st); n != len(addrs) {
+			t.Errorf("%d node queues; want one per server (%d)", n, len(addrs))
+		}
+	})
 	t.Run("different_slots", func(t *testing.T) {
 		// A global limit does not share the tenant's slot: the request is
 		// evaluated in two scripts and what the first took is given back

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,13 +18,16 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// holdFirstSettle is a client hook that holds the first lone settle call
-// until released, so that the settles arriving meanwhile queue behind it,
-// and records how many settles each pipeline carries.
+// holdFirstSettle is a client hook that holds the first maxSending lone
+// calls it matches (settles, unless set otherwise) until released, so that
+// the calls arriving meanwhile queue behind them, and records how many
+// matching calls each pipeline carries.
 type holdFirstSettle struct {
-	inside  chan struct{} // closed when the first settle is held
+	match   func(args []any) bool
+	inside  chan struct{} // closed when the first maxSending calls are held
 	release chan struct{}
-	once    sync.Once
+	held    atomic.Int32
+	settled atomic.Int32 // held calls that have returned
 	mu      sync.Mutex
 	sizes   []int
 	// beforePipeline, when set, runs before the first pipeline of
@@ -32,18 +36,21 @@ type holdFirstSettle struct {
 }
 
 func newHoldFirstSettle() *holdFirstSettle {
-	return &holdFirstSettle{inside: make(chan struct{}), release: make(chan struct{})}
+	return &holdFirstSettle{match: IsSettleCall, inside: make(chan struct{}), release: make(chan struct{})}
 }
 
 func (h *holdFirstSettle) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *holdFirstSettle) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); IsSettleCall(args) {
-			h.once.Do(func() {
-				close(h.inside)
+		if h.match(cmd.Args()) {
+			if n := h.held.Add(1); n <= maxSending {
+				if n == maxSending {
+					close(h.inside)
+				}
 				<-h.release
-			})
+				defer h.settled.Add(1)
+			}
 		}
 		return next(ctx, cmd)
 	}
@@ -53,7 +60,7 @@ func (h *holdFirstSettle) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		n := 0
 		for _, c := range cmds {
-			if args := c.Args(); IsSettleCall(args) {
+			if h.match(c.Args()) {
 				n++
 			}
 		}
@@ -121,20 +128,22 @@ func (f *settleFixture) left(t *testing.T, i int) (int64, int64) {
 	return probe[0].Grant.Remaining, probe[1].Grant.Remaining
 }
 
-// settleHeld starts every settle of f: the first is held by hold, the
-// others queue behind it. It returns once they are queued; each settle's
+// settleHeld starts every settle of f: the first maxSending are held by
+// hold, the others queue behind them. It returns once they are queued; each settle's
 // error arrives on the channel, in no particular order, once hold is
 // released.
 func (f *settleFixture) settleHeld(t *testing.T, hold *holdFirstSettle) <-chan error {
 	t.Helper()
 	errs := make(chan error, len(f.settles))
 	settle := func(i int) { errs <- f.st.SettleBatch(context.Background(), f.settles[i], time.Now()) }
-	go settle(0)
-	<-hold.inside
-	for i := 1; i < len(f.settles); i++ {
+	for i := 0; i < maxSending; i++ {
 		go settle(i)
 	}
-	eventuallyQueued(t, f.st, len(f.settles)-1)
+	<-hold.inside
+	for i := maxSending; i < len(f.settles); i++ {
+		go settle(i)
+	}
+	eventuallyQueued(t, f.st, len(f.settles)-maxSending)
 	return errs
 }
 
@@ -177,7 +186,7 @@ func TestSettlesCoalesce(t *testing.T) {
 func testSettlesCoalesce(t *testing.T, srv *redistest.Server, generic bool) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	f := newSettleFixture(t, client, 11, generic)
+	f := newSettleFixture(t, client, 10+maxSending, generic)
 	hold := newHoldFirstSettle()
 	client.AddHook(hold)
 	errs := f.settleHeld(t, hold)
@@ -200,28 +209,34 @@ func TestQueuedSettleGivesUp(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	f := newSettleFixture(t, client, 2, false)
+	f := newSettleFixture(t, client, maxSending+1, false)
 	hold := newHoldFirstSettle()
 	client.AddHook(hold)
-	first := make(chan error, 1)
-	go func() { first <- f.st.SettleBatch(context.Background(), f.settles[0], time.Now()) }()
+	first := make(chan error, maxSending)
+	for i := 0; i < maxSending; i++ {
+		go func() { first <- f.st.SettleBatch(context.Background(), f.settles[i], time.Now()) }()
+	}
 	<-hold.inside
 	ctx, cancel := context.WithCancel(context.Background())
 	second := make(chan error, 1)
-	go func() { second <- f.st.SettleBatch(ctx, f.settles[1], time.Now()) }()
+	go func() { second <- f.st.SettleBatch(ctx, f.settles[maxSending], time.Now()) }()
 	eventuallyQueued(t, f.st, 1)
 	cancel()
 	if err := <-second; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled queued settle = %v; want context.Canceled", err)
 	}
 	close(hold.release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
+	for i := 0; i < maxSending; i++ {
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
 	}
-	if tokens, slots := f.left(t, 0); tokens < 960 || slots != 5 {
-		t.Errorf("settled tenant: %d tokens, %d slots; want 960 and 5", tokens, slots)
+	for i := 0; i < maxSending; i++ {
+		if tokens, slots := f.left(t, i); tokens < 960 || slots != 5 {
+			t.Errorf("settled tenant %d: %d tokens, %d slots; want 960 and 5", i, tokens, slots)
+		}
 	}
-	if tokens, slots := f.left(t, 1); tokens > 902 || slots != 4 {
+	if tokens, slots := f.left(t, maxSending); tokens > 902 || slots != 4 {
 		t.Errorf("cancelled tenant: %d tokens, %d slots; want 900 and 4 (nothing settled)", tokens, slots)
 	}
 	if len(hold.sizes) != 0 {
@@ -254,16 +269,22 @@ func TestQueuedSettlesRedisGone(t *testing.T) {
 
 // TestQueuedSettlesScriptsFlushed flushes the server's scripts just before
 // a pipeline of settlements (lean or generic) goes out: the pipeline meets
-// NOSCRIPT, and each settlement is sent again and applied once.
+// NOSCRIPT, and the settlements are sent again with their scripts' source
+// in one more pipeline, each applied once.
 func TestQueuedSettlesScriptsFlushed(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, generic := range []bool{false, true} {
 		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { client.Close() })
-			f := newSettleFixture(t, client, 4, generic)
+			f := newSettleFixture(t, client, 3+maxSending, generic)
 			hold := newHoldFirstSettle()
 			hold.beforePipeline = func() {
+				// Flush once the held calls are done, so that none of
+				// them loads a script again before the pipeline runs.
+				for hold.settled.Load() < maxSending {
+					time.Sleep(time.Millisecond)
+				}
 				if r, err := redistest.Do(srv.Addr, "SCRIPT", "FLUSH"); err != nil || !strings.EqualFold(r, "OK") {
 					t.Errorf("SCRIPT FLUSH = %q, %v", r, err)
 				}
@@ -278,8 +299,8 @@ func TestQueuedSettlesScriptsFlushed(t *testing.T) {
 					failed = true
 				}
 			}
-			if len(hold.sizes) != 1 || hold.sizes[0] != 3 {
-				t.Errorf("pipelines %v; want the 3 queued settles in one", hold.sizes)
+			if len(hold.sizes) != 2 || hold.sizes[0] != 3 || hold.sizes[1] != 3 {
+				t.Errorf("pipelines %v; want the 3 queued settles in one, and in one more sent again with their scripts", hold.sizes)
 			}
 			if !failed {
 				f.settledOnce(t)
@@ -293,9 +314,9 @@ func eventuallyQueued(t *testing.T, st *Store, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		st.settles.mu.Lock()
-		got := len(st.settles.waiting)
-		st.settles.mu.Unlock()
+		st.group.mu.Lock()
+		got := len(st.group.waiting)
+		st.group.mu.Unlock()
 		if got == n {
 			return
 		}

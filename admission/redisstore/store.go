@@ -86,7 +86,9 @@ type BreakerObserver interface {
 
 // Store keeps limiter state in Redis so that every replica of a service
 // enforces one limit. It implements backend.Store and backend.Batcher.
-// It is safe for concurrent use and has no background goroutines.
+// It is safe for concurrent use. Its only goroutines send the calls that
+// queue for a node while another is on its way (see groupQueue), and end
+// when none waits.
 type Store struct {
 	client   redis.UniversalClient
 	cfg      Config
@@ -95,12 +97,14 @@ type Store struct {
 	calls    backend.CallObserver
 	breaks   BreakerObserver
 	brk      breaker
+	openErr  error // what the open breaker answers: made once, as it refuses calls at full speed
 	grace    int64 // ms
 	graceArg any   // grace, boxed once
 	idemMS   int64 // lifetime of a settle's idempotency key
 	idemTTL  any   // idemMS, boxed once
 	pool     sync.Pool
-	settles  settleQueue
+	group    groupQueue // a single node's, or when a key's node is unknown
+	nodes    sync.Map   // *redis.Client (a Cluster master, a Ring shard) -> *groupQueue
 }
 
 var (
@@ -157,6 +161,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	}
 	s.brk.threshold = int32(cfg.BreakerFailures)
 	s.brk.cooldown = int64(cfg.BreakerCooldown)
+	s.openErr = fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
 	s.brk.onChange = func(open bool) {
 		if s.breaks != nil {
 			s.breaks.BreakerChanged(s.cfg.Name, open)
@@ -166,7 +171,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	s.graceArg = s.grace
 	s.idemMS = max(int64(1000), 4*cfg.Timeout.Milliseconds())
 	s.idemTTL = s.idemMS
-	s.pool.New = func() any { return &call{} }
+	s.pool.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return s, nil
 }
 
@@ -290,6 +295,19 @@ type call struct {
 	// strings with one allocation (flushKeys).
 	kbuf []byte
 	kend []int
+	// In a group queue (see groupQueue): the script, the deadline, the
+	// outcome, and done, which receives once when the outcome is set (the
+	// call is recycled with it empty); timer, kept across uses, is a
+	// queued call's deadline.
+	script   *script
+	deadline time.Time
+	reply    string
+	err      error
+	done     chan struct{}
+	timer    *time.Timer
+	detached bool // once sent, not cancelled by its caller (a settlement)
+	finished bool // done is closed
+	gone     bool // left while its batch was sent: the sender recycles it
 }
 
 // putKey appends a key, written by add, for flushKeys.
@@ -325,6 +343,8 @@ func (s *Store) putCall(c *call) {
 	clear(c.args)
 	clear(c.cmd)
 	c.keys, c.args, c.cmd, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.cmd[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
+	c.script, c.deadline, c.reply, c.err = nil, time.Time{}, "", nil
+	c.detached, c.finished, c.gone = false, false, false
 	s.pool.Put(c)
 }
 
@@ -539,6 +559,10 @@ func groupByTag(ops []backend.Op) [][]int {
 // acquire evaluates ops, whose keys may share a script, in one call (name
 // is "acquire" for one op, "batch" for several) and fills their grants.
 func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now int64) error {
+	if s.brk.refusing() {
+		// Refused before its keys are built: nothing allocated.
+		return s.refused(name, len(ops))
+	}
 	if sh, ok := leanAcquireShape(ops); ok {
 		return s.leanAcquire(ctx, name, sh, ops, now)
 	}
@@ -553,9 +577,7 @@ func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now 
 		for i := range ops {
 			appendAcquire(c, &ops[i], now)
 		}
-		reply, err := s.run(ctx, script, name, len(ops), c)
-		s.putCall(c)
-		return reply, err
+		return s.run(ctx, script, name, len(ops), c)
 	})
 	if err != nil {
 		return err
@@ -773,8 +795,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
 			c.args = l.params(c.args, op.Limit, now)
 		}
-		reply, err := s.settleRun(ctx, script, count, c)
-		s.putCall(c)
+		reply, err := s.run(ctx, script, "settle", count, c)
 		if err != nil {
 			for i := range ops {
 				op := &ops[i]
@@ -806,38 +827,31 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	return nil
 }
 
-// run calls script with c's keys and arguments through the breaker and
-// the timeout.
-func (s *Store) run(ctx context.Context, script *script, op string, policies int, c *call) (string, error) {
-	if !s.brk.allow() {
-		return "", s.refused(op, policies)
-	}
-	var start time.Time
-	if s.calls != nil {
-		start = time.Now()
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	reply, err := s.eval(cctx, script, c)
-	cancel()
-	return reply, s.finish(ctx, op, policies, start, err)
-}
-
 // eval runs script with c's keys and arguments by its hash (EVALSHA), and
 // by its source (EVAL, which loads it) when the server does not have it:
 // on first use, after a restart or SCRIPT FLUSH, on a Cluster node that
 // never ran it.
 func (s *Store) eval(ctx context.Context, script *script, c *call) (string, error) {
 	reply, err := s.client.Do(ctx, c.command("evalsha", script.sha)...).Text()
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if noScript(err) {
 		return s.client.Do(ctx, c.command("eval", script.src)...).Text()
 	}
 	return reply, err
 }
 
+// noScript reports whether err is the server's NOSCRIPT: it has no
+// script of that hash. (redis.HasErrorPrefix allocates even for a nil
+// error, which every successful call has.)
+func noScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
 // refused reports and returns the error of a call the open breaker
-// refused.
+// refused, without allocating: while Redis is down every call of every
+// request comes here, and garbage made at that rate would bring the
+// collector's pauses onto the decisions still on their way.
 func (s *Store) refused(op string, policies int) error {
-	err := fmt.Errorf("%w (%d consecutive failures)", ErrBreakerOpen, s.brk.threshold)
+	err := s.openErr
 	if s.calls != nil {
 		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
 	}
