@@ -498,7 +498,8 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 		next := ep.Stable()
 		a, aerr := again()
 		if aerr == nil && next == e+2 && !ep.Changed(next) && a.Tenant == req.Tenant && a.KeyID == req.KeyID &&
-			a.User == req.User && a.Addr == req.Addr && a.Operation == req.Operation && a.Tokens == req.Tokens && a.Cost == req.Cost {
+			a.User == req.User && a.Addr == req.Addr && a.Operation == req.Operation && a.Tokens == req.Tokens && a.Cost == req.Cost &&
+			a.Priority == req.Priority {
 			break
 		}
 		if err == nil {

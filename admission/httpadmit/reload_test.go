@@ -81,3 +81,32 @@ func keysIf(owner bool) string {
 	}
 	return ", api_keys: [" + config.HashKey(keyNoisy).String() + "]"
 }
+
+// TestReadmitWhenTheClassMoves: a file installed while a request was being
+// decided that gives it another priority class (and nothing else) makes it
+// decided again, with the new class.
+func TestReadmitWhenTheClassMoves(t *testing.T) {
+	var ep config.Epoch
+	e := ep.Stable()
+	if err := ep.Install(func(moves func()) error { moves(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	first := admission.Request{Tenant: "a", Operation: "POST /v1/chat/completions", Priority: 10}
+	var admitted []int
+	admit := func(r admission.Request) (admission.Ticket, error) {
+		admitted = append(admitted, r.Priority)
+		return admission.Ticket{}, nil
+	}
+	again := func() (admission.Request, error) {
+		r := first
+		r.Priority = 1 // the new file puts the key in the batch class
+		return r, nil
+	}
+	req, _, err := httpadmit.Readmit(&ep, e, first, admission.Ticket{}, nil, again, admit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Priority != 1 || len(admitted) != 1 || admitted[0] != 1 {
+		t.Errorf("decided as priority %d after admissions with %v; want one more admission, with priority 1", req.Priority, admitted)
+	}
+}
