@@ -222,6 +222,9 @@ type Config struct {
 	// Anthropic configures the Messages API routes (see Anthropic); the
 	// zero value leaves them out.
 	Anthropic Anthropic
+	// Batches configures the Batch API routes (see BatchAPI); the zero
+	// value serves them with its defaults.
+	Batches BatchAPI
 	// Controller admits requests; New installs File's policies in it.
 	Controller *admission.Controller
 	// Estimator counts the tokens of request bodies and caps their size.
@@ -327,6 +330,7 @@ type Gateway struct {
 	m       instruments
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
+	batches   *batches // the Batch API's files and reservations
 }
 
 // state is what the gateway derives from one policy file besides the
@@ -381,6 +385,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
+	g.batches = newBatches(g, cfg.Batches, cfg.Clock)
 	if err := errors.Join(g.m.init(cfg.Meter), g.initProviders(cfg.Meter)); err != nil {
 		return nil, err
 	}
@@ -531,6 +536,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 		e.POST(rt.path, on(rt, g.handleLLM))
 	}
 	g.registerMessages(e)
+	g.registerBatches(e)
 	e.GET(OpModels, on(modelsRoute, g.handleModels))
 	e.GET(OpModel, on(modelRoute, g.handleModels))
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })

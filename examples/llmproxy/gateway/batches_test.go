@@ -1,0 +1,339 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/weights"
+)
+
+const batchKeyB = "sk-batch-b"
+
+// batchStack is a gateway serving the Batch API in front of the
+// simulator, both on one fake clock (2026-12-01 09:00 UTC), with tenants
+// a (keyA) and b (batchKeyB).
+type batchStack struct {
+	URL string
+	gw  *gateway.Gateway
+	sim *upstream.Server
+	clk *admissiontest.Clock
+	ctl *admission.Controller
+	est *weights.Estimator
+}
+
+// batchPolicy reserves batches on a daily token quota and a monthly
+// spend quota per tenant.
+const batchPolicy = `
+policies:
+  - {name: batch-tokens, key: [tenant], unit: tokens, algorithm: quota, period: day, limit: 100k, match: {operations: ["POST /v1/batches"]}}
+  - {name: batch-spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 1M, match: {operations: ["POST /v1/batches"]}}
+`
+
+func batchGateway(t *testing.T, policy string, tune func(*gateway.BatchAPI, *upstream.Config)) *batchStack {
+	t.Helper()
+	f, err := config.Parse("batch.yaml", []byte(policy+"tenants:\n  a: {api_keys: ["+config.HashKey(keyA).String()+"]}\n  b: {api_keys: ["+config.HashKey(batchKeyB).String()+"]}\nidentity: {anonymous: deny}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	ctl, err := admission.New(f.Config, admission.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := upstream.Config{OutputTokens: 5, BatchDelay: time.Hour, Now: clk.Now}
+	bc := gateway.BatchAPI{PollInterval: time.Minute, MaxHold: 30 * time.Hour}
+	if tune != nil {
+		tune(&bc, &sc)
+	}
+	sim := upstream.New(sc)
+	up := httptest.NewServer(sim)
+	t.Cleanup(up.Close)
+	gw, err := gateway.New(gateway.Config{
+		Upstream: up.URL + "/v1", UpstreamKey: "sk-upstream", Controller: ctl, Estimator: est, File: f, Clock: clk, Batches: bc,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	e := echo.New()
+	gw.Register(e)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return &batchStack{URL: srv.URL, gw: gw, sim: sim, clk: clk, ctl: ctl, est: est}
+}
+
+func (s *batchStack) do(t *testing.T, req *http.Request, key string) (*http.Response, []byte) {
+	t.Helper()
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// upload sends jsonl as a batch input file.
+func (s *batchStack) upload(t *testing.T, key, jsonl string) (*http.Response, []byte) {
+	t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	mw.WriteField("purpose", "batch")
+	fw, _ := mw.CreateFormFile("file", "input.jsonl")
+	io.WriteString(fw, jsonl)
+	mw.Close()
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/files", &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	return s.do(t, req, key)
+}
+
+// uploaded uploads jsonl and returns the file id.
+func (s *batchStack) uploaded(t *testing.T, key, jsonl string) string {
+	t.Helper()
+	resp, b := s.upload(t, key, jsonl)
+	var f struct{ ID string }
+	if resp.StatusCode != 200 || json.Unmarshal(b, &f) != nil || f.ID == "" {
+		t.Fatalf("upload: %d %s", resp.StatusCode, b)
+	}
+	return f.ID
+}
+
+func (s *batchStack) create(t *testing.T, key, fileID string, md map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"input_file_id": fileID, "endpoint": "/v1/chat/completions", "completion_window": "24h", "metadata": md})
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/batches", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	return s.do(t, req, key)
+}
+
+// created creates a batch and returns its id.
+func (s *batchStack) created(t *testing.T, key, fileID string, md map[string]string) string {
+	t.Helper()
+	resp, b := s.create(t, key, fileID, md)
+	var o struct{ ID, Status string }
+	if resp.StatusCode != 200 || json.Unmarshal(b, &o) != nil || o.ID == "" {
+		t.Fatalf("create: %d %s", resp.StatusCode, b)
+	}
+	return o.ID
+}
+
+// batch retrieves (or with cancel, cancels) batch id and returns its
+// status.
+func (s *batchStack) batch(t *testing.T, key, id string, cancel bool) (int, string) {
+	t.Helper()
+	method, path := http.MethodGet, "/v1/batches/"+id
+	if cancel {
+		method, path = http.MethodPost, path+"/cancel"
+	}
+	req, _ := http.NewRequest(method, s.URL+path, nil)
+	resp, b := s.do(t, req, key)
+	var o struct{ Status string }
+	json.Unmarshal(b, &o)
+	return resp.StatusCode, o.Status
+}
+
+// remaining returns what tenant has left of the batch quotas: tokens
+// today and micro-dollars this month.
+func (s *batchStack) remaining(t *testing.T, tenant string) (tokens, cost int64) {
+	t.Helper()
+	tk, err := s.ctl.TryAdmit(context.Background(), admission.Request{Tenant: tenant, Operation: "POST /v1/batches", Model: "gpt-4o-mini"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Done()
+	for _, st := range tk.Statuses(nil) {
+		switch st.Policy {
+		case "batch-tokens":
+			tokens = st.Remaining
+		case "batch-spend":
+			cost = st.Remaining
+		}
+	}
+	return tokens, cost
+}
+
+// chatLine is one request of a batch input file.
+func chatLine(id, text string, maxTokens int) string {
+	return fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":%d,"messages":[{"role":"user","content":%q}]}}`, id, maxTokens, text)
+}
+
+var batchFile = strings.Join([]string{
+	chatLine("r1", "Summarise the plot of Hamlet in one line.", 100),
+	chatLine("r2", "Name three prime numbers above one hundred.", 50),
+	chatLine("r3", "Translate 'good morning' into French, German and Italian.", 150),
+}, "\n") + "\n"
+
+// reservation is what batchFile reserves: the sum of the estimates of
+// its lines' bodies sent one by one, and their cost at gpt-4o-mini's
+// batch price.
+func (s *batchStack) reservation(t *testing.T) (in, out, cost int64) {
+	t.Helper()
+	for _, l := range strings.Split(strings.TrimSpace(batchFile), "\n") {
+		var v struct{ Body json.RawMessage }
+		json.Unmarshal([]byte(l), &v)
+		e, err := s.est.EstimateEndpoint(weights.EndpointChatCompletions, v.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, out = in+e.InputTokens, out+e.OutputTokens
+	}
+	return in, out, weights.DefaultPrices()["gpt-4o-mini"].Batch().EstimateMicros(in, out)
+}
+
+// batchCost is the cost of usage at gpt-4o-mini's batch price.
+func batchCost(in, out, cached int64) int64 {
+	return weights.DefaultPrices()["gpt-4o-mini"].Batch().CostMicros(weights.Usage{InputTokens: in, OutputTokens: out, CachedInputTokens: cached})
+}
+
+// TestBatchLifecycle: a batch reserves its input file's tokens and cost
+// when created, and its reservation ends with the batch: settled at the
+// usage of a completed batch, refunded for a failed one, settled at the
+// completed part of an expired or cancelled one (refunded when nothing
+// completed). Tenant b's figures never move.
+func TestBatchLifecycle(t *testing.T) {
+	const fullTokens, fullCost = 100_000, 1_000_000
+	tests := []struct {
+		name   string
+		md     map[string]string
+		cancel bool // cancelled by the tenant through the gateway
+		// The settled figures: tokens and cost charged in the end.
+		settled func(in, out, cost int64) (int64, int64)
+		status  string
+	}{
+		{"completed", map[string]string{"sim_input_tokens": "120", "sim_output_tokens": "90", "sim_cached_tokens": "40"}, false,
+			func(int64, int64, int64) (int64, int64) { return 210, batchCost(120, 90, 40) }, "completed"},
+		{"failed", map[string]string{"sim_outcome": "failed"}, false,
+			func(int64, int64, int64) (int64, int64) { return 0, 0 }, "failed"},
+		{"expired with one request done", map[string]string{"sim_outcome": "expired", "sim_completed": "1", "sim_input_tokens": "30", "sim_output_tokens": "25"}, false,
+			func(int64, int64, int64) (int64, int64) { return 55, batchCost(30, 25, 0) }, "expired"},
+		{"expired with nothing done", map[string]string{"sim_outcome": "expired"}, false,
+			func(int64, int64, int64) (int64, int64) { return 0, 0 }, "expired"},
+		{"cancelled by the tenant", nil, true,
+			func(int64, int64, int64) (int64, int64) { return 0, 0 }, "cancelled"},
+		{"cancelled with two requests done", map[string]string{"sim_completed": "2", "sim_input_tokens": "60", "sim_output_tokens": "70"}, true,
+			func(int64, int64, int64) (int64, int64) { return 130, batchCost(60, 70, 0) }, "cancelled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := batchGateway(t, batchPolicy, nil)
+			in, out, cost := s.reservation(t)
+			if tok, c := s.remaining(t, "a"); tok != fullTokens || c != fullCost {
+				t.Fatalf("before: remaining %d tokens, %d µ$; want %d, %d", tok, c, fullTokens, fullCost)
+			}
+			id := s.created(t, keyA, s.uploaded(t, keyA, batchFile), tt.md)
+			if tok, c := s.remaining(t, "a"); tok != fullTokens-in-out || c != fullCost-cost {
+				t.Fatalf("open: remaining %d tokens, %d µ$; want %d, %d (reserved %d in + %d out, %d µ$)", tok, c, fullTokens-in-out, fullCost-cost, in, out, cost)
+			}
+			if code, st := s.batch(t, keyA, id, tt.cancel); code != 200 || st == tt.status {
+				t.Fatalf("first look: %d %q; want 200 and the batch still running", code, st)
+			}
+			if tok, c := s.remaining(t, "a"); tok != fullTokens-in-out || c != fullCost-cost {
+				t.Fatalf("running: remaining %d tokens, %d µ$; want the reservation held", tok, c)
+			}
+			s.clk.Advance(time.Hour)
+			if code, st := s.batch(t, keyA, id, false); code != 200 || st != tt.status {
+				t.Fatalf("after an hour: %d %q; want 200 %q", code, st, tt.status)
+			}
+			wantTok, wantCost := tt.settled(in, out, cost)
+			if tok, c := s.remaining(t, "a"); tok != fullTokens-wantTok || c != fullCost-wantCost {
+				t.Errorf("ended: remaining %d tokens, %d µ$; want %d, %d", tok, c, fullTokens-wantTok, fullCost-wantCost)
+			}
+			// Ended is ended: another look changes nothing.
+			s.batch(t, keyA, id, false)
+			if tok, c := s.remaining(t, "a"); tok != fullTokens-wantTok || c != fullCost-wantCost {
+				t.Errorf("looked again: remaining %d tokens, %d µ$; want %d, %d", tok, c, fullTokens-wantTok, fullCost-wantCost)
+			}
+			if tok, c := s.remaining(t, "b"); tok != fullTokens || c != fullCost {
+				t.Errorf("neighbour: remaining %d tokens, %d µ$; want %d, %d", tok, c, fullTokens, fullCost)
+			}
+		})
+	}
+}
+
+// TestBatchPolledInTheBackground: a batch nobody retrieves is settled by
+// the gateway's own polls, sent with the upstream key.
+func TestBatchPolledInTheBackground(t *testing.T) {
+	s := batchGateway(t, batchPolicy, nil)
+	in, out, _ := s.reservation(t)
+	file := s.uploaded(t, keyA, batchFile)
+	s.created(t, keyA, file, map[string]string{"sim_input_tokens": "100", "sim_output_tokens": "50"})
+	polls := func() int {
+		n := 0
+		for _, x := range s.sim.Seen() {
+			if strings.HasPrefix(x.Path, "/v1/batches/") {
+				if x.Auth != "Bearer sk-upstream" {
+					t.Errorf("poll sent Authorization %q; want the upstream key", x.Auth)
+				}
+				n++
+			}
+		}
+		return n
+	}
+	s.clk.Advance(time.Minute) // the first poll: in progress
+	waitFor(t, "the first poll", func() bool { return polls() == 1 })
+	if tok, _ := s.remaining(t, "a"); tok != 100_000-in-out {
+		t.Fatalf("after a poll of a running batch: %d tokens left; want the reservation %d held", tok, in+out)
+	}
+	s.clk.Advance(time.Hour) // due again, and the batch has completed
+	waitFor(t, "settlement by a poll", func() bool { tok, _ := s.remaining(t, "a"); return tok == 100_000-150 })
+
+}
+
+// waitFor waits, at most 5 seconds, until ok holds: for the effect of a
+// poll the fake clock started, which runs over loopback HTTP.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestBatchHeldTooLong: a reservation still open after MaxHold is settled
+// at its estimate, and the batch's later end changes nothing.
+func TestBatchHeldTooLong(t *testing.T) {
+	s := batchGateway(t, batchPolicy, func(_ *gateway.BatchAPI, sc *upstream.Config) { sc.BatchDelay = 100 * time.Hour })
+	_, _, cost := s.reservation(t)
+	id := s.created(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_input_tokens": "100", "sim_output_tokens": "50"})
+	for range 31 {
+		s.clk.Advance(time.Hour)
+	}
+	if _, c := s.remaining(t, "a"); c != 1_000_000-cost {
+		t.Fatalf("after MaxHold: %d µ$ left; want the estimate %d kept", c, cost)
+	}
+	s.clk.Advance(70 * time.Hour)
+	if code, st := s.batch(t, keyA, id, false); code != 200 || st != "completed" {
+		t.Fatalf("retrieval after 101h: %d %q; want 200 completed", code, st)
+	}
+	if _, c := s.remaining(t, "a"); c != 1_000_000-cost {
+		t.Errorf("completed after MaxHold: %d µ$ left; want the estimate %d kept (not the usage's %d)", c, 1_000_000-cost, batchCost(100, 50, 0))
+	}
+}

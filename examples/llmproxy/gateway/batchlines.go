@@ -1,0 +1,242 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/sluicehq/sluice/weights"
+)
+
+// fileSummary is what the gateway keeps of a batch input file it counted
+// as it was uploaded through it: a fixed handful of figures, never its
+// lines.
+type fileSummary struct {
+	tenant   string
+	model    string // the one model of every line
+	endpoint string // the one url of every line: "/v1/chat/completions"
+	lines    int
+	// in and out are the file's prompt tokens and output reservation,
+	// summed over its lines, saturating at math.MaxInt64.
+	in, out int64
+}
+
+// lineError is a batch input file refused: the line (from 1) and what is
+// wrong with it. Its message names no content of the file but the model
+// and url a line asked for, bounded.
+type lineError struct {
+	line int
+	msg  string
+}
+
+func (e *lineError) Error() string { return "line " + strconv.Itoa(e.line) + ": " + e.msg }
+
+// errFileTooLarge is a file over BatchAPI.MaxFileBytes.
+var errFileTooLarge = errors.New("the file is larger than the gateway accepts")
+
+// lineCounter counts the requests of a batch input file (JSON Lines, one
+// request a line: custom_id, method, url, body) as its bytes go through
+// it, an io.Writer: each line is parsed strictly and its body priced
+// exactly as the same body sent to its url would be. It holds one line at
+// a time, at most maxLine bytes, and stops at the first problem: a line
+// over maxLine, more than maxLines requests, more than maxBytes in all,
+// a line that is not a request object, a url the gateway does not price,
+// a model or url other than the first line's, a body the estimator
+// refuses.
+type lineCounter struct {
+	est       *weights.Estimator
+	maxLine   int
+	maxLines  int
+	maxBytes  int64
+	maxOutput int64 // the output reservation cap of a line; 0 for none
+
+	buf   []byte // the line being read, without its newline
+	line  int    // the number of the line being read, from 1
+	total int64  // bytes seen
+	sum   fileSummary
+	err   error
+}
+
+func newLineCounter(est *weights.Estimator, maxLine, maxLines int, maxBytes, maxOutput int64) *lineCounter {
+	return &lineCounter{est: est, maxLine: maxLine, maxLines: maxLines, maxBytes: maxBytes, maxOutput: maxOutput, line: 1}
+}
+
+// Write implements io.Writer: it counts the complete lines of p and keeps
+// the rest for the next write. After a problem it returns it, having
+// consumed nothing more.
+func (lc *lineCounter) Write(p []byte) (int, error) {
+	if lc.err != nil {
+		return 0, lc.err
+	}
+	if lc.total += int64(len(p)); lc.total > lc.maxBytes {
+		lc.err = errFileTooLarge
+		return 0, lc.err
+	}
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		part := p
+		if i >= 0 {
+			part = p[:i]
+		}
+		if len(lc.buf)+len(part) > lc.maxLine {
+			lc.err = &lineError{lc.line, "the line is longer than " + strconv.Itoa(lc.maxLine) + " bytes"}
+			return 0, lc.err
+		}
+		lc.buf = append(lc.buf, part...)
+		if i < 0 {
+			break
+		}
+		if lc.err = lc.count(lc.buf); lc.err != nil {
+			return 0, lc.err
+		}
+		lc.buf, lc.line, p = lc.buf[:0], lc.line+1, p[i+1:]
+	}
+	return n, nil
+}
+
+// Close counts the last line, when the file does not end with a newline,
+// and reports the first problem, or a file without a request.
+func (lc *lineCounter) Close() error {
+	if lc.err == nil && len(lc.buf) > 0 {
+		lc.err = lc.count(lc.buf)
+		lc.buf = lc.buf[:0]
+	}
+	if lc.err == nil && lc.sum.lines == 0 {
+		lc.err = &lineError{lc.line, "the file has no request: a batch input file has one JSON request a line"}
+	}
+	return lc.err
+}
+
+// batchLineURLs are the urls a batch line may name, with the endpoint
+// its body is priced as: the gateway's token-priced routes.
+func batchLineEndpoint(url string) (weights.Endpoint, bool) {
+	for _, rt := range llmRoutes {
+		if rt.path == url {
+			return rt.endpoint, true
+		}
+	}
+	return weights.EndpointUnknown, false
+}
+
+// maxCustomID bounds a line's custom_id.
+const maxCustomID = 512
+
+// count parses and prices one line.
+func (lc *lineCounter) count(line []byte) error {
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	if len(bytes.TrimSpace(line)) == 0 {
+		return nil // a blank line holds no request
+	}
+	bad := func(format string, args ...any) error { return &lineError{lc.line, fmt.Sprintf(format, args...)} }
+	if lc.sum.lines >= lc.maxLines {
+		return bad("the file has more than %d requests", lc.maxLines)
+	}
+	var customID, method, url, body json.RawMessage
+	if err := objectFields(line, map[string]*json.RawMessage{"custom_id": &customID, "method": &method, "url": &url, "body": &body}); err != nil {
+		return bad("not a batch request (a JSON object of custom_id, method, url and body): %v", err)
+	}
+	var id, m, u string
+	switch {
+	case json.Unmarshal(customID, &id) != nil || id == "" || len(id) > maxCustomID:
+		return bad("custom_id must be a string of 1 to %d bytes", maxCustomID)
+	case json.Unmarshal(method, &m) != nil || m != "POST":
+		return bad(`method must be "POST"`)
+	case json.Unmarshal(url, &u) != nil:
+		return bad("url must be a string")
+	case len(body) == 0 || body[0] != '{':
+		return bad("body must be a JSON object")
+	}
+	ep, ok := batchLineEndpoint(u)
+	if !ok {
+		return bad("url %s is not one this gateway prices (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses)", quoteClip(u))
+	}
+	if lc.sum.lines > 0 && u != lc.sum.endpoint {
+		return bad("url %s differs from the first request's %s: a batch calls one endpoint", quoteClip(u), lc.sum.endpoint)
+	}
+	e, err := lc.est.EstimateEndpoint(ep, body)
+	if err != nil {
+		var mal *weights.MalformedError
+		if errors.As(err, &mal) {
+			return bad("body: %v", mal)
+		}
+		return bad("the body could not be priced")
+	}
+	switch {
+	case e.Model == "" || !ValidModelName(e.Model):
+		return bad("body.model must name a model (at most %d bytes of text)", MaxModelBytes)
+	case lc.sum.lines > 0 && e.Model != lc.sum.model:
+		return bad("model %s differs from the first request's %s: a batch runs one model", quoteClip(e.Model), quoteClip(lc.sum.model))
+	case e.Stream:
+		return bad("body.stream: a batch request cannot stream")
+	}
+	out := e.OutputTokens
+	if lc.maxOutput > 0 && out > lc.maxOutput {
+		out = lc.maxOutput
+	}
+	if lc.sum.lines == 0 {
+		lc.sum.model, lc.sum.endpoint = e.Model, u
+	}
+	lc.sum.lines++
+	lc.sum.in = satSum(lc.sum.in, e.InputTokens)
+	lc.sum.out = satSum(lc.sum.out, out)
+	return nil
+}
+
+// satSum adds non-negative a and b, saturating at math.MaxInt64.
+func satSum(a, b int64) int64 {
+	b = max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// quoteClip quotes a string a client sent, cut to 64 bytes.
+func quoteClip(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// objectFields decodes data, which must be one JSON object and nothing
+// else, into fields by key: a key not in fields or given twice is an
+// error (two values for one key would let the gateway price one and the
+// upstream run the other).
+func objectFields(data []byte, fields map[string]*json.RawMessage) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return errors.New("not a JSON object")
+	}
+	seen := make(map[string]bool, len(fields))
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return errors.New("invalid JSON")
+		}
+		k, _ := t.(string)
+		dst, ok := fields[k]
+		switch {
+		case !ok:
+			return fmt.Errorf("unknown key %s", quoteClip(k))
+		case seen[k]:
+			return fmt.Errorf("key %s given twice", quoteClip(k))
+		}
+		seen[k] = true
+		if err := dec.Decode(dst); err != nil {
+			return errors.New("invalid JSON")
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return errors.New("invalid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more than one JSON value")
+	}
+	return nil
+}
