@@ -296,4 +296,3 @@ func (g *Gateway) batchError(c echo.Context, status int, typ, code, param, msg s
 	}
 	writeError(c.Response(), status, typ, code, param, msg)
 }
-

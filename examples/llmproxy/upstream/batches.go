@@ -335,7 +335,7 @@ func (s *Server) batchObject(b *simBatch, now time.Time) map[string]any {
 		"completion_window": b.window, "status": st, "output_file_id": nil, "error_file_id": nil,
 		"created_at": b.created.Unix(), "expires_at": b.created.Add(24 * time.Hour).Unix(),
 		"request_counts": map[string]int{"total": len(b.lines), "completed": done, "failed": failed},
-		"metadata": b.metadata,
+		"metadata":       b.metadata,
 	}
 	switch st {
 	case "failed":
