@@ -337,3 +337,219 @@ func TestBatchHeldTooLong(t *testing.T) {
 		t.Errorf("completed after MaxHold: %d µ$ left; want the estimate %d kept (not the usage's %d)", c, 1_000_000-cost, batchCost(100, 50, 0))
 	}
 }
+
+// openAIError reads an OpenAI-shaped error body.
+func openAIError(t *testing.T, b []byte) (typ, code, msg string) {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Message, Type string
+			Code          *string
+		}
+	}
+	if err := json.Unmarshal(b, &e); err != nil || e.Error.Message == "" {
+		t.Fatalf("error body %s (%v): not in the OpenAI shape", b, err)
+	}
+	if e.Error.Code != nil {
+		code = *e.Error.Code
+	}
+	return e.Error.Type, code, e.Error.Message
+}
+
+// creations counts the batch creations that reached the upstream.
+func (s *batchStack) creations() int {
+	n := 0
+	for _, x := range s.sim.Seen() {
+		if x.Path == "/v1/batches" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestBatchRefused: a batch the day's quota cannot hold now is refused
+// with 429, Retry-After at the end of the day and x-should-retry: false;
+// one larger than the whole quota with 400 batch_too_large; neither
+// reaches the upstream, and the neighbour's quota is its own.
+func TestBatchRefused(t *testing.T) {
+	s := batchGateway(t, `
+policies:
+  - {name: batch-tokens, key: [tenant], unit: tokens, algorithm: quota, period: day, limit: 500, match: {operations: ["POST /v1/batches"]}}
+http: {quota_status: 429}
+`, nil)
+	in, out, _ := s.reservation(t)
+	if in+out > 500 || 2*(in+out) <= 500 {
+		t.Fatalf("the file reserves %d tokens; the test wants one batch to fit in 500 and not two", in+out)
+	}
+	file := s.uploaded(t, keyA, batchFile)
+	s.created(t, keyA, file, nil)
+	resp, b := s.create(t, keyA, file, nil)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second batch: %d %s; want 429", resp.StatusCode, b)
+	}
+	if typ, code, msg := openAIError(t, b); typ != "insufficient_quota" || code != "quota_exceeded" || !strings.Contains(msg, "batch-tokens") {
+		t.Errorf("second batch: %s %s %q; want insufficient_quota, quota_exceeded, naming the policy", typ, code, msg)
+	}
+	// 09:00 UTC: the day's quota is back in 15 hours.
+	if got := resp.Header.Get("Retry-After"); got != "54000" {
+		t.Errorf("Retry-After = %q; want 54000 (the end of the day)", got)
+	}
+	if got := resp.Header.Get("X-Should-Retry"); got != "false" {
+		t.Errorf("X-Should-Retry = %q; want false", got)
+	}
+	if n := s.creations(); n != 1 {
+		t.Errorf("%d creations reached the upstream; want 1", n)
+	}
+	if tok, _ := s.remaining(t, "a"); tok != 500-in-out {
+		t.Errorf("after the refusal: %d tokens left; want %d (the refusal took nothing)", tok, 500-in-out)
+	}
+	// The neighbour's batch fits in its own quota.
+	s.created(t, batchKeyB, s.uploaded(t, batchKeyB, batchFile), nil)
+
+	// A batch larger than the whole quota can never be admitted.
+	big := strings.Repeat(chatLine("x", "Write a long essay about rivers.", 200)+"\n", 3)
+	resp, b = s.create(t, keyA, s.uploaded(t, keyA, big), nil)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("batch over the whole quota: %d %s; want 400", resp.StatusCode, b)
+	}
+	if _, code, msg := openAIError(t, b); code != "batch_too_large" || !strings.Contains(msg, "500") {
+		t.Errorf("batch over the whole quota: %s %q; want batch_too_large naming the limit", code, msg)
+	}
+	if n := s.creations(); n != 2 {
+		t.Errorf("%d creations reached the upstream; want 2", n)
+	}
+}
+
+// TestBatchHostileFiles: an input file that is not a well-formed batch of
+// one model's requests is refused with 400 naming the line (413 over the
+// size cap), within the bounds on a line, on the requests and on the
+// bytes, and the upstream never stores it: the upload is cut before its
+// end.
+func TestBatchHostileFiles(t *testing.T) {
+	s := batchGateway(t, batchPolicy, func(bc *gateway.BatchAPI, _ *upstream.Config) {
+		bc.MaxLineBytes, bc.MaxLines, bc.MaxFileBytes = 2048, 3, 64<<10
+	})
+	ok := chatLine("r1", "Hello", 10)
+	other := strings.Replace(ok, "gpt-4o-mini", "gpt-4o", 1)
+	tests := []struct {
+		name, file string
+		status     int
+		want       string
+	}{
+		{"huge line", ok + "\n" + chatLine("r2", strings.Repeat("word ", 600), 10) + "\n", 400, "line 2: the line is longer than 2048 bytes"},
+		{"invalid JSON", `{"custom_id": "r1", "method": "POST",` + "\n", 400, "line 1: not a batch request"},
+		{"not an object", "[1, 2, 3]\n", 400, "line 1: not a batch request"},
+		{"two values", ok + " " + ok + "\n", 400, "line 1: not a batch request"},
+		{"too many requests", strings.Repeat(ok+"\n", 4), 400, "line 4: the file has more than 3 requests"},
+		{"another model", ok + "\n" + other + "\n", 400, `line 2: model "gpt-4o" differs from the first request's "gpt-4o-mini"`},
+		{"another url", ok + "\n" + strings.Replace(ok, "/v1/chat/completions", "/v1/responses", 1) + "\n", 400, "line 2: url \"/v1/responses\" differs"},
+		{"an unpriced url", strings.Replace(ok, "/v1/chat/completions", "/v1/moderations", 1), 400, `line 1: url "/v1/moderations" is not one this gateway prices`},
+		{"a key twice", strings.Replace(ok, `"custom_id":"r1",`, `"custom_id":"r1","custom_id":"r2",`, 1), 400, `line 1: not a batch request (a JSON object of custom_id, method, url and body): key "custom_id" given twice`},
+		{"an unknown key", strings.Replace(ok, `"custom_id":"r1",`, `"custom_id":"r1","priority":"high",`, 1), 400, `unknown key "priority"`},
+		{"a GET", strings.Replace(ok, `"POST"`, `"GET"`, 1), 400, `line 1: method must be "POST"`},
+		{"no custom_id", strings.Replace(ok, `"custom_id":"r1"`, `"custom_id":""`, 1), 400, "line 1: custom_id must be a string"},
+		{"a stream", strings.Replace(ok, `"max_tokens":10`, `"max_tokens":10,"stream":true`, 1), 400, "line 1: body.stream"},
+		{"a bad body", strings.Replace(ok, `"messages":[`, `"messages":7,"x":[`, 1), 400, "line 1: body:"},
+		{"no request", "\n\n", 400, "line 3: the file has no request"},
+		{"over the size cap", strings.Repeat("\n", 70<<10), 413, "larger than 65536 bytes"},
+	}
+	for _, tt := range tests {
+		resp, b := s.upload(t, keyA, tt.file)
+		if resp.StatusCode != tt.status {
+			t.Errorf("%s: %d %s; want %d", tt.name, resp.StatusCode, b, tt.status)
+			continue
+		}
+		if _, _, msg := openAIError(t, b); !strings.Contains(msg, tt.want) {
+			t.Errorf("%s: %q; want it to say %q", tt.name, msg, tt.want)
+		}
+	}
+	// The form itself: purpose batch and one file, nothing else.
+	for name, fields := range map[string][][2]string{
+		"another purpose": {{"purpose", "fine-tune"}, {"file", ok}},
+		"no purpose":      {{"file", ok}},
+		"two files":       {{"purpose", "batch"}, {"file", ok}, {"file", ok}},
+		"another field":   {{"purpose", "batch"}, {"note", "x"}, {"file", ok}},
+	} {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		for _, f := range fields {
+			if f[0] == "file" {
+				fw, _ := mw.CreateFormFile("file", "in.jsonl")
+				io.WriteString(fw, f[1])
+			} else {
+				mw.WriteField(f[0], f[1])
+			}
+		}
+		mw.Close()
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/files", &body)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		if resp, b := s.do(t, req, keyA); resp.StatusCode != 400 {
+			t.Errorf("%s: %d %s; want 400", name, resp.StatusCode, b)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/files", strings.NewReader(ok))
+	req.Header.Set("Content-Type", "application/jsonl")
+	if resp, b := s.do(t, req, keyA); resp.StatusCode != 400 {
+		t.Errorf("not multipart: %d %s; want 400", resp.StatusCode, b)
+	}
+	if n := s.sim.Files(); n != 0 {
+		t.Errorf("the upstream stored %d of the refused files; want none", n)
+	}
+	// A well-formed file goes through, its name and purpose with it.
+	s.uploaded(t, keyA, ok+"\r\n\n"+ok)
+	if n := s.sim.Files(); n != 1 {
+		t.Errorf("the upstream stored %d files; want the one accepted", n)
+	}
+}
+
+// TestBatchOtherTenants: a tenant sees and cancels only its own batches
+// and builds batches only from its own files; another's id is a 404 (or
+// a 400 for a file) that never reaches the upstream, as is an id that
+// could change the upstream path.
+func TestBatchOtherTenants(t *testing.T) {
+	s := batchGateway(t, batchPolicy, nil)
+	file := s.uploaded(t, keyA, batchFile)
+	id := s.created(t, keyA, file, nil)
+	seen := len(s.sim.Seen())
+	for _, cancel := range []bool{false, true} {
+		if code, _ := s.batch(t, batchKeyB, id, cancel); code != http.StatusNotFound {
+			t.Errorf("b's look at a's batch (cancel %v): %d; want 404", cancel, code)
+		}
+	}
+	for _, bad := range []string{"batch_unknown", "batch_..%2F..%2Ffiles", "batch%00x", strings.Repeat("b", 129)} {
+		if code, _ := s.batch(t, keyA, bad, false); code != http.StatusNotFound {
+			t.Errorf("batch id %q: %d; want 404", bad, code)
+		}
+	}
+	resp, b := s.create(t, batchKeyB, file, nil)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("b's batch of a's file: %d %s; want 400", resp.StatusCode, b)
+	}
+	if _, code, _ := openAIError(t, b); code != "invalid_file" {
+		t.Errorf("b's batch of a's file: code %q; want invalid_file", code)
+	}
+	if n := len(s.sim.Seen()); n != seen {
+		t.Errorf("the upstream saw %d requests of refused looks; want none", n-seen)
+	}
+	if code, st := s.batch(t, keyA, id, false); code != 200 || st != "in_progress" {
+		t.Errorf("a's own look: %d %q; want 200 in_progress", code, st)
+	}
+}
+
+// TestBatchHostileUpstreamID: a batch id from the upstream that could
+// change a path is never used; the batch cannot be watched, so its
+// reservation stays at the estimate.
+func TestBatchHostileUpstreamID(t *testing.T) {
+	s := batchGateway(t, batchPolicy, nil)
+	in, out, _ := s.reservation(t)
+	resp, b := s.create(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_id": "batch_1/../../files"})
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("hostile id: %d %s; want 502", resp.StatusCode, b)
+	}
+	if strings.Contains(string(b), "files") {
+		t.Errorf("hostile id: the answer %s quotes the id", b)
+	}
+	if tok, _ := s.remaining(t, "a"); tok != 100_000-in-out {
+		t.Errorf("hostile id: %d tokens left; want the estimate %d kept", tok, in+out)
+	}
+}

@@ -72,11 +72,25 @@ func (lc *lineCounter) Write(p []byte) (int, error) {
 	if lc.err != nil {
 		return 0, lc.err
 	}
-	if lc.total += int64(len(p)); lc.total > lc.maxBytes {
-		lc.err = errFileTooLarge
+	// The bytes past the cap are refused after those before it are
+	// counted, so the problem found does not depend on how the file was
+	// cut into writes.
+	n, over := len(p), false
+	if room := lc.maxBytes - lc.total; int64(len(p)) > room {
+		p, over = p[:max(room, 0)], true
+	}
+	lc.total += int64(len(p))
+	if err := lc.lines(p); err != nil || over {
+		if err == nil {
+			lc.err = errFileTooLarge
+		}
 		return 0, lc.err
 	}
-	n := len(p)
+	return n, nil
+}
+
+// lines counts the complete lines of p, keeping the rest for later.
+func (lc *lineCounter) lines(p []byte) error {
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		part := p
@@ -85,18 +99,18 @@ func (lc *lineCounter) Write(p []byte) (int, error) {
 		}
 		if len(lc.buf)+len(part) > lc.maxLine {
 			lc.err = &lineError{lc.line, "the line is longer than " + strconv.Itoa(lc.maxLine) + " bytes"}
-			return 0, lc.err
+			return lc.err
 		}
 		lc.buf = append(lc.buf, part...)
 		if i < 0 {
 			break
 		}
 		if lc.err = lc.count(lc.buf); lc.err != nil {
-			return 0, lc.err
+			return lc.err
 		}
 		lc.buf, lc.line, p = lc.buf[:0], lc.line+1, p[i+1:]
 	}
-	return n, nil
+	return nil
 }
 
 // Close counts the last line, when the file does not end with a newline,
