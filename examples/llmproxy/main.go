@@ -434,6 +434,9 @@ func (s *server) close() {
 	if s.watcher != nil {
 		_ = s.watcher.Close()
 	}
+	if s.gw != nil {
+		_ = s.gw.Close() // the batches' background polls
+	}
 	if s.simSrv != nil {
 		_ = s.simSrv.Close()
 	}

@@ -539,17 +539,12 @@ func (b *batches) retrieve(ctx context.Context, id string) ([]byte, error) {
 // as a reservation, and created upstream.
 func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	b := g.batches
-	st := g.state.Load()
-	req, ok := g.identify(c, st)
+	_, st, req, ok := g.batchCaller(c, maxBatchCreate)
 	if !ok {
 		return nil
 	}
 	r := c.Request()
 	ctx := r.Context()
-	if r.ContentLength > maxBatchCreate {
-		g.tooLarge(c, maxBatchCreate)
-		return nil
-	}
 	body, err := readLimited(r.Body, maxBatchCreate)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -669,7 +664,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 // requests, and observes the batch object the upstream returns.
 func (g *Gateway) handleBatch(c echo.Context, rt route) error {
 	b := g.batches
-	st := g.state.Load()
+	e, st := g.epoch.Stable(), g.state.Load()
 	// A valid id has nothing to encode: a path with encoded bytes is not
 	// one.
 	id := c.Param("id")
@@ -685,17 +680,13 @@ func (g *Gateway) handleBatch(c echo.Context, rt route) error {
 		g.batchError(c, http.StatusNotFound, "invalid_request_error", "batch_not_found", "batch_id", "No batch found with id '"+id+"' created through this gateway for your account.")
 		return nil
 	}
-	r := c.Request()
-	ctx := r.Context()
-	actx, cancel := g.admissionContext(c)
-	tk, err := g.cfg.Controller.Admit(actx, req)
-	cancel()
-	if err != nil {
-		g.refused(c, err)
+	tk, ok := g.admitRequest(c, e, st, req)
+	if !ok {
 		return nil
 	}
 	defer tk.Done()
-	g.admitted(c.Response(), st, tk)
+	r := c.Request()
+	ctx := r.Context()
 	path := "/batches/" + id
 	if rt.path == OpBatchCancel {
 		path += "/cancel"
@@ -721,4 +712,36 @@ func (g *Gateway) handleBatch(c echo.Context, rt route) error {
 	b.observe(id, data)
 	g.writeUpstream(c, resp, data)
 	return nil
+}
+
+// batchCaller identifies the caller of a Batch API route and refuses a
+// body declared over limit, before anything is admitted or read.
+func (g *Gateway) batchCaller(c echo.Context, limit int64) (e uint64, st *state, req admission.Request, ok bool) {
+	e, st = g.epoch.Stable(), g.state.Load()
+	if req, ok = g.identify(c, st); !ok {
+		return e, st, req, false
+	}
+	if c.Request().ContentLength > limit {
+		g.tooLarge(c, limit)
+		return e, st, req, false
+	}
+	return e, st, req, true
+}
+
+// admitRequest admits a request limited by requests only (its amounts
+// are not read from its body), decided again when a reload overlapped
+// it, and answers a refusal itself. The caller settles the ticket.
+func (g *Gateway) admitRequest(c echo.Context, e uint64, st *state, req admission.Request) (admission.Ticket, bool) {
+	actx, cancel := g.admissionContext(c)
+	defer cancel()
+	tk, err := g.cfg.Controller.Admit(actx, req)
+	if g.epoch.Changed(e) {
+		st, _, tk, err = g.readmit(actx, c.Request(), e, st, req, tk, err, nil)
+	}
+	if err != nil {
+		g.refused(c, err)
+		return tk, false
+	}
+	g.admitted(c.Response(), st, tk)
+	return tk, true
 }

@@ -54,31 +54,22 @@ func ValidObjectID(id string) bool {
 // the batches created from it.
 func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	b := g.batches
-	st := g.state.Load()
-	req, ok := g.identify(c, st)
+	e, st, req, ok := g.batchCaller(c, b.cfg.MaxFileBytes+multipartSlack)
 	if !ok {
 		return nil
 	}
 	r := c.Request()
 	ctx := r.Context()
-	if r.ContentLength > b.cfg.MaxFileBytes+multipartSlack {
-		g.tooLarge(c, b.cfg.MaxFileBytes)
-		return nil
-	}
 	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "multipart/form-data" || params["boundary"] == "" {
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "A file upload is a multipart/form-data body with a purpose and a file.")
 		return nil
 	}
-	actx, cancel := g.admissionContext(c)
-	tk, err := g.cfg.Controller.Admit(actx, req)
-	cancel()
-	if err != nil {
-		g.refused(c, err)
+	tk, ok := g.admitRequest(c, e, st, req)
+	if !ok {
 		return nil
 	}
 	defer tk.Done()
-	g.admitted(c.Response(), st, tk)
 	select {
 	case b.uploads <- struct{}{}:
 		defer func() { <-b.uploads }()

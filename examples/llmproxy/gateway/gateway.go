@@ -707,18 +707,11 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		g.tooLarge(c, limit) // before it takes a request from the caller's limits
 		return nil
 	}
-	actx, cancel := g.admissionContext(c)
-	tk, err := g.cfg.Controller.Admit(actx, req)
-	if g.epoch.Changed(e) {
-		st, _, tk, err = g.readmit(actx, r, e, st, req, tk, err, nil)
-	}
-	cancel()
-	if err != nil {
-		g.refused(c, err)
+	tk, ok := g.admitRequest(c, e, st, req)
+	if !ok {
 		return nil
 	}
 	defer tk.Done()
-	g.admitted(c.Response(), st, tk)
 	var body []byte
 	if r.Method == http.MethodPost {
 		var release func()
