@@ -177,8 +177,10 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 var errUploadForm = errors.New("gateway: not a batch file upload")
 
 // copyUpload copies the parts of an upload to out: the purpose field,
-// which must say batch, and one file, whose bytes also go through lc;
-// any other field or a second file is refused (errUploadForm). It
+// which must say batch, one file, whose bytes also go through lc, and
+// the file's expiry (expires_after[anchor], expires_after[seconds]); any
+// other field, a second purpose or a second file is refused
+// (errUploadForm). It
 // returns lc's problem, if any, once the file has ended.
 func copyUpload(in *multipart.Reader, out *multipart.Writer, lc *lineCounter) error {
 	var purpose, file bool
@@ -223,6 +225,19 @@ func copyUpload(in *multipart.Reader, out *multipart.Writer, lc *lineCounter) er
 				return err
 			}
 			if err := lc.Close(); err != nil {
+				return err
+			}
+		case "expires_after[anchor]", "expires_after[seconds]":
+			// The file's expiry, passed through: a short value of
+			// letters, digits, '-' and '_'.
+			v, err := io.ReadAll(io.LimitReader(p, maxFormField+1))
+			if err != nil {
+				return err
+			}
+			if len(v) > maxFormField || !ValidObjectID(string(v)) {
+				return errUploadForm
+			}
+			if err := out.WriteField(p.FormName(), string(v)); err != nil {
 				return err
 			}
 		default:
