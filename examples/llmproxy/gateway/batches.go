@@ -176,7 +176,8 @@ type batches struct {
 	files   map[string]*fileEntry
 	byOwner map[string][]string // tenant → its file ids, oldest first
 	records map[string]*batchRecord
-	order   []string // record ids, oldest first
+	order   []string          // record ids, oldest first
+	outputs map[string]string // output and error file id → tenant
 	open    int
 	perOpen map[string]int // tenant → open batches
 	timer   admission.Timer
@@ -204,6 +205,7 @@ type batchRecord struct {
 	next   time.Time // the next background poll
 	fails  int       // polls failed in a row
 	poll   bool      // a poll is on its way
+	files  []string  // its output and error files, once it ended
 }
 
 func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) *batches {
@@ -233,7 +235,7 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) *batches {
 	}
 	b := &batches{
 		g: g, cfg: cfg, clock: clock, uploads: make(chan struct{}, cfg.MaxUploads), polls: make(chan struct{}, cfg.PollConcurrency),
-		files: map[string]*fileEntry{}, byOwner: map[string][]string{}, records: map[string]*batchRecord{}, perOpen: map[string]int{},
+		files: map[string]*fileEntry{}, byOwner: map[string][]string{}, records: map[string]*batchRecord{}, perOpen: map[string]int{}, outputs: map[string]string{},
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b
@@ -242,9 +244,11 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) *batches {
 // registerBatches adds the Batch API routes.
 func (g *Gateway) registerBatches(e *echo.Echo) {
 	e.POST(OpFiles, on(filesRoute, g.handleFileUpload))
+	e.GET(OpFile, on(fileRoute, g.handleOwned))
+	e.GET(OpFileContent, on(fileContentRoute, g.handleOwned))
 	e.POST(OpBatches, on(batchesRoute, g.handleBatchCreate))
-	e.GET(OpBatch, on(batchRoute, g.handleBatch))
-	e.POST(OpBatchCancel, on(batchCancelRoute, g.handleBatch))
+	e.GET(OpBatch, on(batchRoute, g.handleOwned))
+	e.POST(OpBatchCancel, on(batchCancelRoute, g.handleOwned))
 }
 
 // Close stops watching batches: the background polls end and no more
@@ -369,6 +373,9 @@ func (b *batches) track(id string, rec *batchRecord) {
 		// below MaxRecords.
 		for i, x := range b.order {
 			if r := b.records[x]; r == nil || !r.open {
+				for _, f := range r.files {
+					delete(b.outputs, f)
+				}
 				delete(b.records, x)
 				b.order = append(b.order[:i:i], b.order[i+1:]...)
 				break
@@ -388,8 +395,22 @@ func (b *batches) owner(tenant, id string) bool {
 
 // batchObject is what the gateway reads of an upstream batch object.
 type batchObject struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	OutputFile string `json:"output_file_id"`
+	ErrorFile  string `json:"error_file_id"`
+}
+
+// ownsFile reports whether tenant may read file id: an input file it
+// uploaded through the gateway, or the output or error file of one of
+// its batches.
+func (b *batches) ownsFile(tenant, id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f := b.files[id]; f != nil && f.sum.tenant == tenant {
+		return true
+	}
+	return b.outputs[id] == tenant
 }
 
 // observe settles the reservation of batch id when the object the
@@ -423,6 +444,12 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 	}
 	var obj batchObject
 	_ = json.Unmarshal(data, &obj)
+	for _, f := range []string{obj.OutputFile, obj.ErrorFile} {
+		if ValidObjectID(f) && b.outputs[f] == "" {
+			b.outputs[f] = r.tenant
+			r.files = append(r.files, f)
+		}
+	}
 	rep, err := weights.ReadUsage(data)
 	switch {
 	case obj.Status == "failed":
@@ -659,25 +686,34 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	return nil
 }
 
-// handleBatch serves the retrieval and the cancellation of a batch the
-// tenant created through the gateway (any other id is a 404), limited by
-// requests, and observes the batch object the upstream returns.
-func (g *Gateway) handleBatch(c echo.Context, rt route) error {
+// handleOwned serves the routes of one object a tenant owns, limited by
+// requests: the retrieval and the cancellation of a batch it created
+// through the gateway (whose batch object is observed), a file's object
+// and content (see batches.ownsFile; the content streams through as it
+// comes, under the client write deadline). Any other id is a 404 that
+// never reaches the upstream.
+func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 	b := g.batches
 	e, st := g.epoch.Stable(), g.state.Load()
+	isBatch := rt.path == OpBatch || rt.path == OpBatchCancel
+	what, code, param, owns := "file", "file_not_found", "file_id", b.ownsFile
+	if isBatch {
+		what, code, param, owns = "batch", "batch_not_found", "batch_id", b.owner
+	}
 	// A valid id has nothing to encode: a path with encoded bytes is not
 	// one.
 	id := c.Param("id")
 	if c.Request().URL.RawPath != "" || !ValidObjectID(id) {
-		g.batchError(c, http.StatusNotFound, "invalid_request_error", "batch_not_found", "batch_id", "No such batch: a batch id is 1 to 128 letters, digits, - and _.")
+		g.batchError(c, http.StatusNotFound, "invalid_request_error", code, param, "No such "+what+": an id is 1 to 128 letters, digits, - and _.")
 		return nil
 	}
 	req, ok := g.identify(c, st)
 	if !ok {
 		return nil
 	}
-	if !b.owner(req.Tenant, id) {
-		g.batchError(c, http.StatusNotFound, "invalid_request_error", "batch_not_found", "batch_id", "No batch found with id '"+id+"' created through this gateway for your account.")
+	if !owns(req.Tenant, id) {
+		g.batchError(c, http.StatusNotFound, "invalid_request_error", code, param,
+			"No "+what+" "+id+" for your account: the gateway serves the batches created through it, their input files and their results.")
 		return nil
 	}
 	tk, ok := g.admitRequest(c, e, st, req)
@@ -687,9 +723,12 @@ func (g *Gateway) handleBatch(c echo.Context, rt route) error {
 	defer tk.Done()
 	r := c.Request()
 	ctx := r.Context()
-	path := "/batches/" + id
-	if rt.path == OpBatchCancel {
+	path := rt.upstream + id
+	switch rt.path {
+	case OpBatchCancel:
 		path += "/cancel"
+	case OpFileContent:
+		path += "/content"
 	}
 	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer ucancel()
@@ -700,6 +739,10 @@ func (g *Gateway) handleBatch(c echo.Context, rt route) error {
 	}
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
+	if resp.StatusCode == http.StatusOK && rt.path == OpFileContent {
+		streamUpstream(c, resp)
+		return nil
+	}
 	data, err := readLimited(resp.Body, maxBatchObject)
 	if err != nil {
 		g.upstreamFailed(c, ctx, err)
@@ -709,7 +752,9 @@ func (g *Gateway) handleBatch(c echo.Context, rt route) error {
 		g.upstreamError(c, resp, data)
 		return nil
 	}
-	b.observe(id, data)
+	if isBatch {
+		b.observe(id, data)
+	}
 	g.writeUpstream(c, resp, data)
 	return nil
 }

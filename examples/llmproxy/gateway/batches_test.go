@@ -553,3 +553,41 @@ func TestBatchHostileUpstreamID(t *testing.T) {
 		t.Errorf("hostile id: %d tokens left; want the estimate %d kept", tok, in+out)
 	}
 }
+
+// TestBatchResults: a tenant reads its input file and its batch's output
+// file through the gateway; another tenant gets a 404 for both.
+func TestBatchResults(t *testing.T) {
+	s := batchGateway(t, batchPolicy, nil)
+	file := s.uploaded(t, keyA, batchFile)
+	id := s.created(t, keyA, file, nil)
+	s.batch(t, keyA, id, false)
+	s.clk.Advance(time.Hour)
+	req, _ := http.NewRequest(http.MethodGet, s.URL+"/v1/batches/"+id, nil)
+	resp, b := s.do(t, req, keyA)
+	var o struct {
+		Status     string
+		OutputFile string `json:"output_file_id"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(b, &o) != nil || o.Status != "completed" || o.OutputFile == "" {
+		t.Fatalf("batch: %d %s; want completed with an output file", resp.StatusCode, b)
+	}
+	get := func(key, path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+		resp, b := s.do(t, req, key)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(keyA, "/v1/files/"+o.OutputFile+"/content"); code != 200 || strings.Count(body, "\n") != 3 || !strings.Contains(body, `"custom_id":"r2"`) {
+		t.Errorf("output content: %d %q; want the 3 responses", code, body)
+	}
+	if code, body := get(keyA, "/v1/files/"+file); code != 200 || !strings.Contains(body, `"purpose":"batch"`) {
+		t.Errorf("input file: %d %s; want its object", code, body)
+	}
+	for _, path := range []string{"/v1/files/" + o.OutputFile + "/content", "/v1/files/" + file, "/v1/files/" + file + "/content"} {
+		if code, body := get(batchKeyB, path); code != http.StatusNotFound {
+			t.Errorf("b's GET %s: %d %s; want 404", path, code, body)
+		}
+	}
+	if code, _ := get(keyA, "/v1/files/file-..%2F..%2Fbatches/content"); code != http.StatusNotFound {
+		t.Errorf("an encoded path as a file id: %d; want 404", code)
+	}
+}

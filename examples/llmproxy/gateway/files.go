@@ -8,6 +8,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -17,7 +18,19 @@ import (
 // file (purpose batch), counted line by line as it streams upstream.
 const OpFiles = "/v1/files"
 
-var filesRoute = route{OpFiles, "POST " + OpFiles, "/files", 0}
+// The routes of one file, GET /v1/files/{id} and its content, GET
+// /v1/files/{id}/content: served for the files a tenant may read (see
+// batches.ownsFile), any other is a 404.
+const (
+	OpFile        = "/v1/files/:id"
+	OpFileContent = "/v1/files/:id/content"
+)
+
+var (
+	filesRoute       = route{OpFiles, "POST " + OpFiles, "/files", 0}
+	fileRoute        = route{OpFile, "GET " + OpFiles + "/{id}", "/files/", 0}
+	fileContentRoute = route{OpFileContent, "GET " + OpFiles + "/{id}/content", "/files/", 0}
+)
 
 // maxFormField bounds a form field of an upload other than its file.
 const maxFormField = 256
@@ -301,4 +314,20 @@ func (g *Gateway) batchError(c echo.Context, status int, typ, code, param, msg s
 		g.m.count(c.Request().Context(), g.m.clientErrors, code)
 	}
 	writeError(c.Response(), status, typ, code, param, msg)
+}
+
+// streamUpstream answers with an upstream response's status, headers
+// and body, the body copied as it comes.
+func streamUpstream(c echo.Context, resp *http.Response) {
+	h := c.Response().Header()
+	for k, vs := range resp.Header {
+		if !dropResponseHeader(k) {
+			h[k] = vs
+		}
+	}
+	if resp.ContentLength >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	c.Response().WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(c.Response(), resp.Body)
 }
