@@ -143,7 +143,6 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		g.tooLarge(c, b.cfg.MaxFileBytes)
 		return nil
 	case errors.As(perr, &le):
-		g.m.count(ctx, g.m.clientErrors, "invalid_batch_file")
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_batch_file", "file", "The batch input file was refused: "+le.Error()+".")
 		return nil
 	case errors.Is(perr, errUploadForm):

@@ -22,6 +22,12 @@
 // With Config.Limits it enforces a provider's requests and tokens per
 // minute per model over a rolling window, answering 429 with OpenAI's
 // headers, and sends its x-ratelimit figures on every answer (see Limits).
+//
+// It also serves OpenAI's Batch API: file uploads and contents, batches
+// created, retrieved and cancelled, each running Config.BatchDelay on the
+// clock Config.Now and ending as its metadata picks (sim_outcome,
+// sim_completed, sim_input_tokens, sim_output_tokens, sim_cached_tokens,
+// sim_id), with its usage in the batch object's usage field.
 package upstream
 
 import (
