@@ -81,6 +81,13 @@
 // rejections included, are in Anthropic's shape, and answers carry
 // anthropic-ratelimit-* headers (see Anthropic).
 //
+// The Batch API is served too (see BatchAPI): POST /v1/files counts a
+// batch input file line by line as it streams upstream, POST /v1/batches
+// reserves the batch's tokens and cost on the tenant's quotas until the
+// batch ends, and a tenant retrieves and cancels only its own batches and
+// reads only its own files (GET /v1/batches/{id}, POST
+// /v1/batches/{id}/cancel, GET /v1/files/{id} and its content).
+//
 // GET /v1/models and GET /v1/models/{id} are passed through, limited by the
 // policies that match them; a model id must be 1 to 256 ASCII letters,
 // digits and - _ . : @ once decoded, neither "." nor "..", else 404. Every
