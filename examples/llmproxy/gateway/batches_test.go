@@ -33,6 +33,7 @@ type batchStack struct {
 	URL string
 	gw  *gateway.Gateway
 	sim *upstream.Server
+	up  *httptest.Server
 	clk *admissiontest.Clock
 	ctl *admission.Controller
 	est *weights.Estimator
@@ -81,7 +82,7 @@ func batchGateway(t *testing.T, policy string, tune func(*gateway.BatchAPI, *ups
 	gw.Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &batchStack{URL: srv.URL, gw: gw, sim: sim, clk: clk, ctl: ctl, est: est}
+	return &batchStack{URL: srv.URL, gw: gw, sim: sim, up: up, clk: clk, ctl: ctl, est: est}
 }
 
 func (s *batchStack) do(t *testing.T, req *http.Request, key string) (*http.Response, []byte) {
@@ -589,5 +590,41 @@ func TestBatchResults(t *testing.T) {
 	}
 	if code, _ := get(keyA, "/v1/files/file-..%2F..%2Fbatches/content"); code != http.StatusNotFound {
 		t.Errorf("an encoded path as a file id: %d; want 404", code)
+	}
+}
+
+// TestBatchUpstreamDown: an upload or a batch creation the upstream
+// cannot take is a 502 and reserves nothing.
+func TestBatchUpstreamDown(t *testing.T) {
+	s := batchGateway(t, batchPolicy, nil)
+	file := s.uploaded(t, keyA, batchFile)
+	s.up.Close()
+	resp, b := s.upload(t, keyA, strings.Repeat(batchFile, 20))
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("upload with the upstream down: %d %s; want 502", resp.StatusCode, b)
+	}
+	resp, b = s.create(t, keyA, file, nil)
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("creation with the upstream down: %d %s; want 502", resp.StatusCode, b)
+	}
+	if tok, c := s.remaining(t, "a"); tok != 100_000 || c != 1_000_000 {
+		t.Errorf("after the failures: %d tokens, %d µ$ left; want nothing reserved", tok, c)
+	}
+}
+
+// TestBatchUnpriced: under a cost policy, a batch of a model without a
+// price is refused with 400 model_not_priced, as its requests would be.
+func TestBatchUnpriced(t *testing.T) {
+	s := batchGateway(t, batchPolicy, nil)
+	file := s.uploaded(t, keyA, strings.ReplaceAll(batchFile, "gpt-4o-mini", "my-local-llm"))
+	resp, b := s.create(t, keyA, file, nil)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("unpriced batch: %d %s; want 400", resp.StatusCode, b)
+	}
+	if _, code, _ := openAIError(t, b); code != "model_not_priced" {
+		t.Errorf("unpriced batch: code %q; want model_not_priced", code)
+	}
+	if n := s.creations(); n != 0 {
+		t.Errorf("%d creations reached the upstream; want none", n)
 	}
 }

@@ -118,7 +118,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	go func() {
 		resp, err := g.batchCall(uctx, r, http.MethodPost, "/files", pr, out.FormDataContentType(), -1)
 		// An upstream that answered early reads no more: the copy stops.
-		pr.CloseWithError(errors.New("the upstream answered"))
+		pr.CloseWithError(errUpstreamAnswered)
 		done <- answer{resp, err}
 	}()
 	perr := copyUpload(multipart.NewReader(body, params["boundary"]), out, lc)
@@ -139,6 +139,15 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	var mbe *http.MaxBytesError
 	switch {
 	case perr == nil:
+	case errors.Is(perr, errUpstreamAnswered), errors.Is(perr, io.ErrClosedPipe):
+		// (The transport closes the body of a call that failed.)
+		// The upstream answered before the whole file was sent: its
+		// refusal is passed on; an acceptance of part of a file is not.
+		if a.err == nil && a.resp.StatusCode == http.StatusOK {
+			g.m.count(ctx, g.m.upstreamFailures, "bad_response")
+			g.batchError(c, http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API accepted the upload before it was complete.")
+			return nil
+		}
 	case errors.Is(perr, errFileTooLarge) || errors.As(perr, &mbe):
 		g.tooLarge(c, b.cfg.MaxFileBytes)
 		return nil
@@ -151,7 +160,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	case ctx.Err() != nil:
 		c.Response().Status = 499
 		return nil
-	case a.err == nil:
+	default:
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "The multipart body could not be read.")
 		return nil
 	}
@@ -183,6 +192,10 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	g.writeUpstream(c, a.resp, data)
 	return nil
 }
+
+// errUpstreamAnswered stops the copy of an upload the upstream answered
+// before its end.
+var errUpstreamAnswered = errors.New("gateway: the upstream answered the upload")
 
 // errUploadForm is an upload whose form is not a purpose of batch and
 // one file.
