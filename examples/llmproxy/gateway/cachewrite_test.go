@@ -1,12 +1,12 @@
 package gateway_test
 
 import (
-	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/weights"
 )
 
 // TestMessagesCacheWritesAtTheirPrice: under a cost policy, the prompt a
@@ -17,10 +17,10 @@ import (
 func TestMessagesCacheWritesAtTheirPrice(t *testing.T) {
 	for _, tt := range []struct {
 		name, prices string
-		write        int64 // pico-dollars per cache-written token
+		price        weights.Price
 	}{
-		{"the file's price", "prices:\n  models:\n    claude-sonnet-4-5: {input: 3, output: 15, cached_input: 0.3, cache_write: 4.5}\n", 4_500_000},
-		{"the built-in price", "", 3_750_000},
+		{"the file's price", "prices:\n  models:\n    claude-sonnet-4-5: {input: 3, output: 15, cached_input: 0.3, cache_write: 4.5}\n", weights.Price{Input: 3, Output: 15, CacheWrite: 4.5}},
+		{"the built-in price", "", weights.Price{Input: 3, Output: 15, CacheWrite: 3.75}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := anthropicGateway(t, `
@@ -32,26 +32,19 @@ policies:
 			if resp.StatusCode != 200 {
 				t.Fatalf("%d %s", resp.StatusCode, b)
 			}
-			var m struct {
-				Usage struct {
-					In     int64 `json:"input_tokens"`
-					Write  int64 `json:"cache_creation_input_tokens"`
-					Read   int64 `json:"cache_read_input_tokens"`
-					Output int64 `json:"output_tokens"`
-				}
-			}
-			if err := json.Unmarshal(b, &m); err != nil || m.Usage.Write == 0 || m.Usage.Read != 0 {
+			rep, err := weights.ReadUsage(b)
+			u := rep.Usage
+			if err != nil || u.CacheWriteInputTokens == 0 || u.CachedInputTokens != 0 {
 				t.Fatalf("usage %s (%v): want a cache write and no read", b, err)
 			}
-			pico := m.Usage.In*3_000_000 + m.Usage.Write*tt.write + m.Usage.Output*15_000_000
-			cost := (pico + 999_999) / 1_000_000
+			cost := tt.price.CostMicros(u)
 			resp, b = s.post(t, gateway.OpCountTokens, keyA, `{"model":"`+claude+`","messages":[{"role":"user","content":"hi"}]}`)
 			if resp.StatusCode != 200 {
 				t.Fatalf("count_tokens: %d %s", resp.StatusCode, b)
 			}
 			want := `"spend";r=` + strconv.FormatInt(100_000_000-cost, 10) + ";"
 			if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, want) {
-				t.Errorf("after the message, RateLimit = %q; want %s… (cost %d µ$ of usage %+v)", got, want, cost, m.Usage)
+				t.Errorf("after the message, RateLimit = %q; want %s… (cost %d µ$ of usage %+v)", got, want, cost, u)
 			}
 		})
 	}
