@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -171,6 +172,10 @@ type batches struct {
 	clock   admission.Clock
 	uploads chan struct{}
 	polls   chan struct{}
+	// Metrics: the reservations open, and the reservations ended by how
+	// (the batch's status, held_too_long, unwatchable).
+	openGauge metric.Int64UpDownCounter
+	ended     metric.Int64Counter
 
 	mu      sync.Mutex
 	files   map[string]*fileEntry
@@ -208,7 +213,7 @@ type batchRecord struct {
 	files  []string  // its output and error files, once it ended
 }
 
-func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) *batches {
+func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, error) {
 	cfg.MaxFileBytes = positive(cfg.MaxFileBytes, DefaultMaxFileBytes)
 	cfg.MaxLineBytes = positive(cfg.MaxLineBytes, g.cfg.Estimator.MaxBodyBytes())
 	cfg.MinUploadRate = positive(cfg.MinUploadRate, DefaultMinUploadRate)
@@ -238,7 +243,12 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) *batches {
 		files: map[string]*fileEntry{}, byOwner: map[string][]string{}, records: map[string]*batchRecord{}, perOpen: map[string]int{}, outputs: map[string]string{},
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	return b
+	var errs [2]error
+	b.openGauge, errs[0] = g.cfg.Meter.Int64UpDownCounter("llmproxy.batches.open",
+		metric.WithDescription("Batches whose reservation is open, watched until they end."), metric.WithUnit("{batch}"))
+	b.ended, errs[1] = g.cfg.Meter.Int64Counter("llmproxy.batches.ended",
+		metric.WithDescription("Batch reservations ended, by outcome: the batch's final status (completed, failed, expired, cancelled), held_too_long (settled at the estimate after MaxHold) or unwatchable (an upstream batch id the gateway refused)."), metric.WithUnit("{batch}"))
+	return b, errors.Join(errs[:]...)
 }
 
 // registerBatches adds the Batch API routes.
@@ -338,10 +348,12 @@ func (b *batches) reserveSlot(tenant string) bool {
 	}
 	b.open++
 	b.perOpen[tenant]++
+	b.openGauge.Add(context.Background(), 1)
 	return true
 }
 
 func (b *batches) releaseSlotLocked(tenant string) {
+	b.openGauge.Add(context.Background(), -1)
 	b.open--
 	if b.perOpen[tenant]--; b.perOpen[tenant] <= 0 {
 		delete(b.perOpen, tenant)
@@ -439,11 +451,13 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 	r.open = false
 	b.releaseSlotLocked(r.tenant)
 	if data == nil {
+		b.end("held_too_long")
 		r.tk.Done()
 		return
 	}
 	var obj batchObject
 	_ = json.Unmarshal(data, &obj)
+	b.end(obj.Status)
 	for _, f := range []string{obj.OutputFile, obj.ErrorFile} {
 		if ValidObjectID(f) && b.outputs[f] == "" {
 			b.outputs[f] = r.tenant
@@ -468,6 +482,11 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 		}
 		r.tk.Settle(au)
 	}
+}
+
+// end counts a reservation ended, by outcome (a closed set).
+func (b *batches) end(outcome string) {
+	b.ended.Add(context.Background(), 1, b.g.m.opt("outcome", outcome))
 }
 
 // refund is the usage that gives back a whole reservation.
@@ -674,6 +693,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		// A batch may exist upstream that the gateway cannot watch: its
 		// reservation stays charged at the estimate.
 		tk.Done()
+		b.end("unwatchable")
 		g.log.Error("llmproxy: the upstream created a batch without a valid id; its reservation is kept at the estimate")
 		g.m.count(ctx, g.m.upstreamFailures, "bad_response")
 		g.batchError(c, http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API answered without a valid batch id.")

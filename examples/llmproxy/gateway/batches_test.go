@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
@@ -47,7 +48,7 @@ policies:
   - {name: batch-spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 1M, match: {operations: ["POST /v1/batches"]}}
 `
 
-func batchGateway(t *testing.T, policy string, tune func(*gateway.BatchAPI, *upstream.Config)) *batchStack {
+func batchGateway(t *testing.T, policy string, tune func(*gateway.Config, *upstream.Config)) *batchStack {
 	t.Helper()
 	f, err := config.Parse("batch.yaml", []byte(policy+"tenants:\n  a: {api_keys: ["+config.HashKey(keyA).String()+"]}\n  b: {api_keys: ["+config.HashKey(batchKeyB).String()+"]}\nidentity: {anonymous: deny}\n"))
 	if err != nil {
@@ -63,17 +64,19 @@ func batchGateway(t *testing.T, policy string, tune func(*gateway.BatchAPI, *ups
 		t.Fatal(err)
 	}
 	sc := upstream.Config{OutputTokens: 5, BatchDelay: time.Hour, Now: clk.Now}
-	bc := gateway.BatchAPI{PollInterval: time.Minute, MaxHold: 30 * time.Hour}
+	gc := gateway.Config{
+		UpstreamKey: "sk-upstream", Controller: ctl, Estimator: est, File: f, Clock: clk,
+		Batches: gateway.BatchAPI{PollInterval: time.Minute, MaxHold: 30 * time.Hour},
+		Logger:  slog.New(slog.DiscardHandler),
+	}
 	if tune != nil {
-		tune(&bc, &sc)
+		tune(&gc, &sc)
 	}
 	sim := upstream.New(sc)
 	up := httptest.NewServer(sim)
 	t.Cleanup(up.Close)
-	gw, err := gateway.New(gateway.Config{
-		Upstream: up.URL + "/v1", UpstreamKey: "sk-upstream", Controller: ctl, Estimator: est, File: f, Clock: clk, Batches: bc,
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	gc.Upstream = up.URL + "/v1"
+	gw, err := gateway.New(gc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +245,10 @@ func TestBatchLifecycle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := batchGateway(t, batchPolicy, nil)
+			reader := sdkmetric.NewManualReader()
+			s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) {
+				gc.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+			})
 			in, out, cost := s.reservation(t)
 			if tok, c := s.remaining(t, "a"); tok != fullTokens || c != fullCost {
 				t.Fatalf("before: remaining %d tokens, %d µ$; want %d, %d", tok, c, fullTokens, fullCost)
@@ -272,6 +278,9 @@ func TestBatchLifecycle(t *testing.T) {
 			}
 			if tok, c := s.remaining(t, "b"); tok != fullTokens || c != fullCost {
 				t.Errorf("neighbour: remaining %d tokens, %d µ$; want %d, %d", tok, c, fullTokens, fullCost)
+			}
+			if got := sumCounter(t, reader, "llmproxy.batches.ended", "outcome"); got[tt.status] != 1 || len(got) != 1 {
+				t.Errorf("llmproxy.batches.ended = %v; want %s 1", got, tt.status)
 			}
 		})
 	}
@@ -321,11 +330,24 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // TestBatchHeldTooLong: a reservation still open after MaxHold is settled
 // at its estimate, and the batch's later end changes nothing.
 func TestBatchHeldTooLong(t *testing.T) {
-	s := batchGateway(t, batchPolicy, func(_ *gateway.BatchAPI, sc *upstream.Config) { sc.BatchDelay = 100 * time.Hour })
+	reader := sdkmetric.NewManualReader()
+	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, sc *upstream.Config) {
+		sc.BatchDelay = 100 * time.Hour
+		gc.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	})
 	_, _, cost := s.reservation(t)
 	id := s.created(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_input_tokens": "100", "sim_output_tokens": "50"})
+	if got := sumCounter(t, reader, "llmproxy.batches.open", "")[""]; got != 1 {
+		t.Errorf("llmproxy.batches.open = %d; want 1", got)
+	}
 	for range 31 {
 		s.clk.Advance(time.Hour)
+	}
+	if got := sumCounter(t, reader, "llmproxy.batches.open", "")[""]; got != 0 {
+		t.Errorf("llmproxy.batches.open after MaxHold = %d; want 0", got)
+	}
+	if got := sumCounter(t, reader, "llmproxy.batches.ended", "outcome"); got["held_too_long"] != 1 || len(got) != 1 {
+		t.Errorf("llmproxy.batches.ended = %v; want held_too_long 1", got)
 	}
 	if _, c := s.remaining(t, "a"); c != 1_000_000-cost {
 		t.Fatalf("after MaxHold: %d µ$ left; want the estimate %d kept", c, cost)
@@ -427,8 +449,8 @@ http: {quota_status: 429}
 // bytes, and the upstream never stores it: the upload is cut before its
 // end.
 func TestBatchHostileFiles(t *testing.T) {
-	s := batchGateway(t, batchPolicy, func(bc *gateway.BatchAPI, _ *upstream.Config) {
-		bc.MaxLineBytes, bc.MaxLines, bc.MaxFileBytes = 2048, 3, 64<<10
+	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) {
+		gc.Batches.MaxLineBytes, gc.Batches.MaxLines, gc.Batches.MaxFileBytes = 2048, 3, 64<<10
 	})
 	ok := chatLine("r1", "Hello", 10)
 	other := strings.Replace(ok, "gpt-4o-mini", "gpt-4o", 1)

@@ -125,6 +125,7 @@
 // reason, llmproxy_rejections_total by code, llmproxy_client_errors_total,
 // llmproxy_client_cancels_total, llmproxy_streams_active,
 // llmproxy_streams_cut_total, llmproxy_stream_charges_total,
+// llmproxy_batches_open, llmproxy_batches_ended_total by outcome,
 // llmproxy_auth_failures_total and llmproxy_auth_throttled_total; with
 // upstream stores, llmproxy_provider_throttled_total by outcome and the
 // gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit
@@ -392,7 +393,9 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
-	g.batches = newBatches(g, cfg.Batches, cfg.Clock)
+	if g.batches, err = newBatches(g, cfg.Batches, cfg.Clock); err != nil {
+		return nil, err
+	}
 	if err := errors.Join(g.m.init(cfg.Meter), g.initProviders(cfg.Meter)); err != nil {
 		return nil, err
 	}
