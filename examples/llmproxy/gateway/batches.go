@@ -599,9 +599,8 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		return nil
 	}
 	var fileID, endpoint, window, metadata, expires json.RawMessage
-	if err := objectFields(body, map[string]*json.RawMessage{
-		"input_file_id": &fileID, "endpoint": &endpoint, "completion_window": &window, "metadata": &metadata, "output_expires_after": &expires,
-	}); err != nil {
+	if err := objectFields(body, objField{"input_file_id", &fileID}, objField{"endpoint", &endpoint}, objField{"completion_window", &window},
+		objField{"metadata", &metadata}, objField{"output_expires_after", &expires}); err != nil {
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", "We could not parse the JSON body of your request: "+err.Error()+".")
 		return nil
 	}

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/weights"
 )
@@ -151,16 +151,18 @@ func (lc *lineCounter) count(line []byte) error {
 		return bad("the file has more than %d requests", lc.maxLines)
 	}
 	var customID, method, url, body json.RawMessage
-	if err := objectFields(line, map[string]*json.RawMessage{"custom_id": &customID, "method": &method, "url": &url, "body": &body}); err != nil {
+	if err := objectFields(line, objField{"custom_id", &customID}, objField{"method", &method}, objField{"url", &url}, objField{"body", &body}); err != nil {
 		return bad("not a batch request (a JSON object of custom_id, method, url and body): %v", err)
 	}
-	var id, m, u string
+	id, idOK := jsonText(customID)
+	m, mOK := jsonText(method)
+	u, uOK := jsonText(url)
 	switch {
-	case json.Unmarshal(customID, &id) != nil || id == "" || len(id) > maxCustomID:
+	case !idOK || id == "" || len(id) > maxCustomID:
 		return bad("custom_id must be a string of 1 to %d bytes", maxCustomID)
-	case json.Unmarshal(method, &m) != nil || m != "POST":
+	case !mOK || m != "POST":
 		return bad(`method must be "POST"`)
-	case json.Unmarshal(url, &u) != nil:
+	case !uOK:
 		return bad("url must be a string")
 	case len(body) == 0 || body[0] != '{':
 		return bad("body must be a JSON object")
@@ -201,6 +203,16 @@ func (lc *lineCounter) count(line []byte) error {
 	return nil
 }
 
+// jsonText returns the text of raw, a JSON value, when it is a string:
+// without escapes it is the bytes between the quotes, else decoded.
+func jsonText(raw json.RawMessage) (string, bool) {
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	return s, json.Unmarshal(raw, &s) == nil
+}
+
 // satSum adds non-negative a and b, saturating at math.MaxInt64.
 func satSum(a, b int64) int64 {
 	b = max(b, 0)
@@ -218,39 +230,109 @@ func quoteClip(s string) string {
 	return strconv.Quote(s)
 }
 
-// objectFields decodes data, which must be one JSON object and nothing
-// else, into fields by key: a key not in fields or given twice is an
-// error (two values for one key would let the gateway price one and the
-// upstream run the other).
-func objectFields(data []byte, fields map[string]*json.RawMessage) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return errors.New("not a JSON object")
+// objField is a key objectFields reads and where its value goes.
+type objField struct {
+	name string
+	dst  *json.RawMessage
+}
+
+// objectFields reads data, which must be one JSON object and nothing
+// else, into fields by key: each value is the span of data it takes. A
+// key not among fields, given twice or written with escapes is an error:
+// two values for one key would let the gateway price one and the
+// upstream run the other, and an escaped key could spell a known one
+// the gateway did not recognise. It checks data with json.Valid and then
+// only finds the spans, without copying or decoding a value.
+func objectFields(data []byte, fields ...objField) error {
+	if len(fields) > 64 {
+		panic("gateway: objectFields reads at most 64 keys")
 	}
-	seen := make(map[string]bool, len(fields))
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return errors.New("invalid JSON")
-		}
-		k, _ := t.(string)
-		dst, ok := fields[k]
-		switch {
-		case !ok:
-			return fmt.Errorf("unknown key %s", quoteClip(k))
-		case seen[k]:
-			return fmt.Errorf("key %s given twice", quoteClip(k))
-		}
-		seen[k] = true
-		if err := dec.Decode(dst); err != nil {
-			return errors.New("invalid JSON")
-		}
-	}
-	if _, err := dec.Token(); err != nil {
+	if !json.Valid(data) {
 		return errors.New("invalid JSON")
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("more than one JSON value")
+	i := skipWS(data, 0)
+	if data[i] != '{' {
+		return errors.New("not a JSON object")
 	}
-	return nil
+	var seen uint64
+	if i = skipWS(data, i+1); data[i] == '}' {
+		return nil
+	}
+	for {
+		end := jsonStringEnd(data, i)
+		key := data[i+1 : end-1]
+		i = skipWS(data, skipWS(data, end)+1) // past the colon
+		vend := jsonValueEnd(data, i)
+		k := -1
+		for j := range fields {
+			if string(key) == fields[j].name {
+				k = j
+				break
+			}
+		}
+		switch {
+		case k < 0:
+			return fmt.Errorf("unknown key %s", quoteClip(string(key)))
+		case seen&(1<<k) != 0:
+			return fmt.Errorf("key %s given twice", quoteClip(string(key)))
+		}
+		seen |= 1 << k
+		*fields[k].dst = data[i:vend:vend]
+		if i = skipWS(data, vend); data[i] == '}' {
+			return nil
+		}
+		i = skipWS(data, i+1) // past the comma
+	}
+}
+
+// skipWS returns the index of the first byte of data at or after i that
+// is not JSON white space (len(data) at the end).
+func skipWS(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// jsonStringEnd returns the index after the string of valid JSON data
+// that starts at i.
+func jsonStringEnd(data []byte, i int) int {
+	for j := i + 1; j < len(data); j++ {
+		switch data[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(data)
+}
+
+// jsonValueEnd returns the index after the value of valid JSON data
+// that starts at i.
+func jsonValueEnd(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		return jsonStringEnd(data, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				j = jsonStringEnd(data, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(data)
+	}
+	j := i
+	for j < len(data) && !strings.ContainsRune(",}] \t\n\r", rune(data[j])) {
+		j++
+	}
+	return j
 }

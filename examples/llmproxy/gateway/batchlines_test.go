@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -111,4 +114,133 @@ func TestLineCounterSums(t *testing.T) {
 	if lc.sum != want {
 		t.Errorf("summary = %+v; want %+v", lc.sum, want)
 	}
+}
+
+// benchFile is a batch input file of 1,000 chat requests of about 600
+// bytes of text each, and its bodies.
+func benchFile() (file []byte, bodies [][]byte) {
+	var buf bytes.Buffer
+	for i := range 1000 {
+		body := `{"model":"gpt-4o-mini","max_tokens":200,"messages":[{"role":"system","content":"You are a careful assistant."},{"role":"user","content":"` +
+			strings.Repeat("Summarise the history of the river and its bridges, ", 12) + `"}]}`
+		bodies = append(bodies, []byte(body))
+		buf.WriteString(`{"custom_id":"req-` + strings.Repeat("x", i%7) + `","method":"POST","url":"/v1/chat/completions","body":` + body + "}\n")
+	}
+	return buf.Bytes(), bodies
+}
+
+// BenchmarkLineCounter counts a batch input file in 32 KiB writes, as an
+// upload streams through the gateway.
+func BenchmarkLineCounter(b *testing.B) {
+	file, _ := benchFile()
+	est := fuzzEstimator(b)
+	b.SetBytes(int64(len(file)))
+	b.ReportAllocs()
+	for b.Loop() {
+		lc := newLineCounter(est, 1<<20, 50_000, 1<<30, 0)
+		for rest := file; len(rest) > 0; {
+			n := min(32<<10, len(rest))
+			if _, err := lc.Write(rest[:n]); err != nil {
+				b.Fatal(err)
+			}
+			rest = rest[n:]
+		}
+		if err := lc.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLineCounterPeer prices the same bodies one by one, as the
+// chat route would: the counter's cost beyond it is its envelope parse.
+func BenchmarkLineCounterPeer(b *testing.B) {
+	file, bodies := benchFile()
+	est := fuzzEstimator(b)
+	b.SetBytes(int64(len(file)))
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, body := range bodies {
+			if _, err := est.EstimateEndpoint(weights.EndpointChatCompletions, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// objectFieldsRef is objectFields written with encoding/json's decoder,
+// the reference of FuzzObjectFields.
+func objectFieldsRef(data []byte, names []string) (map[string]string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, false
+	}
+	got := map[string]string{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		k, _ := t.(string)
+		if _, dup := got[k]; dup || !slices.Contains(names, k) {
+			return nil, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false
+		}
+		got[k] = string(v)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	return got, true
+}
+
+// FuzzObjectFields: objectFields accepts exactly the objects the
+// decoder-based reference accepts, with the same values (the reference
+// decodes escaped keys, which objectFields refuses, so inputs with a
+// backslash are only checked for the values' validity).
+func FuzzObjectFields(f *testing.F) {
+	for _, s := range []string{
+		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","x":[1,{"y":"}"}]}}`,
+		`{}`, ` { "url" : "x" , "body" : [ ] } `, `{"url":1e5,"method":null,"body":true}`, `{"url":"a","url":"b"}`,
+		`{"b\u006fdy":{}}`, `{"body":"\"}"}`, `[]`, `{"url":"x"} {}`, `{"url"}`, `{"other":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	names := []string{"custom_id", "method", "url", "body"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		vals := make([]json.RawMessage, len(names))
+		fields := make([]objField, len(names))
+		for i, n := range names {
+			fields[i] = objField{n, &vals[i]}
+		}
+		err := objectFields(data, fields...)
+		got := map[string]string{}
+		for i, v := range vals {
+			if v != nil {
+				if !json.Valid(v) {
+					t.Fatalf("objectFields(%q): %s = %q is not a JSON value", data, names[i], v)
+				}
+				got[names[i]] = string(v)
+			}
+		}
+		if bytes.IndexByte(data, '\\') >= 0 {
+			return
+		}
+		want, ok := objectFieldsRef(data, names)
+		if (err == nil) != ok {
+			t.Fatalf("objectFields(%q) = %v; the reference accepts it: %v", data, err, ok)
+		}
+		if ok {
+			for k, v := range want {
+				if got[k] != v {
+					t.Fatalf("objectFields(%q)[%s] = %q; want %q", data, k, got[k], v)
+				}
+			}
+		}
+	})
 }
