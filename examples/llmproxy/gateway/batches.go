@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -64,6 +65,11 @@ import (
 //   - expired or cancelled: settled at the usage of the requests that
 //     did complete, which the provider bills, and refunded whole when
 //     none did.
+//
+// A creation whose outcome is unknown (the call failed once sent, its
+// answer was cut or named no valid id) keeps its reservation at the
+// estimate; one that never reached the upstream, or that it refused, is
+// refunded.
 //
 // A reservation open longer than MaxHold (the provider's 24-hour
 // completion window and some) is settled at its estimate and the batch
@@ -489,6 +495,13 @@ func (b *batches) end(outcome string) {
 	b.ended.Add(context.Background(), 1, b.g.m.opt("outcome", outcome))
 }
 
+// neverSent reports whether a failed upstream call never reached the
+// upstream: its connection could not be made.
+func neverSent(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
 // refund is the usage that gives back a whole reservation.
 func (b *batches) refund(r *batchRecord) admission.Usage {
 	u := tokenunits.Usage(weights.TokenUnits{})
@@ -668,16 +681,34 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	g.admitted(c.Response(), st, tk)
 	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer ucancel()
+	// A batch may exist upstream that the gateway cannot watch (the call
+	// failed once sent, its answer was cut or had no valid id): its
+	// reservation stays charged at the estimate. Only a call that never
+	// reached the upstream, or that it refused, is refunded.
+	unwatchable := func() {
+		tk.Done()
+		b.end("unwatchable")
+		g.log.Error("llmproxy: a batch creation's outcome is unknown; its reservation is kept at the estimate")
+	}
 	resp, err := g.batchCall(uctx, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
 	if err != nil {
-		tk.Settle(b.refund(rec))
+		if neverSent(err) {
+			tk.Settle(b.refund(rec))
+		} else {
+			unwatchable()
+		}
 		g.upstreamFailed(c, ctx, err)
 		return nil
 	}
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	data, err := readLimited(resp.Body, maxBatchObject)
-	if err != nil || resp.StatusCode != http.StatusOK {
+	switch {
+	case err != nil && resp.StatusCode == http.StatusOK:
+		unwatchable()
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	case err != nil || resp.StatusCode != http.StatusOK:
 		// Nothing was created: the reservation is given back.
 		tk.Settle(b.refund(rec))
 		if err != nil {
@@ -689,11 +720,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	}
 	var obj batchObject
 	if json.Unmarshal(data, &obj) != nil || !ValidObjectID(obj.ID) {
-		// A batch may exist upstream that the gateway cannot watch: its
-		// reservation stays charged at the estimate.
-		tk.Done()
-		b.end("unwatchable")
-		g.log.Error("llmproxy: the upstream created a batch without a valid id; its reservation is kept at the estimate")
+		unwatchable()
 		g.m.count(ctx, g.m.upstreamFailures, "bad_response")
 		g.batchError(c, http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API answered without a valid batch id.")
 		return nil

@@ -656,3 +656,25 @@ func TestBatchUnpriced(t *testing.T) {
 		t.Errorf("%d creations reached the upstream; want none", n)
 	}
 }
+
+// TestBatchCreationUnanswered: a creation the upstream took but never
+// answered may have made a batch the gateway cannot watch: its
+// reservation is kept at the estimate, and counted as unwatchable.
+func TestBatchCreationUnanswered(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) {
+		gc.Timeout = 200 * time.Millisecond
+		gc.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	})
+	in, out, cost := s.reservation(t)
+	resp, b := s.create(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_hang": "1"})
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("unanswered creation: %d %s; want 504", resp.StatusCode, b)
+	}
+	if tok, c := s.remaining(t, "a"); tok != 100_000-in-out || c != 1_000_000-cost {
+		t.Errorf("unanswered creation: %d tokens, %d µ$ left; want the estimate kept (%d, %d)", tok, c, 100_000-in-out, 1_000_000-cost)
+	}
+	if got := sumCounter(t, reader, "llmproxy.batches.ended", "outcome"); got["unwatchable"] != 1 {
+		t.Errorf("llmproxy.batches.ended = %v; want unwatchable 1", got)
+	}
+}

@@ -30,6 +30,7 @@ import (
 //	sim_output_tokens: 300     one counted from the input file's lines (as
 //	sim_cached_tokens: 100     the chat route counts a prompt)
 //	sim_id: batch_x            the id the batch is given (a hostile upstream)
+//	sim_hang: 1                no answer to the creation (until the caller gives up)
 //
 // A completed, expired or cancelled batch reports its usage in the batch
 // object's usage field (input_tokens, input_tokens_details.cached_tokens,
@@ -233,6 +234,10 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	md := req.Metadata
+	if md["sim_hang"] != "" {
+		<-r.Context().Done() // never answers, and creates nothing
+		return
+	}
 	b := &simBatch{
 		id: fmt.Sprintf("batch_sim%d", s.seq.Add(1)), endpoint: req.Endpoint, inputFile: f.id, window: req.CompletionWindow,
 		metadata: md, created: s.now(), lines: lines, outcome: "completed",

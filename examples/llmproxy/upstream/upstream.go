@@ -27,7 +27,7 @@
 // created, retrieved and cancelled, each running Config.BatchDelay on the
 // clock Config.Now and ending as its metadata picks (sim_outcome,
 // sim_completed, sim_input_tokens, sim_output_tokens, sim_cached_tokens,
-// sim_id), with its usage in the batch object's usage field.
+// sim_id, sim_hang), with its usage in the batch object's usage field.
 package upstream
 
 import (
