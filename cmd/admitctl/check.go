@@ -72,9 +72,6 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 		fmt.Fprintf(e.stdout, "stores the program must register: %s\n", strings.Join(stores, ", "))
 	}
 	unpriced(e.stdout, f, prices)
-	if *listed {
-		listPrices(e.stdout, f, prices)
-	}
 	fmt.Fprintln(e.stdout)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLAN\tPOLICY\tMODE\tALGORITHM\tUNIT\tKEY\tLIMIT\tBURST\tPER\tQUEUE")
@@ -102,6 +99,9 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 	}
 	if d := f.Config.Plans.Default; d != "" {
 		fmt.Fprintf(e.stdout, "\ntenants without a plan are on %q; \"-\" rows are the policies' own limits\n", d)
+	}
+	if *listed {
+		listPrices(e.stdout, f, prices)
 	}
 	return 0
 }
