@@ -9,6 +9,7 @@ import (
 
 func TestPriceCost(t *testing.T) {
 	gpt4o := Price{Input: 2.5, Output: 10, CachedInput: 1.25}
+	sonnet := Price{Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75}
 	tests := []struct {
 		price Price
 		u     Usage
@@ -26,6 +27,15 @@ func TestPriceCost(t *testing.T) {
 		{Price{}, Usage{InputTokens: 1000, OutputTokens: 1000}, 0},
 		{gpt4o, Usage{InputTokens: -5, OutputTokens: -1}, 0},
 		{Price{Input: maxPrice, Output: maxPrice}, Usage{InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64}, math.MaxInt64/picoPerMicro + 1}, // saturated
+		// Cache writes at their own price (Claude Sonnet: $3 in, $0.30
+		// read, $3.75 written), else at the input price; reads first,
+		// then writes, within the prompt.
+		{sonnet, Usage{InputTokens: 1000, CachedInputTokens: 600, CacheWriteInputTokens: 300, OutputTokens: 10}, 100*3 + 600*0.3 + 300*3.75 + 150},
+		{Price{Input: 3, Output: 15}, Usage{InputTokens: 1000, CacheWriteInputTokens: 1000}, 3000},
+		{sonnet, Usage{InputTokens: 1000, CachedInputTokens: 800, CacheWriteInputTokens: 800}, 800*0.3 + 200*3.75},
+		{sonnet, Usage{InputTokens: 100, CacheWriteInputTokens: -50}, 300},
+		// The batch discount is for Price.Batch, not for CostMicros.
+		{Price{Input: 2, Output: 8, BatchDiscount: 0.5}, Usage{InputTokens: 1000, OutputTokens: 1000}, 10000},
 	}
 	for _, tt := range tests {
 		if got := tt.price.CostMicros(tt.u); got != tt.want {
@@ -34,6 +44,29 @@ func TestPriceCost(t *testing.T) {
 	}
 	if got := gpt4o.EstimateMicros(1000, 100); got != 3500 {
 		t.Errorf("EstimateMicros(1000, 100) = %d; want 3500 (cached price not applied to estimates)", got)
+	}
+}
+
+// TestPriceBatch: a batch is priced at its discount off every part of
+// the price, and a discount out of range never makes it free nor dearer.
+func TestPriceBatch(t *testing.T) {
+	for _, tt := range []struct {
+		p    Price
+		want Price
+	}{
+		{Price{Input: 2, Output: 8, CachedInput: 0.5, CacheWrite: 2.5, BatchDiscount: 0.5}, Price{Input: 1, Output: 4, CachedInput: 0.25, CacheWrite: 1.25}},
+		{Price{Input: 2, Output: 8, BatchDiscount: 0.25}, Price{Input: 1.5, Output: 6}},
+		{Price{Input: 2, Output: 8}, Price{Input: 2, Output: 8}},
+		{Price{Input: 2, Output: 8, BatchDiscount: 1}, Price{Input: 2, Output: 8}},
+		{Price{Input: 2, Output: 8, BatchDiscount: -1}, Price{Input: 2, Output: 8}},
+		{Price{Input: 2, Output: 8, BatchDiscount: math.NaN()}, Price{Input: 2, Output: 8}},
+	} {
+		if got := tt.p.Batch(); got != tt.want {
+			t.Errorf("%+v.Batch() = %+v; want %+v", tt.p, got, tt.want)
+		}
+	}
+	if got := DefaultPrices()["gpt-4o-mini"].Batch().EstimateMicros(1_000_000, 1_000_000); got != 375_000 {
+		t.Errorf("gpt-4o-mini batch of 1M in, 1M out = %d µ$; want 375000 (half of $0.15 + $0.60)", got)
 	}
 }
 
@@ -78,13 +111,16 @@ func TestNewPricesValidation(t *testing.T) {
 		"a":      {Input: -1},
 		"b":      {Output: math.NaN()},
 		"c":      {CachedInput: 2e6},
+		"d":      {CacheWrite: -1},
+		"e":      {BatchDiscount: 1},
+		"f":      {BatchDiscount: math.NaN()},
 		"Gpt-4o": {Input: 1},
 		"gpt-4o": {Input: 1},
 	})
 	if err == nil {
 		t.Fatal("NewPrices(bad table) = nil error")
 	}
-	for _, want := range []string{`prices[""]: model name`, `prices["a"].input`, `prices["b"].output`, `prices["c"].cached_input`, "duplicates"} {
+	for _, want := range []string{`prices[""]: model name`, `prices["a"].input`, `prices["b"].output`, `prices["c"].cached_input`, `prices["d"].cache_write`, `prices["e"].batch_discount`, `prices["f"].batch_discount`, "duplicates"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("NewPrices error does not mention %q:\n%v", want, err)
 		}
@@ -179,6 +215,7 @@ func TestDefaultPrices(t *testing.T) {
 	}
 	d := DefaultPrices()
 	for name, want := range shipped {
+		want.BatchDiscount = 0.5 // both providers bill batches at half price
 		if got := d[name]; got != want {
 			t.Errorf("DefaultPrices()[%q] = %+v; want %+v", name, got, want)
 		}

@@ -22,6 +22,26 @@ type Price struct {
 	// cannot know what will be cached, and a price of nothing would let
 	// cached traffic run free.
 	CachedInput float64 `json:"cached_input,omitempty" yaml:"cached_input,omitempty"`
+	// CacheWrite is the price of a million prompt tokens written to the
+	// provider's prompt cache (Anthropic's cache_creation_input_tokens,
+	// billed above the input price: 1.25 times it for a five-minute
+	// cache). Zero means the Input price.
+	CacheWrite float64 `json:"cache_write,omitempty" yaml:"cache_write,omitempty"`
+	// BatchDiscount is the part of every price taken off for work sent
+	// through a provider's Batch API, from 0 (none) up to but not
+	// including 1: 0.5 is half price, as OpenAI and Anthropic bill
+	// batches. See [Price.Batch].
+	BatchDiscount float64 `json:"batch_discount,omitempty" yaml:"batch_discount,omitempty"`
+}
+
+// Batch returns the price of work sent through a Batch API: every part
+// of p less its BatchDiscount, which the result no longer carries.
+func (p Price) Batch() Price {
+	k := 1 - p.BatchDiscount
+	if !(k > 0 && k <= 1) { // an unvalidated discount never makes work free nor dearer
+		k = 1
+	}
+	return Price{Input: p.Input * k, Output: p.Output * k, CachedInput: p.CachedInput * k, CacheWrite: p.CacheWrite * k}
 }
 
 // picoPerMicro converts pico-dollars to micro-dollars.
@@ -44,18 +64,27 @@ func (p Price) EstimateMicros(in, out int64) int64 {
 }
 
 // CostMicros prices actual usage in micro-dollars, rounded up once for the
-// whole request: cached prompt tokens at the CachedInput price, the other
-// prompt tokens at Input, and completion tokens at Output.
+// whole request: prompt tokens read from the cache at the CachedInput
+// price, prompt tokens written to it at CacheWrite, the other prompt
+// tokens at Input, and completion tokens at Output. The cached and
+// written parts count as at most the prompt, reads first.
 func (p Price) CostMicros(u Usage) int64 {
-	cached := min(max(u.CachedInputTokens, 0), max(u.InputTokens, 0))
-	cachedPrice := p.CachedInput
-	if cachedPrice == 0 {
-		cachedPrice = p.Input
-	}
-	total := costPico(u.InputTokens-cached, pico(p.Input))
-	total = satAdd(total, costPico(cached, pico(cachedPrice)))
+	in := max(u.InputTokens, 0)
+	cached := min(max(u.CachedInputTokens, 0), in)
+	written := min(max(u.CacheWriteInputTokens, 0), in-cached)
+	total := costPico(in-cached-written, pico(p.Input))
+	total = satAdd(total, costPico(cached, pico(orInput(p.CachedInput, p.Input))))
+	total = satAdd(total, costPico(written, pico(orInput(p.CacheWrite, p.Input))))
 	total = satAdd(total, costPico(u.OutputTokens, pico(p.Output)))
 	return ceilDiv(total, picoPerMicro)
+}
+
+// orInput returns price, or input when price is zero (not configured).
+func orInput(price, input float64) float64 {
+	if price == 0 {
+		return input
+	}
+	return price
 }
 
 // costPico returns tokens × price in pico-dollars, saturating at
@@ -75,10 +104,13 @@ func (p Price) validate(path string) []error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"input", p.Input}, {"output", p.Output}, {"cached_input", p.CachedInput}} {
+	}{{"input", p.Input}, {"output", p.Output}, {"cached_input", p.CachedInput}, {"cache_write", p.CacheWrite}} {
 		if f.v < 0 || f.v > maxPrice || math.IsNaN(f.v) {
 			errs = append(errs, fmt.Errorf("%s.%s: must be between 0 and %g US dollars per million tokens", path, f.name, maxPrice))
 		}
+	}
+	if !(p.BatchDiscount >= 0 && p.BatchDiscount < 1) {
+		errs = append(errs, fmt.Errorf("%s.batch_discount: must be at least 0 and below 1 (0.5 is half price)", path))
 	}
 	return errs
 }
@@ -123,9 +155,11 @@ func (s PriceSource) String() string {
 
 // builtinPrices are OpenAI's and Anthropic's list prices in US dollars per
 // million tokens (standard tier, text tokens; for Claude, CachedInput is
-// the cache-read price), as published in 2025. A policy file's prices
+// the cache-read price and CacheWrite the five-minute cache-write price,
+// 1.25 times the input price), as published in 2025, each with the
+// providers' Batch API discount of one half. A policy file's prices
 // section starts from them; see [DefaultPrices].
-var builtinPrices = map[string]Price{
+var builtinPrices = withBatchDiscount(0.5, map[string]Price{
 	"gpt-5":                  {Input: 1.25, Output: 10.00, CachedInput: 0.125},
 	"gpt-5-mini":             {Input: 0.25, Output: 2.00, CachedInput: 0.025},
 	"gpt-5-nano":             {Input: 0.05, Output: 0.40, CachedInput: 0.005},
@@ -165,15 +199,24 @@ var builtinPrices = map[string]Price{
 	"text-embedding-3-small": {Input: 0.02},
 	"text-embedding-3-large": {Input: 0.13},
 	"text-embedding-ada-002": {Input: 0.10},
-	"claude-opus-4":          {Input: 15.00, Output: 75.00, CachedInput: 1.50},
-	"claude-opus-4-5":        {Input: 5.00, Output: 25.00, CachedInput: 0.50},
-	"claude-sonnet-4":        {Input: 3.00, Output: 15.00, CachedInput: 0.30},
-	"claude-haiku-4-5":       {Input: 1.00, Output: 5.00, CachedInput: 0.10},
-	"claude-3-7-sonnet":      {Input: 3.00, Output: 15.00, CachedInput: 0.30},
-	"claude-3-5-sonnet":      {Input: 3.00, Output: 15.00, CachedInput: 0.30},
-	"claude-3-5-haiku":       {Input: 0.80, Output: 4.00, CachedInput: 0.08},
-	"claude-3-opus":          {Input: 15.00, Output: 75.00, CachedInput: 1.50},
-	"claude-3-haiku":         {Input: 0.25, Output: 1.25, CachedInput: 0.03},
+	"claude-opus-4":          {Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75},
+	"claude-opus-4-5":        {Input: 5.00, Output: 25.00, CachedInput: 0.50, CacheWrite: 6.25},
+	"claude-sonnet-4":        {Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75},
+	"claude-haiku-4-5":       {Input: 1.00, Output: 5.00, CachedInput: 0.10, CacheWrite: 1.25},
+	"claude-3-7-sonnet":      {Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75},
+	"claude-3-5-sonnet":      {Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75},
+	"claude-3-5-haiku":       {Input: 0.80, Output: 4.00, CachedInput: 0.08, CacheWrite: 1.00},
+	"claude-3-opus":          {Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75},
+	"claude-3-haiku":         {Input: 0.25, Output: 1.25, CachedInput: 0.03, CacheWrite: 0.30},
+})
+
+// withBatchDiscount sets the batch discount of every price of table.
+func withBatchDiscount(d float64, table map[string]Price) map[string]Price {
+	for name, p := range table {
+		p.BatchDiscount = d
+		table[name] = p
+	}
+	return table
 }
 
 // DefaultPrices returns a copy of the built-in price table: OpenAI's and

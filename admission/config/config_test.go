@@ -222,15 +222,17 @@ func TestPrices(t *testing.T) {
   unpriced: fallback
   fallback: {input: 10, output: 30.5}
   models:
-    gpt-4o-mini: {input: 0.15, output: 0.6, cached_input: 0.075}
+    gpt-4o-mini: {input: 0.15, output: 0.6, cached_input: 0.075, batch_discount: 0.5}
+    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.3, cache_write: 3.75, batch_discount: 0}
     ft:gpt-4o-mini: {input: 0.3, output: 1.2}
     local-embedder: {input: 0, output: 0}
 `)))
 	want := config.Prices{
 		Models: map[string]config.Price{
-			"gpt-4o-mini":    {Input: 0.15, Output: 0.6, CachedInput: 0.075},
-			"ft:gpt-4o-mini": {Input: 0.3, Output: 1.2},
-			"local-embedder": {},
+			"gpt-4o-mini":     {Input: 0.15, Output: 0.6, CachedInput: 0.075, BatchDiscount: 0.5},
+			"claude-sonnet-4": {Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75},
+			"ft:gpt-4o-mini":  {Input: 0.3, Output: 1.2},
+			"local-embedder":  {},
 		},
 		Fallback: &config.Price{Input: 10, Output: 30.5},
 	}
@@ -249,12 +251,13 @@ func TestPrices(t *testing.T) {
   unpriced: fallback  # refuse (the default), or charge the fallback price
   fallback: {input: 10, output: 30}
   models:             # replace or add entries, in US dollars per million tokens
-    gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}
+    gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075, batch_discount: 0.5}
+    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.30, cache_write: 3.75}
     ft:gpt-4o-mini: {input: 0.30, output: 1.20}
     llama-3.3-70b: {input: 0.59, output: 0.79}
 `)))
-	if p := f.Prices; !p.Builtin || len(p.Models) != 3 || p.Fallback == nil || p.Models["ft:gpt-4o-mini"].Output != 1.2 {
-		t.Errorf("documented prices = %+v; want the built-in table, 3 models and a fallback", p)
+	if p := f.Prices; !p.Builtin || len(p.Models) != 4 || p.Fallback == nil || p.Models["ft:gpt-4o-mini"].Output != 1.2 {
+		t.Errorf("documented prices = %+v; want the built-in table, 4 models and a fallback", p)
 	}
 	f = must(config.Parse("refuse.yaml", []byte(policy+"prices: {unpriced: refuse, models: {llama: {input: 1, output: 2}}}\n")))
 	if p := f.Prices; !p.Builtin || p.Fallback != nil || p.Models["llama"] != (config.Price{Input: 1, Output: 2}) {

@@ -22,7 +22,8 @@ import (
 //	  unpriced: fallback  # refuse (the default), or charge the fallback price
 //	  fallback: {input: 10, output: 30}
 //	  models:             # replace or add entries, in US dollars per million tokens
-//	    gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}
+//	    gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075, batch_discount: 0.5}
+//	    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.30, cache_write: 3.75}
 //	    ft:gpt-4o-mini: {input: 0.30, output: 1.20}
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
@@ -43,8 +44,10 @@ type Prices struct {
 }
 
 // Price is a model's price in US dollars per million tokens. Input and
-// Output are required in the file; CachedInput defaults to 0, which means
-// the Input price.
+// Output are required in the file; CachedInput and CacheWrite default to
+// 0, which means the Input price, and BatchDiscount to 0, no discount.
+// An entry of the file replaces the built-in entry whole: its batch
+// discount too.
 type Price struct {
 	// Input is the price of a million prompt tokens.
 	Input float64
@@ -53,6 +56,14 @@ type Price struct {
 	// CachedInput is the price of a million prompt tokens served from the
 	// provider's cache; 0 means Input.
 	CachedInput float64
+	// CacheWrite is the price of a million prompt tokens written to the
+	// provider's cache (Anthropic's cache_creation_input_tokens); 0
+	// means Input.
+	CacheWrite float64
+	// BatchDiscount is the part of every price taken off for work sent
+	// through the Batch API (batch_discount: 0.5 is half price), at least
+	// 0 and below 1.
+	BatchDiscount float64
 }
 
 // maxPrice is the largest price accepted, as weights bounds it: a million
@@ -135,7 +146,7 @@ func (d *decoder) price(n *yaml.Node, path string, fallback bool) (Price, bool) 
 				d.errorf(d.resolve(n), path, "%q is not a price (write 2.5 for $2.50 per million tokens)", s)
 			case v < 0 || v > maxPrice:
 				d.errorf(d.resolve(n), path, "must be between 0 and %g US dollars per million tokens, got %s", float64(maxPrice), s)
-			case fallback && v == 0 && !strings.HasSuffix(path, ".cached_input"):
+			case fallback && v == 0 && (strings.HasSuffix(path, ".input") || strings.HasSuffix(path, ".output")):
 				d.errorf(d.resolve(n), path, "must be > 0: a fallback of nothing lets unpriced models run free")
 			default:
 				*dst = v
@@ -148,6 +159,21 @@ func (d *decoder) price(n *yaml.Node, path string, fallback bool) (Price, bool) 
 		field{"input", amount(&pr.Input)},
 		field{"output", amount(&pr.Output)},
 		field{"cached_input", amount(&pr.CachedInput)},
+		field{"cache_write", amount(&pr.CacheWrite)},
+		field{"batch_discount", func(n *yaml.Node, path string) {
+			s, given := d.scalar(n, path)
+			if !given {
+				ok = false
+				return
+			}
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil || !(v >= 0 && v < 1) {
+				d.errorf(d.resolve(n), path, "%q is not a discount: write a fraction at least 0 and below 1 (0.5 for half price)", s)
+				ok = false
+				return
+			}
+			pr.BatchDiscount = v
+		}},
 	) {
 		return Price{}, false
 	}

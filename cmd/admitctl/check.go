@@ -25,13 +25,14 @@ func init() {
 	register(&command{
 		name:    "check",
 		usage:   "[-q] FILE",
-		summary: "validate a policy file offline: every problem with its line and the nearest valid name for a typo; warnings for settings that defeat a limit; the effective policies per plan and the models without a price",
+		summary: "validate a policy file offline: every problem with its line and the nearest valid name for a typo; warnings for settings that defeat a limit; the effective policies per plan and the models without a price (-prices: every price)",
 		run:     runCheck,
 	})
 }
 
 func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 	quiet := fs.Bool("q", false, "print nothing but problems and warnings (on stderr) when the file is valid")
+	listed := fs.Bool("prices", false, "list the price of every model the prices section or a policy names (in, cache read, cache write, out, batch discount), when a policy counts cost")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -100,6 +101,9 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 	if d := f.Config.Plans.Default; d != "" {
 		fmt.Fprintf(e.stdout, "\ntenants without a plan are on %q; \"-\" rows are the policies' own limits\n", d)
 	}
+	if *listed {
+		listPrices(e.stdout, f, prices)
+	}
 	return 0
 }
 
@@ -163,6 +167,53 @@ func unpriced(w io.Writer, f *config.File, prices *weights.Prices) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, m := range missing {
 		fmt.Fprintf(tw, "  %s\t%s\n", m.model, m.at)
+	}
+	tw.Flush()
+}
+
+// listPrices lists, when a policy counts cost, the price of every model
+// the prices section or a policy names, as requests for it are charged:
+// per million tokens in, read from the cache, written to it, out, and
+// the Batch API discount, with where the price comes from.
+func listPrices(w io.Writer, f *config.File, prices *weights.Prices) {
+	if !slices.ContainsFunc(f.Config.Policies, func(p admission.Policy) bool { return p.Unit == limits.UnitCost }) {
+		return
+	}
+	var models []string
+	for m := range f.Prices.Models {
+		models = append(models, m)
+	}
+	for _, p := range f.Config.Policies {
+		models = append(models, p.Match.Models...)
+	}
+	slices.Sort(models)
+	models = slices.Compact(models)
+	fmt.Fprintln(w, "\nprices in US dollars per million tokens (cache reads and writes at the input price when not set):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tINPUT\tCACHED_INPUT\tCACHE_WRITE\tOUTPUT\tBATCH_DISCOUNT\tSOURCE")
+	row := func(name string, p weights.Price, src string) {
+		opt := func(v float64) string {
+			if v == 0 {
+				return "-"
+			}
+			return strconv.FormatFloat(v, 'g', -1, 64)
+		}
+		batch := "-"
+		if p.BatchDiscount > 0 {
+			batch = strconv.FormatFloat(p.BatchDiscount*100, 'g', 4, 64) + "%"
+		}
+		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%g\t%s\t%s\n", name, p.Input, opt(p.CachedInput), opt(p.CacheWrite), p.Output, batch, src)
+	}
+	for _, m := range models {
+		p, src, ok := prices.Resolve(m)
+		if !ok {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\n", m, src)
+			continue
+		}
+		row(m, p, src.String())
+	}
+	if fb := f.Prices.Fallback; fb != nil {
+		row("(fallback)", weights.Price(*fb), "prices.fallback")
 	}
 	tw.Flush()
 }

@@ -129,6 +129,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.gw.BodyReadTimeout, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
 	fs.StringVar(&o.forwardHeaders, "forward-headers", "", "comma-separated client headers forwarded upstream besides the built-in set (a trailing * matches a prefix); credential headers are never forwarded")
 	fs.StringVar(&o.requestLog, "request-log", "", "write every decided request to this file in the request-log format admitctl replay reads (JSON Lines, rotated at 64 MiB, 5 files kept); never keys, prompts or completions")
+	fs.Int64Var(&o.gw.Batches.MaxFileBytes, "batch-max-file-bytes", gateway.DefaultMaxFileBytes, "largest batch input file uploaded through POST /v1/files (counted line by line as it streams upstream)")
+	fs.DurationVar(&o.gw.Batches.MaxHold, "batch-max-hold", gateway.DefaultMaxHold, "longest a batch's reservation stays open; then it is settled at its estimate")
 	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -450,6 +452,9 @@ func (s *server) close() {
 	}
 	if s.watcher != nil {
 		_ = s.watcher.Close()
+	}
+	if s.gw != nil {
+		_ = s.gw.Close() // the batches' background polls
 	}
 	if s.simSrv != nil {
 		_ = s.simSrv.Close()

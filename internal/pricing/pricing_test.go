@@ -17,6 +17,7 @@ prices:
   fallback: {input: 10, output: 30}
   models:
     llama-3.3-70b: {input: 0.59, output: 0.79}
+    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.3, cache_write: 3.75, batch_discount: 0.5}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +32,7 @@ prices:
 		src   weights.PriceSource
 	}{
 		{"llama-3.3-70b", weights.Price{Input: 0.59, Output: 0.79}, weights.PriceListed},
+		{"claude-sonnet-4-5", weights.Price{Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75, BatchDiscount: 0.5}, weights.PriceListed},
 		{"gpt-4o-mini", weights.DefaultPrices()["gpt-4o-mini"], weights.PriceListed},
 		{"ft:gpt-4o-mini-2024-07-18:acme::abc123", weights.DefaultPrices()["gpt-4o-mini"], weights.PriceBaseModel},
 		{"my-local-model", weights.Price{Input: 10, Output: 30}, weights.PriceFallback},

@@ -106,15 +106,25 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, rt route, id s
 	g.copyRequestHeaders(req.Header, r.Header)
 	if rt.anthropic() {
 		g.setAnthropicUpstream(req.Header, r.Header)
-	} else if k := g.cfg.UpstreamKey; k != "" {
-		if hk := g.cfg.UpstreamKeyHeader; hk != "" && !strings.EqualFold(hk, "Authorization") {
-			req.Header.Set(hk, k)
-		} else {
-			req.Header.Set("Authorization", "Bearer "+k)
-		}
+	} else {
+		g.setUpstreamKey(req.Header)
 	}
 	req.ContentLength = int64(len(body))
 	return g.cfg.Transport.RoundTrip(req)
+}
+
+// setUpstreamKey puts Config.UpstreamKey in h, in Config.UpstreamKeyHeader
+// (Authorization with the Bearer scheme by default).
+func (g *Gateway) setUpstreamKey(h http.Header) {
+	k := g.cfg.UpstreamKey
+	if k == "" {
+		return
+	}
+	if hk := g.cfg.UpstreamKeyHeader; hk != "" && !strings.EqualFold(hk, "Authorization") {
+		h.Set(hk, k)
+	} else {
+		h.Set("Authorization", "Bearer "+k)
+	}
 }
 
 // copyRequestHeaders copies to dst the client headers that may go

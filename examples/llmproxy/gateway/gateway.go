@@ -81,6 +81,13 @@
 // rejections included, are in Anthropic's shape, and answers carry
 // anthropic-ratelimit-* headers (see Anthropic).
 //
+// The Batch API is served too (see BatchAPI): POST /v1/files counts a
+// batch input file line by line as it streams upstream, POST /v1/batches
+// reserves the batch's tokens and cost on the tenant's quotas until the
+// batch ends, and a tenant retrieves and cancels only its own batches and
+// reads only its own files (GET /v1/batches/{id}, POST
+// /v1/batches/{id}/cancel, GET /v1/files/{id} and its content).
+//
 // GET /v1/models and GET /v1/models/{id} are passed through, limited by the
 // policies that match them; a model id must be 1 to 256 ASCII letters,
 // digits and - _ . : @ once decoded, neither "." nor "..", else 404. Every
@@ -118,6 +125,7 @@
 // reason, llmproxy_rejections_total by code, llmproxy_client_errors_total,
 // llmproxy_client_cancels_total, llmproxy_streams_active,
 // llmproxy_streams_cut_total, llmproxy_stream_charges_total,
+// llmproxy_batches_open, llmproxy_batches_ended_total by outcome,
 // llmproxy_auth_failures_total and llmproxy_auth_throttled_total; with
 // upstream stores, llmproxy_provider_throttled_total by outcome and the
 // gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit
@@ -224,6 +232,9 @@ type Config struct {
 	// Anthropic configures the Messages API routes (see Anthropic); the
 	// zero value leaves them out.
 	Anthropic Anthropic
+	// Batches configures the Batch API routes (see BatchAPI); the zero
+	// value serves them with its defaults.
+	Batches BatchAPI
 	// Controller admits requests; New installs File's policies in it.
 	Controller *admission.Controller
 	// Estimator counts the tokens of request bodies and caps their size.
@@ -329,6 +340,7 @@ type Gateway struct {
 	m       instruments
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
+	batches   *batches // the Batch API's files and reservations
 }
 
 // state is what the gateway derives from one policy file besides the
@@ -383,6 +395,9 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
+	if g.batches, err = newBatches(g, cfg.Batches, cfg.Clock); err != nil {
+		return nil, err
+	}
 	if err := errors.Join(g.m.init(cfg.Meter), g.initProviders(cfg.Meter)); err != nil {
 		return nil, err
 	}
@@ -533,6 +548,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 		e.POST(rt.path, on(rt, g.handleLLM))
 	}
 	g.registerMessages(e)
+	g.registerBatches(e)
 	e.GET(OpModels, on(modelsRoute, g.handleModels))
 	e.GET(OpModel, on(modelRoute, g.handleModels))
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
@@ -704,18 +720,11 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		g.tooLarge(c, limit) // before it takes a request from the caller's limits
 		return nil
 	}
-	actx, cancel := g.admissionContext(c)
-	tk, err := g.cfg.Controller.Admit(actx, req)
-	if g.epoch.Changed(e) {
-		st, _, tk, err = g.readmit(actx, r, e, st, req, tk, err, nil)
-	}
-	cancel()
-	if err != nil {
-		g.refused(c, err)
+	tk, ok := g.admitRequest(c, e, st, req)
+	if !ok {
 		return nil
 	}
 	defer tk.Done()
-	g.admitted(c.Response(), st, tk)
 	var body []byte
 	if r.Method == http.MethodPost {
 		var release func()

@@ -22,6 +22,12 @@
 // With Config.Limits it enforces a provider's requests and tokens per
 // minute per model over a rolling window, answering 429 with OpenAI's
 // headers, and sends its x-ratelimit figures on every answer (see Limits).
+//
+// It also serves OpenAI's Batch API: file uploads and contents, batches
+// created, retrieved and cancelled, each running Config.BatchDelay on the
+// clock Config.Now and ending as its metadata picks (sim_outcome,
+// sim_completed, sim_input_tokens, sim_output_tokens, sim_cached_tokens,
+// sim_id, sim_hang), with its usage in the batch object's usage field.
 package upstream
 
 import (
@@ -74,6 +80,11 @@ type Config struct {
 	// Limits are the provider's limits per model; the zero Limits limit
 	// nothing.
 	Limits Limits
+	// BatchDelay is how long a batch runs before it ends (see the Batch
+	// API in batches.go); zero ends it at its first retrieval.
+	BatchDelay time.Duration
+	// Now is the clock of batches; nil means time.Now.
+	Now func() time.Time
 }
 
 // Server is the simulated API. It is an http.Handler, safe for concurrent
@@ -89,6 +100,7 @@ type Server struct {
 	seen     []Seen
 	limits   *limiter // nil without Limits
 	limited  atomic.Int64
+	batch    batchStore
 }
 
 // Seen records what one request asked for, for tests.
@@ -205,6 +217,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case isMessages(r, path):
 		s.messages(w, r, path)
+		return
+	case isBatchAPI(path):
+		s.batchAPI(w, r, path)
 		return
 	case r.Method != http.MethodPost:
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Method not allowed.")

@@ -1,0 +1,838 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/tokenunits"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// BatchAPI configures OpenAI's Batch API on the gateway: file uploads
+// (POST /v1/files, purpose batch), batch creation (POST /v1/batches),
+// retrieval (GET /v1/batches/{id}) and cancellation (POST
+// /v1/batches/{id}/cancel). Every field documents its default.
+//
+// # What a batch reserves
+//
+// A batch is priced from its input file, which the gateway counts line by
+// line as the file is uploaded through it: each line's body exactly as
+// the same request sent to its url would be (prompt tokens with the
+// model's tokenizer plus the output reservation, capped by
+// Config.MaxOutputReserve), every line of one model and one url. The
+// gateway keeps only a summary per file (model, url, lines, token sums)
+// for the tenant that uploaded it. A batch created from a file the gateway
+// did not count (uploaded to the provider directly, by another tenant,
+// or before a restart) is refused with 400: fetching it back
+// (GET /v1/files/{id}/content, up to 200 MB) on the request path would
+// put a provider download of unbounded duration in front of every batch
+// creation, and the gateway could not tell whose file it is.
+//
+// Creating the batch is admitted as one request of operation
+// "POST /v1/batches" for the file's model, with the file's tokens (and
+// token units) and, while a cost policy is installed, its cost at the
+// model's batch price (its price less its batch_discount): a quota
+// policy (period: day or month) matching that operation holds the
+// reservation until the batch ends. A batch the quota cannot hold now is
+// refused as any quota rejection (429, or http.quota_status; Retry-After
+// at the period's end); one larger than the whole quota, which can never
+// be admitted, with 400 batch_too_large.
+//
+// # How a reservation ends
+//
+// The gateway watches every open batch: on the tenant's own retrievals
+// and cancellations, and by polling GET /v1/batches/{id} in the
+// background (every PollInterval, backing off to MaxPollInterval while
+// the upstream fails, at most PollConcurrency polls at once). When the
+// batch ends:
+//
+//   - completed: settled at the usage of the batch object (its usage
+//     field) at the batch price; a missing or implausible usage is
+//     charged as reserved;
+//   - failed: refunded whole (nothing ran);
+//   - expired or cancelled: settled at the usage of the requests that
+//     did complete, which the provider bills, and refunded whole when
+//     none did.
+//
+// A creation whose outcome is unknown (the call failed once sent, its
+// answer was cut or named no valid id) keeps its reservation at the
+// estimate; one that never reached the upstream, or that it refused, is
+// refunded.
+//
+// A reservation open longer than MaxHold (the provider's 24-hour
+// completion window and some) is settled at its estimate and the batch
+// forgotten: a batch whose end the gateway cannot observe (the upstream
+// unreachable, the batch stuck) is billed by the provider for what ran,
+// so refunding it would let a tenant spend without limit by making batches
+// the gateway cannot see end; keeping the estimate never charges more
+// than was admitted.
+//
+// Reservations live in the gateway's memory: a restart forgets them (a
+// durable quota store keeps them charged at the estimate), and with
+// several replicas each watches the batches created through it, while a
+// retrieval through another is passed through only for the batches it
+// knows. A tenant sees and cancels only its own batches: another's
+// batch id, or one the gateway does not know, is a 404.
+type BatchAPI struct {
+	// MaxFileBytes bounds an uploaded batch input file; zero means
+	// DefaultMaxFileBytes. A larger upload is a 413; it is streamed
+	// upstream as it arrives, never held whole.
+	MaxFileBytes int64
+	// MaxLineBytes bounds one line of an input file; zero means the
+	// estimator's body cap (Estimator.MaxBodyBytes).
+	MaxLineBytes int64
+	// MaxLines bounds the requests of an input file; zero means
+	// DefaultMaxLines (OpenAI's limit).
+	MaxLines int
+	// MinUploadRate is the slowest upload accepted, in bytes a second,
+	// added to the body read timeout for the upload's size; zero means
+	// DefaultMinUploadRate.
+	MinUploadRate int64
+	// MaxUploads bounds the uploads counted at once; zero means
+	// DefaultMaxUploads. Beyond it an upload is a 503.
+	MaxUploads int
+	// MaxFiles bounds the file summaries kept; zero means
+	// DefaultMaxFiles. A tenant keeps at most MaxFilesPerTenant (zero
+	// means DefaultMaxFilesPerTenant): its oldest is forgotten first.
+	MaxFiles, MaxFilesPerTenant int
+	// FileTTL is how long a summary is kept for batches to be created
+	// from its file; zero means DefaultFileTTL.
+	FileTTL time.Duration
+	// MaxOpen bounds the batches with an open reservation; zero means
+	// DefaultMaxOpen. A tenant has at most MaxOpenPerTenant open (zero
+	// means DefaultMaxOpenPerTenant). Beyond either a creation is a 429.
+	MaxOpen, MaxOpenPerTenant int
+	// MaxRecords bounds the batches whose owner is remembered after they
+	// ended, so a tenant can still retrieve its own; zero means
+	// DefaultMaxRecords. The oldest ended ones are forgotten first.
+	MaxRecords int
+	// PollInterval is how often an open batch is retrieved in the
+	// background; zero means DefaultPollInterval. MaxPollInterval is the
+	// longest wait after failed polls (zero means
+	// DefaultMaxPollInterval), PollConcurrency the polls at once (zero
+	// means DefaultPollConcurrency).
+	PollInterval, MaxPollInterval time.Duration
+	PollConcurrency               int
+	// MaxHold is the longest a reservation stays open; zero means
+	// DefaultMaxHold. Then it is settled at its estimate.
+	MaxHold time.Duration
+}
+
+// Defaults of BatchAPI fields left zero.
+const (
+	DefaultMaxFileBytes      = 200 << 20
+	DefaultMaxLines          = 50_000
+	DefaultMinUploadRate     = 1 << 20
+	DefaultMaxUploads        = 2
+	DefaultMaxFiles          = 10_000
+	DefaultMaxFilesPerTenant = 100
+	DefaultFileTTL           = 24 * time.Hour
+	DefaultMaxOpen           = 1_000
+	DefaultMaxOpenPerTenant  = 50
+	DefaultMaxRecords        = 100_000
+	DefaultPollInterval      = time.Minute
+	DefaultMaxPollInterval   = 10 * time.Minute
+	DefaultPollConcurrency   = 4
+	DefaultMaxHold           = 26 * time.Hour
+)
+
+// The routes of the Batch API. Policies match them as "POST /v1/files",
+// "POST /v1/batches", "GET /v1/batches/{id}" and
+// "POST /v1/batches/{id}/cancel".
+const (
+	OpBatches     = "/v1/batches"
+	OpBatch       = "/v1/batches/:id"
+	OpBatchCancel = "/v1/batches/:id/cancel"
+)
+
+var (
+	batchesRoute     = route{OpBatches, "POST " + OpBatches, "/batches", weights.EndpointUnknown}
+	batchRoute       = route{OpBatch, "GET " + OpBatches + "/{id}", "/batches/", weights.EndpointUnknown}
+	batchCancelRoute = route{OpBatchCancel, "POST " + OpBatches + "/{id}/cancel", "/batches/", weights.EndpointUnknown}
+)
+
+// maxBatchObject bounds an upstream file or batch object, and a batch
+// creation body.
+const maxBatchObject = 1 << 20
+
+// maxBatchCreate bounds the body of a batch creation.
+const maxBatchCreate = 64 << 10
+
+// batches tracks the Batch API: the summaries of the files counted, the
+// open reservations and the owners of batches.
+type batches struct {
+	g       *Gateway
+	cfg     BatchAPI
+	clock   admission.Clock
+	uploads chan struct{}
+	polls   chan struct{}
+	// Metrics: the reservations open, and the reservations ended by how
+	// (the batch's status, held_too_long, unwatchable).
+	openGauge metric.Int64UpDownCounter
+	ended     metric.Int64Counter
+
+	mu      sync.Mutex
+	files   map[string]*fileEntry
+	byOwner map[string][]string // tenant → its file ids, oldest first
+	records map[string]*batchRecord
+	order   []string          // record ids, oldest first
+	outputs map[string]string // output and error file id → tenant
+	open    int
+	perOpen map[string]int // tenant → open batches
+	timer   admission.Timer
+	closed  bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+type fileEntry struct {
+	sum *fileSummary
+	at  time.Time
+}
+
+// batchRecord is a batch created through the gateway: its owner and,
+// while its reservation is open, the reservation.
+type batchRecord struct {
+	tenant string
+	open   bool
+	tk     admission.Ticket
+	price  weights.Price // the batch price; zero when not priced
+	priced bool
+	est    weights.Estimate
+	opened time.Time
+	next   time.Time // the next background poll
+	fails  int       // polls failed in a row
+	poll   bool      // a poll is on its way
+	files  []string  // its output and error files, once it ended
+}
+
+func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, error) {
+	cfg.MaxFileBytes = positive(cfg.MaxFileBytes, DefaultMaxFileBytes)
+	cfg.MaxLineBytes = positive(cfg.MaxLineBytes, g.cfg.Estimator.MaxBodyBytes())
+	cfg.MinUploadRate = positive(cfg.MinUploadRate, DefaultMinUploadRate)
+	cfg.PollInterval = positive(cfg.PollInterval, DefaultPollInterval)
+	cfg.MaxPollInterval = positive(cfg.MaxPollInterval, DefaultMaxPollInterval)
+	cfg.MaxHold = positive(cfg.MaxHold, DefaultMaxHold)
+	cfg.FileTTL = positive(cfg.FileTTL, DefaultFileTTL)
+	for _, f := range []struct {
+		v *int
+		d int
+	}{
+		{&cfg.MaxLines, DefaultMaxLines}, {&cfg.MaxUploads, DefaultMaxUploads}, {&cfg.MaxFiles, DefaultMaxFiles},
+		{&cfg.MaxFilesPerTenant, DefaultMaxFilesPerTenant}, {&cfg.MaxOpen, DefaultMaxOpen},
+		{&cfg.MaxOpenPerTenant, DefaultMaxOpenPerTenant}, {&cfg.MaxRecords, DefaultMaxRecords},
+		{&cfg.PollConcurrency, DefaultPollConcurrency},
+	} {
+		if *f.v <= 0 {
+			*f.v = f.d
+		}
+	}
+	cfg.MaxRecords = max(cfg.MaxRecords, cfg.MaxOpen)
+	if clock == nil {
+		clock = admission.SystemClock{}
+	}
+	b := &batches{
+		g: g, cfg: cfg, clock: clock, uploads: make(chan struct{}, cfg.MaxUploads), polls: make(chan struct{}, cfg.PollConcurrency),
+		files: map[string]*fileEntry{}, byOwner: map[string][]string{}, records: map[string]*batchRecord{}, perOpen: map[string]int{}, outputs: map[string]string{},
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	var errs [2]error
+	b.openGauge, errs[0] = g.cfg.Meter.Int64UpDownCounter("llmproxy.batches.open",
+		metric.WithDescription("Batches whose reservation is open, watched until they end."), metric.WithUnit("{batch}"))
+	b.ended, errs[1] = g.cfg.Meter.Int64Counter("llmproxy.batches.ended",
+		metric.WithDescription("Batch reservations ended, by outcome: the batch's final status (completed, failed, expired, cancelled), held_too_long (settled at the estimate after MaxHold) or unwatchable (an upstream batch id the gateway refused)."), metric.WithUnit("{batch}"))
+	return b, errors.Join(errs[:]...)
+}
+
+// registerBatches adds the Batch API routes.
+func (g *Gateway) registerBatches(e *echo.Echo) {
+	e.POST(OpFiles, on(filesRoute, g.handleFileUpload))
+	e.GET(OpFile, on(fileRoute, g.handleOwned))
+	e.GET(OpFileContent, on(fileContentRoute, g.handleOwned))
+	e.POST(OpBatches, on(batchesRoute, g.handleBatchCreate))
+	e.GET(OpBatch, on(batchRoute, g.handleOwned))
+	e.POST(OpBatchCancel, on(batchCancelRoute, g.handleOwned))
+}
+
+// Close stops watching batches: the background polls end and no more
+// start. Open reservations stay as they are (charged at their estimate).
+func (g *Gateway) Close() error {
+	b := g.batches
+	b.mu.Lock()
+	b.closed = true
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	return nil
+}
+
+// roomForFile reports whether a summary can be kept for a new file of
+// tenant: the table has room, after the expired ones are dropped, or the
+// tenant has a file of its own to forget.
+func (b *batches) roomForFile(tenant string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireFilesLocked()
+	return len(b.files) < b.cfg.MaxFiles || len(b.byOwner[tenant]) > 0
+}
+
+// addFile keeps the summary of a file the upstream stored as id.
+func (b *batches) addFile(id string, sum *fileSummary) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old, ok := b.files[id]; ok { // the upstream reused an id
+		b.dropFileLocked(id, old.sum.tenant)
+	}
+	own := b.byOwner[sum.tenant]
+	if len(own) >= b.cfg.MaxFilesPerTenant || (len(b.files) >= b.cfg.MaxFiles && len(own) > 0) {
+		b.dropFileLocked(own[0], sum.tenant)
+	}
+	b.files[id] = &fileEntry{sum: sum, at: b.clock.Now()}
+	b.byOwner[sum.tenant] = append(b.byOwner[sum.tenant], id)
+}
+
+func (b *batches) dropFileLocked(id, tenant string) {
+	delete(b.files, id)
+	own := b.byOwner[tenant]
+	for i, x := range own {
+		if x == id {
+			own = append(own[:i:i], own[i+1:]...)
+			break
+		}
+	}
+	if len(own) == 0 {
+		delete(b.byOwner, tenant)
+	} else {
+		b.byOwner[tenant] = own
+	}
+}
+
+// expireFilesLocked drops the summaries older than FileTTL.
+func (b *batches) expireFilesLocked() {
+	now := b.clock.Now()
+	for tenant, own := range b.byOwner {
+		for len(own) > 0 && now.Sub(b.files[own[0]].at) >= b.cfg.FileTTL {
+			b.dropFileLocked(own[0], tenant)
+			own = b.byOwner[tenant]
+		}
+	}
+}
+
+// file returns the summary of tenant's file id, or nil.
+func (b *batches) file(tenant, id string) *fileSummary {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.files[id]
+	if f == nil || f.sum.tenant != tenant || b.clock.Now().Sub(f.at) >= b.cfg.FileTTL {
+		return nil
+	}
+	return f.sum
+}
+
+// reserveSlot takes an open slot for tenant, or reports false.
+func (b *batches) reserveSlot(tenant string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.open >= b.cfg.MaxOpen || b.perOpen[tenant] >= b.cfg.MaxOpenPerTenant {
+		return false
+	}
+	b.open++
+	b.perOpen[tenant]++
+	b.openGauge.Add(context.Background(), 1)
+	return true
+}
+
+func (b *batches) releaseSlotLocked(tenant string) {
+	b.openGauge.Add(context.Background(), -1)
+	b.open--
+	if b.perOpen[tenant]--; b.perOpen[tenant] <= 0 {
+		delete(b.perOpen, tenant)
+	}
+}
+
+func (b *batches) releaseSlot(tenant string) {
+	b.mu.Lock()
+	b.releaseSlotLocked(tenant)
+	b.mu.Unlock()
+}
+
+// track records batch id, created with the open slot and ticket rec
+// holds, and starts the background polls when they are not running.
+func (b *batches) track(id string, rec *batchRecord) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	rec.opened, rec.next = now, now.Add(b.cfg.PollInterval)
+	if old, ok := b.records[id]; ok && old.open { // the upstream reused an id
+		b.endLocked(old, nil)
+	}
+	if _, ok := b.records[id]; !ok {
+		b.order = append(b.order, id)
+	}
+	b.records[id] = rec
+	for len(b.records) > b.cfg.MaxRecords {
+		// Forget the oldest ended batch; open ones are at most MaxOpen,
+		// below MaxRecords.
+		for i, x := range b.order {
+			if r := b.records[x]; r == nil || !r.open {
+				for _, f := range r.files {
+					delete(b.outputs, f)
+				}
+				delete(b.records, x)
+				b.order = append(b.order[:i:i], b.order[i+1:]...)
+				break
+			}
+		}
+	}
+	b.scheduleLocked()
+}
+
+// owner reports whether tenant owns batch id.
+func (b *batches) owner(tenant, id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.records[id]
+	return r != nil && r.tenant == tenant
+}
+
+// batchObject is what the gateway reads of an upstream batch object.
+type batchObject struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	OutputFile string `json:"output_file_id"`
+	ErrorFile  string `json:"error_file_id"`
+}
+
+// ownsFile reports whether tenant may read file id: an input file it
+// uploaded through the gateway, or the output or error file of one of
+// its batches.
+func (b *batches) ownsFile(tenant, id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f := b.files[id]; f != nil && f.sum.tenant == tenant {
+		return true
+	}
+	return b.outputs[id] == tenant
+}
+
+// observe settles the reservation of batch id when the object the
+// upstream returned for it (data) says it ended.
+func (b *batches) observe(id string, data []byte) {
+	var obj batchObject
+	if json.Unmarshal(data, &obj) != nil || obj.ID != id {
+		return
+	}
+	switch obj.Status {
+	case "completed", "failed", "expired", "cancelled":
+	default:
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r := b.records[id]; r != nil && r.open {
+		b.endLocked(r, data)
+		b.g.log.Info("llmproxy: batch ended", "batch", id, "status", obj.Status)
+	}
+}
+
+// endLocked ends r's reservation by the final batch object data: nil
+// settles it at its estimate (MaxHold passed).
+func (b *batches) endLocked(r *batchRecord, data []byte) {
+	r.open = false
+	b.releaseSlotLocked(r.tenant)
+	if data == nil {
+		b.end("held_too_long")
+		r.tk.Done()
+		return
+	}
+	var obj batchObject
+	_ = json.Unmarshal(data, &obj)
+	b.end(obj.Status)
+	for _, f := range []string{obj.OutputFile, obj.ErrorFile} {
+		if ValidObjectID(f) && b.outputs[f] == "" {
+			b.outputs[f] = r.tenant
+			r.files = append(r.files, f)
+		}
+	}
+	rep, err := weights.ReadUsage(data)
+	switch {
+	case obj.Status == "failed":
+		r.tk.Settle(b.refund(r))
+	case obj.Status != "completed" && (err != nil || !rep.Found() || (rep.Usage.InputTokens == 0 && rep.Usage.OutputTokens == 0)):
+		// Expired or cancelled before any request completed.
+		r.tk.Settle(b.refund(r))
+	default:
+		u, fb := r.est.CheckUsage(rep)
+		if fb != weights.FallbackNone {
+			b.g.m.count(context.Background(), b.g.m.usageFallbacks, fb.String())
+		}
+		au := tokenunits.Usage(u.Units())
+		if r.priced {
+			au.Cost, au.CostKnown = r.price.CostMicros(u), true
+		}
+		r.tk.Settle(au)
+	}
+}
+
+// end counts a reservation ended, by outcome (a closed set).
+func (b *batches) end(outcome string) {
+	b.ended.Add(context.Background(), 1, b.g.m.opt("outcome", outcome))
+}
+
+// neverSent reports whether a failed upstream call never reached the
+// upstream: its connection could not be made.
+func neverSent(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+// refund is the usage that gives back a whole reservation.
+func (b *batches) refund(r *batchRecord) admission.Usage {
+	u := tokenunits.Usage(weights.TokenUnits{})
+	u.CostKnown = r.priced
+	return u
+}
+
+// scheduleLocked arms the poll timer when batches are open and it is not
+// armed.
+func (b *batches) scheduleLocked() {
+	if b.closed || b.timer != nil || b.open == 0 {
+		return
+	}
+	b.timer = b.clock.AfterFunc(b.cfg.PollInterval, b.tick)
+}
+
+// tick polls the open batches that are due, at most PollConcurrency at
+// once (the others wait for a later tick), and settles at their estimate
+// those open longer than MaxHold.
+func (b *batches) tick() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.timer = nil
+	if b.closed {
+		return
+	}
+	now := b.clock.Now()
+	for id, r := range b.records {
+		switch {
+		case !r.open:
+		case now.Sub(r.opened) >= b.cfg.MaxHold:
+			// A poll on its way finds it ended.
+			b.g.log.Warn("llmproxy: batch reservation held too long, settled at its estimate", "batch", id, "held", now.Sub(r.opened).String())
+			b.endLocked(r, nil)
+		case !r.poll && !now.Before(r.next):
+			select {
+			case b.polls <- struct{}{}:
+			default:
+				continue
+			}
+			r.poll = true
+			b.wg.Add(1)
+			go b.poll(id, r)
+		}
+	}
+	b.scheduleLocked()
+}
+
+// poll retrieves batch id in the background and observes it; a failure
+// backs off.
+func (b *batches) poll(id string, r *batchRecord) {
+	defer b.wg.Done()
+	defer func() { <-b.polls }()
+	ctx, cancel := context.WithTimeout(b.ctx, min(b.g.cfg.Timeout, time.Minute))
+	defer cancel()
+	data, err := b.retrieve(ctx, id)
+	b.mu.Lock()
+	r.poll = false
+	if err != nil {
+		r.fails = min(r.fails+1, 20)
+		wait := b.cfg.PollInterval << r.fails
+		if wait <= 0 || wait > b.cfg.MaxPollInterval {
+			wait = b.cfg.MaxPollInterval
+		}
+		r.next = b.clock.Now().Add(wait)
+	} else {
+		r.fails, r.next = 0, b.clock.Now().Add(b.cfg.PollInterval)
+	}
+	b.mu.Unlock()
+	if err == nil {
+		b.observe(id, data)
+	}
+}
+
+// retrieve gets the upstream's batch object of id.
+func (b *batches) retrieve(ctx context.Context, id string) ([]byte, error) {
+	if !ValidObjectID(id) {
+		return nil, errNotForwarded
+	}
+	resp, err := b.g.batchCall(ctx, nil, http.MethodGet, "/batches/"+id, nil, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := readLimited(resp.Body, maxBatchObject)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = errors.New("upstream status " + strconv.Itoa(resp.StatusCode))
+	}
+	return data, err
+}
+
+// handleBatchCreate serves POST /v1/batches: the body is read (bounded)
+// and checked, the batch priced from its input file's summary, admitted
+// as a reservation, and created upstream.
+func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
+	b := g.batches
+	_, st, req, ok := g.batchCaller(c, maxBatchCreate)
+	if !ok {
+		return nil
+	}
+	r := c.Request()
+	ctx := r.Context()
+	body, err := readLimited(r.Body, maxBatchCreate)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.tooLarge(c, maxBatchCreate)
+		}
+		return nil
+	}
+	var fileID, endpoint, window, metadata, expires json.RawMessage
+	if err := objectFields(body, objField{"input_file_id", &fileID}, objField{"endpoint", &endpoint}, objField{"completion_window", &window},
+		objField{"metadata", &metadata}, objField{"output_expires_after", &expires}); err != nil {
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", "We could not parse the JSON body of your request: "+err.Error()+".")
+		return nil
+	}
+	var id, ep string
+	if json.Unmarshal(fileID, &id) != nil || !ValidObjectID(id) {
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "input_file_id", "input_file_id must be the id of an uploaded file.")
+		return nil
+	}
+	sum := b.file(req.Tenant, id)
+	if sum == nil {
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_file", "input_file_id",
+			"No batch input file "+id+" was uploaded through this gateway for your account (in the last "+b.cfg.FileTTL.String()+"): upload the file through the gateway, which counts its requests, then create the batch.")
+		return nil
+	}
+	if json.Unmarshal(endpoint, &ep) != nil || ep != sum.endpoint {
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "endpoint",
+			"endpoint must be the url of the input file's requests, "+sum.endpoint+".")
+		return nil
+	}
+	req.Model = sum.model
+	est := weights.Estimate{Model: sum.model, InputTokens: min(sum.in, limits.MaxAmount), OutputTokens: min(sum.out, limits.MaxAmount)}
+	tokenunits.Request(&req, weights.TokenUnits{Input: est.InputTokens, Output: est.OutputTokens})
+	rec := &batchRecord{tenant: req.Tenant, open: true, est: est}
+	if st.cost {
+		price, _, ok := st.prices.Resolve(sum.model)
+		if !ok {
+			g.refused(c, errNotPriced)
+			return nil
+		}
+		rec.price, rec.priced = price.Batch(), true
+		req.Cost = min(rec.price.EstimateMicros(est.InputTokens, est.OutputTokens), limits.MaxAmount)
+	}
+	if req.Tokens > limits.MaxAmount {
+		req.Tokens = limits.MaxAmount
+	}
+	if !b.reserveSlot(req.Tenant) {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(int(b.cfg.PollInterval/time.Second)+1))
+		g.batchError(c, http.StatusTooManyRequests, "invalid_request_error", "too_many_open_batches", "",
+			"Your account has as many batches running through this gateway as it may ("+strconv.Itoa(b.cfg.MaxOpenPerTenant)+"), or the gateway does. Please retry once one has ended.")
+		return nil
+	}
+	tracked := false
+	defer func() {
+		if !tracked {
+			b.releaseSlot(req.Tenant)
+		}
+	}()
+	actx, cancel := g.admissionContext(c)
+	tk, err := g.cfg.Controller.Admit(actx, req)
+	cancel()
+	if err != nil {
+		var rej *admission.Rejection
+		if errors.As(err, &rej) && rej.RetryAfter == limits.Never {
+			g.setLimitHeaders(c.Response(), rej.Statuses)
+			g.batchError(c, http.StatusBadRequest, "invalid_request_error", "batch_too_large", "input_file_id",
+				"The batch reserves more than the whole limit of policy "+rej.Policy+" ("+strconv.FormatInt(rej.Status.Limit, 10)+" "+unitPhrase(rej.Status)+
+					" per period) and can never be admitted: split it into smaller batches.")
+			return nil
+		}
+		g.logRefused(&req, time.Now(), err)
+		g.refused(c, err)
+		return nil
+	}
+	rec.tk = tk
+	g.admitted(c.Response(), st, tk)
+	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer ucancel()
+	// A batch may exist upstream that the gateway cannot watch (the call
+	// failed once sent, its answer was cut or had no valid id): its
+	// reservation stays charged at the estimate. Only a call that never
+	// reached the upstream, or that it refused, is refunded.
+	unwatchable := func() {
+		tk.Done()
+		b.end("unwatchable")
+		g.log.Error("llmproxy: a batch creation's outcome is unknown; its reservation is kept at the estimate")
+	}
+	resp, err := g.batchCall(uctx, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
+	if err != nil {
+		if neverSent(err) {
+			tk.Settle(b.refund(rec))
+		} else {
+			unwatchable()
+		}
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	defer resp.Body.Close()
+	g.m.upstreamStatus(ctx, resp.StatusCode)
+	data, err := readLimited(resp.Body, maxBatchObject)
+	switch {
+	case err != nil && resp.StatusCode == http.StatusOK:
+		unwatchable()
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	case err != nil || resp.StatusCode != http.StatusOK:
+		// Nothing was created: the reservation is given back.
+		tk.Settle(b.refund(rec))
+		if err != nil {
+			g.upstreamFailed(c, ctx, err)
+		} else {
+			g.upstreamError(c, resp, data)
+		}
+		return nil
+	}
+	var obj batchObject
+	if json.Unmarshal(data, &obj) != nil || !ValidObjectID(obj.ID) {
+		unwatchable()
+		g.m.count(ctx, g.m.upstreamFailures, "bad_response")
+		g.batchError(c, http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API answered without a valid batch id.")
+		return nil
+	}
+	tracked = true
+	b.track(obj.ID, rec)
+	b.observe(obj.ID, data)
+	g.writeUpstream(c, resp, data)
+	return nil
+}
+
+// handleOwned serves the routes of one object a tenant owns, limited by
+// requests: the retrieval and the cancellation of a batch it created
+// through the gateway (whose batch object is observed), a file's object
+// and content (see batches.ownsFile; the content streams through as it
+// comes, under the client write deadline). Any other id is a 404 that
+// never reaches the upstream.
+func (g *Gateway) handleOwned(c echo.Context, rt route) error {
+	b := g.batches
+	e, st := g.epoch.Stable(), g.state.Load()
+	isBatch := rt.path == OpBatch || rt.path == OpBatchCancel
+	what, code, param, owns := "file", "file_not_found", "file_id", b.ownsFile
+	if isBatch {
+		what, code, param, owns = "batch", "batch_not_found", "batch_id", b.owner
+	}
+	// A valid id has nothing to encode: a path with encoded bytes is not
+	// one.
+	id := c.Param("id")
+	if c.Request().URL.RawPath != "" || !ValidObjectID(id) {
+		g.batchError(c, http.StatusNotFound, "invalid_request_error", code, param, "No such "+what+": an id is 1 to 128 letters, digits, - and _.")
+		return nil
+	}
+	req, ok := g.identify(c, st)
+	if !ok {
+		return nil
+	}
+	if !owns(req.Tenant, id) {
+		g.batchError(c, http.StatusNotFound, "invalid_request_error", code, param,
+			"No "+what+" "+id+" for your account: the gateway serves the batches created through it, their input files and their results.")
+		return nil
+	}
+	tk, ok := g.admitRequest(c, e, st, req)
+	if !ok {
+		return nil
+	}
+	defer tk.Done()
+	r := c.Request()
+	ctx := r.Context()
+	path := rt.upstream + id
+	switch rt.path {
+	case OpBatchCancel:
+		path += "/cancel"
+	case OpFileContent:
+		path += "/content"
+	}
+	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer ucancel()
+	resp, err := g.batchCall(uctx, r, r.Method, path, nil, "", 0)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	defer resp.Body.Close()
+	g.m.upstreamStatus(ctx, resp.StatusCode)
+	if resp.StatusCode == http.StatusOK && rt.path == OpFileContent {
+		streamUpstream(c, resp)
+		return nil
+	}
+	data, err := readLimited(resp.Body, maxBatchObject)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		g.upstreamError(c, resp, data)
+		return nil
+	}
+	if isBatch {
+		b.observe(id, data)
+	}
+	g.writeUpstream(c, resp, data)
+	return nil
+}
+
+// batchCaller identifies the caller of a Batch API route and refuses a
+// body declared over limit, before anything is admitted or read.
+func (g *Gateway) batchCaller(c echo.Context, limit int64) (e uint64, st *state, req admission.Request, ok bool) {
+	e, st = g.epoch.Stable(), g.state.Load()
+	if req, ok = g.identify(c, st); !ok {
+		return e, st, req, false
+	}
+	if c.Request().ContentLength > limit {
+		g.tooLarge(c, limit)
+		return e, st, req, false
+	}
+	return e, st, req, true
+}
+
+// admitRequest admits a request limited by requests only (its amounts
+// are not read from its body), decided again when a reload overlapped
+// it, and answers a refusal itself. The caller settles the ticket.
+func (g *Gateway) admitRequest(c echo.Context, e uint64, st *state, req admission.Request) (admission.Ticket, bool) {
+	actx, cancel := g.admissionContext(c)
+	defer cancel()
+	tk, err := g.cfg.Controller.Admit(actx, req)
+	if g.epoch.Changed(e) {
+		st, _, tk, err = g.readmit(actx, c.Request(), e, st, req, tk, err, nil)
+	}
+	if err != nil {
+		g.refused(c, err)
+		return tk, false
+	}
+	g.admitted(c.Response(), st, tk)
+	return tk, true
+}

@@ -1,0 +1,345 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// OpFiles is the route of a file upload, POST /v1/files: a batch input
+// file (purpose batch), counted line by line as it streams upstream.
+const OpFiles = "/v1/files"
+
+// The routes of one file, GET /v1/files/{id} and its content, GET
+// /v1/files/{id}/content: served for the files a tenant may read (see
+// batches.ownsFile), any other is a 404.
+const (
+	OpFile        = "/v1/files/:id"
+	OpFileContent = "/v1/files/:id/content"
+)
+
+var (
+	filesRoute       = route{OpFiles, "POST " + OpFiles, "/files", 0}
+	fileRoute        = route{OpFile, "GET " + OpFiles + "/{id}", "/files/", 0}
+	fileContentRoute = route{OpFileContent, "GET " + OpFiles + "/{id}/content", "/files/", 0}
+)
+
+// maxFormField bounds a form field of an upload other than its file.
+const maxFormField = 256
+
+// multipartSlack is what an upload may carry besides its file: the
+// multipart framing and the small fields.
+const multipartSlack = 64 << 10
+
+// ValidObjectID reports whether id, an object id a client or the
+// upstream sent (a file's "file-abc123", a batch's "batch_abc123"), may
+// go into an upstream path or a log: 1 to 128 ASCII letters, digits, '-'
+// and '_'. Nothing that could change the meaning of a path (a separator,
+// a dot, '%', a control character) is in the set.
+func ValidObjectID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch b := id[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '-', b == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// handleFileUpload serves POST /v1/files: identity, the policies that
+// match the upload (limited by requests), then the multipart body
+// streamed upstream part by part, the file's lines counted as they pass
+// (lineCounter). A file the counter refuses is cut before its end, so the
+// upstream never stores it, and answered 400 (413 over the size cap).
+// An upload the upstream accepts leaves its summary (fileSummary) for
+// the batches created from it.
+func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
+	b := g.batches
+	e, st, req, ok := g.batchCaller(c, b.cfg.MaxFileBytes+multipartSlack)
+	if !ok {
+		return nil
+	}
+	r := c.Request()
+	ctx := r.Context()
+	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || ct != "multipart/form-data" || params["boundary"] == "" {
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "A file upload is a multipart/form-data body with a purpose and a file.")
+		return nil
+	}
+	tk, ok := g.admitRequest(c, e, st, req)
+	if !ok {
+		return nil
+	}
+	defer tk.Done()
+	select {
+	case b.uploads <- struct{}{}:
+		defer func() { <-b.uploads }()
+	default:
+		c.Response().Header().Set("Retry-After", "1")
+		g.batchError(c, http.StatusServiceUnavailable, "server_error", "server_busy", "", "The gateway is counting too many uploads at once. Please retry.")
+		return nil
+	}
+	if !b.roomForFile(req.Tenant) {
+		c.Response().Header().Set("Retry-After", "60")
+		g.batchError(c, http.StatusServiceUnavailable, "server_error", "server_busy", "", "The gateway holds as many batch input files as it can. Please retry later.")
+		return nil
+	}
+	// The body may take longer than an ordinary request's: its size at
+	// the slowest rate accepted.
+	size := r.ContentLength
+	if size < 0 {
+		size = b.cfg.MaxFileBytes
+	}
+	_ = http.NewResponseController(c.Response().Writer).SetReadDeadline(time.Now().Add(g.cfg.BodyReadTimeout + time.Duration(float64(size)/float64(b.cfg.MinUploadRate)*float64(time.Second))))
+
+	lc := newLineCounter(g.cfg.Estimator, int(b.cfg.MaxLineBytes), b.cfg.MaxLines, b.cfg.MaxFileBytes, g.cfg.MaxOutputReserve)
+	body := http.MaxBytesReader(c.Response(), r.Body, b.cfg.MaxFileBytes+multipartSlack)
+	pr, pw := io.Pipe()
+	out := multipart.NewWriter(pw)
+	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer ucancel()
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := g.batchCall(uctx, r, http.MethodPost, "/files", pr, out.FormDataContentType(), -1)
+		// An upstream that answered early reads no more: the copy stops.
+		pr.CloseWithError(errUpstreamAnswered)
+		done <- answer{resp, err}
+	}()
+	perr := copyUpload(multipart.NewReader(body, params["boundary"]), out, lc)
+	if perr == nil {
+		perr = out.Close()
+	}
+	if perr != nil {
+		pw.CloseWithError(perr)
+		ucancel()
+	} else {
+		pw.Close()
+	}
+	a := <-done
+	if a.resp != nil {
+		defer a.resp.Body.Close()
+	}
+	var le *lineError
+	var mbe *http.MaxBytesError
+	switch {
+	case perr == nil:
+	case errors.Is(perr, errUpstreamAnswered), errors.Is(perr, io.ErrClosedPipe):
+		// (The transport closes the body of a call that failed.)
+		// The upstream answered before the whole file was sent: its
+		// refusal is passed on; an acceptance of part of a file is not.
+		if a.err == nil && a.resp.StatusCode == http.StatusOK {
+			g.m.count(ctx, g.m.upstreamFailures, "bad_response")
+			g.batchError(c, http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API accepted the upload before it was complete.")
+			return nil
+		}
+	case errors.Is(perr, errFileTooLarge) || errors.As(perr, &mbe):
+		g.tooLarge(c, b.cfg.MaxFileBytes)
+		return nil
+	case errors.As(perr, &le):
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_batch_file", "file", "The batch input file was refused: "+le.Error()+".")
+		return nil
+	case errors.Is(perr, errUploadForm):
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "A file upload has a purpose field of \"batch\" and one file, and nothing else.")
+		return nil
+	case ctx.Err() != nil:
+		c.Response().Status = 499
+		return nil
+	default:
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "The multipart body could not be read.")
+		return nil
+	}
+	if a.err != nil {
+		g.upstreamFailed(c, ctx, a.err)
+		return nil
+	}
+	g.m.upstreamStatus(ctx, a.resp.StatusCode)
+	data, err := readLimited(a.resp.Body, maxBatchObject)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	if a.resp.StatusCode != http.StatusOK {
+		g.upstreamError(c, a.resp, data)
+		return nil
+	}
+	var obj struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(data, &obj) != nil || !ValidObjectID(obj.ID) {
+		g.m.count(ctx, g.m.upstreamFailures, "bad_response")
+		g.batchError(c, http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API answered the upload without a valid file id.")
+		return nil
+	}
+	sum := lc.sum
+	sum.tenant = req.Tenant
+	b.addFile(obj.ID, &sum)
+	g.writeUpstream(c, a.resp, data)
+	return nil
+}
+
+// errUpstreamAnswered stops the copy of an upload the upstream answered
+// before its end.
+var errUpstreamAnswered = errors.New("gateway: the upstream answered the upload")
+
+// errUploadForm is an upload whose form is not a purpose of batch and
+// one file.
+var errUploadForm = errors.New("gateway: not a batch file upload")
+
+// copyUpload copies the parts of an upload to out: the purpose field,
+// which must say batch, one file, whose bytes also go through lc, and
+// the file's expiry (expires_after[anchor], expires_after[seconds]); any
+// other field, a second purpose or a second file is refused
+// (errUploadForm). It
+// returns lc's problem, if any, once the file has ended.
+func copyUpload(in *multipart.Reader, out *multipart.Writer, lc *lineCounter) error {
+	var purpose, file bool
+	for {
+		p, err := in.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		switch p.FormName() {
+		case "purpose":
+			v, err := io.ReadAll(io.LimitReader(p, maxFormField))
+			if err != nil {
+				return err
+			}
+			if purpose || string(v) != "batch" {
+				return errUploadForm
+			}
+			purpose = true
+			if err := out.WriteField("purpose", "batch"); err != nil {
+				return err
+			}
+		case "file":
+			if file {
+				return errUploadForm
+			}
+			file = true
+			name := p.FileName()
+			if !ValidFileName(name) {
+				name = "batch.jsonl"
+			}
+			w, err := out.CreateFormFile("file", name)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(io.MultiWriter(lc, w), p); err != nil {
+				if lc.err != nil {
+					return lc.err
+				}
+				return err
+			}
+			if err := lc.Close(); err != nil {
+				return err
+			}
+		case "expires_after[anchor]", "expires_after[seconds]":
+			// The file's expiry, passed through: a short value of
+			// letters, digits, '-' and '_'.
+			v, err := io.ReadAll(io.LimitReader(p, maxFormField+1))
+			if err != nil {
+				return err
+			}
+			if len(v) > maxFormField || !ValidObjectID(string(v)) {
+				return errUploadForm
+			}
+			if err := out.WriteField(p.FormName(), string(v)); err != nil {
+				return err
+			}
+		default:
+			return errUploadForm
+		}
+	}
+	if !purpose || !file {
+		return errUploadForm
+	}
+	return nil
+}
+
+// ValidFileName reports whether an uploaded file's name is passed
+// upstream as sent: 1 to 128 ASCII letters, digits, '-', '_' and '.';
+// any other name goes up as batch.jsonl.
+func ValidFileName(name string) bool {
+	if name == "" || len(name) > 128 || name == "." || name == ".." {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch b := name[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '-', b == '_', b == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// batchCall sends a Batch API request to Config.Upstream + path, a path
+// the caller built from constants and ids that passed ValidObjectID, with
+// the forwardable headers of r (nil for the gateway's own polls) and the
+// upstream key. n is the body's length, -1 when unknown.
+func (g *Gateway) batchCall(ctx context.Context, r *http.Request, method, path string, body io.Reader, contentType string, n int64) (*http.Response, error) {
+	u := *g.base
+	u.Path = g.base.Path + path
+	u.RawPath, u.RawQuery = "", g.base.RawQuery
+	if body == nil {
+		body = http.NoBody
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		g.copyRequestHeaders(req.Header, r.Header)
+	}
+	req.Header.Del("Content-Type")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	g.setUpstreamKey(req.Header)
+	req.ContentLength = n
+	return g.cfg.Transport.RoundTrip(req)
+}
+
+// batchError answers an error of the Batch API routes in the OpenAI
+// shape, counted as a client error when it is one.
+func (g *Gateway) batchError(c echo.Context, status int, typ, code, param, msg string) {
+	if status < 500 {
+		g.m.count(c.Request().Context(), g.m.clientErrors, code)
+	}
+	writeError(c.Response(), status, typ, code, param, msg)
+}
+
+// streamUpstream answers with an upstream response's status, headers
+// and body, the body copied as it comes.
+func streamUpstream(c echo.Context, resp *http.Response) {
+	h := c.Response().Header()
+	for k, vs := range resp.Header {
+		if !dropResponseHeader(k) {
+			h[k] = vs
+		}
+	}
+	if resp.ContentLength >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	c.Response().WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(c.Response(), resp.Body)
+}
