@@ -464,3 +464,50 @@ func TestBuiltinClaudePrices(t *testing.T) {
 		}
 	}
 }
+
+func TestPriceAliases(t *testing.T) {
+	fb := Price{Input: 100, Output: 100}
+	p, err := NewPriceTable(PricesConfig{
+		Models:   map[string]Price{"llama-3.3-70b": {Input: 0.59, Output: 0.79}},
+		Fallback: &fb,
+		Aliases: map[string]string{
+			"prod-chat":     "gpt-4o-mini",                          // a built-in entry
+			"Prod-Chat-Big": "openai/gpt-4o-2024-08-06",             // by prefix, without the provider part
+			"llama":         "llama-3.3-70b",                        // the file's entry
+			"tuned":         "ft:gpt-4o-mini-2024-07-18:acme::abc1", // a fine-tune's base
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtin := DefaultPrices()
+	for _, tt := range []struct {
+		model string
+		want  Price
+	}{
+		{"prod-chat", builtin["gpt-4o-mini"]},
+		{"PROD-CHAT-2025", builtin["gpt-4o-mini"]}, // an alias is a prefix, like an entry
+		{"prod-chat-big", builtin["gpt-4o"]},       // the longest alias wins
+		{"azure/llama", Price{Input: 0.59, Output: 0.79}},
+		{"tuned", builtin["gpt-4o-mini"]},
+	} {
+		pr, src, ok := p.Resolve(tt.model)
+		if !ok || src != PriceListed || pr != tt.want {
+			t.Errorf("Resolve(%q) = %+v, %v, %v; want %+v, listed", tt.model, pr, src, ok, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		aliases map[string]string
+		want    string
+	}{
+		{map[string]string{"x": "no-such-model"}, `aliases["x"]: "no-such-model" has no price`},
+		{map[string]string{"llama-3.3-70b": "gpt-4o"}, `aliases["llama-3.3-70b"]: is also priced as prices["llama-3.3-70b"]`},
+		{map[string]string{"": "gpt-4o"}, `aliases[""]: model names must not be empty`},
+		{map[string]string{"a": "gpt-4o", "b": "a"}, `aliases["b"]: "a" has no price`}, // no alias prices another
+	} {
+		_, err := NewPriceTable(PricesConfig{Models: map[string]Price{"llama-3.3-70b": {Input: 1, Output: 1}}, Fallback: &fb, Aliases: tt.aliases})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("aliases %v: error = %v; want %q", tt.aliases, err, tt.want)
+		}
+	}
+}

@@ -238,6 +238,13 @@ type PricesConfig struct {
 	// input and output prices must be above zero. Nil refuses such models:
 	// [Prices.Resolve] reports false.
 	Fallback *Price
+	// Aliases price a model name as another model: an Azure deployment's
+	// name, an in-house name for a hosted model. Each alias, by name
+	// prefix like a model entry (case-insensitive), gets the price the
+	// table without aliases gives its target, which must be priced by an
+	// entry (the fallback price does not count: an alias of an unpriced
+	// model would hide it). An alias may not also be an entry of Models.
+	Aliases map[string]string
 }
 
 // maxModelName bounds a model name in a price table.
@@ -303,10 +310,18 @@ func NewPriceTable(cfg PricesConfig) (*Prices, error) {
 		fb := *f
 		p.fallback = &fb
 	}
+	p.sort()
+	errs = append(errs, p.alias(cfg.Aliases, seen)...)
 	if len(errs) > 0 {
 		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 		return nil, fmt.Errorf("weights: invalid prices: %w", errors.Join(errs...))
 	}
+	return p, nil
+}
+
+// sort orders the entries by descending prefix length: the first match is
+// the longest.
+func (p *Prices) sort() {
 	sort.Slice(p.entries, func(i, j int) bool {
 		a, b := p.entries[i].prefix, p.entries[j].prefix
 		if len(a) != len(b) {
@@ -314,7 +329,36 @@ func NewPriceTable(cfg PricesConfig) (*Prices, error) {
 		}
 		return a < b
 	})
-	return p, nil
+}
+
+// alias adds an entry per alias, priced as its target by the entries
+// without aliases (so one alias never prices another).
+func (p *Prices) alias(aliases map[string]string, models map[string]string) []error {
+	var errs []error
+	var add []priceEntry
+	for name, target := range aliases {
+		key := strings.ToLower(name)
+		path := fmt.Sprintf("aliases[%q]", name)
+		if key == "" || len(key) > maxModelName || len(target) > maxModelName {
+			errs = append(errs, fmt.Errorf("%s: model names must not be empty nor longer than %d bytes", path, maxModelName))
+			continue
+		}
+		if other, dup := models[key]; dup {
+			errs = append(errs, fmt.Errorf("%s: is also priced as prices[%q]: an alias has no price of its own", path, other))
+			continue
+		}
+		pr, src, ok := p.Resolve(target)
+		if !ok || src == PriceFallback {
+			errs = append(errs, fmt.Errorf("%s: %q has no price: an alias must name a priced model", path, target))
+			continue
+		}
+		add = append(add, priceEntry{prefix: key, price: pr})
+	}
+	if len(errs) == 0 && len(add) > 0 {
+		p.entries = append(p.entries, add...)
+		p.sort()
+	}
+	return errs
 }
 
 // Resolve returns the price to charge for a model and where it came from:

@@ -26,6 +26,8 @@ import (
 //	    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.30, cache_write: 3.75}
 //	    ft:gpt-4o-mini: {input: 0.30, output: 1.20}
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
+//	  aliases:            # a name priced as another model (an Azure deployment, an in-house name)
+//	    prod-chat: gpt-4o-mini
 //
 // The section is optional; without it the built-in table applies and
 // unpriced models are refused. The program turns it into a price table
@@ -41,6 +43,11 @@ type Prices struct {
 	// Fallback prices every model no entry matches (unpriced: fallback).
 	// Nil refuses such models (unpriced: refuse).
 	Fallback *Price
+	// Aliases map a model name (by prefix, case-insensitive, like
+	// Models) to the model it is priced as, which an entry must price
+	// (built-in or the file's; the fallback does not count). An alias
+	// may not also be an entry of Models.
+	Aliases map[string]string
 }
 
 // Price is a model's price in US dollars per million tokens. Input and
@@ -77,6 +84,7 @@ const maxModelName = 256
 func (d *decoder) decodePrices(n *yaml.Node, path string) {
 	p := &d.f.Prices
 	var unpriced string
+	var aliasKeys map[string]*yaml.Node
 	if !d.mapping(n, path,
 		field{"builtin", d.boolean(&p.Builtin)},
 		field{"unpriced", d.str(&unpriced)},
@@ -90,8 +98,7 @@ func (d *decoder) decodePrices(n *yaml.Node, path string) {
 			p.Models = map[string]Price{}
 			seen := map[string]string{}
 			d.pairs(n, path, func(name string, k, v *yaml.Node, path string) {
-				if len(name) > maxModelName || strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-					d.errorf(k, path, "not a model name (no spaces or control characters, at most %d bytes)", maxModelName)
+				if !d.modelName(name, k, path) {
 					return
 				}
 				key := strings.ToLower(name)
@@ -105,8 +112,17 @@ func (d *decoder) decodePrices(n *yaml.Node, path string) {
 				}
 			})
 		}},
+		field{"aliases", func(n *yaml.Node, path string) { aliasKeys = d.decodeAliases(n, path) }},
 	) {
 		return
+	}
+	for name, k := range aliasKeys {
+		for model := range p.Models {
+			if strings.EqualFold(model, name) {
+				d.errorf(k, join(path+".aliases", name), "is also an entry of prices.models: an alias has no price of its own")
+				delete(p.Aliases, name)
+			}
+		}
 	}
 	_, hasFallback := d.lines[path+".fallback"]
 	switch unpriced {
@@ -125,6 +141,48 @@ func (d *decoder) decodePrices(n *yaml.Node, path string) {
 	if !p.Builtin && len(d.f.Prices.Models) == 0 && !hasFallback {
 		d.errorf(d.lines[path+".builtin"], path+".builtin", "false with no models and no fallback prices nothing: every model would be refused")
 	}
+}
+
+// modelName reports whether name, found at n, is a model name, and
+// reports it when not.
+func (d *decoder) modelName(name string, n *yaml.Node, path string) bool {
+	if name == "" || len(name) > maxModelName || strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		d.errorf(n, path, "not a model name (no spaces or control characters, 1 to %d bytes)", maxModelName)
+		return false
+	}
+	return true
+}
+
+// decodeAliases decodes prices.aliases: each alias a model name naming
+// another, by the alias's key node. Whether the target is priced is known
+// once the table is built (see weights.PricesConfig); that no alias is
+// also an entry of models, once the section is read.
+func (d *decoder) decodeAliases(n *yaml.Node, path string) map[string]*yaml.Node {
+	p := &d.f.Prices
+	p.Aliases = map[string]string{}
+	keys := map[string]*yaml.Node{}
+	seen := map[string]string{}
+	d.pairs(n, path, func(name string, k, v *yaml.Node, path string) {
+		if !d.modelName(name, k, path) {
+			return
+		}
+		key := strings.ToLower(name)
+		if first, dup := seen[key]; dup {
+			d.errorf(k, path, "duplicates %s (model names are case-insensitive)", join("prices.aliases", first))
+			return
+		}
+		seen[key] = name
+		target, ok := d.scalar(v, path)
+		if !ok || !d.modelName(target, d.resolve(v), path) {
+			return
+		}
+		if strings.EqualFold(target, name) {
+			d.errorf(d.resolve(v), path, "names itself")
+			return
+		}
+		p.Aliases[name], keys[name] = target, k
+	})
+	return keys
 }
 
 // price decodes a price mapping; input and output are required, and above

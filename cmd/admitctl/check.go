@@ -172,7 +172,7 @@ func unpriced(w io.Writer, f *config.File, prices *weights.Prices) {
 }
 
 // listPrices lists, when a policy counts cost, the price of every model
-// the prices section or a policy names, as requests for it are charged:
+// the prices section (its aliases too) or a policy names, as requests for it are charged:
 // per million tokens in, read from the cache, written to it, out, and
 // the Batch API discount, with where the price comes from.
 func listPrices(w io.Writer, f *config.File, prices *weights.Prices) {
@@ -181,6 +181,9 @@ func listPrices(w io.Writer, f *config.File, prices *weights.Prices) {
 	}
 	var models []string
 	for m := range f.Prices.Models {
+		models = append(models, m)
+	}
+	for m := range f.Prices.Aliases {
 		models = append(models, m)
 	}
 	for _, p := range f.Config.Policies {
@@ -208,6 +211,10 @@ func listPrices(w io.Writer, f *config.File, prices *weights.Prices) {
 		p, src, ok := prices.Resolve(m)
 		if !ok {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\n", m, src)
+			continue
+		}
+		if target, ok := f.Prices.Aliases[m]; ok {
+			row(m, p, "alias of "+target)
 			continue
 		}
 		row(m, p, src.String())

@@ -20,6 +20,8 @@ prices:
   models:
     llama-3.3-70b: {input: 0.59, output: 0.79, batch_discount: 0.25}
     claude-sonnet-4: {input: 3, output: 15, cached_input: 0.3, cache_write: 3.75}
+  aliases:
+    prod-llama: llama-3.3-70b
 `), 0o644)
 	code, out, errs := runArgs("", "check", "-prices", path)
 	if code != 0 {
@@ -37,6 +39,7 @@ prices:
 		"gpt-4o-mini 0.15 0.075 - 0.6 50% listed",
 		"llama-3.3-70b 0.59 - - 0.79 25% listed",
 		"my-llm 10 - - 30 - fallback",
+		"prod-llama 0.59 - - 0.79 25% alias of llama-3.3-70b",
 		"(fallback) 10 - - 30 - prices.fallback",
 	} {
 		if !slices.Contains(lines, want) {

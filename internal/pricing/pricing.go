@@ -11,9 +11,9 @@ import (
 
 // Table builds the price table of a policy file's prices section: the
 // built-in table unless the section leaves it out, the section's own
-// models over it, and its fallback price.
+// models over it, its aliases and its fallback price.
 func Table(p config.Prices) (*weights.Prices, error) {
-	cfg := weights.PricesConfig{OmitBuiltin: !p.Builtin, Models: make(map[string]weights.Price, len(p.Models))}
+	cfg := weights.PricesConfig{OmitBuiltin: !p.Builtin, Models: make(map[string]weights.Price, len(p.Models)), Aliases: p.Aliases}
 	for name, pr := range p.Models {
 		cfg.Models[name] = weights.Price(pr)
 	}
