@@ -98,7 +98,8 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 	if f.log == nil {
 		f.log = slog.Default()
 	}
-	if err := f.fullLoad(ctx); err != nil {
+	conn, err := f.connect(ctx)
+	if err != nil {
 		snap, serr := readSnapshot(opts.Snapshot)
 		if serr != nil {
 			pool.Close()
@@ -123,7 +124,7 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
-	go f.run(lctx)
+	go f.run(lctx, conn)
 	return f, nil
 }
 
@@ -166,13 +167,7 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 	}
 	refused = append(refused, problems...)
 	f.refused.Store(int64(len(refused)))
-	for i, e := range refused {
-		if i == 20 {
-			f.log.Warn("more directory entries refused", "count", len(refused)-i)
-			break
-		}
-		f.log.Warn("directory entry refused", "entry", e.Path, "problem", e.Msg)
-	}
+	f.refusedEntries(refused)
 	f.synced.Store(time.Now().UnixNano())
 	if f.opts.Snapshot != "" {
 		if err := writeSnapshot(f.opts.Snapshot, f.dir.Data()); err != nil {
@@ -180,6 +175,24 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// refusedEntries logs the entries err refuses, the first 20 one by one.
+func (f *Follower) refusedEntries(err error) {
+	var es config.Errors
+	if !errors.As(err, &es) {
+		if err != nil {
+			f.log.Warn("directory change refused", "problem", err.Error())
+		}
+		return
+	}
+	for i, e := range es {
+		if i == 20 {
+			f.log.Warn("more directory entries refused", "count", len(es)-i)
+			break
+		}
+		f.log.Warn("directory entry refused", "entry", e.Path, "problem", e.Msg)
+	}
 }
 
 // outage records that the database cannot be reached.
@@ -196,12 +209,26 @@ func (f *Follower) recovered() {
 	}
 }
 
-// run listens for changes, reconnecting after an outage with a backoff.
-func (f *Follower) run(ctx context.Context) {
+// run follows the changes on conn (nil: not connected), reconnecting
+// after an outage with a backoff.
+func (f *Follower) run(ctx context.Context, conn *pgxpool.Conn) {
 	defer close(f.done)
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := f.listen(ctx)
+		var err error
+		if conn == nil {
+			conn, err = f.connect(ctx)
+		}
+		if conn != nil {
+			f.recovered()
+			backoff = 100 * time.Millisecond
+			err = f.follow(ctx, conn.Conn())
+			// A connection that failed mid-wait is not given back to the
+			// pool.
+			_ = conn.Conn().Close(context.Background())
+			conn.Release()
+			conn = nil
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -212,9 +239,6 @@ func (f *Follower) run(ctx context.Context) {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
-		if !f.down.Load() {
-			backoff = 100 * time.Millisecond
-		}
 	}
 }
 
@@ -222,33 +246,29 @@ func (f *Follower) run(ctx context.Context) {
 // import) are read with one full load.
 const maxBatch = 1024
 
-// listen holds one listening connection: it reloads everything (changes
-// may have been missed before it listened), then applies notifications as
-// they come, with a full reload every Refresh.
-func (f *Follower) listen(ctx context.Context) error {
+// connect takes a connection, listens on it, then loads the whole
+// directory (changes may have been missed before it listened).
+func (f *Follower) connect(ctx context.Context) (*pgxpool.Conn, error) {
 	actx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
+	defer cancel()
 	pc, err := f.pool.Acquire(actx)
-	cancel()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pc.Release()
-	conn := pc.Conn()
-	fail := func(err error) error {
-		// A connection that failed mid-wait is not given back to the pool.
-		_ = conn.Close(context.Background())
-		return err
+	if _, err = pc.Exec(actx, "LISTEN "+Channel); err == nil {
+		err = f.fullLoad(ctx)
 	}
-	actx, cancel = context.WithTimeout(ctx, f.opts.Timeout)
-	_, err = conn.Exec(actx, "LISTEN "+Channel)
-	cancel()
 	if err != nil {
-		return fail(err)
+		_ = pc.Conn().Close(context.Background())
+		pc.Release()
+		return nil, err
 	}
-	if err := f.fullLoad(ctx); err != nil {
-		return fail(err)
-	}
-	f.recovered()
+	return pc, nil
+}
+
+// follow applies notifications as they come on conn, with a full reload
+// every Refresh and a ping every Heartbeat, until conn fails.
+func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
 	next := time.Now().Add(f.opts.Refresh)
 	for {
 		wait := min(f.opts.Heartbeat, time.Until(next))
@@ -256,17 +276,17 @@ func (f *Follower) listen(ctx context.Context) error {
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		if ctx.Err() != nil {
-			return fail(ctx.Err())
+			return ctx.Err()
 		}
 		switch {
 		case err == nil:
 			if err := f.batch(ctx, conn, n.Payload); err != nil {
-				return fail(err)
+				return err
 			}
 		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
 			if !time.Now().Before(next) {
 				if err := f.fullLoad(ctx); err != nil {
-					return fail(err)
+					return err
 				}
 				next = time.Now().Add(f.opts.Refresh)
 				continue
@@ -275,11 +295,11 @@ func (f *Follower) listen(ctx context.Context) error {
 			err := conn.Ping(pctx)
 			cancel()
 			if err != nil {
-				return fail(err)
+				return err
 			}
 			f.synced.Store(time.Now().UnixNano())
 		default:
-			return fail(err)
+			return err
 		}
 	}
 }
@@ -335,9 +355,7 @@ func (f *Follower) apply(ctx context.Context, payload string) error {
 		if err != nil {
 			return err
 		}
-		if err := f.dir.SetTenant(name, tp); err != nil {
-			f.log.Warn("directory entry refused", "entry", "tenants."+name, "problem", err.Error())
-		}
+		f.refusedEntries(f.dir.SetTenant(name, tp))
 	case "key":
 		h, err := config.ParseKeyHash(name)
 		if err != nil {
@@ -352,9 +370,7 @@ func (f *Follower) apply(ctx context.Context, payload string) error {
 		if err != nil {
 			return err
 		}
-		if err := f.dir.SetKey(h, k); err != nil {
-			f.log.Warn("directory entry refused", "entry", "keys."+h.ID(), "problem", err.Error())
-		}
+		f.refusedEntries(f.dir.SetKey(h, k))
 	default:
 		f.log.Warn("directory notification ignored", "problem", "unknown kind")
 	}

@@ -1,13 +1,20 @@
 package pgdir_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +26,8 @@ import (
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -208,4 +217,271 @@ func limitOf(r *replica, tenant string) int64 {
 	}
 	defer tk.Done()
 	return tk.Statuses(nil)[0].Limit
+}
+
+// TestRevocationOnTwoReplicas revokes a key with one statement while two
+// replicas listen: both refuse it within a second (measured), and both see
+// a plan's new limits.
+func TestRevocationOnTwoReplicas(t *testing.T) {
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	key := seed(t, conn)
+	a, b := newReplica(t, dsn, pgdir.Options{}), newReplica(t, dsn, pgdir.Options{})
+	for _, r := range []*replica{a, b} {
+		if code, _ := r.call(key); code != http.StatusOK {
+			t.Fatalf("before revocation: status %d; want 200", code)
+		}
+	}
+	start := time.Now()
+	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range []*replica{a, b} {
+		waitFor(t, time.Second, "revocation", func() bool { code, _ := r.call(key); return code == http.StatusUnauthorized })
+		t.Logf("replica %d refuses the revoked key %v after the revocation", i, time.Since(start))
+	}
+	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); !errors.Is(err, pgdir.ErrNotFound) {
+		t.Errorf("revoking twice = %v; want ErrNotFound", err)
+	}
+	// A plan's limits change: a full reload on both.
+	if err := pgdir.SetPlan(context.Background(), conn, "basic", map[string]limits.Override{"rpm": {Limit: 42}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*replica{a, b} {
+		waitFor(t, 2*time.Second, "plan change", func() bool { return limitOf(r, "acme") == 42 })
+		waitFor(t, 2*time.Second, "default plan change", func() bool { return limitOf(r, "someone-unlisted") == 42 })
+	}
+}
+
+// TestBadRows refuses the rows that do not validate against the policy
+// file, each reported by its key, and loads the rest.
+func TestBadRows(t *testing.T) {
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	key := seed(t, conn)
+	ctx := context.Background()
+	for _, q := range []string{
+		`INSERT INTO sluice_plan_limits (plan, policy, "limit") VALUES ('pro', 'nope', 5)`,
+		`INSERT INTO sluice_plan_limits (plan, policy, burst) VALUES ('basic', 'inflight', 3)`,
+		`INSERT INTO sluice_tenants (name, plan) VALUES ('neg', 'pro')`,
+		`INSERT INTO sluice_tenant_overrides (tenant, policy, "limit") VALUES ('neg', 'rpm', -4)`,
+		`INSERT INTO sluice_tenants (name) VALUES ('anonymous')`,
+		`INSERT INTO sluice_keys (hash, key_id, tenant) VALUES ('sha256:` + zeros + `', 'bad id!', 'acme')`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var log syncBuffer
+	r := newReplica(t, dsn, pgdir.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if code, q := r.call(key); code != http.StatusOK || q != 10 {
+		t.Errorf("the good rows: status %d, quota %d; want 200, 10", code, q)
+	}
+	if got := limitOf(r, "neg"); got != 100 {
+		t.Errorf("tenant neg: limit %d; want 100 (its plan; its bad override refused)", got)
+	}
+	if got := r.fol.Refused(); got != 5 {
+		t.Errorf("Refused() = %d; want 5", got)
+	}
+	for _, want := range []string{
+		`entry=plans.pro.nope problem="no such policy \"nope\""`,
+		`entry=plans.basic.inflight.burst problem="only a token_bucket has a burst"`,
+		`entry=tenants.neg.overrides.rpm.limit problem="must be > 0, got -4"`,
+		`entry=tenants.anonymous problem="\"anonymous\" is the anonymous tenant`,
+		`entry=keys.key_000000000000 problem="\"bad id!\" is not a valid key id"`,
+	} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, log.String())
+		}
+	}
+	// A bad change is refused too, and the tenant keeps what it had.
+	if err := pgdir.SetOverride(ctx, conn, "acme", "inflight", limits.Override{Burst: 2}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Log(log.String())
+		}
+	}()
+	waitFor(t, 2*time.Second, "refusal logged", func() bool {
+		return strings.Contains(log.String(), `entry=tenants.acme.overrides.inflight.burst problem="only a token_bucket has a burst"`)
+	})
+	if got := limitOf(r, "acme"); got != 10 {
+		t.Errorf("after a refused change: limit %d; want 10", got)
+	}
+}
+
+var zeros = strings.Repeat("0", 64)
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// countingTracer counts the statements sent.
+type countingTracer struct{ n atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestNoQueryOnRequestPath counts the statements the directory sends
+// during a burst of requests from many tenants and keys: none.
+func TestNoQueryOnRequestPath(t *testing.T) {
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	seed(t, conn)
+	ctx := context.Background()
+	keys := make([]string, 50)
+	for i := range keys {
+		tenant := fmt.Sprintf("t%02d", i)
+		if err := pgdir.AddTenant(ctx, conn, tenant, "pro"); err != nil {
+			t.Fatal(err)
+		}
+		k, _, err := pgdir.CreateKey(ctx, conn, tenant, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = k
+	}
+	var tr countingTracer
+	r := newReplica(t, dsn, pgdir.Options{Tracer: &tr, Heartbeat: time.Minute})
+	before := tr.n.Load()
+	if before == 0 {
+		t.Fatal("the tracer saw no statement at all: it does not count")
+	}
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 1000 {
+				if code, _ := r.call(keys[(i+g)%len(keys)]); code == http.StatusOK {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 2000 {
+		t.Errorf("admitted %d of 2000", ok.Load())
+	}
+	if n := tr.n.Load() - before; n != 0 {
+		t.Errorf("statements during the burst = %d; want 0", n)
+	}
+}
+
+// TestOutageAndSnapshot kills the database under a running replica: it
+// keeps serving, counts the outage, exports a growing age and recovers by
+// itself. While the database is down a new replica starts from the
+// snapshot, and one without a snapshot fails saying so.
+func TestOutageAndSnapshot(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewDB(t)
+	conn := migrated(t, dsn)
+	key := seed(t, conn)
+	snap := filepath.Join(t.TempDir(), "directory.json")
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	opts := pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second}
+	a := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second, Meter: mp.Meter("test")})
+	if _, err := os.Stat(snap); err != nil {
+		t.Fatalf("snapshot after the load: %v", err)
+	}
+	srv.Kill()
+	waitFor(t, 3*time.Second, "outage counted", func() bool { return a.fol.Outages() == 1 })
+	if code, q := a.call(key); code != http.StatusOK || q != 10 {
+		t.Errorf("during the outage: status %d, quota %d; want 200, 10", code, q)
+	}
+	waitFor(t, 3*time.Second, "age growing", func() bool { return a.fol.Age() > 300*time.Millisecond })
+	if age := gauge(t, reader, "admission.directory.age"); age < 0.3 {
+		t.Errorf("admission.directory.age = %v; want > 0.3 during the outage", age)
+	}
+	if n := gauge(t, reader, "admission.directory.outages"); n != 1 {
+		t.Errorf("admission.directory.outages = %v; want 1", n)
+	}
+
+	b := newReplica(t, dsn, opts)
+	if code, q := b.call(key); code != http.StatusOK || q != 10 {
+		t.Errorf("replica started from the snapshot: status %d, quota %d; want 200, 10", code, q)
+	}
+	if code, _ := b.call("sk-unknown"); code != http.StatusUnauthorized {
+		t.Errorf("replica started from the snapshot, unknown key: status %d; want 401", code)
+	}
+	f := parse(t)
+	ctl, err := admission.New(f.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpadmit.New(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := directory.New(directory.Config{Next: mw, Controller: ctl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.Apply(f); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pgdir.Open(context.Background(), dsn, dir, pgdir.Options{Timeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "no snapshot is configured (directory.snapshot)") {
+		t.Errorf("Open without database nor snapshot = %v; want the message naming directory.snapshot", err)
+	}
+
+	srv.Restart(t)
+	for i, r := range []*replica{a, b} {
+		waitFor(t, 10*time.Second, "recovery", func() bool { return r.fol.Age() < 200*time.Millisecond })
+		t.Logf("replica %d recovered", i)
+	}
+	if err := pgdir.RevokeKey(context.Background(), pgtest.Conn(t, dsn), "acme-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*replica{a, b} {
+		waitFor(t, time.Second, "revocation after recovery", func() bool { code, _ := r.call(key); return code == http.StatusUnauthorized })
+	}
+	if a.fol.Outages() != 1 {
+		t.Errorf("Outages() = %d; want 1", a.fol.Outages())
+	}
+}
+
+// gauge collects reader and returns the value of the named instrument.
+func gauge(t *testing.T, reader *sdkmetric.ManualReader, name string) float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[float64]:
+				return d.DataPoints[0].Value
+			case metricdata.Sum[int64]:
+				return float64(d.DataPoints[0].Value)
+			}
+		}
+	}
+	t.Fatalf("no instrument %s", name)
+	return 0
 }
