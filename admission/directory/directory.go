@@ -132,7 +132,8 @@ var ErrRefused = errors.New("directory entries refused")
 // policy file applied. The valid entries are installed; the refused ones
 // are reported, each by its path (plans.<plan>.<policy>,
 // tenants.<tenant>..., default_plan), in an error wrapping ErrRefused and
-// a config.Errors.
+// a config.Errors. The Directory keeps data: the caller must not change it
+// afterwards.
 func (d *Directory) Install(data *Data) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -161,8 +162,11 @@ func (d *Directory) installLocked(f *config.File, data *Data) error {
 // check returns the valid part of data, and the problems of the rest; a
 // nil Data when the problems cannot be told apart by entry.
 func (d *Directory) check(f *config.File, data *Data) (*Data, error) {
-	valid := data.Clone()
-	all := f.CheckPlans(d.source, &valid.Plans)
+	all := f.CheckPlans(d.source, &data.Plans)
+	valid := data
+	if len(all) > 0 {
+		valid = data.Clone()
+	}
 	for _, e := range all {
 		if !refuse(&valid.Plans, e.Path) {
 			return nil, errors.Join(ErrRefused, all)
@@ -175,6 +179,9 @@ func (d *Directory) check(f *config.File, data *Data) (*Data, error) {
 	}
 	for h, k := range valid.Keys {
 		if k.Tenant == f.Identity.AnonymousTenant {
+			if valid == data {
+				valid = data.Clone()
+			}
 			all = append(all, &config.Error{File: d.source, Path: "keys." + h.ID(), Msg: fmt.Sprintf("%q is the anonymous tenant (identity.anonymous_tenant): callers without a key would share its limits", k.Tenant)})
 			delete(valid.Keys, h)
 		}

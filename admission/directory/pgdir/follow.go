@@ -213,6 +213,15 @@ func (f *Follower) recovered() {
 // after an outage with a backoff.
 func (f *Follower) run(ctx context.Context, conn *pgxpool.Conn) {
 	defer close(f.done)
+	// A listening connection is not given back to the pool: it is closed.
+	drop := func() {
+		if conn != nil {
+			_ = conn.Conn().Close(context.Background())
+			conn.Release()
+			conn = nil
+		}
+	}
+	defer drop()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		var err error
@@ -223,11 +232,7 @@ func (f *Follower) run(ctx context.Context, conn *pgxpool.Conn) {
 			f.recovered()
 			backoff = 100 * time.Millisecond
 			err = f.follow(ctx, conn.Conn())
-			// A connection that failed mid-wait is not given back to the
-			// pool.
-			_ = conn.Conn().Close(context.Background())
-			conn.Release()
-			conn = nil
+			drop()
 		}
 		if ctx.Err() != nil {
 			return
