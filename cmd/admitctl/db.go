@@ -147,7 +147,9 @@ func (d *dbCmd) run(args []string) error {
 		if len(rest) == 2 {
 			plan = rest[1]
 		}
-		return d.checked(func(pl *limits.Plans) { pl.Tenants[rest[0]] = limits.TenantPlan{Plan: plan, Overrides: pl.Tenants[rest[0]].Overrides} },
+		return d.checked(func(pl *limits.Plans) {
+			pl.Tenants[rest[0]] = limits.TenantPlan{Plan: plan, Overrides: pl.Tenants[rest[0]].Overrides}
+		},
 			"tenants."+rest[0], func() error { return pgdir.AddTenant(d.ctx, d.conn, rest[0], plan) })
 	case "tenant list":
 		if err := need(0, 0); err != nil {
