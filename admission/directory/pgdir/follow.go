@@ -475,13 +475,13 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 
 // instruments registers the directory's metrics.
 func (f *Follower) instruments(m metric.Meter) error {
-	age, err1 := m.Float64ObservableGauge("admission.directory.age", metric.WithUnit("s"),
+	age, err1 := m.Float64ObservableGauge("sluice.directory.age", metric.WithUnit("s"),
 		metric.WithDescription("Seconds since the tenant directory was last known current with its database; grows during an outage."))
-	outages, err2 := m.Int64ObservableCounter("admission.directory.outages", metric.WithUnit("{outage}"),
+	outages, err2 := m.Int64ObservableCounter("sluice.directory.outages", metric.WithUnit("{outage}"),
 		metric.WithDescription("Times the tenant directory's database became unreachable."))
-	refused, err3 := m.Int64ObservableGauge("admission.directory.refused", metric.WithUnit("{entry}"),
+	refused, err3 := m.Int64ObservableGauge("sluice.directory.refused", metric.WithUnit("{entry}"),
 		metric.WithDescription("Directory entries refused at the last full load (see the log for which)."))
-	changes, err4 := m.Int64ObservableCounter("admission.directory.changes", metric.WithUnit("{change}"),
+	changes, err4 := m.Int64ObservableCounter("sluice.directory.changes", metric.WithUnit("{change}"),
 		metric.WithDescription("Directory changes received from the database's notifications."))
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return err

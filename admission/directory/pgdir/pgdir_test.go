@@ -26,8 +26,7 @@ import (
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pgtest"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"github.com/sluicehq/sluice/metrics"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -398,10 +397,12 @@ func TestOutageAndSnapshot(t *testing.T) {
 	conn := migrated(t, dsn)
 	key := seed(t, conn)
 	snap := filepath.Join(t.TempDir(), "directory.json")
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second}
-	a := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second, Meter: mp.Meter("test")})
+	a := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second, Meter: prom.Provider.Meter("test")})
 	if _, err := os.Stat(snap); err != nil {
 		t.Fatalf("snapshot after the load: %v", err)
 	}
@@ -411,11 +412,11 @@ func TestOutageAndSnapshot(t *testing.T) {
 		t.Errorf("during the outage: status %d, quota %d; want 200, 10", code, q)
 	}
 	waitFor(t, 3*time.Second, "age growing", func() bool { return a.fol.Age() > 300*time.Millisecond })
-	if age := gauge(t, reader, "admission.directory.age"); age < 0.3 {
-		t.Errorf("admission.directory.age = %v; want > 0.3 during the outage", age)
+	if age := scrape(t, prom.Handler, "sluice_directory_age_seconds"); age < 0.3 {
+		t.Errorf("sluice_directory_age_seconds = %v; want > 0.3 during the outage", age)
 	}
-	if n := gauge(t, reader, "admission.directory.outages"); n != 1 {
-		t.Errorf("admission.directory.outages = %v; want 1", n)
+	if n := scrape(t, prom.Handler, "sluice_directory_outages_total"); n != 1 {
+		t.Errorf("sluice_directory_outages_total = %v; want 1", n)
 	}
 
 	b := newReplica(t, dsn, opts)
@@ -462,26 +463,20 @@ func TestOutageAndSnapshot(t *testing.T) {
 	}
 }
 
-// gauge collects reader and returns the value of the named instrument.
-func gauge(t *testing.T, reader *sdkmetric.ManualReader, name string) float64 {
+// scrape reads the value of one series from a Prometheus handler.
+func scrape(t *testing.T, h http.Handler, name string) float64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, line := range strings.Split(w.Body.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatal(err)
 			}
-			switch d := m.Data.(type) {
-			case metricdata.Gauge[float64]:
-				return d.DataPoints[0].Value
-			case metricdata.Sum[int64]:
-				return float64(d.DataPoints[0].Value)
-			}
+			return v
 		}
 	}
-	t.Fatalf("no instrument %s", name)
+	t.Fatalf("no series %s in:\n%s", name, w.Body.String())
 	return 0
 }
