@@ -141,6 +141,7 @@ func BenchmarkKeyLookup(b *testing.B) {
 	}{{"file", table}, {"set", &set}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := cpuTime()
 			i := 0
 			for b.Loop() {
 				if _, ok := bc.l.Lookup(keys[i&1023]); !ok {
@@ -148,6 +149,7 @@ func BenchmarkKeyLookup(b *testing.B) {
 				}
 				i++
 			}
+			reportCPU(b, cpu)
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package pgdir_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -271,7 +271,7 @@ func TestBadRows(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	var log syncBuffer
+	var log syncbuf.Buffer
 	r := newReplica(t, dsn, pgdir.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if code, q := r.call(key); code != http.StatusOK || q != 10 {
 		t.Errorf("the good rows: status %d, quota %d; want 200, 10", code, q)
@@ -311,24 +311,6 @@ func TestBadRows(t *testing.T) {
 }
 
 var zeros = strings.Repeat("0", 64)
-
-// syncBuffer is a bytes.Buffer safe for a logger and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // countingTracer counts the statements sent.
 type countingTracer struct{ n atomic.Int64 }
@@ -479,4 +461,25 @@ func scrape(t *testing.T, h http.Handler, name string) float64 {
 	}
 	t.Fatalf("no series %s in:\n%s", name, w.Body.String())
 	return 0
+}
+
+// TestRefreshCatchesMissedChanges changes the database with the triggers
+// off, as a notification lost would: the periodic full reload brings the
+// change.
+func TestRefreshCatchesMissedChanges(t *testing.T) {
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	seed(t, conn)
+	r := newReplica(t, dsn, pgdir.Options{Refresh: 300 * time.Millisecond})
+	ctx := context.Background()
+	for _, q := range []string{
+		"ALTER TABLE sluice_tenants DISABLE TRIGGER sluice_tenants_notify",
+		"UPDATE sluice_tenants SET plan = 'pro' WHERE name = 'acme'",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := waitFor(t, 3*time.Second, "refresh", func() bool { return limitOf(r, "acme") == 100 })
+	t.Logf("the missed change arrived with the full reload after %v", took)
 }
