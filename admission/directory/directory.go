@@ -150,6 +150,9 @@ func (d *Directory) installLocked(f *config.File, data *Data) error {
 	}
 	merged := *f
 	merged.Config.Plans = valid.Plans
+	// Next may keep the file it installs (and read its plans) while
+	// SetTenant changes the directory's own map.
+	merged.Config.Plans.Tenants = maps.Clone(valid.Plans.Tenants)
 	merged.Identity.Keys = nil
 	if err := d.next.Apply(&merged); err != nil {
 		return err
