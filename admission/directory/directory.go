@@ -171,7 +171,7 @@ func (d *Directory) check(f *config.File, data *Data) (*Data, error) {
 		valid = data.Clone()
 	}
 	for _, e := range all {
-		if !refuse(&valid.Plans, e.Path) {
+		if !refuse(&valid.Plans, &data.Plans, e.Path) {
 			return nil, errors.Join(ErrRefused, all)
 		}
 	}
@@ -195,16 +195,18 @@ func (d *Directory) check(f *config.File, data *Data) (*Data, error) {
 	return valid, errors.Join(ErrRefused, all)
 }
 
-// refuse removes from pl the entry a problem's path names: a plan's or a
-// tenant's override of one policy, a tenant, the default plan. Names may
-// hold dots: the longest name present wins.
-func refuse(pl *limits.Plans, path string) bool {
+// refuse removes from pl the entry a problem's path names in orig (pl's
+// original, which names are looked up in, so that several problems of one
+// entry all find it): a plan's or a tenant's override of one policy, a
+// tenant, the default plan. Names may hold dots: the longest name present
+// wins. It reports false for a path that names no entry.
+func refuse(pl, orig *limits.Plans, path string) bool {
 	if path == "default_plan" {
 		pl.Default = ""
 		return true
 	}
 	if rest, ok := strings.CutPrefix(path, "plans."); ok {
-		plan, tail, ok := longest(rest, func(s string) bool { _, ok := pl.Plans[s]; return ok })
+		plan, tail, ok := longest(rest, func(s string) bool { _, ok := orig.Plans[s]; return ok })
 		if !ok {
 			return false
 		}
@@ -212,28 +214,30 @@ func refuse(pl *limits.Plans, path string) bool {
 			delete(pl.Plans, plan)
 			return true
 		}
-		os := pl.Plans[plan]
-		pol, _, ok := longest(tail, func(s string) bool { _, ok := os[s]; return ok })
+		pol, _, ok := longest(tail, func(s string) bool { _, ok := orig.Plans[plan][s]; return ok })
 		if !ok {
 			return false
 		}
-		os = maps.Clone(os)
-		delete(os, pol)
-		pl.Plans[plan] = os
+		if os, ok := pl.Plans[plan]; ok {
+			os = maps.Clone(os)
+			delete(os, pol)
+			pl.Plans[plan] = os
+		}
 		return true
 	}
 	if rest, ok := strings.CutPrefix(path, "tenants."); ok {
-		tenant, tail, ok := longest(rest, func(s string) bool { _, ok := pl.Tenants[s]; return ok })
+		tenant, tail, ok := longest(rest, func(s string) bool { _, ok := orig.Tenants[s]; return ok })
 		if !ok {
 			return false
 		}
-		tp := pl.Tenants[tenant]
 		if ovr, ok := strings.CutPrefix(tail, "overrides."); ok {
-			pol, _, ok := longest(ovr, func(s string) bool { _, ok := tp.Overrides[s]; return ok })
+			pol, _, ok := longest(ovr, func(s string) bool { _, ok := orig.Tenants[tenant].Overrides[s]; return ok })
 			if ok {
-				tp.Overrides = maps.Clone(tp.Overrides)
-				delete(tp.Overrides, pol)
-				pl.Tenants[tenant] = tp
+				if tp, ok := pl.Tenants[tenant]; ok {
+					tp.Overrides = maps.Clone(tp.Overrides)
+					delete(tp.Overrides, pol)
+					pl.Tenants[tenant] = tp
+				}
 				return true
 			}
 		}
