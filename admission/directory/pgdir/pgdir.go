@@ -64,10 +64,15 @@ func Migrations() []Migration {
 }
 
 // Migrate applies the migrations the database lacks, each in one
-// transaction with its record in sluice_schema_migrations, under an
-// advisory lock so that two replicas starting at once apply each once. It
+// transaction with its record in sluice_schema_migrations, under a
+// session advisory lock so that two replicas starting at once apply each
+// once. It
 // returns the versions it applied: none when the schema is current.
 func Migrate(ctx context.Context, conn *pgx.Conn) ([]int, error) {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
+		return nil, fmt.Errorf("pgdir: migrate: %w", err)
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", migrationLock) //nolint:errcheck // the session's end releases it too
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS sluice_schema_migrations (
 		version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return nil, fmt.Errorf("pgdir: migrate: %w", err)
@@ -94,9 +99,6 @@ func migrateOne(ctx context.Context, conn *pgx.Conn, m Migration) (bool, error) 
 		return false, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrationLock); err != nil {
-		return false, err
-	}
 	var n int
 	if err := tx.QueryRow(ctx, "SELECT count(*) FROM sluice_schema_migrations WHERE version = $1", m.Version).Scan(&n); err != nil {
 		return false, err
