@@ -60,6 +60,7 @@ type Follower struct {
 	refused atomic.Int64 // entries refused at the last full load
 	changes atomic.Int64
 	down    atomic.Bool
+	dirty   bool // changes applied since the last snapshot; run's goroutine only
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -169,12 +170,20 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 	f.refused.Store(int64(len(refused)))
 	f.refusedEntries(refused)
 	f.synced.Store(time.Now().UnixNano())
-	if f.opts.Snapshot != "" {
-		if err := writeSnapshot(f.opts.Snapshot, f.dir.Data()); err != nil {
-			f.log.Error("directory snapshot not written", "snapshot", f.opts.Snapshot, "error", err)
-		}
-	}
+	f.snapshot()
 	return nil
+}
+
+// snapshot writes the directory to the snapshot file, if one is
+// configured.
+func (f *Follower) snapshot() {
+	f.dirty = false
+	if f.opts.Snapshot == "" {
+		return
+	}
+	if err := writeSnapshot(f.opts.Snapshot, f.dir.Data()); err != nil {
+		f.log.Error("directory snapshot not written", "snapshot", f.opts.Snapshot, "error", err)
+	}
 }
 
 // refusedEntries logs the entries err refuses, the first 20 one by one.
@@ -303,6 +312,12 @@ func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
 				return err
 			}
 			f.synced.Store(time.Now().UnixNano())
+			if f.dirty {
+				// Changes reach the snapshot within a heartbeat: a replica
+				// started from it during an outage does not take back a
+				// revoked key.
+				f.snapshot()
+			}
 		default:
 			return err
 		}
@@ -343,6 +358,7 @@ func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) erro
 		}
 		f.changes.Add(1)
 	}
+	f.dirty = true
 	f.synced.Store(time.Now().UnixNano())
 	return nil
 }

@@ -495,3 +495,29 @@ func TestRefreshCatchesMissedChanges(t *testing.T) {
 	took := waitFor(t, 3*time.Second, "refresh", func() bool { return limitOf(r, "acme") == 100 })
 	t.Logf("the missed change arrived with the full reload after %v", took)
 }
+
+// TestSnapshotFollowsChanges: a revocation reaches the snapshot within a
+// heartbeat, so a replica started from it during an outage refuses the
+// key too.
+func TestSnapshotFollowsChanges(t *testing.T) {
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	key := seed(t, conn)
+	snap := filepath.Join(t.TempDir(), "directory.json")
+	newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond})
+	hash := config.HashKey(key).String()
+	read := func() string {
+		b, err := os.ReadFile(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if !strings.Contains(read(), hash) {
+		t.Fatal("the live key is not in the snapshot")
+	}
+	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "revocation in the snapshot", func() bool { return !strings.Contains(read(), hash) })
+}
