@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
 	"github.com/sluicehq/sluice/admission/httpadmit"
@@ -45,3 +47,10 @@ func openDirectory(s *server, keys *httpadmit.KeySet, meter metric.Meter) (*tena
 }
 
 func (t *tenantDirectory) close() { t.fol.Close() }
+
+// banner says where the tenants come from.
+func (t *tenantDirectory) banner(w io.Writer, f *config.File) {
+	d := t.dir.Data()
+	fmt.Fprintf(w, "llmproxy: tenants: PostgreSQL ($%s): %d tenants, %d plans, %d keys, changes followed as they happen (admitctl db manages them)\n",
+		f.Directory.DSNEnv, len(d.Plans.Tenants), len(d.Plans.Plans), len(d.Keys))
+}

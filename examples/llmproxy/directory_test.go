@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,11 @@ directory: {source: postgres, dsn_env: TEST_SLUICE_DATABASE_URL, snapshot: ` + f
 	}
 	a := startProxy(t, func(o *options) { o.configPath = path })
 	b := startProxy(t, func(o *options) { o.configPath = path })
+	var banner strings.Builder
+	a.banner(&banner)
+	if !strings.Contains(banner.String(), "tenants: PostgreSQL ($TEST_SLUICE_DATABASE_URL): 1 tenants, 2 plans, 1 keys") {
+		t.Errorf("banner:\n%s", banner.String())
+	}
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`
 	limit := func(s *server) (int, string) {
 		resp, _ := post(t, s, "/v1/chat/completions", key, body)

@@ -366,6 +366,9 @@ func (s *server) banner(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "llmproxy: policy: %s (reloaded on change and on SIGHUP)\n", s.opts.configPath)
 	}
+	if s.dir != nil {
+		s.dir.banner(w, s.file)
+	}
 	fmt.Fprintf(w, "llmproxy: try: curl %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-globex' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", s.URL)
 	if s.redis != nil {
 		fmt.Fprintf(w, "llmproxy: stores %s on Redis at %s, shared with every replica started with the same --redis\n", strings.Join(s.redisStores(), ", "), s.redis.Options().Addr)
