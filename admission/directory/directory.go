@@ -112,10 +112,15 @@ func (d *Directory) Data() *Data {
 
 // Apply installs a policy file, as a config.Subscriber: its policies with
 // the directory's plans. Entries the new policies refuse are left out and
-// logged, each with its path, while the file is installed.
+// logged, each with its path, while the file is installed. A reloaded
+// file whose directory section changed is refused: where the directory
+// lives changes with a restart.
 func (d *Directory) Apply(f *config.File) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.file != nil && f.Directory != d.file.Directory {
+		return fmt.Errorf("%s: directory: the section changed; a restart applies it (the running directory stays %s)", f.Source, d.file.Directory.Source)
+	}
 	err := d.installLocked(f, d.data)
 	if errors.Is(err, ErrRefused) && d.file == f {
 		d.log.Warn("directory entries refused by the policy file", "source", d.source, "problems", err.Error())

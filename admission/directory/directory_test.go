@@ -113,3 +113,16 @@ func TestSetTenantRefused(t *testing.T) {
 		t.Errorf("tenants after removal = %d; want 0", n)
 	}
 }
+
+// TestApplyRefusesAnotherDirectory: a reload that moves the directory is
+// refused, the running one kept.
+func TestApplyRefusesAnotherDirectory(t *testing.T) {
+	d := newDir(t)
+	f, err := config.Parse("p.yaml", []byte("policies:\n  - {name: rpm, key: [tenant], algorithm: fixed_window, limit: 5, per: 1m}\nplans: {p: {rpm: {limit: 3}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Apply(f); err == nil || !strings.Contains(err.Error(), "directory: the section changed; a restart applies it") {
+		t.Errorf("Apply(source file) = %v; want a refusal", err)
+	}
+}
