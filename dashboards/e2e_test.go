@@ -119,8 +119,10 @@ var vars = strings.NewReplacer(
 // quietAlerts are the alerts the traffic is not meant to trigger: their
 // expressions must evaluate, and may return nothing.
 // LLMProxyProviderBudgetExhausted reads llmproxy's own metrics, which a
-// controller alone does not export (examples/llmproxy tests their names).
-var quietAlerts = []string{"AdmissionQueueWaitHigh", "AdmissionMetricCardinalityOverflow", "LLMProxyProviderBudgetExhausted"}
+// controller alone does not export (examples/llmproxy tests their names);
+// SluiceDirectoryStale reads the tenant directory's (admission/directory/pgdir
+// tests their names through a Prometheus scrape).
+var quietAlerts = []string{"AdmissionQueueWaitHigh", "AdmissionMetricCardinalityOverflow", "LLMProxyProviderBudgetExhausted", "SluiceDirectoryStale"}
 
 // TestEndToEnd drives a controller with multi-tenant traffic, serves its
 // metrics on loopback to a real prometheus (1 s scrapes, the rules loaded
