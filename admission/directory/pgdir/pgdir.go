@@ -275,6 +275,8 @@ func scanKey(rows pgx.Rows) (config.KeyHash, config.Key, string, error) {
 		return h, k, "hash " + err.Error(), nil
 	case !config.ValidUser(k.User):
 		return h, k, "the user is not 0 to 128 printable characters", nil
+	case !config.ValidTenant(k.Tenant):
+		return h, k, "the tenant's name is not 1 to 128 printable characters", nil
 	}
 	return h, k, "", nil
 }

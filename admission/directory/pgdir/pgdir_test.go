@@ -278,6 +278,8 @@ func TestBadRows(t *testing.T) {
 		`INSERT INTO sluice_tenant_overrides (tenant, policy, "limit") VALUES ('neg', 'rpm', -4)`,
 		`INSERT INTO sluice_tenants (name) VALUES ('anonymous')`,
 		`INSERT INTO sluice_keys (hash, key_id, tenant) VALUES ('sha256:` + zeros + `', 'bad id!', 'acme')`,
+		"INSERT INTO sluice_tenants (name) VALUES (E'evil\\n')",
+		"INSERT INTO sluice_keys (hash, key_id, tenant) VALUES ('sha256:" + strings.Repeat("1", 64) + "', 'evil-1', E'evil\\n')",
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -291,8 +293,8 @@ func TestBadRows(t *testing.T) {
 	if got := limitOf(r, "neg"); got != 100 {
 		t.Errorf("tenant neg: limit %d; want 100 (its plan; its bad override refused)", got)
 	}
-	if got := r.fol.Refused(); got != 5 {
-		t.Errorf("Refused() = %d; want 5", got)
+	if got := r.fol.Refused(); got != 7 {
+		t.Errorf("Refused() = %d; want 7", got)
 	}
 	for _, want := range []string{
 		`entry=plans.pro.nope problem="no such policy \"nope\""`,
@@ -300,6 +302,8 @@ func TestBadRows(t *testing.T) {
 		`entry=tenants.neg.overrides.rpm.limit problem="must be > 0, got -4"`,
 		`entry=tenants.anonymous problem="\"anonymous\" is the anonymous tenant`,
 		`entry=keys.key_000000000000 problem="\"bad id!\" is not a valid key id"`,
+		`entry="tenants.evil\n" problem="\"evil\\n\" is not a valid tenant name`,
+		`entry=keys.evil-1 problem="the tenant's name is not 1 to 128 printable characters"`,
 	} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %s:\n%s", want, log.String())
