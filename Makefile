@@ -8,7 +8,7 @@ BENCHTIME ?= 1s
 
 FUZZTIME ?= 40s
 
-## test: install what the tests need (redis-server, prometheus/promtool, chromium), vet, run every test with -race,
+## test: install what the tests need (redis-server, prometheus/promtool, chromium, postgresql), vet, run every test with -race,
 ## then fuzz the token counter against tiktoken-go for a bounded time (both encodings per input).
 ## The tests that bound wall-clock latency (TIMED) run after the others, alone, so that the other
 ## packages' tests (Chromium among them) running on the same cores do not decide them.

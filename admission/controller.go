@@ -248,7 +248,7 @@ func (cfg *config) limitsFor(tenant string) []limits.Limit {
 	if cfg.limits == nil {
 		return nil
 	}
-	if ls, ok := cfg.limits.tenants[tenant]; ok {
+	if ls, ok := cfg.limits.lookup(tenant); ok {
 		return ls
 	}
 	return cfg.limits.dflt

@@ -127,8 +127,10 @@ var vars = strings.NewReplacer(
 // LLMProxyProviderBudgetExhausted needs more provider 429s than the
 // gateway scraped beside the controller (startGateway, for the provider
 // row) meets. AdmissionBudgetWebhookFailing needs a webhook, which this
-// test has not.
-var quietAlerts = []string{"AdmissionQueueWaitHigh", "AdmissionMetricCardinalityOverflow", "LLMProxyProviderBudgetExhausted", "AdmissionBudgetWebhookFailing"}
+// test has not. SluiceDirectoryStale reads the tenant directory's metrics
+// (admission/directory/pgdir tests their names through a Prometheus
+// scrape).
+var quietAlerts = []string{"AdmissionQueueWaitHigh", "AdmissionMetricCardinalityOverflow", "LLMProxyProviderBudgetExhausted", "AdmissionBudgetWebhookFailing", "SluiceDirectoryStale"}
 
 // TestEndToEnd drives a controller with multi-tenant traffic, serves its
 // metrics on loopback to a real prometheus (1 s scrapes, the rules loaded

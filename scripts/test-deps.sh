@@ -3,7 +3,8 @@
 # redis-server and redis-cli (Redis store tests, Redis Cluster tests) and
 # prometheus/promtool (alert rule tests, end-to-end dashboard tests) and
 # chromium (the browser tests of the HTML what-if report, the README
-# screenshots).
+# screenshots) and postgresql (the tenant directory tests: initdb and the
+# server, run by the tests as the postgres user the package creates).
 set -eu
 missing=""
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
@@ -11,6 +12,7 @@ command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
 [ -z "$missing" ] && exit 0
 echo "installing:$missing"
 SUDO=""

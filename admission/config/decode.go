@@ -439,6 +439,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"stores", d.decodeStores},
 		field{"classes", d.decodeClasses},
 		field{"budgets", d.decodeBudgets},
+		field{"directory", d.decodeDirectory},
 	) {
 		return
 	}
@@ -897,57 +898,14 @@ func (d *decoder) validate(root *yaml.Node) {
 			d.errorf(d.lines[path], path, "the quota's period (%v) is shorter than the window of %q (%v): it cannot bound it", span, b, t.Per)
 		}
 	}
-	pl := &f.Config.Plans
-	checkOverride := func(path, pol string, o limits.Override) {
-		i, ok := byName[pol]
-		if !ok {
-			d.errorf(d.lines[path], path, "no such policy %q", pol)
-			return
+	for _, p := range planProblems(pols, &f.Config.Plans, f.Identity.AnonymousTenant) {
+		at := d.lines[p.path]
+		if strings.HasPrefix(p.path, "tenants.") && !strings.Contains(strings.TrimPrefix(p.path, "tenants."), ".") {
+			at = d.tenantNodes[strings.TrimPrefix(p.path, "tenants.")]
 		}
-		p := &pols[i]
-		if o.Burst > 0 && p.Algorithm != limits.TokenBucket {
-			d.errorf(d.lines[path+".burst"], path+".burst", "only a token_bucket has a burst")
-		}
-		if o.Per > 0 && (p.Algorithm == limits.Concurrency || p.Algorithm == limits.Quota && p.Period != limits.PeriodFixed) {
-			d.errorf(d.lines[path+".per"], path+".per", "a %s policy has no per", p.Algorithm)
-		}
-		if p.MaxCost > 0 {
-			capacity := o.Limit
-			if p.Algorithm == limits.TokenBucket && (o.Burst > 0 || p.Burst > 0) {
-				capacity = max(o.Burst, p.Burst)
-				if o.Burst > 0 {
-					capacity = o.Burst
-				}
-			}
-			if capacity > 0 && capacity < p.MaxCost {
-				d.errorf(d.lines[path], path, "%d is smaller than max_cost %d of policy %q: the largest request could never be admitted", capacity, p.MaxCost, pol)
-			}
-		}
+		d.errorf(at, p.path, "%s", p.msg)
 	}
-	for plan, os := range pl.Plans {
-		for pol, o := range os {
-			checkOverride(join("plans."+plan, pol), pol, o)
-		}
-	}
-	if pl.Default != "" {
-		if _, ok := pl.Plans[pl.Default]; !ok {
-			d.errorf(d.lines["default_plan"], "default_plan", "no plan %q", pl.Default)
-		}
-	}
-	for tenant, tp := range pl.Tenants {
-		path := "tenants." + tenant
-		if tp.Plan != "" {
-			if _, ok := pl.Plans[tp.Plan]; !ok {
-				d.errorf(d.lines[path+".plan"], path+".plan", "no plan %q", tp.Plan)
-			}
-		}
-		for pol, o := range tp.Overrides {
-			checkOverride(path+".overrides."+pol, pol, o)
-		}
-		if tenant == f.Identity.AnonymousTenant {
-			d.errorf(d.tenantNodes[tenant], path, "%q is the anonymous tenant (identity.anonymous_tenant): callers without a key would share its limits", tenant)
-		}
-	}
+	d.validateDirectory()
 }
 
 // quotaSpan returns the shortest length of a quota's period.

@@ -105,6 +105,8 @@ type File struct {
 	Classes Classes
 	// Budgets holds the budgets section: where quota warnings go.
 	Budgets Budgets
+	// Directory says where tenants, plans and API keys live.
+	Directory Directory
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
@@ -277,11 +279,12 @@ const (
 
 func defaults() *File {
 	return &File{
-		Identity: Identity{AnonymousTenant: DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For"},
-		HTTP:     HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
-		Metrics:  Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
-		Logging:  Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
-		Prices:   Prices{Builtin: true},
+		Identity:  Identity{AnonymousTenant: DefaultAnonymousTenant, ClientIPHeader: "X-Forwarded-For"},
+		HTTP:      HTTP{Exempt: DefaultExempt, MaxBody: DefaultMaxBody, QuotaStatus: 403},
+		Metrics:   Metrics{Enabled: true, Path: "/metrics", TopTenants: 20, CardinalityLimit: 2000},
+		Logging:   Logging{Level: slog.LevelInfo, Format: "json", Rejections: true, MaxPerSecond: 100},
+		Prices:    Prices{Builtin: true},
+		Directory: Directory{Source: DirectoryFile},
 	}
 }
 

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/textproto"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/admission/config"
 )
@@ -46,6 +49,86 @@ func (t KeyTable) Lookup(key string) (Identity, bool) {
 	return id, ok
 }
 
+// A KeyLookup finds the identity of an API key: a KeyTable, a KeySet, or
+// any other table of hashed keys. Lookup is on every request's path: it
+// must not block on I/O.
+type KeyLookup interface {
+	Lookup(key string) (Identity, bool)
+}
+
+// keyShards is the number of shards of a KeySet, indexed by the hash's
+// first byte.
+const keyShards = 256
+
+// A KeySet is a table of hashed API keys that changes one key at a time
+// while requests look keys up: a tenant directory held in a database
+// revokes or adds a key without rebuilding the table. Lookups take no
+// lock and allocate nothing: each of its 256 shards is an immutable map
+// that a change replaces whole. The zero KeySet is empty and ready.
+type KeySet struct {
+	mu     sync.Mutex // serialises writers
+	shards [keyShards]atomic.Pointer[KeyTable]
+}
+
+// Lookup hashes key and returns its identity.
+func (s *KeySet) Lookup(key string) (Identity, bool) {
+	h := config.HashKey(key)
+	t := s.shards[h[0]].Load()
+	if t == nil {
+		return Identity{}, false
+	}
+	id, ok := (*t)[h]
+	return id, ok
+}
+
+// Set adds or replaces one key.
+func (s *KeySet) Set(h config.KeyHash, id Identity) {
+	s.update(h, func(t KeyTable) { t[h] = id })
+}
+
+// Delete removes one key: a revocation.
+func (s *KeySet) Delete(h config.KeyHash) {
+	s.update(h, func(t KeyTable) { delete(t, h) })
+}
+
+func (s *KeySet) update(h config.KeyHash, fn func(KeyTable)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := KeyTable{}
+	if t := s.shards[h[0]].Load(); t != nil {
+		next = maps.Clone(*t)
+	}
+	fn(next)
+	s.shards[h[0]].Store(&next)
+}
+
+// Replace installs t as the whole set (t is not kept).
+func (s *KeySet) Replace(t KeyTable) {
+	var next [keyShards]KeyTable
+	for i := range next {
+		next[i] = make(KeyTable, len(t)/keyShards)
+	}
+	for h, id := range t {
+		next[h[0]][h] = id
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range next {
+		s.shards[i].Store(&next[i])
+	}
+}
+
+// Len returns the number of keys.
+func (s *KeySet) Len() int {
+	n := 0
+	for i := range s.shards {
+		if t := s.shards[i].Load(); t != nil {
+			n += len(*t)
+		}
+	}
+	return n
+}
+
 // IdentityConfig says how the middleware identifies callers.
 type IdentityConfig struct {
 	// KeyHeaders are the request headers that may carry an API key, tried
@@ -55,6 +138,9 @@ type IdentityConfig struct {
 	// Keys maps API key hashes to identities. A request presenting a key
 	// not in the table is refused with 401; it never gets a partition.
 	Keys KeyTable
+	// KeySource, when set, is where API keys are looked up instead of
+	// Keys (a KeySet a tenant directory keeps current; see WithKeyLookup).
+	KeySource KeyLookup
 	// TrustedProxies are the peers whose forwarding header is believed.
 	// Empty means none: the client address is the TCP peer.
 	TrustedProxies []netip.Prefix
@@ -139,7 +225,14 @@ func (ic *IdentityConfig) Identify(r *http.Request) (Identity, error) {
 		return id, nil
 	}
 	if key, ok := ic.APIKey(r); ok {
-		if id, ok := ic.Keys.Lookup(key); ok {
+		var id Identity
+		var ok bool
+		if ic.KeySource != nil {
+			id, ok = ic.KeySource.Lookup(key)
+		} else {
+			id, ok = ic.Keys.Lookup(key)
+		}
+		if ok {
 			return id, nil
 		}
 		return Identity{}, ErrUnknownKey

@@ -91,6 +91,7 @@ type Option func(*options)
 
 type options struct {
 	identity     IdentityConfig
+	keyLookup    KeyLookup // WithKeyLookup's, kept over Apply
 	exempt       []string
 	skipper      func(*http.Request) bool
 	maxBody      int64
@@ -115,6 +116,14 @@ type options struct {
 // peer as its address.
 func WithIdentityConfig(ic IdentityConfig) Option {
 	return func(o *options) { o.identity = ic }
+}
+
+// WithKeyLookup makes l the table API keys are looked up in, instead of
+// the identity config's Keys: a KeySet kept current by a tenant directory.
+// Unlike the identity config, which Apply replaces with a reloaded file's,
+// it stays for the middleware's life.
+func WithKeyLookup(l KeyLookup) Option {
+	return func(o *options) { o.keyLookup = l }
 }
 
 // WithExempt lists paths that are never limited: exact paths, or prefixes
@@ -322,6 +331,9 @@ func build(o *options, opts []Option) error {
 		o.logger = slog.Default()
 	}
 	o.identity = o.identity.normalize()
+	if o.keyLookup != nil {
+		o.identity.KeySource = o.keyLookup
+	}
 	return nil
 }
 

@@ -11,6 +11,8 @@
 //	                           replay a request log against candidate policy files and compare;
 //	                           malformed lines are named and skipped (--strict: the first one stops)
 //	admitctl loadgen [flags]   generate multi-tenant traffic as a request log, or send it as HTTP
+//	admitctl db SUBCOMMAND     manage the tenant directory in PostgreSQL: migrate, tenants, plans,
+//	                           overrides, keys (created once, stored hashed, revoked), export, import
 //	admitctl help [COMMAND]    list the commands, or print one's synopsis and every flag
 //
 // Exit status: 0 on success, 1 when the file (or the work) failed, 2 on a

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -192,6 +193,7 @@ type server struct {
 	serveErr chan error
 	log      *slog.Logger
 	reqLog   *shadow.RequestLog // for --request-log
+	dir      *tenantDirectory   // with directory.source postgres
 }
 
 // start builds everything and starts serving; it returns once the
@@ -307,14 +309,27 @@ func start(o options) (_ *server, err error) {
 			return nil, err
 		}
 	}
+	var keys *httpadmit.KeySet
+	if s.file.Directory.Source == config.DirectoryPostgres {
+		keys = new(httpadmit.KeySet)
+		gc.Keys = keys
+	}
 	s.gw, err = gateway.New(gc)
 	if err != nil {
 		return nil, err
 	}
+	// A reload reaches the gateway, which installs it whole, or the tenant
+	// directory, which installs it with its tenants.
+	var sub config.Subscriber = s.gw
+	if keys != nil {
+		if s.dir, err = openDirectory(s, keys, gc.Meter); err != nil {
+			return nil, err
+		}
+		sub = s.dir.dir
+	}
 
 	if o.configPath != "" {
-		// A reload reaches the gateway, which installs it whole.
-		s.watcher, err = config.Watch(o.configPath, s.budgets.subscriber(s.gw), config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
+		s.watcher, err = config.Watch(o.configPath, s.budgets.subscriber(sub), config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
 			s.metrics.metrics.CountReload(r.Err)
 			s.metrics.status.Reloaded(r.Source, r.Err)
 		}))
@@ -364,6 +379,9 @@ func (s *server) banner(w io.Writer) {
 		}
 	} else {
 		fmt.Fprintf(w, "llmproxy: policy: %s (reloaded on change and on SIGHUP)\n", s.opts.configPath)
+	}
+	if s.dir != nil {
+		s.dir.banner(w, s.file)
 	}
 	fmt.Fprintf(w, "llmproxy: try: curl %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-globex' -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", s.URL)
 	if s.redis != nil {
@@ -439,6 +457,9 @@ func (s *server) shutdown(ctx context.Context) error {
 
 // close releases everything start built, without draining.
 func (s *server) close() {
+	if s.dir != nil {
+		defer s.dir.close()
+	}
 	if s.redis != nil {
 		defer s.redis.Close()
 	}

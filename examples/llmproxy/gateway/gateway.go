@@ -248,6 +248,10 @@ type Config struct {
 	// model, no fallback price) is refused with 400 model_not_priced: an
 	// unpriced model is never free.
 	File *config.File
+	// Keys, when set, is where API keys are looked up instead of File's
+	// tenants: the key set of a tenant directory held in a database (see
+	// package admission/directory), which Apply leaves in place.
+	Keys httpadmit.KeyLookup
 	// ParseBudget bounds the request-body bytes being read and priced at
 	// once, over all requests: a request reserves its Content-Length (or
 	// the body cap when it sends none) before reading. Zero means
@@ -387,7 +391,11 @@ func New(cfg Config) (*Gateway, error) {
 	if g.log == nil {
 		g.log = slog.Default()
 	}
-	g.mw, err = httpadmit.New(cfg.Controller, httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log))
+	mwOpts := []httpadmit.Option{httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log)}
+	if cfg.Keys != nil {
+		mwOpts = append(mwOpts, httpadmit.WithKeyLookup(cfg.Keys))
+	}
+	g.mw, err = httpadmit.New(cfg.Controller, mwOpts...)
 	if err != nil {
 		return nil, err
 	}

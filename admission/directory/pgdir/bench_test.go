@@ -1,0 +1,104 @@
+package pgdir_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/directory/pgdir"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/pgtest"
+)
+
+const (
+	benchTenants = 100_000
+	benchKeys    = 200_000
+)
+
+// seedLarge fills a migrated database with benchTenants tenants on three
+// plans (one in ten with an override of its own) and benchKeys keys.
+func seedLarge(b *testing.B, conn *pgx.Conn) {
+	b.Helper()
+	ctx := context.Background()
+	for i, plan := range []string{"free", "team", "enterprise"} {
+		if err := pgdir.SetPlan(ctx, conn, plan, map[string]limits.Override{"rpm": {Limit: int64(10 * (i + 1))}}, i == 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	plans := []string{"free", "team", "enterprise"}
+	_, err := conn.CopyFrom(ctx, pgx.Identifier{"sluice_tenants"}, []string{"name", "plan"},
+		pgx.CopyFromSlice(benchTenants, func(i int) ([]any, error) { return []any{fmt.Sprintf("tenant-%06d", i), plans[i%3]}, nil }))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, err = conn.CopyFrom(ctx, pgx.Identifier{"sluice_tenant_overrides"}, []string{"tenant", "policy", "limit"},
+		pgx.CopyFromSlice(benchTenants/10, func(i int) ([]any, error) {
+			return []any{fmt.Sprintf("tenant-%06d", i*10), "rpm", int64(1000 + i)}, nil
+		}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, err = conn.CopyFrom(ctx, pgx.Identifier{"sluice_keys"}, []string{"hash", "key_id", "tenant"},
+		pgx.CopyFromSlice(benchKeys, func(i int) ([]any, error) {
+			return []any{config.HashKey(fmt.Sprintf("sk-bench-%07d", i)).String(), fmt.Sprintf("k%07d", i), fmt.Sprintf("tenant-%06d", i/2)}, nil
+		}))
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkReady measures a replica's start with 100,000 tenants and
+// 200,000 keys: from Open to a directory installed in the controller and
+// the key set (ready-ms; load-ms is the database's part, pgdir.Load
+// alone; ready-cpu-ms the replica's own CPU time, which a busy machine
+// inflates less), and the heap it keeps per tenant
+// (heap-bytes/tenant: the controller's limit table, the key set and the
+// directory's copy, keys included).
+func BenchmarkReady(b *testing.B) {
+	dsn := pgtest.DB(b)
+	conn := migrated(b, dsn)
+	seedLarge(b, conn)
+	var ready, heap, load, cpu float64
+	for b.Loop() {
+		start := time.Now()
+		if _, _, err := pgdir.Load(context.Background(), conn); err != nil {
+			b.Fatal(err)
+		}
+		load += float64(time.Since(start).Milliseconds())
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start, cpu0 := time.Now(), cpuTime()
+		r := newReplica(b, dsn, pgdir.Options{})
+		ready += float64(time.Since(start).Milliseconds())
+		cpu += float64((cpuTime() - cpu0).Milliseconds())
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		heap += float64(after.HeapAlloc) - float64(before.HeapAlloc)
+		if code, q := r.call("sk-bench-0000003"); code != 200 || q != 20 {
+			b.Fatalf("tenant-000001's key: status %d, quota %d; want 200, 20", code, q)
+		}
+		runtime.KeepAlive(r)
+		r.fol.Close()
+	}
+	b.ReportMetric(ready/float64(b.N), "ready-ms")
+	b.ReportMetric(load/float64(b.N), "load-ms")
+	b.ReportMetric(cpu/float64(b.N), "ready-cpu-ms")
+	b.ReportMetric(heap/float64(b.N)/benchTenants, "heap-bytes/tenant")
+	b.ReportMetric(0, "ns/op")
+}
+
+// cpuTime returns the CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,456 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/directory"
+	"github.com/sluicehq/sluice/admission/directory/pgdir"
+	"github.com/sluicehq/sluice/admission/limits"
+)
+
+const dbUsage = `SUBCOMMAND [ARGS]
+
+  migrate                                   create or update the schema (idempotent)
+  tenant add NAME [PLAN]                    add a tenant (on PLAN; default: the default plan)
+  tenant list                               list the tenants with their plan, overrides and live keys
+  tenant plan NAME PLAN                     move a tenant to another plan ("-": the default plan)
+  plan set NAME POLICY limit=N [burst=N] [per=D]
+                                            set a plan's limits for one policy (creates the plan)
+  plan default NAME                         make NAME the default plan
+  override set TENANT POLICY limit=N [burst=N] [per=D]
+                                            give a tenant its own limits for one policy
+  override clear TENANT POLICY              remove them
+  key create TENANT [ID [USER]]             create an API key: printed once, stored hashed
+  key revoke ID                             revoke a key (refused by every listening gateway within 1s)
+  export                                    print the directory as a policy file's plans and tenants
+  import FILE                               write a policy file's plans, tenants and keys to the database`
+
+func init() {
+	register(&command{
+		name:    "db",
+		usage:   dbUsage,
+		summary: "manage the tenant directory in PostgreSQL (directory.source postgres). The database is -dsn, else $SLUICE_DATABASE_URL. With -f, a change is checked against the policy file's policies first, with admitctl check's messages, and refused if it does not fit",
+		run:     runDB,
+	})
+}
+
+func runDB(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int {
+	dsn := fs.String("dsn", "", "the database's connection string (default $SLUICE_DATABASE_URL)")
+	policy := fs.String("f", "", "policy `FILE` whose policies changes are checked against (needed by import of an export)")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	args = fs.Args()
+	if len(args) == 0 {
+		fs.Usage()
+		return 2
+	}
+	if *dsn == "" {
+		*dsn = os.Getenv(config.DefaultDSNEnv)
+	}
+	if *dsn == "" {
+		fmt.Fprintf(e.stderr, "admitctl db: no database: give -dsn or set %s\n", config.DefaultDSNEnv)
+		return 2
+	}
+	var f *config.File
+	if *policy != "" {
+		var err error
+		if f, err = config.Load(*policy); err != nil {
+			fmt.Fprintf(e.stderr, "admitctl db: %v\n", err)
+			return 1
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, *dsn)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "admitctl db: %v\n", err)
+		return 1
+	}
+	defer conn.Close(context.Background())
+	d := &dbCmd{ctx: cctx, conn: conn, file: f, out: e.stdout}
+	err = d.run(args)
+	var usageErr errUsage
+	switch {
+	case errors.As(err, &usageErr):
+		fmt.Fprintf(e.stderr, "admitctl db: %v\n\n", err)
+		fs.Usage()
+		return 2
+	case err != nil:
+		fmt.Fprintf(e.stderr, "admitctl db: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type errUsage string
+
+func (e errUsage) Error() string { return string(e) }
+
+// dbCmd runs one db subcommand.
+type dbCmd struct {
+	ctx  context.Context
+	conn *pgx.Conn
+	file *config.File // nil without -f
+	out  io.Writer
+}
+
+func (d *dbCmd) run(args []string) error {
+	sub := strings.Join(args[:min(2, len(args))], " ")
+	if args[0] == "migrate" || args[0] == "export" || args[0] == "import" {
+		sub = args[0]
+	}
+	n := len(strings.Fields(sub))
+	rest := args[n:]
+	need := func(lo, hi int) error {
+		if len(rest) < lo || len(rest) > hi {
+			return errUsage(fmt.Sprintf("%s: wrong number of arguments", sub))
+		}
+		return nil
+	}
+	switch sub {
+	case "migrate":
+		if err := need(0, 0); err != nil {
+			return err
+		}
+		applied, err := pgdir.Migrate(d.ctx, d.conn)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintln(d.out, "schema up to date")
+		}
+		for _, v := range applied {
+			fmt.Fprintf(d.out, "applied migration %d\n", v)
+		}
+		return nil
+	case "tenant add":
+		if err := need(1, 2); err != nil {
+			return err
+		}
+		plan := ""
+		if len(rest) == 2 {
+			plan = rest[1]
+		}
+		return d.checked(func(pl *limits.Plans) {
+			pl.Tenants[rest[0]] = limits.TenantPlan{Plan: plan, Overrides: pl.Tenants[rest[0]].Overrides}
+		},
+			"tenants."+rest[0], func() error { return pgdir.AddTenant(d.ctx, d.conn, rest[0], plan) })
+	case "tenant list":
+		if err := need(0, 0); err != nil {
+			return err
+		}
+		rows, err := pgdir.ListTenants(d.ctx, d.conn, 0)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(d.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TENANT\tPLAN\tOVERRIDES\tKEYS")
+		for _, r := range rows {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", r.Name, cmp.Or(r.Plan, "(default)"), r.Overrides, r.Keys)
+		}
+		return w.Flush()
+	case "tenant plan":
+		if err := need(2, 2); err != nil {
+			return err
+		}
+		plan := rest[1]
+		if plan == "-" {
+			plan = ""
+		}
+		return d.checked(func(pl *limits.Plans) { tp := pl.Tenants[rest[0]]; tp.Plan = plan; pl.Tenants[rest[0]] = tp },
+			"tenants."+rest[0], func() error { return pgdir.SetTenantPlan(d.ctx, d.conn, rest[0], plan) })
+	case "plan set":
+		if len(rest) < 3 {
+			return errUsage("plan set: want NAME POLICY limit=N [burst=N] [per=D]")
+		}
+		o, err := parseOverride(rest[2:])
+		if err != nil {
+			return err
+		}
+		plan, pol := rest[0], rest[1]
+		return d.checked(func(pl *limits.Plans) {
+			os := map[string]limits.Override{}
+			for k, v := range pl.Plans[plan] {
+				os[k] = v
+			}
+			os[pol] = o
+			pl.Plans[plan] = os
+		}, "plans."+plan, func() error { return pgdir.SetPlan(d.ctx, d.conn, plan, map[string]limits.Override{pol: o}, false) })
+	case "plan default":
+		if err := need(1, 1); err != nil {
+			return err
+		}
+		return d.checked(func(pl *limits.Plans) { pl.Default = rest[0] }, "default_plan",
+			func() error { return pgdir.SetPlan(d.ctx, d.conn, rest[0], nil, true) })
+	case "override set", "override clear":
+		if len(rest) < 2 || (sub == "override clear") != (len(rest) == 2) {
+			return errUsage(sub + ": want TENANT POLICY" + map[bool]string{true: "", false: " limit=N [burst=N] [per=D]"}[sub == "override clear"])
+		}
+		var o limits.Override
+		if sub == "override set" {
+			var err error
+			if o, err = parseOverride(rest[2:]); err != nil {
+				return err
+			}
+		}
+		tenant, pol := rest[0], rest[1]
+		return d.checked(func(pl *limits.Plans) {
+			tp := pl.Tenants[tenant]
+			os := map[string]limits.Override{}
+			for k, v := range tp.Overrides {
+				os[k] = v
+			}
+			if o == (limits.Override{}) {
+				delete(os, pol)
+			} else {
+				os[pol] = o
+			}
+			tp.Overrides = os
+			pl.Tenants[tenant] = tp
+		}, "tenants."+tenant, func() error { return pgdir.SetOverride(d.ctx, d.conn, tenant, pol, o) })
+	case "key create":
+		if err := need(1, 3); err != nil {
+			return err
+		}
+		var id, user string
+		if len(rest) > 1 {
+			id = rest[1]
+		}
+		if len(rest) > 2 {
+			user = rest[2]
+		}
+		key, id, err := pgdir.CreateKey(d.ctx, d.conn, rest[0], id, user)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(d.out, "%s\n", key)
+		fmt.Fprintf(d.out, "key id %s for tenant %s: the key is shown this once and stored only as its hash\n", id, rest[0])
+		return nil
+	case "key revoke":
+		if err := need(1, 1); err != nil {
+			return err
+		}
+		if err := pgdir.RevokeKey(d.ctx, d.conn, rest[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(d.out, "revoked key %s\n", rest[0])
+		return nil
+	case "export":
+		if err := need(0, 0); err != nil {
+			return err
+		}
+		data, problems, err := pgdir.Load(d.ctx, d.conn)
+		if err != nil {
+			return err
+		}
+		for _, p := range problems {
+			fmt.Fprintf(os.Stderr, "left out: %v\n", p)
+		}
+		return writeExport(d.out, data)
+	case "import":
+		if err := need(1, 1); err != nil {
+			return err
+		}
+		data, err := readImport(rest[0], d.file)
+		if err != nil {
+			return err
+		}
+		if err := pgdir.Import(d.ctx, d.conn, data); err != nil {
+			return err
+		}
+		fmt.Fprintf(d.out, "imported %d plans, %d tenants, %d keys\n", len(data.Plans.Plans), len(data.Plans.Tenants), len(data.Keys))
+		return nil
+	}
+	return errUsage(fmt.Sprintf("unknown subcommand %q", sub))
+}
+
+// checked runs write after checking, with -f, the directory as change
+// makes it: the problems under path (the entry changed) refuse it.
+func (d *dbCmd) checked(change func(*limits.Plans), path string, write func() error) error {
+	if d.file != nil {
+		data, _, err := pgdir.Load(d.ctx, d.conn)
+		if err != nil {
+			return err
+		}
+		change(&data.Plans)
+		var mine config.Errors
+		for _, e := range d.file.CheckPlans("postgres", &data.Plans) {
+			if e.Path == path || strings.HasPrefix(e.Path, path+".") {
+				mine = append(mine, e)
+			}
+		}
+		if len(mine) > 0 {
+			return fmt.Errorf("refused, nothing written:\n%w", mine)
+		}
+	}
+	return write()
+}
+
+// parseOverride reads limit=N burst=N per=D.
+func parseOverride(args []string) (limits.Override, error) {
+	var o limits.Override
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			return o, errUsage(fmt.Sprintf("%q: want limit=N, burst=N or per=D", a))
+		}
+		var err error
+		switch k {
+		case "limit":
+			o.Limit, err = strconv.ParseInt(strings.ReplaceAll(v, "_", ""), 10, 64)
+		case "burst":
+			o.Burst, err = strconv.ParseInt(strings.ReplaceAll(v, "_", ""), 10, 64)
+		case "per":
+			o.Per, err = time.ParseDuration(v)
+		default:
+			return o, errUsage(fmt.Sprintf("%q: want limit, burst or per", k))
+		}
+		if err != nil {
+			return o, fmt.Errorf("%s: %q is not a number or duration", k, v)
+		}
+	}
+	if o == (limits.Override{}) {
+		return o, errUsage("an override needs limit, burst or per")
+	}
+	return o, nil
+}
+
+// The export format: a policy file's default_plan, plans and tenants.
+type (
+	exportOverride struct {
+		Limit int64  `yaml:"limit,omitempty"`
+		Burst int64  `yaml:"burst,omitempty"`
+		Per   string `yaml:"per,omitempty"`
+	}
+	exportKey struct {
+		Hash string `yaml:"hash"`
+		ID   string `yaml:"id"`
+		User string `yaml:"user,omitempty"`
+	}
+	exportTenant struct {
+		Plan      string                    `yaml:"plan,omitempty"`
+		Overrides map[string]exportOverride `yaml:"overrides,omitempty"`
+		APIKeys   []exportKey               `yaml:"api_keys,omitempty"`
+	}
+	exportFile struct {
+		DefaultPlan string                               `yaml:"default_plan,omitempty"`
+		Plans       map[string]map[string]exportOverride `yaml:"plans,omitempty"`
+		Tenants     map[string]exportTenant              `yaml:"tenants,omitempty"`
+	}
+)
+
+func exportOverrides(os map[string]limits.Override) map[string]exportOverride {
+	if len(os) == 0 {
+		return nil
+	}
+	out := make(map[string]exportOverride, len(os))
+	for pol, o := range os {
+		e := exportOverride{Limit: o.Limit, Burst: o.Burst}
+		if o.Per > 0 {
+			e.Per = o.Per.String()
+		}
+		out[pol] = e
+	}
+	return out
+}
+
+// writeExport writes d as YAML in the policy file's shape.
+func writeExport(w io.Writer, d *directory.Data) error {
+	x := exportFile{DefaultPlan: d.Plans.Default, Plans: map[string]map[string]exportOverride{}, Tenants: map[string]exportTenant{}}
+	for plan, os := range d.Plans.Plans {
+		x.Plans[plan] = exportOverrides(os)
+		if x.Plans[plan] == nil {
+			x.Plans[plan] = map[string]exportOverride{}
+		}
+	}
+	for tenant, tp := range d.Plans.Tenants {
+		x.Tenants[tenant] = exportTenant{Plan: tp.Plan, Overrides: exportOverrides(tp.Overrides)}
+	}
+	for h, k := range d.Keys {
+		t := x.Tenants[k.Tenant]
+		t.APIKeys = append(t.APIKeys, exportKey{Hash: h.String(), ID: k.KeyID, User: k.User})
+		x.Tenants[k.Tenant] = t
+	}
+	for name, t := range x.Tenants {
+		sort.Slice(t.APIKeys, func(i, j int) bool { return t.APIKeys[i].ID < t.APIKeys[j].ID })
+		x.Tenants[name] = t
+	}
+	fmt.Fprintln(w, "# The tenant directory, as a policy file's default_plan, plans and tenants sections.")
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&x); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// readImport reads the directory to import: the plans, tenants and keys
+// of a whole policy file, or of an export checked with the policies of
+// pf (-f).
+func readImport(path string, pf *config.File) (*directory.Data, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s: not a mapping", path)
+	}
+	root := doc.Content[0]
+	hasPolicies := false
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		hasPolicies = hasPolicies || root.Content[i].Value == "policies"
+	}
+	if !hasPolicies {
+		if pf == nil {
+			return nil, fmt.Errorf("%s has no policies: give the policy file with -f to check it against", path)
+		}
+		// The export's sections with the policy file's policies and
+		// identity, read by the policy file parser.
+		src, err := os.ReadFile(pf.Source)
+		if err != nil {
+			return nil, err
+		}
+		var pdoc yaml.Node
+		if err := yaml.Unmarshal(src, &pdoc); err != nil {
+			return nil, err
+		}
+		proot := pdoc.Content[0]
+		for i := 0; i+1 < len(proot.Content); i += 2 {
+			switch proot.Content[i].Value {
+			case "policies", "identity", "stores":
+				root.Content = append(root.Content, proot.Content[i], proot.Content[i+1])
+			}
+		}
+		if data, err = yaml.Marshal(&doc); err != nil {
+			return nil, err
+		}
+	}
+	f, err := config.Parse(path, data)
+	if err != nil {
+		return nil, err
+	}
+	if f.Directory.Source == config.DirectoryPostgres {
+		return nil, fmt.Errorf("%s: its directory is already in the database (directory.source postgres)", path)
+	}
+	return directory.FromFile(f), nil
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission/directory/pgdir"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/pgtest"
+)
+
+// TestTenantsInPostgres is the README's flow on two gateways sharing one
+// database: migrate, add a plan, a tenant and a key, call both gateways,
+// upgrade the tenant's plan with one statement and see the new limit in
+// the next response's headers on both, then revoke the key: both refuse
+// it within a second.
+func TestTenantsInPostgres(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewDB(t)
+	conn := pgtest.Conn(t, dsn)
+	ctx := context.Background()
+	if _, err := pgdir.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		name  string
+		limit int64
+	}{{"free", 20}, {"pro", 600}} {
+		if err := pgdir.SetPlan(ctx, conn, p.name, map[string]limits.Override{"requests-per-minute": {Limit: p.limit}}, p.name == "free"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pgdir.AddTenant(ctx, conn, "acme", "free"); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := pgdir.CreateKey(ctx, conn, "acme", "acme-main", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEST_SLUICE_DATABASE_URL", dsn)
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	policy := `version: 1
+policies:
+  - {name: requests-per-minute, key: [tenant], algorithm: token_bucket, limit: 60, per: 1m}
+identity: {anonymous: deny}
+directory: {source: postgres, dsn_env: TEST_SLUICE_DATABASE_URL, snapshot: ` + filepath.Join(t.TempDir(), "dir.json") + `}
+`
+	if err := os.WriteFile(path, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := startProxy(t, func(o *options) { o.configPath = path })
+	b := startProxy(t, func(o *options) { o.configPath = path })
+	var banner strings.Builder
+	a.banner(&banner)
+	if !strings.Contains(banner.String(), "tenants: PostgreSQL ($TEST_SLUICE_DATABASE_URL): 1 tenants, 2 plans, 1 keys") {
+		t.Errorf("banner:\n%s", banner.String())
+	}
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`
+	limit := func(s *server) (int, string) {
+		resp, _ := post(t, s, "/v1/chat/completions", key, body)
+		return resp.StatusCode, resp.Header.Get("x-ratelimit-limit-requests")
+	}
+	for _, s := range []*server{a, b} {
+		if code, l := limit(s); code != http.StatusOK || l != "20" {
+			t.Fatalf("on free: status %d, x-ratelimit-limit-requests %q; want 200, 20", code, l)
+		}
+	}
+	if err := pgdir.SetTenantPlan(ctx, conn, "acme", "pro"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*server{a, b} {
+		deadline := time.Now().Add(time.Second)
+		for {
+			code, l := limit(s)
+			if code == http.StatusOK && l == "600" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the upgrade: status %d, x-ratelimit-limit-requests %q; want 200, 600 within 1s", code, l)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := pgdir.RevokeKey(ctx, conn, "acme-main"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, s := range []*server{a, b} {
+		for {
+			code, _ := limit(s)
+			if code == http.StatusUnauthorized {
+				break
+			}
+			if time.Since(start) > time.Second {
+				t.Fatalf("after the revocation: status %d; want 401 within 1s", code)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	t.Logf("both gateways refuse the revoked key %v after the revocation", time.Since(start))
+}
