@@ -84,6 +84,9 @@ identity: {anonymous: deny}
 `
 
 func main() {
+	if serveStreamsChild() {
+		return
+	}
 	rate := flag.Int("rate", 2000, "requests per second")
 	duration := flag.Duration("duration", 10*time.Second, "length of each measured run")
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured run before each measured one")
@@ -98,6 +101,9 @@ func main() {
 	flag.Float64Var(&ps.Overload, "provider-overload", 2, "provider scenario: the offered load over the provider's rate")
 	flag.IntVar(&ps.Queue, "provider-queue", 200, "provider scenario: the size of the upstream policy's queue")
 	flag.Parse()
+	if ran, code := runStreamsFlags(*rounds); ran {
+		os.Exit(code)
+	}
 	if *provider {
 		ps.Output, ps.Deadline = 100, 10*time.Second
 		if ps.Tokens <= 0 || ps.Window <= 0 || ps.Window > time.Minute || ps.Duration <= 0 || ps.Duration > 2*time.Minute || ps.Overload <= 0 || ps.Overload > 10 || ps.Queue < 1 || ps.Queue > 10_000 || *rounds < 1 || *rounds > 10 {
