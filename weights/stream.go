@@ -373,17 +373,17 @@ func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
 		s.mu.Unlock()
 		return false
 	}
-	if firstByte(data) != '{' || !json.Valid(data) {
+	if firstByte(data) != '{' {
 		return false
 	}
-	if s.chunkText(bytes.TrimSpace(data)) {
-		return false // a chunk of text, without usage
+	if v := s.readChunk(data); v != chunkOther || !json.Valid(data) {
+		return false // a chunk of text without usage, or not JSON
 	}
 	return s.handleEvent(eventType, data)
 }
 
 // handleEvent interprets one event's valid JSON data with encoding/json,
-// as handle does, for every event chunkText leaves.
+// for every event readChunk leaves.
 func (s *StreamReader) handleEvent(eventType string, data []byte) (drop bool) {
 	var ev streamEvent
 	if json.Unmarshal(data, &ev) != nil {

@@ -5,141 +5,498 @@ import (
 	"unicode/utf8"
 )
 
-// chunkText reads the text of the chunk most streamed events are: a Chat
-// Completions or Completions chunk ({"choices":[{"delta":{"content":...}}],
-// ...} with no usage, or "usage": null), without reflection or
-// allocation, and adds it to the fallback count in the order handleEvent
-// would. It reports false, having done nothing, for every other event:
-// one with a usage object, a "type", a message, an error or a response;
-// one whose members the general path reads appear twice, differ only in
-// case, or have an escaped name; one with a value of a type the general
-// path refuses (which makes it ignore the whole event). Those go to
-// handleEvent, so the result never depends on which path read an event.
-// data is valid JSON.
-func (s *StreamReader) chunkText(data []byte) bool {
-	return s.chunk(data, false) && s.chunk(data, true)
+// chunkVerdict is what chunkParser made of an event.
+type chunkVerdict int
+
+const (
+	// chunkOther: not a plain text chunk; the general path decides.
+	chunkOther chunkVerdict = iota
+	// chunkText: a text chunk, whose text was counted.
+	chunkText
+	// chunkInvalid: not valid JSON, which the general path ignores too.
+	chunkInvalid
+)
+
+// readChunk reads, in one pass over data and without allocating, the
+// chunk most streamed events are: a Chat Completions or Completions chunk
+// ({"choices":[{"delta":{"content":...}}],...} with no usage, or "usage":
+// null). It validates the JSON as encoding/json does and counts the text
+// in the order handleEvent would; any other event (a usage object, a
+// "type", a message, an error, a response; a member handleEvent reads that
+// appears twice, or matches only in case, or has an escaped name; a value
+// of a type handleEvent refuses, which makes it ignore the whole event) is
+// chunkOther, with nothing counted, so the result never depends on which
+// path read an event.
+func (s *StreamReader) readChunk(data []byte) chunkVerdict {
+	p := chunkParser{b: data}
+	v := p.event()
+	if v == chunkText {
+		for _, sp := range p.spans[:p.n] {
+			if sp.end > sp.start { // an absent or null value has none
+				s.jsonText(data[sp.start:sp.end])
+			}
+		}
+	}
+	return v
 }
 
-// The members the general path reads, per level of a chunk: a key that
-// matches one of them only in case (encoding/json matches names case
+// maxChunkSpans bounds the text values of one chunk read by readChunk;
+// a chunk with more goes to the general path.
+const maxChunkSpans = 32
+
+// chunkParser is a one-pass reader of a text chunk.
+type chunkParser struct {
+	b     []byte
+	i     int
+	spans [maxChunkSpans]span // the text values (strings, quotes included) to count, in order
+	n     int
+}
+
+// The members handleEvent reads, per level of a chunk: a key that matches
+// one of them only in case (encoding/json matches names case
 // insensitively) sends the event there.
 var (
 	eventFields    = []string{"object", "type", "choices", "usage", "delta", "content_block", "message", "error", "response"}
 	choiceFields   = []string{"delta", "text"}
 	deltaFields    = []string{"content", "refusal", "reasoning_content", "tool_calls", "function_call"}
-	callFields = []string{"function"}
-	funcFields = []string{"name", "arguments"}
+	callFields     = []string{"function"}
+	funcFields     = []string{"name", "arguments"}
 )
 
-// chunk checks the event (emit false) or adds its text (emit true).
-func (s *StreamReader) chunk(data []byte, emit bool) bool {
-	if firstByte(data) != '{' || data[0] != '{' {
-		return false
+func (p *chunkParser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
 	}
-	var seen uint
-	return members(data, eventFields, &seen, func(k int, v []byte) bool {
+}
+
+// event reads the whole data: one object, and only space after it.
+func (p *chunkParser) event() chunkVerdict {
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != '{' {
+		return chunkOther
+	}
+	v := p.object(eventFields, func(k int) chunkVerdict {
 		switch eventFields[k] {
 		case "object":
-			return v[0] == '"' || isNull(v)
+			return p.stringOrNull(false)
 		case "usage":
-			return isNull(v)
+			return p.null()
 		case "choices":
-			return isNull(v) || (v[0] == '[' && elements(v, func(c []byte) bool { return s.choice(c, emit) }))
+			return p.array(p.choice)
 		}
-		return false
+		return chunkOther
+	})
+	if v != chunkText {
+		return v
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return chunkInvalid
+	}
+	return chunkText
+}
+
+// choice reads one element of "choices": its delta's content, refusal,
+// reasoning, tool calls and function call, then its text (the Completions
+// API's) are counted in that order, as handleEvent does.
+func (p *chunkParser) choice() chunkVerdict {
+	if p.b[p.i] != '{' {
+		return p.null()
+	}
+	var text, content, refusal, reasoning, name, args span
+	base := p.n
+	v := p.object(choiceFields, func(k int) chunkVerdict {
+		if choiceFields[k] == "text" {
+			return p.text(&text)
+		}
+		if p.b[p.i] != '{' {
+			return p.null()
+		}
+		return p.object(deltaFields, func(k int) chunkVerdict {
+			switch deltaFields[k] {
+			case "content":
+				return p.text(&content)
+			case "refusal":
+				return p.text(&refusal)
+			case "reasoning_content":
+				return p.text(&reasoning)
+			case "tool_calls":
+				return p.array(p.toolCall)
+			}
+			return p.function(&name, &args)
+		})
+	})
+	if v != chunkText {
+		return v
+	}
+	// The tool calls' spans are at base; the delta's text goes before
+	// them, the function call's and the choice's text after.
+	calls := p.n - base
+	if p.n+6 > maxChunkSpans {
+		return chunkOther
+	}
+	copy(p.spans[base+3:], p.spans[base:base+calls])
+	p.spans[base], p.spans[base+1], p.spans[base+2] = content, refusal, reasoning
+	p.n += 3
+	p.add(name)
+	p.add(args)
+	p.add(text)
+	return chunkText
+}
+
+// toolCall reads one element of "tool_calls", whose function's name and
+// arguments are counted.
+func (p *chunkParser) toolCall() chunkVerdict {
+	if p.b[p.i] != '{' {
+		return p.null()
+	}
+	return p.object(callFields, func(int) chunkVerdict {
+		var name, args span
+		if v := p.function(&name, &args); v != chunkText {
+			return v
+		}
+		if p.n+2 > maxChunkSpans {
+			return chunkOther
+		}
+		p.add(name)
+		p.add(args)
+		return chunkText
 	})
 }
 
-// choice checks or adds the text of one element of "choices": its delta's
-// content, refusal, reasoning, tool calls and function call, then its
-// text (the Completions API's), as handleEvent does.
-func (s *StreamReader) choice(c []byte, emit bool) bool {
-	if isNull(c) {
-		return true
+// function reads a function call object, or null.
+func (p *chunkParser) function(name, args *span) chunkVerdict {
+	if p.b[p.i] != '{' {
+		return p.null()
 	}
-	if c[0] != '{' {
+	return p.object(funcFields, func(k int) chunkVerdict {
+		if funcFields[k] == "name" {
+			return p.text(name)
+		}
+		return p.text(args)
+	})
+}
+
+func (p *chunkParser) add(sp span) {
+	p.spans[p.n] = sp
+	p.n++
+}
+
+// text reads a string or null into sp.
+func (p *chunkParser) text(sp *span) chunkVerdict {
+	start := p.i
+	v := p.stringOrNull(false)
+	if v == chunkText && p.b[start] == '"' {
+		*sp = span{start, p.i}
+	}
+	return v
+}
+
+// object reads the object at p.i, calling member at each member whose key
+// is one of fields (with its index, p.i at the value), which must read
+// the value. It skips the others' values, and gives chunkOther at a key
+// that repeats one of fields, matches one only in case, or is escaped or
+// not ASCII.
+func (p *chunkParser) object(fields []string, member func(k int) chunkVerdict) chunkVerdict {
+	p.i++ // '{'
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		return chunkText
+	}
+	var seen uint
+	for {
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return chunkInvalid
+		}
+		start := p.i
+		if v := p.stringOrNull(false); v != chunkText {
+			return v
+		}
+		key := p.b[start+1 : p.i-1]
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return chunkInvalid
+		}
+		p.i++
+		p.ws()
+		if p.i >= len(p.b) {
+			return chunkInvalid
+		}
+		var v chunkVerdict
+		switch k := fieldIndex(key, fields); {
+		case k == -2 || (k >= 0 && seen&(1<<k) != 0):
+			return chunkOther
+		case k >= 0:
+			seen |= 1 << k
+			v = member(k)
+		default:
+			v = p.value()
+		}
+		if v != chunkText {
+			return v
+		}
+		p.ws()
+		if p.i >= len(p.b) {
+			return chunkInvalid
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+			p.ws()
+		case '}':
+			p.i++
+			return chunkText
+		default:
+			return chunkInvalid
+		}
+	}
+}
+
+// array reads null or the array at p.i, calling elem at each element.
+func (p *chunkParser) array(elem func() chunkVerdict) chunkVerdict {
+	if p.b[p.i] != '[' {
+		return p.null()
+	}
+	p.i++
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		return chunkText
+	}
+	for {
+		if p.i >= len(p.b) {
+			return chunkInvalid
+		}
+		if v := elem(); v != chunkText {
+			return v
+		}
+		p.ws()
+		if p.i >= len(p.b) {
+			return chunkInvalid
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+			p.ws()
+		case ']':
+			p.i++
+			return chunkText
+		default:
+			return chunkInvalid
+		}
+	}
+}
+
+// null reads a value that must be null; another valid value is of a type
+// handleEvent refuses there.
+func (p *chunkParser) null() chunkVerdict {
+	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
+		p.i += 4
+		return chunkText
+	}
+	return chunkOther
+}
+
+// stringOrNull reads a string (validated as encoding/json does: no control
+// character, valid escapes; invalid UTF-8 is replaced when decoded) or,
+// unless key, null.
+func (p *chunkParser) stringOrNull(key bool) chunkVerdict {
+	if p.b[p.i] != '"' {
+		if key {
+			return chunkInvalid
+		}
+		return p.null()
+	}
+	for i := p.i + 1; i < len(p.b); i++ {
+		switch c := p.b[i]; {
+		case c == '"':
+			p.i = i + 1
+			return chunkText
+		case c < 0x20:
+			return chunkInvalid
+		case c == '\\':
+			i++
+			if i >= len(p.b) {
+				return chunkInvalid
+			}
+			switch p.b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(p.b) {
+					return chunkInvalid
+				}
+				for _, h := range p.b[i+1 : i+5] {
+					if !isHex(h) {
+						return chunkInvalid
+					}
+				}
+				i += 4
+			default:
+				return chunkInvalid
+			}
+		}
+	}
+	return chunkInvalid
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// maxSkipDepth bounds the nesting of a value readChunk skips; a deeper one
+// goes to the general path.
+const maxSkipDepth = 64
+
+// value skips any valid JSON value at p.i.
+func (p *chunkParser) value() chunkVerdict {
+	var arrays uint64 // bit d: the container at depth d is an array
+	depth := 0
+	for {
+		// A value.
+		if p.i >= len(p.b) {
+			return chunkInvalid
+		}
+		switch c := p.b[p.i]; {
+		case c == '{' || c == '[':
+			if depth == maxSkipDepth {
+				return chunkOther
+			}
+			p.i++
+			p.ws()
+			if c == '[' {
+				arrays |= 1 << depth
+			} else {
+				arrays &^= 1 << depth
+			}
+			depth++
+			if p.i < len(p.b) && (c == '[' && p.b[p.i] == ']' || c == '{' && p.b[p.i] == '}') {
+				p.i++
+				depth--
+				break
+			}
+			if c == '{' {
+				if v := p.member(); v != chunkText {
+					return v
+				}
+			}
+			continue
+		case c == '"':
+			if v := p.stringOrNull(true); v != chunkText {
+				return v
+			}
+		case c == 't':
+			if !bytes.HasPrefix(p.b[p.i:], []byte("true")) {
+				return chunkInvalid
+			}
+			p.i += 4
+		case c == 'f':
+			if !bytes.HasPrefix(p.b[p.i:], []byte("false")) {
+				return chunkInvalid
+			}
+			p.i += 5
+		case c == 'n':
+			if !bytes.HasPrefix(p.b[p.i:], []byte("null")) {
+				return chunkInvalid
+			}
+			p.i += 4
+		default:
+			if !p.number() {
+				return chunkInvalid
+			}
+		}
+		// After a value: close containers, or go on to the next element.
+		for {
+			if depth == 0 {
+				return chunkText
+			}
+			p.ws()
+			if p.i >= len(p.b) {
+				return chunkInvalid
+			}
+			inArray := arrays&(1<<(depth-1)) != 0
+			c := p.b[p.i]
+			switch {
+			case c == ',':
+				p.i++
+				p.ws()
+				if !inArray {
+					if v := p.member(); v != chunkText {
+						return v
+					}
+				}
+			case inArray && c == ']', !inArray && c == '}':
+				p.i++
+				depth--
+				continue
+			default:
+				return chunkInvalid
+			}
+			break
+		}
+	}
+}
+
+// member reads an object member's key and colon, leaving p.i at its value.
+func (p *chunkParser) member() chunkVerdict {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return chunkInvalid
+	}
+	if v := p.stringOrNull(true); v != chunkText {
+		return v
+	}
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != ':' {
+		return chunkInvalid
+	}
+	p.i++
+	p.ws()
+	return chunkText
+}
+
+// number reads a JSON number.
+func (p *chunkParser) number() bool {
+	b, i := p.b, p.i
+	digits := func() bool {
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > start
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
 		return false
 	}
-	var seen, dseen uint
-	var text, content, refusal, reasoning, calls, call []byte
-	ok := members(c, choiceFields, &seen, func(k int, v []byte) bool {
-		if choiceFields[k] == "text" {
-			text = v
-			return isString(v)
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return false
 		}
-		if isNull(v) {
-			return true
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
 		}
-		return v[0] == '{' && members(v, deltaFields, &dseen, func(k int, v []byte) bool {
-			switch deltaFields[k] {
-			case "content":
-				content = v
-			case "refusal":
-				refusal = v
-			case "reasoning_content":
-				reasoning = v
-			case "tool_calls":
-				calls = v
-				return isNull(v) || (v[0] == '[' && elements(v, func(tc []byte) bool { return s.toolCall(tc, false) }))
-			case "function_call":
-				call = v
-				return s.function(v, false)
-			}
-			return isString(v)
-		})
-	})
-	if !ok || !emit {
-		return ok
+		if !digits() {
+			return false
+		}
 	}
-	s.jsonText(content)
-	s.jsonText(refusal)
-	s.jsonText(reasoning)
-	if calls != nil && !isNull(calls) {
-		elements(calls, func(tc []byte) bool { return s.toolCall(tc, true) })
-	}
-	s.function(call, true)
-	s.jsonText(text)
+	p.i = i
 	return true
 }
 
-// toolCall checks or adds the text of one tool call: its function's.
-func (s *StreamReader) toolCall(tc []byte, emit bool) bool {
-	if isNull(tc) {
-		return true
-	}
-	var seen uint
-	return tc[0] == '{' && members(tc, callFields, &seen, func(_ int, v []byte) bool { return s.function(v, emit) })
-}
-
-// function checks or adds the text of a function call: its name, then its
-// arguments. A nil or null f has none.
-func (s *StreamReader) function(f []byte, emit bool) bool {
-	if f == nil || isNull(f) {
-		return true
-	}
-	var seen uint
-	var name, args []byte
-	ok := f[0] == '{' && members(f, funcFields, &seen, func(k int, v []byte) bool {
-		if funcFields[k] == "name" {
-			name = v
-		} else {
-			args = v
-		}
-		return isString(v)
-	})
-	if ok && emit {
-		s.jsonText(name)
-		s.jsonText(args)
-	}
-	return ok
-}
-
-// jsonText adds the text of a JSON string value (nil or null adds
-// nothing), decoded as jstr does.
+// jsonText adds the text of a JSON string value, decoded as jstr does.
 func (s *StreamReader) jsonText(v []byte) {
-	if len(v) < 2 || v[0] != '"' {
-		return
-	}
 	in := v[1 : len(v)-1]
 	if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
 		streamText(s, in)
@@ -149,37 +506,6 @@ func (s *StreamReader) jsonText(v []byte) {
 	if t.UnmarshalJSON(v) == nil {
 		streamText(s, t)
 	}
-}
-
-func isNull(v []byte) bool   { return string(v) == "null" }
-func isString(v []byte) bool { return v[0] == '"' || isNull(v) }
-
-// members calls f with the index in fields of each member of the valid
-// JSON object obj whose key is one of fields, and its value; it skips the
-// members whose key is none of them, and fails (false) at a key that
-// repeats one of fields (seen marks those met), matches one only in case,
-// or is escaped or not ASCII, or when f fails.
-func members(obj []byte, fields []string, seen *uint, f func(k int, v []byte) bool) bool {
-	i := skipSpace(obj, 1)
-	for i < len(obj) && obj[i] == '"' {
-		kEnd := skipString(obj, i)
-		key := obj[i+1 : kEnd-1]
-		i = skipSpace(obj, skipSpace(obj, kEnd)+1) // past the ':'
-		vEnd := skipValue(obj, i)
-		if k := fieldIndex(key, fields); k == -2 {
-			return false
-		} else if k >= 0 {
-			if *seen&(1<<k) != 0 || !f(k, obj[i:vEnd]) {
-				return false
-			}
-			*seen |= 1 << k
-		}
-		i = skipSpace(obj, vEnd)
-		if i < len(obj) && obj[i] == ',' {
-			i = skipSpace(obj, i+1)
-		}
-	}
-	return true
 }
 
 // fieldIndex returns the index of key in fields, -1 when key is none of
@@ -202,21 +528,4 @@ func fieldIndex(key []byte, fields []string) int {
 		}
 	}
 	return -1
-}
-
-// elements calls f with each element of the valid JSON array arr, until f
-// fails.
-func elements(arr []byte, f func(v []byte) bool) bool {
-	i := skipSpace(arr, 1)
-	for i < len(arr) && arr[i] != ']' {
-		end := skipValue(arr, i)
-		if !f(arr[i:end]) {
-			return false
-		}
-		i = skipSpace(arr, end)
-		if i < len(arr) && arr[i] == ',' {
-			i = skipSpace(arr, i+1)
-		}
-	}
-	return true
 }

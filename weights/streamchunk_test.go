@@ -8,8 +8,10 @@ import (
 )
 
 // readBoth gives data to one reader's handle (which reads text chunks with
-// chunkText) and to another's general path, handleEvent, and fails unless
-// both learnt the same: the text collected, the result, the report.
+// readChunk) and to another's general path, handleEvent, and fails unless
+// both learnt the same: the text collected, the result, the report; and
+// unless readChunk's verdict on the JSON's validity is encoding/json's. It
+// reports whether readChunk read data as a text chunk.
 func readBoth(t *testing.T, data []byte) (fast bool) {
 	t.Helper()
 	a, b := NewStreamReader(nil, StreamConfig{}), NewStreamReader(nil, StreamConfig{})
@@ -22,8 +24,18 @@ func readBoth(t *testing.T, data []byte) (fast bool) {
 		t.Fatalf("%s\nchunkText path: text %q result %+v drop %v\ngeneral path:   text %q result %+v drop %v",
 			data, a.pending, a.res, dropA, b.pending, b.res, dropB)
 	}
-	c := NewStreamReader(nil, StreamConfig{})
-	return json.Valid(data) && c.chunkText([]byte(strings.TrimSpace(string(data))))
+	switch NewStreamReader(nil, StreamConfig{}).readChunk(data) {
+	case chunkText:
+		if !json.Valid(data) {
+			t.Fatalf("%q: read as a text chunk, but not valid JSON", data)
+		}
+		return true
+	case chunkInvalid:
+		if json.Valid(data) {
+			t.Fatalf("%q: found invalid, but valid JSON", data)
+		}
+	}
+	return false
 }
 
 func TestChunkTextMatchesGeneralPath(t *testing.T) {
@@ -57,7 +69,7 @@ func TestChunkTextMatchesGeneralPath(t *testing.T) {
 		{"{\"choices\":[{\"delta\":{\"\u017fontent\":\"long s\"}}]}", false},
 	} {
 		if fast := readBoth(t, []byte(tc.data)); fast != tc.fast {
-			t.Errorf("%s: chunkText took it %v; want %v", tc.data, fast, tc.fast)
+			t.Errorf("%s: readChunk took it %v; want %v", tc.data, fast, tc.fast)
 		}
 	}
 }
@@ -68,7 +80,7 @@ func TestChunkTextAllocs(t *testing.T) {
 	s := NewStreamReader(nil, StreamConfig{})
 	s.pending = make([]byte, 0, 1<<20)
 	if n := testing.AllocsPerRun(100, func() {
-		if !s.chunkText(data) {
+		if s.readChunk(data) != chunkText {
 			t.Fatal("not a text chunk")
 		}
 	}); n != 0 {
@@ -83,12 +95,25 @@ func TestChunkTextRandomEvents(t *testing.T) {
 	rng := rand.New(rand.NewPCG(20, 3))
 	fast := 0
 	for range 20_000 {
-		if readBoth(t, randomEvent(rng, 0)) {
+		ev := randomEvent(rng, 0)
+		if readBoth(t, ev) {
 			fast++
 		}
+		// And a mangled copy, mostly not JSON: the verdicts on validity
+		// must be encoding/json's.
+		bad := []byte(string(ev))
+		switch i := rng.IntN(len(bad)); rng.IntN(3) {
+		case 0:
+			bad = bad[:i]
+		case 1:
+			bad[i] = `{}[]",:\ 0-eE.tfn`[rng.IntN(17)]
+		default:
+			bad = append(bad[:i], append([]byte{bad[i]}, bad[i:]...)...)
+		}
+		readBoth(t, bad)
 	}
 	if fast < 1000 {
-		t.Errorf("chunkText took %d of 20000 random events; the generator no longer makes text chunks", fast)
+		t.Errorf("readChunk took %d of 20000 random events; the generator no longer makes text chunks", fast)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // next event, so it is sized for memory per stream: an event of a chat
 // stream is a few hundred bytes, a fast stream's reads take several at
 // once, and a larger event takes several reads.
-const streamBuffer = 4 << 10
+const streamBuffer = 2 << 10
 
 // stream passes a server-sent-events response through chunk by chunk,
 // flushing each, while a StreamReader picks up the usage report (and
