@@ -56,11 +56,11 @@ type chunkParser struct {
 // one of them only in case (encoding/json matches names case
 // insensitively) sends the event there.
 var (
-	eventFields    = []string{"object", "type", "choices", "usage", "delta", "content_block", "message", "error", "response"}
-	choiceFields   = []string{"delta", "text"}
-	deltaFields    = []string{"content", "refusal", "reasoning_content", "tool_calls", "function_call"}
-	callFields     = []string{"function"}
-	funcFields     = []string{"name", "arguments"}
+	eventFields  = []string{"object", "type", "choices", "usage", "delta", "content_block", "message", "error", "response"}
+	choiceFields = []string{"delta", "text"}
+	deltaFields  = []string{"content", "refusal", "reasoning_content", "tool_calls", "function_call"}
+	callFields   = []string{"function"}
+	funcFields   = []string{"name", "arguments"}
 )
 
 func (p *chunkParser) ws() {

@@ -59,7 +59,7 @@ func TestChunkTextMatchesGeneralPath(t *testing.T) {
 		{`{"choices":[{"delta":{"content":"a"}}],"choices":[{"delta":{"content":"b"}}]}`, false},
 		{`{"choices":[{"delta":{"c\u006fntent":"escaped key"}}]}`, false},
 		{`{"choices":[{"delta":{"conten\u0074":"escaped key"}}]}`, false},
-		{`{"choices":[{"delta":{"content":7}}]}`, false},       // a type error: the whole event is ignored
+		{`{"choices":[{"delta":{"content":7}}]}`, false},              // a type error: the whole event is ignored
 		{`{"object":1,"choices":[{"delta":{"content":"x"}}]}`, false}, // the same
 		{`{"choices":[{"delta":{"content":"x"}}],"type":"response.output_text.delta","delta":"y"}`, false},
 		{`{"choices":{"delta":{"content":"x"}}}`, false},
