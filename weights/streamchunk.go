@@ -314,6 +314,12 @@ func (p *chunkParser) stringOrNull(key bool) chunkVerdict {
 		return p.null()
 	}
 	for i := p.i + 1; i < len(p.b); i++ {
+		for i < len(p.b) && plainInString[p.b[i]] {
+			i++
+		}
+		if i == len(p.b) {
+			break
+		}
 		switch c := p.b[i]; {
 		case c == '"':
 			p.i = i + 1
@@ -344,6 +350,15 @@ func (p *chunkParser) stringOrNull(key bool) chunkVerdict {
 	}
 	return chunkInvalid
 }
+
+// plainInString marks the bytes a JSON string holds as they are: all but
+// the quote, the backslash and control characters.
+var plainInString = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
@@ -517,15 +532,18 @@ func fieldIndex(key []byte, fields []string) int {
 			return -2
 		}
 	}
+	k := -1
 	for i, f := range fields {
+		// key is ASCII: a name it matches in case or not has its length.
+		if len(f) != len(key) {
+			continue
+		}
 		if string(key) == f {
 			return i
 		}
-	}
-	for _, f := range fields {
 		if bytes.EqualFold(key, []byte(f)) {
-			return -2
+			k = -2
 		}
 	}
-	return -1
+	return k
 }

@@ -75,11 +75,13 @@ type streamsSetup struct {
 	// Opening bounds the streams being opened at once.
 	Opening int
 	// OpenWithin is the time allowed to open every stream; zero means 5 s
-	// plus 1 ms per stream.
+	// plus 2 ms per stream.
 	OpenWithin time.Duration
 	// Profiles, when not empty, is a directory where each run writes its
 	// proxy's profiles: the CPU over the measured interval (whose figures
-	// it then inflates), the heap and the goroutines at the plateau.
+	// it then inflates), the heap at its start (heap-start) and at the
+	// plateau (heap; the difference of their allocations is the
+	// interval's), the goroutines at the plateau.
 	Profiles string
 }
 
@@ -171,6 +173,12 @@ type childStats struct {
 	// InFlight is the cost the gateway's concurrency permits hold; zero for
 	// the reverse proxy.
 	InFlight int64 `json:"inflight"`
+	// Reads and Writes count the process's read and write system calls.
+	Reads  int64 `json:"reads"`
+	Writes int64 `json:"writes"`
+	// GCs counts the collections, Allocated the bytes allocated.
+	GCs       uint64 `json:"gcs"`
+	Allocated uint64 `json:"allocated"`
 }
 
 // live is the memory an open stream's share is taken from.
@@ -231,6 +239,11 @@ func serveChild(role string) error {
 	srv.Protocols.SetHTTP1(true)
 	if role == roleUpstream && !h1 {
 		srv.Protocols.SetUnencryptedHTTP2(true)
+		// Every stream on one connection: when requests fill a
+		// connection's streams, Go's transport sometimes queues new ones
+		// on it, where they wait for a stream to end, instead of dialling
+		// another.
+		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 100_000}
 	}
 	go func() { _ = srv.Serve(ln) }()
 	mux := http.NewServeMux()
@@ -263,12 +276,16 @@ func readStats(ctl *admission.Controller) childStats {
 		{Name: "/memory/classes/heap/stacks:bytes"},
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/gc/heap/allocs:bytes"},
 	}
 	rtmetrics.Read(samples)
 	s := childStats{
 		Goroutines: samples[0].Value.Uint64(), Heap: samples[1].Value.Uint64(), Stacks: samples[2].Value.Uint64(),
 		Mapped: samples[3].Value.Uint64() - samples[4].Value.Uint64(), CPU: int64(processCPU()),
 	}
+	s.Reads, s.Writes = processIO()
+	s.GCs, s.Allocated = samples[5].Value.Uint64(), samples[6].Value.Uint64()
 	if ctl != nil {
 		for _, p := range ctl.Stats() {
 			s.InFlight += p.InFlight
@@ -367,7 +384,9 @@ func (c *child) stop() {
 	}
 }
 
-var statsClient = &http.Client{Timeout: 30 * time.Second}
+// statsClient keeps no connection open: a child counts its goroutines
+// the same way at every read.
+var statsClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // read asks the child for its figures; gc collects first, idle closes the
 // proxy's idle upstream connections first.
@@ -439,8 +458,13 @@ type streamRun struct {
 	StackPerStream float64
 	// GoroutinesPerStream is the goroutines per open stream.
 	GoroutinesPerStream float64
-	// CPUPerChunk is the CPU time per chunk delivered, in nanoseconds.
-	CPUPerChunk float64
+	// CPUPerChunk is the CPU time per chunk delivered, in nanoseconds;
+	// ReadsPerChunk and WritesPerChunk the system calls.
+	CPUPerChunk, ReadsPerChunk, WritesPerChunk float64
+	// AllocPerChunk is the bytes allocated per chunk, GCs the collections
+	// in the measured interval.
+	AllocPerChunk float64
+	GCs           uint64
 	// Chunks is the number of chunks delivered in the measured interval.
 	Chunks int64
 	// Open is the time it took to open every stream.
@@ -455,8 +479,8 @@ type streamRun struct {
 }
 
 func (r streamRun) String() string {
-	return fmt.Sprintf("%-22s  %6.1f KiB/stream live (%5.1f KiB in stacks; %6.1f KiB mapped)  %4.2f goroutines/stream  %6.2f µs CPU/chunk  (%d chunks measured, opened in %v, %d failed, permits %d at plateau → %d, goroutines %d → %d)",
-		r.Proxy, r.PerStream/1024, r.StackPerStream/1024, r.MappedPerStream/1024, r.GoroutinesPerStream, r.CPUPerChunk/1e3, r.Chunks,
+	return fmt.Sprintf("%-22s  %6.1f KiB/stream live (%5.1f KiB in stacks; %6.1f KiB mapped)  %4.2f goroutines/stream  %6.2f µs CPU/chunk (%.2f reads, %.2f writes, %.0f B allocated, %d GCs)  (%d chunks measured, opened in %v, %d failed, permits %d at plateau → %d, goroutines %d → %d)",
+		r.Proxy, r.PerStream/1024, r.StackPerStream/1024, r.MappedPerStream/1024, r.GoroutinesPerStream, r.CPUPerChunk/1e3, r.ReadsPerChunk, r.WritesPerChunk, r.AllocPerChunk, r.GCs, r.Chunks,
 		r.Open.Round(time.Millisecond), r.Failed, r.PeakInFlight, r.InFlight, r.BaseGoroutines, r.Goroutines)
 }
 
@@ -514,7 +538,7 @@ func runStreams(s streamsSetup, role string, round int) (streamRun, error) {
 	// (finish chunk, usage, [DONE]) once the figures are taken.
 	openBudget := s.OpenWithin
 	if openBudget <= 0 {
-		openBudget = 5*time.Second + time.Duration(s.Streams)*time.Millisecond
+		openBudget = 5*time.Second + 2*time.Duration(s.Streams)*time.Millisecond
 	}
 	longest := openBudget + s.Hold + 30*time.Second
 	start := time.Now()
@@ -554,6 +578,7 @@ func runStreams(s streamsSetup, role string, round int) (streamRun, error) {
 	}
 	var profiled sync.WaitGroup
 	if s.Profiles != "" {
+		px.profile(s.Profiles, role, round, "heap", "heap-start")
 		profiled.Go(func() {
 			px.profile(s.Profiles, role, round, "profile?seconds="+strconv.Itoa(int(s.Hold.Seconds())), "cpu")
 		})
@@ -579,6 +604,10 @@ func runStreams(s streamsSetup, role string, round int) (streamRun, error) {
 	n := float64(s.Streams)
 	r.Chunks = c1 - c0
 	r.CPUPerChunk = float64(s1.CPU-s0.CPU) / float64(max(r.Chunks, 1))
+	r.ReadsPerChunk = float64(s1.Reads-s0.Reads) / float64(max(r.Chunks, 1))
+	r.WritesPerChunk = float64(s1.Writes-s0.Writes) / float64(max(r.Chunks, 1))
+	r.AllocPerChunk = float64(s1.Allocated-s0.Allocated) / float64(max(r.Chunks, 1))
+	r.GCs = s1.GCs - s0.GCs
 	r.PerStream = (float64(plateau.live()) - float64(base.live())) / n
 	r.StackPerStream = (float64(plateau.Stacks) - float64(base.Stacks)) / n
 	r.MappedPerStream = (float64(plateau.Mapped) - float64(base.Mapped)) / n
@@ -595,6 +624,9 @@ func runStreams(s streamsSetup, role string, round int) (streamRun, error) {
 		return r, err
 	}
 	r.InFlight, r.Goroutines, r.Failed = after.InFlight, after.Goroutines, tally.failed.Load()
+	if s.Profiles != "" && r.Goroutines > r.BaseGoroutines {
+		px.profile(s.Profiles, role, round, "goroutine?debug=1", "goroutine-after.txt")
+	}
 	if r.Failed > 0 {
 		fmt.Fprintf(os.Stderr, "loadtest: %s: %d streams failed, the first: %s\n", role, r.Failed, tally.firstErr())
 	}

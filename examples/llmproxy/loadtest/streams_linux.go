@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -30,4 +33,20 @@ func processCPU() time.Duration {
 // without stopping it.
 func setDeathSignal(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// processIO counts the process's read and write system calls so far.
+func processIO() (reads, writes int64) {
+	b, _ := os.ReadFile("/proc/self/io")
+	for line := range bytes.Lines(b) {
+		k, v, _ := bytes.Cut(bytes.TrimSpace(line), []byte(": "))
+		n, _ := strconv.ParseInt(string(v), 10, 64)
+		switch string(k) {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
 }
