@@ -241,19 +241,8 @@ func (p *chunkParser) object(fields []string, member func(k int) chunkVerdict) c
 		if v != chunkText {
 			return v
 		}
-		p.ws()
-		if p.i >= len(p.b) {
-			return chunkInvalid
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.ws()
-		case '}':
-			p.i++
-			return chunkText
-		default:
-			return chunkInvalid
+		if more, v := p.more('}'); !more {
+			return v
 		}
 	}
 }
@@ -276,21 +265,30 @@ func (p *chunkParser) array(elem func() chunkVerdict) chunkVerdict {
 		if v := elem(); v != chunkText {
 			return v
 		}
-		p.ws()
-		if p.i >= len(p.b) {
-			return chunkInvalid
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.ws()
-		case ']':
-			p.i++
-			return chunkText
-		default:
-			return chunkInvalid
+		if more, v := p.more(']'); !more {
+			return v
 		}
 	}
+}
+
+// more reads what follows a member or an element: a comma and the space
+// after it (true), or the closing byte (false, chunkText); anything else
+// is invalid.
+func (p *chunkParser) more(closing byte) (bool, chunkVerdict) {
+	p.ws()
+	if p.i >= len(p.b) {
+		return false, chunkInvalid
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		p.ws()
+		return true, chunkText
+	case closing:
+		p.i++
+		return false, chunkText
+	}
+	return false, chunkInvalid
 }
 
 // null reads a value that must be null; another valid value is of a type
