@@ -505,9 +505,17 @@ func runStreams(s streamsSetup, role string, round int) (streamRun, error) {
 	}
 	defer px.stop()
 	target := "http://" + px.addr + "/v1/chat/completions"
+	// The clients' connections come from 16 loopback addresses in turn:
+	// each has its own ephemeral ports, so rounds that follow one another
+	// (each leaving its closed connections in TIME_WAIT for a minute) do
+	// not run out of them.
+	var dials atomic.Uint32
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: s.Streams, IdleConnTimeout: time.Minute, DisableCompression: true,
-		DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+dials.Add(1)%16))}
+			return (&net.Dialer{Timeout: 10 * time.Second, LocalAddr: local}).DialContext(ctx, network, addr)
+		},
 	}}
 	defer client.CloseIdleConnections()
 
