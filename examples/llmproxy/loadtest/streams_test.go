@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 // to their count before the streams. (The full 10,000 streams, and the
 // CPU per chunk against the reverse proxy, are loadtest -streams.)
 func TestStreamsBoundedAndReleased(t *testing.T) {
-	s := streamsSetup{Streams: 200, Rate: 5, Hold: time.Second, Rounds: 1, Opening: 64, OpenWithin: 3 * time.Second}
+	s := streamsSetup{Streams: 200, Rate: 5, Hold: time.Second, Rounds: 1, Opening: 64, OpenWithin: 10 * time.Second}
 	var out strings.Builder
 	sum, err := runStreamRounds(s, &out)
 	t.Log(out.String())
