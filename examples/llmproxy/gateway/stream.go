@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -132,11 +135,15 @@ func produced(sr *weights.StreamReader) weights.Usage {
 	return u
 }
 
+// chargedOpt labels a stream's charges as instruments.count would: built
+// once, as a slow stream charges on nearly every chunk.
+var chargedOpt = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "charged")))
+
 // charge charges the ticket for the stream so far; it returns the
 // rejection when the stream must be cut.
 func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
 	err := x.tk.Charge(x.usage(produced(sr)))
-	x.g.m.count(context.Background(), x.g.m.charges, "charged")
+	x.g.m.charges.Add(context.Background(), 1, chargedOpt)
 	var rej *admission.Rejection
 	if !errors.As(err, &rej) {
 		return nil
