@@ -103,7 +103,6 @@ type StreamReader struct {
 	rawSpill  bool   // the current event outgrew maxEv and is passed on
 	out       []byte // bytes ready for the client in strip mode
 	outPos    int
-	buf       []byte
 	srcErr    error
 	finished  bool
 	pending   []byte // streamed text not yet counted
@@ -163,11 +162,11 @@ func (s *StreamReader) Read(p []byte) (int, error) {
 			}
 			break
 		}
-		if s.buf == nil {
-			s.buf = make([]byte, 32<<10)
-		}
-		n, err := s.r.Read(s.buf)
-		s.feed(s.buf[:n])
+		// The source is read into p, whose bytes feed keeps (in raw or
+		// out) before the copy below overwrites them: the reader holds no
+		// buffer of its own while it waits for the next event.
+		n, err := s.r.Read(p)
+		s.feed(p[:n])
 		if err != nil {
 			s.srcErr = err
 		} else if n == 0 && s.outPos == len(s.out) {
@@ -377,6 +376,15 @@ func (s *StreamReader) handle(eventType string, data []byte) (drop bool) {
 	if firstByte(data) != '{' {
 		return false
 	}
+	if v := s.readChunk(data); v != chunkOther || !json.Valid(data) {
+		return false // a chunk of text without usage, or not JSON
+	}
+	return s.handleEvent(eventType, data)
+}
+
+// handleEvent interprets one event's valid JSON data with encoding/json,
+// for every event readChunk leaves.
+func (s *StreamReader) handleEvent(eventType string, data []byte) (drop bool) {
 	var ev streamEvent
 	if json.Unmarshal(data, &ev) != nil {
 		return false
@@ -491,8 +499,12 @@ func errorMessage(raw json.RawMessage) string {
 const fallbackBatch = 4 << 10
 
 // text collects streamed text for the fallback count.
-func (s *StreamReader) text(t string) {
-	if t == "" {
+func (s *StreamReader) text(t string) { streamText(s, t) }
+
+// streamText collects streamed text, a string or bytes, for the fallback
+// count.
+func streamText[T ~string | ~[]byte](s *StreamReader, t T) {
+	if len(t) == 0 {
 		return
 	}
 	s.pending = append(s.pending, t...)

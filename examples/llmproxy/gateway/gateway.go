@@ -438,6 +438,12 @@ func NewTransport() *http.Transport {
 		ResponseHeaderTimeout: DefaultHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
+		// Over HTTP/1.1 every open stream holds its connection's buffers:
+		// the request is written once (a body larger than the buffer
+		// goes straight to the socket), and a stream's reads go straight
+		// to the gateway's own buffer.
+		WriteBufferSize: 1 << 10,
+		ReadBufferSize:  2 << 10,
 	}
 }
 

@@ -5,12 +5,23 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/weights"
 )
+
+// streamBuffer is the most read from the upstream, and written to the
+// client, at once. Every open stream holds one while it waits for the
+// next event, so it is sized for memory per stream: an event of a chat
+// stream is a few hundred bytes, a fast stream's reads take several at
+// once, and a larger event takes several reads.
+const streamBuffer = 2 << 10
 
 // stream passes a server-sent-events response through chunk by chunk,
 // flushing each, while a StreamReader picks up the usage report (and
@@ -36,17 +47,17 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	g.m.streams.Add(ctx, 1)
 	defer g.m.streams.Add(context.Background(), -1)
 
-	var idleFired atomic.Bool
-	idle := time.AfterFunc(g.cfg.StreamIdleTimeout, func() { idleFired.Store(true); cancel() })
-	defer idle.Stop()
-	buf := make([]byte, 32<<10)
-	last := time.Now()
+	idle := startIdleWatch(g.cfg.StreamIdleTimeout, cancel)
+	defer idle.stop()
+	buf := make([]byte, streamBuffer)
+	last := idle.start
 	var readErr error
 	clientGone, cut := false, false
 	for {
 		n, err := sr.Read(buf)
 		if n > 0 {
-			idle.Reset(g.cfg.StreamIdleTimeout)
+			now := time.Now()
+			idle.progress(now)
 			// Each write and flush is bounded by the client write
 			// timeout: a client that stops reading is cut here.
 			if werr := x.writeClient(buf[:n]); werr != nil {
@@ -59,7 +70,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 			// store failure is reported by the controller and retried at
 			// the next chunk.)
 			_ = x.tk.Renew()
-			if now := time.Now(); now.Sub(last) >= g.cfg.ChargeInterval {
+			if now.Sub(last) >= g.cfg.ChargeInterval {
 				last = now
 				if rej := x.charge(sr); rej != nil {
 					cut = true
@@ -87,7 +98,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	case cut:
 	case !res.Completed:
 		reason := "stream_cut"
-		if readErr != nil && idleFired.Load() {
+		if readErr != nil && idle.fired.Load() {
 			reason = "stream_idle_timeout"
 		}
 		g.m.count(context.Background(), g.m.upstreamFailures, reason)
@@ -124,11 +135,15 @@ func produced(sr *weights.StreamReader) weights.Usage {
 	return u
 }
 
+// chargedOpt labels a stream's charges as instruments.count would: built
+// once, as a slow stream charges on nearly every chunk.
+var chargedOpt = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "charged")))
+
 // charge charges the ticket for the stream so far; it returns the
 // rejection when the stream must be cut.
 func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
 	err := x.tk.Charge(x.usage(produced(sr)))
-	x.g.m.count(context.Background(), x.g.m.charges, "charged")
+	x.g.m.charges.Add(context.Background(), 1, chargedOpt)
 	var rej *admission.Rejection
 	if !errors.As(err, &rej) {
 		return nil
@@ -177,4 +192,48 @@ func (x *exchange) writeStreamError(typ, code, msg string) {
 	if _, err := w.Write(ev); err == nil {
 		w.Flush()
 	}
+}
+
+// idleWatch cancels a stream silent for its idle timeout. Progress only
+// records the time, so a chunk costs no timer update: the one timer, set
+// for the whole timeout, checks when it fires how long the stream has
+// really been silent and sets itself again for the rest.
+type idleWatch struct {
+	timeout time.Duration
+	cancel  context.CancelFunc
+	start   time.Time
+	last    atomic.Int64 // nanoseconds from start to the last progress
+	fired   atomic.Bool  // the stream was cancelled for its silence
+
+	mu sync.Mutex
+	t  *time.Timer
+}
+
+func startIdleWatch(timeout time.Duration, cancel context.CancelFunc) *idleWatch {
+	w := &idleWatch{timeout: timeout, cancel: cancel, start: time.Now()}
+	w.mu.Lock()
+	w.t = time.AfterFunc(timeout, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+// progress records that the stream moved at now.
+func (w *idleWatch) progress(now time.Time) { w.last.Store(int64(now.Sub(w.start))) }
+
+func (w *idleWatch) check() {
+	silent := time.Since(w.start) - time.Duration(w.last.Load())
+	if rest := w.timeout - silent; rest > 0 {
+		w.mu.Lock()
+		w.t.Reset(rest)
+		w.mu.Unlock()
+		return
+	}
+	w.fired.Store(true)
+	w.cancel()
+}
+
+func (w *idleWatch) stop() {
+	w.mu.Lock()
+	w.t.Stop()
+	w.mu.Unlock()
 }

@@ -52,7 +52,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -65,14 +64,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
-	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
-	"github.com/sluicehq/sluice/metrics"
-	"github.com/sluicehq/sluice/weights"
 )
 
 const key = "sk-loadtest"
@@ -97,6 +91,9 @@ identity: {anonymous: deny}
 `
 
 func main() {
+	if serveStreamsChild() {
+		return
+	}
 	rate := flag.Int("rate", 2000, "requests per second")
 	duration := flag.Duration("duration", 10*time.Second, "length of each measured run")
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured run before each measured one")
@@ -116,6 +113,9 @@ func main() {
 	flag.IntVar(&ds.BatchWorkers, "priority-batch-workers", 32, "priority scenario: the batch tenant's closed-loop senders")
 	flag.IntVar(&ds.Floor, "priority-floor", 30, "priority scenario: the batch class's reserved share, in percent")
 	flag.Parse()
+	if ran, code := runStreamsFlags(*rounds); ran {
+		os.Exit(code)
+	}
 	if *priority {
 		ds.providerSetup = ps
 		ds.Output, ds.Deadline = 100, 10*time.Second
@@ -212,39 +212,11 @@ func run(rate int, duration, warmup time.Duration, promptBytes, maxInflight, rou
 
 // startGateway runs the gateway as llmproxy does, with the policy above.
 func startGateway(upURL string) (string, error) {
-	f, err := config.Parse("loadtest policy", []byte(policy))
+	h, _, err := newGateway(upURL, nil)
 	if err != nil {
 		return "", err
 	}
-	prom, err := metrics.NewPrometheus(0)
-	if err != nil {
-		return "", err
-	}
-	obs, err := metrics.New(metrics.WithMeterProvider(prom.Provider))
-	if err != nil {
-		return "", err
-	}
-	ctl, err := admission.New(f.Config, admission.WithObserver(obs))
-	if err != nil {
-		return "", err
-	}
-	obs.Watch(ctl)
-	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
-	if err != nil {
-		return "", err
-	}
-	gw, err := gateway.New(gateway.Config{
-		Upstream: upURL, Controller: ctl, Estimator: est, File: f,
-		Meter:  prom.Provider.Meter("loadtest"),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		return "", err
-	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	gw.Register(e)
-	u, _, err := serve(e)
+	u, _, err := serve(h)
 	return u, err
 }
 

@@ -101,6 +101,8 @@ type Server struct {
 	limits   *limiter // nil without Limits
 	limited  atomic.Int64
 	batch    batchStore
+	// finishing ends every stream at its next token (FinishStreams).
+	finishing atomic.Bool
 }
 
 // Seen records what one request asked for, for tests.
@@ -139,6 +141,12 @@ func New(cfg Config) *Server {
 
 // Requests returns the number of requests received.
 func (s *Server) Requests() int64 { return s.requests.Load() }
+
+// FinishStreams makes every stream served from now on end at its next
+// token, as if its output were complete there: its finish chunk, its
+// usage (of the tokens sent) and [DONE]. A load test ends many streams at
+// once with it, whatever their max_tokens.
+func (s *Server) FinishStreams() { s.finishing.Store(true) }
 
 // Limited returns the number of requests refused by Config.Limits.
 func (s *Server) Limited() int64 { return s.limited.Load() }
@@ -526,6 +534,10 @@ func (g *gen) chat() {
 func (g *gen) streamTokens(sse *sseWriter, event func(text string) any) bool {
 	step := g.s.cfg.ChunkTokens
 	for i := 0; i < g.out; i += step {
+		if g.s.finishing.Load() {
+			g.out = i
+			break
+		}
 		k := min(step, g.out-i)
 		if g.cut && i >= g.out/2 {
 			// Break the connection without ending the response.
@@ -553,7 +565,9 @@ func (g *gen) streamTokens(sse *sseWriter, event func(text string) any) bool {
 
 func (g *gen) completion() {
 	created := time.Now().Unix()
-	usage := map[string]any{"prompt_tokens": g.prompt, "completion_tokens": g.out * g.choices(), "total_tokens": g.prompt + g.out*g.choices()}
+	usage := func() map[string]any {
+		return map[string]any{"prompt_tokens": g.prompt, "completion_tokens": g.out * g.choices(), "total_tokens": g.prompt + g.out*g.choices()}
+	}
 	if !g.req.Stream {
 		if !g.pace(g.out) {
 			return
@@ -564,7 +578,7 @@ func (g *gen) completion() {
 		}
 		writeJSON(g.w, http.StatusOK, map[string]any{
 			"id": g.id("cmpl"), "object": "text_completion", "created": created, "model": g.req.Model,
-			"choices": choices, "usage": usage,
+			"choices": choices, "usage": usage(),
 		})
 		return
 	}
@@ -587,7 +601,7 @@ func (g *gen) completion() {
 		return
 	}
 	if g.includeUsage() {
-		if !sse.data(map[string]any{"id": id, "object": "text_completion", "created": created, "model": g.req.Model, "choices": []any{}, "usage": usage}) {
+		if !sse.data(map[string]any{"id": id, "object": "text_completion", "created": created, "model": g.req.Model, "choices": []any{}, "usage": usage()}) {
 			return
 		}
 	}

@@ -1,0 +1,547 @@
+package weights
+
+import (
+	"bytes"
+	"unicode/utf8"
+)
+
+// chunkVerdict is what chunkParser made of an event.
+type chunkVerdict int
+
+const (
+	// chunkOther: not a plain text chunk; the general path decides.
+	chunkOther chunkVerdict = iota
+	// chunkText: a text chunk, whose text was counted.
+	chunkText
+	// chunkInvalid: not valid JSON, which the general path ignores too.
+	chunkInvalid
+)
+
+// readChunk reads, in one pass over data and without allocating, the
+// chunk most streamed events are: a Chat Completions or Completions chunk
+// ({"choices":[{"delta":{"content":...}}],...} with no usage, or "usage":
+// null). It validates the JSON as encoding/json does and counts the text
+// in the order handleEvent would; any other event (a usage object, a
+// "type", a message, an error, a response; a member handleEvent reads that
+// appears twice, or matches only in case, or has an escaped name; a value
+// of a type handleEvent refuses, which makes it ignore the whole event) is
+// chunkOther, with nothing counted, so the result never depends on which
+// path read an event.
+func (s *StreamReader) readChunk(data []byte) chunkVerdict {
+	p := chunkParser{b: data}
+	v := p.event()
+	if v == chunkText {
+		for _, sp := range p.spans[:p.n] {
+			if sp.end > sp.start { // an absent or null value has none
+				s.jsonText(data[sp.start:sp.end])
+			}
+		}
+	}
+	return v
+}
+
+// maxChunkSpans bounds the text values of one chunk read by readChunk;
+// a chunk with more goes to the general path.
+const maxChunkSpans = 32
+
+// chunkParser is a one-pass reader of a text chunk.
+type chunkParser struct {
+	b     []byte
+	i     int
+	spans [maxChunkSpans]span // the text values (strings, quotes included) to count, in order
+	n     int
+}
+
+// The members handleEvent reads, per level of a chunk: a key that matches
+// one of them only in case (encoding/json matches names case
+// insensitively) sends the event there.
+var (
+	eventFields  = []string{"object", "type", "choices", "usage", "delta", "content_block", "message", "error", "response"}
+	choiceFields = []string{"delta", "text"}
+	deltaFields  = []string{"content", "refusal", "reasoning_content", "tool_calls", "function_call"}
+	callFields   = []string{"function"}
+	funcFields   = []string{"name", "arguments"}
+)
+
+func (p *chunkParser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// event reads the whole data: one object, and only space after it.
+func (p *chunkParser) event() chunkVerdict {
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != '{' {
+		return chunkOther
+	}
+	v := p.object(eventFields, func(k int) chunkVerdict {
+		switch eventFields[k] {
+		case "object":
+			return p.stringOrNull(false)
+		case "usage":
+			return p.null()
+		case "choices":
+			return p.array(p.choice)
+		}
+		return chunkOther
+	})
+	if v != chunkText {
+		return v
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return chunkInvalid
+	}
+	return chunkText
+}
+
+// choice reads one element of "choices": its delta's content, refusal,
+// reasoning, tool calls and function call, then its text (the Completions
+// API's) are counted in that order, as handleEvent does.
+func (p *chunkParser) choice() chunkVerdict {
+	if p.b[p.i] != '{' {
+		return p.null()
+	}
+	var text, content, refusal, reasoning, name, args span
+	base := p.n
+	v := p.object(choiceFields, func(k int) chunkVerdict {
+		if choiceFields[k] == "text" {
+			return p.text(&text)
+		}
+		if p.b[p.i] != '{' {
+			return p.null()
+		}
+		return p.object(deltaFields, func(k int) chunkVerdict {
+			switch deltaFields[k] {
+			case "content":
+				return p.text(&content)
+			case "refusal":
+				return p.text(&refusal)
+			case "reasoning_content":
+				return p.text(&reasoning)
+			case "tool_calls":
+				return p.array(p.toolCall)
+			}
+			return p.function(&name, &args)
+		})
+	})
+	if v != chunkText {
+		return v
+	}
+	// The tool calls' spans are at base; the delta's text goes before
+	// them, the function call's and the choice's text after.
+	calls := p.n - base
+	if p.n+6 > maxChunkSpans {
+		return chunkOther
+	}
+	copy(p.spans[base+3:], p.spans[base:base+calls])
+	p.spans[base], p.spans[base+1], p.spans[base+2] = content, refusal, reasoning
+	p.n += 3
+	p.add(name)
+	p.add(args)
+	p.add(text)
+	return chunkText
+}
+
+// toolCall reads one element of "tool_calls", whose function's name and
+// arguments are counted.
+func (p *chunkParser) toolCall() chunkVerdict {
+	if p.b[p.i] != '{' {
+		return p.null()
+	}
+	return p.object(callFields, func(int) chunkVerdict {
+		var name, args span
+		if v := p.function(&name, &args); v != chunkText {
+			return v
+		}
+		if p.n+2 > maxChunkSpans {
+			return chunkOther
+		}
+		p.add(name)
+		p.add(args)
+		return chunkText
+	})
+}
+
+// function reads a function call object, or null.
+func (p *chunkParser) function(name, args *span) chunkVerdict {
+	if p.b[p.i] != '{' {
+		return p.null()
+	}
+	return p.object(funcFields, func(k int) chunkVerdict {
+		if funcFields[k] == "name" {
+			return p.text(name)
+		}
+		return p.text(args)
+	})
+}
+
+func (p *chunkParser) add(sp span) {
+	p.spans[p.n] = sp
+	p.n++
+}
+
+// text reads a string or null into sp.
+func (p *chunkParser) text(sp *span) chunkVerdict {
+	start := p.i
+	v := p.stringOrNull(false)
+	if v == chunkText && p.b[start] == '"' {
+		*sp = span{start, p.i}
+	}
+	return v
+}
+
+// object reads the object at p.i, calling member at each member whose key
+// is one of fields (with its index, p.i at the value), which must read
+// the value. It skips the others' values, and gives chunkOther at a key
+// that repeats one of fields, matches one only in case, or is escaped or
+// not ASCII.
+func (p *chunkParser) object(fields []string, member func(k int) chunkVerdict) chunkVerdict {
+	p.i++ // '{'
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		return chunkText
+	}
+	var seen uint
+	for {
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return chunkInvalid
+		}
+		start := p.i
+		if v := p.stringOrNull(false); v != chunkText {
+			return v
+		}
+		key := p.b[start+1 : p.i-1]
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return chunkInvalid
+		}
+		p.i++
+		p.ws()
+		if p.i >= len(p.b) {
+			return chunkInvalid
+		}
+		var v chunkVerdict
+		switch k := fieldIndex(key, fields); {
+		case k == -2 || (k >= 0 && seen&(1<<k) != 0):
+			return chunkOther
+		case k >= 0:
+			seen |= 1 << k
+			v = member(k)
+		default:
+			v = p.value()
+		}
+		if v != chunkText {
+			return v
+		}
+		if more, v := p.more('}'); !more {
+			return v
+		}
+	}
+}
+
+// array reads null or the array at p.i, calling elem at each element.
+func (p *chunkParser) array(elem func() chunkVerdict) chunkVerdict {
+	if p.b[p.i] != '[' {
+		return p.null()
+	}
+	p.i++
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		return chunkText
+	}
+	for {
+		if p.i >= len(p.b) {
+			return chunkInvalid
+		}
+		if v := elem(); v != chunkText {
+			return v
+		}
+		if more, v := p.more(']'); !more {
+			return v
+		}
+	}
+}
+
+// more reads what follows a member or an element: a comma and the space
+// after it (true), or the closing byte (false, chunkText); anything else
+// is invalid.
+func (p *chunkParser) more(closing byte) (bool, chunkVerdict) {
+	p.ws()
+	if p.i >= len(p.b) {
+		return false, chunkInvalid
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		p.ws()
+		return true, chunkText
+	case closing:
+		p.i++
+		return false, chunkText
+	}
+	return false, chunkInvalid
+}
+
+// null reads a value that must be null; another valid value is of a type
+// handleEvent refuses there.
+func (p *chunkParser) null() chunkVerdict {
+	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
+		p.i += 4
+		return chunkText
+	}
+	return chunkOther
+}
+
+// stringOrNull reads a string (validated as encoding/json does: no control
+// character, valid escapes; invalid UTF-8 is replaced when decoded) or,
+// unless key, null.
+func (p *chunkParser) stringOrNull(key bool) chunkVerdict {
+	if p.b[p.i] != '"' {
+		if key {
+			return chunkInvalid
+		}
+		return p.null()
+	}
+	for i := p.i + 1; i < len(p.b); i++ {
+		for i < len(p.b) && plainInString[p.b[i]] {
+			i++
+		}
+		if i == len(p.b) {
+			break
+		}
+		switch c := p.b[i]; {
+		case c == '"':
+			p.i = i + 1
+			return chunkText
+		case c < 0x20:
+			return chunkInvalid
+		case c == '\\':
+			i++
+			if i >= len(p.b) {
+				return chunkInvalid
+			}
+			switch p.b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(p.b) {
+					return chunkInvalid
+				}
+				for _, h := range p.b[i+1 : i+5] {
+					if !isHex(h) {
+						return chunkInvalid
+					}
+				}
+				i += 4
+			default:
+				return chunkInvalid
+			}
+		}
+	}
+	return chunkInvalid
+}
+
+// plainInString marks the bytes a JSON string holds as they are: all but
+// the quote, the backslash and control characters.
+var plainInString = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// maxSkipDepth bounds the nesting of a value readChunk skips; a deeper one
+// goes to the general path.
+const maxSkipDepth = 64
+
+// value skips any valid JSON value at p.i.
+func (p *chunkParser) value() chunkVerdict {
+	var arrays uint64 // bit d: the container at depth d is an array
+	depth := 0
+	for {
+		// A value.
+		if p.i >= len(p.b) {
+			return chunkInvalid
+		}
+		switch c := p.b[p.i]; {
+		case c == '{' || c == '[':
+			if depth == maxSkipDepth {
+				return chunkOther
+			}
+			p.i++
+			p.ws()
+			if c == '[' {
+				arrays |= 1 << depth
+			} else {
+				arrays &^= 1 << depth
+			}
+			depth++
+			if p.i < len(p.b) && (c == '[' && p.b[p.i] == ']' || c == '{' && p.b[p.i] == '}') {
+				p.i++
+				depth--
+				break
+			}
+			if c == '{' {
+				if v := p.member(); v != chunkText {
+					return v
+				}
+			}
+			continue
+		case c == '"':
+			if v := p.stringOrNull(true); v != chunkText {
+				return v
+			}
+		case c == 't':
+			if !bytes.HasPrefix(p.b[p.i:], []byte("true")) {
+				return chunkInvalid
+			}
+			p.i += 4
+		case c == 'f':
+			if !bytes.HasPrefix(p.b[p.i:], []byte("false")) {
+				return chunkInvalid
+			}
+			p.i += 5
+		case c == 'n':
+			if !bytes.HasPrefix(p.b[p.i:], []byte("null")) {
+				return chunkInvalid
+			}
+			p.i += 4
+		default:
+			if !p.number() {
+				return chunkInvalid
+			}
+		}
+		// After a value: close containers, or go on to the next element.
+		for {
+			if depth == 0 {
+				return chunkText
+			}
+			p.ws()
+			if p.i >= len(p.b) {
+				return chunkInvalid
+			}
+			inArray := arrays&(1<<(depth-1)) != 0
+			c := p.b[p.i]
+			switch {
+			case c == ',':
+				p.i++
+				p.ws()
+				if !inArray {
+					if v := p.member(); v != chunkText {
+						return v
+					}
+				}
+			case inArray && c == ']', !inArray && c == '}':
+				p.i++
+				depth--
+				continue
+			default:
+				return chunkInvalid
+			}
+			break
+		}
+	}
+}
+
+// member reads an object member's key and colon, leaving p.i at its value.
+func (p *chunkParser) member() chunkVerdict {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return chunkInvalid
+	}
+	if v := p.stringOrNull(true); v != chunkText {
+		return v
+	}
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != ':' {
+		return chunkInvalid
+	}
+	p.i++
+	p.ws()
+	return chunkText
+}
+
+// number reads a JSON number.
+func (p *chunkParser) number() bool {
+	b, i := p.b, p.i
+	digits := func() bool {
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > start
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return false
+		}
+	}
+	p.i = i
+	return true
+}
+
+// jsonText adds the text of a JSON string value, decoded as jstr does.
+func (s *StreamReader) jsonText(v []byte) {
+	in := v[1 : len(v)-1]
+	if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
+		streamText(s, in)
+		return
+	}
+	var t jstr
+	if t.UnmarshalJSON(v) == nil {
+		streamText(s, t)
+	}
+}
+
+// fieldIndex returns the index of key in fields, -1 when key is none of
+// them, -2 when it matches one only in case, or could once unescaped or
+// folded (a backslash, a byte beyond ASCII).
+func fieldIndex(key []byte, fields []string) int {
+	for _, c := range key {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return -2
+		}
+	}
+	k := -1
+	for i, f := range fields {
+		// key is ASCII: a name it matches in case or not has its length.
+		if len(f) != len(key) {
+			continue
+		}
+		if string(key) == f {
+			return i
+		}
+		if bytes.EqualFold(key, []byte(f)) {
+			k = -2
+		}
+	}
+	return k
+}
