@@ -96,17 +96,7 @@ func (d *decoder) decodePrices(n *yaml.Node, path string) {
 		}},
 		field{"models", func(n *yaml.Node, path string) {
 			p.Models = map[string]Price{}
-			seen := map[string]string{}
-			d.pairs(n, path, func(name string, k, v *yaml.Node, path string) {
-				if !d.modelName(name, k, path) {
-					return
-				}
-				key := strings.ToLower(name)
-				if first, dup := seen[key]; dup {
-					d.errorf(k, path, "duplicates %s (model names are case-insensitive)", join("prices.models", first))
-					return
-				}
-				seen[key] = name
+			d.models(n, path, func(name string, _, v *yaml.Node, path string) {
 				if pr, ok := d.price(v, path, false); ok {
 					p.Models[name] = pr
 				}
@@ -153,6 +143,25 @@ func (d *decoder) modelName(name string, n *yaml.Node, path string) bool {
 	return true
 }
 
+// models decodes a mapping keyed by model names, each a name and no two
+// the same but for case, handing each entry to each.
+func (d *decoder) models(n *yaml.Node, path string, each func(name string, k, v *yaml.Node, path string)) {
+	seen := map[string]string{}
+	section := path
+	d.pairs(n, path, func(name string, k, v *yaml.Node, path string) {
+		if !d.modelName(name, k, path) {
+			return
+		}
+		key := strings.ToLower(name)
+		if first, dup := seen[key]; dup {
+			d.errorf(k, path, "duplicates %s (model names are case-insensitive)", join(section, first))
+			return
+		}
+		seen[key] = name
+		each(name, k, v, path)
+	})
+}
+
 // decodeAliases decodes prices.aliases: each alias a model name naming
 // another, by the alias's key node. Whether the target is priced is known
 // once the table is built (see weights.PricesConfig); that no alias is
@@ -161,17 +170,7 @@ func (d *decoder) decodeAliases(n *yaml.Node, path string) map[string]*yaml.Node
 	p := &d.f.Prices
 	p.Aliases = map[string]string{}
 	keys := map[string]*yaml.Node{}
-	seen := map[string]string{}
-	d.pairs(n, path, func(name string, k, v *yaml.Node, path string) {
-		if !d.modelName(name, k, path) {
-			return
-		}
-		key := strings.ToLower(name)
-		if first, dup := seen[key]; dup {
-			d.errorf(k, path, "duplicates %s (model names are case-insensitive)", join("prices.aliases", first))
-			return
-		}
-		seen[key] = name
+	d.models(n, path, func(name string, k, v *yaml.Node, path string) {
 		target, ok := d.scalar(v, path)
 		if !ok || !d.modelName(target, d.resolve(v), path) {
 			return
