@@ -230,7 +230,8 @@
 // benchmarks, redis-server 7.0): every command a script runs costs about
 // 1.6µs (0.7µs of the command itself, the rest the script's call into it:
 // argument and reply conversion), a script invocation about 2µs of Lua
-// and dispatch besides. A single token bucket is one script of 3 commands
+// besides, and 1 to 2µs more outside the script (reading the command,
+// writing the reply). A single token bucket is one script of 3 commands
 // (TIME, GET, SET with its expiry). A request of a tenant's requests and
 // tokens buckets and a concurrency limit (BenchmarkRedisAdmit's
 // policies=3) is an admission of 7 (TIME, one MGET of both buckets, HGET
