@@ -490,18 +490,36 @@ func genSettle(sh shape) string {
 	default:
 		b.WriteString(settleOnceKeyOnly)
 	}
+	// With more than one op, the keys a settle empties (a bucket refilled
+	// to full, a partition's last lease released) go in one DEL at the
+	// end: one command where each would be one.
+	del := func(src string) string { return src }
+	if len(leases) > 1 {
+		b.WriteString("local dels, nd = {}, 0\n")
+		del = func(src string) string { return strings.ReplaceAll(src, delOne, delLater) }
+	}
 	var reply []string
 	for i, lease := range leases {
 		if lease {
-			b.WriteString(part(leaseRelease, i))
+			b.WriteString(part(del(leaseRelease), i))
 		} else {
-			b.WriteString(part(bucketAdjust, i))
+			b.WriteString(part(del(bucketAdjust), i))
 		}
 		reply = append(reply, "r"+strconv.Itoa(i+1))
+	}
+	if len(leases) > 1 {
+		b.WriteString("if nd > 0 then redis.call('DEL', unpack(dels, 1, nd)) end\n")
 	}
 	fmt.Fprintf(&b, "return pk('<%s', %s)\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "))
 	return b.String()
 }
+
+// How bucketAdjust and leaseRelease delete their key: at once, or (in a
+// settle of several ops) with the others at the end.
+const (
+	delOne   = "redis.call('DEL', KEYS[ki + #])"
+	delLater = "nd = nd + 1; dels[nd] = KEYS[ki + #]"
+)
 
 // leanAcquireShape returns the shape of ops if the lean acquire scripts
 // take them: at most leanMax token buckets and concurrency limits.

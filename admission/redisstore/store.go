@@ -327,10 +327,14 @@ func (c *call) flushKeys() {
 
 // command returns the command calling a script with c's keys and
 // arguments: verb EVALSHA with the script's hash, or EVAL with its source.
+// The keys go in as pointers into c.keys, which the client reads as it
+// reads a string (for the command and for routing it): a string in an
+// interface would cost an allocation per key, a pointer costs none. c is
+// not recycled, nor its keys changed, while its command is on its way.
 func (c *call) command(verb, script any) []any {
 	c.cmd = append(c.cmd[:0], verb, script, len(c.keys))
-	for _, k := range c.keys {
-		c.cmd = append(c.cmd, k)
+	for i := range c.keys {
+		c.cmd = append(c.cmd, &c.keys[i])
 	}
 	c.cmd = append(c.cmd, c.args...)
 	return c.cmd
