@@ -47,20 +47,23 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	g.m.streams.Add(ctx, 1)
 	defer g.m.streams.Add(context.Background(), -1)
 
-	idle := startIdleWatch(g.cfg.StreamIdleTimeout, cancel)
+	ws := g.streams.watch(w.Writer, g.cfg.ClientWriteTimeout)
+	defer ws.done()
+	idle := startIdleWatch(g.cfg.StreamIdleTimeout, cancel, ws.clock)
 	defer idle.stop()
 	buf := make([]byte, streamBuffer)
-	last := idle.start
+	ch := charging{interval: g.cfg.ChargeInterval, last: idle.start}
 	var readErr error
 	clientGone, cut := false, false
 	for {
 		n, err := sr.Read(buf)
 		if n > 0 {
-			now := time.Now()
+			now := ws.clock()
 			idle.progress(now)
 			// Each write and flush is bounded by the client write
 			// timeout: a client that stops reading is cut here.
-			if werr := x.writeClient(buf[:n]); werr != nil {
+			ws.begin()
+			if werr := ws.end(x.writeClient(buf[:n])); werr != nil {
 				clientGone = true
 				break
 			}
@@ -70,8 +73,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 			// store failure is reported by the controller and retried at
 			// the next chunk.)
 			_ = x.tk.Renew()
-			if now.Sub(last) >= g.cfg.ChargeInterval {
-				last = now
+			if ch.timeUp(now) && ch.due(now, sr.StreamedTokens()) {
 				if rej := x.charge(sr); rej != nil {
 					cut = true
 					x.cutStream(rej)
@@ -117,6 +119,39 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		}
 	}
 	x.settle(u)
+}
+
+// chargeTokens is the least output a running stream is charged for at
+// once, past its first charge: a stream is charged once ChargeInterval
+// has passed since its last charge and it has streamed chargeTokens
+// since, whichever comes later (its first charge, which settles the
+// prompt the upstream reported, after ChargeInterval alone). What a
+// stream has produced and not yet been charged for is thus at most the
+// larger of chargeTokens and its output over one ChargeInterval (plus
+// one read's worth, up to streamBuffer bytes, and the coarse clock's
+// tick): a slow stream is not charged on every chunk, a fast one every
+// interval.
+const chargeTokens = 16
+
+// charging decides when a running stream is charged.
+type charging struct {
+	interval time.Duration // Config.ChargeInterval
+	last     time.Time     // the last charge, or the stream's start
+	tokens   int64         // the streamed tokens at the last charge
+	charged  bool          // charged once at least
+}
+
+// timeUp reports whether the interval has passed since the last charge.
+func (c *charging) timeUp(now time.Time) bool { return now.Sub(c.last) >= c.interval }
+
+// due reports whether a stream whose interval is up, having streamed
+// tokens, is to be charged at now, and if so records the charge.
+func (c *charging) due(now time.Time, tokens int64) bool {
+	if c.charged && tokens-c.tokens < chargeTokens {
+		return false
+	}
+	c.last, c.tokens, c.charged = now, tokens, true
+	return true
 }
 
 // produced returns what a running stream has produced so far: the prompt
@@ -201,6 +236,7 @@ func (x *exchange) writeStreamError(typ, code, msg string) {
 type idleWatch struct {
 	timeout time.Duration
 	cancel  context.CancelFunc
+	clock   func() time.Time // the coarse clock progress is read from
 	start   time.Time
 	last    atomic.Int64 // nanoseconds from start to the last progress
 	fired   atomic.Bool  // the stream was cancelled for its silence
@@ -209,8 +245,8 @@ type idleWatch struct {
 	t  *time.Timer
 }
 
-func startIdleWatch(timeout time.Duration, cancel context.CancelFunc) *idleWatch {
-	w := &idleWatch{timeout: timeout, cancel: cancel, start: time.Now()}
+func startIdleWatch(timeout time.Duration, cancel context.CancelFunc, clock func() time.Time) *idleWatch {
+	w := &idleWatch{timeout: timeout, cancel: cancel, start: clock(), clock: clock}
 	w.mu.Lock()
 	w.t = time.AfterFunc(timeout, w.check)
 	w.mu.Unlock()
@@ -221,7 +257,7 @@ func startIdleWatch(timeout time.Duration, cancel context.CancelFunc) *idleWatch
 func (w *idleWatch) progress(now time.Time) { w.last.Store(int64(now.Sub(w.start))) }
 
 func (w *idleWatch) check() {
-	silent := time.Since(w.start) - time.Duration(w.last.Load())
+	silent := w.clock().Sub(w.start) - time.Duration(w.last.Load())
 	if rest := w.timeout - silent; rest > 0 {
 		w.mu.Lock()
 		w.t.Reset(rest)
