@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -53,6 +54,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	defer idle.stop()
 	buf := make([]byte, streamBuffer)
 	ch := charging{interval: g.cfg.ChargeInterval, last: idle.start}
+	renew, renewed := renewEvery(x.st.file.Config.Policies), time.Time{}
 	var readErr error
 	clientGone, cut := false, false
 	for {
@@ -71,8 +73,11 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 			// stream keeps its concurrency permits past max_hold. (Renew
 			// calls the store only once half of max_hold has passed; a
 			// store failure is reported by the controller and retried at
-			// the next chunk.)
-			_ = x.tk.Renew()
+			// the next call.)
+			if now.Sub(renewed) >= renew {
+				renewed = now
+				_ = x.tk.Renew()
+			}
 			if ch.timeUp(now) && ch.due(now, sr.StreamedTokens()) {
 				if rej := x.charge(sr); rej != nil {
 					cut = true
@@ -119,6 +124,24 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		}
 	}
 	x.settle(u)
+}
+
+// renewEvery is how often a running stream calls Renew: a quarter of the
+// shortest max_hold among the concurrency policies, so that a lease, which
+// Renew moves once half its max_hold has passed, is renewed within three
+// quarters of it (and a coarse clock's tick) while the stream flows; on
+// every chunk when that is shorter than two ticks.
+func renewEvery(ps []admission.Policy) time.Duration {
+	least := limits.DefaultMaxHold
+	for i := range ps {
+		if ps[i].Algorithm == limits.Concurrency && ps[i].MaxHold > 0 {
+			least = min(least, ps[i].MaxHold)
+		}
+	}
+	if every := least / 4; every >= 2*watchTick {
+		return every
+	}
+	return 0
 }
 
 // chargeTokens is the least output a running stream is charged for at
