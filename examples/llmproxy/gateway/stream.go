@@ -50,7 +50,13 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 
 	ws := g.streams.watch(w.Writer, g.cfg.ClientWriteTimeout)
 	defer ws.done()
-	idle := startIdleWatch(g.cfg.StreamIdleTimeout, cancel, ws.clock)
+	// The chunks' time comes from the watch's coarse clock, unless the
+	// charge interval is too short for its tick.
+	clock := ws.clock
+	if g.cfg.ChargeInterval < 4*watchTick {
+		clock = time.Now
+	}
+	idle := startIdleWatch(g.cfg.StreamIdleTimeout, cancel, clock)
 	defer idle.stop()
 	buf := make([]byte, streamBuffer)
 	ch := charging{interval: g.cfg.ChargeInterval, last: idle.start}
@@ -60,7 +66,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	for {
 		n, err := sr.Read(buf)
 		if n > 0 {
-			now := ws.clock()
+			now := clock()
 			idle.progress(now)
 			// Each write and flush is bounded by the client write
 			// timeout: a client that stops reading is cut here.
@@ -78,7 +84,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 				renewed = now
 				_ = x.tk.Renew()
 			}
-			if ch.timeUp(now) && ch.due(now, sr.StreamedTokens()) {
+			if ch.due(now) {
 				if rej := x.charge(sr); rej != nil {
 					cut = true
 					x.cutStream(rej)
@@ -144,36 +150,23 @@ func renewEvery(ps []admission.Policy) time.Duration {
 	return 0
 }
 
-// chargeTokens is the least output a running stream is charged for at
-// once, past its first charge: a stream is charged once ChargeInterval
-// has passed since its last charge and it has streamed chargeTokens
-// since, whichever comes later (its first charge, which settles the
-// prompt the upstream reported, after ChargeInterval alone). What a
-// stream has produced and not yet been charged for is thus at most the
-// larger of chargeTokens and its output over one ChargeInterval (plus
-// one read's worth, up to streamBuffer bytes, and the coarse clock's
-// tick): a slow stream is not charged on every chunk, a fast one every
-// interval.
-const chargeTokens = 16
-
-// charging decides when a running stream is charged.
+// charging decides when a running stream is charged: once
+// Config.ChargeInterval has passed since its last charge (or its start),
+// read from the streams' coarse clock. What a stream has produced and not
+// been charged for is thus, after every chunk, at most its output over
+// the last interval (TestChargingBound).
 type charging struct {
 	interval time.Duration // Config.ChargeInterval
 	last     time.Time     // the last charge, or the stream's start
-	tokens   int64         // the streamed tokens at the last charge
-	charged  bool          // charged once at least
 }
 
-// timeUp reports whether the interval has passed since the last charge.
-func (c *charging) timeUp(now time.Time) bool { return now.Sub(c.last) >= c.interval }
-
-// due reports whether a stream whose interval is up, having streamed
-// tokens, is to be charged at now, and if so records the charge.
-func (c *charging) due(now time.Time, tokens int64) bool {
-	if c.charged && tokens-c.tokens < chargeTokens {
+// due reports whether the stream is to be charged at now, and if so
+// records the charge.
+func (c *charging) due(now time.Time) bool {
+	if now.Sub(c.last) < c.interval {
 		return false
 	}
-	c.last, c.tokens, c.charged = now, tokens, true
+	c.last = now
 	return true
 }
 
