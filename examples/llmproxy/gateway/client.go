@@ -55,6 +55,20 @@ type clientWriter struct {
 	deadline time.Time
 	r        *http.Request
 	body     *httpadmit.Body // nil for a request without a body
+	// watched is set while a stream's writes are bounded by the
+	// gateway's streamWatch instead of the connection's deadline.
+	watched bool
+}
+
+// setWatched hands the bounding of writes to the stream watch (on) or
+// back to the connection's deadline. The deadline is cleared while the
+// watch bounds the writes, and set afresh at the next write after.
+func (w *clientWriter) setWatched(on bool) {
+	w.watched = on
+	w.deadline = time.Time{}
+	if on {
+		_ = w.rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 // arm sets the write deadline to the timeout from now, unless the
@@ -64,6 +78,9 @@ type clientWriter struct {
 // and a write still gets at least 7/8 of the timeout (26 s of the default
 // 30 s), never more.
 func (w *clientWriter) arm() {
+	if w.watched {
+		return
+	}
 	d := time.Now().Add(w.timeout)
 	if d.Sub(w.deadline) < w.timeout/deadlineSlack {
 		return

@@ -345,6 +345,7 @@ type Gateway struct {
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
 	batches   *batches // the Batch API's files and reservations
+	streams   streamWatch
 }
 
 // state is what the gateway derives from one policy file besides the

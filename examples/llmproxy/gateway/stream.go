@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -47,20 +48,30 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	g.m.streams.Add(ctx, 1)
 	defer g.m.streams.Add(context.Background(), -1)
 
-	idle := startIdleWatch(g.cfg.StreamIdleTimeout, cancel)
+	ws := g.streams.watch(w.Writer, g.cfg.ClientWriteTimeout)
+	defer ws.done()
+	// The chunks' time comes from the watch's coarse clock, unless the
+	// charge interval is too short for its tick.
+	clock := ws.clock
+	if g.cfg.ChargeInterval < 4*watchTick {
+		clock = time.Now
+	}
+	idle := startIdleWatch(g.cfg.StreamIdleTimeout, cancel, clock)
 	defer idle.stop()
 	buf := make([]byte, streamBuffer)
-	last := idle.start
+	ch := charging{interval: g.cfg.ChargeInterval, last: idle.start}
+	renew, renewed := renewEvery(x.st.file.Config.Policies), time.Time{}
 	var readErr error
 	clientGone, cut := false, false
 	for {
 		n, err := sr.Read(buf)
 		if n > 0 {
-			now := time.Now()
+			now := clock()
 			idle.progress(now)
 			// Each write and flush is bounded by the client write
 			// timeout: a client that stops reading is cut here.
-			if werr := x.writeClient(buf[:n]); werr != nil {
+			ws.begin()
+			if werr := ws.end(x.writeClient(buf[:n])); werr != nil {
 				clientGone = true
 				break
 			}
@@ -68,10 +79,12 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 			// stream keeps its concurrency permits past max_hold. (Renew
 			// calls the store only once half of max_hold has passed; a
 			// store failure is reported by the controller and retried at
-			// the next chunk.)
-			_ = x.tk.Renew()
-			if now.Sub(last) >= g.cfg.ChargeInterval {
-				last = now
+			// the next call.)
+			if now.Sub(renewed) >= renew {
+				renewed = now
+				_ = x.tk.Renew()
+			}
+			if ch.due(now) {
 				if rej := x.charge(sr); rej != nil {
 					cut = true
 					x.cutStream(rej)
@@ -117,6 +130,44 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		}
 	}
 	x.settle(u)
+}
+
+// renewEvery is how often a running stream calls Renew: a quarter of the
+// shortest max_hold among the concurrency policies, so that a lease, which
+// Renew moves once half its max_hold has passed, is renewed within three
+// quarters of it (and a coarse clock's tick) while the stream flows; on
+// every chunk when that is shorter than two ticks.
+func renewEvery(ps []admission.Policy) time.Duration {
+	least := limits.DefaultMaxHold
+	for i := range ps {
+		if ps[i].Algorithm == limits.Concurrency && ps[i].MaxHold > 0 {
+			least = min(least, ps[i].MaxHold)
+		}
+	}
+	if every := least / 4; every >= 2*watchTick {
+		return every
+	}
+	return 0
+}
+
+// charging decides when a running stream is charged: once
+// Config.ChargeInterval has passed since its last charge (or its start),
+// read from the streams' coarse clock. What a stream has produced and not
+// been charged for is thus, after every chunk, at most its output over
+// the last interval (TestChargingBound).
+type charging struct {
+	interval time.Duration // Config.ChargeInterval
+	last     time.Time     // the last charge, or the stream's start
+}
+
+// due reports whether the stream is to be charged at now, and if so
+// records the charge.
+func (c *charging) due(now time.Time) bool {
+	if now.Sub(c.last) < c.interval {
+		return false
+	}
+	c.last = now
+	return true
 }
 
 // produced returns what a running stream has produced so far: the prompt
@@ -201,6 +252,7 @@ func (x *exchange) writeStreamError(typ, code, msg string) {
 type idleWatch struct {
 	timeout time.Duration
 	cancel  context.CancelFunc
+	clock   func() time.Time // the coarse clock progress is read from
 	start   time.Time
 	last    atomic.Int64 // nanoseconds from start to the last progress
 	fired   atomic.Bool  // the stream was cancelled for its silence
@@ -209,8 +261,8 @@ type idleWatch struct {
 	t  *time.Timer
 }
 
-func startIdleWatch(timeout time.Duration, cancel context.CancelFunc) *idleWatch {
-	w := &idleWatch{timeout: timeout, cancel: cancel, start: time.Now()}
+func startIdleWatch(timeout time.Duration, cancel context.CancelFunc, clock func() time.Time) *idleWatch {
+	w := &idleWatch{timeout: timeout, cancel: cancel, start: clock(), clock: clock}
 	w.mu.Lock()
 	w.t = time.AfterFunc(timeout, w.check)
 	w.mu.Unlock()
@@ -221,7 +273,7 @@ func startIdleWatch(timeout time.Duration, cancel context.CancelFunc) *idleWatch
 func (w *idleWatch) progress(now time.Time) { w.last.Store(int64(now.Sub(w.start))) }
 
 func (w *idleWatch) check() {
-	silent := time.Since(w.start) - time.Duration(w.last.Load())
+	silent := w.clock().Sub(w.start) - time.Duration(w.last.Load())
 	if rest := w.timeout - silent; rest > 0 {
 		w.mu.Lock()
 		w.t.Reset(rest)
