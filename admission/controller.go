@@ -476,6 +476,7 @@ func (c *Controller) reportAdmitted(t *ticket, n int, rolledBack bool) {
 				Status: h.status(), Outcome: Admitted, Tenant: t.tenant, Operation: t.operation,
 				Model: t.model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack,
 			}
+			h.win = t.dec.Window // for the settlement, computed once
 			c.obs.Decision(&t.dec)
 		}
 	}
@@ -510,7 +511,7 @@ func (c *Controller) decide(t *ticket, h *held) error {
 		c.obs.LeaseExpired(h.p.Name, int(g.Expired))
 	}
 	if g.OK {
-		h.taken = true
+		h.taken, h.rem0, h.remAfter = true, g.Remaining, g.Remaining
 		return nil
 	}
 	reason := h.p.reason(g)
