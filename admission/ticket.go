@@ -188,6 +188,21 @@ func (tk Ticket) Done() { tk.Settle(Usage{}) }
 // Settle settles the ticket with the actual usage of the work. Units whose
 // actual amount is not known stay charged at their estimate.
 func (tk Ticket) Settle(u Usage) {
+	u.refund = false
+	tk.settle(&u)
+}
+
+// Refund settles the ticket as work that did not happen (a batch
+// cancelled before it ran, a request re-decided under another policy
+// file): every unit is given back, the request itself included, so a
+// request-rate or request-quota policy counts it no more, and concurrency
+// permits are released. Observers get a settlement with Actual 0. Only
+// what Charge recorded beyond the estimate stays charged, as usage so far
+// never decreases. Refunding a settled ticket is harmless.
+func (tk Ticket) Refund() { tk.settle(&Usage{refund: true}) }
+
+// settle settles the ticket at u, once.
+func (tk Ticket) settle(u *Usage) {
 	t := tk.t
 	// Claiming the ticket moves its generation on: every copy, this one
 	// included, is inert from here.
@@ -205,7 +220,7 @@ func (tk Ticket) Settle(u Usage) {
 		if h := &t.ops[i]; h.taken && !c.nop {
 			final := int64(0) // a concurrency grant is released whole
 			if h.p.Algorithm.IsRate() {
-				final = h.grant.Taken + h.settleDelta(&u)
+				final = h.grant.Taken + h.settleDelta(u)
 			}
 			h.closing(final)
 		}
@@ -213,7 +228,7 @@ func (tk Ticket) Settle(u Usage) {
 	// Releasing needs no clock (leases are found by id); only a charge or
 	// refund does, so a request settled at its estimate reads it once.
 	now := t.start
-	if len(t.ops) < 2 || c.batchSettle(ctx, t, &u, now) == 0 {
+	if len(t.ops) < 2 || c.batchSettle(ctx, t, u, now) == 0 {
 		clockRead := false
 		for i := range t.ops {
 			h := &t.ops[i]
@@ -221,7 +236,7 @@ func (tk Ticket) Settle(u Usage) {
 				continue
 			}
 			h.taken = false
-			delta := h.settleDelta(&u)
+			delta := h.settleDelta(u)
 			if delta != 0 && !clockRead {
 				now, clockRead = c.clock.Now(), true
 			}
@@ -231,7 +246,7 @@ func (tk Ticket) Settle(u Usage) {
 	for i := 0; i < len(t.ops) && !c.nop; i++ {
 		h := &t.ops[i]
 		actual := h.est
-		if a, ok := u.amount(h.p.unit); ok && h.p.Algorithm.IsRate() {
+		if a, ok := u.amount(h.p.unit); ok && (h.p.Algorithm.IsRate() || u.refund) {
 			actual = a
 		}
 		c.reportSettled(t, h, actual)
