@@ -53,23 +53,7 @@ identity: {anonymous: deny}
 			if err != nil {
 				t.Fatal(err)
 			}
-			var mw *httpadmit.Middleware
-			mid := func(*http.Request, *admission.Request) error {
-				if tc.next != nil {
-					return mw.Apply(tc.next)
-				}
-				return nil
-			}
-			mw, err = httpadmit.New(ctl, append(httpadmit.FileOptions(first), httpadmit.WithRequest(mid), httpadmit.WithLogger(slog.New(slog.DiscardHandler)))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := httptest.NewRequest("GET", "/v1/items", nil)
-			r.Header.Set("Authorization", "Bearer "+keyNoisy)
-			tk, err := mw.Decide(httptest.NewRecorder(), r)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tk := decideDuring(t, ctl, first, tc.next)
 			defer tk.Done()
 			var buf [1]admission.Status
 			if sts := tk.Statuses(buf[:0]); len(sts) != 1 || sts[0].Limit != tc.want {
@@ -77,6 +61,31 @@ identity: {anonymous: deny}
 			}
 		})
 	}
+}
+
+// decideDuring decides a request with keyNoisy through a middleware over
+// ctl built from first, which installs next (when not nil) between the
+// request's identification and its admission.
+func decideDuring(t *testing.T, ctl *admission.Controller, first, next *config.File) admission.Ticket {
+	t.Helper()
+	var mw *httpadmit.Middleware
+	mid := func(*http.Request, *admission.Request) error {
+		if next != nil {
+			return mw.Apply(next)
+		}
+		return nil
+	}
+	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(first), httpadmit.WithRequest(mid), httpadmit.WithLogger(slog.New(slog.DiscardHandler)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/v1/items", nil)
+	r.Header.Set("Authorization", "Bearer "+keyNoisy)
+	tk, err := mw.Decide(httptest.NewRecorder(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
 }
 
 func keysIf(owner bool) string {
@@ -141,25 +150,7 @@ identity: {anonymous: deny}
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mw *httpadmit.Middleware
-	applied := false
-	mid := func(*http.Request, *admission.Request) error {
-		if applied {
-			return nil
-		}
-		applied = true
-		return mw.Apply(next)
-	}
-	mw, err = httpadmit.New(ctl, append(httpadmit.FileOptions(first), httpadmit.WithRequest(mid), httpadmit.WithLogger(slog.New(slog.DiscardHandler)))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := httptest.NewRequest("GET", "/v1/items", nil)
-	r.Header.Set("Authorization", "Bearer "+keyNoisy)
-	tk, err := mw.Decide(httptest.NewRecorder(), r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := decideDuring(t, ctl, first, next)
 	tk.Done()
 	ctx := context.Background()
 	if tk, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "a"}); err != nil {
