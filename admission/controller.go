@@ -406,24 +406,7 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		if !p.Matches(r.Operation, r.Model) {
 			continue
 		}
-		n := len(t.ops)
-		if n < cap(t.ops) {
-			t.ops = t.ops[:n+1]
-		} else {
-			t.ops = append(t.ops, held{})
-		}
-		// Every field but the grant, which the evaluation always writes.
-		h := &t.ops[n]
-		h.p, h.mode, h.lim, h.est, h.wait = p, p.Mode, &p.base, r.Amount(p.unit), 0
-		h.taken, h.failOpen, h.local, h.wouldReject = false, false, false, false
-		if allShadow && h.mode == limits.Enforce {
-			h.mode = limits.Shadow
-		}
-		if lims != nil {
-			h.lim = &lims[p.index]
-		}
-		h.key, t.keybuf = p.key(r, t.keybuf)
-		h.renewed = now
+		t.add(p, lims, r, allShadow).renewed = now
 	}
 	var err error
 	evaluated := first
@@ -465,6 +448,28 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 	return Ticket{t: t, gen: t.gen.Load()}, nil
 }
 
+// add appends p's part of r to t, with every field set but the grant
+// (which the evaluation always writes) and renewed.
+func (t *ticket) add(p *policy, lims []limits.Limit, r *Request, allShadow bool) *held {
+	n := len(t.ops)
+	if n < cap(t.ops) {
+		t.ops = t.ops[:n+1]
+	} else {
+		t.ops = append(t.ops, held{})
+	}
+	h := &t.ops[n]
+	h.p, h.mode, h.lim, h.est, h.wait = p, p.Mode, &p.base, r.Amount(p.unit), 0
+	h.taken, h.failOpen, h.local, h.wouldReject = false, false, false, false
+	if allShadow && h.mode == limits.Enforce {
+		h.mode = limits.Shadow
+	}
+	if lims != nil {
+		h.lim = &lims[p.index]
+	}
+	h.key, t.keybuf = p.key(r, t.keybuf)
+	return h
+}
+
 // reportAdmitted reports an admitted decision for each of the first n ops
 // of t that let the request through. (A store failure that admitted was
 // reported as fail_open already.)
@@ -476,6 +481,7 @@ func (c *Controller) reportAdmitted(t *ticket, n int, rolledBack bool) {
 				Status: h.status(), Outcome: Admitted, Tenant: t.tenant, Operation: t.operation,
 				Model: t.model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack,
 			}
+			h.win = t.dec.Window // for the settlement, computed once
 			c.obs.Decision(&t.dec)
 		}
 	}
@@ -510,7 +516,7 @@ func (c *Controller) decide(t *ticket, h *held) error {
 		c.obs.LeaseExpired(h.p.Name, int(g.Expired))
 	}
 	if g.OK {
-		h.taken = true
+		h.taken, h.rem0, h.remAfter = true, g.Remaining, g.Remaining
 		return nil
 	}
 	reason := h.p.reason(g)

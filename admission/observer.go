@@ -68,6 +68,26 @@ type Settlement struct {
 	// from then to now (an observer that wants it reads its own clock, so
 	// that settling costs no clock read when nobody needs one).
 	Admitted time.Time
+	// Algorithm is the policy's.
+	Algorithm limits.Algorithm
+	// Limit, Remaining and Window are the partition's figures after the
+	// settlement, as Status has them, so an observer sees an overrun push
+	// a tenant towards its limit without waiting for the tenant's next
+	// request. Remaining is what the partition had left when the request
+	// was admitted, less what the ticket charged since (its overruns,
+	// Ticket.Charge included) plus what it gave back, clamped to
+	// [0, Limit]. No store call makes it: it ignores what other requests
+	// took meanwhile, so Limit-Remaining is a lower bound on the
+	// partition's use, never above Limit, as long as nothing was given
+	// back in between (others' refunds and releases, a bucket's refill, a
+	// window's passing, which it ignores too). It is exact for a quota no
+	// other request touched in between.
+	// For a quota it is the figure of the grant's period, even when that
+	// period has ended since. Limit is 0 when the policy admitted without
+	// its store (it failed open): there are no figures then.
+	Limit     int64
+	Remaining int64
+	Window    time.Duration
 }
 
 // StoreEvent reports a store failure and what the policy did about it.

@@ -129,11 +129,16 @@ type Usage struct {
 	// usage with neither Tokens nor TokensKnown but token units settles
 	// tokens at their sum.
 	Units []UnitAmount
+
+	refund bool // Ticket.Refund: every unit, requests included, is known to be zero
 }
 
 // amount returns the actual amount of unit u, clamped to [0, MaxAmount],
 // and whether it is known.
 func (u *Usage) amount(unit limits.Unit) (int64, bool) {
+	if u.refund {
+		return 0, true
+	}
 	switch unit {
 	case limits.UnitRequests, "":
 		return 0, false

@@ -67,7 +67,10 @@ type held struct {
 	failOpen    bool // the store failed and the policy admitted without it
 	local       bool // the grant is on the local fallback limiter
 	wouldReject bool
-	renewed     time.Time // when the lease was taken or last renewed
+	renewed     time.Time     // when the lease was taken or last renewed
+	rem0        int64         // the partition's Remaining when the grant was taken
+	remAfter    int64         // the partition's Remaining after the settlement (see Settlement)
+	win         time.Duration // the Window of the admitted decision
 }
 
 // stage is how far a ticket's admission has gone.
@@ -82,16 +85,7 @@ const (
 func (h *held) status() Status {
 	s := Status{
 		Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Algorithm: h.p.Algorithm,
-		Limit: h.grant.Limit, Remaining: h.grant.Remaining, Reset: h.grant.Reset,
-	}
-	if s.Limit == 0 {
-		s.Limit = h.lim.Capacity()
-	}
-	if h.p.Algorithm == limits.Quota && h.lim.Period != limits.PeriodFixed {
-		_, end := limits.QuotaPeriod(h.lim, h.grant.Stamp)
-		s.Window = time.Duration(end - h.grant.Stamp)
-	} else {
-		s.Window = h.lim.Window()
+		Limit: h.limit(), Window: h.window(), Remaining: h.grant.Remaining, Reset: h.grant.Reset,
 	}
 	switch {
 	case h.p.Algorithm == limits.Concurrency:
@@ -108,6 +102,33 @@ func (h *held) status() Status {
 		s.Reset = s.Window
 	}
 	return s
+}
+
+// limit is the partition's limit in the header sense (see Status.Limit).
+func (h *held) limit() int64 {
+	if h.grant.Limit != 0 {
+		return h.grant.Limit
+	}
+	return h.lim.Capacity()
+}
+
+// window is the time window the partition's limit applies to (see
+// Status.Window): for a calendar quota, what is left of the grant's period.
+func (h *held) window() time.Duration {
+	if h.p.Algorithm == limits.Quota && h.lim.Period != limits.PeriodFixed {
+		_, end := limits.QuotaPeriod(h.lim, h.grant.Stamp)
+		return time.Duration(end - h.grant.Stamp)
+	}
+	return h.lim.Window()
+}
+
+// closing records in h.remAfter what the partition has left once h's grant
+// holds final (0 for a concurrency grant, released whole): the Remaining
+// at admission less what the ticket charged since, clamped to
+// [0, limit]. See Settlement for what the figure promises. (Every term is
+// within [0, MaxAmount]: no overflow.)
+func (h *held) closing(final int64) {
+	h.remAfter = min(max(h.rem0-(final-h.est), 0), h.limit())
 }
 
 // retryAfter is the wait a refusal of h advises.
@@ -167,6 +188,21 @@ func (tk Ticket) Done() { tk.Settle(Usage{}) }
 // Settle settles the ticket with the actual usage of the work. Units whose
 // actual amount is not known stay charged at their estimate.
 func (tk Ticket) Settle(u Usage) {
+	u.refund = false
+	tk.settle(&u)
+}
+
+// Refund settles the ticket as work that did not happen (a batch
+// cancelled before it ran, a request re-decided under another policy
+// file): every unit is given back, the request itself included, so a
+// request-rate or request-quota policy counts it no more, and concurrency
+// permits are released. Observers get a settlement with Actual 0. Only
+// what Charge recorded beyond the estimate stays charged, as usage so far
+// never decreases. Refunding a settled ticket is harmless.
+func (tk Ticket) Refund() { tk.settle(&Usage{refund: true}) }
+
+// settle settles the ticket at u, once.
+func (tk Ticket) settle(u *Usage) {
 	t := tk.t
 	// Claiming the ticket moves its generation on: every copy, this one
 	// included, is inert from here.
@@ -180,10 +216,19 @@ func (tk Ticket) Settle(u Usage) {
 		// known: settled without Continue, it was.
 		c.reportAdmitted(t, len(t.ops), false)
 	}
+	for i := range t.ops {
+		if h := &t.ops[i]; h.taken && !c.nop {
+			final := int64(0) // a concurrency grant is released whole
+			if h.p.Algorithm.IsRate() {
+				final = h.grant.Taken + h.settleDelta(u)
+			}
+			h.closing(final)
+		}
+	}
 	// Releasing needs no clock (leases are found by id); only a charge or
 	// refund does, so a request settled at its estimate reads it once.
 	now := t.start
-	if len(t.ops) < 2 || c.batchSettle(ctx, t, &u, now) == 0 {
+	if len(t.ops) < 2 || c.batchSettle(ctx, t, u, now) == 0 {
 		clockRead := false
 		for i := range t.ops {
 			h := &t.ops[i]
@@ -191,7 +236,7 @@ func (tk Ticket) Settle(u Usage) {
 				continue
 			}
 			h.taken = false
-			delta := h.settleDelta(&u)
+			delta := h.settleDelta(u)
 			if delta != 0 && !clockRead {
 				now, clockRead = c.clock.Now(), true
 			}
@@ -200,23 +245,29 @@ func (tk Ticket) Settle(u Usage) {
 	}
 	for i := 0; i < len(t.ops) && !c.nop; i++ {
 		h := &t.ops[i]
-		if h.p.Algorithm.IsRate() && (h.grant.OK || h.failOpen) {
-			actual := h.est
-			if a, ok := u.amount(h.p.unit); ok {
-				actual = a
-			}
-			c.obs.Settled(Settlement{
-				Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Tenant: t.tenant, Model: t.model,
-				Estimated: h.est, Actual: actual, Admitted: t.start,
-			})
-		} else if h.grant.OK || h.failOpen {
-			c.obs.Settled(Settlement{
-				Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Tenant: t.tenant, Model: t.model,
-				Estimated: h.est, Actual: h.est, Admitted: t.start,
-			})
+		actual := h.est
+		if a, ok := u.amount(h.p.unit); ok && (h.p.Algorithm.IsRate() || u.refund) {
+			actual = a
 		}
+		c.reportSettled(t, h, actual)
 	}
 	t.put()
+}
+
+// reportSettled reports to the observer how h's reservation ended, at
+// actual, when h let the request through.
+func (c *Controller) reportSettled(t *ticket, h *held, actual int64) {
+	if !h.grant.OK && !h.failOpen {
+		return
+	}
+	s := Settlement{
+		Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Algorithm: h.p.Algorithm, Tenant: t.tenant, Model: t.model,
+		Estimated: h.est, Actual: actual, Admitted: t.start,
+	}
+	if h.grant.OK { // a policy that failed open has no figures
+		s.Limit, s.Remaining, s.Window = h.limit(), h.remAfter, h.win
+	}
+	c.obs.Settled(s)
 }
 
 // batchSettle settles t in one call when all its grants live on one

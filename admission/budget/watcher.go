@@ -276,8 +276,11 @@ func (w *Watcher) Decision(d *admission.Decision) {
 	w.observe(p, d.Tenant, used, d.Limit, d.Window, d.Unit, refused)
 }
 
-// Settled adds the overrun of a settlement (actual above the estimate)
-// to a tenant already past a threshold, which may cross the next.
+// Settled adds the overrun of a settlement (actual above the estimate) to
+// the tenant's standing, which may cross the next threshold: to the use
+// last seen, and at least to the use the settlement's figures show (see
+// admission.Settlement), so an overrun warns at once even for a tenant
+// below every threshold until then. A refund never warns.
 func (w *Watcher) Settled(s admission.Settlement) {
 	if s.Actual <= s.Estimated {
 		return
@@ -290,16 +293,30 @@ func (w *Watcher) Settled(s admission.Settlement) {
 	if p.Global {
 		tenant = ""
 	}
+	var shown int64 // the use the figures show; 0 without figures
+	if s.Algorithm == limits.Quota && s.Limit > 0 {
+		shown = min(max(s.Limit-s.Remaining, 0), s.Limit)
+	}
 	now := w.opts.clock.Now()
-	ns := now.UnixNano()
+	ns, admitted := now.UnixNano(), s.Admitted.UnixNano()
 	sh := p.st.shard(tenant)
 	sh.mu.Lock()
 	e := sh.m[tenant]
 	if e == nil || ns >= e.end {
 		sh.mu.Unlock()
+		// The figures are those of the admission's period: they say
+		// nothing of a later one.
+		if shown > 0 && !p.crossed(shown, s.Limit, false).empty() {
+			if start, _ := p.period(s.Window, ns); admitted >= start {
+				w.observe(p, tenant, shown, s.Limit, s.Window, s.Unit, false)
+			}
+		}
 		return
 	}
-	e.used = min(e.used+(s.Actual-s.Estimated), limits.MaxAmount)
+	if s.Limit != e.limit || admitted < e.start {
+		shown = 0
+	}
+	e.used = max(min(e.used+(s.Actual-s.Estimated), limits.MaxAmount), shown)
 	due := p.crossed(e.used, e.limit, false).andNot(e.fired)
 	e.fired = e.fired.or(due)
 	used, limit, start, end := e.used, e.limit, e.start, e.end

@@ -262,12 +262,23 @@ func (r *recorder) Decision(d *admission.Decision) {
 	r.mu.Unlock()
 }
 
+// Settled records the figures of an overrun's settlement, which the
+// watcher must warn of as it does of a decision's.
+func (r *recorder) Settled(s admission.Settlement) {
+	if s.Algorithm != limits.Quota || s.Limit <= 0 || s.Actual <= s.Estimated {
+		return
+	}
+	r.mu.Lock()
+	r.ds = append(r.ds, seen{s.Tenant, s.Limit - s.Remaining, s.Limit, r.now(), false})
+	r.mu.Unlock()
+}
+
 // TestPropertyOncePerPeriodAndAlways runs random traffic through a
 // controller with a daily token quota (enforced, or soft) on a fake
 // clock, settling each request above or below its estimate, across
 // several days: every threshold warns at most once per tenant per day,
-// and always in a day where a decision showed it crossed, with figures
-// that cross it.
+// and always in a day where a decision or an overrun's settlement showed
+// it crossed, with figures that cross it.
 func TestPropertyOncePerPeriodAndAlways(t *testing.T) {
 	for _, mode := range []limits.Mode{limits.Enforce, limits.Shadow} {
 		for seed := range uint64(4) {

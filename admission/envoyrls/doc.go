@@ -83,10 +83,12 @@
 //
 // A descriptor carrying the entry sluice.phase=response (from a
 // rate_limits entry with apply_on_stream_done, as Envoy AI Gateway reports
-// token usage) is the actual cost of a finished request: it is charged,
-// an overrun included (within the policy's debt bound), so that the next
-// request sees it, and it is answered OK. Two ways to pair it with the
-// request phase:
+// token usage) is the actual cost of a finished request: it is charged
+// (admission.Controller.Charge), an overrun included and a token bucket
+// already in debt too (within the policy's debt bound), so that the next
+// request sees it, and it is answered OK. It is work done, not a
+// decision: the observer sees its settlement, never an admitted request.
+// Two ways to pair it with the request phase:
 //
 //   - check, then charge: the request phase sends hits_addend 0 (refused
 //     when the budget is spent), the response phase the actual. Nothing

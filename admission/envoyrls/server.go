@@ -439,9 +439,10 @@ func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
 }
 
 // charge applies a response-phase actual: it replaces the estimate held
-// for the same request id, or is charged on its own. The bucket then
-// reflects it for the next request; the answer is always OK (Envoy does
-// not act on it).
+// for the same request id, or is charged on its own (Controller.Charge).
+// The bucket then reflects it for the next request; the answer is always
+// OK (Envoy does not act on it), with the partition's figures only when
+// it replaced an estimate.
 func (s *Server) charge(ctx context.Context, e *eval) {
 	now := s.clock.Now()
 	if e.rid != "" {
@@ -452,22 +453,12 @@ func (s *Server) charge(ctx context.Context, e *eval) {
 			return
 		}
 	}
-	// A zero-cost admission, settled at the actual: an overrun is charged
-	// whatever the partition holds (within the policy's debt bound).
-	r := e.req
-	setAmount(&r, e.lf.Unit, 0)
-	t, err := s.ctl.TryAdmit(ctx, r)
-	if err != nil {
-		// A token bucket already in debt refuses even nothing; its debt
-		// is at the bound that would forgive most of the charge anyway.
-		var rej *admission.Rejection
-		if errors.As(err, &rej) {
-			e.st, e.hasSt = rej.Status, true
-		}
+	// Work already done: charged whatever the partition holds, a bucket
+	// in debt included (within the policy's debt bound), and not counted
+	// as a decision. A store that failed has reported to the observer.
+	if err := s.ctl.Charge(ctx, e.req, usageOf(e.lf.Unit, e.cost)); err != nil {
 		return
 	}
-	s.fill(e, t)
-	t.Settle(usageOf(e.lf.Unit, e.cost))
 	s.stats.charged.Add(1)
 	if e.rid != "" {
 		s.pending.markSettled(s.key(e), now)

@@ -501,7 +501,8 @@ func (m *Middleware) admitAs(w http.ResponseWriter, r *http.Request, caller func
 // identities of one policy file. The decision tk, err of req, built after
 // ep.Stable returned e, stands while ep is unchanged, or when one file was
 // applied and again builds the same request from it. Else it is undone
-// (tokens, cost and permits given back; requests stay counted) and admit
+// (refunded: every unit, the request's count included, and permits given
+// back, so the request is counted once, by the decision that stands) and admit
 // decides the new request, checked in turn, the fourth time with installs
 // held off. It returns the request decided last.
 func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
@@ -515,7 +516,7 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 			break
 		}
 		if err == nil {
-			tk.Settle(admission.Usage{TokensKnown: true, CostKnown: true})
+			tk.Refund()
 		}
 		if aerr == nil && tries == 2 {
 			ep.Hold(func() {

@@ -473,10 +473,10 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 	rep, err := weights.ReadUsage(data)
 	switch {
 	case obj.Status == "failed":
-		r.tk.Settle(b.refund(r))
+		r.tk.Refund()
 	case obj.Status != "completed" && (err != nil || !rep.Found() || (rep.Usage.InputTokens == 0 && rep.Usage.OutputTokens == 0)):
 		// Expired or cancelled before any request completed.
-		r.tk.Settle(b.refund(r))
+		r.tk.Refund()
 	default:
 		u, fb := r.est.CheckUsage(rep)
 		if fb != weights.FallbackNone {
@@ -500,13 +500,6 @@ func (b *batches) end(outcome string) {
 func neverSent(err error) bool {
 	var oe *net.OpError
 	return errors.As(err, &oe) && oe.Op == "dial"
-}
-
-// refund is the usage that gives back a whole reservation.
-func (b *batches) refund(r *batchRecord) admission.Usage {
-	u := tokenunits.Usage(weights.TokenUnits{})
-	u.CostKnown = r.priced
-	return u
 }
 
 // scheduleLocked arms the poll timer when batches are open and it is not
@@ -693,7 +686,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	resp, err := g.batchCall(uctx, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
 	if err != nil {
 		if neverSent(err) {
-			tk.Settle(b.refund(rec))
+			tk.Refund()
 		} else {
 			unwatchable()
 		}
@@ -710,7 +703,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		return nil
 	case err != nil || resp.StatusCode != http.StatusOK:
 		// Nothing was created: the reservation is given back.
-		tk.Settle(b.refund(rec))
+		tk.Refund()
 		if err != nil {
 			g.upstreamFailed(c, ctx, err)
 		} else {
