@@ -13,9 +13,13 @@ FUZZTIME ?= 40s
 ## The tests that bound wall-clock latency (TIMED) run after the others, alone, so that the other
 ## packages' tests (Chromium among them) running on the same cores do not decide them.
 TIMED ?= ^(TestFaults|TestStalledReaderOfAPlainAnswerIsCut)$$
+## The tests that count allocations of pooled state run without -race too: the race detector makes
+## sync.Pool drop a random part of what is put back (their files say //go:build !race).
+ALLOCS ?= AllocateNothing$$
 test: test-deps vet
 	$(GO) test -race -count=1 -timeout 9m -skip '$(TIMED)' $(PKGS)
 	$(GO) test -race -count=1 -timeout 5m -run '$(TIMED)' ./admission/redisstore ./examples/llmproxy
+	$(GO) test -count=1 -timeout 2m -run '$(ALLOCS)' ./admission
 	$(MAKE) fuzz
 
 ## fuzz: compare the token counter with tiktoken-go on fuzzed input for FUZZTIME (make fuzz FUZZTIME=10m for a long run).
