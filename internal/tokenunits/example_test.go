@@ -61,7 +61,7 @@ func Example() {
 		panic(err)
 	}
 	u, _ := e.CheckUsage(rep)
-	tk.Settle(tokenunits.Usage(u.Units()))
+	tk.Settle(tokenunits.Usage(nil, u.Units()))
 
 	tk, err = c.Admit(context.Background(), admission.Request{Tenant: "acme"})
 	if err != nil {

@@ -29,7 +29,12 @@ func Request(r *admission.Request, t weights.TokenUnits) {
 }
 
 // Usage returns the actual usage t as a settlement or charge: Tokens (their
-// total, known) and the three token units. Cost is left to the caller.
-func Usage(t weights.TokenUnits) admission.Usage {
-	return admission.Usage{Tokens: t.Total(), TokensKnown: true, Units: Append(make([]admission.UnitAmount, 0, 3), t)}
+// total, known) and the three token units, appended to buf (nil for a new
+// slice; a stream charging on every chunk passes the same buffer each
+// time, which the controller does not keep). Cost is left to the caller.
+func Usage(buf []admission.UnitAmount, t weights.TokenUnits) admission.Usage {
+	if buf == nil {
+		buf = make([]admission.UnitAmount, 0, 3)
+	}
+	return admission.Usage{Tokens: t.Total(), TokensKnown: true, Units: Append(buf, t)}
 }

@@ -28,7 +28,7 @@ func TestRequestAndUsage(t *testing.T) {
 			t.Errorf("Request: Amount(%s) = %d; want %d", unit, got, want)
 		}
 	}
-	au := Usage(u.Units())
+	au := Usage(nil, u.Units())
 	want := admission.Usage{Tokens: 3962, TokensKnown: true, Units: []admission.UnitAmount{
 		{Unit: limits.UnitInputTokens, Amount: 2073}, {Unit: limits.UnitOutputTokens, Amount: 89}, {Unit: limits.UnitCachedInputTokens, Amount: 1800},
 	}}
@@ -42,6 +42,18 @@ func TestAppendWithoutAllocating(t *testing.T) {
 	tu := weights.TokenUnits{Input: 1, Output: 2, CachedInput: 3}
 	if n := testing.AllocsPerRun(100, func() { buf = Append(buf[:0], tu) }); n != 0 {
 		t.Errorf("Append into a buffer with room: %.0f allocations; want 0", n)
+	}
+}
+
+func TestUsageIntoABufferWithoutAllocating(t *testing.T) {
+	var buf [3]admission.UnitAmount
+	tu := weights.TokenUnits{Input: 1, Output: 2, CachedInput: 3}
+	var u admission.Usage
+	if n := testing.AllocsPerRun(100, func() { u = Usage(buf[:0], tu) }); n != 0 {
+		t.Errorf("Usage into a buffer with room: %.0f allocations; want 0", n)
+	}
+	if u.Tokens != 6 || len(u.Units) != 3 || &u.Units[0] != &buf[0] {
+		t.Errorf("Usage = %+v; want 6 tokens in three units, in the buffer given", u)
 	}
 }
 
@@ -95,14 +107,14 @@ func TestAnthropicStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Charged as it went: the streamed text is below the reservation.
-	if err := tk.Charge(Usage(weights.Usage{InputTokens: e.InputTokens, OutputTokens: sr.StreamedTokens()}.Units())); err != nil {
+	if err := tk.Charge(Usage(nil, weights.Usage{InputTokens: e.InputTokens, OutputTokens: sr.StreamedTokens()}.Units())); err != nil {
 		t.Fatalf("Charge: %v", err)
 	}
 	res := sr.Result()
 	if !res.Completed || res.Fallback != weights.FallbackNone {
 		t.Fatalf("stream result %+v", res)
 	}
-	tk.Settle(Usage(res.Usage.Units()))
+	tk.Settle(Usage(nil, res.Usage.Units()))
 	tk, err = c.Admit(context.Background(), admission.Request{Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)

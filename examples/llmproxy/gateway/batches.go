@@ -482,7 +482,7 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 		if fb != weights.FallbackNone {
 			b.g.m.count(context.Background(), b.g.m.usageFallbacks, fb.String())
 		}
-		au := tokenunits.Usage(u.Units())
+		au := tokenunits.Usage(nil, u.Units())
 		if r.priced {
 			au.Cost, au.CostKnown = r.price.CostMicros(u), true
 		}

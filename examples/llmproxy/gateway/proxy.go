@@ -295,12 +295,17 @@ type exchange struct {
 	// when it was admitted.
 	req               admission.Request
 	arrived, admitted time.Time
+
+	// units holds the token units of a stream's charges, which run on
+	// nearly every chunk of a slow stream: one buffer, not one each.
+	units [3]admission.UnitAmount
 }
 
 // usage converts upstream usage to the admission figures: tokens, the
-// token units (the prompt read from a cache apart) and the cost.
-func (x *exchange) usage(u weights.Usage) admission.Usage {
-	au := tokenunits.Usage(u.Units())
+// token units (the prompt read from a cache apart) and the cost, the
+// units appended to buf (nil for a new slice).
+func (x *exchange) usage(buf []admission.UnitAmount, u weights.Usage) admission.Usage {
+	au := tokenunits.Usage(buf, u.Units())
 	if x.priced {
 		au.Cost, au.CostKnown = x.price.CostMicros(u), true
 	}
@@ -309,7 +314,7 @@ func (x *exchange) usage(u weights.Usage) admission.Usage {
 
 // settle settles the ticket with u, once, and logs the request.
 func (x *exchange) settle(u weights.Usage) {
-	au := x.usage(u)
+	au := x.usage(nil, u)
 	if l := x.g.cfg.RequestLog; l != nil && x.tk.Valid() {
 		l.Log(&x.req, x.arrived, au, time.Since(x.admitted))
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -187,16 +186,19 @@ func produced(sr *weights.StreamReader) weights.Usage {
 }
 
 // chargedOpt labels a stream's charges as instruments.count would: built
-// once, as a slow stream charges on nearly every chunk.
-var chargedOpt = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "charged")))
+// once, the variadic slice too, as a slow stream charges on nearly every
+// chunk.
+var chargedOpt = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "charged")))}
 
 // charge charges the ticket for the stream so far; it returns the
-// rejection when the stream must be cut.
+// rejection when the stream must be cut. It allocates nothing: the
+// units go in the exchange's buffer, and Ticket.Charge returns its
+// *Rejection unwrapped.
 func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
-	err := x.tk.Charge(x.usage(produced(sr)))
-	x.g.m.charges.Add(context.Background(), 1, chargedOpt)
-	var rej *admission.Rejection
-	if !errors.As(err, &rej) {
+	err := x.tk.Charge(x.usage(x.units[:0], produced(sr)))
+	x.g.m.charges.Add(context.Background(), 1, chargedOpt...)
+	rej, _ := err.(*admission.Rejection)
+	if rej == nil {
 		return nil
 	}
 	switch x.g.cfg.Cut {
