@@ -2,6 +2,7 @@ package pgdir
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -60,7 +62,8 @@ type Follower struct {
 	refused atomic.Int64 // entries refused at the last full load
 	changes atomic.Int64
 	down    atomic.Bool
-	dirty   bool // changes applied since the last snapshot; run's goroutine only
+	dirty   bool              // changes applied since the last snapshot; run's goroutine only
+	written [sha256.Size]byte // digest of the directory the snapshot holds; run's goroutine only
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -181,7 +184,7 @@ func (f *Follower) snapshot() {
 	if f.opts.Snapshot == "" {
 		return
 	}
-	if err := writeSnapshot(f.opts.Snapshot, f.dir.Data()); err != nil {
+	if err := writeSnapshot(f.opts.Snapshot, f.dir.Data(), &f.written); err != nil {
 		f.log.Error("directory snapshot not written", "snapshot", f.opts.Snapshot, "error", err)
 	}
 }
@@ -419,13 +422,29 @@ type snapshotKey struct {
 // maxSnapshot bounds the snapshot file read at start-up.
 const maxSnapshot = 1 << 30
 
-// writeSnapshot writes d to path atomically (a temporary file renamed).
-func writeSnapshot(path string, d *directory.Data) error {
-	s := snapshot{Version: 1, Written: time.Now().UTC(), Default: d.Plans.Default, Plans: d.Plans.Plans, Tenants: d.Plans.Tenants}
+// writeSnapshot writes d to path atomically (a temporary file renamed),
+// unless last holds the digest of the same directory, written before: a
+// full refresh that changed nothing does not rewrite the file (its
+// "written" time then says when this directory was first written). last,
+// when not nil, is updated to the digest of what path now holds.
+func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) error {
+	s := snapshot{Version: 1, Default: d.Plans.Default, Plans: d.Plans.Plans, Tenants: d.Plans.Tenants}
 	s.Keys = make([]snapshotKey, 0, len(d.Keys))
 	for h, k := range d.Keys {
 		s.Keys = append(s.Keys, snapshotKey{Hash: h.String(), KeyID: k.KeyID, Tenant: k.Tenant, User: k.User})
 	}
+	// Keys in a fixed order (maps are encoded with sorted keys): the same
+	// directory gives the same bytes.
+	slices.SortFunc(s.Keys, func(a, b snapshotKey) int { return strings.Compare(a.Hash, b.Hash) })
+	body, err := json.Marshal(&s)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(body)
+	if last != nil && *last == sum {
+		return nil
+	}
+	s.Written = time.Now().UTC()
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".directory-*.json")
 	if err != nil {
 		return err
@@ -438,7 +457,13 @@ func writeSnapshot(path string, d *directory.Data) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	if last != nil {
+		*last = sum
+	}
+	return nil
 }
 
 // readSnapshot reads the snapshot at path.
