@@ -33,8 +33,9 @@ type Options struct {
 	// it while the database answers.
 	Heartbeat time.Duration
 	// Snapshot is the file the last good directory is written to after
-	// each full load, and read at start-up when the database cannot be
-	// reached; empty means none.
+	// a full load or changes that altered it (an unchanged directory is
+	// not written again), and read at start-up when the database cannot
+	// be reached; empty means none.
 	Snapshot string
 	// Timeout bounds each database call (connect, load, re-read); zero
 	// means 10s.
