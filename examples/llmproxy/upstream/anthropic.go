@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -134,15 +133,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, path string) {
 		anthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
 		return
 	case "garbage":
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte("<html>upstream proxy error</html>"))
+		writeGarbage(w)
 		return
 	}
-	out := s.cfg.OutputTokens
-	if v, err := strconv.Atoi(r.Header.Get("X-Sim-Tokens")); err == nil && v >= 0 {
-		out = v
-	}
+	out := s.outputTokens(r)
 	stop := "end_turn"
 	if *req.MaxTokens < out {
 		out, stop = max(*req.MaxTokens, 0), "max_tokens"

@@ -267,15 +267,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
 		return
 	case "garbage":
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte("<html>upstream proxy error</html>"))
+		writeGarbage(w)
 		return
 	}
-	out := s.cfg.OutputTokens
-	if v, err := strconv.Atoi(r.Header.Get("X-Sim-Tokens")); err == nil && v >= 0 {
-		out = v
-	}
+	out := s.outputTokens(r)
 	finish := "stop"
 	for _, lim := range []*int{req.MaxCompletionTokens, req.MaxTokens, req.MaxOutputTokens} {
 		if lim != nil && *lim < out {
@@ -781,4 +776,21 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 		c = code
 	}
 	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+}
+
+// writeGarbage answers the "garbage" fault: a 200 whose JSON body is an
+// HTML error page, as a broken proxy in front of a provider sends.
+func writeGarbage(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte("<html>upstream proxy error</html>"))
+}
+
+// outputTokens is how many tokens an answer has: X-Sim-Tokens when it is
+// a non-negative number, else the configured OutputTokens.
+func (s *Server) outputTokens(r *http.Request) int {
+	if v, err := strconv.Atoi(r.Header.Get("X-Sim-Tokens")); err == nil && v >= 0 {
+		return v
+	}
+	return s.cfg.OutputTokens
 }
