@@ -41,22 +41,32 @@ func (m *serverMeter) report(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var usec float64
+	var usec, cmds float64
 	for _, line := range strings.Split(stats, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		field := "calls="
 		switch name {
 		case "cmdstat_evalsha", "cmdstat_eval":
-		default:
+			field = "usec="
+		case "cmdstat_info", "cmdstat_config", "cmdstat_hello", "cmdstat_client", "cmdstat_ping", "cmdstat_script":
 			continue
 		}
 		for _, f := range strings.Split(rest, ",") {
-			if v, found := strings.CutPrefix(f, "usec="); found && ok {
+			if v, found := strings.CutPrefix(f, field); found {
 				x, _ := strconv.ParseFloat(v, 64)
-				usec += x
+				if field == "usec=" {
+					usec += x
+				} else {
+					cmds += x
+				}
 			}
 		}
 	}
 	b.ReportMetric(usec/float64(b.N), "script-µs/op")
+	b.ReportMetric(cmds/float64(b.N), "cmds/op")
 }
 
 // serverCPU returns the server's CPU time in seconds.
