@@ -226,29 +226,46 @@
 // (GCRA, one EVALSHA per decision) on 10,000 keys. See the repository
 // README for the figures measured.
 //
-// Where a decision's cost goes on the server (INFO commandstats of the
-// benchmarks, redis-server 7.0): every command a script runs costs about
-// 1.6µs (0.7µs of the command itself, the rest the script's call into it:
-// argument and reply conversion), a script invocation about 2µs of Lua
-// besides, and 1 to 2µs more outside the script (reading the command,
-// writing the reply). A single token bucket is one script of 3 commands
-// (TIME, GET, SET with its expiry). A request of a tenant's requests and
-// tokens buckets and a concurrency limit (BenchmarkRedisAdmit's
-// policies=3) is an admission of 7 (TIME, one MGET of both buckets, HGET
-// of the partition's sums, SET of each bucket with its expiry, HSET of the
+// Where a request's cost goes (the benchmarks' cmds/op, script-µs/op,
+// srv-cpu-ns/op and cpu-ns/op, from INFO commandstats, INFO cpu and
+// getrusage; redis-server 7.0): a single token bucket is one script of 3
+// Redis commands (TIME, GET, SET with its expiry). A request of a tenant's
+// requests and tokens buckets and a concurrency limit (BenchmarkRedisAdmit's
+// policies=3) is an admission of 7 (TIME, one MGET of both buckets, HGET of
+// the partition's sums, SET of each bucket with its expiry, HSET of the
 // lease and the sums, PEXPIRE of the partition) and a settlement of 4
 // (TIME, HMGET of the sums and the lease, GET of the tokens bucket, one
 // DEL of both emptied keys): each is a read the decision needs or a write
-// of state that changed, with its expiry. The rest of the gap between the
-// two is the client's: two calls per request instead of one. Running the
+// of state that changed, with its expiry. The commands themselves are
+// about a quarter of the scripts' time on the server (8.5 of 31µs for the
+// three-policy request); the rest is each script's invocation, each
+// redis.call's conversion of its arguments and reply, and the Lua between.
+// On the client, about three quarters of the CPU is the round trips'
+// system calls and the waking of the goroutines that wait for them, so a
+// request making two calls costs the client about twice what one making
+// one call does, however the round trips are shared: the three-policy
+// request costs about 2.5 times a single decision, client and server
+// alike, and stays above twice as long as its settlement is a call of its
+// own. It is, because a settlement is applied before Ticket.Settle
+// returns: the caller's next decision sees it (the figures the tests
+// require equal to memory's rely on it, and so does a tenant whose next
+// request waits for the lease the last one released).
+//
+// Two changes that cut commands were weighed and not made. Running the
 // calls of a batch in one script invocation (a generated script calling
 // each call's code in a protected call, with its own keys, arguments and
-// reply) was measured and not kept: it saved about 5% of the server's CPU
-// on batches of 16 and nothing measurable in the benchmarks, whose batches
-// are smaller, the Lua tables and pcall of each call costing about what
-// the saved invocations did. What would still
-// cut commands is a layout change: a tenant's buckets and leases in one
-// hash (one read and one write for all of them), at the price of one
-// expiry for all of a tenant's state and a partition change for replicas
-// during a rolling upgrade.
+// reply) was measured: it saved about 5% of the server's CPU on batches of
+// 16 and nothing measurable in the benchmarks, whose batches are smaller,
+// the Lua tables and pcall of each call costing about what the saved
+// invocations did. A tenant's buckets and leases in one hash would make
+// the three-policy request 7 commands instead of 11 (one read and one
+// write for all of them, one expiry, and no key created per request when
+// another policy's state keeps the hash): scripts running only the two
+// layouts' commands (redis-benchmark, 10,000 tenants) put the saving at 5
+// to 8µs of the request's 40µs of server CPU, with the client's part
+// unchanged, so the request would still cost more than twice a single
+// decision; and a single-policy decision would pay a fourth command (its
+// expiry no longer rides on its SET), all of a tenant's state would share
+// one expiry, and replicas would use different partitions during a
+// rolling upgrade.
 package redisstore
