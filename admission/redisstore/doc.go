@@ -240,7 +240,7 @@
 // about a quarter of the scripts' time on the server (8.5 of 31µs for the
 // three-policy request); the rest is each script's invocation, each
 // redis.call's conversion of its arguments and reply, and the Lua between.
-// On the client, about three quarters of the CPU is the round trips'
+// On the client, two thirds to three quarters of the CPU is the round trips'
 // system calls and the waking of the goroutines that wait for them, so a
 // request making two calls costs the client about twice what one making
 // one call does, however the round trips are shared: the three-policy
