@@ -27,15 +27,31 @@ const (
 // of a type handleEvent refuses, which makes it ignore the whole event) is
 // chunkOther, with nothing counted, so the result never depends on which
 // path read an event.
+//
+// A chunk that differs from the last text chunk read in full only in its
+// one text value (see chunkTemplate) is read as that chunk was, without
+// the full pass.
 func (s *StreamReader) readChunk(data []byte) chunkVerdict {
+	if sp, ok := s.tmpl.match(data); ok {
+		s.jsonText(data[sp.start:sp.end])
+		return chunkText
+	}
 	p := chunkParser{b: data}
 	v := p.event()
-	if v == chunkText {
-		for _, sp := range p.spans[:p.n] {
-			if sp.end > sp.start { // an absent or null value has none
-				s.jsonText(data[sp.start:sp.end])
-			}
+	if v != chunkText {
+		return v
+	}
+	texts, one := 0, span{}
+	for _, sp := range p.spans[:p.n] {
+		if sp.end > sp.start { // an absent or null value has none
+			s.jsonText(data[sp.start:sp.end])
+			texts, one = texts+1, sp
 		}
+	}
+	if texts == 1 {
+		s.tmpl.set(data, one)
+	} else {
+		s.tmpl.reset()
 	}
 	return v
 }
@@ -215,8 +231,11 @@ func (p *chunkParser) object(fields []string, member func(k int) chunkVerdict) c
 			return chunkInvalid
 		}
 		start := p.i
-		if v := p.stringOrNull(false); v != chunkText {
-			return v
+		plain := p.plainKey()
+		if !plain {
+			if v := p.stringOrNull(true); v != chunkText {
+				return v
+			}
 		}
 		key := p.b[start+1 : p.i-1]
 		p.ws()
@@ -229,7 +248,11 @@ func (p *chunkParser) object(fields []string, member func(k int) chunkVerdict) c
 			return chunkInvalid
 		}
 		var v chunkVerdict
-		switch k := fieldIndex(key, fields); {
+		k := -2 // escaped or not ASCII: it could match once unescaped or folded
+		if plain {
+			k = fieldIndex(key, fields)
+		}
+		switch {
 		case k == -2 || (k >= 0 && seen&(1<<k) != 0):
 			return chunkOther
 		case k >= 0:
@@ -311,42 +334,54 @@ func (p *chunkParser) stringOrNull(key bool) chunkVerdict {
 		}
 		return p.null()
 	}
-	for i := p.i + 1; i < len(p.b); i++ {
-		for i < len(p.b) && plainInString[p.b[i]] {
+	end := stringEnd(p.b, p.i)
+	if end < 0 {
+		return chunkInvalid
+	}
+	p.i = end
+	return chunkText
+}
+
+// stringEnd returns the index after the JSON string starting at b[i] (a
+// '"'), validated as encoding/json does (no control character, valid
+// escapes; invalid UTF-8 is replaced when decoded), or -1 when it is not
+// a valid string.
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		for i < len(b) && plainInString[b[i]] {
 			i++
 		}
-		if i == len(p.b) {
+		if i == len(b) {
 			break
 		}
-		switch c := p.b[i]; {
+		switch c := b[i]; {
 		case c == '"':
-			p.i = i + 1
-			return chunkText
+			return i + 1
 		case c < 0x20:
-			return chunkInvalid
+			return -1
 		case c == '\\':
 			i++
-			if i >= len(p.b) {
-				return chunkInvalid
+			if i >= len(b) {
+				return -1
 			}
-			switch p.b[i] {
+			switch b[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
-				if i+4 >= len(p.b) {
-					return chunkInvalid
+				if i+4 >= len(b) {
+					return -1
 				}
-				for _, h := range p.b[i+1 : i+5] {
+				for _, h := range b[i+1 : i+5] {
 					if !isHex(h) {
-						return chunkInvalid
+						return -1
 					}
 				}
 				i += 4
 			default:
-				return chunkInvalid
+				return -1
 			}
 		}
 	}
-	return chunkInvalid
+	return -1
 }
 
 // plainInString marks the bytes a JSON string holds as they are: all but
@@ -521,19 +556,15 @@ func (s *StreamReader) jsonText(v []byte) {
 	}
 }
 
-// fieldIndex returns the index of key in fields, -1 when key is none of
-// them, -2 when it matches one only in case, or could once unescaped or
-// folded (a backslash, a byte beyond ASCII).
+// fieldIndex returns the index of key, a plain ASCII key (see plainKey),
+// in fields, -1 when key is none of them, -2 when it matches one only in
+// case.
 func fieldIndex(key []byte, fields []string) int {
-	for _, c := range key {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return -2
-		}
-	}
 	k := -1
 	for i, f := range fields {
-		// key is ASCII: a name it matches in case or not has its length.
-		if len(f) != len(key) {
+		// key is ASCII: a name it matches in case or not has its length,
+		// and its first byte equal but for the case bit.
+		if len(f) != len(key) || key[0]|0x20 != f[0]|0x20 {
 			continue
 		}
 		if string(key) == f {
@@ -545,3 +576,27 @@ func fieldIndex(key []byte, fields []string) int {
 	}
 	return k
 }
+
+// plainKey reads the key at p.i (a '"') when it is plain: printable ASCII
+// with no escape, the only keys fieldIndex matches. It reports whether it
+// did; p.i is left at the key otherwise.
+func (p *chunkParser) plainKey() bool {
+	i := p.i + 1
+	for i < len(p.b) && plainKeyByte[p.b[i]] {
+		i++
+	}
+	if i < len(p.b) && p.b[i] == '"' {
+		p.i = i + 1
+		return true
+	}
+	return false
+}
+
+// plainKeyByte marks the bytes of a plain key: ASCII but the quote, the
+// backslash and control characters.
+var plainKeyByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()

@@ -190,16 +190,30 @@ func randomValue(rng *rand.Rand, key string, depth int) []byte {
 // benchChunk is a chat chunk as the simulated upstream sends it.
 var benchChunk = []byte(`{"choices":[{"delta":{"content":" quick"},"finish_reason":null,"index":0,"logprobs":null}],"created":1764590000,"id":"chatcmpl-sim12345","model":"gpt-4o-mini","object":"chat.completion.chunk","system_fingerprint":"fp_sim","usage":null}`)
 
-// BenchmarkReadChunk reads a text chunk as every streamed chunk is read;
-// BenchmarkPeerHandleEvent reads it with encoding/json, as every chunk was
-// read before readChunk.
+// BenchmarkReadChunk reads a text chunk in full, as the first chunk of a
+// stream is read; BenchmarkReadChunkTemplate reads it as the chunks after
+// it are, like the chunk before but for the text; BenchmarkPeerHandleEvent
+// reads it with encoding/json, as every chunk was read before readChunk.
 func BenchmarkReadChunk(b *testing.B) {
 	s := NewStreamReader(nil, StreamConfig{})
 	b.SetBytes(int64(len(benchChunk)))
 	b.ReportAllocs()
 	for b.Loop() {
 		s.pending = s.pending[:0]
+		s.tmpl.reset()
 		if s.readChunk(benchChunk) != chunkText {
+			b.Fatal("not a text chunk")
+		}
+	}
+}
+
+func BenchmarkReadChunkTemplate(b *testing.B) {
+	s := NewStreamReader(nil, StreamConfig{})
+	b.SetBytes(int64(len(benchChunk)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s.pending = s.pending[:0]
+		if s.readChunk(benchChunk) != chunkText || !s.tmpl.ok {
 			b.Fatal("not a text chunk")
 		}
 	}
