@@ -388,6 +388,10 @@ func (c *child) stop() {
 // the same way at every read.
 var statsClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
+// profileClient fetches profiles, a CPU profile lasting the whole
+// measured interval (up to a minute).
+var profileClient = &http.Client{Timeout: 2 * time.Minute, Transport: statsClient.Transport}
+
 // read asks the child for its figures; gc collects first, idle closes the
 // proxy's idle upstream connections first.
 func (c *child) read(gc, idle bool) (childStats, error) {
@@ -411,7 +415,7 @@ func (c *child) read(gc, idle bool) (childStats, error) {
 // profile writes the child's profile at path (under /debug/pprof/) to
 // dir, named after role, round and name.
 func (c *child) profile(dir, role string, round int, path, name string) {
-	resp, err := statsClient.Get("http://" + c.stats + "/debug/pprof/" + path)
+	resp, err := profileClient.Get("http://" + c.stats + "/debug/pprof/" + path)
 	if err == nil {
 		defer resp.Body.Close()
 		file := filepath.Join(dir, fmt.Sprintf("%s-%d-%s", strings.Fields(role)[len(strings.Fields(role))-1], round, name))
