@@ -37,18 +37,19 @@ type Ticket struct {
 	gen uint64
 }
 
-// ticket is the pooled state behind Tickets.
+// ticket is the pooled state behind Tickets. What every call on a live
+// ticket reads (c, gen, ops) comes first, within one cache line.
 type ticket struct {
 	c         *Controller
-	cfg       *config // the configuration the ticket was admitted under
 	gen       atomic.Uint64
+	ops       []held
+	cfg       *config // the configuration the ticket was admitted under
 	stage     stage
 	start     time.Time
 	tenant    string
 	model     string
 	operation string
 	priority  int
-	ops       []held
 	batch     []backend.Op
 	dec       Decision // the event being reported, so observers get a pointer
 	keybuf    []byte

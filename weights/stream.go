@@ -86,35 +86,39 @@ type StreamResult struct {
 // StreamedTokens may be called concurrently with it, to charge a long stream
 // as it goes.
 type StreamReader struct {
-	r       io.Reader
-	counter Counter
-	strip   bool
-	maxEv   int
+	// What a chunk read whole touches comes first, within a few cache
+	// lines: a slow stream's state is out of the cache at every chunk.
+	r     io.Reader
+	strip bool
 
 	// Parser state, owned by the reading goroutine.
-	line      []byte
+	pendingCR bool
 	lineOver  bool
-	data      []byte
 	dataOver  bool
 	hasData   bool
-	eventType string
-	pendingCR bool
-	raw       []byte // bytes of the current event, held back in strip mode
-	rawSpill  bool   // the current event outgrew maxEv and is passed on
-	out       []byte // bytes ready for the client in strip mode
-	outPos    int
-	srcErr    error
+	rawSpill  bool // the current event outgrew maxEv and is passed on
 	finished  bool
-	pending   []byte // streamed text not yet counted
+	maxEv     int
+	outPos    int
+	out       []byte // bytes ready for the client in strip mode
+	line      []byte
+	raw       []byte // bytes of the current event, held back in strip mode
+	eventType string
 	tmpl      chunkTemplate
+	pending   []byte // streamed text not yet counted
 
 	mu      sync.Mutex
+	events  int   // res.Events
+	pendLen int   // len(pending), for StreamedTokens
+	counted int64 // tokens of the streamed text counted so far
+
+	srcErr  error
+	counter Counter
+	data    []byte
 	res     StreamResult
 	report  UsageReport // the last usage reported, when res.Reported
 	input   int64
 	output  int64
-	counted int64 // tokens of the streamed text counted so far
-	pendLen int   // len(pending), for StreamedTokens
 }
 
 // NewStreamReader returns a StreamReader reading the SSE body r.
@@ -191,6 +195,7 @@ func (s *StreamReader) Result() StreamResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.res
+	r.Events = s.events
 	streamed := s.counted + int64(s.pendLen+3)/4
 	if r.Reported {
 		r.Usage, r.Fallback = Estimate{InputTokens: s.input, OutputTokens: s.output}.check(s.report, streamed)
@@ -274,7 +279,7 @@ func (s *StreamReader) whole(b []byte) (n int, keep, ok bool) {
 		eventType = string(typ)
 	}
 	s.mu.Lock()
-	s.res.Events++
+	s.events++
 	s.mu.Unlock()
 	if s.handle(eventType, fieldValue(line[len("data:"):])) && s.strip {
 		s.mu.Lock()
@@ -407,7 +412,7 @@ func (s *StreamReader) dispatch() {
 	drop := false
 	if s.hasData {
 		s.mu.Lock()
-		s.res.Events++
+		s.events++
 		s.mu.Unlock()
 		if !s.dataOver {
 			drop = s.handle(s.eventType, s.data)
