@@ -104,14 +104,7 @@ func TestChunkTemplateRandomEvents(t *testing.T) {
 		sp := sps[0]
 		data := []byte(string(ev[:sp.start]) + texts[rng.IntN(len(texts))] + string(ev[sp.end:]))
 		if rng.IntN(3) == 0 {
-			switch i := rng.IntN(len(data)); rng.IntN(3) {
-			case 0:
-				data = data[:i]
-			case 1:
-				data[i] = `{}[]",:\ 0-eE.tfn`[rng.IntN(17)]
-			default:
-				data = append(data[:i], append([]byte{data[i]}, data[i:]...)...)
-			}
+			data = mangle(rng, data)
 		}
 		if readAfter(t, ev, data) {
 			used++
