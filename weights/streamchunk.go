@@ -28,31 +28,30 @@ const (
 // chunkOther, with nothing counted, so the result never depends on which
 // path read an event.
 //
-// A chunk that differs from the last text chunk read in full only in its
-// one text value (see chunkTemplate) is read as that chunk was, without
-// the full pass.
+// A chunk that differs from the last text chunk read in full only in the
+// strings of its values (see chunkTemplate) is read as that chunk was,
+// without the full pass.
 func (s *StreamReader) readChunk(data []byte) chunkVerdict {
-	if sp, ok := s.tmpl.match(data); ok {
-		s.jsonText(data[sp.start:sp.end])
-		return chunkText
+	if s.tmpl.ok {
+		var at [maxTemplateStrings]span
+		if s.tmpl.match(data, &at) {
+			for _, k := range s.tmpl.texts[:s.tmpl.nt] {
+				s.jsonText(data[at[k].start:at[k].end])
+			}
+			return chunkText
+		}
 	}
 	p := chunkParser{b: data}
 	v := p.event()
 	if v != chunkText {
 		return v
 	}
-	texts, one := 0, span{}
 	for _, sp := range p.spans[:p.n] {
 		if sp.end > sp.start { // an absent or null value has none
 			s.jsonText(data[sp.start:sp.end])
-			texts, one = texts+1, sp
 		}
 	}
-	if texts == 1 {
-		s.tmpl.set(data, one)
-	} else {
-		s.tmpl.reset()
-	}
+	s.tmpl.set(data, &p)
 	return v
 }
 
@@ -66,6 +65,19 @@ type chunkParser struct {
 	i     int
 	spans [maxChunkSpans]span // the text values (strings, quotes included) to count, in order
 	n     int
+	// strs are the spans of the strings that are values (not keys), in
+	// order, for a chunkTemplate; nstr counts them, past
+	// maxTemplateStrings once there are more.
+	strs [maxTemplateStrings]span
+	nstr int
+}
+
+// valueString records the string value at b[start:p.i].
+func (p *chunkParser) valueString(start int) {
+	if p.nstr < len(p.strs) {
+		p.strs[p.nstr] = span{start, p.i}
+	}
+	p.nstr = min(p.nstr+1, len(p.strs)+1)
 }
 
 // The members handleEvent reads, per level of a chunk: a key that matches
@@ -99,7 +111,8 @@ func (p *chunkParser) event() chunkVerdict {
 	v := p.object(eventFields, func(k int) chunkVerdict {
 		switch eventFields[k] {
 		case "object":
-			return p.stringOrNull(false)
+			var sp span
+			return p.text(&sp) // not counted: a text only for the template
 		case "usage":
 			return p.null()
 		case "choices":
@@ -203,12 +216,14 @@ func (p *chunkParser) add(sp span) {
 	p.n++
 }
 
-// text reads a string or null into sp.
+// text reads a string or null into sp (a value string, for the
+// template).
 func (p *chunkParser) text(sp *span) chunkVerdict {
 	start := p.i
 	v := p.stringOrNull(false)
 	if v == chunkText && p.b[start] == '"' {
 		*sp = span{start, p.i}
+		p.valueString(start)
 	}
 	return v
 }
@@ -433,9 +448,11 @@ func (p *chunkParser) value() chunkVerdict {
 			}
 			continue
 		case c == '"':
+			start := p.i
 			if v := p.stringOrNull(true); v != chunkText {
 				return v
 			}
+			p.valueString(start)
 		case c == 't':
 			if !bytes.HasPrefix(p.b[p.i:], []byte("true")) {
 				return chunkInvalid
