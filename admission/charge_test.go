@@ -3,6 +3,8 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +74,64 @@ func TestChargeWithoutTicket(t *testing.T) {
 	rec.mu.Unlock()
 	if n != len(want)+4 { // the four of the admission just settled
 		t.Errorf("%d settlements after a charge of nothing; want %d", n, len(want)+4)
+	}
+}
+
+// A ticket's Charge charges each rate policy of a unit it knows what the
+// usage so far exceeds its grant by, whatever the number of policies (past
+// 64 too) and wherever they are among the others, and policies Continue
+// added after an earlier charge too; request rates and concurrency caps
+// are left alone. A charge that charges allocates nothing.
+func TestTicketChargeEveryPolicy(t *testing.T) {
+	start := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+	for _, n := range []int{3, 64, 70} {
+		clk := admissiontest.NewClock(start)
+		var ps []admission.Policy
+		for i := range n - 1 {
+			p := admission.Policy{Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Hour}
+			switch i % 3 {
+			case 0:
+				p.Name, p.Unit = fmt.Sprintf("tokens%d", i), limits.UnitTokens
+			case 1:
+				p.Name = fmt.Sprintf("requests%d", i)
+			default:
+				p.Name, p.Algorithm, p.Per = fmt.Sprintf("leases%d", i), limits.Concurrency, 0
+			}
+			ps = append(ps, p)
+		}
+		// The last policy needs the model: Begin leaves it to Continue.
+		ps = append(ps, admission.Policy{Name: "tokens-late", Key: tenantKey, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket,
+			Limit: 1000, Per: time.Hour, Match: limits.Match{Models: []string{"gpt-*"}}})
+		ctl, err := admission.New(admission.Config{Policies: ps}, admission.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		tk, err := ctl.Begin(ctx, admission.Request{Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = tk.Charge(admission.Usage{Tokens: 10, TokensKnown: true})
+		if err := tk.Continue(ctx, admission.Request{Tenant: "acme", Model: "gpt-4o", Tokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+		tokens := int64(100)
+		_ = tk.Charge(admission.Usage{Tokens: tokens, TokensKnown: true})
+		if a := testing.AllocsPerRun(20, func() {
+			tokens++
+			_ = tk.Charge(admission.Usage{Tokens: tokens, TokensKnown: true})
+		}); a != 0 {
+			t.Errorf("%d policies: Charge allocates %v times; want 0", n, a)
+		}
+		for _, st := range tk.Statuses(nil) {
+			want := int64(999) // a request counted once, a lease held
+			if strings.HasPrefix(st.Policy, "tokens") {
+				want = 1000 - tokens
+			}
+			if st.Remaining != want {
+				t.Errorf("%d policies: %s has %d left after %d tokens; want %d", n, st.Policy, st.Remaining, tokens, want)
+			}
+		}
+		tk.Done()
 	}
 }

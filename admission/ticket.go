@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"time"
 
@@ -37,36 +38,43 @@ type Ticket struct {
 	gen uint64
 }
 
-// ticket is the pooled state behind Tickets.
+// ticket is the pooled state behind Tickets. What every call on a live
+// ticket reads (c, gen, ops) comes first, within one cache line.
 type ticket struct {
-	c         *Controller
+	c   *Controller
+	gen atomic.Uint64
+	ops []held
+	// charged marks the ops a Charge may change (see chargeable), for
+	// the first chargedN-1 ops; chargedN is 0 until it is worked out.
+	charged   uint64
+	chargedN  int
 	cfg       *config // the configuration the ticket was admitted under
-	gen       atomic.Uint64
 	stage     stage
 	start     time.Time
 	tenant    string
 	model     string
 	operation string
 	priority  int
-	ops       []held
 	batch     []backend.Op
 	dec       Decision // the event being reported, so observers get a pointer
 	keybuf    []byte
 }
 
-// held is one policy's part of a ticket.
+// held is one policy's part of a ticket. What a charge reads of every
+// held policy (p, taken, the grant's Taken) comes first, within one cache
+// line: a stream is charged on nearly every chunk.
 type held struct {
 	p           *policy
 	mode        limits.Mode
+	taken       bool // the grant holds permits
+	failOpen    bool // the store failed and the policy admitted without it
+	local       bool // the grant is on the local fallback limiter
+	wouldReject bool
 	key         string
 	lim         *limits.Limit // the partition's limit, owned by the configuration
 	est         int64         // estimated cost, reserved at admission
 	grant       backend.Grant
 	wait        time.Duration
-	taken       bool // the grant holds permits
-	failOpen    bool // the store failed and the policy admitted without it
-	local       bool // the grant is on the local fallback limiter
-	wouldReject bool
 	renewed     time.Time     // when the lease was taken or last renewed
 	rem0        int64         // the partition's Remaining when the grant was taken
 	remAfter    int64         // the partition's Remaining after the settlement (see Settlement)
@@ -349,28 +357,60 @@ func (tk Ticket) Charge(u Usage) error {
 	}
 	now := t.c.clock.Now()
 	var rej *Rejection
-	for i := range t.ops {
-		h := &t.ops[i]
-		if !h.taken || !h.p.Algorithm.IsRate() {
-			continue
+	if len(t.ops) <= 64 {
+		for m := t.chargeable(); m != 0; m &= m - 1 {
+			t.charge(&t.ops[bits.TrailingZeros64(m)], &u, now, &rej)
 		}
-		actual, ok := u.amount(h.p.unit)
-		if !ok || actual <= h.grant.Taken {
-			continue
-		}
-		t.c.settleOne(h, actual-h.grant.Taken, now, false)
-		if h.mode == limits.Enforce && h.grant.Remaining <= 0 && rej == nil {
-			reason := ReasonRate
-			if h.p.Algorithm == limits.Quota {
-				reason = ReasonQuota
-			}
-			rej = &Rejection{Policy: h.p.Name, Reason: reason, RetryAfter: h.grant.Reset, Status: h.status()}
+	} else {
+		for i := range t.ops {
+			t.charge(&t.ops[i], &u, now, &rej)
 		}
 	}
 	if rej != nil {
 		return rej
 	}
 	return nil
+}
+
+// charge charges h, when it is a rate policy, what u exceeds its grant
+// by, at now, and sets *rej (if still nil) when h enforces and has
+// nothing left.
+func (t *ticket) charge(h *held, u *Usage, now time.Time, rej **Rejection) {
+	if !h.taken || !h.p.Algorithm.IsRate() {
+		return
+	}
+	actual, ok := u.amount(h.p.unit)
+	if !ok || actual <= h.grant.Taken {
+		return
+	}
+	t.c.settleOne(h, actual-h.grant.Taken, now, false)
+	if h.mode == limits.Enforce && h.grant.Remaining <= 0 && *rej == nil {
+		reason := ReasonRate
+		if h.p.Algorithm == limits.Quota {
+			reason = ReasonQuota
+		}
+		*rej = &Rejection{Policy: h.p.Name, Reason: reason, RetryAfter: h.grant.Reset, Status: h.status()}
+	}
+}
+
+// chargeable returns the set of t's ops a Charge may change, bit i for
+// op i, when t has at most 64: the rate policies of a unit other than
+// requests (a charge never counts a request again). It is worked out once
+// for the ticket's ops (a ticket's ops only grow while it lives), so that
+// a charge, on nearly every chunk of a slow stream, reads only the
+// policies it may charge.
+func (t *ticket) chargeable() uint64 {
+	if t.chargedN == len(t.ops)+1 {
+		return t.charged
+	}
+	var m uint64
+	for i := range t.ops {
+		if p := t.ops[i].p; p.Algorithm.IsRate() && p.unit != limits.UnitRequests && p.unit != "" {
+			m |= 1 << i
+		}
+	}
+	t.charged, t.chargedN = m, len(t.ops)+1
+	return m
 }
 
 // ErrNotBegun is returned by Continue on a ticket that did not come from
@@ -529,6 +569,7 @@ func (t *ticket) recycle() {
 // at the next collection.
 func (t *ticket) put() {
 	t.ops = t.ops[:0]
+	t.chargedN = 0
 	t.batch = t.batch[:0]
 	t.c.tickets.Put(t)
 }

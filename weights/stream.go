@@ -86,34 +86,39 @@ type StreamResult struct {
 // StreamedTokens may be called concurrently with it, to charge a long stream
 // as it goes.
 type StreamReader struct {
-	r       io.Reader
-	counter Counter
-	strip   bool
-	maxEv   int
+	// What a chunk read whole touches comes first, within a few cache
+	// lines: a slow stream's state is out of the cache at every chunk.
+	r     io.Reader
+	strip bool
 
 	// Parser state, owned by the reading goroutine.
-	line      []byte
+	pendingCR bool
 	lineOver  bool
-	data      []byte
 	dataOver  bool
 	hasData   bool
-	eventType string
-	pendingCR bool
-	raw       []byte // bytes of the current event, held back in strip mode
-	rawSpill  bool   // the current event outgrew maxEv and is passed on
-	out       []byte // bytes ready for the client in strip mode
-	outPos    int
-	srcErr    error
+	rawSpill  bool // the current event outgrew maxEv and is passed on
 	finished  bool
+	maxEv     int
+	outPos    int
+	out       []byte // bytes ready for the client in strip mode
+	line      []byte
+	raw       []byte // bytes of the current event, held back in strip mode
+	eventType string
+	tmpl      chunkTemplate
 	pending   []byte // streamed text not yet counted
 
 	mu      sync.Mutex
+	events  int   // res.Events
+	pendLen int   // len(pending), for StreamedTokens
+	counted int64 // tokens of the streamed text counted so far
+
+	srcErr  error
+	counter Counter
+	data    []byte
 	res     StreamResult
 	report  UsageReport // the last usage reported, when res.Reported
 	input   int64
 	output  int64
-	counted int64 // tokens of the streamed text counted so far
-	pendLen int   // len(pending), for StreamedTokens
 }
 
 // NewStreamReader returns a StreamReader reading the SSE body r.
@@ -162,14 +167,20 @@ func (s *StreamReader) Read(p []byte) (int, error) {
 			}
 			break
 		}
-		// The source is read into p, whose bytes feed keeps (in raw or
-		// out) before the copy below overwrites them: the reader holds no
-		// buffer of its own while it waits for the next event.
+		// The source is read into p. The events read whole are passed on
+		// where they are, in p[:w]; feed keeps the bytes of the others (in
+		// raw or out) before the copy below overwrites them: the reader
+		// holds no buffer of its own while it waits for the next event.
 		n, err := s.r.Read(p)
-		s.feed(p[:n])
+		w := s.feed(p[:n])
 		if err != nil {
 			s.srcErr = err
-		} else if n == 0 && s.outPos == len(s.out) {
+		}
+		if w > 0 {
+			s.outPos = copy(p[w:], s.out)
+			return w + s.outPos, nil
+		}
+		if err == nil && n == 0 && s.outPos == len(s.out) {
 			return 0, nil
 		}
 	}
@@ -184,6 +195,7 @@ func (s *StreamReader) Result() StreamResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.res
+	r.Events = s.events
 	streamed := s.counted + int64(s.pendLen+3)/4
 	if r.Reported {
 		r.Usage, r.Fallback = Estimate{InputTokens: s.input, OutputTokens: s.output}.check(s.report, streamed)
@@ -207,29 +219,112 @@ func (s *StreamReader) StreamedTokens() int64 {
 	return s.counted + int64(s.pendLen+3)/4
 }
 
-// feed parses a chunk of the stream.
-func (s *StreamReader) feed(b []byte) {
+// feed parses a chunk of the stream. An event that b holds whole, of the
+// shape nearly every event has (a data line, after an event line or not,
+// then a blank line, with LF line ends, within MaxEventBytes), is read
+// where it is, in one pass and without a copy (see whole); the others go
+// line by line through the reader's buffers. In strip mode, feed returns
+// w: the bytes of b[:w] (moved there from later in b) are output, ahead
+// of what it added to out.
+func (s *StreamReader) feed(b []byte) (w int) {
+	for i := 0; i < len(b); {
+		if s.between() {
+			if m, keep, ok := s.whole(b[i:]); ok {
+				switch {
+				case !s.strip || !keep:
+				case len(s.out) == 0:
+					w += copy(b[w:], b[i:i+m])
+				default:
+					s.out = append(s.out, b[i:i+m]...)
+				}
+				i += m
+				continue
+			}
+		}
+		i += s.feedLines(b[i:])
+	}
+	return w
+}
+
+// between reports whether the reader is between events: no line, field
+// or byte of an event held.
+func (s *StreamReader) between() bool {
+	return !s.pendingCR && len(s.line) == 0 && !s.lineOver && !s.hasData && !s.dataOver &&
+		s.eventType == "" && len(s.raw) == 0 && !s.rawSpill
+}
+
+// whole reads the event at the start of b when it is whole and of the
+// common shape (see feed), as the line-by-line path would: it returns
+// its length, whether its bytes go to the client, and ok; not ok (nothing
+// read) for any other event.
+func (s *StreamReader) whole(b []byte) (n int, keep, ok bool) {
+	// An event beyond the bound takes the other path, which bounds it.
+	b = b[:min(len(b), s.maxEv)]
+	line, rest, found := bytes.Cut(b, []byte("\n"))
+	var typ []byte
+	hasType := false
+	if found && bytes.HasPrefix(line, []byte("event:")) {
+		typ, hasType = fieldValue(line[len("event:"):]), true
+		line, rest, found = bytes.Cut(rest, []byte("\n"))
+	}
+	if !found || !bytes.HasPrefix(line, []byte("data:")) || len(rest) == 0 || rest[0] != '\n' {
+		return 0, false, false
+	}
+	n = len(b) - len(rest) + 1
+	if bytes.IndexByte(b[:n], '\r') >= 0 {
+		return 0, false, false // CR ends a line too
+	}
+	eventType := ""
+	if hasType {
+		eventType = string(typ)
+	}
+	s.mu.Lock()
+	s.events++
+	s.mu.Unlock()
+	if s.handle(eventType, fieldValue(line[len("data:"):])) && s.strip {
+		s.mu.Lock()
+		s.res.Stripped++
+		s.mu.Unlock()
+		return n, false, true
+	}
+	return n, true, true
+}
+
+// fieldValue is a field's value: what follows the colon, less one space.
+func fieldValue(v []byte) []byte {
+	if len(v) > 0 && v[0] == ' ' {
+		return v[1:]
+	}
+	return v
+}
+
+// feedLines parses b line by line, through the reader's buffers, until an
+// event ends or b does; it returns the bytes it read.
+func (s *StreamReader) feedLines(b []byte) int {
+	total := len(b)
 	if s.pendingCR && len(b) > 0 {
 		s.pendingCR = false
 		if b[0] == '\n' {
 			s.keep(b[:1])
 			b = b[1:]
 		}
-		s.endLine()
+		if s.endLine() {
+			return total - len(b)
+		}
 	}
 	for len(b) > 0 {
 		i := bytes.IndexAny(b, "\r\n")
 		if i < 0 {
 			s.addLine(b)
 			s.keep(b)
-			return
+			return total
 		}
 		s.addLine(b[:i])
 		s.keep(b[:i+1])
 		if b[i] == '\r' {
 			if i+1 == len(b) {
 				s.pendingCR = true // the line ends once we know whether LF follows
-				return
+				return total
 			}
 			if b[i+1] == '\n' {
 				s.keep(b[i+1 : i+2])
@@ -237,8 +332,11 @@ func (s *StreamReader) feed(b []byte) {
 			}
 		}
 		b = b[i+1:]
-		s.endLine()
+		if s.endLine() {
+			return total - len(b)
+		}
 	}
+	return total
 }
 
 // keep records bytes of the current event for output in strip mode.
@@ -273,23 +371,21 @@ func (s *StreamReader) addLine(b []byte) {
 	s.line = append(s.line, b...)
 }
 
-// endLine interprets a complete line.
-func (s *StreamReader) endLine() {
+// endLine interprets a complete line; it reports whether the line ended
+// an event.
+func (s *StreamReader) endLine() bool {
 	line, over := s.line, s.lineOver
 	s.line, s.lineOver = s.line[:0], false
 	if len(line) == 0 && !over {
 		s.dispatch()
-		return
+		return true
 	}
 	if len(line) > 0 && line[0] == ':' {
-		return // comment
+		return false // comment
 	}
 	field, value := line, []byte(nil)
 	if i := bytes.IndexByte(line, ':'); i >= 0 {
-		field, value = line[:i], line[i+1:]
-		if len(value) > 0 && value[0] == ' ' {
-			value = value[1:]
-		}
+		field, value = line[:i], fieldValue(line[i+1:])
 	}
 	switch string(field) {
 	case "data":
@@ -308,6 +404,7 @@ func (s *StreamReader) endLine() {
 			s.eventType = string(value)
 		}
 	}
+	return false
 }
 
 // dispatch handles a complete event and releases (or drops) its bytes.
@@ -315,7 +412,7 @@ func (s *StreamReader) dispatch() {
 	drop := false
 	if s.hasData {
 		s.mu.Lock()
-		s.res.Events++
+		s.events++
 		s.mu.Unlock()
 		if !s.dataOver {
 			drop = s.handle(s.eventType, s.data)

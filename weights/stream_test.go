@@ -391,3 +391,30 @@ func ExampleInjectIncludeUsage() {
 	// Output:
 	// {"stream_options":{"include_usage":true},"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"}]} true <nil>
 }
+
+// eventSource returns the same event at every Read, as a slow stream's
+// body does: one event per read.
+type eventSource struct{ ev []byte }
+
+func (e *eventSource) Read(p []byte) (int, error) { return copy(p, e.ev), nil }
+
+// BenchmarkStreamReaderChunk measures one chunk of a slow stream, read
+// whole, as the gateway reads it: passed through, or with the usage chunk
+// stripped (the gateway asked for it). Each Read returns one event into
+// a 2 KiB buffer.
+func BenchmarkStreamReaderChunk(b *testing.B) {
+	ev := append(append([]byte("data: "), benchChunk...), "\n\n"...)
+	for _, strip := range []bool{false, true} {
+		b.Run(fmt.Sprintf("strip=%v", strip), func(b *testing.B) {
+			s := NewStreamReader(&eventSource{ev}, StreamConfig{StripUsage: strip})
+			buf := make([]byte, 2<<10)
+			b.SetBytes(int64(len(ev)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if n, err := s.Read(buf); n != len(ev) || err != nil {
+					b.Fatalf("Read = %d, %v; want %d", n, err, len(ev))
+				}
+			}
+		})
+	}
+}

@@ -27,16 +27,31 @@ const (
 // of a type handleEvent refuses, which makes it ignore the whole event) is
 // chunkOther, with nothing counted, so the result never depends on which
 // path read an event.
+//
+// A chunk that differs from the last text chunk read in full only in the
+// strings of its values (see chunkTemplate) is read as that chunk was,
+// without the full pass.
 func (s *StreamReader) readChunk(data []byte) chunkVerdict {
-	p := chunkParser{b: data}
-	v := p.event()
-	if v == chunkText {
-		for _, sp := range p.spans[:p.n] {
-			if sp.end > sp.start { // an absent or null value has none
-				s.jsonText(data[sp.start:sp.end])
+	if s.tmpl.ok {
+		var at [maxTemplateStrings]span
+		if s.tmpl.match(data, &at) {
+			for _, k := range s.tmpl.texts[:s.tmpl.nt] {
+				s.jsonText(data[at[k].start:at[k].end])
 			}
+			return chunkText
 		}
 	}
+	p := chunkParser{b: data}
+	v := p.event()
+	if v != chunkText {
+		return v
+	}
+	for _, sp := range p.spans[:p.n] {
+		if sp.end > sp.start { // an absent or null value has none
+			s.jsonText(data[sp.start:sp.end])
+		}
+	}
+	s.tmpl.set(data, &p)
 	return v
 }
 
@@ -50,6 +65,19 @@ type chunkParser struct {
 	i     int
 	spans [maxChunkSpans]span // the text values (strings, quotes included) to count, in order
 	n     int
+	// strs are the spans of the strings that are values (not keys), in
+	// order, for a chunkTemplate; nstr counts them, past
+	// maxTemplateStrings once there are more.
+	strs [maxTemplateStrings]span
+	nstr int
+}
+
+// valueString records the string value at b[start:p.i].
+func (p *chunkParser) valueString(start int) {
+	if p.nstr < len(p.strs) {
+		p.strs[p.nstr] = span{start, p.i}
+	}
+	p.nstr = min(p.nstr+1, len(p.strs)+1)
 }
 
 // The members handleEvent reads, per level of a chunk: a key that matches
@@ -83,7 +111,8 @@ func (p *chunkParser) event() chunkVerdict {
 	v := p.object(eventFields, func(k int) chunkVerdict {
 		switch eventFields[k] {
 		case "object":
-			return p.stringOrNull(false)
+			var sp span
+			return p.text(&sp) // not counted: a text only for the template
 		case "usage":
 			return p.null()
 		case "choices":
@@ -187,12 +216,14 @@ func (p *chunkParser) add(sp span) {
 	p.n++
 }
 
-// text reads a string or null into sp.
+// text reads a string or null into sp (a value string, for the
+// template).
 func (p *chunkParser) text(sp *span) chunkVerdict {
 	start := p.i
 	v := p.stringOrNull(false)
 	if v == chunkText && p.b[start] == '"' {
 		*sp = span{start, p.i}
+		p.valueString(start)
 	}
 	return v
 }
@@ -215,8 +246,11 @@ func (p *chunkParser) object(fields []string, member func(k int) chunkVerdict) c
 			return chunkInvalid
 		}
 		start := p.i
-		if v := p.stringOrNull(false); v != chunkText {
-			return v
+		plain := p.plainKey()
+		if !plain {
+			if v := p.stringOrNull(true); v != chunkText {
+				return v
+			}
 		}
 		key := p.b[start+1 : p.i-1]
 		p.ws()
@@ -229,7 +263,11 @@ func (p *chunkParser) object(fields []string, member func(k int) chunkVerdict) c
 			return chunkInvalid
 		}
 		var v chunkVerdict
-		switch k := fieldIndex(key, fields); {
+		k := -2 // escaped or not ASCII: it could match once unescaped or folded
+		if plain {
+			k = fieldIndex(key, fields)
+		}
+		switch {
 		case k == -2 || (k >= 0 && seen&(1<<k) != 0):
 			return chunkOther
 		case k >= 0:
@@ -311,42 +349,54 @@ func (p *chunkParser) stringOrNull(key bool) chunkVerdict {
 		}
 		return p.null()
 	}
-	for i := p.i + 1; i < len(p.b); i++ {
-		for i < len(p.b) && plainInString[p.b[i]] {
+	end := stringEnd(p.b, p.i)
+	if end < 0 {
+		return chunkInvalid
+	}
+	p.i = end
+	return chunkText
+}
+
+// stringEnd returns the index after the JSON string starting at b[i] (a
+// '"'), validated as encoding/json does (no control character, valid
+// escapes; invalid UTF-8 is replaced when decoded), or -1 when it is not
+// a valid string.
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		for i < len(b) && plainInString[b[i]] {
 			i++
 		}
-		if i == len(p.b) {
+		if i == len(b) {
 			break
 		}
-		switch c := p.b[i]; {
+		switch c := b[i]; {
 		case c == '"':
-			p.i = i + 1
-			return chunkText
+			return i + 1
 		case c < 0x20:
-			return chunkInvalid
+			return -1
 		case c == '\\':
 			i++
-			if i >= len(p.b) {
-				return chunkInvalid
+			if i >= len(b) {
+				return -1
 			}
-			switch p.b[i] {
+			switch b[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
-				if i+4 >= len(p.b) {
-					return chunkInvalid
+				if i+4 >= len(b) {
+					return -1
 				}
-				for _, h := range p.b[i+1 : i+5] {
+				for _, h := range b[i+1 : i+5] {
 					if !isHex(h) {
-						return chunkInvalid
+						return -1
 					}
 				}
 				i += 4
 			default:
-				return chunkInvalid
+				return -1
 			}
 		}
 	}
-	return chunkInvalid
+	return -1
 }
 
 // plainInString marks the bytes a JSON string holds as they are: all but
@@ -398,9 +448,11 @@ func (p *chunkParser) value() chunkVerdict {
 			}
 			continue
 		case c == '"':
+			start := p.i
 			if v := p.stringOrNull(true); v != chunkText {
 				return v
 			}
+			p.valueString(start)
 		case c == 't':
 			if !bytes.HasPrefix(p.b[p.i:], []byte("true")) {
 				return chunkInvalid
@@ -521,19 +573,15 @@ func (s *StreamReader) jsonText(v []byte) {
 	}
 }
 
-// fieldIndex returns the index of key in fields, -1 when key is none of
-// them, -2 when it matches one only in case, or could once unescaped or
-// folded (a backslash, a byte beyond ASCII).
+// fieldIndex returns the index of key, a plain ASCII key (see plainKey),
+// in fields, -1 when key is none of them, -2 when it matches one only in
+// case.
 func fieldIndex(key []byte, fields []string) int {
-	for _, c := range key {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return -2
-		}
-	}
 	k := -1
 	for i, f := range fields {
-		// key is ASCII: a name it matches in case or not has its length.
-		if len(f) != len(key) {
+		// key is ASCII: a name it matches in case or not has its length,
+		// and its first byte equal but for the case bit.
+		if len(f) != len(key) || key[0]|0x20 != f[0]|0x20 {
 			continue
 		}
 		if string(key) == f {
@@ -545,3 +593,27 @@ func fieldIndex(key []byte, fields []string) int {
 	}
 	return k
 }
+
+// plainKey reads the key at p.i (a '"') when it is plain: printable ASCII
+// with no escape, the only keys fieldIndex matches. It reports whether it
+// did; p.i is left at the key otherwise.
+func (p *chunkParser) plainKey() bool {
+	i := p.i + 1
+	for i < len(p.b) && plainKeyByte[p.b[i]] {
+		i++
+	}
+	if i < len(p.b) && p.b[i] == '"' {
+		p.i = i + 1
+		return true
+	}
+	return false
+}
+
+// plainKeyByte marks the bytes of a plain key: ASCII but the quote, the
+// backslash and control characters.
+var plainKeyByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()

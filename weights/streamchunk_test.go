@@ -2,6 +2,7 @@ package weights
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -101,20 +102,26 @@ func TestChunkTextRandomEvents(t *testing.T) {
 		}
 		// And a mangled copy, mostly not JSON: the verdicts on validity
 		// must be encoding/json's.
-		bad := []byte(string(ev))
-		switch i := rng.IntN(len(bad)); rng.IntN(3) {
-		case 0:
-			bad = bad[:i]
-		case 1:
-			bad[i] = `{}[]",:\ 0-eE.tfn`[rng.IntN(17)]
-		default:
-			bad = append(bad[:i], append([]byte{bad[i]}, bad[i:]...)...)
-		}
-		readBoth(t, bad)
+		readBoth(t, mangle(rng, ev))
 	}
 	if fast < 1000 {
 		t.Errorf("readChunk took %d of 20000 random events; the generator no longer makes text chunks", fast)
 	}
+}
+
+// mangle returns a copy of data cut short, with a byte replaced by one
+// that matters to JSON, or with a byte repeated, at a random place.
+func mangle(rng *rand.Rand, data []byte) []byte {
+	bad := []byte(string(data))
+	switch i := rng.IntN(len(bad)); rng.IntN(3) {
+	case 0:
+		bad = bad[:i]
+	case 1:
+		bad[i] = `{}[]",:\ 0-eE.tfn`[rng.IntN(17)]
+	default:
+		bad = append(bad[:i], append([]byte{bad[i]}, bad[i:]...)...)
+	}
+	return bad
 }
 
 func FuzzChunkText(f *testing.F) {
@@ -190,18 +197,26 @@ func randomValue(rng *rand.Rand, key string, depth int) []byte {
 // benchChunk is a chat chunk as the simulated upstream sends it.
 var benchChunk = []byte(`{"choices":[{"delta":{"content":" quick"},"finish_reason":null,"index":0,"logprobs":null}],"created":1764590000,"id":"chatcmpl-sim12345","model":"gpt-4o-mini","object":"chat.completion.chunk","system_fingerprint":"fp_sim","usage":null}`)
 
-// BenchmarkReadChunk reads a text chunk as every streamed chunk is read;
-// BenchmarkPeerHandleEvent reads it with encoding/json, as every chunk was
-// read before readChunk.
+// BenchmarkReadChunk reads a text chunk in full, as the first chunk of a
+// stream is read, and as the chunks after it are, like the chunk before
+// but for the text (from the template); BenchmarkPeerHandleEvent reads it
+// with encoding/json, as every chunk was read before readChunk.
 func BenchmarkReadChunk(b *testing.B) {
-	s := NewStreamReader(nil, StreamConfig{})
-	b.SetBytes(int64(len(benchChunk)))
-	b.ReportAllocs()
-	for b.Loop() {
-		s.pending = s.pending[:0]
-		if s.readChunk(benchChunk) != chunkText {
-			b.Fatal("not a text chunk")
-		}
+	for _, template := range []bool{false, true} {
+		b.Run(fmt.Sprintf("template=%v", template), func(b *testing.B) {
+			s := NewStreamReader(nil, StreamConfig{})
+			b.SetBytes(int64(len(benchChunk)))
+			b.ReportAllocs()
+			for b.Loop() {
+				s.pending = s.pending[:0]
+				if !template {
+					s.tmpl.reset()
+				}
+				if s.readChunk(benchChunk) != chunkText || !s.tmpl.ok {
+					b.Fatal("not a text chunk")
+				}
+			}
+		})
 	}
 }
 

@@ -41,6 +41,11 @@ func (m *recordingMeter) Int64Counter(name string, opts ...metric.Int64CounterOp
 	return m.Meter.Int64Counter(name, opts...)
 }
 
+func (m *recordingMeter) Int64ObservableCounter(name string, opts ...metric.Int64ObservableCounterOption) (metric.Int64ObservableCounter, error) {
+	m.add(name, metric.NewInt64ObservableCounterConfig(opts...).Unit(), "counter")
+	return m.Meter.Int64ObservableCounter(name, opts...)
+}
+
 func (m *recordingMeter) Int64UpDownCounter(name string, opts ...metric.Int64UpDownCounterOption) (metric.Int64UpDownCounter, error) {
 	m.add(name, metric.NewInt64UpDownCounterConfig(opts...).Unit(), "gauge")
 	return m.Meter.Int64UpDownCounter(name, opts...)

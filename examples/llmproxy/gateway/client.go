@@ -136,11 +136,10 @@ func (w *clientWriter) Flush() { _ = w.FlushError() }
 // Unwrap gives http.ResponseController the writer underneath.
 func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// writeClient writes p to the client of an exchange and flushes it, each
-// step within the client write timeout; it returns the first error, once
-// the client has stopped reading or left.
-func (x *exchange) writeClient(p []byte) error {
-	w := x.c.Response()
+// writeClient writes p to the client of a stream (the echo response w)
+// and flushes it, each step within the client write timeout; it returns
+// the first error, once the client has stopped reading or left.
+func writeClient(w *echo.Response, p []byte) error {
 	if _, err := w.Write(p); err != nil {
 		return err
 	}

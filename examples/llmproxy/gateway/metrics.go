@@ -22,7 +22,7 @@ type instruments struct {
 	clientCancels     metric.Int64Counter
 	streams           metric.Int64UpDownCounter
 	streamsCut        metric.Int64Counter
-	charges           metric.Int64Counter
+	charges           chargeCounter
 	authFailures      metric.Int64Counter
 	authThrottled     metric.Int64Counter
 	usageFallbacks    metric.Int64Counter
@@ -50,8 +50,7 @@ func (m *instruments) init(meter metric.Meter) error {
 		metric.WithDescription("Streams being passed through now."), metric.WithUnit("{stream}"))
 	m.streamsCut, errs[7] = meter.Int64Counter("llmproxy.streams.cut",
 		metric.WithDescription("Streams cut off because the tenant's limit ran out, by code."), metric.WithUnit("{stream}"))
-	m.charges, errs[8] = meter.Int64Counter("llmproxy.stream.charges",
-		metric.WithDescription("Intermediate charges of running streams."), metric.WithUnit("{charge}"))
+	errs[8] = m.charges.init(meter)
 	m.authFailures, errs[9] = meter.Int64Counter("llmproxy.auth.failures",
 		metric.WithDescription("Requests with a missing or unknown API key, by reason (missing_api_key, invalid_api_key)."), metric.WithUnit("{request}"))
 	m.authThrottled, errs[10] = meter.Int64Counter("llmproxy.auth.throttled",

@@ -283,22 +283,23 @@ func (g *Gateway) tooLarge(c echo.Context, limit int64) {
 
 // exchange is one admitted LLM request on its way through the proxy.
 type exchange struct {
+	// What a stream's charge reads comes first.
 	g      *Gateway
-	c      echo.Context
-	st     *state // what the request was decided with
 	tk     admission.Ticket
-	est    weights.Estimate
-	price  weights.Price
 	priced bool
+	// units holds the token units of a stream's charges, which run on
+	// nearly every chunk of a slow stream: one buffer, not one each.
+	units [3]admission.UnitAmount
+	price weights.Price
+
+	c   echo.Context
+	st  *state // what the request was decided with
+	est weights.Estimate
 
 	// For the request log: the request as admitted, when it arrived and
 	// when it was admitted.
 	req               admission.Request
 	arrived, admitted time.Time
-
-	// units holds the token units of a stream's charges, which run on
-	// nearly every chunk of a slow stream: one buffer, not one each.
-	units [3]admission.UnitAmount
 }
 
 // usage converts upstream usage to the admission figures: tokens, the

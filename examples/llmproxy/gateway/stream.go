@@ -47,7 +47,10 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	g.m.streams.Add(ctx, 1)
 	defer g.m.streams.Add(context.Background(), -1)
 
-	ws := g.streams.watch(w.Writer, g.cfg.ClientWriteTimeout)
+	// What the loop touches at every chunk is in one allocation.
+	ls := new(streamLoop)
+	ws, idle, buf := &ls.ws, &ls.idle, ls.buf[:]
+	g.streams.watch(ws, w.Writer, g.cfg.ClientWriteTimeout)
 	defer ws.done()
 	// The chunks' time comes from the watch's coarse clock, unless the
 	// charge interval is too short for its tick.
@@ -55,10 +58,9 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	if g.cfg.ChargeInterval < 4*watchTick {
 		clock = time.Now
 	}
-	idle := startIdleWatch(g.cfg.StreamIdleTimeout, cancel, clock)
+	idle.start(g.cfg.StreamIdleTimeout, cancel, clock)
 	defer idle.stop()
-	buf := make([]byte, streamBuffer)
-	ch := charging{interval: g.cfg.ChargeInterval, last: idle.start}
+	ch := charging{interval: g.cfg.ChargeInterval, last: idle.began}
 	renew, renewed := renewEvery(x.st.file.Config.Policies), time.Time{}
 	var readErr error
 	clientGone, cut := false, false
@@ -70,7 +72,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 			// Each write and flush is bounded by the client write
 			// timeout: a client that stops reading is cut here.
 			ws.begin()
-			if werr := ws.end(x.writeClient(buf[:n])); werr != nil {
+			if werr := ws.end(writeClient(w, buf[:n])); werr != nil {
 				clientGone = true
 				break
 			}
@@ -131,6 +133,15 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	x.settle(u)
 }
 
+// streamLoop is a running stream's state: its watch, its idle watch and
+// its read buffer, together, as the stream touches each at every chunk
+// and a slow stream's state is out of the cache by then.
+type streamLoop struct {
+	ws   watchedStream
+	idle idleWatch
+	buf  [streamBuffer]byte
+}
+
 // renewEvery is how often a running stream calls Renew: a quarter of the
 // shortest max_hold among the concurrency policies, so that a lease, which
 // Renew moves once half its max_hold has passed, is renewed within three
@@ -185,18 +196,35 @@ func produced(sr *weights.StreamReader) weights.Usage {
 	return u
 }
 
-// chargedOpt labels a stream's charges as instruments.count would: built
-// once, the variadic slice too, as a slow stream charges on nearly every
-// chunk.
-var chargedOpt = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "charged")))}
+// chargeCounter counts the charges of running streams, exported as
+// llmproxy.stream.charges{reason="charged"}: a slow stream charges on
+// nearly every chunk, so a charge adds to an atomic count (a few
+// nanoseconds, no attribute lookup), which the instrument reports when
+// read.
+type chargeCounter struct{ n atomic.Int64 }
+
+// init registers the instrument on meter.
+func (c *chargeCounter) init(meter metric.Meter) error {
+	inst, err := meter.Int64ObservableCounter("llmproxy.stream.charges",
+		metric.WithDescription("Intermediate charges of running streams."), metric.WithUnit("{charge}"))
+	if err != nil {
+		return err
+	}
+	charged := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "charged")))
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(inst, c.n.Load(), charged)
+		return nil
+	}, inst)
+	return err
+}
 
 // charge charges the ticket for the stream so far; it returns the
 // rejection when the stream must be cut. It allocates nothing: the
-// units go in the exchange's buffer, and Ticket.Charge returns its
-// *Rejection unwrapped.
+// units go in the exchange's buffer, Ticket.Charge returns its
+// *Rejection unwrapped, and the count is an atomic one.
 func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
 	err := x.tk.Charge(x.usage(x.units[:0], produced(sr)))
-	x.g.m.charges.Add(context.Background(), 1, chargedOpt...)
+	x.g.m.charges.n.Add(1)
 	rej, _ := err.(*admission.Rejection)
 	if rej == nil {
 		return nil
@@ -255,27 +283,28 @@ type idleWatch struct {
 	timeout time.Duration
 	cancel  context.CancelFunc
 	clock   func() time.Time // the coarse clock progress is read from
-	start   time.Time
-	last    atomic.Int64 // nanoseconds from start to the last progress
+	began   time.Time
+	last    atomic.Int64 // nanoseconds from began to the last progress
 	fired   atomic.Bool  // the stream was cancelled for its silence
 
 	mu sync.Mutex
 	t  *time.Timer
 }
 
-func startIdleWatch(timeout time.Duration, cancel context.CancelFunc, clock func() time.Time) *idleWatch {
-	w := &idleWatch{timeout: timeout, cancel: cancel, start: clock(), clock: clock}
+// start starts the watch of a stream that begins now (on clock), to be
+// cancelled after timeout without progress.
+func (w *idleWatch) start(timeout time.Duration, cancel context.CancelFunc, clock func() time.Time) {
+	w.timeout, w.cancel, w.began, w.clock = timeout, cancel, clock(), clock
 	w.mu.Lock()
 	w.t = time.AfterFunc(timeout, w.check)
 	w.mu.Unlock()
-	return w
 }
 
 // progress records that the stream moved at now.
-func (w *idleWatch) progress(now time.Time) { w.last.Store(int64(now.Sub(w.start))) }
+func (w *idleWatch) progress(now time.Time) { w.last.Store(int64(now.Sub(w.began))) }
 
 func (w *idleWatch) check() {
-	silent := w.clock().Sub(w.start) - time.Duration(w.last.Load())
+	silent := w.clock().Sub(w.began) - time.Duration(w.last.Load())
 	if rest := w.timeout - silent; rest > 0 {
 		w.mu.Lock()
 		w.t.Reset(rest)

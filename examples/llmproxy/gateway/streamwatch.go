@@ -49,11 +49,11 @@ type watchedStream struct {
 // cutWrite marks a write the watch has cut.
 const cutWrite = -1
 
-// watch registers an open stream writing to w (the echo response's
-// writer) within timeout; the caller must call done when the stream ends.
-// It starts the watch's goroutine for the first open stream.
-func (sw *streamWatch) watch(w http.ResponseWriter, timeout time.Duration) *watchedStream {
-	s := &watchedStream{w: sw}
+// watch registers s, an open stream writing to w (the echo response's
+// writer) within timeout; the caller must call s.done when the stream
+// ends. It starts the watch's goroutine for the first open stream.
+func (sw *streamWatch) watch(s *watchedStream, w http.ResponseWriter, timeout time.Duration) {
+	*s = watchedStream{w: sw}
 	for w != nil {
 		if cw, ok := w.(*clientWriter); ok {
 			// The watch bounds the stream's writes from now on.
@@ -87,7 +87,6 @@ func (sw *streamWatch) watch(w http.ResponseWriter, timeout time.Duration) *watc
 	}
 	sw.timeout = timeout
 	sw.open[s] = struct{}{}
-	return s
 }
 
 // done unregisters the stream; the connection's write deadline applies

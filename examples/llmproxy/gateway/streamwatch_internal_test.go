@@ -66,7 +66,8 @@ func TestStreamWatchBoundsWrites(t *testing.T) {
 		cw := &clientWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: timeout, r: r}
 		cw.arm()
 		cw.WriteHeader(http.StatusOK)
-		ws := sw.watch(cw, timeout)
+		var ws watchedStream
+		sw.watch(&ws, cw, timeout)
 		defer ws.done()
 		start := time.Now()
 		chunk := make([]byte, 16<<10)
