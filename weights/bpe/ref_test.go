@@ -3,10 +3,9 @@ package bpe
 import (
 	"strings"
 	"sync"
-
-	"github.com/dlclark/regexp2"
 	"testing"
 
+	"github.com/dlclark/regexp2"
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
