@@ -71,8 +71,8 @@
 //
 // Concurrent calls bound for the same Redis node (a Cluster master, a Ring
 // shard; on a single node, every call) share round trips (group commit):
-// decisions, settlements and renewals alike. A node has at most two calls
-// or pipelines on their way at once; a call that arrives while two are
+// decisions, settlements and renewals alike. A node has at most three calls
+// or pipelines on their way at once; a call that arrives while three are
 // waits for the first to return, and then every call that queued
 // meanwhile goes out in one pipeline, sent by a goroutine that lives while
 // calls keep queueing. A call arriving when fewer are on their way is
