@@ -244,7 +244,7 @@
 // system calls and the waking of the goroutines that wait for them, so a
 // request making two calls costs the client about twice what one making
 // one call does, however the round trips are shared: the three-policy
-// request costs about 2.3 times a single decision, client and server
+// request costs 2.3 to 2.6 times a single decision, client and server
 // alike, and stays above twice as long as its settlement is a call of its
 // own. It is, because a settlement is applied before Ticket.Settle
 // returns: the caller's next decision sees it (the figures the tests
