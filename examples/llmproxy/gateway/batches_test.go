@@ -91,16 +91,7 @@ func batchGateway(t *testing.T, policy string, tune func(*gateway.Config, *upstr
 func (s *batchStack) do(t *testing.T, req *http.Request, key string) (*http.Response, []byte) {
 	t.Helper()
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return roundTrip(t, req)
 }
 
 // upload sends jsonl as a batch input file.

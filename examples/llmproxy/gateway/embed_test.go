@@ -71,6 +71,12 @@ func (s *embedded) post(t *testing.T, key, body string) (*http.Response, []byte)
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
+	return roundTrip(t, req)
+}
+
+// roundTrip sends req and returns the answer with its whole body.
+func roundTrip(t *testing.T, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -122,16 +122,7 @@ func (s *anthropicStack) post(t *testing.T, path, key, body string, hdr ...strin
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return roundTrip(t, req)
 }
 
 // limit returns the anthropic-ratelimit-<unit>-remaining of h, and
