@@ -13,14 +13,12 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +26,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sluicehq/sluice/internal/testproc"
 )
 
 const installHint = "run `make test` (it installs the test dependencies) or `apt-get install -y postgresql`"
@@ -138,10 +137,10 @@ func Launch() (*Server, error) {
 	out, err := s.command("initdb", "-D", data, "-U", "sluice", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions").CombinedOutput()
 	if err != nil {
 		os.RemoveAll(s.dir)
-		return nil, fmt.Errorf("initdb: %v: %s", err, lastLines(string(out), 5))
+		return nil, fmt.Errorf("initdb: %v: %s", err, testproc.LastLines(string(out), 5))
 	}
 	for attempt := 0; attempt < 5; attempt++ {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = testproc.FreePort(); err != nil {
 			continue
 		}
 		if err = s.start(); err == nil {
@@ -208,7 +207,7 @@ func (s *Server) start() error {
 		select {
 		case <-done:
 			out, _ := os.ReadFile(logPath)
-			return fmt.Errorf("postgres on port %d exited: %s", s.Port, lastLines(string(out), 5))
+			return fmt.Errorf("postgres on port %d exited: %s", s.Port, testproc.LastLines(string(out), 5))
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -271,23 +270,6 @@ func (s *Server) Restart(tb testing.TB) {
 func (s *Server) Stop() {
 	s.kill()
 	_ = os.RemoveAll(s.dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }
 
 // Conn opens a connection to dsn for a test's own statements, closed

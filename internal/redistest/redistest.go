@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testproc"
 )
 
 const installHint = "run `make test` (it installs the test dependencies) or `apt-get install -y redis-server redis-tools`"
@@ -170,7 +172,7 @@ func (s *Server) start() error {
 		select {
 		case <-exited:
 			out, _ := os.ReadFile(log.Name())
-			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, lastLines(string(out), 5))
+			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, testproc.LastLines(string(out), 5))
 		default:
 		}
 		if r, err := Do(s.Addr, "PING"); err == nil && r == "PONG" {
@@ -181,14 +183,6 @@ func (s *Server) start() error {
 	_ = cmd.Process.Kill()
 	<-exited
 	return fmt.Errorf("redis-server on port %d did not answer PING within 10s", s.Port)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }
 
 // PID returns the process id of the running server, or 0 when stopped.
@@ -303,12 +297,10 @@ func readReply(r *bufio.Reader) (string, error) {
 // (the Cluster bus port) is free too.
 func freePort(bus bool) (int, error) {
 	for i := 0; i < 20; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := testproc.FreePort()
 		if err != nil {
 			return 0, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
 		if !bus {
 			return port, nil
 		}
@@ -353,7 +345,7 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
-		tb.Fatalf("redis-cli --cluster create: %v: %s", err, lastLines(string(out), 5))
+		tb.Fatalf("redis-cli --cluster create: %v: %s", err, testproc.LastLines(string(out), 5))
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for _, a := range c.Addrs {
