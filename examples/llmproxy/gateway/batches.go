@@ -269,6 +269,8 @@ func (g *Gateway) registerBatches(e *echo.Echo) {
 
 // Close stops watching batches: the background polls end and no more
 // start. Open reservations stay as they are (charged at their estimate).
+// The gateway's observable instruments stop reporting. Close is for a
+// gateway that serves no more requests.
 func (g *Gateway) Close() error {
 	b := g.batches
 	b.mu.Lock()
@@ -279,7 +281,7 @@ func (g *Gateway) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	b.wg.Wait()
-	return nil
+	return g.m.unregister()
 }
 
 // roomForFile reports whether a summary can be kept for a new file of

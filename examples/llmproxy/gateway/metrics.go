@@ -30,6 +30,20 @@ type instruments struct {
 	provider          providerInstruments
 	classes           classInstruments
 	opts              sync.Map // attribute key=value → metric.AddOption
+	// regs are the callbacks of the observable instruments, which
+	// Gateway.Close unregisters: a closed gateway reports nothing more and
+	// is not kept alive by its meter.
+	regs []metric.Registration
+}
+
+// unregister ends the reports of the observable instruments.
+func (m *instruments) unregister() error {
+	var errs []error
+	for _, r := range m.regs {
+		errs = append(errs, r.Unregister())
+	}
+	m.regs = nil
+	return errors.Join(errs...)
 }
 
 func (m *instruments) init(meter metric.Meter) error {
@@ -50,7 +64,10 @@ func (m *instruments) init(meter metric.Meter) error {
 		metric.WithDescription("Streams being passed through now."), metric.WithUnit("{stream}"))
 	m.streamsCut, errs[7] = meter.Int64Counter("llmproxy.streams.cut",
 		metric.WithDescription("Streams cut off because the tenant's limit ran out, by code."), metric.WithUnit("{stream}"))
-	errs[8] = m.charges.init(meter)
+	var reg metric.Registration
+	if reg, errs[8] = m.charges.init(meter); reg != nil {
+		m.regs = append(m.regs, reg)
+	}
 	m.authFailures, errs[9] = meter.Int64Counter("llmproxy.auth.failures",
 		metric.WithDescription("Requests with a missing or unknown API key, by reason (missing_api_key, invalid_api_key)."), metric.WithUnit("{request}"))
 	m.authThrottled, errs[10] = meter.Int64Counter("llmproxy.auth.throttled",

@@ -263,7 +263,7 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 	if p == nil || len(p.stores) == 0 {
 		return nil
 	}
-	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		now := g.now()
 		for _, s := range p.stores {
 			for _, st := range gaugeGroups(s.store.Groups(now)) {
@@ -289,6 +289,9 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 		}
 		return nil
 	}, remaining, limit, paused, concurrency, ttfb)
+	if reg != nil {
+		g.m.regs = append(g.m.regs, reg)
+	}
 	return err
 }
 

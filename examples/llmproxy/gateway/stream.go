@@ -203,19 +203,19 @@ func produced(sr *weights.StreamReader) weights.Usage {
 // read.
 type chargeCounter struct{ n atomic.Int64 }
 
-// init registers the instrument on meter.
-func (c *chargeCounter) init(meter metric.Meter) error {
+// init registers the instrument on meter; the registration ends the
+// reports (Gateway.Close unregisters it).
+func (c *chargeCounter) init(meter metric.Meter) (metric.Registration, error) {
 	inst, err := meter.Int64ObservableCounter("llmproxy.stream.charges",
 		metric.WithDescription("Intermediate charges of running streams."), metric.WithUnit("{charge}"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	charged := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "charged")))
-	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(inst, c.n.Load(), charged)
 		return nil
 	}, inst)
-	return err
 }
 
 // charge charges the ticket for the stream so far; it returns the

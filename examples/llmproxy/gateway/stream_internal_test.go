@@ -15,7 +15,8 @@ import (
 func TestChargeCounter(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	var c chargeCounter
-	if err := c.init(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")); err != nil {
+	reg, err := c.init(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := testing.AllocsPerRun(100, func() { c.n.Add(1) }); n != 0 {
@@ -43,6 +44,21 @@ func TestChargeCounter(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Value != 3 || !got[0].Attributes.Equals(ptr(attribute.NewSet(attribute.String("reason", "charged")))) {
 		t.Errorf("llmproxy.stream.charges = %+v; want one point, 3, reason=charged", got)
+	}
+	// Unregistered (Gateway.Close), the counter reports nothing more.
+	if err := reg.Unregister(); err != nil {
+		t.Fatal(err)
+	}
+	rm = metricdata.ResourceMetrics{}
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); m.Name == "llmproxy.stream.charges" && ok && len(sum.DataPoints) > 0 {
+				t.Errorf("after Unregister llmproxy.stream.charges = %+v; want no points", sum.DataPoints)
+			}
+		}
 	}
 }
 
