@@ -81,7 +81,7 @@ func (t *chunkTemplate) set(data []byte, p *chunkParser) {
 		for k < p.nstr && p.strs[k].start != sp.start {
 			k++
 		}
-		if k == p.nstr {
+		if k == p.nstr || t.nt == maxTemplateStrings {
 			return
 		}
 		t.texts[t.nt] = uint8(k)
