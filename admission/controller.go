@@ -131,7 +131,12 @@ func (c *Controller) install(cfg Config) error {
 		p.batcher, _ = st.(backend.Batcher)
 		if in, ok := lim.(backend.Inspector); ok {
 			name := p.Name
-			in.OnEvict(func(n int) { c.obs.PartitionsEvicted(name, n) })
+			in.OnEvict(func(partitions, leases int) {
+				c.obs.PartitionsEvicted(name, partitions)
+				if leases > 0 {
+					c.obs.LeaseExpired(name, leases)
+				}
+			})
 		}
 	}
 	for _, p := range policies {

@@ -29,8 +29,11 @@ type PolicyStats struct {
 }
 
 // Stats returns a snapshot of every policy. It walks the partition tables,
-// so call it at metric collection time, not per request. Expired
-// concurrency leases found on the way are reclaimed and reported.
+// so call it at metric collection time, not per request. It only reads:
+// calling it (a metrics scrape, a status page) at any moment changes no
+// decision. A concurrency lease past its MaxHold counts as not in flight;
+// it is reclaimed, and reported to the observer, by the next request on
+// its partition or when the idle partition is dropped.
 func (c *Controller) Stats() []PolicyStats {
 	cfg := c.cfg.Load()
 	now := c.clock.Now()
@@ -46,9 +49,6 @@ func (c *Controller) Stats() []PolicyStats {
 		if in, ok := p.limiter.(backend.Inspector); ok {
 			ps := in.Stats(&p.base, now)
 			s.Partitions, s.NearLimit, s.InFlight, s.Evicted = ps.Partitions, ps.NearLimit, ps.InFlight, ps.Evicted
-			if ps.Expired > 0 {
-				c.obs.LeaseExpired(p.Name, ps.Expired)
-			}
 		}
 		if p.queues != nil {
 			s.Queued = p.queues.depth()

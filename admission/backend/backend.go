@@ -155,12 +155,16 @@ const KeySeparator = 0x1f
 // partitions live elsewhere, need not.
 type Inspector interface {
 	// Stats walks the partitions evaluated with l at now: how many there
-	// are, how many are near their limit, the cost in flight (concurrency),
-	// and the leases found expired and reclaimed on the way.
+	// are, how many are near their limit and the cost in flight
+	// (concurrency). It only reads: it changes no partition (it refills,
+	// rolls and reclaims nothing), so that a walk at any moment, with the
+	// policy's own limit whatever the partitions' plans, changes no
+	// decision. A lease past its expiry counts as not held.
 	Stats(l *limits.Limit, now time.Time) Stats
-	// OnEvict registers f, called with the number of idle partitions each
-	// sweep of the table evicts.
-	OnEvict(f func(n int))
+	// OnEvict registers f, called after each sweep of the table that
+	// evicts idle partitions with their number and the number of expired
+	// concurrency leases they still held (reclaimed with them).
+	OnEvict(f func(partitions, leases int))
 }
 
 // Stats describes a limiter's partitions (see Inspector).
@@ -169,10 +173,8 @@ type Stats struct {
 	Partitions int
 	// NearLimit counts partitions that have used 80% of their limit.
 	NearLimit int
-	// InFlight is the cost held by concurrency leases.
+	// InFlight is the cost held by concurrency leases not yet expired.
 	InFlight int64
-	// Expired counts the leases reclaimed during the walk.
-	Expired int
 	// Evicted counts the partitions evicted since the limiter was created.
 	Evicted uint64
 }

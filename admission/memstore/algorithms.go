@@ -148,7 +148,7 @@ func (c *cell) adjust(l *limits.Limit, g *backend.Grant, delta int64, now int64)
 		}
 	}
 	g.Taken += delta
-	g.Remaining = c.remaining(l, now)
+	g.Remaining, _ = c.standing(l, now)
 }
 
 // bounded returns a count within [0, l.Amount]: the debt bound of the
@@ -157,17 +157,60 @@ func bounded(count float64, l *limits.Limit) float64 {
 	return min(max(count, 0), float64(l.Amount))
 }
 
-// remaining is what the partition has left now, after a roll or refill.
-func (c *cell) remaining(l *limits.Limit, now int64) int64 {
+// standing returns what the partition has left at now under l, and the
+// cost its live leases hold (concurrency), as an acquisition at now would
+// find them before taking anything: a bucket refilled, a window rolled,
+// log entries and leases past their time left out. It changes nothing in
+// c, so reading the figures (Stats) never alters a decision.
+func (c *cell) standing(l *limits.Limit, now int64) (remaining, inflight int64) {
+	used := c.a
 	switch l.Algorithm {
 	case limits.TokenBucket:
-		return floorNonNeg(c.a)
+		a := c.a
+		if now > c.t {
+			perNs, _ := l.Rates()
+			a = min(float64(l.Capacity()), a+float64(now-c.t)*perNs)
+		}
+		return floorNonNeg(a), 0
+	case limits.FixedWindow:
+		if now/int64(l.Per) != c.t {
+			used = 0
+		}
 	case limits.SlidingWindow:
-		weight := 1 - float64(now-c.t*int64(l.Per))/float64(l.Per)
-		return max(0, l.Amount-int64(math.Ceil(c.b*weight+c.a)))
+		idx := now / int64(l.Per)
+		a, b := c.a, c.b
+		switch idx {
+		case c.t:
+		case c.t + 1:
+			a, b = 0, a
+		default:
+			a, b = 0, 0
+		}
+		weight := 1 - float64(now-idx*int64(l.Per))/float64(l.Per)
+		used = math.Ceil(b*weight + a)
+	case limits.SlidingLog:
+		if c.x != nil {
+			r := &c.x.log
+			for i := 0; i < r.size && r.at(i).at <= now-int64(l.Per); i++ {
+				used -= float64(r.at(i).cost)
+			}
+		}
+	case limits.Concurrency:
+		used = 0
+		if c.x != nil {
+			for _, ls := range c.x.leases {
+				if ls.exp > now {
+					used += float64(ls.n)
+				}
+			}
+		}
+		inflight = int64(used)
 	default:
-		return max(0, l.Amount-int64(c.a))
+		if start, _ := limits.QuotaPeriod(l, now); c.t != start {
+			used = 0
+		}
 	}
+	return max(0, l.Amount-int64(used)), inflight
 }
 
 // calmAt returns the instant (ns) from which c holds nothing a fresh

@@ -63,7 +63,7 @@ type memLimiter struct {
 	idle          int64
 	overflow      limits.OverflowMode
 	evicted       atomic.Uint64
-	onEvict       func(n int)
+	onEvict       func(partitions, leases int)
 	ovf           struct {
 		sync.Mutex
 		c    cell
@@ -197,9 +197,13 @@ func (sh *shard) alloc() *cell {
 // sweep drops partitions whose state is neutral: idle ones, or any neutral
 // one when the shard is full (dropping a neutral partition changes nothing).
 func (l *memLimiter) sweep(sh *shard, now int64, full bool) int {
-	n := 0
+	n, leases := 0, 0
 	for k, c := range sh.m {
 		if (full || now-c.used >= l.idle) && now >= c.calm {
+			if c.x != nil {
+				// Past its calm instant every lease has expired.
+				leases += len(c.x.leases)
+			}
 			delete(sh.m, k)
 			*c = cell{}
 			sh.free = append(sh.free, c)
@@ -210,7 +214,7 @@ func (l *memLimiter) sweep(sh *shard, now int64, full bool) int {
 		l.count.Add(int64(-n))
 		l.evicted.Add(uint64(n))
 		if l.onEvict != nil {
-			l.onEvict(n)
+			l.onEvict(n, leases)
 		}
 	}
 	return n
@@ -290,9 +294,9 @@ var (
 )
 
 // OnEvict registers f, called with the number of idle partitions each sweep
-// evicts. The controller registers it when it installs the policy, before
-// any request reaches the limiter.
-func (l *memLimiter) OnEvict(f func(n int)) { l.onEvict = f }
+// evicts and of the expired leases they held. The controller registers it
+// when it installs the policy, before any request reaches the limiter.
+func (l *memLimiter) OnEvict(f func(partitions, leases int)) { l.onEvict = f }
 
 // Renew implements Renewer.
 func (l *memLimiter) Renew(_ context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
@@ -311,19 +315,21 @@ func (l *memLimiter) Renew(_ context.Context, key string, lim *limits.Limit, g *
 	return nil
 }
 
-// Stats walks the table: partitions, those near the limit, cost in flight,
-// and the leases it reclaims on the way.
+// Stats walks the table: partitions, those near the limit and the cost in
+// flight. It only reads: every figure is worked out as of now without
+// refilling, rolling or reclaiming anything, so a walk at any moment, with
+// any limit, changes no decision (a lease past its MaxHold counts as not
+// held; the next acquisition or renewal on its partition, or the sweep
+// that drops the partition, reclaims it).
 func (l *memLimiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
-	var parts, near, expired int
+	var parts, near int
 	var inflight int64
 	ns := now.UnixNano()
 	threshold := 0.8 * float64(lim.Capacity())
 	visit := func(c *cell) {
-		if lim.Algorithm == limits.Concurrency {
-			expired += int(c.concExpire(ns))
-			inflight += int64(c.a)
-		}
-		if float64(lim.Capacity()-c.remaining(lim, ns)) >= threshold {
+		rem, held := c.standing(lim, ns)
+		inflight += held
+		if float64(lim.Capacity()-rem) >= threshold {
 			near++
 		}
 	}
@@ -332,9 +338,6 @@ func (l *memLimiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
 		sh.mu.Lock()
 		parts += len(sh.m)
 		for _, c := range sh.m {
-			if lim.Algorithm == limits.TokenBucket {
-				c.bucketFill(lim, ns)
-			}
 			visit(c)
 		}
 		sh.mu.Unlock()
@@ -344,5 +347,5 @@ func (l *memLimiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
 		visit(&l.ovf.c)
 	}
 	l.ovf.Unlock()
-	return backend.Stats{Partitions: parts, NearLimit: near, InFlight: inflight, Expired: expired, Evicted: l.evicted.Load()}
+	return backend.Stats{Partitions: parts, NearLimit: near, InFlight: inflight, Evicted: l.evicted.Load()}
 }

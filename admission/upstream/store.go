@@ -442,7 +442,7 @@ func (l *limiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
 }
 
 // OnEvict implements backend.Inspector.
-func (l *limiter) OnEvict(f func(n int)) {
+func (l *limiter) OnEvict(f func(partitions, leases int)) {
 	if in, ok := l.inner.(backend.Inspector); ok {
 		in.OnEvict(f)
 	}
