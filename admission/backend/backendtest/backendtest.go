@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -252,11 +253,12 @@ func RunCases(t *testing.T, newStore func(t *testing.T) backend.Store) {
 			if start.IsZero() {
 				start = Epoch
 			}
-			key := "conformance-" + tc.Name
+			name := "conformance-" + tc.Name
 			ctx := context.Background()
 			grants := make([]backend.Grant, len(tc.Steps))
 			for i, s := range tc.Steps {
 				now := start.Add(s.At)
+				key, done := view(name)
 				switch {
 				case s.Release:
 					g := grants[s.Ref]
@@ -306,8 +308,27 @@ func RunCases(t *testing.T, newStore func(t *testing.T) backend.Store) {
 						t.Errorf("step %d: Acquire(t+%v, %d) expired = %d; want %d", i, s.At, s.N, g.Expired, s.Expired)
 					}
 				}
+				done()
 			}
 		})
+	}
+}
+
+// view returns s as the controller hands keys to a store: a view of a
+// buffer that is valid only during the call (the controller builds
+// composite keys in a reused buffer). Call done after the call: it
+// overwrites the buffer, so that a store that kept the key without
+// copying it now holds another key, and the suite sees its partitions
+// lost. Every call of the suite gets its key this way.
+func view(s string) (key string, done func()) {
+	if s == "" {
+		return "", func() {}
+	}
+	buf := []byte(s)
+	return unsafe.String(&buf[0], len(buf)), func() {
+		for i := range buf {
+			buf[i] = '#'
+		}
 	}
 }
 
@@ -372,7 +393,10 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) backend.Store, tr T
 				if p.Algorithm == limits.Concurrency && len(inflight) > 0 && rng.IntN(2) == 0 {
 					j := rng.IntN(len(inflight))
 					o := inflight[j]
-					if err := lim.Release(ctx, o.key, &l, &o.g, Epoch.Add(now)); err != nil {
+					k, done := view(o.key)
+					err := lim.Release(ctx, k, &l, &o.g, Epoch.Add(now))
+					done()
+					if err != nil {
 						t.Fatal(err)
 					}
 					held[o.key] -= o.n
@@ -380,7 +404,9 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) backend.Store, tr T
 					continue
 				}
 				n := 1 + rng.Int64N(tr.MaxN)
-				g, err := Acquire(ctx, lim, key, &l, n, Epoch.Add(now))
+				k, done := view(key)
+				g, err := Acquire(ctx, lim, k, &l, n, Epoch.Add(now))
+				done()
 				if err != nil {
 					t.Fatal(err)
 				}
