@@ -169,6 +169,20 @@
 // within a tenant: one tenant's backlog on a shared cap does not delay
 // another tenant's single request behind all of it. TryAdmit never waits.
 //
+// A request waiting in a queue holds no concurrency permit of another
+// policy. Before it waits, the concurrency permits the policies decided
+// before the queued one gave it (Begin's included) are given back; when
+// its turn comes they are taken again with the queued policy's, all or
+// none, straight from their limiters (an earlier policy's own queue is
+// not waited in again). A waiter whose policy has room while an earlier
+// cap is full keeps its place and takes nothing, and tries again at the
+// next release in its queue or poll (every 100ms). Its rate charges stay
+// taken while it waits: they count work that will run, and are refunded
+// if it never does. So one tenant's backlog on its own cap never fills a
+// cap it shares with others: with a global cap of 4 and a tenant cap of 2
+// with a queue, seven requests of one tenant run two and queue five, and
+// another tenant's request is admitted.
+//
 // Strict priority lets a busy high class starve the others. Queue.Shares
 // instead guarantees priority classes shares of a contended policy (for
 // example interactive traffic at least 70%, everything else at least

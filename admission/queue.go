@@ -105,16 +105,21 @@ const (
 )
 
 type waiter struct {
-	h      *held // valid only while the waiter is queued
-	key    string
-	sh     *qshard
-	tenant string
-	prio   int
-	order  limits.Order
-	state  int
-	grant  backend.Grant
-	done   chan struct{}
-	queued time.Time
+	h *held // valid only while the waiter is queued
+	// yielded are the concurrency permits of the policies decided before
+	// this one that the request gave back to wait: dispatch takes them
+	// again with this policy's, all or none. Valid while queued, as h.
+	yielded []*held
+	retaken []backend.Grant // dispatch's attempt at yielded's grants
+	key     string
+	sh      *qshard
+	tenant  string
+	prio    int
+	order   limits.Order
+	state   int
+	grant   backend.Grant
+	done    chan struct{}
+	queued  time.Time
 }
 
 func newQueueSet(c *Controller, st *policyState) *queueSet {
@@ -173,7 +178,12 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		}
 		sh.m[q.key] = q
 	}
-	w := &waiter{h: h, key: q.key, sh: sh, tenant: t.tenant, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
+	// A waiting request holds no slot: the concurrency permits earlier
+	// policies gave it go back now, and are taken again when it is served.
+	// (The shard locks of earlier policies, which giving back may take,
+	// always come after a later policy's: no lock order cycle.)
+	yielded := c.yield(t, h, now)
+	w := &waiter{h: h, yielded: yielded, key: q.key, sh: sh, tenant: t.tenant, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
 	w.prio = t.priority
 	q.push(w)
 	if q.n == 1 {
@@ -204,6 +214,11 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	h.wait = c.clock.Now().Sub(now)
 	switch state {
 	case granted:
+		for _, o := range yielded {
+			// Every enforcing one was taken again (a shadow one may
+			// report that it would reject).
+			_ = c.decide(t, o)
+		}
 		h.grant = g
 		return c.decide(t, h)
 	case timedOut:
@@ -282,6 +297,13 @@ func (qs *queueSet) dispatch(key string) {
 			qs.arm(q, w.h, g, now)
 			return
 		}
+		if !qs.retake(w, now) {
+			// Its earlier policies have no room now: it keeps its place,
+			// and this policy's permits go back until the next attempt.
+			qs.giveBack(w.h, &g, now)
+			qs.arm(q, w.h, backend.Grant{}, now)
+			return
+		}
 		q.charge(w.prio, w.h.est)
 		qs.hold(sh, q.key, w.prio, w.h, &g, now)
 		q.pop(w)
@@ -289,6 +311,82 @@ func (qs *queueSet) dispatch(key string) {
 		close(w.done)
 	}
 	delete(sh.m, key)
+}
+
+// yield gives back the concurrency permits t holds from the policies
+// evaluated before h, for a request about to wait in h's queue, and
+// returns their ops, for dispatch to take again. Rate charges stay: they
+// count work that will run, and are refunded if it never does.
+func (c *Controller) yield(t *ticket, h *held, now time.Time) []*held {
+	var out []*held
+	for i := range t.ops {
+		o := &t.ops[i]
+		if o == h {
+			break
+		}
+		if o.taken && o.p.Algorithm == limits.Concurrency {
+			o.taken = false
+			c.settleOne(o, 0, now, true)
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// retake takes again the concurrency permits w gave back when it queued,
+// for w about to be served: all the enforcing ones, or none (a shadow one
+// that does not fit is left to report that it would reject). The ops'
+// grants change only when it succeeds, so a waiter never served reports
+// what its earlier policies first decided. Callers hold the lock of w's
+// shard; the locks retake takes are earlier policies'.
+func (qs *queueSet) retake(w *waiter, now time.Time) bool {
+	c := qs.c
+	if w.retaken == nil {
+		w.retaken = make([]backend.Grant, len(w.yielded))
+	}
+	for i, o := range w.yielded {
+		g := &w.retaken[i]
+		err := o.limiterOf().Acquire(context.Background(), o.key, o.lim, o.est, now, g)
+		c.settleFailed(o, err)
+		if g.Expired > 0 {
+			c.obs.LeaseExpired(o.p.Name, int(g.Expired))
+			g.Expired = 0
+		}
+		if err == nil && (g.OK || o.mode == limits.Shadow) {
+			continue
+		}
+		for j, b := range w.yielded[:i] {
+			if w.retaken[j].OK {
+				first := b.grant
+				b.grant = w.retaken[j]
+				c.settleOne(b, 0, now, true)
+				b.grant = first
+			}
+		}
+		return false
+	}
+	for i, o := range w.yielded {
+		o.grant = w.retaken[i]
+		if o.grant.OK && o.p.queues != nil && !o.local {
+			osh := o.p.queues.shard(o.key)
+			osh.mu.Lock()
+			o.p.queues.hold(osh, o.key, w.prio, o, &o.grant, now)
+			osh.mu.Unlock()
+		}
+	}
+	return true
+}
+
+// giveBack returns the permits g took from h's policy for a waiter that
+// is not served after all. Callers hold the lock of the queue's shard, so
+// the queue is not served from here.
+func (qs *queueSet) giveBack(h *held, g *backend.Grant, now time.Time) {
+	ctx := context.Background()
+	if h.p.Algorithm == limits.Concurrency {
+		qs.c.settleFailed(h, qs.st.limiter.Release(ctx, h.key, h.lim, g, now))
+	} else if g.Taken != 0 {
+		qs.c.settleFailed(h, qs.st.limiter.Adjust(ctx, h.key, h.lim, g, -g.Taken, now))
+	}
 }
 
 // remove takes w out of its queue unless it was already served. It may run

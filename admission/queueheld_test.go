@@ -1,0 +1,152 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+)
+
+// inFlight returns the cost in flight of each policy of c, by name.
+func inFlight(c *admission.Controller) map[string]int64 {
+	m := map[string]int64{}
+	for _, s := range c.Stats() {
+		m[s.Name] = s.InFlight
+	}
+	return m
+}
+
+// queuedOn returns the number of requests waiting in c's policy name.
+func queuedOn(c *admission.Controller, name string) int {
+	for _, s := range c.Stats() {
+		if s.Name == name {
+			return s.Queued
+		}
+	}
+	return -1
+}
+
+// TestQueueHoldsNoOtherPermits: a request waiting in a tenant's queue
+// holds no permit of the global cap decided before it. With a global cap
+// of 4 and tenant a's cap of 2 with a queue, 7 requests of a run 2 and
+// queue 5, and b's request is admitted under the global cap; a's waiters
+// are served as a's requests end, each taking its global permit again.
+func TestQueueHoldsNoOtherPermits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := admissiontest.NewClock(backendtest.Epoch)
+		c := newController(t, clock, nil,
+			admission.Policy{Name: "global", Key: []limits.KeyPart{limits.KeyGlobal}, Algorithm: limits.Concurrency, Limit: 4},
+			admission.Policy{Name: "tenant", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 2,
+				Queue: limits.Queue{Size: 10, Timeout: time.Minute}})
+		ctx := context.Background()
+		served := make(chan admission.Ticket, 7)
+		for range 7 {
+			go func() {
+				tk, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+				if err != nil {
+					t.Error(err)
+				}
+				served <- tk
+			}()
+		}
+		synctest.Wait()
+		// Errors, not fatal ones, from here: the requests must all end
+		// for the bubble to.
+		if got := queuedOn(c, "tenant"); got != 5 {
+			t.Errorf("a's requests queued = %d; want 5", got)
+		}
+		if got := inFlight(c); got["global"] != 2 || got["tenant"] != 2 {
+			t.Errorf("in flight with 5 of a's requests queued = %v; want global 2, tenant 2", got)
+		}
+		b, err := c.TryAdmit(ctx, admission.Request{Tenant: "b"})
+		if err != nil {
+			t.Errorf("b's request with 2 of the global cap's 4 permits held: %v; want admitted", err)
+		}
+		for i := range 7 {
+			(<-served).Done()
+			synctest.Wait()
+			if got, want := inFlight(c)["global"], int64(1+min(2, 6-i)); got != want {
+				t.Errorf("global in flight after %d of a's requests ended = %d; want %d", i+1, got, want)
+			}
+		}
+		b.Done()
+		if got := inFlight(c); got["global"] != 0 || got["tenant"] != 0 {
+			t.Errorf("in flight after every request ended = %v; want none", got)
+		}
+	})
+}
+
+// TestQueueRetakesAllOrNothing: a waiter whose own policy has room again
+// while the global cap it gave back is full keeps its place and takes
+// nothing, then is served once the global cap has room, holding both.
+func TestQueueRetakesAllOrNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := admissiontest.NewClock(backendtest.Epoch)
+		c := newController(t, clock, nil,
+			admission.Policy{Name: "global", Key: []limits.KeyPart{limits.KeyGlobal}, Algorithm: limits.Concurrency, Limit: 4, MaxHold: time.Hour},
+			admission.Policy{Name: "tenant", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 2, MaxHold: 10 * time.Second,
+				Queue: limits.Queue{Size: 10, Timeout: time.Minute}})
+		ctx := context.Background()
+		var running []admission.Ticket
+		for range 2 {
+			tk, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = append(running, tk)
+		}
+		served := make(chan error, 1)
+		var third admission.Ticket
+		go func() {
+			var err error
+			third, err = c.Admit(ctx, admission.Request{Tenant: "a"})
+			served <- err
+		}()
+		synctest.Wait()
+		var others []admission.Ticket
+		for _, tenant := range []string{"b", "c"} {
+			tk, err := c.TryAdmit(ctx, admission.Request{Tenant: tenant})
+			if err != nil {
+				t.Fatalf("%s: %v; want admitted while a's third request waits", tenant, err)
+			}
+			others = append(others, tk)
+		}
+		if _, err := c.TryAdmit(ctx, admission.Request{Tenant: "d"}); !errors.Is(err, admission.ErrConcurrencyLimited) {
+			t.Fatalf("d with 4 requests running: %v; want the global cap's refusal", err)
+		}
+		// a's two running requests lose their tenant leases (never
+		// renewed), not their global ones: the waiter's own policy has
+		// room, the global cap none.
+		clock.Advance(10 * time.Second)
+		synctest.Wait()
+		select {
+		case err := <-served:
+			t.Fatalf("a's third request served with the global cap full (err %v)", err)
+		default:
+		}
+		if got := inFlight(c); got["global"] != 4 || got["tenant"] != 0 {
+			t.Fatalf("in flight while the waiter cannot be served = %v; want global 4, tenant 0", got)
+		}
+		others[0].Done()
+		clock.Advance(time.Second)
+		synctest.Wait()
+		if err := <-served; err != nil {
+			t.Fatalf("a's third request once the global cap has room: %v", err)
+		}
+		if got := inFlight(c); got["global"] != 4 || got["tenant"] != 1 {
+			t.Fatalf("in flight once the waiter is served = %v; want global 4, tenant 1", got)
+		}
+		for _, tk := range append(running, others[1], third) {
+			tk.Done()
+		}
+		if got := inFlight(c); got["global"] != 0 || got["tenant"] != 0 {
+			t.Errorf("in flight after every request ended = %v; want none", got)
+		}
+	})
+}
