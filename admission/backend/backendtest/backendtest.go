@@ -353,7 +353,10 @@ type Traffic struct {
 // length in any interval, a fixed window at most its limit per window, a
 // sliding log at most its limit in every rolling window, a sliding window
 // counter at most its limit per aligned window and twice it in any rolling
-// window, and concurrency never exceeds its cap in flight.
+// window, and concurrency never exceeds its cap in flight. For a limiter
+// that implements backend.Inspector, it also checks that reading is pure:
+// the same traffic, over partitions of different limits (as plans give
+// them), answers the same with Stats called at random between its calls.
 func RunProperties(t *testing.T, newStore func(t *testing.T) backend.Store, tr Traffic) {
 	s := time.Second
 	policies := []limits.Policy{
@@ -364,6 +367,7 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) backend.Store, tr T
 		{Name: "c", Algorithm: limits.Concurrency, Limit: 12, MaxHold: time.Hour},
 	}
 	for _, p := range policies {
+		t.Run(p.Name+"/reads", func(t *testing.T) { checkPureReads(t, newStore, p, tr) })
 		t.Run(p.Name, func(t *testing.T) {
 			st := newStore(t)
 			lim, err := st.Limiter(&p)
@@ -463,6 +467,83 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) backend.Store, tr T
 				}
 			}
 		})
+	}
+}
+
+// checkPureReads runs tr against p on two stores, the second with
+// Inspector.Stats (given the policy's own limit) called at random between
+// the calls, and fails when any answer differs. Partition k0 has twice
+// the policy's own limit, k1 the limit, k2 half of it, as plans give
+// tenants.
+func checkPureReads(t *testing.T, newStore func(t *testing.T) backend.Store, p limits.Policy, tr Traffic) {
+	if lim, err := newStore(t).Limiter(&p); err != nil {
+		t.Fatal(err)
+	} else if _, ok := lim.(backend.Inspector); !ok {
+		t.Skip("the limiter is no backend.Inspector: nothing reads its partitions")
+	}
+	base := p.Base()
+	lims := make([]limits.Limit, max(tr.Keys, 1))
+	for i := range lims {
+		o := p
+		o.Limit, o.Burst = p.Limit<<1>>(i%3), p.Burst<<1>>(i%3)
+		lims[i] = o.Base()
+	}
+	run := func(reads bool) []string {
+		lim, err := newStore(t).Limiter(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, _ := lim.(backend.Inspector)
+		rng := rand.New(rand.NewPCG(tr.Seed, 0x7ead))
+		readRng := rand.New(rand.NewPCG(tr.Seed, 0x5eed))
+		ctx := context.Background()
+		type open struct {
+			i int
+			g backend.Grant
+		}
+		var log []string
+		var held []open
+		now := Epoch
+		for range tr.Ops {
+			if reads && readRng.IntN(2) == 0 {
+				in.Stats(&base, now)
+			}
+			now = now.Add(time.Duration(rng.Int64N(int64(tr.MaxDt) + 1)))
+			i := rng.IntN(len(lims))
+			key, done := view(fmt.Sprintf("k%d", i))
+			var g backend.Grant
+			switch op := rng.IntN(4); {
+			case op > 0 || len(held) == 0:
+				err = lim.Acquire(ctx, key, &lims[i], 1+rng.Int64N(tr.MaxN), now, &g)
+				if g.OK {
+					held = append(held, open{i, g})
+				}
+			default:
+				j := rng.IntN(len(held))
+				o := held[j]
+				done()
+				key, done = view(fmt.Sprintf("k%d", o.i))
+				g = o.g
+				if p.Algorithm == limits.Concurrency {
+					err = lim.Release(ctx, key, &lims[o.i], &g, now)
+				} else {
+					err = lim.Adjust(ctx, key, &lims[o.i], &g, rng.Int64N(2*tr.MaxN+1)-tr.MaxN, now)
+				}
+				held = append(held[:j], held[j+1:]...)
+			}
+			done()
+			if err != nil {
+				t.Fatal(err)
+			}
+			log = append(log, fmt.Sprintf("at %v: %+v", now.Sub(Epoch), g))
+		}
+		return log
+	}
+	plain, read := run(false), run(true)
+	for i := range read {
+		if read[i] != plain[i] {
+			t.Fatalf("call %d with Stats called between the calls: %s; want (without) %s", i, read[i], plain[i])
+		}
 	}
 }
 
