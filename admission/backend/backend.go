@@ -37,8 +37,12 @@ type Limiter interface {
 	// into debt, by its capacity at most), and the count of a fixed or
 	// sliding window's current window, a sliding log's total and a quota's
 	// use within [0, Amount]. The part of a charge beyond the bound is
-	// forgiven; a refund never takes a count below zero. So no retry-after
-	// exceeds the policy's horizon (see the package documentation).
+	// forgiven; a refund never takes a count below zero. A count is
+	// changed by delta only, never clamped down to l: l is the limit the
+	// grant was taken under, and a count above it (let through by a limit
+	// a reload raised since) counts admissions that happened. So no
+	// retry-after exceeds the policy's horizon (see the package
+	// documentation).
 	Adjust(ctx context.Context, key string, l *limits.Limit, g *Grant, delta int64, now time.Time) error
 	// Release gives back what a concurrency grant holds. It is a no-op for
 	// rate algorithms, and for a grant already released or expired.

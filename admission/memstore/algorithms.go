@@ -123,15 +123,15 @@ func (c *cell) adjust(l *limits.Limit, g *backend.Grant, delta int64, now int64)
 	case limits.FixedWindow:
 		c.fixedRoll(l, now)
 		if g.Stamp == c.t || delta > 0 {
-			c.a = bounded(c.a+d, l)
+			c.a = bounded(c.a, d, l)
 		}
 	case limits.SlidingWindow:
 		c.slidingRoll(l, now)
 		switch {
 		case g.Stamp == c.t || delta > 0:
-			c.a = bounded(c.a+d, l)
+			c.a = bounded(c.a, d, l)
 		case g.Stamp == c.t-1:
-			c.b = bounded(c.b+d, l)
+			c.b = bounded(c.b, d, l)
 		}
 	case limits.SlidingLog:
 		c.logAdjust(l, g, delta, now)
@@ -144,17 +144,24 @@ func (c *cell) adjust(l *limits.Limit, g *backend.Grant, delta int64, now int64)
 			c.t, c.a = start, 0
 		}
 		if g.Stamp == start || delta > 0 {
-			c.a = bounded(c.a+d, l)
+			c.a = bounded(c.a, d, l)
 		}
 	}
 	g.Taken += delta
 	g.Remaining, _ = c.standing(l, now)
 }
 
-// bounded returns a count within [0, l.Amount]: the debt bound of the
-// counting algorithms.
-func bounded(count float64, l *limits.Limit) float64 {
-	return min(max(count, 0), float64(l.Amount))
+// bounded returns count changed by d within the debt bound of the
+// counting algorithms: a refund (d < 0) lowers it by d, to zero at most;
+// a charge raises it by d, to l.Amount at most, and never lowers it. l is
+// the limit a ticket was admitted under, which a reload may have changed
+// since: a count above it (left by a higher limit) counts admissions that
+// happened, and a refund must not forget them.
+func bounded(count, d float64, l *limits.Limit) float64 {
+	if d < 0 {
+		return max(count+d, 0)
+	}
+	return max(count, min(count+d, float64(l.Amount)))
 }
 
 // standing returns what the partition has left at now under l, and the

@@ -209,12 +209,17 @@ local function count_take(o, n, g, reset)
   g.rem = amount - math.min(o.a, amount)
 end
 ALG[1].take = function(o, n, g) count_take(o, n, g, o.p2 - o.el) end
--- bounded keeps a count within [0, limit]: the debt bound of the counting
--- algorithms.
-local function bounded(o, x) return math.min(math.max(x, 0), o.p1) end
+-- bounded changes a count by d within the debt bound of the counting
+-- algorithms: a refund lowers it to zero at most, a charge raises it to
+-- the limit at most and never lowers it (a count above the limit a ticket
+-- was admitted under counts admissions a higher limit let through).
+local function bounded(o, x, d)
+  if d < 0 then return math.max(x + d, 0) end
+  return math.max(x, math.min(x + d, o.p1))
+end
 ALG[1].adjust = function(o, d, ss, sn)
   if (ss == o.ws and sn == o.wn) or d > 0 then
-    o.a = bounded(o, o.a + d)
+    o.a = bounded(o, o.a, d)
     o.dirty = true
   end
   return math.max(0, o.p1 - o.a)
@@ -272,10 +277,10 @@ end
 ALG[2].adjust = function(o, d, ss, sn)
   local diff = tdiff(ss, sn, o.ws, o.wn)
   if diff == 0 or d > 0 then
-    o.a = bounded(o, o.a + d)
+    o.a = bounded(o, o.a, d)
     o.dirty = true
   elseif diff == -o.p2 then
-    o.b = bounded(o, o.b + d)
+    o.b = bounded(o, o.b, d)
     o.dirty = true
   end
   return math.max(0, o.p1 - math.ceil(sw_est(o)))

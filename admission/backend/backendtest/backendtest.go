@@ -32,6 +32,10 @@ type Step struct {
 	Release bool
 	Renew   bool
 	Ref     int // index of an earlier acquire step whose grant to act on
+	// Limit, when non-zero, replaces the policy's Limit (and Burst) for
+	// this step, as a reload or a plan does: a settlement passes the limit
+	// its ticket was admitted under.
+	Limit int64
 
 	// OK is, for a renewal, whether the lease was still held.
 	OK         bool
@@ -209,6 +213,24 @@ func Cases() []Case {
 			{At: s, Ref: 0, Adjust: -5, Remaining: 5},
 			{At: s, N: 5, OK: true, Remaining: 0, Reset: 9 * s},
 		}},
+		// A ticket admitted under a lower limit (before a reload raised
+		// it) is refunded: the count loses the refund, never the
+		// admissions the higher limit let through since.
+		{Name: "fixed_window/refund_under_older_limit", Policy: limits.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 3, Per: time.Hour}, Steps: []Step{
+			{At: 0, N: 1, Limit: 1, OK: true, Remaining: 0, Reset: time.Hour},
+			{At: s, N: 1, OK: true, Remaining: 1, Reset: time.Hour - s},
+			{At: 2 * s, N: 1, OK: true, Remaining: 0, Reset: time.Hour - 2*s},
+			{At: 3 * s, Ref: 0, Adjust: -1, Limit: 1, Remaining: 0},
+			{At: 4 * s, N: 1, OK: true, Remaining: 0, Reset: time.Hour - 4*s},
+			{At: 5 * s, N: 1, OK: false, Remaining: 0, RetryAfter: time.Hour - 5*s, Reset: time.Hour - 5*s},
+		}},
+		{Name: "quota/refund_under_older_limit", Policy: limits.Policy{Name: "qf", Algorithm: limits.Quota, Limit: 30, Period: limits.PeriodFixed, Per: time.Hour}, Steps: []Step{
+			{At: 0, N: 10, Limit: 10, OK: true, Remaining: 0, Reset: time.Hour},
+			{At: s, N: 20, OK: true, Remaining: 0, Reset: time.Hour - s},
+			{At: 2 * s, Ref: 0, Adjust: -4, Limit: 10, Remaining: 0},
+			{At: 3 * s, N: 4, OK: true, Remaining: 0, Reset: time.Hour - 3*s},
+			{At: 4 * s, N: 1, OK: false, Remaining: 0, RetryAfter: time.Hour - 4*s, Reset: time.Hour - 4*s},
+		}},
 		{Name: "sliding_window/debt_bound", Policy: limits.Policy{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 10, Per: 10 * s}, Steps: []Step{
 			{At: 0, N: 4, OK: true, Remaining: 6, Reset: 20 * s},
 			{At: 0, Ref: 0, Adjust: limits.MaxAmount, Remaining: 0},
@@ -259,6 +281,12 @@ func RunCases(t *testing.T, newStore func(t *testing.T) backend.Store) {
 			for i, s := range tc.Steps {
 				now := start.Add(s.At)
 				key, done := view(name)
+				l := l
+				if s.Limit != 0 {
+					q := p
+					q.Limit, q.Burst = s.Limit, 0
+					l = q.Base()
+				}
 				switch {
 				case s.Release:
 					g := grants[s.Ref]
