@@ -22,7 +22,8 @@ type PolicyStats struct {
 	// NearLimit is the number of partitions using 80% or more of the
 	// policy's own limit.
 	NearLimit int
-	// InFlight is the cost held by concurrency permits.
+	// InFlight is the cost held by concurrency permits (a lease past its
+	// MaxHold is not counted, reclaimed or not).
 	InFlight int64
 	// Queued is the number of requests waiting.
 	Queued int
