@@ -181,7 +181,10 @@
 // if it never does. So one tenant's backlog on its own cap never fills a
 // cap it shares with others: with a global cap of 4 and a tenant cap of 2
 // with a queue, seven requests of one tenant run two and queue five, and
-// another tenant's request is admitted.
+// another tenant's request is admitted. (A request holds an earlier
+// permit from its evaluation to the moment it joins the queue, as one
+// that another policy refuses holds it until the rollback: a request
+// evaluated in that instant may find the cap full.)
 //
 // Strict priority lets a busy high class starve the others. Queue.Shares
 // instead guarantees priority classes shares of a contended policy (for

@@ -54,8 +54,10 @@ func TestQueueHoldsNoOtherPermits(t *testing.T) {
 				}
 				served <- tk
 			}()
+			// One after the other: each is admitted or queued before
+			// the next arrives.
+			synctest.Wait()
 		}
-		synctest.Wait()
 		// Errors, not fatal ones, from here: the requests must all end
 		// for the bubble to.
 		if got := queuedOn(c, "tenant"); got != 5 {
