@@ -152,3 +152,52 @@ func TestQueueRetakesAllOrNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueGivesBackBegunPermits: a staged request waiting in a queue at
+// Continue gives back the permits Begin took too, and takes them again
+// when served.
+func TestQueueGivesBackBegunPermits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := admissiontest.NewClock(backendtest.Epoch)
+		c := newController(t, clock, nil,
+			admission.Policy{Name: "global", Key: []limits.KeyPart{limits.KeyGlobal}, Algorithm: limits.Concurrency, Limit: 2},
+			admission.Policy{Name: "tenant", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 1,
+				Queue: limits.Queue{Size: 10, Timeout: time.Minute}})
+		ctx := context.Background()
+		first, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := c.Begin(ctx, admission.Request{Tenant: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inFlight(c)["global"]; got != 2 {
+			t.Fatalf("global in flight after Begin = %d; want 2", got)
+		}
+		continued := make(chan error, 1)
+		go func() { continued <- second.Continue(ctx, admission.Request{Tenant: "a"}) }()
+		synctest.Wait()
+		if got := inFlight(c)["global"]; got != 1 {
+			t.Errorf("global in flight while the second request waits = %d; want 1", got)
+		}
+		b, err := c.TryAdmit(ctx, admission.Request{Tenant: "b"})
+		if err != nil {
+			t.Errorf("b's request while a's second waits: %v; want admitted", err)
+		}
+		first.Done()
+		synctest.Wait()
+		if err := <-continued; err != nil {
+			t.Fatalf("a's second request once a's first ended: %v", err)
+		}
+		// a's second request and b's, each under its own tenant's cap.
+		if got := inFlight(c); got["global"] != 2 || got["tenant"] != 2 {
+			t.Errorf("in flight once the second request is served = %v; want global 2, tenant 2", got)
+		}
+		second.Done()
+		b.Done()
+		if got := inFlight(c); got["global"] != 0 || got["tenant"] != 0 {
+			t.Errorf("in flight after every request ended = %v; want none", got)
+		}
+	})
+}
