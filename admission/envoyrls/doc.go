@@ -35,7 +35,8 @@
 //	domain: llm
 //	unknown: ok              # answer for descriptors no rule matches: ok (default) or over_limit
 //	algorithm: token_bucket  # fixed_window (default), sliding_window, sliding_log or token_bucket
-//	store: redis             # the store every limit of the domain lives in (default: memory)
+//	store: redis             # the store every limit of the domain lives in (default: memory,
+//	                         # or the server's WithDefaultStore: sluice-rls -redis makes it redis)
 //	on_store_error: closed   # open (default), closed or local
 //	replicas: 3              # local: each replica's in-memory limit is the limit / replicas
 //	descriptors:

@@ -78,6 +78,7 @@ type Server struct {
 	cfg           atomic.Pointer[rlsconfig.Config]
 	clock         admission.Clock
 	unknownDomain rlsconfig.Code
+	defaultStore  string
 	pending       *pendingTable
 	stats         counters
 }
@@ -111,6 +112,13 @@ func WithClock(c admission.Clock) Option { return func(s *Server) { s.clock = c 
 // declares; the default is OK (as envoyproxy/ratelimit, which applies no
 // limit).
 func WithUnknownDomain(c rlsconfig.Code) Option { return func(s *Server) { s.unknownDomain = c } }
+
+// WithDefaultStore names the store the configurations Watch loads keep
+// the limits of a domain whose file sets no store in
+// (rlsconfig.DefaultStore): with a shared store, an unchanged
+// envoyproxy/ratelimit file enforces one limit for a fleet. A
+// configuration given to New or SetConfig is taken as it was compiled.
+func WithDefaultStore(name string) Option { return func(s *Server) { s.defaultStore = name } }
 
 // WithPending bounds the reconciliation table: at most n estimates held,
 // each for ttl at most (zero values keep DefaultMaxPending and
