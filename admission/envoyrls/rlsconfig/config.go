@@ -140,6 +140,8 @@ type fileDomain struct {
 	Store        string           `yaml:"store"`
 	OnStoreError string           `yaml:"on_store_error"`
 	Replicas     int              `yaml:"replicas"`
+	// MaxPartitions bounds each limit's partitions kept in memory.
+	MaxPartitions int `yaml:"max_partitions"`
 }
 
 type fileDescriptor struct {
@@ -513,6 +515,11 @@ func (c *compiler) limit(p string, path []ancestor) *Limit {
 		Burst:     rl.Burst,
 		Store:     c.d.Store,
 		Replicas:  c.d.Replicas,
+		// Descriptor values come from clients (addresses, headers): a
+		// flood of new values evicts its own partitions rather than
+		// exhaust one overflow partition every newcomer would share.
+		Overflow:      limits.OverflowEvict,
+		MaxPartitions: c.d.MaxPartitions,
 	}
 	if !slices.Contains(lf.partition, true) {
 		pol.Key = []limits.KeyPart{limits.KeyGlobal}
