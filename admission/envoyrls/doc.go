@@ -135,6 +135,9 @@
 // A call has at most MaxDescriptors descriptors of at most
 // rlsconfig.MaxDepth entries; domains, keys and values are at most
 // rlsconfig.MaxName bytes, request
-// ids 128; hits_addend is at most limits.MaxAmount. Calls outside
-// them are refused with InvalidArgument before anything is evaluated.
+// ids 128. Calls outside them are refused with InvalidArgument before
+// anything is evaluated. A hits_addend above limits.MaxAmount (2^50) is
+// clamped to it, never refused: in the response phase it is usage that
+// happened, charged (up to the policy's debt bound); in the request phase
+// it is over any limit.
 package envoyrls

@@ -301,9 +301,6 @@ func checkRequest(req *rlsv3.RateLimitRequest) error {
 				return fmt.Errorf("descriptors[%d].entries[%d]: request id longer than %d bytes", i, j, maxRequestID)
 			}
 		}
-		if h := d.HitsAddend; h != nil && h.Value > uint64(limits.MaxAmount) {
-			return fmt.Errorf("descriptors[%d].hits_addend: above %d", i, limits.MaxAmount)
-		}
 		if d.IsNegativeHits {
 			return fmt.Errorf("descriptors[%d]: negative hits are not supported: report the actual cost in the response phase", i)
 		}
@@ -332,7 +329,10 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 	e.cost = 1
 	switch {
 	case d.HitsAddend != nil:
-		e.cost = int64(d.HitsAddend.Value)
+		// Clamped, never refused: a response phase's usage above the
+		// bound is charged as the bound (a debt no limit can pay back
+		// soon), a request phase's is refused as over any limit.
+		e.cost = int64(min(d.HitsAddend.Value, uint64(limits.MaxAmount)))
 	case hits > 0:
 		e.cost = int64(hits)
 	}
