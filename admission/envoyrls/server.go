@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -481,15 +480,9 @@ func (s *Server) fill(e *eval, t admission.Ticket) {
 }
 
 // key is the reconciliation key of e: its policy, tenant, partition and
-// request id, each prefixed by its length so that no choice of values
-// makes two requests share a key.
-func (s *Server) key(e *eval) string {
-	var b []byte
-	for _, part := range [...]string{e.lf.Policy, e.req.Tenant, e.req.User, e.rid} {
-		b = strconv.AppendInt(b, int64(len(part)), 10)
-		b = append(append(b, ':'), part...)
-	}
-	return string(b)
+// request id.
+func (s *Server) key(e *eval) pendingID {
+	return s.pending.id(e.lf.Policy, e.req.Tenant, e.req.User, e.rid)
 }
 
 // undo gives back what the call's admitted descriptors took.
