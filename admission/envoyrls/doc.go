@@ -39,6 +39,7 @@
 //	                         # or the server's WithDefaultStore: sluice-rls -redis makes it redis)
 //	on_store_error: closed   # open (default), closed or local
 //	replicas: 3              # local: each replica's in-memory limit is the limit / replicas
+//	max_partitions: 100000   # partitions each limit keeps in memory (default 100,000)
 //	descriptors:
 //	  - key: tenant
 //	    tenant: true         # this entry's value is the tenant: fair queueing, metrics
@@ -140,4 +141,17 @@
 // clamped to it, never refused: in the response phase it is usage that
 // happened, charged (up to the policy's debt bound); in the request phase
 // it is over any limit.
+//
+// Each limit keeps at most max_partitions partitions (distinct values) in
+// memory. Values come from clients, so when the table is full a new value
+// evicts the partition of a sample that loses the least (the one neutral
+// soonest, then the one that counted least, then the least recently
+// used: limits.OverflowEvict) instead of sharing one overflow partition:
+// a flood of distinct values evicts its own partitions, each charged
+// once, while newcomers get a whole limit and active callers keep their
+// counts. A partition evicted and seen again starts from nothing, which
+// under a flood forgets at most what its value had counted.
+// The reconciliation table holds at most WithPending's count of
+// estimates, about 700 bytes each (the controller's ticket and the
+// table's entry, whose key is a 128-bit keyed hash).
 package envoyrls
