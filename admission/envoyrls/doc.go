@@ -129,7 +129,11 @@
 // filter sends, 20ms by default) is near: a wait that cannot end before
 // the deadline is refused at once. Raise the filter's timeout to the
 // longest queue timeout you want honoured, and keep Envoy's
-// failure_mode_deny in mind for calls that time out.
+// failure_mode_deny in mind for calls that time out. A limit without a
+// queue is decided within its store's own timeout even when the call's
+// deadline passes first: a shared store answering a burst later than
+// Envoy waits still decides (and charges) the request, as Envoy lets it
+// through, instead of failing open.
 //
 // # Bounds
 //

@@ -410,10 +410,21 @@ func usageOf(u limits.Unit, n int64) admission.Usage {
 // decide evaluates one descriptor; wait says whether it may wait in its
 // policy's queue (bounded by the call's deadline). An error is the call's
 // failure (the controller closed, the call canceled while waiting).
+//
+// A limit without a queue waits for nothing but its store, and is decided
+// within the store's own timeout whatever the call's deadline (Envoy's
+// filter sends 20ms by default): a store answering a burst a little later
+// than Envoy waits decides the request rather than failing open, and
+// charges it (Envoy lets a request through when its call times out,
+// unless failure_mode_deny). Work reported after the response is charged
+// the same way.
 func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
 	if e.response {
-		s.charge(ctx, e)
+		s.charge(context.WithoutCancel(ctx), e)
 		return nil
+	}
+	if !e.lf.Queued {
+		ctx = context.WithoutCancel(ctx)
 	}
 	if e.rid != "" && s.pending.settledEarly(s.key(e), s.clock.Now()) {
 		// The actual arrived first and was charged: check, charge nothing.
