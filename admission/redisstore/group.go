@@ -30,10 +30,13 @@ const maxSending = 3
 // round trip, which under load saves the client and the server most of
 // each call's cost.
 //
-// Each call keeps its own deadline (Config.Timeout from its start, or its
-// caller's, whichever is earlier) and its own outcome: a call whose
-// deadline passes returns at once, queued or in a pipeline being sent,
-// and the others are not affected; a script error answers its call only.
+// Each call keeps its own deadlines (Config.Timeout from its start to be
+// sent, then Config.Timeout from its sending for its answer, or its
+// caller's deadline, whichever is earlier) and its own outcome: a call
+// whose deadline passes returns at once, queued or in a pipeline being
+// sent, and the others are not affected; a script error answers its call
+// only. A round trip, one call or a pipeline, is one count in the
+// breaker (judge).
 // A pipeline is bounded by the latest deadline of its calls and is not
 // cancelled when one of its callers gives up.
 type groupQueue struct {
