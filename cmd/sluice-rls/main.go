@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	sluice-rls -config DIR_OR_FILE [-listen :8081] [-operator :6070] [-redis host:port [-redis-timeout 50ms]] [-shadow]
+//	sluice-rls -config DIR_OR_FILE [-listen :8081] [-operator :6070] [-redis host:port [-redis-timeout 500ms]] [-shadow]
 //
 // Several replicas given the same -redis enforce one limit for the fleet:
 // with -redis every domain keeps its limits in Redis unless its file says
