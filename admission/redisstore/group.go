@@ -202,7 +202,7 @@ func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call)
 func (q *groupQueue) take(timeout time.Duration) []*call {
 	now := time.Now()
 	for _, c := range q.waiting {
-		c.sent = true
+		c.sent, c.start = true, now
 		c.deadline = now.Add(timeout)
 		if !c.callerDeadline.IsZero() && c.callerDeadline.Before(c.deadline) {
 			c.deadline = c.callerDeadline
@@ -286,7 +286,7 @@ func (q *groupQueue) leave(c *call, queued bool) (int, time.Time) {
 // it) are sent again with the script's source (EVAL, which loads it), in
 // one more pipeline. Only the sender touches the calls' commands.
 func (q *groupQueue) send(s *Store, batch []*call) {
-	sent := time.Now()
+	sent := batch[0].start // when take gave the batch its deadlines
 	var latest time.Time
 	for _, b := range batch {
 		if b.deadline.After(latest) {

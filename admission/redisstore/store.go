@@ -310,7 +310,7 @@ type call struct {
 	// call is recycled with it empty); timer, kept across uses, is a
 	// queued call's deadline.
 	script   *script
-	start    time.Time // when its caller made it
+	start    time.Time // when it was sent, or made by its caller until then
 	deadline time.Time // to be sent while queued; for its answer once sent
 	// callerDeadline is its caller's context's deadline (zero if none).
 	callerDeadline time.Time
