@@ -225,8 +225,9 @@
 // an expired window, nothing in flight) is dropped after IdleTimeout, or at
 // once when the table is full. When the table is full of partitions that
 // are not neutral, new keys go to one shared overflow partition
-// (OverflowShared) or are rejected with ReasonOverflow (OverflowReject):
-// memory never grows without bound.
+// (OverflowShared), are rejected with ReasonOverflow (OverflowReject), or
+// take the place of the partition of a sample that loses the least
+// (OverflowEvict): memory never grows without bound.
 //
 // # Plans
 //

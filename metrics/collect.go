@@ -17,8 +17,8 @@ var (
 	QueueWaitBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 	// StoreCallBuckets are the boundaries of admission.store.duration, in
 	// seconds: a healthy Redis answers in a fraction of a millisecond, and
-	// the store's default deadline is 50 ms.
-	StoreCallBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}
+	// the store's default deadline for an answer is 500 ms.
+	StoreCallBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
 	// LeaseBuckets are the boundaries of admission.lease.duration, in seconds.
 	LeaseBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 	// AccuracyBuckets are the boundaries of admission.estimate.accuracy

@@ -43,3 +43,34 @@ descriptors:
 		t.Errorf("check 50s after 1800 tokens = %s; want OK (debt bounded by the capacity)", got)
 	}
 }
+
+// TestHugeHitsClamped: a hits_addend above limits.MaxAmount is clamped,
+// never refused: reported after the response it is charged, so the next
+// request is refused; in the request phase it is over the limit and
+// charges nothing.
+func TestHugeHitsClamped(t *testing.T) {
+	r := start(t, mustParse(t, `
+domain: api
+descriptors:
+  - key: model
+    rate_limit: {unit: minute, requests_per_unit: 1000, counts: tokens}
+`), rigOption{})
+	huge := uint64(1) << 62
+	if got := outcome(r.call("api", hits(desc("model", "a"), huge))); got != "OVER_LIMIT: OVER_LIMIT" {
+		t.Fatalf("request phase with hits_addend 2^62 = %s; want OVER_LIMIT", got)
+	}
+	if got := r.call("api", hits(desc("model", "a"), 0)).Statuses[0].LimitRemaining; got != 1000 {
+		t.Fatalf("remaining after a refused huge request = %d; want 1000 (nothing charged)", got)
+	}
+	if got := outcome(r.call("api", hits(desc("model", "a", envoyrls.PhaseKey, "response"), huge))); got != "OK: OK" {
+		t.Fatalf("response phase with hits_addend 2^62 = %s; want OK", got)
+	}
+	resp := r.call("api", hits(desc("model", "a"), 1))
+	if got := outcome(resp); got != "OVER_LIMIT: OVER_LIMIT" || resp.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("a request after 2^62 tokens were reported = %s, remaining %d; want OVER_LIMIT, 0 (the usage charged)",
+			got, resp.Statuses[0].LimitRemaining)
+	}
+	if st := r.srv.Stats(); st.Charged != 1 {
+		t.Errorf("charged response-phase costs = %d; want 1", st.Charged)
+	}
+}

@@ -35,9 +35,11 @@
 //	domain: llm
 //	unknown: ok              # answer for descriptors no rule matches: ok (default) or over_limit
 //	algorithm: token_bucket  # fixed_window (default), sliding_window, sliding_log or token_bucket
-//	store: redis             # the store every limit of the domain lives in (default: memory)
+//	store: redis             # the store every limit of the domain lives in (default: memory,
+//	                         # or the server's WithDefaultStore: sluice-rls -redis makes it redis)
 //	on_store_error: closed   # open (default), closed or local
 //	replicas: 3              # local: each replica's in-memory limit is the limit / replicas
+//	max_partitions: 100000   # partitions each limit keeps in memory (default 100,000)
 //	descriptors:
 //	  - key: tenant
 //	    tenant: true         # this entry's value is the tenant: fair queueing, metrics
@@ -127,13 +129,33 @@
 // filter sends, 20ms by default) is near: a wait that cannot end before
 // the deadline is refused at once. Raise the filter's timeout to the
 // longest queue timeout you want honoured, and keep Envoy's
-// failure_mode_deny in mind for calls that time out.
+// failure_mode_deny in mind for calls that time out. A limit without a
+// queue is decided within its store's own timeout even when the call's
+// deadline passes first: a shared store answering a burst later than
+// Envoy waits still decides (and charges) the request, as Envoy lets it
+// through, instead of failing open.
 //
 // # Bounds
 //
 // A call has at most MaxDescriptors descriptors of at most
 // rlsconfig.MaxDepth entries; domains, keys and values are at most
 // rlsconfig.MaxName bytes, request
-// ids 128; hits_addend is at most limits.MaxAmount. Calls outside
-// them are refused with InvalidArgument before anything is evaluated.
+// ids 128. Calls outside them are refused with InvalidArgument before
+// anything is evaluated. A hits_addend above limits.MaxAmount (2^50) is
+// clamped to it, never refused: in the response phase it is usage that
+// happened, charged (up to the policy's debt bound); in the request phase
+// it is over any limit.
+//
+// Each limit keeps at most max_partitions partitions (distinct values) in
+// memory. Values come from clients, so when the table is full a new value
+// evicts the partition of a sample that loses the least (the one neutral
+// soonest, then the one that counted least, then the least recently
+// used: limits.OverflowEvict) instead of sharing one overflow partition:
+// a flood of distinct values evicts its own partitions, each charged
+// once, while newcomers get a whole limit and active callers keep their
+// counts. A partition evicted and seen again starts from nothing, which
+// under a flood forgets at most what its value had counted.
+// The reconciliation table holds at most WithPending's count of
+// estimates, about 700 bytes each (the controller's ticket and the
+// table's entry, whose key is a 128-bit keyed hash).
 package envoyrls

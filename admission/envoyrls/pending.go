@@ -1,6 +1,8 @@
 package envoyrls
 
 import (
+	"hash/maphash"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,36 +14,67 @@ import (
 // request is charged its actual once. It is bounded in entries and time:
 // entries expire in insertion order after ttl (a ticket then stays charged
 // at its estimate).
+//
+// An entry is keyed by a 128-bit hash of its policy, tenant, partition and
+// request id (two hashes of the table's own random seeds, which a client
+// cannot learn, so it cannot choose two requests that share a key), not
+// by their text: a request id is up to 128 bytes, and the table holds up
+// to DefaultMaxPending of them. What an entry costs is measured by
+// TestPendingMemory.
 type pendingTable struct {
 	mu      sync.Mutex
 	max     int
 	ttl     time.Duration
-	entries map[string]pendingEntry
+	seeds   [2]maphash.Seed
+	entries map[pendingID]pendingEntry
 	order   []pendingKey // insertion order, for expiry
 }
 
+// pendingID identifies a request's reconciliation entry.
+type pendingID struct{ a, b uint64 }
+
 type pendingEntry struct {
 	ticket  admission.Ticket
-	settled bool // the actual came first: only a marker
-	expires time.Time
+	expires int64 // unix ns
+	settled bool  // the actual came first: only a marker
 }
 
 type pendingKey struct {
-	key     string
-	expires time.Time
+	id      pendingID
+	expires int64
 }
 
 func newPendingTable() *pendingTable {
-	return &pendingTable{max: DefaultMaxPending, ttl: DefaultPendingTTL, entries: map[string]pendingEntry{}}
+	return &pendingTable{
+		max: DefaultMaxPending, ttl: DefaultPendingTTL,
+		seeds:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		entries: map[pendingID]pendingEntry{},
+	}
+}
+
+// id returns the entry key of parts, each hashed with its length so that
+// no choice of values makes two requests share their text.
+func (p *pendingTable) id(parts ...string) pendingID {
+	var h [2]maphash.Hash
+	var n [20]byte
+	for i := range h {
+		h[i].SetSeed(p.seeds[i])
+		for _, part := range parts {
+			h[i].Write(strconv.AppendInt(n[:0], int64(len(part)), 10))
+			h[i].WriteByte(':')
+			h[i].WriteString(part)
+		}
+	}
+	return pendingID{h[0].Sum64(), h[1].Sum64()}
 }
 
 // expire drops the entries whose time has passed; the caller holds mu.
-func (p *pendingTable) expire(now time.Time) {
+func (p *pendingTable) expire(now int64) {
 	n := 0
-	for ; n < len(p.order) && !now.Before(p.order[n].expires); n++ {
+	for ; n < len(p.order) && now >= p.order[n].expires; n++ {
 		k := p.order[n]
-		if e, ok := p.entries[k.key]; ok && e.expires.Equal(k.expires) {
-			delete(p.entries, k.key)
+		if e, ok := p.entries[k.id]; ok && e.expires == k.expires {
+			delete(p.entries, k.id)
 			e.ticket.Done()
 		}
 	}
@@ -51,55 +84,56 @@ func (p *pendingTable) expire(now time.Time) {
 	}
 }
 
-func (p *pendingTable) insert(key string, e pendingEntry, now time.Time) bool {
+func (p *pendingTable) insert(id pendingID, e pendingEntry, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.expire(now)
-	if old, ok := p.entries[key]; ok {
+	ns := now.UnixNano()
+	p.expire(ns)
+	if old, ok := p.entries[id]; ok {
 		// A request id seen twice: the first estimate stays charged.
 		old.ticket.Done()
 	} else if len(p.entries) >= p.max {
 		return false
 	}
-	e.expires = now.Add(p.ttl)
-	p.entries[key] = e
-	p.order = append(p.order, pendingKey{key, e.expires})
+	e.expires = ns + int64(p.ttl)
+	p.entries[id] = e
+	p.order = append(p.order, pendingKey{id, e.expires})
 	return true
 }
 
-// put holds t for key; false when the table is full.
-func (p *pendingTable) put(key string, t admission.Ticket, now time.Time) bool {
-	return p.insert(key, pendingEntry{ticket: t}, now)
+// put holds t for id; false when the table is full.
+func (p *pendingTable) put(id pendingID, t admission.Ticket, now time.Time) bool {
+	return p.insert(id, pendingEntry{ticket: t}, now)
 }
 
-// markSettled remembers that key's actual was charged before its estimate.
-func (p *pendingTable) markSettled(key string, now time.Time) {
-	p.insert(key, pendingEntry{settled: true}, now)
+// markSettled remembers that id's actual was charged before its estimate.
+func (p *pendingTable) markSettled(id pendingID, now time.Time) {
+	p.insert(id, pendingEntry{settled: true}, now)
 }
 
-// take removes and returns the ticket held for key.
-func (p *pendingTable) take(key string, now time.Time) (admission.Ticket, bool) {
+// take removes and returns the ticket held for id.
+func (p *pendingTable) take(id pendingID, now time.Time) (admission.Ticket, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.expire(now)
-	e, ok := p.entries[key]
+	p.expire(now.UnixNano())
+	e, ok := p.entries[id]
 	if !ok || e.settled {
 		return admission.Ticket{}, false
 	}
-	delete(p.entries, key)
+	delete(p.entries, id)
 	return e.ticket, true
 }
 
-// settledEarly reports (and forgets) whether key's actual came first.
-func (p *pendingTable) settledEarly(key string, now time.Time) bool {
+// settledEarly reports (and forgets) whether id's actual came first.
+func (p *pendingTable) settledEarly(id pendingID, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.expire(now)
-	e, ok := p.entries[key]
+	p.expire(now.UnixNano())
+	e, ok := p.entries[id]
 	if !ok || !e.settled {
 		return false
 	}
-	delete(p.entries, key)
+	delete(p.entries, id)
 	return true
 }
 

@@ -1,13 +1,17 @@
 package envoyrls_test
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
@@ -128,5 +132,47 @@ descriptors:
 	}
 	if got := r.obs.count(admission.FailClosed); got != 1 {
 		t.Errorf("fail-closed decisions = %d; want 1", got)
+	}
+}
+
+// TestCallerDeadlineDoesNotFailOpen: a call whose deadline (Envoy's
+// filter sends 20ms by default) passes while a healthy Redis is still
+// answering is decided by the limit and charged, not failed open.
+func TestCallerDeadlineDoesNotFailOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	r := replica(t, srv.Addr, mustParse(t, `
+domain: api
+store: redis
+descriptors:
+  - key: tenant
+    rate_limit: {unit: day, requests_per_unit: 5}
+`), 0)
+	if got := r.call("api", desc("tenant", "x")).Statuses[0].LimitRemaining; got != 4 {
+		t.Fatalf("first call: remaining %d; want 4", got)
+	}
+	// Redis answers 200ms late: later than the call waits, within the
+	// store's timeout.
+	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "200", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant", "x")}})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("call with a 20ms deadline against a paused Redis = %v; want DeadlineExceeded", err)
+	}
+	// The server goes on deciding: wait for its decision.
+	deadline := time.Now().Add(10 * time.Second)
+	for r.obs.count(admission.Admitted)+r.obs.count(admission.FailOpen) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the late call was never decided")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := r.obs.count(admission.FailOpen); n != 0 {
+		t.Errorf("fail-open decisions = %d; want 0 (Redis was healthy)", n)
+	}
+	if got := r.call("api", desc("tenant", "x")).Statuses[0].LimitRemaining; got != 2 {
+		t.Errorf("remaining after the late call and one more = %d; want 2 (the late call charged)", got)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +77,7 @@ type Server struct {
 	cfg           atomic.Pointer[rlsconfig.Config]
 	clock         admission.Clock
 	unknownDomain rlsconfig.Code
+	defaultStore  string
 	pending       *pendingTable
 	stats         counters
 }
@@ -111,6 +111,13 @@ func WithClock(c admission.Clock) Option { return func(s *Server) { s.clock = c 
 // declares; the default is OK (as envoyproxy/ratelimit, which applies no
 // limit).
 func WithUnknownDomain(c rlsconfig.Code) Option { return func(s *Server) { s.unknownDomain = c } }
+
+// WithDefaultStore names the store the configurations Watch loads keep
+// the limits of a domain whose file sets no store in
+// (rlsconfig.DefaultStore): with a shared store, an unchanged
+// envoyproxy/ratelimit file enforces one limit for a fleet. A
+// configuration given to New or SetConfig is taken as it was compiled.
+func WithDefaultStore(name string) Option { return func(s *Server) { s.defaultStore = name } }
 
 // WithPending bounds the reconciliation table: at most n estimates held,
 // each for ttl at most (zero values keep DefaultMaxPending and
@@ -293,9 +300,6 @@ func checkRequest(req *rlsv3.RateLimitRequest) error {
 				return fmt.Errorf("descriptors[%d].entries[%d]: request id longer than %d bytes", i, j, maxRequestID)
 			}
 		}
-		if h := d.HitsAddend; h != nil && h.Value > uint64(limits.MaxAmount) {
-			return fmt.Errorf("descriptors[%d].hits_addend: above %d", i, limits.MaxAmount)
-		}
 		if d.IsNegativeHits {
 			return fmt.Errorf("descriptors[%d]: negative hits are not supported: report the actual cost in the response phase", i)
 		}
@@ -324,7 +328,10 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 	e.cost = 1
 	switch {
 	case d.HitsAddend != nil:
-		e.cost = int64(d.HitsAddend.Value)
+		// Clamped, never refused: a response phase's usage above the
+		// bound is charged as the bound (a debt no limit can pay back
+		// soon), a request phase's is refused as over any limit.
+		e.cost = int64(min(d.HitsAddend.Value, uint64(limits.MaxAmount)))
 	case hits > 0:
 		e.cost = int64(hits)
 	}
@@ -403,10 +410,21 @@ func usageOf(u limits.Unit, n int64) admission.Usage {
 // decide evaluates one descriptor; wait says whether it may wait in its
 // policy's queue (bounded by the call's deadline). An error is the call's
 // failure (the controller closed, the call canceled while waiting).
+//
+// A limit without a queue waits for nothing but its store, and is decided
+// within the store's own timeout whatever the call's deadline (Envoy's
+// filter sends 20ms by default): a store answering a burst a little later
+// than Envoy waits decides the request rather than failing open, and
+// charges it (Envoy lets a request through when its call times out,
+// unless failure_mode_deny). Work reported after the response is charged
+// the same way.
 func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
 	if e.response {
-		s.charge(ctx, e)
+		s.charge(context.WithoutCancel(ctx), e)
 		return nil
+	}
+	if !e.lf.Queued {
+		ctx = context.WithoutCancel(ctx)
 	}
 	if e.rid != "" && s.pending.settledEarly(s.key(e), s.clock.Now()) {
 		// The actual arrived first and was charged: check, charge nothing.
@@ -473,15 +491,9 @@ func (s *Server) fill(e *eval, t admission.Ticket) {
 }
 
 // key is the reconciliation key of e: its policy, tenant, partition and
-// request id, each prefixed by its length so that no choice of values
-// makes two requests share a key.
-func (s *Server) key(e *eval) string {
-	var b []byte
-	for _, part := range [...]string{e.lf.Policy, e.req.Tenant, e.req.User, e.rid} {
-		b = strconv.AppendInt(b, int64(len(part)), 10)
-		b = append(append(b, ':'), part...)
-	}
-	return string(b)
+// request id.
+func (s *Server) key(e *eval) pendingID {
+	return s.pending.id(e.lf.Policy, e.req.Tenant, e.req.User, e.rid)
 }
 
 // undo gives back what the call's admitted descriptors took.

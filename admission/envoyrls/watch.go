@@ -10,10 +10,15 @@ import (
 // gets SIGHUP, until Close: the watcher of policy files (config.Watcher,
 // with its options), for the rate limit configuration. A configuration
 // that does not load is refused, logged and reported once per version;
-// the one in force keeps serving.
+// the one in force keeps serving. Domains whose file sets no store keep
+// their limits in the server's default store (WithDefaultStore).
 func Watch(path string, srv *Server, opts ...config.WatchOption) (*config.Watcher, error) {
+	var lopts []rlsconfig.Option
+	if srv.defaultStore != "" {
+		lopts = append(lopts, rlsconfig.DefaultStore(srv.defaultStore))
+	}
 	load := func(path string) (int, error) {
-		cfg, err := rlsconfig.Load(path)
+		cfg, err := rlsconfig.Load(path, lopts...)
 		if err != nil {
 			return 0, err
 		}

@@ -85,9 +85,18 @@ const (
 	OverflowShared OverflowMode = iota
 	// OverflowReject rejects such requests with ReasonOverflow.
 	OverflowReject
+	// OverflowEvict gives every new key a partition of its own, dropping
+	// the partition of a sample that loses the least (the one neutral
+	// soonest, then the least recently used; never one holding
+	// concurrency permits): a flood of new keys evicts its own
+	// partitions, not those of active callers, and cannot exhaust a
+	// shared one. A dropped partition starts again from nothing if its
+	// key returns. When no partition can be dropped, new keys share the
+	// overflow partition.
+	OverflowEvict
 )
 
-var overflowNames = [...]string{OverflowShared: "shared", OverflowReject: "reject"}
+var overflowNames = [...]string{OverflowShared: "shared", OverflowReject: "reject", OverflowEvict: "evict"}
 
 // Period is the length of a quota's period.
 type Period uint8
@@ -194,7 +203,7 @@ func (f *FailMode) UnmarshalText(b []byte) error {
 	return parseEnum(failModeNames[:], "store failure mode", b, f)
 }
 
-// UnmarshalText parses "shared" or "reject".
+// UnmarshalText parses "shared", "reject" or "evict".
 func (o *OverflowMode) UnmarshalText(b []byte) error {
 	return parseEnum(overflowNames[:], "overflow mode", b, o)
 }

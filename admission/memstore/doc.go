@@ -7,8 +7,9 @@
 // (a full bucket, an expired window, nothing in flight) is evicted after
 // the policy's IdleTimeout, or at once when the table is full, judged by
 // its own limit (a tenant's plan, not the caller's). When the table is full
-// of partitions that are not neutral, new keys share one overflow partition
-// or are refused, as the policy says. Concurrency permits are leases that
+// of partitions that are not neutral, new keys share one overflow
+// partition, are refused, or evict the partition of a sample that loses
+// the least, as the policy says. Concurrency permits are leases that
 // expire after MaxHold. The state does not survive a restart and is not
 // shared between replicas.
 package memstore

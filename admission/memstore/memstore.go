@@ -62,6 +62,7 @@ type memLimiter struct {
 	nextFullSweep atomic.Int64
 	idle          int64
 	overflow      limits.OverflowMode
+	alg           limits.Algorithm
 	evicted       atomic.Uint64
 	onEvict       func(partitions, leases int)
 	ovf           struct {
@@ -96,6 +97,7 @@ func newMemLimiter(p *limits.Policy) *memLimiter {
 		maxParts: int64(maxParts),
 		idle:     int64(idle),
 		overflow: p.Overflow,
+		alg:      p.Algorithm,
 	}
 	for i := range l.shards {
 		l.shards[i].m = make(map[string]*cell)
@@ -145,6 +147,17 @@ func (l *memLimiter) create(sh *shard, key string, lim *limits.Limit, now int64)
 	if c, ok := sh.m[key]; ok {
 		c.used = now
 		return c, &sh.mu
+	}
+	if l.count.Load() >= l.maxParts && l.overflow == limits.OverflowEvict {
+		// Make room by dropping the partition that loses the least, and
+		// try once more: the room may be taken meanwhile.
+		sh.mu.Unlock()
+		l.evict(now)
+		sh.mu.Lock()
+		if c, ok := sh.m[key]; ok {
+			c.used = now
+			return c, &sh.mu
+		}
 	}
 	if l.count.Load() >= l.maxParts {
 		sh.mu.Unlock()
@@ -218,6 +231,86 @@ func (l *memLimiter) sweep(sh *shard, now int64, full bool) int {
 		}
 	}
 	return n
+}
+
+// Eviction samples evictSample partitions of each of evictShards
+// shards that hold any.
+const (
+	evictShards = 4
+	evictSample = 4
+)
+
+// evict drops, when the table is full of partitions that are not
+// neutral, the one of a sample that loses the least: the one that would
+// be neutral soonest, then the one holding the least (a window's count),
+// then the least recently used. A flood of new keys,
+// each charged once, thus evicts its own partitions before those of
+// callers near their limit or still active; a partition holding
+// concurrency permits is never dropped. It reports whether it dropped one.
+func (l *memLimiter) evict(now int64) bool {
+	first := rand.IntN(numShards)
+	var victim struct {
+		sh         *shard
+		key        string
+		calm, used int64
+		held       float64
+	}
+	for i, seen := 0, 0; i < numShards && seen < evictShards; i++ {
+		sh := &l.shards[(first+i)%numShards]
+		sh.mu.Lock()
+		if len(sh.m) > 0 {
+			seen++ // an empty shard is no sample
+		}
+		n := 0
+		for k, c := range sh.m {
+			if c.x != nil && len(c.x.leases) > 0 {
+				continue
+			}
+			held := l.held(c)
+			if victim.sh == nil || c.calm < victim.calm ||
+				c.calm == victim.calm && (held < victim.held || held == victim.held && c.used < victim.used) {
+				victim.sh, victim.key, victim.calm, victim.used, victim.held = sh, k, c.calm, c.used, held
+			}
+			if n++; n == evictSample {
+				break
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if victim.sh == nil {
+		return false
+	}
+	sh := victim.sh
+	sh.mu.Lock()
+	c, ok := sh.m[victim.key]
+	// Used since it was sampled: it is active, keep it.
+	if !ok || c.used != victim.used {
+		sh.mu.Unlock()
+		return false
+	}
+	delete(sh.m, victim.key)
+	*c = cell{}
+	sh.free = append(sh.free, c)
+	sh.mu.Unlock()
+	l.count.Add(-1)
+	l.evicted.Add(1)
+	if l.onEvict != nil {
+		l.onEvict(1)
+	}
+	return true
+}
+
+// held is what a window, log or quota partition has counted, which
+// dropping it forgets; zero for a token bucket, whose calm instant
+// already measures it.
+func (l *memLimiter) held(c *cell) float64 {
+	switch l.alg {
+	case limits.TokenBucket, limits.Concurrency:
+		return 0
+	case limits.SlidingWindow:
+		return c.a + c.b
+	}
+	return c.a
 }
 
 // Acquire implements Limiter.

@@ -1,23 +1,37 @@
 package redisstore
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"time"
 )
 
-// breaker stops calls to a failing Redis: after threshold consecutive
-// failures it opens, and every call fails at once until cooldown has
-// passed; then one probe call goes through, whose success closes it and
-// whose failure opens it for another cooldown. The closed path costs two
-// atomic loads and no clock read.
+// breaker stops calls to a failing Redis. It counts round trips, not
+// calls: a pipeline carrying a hundred calls of a burst is one answer of
+// the server, and one slow answer is not an outage. It opens when at
+// least threshold of the last 2×threshold round trips failed (half of
+// them; a threshold above 32 counts as 32), and every call then fails at
+// once until cooldown has passed; then one probe call goes through, whose
+// success closes it (and forgets the round trips counted) and whose
+// failure opens it for another cooldown. The closed path costs two atomic
+// loads and one compare-and-swap, and no clock read.
 type breaker struct {
-	threshold int32
-	cooldown  int64 // ns
+	threshold int
+	mask      uint64 // the last 2×threshold round trips
+	cooldown  int64  // ns
 	onChange  func(open bool)
 
-	failures  atomic.Int32
+	// history holds the outcome of the latest round trips, one bit each
+	// (1: failed), the latest in the lowest bit.
+	history   atomic.Uint64
 	openUntil atomic.Int64 // unix ns; 0 when closed
 	probing   atomic.Bool
+}
+
+// newBreaker returns a closed breaker.
+func newBreaker(threshold int, cooldown time.Duration, onChange func(open bool)) *breaker {
+	threshold = min(threshold, 32)
+	return &breaker{threshold: threshold, mask: 1<<(2*threshold) - 1, cooldown: int64(cooldown), onChange: onChange}
 }
 
 // allow reports whether a call may go to Redis now.
@@ -39,35 +53,51 @@ func (b *breaker) refusing() bool {
 	return until != 0 && time.Now().UnixNano() < until
 }
 
-// success records a successful call.
-func (b *breaker) success() {
-	if b.failures.Load() != 0 {
-		b.failures.Store(0)
+// record shifts a round trip's outcome into the history and returns how
+// many of the last 2×threshold failed.
+func (b *breaker) record(failed bool) int {
+	var bit uint64
+	if failed {
+		bit = 1
 	}
+	for {
+		h := b.history.Load()
+		n := (h<<1 | bit) & b.mask
+		if n == h || b.history.CompareAndSwap(h, n) {
+			return bits.OnesCount64(n)
+		}
+	}
+}
+
+// success records a round trip that Redis answered.
+func (b *breaker) success() {
+	b.record(false)
 	if b.openUntil.Load() != 0 {
 		if b.openUntil.Swap(0) != 0 {
+			b.history.Store(0) // the failures that opened it are forgotten
 			b.onChange(false)
 		}
 		b.probing.Store(false)
 	}
 }
 
-// failure records a failed call.
+// failure records a round trip that failed.
 func (b *breaker) failure() {
 	if b.probing.Load() {
 		b.openUntil.Store(time.Now().UnixNano() + b.cooldown)
 		b.probing.Store(false)
 		return
 	}
-	if n := b.failures.Add(1); n >= b.threshold {
+	if b.record(true) >= b.threshold {
 		if b.openUntil.CompareAndSwap(0, time.Now().UnixNano()+b.cooldown) {
 			b.onChange(true)
 		}
 	}
 }
 
-// abandon records a call the caller gave up on: it says nothing about
-// Redis, but frees the probe slot.
+// abandon records a call that ended without an answer that says anything
+// about Redis (its caller gave up, or it left the queue unsent), and
+// frees the probe slot if it held it.
 func (b *breaker) abandon() {
 	if b.openUntil.Load() != 0 {
 		b.probing.Store(false)

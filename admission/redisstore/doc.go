@@ -80,10 +80,13 @@
 // adds no wait at low concurrency, and a call waits for company at most
 // one round trip. Each call stays its own script call inside the
 // pipeline, atomic and exact, with its own outcome: a script error fails
-// that call only, and each has its own deadline (Timeout from its start,
-// or its context's if earlier), at which it returns whether it is still
-// queued or in a pipeline on its way (a pipeline runs until the latest
-// deadline of its calls and is not cancelled when one caller gives up,
+// that call only, and each has its own deadlines (Timeout to be sent,
+// then Timeout from its sending for its answer, or its context's deadline
+// if earlier), at which it returns whether it is still queued or in a
+// pipeline on its way: the time a burst spends queued behind a round trip
+// is not the server's, and does not eat its answer's time (a pipeline
+// runs until the latest deadline of its calls and is not cancelled when
+// one caller gives up,
 // so a decision that timed out in a pipeline may still have been applied,
 // as a single call whose reply is lost may). A queued call whose caller
 // gives up leaves the queue and is never sent. Under load this saves most
@@ -173,16 +176,21 @@
 //
 // # When Redis is slow or down
 //
-// Each call has a deadline (Config.Timeout, 50ms by default) and goes
-// through a circuit breaker: after Config.BreakerFailures consecutive
-// failures (5) the breaker opens and calls fail at once, without touching
+// Each call has a deadline for Redis's answer (Config.Timeout, 500ms by
+// default, sized so that a healthy Redis under the heaviest burst the
+// tests make never misses it: a policy fails open or closed only when
+// its store is really failing) and goes through a circuit breaker that
+// counts round trips, a pipeline of a burst's calls being one: when
+// Config.BreakerFailures (5) of the last twice as many round trips
+// failed, the breaker opens and calls fail at once, without touching
 // the network, for Config.BreakerCooldown (1s); then one probe call goes
-// through and its success closes the breaker. A decision the open breaker
+// through and its success closes the breaker. One slow answer, however
+// many calls it carried, does not open it. A decision the open breaker
 // refuses allocates nothing: while Redis is down every request comes
 // through there at the rate it arrives, and garbage made at that rate
 // would bring the collector's pauses onto the decisions still on their
-// way. Decisions return to Redis by
-// themselves within the cooldown once it answers again.
+// way. Decisions return to Redis by themselves within the cooldown once
+// it answers again.
 //
 // A failed call is an error from the Limiter; the controller then applies
 // the policy's OnStoreError: FailOpenMode admits, FailClosedMode rejects

@@ -178,8 +178,11 @@ func TestFaults(t *testing.T) {
 	starved := <-late
 	for i, r := range rs {
 		t.Logf("%s: slowest decision while Redis was killed under load: %v (timers up to %v late)", r.mode, slowest[i], starved)
-		if slowest[i] > faultTimeout+latencySlack {
-			t.Errorf("%s: slowest decision while Redis was killed under load: %v; want at most %v (+%v) (meanwhile this process's timers fired up to %v late)",
+		// Three callers per replica: a call queued behind the three on
+		// their way has the timeout to be sent, then the timeout for its
+		// answer.
+		if slowest[i] > 2*faultTimeout+latencySlack {
+			t.Errorf("%s: slowest decision while Redis was killed under load: %v; want at most twice the timeout %v (+%v) (meanwhile this process's timers fired up to %v late)",
 				r.mode, slowest[i], faultTimeout, latencySlack, starved)
 		}
 		r.ctlr.mu.Lock()

@@ -30,10 +30,13 @@ const maxSending = 3
 // round trip, which under load saves the client and the server most of
 // each call's cost.
 //
-// Each call keeps its own deadline (Config.Timeout from its start, or its
-// caller's, whichever is earlier) and its own outcome: a call whose
-// deadline passes returns at once, queued or in a pipeline being sent,
-// and the others are not affected; a script error answers its call only.
+// Each call keeps its own deadlines (Config.Timeout from its start to be
+// sent, then Config.Timeout from its sending for its answer, or its
+// caller's deadline, whichever is earlier) and its own outcome: a call
+// whose deadline passes returns at once, queued or in a pipeline being
+// sent, and the others are not affected; a script error answers its call
+// only. A round trip, one call or a pipeline, is one count in the
+// breaker (judge).
 // A pipeline is bounded by the latest deadline of its calls and is not
 // cancelled when one of its callers gives up.
 type groupQueue struct {
@@ -85,28 +88,46 @@ func (s *Store) run(ctx context.Context, script *script, op string, policies int
 		s.putCall(c)
 		return "", s.refused(op, policies)
 	}
-	var start time.Time
-	if s.calls != nil {
-		start = time.Now()
-	}
+	start := time.Now()
 	// A settlement is off the request's path: once sent, its caller
 	// giving up does not cancel it (queued, it leaves).
 	c.detached = op == "settle"
-	c.deadline = time.Now().Add(s.cfg.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
-		c.deadline = d
+	c.start = start
+	c.deadline = start.Add(s.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok {
+		c.callerDeadline = d
+		if d.Before(c.deadline) {
+			c.deadline = d
+		}
 	}
 	reply, err := s.queueFor(ctx, c).run(s, ctx, script, c)
-	return reply, s.finish(ctx, op, policies, start, err)
+	return reply, s.finish(op, policies, start, err)
+}
+
+// judge counts a round trip sent at sent, bounded by deadline, in the
+// breaker: an answer is a success; an error is a failure of Redis unless
+// the round trip's callers gave up (ctx, or a deadline of theirs earlier
+// than the store's Timeout, passed).
+func (s *Store) judge(ctx context.Context, sent, deadline time.Time, err error) {
+	switch {
+	case err == nil:
+		s.brk.success()
+	case ctx.Err() != nil:
+	case time.Now().Before(deadline) || !deadline.Before(sent.Add(s.cfg.Timeout)):
+		s.brk.failure()
+	}
 }
 
 // run sends c at once when q is idle, on the caller's goroutine, and
 // otherwise in the next batch; c.deadline is set, and ctx is the caller's.
-// A queued call waits for its deadline on a timer of its own, not on a
-// context: no context is made for it, and when the deadline passes the
-// timer wakes the caller directly, where a context's deadline would first
-// run a goroutine to cancel it (one more wait for a CPU on a loaded
-// machine).
+// A queued call waits on a timer of its own, not on a context: no context
+// is made for it, and when the deadline passes the timer wakes the caller
+// directly, where a context's deadline would first run a goroutine to
+// cancel it (one more wait for a CPU on a loaded machine). The time a
+// call waits in the queue is not the server's: a queued call has Timeout
+// to be sent, and once sent Timeout again for its answer (both within its
+// caller's deadline), so that a burst queued behind a round trip does not
+// spend its answer's time waiting for its turn.
 func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call) (string, error) {
 	c.script = script
 	q.mu.Lock()
@@ -120,6 +141,7 @@ func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call)
 		ectx, cancel := context.WithDeadline(parent, c.deadline)
 		reply, err := s.eval(ectx, script, c)
 		cancel()
+		s.judge(parent, c.start, c.deadline, err)
 		s.putCall(c)
 		q.mu.Lock()
 		if len(q.waiting) == 0 {
@@ -128,45 +150,64 @@ func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call)
 		} else {
 			// The calls that queued meanwhile go out together, sent by a
 			// goroutine of their own so that this call returns now.
-			batch := q.take()
+			batch := q.take(s.cfg.Timeout)
 			q.mu.Unlock()
 			go q.flush(s, batch)
 		}
 		return reply, err
 	}
 	q.waiting = append(q.waiting, c)
+	deadline := c.deadline // take changes it, under q.mu
 	q.mu.Unlock()
-	if c.timer == nil {
-		c.timer = time.NewTimer(time.Until(c.deadline))
-	} else {
-		c.timer.Reset(time.Until(c.deadline))
-	}
-	var gaveUp error
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		gaveUp = ctx.Err()
-	case <-c.timer.C:
-		gaveUp = context.DeadlineExceeded
-	}
-	c.timer.Stop()
-	if gaveUp != nil {
-		switch q.leave(c) {
+	for {
+		if c.timer == nil {
+			c.timer = time.NewTimer(time.Until(deadline))
+		} else {
+			c.timer.Reset(time.Until(deadline))
+		}
+		var gaveUp error
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			gaveUp = ctx.Err()
+		case <-c.timer.C:
+			gaveUp = context.DeadlineExceeded
+		}
+		c.timer.Stop()
+		if gaveUp == nil {
+			break
+		}
+		how, sent := q.leave(c, gaveUp == context.DeadlineExceeded)
+		switch how {
 		case left:
 			s.putCall(c)
 			return "", gaveUp
 		case gone:
 			return "", gaveUp // the batch's sender recycles c
+		case sending:
+			deadline = sent // its queue time is over: wait for its answer
+			continue
 		}
 		<-c.done
+		break
 	}
 	reply, err := c.reply, c.err
 	s.putCall(c)
 	return reply, err
 }
 
-// take returns the calls waiting, as the next batch; q.mu is held.
-func (q *groupQueue) take() []*call {
+// take returns the calls waiting, as the next batch, and gives each
+// timeout from now for its answer (within its caller's deadline); q.mu is
+// held.
+func (q *groupQueue) take(timeout time.Duration) []*call {
+	now := time.Now()
+	for _, c := range q.waiting {
+		c.sent, c.start = true, now
+		c.deadline = now.Add(timeout)
+		if !c.callerDeadline.IsZero() && c.callerDeadline.Before(c.deadline) {
+			c.deadline = c.callerDeadline
+		}
+	}
 	batch := append(q.spare[:0], q.waiting...)
 	clear(q.waiting)
 	q.waiting, q.spare = q.waiting[:0], nil
@@ -194,7 +235,7 @@ func (q *groupQueue) flush(s *Store, batch []*call) {
 		if len(q.waiting) == 0 {
 			q.sending--
 		} else {
-			batch = q.take()
+			batch = q.take(s.cfg.Timeout)
 		}
 		q.mu.Unlock()
 		for _, b := range gone {
@@ -208,27 +249,34 @@ func (q *groupQueue) flush(s *Store, batch []*call) {
 
 // What leave did with a call whose caller gives up.
 const (
-	left   = iota // took it out of the queue
-	gone          // marked it gone: its batch is being sent, whose sender recycles it
-	stayed        // nothing: its batch has returned
+	left    = iota // took it out of the queue
+	gone           // marked it gone: its batch is being sent, whose sender recycles it
+	stayed         // nothing: its batch has returned
+	sending        // nothing: its batch is being sent, and its answer's deadline is later
 )
 
 // leave takes c out of the queue when it is still waiting; otherwise,
-// unless its batch has returned, it marks c gone.
-func (q *groupQueue) leave(c *call) int {
+// unless its batch has returned, it marks c gone. When queued says the
+// caller's wait ended at its queue deadline and c's batch was sent since
+// with a later deadline for its answer, c stays, and leave returns that
+// deadline.
+func (q *groupQueue) leave(c *call, queued bool) (int, time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i, w := range q.waiting {
 		if w == c {
 			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
-			return left
+			return left, time.Time{}
 		}
 	}
 	if c.finished {
-		return stayed
+		return stayed, time.Time{}
+	}
+	if queued && c.sent && time.Now().Before(c.deadline) {
+		return sending, c.deadline
 	}
 	c.gone = true
-	return gone
+	return gone, time.Time{}
 }
 
 // send sends batch, one call or one pipeline, bounded by the latest
@@ -238,6 +286,7 @@ func (q *groupQueue) leave(c *call) int {
 // it) are sent again with the script's source (EVAL, which loads it), in
 // one more pipeline. Only the sender touches the calls' commands.
 func (q *groupQueue) send(s *Store, batch []*call) {
+	sent := batch[0].start // when take gave the batch its deadlines
 	var latest time.Time
 	for _, b := range batch {
 		if b.deadline.After(latest) {
@@ -249,6 +298,7 @@ func (q *groupQueue) send(s *Store, batch []*call) {
 	if len(batch) == 1 {
 		b := batch[0]
 		b.reply, b.err = s.eval(ctx, b.script, b)
+		s.judge(context.Background(), sent, latest, b.err)
 		return
 	}
 	cmds := make([]*redis.Cmd, 0, len(batch))
@@ -277,4 +327,13 @@ func (q *groupQueue) send(s *Store, batch []*call) {
 			}
 		}
 	}
+	// The pipeline is one answer of the server: one count in the breaker.
+	var err error
+	for _, b := range batch {
+		if b.err != nil {
+			err = b.err
+			break
+		}
+	}
+	s.judge(context.Background(), sent, latest, err)
 }

@@ -47,7 +47,8 @@ func runCheckRLS(_ context.Context, e *env, fs *flag.FlagSet, args []string) int
 	// in for the ones sluice-rls registers.
 	var stores []string
 	for _, p := range cfg.Policies {
-		if p.Store != "" && !slices.Contains(stores, p.Store) {
+		// memory is every replica's own, built in.
+		if p.Store != "" && p.Store != "memory" && !slices.Contains(stores, p.Store) {
 			stores = append(stores, p.Store)
 		}
 	}

@@ -6,10 +6,15 @@
 //
 // Usage:
 //
-//	sluice-rls -config DIR_OR_FILE [-listen :8081] [-operator :6070] [-redis host:port [-redis-timeout 50ms]] [-shadow]
+//	sluice-rls -config DIR_OR_FILE [-listen :8081] [-operator :6070] [-redis host:port [-redis-timeout 500ms]] [-shadow]
 //
-// Several replicas given the same -redis enforce one limit for the fleet
-// (for the limits whose domain says store: redis). SIGTERM or SIGINT stops
+// Several replicas given the same -redis enforce one limit for the fleet:
+// with -redis every domain keeps its limits in Redis unless its file says
+// store: memory, so that envoyproxy/ratelimit's files, unchanged, give one
+// fleet-wide limit. A decision made without the store (its on_store_error
+// open, closed or local) is counted in admission_decisions_total and
+// logged, at most 10 records a second (shadow's decision log, which also
+// logs shadow limits' would-reject decisions). SIGTERM or SIGINT stops
 // it gracefully: health turns NOT_SERVING, calls in flight finish (within
 // -shutdown-timeout), then the process exits. Exit status: 0 after a
 // clean stop, 1 when it could not start, 2 on a usage error.
@@ -39,6 +44,7 @@ import (
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/shadow"
 )
 
 func main() {
@@ -64,8 +70,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.config, "config", "", "envoyproxy/ratelimit configuration: a YAML file, or a directory of *.yaml files (required)")
 	fs.StringVar(&o.listen, "listen", ":8081", "gRPC address of the rate limit service")
 	fs.StringVar(&o.operator, "operator", ":6070", "operator address: /metrics (Prometheus) and /healthz; empty disables it")
-	fs.StringVar(&o.redis, "redis", "", "Redis address of the store named redis (host:port); empty: no shared store")
-	fs.DurationVar(&o.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "longest Redis call; a slower one fails and the limit answers by its on_store_error")
+	fs.StringVar(&o.redis, "redis", "", "Redis address (host:port) of the store every domain keeps its limits in unless its file says store: memory; empty: each replica's memory")
+	fs.DurationVar(&o.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "longest wait for Redis's answer to a call; a slower one fails and the limit answers by its on_store_error")
 	fs.BoolVar(&o.shadow, "shadow", false, "run every limit in shadow mode (answer OK, count would-rejects)")
 	fs.StringVar(&o.unknownDomain, "unknown-domain", "ok", "answer for a domain no file declares: ok or over_limit")
 	fs.IntVar(&o.maxPending, "max-pending", envoyrls.DefaultMaxPending, "most request-phase estimates held for reconciliation")
@@ -103,6 +109,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(grpcAd
 	return 0
 }
 
+// unknownCode is the answer -unknown-domain names.
+func unknownCode(s string) rlsconfig.Code {
+	if s == "over_limit" {
+		return rlsconfig.OverLimit
+	}
+	return rlsconfig.OK
+}
+
 func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string, string)) error {
 	prom, err := metrics.NewPrometheus(0)
 	if err != nil {
@@ -114,8 +128,16 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 		return err
 	}
 	defer mo.Close()
-	ctlOpts := []admission.Option{admission.WithObserver(mo)}
+	// Decisions made without the store, and shadow limits' would-reject
+	// decisions, are logged at a bounded rate beside the metrics.
+	dlog, err := shadow.NewLog(shadow.LogConfig{}, shadow.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	ctlOpts := []admission.Option{admission.WithObserver(shadow.Join(dlog, mo))}
+	srvOpts := []envoyrls.Option{envoyrls.WithUnknownDomain(unknownCode(o.unknownDomain)), envoyrls.WithPending(o.maxPending, o.pendingTTL)}
 	if o.redis != "" {
+		srvOpts = append(srvOpts, envoyrls.WithDefaultStore("redis"))
 		client := redis.NewClient(&redis.Options{Addr: o.redis, ContextTimeoutEnabled: true})
 		defer client.Close()
 		store, err := redisstore.New(client, redisstore.Config{Name: "redis", Timeout: o.redisTimeout}, redisstore.WithObserver(mo))
@@ -130,11 +152,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 	}
 	ctl.SetAllShadow(o.shadow)
 	mo.Watch(ctl)
-	unknown := rlsconfig.OK
-	if o.unknownDomain == "over_limit" {
-		unknown = rlsconfig.OverLimit
-	}
-	srv, err := envoyrls.New(ctl, &rlsconfig.Config{}, envoyrls.WithUnknownDomain(unknown), envoyrls.WithPending(o.maxPending, o.pendingTTL))
+	srv, err := envoyrls.New(ctl, &rlsconfig.Config{}, srvOpts...)
 	if err != nil {
 		return err
 	}

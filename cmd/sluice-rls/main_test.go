@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,9 +75,14 @@ func startBinary(t *testing.T, args ...string) (conn *grpc.ClientConn, op string
 
 func call(t *testing.T, c rlsv3.RateLimitServiceClient, tenant string) rlsv3.RateLimitResponse_Code {
 	t.Helper()
+	return callDomain(t, c, "api", tenant)
+}
+
+func callDomain(t *testing.T, c rlsv3.RateLimitServiceClient, domain, tenant string) rlsv3.RateLimitResponse_Code {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{{
+	resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{{
 		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}},
 	}}})
 	if err != nil {
@@ -168,6 +174,84 @@ func TestRedisReplicas(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("calls alternating between two replicas = %v; want %v", got, want)
 		}
+	}
+}
+
+// TestRedisUnchangedEnvoyFile: given -redis, two replicas serving an
+// envoyproxy/ratelimit file as it is (no store: key) keep its limit in
+// Redis, one limit for both, with the store's default timeout; a domain
+// whose file says store: memory keeps its own in each replica.
+func TestRedisUnchangedEnvoyFile(t *testing.T) {
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(file, []byte(`domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: day, requests_per_unit: 5}
+---
+domain: local
+store: memory
+descriptors:
+  - key: tenant
+    rate_limit: {unit: day, requests_per_unit: 1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, opA, _ := binary(t, "-config", file, "-redis", srv.Addr)
+	b, opB, _ := binary(t, "-config", file, "-redis", srv.Addr)
+	fleet := []rlsv3.RateLimitServiceClient{rlsv3.NewRateLimitServiceClient(a), rlsv3.NewRateLimitServiceClient(b)}
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if call(t, fleet[i%2], "x") == rlsv3.RateLimitResponse_OK {
+				ok.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := ok.Load(); got != 5 {
+		t.Errorf("two replicas admitted %d of 8 against a limit of 5; want 5", got)
+	}
+	if n, err := redistest.Do(srv.Addr, "DBSIZE"); err != nil || n == "0" {
+		t.Errorf("DBSIZE = %q, %v; want the limit's key", n, err)
+	}
+	for _, op := range []string{opA, opB} {
+		if body := scrape(t, op); strings.Contains(body, `decision="fail_open"`) {
+			t.Errorf("a replica failed open against a healthy Redis:\n%s", body)
+		}
+	}
+	// store: memory: one each.
+	for i, r := range fleet {
+		if got := callDomain(t, r, "local", "x"); got != rlsv3.RateLimitResponse_OK {
+			t.Errorf("replica %d, domain kept in memory: first call = %v; want OK", i, got)
+		}
+	}
+}
+
+// TestFailOpenLoggedAndCounted: a limit that answers without its store
+// (Redis gone, on_store_error open by default) is counted as fail_open by
+// policy and logged.
+func TestFailOpenLoggedAndCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr
+	srv.Stop()
+	file := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(file, []byte(limit2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conn, op, logs := binary(t, "-config", file, "-redis", addr)
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	for i := range 3 {
+		if got := call(t, rls, "a"); got != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d with Redis gone = %v; want OK (on_store_error open)", i+1, got)
+		}
+	}
+	if body := scrape(t, op); !strings.Contains(body, `admission_decisions_total{decision="fail_open",mode="enforce",policy="api/tenant",reason="store_unavailable"`) {
+		t.Errorf("metrics do not count the fail-open decisions:\n%s", body)
+	}
+	if l := logs.String(); !strings.Contains(l, `"decision":"fail_open"`) || !strings.Contains(l, `"policy":"api/tenant"`) {
+		t.Errorf("the fail-open decisions are not logged:\n%s", l)
 	}
 }
 

@@ -140,6 +140,8 @@ type fileDomain struct {
 	Store        string           `yaml:"store"`
 	OnStoreError string           `yaml:"on_store_error"`
 	Replicas     int              `yaml:"replicas"`
+	// MaxPartitions bounds each limit's partitions kept in memory.
+	MaxPartitions int `yaml:"max_partitions"`
 }
 
 type fileDescriptor struct {
@@ -184,11 +186,27 @@ var units = map[string]time.Duration{
 	"week":   7 * 24 * time.Hour,
 }
 
+// An Option changes how a configuration is compiled.
+type Option func(*options)
+
+type options struct {
+	store string
+}
+
+// DefaultStore names the store of every domain whose file sets no store
+// (the admission.WithStore name, "redis" for sluice-rls -redis), so that
+// an unchanged envoyproxy/ratelimit file keeps every limit in that shared
+// store, one limit for a fleet of replicas, as that service keeps them in
+// its Redis. A domain keeps its limits in each replica's memory only when
+// its file says store: memory. Without this option a domain without a
+// store is in memory.
+func DefaultStore(name string) Option { return func(o *options) { o.store = name } }
+
 // Load reads a configuration from path: one YAML file, or a directory
 // whose *.yaml and *.yml files (as envoyproxy/ratelimit's runtime
 // directory) are read in name order. Each file holds one domain or
 // several, one per YAML document; a domain may appear only once in all.
-func Load(path string) (*Config, error) {
+func Load(path string, opts ...Option) (*Config, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -213,12 +231,12 @@ func Load(path string) (*Config, error) {
 		}
 		docs = append(docs, source{f, data})
 	}
-	return compile(docs)
+	return compile(docs, opts)
 }
 
 // Parse decodes and validates one file's content; name is used in errors.
-func Parse(name string, data []byte) (*Config, error) {
-	return compile([]source{{name, data}})
+func Parse(name string, data []byte, opts ...Option) (*Config, error) {
+	return compile([]source{{name, data}}, opts)
 }
 
 type source struct {
@@ -229,7 +247,11 @@ type source struct {
 // maxFile bounds a configuration file.
 const maxFile = 8 << 20
 
-func compile(srcs []source) (*Config, error) {
+func compile(srcs []source, opts []Option) (*Config, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg := &Config{domains: map[string]*Domain{}}
 	var errs []error
 	for _, s := range srcs {
@@ -251,6 +273,9 @@ func compile(srcs []source) (*Config, error) {
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
 				break
+			}
+			if fd.Store == "" {
+				fd.Store = o.store
 			}
 			c := compiler{cfg: cfg, file: s.name}
 			c.domain(&fd)
@@ -490,6 +515,11 @@ func (c *compiler) limit(p string, path []ancestor) *Limit {
 		Burst:     rl.Burst,
 		Store:     c.d.Store,
 		Replicas:  c.d.Replicas,
+		// Descriptor values come from clients (addresses, headers): a
+		// flood of new values evicts its own partitions rather than
+		// exhaust one overflow partition every newcomer would share.
+		Overflow:      limits.OverflowEvict,
+		MaxPartitions: c.d.MaxPartitions,
 	}
 	if !slices.Contains(lf.partition, true) {
 		pol.Key = []limits.KeyPart{limits.KeyGlobal}

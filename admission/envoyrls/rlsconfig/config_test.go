@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // TestParseErrors: decoding is strict, and every problem of a file is
@@ -197,5 +198,46 @@ func TestPartitionEscapes(t *testing.T) {
 			t.Fatalf("Partition(%q) = Partition(%q) = %q", c, prev, k)
 		}
 		seen[k] = c[:]
+	}
+}
+
+// TestDefaultStore: DefaultStore puts the limits of every domain whose
+// file names no store in that store; a file naming one keeps it, memory
+// included. The generated policies evict, when full, rather than share
+// an overflow partition, and take the domain's max_partitions.
+func TestDefaultStore(t *testing.T) {
+	const yaml = `
+domain: plain
+descriptors:
+  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}
+---
+domain: local
+store: memory
+max_partitions: 500
+descriptors:
+  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}
+`
+	for _, c := range []struct {
+		opts []rlsconfig.Option
+		want map[string]string
+	}{
+		{nil, map[string]string{"plain/k": "", "local/k": "memory"}},
+		{[]rlsconfig.Option{rlsconfig.DefaultStore("redis")}, map[string]string{"plain/k": "redis", "local/k": "memory"}},
+	} {
+		cfg, err := rlsconfig.Parse("test.yaml", []byte(yaml), c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range cfg.Policies {
+			if p.Store != c.want[p.Name] {
+				t.Errorf("with %d options: policy %s in store %q; want %q", len(c.opts), p.Name, p.Store, c.want[p.Name])
+			}
+			if p.Overflow != limits.OverflowEvict {
+				t.Errorf("policy %s: overflow %v; want evict", p.Name, p.Overflow)
+			}
+			if want := map[string]int{"plain/k": 0, "local/k": 500}[p.Name]; p.MaxPartitions != want {
+				t.Errorf("policy %s: max partitions %d; want %d", p.Name, p.MaxPartitions, want)
+			}
+		}
 	}
 }

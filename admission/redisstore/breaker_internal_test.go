@@ -1,0 +1,106 @@
+package redisstore
+
+import (
+	"math/bits"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestBreakerRatio: the breaker opens when half of the last 2×threshold
+// round trips failed, never on a few failures among answers, and forgets
+// the failures that opened it once a probe succeeds.
+func TestBreakerRatio(t *testing.T) {
+	cases := []struct {
+		name string
+		// trips are round trips in order: 'o' answered, 'x' failed, 'p'
+		// a probe after the cooldown (allow must grant it) that answers.
+		trips string
+		open  bool
+	}{
+		{"no round trip", "", false},
+		{"four failures", "xxxx", false},
+		{"five failures", "xxxxx", true},
+		{"five failures among answers", "oxoxoxoxox", true},
+		{"four of the last ten", "xxxxooooooxoxoxox", false},
+		{"failures shifted out by answers", "xxxxoooooooooooxxxx", false},
+		{"one slow answer in a long run", "oooooooooooooooooooxoooooooooo", false},
+		{"a probe's answer closes it and forgets", "xxxxxpxxxx", false},
+		{"...until five fail again", "xxxxxpxxxxx", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var changes []bool
+			b := newBreaker(DefaultBreakerFailures, time.Nanosecond, func(open bool) { changes = append(changes, open) })
+			for i, r := range c.trips {
+				switch r {
+				case 'o':
+					b.success()
+				case 'x':
+					b.failure()
+				case 'p':
+					for b.refusing() {
+						time.Sleep(time.Microsecond) // a 1ns cooldown
+					}
+					if !b.allow() {
+						t.Fatalf("trip %d: allow after the cooldown = false; want a probe", i)
+					}
+					b.success()
+				}
+			}
+			if got := b.openUntil.Load() != 0; got != c.open {
+				t.Fatalf("after %q: open = %v (changes %v); want %v", c.trips, got, changes, c.open)
+			}
+		})
+	}
+}
+
+// TestPipelineTimeoutCounts: a pipeline of queued decisions that Redis
+// does not answer within the timeout counts once in the breaker, as one
+// failed round trip, beside the three answered calls before it.
+func TestPipelineTimeoutCounts(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newDecisionFixture(t, srv.Addr, 200*time.Millisecond)
+	f.hold.beforePipeline = func() {
+		if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "1000", "ALL"); err != nil {
+			t.Error(err)
+		}
+	}
+	tenants := tenantsN(maxSending + 5)
+	out := f.decideHeld(t, tenants, nil)
+	close(f.hold.release)
+	got := collect(t, out, len(tenants))
+	// The calls held on their way went alone: each is a round trip (the
+	// pause may catch those still on their way when the first returns);
+	// the five queued meanwhile went in one pipeline.
+	alone, queued := 0, 0
+	for i, tn := range tenants {
+		switch {
+		case got[tn].err == nil:
+		case i < maxSending:
+			alone++
+		default:
+			queued++
+		}
+	}
+	if queued != 5 {
+		t.Fatalf("%d queued decisions failed; want the 5 of the pipeline Redis did not answer", queued)
+	}
+	// The callers return at their deadline; the pipeline's sender counts
+	// its round trip when the pipeline returns.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.st.group.mu.Lock()
+		sending := f.st.group.sending
+		f.st.group.mu.Unlock()
+		if sending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d round trips still on their way after 5s", sending)
+		}
+	}
+	if n := bits.OnesCount64(f.st.brk.history.Load()); n != alone+1 {
+		t.Errorf("failed round trips in the breaker = %d; want %d (%d calls alone, and the pipeline once)", n, alone+1, alone)
+	}
+}
