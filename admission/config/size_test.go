@@ -12,21 +12,22 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 )
 
-// bigDirectory writes a policy file with tenants tenants, each on the
-// default plan with one key.
+// bigDirectory writes a policy file with tenants tenants in the shape of
+// an admitctl db export, each on the basic plan with one key.
 func bigDirectory(tenants int) []byte {
 	var b bytes.Buffer
 	b.WriteString("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 60, per: 1m}\n")
 	b.WriteString("identity: {anonymous: deny}\ndefault_plan: basic\nplans:\n  basic:\n    rpm: {limit: 10}\ntenants:\n")
 	for i := range tenants {
 		h := config.HashKey(fmt.Sprintf("sk-%d", i))
-		fmt.Fprintf(&b, "  t%06d: {api_keys: [%s]}\n", i, h)
+		fmt.Fprintf(&b, "  t%06d:\n    plan: basic\n    api_keys:\n      - hash: %s\n        id: %s\n", i, h, h.ID())
 	}
 	return b.Bytes()
 }
 
-// TestLoadLargeDirectory loads a file of 100,000 tenants, each with a key,
-// from disk: every tenant and every key is there, with its tenant.
+// TestLoadLargeDirectory loads the export of 100,000 tenants, each with a
+// key, as a policy file: every tenant and every key is there, with its
+// tenant.
 func TestLoadLargeDirectory(t *testing.T) {
 	const tenants = 100_000
 	path := filepath.Join(t.TempDir(), "export.yaml")
