@@ -21,6 +21,9 @@ func TestRedactURL(t *testing.T) {
 		{"postgres://alice:hunter2pw@%zz/db", "postgres://alice:xxxxx@%zz/db"},
 		{"alice:hunter2pw@127.0.0.1:6379", "alice:xxxxx@127.0.0.1:6379"},
 		{"http://127.0.0.1:9x/", "http://127.0.0.1:9x/"},
+		// A password with "/" or "?" that url.Parse reads as a port.
+		{"https://alice:1234/ab==@host/", "https://alice:xxxxx@host/"},
+		{"https://alice:1234?ab@host/", "https://alice:xxxxx@host/"},
 	} {
 		if got := config.RedactURL(tt.in); got != tt.want {
 			t.Errorf("RedactURL(%q) = %q; want %q", tt.in, got, tt.want)
