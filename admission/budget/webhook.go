@@ -14,11 +14,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/config"
 )
 
 // The headers of a webhook POST.
@@ -71,6 +74,9 @@ func (c *WebhookConfig) check() error {
 	}
 	if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
 		errs = append(errs, errors.New("the URL must be http:// or https://"))
+	} else if u, err := url.Parse(c.URL); err != nil || u.Host == "" {
+		// Not err itself: it holds the URL whole, password included.
+		errs = append(errs, fmt.Errorf("the URL %q is not a valid URL", config.RedactURL(c.URL)))
 	}
 	return errors.Join(errs...)
 }

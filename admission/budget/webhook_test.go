@@ -269,6 +269,21 @@ func TestWebhookConfig(t *testing.T) {
 	}
 }
 
+// TestWebhookURLRedacted: a malformed URL with credentials is refused
+// with an error that shows it without its password, not left to fail at
+// every delivery with a log line that shows it whole.
+func TestWebhookURLRedacted(t *testing.T) {
+	c := budget.WebhookConfig{URL: "http://alice:hunter2pw@127.0.0.1:9x/", Secret: secret, Timeout: time.Second, Attempts: 1, Backoff: time.Second, MaxBackoff: time.Second, Queue: 1}
+	h, err := budget.NewWebhook(c)
+	if err == nil {
+		_ = h.Close()
+		t.Fatal("NewWebhook(malformed URL) = nil error; want one")
+	}
+	if msg := err.Error(); strings.Contains(msg, "hunter2pw") || !strings.Contains(msg, "http://alice:xxxxx@127.0.0.1:9x/") {
+		t.Errorf("NewWebhook(malformed URL) = %q; want the URL without its password", msg)
+	}
+}
+
 // TestWebhookShutdown delivers what is queued and under way before
 // closing, and drops (and counts) what comes after.
 func TestWebhookShutdown(t *testing.T) {

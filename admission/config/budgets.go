@@ -126,7 +126,7 @@ func webhookURLProblem(s string) string {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return fmt.Sprintf("%q is not an http:// or https:// URL", s)
+		return fmt.Sprintf("%q is not an http:// or https:// URL", RedactURL(s))
 	case u.User != nil:
 		return "must not hold credentials: the receiver checks the signature instead"
 	case u.Fragment != "" || strings.HasSuffix(s, "#"):

@@ -17,15 +17,19 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
-// maxNodes bounds the nodes visited while decoding, so that nested aliases
-// cannot make a small file expand without end.
-const maxNodes = 200_000
+// MaxNodes bounds the nodes of a policy file, counted with its aliases
+// expanded (each alias counts the nodes it stands for), so that nested
+// aliases cannot make a small file expand without end. It leaves room for
+// an admitctl db export of 100,000 tenants (about 11 nodes each, with one
+// key) several times over. A file above it is refused as a whole, with an
+// error naming the bound, before any of it is decoded: it never loads in
+// part.
+const MaxNodes = 5_000_000
 
 type decoder struct {
 	file  string
 	errs  Errors
 	lines map[string]*yaml.Node
-	nodes int
 	f     *File
 	// keyPaths records where each key hash was declared.
 	keyPaths map[KeyHash]string
@@ -39,11 +43,6 @@ type decoder struct {
 // messages. The error, when the file is not valid, is an Errors listing
 // every problem.
 func Parse(name string, data []byte) (*File, error) {
-	d := &decoder{
-		file: name, lines: map[string]*yaml.Node{}, f: edgeDefaults(defaults()),
-		keyPaths: map[KeyHash]string{}, tenantNodes: map[string]*yaml.Node{},
-	}
-	d.f.Source = name
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	err := dec.Decode(&doc)
@@ -77,6 +76,21 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, Errors{{File: name, Line: 1, Column: 1, Msg: "empty file: at least one policy is needed"}}
 	}
 	root := doc.Content[0]
+	nodes, cycle := countNodes(root, MaxNodes)
+	if cycle != nil {
+		return nil, Errors{{File: name, Line: cycle.Line, Column: cycle.Column,
+			Msg: fmt.Sprintf("alias *%s refers to a node that contains it: it would expand without end", cycle.Value)}}
+	}
+	if nodes > MaxNodes {
+		return nil, Errors{{File: name, Line: 1, Column: 1,
+			Msg: fmt.Sprintf("document too large: more than %d nodes with its aliases expanded (the bound is config.MaxNodes); nothing of it was loaded", MaxNodes)}}
+	}
+	// About half the nodes are keys, whose positions lines records.
+	d := &decoder{
+		file: name, lines: make(map[string]*yaml.Node, nodes/2), f: edgeDefaults(defaults()),
+		keyPaths: map[KeyHash]string{}, tenantNodes: map[string]*yaml.Node{},
+	}
+	d.f.Source = name
 	d.decodeRoot(root)
 	d.validate(root)
 	if len(d.errs) == 0 {
@@ -153,12 +167,68 @@ func (d *decoder) locate(path string, root *yaml.Node) *yaml.Node {
 	return root
 }
 
-// resolve follows aliases and counts the node against the budget.
+// countNodes returns the number of nodes of the tree under root with its
+// aliases expanded (each alias counts the nodes it stands for), or
+// limit+1 when there are more than limit, and the alias that refers to a
+// node containing it, which would expand without end, if there is one.
+// The size of each anchored node is computed once, so counting costs
+// the document's own nodes however far its aliases expand; the walk keeps
+// its own stack, so no nesting can exhaust the goroutine's.
+func countNodes(root *yaml.Node, limit int) (int, *yaml.Node) {
+	type frame struct {
+		n    *yaml.Node
+		next int // the child to visit next
+		size int // the nodes counted so far: n and its visited children
+	}
+	const open = -1 // the size of an anchored node being counted
+	sizes := map[*yaml.Node]int{}
+	if root.Anchor != "" {
+		sizes[root] = open
+	}
+	stack := []frame{{n: root, size: 1}}
+	for {
+		top := &stack[len(stack)-1]
+		if top.size > limit {
+			return limit + 1, nil
+		}
+		if top.next == len(top.n.Content) {
+			size := top.size
+			if top.n.Anchor != "" {
+				sizes[top.n] = size
+			}
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return size, nil
+			}
+			stack[len(stack)-1].size += size
+			continue
+		}
+		c := top.n.Content[top.next]
+		top.next++
+		if c.Kind == yaml.AliasNode && c.Alias != nil {
+			target := c.Alias
+			if size, ok := sizes[target]; ok {
+				if size == open {
+					return 0, c
+				}
+				top.size += size
+				continue
+			}
+			c = target
+		}
+		if c.Anchor != "" {
+			sizes[c] = open
+		}
+		stack = append(stack, frame{n: c, size: 1})
+	}
+}
+
+// resolve follows aliases. Parse has checked that the document, with its
+// aliases expanded, is within MaxNodes.
 func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
-	d.nodes++
 	return n
 }
 
@@ -178,12 +248,6 @@ type field struct {
 // exactly once. It returns false when n is not a mapping.
 func (d *decoder) mapping(n *yaml.Node, path string, fields ...field) bool {
 	n = d.resolve(n)
-	if d.nodes > maxNodes {
-		if d.nodes == maxNodes+1 {
-			d.errorf(n, path, "document too large (aliases expand to more than %d nodes)", maxNodes)
-		}
-		return false
-	}
 	if n.Kind != yaml.MappingNode {
 		d.errorf(n, path, "expected a mapping, got %s", describe(n))
 		return false

@@ -12,6 +12,12 @@
 //
 //	policies.yaml:14:12: policies[1].burst: 5 is smaller than max_cost 8: the largest request could never be admitted
 //
+// A file loads whole or is refused: one of more than MaxNodes YAML nodes,
+// counted with its aliases expanded (room for the export of several
+// hundred thousand tenants), or with an alias that contains itself, is
+// refused before any of it is decoded, with an error naming the bound.
+// Errors show a configured URL without its password (see RedactURL).
+//
 // Durations are Go durations or days (90s, 1m, 24h, 7d); amounts may use
 // underscores and k/M/G suffixes (100_000, 100k); sizes take KiB/MiB or
 // KB/MB suffixes. API keys are stored only as SHA-256 hashes in the form

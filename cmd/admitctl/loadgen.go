@@ -193,7 +193,7 @@ func runLoadgen(ctx context.Context, e *env, fs *flag.FlagSet, args []string) in
 	}
 	if *target != "" {
 		if u, err := url.Parse(*target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("--target must be an http(s) URL, not %q", *target)
+			bad("--target must be an http(s) URL, not %q", config.RedactURL(*target))
 		}
 		if *keysPath == "" {
 			bad("--target needs --keys")

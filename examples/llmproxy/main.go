@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -368,7 +369,7 @@ func (s *server) banner(w io.Writer) {
 	if s.sim != nil {
 		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)
 	} else {
-		fmt.Fprintf(w, "llmproxy: upstream: %s\n", s.opts.gw.Upstream)
+		fmt.Fprintf(w, "llmproxy: upstream: %s\n", config.RedactURL(s.opts.gw.Upstream))
 	}
 	if s.opts.configPath == "" {
 		fmt.Fprintln(w, "llmproxy: policy: embedded default.yaml; demo keys:")
@@ -503,11 +504,18 @@ func (s *server) openStores(addr string) ([]admission.Option, error) {
 		return nil, fmt.Errorf("%s: policies use the store %q: start with --redis host:port", s.file.Source, names[0])
 	}
 	opts := &redis.Options{Addr: addr}
-	if strings.Contains(addr, "://") {
+	switch {
+	case strings.Contains(addr, "://"):
 		var err error
 		if opts, err = redis.ParseURL(addr); err != nil {
-			return nil, fmt.Errorf("--redis: %w", err)
+			// url.Parse's error holds the URL, or a part of its password.
+			if ue := (*url.Error)(nil); errors.As(err, &ue) {
+				return nil, fmt.Errorf("--redis: %q is not a URL (redis://user:password@host:port/db)", config.RedactURL(addr))
+			}
+			return nil, fmt.Errorf("--redis: %q: %v", config.RedactURL(addr), err)
 		}
+	case strings.Contains(addr, "@"):
+		return nil, fmt.Errorf("--redis: %q: credentials need the URL form redis://user:password@host:port", config.RedactURL(addr))
 	}
 	opts.ContextTimeoutEnabled = true
 	s.redis = redis.NewClient(opts)

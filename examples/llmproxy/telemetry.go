@@ -83,7 +83,7 @@ func otlpReader(o otlpSettings) (sdkmetric.Reader, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		where = u
+		where = config.RedactURL(u)
 		opts = append(opts, otlpmetrichttp.WithEndpointURL(u))
 	case os.Getenv(otlpMetricsEndpointEnv) != "":
 		where = "$" + otlpMetricsEndpointEnv
@@ -110,7 +110,7 @@ func otlpReader(o otlpSettings) (sdkmetric.Reader, string, error) {
 func otlpEndpointURL(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("--otlp-endpoint: %q is not an http:// or https:// URL", s)
+		return "", fmt.Errorf("--otlp-endpoint: %q is not an http:// or https:// URL", config.RedactURL(s))
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/metrics"

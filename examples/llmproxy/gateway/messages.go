@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/weights"
@@ -58,7 +59,7 @@ func (rt route) anthropic() bool { return strings.HasPrefix(rt.path, OpMessages)
 func parseUpstream(s string) (*url.URL, error) {
 	base, err := url.Parse(strings.TrimSuffix(s, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("gateway: upstream %q is not an http(s) URL", s)
+		return nil, fmt.Errorf("gateway: upstream %q is not an http(s) URL", config.RedactURL(s))
 	}
 	return base, nil
 }

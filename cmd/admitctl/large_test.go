@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/directory"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/pgtest"
+)
+
+// largeExport writes, as admitctl db export does, a directory of tenants
+// tenants on the basic plan, each with one key, into a file of the test's
+// directory and returns its path.
+func largeExport(t *testing.T, tenants int) string {
+	t.Helper()
+	d := &directory.Data{
+		Plans: limits.Plans{
+			Default: "basic",
+			Plans:   map[string]map[string]limits.Override{"basic": {"rpm": {Limit: 10}}},
+			Tenants: make(map[string]limits.TenantPlan, tenants),
+		},
+		Keys: make(map[config.KeyHash]config.Key, tenants),
+	}
+	for i := range tenants {
+		name := fmt.Sprintf("t%06d", i)
+		d.Plans.Tenants[name] = limits.TenantPlan{Plan: "basic"}
+		h := config.HashKey("sk-" + name)
+		d.Keys[h] = config.Key{Tenant: name, KeyID: h.ID()}
+	}
+	var b bytes.Buffer
+	if err := writeExport(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "export.yaml")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCheckLargeFile: check counts every tenant and every key of a
+// policy file of 100,000 tenants, each with a key.
+func TestCheckLargeFile(t *testing.T) {
+	const tenants = 100_000
+	var b strings.Builder
+	b.WriteString("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 60, per: 1m}\nidentity: {anonymous: deny}\n")
+	b.WriteString("default_plan: basic\nplans:\n  basic: {rpm: {limit: 10}}\ntenants:\n")
+	for i := range tenants {
+		fmt.Fprintf(&b, "  t%06d: {api_keys: [%s]}\n", i, config.HashKey(fmt.Sprintf("sk-t%06d", i)))
+	}
+	code, out, errs := checkFile(t, b.String())
+	if want := fmt.Sprintf("F: OK: 1 policies, 1 plans, %d tenants, %d API keys", tenants, tenants); code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("check = %d, %.200q; stderr %.500q; want %q", code, out, errs, want)
+	}
+}
+
+// TestDBImportLargeExport imports into a real database the export of
+// 20,000 tenants, each with a key (over 200,000 YAML nodes), and exports
+// it again unchanged.
+func TestDBImportLargeExport(t *testing.T) {
+	const tenants = 20_000
+	srv := pgtest.Start(t)
+	dsn := srv.NewDB(t)
+	pf := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(pf, []byte(dbPolicies), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := largeExport(t, tenants)
+	export, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"migrate"}, {"import", path}, {"export"}} {
+		code, out, errs := runArgs("", append([]string{"db", "-dsn", dsn, "-f", pf}, args...)...)
+		if code != 0 {
+			t.Fatalf("db %s = %d; stderr: %.500s", args[0], code, errs)
+		}
+		switch args[0] {
+		case "import":
+			if want := fmt.Sprintf("imported 1 plans, %d tenants, %d keys", tenants, tenants); !strings.Contains(out, want) {
+				t.Errorf("import: %q; want %q", out, want)
+			}
+		case "export":
+			if out != string(export) {
+				t.Errorf("export after import differs from the export imported (%d bytes; want %d)", len(out), len(export))
+			}
+		}
+	}
+}
