@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -32,10 +33,14 @@ type Options struct {
 	// no change arrives; zero means 5s. The directory's age stays under
 	// it while the database answers.
 	Heartbeat time.Duration
-	// Snapshot is the file the last good directory is written to after
-	// a full load or changes that altered it (an unchanged directory is
-	// not written again), and read at start-up when the database cannot
-	// be reached; empty means none.
+	// Snapshot is the file the last good directory is written to, and
+	// read at start-up when the database cannot be reached; empty means
+	// none. It is written (flushed to disk and renamed into place) after
+	// each full load and each batch of changes, before the running
+	// directory applies them: a replica started from it never accepts a
+	// key revoked before a running replica refused it. An unchanged
+	// directory is not written again, and changes arriving within
+	// SnapshotGap of the last write are written together.
 	Snapshot string
 	// Timeout bounds each database call (connect, load, re-read); zero
 	// means 10s.
@@ -60,11 +65,14 @@ type Follower struct {
 
 	synced  atomic.Int64 // unix nanoseconds when the directory was last known current
 	outages atomic.Int64
-	refused atomic.Int64 // entries refused at the last full load
+	refused atomic.Int64 // the problems of the entries refused now (the sum of bad)
 	changes atomic.Int64
 	down    atomic.Bool
-	dirty   bool              // changes applied since the last snapshot; run's goroutine only
-	written [sha256.Size]byte // digest of the directory the snapshot holds; run's goroutine only
+
+	// Run's goroutine only (and Open's, before it starts):
+	bad       map[string]int64  // problems of the entries refused, by entry (see entryOf)
+	written   [sha256.Size]byte // digest of the directory the snapshot holds
+	lastWrite time.Time         // when the snapshot was last written
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -99,7 +107,7 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 	if err != nil {
 		return nil, fmt.Errorf("pgdir: %w", err)
 	}
-	f := &Follower{pool: pool, dir: dir, opts: opts, log: opts.Logger, done: make(chan struct{})}
+	f := &Follower{pool: pool, dir: dir, opts: opts, log: opts.Logger, done: make(chan struct{}), bad: map[string]int64{}}
 	if f.log == nil {
 		f.log = slog.Default()
 	}
@@ -151,10 +159,15 @@ func (f *Follower) Age() time.Duration { return time.Since(time.Unix(0, f.synced
 // Outages returns the number of times the database became unreachable.
 func (f *Follower) Outages() int64 { return f.outages.Load() }
 
-// Refused returns the entries refused at the last full load.
+// Refused returns the problems of the directory entries refused and not
+// installed: those of the last full load, and those of the changes
+// refused since. A change of an entry that installs it clears its
+// problems (a key refused at a full load under its id stays counted until
+// the next full load if it is then revoked).
 func (f *Follower) Refused() int64 { return f.refused.Load() }
 
-// fullLoad reads the whole directory and installs it.
+// fullLoad reads the whole directory, writes the snapshot and installs
+// it.
 func (f *Follower) fullLoad(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
 	defer cancel()
@@ -162,6 +175,9 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The snapshot holds the directory as the database does: a start from
+	// it refuses what this Install refuses.
+	f.snapshot(data)
 	err = f.dir.Install(data)
 	var refused config.Errors
 	if err != nil {
@@ -171,23 +187,58 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 		errors.As(err, &refused)
 	}
 	refused = append(refused, problems...)
+	f.bad = map[string]int64{}
+	for _, e := range refused {
+		f.bad[entryOf(e.Path, data)]++
+	}
 	f.refused.Store(int64(len(refused)))
 	f.refusedEntries(refused)
 	f.synced.Store(time.Now().UnixNano())
-	f.snapshot()
 	return nil
 }
 
-// snapshot writes the directory to the snapshot file, if one is
-// configured.
-func (f *Follower) snapshot() {
-	f.dirty = false
+// entryOf names the entry a problem's path is about, as a change
+// notification names it ("tenant:<name>") for a tenant of data, else by
+// its path.
+func entryOf(path string, data *directory.Data) string {
+	rest, ok := strings.CutPrefix(path, "tenants.")
+	if !ok {
+		return path
+	}
+	// The longest tenant name the path starts with: names may hold dots.
+	for i := len(rest); i > 0; i-- {
+		if i < len(rest) && rest[i] != '.' {
+			continue
+		}
+		if _, ok := data.Plans.Tenants[rest[:i]]; ok {
+			return "tenant:" + rest[:i]
+		}
+	}
+	return path
+}
+
+// SnapshotGap is the least time between two writes of the snapshot while
+// changes arrive: the changes of a burst are coalesced into one write,
+// and each waits at most this long (plus the write) to be applied.
+const SnapshotGap = 100 * time.Millisecond
+
+// snapshot writes d to the snapshot file, if one is configured. When it
+// cannot, it removes the file: the old one may hold a key revoked since,
+// which a replica started from it would accept.
+func (f *Follower) snapshot(d *directory.Data) {
 	if f.opts.Snapshot == "" {
 		return
 	}
-	if err := writeSnapshot(f.opts.Snapshot, f.dir.Data(), &f.written); err != nil {
-		f.log.Error("directory snapshot not written", "snapshot", f.opts.Snapshot, "error", err)
+	f.lastWrite = time.Now()
+	err := writeSnapshot(f.opts.Snapshot, d, &f.written)
+	if err == nil {
+		return
 	}
+	f.written = [sha256.Size]byte{}
+	if rerr := os.Remove(f.opts.Snapshot); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	f.log.Error("directory snapshot not written: the old one is removed (a start without the database then fails)", "snapshot", f.opts.Snapshot, "error", err)
 }
 
 // refusedEntries logs the entries err refuses, the first 20 one by one.
@@ -216,9 +267,11 @@ func (f *Follower) outage(err error) {
 	}
 }
 
-func (f *Follower) recovered() {
+// recovered records that the database answers again; age is the
+// directory's age when it did, before the load that brought it current.
+func (f *Follower) recovered(age time.Duration) {
 	if f.down.CompareAndSwap(true, false) {
-		f.log.Info("tenant directory database reachable again", "age", f.Age().Round(time.Millisecond))
+		f.log.Info("tenant directory database reachable again", "age", age.Round(time.Millisecond).String())
 	}
 }
 
@@ -238,11 +291,12 @@ func (f *Follower) run(ctx context.Context, conn *pgxpool.Conn) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		var err error
+		age := f.Age()
 		if conn == nil {
 			conn, err = f.connect(ctx)
 		}
 		if conn != nil {
-			f.recovered()
+			f.recovered(age)
 			backoff = 100 * time.Millisecond
 			err = f.follow(ctx, conn.Conn())
 			drop()
@@ -316,12 +370,6 @@ func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
 				return err
 			}
 			f.synced.Store(time.Now().UnixNano())
-			if f.dirty {
-				// Changes reach the snapshot within a heartbeat: a replica
-				// started from it during an outage does not take back a
-				// revoked key.
-				f.snapshot()
-			}
 		default:
 			return err
 		}
@@ -329,16 +377,22 @@ func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // batch applies the first notification's change and those already
-// queued behind it.
+// queued behind it, or arriving until SnapshotGap after the last write of
+// the snapshot: the entries are re-read, the snapshot written with them,
+// then they are installed.
 func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) error {
 	seen := map[string]bool{first: true}
 	order := []string{first}
+	until := time.Now()
+	if f.opts.Snapshot != "" {
+		until = f.lastWrite.Add(SnapshotGap)
+	}
 	for len(order) <= maxBatch {
-		wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		wctx, cancel := context.WithTimeout(ctx, max(time.Until(until), time.Millisecond))
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() {
+			if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() && ctx.Err() == nil {
 				break
 			}
 			return err
@@ -356,21 +410,65 @@ func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) erro
 		f.changes.Add(int64(len(order)))
 		return f.fullLoad(ctx)
 	}
+	changes := make([]change, 0, len(order))
 	for _, p := range order {
-		if err := f.apply(ctx, p); err != nil {
+		c, err := f.read(ctx, p)
+		if err != nil {
 			return err
 		}
-		f.changes.Add(1)
+		if c != nil {
+			changes = append(changes, *c)
+		}
 	}
-	f.dirty = true
+	if f.opts.Snapshot != "" {
+		next := f.dir.Data()
+		for _, c := range changes {
+			c.to(next)
+		}
+		f.snapshot(next)
+	}
+	for _, c := range changes {
+		f.install(c)
+	}
+	f.changes.Add(int64(len(order)))
+	f.refused.Store(sum(f.bad))
 	f.synced.Store(time.Now().UnixNano())
 	return nil
 }
 
-// apply re-reads the entry a notification names and installs it. An
-// entry that does not validate is logged and the old one kept; only a
-// database error is returned.
-func (f *Follower) apply(ctx context.Context, payload string) error {
+// A change is one entry as a notification's re-read found it.
+type change struct {
+	entry  string // as the notification names it: "tenant:<name>", "key:<hash>"
+	tenant string
+	tp     *limits.TenantPlan // nil: the tenant is gone
+	hash   *config.KeyHash    // a key's change, else nil
+	key    *config.Key        // nil: the key is gone or revoked
+	bad    error              // why a key's row cannot be a key (then key is nil)
+}
+
+// to applies c to d.
+func (c *change) to(d *directory.Data) {
+	if d.Keys == nil {
+		d.Keys = map[config.KeyHash]config.Key{}
+	}
+	if d.Plans.Tenants == nil {
+		d.Plans.Tenants = map[string]limits.TenantPlan{}
+	}
+	switch {
+	case c.hash != nil && c.key == nil:
+		delete(d.Keys, *c.hash)
+	case c.hash != nil:
+		d.Keys[*c.hash] = *c.key
+	case c.tp == nil:
+		delete(d.Plans.Tenants, c.tenant)
+	default:
+		d.Plans.Tenants[c.tenant] = *c.tp
+	}
+}
+
+// read re-reads the entry a notification names: nil for a notification
+// that names none. Only a database error is returned.
+func (f *Follower) read(ctx context.Context, payload string) (*change, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
 	defer cancel()
 	kind, name, _ := strings.Cut(payload, ":")
@@ -378,28 +476,70 @@ func (f *Follower) apply(ctx context.Context, payload string) error {
 	case "tenant":
 		tp, err := loadTenant(ctx, f.pool, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		f.refusedEntries(f.dir.SetTenant(name, tp))
+		return &change{entry: payload, tenant: name, tp: tp}, nil
 	case "key":
 		h, err := config.ParseKeyHash(name)
 		if err != nil {
 			f.log.Warn("directory notification ignored", "problem", "malformed key hash")
-			return nil
+			return nil, nil
 		}
-		k, err := loadKey(ctx, f.pool, name)
+		c := &change{entry: payload, hash: &h}
+		c.key, err = loadKey(ctx, f.pool, name)
 		if errors.Is(err, errBadKey) {
-			f.log.Warn("directory entry refused", "problem", err.Error())
-			k, err = nil, nil
+			c.bad, err = err, nil
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		f.refusedEntries(f.dir.SetKey(h, k))
-	default:
-		f.log.Warn("directory notification ignored", "problem", "unknown kind")
+		return c, nil
 	}
-	return nil
+	f.log.Warn("directory notification ignored", "problem", "unknown kind")
+	return nil, nil
+}
+
+// install installs a change read. An entry that does not validate is
+// logged and counted, and the old one kept (a key's bad row removes the
+// key).
+func (f *Follower) install(c change) {
+	var err error
+	if c.hash != nil {
+		err = f.dir.SetKey(*c.hash, c.key)
+		// The paths a full load reports this key's problems under.
+		delete(f.bad, "keys."+c.hash.ID())
+		if c.key != nil {
+			delete(f.bad, "keys."+c.key.KeyID)
+		}
+		err = errors.Join(c.bad, err)
+	} else {
+		err = f.dir.SetTenant(c.tenant, c.tp)
+	}
+	delete(f.bad, c.entry)
+	if n := problems(err); n > 0 {
+		f.bad[c.entry] = n
+	}
+	f.refusedEntries(err)
+}
+
+// problems returns how many problems err reports.
+func problems(err error) int64 {
+	var es config.Errors
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &es):
+		return int64(len(es))
+	}
+	return 1
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // snapshot is the file format of the snapshot.
@@ -423,7 +563,8 @@ type snapshotKey struct {
 // maxSnapshot bounds the snapshot file read at start-up.
 const maxSnapshot = 1 << 30
 
-// writeSnapshot writes d to path atomically (a temporary file renamed),
+// writeSnapshot writes d to path atomically and durably (a temporary file
+// flushed to disk, renamed, and the rename flushed),
 // unless last holds the digest of the same directory, written before: a
 // full refresh that changed nothing does not rewrite the file (its
 // "written" time then says when this directory was first written). last,
@@ -455,16 +596,38 @@ func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) erro
 		tmp.Close()
 		return err
 	}
+	// On disk before it replaces the old file, and the rename itself on
+	// disk before the caller acts on what the file says.
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return err
+	}
 	if last != nil {
 		*last = sum
 	}
 	return nil
+}
+
+// syncDir flushes a directory's entries (a rename in it) to disk.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // readSnapshot reads the snapshot at path.
@@ -522,7 +685,7 @@ func (f *Follower) instruments(m metric.Meter) error {
 	outages, err2 := m.Int64ObservableCounter("sluice.directory.outages", metric.WithUnit("{outage}"),
 		metric.WithDescription("Times the tenant directory's database became unreachable."))
 	refused, err3 := m.Int64ObservableGauge("sluice.directory.refused", metric.WithUnit("{entry}"),
-		metric.WithDescription("Directory entries refused at the last full load (see the log for which)."))
+		metric.WithDescription("Problems of the directory entries refused and not installed, at the last full load and by the changes since (see the log for which)."))
 	changes, err4 := m.Int64ObservableCounter("sluice.directory.changes", metric.WithUnit("{change}"),
 		metric.WithDescription("Directory changes received from the database's notifications."))
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
