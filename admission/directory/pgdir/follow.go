@@ -1,13 +1,13 @@
 package pgdir
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,12 +35,12 @@ type Options struct {
 	Heartbeat time.Duration
 	// Snapshot is the file the last good directory is written to, and
 	// read at start-up when the database cannot be reached; empty means
-	// none. It is written (flushed to disk and renamed into place) after
-	// each full load and each batch of changes, before the running
-	// directory applies them: a replica started from it never accepts a
-	// key revoked before a running replica refused it. An unchanged
-	// directory is not written again, and changes arriving within
-	// SnapshotGap of the last write are written together.
+	// none. It is written whole at a full load that changed the
+	// directory (flushed to disk and renamed into place), and each batch
+	// of changes is appended to its journal, the file named Snapshot
+	// plus ".changes", and flushed to disk before the running directory
+	// applies it: a replica started from the two never accepts a key
+	// revoked before a running replica refused it.
 	Snapshot string
 	// Timeout bounds each database call (connect, load, re-read); zero
 	// means 10s.
@@ -72,7 +72,9 @@ type Follower struct {
 	// Run's goroutine only (and Open's, before it starts):
 	bad       map[string]int64  // problems of the entries refused, by entry (see entryOf)
 	written   [sha256.Size]byte // digest of the directory the snapshot holds
-	lastWrite time.Time         // when the snapshot was last written
+	base      time.Time         // the snapshot's written time, which its journal follows
+	journal   *os.File          // the snapshot's journal, open for appending; nil without one
+	journaled int               // the changes in the journal
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -146,6 +148,7 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 func (f *Follower) Close() {
 	f.stop()
 	<-f.done
+	f.closeJournal()
 	if f.reg != nil {
 		_ = f.reg.Unregister()
 	}
@@ -215,30 +218,6 @@ func entryOf(path string, data *directory.Data) string {
 		}
 	}
 	return path
-}
-
-// SnapshotGap is the least time between two writes of the snapshot while
-// changes arrive: the changes of a burst are coalesced into one write,
-// and each waits at most this long (plus the write) to be applied.
-const SnapshotGap = 100 * time.Millisecond
-
-// snapshot writes d to the snapshot file, if one is configured. When it
-// cannot, it removes the file: the old one may hold a key revoked since,
-// which a replica started from it would accept.
-func (f *Follower) snapshot(d *directory.Data) {
-	if f.opts.Snapshot == "" {
-		return
-	}
-	f.lastWrite = time.Now()
-	err := writeSnapshot(f.opts.Snapshot, d, &f.written)
-	if err == nil {
-		return
-	}
-	f.written = [sha256.Size]byte{}
-	if rerr := os.Remove(f.opts.Snapshot); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-		err = errors.Join(err, rerr)
-	}
-	f.log.Error("directory snapshot not written: the old one is removed (a start without the database then fails)", "snapshot", f.opts.Snapshot, "error", err)
 }
 
 // refusedEntries logs the entries err refuses, the first 20 one by one.
@@ -377,22 +356,17 @@ func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // batch applies the first notification's change and those already
-// queued behind it, or arriving until SnapshotGap after the last write of
-// the snapshot: the entries are re-read, the snapshot written with them,
-// then they are installed.
+// queued behind it: the entries are re-read, written to the snapshot's
+// journal, then installed.
 func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) error {
 	seen := map[string]bool{first: true}
 	order := []string{first}
-	until := time.Now()
-	if f.opts.Snapshot != "" {
-		until = f.lastWrite.Add(SnapshotGap)
-	}
 	for len(order) <= maxBatch {
-		wctx, cancel := context.WithTimeout(ctx, max(time.Until(until), time.Millisecond))
+		wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() && ctx.Err() == nil {
+			if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() {
 				break
 			}
 			return err
@@ -420,13 +394,7 @@ func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) erro
 			changes = append(changes, *c)
 		}
 	}
-	if f.opts.Snapshot != "" {
-		next := f.dir.Data()
-		for _, c := range changes {
-			c.to(next)
-		}
-		f.snapshot(next)
-	}
+	f.record(changes)
 	for _, c := range changes {
 		f.install(c)
 	}
@@ -563,13 +531,13 @@ type snapshotKey struct {
 // maxSnapshot bounds the snapshot file read at start-up.
 const maxSnapshot = 1 << 30
 
-// writeSnapshot writes d to path atomically and durably (a temporary file
-// flushed to disk, renamed, and the rename flushed),
+// writeSnapshot writes d to path atomically and durably (replaceFile),
 // unless last holds the digest of the same directory, written before: a
 // full refresh that changed nothing does not rewrite the file (its
-// "written" time then says when this directory was first written). last,
-// when not nil, is updated to the digest of what path now holds.
-func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) error {
+// "written" time then says when this directory was first written). It
+// returns the written time of the file written (zero when it was not).
+// last, when not nil, is updated to the digest of what path now holds.
+func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) (time.Time, error) {
 	s := snapshot{Version: 1, Default: d.Plans.Default, Plans: d.Plans.Plans, Tenants: d.Plans.Tenants}
 	s.Keys = make([]snapshotKey, 0, len(d.Keys))
 	for h, k := range d.Keys {
@@ -580,41 +548,50 @@ func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) erro
 	slices.SortFunc(s.Keys, func(a, b snapshotKey) int { return strings.Compare(a.Hash, b.Hash) })
 	body, err := json.Marshal(&s)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	sum := sha256.Sum256(body)
 	if last != nil && *last == sum {
-		return nil
+		return time.Time{}, nil
 	}
 	s.Written = time.Now().UTC()
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".directory-*.json")
+	if err := replaceFile(path, func(w io.Writer) error { return json.NewEncoder(w).Encode(&s) }); err != nil {
+		return time.Time{}, err
+	}
+	if last != nil {
+		*last = sum
+	}
+	return s.Written, nil
+}
+
+// replaceFile replaces the file at path with what write writes, atomically
+// and durably: a temporary file flushed to disk, renamed over path, and the
+// rename flushed, so that the caller acts on what the file says only once
+// a crash cannot take it back.
+func replaceFile(path string, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".directory-*.tmp")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if err := json.NewEncoder(tmp).Encode(&s); err != nil {
-		tmp.Close()
-		return err
+	bw := bufio.NewWriter(tmp)
+	err = write(bw)
+	if err == nil {
+		err = bw.Flush()
 	}
-	// On disk before it replaces the old file, and the rename itself on
-	// disk before the caller acts on what the file says.
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := tmp.Close(); err != nil {
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return err
-	}
-	if last != nil {
-		*last = sum
-	}
-	return nil
+	return syncDir(filepath.Dir(path))
 }
 
 // syncDir flushes a directory's entries (a rename in it) to disk.
@@ -649,15 +626,29 @@ func readSnapshot(path string) (*snapshot, error) {
 	if s.Version != 1 {
 		return nil, fmt.Errorf("snapshot %s: version %d (this build reads 1)", path, s.Version)
 	}
+	if s.Tenants == nil {
+		s.Tenants = map[string]limits.TenantPlan{}
+	}
 	s.Data = &directory.Data{Plans: limits.Plans{Default: s.Default, Plans: s.Plans, Tenants: s.Tenants}, Keys: make(map[config.KeyHash]config.Key, len(s.Keys))}
 	for _, k := range s.Keys {
-		h, err := config.ParseKeyHash(k.Hash)
-		if err != nil || !config.ValidKeyID(k.KeyID) || !config.ValidUser(k.User) {
-			return nil, fmt.Errorf("snapshot %s: key %q is malformed", path, k.KeyID)
+		if err := k.to(s.Data); err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", path, err)
 		}
-		s.Data.Keys[h] = config.Key{Tenant: k.Tenant, KeyID: k.KeyID, User: k.User}
+	}
+	if err := replay(journalPath(path), &s); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	return &s, nil
+}
+
+// to adds k to d.
+func (k *snapshotKey) to(d *directory.Data) error {
+	h, err := config.ParseKeyHash(k.Hash)
+	if err != nil || !config.ValidKeyID(k.KeyID) || !config.ValidUser(k.User) {
+		return fmt.Errorf("key %q is malformed", k.KeyID)
+	}
+	d.Keys[h] = config.Key{Tenant: k.Tenant, KeyID: k.KeyID, User: k.User}
+	return nil
 }
 
 // limitedReader fails past n bytes instead of truncating silently.

@@ -516,36 +516,41 @@ func TestRefreshCatchesMissedChanges(t *testing.T) {
 	t.Logf("the missed change arrived with the full reload after %v", took)
 }
 
-// TestSnapshotFollowsChanges: a revocation reaches the snapshot without a
-// heartbeat, so a replica started from it during an outage refuses the
-// key too.
+// TestSnapshotFollowsChanges: a revocation reaches the snapshot's journal
+// without a heartbeat, so a replica started from it during an outage
+// refuses the key too; the next full load folds it into the snapshot and
+// starts the journal afresh.
 func TestSnapshotFollowsChanges(t *testing.T) {
 	dsn := pgtest.DB(t)
 	conn := migrated(t, dsn)
 	key := seed(t, conn)
 	snap := filepath.Join(t.TempDir(), "directory.json")
-	newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond})
+	newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Refresh: time.Second})
 	hash := config.HashKey(key).String()
-	read := func() string {
-		b, err := os.ReadFile(snap)
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return string(b)
 	}
-	if !strings.Contains(read(), hash) {
+	if !strings.Contains(read(snap), hash) {
 		t.Fatal("the live key is not in the snapshot")
 	}
 	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "revocation in the snapshot", func() bool { return !strings.Contains(read(), hash) })
+	waitFor(t, 2*time.Second, "revocation in the journal", func() bool { return strings.Contains(read(snap+".changes"), `{"gone_key":"`+hash+`"}`) })
+	waitFor(t, 5*time.Second, "revocation in the snapshot", func() bool {
+		return !strings.Contains(read(snap), hash) && strings.Count(read(snap+".changes"), "\n") == 1
+	})
 }
 
 // TestRevocationSurvivesCrash revokes a key and kills the database (by
 // its pid) as soon as a running replica refuses the key: a replica started
-// from the snapshot refuses it too. The snapshot holds the revocation
-// before the running replica acts on it, whatever the heartbeat.
+// from the snapshot's files as they were at that instant refuses it too.
+// The revocation is on disk before the running replica acts on it,
+// whatever the heartbeat.
 func TestRevocationSurvivesCrash(t *testing.T) {
 	srv := pgtest.Start(t)
 	dsn := srv.NewDB(t)
@@ -564,15 +569,19 @@ func TestRevocationSurvivesCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Second, "revocation", func() bool { code, _ := a.call(key); return code == http.StatusUnauthorized })
-	body, err := os.ReadFile(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(body), config.HashKey(key).String()) {
-		t.Error("the replica refuses the revoked key while its snapshot still holds it")
+	// The snapshot's files as a crash at this instant would leave them.
+	crashed := filepath.Join(t.TempDir(), "directory.json")
+	for _, suffix := range []string{"", ".changes"} {
+		body, err := os.ReadFile(snap + suffix)
+		if err == nil {
+			err = os.WriteFile(crashed+suffix, body, 0o600)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
 	}
 	srv.Kill()
-	b := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Timeout: time.Second})
+	b := newReplica(t, dsn, pgdir.Options{Snapshot: crashed, Timeout: time.Second})
 	if code, _ := b.call(key); code != http.StatusUnauthorized {
 		t.Errorf("replica started from the snapshot after the crash, revoked key: status %d; want 401", code)
 	}
