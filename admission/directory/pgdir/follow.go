@@ -35,12 +35,12 @@ type Options struct {
 	Heartbeat time.Duration
 	// Snapshot is the file the last good directory is written to, and
 	// read at start-up when the database cannot be reached; empty means
-	// none. It is written whole at a full load that changed the
-	// directory (flushed to disk and renamed into place), and each batch
-	// of changes is appended to its journal, the file named Snapshot
-	// plus ".changes", and flushed to disk before the running directory
-	// applies it: a replica started from the two never accepts a key
-	// revoked before a running replica refused it.
+	// none; each replica needs its own. It is written whole at a full
+	// load that changed the directory (flushed to disk and renamed into
+	// place), and each batch of changes is appended to its journal, the
+	// file named Snapshot plus ".changes", and flushed to disk before the
+	// running directory applies it: a replica started from the two never
+	// accepts a key revoked before a running replica refused it.
 	Snapshot string
 	// Timeout bounds each database call (connect, load, re-read); zero
 	// means 10s.
@@ -124,7 +124,7 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 			return nil, fmt.Errorf("pgdir: the tenant directory cannot be loaded from PostgreSQL (%v), nor from the snapshot: %v", err, serr)
 		}
 		f.outage(err)
-		if ierr := dir.Install(snap.Data); ierr != nil && !errors.Is(ierr, directory.ErrRefused) {
+		if ierr := f.install(snap.Data, nil); ierr != nil {
 			pool.Close()
 			return nil, fmt.Errorf("pgdir: snapshot %s: %w", opts.Snapshot, ierr)
 		}
@@ -181,7 +181,17 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 	// The snapshot holds the directory as the database does: a start from
 	// it refuses what this Install refuses.
 	f.snapshot(data)
-	err = f.dir.Install(data)
+	if err := f.install(data, problems); err != nil {
+		return err
+	}
+	f.synced.Store(time.Now().UnixNano())
+	return nil
+}
+
+// install installs a whole directory, and counts and logs the entries
+// refused, with problems (the rows that could not be read).
+func (f *Follower) install(data *directory.Data, problems config.Errors) error {
+	err := f.dir.Install(data)
 	var refused config.Errors
 	if err != nil {
 		if !errors.Is(err, directory.ErrRefused) {
@@ -196,7 +206,6 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 	}
 	f.refused.Store(int64(len(refused)))
 	f.refusedEntries(refused)
-	f.synced.Store(time.Now().UnixNano())
 	return nil
 }
 
@@ -396,7 +405,7 @@ func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) erro
 	}
 	f.record(changes)
 	for _, c := range changes {
-		f.install(c)
+		f.installChange(c)
 	}
 	f.changes.Add(int64(len(order)))
 	f.refused.Store(sum(f.bad))
@@ -467,10 +476,10 @@ func (f *Follower) read(ctx context.Context, payload string) (*change, error) {
 	return nil, nil
 }
 
-// install installs a change read. An entry that does not validate is
+// installChange installs a change read. An entry that does not validate is
 // logged and counted, and the old one kept (a key's bad row removes the
 // key).
-func (f *Follower) install(c change) {
+func (f *Follower) installChange(c change) {
 	var err error
 	if c.hash != nil {
 		err = f.dir.SetKey(*c.hash, c.key)
