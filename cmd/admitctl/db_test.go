@@ -149,6 +149,8 @@ func TestDBRefusesInvalidRows(t *testing.T) {
 		{[]string{"plan", "default", "free plan"}, `plans.free plan: "free plan" is not a valid plan name`},
 		{[]string{"override", "set", "acme", "requests-per-minute", "limit=-5"}, "tenants.acme.overrides.requests-per-minute.limit: must be > 0, got -5"},
 		{[]string{"tenant", "add", "evil\n", "pro"}, "is not a valid tenant name"},
+		{[]string{"tenant", "add", "globex", "pro'--"}, `plan "pro'--": not found`},
+		{[]string{"tenant", "plan", "acme", "gold"}, `plan "gold": not found`},
 	} {
 		out := db(1, tc.args...)
 		if !strings.Contains(out, tc.want) {

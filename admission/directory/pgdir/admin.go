@@ -82,6 +82,16 @@ func AddTenant(ctx context.Context, db Execer, tenant, plan string) error {
 	}
 	_, err := db.Exec(ctx, `INSERT INTO sluice_tenants (name, plan) VALUES ($1, $2)
 		ON CONFLICT (name) DO UPDATE SET plan = EXCLUDED.plan, updated_at = now()`, tenant, p)
+	return notFound(err, "plan", plan)
+}
+
+// notFound returns err, or ErrNotFound naming what when err says a row
+// refers to a missing one (a foreign key violation).
+func notFound(err error, kind, name string) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" {
+		return fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
+	}
 	return err
 }
 
@@ -98,7 +108,7 @@ func SetTenantPlan(ctx context.Context, db Execer, tenant, plan string) error {
 	if err == nil && tag.RowsAffected() == 0 {
 		err = fmt.Errorf("tenant %q: %w", tenant, ErrNotFound)
 	}
-	return err
+	return notFound(err, "plan", plan)
 }
 
 // SetPlan creates a plan or changes its limits: each override replaces
@@ -143,11 +153,7 @@ func SetOverride(ctx context.Context, db Execer, tenant, policy string, o limits
 	_, err := db.Exec(ctx, `INSERT INTO sluice_tenant_overrides (tenant, policy, "limit", burst, per) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (tenant, policy) DO UPDATE SET "limit" = EXCLUDED."limit", burst = EXCLUDED.burst, per = EXCLUDED.per`,
 		tenant, policy, nullable(o.Limit), nullable(o.Burst), perArg(o.Per))
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" {
-		return fmt.Errorf("tenant %q: %w", tenant, ErrNotFound)
-	}
-	return err
+	return notFound(err, "tenant", tenant)
 }
 
 // CreateKey makes a new API key for tenant and stores its hash only; the
@@ -180,11 +186,7 @@ func PutKey(ctx context.Context, db Execer, h config.KeyHash, k config.Key) erro
 	_, err := db.Exec(ctx, `INSERT INTO sluice_keys (hash, key_id, tenant, end_user) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (hash) DO UPDATE SET key_id = EXCLUDED.key_id, tenant = EXCLUDED.tenant, end_user = EXCLUDED.end_user`,
 		h.String(), k.KeyID, k.Tenant, k.User)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" {
-		return fmt.Errorf("tenant %q: %w", k.Tenant, ErrNotFound)
-	}
-	return err
+	return notFound(err, "tenant", k.Tenant)
 }
 
 // RevokeKey revokes a key by its id: every replica listening refuses it
