@@ -311,16 +311,20 @@ func (d *Directory) SetTenant(tenant string, tp *limits.TenantPlan) error {
 	return nil
 }
 
-// SetKey adds or replaces one API key (k nil revokes it).
+// SetKey adds or replaces one API key (k nil revokes it). A key the
+// policy file refuses is removed, as a load leaves it out: it does not
+// stay with the tenant it had.
 func (d *Directory) SetKey(h config.KeyHash, k *config.Key) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.data.Keys == nil {
 		d.data.Keys = map[config.KeyHash]config.Key{}
 	}
-	if k == nil {
+	if k == nil || d.file != nil && k.Tenant == d.file.Identity.AnonymousTenant {
 		d.keys.Delete(h)
 		delete(d.data.Keys, h)
+	}
+	if k == nil {
 		return nil
 	}
 	if d.file != nil && k.Tenant == d.file.Identity.AnonymousTenant {

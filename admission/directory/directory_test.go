@@ -205,3 +205,25 @@ directory: %s
 		t.Errorf("restored section: reload %v, limit %d, log %q; want applied, 13, nothing", err, limit(), log.String()[mark:])
 	}
 }
+
+// TestSetKeyRefusedRemoves: a key moved to the anonymous tenant is refused
+// and removed, not left serving its old tenant.
+func TestSetKeyRefusedRemoves(t *testing.T) {
+	d := newDir(t)
+	h := config.HashKey("sk-1")
+	if err := d.SetKey(h, &config.Key{Tenant: "acme", KeyID: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Keys().Lookup("sk-1"); !ok {
+		t.Fatal("the key set is not found")
+	}
+	if err := d.SetKey(h, &config.Key{Tenant: "anonymous", KeyID: "k1"}); !errors.Is(err, directory.ErrRefused) {
+		t.Errorf("SetKey(anonymous) = %v; want ErrRefused", err)
+	}
+	if k, ok := d.Keys().Lookup("sk-1"); ok {
+		t.Errorf("the refused key still maps to %+v", k)
+	}
+	if n := len(d.Data().Keys); n != 0 {
+		t.Errorf("keys after the refusal = %d; want 0", n)
+	}
+}
