@@ -128,11 +128,12 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 			pool.Close()
 			return nil, fmt.Errorf("pgdir: snapshot %s: %w", opts.Snapshot, ierr)
 		}
-		f.synced.Store(snap.Written.UnixNano())
-		f.log.Warn("tenant directory started from its snapshot: PostgreSQL cannot be reached", "snapshot", opts.Snapshot, "written", snap.Written, "error", err)
+		f.synced.Store(snap.Current.UnixNano())
+		f.log.Warn("tenant directory started from its snapshot: PostgreSQL cannot be reached", "snapshot", opts.Snapshot, "written", snap.Written, "current", snap.Current, "error", err)
 	}
 	if opts.Meter != nil {
 		if err := f.instruments(opts.Meter); err != nil {
+			f.closeJournal()
 			pool.Close()
 			return nil, err
 		}
@@ -421,6 +422,7 @@ type change struct {
 	hash   *config.KeyHash    // a key's change, else nil
 	key    *config.Key        // nil: the key is gone or revoked
 	bad    error              // why a key's row cannot be a key (then key is nil)
+	at     time.Time          // when it was re-read
 }
 
 // to applies c to d.
@@ -455,14 +457,14 @@ func (f *Follower) read(ctx context.Context, payload string) (*change, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &change{entry: payload, tenant: name, tp: tp}, nil
+		return &change{entry: payload, tenant: name, tp: tp, at: time.Now().UTC()}, nil
 	case "key":
 		h, err := config.ParseKeyHash(name)
 		if err != nil {
 			f.log.Warn("directory notification ignored", "problem", "malformed key hash")
 			return nil, nil
 		}
-		c := &change{entry: payload, hash: &h}
+		c := &change{entry: payload, hash: &h, at: time.Now().UTC()}
 		c.key, err = loadKey(ctx, f.pool, name)
 		if errors.Is(err, errBadKey) {
 			c.bad, err = err, nil
@@ -528,6 +530,9 @@ type snapshot struct {
 	Tenants map[string]limits.TenantPlan          `json:"tenants"`
 	Keys    []snapshotKey                         `json:"keys"`
 	Data    *directory.Data                       `json:"-"`
+	// Current is when the directory read was last known current with the
+	// database: the latest of Written and the times of its journal.
+	Current time.Time `json:"-"`
 }
 
 type snapshotKey struct {
@@ -644,6 +649,7 @@ func readSnapshot(path string) (*snapshot, error) {
 			return nil, fmt.Errorf("snapshot %s: %w", path, err)
 		}
 	}
+	s.Current = s.Written
 	if err := replay(journalPath(path), &s); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}

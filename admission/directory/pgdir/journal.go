@@ -33,8 +33,11 @@ func journalPath(path string) string { return path + ".changes" }
 const maxJournal = 10_000
 
 // A record is one line of the journal: its header (Base), a tenant
-// (Plan nil: gone), a key (Key) or a key gone (Gone).
+// (Plan nil: gone), a key (Key) or a key gone (Gone). At is when the
+// directory was known current with the database: a full load for the
+// header, the re-read of the entry for a change.
 type record struct {
+	At     time.Time          `json:"at,omitzero"`
 	Base   string             `json:"base,omitempty"`
 	Tenant string             `json:"tenant,omitempty"`
 	Plan   *limits.TenantPlan `json:"plan,omitempty"`
@@ -79,14 +82,16 @@ func replay(path string, s *snapshot) error {
 		if err := dec.Decode(&r); err != nil {
 			return fmt.Errorf("journal %s: line %d: %w", path, i+1, err)
 		}
-		if i == 0 {
-			if r.Base != s.Written.Format(time.RFC3339Nano) {
-				return nil // it follows another snapshot
-			}
-			continue
+		if i == 0 && r.Base != s.Written.Format(time.RFC3339Nano) {
+			return nil // it follows another snapshot
 		}
-		if err := r.to(s.Data); err != nil {
-			return fmt.Errorf("journal %s: line %d: %w", path, i+1, err)
+		if i > 0 {
+			if err := r.to(s.Data); err != nil {
+				return fmt.Errorf("journal %s: line %d: %w", path, i+1, err)
+			}
+		}
+		if r.At.After(s.Current) {
+			s.Current = r.At
 		}
 	}
 	return nil
@@ -137,7 +142,7 @@ func (f *Follower) snapshot(d *directory.Data) {
 func (f *Follower) startJournal() error {
 	f.closeJournal()
 	path := journalPath(f.opts.Snapshot)
-	head, err := json.Marshal(record{Base: f.base.Format(time.RFC3339Nano)})
+	head, err := json.Marshal(record{At: time.Now().UTC(), Base: f.base.Format(time.RFC3339Nano)})
 	if err != nil {
 		return err
 	}
@@ -168,7 +173,9 @@ func (f *Follower) record(changes []change) {
 	}
 	var buf []byte
 	for i := range changes {
-		line, err := json.Marshal(recordOf(&changes[i]))
+		r := recordOf(&changes[i])
+		r.At = changes[i].at
+		line, err := json.Marshal(r)
 		if err != nil {
 			f.dropSnapshot(err)
 			return

@@ -540,7 +540,7 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "revocation in the journal", func() bool { return strings.Contains(read(snap+".changes"), `{"gone_key":"`+hash+`"}`) })
+	waitFor(t, 2*time.Second, "revocation in the journal", func() bool { return strings.Contains(read(snap+".changes"), `"gone_key":"`+hash+`"}`) })
 	waitFor(t, 5*time.Second, "revocation in the snapshot", func() bool {
 		return !strings.Contains(read(snap), hash) && strings.Count(read(snap+".changes"), "\n") == 1
 	})

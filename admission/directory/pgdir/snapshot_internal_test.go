@@ -117,7 +117,7 @@ func TestJournalReplay(t *testing.T) {
 	head := `{"base":"` + written.Format(time.RFC3339Nano) + `"}` + "\n"
 	changes := `{"gone_key":"` + k1.String() + `"}` + "\n" +
 		`{"key":{"hash":"` + k2.String() + `","id":"k2","tenant":"acme"}}` + "\n" +
-		`{"tenant":"gone"}` + "\n" +
+		`{"at":"2100-01-02T03:04:05Z","tenant":"gone"}` + "\n" +
 		`{"tenant":"new","plan":{"Plan":"free","Overrides":null}}` + "\n"
 	for _, tc := range []struct {
 		name, journal string
@@ -156,6 +156,14 @@ func TestJournalReplay(t *testing.T) {
 			tenants := slices.Sorted(maps.Keys(s.Data.Plans.Tenants))
 			if !reflect.DeepEqual(keys, tc.keys) || !reflect.DeepEqual(tenants, tc.tenants) {
 				t.Errorf("keys %v, tenants %v; want %v, %v", keys, tenants, tc.keys, tc.tenants)
+			}
+			// Known current when its last change was read.
+			current := written
+			if len(tc.keys) == 1 && tc.keys[0] == k2 {
+				current = time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC)
+			}
+			if !s.Current.Equal(current) {
+				t.Errorf("Current = %v; want %v", s.Current, current)
 			}
 		})
 	}
