@@ -540,8 +540,8 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "revocation in the journal", func() bool { return strings.Contains(read(snap+".changes"), `"gone_key":"`+hash+`"}`) })
-	waitFor(t, 5*time.Second, "revocation in the snapshot", func() bool {
+	waitFor(t, 10*time.Second, "revocation in the journal", func() bool { return strings.Contains(read(snap+".changes"), `"gone_key":"`+hash+`"}`) })
+	waitFor(t, 10*time.Second, "revocation in the snapshot", func() bool {
 		return !strings.Contains(read(snap), hash) && strings.Count(read(snap+".changes"), "\n") == 1
 	})
 }
@@ -568,7 +568,7 @@ func TestRevocationSurvivesCrash(t *testing.T) {
 	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "revocation", func() bool { code, _ := a.call(key); return code == http.StatusUnauthorized })
+	waitFor(t, 10*time.Second, "revocation", func() bool { code, _ := a.call(key); return code == http.StatusUnauthorized })
 	// The snapshot's files as a crash at this instant would leave them.
 	crashed := filepath.Join(t.TempDir(), "directory.json")
 	for _, suffix := range []string{"", ".changes"} {
@@ -610,14 +610,14 @@ func TestRefusedCountsChanges(t *testing.T) {
 	if err := pgdir.SetOverride(ctx, conn, "acme", "inflight", limits.Override{Burst: 2}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "refusal counted", func() bool { return r.fol.Refused() == 1 })
+	waitFor(t, 10*time.Second, "refusal counted", func() bool { return r.fol.Refused() == 1 })
 	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 1 {
 		t.Errorf("sluice_directory_refused = %v after a refused change; want 1", n)
 	}
 	if err := pgdir.SetOverride(ctx, conn, "acme", "inflight", limits.Override{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "refusal cleared", func() bool { return r.fol.Refused() == 0 })
+	waitFor(t, 10*time.Second, "refusal cleared", func() bool { return r.fol.Refused() == 0 })
 	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 0 {
 		t.Errorf("sluice_directory_refused = %v after the entry was fixed; want 0", n)
 	}
