@@ -167,14 +167,33 @@ const (
 
 // CheckPlans checks plans held outside the file (a tenant directory's)
 // against the file's policies with the messages Parse gives (and
-// admitctl check prints): plan and tenant names, each override's figures,
-// and what planProblems checks. Each problem's Path names its entry
+// admitctl check prints): what CheckEntries checks, and that every
+// override names a policy whose algorithm has its fields and leaves room
+// for the policy's largest request, every plan named exists, and no
+// tenant is the anonymous one. Each problem's Path names its entry
 // (plans.<plan>.<policy>..., tenants.<tenant>..., default_plan) and its
 // File is source. It returns nil when the plans are valid.
 func (f *File) CheckPlans(source string, pl *limits.Plans) Errors {
+	es := CheckEntries(source, pl)
+	for _, p := range planProblems(f.Config.Policies, pl, f.Identity.AnonymousTenant) {
+		es = append(es, &Error{File: source, Path: p.path, Msg: p.msg})
+	}
+	es.sort()
+	return es
+}
+
+// CheckEntries checks what can be checked of plans held outside the file
+// without the policies, as CheckPlans does (it is CheckPlans' first part,
+// so that a program writing entries refuses what the programs reading
+// them would): plan, tenant and policy names, and each override's
+// figures (signs, bounds, at least one of limit, burst and per).
+func CheckEntries(source string, pl *limits.Plans) Errors {
 	var es Errors
 	add := func(path, msg string) { es = append(es, &Error{File: source, Path: path, Msg: msg}) }
-	figures := func(path string, o limits.Override) {
+	figures := func(path, pol string, o limits.Override) {
+		if !validName(pol) {
+			add(path, fmt.Sprintf("%q is not a valid policy name", pol))
+		}
 		for _, a := range []struct {
 			name string
 			v    int64
@@ -201,7 +220,7 @@ func (f *File) CheckPlans(source string, pl *limits.Plans) Errors {
 			add("plans."+plan, fmt.Sprintf("%q is not a valid plan name", plan))
 		}
 		for pol, o := range os {
-			figures(join("plans."+plan, pol), o)
+			figures(join("plans."+plan, pol), pol, o)
 		}
 	}
 	for tenant, tp := range pl.Tenants {
@@ -209,11 +228,8 @@ func (f *File) CheckPlans(source string, pl *limits.Plans) Errors {
 			add("tenants."+tenant, fmt.Sprintf("%q is not a valid tenant name (1 to %d printable characters)", tenant, maxTenantName))
 		}
 		for pol, o := range tp.Overrides {
-			figures("tenants."+tenant+".overrides."+pol, o)
+			figures("tenants."+tenant+".overrides."+pol, pol, o)
 		}
-	}
-	for _, p := range planProblems(f.Config.Policies, pl, f.Identity.AnonymousTenant) {
-		add(p.path, p.msg)
 	}
 	es.sort()
 	return es

@@ -17,6 +17,7 @@
 package directory
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -112,14 +113,21 @@ func (d *Directory) Data() *Data {
 
 // Apply installs a policy file, as a config.Subscriber: its policies with
 // the directory's plans. Entries the new policies refuse are left out and
-// logged, each with its path, while the file is installed. A reloaded
-// file whose directory section changed is refused: where the directory
-// lives changes with a restart.
+// logged, each with its path, while the file is installed. Where the
+// directory lives changes with a restart: a reloaded file whose directory
+// section changed is installed with the running section (and without
+// the file's default_plan, plans and tenants, which the change would
+// bring), and the change is logged as refused at each such reload until
+// the section is restored or the program restarts.
 func (d *Directory) Apply(f *config.File) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.file != nil && f.Directory != d.file.Directory {
-		return fmt.Errorf("%s: directory: the section changed; a restart applies it (the running directory stays %s)", f.Source, d.file.Directory.Source)
+		d.log.Error("policy file applied without its directory section: the section changed, and a restart applies it",
+			"file", f.Source, "running", describe(d.file.Directory), "refused", describe(f.Directory))
+		kept := *f
+		kept.Directory = d.file.Directory
+		f = &kept
 	}
 	err := d.installLocked(f, d.data)
 	if errors.Is(err, ErrRefused) && d.file == f {
@@ -127,6 +135,14 @@ func (d *Directory) Apply(f *config.File) error {
 		return nil
 	}
 	return err
+}
+
+// describe says where a directory section puts the directory.
+func describe(s config.Directory) string {
+	if s.Source != config.DirectoryPostgres {
+		return "source " + cmp.Or(s.Source, config.DirectoryFile)
+	}
+	return fmt.Sprintf("source postgres, dsn_env %s, refresh %v, snapshot %q", s.DSNEnv, s.Refresh, s.Snapshot)
 }
 
 // ErrRefused is matched by the errors of Install and Apply that report
@@ -295,16 +311,20 @@ func (d *Directory) SetTenant(tenant string, tp *limits.TenantPlan) error {
 	return nil
 }
 
-// SetKey adds or replaces one API key (k nil revokes it).
+// SetKey adds or replaces one API key (k nil revokes it). A key the
+// policy file refuses is removed, as a load leaves it out: it does not
+// stay with the tenant it had.
 func (d *Directory) SetKey(h config.KeyHash, k *config.Key) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.data.Keys == nil {
 		d.data.Keys = map[config.KeyHash]config.Key{}
 	}
-	if k == nil {
+	if k == nil || d.file != nil && k.Tenant == d.file.Identity.AnonymousTenant {
 		d.keys.Delete(h)
 		delete(d.data.Keys, h)
+	}
+	if k == nil {
 		return nil
 	}
 	if d.file != nil && k.Tenant == d.file.Identity.AnonymousTenant {

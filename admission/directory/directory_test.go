@@ -1,15 +1,22 @@
 package directory_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
 func newDir(t *testing.T) *directory.Directory {
@@ -114,15 +121,109 @@ func TestSetTenantRefused(t *testing.T) {
 	}
 }
 
-// TestApplyRefusesAnotherDirectory: a reload that moves the directory is
-// refused, the running one kept.
-func TestApplyRefusesAnotherDirectory(t *testing.T) {
-	d := newDir(t)
-	f, err := config.Parse("p.yaml", []byte("policies:\n  - {name: rpm, key: [tenant], algorithm: fixed_window, limit: 5, per: 1m}\nplans: {p: {rpm: {limit: 3}}}\n"))
+// TestReloadRefusesTheDirectorySectionAlone reloads, through the policy
+// file watcher, a file whose directory section changed along with a
+// policy: the policy change is applied, the section's change refused and
+// logged with what was refused, and later reloads apply too.
+func TestReloadRefusesTheDirectorySectionAlone(t *testing.T) {
+	const file = `policies:
+  - {name: rpm, key: [tenant], algorithm: fixed_window, limit: %d, per: 1m}
+directory: %s
+`
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	write := func(limit int, dir string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(file, limit, dir)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(5, "{source: postgres}")
+	first, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Apply(f); err == nil || !strings.Contains(err.Error(), "directory: the section changed; a restart applies it") {
-		t.Errorf("Apply(source file) = %v; want a refusal", err)
+	ctl, err := admission.New(first.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(first)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log syncbuf.Buffer
+	d, err := directory.New(directory.Config{Next: mw, Controller: ctl, Source: "db", Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reloads only when asked: no signal, and file events wait an hour.
+	w, err := config.Watch(path, d, config.WithSignals(), config.WithDebounce(time.Hour), config.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	limit := func() int64 {
+		t.Helper()
+		tk, err := ctl.TryAdmit(context.Background(), admission.Request{Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tk.Done()
+		return tk.Statuses(nil)[0].Limit
+	}
+	for i, step := range []struct {
+		limit int
+		dir   string
+	}{
+		{7, "{source: postgres, snapshot: /var/lib/sluice/dir.json}"},
+		{9, "{source: postgres, snapshot: /var/lib/sluice/dir.json}"},
+		{11, "{source: file}\nplans: {p: {rpm: {limit: 3}}}\ndefault_plan: p"},
+	} {
+		mark := len(log.String())
+		write(step.limit, step.dir)
+		if err := w.Reload(); err != nil {
+			t.Fatalf("reload %d = %v; want the policies applied", i, err)
+		}
+		if got := limit(); got != int64(step.limit) {
+			t.Errorf("reload %d: limit %d; want %d", i, got, step.limit)
+		}
+		got := log.String()[mark:]
+		if !strings.Contains(got, "policy file applied without its directory section: the section changed, and a restart applies it") ||
+			!strings.Contains(got, `running="source postgres, dsn_env SLUICE_DATABASE_URL, refresh 1m0s, snapshot \"\""`) {
+			t.Errorf("reload %d: the log does not say what was refused:\n%s", i, got)
+		}
+	}
+	if !strings.Contains(log.String(), `refused="source file"`) {
+		t.Errorf("the log does not name the refused section:\n%s", log.String())
+	}
+	if n := len(d.Data().Plans.Plans); n != 0 {
+		t.Errorf("the refused section brought %d plans from the file; want none", n)
+	}
+	// The section restored: applied without a word about it.
+	mark := len(log.String())
+	write(13, "{source: postgres}")
+	if err := w.Reload(); err != nil || limit() != 13 || len(log.String()) != mark {
+		t.Errorf("restored section: reload %v, limit %d, log %q; want applied, 13, nothing", err, limit(), log.String()[mark:])
+	}
+}
+
+// TestSetKeyRefusedRemoves: a key moved to the anonymous tenant is refused
+// and removed, not left serving its old tenant.
+func TestSetKeyRefusedRemoves(t *testing.T) {
+	d := newDir(t)
+	h := config.HashKey("sk-1")
+	if err := d.SetKey(h, &config.Key{Tenant: "acme", KeyID: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Keys().Lookup("sk-1"); !ok {
+		t.Fatal("the key set is not found")
+	}
+	if err := d.SetKey(h, &config.Key{Tenant: "anonymous", KeyID: "k1"}); !errors.Is(err, directory.ErrRefused) {
+		t.Errorf("SetKey(anonymous) = %v; want ErrRefused", err)
+	}
+	if k, ok := d.Keys().Lookup("sk-1"); ok {
+		t.Errorf("the refused key still maps to %+v", k)
+	}
+	if n := len(d.Data().Keys); n != 0 {
+		t.Errorf("keys after the refusal = %d; want 0", n)
 	}
 }

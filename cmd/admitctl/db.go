@@ -44,7 +44,7 @@ func init() {
 	register(&command{
 		name:    "db",
 		usage:   dbUsage,
-		summary: "manage the tenant directory in PostgreSQL (directory.source postgres). The database is -dsn, else $SLUICE_DATABASE_URL. With -f, a change is checked against the policy file's policies first, with admitctl check's messages, and refused if it does not fit",
+		summary: "manage the tenant directory in PostgreSQL (directory.source postgres). The database is -dsn, else $SLUICE_DATABASE_URL. A row the gateways would refuse (a sign, a name, a unit) is refused, nothing written; with -f, a change is also checked against the policy file's policies, with admitctl check's messages, and refused if it does not fit",
 		run:     runDB,
 	})
 }
@@ -302,27 +302,42 @@ func (d *dbCmd) checked(change func(*limits.Plans), path string, write func() er
 	return write()
 }
 
-// parseOverride reads limit=N burst=N per=D.
+// parseOverride reads limit=N burst=N per=D, each at most once. A zero is
+// refused: the database reads it as "keep the policy's own figure", which
+// is what leaving the field out says. The figures' other checks are the
+// gateways' own, made by pgdir before anything is written.
 func parseOverride(args []string) (limits.Override, error) {
 	var o limits.Override
+	seen := map[string]bool{}
 	for _, a := range args {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok {
 			return o, errUsage(fmt.Sprintf("%q: want limit=N, burst=N or per=D", a))
 		}
+		if seen[k] {
+			return o, fmt.Errorf("%s given twice", k)
+		}
+		seen[k] = true
 		var err error
+		zero := false
 		switch k {
 		case "limit":
 			o.Limit, err = strconv.ParseInt(strings.ReplaceAll(v, "_", ""), 10, 64)
+			zero = o.Limit == 0
 		case "burst":
 			o.Burst, err = strconv.ParseInt(strings.ReplaceAll(v, "_", ""), 10, 64)
+			zero = o.Burst == 0
 		case "per":
 			o.Per, err = time.ParseDuration(v)
+			zero = o.Per == 0
 		default:
 			return o, errUsage(fmt.Sprintf("%q: want limit, burst or per", k))
 		}
 		if err != nil {
 			return o, fmt.Errorf("%s: %q is not a number or duration", k, v)
+		}
+		if zero {
+			return o, fmt.Errorf("%s: must be > 0, got %s (leave it out to keep the policy's own figure)", k, v)
 		}
 	}
 	if o == (limits.Override{}) {

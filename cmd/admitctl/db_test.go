@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/internal/pgtest"
@@ -108,5 +112,64 @@ func TestDBImportPolicyFile(t *testing.T) {
 	code, out, errs := runArgs("", "db", "-dsn", dsn, "import", "../../examples/policies/example.yaml")
 	if code != 0 || !strings.Contains(out, "imported 2 plans, 2 tenants, 3 keys") {
 		t.Fatalf("import = %d, %q, %q", code, out, errs)
+	}
+}
+
+// TestDBRefusesInvalidRows: without -f, a row the gateways would refuse
+// (a sign, a name, a unit) is refused with their message, nothing
+// written, and a non-zero exit; the schema refuses such names from any
+// writer.
+func TestDBRefusesInvalidRows(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewDB(t)
+	db := func(want int, args ...string) string {
+		t.Helper()
+		code, out, errs := runArgs("", append([]string{"db", "-dsn", dsn}, args...)...)
+		if code != want {
+			t.Fatalf("db %q = %d; want %d\nstdout: %s\nstderr: %s", args, code, want, out, errs)
+		}
+		return out + errs
+	}
+	db(0, "migrate")
+	db(0, "plan", "set", "pro", "requests-per-minute", "limit=600")
+	db(0, "tenant", "add", "acme", "pro")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "set", "pro", "requests-per-minute", "limit=-5"}, "plans.pro.requests-per-minute.limit: must be > 0, got -5"},
+		{[]string{"plan", "set", "pro", "requests-per-minute", "burst=-1"}, "plans.pro.requests-per-minute.burst: must be > 0, got -1"},
+		{[]string{"plan", "set", "pro", "requests-per-minute", "per=-1m"}, "plans.pro.requests-per-minute.per: must be > 0, got -1m0s"},
+		{[]string{"plan", "set", "pro", "requests-per-minute", "limit=0"}, "limit: must be > 0, got 0"},
+		{[]string{"plan", "set", "pro", "requests-per-minute", "limit=10", "limit=20"}, "limit given twice"},
+		{[]string{"plan", "set", "pro", "requests-per-minute", "limit=4611686018427387904"}, "plans.pro.requests-per-minute.limit: must be <= "},
+		{[]string{"plan", "set", "pro", "requests-per-minute", "per=1500ns"}, "plans.pro.requests-per-minute.per: 1.5µs is finer than the database keeps"},
+		{[]string{"plan", "set", "pro'; DROP TABLE sluice_plans; --", "requests-per-minute", "limit=5"}, `is not a valid plan name`},
+		{[]string{"plan", "set", "pro", "rpm;--", "limit=5"}, `"rpm;--" is not a valid policy name`},
+		{[]string{"plan", "default", "free plan"}, `plans.free plan: "free plan" is not a valid plan name`},
+		{[]string{"override", "set", "acme", "requests-per-minute", "limit=-5"}, "tenants.acme.overrides.requests-per-minute.limit: must be > 0, got -5"},
+		{[]string{"tenant", "add", "evil\n", "pro"}, "is not a valid tenant name"},
+		{[]string{"tenant", "add", "globex", "pro'--"}, `plan "pro'--": not found`},
+		{[]string{"tenant", "plan", "acme", "gold"}, `plan "gold": not found`},
+	} {
+		out := db(1, tc.args...)
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("db %q: %q; want %q", tc.args, out, tc.want)
+		}
+	}
+	// Nothing was written: the directory is as the valid commands left it.
+	if got, want := db(0, "export"), "plans:\n  pro:\n    requests-per-minute:\n      limit: 600\ntenants:\n  acme:\n    plan: pro\n"; !strings.HasSuffix(got, want) {
+		t.Errorf("export after the refusals:\n%s\nwant it to end with:\n%s", got, want)
+	}
+	conn := pgtest.Conn(t, dsn)
+	for _, q := range []string{
+		`INSERT INTO sluice_plans (name) VALUES ('a;b')`,
+		`INSERT INTO sluice_plan_limits (plan, policy, "limit") VALUES ('pro', 'x y', 5)`,
+		`INSERT INTO sluice_tenant_overrides (tenant, policy, "limit") VALUES ('acme', '-x', 5)`,
+	} {
+		var pe *pgconn.PgError
+		if _, err := conn.Exec(context.Background(), q); !errors.As(err, &pe) || pe.Code != "23514" {
+			t.Errorf("%s = %v; want a check violation", q, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +104,25 @@ directory: {source: postgres, dsn_env: TEST_SLUICE_DATABASE_URL, snapshot: ` + f
 		}
 	}
 	t.Logf("both gateways refuse the revoked key %v after the revocation", time.Since(start))
+
+	// A reload whose directory section moved the snapshot applies the
+	// policies' change, the running directory kept; and so does the next.
+	for _, limit := range []string{"61", "62"} {
+		moved := strings.Replace(strings.Replace(policy, "limit: 60", "limit: "+limit, 1), "dir.json", "moved.json", 1)
+		if err := os.WriteFile(path+".tmp", []byte(moved), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.watcher.Reload(); err != nil {
+			t.Fatalf("reload with limit %s and the directory section changed = %v; want the policies applied", limit, err)
+		}
+		if got := a.ctl.Policies()[0].Limit; strconv.FormatInt(got, 10) != limit {
+			t.Errorf("after the reload: the policy's limit %d; want %s", got, limit)
+		}
+	}
+	if n := len(a.dir.dir.Data().Plans.Tenants); n != 1 {
+		t.Errorf("after the reloads: %d tenants; want the running directory's 1", n)
+	}
 }

@@ -25,6 +25,35 @@ type Execer interface {
 // exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrInvalid is matched by the errors of the writes refused before
+// anything is written: an entry the gateways would refuse when reading it
+// (config.CheckEntries, the same check, whose problems the error holds
+// with their paths), or a period finer than the database keeps.
+var ErrInvalid = errors.New("refused, nothing written")
+
+// check refuses the entries of pl that the gateways would refuse, or that
+// the database cannot hold as given.
+func check(pl limits.Plans) error {
+	es := config.CheckEntries("postgres", &pl)
+	fine := func(path string, os map[string]limits.Override) {
+		for pol, o := range os {
+			if o.Per%time.Microsecond != 0 {
+				es = append(es, &config.Error{File: "postgres", Path: path + pol + ".per", Msg: fmt.Sprintf("%v is finer than the database keeps (whole microseconds)", o.Per)})
+			}
+		}
+	}
+	for plan, os := range pl.Plans {
+		fine("plans."+plan+".", os)
+	}
+	for tenant, tp := range pl.Tenants {
+		fine("tenants."+tenant+".overrides.", tp.Overrides)
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w:\n%w", ErrInvalid, es)
+}
+
 // perArg is an Override's period as an interval argument (nil: none).
 func perArg(d time.Duration) any {
 	if d == 0 {
@@ -44,8 +73,8 @@ func nullable(v int64) any {
 // AddTenant adds a tenant on plan (empty: the default plan), or moves an
 // existing one to it.
 func AddTenant(ctx context.Context, db Execer, tenant, plan string) error {
-	if !config.ValidTenant(tenant) {
-		return fmt.Errorf("%q is not a valid tenant name", tenant)
+	if err := check(limits.Plans{Tenants: map[string]limits.TenantPlan{tenant: {Plan: plan}}}); err != nil {
+		return err
 	}
 	var p any
 	if plan != "" {
@@ -53,11 +82,24 @@ func AddTenant(ctx context.Context, db Execer, tenant, plan string) error {
 	}
 	_, err := db.Exec(ctx, `INSERT INTO sluice_tenants (name, plan) VALUES ($1, $2)
 		ON CONFLICT (name) DO UPDATE SET plan = EXCLUDED.plan, updated_at = now()`, tenant, p)
+	return notFound(err, "plan", plan)
+}
+
+// notFound returns err, or ErrNotFound naming what when err says a row
+// refers to a missing one (a foreign key violation).
+func notFound(err error, kind, name string) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" {
+		return fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
+	}
 	return err
 }
 
 // SetTenantPlan moves an existing tenant to plan (empty: the default).
 func SetTenantPlan(ctx context.Context, db Execer, tenant, plan string) error {
+	if err := check(limits.Plans{Tenants: map[string]limits.TenantPlan{tenant: {Plan: plan}}}); err != nil {
+		return err
+	}
 	var p any
 	if plan != "" {
 		p = plan
@@ -66,12 +108,16 @@ func SetTenantPlan(ctx context.Context, db Execer, tenant, plan string) error {
 	if err == nil && tag.RowsAffected() == 0 {
 		err = fmt.Errorf("tenant %q: %w", tenant, ErrNotFound)
 	}
-	return err
+	return notFound(err, "plan", plan)
 }
 
 // SetPlan creates a plan or changes its limits: each override replaces
-// the plan's for its policy. dflt makes it the default plan.
+// the plan's for its policy. dflt makes it the default plan. A plan or an
+// override the gateways would refuse is refused (ErrInvalid).
 func SetPlan(ctx context.Context, db Execer, plan string, overrides map[string]limits.Override, dflt bool) error {
+	if err := check(limits.Plans{Plans: map[string]map[string]limits.Override{plan: overrides}}); err != nil {
+		return err
+	}
 	if dflt {
 		if _, err := db.Exec(ctx, "UPDATE sluice_plans SET is_default = false WHERE is_default AND name <> $1", plan); err != nil {
 			return err
@@ -94,20 +140,20 @@ func SetPlan(ctx context.Context, db Execer, plan string, overrides map[string]l
 }
 
 // SetOverride gives a tenant its own limits for one policy; a zero
-// Override removes them.
+// Override removes them. An override the gateways would refuse is
+// refused (ErrInvalid).
 func SetOverride(ctx context.Context, db Execer, tenant, policy string, o limits.Override) error {
 	if o == (limits.Override{}) {
 		_, err := db.Exec(ctx, "DELETE FROM sluice_tenant_overrides WHERE tenant = $1 AND policy = $2", tenant, policy)
 		return err
 	}
+	if err := check(limits.Plans{Tenants: map[string]limits.TenantPlan{tenant: {Overrides: map[string]limits.Override{policy: o}}}}); err != nil {
+		return err
+	}
 	_, err := db.Exec(ctx, `INSERT INTO sluice_tenant_overrides (tenant, policy, "limit", burst, per) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (tenant, policy) DO UPDATE SET "limit" = EXCLUDED."limit", burst = EXCLUDED.burst, per = EXCLUDED.per`,
 		tenant, policy, nullable(o.Limit), nullable(o.Burst), perArg(o.Per))
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" {
-		return fmt.Errorf("tenant %q: %w", tenant, ErrNotFound)
-	}
-	return err
+	return notFound(err, "tenant", tenant)
 }
 
 // CreateKey makes a new API key for tenant and stores its hash only; the
@@ -140,11 +186,7 @@ func PutKey(ctx context.Context, db Execer, h config.KeyHash, k config.Key) erro
 	_, err := db.Exec(ctx, `INSERT INTO sluice_keys (hash, key_id, tenant, end_user) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (hash) DO UPDATE SET key_id = EXCLUDED.key_id, tenant = EXCLUDED.tenant, end_user = EXCLUDED.end_user`,
 		h.String(), k.KeyID, k.Tenant, k.User)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" {
-		return fmt.Errorf("tenant %q: %w", k.Tenant, ErrNotFound)
-	}
-	return err
+	return notFound(err, "tenant", k.Tenant)
 }
 
 // RevokeKey revokes a key by its id: every replica listening refuses it

@@ -1,6 +1,7 @@
 package pgdir
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -32,10 +33,14 @@ type Options struct {
 	// no change arrives; zero means 5s. The directory's age stays under
 	// it while the database answers.
 	Heartbeat time.Duration
-	// Snapshot is the file the last good directory is written to after
-	// a full load or changes that altered it (an unchanged directory is
-	// not written again), and read at start-up when the database cannot
-	// be reached; empty means none.
+	// Snapshot is the file the last good directory is written to, and
+	// read at start-up when the database cannot be reached; empty means
+	// none; each replica needs its own. It is written whole at a full
+	// load that changed the directory (flushed to disk and renamed into
+	// place), and each batch of changes is appended to its journal, the
+	// file named Snapshot plus ".changes", and flushed to disk before the
+	// running directory applies it: a replica started from the two never
+	// accepts a key revoked before a running replica refused it.
 	Snapshot string
 	// Timeout bounds each database call (connect, load, re-read); zero
 	// means 10s.
@@ -60,11 +65,16 @@ type Follower struct {
 
 	synced  atomic.Int64 // unix nanoseconds when the directory was last known current
 	outages atomic.Int64
-	refused atomic.Int64 // entries refused at the last full load
+	refused atomic.Int64 // the problems of the entries refused now (the sum of bad)
 	changes atomic.Int64
 	down    atomic.Bool
-	dirty   bool              // changes applied since the last snapshot; run's goroutine only
-	written [sha256.Size]byte // digest of the directory the snapshot holds; run's goroutine only
+
+	// Run's goroutine only (and Open's, before it starts):
+	bad       map[string]int64  // problems of the entries refused, by entry (see entryOf)
+	written   [sha256.Size]byte // digest of the directory the snapshot holds
+	base      time.Time         // the snapshot's written time, which its journal follows
+	journal   *os.File          // the snapshot's journal, open for appending; nil without one
+	journaled int               // the changes in the journal
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -99,7 +109,7 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 	if err != nil {
 		return nil, fmt.Errorf("pgdir: %w", err)
 	}
-	f := &Follower{pool: pool, dir: dir, opts: opts, log: opts.Logger, done: make(chan struct{})}
+	f := &Follower{pool: pool, dir: dir, opts: opts, log: opts.Logger, done: make(chan struct{}), bad: map[string]int64{}}
 	if f.log == nil {
 		f.log = slog.Default()
 	}
@@ -114,15 +124,16 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 			return nil, fmt.Errorf("pgdir: the tenant directory cannot be loaded from PostgreSQL (%v), nor from the snapshot: %v", err, serr)
 		}
 		f.outage(err)
-		if ierr := dir.Install(snap.Data); ierr != nil && !errors.Is(ierr, directory.ErrRefused) {
+		if ierr := f.install(snap.Data, nil); ierr != nil {
 			pool.Close()
 			return nil, fmt.Errorf("pgdir: snapshot %s: %w", opts.Snapshot, ierr)
 		}
-		f.synced.Store(snap.Written.UnixNano())
-		f.log.Warn("tenant directory started from its snapshot: PostgreSQL cannot be reached", "snapshot", opts.Snapshot, "written", snap.Written, "error", err)
+		f.synced.Store(snap.Current.UnixNano())
+		f.log.Warn("tenant directory started from its snapshot: PostgreSQL cannot be reached", "snapshot", opts.Snapshot, "written", snap.Written, "current", snap.Current, "error", err)
 	}
 	if opts.Meter != nil {
 		if err := f.instruments(opts.Meter); err != nil {
+			f.closeJournal()
 			pool.Close()
 			return nil, err
 		}
@@ -138,6 +149,7 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 func (f *Follower) Close() {
 	f.stop()
 	<-f.done
+	f.closeJournal()
 	if f.reg != nil {
 		_ = f.reg.Unregister()
 	}
@@ -151,10 +163,15 @@ func (f *Follower) Age() time.Duration { return time.Since(time.Unix(0, f.synced
 // Outages returns the number of times the database became unreachable.
 func (f *Follower) Outages() int64 { return f.outages.Load() }
 
-// Refused returns the entries refused at the last full load.
+// Refused returns the problems of the directory entries refused and not
+// installed: those of the last full load, and those of the changes
+// refused since. A change of an entry that installs it clears its
+// problems (a key refused at a full load under its id stays counted until
+// the next full load if it is then revoked).
 func (f *Follower) Refused() int64 { return f.refused.Load() }
 
-// fullLoad reads the whole directory and installs it.
+// fullLoad reads the whole directory, writes the snapshot and installs
+// it.
 func (f *Follower) fullLoad(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
 	defer cancel()
@@ -162,7 +179,20 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = f.dir.Install(data)
+	// The snapshot holds the directory as the database does: a start from
+	// it refuses what this Install refuses.
+	f.snapshot(data)
+	if err := f.install(data, problems); err != nil {
+		return err
+	}
+	f.synced.Store(time.Now().UnixNano())
+	return nil
+}
+
+// install installs a whole directory, and counts and logs the entries
+// refused, with problems (the rows that could not be read).
+func (f *Follower) install(data *directory.Data, problems config.Errors) error {
+	err := f.dir.Install(data)
 	var refused config.Errors
 	if err != nil {
 		if !errors.Is(err, directory.ErrRefused) {
@@ -171,23 +201,33 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 		errors.As(err, &refused)
 	}
 	refused = append(refused, problems...)
+	f.bad = map[string]int64{}
+	for _, e := range refused {
+		f.bad[entryOf(e.Path, data)]++
+	}
 	f.refused.Store(int64(len(refused)))
 	f.refusedEntries(refused)
-	f.synced.Store(time.Now().UnixNano())
-	f.snapshot()
 	return nil
 }
 
-// snapshot writes the directory to the snapshot file, if one is
-// configured.
-func (f *Follower) snapshot() {
-	f.dirty = false
-	if f.opts.Snapshot == "" {
-		return
+// entryOf names the entry a problem's path is about, as a change
+// notification names it ("tenant:<name>") for a tenant of data, else by
+// its path.
+func entryOf(path string, data *directory.Data) string {
+	rest, ok := strings.CutPrefix(path, "tenants.")
+	if !ok {
+		return path
 	}
-	if err := writeSnapshot(f.opts.Snapshot, f.dir.Data(), &f.written); err != nil {
-		f.log.Error("directory snapshot not written", "snapshot", f.opts.Snapshot, "error", err)
+	// The longest tenant name the path starts with: names may hold dots.
+	for i := len(rest); i > 0; i-- {
+		if i < len(rest) && rest[i] != '.' {
+			continue
+		}
+		if _, ok := data.Plans.Tenants[rest[:i]]; ok {
+			return "tenant:" + rest[:i]
+		}
 	}
+	return path
 }
 
 // refusedEntries logs the entries err refuses, the first 20 one by one.
@@ -216,9 +256,11 @@ func (f *Follower) outage(err error) {
 	}
 }
 
-func (f *Follower) recovered() {
+// recovered records that the database answers again; age is the
+// directory's age when it did, before the load that brought it current.
+func (f *Follower) recovered(age time.Duration) {
 	if f.down.CompareAndSwap(true, false) {
-		f.log.Info("tenant directory database reachable again", "age", f.Age().Round(time.Millisecond))
+		f.log.Info("tenant directory database reachable again", "age", age.Round(time.Millisecond).String())
 	}
 }
 
@@ -238,11 +280,12 @@ func (f *Follower) run(ctx context.Context, conn *pgxpool.Conn) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		var err error
+		age := f.Age()
 		if conn == nil {
 			conn, err = f.connect(ctx)
 		}
 		if conn != nil {
-			f.recovered()
+			f.recovered(age)
 			backoff = 100 * time.Millisecond
 			err = f.follow(ctx, conn.Conn())
 			drop()
@@ -316,12 +359,6 @@ func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
 				return err
 			}
 			f.synced.Store(time.Now().UnixNano())
-			if f.dirty {
-				// Changes reach the snapshot within a heartbeat: a replica
-				// started from it during an outage does not take back a
-				// revoked key.
-				f.snapshot()
-			}
 		default:
 			return err
 		}
@@ -329,7 +366,8 @@ func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // batch applies the first notification's change and those already
-// queued behind it.
+// queued behind it: the entries are re-read, written to the snapshot's
+// journal, then installed.
 func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) error {
 	seen := map[string]bool{first: true}
 	order := []string{first}
@@ -356,21 +394,60 @@ func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) erro
 		f.changes.Add(int64(len(order)))
 		return f.fullLoad(ctx)
 	}
+	changes := make([]change, 0, len(order))
 	for _, p := range order {
-		if err := f.apply(ctx, p); err != nil {
+		c, err := f.read(ctx, p)
+		if err != nil {
 			return err
 		}
-		f.changes.Add(1)
+		if c != nil {
+			changes = append(changes, *c)
+		}
 	}
-	f.dirty = true
+	f.record(changes)
+	for _, c := range changes {
+		f.installChange(c)
+	}
+	f.changes.Add(int64(len(order)))
+	f.refused.Store(sum(f.bad))
 	f.synced.Store(time.Now().UnixNano())
 	return nil
 }
 
-// apply re-reads the entry a notification names and installs it. An
-// entry that does not validate is logged and the old one kept; only a
-// database error is returned.
-func (f *Follower) apply(ctx context.Context, payload string) error {
+// A change is one entry as a notification's re-read found it.
+type change struct {
+	entry  string // as the notification names it: "tenant:<name>", "key:<hash>"
+	tenant string
+	tp     *limits.TenantPlan // nil: the tenant is gone
+	hash   *config.KeyHash    // a key's change, else nil
+	key    *config.Key        // nil: the key is gone or revoked
+	bad    error              // why a key's row cannot be a key (then key is nil)
+	at     time.Time          // when it was re-read
+}
+
+// to applies c to d.
+func (c *change) to(d *directory.Data) {
+	if d.Keys == nil {
+		d.Keys = map[config.KeyHash]config.Key{}
+	}
+	if d.Plans.Tenants == nil {
+		d.Plans.Tenants = map[string]limits.TenantPlan{}
+	}
+	switch {
+	case c.hash != nil && c.key == nil:
+		delete(d.Keys, *c.hash)
+	case c.hash != nil:
+		d.Keys[*c.hash] = *c.key
+	case c.tp == nil:
+		delete(d.Plans.Tenants, c.tenant)
+	default:
+		d.Plans.Tenants[c.tenant] = *c.tp
+	}
+}
+
+// read re-reads the entry a notification names: nil for a notification
+// that names none. Only a database error is returned.
+func (f *Follower) read(ctx context.Context, payload string) (*change, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
 	defer cancel()
 	kind, name, _ := strings.Cut(payload, ":")
@@ -378,28 +455,70 @@ func (f *Follower) apply(ctx context.Context, payload string) error {
 	case "tenant":
 		tp, err := loadTenant(ctx, f.pool, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		f.refusedEntries(f.dir.SetTenant(name, tp))
+		return &change{entry: payload, tenant: name, tp: tp, at: time.Now().UTC()}, nil
 	case "key":
 		h, err := config.ParseKeyHash(name)
 		if err != nil {
 			f.log.Warn("directory notification ignored", "problem", "malformed key hash")
-			return nil
+			return nil, nil
 		}
-		k, err := loadKey(ctx, f.pool, name)
+		c := &change{entry: payload, hash: &h, at: time.Now().UTC()}
+		c.key, err = loadKey(ctx, f.pool, name)
 		if errors.Is(err, errBadKey) {
-			f.log.Warn("directory entry refused", "problem", err.Error())
-			k, err = nil, nil
+			c.bad, err = err, nil
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		f.refusedEntries(f.dir.SetKey(h, k))
-	default:
-		f.log.Warn("directory notification ignored", "problem", "unknown kind")
+		return c, nil
 	}
-	return nil
+	f.log.Warn("directory notification ignored", "problem", "unknown kind")
+	return nil, nil
+}
+
+// installChange installs a change read. An entry that does not validate is
+// logged and counted, and the old one kept (a key's bad row removes the
+// key).
+func (f *Follower) installChange(c change) {
+	var err error
+	if c.hash != nil {
+		err = f.dir.SetKey(*c.hash, c.key)
+		// The paths a full load reports this key's problems under.
+		delete(f.bad, "keys."+c.hash.ID())
+		if c.key != nil {
+			delete(f.bad, "keys."+c.key.KeyID)
+		}
+		err = errors.Join(c.bad, err)
+	} else {
+		err = f.dir.SetTenant(c.tenant, c.tp)
+	}
+	delete(f.bad, c.entry)
+	if n := problems(err); n > 0 {
+		f.bad[c.entry] = n
+	}
+	f.refusedEntries(err)
+}
+
+// problems returns how many problems err reports.
+func problems(err error) int64 {
+	var es config.Errors
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &es):
+		return int64(len(es))
+	}
+	return 1
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // snapshot is the file format of the snapshot.
@@ -411,6 +530,9 @@ type snapshot struct {
 	Tenants map[string]limits.TenantPlan          `json:"tenants"`
 	Keys    []snapshotKey                         `json:"keys"`
 	Data    *directory.Data                       `json:"-"`
+	// Current is when the directory read was last known current with the
+	// database: the latest of Written and the times of its journal.
+	Current time.Time `json:"-"`
 }
 
 type snapshotKey struct {
@@ -423,12 +545,13 @@ type snapshotKey struct {
 // maxSnapshot bounds the snapshot file read at start-up.
 const maxSnapshot = 1 << 30
 
-// writeSnapshot writes d to path atomically (a temporary file renamed),
+// writeSnapshot writes d to path atomically and durably (replaceFile),
 // unless last holds the digest of the same directory, written before: a
 // full refresh that changed nothing does not rewrite the file (its
-// "written" time then says when this directory was first written). last,
-// when not nil, is updated to the digest of what path now holds.
-func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) error {
+// "written" time then says when this directory was first written). It
+// returns the written time of the file written (zero when it was not).
+// last, when not nil, is updated to the digest of what path now holds.
+func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) (time.Time, error) {
 	s := snapshot{Version: 1, Default: d.Plans.Default, Plans: d.Plans.Plans, Tenants: d.Plans.Tenants}
 	s.Keys = make([]snapshotKey, 0, len(d.Keys))
 	for h, k := range d.Keys {
@@ -439,32 +562,63 @@ func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) erro
 	slices.SortFunc(s.Keys, func(a, b snapshotKey) int { return strings.Compare(a.Hash, b.Hash) })
 	body, err := json.Marshal(&s)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	sum := sha256.Sum256(body)
 	if last != nil && *last == sum {
-		return nil
+		return time.Time{}, nil
 	}
 	s.Written = time.Now().UTC()
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".directory-*.json")
+	if err := replaceFile(path, func(w io.Writer) error { return json.NewEncoder(w).Encode(&s) }); err != nil {
+		return time.Time{}, err
+	}
+	if last != nil {
+		*last = sum
+	}
+	return s.Written, nil
+}
+
+// replaceFile replaces the file at path with what write writes, atomically
+// and durably: a temporary file flushed to disk, renamed over path, and the
+// rename flushed, so that the caller acts on what the file says only once
+// a crash cannot take it back.
+func replaceFile(path string, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".directory-*.tmp")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if err := json.NewEncoder(tmp).Encode(&s); err != nil {
-		tmp.Close()
-		return err
+	bw := bufio.NewWriter(tmp)
+	err = write(bw)
+	if err == nil {
+		err = bw.Flush()
 	}
-	if err := tmp.Close(); err != nil {
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	if last != nil {
-		*last = sum
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir flushes a directory's entries (a rename in it) to disk.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
 	}
-	return nil
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // readSnapshot reads the snapshot at path.
@@ -486,15 +640,30 @@ func readSnapshot(path string) (*snapshot, error) {
 	if s.Version != 1 {
 		return nil, fmt.Errorf("snapshot %s: version %d (this build reads 1)", path, s.Version)
 	}
+	if s.Tenants == nil {
+		s.Tenants = map[string]limits.TenantPlan{}
+	}
 	s.Data = &directory.Data{Plans: limits.Plans{Default: s.Default, Plans: s.Plans, Tenants: s.Tenants}, Keys: make(map[config.KeyHash]config.Key, len(s.Keys))}
 	for _, k := range s.Keys {
-		h, err := config.ParseKeyHash(k.Hash)
-		if err != nil || !config.ValidKeyID(k.KeyID) || !config.ValidUser(k.User) {
-			return nil, fmt.Errorf("snapshot %s: key %q is malformed", path, k.KeyID)
+		if err := k.to(s.Data); err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", path, err)
 		}
-		s.Data.Keys[h] = config.Key{Tenant: k.Tenant, KeyID: k.KeyID, User: k.User}
+	}
+	s.Current = s.Written
+	if err := replay(journalPath(path), &s); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	return &s, nil
+}
+
+// to adds k to d.
+func (k *snapshotKey) to(d *directory.Data) error {
+	h, err := config.ParseKeyHash(k.Hash)
+	if err != nil || !config.ValidKeyID(k.KeyID) || !config.ValidUser(k.User) {
+		return fmt.Errorf("key %q is malformed", k.KeyID)
+	}
+	d.Keys[h] = config.Key{Tenant: k.Tenant, KeyID: k.KeyID, User: k.User}
+	return nil
 }
 
 // limitedReader fails past n bytes instead of truncating silently.
@@ -522,7 +691,7 @@ func (f *Follower) instruments(m metric.Meter) error {
 	outages, err2 := m.Int64ObservableCounter("sluice.directory.outages", metric.WithUnit("{outage}"),
 		metric.WithDescription("Times the tenant directory's database became unreachable."))
 	refused, err3 := m.Int64ObservableGauge("sluice.directory.refused", metric.WithUnit("{entry}"),
-		metric.WithDescription("Directory entries refused at the last full load (see the log for which)."))
+		metric.WithDescription("Problems of the directory entries refused and not installed, at the last full load and by the changes since (see the log for which)."))
 	changes, err4 := m.Int64ObservableCounter("sluice.directory.changes", metric.WithUnit("{change}"),
 		metric.WithDescription("Directory changes received from the database's notifications."))
 	if err := errors.Join(err1, err2, err3, err4); err != nil {

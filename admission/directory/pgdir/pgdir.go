@@ -2,7 +2,11 @@
 // per-policy limits, tenants with their plan and own overrides, and API
 // keys stored only as SHA-256 hashes. The schema ships as versioned SQL
 // migrations (Migrate, `admitctl db migrate`), with triggers that announce
-// every change on the channel sluice_directory.
+// every change on the channel sluice_directory. The writes (SetPlan,
+// AddTenant, SetOverride...) refuse, before writing anything, an entry
+// the gateways would refuse when reading it (config.CheckEntries, the
+// check they apply), and the schema refuses plan and policy names the
+// gateways would.
 //
 // A running program never queries the database on a request's path: Open
 // loads the whole directory into a directory.Directory, and Follow keeps

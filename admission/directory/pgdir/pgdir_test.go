@@ -2,6 +2,7 @@ package pgdir_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -400,7 +401,9 @@ func TestOutageAndSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second}
-	a := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second, Meter: prom.Provider.Meter("test")})
+	var log syncbuf.Buffer
+	a := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second, Meter: prom.Provider.Meter("test"),
+		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	if _, err := os.Stat(snap); err != nil {
 		t.Fatalf("snapshot after the load: %v", err)
 	}
@@ -459,6 +462,19 @@ func TestOutageAndSnapshot(t *testing.T) {
 	if a.fol.Outages() != 1 {
 		t.Errorf("Outages() = %d; want 1", a.fol.Outages())
 	}
+	// The recovery's line gives the directory's age when the database
+	// answered again as a duration, at least the outage's 300ms.
+	var line struct{ Age string }
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "reachable again") {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+		}
+	}
+	if age, err := time.ParseDuration(line.Age); err != nil || age < 300*time.Millisecond {
+		t.Errorf("the recovery logs age %q (%v); want a duration of at least 300ms\n%s", line.Age, err, log.String())
+	}
 }
 
 // scrape reads the value of one series from a Prometheus handler.
@@ -500,28 +516,109 @@ func TestRefreshCatchesMissedChanges(t *testing.T) {
 	t.Logf("the missed change arrived with the full reload after %v", took)
 }
 
-// TestSnapshotFollowsChanges: a revocation reaches the snapshot within a
-// heartbeat, so a replica started from it during an outage refuses the
-// key too.
+// TestSnapshotFollowsChanges: a revocation reaches the snapshot's journal
+// without a heartbeat, so a replica started from it during an outage
+// refuses the key too; the next full load folds it into the snapshot and
+// starts the journal afresh.
 func TestSnapshotFollowsChanges(t *testing.T) {
 	dsn := pgtest.DB(t)
 	conn := migrated(t, dsn)
 	key := seed(t, conn)
 	snap := filepath.Join(t.TempDir(), "directory.json")
-	newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond})
+	newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Refresh: time.Second})
 	hash := config.HashKey(key).String()
-	read := func() string {
-		b, err := os.ReadFile(snap)
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return string(b)
 	}
-	if !strings.Contains(read(), hash) {
+	if !strings.Contains(read(snap), hash) {
 		t.Fatal("the live key is not in the snapshot")
 	}
 	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "revocation in the snapshot", func() bool { return !strings.Contains(read(), hash) })
+	waitFor(t, 10*time.Second, "revocation in the journal", func() bool { return strings.Contains(read(snap+".changes"), `"gone_key":"`+hash+`"}`) })
+	waitFor(t, 10*time.Second, "revocation in the snapshot", func() bool {
+		return !strings.Contains(read(snap), hash) && strings.Count(read(snap+".changes"), "\n") == 1
+	})
+}
+
+// TestRevocationSurvivesCrash revokes a key and kills the database (by
+// its pid) as soon as a running replica refuses the key: a replica started
+// from the snapshot's files as they were at that instant refuses it too.
+// The revocation is on disk before the running replica acts on it,
+// whatever the heartbeat.
+func TestRevocationSurvivesCrash(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewDB(t)
+	conn := migrated(t, dsn)
+	key := seed(t, conn)
+	other, _, err := pgdir.CreateKey(context.Background(), conn, "acme", "acme-2", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "directory.json")
+	a := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: time.Hour, Timeout: time.Second})
+	if code, _ := a.call(key); code != http.StatusOK {
+		t.Fatalf("before the revocation: status %d; want 200", code)
+	}
+	if err := pgdir.RevokeKey(context.Background(), conn, "acme-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "revocation", func() bool { code, _ := a.call(key); return code == http.StatusUnauthorized })
+	// The snapshot's files as a crash at this instant would leave them.
+	crashed := filepath.Join(t.TempDir(), "directory.json")
+	for _, suffix := range []string{"", ".changes"} {
+		body, err := os.ReadFile(snap + suffix)
+		if err == nil {
+			err = os.WriteFile(crashed+suffix, body, 0o600)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	srv.Kill()
+	b := newReplica(t, dsn, pgdir.Options{Snapshot: crashed, Timeout: time.Second})
+	if code, _ := b.call(key); code != http.StatusUnauthorized {
+		t.Errorf("replica started from the snapshot after the crash, revoked key: status %d; want 401", code)
+	}
+	if code, _ := b.call(other); code != http.StatusOK {
+		t.Errorf("replica started from the snapshot after the crash, live key: status %d; want 200", code)
+	}
+}
+
+// TestRefusedCountsChanges: an entry refused when its change arrives by
+// notification is counted in sluice_directory_refused, and the count
+// goes back down when a later change installs it.
+func TestRefusedCountsChanges(t *testing.T) {
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	seed(t, conn)
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReplica(t, dsn, pgdir.Options{Meter: prom.Provider.Meter("test")})
+	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 0 {
+		t.Fatalf("sluice_directory_refused = %v at the start; want 0", n)
+	}
+	ctx := context.Background()
+	// inflight is a concurrency policy: it has no burst.
+	if err := pgdir.SetOverride(ctx, conn, "acme", "inflight", limits.Override{Burst: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "refusal counted", func() bool { return r.fol.Refused() == 1 })
+	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 1 {
+		t.Errorf("sluice_directory_refused = %v after a refused change; want 1", n)
+	}
+	if err := pgdir.SetOverride(ctx, conn, "acme", "inflight", limits.Override{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "refusal cleared", func() bool { return r.fol.Refused() == 0 })
+	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 0 {
+		t.Errorf("sluice_directory_refused = %v after the entry was fixed; want 0", n)
+	}
 }

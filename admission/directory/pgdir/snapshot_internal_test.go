@@ -1,9 +1,12 @@
 package pgdir
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +33,7 @@ func FuzzReadSnapshot(f *testing.F) {
 			return
 		}
 		out := filepath.Join(dir, "out.json")
-		if err := writeSnapshot(out, s.Data, nil); err != nil {
+		if _, err := writeSnapshot(out, s.Data, nil); err != nil {
 			t.Fatal(err)
 		}
 		again, err := readSnapshot(out)
@@ -68,20 +71,20 @@ func TestSnapshotRewrittenOnlyWhenChanged(t *testing.T) {
 		}
 		return s.Written.Format(time.RFC3339Nano)
 	}
-	if err := writeSnapshot(path, data("a", "b", "c", "d"), &last); err != nil {
+	if _, err := writeSnapshot(path, data("a", "b", "c", "d"), &last); err != nil {
 		t.Fatal(err)
 	}
 	first := written()
 	time.Sleep(2 * time.Millisecond)
 	for i := 0; i < 5; i++ {
-		if err := writeSnapshot(path, data("d", "c", "b", "a"), &last); err != nil {
+		if _, err := writeSnapshot(path, data("d", "c", "b", "a"), &last); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := written(); got != first {
 		t.Errorf("the same directory rewrote the snapshot: written %s, then %s", first, got)
 	}
-	if err := writeSnapshot(path, data("a", "b", "c"), &last); err != nil {
+	if _, err := writeSnapshot(path, data("a", "b", "c"), &last); err != nil {
 		t.Fatal(err)
 	}
 	if got := written(); got == first {
@@ -94,4 +97,104 @@ func TestSnapshotRewrittenOnlyWhenChanged(t *testing.T) {
 	if len(s.Data.Keys) != 3 || len(s.Data.Plans.Tenants) != 3 {
 		t.Errorf("snapshot holds %d keys and %d tenants; want 3 and 3", len(s.Data.Keys), len(s.Data.Plans.Tenants))
 	}
+}
+
+// TestJournalReplay reads a snapshot with its journal: the changes that
+// follow it are applied in order, a last line a crash cut short is left
+// out, a journal of another snapshot is not read, and a line that does not
+// read in the middle is an error.
+func TestJournalReplay(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "directory.json")
+	k1, k2 := config.HashKey("sk-1"), config.HashKey("sk-2")
+	d := &directory.Data{
+		Plans: limits.Plans{Plans: map[string]map[string]limits.Override{"free": {"rpm": {Limit: 5}}}, Tenants: map[string]limits.TenantPlan{"acme": {Plan: "free"}, "gone": {}}},
+		Keys:  map[config.KeyHash]config.Key{k1: {Tenant: "acme", KeyID: "k1"}},
+	}
+	written, err := writeSnapshot(path, d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := `{"base":"` + written.Format(time.RFC3339Nano) + `"}` + "\n"
+	changes := `{"gone_key":"` + k1.String() + `"}` + "\n" +
+		`{"key":{"hash":"` + k2.String() + `","id":"k2","tenant":"acme"}}` + "\n" +
+		`{"at":"2100-01-02T03:04:05Z","tenant":"gone"}` + "\n" +
+		`{"tenant":"new","plan":{"Plan":"free","Overrides":null}}` + "\n"
+	for _, tc := range []struct {
+		name, journal string
+		keys          []config.KeyHash
+		tenants       []string
+		err           string
+	}{
+		{"none", "", []config.KeyHash{k1}, []string{"acme", "gone"}, ""},
+		{"applied", head + changes, []config.KeyHash{k2}, []string{"acme", "new"}, ""},
+		{"cut short", head + changes + `{"gone_key":"` + k2.String(), []config.KeyHash{k2}, []string{"acme", "new"}, ""},
+		{"another snapshot", `{"base":"2001-01-01T00:00:00Z"}` + "\n" + changes, []config.KeyHash{k1}, []string{"acme", "gone"}, ""},
+		{"bad line", head + "{]\n" + changes, nil, nil, "line 2"},
+		{"not a change", head + "{}\n", nil, nil, "not a change"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(path + ".changes")
+			if tc.journal != "" {
+				if err := os.WriteFile(path+".changes", []byte(tc.journal), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := readSnapshot(path)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("readSnapshot = %v; want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []config.KeyHash
+			for h := range s.Data.Keys {
+				keys = append(keys, h)
+			}
+			tenants := slices.Sorted(maps.Keys(s.Data.Plans.Tenants))
+			if !reflect.DeepEqual(keys, tc.keys) || !reflect.DeepEqual(tenants, tc.tenants) {
+				t.Errorf("keys %v, tenants %v; want %v, %v", keys, tenants, tc.keys, tc.tenants)
+			}
+			// Known current when its last change was read.
+			current := written
+			if len(tc.keys) == 1 && tc.keys[0] == k2 {
+				current = time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC)
+			}
+			if !s.Current.Equal(current) {
+				t.Errorf("Current = %v; want %v", s.Current, current)
+			}
+		})
+	}
+}
+
+// FuzzReplayJournal feeds arbitrary journals to a snapshot's reader: it
+// never panics, and a journal it accepts leaves only valid keys.
+func FuzzReplayJournal(f *testing.F) {
+	dir := f.TempDir()
+	path := filepath.Join(dir, "directory.json")
+	written, err := writeSnapshot(path, &directory.Data{Keys: map[config.KeyHash]config.Key{config.HashKey("sk-1"): {Tenant: "a", KeyID: "k1"}}}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	head := `{"base":"` + written.Format(time.RFC3339Nano) + `"}` + "\n"
+	f.Add([]byte(head + `{"gone_key":"sha256:` + zeros64 + `"}` + "\n"))
+	f.Add([]byte(head + `{"key":{"hash":"sha256:` + zeros64 + `","id":"k2","tenant":"a"}}` + "\n" + `{"tenant":"t","plan":{"Plan":"p"}}` + "\n"))
+	f.Add([]byte(head + `{"tenant":"t"}` + "\n" + `{"gone_key":"md5:1"}` + "\n"))
+	f.Add([]byte(head + `{"key":{"hash":"sha256:` + zeros64 + `","id":"bad id","tenant":"a"}}`))
+	f.Fuzz(func(t *testing.T, journal []byte) {
+		if err := os.WriteFile(path+".changes", journal, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := readSnapshot(path)
+		if err != nil {
+			return
+		}
+		for h, k := range s.Data.Keys {
+			if h.ID() == "" || !config.ValidKeyID(k.KeyID) || !config.ValidUser(k.User) {
+				t.Fatalf("replay installed an invalid key %v: %+v", h, k)
+			}
+		}
+	})
 }
