@@ -102,9 +102,11 @@ func TestOverviewWithDefaultDemo(t *testing.T) {
 			checks = append(checks, check{panel.Title + " / " + tg.RefID, overviewVars.Replace(tg.Expr)})
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var failures []string
+	// The series appear within a few scrapes; the last round's failures
+	// are reported, with a minute and a half for the data to come.
 	for {
 		time.Sleep(2 * time.Second)
 		failures = failures[:0]
@@ -118,7 +120,7 @@ func TestOverviewWithDefaultDemo(t *testing.T) {
 				failures = append(failures, fmt.Sprintf("%s: no data (%v)\n  %s", c.name, err, c.expr))
 			}
 		}
-		if len(failures) == 0 || ctx.Err() != nil {
+		if len(failures) == 0 || ctx.Err() != nil || time.Since(start) > 90*time.Second {
 			break
 		}
 	}
