@@ -7,7 +7,8 @@
 //	go run ./examples/llmproxy
 //
 // starts on 127.0.0.1:8080 with an embedded policy file (default.yaml: two
-// plans, three demo tenants, their keys printed at start-up). README.md is
+// plans, three demo tenants, their keys printed at start-up, and limits on
+// every route the gateway serves). README.md is
 // the user's guide (quick start, flags, security model, benchmarks);
 // package gateway documents the path of a request, the rejections and the
 // metrics. The operator listener (--metrics-addr, else the file's

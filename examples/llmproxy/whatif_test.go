@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -161,5 +162,121 @@ func TestGatewayStatusPageInBrowser(t *testing.T) {
 		if !strings.Contains(dom, policy) {
 			t.Errorf("the rendered page does not name policy %s", policy)
 		}
+	}
+}
+
+// whatIfCall is one request of TestWhatIfEqualsReality's traffic.
+type whatIfCall struct {
+	method, path, key, body string
+}
+
+// whatIfTraffic is the traffic of TestWhatIfEqualsReality on the demo
+// tenants, round after round: acme (pro) on every kind of route;
+// globex asking for more output than its plan allows on the Messages API
+// and sending prompts that exhaust its tokens per minute and make the
+// shadow candidate refuse; initech past its five requests a minute.
+func whatIfTraffic(round int) []whatIfCall {
+	const (
+		chat   = `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`
+		msg    = `{"model":"claude-sonnet-4-5","max_tokens":%d,"messages":[{"role":"user","content":"hello there"}]}`
+		count  = `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hello there"}]}`
+		embed  = `{"model":"text-embedding-3-small","input":%q}`
+		acme   = "sk-demo-acme"
+		globex = "sk-demo-globex"
+		inite  = "sk-demo-initech"
+	)
+	calls := []whatIfCall{
+		{"POST", "/v1/chat/completions", acme, chat},
+		{"POST", "/v1/messages", acme, fmt.Sprintf(msg, 32)},
+		{"GET", "/v1/models", acme, ""},
+		{"POST", "/v1/messages/count_tokens", acme, count},
+		{"POST", "/v1/embeddings", acme, fmt.Sprintf(embed, "hello")},
+		{"POST", "/v1/chat/completions", globex, chat},
+		{"POST", "/v1/messages", globex, fmt.Sprintf(msg, 20_000)},
+		{"POST", "/v1/messages/count_tokens", globex, count},
+		{"POST", "/v1/chat/completions", inite, chat},
+		{"GET", "/v1/models/gpt-4o-mini", inite, ""},
+	}
+	if round%3 == 0 {
+		calls = append(calls, whatIfCall{"POST", "/v1/embeddings", globex, fmt.Sprintf(embed, strings.Repeat("hello ", 15_000))})
+	}
+	return calls
+}
+
+// TestWhatIfEqualsReality: traffic on every kind of route from the demo
+// tenants, enough to be refused by several policies, goes through the
+// gateway with the embedded default policy; its request log holds every
+// decided request, and replaying it through the same file gives each
+// policy's live admitted, rejected and would-reject counts (the
+// gateway's metrics, less the admissions rolled back when a later policy
+// refused) back within 1%. The requests go one after another on a fake
+// clock that moves 250 ms between them, so the replay sees them in the
+// order and at the instants the gateway decided them.
+func TestWhatIfEqualsReality(t *testing.T) {
+	clk := demoClock()
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	s := startProxy(t, func(o *options) { o.clock, o.requestLog = clk, path })
+	statuses := map[int]int{}
+	sent := 0
+	for round := range 12 {
+		for _, c := range whatIfTraffic(round) {
+			req, err := http.NewRequestWithContext(ctxT(t, 30*time.Second), c.method, s.URL+c.path, strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+c.key)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses[resp.StatusCode]++
+			sent++
+			// The next request is decided after this one is in the log.
+			eventually(t, 30*time.Second, fmt.Sprintf("request %d (%s %s) logged", sent, c.method, c.path), func() bool { return s.reqLog.Written() == uint64(sent) })
+			clk.Advance(250 * time.Millisecond)
+		}
+	}
+	if statuses[http.StatusOK] == 0 || statuses[http.StatusTooManyRequests] == 0 || statuses[http.StatusOK]+statuses[http.StatusTooManyRequests] != sent {
+		t.Fatalf("live statuses %v; want admitted and refused requests and nothing else", statuses)
+	}
+	if err := s.reqLog.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{}, shadow.Candidate{Name: "default.yaml", Config: s.file.Config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Candidates[0]
+	if c.Requests != int64(sent) || c.Admitted != int64(statuses[http.StatusOK]) || c.Rejected != int64(statuses[http.StatusTooManyRequests]) {
+		t.Errorf("replay: %d requests, %d admitted, %d rejected; live %d sent, statuses %v", c.Requests, c.Admitted, c.Rejected, sent, statuses)
+	}
+	within := func(what string, replayed int64, live float64) {
+		t.Helper()
+		if d := math.Abs(float64(replayed) - live); d > live/100 {
+			t.Errorf("%s: replay %d; live %v", what, replayed, live)
+		}
+	}
+	var rejected, wouldReject int64
+	for _, p := range c.Policies {
+		live := func(decision string) float64 {
+			return scrape(t, s, "admission_decisions_total", "policy", p.Policy, "decision", decision)
+		}
+		within(p.Policy+" admitted", p.Admitted, live("admitted")-scrape(t, s, "admission_rollbacks_total", "policy", p.Policy))
+		within(p.Policy+" rejected", p.Rejected, live("rejected"))
+		within(p.Policy+" would reject", p.WouldReject, live("would_reject"))
+		rejected += p.Rejected
+		wouldReject += p.WouldReject
+		t.Logf("%-30s admitted %4d rejected %4d would reject %4d", p.Policy, p.Admitted, p.Rejected, p.WouldReject)
+	}
+	if rejected == 0 || wouldReject == 0 {
+		t.Errorf("the traffic met %d rejections and %d would-rejects; want both", rejected, wouldReject)
 	}
 }

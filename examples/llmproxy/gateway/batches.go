@@ -217,6 +217,11 @@ type batchRecord struct {
 	fails  int       // polls failed in a row
 	poll   bool      // a poll is on its way
 	files  []string  // its output and error files, once it ended
+
+	// For the request log: the creation as admitted, when it arrived and
+	// when it was admitted.
+	req               admission.Request
+	arrived, admitted time.Time
 }
 
 func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, error) {
@@ -460,6 +465,7 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 	b.releaseSlotLocked(r.tenant)
 	if data == nil {
 		b.end("held_too_long")
+		b.g.logAdmitted(&r.req, r.arrived, admission.Usage{}, r.admitted)
 		r.tk.Done()
 		return
 	}
@@ -475,10 +481,10 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 	rep, err := weights.ReadUsage(data)
 	switch {
 	case obj.Status == "failed":
-		r.tk.Refund()
+		r.refund(b.g)
 	case obj.Status != "completed" && (err != nil || !rep.Found() || (rep.Usage.InputTokens == 0 && rep.Usage.OutputTokens == 0)):
 		// Expired or cancelled before any request completed.
-		r.tk.Refund()
+		r.refund(b.g)
 	default:
 		u, fb := r.est.CheckUsage(rep)
 		if fb != weights.FallbackNone {
@@ -488,8 +494,18 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 		if r.priced {
 			au.Cost, au.CostKnown = r.price.CostMicros(u), true
 		}
+		b.g.logAdmitted(&r.req, r.arrived, au, r.admitted)
 		r.tk.Settle(au)
 	}
+}
+
+// refund gives back the whole reservation of r, and logs the batch as
+// having cost nothing.
+func (r *batchRecord) refund(g *Gateway) {
+	au := tokenunits.Usage(nil, weights.TokenUnits{})
+	au.CostKnown = r.priced
+	g.logAdmitted(&r.req, r.arrived, au, r.admitted)
+	r.tk.Refund()
 }
 
 // end counts a reservation ended, by outcome (a closed set).
@@ -656,11 +672,13 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 			b.releaseSlot(req.Tenant)
 		}
 	}()
+	arrived := g.now()
 	actx, cancel := g.admissionContext(c)
 	tk, err := g.cfg.Controller.Admit(actx, req)
 	cancel()
 	if err != nil {
 		var rej *admission.Rejection
+		g.logRefused(&req, arrived, err)
 		if errors.As(err, &rej) && rej.RetryAfter == limits.Never {
 			g.setLimitHeaders(c.Response(), rej.Statuses)
 			g.batchError(c, http.StatusBadRequest, "invalid_request_error", "batch_too_large", "input_file_id",
@@ -668,11 +686,10 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 					" per period) and can never be admitted: split it into smaller batches.")
 			return nil
 		}
-		g.logRefused(&req, time.Now(), err)
 		g.refused(c, err)
 		return nil
 	}
-	rec.tk = tk
+	rec.tk, rec.req, rec.arrived, rec.admitted = tk, req, arrived, g.now()
 	g.admitted(c.Response(), st, tk)
 	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer ucancel()
@@ -681,6 +698,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	// reservation stays charged at the estimate. Only a call that never
 	// reached the upstream, or that it refused, is refunded.
 	unwatchable := func() {
+		g.logAdmitted(&req, arrived, admission.Usage{}, rec.admitted)
 		tk.Done()
 		b.end("unwatchable")
 		g.log.Error("llmproxy: a batch creation's outcome is unknown; its reservation is kept at the estimate")
@@ -688,7 +706,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	resp, err := g.batchCall(uctx, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
 	if err != nil {
 		if neverSent(err) {
-			tk.Refund()
+			rec.refund(g)
 		} else {
 			unwatchable()
 		}
@@ -705,7 +723,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		return nil
 	case err != nil || resp.StatusCode != http.StatusOK:
 		// Nothing was created: the reservation is given back.
-		tk.Refund()
+		rec.refund(g)
 		if err != nil {
 			g.upstreamFailed(c, ctx, err)
 		} else {
@@ -757,11 +775,11 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 			"No "+what+" "+id+" for your account: the gateway serves the batches created through it, their input files and their results.")
 		return nil
 	}
-	tk, ok := g.admitRequest(c, e, st, req)
+	finish, ok := g.admitRequest(c, e, st, req)
 	if !ok {
 		return nil
 	}
-	defer tk.Done()
+	defer finish()
 	r := c.Request()
 	ctx := r.Context()
 	path := rt.upstream + id
@@ -816,18 +834,26 @@ func (g *Gateway) batchCaller(c echo.Context, limit int64) (e uint64, st *state,
 
 // admitRequest admits a request limited by requests only (its amounts
 // are not read from its body), decided again when a reload overlapped
-// it, and answers a refusal itself. The caller settles the ticket.
-func (g *Gateway) admitRequest(c echo.Context, e uint64, st *state, req admission.Request) (admission.Ticket, bool) {
+// it, and answers a refusal itself. The caller calls finish once the
+// request has ended: it settles the ticket and writes the request to the
+// request log, as a refusal is.
+func (g *Gateway) admitRequest(c echo.Context, e uint64, st *state, req admission.Request) (finish func(), ok bool) {
+	arrived := g.now()
 	actx, cancel := g.admissionContext(c)
 	defer cancel()
 	tk, err := g.cfg.Controller.Admit(actx, req)
 	if g.epoch.Changed(e) {
-		st, _, tk, err = g.readmit(actx, c.Request(), e, st, req, tk, err, nil)
+		st, req, tk, err = g.readmit(actx, c.Request(), e, st, req, tk, err, nil)
 	}
 	if err != nil {
+		g.logRefused(&req, arrived, err)
 		g.refused(c, err)
-		return tk, false
+		return nil, false
 	}
 	g.admitted(c.Response(), st, tk)
-	return tk, true
+	admitted := g.now()
+	return func() {
+		g.logAdmitted(&req, arrived, admission.Usage{}, admitted)
+		tk.Done()
+	}, true
 }

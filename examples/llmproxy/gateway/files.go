@@ -78,11 +78,11 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "A file upload is a multipart/form-data body with a purpose and a file.")
 		return nil
 	}
-	tk, ok := g.admitRequest(c, e, st, req)
+	finish, ok := g.admitRequest(c, e, st, req)
 	if !ok {
 		return nil
 	}
-	defer tk.Done()
+	defer finish()
 	select {
 	case b.uploads <- struct{}{}:
 		defer func() { <-b.uploads }()

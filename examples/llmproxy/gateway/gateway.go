@@ -315,14 +315,17 @@ type Config struct {
 	// once (see Providers). Nil, or none declared, passes the provider's
 	// 429s through.
 	Providers *Providers
-	// Clock is the clock of the failed-authentication limiter and of the
-	// providers' reports; nil means the system clock.
+	// Clock is the clock of the failed-authentication limiter, of the
+	// providers' reports and of the request log's times; nil means the
+	// system clock.
 	Clock admission.Clock
-	// RequestLog, when set, receives every request the policies decided
-	// on the token-priced routes: a refused one with its estimates, an
-	// admitted one with its actual usage and how long it held its permits,
-	// in the format admitctl replay reads (see shadow.RequestLog). It never
-	// holds a key, a prompt or a completion.
+	// RequestLog, when set, receives every request the policies decided,
+	// on every route: a refused one with its estimates, an admitted one
+	// when it ends with its actual usage (a batch when its reservation
+	// ends) and how long it held its permits, in the format admitctl
+	// replay reads (see shadow.RequestLog), so that replaying the log
+	// through the same file gives the live decisions back. It never holds
+	// a key, a prompt or a completion.
 	RequestLog *shadow.RequestLog
 	// Meter creates the gateway's own instruments; nil means none.
 	Meter metric.Meter
@@ -735,11 +738,11 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		g.tooLarge(c, limit) // before it takes a request from the caller's limits
 		return nil
 	}
-	tk, ok := g.admitRequest(c, e, st, req)
+	finish, ok := g.admitRequest(c, e, st, req)
 	if !ok {
 		return nil
 	}
-	defer tk.Done()
+	defer finish()
 	var body []byte
 	if r.Method == http.MethodPost {
 		var release func()

@@ -195,13 +195,13 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 	cancel()
 	if err != nil {
 		g.m.throttled(ctx, "refused")
-		g.logRefused(&req, time.Now(), err)
+		g.logRefused(&req, g.now(), err)
 		g.refused(c, err)
 		return nil, false
 	}
 	g.m.throttled(ctx, "absorbed")
 	// The request log holds both admissions, as the controller saw them.
-	x.tk, x.admitted = tk, time.Now()
+	x.tk, x.admitted = tk, g.now()
 	g.admitted(c.Response(), x.st, tk)
 	sent = time.Now()
 	if resp, err = g.roundTrip(ctx, r, rt, "", body); err != nil {

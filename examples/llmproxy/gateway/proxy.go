@@ -30,7 +30,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	r := c.Request()
 	ctx := r.Context()
 	est := g.cfg.Estimator
-	arrived := time.Now()
+	arrived := g.now()
 	var e uint64
 	var st *state
 	var req admission.Request
@@ -90,7 +90,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		g.refused(c, err)
 		return nil
 	}
-	x.tk, x.st, x.req, x.arrived, x.admitted = tk, st, req, arrived, time.Now()
+	x.tk, x.st, x.req, x.arrived, x.admitted = tk, st, req, arrived, g.now()
 	defer x.settleZeroOutput() // settles only if nothing else did
 	g.admitted(c.Response(), st, tk)
 	g.queueWaited(ctx, st, req.Priority, tk)
@@ -316,8 +316,8 @@ func (x *exchange) usage(buf []admission.UnitAmount, u weights.Usage) admission.
 // settle settles the ticket with u, once, and logs the request.
 func (x *exchange) settle(u weights.Usage) {
 	au := x.usage(nil, u)
-	if l := x.g.cfg.RequestLog; l != nil && x.tk.Valid() {
-		l.Log(&x.req, x.arrived, au, time.Since(x.admitted))
+	if x.tk.Valid() {
+		x.g.logAdmitted(&x.req, x.arrived, au, x.admitted)
 	}
 	x.tk.Settle(au)
 }
@@ -328,6 +328,15 @@ func (g *Gateway) logRefused(req *admission.Request, arrived time.Time, err erro
 	var rej *admission.Rejection
 	if g.cfg.RequestLog != nil && errors.As(err, &rej) {
 		g.cfg.RequestLog.Log(req, arrived, admission.Usage{}, 0)
+	}
+}
+
+// logAdmitted writes an admitted request that has ended to the request
+// log: its actual usage (the zero Usage keeps its estimates) and how long
+// it held its permits, from its admission.
+func (g *Gateway) logAdmitted(req *admission.Request, arrived time.Time, u admission.Usage, admitted time.Time) {
+	if l := g.cfg.RequestLog; l != nil {
+		l.Log(req, arrived, u, g.now().Sub(admitted))
 	}
 }
 
