@@ -295,7 +295,7 @@ func (l *memLimiter) evict(now int64) bool {
 	l.count.Add(-1)
 	l.evicted.Add(1)
 	if l.onEvict != nil {
-		l.onEvict(1)
+		l.onEvict(1, 0) // a partition holding leases, even expired, is never the victim
 	}
 	return true
 }
