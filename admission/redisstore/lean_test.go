@@ -29,7 +29,7 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	client, repeats := newRepeatingClient(t, srv.Addr)
 	stores := func(t *testing.T) backend.Store {
-		s, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 250 * time.Millisecond})
+		s, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
