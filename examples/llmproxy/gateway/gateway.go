@@ -360,6 +360,7 @@ type state struct {
 	quota  int             // the status of a quota rejection
 	shadow bool            // the Sluice-Would-Reject header
 	auth   *authLimiter
+	store  map[string]string // policy → its store, for the policies on a store
 }
 
 // New checks cfg, installs cfg.File and returns a Gateway.
@@ -461,8 +462,11 @@ func (g *Gateway) Apply(f *config.File) error {
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
 	}
-	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader}
+	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}}
 	for _, p := range f.Config.Policies {
+		if p.Store != "" {
+			st.store[p.Name] = p.Store
+		}
 		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == limits.KeyGlobal)
 		st.shared[p.Name] = global && p.Algorithm == limits.Concurrency
 		st.cost = st.cost || p.Unit == limits.UnitCost
@@ -756,7 +760,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	defer resp.Body.Close()
-	g.observe(resp, "", 0)
+	g.observe(resp, st, tk, "", 0)
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
 	if err != nil {
