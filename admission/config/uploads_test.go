@@ -13,7 +13,7 @@ import (
 // refused with its path.
 func TestHTTPUploadSettings(t *testing.T) {
 	const pol = "version: 1\npolicies: [{name: rpm, key: [tenant], algorithm: token_bucket, limit: 10, per: 1m}]\n"
-	f, err := config.Parse("p.yaml", []byte(pol + "http: {upload_min_rate: 256KiB, upload_grace: 5s, max_uploads: 8, max_uploads_per_tenant: 2}\n"))
+	f, err := config.Parse("p.yaml", []byte(pol+"http: {upload_min_rate: 256KiB, upload_grace: 5s, max_uploads: 8, max_uploads_per_tenant: 2}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
