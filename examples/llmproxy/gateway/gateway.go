@@ -242,8 +242,9 @@ type Config struct {
 	// File is the policy file in force; Apply installs the next one. The
 	// gateway reads its policies and plans (into Controller), its
 	// identity section (API keys, trusted proxies, failed_auth), its http
-	// section's quota_status, shadow_header and body_timeout (see
-	// BodyReadTimeout), and its prices: while a cost policy is installed,
+	// section's quota_status, shadow_header, body_timeout (see
+	// BodyReadTimeout) and upload settings (see BatchAPI; like
+	// body_timeout, read once by New), and its prices: while a cost policy is installed,
 	// a request for a model the prices cannot price (no entry, no base
 	// model, no fallback price) is refused with 400 model_not_priced: an
 	// unpriced model is never free.
