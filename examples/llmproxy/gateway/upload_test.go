@@ -32,7 +32,7 @@ func slowUpload(t *testing.T, s *batchStack, key string) net.Conn {
 	return conn
 }
 
-// answer reads the status of the answer on conn, or fails after wait (a
+// answerOn reads the status of the answer on conn, or fails after wait (a
 // guard against an answer that never comes, not a measure).
 func answerOn(t *testing.T, conn net.Conn, wait time.Duration) (int, error) {
 	t.Helper()
@@ -50,7 +50,8 @@ func answerOn(t *testing.T, conn net.Conn, wait time.Duration) (int, error) {
 // (its own limit) and tenant b's upload is served, never a 503 because a
 // holds the gateway's slots.
 func TestSlowUploadsHoldOnlyTheirTenantsSlot(t *testing.T) {
-	s := batchGateway(t, batchPolicy, nil)
+	// A long grace: the crawling upload keeps its slot for the test.
+	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) { gc.Batches.UploadGrace = time.Minute })
 	a1, a2 := slowUpload(t, s, keyA), slowUpload(t, s, keyA)
 	statuses := make(chan int, 2)
 	for _, c := range []net.Conn{a1, a2} {
