@@ -839,14 +839,28 @@ func (d *decoder) decodeHTTP(n *yaml.Node, path string) {
 	h := &d.f.HTTP
 	var exempt []string
 	exemptSet := false
-	var maxBody string
+	var maxBody, uploadRate string
 	d.mapping(n, path,
 		field{"exempt", func(n *yaml.Node, p string) { exemptSet = true; d.list(&exempt, false)(n, p) }},
 		field{"max_body", d.str(&maxBody)},
 		field{"body_timeout", d.duration(&h.BodyTimeout, true)},
 		field{"quota_status", d.integer(&h.QuotaStatus, 0)},
 		field{"shadow_header", d.boolean(&h.ShadowHeader)},
+		field{"upload_min_rate", d.str(&uploadRate)},
+		field{"upload_grace", d.duration(&h.UploadGrace, false)},
+		field{"max_uploads", d.integer(&h.MaxUploads, 1)},
+		field{"max_uploads_per_tenant", d.integer(&h.MaxUploadsPerTenant, 1)},
 	)
+	if uploadRate != "" {
+		v, err := parseSize(uploadRate)
+		if err != nil || v <= 0 {
+			d.errorf(d.lines[path+".upload_min_rate"], path+".upload_min_rate", "%q is not a size a second (write 1MiB or 262144)", uploadRate)
+		}
+		h.UploadMinRate = v
+	}
+	if h.MaxUploads > 0 && h.MaxUploadsPerTenant > h.MaxUploads {
+		d.errorf(d.lines[path+".max_uploads_per_tenant"], path+".max_uploads_per_tenant", "%d is more than max_uploads %d", h.MaxUploadsPerTenant, h.MaxUploads)
+	}
 	if exemptSet {
 		h.Exempt = exempt
 		for i, e := range exempt {

@@ -230,6 +230,19 @@ type HTTP struct {
 	BodyTimeout time.Duration
 	// QuotaStatus is the status of an exhausted quota: 403 (default) or 429.
 	QuotaStatus int
+	// UploadMinRate is the slowest a long upload (llmproxy's batch input
+	// files) may arrive, in bytes a second, measured over each
+	// UploadGrace from the upload's start: a span that brings less than
+	// UploadMinRate × UploadGrace cuts it. 0 leaves the program's
+	// default (llmproxy: 1 MiB/s over 10s).
+	UploadMinRate int64
+	// UploadGrace is the span UploadMinRate is measured over; 0 leaves
+	// the program's default.
+	UploadGrace time.Duration
+	// MaxUploads bounds the long uploads read at once, and
+	// MaxUploadsPerTenant those of one tenant, so that no tenant holds
+	// another's; 0 leaves the program's defaults (llmproxy: 4 and 1).
+	MaxUploads, MaxUploadsPerTenant int
 	// ShadowHeader adds the Sluice-Would-Reject header naming the shadow
 	// policies that would have rejected an admitted request.
 	ShadowHeader bool

@@ -57,7 +57,7 @@ func (m *Metrics) Serve(addr string, h, rest http.Handler) (*MetricsListener, er
 	ml := &MetricsListener{
 		addr: ln.Addr().String(),
 		srv: &http.Server{
-			Handler:           scrape(m.Path, h, rest),
+			Handler:           bodiless(scrape(m.Path, h, rest)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
@@ -73,6 +73,26 @@ func (m *Metrics) Serve(addr string, h, rest http.Handler) (*MetricsListener, er
 		}
 	}()
 	return ml, nil
+}
+
+// bodiless refuses, for the operator listener whose endpoints read no
+// body, a request that sends one (a Content-Length or a
+// Transfer-Encoding) with 400 and the connection closed, so that no bytes
+// after a body whose framing a proxy could read differently (RFC 9112
+// §6.1) are served as another request; after an HTTP/1.0 request, whose
+// Transfer-Encoding net/http removes unseen, the connection is closed too.
+func bodiless(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
+			w.Header().Set("Connection", "close")
+		}
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "the operator endpoints take no request body", http.StatusBadRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // scrape answers GET and HEAD of exactly path with h (405 for other

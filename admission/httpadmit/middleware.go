@@ -63,6 +63,32 @@
 //     which stops at w. With WithRetryAfterMs, Retry-After-Ms carries the
 //     same wait in milliseconds.
 //
+// # Server settings
+//
+// The middleware bounds what reaches it; the http.Server in front bounds
+// the rest, and a service author sets it: ReadHeaderTimeout (a client
+// sending its headers slowly holds a connection for nothing),
+// IdleTimeout, MaxHeaderBytes (net/http allows a megabyte), no
+// ReadTimeout or WriteTimeout shorter than a stream (the body's time is
+// WithBodyTimeout's, the writes' a per-write deadline), and the Handler
+// wrapped in StrictFraming.
+//
+// A request smuggled past a proxy in front of a service hides in the
+// framing of a body: the proxy and the service disagree on where one
+// request ends and the next begins. RFC 9112 §6.1 requires a server that
+// receives both Transfer-Encoding and Content-Length, or a
+// Transfer-Encoding in an HTTP/1.0 message, to close the connection after
+// answering. Go's net/http (1.26) does part of it itself: it refuses with
+// 501, and closes the connection, a Transfer-Encoding other than one
+// "chunked" (several codings, several fields, "identity"), and with 400
+// differing Content-Length fields. It does not close the rest: a chunked
+// request that also declares a Content-Length is read as chunked with the
+// Content-Length removed, and an HTTP/1.0 request's Transfer-Encoding is
+// removed and ignored, so a handler cannot tell either from a clean
+// request, and the connection stays open for whatever follows the body.
+// CloseSuspectFraming closes it after the answer, on every request the
+// middleware sees and, with StrictFraming, on every request of a server.
+//
 // The header, problem and identity functions are exported so that
 // gateways answering in another shape (the OpenAI-style LLM proxy) reuse
 // them.
@@ -341,7 +367,9 @@ func build(o *options, opts []Option) error {
 // modified.
 func (m *Middleware) IdentityConfig() *IdentityConfig { return &m.cur.Load().identity }
 
-// Handler returns next behind the middleware.
+// Handler returns next behind the middleware. Every request it sees
+// gets CloseSuspectFraming: one whose body a proxy in front could frame
+// differently is answered with the connection closed.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return &handler{m: m, next: next}
 }
@@ -353,6 +381,7 @@ type handler struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
+	CloseSuspectFraming(w.Header(), r)
 	if m.Exempt(r) {
 		h.next.ServeHTTP(w, r)
 		return

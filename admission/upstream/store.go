@@ -15,9 +15,14 @@ import (
 
 // Defaults of Config's zero fields.
 const (
-	DefaultMaxGroups    = 1024
-	DefaultPause        = time.Second
-	DefaultMaxPause     = 10 * time.Minute
+	DefaultMaxGroups = 1024
+	DefaultPause     = time.Second
+	// DefaultMaxPause bounds a pause to what a well-behaved provider
+	// asks of per-minute limits: their windows refill within a minute.
+	// A longer retry-after (a broken or hostile answer, "retry in a
+	// day") would stop every tenant's traffic to the group; an account
+	// with daily limits raises it (max_pause).
+	DefaultMaxPause     = time.Minute
 	DefaultRemainingTTL = time.Minute
 )
 
@@ -35,8 +40,8 @@ type Config struct {
 	// Pause is how long a group is paused after a provider refusal that
 	// says neither retry-after nor a reset; DefaultPause when zero.
 	Pause time.Duration
-	// MaxPause bounds every pause and learned reset; DefaultMaxPause when
-	// zero.
+	// MaxPause bounds every pause and learned reset; DefaultMaxPause (a
+	// minute) when zero.
 	MaxPause time.Duration
 	// RemainingTTL is how long a remaining figure sent without a reset
 	// (as Azure OpenAI does) holds; DefaultRemainingTTL when zero.
@@ -197,8 +202,10 @@ func (s *Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 // Observe records a provider response's report about group (see Store):
 // its remaining figures replace those of older reports, and a refusal
 // (Report.Throttled) pauses the group until the provider's retry-after,
-// else the reset of a dimension it reports exhausted, else Config.Pause,
-// at most Config.MaxPause. It reports whether the report was kept: a
+// else the reset of a dimension it reports exhausted, else Config.Pause;
+// never longer than the latest reset the same response reports (the
+// provider says its windows are full again by then, whatever its
+// retry-after says), nor than Config.MaxPause. It reports whether the report was kept: a
 // report without a Received instant, about a group whose key is longer
 // than 256 bytes, or about a new group when the table is full of groups
 // whose figures still hold, is not. A report built by hand rather than by
@@ -215,8 +222,12 @@ func (s *Store) Observe(group string, r Report) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	pause, exhausted := time.Duration(0), false
+	refill, hasRefill := time.Duration(0), false // the latest reset reported
 	for d := range g.dims {
 		f, l := r.Figures[d].bounded(), &g.dims[d]
+		if f.HasReset {
+			refill, hasRefill = max(refill, f.Reset), true
+		}
 		if !f.HasRemaining || now < l.at {
 			continue
 		}
@@ -241,6 +252,9 @@ func (s *Store) Observe(group string, r Report) bool {
 			pause = min(max(r.RetryAfter, 0), MaxReset)
 		case !exhausted:
 			pause = s.cfg.Pause
+		}
+		if hasRefill {
+			pause = min(pause, refill)
 		}
 		g.paused = max(g.paused, now+int64(min(pause, s.cfg.MaxPause)))
 	}

@@ -117,6 +117,16 @@ func TestStoreSteps(t *testing.T) {
 		{"pause bounded by MaxPause", upstream.Config{MaxPause: time.Minute}, tpm(), []step{
 			{observe: throttled(nil, time.Hour)}, {n: 1, retry: time.Minute},
 		}},
+		{"a day's retry-after pauses no longer than the provider's reset", upstream.Config{}, tpm(), []step{
+			{observe: throttled(&upstream.Report{Figures: [4]upstream.Figure{fig(10000, 0, time.Second)}}, 86400*time.Second)},
+			{n: 1, retry: time.Second}, {at: time.Second, n: 1, ok: true},
+		}},
+		{"a day's retry-after without a reset pauses a minute by default", upstream.Config{}, tpm(), []step{
+			{observe: throttled(nil, 86400*time.Second)}, {n: 1, retry: time.Minute}, {at: time.Minute, n: 1, ok: true},
+		}},
+		{"a retry-after shorter than the reset is kept", upstream.Config{}, tpm(), []step{
+			{observe: throttled(tokens(5, 30*time.Second), 5*time.Second)}, {n: 1, retry: 5 * time.Second},
+		}},
 		{"a pause spares the other groups", upstream.Config{}, tpm(), []step{
 			{observe: throttled(nil, 5*time.Second)}, {group: "gpt-4o-mini", n: 1, ok: true},
 		}},

@@ -97,12 +97,22 @@ type BatchAPI struct {
 	// DefaultMaxLines (OpenAI's limit).
 	MaxLines int
 	// MinUploadRate is the slowest upload accepted, in bytes a second,
-	// added to the body read timeout for the upload's size; zero means
+	// measured over each UploadGrace from the upload's start: a span
+	// that brings less than MinUploadRate × UploadGrace bytes (the
+	// upstream's reading pace included) cuts the upload with 408 and
+	// frees its slot. Zero means File's http.upload_min_rate, else
 	// DefaultMinUploadRate.
 	MinUploadRate int64
-	// MaxUploads bounds the uploads counted at once; zero means
-	// DefaultMaxUploads. Beyond it an upload is a 503.
-	MaxUploads int
+	// UploadGrace is the span MinUploadRate is measured over; zero means
+	// File's http.upload_grace, else DefaultUploadGrace.
+	UploadGrace time.Duration
+	// MaxUploads bounds the uploads counted at once (503 server_busy
+	// beyond), and MaxUploadsPerTenant those of one tenant (429
+	// too_many_uploads beyond), so that no tenant, however slow its
+	// uploads, holds another's slot. Zero means File's http.max_uploads
+	// and http.max_uploads_per_tenant, else DefaultMaxUploads and
+	// DefaultMaxUploadsPerTenant (at most MaxUploads).
+	MaxUploads, MaxUploadsPerTenant int
 	// MaxFiles bounds the file summaries kept; zero means
 	// DefaultMaxFiles. A tenant keeps at most MaxFilesPerTenant (zero
 	// means DefaultMaxFilesPerTenant): its oldest is forgotten first.
@@ -132,20 +142,22 @@ type BatchAPI struct {
 
 // Defaults of BatchAPI fields left zero.
 const (
-	DefaultMaxFileBytes      = 200 << 20
-	DefaultMaxLines          = 50_000
-	DefaultMinUploadRate     = 1 << 20
-	DefaultMaxUploads        = 2
-	DefaultMaxFiles          = 10_000
-	DefaultMaxFilesPerTenant = 100
-	DefaultFileTTL           = 24 * time.Hour
-	DefaultMaxOpen           = 1_000
-	DefaultMaxOpenPerTenant  = 50
-	DefaultMaxRecords        = 100_000
-	DefaultPollInterval      = time.Minute
-	DefaultMaxPollInterval   = 10 * time.Minute
-	DefaultPollConcurrency   = 4
-	DefaultMaxHold           = 26 * time.Hour
+	DefaultMaxFileBytes        = 200 << 20
+	DefaultMaxLines            = 50_000
+	DefaultMinUploadRate       = 1 << 20
+	DefaultUploadGrace         = 10 * time.Second
+	DefaultMaxUploads          = 4
+	DefaultMaxUploadsPerTenant = 1
+	DefaultMaxFiles            = 10_000
+	DefaultMaxFilesPerTenant   = 100
+	DefaultFileTTL             = 24 * time.Hour
+	DefaultMaxOpen             = 1_000
+	DefaultMaxOpenPerTenant    = 50
+	DefaultMaxRecords          = 100_000
+	DefaultPollInterval        = time.Minute
+	DefaultMaxPollInterval     = 10 * time.Minute
+	DefaultPollConcurrency     = 4
+	DefaultMaxHold             = 26 * time.Hour
 )
 
 // The routes of the Batch API. Policies match them as "POST /v1/files",
@@ -173,29 +185,30 @@ const maxBatchCreate = 64 << 10
 // batches tracks the Batch API: the summaries of the files counted, the
 // open reservations and the owners of batches.
 type batches struct {
-	g       *Gateway
-	cfg     BatchAPI
-	clock   admission.Clock
-	uploads chan struct{}
-	polls   chan struct{}
+	g     *Gateway
+	cfg   BatchAPI
+	clock admission.Clock
+	polls chan struct{}
 	// Metrics: the reservations open, and the reservations ended by how
 	// (the batch's status, held_too_long, unwatchable).
 	openGauge metric.Int64UpDownCounter
 	ended     metric.Int64Counter
 
-	mu      sync.Mutex
-	files   map[string]*fileEntry
-	byOwner map[string][]string // tenant → its file ids, oldest first
-	records map[string]*batchRecord
-	order   []string          // record ids, oldest first
-	outputs map[string]string // output and error file id → tenant
-	open    int
-	perOpen map[string]int // tenant → open batches
-	timer   admission.Timer
-	closed  bool
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	uploading int            // uploads being counted
+	perUpload map[string]int // tenant → its uploads being counted
+	files     map[string]*fileEntry
+	byOwner   map[string][]string // tenant → its file ids, oldest first
+	records   map[string]*batchRecord
+	order     []string          // record ids, oldest first
+	outputs   map[string]string // output and error file id → tenant
+	open      int
+	perOpen   map[string]int // tenant → open batches
+	timer     admission.Timer
+	closed    bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 type fileEntry struct {
@@ -227,7 +240,11 @@ type batchRecord struct {
 func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, error) {
 	cfg.MaxFileBytes = positive(cfg.MaxFileBytes, DefaultMaxFileBytes)
 	cfg.MaxLineBytes = positive(cfg.MaxLineBytes, g.cfg.Estimator.MaxBodyBytes())
-	cfg.MinUploadRate = positive(cfg.MinUploadRate, DefaultMinUploadRate)
+	h := &g.cfg.File.HTTP
+	cfg.MinUploadRate = positive(cfg.MinUploadRate, positive(h.UploadMinRate, DefaultMinUploadRate))
+	cfg.UploadGrace = positive(cfg.UploadGrace, positive(h.UploadGrace, DefaultUploadGrace))
+	cfg.MaxUploads = int(positive(int64(cfg.MaxUploads), positive(int64(h.MaxUploads), DefaultMaxUploads)))
+	cfg.MaxUploadsPerTenant = int(min(positive(int64(cfg.MaxUploadsPerTenant), positive(int64(h.MaxUploadsPerTenant), DefaultMaxUploadsPerTenant)), int64(cfg.MaxUploads)))
 	cfg.PollInterval = positive(cfg.PollInterval, DefaultPollInterval)
 	cfg.MaxPollInterval = positive(cfg.MaxPollInterval, DefaultMaxPollInterval)
 	cfg.MaxHold = positive(cfg.MaxHold, DefaultMaxHold)
@@ -236,7 +253,7 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, erro
 		v *int
 		d int
 	}{
-		{&cfg.MaxLines, DefaultMaxLines}, {&cfg.MaxUploads, DefaultMaxUploads}, {&cfg.MaxFiles, DefaultMaxFiles},
+		{&cfg.MaxLines, DefaultMaxLines}, {&cfg.MaxFiles, DefaultMaxFiles},
 		{&cfg.MaxFilesPerTenant, DefaultMaxFilesPerTenant}, {&cfg.MaxOpen, DefaultMaxOpen},
 		{&cfg.MaxOpenPerTenant, DefaultMaxOpenPerTenant}, {&cfg.MaxRecords, DefaultMaxRecords},
 		{&cfg.PollConcurrency, DefaultPollConcurrency},
@@ -250,8 +267,8 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, erro
 		clock = admission.SystemClock{}
 	}
 	b := &batches{
-		g: g, cfg: cfg, clock: clock, uploads: make(chan struct{}, cfg.MaxUploads), polls: make(chan struct{}, cfg.PollConcurrency),
-		files: map[string]*fileEntry{}, byOwner: map[string][]string{}, records: map[string]*batchRecord{}, perOpen: map[string]int{}, outputs: map[string]string{},
+		g: g, cfg: cfg, clock: clock, polls: make(chan struct{}, cfg.PollConcurrency),
+		perUpload: map[string]int{}, files: map[string]*fileEntry{}, byOwner: map[string][]string{}, records: map[string]*batchRecord{}, perOpen: map[string]int{}, outputs: map[string]string{},
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	var errs [2]error
@@ -287,6 +304,30 @@ func (g *Gateway) Close() error {
 	b.cancel()
 	b.wg.Wait()
 	return g.m.unregister()
+}
+
+// startUpload takes an upload slot for tenant: it returns false and the
+// status of the refusal, 429 when the tenant has all of its own slots,
+// 503 when the gateway has all of them. end gives the slot back.
+func (b *batches) startUpload(tenant string) (end func(), status int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.perUpload[tenant] >= b.cfg.MaxUploadsPerTenant:
+		return nil, http.StatusTooManyRequests
+	case b.uploading >= b.cfg.MaxUploads:
+		return nil, http.StatusServiceUnavailable
+	}
+	b.uploading++
+	b.perUpload[tenant]++
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.uploading--
+		if b.perUpload[tenant]--; b.perUpload[tenant] == 0 {
+			delete(b.perUpload, tenant)
+		}
+	}, 0
 }
 
 // roomForFile reports whether a summary can be kept for a new file of

@@ -19,10 +19,13 @@ const clientWriteChunk = 64 << 10
 // and every write and flush to it must complete within
 // Config.ClientWriteTimeout. An answer written before the body was read
 // in full (a refusal) closes the connection instead of draining the rest
-// of the body.
+// of the body, and so does the answer to a request whose framing a proxy
+// in front could read differently (httpadmit.CloseSuspectFraming: a
+// chunked body, HTTP/1.0), so nothing after its body is served.
 func (g *Gateway) deadlines(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		res, r := c.Response(), c.Request()
+		httpadmit.CloseSuspectFraming(res.Header(), r)
 		cw := &clientWriter{ResponseWriter: res.Writer, rc: http.NewResponseController(res.Writer), timeout: g.cfg.ClientWriteTimeout, r: r}
 		cw.body = httpadmit.WatchBody(res.Writer, r, g.cfg.BodyReadTimeout)
 		res.Writer = cw

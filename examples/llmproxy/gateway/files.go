@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission/httpadmit"
 )
 
 // OpFiles is the route of a file upload, POST /v1/files: a batch input
@@ -83,29 +85,26 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		return nil
 	}
 	defer finish()
-	select {
-	case b.uploads <- struct{}{}:
-		defer func() { <-b.uploads }()
-	default:
+	end, refused := b.startUpload(req.Tenant)
+	switch refused {
+	case http.StatusTooManyRequests:
 		c.Response().Header().Set("Retry-After", "1")
-		g.batchError(c, http.StatusServiceUnavailable, "server_error", "server_busy", "", "The gateway is counting too many uploads at once. Please retry.")
+		g.batchError(c, refused, "requests", "too_many_uploads", "",
+			"Your account has "+strconv.Itoa(b.cfg.MaxUploadsPerTenant)+" uploads in progress, as many as it may. Please retry once one has ended.")
+		return nil
+	case http.StatusServiceUnavailable:
+		c.Response().Header().Set("Retry-After", "1")
+		g.batchError(c, refused, "server_error", "server_busy", "", "The gateway is counting too many uploads at once. Please retry.")
 		return nil
 	}
+	defer end()
 	if !b.roomForFile(req.Tenant) {
 		c.Response().Header().Set("Retry-After", "60")
 		g.batchError(c, http.StatusServiceUnavailable, "server_error", "server_busy", "", "The gateway holds as many batch input files as it can. Please retry later.")
 		return nil
 	}
-	// The body may take longer than an ordinary request's: its size at
-	// the slowest rate accepted.
-	size := r.ContentLength
-	if size < 0 {
-		size = b.cfg.MaxFileBytes
-	}
-	_ = http.NewResponseController(c.Response().Writer).SetReadDeadline(time.Now().Add(g.cfg.BodyReadTimeout + time.Duration(float64(size)/float64(b.cfg.MinUploadRate)*float64(time.Second))))
-
 	lc := newLineCounter(g.cfg.Estimator, int(b.cfg.MaxLineBytes), b.cfg.MaxLines, b.cfg.MaxFileBytes, g.cfg.MaxOutputReserve)
-	body := http.MaxBytesReader(c.Response(), r.Body, b.cfg.MaxFileBytes+multipartSlack)
+	body := http.MaxBytesReader(c.Response(), b.paced(c), b.cfg.MaxFileBytes+multipartSlack)
 	pr, pw := io.Pipe()
 	out := multipart.NewWriter(pw)
 	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
@@ -191,6 +190,44 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	b.addFile(obj.ID, &sum)
 	g.writeUpstream(c, a.resp, data)
 	return nil
+}
+
+// paced returns the request body held to the minimum upload rate: the
+// connection's read deadline is UploadGrace from now, and moves to
+// UploadGrace from the moment each further MinUploadRate × UploadGrace
+// bytes have arrived, so a span that brings less cuts the upload (the
+// read fails, and the client gets 408). The deadline is left alone once
+// the body has ended, where WatchBody (the deadlines middleware) lifts it.
+func (b *batches) paced(c echo.Context) io.ReadCloser {
+	r := c.Request()
+	rc := http.NewResponseController(c.Response().Writer)
+	p := &pacedBody{ReadCloser: r.Body, rc: rc, grace: b.cfg.UploadGrace,
+		need: max(int64(min(float64(b.cfg.MinUploadRate)*b.cfg.UploadGrace.Seconds(), float64(b.cfg.MaxFileBytes))), 1)}
+	if wb, ok := r.Body.(*httpadmit.Body); ok {
+		p.done = wb.Complete
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(p.grace))
+	return p
+}
+
+// pacedBody is a body held to a minimum rate (see batches.paced).
+type pacedBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	grace time.Duration
+	need  int64       // bytes each span must bring
+	got   int64       // bytes of the current span
+	done  func() bool // whether the body has ended; nil: only at io.EOF
+}
+
+// Read implements io.Reader.
+func (p *pacedBody) Read(b []byte) (int, error) {
+	n, err := p.ReadCloser.Read(b)
+	if p.got += int64(n); p.got >= p.need && err == nil && (p.done == nil || !p.done()) {
+		p.got = 0
+		_ = p.rc.SetReadDeadline(time.Now().Add(p.grace))
+	}
+	return n, err
 }
 
 // errUpstreamAnswered stops the copy of an upload the upstream answered

@@ -242,8 +242,9 @@ type Config struct {
 	// File is the policy file in force; Apply installs the next one. The
 	// gateway reads its policies and plans (into Controller), its
 	// identity section (API keys, trusted proxies, failed_auth), its http
-	// section's quota_status, shadow_header and body_timeout (see
-	// BodyReadTimeout), and its prices: while a cost policy is installed,
+	// section's quota_status, shadow_header, body_timeout (see
+	// BodyReadTimeout) and upload settings (see BatchAPI; like
+	// body_timeout, read once by New), and its prices: while a cost policy is installed,
 	// a request for a model the prices cannot price (no entry, no base
 	// model, no fallback price) is refused with 400 model_not_priced: an
 	// unpriced model is never free.
@@ -363,6 +364,7 @@ type state struct {
 	quota  int             // the status of a quota rejection
 	shadow bool            // the Sluice-Would-Reject header
 	auth   *authLimiter
+	store  map[string]string // policy → its store, for the policies on a store
 }
 
 // New checks cfg, installs cfg.File and returns a Gateway.
@@ -464,8 +466,11 @@ func (g *Gateway) Apply(f *config.File) error {
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
 	}
-	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader}
+	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}}
 	for _, p := range f.Config.Policies {
+		if p.Store != "" {
+			st.store[p.Name] = p.Store
+		}
 		global := len(p.Key) == 0 || (len(p.Key) == 1 && p.Key[0] == limits.KeyGlobal)
 		st.shared[p.Name] = global && p.Algorithm == limits.Concurrency
 		st.cost = st.cost || p.Unit == limits.UnitCost
@@ -759,7 +764,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	defer resp.Body.Close()
-	g.observe(resp, "", 0)
+	g.observe(resp, st, tk, "", 0)
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
 	if err != nil {

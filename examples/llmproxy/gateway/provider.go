@@ -112,26 +112,33 @@ func (p *Providers) check(f *config.File) error {
 	return errors.New("stores: the stores section changed; it takes effect on a restart, not a reload")
 }
 
-// observe feeds a provider response to every store, as soon as its
-// headers arrive: its group is model for a store grouped by model (a
-// response without one, the models listing, speaks about none) and ""
-// for one grouped by upstream. Only answers that speak about the limits
+// observe feeds a provider response, as soon as its headers arrive, to
+// the stores that guarded the request (the stores of the policies tk
+// passed, as st names them): the account it went to, never another
+// provider's or another account's. Its group is model for a store
+// grouped by model (a response without one, the models listing, speaks
+// about none) and "" for one grouped by upstream. Only answers that speak about the limits
 // are read: successes, 429 and 503, so that neither a client's
 // misspelled model (404) nor any other error makes a group. A success's
 // time to first byte, ttfb (0 when not measured), feeds the stores'
 // adaptive concurrency.
-func (g *Gateway) observe(resp *http.Response, model string, ttfb time.Duration) {
+func (g *Gateway) observe(resp *http.Response, st *state, tk admission.Ticket, model string, ttfb time.Duration) {
 	p := g.cfg.Providers
 	if p == nil || len(p.stores) == 0 {
 		return
 	}
-	st := resp.StatusCode
-	if (st < 200 || st >= 300) && st != http.StatusTooManyRequests && st != http.StatusServiceUnavailable {
+	code := resp.StatusCode
+	if (code < 200 || code >= 300) && code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable {
 		return
 	}
+	var buf [8]admission.Status
+	passed := tk.Statuses(buf[:0])
 	now := g.now()
-	r := upstream.Parse(resp.Header.Get, st, now)
+	r := upstream.Parse(resp.Header.Get, code, now)
 	for _, s := range p.stores {
+		if !st.guards(passed, s.name) {
+			continue
+		}
 		group := ""
 		switch {
 		case s.group == config.GroupByUpstream:
@@ -141,10 +148,20 @@ func (g *Gateway) observe(resp *http.Response, model string, ttfb time.Duration)
 			continue
 		}
 		s.store.Observe(group, r)
-		if ttfb > 0 && st < 300 {
+		if ttfb > 0 && code < 300 {
 			s.store.ObserveLatency(group, ttfb, now)
 		}
 	}
+}
+
+// guards reports whether one of the policies passed is on store.
+func (st *state) guards(passed []admission.Status, store string) bool {
+	for i := range passed {
+		if st.store[passed[i].Policy] == store {
+			return true
+		}
+	}
+	return false
 }
 
 // now is the instant a response arrived, on the controller's clock when
@@ -172,7 +189,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}
-	g.observe(resp, x.est.Model, time.Since(sent))
+	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent))
 	if resp.StatusCode != http.StatusTooManyRequests || g.cfg.Providers == nil || len(g.cfg.Providers.stores) == 0 {
 		return resp, true
 	}
@@ -208,7 +225,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}
-	g.observe(resp, x.est.Model, time.Since(sent))
+	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent))
 	if resp.StatusCode == http.StatusTooManyRequests {
 		g.m.throttled(ctx, "passed_through")
 	}

@@ -146,7 +146,11 @@ func queuedThen(t *testing.T, pg *providerGateway, sim *upstream.Server, seen in
 		done <- answer{status, body, err}
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if st := pg.ctl.Stats(); len(st) > 0 && st[0].Queued == 1 {
+		queued := 0
+		for _, p := range pg.ctl.Stats() {
+			queued += p.Queued
+		}
+		if queued == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

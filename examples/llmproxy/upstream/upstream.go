@@ -13,6 +13,7 @@
 //	X-Sim-Tokens: 500      output tokens to generate (capped by max_tokens)
 //	X-Sim-Fault: 500       answer 500 in the OpenAI error shape
 //	X-Sim-Fault: 429       answer 429 with retry-after headers
+//	X-Sim-Retry-After: 86400  that 429's retry-after instead (and no retry-after-ms)
 //	X-Sim-Fault: 401       answer 401, as for a wrong upstream key
 //	X-Sim-Fault: hang      never answer (until the caller gives up)
 //	X-Sim-Fault: cut       break the connection half-way through the output
@@ -258,6 +259,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Retry-After", "1")
 		h.Set("Retry-After-Ms", "1000")
+		if v := r.Header.Get("X-Sim-Retry-After"); v != "" {
+			h.Set("Retry-After", v)
+			h.Del("Retry-After-Ms")
+		}
 		h.Set("X-Ratelimit-Limit-Requests", "10000")
 		h.Set("X-Ratelimit-Remaining-Requests", "0")
 		h.Set("X-Ratelimit-Reset-Requests", "1s")
