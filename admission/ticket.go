@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -58,6 +60,14 @@ type ticket struct {
 	batch     []backend.Op
 	dec       Decision // the event being reported, so observers get a pointer
 	keybuf    []byte
+	// lease serialises the lease keeper's renewals of the ticket with its
+	// settlement, Renew and Continue; kept says the keeper has the ticket,
+	// in its shard; self is the ticket's weak pointer, made once (see
+	// leaseKeeper).
+	lease sync.Mutex
+	kept  bool
+	shard uint8
+	self  weak.Pointer[ticket]
 }
 
 // held is one policy's part of a ticket. What a charge reads of every
@@ -76,6 +86,7 @@ type held struct {
 	grant       backend.Grant
 	wait        time.Duration
 	renewed     time.Time     // when the lease was taken or last renewed
+	lost        bool          // the lease keeper found the lease expired (Renew tells)
 	rem0        int64         // the partition's Remaining when the grant was taken
 	remAfter    int64         // the partition's Remaining after the settlement (see Settlement)
 	win         time.Duration // the Window of the admitted decision
@@ -218,6 +229,7 @@ func (tk Ticket) settle(u *Usage) {
 		return
 	}
 	c := t.c
+	c.keeper.drop(t)
 	ctx := context.Background()
 	if t.stage == stageBegun {
 		// Begin's policies report the request admitted once its fate is
@@ -325,6 +337,9 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 				if j < len(ops) && ops[j].Limiter == h.p.limiter && ops[j].Key == h.key {
 					if ops[j].Err != nil || !anyOpErr(ops) {
 						c.settleFailed(h, err)
+						if ops[j].Release {
+							c.keeper.released(h, err)
+						}
 					}
 					j++
 				}
@@ -471,10 +486,16 @@ func (tk Ticket) Renew() error {
 	if t == nil {
 		return nil
 	}
+	t.lease.Lock() // the lease keeper may be renewing too
+	defer t.lease.Unlock()
 	var now time.Time
 	var errs []error
 	for i := range t.ops {
 		h := &t.ops[i]
+		if h.lost {
+			h.lost = false
+			errs = append(errs, fmt.Errorf("admission: policy %q: %w", h.p.Name, ErrLeaseExpired))
+		}
 		if !h.taken || h.p.Algorithm != limits.Concurrency || h.grant.Stamp == 0 {
 			continue
 		}
@@ -493,22 +514,24 @@ func (tk Ticket) Renew() error {
 
 // renew renews the lease of h at now.
 func (c *Controller) renew(h *held, now time.Time) error {
-	rn, ok := h.limiterOf().(backend.Renewer)
-	if !ok {
-		return fmt.Errorf("admission: policy %q: store %q cannot renew leases: %w", h.p.Name, h.p.Store, errors.ErrUnsupported)
-	}
-	if err := rn.Renew(context.Background(), h.key, h.lim, &h.grant, now); err != nil {
-		c.settleFailed(h, err)
-		return fmt.Errorf("admission: policy %q: renewing a lease: %w", h.p.Name, err)
-	}
-	if h.grant.Expired > 0 {
-		c.obs.LeaseExpired(h.p.Name, int(h.grant.Expired))
+	if err := c.renewGrant(h, &h.grant, now); err != nil {
+		return err
 	}
 	if h.grant.Stamp == 0 {
 		return fmt.Errorf("admission: policy %q: %w", h.p.Name, ErrLeaseExpired)
 	}
 	h.renewed = now
 	return nil
+}
+
+// errNoRenew is the error of renewing h on a store that cannot.
+func errNoRenew(h *held) error {
+	return fmt.Errorf("admission: policy %q: store %q cannot renew leases: %w", h.p.Name, h.p.Store, errors.ErrUnsupported)
+}
+
+// wrapRenew wraps a store's error renewing h.
+func wrapRenew(h *held, err error) error {
+	return fmt.Errorf("admission: policy %q: renewing a lease: %w", h.p.Name, err)
 }
 
 // Statuses appends the standing of every policy the ticket passed to dst,

@@ -11,7 +11,7 @@ import (
 const (
 	DefaultMaxPartitions = 100_000
 	DefaultIdleTimeout   = 10 * time.Minute
-	DefaultMaxHold       = 10 * time.Minute
+	DefaultMaxHold       = 30 * time.Second
 	DefaultRetryHint     = time.Second
 )
 

@@ -222,6 +222,47 @@ type limiter struct {
 	// algorithms whose arguments do not depend on the instant: building
 	// them again for every call would allocate.
 	fixed atomic.Pointer[fixedParams]
+	// held is the cost of the concurrency leases this replica took and
+	// has not released (nor found expired): its in-flight work, as Stats
+	// reports it.
+	held atomic.Int64
+}
+
+var _ backend.Inspector = (*limiter)(nil)
+
+// Stats implements backend.Inspector without a call to Redis (reading
+// never writes, nor waits for the network): InFlight is the cost of the
+// concurrency leases this replica holds, taken and neither released nor
+// found expired by a renewal, including those whose release failed and is
+// being retried. Other replicas report theirs: the fleet's in-flight work
+// is the sum. The partitions live in Redis, so Partitions and NearLimit
+// are zero.
+func (l *limiter) Stats(*limits.Limit, time.Time) backend.Stats {
+	return backend.Stats{InFlight: l.held.Load()}
+}
+
+// OnEvict implements backend.Inspector: Redis expires idle partitions on
+// its own, so f is never called.
+func (l *limiter) OnEvict(func(n int)) {}
+
+// tookLeases counts in the limiters' held figure the leases that ops,
+// just acquired, took.
+func tookLeases(ops []backend.Op) {
+	for i := range ops {
+		if l := ops[i].Limiter.(*limiter); l.alg == limits.Concurrency && ops[i].Grant.OK && ops[i].Grant.Stamp != 0 {
+			l.held.Add(ops[i].Grant.Taken)
+		}
+	}
+}
+
+// releasedLeases takes out of the limiters' held figure the leases that
+// ops, just settled, released.
+func releasedLeases(ops []backend.Op) {
+	for i := range ops {
+		if l := ops[i].Limiter.(*limiter); l.alg == limits.Concurrency && settles(l, &ops[i]) {
+			l.held.Add(-ops[i].Grant.Taken)
+		}
+	}
 }
 
 type fixedParams struct {
@@ -568,7 +609,11 @@ func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now 
 		return s.refused(name, len(ops))
 	}
 	if sh, ok := leanAcquireShape(ops); ok {
-		return s.leanAcquire(ctx, name, sh, ops, now)
+		err := s.leanAcquire(ctx, name, sh, ops, now)
+		if err == nil {
+			tookLeases(ops)
+		}
+		return err
 	}
 	var set algSet
 	for i := range ops {
@@ -603,6 +648,7 @@ func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now 
 	if r.err {
 		return fmt.Errorf("redisstore: malformed reply %q", reply)
 	}
+	tookLeases(ops)
 	return nil
 }
 
@@ -753,7 +799,11 @@ func settles(l *limiter, op *backend.Op) bool {
 // settle runs the settle script over the ops that have work.
 func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	if sh, ok := leanSettleShape(ops); ok {
-		return s.leanSettleOps(ctx, sh, ops, now)
+		err := s.leanSettleOps(ctx, sh, ops, now)
+		if err == nil {
+			releasedLeases(ops)
+		}
+		return err
 	}
 	count, adjusts := 0, false
 	var tag string
@@ -828,6 +878,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	if r.err {
 		return fmt.Errorf("redisstore: malformed reply %q", reply)
 	}
+	releasedLeases(ops)
 	return nil
 }
 
