@@ -163,7 +163,11 @@ func (k *leaseKeeper) keep(t *ticket) {
 	if !found {
 		return
 	}
-	t.kept = true // published to the keeper's run by the shard's lock
+	// Under the ticket's lock: a run may still hold this ticket from an
+	// earlier entry (its previous life in the pool, or before Continue).
+	t.lease.Lock()
+	t.kept = true
+	t.lease.Unlock()
 	s := &k.shards[t.shard]
 	s.mu.Lock()
 	s.live[t.self] = t.gen.Load()
