@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,59 @@ func TestReleaseRetriedAfterPause(t *testing.T) {
 	}
 	if n := inflight(); n != 2 {
 		t.Errorf("in flight with the two new requests = %d; want 2", n)
+	}
+}
+
+// TestReleaseAbandonedAtExpiry: a release that cannot land before its
+// lease expires is abandoned; the in-flight figure counts the permit
+// until its lease would have expired and then no more (it does not drift
+// up with every lost release), and Redis has reclaimed the permit.
+func TestReleaseAbandonedAtExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &releaseRecorder{}
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "redis"})
+	const hold = 300 * time.Millisecond
+	p := admission.Policy{Name: "global", Algorithm: limits.Concurrency, Limit: 1, MaxHold: hold, Store: "redis"}
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}},
+		admission.WithStore("redis", st), admission.WithClock(clock), admission.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	ctx := context.Background()
+	tk, err := ctl.Admit(ctx, admission.Request{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "2000", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	tk.Done()
+	failed := time.Now()
+	if n := ctl.Stats()[0].InFlight; n != 1 {
+		t.Errorf("in flight while the release has not landed = %d; want 1", n)
+	}
+	clock.Advance(hold) // one more failed attempt at 100ms, then the lease's expiry
+	if _, err := redistest.Do(srv.Addr, "PING"); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	outcomes := strings.Join(rec.outcomes, " ")
+	rec.mu.Unlock()
+	if outcomes != "retrying abandoned" {
+		t.Errorf("release outcomes = %q; want retrying abandoned", outcomes)
+	}
+	time.Sleep(time.Until(failed.Add(hold)))
+	if n := ctl.Stats()[0].InFlight; n != 0 {
+		t.Errorf("in flight once the lease would have expired = %d; want 0", n)
+	}
+	tk, err = ctl.TryAdmit(ctx, admission.Request{Tenant: "other"})
+	if err != nil {
+		t.Fatalf("TryAdmit once the lease expired = %v; want admitted", err)
+	}
+	tk.Done()
+	if n := ctl.Stats()[0].InFlight; n != 0 {
+		t.Errorf("in flight after the next request = %d; want 0", n)
 	}
 }

@@ -223,9 +223,21 @@ type limiter struct {
 	// them again for every call would allocate.
 	fixed atomic.Pointer[fixedParams]
 	// held is the cost of the concurrency leases this replica took and
-	// has not released (nor found expired): its in-flight work, as Stats
-	// reports it.
-	held atomic.Int64
+	// has not released (nor found expired), but for those whose release
+	// failed, which are in stuck until a release lands or their lease
+	// would have expired: together, its in-flight work, as Stats reports
+	// it.
+	held    atomic.Int64
+	nstuck  atomic.Int32
+	stuckMu sync.Mutex
+	stuck   map[int64]stuckLease // by lease id (Grant.Stamp)
+}
+
+// stuckLease is a lease whose release failed: held in Redis until a
+// retry lands or it expires.
+type stuckLease struct {
+	cost  int64
+	until time.Time // by this replica's clock: MaxHold after the failure, at most
 }
 
 var _ backend.Inspector = (*limiter)(nil)
@@ -238,7 +250,18 @@ var _ backend.Inspector = (*limiter)(nil)
 // is the sum. The partitions live in Redis, so Partitions and NearLimit
 // are zero.
 func (l *limiter) Stats(*limits.Limit, time.Time) backend.Stats {
-	return backend.Stats{InFlight: l.held.Load()}
+	n := l.held.Load()
+	if l.nstuck.Load() > 0 {
+		now := time.Now()
+		l.stuckMu.Lock()
+		for _, sl := range l.stuck {
+			if now.Before(sl.until) {
+				n += sl.cost
+			}
+		}
+		l.stuckMu.Unlock()
+	}
+	return backend.Stats{InFlight: n}
 }
 
 // OnEvict implements backend.Inspector: Redis expires idle partitions on
@@ -255,13 +278,58 @@ func tookLeases(ops []backend.Op) {
 	}
 }
 
-// releasedLeases takes out of the limiters' held figure the leases that
-// ops, just settled, released.
+// releasedLeases takes out of the limiters' figures the leases that ops,
+// just settled, released.
 func releasedLeases(ops []backend.Op) {
 	for i := range ops {
 		if l := ops[i].Limiter.(*limiter); l.alg == limits.Concurrency && settles(l, &ops[i]) {
-			l.held.Add(-ops[i].Grant.Taken)
+			if l.nstuck.Load() == 0 || !l.unstick(ops[i].Grant.Stamp) {
+				l.held.Add(-ops[i].Grant.Taken)
+			}
 		}
+	}
+}
+
+// unstick removes the lease id from the stuck ones, and reports whether
+// it was one.
+func (l *limiter) unstick(id int64) bool {
+	l.stuckMu.Lock()
+	defer l.stuckMu.Unlock()
+	if _, ok := l.stuck[id]; !ok {
+		return false
+	}
+	delete(l.stuck, id)
+	l.nstuck.Add(-1)
+	return true
+}
+
+// failedReleases moves the leases whose release in ops failed from the
+// limiters' held figure to their stuck ones, until a retry lands or
+// their lease would have expired (those expired are dropped on the way).
+func failedReleases(ops []backend.Op) {
+	now := time.Now()
+	for i := range ops {
+		op := &ops[i]
+		l := op.Limiter.(*limiter)
+		if l.alg != limits.Concurrency || !settles(l, op) {
+			continue
+		}
+		l.stuckMu.Lock()
+		if l.stuck == nil {
+			l.stuck = make(map[int64]stuckLease)
+		}
+		for id, sl := range l.stuck {
+			if !now.Before(sl.until) {
+				delete(l.stuck, id)
+				l.nstuck.Add(-1)
+			}
+		}
+		if _, again := l.stuck[op.Grant.Stamp]; !again {
+			l.stuck[op.Grant.Stamp] = stuckLease{cost: op.Grant.Taken, until: now.Add(time.Duration(maxHold(&op.Limit)))}
+			l.nstuck.Add(1)
+			l.held.Add(-op.Grant.Taken)
+		}
+		l.stuckMu.Unlock()
 	}
 }
 
@@ -802,6 +870,8 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 		err := s.leanSettleOps(ctx, sh, ops, now)
 		if err == nil {
 			releasedLeases(ops)
+		} else {
+			failedReleases(ops)
 		}
 		return err
 	}
@@ -861,6 +931,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 		return reply, err
 	})
 	if err != nil {
+		failedReleases(ops)
 		return err
 	}
 	r := reader{s: reply}
