@@ -38,7 +38,9 @@ func WithStore(name string, s backend.Store) Option {
 }
 
 // A Controller admits requests against a set of policies. It is safe for
-// concurrent use; its configuration can be replaced while it runs.
+// concurrent use; its configuration can be replaced while it runs. While
+// its tickets hold concurrency leases, it renews them and retries the
+// releases its stores failed, in the background, until Close.
 type Controller struct {
 	clock     Clock
 	obs       Observer

@@ -86,7 +86,8 @@ type leaseKeeper struct {
 
 	mu      sync.Mutex // guards what follows
 	closed  bool
-	timer   Timer
+	timer   Timer     // the scheduled run, nil while none is or it runs
+	due     time.Time // when timer fires
 	pending []pendingRelease
 	spare   []pendingRelease
 	logged  time.Time // the last log line
@@ -218,7 +219,7 @@ func (k *leaseKeeper) arm(now time.Time) {
 	for i := range k.pending {
 		d = min(d, max(k.pending[i].at.Sub(now), 0))
 	}
-	k.timer = k.c.clock.AfterFunc(d, k.run)
+	k.timer, k.due = k.c.clock.AfterFunc(d, k.run), now.Add(d)
 }
 
 // run renews what is due, retries the failed releases due, and schedules
@@ -336,8 +337,8 @@ func (k *leaseKeeper) released(h *held, err error) {
 	}
 	// A run is scheduled, perhaps for much later: bring it forward.
 	k.mu.Lock()
-	if k.timer != nil && !k.closed && k.timer.Stop() {
-		k.timer = k.c.clock.AfterFunc(retryFirst, k.run)
+	if k.timer != nil && !k.closed && pr.at.Before(k.due) && k.timer.Stop() {
+		k.timer, k.due = k.c.clock.AfterFunc(retryFirst, k.run), pr.at
 	}
 	k.mu.Unlock()
 }

@@ -28,9 +28,12 @@ import (
 // Continue, Charge, Renew, Statuses and WouldReject must not run
 // concurrently with Settle.
 //
-// A ticket that is never settled does not hold concurrency permits forever:
-// they expire after the policy's MaxHold (from admission or from the last
-// Renew), and the expiry is reported to the observer.
+// While a ticket is live, the controller renews its concurrency leases
+// (see the package documentation): a ticket holds its permits until it is
+// settled, however long the work takes. One whose process stops renewing
+// (crashed, or Controller.Close) or that is dropped without being settled
+// does not hold them forever: they expire MaxHold after the last renewal,
+// and the expiry is reported to the observer.
 //
 // A ticket from Controller.Begin holds the permits of the policies Begin
 // decided until Continue evaluates the rest; it can be settled without
@@ -469,15 +472,15 @@ func (tk Ticket) Continue(ctx context.Context, r Request) error {
 var ErrLeaseExpired = errors.New("admission: concurrency lease expired before it was renewed")
 
 // Renew extends the concurrency leases the ticket holds by their policy's
-// MaxHold from now, so that work which outlives MaxHold (a long stream)
-// keeps its permits for as long as it shows signs of life. It calls a
-// lease's store only once half its MaxHold has passed since the lease was
-// taken or last renewed, so calling it on every chunk of a stream costs a
-// clock read. A ticket that is not renewed still loses its leases after
-// MaxHold, as a crashed process would.
+// MaxHold from now. The controller's lease keeper does so on its own for
+// every live ticket; Renew is for a controller whose keeper is closed, or
+// to learn at once whether a lease was lost. It calls a lease's store only
+// once half its MaxHold has passed since the lease was taken or last
+// renewed, so calling it on every chunk of a stream costs a clock read.
 //
 // Renew returns ErrLeaseExpired (matched with errors.Is) when a lease had
-// expired already (it is not taken again), a store's error when a store
+// expired already (it is not taken again; a loss the keeper found is told
+// once, by the next Renew), a store's error when a store
 // failed (the lease is renewed at a later call), and an error wrapping
 // errors.ErrUnsupported when a policy's store cannot renew leases. It is
 // a no-op on a settled ticket. It must not run concurrently with Settle.
