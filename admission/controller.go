@@ -38,7 +38,9 @@ func WithStore(name string, s backend.Store) Option {
 }
 
 // A Controller admits requests against a set of policies. It is safe for
-// concurrent use; its configuration can be replaced while it runs.
+// concurrent use; its configuration can be replaced while it runs. While
+// its tickets hold concurrency leases, it renews them and retries the
+// releases its stores failed, in the background, until Close.
 type Controller struct {
 	clock     Clock
 	obs       Observer
@@ -47,6 +49,7 @@ type Controller struct {
 	cfg       atomic.Pointer[config]
 	allShadow atomic.Bool
 	tickets   sync.Pool
+	keeper    leaseKeeper
 	mu        sync.Mutex // serialises configuration changes
 }
 
@@ -72,6 +75,7 @@ type policy struct {
 type policyState struct {
 	limiter backend.Limiter
 	batcher backend.Batcher
+	renewer bool // the limiter is a backend.Renewer
 	queues  *queueSet
 	local   struct {
 		once sync.Once
@@ -90,7 +94,8 @@ func New(cfg Config, opts ...Option) (*Controller, error) {
 		o(c)
 	}
 	_, c.nop = c.obs.(NopObserver)
-	c.tickets.New = func() any { return &ticket{c: c} }
+	c.keeper.init(c)
+	c.tickets.New = func() any { return c.keeper.newTicket() }
 	if err := c.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -129,6 +134,7 @@ func (c *Controller) install(cfg Config) error {
 		}
 		p.policyState = &policyState{limiter: lim}
 		p.batcher, _ = st.(backend.Batcher)
+		_, p.renewer = lim.(backend.Renewer)
 		if in, ok := lim.(backend.Inspector); ok {
 			name := p.Name
 			in.OnEvict(func(partitions, leases int) {
@@ -398,7 +404,9 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 			hi = cfg.early
 		}
 	} else {
-		// Continue: the rest of the configuration Begin started with.
+		// Continue: the rest of the configuration Begin started with. The
+		// lease keeper leaves the ticket alone while its ops grow.
+		c.keeper.drop(t)
 		cfg = t.cfg
 		t.model = r.Model
 		lo, hi = cfg.early, len(cfg.policies)
@@ -450,6 +458,7 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		t.recycle()
 		return Ticket{}, err
 	}
+	c.keeper.keep(t)
 	return Ticket{t: t, gen: t.gen.Load()}, nil
 }
 
@@ -648,7 +657,10 @@ func (c *Controller) settleOne(h *held, delta int64, now time.Time, wake bool) {
 		if len(h.p.Queue.Shares) > 0 && !h.local {
 			h.p.queues.released(h)
 		}
-		c.settleFailed(h, l.Release(ctx, h.key, h.lim, &h.grant, now))
+		if err := l.Release(ctx, h.key, h.lim, &h.grant, now); err != nil {
+			c.settleFailed(h, err)
+			c.keeper.released(h, err)
+		}
 		wake = true
 	} else if delta != 0 {
 		c.settleFailed(h, l.Adjust(ctx, h.key, h.lim, &h.grant, delta, now))

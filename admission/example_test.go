@@ -156,9 +156,11 @@ func Example_staged() {
 	// 3 refused before reading the body: admission: rate by policy "rpm", retry after 1m0s
 }
 
-// A long stream renews its concurrency lease as it goes, so it keeps its
-// permit past MaxHold; a stream that stops (its process crashed) loses it
-// MaxHold after its last renewal.
+// The controller's lease keeper renews the concurrency leases of live
+// tickets, so a long stream keeps its permit past MaxHold whatever its
+// client does; once its process stops renewing (Close here, a crash in
+// production), the permit returns MaxHold after the last renewal, and
+// Renew tells the ticket its lease was lost.
 func ExampleTicket_Renew() {
 	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
@@ -167,15 +169,11 @@ func ExampleTicket_Renew() {
 	}}}, admission.WithClock(clock))
 	ctx := context.Background()
 	stream, _ := ctl.Admit(ctx, admission.Request{Tenant: "acme"})
-	for range 90 { // a chunk a second for 90s
-		clock.Advance(time.Second)
-		if err := stream.Renew(); err != nil {
-			fmt.Println(err)
-		}
-	}
+	clock.Advance(90 * time.Second) // the stream runs, its client silent
 	_, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "acme"})
 	fmt.Println("after 90s:", err)
-	clock.Advance(time.Minute) // the stream stalls
+	ctl.Close() // the process stops renewing
+	clock.Advance(time.Minute)
 	t, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "acme"})
 	fmt.Println("a minute later:", err)
 	t.Done()

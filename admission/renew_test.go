@@ -71,6 +71,9 @@ func renewController(t *testing.T, clock admission.Clock, obs admission.Observer
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Closed: no lease keeper renews the tickets, only their own Renew
+	// (the tests below are of Renew; TestLeaseKeeper is of the keeper).
+	c.Close()
 	return c
 }
 
@@ -142,7 +145,7 @@ func TestRenewKeepsLongWork(t *testing.T) {
 }
 
 // TestRenewNeverCalledExpires: a ticket never renewed (its process
-// crashed, or its stream stalled) loses its permit after MaxHold.
+// stopped renewing) loses its permit after MaxHold.
 func TestRenewNeverCalledExpires(t *testing.T) {
 	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &storeErrors{}

@@ -293,6 +293,10 @@ func stagedSameAsAdmit(t *testing.T, seed uint64, steps int) {
 	recA, recB := &recorder{}, &recorder{}
 	ctlA := newController(t, clockA, recA, stagedPolicies()...)
 	ctlB := newController(t, clockB, recB, stagedPolicies()...)
+	// Without a lease keeper (closed controllers, as processes that stopped
+	// renewing), leases not renewed expire: a path the traffic must take.
+	ctlA.Close()
+	ctlB.Close()
 	rng := rand.New(rand.NewPCG(seed, 12))
 	ctx := context.Background()
 	type pair struct{ a, b admission.Ticket }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -26,9 +28,12 @@ import (
 // Continue, Charge, Renew, Statuses and WouldReject must not run
 // concurrently with Settle.
 //
-// A ticket that is never settled does not hold concurrency permits forever:
-// they expire after the policy's MaxHold (from admission or from the last
-// Renew), and the expiry is reported to the observer.
+// While a ticket is live, the controller renews its concurrency leases
+// (see the package documentation): a ticket holds its permits until it is
+// settled, however long the work takes. One whose process stops renewing
+// (crashed, or Controller.Close) or that is dropped without being settled
+// does not hold them forever: they expire MaxHold after the last renewal,
+// and the expiry is reported to the observer.
 //
 // A ticket from Controller.Begin holds the permits of the policies Begin
 // decided until Continue evaluates the rest; it can be settled without
@@ -58,6 +63,14 @@ type ticket struct {
 	batch     []backend.Op
 	dec       Decision // the event being reported, so observers get a pointer
 	keybuf    []byte
+	// lease serialises the lease keeper's renewals of the ticket with its
+	// settlement, Renew and Continue; kept says the keeper has the ticket,
+	// in its shard; self is the ticket's weak pointer, made once (see
+	// leaseKeeper).
+	lease sync.Mutex
+	kept  bool
+	shard uint8
+	self  weak.Pointer[ticket]
 }
 
 // held is one policy's part of a ticket. What a charge reads of every
@@ -76,6 +89,7 @@ type held struct {
 	grant       backend.Grant
 	wait        time.Duration
 	renewed     time.Time     // when the lease was taken or last renewed
+	lost        bool          // the lease keeper found the lease expired (Renew tells)
 	rem0        int64         // the partition's Remaining when the grant was taken
 	remAfter    int64         // the partition's Remaining after the settlement (see Settlement)
 	win         time.Duration // the Window of the admitted decision
@@ -218,6 +232,7 @@ func (tk Ticket) settle(u *Usage) {
 		return
 	}
 	c := t.c
+	c.keeper.drop(t)
 	ctx := context.Background()
 	if t.stage == stageBegun {
 		// Begin's policies report the request admitted once its fate is
@@ -325,6 +340,9 @@ func (c *Controller) batchSettle(ctx context.Context, t *ticket, u *Usage, now t
 				if j < len(ops) && ops[j].Limiter == h.p.limiter && ops[j].Key == h.key {
 					if ops[j].Err != nil || !anyOpErr(ops) {
 						c.settleFailed(h, err)
+						if ops[j].Release {
+							c.keeper.released(h, err)
+						}
 					}
 					j++
 				}
@@ -454,15 +472,15 @@ func (tk Ticket) Continue(ctx context.Context, r Request) error {
 var ErrLeaseExpired = errors.New("admission: concurrency lease expired before it was renewed")
 
 // Renew extends the concurrency leases the ticket holds by their policy's
-// MaxHold from now, so that work which outlives MaxHold (a long stream)
-// keeps its permits for as long as it shows signs of life. It calls a
-// lease's store only once half its MaxHold has passed since the lease was
-// taken or last renewed, so calling it on every chunk of a stream costs a
-// clock read. A ticket that is not renewed still loses its leases after
-// MaxHold, as a crashed process would.
+// MaxHold from now. The controller's lease keeper does so on its own for
+// every live ticket; Renew is for a controller whose keeper is closed, or
+// to learn at once whether a lease was lost. It calls a lease's store only
+// once half its MaxHold has passed since the lease was taken or last
+// renewed, so calling it on every chunk of a stream costs a clock read.
 //
 // Renew returns ErrLeaseExpired (matched with errors.Is) when a lease had
-// expired already (it is not taken again), a store's error when a store
+// expired already (it is not taken again; a loss the keeper found is told
+// once, by the next Renew), a store's error when a store
 // failed (the lease is renewed at a later call), and an error wrapping
 // errors.ErrUnsupported when a policy's store cannot renew leases. It is
 // a no-op on a settled ticket. It must not run concurrently with Settle.
@@ -471,10 +489,16 @@ func (tk Ticket) Renew() error {
 	if t == nil {
 		return nil
 	}
+	t.lease.Lock() // the lease keeper may be renewing too
+	defer t.lease.Unlock()
 	var now time.Time
 	var errs []error
 	for i := range t.ops {
 		h := &t.ops[i]
+		if h.lost {
+			h.lost = false
+			errs = append(errs, fmt.Errorf("admission: policy %q: %w", h.p.Name, ErrLeaseExpired))
+		}
 		if !h.taken || h.p.Algorithm != limits.Concurrency || h.grant.Stamp == 0 {
 			continue
 		}
@@ -493,22 +517,24 @@ func (tk Ticket) Renew() error {
 
 // renew renews the lease of h at now.
 func (c *Controller) renew(h *held, now time.Time) error {
-	rn, ok := h.limiterOf().(backend.Renewer)
-	if !ok {
-		return fmt.Errorf("admission: policy %q: store %q cannot renew leases: %w", h.p.Name, h.p.Store, errors.ErrUnsupported)
-	}
-	if err := rn.Renew(context.Background(), h.key, h.lim, &h.grant, now); err != nil {
-		c.settleFailed(h, err)
-		return fmt.Errorf("admission: policy %q: renewing a lease: %w", h.p.Name, err)
-	}
-	if h.grant.Expired > 0 {
-		c.obs.LeaseExpired(h.p.Name, int(h.grant.Expired))
+	if err := c.renewGrant(h, &h.grant, now); err != nil {
+		return err
 	}
 	if h.grant.Stamp == 0 {
 		return fmt.Errorf("admission: policy %q: %w", h.p.Name, ErrLeaseExpired)
 	}
 	h.renewed = now
 	return nil
+}
+
+// errNoRenew is the error of renewing h on a store that cannot.
+func errNoRenew(h *held) error {
+	return fmt.Errorf("admission: policy %q: store %q cannot renew leases: %w", h.p.Name, h.p.Store, errors.ErrUnsupported)
+}
+
+// wrapRenew wraps a store's error renewing h.
+func wrapRenew(h *held, err error) error {
+	return fmt.Errorf("admission: policy %q: renewing a lease: %w", h.p.Name, err)
 }
 
 // Statuses appends the standing of every policy the ticket passed to dst,

@@ -51,6 +51,8 @@ func Catalog() []Metric {
 			"Requests waiting in the policy's queue."},
 		{"admission_queue_wait_seconds", "histogram", []string{"policy", "decision"},
 			"Time spent queued, by how the wait ended (admitted, timeout, canceled)."},
+		{"admission_release_retries_total", "counter", []string{"policy", "outcome"},
+			"Concurrency releases the store failed, by outcome: retrying (queued to be tried again), landed (a retry reached the store), abandoned (the lease expired first)."},
 		{"admission_reloads_total", "counter", []string{"result"},
 			"Configuration reloads: ok or rejected."},
 		{"admission_rollbacks_total", "counter", []string{"policy", "mode"},
@@ -83,17 +85,17 @@ func MarkdownTable() string {
 // in token settlements (at most 32) and stores per policy. Per policy:
 // 2 × 128 decision and cost cells (2 modes × 8 outcomes × 8 reasons; in
 // practice about 20 are ever used), 7K+6 tenant series (K+1 tenant values
-// × 3 decisions × 2 counters, plus K utilisation gauges), 6 gauges, 4
+// × 3 decisions × 2 counters, plus K utilisation gauges), 6 gauges, 7
 // counters, 3 × stores store-error counters and the histograms' buckets;
 // plus, per store, the latency histograms of 3 operations × 2 outcomes.
-// With 10 policies, K = 20, 3 families and 1 store that is 5,537, and no
+// With 10 policies, K = 20, 3 families and 1 store that is 5,567, and no
 // number of tenants changes it.
 func SeriesBound(policies, topK, families, stores int) int {
 	hist := func(buckets []float64) int { return len(buckets) + 3 }      // +Inf, _sum, _count
 	perPolicy := 2*numModes*admission.NumOutcomes*admission.NumReasons + // decisions and cost cells
 		3*(topK+1)*2 + topK + // tenant decisions, tenant cost, utilisation
 		6 + // partitions, partitions limit, near limit, queue depth, inflight, limit
-		numModes + 2 + // rollbacks, lease expirations, evictions
+		numModes + 2 + 3 + // rollbacks, lease expirations, evictions, release retries (3 outcomes)
 		3*stores +
 		4*hist(QueueWaitBuckets) + hist(LeaseBuckets) + min(families, maxFamilies)*hist(AccuracyBuckets)
 	// Store call latency: per store, 3 operations × 2 outcomes.

@@ -29,6 +29,7 @@ var (
 // observables are the instruments exported from the cells at collection.
 type observables struct {
 	decisions, cost, rollbacks, expirations, evictions, storeErrors, reloads metric.Int64ObservableCounter
+	releaseRetries                                                           metric.Int64ObservableCounter
 	tenantDecisions, tenantCost                                              metric.Int64ObservableCounter
 	partitions, nearLimit, queueDepth, inflight                              metric.Int64ObservableUpDownCounter
 	partitionsLimit, limit                                                   metric.Int64ObservableGauge
@@ -76,6 +77,8 @@ func (o *Observer) instruments(m metric.Meter) error {
 		"Admissions given back because another policy refused the same request.")
 	ob.expirations = counter("admission.lease.expirations", "{permit}",
 		"Concurrency permits reclaimed because their ticket was not settled in time.")
+	ob.releaseRetries = counter("admission.release.retries", "{release}",
+		"Concurrency releases the store failed, by outcome: retrying, landed (a retry reached the store) or abandoned (the lease expired first).")
 	ob.evictions = counter("admission.partitions.evictions", "{partition}",
 		"Idle partitions evicted from a policy's table.")
 	ob.storeErrors = counter("admission.store.errors", "{error}",
@@ -108,7 +111,7 @@ func (o *Observer) instruments(m metric.Meter) error {
 	o.reg, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		o.collect(obs, &ob)
 		return nil
-	}, ob.decisions, ob.cost, ob.rollbacks, ob.expirations, ob.evictions, ob.storeErrors, ob.reloads,
+	}, ob.decisions, ob.cost, ob.rollbacks, ob.expirations, ob.releaseRetries, ob.evictions, ob.storeErrors, ob.reloads,
 		ob.tenantDecisions, ob.tenantCost, ob.partitions, ob.partitionsLimit, ob.nearLimit,
 		ob.queueDepth, ob.inflight, ob.limit, ob.tenantUtil)
 	return err
@@ -206,6 +209,9 @@ func (o *Observer) collectPolicy(obs metric.Observer, ob *observables, pm *polic
 	pa := metric.WithAttributes(pm.policyAttr)
 	obs.ObserveInt64(ob.expirations, int64(pm.expired.Load()), pa)
 	obs.ObserveInt64(ob.evictions, int64(pm.evicted.Load()), pa)
+	for i, outcome := range releaseOutcomes {
+		obs.ObserveInt64(ob.releaseRetries, int64(pm.releases[i].Load()), metric.WithAttributes(pm.policyAttr, attribute.String("outcome", outcome)))
+	}
 
 	var top []tenantCount
 	var tot sketchTotals

@@ -178,6 +178,7 @@ type policyMetrics struct {
 	rollbacks [numModes]atomic.Uint64
 	expired   atomic.Uint64
 	evicted   atomic.Uint64
+	releases  [len(releaseOutcomes)]atomic.Uint64 // by admission.ReleaseObserver outcome
 	tenants   *sketch
 
 	policyAttr attribute.KeyValue
@@ -461,6 +462,20 @@ func (o *Observer) LeaseExpired(policy string, n int) {
 	o.policy(policy, nil).expired.Add(uint64(max(n, 0)))
 }
 
+// releaseOutcomes are the outcomes of admission.ReleaseObserver.
+var releaseOutcomes = [...]string{"retrying", "landed", "abandoned"}
+
+// ReleaseRetry counts a concurrency release the store failed, by outcome
+// (admission.ReleaseObserver).
+func (o *Observer) ReleaseRetry(policy, outcome string) {
+	for i, name := range releaseOutcomes {
+		if name == outcome {
+			o.policy(policy, nil).releases[i].Add(1)
+			return
+		}
+	}
+}
+
 // PartitionsEvicted counts idle partitions dropped.
 func (o *Observer) PartitionsEvicted(policy string, n int) {
 	o.policy(policy, nil).evicted.Add(uint64(max(n, 0)))
@@ -543,4 +558,7 @@ func (o *Observer) CountReload(err error) {
 	o.reloads[0].Add(1)
 }
 
-var _ admission.Observer = (*Observer)(nil)
+var (
+	_ admission.Observer        = (*Observer)(nil)
+	_ admission.ReleaseObserver = (*Observer)(nil)
+)

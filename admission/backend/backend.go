@@ -155,8 +155,10 @@ const KeySeparator = 0x1f
 
 // An Inspector is a Limiter that can describe its partitions, an optional
 // interface: a store whose state is in this process implements it, and the
-// controller's Stats and eviction reports use it. Shared stores, whose
-// partitions live elsewhere, need not.
+// controller's Stats and eviction reports use it. A shared store, whose
+// partitions live elsewhere, may implement it from what this process
+// knows, without a call (the Redis store reports the leases this replica
+// holds); reading must never write.
 type Inspector interface {
 	// Stats walks the partitions evaluated with l at now: how many there
 	// are, how many are near their limit and the cost in flight

@@ -11,7 +11,7 @@ import (
 const (
 	DefaultMaxPartitions = 100_000
 	DefaultIdleTimeout   = 10 * time.Minute
-	DefaultMaxHold       = 10 * time.Minute
+	DefaultMaxHold       = 30 * time.Second // a lost permit costs seconds, not minutes
 	DefaultRetryHint     = time.Second
 )
 
@@ -60,8 +60,10 @@ type Policy struct {
 	// IdleTimeout is how long an unused partition is kept once its state is
 	// back to neutral; zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// MaxHold is how long a Concurrency permit is held at most when its
-	// ticket is never settled; zero means DefaultMaxHold.
+	// MaxHold is the lease of a Concurrency permit: the controller renews
+	// it every third of MaxHold while its ticket lives, and a permit whose
+	// process crashed (or whose release never landed) returns MaxHold after
+	// its last renewal; zero means DefaultMaxHold.
 	MaxHold time.Duration
 	// RetryHint is the retry-after given for concurrency rejections, where
 	// the wait cannot be computed; zero means DefaultRetryHint.

@@ -58,16 +58,25 @@
 // one Redis command fewer for a request that ends a tenant's activity
 // (TestSettleEmptiesKeysInOneCommand).
 //
-// Renewing a lease (admission.Ticket.Renew, for a stream that outlives
-// the policy's MaxHold) is one script call on the partition's hash: it
+// Renewing a lease (the controller's lease keeper, or
+// admission.Ticket.Renew, for work that outlives the policy's MaxHold) is
+// one script call on the partition's hash: it
 // reclaims the leases that have expired by the server's clock (the one
 // renewed among them, if it had: an expired lease is never taken again),
 // moves the lease's expiry to the server's time plus MaxHold, and moves
 // the key's expiry with it. Renewals use the lease layout described under
 // Keys unchanged, so replicas that renew and replicas that do not share
-// partitions. The controller calls it at most once per half MaxHold per
-// lease. A replica that crashes stops renewing: its leases expire MaxHold
-// after their last renewal.
+// partitions. The controller renews a live ticket's lease every third to
+// half of MaxHold. A replica that crashes stops renewing: its leases
+// expire MaxHold after their last renewal. A release that fails (a
+// timeout, a paused Redis) is retried by the controller until it lands or
+// the lease expires.
+//
+// The store's limiters implement backend.Inspector from what this replica
+// knows, without a call to Redis: the in-flight figure
+// (admission_inflight) is the cost of the leases this replica took and
+// has not released yet (a release being retried included). The fleet's
+// in-flight work is the sum over the replicas.
 //
 // Concurrent calls bound for the same Redis node (a Cluster master, a Ring
 // shard; on a single node, every call) share round trips (group commit):

@@ -301,6 +301,7 @@ func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *b
 	}
 	if !held {
 		g.Stamp = 0
+		l.held.Add(-g.Taken)
 	}
 	g.Expired = int32(expired)
 	g.Remaining = lim.Amount - min(inflight, lim.Amount)

@@ -232,6 +232,115 @@ type limiter struct {
 	// algorithms whose arguments do not depend on the instant: building
 	// them again for every call would allocate.
 	fixed atomic.Pointer[fixedParams]
+	// held is the cost of the concurrency leases this replica took and
+	// has not released (nor found expired), but for those whose release
+	// failed, which are in stuck until a release lands or their lease
+	// would have expired: together, its in-flight work, as Stats reports
+	// it.
+	held    atomic.Int64
+	nstuck  atomic.Int32
+	stuckMu sync.Mutex
+	stuck   map[int64]stuckLease // by lease id (Grant.Stamp)
+}
+
+// stuckLease is a lease whose release failed: held in Redis until a
+// retry lands or it expires.
+type stuckLease struct {
+	cost  int64
+	until time.Time // by this replica's clock: MaxHold after the failure, at most
+}
+
+var _ backend.Inspector = (*limiter)(nil)
+
+// Stats implements backend.Inspector without a call to Redis (reading
+// never writes, nor waits for the network): InFlight is the cost of the
+// concurrency leases this replica holds, taken and neither released nor
+// found expired by a renewal, including those whose release failed and is
+// being retried. Other replicas report theirs: the fleet's in-flight work
+// is the sum. The partitions live in Redis, so Partitions and NearLimit
+// are zero.
+func (l *limiter) Stats(*limits.Limit, time.Time) backend.Stats {
+	n := l.held.Load()
+	if l.nstuck.Load() > 0 {
+		now := time.Now()
+		l.stuckMu.Lock()
+		for _, sl := range l.stuck {
+			if now.Before(sl.until) {
+				n += sl.cost
+			}
+		}
+		l.stuckMu.Unlock()
+	}
+	return backend.Stats{InFlight: n}
+}
+
+// OnEvict implements backend.Inspector: Redis expires idle partitions on
+// its own, so f is never called.
+func (l *limiter) OnEvict(func(n int)) {}
+
+// tookLeases counts in the limiters' held figure the leases that ops,
+// just acquired, took.
+func tookLeases(ops []backend.Op) {
+	for i := range ops {
+		if l := ops[i].Limiter.(*limiter); l.alg == limits.Concurrency && ops[i].Grant.OK && ops[i].Grant.Stamp != 0 {
+			l.held.Add(ops[i].Grant.Taken)
+		}
+	}
+}
+
+// releasedLeases takes out of the limiters' figures the leases that ops,
+// just settled, released.
+func releasedLeases(ops []backend.Op) {
+	for i := range ops {
+		if l := ops[i].Limiter.(*limiter); l.alg == limits.Concurrency && settles(l, &ops[i]) {
+			if l.nstuck.Load() == 0 || !l.unstick(ops[i].Grant.Stamp) {
+				l.held.Add(-ops[i].Grant.Taken)
+			}
+		}
+	}
+}
+
+// unstick removes the lease id from the stuck ones, and reports whether
+// it was one.
+func (l *limiter) unstick(id int64) bool {
+	l.stuckMu.Lock()
+	defer l.stuckMu.Unlock()
+	if _, ok := l.stuck[id]; !ok {
+		return false
+	}
+	delete(l.stuck, id)
+	l.nstuck.Add(-1)
+	return true
+}
+
+// failedReleases moves the leases whose release in ops failed from the
+// limiters' held figure to their stuck ones, until a retry lands or
+// their lease would have expired (those expired are dropped on the way).
+func failedReleases(ops []backend.Op) {
+	now := time.Now()
+	for i := range ops {
+		op := &ops[i]
+		l := op.Limiter.(*limiter)
+		if l.alg != limits.Concurrency || !settles(l, op) {
+			continue
+		}
+		l.stuckMu.Lock()
+		if l.stuck == nil {
+			l.stuck = make(map[int64]stuckLease)
+		}
+		for id, sl := range l.stuck {
+			if !now.Before(sl.until) {
+				delete(l.stuck, id)
+				l.nstuck.Add(-1)
+			}
+		}
+		if _, again := l.stuck[op.Grant.Stamp]; !again {
+			l.stuck[op.Grant.Stamp] = stuckLease{cost: op.Grant.Taken, until: now.Add(time.Duration(maxHold(&op.Limit)))}
+			l.nstuck.Add(1)
+			l.held.Add(-op.Grant.Taken)
+		}
+		l.stuckMu.Unlock()
+	}
 }
 
 type fixedParams struct {
@@ -583,7 +692,11 @@ func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now 
 		return s.refused(name, len(ops))
 	}
 	if sh, ok := leanAcquireShape(ops); ok {
-		return s.leanAcquire(ctx, name, sh, ops, now)
+		err := s.leanAcquire(ctx, name, sh, ops, now)
+		if err == nil {
+			tookLeases(ops)
+		}
+		return err
 	}
 	var set algSet
 	for i := range ops {
@@ -618,6 +731,7 @@ func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now 
 	if r.err {
 		return fmt.Errorf("redisstore: malformed reply %q", reply)
 	}
+	tookLeases(ops)
 	return nil
 }
 
@@ -768,7 +882,13 @@ func settles(l *limiter, op *backend.Op) bool {
 // settle runs the settle script over the ops that have work.
 func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	if sh, ok := leanSettleShape(ops); ok {
-		return s.leanSettleOps(ctx, sh, ops, now)
+		err := s.leanSettleOps(ctx, sh, ops, now)
+		if err == nil {
+			releasedLeases(ops)
+		} else {
+			failedReleases(ops)
+		}
+		return err
 	}
 	count, adjusts := 0, false
 	var tag string
@@ -826,6 +946,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 		return reply, err
 	})
 	if err != nil {
+		failedReleases(ops)
 		return err
 	}
 	r := reader{s: reply}
@@ -843,6 +964,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 	if r.err {
 		return fmt.Errorf("redisstore: malformed reply %q", reply)
 	}
+	releasedLeases(ops)
 	return nil
 }
 

@@ -478,6 +478,9 @@ func (s *server) close() {
 	if s.gw != nil {
 		_ = s.gw.Close() // the batches' background polls
 	}
+	if s.ctl != nil {
+		_ = s.ctl.Close() // the lease keeper: what is still held expires after max_hold
+	}
 	if s.simSrv != nil {
 		_ = s.simSrv.Close()
 	}

@@ -54,9 +54,10 @@
 //     --charge-interval for what it has produced, so parallel streams cannot
 //     overshoot a tokens-per-minute limit by more than about one interval's
 //     output each; with --cut-streams=all (the default) a stream whose
-//     tenant runs out is ended with a final error event. Every chunk that
-//     reaches the client renews the request's concurrency leases, so a
-//     stream longer than max_hold keeps its permits.
+//     tenant runs out is ended with a final error event. The controller
+//     renews the request's concurrency leases while it runs, so a stream
+//     longer than max_hold keeps its permits, a stalled one too until it is
+//     cut.
 //  6. A client that goes away cancels the upstream call; the ticket is
 //     settled with what was produced. Upstream failures are answered in the
 //     OpenAI error shape: 504 upstream_timeout, 502 upstream_unavailable or

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -61,7 +60,6 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	idle.start(g.cfg.StreamIdleTimeout, cancel, clock)
 	defer idle.stop()
 	ch := charging{interval: g.cfg.ChargeInterval, last: idle.began}
-	renew, renewed := renewEvery(x.st.file.Config.Policies), time.Time{}
 	var readErr error
 	clientGone, cut := false, false
 	for {
@@ -75,15 +73,6 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 			if werr := ws.end(writeClient(w, buf[:n])); werr != nil {
 				clientGone = true
 				break
-			}
-			// A write that went through shows both ends alive: the
-			// stream keeps its concurrency permits past max_hold. (Renew
-			// calls the store only once half of max_hold has passed; a
-			// store failure is reported by the controller and retried at
-			// the next call.)
-			if now.Sub(renewed) >= renew {
-				renewed = now
-				_ = x.tk.Renew()
 			}
 			if ch.due(now) {
 				if rej := x.charge(sr); rej != nil {
@@ -140,24 +129,6 @@ type streamLoop struct {
 	ws   watchedStream
 	idle idleWatch
 	buf  [streamBuffer]byte
-}
-
-// renewEvery is how often a running stream calls Renew: a quarter of the
-// shortest max_hold among the concurrency policies, so that a lease, which
-// Renew moves once half its max_hold has passed, is renewed within three
-// quarters of it (and a coarse clock's tick) while the stream flows; on
-// every chunk when that is shorter than two ticks.
-func renewEvery(ps []admission.Policy) time.Duration {
-	least := limits.DefaultMaxHold
-	for i := range ps {
-		if ps[i].Algorithm == limits.Concurrency && ps[i].MaxHold > 0 {
-			least = min(least, ps[i].MaxHold)
-		}
-	}
-	if every := least / 4; every >= 2*watchTick {
-		return every
-	}
-	return 0
 }
 
 // charging decides when a running stream is charged: once

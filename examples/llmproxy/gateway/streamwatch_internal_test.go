@@ -9,8 +9,6 @@ import (
 	"runtime"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // What a running stream has produced and not been charged for is, after
@@ -136,29 +134,5 @@ func TestStreamWatchBoundsWrites(t *testing.T) {
 	defer sw.mu.Unlock()
 	if sw.stop != nil || len(sw.open) != 0 {
 		t.Errorf("the watch still runs with %d streams", len(sw.open))
-	}
-}
-
-// A running stream renews its leases every quarter of the shortest
-// max_hold of the concurrency policies (leases are then renewed within
-// three quarters of it), on every chunk when that is under two ticks.
-func TestRenewEvery(t *testing.T) {
-	conc := func(hold time.Duration) limits.Policy {
-		return limits.Policy{Name: "c", Algorithm: limits.Concurrency, Limit: 1, MaxHold: hold}
-	}
-	rate := limits.Policy{Name: "r", Algorithm: limits.TokenBucket, Limit: 1, Per: time.Second, MaxHold: time.Millisecond}
-	for _, tc := range []struct {
-		name string
-		ps   []limits.Policy
-		want time.Duration
-	}{
-		{"no concurrency policy", []limits.Policy{rate}, limits.DefaultMaxHold / 4},
-		{"the default max_hold", []limits.Policy{conc(0)}, limits.DefaultMaxHold / 4},
-		{"the shortest of two", []limits.Policy{conc(time.Minute), rate, conc(time.Second)}, 250 * time.Millisecond},
-		{"under two ticks: every chunk", []limits.Policy{conc(8*watchTick - 1)}, 0},
-	} {
-		if got := renewEvery(tc.ps); got != tc.want {
-			t.Errorf("%s: renewEvery = %v; want %v", tc.name, got, tc.want)
-		}
 	}
 }

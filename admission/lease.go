@@ -1,0 +1,428 @@
+package admission
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/limits"
+)
+
+// The lease keeper: a permit is held exactly while its work is alive.
+//
+// A concurrency permit is a lease that expires MaxHold after it was taken
+// or last renewed, so that a crashed process cannot hold it for ever. The
+// process doing the work renews it: each Controller owns a lease keeper,
+// which every third of the shortest MaxHold renews the leases of every live
+// ticket (admitted and not yet settled) that are a sixth of their MaxHold
+// old or more, so a live lease is renewed at half its MaxHold at the
+// latest, whatever the work is doing: a stream whose client stopped
+// reading still counts until the gateway cuts it. Leases live because their
+// process does, not because their client makes progress.
+//
+// The keeper is in the controller rather than in the services (a gateway's
+// stream loop, an HTTP middleware), so that every service gets it without
+// code of its own, and it holds a ticket only weakly: a ticket dropped
+// without being settled (a leak in the caller's code) is renewed no more
+// once the garbage collector has found it unreachable, and its leases
+// expire MaxHold later, as a crashed process's do.
+//
+// The admitted path pays for it with no allocation: a ticket holding a
+// lease is entered in one of keeperShards small maps (a lock and a map
+// assignment) and removed when settled. The keeper's timer runs only while
+// a lease is held or a release waits to be retried.
+//
+// A release that cannot reach the store (a timeout, a paused or restarting
+// Redis) is not forgotten: the keeper tries it again, after 100ms and then
+// twice as long each time up to two seconds, until it lands or the lease
+// would have expired anyway. Each failed attempt is reported to the
+// observer (StoreError), the outcome of each retried release too when the
+// observer is a ReleaseObserver (the metrics observer counts them), and
+// the controller's logger says so, at most once per logEvery.
+
+const (
+	keeperShards    = 16
+	retryFirst      = 100 * time.Millisecond
+	retryMax        = 2 * time.Second
+	logEvery        = 10 * time.Second
+	keeperMinPeriod = time.Millisecond
+)
+
+// A ReleaseObserver is an Observer that also wants to know of
+// concurrency releases its store failed: ReleaseRetry is called with
+// outcome "retrying" when a release failed and is queued to be tried
+// again, and then once with how it ended: "landed" (a retry reached the
+// store) or "abandoned" (the lease expired first, and the store reclaims
+// it on its own).
+type ReleaseObserver interface {
+	ReleaseRetry(policy, outcome string)
+}
+
+// The outcomes a ReleaseObserver is told.
+const (
+	releaseRetrying  = "retrying"
+	releaseLanded    = "landed"
+	releaseAbandoned = "abandoned"
+)
+
+// WithLogger sets the logger of the controller's own troubles (releases
+// that could not reach their store); the default is slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(c *Controller) { c.keeper.log = l } }
+
+// leaseKeeper renews the leases of a controller's live tickets and retries
+// the releases its stores failed.
+type leaseKeeper struct {
+	c      *Controller
+	log    *slog.Logger
+	rel    ReleaseObserver // nil when the observer is not one
+	shards [keeperShards]keeperShard
+	next   atomic.Uint32 // the shard of the next ticket made
+	live   atomic.Int64  // tickets entered in the shards
+	armed  atomic.Bool   // a run is scheduled or running
+
+	mu      sync.Mutex // guards what follows
+	closed  bool
+	timer   Timer     // the scheduled run, nil while none is or it runs
+	due     time.Time // when timer fires
+	pending []pendingRelease
+	spare   []pendingRelease
+	logged  time.Time // the last log line
+	unsaid  int       // failures since, not logged
+
+	walk []keeperEntry // a run's copy of a shard, reused (runs never overlap)
+}
+
+// keeperShard holds some of the live tickets that hold leases, by their
+// weak pointer, with the generation they were entered at.
+type keeperShard struct {
+	mu   sync.Mutex
+	live map[weak.Pointer[ticket]]uint64
+	_    [40]byte // one shard per cache line
+}
+
+type keeperEntry struct {
+	wp  weak.Pointer[ticket]
+	gen uint64
+}
+
+// pendingRelease is a release its store failed, to try again.
+type pendingRelease struct {
+	p        *policy
+	l        backend.Limiter
+	key      string // a copy: the ticket's buffer is reused
+	lim      limits.Limit
+	grant    backend.Grant
+	deadline time.Time // the lease expires then: no point trying after
+	at       time.Time // the next attempt
+	delay    time.Duration
+}
+
+// init sets up k for c, once its options are applied.
+func (k *leaseKeeper) init(c *Controller) {
+	k.c = c
+	if k.log == nil {
+		k.log = slog.Default()
+	}
+	k.rel, _ = c.obs.(ReleaseObserver)
+	for i := range k.shards {
+		k.shards[i].live = make(map[weak.Pointer[ticket]]uint64)
+	}
+}
+
+// newTicket makes a ticket for c's pool, with its weak pointer made once.
+func (k *leaseKeeper) newTicket() *ticket {
+	t := &ticket{c: k.c, shard: uint8(k.next.Add(1) % keeperShards)}
+	t.self = weak.Make(t)
+	return t
+}
+
+// renewable reports whether h holds a lease the keeper can renew.
+func (h *held) renewable() bool {
+	if !h.taken || h.p.Algorithm != limits.Concurrency || h.grant.Stamp == 0 {
+		return false
+	}
+	if h.local {
+		return true // the in-memory store renews
+	}
+	return h.p.renewer
+}
+
+// keep enters t, just admitted (or continued), in the keeper when it holds
+// a lease to renew.
+func (k *leaseKeeper) keep(t *ticket) {
+	found := false
+	for i := range t.ops {
+		if t.ops[i].renewable() {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return
+	}
+	// Under the ticket's lock: a run may still hold this ticket from an
+	// earlier entry (its previous life in the pool, or before Continue).
+	t.lease.Lock()
+	t.kept = true
+	t.lease.Unlock()
+	s := &k.shards[t.shard]
+	s.mu.Lock()
+	s.live[t.self] = t.gen.Load()
+	s.mu.Unlock()
+	k.live.Add(1)
+	if k.armed.CompareAndSwap(false, true) {
+		k.arm(k.c.clock.Now())
+	}
+}
+
+// drop removes t from the keeper, waiting for a run renewing it to end:
+// from then on the keeper does not touch t.
+func (k *leaseKeeper) drop(t *ticket) {
+	if !t.kept {
+		return
+	}
+	t.lease.Lock()
+	t.kept = false
+	t.lease.Unlock()
+	s := &k.shards[t.shard]
+	s.mu.Lock()
+	delete(s.live, t.self)
+	s.mu.Unlock()
+	k.live.Add(-1)
+}
+
+// period is how often the keeper runs while leases are held: a third of
+// the shortest MaxHold of the installed concurrency policies.
+func (cfg *config) keeperPeriod() time.Duration {
+	least := limits.DefaultMaxHold
+	for _, p := range cfg.policies {
+		if p.Algorithm == limits.Concurrency {
+			least = min(least, p.base.MaxHold)
+		}
+	}
+	return max(least/3, keeperMinPeriod)
+}
+
+// arm schedules the next run (armed is set): after a period, or at the
+// next retry when sooner.
+func (k *leaseKeeper) arm(now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return
+	}
+	d := k.c.cfg.Load().keeperPeriod()
+	for i := range k.pending {
+		d = min(d, max(k.pending[i].at.Sub(now), 0))
+	}
+	k.timer, k.due = k.c.clock.AfterFunc(d, k.run), now.Add(d)
+}
+
+// run renews what is due, retries the failed releases due, and schedules
+// the next run while there is anything left to do.
+func (k *leaseKeeper) run() {
+	now := k.c.clock.Now()
+	k.renewAll(now)
+	k.retry(now)
+	k.mu.Lock()
+	k.timer = nil
+	more := len(k.pending) > 0
+	k.mu.Unlock()
+	// Disarmed first, then checked: a ticket entered meanwhile either is
+	// seen here or arms a run itself.
+	k.armed.Store(false)
+	if (more || k.live.Load() > 0) && k.armed.CompareAndSwap(false, true) {
+		k.arm(k.c.clock.Now())
+	}
+}
+
+// renewAll renews the due leases of every live ticket.
+func (k *leaseKeeper) renewAll(now time.Time) {
+	for i := range k.shards {
+		s := &k.shards[i]
+		s.mu.Lock()
+		k.walk = k.walk[:0]
+		for wp, gen := range s.live {
+			k.walk = append(k.walk, keeperEntry{wp, gen})
+		}
+		s.mu.Unlock()
+		for _, e := range k.walk {
+			t := e.wp.Value()
+			if t == nil {
+				// Dropped unsettled: its leases expire on their own.
+				s.mu.Lock()
+				if _, ok := s.live[e.wp]; ok {
+					delete(s.live, e.wp)
+					k.live.Add(-1)
+				}
+				s.mu.Unlock()
+				continue
+			}
+			t.lease.Lock()
+			if t.kept && t.gen.Load() == e.gen {
+				for j := range t.ops {
+					if h := &t.ops[j]; h.renewable() && now.Sub(h.renewed) >= h.lim.MaxHold/6 {
+						k.c.renewKept(h, now)
+					}
+				}
+			}
+			t.lease.Unlock()
+		}
+	}
+	clear(k.walk)
+}
+
+// renewKept renews h's lease for the keeper; t.lease is held. Unlike
+// renew, it does not write h.grant but its Stamp, cleared when the lease
+// was lost (settling then releases nothing, and the next Ticket.Renew
+// says so), so that the ticket's owner may read the grant's figures
+// (Statuses) meanwhile.
+func (c *Controller) renewKept(h *held, now time.Time) {
+	g := h.grant
+	if c.renewGrant(h, &g, now) != nil {
+		return // reported; tried again at the next run
+	}
+	if g.Stamp == 0 {
+		h.grant.Stamp, h.lost = 0, true
+		return
+	}
+	h.renewed = now
+}
+
+// renewGrant renews the lease of g, h's grant or a copy of it, at now, and
+// reports what the store found expired.
+func (c *Controller) renewGrant(h *held, g *backend.Grant, now time.Time) error {
+	rn, ok := h.limiterOf().(backend.Renewer)
+	if !ok {
+		return errNoRenew(h)
+	}
+	if err := rn.Renew(context.Background(), h.key, h.lim, g, now); err != nil {
+		c.settleFailed(h, err)
+		return wrapRenew(h, err)
+	}
+	if g.Expired > 0 {
+		c.obs.LeaseExpired(h.p.Name, int(g.Expired))
+	}
+	return nil
+}
+
+// released is called when the release of h, a concurrency grant, failed
+// with err: it is queued to be tried again until its lease expires.
+func (k *leaseKeeper) released(h *held, err error) {
+	now := k.c.clock.Now()
+	deadline := h.renewed.Add(h.lim.MaxHold)
+	if h.grant.Stamp == 0 || !now.Before(deadline) {
+		return
+	}
+	pr := pendingRelease{p: h.p, l: h.limiterOf(), key: string([]byte(h.key)), lim: *h.lim, grant: h.grant,
+		deadline: deadline, at: now.Add(retryFirst), delay: retryFirst}
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return
+	}
+	k.pending = append(k.pending, pr)
+	k.note(now, failedMsg, pr.p, err, len(k.pending))
+	k.mu.Unlock()
+	if k.rel != nil {
+		k.rel.ReleaseRetry(pr.p.Name, releaseRetrying)
+	}
+	if k.armed.CompareAndSwap(false, true) {
+		k.arm(now)
+		return
+	}
+	// A run is scheduled, perhaps for much later: bring it forward.
+	k.mu.Lock()
+	if k.timer != nil && !k.closed && pr.at.Before(k.due) && k.timer.Stop() {
+		k.timer, k.due = k.c.clock.AfterFunc(retryFirst, k.run), pr.at
+	}
+	k.mu.Unlock()
+}
+
+const failedMsg = "admission: releasing a concurrency permit failed; retrying until it lands or its lease expires"
+
+// note logs msg about a release of p's, at most once per logEvery, with
+// the count of the notes not logged since the last; k.mu is held.
+func (k *leaseKeeper) note(now time.Time, msg string, p *policy, err error, pending int) {
+	k.unsaid++
+	if !k.logged.IsZero() && now.Sub(k.logged) < logEvery {
+		return
+	}
+	args := []any{"policy", p.Name, "store", p.Store, "failures", k.unsaid, "pending", pending}
+	if err != nil {
+		args = append(args, "error", err)
+	}
+	k.log.Warn(msg, args...)
+	k.logged, k.unsaid = now, 0
+}
+
+// retry tries again the failed releases that are due.
+func (k *leaseKeeper) retry(now time.Time) {
+	k.mu.Lock()
+	due := k.spare[:0]
+	kept := k.pending[:0]
+	for _, pr := range k.pending {
+		if !now.Before(pr.at) {
+			due = append(due, pr)
+		} else {
+			kept = append(kept, pr)
+		}
+	}
+	k.pending = kept
+	k.mu.Unlock()
+	for i := range due {
+		pr := &due[i]
+		if !now.Before(pr.deadline) {
+			k.report(pr.p, releaseAbandoned)
+			k.mu.Lock()
+			k.note(now, "admission: a concurrency permit's release never reached its store; it was held until its lease expired", pr.p, nil, len(k.pending))
+			k.mu.Unlock()
+			continue
+		}
+		err := pr.l.Release(context.Background(), pr.key, &pr.lim, &pr.grant, now)
+		if err == nil {
+			k.report(pr.p, releaseLanded)
+			continue
+		}
+		k.c.obs.StoreError(StoreEvent{Policy: pr.p.Name, Store: pr.p.Store, Err: err, Action: pr.p.OnStoreError})
+		pr.delay = min(2*pr.delay, retryMax)
+		pr.at = now.Add(pr.delay)
+		k.mu.Lock()
+		k.pending = append(k.pending, *pr)
+		k.note(now, failedMsg, pr.p, err, len(k.pending))
+		k.mu.Unlock()
+	}
+	clear(due)
+	k.mu.Lock()
+	k.spare = due[:0]
+	k.mu.Unlock()
+}
+
+func (k *leaseKeeper) report(p *policy, outcome string) {
+	if k.rel != nil {
+		k.rel.ReleaseRetry(p.Name, outcome)
+	}
+}
+
+// Close stops the controller's lease keeper: the leases of live tickets
+// are renewed no more, and releases that failed are not tried again, so
+// what they hold expires MaxHold after its last renewal, as if the process
+// had stopped. Settle the tickets first (a draining server) to give their
+// permits back at once. The controller still decides requests after Close.
+// Close is idempotent.
+func (c *Controller) Close() error {
+	k := &c.keeper
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.closed = true
+	if k.timer != nil {
+		k.timer.Stop()
+		k.timer = nil
+	}
+	k.pending = nil
+	return nil
+}
