@@ -42,7 +42,9 @@ func (l *flakyReleases) Stats(lim *limits.Limit, now time.Time) backend.Stats {
 	return l.Limiter.(backend.Inspector).Stats(lim, now)
 }
 
-func (l *flakyReleases) OnEvict(f func(n int)) { l.Limiter.(backend.Inspector).OnEvict(f) }
+func (l *flakyReleases) OnEvict(f func(partitions, leases int)) {
+	l.Limiter.(backend.Inspector).OnEvict(f)
+}
 
 // setErr makes the store's releases (and renewals) fail with err, or
 // succeed again when nil.

@@ -276,7 +276,7 @@ func (l *limiter) Stats(*limits.Limit, time.Time) backend.Stats {
 
 // OnEvict implements backend.Inspector: Redis expires idle partitions on
 // its own, so f is never called.
-func (l *limiter) OnEvict(func(n int)) {}
+func (l *limiter) OnEvict(func(partitions, leases int)) {}
 
 // tookLeases counts in the limiters' held figure the leases that ops,
 // just acquired, took.

@@ -816,7 +816,7 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 			"No "+what+" "+id+" for your account: the gateway serves the batches created through it, their input files and their results.")
 		return nil
 	}
-	finish, ok := g.admitRequest(c, e, st, req)
+	_, finish, ok := g.admitRequest(c, e, st, req)
 	if !ok {
 		return nil
 	}
@@ -875,10 +875,11 @@ func (g *Gateway) batchCaller(c echo.Context, limit int64) (e uint64, st *state,
 
 // admitRequest admits a request limited by requests only (its amounts
 // are not read from its body), decided again when a reload overlapped
-// it, and answers a refusal itself. The caller calls finish once the
+// it, and answers a refusal itself. It returns the ticket, for reading
+// its statuses, and finish, which the caller calls once the
 // request has ended: it settles the ticket and writes the request to the
 // request log, as a refusal is.
-func (g *Gateway) admitRequest(c echo.Context, e uint64, st *state, req admission.Request) (finish func(), ok bool) {
+func (g *Gateway) admitRequest(c echo.Context, e uint64, st *state, req admission.Request) (tk admission.Ticket, finish func(), ok bool) {
 	arrived := g.now()
 	actx, cancel := g.admissionContext(c)
 	defer cancel()
@@ -889,11 +890,11 @@ func (g *Gateway) admitRequest(c echo.Context, e uint64, st *state, req admissio
 	if err != nil {
 		g.logRefused(&req, arrived, err)
 		g.refused(c, err)
-		return nil, false
+		return tk, nil, false
 	}
 	g.admitted(c.Response(), st, tk)
 	admitted := g.now()
-	return func() {
+	return tk, func() {
 		g.logAdmitted(&req, arrived, admission.Usage{}, admitted)
 		tk.Done()
 	}, true

@@ -80,7 +80,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "A file upload is a multipart/form-data body with a purpose and a file.")
 		return nil
 	}
-	finish, ok := g.admitRequest(c, e, st, req)
+	_, finish, ok := g.admitRequest(c, e, st, req)
 	if !ok {
 		return nil
 	}

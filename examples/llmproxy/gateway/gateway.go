@@ -744,7 +744,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		g.tooLarge(c, limit) // before it takes a request from the caller's limits
 		return nil
 	}
-	finish, ok := g.admitRequest(c, e, st, req)
+	tk, finish, ok := g.admitRequest(c, e, st, req)
 	if !ok {
 		return nil
 	}
