@@ -21,6 +21,10 @@ import (
 // moment: a fixed window of requests per tenant, then a cap on requests
 // in flight per tenant, each with the tenant's plan and overrides.
 //
+// Runs start with the controller's lease keeper on, or off (Close, as a
+// process that renews nothing but what its caller renews), and a run with
+// the keeper on may stop it at any step (the operation "crash").
+//
 // The tolerance asserted: the window is exact (a request is admitted iff
 // the requests counted in the current window, less those refunded in it,
 // plus one fit the limit in force). The cap is exact up to what renewal
@@ -32,7 +36,11 @@ import (
 // possibly alive leave room, and either in between; a settled ticket's
 // lease is never counted (no permit is held after its work ended). A
 // limit lowered below what is held revokes nothing: it refuses new
-// requests until the held ones end.
+// requests until the held ones end. While the keeper runs, a live
+// ticket's lease never expires (the keeper renews a lease a sixth of its
+// MaxHold old every third of MaxHold, so no lease is older than MaxHold/2);
+// once it stops at t, each lease expires between t+MaxHold/2 and
+// t+MaxHold, and explicit renewals take over.
 
 const (
 	modelHold = 30 * time.Second
@@ -62,7 +70,11 @@ type model struct {
 	count   map[string]map[int64]int64 // requests counted by tenant and window
 	live    []*modelLease
 	ctx     context.Context
+	keeper  bool // the controller's lease keeper runs
 }
+
+// forever is the expiry of a lease the keeper renews.
+var forever = time.Unix(1<<40, 0)
 
 func (m *model) policies() []admission.Policy {
 	tenant := []limits.KeyPart{limits.KeyTenant}
@@ -181,7 +193,11 @@ func (m *model) admit(step int) {
 	}
 	m.count[tenant][w]++
 	now := m.clock.Now()
-	m.live = append(m.live, &modelLease{tenant: tenant, tk: tk, window: w, lo: now.Add(modelHold), hi: now.Add(modelHold)})
+	ls := &modelLease{tenant: tenant, tk: tk, window: w, lo: now.Add(modelHold), hi: now.Add(modelHold)}
+	if m.keeper {
+		ls.lo, ls.hi = forever, forever
+	}
+	m.live = append(m.live, ls)
 }
 
 // end settles a live ticket: its lease is gone, and a refund in the
@@ -208,7 +224,7 @@ func (m *model) renew(step int, ls *modelLease) {
 			m.t.Fatalf("step %d: Renew of a lease past its latest expiry succeeded", step)
 		}
 		ls.lo = maxTime(ls.lo, now.Add(modelHold/2))
-		ls.hi = now.Add(modelHold)
+		ls.hi = maxTime(ls.hi, now.Add(modelHold))
 	case errors.Is(err, admission.ErrLeaseExpired):
 		if now.Before(ls.lo) {
 			m.t.Fatalf("step %d: Renew of a lease certainly alive: %v", step, err)
@@ -239,7 +255,18 @@ func (m *model) randLimits() modelLimits {
 	return modelLimits{win: m.rng.Int64N(8), conc: m.rng.Int64N(4)}
 }
 
-func runModel(t *testing.T, seed uint64, ops int) {
+// crash stops the controller's lease keeper: from then on, each live
+// lease expires between MaxHold/2 and MaxHold from now unless renewed.
+func (m *model) crash() {
+	m.c.Close()
+	m.keeper = false
+	now := m.clock.Now()
+	for _, ls := range m.live {
+		ls.lo, ls.hi = now.Add(modelHold/2), now.Add(modelHold)
+	}
+}
+
+func runModel(t *testing.T, seed uint64, ops int, keeper bool) {
 	m := &model{
 		t: t, rng: rand.New(rand.NewPCG(seed, 0x30de1)), clock: admissiontest.NewClock(backendtest.Epoch),
 		base: modelLimits{win: 4, conc: 2}, pro: modelLimits{win: 8, conc: 4},
@@ -250,7 +277,10 @@ func runModel(t *testing.T, seed uint64, ops int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.c = c
+	m.c, m.keeper = c, true
+	if !keeper {
+		m.crash()
+	}
 	for step := range ops {
 		m.clock.Advance(time.Duration(m.rng.Int64N(int64(4 * time.Second))))
 		switch k := m.rng.IntN(20); {
@@ -268,6 +298,9 @@ func runModel(t *testing.T, seed uint64, ops int) {
 		case k < 16:
 			m.renew(step, m.live[m.rng.IntN(len(m.live))])
 		case k < 17:
+			if m.keeper && m.rng.IntN(20) == 0 {
+				m.crash()
+			}
 			m.stats(step)
 		case k < 18:
 			b := m.randLimits()
@@ -303,15 +336,15 @@ func runModel(t *testing.T, seed uint64, ops int) {
 // TestModel runs the model-based test for a fixed budget of seeds.
 func TestModel(t *testing.T) {
 	for seed := uint64(1); seed <= 6; seed++ {
-		runModel(t, seed, 1500)
+		runModel(t, seed, 1500, seed%2 == 0)
 	}
 }
 
 // FuzzModel runs the model-based test for as many seeds as the fuzzer
 // tries: go test -run '^$' -fuzz FuzzModel ./admission.
 func FuzzModel(f *testing.F) {
-	f.Add(uint64(1), uint16(500))
-	f.Fuzz(func(t *testing.T, seed uint64, ops uint16) {
-		runModel(t, seed, int(ops))
+	f.Add(uint64(1), uint16(500), true)
+	f.Fuzz(func(t *testing.T, seed uint64, ops uint16, keeper bool) {
+		runModel(t, seed, int(ops), keeper)
 	})
 }

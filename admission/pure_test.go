@@ -36,6 +36,7 @@ func TestExpiredLeaseReportedWithItsPartition(t *testing.T) {
 	if _, err := c.TryAdmit(ctx, admission.Request{Tenant: "a"}); err != nil { // never settled
 		t.Fatal(err)
 	}
+	c.Close() // the process renews its leases no more
 	clock.Advance(2 * time.Minute)
 	for range 3 {
 		if s := c.Stats()[0]; s.InFlight != 0 || s.Partitions != 1 {

@@ -94,6 +94,7 @@ func TestQueueRetakesAllOrNothing(t *testing.T) {
 			admission.Policy{Name: "global", Key: []limits.KeyPart{limits.KeyGlobal}, Algorithm: limits.Concurrency, Limit: 4, MaxHold: time.Hour},
 			admission.Policy{Name: "tenant", Key: tenantKey, Algorithm: limits.Concurrency, Limit: 2, MaxHold: 10 * time.Second,
 				Queue: limits.Queue{Size: 10, Timeout: time.Minute}})
+		c.Close() // leases are renewed only by their callers, who renew none here
 		ctx := context.Background()
 		var running []admission.Ticket
 		for range 2 {
