@@ -423,7 +423,7 @@ func TestStalledReaderOfAPlainAnswerIsCut(t *testing.T) {
 	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10)
 	fmt.Fprintf(conn, "GET /v1/models/big HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer %s\r\n\r\n", testKey("a"))
 	eventually(t, 5*time.Second, "the large answer is asked for", func() bool { return len(rec.requests()) == 1 })
-	eventually(t, 5*time.Second, "the next request is admitted", func() bool {
+	eventually(t, 30*time.Second, "the next request is admitted", func() bool {
 		req, _ := http.NewRequest(http.MethodGet, s.URL+"/v1/models/gpt-4o", nil)
 		req.Header.Set("Authorization", "Bearer "+testKey("a"))
 		resp, err := http.DefaultClient.Do(req)
