@@ -114,7 +114,7 @@ func (r *run) addQueued(rec *Record, req *admission.Request, at time.Time, usage
 	qr.outstanding++
 	qr.mu.Unlock()
 	go func() {
-		tk, err := r.ctl.Admit(qr.ctx, q.req)
+		tk, err := r.decide(qr.ctx, q.rec, q.req, true)
 		qr.mu.Lock()
 		q.tk, q.err, q.done = tk, err, true
 		delete(qr.byDec, q.dec)
