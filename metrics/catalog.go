@@ -52,7 +52,7 @@ func Catalog() []Metric {
 		{"admission_queue_wait_seconds", "histogram", []string{"policy", "decision"},
 			"Time spent queued, by how the wait ended (admitted, timeout, canceled)."},
 		{"admission_reloads_total", "counter", []string{"result"},
-			"Configuration reloads: ok or rejected."},
+			"Configuration reloads: ok, partial (applied without a part of the file) or rejected."},
 		{"admission_rollbacks_total", "counter", []string{"policy", "mode"},
 			"Admissions given back because another policy refused the request."},
 		{"admission_store_duration_seconds", "histogram", []string{"store", "op", "outcome"},
@@ -97,5 +97,5 @@ func SeriesBound(policies, topK, families, stores int) int {
 		3*stores +
 		4*hist(QueueWaitBuckets) + hist(LeaseBuckets) + min(families, maxFamilies)*hist(AccuracyBuckets)
 	// Store call latency: per store, 3 operations × 2 outcomes.
-	return policies*perPolicy + stores*6*hist(StoreCallBuckets) + 2 + 1 // reloads, target_info
+	return policies*perPolicy + stores*6*hist(StoreCallBuckets) + 3 + 1 // reloads (ok, partial, rejected), target_info
 }
