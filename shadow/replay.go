@@ -354,7 +354,7 @@ func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at t
 	}
 	r.settleUntil(at)
 	r.clk.Set(at)
-	r.countMatched(req)
+	r.countMatched(rec, req)
 	r.one = request{rec: rec, took: r.one.took[:0]}
 	r.cur = &r.one
 	tk, err := r.decide(ctx, rec, *req, false)
@@ -379,10 +379,11 @@ func (r *run) decide(ctx context.Context, rec *Record, req admission.Request, wa
 	return r.ctl.TryAdmit(ctx, req)
 }
 
-// countMatched counts req for the policies it matches.
-func (r *run) countMatched(req *admission.Request) {
+// countMatched counts req, rec's request, for the policies it matches:
+// for a BeginOnly record, those Begin decides.
+func (r *run) countMatched(rec *Record, req *admission.Request) {
 	for i := range r.policies {
-		if r.policies[i].Matches(req.Operation, req.Model) {
+		if p := &r.policies[i]; p.Matches(req.Operation, req.Model) && (!rec.BeginOnly || p.DecidedAtBegin()) {
 			r.stats[i].matched++
 		}
 	}

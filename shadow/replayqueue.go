@@ -109,7 +109,7 @@ func (r *run) addQueued(rec *Record, req *admission.Request, at time.Time, usage
 	r.seq++
 	q.seq = r.seq
 	qr.mu.Lock()
-	r.countMatched(req)
+	r.countMatched(rec, req)
 	r.cur = q
 	qr.outstanding++
 	qr.mu.Unlock()
