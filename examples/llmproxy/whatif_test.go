@@ -289,12 +289,20 @@ func TestWhatIfEqualsReality(t *testing.T) {
 	if err := s.reqLog.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	rep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{}, shadow.Candidate{Name: "default.yaml", Config: s.file.Config})
+	// Each refused body is one begin_only record, and no body is logged.
+	if n := strings.Count(string(data), `"begin_only":true`); n != bodies {
+		t.Errorf("the log holds %d begin_only records; want one per refused body, %d", n, bodies)
+	}
+	for _, body := range []string{"hello there", "xxxxxxxx", `"messages":[`, `"input":{`, `"max_tokens":`} {
+		if strings.Contains(string(data), body) {
+			t.Errorf("the request log holds a body (%q)", body)
+		}
+	}
+	rep, err := shadow.Replay(context.Background(), strings.NewReader(string(data)), shadow.ReplayConfig{}, shadow.Candidate{Name: "default.yaml", Config: s.file.Config})
 	if err != nil {
 		t.Fatal(err)
 	}
