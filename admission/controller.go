@@ -242,9 +242,7 @@ func (p *policy) evalClass() int {
 // early reports whether Begin decides the policy: it needs nothing a
 // request body tells (no model in its match or key, a cost of one request)
 // and never waits.
-func (p *policy) early() bool {
-	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, limits.KeyModel) && p.unit == limits.UnitRequests && p.Queue.Size == 0
-}
+func (p *policy) early() bool { return p.DecidedAtBegin() }
 
 // compatible reports whether b can take over a's partitions.
 func compatible(a, b *Policy) bool {

@@ -54,7 +54,7 @@ func Catalog() []Metric {
 		{"admission_release_retries_total", "counter", []string{"policy", "outcome"},
 			"Concurrency releases the store failed, by outcome: retrying (queued to be tried again), landed (a retry reached the store), abandoned (the lease expired first)."},
 		{"admission_reloads_total", "counter", []string{"result"},
-			"Configuration reloads: ok or rejected."},
+			"Configuration reloads: ok, partial (applied without a part of the file) or rejected."},
 		{"admission_rollbacks_total", "counter", []string{"policy", "mode"},
 			"Admissions given back because another policy refused the request."},
 		{"admission_store_duration_seconds", "histogram", []string{"store", "op", "outcome"},
@@ -99,5 +99,5 @@ func SeriesBound(policies, topK, families, stores int) int {
 		3*stores +
 		4*hist(QueueWaitBuckets) + hist(LeaseBuckets) + min(families, maxFamilies)*hist(AccuracyBuckets)
 	// Store call latency: per store, 3 operations × 2 outcomes.
-	return policies*perPolicy + stores*6*hist(StoreCallBuckets) + 2 + 1 // reloads, target_info
+	return policies*perPolicy + stores*6*hist(StoreCallBuckets) + 3 + 1 // reloads (ok, partial, rejected), target_info
 }

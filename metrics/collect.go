@@ -84,7 +84,7 @@ func (o *Observer) instruments(m metric.Meter) error {
 	ob.storeErrors = counter("admission.store.errors", "{error}",
 		"Failed or timed-out store calls by policy, store and the action taken (open, closed, local).")
 	ob.reloads = counter("admission.reloads", "{reload}",
-		"Configuration reloads by result (ok, rejected).")
+		"Configuration reloads by result (ok, partial, rejected).")
 	ob.tenantDecisions = counter("admission.tenant.decisions", "{decision}",
 		"Decisions of the top K tenants per policy (others as __other__), by decision: admitted (counted when settled), rejected, would_reject.")
 	ob.tenantCost = counter("admission.tenant.cost", "{cost}",
@@ -150,7 +150,7 @@ func (o *Observer) collect(obs metric.Observer, ob *observables) {
 		obs.ObserveInt64(ob.storeErrors, int64(sm.n.Load()), metric.WithAttributeSet(sm.attrs))
 	}
 	o.mu.Unlock()
-	for i, r := range [2]string{"ok", "rejected"} {
+	for i, r := range [3]string{"ok", "rejected", "partial"} {
 		obs.ObserveInt64(ob.reloads, int64(o.reloads[i].Load()), metric.WithAttributes(attribute.String("result", r)))
 	}
 

@@ -205,6 +205,31 @@ func TestDecisionCounts(t *testing.T) {
 	}
 }
 
+// appliedErr is a reload error of a file applied without a part of it,
+// as config.PartialError says.
+type appliedErr struct{}
+
+func (appliedErr) Error() string { return "applied without its directory section" }
+func (appliedErr) Applied() bool { return true }
+
+// TestReloadResults: a reload applied whole, one applied without a part
+// (an error that says it was applied, wrapped or not) and one refused are
+// counted apart.
+func TestReloadResults(t *testing.T) {
+	o, prom := newProm(t)
+	o.CountReload(nil)
+	o.CountReload(appliedErr{})
+	o.CountReload(fmt.Errorf("policy.yaml: %w", appliedErr{}))
+	o.CountReload(errors.New("policies[0].limit: must be > 0"))
+	got := map[string]float64{}
+	for _, m := range gather(t, prom)["admission_reloads_total"].GetMetric() {
+		got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+	}
+	if want := map[string]float64{"ok": 1, "partial": 2, "rejected": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("admission_reloads_total by result = %v; want %v", got, want)
+	}
+}
+
 // TestTopKBound sends many tenants and checks the exposition keeps K+1
 // tenant values per policy with the heaviest one first in its counts.
 func TestTopKBound(t *testing.T) {

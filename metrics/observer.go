@@ -121,7 +121,7 @@ type Observer struct {
 	stores   map[storeKey]*storeMetrics
 	families map[string]struct{}
 
-	reloads [2]atomic.Uint64 // ok, rejected
+	reloads [3]atomic.Uint64 // ok, rejected, partial
 
 	queueWait metric.Float64Histogram
 	lease     metric.Float64Histogram
@@ -544,18 +544,24 @@ func (o *Observer) StoreCall(c backend.Call) {
 var _ backend.CallObserver = (*Observer)(nil)
 
 // CountReload counts a policy file reload by result, as
-// admission_reloads_total: applied when err is nil, refused otherwise (call
-// it from config.OnReload with the reload's Err). A nil Observer (metrics
+// admission_reloads_total: ok when err is nil, partial when err has an
+// Applied method that reports true (a config.PartialError: the file is in
+// force without a part of it), rejected otherwise (call it from
+// config.OnReload with the reload's Err). A nil Observer (metrics
 // disabled) counts nothing.
 func (o *Observer) CountReload(err error) {
 	if o == nil {
 		return
 	}
-	if err != nil {
+	var applied interface{ Applied() bool }
+	switch {
+	case err == nil:
+		o.reloads[0].Add(1)
+	case errors.As(err, &applied) && applied.Applied():
+		o.reloads[2].Add(1)
+	default:
 		o.reloads[1].Add(1)
-		return
 	}
-	o.reloads[0].Add(1)
 }
 
 var (

@@ -1,6 +1,9 @@
 package shadow
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
 // parseFast decodes the common shape of a record without reflection: a
 // flat object of known keys whose strings have no escapes and whose
@@ -67,6 +70,8 @@ func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 			ok = p.actual(w)
 		case "sample":
 			ok = p.smallIntTo(&w.Sample)
+		case "begin_only":
+			ok = p.boolTo(&w.BeginOnly)
 		default:
 			return false
 		}
@@ -109,6 +114,8 @@ func keyBit(k []byte) int {
 		return 13
 	case "sample":
 		return 14
+	case "begin_only":
+		return 15
 	}
 	return 0
 }
@@ -118,6 +125,19 @@ func (p *fastParser) smallIntTo(dst *int) bool {
 	n, ok := p.int()
 	*dst = int(n)
 	return ok && int64(*dst) == n
+}
+
+// boolTo reads true or false into dst.
+func (p *fastParser) boolTo(dst *bool) bool {
+	switch rest := p.b[p.i:]; {
+	case bytes.HasPrefix(rest, []byte("true")):
+		*dst, p.i = true, p.i+4
+	case bytes.HasPrefix(rest, []byte("false")):
+		*dst, p.i = false, p.i+5
+	default:
+		return false
+	}
+	return true
 }
 
 type fastParser struct {

@@ -128,10 +128,26 @@ func NewRequestLog(cfg RequestLogConfig) (*RequestLog, error) {
 // record at arrived, queues it as the candidate says, and settles it with
 // actual after work. Log never blocks; after Close it does nothing.
 func (l *RequestLog) Log(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration) {
+	l.log(r, arrived, actual, work, false)
+}
+
+// LogBeginOnly logs a request that ended before its body was priced (the
+// caller refused the body: malformed, too large, unreadable) after
+// admission.Controller.Begin admitted it: r as Begin was given it (its
+// identity and operation) and when it arrived. Its record is marked
+// begin_only (Record.BeginOnly), so that a replay decides it with Begin's
+// policies alone, as they decided it live. The body itself is never
+// logged. LogBeginOnly never blocks; after Close it does nothing.
+func (l *RequestLog) LogBeginOnly(r *admission.Request, arrived time.Time) {
+	l.log(r, arrived, admission.Usage{}, 0, true)
+}
+
+// log is Log and LogBeginOnly.
+func (l *RequestLog) log(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration, beginOnly bool) {
 	if l.cfg.SampleTenants > 1 && !sampled(r.Tenant, l.cfg.SampleTenants) {
 		return
 	}
-	rec := Record{Time: arrived.UTC(), Request: *r, Actual: actual, Duration: min(max(work, 0), MaxRecordDuration)}
+	rec := Record{Time: arrived.UTC(), Request: *r, Actual: actual, Duration: min(max(work, 0), MaxRecordDuration), BeginOnly: beginOnly}
 	if l.cfg.SampleTenants > 1 {
 		rec.Sample = l.cfg.SampleTenants
 	}

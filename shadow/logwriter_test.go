@@ -195,6 +195,7 @@ func TestRequestLogRecord(t *testing.T) {
 		Units: []admission.UnitAmount{{Unit: "searches", Amount: 2}, {Unit: "images", Amount: 1}}}
 	rl.Log(&r, at, admission.Usage{Tokens: 300, TokensKnown: true, Units: []admission.UnitAmount{{Unit: "images", Amount: 0}}}, 1500*time.Millisecond)
 	rl.Log(&admission.Request{Tenant: "globex", Operation: "GET /v1/models"}, at, admission.Usage{}, 0)
+	rl.LogBeginOnly(&admission.Request{Tenant: "globex", KeyID: "k2", Operation: "POST /v1/chat/completions"}, at)
 	if err := rl.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +206,7 @@ func TestRequestLogRecord(t *testing.T) {
 	}
 	want := `{"time":"2026-01-01T11:00:00.25Z","tenant":"acme","key_id":"k1","user":"u","operation":"POST /v1/chat/completions","model":"gpt-4o","tokens":900,"cost":12,"units":{"images":1,"searches":2},"actual":{"tokens":300,"units":{"images":0}},"duration":"1.5s"}
 {"time":"2026-01-01T11:00:00.25Z","tenant":"globex","operation":"GET /v1/models"}
+{"time":"2026-01-01T11:00:00.25Z","tenant":"globex","key_id":"k2","operation":"POST /v1/chat/completions","begin_only":true}
 `
 	if string(b) != want {
 		t.Errorf("log:\n%s\nwant:\n%s", b, want)

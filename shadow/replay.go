@@ -354,18 +354,36 @@ func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at t
 	}
 	r.settleUntil(at)
 	r.clk.Set(at)
-	r.countMatched(req)
+	r.countMatched(rec, req)
 	r.one = request{rec: rec, took: r.one.took[:0]}
 	r.cur = &r.one
-	tk, err := r.ctl.TryAdmit(ctx, *req)
+	tk, err := r.decide(ctx, rec, *req, false)
 	r.cur = nil
 	r.admitted1(&r.one, tk, err, at, usage)
 }
 
-// countMatched counts req for the policies it matches.
-func (r *run) countMatched(req *admission.Request) {
+// decide decides one record's request as the gateway did: a BeginOnly
+// record by the policies Controller.Begin evaluates, its ticket settled
+// at once at its estimate (the request did no work; its policies report
+// it then, while it is the request being admitted); any other by every
+// policy, waiting in queues when wait is set.
+func (r *run) decide(ctx context.Context, rec *Record, req admission.Request, wait bool) (admission.Ticket, error) {
+	switch {
+	case rec.BeginOnly:
+		tk, err := r.ctl.Begin(ctx, req)
+		tk.Settle(admission.Usage{})
+		return tk, err
+	case wait:
+		return r.ctl.Admit(ctx, req)
+	}
+	return r.ctl.TryAdmit(ctx, req)
+}
+
+// countMatched counts req, rec's request, for the policies it matches:
+// for a BeginOnly record, those Begin decides.
+func (r *run) countMatched(rec *Record, req *admission.Request) {
 	for i := range r.policies {
-		if r.policies[i].Matches(req.Operation, req.Model) {
+		if p := &r.policies[i]; p.Matches(req.Operation, req.Model) && (!rec.BeginOnly || p.DecidedAtBegin()) {
 			r.stats[i].matched++
 		}
 	}

@@ -44,6 +44,8 @@ func logLines(t testing.TB, specs ...string) string {
 				r.Duration, _ = time.ParseDuration(v)
 			case "op":
 				r.Operation = v
+			case "begin":
+				r.BeginOnly = v == "1"
 			default:
 				t.Fatalf("bad spec %q", s)
 			}
@@ -267,6 +269,39 @@ func TestReplayQueueWaits(t *testing.T) {
 	}
 	if pe.Reasons["queue_full"] == 0 || pe.Reasons["queue_timeout"] == 0 {
 		t.Errorf("reasons %v: the test wants both a full queue and timeouts", pe.Reasons)
+	}
+}
+
+// A begin_only record (a request whose body the gateway refused after
+// its request rate admitted it) spends the policies Begin decides and no
+// other, through a candidate that queues as through one that does not:
+// the token rate and the concurrency cap never see it, the request rate
+// counts it once, admitted or rejected.
+func TestReplayBeginOnly(t *testing.T) {
+	log := logLines(t,
+		"0 acme tokens=10",
+		"0.1 acme begin=1",
+		"0.2 acme begin=1",
+		"0.3 acme tokens=10", // over the request rate
+		"0.4 acme begin=1",   // over the request rate
+		"0.5 other tokens=10",
+	)
+	rate := admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: limits.FixedWindow, Limit: 3, Per: time.Hour}
+	tokens := admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Hour}
+	conc := admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 2, Timeout: time.Second}}
+	rep := replay(t, log, cand("plain", rate, tokens), cand("queued", rate, tokens, conc))
+	// matched, admitted, rejected: the second request of acme over the
+	// rate bypasses the others; the begin_only ones never match them.
+	want := map[string][3]int64{"rpm": {6, 4, 2}, "tpm": {3, 2, 0}, "conc": {3, 2, 0}}
+	for _, c := range rep.Candidates {
+		if c.Requests != 6 || c.Admitted != 4 || c.Rejected != 2 {
+			t.Errorf("%s: %d requests, %d admitted, %d rejected; want 6, 4, 2", c.Candidate, c.Requests, c.Admitted, c.Rejected)
+		}
+		for _, p := range c.Policies {
+			if w := want[p.Policy]; p.Matched != w[0] || p.Admitted != w[1] || p.Rejected != w[2] {
+				t.Errorf("%s: policy %s matched %d, admitted %d, rejected %d; want %d, %d, %d", c.Candidate, p.Policy, p.Matched, p.Admitted, p.Rejected, w[0], w[1], w[2])
+			}
+		}
 	}
 }
 

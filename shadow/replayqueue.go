@@ -109,12 +109,12 @@ func (r *run) addQueued(rec *Record, req *admission.Request, at time.Time, usage
 	r.seq++
 	q.seq = r.seq
 	qr.mu.Lock()
-	r.countMatched(req)
+	r.countMatched(rec, req)
 	r.cur = q
 	qr.outstanding++
 	qr.mu.Unlock()
 	go func() {
-		tk, err := r.ctl.Admit(qr.ctx, q.req)
+		tk, err := r.decide(qr.ctx, q.rec, q.req, true)
 		qr.mu.Lock()
 		q.tk, q.err, q.done = tk, err, true
 		delete(qr.byDec, q.dec)

@@ -57,9 +57,22 @@ const (
 //	           settles it at once
 //	sample     N when the log holds the requests of one tenant in N
 //	           (RequestLogConfig.SampleTenants); absent when it holds all
+//	begin_only true when the request ended before its body was priced
+//	           (the gateway refused the body: malformed, too large,
+//	           unreadable): only the policies that need nothing from a
+//	           body decided it, as admission.Controller.Begin does, and a
+//	           replay decides it with those policies alone; such a record
+//	           has no actual usage and no duration
 //
 // The requests unit is implied: every record is one request. Amounts are
 // non-negative integers. An unknown field is an error, as in policy files.
+//
+// The format only grows: a log written before a field existed reads and
+// replays as it did (a record without begin_only is decided by every
+// policy). A reader older than a field refuses the records that carry it
+// as having an unknown field: replay a log with begin_only records with a
+// reader that knows it (see ReplayConfig.OnRecordError to skip them
+// instead).
 type Record struct {
 	// Time is when the request arrived.
 	Time time.Time
@@ -76,6 +89,11 @@ type Record struct {
 	// Sample is N when the log the record is part of holds the requests
 	// of one tenant in N, zero (or one) when it holds every request.
 	Sample int
+	// BeginOnly marks a request that ended before its body was priced
+	// (a body refused as malformed or too large): only the policies
+	// admission.Controller.Begin evaluates decided it, and a replay
+	// decides it with Begin, settled at once at its estimate.
+	BeginOnly bool
 }
 
 // AppendJSON appends the record as one JSON object (no newline) to dst.
@@ -151,6 +169,9 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 		str("duration", r.Duration.String())
 	}
 	num("sample", int64(r.Sample))
+	if r.BeginOnly {
+		dst = append(dst, `,"begin_only":true`...)
+	}
 	return append(dst, '}')
 }
 
@@ -288,6 +309,7 @@ type recordJSON struct {
 	Actual    *actualJSON      `json:"actual"`
 	Duration  string           `json:"duration"`
 	Sample    int              `json:"sample"`
+	BeginOnly bool             `json:"begin_only"`
 
 	timeVal, tenantVal string // what Time and Tenant point to after parseFast
 }
@@ -320,7 +342,7 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 			return fmt.Errorf("unexpected data after the record at column %d", off+1)
 		}
 	}
-	*rec = Record{Request: admission.Request{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost}, Sample: w.Sample}
+	*rec = Record{Request: admission.Request{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost}, Sample: w.Sample, BeginOnly: w.BeginOnly}
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
@@ -387,6 +409,15 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 		}
 		rec.Duration = d
 	}
+	if w.BeginOnly {
+		// The request did no work: nothing to settle but its estimate.
+		if w.Actual != nil {
+			bad("actual", "a begin_only request has no actual usage")
+		}
+		if w.Duration != "" {
+			bad("duration", "a begin_only request has no duration")
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -449,6 +480,8 @@ func kindName(k reflect.Kind) string {
 		return "a string"
 	case reflect.Map, reflect.Struct:
 		return "an object"
+	case reflect.Bool:
+		return "true or false"
 	}
 	return k.String()
 }

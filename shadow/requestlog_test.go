@@ -57,6 +57,9 @@ func TestParseRecord(t *testing.T) {
 				Duration: 1500 * time.Millisecond,
 			},
 		},
+		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme","operation":"POST /v1/chat/completions","begin_only":true}`,
+			shadow.Record{Time: t0, Request: admission.Request{Tenant: "acme", Operation: "POST /v1/chat/completions"}, BeginOnly: true}},
+		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme","begin_only":false}`, shadow.Record{Time: t0, Request: admission.Request{Tenant: "acme"}}},
 		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, shadow.Record{Time: t0, Request: admission.Request{Tenant: "b"}, Actual: admission.Usage{CostKnown: true}}},
 	}
 	for _, tt := range tests {
@@ -146,6 +149,7 @@ func FuzzParseRecord(f *testing.F) {
 		`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`,
 		`{"time":"2026-01-01T12:00:00.25Z","tenant":"acme","key_id":"k","ip":"::1","operation":"op","model":"m","priority":-1,"tokens":1,"cost":2,"units":{"x":3},"actual":{"tokens":1,"cost":0,"units":{"x":1}},"duration":"1ms","sample":4}`,
 		`{"time":"2026-01-01T12:00:00Z","tenant":"a","sample":-1}`, `{"time":"2026-01-01T12:00:00Z","tenant":"a","sample":1e3}`,
+		`{"time":"2026-01-01T12:00:00Z","tenant":"a","operation":"op","begin_only":true}`, `{"time":"2026-01-01T12:00:00Z","tenant":"a","begin_only":true,"duration":"1s","actual":{}}`,
 		`{"time":"9999-12-31T23:59:59.999999999-23:59","tenant":"\u0000\ud800"}`,
 		`{"tenant":1}`, `[]`, `{`, `{"time":"2026-01-01T12:00:00Z","tenant":"a"} {}`,
 	} {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -110,14 +111,31 @@ type storeStatus struct {
 	lastError string
 }
 
+// States of a Reload.
+const (
+	// ReloadApplied is a configuration installed whole.
+	ReloadApplied = "applied"
+	// ReloadPartial is a configuration installed without a part of it
+	// (a *config.PartialError): Warning says which and why.
+	ReloadPartial = "partial"
+	// ReloadRefused is a configuration refused: the previous one stays in
+	// force, and Error says why.
+	ReloadRefused = "refused"
+)
+
 // A Reload is one attempt to load a new configuration.
 type Reload struct {
 	// Time is when it happened.
 	Time time.Time `json:"time"`
-	// OK is whether the configuration was installed; Error says why not
-	// (at most 200 bytes).
+	// State is ReloadApplied, ReloadPartial or ReloadRefused.
+	State string `json:"state"`
+	// OK is whether the configuration was installed, whole or partly;
+	// Error says why not (at most 200 bytes).
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Warning says what a configuration installed partly left out, and
+	// why (at most 200 bytes).
+	Warning string `json:"warning,omitempty"`
 	// Source names what was loaded (a file), when known.
 	Source string `json:"source,omitempty"`
 }
@@ -239,13 +257,19 @@ func (p *StatusPage) StoreError(e admission.StoreEvent) {
 	}
 }
 
-// Reloaded records a configuration reload: err is nil when the new
-// configuration was installed. The policy-file package's reload hook
-// calls it.
+// Reloaded records a configuration reload, as config.Reload reports it:
+// err is nil when the new configuration was installed whole, a
+// *config.PartialError when it was installed without a part (a warning),
+// and why it was refused otherwise. The policy-file package's reload hook
+// (config.OnReload) calls it with the reload's Err.
 func (p *StatusPage) Reloaded(source string, err error) {
-	r := Reload{Time: p.cfg.Clock.Now(), OK: err == nil, Source: clip(source)}
-	if err != nil {
-		r.Error = clip(err.Error())
+	r := Reload{Time: p.cfg.Clock.Now(), State: ReloadApplied, OK: true, Source: clip(source)}
+	var partial *config.PartialError
+	switch {
+	case errors.As(err, &partial):
+		r.State, r.Warning = ReloadPartial, clip(err.Error())
+	case err != nil:
+		r.State, r.OK, r.Error = ReloadRefused, false, clip(err.Error())
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -497,7 +521,10 @@ func (st *Status) WriteHTML(w io.Writer, refresh time.Duration) error {
 		p("<table class=\"reloads\"><thead><tr><th>time</th><th>source</th><th>result</th></tr></thead><tbody>\n")
 		for _, r := range st.Reloads {
 			result := "installed"
-			if !r.OK {
+			switch r.State {
+			case ReloadPartial:
+				result = "installed, with a warning: " + r.Warning
+			case ReloadRefused:
 				result = "refused: " + r.Error
 			}
 			p("<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", r.Time.UTC().Format(time.RFC3339), esc(r.Source), esc(result))

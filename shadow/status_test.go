@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/internal/vclock"
@@ -227,9 +228,15 @@ func TestStatusPageFigures(t *testing.T) {
 			r.page.Reloaded("policies.yaml", errors.New("policies[0].limit: "+strings.Repeat("x", 500)))
 		}
 	}
+	r.page.Reloaded("policies.yaml", fmt.Errorf("policies.yaml: %w", &config.PartialError{Section: "directory", Err: errors.New("the section changed")}))
 	st = r.status(t)
-	if len(st.Reloads) != shadow.DefaultStatusReloads || st.Reloads[0].OK || len(st.Reloads[0].Error) > 210 || !st.Reloads[1].OK {
-		t.Errorf("reloads: %d, newest %+v", len(st.Reloads), st.Reloads[0])
+	if len(st.Reloads) != shadow.DefaultStatusReloads || st.Reloads[1].OK || st.Reloads[1].State != shadow.ReloadRefused || len(st.Reloads[1].Error) > 210 ||
+		!st.Reloads[2].OK || st.Reloads[2].State != shadow.ReloadApplied || st.Reloads[2].Warning != "" {
+		t.Errorf("reloads: %d, newest %+v, %+v", len(st.Reloads), st.Reloads[1], st.Reloads[2])
+	}
+	// A file installed without a part is installed, with its warning.
+	if p := st.Reloads[0]; !p.OK || p.State != shadow.ReloadPartial || p.Error != "" || p.Warning != "policies.yaml: applied without its directory section: the section changed" {
+		t.Errorf("partial reload: %+v; want installed, state partial, with the warning", p)
 	}
 
 	resp, err := http.Post(r.srv.URL+"/status", "text/plain", nil)

@@ -22,7 +22,9 @@ import (
 // (NewWatcher). It reloads the configuration when it changes on disk and
 // when the process receives SIGHUP; a configuration that does not load (or
 // that the program refuses) is logged, counted and reported (OnReload)
-// while the previous one keeps serving. Policies that keep their
+// while the previous one keeps serving; one the program applies without a
+// part it cannot take at run time (a *PartialError) is applied, and
+// reported with that part. Policies that keep their
 // name, algorithm, unit and key keep their partitions across a reload,
 // including a policy flipped from shadow to enforce.
 //
@@ -90,8 +92,45 @@ type Subscriber interface {
 type Reload struct {
 	Source   string // the configuration's path
 	Policies int    // the policies in force afterwards
-	Err      error  // why the configuration was refused; nil when applied
+	// Err is nil when the configuration was applied whole, a
+	// *PartialError when it was applied without a part of it (see
+	// Applied), and otherwise why it was refused.
+	Err error
 }
+
+// Applied reports whether the configuration is in force: whole, or
+// without the part a *PartialError names.
+func (r Reload) Applied() bool {
+	var p *PartialError
+	return r.Err == nil || errors.As(r.Err, &p)
+}
+
+// A PartialError is what a Subscriber's Apply (or NewWatcher's load)
+// returns when it applied the configuration without a part of it, which
+// the running program cannot take (a tenant directory's directory
+// section, which a restart applies): the rest is in force. The Watcher
+// counts and logs the reload as applied, and reports it (Reload.Err) with
+// this error, so that a status page and the reload metrics say what was
+// left out, rather than refusing the whole file.
+type PartialError struct {
+	// Section names the part left out ("directory").
+	Section string
+	// Err says why.
+	Err error
+}
+
+// Error returns "applied without its <section> section: " and why.
+func (e *PartialError) Error() string {
+	return "applied without its " + e.Section + " section: " + e.Err.Error()
+}
+
+// Unwrap returns why the section was left out.
+func (e *PartialError) Unwrap() error { return e.Err }
+
+// Applied reports that the configuration is in force without the
+// section: true. Packages that cannot import config (package metrics)
+// tell a partial reload from a refused one by this method.
+func (e *PartialError) Applied() bool { return true }
 
 // OnReload sets the function told about every reload, applied or refused
 // (the first load included), for example to count reloads
@@ -124,11 +163,13 @@ func Watch(path string, sub Subscriber, opts ...WatchOption) (*Watcher, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := sub.Apply(f); err != nil {
+		err = sub.Apply(f)
+		var partial *PartialError
+		if err != nil && !errors.As(err, &partial) {
 			return 0, fmt.Errorf("%s: %w", path, err)
 		}
 		w.cur.Store(f)
-		return len(f.Config.Policies), nil
+		return len(f.Config.Policies), err
 	}
 	return w.start()
 }
@@ -191,13 +232,14 @@ func (w *Watcher) start() (*Watcher, error) {
 // Current returns the policy file in force (nil for a NewWatcher).
 func (w *Watcher) Current() *File { return w.cur.Load() }
 
-// Stats returns how many reloads were applied and refused since Watch
-// (the first load counts as applied).
+// Stats returns how many reloads were applied (whole or without a part)
+// and refused since Watch (the first load counts as applied).
 func (w *Watcher) Stats() (applied, refused int64) { return w.applied.Load(), w.refused.Load() }
 
 // Reload reads the configuration now and applies it, even when its content
 // has not changed since the last reload (applied or refused), as SIGHUP
-// does. It returns the reason a refused configuration was refused.
+// does. It returns the reason a refused configuration was refused (nil
+// for one applied without a part: OnReload reports that part).
 func (w *Watcher) Reload() error { return w.reload(true) }
 
 // Close stops watching. It does not touch the subscriber.
@@ -323,12 +365,17 @@ func (w *Watcher) reload(force bool) error {
 	if err == nil {
 		n, err = w.load(w.path)
 	}
-	if err != nil {
+	var partial *PartialError
+	if err != nil && !errors.As(err, &partial) {
 		return w.refuse(err)
 	}
 	w.policies = n
-	w.onReload(Reload{Source: w.path, Policies: n})
-	w.log.Info(w.name+" applied", slog.String("file", w.path), slog.Int("policies", n))
+	w.onReload(Reload{Source: w.path, Policies: n, Err: err})
+	if partial != nil {
+		w.log.Warn(w.name+" applied without a part", slog.String("file", w.path), slog.Int("policies", n), slog.String("warning", err.Error()))
+	} else {
+		w.log.Info(w.name+" applied", slog.String("file", w.path), slog.Int("policies", n))
+	}
 	w.applied.Add(1) // last: once Stats counts a reload, it was reported
 	return nil
 }

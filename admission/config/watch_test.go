@@ -35,10 +35,10 @@ func (r *reloads) count() (ok, failed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ev := range r.got {
-		if ev.Err != nil {
-			failed++
-		} else {
+		if ev.Applied() {
 			ok++
+		} else {
+			failed++
 		}
 	}
 	return
@@ -193,6 +193,60 @@ func TestReloadUnderLoad(t *testing.T) {
 // TestReloadShadowToEnforce runs a policy in shadow, then enforces it by
 // editing the file: the enforcing policy starts from the state its shadow
 // run built.
+// partialSub applies every file, and answers with its error: a
+// *config.PartialError, a refusal or nil.
+type partialSub struct{ err error }
+
+func (s *partialSub) Apply(*config.File) error { return s.err }
+
+// TestReloadPartial: a file the subscriber applies without a part of it
+// is in force and counted applied, and OnReload reports it with the
+// *config.PartialError saying what was left out; a refusal is still a
+// refusal.
+func TestReloadPartial(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	write(t, path, policyFile(10, "enforce", 1000))
+	sub, got := &partialSub{}, &reloads{}
+	w, err := config.Watch(path, sub, config.OnReload(got.add), config.WithSignals(), config.WithDebounce(time.Hour),
+		config.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	partial := &config.PartialError{Section: "directory", Err: fmt.Errorf("the section changed")}
+	for i, step := range []struct {
+		limit            int
+		err              error
+		refusedNow       bool
+		applied, refused int64
+		inForce          int64
+	}{
+		{11, partial, false, 2, 0, 11},
+		{12, fmt.Errorf("no"), true, 2, 1, 11},
+		{13, nil, false, 3, 1, 13},
+	} {
+		sub.err = step.err
+		write(t, path, policyFile(step.limit, "enforce", 1000))
+		err := w.Reload()
+		applied, refused := w.Stats()
+		got.mu.Lock()
+		last := got.got[len(got.got)-1]
+		got.mu.Unlock()
+		if limit := w.Current().Config.Policies[0].Limit; applied != step.applied || refused != step.refused || limit != step.inForce {
+			t.Errorf("step %d: Stats() = %d, %d, limit %d in force; want %d, %d, %d", i, applied, refused, limit, step.applied, step.refused, step.inForce)
+		}
+		if last.Applied() == step.refusedNow || (err != nil) != step.refusedNow {
+			t.Errorf("step %d: Reload() = %v, reported %v (applied %v)", i, err, last.Err, last.Applied())
+		}
+		if step.err == partial && last.Err != partial {
+			t.Errorf("step %d: reported %v; want the *config.PartialError", i, last.Err)
+		}
+	}
+	if want := "applied without its directory section: the section changed"; partial.Error() != want {
+		t.Errorf("PartialError.Error() = %q; want %q", partial.Error(), want)
+	}
+}
+
 func TestReloadShadowToEnforce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	write(t, path, policyFile(10, "shadow", 1000))

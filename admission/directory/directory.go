@@ -117,14 +117,20 @@ func (d *Directory) Data() *Data {
 // directory lives changes with a restart: a reloaded file whose directory
 // section changed is installed with the running section (and without
 // the file's default_plan, plans and tenants, which the change would
-// bring), and the change is logged as refused at each such reload until
-// the section is restored or the program restarts.
+// bring), and the change is logged as refused and returned as a
+// *config.PartialError (section "directory": the watcher reports the file
+// applied without it) at each such reload until the section is restored
+// or the program restarts.
 func (d *Directory) Apply(f *config.File) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var partial error
 	if d.file != nil && f.Directory != d.file.Directory {
 		d.log.Error("policy file applied without its directory section: the section changed, and a restart applies it",
 			"file", f.Source, "running", describe(d.file.Directory), "refused", describe(f.Directory))
+		// What was refused first: a status page bounds the message.
+		partial = &config.PartialError{Section: "directory", Err: fmt.Errorf("%s refused, a restart applies it; running %s",
+			describe(f.Directory), describe(d.file.Directory))}
 		kept := *f
 		kept.Directory = d.file.Directory
 		f = &kept
@@ -132,9 +138,12 @@ func (d *Directory) Apply(f *config.File) error {
 	err := d.installLocked(f, d.data)
 	if errors.Is(err, ErrRefused) && d.file == f {
 		d.log.Warn("directory entries refused by the policy file", "source", d.source, "problems", err.Error())
-		return nil
+		err = nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return partial
 }
 
 // describe says where a directory section puts the directory.

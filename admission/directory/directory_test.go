@@ -156,7 +156,9 @@ directory: %s
 		t.Fatal(err)
 	}
 	// Reloads only when asked: no signal, and file events wait an hour.
-	w, err := config.Watch(path, d, config.WithSignals(), config.WithDebounce(time.Hour), config.WithLogger(slog.New(slog.DiscardHandler)))
+	var last config.Reload
+	w, err := config.Watch(path, d, config.WithSignals(), config.WithDebounce(time.Hour), config.WithLogger(slog.New(slog.DiscardHandler)),
+		config.OnReload(func(r config.Reload) { last = r }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +188,11 @@ directory: %s
 		if got := limit(); got != int64(step.limit) {
 			t.Errorf("reload %d: limit %d; want %d", i, got, step.limit)
 		}
+		// The reload is reported applied, without its directory section.
+		var partial *config.PartialError
+		if !last.Applied() || !errors.As(last.Err, &partial) || partial.Section != "directory" || !strings.Contains(last.Err.Error(), "a restart applies it") {
+			t.Errorf("reload %d reported as %+v (applied %v); want applied with a *config.PartialError naming the directory section", i, last, last.Applied())
+		}
 		got := log.String()[mark:]
 		if !strings.Contains(got, "policy file applied without its directory section: the section changed, and a restart applies it") ||
 			!strings.Contains(got, `running="source postgres, dsn_env SLUICE_DATABASE_URL, refresh 1m0s, snapshot \"\""`) {
@@ -201,8 +208,8 @@ directory: %s
 	// The section restored: applied without a word about it.
 	mark := len(log.String())
 	write(13, "{source: postgres}")
-	if err := w.Reload(); err != nil || limit() != 13 || len(log.String()) != mark {
-		t.Errorf("restored section: reload %v, limit %d, log %q; want applied, 13, nothing", err, limit(), log.String()[mark:])
+	if err := w.Reload(); err != nil || limit() != 13 || len(log.String()) != mark || last.Err != nil {
+		t.Errorf("restored section: reload %v (reported %v), limit %d, log %q; want applied whole, 13, nothing", err, last.Err, limit(), log.String()[mark:])
 	}
 }
 

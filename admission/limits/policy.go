@@ -180,6 +180,13 @@ func (o Override) Apply(l Limit) Limit {
 	return l.withWindow()
 }
 
+// DecidedAtBegin reports whether admission.Controller.Begin decides the
+// policy: it needs nothing a request body tells (no model in its match or
+// key, a cost of one request) and never waits (no queue).
+func (p *Policy) DecidedAtBegin() bool {
+	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, KeyModel) && (p.Unit == "" || p.Unit == UnitRequests) && p.Queue.Size == 0
+}
+
 // Matches reports whether the policy applies to a request for operation
 // and model: it is not Off, and each non-empty list of its Match holds the
 // request's value.

@@ -60,7 +60,11 @@ type reloadBudgets struct {
 	next config.Subscriber
 }
 
-// Apply installs f in the gateway, then its thresholds and webhook.
+// Apply installs f in the gateway, then its thresholds and webhook. A
+// file the gateway installed without a part of it (a
+// *config.PartialError: the tenant directory's section) has its budgets
+// installed too, and the partial error is returned for the watcher to
+// report.
 func (r reloadBudgets) Apply(f *config.File) error {
 	wc, err := budget.FileWebhook(f, os.Getenv)
 	if err != nil {
@@ -70,10 +74,15 @@ func (r reloadBudgets) Apply(f *config.File) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if err := r.next.Apply(f); err != nil {
+	applied := r.next.Apply(f)
+	var partial *config.PartialError
+	if applied != nil && !errors.As(applied, &partial) {
+		return applied
+	}
+	if err := errors.Join(r.b.watcher.SetConfig(cfg), r.b.hook.SetConfig(wc)); err != nil {
 		return err
 	}
-	return errors.Join(r.b.watcher.SetConfig(cfg), r.b.hook.SetConfig(wc))
+	return applied
 }
 
 // drainTime bounds how long shutdown waits for the webhook to deliver the

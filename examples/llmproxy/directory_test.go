@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/shadow"
 )
 
 // TestTenantsInPostgres is the README's flow on two gateways sharing one
@@ -107,7 +110,9 @@ directory: {source: postgres, dsn_env: TEST_SLUICE_DATABASE_URL, snapshot: ` + f
 
 	// A reload whose directory section moved the snapshot applies the
 	// policies' change, the running directory kept; and so does the next.
-	for _, limit := range []string{"61", "62"} {
+	// The status page and the reload metrics say the file was installed
+	// without its directory section, and what the refused section was.
+	for i, limit := range []string{"61", "62"} {
 		moved := strings.Replace(strings.Replace(policy, "limit: 60", "limit: "+limit, 1), "dir.json", "moved.json", 1)
 		if err := os.WriteFile(path+".tmp", []byte(moved), 0o644); err != nil {
 			t.Fatal(err)
@@ -121,8 +126,56 @@ directory: {source: postgres, dsn_env: TEST_SLUICE_DATABASE_URL, snapshot: ` + f
 		if got := a.ctl.Policies()[0].Limit; strconv.FormatInt(got, 10) != limit {
 			t.Errorf("after the reload: the policy's limit %d; want %s", got, limit)
 		}
+		r := lastReload(t, a)
+		if r.State != shadow.ReloadPartial || !r.OK || r.Error != "" || !strings.Contains(r.Warning, "applied without its directory section") || !strings.Contains(r.Warning, "moved.json") {
+			t.Errorf("reload %d on /status.json: %+v; want state partial, installed, with a warning naming the refused section", i, r)
+		}
+		if n := scrape(t, a, "admission_reloads_total", "result", "partial"); n != float64(i+1) {
+			t.Errorf("after reload %d: admission_reloads_total{result=partial} = %v; want %d", i, n, i+1)
+		}
 	}
 	if n := len(a.dir.dir.Data().Plans.Tenants); n != 1 {
 		t.Errorf("after the reloads: %d tenants; want the running directory's 1", n)
 	}
+	if page := get(t, a.OpsURL+"/status"); !strings.Contains(page, "installed, with a warning: ") || !strings.Contains(page, "moved.json") {
+		t.Errorf("the /status page does not show the refused directory section:\n%.3000s", page)
+	}
+	// The section restored: applied whole, and said so.
+	if err := os.WriteFile(path, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.watcher.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if r := lastReload(t, a); r.State != shadow.ReloadApplied || r.Warning != "" {
+		t.Errorf("reload with the section restored on /status.json: %+v; want state applied, no warning", r)
+	}
+}
+
+// get returns the body of a GET of url, which must answer 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v\n%s", url, resp.StatusCode, err, b)
+	}
+	return string(b)
+}
+
+// lastReload returns the newest reload the gateway's /status.json lists.
+func lastReload(t *testing.T, s *server) shadow.Reload {
+	t.Helper()
+	var st shadow.Status
+	if err := json.Unmarshal([]byte(get(t, s.OpsURL+"/status.json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Reloads) == 0 {
+		t.Fatal("/status.json lists no reload")
+	}
+	return st.Reloads[0]
 }

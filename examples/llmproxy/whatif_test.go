@@ -165,16 +165,29 @@ func TestGatewayStatusPageInBrowser(t *testing.T) {
 	}
 }
 
-// whatIfCall is one request of TestWhatIfEqualsReality's traffic.
+// whatIfCall is one request of TestWhatIfEqualsReality's traffic; a
+// chunked one is sent without a Content-Length.
 type whatIfCall struct {
 	method, path, key, body string
+	chunked                 bool
 }
+
+// whatIfMaxBody is the body cap of TestWhatIfEqualsReality's policy file.
+const whatIfMaxBody = 128 << 10
+
+// logged reports whether the gateway logs the call: every call but one
+// whose Content-Length is over the cap, refused before any policy.
+func (c whatIfCall) logged() bool { return c.chunked || len(c.body) <= whatIfMaxBody }
 
 // whatIfTraffic is the traffic of TestWhatIfEqualsReality on the demo
 // tenants, round after round: acme (pro) on every kind of route;
 // globex asking for more output than its plan allows on the Messages API
 // and sending prompts that exhaust its tokens per minute and make the
 // shadow candidate refuse; initech past its five requests a minute.
+// Mixed in, bodies the gateway refuses after the request rate admitted
+// them: malformed JSON (400), a field of the wrong type (400), a body
+// over the cap sent without a length (413); and one over the cap by its
+// Content-Length (413), which no policy sees.
 func whatIfTraffic(round int) []whatIfCall {
 	const (
 		chat   = `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hello there"}]}`
@@ -185,42 +198,65 @@ func whatIfTraffic(round int) []whatIfCall {
 		globex = "sk-demo-globex"
 		inite  = "sk-demo-initech"
 	)
+	huge := fmt.Sprintf(embed, strings.Repeat("x", whatIfMaxBody))
 	calls := []whatIfCall{
-		{"POST", "/v1/chat/completions", acme, chat},
-		{"POST", "/v1/messages", acme, fmt.Sprintf(msg, 32)},
-		{"GET", "/v1/models", acme, ""},
-		{"POST", "/v1/messages/count_tokens", acme, count},
-		{"POST", "/v1/embeddings", acme, fmt.Sprintf(embed, "hello")},
-		{"POST", "/v1/chat/completions", globex, chat},
-		{"POST", "/v1/messages", globex, fmt.Sprintf(msg, 20_000)},
-		{"POST", "/v1/messages/count_tokens", globex, count},
-		{"POST", "/v1/chat/completions", inite, chat},
-		{"GET", "/v1/models/gpt-4o-mini", inite, ""},
+		{"POST", "/v1/chat/completions", acme, chat, false},
+		{"POST", "/v1/messages", acme, fmt.Sprintf(msg, 32), false},
+		{"GET", "/v1/models", acme, "", false},
+		{"POST", "/v1/messages/count_tokens", acme, count, false},
+		{"POST", "/v1/embeddings", acme, fmt.Sprintf(embed, "hello"), false},
+		{"POST", "/v1/chat/completions", acme, `{"model":"gpt-4o-mini","messages":[`, false},
+		{"POST", "/v1/chat/completions", globex, chat, false},
+		{"POST", "/v1/messages", globex, fmt.Sprintf(msg, 20_000), false},
+		{"POST", "/v1/messages/count_tokens", globex, count, false},
+		{"POST", "/v1/embeddings", globex, `{"model":"text-embedding-3-small","input":{"a":1}}`, false},
+		{"POST", "/v1/chat/completions", inite, chat, false},
+		{"GET", "/v1/models/gpt-4o-mini", inite, "", false},
+		{"POST", "/v1/messages", inite, `{"model":"claude-sonnet-4-5","max_tokens":`, false},
 	}
-	if round%3 == 0 {
-		calls = append(calls, whatIfCall{"POST", "/v1/embeddings", globex, fmt.Sprintf(embed, strings.Repeat("hello ", 15_000))})
+	switch round % 3 {
+	case 0:
+		calls = append(calls, whatIfCall{"POST", "/v1/embeddings", globex, fmt.Sprintf(embed, strings.Repeat("hello ", 15_000)), false})
+	case 1:
+		calls = append(calls, whatIfCall{"POST", "/v1/chat/completions", acme, huge, true})
+	case 2:
+		calls = append(calls, whatIfCall{"POST", "/v1/embeddings", globex, huge, false})
 	}
 	return calls
 }
 
 // TestWhatIfEqualsReality: traffic on every kind of route from the demo
-// tenants, enough to be refused by several policies, goes through the
-// gateway with the embedded default policy; its request log holds every
-// decided request, and replaying it through the same file gives each
-// policy's live admitted, rejected and would-reject counts (the
-// gateway's metrics, less the admissions rolled back when a later policy
-// refused) back within 1%. The requests go one after another on a fake
-// clock that moves 250 ms between them, so the replay sees them in the
-// order and at the instants the gateway decided them.
+// tenants, enough to be refused by several policies and with bodies the
+// gateway refuses mixed in, goes through the gateway with the default
+// policy file (its body cap lowered to 128 KiB so that oversized bodies
+// stay small); its request log holds every decided request, a refused
+// body as a begin_only record, and replaying it through the same file
+// gives each policy's live admitted, rejected and would-reject counts
+// (the gateway's metrics, less the admissions rolled back when a later
+// policy refused) back within 1%. The requests go one after another on a
+// fake clock that moves 250 ms between them, so the replay sees them in
+// the order and at the instants the gateway decided them.
 func TestWhatIfEqualsReality(t *testing.T) {
 	clk := demoClock()
-	path := filepath.Join(t.TempDir(), "requests.jsonl")
-	s := startProxy(t, func(o *options) { o.clock, o.requestLog = clk, path })
+	dir := t.TempDir()
+	path, policy := filepath.Join(dir, "requests.jsonl"), filepath.Join(dir, "default.yaml")
+	file := strings.Replace(string(defaultPolicy), "max_body: 8MiB", fmt.Sprintf("max_body: %dKiB", whatIfMaxBody>>10), 1)
+	if file == string(defaultPolicy) {
+		t.Fatal("default.yaml has no http.max_body of 8MiB to lower")
+	}
+	if err := os.WriteFile(policy, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startProxy(t, func(o *options) { o.clock, o.requestLog, o.configPath = clk, path, policy })
 	statuses := map[int]int{}
-	sent := 0
+	sent, logged := 0, 0
 	for round := range 12 {
 		for _, c := range whatIfTraffic(round) {
-			req, err := http.NewRequestWithContext(ctxT(t, 30*time.Second), c.method, s.URL+c.path, strings.NewReader(c.body))
+			var body io.Reader = strings.NewReader(c.body)
+			if c.chunked {
+				body = io.MultiReader(body) // no length known: sent chunked
+			}
+			req, err := http.NewRequestWithContext(ctxT(t, 30*time.Second), c.method, s.URL+c.path, body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,29 +270,45 @@ func TestWhatIfEqualsReality(t *testing.T) {
 			resp.Body.Close()
 			statuses[resp.StatusCode]++
 			sent++
+			if c.logged() {
+				logged++
+			}
 			// The next request is decided after this one is in the log.
-			eventually(t, 30*time.Second, fmt.Sprintf("request %d (%s %s) logged", sent, c.method, c.path), func() bool { return s.reqLog.Written() == uint64(sent) })
+			eventually(t, 30*time.Second, fmt.Sprintf("request %d (%s %s, %d) logged", sent, c.method, c.path, resp.StatusCode), func() bool { return s.reqLog.Written() == uint64(logged) })
 			clk.Advance(250 * time.Millisecond)
 		}
 	}
-	if statuses[http.StatusOK] == 0 || statuses[http.StatusTooManyRequests] == 0 || statuses[http.StatusOK]+statuses[http.StatusTooManyRequests] != sent {
-		t.Fatalf("live statuses %v; want admitted and refused requests and nothing else", statuses)
+	// A refused body (400, 413) was admitted by the request rate: its
+	// policies count it admitted, live as in the replay; the body refused
+	// by its length is the one request no policy decided.
+	bodies := statuses[http.StatusBadRequest] + statuses[http.StatusRequestEntityTooLarge] - (sent - logged)
+	if statuses[http.StatusOK] == 0 || statuses[http.StatusTooManyRequests] == 0 || statuses[http.StatusBadRequest] == 0 || statuses[http.StatusRequestEntityTooLarge] <= sent-logged ||
+		statuses[http.StatusOK]+statuses[http.StatusTooManyRequests]+bodies != logged {
+		t.Fatalf("live statuses %v of %d requests, %d logged; want admitted, refused and refused bodies of both kinds and nothing else", statuses, sent, logged)
 	}
 	if err := s.reqLog.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	rep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{}, shadow.Candidate{Name: "default.yaml", Config: s.file.Config})
+	// Each refused body is one begin_only record, and no body is logged.
+	if n := strings.Count(string(data), `"begin_only":true`); n != bodies {
+		t.Errorf("the log holds %d begin_only records; want one per refused body, %d", n, bodies)
+	}
+	for _, body := range []string{"hello there", "xxxxxxxx", `"messages":[`, `"input":{`, `"max_tokens":`} {
+		if strings.Contains(string(data), body) {
+			t.Errorf("the request log holds a body (%q)", body)
+		}
+	}
+	rep, err := shadow.Replay(context.Background(), strings.NewReader(string(data)), shadow.ReplayConfig{}, shadow.Candidate{Name: "default.yaml", Config: s.file.Config})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := rep.Candidates[0]
-	if c.Requests != int64(sent) || c.Admitted != int64(statuses[http.StatusOK]) || c.Rejected != int64(statuses[http.StatusTooManyRequests]) {
-		t.Errorf("replay: %d requests, %d admitted, %d rejected; live %d sent, statuses %v", c.Requests, c.Admitted, c.Rejected, sent, statuses)
+	if c.Requests != int64(logged) || c.Admitted != int64(statuses[http.StatusOK]+bodies) || c.Rejected != int64(statuses[http.StatusTooManyRequests]) {
+		t.Errorf("replay: %d requests, %d admitted, %d rejected; live %d logged, %d refused bodies, statuses %v", c.Requests, c.Admitted, c.Rejected, logged, bodies, statuses)
 	}
 	within := func(what string, replayed int64, live float64) {
 		t.Helper()

@@ -324,8 +324,12 @@ type Config struct {
 	// RequestLog, when set, receives every request the policies decided,
 	// on every route: a refused one with its estimates, an admitted one
 	// when it ends with its actual usage (a batch when its reservation
-	// ends) and how long it held its permits, in the format admitctl
-	// replay reads (see shadow.RequestLog), so that replaying the log
+	// ends) and how long it held its permits, one whose body was refused
+	// (400, 413, 503 server_busy) after the request-level policies
+	// admitted it as a begin_only record (shadow.Record.BeginOnly: it
+	// spent those policies and replays through them alone), in the
+	// format admitctl replay reads (see shadow.RequestLog), so that
+	// replaying the log
 	// through the same file gives the live decisions back. It never holds
 	// a key, a prompt or a completion.
 	RequestLog *shadow.RequestLog

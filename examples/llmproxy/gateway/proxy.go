@@ -66,8 +66,15 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	}
 	// Settles the permits held when the request ends before it is
 	// admitted whole (a bad body); a no-op once the exchange owns the
-	// ticket or it was refused.
-	defer func() { tk.Done() }()
+	// ticket or it was refused. A request that ends before Continue spent
+	// Begin's policies: it is logged for them.
+	continued := false
+	defer func() {
+		if !continued {
+			g.logBeginOnly(&req, arrived)
+		}
+		tk.Done()
+	}()
 	x := exchange{g: g, c: c}
 	var body []byte
 	if x.est, body, ok = g.readAndPrice(c, rt.endpoint); !ok || !g.checkModel(c, x.est.Model) {
@@ -79,6 +86,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 			g.m.count(ctx, g.m.fallbackPrices, "fallback")
 		}
 		actx, cancel := g.admissionContext(c)
+		continued = true
 		err = tk.Continue(actx, req)
 		if g.epoch.Changed(e) {
 			st, req, tk, err = g.readmit(actx, r, e, st, req, tk, err, &x)
@@ -328,6 +336,16 @@ func (g *Gateway) logRefused(req *admission.Request, arrived time.Time, err erro
 	var rej *admission.Rejection
 	if g.cfg.RequestLog != nil && errors.As(err, &rej) {
 		g.cfg.RequestLog.Log(req, arrived, admission.Usage{}, 0)
+	}
+}
+
+// logBeginOnly writes a request that Begin admitted and that ended
+// before its body was priced (refused as malformed, too large or
+// unreadable) to the request log: a begin_only record of req as Begin
+// was given it, never its body.
+func (g *Gateway) logBeginOnly(req *admission.Request, arrived time.Time) {
+	if l := g.cfg.RequestLog; l != nil {
+		l.LogBeginOnly(req, arrived)
 	}
 }
 
