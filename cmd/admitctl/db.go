@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -674,33 +675,35 @@ func yamlKeyLess(a, b string) bool {
 
 // readImport reads the directory to import: the plans, tenants and keys
 // of a whole policy file, or of an export checked with the policies of
-// pf (-f).
+// pf (-f). A file in the export's shape is parsed once, by the policy
+// file parser: the policy file's sections are appended to its text,
+// which keeps its lines (errors name them); a file of another shape is
+// merged as a document and encoded again.
 func readImport(path string, pf *config.File) (*directory.Data, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s: not a mapping", path)
-	}
-	root := doc.Content[0]
-	hasPolicies := false
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		hasPolicies = hasPolicies || root.Content[i].Value == "policies"
+	block, hasPolicies := topKeys(data)
+	if !block {
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("%s: not a mapping", path)
+		}
+		root := doc.Content[0]
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			hasPolicies = hasPolicies || root.Content[i].Value == "policies"
+		}
 	}
 	if !hasPolicies {
 		if pf == nil {
 			return nil, fmt.Errorf("%s has no policies: give the policy file with -f to check it against", path)
 		}
 		// The export's sections with the policy file's policies and
-		// identity, read by the policy file parser. Appended to an
-		// export's block mapping, they leave its lines where they are
-		// (errors name them) and its text as it is: encoding a large
-		// document again takes seconds.
+		// identity, read by the policy file parser.
 		src, err := os.ReadFile(pf.Source)
 		if err != nil {
 			return nil, err
@@ -717,7 +720,7 @@ func readImport(path string, pf *config.File) (*directory.Data, error) {
 				borrowed.Content = append(borrowed.Content, proot.Content[i], proot.Content[i+1])
 			}
 		}
-		if root.Style&yaml.FlowStyle == 0 && root.Column == 1 {
+		if block {
 			sections, err := yaml.Marshal(borrowed)
 			if err != nil {
 				return nil, err
@@ -727,6 +730,7 @@ func readImport(path string, pf *config.File) (*directory.Data, error) {
 			}
 			data = append(data, sections...)
 		} else {
+			root := doc.Content[0]
 			root.Content = append(root.Content, borrowed.Content...)
 			if data, err = yaml.Marshal(&doc); err != nil {
 				return nil, err
@@ -742,3 +746,33 @@ func readImport(path string, pf *config.File) (*directory.Data, error) {
 	}
 	return directory.FromFile(f), nil
 }
+
+// topKeys reads from data's text what readImport needs of its top-level
+// keys, without parsing it. block reports whether data is a block mapping
+// whose first line (after comments and a "---") is a plain key at the
+// first column, as an export's is; then a line starting with a key at the
+// first column is a top-level key, and policies reports whether one is
+// policies. A key the reading misses (a quoted "policies") is then
+// given twice, which the parser refuses.
+func topKeys(data []byte) (block, policies bool) {
+	for line := range bytes.Lines(data) {
+		if !block {
+			t := bytes.TrimSpace(line)
+			if len(t) == 0 || t[0] == '#' || string(t) == "---" {
+				continue
+			}
+			if !plainKeyLine.Match(line) {
+				return false, false
+			}
+			block = true
+		}
+		if rest, ok := bytes.CutPrefix(line, []byte("policies")); ok && bytes.HasPrefix(bytes.TrimLeft(rest, " \t"), []byte(":")) {
+			policies = true
+		}
+	}
+	return block, policies
+}
+
+// plainKeyLine matches a line starting with a plain key at the first
+// column.
+var plainKeyLine = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*:(\s|$)`)

@@ -279,3 +279,58 @@ func TestWriteExportAsEncoder(t *testing.T) {
 		check(fmt.Sprintf("random directory %d", i), d)
 	}
 }
+
+// TestReadImportShapes: an export is read with the policy file's
+// policies whatever its YAML shape (block, as written, with a comment and
+// a document start, flow, empty); its errors name its own lines; a
+// policies section it holds, however written, is not silently replaced.
+func TestReadImportShapes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	pf, err := config.Parse(write("policies.yaml", dbPolicies), []byte(dbPolicies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var empty strings.Builder
+	if err := writeExport(&empty, &directory.Data{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, text string
+		tenants    int
+	}{
+		{"block", "default_plan: basic\nplans:\n  basic:\n    rpm:\n      limit: 10\ntenants:\n  acme:\n    plan: basic\n  globex: {}\n", 2},
+		{"comment and start", "# exported\n---\nplans:\n  basic: {}\ntenants:\n  acme:\n    plan: basic", 1},
+		{"flow", "{plans: {basic: {rpm: {limit: 10}}}, tenants: {acme: {plan: basic}}}\n", 1},
+		{"empty", empty.String(), 0},
+	} {
+		d, err := readImport(write(tc.name+".yaml", tc.text), pf)
+		if err != nil {
+			t.Errorf("%s: readImport: %v", tc.name, err)
+			continue
+		}
+		if len(d.Plans.Tenants) != tc.tenants {
+			t.Errorf("%s: %d tenants; want %d", tc.name, len(d.Plans.Tenants), tc.tenants)
+		}
+	}
+	for _, tc := range []struct{ name, text, want string }{
+		{"line kept", "plans:\n  basic: {}\n\n\ntenants:\n  acme:\n    plann: basic\n", "line kept.yaml:7:"},
+		{"own policies", "tenants: {}\npolicies: []\n", "at least one policy is needed"},
+		{"quoted policies first", "\"policies\": []\ntenants: {}\n", "at least one policy is needed"},
+		{"quoted policies", "tenants: {}\n\"policies\": []\n", "duplicate key"},
+		{"flow policies", "{policies: [], tenants: {}}\n", "at least one policy is needed"},
+		{"not a mapping", "- a\n- b\n", "not a mapping"},
+	} {
+		_, err := readImport(write(tc.name+".yaml", tc.text), pf)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: readImport = %v; want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
@@ -99,13 +100,17 @@ func TestDBImportLargeExport(t *testing.T) {
 	if err := os.WriteFile(pf, []byte(dbPolicies), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	st := time.Now()
 	path := largeExport(t, tenants)
+	t.Logf("gen %v", time.Since(st))
 	export, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"migrate"}, {"import", path}, {"export"}} {
+		st := time.Now()
 		code, out, errs := runArgs("", append([]string{"db", "-dsn", dsn, "-f", pf}, args...)...)
+		t.Logf("%s %v", args[0], time.Since(st))
 		if code != 0 {
 			t.Fatalf("db %s = %d; stderr: %.500s", args[0], code, errs)
 		}

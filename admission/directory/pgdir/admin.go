@@ -264,12 +264,12 @@ func Import(ctx context.Context, conn *pgx.Conn, d *directory.Data) error {
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO sluice_tenants (name, plan) SELECT * FROM unnest($1::text[], $2::text[])
 			ON CONFLICT (name) DO UPDATE SET plan = EXCLUDED.plan, updated_at = now()`, r.tenants, r.plans); err != nil {
-			return fmt.Errorf("tenants: %w", err)
+			return detailed("tenants", err)
 		}
 		if len(r.cleared.tenants) > 0 {
 			if _, err := tx.Exec(ctx, `DELETE FROM sluice_tenant_overrides o USING unnest($1::text[], $2::text[]) AS c (tenant, policy)
 				WHERE o.tenant = c.tenant AND o.policy = c.policy`, r.cleared.tenants, r.cleared.policies); err != nil {
-				return fmt.Errorf("tenant overrides: %w", err)
+				return detailed("tenant overrides", err)
 			}
 		}
 		if len(r.set.tenants) > 0 {
@@ -277,7 +277,7 @@ func Import(ctx context.Context, conn *pgx.Conn, d *directory.Data) error {
 				SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::interval[])
 				ON CONFLICT (tenant, policy) DO UPDATE SET "limit" = EXCLUDED."limit", burst = EXCLUDED.burst, per = EXCLUDED.per`,
 				r.set.tenants, r.set.policies, r.set.limits, r.set.bursts, r.set.pers); err != nil {
-				return fmt.Errorf("tenant overrides: %w", err)
+				return detailed("tenant overrides", err)
 			}
 		}
 		if len(r.keys.hashes) > 0 {
@@ -285,11 +285,21 @@ func Import(ctx context.Context, conn *pgx.Conn, d *directory.Data) error {
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
 				ON CONFLICT (hash) DO UPDATE SET key_id = EXCLUDED.key_id, tenant = EXCLUDED.tenant, end_user = EXCLUDED.end_user`,
 				r.keys.hashes, r.keys.ids, r.keys.tenants, r.keys.users); err != nil {
-				return fmt.Errorf("keys: %w", err)
+				return detailed("keys", err)
 			}
 		}
 		return nil
 	})
+}
+
+// detailed wraps the error of the statement writing what, with the
+// database's detail (the row refused) when it gives one.
+func detailed(what string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Detail != "" {
+		return fmt.Errorf("%s: %w: %s", what, err, pe.Detail)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // An importSet holds a directory's tenants, overrides and keys as the columns
