@@ -410,8 +410,8 @@ func writeExport(w io.Writer, d *directory.Data) error {
 			tenants = append(tenants, tenant)
 		}
 	}
-	plans := slices.SortedFunc(maps.Keys(d.Plans.Plans), yamlKeyCompare)
-	slices.SortFunc(tenants, yamlKeyCompare)
+	plans := sortedYAMLKeys(slices.Collect(maps.Keys(d.Plans.Plans)))
+	tenants = sortedYAMLKeys(tenants)
 
 	p := exportPart{w: bufio.NewWriter(w)}
 	p.WriteString("# The tenant directory, as a policy file's default_plan, plans and tenants sections.\n")
@@ -517,7 +517,7 @@ func (p *exportPart) tenant(name string, t exportTenant) bool {
 
 // overrides writes os, by policy, at indent.
 func (p *exportPart) overrides(indent string, os map[string]exportOverride) {
-	for _, pol := range slices.SortedFunc(maps.Keys(os), yamlKeyCompare) {
+	for _, pol := range sortedYAMLKeys(slices.Collect(maps.Keys(os))) {
 		o := os[pol]
 		p.WriteString(indent + pol + ":")
 		if o == (exportOverride{}) {
@@ -613,21 +613,35 @@ func (p *exportPart) yaml(x *exportFile) []byte {
 	return p.buf.Bytes()
 }
 
-// yamlKeyCompare orders map keys as the yaml.v3 encoder does
-// (go.yaml.in/yaml/v3 keyList.Less, for string keys): letters before
-// other characters, runs of digits by their value.
-func yamlKeyCompare(a, b string) int {
-	switch {
-	case yamlKeyLess(a, b):
-		return -1
-	case yamlKeyLess(b, a):
-		return 1
+// sortedYAMLKeys sorts keys as the yaml.v3 encoder orders a map's keys
+// (go.yaml.in/yaml/v3 keyList.Less, for string keys: letters before
+// other characters, runs of digits by their value) and returns them.
+func sortedYAMLKeys(keys []string) []string {
+	type key struct {
+		s string
+		r []rune
 	}
-	return 0
+	ks := make([]key, len(keys))
+	for i, k := range keys {
+		ks[i] = key{k, []rune(k)}
+	}
+	slices.SortFunc(ks, func(a, b key) int {
+		switch {
+		case yamlKeyLess(a.r, b.r):
+			return -1
+		case yamlKeyLess(b.r, a.r):
+			return 1
+		}
+		return 0
+	})
+	for i, k := range ks {
+		keys[i] = k.s
+	}
+	return keys
 }
 
-func yamlKeyLess(a, b string) bool {
-	ar, br := []rune(a), []rune(b)
+// yamlKeyLess is keyList.Less of two string keys, as runes.
+func yamlKeyLess(ar, br []rune) bool {
 	digits := false
 	for i := 0; i < len(ar) && i < len(br); i++ {
 		if ar[i] == br[i] {
