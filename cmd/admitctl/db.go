@@ -1,18 +1,23 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
@@ -385,55 +390,327 @@ func exportOverrides(os map[string]limits.Override) map[string]exportOverride {
 	return out
 }
 
-// writeExport writes d as YAML in the policy file's shape.
+// writeExport writes d as YAML in the policy file's shape: the bytes the
+// yaml.v3 encoder gives for the whole exportFile, written a plan and a
+// tenant at a time (the encoder keeps every event of a document, which
+// made a 100,000-tenant export take seconds). An entry whose every string
+// the encoder writes as it is (plainYAML) is written directly; any other
+// is encoded on its own.
 func writeExport(w io.Writer, d *directory.Data) error {
-	x := exportFile{DefaultPlan: d.Plans.Default, Plans: map[string]map[string]exportOverride{}, Tenants: map[string]exportTenant{}}
-	for plan, os := range d.Plans.Plans {
-		x.Plans[plan] = exportOverrides(os)
-		if x.Plans[plan] == nil {
-			x.Plans[plan] = map[string]exportOverride{}
+	keys := make(map[string][]exportKey)
+	for h, k := range d.Keys {
+		keys[k.Tenant] = append(keys[k.Tenant], exportKey{Hash: h.String(), ID: k.KeyID, User: k.User})
+	}
+	tenants := make([]string, 0, len(d.Plans.Tenants)+len(keys))
+	for tenant := range d.Plans.Tenants {
+		tenants = append(tenants, tenant)
+	}
+	for tenant := range keys {
+		if _, ok := d.Plans.Tenants[tenant]; !ok {
+			tenants = append(tenants, tenant)
 		}
 	}
-	for tenant, tp := range d.Plans.Tenants {
-		x.Tenants[tenant] = exportTenant{Plan: tp.Plan, Overrides: exportOverrides(tp.Overrides)}
+	plans := sortedYAMLKeys(slices.Collect(maps.Keys(d.Plans.Plans)))
+	tenants = sortedYAMLKeys(tenants)
+
+	p := exportPart{w: bufio.NewWriter(w)}
+	p.WriteString("# The tenant directory, as a policy file's default_plan, plans and tenants sections.\n")
+	if d.Plans.Default == "" && len(plans) == 0 && len(tenants) == 0 {
+		p.encode(&exportFile{})
 	}
-	for h, k := range d.Keys {
-		t := x.Tenants[k.Tenant]
-		t.APIKeys = append(t.APIKeys, exportKey{Hash: h.String(), ID: k.KeyID, User: k.User})
-		x.Tenants[k.Tenant] = t
+	if d.Plans.Default != "" {
+		p.encode(&exportFile{DefaultPlan: d.Plans.Default})
 	}
-	for name, t := range x.Tenants {
-		sort.Slice(t.APIKeys, func(i, j int) bool { return t.APIKeys[i].ID < t.APIKeys[j].ID })
-		x.Tenants[name] = t
+	if len(plans) > 0 {
+		p.WriteString("plans:\n")
 	}
-	fmt.Fprintln(w, "# The tenant directory, as a policy file's default_plan, plans and tenants sections.")
-	enc := yaml.NewEncoder(w)
+	for _, plan := range plans {
+		os := exportOverrides(d.Plans.Plans[plan])
+		if !p.plan(plan, os) {
+			if os == nil {
+				os = map[string]exportOverride{}
+			}
+			p.entry(&exportFile{Plans: map[string]map[string]exportOverride{plan: os}})
+		}
+	}
+	if len(tenants) > 0 {
+		p.WriteString("tenants:\n")
+	}
+	for _, tenant := range tenants {
+		tp := d.Plans.Tenants[tenant]
+		ks := keys[tenant]
+		slices.SortFunc(ks, func(a, b exportKey) int { return strings.Compare(a.ID, b.ID) })
+		t := exportTenant{Plan: tp.Plan, Overrides: exportOverrides(tp.Overrides), APIKeys: ks}
+		if !p.tenant(tenant, t) {
+			p.entry(&exportFile{Tenants: map[string]exportTenant{tenant: t}})
+		}
+	}
+	if p.err != nil {
+		return p.err
+	}
+	return p.w.Flush()
+}
+
+// An exportPart writes the export a section or an entry at a time.
+type exportPart struct {
+	w   *bufio.Writer
+	buf bytes.Buffer
+	err error
+}
+
+// WriteString writes s.
+func (p *exportPart) WriteString(s string) {
+	p.w.WriteString(s) //nolint:errcheck // Flush returns the error
+}
+
+// plan writes a plan's entry of the plans section, and reports whether
+// it did: not when a string needs the encoder.
+func (p *exportPart) plan(name string, os map[string]exportOverride) bool {
+	if !plainYAML(name) || !plainOverrides(os) {
+		return false
+	}
+	p.WriteString("  " + name + ":")
+	if len(os) == 0 {
+		p.WriteString(" {}\n")
+		return true
+	}
+	p.WriteString("\n")
+	p.overrides("    ", os)
+	return true
+}
+
+// tenant writes a tenant's entry of the tenants section, and reports
+// whether it did: not when a string needs the encoder.
+func (p *exportPart) tenant(name string, t exportTenant) bool {
+	if !plainYAML(name) || t.Plan != "" && !plainYAML(t.Plan) || !plainOverrides(t.Overrides) {
+		return false
+	}
+	for _, k := range t.APIKeys {
+		if !plainYAML(k.Hash) || !plainYAML(k.ID) || k.User != "" && !plainYAML(k.User) {
+			return false
+		}
+	}
+	p.WriteString("  " + name + ":")
+	if t.Plan == "" && len(t.Overrides) == 0 && len(t.APIKeys) == 0 {
+		p.WriteString(" {}\n")
+		return true
+	}
+	p.WriteString("\n")
+	if t.Plan != "" {
+		p.WriteString("    plan: " + t.Plan + "\n")
+	}
+	if len(t.Overrides) > 0 {
+		p.WriteString("    overrides:\n")
+		p.overrides("      ", t.Overrides)
+	}
+	if len(t.APIKeys) > 0 {
+		p.WriteString("    api_keys:\n")
+	}
+	for _, k := range t.APIKeys {
+		p.WriteString("      - hash: " + k.Hash + "\n        id: " + k.ID + "\n")
+		if k.User != "" {
+			p.WriteString("        user: " + k.User + "\n")
+		}
+	}
+	return true
+}
+
+// overrides writes os, by policy, at indent.
+func (p *exportPart) overrides(indent string, os map[string]exportOverride) {
+	for _, pol := range sortedYAMLKeys(slices.Collect(maps.Keys(os))) {
+		o := os[pol]
+		p.WriteString(indent + pol + ":")
+		if o == (exportOverride{}) {
+			p.WriteString(" {}\n")
+			continue
+		}
+		p.WriteString("\n")
+		if o.Limit != 0 {
+			p.WriteString(indent + "  limit: " + strconv.FormatInt(o.Limit, 10) + "\n")
+		}
+		if o.Burst != 0 {
+			p.WriteString(indent + "  burst: " + strconv.FormatInt(o.Burst, 10) + "\n")
+		}
+		if o.Per != "" {
+			p.WriteString(indent + "  per: " + o.Per + "\n")
+		}
+	}
+}
+
+// plainOverrides reports whether the encoder writes os's policies and
+// periods as they are.
+func plainOverrides(os map[string]exportOverride) bool {
+	for pol, o := range os {
+		if !plainYAML(pol) || o.Per != "" && !plainDuration(o.Per) {
+			return false
+		}
+	}
+	return true
+}
+
+// plainYAML reports whether the yaml.v3 encoder surely writes s as it is,
+// as a key or a value: an ASCII letter, then up to 99 letters, digits,
+// '.', '_', '-' and ':' (not last), and not a word YAML reads as a
+// boolean or null.
+func plainYAML(s string) bool {
+	if s == "" || len(s) > 100 || !('a' <= s[0] && s[0] <= 'z' || 'A' <= s[0] && s[0] <= 'Z') || s[len(s)-1] == ':' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':') {
+			return false
+		}
+	}
+	switch strings.ToLower(s) {
+	case "y", "n", "yes", "no", "on", "off", "true", "false", "null":
+		return false
+	}
+	return true
+}
+
+// plainDuration reports whether s, a time.Duration's String, is written
+// as it is: digits, '.', units, ending in s (never a YAML number).
+func plainDuration(s string) bool {
+	if !strings.HasSuffix(s, "s") {
+		return false
+	}
+	for _, r := range s {
+		if !strings.ContainsRune("0123456789.hmsnuµ", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// entry writes the encoding of x, a section holding one entry, without
+// the section's name (its first line).
+func (p *exportPart) entry(x *exportFile) {
+	if b := p.yaml(x); b != nil {
+		p.w.Write(b[bytes.IndexByte(b, '\n')+1:]) //nolint:errcheck // Flush returns the error
+	}
+}
+
+// encode writes the encoding of x.
+func (p *exportPart) encode(x *exportFile) {
+	p.w.Write(p.yaml(x)) //nolint:errcheck // Flush returns the error
+}
+
+// yaml returns the encoding of x (nil after an error, kept in p.err).
+func (p *exportPart) yaml(x *exportFile) []byte {
+	if p.err != nil {
+		return nil
+	}
+	p.buf.Reset()
+	enc := yaml.NewEncoder(&p.buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(&x); err != nil {
-		return err
+	if p.err = enc.Encode(x); p.err == nil {
+		p.err = enc.Close()
 	}
-	return enc.Close()
+	if p.err != nil {
+		return nil
+	}
+	return p.buf.Bytes()
+}
+
+// sortedYAMLKeys sorts keys as the yaml.v3 encoder orders a map's keys
+// (go.yaml.in/yaml/v3 keyList.Less, for string keys: letters before
+// other characters, runs of digits by their value) and returns them.
+func sortedYAMLKeys(keys []string) []string {
+	type key struct {
+		s string
+		r []rune
+	}
+	ks := make([]key, len(keys))
+	for i, k := range keys {
+		ks[i] = key{k, []rune(k)}
+	}
+	slices.SortFunc(ks, func(a, b key) int {
+		switch {
+		case yamlKeyLess(a.r, b.r):
+			return -1
+		case yamlKeyLess(b.r, a.r):
+			return 1
+		}
+		return 0
+	})
+	for i, k := range ks {
+		keys[i] = k.s
+	}
+	return keys
+}
+
+// yamlKeyLess is keyList.Less of two string keys, as runes.
+func yamlKeyLess(ar, br []rune) bool {
+	digits := false
+	for i := 0; i < len(ar) && i < len(br); i++ {
+		if ar[i] == br[i] {
+			digits = unicode.IsDigit(ar[i])
+			continue
+		}
+		al := unicode.IsLetter(ar[i])
+		bl := unicode.IsLetter(br[i])
+		if al && bl {
+			return ar[i] < br[i]
+		}
+		if al || bl {
+			if digits {
+				return al
+			}
+			return bl
+		}
+		var ai, bi int
+		var an, bn int64
+		if ar[i] == '0' || br[i] == '0' {
+			for j := i - 1; j >= 0 && unicode.IsDigit(ar[j]); j-- {
+				if ar[j] != '0' {
+					an = 1
+					bn = 1
+					break
+				}
+			}
+		}
+		for ai = i; ai < len(ar) && unicode.IsDigit(ar[ai]); ai++ {
+			an = an*10 + int64(ar[ai]-'0')
+		}
+		for bi = i; bi < len(br) && unicode.IsDigit(br[bi]); bi++ {
+			bn = bn*10 + int64(br[bi]-'0')
+		}
+		if an != bn {
+			return an < bn
+		}
+		if ai != bi {
+			return ai < bi
+		}
+		return ar[i] < br[i]
+	}
+	return len(ar) < len(br)
 }
 
 // readImport reads the directory to import: the plans, tenants and keys
 // of a whole policy file, or of an export checked with the policies of
-// pf (-f).
+// pf (-f). A file in the export's shape is parsed once, by the policy
+// file parser: the policy file's sections are appended to its text,
+// which keeps its lines (errors name them); a file of another shape is
+// merged as a document and encoded again.
 func readImport(path string, pf *config.File) (*directory.Data, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s: not a mapping", path)
-	}
-	root := doc.Content[0]
-	hasPolicies := false
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		hasPolicies = hasPolicies || root.Content[i].Value == "policies"
+	block, hasPolicies := topKeys(data)
+	if !block {
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("%s: not a mapping", path)
+		}
+		root := doc.Content[0]
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			hasPolicies = hasPolicies || root.Content[i].Value == "policies"
+		}
 	}
 	if !hasPolicies {
 		if pf == nil {
@@ -450,14 +727,28 @@ func readImport(path string, pf *config.File) (*directory.Data, error) {
 			return nil, err
 		}
 		proot := pdoc.Content[0]
+		borrowed := &yaml.Node{Kind: yaml.MappingNode}
 		for i := 0; i+1 < len(proot.Content); i += 2 {
 			switch proot.Content[i].Value {
 			case "policies", "identity", "stores":
-				root.Content = append(root.Content, proot.Content[i], proot.Content[i+1])
+				borrowed.Content = append(borrowed.Content, proot.Content[i], proot.Content[i+1])
 			}
 		}
-		if data, err = yaml.Marshal(&doc); err != nil {
-			return nil, err
+		if block {
+			sections, err := yaml.Marshal(borrowed)
+			if err != nil {
+				return nil, err
+			}
+			if len(data) > 0 && data[len(data)-1] != '\n' {
+				data = append(data, '\n')
+			}
+			data = append(data, sections...)
+		} else {
+			root := doc.Content[0]
+			root.Content = append(root.Content, borrowed.Content...)
+			if data, err = yaml.Marshal(&doc); err != nil {
+				return nil, err
+			}
 		}
 	}
 	f, err := config.Parse(path, data)
@@ -469,3 +760,33 @@ func readImport(path string, pf *config.File) (*directory.Data, error) {
 	}
 	return directory.FromFile(f), nil
 }
+
+// topKeys reads from data's text what readImport needs of its top-level
+// keys, without parsing it. block reports whether data is a block mapping
+// whose first line (after comments and a "---") is a plain key at the
+// first column, as an export's is; then a line starting with a key at the
+// first column is a top-level key, and policies reports whether one is
+// policies. A key the reading misses (a quoted "policies") is then
+// given twice, which the parser refuses.
+func topKeys(data []byte) (block, policies bool) {
+	for line := range bytes.Lines(data) {
+		if !block {
+			t := bytes.TrimSpace(line)
+			if len(t) == 0 || t[0] == '#' || string(t) == "---" {
+				continue
+			}
+			if !plainKeyLine.Match(line) {
+				return false, false
+			}
+			block = true
+		}
+		if rest, ok := bytes.CutPrefix(line, []byte("policies")); ok && bytes.HasPrefix(bytes.TrimLeft(rest, " \t"), []byte(":")) {
+			policies = true
+		}
+	}
+	return block, policies
+}
+
+// plainKeyLine matches a line starting with a plain key at the first
+// column.
+var plainKeyLine = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*:(\s|$)`)

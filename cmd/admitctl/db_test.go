@@ -3,14 +3,21 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/directory"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
@@ -170,6 +177,160 @@ func TestDBRefusesInvalidRows(t *testing.T) {
 		var pe *pgconn.PgError
 		if _, err := conn.Exec(context.Background(), q); !errors.As(err, &pe) || pe.Code != "23514" {
 			t.Errorf("%s = %v; want a check violation", q, err)
+		}
+	}
+}
+
+// oldExport is the export as the yaml.v3 encoder writes the whole file at
+// once: the bytes writeExport must give.
+func oldExport(t testing.TB, d *directory.Data) string {
+	t.Helper()
+	x := exportFile{DefaultPlan: d.Plans.Default, Plans: map[string]map[string]exportOverride{}, Tenants: map[string]exportTenant{}}
+	for plan, os := range d.Plans.Plans {
+		x.Plans[plan] = exportOverrides(os)
+		if x.Plans[plan] == nil {
+			x.Plans[plan] = map[string]exportOverride{}
+		}
+	}
+	for tenant, tp := range d.Plans.Tenants {
+		x.Tenants[tenant] = exportTenant{Plan: tp.Plan, Overrides: exportOverrides(tp.Overrides)}
+	}
+	for h, k := range d.Keys {
+		t := x.Tenants[k.Tenant]
+		t.APIKeys = append(t.APIKeys, exportKey{Hash: h.String(), ID: k.KeyID, User: k.User})
+		x.Tenants[k.Tenant] = t
+	}
+	for name, t := range x.Tenants {
+		sort.Slice(t.APIKeys, func(i, j int) bool { return t.APIKeys[i].ID < t.APIKeys[j].ID })
+		x.Tenants[name] = t
+	}
+	var b strings.Builder
+	b.WriteString("# The tenant directory, as a policy file's default_plan, plans and tenants sections.\n")
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&x); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// oddNames are names and values the encoder quotes, orders by their
+// digits, wraps or writes as complex keys, with plain ones among them.
+var oddNames = []string{
+	"acme", "t9", "t10", "t009", "T1", "a1b", "a01b", "a-b", "a.b", "a_b", "ä", "日本",
+	"yes", "No", "true", "null", "on", "y", "~", "123", "0x1F", "1e3", "-lead", "a:b", "a:", "a: b",
+	"#hash", "a #b", "it's", `say "hi"`, "tab\there", "  spaced ", "[x]", "{x}", "*x", "&x", "!x", "%x", "@x", "`x",
+	"with space", strings.Repeat("word ", 25), strings.Repeat("x", 128), strings.Repeat("y", 101), "sha256:" + strings.Repeat("ab", 32),
+}
+
+// TestWriteExportAsEncoder: the export is byte for byte what the yaml.v3
+// encoder writes for the whole file, for names and values that need
+// quoting, ordering by digits, wrapping or complex keys, and for
+// directories drawn at random from them.
+func TestWriteExportAsEncoder(t *testing.T) {
+	check := func(name string, d *directory.Data) {
+		t.Helper()
+		var b strings.Builder
+		if err := writeExport(&b, d); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got, want := b.String(), oldExport(t, d); got != want {
+			t.Errorf("%s: writeExport =\n%s\nwant (the encoder's):\n%s", name, got, want)
+		}
+	}
+	check("empty", &directory.Data{})
+	check("default only", &directory.Data{Plans: limits.Plans{Default: "yes"}})
+
+	d := &directory.Data{Plans: limits.Plans{Default: "basic", Plans: map[string]map[string]limits.Override{}, Tenants: map[string]limits.TenantPlan{}}, Keys: map[config.KeyHash]config.Key{}}
+	pers := []time.Duration{0, time.Minute, 1500 * time.Nanosecond, 2 * time.Millisecond, 26*time.Hour + 3*time.Second}
+	for i, n := range oddNames {
+		o := limits.Override{Limit: int64(i), Burst: int64(i % 3), Per: pers[i%len(pers)]}
+		d.Plans.Plans[n] = map[string]limits.Override{n: o, "rpm": {Limit: 10}}
+		d.Plans.Tenants[n] = limits.TenantPlan{Plan: oddNames[(i+1)%len(oddNames)], Overrides: map[string]limits.Override{n: o}}
+		d.Plans.Tenants["empty-"+n] = limits.TenantPlan{}
+		h := config.HashKey(n)
+		d.Keys[h] = config.Key{Tenant: n, KeyID: h.ID(), User: oddNames[(i+2)%len(oddNames)]}
+		h = config.HashKey("only-" + n)
+		d.Keys[h] = config.Key{Tenant: "keys-only-" + n, KeyID: n}
+	}
+	d.Plans.Plans["none"] = nil
+	check("odd names", d)
+
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := func() string { return oddNames[r.IntN(len(oddNames))] + oddNames[r.IntN(len(oddNames))][:1] }
+	for i := range 200 {
+		d := &directory.Data{Plans: limits.Plans{Plans: map[string]map[string]limits.Override{}, Tenants: map[string]limits.TenantPlan{}}, Keys: map[config.KeyHash]config.Key{}}
+		if r.IntN(2) == 0 {
+			d.Plans.Default = pick()
+		}
+		for range r.IntN(4) {
+			d.Plans.Plans[pick()] = map[string]limits.Override{pick(): {Limit: r.Int64N(100), Per: pers[r.IntN(len(pers))]}}
+		}
+		for range r.IntN(6) {
+			d.Plans.Tenants[pick()] = limits.TenantPlan{Plan: pick(), Overrides: map[string]limits.Override{pick(): {Burst: r.Int64N(3)}}}
+		}
+		for j := range r.IntN(6) {
+			h := config.HashKey(fmt.Sprint(i, j))
+			d.Keys[h] = config.Key{Tenant: pick(), KeyID: pick(), User: pick()}
+		}
+		check(fmt.Sprintf("random directory %d", i), d)
+	}
+}
+
+// TestReadImportShapes: an export is read with the policy file's
+// policies whatever its YAML shape (block, as written, with a comment and
+// a document start, flow, empty); its errors name its own lines; a
+// policies section it holds, however written, is not silently replaced.
+func TestReadImportShapes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	pf, err := config.Parse(write("policies.yaml", dbPolicies), []byte(dbPolicies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var empty strings.Builder
+	if err := writeExport(&empty, &directory.Data{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, text string
+		tenants    int
+	}{
+		{"block", "default_plan: basic\nplans:\n  basic:\n    rpm:\n      limit: 10\ntenants:\n  acme:\n    plan: basic\n  globex: {}\n", 2},
+		{"comment and start", "# exported\n---\nplans:\n  basic: {}\ntenants:\n  acme:\n    plan: basic", 1},
+		{"flow", "{plans: {basic: {rpm: {limit: 10}}}, tenants: {acme: {plan: basic}}}\n", 1},
+		{"empty", empty.String(), 0},
+	} {
+		d, err := readImport(write(tc.name+".yaml", tc.text), pf)
+		if err != nil {
+			t.Errorf("%s: readImport: %v", tc.name, err)
+			continue
+		}
+		if len(d.Plans.Tenants) != tc.tenants {
+			t.Errorf("%s: %d tenants; want %d", tc.name, len(d.Plans.Tenants), tc.tenants)
+		}
+	}
+	for _, tc := range []struct{ name, text, want string }{
+		{"line kept", "plans:\n  basic: {}\n\n\ntenants:\n  acme:\n    plann: basic\n", "line kept.yaml:7:"},
+		{"own policies", "tenants: {}\npolicies: []\n", "at least one policy is needed"},
+		{"quoted policies first", "\"policies\": []\ntenants: {}\n", "at least one policy is needed"},
+		{"quoted policies", "tenants: {}\n\"policies\": []\n", "duplicate key"},
+		{"flow policies", "{policies: [], tenants: {}}\n", "at least one policy is needed"},
+		{"not a mapping", "- a\n- b\n", "not a mapping"},
+	} {
+		_, err := readImport(write(tc.name+".yaml", tc.text), pf)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: readImport = %v; want an error with %q", tc.name, err, tc.want)
 		}
 	}
 }
