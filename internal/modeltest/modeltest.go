@@ -1,0 +1,360 @@
+// Package modeltest is the model-based test of the admission controller:
+// random operations against a reference model of the limits configured,
+// run on the in-memory store by the admission package's tests and on a
+// real Redis by the Redis store's.
+package modeltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+)
+
+// The model-based test drives a controller with random operations
+// (admit, settle, refund, charge, renew, statistics, a reload with other
+// limits, a change of plans, a tenant's override) and checks each
+// decision against a reference model of the limits configured at that
+// moment: a fixed window of requests per tenant, then a cap on requests
+// in flight per tenant, each with the tenant's plan and overrides.
+//
+// Runs start with the controller's lease keeper on, or off (Close, as a
+// process that renews nothing but what its caller renews), and a run with
+// the keeper on may stop it at any step (the operation "crash").
+//
+// The tolerance asserted: the window is exact (a request is admitted iff
+// the requests counted in the current window, less those refunded in it,
+// plus one fit the limit in force). The cap is exact up to what renewal
+// leaves unknown: a lease lives MaxHold from its admission or its last
+// renewal that reached the store, and Renew reaches the store only once
+// half of MaxHold has passed since the last one, so after a Renew at r a
+// lease expires between r+MaxHold/2 and r+MaxHold. While the keeper runs,
+// a live ticket's lease never expires (the keeper renews a lease a sixth
+// of its MaxHold old every third of MaxHold, so no lease is older than
+// MaxHold/2); once it stops at t, each lease expires between t+MaxHold/2
+// and t+MaxHold, and explicit renewals take over. A request is refused
+// when the leases certainly alive fill the cap, admitted when those
+// possibly alive leave room, and either in between, in memory and on
+// Redis alike; a settled ticket's lease is never counted (no permit is
+// held after its work ended). A limit lowered below what is held revokes
+// nothing: it refuses new requests until the held ones end. The in-flight
+// statistic lies between the leases certainly and possibly alive; on a
+// shared store, between those certainly alive and those not yet settled
+// (the figure is the replica's own count, read without asking the store).
+
+const (
+	modelHold = 30 * time.Second
+	modelPer  = time.Minute
+)
+
+// modelLimits are a plan's or tenant's overrides of the two modelled
+// policies: 0 keeps the figure below.
+type modelLimits struct{ win, conc int64 }
+
+type modelLease struct {
+	tenant string
+	tk     admission.Ticket
+	window int64 // the window the request was counted in
+	lo, hi time.Time
+}
+
+type model struct {
+	t       testing.TB
+	store   string // the policies' store; "" for memory
+	rng     *rand.Rand
+	clock   *admissiontest.Clock
+	c       *admission.Controller
+	base    modelLimits
+	pro     modelLimits
+	tenants map[string]modelLimits // own overrides; the plan is pro for tenants on it
+	onPro   map[string]bool
+	count   map[string]map[int64]int64 // requests counted by tenant and window
+	live    []*modelLease
+	ctx     context.Context
+	keeper  bool // the controller's lease keeper runs
+}
+
+// forever is the expiry of a lease the keeper renews.
+var forever = time.Unix(1<<40, 0)
+
+func (m *model) policies() []admission.Policy {
+	tenant := []limits.KeyPart{limits.KeyTenant}
+	return []admission.Policy{
+		{Name: "win", Key: tenant, Algorithm: limits.FixedWindow, Limit: m.base.win, Per: modelPer, Store: m.store},
+		{Name: "conc", Key: tenant, Algorithm: limits.Concurrency, Limit: m.base.conc, MaxHold: modelHold, Store: m.store},
+		{Name: "tpm", Key: tenant, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1 << 30, Per: time.Minute, Store: m.store},
+	}
+}
+
+func overrides(l modelLimits) map[string]limits.Override {
+	o := map[string]limits.Override{}
+	if l.win > 0 {
+		o["win"] = limits.Override{Limit: l.win}
+	}
+	if l.conc > 0 {
+		o["conc"] = limits.Override{Limit: l.conc}
+	}
+	return o
+}
+
+func (m *model) tenantPlan(tenant string) *limits.TenantPlan {
+	tp := &limits.TenantPlan{Plan: "free", Overrides: overrides(m.tenants[tenant])}
+	if m.onPro[tenant] {
+		tp.Plan = "pro"
+	}
+	return tp
+}
+
+func (m *model) config() admission.Config {
+	pl := limits.Plans{Default: "free", Plans: map[string]map[string]limits.Override{
+		"free": {}, "pro": overrides(m.pro),
+	}, Tenants: map[string]limits.TenantPlan{}}
+	for tenant := range m.onPro {
+		pl.Tenants[tenant] = *m.tenantPlan(tenant)
+	}
+	return admission.Config{Policies: m.policies(), Plans: pl}
+}
+
+// limit returns the tenant's limits in force.
+func (m *model) limit(tenant string) modelLimits {
+	l := m.base
+	layers := []modelLimits{m.tenants[tenant]}
+	if m.onPro[tenant] {
+		layers = []modelLimits{m.pro, m.tenants[tenant]}
+	}
+	for _, o := range layers {
+		if o.win > 0 {
+			l.win = o.win
+		}
+		if o.conc > 0 {
+			l.conc = o.conc
+		}
+	}
+	return l
+}
+
+func (m *model) window() int64 { return m.clock.Now().UnixNano() / int64(modelPer) }
+
+// alive returns the tenant's leases certainly and possibly alive now.
+func (m *model) alive(tenant string) (certain, possible int64) {
+	now := m.clock.Now()
+	for _, ls := range m.live {
+		if tenant != "" && ls.tenant != tenant {
+			continue
+		}
+		if now.Before(ls.lo) {
+			certain++
+		}
+		if now.Before(ls.hi) {
+			possible++
+		}
+	}
+	return certain, possible
+}
+
+func (m *model) admit(step int) {
+	tenant := fmt.Sprintf("t%d", m.rng.IntN(4))
+	l := m.limit(tenant)
+	w := m.window()
+	counted := m.count[tenant][w]
+	certain, possible := m.alive(tenant)
+	tk, err := m.c.TryAdmit(m.ctx, admission.Request{Tenant: tenant, Tokens: m.rng.Int64N(1000)})
+	var rej *admission.Rejection
+	if err != nil && !errors.As(err, &rej) {
+		m.t.Fatal(err)
+	}
+	got := "admitted"
+	if rej != nil {
+		got = "rejected by " + rej.Policy
+	}
+	var want []string
+	switch {
+	case counted+1 > l.win:
+		want = []string{"rejected by win"}
+	case certain+1 > l.conc:
+		want = []string{"rejected by conc"}
+	case possible+1 <= l.conc:
+		want = []string{"admitted"}
+	default:
+		want = []string{"admitted", "rejected by conc"}
+	}
+	ok := false
+	for _, w := range want {
+		ok = ok || got == w
+	}
+	if !ok {
+		m.t.Fatalf("step %d: %s's request (limits %+v, %d counted in the window, %d to %d leases alive) %s; want %v",
+			step, tenant, l, counted, certain, possible, got, want)
+	}
+	if rej != nil {
+		return
+	}
+	if m.count[tenant] == nil {
+		m.count[tenant] = map[int64]int64{}
+	}
+	m.count[tenant][w]++
+	now := m.clock.Now()
+	ls := &modelLease{tenant: tenant, tk: tk, window: w, lo: now.Add(modelHold), hi: now.Add(modelHold)}
+	if m.keeper {
+		ls.lo, ls.hi = forever, forever
+	}
+	m.live = append(m.live, ls)
+}
+
+// end settles a live ticket: its lease is gone, and a refund in the
+// window it was counted in takes its request back.
+func (m *model) end(i int, refund bool) {
+	ls := m.live[i]
+	m.live = append(m.live[:i], m.live[i+1:]...)
+	if refund {
+		ls.tk.Refund()
+		if ls.window == m.window() {
+			m.count[ls.tenant][ls.window]--
+		}
+		return
+	}
+	ls.tk.Settle(admission.Usage{Tokens: m.rng.Int64N(2000), TokensKnown: true})
+}
+
+func (m *model) renew(step int, ls *modelLease) {
+	now := m.clock.Now()
+	err := ls.tk.Renew()
+	switch {
+	case err == nil:
+		if !now.Before(ls.hi) {
+			m.t.Fatalf("step %d: Renew of a lease past its latest expiry succeeded", step)
+		}
+		ls.lo = maxTime(ls.lo, now.Add(modelHold/2))
+		ls.hi = maxTime(ls.hi, now.Add(modelHold))
+	case errors.Is(err, admission.ErrLeaseExpired):
+		if now.Before(ls.lo) {
+			m.t.Fatalf("step %d: Renew of a lease certainly alive: %v", step, err)
+		}
+		ls.lo, ls.hi = now, now
+	default:
+		m.t.Fatal(err)
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (m *model) stats(step int) {
+	certain, possible := m.alive("")
+	if m.store != "" {
+		// A shared store's figure is this replica's leases not yet
+		// released nor found expired by a renewal (it asks the store
+		// nothing): a lease past its expiry whose ticket is not yet
+		// settled still counts.
+		possible = int64(len(m.live))
+	}
+	for _, s := range m.c.Stats() {
+		if s.Name == "conc" && (s.InFlight < certain || s.InFlight > possible) {
+			m.t.Fatalf("step %d: Stats in flight = %d; want %d to %d", step, s.InFlight, certain, possible)
+		}
+	}
+}
+
+func (m *model) randLimits() modelLimits {
+	return modelLimits{win: m.rng.Int64N(8), conc: m.rng.Int64N(4)}
+}
+
+// crash stops the controller's lease keeper: from then on, each live
+// lease expires between MaxHold/2 and MaxHold from now unless renewed.
+func (m *model) crash() {
+	m.c.Close()
+	m.keeper = false
+	now := m.clock.Now()
+	for _, ls := range m.live {
+		ls.lo, ls.hi = now.Add(modelHold/2), now.Add(modelHold)
+	}
+}
+
+// Run drives a controller over st (the in-memory store when nil) with ops
+// random operations drawn from seed, the controller's lease keeper
+// running or not from the start, and fails t at the first decision or
+// figure the model does not allow.
+func Run(t testing.TB, st backend.Store, seed uint64, ops int, keeper bool) {
+	t.Helper()
+	m := &model{
+		t: t, rng: rand.New(rand.NewPCG(seed, 0x30de1)), clock: admissiontest.NewClock(backendtest.Epoch),
+		base: modelLimits{win: 4, conc: 2}, pro: modelLimits{win: 8, conc: 4},
+		tenants: map[string]modelLimits{}, onPro: map[string]bool{"t0": true},
+		count: map[string]map[int64]int64{}, ctx: context.Background(),
+	}
+	opts := []admission.Option{admission.WithClock(m.clock)}
+	if st != nil {
+		m.store = "model"
+		opts = append(opts, admission.WithStore(m.store, st))
+	}
+	c, err := admission.New(m.config(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.c, m.keeper = c, true
+	if !keeper {
+		m.crash()
+	}
+	for step := range ops {
+		m.clock.Advance(time.Duration(m.rng.Int64N(int64(4 * time.Second))))
+		switch k := m.rng.IntN(20); {
+		case k < 9 || len(m.live) == 0:
+			m.admit(step)
+		case k < 11:
+			m.end(m.rng.IntN(len(m.live)), false)
+		case k < 12:
+			m.end(m.rng.IntN(len(m.live)), true)
+		case k < 13:
+			// Charges tokens only: the modelled policies count requests.
+			if err := m.live[m.rng.IntN(len(m.live))].tk.Charge(admission.Usage{Tokens: m.rng.Int64N(3000), TokensKnown: true}); err != nil {
+				t.Fatalf("step %d: Charge: %v", step, err)
+			}
+		case k < 16:
+			m.renew(step, m.live[m.rng.IntN(len(m.live))])
+		case k < 17:
+			if m.keeper && m.rng.IntN(20) == 0 {
+				m.crash()
+			}
+			m.stats(step)
+		case k < 18:
+			b := m.randLimits()
+			m.base = modelLimits{win: max(b.win, 1), conc: max(b.conc, 1)}
+			if err := c.SetConfig(m.config()); err != nil {
+				t.Fatalf("step %d: SetConfig: %v", step, err)
+			}
+		case k < 19:
+			m.pro = m.randLimits()
+			if err := c.SetConfig(m.config()); err != nil {
+				t.Fatalf("step %d: SetConfig with new plans: %v", step, err)
+			}
+		default:
+			tenant := fmt.Sprintf("t%d", m.rng.IntN(4))
+			m.tenants[tenant] = m.randLimits()
+			m.onPro[tenant] = m.rng.IntN(2) == 0
+			if err := c.SetTenant(tenant, m.tenantPlan(tenant)); err != nil {
+				t.Fatalf("step %d: SetTenant: %v", step, err)
+			}
+		}
+		// A ticket that can no longer hold its lease is one the caller
+		// stops renewing: its work is over as far as the model goes.
+		now := m.clock.Now()
+		for i := 0; i < len(m.live); i++ {
+			if ls := m.live[i]; !now.Before(ls.hi) {
+				m.end(i, false)
+				i--
+			}
+		}
+	}
+}
