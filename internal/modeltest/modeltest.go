@@ -28,7 +28,11 @@ import (
 //
 // Runs start with the controller's lease keeper on, or off (Close, as a
 // process that renews nothing but what its caller renews), and a run with
-// the keeper on may stop it at any step (the operation "crash").
+// the keeper on may stop it at any step (the operation "crash"). On a
+// shared store, a replica may also restart: it stops, its tickets are
+// never settled and their leases count until they expire, and a new
+// controller on the same store takes its place with the configuration in
+// force.
 //
 // The tolerance asserted: the window is exact (a request is admitted iff
 // the requests counted in the current window, less those refunded in it,
@@ -78,6 +82,11 @@ type model struct {
 	onPro   map[string]bool
 	count   map[string]map[int64]int64 // requests counted by tenant and window
 	live    []*modelLease
+	// orphans are the leases of a replica that stopped (on a shared
+	// store): they count against the cap until they expire, and nobody
+	// settles or renews them.
+	orphans []*modelLease
+	opts    []admission.Option
 	ctx     context.Context
 	keeper  bool // the controller's lease keeper runs
 }
@@ -146,7 +155,7 @@ func (m *model) window() int64 { return m.clock.Now().UnixNano() / int64(modelPe
 // alive returns the tenant's leases certainly and possibly alive now.
 func (m *model) alive(tenant string) (certain, possible int64) {
 	now := m.clock.Now()
-	for _, ls := range m.live {
+	for _, ls := range append(m.live[:len(m.live):len(m.live)], m.orphans...) {
 		if tenant != "" && ls.tenant != tenant {
 			continue
 		}
@@ -254,6 +263,14 @@ func maxTime(a, b time.Time) time.Time {
 func (m *model) stats(step int) {
 	certain, possible := m.alive("")
 	if m.store != "" {
+		// This replica's own leases only: a stopped replica's were its.
+		now := m.clock.Now()
+		certain = 0
+		for _, ls := range m.live {
+			if now.Before(ls.lo) {
+				certain++
+			}
+		}
 		// A shared store's figure is this replica's leases not yet
 		// released nor found expired by a renewal (it asks the store
 		// nothing): a lease past its expiry whose ticket is not yet
@@ -282,6 +299,23 @@ func (m *model) crash() {
 	}
 }
 
+// restart stands for a replica that stops (its keeper with it) and a new
+// one that takes its place on the same shared store: the stopped
+// replica's tickets are never settled, and their leases count until they
+// expire; the new replica starts with the configuration in force.
+func (m *model) restart() {
+	if m.keeper {
+		m.crash()
+	}
+	m.orphans = append(m.orphans, m.live...)
+	m.live = nil
+	c, err := admission.New(m.config(), m.opts...)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.c, m.keeper = c, true
+}
+
 // Run drives a controller over st (the in-memory store when nil) with ops
 // random operations drawn from seed, the controller's lease keeper
 // running or not from the start, and fails t at the first decision or
@@ -299,6 +333,7 @@ func Run(t testing.TB, st backend.Store, seed uint64, ops int, keeper bool) {
 		m.store = "model"
 		opts = append(opts, admission.WithStore(m.store, st))
 	}
+	m.opts = opts
 	c, err := admission.New(m.config(), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -324,26 +359,29 @@ func Run(t testing.TB, st backend.Store, seed uint64, ops int, keeper bool) {
 		case k < 16:
 			m.renew(step, m.live[m.rng.IntN(len(m.live))])
 		case k < 17:
-			if m.keeper && m.rng.IntN(20) == 0 {
+			switch n := m.rng.IntN(20); {
+			case n == 0 && m.keeper:
 				m.crash()
+			case n == 1 && m.store != "":
+				m.restart()
 			}
 			m.stats(step)
 		case k < 18:
 			b := m.randLimits()
 			m.base = modelLimits{win: max(b.win, 1), conc: max(b.conc, 1)}
-			if err := c.SetConfig(m.config()); err != nil {
+			if err := m.c.SetConfig(m.config()); err != nil {
 				t.Fatalf("step %d: SetConfig: %v", step, err)
 			}
 		case k < 19:
 			m.pro = m.randLimits()
-			if err := c.SetConfig(m.config()); err != nil {
+			if err := m.c.SetConfig(m.config()); err != nil {
 				t.Fatalf("step %d: SetConfig with new plans: %v", step, err)
 			}
 		default:
 			tenant := fmt.Sprintf("t%d", m.rng.IntN(4))
 			m.tenants[tenant] = m.randLimits()
 			m.onPro[tenant] = m.rng.IntN(2) == 0
-			if err := c.SetTenant(tenant, m.tenantPlan(tenant)); err != nil {
+			if err := m.c.SetTenant(tenant, m.tenantPlan(tenant)); err != nil {
 				t.Fatalf("step %d: SetTenant: %v", step, err)
 			}
 		}
@@ -356,5 +394,12 @@ func Run(t testing.TB, st backend.Store, seed uint64, ops int, keeper bool) {
 				i--
 			}
 		}
+		kept := m.orphans[:0]
+		for _, ls := range m.orphans {
+			if now.Before(ls.hi) {
+				kept = append(kept, ls)
+			}
+		}
+		m.orphans = kept
 	}
 }
