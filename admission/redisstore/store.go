@@ -259,10 +259,9 @@ var _ backend.Inspector = (*limiter)(nil)
 // being retried. Other replicas report theirs: the fleet's in-flight work
 // is the sum. The partitions live in Redis, so Partitions and NearLimit
 // are zero.
-func (l *limiter) Stats(*limits.Limit, time.Time) backend.Stats {
+func (l *limiter) Stats(_ *limits.Limit, now time.Time) backend.Stats {
 	n := l.held.Load()
 	if l.nstuck.Load() > 0 {
-		now := time.Now()
 		l.stuckMu.Lock()
 		for _, sl := range l.stuck {
 			if now.Before(sl.until) {
@@ -316,8 +315,7 @@ func (l *limiter) unstick(id int64) bool {
 // failedReleases moves the leases whose release in ops failed from the
 // limiters' held figure to their stuck ones, until a retry lands or
 // their lease would have expired (those expired are dropped on the way).
-func failedReleases(ops []backend.Op) {
-	now := time.Now()
+func failedReleases(ops []backend.Op, now time.Time) {
 	for i := range ops {
 		op := &ops[i]
 		l := op.Limiter.(*limiter)
@@ -886,7 +884,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 		if err == nil {
 			releasedLeases(ops)
 		} else {
-			failedReleases(ops)
+			failedReleases(ops, time.Unix(0, now))
 		}
 		return err
 	}
@@ -946,7 +944,7 @@ func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
 		return reply, err
 	})
 	if err != nil {
-		failedReleases(ops)
+		failedReleases(ops, time.Unix(0, now))
 		return err
 	}
 	r := reader{s: reply}
