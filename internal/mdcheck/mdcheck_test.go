@@ -1,0 +1,126 @@
+package mdcheck_test
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/mdcheck"
+)
+
+// repoRoot is the repository's root: two directories above this file.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("runtime.Caller: no file")
+	}
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("no go.mod at the repository root %s: %v", root, err)
+	}
+	return root
+}
+
+// TestRepositoryLinks checks every relative link and anchor of every
+// Markdown file of the repository resolves.
+func TestRepositoryLinks(t *testing.T) {
+	problems, err := mdcheck.Check(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("broken link: %s", p)
+	}
+}
+
+func TestSlug(t *testing.T) {
+	for _, tc := range []struct{ heading, want string }{
+		{"Quick start", "quick-start"},
+		{"Rollout: from shadow to enforce", "rollout-from-shadow-to-enforce"},
+		{"Protecting the provider's limits", "protecting-the-providers-limits"},
+		{"Configuration: envoyproxy/ratelimit's files, as they are", "configuration-envoyproxyratelimits-files-as-they-are"},
+		{"Anthropic's Messages API", "anthropics-messages-api"},
+		{"`admission/limits` and `max_hold`", "admissionlimits-and-max_hold"},
+		{"Pricing — a request", "pricing--a-request"},
+		{"AdmissionStoreFailover", "admissionstorefailover"},
+		{"See [the docs](docs/x.md) now", "see-the-docs-now"},
+		{"**Bold** 2×", "bold-2"},
+		{"Größe", "größe"},
+	} {
+		if got := mdcheck.Slug(tc.heading); got != tc.want {
+			t.Errorf("Slug(%q) = %q; want %q", tc.heading, got, tc.want)
+		}
+	}
+}
+
+func TestAnchors(t *testing.T) {
+	src := "# Title\n\n## Setup\n\n```sh\n# not a heading\n```\n\n## Setup\n\n### Setup\n\n" +
+		"<a id=\"custom\"></a>\n\n#### `Code` heading ####\n\n    ~~~\n"
+	got := mdcheck.Anchors([]byte(src))
+	var keys []string
+	for k := range got {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	want := []string{"code-heading", "custom", "setup", "setup-1", "setup-2", "title"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("Anchors = %v; want %v", keys, want)
+	}
+}
+
+// TestCheckReportsBrokenLinks builds a small tree with one link of each
+// kind, good and broken, and checks exactly the broken ones are reported
+// with their file and line.
+func TestCheckReportsBrokenLinks(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		path := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("docs/guide.md", "# Guide\n\n## Setup: first steps\n\n## Setup: first steps\n")
+	write("docs/img.png", "png")
+	write("README.md", strings.Join([]string{
+		"# Project", // 1
+		"[guide](docs/guide.md) [setup](docs/guide.md#setup-first-steps-1) [dir](docs/)", // 2
+		"[missing](docs/nope.md)",                // 3
+		"[bad anchor](docs/guide.md#setup)",      // 4
+		"[self](#project) [self bad](#projects)", // 5
+		"![img](docs/img.png \"title\") [web](https://example.com/x#y) [mail](mailto:a@b)", // 6
+		"`[code](nope.md)` and ``[code](nope.md)``",                                        // 7
+		"```",                 // 8
+		"[fenced](nope.md)",   // 9
+		"```",                 // 10
+		"[ref]: docs/gone.md", // 11
+		"[root](/docs/guide.md#guide) [up](../outside.md)", // 12
+		"[into dir](docs/#x)",                              // 13
+	}, "\n")+"\n")
+	problems, err := mdcheck.Check(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"README.md:3: docs/nope.md: no such file or directory",
+		"README.md:4: docs/guide.md#setup: no heading with anchor #setup in guide.md",
+		"README.md:5: #projects: no heading with anchor #projects in README.md",
+		"README.md:11: docs/gone.md: no such file or directory",
+		"README.md:12: ../outside.md: no such file or directory",
+		"README.md:13: docs/#x: an anchor into a directory",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Check =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
