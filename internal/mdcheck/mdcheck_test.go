@@ -1,8 +1,10 @@
 package mdcheck_test
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -122,5 +124,61 @@ func TestCheckReportsBrokenLinks(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Check =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestNamedTestsExist checks every test, benchmark and fuzz target the
+// Markdown files name (`TestX`, `BenchmarkX`, `FuzzX`) is a function of
+// some _test.go file, so that a renamed or removed test does not leave the
+// documentation pointing at nothing.
+func TestNamedTestsExist(t *testing.T) {
+	root := repoRoot(t)
+	named := regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*`)
+	declared := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)\(`)
+	funcs := map[string]bool{}
+	mentions := map[string][]string{} // name -> files
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch {
+		case strings.HasSuffix(path, "_test.go"):
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range declared.FindAllStringSubmatch(string(b), -1) {
+				funcs[m[1]] = true
+			}
+		case strings.HasSuffix(path, ".md"):
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			for _, name := range named.FindAllString(string(b), -1) {
+				if !slices.Contains(mentions[name], rel) {
+					mentions[name] = append(mentions[name], rel)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(funcs) == 0 || len(mentions) == 0 {
+		t.Fatalf("found %d test functions and %d names in Markdown; want some of each", len(funcs), len(mentions))
+	}
+	for name, files := range mentions {
+		if !funcs[name] {
+			t.Errorf("%s names %s, which no _test.go file declares", strings.Join(files, ", "), name)
+		}
 	}
 }
