@@ -182,3 +182,16 @@ func TestNamedTestsExist(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEOnAPage keeps the top-level README a page a newcomer reads
+// whole; reference material belongs in docs/.
+func TestREADMEOnAPage(t *testing.T) {
+	const maxLines = 400
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > maxLines {
+		t.Errorf("README.md has %d lines; want at most %d (move reference material to docs/)", n, maxLines)
+	}
+}
