@@ -10,8 +10,6 @@
 package mdcheck
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -65,12 +63,12 @@ type line struct {
 func prose(src []byte) []line {
 	var out []line
 	var fence string // the opening fence while inside a block
-	sc := bufio.NewScanner(bytes.NewReader(src))
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for n := 1; sc.Scan(); n++ {
-		text := sc.Text()
-		trimmed := strings.TrimLeft(text, " ")
-		if len(text)-len(trimmed) <= 3 && (strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~")) {
+	for i, text := range strings.Split(string(src), "\n") {
+		n := i + 1
+		text = strings.TrimSuffix(text, "\r")
+		// A fence may be indented as far as the list item holding it.
+		trimmed := strings.TrimLeft(text, " \t")
+		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
 			run := trimmed[:len(trimmed)-len(strings.TrimLeft(trimmed, trimmed[:1]))]
 			switch {
 			case fence == "":

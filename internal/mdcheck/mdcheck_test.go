@@ -61,7 +61,7 @@ func TestSlug(t *testing.T) {
 
 func TestAnchors(t *testing.T) {
 	src := "# Title\n\n## Setup\n\n```sh\n# not a heading\n```\n\n## Setup\n\n### Setup\n\n" +
-		"<a id=\"custom\"></a>\n\n#### `Code` heading ####\n\n    ~~~\n"
+		"<a id=\"custom\"></a>\n\n#### `Code` heading ####\n\n- item\n\n      ~~~sh\n      # in a list item's block\n      ~~~\n"
 	got := mdcheck.Anchors([]byte(src))
 	var keys []string
 	for k := range got {
