@@ -105,6 +105,10 @@ func TestCheckReportsBrokenLinks(t *testing.T) {
 		"[ref]: docs/gone.md", // 11
 		"[root](/docs/guide.md#guide) [up](../outside.md)", // 12
 		"[into dir](docs/#x)",                              // 13
+		"- a list item",                                    // 14
+		"    ```",                                          // 15
+		"    [fenced in a list](nope.md)",                  // 16
+		"    ```",                                          // 17
 	}, "\n")+"\n")
 	problems, err := mdcheck.Check(root)
 	if err != nil {
