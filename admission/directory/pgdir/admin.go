@@ -248,13 +248,20 @@ func ListTenants(ctx context.Context, db Execer, limit int) ([]TenantRow, error)
 // does; a key's tenant missing from the tenants is added on the default
 // plan, as AddTenant does. Tenants, overrides and keys are written with
 // one statement per table, so that a directory of 100,000 tenants
-// imports in seconds.
+// imports in seconds, and the import is announced with one notification
+// ("plan:*", sent at the commit), which has each listening replica
+// reload the whole directory once.
 func Import(ctx context.Context, conn *pgx.Conn, d *directory.Data) error {
 	r, err := importRows(d)
 	if err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// The triggers (migration 0003) then announce every statement of
+		// the transaction with the same payload, which PostgreSQL sends once.
+		if _, err := tx.Exec(ctx, "SELECT set_config('sluice.notify', 'all', true)"); err != nil {
+			return err
+		}
 		for plan, os := range d.Plans.Plans {
 			if err := SetPlan(ctx, tx, plan, os, plan == d.Plans.Default); err != nil {
 				return fmt.Errorf("plan %q: %w", plan, err)

@@ -505,7 +505,7 @@ func TestRefreshCatchesMissedChanges(t *testing.T) {
 	r := newReplica(t, dsn, pgdir.Options{Refresh: 300 * time.Millisecond})
 	ctx := context.Background()
 	for _, q := range []string{
-		"ALTER TABLE sluice_tenants DISABLE TRIGGER sluice_tenants_notify",
+		"ALTER TABLE sluice_tenants DISABLE TRIGGER sluice_tenants_notify_update",
 		"UPDATE sluice_tenants SET plan = 'pro' WHERE name = 'acme'",
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
