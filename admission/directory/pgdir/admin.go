@@ -143,12 +143,36 @@ func SetPlan(ctx context.Context, db Execer, plan string, overrides map[string]l
 	return nil
 }
 
+// SetDefaultPlan makes plan the default plan. A plan the database does
+// not hold is refused (ErrNotFound) rather than created empty, which
+// would move every tenant without a plan to the policies' own figures.
+func SetDefaultPlan(ctx context.Context, db Execer, plan string) error {
+	if err := check(limits.Plans{Plans: map[string]map[string]limits.Override{plan: nil}}); err != nil {
+		return err
+	}
+	rows, err := db.Query(ctx, "SELECT name FROM sluice_plans WHERE name = $1", plan)
+	if err != nil {
+		return err
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return fmt.Errorf("plan %q: %w", plan, ErrNotFound)
+	}
+	return SetPlan(ctx, db, plan, nil, true)
+}
+
 // SetOverride gives a tenant its own limits for one policy; a zero
-// Override removes them. An override the gateways would refuse is
-// refused (ErrInvalid).
+// Override removes them (ErrNotFound when the tenant has none for that
+// policy). An override the gateways would refuse is refused (ErrInvalid).
 func SetOverride(ctx context.Context, db Execer, tenant, policy string, o limits.Override) error {
 	if o == (limits.Override{}) {
-		_, err := db.Exec(ctx, "DELETE FROM sluice_tenant_overrides WHERE tenant = $1 AND policy = $2", tenant, policy)
+		tag, err := db.Exec(ctx, "DELETE FROM sluice_tenant_overrides WHERE tenant = $1 AND policy = $2", tenant, policy)
+		if err == nil && tag.RowsAffected() == 0 {
+			err = fmt.Errorf("override of tenant %q for policy %q: %w", tenant, policy, ErrNotFound)
+		}
 		return err
 	}
 	if err := check(limits.Plans{Tenants: map[string]limits.TenantPlan{tenant: {Overrides: map[string]limits.Override{policy: o}}}}); err != nil {
