@@ -126,10 +126,9 @@ func (d *Directory) Data() *Data {
 // earlier file refused included: a file that accepts them installs
 // them). Entries the new policies refuse are left out, logged, each with
 // its path, and counted (Refused) while the file is installed, and Apply
-// returns a *config.PartialError without a Section
-// wrapping a *RefusedError: the watcher reports the file applied without
-// them (the status page's warning, admission_reloads_total{result=
-// "partial"}). Where the directory lives changes with a restart: a
+// returns a *config.PartialError without a Section wrapping a
+// *RefusedError: the watcher reports the file applied without them (the
+// status page's warning, admission_reloads_total{result="partial"}). Where the directory lives changes with a restart: a
 // reloaded file whose directory section changed is installed with the
 // running section (and without the file's default_plan, plans and
 // tenants, which the change would bring), and the change is logged as
@@ -154,9 +153,10 @@ func (d *Directory) Apply(f *config.File) error {
 	err := d.installLocked(f, d.given)
 	var es config.Errors
 	if errors.Is(err, ErrRefused) && d.file == f && errors.As(err, &es) {
-		d.log.Warn("directory entries refused by the policy file", "source", d.source, "problems", err.Error())
 		slices.SortFunc(es, func(a, b *config.Error) int { return strings.Compare(a.Path, b.Path) })
-		err = &config.PartialError{Err: &RefusedError{Source: d.source, Problems: es}}
+		re := &RefusedError{Source: d.source, Problems: es}
+		d.log.Warn("directory entries refused by the policy file", "source", d.source, "problems", len(es), "first", re.Error())
+		err = &config.PartialError{Err: re}
 		if partial == nil {
 			return err
 		}
@@ -182,9 +182,9 @@ type RefusedError struct {
 // maxShown is the most problems a RefusedError's message names.
 const maxShown = 3
 
-// Error says how many problems the entries have, and names the first
-// maxShown by path (sorted) (each at most 200 bytes), so that a status page or a
-// log line stays short whatever the directory holds.
+// Error says how many problems the entries have and names the first
+// maxShown, in the order of their paths, each in at most 200 bytes: a
+// status page or a log line stays short whatever the directory holds.
 func (e *RefusedError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d problems", len(e.Problems))
