@@ -26,8 +26,11 @@ const (
 	MaxRecordBytes = 64 << 10
 	// MaxRecordUnits is the most named units one record may carry.
 	MaxRecordUnits = 16
-	// MaxRecordDuration is the longest hold time a record may have.
-	MaxRecordDuration = 24 * time.Hour
+	// MaxRecordDuration is the longest hold time a record may have: a
+	// week, beyond the longest an LLM gateway holds a batch's permits
+	// (the provider's 24-hour completion window and some), so that a
+	// record holds the true time.
+	MaxRecordDuration = 7 * 24 * time.Hour
 )
 
 // A Record is one request of a request log: who sent it, when, what it

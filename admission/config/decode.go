@@ -43,6 +43,16 @@ type decoder struct {
 // messages. The error, when the file is not valid, is an Errors listing
 // every problem.
 func Parse(name string, data []byte) (*File, error) {
+	f, _, err := ParseTree(name, data)
+	return f, err
+}
+
+// ParseTree is Parse that also returns the root node of the file's YAML
+// document, valid file or not, for a tool that points at keys by their
+// position (admitctl check's warnings and suggestions) without parsing
+// the file again. The node is nil when data is not one YAML document;
+// the caller must not change it.
+func ParseTree(name string, data []byte) (*File, *yaml.Node, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	err := dec.Decode(&doc)
@@ -53,7 +63,7 @@ func Parse(name string, data []byte) (*File, error) {
 		// A second document would be ignored silently: refuse it.
 		var extra yaml.Node
 		if e := dec.Decode(&extra); e == nil {
-			return nil, Errors{{File: name, Line: extra.Line, Column: 1,
+			return nil, nil, Errors{{File: name, Line: extra.Line, Column: 1,
 				Msg: "a second YAML document (after ---): a policy file holds one"}}
 		} else if !errors.Is(e, io.EOF) {
 			err = e
@@ -70,19 +80,19 @@ func Parse(name string, data []byte) (*File, error) {
 				}
 			}
 		}
-		return nil, Errors{{File: name, Line: line, Column: 1, Msg: "invalid YAML: " + msg}}
+		return nil, nil, Errors{{File: name, Line: line, Column: 1, Msg: "invalid YAML: " + msg}}
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return nil, Errors{{File: name, Line: 1, Column: 1, Msg: "empty file: at least one policy is needed"}}
+		return nil, nil, Errors{{File: name, Line: 1, Column: 1, Msg: "empty file: at least one policy is needed"}}
 	}
 	root := doc.Content[0]
 	nodes, cycle := countNodes(root, MaxNodes)
 	if cycle != nil {
-		return nil, Errors{{File: name, Line: cycle.Line, Column: cycle.Column,
+		return nil, root, Errors{{File: name, Line: cycle.Line, Column: cycle.Column,
 			Msg: fmt.Sprintf("alias *%s refers to a node that contains it: it would expand without end", cycle.Value)}}
 	}
 	if nodes > MaxNodes {
-		return nil, Errors{{File: name, Line: 1, Column: 1,
+		return nil, root, Errors{{File: name, Line: 1, Column: 1,
 			Msg: fmt.Sprintf("document too large: more than %d nodes with its aliases expanded (the bound is config.MaxNodes); nothing of it was loaded", MaxNodes)}}
 	}
 	// About half the nodes are keys, whose positions lines records.
@@ -100,9 +110,9 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	if len(d.errs) > 0 {
 		d.errs.sort()
-		return nil, d.errs
+		return nil, root, d.errs
 	}
-	return d.f, nil
+	return d.f, root, nil
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {

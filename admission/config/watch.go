@@ -108,19 +108,26 @@ func (r Reload) Applied() bool {
 // A PartialError is what a Subscriber's Apply (or NewWatcher's load)
 // returns when it applied the configuration without a part of it, which
 // the running program cannot take (a tenant directory's directory
-// section, which a restart applies): the rest is in force. The Watcher
+// section, which a restart applies; the directory's entries that the
+// file's policies refuse): the rest is in force. The Watcher
 // counts and logs the reload as applied, and reports it (Reload.Err) with
 // this error, so that a status page and the reload metrics say what was
 // left out, rather than refusing the whole file.
 type PartialError struct {
-	// Section names the part left out ("directory").
+	// Section names the part left out ("directory"); empty when what was
+	// left out is entries refused one by one (a tenant directory's
+	// entries that the file's policies refuse), which Err names.
 	Section string
 	// Err says why.
 	Err error
 }
 
-// Error returns "applied without its <section> section: " and why.
+// Error returns "applied without its <section> section: " and why, or
+// "applied without the entries refused: " and why.
 func (e *PartialError) Error() string {
+	if e.Section == "" {
+		return "applied without the entries refused: " + e.Err.Error()
+	}
 	return "applied without its " + e.Section + " section: " + e.Err.Error()
 }
 

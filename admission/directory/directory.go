@@ -22,8 +22,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
@@ -84,6 +86,12 @@ type Directory struct {
 	mu   sync.Mutex // serialises changes
 	file *config.File
 	data *Data // what is installed: valid entries only
+	// given is the directory as given (the last Install's data and the
+	// changes since), refused entries included, which a policy file
+	// applied is checked against; data while none is refused.
+	given    *Data
+	refused  map[string]int // problems of the entries refused now, by entry (see check)
+	nrefused atomic.Int64   // the sum of refused
 }
 
 // New returns an empty Directory; Apply gives it its policy file.
@@ -91,7 +99,8 @@ func New(cfg Config) (*Directory, error) {
 	if cfg.Next == nil || cfg.Controller == nil {
 		return nil, errors.New("directory: Next and Controller are required")
 	}
-	d := &Directory{next: cfg.Next, ctl: cfg.Controller, keys: cfg.Keys, source: cfg.Source, log: cfg.Logger, data: &Data{}}
+	d := &Directory{next: cfg.Next, ctl: cfg.Controller, keys: cfg.Keys, source: cfg.Source, log: cfg.Logger, data: &Data{}, refused: map[string]int{}}
+	d.given = d.data
 	if d.keys == nil {
 		d.keys = new(httpadmit.KeySet)
 	}
@@ -112,15 +121,21 @@ func (d *Directory) Data() *Data {
 }
 
 // Apply installs a policy file, as a config.Subscriber: its policies with
-// the directory's plans. Entries the new policies refuse are left out and
-// logged, each with its path, while the file is installed. Where the
-// directory lives changes with a restart: a reloaded file whose directory
-// section changed is installed with the running section (and without
-// the file's default_plan, plans and tenants, which the change would
-// bring), and the change is logged as refused and returned as a
-// *config.PartialError (section "directory": the watcher reports the file
-// applied without it) at each such reload until the section is restored
-// or the program restarts.
+// the directory's plans. The whole directory as given is checked against
+// the file (the last Install's data and the changes since, entries an
+// earlier file refused included: a file that accepts them installs
+// them). Entries the new policies refuse are left out, logged, each with
+// its path, and counted (Refused) while the file is installed, and Apply
+// returns a *config.PartialError without a Section wrapping a
+// *RefusedError: the watcher reports the file applied without them (the
+// status page's warning, admission_reloads_total{result="partial"}). Where the directory lives changes with a restart: a
+// reloaded file whose directory section changed is installed with the
+// running section (and without the file's default_plan, plans and
+// tenants, which the change would bring), and the change is logged as
+// refused and returned as a *config.PartialError (section "directory":
+// the watcher reports the file applied without it) at each such reload
+// until the section is restored or the program restarts; that error
+// comes first when both happen.
 func (d *Directory) Apply(f *config.File) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -135,16 +150,73 @@ func (d *Directory) Apply(f *config.File) error {
 		kept.Directory = d.file.Directory
 		f = &kept
 	}
-	err := d.installLocked(f, d.data)
-	if errors.Is(err, ErrRefused) && d.file == f {
-		d.log.Warn("directory entries refused by the policy file", "source", d.source, "problems", err.Error())
-		err = nil
+	err := d.installLocked(f, d.given)
+	var es config.Errors
+	if errors.Is(err, ErrRefused) && d.file == f && errors.As(err, &es) {
+		slices.SortFunc(es, func(a, b *config.Error) int { return strings.Compare(a.Path, b.Path) })
+		re := &RefusedError{Source: d.source, Problems: es}
+		d.log.Warn("directory entries refused by the policy file", "source", d.source, "problems", len(es), "first", re.Error())
+		err = &config.PartialError{Err: re}
+		if partial == nil {
+			return err
+		}
+		return errors.Join(partial, err)
 	}
 	if err != nil {
 		return err
 	}
 	return partial
 }
+
+// A RefusedError reports the entries of a directory that a policy file
+// refuses while the file and the rest of the directory are installed.
+// It matches ErrRefused, and its Problems are a config.Errors for
+// errors.As.
+type RefusedError struct {
+	// Source names the directory ("postgres").
+	Source string
+	// Problems are every problem, each naming its entry by its path.
+	Problems config.Errors
+}
+
+// maxShown is the most problems a RefusedError's message names.
+const maxShown = 3
+
+// Error says how many problems the entries have and names the first
+// maxShown, in the order of their paths, each in at most 200 bytes: a
+// status page or a log line stays short whatever the directory holds.
+func (e *RefusedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d problems", len(e.Problems))
+	if e.Source != "" {
+		fmt.Fprintf(&b, " (%s)", e.Source)
+	}
+	b.WriteString(": ")
+	for i, p := range e.Problems[:min(len(e.Problems), maxShown)] {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		msg := p.Path + ": " + p.Msg
+		if len(msg) > 200 {
+			msg = strings.ToValidUTF8(msg[:200], "") + "…"
+		}
+		b.WriteString(msg)
+	}
+	if n := len(e.Problems) - maxShown; n > 0 {
+		fmt.Fprintf(&b, " (and %d more)", n)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrRefused and the problems.
+func (e *RefusedError) Unwrap() []error { return []error{ErrRefused, e.Problems} }
+
+// Refused returns the problems of the entries refused now: by the last
+// whole install (Install, or Apply of a policy file, which checks the
+// whole directory against the file's policies), and by the SetTenant and
+// SetKey calls since, each of which clears its entry's problems when it
+// installs it.
+func (d *Directory) Refused() int64 { return d.nrefused.Load() }
 
 // describe says where a directory section puts the directory.
 func describe(s config.Directory) string {
@@ -174,7 +246,7 @@ func (d *Directory) Install(data *Data) error {
 }
 
 func (d *Directory) installLocked(f *config.File, data *Data) error {
-	valid, refused := d.check(f, data)
+	valid, byEntry, refused := d.check(f, data)
 	if valid == nil {
 		return refused
 	}
@@ -188,26 +260,33 @@ func (d *Directory) installLocked(f *config.File, data *Data) error {
 		return err
 	}
 	d.keys.Replace(valid.Keys)
-	d.file, d.data = f, valid
+	d.file, d.data, d.given = f, valid, data
+	d.refused = byEntry
+	d.nrefused.Store(int64(refusedSum(byEntry)))
 	return refused
 }
 
-// check returns the valid part of data, and the problems of the rest; a
-// nil Data when the problems cannot be told apart by entry.
-func (d *Directory) check(f *config.File, data *Data) (*Data, error) {
+// check returns the valid part of data, the problems of the rest counted
+// by entry ("tenant:<name>", "key:<hash>", else the problem's path), and
+// those problems; a nil Data when the problems cannot be told apart by
+// entry.
+func (d *Directory) check(f *config.File, data *Data) (*Data, map[string]int, error) {
 	all := f.CheckPlans(d.source, &data.Plans)
 	valid := data
 	if len(all) > 0 {
 		valid = data.Clone()
 	}
+	byEntry := map[string]int{}
 	for _, e := range all {
-		if !refuse(&valid.Plans, &data.Plans, e.Path) {
-			return nil, errors.Join(ErrRefused, all)
+		entry := refuse(&valid.Plans, &data.Plans, e.Path)
+		if entry == "" {
+			return nil, nil, errors.Join(ErrRefused, all)
 		}
+		byEntry[entry]++
 	}
 	if len(all) > 0 {
 		if es := f.CheckPlans(d.source, &valid.Plans); len(es) > 0 {
-			return nil, errors.Join(ErrRefused, es)
+			return nil, nil, errors.Join(ErrRefused, es)
 		}
 	}
 	for h, k := range valid.Keys {
@@ -215,50 +294,75 @@ func (d *Directory) check(f *config.File, data *Data) (*Data, error) {
 			if valid == data {
 				valid = data.Clone()
 			}
-			all = append(all, &config.Error{File: d.source, Path: "keys." + h.ID(), Msg: fmt.Sprintf("%q is the anonymous tenant (identity.anonymous_tenant): callers without a key would share its limits", k.Tenant)})
+			all = append(all, anonymousKey(d.source, h, k))
+			byEntry["key:"+h.String()]++
 			delete(valid.Keys, h)
 		}
 	}
 	if len(all) == 0 {
-		return valid, nil
+		return valid, byEntry, nil
 	}
-	return valid, errors.Join(ErrRefused, all)
+	return valid, byEntry, errors.Join(ErrRefused, all)
+}
+
+// anonymousKey is the problem of a key of the anonymous tenant.
+func anonymousKey(source string, h config.KeyHash, k config.Key) *config.Error {
+	return &config.Error{File: source, Path: "keys." + h.ID(), Msg: fmt.Sprintf("%q is the anonymous tenant (identity.anonymous_tenant): callers without a key would share its limits", k.Tenant)}
+}
+
+func refusedSum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// setRefused records n problems for entry (0: none), as a change of it
+// found them.
+func (d *Directory) setRefused(entry string, n int) {
+	delete(d.refused, entry)
+	if n > 0 {
+		d.refused[entry] = n
+	}
+	d.nrefused.Store(int64(refusedSum(d.refused)))
 }
 
 // refuse removes from pl the entry a problem's path names in orig (pl's
 // original, which names are looked up in, so that several problems of one
 // entry all find it): a plan's or a tenant's override of one policy, a
 // tenant, the default plan. Names may hold dots: the longest name present
-// wins. It reports false for a path that names no entry.
-func refuse(pl, orig *limits.Plans, path string) bool {
+// wins. It returns the entry, as check counts it ("tenant:<name>", else
+// the path), or "" for a path that names no entry.
+func refuse(pl, orig *limits.Plans, path string) string {
 	if path == "default_plan" {
 		pl.Default = ""
-		return true
+		return path
 	}
 	if rest, ok := strings.CutPrefix(path, "plans."); ok {
 		plan, tail, ok := longest(rest, func(s string) bool { _, ok := orig.Plans[s]; return ok })
 		if !ok {
-			return false
+			return ""
 		}
 		if tail == "" {
 			delete(pl.Plans, plan)
-			return true
+			return path
 		}
 		pol, _, ok := longest(tail, func(s string) bool { _, ok := orig.Plans[plan][s]; return ok })
 		if !ok {
-			return false
+			return ""
 		}
 		if os, ok := pl.Plans[plan]; ok {
 			os = maps.Clone(os)
 			delete(os, pol)
 			pl.Plans[plan] = os
 		}
-		return true
+		return path
 	}
 	if rest, ok := strings.CutPrefix(path, "tenants."); ok {
 		tenant, tail, ok := longest(rest, func(s string) bool { _, ok := orig.Tenants[s]; return ok })
 		if !ok {
-			return false
+			return ""
 		}
 		if ovr, ok := strings.CutPrefix(tail, "overrides."); ok {
 			pol, _, ok := longest(ovr, func(s string) bool { _, ok := orig.Tenants[tenant].Overrides[s]; return ok })
@@ -268,13 +372,13 @@ func refuse(pl, orig *limits.Plans, path string) bool {
 					delete(tp.Overrides, pol)
 					pl.Tenants[tenant] = tp
 				}
-				return true
+				return "tenant:" + tenant
 			}
 		}
 		delete(pl.Tenants, tenant)
-		return true
+		return "tenant:" + tenant
 	}
-	return false
+	return ""
 }
 
 // longest splits s at the longest prefix that present accepts, ending at
@@ -300,24 +404,42 @@ func (d *Directory) SetTenant(tenant string, tp *limits.TenantPlan) error {
 	if d.file == nil {
 		return errors.New("directory: SetTenant before Apply")
 	}
+	set := func(data *Data) {
+		if data.Plans.Tenants == nil {
+			data.Plans.Tenants = map[string]limits.TenantPlan{}
+		}
+		if tp == nil {
+			delete(data.Plans.Tenants, tenant)
+		} else {
+			data.Plans.Tenants[tenant] = *tp
+		}
+	}
 	if tp != nil {
 		pl := limits.Plans{Default: d.data.Plans.Default, Plans: d.data.Plans.Plans, Tenants: map[string]limits.TenantPlan{tenant: *tp}}
 		if es := d.file.CheckPlans(d.source, &pl); len(es) > 0 {
+			d.record(false, set)
+			d.setRefused("tenant:"+tenant, len(es))
 			return errors.Join(ErrRefused, es)
 		}
 	}
 	if err := d.ctl.SetTenant(tenant, tp); err != nil {
 		return err
 	}
-	if d.data.Plans.Tenants == nil {
-		d.data.Plans.Tenants = map[string]limits.TenantPlan{}
-	}
-	if tp == nil {
-		delete(d.data.Plans.Tenants, tenant)
-	} else {
-		d.data.Plans.Tenants[tenant] = *tp
-	}
+	d.record(true, set)
+	d.setRefused("tenant:"+tenant, 0)
 	return nil
+}
+
+// record applies a change to the directory as given and, when installed,
+// to the directory installed (the same Data until an entry is refused).
+func (d *Directory) record(installed bool, change func(*Data)) {
+	if !installed && d.given == d.data {
+		d.given = d.data.Clone()
+	}
+	change(d.given)
+	if installed && d.given != d.data {
+		change(d.data)
+	}
 }
 
 // SetKey adds or replaces one API key (k nil revokes it). A key the
@@ -326,20 +448,29 @@ func (d *Directory) SetTenant(tenant string, tp *limits.TenantPlan) error {
 func (d *Directory) SetKey(h config.KeyHash, k *config.Key) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.data.Keys == nil {
-		d.data.Keys = map[config.KeyHash]config.Key{}
+	set := func(data *Data) {
+		if data.Keys == nil {
+			data.Keys = map[config.KeyHash]config.Key{}
+		}
+		if k == nil {
+			delete(data.Keys, h)
+		} else {
+			data.Keys[h] = *k
+		}
 	}
-	if k == nil || d.file != nil && k.Tenant == d.file.Identity.AnonymousTenant {
+	d.setRefused("key:"+h.String(), 0)
+	if k != nil && d.file != nil && k.Tenant == d.file.Identity.AnonymousTenant {
 		d.keys.Delete(h)
 		delete(d.data.Keys, h)
+		d.record(false, set)
+		d.setRefused("key:"+h.String(), 1)
+		return errors.Join(ErrRefused, anonymousKey(d.source, h, *k))
 	}
 	if k == nil {
-		return nil
+		d.keys.Delete(h)
+	} else {
+		d.keys.Set(h, *k)
 	}
-	if d.file != nil && k.Tenant == d.file.Identity.AnonymousTenant {
-		return errors.Join(ErrRefused, &config.Error{File: d.source, Path: "keys." + h.ID(), Msg: fmt.Sprintf("%q is the anonymous tenant (identity.anonymous_tenant): callers without a key would share its limits", k.Tenant)})
-	}
-	d.keys.Set(h, *k)
-	d.data.Keys[h] = *k
+	d.record(true, set)
 	return nil
 }

@@ -234,3 +234,103 @@ func TestSetKeyRefusedRemoves(t *testing.T) {
 		t.Errorf("keys after the refusal = %d; want 0", n)
 	}
 }
+
+// TestReloadReportsRefusedEntries reloads, through the policy file
+// watcher, a file without a policy the directory's entries override: the
+// file is applied and reported partial, with a *directory.RefusedError
+// counting every problem and naming the first few; Refused counts them
+// until a change installs its entry; and the file restored installs the
+// refused entries again.
+func TestReloadReportsRefusedEntries(t *testing.T) {
+	const file = `policies:
+  - {name: rpm, key: [tenant], algorithm: fixed_window, limit: %d, per: 1m}
+%s
+directory: {source: postgres}
+`
+	const conc = "  - {name: c.x, key: [tenant], algorithm: concurrency, limit: 4}"
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	write := func(limit int, extra string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(file, limit, extra)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(5, conc)
+	first, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := admission.New(first.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(first)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := directory.New(directory.Config{Next: mw, Controller: ctl, Source: "db", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last config.Reload
+	w, err := config.Watch(path, d, config.WithSignals(), config.WithDebounce(time.Hour), config.WithLogger(slog.New(slog.DiscardHandler)),
+		config.OnReload(func(r config.Reload) { last = r }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	data := &directory.Data{Plans: limits.Plans{
+		Plans:   map[string]map[string]limits.Override{"p": {"rpm": {Limit: 9}, "c.x": {Limit: 3}}},
+		Tenants: map[string]limits.TenantPlan{},
+	}}
+	for i := range 5 {
+		data.Plans.Tenants[fmt.Sprintf("t%d", i)] = limits.TenantPlan{Plan: "p", Overrides: map[string]limits.Override{"c.x": {Limit: 2}}}
+	}
+	if err := d.Install(data); err != nil {
+		t.Fatal(err)
+	}
+
+	write(7, "")
+	if err := w.Reload(); err != nil {
+		t.Fatalf("reload without c.x = %v; want the file applied", err)
+	}
+	var partial *config.PartialError
+	var refused *directory.RefusedError
+	if !last.Applied() || !errors.As(last.Err, &partial) || partial.Section != "" || !errors.As(last.Err, &refused) || !errors.Is(last.Err, directory.ErrRefused) {
+		t.Fatalf("reload reported as %v (applied %v); want applied with a *config.PartialError wrapping a *directory.RefusedError", last.Err, last.Applied())
+	}
+	msg := last.Err.Error()
+	if len(refused.Problems) != 6 || !strings.HasPrefix(msg, "applied without the entries refused: 6 problems (db): ") ||
+		!strings.Contains(msg, `plans.p.c.x: no such policy "c.x"; tenants.t0.overrides.c.x: no such policy "c.x"; tenants.t1`) || !strings.HasSuffix(msg, "(and 3 more)") {
+		t.Errorf("reload error: %d problems, %q; want 6, the first three named and 3 more", len(refused.Problems), msg)
+	}
+	if got := ctl.Policies()[0].Limit; got != 7 {
+		t.Errorf("after the reload: rpm limit %d; want 7 (the file applied)", got)
+	}
+	if n := d.Refused(); n != 6 {
+		t.Errorf("Refused() = %d after the reload; want 6", n)
+	}
+	if err := d.SetTenant("t0", &limits.TenantPlan{Plan: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetTenant("t1", &limits.TenantPlan{Plan: "p", Overrides: map[string]limits.Override{"nope": {Limit: 1}}}); !errors.Is(err, directory.ErrRefused) {
+		t.Fatalf("SetTenant(nope) = %v; want ErrRefused", err)
+	}
+	if n := d.Refused(); n != 5 {
+		t.Errorf("Refused() = %d after one tenant's change installed and another's refused; want 5", n)
+	}
+
+	// The file restored: applied whole, the refused entries installed
+	// (t1's refused override is refused again, the rest of t1 installed).
+	write(5, conc)
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.As(last.Err, &refused) || len(refused.Problems) != 1 || refused.Problems[0].Path != "tenants.t1.overrides.nope" || d.Refused() != 1 {
+		t.Errorf("reload of the file restored: %v, Refused() = %d; want t1's change alone refused", last.Err, d.Refused())
+	}
+	got := d.Data()
+	if got.Plans.Plans["p"]["c.x"].Limit != 3 || got.Plans.Tenants["t2"].Overrides["c.x"].Limit != 2 || len(got.Plans.Tenants["t1"].Overrides) != 0 || len(got.Plans.Tenants) != 5 {
+		t.Errorf("after the file restored: plans %v, tenants %v; want p's and t2's c.x back, t1 without its override", got.Plans.Plans, got.Plans.Tenants)
+	}
+}

@@ -116,8 +116,8 @@ func loadPolicyFile(w io.Writer, path string) (*config.File, rawFile, bool) {
 		fmt.Fprintln(w, err)
 		return nil, rawFile{}, false
 	}
-	raw := parseRaw(data)
-	f, err := config.Parse(path, data)
+	f, root, err := config.ParseTree(path, data)
+	raw := rawFile{root}
 	if err != nil {
 		var es config.Errors
 		if !errors.As(err, &es) {

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/admission/config"
 )
 
 // checkFile writes body as a policy file, runs check on it and returns the
@@ -220,4 +224,39 @@ func FuzzExplain(f *testing.F) {
 			t.Fatalf("explain(%q) = %q: lost %s", msg, got, q)
 		}
 	})
+}
+
+// TestCheckParsesOnce: check reads a policy file's YAML once, for the
+// decoding and the warnings' positions alike: loading it allocates about
+// what config.Parse alone does (a second parse of the YAML tree adds
+// about half as much again).
+func TestCheckParsesOnce(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 60, per: 1m}\nidentity: {anonymous: deny}\n")
+	b.WriteString("http: {exempt: [/healthz]}\ndefault_plan: basic\nplans:\n  basic: {rpm: {limit: 10}}\ntenants:\n")
+	for i := range 500 {
+		fmt.Fprintf(&b, "  t%04d: {api_keys: [%s]}\n", i, config.HashKey(fmt.Sprintf("sk-t%04d", i)))
+	}
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parse := testing.AllocsPerRun(3, func() {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			_, err = config.Parse(path, data)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	load := testing.AllocsPerRun(3, func() {
+		if _, raw, ok := loadPolicyFile(io.Discard, path); !ok || raw.root == nil {
+			t.Fatal("the file does not load, or without its tree")
+		}
+	})
+	t.Logf("allocations: config.Parse %.0f, loadPolicyFile %.0f", parse, load)
+	if load > 1.1*parse {
+		t.Errorf("loadPolicyFile allocates %.0f times; want at most 1.1 × config.Parse's %.0f (one parse)", load, parse)
+	}
 }

@@ -36,13 +36,14 @@ const dbUsage = `SUBCOMMAND [ARGS]
   tenant plan NAME PLAN                     move a tenant to another plan ("-": the default plan)
   plan set NAME POLICY limit=N [burst=N] [per=D]
                                             set a plan's limits for one policy (creates the plan)
-  plan default NAME                         make NAME the default plan
+  plan default NAME                         make NAME, an existing plan, the default plan
   override set TENANT POLICY limit=N [burst=N] [per=D]
                                             give a tenant its own limits for one policy
   override clear TENANT POLICY              remove them
   key create TENANT [ID [USER]]             create an API key: printed once, stored hashed
   key revoke ID                             revoke a key (refused by every listening gateway within 1s)
   export                                    print the directory as a policy file's plans and tenants
+                                            (exit 1 when rows that cannot be read are left out)
   import FILE                               write a policy file's plans, tenants and keys to the database`
 
 func init() {
@@ -88,7 +89,7 @@ func runDB(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int {
 		return 1
 	}
 	defer conn.Close(context.Background())
-	d := &dbCmd{ctx: cctx, conn: conn, file: f, out: e.stdout}
+	d := &dbCmd{ctx: cctx, conn: conn, file: f, out: e.stdout, err: e.stderr}
 	err = d.run(args)
 	var usageErr errUsage
 	switch {
@@ -109,10 +110,10 @@ func (e errUsage) Error() string { return string(e) }
 
 // dbCmd runs one db subcommand.
 type dbCmd struct {
-	ctx  context.Context
-	conn *pgx.Conn
-	file *config.File // nil without -f
-	out  io.Writer
+	ctx      context.Context
+	conn     *pgx.Conn
+	file     *config.File // nil without -f
+	out, err io.Writer
 }
 
 func (d *dbCmd) run(args []string) error {
@@ -202,7 +203,7 @@ func (d *dbCmd) run(args []string) error {
 			return err
 		}
 		return d.checked(func(pl *limits.Plans) { pl.Default = rest[0] }, "default_plan",
-			func() error { return pgdir.SetPlan(d.ctx, d.conn, rest[0], nil, true) })
+			func() error { return pgdir.SetDefaultPlan(d.ctx, d.conn, rest[0]) })
 	case "override set", "override clear":
 		if len(rest) < 2 || (sub == "override clear") != (len(rest) == 2) {
 			return errUsage(sub + ": want TENANT POLICY" + map[bool]string{true: "", false: " limit=N [burst=N] [per=D]"}[sub == "override clear"])
@@ -265,9 +266,15 @@ func (d *dbCmd) run(args []string) error {
 			return err
 		}
 		for _, p := range problems {
-			fmt.Fprintf(os.Stderr, "left out: %v\n", p)
+			fmt.Fprintf(d.err, "left out: %v\n", p)
 		}
-		return writeExport(d.out, data)
+		if err := writeExport(d.out, data); err != nil {
+			return err
+		}
+		if len(problems) > 0 {
+			return fmt.Errorf("%d rows left out of the export (listed above): they cannot be read as entries, and the gateways refuse them too", len(problems))
+		}
+		return nil
 	case "import":
 		if err := need(1, 1); err != nil {
 			return err

@@ -334,3 +334,55 @@ func TestReadImportShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestDBSaysWhatWasNotDone: a command that would change nothing, or that
+// leaves rows out, says so and exits 1: a default plan named with a typo
+// (not created empty for every tenant without a plan to fall to), an
+// override cleared that is not there, an export without the rows that
+// cannot be read (listed, the rest exported).
+func TestDBSaysWhatWasNotDone(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewDB(t)
+	db := func(want int, args ...string) (string, string) {
+		t.Helper()
+		code, out, errs := runArgs("", append([]string{"db", "-dsn", dsn}, args...)...)
+		if code != want {
+			t.Fatalf("db %q = %d; want %d\nstdout: %s\nstderr: %s", args, code, want, out, errs)
+		}
+		return out, errs
+	}
+	db(0, "migrate")
+	db(0, "plan", "set", "basic", "rpm", "limit=10")
+	db(0, "plan", "default", "basic")
+	db(0, "tenant", "add", "acme", "basic")
+	db(0, "override", "set", "acme", "rpm", "limit=5")
+	db(0, "override", "clear", "acme", "rpm")
+	const want = "default_plan: basic\nplans:\n  basic:\n    rpm:\n      limit: 10\ntenants:\n  acme:\n    plan: basic\n"
+	if out, _ := db(0, "export"); !strings.HasSuffix(out, want) {
+		t.Fatalf("export:\n%s\nwant it to end with:\n%s", out, want)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "default", "bsic"}, `plan "bsic": not found`},
+		{[]string{"override", "clear", "acme", "rpm"}, `override of tenant "acme" for policy "rpm": not found`},
+		{[]string{"override", "clear", "acmee", "rpm"}, `override of tenant "acmee" for policy "rpm": not found`},
+	} {
+		if _, errs := db(1, tc.args...); !strings.Contains(errs, tc.want) {
+			t.Errorf("db %q: %q; want %q", tc.args, errs, tc.want)
+		}
+	}
+	if out, _ := db(0, "export"); !strings.HasSuffix(out, want) {
+		t.Errorf("export after the refusals:\n%s\nwant it to end with:\n%s", out, want)
+	}
+	conn := pgtest.Conn(t, dsn)
+	if _, err := conn.Exec(context.Background(), `INSERT INTO sluice_keys (hash, key_id, tenant) VALUES ('sha256:`+strings.Repeat("0", 64)+`', 'bad id!', 'acme')`); err != nil {
+		t.Fatal(err)
+	}
+	out, errs := db(1, "export")
+	if !strings.HasSuffix(out, want) || !strings.Contains(errs, `left out: postgres: keys.key_000000000000: "bad id!" is not a valid key id`) ||
+		!strings.Contains(errs, "1 rows left out of the export") {
+		t.Errorf("export with an unreadable row: stdout\n%s\nstderr\n%s\nwant the rest exported, the row named and exit 1", out, errs)
+	}
+}

@@ -11,19 +11,11 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
-// rawFile is the policy file as YAML nodes: what check needs beyond
-// config.File (the names a broken file defines, the position of a key).
+// rawFile is the policy file as YAML nodes (config.ParseTree's, from the
+// one parse of the file): what check needs beyond config.File (the names
+// a broken file defines, the position of a key). A file that is not YAML
+// has a nil root, whose lookups find nothing.
 type rawFile struct{ root *yaml.Node }
-
-// parseRaw reads data as YAML; a file that is not YAML gives an empty
-// rawFile, whose lookups find nothing.
-func parseRaw(data []byte) rawFile {
-	var doc yaml.Node
-	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
-		return rawFile{}
-	}
-	return rawFile{root: doc.Content[0]}
-}
 
 // get returns the value under key of the mapping n, or nil.
 func get(n *yaml.Node, key string) *yaml.Node {

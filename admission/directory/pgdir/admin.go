@@ -143,12 +143,36 @@ func SetPlan(ctx context.Context, db Execer, plan string, overrides map[string]l
 	return nil
 }
 
+// SetDefaultPlan makes plan the default plan. A plan the database does
+// not hold is refused (ErrNotFound) rather than created empty, which
+// would move every tenant without a plan to the policies' own figures.
+func SetDefaultPlan(ctx context.Context, db Execer, plan string) error {
+	if err := check(limits.Plans{Plans: map[string]map[string]limits.Override{plan: nil}}); err != nil {
+		return err
+	}
+	rows, err := db.Query(ctx, "SELECT name FROM sluice_plans WHERE name = $1", plan)
+	if err != nil {
+		return err
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return fmt.Errorf("plan %q: %w", plan, ErrNotFound)
+	}
+	return SetPlan(ctx, db, plan, nil, true)
+}
+
 // SetOverride gives a tenant its own limits for one policy; a zero
-// Override removes them. An override the gateways would refuse is
-// refused (ErrInvalid).
+// Override removes them (ErrNotFound when the tenant has none for that
+// policy). An override the gateways would refuse is refused (ErrInvalid).
 func SetOverride(ctx context.Context, db Execer, tenant, policy string, o limits.Override) error {
 	if o == (limits.Override{}) {
-		_, err := db.Exec(ctx, "DELETE FROM sluice_tenant_overrides WHERE tenant = $1 AND policy = $2", tenant, policy)
+		tag, err := db.Exec(ctx, "DELETE FROM sluice_tenant_overrides WHERE tenant = $1 AND policy = $2", tenant, policy)
+		if err == nil && tag.RowsAffected() == 0 {
+			err = fmt.Errorf("override of tenant %q for policy %q: %w", tenant, policy, ErrNotFound)
+		}
 		return err
 	}
 	if err := check(limits.Plans{Tenants: map[string]limits.TenantPlan{tenant: {Overrides: map[string]limits.Override{policy: o}}}}); err != nil {
@@ -248,13 +272,20 @@ func ListTenants(ctx context.Context, db Execer, limit int) ([]TenantRow, error)
 // does; a key's tenant missing from the tenants is added on the default
 // plan, as AddTenant does. Tenants, overrides and keys are written with
 // one statement per table, so that a directory of 100,000 tenants
-// imports in seconds.
+// imports in seconds, and the import is announced with one notification
+// ("plan:*", sent at the commit), which has each listening replica
+// reload the whole directory once.
 func Import(ctx context.Context, conn *pgx.Conn, d *directory.Data) error {
 	r, err := importRows(d)
 	if err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// The triggers (migration 0003) then announce every statement of
+		// the transaction with the same payload, which PostgreSQL sends once.
+		if _, err := tx.Exec(ctx, "SELECT set_config('sluice.notify', 'all', true)"); err != nil {
+			return err
+		}
 		for plan, os := range d.Plans.Plans {
 			if err := SetPlan(ctx, tx, plan, os, plan == d.Plans.Default); err != nil {
 				return fmt.Errorf("plan %q: %w", plan, err)

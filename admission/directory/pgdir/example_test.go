@@ -57,7 +57,7 @@ directory: {source: postgres}
 	fmt.Println(caller.Tenant, "limit:", tk.Statuses(nil)[0].Limit)
 	tk.Done()
 	// Output:
-	// applied migrations: [1 2]
+	// applied migrations: [1 2 3]
 	// created key acme-1
 	// acme limit: 600
 }

@@ -65,12 +65,12 @@ type Follower struct {
 
 	synced  atomic.Int64 // unix nanoseconds when the directory was last known current
 	outages atomic.Int64
-	refused atomic.Int64 // the problems of the entries refused now (the sum of bad)
+	unread  atomic.Int64 // the problems of the rows that cannot be read now (the sum of bad)
 	changes atomic.Int64
 	down    atomic.Bool
 
 	// Run's goroutine only (and Open's, before it starts):
-	bad       map[string]int64  // problems of the entries refused, by entry (see entryOf)
+	bad       map[string]int64  // problems of the rows that cannot be read, by entry ("keys.<id>", "key:<hash>")
 	written   [sha256.Size]byte // digest of the directory the snapshot holds
 	base      time.Time         // the snapshot's written time, which its journal follows
 	journal   *os.File          // the snapshot's journal, open for appending; nil without one
@@ -164,11 +164,13 @@ func (f *Follower) Age() time.Duration { return time.Since(time.Unix(0, f.synced
 func (f *Follower) Outages() int64 { return f.outages.Load() }
 
 // Refused returns the problems of the directory entries refused and not
-// installed: those of the last full load, and those of the changes
-// refused since. A change of an entry that installs it clears its
-// problems (a key refused at a full load under its id stays counted until
-// the next full load if it is then revoked).
-func (f *Follower) Refused() int64 { return f.refused.Load() }
+// installed: the rows of the last full load that cannot be read or that
+// the policy file refuses (directory.Directory.Refused, which a reload
+// of the file updates too), and those of the changes refused since. A
+// change of an entry that installs it clears its problems (a key row
+// unreadable at a full load under its id stays counted until the next
+// full load if it is then revoked).
+func (f *Follower) Refused() int64 { return f.dir.Refused() + f.unread.Load() }
 
 // fullLoad reads the whole directory, writes the snapshot and installs
 // it.
@@ -190,7 +192,8 @@ func (f *Follower) fullLoad(ctx context.Context) error {
 }
 
 // install installs a whole directory, and counts and logs the entries
-// refused, with problems (the rows that could not be read).
+// refused (the directory counts those it refuses), with problems (the
+// rows that could not be read).
 func (f *Follower) install(data *directory.Data, problems config.Errors) error {
 	err := f.dir.Install(data)
 	var refused config.Errors
@@ -200,34 +203,13 @@ func (f *Follower) install(data *directory.Data, problems config.Errors) error {
 		}
 		errors.As(err, &refused)
 	}
-	refused = append(refused, problems...)
 	f.bad = map[string]int64{}
-	for _, e := range refused {
-		f.bad[entryOf(e.Path, data)]++
+	for _, e := range problems {
+		f.bad[e.Path]++
 	}
-	f.refused.Store(int64(len(refused)))
-	f.refusedEntries(refused)
+	f.unread.Store(int64(len(problems)))
+	f.refusedEntries(append(refused, problems...))
 	return nil
-}
-
-// entryOf names the entry a problem's path is about, as a change
-// notification names it ("tenant:<name>") for a tenant of data, else by
-// its path.
-func entryOf(path string, data *directory.Data) string {
-	rest, ok := strings.CutPrefix(path, "tenants.")
-	if !ok {
-		return path
-	}
-	// The longest tenant name the path starts with: names may hold dots.
-	for i := len(rest); i > 0; i-- {
-		if i < len(rest) && rest[i] != '.' {
-			continue
-		}
-		if _, ok := data.Plans.Tenants[rest[:i]]; ok {
-			return "tenant:" + rest[:i]
-		}
-	}
-	return path
 }
 
 // refusedEntries logs the entries err refuses, the first 20 one by one.
@@ -409,7 +391,7 @@ func (f *Follower) batch(ctx context.Context, conn *pgx.Conn, first string) erro
 		f.installChange(c)
 	}
 	f.changes.Add(int64(len(order)))
-	f.refused.Store(sum(f.bad))
+	f.unread.Store(sum(f.bad))
 	f.synced.Store(time.Now().UnixNano())
 	return nil
 }
@@ -479,8 +461,8 @@ func (f *Follower) read(ctx context.Context, payload string) (*change, error) {
 }
 
 // installChange installs a change read. An entry that does not validate is
-// logged and counted, and the old one kept (a key's bad row removes the
-// key).
+// logged and counted (by the directory), and the old one kept (a key's
+// bad row removes the key, and is counted here).
 func (f *Follower) installChange(c change) {
 	var err error
 	if c.hash != nil {
@@ -490,27 +472,15 @@ func (f *Follower) installChange(c change) {
 		if c.key != nil {
 			delete(f.bad, "keys."+c.key.KeyID)
 		}
+		delete(f.bad, c.entry)
+		if c.bad != nil {
+			f.bad[c.entry] = 1
+		}
 		err = errors.Join(c.bad, err)
 	} else {
 		err = f.dir.SetTenant(c.tenant, c.tp)
 	}
-	delete(f.bad, c.entry)
-	if n := problems(err); n > 0 {
-		f.bad[c.entry] = n
-	}
 	f.refusedEntries(err)
-}
-
-// problems returns how many problems err reports.
-func problems(err error) int64 {
-	var es config.Errors
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &es):
-		return int64(len(es))
-	}
-	return 1
 }
 
 func sum(m map[string]int64) int64 {
@@ -691,7 +661,7 @@ func (f *Follower) instruments(m metric.Meter) error {
 	outages, err2 := m.Int64ObservableCounter("sluice.directory.outages", metric.WithUnit("{outage}"),
 		metric.WithDescription("Times the tenant directory's database became unreachable."))
 	refused, err3 := m.Int64ObservableGauge("sluice.directory.refused", metric.WithUnit("{entry}"),
-		metric.WithDescription("Problems of the directory entries refused and not installed, at the last full load and by the changes since (see the log for which)."))
+		metric.WithDescription("Problems of the directory entries refused and not installed, at the last full load or policy file reload and by the changes since (see the log for which)."))
 	changes, err4 := m.Int64ObservableCounter("sluice.directory.changes", metric.WithUnit("{change}"),
 		metric.WithDescription("Directory changes received from the database's notifications."))
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
@@ -700,7 +670,7 @@ func (f *Follower) instruments(m metric.Meter) error {
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveFloat64(age, f.Age().Seconds())
 		o.ObserveInt64(outages, f.outages.Load())
-		o.ObserveInt64(refused, f.refused.Load())
+		o.ObserveInt64(refused, f.Refused())
 		o.ObserveInt64(changes, f.changes.Load())
 		return nil
 	}, age, outages, refused, changes)

@@ -3,11 +3,14 @@ package pgdir_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
@@ -128,4 +131,107 @@ func TestImport(t *testing.T) {
 			t.Errorf("%s: written: %+v\nwant %+v", tc.name, got, want)
 		}
 	}
+}
+
+// notifications returns the payloads sent on the directory's channel by
+// run, as a connection listening meanwhile receives them: run's
+// transactions are followed by one on another channel, which PostgreSQL
+// delivers after theirs.
+func notifications(t *testing.T, dsn string, conn *pgx.Conn, run func()) []string {
+	t.Helper()
+	ctx := context.Background()
+	listener := pgtest.Conn(t, dsn)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgdir.Channel+"; LISTEN sluice_test_done"); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	if _, err := conn.Exec(ctx, "NOTIFY sluice_test_done"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		n, err := listener.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Channel == "sluice_test_done" {
+			return got
+		}
+		got = append(got, n.Payload)
+	}
+}
+
+// TestImportNotifiesOnce: an import of 2,000 tenants, each with a key and
+// half with an override, sends one notification (not one per row), and a
+// replica following the database then holds exactly the imported
+// directory. A bulk statement outside an import sends one too, a small
+// one names each entry it changed, and the replica follows both.
+func TestImportNotifiesOnce(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	r := newReplica(t, dsn, pgdir.Options{})
+	const tenants = 2000
+	d := &directory.Data{
+		Plans: limits.Plans{
+			Default: "basic",
+			Plans: map[string]map[string]limits.Override{
+				"basic": {"rpm": {Limit: 10}},
+				"pro":   {"rpm": {Limit: 100}, "inflight": {Limit: 4}},
+			},
+			Tenants: make(map[string]limits.TenantPlan, tenants),
+		},
+		Keys: make(map[config.KeyHash]config.Key, tenants),
+	}
+	for i := range tenants {
+		name := fmt.Sprintf("t%04d", i)
+		tp := limits.TenantPlan{Plan: []string{"basic", "pro"}[i%2]}
+		if i%4 < 2 {
+			tp.Overrides = map[string]limits.Override{"rpm": {Limit: int64(i%7 + 1), Per: time.Duration(i%3+1) * time.Minute}}
+		}
+		d.Plans.Tenants[name] = tp
+		h := config.HashKey("sk-" + name)
+		d.Keys[h] = config.Key{Tenant: name, KeyID: fmt.Sprintf("k%04d", i), User: "u"}
+	}
+	got := notifications(t, dsn, conn, func() {
+		if err := pgdir.Import(ctx, conn, d); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if want := []string{"plan:*"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("an import of %d tenants sent %d notifications (%q...); want %q", tenants, len(got), got[:min(len(got), 3)], want)
+	}
+	waitFor(t, 30*time.Second, "import on the replica", func() bool { return len(r.dir.Data().Keys) == tenants })
+	if view := r.dir.Data(); !reflect.DeepEqual(view, d) {
+		t.Errorf("the replica's directory after the import differs from the directory imported:\n%.500v\nwant %.500v", view, d)
+	}
+
+	// An operator's bulk statement: one notification, and the replica
+	// reloads.
+	got = notifications(t, dsn, conn, func() {
+		if _, err := conn.Exec(ctx, "UPDATE sluice_tenants SET plan = 'pro' WHERE plan = 'basic'"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if want := []string{"plan:*"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("an UPDATE of %d tenants sent %d notifications (%q...); want %q", tenants/2, len(got), got[:min(len(got), 3)], want)
+	}
+	waitFor(t, 30*time.Second, "bulk update on the replica", func() bool { return limitOf(r, "t0003") == 100 })
+	// A small statement names each entry, renames both names, and the
+	// replica re-reads them.
+	got = notifications(t, dsn, conn, func() {
+		if _, err := conn.Exec(ctx, "UPDATE sluice_tenants SET name = name || '-x' WHERE name IN ('t0004', 't0008')"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	slices.Sort(got)
+	if want := []string{"key:" + config.HashKey("sk-t0004").String(), "key:" + config.HashKey("sk-t0008").String(),
+		"tenant:t0004", "tenant:t0004-x", "tenant:t0008", "tenant:t0008-x"}; !slices.Equal(got, want) {
+		t.Errorf("renaming two tenants sent %q; want %q", got, want)
+	}
+	waitFor(t, 30*time.Second, "rename on the replica", func() bool {
+		view := r.dir.Data()
+		_, old := view.Plans.Tenants["t0004"]
+		return !old && view.Plans.Tenants["t0004-x"].Overrides["rpm"].Limit == 5 && view.Keys[config.HashKey("sk-t0004")].Tenant == "t0004-x"
+	})
 }

@@ -43,7 +43,11 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// Channel is the notification channel of directory changes.
+// Channel is the notification channel of directory changes. Each
+// statement announces the entries it changed, "tenant:<name>",
+// "key:<hash>" or "plan:<name>" (a plan's change is re-read as a whole
+// directory), or, when it changed more than 100 entries or ran in an
+// import's transaction, the one payload "plan:*": the whole directory.
 const Channel = "sluice_directory"
 
 // MaxEntries bounds the rows read from each table: a directory larger than

@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/shadow"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -505,7 +506,7 @@ func TestRefreshCatchesMissedChanges(t *testing.T) {
 	r := newReplica(t, dsn, pgdir.Options{Refresh: 300 * time.Millisecond})
 	ctx := context.Background()
 	for _, q := range []string{
-		"ALTER TABLE sluice_tenants DISABLE TRIGGER sluice_tenants_notify",
+		"ALTER TABLE sluice_tenants DISABLE TRIGGER sluice_tenants_notify_update",
 		"UPDATE sluice_tenants SET plan = 'pro' WHERE name = 'acme'",
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
@@ -621,4 +622,103 @@ func TestRefusedCountsChanges(t *testing.T) {
 	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 0 {
 		t.Errorf("sluice_directory_refused = %v after the entry was fixed; want 0", n)
 	}
+}
+
+// TestReloadRefusalsReported reloads a policy file without a policy that
+// entries of the database override: the reload is reported partial on
+// the status page and in admission_reloads_total, and
+// sluice_directory_refused counts the entries refused; the file
+// restored installs them again and the count goes back to 0.
+func TestReloadRefusalsReported(t *testing.T) {
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	seed(t, conn)
+	ctx := context.Background()
+	if err := pgdir.SetOverride(ctx, conn, "acme", "inflight", limits.Override{Limit: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgdir.SetPlan(ctx, conn, "pro", map[string]limits.Override{"inflight": {Limit: 6}}, false); err != nil {
+		t.Fatal(err)
+	}
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := metrics.New(metrics.WithMeterProvider(prom.Provider))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := shadow.NewStatusPage(shadow.StatusConfig{Stats: func() []admission.PolicyStats { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReplica(t, dsn, pgdir.Options{Meter: prom.Provider.Meter("test")})
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(policyFile)
+	w, err := config.Watch(path, r.dir, config.WithSignals(), config.WithDebounce(time.Hour), config.WithLogger(slog.New(slog.DiscardHandler)),
+		config.OnReload(func(rl config.Reload) {
+			obs.CountReload(rl.Err)
+			page.Reloaded(rl.Source, rl.Err)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 0 {
+		t.Fatalf("sluice_directory_refused = %v at the start; want 0", n)
+	}
+
+	write(strings.Replace(policyFile, "  - {name: inflight, key: [tenant], algorithm: concurrency, limit: 8}\n", "", 1))
+	if err := w.Reload(); err != nil {
+		t.Fatalf("reload without inflight = %v; want it applied", err)
+	}
+	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 2 {
+		t.Errorf("sluice_directory_refused = %v after the reload; want 2 (acme's and pro's inflight)", n)
+	}
+	if n := reloads(t, prom.Handler, "partial"); n != 1 {
+		t.Errorf(`admission_reloads_total{result="partial"} = %v; want 1`, n)
+	}
+	st := page.Status().Reloads
+	if len(st) == 0 || st[0].State != shadow.ReloadPartial || !st[0].OK ||
+		st[0].Warning != `applied without the entries refused: 2 problems (postgres): plans.pro.inflight: no such policy "inflight"; tenants.acme.overrides.inflight: no such policy "inflight"` {
+		t.Errorf("the status page's last reload: %+v; want partial, naming both entries", st)
+	}
+
+	write(policyFile)
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 0 {
+		t.Errorf("sluice_directory_refused = %v with the file restored; want 0", n)
+	}
+	if st := page.Status().Reloads; st[0].State != shadow.ReloadApplied {
+		t.Errorf("the status page's last reload: %+v; want applied", st[0])
+	}
+	if got := r.dir.Data().Plans.Tenants["acme"].Overrides["inflight"].Limit; got != 4 {
+		t.Errorf("acme's inflight override with the file restored: %d; want 4", got)
+	}
+}
+
+// reloads reads admission_reloads_total{result=result} from a Prometheus
+// handler (0 when absent).
+func reloads(t *testing.T, h http.Handler, result string) float64 {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, line := range strings.Split(w.Body.String(), "\n") {
+		if strings.HasPrefix(line, "admission_reloads_total{") && strings.Contains(line, `result="`+result+`"`) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/tokenunits"
+	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -136,7 +138,9 @@ type BatchAPI struct {
 	PollInterval, MaxPollInterval time.Duration
 	PollConcurrency               int
 	// MaxHold is the longest a reservation stays open; zero means
-	// DefaultMaxHold. Then it is settled at its estimate.
+	// DefaultMaxHold. Then it is settled at its estimate. The request log
+	// records a batch with its true hold time, at most MaxHold and a
+	// PollInterval: more than shadow.MaxRecordDuration is refused.
 	MaxHold time.Duration
 }
 
@@ -263,6 +267,9 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, erro
 		}
 	}
 	cfg.MaxRecords = max(cfg.MaxRecords, cfg.MaxOpen)
+	if cfg.MaxHold > shadow.MaxRecordDuration-cfg.PollInterval {
+		return nil, fmt.Errorf("gateway: batches: max hold %v and a poll interval of %v exceed the longest hold a request log records (%v)", cfg.MaxHold, cfg.PollInterval, shadow.MaxRecordDuration)
+	}
 	if clock == nil {
 		clock = admission.SystemClock{}
 	}

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -667,5 +671,64 @@ func TestBatchCreationUnanswered(t *testing.T) {
 	}
 	if got := sumCounter(t, reader, "llmproxy.batches.ended", "outcome"); got["unwatchable"] != 1 {
 		t.Errorf("llmproxy.batches.ended = %v; want unwatchable 1", got)
+	}
+}
+
+// TestBatchHoldLogged: a batch that completes 25 hours after its creation
+// is written to the request log with its true hold time, not cut to a
+// day, and the log reads back (a replay holds its permits that long). A
+// MaxHold longer than a record can hold is refused.
+func TestBatchHoldLogged(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base gateway.Config
+	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, sc *upstream.Config) {
+		sc.BatchDelay = 25 * time.Hour
+		gc.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+		gc.RequestLog = rl
+		base = *gc
+	})
+	s.created(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_input_tokens": "100", "sim_output_tokens": "50"})
+	for range 26 {
+		s.clk.Advance(time.Hour)
+	}
+	waitFor(t, "batch completed", func() bool { return sumCounter(t, reader, "llmproxy.batches.ended", "outcome")["completed"] == 1 })
+	if err := rl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	lr := shadow.NewLogReader(fh)
+	var held []time.Duration
+	for {
+		var rec shadow.Record
+		err := lr.Read(&rec)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the request log does not read back: %v", err)
+		}
+		if rec.Operation == "POST /v1/batches" {
+			held = append(held, rec.Duration)
+		}
+	}
+	if len(held) != 1 || held[0] < 25*time.Hour || held[0] > 26*time.Hour {
+		t.Errorf("the batch's request log records hold %v; want one of 25h to 26h", held)
+	}
+	base.Upstream, base.RequestLog = s.up.URL+"/v1", nil
+	base.Batches.MaxHold = shadow.MaxRecordDuration
+	if gw, err := gateway.New(base); err == nil || !strings.Contains(err.Error(), "exceed the longest hold a request log records") {
+		if gw != nil {
+			gw.Close()
+		}
+		t.Errorf("gateway.New with MaxHold %v = %v; want refused", base.Batches.MaxHold, err)
 	}
 }
