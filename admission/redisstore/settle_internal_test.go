@@ -167,18 +167,23 @@ func TestSettleRetriedLater(t *testing.T) {
 	}
 }
 
-// TestLeanLargestShapes runs the largest lean scripts, eight concurrency
-// limits, eight token buckets and eight of both alternating, through an
-// admission, a settlement that refunds the buckets and releases the
-// leases, and a probe that finds every partition whole again; a script
-// past Lua's limits would fail to compile here. Nine ops take the generic
-// scripts, with the same results.
-func TestLeanLargestShapes(t *testing.T) {
+// TestLargestShapes runs the largest scripts of one chunk (chunkMax ops:
+// eight of each algorithm, and eight alternating), and scripts of two and
+// three chunks mixing every algorithm, through an admission, a
+// settlement that refunds what was taken and releases the leases, and a
+// probe that finds every partition whole again; a script past Lua's
+// limits (locals, registers, upvalues) would fail to compile here.
+func TestLargestShapes(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
 	ctx := context.Background()
-	for _, mix := range []string{"llllllll", "bbbbbbbb", "blblblbl", "blblblblb"} {
+	algs := map[rune]limits.Algorithm{
+		'b': limits.TokenBucket, 'f': limits.FixedWindow, 'w': limits.SlidingWindow,
+		's': limits.SlidingLog, 'l': limits.Concurrency, 'q': limits.Quota,
+	}
+	mixes := []string{"bbbbbbbb", "ffffffff", "wwwwwwww", "ssssssss", "llllllll", "qqqqqqqq", "blblblbl", "bfwslqbf", "bfwslqbfw", "lbfwsqlbfwsqlbfwsq"}
+	for _, mix := range mixes {
 		t.Run(mix, func(t *testing.T) {
 			st, err := New(client, Config{Prefix: mix + ":", Timeout: time.Second})
 			if err != nil {
@@ -186,19 +191,13 @@ func TestLeanLargestShapes(t *testing.T) {
 			}
 			var ops, probe []backend.Op
 			for i, c := range mix {
-				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour}
-				if c == 'l' {
-					p.Algorithm, p.MaxHold = limits.Concurrency, time.Minute
-				}
+				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: algs[c], Limit: 100, Per: time.Hour, Period: limits.PeriodFixed, MaxHold: time.Minute}
 				l, err := st.Limiter(&p)
 				if err != nil {
 					t.Fatal(err)
 				}
 				op := backend.Op{Limiter: l, Key: "acme", Limit: p.Base(), N: 10}
 				ops, probe = append(ops, op), append(probe, backend.Op{Limiter: l, Key: "acme", Limit: op.Limit})
-			}
-			if _, ok := leanAcquireShape(ops); ok != (len(ops) <= leanMax) {
-				t.Fatalf("lean = %v for %d ops", ok, len(ops))
 			}
 			if err := st.AcquireBatch(ctx, ops, time.Now()); err != nil {
 				t.Fatal(err)
