@@ -102,19 +102,19 @@ type BreakerObserver interface {
 // queue for a node while another is on its way (see groupQueue), and end
 // when none waits.
 type Store struct {
-	client   redis.UniversalClient
-	cfg      Config
-	sharded  bool // Cluster or Ring: a batch's keys must share a hash tag
-	obs      admission.Observer
-	calls    backend.CallObserver
-	breaks   BreakerObserver
-	brk      *breaker
-	openErr  error // what the open breaker answers: made once, as it refuses calls at full speed
-	grace    int64 // ms
-	idemMS   int64 // lifetime of a settle's idempotency key
-	pool     sync.Pool
-	group    groupQueue // a single node's, or when a key's node is unknown
-	nodes    sync.Map   // *redis.Client (a Cluster master, a Ring shard) -> *groupQueue
+	client  redis.UniversalClient
+	cfg     Config
+	sharded bool // Cluster or Ring: a batch's keys must share a hash tag
+	obs     admission.Observer
+	calls   backend.CallObserver
+	breaks  BreakerObserver
+	brk     *breaker
+	openErr error // what the open breaker answers: made once, as it refuses calls at full speed
+	grace   int64 // ms
+	idemMS  int64 // lifetime of a settle's idempotency key
+	pool    sync.Pool
+	group   groupQueue // a single node's, or when a key's node is unknown
+	nodes   sync.Map   // *redis.Client (a Cluster master, a Ring shard) -> *groupQueue
 }
 
 var (
