@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// laterRetry is a client hook that moves the instant of every lean settle
+// laterRetry is a client hook that moves the instant of every settle
 // by skew (in the caller's time the store passes: a replica whose clock is
 // behind the server's), and with a delay runs it twice, the second time
 // delay later, as a retry after a lost reply that reaches the server late.
@@ -36,9 +36,9 @@ func (h *laterRetry) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (h *laterRetry) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		// A lean settle's blob is its last argument: move its instant.
-		b, lean := args[len(args)-1].(*blob)
-		if !lean || !IsSettleCall(args) {
+		// A settle's blob is its last argument: move its instant.
+		b, ok := args[len(args)-1].(*blob)
+		if !ok || !IsSettleCall(args) {
 			return next(ctx, cmd)
 		}
 		h.calls++
@@ -55,7 +55,7 @@ func (h *laterRetry) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// moved returns a copy of a lean settle's argument with its instant moved
+// moved returns a copy of a settle's argument with its instant moved
 // by d.
 func moved(b *blob, d time.Duration) *blob {
 	sec, ns := split(int64(floatAt(b.b, 1))*1e9 + int64(floatAt(b.b, 2)) + int64(d))
@@ -88,7 +88,7 @@ func TestSettleRetriedLater(t *testing.T) {
 		skew   time.Duration // of the server's clock ahead of the replica's
 		delay  time.Duration // of the retry
 		key    bool          // an idempotency key is written
-		calls  int           // lean settle calls, retries included
+		calls  int           // settle calls, retries included
 	}{
 		{"lease marks it, retry too", 2 * time.Second, false, 0, 500 * ms, false, 2},
 		{"lease marks it, retry after the key's window", 8500 * ms, false, 0, 900 * ms, true, 2},

@@ -378,8 +378,8 @@ type call struct {
 	keys []string
 	args []any
 	cmd  []any // the command: see command
-	blob blob  // the lean scripts' argument
-	// The lean scripts' keys are built in kbuf, ending at kend, and made
+	blob blob  // the script's argument
+	// The keys are built in kbuf, ending at kend, and made
 	// strings with one allocation (flushKeys).
 	kbuf []byte
 	kend []int
