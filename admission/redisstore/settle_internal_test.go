@@ -171,8 +171,9 @@ func TestSettleRetriedLater(t *testing.T) {
 // eight of each algorithm, and eight alternating), and scripts of two and
 // three chunks mixing every algorithm, through an admission, a
 // settlement that refunds what was taken and releases the leases, and a
-// probe that finds every partition whole again; a script past Lua's
-// limits (locals, registers, upvalues) would fail to compile here.
+// probe that finds every partition whole again, from a replica whose
+// clock is decades off; a script past Lua's limits (locals, registers,
+// upvalues) would fail to compile here.
 func TestLargestShapes(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
@@ -182,6 +183,9 @@ func TestLargestShapes(t *testing.T) {
 		'b': limits.TokenBucket, 'f': limits.FixedWindow, 'w': limits.SlidingWindow,
 		's': limits.SlidingLog, 'l': limits.Concurrency, 'q': limits.Quota,
 	}
+	// A window of an hour and a nanosecond is one that no float64 can
+	// move by decades exactly.
+	per := time.Hour + 1
 	mixes := []string{"bbbbbbbb", "ffffffff", "wwwwwwww", "ssssssss", "llllllll", "qqqqqqqq", "blblblbl", "bfwslqbf", "bfwslqbfw", "lbfwsqlbfwsqlbfwsq"}
 	for _, mix := range mixes {
 		t.Run(mix, func(t *testing.T) {
@@ -191,7 +195,7 @@ func TestLargestShapes(t *testing.T) {
 			}
 			var ops, probe []backend.Op
 			for i, c := range mix {
-				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: algs[c], Limit: 100, Per: time.Hour, Period: limits.PeriodFixed, MaxHold: time.Minute}
+				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: algs[c], Limit: 100, Per: per, Period: limits.PeriodFixed, MaxHold: time.Minute}
 				l, err := st.Limiter(&p)
 				if err != nil {
 					t.Fatal(err)
@@ -199,12 +203,20 @@ func TestLargestShapes(t *testing.T) {
 				op := backend.Op{Limiter: l, Key: "acme", Limit: p.Base(), N: 10}
 				ops, probe = append(ops, op), append(probe, backend.Op{Limiter: l, Key: "acme", Limit: op.Limit})
 			}
-			if err := st.AcquireBatch(ctx, ops, time.Now()); err != nil {
+			// The replica's clock says 1970: every window and quota
+			// period is placed by the server's time, after the script
+			// answered with it (before any write).
+			hint := time.Unix(0, 1)
+			if err := st.AcquireBatch(ctx, ops, hint); err != nil {
 				t.Fatal(err)
 			}
 			for i := range ops {
-				if g := ops[i].Grant; !g.OK || g.Remaining != 90 {
+				g := ops[i].Grant
+				if !g.OK || g.Remaining != 90 {
 					t.Fatalf("op %d: %+v; want 10 of 100 taken", i, g)
+				}
+				if a := algs[rune(mix[i])]; (a == limits.FixedWindow || a == limits.SlidingWindow || a == limits.Quota) && g.Stamp%int64(per) != 0 {
+					t.Fatalf("op %d (%s): stamp %v; want the start of a window by the server's clock", i, a, time.Unix(0, g.Stamp).UTC())
 				}
 				if mix[i] == 'l' {
 					ops[i].Release = true
@@ -212,10 +224,10 @@ func TestLargestShapes(t *testing.T) {
 					ops[i].N = -10
 				}
 			}
-			if err := st.SettleBatch(ctx, ops, time.Now()); err != nil {
+			if err := st.SettleBatch(ctx, ops, hint); err != nil {
 				t.Fatal(err)
 			}
-			if err := st.AcquireBatch(ctx, probe, time.Now()); err != nil {
+			if err := st.AcquireBatch(ctx, probe, hint); err != nil {
 				t.Fatal(err)
 			}
 			for i := range probe {
