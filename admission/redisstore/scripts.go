@@ -1,5 +1,7 @@
 package redisstore
 
+//go:generate go test -run ^TestScriptsCurrent$ -update .
+
 import (
 	"fmt"
 	"slices"
@@ -93,7 +95,7 @@ end
 
 // The helpers, each defined once in a script whose algorithms use it.
 var luaHelpers = map[string]string{
-	"never": `
+	"num": `
 local NEVER, MAXD = -1, 4611686018427387903
 local function ceil_ns(x)
   if x <= 0 then return 0 end
@@ -323,7 +325,7 @@ end
 `,
 	},
 	limits.FixedWindow: {
-		nkeys: 1, get: true, helpers: []string{"never", "window"},
+		nkeys: 1, get: true, helpers: []string{"num", "window"},
 		acquireArgs: "sh$, n$, am$, x$, hs$, hn$", // amount, per, the window's start (hint)
 		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
 		take:        "local ws$, wn$, el$ = window(x$, hs$, hn$)\n" + countTake,
@@ -333,7 +335,7 @@ end
 		settle:      "local r$ = 0\ndo\n  local ws, wn, el = window(x$, hs$, hn$)\n" + countAdjust + "end\n",
 	},
 	limits.SlidingWindow: {
-		nkeys: 1, get: true, helpers: []string{"never", "window"},
+		nkeys: 1, get: true, helpers: []string{"num", "window"},
 		acquireArgs: "sh$, n$, am$, x$, hs$, hn$",
 		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
 		// The current window's count a$ and the previous one's b$; the
@@ -404,7 +406,7 @@ end
 `,
 	},
 	limits.SlidingLog: {
-		nkeys: 2, helpers: []string{"never", "log"},
+		nkeys: 2, helpers: []string{"num", "log"},
 		acquireArgs: "sh$, n$, am$, x$", // amount, per
 		// Entries are "<seq>:<cost>" scored by their instant (ns from the
 		// base second b$), at most one per admitted permit; the hash holds
@@ -584,7 +586,7 @@ end
 `,
 	},
 	limits.Quota: {
-		nkeys: 1, get: true, helpers: []string{"never", "window"},
+		nkeys: 1, get: true, helpers: []string{"num", "window"},
 		// amount, the period's start, its length and 1 for a calendar
 		// period (day, month), whose start the caller computes in its
 		// Location and the script only checks.
@@ -673,7 +675,7 @@ end
 
 // helperOrder is the order helpers are defined in (later ones use
 // earlier ones).
-var helperOrder = []string{"never", "window", "log", "lease"}
+var helperOrder = []string{"num", "window", "log", "lease"}
 
 // leaseRead reads, before the settle decides whether it applies, a
 // concurrency partition's sums and lease l$.
