@@ -4,8 +4,7 @@ package redisstore
 
 import (
 	"fmt"
-	"slices"
-	"strconv"
+		"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/admission/limits"
@@ -230,8 +229,7 @@ end
 // arguments and locals end in $), whose keys are KEYS[{k}] and KEYS[{z}] in
 // an acquire, KEYS[ki + {k}] and KEYS[ki + {z}] in a settle.
 type algLua struct {
-	nkeys   int
-	helpers []string // the luaHelpers it uses
+	nkeys int
 	// get says its state is one string, read with the other ops' in one
 	// MGET into v$.
 	get bool
@@ -325,7 +323,7 @@ end
 `,
 	},
 	limits.FixedWindow: {
-		nkeys: 1, get: true, helpers: []string{"num", "window"},
+		nkeys: 1, get: true,
 		acquireArgs: "sh$, n$, am$, x$, hs$, hn$", // amount, per, the window's start (hint)
 		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
 		take:        "local ws$, wn$, el$ = window(x$, hs$, hn$)\n" + countTake,
@@ -335,7 +333,7 @@ end
 		settle:      "local r$ = 0\ndo\n  local ws, wn, el = window(x$, hs$, hn$)\n" + countAdjust + "end\n",
 	},
 	limits.SlidingWindow: {
-		nkeys: 1, get: true, helpers: []string{"num", "window"},
+		nkeys: 1, get: true,
 		acquireArgs: "sh$, n$, am$, x$, hs$, hn$",
 		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
 		// The current window's count a$ and the previous one's b$; the
@@ -406,7 +404,7 @@ end
 `,
 	},
 	limits.SlidingLog: {
-		nkeys: 2, helpers: []string{"num", "log"},
+		nkeys: 2,
 		acquireArgs: "sh$, n$, am$, x$", // amount, per
 		// Entries are "<seq>:<cost>" scored by their instant (ns from the
 		// base second b$), at most one per admitted permit; the hash holds
@@ -508,7 +506,7 @@ end
 `,
 	},
 	limits.Concurrency: {
-		nkeys: 1, helpers: []string{"lease"},
+		nkeys: 1,
 		acquireArgs: "sh$, n$, am$, x$", // amount, max hold
 		// One hash per partition: a field h holding five float64s b (base
 		// second), a (cost in flight), q (lease counter), e (earliest lease
@@ -586,7 +584,7 @@ end
 `,
 	},
 	limits.Quota: {
-		nkeys: 1, get: true, helpers: []string{"num", "window"},
+		nkeys: 1, get: true,
 		// amount, the period's start, its length and 1 for a calendar
 		// period (day, month), whose start the caller computes in its
 		// Location and the script only checks.
@@ -674,8 +672,16 @@ end
 }
 
 // helperOrder is the order helpers are defined in (later ones use
-// earlier ones).
-var helperOrder = []string{"num", "window", "log", "lease"}
+// earlier ones), and helperNames what each defines.
+var (
+	helperOrder = []string{"num", "window", "log", "lease"}
+	helperNames = map[string][]string{
+		"num":    {"NEVER", "ceil_ns(", "dec(", "ttl("},
+		"window": {"window(", "far(", "quota_place(", "quota_skew(", "bounded("},
+		"log":    {"mcost(", "mseq(", "sl_load(", "sl_last(", "sl_save("},
+		"lease":  {"lease_scan("},
+	}
+)
 
 // leaseRead reads, before the settle decides whether it applies, a
 // concurrency partition's sums and lease l$.
@@ -767,16 +773,23 @@ func width(ops []opLayout, settle bool) int {
 	return len(format) - 1
 }
 
-// writeHelpers writes the helpers ops use.
-func writeHelpers(b *strings.Builder, ops []opLayout) {
-	for _, h := range helperOrder {
-		for _, o := range ops {
-			if slices.Contains(o.alg.helpers, h) {
-				b.WriteString(luaHelpers[h])
+// withHelpers returns the script of body (after the prelude and the
+// arguments) with the helpers it uses defined before it: a script defines
+// only the functions it calls (a definition costs a closure per call).
+func withHelpers(head, body string) string {
+	var used []string
+	text := body
+	for i := len(helperOrder) - 1; i >= 0; i-- {
+		h := helperOrder[i]
+		for _, name := range helperNames[h] {
+			if strings.Contains(text, name) {
+				used = append([]string{luaHelpers[h]}, used...)
+				text += luaHelpers[h]
 				break
 			}
 		}
 	}
+	return head + strings.Join(used, "") + body
 }
 
 // unpack writes the reading of ops' arguments, which start after skip
@@ -809,21 +822,19 @@ const skewReply = "return 'S' .. pk('<dd', now_s, now_n)"
 // genAcquire returns the acquire script of the ops of algs.
 func genAcquire(algs []limits.Algorithm) string {
 	ops := layout(algs)
-	var b strings.Builder
-	b.WriteString(prelude)
+	var head, b strings.Builder
+	head.WriteString(prelude)
 	if len(ops) <= chunkMax {
 		names, format := args("clock, now_s, now_n, grace", ops, false)
-		fmt.Fprintf(&b, "local %s = up('%s', ARGV[1])\n", names, format)
-		b.WriteString(luaTime)
-		writeHelpers(&b, ops)
+		fmt.Fprintf(&head, "local %s = up('%s', ARGV[1])\n", names, format)
+		head.WriteString(luaTime)
 		skews(&b, ops, skewReply, true, 0, false)
 		reply := acquireChunk(&b, ops, "", true)
 		fmt.Fprintf(&b, "return pk('<dd%s', now_s, now_n, %s)\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "))
-		return b.String()
+		return withHelpers(head.String(), b.String())
 	}
-	b.WriteString("local clock, now_s, now_n, grace = up('<dddd', ARGV[1])\n")
-	b.WriteString(luaTime)
-	writeHelpers(&b, ops)
+	head.WriteString("local clock, now_s, now_n, grace = up('<dddd', ARGV[1])\n")
+	head.WriteString(luaTime)
 	skews(&b, ops, skewReply, false, 4, false)
 	// The chunks, the last first: each calls the next.
 	n := (len(ops) + chunkMax - 1) / chunkMax
@@ -843,7 +854,7 @@ func genAcquire(algs []limits.Algorithm) string {
 		fmt.Fprintf(&b, "return fits, pk('<%s', %s)%s\nend\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "), rest)
 	}
 	b.WriteString("local _, r = take0(true)\nreturn pk('<dd', now_s, now_n) .. r\n")
-	return b.String()
+	return withHelpers(head.String(), b.String())
 }
 
 // acquireChunk writes the reads, takes and saves of ops, the whole batch's
@@ -898,17 +909,16 @@ func acquireChunk(b *strings.Builder, ops []opLayout, next string, top bool) []s
 func genSettle(algs []limits.Algorithm) string {
 	ops := layout(algs)
 	const header = "clock, now_s, now_n, grace, idem, mark, t0s, t0n, ki"
-	var b strings.Builder
-	b.WriteString(prelude)
+	var head, b strings.Builder
+	head.WriteString(prelude)
 	single := len(ops) <= chunkMax
 	if single {
 		names, format := args(header, ops, true)
-		fmt.Fprintf(&b, "local %s = up('%s', ARGV[1])\n", names, format)
+		fmt.Fprintf(&head, "local %s = up('%s', ARGV[1])\n", names, format)
 	} else {
-		fmt.Fprintf(&b, "local %s = up('<ddddddddd', ARGV[1])\n", header)
+		fmt.Fprintf(&head, "local %s = up('<ddddddddd', ARGV[1])\n", header)
 	}
-	b.WriteString(luaTime)
-	writeHelpers(&b, ops)
+	head.WriteString(luaTime)
 	skews(&b, ops, skewReply, single, 9, true)
 	b.WriteString("local apply = true\n")
 	first, adjusts := -1, false
@@ -974,5 +984,5 @@ func genSettle(algs []limits.Algorithm) string {
 		b.WriteString("if nd > 0 then redis.call('DEL', unpack(dels, 1, nd)) end\n")
 	}
 	b.WriteString("return r\n")
-	return b.String()
+	return withHelpers(head.String(), b.String())
 }

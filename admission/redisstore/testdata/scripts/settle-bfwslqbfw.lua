@@ -107,36 +107,6 @@ local function sl_save(h, z, per, b, now, a, q, card)
   redis.call('PEXPIRE', h, px)
   redis.call('PEXPIRE', z, px)
 end
-
-local function lease_scan(k, s, n, b, now, m, a)
-  local shift = 0
-  if now > 4503599627370496 then
-    shift = (s - b) * 1000000000
-    b, now, m = s, n, m - shift
-  end
-  local all = redis.call('HGETALL', k)
-  local dels, e, expired = {}, nil, 0
-  for x = 1, #all, 2 do
-    local f = all[x]
-    if string.byte(f, 1) == 108 then
-      local exp, cost = struct.unpack('<dd', all[x + 1])
-      exp = exp - shift
-      if exp <= now then
-        dels[#dels + 1] = f
-        a = a - cost
-        expired = expired + 1
-      else
-        if shift ~= 0 then redis.call('HSET', k, f, struct.pack('<dd', exp, cost)) end
-        if e == nil or exp < e then e = exp end
-      end
-    end
-  end
-  for x = 1, #dels, 500 do
-    redis.call('HDEL', k, unpack(dels, x, math.min(x + 499, #dels)))
-  end
-  if e == nil then a = 0 end -- no lease left, whatever the sum said
-  return b, now, m, e, a, expired
-end
 do
 local d2, ss2, sn2, am2, x2, hs2, hn2 = up('<ddddddd', ARGV[1], 105)
 if far((now_s - hs2) * E9 + (now_n - hn2), x2) then return 'S' .. pk('<dd', now_s, now_n) end
