@@ -4,7 +4,7 @@ package redisstore
 
 import (
 	"fmt"
-		"strconv"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/admission/limits"
@@ -404,7 +404,7 @@ end
 `,
 	},
 	limits.SlidingLog: {
-		nkeys: 2,
+		nkeys:       2,
 		acquireArgs: "sh$, n$, am$, x$", // amount, per
 		// Entries are "<seq>:<cost>" scored by their instant (ns from the
 		// base second b$), at most one per admitted permit; the hash holds
@@ -506,7 +506,7 @@ end
 `,
 	},
 	limits.Concurrency: {
-		nkeys: 1,
+		nkeys:       1,
 		acquireArgs: "sh$, n$, am$, x$", // amount, max hold
 		// One hash per partition: a field h holding five float64s b (base
 		// second), a (cost in flight), q (lease counter), e (earliest lease
