@@ -25,8 +25,9 @@ import (
 //
 // The argument is one binary string, ARGV[1], of little-endian float64s
 // (every figure the scripts use is an integer below 2^53, or a quotient
-// they compute as memory does), and so is the reply: no number is parsed
-// or formatted on either side.
+// they compute as memory does), and so is the reply: no figure of a call
+// is parsed or formatted on either side (a sliding log's scores and
+// entries stay decimal text, as sorted sets want them).
 //
 // Acquire: clock (0 for Redis TIME, 1 for the caller's instant), now_s,
 // now_n, grace_ms, then each op's arguments (algLua.acquireArgs). KEYS:
@@ -92,7 +93,8 @@ if clock == 0 then
 end
 `
 
-// The helpers, each defined once in a script whose algorithms use it.
+// The helpers, each defined once in a script whose code calls it (see
+// withHelpers).
 var luaHelpers = map[string]string{
 	"num": `
 local NEVER, MAXD = -1, 4611686018427387903

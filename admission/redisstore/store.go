@@ -608,6 +608,9 @@ func groupByTag(ops []backend.Op) [][]int {
 // acquire evaluates ops, whose keys may share a script, in one call (name
 // is "acquire" for one op, "batch" for several) and fills their grants.
 func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now int64) error {
+	if len(ops) == 0 {
+		return nil
+	}
 	if s.brk.refusing() {
 		// Refused before its keys are built: nothing allocated.
 		return s.refused(name, len(ops))
