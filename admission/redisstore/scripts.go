@@ -964,7 +964,7 @@ func genSettle(algs []limits.Algorithm) string {
 		if adjusts {
 			b.WriteString(settleOnceKeyOnly)
 		}
-		var calls []string
+		b.WriteString("local r = ''\n")
 		for c := 0; c*chunkMax < len(ops); c++ {
 			chunk := ops[c*chunkMax : min(len(ops), (c+1)*chunkMax)]
 			fmt.Fprintf(&b, "local function settle%d()\n", c)
@@ -977,10 +977,8 @@ func genSettle(algs []limits.Algorithm) string {
 				b.WriteString(o.part(del(o.alg.settle)))
 				reply = append(reply, o.part("r$"))
 			}
-			fmt.Fprintf(&b, "return pk('<%s', %s)\nend\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "))
-			calls = append(calls, fmt.Sprintf("settle%d()", c))
+			fmt.Fprintf(&b, "return pk('<%s', %s)\nend\nr = r .. settle%d()\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "), c)
 		}
-		b.WriteString("local r = " + strings.Join(calls, " .. ") + "\n")
 	}
 	if len(ops) > 1 {
 		b.WriteString("if nd > 0 then redis.call('DEL', unpack(dels, 1, nd)) end\n")

@@ -168,9 +168,9 @@ func TestSettleRetriedLater(t *testing.T) {
 }
 
 // TestLargestShapes runs the largest scripts of one chunk (chunkMax ops:
-// eight of each algorithm, and eight alternating), and scripts of two and
-// three chunks mixing every algorithm, through an admission, a
-// settlement that refunds what was taken and releases the leases, and a
+// eight of each algorithm, and eight alternating), and scripts of two,
+// three and thirteen chunks mixing every algorithm, through an admission,
+// a settlement that refunds what was taken and releases the leases, and a
 // probe that finds every partition whole again, from a replica whose
 // clock is decades off; a script past Lua's limits (locals, registers,
 // upvalues) would fail to compile here.
@@ -186,7 +186,7 @@ func TestLargestShapes(t *testing.T) {
 	// A window of an hour and a nanosecond is one that no float64 can
 	// move by decades exactly.
 	per := time.Hour + 1
-	mixes := []string{"bbbbbbbb", "ffffffff", "wwwwwwww", "ssssssss", "llllllll", "qqqqqqqq", "blblblbl", "bfwslqbf", "bfwslqbfw", "lbfwsqlbfwsqlbfwsq"}
+	mixes := []string{"bbbbbbbb", "ffffffff", "wwwwwwww", "ssssssss", "llllllll", "qqqqqqqq", "blblblbl", "bfwslqbf", "bfwslqbfw", "lbfwsqlbfwsqlbfwsq", strings.Repeat("bfwslq", 17)}
 	for _, mix := range mixes {
 		t.Run(mix, func(t *testing.T) {
 			st, err := New(client, Config{Prefix: mix + ":", Timeout: time.Second})

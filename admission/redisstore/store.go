@@ -643,8 +643,8 @@ func dur(v int64) time.Duration {
 // computed from the caller's clock, does not hold the server's time, so
 // the call is made again from the server's instant (three attempts at
 // most); "K" says a settle needs the idempotency key it was not sent, so
-// the call is made again with one. An error ends the calls. (Each call deals with a
-// server that does not have its script: see Store.eval.)
+// the call is made again with one. An error ends the calls. (Each call
+// deals with a server that does not have its script: see Store.eval.)
 func retry(now int64, keyed bool, send func(now int64, keyed bool) (string, error)) (string, error) {
 	for attempt := 0; ; attempt++ {
 		reply, err := send(now, keyed)
@@ -655,7 +655,7 @@ func retry(now int64, keyed bool, send func(now int64, keyed bool) (string, erro
 			keyed = true
 		case len(reply) == 17 && reply[0] == 'S':
 			if attempt >= 2 {
-				return "", errors.New("redisstore: quota period keeps moving")
+				return "", errors.New("redisstore: window or quota period keeps moving")
 			}
 			r := floats{s: reply[1:]}
 			now = r.int() * 1e9

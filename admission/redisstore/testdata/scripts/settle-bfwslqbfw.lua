@@ -134,6 +134,7 @@ if idem > 0 then
   if ki == 0 then return 'K' end
   apply = redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt('%d', idem)) ~= false
 end
+local r = ''
 local function settle0()
 local d1, am1, x1, y1, d2, ss2, sn2, am2, x2, hs2, hn2, d3, ss3, sn3, am3, x3, hs3, hn3, d4, ss4, sn4, am4, x4, l5, tk5, am5, x5, d6, ss6, sn6, am6, hs6, hn6, x6, cal6, d7, am7, x7, y7, d8, ss8, sn8, am8, x8, hs8, hn8 = up('<dddddddddddddddddddddddddddddddddddddddddddddd', ARGV[1], 73)
 
@@ -348,6 +349,7 @@ do
 end
 return pk('<dddddddd', r1, r2, r3, r4, r5, r6, r7, r8)
 end
+r = r .. settle0()
 local function settle1()
 local d9, ss9, sn9, am9, x9, hs9, hn9 = up('<ddddddd', ARGV[1], 441)
 
@@ -381,6 +383,6 @@ do
 end
 return pk('<d', r9)
 end
-local r = settle0() .. settle1()
+r = r .. settle1()
 if nd > 0 then redis.call('DEL', unpack(dels, 1, nd)) end
 return r
