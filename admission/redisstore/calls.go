@@ -73,7 +73,7 @@ func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *b
 	c := s.getCall()
 	s.blobHeader(&c.blob, nowNanos(now), clockServer)
 	c.blob.int(g.Stamp, maxHold(lim))
-	c.putKey(func(b []byte) []byte { return l.appendKey(b, "", key) })
+	c.putKey(func(b []byte) []byte { return l.appendKey(b, key) })
 	c.flushKeys()
 	c.args = append(c.args, &c.blob)
 	reply, err := s.run(ctx, renewScript, "renew", 1, c)
@@ -203,14 +203,15 @@ func scriptKey(dst []byte, ops []backend.Op, settle bool) []byte {
 	return dst
 }
 
-// putKeys adds the Redis keys of partition key to c (see appendKeys).
+// putKeys adds the Redis keys of partition key to c: one, or two for a
+// sliding log.
 func (l *limiter) putKeys(c *call, key string) {
 	if l.alg != limits.SlidingLog {
-		c.putKey(func(b []byte) []byte { return l.appendKey(b, "", key) })
+		c.putKey(func(b []byte) []byte { return l.appendKey(b, key) })
 		return
 	}
-	c.putKey(func(b []byte) []byte { return l.appendKey(b, "h:", key) })
-	c.putKey(func(b []byte) []byte { return l.appendKey(b, "z:", key) })
+	c.putKey(func(b []byte) []byte { return l.appendSubKey(b, "h:", key) })
+	c.putKey(func(b []byte) []byte { return l.appendSubKey(b, "z:", key) })
 }
 
 // acquireCall returns the keys and argument of the acquire of ops.

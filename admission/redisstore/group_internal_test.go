@@ -140,7 +140,7 @@ func TestDecisionsShareRoundTrips(t *testing.T) {
 		f := newDecisionFixture(t, srv.Addr, 2*time.Second)
 		bad := queued[3]
 		var key [128]byte
-		if _, err := redistest.Do(srv.Addr, "HSET", string(f.lim.(*limiter).appendKey(key[:0], "", bad)), "x", "1"); err != nil {
+		if _, err := redistest.Do(srv.Addr, "HSET", string(f.lim.(*limiter).appendKey(key[:0], bad)), "x", "1"); err != nil {
 			t.Fatal(err)
 		}
 		out := f.decideHeld(t, tenants, nil)
@@ -242,7 +242,7 @@ func TestDecisionsShareRoundTrips(t *testing.T) {
 		// decision took anything.
 		var key [128]byte
 		for _, tn := range queued {
-			if n, err := redistest.Do(srv.Addr, "EXISTS", string(f.lim.(*limiter).appendKey(key[:0], "", tn))); err != nil || n != "0" {
+			if n, err := redistest.Do(srv.Addr, "EXISTS", string(f.lim.(*limiter).appendKey(key[:0], tn))); err != nil || n != "0" {
 				t.Errorf("%s: its bucket exists (%q, %v); want none: the decision was never sent", tn, n, err)
 			}
 		}

@@ -351,9 +351,13 @@ func Tag(key string) string {
 	return key
 }
 
-// appendKey appends to dst the Redis key of partition key: the one key
-// of its partition, or with sub "h:" and "z:" the two of a sliding log's.
-func (l *limiter) appendKey(dst []byte, sub, key string) []byte {
+// appendKey appends to dst the Redis key of partition key, for the
+// algorithms that keep a partition in one key.
+func (l *limiter) appendKey(dst []byte, key string) []byte { return l.appendSubKey(dst, "", key) }
+
+// appendSubKey appends to dst the Redis key sub of partition key: "" for
+// the one key of a partition, "h:" and "z:" for a sliding log's two.
+func (l *limiter) appendSubKey(dst []byte, sub, key string) []byte {
 	dst = append(dst, l.s.cfg.Prefix...)
 	dst = append(dst, '{')
 	dst = append(dst, Tag(key)...)
