@@ -159,9 +159,9 @@ func BenchmarkRedisAdmit(b *testing.B) {
 }
 
 // BenchmarkRedisAdmitGeneric is an admission and its settlement through an
-// admission.Controller on 10,000 tenants for the algorithms the lean
-// scripts do not take (windows, sliding log, quota), alone and all four in
-// one batch.
+// admission.Controller on 10,000 tenants for the algorithms other than
+// token buckets and concurrency limits (windows, sliding log, quota),
+// alone and all four in one batch.
 func BenchmarkRedisAdmitGeneric(b *testing.B) {
 	srv := redistest.Start(b)
 	client := benchClient(b, srv.Addr)

@@ -25,8 +25,8 @@ func TestOpenBreakerAllocatesNothing(t *testing.T) {
 		name     string
 		policies []admission.Policy
 	}{
-		{"lean", []admission.Policy{{Name: "rpm", Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour}}},
-		{"generic", []admission.Policy{{Name: "fw", Algorithm: limits.FixedWindow, Limit: 100, Per: time.Hour}}},
+		{"token_bucket", []admission.Policy{{Name: "rpm", Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour}}},
+		{"fixed_window", []admission.Policy{{Name: "fw", Algorithm: limits.FixedWindow, Limit: 100, Per: time.Hour}}},
 		{"batch", []admission.Policy{
 			{Name: "rpm", Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour},
 			{Name: "inflight", Algorithm: limits.Concurrency, Limit: 10, MaxHold: time.Minute},

@@ -137,8 +137,8 @@ func sameFigures(t *testing.T, policies []diffPolicy, tr diffTraffic) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// bat evaluates each acquisition in a two-policy batch (the
-			// generic script), next to a companion policy taking nothing.
+			// bat evaluates each acquisition in a two-policy batch, next
+			// to a companion policy taking nothing.
 			batStore := stores(t)
 			bat, _ := batStore.Limiter(&p)
 			cp := admission.Policy{Name: "companion", Algorithm: limits.FixedWindow, Limit: 1 << 40, Per: time.Hour}
@@ -300,11 +300,11 @@ func TestLongLivedScores(t *testing.T) {
 }
 
 // TestControllerSameAsMemory runs one hostile workload through two
-// controllers, one on the in-memory store and one on Redis (whose batches
-// of token buckets and concurrency limits run the lean scripts, and of
-// every algorithm the generic ones): estimates of any size, negative and
-// out-of-range ones included, usages of any size settled in random order,
-// charges while the work runs, and a shadow policy. Every answer must be
+// controllers, one on the in-memory store and one on Redis (batches of
+// token buckets and concurrency limits, and of every algorithm):
+// estimates of any size, negative and out-of-range ones included, usages
+// of any size settled in random order, charges while the work runs, and a
+// shadow policy. Every answer must be
 // the same: the same rejections with the same retry-after, the same
 // figures for every policy, within the horizon of each.
 func TestControllerSameAsMemory(t *testing.T) {

@@ -7,13 +7,13 @@ import (
 )
 
 // IsSettleCall reports whether the arguments of a client command call a
-// settle script, lean or generic, for tests that replay or hold settle
-// calls as a client retrying after a lost reply would.
-func IsSettleCall(args []any) bool { return callsScriptOf(args, leanSettles, genericSettles) }
+// settle script, for tests that replay or hold settle calls as a client
+// retrying after a lost reply would.
+func IsSettleCall(args []any) bool { return callsScriptOf(args, settleScripts) }
 
 // isAcquireCall reports whether the arguments of a client command call an
-// acquire script, lean or generic.
-func isAcquireCall(args []any) bool { return callsScriptOf(args, leanAcquires, genericAcquires) }
+// acquire script.
+func isAcquireCall(args []any) bool { return callsScriptOf(args, acquireScripts) }
 
 // callsScriptOf reports whether the arguments of a client command call a
 // script of one of caches, by hash (EVALSHA) or by source (EVAL).
@@ -40,10 +40,12 @@ func callsScriptOf(args []any, caches ...interface{ has(sha string) bool }) bool
 }
 
 // has reports whether sha names a script of c.
-func (c *scriptCache[K]) has(sha string) bool {
-	for i := range c.scripts {
-		if s := c.scripts[i].Load(); s != nil && s.sha == sha {
-			return true
+func (c *scriptCache) has(sha string) bool {
+	if m := c.scripts.Load(); m != nil {
+		for _, s := range *m {
+			if s.sha == sha {
+				return true
+			}
 		}
 	}
 	return false

@@ -1,67 +1,193 @@
 package redisstore
 
+//go:generate go test -run ^TestScriptsCurrent$ -update .
+
 import (
+	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
-// The generic scripts take what the lean scripts (lean.go) do not: fixed
-// and sliding windows, sliding logs, quotas, and calls mixing them with
-// token buckets and concurrency limits. Each is generated for the set of
-// algorithms of a call: one prelude, the code of those algorithms only,
-// and the acquire or the settle (refund, charge, release) driver.
+// Every call runs one script, generated for the call's exact sequence of
+// algorithms from the one Lua description of each algorithm below
+// (algLua): straight-line code, no loops over ops, no per-op tables, no
+// function tables, one binary argument and one binary reply. The
+// generator (genAcquire, genSettle) only names each op's locals, its
+// keys and its arguments, and strings the parts together.
 //
 // Time is kept as (seconds, nanoseconds) pairs: a Lua number is a double,
 // which holds nanoseconds since the epoch only to 256 ns, while differences
-// of pairs are exact. Sorted-set scores (sliding log entries, lease
-// expiries) are nanoseconds relative to a base second kept in the
+// of pairs are exact. Sorted-set scores (sliding log entries) and lease
+// expiries are nanoseconds relative to a base second kept in the
 // partition's hash, so they are exact too.
 //
-// ARGV of an acquire: now_s, now_n ("" and "" for Redis TIME), grace_ms,
-// count, then count blocks of opWidth values: alg, shadow, n, p1..p5.
-// KEYS: each op's keys in order (one, or two for sliding log and
-// concurrency).
+// The argument is one binary string, ARGV[1], of little-endian float64s
+// (every figure the scripts use is an integer below 2^53, or a quotient
+// they compute as memory does), and so is the reply: no figure of a call
+// is parsed or formatted on either side (a sliding log's scores and
+// entries stay decimal text, as sorted sets want them).
 //
-// ARGV of a settle: now_s, now_n, grace_ms, count, idem_ms, then count
-// blocks of settleWidth values: alg, kind (1 adjust, 2 release), delta,
-// stamp_s, stamp_n, taken, p1..p5. KEYS: the idempotency key when idem_ms
-// is positive, then each op's keys.
+// Acquire: clock (0 for Redis TIME, 1 for the caller's instant), now_s,
+// now_n, grace_ms, then each op's arguments (algLua.acquireArgs). KEYS:
+// each op's keys in order (two for a sliding log, one otherwise). The
+// reply is now_s, now_n, then each op's figures (algLua.reply); the caller
+// derives the others (see grants).
 //
-// Replies are one string of integers separated by spaces: per acquired op
-// ok, taken, limit, remaining, reset, retry, stamp_s, stamp_n, expired; per
-// settled op the remaining figure. "S now_s now_n" reports that a calendar
-// quota's period, computed from the caller's clock, does not hold the
-// server's time (the caller recomputes it and calls again).
+// Settle: clock (2 when no op adjusts: a release does not need the time),
+// now_s, now_n, grace_ms, idem_ms, mark, t0_s, t0_n, keyed, then each
+// op's arguments (algLua.settleArgs). KEYS: the idempotency key when keyed
+// is 1, then each op's keys. The reply is the remaining figure of each
+// op, or "K" when the settle needs an idempotency key it was not given.
+//
+// A reply of 'S' and two float64s (now_s, now_n: 17 bytes, which no other
+// reply is long) says that a window or quota period computed from the
+// caller's clock does not hold the server's time: the caller computes it
+// again from the server's and calls again.
+//
+// A settle that adjusts a count must apply once even when the client
+// sends it again after losing the reply. The idempotency key records that
+// it was applied, except when it also releases a lease that cannot have
+// expired by the time a retry runs: the lease's absence then says the same
+// thing at no cost, and the caller sends no key. mark is 1 when t0 is the
+// instant the batch was admitted (a token bucket's stamp), which the
+// settle's first lease was taken at: that lease lives until t0 + max hold,
+// and retries run within idem_ms of each other (as the idempotency key's
+// own expiry assumes). A settle already applied writes nothing but the
+// removal of expired state and reports the current figures.
+//
+// A Lua function has at most 200 locals, and an op up to about 20: a call
+// of more than chunkMax ops is cut into chunks of chunkMax, each a
+// function of its own. An acquire's chunks nest (each takes its ops,
+// calls the next with whether all so far fit, and writes its ops once the
+// last has answered), so the batch stays all or nothing; its window
+// checks all run first, before any write. A settle's chunks run in turn,
+// and use the idempotency key (mark is 0).
+
+// chunkMax is the most ops one Lua function of a script holds.
+const chunkMax = 8
 
 const (
-	opWidth     = 8
-	settleWidth = 11
+	clockServer   = 0
+	clockCaller   = 1
+	clockUnneeded = 2
 )
 
-const luaPrelude = `
+// prelude starts every script. (Redis before 5 replicates a script's
+// effects only when asked: the scripts read TIME, then write.)
+const prelude = `
 if redis.replicate_commands then redis.replicate_commands() end
+local up, pk, fmt, ceil, floor, min, max = struct.unpack, struct.pack, string.format, math.ceil, math.floor, math.min, math.max
 local E9 = 1000000000
-local NEVER = -1
-local MAXD = 4611686018427387903
-local function tdiff(as, an, bs, bn) return (as - bs) * E9 + (an - bn) end
-local function ceil_ns(x)
-  if x <= 0 then return 0 end
-  if x > MAXD then return MAXD end
-  return math.ceil(x)
-end
-local function fmt(x) return string.format('%d', x) end
 -- MAXTTL bounds an expiry in milliseconds (about 35,000 years): a bucket
 -- refilling a huge burst slowly would otherwise ask for an expiry Redis
 -- refuses.
 local MAXTTL = 1125899906842624
-local function ttl(ns, grace)
-  local ms = math.ceil(ns / 1000000)
-  if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
-  return fmt(ms + grace)
-end
-local ALG = {}
 `
+
+const luaTime = `
+if clock == 0 then
+  local t = redis.call('TIME')
+  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
+end
+`
+
+// The helpers, each defined once in a script whose code calls it (see
+// withHelpers).
+var luaHelpers = map[string]string{
+	"num": `
+local NEVER, MAXD = -1, 4611686018427387903
+local function ceil_ns(x)
+  if x <= 0 then return 0 end
+  if x > MAXD then return MAXD end
+  return ceil(x)
+end
+local function dec(x) return fmt('%d', x) end
+local function ttl(ns)
+  local ms = ceil(ns / 1000000)
+  if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
+  return dec(ms + grace)
+end
+`,
+	// window places an op in the window of length per holding now,
+	// starting from the caller's hint (hs, hn): exact for any skew below
+	// 2^53 ns. A hint more than 2^50 ns (13 days) off the server's time
+	// could not be moved exactly: far says so, and the caller recomputes
+	// it from the server's time.
+	"window": `
+local function tadd(s, n, d)
+  local t = n + d
+  local q = floor(t / E9)
+  local r = t - q * E9
+  if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
+  return s + q, r
+end
+local function window(per, hs, hn)
+  local el = (now_s - hs) * E9 + (now_n - hn)
+  local ws, wn = hs, hn
+  if el < 0 or el >= per then
+    local k = floor(el / per)
+    ws, wn = tadd(hs, hn, k * per)
+    el = el - k * per
+    while el < 0 do ws, wn = tadd(ws, wn, -per); el = el + per end
+    while el >= per do ws, wn = tadd(ws, wn, per); el = el - per end
+  end
+  return ws, wn, el
+end
+local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
+`,
+	// sl_load reads a sliding log (hash h, sorted set z): its base
+	// second, the instant relative to it (rebasing the scores when they
+	// grow large), its sum and counter without the entries that left the
+	// window, which it removes, its entry count, and whether the hash
+	// needs writing.
+	"log": `
+local function mcost(m) return tonumber(string.match(m, ':(%d+)$')) end
+local function mseq(m) return tonumber(string.match(m, '^(%d+):')) end
+local function sl_load(h, z, per)
+  local v = redis.call('HMGET', h, 'b', 'a', 'q')
+  local a, q, b, dirty = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[1]), false
+  if b == nil then b = now_s end
+  local now = (now_s - b) * E9 + now_n
+  if now > 4503599627370496 then
+    local shift = (now_s - b) * E9
+    local all = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')
+    for i = 1, #all, 2 do
+      redis.call('ZADD', z, dec(tonumber(all[i + 1]) - shift), all[i])
+    end
+    b, now, dirty = now_s, now_n, true
+  end
+  local old = redis.call('ZRANGEBYSCORE', z, '-inf', dec(now - per))
+  if #old > 0 then
+    for i = 1, #old do a = a - mcost(old[i]) end
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', dec(now - per))
+    dirty = true
+  end
+  local card = redis.call('ZCARD', z)
+  if card == 0 then a = 0 end
+  return b, now, a, q, card, dirty
+end
+-- sl_last returns the score of the last entry, nil for none.
+local function sl_last(z, card)
+  if card == 0 then return nil end
+  return tonumber(redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2])
+end
+-- sl_save writes a sliding log back, or deletes it when it holds no entry.
+local function sl_save(h, z, per, b, now, a, q, card)
+  local last = sl_last(z, card)
+  if not last then
+    redis.call('DEL', h, z)
+    return
+  end
+  local px = ttl(last + per - now)
+  redis.call('HSET', h, 'b', dec(b), 'a', dec(a), 'q', dec(q))
+  redis.call('PEXPIRE', h, px)
+  redis.call('PEXPIRE', z, px)
+end
+`,
+	"lease": luaLeaseScan,
+}
 
 // luaLeaseScan reclaims the expired leases of a concurrency partition
 // and, when its expiries grow large, rebases them on the current second
@@ -101,588 +227,762 @@ local function lease_scan(k, s, n, b, now, m, a)
 end
 `
 
-var luaAlg = map[limits.Algorithm]string{
-	limits.TokenBucket: `
-local function floor0(x) if x <= 0 then return 0 end return math.floor(x) end
-ALG[0] = {nkeys = 1, keep = true}
-ALG[0].load = function(o)
-  o.cap = o.p2
-  o.rate = o.p1 / o.p3
-  local v = redis.call('GET', o.k1)
-  if v then o.a, o.ts, o.tn = struct.unpack('<ddd', v) else o.a, o.ts, o.tn = o.cap, o.s, o.n end
-  local el = tdiff(o.s, o.n, o.ts, o.tn)
-  if el > 0 then
-    o.a = math.min(o.cap, o.a + el * o.rate)
-    o.ts, o.tn = o.s, o.n
-  end
-  -- The debt bound: never deeper than the capacity.
-  if o.a < -o.cap then o.a = -o.cap end
-  o.a0 = o.a
-  o.dirty = true
-end
-ALG[0].take = function(o, n, g)
-  g.limit = o.cap
-  g.ss, g.sn = o.s, o.n
-  if n <= o.a then
-    o.a = o.a - n
-    g.ok, g.taken = 1, n
-  elseif n > o.cap then
-    g.retry = NEVER
-  else
-    g.retry = ceil_ns((n - o.a) / o.rate)
-  end
-  g.rem = floor0(o.a)
-  -- Like the in-memory bucket: nanoseconds per token times the missing
-  -- tokens (the retry above divides, to stay exact).
-  g.reset = ceil_ns((o.cap - o.a) * (o.p3 / o.p1))
-end
-ALG[0].adjust = function(o, d)
-  o.a = math.min(math.max(o.a - d, -o.cap), o.cap)
-  return floor0(o.a)
-end
-ALG[0].save = function(o, grace)
-  if o.a >= o.cap then
-    redis.call('DEL', o.k1)
-  else
-    redis.call('SET', o.k1, struct.pack('<ddd', o.a, o.ts, o.tn), 'PX', ttl((o.cap - o.a) * (o.p3 / o.p1), grace))
-  end
-end
-`,
-	limits.FixedWindow: `
-local function tadd(s, n, d)
-  local t = n + d
-  local q = math.floor(t / E9)
-  local r = t - q * E9
-  if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
-  return s + q, r
-end
--- window places the op in the window holding now, starting from the
--- caller's hint (p2 per, p3/p4 window start): exact for any skew below
--- 2^53 ns.
-local function window(o, per, hs, hn)
-  local el = tdiff(o.s, o.n, hs, hn)
-  local ws, wn = hs, hn
-  if el < 0 or el >= per then
-    local k = math.floor(el / per)
-    ws, wn = tadd(hs, hn, k * per)
-    el = el - k * per
-    while el < 0 do ws, wn = tadd(ws, wn, -per); el = el + per end
-    while el >= per do ws, wn = tadd(ws, wn, per); el = el - per end
-  end
-  o.ws, o.wn, o.el = ws, wn, el
-end
-ALG[1] = {nkeys = 1}
--- A window hint more than 2^50 ns (13 days) off the server's time could
--- not be moved exactly: the caller recomputes it from the server's time.
-local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
-ALG[1].skew = function(o) return far(tdiff(o.s, o.n, o.p3, o.p4), o.p2) end
--- count_load reads a counting partition (fixed window, quota): its count
--- when it holds the window the op is in (o.ws, o.wn), 0 otherwise.
-local function count_load(o)
-  o.a = 0
-  local v = redis.call('GET', o.k1)
-  if v then
-    local a, ss, sn = struct.unpack('<ddd', v)
-    if ss == o.ws and sn == o.wn then o.a = a end
-  end
-end
-ALG[1].load = function(o)
-  window(o, o.p2, o.p3, o.p4)
-  count_load(o)
-end
--- count_take adds n to a counting partition (fixed window, quota) that ends
--- in reset nanoseconds, when it fits under the limit.
-local function count_take(o, n, g, reset)
-  local amount = o.p1
-  g.limit = amount
-  g.ss, g.sn = o.ws, o.wn
-  g.reset = reset
-  if o.a + n <= amount then
-    o.a = o.a + n
-    g.ok, g.taken = 1, n
-    o.dirty = true
-  elseif n > amount then
-    g.retry = NEVER
-  else
-    g.retry = g.reset
-  end
-  g.rem = amount - math.min(o.a, amount)
-end
-ALG[1].take = function(o, n, g) count_take(o, n, g, o.p2 - o.el) end
--- bounded changes a count by d within the debt bound of the counting
--- algorithms: a refund lowers it to zero at most, a charge raises it to
--- the limit at most and never lowers it (a count above the limit a ticket
--- was admitted under counts admissions a higher limit let through).
-local function bounded(o, x, d)
-  if d < 0 then return math.max(x + d, 0) end
-  return math.max(x, math.min(x + d, o.p1))
-end
-ALG[1].adjust = function(o, d, ss, sn)
-  if (ss == o.ws and sn == o.wn) or d > 0 then
-    o.a = bounded(o, o.a, d)
-    o.dirty = true
-  end
-  return math.max(0, o.p1 - o.a)
-end
-ALG[1].save = function(o, grace)
-  if o.a > 0 then
-    redis.call('SET', o.k1, struct.pack('<ddd', o.a, o.ws, o.wn), 'PX', ttl(o.p2 - o.el, grace))
-  else
-    redis.call('DEL', o.k1)
-  end
-end
-`,
-	limits.SlidingWindow: `
-ALG[2] = {nkeys = 1}
-ALG[2].skew = ALG[1].skew
-ALG[2].load = function(o)
-  window(o, o.p2, o.p3, o.p4)
-  o.a, o.b = 0, 0
-  local v = redis.call('GET', o.k1)
-  if v then
-    local a, b, ss, sn = struct.unpack('<dddd', v)
-    local d = tdiff(o.ws, o.wn, ss, sn)
-    if d == 0 then o.a, o.b = a, b elseif d == o.p2 then o.b = a end
-  end
-end
-local function sw_est(o)
-  local weight = 1 - o.el / o.p2
-  return o.b * weight + o.a
-end
-ALG[2].take = function(o, n, g)
-  local amount, per = o.p1, o.p2
-  local elapsed = o.el
-  local est = sw_est(o)
-  local limit = amount
-  g.limit = amount
-  g.ss, g.sn = o.ws, o.wn
-  if est + n <= limit then
-    o.a = o.a + n
-    est = est + n
-    g.ok, g.taken = 1, n
-    o.dirty = true
-  elseif n > amount then
-    g.retry = NEVER
-  elseif o.a + n <= limit then
-    local e = per * (o.b - (limit - o.a - n)) / o.b
-    g.retry = ceil_ns(e - elapsed)
-  else
-    local e = per * (o.a - (limit - n)) / o.a
-    g.retry = ceil_ns(per - elapsed + e)
-  end
-  g.rem = amount - math.min(math.ceil(est), amount)
-  if o.a > 0 then g.reset = ceil_ns(2 * per - elapsed)
-  elseif o.b > 0 then g.reset = ceil_ns(per - elapsed) end
-end
-ALG[2].adjust = function(o, d, ss, sn)
-  local diff = tdiff(ss, sn, o.ws, o.wn)
-  if diff == 0 or d > 0 then
-    o.a = bounded(o, o.a, d)
-    o.dirty = true
-  elseif diff == -o.p2 then
-    o.b = bounded(o, o.b, d)
-    o.dirty = true
-  end
-  return math.max(0, o.p1 - math.ceil(sw_est(o)))
-end
-ALG[2].save = function(o, grace)
-  if o.a > 0 then
-    redis.call('SET', o.k1, struct.pack('<dddd', o.a, o.b, o.ws, o.wn), 'PX', ttl(2 * o.p2 - o.el, grace))
-  elseif o.b > 0 then
-    redis.call('SET', o.k1, struct.pack('<dddd', o.a, o.b, o.ws, o.wn), 'PX', ttl(o.p2 - o.el, grace))
-  else
-    redis.call('DEL', o.k1)
-  end
-end
-`,
-	limits.SlidingLog: `
--- rel loads the base second of a sorted-set partition and the current
--- instant relative to it, rebasing the scores when they grow large.
-local function rel(o, base)
-  if base == nil then base = o.s end
-  o.b = base
-  o.now = tdiff(o.s, o.n, base, 0)
-  if o.now > 4503599627370496 then
-    local shift = (o.s - base) * E9
-    local all = redis.call('ZRANGE', o.k2, 0, -1, 'WITHSCORES')
-    for i = 1, #all, 2 do
-      redis.call('ZADD', o.k2, fmt(tonumber(all[i + 1]) - shift), all[i])
-    end
-    o.b = o.s
-    o.now = o.n
-    o.hdirty = true
-  end
-end
-local function mcost(m) return tonumber(string.match(m, ':(%d+)$')) end
-local function mseq(m) return tonumber(string.match(m, '^(%d+):')) end
-ALG[3] = {nkeys = 2}
-ALG[3].load = function(o)
-  local h = redis.call('HMGET', o.k1, 'b', 'a', 'q')
-  o.a = tonumber(h[2]) or 0
-  o.q = tonumber(h[3]) or 0
-  rel(o, tonumber(h[1]))
-  local horizon = o.now - o.p2
-  local old = redis.call('ZRANGEBYSCORE', o.k2, '-inf', fmt(horizon))
-  if #old > 0 then
-    for i = 1, #old do o.a = o.a - mcost(old[i]) end
-    redis.call('ZREMRANGEBYSCORE', o.k2, '-inf', fmt(horizon))
-    o.hdirty = true
-  end
-  o.card = redis.call('ZCARD', o.k2)
-  if o.card == 0 then o.a = 0 end
-  o.a0, o.q0 = o.a, o.q
-end
-local function sl_last(o)
-  if o.card == 0 then return nil end
-  local last = redis.call('ZRANGE', o.k2, -1, -1, 'WITHSCORES')
-  return tonumber(last[2])
-end
-ALG[3].take = function(o, n, g)
-  local amount, per = o.p1, o.p2
-  g.limit = amount
-  g.ss, g.sn = o.s, o.n
-  if o.a + n <= amount then
-    if n > 0 then
-      o.q = o.q + 1
-      o.add = o.q .. ':' .. fmt(n)
-      o.a = o.a + n
-      o.dirty = true
-    end
-    g.ok, g.taken = 1, n
-  elseif n > amount then
-    g.retry = NEVER
-  else
-    local need = o.a + n - amount
-    local from = 0
-    while need > 0 and from < o.card do
-      local es = redis.call('ZRANGE', o.k2, from, from + 127, 'WITHSCORES')
-      if #es == 0 then break end
-      for i = 1, #es, 2 do
-        need = need - mcost(es[i])
-        if need <= 0 then
-          g.retry = tonumber(es[i + 1]) + per - o.now
-          break
-        end
-      end
-      from = from + 128
-    end
-  end
-  g.rem = amount - math.min(o.a, amount)
-  if o.add then
-    g.reset = per
-  else
-    local last = sl_last(o)
-    if last then g.reset = last + per - o.now end
-  end
-end
-ALG[3].adjust = function(o, d, ss, sn)
-  local at = tdiff(ss, sn, o.b, 0)
-  local found, seq = nil, -1
-  if o.card > 0 then
-    local es = redis.call('ZRANGEBYSCORE', o.k2, fmt(at), fmt(at))
-    for i = 1, #es do
-      local q = mseq(es[i])
-      if q > seq then found, seq = es[i], q end
-    end
-  end
-  -- A charge fills the log up to the limit at most (the debt bound).
-  local room = math.max(0, o.p1 - o.a)
-  if found then
-    local cost = mcost(found)
-    local dd = math.min(math.max(d, -cost), room)
-    redis.call('ZREM', o.k2, found)
-    o.card = o.card - 1
-    if cost + dd > 0 then
-      redis.call('ZADD', o.k2, fmt(at), seq .. ':' .. fmt(cost + dd))
-      o.card = o.card + 1
-    end
-    o.a = o.a + dd
-    o.hdirty = true
-  elseif math.min(d, room) > 0 then
-    d = math.min(d, room)
-    o.q = o.q + 1
-    o.add = o.q .. ':' .. fmt(d)
-    o.a = o.a + d
-  end
-  o.dirty = true
-  return math.max(0, o.p1 - o.a)
-end
-ALG[3].save = function(o, grace)
-  if o.add then
-    redis.call('ZADD', o.k2, fmt(o.now), o.add)
-    o.card = o.card + 1
-  end
-  local last = sl_last(o)
-  if not last then
-    redis.call('DEL', o.k1, o.k2)
-    return
-  end
-  local px = ttl(last + o.p2 - o.now, grace)
-  redis.call('HSET', o.k1, 'b', fmt(o.b), 'a', fmt(o.a), 'q', fmt(o.q))
-  redis.call('PEXPIRE', o.k1, px)
-  redis.call('PEXPIRE', o.k2, px)
-end
-ALG[3].flush = function(o)
-  if o.hdirty and not o.saved then
-    if o.card == 0 then
-      redis.call('DEL', o.k1, o.k2)
-    else
-      redis.call('HSET', o.k1, 'b', fmt(o.b), 'a', fmt(o.a0), 'q', fmt(o.q0))
-    end
-  end
-end
-`,
-	limits.Concurrency: luaLeaseScan + `
--- One hash per partition: a field h holding five float64s (struct) b
--- (base second), a (cost in flight), q (lease counter, see load), e
--- (earliest lease expiry, a lower bound; -1 for none) and m (latest
--- expiry), and a field "l" .. <id as a float64> = <expiry, cost as two
--- float64s> per lease; expiries are nanoseconds from b. a is 0 exactly when
--- no lease is held, as every lease holds a positive cost. Leases are
--- scanned only when one may have expired. Binary fields need no number
--- formatting or parsing.
-ALG[4] = {nkeys = 1, lease = true}
-local function cc_head(o, a, q)
-  local e = o.e
-  if e == nil then e = -1 end
-  return struct.pack('<ddddd', o.b, a, q, e, o.m)
-end
-ALG[4].load = function(o)
-  local h = redis.call('HGET', o.k1, 'h')
-  if h then
-    o.b, o.a, o.q, o.e, o.m = struct.unpack('<ddddd', h)
-    if o.e < 0 then o.e = nil end
-  else
-    -- A new partition numbers its leases from the current microsecond,
-    -- so that a lease id is never reused after the partition was dropped
-    -- (a stale ticket can never release someone else's lease).
-    o.b, o.a, o.q, o.e, o.m = o.s, 0, o.s * 1000000 + math.floor(o.n / 1000), nil, 0
-  end
-  o.now = tdiff(o.s, o.n, o.b, 0)
-  o.expired = 0
-  if o.a > 0 and (o.e == nil or o.e <= o.now or o.now > 4503599627370496) then
-    o.b, o.now, o.m, o.e, o.a, o.expired = lease_scan(o.k1, o.s, o.n, o.b, o.now, o.m, o.a)
-    o.hdirty = true
-  end
-  if o.a <= 0 then o.a, o.e = 0, nil end
-  o.a0, o.q0 = o.a, o.q
-end
-ALG[4].take = function(o, n, g)
-  local amount = o.p1
-  g.limit = amount
-  g.exp = o.expired
-  if o.a + n <= amount then
-    if n > 0 then
-      o.q = o.q + 1
-      o.addn = n
-      o.a = o.a + n
-      o.dirty = true
-      g.sn = o.q
-    end
-    g.ok, g.taken = 1, n
-  elseif n > amount then
-    g.retry = NEVER
-  end
-  g.rem = amount - math.min(o.a, amount)
-end
-ALG[4].save = function(o, grace)
-  local exp = o.now + o.p2
-  if exp > o.m then o.m = exp end
-  if o.e == nil or exp < o.e then o.e = exp end
-  redis.call('HSET', o.k1, 'l' .. struct.pack('<d', o.q), struct.pack('<dd', exp, o.addn), 'h', cc_head(o, o.a, o.q))
-  redis.call('PEXPIRE', o.k1, ttl(o.m - o.now, grace))
-end
-ALG[4].flush = function(o)
-  if o.hdirty and not o.saved then
-    if o.a0 == 0 then
-      redis.call('DEL', o.k1)
-    else
-      redis.call('HSET', o.k1, 'h', cc_head(o, o.a0, o.q0))
-    end
-  end
-end
-ALG[4].release = function(o, id, taken)
-  local f = 'l' .. struct.pack('<d', id)
-  local h = redis.call('HMGET', o.k1, 'h', f)
-  local b, a, q, e, m = 0, 0, 0, -1, 0
-  if h[1] then b, a, q, e, m = struct.unpack('<ddddd', h[1]) end
-  if h[2] then
-    a = a - taken
-    if a <= 0 then
-      a = 0
-      redis.call('DEL', o.k1)
-    else
-      redis.call('HDEL', o.k1, f)
-      redis.call('HSET', o.k1, 'h', struct.pack('<ddddd', b, a, q, e, m))
-    end
-  end
-  return math.max(0, o.p1 - a)
-end
-`,
-	limits.Quota: `
-ALG[5] = {nkeys = 1}
-ALG[5].skew = function(o)
-  local el = tdiff(o.s, o.n, o.p2, o.p3)
-  if o.p5 == 1 then
-    return el < 0 or el >= o.p4
-  end
-  return far(el, o.p4)
-end
-ALG[5].load = function(o)
-  if o.p5 == 1 then
-    o.ws, o.wn, o.el = o.p2, o.p3, tdiff(o.s, o.n, o.p2, o.p3)
-  else
-    window(o, o.p4, o.p2, o.p3)
-  end
-  count_load(o)
-end
-ALG[5].take = function(o, n, g) count_take(o, n, g, o.p4 - o.el) end
-ALG[5].adjust = ALG[1].adjust
-ALG[5].save = function(o, grace)
-  if o.a > 0 then
-    redis.call('SET', o.k1, struct.pack('<ddd', o.a, o.ws, o.wn), 'PX', ttl(o.p4 - o.el, grace))
-  else
-    redis.call('DEL', o.k1)
-  end
-end
-`,
+// An algLua is the Lua of one algorithm, its parts written for op $ (its
+// arguments and locals end in $), whose keys are KEYS[{k}] and KEYS[{z}] in
+// an acquire, KEYS[ki + {k}] and KEYS[ki + {z}] in a settle.
+type algLua struct {
+	nkeys int
+	// get says its state is one string, read with the other ops' in one
+	// MGET into v$.
+	get bool
+	// acquireArgs names its acquire arguments; sh$ (1 for a shadow op)
+	// and n$ (the permits asked) come first.
+	acquireArgs string
+	// skew, if set, is a condition true when the window or period
+	// computed from the caller's clock is too far from the server's time
+	// (acquire and settle: its arguments are named alike in both).
+	skew string
+	// take decides the op and sets ok$ (1 when it fits); save writes it
+	// back, knowing whether the whole batch fits.
+	take, save string
+	// reply lists the figures of the acquire reply.
+	reply []string
+	// settleArgs names its settle arguments; settle adjusts the op (by
+	// d$, when apply) or releases its lease, and sets its remaining
+	// figure r$.
+	settleArgs, settle string
 }
 
-// luaNow sets now_s and now_n from the server's TIME, or from the caller's
-// instant in ARGV[1] and ARGV[2] (caller-time test mode).
-const luaNow = `
-local now_s, now_n
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
+// luaAlg describes every algorithm, in the order of limits.Algorithm.
+var luaAlg = [...]algLua{
+	limits.TokenBucket: {
+		nkeys: 1, get: true,
+		acquireArgs: "sh$, n$, am$, x$, y$", // amount, capacity, per
+		// The bucket refills, then n$ is taken from it. The reply carries
+		// what is left, a$: the caller derives the figures
+		// (backend.BucketFigures).
+		take: `
+local a$, ts$, tn$ = x$, now_s, now_n
+if v$ then a$, ts$, tn$ = up('<ddd', v$) end
+do
+  local el = (now_s - ts$) * E9 + (now_n - tn$)
+  if el > 0 then
+    local f = a$ + el * (am$ / y$)
+    if f < x$ then a$ = f else a$ = x$ end
+    ts$, tn$ = now_s, now_n
+  end
+end
+if a$ < -x$ then a$ = -x$ end
+local a0$, ok$ = a$, 0
+if n$ <= a$ then a$, ok$ = a$ - n$, 1 end
+`,
+		// What it took when the batch fits, its refill otherwise; a full
+		// bucket is deleted. Only taking permits moves the instant a
+		// bucket is full again later: a refill keeps the key's expiry, set
+		// when permits were last taken (the same holds for a refund).
+		save: `
+if fits and ok$ == 1 and n$ > 0 then
+  local ms = ceil((x$ - a$) * (y$ / am$) / 1000000)
+  if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
+  redis.call('SET', KEYS[{k}], pk('<ddd', a$, ts$, tn$), 'PX', fmt('%d', ms + grace))
+elseif a0$ >= x$ then
+  if v$ then redis.call('DEL', KEYS[{k}]) end
 else
-  now_s, now_n = tonumber(ARGV[1]), tonumber(ARGV[2])
+  redis.call('SET', KEYS[{k}], pk('<ddd', a0$, ts$, tn$), 'KEEPTTL')
 end
-`
-
-const luaDriver = luaNow + `
-local grace = tonumber(ARGV[3])
-local count = tonumber(ARGV[4])
-`
-
-const luaAcquire = luaDriver + `
-local ops = {}
-local ki = 1
-for i = 1, count do
-  local j = 4 + (i - 1) * 8
-  local alg = tonumber(ARGV[j + 1])
-  local o = {alg = ALG[alg], s = now_s, n = now_n, shadow = ARGV[j + 2] == '1', want = tonumber(ARGV[j + 3]),
-    p1 = tonumber(ARGV[j + 4]), p2 = tonumber(ARGV[j + 5]), p3 = tonumber(ARGV[j + 6]),
-    p4 = tonumber(ARGV[j + 7]), p5 = tonumber(ARGV[j + 8])}
-  o.k1 = KEYS[ki]
-  if o.alg.nkeys == 2 then o.k2 = KEYS[ki + 1] end
-  ki = ki + o.alg.nkeys
-  if o.alg.skew and o.alg.skew(o) then
-    return 'S ' .. fmt(now_s) .. ' ' .. fmt(now_n)
+`,
+		reply:      []string{"ok$", "a$"},
+		settleArgs: "d$, am$, x$, y$",
+		settle: `
+local r$ = 0
+do
+  local a, ts, tn = x$, now_s, now_n
+  local v = redis.call('GET', KEYS[ki + {k}])
+  if v then a, ts, tn = up('<ddd', v) end
+  local el = (now_s - ts) * E9 + (now_n - tn)
+  if el > 0 then
+    local f = a + el * (am$ / y$)
+    if f < x$ then a = f else a = x$ end
+    ts, tn = now_s, now_n
   end
-  ops[i] = o
-end
-local fits = true
-local gs = {}
-for i = 1, count do
-  local o = ops[i]
-  o.alg.load(o)
-  local g = {ok = 0, taken = 0, limit = 0, rem = 0, reset = 0, retry = 0, ss = 0, sn = 0, exp = 0}
-  o.alg.take(o, o.want, g)
-  if g.ok == 0 and not o.shadow then fits = false end
-  gs[i] = g
-end
-local out = {}
-for i = 1, count do
-  local o, g = ops[i], gs[i]
-  if fits and g.ok == 1 and o.dirty then
-    o.alg.save(o, grace)
-    o.saved = true
-  elseif o.alg.keep then
-    o.a = o.a0
-    o.alg.save(o, grace)
-    o.saved = true
+  if a < -x$ then a = -x$ end
+  if apply then
+    a = a - d$
+    if a < -x$ then a = -x$ end
+    if a >= x$ then
+      a = x$
+      redis.call('DEL', KEYS[ki + {k}])
+    elseif d$ < 0 then
+      redis.call('SET', KEYS[ki + {k}], pk('<ddd', a, ts, tn), 'KEEPTTL')
+    else
+      local ms = ceil((x$ - a) * (y$ / am$) / 1000000)
+      if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
+      redis.call('SET', KEYS[ki + {k}], pk('<ddd', a, ts, tn), 'PX', fmt('%d', ms + grace))
+    end
   end
-  if not fits then
-    g.taken = 0
-    if o.alg.lease then g.sn = 0 end
-  end
-  if o.alg.flush then o.alg.flush(o) end
-  out[i] = string.format('%d %d %d %d %d %d %d %d %d', g.ok, g.taken, g.limit, g.rem, g.reset, g.retry, g.ss, g.sn, g.exp)
+  if a > 0 then r$ = floor(a) end
 end
-return table.concat(out, ' ')
-`
-
-const luaSettle = luaDriver + `
-local idem = tonumber(ARGV[5])
-local ki = 1
--- A settle already applied (its idempotency key is there: the client
--- retried after losing the reply) applies nothing and reports the figures.
-local dup = false
-if idem > 0 then
-  dup = not redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt(idem))
-  ki = 2
+`,
+	},
+	limits.FixedWindow: {
+		nkeys: 1, get: true,
+		acquireArgs: "sh$, n$, am$, x$, hs$, hn$", // amount, per, the window's start (hint)
+		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
+		take:        "local ws$, wn$, el$ = window(x$, hs$, hn$)\n" + countTake,
+		save:        countSave,
+		reply:       []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$", "ws$", "wn$"},
+		settleArgs:  "d$, ss$, sn$, am$, x$, hs$, hn$",
+		settle:      "local r$ = 0\ndo\n  local ws, wn, el = window(x$, hs$, hn$)\n" + countAdjust + "end\n",
+	},
+	limits.SlidingWindow: {
+		nkeys: 1, get: true,
+		acquireArgs: "sh$, n$, am$, x$, hs$, hn$",
+		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
+		// The current window's count a$ and the previous one's b$; the
+		// estimate weighs b$ by the part of the previous window still in
+		// the sliding one.
+		take: `
+local ws$, wn$, el$ = window(x$, hs$, hn$)
+local a$, b$, ok$, rt$, rs$ = 0, 0, 0, 0, 0
+if v$ then
+  local a, b, ss, sn = up('<dddd', v$)
+  local d = (ws$ - ss) * E9 + (wn$ - sn)
+  if d == 0 then a$, b$ = a, b elseif d == x$ then b$ = a end
 end
-local ops = {}
-for i = 1, count do
-  local j = 5 + (i - 1) * 11
-  local alg = tonumber(ARGV[j + 1])
-  local o = {alg = ALG[alg], s = now_s, n = now_n, kind = tonumber(ARGV[j + 2]), d = tonumber(ARGV[j + 3]),
-    ss = tonumber(ARGV[j + 4]), sn = tonumber(ARGV[j + 5]), taken = tonumber(ARGV[j + 6]),
-    p1 = tonumber(ARGV[j + 7]), p2 = tonumber(ARGV[j + 8]), p3 = tonumber(ARGV[j + 9]),
-    p4 = tonumber(ARGV[j + 10]), p5 = tonumber(ARGV[j + 11])}
-  o.k1 = KEYS[ki]
-  if o.alg.nkeys == 2 then o.k2 = KEYS[ki + 1] end
-  ki = ki + o.alg.nkeys
-  if o.kind == 1 and o.alg.skew and o.alg.skew(o) then
-    if idem > 0 and not dup then redis.call('DEL', KEYS[1]) end
-    return 'S ' .. fmt(now_s) .. ' ' .. fmt(now_n)
-  end
-  ops[i] = o
+local est$ = b$ * (1 - el$ / x$) + a$
+if est$ + n$ <= am$ then
+  a$, est$, ok$ = a$ + n$, est$ + n$, 1
+elseif n$ > am$ then
+  rt$ = NEVER
+elseif a$ + n$ <= am$ then
+  rt$ = ceil_ns(x$ * (b$ - (am$ - a$ - n$)) / b$ - el$)
+else
+  rt$ = ceil_ns(x$ - el$ + x$ * (a$ - (am$ - n$)) / a$)
 end
-local out = {}
-for i = 1, count do
-  local o = ops[i]
-  local rem
-  if o.kind == 2 then
-    rem = o.alg.release(o, o.sn, o.taken)
+if a$ > 0 then rs$ = ceil_ns(2 * x$ - el$) elseif b$ > 0 then rs$ = ceil_ns(x$ - el$) end
+`,
+		save: `
+if fits and ok$ == 1 then
+  if a$ > 0 then
+    redis.call('SET', KEYS[{k}], pk('<dddd', a$, b$, ws$, wn$), 'PX', ttl(2 * x$ - el$))
+  elseif b$ > 0 then
+    redis.call('SET', KEYS[{k}], pk('<dddd', a$, b$, ws$, wn$), 'PX', ttl(x$ - el$))
   else
-    o.alg.load(o)
-    if dup then o.d = 0 end
-    rem = o.alg.adjust(o, o.d, o.ss, o.sn)
-    if o.dirty then o.alg.save(o, grace); o.saved = true end
-    if o.alg.flush then o.alg.flush(o) end
+    redis.call('DEL', KEYS[{k}])
   end
-  out[i] = fmt(rem)
 end
-return table.concat(out, ' ')
+`,
+		reply:      []string{"ok$", "am$ - min(ceil(est$), am$)", "rs$", "rt$", "ws$", "wn$"},
+		settleArgs: "d$, ss$, sn$, am$, x$, hs$, hn$",
+		settle: `
+local r$ = 0
+do
+  local ws, wn, el = window(x$, hs$, hn$)
+  local a, b = 0, 0
+  local v = redis.call('GET', KEYS[ki + {k}])
+  if v then
+    local c, p, ss, sn = up('<dddd', v)
+    local d = (ws - ss) * E9 + (wn - sn)
+    if d == 0 then a, b = c, p elseif d == x$ then b = c end
+  end
+  local diff = (ss$ - ws) * E9 + (sn$ - wn)
+  local moved = false
+  if apply and (diff == 0 or d$ > 0) then
+    a, moved = bounded(a, d$, am$), true
+  elseif apply and diff == -x$ then
+    b, moved = bounded(b, d$, am$), true
+  end
+  if moved then
+    if a > 0 then
+      redis.call('SET', KEYS[ki + {k}], pk('<dddd', a, b, ws, wn), 'PX', ttl(2 * x$ - el))
+    elseif b > 0 then
+      redis.call('SET', KEYS[ki + {k}], pk('<dddd', a, b, ws, wn), 'PX', ttl(x$ - el))
+    else
+      redis.call('DEL', KEYS[ki + {k}])
+    end
+  end
+  r$ = max(0, am$ - ceil(b * (1 - el / x$) + a))
+end
+`,
+	},
+	limits.SlidingLog: {
+		nkeys:       2,
+		acquireArgs: "sh$, n$, am$, x$", // amount, per
+		// Entries are "<seq>:<cost>" scored by their instant (ns from the
+		// base second b$), at most one per admitted permit; the hash holds
+		// b$, the sum a$ and the counter q$.
+		take: `
+local b$, now$, a$, q$, c$, hd$ = sl_load(KEYS[{k}], KEYS[{z}], x$)
+local a0$, q0$, ok$, rt$, rs$, add$ = a$, q$, 0, 0, 0, nil
+if a$ + n$ <= am$ then
+  if n$ > 0 then
+    q$ = q$ + 1
+    add$ = q$ .. ':' .. dec(n$)
+    a$ = a$ + n$
+  end
+  ok$ = 1
+elseif n$ > am$ then
+  rt$ = NEVER
+else
+  local need, from = a$ + n$ - am$, 0
+  while need > 0 and from < c$ do
+    local es = redis.call('ZRANGE', KEYS[{z}], from, from + 127, 'WITHSCORES')
+    if #es == 0 then break end
+    for i = 1, #es, 2 do
+      need = need - mcost(es[i])
+      if need <= 0 then
+        rt$ = tonumber(es[i + 1]) + x$ - now$
+        break
+      end
+    end
+    from = from + 128
+  end
+end
+if add$ then
+  rs$ = x$
+else
+  local last = sl_last(KEYS[{z}], c$)
+  if last then rs$ = last + x$ - now$ end
+end
+`,
+		save: `
+if fits and add$ then
+  redis.call('ZADD', KEYS[{z}], dec(now$), add$)
+  sl_save(KEYS[{k}], KEYS[{z}], x$, b$, now$, a$, q$, c$ + 1)
+elseif hd$ then
+  if c$ == 0 then
+    redis.call('DEL', KEYS[{k}], KEYS[{z}])
+  else
+    redis.call('HSET', KEYS[{k}], 'b', dec(b$), 'a', dec(a0$), 'q', dec(q0$))
+  end
+end
+`,
+		reply:      []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$"},
+		settleArgs: "d$, ss$, sn$, am$, x$",
+		// The adjustment applies to the ticket's entry (its stamp's
+		// instant, the highest sequence there); a charge fills the log up
+		// to the limit at most (the debt bound).
+		settle: `
+local r$ = 0
+do
+  local h, z = KEYS[ki + {k}], KEYS[ki + {z}]
+  local b, now, a, q, card, dirty = sl_load(h, z, x$)
+  if apply then
+    local at = (ss$ - b) * E9 + sn$
+    local found, seq = nil, -1
+    if card > 0 then
+      local es = redis.call('ZRANGEBYSCORE', z, dec(at), dec(at))
+      for i = 1, #es do
+        local s = mseq(es[i])
+        if s > seq then found, seq = es[i], s end
+      end
+    end
+    local room, d = max(0, am$ - a), d$
+    if found then
+      local cost = mcost(found)
+      local dd = min(max(d, -cost), room)
+      redis.call('ZREM', z, found)
+      card = card - 1
+      if cost + dd > 0 then
+        redis.call('ZADD', z, dec(at), seq .. ':' .. dec(cost + dd))
+        card = card + 1
+      end
+      a = a + dd
+    elseif min(d, room) > 0 then
+      d = min(d, room)
+      q = q + 1
+      redis.call('ZADD', z, dec(now), q .. ':' .. dec(d))
+      card = card + 1
+      a = a + d
+    end
+    sl_save(h, z, x$, b, now, a, q, card)
+  elseif dirty then
+    if card == 0 then
+      redis.call('DEL', h, z)
+    else
+      redis.call('HSET', h, 'b', dec(b), 'a', dec(a), 'q', dec(q))
+    end
+  end
+  r$ = max(0, am$ - a)
+end
+`,
+	},
+	limits.Concurrency: {
+		nkeys:       1,
+		acquireArgs: "sh$, n$, am$, x$", // amount, max hold
+		// One hash per partition: a field h holding five float64s b (base
+		// second), a (cost in flight), q (lease counter), e (earliest lease
+		// expiry, a lower bound; -1 for none) and m (latest expiry), and a
+		// field "l" .. <id as a float64> = <expiry, cost as two float64s>
+		// per lease; expiries are nanoseconds from b. a is 0 exactly when
+		// no lease is held, as every lease holds a positive cost. Leases
+		// are scanned only when one may have expired. A new partition
+		// numbers its leases from the current microsecond, so that a lease
+		// id is never reused after the partition was dropped (a stale
+		// ticket can never release someone else's lease).
+		take: `
+local b$, a$, q$, e$, m$
+do
+  local h = redis.call('HGET', KEYS[{k}], 'h')
+  if h then
+    b$, a$, q$, e$, m$ = up('<ddddd', h)
+    if e$ < 0 then e$ = nil end
+  else
+    b$, a$, q$, m$ = now_s, 0, now_s * 1000000 + floor(now_n / 1000), 0
+  end
+end
+local now$ = (now_s - b$) * E9 + now_n
+local exp$, hd$ = 0, false
+if a$ > 0 and (e$ == nil or e$ <= now$ or now$ > 4503599627370496) then
+  b$, now$, m$, e$, a$, exp$ = lease_scan(KEYS[{k}], now_s, now_n, b$, now$, m$, a$)
+  hd$ = true
+end
+if a$ <= 0 then a$, e$ = 0, nil end
+local a0$, q0$, ok$, add$ = a$, q$, 0, 0
+if a$ + n$ <= am$ then
+  if n$ > 0 then q$, add$, a$ = q$ + 1, n$, a$ + n$ end
+  ok$ = 1
+end
+`,
+		// The lease when the batch fits, or else what reclaiming expired
+		// leases changed.
+		save: `
+if fits and add$ > 0 then
+  local exp, e, m = now$ + x$, e$, m$
+  if exp > m then m = exp end
+  if e == nil or exp < e then e = exp end
+  redis.call('HSET', KEYS[{k}], pk('<c1d', 'l', q$), pk('<dd', exp, add$), 'h', pk('<ddddd', b$, a$, q$, e, m))
+  local ms = ceil((m - now$) / 1000000)
+  if ms < 1 then ms = 1 end
+  redis.call('PEXPIRE', KEYS[{k}], fmt('%d', ms + grace))
+elseif hd$ then
+  if a0$ == 0 then
+    redis.call('DEL', KEYS[{k}])
+  else
+    redis.call('HSET', KEYS[{k}], 'h', pk('<ddddd', b$, a0$, q0$, e$ or -1, m$))
+  end
+end
+`,
+		reply:      []string{"ok$", "a$", "(add$ > 0 and q$ or 0)", "exp$"},
+		settleArgs: "l$, tk$, am$, x$", // lease, taken, amount, max hold
+		// The lease, if still held, is dropped (see leaseRead).
+		settle: `
+local r$ = 0
+do
+  local b, a, q, e, m = 0, 0, 0, -1, 0
+  if h$[1] then b, a, q, e, m = up('<ddddd', h$[1]) end
+  if h$[2] then
+    a = a - tk$
+    if a <= 0 then
+      a = 0
+      redis.call('DEL', KEYS[ki + {k}])
+    else
+      redis.call('HDEL', KEYS[ki + {k}], f$)
+      redis.call('HSET', KEYS[ki + {k}], 'h', pk('<ddddd', b, a, q, e, m))
+    end
+  end
+  if am$ > a then r$ = am$ - a end
+end
+`,
+	},
+	limits.Quota: {
+		nkeys: 1, get: true,
+		// amount, the period's start, its length and 1 for a calendar
+		// period (day, month), whose start the caller computes in its
+		// Location and the script only checks.
+		acquireArgs: "sh$, n$, am$, hs$, hn$, x$, cal$",
+		skew:        "quota_skew(hs$, hn$, x$, cal$)",
+		take:        "local ws$, wn$, el$ = quota_place(hs$, hn$, x$, cal$)\n" + countTake,
+		save:        countSave,
+		reply:       []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$", "ws$", "wn$"},
+		settleArgs:  "d$, ss$, sn$, am$, hs$, hn$, x$, cal$",
+		settle:      "local r$ = 0\ndo\n  local ws, wn, el = quota_place(hs$, hn$, x$, cal$)\n" + countAdjust + "end\n",
+	},
+}
+
+// The counting algorithms (fixed window, quota) share their take, save and
+// adjustment: a count a$ in the window (ws$, wn$) of length x$, el$ into it.
+const (
+	countTake = `
+local a$, ok$, rt$ = 0, 0, 0
+if v$ then
+  local a, ss, sn = up('<ddd', v$)
+  if ss == ws$ and sn == wn$ then a$ = a end
+end
+local rs$ = x$ - el$
+if a$ + n$ <= am$ then
+  a$, ok$ = a$ + n$, 1
+elseif n$ > am$ then
+  rt$ = NEVER
+else
+  rt$ = rs$
+end
+`
+	countSave = `
+if fits and ok$ == 1 then
+  if a$ > 0 then
+    redis.call('SET', KEYS[{k}], pk('<ddd', a$, ws$, wn$), 'PX', ttl(x$ - el$))
+  else
+    redis.call('DEL', KEYS[{k}])
+  end
+end
+`
+	// countAdjust applies d$ to the count when it is the ticket's window
+	// (a charge applies to the current window in any case); ws, wn and el
+	// place the current window.
+	countAdjust = `
+  local a = 0
+  local v = redis.call('GET', KEYS[ki + {k}])
+  if v then
+    local c, s, n = up('<ddd', v)
+    if s == ws and n == wn then a = c end
+  end
+  if apply and ((ss$ == ws and sn$ == wn) or d$ > 0) then
+    a = bounded(a, d$, am$)
+    if a > 0 then
+      redis.call('SET', KEYS[ki + {k}], pk('<ddd', a, ws, wn), 'PX', ttl(x$ - el))
+    else
+      redis.call('DEL', KEYS[ki + {k}])
+    end
+  end
+  r$ = max(0, am$ - a)
+`
+)
+
+func init() {
+	// The quota places its period with the window helper, and every
+	// settle of a count bounds it.
+	luaHelpers["window"] += `
+local function quota_place(ps, pn, len, cal)
+  if cal == 1 then return ps, pn, (now_s - ps) * E9 + (now_n - pn) end
+  return window(len, ps, pn)
+end
+local function quota_skew(ps, pn, len, cal)
+  local el = (now_s - ps) * E9 + (now_n - pn)
+  if cal == 1 then return el < 0 or el >= len end
+  return far(el, len)
+end
+-- bounded changes a count x by d within the debt bound of the counting
+-- algorithms: a refund lowers it to zero at most, a charge raises it to
+-- the limit am at most and never lowers it (a count above the limit a
+-- ticket was admitted under counts admissions a higher limit let through).
+local function bounded(x, d, am)
+  if d < 0 then return max(x + d, 0) end
+  return max(x, min(x + d, am))
+end
+`
+}
+
+// helperOrder is the order helpers are defined in (later ones use
+// earlier ones), and helperNames what each defines.
+var (
+	helperOrder = []string{"num", "window", "log", "lease"}
+	helperNames = map[string][]string{
+		"num":    {"NEVER", "ceil_ns(", "dec(", "ttl("},
+		"window": {"window(", "far(", "quota_place(", "quota_skew(", "bounded("},
+		"log":    {"mcost(", "mseq(", "sl_load(", "sl_last(", "sl_save("},
+		"lease":  {"lease_scan("},
+	}
+)
+
+// leaseRead reads, before the settle decides whether it applies, a
+// concurrency partition's sums and lease l$.
+const leaseRead = `
+local f$ = pk('<c1d', 'l', l$)
+local h$ = redis.call('HMGET', KEYS[ki + {k}], 'h', f$)
 `
 
-// An algSet is the set of algorithms of a generic call, one bit per
-// limits.Algorithm.
-type algSet uint16
+// settleOnce decides whether the settle applies (see above); lease op $ is
+// the first released.
+const settleOnce = `
+if idem > 0 then
+  local el = (now_s - t0s) * E9 + (now_n - t0n)
+  if mark > 0 and el < x$ - idem * 1000000 then
+    -- The lease outlives any retry: held means not applied yet.
+    apply = h$[2] ~= false
+  elseif ki == 0 then
+    return 'K'
+  elseif not redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt('%d', idem)) then
+    apply = false
+  elseif mark > 0 and not h$[2] and el < x$ then
+    -- Released, not expired: by an attempt that took the branch above.
+    apply = false
+  end
+end
+`
 
-// genGeneric returns the generator of the generic scripts running driver.
-func genGeneric(driver string) func(algSet) string {
-	return func(set algSet) string {
-		if set&(1<<limits.SlidingWindow|1<<limits.Quota) != 0 {
-			// The sliding window and the quota share the fixed window's
-			// code: window placement, hint check, counting.
-			set |= 1 << limits.FixedWindow
+const settleOnceKeyOnly = `
+if idem > 0 then
+  if ki == 0 then return 'K' end
+  apply = redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt('%d', idem)) ~= false
+end
+`
+
+// How a settle's parts delete a key: at once, or (in a settle of several
+// ops) with the others at the end, in one DEL.
+const (
+	delOne   = "redis.call('DEL', KEYS[ki + {k}])"
+	delLater = "nd = nd + 1; dels[nd] = KEYS[ki + {k}]"
+)
+
+// An opLayout places one op of a script: its number, its first key's
+// index and its algorithm.
+type opLayout struct {
+	num, key int
+	alg      *algLua
+}
+
+// layout places the ops of algs.
+func layout(algs []limits.Algorithm) []opLayout {
+	ops := make([]opLayout, len(algs))
+	key := 1
+	for i, a := range algs {
+		ops[i] = opLayout{num: i + 1, key: key, alg: &luaAlg[a]}
+		key += luaAlg[a].nkeys
+	}
+	return ops
+}
+
+// part instantiates src for op o.
+func (o opLayout) part(src string) string {
+	return strings.NewReplacer("$", strconv.Itoa(o.num), "{k}", strconv.Itoa(o.key), "{z}", strconv.Itoa(o.key+1)).Replace(src)
+}
+
+// args returns the Lua names of ops' arguments (acquire or settle) and
+// the struct format of the header and them.
+func args(header string, ops []opLayout, settle bool) (names, format string) {
+	var list []string
+	if header != "" {
+		list = append(list, header)
+	}
+	for _, o := range ops {
+		if settle {
+			list = append(list, o.part(o.alg.settleArgs))
+		} else {
+			list = append(list, o.part(o.alg.acquireArgs))
 		}
-		var b strings.Builder
-		b.WriteString(luaPrelude)
-		for a := limits.TokenBucket; a <= limits.Quota; a++ {
-			if set&(1<<a) != 0 {
-				b.WriteString(luaAlg[a])
+	}
+	names = strings.Join(list, ", ")
+	return names, "<" + strings.Repeat("d", strings.Count(names, ",")+1)
+}
+
+// width returns the number of float64 arguments of ops.
+func width(ops []opLayout, settle bool) int {
+	if len(ops) == 0 {
+		return 0
+	}
+	_, format := args("", ops, settle)
+	return len(format) - 1
+}
+
+// withHelpers returns the script of body (after the prelude and the
+// arguments) with the helpers it uses defined before it: a script defines
+// only the functions it calls (a definition costs a closure per call).
+func withHelpers(head, body string) string {
+	var used []string
+	text := body
+	for i := len(helperOrder) - 1; i >= 0; i-- {
+		h := helperOrder[i]
+		for _, name := range helperNames[h] {
+			if strings.Contains(text, name) {
+				used = append([]string{luaHelpers[h]}, used...)
+				text += luaHelpers[h]
+				break
 			}
 		}
-		b.WriteString(driver)
-		return b.String()
+	}
+	return head + strings.Join(used, "") + body
+}
+
+// unpack writes the reading of ops' arguments, which start after skip
+// float64s of ARGV[1].
+func unpack(b *strings.Builder, ops []opLayout, skip int, settle bool) {
+	names, format := args("", ops, settle)
+	fmt.Fprintf(b, "local %s = up('%s', ARGV[1], %d)\n", names, format, 8*skip+1)
+}
+
+// skews writes the window checks of ops: ret is the statement returning
+// the server's time. With unpacked false, each reads its op's arguments
+// (at skip float64s, then on).
+func skews(b *strings.Builder, ops []opLayout, ret string, unpacked bool, skip int, settle bool) {
+	for i, o := range ops {
+		if o.alg.skew == "" {
+			continue
+		}
+		if unpacked {
+			fmt.Fprintf(b, "if %s then %s end\n", o.part(o.alg.skew), ret)
+			continue
+		}
+		b.WriteString("do\n")
+		unpack(b, ops[i:i+1], skip+width(ops[:i], settle), settle)
+		fmt.Fprintf(b, "if %s then %s end\nend\n", o.part(o.alg.skew), ret)
 	}
 }
 
-var (
-	genericAcquires = &scriptCache[algSet]{gen: genGeneric(luaAcquire)}
-	genericSettles  = &scriptCache[algSet]{gen: genGeneric(luaSettle)}
-)
+const skewReply = "return 'S' .. pk('<dd', now_s, now_n)"
+
+// genAcquire returns the acquire script of the ops of algs.
+func genAcquire(algs []limits.Algorithm) string {
+	ops := layout(algs)
+	var head, b strings.Builder
+	head.WriteString(prelude)
+	if len(ops) <= chunkMax {
+		names, format := args("clock, now_s, now_n, grace", ops, false)
+		fmt.Fprintf(&head, "local %s = up('%s', ARGV[1])\n", names, format)
+		head.WriteString(luaTime)
+		skews(&b, ops, skewReply, true, 0, false)
+		reply := acquireChunk(&b, ops, "", true)
+		fmt.Fprintf(&b, "return pk('<dd%s', now_s, now_n, %s)\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "))
+		return withHelpers(head.String(), b.String())
+	}
+	head.WriteString("local clock, now_s, now_n, grace = up('<dddd', ARGV[1])\n")
+	head.WriteString(luaTime)
+	skews(&b, ops, skewReply, false, 4, false)
+	// The chunks, the last first: each calls the next.
+	n := (len(ops) + chunkMax - 1) / chunkMax
+	for c := n - 1; c >= 0; c-- {
+		chunk := ops[c*chunkMax : min(len(ops), (c+1)*chunkMax)]
+		fmt.Fprintf(&b, "local function take%d(fits)\n", c)
+		unpack(&b, chunk, 4+width(ops[:c*chunkMax], false), false)
+		next := ""
+		if c+1 < n {
+			next = fmt.Sprintf("take%d", c+1)
+		}
+		reply := acquireChunk(&b, chunk, next, false)
+		rest := ""
+		if next != "" {
+			rest = " .. rest"
+		}
+		fmt.Fprintf(&b, "return fits, pk('<%s', %s)%s\nend\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "), rest)
+	}
+	b.WriteString("local _, r = take0(true)\nreturn pk('<dd', now_s, now_n) .. r\n")
+	return withHelpers(head.String(), b.String())
+}
+
+// acquireChunk writes the reads, takes and saves of ops, the whole batch's
+// fitting computed here when top, or passed to the chunk and on to next
+// (if any: it returns whether the batch fits and its reply, rest). It
+// returns the Lua expressions of ops' reply.
+func acquireChunk(b *strings.Builder, ops []opLayout, next string, top bool) []string {
+	var gets []opLayout
+	for _, o := range ops {
+		if o.alg.get {
+			gets = append(gets, o)
+		}
+	}
+	switch len(gets) {
+	case 0:
+	case 1:
+		fmt.Fprintf(b, "local v%d = redis.call('GET', KEYS[%d])\n", gets[0].num, gets[0].key)
+	default:
+		var keys []string
+		for _, o := range gets {
+			keys = append(keys, "KEYS["+strconv.Itoa(o.key)+"]")
+		}
+		fmt.Fprintf(b, "local vs = redis.call('MGET', %s)\n", strings.Join(keys, ", "))
+		for j, o := range gets {
+			fmt.Fprintf(b, "local v%d = vs[%d]\n", o.num, j+1)
+		}
+	}
+	var fits, reply []string
+	for _, o := range ops {
+		b.WriteString(o.part(o.alg.take))
+		fits = append(fits, o.part("(ok$ == 1 or sh$ == 1)"))
+		for _, r := range o.alg.reply {
+			reply = append(reply, o.part(r))
+		}
+	}
+	if top {
+		fmt.Fprintf(b, "local fits = %s\n", strings.Join(fits, " and "))
+	} else {
+		fmt.Fprintf(b, "fits = fits and %s\n", strings.Join(fits, " and "))
+	}
+	if next != "" {
+		fmt.Fprintf(b, "local rest\nfits, rest = %s(fits)\n", next)
+	}
+	for _, o := range ops {
+		b.WriteString(o.part(o.alg.save))
+	}
+	return reply
+}
+
+// genSettle returns the settle script of the ops of algs: adjustments,
+// and releases for concurrency limits.
+func genSettle(algs []limits.Algorithm) string {
+	ops := layout(algs)
+	const header = "clock, now_s, now_n, grace, idem, mark, t0s, t0n, ki"
+	var head, b strings.Builder
+	head.WriteString(prelude)
+	single := len(ops) <= chunkMax
+	if single {
+		names, format := args(header, ops, true)
+		fmt.Fprintf(&head, "local %s = up('%s', ARGV[1])\n", names, format)
+	} else {
+		fmt.Fprintf(&head, "local %s = up('<ddddddddd', ARGV[1])\n", header)
+	}
+	head.WriteString(luaTime)
+	skews(&b, ops, skewReply, single, 9, true)
+	b.WriteString("local apply = true\n")
+	first, adjusts := -1, false
+	for i, o := range ops {
+		if o.alg == &luaAlg[limits.Concurrency] {
+			if first < 0 {
+				first = i
+			}
+		} else {
+			adjusts = true
+		}
+	}
+	// The keys a settle of several ops empties (a bucket refilled to
+	// full, a partition's last lease released) go in one DEL at the end:
+	// one command where each would be one.
+	del := func(src string) string { return src }
+	if len(ops) > 1 {
+		b.WriteString("local dels, nd = {}, 0\n")
+		del = func(src string) string { return strings.ReplaceAll(src, delOne, delLater) }
+	}
+	if single {
+		for _, o := range ops {
+			if o.alg == &luaAlg[limits.Concurrency] {
+				b.WriteString(o.part(leaseRead))
+			}
+		}
+		switch {
+		case !adjusts:
+		case first >= 0:
+			b.WriteString(ops[first].part(settleOnce))
+		default:
+			b.WriteString(settleOnceKeyOnly)
+		}
+		var reply []string
+		for _, o := range ops {
+			b.WriteString(o.part(del(o.alg.settle)))
+			reply = append(reply, o.part("r$"))
+		}
+		b.WriteString("local r = pk('<" + strings.Repeat("d", len(reply)) + "', " + strings.Join(reply, ", ") + ")\n")
+	} else {
+		if adjusts {
+			b.WriteString(settleOnceKeyOnly)
+		}
+		b.WriteString("local r = ''\n")
+		for c := 0; c*chunkMax < len(ops); c++ {
+			chunk := ops[c*chunkMax : min(len(ops), (c+1)*chunkMax)]
+			fmt.Fprintf(&b, "local function settle%d()\n", c)
+			unpack(&b, chunk, 9+width(ops[:c*chunkMax], true), true)
+			var reply []string
+			for _, o := range chunk {
+				if o.alg == &luaAlg[limits.Concurrency] {
+					b.WriteString(o.part(leaseRead))
+				}
+				b.WriteString(o.part(del(o.alg.settle)))
+				reply = append(reply, o.part("r$"))
+			}
+			fmt.Fprintf(&b, "return pk('<%s', %s)\nend\nr = r .. settle%d()\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "), c)
+		}
+	}
+	if len(ops) > 1 {
+		b.WriteString("if nd > 0 then redis.call('DEL', unpack(dels, 1, nd)) end\n")
+	}
+	b.WriteString("return r\n")
+	return withHelpers(head.String(), b.String())
+}

@@ -86,10 +86,9 @@ func TestScriptsFlushed(t *testing.T) {
 }
 
 // TestScriptsFlushedBatches makes batched acquisitions and settlements of
-// every algorithm with a token bucket and a concurrency limit (generic
-// scripts), and of the last two alone (lean scripts), on a server whose
-// script cache is emptied before every call, and on one that keeps it:
-// the figures are the same.
+// every algorithm with a token bucket and a concurrency limit, and of the
+// last two alone, on a server whose script cache is emptied before every
+// call, and on one that keeps it: the figures are the same.
 func TestScriptsFlushedBatches(t *testing.T) {
 	srv := redistest.Start(t)
 	flushed, kept := newClient(t, srv.Addr), newClient(t, srv.Addr)

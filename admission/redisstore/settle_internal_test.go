@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// laterRetry is a client hook that moves the instant of every lean settle
+// laterRetry is a client hook that moves the instant of every settle
 // by skew (in the caller's time the store passes: a replica whose clock is
 // behind the server's), and with a delay runs it twice, the second time
 // delay later, as a retry after a lost reply that reaches the server late.
@@ -36,9 +36,9 @@ func (h *laterRetry) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (h *laterRetry) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		// A lean settle's blob is its last argument: move its instant.
-		b, lean := args[len(args)-1].(*blob)
-		if !lean || !IsSettleCall(args) {
+		// A settle's blob is its last argument: move its instant.
+		b, ok := args[len(args)-1].(*blob)
+		if !ok || !IsSettleCall(args) {
 			return next(ctx, cmd)
 		}
 		h.calls++
@@ -55,7 +55,7 @@ func (h *laterRetry) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// moved returns a copy of a lean settle's argument with its instant moved
+// moved returns a copy of a settle's argument with its instant moved
 // by d.
 func moved(b *blob, d time.Duration) *blob {
 	sec, ns := split(int64(floatAt(b.b, 1))*1e9 + int64(floatAt(b.b, 2)) + int64(d))
@@ -88,7 +88,7 @@ func TestSettleRetriedLater(t *testing.T) {
 		skew   time.Duration // of the server's clock ahead of the replica's
 		delay  time.Duration // of the retry
 		key    bool          // an idempotency key is written
-		calls  int           // lean settle calls, retries included
+		calls  int           // settle calls, retries included
 	}{
 		{"lease marks it, retry too", 2 * time.Second, false, 0, 500 * ms, false, 2},
 		{"lease marks it, retry after the key's window", 8500 * ms, false, 0, 900 * ms, true, 2},
@@ -167,18 +167,27 @@ func TestSettleRetriedLater(t *testing.T) {
 	}
 }
 
-// TestLeanLargestShapes runs the largest lean scripts, eight concurrency
-// limits, eight token buckets and eight of both alternating, through an
-// admission, a settlement that refunds the buckets and releases the
-// leases, and a probe that finds every partition whole again; a script
-// past Lua's limits would fail to compile here. Nine ops take the generic
-// scripts, with the same results.
-func TestLeanLargestShapes(t *testing.T) {
+// TestLargestShapes runs the largest scripts of one chunk (chunkMax ops:
+// eight of each algorithm, and eight alternating), and scripts of two,
+// three and thirteen chunks mixing every algorithm, through an admission,
+// a settlement that refunds what was taken and releases the leases, and a
+// probe that finds every partition whole again, from a replica whose
+// clock is decades off; a script past Lua's limits (locals, registers,
+// upvalues) would fail to compile here.
+func TestLargestShapes(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
 	ctx := context.Background()
-	for _, mix := range []string{"llllllll", "bbbbbbbb", "blblblbl", "blblblblb"} {
+	algs := map[rune]limits.Algorithm{
+		'b': limits.TokenBucket, 'f': limits.FixedWindow, 'w': limits.SlidingWindow,
+		's': limits.SlidingLog, 'l': limits.Concurrency, 'q': limits.Quota,
+	}
+	// A window of an hour and a nanosecond is one that no float64 can
+	// move by decades exactly.
+	per := time.Hour + 1
+	mixes := []string{"bbbbbbbb", "ffffffff", "wwwwwwww", "ssssssss", "llllllll", "qqqqqqqq", "blblblbl", "bfwslqbf", "bfwslqbfw", "lbfwsqlbfwsqlbfwsq", strings.Repeat("bfwslq", 17)}
+	for _, mix := range mixes {
 		t.Run(mix, func(t *testing.T) {
 			st, err := New(client, Config{Prefix: mix + ":", Timeout: time.Second})
 			if err != nil {
@@ -186,10 +195,7 @@ func TestLeanLargestShapes(t *testing.T) {
 			}
 			var ops, probe []backend.Op
 			for i, c := range mix {
-				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour}
-				if c == 'l' {
-					p.Algorithm, p.MaxHold = limits.Concurrency, time.Minute
-				}
+				p := admission.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: algs[c], Limit: 100, Per: per, Period: limits.PeriodFixed, MaxHold: time.Minute}
 				l, err := st.Limiter(&p)
 				if err != nil {
 					t.Fatal(err)
@@ -197,15 +203,20 @@ func TestLeanLargestShapes(t *testing.T) {
 				op := backend.Op{Limiter: l, Key: "acme", Limit: p.Base(), N: 10}
 				ops, probe = append(ops, op), append(probe, backend.Op{Limiter: l, Key: "acme", Limit: op.Limit})
 			}
-			if _, ok := leanAcquireShape(ops); ok != (len(ops) <= leanMax) {
-				t.Fatalf("lean = %v for %d ops", ok, len(ops))
-			}
-			if err := st.AcquireBatch(ctx, ops, time.Now()); err != nil {
+			// The replica's clock says 1970: every window and quota
+			// period is placed by the server's time, after the script
+			// answered with it (before any write).
+			hint := time.Unix(0, 1)
+			if err := st.AcquireBatch(ctx, ops, hint); err != nil {
 				t.Fatal(err)
 			}
 			for i := range ops {
-				if g := ops[i].Grant; !g.OK || g.Remaining != 90 {
+				g := ops[i].Grant
+				if !g.OK || g.Remaining != 90 {
 					t.Fatalf("op %d: %+v; want 10 of 100 taken", i, g)
+				}
+				if a := algs[rune(mix[i])]; (a == limits.FixedWindow || a == limits.SlidingWindow || a == limits.Quota) && g.Stamp%int64(per) != 0 {
+					t.Fatalf("op %d (%s): stamp %v; want the start of a window by the server's clock", i, a, time.Unix(0, g.Stamp).UTC())
 				}
 				if mix[i] == 'l' {
 					ops[i].Release = true
@@ -213,10 +224,10 @@ func TestLeanLargestShapes(t *testing.T) {
 					ops[i].N = -10
 				}
 			}
-			if err := st.SettleBatch(ctx, ops, time.Now()); err != nil {
+			if err := st.SettleBatch(ctx, ops, hint); err != nil {
 				t.Fatal(err)
 			}
-			if err := st.AcquireBatch(ctx, probe, time.Now()); err != nil {
+			if err := st.AcquireBatch(ctx, probe, hint); err != nil {
 				t.Fatal(err)
 			}
 			for i := range probe {

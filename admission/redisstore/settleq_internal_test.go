@@ -80,8 +80,8 @@ func (h *holdFirstSettle) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 
 // settleFixture admits one request of 100 tokens and one lease for each of
 // n tenants, and returns their settles (a refund of 60, the release). The
-// tokens are a token bucket (the lean scripts) or, with generic, a fixed
-// window (the generic ones).
+// tokens are a token bucket or, with window, a fixed window (whose settle
+// takes an idempotency key).
 type settleFixture struct {
 	st       *Store
 	tl, cl   backend.Limiter
@@ -91,14 +91,14 @@ type settleFixture struct {
 	admitted time.Time
 }
 
-func newSettleFixture(t *testing.T, client redis.UniversalClient, n int, generic bool) *settleFixture {
+func newSettleFixture(t *testing.T, client redis.UniversalClient, n int, window bool) *settleFixture {
 	t.Helper()
 	st, err := New(client, Config{Prefix: fmt.Sprintf("q%d:", time.Now().UnixNano()), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens := admission.Policy{Name: "tpm", Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Hour}
-	if generic {
+	if window {
 		tokens.Algorithm = limits.FixedWindow
 	}
 	inflight := admission.Policy{Name: "inflight", Algorithm: limits.Concurrency, Limit: 5, MaxHold: time.Minute}
@@ -175,18 +175,18 @@ func (f *settleFixture) settledOnce(t *testing.T) {
 
 // TestSettlesCoalesce holds one settlement on its way to Redis while ten
 // others arrive: they wait, go out together in one pipeline, and each is
-// applied once; with the lean scripts and with the generic ones.
+// applied once; with the tokens in a token bucket and in a fixed window.
 func TestSettlesCoalesce(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, generic := range []bool{false, true} {
-		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) { testSettlesCoalesce(t, srv, generic) })
+	for _, window := range []bool{false, true} {
+		t.Run(fmt.Sprintf("window=%v", window), func(t *testing.T) { testSettlesCoalesce(t, srv, window) })
 	}
 }
 
-func testSettlesCoalesce(t *testing.T, srv *redistest.Server, generic bool) {
+func testSettlesCoalesce(t *testing.T, srv *redistest.Server, window bool) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	f := newSettleFixture(t, client, 10+maxSending, generic)
+	f := newSettleFixture(t, client, 10+maxSending, window)
 	hold := newHoldFirstSettle()
 	client.AddHook(hold)
 	errs := f.settleHeld(t, hold)
@@ -268,16 +268,16 @@ func TestQueuedSettlesRedisGone(t *testing.T) {
 }
 
 // TestQueuedSettlesScriptsFlushed flushes the server's scripts just before
-// a pipeline of settlements (lean or generic) goes out: the pipeline meets
+// a pipeline of settlements (tokens in a bucket or a window) goes out: the pipeline meets
 // NOSCRIPT, and the settlements are sent again with their scripts' source
 // in one more pipeline, each applied once.
 func TestQueuedSettlesScriptsFlushed(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, generic := range []bool{false, true} {
-		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
+	for _, window := range []bool{false, true} {
+		t.Run(fmt.Sprintf("window=%v", window), func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { client.Close() })
-			f := newSettleFixture(t, client, 3+maxSending, generic)
+			f := newSettleFixture(t, client, 3+maxSending, window)
 			hold := newHoldFirstSettle()
 			hold.beforePipeline = func() {
 				// Flush once the held calls are done, so that none of

@@ -102,21 +102,19 @@ type BreakerObserver interface {
 // queue for a node while another is on its way (see groupQueue), and end
 // when none waits.
 type Store struct {
-	client   redis.UniversalClient
-	cfg      Config
-	sharded  bool // Cluster or Ring: a batch's keys must share a hash tag
-	obs      admission.Observer
-	calls    backend.CallObserver
-	breaks   BreakerObserver
-	brk      *breaker
-	openErr  error // what the open breaker answers: made once, as it refuses calls at full speed
-	grace    int64 // ms
-	graceArg any   // grace, boxed once
-	idemMS   int64 // lifetime of a settle's idempotency key
-	idemTTL  any   // idemMS, boxed once
-	pool     sync.Pool
-	group    groupQueue // a single node's, or when a key's node is unknown
-	nodes    sync.Map   // *redis.Client (a Cluster master, a Ring shard) -> *groupQueue
+	client  redis.UniversalClient
+	cfg     Config
+	sharded bool // Cluster or Ring: a batch's keys must share a hash tag
+	obs     admission.Observer
+	calls   backend.CallObserver
+	breaks  BreakerObserver
+	brk     *breaker
+	openErr error // what the open breaker answers: made once, as it refuses calls at full speed
+	grace   int64 // ms
+	idemMS  int64 // lifetime of a settle's idempotency key
+	pool    sync.Pool
+	group   groupQueue // a single node's, or when a key's node is unknown
+	nodes   sync.Map   // *redis.Client (a Cluster master, a Ring shard) -> *groupQueue
 }
 
 var (
@@ -178,9 +176,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	})
 	s.openErr = fmt.Errorf("%w (%d of the last %d round trips failed)", ErrBreakerOpen, s.brk.threshold, 2*s.brk.threshold)
 	s.grace = cfg.IdleGrace.Milliseconds()
-	s.graceArg = s.grace
 	s.idemMS = max(int64(1000), 4*cfg.Timeout.Milliseconds())
-	s.idemTTL = s.idemMS
 	s.pool.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return s, nil
 }
@@ -228,10 +224,6 @@ type limiter struct {
 	policy string
 	alg    limits.Algorithm
 	infix  string
-	// fixed holds the boxed arguments of the last Limit used, for the
-	// algorithms whose arguments do not depend on the instant: building
-	// them again for every call would allocate.
-	fixed atomic.Pointer[fixedParams]
 	// held is the cost of the concurrency leases this replica took and
 	// has not released (nor found expired), but for those whose release
 	// failed, which are in stuck until a release lands or their lease
@@ -341,19 +333,7 @@ func failedReleases(ops []backend.Op, now time.Time) {
 	}
 }
 
-type fixedParams struct {
-	lim  limits.Limit
-	vals [5]any
-}
-
 var _ backend.Limiter = (*limiter)(nil)
-
-func (l *limiter) nkeys() int {
-	if l.alg == limits.SlidingLog {
-		return 2
-	}
-	return 1
-}
 
 // Tag returns the hash tag of a partition key: its first part (up to the
 // first 0x1f separator the controller puts between key fields), so the
@@ -371,24 +351,19 @@ func Tag(key string) string {
 	return key
 }
 
-// appendKeys appends the Redis keys of partition key to dst.
-func (l *limiter) appendKeys(dst []string, key string) []string {
-	if l.nkeys() == 1 {
-		var b [128]byte
-		return append(dst, string(l.appendKey(b[:0], key)))
-	}
-	base := l.s.cfg.Prefix + "{" + Tag(key) + "}" + l.infix
-	return append(dst, base+"h:"+key, base+"z:"+key)
-}
-
-// appendKey appends the Redis key of partition key to dst, for the
+// appendKey appends to dst the Redis key of partition key, for the
 // algorithms that keep a partition in one key.
-func (l *limiter) appendKey(dst []byte, key string) []byte {
+func (l *limiter) appendKey(dst []byte, key string) []byte { return l.appendSubKey(dst, "", key) }
+
+// appendSubKey appends to dst the Redis key sub of partition key: "" for
+// the one key of a partition, "h:" and "z:" for a sliding log's two.
+func (l *limiter) appendSubKey(dst []byte, sub, key string) []byte {
 	dst = append(dst, l.s.cfg.Prefix...)
 	dst = append(dst, '{')
 	dst = append(dst, Tag(key)...)
 	dst = append(dst, '}')
 	dst = append(dst, l.infix...)
+	dst = append(dst, sub...)
 	return append(dst, key...)
 }
 
@@ -407,8 +382,8 @@ type call struct {
 	keys []string
 	args []any
 	cmd  []any // the command: see command
-	blob blob  // the lean scripts' argument
-	// The lean scripts' keys are built in kbuf, ending at kend, and made
+	blob blob  // the script's argument
+	// The keys are built in kbuf, ending at kend, and made
 	// strings with one allocation (flushKeys).
 	kbuf []byte
 	kend []int
@@ -474,17 +449,6 @@ func (s *Store) putCall(c *call) {
 	s.pool.Put(c)
 }
 
-// header appends the instant (empty for Redis TIME), the grace and count.
-func (s *Store) header(c *call, now int64, count int) {
-	if s.cfg.CallerTime {
-		sec, ns := split(now)
-		c.args = append(c.args, sec, ns)
-	} else {
-		c.args = append(c.args, "", "")
-	}
-	c.args = append(c.args, s.graceArg, count)
-}
-
 // split returns the seconds and nanoseconds of an instant, flooring.
 func split(ns int64) (int64, int64) {
 	sec := ns / 1e9
@@ -504,53 +468,16 @@ func floorTo(ns, per int64) int64 {
 	return start
 }
 
-// quotaPeriod returns the start and length of the quota period holding now
-// and whether it is a calendar period (which the script checks against its
-// own time instead of moving it).
-func quotaPeriod(l limits.Limit, now int64) (start, length int64, calendar bool) {
-	start, end := limits.QuotaPeriod(&l, now)
-	return start, end - start, l.Period == limits.PeriodDay || l.Period == limits.PeriodMonth
-}
-
-// params appends the five algorithm parameters of l at now.
-func (l *limiter) params(dst []any, lim limits.Limit, now int64) []any {
-	switch l.alg {
-	case limits.TokenBucket, limits.SlidingLog, limits.Concurrency:
-		fp := l.fixed.Load()
-		if fp == nil || fp.lim != lim {
-			fp = &fixedParams{lim: lim}
-			copy(fp.vals[:], l.params1(nil, lim, now))
-			l.fixed.Store(fp)
-		}
-		return append(dst, fp.vals[:]...)
+// quotaPeriod returns the start (seconds and nanoseconds) and length of
+// the quota period holding now, and 1 when it is a calendar period (which
+// the script checks against its own time instead of moving it).
+func quotaPeriod(l *limits.Limit, now int64) (ps, pn, length, calendar int64) {
+	start, end := limits.QuotaPeriod(l, now)
+	ps, pn = split(start)
+	if l.Period == limits.PeriodDay || l.Period == limits.PeriodMonth {
+		calendar = 1
 	}
-	return l.params1(dst, lim, now)
-}
-
-func (l *limiter) params1(dst []any, lim limits.Limit, now int64) []any {
-	switch l.alg {
-	case limits.TokenBucket:
-		return append(dst, lim.Amount, lim.Capacity(), int64(lim.Per), 0, 0)
-	case limits.FixedWindow, limits.SlidingWindow:
-		ws, wn := split(floorTo(now, int64(lim.Per)))
-		return append(dst, lim.Amount, int64(lim.Per), ws, wn, 0)
-	case limits.SlidingLog:
-		return append(dst, lim.Amount, int64(lim.Per), 0, 0, 0)
-	case limits.Concurrency:
-		hold := lim.MaxHold
-		if hold <= 0 {
-			hold = limits.DefaultMaxHold
-		}
-		return append(dst, lim.Amount, int64(hold), 0, 0, 0)
-	default:
-		start, length, cal := quotaPeriod(lim, now)
-		ss, sn := split(start)
-		flag := 0
-		if cal {
-			flag = 1
-		}
-		return append(dst, lim.Amount, ss, sn, length, flag)
-	}
+	return ps, pn, end - start, calendar
 }
 
 func nowNanos(now time.Time) int64 {
@@ -685,64 +612,26 @@ func groupByTag(ops []backend.Op) [][]int {
 // acquire evaluates ops, whose keys may share a script, in one call (name
 // is "acquire" for one op, "batch" for several) and fills their grants.
 func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now int64) error {
+	if len(ops) == 0 {
+		return nil
+	}
 	if s.brk.refusing() {
 		// Refused before its keys are built: nothing allocated.
 		return s.refused(name, len(ops))
 	}
-	if sh, ok := leanAcquireShape(ops); ok {
-		err := s.leanAcquire(ctx, name, sh, ops, now)
-		if err == nil {
-			tookLeases(ops)
-		}
-		return err
-	}
-	var set algSet
-	for i := range ops {
-		set |= 1 << ops[i].Limiter.(*limiter).alg
-	}
-	script := genericAcquires.get(set)
+	var kb [chunkMax]byte
+	sc := acquireScripts.get(scriptKey(kb[:0], ops, false))
 	reply, err := retry(now, true, func(now int64, _ bool) (string, error) {
-		c := s.getCall()
-		s.header(c, now, len(ops))
-		for i := range ops {
-			appendAcquire(c, &ops[i], now)
-		}
-		return s.run(ctx, script, name, len(ops), c)
+		return s.run(ctx, sc, name, len(ops), s.acquireCall(ops, now))
 	})
 	if err != nil {
 		return err
 	}
-	r := reader{s: reply}
-	for i := range ops {
-		g := &ops[i].Grant
-		*g = backend.Grant{}
-		g.OK = r.int() == 1
-		g.Taken = r.int()
-		g.Limit = r.int()
-		g.Remaining = r.int()
-		g.Reset = dur(r.int())
-		g.RetryAfter = dur(r.int())
-		ss, sn := r.int(), r.int()
-		g.Stamp = ss*1e9 + sn
-		g.Expired = int32(r.int())
-	}
-	if r.err {
-		return fmt.Errorf("redisstore: malformed reply %q", reply)
+	if err := grants(ops, reply); err != nil {
+		return err
 	}
 	tookLeases(ops)
 	return nil
-}
-
-// appendAcquire appends op's keys and arguments to c.
-func appendAcquire(c *call, op *backend.Op, now int64) {
-	l := op.Limiter.(*limiter)
-	c.keys = l.appendKeys(c.keys, op.Key)
-	shadow := 0
-	if op.Shadow {
-		shadow = 1
-	}
-	c.args = append(c.args, int(l.alg), shadow, op.N)
-	c.args = l.params(c.args, op.Limit, now)
 }
 
 func dur(v int64) time.Duration {
@@ -754,12 +643,12 @@ func dur(v int64) time.Duration {
 
 // retry makes an acquire or settle call with send, from the instant now
 // and with an idempotency key when keyed, and makes it again while the
-// reply asks: "S now_s now_n" says a calendar quota's period, computed
-// from the caller's clock, does not hold the server's time, so the call is
-// made again from the server's instant (three attempts at most); "K" says
-// a lean settle needs the idempotency key it was not sent, so the call is
-// made again with one. An error ends the calls. (Each call deals with a
-// server that does not have its script: see Store.eval.)
+// reply asks: 'S' and the server's instant says a window or quota period,
+// computed from the caller's clock, does not hold the server's time, so
+// the call is made again from the server's instant (three attempts at
+// most); "K" says a settle needs the idempotency key it was not sent, so
+// the call is made again with one. An error ends the calls. (Each call
+// deals with a server that does not have its script: see Store.eval.)
 func retry(now int64, keyed bool, send func(now int64, keyed bool) (string, error)) (string, error) {
 	for attempt := 0; ; attempt++ {
 		reply, err := send(now, keyed)
@@ -768,42 +657,17 @@ func retry(now int64, keyed bool, send func(now int64, keyed bool) (string, erro
 			return "", err
 		case reply == "K" && !keyed:
 			keyed = true
-		case strings.HasPrefix(reply, "S "):
+		case len(reply) == 17 && reply[0] == 'S':
 			if attempt >= 2 {
-				return "", errors.New("redisstore: quota period keeps moving")
+				return "", errors.New("redisstore: window or quota period keeps moving")
 			}
-			r := reader{s: reply[2:]}
-			sec, ns := r.int(), r.int()
-			if r.err {
-				return reply, nil // malformed, as the caller will say
-			}
-			now = sec*1e9 + ns
+			r := floats{s: reply[1:]}
+			now = r.int() * 1e9
+			now += r.int()
 		default:
 			return reply, nil
 		}
 	}
-}
-
-// reader parses space-separated integers without allocating.
-type reader struct {
-	s   string
-	err bool
-}
-
-func (r *reader) int() int64 {
-	for len(r.s) > 0 && r.s[0] == ' ' {
-		r.s = r.s[1:]
-	}
-	i := 0
-	for i < len(r.s) && r.s[i] != ' ' {
-		i++
-	}
-	v, err := strconv.ParseInt(r.s[:i], 10, 64)
-	if err != nil {
-		r.err = true
-	}
-	r.s = r.s[i:]
-	return v
 }
 
 // Adjust implements backend.Limiter: one script call, none when delta is
@@ -879,88 +743,56 @@ func settles(l *limiter, op *backend.Op) bool {
 
 // settle runs the settle script over the ops that have work.
 func (s *Store) settle(ctx context.Context, ops []backend.Op, now int64) error {
-	if sh, ok := leanSettleShape(ops); ok {
-		err := s.leanSettleOps(ctx, sh, ops, now)
-		if err == nil {
-			releasedLeases(ops)
-		} else {
-			failedReleases(ops, time.Unix(0, now))
-		}
-		return err
-	}
-	count, adjusts := 0, false
+	count, hold, adjusts := 0, int64(-1), false
+	var t0 int64
 	var tag string
-	var set algSet
 	for i := range ops {
 		op := &ops[i]
-		if l := op.Limiter.(*limiter); settles(l, op) {
-			count++
-			set |= 1 << l.alg
-			if !op.Release {
-				adjusts = true
-				tag = Tag(op.Key)
+		l := op.Limiter.(*limiter)
+		if !settles(l, op) {
+			continue
+		}
+		count++
+		switch {
+		case l.alg == limits.Concurrency:
+			if hold < 0 {
+				hold = maxHold(&op.Limit)
+			}
+		case !adjusts:
+			adjusts, tag = true, Tag(op.Key)
+			fallthrough
+		default:
+			if l.alg == limits.TokenBucket && t0 == 0 {
+				t0 = op.Grant.Stamp
 			}
 		}
 	}
 	if count == 0 {
 		return nil
 	}
-	script := genericSettles.get(set)
-	reply, err := retry(now, true, func(now int64, _ bool) (string, error) {
-		c := s.getCall()
-		s.header(c, now, count)
-		if adjusts {
-			var b [64]byte
-			c.keys = append(c.keys, string(s.appendSettleKey(b[:0], tag)))
-			c.args = append(c.args, s.idemTTL)
-		} else {
-			c.args = append(c.args, 0)
+	clock, idem, mark, keyed := clockServer, int64(0), int64(0), false
+	if !adjusts {
+		// Releases only: no time, nothing to apply twice.
+		clock = clockUnneeded
+	} else {
+		idem = s.idemMS
+		if t0 != 0 && hold >= 0 && count <= chunkMax {
+			mark = 1
 		}
-		for i := range ops {
-			op := &ops[i]
-			l := op.Limiter.(*limiter)
-			if !settles(l, op) {
-				continue
-			}
-			c.keys = l.appendKeys(c.keys, op.Key)
-			kind, ss, sn := 1, int64(0), int64(0)
-			if op.Release {
-				kind, sn = 2, op.Grant.Stamp
-			} else {
-				ss, sn = split(op.Grant.Stamp)
-			}
-			c.args = append(c.args, int(l.alg), kind, op.N, ss, sn, op.Grant.Taken)
-			c.args = l.params(c.args, op.Limit, now)
-		}
-		reply, err := s.run(ctx, script, "settle", count, c)
-		if err != nil {
-			for i := range ops {
-				op := &ops[i]
-				if settles(op.Limiter.(*limiter), op) {
-					op.Err = err
-				}
-			}
-		}
-		return reply, err
+		// Unless the lease marks the settle, the script needs an
+		// idempotency key: send one when the lease may be near its expiry
+		// by this replica's clock (if the server's says so when this one
+		// did not, the script asks for a key and the call is made again).
+		keyed = mark == 0 || now-t0 >= hold-2*idem*1e6
+	}
+	var kb [chunkMax]byte
+	sc := settleScripts.get(scriptKey(kb[:0], ops, true))
+	reply, err := retry(now, keyed, func(now int64, keyed bool) (string, error) {
+		return s.run(ctx, sc, "settle", count, s.settleCall(ops, now, clock, tag, keyed, idem, mark, t0))
 	})
-	if err != nil {
+	if err = settled(ops, reply, err); err != nil {
 		failedReleases(ops, time.Unix(0, now))
 		return err
-	}
-	r := reader{s: reply}
-	for i := range ops {
-		op := &ops[i]
-		if !settles(op.Limiter.(*limiter), op) {
-			continue
-		}
-		rem := r.int()
-		if !op.Release {
-			op.Grant.Taken += op.N
-			op.Grant.Remaining = rem
-		}
-	}
-	if r.err {
-		return fmt.Errorf("redisstore: malformed reply %q", reply)
 	}
 	releasedLeases(ops)
 	return nil

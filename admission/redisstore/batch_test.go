@@ -16,16 +16,17 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestLeanBatchSameFiguresAsMemory replays random weighted traffic on the
-// in-memory store and on batches of token buckets and concurrency limits
-// (the lean scripts), next to a companion token bucket that every request
-// takes one permit of and every settlement charges one more, and requires
-// every grant and every settlement of both to carry the in-memory figures. The client
-// sends every settle call twice, as a client retrying after a lost reply
-// does; with a 250ms timeout a lease settled less than MaxHold - 1s after
-// its admission marks the settlement applied, later ones use a marker key,
-// and leases that expired before their settlement are among them.
-func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
+// TestBatchSameFiguresAsMemory replays random weighted traffic on the
+// in-memory store and on batches of each algorithm next to a companion
+// token bucket that every request takes one permit of and every
+// settlement charges one more, and requires every grant and every
+// settlement of both to carry the in-memory figures. The client sends
+// every settle call twice, as a client retrying after a lost reply does;
+// with a 250ms timeout a lease settled less than MaxHold - 1s after its
+// admission marks the settlement applied, later ones (and settlements
+// without a lease) use a marker key, and leases that expired before their
+// settlement are among them.
+func TestBatchSameFiguresAsMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	client, repeats := newRepeatingClient(t, srv.Addr)
 	stores := func(t *testing.T) backend.Store {
@@ -43,6 +44,10 @@ func TestLeanBatchSameFiguresAsMemory(t *testing.T) {
 		{admission.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: 7, Per: 3 * s, Burst: 12}, 700 * time.Millisecond},
 		{admission.Policy{Name: "tb3", Algorithm: limits.TokenBucket, Limit: 3, Per: s}, 300 * time.Millisecond},
 		{admission.Policy{Name: "cc", Algorithm: limits.Concurrency, Limit: 9, MaxHold: 3 * s}, 500 * time.Millisecond},
+		{admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 9, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 9, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "sl", Algorithm: limits.SlidingLog, Limit: 9, Per: 2 * s}, 400 * time.Millisecond},
+		{admission.Policy{Name: "q", Algorithm: limits.Quota, Limit: 20, Period: limits.PeriodFixed, Per: 5 * s}, 400 * time.Millisecond},
 	}
 	ctx := context.Background()
 	for _, tc := range policies {
