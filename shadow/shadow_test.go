@@ -15,6 +15,8 @@ import (
 	"github.com/sluicehq/sluice/shadow"
 )
 
+func ptr[T any](v T) *T { return &v }
+
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 func wouldReject(tenant string) admission.Decision {
