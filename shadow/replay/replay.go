@@ -54,7 +54,7 @@ type Config struct {
 	OnRecordError func(*requestlog.RecordError) error
 	// Reorder is how late a record may come in the log and still be
 	// replayed at its own time: records are held back and replayed in
-	// time order once the log has gone Reorder past them. A RequestLog
+	// time order once the log has gone Reorder past them. A requestlog.Writer
 	// writes a request when it ends, so its records are late by their
 	// queue wait and duration. Zero replays records in log order.
 	// Memory grows with the records of one Reorder of traffic.

@@ -395,7 +395,7 @@ func TestReplayErrors(t *testing.T) {
 	}
 	_, err := replay.Run(context.Background(), strings.NewReader(logLines(t, "0 acme")+"{}\n"), replay.Config{}, cand("c", rpm(0)))
 	if err == nil || !strings.HasPrefix(err.Error(), "line 2: ") {
-		t.Errorf("Replay(malformed line 2) = %v", err)
+		t.Errorf("Run(malformed line 2) = %v", err)
 	}
 }
 

@@ -49,7 +49,7 @@ type WriterConfig struct {
 	Buffer int
 }
 
-// A Writer writes the request log that Replay reads, from live
+// A Writer writes the request log that replay.Run reads, from live
 // traffic: one Record per request, admitted or rejected, with the
 // request's identity ids (the key id, never the key), operation, model,
 // estimates, actual usage and how long the work ran. It never sees prompt
@@ -69,13 +69,13 @@ type WriterConfig struct {
 //
 // A request's record is written when Log is called, once the request
 // ended, so the log is in order of the requests' ends: replay it with
-// ReplayConfig.Reorder (admitctl replay --reorder) at least the longest
+// replay.Config.Reorder (admitctl replay --reorder) at least the longest
 // request plus queue wait, which puts the records back in arrival order.
 //
 // With SampleTenants set, only the requests of one tenant in that many are
 // logged, each record saying so ("sample": N). Sampling by tenant keeps
 // the sampled tenants' traffic whole, so a replay of policies partitioned
-// by tenant or key id is exact for them; Replay refuses a sampled log for
+// by tenant or key id is exact for them; replay.Run refuses a sampled log for
 // candidates with other policies (see Record).
 type Writer struct {
 	cfg     WriterConfig

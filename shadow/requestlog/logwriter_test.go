@@ -66,7 +66,7 @@ func knownTraffic(n int, seed uint64) []liveRequest {
 
 // runLive sends traffic through a controller of cfg in a synctest bubble,
 // each request on its own goroutine (waiting in queues as the gateway's
-// would), logs every request with a RequestLog at path and returns the
+// would), logs every request with a Writer at path and returns the
 // live counts.
 func runLive(t *testing.T, cfg admission.Config, traffic []liveRequest, path string) *shadowtest.LiveCounts {
 	t.Helper()

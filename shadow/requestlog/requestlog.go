@@ -71,7 +71,7 @@ const (
 // replays as it did (a record without begin_only is decided by every
 // policy). A reader older than a field refuses the records that carry it
 // as having an unknown field: replay a log with begin_only records with a
-// reader that knows it (see ReplayConfig.OnRecordError to skip them
+// reader that knows it (see replay.Config.OnRecordError to skip them
 // instead).
 type Record struct {
 	// Time is when the request arrived.

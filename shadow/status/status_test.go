@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ import (
 )
 
 // statusRig is a controller on a virtual clock observed by a Recorder
-// and a StatusPage, the page served on loopback.
+// and a Page, the page served on loopback.
 type statusRig struct {
 	clk  *vclock.Clock
 	ctl  *admission.Controller
@@ -149,6 +150,18 @@ func TestStatusPageFigures(t *testing.T) {
 			if p.Policy == name {
 				want = p
 			}
+		}
+		want.Limit = ps.Limit // the Recorder sees decisions, not the configuration
+		b, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = shadow.Figures{}
+		if err := json.Unmarshal(b, &want); err != nil { // the page was read as JSON
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(ps.Figures, want) {
+			t.Errorf("%s: figures on the page\n%+v\nrecorder's\n%+v", name, ps.Figures, want)
 		}
 		var sum int64
 		for _, b := range ps.Buckets {
