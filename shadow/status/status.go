@@ -79,7 +79,7 @@ type Config struct {
 // /status and /status.json on the operator listener, never on the
 // tenants'.
 //
-// It is also an admission.Observer (Join it with the others): it counts,
+// It is also an admission.Observer (shadow.Join it with the others): it counts,
 // in a ring of per-interval figures, queue waits, fail-opens and store
 // errors. Memory is bounded: the ring, a fixed number of policies and
 // stores, the Recorder's own bounds, and the last reloads.
