@@ -3,8 +3,10 @@
 // the alerts every deployment should start from (rejection burn rate, the
 // shadow rollout gate, throttled tenants, store failover and errors, queue
 // saturation and wait, estimate drift, full partition tables, metric
-// cardinality overflow, and llmproxy's provider budget running out). Load rules.yml into Prometheus as it is; the
-// runbook for each alert is in the README.
+// cardinality overflow, and llmproxy's provider budget running out). Load
+// rules.yml into Prometheus as it is. The runbook is RUNBOOK.md, one entry
+// per alert; each alert's runbook_url annotation links to its entry on
+// GitHub (RUNBOOK.md says how to point it at your own copy).
 //
 // Every alert has promtool unit tests in tests/, which go test runs with
 // the real promtool.

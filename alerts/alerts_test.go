@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/admission/budget"
 	"github.com/sluicehq/sluice/alerts"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/internal/mdcheck"
 	"github.com/sluicehq/sluice/internal/promtest"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -81,18 +82,12 @@ func TestEveryAlertTested(t *testing.T) {
 }
 
 // TestAlertsDocumented checks each alert's annotations, severity and
-// README runbook entry.
+// runbook entry (a "## <alert>" heading of RUNBOOK.md).
 func TestAlertsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	runbook, err := os.ReadFile("RUNBOOK.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const begin, end = "<!-- runbook:begin -->", "<!-- runbook:end -->"
-	i, j := strings.Index(string(readme), begin), strings.Index(string(readme), end)
-	if i < 0 || j < i {
-		t.Fatalf("README: no runbook markers")
-	}
-	runbook := string(readme[i:j])
 	for _, r := range rules(t) {
 		if r.Alert == "" {
 			continue
@@ -106,8 +101,43 @@ func TestAlertsDocumented(t *testing.T) {
 		if !slices.Contains([]string{"page", "ticket", "warning", "info"}, r.Labels["severity"]) {
 			t.Errorf("alert %s: severity %q; want page, ticket, warning or info", r.Alert, r.Labels["severity"])
 		}
-		if !strings.Contains(runbook, "\n#### "+r.Alert+"\n") {
-			t.Errorf("alert %s: no runbook entry (#### %s) in the README", r.Alert, r.Alert)
+		if !strings.Contains(string(runbook), "\n## "+r.Alert+"\n") {
+			t.Errorf("alert %s: no runbook entry (## %s) in RUNBOOK.md", r.Alert, r.Alert)
+		}
+	}
+}
+
+// runbookBase is the prefix of every runbook_url: RUNBOOK.md as GitHub
+// renders it. RUNBOOK.md tells operators how to replace it.
+const runbookBase = "https://github.com/sluicehq/sluice/blob/main/alerts/RUNBOOK.md#"
+
+// TestRunbookURLs checks every alert has a runbook_url annotation made of
+// runbookBase and an anchor that RUNBOOK.md has, by GitHub's anchor rules,
+// and that only alerts have one.
+func TestRunbookURLs(t *testing.T) {
+	runbook, err := os.ReadFile("RUNBOOK.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := mdcheck.Anchors(runbook)
+	for _, r := range rules(t) {
+		url, ok := r.Annotations["runbook_url"]
+		if r.Alert == "" {
+			if ok {
+				t.Errorf("recording rule %s has a runbook_url", r.Record)
+			}
+			continue
+		}
+		anchor, found := strings.CutPrefix(url, runbookBase)
+		switch {
+		case !ok:
+			t.Errorf("alert %s: no runbook_url annotation", r.Alert)
+		case !found:
+			t.Errorf("alert %s: runbook_url %q does not start with %s", r.Alert, url, runbookBase)
+		case !anchors[anchor]:
+			t.Errorf("alert %s: runbook_url %q: RUNBOOK.md has no heading with anchor #%s", r.Alert, url, anchor)
+		case anchor != mdcheck.Slug(r.Alert):
+			t.Errorf("alert %s: runbook_url %q points at #%s; want #%s, its own entry", r.Alert, url, anchor, mdcheck.Slug(r.Alert))
 		}
 	}
 }

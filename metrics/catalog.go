@@ -70,7 +70,7 @@ func Catalog() []Metric {
 	}
 }
 
-// MarkdownTable renders the catalog as the README's metrics table.
+// MarkdownTable renders the catalog as the metrics table of docs/metrics.md.
 func MarkdownTable() string {
 	var b strings.Builder
 	b.WriteString("| metric | type | labels | meaning |\n|---|---|---|---|\n")

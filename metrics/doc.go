@@ -24,4 +24,7 @@
 // OTLP: build an sdkmetric.MeterProvider with an OTLP exporter's reader
 // (go.opentelemetry.io/otel/exporters/otlp/otlpmetric/...) and
 // sdkmetric.WithCardinalityLimit, and pass it with WithMeterProvider.
+//
+// The metrics table, the series bound and the dashboards and alerts built
+// on these metrics are in docs/metrics.md in the repository.
 package metrics

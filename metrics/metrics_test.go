@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 )
 
-var update = flag.Bool("update", false, "rewrite the README's metrics table")
+var update = flag.Bool("update", false, "rewrite the metrics table of docs/metrics.md")
 
 // newProm returns an observer exporting to a fresh Prometheus registry.
 func newProm(t testing.TB, opts ...metrics.Option) (*metrics.Observer, *metrics.Prometheus) {
@@ -114,8 +115,10 @@ func TestCatalogMatchesExposition(t *testing.T) {
 	}
 }
 
-func TestREADMEMetricsTable(t *testing.T) {
-	const path = "../README.md"
+// TestDocsMetricsTable checks the metrics table of docs/metrics.md is the
+// catalog's; -update rewrites it.
+func TestDocsMetricsTable(t *testing.T) {
+	const path = "../docs/metrics.md"
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -130,19 +133,15 @@ func TestREADMEMetricsTable(t *testing.T) {
 	if *update {
 		intro := "Every metric below is exported by `metrics.Observer` through `metrics.NewPrometheus`; " +
 			"names are final Prometheus names. The table is checked against the exporter's output by " +
-			"`go test ./metrics -run TestREADMEMetricsTable` (`-update` rewrites it).\n\n"
-		rest := ""
-		if k := strings.Index(section, "\n### "); k >= 0 {
-			rest = section[k:]
-		}
-		section = intro + table + rest
+			"`go test ./metrics -run TestDocsMetricsTable` (`-update` rewrites it).\n\n"
+		section = intro + table
 		out := string(b[:i+len(begin)]) + section + string(b[j:])
 		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if !strings.Contains(section, table) {
-		t.Errorf("README metrics table is stale; run go test ./metrics -run TestREADMEMetricsTable -update\nwant:\n%s", table)
+		t.Errorf("%s: the metrics table is stale; run go test ./metrics -run TestDocsMetricsTable -update\nwant:\n%s", path, table)
 	}
 }
 
@@ -375,5 +374,39 @@ func TestOptionsShapeOutput(t *testing.T) {
 	}
 	if _, err := metrics.New(metrics.WithTopK(10), metrics.WithSketchCapacity(50)); err != nil {
 		t.Errorf("New(WithTopK(10), WithSketchCapacity(50)) = %v; want it accepted", err)
+	}
+}
+
+// TestDocsFigures checks the series bounds docs/metrics.md quotes, written
+// there as "`SeriesBound(p, k, f, s)` is N", and its "7K + 6 tenant
+// series" per policy.
+func TestDocsFigures(t *testing.T) {
+	b, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Join(strings.Fields(string(b)), " ")
+	quoted := regexp.MustCompile("`SeriesBound\\((\\d+), (\\d+), (\\d+), (\\d+)\\)`(?: is|,) ([0-9,]+)")
+	ms := quoted.FindAllStringSubmatch(doc, -1)
+	if len(ms) < 2 {
+		t.Fatalf("docs/metrics.md quotes %d series bounds; want the two of its series bound paragraph", len(ms))
+	}
+	for _, m := range ms {
+		var args [4]int
+		for i := range args {
+			args[i], _ = strconv.Atoi(m[i+1])
+		}
+		want, _ := strconv.Atoi(strings.ReplaceAll(m[5], ",", ""))
+		if got := metrics.SeriesBound(args[0], args[1], args[2], args[3]); got != want {
+			t.Errorf("docs/metrics.md: SeriesBound(%d, %d, %d, %d) = %d; the text says %d", args[0], args[1], args[2], args[3], got, want)
+		}
+	}
+	if !strings.Contains(doc, "7K + 6 tenant series") {
+		t.Fatal(`docs/metrics.md no longer says "7K + 6 tenant series": update this test`)
+	}
+	for k := 1; k <= 50; k++ {
+		if d := metrics.SeriesBound(1, k+1, 0, 0) - metrics.SeriesBound(1, k, 0, 0); d != 7 {
+			t.Errorf("SeriesBound grows by %d series per top-K tenant at K = %d; docs/metrics.md says 7K + 6", d, k)
+		}
 	}
 }

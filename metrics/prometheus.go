@@ -15,7 +15,7 @@ import (
 // instrument (sdkmetric.WithCardinalityLimit): past it, new attribute sets
 // are folded into one series labelled otel_metric_overflow="true", which
 // the AdmissionMetricCardinalityOverflow alert reports. The bounded labels
-// keep real use far below it: see the README's series bound.
+// keep real use far below it: see the series bound in docs/metrics.md.
 const DefaultCardinalityLimit = 2000
 
 // Prometheus is a meter provider whose metrics are served in the Prometheus

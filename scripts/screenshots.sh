@@ -1,5 +1,5 @@
 #!/bin/sh
-# Produces the README's screenshot of the what-if report: replays the
+# Produces the screenshots of docs/rollout.md. The what-if report: replays the
 # example request log (examples/replay) through the example policy files
 # with admitctl replay --html --suggest, and photographs the page with
 # headless Chromium (scripts/test-deps.sh installs it).

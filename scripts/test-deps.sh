@@ -2,7 +2,7 @@
 # Installs the programs the test suite runs for real when they are missing:
 # redis-server and redis-cli (Redis store tests, Redis Cluster tests) and
 # prometheus/promtool (alert rule tests, end-to-end dashboard tests) and
-# chromium (the browser tests of the HTML what-if report, the README
+# chromium (the browser tests of the HTML what-if report, the docs/rollout.md
 # screenshots) and postgresql (the tenant directory tests: initdb and the
 # server, run by the tests as the postgres user the package creates).
 set -eu

@@ -83,4 +83,8 @@
 // minutes from its own clock, which defeats replays; Verify does all of
 // it. Sluice-Event-Id carries the warning's id (also in the body), the
 // same on every retry and every replica, for de-duplication.
+//
+// The policy file's warn, soft and budgets.webhook keys, the webhook's
+// body and how to verify it in other languages are in docs/budgets.md in
+// the repository.
 package budget

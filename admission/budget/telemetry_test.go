@@ -101,17 +101,17 @@ func TestCatalogMatchesExposition(t *testing.T) {
 	}
 }
 
-// TestREADMETable checks the README's table of the budget metrics is the
-// Catalog's.
-func TestREADMETable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestDocsTable checks the table of the budget metrics in docs/budgets.md
+// is the Catalog's.
+func TestDocsTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/budgets.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range budget.Catalog() {
 		row := fmt.Sprintf("| `%s` | %s | %s | %s |\n", m.Name, m.Type, "`"+strings.Join(m.Labels, "`, `")+"`", m.Help)
-		if !strings.Contains(string(readme), row) {
-			t.Errorf("README.md lacks the row\n%s", row)
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/budgets.md lacks the row\n%s", row)
 		}
 	}
 }

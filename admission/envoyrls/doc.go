@@ -158,4 +158,8 @@
 // The reconciliation table holds at most WithPending's count of
 // estimates, about 700 bytes each (the controller's ticket and the
 // table's entry, whose key is a 128-bit keyed hash).
+//
+// Running it behind Envoy (the filter configuration, the differences from
+// envoyproxy/ratelimit, the mapping rules and the figures measured) is in
+// cmd/sluice-rls/README.md in the repository.
 package envoyrls

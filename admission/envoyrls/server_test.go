@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -564,10 +565,28 @@ func TestReplacesResponsePhase(t *testing.T) {
 	}
 }
 
-// TestREADMEConfiguration runs the README's Envoy pattern on its
-// configuration: a request-phase check per tenant and model, the tokens
-// charged after the response, the next check refused once they are spent.
+// TestREADMEConfiguration runs the Envoy pattern of cmd/sluice-rls/README.md
+// on its configuration, which the README quotes whole: a request-phase
+// check per tenant and model, the tokens charged after the response, the
+// next check refused once they are spent.
 func TestREADMEConfiguration(t *testing.T) {
+	file, err := os.ReadFile("testdata/sluice/llm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var quoted strings.Builder
+	for line := range strings.Lines(string(file)) {
+		if !strings.HasPrefix(line, "#") {
+			quoted.WriteString(line)
+		}
+	}
+	readme, err := os.ReadFile("../../cmd/sluice-rls/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```yaml\n"+quoted.String()+"```\n") {
+		t.Errorf("cmd/sluice-rls/README.md does not quote testdata/sluice/llm.yaml (its comments left out) as it is:\n%s", quoted.String())
+	}
 	r := start(t, mustLoad(t, "sluice/llm.yaml"), rigOption{})
 	check := func() string {
 		return outcome(r.call("llm", hits(desc("tenant", "acme", "model", "gpt-4o"), 0)))

@@ -240,8 +240,8 @@
 //	go test -run '^$' -bench . -benchmem ./admission/redisstore/
 //
 // starts a redis-server and compares the store with go-redis/redis_rate
-// (GCRA, one EVALSHA per decision) on 10,000 keys. See the repository
-// README for the figures measured.
+// (GCRA, one EVALSHA per decision) on 10,000 keys. See docs/benchmarks.md
+// in the repository for the figures measured.
 //
 // Where a request's cost goes (the benchmarks' cmds/op, script-µs/op,
 // srv-cpu-ns/op and cpu-ns/op, from INFO commandstats, INFO cpu and
@@ -285,4 +285,8 @@
 // expiry no longer rides on its SET), all of a tenant's state would share
 // one expiry, and replicas would use different partitions during a
 // rolling upgrade.
+//
+// Operating it (persistence for durable quotas, what each policy does when
+// Redis fails, two gateways on one server) is in docs/redis.md in the
+// repository.
 package redisstore

@@ -134,7 +134,7 @@ func TestReplayHTMLFigures(t *testing.T) {
 	if cells != 5 || buckets < 20 {
 		t.Errorf("%d candidate cells with %d buckets; want 5 (2 + 3 policies) over the log's 30 s", cells, buckets)
 	}
-	// Known figures of the example (the README quotes them).
+	// Known figures of the example (README.md quotes them: TestREADMEReplayFigures).
 	if p := findPolicy(t, rep.Report, current, "tenant-concurrency"); p.Rejected != 318 || p.Tenants[0].Tenant != "noisy" || p.Tenants[0].Rejected != 254 {
 		t.Errorf("current tenant-concurrency: rejected %d, top %+v; want 318, noisy 254", p.Rejected, p.Tenants[0])
 	}
@@ -186,7 +186,7 @@ $`)
 
 // The example's queued candidate: requests over the concurrency cap wait
 // in the replay's queue, so fewer are rejected than without it, and only
-// for a full queue or a timeout (the README quotes the figures).
+// for a full queue or a timeout (README.md quotes the figures: TestREADMEReplayFigures).
 func TestReplayQueuedExample(t *testing.T) {
 	code, out, errs := runArgs("", "replay", "--log", sampleLog, "--config", current, "--config", "../../examples/replay/queued.yaml", "--format", "json")
 	if code != 0 {

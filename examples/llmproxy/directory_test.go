@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/shadow/status"
 )
 
-// TestTenantsInPostgres is the README's flow on two gateways sharing one
+// TestTenantsInPostgres is the flow of docs/postgres.md on two gateways sharing one
 // database: migrate, add a plan, a tenant and a key, call both gateways,
 // upgrade the tenant's plan with one statement and see the new limit in
 // the next response's headers on both, then revoke the key: both refuse

@@ -17,6 +17,10 @@
 // serving, is counted and logged, and ends by itself.
 //
 // The driver is github.com/jackc/pgx/v5.
+//
+// Operating it (the admitctl db commands, start-up without the database)
+// is in docs/postgres.md in the repository, the figures measured in
+// docs/benchmarks.md.
 package pgdir
 
 import (

@@ -94,8 +94,8 @@
 // digits and - _ . : @ once decoded, neither "." nor "..", else 404. Every
 // other path is a 404 from the gateway. Every write to a client must
 // complete within --client-write-timeout: a client that stops reading,
-// during a stream too, is cut and its permits released. See the README's
-// security model for every bound.
+// during a stream too, is cut and its permits released. See the security
+// model (docs/security.md in the repository) for every bound.
 //
 // # Rejections
 //
