@@ -20,6 +20,6 @@ chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
 	--screenshot="$out/whatif-report.png" "file://$tmp/whatif-report.html" 2>/dev/null
 echo "wrote $out/whatif-report.png"
 # The status page of a controller under known traffic, as the browser
-# test of package shadow serves it.
-SLUICE_SCREENSHOT_DIR="$(cd "$out" && pwd)" go test -count=1 -run '^TestStatusPageInBrowser$' ./shadow >/dev/null
+# test of package shadow/status serves it.
+SLUICE_SCREENSHOT_DIR="$(cd "$out" && pwd)" go test -count=1 -run '^TestStatusPageInBrowser$' ./shadow/status >/dev/null
 echo "wrote $out/status-page.png"

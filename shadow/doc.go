@@ -1,18 +1,30 @@
-// Package shadow is about trying limits without enforcing them: a
-// decision log (Log) that writes what shadow policies would reject without
-// flooding the log, and a Recorder whose Report tells, per policy, what
+// Package shadow is about trying limits without enforcing them. It holds
+// what runs inside a live process next to the controller: a decision log
+// (Log, FileObserver) that writes what shadow policies would reject
+// without flooding the log, a slog handler that clips what clients sent
+// (BoundedHandler), and a Recorder whose Report tells, per policy, what
 // share of the last window's requests it refused or would have refused,
 // and from which tenants — the evidence for flipping a policy from shadow
-// to enforce. Replay runs a request log (see Record for its JSON Lines
-// format) through candidate configurations on a fake clock and compares
-// what each would admit, reject and would reject, queues simulated;
-// ReplayReport.WriteHTML draws it as a self-contained page and Suggest
-// finds the smallest limits within a rejected share. A RequestLog writes
-// the request log from live traffic, and a StatusPage serves the
-// operator's live view of a controller (/status, /status.json).
+// to enforce. The Log and the Recorder are admission.Observers; combine
+// them with the metrics observer and the status page through Join.
 //
-// The Log and the Recorder are admission.Observers. Combine them with the metrics observer
-// through Join.
+// A policy's figures have one form, Figures, wherever they come from: the
+// Recorder's Report, the status page and a replay's report.
+//
+// Which package to open for what:
+//
+//   - shadow (this package): the decision log, the logging section of a
+//     policy file (FileLogger, FileObserver), the live rollout report
+//     (Recorder), Figures, and Join.
+//   - shadow/status: the operator's live view of a controller, served at
+//     /status and /status.json (status.Page).
+//   - shadow/requestlog: the request log: its JSON Lines format
+//     (requestlog.Record), reading it (requestlog.Reader) and writing it
+//     from live traffic (requestlog.Writer).
+//   - shadow/replay: the what-if engine: a request log replayed through
+//     candidate configurations on a virtual clock (replay.Run,
+//     replay.Replayer), its text and HTML reports, and the smallest limits
+//     within a rejected share (replay.Suggest).
 package shadow
 
 import (

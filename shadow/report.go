@@ -1,7 +1,6 @@
 package shadow
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,6 +20,11 @@ const (
 	// later ones are counted as OtherTenant.
 	DefaultMaxTenants = 1000
 )
+
+// DefaultThreshold is the rollout threshold the reports draw by default:
+// 2% of a policy's requests refused, the threshold of the alert
+// AdmissionShadowWouldRejectAboveThreshold.
+const DefaultThreshold = 0.02
 
 // OtherTenant stands for the tenants a Recorder did not track by name.
 const OtherTenant = "__other__"
@@ -56,9 +60,11 @@ type Recorder struct {
 }
 
 type policyWindow struct {
-	mu      sync.Mutex
-	mode    limits.Mode
-	buckets []bucket
+	mu        sync.Mutex
+	mode      limits.Mode
+	algorithm limits.Algorithm
+	unit      limits.Unit
+	buckets   []bucket
 }
 
 type bucket struct {
@@ -67,7 +73,7 @@ type bucket struct {
 	tenants map[string]*counts
 }
 
-type counts struct{ requests, refused int64 }
+type counts struct{ requests, rejected, would int64 }
 
 // NewRecorder returns a Recorder.
 func NewRecorder(cfg RecorderConfig, opts ...Option) (*Recorder, error) {
@@ -102,11 +108,13 @@ func NewRecorder(cfg RecorderConfig, opts ...Option) (*Recorder, error) {
 
 // Decision counts a policy's decision for its tenant.
 func (r *Recorder) Decision(d *admission.Decision) {
-	var refused int64
+	var rejected, would int64
 	switch d.Outcome {
 	case admission.Admitted, admission.FailOpen:
-	case admission.WouldReject, admission.Rejected, admission.Timeout, admission.FailClosed:
-		refused = 1
+	case admission.WouldReject:
+		would = 1
+	case admission.Rejected, admission.Timeout, admission.FailClosed:
+		rejected = 1
 	default:
 		return
 	}
@@ -124,7 +132,7 @@ func (r *Recorder) Decision(d *admission.Decision) {
 	epoch := r.opts.clock.Now().UnixNano()/r.width + 1
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	pw.mode = d.Mode
+	pw.mode, pw.algorithm, pw.unit = d.Mode, d.Algorithm, d.Unit
 	b := &pw.buckets[epoch%int64(len(pw.buckets))]
 	if b.epoch != epoch {
 		b.epoch, b.total = epoch, counts{}
@@ -133,8 +141,7 @@ func (r *Recorder) Decision(d *admission.Decision) {
 	if b.tenants == nil {
 		b.tenants = map[string]*counts{}
 	}
-	b.total.requests++
-	b.total.refused += refused
+	b.total.add(rejected, would)
 	c := b.tenants[d.Tenant]
 	if c == nil {
 		key := strings.Clone(d.Tenant)
@@ -146,62 +153,22 @@ func (r *Recorder) Decision(d *admission.Decision) {
 			b.tenants[key] = c
 		}
 	}
+	c.add(rejected, would)
+}
+
+func (c *counts) add(rejected, would int64) {
 	c.requests++
-	c.refused += refused
+	c.rejected += rejected
+	c.would += would
 }
 
 // A Report is what each policy decided over a window.
 type Report struct {
 	// Window is how far back the report looks.
 	Window time.Duration
-	// Policies are the policies that decided something in the window.
-	Policies []PolicyReport
-}
-
-// PolicyReport is one policy's share of refused requests and the tenants
-// they came from.
-type PolicyReport struct {
-	// Policy is the policy's name.
-	Policy string
-	// Mode is the policy's mode at its last decision. For a Shadow policy
-	// Refused counts would-reject decisions: what enforcing it would
-	// have rejected.
-	Mode limits.Mode
-	// Requests counts the policy's decisions in the window.
-	Requests int64
-	// Refused counts those rejected, timed out, failed closed or (in
-	// shadow mode) that would have been rejected.
-	Refused int64
-	// Ratio is Refused / Requests.
-	Ratio float64
-	// Tenants are the tenants with refused requests, most refused first
-	// (at most the top N asked for).
-	Tenants []TenantReport
-	// Buckets are the window's slices, oldest first, each with its own
-	// figures (empty slices too): the ratio over time.
-	Buckets []BucketReport
-}
-
-// BucketReport is a policy's decisions in one slice of the window.
-type BucketReport struct {
-	// Start is when the slice began.
-	Start time.Time
-	// Requests and Refused count the decisions; Ratio is their ratio.
-	Requests, Refused int64
-	Ratio             float64
-}
-
-// TenantReport is one tenant's part of a policy's refusals.
-type TenantReport struct {
-	// Tenant is the tenant, or OtherTenant.
-	Tenant string
-	// Requests and Refused count the tenant's decisions under the policy.
-	Requests int64
-	Refused  int64
-	// Ratio is the share of the tenant's own requests refused.
-	Ratio float64
-	// Share is the tenant's share of all the policy's refusals.
-	Share float64
+	// Policies are the policies that decided something in the window,
+	// with their Buckets and their Tenants with refusals.
+	Policies []Figures
 }
 
 // Report returns, for every policy that decided something in the window,
@@ -225,23 +192,24 @@ func (r *Recorder) Report(top int) Report {
 		r.mu.RLock()
 		pw := r.policies[name]
 		r.mu.RUnlock()
-		pr := PolicyReport{Policy: name, Buckets: make([]BucketReport, r.cfg.Buckets)}
-		for i := range pr.Buckets {
-			pr.Buckets[i].Start = time.Unix(0, (oldest+int64(i)-1)*r.width)
+		f := Figures{Policy: name, Buckets: make([]Bucket, r.cfg.Buckets)}
+		for i := range f.Buckets {
+			f.Buckets[i].Start = time.Unix(0, (oldest+int64(i)-1)*r.width)
 		}
 		tenants := map[string]*counts{}
 		pw.mu.Lock()
-		pr.Mode = pw.mode
+		f.Mode, f.Algorithm, f.Unit = pw.mode, pw.algorithm, pw.unit
 		for i := range pw.buckets {
 			b := &pw.buckets[i]
 			if b.epoch < oldest || b.epoch > now {
 				continue
 			}
-			br := &pr.Buckets[b.epoch-oldest]
-			br.Requests, br.Refused = b.total.requests, b.total.refused
-			br.Ratio = ratio(br.Refused, br.Requests)
-			pr.Requests += b.total.requests
-			pr.Refused += b.total.refused
+			br := &f.Buckets[b.epoch-oldest]
+			br.Requests, br.Refused = b.total.requests, b.total.rejected+b.total.would
+			br.Ratio = Ratio(br.Refused, br.Requests)
+			f.Requests += b.total.requests
+			f.Rejected += b.total.rejected
+			f.WouldReject += b.total.would
 			for t, c := range b.tenants {
 				sum := tenants[t]
 				if sum == nil {
@@ -249,32 +217,19 @@ func (r *Recorder) Report(top int) Report {
 					tenants[t] = sum
 				}
 				sum.requests += c.requests
-				sum.refused += c.refused
+				sum.rejected += c.rejected
+				sum.would += c.would
 			}
 		}
 		pw.mu.Unlock()
-		if pr.Requests == 0 {
+		if f.Requests == 0 {
 			continue
 		}
-		pr.Ratio = float64(pr.Refused) / float64(pr.Requests)
 		for t, c := range tenants {
-			if c.refused == 0 {
-				continue
-			}
-			pr.Tenants = append(pr.Tenants, TenantReport{
-				Tenant: t, Requests: c.requests, Refused: c.refused,
-				Ratio: float64(c.refused) / float64(c.requests),
-				Share: float64(c.refused) / float64(pr.Refused),
-			})
+			f.Tenants = append(f.Tenants, TenantFigures{Tenant: t, Requests: c.requests, Rejected: c.rejected, WouldReject: c.would})
 		}
-		slices.SortFunc(pr.Tenants, func(a, b TenantReport) int {
-			if c := cmp.Compare(b.Refused, a.Refused); c != 0 {
-				return c
-			}
-			return strings.Compare(a.Tenant, b.Tenant)
-		})
-		pr.Tenants = pr.Tenants[:min(top, len(pr.Tenants))]
-		rep.Policies = append(rep.Policies, pr)
+		f.Total(top)
+		rep.Policies = append(rep.Policies, f)
 	}
 	return rep
 }

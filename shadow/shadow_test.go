@@ -13,9 +13,10 @@ import (
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
 )
 
-var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+func ptr[T any](v T) *T { return &v }
 
 func wouldReject(tenant string) admission.Decision {
 	return admission.Decision{
@@ -42,7 +43,7 @@ func records(t *testing.T, buf *bytes.Buffer) []map[string]any {
 }
 
 func TestLogRateLimit(t *testing.T) {
-	clk := admissiontest.NewClock(t0)
+	clk := admissiontest.NewClock(shadowtest.T0)
 	var buf bytes.Buffer
 	l, err := shadow.NewLog(shadow.LogConfig{Rate: 1, Burst: 2}, shadow.WithClock(clk),
 		shadow.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
@@ -147,7 +148,7 @@ func TestLogAdmitSample(t *testing.T) {
 }
 
 func TestRecorderReport(t *testing.T) {
-	clk := admissiontest.NewClock(t0)
+	clk := admissiontest.NewClock(shadowtest.T0)
 	r, err := shadow.NewRecorder(shadow.RecorderConfig{Window: time.Minute, Buckets: 6}, shadow.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)

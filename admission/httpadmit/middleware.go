@@ -223,7 +223,7 @@ func WithoutQueueing() Option { return func(o *options) { o.noWait = true } }
 // one, how long it held its permits. The usage reported is the zero Usage
 // (the estimates): a handler that settles with the actual usage
 // (WithTicketInContext) knows more than the middleware. Pass a
-// shadow.RequestLog's Log to write the request log admitctl replay reads.
+// requestlog.Writer's Log to write the request log admitctl replay reads.
 func WithRequestLog(log func(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration)) Option {
 	return func(o *options) { o.requestLog = log }
 }

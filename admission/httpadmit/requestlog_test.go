@@ -13,7 +13,8 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/replay"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 // TestWithRequestLog: a service behind the middleware writes the request
@@ -25,7 +26,7 @@ func TestWithRequestLog(t *testing.T) {
 		{Name: "inflight", Algorithm: limits.Concurrency, Limit: 10, Mode: limits.Shadow},
 	}
 	path := filepath.Join(t.TempDir(), "requests.jsonl")
-	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path})
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestWithRequestLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{Reorder: time.Minute}, shadow.Candidate{Name: "live", Config: admission.Config{Policies: policies}})
+	rep, err := replay.Run(context.Background(), f, replay.Config{Reorder: time.Minute}, replay.Candidate{Name: "live", Config: admission.Config{Policies: policies}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 func init() {
@@ -78,7 +78,7 @@ func newGenerator(cfg loadgenConfig) *generator {
 }
 
 // next fills rec with the next request; it reports false at the end.
-func (g *generator) next(rec *shadow.Record) bool {
+func (g *generator) next(rec *requestlog.Record) bool {
 	c := &g.cfg
 	if c.count > 0 && g.n >= c.count {
 		return false
@@ -110,9 +110,9 @@ func (g *generator) next(rec *shadow.Record) bool {
 	actual := int64(math.Round(float64(est) * share))
 	var hold time.Duration
 	if c.hold > 0 {
-		hold = min(time.Duration(g.rng.ExpFloat64()*float64(c.hold)).Round(time.Millisecond), shadow.MaxRecordDuration)
+		hold = min(time.Duration(g.rng.ExpFloat64()*float64(c.hold)).Round(time.Millisecond), requestlog.MaxRecordDuration)
 	}
-	*rec = shadow.Record{
+	*rec = requestlog.Record{
 		Time: g.at,
 		Request: admission.Request{Tenant: tenant, KeyID: g.keyID[tenant], Addr: tenantAddr(ti), Operation: c.operation, Model: c.models[mi],
 			Tokens: est, Cost: est * int64(mi+1) * 150 / 1000},
@@ -249,7 +249,7 @@ func runLoadgen(ctx context.Context, e *env, fs *flag.FlagSet, args []string) in
 // writeLog writes every record of g as JSON Lines.
 func writeLog(ctx context.Context, w io.Writer, g *generator) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	var rec shadow.Record
+	var rec requestlog.Record
 	var line []byte
 	for i := 0; g.next(&rec); i++ {
 		if i%4096 == 0 && ctx.Err() != nil {
@@ -337,7 +337,7 @@ func (h *httpLoad) run(ctx context.Context, e *env, g *generator) int {
 		close(done)
 	}()
 	began := time.Now()
-	var rec shadow.Record
+	var rec requestlog.Record
 	sent := 0
 dispatch:
 	for sent < h.maxRequests && g.next(&rec) {
@@ -388,7 +388,7 @@ func (h *httpLoad) send(ctx context.Context, client *http.Client, body []byte, k
 // chatBody is an OpenAI-style chat completion request whose prompt is
 // about 70% of the record's estimated tokens (one short word per token)
 // and whose max_tokens is the rest.
-func chatBody(rec *shadow.Record) []byte {
+func chatBody(rec *requestlog.Record) []byte {
 	prompt := min(max(rec.Tokens*7/10, 1), 16_000)
 	out := max(rec.Tokens-prompt, 1)
 	var b bytes.Buffer

@@ -16,16 +16,17 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission/config"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/replay"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 // records parses a generated log, failing on any malformed record.
-func records(t *testing.T, log string) []shadow.Record {
+func records(t *testing.T, log string) []requestlog.Record {
 	t.Helper()
-	lr := shadow.NewLogReader(strings.NewReader(log))
-	var out []shadow.Record
+	lr := requestlog.NewReader(strings.NewReader(log))
+	var out []requestlog.Record
 	for {
-		var rec shadow.Record
+		var rec requestlog.Record
 		err := lr.Read(&rec)
 		if errors.Is(err, io.EOF) {
 			return out
@@ -87,14 +88,14 @@ func TestLoadgenPipeline(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("replay of loadgen's log = %d: %s", code, errs)
 	}
-	var rep shadow.ReplayReport
+	var rep replay.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
 	if rep.Records != int64(len(records(t, log))) || rep.Reordered != 0 {
 		t.Errorf("replayed %d records, %d reordered; the log has %d", rep.Records, rep.Reordered, len(records(t, log)))
 	}
-	if top := rep.Candidates[0].Policies[1].TopTenants; len(top) == 0 || top[0].Tenant != "noisy" {
+	if top := rep.Candidates[0].Policies[1].Tenants; len(top) == 0 || top[0].Tenant != "noisy" {
 		t.Errorf("the noisy tenant is not the most rejected: %+v", top)
 	}
 }

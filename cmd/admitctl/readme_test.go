@@ -66,8 +66,8 @@ func TestREADMEReplayFigures(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	now := findPolicy(t, rep.ReplayReport, "examples/replay/current.yaml", "tenant-concurrency")
-	q := findPolicy(t, rep.ReplayReport, "examples/replay/queued.yaml", "tenant-concurrency")
+	now := findPolicy(t, rep.Report, "examples/replay/current.yaml", "tenant-concurrency")
+	q := findPolicy(t, rep.Report, "examples/replay/queued.yaml", "tenant-concurrency")
 	want := fmt.Sprintf("sees %d rejections instead of %d (%d for a full queue, %d timed out) and %d requests admitted instead of %d",
 		q.Rejected, now.Rejected, q.Reasons["queue_full"], q.Reasons["queue_timeout"], q.Admitted, now.Admitted)
 	if !strings.Contains(strings.Join(strings.Fields(readme), " "), want) {

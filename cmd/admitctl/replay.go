@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/replay"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 func init() {
@@ -39,15 +41,15 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	var configs stringList
 	fs.Var(&configs, "config", "a candidate policy `FILE` (repeat for several)")
 	format := fs.String("format", "table", "output format: table or json")
-	top := fs.Int("top", shadow.DefaultTopTenants, "tenants listed per policy")
+	top := fs.Int("top", replay.DefaultTopTenants, "tenants listed per policy")
 	maxTenants := fs.Int("max-tenants", shadow.DefaultMaxTenants, "tenants counted by name; the rest are "+shadow.OtherTenant)
 	strict := fs.Bool("strict", false, "stop at the first malformed line (exit status 1) instead of skipping it")
 	htmlPath := fs.String("html", "", "also write the report as a self-contained HTML `FILE` (charts over time per candidate and policy)")
 	threshold := fs.Float64("threshold", shadow.DefaultThreshold, "the refused share drawn on the HTML report's charts")
 	suggest := fs.Bool("suggest", false, "per policy of each candidate, the smallest limit (and burst) under which at most --target of its requests would be rejected, as YAML (and in the HTML report)")
-	target := fs.Float64("target", shadow.DefaultSuggestTarget, "the share of requests --suggest lets a policy reject")
+	target := fs.Float64("target", replay.DefaultSuggestTarget, "the share of requests --suggest lets a policy reject")
 	ignoreTop := fs.Int("ignore-top", 0, "--suggest leaves out the `N` tenants with the most requests")
-	reorder := fs.Duration("reorder", 0, "how late a line may come in the log and still be replayed at its own time: a request log written by the gateway or shadow.RequestLog has a request's line when it ended, so give the longest request plus queue wait (memory holds that much traffic); 0 replays lines in file order")
+	reorder := fs.Duration("reorder", 0, "how late a line may come in the log and still be replayed at its own time: a request log written by the gateway or requestlog.Writer has a request's line when it ended, so give the longest request plus queue wait (memory holds that much traffic); 0 replays lines in file order")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -84,7 +86,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		return 2
 	}
 
-	var cands []shadow.Candidate
+	var cands []replay.Candidate
 	failed := false
 	for _, path := range configs {
 		f, _, ok := loadPolicyFile(e.stderr, path)
@@ -92,7 +94,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 			failed = true
 			continue
 		}
-		cands = append(cands, shadow.Candidate{Name: path, Config: f.Config})
+		cands = append(cands, replay.Candidate{Name: path, Config: f.Config})
 	}
 	if failed {
 		return 1
@@ -102,7 +104,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		name = "stdin"
 	}
 	var bad int64 // malformed lines so far
-	cfg := shadow.ReplayConfig{MaxTenants: *maxTenants, TopTenants: *top, Reorder: *reorder, OnRecordError: func(re *shadow.RecordError) error {
+	cfg := replay.Config{MaxTenants: *maxTenants, TopTenants: *top, Reorder: *reorder, OnRecordError: func(re *requestlog.RecordError) error {
 		if *strict {
 			fmt.Fprintf(e.stderr, "%s:%d: %v\n", name, re.Line, re.Err)
 			return re
@@ -112,7 +114,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		}
 		return nil
 	}}
-	rp, err := shadow.NewReplayer(cfg, cands...)
+	rp, err := replay.NewReplayer(cfg, cands...)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "admitctl replay: %v\n", err)
 		return 1
@@ -139,7 +141,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		*logPath = spool.Name()
 	}
 	if err := rp.AddLog(ctx, in); err != nil {
-		var re *shadow.RecordError
+		var re *requestlog.RecordError
 		if !errors.As(err, &re) {
 			fmt.Fprintf(e.stderr, "admitctl replay: %s: %v\n", name, err)
 		}
@@ -158,14 +160,14 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		}
 		fmt.Fprintf(e.stderr, "%s: %d malformed line(s) skipped%s; the report covers the other %d\n", name, rep.Skipped, more, rep.Records)
 	}
-	var suggestions []shadow.Suggestion
+	var suggestions []replay.Suggestion
 	if *suggest {
 		// The malformed lines were reported by the replay: skip them.
-		scfg := shadow.SuggestConfig{Target: *target, IgnoreTop: *ignoreTop, Replay: cfg}
-		scfg.Replay.OnRecordError = func(*shadow.RecordError) error { return nil }
+		scfg := replay.SuggestConfig{Target: *target, IgnoreTop: *ignoreTop, Replay: cfg}
+		scfg.Replay.OnRecordError = func(*requestlog.RecordError) error { return nil }
 		open := func() (io.ReadCloser, error) { return os.Open(*logPath) }
 		for _, c := range cands {
-			s, err := shadow.Suggest(ctx, open, c, scfg)
+			s, err := replay.Suggest(ctx, open, c, scfg)
 			if err != nil {
 				fmt.Fprintf(e.stderr, "admitctl replay: --suggest: %s: %v\n", c.Name, err)
 				return 1
@@ -174,7 +176,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 		}
 	}
 	if *htmlPath != "" {
-		if err := writeHTMLReport(*htmlPath, rep, shadow.HTMLOptions{Threshold: *threshold, Suggestions: suggestions}); err != nil {
+		if err := writeHTMLReport(*htmlPath, rep, replay.HTMLOptions{Threshold: *threshold, Suggestions: suggestions}); err != nil {
 			fmt.Fprintf(e.stderr, "admitctl replay: %v\n", err)
 			return 1
 		}
@@ -182,7 +184,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	if *format == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(jsonReport{ReplayReport: rep, BadLines: rep.Skipped, Suggestions: suggestions}); err != nil {
+		if err := enc.Encode(jsonReport{Report: rep, BadLines: rep.Skipped, Suggestions: suggestions}); err != nil {
 			return 1
 		}
 		return 0
@@ -197,7 +199,7 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 }
 
 // writeSuggestions prints each candidate's suggestions as a YAML snippet.
-func writeSuggestions(w io.Writer, all []shadow.Suggestion) {
+func writeSuggestions(w io.Writer, all []replay.Suggestion) {
 	for i, s := range all {
 		if i == 0 || all[i-1].Candidate != s.Candidate {
 			fmt.Fprintf(w, "\n# %s: the smallest limits under which each policy, enforced alone, rejects at most %.1f%% of its requests", s.Candidate, s.Target*100)
@@ -211,7 +213,7 @@ func writeSuggestions(w io.Writer, all []shadow.Suggestion) {
 }
 
 // writeHTMLReport writes the HTML report to path, replacing it whole.
-func writeHTMLReport(path string, rep shadow.ReplayReport, opt shadow.HTMLOptions) error {
+func writeHTMLReport(path string, rep replay.Report, opt replay.HTMLOptions) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.html")
 	if err != nil {
 		return err
@@ -246,7 +248,7 @@ func spoolStdin(r io.Reader) (*os.File, error) {
 // jsonReport is the report of --format json: the replay's, and the count
 // of malformed lines skipped.
 type jsonReport struct {
-	shadow.ReplayReport
+	replay.Report
 	BadLines    int64               `json:"bad_lines"`
-	Suggestions []shadow.Suggestion `json:"suggestions,omitempty"`
+	Suggestions []replay.Suggestion `json:"suggestions,omitempty"`
 }

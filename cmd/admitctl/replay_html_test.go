@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/replay"
 )
 
 var (
@@ -77,7 +77,7 @@ func TestReplayHTMLFigures(t *testing.T) {
 			}
 			cell := sec[loc[0]:end]
 			cand := sec[loc[2]:loc[3]]
-			pr := findPolicy(t, rep.ReplayReport, cand, policy)
+			pr := findPolicy(t, rep.Report, cand, policy)
 			cells++
 			charts := map[string]string{}
 			for _, m := range chartRE.FindAllStringSubmatch(cell, -1) {
@@ -110,16 +110,16 @@ func TestReplayHTMLFigures(t *testing.T) {
 				t.Errorf("%s %s: threshold %v, want the default 0.02", cand, policy, th)
 			}
 			rows := tenantRow.FindAllStringSubmatch(cell, -1)
-			if len(rows) != len(pr.TopTenants) {
-				t.Fatalf("%s %s: %d tenant rows, report %d", cand, policy, len(rows), len(pr.TopTenants))
+			if len(rows) != len(pr.Tenants) {
+				t.Fatalf("%s %s: %d tenant rows, report %d", cand, policy, len(rows), len(pr.Tenants))
 			}
 			for i, r := range rows {
-				tt := pr.TopTenants[i]
+				tt := pr.Tenants[i]
 				if got := strings.Join(r[1:], " "); got != fmt.Sprintf("%s %d %d %d", tt.Tenant, tt.Requests, tt.Rejected, tt.WouldReject) {
 					t.Errorf("%s %s: tenant row %q, report %+v", cand, policy, got, tt)
 				}
 			}
-			var sg *shadow.Suggestion
+			var sg *replay.Suggestion
 			for i := range rep.Suggestions {
 				if s := &rep.Suggestions[i]; s.Candidate == cand && s.Policy == policy {
 					sg = s
@@ -135,15 +135,15 @@ func TestReplayHTMLFigures(t *testing.T) {
 		t.Errorf("%d candidate cells with %d buckets; want 5 (2 + 3 policies) over the log's 30 s", cells, buckets)
 	}
 	// Known figures of the example (README.md quotes them: TestREADMEReplayFigures).
-	if p := findPolicy(t, rep.ReplayReport, current, "tenant-concurrency"); p.Rejected != 318 || p.TopTenants[0].Tenant != "noisy" || p.TopTenants[0].Rejected != 254 {
-		t.Errorf("current tenant-concurrency: rejected %d, top %+v; want 318, noisy 254", p.Rejected, p.TopTenants[0])
+	if p := findPolicy(t, rep.Report, current, "tenant-concurrency"); p.Rejected != 318 || p.Tenants[0].Tenant != "noisy" || p.Tenants[0].Rejected != 254 {
+		t.Errorf("current tenant-concurrency: rejected %d, top %+v; want 318, noisy 254", p.Rejected, p.Tenants[0])
 	}
-	if p := findPolicy(t, rep.ReplayReport, candidate, "tenant-concurrency"); p.WouldReject != 442 {
+	if p := findPolicy(t, rep.Report, candidate, "tenant-concurrency"); p.WouldReject != 442 {
 		t.Errorf("candidate tenant-concurrency: would reject %d, want 442", p.WouldReject)
 	}
 }
 
-func findPolicy(t *testing.T, rep shadow.ReplayReport, cand, policy string) shadow.PolicyReplay {
+func findPolicy(t *testing.T, rep replay.Report, cand, policy string) replay.Policy {
 	t.Helper()
 	for _, c := range rep.Candidates {
 		for _, p := range c.Policies {
@@ -153,7 +153,7 @@ func findPolicy(t *testing.T, rep shadow.ReplayReport, cand, policy string) shad
 		}
 	}
 	t.Fatalf("no policy %s in candidate %s", policy, cand)
-	return shadow.PolicyReplay{}
+	return replay.Policy{}
 }
 
 // --suggest prints, per candidate, a YAML snippet of the suggested
@@ -196,8 +196,8 @@ func TestReplayQueuedExample(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	now := findPolicy(t, rep.ReplayReport, current, "tenant-concurrency")
-	q := findPolicy(t, rep.ReplayReport, "../../examples/replay/queued.yaml", "tenant-concurrency")
+	now := findPolicy(t, rep.Report, current, "tenant-concurrency")
+	q := findPolicy(t, rep.Report, "../../examples/replay/queued.yaml", "tenant-concurrency")
 	if now.Rejected != 318 || q.Rejected != 245 || q.Reasons["queue_full"] != 235 || q.Reasons["queue_timeout"] != 10 || q.Admitted != 729 {
 		t.Errorf("queued candidate: %+v; current rejects %d", q, now.Rejected)
 	}

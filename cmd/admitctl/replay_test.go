@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/replay"
 )
 
 const (
@@ -35,7 +35,7 @@ func TestReplayJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("replay --format json = %d; stderr:\n%s", code, errs)
 	}
-	var rep shadow.ReplayReport
+	var rep replay.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("output is not a report: %v\n%s", err, out)
 	}
@@ -47,8 +47,8 @@ func TestReplayJSON(t *testing.T) {
 			t.Errorf("%s: admitted %d + rejected %d != %d", c.Candidate, c.Admitted, c.Rejected, c.Requests)
 		}
 		for _, p := range c.Policies {
-			if len(p.TopTenants) > 2 {
-				t.Errorf("%s %s: %d top tenants with --top 2", c.Candidate, p.Policy, len(p.TopTenants))
+			if len(p.Tenants) > 2 {
+				t.Errorf("%s %s: %d top tenants with --top 2", c.Candidate, p.Policy, len(p.Tenants))
 			}
 		}
 	}
@@ -58,7 +58,7 @@ func TestReplayJSON(t *testing.T) {
 			continue
 		}
 		found = true
-		if p.WouldReject == 0 || p.TopTenants[0].Tenant != "noisy" {
+		if p.WouldReject == 0 || p.Tenants[0].Tenant != "noisy" {
 			t.Errorf("candidate's shadow concurrency cap: %+v", p)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pgtest"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/status"
 )
 
 // TestTenantsInPostgres is the flow of docs/postgres.md on two gateways sharing one
@@ -127,7 +127,7 @@ directory: {source: postgres, dsn_env: TEST_SLUICE_DATABASE_URL, snapshot: ` + f
 			t.Errorf("after the reload: the policy's limit %d; want %s", got, limit)
 		}
 		r := lastReload(t, a)
-		if r.State != shadow.ReloadPartial || !r.OK || r.Error != "" || !strings.Contains(r.Warning, "applied without its directory section") || !strings.Contains(r.Warning, "moved.json") {
+		if r.State != status.ReloadPartial || !r.OK || r.Error != "" || !strings.Contains(r.Warning, "applied without its directory section") || !strings.Contains(r.Warning, "moved.json") {
 			t.Errorf("reload %d on /status.json: %+v; want state partial, installed, with a warning naming the refused section", i, r)
 		}
 		if n := scrape(t, a, "admission_reloads_total", "result", "partial"); n != float64(i+1) {
@@ -147,7 +147,7 @@ directory: {source: postgres, dsn_env: TEST_SLUICE_DATABASE_URL, snapshot: ` + f
 	if err := a.watcher.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if r := lastReload(t, a); r.State != shadow.ReloadApplied || r.Warning != "" {
+	if r := lastReload(t, a); r.State != status.ReloadApplied || r.Warning != "" {
 		t.Errorf("reload with the section restored on /status.json: %+v; want state applied, no warning", r)
 	}
 }
@@ -168,9 +168,9 @@ func get(t *testing.T, url string) string {
 }
 
 // lastReload returns the newest reload the gateway's /status.json lists.
-func lastReload(t *testing.T, s *server) shadow.Reload {
+func lastReload(t *testing.T, s *server) status.Reload {
 	t.Helper()
-	var st shadow.Status
+	var st status.View
 	if err := json.Unmarshal([]byte(get(t, s.OpsURL+"/status.json")), &st); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -193,7 +194,7 @@ type server struct {
 	simURL   string
 	serveErr chan error
 	log      *slog.Logger
-	reqLog   *shadow.RequestLog // for --request-log
+	reqLog   *requestlog.Writer // for --request-log
 	dir      *tenantDirectory   // with directory.source postgres
 }
 
@@ -302,7 +303,7 @@ func start(o options) (_ *server, err error) {
 	gc.Controller, gc.Estimator, gc.File = s.ctl, est, s.file
 	gc.Clock, gc.Meter, gc.Logger = o.clock, s.metrics.prom.Provider.Meter(meterName), s.log
 	if o.requestLog != "" {
-		if s.reqLog, err = shadow.NewRequestLog(shadow.RequestLogConfig{Path: o.requestLog}); err != nil {
+		if s.reqLog, err = requestlog.NewWriter(requestlog.WriterConfig{Path: o.requestLog}); err != nil {
 			return nil, fmt.Errorf("--request-log: %w", err)
 		}
 		gc.RequestLog = s.reqLog

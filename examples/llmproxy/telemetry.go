@@ -22,6 +22,8 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/requestlog"
+	"github.com/sluicehq/sluice/shadow/status"
 )
 
 // meterName is the instrumentation scope of the gateway's own instruments.
@@ -36,7 +38,7 @@ type telemetry struct {
 	prom     *metrics.Prometheus
 	metrics  *metrics.Observer
 	rollout  *shadow.Recorder
-	status   *shadow.StatusPage                   // /status on the operator listener
+	status   *status.Page                         // /status on the operator listener
 	ctl      atomic.Pointer[admission.Controller] // the status page's source, set once built
 	observer admission.Observer
 	handler  http.Handler
@@ -149,7 +151,7 @@ func newTelemetry(f *config.File, log *slog.Logger, push otlpSettings) (*telemet
 	// The status page of /status: every policy's figures, the tenants
 	// refused, shadow ratios against the rollout threshold, reloads.
 	if t.rollout, err = shadow.NewRecorder(shadow.RecorderConfig{}); err == nil {
-		t.status, err = shadow.NewStatusPage(shadow.StatusConfig{Recorder: t.rollout, Stats: func() []admission.PolicyStats {
+		t.status, err = status.NewPage(status.Config{Recorder: t.rollout, Stats: func() []admission.PolicyStats {
 			if c := t.ctl.Load(); c != nil {
 				return c.Stats()
 			}
@@ -201,7 +203,7 @@ func (t *telemetry) close() { _ = t.shutdown(context.Background()) }
 // countRequestLog exports the request log's records as
 // llmproxy.request_log.records, by outcome: written, or dropped because
 // the disk could not keep up.
-func (t *telemetry) countRequestLog(l *shadow.RequestLog) error {
+func (t *telemetry) countRequestLog(l *requestlog.Writer) error {
 	m := t.prom.Provider.Meter(meterName)
 	c, err := m.Int64ObservableCounter("llmproxy.request_log.records",
 		metric.WithDescription("Requests written to the request log, and those dropped because writing fell behind."))

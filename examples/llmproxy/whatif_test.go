@@ -15,6 +15,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/replay"
+	"github.com/sluicehq/sluice/shadow/status"
 )
 
 // whatifPolicy: an enforced request rate the traffic below exceeds for
@@ -70,8 +72,8 @@ func TestRequestLogReplaysLiveTraffic(t *testing.T) {
 			t.Fatalf("the request log holds %q:\n%s", secret, data)
 		}
 	}
-	rep, err := shadow.Replay(context.Background(), strings.NewReader(string(data)), shadow.ReplayConfig{Reorder: time.Minute},
-		shadow.Candidate{Name: "live", Config: s.file.Config})
+	rep, err := replay.Run(context.Background(), strings.NewReader(string(data)), replay.Config{Reorder: time.Minute},
+		replay.Candidate{Name: "live", Config: s.file.Config})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,14 +122,14 @@ func TestStatusPageOnOperatorListener(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /status.json: %d %s", resp.StatusCode, b)
 	}
-	var st shadow.Status
+	var st status.View
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("status.json: %v\n%s", err, b)
 	}
 	stats := s.ctl.Stats()
-	got := map[string]shadow.PolicyStatus{}
+	got := map[string]status.Policy{}
 	for _, p := range st.Policies {
-		got[p.Name] = p
+		got[p.Policy] = p
 	}
 	for _, ps := range stats {
 		p, found := got[ps.Name]
@@ -302,7 +304,7 @@ func TestWhatIfEqualsReality(t *testing.T) {
 			t.Errorf("the request log holds a body (%q)", body)
 		}
 	}
-	rep, err := shadow.Replay(context.Background(), strings.NewReader(string(data)), shadow.ReplayConfig{}, shadow.Candidate{Name: "default.yaml", Config: s.file.Config})
+	rep, err := replay.Run(context.Background(), strings.NewReader(string(data)), replay.Config{}, replay.Candidate{Name: "default.yaml", Config: s.file.Config})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,6 +160,7 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -326,13 +327,13 @@ type Config struct {
 	// when it ends with its actual usage (a batch when its reservation
 	// ends) and how long it held its permits, one whose body was refused
 	// (400, 413, 503 server_busy) after the request-level policies
-	// admitted it as a begin_only record (shadow.Record.BeginOnly: it
+	// admitted it as a begin_only record (requestlog.Record.BeginOnly: it
 	// spent those policies and replays through them alone), in the
-	// format admitctl replay reads (see shadow.RequestLog), so that
+	// format admitctl replay reads (see requestlog.Writer), so that
 	// replaying the log
 	// through the same file gives the live decisions back. It never holds
 	// a key, a prompt or a completion.
-	RequestLog *shadow.RequestLog
+	RequestLog *requestlog.Writer
 	// Meter creates the gateway's own instruments; nil means none.
 	Meter metric.Meter
 	// Logger logs upstream failures; nil means slog.Default().

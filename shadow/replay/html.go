@@ -1,4 +1,4 @@
-package shadow
+package replay
 
 import (
 	"bufio"
@@ -11,34 +11,26 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/chart"
 )
 
-// HTMLOptions configures ReplayReport.WriteHTML.
+// HTMLOptions configures Report.WriteHTML.
 type HTMLOptions struct {
 	// Title heads the page; empty means "What-if report".
 	Title string
 	// Threshold is the refused share drawn on the ratio charts: the share
 	// of a policy's requests it may reject before it hurts (the rollout
-	// threshold). Zero means DefaultThreshold.
+	// threshold). Zero means shadow.DefaultThreshold.
 	Threshold float64
 	// Suggestions, when set, are shown under each candidate's policies
 	// (see Suggest).
 	Suggestions []Suggestion
 }
 
-// DefaultThreshold is HTMLOptions.Threshold's default: 2% of requests,
-// the rollout threshold of the alert AdmissionShadowWouldRejectAboveThreshold.
-const DefaultThreshold = 0.02
-
-// Chart geometry, in SVG user units.
+// Colours and captions of the charts.
 const (
-	chartW, chartH  = 360, 120
-	chartL, chartT  = 44, 8 // plot area's left and top margins
-	chartR, chartB  = 8, 20
-	plotW, plotH    = chartW - chartL - chartR, chartH - chartT - chartB
 	otherColor      = "#9e9e9e"
-	thresholdColor  = "#d32f2f"
-	ratioColor      = "#1565c0"
 	admittedCaption = "admitted per bucket, by tenant"
 )
 
@@ -49,22 +41,22 @@ var palette = [SeriesTenants]string{"#1976d2", "#ef6c00", "#388e3c", "#8e24aa", 
 // inline SVG, a few lines of inline script; nothing fetched): for each
 // policy, its candidates side by side on the same axes, each with its
 // admitted and refused requests over time as areas stacked by tenant (the
-// top tenants by refusals, then OtherTenant), its refused share over time
+// top tenants by refusals, then shadow.OtherTenant), its refused share over time
 // against the threshold, and its top tenants' table. Every figure is also
 // text (captions, tables, each area's title and data-values), so the page
 // reads in a terminal browser and tests can check its numbers.
-func (rep ReplayReport) WriteHTML(w io.Writer, opt HTMLOptions) error {
+func (rep Report) WriteHTML(w io.Writer, opt HTMLOptions) error {
 	if opt.Title == "" {
 		opt.Title = "What-if report"
 	}
 	if opt.Threshold == 0 {
-		opt.Threshold = DefaultThreshold
+		opt.Threshold = shadow.DefaultThreshold
 	}
 	bw := bufio.NewWriter(w)
 	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
 	esc := html.EscapeString
 	p("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")
-	p("<title>%s</title>\n<style>%s</style></head>\n<body>\n<h1>%s</h1>\n", esc(opt.Title), reportCSS, esc(opt.Title))
+	p("<title>%s</title>\n<style>%s</style></head>\n<body>\n<h1>%s</h1>\n", esc(opt.Title), chart.CSS, esc(opt.Title))
 	p("<p class=\"summary\">Replayed <b>%d</b> requests from %s to %s (%s) through %d candidate(s); buckets of %s.",
 		rep.Records, rep.Start.UTC().Format(time.RFC3339), rep.End.UTC().Format(time.RFC3339),
 		rep.End.Sub(rep.Start).Round(time.Millisecond), len(rep.Candidates), seriesStep(&rep))
@@ -80,18 +72,18 @@ func (rep ReplayReport) WriteHTML(w io.Writer, opt HTMLOptions) error {
 	p("<h2>Candidates</h2>\n<table class=\"candidates\"><thead><tr><th>candidate</th><th>policy</th><th>mode</th><th>algorithm</th><th>limit</th><th>matched</th><th>admitted</th><th>rejected</th><th>would reject</th><th>refused share</th></tr></thead><tbody>\n")
 	for _, c := range rep.Candidates {
 		p("<tr class=\"verdict\" data-candidate=\"%s\"><td>%s</td><td>*</td><td></td><td></td><td></td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td></tr>\n",
-			esc(c.Candidate), esc(c.Candidate), c.Requests, c.Admitted, c.Rejected, c.WouldRejected, pct(ratio(c.Rejected+c.WouldRejected, c.Requests)))
+			esc(c.Candidate), esc(c.Candidate), c.Requests, c.Admitted, c.Rejected, c.WouldRejected, chart.Pct(shadow.Ratio(c.Rejected+c.WouldRejected, c.Requests)))
 		for _, pr := range c.Policies {
 			p("<tr data-candidate=\"%s\" data-policy=\"%s\"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d %s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td></tr>\n",
 				esc(c.Candidate), esc(pr.Policy), esc(c.Candidate), esc(pr.Policy), pr.Mode, pr.Algorithm, pr.Limit, pr.Unit,
-				pr.Matched, pr.Admitted, pr.Rejected, pr.WouldReject, pct(pr.RejectedRatio+pr.WouldRejectRatio))
+				pr.Requests, pr.Admitted, pr.Rejected, pr.WouldReject, chart.Pct(pr.RejectedRatio+pr.WouldRejectRatio))
 		}
 	}
 	p("</tbody></table>\n")
 
 	for _, name := range policyNames(&rep) {
 		p("<section class=\"policy\" data-policy=\"%s\">\n<h2>%s</h2>\n<div class=\"side\">\n", esc(name), esc(name))
-		var cells []*PolicyReplay
+		var cells []*Policy
 		var cands []string
 		for i := range rep.Candidates {
 			c := &rep.Candidates[i]
@@ -115,8 +107,8 @@ func (rep ReplayReport) WriteHTML(w io.Writer, opt HTMLOptions) error {
 		for k, pr := range cells {
 			p("<div class=\"cell\" data-candidate=\"%s\">\n<h3>%s</h3>\n", esc(cands[k]), esc(cands[k]))
 			p("<p class=\"figures\">%s, %s, limit %d %s: matched %d, admitted %d, rejected %d, would reject %d, bypassed %d (refused %s)</p>\n",
-				pr.Mode, pr.Algorithm, pr.Limit, pr.Unit, pr.Matched, pr.Admitted, pr.Rejected, pr.WouldReject, pr.Bypassed,
-				pct(pr.RejectedRatio+pr.WouldRejectRatio))
+				pr.Mode, pr.Algorithm, pr.Limit, pr.Unit, pr.Requests, pr.Admitted, pr.Rejected, pr.WouldReject, pr.Bypassed,
+				chart.Pct(pr.RejectedRatio+pr.WouldRejectRatio))
 			if s := pr.Series; s != nil && s.Buckets() > 0 {
 				refusedWhat := "rejected"
 				if pr.Mode == limits.Shadow {
@@ -131,7 +123,7 @@ func (rep ReplayReport) WriteHTML(w io.Writer, opt HTMLOptions) error {
 					return out
 				})
 				_, _, rs := seriesTotals(s)
-				writeRatio(bw, s.axis(), rs, ratioMax, opt.Threshold)
+				chart.WriteRatio(bw, s.axis(), rs, ratioMax, opt.Threshold)
 				writeLegend(bw, s)
 			}
 			writeTenants(bw, pr)
@@ -144,12 +136,12 @@ func (rep ReplayReport) WriteHTML(w io.Writer, opt HTMLOptions) error {
 		}
 		p("</div>\n</section>\n")
 	}
-	p("<script>%s</script>\n</body></html>\n", reportJS)
+	p("<script>%s</script>\n</body></html>\n", chart.JS)
 	return bw.Flush()
 }
 
 // seriesStep returns the common bucket width of the report's series.
-func seriesStep(rep *ReplayReport) time.Duration {
+func seriesStep(rep *Report) time.Duration {
 	for _, c := range rep.Candidates {
 		for _, p := range c.Policies {
 			if p.Series != nil {
@@ -161,7 +153,7 @@ func seriesStep(rep *ReplayReport) time.Duration {
 }
 
 // policyNames returns the policies of all candidates, first seen first.
-func policyNames(rep *ReplayReport) []string {
+func policyNames(rep *Report) []string {
 	var names []string
 	for _, c := range rep.Candidates {
 		for _, p := range c.Policies {
@@ -172,6 +164,9 @@ func policyNames(rep *ReplayReport) []string {
 	}
 	return names
 }
+
+// axis returns the time axis of s.
+func (s *Series) axis() chart.Axis { return chart.Axis{Start: s.Start, Step: s.Step, N: s.Buckets()} }
 
 // seriesTotals returns per bucket the admitted and refused requests of
 // all tenants and the refused share of those decided.
@@ -188,54 +183,16 @@ func seriesTotals(s *Series) (admitted, refused []int64, share []float64) {
 		}
 	}
 	for i := range n {
-		share[i] = ratio(refused[i], admitted[i]+refused[i])
+		share[i] = shadow.Ratio(refused[i], admitted[i]+refused[i])
 	}
 	return admitted, refused, share
-}
-
-// x returns the horizontal position of bucket i of n.
-func x(i, n int) float64 {
-	if n <= 1 {
-		return chartL + plotW/2
-	}
-	return chartL + float64(i)*plotW/float64(n-1)
-}
-
-// y returns the vertical position of v on an axis from 0 to top.
-func y(v, top float64) float64 {
-	if top <= 0 {
-		return chartT + plotH
-	}
-	return chartT + plotH - v/top*plotH
-}
-
-func fnum(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
-
-// timeAxis is a chart's horizontal axis: n buckets of step from start.
-type timeAxis struct {
-	start time.Time
-	step  time.Duration
-	n     int
-}
-
-func (s *Series) axis() timeAxis { return timeAxis{s.Start, s.Step, s.Buckets()} }
-
-// writeAxes writes a chart's frame, its y axis' top label and its time
-// labels.
-func writeAxes(w io.Writer, ax timeAxis, top string) {
-	end := ax.start.Add(time.Duration(ax.n) * ax.step)
-	fmt.Fprintf(w, `<rect class="frame" x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`, chartL, chartT, plotW, plotH)
-	fmt.Fprintf(w, `<text x="%d" y="%d" text-anchor="end">%s</text><text x="%d" y="%d" text-anchor="end">0</text>`,
-		chartL-4, chartT+8, top, chartL-4, chartT+plotH)
-	fmt.Fprintf(w, `<text x="%d" y="%d">%s</text><text x="%d" y="%d" text-anchor="end">%s</text>`,
-		chartL, chartH-6, ax.start.UTC().Format("15:04:05"), chartW-chartR, chartH-6, end.UTC().Format("15:04:05"))
 }
 
 // writeStack writes a stacked area chart of one count of s's tenants.
 func writeStack(w io.Writer, s *Series, kind, caption string, top int64, values func(*TenantSeries) []int64) {
 	n := s.Buckets()
-	fmt.Fprintf(w, "<figure class=\"chart\" data-chart=\"%s\">\n<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"%s\">", kind, chartW, chartH, chartW, chartH, html.EscapeString(caption))
-	writeAxes(w, s.axis(), strconv.FormatInt(top, 10))
+	fmt.Fprintf(w, "<figure class=\"chart\" data-chart=\"%s\">\n<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"%s\">", kind, chart.W, chart.H, chart.W, chart.H, html.EscapeString(caption))
+	chart.WriteAxes(w, s.axis(), strconv.FormatInt(top, 10))
 	lower := make([]int64, n)
 	for k := range s.Tenants {
 		t := &s.Tenants[k]
@@ -248,10 +205,10 @@ func writeStack(w io.Writer, s *Series, kind, caption string, top int64, values 
 			if i == 0 {
 				cmd = 'M'
 			}
-			fmt.Fprintf(&d, "%c%s,%s", cmd, fnum(x(i, n)), fnum(y(float64(lower[i]+v[i]), float64(top))))
+			fmt.Fprintf(&d, "%c%s,%s", cmd, chart.Num(chart.X(i, n)), chart.Num(chart.Y(float64(lower[i]+v[i]), float64(top))))
 		}
 		for i := n - 1; i >= 0; i-- {
-			fmt.Fprintf(&d, "L%s,%s", fnum(x(i, n)), fnum(y(float64(lower[i]), float64(top))))
+			fmt.Fprintf(&d, "L%s,%s", chart.Num(chart.X(i, n)), chart.Num(chart.Y(float64(lower[i]), float64(top))))
 		}
 		d.WriteString("Z")
 		for i := range n {
@@ -270,36 +227,6 @@ func writeStack(w io.Writer, s *Series, kind, caption string, top int64, values 
 	fmt.Fprintf(w, "</svg>\n<figcaption>%s: <span class=\"total\">%d</span> in all</figcaption></figure>\n", html.EscapeString(caption), all)
 }
 
-// writeRatio writes the refused share per bucket as a line with a point
-// per bucket, against the threshold.
-func writeRatio(w io.Writer, ax timeAxis, share []float64, top, threshold float64) {
-	n := ax.n
-	fmt.Fprintf(w, "<figure class=\"chart\" data-chart=\"ratio\">\n<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"refused share per bucket\">", chartW, chartH, chartW, chartH)
-	writeAxes(w, ax, pct(top))
-	ty := fnum(y(threshold, top))
-	fmt.Fprintf(w, `<line class="threshold" data-value="%g" x1="%d" x2="%d" y1="%s" y2="%s" stroke="%s" stroke-dasharray="4 3"><title>threshold %s</title></line>`,
-		threshold, chartL, chartL+plotW, ty, ty, thresholdColor, pct(threshold))
-	var pts, vals strings.Builder
-	over := 0
-	for i, r := range share {
-		if i > 0 {
-			pts.WriteByte(' ')
-			vals.WriteByte(' ')
-		}
-		fmt.Fprintf(&pts, "%s,%s", fnum(x(i, n)), fnum(y(r, top)))
-		vals.WriteString(strconv.FormatFloat(r, 'f', 4, 64))
-		if r > threshold {
-			over++
-		}
-	}
-	fmt.Fprintf(w, "\n<polyline class=\"ratio\" data-values=\"%s\" points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"/>", vals.String(), pts.String(), ratioColor)
-	for i, r := range share {
-		fmt.Fprintf(w, `<circle class="point" cx="%s" cy="%s" r="1.6" fill="%s"><title>%s: %s</title></circle>`,
-			fnum(x(i, n)), fnum(y(r, top)), ratioColor, ax.start.Add(time.Duration(i)*ax.step).UTC().Format("15:04:05"), pct(r))
-	}
-	fmt.Fprintf(w, "</svg>\n<figcaption>refused share per bucket against the %s threshold: over it in <span class=\"over\">%d</span> of %d buckets</figcaption></figure>\n", pct(threshold), over, n)
-}
-
 // writeLegend names the colours of the tenants.
 func writeLegend(w io.Writer, s *Series) {
 	fmt.Fprint(w, `<ul class="legend">`)
@@ -310,21 +237,21 @@ func writeLegend(w io.Writer, s *Series) {
 }
 
 // writeTenants writes the policy's top tenants by refusals.
-func writeTenants(w io.Writer, pr *PolicyReplay) {
-	if len(pr.TopTenants) == 0 {
+func writeTenants(w io.Writer, pr *Policy) {
+	if len(pr.Tenants) == 0 {
 		fmt.Fprint(w, "<p class=\"none\">No tenant refused.</p>\n")
 		return
 	}
 	fmt.Fprint(w, "<table class=\"tenants\"><thead><tr><th>tenant</th><th>requests</th><th>rejected</th><th>would reject</th><th>share of refusals</th></tr></thead><tbody>\n")
-	for _, t := range pr.TopTenants {
+	for _, t := range pr.Tenants {
 		fmt.Fprintf(w, "<tr data-tenant=\"%s\"><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td></tr>\n",
-			html.EscapeString(t.Tenant), html.EscapeString(t.Tenant), t.Requests, t.Rejected, t.WouldReject, pct(t.Share))
+			html.EscapeString(t.Tenant), html.EscapeString(t.Tenant), t.Requests, t.Rejected, t.WouldReject, chart.Pct(t.Share))
 	}
 	fmt.Fprint(w, "</tbody></table>\n")
 }
 
 func tenantColor(k int, tenant string) string {
-	if tenant == OtherTenant || k >= len(palette) {
+	if tenant == shadow.OtherTenant || k >= len(palette) {
 		return otherColor
 	}
 	return palette[k]
@@ -341,41 +268,11 @@ func joinInts(v []int64) string {
 	return b.String()
 }
 
-func pct(r float64) string { return strconv.FormatFloat(r*100, 'f', 1, 64) + "%" }
-
-const reportCSS = `
-body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1em;margin:.2em 0}
-table{border-collapse:collapse;margin:.5em 0}td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}
-td:first-child,th:first-child,.candidates td:nth-child(2),.candidates th:nth-child(2){text-align:left}
-.side{display:grid;grid-template-columns:repeat(auto-fit,minmax(380px,1fr));gap:1.5em;align-items:start}
-.cell p{max-width:380px}
-figure{margin:.4em 0}figcaption{font-size:12px;color:#555}svg text{font-size:9px;fill:#555}
-.legend{list-style:none;padding:0;margin:.2em 0;font-size:12px}.legend li{display:inline-block;margin-right:1em}
-.swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-pre.yaml{background:#f6f6f6;padding:.5em;font-size:12px}
-`
-
-// reportJS counts the charts' data points and marks the page rendered:
-// a browser that ran it without an error sets data-rendered on <body>.
-const reportJS = `
-(function(){
-  var charts = document.querySelectorAll("figure.chart svg");
-  var points = 0;
-  charts.forEach(function(svg){
-    var n = svg.querySelectorAll("path.area, circle.point").length;
-    svg.setAttribute("data-points", String(n));
-    points += n;
-  });
-  document.body.setAttribute("data-rendered", charts.length + " charts, " + points + " points");
-})();
-`
-
 // writeSuggestion writes a policy's suggested limit and its YAML.
 func writeSuggestion(w io.Writer, s *Suggestion) {
 	fmt.Fprintf(w, "<div class=\"suggestion\" data-limit=\"%d\" data-burst=\"%d\">\n", s.Limit, s.Burst)
 	if !s.Reached {
-		fmt.Fprintf(w, "<p>No limit keeps the rejected share of %s at or under %s.</p></div>\n", html.EscapeString(s.Policy), pct(s.Target))
+		fmt.Fprintf(w, "<p>No limit keeps the rejected share of %s at or under %s.</p></div>\n", html.EscapeString(s.Policy), chart.Pct(s.Target))
 		return
 	}
 	fmt.Fprintf(w, "<p>Suggested: limit <b>%d</b> %s", s.Limit, s.Unit)
@@ -383,7 +280,7 @@ func writeSuggestion(w io.Writer, s *Suggestion) {
 		fmt.Fprintf(w, ", burst <b>%d</b>", s.Burst)
 	}
 	fmt.Fprintf(w, " (now %d): enforced alone it rejects %d of %d (%s, target %s; %d with today's limit)",
-		s.WasLimit, s.Rejected, s.Matched, pct(s.Share), pct(s.Target), s.WasRejected)
+		s.WasLimit, s.Rejected, s.Matched, chart.Pct(s.Share), chart.Pct(s.Target), s.WasRejected)
 	if len(s.Ignored) > 0 {
 		fmt.Fprintf(w, ", leaving out %s", html.EscapeString(strings.Join(s.Ignored, ", ")))
 	}

@@ -1,4 +1,4 @@
-package shadow
+package replay
 
 import (
 	"cmp"
@@ -10,6 +10,9 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/chart"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 // DefaultSuggestTarget is SuggestConfig.Target's default: at most 1% of a
@@ -31,7 +34,7 @@ type SuggestConfig struct {
 	IgnoreTop int
 	// Replay configures the replays (MaxTenants, Reorder,
 	// OnRecordError).
-	Replay ReplayConfig
+	Replay Config
 }
 
 // A Suggestion is the smallest limit of one policy of a candidate under
@@ -107,7 +110,7 @@ func Suggest(ctx context.Context, open func() (io.ReadCloser, error), cand Candi
 	out := make([]Suggestion, len(policies))
 	type search struct{ lo, hi int64 } // lo fails (or is 0), hi meets
 	ranges := make([]search, len(policies))
-	meets := func(pr *PolicyReplay) bool { return pr.Rejected <= int64(cfg.Target*float64(pr.Matched)) }
+	meets := func(pr *Policy) bool { return pr.Rejected <= int64(cfg.Target*float64(pr.Requests)) }
 	for i, p := range policies {
 		pr := &base.Candidates[i].Policies[0]
 		out[i] = Suggestion{
@@ -117,7 +120,7 @@ func Suggest(ctx context.Context, open func() (io.ReadCloser, error), cand Candi
 		ranges[i] = search{lo: 0, hi: -1}
 		if meets(pr) {
 			ranges[i].hi = p.Limit
-			out[i].Limit, out[i].Burst, out[i].Matched, out[i].Rejected = p.Limit, p.Burst, pr.Matched, pr.Rejected
+			out[i].Limit, out[i].Burst, out[i].Matched, out[i].Rejected = p.Limit, p.Burst, pr.Requests, pr.Rejected
 		} else {
 			ranges[i].lo = p.Limit
 		}
@@ -148,7 +151,7 @@ func Suggest(ctx context.Context, open func() (io.ReadCloser, error), cand Candi
 			i, l, pr := owner[k], limitsTried[k], &rep.Candidates[k].Policies[0]
 			if r := &ranges[i]; meets(pr) && (r.hi < 0 || l < r.hi) {
 				r.hi = l
-				out[i].Limit, out[i].Burst, out[i].Matched, out[i].Rejected = l, scaledBurst(policies[i], l), pr.Matched, pr.Rejected
+				out[i].Limit, out[i].Burst, out[i].Matched, out[i].Rejected = l, scaledBurst(policies[i], l), pr.Requests, pr.Rejected
 			}
 		}
 		for k := range probes {
@@ -165,7 +168,7 @@ func Suggest(ctx context.Context, open func() (io.ReadCloser, error), cand Candi
 	}
 	for i := range out {
 		out[i].Reached = ranges[i].hi > 0
-		out[i].Share = ratio(out[i].Rejected, out[i].Matched)
+		out[i].Share = shadow.Ratio(out[i].Rejected, out[i].Matched)
 	}
 	return out, nil
 }
@@ -217,7 +220,7 @@ func alone(cand Candidate, p admission.Policy, l, b int64) Candidate {
 
 // replayFiltered replays the log through cands, leaving out the records
 // of the tenants in skip, and finishes the replay.
-func replayFiltered(ctx context.Context, open func() (io.ReadCloser, error), cfg ReplayConfig, skip map[string]bool, cands []Candidate) (*Replayer, error) {
+func replayFiltered(ctx context.Context, open func() (io.ReadCloser, error), cfg Config, skip map[string]bool, cands []Candidate) (*Replayer, error) {
 	rp, err := NewReplayer(cfg, cands...)
 	if err != nil {
 		return nil, err
@@ -238,8 +241,8 @@ func replayFiltered(ctx context.Context, open func() (io.ReadCloser, error), cfg
 // addFiltered adds the records of the log r to rp but those of the
 // tenants in skip.
 func addFiltered(ctx context.Context, rp *Replayer, r io.Reader, skip map[string]bool) error {
-	lr := NewLogReader(r)
-	var rec Record
+	lr := requestlog.NewReader(r)
+	var rec requestlog.Record
 	for n := 0; ; n++ {
 		if n%1024 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -250,7 +253,7 @@ func addFiltered(ctx context.Context, rp *Replayer, r io.Reader, skip map[string
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		var re *RecordError
+		var re *requestlog.RecordError
 		if errors.As(err, &re) {
 			if err := rp.recordError(re); err != nil {
 				return err
@@ -278,7 +281,7 @@ func topTenants(rp *Replayer, n int) []string {
 	}
 	var names []string
 	for t := range rp.tenants.m {
-		if t != OtherTenant {
+		if t != shadow.OtherTenant {
 			names = append(names, t)
 		}
 	}
@@ -296,9 +299,9 @@ func topTenants(rp *Replayer, n int) []string {
 // what it was.
 func (s *Suggestion) YAML() string {
 	if !s.Reached {
-		return fmt.Sprintf("# %s: no limit keeps its rejected share at or under %s\n", s.Policy, pct(s.Target))
+		return fmt.Sprintf("# %s: no limit keeps its rejected share at or under %s\n", s.Policy, chart.Pct(s.Target))
 	}
-	out := fmt.Sprintf("  - name: %s\n    limit: %d  # was %d; rejects %s (%d of %d)\n", s.Policy, s.Limit, s.WasLimit, pct(s.Share), s.Rejected, s.Matched)
+	out := fmt.Sprintf("  - name: %s\n    limit: %d  # was %d; rejects %s (%d of %d)\n", s.Policy, s.Limit, s.WasLimit, chart.Pct(s.Share), s.Rejected, s.Matched)
 	if s.Burst > 0 {
 		out += fmt.Sprintf("    burst: %d  # was %d\n", s.Burst, s.WasBurst)
 	}

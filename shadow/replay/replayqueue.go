@@ -1,4 +1,4 @@
-package shadow
+package replay
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 // queuedRun is the part of a candidate's replay that waits requests in
@@ -95,7 +96,7 @@ func (r *run) requestOf(d *admission.Decision) *request {
 }
 
 // addQueued replays one record through a candidate that queues.
-func (r *run) addQueued(rec *Record, req *admission.Request, at time.Time, usage *admission.Usage) {
+func (r *run) addQueued(rec *requestlog.Record, req *admission.Request, at time.Time, usage *admission.Usage) {
 	qr := r.queued
 	r.advance(at)
 	c := *rec

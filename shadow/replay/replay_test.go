@@ -1,4 +1,4 @@
-package shadow_test
+package replay_test
 
 import (
 	"bytes"
@@ -16,7 +16,9 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
+	"github.com/sluicehq/sluice/shadow/replay"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 // logLines writes records as "seconds-after-t0 tenant [key=value...]"
@@ -28,7 +30,7 @@ func logLines(t testing.TB, specs ...string) string {
 		f := strings.Fields(s)
 		var secs float64
 		fmt.Sscan(f[0], &secs)
-		r := shadow.Record{Time: t0.Add(time.Duration(secs * float64(time.Second))), Request: admission.Request{Tenant: f[1]}}
+		r := requestlog.Record{Time: shadowtest.T0.Add(time.Duration(secs * float64(time.Second))), Request: admission.Request{Tenant: f[1]}}
 		for _, kv := range f[2:] {
 			k, v, _ := strings.Cut(kv, "=")
 			var n int64
@@ -56,23 +58,21 @@ func logLines(t testing.TB, specs ...string) string {
 	return b.String()
 }
 
-func tenantKey() []limits.KeyPart { return []limits.KeyPart{limits.KeyTenant} }
-
 func rpm(mode limits.Mode) admission.Policy {
-	return admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 2, Per: time.Second, Mode: mode}
+	return admission.Policy{Name: "rpm", Key: shadowtest.TenantKey(), Algorithm: limits.TokenBucket, Limit: 2, Per: time.Second, Mode: mode}
 }
 
-func replay(t testing.TB, log string, cands ...shadow.Candidate) shadow.ReplayReport {
+func replayLog(t testing.TB, log string, cands ...replay.Candidate) replay.Report {
 	t.Helper()
-	rep, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{}, cands...)
+	rep, err := replay.Run(context.Background(), strings.NewReader(log), replay.Config{}, cands...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rep
 }
 
-func cand(name string, ps ...admission.Policy) shadow.Candidate {
-	return shadow.Candidate{Name: name, Config: admission.Config{Policies: ps}}
+func cand(name string, ps ...admission.Policy) replay.Candidate {
+	return replay.Candidate{Name: name, Config: admission.Config{Policies: ps}}
 }
 
 // A known log through known policies gives exact counts.
@@ -105,7 +105,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "concurrency: permits held for the duration, freed at its end",
-			policy:   admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 1},
+			policy:   admission.Policy{Name: "conc", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 1},
 			log:      []string{"0 acme dur=1s", "0 acme", "0.5 beta dur=1s", "1 acme", "1.2 beta", "1.5 beta"},
 			admitted: 4, rejected: 2, peak: 2,
 			want: counts{matched: 6, admitted: 4, rejected: 2, peak: 2},
@@ -113,7 +113,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "tokens reconciled with the actual usage",
-			policy:   admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute},
+			policy:   admission.Policy{Name: "tpm", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute},
 			log:      []string{"0 acme tokens=800 actual=200", "0 acme tokens=700", "0 acme tokens=200", "0 beta tokens=1000"},
 			admitted: 3, rejected: 1, peak: 1,
 			want: counts{matched: 4, admitted: 3, rejected: 1, peak: 1, refusedTokens: 200},
@@ -121,7 +121,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "settled late: actual usage charged at the end of the duration",
-			policy:   admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.FixedWindow, Limit: 1000, Per: time.Minute},
+			policy:   admission.Policy{Name: "tpm", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.FixedWindow, Limit: 1000, Per: time.Minute},
 			log:      []string{"0 acme tokens=100 actual=900 dur=2s", "1 acme tokens=800", "3 acme tokens=100", "3 acme tokens=1"},
 			admitted: 2, rejected: 2, peak: 2,
 			want: counts{matched: 4, admitted: 2, rejected: 2, peak: 2, refusedTokens: 101},
@@ -129,7 +129,7 @@ func TestReplayCounts(t *testing.T) {
 		},
 		{
 			name:     "operations not matched are not counted",
-			policy:   admission.Policy{Name: "chat", Key: tenantKey(), Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute, Match: limits.Match{Operations: []string{"chat"}}},
+			policy:   admission.Policy{Name: "chat", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute, Match: limits.Match{Operations: []string{"chat"}}},
 			log:      []string{"0 acme op=chat", "0 acme op=embed", "1 acme op=chat", "2 acme op=embed"},
 			admitted: 3, rejected: 1, peak: 1,
 			want: counts{matched: 2, admitted: 1, rejected: 1, peak: 1},
@@ -138,19 +138,19 @@ func TestReplayCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep := replay(t, logLines(t, tt.log...), cand("c", tt.policy))
+			rep := replayLog(t, logLines(t, tt.log...), cand("c", tt.policy))
 			c := rep.Candidates[0]
 			if c.Admitted != tt.admitted || c.Rejected != tt.rejected || c.WouldRejected != tt.would || c.PeakInFlight != tt.peak {
 				t.Errorf("candidate admitted, rejected, would, peak = %d, %d, %d, %d; want %d, %d, %d, %d",
 					c.Admitted, c.Rejected, c.WouldRejected, c.PeakInFlight, tt.admitted, tt.rejected, tt.would, tt.peak)
 			}
 			p := c.Policies[0]
-			got := counts{p.Matched, p.Admitted, p.Rejected, p.WouldReject, p.Bypassed, p.PeakInFlight, p.RefusedCost.Tokens}
+			got := counts{p.Requests, p.Admitted, p.Rejected, p.WouldReject, p.Bypassed, p.PeakInFlight, p.RefusedCost.Tokens}
 			if got != tt.want {
 				t.Errorf("policy counts = %+v; want %+v", got, tt.want)
 			}
 			var top []string
-			for _, tr := range p.TopTenants {
+			for _, tr := range p.Tenants {
 				top = append(top, fmt.Sprintf("%s:%d/%d", tr.Tenant, tr.Rejected+tr.WouldReject, tr.Requests))
 			}
 			if s := strings.Join(top, " "); s != tt.top {
@@ -164,8 +164,8 @@ func TestReplayCounts(t *testing.T) {
 // policies after the rejecting one are bypassed, and ones before give
 // their permits back.
 func TestReplayBypassed(t *testing.T) {
-	quota := admission.Policy{Name: "daily", Key: tenantKey(), Algorithm: limits.Quota, Period: limits.PeriodDay, Limit: 100}
-	rep := replay(t, logLines(t, "0 acme", "0 acme", "0 acme", "0.1 acme"), cand("c", rpm(limits.Enforce), quota))
+	quota := admission.Policy{Name: "daily", Key: shadowtest.TenantKey(), Algorithm: limits.Quota, Period: limits.PeriodDay, Limit: 100}
+	rep := replayLog(t, logLines(t, "0 acme", "0 acme", "0 acme", "0.1 acme"), cand("c", rpm(limits.Enforce), quota))
 	for _, p := range rep.Candidates[0].Policies {
 		var want [4]int64 // matched, admitted, rejected, bypassed
 		switch p.Policy {
@@ -174,7 +174,7 @@ func TestReplayBypassed(t *testing.T) {
 		case "daily":
 			want = [4]int64{4, 2, 0, 2}
 		}
-		if got := [4]int64{p.Matched, p.Admitted, p.Rejected, p.Bypassed}; got != want {
+		if got := [4]int64{p.Requests, p.Admitted, p.Rejected, p.Bypassed}; got != want {
 			t.Errorf("%s: matched, admitted, rejected, bypassed = %v; want %v", p.Policy, got, want)
 		}
 	}
@@ -185,7 +185,7 @@ func TestReplayBypassed(t *testing.T) {
 func randomLog(t testing.TB, seed uint64, n int) string {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	var b bytes.Buffer
-	at := t0
+	at := shadowtest.T0
 	for i := range n {
 		at = at.Add(time.Duration(rng.ExpFloat64() * float64(20*time.Millisecond)))
 		tenant := fmt.Sprintf("t%02d", min(rng.IntN(40), rng.IntN(40)))
@@ -194,7 +194,7 @@ func randomLog(t testing.TB, seed uint64, n int) string {
 		}
 		est := int64(100 + rng.IntN(2000))
 		actual := est * int64(20+rng.IntN(100)) / 100
-		r := shadow.Record{
+		r := requestlog.Record{
 			Time: at, Request: admission.Request{Tenant: tenant, Operation: "POST /v1/chat/completions", Model: "m", Tokens: est, Cost: est / 10},
 			Actual: admission.Usage{Tokens: actual, TokensKnown: true}, Duration: time.Duration(rng.IntN(3000)) * time.Millisecond,
 		}
@@ -209,22 +209,22 @@ func randomLog(t testing.TB, seed uint64, n int) string {
 func TestReplayShadowEqualsEnforce(t *testing.T) {
 	log := randomLog(t, 7, 4000)
 	policies := []admission.Policy{
-		{Name: "token_bucket", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 5, Burst: 3, Per: time.Second},
-		{Name: "fixed_window", Key: tenantKey(), Algorithm: limits.FixedWindow, Limit: 4, Per: time.Second},
-		{Name: "sliding_window", Key: tenantKey(), Algorithm: limits.SlidingWindow, Limit: 4, Per: time.Second},
-		{Name: "sliding_log", Key: tenantKey(), Algorithm: limits.SlidingLog, Limit: 4, Per: time.Second},
-		{Name: "tokens", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 4000, Per: time.Second},
-		{Name: "concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 3},
+		{Name: "token_bucket", Key: shadowtest.TenantKey(), Algorithm: limits.TokenBucket, Limit: 5, Burst: 3, Per: time.Second},
+		{Name: "fixed_window", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 4, Per: time.Second},
+		{Name: "sliding_window", Key: shadowtest.TenantKey(), Algorithm: limits.SlidingWindow, Limit: 4, Per: time.Second},
+		{Name: "sliding_log", Key: shadowtest.TenantKey(), Algorithm: limits.SlidingLog, Limit: 4, Per: time.Second},
+		{Name: "tokens", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 4000, Per: time.Second},
+		{Name: "concurrency", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 3},
 		{Name: "global_concurrency", Algorithm: limits.Concurrency, Limit: 40},
-		{Name: "quota", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 200_000, Per: time.Hour},
+		{Name: "quota", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 200_000, Per: time.Hour},
 	}
-	var cands []shadow.Candidate
+	var cands []replay.Candidate
 	for _, p := range policies {
 		e, s := p, p
 		e.Mode, s.Mode = limits.Enforce, limits.Shadow
 		cands = append(cands, cand(p.Name+"/enforce", e), cand(p.Name+"/shadow", s))
 	}
-	rep := replay(t, log, cands...)
+	rep := replayLog(t, log, cands...)
 	for i := 0; i < len(rep.Candidates); i += 2 {
 		e, s := rep.Candidates[i].Policies[0], rep.Candidates[i+1].Policies[0]
 		if e.Rejected == 0 || e.Admitted == 0 {
@@ -237,11 +237,11 @@ func TestReplayShadowEqualsEnforce(t *testing.T) {
 		if !reflect.DeepEqual(e.RefusedCost, s.RefusedCost) || !reflect.DeepEqual(e.Reasons, s.Reasons) {
 			t.Errorf("%s: refused cost %+v, reasons %v; shadow %+v, %v", e.Policy, e.RefusedCost, e.Reasons, s.RefusedCost, s.Reasons)
 		}
-		if len(e.TopTenants) != len(s.TopTenants) {
-			t.Fatalf("%s: %d top tenants; shadow %d", e.Policy, len(e.TopTenants), len(s.TopTenants))
+		if len(e.Tenants) != len(s.Tenants) {
+			t.Fatalf("%s: %d top tenants; shadow %d", e.Policy, len(e.Tenants), len(s.Tenants))
 		}
-		for j := range e.TopTenants {
-			a, b := e.TopTenants[j], s.TopTenants[j]
+		for j := range e.Tenants {
+			a, b := e.Tenants[j], s.Tenants[j]
 			if a.Tenant != b.Tenant || a.Rejected != b.WouldReject || a.Requests != b.Requests {
 				t.Errorf("%s: top tenant %d = %+v; shadow %+v", e.Policy, j, a, b)
 			}
@@ -254,13 +254,13 @@ func TestReplayShadowEqualsEnforce(t *testing.T) {
 // queue rejects fewer, and only for a full queue or a timeout.
 func TestReplayQueueWaits(t *testing.T) {
 	log := randomLog(t, 7, 4000)
-	p := admission.Policy{Name: "queued_concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2, Queue: limits.Queue{Size: 4, Timeout: time.Second}}
+	p := admission.Policy{Name: "queued_concurrency", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 2, Queue: limits.Queue{Size: 4, Timeout: time.Second}}
 	e, s := p, p
 	e.Mode, s.Mode = limits.Enforce, limits.Shadow
-	rep := replay(t, log, cand("enforce", e), cand("shadow", s))
+	rep := replayLog(t, log, cand("enforce", e), cand("shadow", s))
 	pe, ps := rep.Candidates[0].Policies[0], rep.Candidates[1].Policies[0]
-	if pe.Rejected == 0 || pe.Rejected >= ps.WouldReject || pe.Admitted+pe.Rejected != pe.Matched {
-		t.Errorf("enforcing queue rejected %d of %d (admitted %d); shadow would reject %d: want fewer, more than none", pe.Rejected, pe.Matched, pe.Admitted, ps.WouldReject)
+	if pe.Rejected == 0 || pe.Rejected >= ps.WouldReject || pe.Admitted+pe.Rejected != pe.Requests {
+		t.Errorf("enforcing queue rejected %d of %d (admitted %d); shadow would reject %d: want fewer, more than none", pe.Rejected, pe.Requests, pe.Admitted, ps.WouldReject)
 	}
 	for reason := range pe.Reasons {
 		if reason != "queue_full" && reason != "queue_timeout" {
@@ -286,10 +286,10 @@ func TestReplayBeginOnly(t *testing.T) {
 		"0.4 acme begin=1",   // over the request rate
 		"0.5 other tokens=10",
 	)
-	rate := admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: limits.FixedWindow, Limit: 3, Per: time.Hour}
-	tokens := admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Hour}
-	conc := admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 2, Timeout: time.Second}}
-	rep := replay(t, log, cand("plain", rate, tokens), cand("queued", rate, tokens, conc))
+	rate := admission.Policy{Name: "rpm", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 3, Per: time.Hour}
+	tokens := admission.Policy{Name: "tpm", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Hour}
+	conc := admission.Policy{Name: "conc", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 2, Timeout: time.Second}}
+	rep := replayLog(t, log, cand("plain", rate, tokens), cand("queued", rate, tokens, conc))
 	// matched, admitted, rejected: the second request of acme over the
 	// rate bypasses the others; the begin_only ones never match them.
 	want := map[string][3]int64{"rpm": {6, 4, 2}, "tpm": {3, 2, 0}, "conc": {3, 2, 0}}
@@ -298,8 +298,8 @@ func TestReplayBeginOnly(t *testing.T) {
 			t.Errorf("%s: %d requests, %d admitted, %d rejected; want 6, 4, 2", c.Candidate, c.Requests, c.Admitted, c.Rejected)
 		}
 		for _, p := range c.Policies {
-			if w := want[p.Policy]; p.Matched != w[0] || p.Admitted != w[1] || p.Rejected != w[2] {
-				t.Errorf("%s: policy %s matched %d, admitted %d, rejected %d; want %d, %d, %d", c.Candidate, p.Policy, p.Matched, p.Admitted, p.Rejected, w[0], w[1], w[2])
+			if w := want[p.Policy]; p.Requests != w[0] || p.Admitted != w[1] || p.Rejected != w[2] {
+				t.Errorf("%s: policy %s matched %d, admitted %d, rejected %d; want %d, %d, %d", c.Candidate, p.Policy, p.Requests, p.Admitted, p.Rejected, w[0], w[1], w[2])
 			}
 		}
 	}
@@ -308,18 +308,18 @@ func TestReplayBeginOnly(t *testing.T) {
 // The same log and candidates give the same report, byte for byte.
 func TestReplayDeterministic(t *testing.T) {
 	log := randomLog(t, 11, 3000)
-	cands := []shadow.Candidate{
-		cand("a", rpm(limits.Enforce), admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2, Mode: limits.Shadow}),
-		cand("b", admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 5000, Per: time.Second}),
+	cands := []replay.Candidate{
+		cand("a", rpm(limits.Enforce), admission.Policy{Name: "conc", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 2, Mode: limits.Shadow}),
+		cand("b", admission.Policy{Name: "tpm", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 5000, Per: time.Second}),
 		// Queues: requests wait on goroutines of their own.
-		cand("c", rpm(limits.Enforce), admission.Policy{Name: "qconc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2,
+		cand("c", rpm(limits.Enforce), admission.Policy{Name: "qconc", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 2,
 			Queue: limits.Queue{Size: 3, Timeout: 700 * time.Millisecond, Order: limits.NewestFirst}}),
 		cand("d", admission.Policy{Name: "qrate", Algorithm: limits.TokenBucket, Limit: 20, Burst: 5, Per: time.Second,
 			Queue: limits.Queue{Size: 10, Timeout: 400 * time.Millisecond}}),
 	}
 	var outs [3][]byte
 	for i := range outs {
-		rep := replay(t, log, cands...)
+		rep := replayLog(t, log, cands...)
 		var b bytes.Buffer
 		if err := json.NewEncoder(&b).Encode(rep); err != nil {
 			t.Fatal(err)
@@ -338,18 +338,18 @@ func TestReplayMaxTenants(t *testing.T) {
 	for i := range 10 {
 		specs = append(specs, fmt.Sprintf("0 t%d", i), fmt.Sprintf("0 t%d", i), fmt.Sprintf("0 t%d", i))
 	}
-	p := admission.Policy{Name: "one", Key: tenantKey(), Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute}
-	rp, err := shadow.NewReplayer(shadow.ReplayConfig{MaxTenants: 3, TopTenants: 5}, cand("c", p))
+	p := admission.Policy{Name: "one", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute}
+	rp, err := replay.NewReplayer(replay.Config{MaxTenants: 3, TopTenants: 5}, cand("c", p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lr := shadow.NewLogReader(strings.NewReader(logLines(t, specs...)))
-	var rec shadow.Record
+	lr := requestlog.NewReader(strings.NewReader(logLines(t, specs...)))
+	var rec requestlog.Record
 	for lr.Read(&rec) == nil {
 		rp.Add(&rec)
 	}
 	rp.Finish()
-	top := rp.Report().Candidates[0].Policies[0].TopTenants
+	top := rp.Report().Candidates[0].Policies[0].Tenants
 	var got []string
 	for _, tr := range top {
 		got = append(got, fmt.Sprintf("%s:%d/%d", tr.Tenant, tr.Rejected, tr.Requests))
@@ -361,7 +361,7 @@ func TestReplayMaxTenants(t *testing.T) {
 
 // Records out of time order are replayed at the time before them.
 func TestReplayReordered(t *testing.T) {
-	rep := replay(t, logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme"), cand("c", rpm(limits.Enforce)))
+	rep := replayLog(t, logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme"), cand("c", rpm(limits.Enforce)))
 	if rep.Reordered != 2 || rep.Candidates[0].Rejected != 1 {
 		t.Errorf("Reordered = %d, Rejected = %d; want 2, 1", rep.Reordered, rep.Candidates[0].Rejected)
 	}
@@ -371,31 +371,31 @@ func TestReplayReordered(t *testing.T) {
 // Reorder of that much replays every record at its own time.
 func TestReplayReorderWindow(t *testing.T) {
 	log := logLines(t, "1 acme", "0 acme", "0.5 acme", "2 acme")
-	rep := replay(t, log, cand("c", rpm(limits.Enforce)))
+	rep := replayLog(t, log, cand("c", rpm(limits.Enforce)))
 	if rep.Reordered != 2 || rep.Lateness != time.Second {
 		t.Errorf("Reordered = %d, Lateness = %s; want 2, 1s", rep.Reordered, rep.Lateness)
 	}
-	got, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{Reorder: time.Second}, cand("c", rpm(limits.Enforce)))
+	got, err := replay.Run(context.Background(), strings.NewReader(log), replay.Config{Reorder: time.Second}, cand("c", rpm(limits.Enforce)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sorted := replay(t, logLines(t, "0 acme", "0.5 acme", "1 acme", "2 acme"), cand("c", rpm(limits.Enforce)))
+	sorted := replayLog(t, logLines(t, "0 acme", "0.5 acme", "1 acme", "2 acme"), cand("c", rpm(limits.Enforce)))
 	if got.Reordered != 0 || got.Candidates[0].Rejected != sorted.Candidates[0].Rejected || got.Candidates[0].Admitted != sorted.Candidates[0].Admitted {
 		t.Errorf("with Reorder 1s: reordered %d, %+v; the sorted log gives %+v", got.Reordered, got.Candidates[0], sorted.Candidates[0])
 	}
 }
 
 func TestReplayErrors(t *testing.T) {
-	if _, err := shadow.NewReplayer(shadow.ReplayConfig{}); err == nil {
+	if _, err := replay.NewReplayer(replay.Config{}); err == nil {
 		t.Error("NewReplayer without candidates succeeded")
 	}
 	bad := admission.Policy{Name: "x", Algorithm: limits.TokenBucket}
-	if _, err := shadow.NewReplayer(shadow.ReplayConfig{}, cand("bad", bad)); err == nil || !strings.Contains(err.Error(), "candidate bad") {
+	if _, err := replay.NewReplayer(replay.Config{}, cand("bad", bad)); err == nil || !strings.Contains(err.Error(), "candidate bad") {
 		t.Errorf("NewReplayer(invalid policy) = %v; want an error naming the candidate", err)
 	}
-	_, err := shadow.Replay(context.Background(), strings.NewReader(logLines(t, "0 acme")+"{}\n"), shadow.ReplayConfig{}, cand("c", rpm(0)))
+	_, err := replay.Run(context.Background(), strings.NewReader(logLines(t, "0 acme")+"{}\n"), replay.Config{}, cand("c", rpm(0)))
 	if err == nil || !strings.HasPrefix(err.Error(), "line 2: ") {
-		t.Errorf("Replay(malformed line 2) = %v", err)
+		t.Errorf("Run(malformed line 2) = %v", err)
 	}
 }
 
@@ -425,9 +425,9 @@ func TestReplayOnRecordError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var rp *shadow.Replayer
+			var rp *replay.Replayer
 			var calls []call
-			cfg := shadow.ReplayConfig{OnRecordError: func(re *shadow.RecordError) error {
+			cfg := replay.Config{OnRecordError: func(re *requestlog.RecordError) error {
 				calls = append(calls, call{re.Line, rp.Report().Records})
 				if re.Line == tt.stopAt {
 					return errStop
@@ -437,7 +437,7 @@ func TestReplayOnRecordError(t *testing.T) {
 			if tt.nilFunc {
 				cfg.OnRecordError = nil
 			}
-			rp, err := shadow.NewReplayer(cfg, cand("c", rpm(limits.Enforce)))
+			rp, err := replay.NewReplayer(cfg, cand("c", rpm(limits.Enforce)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -488,10 +488,10 @@ func TestReplayOnRecordErrorBatches(t *testing.T) {
 		add(false)
 	}
 	add(true)
-	var rp *shadow.Replayer
+	var rp *replay.Replayer
 	var lines []int
 	var replayed []int64
-	rp, err := shadow.NewReplayer(shadow.ReplayConfig{OnRecordError: func(re *shadow.RecordError) error {
+	rp, err := replay.NewReplayer(replay.Config{OnRecordError: func(re *requestlog.RecordError) error {
 		lines = append(lines, re.Line)
 		replayed = append(replayed, rp.Report().Records)
 		return nil
@@ -541,8 +541,8 @@ func TestReplayTextColumns(t *testing.T) {
 			if tt.skip {
 				log = "{}\n" + log
 			}
-			cfg := shadow.ReplayConfig{OnRecordError: func(*shadow.RecordError) error { return nil }}
-			rep, err := shadow.Replay(context.Background(), strings.NewReader(log), cfg, cand("c", rpm(limits.Enforce)))
+			cfg := replay.Config{OnRecordError: func(*requestlog.RecordError) error { return nil }}
+			rep, err := replay.Run(context.Background(), strings.NewReader(log), cfg, cand("c", rpm(limits.Enforce)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -570,7 +570,7 @@ func TestReplayTextColumns(t *testing.T) {
 	}
 
 	// An empty log has nothing to say about its estimates.
-	rep := replay(t, "", cand("c", rpm(limits.Enforce)))
+	rep := replayLog(t, "", cand("c", rpm(limits.Enforce)))
 	var b bytes.Buffer
 	if err := rep.WriteText(&b); err != nil {
 		t.Fatal(err)
@@ -582,14 +582,14 @@ func TestReplayTextColumns(t *testing.T) {
 
 func TestReplayText(t *testing.T) {
 	log := logLines(t, "0 acme dur=1s", "0 acme", "0 acme tokens=10", "0.5 acme", "0.5 acme tokens=5", "0.5 beta dur=2s", "1 beta")
-	rep := replay(t, log,
+	rep := replayLog(t, log,
 		cand("enforce.yaml", rpm(limits.Enforce), admission.Policy{Name: "conc", Algorithm: limits.Concurrency, Limit: 1}),
 		cand("shadow.yaml", rpm(limits.Shadow), admission.Policy{Name: "conc", Algorithm: limits.Concurrency, Limit: 1, Mode: limits.Shadow}))
 	var b bytes.Buffer
 	if err := rep.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "replay.golden", b.Bytes())
+	shadowtest.Golden(t, "replay.golden", b.Bytes())
 }
 
 // BenchmarkReplay replays a log of multi-tenant traffic through two
@@ -597,18 +597,18 @@ func TestReplayText(t *testing.T) {
 // BenchmarkParse is the parsing share of it.
 func BenchmarkReplay(b *testing.B) {
 	log := randomLog(b, 3, 100_000)
-	cands := []shadow.Candidate{
+	cands := []replay.Candidate{
 		cand("a", rpm(limits.Enforce),
-			admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 20_000, Per: time.Second},
-			admission.Policy{Name: "conc", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 4, Mode: limits.Shadow}),
-		cand("b", admission.Policy{Name: "rpm", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 10, Per: time.Second, Mode: limits.Shadow},
-			admission.Policy{Name: "tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 10_000, Per: time.Second},
+			admission.Policy{Name: "tpm", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 20_000, Per: time.Second},
+			admission.Policy{Name: "conc", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 4, Mode: limits.Shadow}),
+		cand("b", admission.Policy{Name: "rpm", Key: shadowtest.TenantKey(), Algorithm: limits.TokenBucket, Limit: 10, Per: time.Second, Mode: limits.Shadow},
+			admission.Policy{Name: "tpm", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 10_000, Per: time.Second},
 			admission.Policy{Name: "conc", Algorithm: limits.Concurrency, Limit: 50}),
 	}
 	b.SetBytes(int64(len(log)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{}, cands...); err != nil {
+		if _, err := replay.Run(context.Background(), strings.NewReader(log), replay.Config{}, cands...); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -620,8 +620,8 @@ func BenchmarkParse(b *testing.B) {
 	b.SetBytes(int64(len(log)))
 	b.ReportAllocs()
 	for b.Loop() {
-		lr := shadow.NewLogReader(strings.NewReader(log))
-		var rec shadow.Record
+		lr := requestlog.NewReader(strings.NewReader(log))
+		var rec requestlog.Record
 		for lr.Read(&rec) == nil {
 		}
 	}
@@ -631,10 +631,10 @@ func BenchmarkParse(b *testing.B) {
 // A replay stopped by a malformed line gives up the requests waiting in
 // its queues: no goroutine is left behind.
 func TestReplayStoppedLeavesNoWaiters(t *testing.T) {
-	queued := admission.Policy{Name: "q", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 10}}
+	queued := admission.Policy{Name: "q", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 10}}
 	log := logLines(t, "0 acme dur=10s", "0.1 acme dur=1s", "0.2 acme dur=1s") + "not json\n"
 	before := runtime.NumGoroutine()
-	if _, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{}, cand("c", queued)); err == nil {
+	if _, err := replay.Run(context.Background(), strings.NewReader(log), replay.Config{}, cand("c", queued)); err == nil {
 		t.Fatal("no error for the malformed line")
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -1,4 +1,4 @@
-package shadow
+package requestlog
 
 import (
 	"bufio"
@@ -59,7 +59,7 @@ const (
 //	           concurrency permits are held that long; zero or absent
 //	           settles it at once
 //	sample     N when the log holds the requests of one tenant in N
-//	           (RequestLogConfig.SampleTenants); absent when it holds all
+//	           (WriterConfig.SampleTenants); absent when it holds all
 //	begin_only true when the request ended before its body was priced
 //	           (the gateway refused the body: malformed, too large,
 //	           unreadable): only the policies that need nothing from a
@@ -74,7 +74,7 @@ const (
 // replays as it did (a record without begin_only is decided by every
 // policy). A reader older than a field refuses the records that carry it
 // as having an unknown field: replay a log with begin_only records with a
-// reader that knows it (see ReplayConfig.OnRecordError to skip them
+// reader that knows it (see replay.Config.OnRecordError to skip them
 // instead).
 type Record struct {
 	// Time is when the request arrived.
@@ -223,27 +223,27 @@ func (e *RecordError) Error() string { return "line " + strconv.Itoa(e.Line) + "
 // Unwrap returns the underlying problem.
 func (e *RecordError) Unwrap() error { return e.Err }
 
-// A LogReader reads a request log one Record at a time, in constant
+// A Reader reads a request log one Record at a time, in constant
 // memory (one line at a time).
-type LogReader struct {
+type Reader struct {
 	br     *bufio.Reader
 	line   int
 	buf    []byte
 	intern interner
 }
 
-// NewLogReader returns a reader of the request log r.
-func NewLogReader(r io.Reader) *LogReader {
-	return &LogReader{br: bufio.NewReaderSize(r, 64<<10)}
+// NewReader returns a reader of the request log r.
+func NewReader(r io.Reader) *Reader {
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10)}
 }
 
 // Line returns the line number of the record last read.
-func (lr *LogReader) Line() int { return lr.line }
+func (lr *Reader) Line() int { return lr.line }
 
 // Read reads the next record into rec. It returns io.EOF at the end of the
 // log and a *RecordError for a malformed record; reading may go on after
 // a *RecordError.
-func (lr *LogReader) Read(rec *Record) error {
+func (lr *Reader) Read(rec *Record) error {
 	for {
 		line, err := lr.readLine()
 		if err != nil {
@@ -261,7 +261,7 @@ func (lr *LogReader) Read(rec *Record) error {
 }
 
 // readLine returns the next line without its newline.
-func (lr *LogReader) readLine() ([]byte, error) {
+func (lr *Reader) readLine() ([]byte, error) {
 	lr.buf = lr.buf[:0]
 	for {
 		chunk, err := lr.br.ReadSlice('\n')

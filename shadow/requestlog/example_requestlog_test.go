@@ -1,4 +1,4 @@
-package shadow_test
+package requestlog_test
 
 import (
 	"context"
@@ -10,16 +10,16 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 // Write the request log of live traffic: after each request, log it with
 // when it arrived, its actual usage and how long its work ran. The log is
 // what admitctl replay reads.
-func ExampleRequestLog() {
+func ExampleWriter() {
 	path := filepath.Join(os.TempDir(), fmt.Sprintf("requests-%d.jsonl", os.Getpid()))
 	defer os.Remove(path)
-	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path})
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path})
 	if err != nil {
 		fmt.Println(err)
 		return

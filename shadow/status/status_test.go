@@ -1,4 +1,4 @@
-package shadow_test
+package status_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,27 +23,29 @@ import (
 	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/internal/vclock"
 	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
+	"github.com/sluicehq/sluice/shadow/status"
 )
 
 // statusRig is a controller on a virtual clock observed by a Recorder
-// and a StatusPage, the page served on loopback.
+// and a Page, the page served on loopback.
 type statusRig struct {
 	clk  *vclock.Clock
 	ctl  *admission.Controller
 	rec  *shadow.Recorder
-	page *shadow.StatusPage
-	live *liveCounts
+	page *status.Page
+	live *shadowtest.LiveCounts
 	srv  *httptest.Server
 }
 
 func newStatusRig(t *testing.T, rcfg shadow.RecorderConfig, policies ...admission.Policy) *statusRig {
 	t.Helper()
-	r := &statusRig{clk: vclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)), live: newLiveCounts()}
+	r := &statusRig{clk: vclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)), live: shadowtest.NewLiveCounts()}
 	var err error
 	if r.rec, err = shadow.NewRecorder(rcfg, shadow.WithClock(r.clk)); err != nil {
 		t.Fatal(err)
 	}
-	r.page, err = shadow.NewStatusPage(shadow.StatusConfig{Stats: func() []admission.PolicyStats { return r.ctl.Stats() }, Recorder: r.rec, Clock: r.clk})
+	r.page, err = status.NewPage(status.Config{Stats: func() []admission.PolicyStats { return r.ctl.Stats() }, Recorder: r.rec, Clock: r.clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +69,10 @@ func (r *statusRig) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (r *statusRig) status(t *testing.T) shadow.Status {
+func (r *statusRig) status(t *testing.T) status.View {
 	t.Helper()
 	code, body := r.get(t, "/status.json")
-	var st shadow.Status
+	var st status.View
 	if code != 200 {
 		t.Fatalf("GET /status.json = %d", code)
 	}
@@ -79,21 +82,21 @@ func (r *statusRig) status(t *testing.T) shadow.Status {
 	return st
 }
 
-func statusPolicy(t *testing.T, st shadow.Status, name string) shadow.PolicyStatus {
+func statusPolicy(t *testing.T, st status.View, name string) status.Policy {
 	t.Helper()
 	for _, p := range st.Policies {
-		if p.Name == name {
+		if p.Policy == name {
 			return p
 		}
 	}
 	t.Fatalf("no policy %s in the status", name)
-	return shadow.PolicyStatus{}
+	return status.Policy{}
 }
 
 var statusPolicies = []admission.Policy{
-	{Name: "tenant-rps", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 5},
-	{Name: "tenant-concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2, Mode: limits.Shadow},
-	{Name: "queued", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 2, Timeout: time.Second}, Match: limits.Match{Operations: []string{"POST /v1/batch"}}},
+	{Name: "tenant-rps", Key: shadowtest.TenantKey(), Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 5},
+	{Name: "tenant-concurrency", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 2, Mode: limits.Shadow},
+	{Name: "queued", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 1, Queue: limits.Queue{Size: 2, Timeout: time.Second}, Match: limits.Match{Operations: []string{"POST /v1/batch"}}},
 }
 
 // drive sends a known mix: a noisy tenant over its rate, two others
@@ -132,21 +135,33 @@ func TestStatusPageFigures(t *testing.T) {
 	}
 	for i, ps := range st.Policies {
 		s := stats[i]
-		if ps.Name != s.Name || ps.Mode != s.Mode || ps.Algorithm != s.Algorithm || ps.Limit != s.Limit || ps.Partitions != s.Partitions || ps.InFlight != s.InFlight || ps.Queued != s.Queued {
+		if ps.Policy != s.Name || ps.Mode != s.Mode || ps.Algorithm != s.Algorithm || ps.Limit != s.Limit || ps.Partitions != s.Partitions || ps.InFlight != s.InFlight || ps.Queued != s.Queued {
 			t.Errorf("policy %+v; controller %+v", ps, s)
 		}
 	}
 	for _, name := range []string{"tenant-rps", "tenant-concurrency"} {
 		ps := statusPolicy(t, st, name)
-		refused := r.live.rejected[name] + r.live.wouldReject[name]
+		refused := r.live.Rejected[name] + r.live.WouldReject[name]
 		if ps.Refused != refused || ps.Refused == 0 || ps.Requests == 0 {
 			t.Errorf("%s: refused %d of %d on the page; the controller refused %d", name, ps.Refused, ps.Requests, refused)
 		}
-		var want shadow.PolicyReport
+		var want shadow.Figures
 		for _, p := range rep.Policies {
 			if p.Policy == name {
 				want = p
 			}
+		}
+		want.Limit = ps.Limit // the Recorder sees decisions, not the configuration
+		b, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = shadow.Figures{}
+		if err := json.Unmarshal(b, &want); err != nil { // the page was read as JSON
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(ps.Figures, want) {
+			t.Errorf("%s: figures on the page\n%+v\nrecorder's\n%+v", name, ps.Figures, want)
 		}
 		var sum int64
 		for _, b := range ps.Buckets {
@@ -230,12 +245,12 @@ func TestStatusPageFigures(t *testing.T) {
 	}
 	r.page.Reloaded("policies.yaml", fmt.Errorf("policies.yaml: %w", &config.PartialError{Section: "directory", Err: errors.New("the section changed")}))
 	st = r.status(t)
-	if len(st.Reloads) != shadow.DefaultStatusReloads || st.Reloads[1].OK || st.Reloads[1].State != shadow.ReloadRefused || len(st.Reloads[1].Error) > 210 ||
-		!st.Reloads[2].OK || st.Reloads[2].State != shadow.ReloadApplied || st.Reloads[2].Warning != "" {
+	if len(st.Reloads) != status.DefaultReloads || st.Reloads[1].OK || st.Reloads[1].State != status.ReloadRefused || len(st.Reloads[1].Error) > 210 ||
+		!st.Reloads[2].OK || st.Reloads[2].State != status.ReloadApplied || st.Reloads[2].Warning != "" {
 		t.Errorf("reloads: %d, newest %+v, %+v", len(st.Reloads), st.Reloads[1], st.Reloads[2])
 	}
 	// A file installed without a part is installed, with its warning.
-	if p := st.Reloads[0]; !p.OK || p.State != shadow.ReloadPartial || p.Error != "" || p.Warning != "policies.yaml: applied without its directory section: the section changed" {
+	if p := st.Reloads[0]; !p.OK || p.State != status.ReloadPartial || p.Error != "" || p.Warning != "policies.yaml: applied without its directory section: the section changed" {
 		t.Errorf("partial reload: %+v; want installed, state partial, with the warning", p)
 	}
 
@@ -267,7 +282,7 @@ func TestStatusPageBounded(t *testing.T) {
 		}
 		_, body := r.get(t, "/status.json")
 		sizes[hour] = len(body)
-		var st shadow.Status
+		var st status.View
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatal(err)
 		}
@@ -275,8 +290,8 @@ func TestStatusPageBounded(t *testing.T) {
 			t.Errorf("hour %d: %d stores, %d policies", hour, len(st.Stores), len(st.Policies))
 		}
 		for _, p := range st.Policies {
-			if len(p.Tenants) > shadow.DefaultStatusTop || (p.Requests > 0) != (len(p.Buckets) == shadow.DefaultBuckets) {
-				t.Errorf("hour %d %s: %d tenants, %d buckets", hour, p.Name, len(p.Tenants), len(p.Buckets))
+			if len(p.Tenants) > status.DefaultTop || (p.Requests > 0) != (len(p.Buckets) == shadow.DefaultBuckets) {
+				t.Errorf("hour %d %s: %d tenants, %d buckets", hour, p.Policy, len(p.Tenants), len(p.Buckets))
 			}
 		}
 	}

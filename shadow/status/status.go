@@ -1,4 +1,4 @@
-package shadow
+package status
 
 import (
 	"bufio"
@@ -17,17 +17,19 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/chart"
 )
 
-// Defaults and bounds of a StatusPage.
+// Defaults and bounds of a Page.
 const (
-	// DefaultStatusRefresh is how often the status page reloads itself.
-	DefaultStatusRefresh = 5 * time.Second
-	// DefaultStatusTop is how many tenants the page lists per policy.
-	DefaultStatusTop = 5
-	// DefaultStatusReloads is how many reloads the page remembers.
-	DefaultStatusReloads = 10
-	// maxStatusPolicies and maxStatusStores bound the names a StatusPage
+	// DefaultRefresh is how often the status page reloads itself.
+	DefaultRefresh = 5 * time.Second
+	// DefaultTop is how many tenants the page lists per policy.
+	DefaultTop = 5
+	// DefaultReloads is how many reloads the page remembers.
+	DefaultReloads = 10
+	// maxStatusPolicies and maxStatusStores bound the names a Page
 	// keeps figures for (a configuration has far fewer); events of
 	// others are not counted.
 	maxStatusPolicies = 256
@@ -36,37 +38,37 @@ const (
 	maxStatusText = 200
 )
 
-// StatusConfig configures a StatusPage.
-type StatusConfig struct {
+// Config configures a Page.
+type Config struct {
 	// Stats returns the controller's policies (Controller.Stats); it may
 	// refer to a controller created after the page, which observes it.
 	Stats func() []admission.PolicyStats
 	// Recorder, when set, gives the last window's refusals per policy,
 	// their tenants and the ratio over time (the same Recorder that
 	// serves /debug/rollout).
-	Recorder *Recorder
+	Recorder *shadow.Recorder
 	// Threshold is the rollout threshold drawn on the shadow policies'
-	// charts; zero means DefaultThreshold.
+	// charts; zero means shadow.DefaultThreshold.
 	Threshold float64
 	// Refresh is how often the page reloads; zero means
-	// DefaultStatusRefresh.
+	// DefaultRefresh.
 	Refresh time.Duration
 	// Top is how many tenants are listed per policy; zero means
-	// DefaultStatusTop.
+	// DefaultTop.
 	Top int
 	// Reloads is how many configuration reloads the page lists; zero
-	// means DefaultStatusReloads.
+	// means DefaultReloads.
 	Reloads int
 	// Window and Buckets size the page's own ring of per-interval figures
-	// (queue waits, fail-opens, store errors); zero means DefaultWindow
-	// and DefaultBuckets, the Recorder's.
+	// (queue waits, fail-opens, store errors); zero means shadow.DefaultWindow
+	// and shadow.DefaultBuckets, the Recorder's.
 	Window  time.Duration
 	Buckets int
 	// Clock is the page's clock; nil means admission.SystemClock.
 	Clock admission.Clock
 }
 
-// A StatusPage is the operator's live view of a controller: every policy
+// A Page is the operator's live view of a controller: every policy
 // with its mode, algorithm, limit and current use, the tenants it refuses
 // or would refuse, the shadow policies' would-reject ratio over the last
 // window against the rollout threshold, queue depth and waits, store
@@ -77,13 +79,13 @@ type StatusConfig struct {
 // /status and /status.json on the operator listener, never on the
 // tenants'.
 //
-// It is also an admission.Observer (Join it with the others): it counts,
+// It is also an admission.Observer (shadow.Join it with the others): it counts,
 // in a ring of per-interval figures, queue waits, fail-opens and store
 // errors. Memory is bounded: the ring, a fixed number of policies and
 // stores, the Recorder's own bounds, and the last reloads.
-type StatusPage struct {
+type Page struct {
 	admission.NopObserver
-	cfg   StatusConfig
+	cfg   Config
 	width int64 // ring bucket width in nanoseconds
 
 	mu       sync.Mutex
@@ -140,15 +142,15 @@ type Reload struct {
 	Source string `json:"source,omitempty"`
 }
 
-// NewStatusPage returns a status page of the controller cfg.Stats
+// NewPage returns a status page of the controller cfg.Stats
 // describes.
-func NewStatusPage(cfg StatusConfig) (*StatusPage, error) {
-	cfg.Threshold = cmp.Or(cfg.Threshold, DefaultThreshold)
-	cfg.Refresh = cmp.Or(cfg.Refresh, DefaultStatusRefresh)
-	cfg.Top = cmp.Or(cfg.Top, DefaultStatusTop)
-	cfg.Reloads = cmp.Or(cfg.Reloads, DefaultStatusReloads)
-	cfg.Window = cmp.Or(cfg.Window, DefaultWindow)
-	cfg.Buckets = cmp.Or(cfg.Buckets, DefaultBuckets)
+func NewPage(cfg Config) (*Page, error) {
+	cfg.Threshold = cmp.Or(cfg.Threshold, shadow.DefaultThreshold)
+	cfg.Refresh = cmp.Or(cfg.Refresh, DefaultRefresh)
+	cfg.Top = cmp.Or(cfg.Top, DefaultTop)
+	cfg.Reloads = cmp.Or(cfg.Reloads, DefaultReloads)
+	cfg.Window = cmp.Or(cfg.Window, shadow.DefaultWindow)
+	cfg.Buckets = cmp.Or(cfg.Buckets, shadow.DefaultBuckets)
 	if cfg.Clock == nil {
 		cfg.Clock = admission.SystemClock{}
 	}
@@ -165,18 +167,18 @@ func NewStatusPage(cfg StatusConfig) (*StatusPage, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &StatusPage{
+	return &Page{
 		cfg: cfg, width: max(int64(cfg.Window)/int64(cfg.Buckets), 1),
 		policies: map[string]*statusRing{}, stores: map[string]*storeStatus{},
 	}, nil
 }
 
 // epoch returns the ring slot number of now.
-func (p *StatusPage) epoch() int64 { return p.cfg.Clock.Now().UnixNano()/p.width + 1 }
+func (p *Page) epoch() int64 { return p.cfg.Clock.Now().UnixNano()/p.width + 1 }
 
 // bucket returns policy's current ring bucket, or nil past the bound of
 // policies. Callers hold p.mu.
-func (p *StatusPage) bucket(policy string) *statusBucket {
+func (p *Page) bucket(policy string) *statusBucket {
 	r := p.policies[policy]
 	if r == nil {
 		if len(p.policies) >= maxStatusPolicies {
@@ -194,7 +196,7 @@ func (p *StatusPage) bucket(policy string) *statusBucket {
 }
 
 // Decision counts queue waits and fail-open and fail-closed decisions.
-func (p *StatusPage) Decision(d *admission.Decision) {
+func (p *Page) Decision(d *admission.Decision) {
 	switch d.Outcome {
 	case admission.Admitted, admission.Timeout, admission.FailOpen, admission.FailClosed:
 	default:
@@ -226,7 +228,7 @@ func (p *StatusPage) Decision(d *admission.Decision) {
 }
 
 // StoreError counts a store failure, per policy and per store.
-func (p *StatusPage) StoreError(e admission.StoreEvent) {
+func (p *Page) StoreError(e admission.StoreEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b := p.bucket(e.Policy); b != nil {
@@ -262,7 +264,7 @@ func (p *StatusPage) StoreError(e admission.StoreEvent) {
 // *config.PartialError when it was installed without a part (a warning),
 // and why it was refused otherwise. The policy-file package's reload hook
 // (config.OnReload) calls it with the reload's Err.
-func (p *StatusPage) Reloaded(source string, err error) {
+func (p *Page) Reloaded(source string, err error) {
 	r := Reload{Time: p.cfg.Clock.Now(), State: ReloadApplied, OK: true, Source: clip(source)}
 	var partial *config.PartialError
 	switch {
@@ -287,26 +289,24 @@ func clip(s string) string {
 	return strings.ToValidUTF8(s[:maxStatusText], "") + "…"
 }
 
-// Status is what the status page shows, its JSON form.
-type Status struct {
+// View is what the status page shows, its JSON form.
+type View struct {
 	// Time is when the figures were taken; Window how far back the
 	// windowed ones look.
-	Time      time.Time      `json:"time"`
-	Window    time.Duration  `json:"window_ns"`
-	Threshold float64        `json:"threshold"`
-	Policies  []PolicyStatus `json:"policies"`
-	Stores    []StoreStatus  `json:"stores"`
-	Reloads   []Reload       `json:"reloads"`
+	Time      time.Time     `json:"time"`
+	Window    time.Duration `json:"window_ns"`
+	Threshold float64       `json:"threshold"`
+	Policies  []Policy      `json:"policies"`
+	Stores    []Store       `json:"stores"`
+	Reloads   []Reload      `json:"reloads"`
 }
 
-// PolicyStatus is one policy on the status page.
-type PolicyStatus struct {
-	// The policy and its state now (Controller.Stats).
-	Name      string           `json:"name"`
-	Mode      limits.Mode      `json:"mode"`
-	Algorithm limits.Algorithm `json:"algorithm"`
-	Unit      limits.Unit      `json:"unit"`
-	Limit     int64            `json:"limit"`
+// Policy is one policy on the status page: its Figures over the window
+// (from the Recorder; zero without one, but for the policy's name, mode,
+// algorithm, unit and limit, which come from Controller.Stats), its state
+// now and the page's own figures over the window.
+type Policy struct {
+	shadow.Figures
 	// InFlight is the cost concurrency permits hold; Partitions and
 	// NearLimit count the partitions held and those at 80% of the limit
 	// or more; Queued is the requests waiting now.
@@ -314,15 +314,6 @@ type PolicyStatus struct {
 	Partitions int   `json:"partitions"`
 	NearLimit  int   `json:"near_limit"`
 	Queued     int   `json:"queued"`
-	// Requests and Refused are the window's decisions (rejected, or for
-	// a shadow policy would-reject), Ratio their ratio; Buckets the
-	// ratio over time; Tenants the top refused tenants. Zero without a
-	// Recorder.
-	Requests int64          `json:"requests"`
-	Refused  int64          `json:"refused"`
-	Ratio    float64        `json:"ratio"`
-	Buckets  []BucketReport `json:"buckets,omitempty"`
-	Tenants  []TenantReport `json:"tenants,omitempty"`
 	// Over the window: requests that waited in the queue and were
 	// admitted, that timed out, the longest and mean wait.
 	Waited    int64         `json:"waited"`
@@ -337,8 +328,8 @@ type PolicyStatus struct {
 	LocalLimiter int64 `json:"local_limiter"`
 }
 
-// StoreStatus is one store's health on the status page.
-type StoreStatus struct {
+// Store is one store's health on the status page.
+type Store struct {
 	Store string `json:"store"`
 	// Healthy is false when the store failed in the current or the
 	// previous interval of the window.
@@ -351,14 +342,14 @@ type StoreStatus struct {
 	LastError string    `json:"last_error,omitempty"`
 }
 
-// Status returns the page's figures now.
-func (p *StatusPage) Status() Status {
+// View returns the page's figures now.
+func (p *Page) View() View {
 	now := p.cfg.Clock.Now()
-	st := Status{Time: now, Window: p.cfg.Window, Threshold: p.cfg.Threshold}
-	var win map[string]*PolicyReport
+	st := View{Time: now, Window: p.cfg.Window, Threshold: p.cfg.Threshold}
+	var win map[string]*shadow.Figures
 	if p.cfg.Recorder != nil {
 		rep := p.cfg.Recorder.Report(p.cfg.Top)
-		win = make(map[string]*PolicyReport, len(rep.Policies))
+		win = make(map[string]*shadow.Figures, len(rep.Policies))
 		for i := range rep.Policies {
 			win[rep.Policies[i].Policy] = &rep.Policies[i]
 		}
@@ -368,13 +359,11 @@ func (p *StatusPage) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.cfg.Stats() {
-		ps := PolicyStatus{
-			Name: s.Name, Mode: s.Mode, Algorithm: s.Algorithm, Unit: s.Unit, Limit: s.Limit,
-			InFlight: s.InFlight, Partitions: s.Partitions, NearLimit: s.NearLimit, Queued: s.Queued,
-		}
+		ps := Policy{InFlight: s.InFlight, Partitions: s.Partitions, NearLimit: s.NearLimit, Queued: s.Queued}
 		if w := win[s.Name]; w != nil {
-			ps.Requests, ps.Refused, ps.Ratio, ps.Buckets, ps.Tenants = w.Requests, w.Refused, w.Ratio, w.Buckets, w.Tenants
+			ps.Figures = *w
 		}
+		ps.Policy, ps.Mode, ps.Algorithm, ps.Unit, ps.Limit = s.Name, s.Mode, s.Algorithm, s.Unit, s.Limit
 		if r := p.policies[s.Name]; r != nil {
 			var sum time.Duration
 			for _, b := range r.b {
@@ -397,7 +386,7 @@ func (p *StatusPage) Status() Status {
 		st.Policies = append(st.Policies, ps)
 	}
 	for name, s := range p.stores {
-		ss := StoreStatus{Store: name, Healthy: true, Total: s.total, LastAt: s.lastAt, LastError: s.lastError}
+		ss := Store{Store: name, Healthy: true, Total: s.total, LastAt: s.lastAt, LastError: s.lastError}
 		for i, ep := range s.epochs {
 			if ep >= oldest && ep <= e {
 				ss.Errors += s.errors[i]
@@ -408,7 +397,7 @@ func (p *StatusPage) Status() Status {
 		}
 		st.Stores = append(st.Stores, ss)
 	}
-	slices.SortFunc(st.Stores, func(a, b StoreStatus) int { return cmp.Compare(a.Store, b.Store) })
+	slices.SortFunc(st.Stores, func(a, b Store) int { return cmp.Compare(a.Store, b.Store) })
 	st.Reloads = slices.Clone(p.reloads)
 	slices.Reverse(st.Reloads) // newest first
 	return st
@@ -416,13 +405,13 @@ func (p *StatusPage) Status() Status {
 
 // ServeHTTP serves the page: JSON when the path ends in ".json" or the
 // query says format=json, HTML otherwise.
-func (p *StatusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	st := p.Status()
+	st := p.View()
 	w.Header().Set("Cache-Control", "no-store")
 	if strings.HasSuffix(r.URL.Path, ".json") || r.URL.Query().Get("format") == "json" {
 		w.Header().Set("Content-Type", "application/json")
@@ -437,12 +426,12 @@ func (p *StatusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // WriteHTML writes the status as one HTML page that reloads itself every
 // refresh.
-func (st *Status) WriteHTML(w io.Writer, refresh time.Duration) error {
+func (st *View) WriteHTML(w io.Writer, refresh time.Duration) error {
 	bw := bufio.NewWriter(w)
 	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
 	esc := html.EscapeString
 	p("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<meta http-equiv=\"refresh\" content=\"%d\">\n", int(refresh/time.Second))
-	p("<title>Sluice status</title>\n<style>%s</style></head>\n<body>\n<h1>Sluice status</h1>\n", reportCSS)
+	p("<title>Sluice status</title>\n<style>%s</style></head>\n<body>\n<h1>Sluice status</h1>\n", chart.CSS)
 	p("<p class=\"summary\">At %s; the figures cover the last %s; this page reloads every %s. JSON: <code>status.json</code>.</p>\n",
 		st.Time.UTC().Format(time.RFC3339), st.Window, refresh)
 	p("<h2>Policies</h2>\n<table class=\"policies\"><thead><tr><th>policy</th><th>mode</th><th>algorithm</th><th>limit</th><th>in use</th><th>partitions</th><th>queued</th><th>waited</th><th>wait mean / max</th><th>timeouts</th><th>refused (window)</th><th>fail open</th><th>store errors</th></tr></thead><tbody>\n")
@@ -452,8 +441,8 @@ func (st *Status) WriteHTML(w io.Writer, refresh time.Duration) error {
 			use = fmt.Sprintf("%d in flight", ps.InFlight)
 		}
 		p("<tr data-policy=\"%s\"><td>%s</td><td>%s</td><td>%s</td><td>%d %s</td><td>%s</td><td>%d</td><td class=\"queued\">%d</td><td>%d</td><td>%s / %s</td><td>%d</td><td class=\"refused\">%d of %d (%s)</td><td>%d</td><td>%d</td></tr>\n",
-			esc(ps.Name), esc(ps.Name), ps.Mode, ps.Algorithm, ps.Limit, ps.Unit, use, ps.Partitions, ps.Queued, ps.Waited,
-			ps.WaitMean.Round(time.Millisecond), ps.WaitMax.Round(time.Millisecond), ps.Timeouts, ps.Refused, ps.Requests, pct(ps.Ratio), ps.FailOpen, ps.StoreErrors)
+			esc(ps.Policy), esc(ps.Policy), ps.Mode, ps.Algorithm, ps.Limit, ps.Unit, use, ps.Partitions, ps.Queued, ps.Waited,
+			ps.WaitMean.Round(time.Millisecond), ps.WaitMax.Round(time.Millisecond), ps.Timeouts, ps.Refused, ps.Requests, chart.Pct(ps.Ratio), ps.FailOpen, ps.StoreErrors)
 	}
 	p("</tbody></table>\n")
 	p("<h2>Refused tenants</h2>\n")
@@ -467,10 +456,10 @@ func (st *Status) WriteHTML(w io.Writer, refresh time.Duration) error {
 		if ps.Mode == limits.Shadow {
 			verb = "would reject"
 		}
-		p("<h3>%s (%s)</h3>\n<table class=\"tenants\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>requests</th><th>refused</th><th>of their requests</th><th>share of refusals</th></tr></thead><tbody>\n", esc(ps.Name), verb, esc(ps.Name))
+		p("<h3>%s (%s)</h3>\n<table class=\"tenants\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>requests</th><th>refused</th><th>of their requests</th><th>share of refusals</th></tr></thead><tbody>\n", esc(ps.Policy), verb, esc(ps.Policy))
 		for _, t := range ps.Tenants {
 			p("<tr data-tenant=\"%s\"><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
-				esc(t.Tenant), esc(t.Tenant), t.Requests, t.Refused, pct(t.Ratio), pct(t.Share))
+				esc(t.Tenant), esc(t.Tenant), t.Requests, t.Refused, chart.Pct(t.Ratio), chart.Pct(t.Share))
 		}
 		p("</tbody></table>\n")
 	}
@@ -492,8 +481,8 @@ func (st *Status) WriteHTML(w io.Writer, refresh time.Duration) error {
 		}
 		step := st.Window / time.Duration(len(ps.Buckets))
 		p("<div class=\"cell\" data-policy=\"%s\"><h3>%s</h3>\n<p class=\"figures\">would reject %d of %d (%s) over the last %s; threshold %s</p>\n",
-			esc(ps.Name), esc(ps.Name), ps.Refused, ps.Requests, pct(ps.Ratio), st.Window, pct(st.Threshold))
-		writeRatio(bw, timeAxis{ps.Buckets[0].Start, step, len(ps.Buckets)}, share, min(top, 1), st.Threshold)
+			esc(ps.Policy), esc(ps.Policy), ps.Refused, ps.Requests, chart.Pct(ps.Ratio), st.Window, chart.Pct(st.Threshold))
+		chart.WriteRatio(bw, chart.Axis{Start: ps.Buckets[0].Start, Step: step, N: len(ps.Buckets)}, share, min(top, 1), st.Threshold)
 		p("</div>\n")
 	}
 	if !shadowSeen {
@@ -531,6 +520,6 @@ func (st *Status) WriteHTML(w io.Writer, refresh time.Duration) error {
 		}
 		p("</tbody></table>\n")
 	}
-	p("<script>%s</script>\n</body></html>\n", reportJS)
+	p("<script>%s</script>\n</body></html>\n", chart.JS)
 	return bw.Flush()
 }

@@ -1,9 +1,11 @@
-package shadow
+package replay
 
 import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/sluicehq/sluice/shadow"
 )
 
 // Bounds of the series a replay keeps per policy.
@@ -12,19 +14,19 @@ const (
 	// second wide, and widths double until the log fits.
 	seriesBuckets = 96
 	// SeriesTenants is how many tenants a series has by name; the others
-	// are summed under OtherTenant.
+	// are summed under shadow.OtherTenant.
 	SeriesTenants = 5
 )
 
 // A Series is one policy's decisions over the log's time, in buckets of
 // Step from Start (the first record's time), per tenant: the top tenants
-// by refusals (then by requests decided), then OtherTenant for the rest
+// by refusals (then by requests decided), then shadow.OtherTenant for the rest
 // (MaxTenants included). Every candidate's series of one replay have the
 // same Start, Step and number of buckets, so they share their axes.
 type Series struct {
 	Start time.Time
 	Step  time.Duration
-	// Tenants holds SeriesTenants tenants at most, and OtherTenant.
+	// Tenants holds SeriesTenants tenants at most, and shadow.OtherTenant.
 	Tenants []TenantSeries
 }
 
@@ -103,8 +105,8 @@ func (s *series) report(start time.Time, step time.Duration, n int) *Series {
 		order = append(order, t)
 	}
 	slices.SortFunc(order, func(a, b total) int {
-		if a.name == OtherTenant || b.name == OtherTenant {
-			return boolCmp(a.name == OtherTenant, b.name == OtherTenant)
+		if a.name == shadow.OtherTenant || b.name == shadow.OtherTenant {
+			return boolCmp(a.name == shadow.OtherTenant, b.name == shadow.OtherTenant)
 		}
 		if c := cmp.Compare(b.refused, a.refused); c != 0 {
 			return c
@@ -118,9 +120,9 @@ func (s *series) report(start time.Time, step time.Duration, n int) *Series {
 	var other *TenantSeries
 	for i, t := range order {
 		tb := s.tenants.m[t.name]
-		if i >= SeriesTenants || t.name == OtherTenant {
+		if i >= SeriesTenants || t.name == shadow.OtherTenant {
 			if other == nil {
-				other = &TenantSeries{Tenant: OtherTenant, Admitted: make([]int64, n), Rejected: make([]int64, n), WouldReject: make([]int64, n)}
+				other = &TenantSeries{Tenant: shadow.OtherTenant, Admitted: make([]int64, n), Rejected: make([]int64, n), WouldReject: make([]int64, n)}
 			}
 			for j := range n {
 				other.Admitted[j] += tb.admitted[j]

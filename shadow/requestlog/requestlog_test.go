@@ -1,13 +1,11 @@
-package shadow_test
+package requestlog_test
 
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"io"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,41 +13,20 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs; got:\n%s\nwant:\n%s", name, got, want)
-	}
-}
-
-func ptr[T any](v T) *T { return &v }
 
 func TestParseRecord(t *testing.T) {
 	tests := []struct {
 		line string
-		want shadow.Record
+		want requestlog.Record
 	}{
-		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`, shadow.Record{Time: t0, Request: admission.Request{Tenant: "acme"}}},
+		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`, requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "acme"}}},
 		{
 			`{"time":"2026-01-01T12:00:00.25Z","tenant":"acme","key_id":"key_1","user":"u1","ip":"2001:db8::1","operation":"POST /v1/chat/completions","model":"gpt-4o","priority":2,"tokens":1200,"cost":350,"units":{"images":2,"audio_s":9},"actual":{"tokens":900,"units":{"images":1}},"duration":"1.5s"}`,
-			shadow.Record{
-				Time: t0.Add(250 * time.Millisecond),
+			requestlog.Record{
+				Time: shadowtest.T0.Add(250 * time.Millisecond),
 				Request: admission.Request{Tenant: "acme", KeyID: "key_1", User: "u1", Addr: netip.MustParseAddr("2001:db8::1"),
 					Operation: "POST /v1/chat/completions", Model: "gpt-4o", Priority: 2, Tokens: 1200, Cost: 350,
 					Units: []admission.UnitAmount{{Unit: "audio_s", Amount: 9}, {Unit: "images", Amount: 2}}},
@@ -58,13 +35,13 @@ func TestParseRecord(t *testing.T) {
 			},
 		},
 		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme","operation":"POST /v1/chat/completions","begin_only":true}`,
-			shadow.Record{Time: t0, Request: admission.Request{Tenant: "acme", Operation: "POST /v1/chat/completions"}, BeginOnly: true}},
-		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme","begin_only":false}`, shadow.Record{Time: t0, Request: admission.Request{Tenant: "acme"}}},
-		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, shadow.Record{Time: t0, Request: admission.Request{Tenant: "b"}, Actual: admission.Usage{CostKnown: true}}},
+			requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "acme", Operation: "POST /v1/chat/completions"}, BeginOnly: true}},
+		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme","begin_only":false}`, requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "acme"}}},
+		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "b"}, Actual: admission.Usage{CostKnown: true}}},
 	}
 	for _, tt := range tests {
-		var got shadow.Record
-		if err := shadow.ParseRecord([]byte(strings.TrimSpace(tt.line)), &got); err != nil {
+		var got requestlog.Record
+		if err := requestlog.ParseRecord([]byte(strings.TrimSpace(tt.line)), &got); err != nil {
 			t.Errorf("ParseRecord(%s) = %v", tt.line, err)
 			continue
 		}
@@ -76,15 +53,15 @@ func TestParseRecord(t *testing.T) {
 			t.Errorf("ParseRecord(%s) = %+v; want %+v", tt.line, got, tt.want)
 		}
 		// The written form parses back to the same record.
-		var back shadow.Record
-		if err := shadow.ParseRecord(got.AppendJSON(nil), &back); err != nil || !reflect.DeepEqual(back, got) {
+		var back requestlog.Record
+		if err := requestlog.ParseRecord(got.AppendJSON(nil), &back); err != nil || !reflect.DeepEqual(back, got) {
 			t.Errorf("ParseRecord(AppendJSON(%+v)) = %+v, %v", got, back, err)
 		}
 	}
 }
 
 func TestRecordRequestAndUsage(t *testing.T) {
-	r := shadow.Record{Request: admission.Request{Tenant: "acme", Tokens: 100, Cost: 7}, Actual: admission.Usage{TokensKnown: true}}
+	r := requestlog.Record{Request: admission.Request{Tenant: "acme", Tokens: 100, Cost: 7}, Actual: admission.Usage{TokensKnown: true}}
 	req := r.Request
 	if req.Amount(limits.UnitRequests) != 1 || req.Amount(limits.UnitTokens) != 100 || req.Amount(limits.UnitCost) != 7 {
 		t.Errorf("Request() = %+v", req)
@@ -102,15 +79,15 @@ func TestLogReaderMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	lr := shadow.NewLogReader(f)
+	lr := requestlog.NewReader(f)
 	var out bytes.Buffer
-	var rec shadow.Record
+	var rec requestlog.Record
 	for {
 		err := lr.Read(&rec)
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		var re *shadow.RecordError
+		var re *requestlog.RecordError
 		switch {
 		case errors.As(err, &re):
 			if re.Line != lr.Line() {
@@ -124,14 +101,14 @@ func TestLogReaderMalformed(t *testing.T) {
 			out.WriteString("\n")
 		}
 	}
-	golden(t, "malformed.golden", out.Bytes())
+	shadowtest.Golden(t, "malformed.golden", out.Bytes())
 }
 
 func TestLogReaderLongLine(t *testing.T) {
-	long := `{"time":"2026-01-01T12:00:00Z","tenant":"` + strings.Repeat("x", shadow.MaxRecordBytes) + `"}`
+	long := `{"time":"2026-01-01T12:00:00Z","tenant":"` + strings.Repeat("x", requestlog.MaxRecordBytes) + `"}`
 	log := long + "\n" + `{"time":"2026-01-01T12:00:00Z","tenant":"acme"}` // no final newline
-	lr := shadow.NewLogReader(strings.NewReader(log))
-	var rec shadow.Record
+	lr := requestlog.NewReader(strings.NewReader(log))
+	var rec requestlog.Record
 	err := lr.Read(&rec)
 	if err == nil || !strings.Contains(err.Error(), "line 1: record longer than") {
 		t.Fatalf("Read(long line) = %v; want a line 1 error", err)
@@ -156,8 +133,8 @@ func FuzzParseRecord(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		var rec shadow.Record
-		if err := shadow.ParseRecord(line, &rec); err != nil {
+		var rec requestlog.Record
+		if err := requestlog.ParseRecord(line, &rec); err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error")
 			}
@@ -165,8 +142,8 @@ func FuzzParseRecord(f *testing.F) {
 		}
 		// A record that parses is written and read back unchanged.
 		out := rec.AppendJSON(nil)
-		var back shadow.Record
-		if err := shadow.ParseRecord(out, &back); err != nil {
+		var back requestlog.Record
+		if err := requestlog.ParseRecord(out, &back); err != nil {
 			t.Fatalf("ParseRecord(%s) (written from %q) = %v", out, line, err)
 		}
 		if !back.Time.Equal(rec.Time) {

@@ -1,7 +1,6 @@
-package shadow
+package replay
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -15,15 +14,17 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/internal/vclock"
+	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
-// Defaults of ReplayConfig.
+// Defaults of Config.
 const (
 	// DefaultTopTenants is how many tenants a replay report lists per
 	// policy.
 	DefaultTopTenants = 10
 	// maxNamedUnits bounds the named units a replay sums refused costs
-	// for; later ones are summed under OtherTenant's name.
+	// for; later ones are summed under shadow.OtherTenant's name.
 	maxNamedUnits = 32
 )
 
@@ -35,25 +36,25 @@ type Candidate struct {
 	Config admission.Config
 }
 
-// ReplayConfig configures a Replayer.
-type ReplayConfig struct {
+// Config configures a Replayer.
+type Config struct {
 	// MaxTenants bounds the tenants counted by name, in the whole log and
-	// per policy; the others are counted as OtherTenant. Zero means
-	// DefaultMaxTenants.
+	// per policy; the others are counted as shadow.OtherTenant. Zero means
+	// shadow.DefaultMaxTenants.
 	MaxTenants int
 	// TopTenants is how many tenants the report lists per policy, most
 	// refused first; zero means DefaultTopTenants.
 	TopTenants int
-	// OnRecordError decides what AddLog (and Replay) do with a malformed
+	// OnRecordError decides what AddLog (and Run) do with a malformed
 	// record of the log. Nil stops the replay at the first one, with its
-	// *RecordError. Otherwise it is called with each, in log order, on
+	// *requestlog.RecordError. Otherwise it is called with each, in log order, on
 	// the goroutine that called AddLog, after the records before the line
-	// were replayed: nil skips the line (counted in ReplayReport.Skipped)
+	// were replayed: nil skips the line (counted in Report.Skipped)
 	// and the replay goes on; an error stops the replay with that error.
-	OnRecordError func(*RecordError) error
+	OnRecordError func(*requestlog.RecordError) error
 	// Reorder is how late a record may come in the log and still be
 	// replayed at its own time: records are held back and replayed in
-	// time order once the log has gone Reorder past them. A RequestLog
+	// time order once the log has gone Reorder past them. A requestlog.Writer
 	// writes a request when it ends, so its records are late by their
 	// queue wait and duration. Zero replays records in log order.
 	// Memory grows with the records of one Reorder of traffic.
@@ -90,14 +91,14 @@ type ReplayConfig struct {
 //
 // Records should be in time order. A record earlier than one before it
 // is replayed at the later time (the clock never goes back) and counted
-// in ReplayReport.Reordered.
+// in Report.Reordered.
 //
 // The replay is deterministic: the same log and candidates give the same
 // report. Memory is bounded by the candidates' partitions, the requests
 // in flight at once and MaxTenants, not by the length of the log.
 // A Replayer is not safe for concurrent use.
 type Replayer struct {
-	cfg       ReplayConfig
+	cfg       Config
 	runs      []*run
 	records   int64
 	reordered int64
@@ -114,10 +115,10 @@ type Replayer struct {
 	newest    time.Time // the latest time of a record added
 }
 
-// heldRecord is a record waiting, with ReplayConfig.Reorder, for the log
+// heldRecord is a record waiting, with Config.Reorder, for the log
 // to go past it.
 type heldRecord struct {
-	rec Record
+	rec requestlog.Record
 	seq uint64
 }
 
@@ -145,7 +146,7 @@ type run struct {
 	name     string
 	ctl      *admission.Controller
 	clk      *vclock.Clock
-	cfg      *ReplayConfig
+	cfg      *Config
 	policies []admission.Policy // evaluation order
 	index    map[string]int
 	stats    []policyStats
@@ -166,7 +167,7 @@ type run struct {
 
 // request is one record's admission in a candidate's replay.
 type request struct {
-	rec *Record
+	rec *requestlog.Record
 	// took lists the policies that took permits; would is set when a
 	// shadow policy would have rejected the request.
 	took  []int
@@ -191,7 +192,7 @@ type amounts struct {
 	units                  map[limits.Unit]int64
 }
 
-func (a *amounts) add(r *Record) {
+func (a *amounts) add(r *requestlog.Record) {
 	a.requests++
 	a.tokens += r.Tokens
 	a.cost += r.Cost
@@ -201,14 +202,14 @@ func (a *amounts) add(r *Record) {
 		}
 		name := u.Unit
 		if _, ok := a.units[name]; !ok && len(a.units) >= maxNamedUnits {
-			name = OtherTenant
+			name = shadow.OtherTenant
 		}
 		a.units[name] += u.Amount
 	}
 }
 
 // tenantTable counts per tenant, by name for the first max tenants and
-// under OtherTenant for the rest.
+// under shadow.OtherTenant for the rest.
 type tenantTable[T any] struct {
 	max int
 	m   map[string]*T
@@ -223,7 +224,7 @@ func (t *tenantTable[T]) get(tenant string) *T {
 		return v
 	}
 	if len(t.m) >= t.max {
-		tenant = OtherTenant
+		tenant = shadow.OtherTenant
 		if v, ok := t.m[tenant]; ok {
 			return v
 		}
@@ -236,9 +237,9 @@ func (t *tenantTable[T]) get(tenant string) *T {
 // NewReplayer returns a Replayer of the candidates. Each candidate's
 // configuration must be valid for admission.New; policies on a named
 // store are evaluated in memory.
-func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
+func NewReplayer(cfg Config, candidates ...Candidate) (*Replayer, error) {
 	if cfg.MaxTenants == 0 {
-		cfg.MaxTenants = DefaultMaxTenants
+		cfg.MaxTenants = shadow.DefaultMaxTenants
 	}
 	if cfg.TopTenants == 0 {
 		cfg.TopTenants = DefaultTopTenants
@@ -292,10 +293,10 @@ func NewReplayer(cfg ReplayConfig, candidates ...Candidate) (*Replayer, error) {
 }
 
 // Add replays one record through every candidate (with
-// ReplayConfig.Reorder, once the log has gone past it). The Replayer
+// Config.Reorder, once the log has gone past it). The Replayer
 // keeps nothing of rec after Add returns. Add does not check the record's
 // sampling; AddLog does.
-func (rp *Replayer) Add(rec *Record) {
+func (rp *Replayer) Add(rec *requestlog.Record) {
 	if rp.cfg.Reorder <= 0 {
 		rp.replay(rec)
 		return
@@ -319,7 +320,7 @@ func (rp *Replayer) release(t time.Time) {
 }
 
 // replay replays one record, in order, through every candidate.
-func (rp *Replayer) replay(rec *Record) {
+func (rp *Replayer) replay(rec *requestlog.Record) {
 	at := rec.Time
 	if rp.records == 0 {
 		rp.first = at
@@ -347,7 +348,7 @@ func (rp *Replayer) replay(rec *Record) {
 	}
 }
 
-func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at time.Time, usage *admission.Usage) {
+func (r *run) add(ctx context.Context, rec *requestlog.Record, req *admission.Request, at time.Time, usage *admission.Usage) {
 	if r.queued != nil {
 		r.addQueued(rec, req, at, usage)
 		return
@@ -367,7 +368,7 @@ func (r *run) add(ctx context.Context, rec *Record, req *admission.Request, at t
 // at once at its estimate (the request did no work; its policies report
 // it then, while it is the request being admitted); any other by every
 // policy, waiting in queues when wait is set.
-func (r *run) decide(ctx context.Context, rec *Record, req admission.Request, wait bool) (admission.Ticket, error) {
+func (r *run) decide(ctx context.Context, rec *requestlog.Record, req admission.Request, wait bool) (admission.Ticket, error) {
 	switch {
 	case rec.BeginOnly:
 		tk, err := r.ctl.Begin(ctx, req)
@@ -381,7 +382,7 @@ func (r *run) decide(ctx context.Context, rec *Record, req admission.Request, wa
 
 // countMatched counts req, rec's request, for the policies it matches:
 // for a BeginOnly record, those Begin decides.
-func (r *run) countMatched(rec *Record, req *admission.Request) {
+func (r *run) countMatched(rec *requestlog.Record, req *admission.Request) {
 	for i := range r.policies {
 		if p := &r.policies[i]; p.Matches(req.Operation, req.Model) && (!rec.BeginOnly || p.DecidedAtBegin()) {
 			r.stats[i].matched++
@@ -554,8 +555,8 @@ func (o *replayObserver) Decision(d *admission.Decision) {
 
 // Report returns what the replay counted so far. Call Finish first to
 // settle the requests still in flight.
-func (rp *Replayer) Report() ReplayReport {
-	rep := ReplayReport{
+func (rp *Replayer) Report() Report {
+	rep := Report{
 		Records: rp.records, Reordered: rp.reordered, Lateness: rp.lateness, Skipped: rp.skipped,
 		TokensEstimated: rp.tokens, CostEstimated: rp.cost, SampleTenants: rp.sample,
 	}
@@ -578,14 +579,16 @@ func (rp *Replayer) Report() ReplayReport {
 			Admitted: r.admitted, Rejected: r.rejected, WouldRejected: r.wouldRejected,
 			PeakInFlight: r.peakInFlight,
 		}
-		cr.RejectedRatio = ratio(r.rejected, rp.records)
-		cr.WouldRejectedRatio = ratio(r.wouldRejected, rp.records)
+		cr.RejectedRatio = shadow.Ratio(r.rejected, rp.records)
+		cr.WouldRejectedRatio = shadow.Ratio(r.wouldRejected, rp.records)
 		for i, p := range r.policies {
 			ps := &r.stats[i]
-			pr := PolicyReplay{
-				Policy: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.Unit, Limit: p.Limit,
-				Matched: ps.matched, Admitted: ps.admitted, Rejected: ps.rejected, WouldReject: ps.wouldReject,
-				PeakInFlight: ps.peakInFlight,
+			pr := Policy{
+				Figures: shadow.Figures{
+					Policy: p.Name, Mode: p.Mode, Algorithm: p.Algorithm, Unit: p.Unit, Limit: p.Limit,
+					Requests: ps.matched, Rejected: ps.rejected, WouldReject: ps.wouldReject,
+				},
+				Admitted: ps.admitted, PeakInFlight: ps.peakInFlight,
 			}
 			if rp.records > 0 {
 				pr.Series = ps.series.report(rp.first, step, buckets)
@@ -593,10 +596,10 @@ func (rp *Replayer) Report() ReplayReport {
 			if pr.Unit == "" {
 				pr.Unit = limits.UnitRequests
 			}
-			pr.Bypassed = pr.Matched - pr.Admitted - pr.Rejected - pr.WouldReject
-			pr.AdmittedRatio = ratio(pr.Admitted, pr.Matched)
-			pr.RejectedRatio = ratio(pr.Rejected, pr.Matched)
-			pr.WouldRejectRatio = ratio(pr.WouldReject, pr.Matched)
+			pr.Bypassed = pr.Requests - pr.Admitted - pr.Rejected - pr.WouldReject
+			pr.AdmittedRatio = shadow.Ratio(pr.Admitted, pr.Requests)
+			pr.RejectedRatio = shadow.Ratio(pr.Rejected, pr.Requests)
+			pr.WouldRejectRatio = shadow.Ratio(pr.WouldReject, pr.Requests)
 			for reason, n := range ps.reasons {
 				if n > 0 {
 					if pr.Reasons == nil {
@@ -612,25 +615,14 @@ func (rp *Replayer) Report() ReplayReport {
 					pr.RefusedCost.Units[string(u)] = n
 				}
 			}
-			refused := pr.Rejected + pr.WouldReject
 			for t, c := range ps.tenants.m {
-				n := c.rejected + c.wouldReject
-				if n == 0 {
-					continue
-				}
-				tr := TenantReplay{Tenant: t, Rejected: c.rejected, WouldReject: c.wouldReject, Share: ratio(n, refused)}
+				tf := shadow.TenantFigures{Tenant: t, Rejected: c.rejected, WouldReject: c.wouldReject}
 				if req, ok := rp.tenants.m[t]; ok {
-					tr.Requests = *req
+					tf.Requests = *req
 				}
-				pr.TopTenants = append(pr.TopTenants, tr)
+				pr.Tenants = append(pr.Tenants, tf)
 			}
-			slices.SortFunc(pr.TopTenants, func(a, b TenantReplay) int {
-				if c := cmp.Compare(b.Rejected+b.WouldReject, a.Rejected+a.WouldReject); c != 0 {
-					return c
-				}
-				return strings.Compare(a.Tenant, b.Tenant)
-			})
-			pr.TopTenants = pr.TopTenants[:min(len(pr.TopTenants), rp.cfg.TopTenants)]
+			pr.Total(rp.cfg.TopTenants)
 			cr.Policies = append(cr.Policies, pr)
 		}
 		rep.Candidates = append(rep.Candidates, cr)
@@ -638,25 +630,18 @@ func (rp *Replayer) Report() ReplayReport {
 	return rep
 }
 
-func ratio(n, d int64) float64 {
-	if d == 0 {
-		return 0
-	}
-	return float64(n) / float64(d)
-}
-
-// Replay reads the request log r to its end, replays it through the
+// Run reads the request log r to its end, replays it through the
 // candidates and returns the report. A malformed record stops the replay
-// with its *RecordError unless cfg.OnRecordError says otherwise; ctx
+// with its *requestlog.RecordError unless cfg.OnRecordError says otherwise; ctx
 // ending stops it too. See AddLog.
-func Replay(ctx context.Context, r io.Reader, cfg ReplayConfig, candidates ...Candidate) (ReplayReport, error) {
+func Run(ctx context.Context, r io.Reader, cfg Config, candidates ...Candidate) (Report, error) {
 	rp, err := NewReplayer(cfg, candidates...)
 	if err != nil {
-		return ReplayReport{}, err
+		return Report{}, err
 	}
 	if err := rp.AddLog(ctx, r); err != nil {
 		rp.abandon()
-		return ReplayReport{}, err
+		return Report{}, err
 	}
 	rp.Finish()
 	return rp.Report(), nil
@@ -670,8 +655,8 @@ const (
 
 // AddLog reads the request log r to its end and replays each of its
 // records, in order, as Add does. A malformed record goes to the
-// configuration's OnRecordError (see ReplayConfig): by default it stops
-// the replay with its *RecordError. AddLog also stops when reading r
+// configuration's OnRecordError (see Config): by default it stops
+// the replay with its *requestlog.RecordError. AddLog also stops when reading r
 // fails or ctx ends, and returns why; the records before the stop have
 // been replayed. It does not call Finish.
 //
@@ -682,21 +667,21 @@ func (rp *Replayer) AddLog(ctx context.Context, r io.Reader) error {
 	defer cancel()
 	type badLine struct {
 		before int // the batch's records read before it
-		err    *RecordError
+		err    *requestlog.RecordError
 	}
 	type batch struct {
-		recs []Record
+		recs []requestlog.Record
 		bad  []badLine // the malformed lines among recs, in order
 		err  error     // after them: io.EOF or what stopped the reading
 	}
 	free := make(chan *batch, logBatches)
 	for range logBatches {
-		free <- &batch{recs: make([]Record, 0, logBatchSize)}
+		free <- &batch{recs: make([]requestlog.Record, 0, logBatchSize)}
 	}
 	full := make(chan *batch, logBatches)
 	go func() {
 		defer close(full)
-		lr := NewLogReader(r)
+		lr := requestlog.NewReader(r)
 		for {
 			var b *batch
 			select {
@@ -715,7 +700,7 @@ func (rp *Replayer) AddLog(ctx context.Context, r io.Reader) error {
 					continue
 				}
 				b.recs = b.recs[:n]
-				var re *RecordError
+				var re *requestlog.RecordError
 				if errors.As(err, &re) {
 					b.bad = append(b.bad, badLine{before: n, err: re})
 				} else {
@@ -770,7 +755,7 @@ var ErrSampledLog = errors.New("shadow: the request log is sampled by tenant")
 // such a partition would see a fraction of its traffic, and no scaling of
 // the counts gives back what it would have refused. Policies keyed by
 // tenant or key id see each sampled tenant's traffic whole.
-func (rp *Replayer) checkSample(rec *Record) error {
+func (rp *Replayer) checkSample(rec *requestlog.Record) error {
 	if rec.Sample <= 1 || rec.Sample == rp.sample {
 		return nil
 	}
@@ -791,7 +776,7 @@ func (rp *Replayer) checkSample(rec *Record) error {
 
 // recordError applies the configuration's OnRecordError to a malformed
 // record: nil means the line is skipped.
-func (rp *Replayer) recordError(re *RecordError) error {
+func (rp *Replayer) recordError(re *requestlog.RecordError) error {
 	if rp.cfg.OnRecordError == nil {
 		return re
 	}
@@ -802,8 +787,8 @@ func (rp *Replayer) recordError(re *RecordError) error {
 	return nil
 }
 
-// A ReplayReport is the outcome of a replay, per candidate.
-type ReplayReport struct {
+// A Report is the outcome of a replay, per candidate.
+type Report struct {
 	// Records counts the records replayed.
 	Records int64 `json:"records"`
 	// Start and End are the times of the first and the last record.
@@ -811,12 +796,12 @@ type ReplayReport struct {
 	End   time.Time `json:"end"`
 	// Reordered counts records earlier than a record before them,
 	// replayed at the later time; Lateness is how much earlier the
-	// latest of them was: a ReplayConfig.Reorder of Lateness replays
+	// latest of them was: a Config.Reorder of Lateness replays
 	// them all at their own time.
 	Reordered int64         `json:"reordered"`
 	Lateness  time.Duration `json:"lateness_ns,omitempty"`
 	// Skipped counts the malformed lines of the log that
-	// ReplayConfig.OnRecordError let the replay skip.
+	// Config.OnRecordError let the replay skip.
 	Skipped int64 `json:"-"`
 	// TokensEstimated and CostEstimated report whether any record
 	// replayed estimates tokens or cost: without one, the refused amount
@@ -851,29 +836,22 @@ type CandidateReport struct {
 	// PeakInFlight is the most admitted requests running at once.
 	PeakInFlight int64 `json:"peak_in_flight"`
 	// Policies are in the candidate's evaluation order.
-	Policies []PolicyReplay `json:"policies"`
+	Policies []Policy `json:"policies"`
 }
 
-// A PolicyReplay is what one policy of a candidate decided.
-type PolicyReplay struct {
-	// Policy, Mode, Algorithm and Unit describe the policy as the
-	// candidate configures it.
-	Policy    string           `json:"policy"`
-	Mode      limits.Mode      `json:"mode"`
-	Algorithm limits.Algorithm `json:"algorithm"`
-	Unit      limits.Unit      `json:"unit"`
-	// Limit is the policy's own limit (plans may give tenants others).
-	Limit int64 `json:"limit"`
-	// Matched counts the requests the policy applies to. Each was
-	// admitted by it, rejected, would have been rejected (shadow), or
-	// bypassed: rejected by another enforcing policy before this one
-	// decided, or after it admitted (its permits were given back).
-	Matched     int64 `json:"matched"`
-	Admitted    int64 `json:"admitted"`
-	Rejected    int64 `json:"rejected"`
-	WouldReject int64 `json:"would_reject"`
-	Bypassed    int64 `json:"bypassed"`
-	// The ratios are shares of Matched.
+// A Policy is what one policy of a candidate decided: its Figures,
+// where Requests counts the requests the policy applies to (matched by
+// its operations and models) and the ratios are shares of them, and the
+// replay's own figures.
+type Policy struct {
+	shadow.Figures
+	// Each request counted in Requests was admitted by the policy,
+	// rejected, would have been rejected (shadow), or bypassed: rejected
+	// by another enforcing policy before this one decided, or after it
+	// admitted (its permits were given back).
+	Admitted int64 `json:"admitted"`
+	Bypassed int64 `json:"bypassed"`
+	// The ratios are shares of Requests.
 	AdmittedRatio    float64 `json:"admitted_ratio"`
 	RejectedRatio    float64 `json:"rejected_ratio"`
 	WouldRejectRatio float64 `json:"would_reject_ratio"`
@@ -885,8 +863,6 @@ type PolicyReplay struct {
 	// PeakInFlight is the most requests holding the policy's permits at
 	// once (admitted by it and not yet finished).
 	PeakInFlight int64 `json:"peak_in_flight"`
-	// TopTenants are the tenants with the most refusals, most first.
-	TopTenants []TenantReplay `json:"top_tenants,omitempty"`
 	// Series is what the policy decided over time, per top tenant (not
 	// part of the JSON form; WriteHTML charts it).
 	Series *Series `json:"-"`
@@ -897,24 +873,9 @@ type PolicyReplay struct {
 type Amounts struct {
 	// Requests counts requests; Tokens and Cost sum their estimates;
 	// Units sums named units (at most 32 names, the rest under
-	// OtherTenant's name).
+	// shadow.OtherTenant's name).
 	Requests int64            `json:"requests"`
 	Tokens   int64            `json:"tokens"`
 	Cost     int64            `json:"cost"`
 	Units    map[string]int64 `json:"units,omitempty"`
-}
-
-// A TenantReplay is one tenant's part of a policy's refusals.
-type TenantReplay struct {
-	// Tenant is the tenant, or OtherTenant for the tenants not tracked by
-	// name.
-	Tenant string `json:"tenant"`
-	// Requests counts all the tenant's records in the log (zero when the
-	// tenant was not among the first MaxTenants of the log).
-	Requests int64 `json:"requests"`
-	// Rejected and WouldReject count the tenant's refusals by the policy.
-	Rejected    int64 `json:"rejected"`
-	WouldReject int64 `json:"would_reject"`
-	// Share is the tenant's share of the policy's refusals.
-	Share float64 `json:"share"`
 }

@@ -1,4 +1,4 @@
-package shadow_test
+package requestlog_test
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
+	"github.com/sluicehq/sluice/shadow/replay"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 // The tolerance of a replay of a log written on a real clock, per
@@ -28,16 +30,16 @@ const realClockTolerance = 5
 // tolerance.
 func TestRequestLogRealClock(t *testing.T) {
 	cfg := admission.Config{Policies: []admission.Policy{
-		{Name: "tenant-rps", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 8, Per: time.Second, Burst: 3},
-		{Name: "tenant-concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 2},
+		{Name: "tenant-rps", Key: shadowtest.TenantKey(), Algorithm: limits.TokenBucket, Limit: 8, Per: time.Second, Burst: 3},
+		{Name: "tenant-concurrency", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 2},
 	}}
-	live := newLiveCounts()
+	live := shadowtest.NewLiveCounts()
 	ctl, err := admission.New(cfg, admission.WithObserver(live))
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "requests.jsonl")
-	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path})
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func TestRequestLogRealClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{Reorder: 5 * time.Second}, shadow.Candidate{Config: cfg})
+	rep, err := replay.Run(context.Background(), f, replay.Config{Reorder: 5 * time.Second}, replay.Candidate{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func TestRequestLogRealClock(t *testing.T) {
 		t.Fatalf("replayed %d records, sent %d", rep.Records, len(traffic))
 	}
 	for _, p := range rep.Candidates[0].Policies {
-		la, lr := live.admitted[p.Policy], live.rejected[p.Policy]
+		la, lr := live.Admitted[p.Policy], live.Rejected[p.Policy]
 		t.Logf("%s: live admitted %d rejected %d; replay %d, %d", p.Policy, la, lr, p.Admitted, p.Rejected)
 		if lr == 0 {
 			t.Errorf("%s rejected nothing live: the traffic does not test it", p.Policy)

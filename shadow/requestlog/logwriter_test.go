@@ -1,4 +1,4 @@
-package shadow_test
+package requestlog_test
 
 import (
 	"context"
@@ -16,7 +16,9 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
+	"github.com/sluicehq/sluice/shadow/replay"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
 // bubbleClock is the time of a synctest bubble.
@@ -25,35 +27,6 @@ type bubbleClock struct{}
 func (bubbleClock) Now() time.Time { return time.Now() }
 func (bubbleClock) AfterFunc(d time.Duration, f func()) admission.Timer {
 	return time.AfterFunc(d, f)
-}
-
-// liveCounts counts a controller's decisions per policy as the replay
-// does: admitted (not rolled back), rejected (a timeout too) and would
-// reject.
-type liveCounts struct {
-	admission.NopObserver
-	mu                                     sync.Mutex
-	admitted, rejected, wouldReject        map[string]int64
-	requests, requestsAdmitted, requestsNo int64
-}
-
-func newLiveCounts() *liveCounts {
-	return &liveCounts{admitted: map[string]int64{}, rejected: map[string]int64{}, wouldReject: map[string]int64{}}
-}
-
-func (c *liveCounts) Decision(d *admission.Decision) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch d.Outcome {
-	case admission.Admitted:
-		if !d.RolledBack {
-			c.admitted[d.Policy]++
-		}
-	case admission.Rejected, admission.Timeout:
-		c.rejected[d.Policy]++
-	case admission.WouldReject:
-		c.wouldReject[d.Policy]++
-	}
 }
 
 // liveRequest is one request of the known traffic.
@@ -93,17 +66,17 @@ func knownTraffic(n int, seed uint64) []liveRequest {
 
 // runLive sends traffic through a controller of cfg in a synctest bubble,
 // each request on its own goroutine (waiting in queues as the gateway's
-// would), logs every request with a RequestLog at path and returns the
+// would), logs every request with a Writer at path and returns the
 // live counts.
-func runLive(t *testing.T, cfg admission.Config, traffic []liveRequest, path string) *liveCounts {
+func runLive(t *testing.T, cfg admission.Config, traffic []liveRequest, path string) *shadowtest.LiveCounts {
 	t.Helper()
-	live := newLiveCounts()
+	live := shadowtest.NewLiveCounts()
 	synctest.Test(t, func(t *testing.T) {
 		ctl, err := admission.New(cfg, admission.WithClock(bubbleClock{}), admission.WithObserver(live))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path, Buffer: len(traffic)})
+		rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path, Buffer: len(traffic)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,14 +112,14 @@ func runLive(t *testing.T, cfg admission.Config, traffic []liveRequest, path str
 // gives the live figures back, per policy. The live run's instants are
 // all distinct and the replay reorders the log (written as requests
 // end) back into arrival order, so the tolerance is zero.
-func compareLive(t *testing.T, cfg admission.Config, live *liveCounts, path string, n int) shadow.ReplayReport {
+func compareLive(t *testing.T, cfg admission.Config, live *shadowtest.LiveCounts, path string, n int) replay.Report {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{Reorder: 5 * time.Second}, shadow.Candidate{Name: "live", Config: cfg})
+	rep, err := replay.Run(context.Background(), f, replay.Config{Reorder: 5 * time.Second}, replay.Candidate{Name: "live", Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +129,7 @@ func compareLive(t *testing.T, cfg admission.Config, live *liveCounts, path stri
 	var got, want []string
 	for _, p := range rep.Candidates[0].Policies {
 		got = append(got, fmt.Sprintf("%s admitted=%d rejected=%d would=%d", p.Policy, p.Admitted, p.Rejected, p.WouldReject))
-		want = append(want, fmt.Sprintf("%s admitted=%d rejected=%d would=%d", p.Policy, live.admitted[p.Policy], live.rejected[p.Policy], live.wouldReject[p.Policy]))
+		want = append(want, fmt.Sprintf("%s admitted=%d rejected=%d would=%d", p.Policy, live.Admitted[p.Policy], live.Rejected[p.Policy], live.WouldReject[p.Policy]))
 	}
 	if g, w := strings.Join(got, "\n"), strings.Join(want, "\n"); g != w {
 		t.Errorf("replay:\n%s\nlive:\n%s", g, w)
@@ -166,9 +139,9 @@ func compareLive(t *testing.T, cfg admission.Config, live *liveCounts, path stri
 
 func TestRequestLogReplayGivesLiveFigures(t *testing.T) {
 	cfg := admission.Config{Policies: []admission.Policy{
-		{Name: "tenant-rps", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 8, Per: time.Second, Burst: 4},
-		{Name: "tenant-concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 5},
-		{Name: "tenant-tpm", Key: tenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 15000, Per: 10 * time.Second, Mode: limits.Shadow},
+		{Name: "tenant-rps", Key: shadowtest.TenantKey(), Algorithm: limits.TokenBucket, Limit: 8, Per: time.Second, Burst: 4},
+		{Name: "tenant-concurrency", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 5},
+		{Name: "tenant-tpm", Key: shadowtest.TenantKey(), Unit: limits.UnitTokens, Algorithm: limits.SlidingWindow, Limit: 15000, Per: 10 * time.Second, Mode: limits.Shadow},
 	}}
 	traffic := knownTraffic(2000, 1)
 	path := filepath.Join(t.TempDir(), "requests.jsonl")
@@ -186,7 +159,7 @@ func TestRequestLogReplayGivesLiveFigures(t *testing.T) {
 // The log holds identity ids and amounts, never more than the request.
 func TestRequestLogRecord(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.jsonl")
-	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path})
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +191,7 @@ func TestRequestLogRecord(t *testing.T) {
 func TestRequestLogRotation(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.jsonl")
-	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path, MaxBytes: shadow.MaxRecordBytes, MaxFiles: 2, Buffer: 10000})
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path, MaxBytes: requestlog.MaxRecordBytes, MaxFiles: 2, Buffer: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,13 +209,13 @@ func TestRequestLogRotation(t *testing.T) {
 	lines := 0
 	for _, f := range files {
 		b, _ := os.ReadFile(f)
-		if len(b) > shadow.MaxRecordBytes {
-			t.Errorf("%s: %d bytes, more than %d", f, len(b), shadow.MaxRecordBytes)
+		if len(b) > requestlog.MaxRecordBytes {
+			t.Errorf("%s: %d bytes, more than %d", f, len(b), requestlog.MaxRecordBytes)
 		}
 		lines += strings.Count(string(b), "\n")
 	}
 	// 5000 records of 62 bytes are about 310 kB: the oldest files went.
-	if total := int(rl.Written()); total != 5000 || lines >= total || lines < 2*shadow.MaxRecordBytes/62 {
+	if total := int(rl.Written()); total != 5000 || lines >= total || lines < 2*requestlog.MaxRecordBytes/62 {
 		t.Errorf("written %d, %d lines kept in 3 files", total, lines)
 	}
 	b, _ := os.ReadFile(path + ".2")
@@ -256,7 +229,7 @@ func TestRequestLogRotation(t *testing.T) {
 // A full buffer drops records and counts them instead of blocking.
 func TestRequestLogDropsWhenFull(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.jsonl")
-	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path, Buffer: 1})
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path, Buffer: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +254,7 @@ func TestRequestLogDropsWhenFull(t *testing.T) {
 // refuses a sampled log for a policy that mixes tenants.
 func TestRequestLogSampling(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.jsonl")
-	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path, SampleTenants: 4})
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path, SampleTenants: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +270,8 @@ func TestRequestLogSampling(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	perTenant := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var rec shadow.Record
-		if err := shadow.ParseRecord([]byte(line), &rec); err != nil {
+		var rec requestlog.Record
+		if err := requestlog.ParseRecord([]byte(line), &rec); err != nil {
 			t.Fatal(err)
 		}
 		if rec.Sample != 4 {
@@ -314,14 +287,15 @@ func TestRequestLogSampling(t *testing.T) {
 	if len(perTenant) < 60 || len(perTenant) > 140 {
 		t.Errorf("%d tenants of 400 kept, want about 100", len(perTenant))
 	}
-	perTenantPolicy := cand("tenant", rpm(limits.Enforce))
-	rep, err := shadow.Replay(context.Background(), strings.NewReader(string(b)), shadow.ReplayConfig{}, perTenantPolicy)
+	rpm := admission.Policy{Name: "rpm", Key: shadowtest.TenantKey(), Algorithm: limits.TokenBucket, Limit: 2, Per: time.Second}
+	perTenantPolicy := replay.Candidate{Name: "tenant", Config: admission.Config{Policies: []admission.Policy{rpm}}}
+	rep, err := replay.Run(context.Background(), strings.NewReader(string(b)), replay.Config{}, perTenantPolicy)
 	if err != nil || rep.SampleTenants != 4 || rep.Records != int64(3*len(perTenant)) {
 		t.Errorf("replay of a sampled log through a per-tenant policy: %v, sample %d, records %d", err, rep.SampleTenants, rep.Records)
 	}
 	global := admission.Policy{Name: "global", Algorithm: limits.TokenBucket, Limit: 100, Per: time.Second}
-	_, err = shadow.Replay(context.Background(), strings.NewReader(string(b)), shadow.ReplayConfig{}, cand("global", global))
-	if !errors.Is(err, shadow.ErrSampledLog) || !strings.Contains(err.Error(), "policy global") {
+	_, err = replay.Run(context.Background(), strings.NewReader(string(b)), replay.Config{}, replay.Candidate{Name: "global", Config: admission.Config{Policies: []admission.Policy{global}}})
+	if !errors.Is(err, replay.ErrSampledLog) || !strings.Contains(err.Error(), "policy global") {
 		t.Errorf("replay of a sampled log through a global policy: %v, want ErrSampledLog naming the policy", err)
 	}
 }
@@ -331,8 +305,8 @@ func TestRequestLogSampling(t *testing.T) {
 // did live, where each request waited on its own goroutine.
 func TestRequestLogReplayQueuesAsLive(t *testing.T) {
 	cfg := admission.Config{Policies: []admission.Policy{
-		{Name: "tenant-rps", Key: tenantKey(), Algorithm: limits.TokenBucket, Limit: 12, Per: time.Second, Burst: 6},
-		{Name: "tenant-concurrency", Key: tenantKey(), Algorithm: limits.Concurrency, Limit: 3,
+		{Name: "tenant-rps", Key: shadowtest.TenantKey(), Algorithm: limits.TokenBucket, Limit: 12, Per: time.Second, Burst: 6},
+		{Name: "tenant-concurrency", Key: shadowtest.TenantKey(), Algorithm: limits.Concurrency, Limit: 3,
 			Queue: limits.Queue{Size: 4, Timeout: 250*time.Millisecond + 250*time.Microsecond}},
 		{Name: "shared-rate", Algorithm: limits.TokenBucket, Limit: 30, Per: time.Second, Burst: 10,
 			Mode: limits.Shadow},
@@ -351,7 +325,7 @@ func TestRequestLogReplayQueuesAsLive(t *testing.T) {
 	nq.Policies[1].Queue = limits.Queue{} // tenant-concurrency
 	f, _ := os.Open(path)
 	defer f.Close()
-	norep, err := shadow.Replay(context.Background(), f, shadow.ReplayConfig{Reorder: 5 * time.Second}, shadow.Candidate{Config: nq})
+	norep, err := replay.Run(context.Background(), f, replay.Config{Reorder: 5 * time.Second}, replay.Candidate{Config: nq})
 	if err != nil {
 		t.Fatal(err)
 	}

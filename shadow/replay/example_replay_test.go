@@ -1,4 +1,4 @@
-package shadow_test
+package replay_test
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/replay"
 )
 
 // Replay a request log through the limit in force and a stricter
 // candidate tried in shadow: the candidate's would-reject counts are
 // what enforcing it would have rejected. The first request's refund (it
 // used 400 of the 900 tokens reserved) is applied when it ends, at 2s.
-func ExampleReplay() {
+func ExampleRun() {
 	log := `{"time":"2026-01-01T12:00:00.000Z","tenant":"acme","operation":"POST /v1/chat/completions","tokens":900,"actual":{"tokens":400},"duration":"2s"}
 {"time":"2026-01-01T12:00:00.100Z","tenant":"acme","operation":"POST /v1/chat/completions","tokens":900,"duration":"2s"}
 {"time":"2026-01-01T12:00:00.200Z","tenant":"acme","operation":"POST /v1/chat/completions","tokens":900,"duration":"1s"}
@@ -29,9 +29,9 @@ func ExampleReplay() {
 			Algorithm: limits.SlidingWindow, Limit: limit, Per: time.Minute, Mode: mode,
 		}
 	}
-	rep, err := shadow.Replay(context.Background(), strings.NewReader(log), shadow.ReplayConfig{},
-		shadow.Candidate{Name: "current", Config: admission.Config{Policies: []admission.Policy{tpm(3000, limits.Enforce)}}},
-		shadow.Candidate{Name: "stricter", Config: admission.Config{Policies: []admission.Policy{
+	rep, err := replay.Run(context.Background(), strings.NewReader(log), replay.Config{},
+		replay.Candidate{Name: "current", Config: admission.Config{Policies: []admission.Policy{tpm(3000, limits.Enforce)}}},
+		replay.Candidate{Name: "stricter", Config: admission.Config{Policies: []admission.Policy{
 			tpm(2000, limits.Shadow),
 			{Name: "tenant-concurrency", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 2, Mode: limits.Shadow},
 		}}})

@@ -1,4 +1,4 @@
-package shadow
+package requestlog
 
 import (
 	"bufio"
@@ -15,29 +15,29 @@ import (
 	"github.com/sluicehq/sluice/admission"
 )
 
-// Defaults of RequestLogConfig.
+// Defaults of WriterConfig.
 const (
-	// DefaultRequestLogMaxBytes is the size at which a request log file is
+	// DefaultMaxBytes is the size at which a request log file is
 	// rotated.
-	DefaultRequestLogMaxBytes = 64 << 20
-	// DefaultRequestLogMaxFiles is how many rotated files are kept besides
+	DefaultMaxBytes = 64 << 20
+	// DefaultMaxFiles is how many rotated files are kept besides
 	// the current one.
-	DefaultRequestLogMaxFiles = 5
-	// DefaultRequestLogBuffer is how many records wait for the disk before
+	DefaultMaxFiles = 5
+	// DefaultBuffer is how many records wait for the disk before
 	// new ones are dropped.
-	DefaultRequestLogBuffer = 4096
+	DefaultBuffer = 4096
 )
 
-// RequestLogConfig configures a RequestLog.
-type RequestLogConfig struct {
+// WriterConfig configures a Writer.
+type WriterConfig struct {
 	// Path is the file written. Rotated files are Path.1 (the newest) to
 	// Path.MaxFiles; older ones are removed.
 	Path string
 	// MaxBytes is the size a file may reach before it is rotated; zero
-	// means DefaultRequestLogMaxBytes.
+	// means DefaultMaxBytes.
 	MaxBytes int64
 	// MaxFiles bounds the rotated files kept; zero means
-	// DefaultRequestLogMaxFiles.
+	// DefaultMaxFiles.
 	MaxFiles int
 	// SampleTenants keeps the requests of one tenant in SampleTenants
 	// (chosen by a hash of the tenant, the same in every process), all of
@@ -45,20 +45,20 @@ type RequestLogConfig struct {
 	SampleTenants int
 	// Buffer bounds the records waiting to be written; when the disk is
 	// slower than the traffic, new records are dropped and counted. Zero
-	// means DefaultRequestLogBuffer.
+	// means DefaultBuffer.
 	Buffer int
 }
 
-// A RequestLog writes the request log that Replay reads, from live
+// A Writer writes the request log that replay.Run reads, from live
 // traffic: one Record per request, admitted or rejected, with the
 // request's identity ids (the key id, never the key), operation, model,
 // estimates, actual usage and how long the work ran. It never sees prompt
 // or completion text.
 //
 // Log is cheap and never blocks: it copies the record into a bounded
-// buffer that a goroutine of the RequestLog writes to disk. When the
+// buffer that a goroutine of the Writer writes to disk. When the
 // buffer is full the record is dropped and counted (Dropped), so a slow
-// disk never slows requests. A RequestLog is safe for concurrent use.
+// disk never slows requests. A Writer is safe for concurrent use.
 //
 // The caller logs each request, rather than an admission.Observer
 // assembling records from the controller's events: a Decision carries
@@ -69,16 +69,16 @@ type RequestLogConfig struct {
 //
 // A request's record is written when Log is called, once the request
 // ended, so the log is in order of the requests' ends: replay it with
-// ReplayConfig.Reorder (admitctl replay --reorder) at least the longest
+// replay.Config.Reorder (admitctl replay --reorder) at least the longest
 // request plus queue wait, which puts the records back in arrival order.
 //
 // With SampleTenants set, only the requests of one tenant in that many are
 // logged, each record saying so ("sample": N). Sampling by tenant keeps
 // the sampled tenants' traffic whole, so a replay of policies partitioned
-// by tenant or key id is exact for them; Replay refuses a sampled log for
+// by tenant or key id is exact for them; replay.Run refuses a sampled log for
 // candidates with other policies (see Record).
-type RequestLog struct {
-	cfg     RequestLogConfig
+type Writer struct {
+	cfg     WriterConfig
 	ch      chan Record
 	done    chan struct{}
 	once    sync.Once
@@ -94,12 +94,12 @@ type RequestLog struct {
 	buf  []byte
 }
 
-// NewRequestLog opens (appending) the request log cfg.Path and starts
+// NewWriter opens (appending) the request log cfg.Path and starts
 // writing to it. Close it to flush what is buffered.
-func NewRequestLog(cfg RequestLogConfig) (*RequestLog, error) {
-	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, DefaultRequestLogMaxBytes)
-	cfg.MaxFiles = cmp.Or(cfg.MaxFiles, DefaultRequestLogMaxFiles)
-	cfg.Buffer = cmp.Or(cfg.Buffer, DefaultRequestLogBuffer)
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, DefaultMaxBytes)
+	cfg.MaxFiles = cmp.Or(cfg.MaxFiles, DefaultMaxFiles)
+	cfg.Buffer = cmp.Or(cfg.Buffer, DefaultBuffer)
 	var errs []error
 	if cfg.Path == "" {
 		errs = append(errs, errors.New("shadow: request log: no path"))
@@ -113,7 +113,7 @@ func NewRequestLog(cfg RequestLogConfig) (*RequestLog, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	l := &RequestLog{cfg: cfg, ch: make(chan Record, cfg.Buffer), done: make(chan struct{})}
+	l := &Writer{cfg: cfg, ch: make(chan Record, cfg.Buffer), done: make(chan struct{})}
 	if err := l.open(); err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func NewRequestLog(cfg RequestLogConfig) (*RequestLog, error) {
 // queue wait excluded (zero for a rejected request). A replay admits the
 // record at arrived, queues it as the candidate says, and settles it with
 // actual after work. Log never blocks; after Close it does nothing.
-func (l *RequestLog) Log(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration) {
+func (l *Writer) Log(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration) {
 	l.log(r, arrived, actual, work, false)
 }
 
@@ -138,12 +138,12 @@ func (l *RequestLog) Log(r *admission.Request, arrived time.Time, actual admissi
 // begin_only (Record.BeginOnly), so that a replay decides it with Begin's
 // policies alone, as they decided it live. The body itself is never
 // logged. LogBeginOnly never blocks; after Close it does nothing.
-func (l *RequestLog) LogBeginOnly(r *admission.Request, arrived time.Time) {
+func (l *Writer) LogBeginOnly(r *admission.Request, arrived time.Time) {
 	l.log(r, arrived, admission.Usage{}, 0, true)
 }
 
 // log is Log and LogBeginOnly.
-func (l *RequestLog) log(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration, beginOnly bool) {
+func (l *Writer) log(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration, beginOnly bool) {
 	if l.cfg.SampleTenants > 1 && !sampled(r.Tenant, l.cfg.SampleTenants) {
 		return
 	}
@@ -183,14 +183,14 @@ func sampled(tenant string, n int) bool {
 
 // Dropped returns how many records were dropped because the buffer was
 // full or writing failed: a counter for a metric.
-func (l *RequestLog) Dropped() uint64 { return l.dropped.Load() }
+func (l *Writer) Dropped() uint64 { return l.dropped.Load() }
 
 // Written returns how many records were written: a counter for a metric.
-func (l *RequestLog) Written() uint64 { return l.written.Load() }
+func (l *Writer) Written() uint64 { return l.written.Load() }
 
 // Close writes the records still buffered, closes the file and returns
 // the first error writing met. Log calls after Close do nothing.
-func (l *RequestLog) Close() error {
+func (l *Writer) Close() error {
 	l.once.Do(func() {
 		l.mu.Lock()
 		l.closed = true
@@ -204,7 +204,7 @@ func (l *RequestLog) Close() error {
 // run writes records until the log is closed, flushing whenever the
 // buffer is empty so that a record reaches the disk soon after it was
 // logged.
-func (l *RequestLog) run() {
+func (l *Writer) run() {
 	defer close(l.done)
 	for rec := range l.ch {
 		l.write(&rec)
@@ -218,7 +218,7 @@ func (l *RequestLog) run() {
 	}
 }
 
-func (l *RequestLog) write(rec *Record) {
+func (l *Writer) write(rec *Record) {
 	l.buf = append(rec.AppendJSON(l.buf[:0]), '\n')
 	if l.size > 0 && l.size+int64(len(l.buf)) > l.cfg.MaxBytes {
 		l.fail(l.rotate())
@@ -238,7 +238,7 @@ func (l *RequestLog) write(rec *Record) {
 
 // rotate renames Path.k to Path.k+1 (removing the oldest), Path to Path.1,
 // and opens a new Path.
-func (l *RequestLog) rotate() error {
+func (l *Writer) rotate() error {
 	err := errors.Join(l.w.Flush(), l.f.Close())
 	l.w, l.f = nil, nil
 	p := l.cfg.Path
@@ -257,7 +257,7 @@ func (l *RequestLog) rotate() error {
 	return errors.Join(err, l.open())
 }
 
-func (l *RequestLog) open() error {
+func (l *Writer) open() error {
 	f, err := os.OpenFile(l.cfg.Path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("shadow: request log: %w", err)
@@ -272,7 +272,7 @@ func (l *RequestLog) open() error {
 }
 
 // fail keeps the first error met.
-func (l *RequestLog) fail(err error) {
+func (l *Writer) fail(err error) {
 	if err != nil && l.err == nil {
 		l.err = err
 	}

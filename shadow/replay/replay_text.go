@@ -1,4 +1,4 @@
-package shadow
+package replay
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 type column struct {
 	name   string
 	cand   func(c *CandidateReport) string
-	policy func(p *PolicyReplay) string
+	policy func(p *Policy) string
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -23,25 +23,25 @@ func dash(*CandidateReport) string { return "-" }
 
 // columns are the table's columns for the report: the refused tokens and
 // cost only when some record estimates them.
-func (rep *ReplayReport) columns() []column {
+func (rep *Report) columns() []column {
 	cols := []column{
-		{"POLICY", func(*CandidateReport) string { return "*" }, func(p *PolicyReplay) string { return p.Policy }},
-		{"MODE", dash, func(p *PolicyReplay) string { return p.Mode.String() }},
-		{"MATCHED", func(c *CandidateReport) string { return itoa(c.Requests) }, func(p *PolicyReplay) string { return itoa(p.Matched) }},
-		{"ADMITTED", func(c *CandidateReport) string { return itoa(c.Admitted) }, func(p *PolicyReplay) string { return itoa(p.Admitted) }},
-		{"REJECTED", func(c *CandidateReport) string { return itoa(c.Rejected) }, func(p *PolicyReplay) string { return itoa(p.Rejected) }},
-		{"WOULD_REJECT", func(c *CandidateReport) string { return itoa(c.WouldRejected) }, func(p *PolicyReplay) string { return itoa(p.WouldReject) }},
+		{"POLICY", func(*CandidateReport) string { return "*" }, func(p *Policy) string { return p.Policy }},
+		{"MODE", dash, func(p *Policy) string { return p.Mode.String() }},
+		{"MATCHED", func(c *CandidateReport) string { return itoa(c.Requests) }, func(p *Policy) string { return itoa(p.Requests) }},
+		{"ADMITTED", func(c *CandidateReport) string { return itoa(c.Admitted) }, func(p *Policy) string { return itoa(p.Admitted) }},
+		{"REJECTED", func(c *CandidateReport) string { return itoa(c.Rejected) }, func(p *Policy) string { return itoa(p.Rejected) }},
+		{"WOULD_REJECT", func(c *CandidateReport) string { return itoa(c.WouldRejected) }, func(p *Policy) string { return itoa(p.WouldReject) }},
 		{"REFUSED%", func(c *CandidateReport) string { return percent(c.RejectedRatio + c.WouldRejectedRatio) },
-			func(p *PolicyReplay) string { return percent(p.RejectedRatio + p.WouldRejectRatio) }},
+			func(p *Policy) string { return percent(p.RejectedRatio + p.WouldRejectRatio) }},
 	}
 	if rep.TokensEstimated {
-		cols = append(cols, column{"REFUSED_TOKENS", dash, func(p *PolicyReplay) string { return itoa(p.RefusedCost.Tokens) }})
+		cols = append(cols, column{"REFUSED_TOKENS", dash, func(p *Policy) string { return itoa(p.RefusedCost.Tokens) }})
 	}
 	if rep.CostEstimated {
-		cols = append(cols, column{"REFUSED_COST", dash, func(p *PolicyReplay) string { return itoa(p.RefusedCost.Cost) }})
+		cols = append(cols, column{"REFUSED_COST", dash, func(p *Policy) string { return itoa(p.RefusedCost.Cost) }})
 	}
 	return append(cols, column{"PEAK_IN_FLIGHT", func(c *CandidateReport) string { return itoa(c.PeakInFlight) },
-		func(p *PolicyReplay) string { return itoa(p.PeakInFlight) }})
+		func(p *Policy) string { return itoa(p.PeakInFlight) }})
 }
 
 // WriteText writes the report as a comparison table: one row per
@@ -51,7 +51,7 @@ func (rep *ReplayReport) columns() []column {
 // skipped and the log's sampling when there are any. The REFUSED_TOKENS and REFUSED_COST
 // columns are left out when no record estimates that unit
 // (TokensEstimated, CostEstimated), and a line under the table says so.
-func (rep ReplayReport) WriteText(w io.Writer) error {
+func (rep Report) WriteText(w io.Writer) error {
 	span := rep.End.Sub(rep.Start).Round(time.Millisecond)
 	fmt.Fprintf(w, "replayed %d requests over %s through %d candidate(s)", rep.Records, span, len(rep.Candidates))
 	if rep.Reordered > 0 {
@@ -103,7 +103,7 @@ func (rep ReplayReport) WriteText(w io.Writer) error {
 	header := false
 	for _, c := range rep.Candidates {
 		for _, p := range c.Policies {
-			if len(p.TopTenants) == 0 {
+			if len(p.Tenants) == 0 {
 				continue
 			}
 			if !header {
@@ -111,7 +111,7 @@ func (rep ReplayReport) WriteText(w io.Writer) error {
 				header = true
 			}
 			var b strings.Builder
-			for i, t := range p.TopTenants {
+			for i, t := range p.Tenants {
 				if i > 0 {
 					b.WriteString(", ")
 				}

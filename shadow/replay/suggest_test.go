@@ -1,4 +1,4 @@
-package shadow_test
+package replay_test
 
 import (
 	"context"
@@ -9,20 +9,21 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/replay"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 )
 
-const exampleLog = "../examples/replay/sample.jsonl"
+const exampleLog = "../../examples/replay/sample.jsonl"
 
 func openExample() (io.ReadCloser, error) { return os.Open(exampleLog) }
 
-func loadExample(t *testing.T, path string) shadow.Candidate {
+func loadExample(t *testing.T, path string) replay.Candidate {
 	t.Helper()
 	f, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return shadow.Candidate{Name: path, Config: f.Config}
+	return replay.Candidate{Name: path, Config: f.Config}
 }
 
 // rejectedAlone replays the example log through policy p alone, enforced,
@@ -35,12 +36,12 @@ func rejectedAlone(t *testing.T, p admission.Policy, l, b int64, skip []string) 
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rp, err := shadow.NewReplayer(shadow.ReplayConfig{}, shadow.Candidate{Config: admission.Config{Policies: []admission.Policy{p}}})
+	rp, err := replay.NewReplayer(replay.Config{}, replay.Candidate{Config: admission.Config{Policies: []admission.Policy{p}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lr := shadow.NewLogReader(f)
-	var rec shadow.Record
+	lr := requestlog.NewReader(f)
+	var rec requestlog.Record
 	for lr.Read(&rec) == nil {
 		if len(skip) > 0 && rec.Tenant == skip[0] {
 			continue
@@ -49,17 +50,17 @@ func rejectedAlone(t *testing.T, p admission.Policy, l, b int64, skip []string) 
 	}
 	rp.Finish()
 	pr := rp.Report().Candidates[0].Policies[0]
-	return pr.Rejected, pr.Matched
+	return pr.Rejected, pr.Requests
 }
 
 // Each suggestion, replayed, meets the target; one less does not.
 func TestSuggestSmallestLimit(t *testing.T) {
-	cand := loadExample(t, "../examples/replay/candidate.yaml")
+	cand := loadExample(t, "../../examples/replay/candidate.yaml")
 	for _, tc := range []struct {
 		target    float64
 		ignoreTop int
 	}{{0.01, 0}, {0.05, 0}, {0.01, 1}} {
-		got, err := shadow.Suggest(context.Background(), openExample, cand, shadow.SuggestConfig{Target: tc.target, IgnoreTop: tc.ignoreTop})
+		got, err := replay.Suggest(context.Background(), openExample, cand, replay.SuggestConfig{Target: tc.target, IgnoreTop: tc.ignoreTop})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,9 +94,9 @@ func TestSuggestSmallestLimit(t *testing.T) {
 }
 
 func TestSuggestErrors(t *testing.T) {
-	cand := loadExample(t, "../examples/replay/current.yaml")
-	for _, cfg := range []shadow.SuggestConfig{{Target: 1}, {Target: -0.1}, {IgnoreTop: -1}} {
-		if _, err := shadow.Suggest(context.Background(), openExample, cand, cfg); err == nil {
+	cand := loadExample(t, "../../examples/replay/current.yaml")
+	for _, cfg := range []replay.SuggestConfig{{Target: 1}, {Target: -0.1}, {IgnoreTop: -1}} {
+		if _, err := replay.Suggest(context.Background(), openExample, cand, cfg); err == nil {
 			t.Errorf("Suggest(%+v) = nil error", cfg)
 		}
 	}
