@@ -28,7 +28,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/metrics"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/status"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -648,7 +648,7 @@ func TestReloadRefusalsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := shadow.NewStatusPage(shadow.StatusConfig{Stats: func() []admission.PolicyStats { return nil }})
+	page, err := status.NewPage(status.Config{Stats: func() []admission.PolicyStats { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,8 +684,8 @@ func TestReloadRefusalsReported(t *testing.T) {
 	if n := reloads(t, prom.Handler, "partial"); n != 1 {
 		t.Errorf(`admission_reloads_total{result="partial"} = %v; want 1`, n)
 	}
-	st := page.Status().Reloads
-	if len(st) == 0 || st[0].State != shadow.ReloadPartial || !st[0].OK ||
+	st := page.View().Reloads
+	if len(st) == 0 || st[0].State != status.ReloadPartial || !st[0].OK ||
 		st[0].Warning != `applied without the entries refused: 2 problems (postgres): plans.pro.inflight: no such policy "inflight"; tenants.acme.overrides.inflight: no such policy "inflight"` {
 		t.Errorf("the status page's last reload: %+v; want partial, naming both entries", st)
 	}
@@ -697,7 +697,7 @@ func TestReloadRefusalsReported(t *testing.T) {
 	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 0 {
 		t.Errorf("sluice_directory_refused = %v with the file restored; want 0", n)
 	}
-	if st := page.Status().Reloads; st[0].State != shadow.ReloadApplied {
+	if st := page.View().Reloads; st[0].State != status.ReloadApplied {
 		t.Errorf("the status page's last reload: %+v; want applied", st[0])
 	}
 	if got := r.dir.Data().Plans.Tenants["acme"].Overrides["inflight"].Limit; got != 4 {

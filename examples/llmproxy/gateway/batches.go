@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/tokenunits"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -140,7 +140,7 @@ type BatchAPI struct {
 	// MaxHold is the longest a reservation stays open; zero means
 	// DefaultMaxHold. Then it is settled at its estimate. The request log
 	// records a batch with its true hold time, at most MaxHold and a
-	// PollInterval: more than shadow.MaxRecordDuration is refused.
+	// PollInterval: more than requestlog.MaxRecordDuration is refused.
 	MaxHold time.Duration
 }
 
@@ -267,8 +267,8 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, erro
 		}
 	}
 	cfg.MaxRecords = max(cfg.MaxRecords, cfg.MaxOpen)
-	if cfg.MaxHold > shadow.MaxRecordDuration-cfg.PollInterval {
-		return nil, fmt.Errorf("gateway: batches: max hold %v and a poll interval of %v exceed the longest hold a request log records (%v)", cfg.MaxHold, cfg.PollInterval, shadow.MaxRecordDuration)
+	if cfg.MaxHold > requestlog.MaxRecordDuration-cfg.PollInterval {
+		return nil, fmt.Errorf("gateway: batches: max hold %v and a poll interval of %v exceed the longest hold a request log records (%v)", cfg.MaxHold, cfg.PollInterval, requestlog.MaxRecordDuration)
 	}
 	if clock == nil {
 		clock = admission.SystemClock{}

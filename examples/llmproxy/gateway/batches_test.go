@@ -25,7 +25,7 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
-	"github.com/sluicehq/sluice/shadow"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -681,7 +681,7 @@ func TestBatchCreationUnanswered(t *testing.T) {
 func TestBatchHoldLogged(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	path := filepath.Join(t.TempDir(), "requests.jsonl")
-	rl, err := shadow.NewRequestLog(shadow.RequestLogConfig{Path: path})
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -705,10 +705,10 @@ func TestBatchHoldLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	lr := shadow.NewLogReader(fh)
+	lr := requestlog.NewReader(fh)
 	var held []time.Duration
 	for {
-		var rec shadow.Record
+		var rec requestlog.Record
 		err := lr.Read(&rec)
 		if errors.Is(err, io.EOF) {
 			break
@@ -724,7 +724,7 @@ func TestBatchHoldLogged(t *testing.T) {
 		t.Errorf("the batch's request log records hold %v; want one of 25h to 26h", held)
 	}
 	base.Upstream, base.RequestLog = s.up.URL+"/v1", nil
-	base.Batches.MaxHold = shadow.MaxRecordDuration
+	base.Batches.MaxHold = requestlog.MaxRecordDuration
 	if gw, err := gateway.New(base); err == nil || !strings.Contains(err.Error(), "exceed the longest hold a request log records") {
 		if gw != nil {
 			gw.Close()
