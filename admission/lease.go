@@ -31,6 +31,16 @@ import (
 // once the garbage collector has found it unreachable, and its leases
 // expire MaxHold later, as a crashed process's do.
 //
+// The keeper also keeps a shared store's in-flight figure true (a store
+// that counts the leases its process holds without asking, a
+// backend.Forgetter): a lease the keeper could not renew for its whole
+// MaxHold (its store failing) has expired, and a ticket the collector
+// found dropped holds nothing any more; the keeper makes the store forget
+// both, and the first is then lost for its ticket (settling releases
+// nothing, and Renew says so). So that it can for a dropped ticket,
+// whose grants went with it, each ticket keeps a copy of its leases'
+// grants beside it (keptLeases), which the keeper's shard holds.
+//
 // The admitted path pays for it with no allocation: a ticket holding a
 // lease is entered in one of keeperShards small maps (a lock and a map
 // assignment) and removed when settled. The keeper's timer runs only while
@@ -97,16 +107,73 @@ type leaseKeeper struct {
 }
 
 // keeperShard holds some of the live tickets that hold leases, by their
-// weak pointer, with the generation they were entered at.
+// weak pointer, with the generation they were entered at and their
+// leases' copies.
 type keeperShard struct {
 	mu   sync.Mutex
-	live map[weak.Pointer[ticket]]uint64
+	live map[weak.Pointer[ticket]]keeperEntry
 	_    [40]byte // one shard per cache line
 }
 
 type keeperEntry struct {
-	wp  weak.Pointer[ticket]
-	gen uint64
+	wp     weak.Pointer[ticket]
+	gen    uint64
+	leases *keptLeases
+}
+
+// keptLeases are the copies of a ticket's grants that a store would
+// count until told to forget them: made once per ticket (it is pooled),
+// written by keep, Renew and the keeper's run, and read once the ticket
+// is gone.
+type keptLeases struct {
+	mu   sync.Mutex
+	list []keptLease
+}
+
+// set makes kl the copies of t's leases that a store counts; t.lease is
+// held.
+func (kl *keptLeases) set(t *ticket) {
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	clear(kl.list)
+	kl.list = kl.list[:0]
+	for i := range t.ops {
+		if h := &t.ops[i]; h.renewable() && !h.local {
+			if f, ok := h.p.limiter.(backend.Forgetter); ok {
+				kl.list = append(kl.list, keptLease{op: i, f: f, grant: h.grant})
+			}
+		}
+	}
+}
+
+// keptLease is the copy of op's grant, for f to forget.
+type keptLease struct {
+	op    int
+	f     backend.Forgetter
+	grant backend.Grant
+}
+
+// forget has the store of each lease in kl forget it.
+func (kl *keptLeases) forget() {
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	for i := range kl.list {
+		kl.list[i].f.Forget(&kl.list[i].grant)
+	}
+	clear(kl.list)
+	kl.list = kl.list[:0]
+}
+
+// lost clears the copy of op's grant: its lease is gone (the store found
+// it expired, or it was forgotten).
+func (kl *keptLeases) lost(op int) {
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	for i := range kl.list {
+		if kl.list[i].op == op {
+			kl.list[i].grant.Stamp = 0
+		}
+	}
 }
 
 // pendingRelease is a release its store failed, to try again.
@@ -129,13 +196,13 @@ func (k *leaseKeeper) init(c *Controller) {
 	}
 	k.rel, _ = c.obs.(ReleaseObserver)
 	for i := range k.shards {
-		k.shards[i].live = make(map[weak.Pointer[ticket]]uint64)
+		k.shards[i].live = make(map[weak.Pointer[ticket]]keeperEntry)
 	}
 }
 
 // newTicket makes a ticket for c's pool, with its weak pointer made once.
 func (k *leaseKeeper) newTicket() *ticket {
-	t := &ticket{c: k.c, shard: uint8(k.next.Add(1) % keeperShards)}
+	t := &ticket{c: k.c, shard: uint8(k.next.Add(1) % keeperShards), leases: &keptLeases{}}
 	t.self = weak.Make(t)
 	return t
 }
@@ -168,10 +235,11 @@ func (k *leaseKeeper) keep(t *ticket) {
 	// earlier entry (its previous life in the pool, or before Continue).
 	t.lease.Lock()
 	t.kept = true
+	t.leases.set(t)
 	t.lease.Unlock()
 	s := &k.shards[t.shard]
 	s.mu.Lock()
-	s.live[t.self] = t.gen.Load()
+	s.live[t.self] = keeperEntry{gen: t.gen.Load(), leases: t.leases}
 	s.mu.Unlock()
 	k.live.Add(1)
 	if k.armed.CompareAndSwap(false, true) {
@@ -246,18 +314,21 @@ func (k *leaseKeeper) renewAll(now time.Time) {
 		s := &k.shards[i]
 		s.mu.Lock()
 		k.walk = k.walk[:0]
-		for wp, gen := range s.live {
-			k.walk = append(k.walk, keeperEntry{wp, gen})
+		for wp, e := range s.live {
+			e.wp = wp
+			k.walk = append(k.walk, e)
 		}
 		s.mu.Unlock()
 		for _, e := range k.walk {
 			t := e.wp.Value()
 			if t == nil {
-				// Dropped unsettled: its leases expire on their own.
+				// Dropped unsettled: its leases expire on their own, and
+				// its process holds them no more.
 				s.mu.Lock()
 				if _, ok := s.live[e.wp]; ok {
 					delete(s.live, e.wp)
 					k.live.Add(-1)
+					e.leases.forget()
 				}
 				s.mu.Unlock()
 				continue
@@ -266,7 +337,7 @@ func (k *leaseKeeper) renewAll(now time.Time) {
 			if t.kept && t.gen.Load() == e.gen {
 				for j := range t.ops {
 					if h := &t.ops[j]; h.renewable() && now.Sub(h.renewed) >= h.lim.MaxHold/6 {
-						k.c.renewKept(h, now)
+						k.renewOp(t, j, now)
 					}
 				}
 			}
@@ -274,6 +345,24 @@ func (k *leaseKeeper) renewAll(now time.Time) {
 		}
 	}
 	clear(k.walk)
+}
+
+// renewOp renews the lease of t's op j; t.lease is held. A lease the
+// store lost is lost for the ticket; one that could not be renewed for
+// its whole MaxHold (the store failing all along) has expired: its
+// store forgets it, and it is lost too.
+func (k *leaseKeeper) renewOp(t *ticket, j int, now time.Time) {
+	h := &t.ops[j]
+	k.c.renewKept(h, now)
+	if h.grant.Stamp != 0 && now.Sub(h.renewed) >= h.lim.MaxHold {
+		if f, ok := h.limiterOf().(backend.Forgetter); ok {
+			f.Forget(&h.grant)
+		}
+		h.grant.Stamp, h.lost = 0, true
+	}
+	if h.grant.Stamp == 0 {
+		t.leases.lost(j)
+	}
 }
 
 // renewKept renews h's lease for the keeper; t.lease is held. Unlike

@@ -65,6 +65,18 @@ type Renewer interface {
 	Renew(ctx context.Context, key string, l *limits.Limit, g *Grant, now time.Time) error
 }
 
+// A Forgetter is a Limiter that counts the leases its process holds
+// without asking its store (a shared store's in-flight figure), an
+// optional interface: Forget tells it that the process holds the lease
+// of the concurrency grant g no more although it was not released (its
+// ticket was dropped unsettled, or its lease expired unrenewed), so that
+// the figure stops counting it. It makes no call, changes nothing in the
+// store, and is a no-op for a grant without a lease. The controller never
+// releases a grant it has forgotten.
+type Forgetter interface {
+	Forget(g *Grant)
+}
+
 // A Grant is a limiter's answer to Acquire.
 type Grant struct {
 	// OK reports whether the permits were taken.

@@ -19,9 +19,11 @@ import (
 // decision.
 //
 // InFlight is the cost of the concurrency leases this replica holds,
-// taken and neither released nor found expired by a renewal, including
-// those whose release failed and is being retried; it is read without a
-// call. Other replicas report theirs: the fleet's in-flight work is the
+// taken and neither released, nor found expired by a renewal, nor
+// forgotten by the controller's lease keeper (a ticket dropped unsettled,
+// a lease left unrenewed for its MaxHold: see backend.Forgetter),
+// including those whose release failed and is being retried; it is read
+// without a call. Other replicas report theirs: the fleet's in-flight work is the
 // sum.
 //
 // Partitions and NearLimit are the policy's partitions in Redis, the
@@ -59,6 +61,19 @@ func (l *limiter) inFlight(now time.Time) int64 {
 		l.stuckMu.Unlock()
 	}
 	return n
+}
+
+var _ backend.Forgetter = (*limiter)(nil)
+
+// Forget implements backend.Forgetter: the lease of g leaves this
+// replica's in-flight figure (its release failed or not).
+func (l *limiter) Forget(g *backend.Grant) {
+	if l.alg != limits.Concurrency || g.Stamp == 0 {
+		return
+	}
+	if l.nstuck.Load() == 0 || !l.unstick(g.Stamp) {
+		l.held.Add(-g.Taken)
+	}
 }
 
 // partScan is a limiter's last count of its partitions in Redis.
