@@ -430,6 +430,16 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		h := &t.ops[evaluated]
 		if h.p.Queue.Size > 0 && h.mode == limits.Enforce {
 			err = h.p.queues.acquire(ctx, t, h, wait, now)
+			if h.wait > 0 {
+				// The evaluation goes on from the end of the wait: what
+				// is taken from now on is taken then (a lease taken at
+				// the instant the request arrived would be born
+				// expired after a wait longer than its MaxHold).
+				now = now.Add(h.wait)
+				for j := evaluated + 1; j < len(t.ops); j++ {
+					t.ops[j].renewed = now
+				}
+			}
 		} else {
 			err = c.acquire(ctx, t, h, now)
 		}
