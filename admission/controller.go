@@ -561,9 +561,16 @@ func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry 
 }
 
 // storeFailed applies the policy's failure mode when its store failed.
+// A call that ended because its caller's context did is no failure of
+// the store: the request ends with the context's error (reported as
+// Canceled), no store error is counted and no failure mode decides.
 func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err error, now time.Time) error {
 	p := h.p
 	h.grant = backend.Grant{}
+	if cerr := ctx.Err(); cerr != nil {
+		c.report(t, h, Canceled, ReasonNone, 0)
+		return cerr
+	}
 	c.obs.StoreError(StoreEvent{Policy: p.Name, Store: p.Store, Err: err, Action: p.OnStoreError})
 	switch p.OnStoreError {
 	case limits.FailLocalMode:
