@@ -76,8 +76,10 @@ type policyState struct {
 	limiter backend.Limiter
 	batcher backend.Batcher
 	renewer bool // the limiter is a backend.Renewer
-	queues  *queueSet
-	local   struct {
+	// renewBatcher is the store when it renews leases in batches.
+	renewBatcher backend.RenewBatcher
+	queues       *queueSet
+	local        struct {
 		once sync.Once
 		l    backend.Limiter
 	}
@@ -135,6 +137,9 @@ func (c *Controller) install(cfg Config) error {
 		p.policyState = &policyState{limiter: lim}
 		p.batcher, _ = st.(backend.Batcher)
 		_, p.renewer = lim.(backend.Renewer)
+		if p.renewer {
+			p.renewBatcher, _ = st.(backend.RenewBatcher)
+		}
 		if in, ok := lim.(backend.Inspector); ok {
 			name := p.Name
 			in.OnEvict(func(partitions, leases int) {

@@ -103,7 +103,11 @@ type leaseKeeper struct {
 	logged  time.Time // the last log line
 	unsaid  int       // failures since, not logged
 
-	walk []keeperEntry // a run's copy of a shard, reused (runs never overlap)
+	walk   []keeperEntry // a run's copy of a shard, reused (runs never overlap)
+	batch  []batchedRenewal
+	mine   []batchedRenewal // the part of batch on one store
+	ops    []backend.Op
+	locked []*ticket // the tickets of batch, locked
 }
 
 // keeperShard holds some of the live tickets that hold leases, by their
@@ -308,7 +312,10 @@ func (k *leaseKeeper) run() {
 	}
 }
 
-// renewAll renews the due leases of every live ticket.
+// renewAll renews the due leases of every live ticket: those on a store
+// that renews in batches (a backend.RenewBatcher) together, one call per
+// store for up to renewBatchMax of them, the others one by one. The
+// tickets of a batch stay locked until it returns.
 func (k *leaseKeeper) renewAll(now time.Time) {
 	for i := range k.shards {
 		s := &k.shards[i]
@@ -334,26 +341,110 @@ func (k *leaseKeeper) renewAll(now time.Time) {
 				continue
 			}
 			t.lease.Lock()
+			batched := false
 			if t.kept && t.gen.Load() == e.gen {
 				for j := range t.ops {
-					if h := &t.ops[j]; h.renewable() && now.Sub(h.renewed) >= h.lim.MaxHold/6 {
+					h := &t.ops[j]
+					if !h.renewable() || now.Sub(h.renewed) < h.lim.MaxHold/6 {
+						continue
+					}
+					if rb := h.p.renewBatcher; rb != nil && !h.local {
+						k.batch = append(k.batch, batchedRenewal{rb: rb, t: t, j: j})
+						batched = true
+					} else {
 						k.renewOp(t, j, now)
 					}
 				}
 			}
-			t.lease.Unlock()
+			if batched {
+				k.locked = append(k.locked, t)
+			} else {
+				t.lease.Unlock()
+			}
+			if len(k.batch) >= renewBatchMax {
+				k.flush(now)
+			}
 		}
 	}
+	k.flush(now)
 	clear(k.walk)
 }
 
-// renewOp renews the lease of t's op j; t.lease is held. A lease the
-// store lost is lost for the ticket; one that could not be renewed for
-// its whole MaxHold (the store failing all along) has expired: its
-// store forgets it, and it is lost too.
+// renewBatchMax bounds the leases renewed in one batch.
+const renewBatchMax = 1024
+
+// batchedRenewal is a lease due for renewal in a batch: t's op j, on rb.
+type batchedRenewal struct {
+	rb backend.RenewBatcher
+	t  *ticket
+	j  int
+}
+
+// flush renews the leases of k.batch, one call per store, and unlocks
+// their tickets.
+func (k *leaseKeeper) flush(now time.Time) {
+	for todo := k.batch; len(todo) > 0; {
+		rb := todo[0].rb
+		ops, rest, mine := k.ops[:0], todo[:0], k.mine[:0]
+		for _, b := range todo {
+			if b.rb != rb {
+				rest = append(rest, b)
+				continue
+			}
+			h := &b.t.ops[b.j]
+			ops = append(ops, backend.Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant})
+			mine = append(mine, b)
+		}
+		_ = rb.RenewBatch(context.Background(), ops, now)
+		for i, b := range mine {
+			h, op := &b.t.ops[b.j], &ops[i]
+			if op.Err != nil {
+				k.c.settleFailed(h, op.Err)
+			} else if op.Grant.Expired > 0 {
+				k.c.obs.LeaseExpired(h.p.Name, int(op.Grant.Expired))
+			}
+			k.renewedOp(b.t, b.j, &op.Grant, op.Err, now)
+		}
+		clear(ops)
+		clear(mine)
+		k.ops, k.mine = ops[:0], mine[:0]
+		todo = rest
+	}
+	clear(k.batch)
+	k.batch = k.batch[:0]
+	for _, t := range k.locked {
+		t.lease.Unlock()
+	}
+	clear(k.locked)
+	k.locked = k.locked[:0]
+}
+
+// renewOp renews the lease of t's op j on its own; t.lease is held.
 func (k *leaseKeeper) renewOp(t *ticket, j int, now time.Time) {
+	g := t.ops[j].grant
+	err := k.c.renewGrant(&t.ops[j], &g, now)
+	k.renewedOp(t, j, &g, err, now)
+}
+
+// renewedOp records the renewal of the lease of t's op j: g, a copy of
+// its grant the store renewed, or err when the store failed (reported
+// already); t.lease is held. Unlike Ticket.Renew, it does not write the
+// op's grant but its Stamp, cleared when the lease was lost (settling
+// then releases nothing, and the next Ticket.Renew says so), so that the
+// ticket's owner may read the grant's figures (Statuses) meanwhile. A
+// lease that could not be renewed for its whole MaxHold (the store
+// failing all along) has expired: its store forgets it, and it is lost
+// too.
+func (k *leaseKeeper) renewedOp(t *ticket, j int, g *backend.Grant, err error, now time.Time) {
 	h := &t.ops[j]
-	k.c.renewKept(h, now)
+	switch {
+	case err != nil:
+		// Tried again at the next run.
+	case g.Stamp == 0:
+		h.grant.Stamp, h.lost = 0, true
+	default:
+		h.renewed = now
+	}
 	if h.grant.Stamp != 0 && now.Sub(h.renewed) >= h.lim.MaxHold {
 		if f, ok := h.limiterOf().(backend.Forgetter); ok {
 			f.Forget(&h.grant)
@@ -363,23 +454,6 @@ func (k *leaseKeeper) renewOp(t *ticket, j int, now time.Time) {
 	if h.grant.Stamp == 0 {
 		t.leases.lost(j)
 	}
-}
-
-// renewKept renews h's lease for the keeper; t.lease is held. Unlike
-// renew, it does not write h.grant but its Stamp, cleared when the lease
-// was lost (settling then releases nothing, and the next Ticket.Renew
-// says so), so that the ticket's owner may read the grant's figures
-// (Statuses) meanwhile.
-func (c *Controller) renewKept(h *held, now time.Time) {
-	g := h.grant
-	if c.renewGrant(h, &g, now) != nil {
-		return // reported; tried again at the next run
-	}
-	if g.Stamp == 0 {
-		h.grant.Stamp, h.lost = 0, true
-		return
-	}
-	h.renewed = now
 }
 
 // renewGrant renews the lease of g, h's grant or a copy of it, at now, and

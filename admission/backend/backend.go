@@ -135,6 +135,18 @@ type Batcher interface {
 	SettleBatch(ctx context.Context, ops []Op, now time.Time) error
 }
 
+// A RenewBatcher is a Store that can renew the concurrency leases of many
+// grants, of any of its limiters, in one round trip, an optional
+// interface: the controller's lease keeper uses it to renew every lease
+// due on the store at once rather than one call per lease.
+type RenewBatcher interface {
+	// RenewBatch renews the lease of each op's Grant as Renewer.Renew
+	// does (Key, Limit and Grant are read, Grant updated), in one round
+	// trip per bounded batch of ops. An op that failed gets its Err set;
+	// the error is non-nil when any did.
+	RenewBatch(ctx context.Context, ops []Op, now time.Time) error
+}
+
 // A Call reports one call a shared store made to its backend (a Redis
 // script, say), for latency metrics.
 type Call struct {
