@@ -76,8 +76,10 @@ type policyState struct {
 	limiter backend.Limiter
 	batcher backend.Batcher
 	renewer bool // the limiter is a backend.Renewer
-	queues  *queueSet
-	local   struct {
+	// renewBatcher is the store when it renews leases in batches.
+	renewBatcher backend.RenewBatcher
+	queues       *queueSet
+	local        struct {
 		once sync.Once
 		l    backend.Limiter
 	}
@@ -135,6 +137,9 @@ func (c *Controller) install(cfg Config) error {
 		p.policyState = &policyState{limiter: lim}
 		p.batcher, _ = st.(backend.Batcher)
 		_, p.renewer = lim.(backend.Renewer)
+		if p.renewer {
+			p.renewBatcher, _ = st.(backend.RenewBatcher)
+		}
 		if in, ok := lim.(backend.Inspector); ok {
 			name := p.Name
 			in.OnEvict(func(partitions, leases int) {
@@ -430,6 +435,16 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		h := &t.ops[evaluated]
 		if h.p.Queue.Size > 0 && h.mode == limits.Enforce {
 			err = h.p.queues.acquire(ctx, t, h, wait, now)
+			if h.wait > 0 {
+				// The evaluation goes on from the end of the wait: what
+				// is taken from now on is taken then (a lease taken at
+				// the instant the request arrived would be born
+				// expired after a wait longer than its MaxHold).
+				now = now.Add(h.wait)
+				for j := evaluated + 1; j < len(t.ops); j++ {
+					t.ops[j].renewed = now
+				}
+			}
 		} else {
 			err = c.acquire(ctx, t, h, now)
 		}
@@ -551,9 +566,16 @@ func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry 
 }
 
 // storeFailed applies the policy's failure mode when its store failed.
+// A call that ended because its caller's context did is no failure of
+// the store: the request ends with the context's error (reported as
+// Canceled), no store error is counted and no failure mode decides.
 func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err error, now time.Time) error {
 	p := h.p
 	h.grant = backend.Grant{}
+	if cerr := ctx.Err(); cerr != nil {
+		c.report(t, h, Canceled, ReasonNone, 0)
+		return cerr
+	}
 	c.obs.StoreError(StoreEvent{Policy: p.Name, Store: p.Store, Err: err, Action: p.OnStoreError})
 	switch p.OnStoreError {
 	case limits.FailLocalMode:

@@ -44,7 +44,8 @@ const (
 	WouldReject
 	// Queued: the request started waiting in the policy's queue.
 	Queued
-	// Canceled: the caller gave up (context canceled) while waiting.
+	// Canceled: the caller gave up (its context ended) while waiting, or
+	// during a store call (which is then no store error).
 	Canceled
 	// Timeout: the request waited the queue's maximum time, or its deadline
 	// would pass before it could be admitted.

@@ -22,7 +22,13 @@ import (
 // old or more, so a live lease is renewed at half its MaxHold at the
 // latest, whatever the work is doing: a stream whose client stopped
 // reading still counts until the gateway cuts it. Leases live because their
-// process does, not because their client makes progress.
+// process does, not because their client makes progress. A store that can
+// (a backend.RenewBatcher, as the Redis store) renews every lease due in
+// a run in one batch: with 10,000 open streams at a 30s MaxHold, one
+// round trip per 256 leases every 10s, where one call per lease made
+// about a thousand a second. A request waiting in a queue holds no
+// concurrency permit (its earlier policies' go back while it waits, see
+// queueSet.acquire), and what it takes once served starts its lease then.
 //
 // The keeper is in the controller rather than in the services (a gateway's
 // stream loop, an HTTP middleware), so that every service gets it without
@@ -30,6 +36,16 @@ import (
 // without being settled (a leak in the caller's code) is renewed no more
 // once the garbage collector has found it unreachable, and its leases
 // expire MaxHold later, as a crashed process's do.
+//
+// The keeper also keeps a shared store's in-flight figure true (a store
+// that counts the leases its process holds without asking, a
+// backend.Forgetter): a lease the keeper could not renew for its whole
+// MaxHold (its store failing) has expired, and a ticket the collector
+// found dropped holds nothing any more; the keeper makes the store forget
+// both, and the first is then lost for its ticket (settling releases
+// nothing, and Renew says so). So that it can for a dropped ticket,
+// whose grants went with it, each ticket keeps a copy of its leases'
+// grants beside it (keptLeases), which the keeper's shard holds.
 //
 // The admitted path pays for it with no allocation: a ticket holding a
 // lease is entered in one of keeperShards small maps (a lock and a map
@@ -93,20 +109,81 @@ type leaseKeeper struct {
 	logged  time.Time // the last log line
 	unsaid  int       // failures since, not logged
 
-	walk []keeperEntry // a run's copy of a shard, reused (runs never overlap)
+	walk   []keeperEntry // a run's copy of a shard, reused (runs never overlap)
+	batch  []batchedRenewal
+	mine   []batchedRenewal // the part of batch on one store
+	ops    []backend.Op
+	locked []*ticket // the tickets of batch, locked
 }
 
 // keeperShard holds some of the live tickets that hold leases, by their
-// weak pointer, with the generation they were entered at.
+// weak pointer, with the generation they were entered at and their
+// leases' copies.
 type keeperShard struct {
 	mu   sync.Mutex
-	live map[weak.Pointer[ticket]]uint64
+	live map[weak.Pointer[ticket]]keeperEntry
 	_    [40]byte // one shard per cache line
 }
 
 type keeperEntry struct {
-	wp  weak.Pointer[ticket]
-	gen uint64
+	wp     weak.Pointer[ticket]
+	gen    uint64
+	leases *keptLeases
+}
+
+// keptLeases are the copies of a ticket's grants that a store would
+// count until told to forget them: made once per ticket (it is pooled),
+// written by keep, Renew and the keeper's run, and read once the ticket
+// is gone.
+type keptLeases struct {
+	mu   sync.Mutex
+	list []keptLease
+}
+
+// set makes kl the copies of t's leases that a store counts; t.lease is
+// held.
+func (kl *keptLeases) set(t *ticket) {
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	clear(kl.list)
+	kl.list = kl.list[:0]
+	for i := range t.ops {
+		if h := &t.ops[i]; h.renewable() && !h.local {
+			if f, ok := h.p.limiter.(backend.Forgetter); ok {
+				kl.list = append(kl.list, keptLease{op: i, f: f, grant: h.grant})
+			}
+		}
+	}
+}
+
+// keptLease is the copy of op's grant, for f to forget.
+type keptLease struct {
+	op    int
+	f     backend.Forgetter
+	grant backend.Grant
+}
+
+// forget has the store of each lease in kl forget it.
+func (kl *keptLeases) forget() {
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	for i := range kl.list {
+		kl.list[i].f.Forget(&kl.list[i].grant)
+	}
+	clear(kl.list)
+	kl.list = kl.list[:0]
+}
+
+// lost clears the copy of op's grant: its lease is gone (the store found
+// it expired, or it was forgotten).
+func (kl *keptLeases) lost(op int) {
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	for i := range kl.list {
+		if kl.list[i].op == op {
+			kl.list[i].grant.Stamp = 0
+		}
+	}
 }
 
 // pendingRelease is a release its store failed, to try again.
@@ -129,13 +206,13 @@ func (k *leaseKeeper) init(c *Controller) {
 	}
 	k.rel, _ = c.obs.(ReleaseObserver)
 	for i := range k.shards {
-		k.shards[i].live = make(map[weak.Pointer[ticket]]uint64)
+		k.shards[i].live = make(map[weak.Pointer[ticket]]keeperEntry)
 	}
 }
 
 // newTicket makes a ticket for c's pool, with its weak pointer made once.
 func (k *leaseKeeper) newTicket() *ticket {
-	t := &ticket{c: k.c, shard: uint8(k.next.Add(1) % keeperShards)}
+	t := &ticket{c: k.c, shard: uint8(k.next.Add(1) % keeperShards), leases: &keptLeases{}}
 	t.self = weak.Make(t)
 	return t
 }
@@ -168,10 +245,11 @@ func (k *leaseKeeper) keep(t *ticket) {
 	// earlier entry (its previous life in the pool, or before Continue).
 	t.lease.Lock()
 	t.kept = true
+	t.leases.set(t)
 	t.lease.Unlock()
 	s := &k.shards[t.shard]
 	s.mu.Lock()
-	s.live[t.self] = t.gen.Load()
+	s.live[t.self] = keeperEntry{gen: t.gen.Load(), leases: t.leases}
 	s.mu.Unlock()
 	k.live.Add(1)
 	if k.armed.CompareAndSwap(false, true) {
@@ -240,57 +318,148 @@ func (k *leaseKeeper) run() {
 	}
 }
 
-// renewAll renews the due leases of every live ticket.
+// renewAll renews the due leases of every live ticket: those on a store
+// that renews in batches (a backend.RenewBatcher) together, one call per
+// store for up to renewBatchMax of them, the others one by one. The
+// tickets of a batch stay locked until it returns.
 func (k *leaseKeeper) renewAll(now time.Time) {
 	for i := range k.shards {
 		s := &k.shards[i]
 		s.mu.Lock()
 		k.walk = k.walk[:0]
-		for wp, gen := range s.live {
-			k.walk = append(k.walk, keeperEntry{wp, gen})
+		for wp, e := range s.live {
+			e.wp = wp
+			k.walk = append(k.walk, e)
 		}
 		s.mu.Unlock()
 		for _, e := range k.walk {
 			t := e.wp.Value()
 			if t == nil {
-				// Dropped unsettled: its leases expire on their own.
+				// Dropped unsettled: its leases expire on their own, and
+				// its process holds them no more.
 				s.mu.Lock()
 				if _, ok := s.live[e.wp]; ok {
 					delete(s.live, e.wp)
 					k.live.Add(-1)
+					e.leases.forget()
 				}
 				s.mu.Unlock()
 				continue
 			}
 			t.lease.Lock()
+			batched := false
 			if t.kept && t.gen.Load() == e.gen {
 				for j := range t.ops {
-					if h := &t.ops[j]; h.renewable() && now.Sub(h.renewed) >= h.lim.MaxHold/6 {
-						k.c.renewKept(h, now)
+					h := &t.ops[j]
+					if !h.renewable() || now.Sub(h.renewed) < h.lim.MaxHold/6 {
+						continue
+					}
+					if rb := h.p.renewBatcher; rb != nil && !h.local {
+						k.batch = append(k.batch, batchedRenewal{rb: rb, t: t, j: j})
+						batched = true
+					} else {
+						k.renewOp(t, j, now)
 					}
 				}
 			}
-			t.lease.Unlock()
+			if batched {
+				k.locked = append(k.locked, t)
+			} else {
+				t.lease.Unlock()
+			}
+			if len(k.batch) >= renewBatchMax {
+				k.flush(now)
+			}
 		}
 	}
+	k.flush(now)
 	clear(k.walk)
 }
 
-// renewKept renews h's lease for the keeper; t.lease is held. Unlike
-// renew, it does not write h.grant but its Stamp, cleared when the lease
-// was lost (settling then releases nothing, and the next Ticket.Renew
-// says so), so that the ticket's owner may read the grant's figures
-// (Statuses) meanwhile.
-func (c *Controller) renewKept(h *held, now time.Time) {
-	g := h.grant
-	if c.renewGrant(h, &g, now) != nil {
-		return // reported; tried again at the next run
+// renewBatchMax bounds the leases renewed in one batch.
+const renewBatchMax = 1024
+
+// batchedRenewal is a lease due for renewal in a batch: t's op j, on rb.
+type batchedRenewal struct {
+	rb backend.RenewBatcher
+	t  *ticket
+	j  int
+}
+
+// flush renews the leases of k.batch, one call per store, and unlocks
+// their tickets.
+func (k *leaseKeeper) flush(now time.Time) {
+	for todo := k.batch; len(todo) > 0; {
+		rb := todo[0].rb
+		ops, rest, mine := k.ops[:0], todo[:0], k.mine[:0]
+		for _, b := range todo {
+			if b.rb != rb {
+				rest = append(rest, b)
+				continue
+			}
+			h := &b.t.ops[b.j]
+			ops = append(ops, backend.Op{Limiter: h.p.limiter, Key: h.key, Limit: *h.lim, Grant: h.grant})
+			mine = append(mine, b)
+		}
+		_ = rb.RenewBatch(context.Background(), ops, now)
+		for i, b := range mine {
+			h, op := &b.t.ops[b.j], &ops[i]
+			if op.Err != nil {
+				k.c.settleFailed(h, op.Err)
+			} else if op.Grant.Expired > 0 {
+				k.c.obs.LeaseExpired(h.p.Name, int(op.Grant.Expired))
+			}
+			k.renewedOp(b.t, b.j, &op.Grant, op.Err, now)
+		}
+		clear(ops)
+		clear(mine)
+		k.ops, k.mine = ops[:0], mine[:0]
+		todo = rest
 	}
-	if g.Stamp == 0 {
+	clear(k.batch)
+	k.batch = k.batch[:0]
+	for _, t := range k.locked {
+		t.lease.Unlock()
+	}
+	clear(k.locked)
+	k.locked = k.locked[:0]
+}
+
+// renewOp renews the lease of t's op j on its own; t.lease is held.
+func (k *leaseKeeper) renewOp(t *ticket, j int, now time.Time) {
+	g := t.ops[j].grant
+	err := k.c.renewGrant(&t.ops[j], &g, now)
+	k.renewedOp(t, j, &g, err, now)
+}
+
+// renewedOp records the renewal of the lease of t's op j: g, a copy of
+// its grant the store renewed, or err when the store failed (reported
+// already); t.lease is held. Unlike Ticket.Renew, it does not write the
+// op's grant but its Stamp, cleared when the lease was lost (settling
+// then releases nothing, and the next Ticket.Renew says so), so that the
+// ticket's owner may read the grant's figures (Statuses) meanwhile. A
+// lease that could not be renewed for its whole MaxHold (the store
+// failing all along) has expired: its store forgets it, and it is lost
+// too.
+func (k *leaseKeeper) renewedOp(t *ticket, j int, g *backend.Grant, err error, now time.Time) {
+	h := &t.ops[j]
+	switch {
+	case err != nil:
+		// Tried again at the next run.
+	case g.Stamp == 0:
 		h.grant.Stamp, h.lost = 0, true
-		return
+	default:
+		h.renewed = now
 	}
-	h.renewed = now
+	if h.grant.Stamp != 0 && now.Sub(h.renewed) >= h.lim.MaxHold {
+		if f, ok := h.limiterOf().(backend.Forgetter); ok {
+			f.Forget(&h.grant)
+		}
+		h.grant.Stamp, h.lost = 0, true
+	}
+	if h.grant.Stamp == 0 {
+		t.leases.lost(j)
+	}
 }
 
 // renewGrant renews the lease of g, h's grant or a copy of it, at now, and

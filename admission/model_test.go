@@ -11,7 +11,7 @@ import (
 // even seeds and off for odd ones.
 func TestModel(t *testing.T) {
 	for seed := uint64(1); seed <= 6; seed++ {
-		modeltest.Run(t, nil, seed, 1500, seed%2 == 0)
+		modeltest.Run(t, nil, nil, seed, 1500, seed%2 == 0)
 	}
 }
 
@@ -20,6 +20,6 @@ func TestModel(t *testing.T) {
 func FuzzModel(f *testing.F) {
 	f.Add(uint64(1), uint16(500), true)
 	f.Fuzz(func(t *testing.T, seed uint64, ops uint16, keeper bool) {
-		modeltest.Run(t, nil, seed, int(ops), keeper)
+		modeltest.Run(t, nil, nil, seed, int(ops), keeper)
 	})
 }

@@ -306,6 +306,7 @@ func (qs *queueSet) dispatch(key string) {
 		}
 		q.charge(w.prio, w.h.est)
 		qs.hold(sh, q.key, w.prio, w.h, &g, now)
+		w.h.renewed = now // its lease starts now, not when it queued
 		q.pop(w)
 		w.grant, w.state = g, granted
 		close(w.done)
@@ -367,6 +368,7 @@ func (qs *queueSet) retake(w *waiter, now time.Time) bool {
 	}
 	for i, o := range w.yielded {
 		o.grant = w.retaken[i]
+		o.renewed = now // taken again now: its lease starts now
 		if o.grant.OK && o.p.queues != nil && !o.local {
 			osh := o.p.queues.shard(o.key)
 			osh.mu.Lock()

@@ -202,3 +202,54 @@ func TestQueueGivesBackBegunPermits(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseAfterLongWait: a request that waited in a queue longer than
+// MaxHold keeps the leases it takes after the wait, and those it took
+// again when served. a's second request waits a minute for its
+// per-minute rate; the concurrency cap it then passes (MaxHold 30s) takes
+// a lease that starts then, not when the request arrived: b is refused
+// by the cap while a's request runs, and a's Renew finds its lease held.
+// Before, the lease was taken as of the arrival instant, so born expired:
+// the first renewal lost it.
+func TestLeaseAfterLongWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := admissiontest.NewClock(backendtest.Epoch)
+		c := newController(t, clock, nil,
+			admission.Policy{Name: "rpm", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: 1, Per: time.Minute,
+				Queue: limits.Queue{Size: 4, Timeout: 10 * time.Minute}},
+			admission.Policy{Name: "cap", Key: []limits.KeyPart{limits.KeyGlobal}, Algorithm: limits.Concurrency, Limit: 1, MaxHold: 30 * time.Second,
+				Queue: limits.Queue{Size: 4, Timeout: 10 * time.Minute}})
+		defer c.Close()
+		ctx := context.Background()
+		first, err := c.Admit(ctx, admission.Request{Tenant: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Done()
+		served := make(chan admission.Ticket, 1)
+		go func() {
+			tk, err := c.Admit(ctx, admission.Request{Tenant: "a"}) // waits a minute for rpm
+			if err != nil {
+				t.Error(err)
+			}
+			served <- tk
+		}()
+		synctest.Wait()
+		clock.Advance(time.Minute)
+		synctest.Wait()
+		second := <-served
+		if _, err := c.TryAdmit(ctx, admission.Request{Tenant: "b"}); !errors.Is(err, admission.ErrConcurrencyLimited) {
+			t.Errorf("b while a's request runs: %v; want the cap's refusal", err)
+		}
+		if err := second.Renew(); err != nil {
+			t.Errorf("Renew of a's request after its wait: %v; want its lease held", err)
+		}
+		second.Done()
+		third, err := c.TryAdmit(ctx, admission.Request{Tenant: "b"})
+		if err != nil {
+			t.Errorf("b once a's request ended: %v", err)
+		} else {
+			third.Done()
+		}
+	})
+}

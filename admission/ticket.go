@@ -67,10 +67,11 @@ type ticket struct {
 	// settlement, Renew and Continue; kept says the keeper has the ticket,
 	// in its shard; self is the ticket's weak pointer, made once (see
 	// leaseKeeper).
-	lease sync.Mutex
-	kept  bool
-	shard uint8
-	self  weak.Pointer[ticket]
+	lease  sync.Mutex
+	kept   bool
+	shard  uint8
+	self   weak.Pointer[ticket]
+	leases *keptLeases // copies of its leases' grants (see leaseKeeper)
 }
 
 // held is one policy's part of a ticket. What a charge reads of every
@@ -510,6 +511,9 @@ func (tk Ticket) Renew() error {
 		}
 		if err := t.c.renew(h, now); err != nil {
 			errs = append(errs, err)
+		}
+		if h.grant.Stamp == 0 {
+			t.leases.lost(i) // its store counts it no more
 		}
 	}
 	return errors.Join(errs...)

@@ -90,7 +90,7 @@ func (o *Observer) instruments(m metric.Meter) error {
 	ob.tenantCost = counter("admission.tenant.cost", "{cost}",
 		"Cost of the top K tenants' decisions per policy (others as __other__), in the policy's unit; admitted work at its actual cost.")
 	ob.partitions = updown("admission.partitions", "{partition}",
-		"Partitions held in memory per policy.")
+		"Partitions per policy: held in memory, or found in Redis for a policy on the Redis store (a count bounded by its StatsKeys, made at most every StatsEvery).")
 	ob.partitionsLimit = gauge("admission.partitions.limit", "{partition}",
 		"Maximum partitions a policy keeps before overflowing.")
 	ob.nearLimit = updown("admission.partitions.near_limit", "{partition}",

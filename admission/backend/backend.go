@@ -65,6 +65,18 @@ type Renewer interface {
 	Renew(ctx context.Context, key string, l *limits.Limit, g *Grant, now time.Time) error
 }
 
+// A Forgetter is a Limiter that counts the leases its process holds
+// without asking its store (a shared store's in-flight figure), an
+// optional interface: Forget tells it that the process holds the lease
+// of the concurrency grant g no more although it was not released (its
+// ticket was dropped unsettled, or its lease expired unrenewed), so that
+// the figure stops counting it. It makes no call, changes nothing in the
+// store, and is a no-op for a grant without a lease. The controller never
+// releases a grant it has forgotten.
+type Forgetter interface {
+	Forget(g *Grant)
+}
+
 // A Grant is a limiter's answer to Acquire.
 type Grant struct {
 	// OK reports whether the permits were taken.
@@ -121,6 +133,18 @@ type Batcher interface {
 	AcquireBatch(ctx context.Context, ops []Op, now time.Time) error
 	// SettleBatch adjusts (by N) and releases the grants of ops.
 	SettleBatch(ctx context.Context, ops []Op, now time.Time) error
+}
+
+// A RenewBatcher is a Store that can renew the concurrency leases of many
+// grants, of any of its limiters, in one round trip, an optional
+// interface: the controller's lease keeper uses it to renew every lease
+// due on the store at once rather than one call per lease.
+type RenewBatcher interface {
+	// RenewBatch renews the lease of each op's Grant as Renewer.Renew
+	// does (Key, Limit and Grant are read, Grant updated), in one round
+	// trip per bounded batch of ops. An op that failed gets its Err set;
+	// the error is non-nil when any did.
+	RenewBatch(ctx context.Context, ops []Op, now time.Time) error
 }
 
 // A Call reports one call a shared store made to its backend (a Redis

@@ -13,6 +13,10 @@
 //   - Batcher: several policies on one store evaluated in one round trip,
 //     atomically (all or nothing for enforcing policies);
 //   - Renewer: concurrency leases extended while long work runs;
+//   - RenewBatcher: many leases of a store renewed in one round trip (the
+//     lease keeper's renewals);
+//   - Forgetter: a lease the process holds no more (its ticket dropped,
+//     its lease expired unrenewed) taken out of a store's own count;
 //   - Inspector: partitions counted and evictions reported, for stores
 //     whose state is in this process.
 //

@@ -69,29 +69,11 @@ func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *b
 	if l.alg != limits.Concurrency || g.Stamp == 0 {
 		return nil
 	}
-	s := l.s
-	c := s.getCall()
-	s.blobHeader(&c.blob, nowNanos(now), clockServer)
-	c.blob.int(g.Stamp, maxHold(lim))
-	c.putKey(func(b []byte) []byte { return l.appendKey(b, key) })
-	c.flushKeys()
-	c.args = append(c.args, &c.blob)
-	reply, err := s.run(ctx, renewScript, "renew", 1, c)
+	reply, err := l.s.run(ctx, renewScript, "renew", 1, l.renewCall(key, lim, g, now))
 	if err != nil {
 		return err
 	}
-	r := floats{s: reply}
-	held, inflight, expired := r.float() == 1, r.int(), r.int()
-	if r.err || len(r.s) != 0 {
-		return fmt.Errorf("redisstore: malformed reply %q", reply)
-	}
-	if !held {
-		g.Stamp = 0
-		l.held.Add(-g.Taken)
-	}
-	g.Expired = int32(expired)
-	g.Remaining = lim.Amount - min(inflight, lim.Amount)
-	return nil
+	return l.renewed(lim, g, reply)
 }
 
 // A script is a Lua script the store runs by its hash (see Store.eval).

@@ -179,6 +179,13 @@
 // named cc while they held decimal text: replicas of that version and of
 // this one keep separate partitions during a rolling upgrade.)
 //
+// The partition figures of a policy on this store (Controller.Stats, so
+// admission_partitions and admission_partitions_near_limit) are counted
+// in Redis by a read-only SCAN of the policy's keys, at most once per
+// Config.StatsEvery and at most Config.StatsKeys keys per count (a lower
+// bound when the policy has more): see Stats on the limiter. Every
+// replica reports the same fleet-wide figures.
+//
 // Partitions live in Redis, not in the process: a policy's MaxPartitions,
 // Overflow and IdleTimeout do not apply to them. Instead every key expires
 // when its state becomes neutral (a full bucket, a window that has passed,

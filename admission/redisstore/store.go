@@ -34,6 +34,8 @@ const (
 	DefaultBreakerCooldown = time.Second
 	DefaultIdleGrace       = time.Second
 	DefaultName            = "redis"
+	DefaultStatsEvery      = 15 * time.Second
+	DefaultStatsKeys       = 10_000
 )
 
 // ErrBreakerOpen is returned (wrapped) without calling Redis while the
@@ -64,6 +66,15 @@ type Config struct {
 	// IdleGrace is added to the expiry of every key beyond the moment its
 	// state becomes neutral; default DefaultIdleGrace.
 	IdleGrace time.Duration
+	// StatsEvery is the least time between two counts of a policy's
+	// partitions in Redis for Stats (a scrape), by the controller's
+	// clock; default DefaultStatsEvery. A scrape sooner gets the last
+	// count.
+	StatsEvery time.Duration
+	// StatsKeys bounds the keys one count reads, per policy; default
+	// DefaultStatsKeys. A policy with more partitions reports StatsKeys
+	// of them (see Stats).
+	StatsKeys int
 	// Name is the store's name in observer events; default DefaultName. Use
 	// the name the store is registered under with admission.WithStore.
 	Name string
@@ -137,8 +148,14 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", cfg.Prefix)
 	}
-	if cfg.Timeout < 0 || cfg.BreakerFailures < 0 || cfg.BreakerCooldown < 0 || cfg.IdleGrace < 0 {
-		return nil, errors.New("redisstore: negative timeout, breaker or grace setting")
+	if cfg.Timeout < 0 || cfg.BreakerFailures < 0 || cfg.BreakerCooldown < 0 || cfg.IdleGrace < 0 || cfg.StatsEvery < 0 || cfg.StatsKeys < 0 {
+		return nil, errors.New("redisstore: negative timeout, breaker, grace or statistics setting")
+	}
+	if cfg.StatsEvery == 0 {
+		cfg.StatsEvery = DefaultStatsEvery
+	}
+	if cfg.StatsKeys == 0 {
+		cfg.StatsKeys = DefaultStatsKeys
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
@@ -233,6 +250,7 @@ type limiter struct {
 	nstuck  atomic.Int32
 	stuckMu sync.Mutex
 	stuck   map[int64]stuckLease // by lease id (Grant.Stamp)
+	scan    partScan             // the partitions, counted for Stats
 }
 
 // stuckLease is a lease whose release failed: held in Redis until a
@@ -243,27 +261,6 @@ type stuckLease struct {
 }
 
 var _ backend.Inspector = (*limiter)(nil)
-
-// Stats implements backend.Inspector without a call to Redis (reading
-// never writes, nor waits for the network): InFlight is the cost of the
-// concurrency leases this replica holds, taken and neither released nor
-// found expired by a renewal, including those whose release failed and is
-// being retried. Other replicas report theirs: the fleet's in-flight work
-// is the sum. The partitions live in Redis, so Partitions and NearLimit
-// are zero.
-func (l *limiter) Stats(_ *limits.Limit, now time.Time) backend.Stats {
-	n := l.held.Load()
-	if l.nstuck.Load() > 0 {
-		l.stuckMu.Lock()
-		for _, sl := range l.stuck {
-			if now.Before(sl.until) {
-				n += sl.cost
-			}
-		}
-		l.stuckMu.Unlock()
-	}
-	return backend.Stats{InFlight: n}
-}
 
 // OnEvict implements backend.Inspector: Redis expires idle partitions on
 // its own, so f is never called.

@@ -225,6 +225,29 @@ func (s *Server) Restart(tb testing.TB) {
 	tb.Fatalf("redistest: restart: %v", err)
 }
 
+// Pause makes the server hold every script call and write command of its
+// clients, unanswered, until Unpause (CLIENT PAUSE WRITE, for ten minutes
+// at most): the calls of a store, whose scripts all write, wait as they
+// would on a paused or overloaded server. It is CLIENT PAUSE's WRITE mode
+// rather than ALL because ALL holds CLIENT UNPAUSE too (Redis 7.0), so
+// that only the clock could end the pause; with WRITE, the test ends it
+// when it decides.
+func (s *Server) Pause(tb testing.TB) {
+	tb.Helper()
+	if _, err := Do(s.Addr, "CLIENT", "PAUSE", "600000", "WRITE"); err != nil {
+		tb.Fatalf("redistest: CLIENT PAUSE: %v", err)
+	}
+}
+
+// Unpause ends a Pause: the calls held are served, in order, and new ones
+// at once.
+func (s *Server) Unpause(tb testing.TB) {
+	tb.Helper()
+	if _, err := Do(s.Addr, "CLIENT", "UNPAUSE"); err != nil {
+		tb.Fatalf("redistest: CLIENT UNPAUSE: %v", err)
+	}
+}
+
 // Stop kills the server; it is registered with t.Cleanup by Start.
 func (s *Server) Stop() {
 	s.Kill()

@@ -1,0 +1,105 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// keeperSetup admits n requests of as many tenants under a concurrency
+// cap (MaxHold 30s) on st, with the lease keeper on the fake clock, and
+// returns the controller, its tickets and the clock.
+func keeperSetup(tb testing.TB, st backend.Store, n int) (*admission.Controller, []admission.Ticket, *admissiontest.Clock) {
+	tb.Helper()
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	p := admission.Policy{Name: "streams", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 4,
+		MaxHold: 30 * time.Second, Store: "redis"}
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}}, admission.WithStore("redis", st), admission.WithClock(clock))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ctl.Close() })
+	tickets := make([]admission.Ticket, n)
+	for i := range tickets {
+		if tickets[i], err = ctl.TryAdmit(context.Background(), admission.Request{Tenant: fmt.Sprint("t", i)}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return ctl, tickets, clock
+}
+
+// TestKeeperRenewsInBatches: the lease keeper renews the leases of 300
+// open streams in one batch, which the store sends in two pipelines (256
+// calls at most each): two round trips, where it made one call per lease
+// before; and every lease is renewed (still held after three MaxHolds).
+func TestKeeperRenewsInBatches(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{CallerTime: true, Timeout: 10 * time.Second}, redisstore.WithObserver(rec))
+	_, tickets, clock := keeperSetup(t, st, 300)
+	renewals := func() (calls, policies int) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, c := range rec.calls {
+			if c.Op == "renew" {
+				calls++
+				policies += c.Policies
+			}
+		}
+		return calls, policies
+	}
+	clock.Advance(10 * time.Second) // one run: every lease is a third of MaxHold old
+	if calls, leases := renewals(); calls != 2 || leases != 300 {
+		t.Errorf("one keeper run made %d renew round trips for %d leases; want 2 for 300", calls, leases)
+	}
+	clock.Advance(90 * time.Second)
+	for i, tk := range tickets {
+		if err := tk.Renew(); err != nil {
+			t.Fatalf("ticket %d after three MaxHolds of keeper runs: %v", i, err)
+		}
+		tk.Done()
+	}
+}
+
+// oneByOne is the Redis store without its batched renewal: the keeper
+// renews its leases one call each, as before batching.
+type oneByOne struct{ st *redisstore.Store }
+
+func (o oneByOne) Limiter(p *admission.Policy) (backend.Limiter, error) { return o.st.Limiter(p) }
+
+// BenchmarkRenewKeeper is one run of the lease keeper renewing the leases
+// of 1,000 open streams on a real redis-server: batched (one pipeline per
+// 256 leases) and, as the peer, one call per lease.
+func BenchmarkRenewKeeper(b *testing.B) {
+	srv := redistest.Start(b)
+	client := newClient(b, srv.Addr)
+	for _, mode := range []string{"batched", "one-by-one"} {
+		b.Run(mode, func(b *testing.B) {
+			var st backend.Store = newStore(b, client, redisstore.Config{CallerTime: true, Timeout: 10 * time.Second})
+			if mode == "one-by-one" {
+				st = oneByOne{st.(*redisstore.Store)}
+			}
+			_, tickets, clock := keeperSetup(b, st, 1000)
+			b.ReportAllocs()
+			for b.Loop() {
+				clock.Advance(10 * time.Second)
+			}
+			b.StopTimer()
+			for i, tk := range tickets {
+				if err := tk.Renew(); err != nil {
+					b.Fatalf("ticket %d: %v", i, err)
+				}
+				tk.Done()
+			}
+		})
+	}
+}
