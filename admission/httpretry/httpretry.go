@@ -26,8 +26,8 @@
 // the server asked, never past MaxWait or the deadline). A hint names the
 // time until one permit frees, so the spread must cover as many permits
 // as there are callers waiting: DefaultJitter is 3, which spreads callers
-// over the time four permits free (a jitter of 1 spreads them over one,
-// and they stampede as before). Against a token bucket of 4 per second, 8
+// over [h, 4h], the time three more permits free after the first (a
+// jitter of 1 covers one, and callers stampede as before). Against a token bucket of 4 per second, 8
 // callers sending 10 requests each at the same instants, with the default
 // 4 attempts: honouring retry-after-ms exactly, 10 of the 80 requests end
 // rejected; with the default jitter 78 to 80 of 80 are admitted over ten
@@ -40,7 +40,7 @@
 // a sick host sees at most that many retries on top of its first
 // attempts. The count is kept per URL host (host:port) only while a retry
 // is in flight, an entry is dropped when its last retry ends, and at most
-// maxHosts hosts are tracked at once (a retry to one more host is not
+// 1024 hosts are tracked at once (a retry to one more host is not
 // attempted), so the table's memory is bounded.
 package httpretry
 
@@ -63,8 +63,8 @@ const (
 	DefaultMaxDelay    = 20 * time.Second
 	DefaultMaxWait     = time.Minute
 	// DefaultJitter spreads a hint h over [h, 4h]: callers told to come
-	// back when the next permit frees spread over the time four permits
-	// free.
+	// back when the next permit frees spread over the time three more
+	// permits free.
 	DefaultJitter = 3.0
 	// DefaultMaxRetriesPerHost is the number of requests that may be
 	// retrying at once to one host.
