@@ -114,6 +114,7 @@
 // can renew (the in-memory and Redis stores do); with one that cannot,
 // Renew returns an error wrapping errors.ErrUnsupported, and the keeper
 // leaves its leases to expire.
+//
 // # Bounded amounts and bounded debt
 //
 // Every amount is an integer in [0, limits.MaxAmount] (2^50): Admit refuses a

@@ -261,7 +261,7 @@ type Metrics struct {
 	// Path is where Prometheus scrapes (default /metrics).
 	Path string
 	// TopTenants is how many heavy-hitter tenants get their own label
-	// value; the rest are "other" (default 20).
+	// value; the rest are "__other__" (default 20).
 	TopTenants int
 	// CardinalityLimit is the SDK's hard cap of series per instrument
 	// (default 2000).

@@ -15,15 +15,44 @@
 // context's deadline (or exceed MaxWait) the transport gives up at once and
 // returns the last response, so the caller sees the server's answer and
 // headers.
+//
+// # Jitter and the retry cap
+//
+// A limiter tells every caller it rejects at one instant to come back when
+// the next permit frees, so callers that honour the hint exactly all come
+// back at that same instant, one wins and the rest are rejected again: they
+// stampede until their attempts run out. The transport therefore waits a
+// hint h for a uniformly random time in [h, h·(1+Jitter)] (never less than
+// the server asked, never past MaxWait or the deadline). A hint names the
+// time until one permit frees, so the spread must cover as many permits
+// as there are callers waiting: DefaultJitter is 3, which spreads callers
+// over [h, 4h], the time three more permits free after the first (a
+// jitter of 1 covers one, and callers stampede as before). Against a token bucket of 4 per second, 8
+// callers sending 10 requests each at the same instants, with the default
+// 4 attempts: honouring retry-after-ms exactly, 10 of the 80 requests end
+// rejected; with the default jitter 78 to 80 of 80 are admitted over ten
+// seeds (TestJitterNoStampede). Set Jitter negative to honour hints
+// exactly.
+//
+// The transport also caps the requests retrying at once (waiting for their
+// next attempt or sending it) to one host, MaxRetriesPerHost: a request
+// that would start retrying past the cap gets its response back as is, so
+// a sick host sees at most that many retries on top of its first
+// attempts. The count is kept per URL host (host:port) only while a retry
+// is in flight, an entry is dropped when its last retry ends, and at most
+// 1024 hosts are tracked at once (a retry to one more host is not
+// attempted), so the table's memory is bounded.
 package httpretry
 
 import (
 	"context"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -33,7 +62,21 @@ const (
 	DefaultBaseDelay   = 250 * time.Millisecond
 	DefaultMaxDelay    = 20 * time.Second
 	DefaultMaxWait     = time.Minute
+	// DefaultJitter spreads a hint h over [h, 4h]: callers told to come
+	// back when the next permit frees spread over the time three more
+	// permits free.
+	DefaultJitter = 3.0
+	// DefaultMaxRetriesPerHost is the number of requests that may be
+	// retrying at once to one host.
+	DefaultMaxRetriesPerHost = 64
 )
+
+// maxJitter bounds Transport.Jitter: a hint is never stretched past 11
+// times itself.
+const maxJitter = 10
+
+// maxHosts bounds the hosts tracked at once for MaxRetriesPerHost.
+const maxHosts = 1024
 
 // DefaultIdempotencyHeaders are the headers whose presence makes a
 // non-idempotent request safe to retry.
@@ -65,6 +108,19 @@ type Transport struct {
 	// Rand returns a uniform number in [0, 1) for the jitter; nil means
 	// math/rand/v2.
 	Rand func() float64
+	// Jitter spreads the retries of callers given the same hint: a hint h
+	// is waited for a uniformly random time in [h, h·(1+Jitter)], cut at
+	// MaxWait and the deadline. 0 means DefaultJitter, values above 10 are
+	// 10, and a negative value honours hints exactly.
+	Jitter float64
+	// MaxRetriesPerHost caps the requests retrying at once to one URL
+	// host (host:port) through this Transport: a request that would start
+	// retrying past it gets its response back as is. 0 means
+	// DefaultMaxRetriesPerHost; a negative value means no cap.
+	MaxRetriesPerHost int
+
+	mu       sync.Mutex
+	retrying map[string]int // host → requests retrying; no zero entries
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -82,6 +138,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx := req.Context()
 	attemptReq := req
+	host := ""
+	defer func() {
+		if host != "" {
+			t.release(host)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		resp, err := base.RoundTrip(attemptReq)
 		if attempt >= max || ctx.Err() != nil {
@@ -97,17 +159,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			hint, ok := Hint(resp.Header, t.now())
 			if ok {
-				wait = hint
+				wait = t.jitter(hint, t.room(ctx))
 			} else {
 				wait = t.backoff(attempt)
 			}
 		}
-		if !t.fits(ctx, wait) {
+		if wait > t.room(ctx) {
 			return resp, err
 		}
 		next, berr := nextRequest(req)
 		if berr != nil {
 			return resp, err
+		}
+		if host == "" {
+			if !t.acquire(req.URL.Host) {
+				return resp, err
+			}
+			host = req.URL.Host
 		}
 		if resp != nil {
 			drain(resp)
@@ -183,20 +251,69 @@ func Hint(h http.Header, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// fits reports whether a wait is acceptable: within MaxWait and ending
-// before ctx's deadline.
-func (t *Transport) fits(ctx context.Context, wait time.Duration) bool {
-	maxWait := t.MaxWait
-	if maxWait <= 0 {
-		maxWait = DefaultMaxWait
+// room returns the longest acceptable wait: within MaxWait and ending
+// before ctx's deadline; negative when the deadline has passed.
+func (t *Transport) room(ctx context.Context) time.Duration {
+	r := t.MaxWait
+	if r <= 0 {
+		r = DefaultMaxWait
 	}
-	if wait > maxWait {
+	if dl, ok := ctx.Deadline(); ok {
+		r = min(r, dl.Sub(t.now())-1)
+	}
+	return r
+}
+
+// jitter returns a uniformly random wait in [hint, hint·(1+Jitter)], cut
+// at room; a hint longer than room is returned as is (and refused).
+func (t *Transport) jitter(hint, room time.Duration) time.Duration {
+	j := t.Jitter
+	switch {
+	case j == 0:
+		j = DefaultJitter
+	case !(j > 0): // negative or NaN
+		return hint
+	}
+	if hint >= room {
+		return hint
+	}
+	span := min(float64(hint)*min(j, maxJitter), float64(room-hint))
+	return hint + time.Duration(t.rand()*span)
+}
+
+// acquire takes a retry slot for host, or reports that host already has
+// MaxRetriesPerHost retries in flight (or that maxHosts hosts do).
+func (t *Transport) acquire(host string) bool {
+	capacity := t.MaxRetriesPerHost
+	if capacity == 0 {
+		capacity = DefaultMaxRetriesPerHost
+	}
+	if capacity < 0 {
+		capacity = math.MaxInt
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.retrying[host]
+	if n >= capacity || (n == 0 && len(t.retrying) >= maxHosts) {
 		return false
 	}
-	if dl, ok := ctx.Deadline(); ok && !t.now().Add(wait).Before(dl) {
-		return false
+	if t.retrying == nil {
+		t.retrying = make(map[string]int)
 	}
+	t.retrying[host] = n + 1
 	return true
+}
+
+// release gives back host's retry slot, dropping the entry of a host left
+// without retries.
+func (t *Transport) release(host string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.retrying[host]; n > 1 {
+		t.retrying[host] = n - 1
+	} else {
+		delete(t.retrying, host)
+	}
 }
 
 func (t *Transport) backoff(attempt int) time.Duration {
@@ -212,11 +329,14 @@ func (t *Transport) backoff(attempt int) time.Duration {
 		d *= 2
 	}
 	d = min(d, ceil)
-	r := rand.Float64
+	return time.Duration(t.rand() * float64(d))
+}
+
+func (t *Transport) rand() float64 {
 	if t.Rand != nil {
-		r = t.Rand
+		return t.Rand()
 	}
-	return time.Duration(r() * float64(d))
+	return rand.Float64()
 }
 
 func (t *Transport) now() time.Time {

@@ -103,7 +103,8 @@ func TestHintForms(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newServer(t, 2, tt.status, tt.hdr)
 			clk := &fakeClock{now: start}
-			c := &http.Client{Transport: &httpretry.Transport{Now: clk.Now, Sleep: clk.Sleep}}
+			// A draw of 0.5 with the default jitter of 3 waits 2.5 times the hint.
+			c := &http.Client{Transport: &httpretry.Transport{Now: clk.Now, Sleep: clk.Sleep, Rand: func() float64 { return 0.5 }}}
 			resp, err := c.Get(s.URL)
 			if err != nil {
 				t.Fatal(err)
@@ -113,7 +114,8 @@ func TestHintForms(t *testing.T) {
 				t.Fatalf("status %d after %d calls; want 200 after 3", resp.StatusCode, s.calls.Load())
 			}
 			// The date is relative to the clock, which the first wait moved.
-			want := []time.Duration{tt.want, tt.want}
+			w := tt.want + 3*tt.want/2
+			want := []time.Duration{w, w}
 			if strings.Contains(tt.name, "date") {
 				want[1] = 0
 			}
@@ -252,6 +254,111 @@ func TestMaxWait(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 429 || len(clk.sleeps) != 0 {
 		t.Errorf("hour-long hint: status %d, waits %v; want the 429 without waiting", resp.StatusCode, clk.sleeps)
+	}
+}
+
+// TestJitterBounds: a jittered hint is never shorter than the hint, and
+// never longer than MaxWait or the time left before the deadline.
+func TestJitterBounds(t *testing.T) {
+	tests := []struct {
+		name     string
+		jitter   float64
+		rand     float64
+		maxWait  time.Duration
+		deadline time.Duration // 0: none
+		want     time.Duration // with a deadline: the wait is in [10s, want)
+	}{
+		{"exact", -1, 0.999, 0, 0, 10 * time.Second},
+		{"lowest draw", 0, 0, 0, 0, 10 * time.Second},
+		{"default", 0, 0.5, 0, 0, 25 * time.Second},
+		{"configured", 0.5, 0.5, 0, 0, 12500 * time.Millisecond},
+		{"capped at 10", 50, 0.5, time.Hour, 0, time.Minute},
+		{"cut at MaxWait", 0, 0.5, 20 * time.Second, 0, 15 * time.Second},
+		{"cut at the deadline", 0, 0.999, 0, 15 * time.Second, 15 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newServer(t, 1, 429, hdr("Retry-After-Ms", "10000"))
+			// The deadline is on the real clock, the fake one starts there.
+			clk := &fakeClock{now: time.Now()}
+			ctx := context.Background()
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, clk.Now().Add(tt.deadline))
+				defer cancel()
+			}
+			req, _ := http.NewRequestWithContext(ctx, "GET", s.URL, nil)
+			tr := &httpretry.Transport{Now: clk.Now, Sleep: clk.Sleep, Jitter: tt.jitter, MaxWait: tt.maxWait,
+				Rand: func() float64 { return tt.rand }}
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 || len(clk.sleeps) != 1 {
+				t.Fatalf("status %d, waits %v; want 200 after one wait", resp.StatusCode, clk.sleeps)
+			}
+			if got := clk.sleeps[0]; tt.deadline > 0 && (got < 10*time.Second || got >= tt.want) || tt.deadline == 0 && got != tt.want {
+				t.Errorf("wait = %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRetriesPerHostCapped: with MaxRetriesPerHost 1, a request that
+// would retry while another one is retrying to the same host gets its 429
+// back at once; once that retry has ended, the host's slot is free again.
+func TestRetriesPerHostCapped(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch calls.Add(1) {
+		case 1, 2, 4:
+			w.Header().Set("Retry-After-Ms", "10")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	sleeping, wake := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	tr := &httpretry.Transport{MaxRetriesPerHost: 1, Sleep: func(ctx context.Context, d time.Duration) error {
+		if first.CompareAndSwap(false, true) {
+			close(sleeping)
+			<-wake
+		}
+		return nil
+	}}
+	c := &http.Client{Transport: tr}
+	done := make(chan int)
+	go func() {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Error(err)
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-sleeping
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || calls.Load() != 2 {
+		t.Errorf("second request while the first retries: status %d after %d calls; want 429 after 2 (not retried)", resp.StatusCode, calls.Load())
+	}
+	close(wake)
+	if code := <-done; code != 200 || calls.Load() != 3 {
+		t.Errorf("first request: status %d after %d calls; want 200 after 3", code, calls.Load())
+	}
+	resp, err = c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || calls.Load() != 5 {
+		t.Errorf("third request after the first ended: status %d after %d calls; want 200 after 5 (retried)", resp.StatusCode, calls.Load())
 	}
 }
 
