@@ -5,8 +5,7 @@
 // its policies count (Generic):
 //
 //   - Overview (uid sluice-overview): decisions by outcome, rejection ratio
-//     per policy, the top rejected tenants, shadow would-reject ratio,
-//     in-flight work against its cap, queue depth and wait (with exemplars
+//     per policy, the top rejected tenants, in-flight work against its cap, queue depth and wait (with exemplars
 //     linked to their traces), partitions, how long permits are held,
 //     store errors, fail-open events and release retries.
 //   - Rollout (uid sluice-rollout): each shadow policy's would-reject ratio
@@ -17,9 +16,9 @@
 //
 // Two are for LLM traffic:
 //
-//   - LLM (uid sluice-llm): tokens and spend admitted, tokens refused,
-//     estimate accuracy, and tenants near their budget, for policies
-//     counting tokens or cost.
+//   - LLM (uid sluice-llm): tokens and spend admitted, estimate
+//     accuracy, and tenants near their budget, for policies counting
+//     tokens or cost.
 //   - Provider (uid sluice-provider): the external provider behind the
 //     llmproxy gateway (its learned budget per upstream store and group,
 //     paused time, provider 429s absorbed vs passed through, queue wait by

@@ -18,15 +18,11 @@ func LLM() *Dashboard {
 		"Estimated spend admitted per second, in dollars, by policies counting cost (micro-dollars, from the model prices; rolled-back admissions excluded).",
 		"currencyUSD",
 		series(`sum by (job, policy) (rate(admission_cost_total{`+pol+`,unit="cost",decision="admitted"}[$__rate_interval])) / 1e6`, "{{job}} {{policy}}")))
-	b.add(12, 8, timeseries("Estimate accuracy (actual ÷ estimated tokens)",
+	b.add(24, 8, timeseries("Estimate accuracy (actual ÷ estimated tokens)",
 		"Mean of actual tokens divided by the tokens estimated at admission, per policy and model family. Above 1 the estimator under-reserves (limits overshoot), below 1 it over-reserves (requests are refused too early).",
 		"none",
 		series(`sum by (job, policy, model_family) (rate(admission_estimate_accuracy_sum{`+pol+`}[$__rate_interval]))
 / sum by (job, policy, model_family) (rate(admission_estimate_accuracy_count{`+pol+`}[$__rate_interval]))`, "{{job}} {{policy}} {{model_family}}")))
-	b.add(12, 8, timeseries("Tokens refused",
-		"Estimated tokens per second refused (rejected, timed out or failed closed) by enforcing policies, and would-reject by shadow ones, by policy.",
-		"suffix: tokens/s",
-		series(`sum by (job, policy, decision) (rate(admission_cost_total{`+pol+`,unit="tokens",decision=~"rejected|timeout|fail_closed|would_reject"}[$__rate_interval]))`, "{{job}} {{policy}} {{decision}}")))
 	// The quotas that declare warning thresholds (package admission/budget)
 	// report, per policy, the top K tenants past a threshold this period.
 	b.add(24, 9, table("Tenants near their budget",

@@ -30,15 +30,10 @@ func Overview() *Dashboard {
 		"percentunit",
 		series(`sum by (job, policy) (rate(admission_decisions_total{`+pol+`,mode="enforce",`+refused+`}[$__rate_interval]))
 / sum by (job, policy) (rate(admission_decisions_total{`+pol+`,mode="enforce",`+terminal+`}[$__rate_interval]))`, "{{job}} {{policy}}"))))
-	b.add(12, 9, table("Top 10 rejected tenants",
+	b.add(24, 9, table("Top 10 rejected tenants",
 		"Tenants with the most rejected requests over the dashboard's time range, by service and policy. Tenants come from the per-policy heavy-hitter sketch (top K by refused cost); everyone else is counted as __other__, which is left out here.",
 		"short",
 		instant(`topk(10, sum by (job, policy, tenant) (increase(admission_tenant_decisions_total{`+pol+`,decision="rejected",tenant!="__other__"}[$__range])))`, "")))
-	b.add(12, 9, ratio(timeseries("Shadow would-reject ratio",
-		"Share of each shadow policy's requests it would have rejected if enforced; Sluice / Rollout compares it with the rollout threshold and names the tenants.",
-		"percentunit",
-		series(`sum by (job, policy) (rate(admission_decisions_total{`+pol+`,mode="shadow",decision="would_reject"}[$__rate_interval]))
-/ sum by (job, policy) (rate(admission_decisions_total{`+pol+`,mode="shadow",`+terminal+`}[$__rate_interval]))`, "{{job}} {{policy}}"))))
 	b.add(8, 8, timeseries("In flight vs cap",
 		"Cost held by concurrency permits now, against each concurrency policy's own cap (per partition; plans may give tenants another).",
 		"short",
