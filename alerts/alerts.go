@@ -8,6 +8,11 @@
 // per alert; each alert's runbook_url annotation links to its entry on
 // GitHub (RUNBOOK.md says how to point it at your own copy).
 //
+// Every aggregation and vector matching keeps the job label (and instance
+// where the figure is one replica's), so that two services scraped by one
+// Prometheus are never summed together and each alert fires per job; the
+// recording rules keep their policy-level names.
+//
 // Every alert has promtool unit tests in tests/, which go test runs with
 // the real promtool.
 package alerts

@@ -167,3 +167,32 @@ func TestRulesUseExportedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesKeepJob checks every aggregation and every vector matching of
+// a rule keeps the job label, so that two services scraped by one
+// Prometheus are never summed together and each alert fires per job.
+func TestRulesKeepJob(t *testing.T) {
+	agg := regexp.MustCompile(`\b(sum|max|min|avg|count|topk|bottomk|quantile|group|stddev|stdvar|count_values)\s*(\(|by\s*\(([^)]*)\)|without\s*\()`)
+	on := regexp.MustCompile(`\b(on|ignoring)\s*\(([^)]*)\)`)
+	for _, r := range rules(t) {
+		name := r.Record + r.Alert
+		for _, m := range agg.FindAllStringSubmatch(r.Expr, -1) {
+			if !strings.HasPrefix(m[2], "by") || !slices.Contains(labelList(m[3]), "job") {
+				t.Errorf("rule %s: %q does not keep job in %q", name, m[0], r.Expr)
+			}
+		}
+		for _, m := range on.FindAllStringSubmatch(r.Expr, -1) {
+			if m[1] != "on" || !slices.Contains(labelList(m[2]), "job") {
+				t.Errorf("rule %s: %q does not match on job in %q", name, m[0], r.Expr)
+			}
+		}
+	}
+}
+
+func labelList(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, ",") {
+		out = append(out, strings.TrimSpace(l))
+	}
+	return out
+}

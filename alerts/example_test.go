@@ -20,6 +20,6 @@ func ExampleRules() {
 		}
 	}
 	// Output:
-	// policy:admission_would_reject:ratio_rate30m > 0.02 unless on (policy) admission_budget_soft == 1
+	// policy:admission_would_reject:ratio_rate30m > 0.02 unless on (job, policy) admission_budget_soft == 1
 	// for 15m severity ticket
 }

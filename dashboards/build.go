@@ -9,7 +9,15 @@ type builder struct {
 	rowH int
 }
 
-func newDashboard(uid, title, desc string, vars ...Variable) *builder {
+// svc selects the series of the services and replicas the job and
+// instance variables choose; every query's selectors start with it.
+const svc = `job=~"$job",instance=~"$instance"`
+
+// newDashboard starts a dashboard whose variables are the Prometheus
+// datasource, the job and the instance (both over the series of
+// jobMetric, a selector whose series every service the dashboard is for
+// exports), then vars.
+func newDashboard(uid, title, desc, jobMetric string, vars ...Variable) *builder {
 	d := &Dashboard{
 		UID: uid, Title: title, Description: desc,
 		Tags:          []string{"sluice", "admission"},
@@ -25,8 +33,50 @@ func newDashboard(uid, title, desc string, vars ...Variable) *builder {
 		Name: "datasource", Label: "Datasource", Type: "datasource", Query: "prometheus",
 		Description: "The Prometheus that scrapes Sluice's /metrics.",
 		Current:     map[string]any{}, Options: []any{},
-	}}, vars...)
+	},
+		labelVar("job", "Job", "The services to show (Prometheus job label): a Prometheus scraping several services shows one at a time, or all side by side.", jobMetric, "job", true),
+		labelVar("instance", "Instance", "The replicas of the chosen services to show (Prometheus instance label).", withSelector(jobMetric, `job=~"$job"`), "instance", true),
+	}, vars...)
 	return &builder{d: d}
+}
+
+// withSelector adds the matchers sel to the selector metric (a metric
+// name, with or without matchers of its own).
+func withSelector(metric, sel string) string {
+	if rest, ok := strings.CutSuffix(metric, "}"); ok {
+		return rest + "," + sel + "}"
+	}
+	return metric + "{" + sel + "}"
+}
+
+// traces is the variable naming the trace datasource (Tempo, or Jaeger
+// once its type is changed) that exemplar links open.
+var traces = Variable{
+	Name: "traces", Label: "Traces", Type: "datasource", Query: "tempo",
+	Description: "The trace datasource (Tempo; for Jaeger, change this variable's type) whose traces the exemplars of latency panels link to. Exemplars carry trace_id; their link opens that trace here.",
+	Current:     map[string]any{}, Options: []any{},
+}
+
+// traceLinks makes p draw the exemplars of its targets marked exemplar
+// and link each one's trace_id to that trace in the traces datasource.
+func traceLinks(p Panel) Panel {
+	p.FieldConfig.Overrides = append(p.FieldConfig.Overrides, map[string]any{
+		"matcher": map[string]any{"id": "byName", "options": "trace_id"},
+		"properties": []any{map[string]any{"id": "links", "value": []any{map[string]any{
+			"title": "Trace ${__value.raw}", "url": "",
+			"internal": map[string]any{
+				"datasourceUid": "${traces}", "datasourceName": "Traces",
+				"query": map[string]any{"query": "${__value.raw}", "queryType": "traceql"},
+			},
+		}}}},
+	})
+	return p
+}
+
+// exemplars marks t to fetch the exemplars of its series.
+func exemplars(t Target) Target {
+	t.Exemplar = true
+	return t
 }
 
 // labelVar is a variable over the values of label in metric's series.

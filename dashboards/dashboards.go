@@ -1,19 +1,38 @@
 // Package dashboards generates Sluice's Grafana dashboards from Go values,
-// so that queries, units and variables stay consistent across them:
+// so that queries, units and variables stay consistent across them.
+//
+// Three are generic: every service using the library fills them, whatever
+// its policies count (Generic):
 //
 //   - Overview (uid sluice-overview): decisions by outcome, rejection ratio
-//     per policy, the top rejected tenants, tokens admitted, in-flight work
-//     against its cap, queue depth and wait, estimate accuracy, partitions,
-//     store health and fail-open events; and a row for the external
-//     provider behind the llmproxy gateway (its learned budget per
-//     upstream store and group, paused time, provider 429s absorbed vs
-//     passed through, queue wait by priority class, the adaptive
-//     concurrency cap and the time to first byte it follows).
+//     per policy, the top rejected tenants, in-flight work against its cap, queue depth and wait (with exemplars
+//     linked to their traces), partitions, how long permits are held,
+//     store errors, fail-open events and release retries.
 //   - Rollout (uid sluice-rollout): each shadow policy's would-reject ratio
 //     against the rollout threshold, its top would-reject tenants, and the
 //     enforced policy it would replace side by side.
 //   - Tenant (uid sluice-tenant): one tenant across policies: admitted,
 //     rejected, near its limit, and its policies' queue wait.
+//
+// Two are for LLM traffic:
+//
+//   - LLM (uid sluice-llm): tokens and spend admitted, estimate
+//     accuracy, and tenants near their budget, for policies counting
+//     tokens or cost.
+//   - Provider (uid sluice-provider): the external provider behind the
+//     llmproxy gateway (its learned budget per upstream store and group,
+//     paused time, provider 429s absorbed vs passed through, queue wait by
+//     priority class, the adaptive concurrency cap and the time to first
+//     byte it follows).
+//
+// Every dashboard has a job and an instance variable (multi-select, All by
+// default) over the Prometheus job and instance labels, and every query
+// selects them and keeps job in its aggregations: two services scraped by
+// one Prometheus are shown apart, never summed together.
+//
+// The Overview's queue wait panel asks Prometheus for exemplars and links
+// each exemplar's trace_id to the trace datasource chosen in its traces
+// variable (Tempo; change the variable's type for Jaeger).
 //
 // The JSON files next to this package are the generated output, importable
 // into Grafana as they are (Dashboards → Import), with the Prometheus
@@ -133,6 +152,9 @@ type Target struct {
 	Instant      bool   `json:"instant"`
 	Range        bool   `json:"range"`
 	Format       string `json:"format"`
+	// Exemplar asks Prometheus for the exemplars of the query's series
+	// (trace ids of requests that fell in a bucket).
+	Exemplar bool `json:"exemplar,omitempty"`
 }
 
 // FieldConfig holds a panel's unit and thresholds.
@@ -182,8 +204,12 @@ func (d *Dashboard) JSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// All returns the dashboards: Overview, Rollout and Tenant.
-func All() []*Dashboard { return []*Dashboard{Overview(), Rollout(), Tenant()} }
+// All returns the dashboards: the generic ones, then LLM and Provider.
+func All() []*Dashboard { return append(Generic(), LLM(), Provider()) }
+
+// Generic returns the dashboards any service using the library fills:
+// Overview, Rollout and Tenant.
+func Generic() []*Dashboard { return []*Dashboard{Overview(), Rollout(), Tenant()} }
 
 // File is the file name a dashboard is committed under.
 func (d *Dashboard) File() string { return d.UID[len("sluice-"):] + ".json" }

@@ -2,9 +2,11 @@ package dashboards_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,7 +59,10 @@ var (
 	ident    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 	rangeSel = regexp.MustCompile(`\[([^\]]*)\]`)
 	rateCall = regexp.MustCompile(`\b(rate|irate|increase)\(\s*$`)
-	wantUIDs = []string{"sluice-overview", "sluice-rollout", "sluice-tenant"}
+	wantUIDs = []string{"sluice-overview", "sluice-rollout", "sluice-tenant", "sluice-llm", "sluice-provider"}
+	byClause = regexp.MustCompile(`\b(by|without|on|ignoring)\s*\(([^)]*)\)`)
+	bareAgg  = regexp.MustCompile(`\b(sum|max|min|avg|count|topk|bottomk|group)\s*\(`)
+	svcSel   = `job=~"$job",instance=~"$instance"`
 )
 
 // TestLint enforces the rules every dashboard follows.
@@ -72,14 +77,29 @@ func TestLint(t *testing.T) {
 			t.Errorf("dashboard %d: uid %q; want the stable %q", i, d.UID, wantUIDs[i])
 		}
 		vars := d.Templating.List
-		if len(vars) == 0 || vars[0].Name != "datasource" || vars[0].Type != "datasource" || vars[0].Query != "prometheus" {
-			t.Errorf("%s: the first variable must be the Prometheus datasource variable", d.UID)
+		if len(vars) < 3 || vars[0].Name != "datasource" || vars[0].Type != "datasource" || vars[0].Query != "prometheus" {
+			t.Fatalf("%s: the first variable must be the Prometheus datasource variable", d.UID)
+		}
+		for i, name := range []string{"job", "instance"} {
+			v := vars[1+i]
+			if v.Name != name || !v.Multi || !v.IncludeAll || v.AllValue != ".*" || !strings.HasSuffix(v.Query, ", "+name+")") {
+				t.Errorf("%s: variable %d is %+v; want %s, multi-select over the %s label with All (.*) as default", d.UID, 1+i, v, name, name)
+			}
+		}
+		if q := vars[2].Query; !strings.Contains(q, `job=~"$job"`) {
+			t.Errorf("%s: the instances are not those of the chosen jobs: %s", d.UID, q)
 		}
 		for _, v := range vars[1:] {
+			if v.Type == "datasource" {
+				continue
+			}
 			if v.Datasource != dashboards.Datasource {
 				t.Errorf("%s: variable %s does not use the datasource variable", d.UID, v.Name)
 			}
 			checkMetrics(t, d.UID+" variable "+v.Name, v.Query, metricsExported)
+			if v.Name != "job" && v.Name != "instance" {
+				checkSelectors(t, d.UID+" variable "+v.Name, v.Query, metricsExported)
+			}
 		}
 		ids := map[int]bool{}
 		for _, p := range d.Panels {
@@ -111,6 +131,8 @@ func TestLint(t *testing.T) {
 					t.Errorf("%s: query %s: datasource is not the datasource variable", where, tg.RefID)
 				}
 				lintExpr(t, where, tg, metricsExported)
+				checkSelectors(t, where, tg.Expr, metricsExported)
+				checkKeepsJob(t, where, tg.Expr)
 			}
 		}
 	}
@@ -149,4 +171,82 @@ func checkMetrics(t *testing.T, where, expr string, exp map[string]string) {
 			}
 		}
 	}
+}
+
+// checkSelectors fails for any exported metric expr reads without the
+// job and instance variables' selector.
+func checkSelectors(t *testing.T, where, expr string, exp map[string]string) {
+	t.Helper()
+	for _, loc := range ident.FindAllStringIndex(expr, -1) {
+		if _, ok := exp[expr[loc[0]:loc[1]]]; !ok {
+			continue
+		}
+		rest := expr[loc[1]:]
+		end := strings.IndexByte(rest, '}')
+		if !strings.HasPrefix(rest, "{") || end < 0 || !strings.Contains(rest[:end], svcSel) {
+			t.Errorf("%s: %s without the selector %s in %q", where, expr[loc[0]:loc[1]], svcSel, expr)
+		}
+	}
+}
+
+// checkKeepsJob fails for an aggregation or a vector matching of expr
+// that drops the job label: two services on one Prometheus would mix.
+func checkKeepsJob(t *testing.T, where, expr string) {
+	t.Helper()
+	for _, m := range byClause.FindAllStringSubmatch(expr, -1) {
+		if m[1] == "without" || m[1] == "ignoring" || !slices.Contains(strings.Split(strings.ReplaceAll(m[2], " ", ""), ","), "job") {
+			t.Errorf("%s: %q drops job in %q", where, m[0], expr)
+		}
+	}
+	// An aggregation without by keeps no label at all.
+	for _, loc := range bareAgg.FindAllStringIndex(expr, -1) {
+		if !strings.HasPrefix(expr[loc[0]:], "topk(") {
+			t.Errorf("%s: aggregation without by (job, ...) at %q in %q", where, expr[loc[0]:loc[1]], expr)
+		}
+	}
+}
+
+// TestGenericDashboards checks the dashboards every service fills read no
+// metric only an LLM service or the gateway exports.
+func TestGenericDashboards(t *testing.T) {
+	for _, d := range dashboards.Generic() {
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				for _, llm := range []string{"llmproxy_", "admission_budget_", "admission_estimate_accuracy", `unit="tokens"`, `unit="cost"`} {
+					if strings.Contains(tg.Expr, llm) {
+						t.Errorf("%s panel %s reads %s, which a service counting requests does not export: put it on Sluice / LLM or Provider", d.UID, p.Title, llm)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestExemplarTraceLink checks the Overview's queue wait panel fetches
+// exemplars and links their trace_id to the traces variable's datasource.
+func TestExemplarTraceLink(t *testing.T) {
+	d := dashboards.Overview()
+	var tracesVar bool
+	for _, v := range d.Templating.List {
+		tracesVar = tracesVar || v.Name == "traces" && v.Type == "datasource" && v.Query == "tempo"
+	}
+	if !tracesVar {
+		t.Errorf("%s: no traces datasource variable", d.UID)
+	}
+	for _, p := range d.Panels {
+		if p.Title != "Queue wait p50 / p99" {
+			continue
+		}
+		if !p.Targets[0].Exemplar {
+			t.Errorf("%s: target A does not ask for exemplars", p.Title)
+		}
+		link, _ := json.Marshal(p.FieldConfig.Overrides)
+		for _, want := range []string{`"options":"trace_id"`, `"datasourceUid":"${traces}"`, `"query":"${__value.raw}"`} {
+			if !strings.Contains(string(link), want) {
+				t.Errorf("%s: overrides %s lack %s", p.Title, link, want)
+			}
+		}
+		return
+	}
+	t.Errorf("%s: no queue wait panel", d.UID)
 }

@@ -30,8 +30,9 @@ import (
 	"github.com/sluicehq/sluice/shadow"
 )
 
-// flakyStore is an in-memory store whose calls fail one time in every, as
-// a sick shared store would: it drives fail-open decisions and store errors.
+// flakyStore is an in-memory store whose acquisitions and releases fail
+// one time in every, as a sick shared store would: it drives fail-open
+// decisions, store errors and release retries.
 type flakyStore struct{ every int64 }
 
 func (s flakyStore) Limiter(p *admission.Policy) (backend.Limiter, error) {
@@ -41,8 +42,9 @@ func (s flakyStore) Limiter(p *admission.Policy) (backend.Limiter, error) {
 
 type flakyLimiter struct {
 	backend.Limiter
-	every int64
-	n     atomic.Int64
+	every    int64
+	n        atomic.Int64
+	released atomic.Int64
 }
 
 var errStoreTimeout = errors.New("store call timed out")
@@ -54,9 +56,17 @@ func (l *flakyLimiter) Acquire(ctx context.Context, key string, lim *limits.Limi
 	return l.Limiter.Acquire(ctx, key, lim, n, now, g)
 }
 
+func (l *flakyLimiter) Release(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, now time.Time) error {
+	if l.released.Add(1)%l.every == 0 {
+		return errStoreTimeout
+	}
+	return l.Limiter.Release(ctx, key, lim, g, now)
+}
+
 // e2ePolicies: a per-tenant rate limit the noisy tenant runs into, a
 // shadow token limit that would reject, a global concurrency cap with a
-// small queue, and a policy on a flaky store that fails open.
+// small queue, policies on a flaky store that fail open (one of them a
+// concurrency cap whose releases are retried), and a spend limit.
 func e2ePolicies() []admission.Policy {
 	return []admission.Policy{
 		{Name: "tenant-rpm", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.TokenBucket,
@@ -71,6 +81,10 @@ func e2ePolicies() []admission.Policy {
 		{Name: "tenant-tpm-shared", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
 			Algorithm: limits.SlidingWindow, Limit: 1_000_000, Per: time.Minute, Store: "flaky",
 			OnStoreError: limits.FailOpenMode},
+		{Name: "tenant-concurrency-shared", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency,
+			Limit: 8, Store: "flaky", OnStoreError: limits.FailOpenMode},
+		{Name: "tenant-spend", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitCost,
+			Algorithm: limits.FixedWindow, Limit: 1_000_000_000, Per: time.Minute},
 		// A soft daily budget (shadow, warning at 50%, 95% and 100%) the
 		// noisy tenant goes through in seconds.
 		{Name: "tenant-daily-budget", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
@@ -101,7 +115,7 @@ func drive(ctl *admission.Controller, stop <-chan struct{}, sent *atomic.Int64) 
 					model, actual = "claude-3-haiku", 200
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-				tk, err := ctl.Admit(ctx, admission.Request{Tenant: tenant, Operation: "chat", Model: model, Tokens: 100})
+				tk, err := ctl.Admit(ctx, admission.Request{Tenant: tenant, Operation: "chat", Model: model, Tokens: 100, Cost: 250})
 				if err == nil {
 					time.Sleep(time.Duration(1+rnd.IntN(3)) * time.Millisecond)
 					tk.Settle(admission.Usage{Tokens: actual, TokensKnown: true})
@@ -119,6 +133,7 @@ func drive(ctl *admission.Controller, stop <-chan struct{}, sent *atomic.Int64) 
 // vars substitutes the dashboards' template variables as Grafana would.
 var vars = strings.NewReplacer(
 	"$__rate_interval", "10s", "$__range", "5m",
+	"$job", "sluice", "$instance", ".*",
 	"$policy", ".*", "$shadow_policy", ".*", "$enforced_policy", ".*", "$tenant", "noisy",
 )
 
@@ -159,7 +174,8 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctl, err := admission.New(admission.Config{Policies: e2ePolicies()},
-		admission.WithObserver(shadow.Join(obs, rec, bw)), admission.WithStore("flaky", flakyStore{every: 10}))
+		admission.WithObserver(shadow.Join(obs, rec, bw)), admission.WithStore("flaky", flakyStore{every: 10}),
+		admission.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +214,10 @@ func TestEndToEnd(t *testing.T) {
 			}
 		}
 		for _, v := range d.Templating.List[1:] {
-			q := v.Query
+			if v.Type == "datasource" {
+				continue
+			}
+			q := vars.Replace(v.Query)
 			// label_values(selector, label) is what Grafana turns into a
 			// series query; its selector must match series.
 			sel := strings.TrimSuffix(strings.TrimPrefix(q, "label_values("), ")")

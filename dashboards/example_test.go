@@ -16,4 +16,6 @@ func ExampleAll() {
 	// overview.json sluice-overview "Sluice / Overview"
 	// rollout.json sluice-rollout "Sluice / Rollout"
 	// tenant.json sluice-tenant "Sluice / Tenant"
+	// llm.json sluice-llm "Sluice / LLM"
+	// provider.json sluice-provider "Sluice / Provider"
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,14 +15,14 @@ import (
 	"github.com/sluicehq/sluice/internal/promtest"
 )
 
-// overviewVars substitutes the Overview's template variables as Grafana
+// overviewVars substitutes the dashboards' template variables as Grafana
 // would.
-var overviewVars = strings.NewReplacer("$__rate_interval", "10s", "$__range", "5m", "$policy", ".*")
+var overviewVars = strings.NewReplacer("$__rate_interval", "10s", "$__range", "5m", "$job", ".*", "$instance", ".*", "$policy", ".*")
 
 // sickStorePanels are the Overview panels about a sick shared store:
 // the demo keeps its limits in memory, whose calls never fail, so they
 // have nothing to show.
-var sickStorePanels = []string{"Store errors", "Fail-open and fail-closed decisions"}
+var sickStorePanels = []string{"Store errors", "Fail-open and fail-closed decisions", "Releases retried"}
 
 // demoTraffic sends the demo's kinds of traffic until stop is closed:
 // the three demo tenants on the chat and Messages APIs, initech past its
@@ -75,9 +76,10 @@ func demoTraffic(t *testing.T, s *server, stop <-chan struct{}) {
 // TestOverviewWithDefaultDemo runs the demo as `go run
 // ./examples/llmproxy` does (the embedded default policy, the simulated
 // upstream), sends it traffic, has a real Prometheus scrape its operator
-// listener, and checks that every query of the Overview dashboard
-// returns data, the budgets and the provider's row included, but those
-// of the panels about a sick store (the demo's store never fails). The
+// listener, and checks that every query of the Overview, LLM and
+// Provider dashboards returns data, the budgets and the provider's
+// included, but those of the panels about a sick store (the demo's store
+// never fails). The
 // budget panel needs a tenant past a warning threshold: globex's batch
 // reserves $3 of its $5 month.
 func TestOverviewWithDefaultDemo(t *testing.T) {
@@ -94,7 +96,7 @@ func TestOverviewWithDefaultDemo(t *testing.T) {
 
 	type check struct{ name, expr string }
 	var checks []check
-	for _, panel := range dashboards.Overview().Panels {
+	for _, panel := range slices.Concat(dashboards.Overview().Panels, dashboards.LLM().Panels, dashboards.Provider().Panels) {
 		if strings.Contains(strings.Join(sickStorePanels, "\n"), panel.Title) {
 			continue
 		}

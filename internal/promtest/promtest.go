@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,8 +58,12 @@ func Promtool(t testing.TB, dir string, args ...string) string {
 
 // Config is what a test server scrapes and evaluates.
 type Config struct {
-	// Targets are host:port addresses scraped at /metrics.
+	// Targets are host:port addresses scraped at /metrics, as job sluice.
 	Targets []string
+	// Jobs are more scrape jobs: the host:port addresses of each, scraped
+	// at /metrics under the job label of its key, as Prometheus scrapes
+	// several services.
+	Jobs map[string][]string
 	// Interval is the scrape and rule evaluation interval; zero means 1s.
 	Interval time.Duration
 	// RuleFiles are rule file contents, written to the storage directory
@@ -91,19 +97,28 @@ func Start(t testing.TB, cfg Config) *Server {
 		}
 		rules = append(rules, p)
 	}
-	targets, _ := json.Marshal(cfg.Targets)
 	rulesJSON, _ := json.Marshal(rules)
 	conf := fmt.Sprintf(`global:
   scrape_interval: %[1]s
   evaluation_interval: %[1]s
 rule_files: %[2]s
 scrape_configs:
-  - job_name: sluice
+`, cfg.Interval, rulesJSON)
+	jobs := map[string][]string{}
+	maps.Copy(jobs, cfg.Jobs)
+	if len(cfg.Targets) > 0 {
+		jobs["sluice"] = cfg.Targets
+	}
+	for _, name := range slices.Sorted(maps.Keys(jobs)) {
+		jobJSON, _ := json.Marshal(name)
+		targets, _ := json.Marshal(jobs[name])
+		conf += fmt.Sprintf(`  - job_name: %[2]s
     scrape_interval: %[1]s
     scrape_timeout: %[1]s
     static_configs:
       - targets: %[3]s
-`, cfg.Interval, rulesJSON, targets)
+`, cfg.Interval, jobJSON, targets)
+	}
 	confPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

@@ -11,8 +11,9 @@ import (
 	"github.com/sluicehq/sluice/internal/promtest"
 )
 
-// TestStartScrapes starts a real prometheus against a loopback target and
-// waits for its first scrape.
+// TestStartScrapes starts a real prometheus against a loopback target,
+// scraped as job sluice and as job other, and waits for the first scrape
+// of both.
 func TestStartScrapes(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -24,12 +25,16 @@ func TestStartScrapes(t *testing.T) {
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 
-	p := promtest.Start(t, promtest.Config{Targets: []string{l.Addr().String()}})
+	p := promtest.Start(t, promtest.Config{Targets: []string{l.Addr().String()}, Jobs: map[string][]string{"other": {l.Addr().String()}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
 		got, err := p.Query(ctx, "promtest_up")
-		if err == nil && len(got) == 1 && got[0].Float() == 1 {
+		jobs := map[string]float64{}
+		for _, s := range got {
+			jobs[s.Metric["job"]] = s.Float()
+		}
+		if err == nil && len(got) == 2 && jobs["sluice"] == 1 && jobs["other"] == 1 {
 			return
 		}
 		if ctx.Err() != nil {
