@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -214,4 +215,18 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestUnrecordedDecisionAllocatesNothing: without a span, or under one a
+// sampler dropped, the observer costs no allocation.
+func TestUnrecordedDecisionAllocatesNothing(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	ctx, span := tp.Tracer("test").Start(context.Background(), "request")
+	defer span.End()
+	for _, c := range []context.Context{nil, context.Background(), ctx} {
+		d := &admission.Decision{Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "acme", Context: c}
+		if n := testing.AllocsPerRun(100, func() { oteltrace.Observer{}.Decision(d) }); n != 0 {
+			t.Errorf("Decision with context %v: %v allocations; want 0", c, n)
+		}
+	}
 }
