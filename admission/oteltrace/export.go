@@ -24,8 +24,8 @@ const (
 )
 
 // NewTracerProvider returns a tracer provider that batches spans to the
-// OTLP/HTTP receiver endpoint names (the -otlp-traces flag of the
-// commands, next to the metrics push's -otlp-endpoint), and where, a
+// OTLP/HTTP receiver endpoint names (the --otlp-traces flag of the
+// commands, next to the metrics push's --otlp-endpoint), and where, a
 // description of the receiver for a start-up banner that shows no
 // credentials. Precedence, most first: endpoint (a URL without a path gets
 // /v1/traces), OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT.
@@ -69,7 +69,7 @@ func NewTracerProvider(ctx context.Context, endpoint string, opts ...sdktrace.Tr
 func endpointURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("-otlp-traces: %q is not an http:// or https:// URL", config.RedactURL(s))
+		return nil, fmt.Errorf("--otlp-traces: %q is not an http:// or https:// URL", config.RedactURL(s))
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/traces"
