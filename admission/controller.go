@@ -415,6 +415,7 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		lo, hi = cfg.early, len(cfg.policies)
 	}
 	t.stage = part
+	t.ctx = ctx
 	first := len(t.ops)
 	lims := cfg.limitsFor(r.Tenant)
 	allShadow := c.allShadow.Load()
@@ -467,6 +468,7 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 	if part != stageBegun || rolledBack {
 		c.reportAdmitted(t, evaluated, rolledBack)
 	}
+	t.ctx = nil
 	if rolledBack {
 		t.recycle()
 		return Ticket{}, err
@@ -506,7 +508,7 @@ func (c *Controller) reportAdmitted(t *ticket, n int, rolledBack bool) {
 		if h.grant.OK {
 			t.dec = Decision{
 				Status: h.status(), Outcome: Admitted, Tenant: t.tenant, Operation: t.operation,
-				Model: t.model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack,
+				Model: t.model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack, Context: t.ctx,
 			}
 			h.win = t.dec.Window // for the settlement, computed once
 			c.obs.Decision(&t.dec)
@@ -560,7 +562,7 @@ func (c *Controller) decide(t *ticket, h *held) error {
 func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry time.Duration) {
 	t.dec = Decision{
 		Status: h.status(), Outcome: o, Reason: reason, Tenant: t.tenant, Operation: t.operation,
-		Model: t.model, Cost: h.est, QueueWait: h.wait, RetryAfter: retry,
+		Model: t.model, Cost: h.est, QueueWait: h.wait, RetryAfter: retry, Context: t.ctx,
 	}
 	c.obs.Decision(&t.dec)
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"time"
 
 	"github.com/sluicehq/sluice/admission/limits"
@@ -51,6 +52,12 @@ type Decision struct {
 	// RolledBack is set on an Admitted decision whose permits were given
 	// back because another policy rejected the request.
 	RolledBack bool
+	// Context is the context the request was admitted with (Admit's,
+	// Begin's or Continue's ctx), so that an observer finds the request's
+	// trace span in it and records the decision there, or gives a
+	// histogram's exemplar the trace's id. Like d, it is valid only during
+	// the call: an observer must not keep it.
+	Context context.Context
 }
 
 // Settlement reports how a ticket's reservation under one policy ended.

@@ -62,7 +62,11 @@ type ticket struct {
 	priority  int
 	batch     []backend.Op
 	dec       Decision // the event being reported, so observers get a pointer
-	keybuf    []byte
+	// ctx is the context of the admission being evaluated, for
+	// Decision.Context; nil outside Admit, Begin and Continue so that a
+	// pooled ticket keeps no request's context alive.
+	ctx    context.Context
+	keybuf []byte
 	// lease serialises the lease keeper's renewals of the ticket with its
 	// settlement, Renew and Continue; kept says the keeper has the ticket,
 	// in its shard; self is the ticket's weak pointer, made once (see

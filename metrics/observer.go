@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"go.opentelemetry.io/otel"
@@ -372,7 +371,7 @@ func (o *Observer) decision(pm *policyMetrics, d *admission.Decision) {
 	switch d.Outcome {
 	case admission.Admitted, admission.FailOpen:
 		if d.QueueWait > 0 {
-			pm.recordWait(o, out, d.QueueWait)
+			pm.recordWait(o, out, d)
 		}
 		// Admitted work is counted per tenant when it settles, at its
 		// actual cost; here only a partition near its limit is noted.
@@ -382,17 +381,23 @@ func (o *Observer) decision(pm *policyMetrics, d *admission.Decision) {
 	case admission.Rejected, admission.FailClosed:
 		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.Timeout:
-		pm.recordWait(o, out, d.QueueWait)
+		pm.recordWait(o, out, d)
 		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.WouldReject:
 		pm.tenants.add(tenantLabel(d.Tenant), classWouldReject, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.Canceled:
-		pm.recordWait(o, out, d.QueueWait)
+		pm.recordWait(o, out, d)
 	}
 }
 
-func (pm *policyMetrics) recordWait(o *Observer, out int, d time.Duration) {
-	o.queueWait.Record(context.Background(), d.Seconds(), pm.waitOpts[out]...)
+// recordWait records d's queue wait in the context of d's request, so
+// that a sampled request's trace becomes the bucket's exemplar.
+func (pm *policyMetrics) recordWait(o *Observer, out int, d *admission.Decision) {
+	ctx := d.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	o.queueWait.Record(ctx, d.QueueWait.Seconds(), pm.waitOpts[out]...)
 }
 
 func tenantLabel(t string) string {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 )
 
 // DefaultCardinalityLimit is the hard stop NewPrometheus sets on every
@@ -37,6 +38,13 @@ type Prometheus struct {
 // hard stop; zero means DefaultCardinalityLimit. Further provider options
 // (a resource, views) are appended.
 //
+// The handler serves the OpenMetrics format to a scraper that asks for it
+// (Prometheus does), with exemplars: the provider keeps the trace_based
+// exemplar filter, so a histogram measurement made under a sampled span
+// (the queue wait, recorded in the request's context) carries the trace
+// and span ids a Prometheus started with --enable-feature=exemplar-storage
+// keeps and a Grafana data link opens.
+//
 // To push to an OpenTelemetry collector instead, build an
 // sdkmetric.MeterProvider with an OTLP exporter's periodic reader and
 // sdkmetric.WithCardinalityLimit, and pass it to New with
@@ -53,11 +61,14 @@ func NewPrometheus(cardinalityLimit int, opts ...sdkmetric.Option) (*Prometheus,
 	if err != nil {
 		return nil, fmt.Errorf("metrics: prometheus exporter: %w", err)
 	}
-	all := append([]sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithCardinalityLimit(cardinalityLimit)}, opts...)
+	all := append([]sdkmetric.Option{
+		sdkmetric.WithReader(exp), sdkmetric.WithCardinalityLimit(cardinalityLimit),
+		sdkmetric.WithExemplarFilter(exemplar.TraceBasedFilter),
+	}, opts...)
 	return &Prometheus{
 		Provider: sdkmetric.NewMeterProvider(all...),
 		Registry: reg,
-		Handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}),
 	}, nil
 }
 

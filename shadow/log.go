@@ -187,7 +187,13 @@ func (l *Log) Decision(d *admission.Decision) {
 	if d.Outcome == admission.WouldReject {
 		msg = "shadow policy would reject"
 	}
-	l.opts.logger.LogAttrs(context.Background(), level, msg, attrs[:]...)
+	// The request's context, so that a handler that joins logs to traces
+	// (oteltrace.LogHandler) adds its trace and span ids.
+	ctx := d.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	l.opts.logger.LogAttrs(ctx, level, msg, attrs[:]...)
 }
 
 // seconds returns d as the decision log writes it: seconds rounded to the

@@ -69,6 +69,10 @@ type Config struct {
 	// RuleFiles are rule file contents, written to the storage directory
 	// and loaded.
 	RuleFiles [][]byte
+	// Exemplars starts the server with --enable-feature=exemplar-storage,
+	// so that it keeps the exemplars of OpenMetrics scrapes for
+	// QueryExemplars.
+	Exemplars bool
 }
 
 // A Server is a running prometheus.
@@ -125,13 +129,17 @@ scrape_configs:
 	}
 	addr := FreeAddr(t)
 	log := &syncbuf.Buffer{}
-	cmd := exec.Command(bin,
-		"--config.file="+confPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--web.console.templates="+dir, "--web.console.libraries="+dir,
+	args := []string{
+		"--config.file=" + confPath,
+		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + addr,
+		"--web.console.templates=" + dir, "--web.console.libraries=" + dir,
 		"--log.level=warn",
-	)
+	}
+	if cfg.Exemplars {
+		args = append(args, "--enable-feature=exemplar-storage")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start prometheus: %v", err)
@@ -211,6 +219,35 @@ func (s *Server) Query(ctx context.Context, expr string) ([]Sample, error) {
 		return []Sample{{Value: v}}, err
 	}
 	return nil, fmt.Errorf("query %q: result type %s", expr, data.ResultType)
+}
+
+// Exemplar is one exemplar as the API reports it.
+type Exemplar struct {
+	// Labels are the exemplar's own labels (trace_id, span_id).
+	Labels map[string]string `json:"labels"`
+	// Value is the measurement, as a string.
+	Value string `json:"value"`
+}
+
+// SeriesExemplars are the exemplars of one series.
+type SeriesExemplars struct {
+	// SeriesLabels are the series' labels, __name__ included.
+	SeriesLabels map[string]string `json:"seriesLabels"`
+	Exemplars    []Exemplar        `json:"exemplars"`
+}
+
+// QueryExemplars returns the exemplars of the series expr selects over
+// the last hour (the server must have been started with Exemplars).
+func (s *Server) QueryExemplars(ctx context.Context, expr string) ([]SeriesExemplars, error) {
+	now := time.Now()
+	q := url.Values{
+		"query": {expr},
+		"start": {strconv.FormatInt(now.Add(-time.Hour).Unix(), 10)},
+		"end":   {strconv.FormatInt(now.Add(time.Minute).Unix(), 10)},
+	}
+	var out []SeriesExemplars
+	err := s.get(ctx, "/api/v1/query_exemplars", q, &out)
+	return out, err
 }
 
 // Alert is an alert as the API reports it.
