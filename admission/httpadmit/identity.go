@@ -9,8 +9,6 @@ import (
 	"net/netip"
 	"net/textproto"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/sluicehq/sluice/admission/config"
 )
@@ -60,74 +58,61 @@ type KeyLookup interface {
 // first byte.
 const keyShards = 256
 
-// A KeySet is a table of hashed API keys that changes one key at a time
-// while requests look keys up: a tenant directory held in a database
-// revokes or adds a key without rebuilding the table. Lookups take no
-// lock and allocate nothing: each of its 256 shards is an immutable map
-// that a change replaces whole. The zero KeySet is empty and ready.
+// A KeySet is an immutable table of hashed API keys, sharded so that a
+// change of one key (a tenant directory held in a database revokes or
+// adds one) makes a new set sharing all but one of its 256 shards (With,
+// Without), which a Snapshot installs whole. Lookups take no lock and
+// allocate nothing. The zero KeySet is empty.
 type KeySet struct {
-	mu     sync.Mutex // serialises writers
-	shards [keyShards]atomic.Pointer[KeyTable]
+	shards [keyShards]KeyTable // each read only
+	n      int
+}
+
+// NewKeySet returns the set of the keys of t (t is not kept).
+func NewKeySet(t KeyTable) *KeySet {
+	s := &KeySet{n: len(t)}
+	for i := range s.shards {
+		s.shards[i] = make(KeyTable, len(t)/keyShards)
+	}
+	for h, id := range t {
+		s.shards[h[0]][h] = id
+	}
+	return s
 }
 
 // Lookup hashes key and returns its identity.
 func (s *KeySet) Lookup(key string) (Identity, bool) {
 	h := config.HashKey(key)
-	t := s.shards[h[0]].Load()
-	if t == nil {
-		return Identity{}, false
-	}
-	id, ok := (*t)[h]
+	id, ok := s.shards[h[0]][h]
 	return id, ok
 }
 
-// Set adds or replaces one key.
-func (s *KeySet) Set(h config.KeyHash, id Identity) {
-	s.update(h, func(t KeyTable) { t[h] = id })
+// With returns s with one key added or replaced.
+func (s *KeySet) With(h config.KeyHash, id Identity) *KeySet {
+	return s.change(h, func(t KeyTable) { t[h] = id })
 }
 
-// Delete removes one key: a revocation.
-func (s *KeySet) Delete(h config.KeyHash) {
-	s.update(h, func(t KeyTable) { delete(t, h) })
+// Without returns s without one key: a revocation.
+func (s *KeySet) Without(h config.KeyHash) *KeySet {
+	return s.change(h, func(t KeyTable) { delete(t, h) })
 }
 
-func (s *KeySet) update(h config.KeyHash, fn func(KeyTable)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next := KeyTable{}
-	if t := s.shards[h[0]].Load(); t != nil {
-		next = maps.Clone(*t)
+// change returns s with fn applied to a copy of h's shard.
+func (s *KeySet) change(h config.KeyHash, fn func(KeyTable)) *KeySet {
+	next := *s
+	t := maps.Clone(s.shards[h[0]])
+	if t == nil {
+		t = KeyTable{}
 	}
-	fn(next)
-	s.shards[h[0]].Store(&next)
-}
-
-// Replace installs t as the whole set (t is not kept).
-func (s *KeySet) Replace(t KeyTable) {
-	var next [keyShards]KeyTable
-	for i := range next {
-		next[i] = make(KeyTable, len(t)/keyShards)
-	}
-	for h, id := range t {
-		next[h[0]][h] = id
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range next {
-		s.shards[i].Store(&next[i])
-	}
+	before := len(t)
+	fn(t)
+	next.shards[h[0]] = t
+	next.n += len(t) - before
+	return &next
 }
 
 // Len returns the number of keys.
-func (s *KeySet) Len() int {
-	n := 0
-	for i := range s.shards {
-		if t := s.shards[i].Load(); t != nil {
-			n += len(*t)
-		}
-	}
-	return n
-}
+func (s *KeySet) Len() int { return s.n }
 
 // IdentityConfig says how the middleware identifies callers.
 type IdentityConfig struct {
@@ -139,7 +124,9 @@ type IdentityConfig struct {
 	// not in the table is refused with 401; it never gets a partition.
 	Keys KeyTable
 	// KeySource, when set, is where API keys are looked up instead of
-	// Keys (a KeySet a tenant directory keeps current; see WithKeyLookup).
+	// Keys: the middleware's own KeySet, built from Keys, which a tenant
+	// directory changes one key at a time (Snapshot.WithKey), or an
+	// application's table (WithKeyLookup).
 	KeySource KeyLookup
 	// TrustedProxies are the peers whose forwarding header is believed.
 	// Empty means none: the client address is the TCP peer.

@@ -101,7 +101,6 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,10 +111,20 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
-// An Option configures a Middleware.
-type Option func(*options)
+// An Option sets one setting of a Middleware's Snapshot.
+type Option func(*Snapshot)
 
-type options struct {
+// A Snapshot is everything a Middleware decides a request with, derived
+// from one configuration: the controller's policy set
+// (admission.PolicySet), the identity settings with their key table, and
+// the HTTP settings. It is immutable; a reload, or a tenant directory's
+// change of one tenant or one key, makes another (Compile, WithTenant,
+// WithKey), installed whole by one atomic swap (Install). Each request
+// reads the snapshot once, when the middleware sees it, and is
+// identified, admitted, answered and settled by it alone: never by the
+// policies of one file and the key table of another.
+type Snapshot struct {
+	policies     *admission.PolicySet // nil: the controller's own
 	identity     IdentityConfig
 	keyLookup    KeyLookup // WithKeyLookup's, kept over Apply
 	exempt       []string
@@ -141,7 +150,7 @@ type options struct {
 // The default admits every caller as the anonymous tenant, with the TCP
 // peer as its address.
 func WithIdentityConfig(ic IdentityConfig) Option {
-	return func(o *options) { o.identity = ic }
+	return func(o *Snapshot) { o.identity = ic }
 }
 
 // WithKeyLookup makes l the table API keys are looked up in, instead of
@@ -149,31 +158,31 @@ func WithIdentityConfig(ic IdentityConfig) Option {
 // Unlike the identity config, which Apply replaces with a reloaded file's,
 // it stays for the middleware's life.
 func WithKeyLookup(l KeyLookup) Option {
-	return func(o *options) { o.keyLookup = l }
+	return func(o *Snapshot) { o.keyLookup = l }
 }
 
 // WithExempt lists paths that are never limited: exact paths, or prefixes
 // written with a trailing "/*". The default is /healthz, /readyz, /livez
 // and /metrics; WithExempt replaces it.
 func WithExempt(paths ...string) Option {
-	return func(o *options) { o.exempt = append([]string(nil), paths...) }
+	return func(o *Snapshot) { o.exempt = append([]string(nil), paths...) }
 }
 
 // WithSkipper sets a function that exempts a request when it returns true.
-func WithSkipper(f func(*http.Request) bool) Option { return func(o *options) { o.skipper = f } }
+func WithSkipper(f func(*http.Request) bool) Option { return func(o *Snapshot) { o.skipper = f } }
 
 // WithMaxBody refuses bodies larger than n bytes with 413, before anything
 // reads them: a declared Content-Length over the limit is refused at once,
 // and the body is wrapped in http.MaxBytesReader. The default is
 // DefaultMaxBody; 0 means no limit.
-func WithMaxBody(n int64) Option { return func(o *options) { o.maxBody = n } }
+func WithMaxBody(n int64) Option { return func(o *Snapshot) { o.maxBody = n } }
 
 // WithBodyTimeout bounds the time a client takes to send its request
 // body, from when the middleware sees the request (see WatchBody): a
 // slower client gets 408 if the body is read before admission (by the
 // WithRequest function), read errors in the handler otherwise. The
 // default is DefaultBodyTimeout; 0 means no limit.
-func WithBodyTimeout(d time.Duration) Option { return func(o *options) { o.bodyTimeout = d } }
+func WithBodyTimeout(d time.Duration) Option { return func(o *Snapshot) { o.bodyTimeout = d } }
 
 // Defaults of the body options.
 const (
@@ -186,36 +195,36 @@ const (
 
 // WithQuotaStatus sets the status of an exhausted quota: 403 (the default)
 // or 429.
-func WithQuotaStatus(code int) Option { return func(o *options) { o.quotaStatus = code } }
+func WithQuotaStatus(code int) Option { return func(o *Snapshot) { o.quotaStatus = code } }
 
 // WithShadowHeader adds, on admitted responses, the Sluice-Would-Reject
 // header naming the shadow policies that would have rejected the request.
 // Off by default: it tells callers about limits not yet enforced.
-func WithShadowHeader(on bool) Option { return func(o *options) { o.shadowHeader = on } }
+func WithShadowHeader(on bool) Option { return func(o *Snapshot) { o.shadowHeader = on } }
 
 // WithOperation sets the function naming a request's operation, replacing
 // the route-pattern default.
 func WithOperation(f func(*http.Request) string) Option {
-	return func(o *options) { o.operation = f }
+	return func(o *Snapshot) { o.operation = f }
 }
 
 // WithRoutes names operations after the pattern mux would route the
 // request to, for a middleware wrapped around the whole mux (where
 // Request.Pattern is not yet set). A request that matches no route has the
 // empty operation, which only unrestricted policies match.
-func WithRoutes(mux *http.ServeMux) Option { return func(o *options) { o.mux = mux } }
+func WithRoutes(mux *http.ServeMux) Option { return func(o *Snapshot) { o.mux = mux } }
 
 // WithRequest sets a function that completes the admission request before
 // it is evaluated: the model, the estimated tokens or cost, the priority.
 // An error it returns answers 400 with its text, so it must not reveal
 // internals.
 func WithRequest(f func(*http.Request, *admission.Request) error) Option {
-	return func(o *options) { o.enrich = f }
+	return func(o *Snapshot) { o.enrich = f }
 }
 
 // WithoutQueueing rejects at once requests that would have to wait in a
 // policy's queue (Controller.TryAdmit).
-func WithoutQueueing() Option { return func(o *options) { o.noWait = true } }
+func WithoutQueueing() Option { return func(o *Snapshot) { o.noWait = true } }
 
 // WithRequestLog has the middleware report every request the policies
 // decided, once its fate is known: a refused one at once, an admitted one
@@ -225,17 +234,17 @@ func WithoutQueueing() Option { return func(o *options) { o.noWait = true } }
 // (WithTicketInContext) knows more than the middleware. Pass a
 // shadow.RequestLog's Log to write the request log admitctl replay reads.
 func WithRequestLog(log func(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration)) Option {
-	return func(o *options) { o.requestLog = log }
+	return func(o *Snapshot) { o.requestLog = log }
 }
 
 // WithTicketInContext places the ticket in the request context for the
 // handler (see TicketFrom), so it can Settle with the actual usage or
 // Charge while it streams. It costs two allocations per request.
-func WithTicketInContext() Option { return func(o *options) { o.ticketCtx = true } }
+func WithTicketInContext() Option { return func(o *Snapshot) { o.ticketCtx = true } }
 
 // WithLogger sets the logger of unexpected admission errors; the default
 // is slog.Default().
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *Snapshot) { o.logger = l } }
 
 // WithIdentity sets the function that identifies callers, for a service
 // with its own authentication (a session, a JWT, mTLS), like echo's
@@ -253,7 +262,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // allowance. An error answers 401, as an unknown API key does, without a
 // partition and without the error's text (see ErrUnauthenticated).
 func WithIdentity(f func(*http.Request) (Identity, error)) Option {
-	return func(o *options) { o.identify = f }
+	return func(o *Snapshot) { o.identify = f }
 }
 
 // WithRejectionHandler sets the function that answers a rejected request,
@@ -265,7 +274,7 @@ func WithIdentity(f func(*http.Request) (Identity, error)) Option {
 // default one (Middleware.WriteRejection): Retry-After, the limit
 // headers and problem+json. The function must not reveal internals.
 func WithRejectionHandler(f func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection)) Option {
-	return func(o *options) { o.onRejected = f }
+	return func(o *Snapshot) { o.onRejected = f }
 }
 
 // WithRetryAfterMs adds to rejections the precise wait beside
@@ -273,23 +282,23 @@ func WithRejectionHandler(f func(w http.ResponseWriter, r *http.Request, rej *ad
 // rounded up, as OpenAI-style clients read it) and the problem's
 // retry_after_ms member. A wait of 0.2 s then reads "Retry-After: 1" and
 // "Retry-After-Ms: 200". Off by default.
-func WithRetryAfterMs(on bool) Option { return func(o *options) { o.retryAfterMs = on } }
+func WithRetryAfterMs(on bool) Option { return func(o *Snapshot) { o.retryAfterMs = on } }
 
 // WithServerTiming sets whether an admitted response that waited in a
 // queue carries the wait in a Server-Timing entry ("queue;dur=1020", in
 // milliseconds; see SetQueueTiming), which browsers' developer tools and
 // tracing agents show. On by default: the wait is the caller's own.
-func WithServerTiming(on bool) Option { return func(o *options) { o.serverTiming = on } }
+func WithServerTiming(on bool) Option { return func(o *Snapshot) { o.serverTiming = on } }
 
 // A Middleware admits HTTP requests through a Controller. It is safe for
 // concurrent use; a policy file's settings replace its own while it
 // serves (Apply), requests in flight finishing with those they started
 // with.
 type Middleware struct {
-	ctl   *admission.Controller
-	cur   atomic.Pointer[options]
-	epoch config.Epoch
-	ops   opCache
+	ctl *admission.Controller
+	cur atomic.Pointer[Snapshot]
+	mu  sync.Mutex // serialises installs and the changes built on the snapshot in force
+	ops opCache
 }
 
 // New returns a Middleware admitting requests through ctl.
@@ -298,7 +307,7 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 		return nil, errors.New("httpadmit: nil controller")
 	}
 	m := &Middleware{ctl: ctl}
-	o := &options{
+	o := &Snapshot{
 		exempt:       []string{"/healthz", "/readyz", "/livez", "/metrics"},
 		maxBody:      DefaultMaxBody,
 		bodyTimeout:  DefaultBodyTimeout,
@@ -313,31 +322,129 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	return m, nil
 }
 
-// Apply installs a policy file, as a config.Subscriber: its policies and
-// plans in the controller and its http and identity sections
-// (FileOptions) in the middleware, as one step (config.Epoch): Decide
-// never lets a request be decided by the policies of one file and the key
-// table of another. A file the controller refuses changes nothing.
+// Apply installs a policy file, as a config.Subscriber: Compile, then
+// Install. A file that does not compile changes nothing.
 func (m *Middleware) Apply(f *config.File) error {
-	return m.epoch.Install(func(moves func()) error {
-		cur := m.cur.Load()
-		o := *cur
-		if err := build(&o, FileOptions(f)); err != nil {
-			return err
-		}
-		if !reflect.DeepEqual(o.identity, cur.identity) {
-			moves()
-		}
-		if err := m.ctl.SetConfig(f.Config); err != nil {
-			return err
-		}
-		m.cur.Store(&o)
-		return nil
-	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.Compile(f)
+	if err != nil {
+		return err
+	}
+	return m.install(s)
 }
 
+// Compile builds, without installing it, the snapshot of a policy file:
+// its policies and plans compiled by the controller, its http and
+// identity sections (FileOptions) over the middleware's own options.
+func (m *Middleware) Compile(f *config.File) (*Snapshot, error) {
+	s := *m.cur.Load()
+	if err := build(&s, FileOptions(f)); err != nil {
+		return nil, err
+	}
+	set, err := m.ctl.Compile(f.Config)
+	if err != nil {
+		return nil, err
+	}
+	s.policies = set
+	return &s, nil
+}
+
+// Install makes s, from Compile, WithTenant or WithKey, the snapshot
+// requests are decided with, in one atomic swap (its policy set becomes
+// the controller's too).
+func (m *Middleware) Install(s *Snapshot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.install(s)
+}
+
+// install is Install; m.mu is held.
+func (m *Middleware) install(s *Snapshot) error {
+	if s.policies != nil {
+		if err := m.ctl.Install(s.policies); err != nil {
+			return err
+		}
+	}
+	m.cur.Store(s)
+	return nil
+}
+
+// Snapshot returns the snapshot in force.
+func (m *Middleware) Snapshot() *Snapshot { return m.cur.Load() }
+
+// SetTenant installs the current snapshot with one tenant's plan and
+// overrides changed (Snapshot.WithTenant), for a tenant directory.
+func (m *Middleware) SetTenant(tenant string, tp *limits.TenantPlan) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.cur.Load().WithTenant(m.ctl, tenant, tp)
+	if err != nil {
+		return err
+	}
+	return m.install(s)
+}
+
+// SetKey installs the current snapshot with one API key added, replaced
+// or (id nil) revoked (Snapshot.WithKey), for a tenant directory.
+func (m *Middleware) SetKey(h config.KeyHash, id *Identity) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.cur.Load().WithKey(h, id)
+	if err != nil {
+		return err
+	}
+	return m.install(s)
+}
+
+// WithTenant returns s with one tenant's plan and overrides replaced (tp
+// nil removes the tenant), sharing everything else with s
+// (admission.PolicySet.WithTenant); ctl is the middleware's controller,
+// whose installed set a snapshot without a set of its own stands for.
+func (s *Snapshot) WithTenant(ctl *admission.Controller, tenant string, tp *limits.TenantPlan) (*Snapshot, error) {
+	set := s.policies
+	if set == nil {
+		var err error
+		if set, err = ctl.Compile(admission.Config{Policies: ctl.Policies()}); err != nil {
+			return nil, err
+		}
+	}
+	set, err := set.WithTenant(tenant, tp)
+	if err != nil {
+		return nil, err
+	}
+	next := *s
+	next.policies = set
+	return &next, nil
+}
+
+// WithKey returns s with one API key added or replaced (id nil revokes
+// it), copying one shard of its key set. A snapshot whose keys are
+// looked up elsewhere (WithKeyLookup) refuses.
+func (s *Snapshot) WithKey(h config.KeyHash, id *Identity) (*Snapshot, error) {
+	ks, ok := s.identity.KeySource.(*KeySet)
+	if !ok || s.keyLookup != nil {
+		return nil, errors.New("httpadmit: the API keys are looked up in the WithKeyLookup table")
+	}
+	next := *s
+	if id == nil {
+		next.identity.KeySource = ks.Without(h)
+	} else {
+		next.identity.KeySource = ks.With(h, *id)
+	}
+	return &next, nil
+}
+
+// Policies returns the policy set of s: nil when s was not compiled from
+// a file (the controller's installed set decides).
+func (s *Snapshot) Policies() *admission.PolicySet { return s.policies }
+
+// Identity returns the identity settings of s; they must not be
+// modified.
+func (s *Snapshot) Identity() *IdentityConfig { return &s.identity }
+
 // build applies opts to o and checks the result.
-func build(o *options, opts []Option) error {
+func build(o *Snapshot, opts []Option) error {
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -357,15 +464,17 @@ func build(o *options, opts []Option) error {
 		o.logger = slog.Default()
 	}
 	o.identity = o.identity.normalize()
-	if o.keyLookup != nil {
+	switch {
+	case o.keyLookup != nil:
 		o.identity.KeySource = o.keyLookup
+	case o.identity.Keys != nil:
+		// Looked up in a key set, which a directory changes one key at a
+		// time (WithKey); the table itself is no longer read.
+		o.identity.KeySource, o.identity.Keys = NewKeySet(o.identity.Keys), nil
 	}
 	return nil
 }
 
-// IdentityConfig returns the identity settings in use; they must not be
-// modified.
-func (m *Middleware) IdentityConfig() *IdentityConfig { return &m.cur.Load().identity }
 
 // Handler returns next behind the middleware. Every request it sees
 // gets CloseSuspectFraming: one whose body a proxy in front could frame
@@ -381,17 +490,18 @@ type handler struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
+	o := m.cur.Load()
 	CloseSuspectFraming(w.Header(), r)
-	if m.Exempt(r) {
+	if exempt(o, r) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
 	var arrived time.Time
-	log := m.cur.Load().requestLog
+	log := o.requestLog
 	if log != nil {
 		arrived = time.Now()
 	}
-	req, tk, err := m.decide(w, r)
+	req, tk, err := m.decide(o, w, r)
 	body, _ := r.Body.(*Body)
 	if body != nil {
 		// What the handler leaves of the body is not drained.
@@ -402,7 +512,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if log != nil && errors.As(err, &rej) {
 			logRequest(log, req, arrived, time.Time{})
 		}
-		m.WriteError(w, r, err)
+		writeError(o, w, r, err)
 		return
 	}
 	// Settled when the handler returns, and also while a panic unwinds
@@ -412,7 +522,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer logRequest(log, req, arrived, time.Now())
 	}
 	defer tk.Done()
-	if m.cur.Load().ticketCtx {
+	if o.ticketCtx {
 		r = r.WithContext(context.WithValue(r.Context(), ticketKey{}, tk))
 	}
 	h.next.ServeHTTP(w, r)
@@ -443,8 +553,9 @@ func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
 // skipper says so. A path with dot or empty segments ("/healthz/../v1/x",
 // "/debug//x", encoded or not) is never exempt: routers disagree on what
 // it names.
-func (m *Middleware) Exempt(r *http.Request) bool {
-	o := m.cur.Load()
+func (m *Middleware) Exempt(r *http.Request) bool { return exempt(m.cur.Load(), r) }
+
+func exempt(o *Snapshot, r *http.Request) bool {
 	if o.skipper != nil && o.skipper(r) {
 		return true
 	}
@@ -474,32 +585,32 @@ func (m *Middleware) Exempt(r *http.Request) bool {
 // away while queued, or another error when admission itself failed.
 // WriteError answers each of them.
 func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
-	_, tk, err := m.decide(w, r)
+	_, tk, err := m.decide(m.cur.Load(), w, r)
 	return tk, err
 }
 
-// decide is Decide, returning the request decided as well.
-func (m *Middleware) decide(w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
-	if err := m.LimitBody(w, r); err != nil {
+// decide is Decide by the snapshot o, returning the request decided as
+// well.
+func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
+	if err := limitBody(o, w, r); err != nil {
 		return admission.Request{}, admission.Ticket{}, err
 	}
-	return m.admitAs(w, r, nil, nil)
+	return m.admitAs(o, w, r, nil, nil)
 }
 
 // AdmitAs is Decide after LimitBody for an adapter that builds requests
 // itself (echoadmit): caller (nil: the middleware's own) returns r's
-// identity, address and operation under the settings in force, complete
-// (nil: the WithRequest function) adds the amounts, once; the decision is
-// one policy file's (Readmit).
+// identity, address and operation under the snapshot in force, complete
+// (nil: the WithRequest function) adds the amounts, once; the request is
+// decided by the policies of that snapshot.
 func (m *Middleware) AdmitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
-	_, tk, err := m.admitAs(w, r, caller, complete)
+	_, tk, err := m.admitAs(m.cur.Load(), w, r, caller, complete)
 	return tk, err
 }
 
-// admitAs is AdmitAs, returning the request decided as well.
-func (m *Middleware) admitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Request, admission.Ticket, error) {
-	e := m.epoch.Stable()
-	o := m.cur.Load()
+// admitAs is AdmitAs by the snapshot o, returning the request decided as
+// well.
+func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Request, admission.Ticket, error) {
 	req, err := m.caller(o, r, caller)
 	switch {
 	case err != nil:
@@ -514,55 +625,7 @@ func (m *Middleware) admitAs(w http.ResponseWriter, r *http.Request, caller func
 	if err != nil {
 		return req, admission.Ticket{}, err
 	}
-	tk, err := m.Admit(w, r, req)
-	if m.epoch.Changed(e) {
-		again := func() (admission.Request, error) {
-			a, err := m.caller(m.cur.Load(), r, caller)
-			a.Model, a.Tokens, a.Cost, a.Units, a.Priority = req.Model, req.Tokens, req.Cost, req.Units, req.Priority
-			return a, err
-		}
-		req, tk, err = Readmit(&m.epoch, e, req, tk, err, again, func(req admission.Request) (admission.Ticket, error) { return m.Admit(w, r, req) })
-	}
-	return req, tk, err
-}
-
-// Readmit makes sure a request was decided by the policies and the
-// identities of one policy file. The decision tk, err of req, built after
-// ep.Stable returned e, stands while ep is unchanged, or when one file was
-// applied and again builds the same request from it. Else it is undone
-// (refunded: every unit, the request's count included, and permits given
-// back, so the request is counted once, by the decision that stands) and admit
-// decides the new request, checked in turn, the fourth time with installs
-// held off. It returns the request decided last.
-func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
-	again func() (admission.Request, error), admit func(admission.Request) (admission.Ticket, error)) (admission.Request, admission.Ticket, error) {
-	for tries := 0; ep.Changed(e); tries++ { // the fourth admission holds installs off
-		next := ep.Stable()
-		a, aerr := again()
-		if aerr == nil && next == e+2 && !ep.Changed(next) && a.Tenant == req.Tenant && a.KeyID == req.KeyID &&
-			a.User == req.User && a.Addr == req.Addr && a.Operation == req.Operation && a.Tokens == req.Tokens && a.Cost == req.Cost &&
-			a.Priority == req.Priority {
-			break
-		}
-		if err == nil {
-			tk.Refund()
-		}
-		if aerr == nil && tries == 2 {
-			ep.Hold(func() {
-				if a, aerr = again(); aerr == nil {
-					tk, err = admit(a)
-				}
-			})
-		}
-		if aerr != nil {
-			return a, admission.Ticket{}, aerr
-		}
-		if tries == 2 {
-			return a, tk, err
-		}
-		e, req = next, a
-		tk, err = admit(req)
-	}
+	tk, err := m.admit(o, w, r, req)
 	return req, tk, err
 }
 
@@ -571,7 +634,10 @@ func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Tic
 // length over the limit, and otherwise wraps the body in
 // http.MaxBytesReader and a Body (WatchBody).
 func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
-	o := m.cur.Load()
+	return limitBody(m.cur.Load(), w, r)
+}
+
+func limitBody(o *Snapshot, w http.ResponseWriter, r *http.Request) error {
 	if limit := o.maxBody; limit > 0 {
 		if r.ContentLength > limit {
 			return ErrBodyTooLarge
@@ -585,10 +651,15 @@ func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Admit asks the controller to admit req on behalf of r (whose context
-// bounds any queue wait) and, when it is admitted, sets the limit headers
-// (and the shadow header when enabled) on w.
+// bounds any queue wait) by the policies of the snapshot in force and,
+// when it is admitted, sets the limit headers (and the shadow header when
+// enabled) on w.
 func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
-	o := m.cur.Load()
+	return m.admit(m.cur.Load(), w, r, req)
+}
+
+func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
+	req.Policies = o.policies
 	var tk admission.Ticket
 	var err error
 	if o.noWait {
@@ -628,7 +699,7 @@ func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 
 // caller returns fn(), or the identity, client address and operation of
 // r under o.
-func (m *Middleware) caller(o *options, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
+func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
 	if fn != nil {
 		return fn()
 	}
@@ -649,7 +720,7 @@ func (m *Middleware) caller(o *options, r *http.Request, fn func() (admission.Re
 // ErrUnauthenticated.
 func (m *Middleware) Identify(r *http.Request) (Identity, error) { return identify(m.cur.Load(), r) }
 
-func identify(o *options, r *http.Request) (Identity, error) {
+func identify(o *Snapshot, r *http.Request) (Identity, error) {
 	if o.identify == nil {
 		return o.identity.Identify(r)
 	}
@@ -727,7 +798,10 @@ func (e *badRequest) Unwrap() error { return e.err }
 // ProblemInvalidCost) or of the WithRequest function, and 503 for
 // anything else (logged, never shown).
 func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	o := m.cur.Load()
+	writeError(m.cur.Load(), w, r, err)
+}
+
+func writeError(o *Snapshot, w http.ResponseWriter, r *http.Request, err error) {
 	var rej *admission.Rejection
 	var bad *badRequest
 	// A refusal is sent at once, and the connection closed rather than
@@ -779,7 +853,7 @@ func (m *Middleware) WriteRejection(w http.ResponseWriter, rej *admission.Reject
 	writeRejection(w, rej, m.cur.Load())
 }
 
-func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *options) {
+func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *Snapshot) {
 	p := RejectionProblem(rej, o.quotaStatus)
 	if o.retryAfterMs && rej.RetryAfter != limits.Never {
 		SetRetryAfterMs(w.Header(), rej.RetryAfter)
@@ -793,7 +867,7 @@ func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *options)
 // match) without its method, else the URL path.
 func (m *Middleware) Operation(r *http.Request) string { return m.operation(m.cur.Load(), r) }
 
-func (m *Middleware) operation(o *options, r *http.Request) string {
+func (m *Middleware) operation(o *Snapshot, r *http.Request) string {
 	if o.operation != nil {
 		return o.operation(r)
 	}
