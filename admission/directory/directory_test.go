@@ -20,6 +20,13 @@ import (
 )
 
 func newDir(t *testing.T) *directory.Directory {
+	d, _ := newDirMW(t)
+	return d
+}
+
+// newDirMW returns a directory installing into a middleware, and the
+// middleware.
+func newDirMW(t *testing.T) (*directory.Directory, *httpadmit.Middleware) {
 	t.Helper()
 	f, err := config.Parse("p.yaml", []byte(`policies:
   - {name: rpm, key: [tenant], algorithm: fixed_window, limit: 5, per: 1m}
@@ -37,14 +44,14 @@ directory: {source: postgres}
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := directory.New(directory.Config{Next: mw, Controller: ctl, Source: "db"})
+	d, err := directory.New(directory.Config{Next: mw, Source: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Apply(f); err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return d, mw
 }
 
 // TestInstallRefusesEntries: each bad entry is left out by itself (names
@@ -151,7 +158,7 @@ directory: %s
 		t.Fatal(err)
 	}
 	var log syncbuf.Buffer
-	d, err := directory.New(directory.Config{Next: mw, Controller: ctl, Source: "db", Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	d, err := directory.New(directory.Config{Next: mw, Source: "db", Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,18 +223,18 @@ directory: %s
 // TestSetKeyRefusedRemoves: a key moved to the anonymous tenant is refused
 // and removed, not left serving its old tenant.
 func TestSetKeyRefusedRemoves(t *testing.T) {
-	d := newDir(t)
+	d, mw := newDirMW(t)
 	h := config.HashKey("sk-1")
 	if err := d.SetKey(h, &config.Key{Tenant: "acme", KeyID: "k1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := d.Keys().Lookup("sk-1"); !ok {
+	if _, ok := mw.Snapshot().Identity().KeySource.Lookup("sk-1"); !ok {
 		t.Fatal("the key set is not found")
 	}
 	if err := d.SetKey(h, &config.Key{Tenant: "anonymous", KeyID: "k1"}); !errors.Is(err, directory.ErrRefused) {
 		t.Errorf("SetKey(anonymous) = %v; want ErrRefused", err)
 	}
-	if k, ok := d.Keys().Lookup("sk-1"); ok {
+	if k, ok := mw.Snapshot().Identity().KeySource.Lookup("sk-1"); ok {
 		t.Errorf("the refused key still maps to %+v", k)
 	}
 	if n := len(d.Data().Keys); n != 0 {

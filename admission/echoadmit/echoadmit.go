@@ -65,28 +65,30 @@ type Config struct {
 // ticket is settled when the rest of the chain returns, also when it
 // panics.
 func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
-	deny := cfg.DenyHandler
-	if deny == nil {
-		deny = func(c echo.Context, _ string, err error) error {
-			m.WriteError(c.Response(), c.Request(), err)
-			return nil
-		}
-	}
-	fail := cfg.ErrorHandler
-	if fail == nil {
-		fail = func(c echo.Context, err error) error {
-			m.WriteError(c.Response(), c.Request(), err)
-			return nil
-		}
-	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
-			if (cfg.Skipper != nil && cfg.Skipper(c)) || m.Exempt(r) {
+			// One snapshot decides and answers the request.
+			s := m.Snapshot()
+			if (cfg.Skipper != nil && cfg.Skipper(c)) || s.Exempt(r) {
 				return next(c)
 			}
 			w := c.Response()
-			if err := m.LimitBody(w, r); err != nil {
+			deny := cfg.DenyHandler
+			if deny == nil {
+				deny = func(c echo.Context, _ string, err error) error {
+					s.WriteError(c.Response(), c.Request(), err)
+					return nil
+				}
+			}
+			fail := cfg.ErrorHandler
+			if fail == nil {
+				fail = func(c echo.Context, err error) error {
+					s.WriteError(c.Response(), c.Request(), err)
+					return nil
+				}
+			}
+			if err := s.LimitBody(w, r); err != nil {
 				return fail(c, err)
 			}
 			if b, ok := r.Body.(*httpadmit.Body); ok {
@@ -101,12 +103,12 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 					id, err = cfg.IdentifierExtractor(c)
 					err = httpadmit.Unauthenticated(err)
 				} else {
-					id, err = m.Identify(r)
+					id, err = s.Identify(r)
 				}
 				tenant = id.Tenant
 				return admission.Request{
 					Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
-					Addr:      m.IdentityConfig().ClientAddr(r),
+					Addr:      s.Identity().ClientAddr(r),
 					Operation: m.OperationName(r.Method, c.Path()),
 				}, err
 			}
@@ -119,7 +121,7 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 					return httpadmit.BoundCost(req)
 				}
 			}
-			tk, err := m.AdmitAs(w, r, caller, complete)
+			tk, err := m.AdmitAs(s, w, r, caller, complete)
 			if err != nil {
 				var rej *admission.Rejection
 				if errors.As(err, &rej) {

@@ -30,11 +30,17 @@ func TestKeySet(t *testing.T) {
 		n      int
 	}{
 		{nil, "sk-a", "a", true, 2},
-		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.With(config.HashKey("sk-c"), httpadmit.Identity{Tenant: "c"}) }, "sk-c", "c", true, 3},
-		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.With(config.HashKey("sk-a"), httpadmit.Identity{Tenant: "a2"}) }, "sk-a", "a2", true, 3},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
+			return s.With(config.HashKey("sk-c"), httpadmit.Identity{Tenant: "c"})
+		}, "sk-c", "c", true, 3},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
+			return s.With(config.HashKey("sk-a"), httpadmit.Identity{Tenant: "a2"})
+		}, "sk-a", "a2", true, 3},
 		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.Without(config.HashKey("sk-b")) }, "sk-b", "", false, 2},
 		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.Without(config.HashKey("sk-b")) }, "sk-c", "c", true, 2},
-		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return zero.With(config.HashKey("sk-d"), httpadmit.Identity{Tenant: "d"}) }, "sk-d", "d", true, 1},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
+			return zero.With(config.HashKey("sk-d"), httpadmit.Identity{Tenant: "d"})
+		}, "sk-d", "d", true, 1},
 	}
 	for i, st := range steps {
 		if st.change != nil {

@@ -467,14 +467,13 @@ func build(o *Snapshot, opts []Option) error {
 	switch {
 	case o.keyLookup != nil:
 		o.identity.KeySource = o.keyLookup
-	case o.identity.Keys != nil:
+	case o.identity.KeySource == nil:
 		// Looked up in a key set, which a directory changes one key at a
 		// time (WithKey); the table itself is no longer read.
 		o.identity.KeySource, o.identity.Keys = NewKeySet(o.identity.Keys), nil
 	}
 	return nil
 }
-
 
 // Handler returns next behind the middleware. Every request it sees
 // gets CloseSuspectFraming: one whose body a proxy in front could frame
@@ -492,7 +491,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	o := m.cur.Load()
 	CloseSuspectFraming(w.Header(), r)
-	if exempt(o, r) {
+	if o.Exempt(r) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
@@ -512,7 +511,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if log != nil && errors.As(err, &rej) {
 			logRequest(log, req, arrived, time.Time{})
 		}
-		writeError(o, w, r, err)
+		o.WriteError(w, r, err)
 		return
 	}
 	// Settled when the handler returns, and also while a panic unwinds
@@ -553,9 +552,7 @@ func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
 // skipper says so. A path with dot or empty segments ("/healthz/../v1/x",
 // "/debug//x", encoded or not) is never exempt: routers disagree on what
 // it names.
-func (m *Middleware) Exempt(r *http.Request) bool { return exempt(m.cur.Load(), r) }
-
-func exempt(o *Snapshot, r *http.Request) bool {
+func (o *Snapshot) Exempt(r *http.Request) bool {
 	if o.skipper != nil && o.skipper(r) {
 		return true
 	}
@@ -592,19 +589,20 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 // decide is Decide by the snapshot o, returning the request decided as
 // well.
 func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
-	if err := limitBody(o, w, r); err != nil {
+	if err := o.LimitBody(w, r); err != nil {
 		return admission.Request{}, admission.Ticket{}, err
 	}
 	return m.admitAs(o, w, r, nil, nil)
 }
 
-// AdmitAs is Decide after LimitBody for an adapter that builds requests
-// itself (echoadmit): caller (nil: the middleware's own) returns r's
-// identity, address and operation under the snapshot in force, complete
-// (nil: the WithRequest function) adds the amounts, once; the request is
-// decided by the policies of that snapshot.
-func (m *Middleware) AdmitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
-	_, tk, err := m.admitAs(m.cur.Load(), w, r, caller, complete)
+// AdmitAs is Decide after s.LimitBody for an adapter that builds requests
+// itself (echoadmit), by s, the snapshot it read when the request
+// arrived (Snapshot): caller (nil: the middleware's own) returns r's
+// identity, address and operation under s, complete (nil: the
+// WithRequest function) adds the amounts, once; the request is decided
+// by the policies of s.
+func (m *Middleware) AdmitAs(s *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
+	_, tk, err := m.admitAs(s, w, r, caller, complete)
 	return tk, err
 }
 
@@ -633,11 +631,7 @@ func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request
 // anything reads its body: it returns ErrBodyTooLarge for a declared
 // length over the limit, and otherwise wraps the body in
 // http.MaxBytesReader and a Body (WatchBody).
-func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
-	return limitBody(m.cur.Load(), w, r)
-}
-
-func limitBody(o *Snapshot, w http.ResponseWriter, r *http.Request) error {
+func (o *Snapshot) LimitBody(w http.ResponseWriter, r *http.Request) error {
 	if limit := o.maxBody; limit > 0 {
 		if r.ContentLength > limit {
 			return ErrBodyTooLarge
@@ -686,11 +680,14 @@ func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, 
 	return tk, nil
 }
 
-// Request returns the admission request for r: identity, client address
-// and operation, completed by the WithRequest function.
-func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
-	o := m.cur.Load()
+// Request returns the admission request for r under the snapshot o:
+// identity, client address and operation, completed by the WithRequest
+// function, naming the policy set of o (Request.Policies), so that a
+// handler admitting it itself decides it by the policies of the
+// snapshot that identified it.
+func (m *Middleware) Request(o *Snapshot, r *http.Request) (admission.Request, error) {
 	req, err := m.caller(o, r, nil)
+	req.Policies = o.policies
 	if err != nil || o.enrich == nil {
 		return req, err
 	}
@@ -703,7 +700,7 @@ func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.R
 	if fn != nil {
 		return fn()
 	}
-	id, err := identify(o, r)
+	id, err := o.Identify(r)
 	if err != nil {
 		return admission.Request{}, err
 	}
@@ -718,9 +715,7 @@ func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.R
 // function's, else the IdentityConfig's (IdentityConfig.Identify). An
 // error of the function is returned wrapped so that it matches
 // ErrUnauthenticated.
-func (m *Middleware) Identify(r *http.Request) (Identity, error) { return identify(m.cur.Load(), r) }
-
-func identify(o *Snapshot, r *http.Request) (Identity, error) {
+func (o *Snapshot) Identify(r *http.Request) (Identity, error) {
 	if o.identify == nil {
 		return o.identity.Identify(r)
 	}
@@ -797,11 +792,7 @@ func (e *badRequest) Unwrap() error { return e.err }
 // error matching admission.ErrInvalidCost (problem type
 // ProblemInvalidCost) or of the WithRequest function, and 503 for
 // anything else (logged, never shown).
-func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	writeError(m.cur.Load(), w, r, err)
-}
-
-func writeError(o *Snapshot, w http.ResponseWriter, r *http.Request, err error) {
+func (o *Snapshot) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var rej *admission.Rejection
 	var bad *badRequest
 	// A refusal is sent at once, and the connection closed rather than

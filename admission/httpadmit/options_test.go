@@ -189,7 +189,7 @@ func TestInvalidCost(t *testing.T) {
 		t.Fatalf("Admit(tokens > MaxAmount) = %v; want ErrInvalidCost", err)
 	}
 	rec := httptest.NewRecorder()
-	mw.WriteError(rec, r, err)
+	mw.Snapshot().WriteError(rec, r, err)
 	if rec.Code != 400 || !strings.Contains(rec.Body.String(), httpadmit.ProblemInvalidCost) {
 		t.Errorf("WriteError(ErrInvalidCost) = %d %s; want 400 %s", rec.Code, rec.Body, httpadmit.ProblemInvalidCost)
 	}

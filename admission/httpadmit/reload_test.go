@@ -39,7 +39,7 @@ identity: {anonymous: deny}
 		return f
 	}
 	for _, tc := range []struct {
-		name string
+		name     string
 		next     *config.File // installed while the request is between identity and admission
 		want     int64        // the limit the request is decided with
 		wantNext int64        // the limit the next request is decided with

@@ -153,7 +153,13 @@ func rejectionMessage(rej *admission.Rejection) string {
 // the signature of httpadmit.WithRejectionHandler, which the gateway's
 // middleware is given.
 func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
-	status, typ, code := g.state.Load().rejectionShape(rej)
+	g.writeRejection(g.state.Load(), w, r, rej)
+}
+
+// writeRejection is WriteRejection by the state st the request was
+// decided with.
+func (g *Gateway) writeRejection(st *state, w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
+	status, typ, code := st.rejectionShape(rej)
 	h := w.Header()
 	// Every policy evaluated for the request, so a tokens rejection still
 	// carries the requests figures and the other way round.

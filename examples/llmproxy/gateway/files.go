@@ -69,7 +69,7 @@ func ValidObjectID(id string) bool {
 // the batches created from it.
 func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	b := g.batches
-	e, st, req, ok := g.batchCaller(c, b.cfg.MaxFileBytes+multipartSlack)
+	st, req, ok := g.batchCaller(c, b.cfg.MaxFileBytes+multipartSlack)
 	if !ok {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "A file upload is a multipart/form-data body with a purpose and a file.")
 		return nil
 	}
-	_, finish, ok := g.admitRequest(c, e, st, req)
+	_, finish, ok := g.admitRequest(c, st, req)
 	if !ok {
 		return nil
 	}

@@ -132,7 +132,7 @@ func (g *Gateway) setUpstreamKey(h http.Header) {
 // lists, and never one that can carry a client credential
 // (IdentityConfig.CredentialHeader).
 func (g *Gateway) copyRequestHeaders(dst, src http.Header) {
-	ic := g.mw.IdentityConfig()
+	ic := g.state.Load().mw.Identity()
 	for k, vs := range src {
 		if (forwardRequestHeader(k) || g.forward.match(k)) && !ic.CredentialHeader(k) {
 			dst[k] = vs

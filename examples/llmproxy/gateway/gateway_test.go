@@ -61,6 +61,7 @@ func TestHeaderFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := &Gateway{forward: newHeaderSet([]string{"X-Sim-*", "x-trace", "X-Proxy-*"}), mw: mw}
+	g.state.Store(&state{mw: mw.Snapshot()})
 	want := map[string]bool{
 		"Content-Type": true, "Accept": true, "User-Agent": true, "Openai-Beta": true, "X-Stainless-Retry-Count": true,
 		"Idempotency-Key": true, "Traceparent": true, "X-Sim-Fault": true, "X-Trace": true, "X-Proxy-Region": true,

@@ -213,7 +213,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 	if err != nil {
 		g.m.throttled(ctx, "refused")
 		g.logRefused(&req, g.now(), err)
-		g.refused(c, err)
+		g.refused(c, x.st, err)
 		return nil, false
 	}
 	g.m.throttled(ctx, "absorbed")
