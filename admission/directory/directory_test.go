@@ -20,13 +20,13 @@ import (
 )
 
 func newDir(t *testing.T) *directory.Directory {
-	d, _ := newDirMW(t)
+	d, _, _ := newDirMW(t)
 	return d
 }
 
-// newDirMW returns a directory installing into a middleware, and the
-// middleware.
-func newDirMW(t *testing.T) (*directory.Directory, *httpadmit.Middleware) {
+// newDirMW returns a directory installing into a middleware, the
+// middleware and its controller.
+func newDirMW(t *testing.T) (*directory.Directory, *httpadmit.Middleware, *admission.Controller) {
 	t.Helper()
 	f, err := config.Parse("p.yaml", []byte(`policies:
   - {name: rpm, key: [tenant], algorithm: fixed_window, limit: 5, per: 1m}
@@ -51,7 +51,7 @@ directory: {source: postgres}
 	if err := d.Apply(f); err != nil {
 		t.Fatal(err)
 	}
-	return d, mw
+	return d, mw, ctl
 }
 
 // TestInstallRefusesEntries: each bad entry is left out by itself (names
@@ -223,7 +223,7 @@ directory: %s
 // TestSetKeyRefusedRemoves: a key moved to the anonymous tenant is refused
 // and removed, not left serving its old tenant.
 func TestSetKeyRefusedRemoves(t *testing.T) {
-	d, mw := newDirMW(t)
+	d, mw, _ := newDirMW(t)
 	h := config.HashKey("sk-1")
 	if err := d.SetKey(h, &config.Key{Tenant: "acme", KeyID: "k1"}); err != nil {
 		t.Fatal(err)
@@ -239,5 +239,45 @@ func TestSetKeyRefusedRemoves(t *testing.T) {
 	}
 	if n := len(d.Data().Keys); n != 0 {
 		t.Errorf("keys after the refusal = %d; want 0", n)
+	}
+}
+
+// TestChangesMakeSnapshots: a change of one tenant or one key installs a
+// new snapshot and leaves the one a request in flight holds as it was:
+// that request keeps the key and the limits of one directory version.
+func TestChangesMakeSnapshots(t *testing.T) {
+	d, mw, ctl := newDirMW(t)
+	h := config.HashKey("sk-1")
+	if err := d.Install(&directory.Data{
+		Plans: limits.Plans{Plans: map[string]map[string]limits.Override{"p": {"rpm": {Limit: 2}}, "q": {"rpm": {Limit: 3}}},
+			Tenants: map[string]limits.TenantPlan{"x": {Plan: "p"}}},
+		Keys: map[config.KeyHash]config.Key{h: {Tenant: "x", KeyID: "k1"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	held := mw.Snapshot() // a request in flight
+	if err := d.SetTenant("x", &limits.TenantPlan{Plan: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetKey(h, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := func(s *httpadmit.Snapshot) int64 {
+		t.Helper()
+		tk, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "x", Operation: "GET /", Policies: s.Policies()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tk.Done()
+		return tk.Statuses(nil)[0].Limit
+	}
+	_, heldKey := held.Identity().KeySource.Lookup("sk-1")
+	_, nowKey := mw.Snapshot().Identity().KeySource.Lookup("sk-1")
+	if got := limit(held); got != 2 || !heldKey {
+		t.Errorf("the snapshot held: limit %d, key found %v; want 2, true (a snapshot never changes)", got, heldKey)
+	}
+	if got := limit(mw.Snapshot()); got != 3 || nowKey {
+		t.Errorf("the snapshot installed: limit %d, key found %v; want 3, false", got, nowKey)
 	}
 }
