@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/internal/bodywatch"
 )
 
 // Skipper reports whether a request bypasses admission.
@@ -91,7 +92,7 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 			if err := s.LimitBody(w, r); err != nil {
 				return fail(c, err)
 			}
-			if b, ok := r.Body.(*httpadmit.Body); ok {
+			if b, ok := r.Body.(*bodywatch.Body); ok {
 				// What the chain leaves of the body is not drained.
 				defer b.Abandon()
 			}
@@ -101,7 +102,6 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 				var err error
 				if cfg.IdentifierExtractor != nil {
 					id, err = cfg.IdentifierExtractor(c)
-					err = httpadmit.Unauthenticated(err)
 				} else {
 					id, err = s.Identify(r)
 				}
@@ -114,12 +114,7 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 			}
 			var complete func(*admission.Request) error
 			if cfg.Request != nil {
-				complete = func(req *admission.Request) error {
-					if err := cfg.Request(c, req); err != nil {
-						return httpadmit.RequestError(r, err)
-					}
-					return httpadmit.BoundCost(req)
-				}
+				complete = func(req *admission.Request) error { return cfg.Request(c, req) }
 			}
 			tk, err := m.AdmitAs(s, w, r, caller, complete)
 			if err != nil {

@@ -132,3 +132,31 @@ func BenchmarkKeyLookup(b *testing.B) {
 		})
 	}
 }
+
+// TestIdentityReachesTheHandler: the handler behind the middleware reads
+// the identity the request was admitted as, the API key's, from its
+// context.
+func TestIdentityReachesTheHandler(t *testing.T) {
+	f, err := config.Parse("keys.yaml", []byte("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 100, per: 1m}\nidentity: {anonymous: deny}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := admission.New(f.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := httpadmit.KeyTable{config.HashKey("sk-live"): {Tenant: "acme", KeyID: "k1", User: "u"}}
+	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(keys))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got httpadmit.Identity
+	var ok bool
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, ok = httpadmit.IdentityFrom(r.Context()) }))
+	r := httptest.NewRequest(http.MethodGet, "/x", nil)
+	r.Header.Set("Authorization", "Bearer sk-live")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if want := (httpadmit.Identity{Tenant: "acme", KeyID: "k1", User: "u"}); !ok || got != want {
+		t.Errorf("IdentityFrom in the handler = %+v, %v; want %+v, true", got, ok, want)
+	}
+}

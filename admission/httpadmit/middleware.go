@@ -17,8 +17,8 @@
 // (WithMaxBody, 1 MiB by default) and in time (WithBodyTimeout, a minute
 // by default), and a refusal is answered at once with the connection
 // closed rather than the body drained. Estimates from a WithRequest
-// function are checked (BoundCost): negative is a 400 (problem type
-// ProblemInvalidCost), above limits.MaxAmount saturated. Admitted
+// function are checked (boundCost): negative is a 400 (problem type
+// problemInvalidCost), above limits.MaxAmount saturated. Admitted
 // responses carry the same limit headers; the ticket is settled when the
 // handler returns, panics or gives up on a departed client.
 //
@@ -86,12 +86,27 @@
 // Content-Length removed, and an HTTP/1.0 request's Transfer-Encoding is
 // removed and ignored, so a handler cannot tell either from a clean
 // request, and the connection stays open for whatever follows the body.
-// CloseSuspectFraming closes it after the answer, on every request the
+// The middleware closes it after the answer, on every request the
 // middleware sees and, with StrictFraming, on every request of a server.
 //
-// The header, problem and identity functions are exported so that
-// gateways answering in another shape (the OpenAI-style LLM proxy) reuse
-// them.
+// # Problem types
+//
+// Every answer the middleware writes itself is problem+json with a type
+// that is stable, so that a client may switch on it:
+// urn:sluice:problem:<reason> for a rejection (rate-limited,
+// concurrency-limited, queue-full, queue-timeout, quota-exceeded,
+// store-unavailable, overloaded; rejected otherwise), and
+// urn:sluice:problem:unauthenticated
+// (401), body-too-large (413), body-timeout (408), invalid-cost and
+// bad-request (400), unavailable (503).
+//
+// # One snapshot per request
+//
+// The middleware decides each request by one Snapshot: the policy set,
+// identity settings, key set and settings of one configuration, read once
+// when the request arrives (see Snapshot). The header rendering it shares
+// with the LLM gateway and the Envoy service lives in
+// internal/limitheaders, the body deadline in internal/bodywatch.
 package httpadmit
 
 import (
@@ -109,6 +124,8 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/bodywatch"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // An Option sets one setting of a Middleware's Snapshot.
@@ -173,24 +190,24 @@ func WithSkipper(f func(*http.Request) bool) Option { return func(o *Snapshot) {
 
 // WithMaxBody refuses bodies larger than n bytes with 413, before anything
 // reads them: a declared Content-Length over the limit is refused at once,
-// and the body is wrapped in http.MaxBytesReader. The default is
-// DefaultMaxBody; 0 means no limit.
+// and the body is wrapped in http.MaxBytesReader. The default is 1 MiB;
+// 0 means no limit.
 func WithMaxBody(n int64) Option { return func(o *Snapshot) { o.maxBody = n } }
 
 // WithBodyTimeout bounds the time a client takes to send its request
 // body, from when the middleware sees the request (see WatchBody): a
 // slower client gets 408 if the body is read before admission (by the
 // WithRequest function), read errors in the handler otherwise. The
-// default is DefaultBodyTimeout; 0 means no limit.
+// default is a minute; 0 means no limit.
 func WithBodyTimeout(d time.Duration) Option { return func(o *Snapshot) { o.bodyTimeout = d } }
 
 // Defaults of the body options.
 const (
-	// DefaultMaxBody is the body limit of a middleware without WithMaxBody.
-	DefaultMaxBody = config.DefaultMaxBody
-	// DefaultBodyTimeout is the body timeout of a middleware without
+	// defaultMaxBody is the body limit of a middleware without WithMaxBody.
+	defaultMaxBody = config.DefaultMaxBody
+	// defaultBodyTimeout is the body timeout of a middleware without
 	// WithBodyTimeout.
-	DefaultBodyTimeout = config.DefaultBodyTimeout
+	defaultBodyTimeout = config.DefaultBodyTimeout
 )
 
 // WithQuotaStatus sets the status of an exhausted quota: 403 (the default)
@@ -301,6 +318,9 @@ type Middleware struct {
 	ops opCache
 }
 
+// maxStatuses is the number of policy statuses read on the stack.
+const maxStatuses = 8
+
 // New returns a Middleware admitting requests through ctl.
 func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	if ctl == nil {
@@ -309,8 +329,8 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	m := &Middleware{ctl: ctl}
 	o := &Snapshot{
 		exempt:       []string{"/healthz", "/readyz", "/livez", "/metrics"},
-		maxBody:      DefaultMaxBody,
-		bodyTimeout:  DefaultBodyTimeout,
+		maxBody:      defaultMaxBody,
+		bodyTimeout:  defaultBodyTimeout,
 		quotaStatus:  http.StatusForbidden,
 		logger:       slog.Default(),
 		serverTiming: true,
@@ -428,9 +448,9 @@ func (s *Snapshot) WithKey(h config.KeyHash, id *Identity) (*Snapshot, error) {
 	}
 	next := *s
 	if id == nil {
-		next.identity.KeySource = ks.Without(h)
+		next.identity.KeySource = ks.without(h)
 	} else {
-		next.identity.KeySource = ks.With(h, *id)
+		next.identity.KeySource = ks.with(h, *id)
 	}
 	return &next, nil
 }
@@ -470,7 +490,7 @@ func build(o *Snapshot, opts []Option) error {
 	case o.identity.KeySource == nil:
 		// Looked up in a key set, which a directory changes one key at a
 		// time (WithKey); the table itself is no longer read.
-		o.identity.KeySource, o.identity.Keys = NewKeySet(o.identity.Keys), nil
+		o.identity.KeySource, o.identity.Keys = newKeySet(o.identity.Keys), nil
 	}
 	return nil
 }
@@ -490,7 +510,7 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	o := m.cur.Load()
-	CloseSuspectFraming(w.Header(), r)
+	bodywatch.CloseSuspectFraming(w.Header(), r)
 	if o.Exempt(r) {
 		h.next.ServeHTTP(w, r)
 		return
@@ -501,7 +521,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		arrived = time.Now()
 	}
 	req, tk, err := m.decide(o, w, r)
-	body, _ := r.Body.(*Body)
+	body, _ := r.Body.(*bodywatch.Body)
 	if body != nil {
 		// What the handler leaves of the body is not drained.
 		defer body.Abandon()
@@ -521,10 +541,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer logRequest(log, req, arrived, time.Now())
 	}
 	defer tk.Done()
+	// The identity the request was admitted as reaches the handler
+	// (IdentityFrom), which never identifies the caller again.
+	ctx := ContextWithIdentity(r.Context(), Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User})
 	if o.ticketCtx {
-		r = r.WithContext(context.WithValue(r.Context(), ticketKey{}, tk))
+		ctx = context.WithValue(ctx, ticketKey{}, tk)
 	}
-	h.next.ServeHTTP(w, r)
+	h.next.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // logRequest reports req to log (WithRequestLog): refused when admitted
@@ -572,20 +595,6 @@ func (o *Snapshot) Exempt(r *http.Request) bool {
 	return false
 }
 
-// Decide admits r, or says why not. On admission it sets the limit headers
-// (and the shadow header when enabled) on w and returns the ticket, which
-// the caller settles when the work ends. Otherwise it returns the reason
-// without writing anything: ErrBodyTooLarge, ErrBodyTimeout,
-// ErrUnknownKey, ErrNoCredentials, an error matching ErrUnauthenticated
-// (from the WithIdentity function) or admission.ErrInvalidCost, a
-// *admission.Rejection, the request context's error when the client went
-// away while queued, or another error when admission itself failed.
-// WriteError answers each of them.
-func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
-	_, tk, err := m.decide(m.cur.Load(), w, r)
-	return tk, err
-}
-
 // decide is Decide by the snapshot o, returning the request decided as
 // well.
 func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
@@ -595,12 +604,14 @@ func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request)
 	return m.admitAs(o, w, r, nil, nil)
 }
 
-// AdmitAs is Decide after s.LimitBody for an adapter that builds requests
-// itself (echoadmit), by s, the snapshot it read when the request
-// arrived (Snapshot): caller (nil: the middleware's own) returns r's
-// identity, address and operation under s, complete (nil: the
-// WithRequest function) adds the amounts, once; the request is decided
-// by the policies of s.
+// AdmitAs admits r, after s.LimitBody, for an adapter that builds
+// requests itself (echoadmit), by s, the snapshot it read when the
+// request arrived (Snapshot): caller (nil: the middleware's own) returns
+// r's identity, address and operation under s (an error of its own is
+// answered 401 and never shown, as WithIdentity's), complete (nil: the
+// WithRequest function) adds the amounts, once (its errors and amounts
+// checked as the WithRequest function's); the request is decided by the
+// policies of s.
 func (m *Middleware) AdmitAs(s *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
 	_, tk, err := m.admitAs(s, w, r, caller, complete)
 	return tk, err
@@ -615,7 +626,11 @@ func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request
 		return req, admission.Ticket{}, err
 	case complete != nil:
 		c := req // escapes: declared here, so that Decide's request does not
-		err = complete(&c)
+		if err = complete(&c); err != nil {
+			err = requestError(r, err)
+		} else {
+			err = boundCost(&c)
+		}
 		req = c
 	case o.enrich != nil:
 		req, err = enrich(o.enrich, r, req)
@@ -640,16 +655,8 @@ func (o *Snapshot) LimitBody(w http.ResponseWriter, r *http.Request) error {
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
 	}
-	WatchBody(w, r, o.bodyTimeout)
+	bodywatch.WatchBody(w, r, o.bodyTimeout)
 	return nil
-}
-
-// Admit asks the controller to admit req on behalf of r (whose context
-// bounds any queue wait) by the policies of the snapshot in force and,
-// when it is admitted, sets the limit headers (and the shadow header when
-// enabled) on w.
-func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
-	return m.admit(m.cur.Load(), w, r, req)
 }
 
 func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
@@ -664,18 +671,18 @@ func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, 
 	if err != nil {
 		return tk, err
 	}
-	var stack [maxStatusesOnStack]admission.Status
-	sts := Enforced(tk.Statuses(stack[:0]))
+	var stack [maxStatuses]admission.Status
+	sts := limitheaders.Enforced(tk.Statuses(stack[:0]))
 	h := w.Header()
-	SetLimitHeaders(h, sts)
+	limitheaders.SetLimitHeaders(h, sts)
 	if o.serverTiming {
 		if d := tk.QueueWait(); d > 0 {
-			SetQueueTiming(h, d)
+			limitheaders.SetQueueTiming(h, d)
 		}
 	}
 	if o.shadowHeader {
-		var names [maxStatusesOnStack]string
-		SetWouldReject(h, tk.WouldReject(names[:0]))
+		var names [maxStatuses]string
+		limitheaders.SetWouldReject(h, tk.WouldReject(names[:0]))
 	}
 	return tk, nil
 }
@@ -698,7 +705,8 @@ func (m *Middleware) Request(o *Snapshot, r *http.Request) (admission.Request, e
 // r under o.
 func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
 	if fn != nil {
-		return fn()
+		req, err := fn()
+		return req, unauthenticated(err)
 	}
 	id, err := o.Identify(r)
 	if err != nil {
@@ -721,7 +729,7 @@ func (o *Snapshot) Identify(r *http.Request) (Identity, error) {
 	}
 	id, err := o.identify(r)
 	if err != nil {
-		return Identity{}, Unauthenticated(err)
+		return Identity{}, unauthenticated(err)
 	}
 	return id, nil
 }
@@ -729,24 +737,24 @@ func (o *Snapshot) Identify(r *http.Request) (Identity, error) {
 // enrich is apart from Request so that the admitted path without a
 // WithRequest function keeps its request on the stack. A body that was
 // too large or too slow for the function to read is told apart from the
-// function's own errors; the amounts are bounded by BoundCost.
+// function's own errors; the amounts are bounded by boundCost.
 func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, req admission.Request) (admission.Request, error) {
 	if err := f(r, &req); err != nil {
-		return req, RequestError(r, err)
+		return req, requestError(r, err)
 	}
-	return req, BoundCost(&req)
+	return req, boundCost(&req)
 }
 
-// RequestError classifies the error of a function that completes the
+// requestError classifies the error of a function that completes the
 // admission request of r (WithRequest, echo's Config.Request) for
 // WriteError: ErrBodyTimeout when it failed reading a body the client did
 // not send within the body timeout, ErrBodyTooLarge when the body was
 // over the limit, and otherwise err wrapped so that WriteError answers
 // 400 with its text (which must therefore not reveal internals). An
 // error matching admission.ErrInvalidCost is returned as is.
-func RequestError(r *http.Request, err error) error {
+func requestError(r *http.Request, err error) error {
 	var tooLarge *http.MaxBytesError
-	switch b, ok := r.Body.(*Body); {
+	switch b, ok := r.Body.(*bodywatch.Body); {
 	case ok && b.TimedOut():
 		return ErrBodyTimeout
 	case errors.As(err, &tooLarge):
@@ -757,15 +765,15 @@ func RequestError(r *http.Request, err error) error {
 	return &badRequest{err}
 }
 
-// errNegativeCost is BoundCost's error.
+// errNegativeCost is boundCost's error.
 var errNegativeCost = fmt.Errorf("%w: the request's estimated cost is negative", admission.ErrInvalidCost)
 
-// BoundCost checks the amounts of an estimate before admission: a
+// boundCost checks the amounts of an estimate before admission: a
 // negative Tokens, Cost or Units amount is an error matching
 // admission.ErrInvalidCost (WriteError answers 400), and an amount above
 // limits.MaxAmount is saturated to it: such a request is larger than
 // any limit, and refused as such (a decision) rather than as an error.
-func BoundCost(req *admission.Request) error {
+func boundCost(req *admission.Request) error {
 	if req.Tokens < 0 || req.Cost < 0 {
 		return errNegativeCost
 	}
@@ -790,15 +798,15 @@ func (e *badRequest) Unwrap() error { return e.err }
 // function or the rejection contract (WriteRejection) for a
 // *admission.Rejection, nothing when the client is gone, 400 for an
 // error matching admission.ErrInvalidCost (problem type
-// ProblemInvalidCost) or of the WithRequest function, and 503 for
+// problemInvalidCost) or of the WithRequest function, and 503 for
 // anything else (logged, never shown).
 func (o *Snapshot) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var rej *admission.Rejection
 	var bad *badRequest
 	// A refusal is sent at once, and the connection closed rather than
 	// the rest of the body read first.
-	body, _ := r.Body.(*Body)
-	CloseUnread(w.Header(), r, body)
+	body, _ := r.Body.(*bodywatch.Body)
+	bodywatch.CloseUnread(w.Header(), r, body)
 	switch {
 	case errors.As(err, &rej):
 		if o.onRejected != nil {
@@ -815,24 +823,24 @@ func (o *Snapshot) WriteError(w http.ResponseWriter, r *http.Request, err error)
 		case errors.Is(err, ErrUnauthenticated):
 			detail = "The request's credentials are not valid."
 		}
-		WriteProblem(w, &Problem{Type: ProblemUnauthenticated, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
+		writeProblem(w, &problem{Type: problemUnauthenticated, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
 	case errors.Is(err, ErrBodyTooLarge):
-		WriteProblem(w, &Problem{Type: ProblemBodyTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+		writeProblem(w, &problem{Type: problemBodyTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
 			Detail: "The request body is larger than this service accepts."})
 	case errors.Is(err, ErrBodyTimeout):
-		WriteProblem(w, &Problem{Type: ProblemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
+		writeProblem(w, &problem{Type: problemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
 			Detail: "The request body was not received in time."})
 	case errors.Is(err, admission.ErrInvalidCost):
-		WriteProblem(w, &Problem{Type: ProblemInvalidCost, Title: "Bad Request", Status: http.StatusBadRequest,
+		writeProblem(w, &problem{Type: problemInvalidCost, Title: "Bad Request", Status: http.StatusBadRequest,
 			Detail: "The request's estimated cost is negative or too large."})
 	case errors.As(err, &bad):
-		WriteProblem(w, &Problem{Type: ProblemTypeBase + "bad-request", Title: "Bad Request", Status: http.StatusBadRequest, Detail: bad.Error()})
+		writeProblem(w, &problem{Type: problemTypeBase + "bad-request", Title: "Bad Request", Status: http.StatusBadRequest, Detail: bad.Error()})
 	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client went away while queued: nobody reads an answer.
 	default:
 		o.logger.LogAttrs(r.Context(), slog.LevelError, "admission failed", slog.String("error", err.Error()))
 		w.Header()["Retry-After"] = []string{"1"}
-		WriteProblem(w, &Problem{Type: ProblemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+		writeProblem(w, &problem{Type: problemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "The request cannot be admitted right now."})
 	}
 }
@@ -845,18 +853,13 @@ func (m *Middleware) WriteRejection(w http.ResponseWriter, rej *admission.Reject
 }
 
 func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *Snapshot) {
-	p := RejectionProblem(rej, o.quotaStatus)
+	p := rejectionProblem(rej, o.quotaStatus)
 	if o.retryAfterMs && rej.RetryAfter != limits.Never {
-		SetRetryAfterMs(w.Header(), rej.RetryAfter)
-		p.RetryAfterMs = Millis(rej.RetryAfter)
+		limitheaders.SetRetryAfterMs(w.Header(), rej.RetryAfter)
+		p.RetryAfterMs = limitheaders.Millis(rej.RetryAfter)
 	}
 	writeRejectionProblem(w, rej, p)
 }
-
-// Operation returns the operation name of r: "METHOD route", the route
-// being the pattern that matched (Request.Pattern, or the WithRoutes mux's
-// match) without its method, else the URL path.
-func (m *Middleware) Operation(r *http.Request) string { return m.operation(m.cur.Load(), r) }
 
 func (m *Middleware) operation(o *Snapshot, r *http.Request) string {
 	if o.operation != nil {

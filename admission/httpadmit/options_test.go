@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // sessions stands for a service's own session store: the identity is
@@ -113,7 +114,7 @@ func TestWithRejectionHandler(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", fmt.Sprint(httpadmit.Seconds(rej.RetryAfter)))
+		w.Header().Set("Retry-After", fmt.Sprint(limitheaders.Seconds(rej.RetryAfter)))
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, `{"slow_down":%q,"remaining":%d}`, rej.Policy, rej.Status.Remaining)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/internal/bodywatch"
 )
 
 // OpFiles is the route of a file upload, POST /v1/files: a batch input
@@ -203,7 +203,7 @@ func (b *batches) paced(c echo.Context) io.ReadCloser {
 	rc := http.NewResponseController(c.Response().Writer)
 	p := &pacedBody{ReadCloser: r.Body, rc: rc, grace: b.cfg.UploadGrace,
 		need: max(int64(min(float64(b.cfg.MinUploadRate)*b.cfg.UploadGrace.Seconds(), float64(b.cfg.MaxFileBytes))), 1)}
-	if wb, ok := r.Body.(*httpadmit.Body); ok {
+	if wb, ok := r.Body.(*bodywatch.Body); ok {
 		p.done = wb.Complete
 	}
 	_ = rc.SetReadDeadline(time.Now().Add(p.grace))

@@ -158,6 +158,7 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/weights"
@@ -177,7 +178,7 @@ const (
 	// DefaultBodyReadTimeout bounds the time a client takes to send its
 	// request body, from the end of its headers: the HTTP middleware's
 	// default.
-	DefaultBodyReadTimeout = httpadmit.DefaultBodyTimeout
+	DefaultBodyReadTimeout = config.DefaultBodyTimeout
 	// DefaultParseBudget is the request-body bytes read and priced at
 	// once: eight bodies of 8 MiB.
 	DefaultParseBudget = 64 << 20
@@ -544,7 +545,7 @@ func (g *Gateway) admitted(w http.ResponseWriter, st *state, tk admission.Ticket
 	if st.shadow {
 		var names [4]string
 		if wr := tk.WouldReject(names[:0]); len(wr) > 0 {
-			httpadmit.SetWouldReject(h, wr)
+			limitheaders.SetWouldReject(h, wr)
 		}
 	}
 }
@@ -667,7 +668,7 @@ func (g *Gateway) identify(c echo.Context, st *state) (admission.Request, bool) 
 	}
 	if wait, ok := st.auth.allow(ctx, addr); !ok {
 		g.m.authThrottled.Add(ctx, 1)
-		httpadmit.SetRetryAfter(c.Response().Header(), wait)
+		limitheaders.SetRetryAfter(c.Response().Header(), wait)
 		writeError(c.Response(), http.StatusTooManyRequests, "invalid_request_error", "too_many_authentication_failures", "",
 			"Too many requests with a missing or incorrect API key came from your address. Please retry later.")
 		return admission.Request{}, false
