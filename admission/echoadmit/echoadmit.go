@@ -36,7 +36,7 @@ type Config struct {
 	// IdentifierExtractor returns the validated identity of the caller;
 	// what httpadmit.WithIdentity says of its function holds for it (every
 	// field from validated credentials). The default is the httpadmit
-	// middleware's (Middleware.Identify): its WithIdentity function, else
+	// middleware's (Snapshot.Identify): its WithIdentity function, else
 	// an identity placed in the request context, else an API key from the
 	// hashed table, else the anonymous tenant. An error is a 401 (it goes
 	// to ErrorHandler matching httpadmit.ErrUnauthenticated, its text
@@ -44,9 +44,9 @@ type Config struct {
 	IdentifierExtractor func(c echo.Context) (httpadmit.Identity, error)
 	// Request completes the admission request (model, estimated tokens,
 	// priority) before it is evaluated. An error goes to ErrorHandler as
-	// httpadmit.RequestError classifies it (413 for a body over the limit,
+	// httpadmit.Middleware.AdmitAs classifies it (413 for a body over the limit,
 	// 408 for one too slow, else 400 with its text, which must not reveal
-	// internals); amounts are then bounded by httpadmit.BoundCost (a
+	// internals); amounts are then bounded by AdmitAs (a
 	// negative one goes to ErrorHandler matching admission.ErrInvalidCost:
 	// a 400).
 	Request func(c echo.Context, r *admission.Request) error

@@ -271,7 +271,7 @@ func (ic *IdentityConfig) apiKey(r *http.Request) (string, bool) {
 // Authorization and X-API-Key), or a header that carries credentials in
 // any common scheme (Authorization, Proxy-Authorization, X-Api-Key,
 // Api-Key, Cookie, X-Auth-Token, X-Access-Token). A handler that forwards
-// a request elsewhere must not send these on (see StripCredentials).
+// a request elsewhere must not send these on.
 func (ic *IdentityConfig) CredentialHeader(k string) bool {
 	switch textproto.CanonicalMIMEHeaderKey(k) {
 	case "Authorization", "Proxy-Authorization", "X-Api-Key", "Api-Key", "Cookie", "X-Auth-Token", "X-Access-Token":

@@ -50,7 +50,7 @@
 //     policy's retry hint (Policy.RetryHint, 1 s by default) once it is at
 //     capacity: "r=0;t=0", which reads "retry now", is never written.
 //   - X-RateLimit-Limit, -Remaining and -Reset are q, r and t of one
-//     policy, always the same one for the three (see Tightest): the one
+//     policy, always the same one for the three: the one
 //     with the least room left as a fraction of its limit; a concurrency
 //     limit only once it is at capacity, or when it is the only one; equal
 //     fractions go to the longer reset. A rejection carries the refusing
@@ -195,7 +195,7 @@ func WithSkipper(f func(*http.Request) bool) Option { return func(o *Snapshot) {
 func WithMaxBody(n int64) Option { return func(o *Snapshot) { o.maxBody = n } }
 
 // WithBodyTimeout bounds the time a client takes to send its request
-// body, from when the middleware sees the request (see WatchBody): a
+// body, from when the middleware sees the request: a
 // slower client gets 408 if the body is read before admission (by the
 // WithRequest function), read errors in the handler otherwise. The
 // default is a minute; 0 means no limit.
@@ -303,7 +303,7 @@ func WithRetryAfterMs(on bool) Option { return func(o *Snapshot) { o.retryAfterM
 
 // WithServerTiming sets whether an admitted response that waited in a
 // queue carries the wait in a Server-Timing entry ("queue;dur=1020", in
-// milliseconds; see SetQueueTiming), which browsers' developer tools and
+// milliseconds), which browsers' developer tools and
 // tracing agents show. On by default: the wait is the caller's own.
 func WithServerTiming(on bool) Option { return func(o *Snapshot) { o.serverTiming = on } }
 
@@ -595,7 +595,7 @@ func (o *Snapshot) Exempt(r *http.Request) bool {
 	return false
 }
 
-// decide is Decide by the snapshot o, returning the request decided as
+// decide admits r by the snapshot o, returning the request decided as
 // well.
 func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
 	if err := o.LimitBody(w, r); err != nil {
@@ -625,7 +625,7 @@ func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request
 	case err != nil:
 		return req, admission.Ticket{}, err
 	case complete != nil:
-		c := req // escapes: declared here, so that Decide's request does not
+		c := req // escapes: declared here, so that decide's request does not
 		if err = complete(&c); err != nil {
 			err = requestError(r, err)
 		} else {
@@ -645,7 +645,7 @@ func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request
 // LimitBody applies the body limit and the body timeout to r before
 // anything reads its body: it returns ErrBodyTooLarge for a declared
 // length over the limit, and otherwise wraps the body in
-// http.MaxBytesReader and a Body (WatchBody).
+// http.MaxBytesReader and a read deadline (internal/bodywatch).
 func (o *Snapshot) LimitBody(w http.ResponseWriter, r *http.Request) error {
 	if limit := o.maxBody; limit > 0 {
 		if r.ContentLength > limit {
@@ -792,7 +792,7 @@ type badRequest struct{ err error }
 func (e *badRequest) Error() string { return e.err.Error() }
 func (e *badRequest) Unwrap() error { return e.err }
 
-// WriteError answers a request Decide did not admit: 413 for
+// WriteError answers a request AdmitAs did not admit: 413 for
 // ErrBodyTooLarge, 408 for ErrBodyTimeout, 401 for ErrUnknownKey,
 // ErrNoCredentials and ErrUnauthenticated, the WithRejectionHandler
 // function or the rejection contract (WriteRejection) for a

@@ -122,11 +122,11 @@ func writeRejectionProblem(w http.ResponseWriter, rej *admission.Rejection, p *p
 	writeProblem(w, p)
 }
 
-// ErrBodyTooLarge is returned by Decide when the declared body is larger
+// ErrBodyTooLarge is returned by AdmitAs (after LimitBody) when the declared body is larger
 // than the limit, or when the WithRequest function failed reading a body
 // over it.
 var ErrBodyTooLarge = errors.New("request body too large")
 
-// ErrBodyTimeout is returned by Decide when the WithRequest function
+// ErrBodyTimeout is returned by AdmitAs when the WithRequest function
 // failed reading a body the client did not send within the body timeout.
 var ErrBodyTimeout = errors.New("request body not received in time")
