@@ -633,7 +633,7 @@ func (b *batches) retrieve(ctx context.Context, id string) ([]byte, error) {
 	if !ValidObjectID(id) {
 		return nil, errNotForwarded
 	}
-	resp, err := b.g.batchCall(ctx, nil, http.MethodGet, "/batches/"+id, nil, "", 0)
+	resp, err := b.g.batchCall(ctx, nil, nil, http.MethodGet, "/batches/"+id, nil, "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -744,7 +744,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		b.end("unwatchable")
 		g.log.Error("llmproxy: a batch creation's outcome is unknown; its reservation is kept at the estimate")
 	}
-	resp, err := g.batchCall(uctx, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
+	resp, err := g.batchCall(uctx, st, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
 	if err != nil {
 		if neverSent(err) {
 			rec.refund(g)
@@ -832,7 +832,7 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 	}
 	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer ucancel()
-	resp, err := g.batchCall(uctx, r, r.Method, path, nil, "", 0)
+	resp, err := g.batchCall(uctx, st, r, r.Method, path, nil, "", 0)
 	if err != nil {
 		g.upstreamFailed(c, ctx, err)
 		return nil

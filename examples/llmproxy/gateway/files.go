@@ -115,7 +115,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		resp, err := g.batchCall(uctx, r, http.MethodPost, "/files", pr, out.FormDataContentType(), -1)
+		resp, err := g.batchCall(uctx, st, r, http.MethodPost, "/files", pr, out.FormDataContentType(), -1)
 		// An upstream that answered early reads no more: the copy stops.
 		pr.CloseWithError(errUpstreamAnswered)
 		done <- answer{resp, err}
@@ -331,9 +331,10 @@ func ValidFileName(name string) bool {
 
 // batchCall sends a Batch API request to Config.Upstream + path, a path
 // the caller built from constants and ids that passed ValidObjectID, with
-// the forwardable headers of r (nil for the gateway's own polls) and the
-// upstream key. n is the body's length, -1 when unknown.
-func (g *Gateway) batchCall(ctx context.Context, r *http.Request, method, path string, body io.Reader, contentType string, n int64) (*http.Response, error) {
+// the forwardable headers of r (nil for the gateway's own polls; st is
+// the state that decided r) and the upstream key. n is the body's
+// length, -1 when unknown.
+func (g *Gateway) batchCall(ctx context.Context, st *state, r *http.Request, method, path string, body io.Reader, contentType string, n int64) (*http.Response, error) {
 	u := *g.base
 	u.Path = g.base.Path + path
 	u.RawPath, u.RawQuery = "", g.base.RawQuery
@@ -345,7 +346,7 @@ func (g *Gateway) batchCall(ctx context.Context, r *http.Request, method, path s
 		return nil, err
 	}
 	if r != nil {
-		g.copyRequestHeaders(req.Header, r.Header)
+		g.copyRequestHeaders(st, req.Header, r.Header)
 	}
 	req.Header.Del("Content-Type")
 	if contentType != "" {

@@ -799,7 +799,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
 	defer cancel()
-	resp, err := g.roundTrip(ctx, r, rt, id, body)
+	resp, err := g.roundTrip(ctx, st, r, rt, id, body)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil

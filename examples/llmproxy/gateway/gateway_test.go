@@ -61,7 +61,6 @@ func TestHeaderFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := &Gateway{forward: newHeaderSet([]string{"X-Sim-*", "x-trace", "X-Proxy-*"}), mw: mw}
-	g.state.Store(&state{mw: mw.Snapshot()})
 	want := map[string]bool{
 		"Content-Type": true, "Accept": true, "User-Agent": true, "Openai-Beta": true, "X-Stainless-Retry-Count": true,
 		"Idempotency-Key": true, "Traceparent": true, "X-Sim-Fault": true, "X-Trace": true, "X-Proxy-Region": true,
@@ -79,7 +78,7 @@ func TestHeaderFilters(t *testing.T) {
 		src[http.CanonicalHeaderKey(k)] = []string{"v"}
 	}
 	dst := http.Header{}
-	g.copyRequestHeaders(dst, src)
+	g.copyRequestHeaders(&state{mw: mw.Snapshot()}, dst, src)
 	for k, fwd := range want {
 		if _, got := dst[http.CanonicalHeaderKey(k)]; got != fwd {
 			t.Errorf("header %s forwarded = %v; want %v", k, got, fwd)
