@@ -27,7 +27,12 @@ import (
 // is returned, joined with the others.
 func (c *Controller) Charge(ctx context.Context, r Request, u Usage) error {
 	u.refund = false
-	cfg := c.cfg.Load()
+	cfg := r.Policies
+	if cfg == nil {
+		cfg = c.cfg.Load()
+	} else if cfg.ctl != c {
+		return errForeignSet
+	}
 	lims := cfg.limitsFor(r.Tenant)
 	now := c.clock.Now()
 	t := c.tickets.Get().(*ticket)

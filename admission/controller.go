@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -46,15 +47,25 @@ type Controller struct {
 	obs       Observer
 	nop       bool // obs ignores everything: skip building events
 	stores    map[string]backend.Store
-	cfg       atomic.Pointer[config]
+	cfg       atomic.Pointer[PolicySet]
 	allShadow atomic.Bool
 	tickets   sync.Pool
 	keeper    leaseKeeper
 	mu        sync.Mutex // serialises configuration changes
 }
 
-// config is one immutable generation of policies and plans.
-type config struct {
+// A PolicySet is one compiled configuration of a Controller: its
+// policies in evaluation order, each with its partitions, and every
+// tenant's effective limits. It is immutable: Compile builds one, Install
+// makes it the controller's own, WithTenant derives another sharing all
+// but one shard of the tenants. A request naming a set
+// (Request.Policies) is decided by that set alone, and its ticket
+// settles against it, whatever the controller installs meanwhile; so a
+// program that derives several things from one file (the policies, the
+// key table saying whose they are, prices) decides every request with
+// the things of one file, read once.
+type PolicySet struct {
+	ctl      *Controller
 	policies []*policy // in evaluation order
 	early    int       // policies[:early] are decided by Begin
 	byName   map[string]*policy
@@ -104,22 +115,50 @@ func New(cfg Config, opts ...Option) (*Controller, error) {
 	return c, nil
 }
 
-// SetConfig replaces the policies and plans. It validates cfg first and
-// keeps the old configuration when cfg is invalid. Policies that keep their
-// name, algorithm, unit, key and store keep their partitions, whatever else
-// changes (their limits, their mode): a policy flipped from shadow to
-// enforce starts from the state its shadow run built.
+// SetConfig replaces the policies and plans: Compile, then Install. It
+// validates cfg first and keeps the old configuration when cfg is
+// invalid.
 func (c *Controller) SetConfig(cfg Config) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.install(cfg)
+	set, err := c.compile(cfg)
+	if err != nil {
+		return err
+	}
+	c.cfg.Store(set)
+	return nil
 }
 
-// install builds and stores cfg, already validated; c.mu is held.
-func (c *Controller) install(cfg Config) error {
+// Compile validates cfg and compiles it into a PolicySet of c, without
+// installing it. Policies that keep their name, algorithm, unit, key and
+// store keep the partitions they have in the set installed, whatever else
+// changes (their limits, their mode): a policy flipped from shadow to
+// enforce starts from the state its shadow run built.
+func (c *Controller) Compile(cfg Config) (*PolicySet, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.compile(cfg)
+}
+
+// Install makes set, compiled by c, the set c decides requests with when
+// they name none, in one atomic swap; the sets compiled next take their
+// partitions from it. A set of another controller is refused.
+func (c *Controller) Install(set *PolicySet) error {
+	if set == nil || set.ctl != c {
+		return errForeignSet
+	}
+	c.cfg.Store(set)
+	return nil
+}
+
+// errForeignSet refuses a PolicySet another controller compiled.
+var errForeignSet = errors.New("admission: the policy set was compiled by another controller")
+
+// compile validates and builds cfg; c.mu is held.
+func (c *Controller) compile(cfg Config) (*PolicySet, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	old := c.cfg.Load()
 	policies := buildPolicies(cfg.Policies, old)
 	for _, p := range policies {
@@ -128,11 +167,11 @@ func (c *Controller) install(cfg Config) error {
 		}
 		st, ok := c.stores[p.Store]
 		if !ok {
-			return &limits.FieldError{Path: fmt.Sprintf("policies[%s].store", p.Name), Msg: fmt.Sprintf("no store %q", p.Store)}
+			return nil, &limits.FieldError{Path: fmt.Sprintf("policies[%s].store", p.Name), Msg: fmt.Sprintf("no store %q", p.Store)}
 		}
 		lim, err := st.Limiter(&p.Policy)
 		if err != nil {
-			return fmt.Errorf("policy %q: %w", p.Name, err)
+			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		p.policyState = &policyState{limiter: lim}
 		p.batcher, _ = st.(backend.Batcher)
@@ -156,29 +195,40 @@ func (c *Controller) install(cfg Config) error {
 		}
 	}
 	table := compilePlans(&cfg.Plans, policies)
-	next := &config{policies: policies, byName: map[string]*policy{}, limits: table}
+	next := &PolicySet{ctl: c, policies: policies, byName: map[string]*policy{}, limits: table}
 	for _, p := range policies {
 		next.byName[p.Name] = p
 		if p.early() {
 			next.early++
 		}
 	}
-	c.cfg.Store(next)
-	return nil
+	return next, nil
 }
 
-// SetPlans replaces the plans only, keeping every partition.
+// config returns the policies and plans of s as a Config.
+func (s *PolicySet) config() Config {
+	var cfg Config
+	for _, p := range s.policies {
+		cfg.Policies = append(cfg.Policies, p.Policy)
+	}
+	if s.limits != nil {
+		cfg.Plans.Default, cfg.Plans.Plans = s.limits.deflt, s.limits.plans
+	}
+	return cfg
+}
+
+// SetPlans replaces the plans only, keeping every policy and partition.
 func (c *Controller) SetPlans(pl limits.Plans) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cfg := Config{Plans: pl}
-	for _, p := range c.cfg.Load().policies {
-		cfg.Policies = append(cfg.Policies, p.Policy)
-	}
-	if err := cfg.Validate(); err != nil {
+	cfg := c.cfg.Load().config()
+	cfg.Plans = pl
+	set, err := c.compile(cfg)
+	if err != nil {
 		return err
 	}
-	return c.install(cfg)
+	c.cfg.Store(set)
+	return nil
 }
 
 // SetAllShadow switches every enforcing policy to shadow (true) or back to
@@ -198,7 +248,7 @@ func (c *Controller) Policies() []Policy {
 
 // buildPolicies turns a validated policy list into installed policies in
 // evaluation order, reusing the state of compatible policies in old.
-func buildPolicies(list []Policy, old *config) []*policy {
+func buildPolicies(list []Policy, old *PolicySet) []*policy {
 	out := make([]*policy, 0, len(list))
 	for i := range list {
 		p := &policy{Policy: list[i]}
@@ -258,7 +308,7 @@ func compatible(a, b *Policy) bool {
 
 // limitsFor returns the effective limits of a tenant, or nil for the
 // policies' own.
-func (cfg *config) limitsFor(tenant string) []limits.Limit {
+func (cfg *PolicySet) limitsFor(tenant string) []limits.Limit {
 	if cfg.limits == nil {
 		return nil
 	}
@@ -391,11 +441,15 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 	if err := r.checkAmounts(); err != nil {
 		return Ticket{}, err
 	}
-	var cfg *config
+	var cfg *PolicySet
 	lo, hi := 0, 0
 	now := c.clock.Now()
 	if t == nil {
-		cfg = c.cfg.Load()
+		if cfg = r.Policies; cfg == nil {
+			cfg = c.cfg.Load()
+		} else if cfg.ctl != c {
+			return Ticket{}, errForeignSet
+		}
 		t = c.tickets.Get().(*ticket)
 		t.cfg = cfg
 		t.start = now

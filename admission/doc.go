@@ -247,8 +247,24 @@
 // # Plans
 //
 // Plans give tenants other limits than a policy's own (basic 60 requests a
-// minute, premium 600). They can be replaced at run time with SetPlans; the
-// partitions keep their state.
+// minute, premium 600). They can be replaced at run time with SetPlans, one
+// tenant at a time with SetTenant; the partitions keep their state.
+//
+// # Policy sets
+//
+// What a controller enforces is a PolicySet: the policies with their
+// partitions and every tenant's effective limits, compiled once
+// (Compile), immutable, installed by one atomic swap (Install, SetConfig).
+// A program that derives more than the policies from one configuration
+// (the key table saying whose they are, prices, HTTP settings) compiles
+// the set with the rest into one value of its own, swaps that value
+// whole, and names the set in each Request (Request.Policies): every
+// request is then decided, and its ticket settled, by the set of the
+// configuration it read, never by the policies of one file and the
+// identities of another. A change of one tenant (a tenant directory's
+// update) derives a set sharing everything else (WithTenant: one of 64
+// shards of the tenants copied), so 100,000 tenants do not make a copy of
+// 100,000 per change.
 //
 // # Observing
 //

@@ -275,7 +275,7 @@ func (k *leaseKeeper) drop(t *ticket) {
 
 // period is how often the keeper runs while leases are held: a third of
 // the shortest MaxHold of the installed concurrency policies.
-func (cfg *config) keeperPeriod() time.Duration {
+func (cfg *PolicySet) keeperPeriod() time.Duration {
 	least := limits.DefaultMaxHold
 	for _, p := range cfg.policies {
 		if p.Algorithm == limits.Concurrency {

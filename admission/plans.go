@@ -3,23 +3,24 @@ package admission
 import (
 	"hash/maphash"
 	"maps"
-	"sync/atomic"
 
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
 // tenantShards is the number of shards of a limit table: an update to one
-// tenant copies one shard, 1/64 of the tenants.
+// tenant copies one shard, 1/64 of the tenants, and the 64 shard pointers.
 const tenantShards = 64
 
 // limitTable holds the effective limits per tenant, indexed like
-// config.policies. A nil table means every tenant has the policies' limits.
-// The tenants are sharded; each shard is an immutable map replaced whole
-// (copy on write) by SetTenant, so that the request path reads it with an
-// atomic load and a slice handed out is never changed.
+// PolicySet.policies. A nil table means every tenant has the policies'
+// limits. A table is immutable, as the set holding it: the tenants are
+// sharded, and a change of one tenant (WithTenant) makes a new table
+// sharing every shard but the tenant's, which it copies, so that a set
+// with 100,000 tenants changes one without copying the others, and a
+// slice handed out is never changed.
 type limitTable struct {
 	seed     maphash.Seed
-	shards   [tenantShards]atomic.Pointer[map[string][]limits.Limit]
+	shards   [tenantShards]map[string][]limits.Limit
 	dflt     []limits.Limit
 	plans    map[string]map[string]limits.Override // read only
 	deflt    string                                // the default plan
@@ -36,15 +37,11 @@ func compilePlans(pl *limits.Plans, policies []*policy) *limitTable {
 	if pl.Default != "" {
 		t.dflt = t.build(pl.Default, nil)
 	}
-	var shards [tenantShards]map[string][]limits.Limit
-	for i := range shards {
-		shards[i] = make(map[string][]limits.Limit, len(pl.Tenants)/tenantShards)
+	for i := range t.shards {
+		t.shards[i] = make(map[string][]limits.Limit, len(pl.Tenants)/tenantShards)
 	}
 	for tenant, tp := range pl.Tenants {
-		shards[t.shard(tenant)][tenant] = t.build(tp.Plan, tp.Overrides)
-	}
-	for i := range shards {
-		t.shards[i].Store(&shards[i])
+		t.shards[t.shard(tenant)][tenant] = t.build(tp.Plan, tp.Overrides)
 	}
 	return t
 }
@@ -74,54 +71,59 @@ func (t *limitTable) shard(tenant string) int {
 
 // lookup returns the limits of a tenant the table lists.
 func (t *limitTable) lookup(tenant string) ([]limits.Limit, bool) {
-	ls, ok := (*t.shards[t.shard(tenant)].Load())[tenant]
+	ls, ok := t.shards[t.shard(tenant)][tenant]
 	return ls, ok
 }
 
-// set replaces (tp non-nil) or removes one tenant, copying its shard; the
-// caller serialises writers.
-func (t *limitTable) set(tenant string, tp *limits.TenantPlan) {
-	s := &t.shards[t.shard(tenant)]
-	m := maps.Clone(*s.Load())
+// with returns t with one tenant replaced (tp non-nil) or removed,
+// copying that tenant's shard only.
+func (t *limitTable) with(tenant string, tp *limits.TenantPlan) *limitTable {
+	next := *t
+	i := t.shard(tenant)
+	m := maps.Clone(t.shards[i])
 	if tp == nil {
 		delete(m, tenant)
 	} else {
 		m[tenant] = t.build(tp.Plan, tp.Overrides)
 	}
-	s.Store(&m)
+	next.shards[i] = m
+	return &next
 }
 
-// SetTenant replaces one tenant's plan and overrides (tp nil removes the
-// tenant: it gets the default plan), without touching the other tenants'
-// limits or any partition: the tenant's next request is decided by its new
-// limits against the levels its partitions have. tp is validated against
-// the installed policies and plans first; on error nothing changes.
-func (c *Controller) SetTenant(tenant string, tp *limits.TenantPlan) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cur := c.cfg.Load()
-	check := Config{}
-	for _, p := range cur.policies {
-		check.Policies = append(check.Policies, p.Policy)
-	}
-	if cur.limits != nil {
-		check.Plans.Default, check.Plans.Plans = cur.limits.deflt, cur.limits.plans
-	}
+// WithTenant returns s with one tenant's plan and overrides replaced (tp
+// nil removes the tenant: it gets the default plan), sharing every other
+// tenant's limits and every partition with s: the tenant's next request
+// decided by the new set is decided by its new limits against the levels
+// its partitions have. tp is validated against the policies and plans of
+// s first; s itself never changes.
+func (s *PolicySet) WithTenant(tenant string, tp *limits.TenantPlan) (*PolicySet, error) {
+	check := s.config()
 	if tp != nil {
 		check.Plans.Tenants = map[string]limits.TenantPlan{tenant: *tp}
 	}
 	if err := check.Validate(); err != nil {
+		return nil, err
+	}
+	next := *s
+	switch {
+	case s.limits != nil:
+		next.limits = s.limits.with(tenant, tp)
+	case tp != nil:
+		next.limits = compilePlans(&check.Plans, s.policies)
+	}
+	return &next, nil
+}
+
+// SetTenant installs the set WithTenant derives from the one installed:
+// one tenant changed, the others' limits and every partition kept. On
+// error nothing changes.
+func (c *Controller) SetTenant(tenant string, tp *limits.TenantPlan) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next, err := c.cfg.Load().WithTenant(tenant, tp)
+	if err != nil {
 		return err
 	}
-	if cur.limits == nil {
-		if tp == nil {
-			return nil
-		}
-		next := *cur
-		next.limits = compilePlans(&check.Plans, cur.policies)
-		c.cfg.Store(&next)
-		return nil
-	}
-	cur.limits.set(tenant, tp)
+	c.cfg.Store(next)
 	return nil
 }

@@ -46,6 +46,11 @@ type Request struct {
 	// at most (so the lookup is a short scan, allocation-free), and the
 	// core needs no new names for each way a provider counts.
 	Units []UnitAmount
+	// Policies is the policy set the request is decided by, one the
+	// controller compiled (Controller.Compile) with the rest of what a
+	// program derives from one configuration; nil means the set the
+	// controller has installed. Continue decides by the set Begin did.
+	Policies *PolicySet
 }
 
 // checkAmounts returns an error matching ErrInvalidCost when an amount of r

@@ -53,7 +53,7 @@ type ticket struct {
 	// the first chargedN-1 ops; chargedN is 0 until it is worked out.
 	charged   uint64
 	chargedN  int
-	cfg       *config // the configuration the ticket was admitted under
+	cfg       *PolicySet // the configuration the ticket was admitted under
 	stage     stage
 	start     time.Time
 	tenant    string

@@ -76,7 +76,7 @@ func startService(t *testing.T, policies []admission.Policy, tenants []string, w
 	}
 	t.Cleanup(func() { _ = ctl.Close() })
 	obs.Watch(ctl)
-	keys := httpadmit.KeyTable{}
+	keys := map[config.KeyHash]httpadmit.Identity{}
 	for _, tenant := range tenants {
 		keys[config.HashKey("sk-"+tenant)] = httpadmit.Identity{Tenant: tenant}
 	}

@@ -63,7 +63,7 @@
 // A Watcher reloads the file when it changes and on SIGHUP: a file that
 // does not validate is refused and reported, and the old configuration
 // keeps serving. A reload reaches the program through one Subscriber,
-// whose Apply installs the whole file as one step (see Epoch).
+// whose Apply installs the whole file as one snapshot, by one swap.
 package config
 
 import (

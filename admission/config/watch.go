@@ -78,9 +78,10 @@ type version struct {
 // A WatchOption configures a Watcher.
 type WatchOption func(*Watcher)
 
-// A Subscriber is where a policy file takes effect: Apply installs all
-// the program derives from it (policies, keys, HTTP settings, prices) as
-// one step (see Epoch), or fails and leaves the previous file in force.
+// A Subscriber is where a policy file takes effect: Apply builds all the
+// program derives from it (policies, keys, HTTP settings, prices) into
+// one snapshot and installs it by one swap (httpadmit.Snapshot), or fails
+// and leaves the previous file in force.
 // httpadmit.Middleware is one; a program with only a controller applies
 // f.Config with Controller.SetConfig.
 type Subscriber interface {
@@ -399,48 +400,3 @@ func (w *Watcher) refuse(err error) error {
 		slog.String("file", w.path), slog.Int("problems", n), slog.String("error", err.Error()))
 	return err
 }
-
-// An Epoch makes a reload one step for requests that read several things
-// derived from one file (the policies, the key table saying whose they
-// are). A Subscriber installs under Install, which brackets its swaps with
-// two increments; a request takes Stable before reading and asks Changed
-// once admitted: false means every read saw all of one install or none
-// (sync/atomic is sequentially consistent), true that the request may
-// have mixed two files (see httpadmit.Readmit). Two atomic loads.
-type Epoch struct {
-	mu sync.Mutex
-	n  atomic.Uint64 // odd while an install runs
-}
-
-// Install runs swap, which installs one file, as one step; installs are
-// serialised. Before it changes anything, swap calls moves if the file
-// changes what requests read from it besides the controller's policies
-// (the key table, the identity settings, prices): an install that does
-// not is not counted, since every request reads the same from both files.
-func (e *Epoch) Install(swap func(moves func()) error) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	// n changes only here: even before, odd once moves opened the bracket.
-	defer func() { e.n.Add(e.n.Load() & 1) }()
-	return swap(func() { e.n.Add(1 - e.n.Load()&1) })
-}
-
-// Stable returns the current epoch, waiting for an install in progress.
-func (e *Epoch) Stable() (n uint64) {
-	if n = e.n.Load(); n&1 != 0 {
-		e.Hold(func() { n = e.n.Load() })
-	}
-	return n
-}
-
-// Hold runs fn with installs held off (they wait for it), for a request
-// reloads overlapped too often: all fn reads come from one file.
-func (e *Epoch) Hold(fn func()) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	fn()
-}
-
-// Changed reports whether an install ran, or is running, since Stable
-// returned n.
-func (e *Epoch) Changed(n uint64) bool { return e.n.Load() != n }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 type reloads struct {
@@ -256,9 +257,9 @@ func TestReloadShadowToEnforce(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("shadow request %d: status %d; want 200", i, resp.StatusCode)
 		}
-		wr := resp.Header.Get(httpadmit.HeaderWouldReject)
+		wr := resp.Header.Get(limitheaders.HeaderWouldReject)
 		if (i >= 10) != (wr == "per-tenant") {
-			t.Errorf("shadow request %d: %s = %q", i, httpadmit.HeaderWouldReject, wr)
+			t.Errorf("shadow request %d: %s = %q", i, limitheaders.HeaderWouldReject, wr)
 		}
 	}
 	write(t, path, policyFile(10, "enforce", 1000))

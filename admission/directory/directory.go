@@ -1,8 +1,14 @@
 // Package directory holds the tenant directory in memory: the tenants with
 // their plan and own overrides, the plans with their per-policy limits,
 // and the API keys by hash (key id, user, tenant). The request path reads
-// it from memory only: the controller's limit table and a
-// httpadmit.KeySet, both changed one entry at a time.
+// it from memory only, in the snapshot its Target decides requests with
+// (httpadmit.Snapshot, the gateway's): a whole directory makes a new
+// snapshot with the policy file (Target.Apply), a change of one tenant or
+// one key a snapshot sharing all the rest with the one in force
+// (Target.SetTenant, Target.SetKey: one shard of the tenants' limits or
+// of the keys copied, admission.PolicySet.WithTenant and
+// httpadmit.KeySet), so that a request never sees a tenant's keys and
+// limits from two versions of the directory.
 //
 // The policy file is one home of a directory (its default_plan, plans and
 // tenants sections, today's behaviour and the default: FromFile); a
@@ -27,9 +33,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -57,17 +61,24 @@ func (d *Data) Clone() *Data {
 	}
 }
 
+// A Target is where a Directory installs: a program's snapshot of its
+// configuration (a httpadmit.Middleware, the gateway). Each method makes
+// one new snapshot and installs it whole, or fails and changes nothing.
+type Target interface {
+	// Apply installs a policy file with the directory's plans and keys.
+	Apply(f *config.File) error
+	// SetTenant changes one tenant's plan and overrides (tp nil removes
+	// it), keeping the others and every partition.
+	SetTenant(tenant string, tp *limits.TenantPlan) error
+	// SetKey adds or replaces one API key (k nil revokes it).
+	SetKey(h config.KeyHash, k *config.Key) error
+}
+
 // Config is what a Directory installs into.
 type Config struct {
-	// Next is where policy files are installed, with their plans taken
-	// from the directory: a gateway, a httpadmit.Middleware.
-	Next config.Subscriber
-	// Controller is the controller Next installs into, which per-tenant
-	// changes go to.
-	Controller *admission.Controller
-	// Keys is the key set requests are identified by (the middleware's
-	// httpadmit.WithKeyLookup); nil means a new one (see Keys).
-	Keys *httpadmit.KeySet
+	// Next is where policy files are installed, with their plans and
+	// keys taken from the directory, and where changes of one entry go.
+	Next Target
 	// Source names the directory in the problems reported ("postgres").
 	Source string
 	// Logger gets the entries a reloaded policy file refuses; nil means
@@ -77,9 +88,7 @@ type Config struct {
 
 // Directory is the in-memory directory of a running program.
 type Directory struct {
-	next   config.Subscriber
-	ctl    *admission.Controller
-	keys   *httpadmit.KeySet
+	next   Target
 	source string
 	log    *slog.Logger
 
@@ -96,22 +105,16 @@ type Directory struct {
 
 // New returns an empty Directory; Apply gives it its policy file.
 func New(cfg Config) (*Directory, error) {
-	if cfg.Next == nil || cfg.Controller == nil {
-		return nil, errors.New("directory: Next and Controller are required")
+	if cfg.Next == nil {
+		return nil, errors.New("directory: Next is required")
 	}
-	d := &Directory{next: cfg.Next, ctl: cfg.Controller, keys: cfg.Keys, source: cfg.Source, log: cfg.Logger, data: &Data{}, refused: map[string]int{}}
+	d := &Directory{next: cfg.Next, source: cfg.Source, log: cfg.Logger, data: &Data{}, refused: map[string]int{}}
 	d.given = d.data
-	if d.keys == nil {
-		d.keys = new(httpadmit.KeySet)
-	}
 	if d.log == nil {
 		d.log = slog.Default()
 	}
 	return d, nil
 }
-
-// Keys returns the key set requests are identified by.
-func (d *Directory) Keys() *httpadmit.KeySet { return d.keys }
 
 // Data returns a copy of the directory installed.
 func (d *Directory) Data() *Data {
@@ -255,11 +258,10 @@ func (d *Directory) installLocked(f *config.File, data *Data) error {
 	// Next may keep the file it installs (and read its plans) while
 	// SetTenant changes the directory's own map.
 	merged.Config.Plans.Tenants = maps.Clone(valid.Plans.Tenants)
-	merged.Identity.Keys = nil
+	merged.Identity.Keys = valid.Keys
 	if err := d.next.Apply(&merged); err != nil {
 		return err
 	}
-	d.keys.Replace(valid.Keys)
 	d.file, d.data, d.given = f, valid, data
 	d.refused = byEntry
 	d.nrefused.Store(int64(refusedSum(byEntry)))
@@ -422,7 +424,7 @@ func (d *Directory) SetTenant(tenant string, tp *limits.TenantPlan) error {
 			return errors.Join(ErrRefused, es)
 		}
 	}
-	if err := d.ctl.SetTenant(tenant, tp); err != nil {
+	if err := d.next.SetTenant(tenant, tp); err != nil {
 		return err
 	}
 	d.record(true, set)
@@ -458,19 +460,19 @@ func (d *Directory) SetKey(h config.KeyHash, k *config.Key) error {
 			data.Keys[h] = *k
 		}
 	}
-	d.setRefused("key:"+h.String(), 0)
 	if k != nil && d.file != nil && k.Tenant == d.file.Identity.AnonymousTenant {
-		d.keys.Delete(h)
+		if err := d.next.SetKey(h, nil); err != nil {
+			return err
+		}
 		delete(d.data.Keys, h)
 		d.record(false, set)
 		d.setRefused("key:"+h.String(), 1)
 		return errors.Join(ErrRefused, anonymousKey(d.source, h, *k))
 	}
-	if k == nil {
-		d.keys.Delete(h)
-	} else {
-		d.keys.Set(h, *k)
+	if err := d.next.SetKey(h, k); err != nil {
+		return err
 	}
+	d.setRefused("key:"+h.String(), 0)
 	d.record(true, set)
 	return nil
 }

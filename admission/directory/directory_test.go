@@ -20,6 +20,13 @@ import (
 )
 
 func newDir(t *testing.T) *directory.Directory {
+	d, _, _ := newDirMW(t)
+	return d
+}
+
+// newDirMW returns a directory installing into a middleware, the
+// middleware and its controller.
+func newDirMW(t *testing.T) (*directory.Directory, *httpadmit.Middleware, *admission.Controller) {
 	t.Helper()
 	f, err := config.Parse("p.yaml", []byte(`policies:
   - {name: rpm, key: [tenant], algorithm: fixed_window, limit: 5, per: 1m}
@@ -37,14 +44,14 @@ directory: {source: postgres}
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := directory.New(directory.Config{Next: mw, Controller: ctl, Source: "db"})
+	d, err := directory.New(directory.Config{Next: mw, Source: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Apply(f); err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return d, mw, ctl
 }
 
 // TestInstallRefusesEntries: each bad entry is left out by itself (names
@@ -151,7 +158,7 @@ directory: %s
 		t.Fatal(err)
 	}
 	var log syncbuf.Buffer
-	d, err := directory.New(directory.Config{Next: mw, Controller: ctl, Source: "db", Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	d, err := directory.New(directory.Config{Next: mw, Source: "db", Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,18 +223,18 @@ directory: %s
 // TestSetKeyRefusedRemoves: a key moved to the anonymous tenant is refused
 // and removed, not left serving its old tenant.
 func TestSetKeyRefusedRemoves(t *testing.T) {
-	d := newDir(t)
+	d, mw, _ := newDirMW(t)
 	h := config.HashKey("sk-1")
 	if err := d.SetKey(h, &config.Key{Tenant: "acme", KeyID: "k1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := d.Keys().Lookup("sk-1"); !ok {
+	if _, ok := mw.Snapshot().Identity().KeySource.Lookup("sk-1"); !ok {
 		t.Fatal("the key set is not found")
 	}
 	if err := d.SetKey(h, &config.Key{Tenant: "anonymous", KeyID: "k1"}); !errors.Is(err, directory.ErrRefused) {
 		t.Errorf("SetKey(anonymous) = %v; want ErrRefused", err)
 	}
-	if k, ok := d.Keys().Lookup("sk-1"); ok {
+	if k, ok := mw.Snapshot().Identity().KeySource.Lookup("sk-1"); ok {
 		t.Errorf("the refused key still maps to %+v", k)
 	}
 	if n := len(d.Data().Keys); n != 0 {
@@ -268,7 +275,7 @@ directory: {source: postgres}
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := directory.New(directory.Config{Next: mw, Controller: ctl, Source: "db", Logger: slog.New(slog.DiscardHandler)})
+	d, err := directory.New(directory.Config{Next: mw, Source: "db", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,5 +339,45 @@ directory: {source: postgres}
 	got := d.Data()
 	if got.Plans.Plans["p"]["c.x"].Limit != 3 || got.Plans.Tenants["t2"].Overrides["c.x"].Limit != 2 || len(got.Plans.Tenants["t1"].Overrides) != 0 || len(got.Plans.Tenants) != 5 {
 		t.Errorf("after the file restored: plans %v, tenants %v; want p's and t2's c.x back, t1 without its override", got.Plans.Plans, got.Plans.Tenants)
+	}
+}
+
+// TestChangesMakeSnapshots: a change of one tenant or one key installs a
+// new snapshot and leaves the one a request in flight holds as it was:
+// that request keeps the key and the limits of one directory version.
+func TestChangesMakeSnapshots(t *testing.T) {
+	d, mw, ctl := newDirMW(t)
+	h := config.HashKey("sk-1")
+	if err := d.Install(&directory.Data{
+		Plans: limits.Plans{Plans: map[string]map[string]limits.Override{"p": {"rpm": {Limit: 2}}, "q": {"rpm": {Limit: 3}}},
+			Tenants: map[string]limits.TenantPlan{"x": {Plan: "p"}}},
+		Keys: map[config.KeyHash]config.Key{h: {Tenant: "x", KeyID: "k1"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	held := mw.Snapshot() // a request in flight
+	if err := d.SetTenant("x", &limits.TenantPlan{Plan: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetKey(h, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := func(s *httpadmit.Snapshot) int64 {
+		t.Helper()
+		tk, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "x", Operation: "GET /", Policies: s.Policies()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tk.Done()
+		return tk.Statuses(nil)[0].Limit
+	}
+	_, heldKey := held.Identity().KeySource.Lookup("sk-1")
+	_, nowKey := mw.Snapshot().Identity().KeySource.Lookup("sk-1")
+	if got := limit(held); got != 2 || !heldKey {
+		t.Errorf("the snapshot held: limit %d, key found %v; want 2, true (a snapshot never changes)", got, heldKey)
+	}
+	if got := limit(mw.Snapshot()); got != 3 || nowKey {
+		t.Errorf("the snapshot installed: limit %d, key found %v; want 3, false", got, nowKey)
 	}
 }

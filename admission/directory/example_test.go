@@ -24,9 +24,8 @@ directory: {source: postgres}
 		panic(err)
 	}
 	ctl, _ := admission.New(f.Config)
-	keys := new(httpadmit.KeySet)
-	mw, _ := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(keys))...)
-	dir, _ := directory.New(directory.Config{Next: mw, Controller: ctl, Keys: keys, Source: "postgres"})
+	mw, _ := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
+	dir, _ := directory.New(directory.Config{Next: mw, Source: "postgres"})
 	_ = dir.Apply(f)
 
 	err = dir.Install(&directory.Data{
@@ -46,16 +45,17 @@ directory: {source: postgres}
 		}
 	}
 	limit := func(tenant string) int64 {
-		tk, _ := ctl.TryAdmit(context.Background(), admission.Request{Tenant: tenant})
+		// The request names the policy set of the snapshot in force.
+		tk, _ := ctl.TryAdmit(context.Background(), admission.Request{Tenant: tenant, Policies: mw.Snapshot().Policies()})
 		defer tk.Done()
 		return tk.Statuses(nil)[0].Limit
 	}
-	id, _ := keys.Lookup("sk-acme")
+	id, _ := mw.Snapshot().Identity().KeySource.Lookup("sk-acme")
 	fmt.Println(id.Tenant, "on basic:", limit("acme"))
 	_ = dir.SetTenant("acme", &limits.TenantPlan{Plan: "pro"})
 	fmt.Println(id.Tenant, "on pro:", limit("acme"))
 	_ = dir.SetKey(config.HashKey("sk-acme"), nil)
-	_, ok := keys.Lookup("sk-acme")
+	_, ok := mw.Snapshot().Identity().KeySource.Lookup("sk-acme")
 	fmt.Println("key after revocation:", ok)
 	// Output:
 	// refused: postgres: plans.pro.tpm: no such policy "tpm"

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/internal/bodywatch"
 )
 
 // Skipper reports whether a request bypasses admission.
@@ -35,7 +36,7 @@ type Config struct {
 	// IdentifierExtractor returns the validated identity of the caller;
 	// what httpadmit.WithIdentity says of its function holds for it (every
 	// field from validated credentials). The default is the httpadmit
-	// middleware's (Middleware.Identify): its WithIdentity function, else
+	// middleware's (Snapshot.Identify): its WithIdentity function, else
 	// an identity placed in the request context, else an API key from the
 	// hashed table, else the anonymous tenant. An error is a 401 (it goes
 	// to ErrorHandler matching httpadmit.ErrUnauthenticated, its text
@@ -43,9 +44,9 @@ type Config struct {
 	IdentifierExtractor func(c echo.Context) (httpadmit.Identity, error)
 	// Request completes the admission request (model, estimated tokens,
 	// priority) before it is evaluated. An error goes to ErrorHandler as
-	// httpadmit.RequestError classifies it (413 for a body over the limit,
+	// httpadmit.Middleware.AdmitAs classifies it (413 for a body over the limit,
 	// 408 for one too slow, else 400 with its text, which must not reveal
-	// internals); amounts are then bounded by httpadmit.BoundCost (a
+	// internals); amounts are then bounded by AdmitAs (a
 	// negative one goes to ErrorHandler matching admission.ErrInvalidCost:
 	// a 400).
 	Request func(c echo.Context, r *admission.Request) error
@@ -65,31 +66,33 @@ type Config struct {
 // ticket is settled when the rest of the chain returns, also when it
 // panics.
 func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
-	deny := cfg.DenyHandler
-	if deny == nil {
-		deny = func(c echo.Context, _ string, err error) error {
-			m.WriteError(c.Response(), c.Request(), err)
-			return nil
-		}
-	}
-	fail := cfg.ErrorHandler
-	if fail == nil {
-		fail = func(c echo.Context, err error) error {
-			m.WriteError(c.Response(), c.Request(), err)
-			return nil
-		}
-	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
-			if (cfg.Skipper != nil && cfg.Skipper(c)) || m.Exempt(r) {
+			// One snapshot decides and answers the request.
+			s := m.Snapshot()
+			if (cfg.Skipper != nil && cfg.Skipper(c)) || s.Exempt(r) {
 				return next(c)
 			}
 			w := c.Response()
-			if err := m.LimitBody(w, r); err != nil {
+			deny := cfg.DenyHandler
+			if deny == nil {
+				deny = func(c echo.Context, _ string, err error) error {
+					s.WriteError(c.Response(), c.Request(), err)
+					return nil
+				}
+			}
+			fail := cfg.ErrorHandler
+			if fail == nil {
+				fail = func(c echo.Context, err error) error {
+					s.WriteError(c.Response(), c.Request(), err)
+					return nil
+				}
+			}
+			if err := s.LimitBody(w, r); err != nil {
 				return fail(c, err)
 			}
-			if b, ok := r.Body.(*httpadmit.Body); ok {
+			if b, ok := r.Body.(*bodywatch.Body); ok {
 				// What the chain leaves of the body is not drained.
 				defer b.Abandon()
 			}
@@ -99,27 +102,21 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 				var err error
 				if cfg.IdentifierExtractor != nil {
 					id, err = cfg.IdentifierExtractor(c)
-					err = httpadmit.Unauthenticated(err)
 				} else {
-					id, err = m.Identify(r)
+					id, err = s.Identify(r)
 				}
 				tenant = id.Tenant
 				return admission.Request{
 					Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
-					Addr:      m.IdentityConfig().ClientAddr(r),
+					Addr:      s.Identity().ClientAddr(r),
 					Operation: m.OperationName(r.Method, c.Path()),
 				}, err
 			}
 			var complete func(*admission.Request) error
 			if cfg.Request != nil {
-				complete = func(req *admission.Request) error {
-					if err := cfg.Request(c, req); err != nil {
-						return httpadmit.RequestError(r, err)
-					}
-					return httpadmit.BoundCost(req)
-				}
+				complete = func(req *admission.Request) error { return cfg.Request(c, req) }
 			}
-			tk, err := m.AdmitAs(w, r, caller, complete)
+			tk, err := m.AdmitAs(s, w, r, caller, complete)
 			if err != nil {
 				var rej *admission.Rejection
 				if errors.As(err, &rej) {

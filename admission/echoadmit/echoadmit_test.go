@@ -36,7 +36,7 @@ func newServerWith(t testing.TB, cfg echoadmit.Config, opts []httpadmit.Option, 
 		t.Fatal(err)
 	}
 	mw, err := httpadmit.New(ctl, append([]httpadmit.Option{httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
-		Keys: httpadmit.KeyTable{config.HashKey(key): {Tenant: "acme"}},
+		Keys: map[config.KeyHash]httpadmit.Identity{config.HashKey(key): {Tenant: "acme"}},
 	})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func Example() {
 	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{itemsPolicy}}, admission.WithClock(clk))
 	mw, _ := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
-		Keys: httpadmit.KeyTable{config.HashKey(key): {Tenant: "acme"}},
+		Keys: map[config.KeyHash]httpadmit.Identity{config.HashKey(key): {Tenant: "acme"}},
 	}))
 	e := echo.New()
 	e.Use(echoadmit.Middleware(mw, echoadmit.Config{}))

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/admission/echoadmit"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 func send(t *testing.T, url string, hdr ...string) (*http.Response, string) {
@@ -33,9 +34,18 @@ func send(t *testing.T, url string, hdr ...string) (*http.Response, string) {
 	return resp, string(body)
 }
 
+// The problem types of httpadmit's answers (its package doc).
+const (
+	problemUnauthenticated = "urn:sluice:problem:unauthenticated"
+	problemInvalidCost     = "urn:sluice:problem:invalid-cost"
+	problemBodyTooLarge    = "urn:sluice:problem:body-too-large"
+)
+
 func problemType(t *testing.T, body string) string {
 	t.Helper()
-	var p httpadmit.Problem
+	var p struct {
+		Type string `json:"type"`
+	}
 	if err := json.Unmarshal([]byte(body), &p); err != nil {
 		t.Fatalf("body %q: %v", body, err)
 	}
@@ -53,13 +63,13 @@ func TestHTTPAdmitOptionsOnEcho(t *testing.T) {
 		return httpadmit.Identity{}, errors.New("session not found")
 	}
 	hook := func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
-		httpadmit.SetRetryAfterMs(w.Header(), rej.RetryAfter)
+		limitheaders.SetRetryAfterMs(w.Header(), rej.RetryAfter)
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprint(w, "busy: "+rej.Policy)
 	}
 	tb := admission.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: 5, Per: time.Second, Burst: 1}
 	srv, _ := newServerWith(t, echoadmit.Config{}, []httpadmit.Option{httpadmit.WithIdentity(identify), httpadmit.WithRejectionHandler(hook)}, tb)
-	if resp, body := send(t, srv.URL+"/v1/items/1", "X-Session", "forged"); resp.StatusCode != 401 || problemType(t, body) != httpadmit.ProblemUnauthenticated {
+	if resp, body := send(t, srv.URL+"/v1/items/1", "X-Session", "forged"); resp.StatusCode != 401 || problemType(t, body) != problemUnauthenticated {
 		t.Errorf("forged session: %d %s; want 401 unauthenticated", resp.StatusCode, body)
 	}
 	if resp, _ := send(t, srv.URL+"/v1/items/1", "X-Session", "valid"); resp.StatusCode != 200 {
@@ -99,9 +109,9 @@ func TestEchoIdentifierAndCost(t *testing.T) {
 		status      int
 		problem     string
 	}{
-		{"forged", "1", 401, httpadmit.ProblemUnauthenticated},
+		{"forged", "1", 401, problemUnauthenticated},
 		{"signed", "10", 200, ""},
-		{"signed", "-5", 400, httpadmit.ProblemInvalidCost},
+		{"signed", "-5", 400, problemInvalidCost},
 		{"signed", "9223372036854775807", 429, "urn:sluice:problem:rate-limited"},
 	} {
 		resp, body := send(t, srv.URL+"/v1/items/1", "X-Token", tc.token, "X-Cost", tc.cost)
@@ -188,7 +198,7 @@ func TestEchoRequestErrors(t *testing.T) {
 		{"{}", "gpt", 200, ""},
 		{"{}", "", 400, "urn:sluice:problem:bad-request"},
 		// Chunked, so that only reading finds it too large.
-		{strings.Repeat("x", 64), "gpt", 413, httpadmit.ProblemBodyTooLarge},
+		{strings.Repeat("x", 64), "gpt", 413, problemBodyTooLarge},
 	} {
 		req, _ := http.NewRequest("GET", srv.URL+"/v1/items/1", io.MultiReader(strings.NewReader(tc.body)))
 		req.Header.Set("Authorization", "Bearer "+key)

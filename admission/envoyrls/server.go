@@ -24,8 +24,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // Reserved descriptor entries (rlsconfig.ReservedPrefix): stripped
@@ -592,12 +592,12 @@ func (s *Server) descriptorStatus(e *eval, now time.Time) *rlsv3.RateLimitRespon
 // headerNames are the fields headers may set, in the order they are
 // sent, with the lower-case names HTTP/2 wants.
 var headerNames = [...]struct{ canonical, lower string }{
-	{httpadmit.HeaderRateLimitPolicy, "ratelimit-policy"},
-	{httpadmit.HeaderRateLimit, "ratelimit"},
-	{httpadmit.HeaderXRateLimitLimit, "x-ratelimit-limit"},
-	{httpadmit.HeaderXRateLimitRemain, "x-ratelimit-remaining"},
-	{httpadmit.HeaderXRateLimitReset, "x-ratelimit-reset"},
-	{httpadmit.HeaderRetryAfter, "retry-after"},
+	{limitheaders.HeaderRateLimitPolicy, "ratelimit-policy"},
+	{limitheaders.HeaderRateLimit, "ratelimit"},
+	{limitheaders.HeaderXRateLimitLimit, "x-ratelimit-limit"},
+	{limitheaders.HeaderXRateLimitRemain, "x-ratelimit-remaining"},
+	{limitheaders.HeaderXRateLimitReset, "x-ratelimit-reset"},
+	{limitheaders.HeaderRetryAfter, "retry-after"},
 }
 
 var headerPool = sync.Pool{New: func() any { return make(http.Header, len(headerNames)) }}
@@ -609,9 +609,9 @@ func headers(sts []admission.Status, over bool, retry time.Duration) []*corev3.H
 	h := headerPool.Get().(http.Header)
 	defer headerPool.Put(h)
 	clear(h)
-	httpadmit.SetLimitHeaders(h, sts)
+	limitheaders.SetLimitHeaders(h, sts)
 	if over {
-		httpadmit.SetRetryAfter(h, retry)
+		limitheaders.SetRetryAfter(h, retry)
 	}
 	if len(h) == 0 {
 		return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/bodywatch"
 )
 
 // bodyServer serves a handler behind the middleware whose WithRequest
@@ -170,12 +171,12 @@ func TestCredentialHeaders(t *testing.T) {
 // io.EOF, is complete: the answer keeps the connection.
 func TestBodyReadToItsLength(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b := httpadmit.WatchBody(w, r, time.Minute)
+		b := bodywatch.WatchBody(w, r, time.Minute)
 		buf := make([]byte, r.ContentLength)
 		if _, err := io.ReadFull(r.Body, buf); err != nil {
 			t.Errorf("ReadFull: %v", err)
 		}
-		httpadmit.CloseUnread(w.Header(), r, b)
+		bodywatch.CloseUnread(w.Header(), r, b)
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // A per-tenant bucket of 2 requests per minute in front of a handler; the
@@ -87,7 +88,7 @@ func ExampleWithRejectionHandler() {
 			mw.WriteRejection(w, rej)
 			return
 		}
-		httpadmit.SetRetryAfter(w.Header(), rej.RetryAfter)
+		limitheaders.SetRetryAfter(w.Header(), rej.RetryAfter)
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(http.StatusTooManyRequests)
 		fmt.Fprintf(w, "slow down: %s allows %d per second\n", rej.Policy, rej.Status.Limit)
@@ -124,7 +125,7 @@ func ExampleWithRetryAfterMs() {
 // A request that waited 1.02 s in a queue tells its client so.
 func ExampleSetQueueTiming() {
 	h := http.Header{}
-	httpadmit.SetQueueTiming(h, 1020*time.Millisecond)
+	limitheaders.SetQueueTiming(h, 1020*time.Millisecond)
 	fmt.Println(h.Get("Server-Timing"))
 	// Output:
 	// queue;dur=1020

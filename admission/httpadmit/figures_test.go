@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // figureServer serves, behind the middleware on loopback with a fake
@@ -335,7 +336,7 @@ func TestSetQueueTiming(t *testing.T) {
 		want string
 	}{{1020 * time.Millisecond, "queue;dur=1020"}, {1500 * time.Microsecond, "queue;dur=1.5"}, {1, "queue;dur=0"}, {0, ""}, {-time.Second, ""}} {
 		h := http.Header{}
-		httpadmit.SetQueueTiming(h, tt.d)
+		limitheaders.SetQueueTiming(h, tt.d)
 		if got := h.Get("Server-Timing"); got != tt.want {
 			t.Errorf("SetQueueTiming(%v) = %q; want %q", tt.d, got, tt.want)
 		}
@@ -363,7 +364,7 @@ func TestTightest(t *testing.T) {
 		{"no limit", []admission.Status{rate("zero", 0, 0, 0)}, ""},
 	} {
 		got := ""
-		if i := httpadmit.Tightest(tt.sts); i >= 0 {
+		if i := limitheaders.Tightest(tt.sts); i >= 0 {
 			got = tt.sts[i].Policy
 		}
 		if got != tt.want {

@@ -9,8 +9,6 @@ import (
 	"net/netip"
 	"net/textproto"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/sluicehq/sluice/admission/config"
 )
@@ -30,18 +28,21 @@ func ContextWithIdentity(ctx context.Context, id Identity) context.Context {
 	return context.WithValue(ctx, identityKey{}, id)
 }
 
-// IdentityFrom returns the identity placed in ctx by ContextWithIdentity.
+// IdentityFrom returns the identity placed in ctx by ContextWithIdentity:
+// in a handler behind the middleware (Middleware.Handler), the identity
+// the request was admitted as, which the handler uses rather than
+// identifying the caller again.
 func IdentityFrom(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	return id, ok
 }
 
-// KeyTable maps API key hashes (config.HashKey) to the identities they
+// keyTable maps API key hashes (config.HashKey) to the identities they
 // stand for.
-type KeyTable map[config.KeyHash]Identity
+type keyTable map[config.KeyHash]Identity
 
 // Lookup hashes key and returns its identity.
-func (t KeyTable) Lookup(key string) (Identity, bool) {
+func (t keyTable) Lookup(key string) (Identity, bool) {
 	if len(t) == 0 {
 		return Identity{}, false
 	}
@@ -49,7 +50,7 @@ func (t KeyTable) Lookup(key string) (Identity, bool) {
 	return id, ok
 }
 
-// A KeyLookup finds the identity of an API key: a KeyTable, a KeySet, or
+// A KeyLookup finds the identity of an API key: a keyTable, a KeySet, or
 // any other table of hashed keys. Lookup is on every request's path: it
 // must not block on I/O.
 type KeyLookup interface {
@@ -60,73 +61,57 @@ type KeyLookup interface {
 // first byte.
 const keyShards = 256
 
-// A KeySet is a table of hashed API keys that changes one key at a time
-// while requests look keys up: a tenant directory held in a database
-// revokes or adds a key without rebuilding the table. Lookups take no
-// lock and allocate nothing: each of its 256 shards is an immutable map
-// that a change replaces whole. The zero KeySet is empty and ready.
+// A KeySet is an immutable table of hashed API keys, sharded so that a
+// change of one key (a tenant directory held in a database revokes or
+// adds one) makes a new set sharing all but one of its 256 shards (With,
+// Without), which a Snapshot installs whole. Lookups take no lock and
+// allocate nothing. The zero KeySet is empty.
 type KeySet struct {
-	mu     sync.Mutex // serialises writers
-	shards [keyShards]atomic.Pointer[KeyTable]
+	shards [keyShards]keyTable // each read only
+	n      int
+}
+
+// newKeySet returns the set of the keys of t (t is not kept).
+func newKeySet(t keyTable) *KeySet {
+	s := &KeySet{n: len(t)}
+	for i := range s.shards {
+		s.shards[i] = make(keyTable, len(t)/keyShards)
+	}
+	for h, id := range t {
+		s.shards[h[0]][h] = id
+	}
+	return s
 }
 
 // Lookup hashes key and returns its identity.
 func (s *KeySet) Lookup(key string) (Identity, bool) {
 	h := config.HashKey(key)
-	t := s.shards[h[0]].Load()
-	if t == nil {
-		return Identity{}, false
-	}
-	id, ok := (*t)[h]
+	id, ok := s.shards[h[0]][h]
 	return id, ok
 }
 
-// Set adds or replaces one key.
-func (s *KeySet) Set(h config.KeyHash, id Identity) {
-	s.update(h, func(t KeyTable) { t[h] = id })
+// with returns s with one key added or replaced.
+func (s *KeySet) with(h config.KeyHash, id Identity) *KeySet {
+	return s.change(h, func(t keyTable) { t[h] = id })
 }
 
-// Delete removes one key: a revocation.
-func (s *KeySet) Delete(h config.KeyHash) {
-	s.update(h, func(t KeyTable) { delete(t, h) })
+// without returns s without one key: a revocation.
+func (s *KeySet) without(h config.KeyHash) *KeySet {
+	return s.change(h, func(t keyTable) { delete(t, h) })
 }
 
-func (s *KeySet) update(h config.KeyHash, fn func(KeyTable)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next := KeyTable{}
-	if t := s.shards[h[0]].Load(); t != nil {
-		next = maps.Clone(*t)
+// change returns s with fn applied to a copy of h's shard.
+func (s *KeySet) change(h config.KeyHash, fn func(keyTable)) *KeySet {
+	next := *s
+	t := maps.Clone(s.shards[h[0]])
+	if t == nil {
+		t = keyTable{}
 	}
-	fn(next)
-	s.shards[h[0]].Store(&next)
-}
-
-// Replace installs t as the whole set (t is not kept).
-func (s *KeySet) Replace(t KeyTable) {
-	var next [keyShards]KeyTable
-	for i := range next {
-		next[i] = make(KeyTable, len(t)/keyShards)
-	}
-	for h, id := range t {
-		next[h[0]][h] = id
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range next {
-		s.shards[i].Store(&next[i])
-	}
-}
-
-// Len returns the number of keys.
-func (s *KeySet) Len() int {
-	n := 0
-	for i := range s.shards {
-		if t := s.shards[i].Load(); t != nil {
-			n += len(*t)
-		}
-	}
-	return n
+	before := len(t)
+	fn(t)
+	next.shards[h[0]] = t
+	next.n += len(t) - before
+	return &next
 }
 
 // IdentityConfig says how the middleware identifies callers.
@@ -137,9 +122,11 @@ type IdentityConfig struct {
 	KeyHeaders []string
 	// Keys maps API key hashes to identities. A request presenting a key
 	// not in the table is refused with 401; it never gets a partition.
-	Keys KeyTable
+	Keys keyTable
 	// KeySource, when set, is where API keys are looked up instead of
-	// Keys (a KeySet a tenant directory keeps current; see WithKeyLookup).
+	// Keys: the middleware's own KeySet, built from Keys, which a tenant
+	// directory changes one key at a time (Snapshot.WithKey), or an
+	// application's table (WithKeyLookup).
 	KeySource KeyLookup
 	// TrustedProxies are the peers whose forwarding header is believed.
 	// Empty means none: the client address is the TCP peer.
@@ -173,8 +160,8 @@ func (ic IdentityConfig) normalize() IdentityConfig {
 	return ic
 }
 
-// DefaultAnonymousTenant is the tenant of unidentified callers.
-const DefaultAnonymousTenant = config.DefaultAnonymousTenant
+// defaultAnonymousTenant is the tenant of unidentified callers.
+const defaultAnonymousTenant = config.DefaultAnonymousTenant
 
 // FileOptions returns the options a policy file sets: its http section
 // and its identity section with the tenants' key table. Pass them to New;
@@ -201,15 +188,15 @@ var (
 	ErrNoCredentials = errors.New("no credentials")
 	// ErrUnauthenticated: the WithIdentity function (or echo's
 	// IdentifierExtractor) refused the caller. Errors wrapped by
-	// Unauthenticated match it.
+	// unauthenticated match it.
 	ErrUnauthenticated = errors.New("unauthenticated")
 )
 
-// Unauthenticated returns err wrapped so that it matches
+// unauthenticated returns err wrapped so that it matches
 // ErrUnauthenticated (and still err): WriteError answers it with 401 and
 // never shows its text. It returns nil for nil, and err itself when it
 // already matches ErrUnknownKey, ErrNoCredentials or ErrUnauthenticated.
-func Unauthenticated(err error) error {
+func unauthenticated(err error) error {
 	if err == nil || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrUnauthenticated) {
 		return err
 	}
@@ -224,7 +211,7 @@ func (ic *IdentityConfig) Identify(r *http.Request) (Identity, error) {
 	if id, ok := IdentityFrom(r.Context()); ok {
 		return id, nil
 	}
-	if key, ok := ic.APIKey(r); ok {
+	if key, ok := ic.apiKey(r); ok {
 		var id Identity
 		var ok bool
 		if ic.KeySource != nil {
@@ -242,13 +229,13 @@ func (ic *IdentityConfig) Identify(r *http.Request) (Identity, error) {
 	}
 	t := ic.AnonymousTenant
 	if t == "" {
-		t = DefaultAnonymousTenant
+		t = defaultAnonymousTenant
 	}
 	return Identity{Tenant: t}, nil
 }
 
-// APIKey returns the API key r carries in one of the key headers.
-func (ic *IdentityConfig) APIKey(r *http.Request) (string, bool) {
+// apiKey returns the API key r carries in one of the key headers.
+func (ic *IdentityConfig) apiKey(r *http.Request) (string, bool) {
 	hs := ic.KeyHeaders
 	if len(hs) == 0 {
 		hs = defaultKeyHeaders
@@ -284,7 +271,7 @@ func (ic *IdentityConfig) APIKey(r *http.Request) (string, bool) {
 // Authorization and X-API-Key), or a header that carries credentials in
 // any common scheme (Authorization, Proxy-Authorization, X-Api-Key,
 // Api-Key, Cookie, X-Auth-Token, X-Access-Token). A handler that forwards
-// a request elsewhere must not send these on (see StripCredentials).
+// a request elsewhere must not send these on.
 func (ic *IdentityConfig) CredentialHeader(k string) bool {
 	switch textproto.CanonicalMIMEHeaderKey(k) {
 	case "Authorization", "Proxy-Authorization", "X-Api-Key", "Api-Key", "Cookie", "X-Auth-Token", "X-Access-Token":
@@ -296,16 +283,6 @@ func (ic *IdentityConfig) CredentialHeader(k string) bool {
 		}
 	}
 	return false
-}
-
-// StripCredentials deletes from h every header CredentialHeader names,
-// for a request about to be forwarded.
-func (ic *IdentityConfig) StripCredentials(h http.Header) {
-	for k := range h {
-		if ic.CredentialHeader(k) {
-			delete(h, k)
-		}
-	}
 }
 
 // ClientAddr returns the client address of r: the TCP peer, or, when the
@@ -329,12 +306,12 @@ func (ic *IdentityConfig) ClientAddr(r *http.Request) netip.Addr {
 	if ic.trusted(peer) {
 		addr = ic.forwarded(r, peer)
 	}
-	return Group(addr)
+	return group(addr)
 }
 
-// Group returns a as partitions see it: IPv4 unchanged, IPv6 reduced to
+// group returns a as partitions see it: IPv4 unchanged, IPv6 reduced to
 // the first address of its /64.
-func Group(a netip.Addr) netip.Addr {
+func group(a netip.Addr) netip.Addr {
 	a = a.Unmap()
 	if a.Is6() {
 		p, err := a.Prefix(64)

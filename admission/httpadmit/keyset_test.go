@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/admission"
@@ -12,72 +11,54 @@ import (
 	"github.com/sluicehq/sluice/admission/httpadmit"
 )
 
-// TestKeySet adds, replaces and revokes keys one at a time while readers
-// look them up: a reader sees a key's old or new identity, never another
-// key's, and a deleted key is gone for the next lookup.
+// TestKeySet adds, replaces and revokes keys one at a time: each change
+// makes a new set, the set it was made from unchanged (a request reading
+// it keeps the keys of its snapshot), and a deleted key is gone from the
+// new set.
 func TestKeySet(t *testing.T) {
-	var s httpadmit.KeySet
-	if _, ok := s.Lookup("sk-a"); ok {
-		t.Fatal("the zero KeySet knows sk-a")
+	var zero httpadmit.KeySet
+	if _, ok := zero.Lookup("sk-a"); ok || zero.Len() != 0 {
+		t.Fatal("the zero KeySet is not empty")
 	}
-	s.Replace(httpadmit.KeyTable{config.HashKey("sk-a"): {Tenant: "a"}, config.HashKey("sk-b"): {Tenant: "b"}})
+	s := httpadmit.NewKeySet(httpadmit.KeyTable{config.HashKey("sk-a"): {Tenant: "a"}, config.HashKey("sk-b"): {Tenant: "b"}})
+	first := s
 	steps := []struct {
-		change func()
+		change func(*httpadmit.KeySet) *httpadmit.KeySet
 		key    string
 		tenant string
 		ok     bool
+		n      int
 	}{
-		{nil, "sk-a", "a", true},
-		{func() { s.Set(config.HashKey("sk-c"), httpadmit.Identity{Tenant: "c"}) }, "sk-c", "c", true},
-		{func() { s.Set(config.HashKey("sk-a"), httpadmit.Identity{Tenant: "a2"}) }, "sk-a", "a2", true},
-		{func() { s.Delete(config.HashKey("sk-b")) }, "sk-b", "", false},
-		{nil, "sk-c", "c", true},
-		{func() { s.Replace(httpadmit.KeyTable{config.HashKey("sk-d"): {Tenant: "d"}}) }, "sk-c", "", false},
-		{nil, "sk-d", "d", true},
+		{nil, "sk-a", "a", true, 2},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
+			return s.With(config.HashKey("sk-c"), httpadmit.Identity{Tenant: "c"})
+		}, "sk-c", "c", true, 3},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
+			return s.With(config.HashKey("sk-a"), httpadmit.Identity{Tenant: "a2"})
+		}, "sk-a", "a2", true, 3},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.Without(config.HashKey("sk-b")) }, "sk-b", "", false, 2},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.Without(config.HashKey("sk-b")) }, "sk-c", "c", true, 2},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
+			return zero.With(config.HashKey("sk-d"), httpadmit.Identity{Tenant: "d"})
+		}, "sk-d", "d", true, 1},
 	}
 	for i, st := range steps {
 		if st.change != nil {
-			st.change()
+			s = st.change(s)
 		}
 		id, ok := s.Lookup(st.key)
-		if id.Tenant != st.tenant || ok != st.ok {
-			t.Errorf("step %d: Lookup(%s) = %q, %v; want %q, %v", i, st.key, id.Tenant, ok, st.tenant, st.ok)
+		if id.Tenant != st.tenant || ok != st.ok || s.Len() != st.n {
+			t.Errorf("step %d: Lookup(%s) = %q, %v, Len %d; want %q, %v, %d", i, st.key, id.Tenant, ok, s.Len(), st.tenant, st.ok, st.n)
 		}
 	}
-	if s.Len() != 1 {
-		t.Errorf("Len() = %d; want 1", s.Len())
-	}
-
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for g := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k := fmt.Sprintf("sk-%d", (i+g)%64)
-				if id, ok := s.Lookup(k); ok && id.KeyID != k {
-					t.Errorf("Lookup(%s) = %+v: another key's identity", k, id)
-					return
-				}
-			}
-		}()
-	}
-	for i := range 2000 {
-		k := fmt.Sprintf("sk-%d", i%64)
-		if i%3 == 0 {
-			s.Delete(config.HashKey(k))
-		} else {
-			s.Set(config.HashKey(k), httpadmit.Identity{Tenant: "t", KeyID: k})
+	for key, tenant := range map[string]string{"sk-a": "a", "sk-b": "b"} {
+		if id, ok := first.Lookup(key); !ok || id.Tenant != tenant || first.Len() != 2 {
+			t.Errorf("the first set after the changes: Lookup(%s) = %q, %v, Len %d; want %q, true, 2 (a set never changes)", key, id.Tenant, ok, first.Len(), tenant)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	if _, ok := zero.Lookup("sk-d"); ok {
+		t.Error("the zero set knows the key a set made from it added")
+	}
 }
 
 // TestKeyLookupSurvivesApply: the middleware's key lookup stays when a
@@ -91,9 +72,8 @@ func TestKeyLookupSurvivesApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var keys httpadmit.KeySet
-	keys.Set(config.HashKey("sk-live"), httpadmit.Identity{Tenant: "acme", KeyID: "k1"})
-	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(&keys))...)
+	keys := httpadmit.KeyTable{config.HashKey("sk-live"): {Tenant: "acme", KeyID: "k1"}}
+	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(keys))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +93,9 @@ func TestKeyLookupSurvivesApply(t *testing.T) {
 	if got := call(); got != http.StatusOK {
 		t.Fatalf("after Apply: status = %d; want 200", got)
 	}
-	keys.Delete(config.HashKey("sk-live"))
+	delete(keys, config.HashKey("sk-live"))
 	if got := call(); got != http.StatusUnauthorized {
-		t.Fatalf("after Delete: status = %d; want 401", got)
+		t.Fatalf("after the key left the table: status = %d; want 401", got)
 	}
 }
 
@@ -129,8 +109,7 @@ func BenchmarkKeyLookup(b *testing.B) {
 	for i := range n {
 		table[config.HashKey(fmt.Sprintf("sk-bench-%08d-0123456789abcdef0123", i))] = httpadmit.Identity{Tenant: fmt.Sprintf("t%d", i/2)}
 	}
-	var set httpadmit.KeySet
-	set.Replace(table)
+	set := httpadmit.NewKeySet(table)
 	keys := make([]string, 1024)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("sk-bench-%08d-0123456789abcdef0123", i*191)
@@ -138,7 +117,7 @@ func BenchmarkKeyLookup(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		l    httpadmit.KeyLookup
-	}{{"file", table}, {"set", &set}} {
+	}{{"file", table}, {"set", set}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			cpu := cpuTime()
@@ -151,5 +130,33 @@ func BenchmarkKeyLookup(b *testing.B) {
 			}
 			reportCPU(b, cpu)
 		})
+	}
+}
+
+// TestIdentityReachesTheHandler: the handler behind the middleware reads
+// the identity the request was admitted as, the API key's, from its
+// context.
+func TestIdentityReachesTheHandler(t *testing.T) {
+	f, err := config.Parse("keys.yaml", []byte("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 100, per: 1m}\nidentity: {anonymous: deny}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := admission.New(f.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := httpadmit.KeyTable{config.HashKey("sk-live"): {Tenant: "acme", KeyID: "k1", User: "u"}}
+	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(keys))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got httpadmit.Identity
+	var ok bool
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, ok = httpadmit.IdentityFrom(r.Context()) }))
+	r := httptest.NewRequest(http.MethodGet, "/x", nil)
+	r.Header.Set("Authorization", "Bearer sk-live")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if want := (httpadmit.Identity{Tenant: "acme", KeyID: "k1", User: "u"}); !ok || got != want {
+		t.Errorf("IdentityFrom in the handler = %+v, %v; want %+v, true", got, ok, want)
 	}
 }

@@ -17,8 +17,8 @@
 // (WithMaxBody, 1 MiB by default) and in time (WithBodyTimeout, a minute
 // by default), and a refusal is answered at once with the connection
 // closed rather than the body drained. Estimates from a WithRequest
-// function are checked (BoundCost): negative is a 400 (problem type
-// ProblemInvalidCost), above limits.MaxAmount saturated. Admitted
+// function are checked (boundCost): negative is a 400 (problem type
+// problemInvalidCost), above limits.MaxAmount saturated. Admitted
 // responses carry the same limit headers; the ticket is settled when the
 // handler returns, panics or gives up on a departed client.
 //
@@ -50,7 +50,7 @@
 //     policy's retry hint (Policy.RetryHint, 1 s by default) once it is at
 //     capacity: "r=0;t=0", which reads "retry now", is never written.
 //   - X-RateLimit-Limit, -Remaining and -Reset are q, r and t of one
-//     policy, always the same one for the three (see Tightest): the one
+//     policy, always the same one for the three: the one
 //     with the least room left as a fraction of its limit; a concurrency
 //     limit only once it is at capacity, or when it is the only one; equal
 //     fractions go to the longer reset. A rejection carries the refusing
@@ -86,12 +86,27 @@
 // Content-Length removed, and an HTTP/1.0 request's Transfer-Encoding is
 // removed and ignored, so a handler cannot tell either from a clean
 // request, and the connection stays open for whatever follows the body.
-// CloseSuspectFraming closes it after the answer, on every request the
+// The middleware closes it after the answer, on every request the
 // middleware sees and, with StrictFraming, on every request of a server.
 //
-// The header, problem and identity functions are exported so that
-// gateways answering in another shape (the OpenAI-style LLM proxy) reuse
-// them.
+// # Problem types
+//
+// Every answer the middleware writes itself is problem+json with a type
+// that is stable, so that a client may switch on it:
+// urn:sluice:problem:<reason> for a rejection (rate-limited,
+// concurrency-limited, queue-full, queue-timeout, quota-exceeded,
+// store-unavailable, overloaded; rejected otherwise), and
+// urn:sluice:problem:unauthenticated
+// (401), body-too-large (413), body-timeout (408), invalid-cost and
+// bad-request (400), unavailable (503).
+//
+// # One snapshot per request
+//
+// The middleware decides each request by one Snapshot: the policy set,
+// identity settings, key set and settings of one configuration, read once
+// when the request arrives (see Snapshot). The header rendering it shares
+// with the LLM gateway and the Envoy service lives in
+// internal/limitheaders, the body deadline in internal/bodywatch.
 package httpadmit
 
 import (
@@ -101,7 +116,6 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,12 +124,24 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/bodywatch"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
-// An Option configures a Middleware.
-type Option func(*options)
+// An Option sets one setting of a Middleware's Snapshot.
+type Option func(*Snapshot)
 
-type options struct {
+// A Snapshot is everything a Middleware decides a request with, derived
+// from one configuration: the controller's policy set
+// (admission.PolicySet), the identity settings with their key table, and
+// the HTTP settings. It is immutable; a reload, or a tenant directory's
+// change of one tenant or one key, makes another (Compile, WithTenant,
+// WithKey), installed whole by one atomic swap (Install). Each request
+// reads the snapshot once, when the middleware sees it, and is
+// identified, admitted, answered and settled by it alone: never by the
+// policies of one file and the key table of another.
+type Snapshot struct {
+	policies     *admission.PolicySet // nil: the controller's own
 	identity     IdentityConfig
 	keyLookup    KeyLookup // WithKeyLookup's, kept over Apply
 	exempt       []string
@@ -141,7 +167,7 @@ type options struct {
 // The default admits every caller as the anonymous tenant, with the TCP
 // peer as its address.
 func WithIdentityConfig(ic IdentityConfig) Option {
-	return func(o *options) { o.identity = ic }
+	return func(o *Snapshot) { o.identity = ic }
 }
 
 // WithKeyLookup makes l the table API keys are looked up in, instead of
@@ -149,73 +175,73 @@ func WithIdentityConfig(ic IdentityConfig) Option {
 // Unlike the identity config, which Apply replaces with a reloaded file's,
 // it stays for the middleware's life.
 func WithKeyLookup(l KeyLookup) Option {
-	return func(o *options) { o.keyLookup = l }
+	return func(o *Snapshot) { o.keyLookup = l }
 }
 
 // WithExempt lists paths that are never limited: exact paths, or prefixes
 // written with a trailing "/*". The default is /healthz, /readyz, /livez
 // and /metrics; WithExempt replaces it.
 func WithExempt(paths ...string) Option {
-	return func(o *options) { o.exempt = append([]string(nil), paths...) }
+	return func(o *Snapshot) { o.exempt = append([]string(nil), paths...) }
 }
 
 // WithSkipper sets a function that exempts a request when it returns true.
-func WithSkipper(f func(*http.Request) bool) Option { return func(o *options) { o.skipper = f } }
+func WithSkipper(f func(*http.Request) bool) Option { return func(o *Snapshot) { o.skipper = f } }
 
 // WithMaxBody refuses bodies larger than n bytes with 413, before anything
 // reads them: a declared Content-Length over the limit is refused at once,
-// and the body is wrapped in http.MaxBytesReader. The default is
-// DefaultMaxBody; 0 means no limit.
-func WithMaxBody(n int64) Option { return func(o *options) { o.maxBody = n } }
+// and the body is wrapped in http.MaxBytesReader. The default is 1 MiB;
+// 0 means no limit.
+func WithMaxBody(n int64) Option { return func(o *Snapshot) { o.maxBody = n } }
 
 // WithBodyTimeout bounds the time a client takes to send its request
-// body, from when the middleware sees the request (see WatchBody): a
+// body, from when the middleware sees the request: a
 // slower client gets 408 if the body is read before admission (by the
 // WithRequest function), read errors in the handler otherwise. The
-// default is DefaultBodyTimeout; 0 means no limit.
-func WithBodyTimeout(d time.Duration) Option { return func(o *options) { o.bodyTimeout = d } }
+// default is a minute; 0 means no limit.
+func WithBodyTimeout(d time.Duration) Option { return func(o *Snapshot) { o.bodyTimeout = d } }
 
 // Defaults of the body options.
 const (
-	// DefaultMaxBody is the body limit of a middleware without WithMaxBody.
-	DefaultMaxBody = config.DefaultMaxBody
-	// DefaultBodyTimeout is the body timeout of a middleware without
+	// defaultMaxBody is the body limit of a middleware without WithMaxBody.
+	defaultMaxBody = config.DefaultMaxBody
+	// defaultBodyTimeout is the body timeout of a middleware without
 	// WithBodyTimeout.
-	DefaultBodyTimeout = config.DefaultBodyTimeout
+	defaultBodyTimeout = config.DefaultBodyTimeout
 )
 
 // WithQuotaStatus sets the status of an exhausted quota: 403 (the default)
 // or 429.
-func WithQuotaStatus(code int) Option { return func(o *options) { o.quotaStatus = code } }
+func WithQuotaStatus(code int) Option { return func(o *Snapshot) { o.quotaStatus = code } }
 
 // WithShadowHeader adds, on admitted responses, the Sluice-Would-Reject
 // header naming the shadow policies that would have rejected the request.
 // Off by default: it tells callers about limits not yet enforced.
-func WithShadowHeader(on bool) Option { return func(o *options) { o.shadowHeader = on } }
+func WithShadowHeader(on bool) Option { return func(o *Snapshot) { o.shadowHeader = on } }
 
 // WithOperation sets the function naming a request's operation, replacing
 // the route-pattern default.
 func WithOperation(f func(*http.Request) string) Option {
-	return func(o *options) { o.operation = f }
+	return func(o *Snapshot) { o.operation = f }
 }
 
 // WithRoutes names operations after the pattern mux would route the
 // request to, for a middleware wrapped around the whole mux (where
 // Request.Pattern is not yet set). A request that matches no route has the
 // empty operation, which only unrestricted policies match.
-func WithRoutes(mux *http.ServeMux) Option { return func(o *options) { o.mux = mux } }
+func WithRoutes(mux *http.ServeMux) Option { return func(o *Snapshot) { o.mux = mux } }
 
 // WithRequest sets a function that completes the admission request before
 // it is evaluated: the model, the estimated tokens or cost, the priority.
 // An error it returns answers 400 with its text, so it must not reveal
 // internals.
 func WithRequest(f func(*http.Request, *admission.Request) error) Option {
-	return func(o *options) { o.enrich = f }
+	return func(o *Snapshot) { o.enrich = f }
 }
 
 // WithoutQueueing rejects at once requests that would have to wait in a
 // policy's queue (Controller.TryAdmit).
-func WithoutQueueing() Option { return func(o *options) { o.noWait = true } }
+func WithoutQueueing() Option { return func(o *Snapshot) { o.noWait = true } }
 
 // WithRequestLog has the middleware report every request the policies
 // decided, once its fate is known: a refused one at once, an admitted one
@@ -225,17 +251,17 @@ func WithoutQueueing() Option { return func(o *options) { o.noWait = true } }
 // (WithTicketInContext) knows more than the middleware. Pass a
 // requestlog.Writer's Log to write the request log admitctl replay reads.
 func WithRequestLog(log func(r *admission.Request, arrived time.Time, actual admission.Usage, work time.Duration)) Option {
-	return func(o *options) { o.requestLog = log }
+	return func(o *Snapshot) { o.requestLog = log }
 }
 
 // WithTicketInContext places the ticket in the request context for the
 // handler (see TicketFrom), so it can Settle with the actual usage or
 // Charge while it streams. It costs two allocations per request.
-func WithTicketInContext() Option { return func(o *options) { o.ticketCtx = true } }
+func WithTicketInContext() Option { return func(o *Snapshot) { o.ticketCtx = true } }
 
 // WithLogger sets the logger of unexpected admission errors; the default
 // is slog.Default().
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *Snapshot) { o.logger = l } }
 
 // WithIdentity sets the function that identifies callers, for a service
 // with its own authentication (a session, a JWT, mTLS), like echo's
@@ -253,7 +279,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // allowance. An error answers 401, as an unknown API key does, without a
 // partition and without the error's text (see ErrUnauthenticated).
 func WithIdentity(f func(*http.Request) (Identity, error)) Option {
-	return func(o *options) { o.identify = f }
+	return func(o *Snapshot) { o.identify = f }
 }
 
 // WithRejectionHandler sets the function that answers a rejected request,
@@ -265,7 +291,7 @@ func WithIdentity(f func(*http.Request) (Identity, error)) Option {
 // default one (Middleware.WriteRejection): Retry-After, the limit
 // headers and problem+json. The function must not reveal internals.
 func WithRejectionHandler(f func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection)) Option {
-	return func(o *options) { o.onRejected = f }
+	return func(o *Snapshot) { o.onRejected = f }
 }
 
 // WithRetryAfterMs adds to rejections the precise wait beside
@@ -273,24 +299,27 @@ func WithRejectionHandler(f func(w http.ResponseWriter, r *http.Request, rej *ad
 // rounded up, as OpenAI-style clients read it) and the problem's
 // retry_after_ms member. A wait of 0.2 s then reads "Retry-After: 1" and
 // "Retry-After-Ms: 200". Off by default.
-func WithRetryAfterMs(on bool) Option { return func(o *options) { o.retryAfterMs = on } }
+func WithRetryAfterMs(on bool) Option { return func(o *Snapshot) { o.retryAfterMs = on } }
 
 // WithServerTiming sets whether an admitted response that waited in a
 // queue carries the wait in a Server-Timing entry ("queue;dur=1020", in
-// milliseconds; see SetQueueTiming), which browsers' developer tools and
+// milliseconds), which browsers' developer tools and
 // tracing agents show. On by default: the wait is the caller's own.
-func WithServerTiming(on bool) Option { return func(o *options) { o.serverTiming = on } }
+func WithServerTiming(on bool) Option { return func(o *Snapshot) { o.serverTiming = on } }
 
 // A Middleware admits HTTP requests through a Controller. It is safe for
 // concurrent use; a policy file's settings replace its own while it
 // serves (Apply), requests in flight finishing with those they started
 // with.
 type Middleware struct {
-	ctl   *admission.Controller
-	cur   atomic.Pointer[options]
-	epoch config.Epoch
-	ops   opCache
+	ctl *admission.Controller
+	cur atomic.Pointer[Snapshot]
+	mu  sync.Mutex // serialises installs and the changes built on the snapshot in force
+	ops opCache
 }
+
+// maxStatuses is the number of policy statuses read on the stack.
+const maxStatuses = 8
 
 // New returns a Middleware admitting requests through ctl.
 func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
@@ -298,10 +327,10 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 		return nil, errors.New("httpadmit: nil controller")
 	}
 	m := &Middleware{ctl: ctl}
-	o := &options{
+	o := &Snapshot{
 		exempt:       []string{"/healthz", "/readyz", "/livez", "/metrics"},
-		maxBody:      DefaultMaxBody,
-		bodyTimeout:  DefaultBodyTimeout,
+		maxBody:      defaultMaxBody,
+		bodyTimeout:  defaultBodyTimeout,
 		quotaStatus:  http.StatusForbidden,
 		logger:       slog.Default(),
 		serverTiming: true,
@@ -313,31 +342,129 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	return m, nil
 }
 
-// Apply installs a policy file, as a config.Subscriber: its policies and
-// plans in the controller and its http and identity sections
-// (FileOptions) in the middleware, as one step (config.Epoch): Decide
-// never lets a request be decided by the policies of one file and the key
-// table of another. A file the controller refuses changes nothing.
+// Apply installs a policy file, as a config.Subscriber: Compile, then
+// Install. A file that does not compile changes nothing.
 func (m *Middleware) Apply(f *config.File) error {
-	return m.epoch.Install(func(moves func()) error {
-		cur := m.cur.Load()
-		o := *cur
-		if err := build(&o, FileOptions(f)); err != nil {
-			return err
-		}
-		if !reflect.DeepEqual(o.identity, cur.identity) {
-			moves()
-		}
-		if err := m.ctl.SetConfig(f.Config); err != nil {
-			return err
-		}
-		m.cur.Store(&o)
-		return nil
-	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.Compile(f)
+	if err != nil {
+		return err
+	}
+	return m.install(s)
 }
 
+// Compile builds, without installing it, the snapshot of a policy file:
+// its policies and plans compiled by the controller, its http and
+// identity sections (FileOptions) over the middleware's own options.
+func (m *Middleware) Compile(f *config.File) (*Snapshot, error) {
+	s := *m.cur.Load()
+	if err := build(&s, FileOptions(f)); err != nil {
+		return nil, err
+	}
+	set, err := m.ctl.Compile(f.Config)
+	if err != nil {
+		return nil, err
+	}
+	s.policies = set
+	return &s, nil
+}
+
+// Install makes s, from Compile, WithTenant or WithKey, the snapshot
+// requests are decided with, in one atomic swap (its policy set becomes
+// the controller's too).
+func (m *Middleware) Install(s *Snapshot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.install(s)
+}
+
+// install is Install; m.mu is held.
+func (m *Middleware) install(s *Snapshot) error {
+	if s.policies != nil {
+		if err := m.ctl.Install(s.policies); err != nil {
+			return err
+		}
+	}
+	m.cur.Store(s)
+	return nil
+}
+
+// Snapshot returns the snapshot in force.
+func (m *Middleware) Snapshot() *Snapshot { return m.cur.Load() }
+
+// SetTenant installs the current snapshot with one tenant's plan and
+// overrides changed (Snapshot.WithTenant), for a tenant directory.
+func (m *Middleware) SetTenant(tenant string, tp *limits.TenantPlan) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.cur.Load().WithTenant(m.ctl, tenant, tp)
+	if err != nil {
+		return err
+	}
+	return m.install(s)
+}
+
+// SetKey installs the current snapshot with one API key added, replaced
+// or (id nil) revoked (Snapshot.WithKey), for a tenant directory.
+func (m *Middleware) SetKey(h config.KeyHash, id *Identity) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.cur.Load().WithKey(h, id)
+	if err != nil {
+		return err
+	}
+	return m.install(s)
+}
+
+// WithTenant returns s with one tenant's plan and overrides replaced (tp
+// nil removes the tenant), sharing everything else with s
+// (admission.PolicySet.WithTenant); ctl is the middleware's controller,
+// whose installed set a snapshot without a set of its own stands for.
+func (s *Snapshot) WithTenant(ctl *admission.Controller, tenant string, tp *limits.TenantPlan) (*Snapshot, error) {
+	set := s.policies
+	if set == nil {
+		var err error
+		if set, err = ctl.Compile(admission.Config{Policies: ctl.Policies()}); err != nil {
+			return nil, err
+		}
+	}
+	set, err := set.WithTenant(tenant, tp)
+	if err != nil {
+		return nil, err
+	}
+	next := *s
+	next.policies = set
+	return &next, nil
+}
+
+// WithKey returns s with one API key added or replaced (id nil revokes
+// it), copying one shard of its key set. A snapshot whose keys are
+// looked up elsewhere (WithKeyLookup) refuses.
+func (s *Snapshot) WithKey(h config.KeyHash, id *Identity) (*Snapshot, error) {
+	ks, ok := s.identity.KeySource.(*KeySet)
+	if !ok || s.keyLookup != nil {
+		return nil, errors.New("httpadmit: the API keys are looked up in the WithKeyLookup table")
+	}
+	next := *s
+	if id == nil {
+		next.identity.KeySource = ks.without(h)
+	} else {
+		next.identity.KeySource = ks.with(h, *id)
+	}
+	return &next, nil
+}
+
+// Policies returns the policy set of s: nil when s was not compiled from
+// a file (the controller's installed set decides).
+func (s *Snapshot) Policies() *admission.PolicySet { return s.policies }
+
+// Identity returns the identity settings of s; they must not be
+// modified.
+func (s *Snapshot) Identity() *IdentityConfig { return &s.identity }
+
 // build applies opts to o and checks the result.
-func build(o *options, opts []Option) error {
+func build(o *Snapshot, opts []Option) error {
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -357,15 +484,16 @@ func build(o *options, opts []Option) error {
 		o.logger = slog.Default()
 	}
 	o.identity = o.identity.normalize()
-	if o.keyLookup != nil {
+	switch {
+	case o.keyLookup != nil:
 		o.identity.KeySource = o.keyLookup
+	case o.identity.KeySource == nil:
+		// Looked up in a key set, which a directory changes one key at a
+		// time (WithKey); the table itself is no longer read.
+		o.identity.KeySource, o.identity.Keys = newKeySet(o.identity.Keys), nil
 	}
 	return nil
 }
-
-// IdentityConfig returns the identity settings in use; they must not be
-// modified.
-func (m *Middleware) IdentityConfig() *IdentityConfig { return &m.cur.Load().identity }
 
 // Handler returns next behind the middleware. Every request it sees
 // gets CloseSuspectFraming: one whose body a proxy in front could frame
@@ -381,18 +509,19 @@ type handler struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
-	CloseSuspectFraming(w.Header(), r)
-	if m.Exempt(r) {
+	o := m.cur.Load()
+	bodywatch.CloseSuspectFraming(w.Header(), r)
+	if o.Exempt(r) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
 	var arrived time.Time
-	log := m.cur.Load().requestLog
+	log := o.requestLog
 	if log != nil {
 		arrived = time.Now()
 	}
-	req, tk, err := m.decide(w, r)
-	body, _ := r.Body.(*Body)
+	req, tk, err := m.decide(o, w, r)
+	body, _ := r.Body.(*bodywatch.Body)
 	if body != nil {
 		// What the handler leaves of the body is not drained.
 		defer body.Abandon()
@@ -402,7 +531,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if log != nil && errors.As(err, &rej) {
 			logRequest(log, req, arrived, time.Time{})
 		}
-		m.WriteError(w, r, err)
+		o.WriteError(w, r, err)
 		return
 	}
 	// Settled when the handler returns, and also while a panic unwinds
@@ -412,10 +541,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer logRequest(log, req, arrived, time.Now())
 	}
 	defer tk.Done()
-	if m.cur.Load().ticketCtx {
-		r = r.WithContext(context.WithValue(r.Context(), ticketKey{}, tk))
+	// The identity the request was admitted as reaches the handler
+	// (IdentityFrom), which never identifies the caller again.
+	ctx := ContextWithIdentity(r.Context(), Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User})
+	if o.ticketCtx {
+		ctx = context.WithValue(ctx, ticketKey{}, tk)
 	}
-	h.next.ServeHTTP(w, r)
+	h.next.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // logRequest reports req to log (WithRequestLog): refused when admitted
@@ -443,8 +575,7 @@ func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
 // skipper says so. A path with dot or empty segments ("/healthz/../v1/x",
 // "/debug//x", encoded or not) is never exempt: routers disagree on what
 // it names.
-func (m *Middleware) Exempt(r *http.Request) bool {
-	o := m.cur.Load()
+func (o *Snapshot) Exempt(r *http.Request) bool {
 	if o.skipper != nil && o.skipper(r) {
 		return true
 	}
@@ -464,49 +595,42 @@ func (m *Middleware) Exempt(r *http.Request) bool {
 	return false
 }
 
-// Decide admits r, or says why not. On admission it sets the limit headers
-// (and the shadow header when enabled) on w and returns the ticket, which
-// the caller settles when the work ends. Otherwise it returns the reason
-// without writing anything: ErrBodyTooLarge, ErrBodyTimeout,
-// ErrUnknownKey, ErrNoCredentials, an error matching ErrUnauthenticated
-// (from the WithIdentity function) or admission.ErrInvalidCost, a
-// *admission.Rejection, the request context's error when the client went
-// away while queued, or another error when admission itself failed.
-// WriteError answers each of them.
-func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
-	_, tk, err := m.decide(w, r)
-	return tk, err
-}
-
-// decide is Decide, returning the request decided as well.
-func (m *Middleware) decide(w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
-	if err := m.LimitBody(w, r); err != nil {
+// decide admits r by the snapshot o, returning the request decided as
+// well.
+func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
+	if err := o.LimitBody(w, r); err != nil {
 		return admission.Request{}, admission.Ticket{}, err
 	}
-	return m.admitAs(w, r, nil, nil)
+	return m.admitAs(o, w, r, nil, nil)
 }
 
-// AdmitAs is Decide after LimitBody for an adapter that builds requests
-// itself (echoadmit): caller (nil: the middleware's own) returns r's
-// identity, address and operation under the settings in force, complete
-// (nil: the WithRequest function) adds the amounts, once; the decision is
-// one policy file's (Readmit).
-func (m *Middleware) AdmitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
-	_, tk, err := m.admitAs(w, r, caller, complete)
+// AdmitAs admits r, after s.LimitBody, for an adapter that builds
+// requests itself (echoadmit), by s, the snapshot it read when the
+// request arrived (Snapshot): caller (nil: the middleware's own) returns
+// r's identity, address and operation under s (an error of its own is
+// answered 401 and never shown, as WithIdentity's), complete (nil: the
+// WithRequest function) adds the amounts, once (its errors and amounts
+// checked as the WithRequest function's); the request is decided by the
+// policies of s.
+func (m *Middleware) AdmitAs(s *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
+	_, tk, err := m.admitAs(s, w, r, caller, complete)
 	return tk, err
 }
 
-// admitAs is AdmitAs, returning the request decided as well.
-func (m *Middleware) admitAs(w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Request, admission.Ticket, error) {
-	e := m.epoch.Stable()
-	o := m.cur.Load()
+// admitAs is AdmitAs by the snapshot o, returning the request decided as
+// well.
+func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Request, admission.Ticket, error) {
 	req, err := m.caller(o, r, caller)
 	switch {
 	case err != nil:
 		return req, admission.Ticket{}, err
 	case complete != nil:
-		c := req // escapes: declared here, so that Decide's request does not
-		err = complete(&c)
+		c := req // escapes: declared here, so that decide's request does not
+		if err = complete(&c); err != nil {
+			err = requestError(r, err)
+		} else {
+			err = boundCost(&c)
+		}
 		req = c
 	case o.enrich != nil:
 		req, err = enrich(o.enrich, r, req)
@@ -514,64 +638,15 @@ func (m *Middleware) admitAs(w http.ResponseWriter, r *http.Request, caller func
 	if err != nil {
 		return req, admission.Ticket{}, err
 	}
-	tk, err := m.Admit(w, r, req)
-	if m.epoch.Changed(e) {
-		again := func() (admission.Request, error) {
-			a, err := m.caller(m.cur.Load(), r, caller)
-			a.Model, a.Tokens, a.Cost, a.Units, a.Priority = req.Model, req.Tokens, req.Cost, req.Units, req.Priority
-			return a, err
-		}
-		req, tk, err = Readmit(&m.epoch, e, req, tk, err, again, func(req admission.Request) (admission.Ticket, error) { return m.Admit(w, r, req) })
-	}
-	return req, tk, err
-}
-
-// Readmit makes sure a request was decided by the policies and the
-// identities of one policy file. The decision tk, err of req, built after
-// ep.Stable returned e, stands while ep is unchanged, or when one file was
-// applied and again builds the same request from it. Else it is undone
-// (refunded: every unit, the request's count included, and permits given
-// back, so the request is counted once, by the decision that stands) and admit
-// decides the new request, checked in turn, the fourth time with installs
-// held off. It returns the request decided last.
-func Readmit(ep *config.Epoch, e uint64, req admission.Request, tk admission.Ticket, err error,
-	again func() (admission.Request, error), admit func(admission.Request) (admission.Ticket, error)) (admission.Request, admission.Ticket, error) {
-	for tries := 0; ep.Changed(e); tries++ { // the fourth admission holds installs off
-		next := ep.Stable()
-		a, aerr := again()
-		if aerr == nil && next == e+2 && !ep.Changed(next) && a.Tenant == req.Tenant && a.KeyID == req.KeyID &&
-			a.User == req.User && a.Addr == req.Addr && a.Operation == req.Operation && a.Tokens == req.Tokens && a.Cost == req.Cost &&
-			a.Priority == req.Priority {
-			break
-		}
-		if err == nil {
-			tk.Refund()
-		}
-		if aerr == nil && tries == 2 {
-			ep.Hold(func() {
-				if a, aerr = again(); aerr == nil {
-					tk, err = admit(a)
-				}
-			})
-		}
-		if aerr != nil {
-			return a, admission.Ticket{}, aerr
-		}
-		if tries == 2 {
-			return a, tk, err
-		}
-		e, req = next, a
-		tk, err = admit(req)
-	}
+	tk, err := m.admit(o, w, r, req)
 	return req, tk, err
 }
 
 // LimitBody applies the body limit and the body timeout to r before
 // anything reads its body: it returns ErrBodyTooLarge for a declared
 // length over the limit, and otherwise wraps the body in
-// http.MaxBytesReader and a Body (WatchBody).
-func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
-	o := m.cur.Load()
+// http.MaxBytesReader and a read deadline (internal/bodywatch).
+func (o *Snapshot) LimitBody(w http.ResponseWriter, r *http.Request) error {
 	if limit := o.maxBody; limit > 0 {
 		if r.ContentLength > limit {
 			return ErrBodyTooLarge
@@ -580,15 +655,12 @@ func (m *Middleware) LimitBody(w http.ResponseWriter, r *http.Request) error {
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
 	}
-	WatchBody(w, r, o.bodyTimeout)
+	bodywatch.WatchBody(w, r, o.bodyTimeout)
 	return nil
 }
 
-// Admit asks the controller to admit req on behalf of r (whose context
-// bounds any queue wait) and, when it is admitted, sets the limit headers
-// (and the shadow header when enabled) on w.
-func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
-	o := m.cur.Load()
+func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
+	req.Policies = o.policies
 	var tk admission.Ticket
 	var err error
 	if o.noWait {
@@ -599,27 +671,30 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission
 	if err != nil {
 		return tk, err
 	}
-	var stack [maxStatusesOnStack]admission.Status
-	sts := Enforced(tk.Statuses(stack[:0]))
+	var stack [maxStatuses]admission.Status
+	sts := limitheaders.Enforced(tk.Statuses(stack[:0]))
 	h := w.Header()
-	SetLimitHeaders(h, sts)
+	limitheaders.SetLimitHeaders(h, sts)
 	if o.serverTiming {
 		if d := tk.QueueWait(); d > 0 {
-			SetQueueTiming(h, d)
+			limitheaders.SetQueueTiming(h, d)
 		}
 	}
 	if o.shadowHeader {
-		var names [maxStatusesOnStack]string
-		SetWouldReject(h, tk.WouldReject(names[:0]))
+		var names [maxStatuses]string
+		limitheaders.SetWouldReject(h, tk.WouldReject(names[:0]))
 	}
 	return tk, nil
 }
 
-// Request returns the admission request for r: identity, client address
-// and operation, completed by the WithRequest function.
-func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
-	o := m.cur.Load()
+// Request returns the admission request for r under the snapshot o:
+// identity, client address and operation, completed by the WithRequest
+// function, naming the policy set of o (Request.Policies), so that a
+// handler admitting it itself decides it by the policies of the
+// snapshot that identified it.
+func (m *Middleware) Request(o *Snapshot, r *http.Request) (admission.Request, error) {
 	req, err := m.caller(o, r, nil)
+	req.Policies = o.policies
 	if err != nil || o.enrich == nil {
 		return req, err
 	}
@@ -628,11 +703,12 @@ func (m *Middleware) Request(r *http.Request) (admission.Request, error) {
 
 // caller returns fn(), or the identity, client address and operation of
 // r under o.
-func (m *Middleware) caller(o *options, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
+func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
 	if fn != nil {
-		return fn()
+		req, err := fn()
+		return req, unauthenticated(err)
 	}
-	id, err := identify(o, r)
+	id, err := o.Identify(r)
 	if err != nil {
 		return admission.Request{}, err
 	}
@@ -647,15 +723,13 @@ func (m *Middleware) caller(o *options, r *http.Request, fn func() (admission.Re
 // function's, else the IdentityConfig's (IdentityConfig.Identify). An
 // error of the function is returned wrapped so that it matches
 // ErrUnauthenticated.
-func (m *Middleware) Identify(r *http.Request) (Identity, error) { return identify(m.cur.Load(), r) }
-
-func identify(o *options, r *http.Request) (Identity, error) {
+func (o *Snapshot) Identify(r *http.Request) (Identity, error) {
 	if o.identify == nil {
 		return o.identity.Identify(r)
 	}
 	id, err := o.identify(r)
 	if err != nil {
-		return Identity{}, Unauthenticated(err)
+		return Identity{}, unauthenticated(err)
 	}
 	return id, nil
 }
@@ -663,24 +737,24 @@ func identify(o *options, r *http.Request) (Identity, error) {
 // enrich is apart from Request so that the admitted path without a
 // WithRequest function keeps its request on the stack. A body that was
 // too large or too slow for the function to read is told apart from the
-// function's own errors; the amounts are bounded by BoundCost.
+// function's own errors; the amounts are bounded by boundCost.
 func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, req admission.Request) (admission.Request, error) {
 	if err := f(r, &req); err != nil {
-		return req, RequestError(r, err)
+		return req, requestError(r, err)
 	}
-	return req, BoundCost(&req)
+	return req, boundCost(&req)
 }
 
-// RequestError classifies the error of a function that completes the
+// requestError classifies the error of a function that completes the
 // admission request of r (WithRequest, echo's Config.Request) for
 // WriteError: ErrBodyTimeout when it failed reading a body the client did
 // not send within the body timeout, ErrBodyTooLarge when the body was
 // over the limit, and otherwise err wrapped so that WriteError answers
 // 400 with its text (which must therefore not reveal internals). An
 // error matching admission.ErrInvalidCost is returned as is.
-func RequestError(r *http.Request, err error) error {
+func requestError(r *http.Request, err error) error {
 	var tooLarge *http.MaxBytesError
-	switch b, ok := r.Body.(*Body); {
+	switch b, ok := r.Body.(*bodywatch.Body); {
 	case ok && b.TimedOut():
 		return ErrBodyTimeout
 	case errors.As(err, &tooLarge):
@@ -691,15 +765,15 @@ func RequestError(r *http.Request, err error) error {
 	return &badRequest{err}
 }
 
-// errNegativeCost is BoundCost's error.
+// errNegativeCost is boundCost's error.
 var errNegativeCost = fmt.Errorf("%w: the request's estimated cost is negative", admission.ErrInvalidCost)
 
-// BoundCost checks the amounts of an estimate before admission: a
+// boundCost checks the amounts of an estimate before admission: a
 // negative Tokens, Cost or Units amount is an error matching
 // admission.ErrInvalidCost (WriteError answers 400), and an amount above
 // limits.MaxAmount is saturated to it: such a request is larger than
 // any limit, and refused as such (a decision) rather than as an error.
-func BoundCost(req *admission.Request) error {
+func boundCost(req *admission.Request) error {
 	if req.Tokens < 0 || req.Cost < 0 {
 		return errNegativeCost
 	}
@@ -718,22 +792,21 @@ type badRequest struct{ err error }
 func (e *badRequest) Error() string { return e.err.Error() }
 func (e *badRequest) Unwrap() error { return e.err }
 
-// WriteError answers a request Decide did not admit: 413 for
+// WriteError answers a request AdmitAs did not admit: 413 for
 // ErrBodyTooLarge, 408 for ErrBodyTimeout, 401 for ErrUnknownKey,
 // ErrNoCredentials and ErrUnauthenticated, the WithRejectionHandler
 // function or the rejection contract (WriteRejection) for a
 // *admission.Rejection, nothing when the client is gone, 400 for an
 // error matching admission.ErrInvalidCost (problem type
-// ProblemInvalidCost) or of the WithRequest function, and 503 for
+// problemInvalidCost) or of the WithRequest function, and 503 for
 // anything else (logged, never shown).
-func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	o := m.cur.Load()
+func (o *Snapshot) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var rej *admission.Rejection
 	var bad *badRequest
 	// A refusal is sent at once, and the connection closed rather than
 	// the rest of the body read first.
-	body, _ := r.Body.(*Body)
-	CloseUnread(w.Header(), r, body)
+	body, _ := r.Body.(*bodywatch.Body)
+	bodywatch.CloseUnread(w.Header(), r, body)
 	switch {
 	case errors.As(err, &rej):
 		if o.onRejected != nil {
@@ -750,24 +823,24 @@ func (m *Middleware) WriteError(w http.ResponseWriter, r *http.Request, err erro
 		case errors.Is(err, ErrUnauthenticated):
 			detail = "The request's credentials are not valid."
 		}
-		WriteProblem(w, &Problem{Type: ProblemUnauthenticated, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
+		writeProblem(w, &problem{Type: problemUnauthenticated, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
 	case errors.Is(err, ErrBodyTooLarge):
-		WriteProblem(w, &Problem{Type: ProblemBodyTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+		writeProblem(w, &problem{Type: problemBodyTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
 			Detail: "The request body is larger than this service accepts."})
 	case errors.Is(err, ErrBodyTimeout):
-		WriteProblem(w, &Problem{Type: ProblemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
+		writeProblem(w, &problem{Type: problemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
 			Detail: "The request body was not received in time."})
 	case errors.Is(err, admission.ErrInvalidCost):
-		WriteProblem(w, &Problem{Type: ProblemInvalidCost, Title: "Bad Request", Status: http.StatusBadRequest,
+		writeProblem(w, &problem{Type: problemInvalidCost, Title: "Bad Request", Status: http.StatusBadRequest,
 			Detail: "The request's estimated cost is negative or too large."})
 	case errors.As(err, &bad):
-		WriteProblem(w, &Problem{Type: ProblemTypeBase + "bad-request", Title: "Bad Request", Status: http.StatusBadRequest, Detail: bad.Error()})
+		writeProblem(w, &problem{Type: problemTypeBase + "bad-request", Title: "Bad Request", Status: http.StatusBadRequest, Detail: bad.Error()})
 	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client went away while queued: nobody reads an answer.
 	default:
 		o.logger.LogAttrs(r.Context(), slog.LevelError, "admission failed", slog.String("error", err.Error()))
 		w.Header()["Retry-After"] = []string{"1"}
-		WriteProblem(w, &Problem{Type: ProblemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+		writeProblem(w, &problem{Type: problemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "The request cannot be admitted right now."})
 	}
 }
@@ -779,21 +852,16 @@ func (m *Middleware) WriteRejection(w http.ResponseWriter, rej *admission.Reject
 	writeRejection(w, rej, m.cur.Load())
 }
 
-func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *options) {
-	p := RejectionProblem(rej, o.quotaStatus)
+func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *Snapshot) {
+	p := rejectionProblem(rej, o.quotaStatus)
 	if o.retryAfterMs && rej.RetryAfter != limits.Never {
-		SetRetryAfterMs(w.Header(), rej.RetryAfter)
-		p.RetryAfterMs = Millis(rej.RetryAfter)
+		limitheaders.SetRetryAfterMs(w.Header(), rej.RetryAfter)
+		p.RetryAfterMs = limitheaders.Millis(rej.RetryAfter)
 	}
 	writeRejectionProblem(w, rej, p)
 }
 
-// Operation returns the operation name of r: "METHOD route", the route
-// being the pattern that matched (Request.Pattern, or the WithRoutes mux's
-// match) without its method, else the URL path.
-func (m *Middleware) Operation(r *http.Request) string { return m.operation(m.cur.Load(), r) }
-
-func (m *Middleware) operation(o *options, r *http.Request) string {
+func (m *Middleware) operation(o *Snapshot, r *http.Request) string {
 	if o.operation != nil {
 		return o.operation(r)
 	}

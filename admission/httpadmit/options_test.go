@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // sessions stands for a service's own session store: the identity is
@@ -113,7 +114,7 @@ func TestWithRejectionHandler(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", fmt.Sprint(httpadmit.Seconds(rej.RetryAfter)))
+		w.Header().Set("Retry-After", fmt.Sprint(limitheaders.Seconds(rej.RetryAfter)))
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, `{"slow_down":%q,"remaining":%d}`, rej.Policy, rej.Status.Remaining)
 	}
@@ -189,7 +190,7 @@ func TestInvalidCost(t *testing.T) {
 		t.Fatalf("Admit(tokens > MaxAmount) = %v; want ErrInvalidCost", err)
 	}
 	rec := httptest.NewRecorder()
-	mw.WriteError(rec, r, err)
+	mw.Snapshot().WriteError(rec, r, err)
 	if rec.Code != 400 || !strings.Contains(rec.Body.String(), httpadmit.ProblemInvalidCost) {
 		t.Errorf("WriteError(ErrInvalidCost) = %d %s; want 400 %s", rec.Code, rec.Body, httpadmit.ProblemInvalidCost)
 	}

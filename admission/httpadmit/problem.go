@@ -8,63 +8,47 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
-// ProblemTypeBase starts every problem type URI. The types are stable: a
+// problemTypeBase starts every problem type URI. The types are stable: a
 // client may switch on them.
-const ProblemTypeBase = "urn:sluice:problem:"
+const problemTypeBase = "urn:sluice:problem:"
 
 // The problem types that are not rejections.
 const (
-	ProblemUnauthenticated = ProblemTypeBase + "unauthenticated"
-	ProblemBodyTooLarge    = ProblemTypeBase + "body-too-large"
-	ProblemBodyTimeout     = ProblemTypeBase + "body-timeout"
-	ProblemUnavailable     = ProblemTypeBase + "unavailable"
-	// ProblemInvalidCost: the request's estimated cost is outside what
+	problemUnauthenticated = problemTypeBase + "unauthenticated"
+	problemBodyTooLarge    = problemTypeBase + "body-too-large"
+	problemBodyTimeout     = problemTypeBase + "body-timeout"
+	problemUnavailable     = problemTypeBase + "unavailable"
+	// problemInvalidCost: the request's estimated cost is outside what
 	// the controller accepts (admission.ErrInvalidCost); answered 400.
-	ProblemInvalidCost = ProblemTypeBase + "invalid-cost"
+	problemInvalidCost = problemTypeBase + "invalid-cost"
 )
 
 var reasonTypes = [admission.NumReasons]string{
-	admission.ReasonNone:             ProblemTypeBase + "rejected",
-	admission.ReasonRate:             ProblemTypeBase + "rate-limited",
-	admission.ReasonQuota:            ProblemTypeBase + "quota-exceeded",
-	admission.ReasonConcurrency:      ProblemTypeBase + "concurrency-limited",
-	admission.ReasonQueueFull:        ProblemTypeBase + "queue-full",
-	admission.ReasonQueueTimeout:     ProblemTypeBase + "queue-timeout",
-	admission.ReasonStoreUnavailable: ProblemTypeBase + "store-unavailable",
-	admission.ReasonOverflow:         ProblemTypeBase + "overloaded",
+	admission.ReasonNone:             problemTypeBase + "rejected",
+	admission.ReasonRate:             problemTypeBase + "rate-limited",
+	admission.ReasonQuota:            problemTypeBase + "quota-exceeded",
+	admission.ReasonConcurrency:      problemTypeBase + "concurrency-limited",
+	admission.ReasonQueueFull:        problemTypeBase + "queue-full",
+	admission.ReasonQueueTimeout:     problemTypeBase + "queue-timeout",
+	admission.ReasonStoreUnavailable: problemTypeBase + "store-unavailable",
+	admission.ReasonOverflow:         problemTypeBase + "overloaded",
 }
 
-// ProblemType returns the stable problem type URI of a rejection reason,
+// problemType returns the stable problem type URI of a rejection reason,
 // for example "urn:sluice:problem:rate-limited".
-func ProblemType(r admission.Reason) string {
+func problemType(r admission.Reason) string {
 	if int(r) < len(reasonTypes) {
 		return reasonTypes[r]
 	}
 	return reasonTypes[admission.ReasonNone]
 }
 
-// StatusCode returns the HTTP status of a rejection: 429 for the caller's
-// own rate, concurrency and queue limits, quotaStatus (403 or 429; 0 means
-// 403) for an exhausted quota, 503 when the limit store is unavailable or
-// the partition table is full.
-func StatusCode(rej *admission.Rejection, quotaStatus int) int {
-	switch rej.Reason {
-	case admission.ReasonQuota:
-		if quotaStatus == 0 {
-			return http.StatusForbidden
-		}
-		return quotaStatus
-	case admission.ReasonStoreUnavailable, admission.ReasonOverflow:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusTooManyRequests
-}
-
-// Problem is an RFC 9457 problem details object with the extension
+// problem is an RFC 9457 problem details object with the extension
 // members the middleware adds.
-type Problem struct {
+type problem struct {
 	Type   string `json:"type"`             // stable URI per reason, e.g. urn:sluice:problem:rate-limited
 	Title  string `json:"title"`            // the status text
 	Status int    `json:"status"`           // the HTTP status
@@ -80,8 +64,8 @@ type Problem struct {
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
-// WriteProblem writes p as application/problem+json with status p.Status.
-func WriteProblem(w http.ResponseWriter, p *Problem) {
+// writeProblem writes p as application/problem+json with status p.Status.
+func writeProblem(w http.ResponseWriter, p *problem) {
 	body, _ := json.Marshal(p)
 	h := w.Header()
 	h["Content-Type"] = []string{"application/problem+json"}
@@ -91,16 +75,16 @@ func WriteProblem(w http.ResponseWriter, p *Problem) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// RejectionProblem returns the problem for a rejection. It names the
+// rejectionProblem returns the problem for a rejection. It names the
 // policy and the wait, and nothing else: no backend error, no other
 // tenant's figures.
-func RejectionProblem(rej *admission.Rejection, quotaStatus int) *Problem {
-	code := StatusCode(rej, quotaStatus)
-	p := &Problem{
-		Type: ProblemType(rej.Reason), Title: http.StatusText(code), Status: code,
+func rejectionProblem(rej *admission.Rejection, quotaStatus int) *problem {
+	code := limitheaders.StatusCode(rej, quotaStatus)
+	p := &problem{
+		Type: problemType(rej.Reason), Title: http.StatusText(code), Status: code,
 		Policy: rej.Policy, Reason: rej.Reason.String(),
 	}
-	wait := max(1, Seconds(rej.RetryAfter))
+	wait := max(1, limitheaders.Seconds(rej.RetryAfter))
 	switch rej.Reason {
 	case admission.ReasonRate:
 		p.Detail = fmt.Sprintf("Rate limit %q exceeded.", rej.Policy)
@@ -126,30 +110,23 @@ func RejectionProblem(rej *admission.Rejection, quotaStatus int) *Problem {
 	return p
 }
 
-// WriteRejection answers a rejected request: the status of StatusCode,
-// Retry-After, the limit headers of the refusing policy and a problem+json
-// body.
-func WriteRejection(w http.ResponseWriter, rej *admission.Rejection, quotaStatus int) {
-	writeRejectionProblem(w, rej, RejectionProblem(rej, quotaStatus))
-}
-
 // writeRejectionProblem writes the headers of rej and the problem p.
-func writeRejectionProblem(w http.ResponseWriter, rej *admission.Rejection, p *Problem) {
+func writeRejectionProblem(w http.ResponseWriter, rej *admission.Rejection, p *problem) {
 	h := w.Header()
-	SetRetryAfter(h, rej.RetryAfter)
+	limitheaders.SetRetryAfter(h, rej.RetryAfter)
 	// A store failure or a full partition table has no figures worth
 	// showing: they would describe the service, not the caller.
 	if rej.Status.Policy != "" && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow {
-		SetLimitHeaders(h, []admission.Status{rej.Status})
+		limitheaders.SetLimitHeaders(h, []admission.Status{rej.Status})
 	}
-	WriteProblem(w, p)
+	writeProblem(w, p)
 }
 
-// ErrBodyTooLarge is returned by Decide when the declared body is larger
+// ErrBodyTooLarge is returned by AdmitAs (after LimitBody) when the declared body is larger
 // than the limit, or when the WithRequest function failed reading a body
 // over it.
 var ErrBodyTooLarge = errors.New("request body too large")
 
-// ErrBodyTimeout is returned by Decide when the WithRequest function
+// ErrBodyTimeout is returned by AdmitAs when the WithRequest function
 // failed reading a body the client did not send within the body timeout.
 var ErrBodyTimeout = errors.New("request body not received in time")

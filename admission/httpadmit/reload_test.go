@@ -18,10 +18,10 @@ import (
 
 // TestApplyIsOneStep installs, between the identification of a request
 // and its admission, a file that moves the caller's key from tenant a to
-// tenant b: the request is decided as the new file identifies it, by the
-// new file's policies (b's limit, 200), never by the new policies for the
-// old tenant (a's new limit, 300). Another file that changes limits only
-// leaves the decision alone.
+// tenant b (b's limit 200, a's 300), or one that changes a's limit only
+// (300): the request is decided wholly by the file it arrived under (a's
+// limit, 100), never by the new policies for the old tenant (300), and
+// the next request wholly by the new file.
 func TestApplyIsOneStep(t *testing.T) {
 	file := func(owner string, aLimit int) *config.File {
 		t.Helper()
@@ -39,13 +39,14 @@ identity: {anonymous: deny}
 		return f
 	}
 	for _, tc := range []struct {
-		name string
-		next *config.File // installed while the request is between identity and admission
-		want int64        // the limit the request is decided with
+		name     string
+		next     *config.File // installed while the request is between identity and admission
+		want     int64        // the limit the request is decided with
+		wantNext int64        // the limit the next request is decided with
 	}{
-		{"the key moves to b", file("b", 300), 200},
-		{"a's limit changes", file("a", 300), 300},
-		{"nothing is installed", nil, 100},
+		{"the key moves to b", file("b", 300), 100, 200},
+		{"a's limit changes", file("a", 300), 100, 300},
+		{"nothing is installed", nil, 100, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			first := file("a", 100)
@@ -53,11 +54,21 @@ identity: {anonymous: deny}
 			if err != nil {
 				t.Fatal(err)
 			}
-			tk := decideDuring(t, ctl, first, tc.next)
+			mw, tk := decideDuring(t, ctl, first, tc.next)
 			defer tk.Done()
 			var buf [1]admission.Status
 			if sts := tk.Statuses(buf[:0]); len(sts) != 1 || sts[0].Limit != tc.want {
-				t.Errorf("decided with %+v; want limit %d", sts, tc.want)
+				t.Errorf("decided with %+v; want limit %d (the file it arrived under)", sts, tc.want)
+			}
+			r := httptest.NewRequest("GET", "/v1/items", nil)
+			r.Header.Set("Authorization", "Bearer "+keyNoisy)
+			next, err := mw.Decide(httptest.NewRecorder(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Done()
+			if sts := next.Statuses(buf[:0]); len(sts) != 1 || sts[0].Limit != tc.wantNext {
+				t.Errorf("next request decided with %+v; want limit %d (the file installed)", sts, tc.wantNext)
 			}
 		})
 	}
@@ -65,8 +76,9 @@ identity: {anonymous: deny}
 
 // decideDuring decides a request with keyNoisy through a middleware over
 // ctl built from first, which installs next (when not nil) between the
-// request's identification and its admission.
-func decideDuring(t *testing.T, ctl *admission.Controller, first, next *config.File) admission.Ticket {
+// request's identification and its admission; the WithRequest function
+// installs it again on later requests.
+func decideDuring(t *testing.T, ctl *admission.Controller, first, next *config.File) (*httpadmit.Middleware, admission.Ticket) {
 	t.Helper()
 	var mw *httpadmit.Middleware
 	mid := func(*http.Request, *admission.Request) error {
@@ -79,13 +91,16 @@ func decideDuring(t *testing.T, ctl *admission.Controller, first, next *config.F
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := mw.Apply(first); err != nil {
+		t.Fatal(err)
+	}
 	r := httptest.NewRequest("GET", "/v1/items", nil)
 	r.Header.Set("Authorization", "Bearer "+keyNoisy)
 	tk, err := mw.Decide(httptest.NewRecorder(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tk
+	return mw, tk
 }
 
 func keysIf(owner bool) string {
@@ -95,41 +110,11 @@ func keysIf(owner bool) string {
 	return ", api_keys: [" + config.HashKey(keyNoisy).String() + "]"
 }
 
-// TestReadmitWhenTheClassMoves: a file installed while a request was being
-// decided that gives it another priority class (and nothing else) makes it
-// decided again, with the new class.
-func TestReadmitWhenTheClassMoves(t *testing.T) {
-	var ep config.Epoch
-	e := ep.Stable()
-	if err := ep.Install(func(moves func()) error { moves(); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	first := admission.Request{Tenant: "a", Operation: "POST /v1/chat/completions", Priority: 10}
-	var admitted []int
-	admit := func(r admission.Request) (admission.Ticket, error) {
-		admitted = append(admitted, r.Priority)
-		return admission.Ticket{}, nil
-	}
-	again := func() (admission.Request, error) {
-		r := first
-		r.Priority = 1 // the new file puts the key in the batch class
-		return r, nil
-	}
-	req, _, err := httpadmit.Readmit(&ep, e, first, admission.Ticket{}, nil, again, admit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if req.Priority != 1 || len(admitted) != 1 || admitted[0] != 1 {
-		t.Errorf("decided as priority %d after admissions with %v; want one more admission, with priority 1", req.Priority, admitted)
-	}
-}
-
-// TestReadmitCountsTheRequestOnce: a file installed while a request is
+// TestReloadCountsTheRequestOnce: a file installed while a request is
 // decided moves its key from tenant a to tenant b, with a limit of one
-// request an hour per tenant: the request is decided again, for b, and
-// the decision undone gives a's request count back, so a's hour is still
-// unused and b's is used once.
-func TestReadmitCountsTheRequestOnce(t *testing.T) {
+// request an hour per tenant: the request is decided once, for a (the
+// file it arrived under), so a's hour is used and b's is not.
+func TestReloadCountsTheRequestOnce(t *testing.T) {
 	file := func(owner string) *config.File {
 		t.Helper()
 		f, err := config.Parse("moving.yaml", []byte(`
@@ -150,15 +135,15 @@ identity: {anonymous: deny}
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := decideDuring(t, ctl, first, next)
+	_, tk := decideDuring(t, ctl, first, next)
 	tk.Done()
 	ctx := context.Background()
-	if tk, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "a"}); err != nil {
-		t.Errorf("a's first request of the hour after the readmission: %v; want admitted (the undone decision gave its count back)", err)
+	if tk, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "b"}); err != nil {
+		t.Errorf("b's first request of the hour: %v; want admitted (the request counted for a only)", err)
 	} else {
 		tk.Done()
 	}
-	if _, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "b"}); !errors.Is(err, admission.ErrRateLimited) {
-		t.Errorf("b's second request of the hour: %v; want ErrRateLimited (the readmission counted once, for b)", err)
+	if _, err := ctl.TryAdmit(ctx, admission.Request{Tenant: "a"}); !errors.Is(err, admission.ErrRateLimited) {
+		t.Errorf("a's second request of the hour: %v; want ErrRateLimited (the request counted once, for a)", err)
 	}
 }

@@ -113,7 +113,7 @@ func TestRejectedRequestSpanOverOTLP(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ctl.Close() })
 	mw, err := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
-		Keys: httpadmit.KeyTable{config.HashKey("sk-acme"): {Tenant: "acme"}},
+		Keys: map[config.KeyHash]httpadmit.Identity{config.HashKey("sk-acme"): {Tenant: "acme"}},
 	}))
 	if err != nil {
 		t.Fatal(err)

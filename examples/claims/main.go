@@ -201,7 +201,7 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	api := &api{claims: newStore(clock), identity: s.mw.IdentityConfig, exportHold: o.exportHold}
+	api := &api{claims: newStore(clock), identity: func() *httpadmit.IdentityConfig { return s.mw.Snapshot().Identity() }, exportHold: o.exportHold}
 	api.register(mux)
 	h, ml, err := f.Metrics.Expose(scrape, s.mw.Handler(mux))
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 )
 
 // tenantDirectory is the tenant directory of a policy file with
@@ -24,13 +23,13 @@ type tenantDirectory struct {
 
 // openDirectory loads the directory the file names into the gateway (its
 // controller and keys) and follows its changes.
-func openDirectory(s *server, keys *httpadmit.KeySet, meter metric.Meter) (*tenantDirectory, error) {
+func openDirectory(s *server, meter metric.Meter) (*tenantDirectory, error) {
 	d := s.file.Directory
 	dsn := os.Getenv(d.DSNEnv)
 	if dsn == "" {
 		return nil, fmt.Errorf("%s: directory.source is postgres: set %s to the database's connection string", s.file.Source, d.DSNEnv)
 	}
-	dir, err := directory.New(directory.Config{Next: s.gw, Controller: s.ctl, Keys: keys, Source: "postgres", Logger: s.log})
+	dir, err := directory.New(directory.Config{Next: s.gw, Source: "postgres", Logger: s.log})
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,6 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -311,20 +310,16 @@ func start(o options) (_ *server, err error) {
 			return nil, err
 		}
 	}
-	var keys *httpadmit.KeySet
-	if s.file.Directory.Source == config.DirectoryPostgres {
-		keys = new(httpadmit.KeySet)
-		gc.Keys = keys
-	}
 	s.gw, err = gateway.New(gc)
 	if err != nil {
 		return nil, err
 	}
 	// A reload reaches the gateway, which installs it whole, or the tenant
-	// directory, which installs it with its tenants.
+	// directory, which installs it with its tenants and keys (and each
+	// change of one of them) into the gateway's state.
 	var sub config.Subscriber = s.gw
-	if keys != nil {
-		if s.dir, err = openDirectory(s, keys, gc.Meter); err != nil {
+	if s.file.Directory.Source == config.DirectoryPostgres {
+		if s.dir, err = openDirectory(s, gc.Meter); err != nil {
 			return nil, err
 		}
 		sub = s.dir.dir

@@ -42,9 +42,8 @@ func Example() {
 directory: {source: postgres}
 `))
 	ctl, _ := admission.New(f.Config)
-	keys := new(httpadmit.KeySet)
-	mw, _ := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(keys))...)
-	dir, _ := directory.New(directory.Config{Next: mw, Controller: ctl, Keys: keys, Source: "postgres"})
+	mw, _ := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
+	dir, _ := directory.New(directory.Config{Next: mw, Source: "postgres"})
 	_ = dir.Apply(f)
 	fol, err := pgdir.Open(ctx, dsn, dir, pgdir.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -52,8 +51,9 @@ directory: {source: postgres}
 	}
 	defer fol.Close()
 
-	caller, _ := keys.Lookup(key)
-	tk, _ := ctl.TryAdmit(ctx, admission.Request{Tenant: caller.Tenant, KeyID: caller.KeyID})
+	snap := mw.Snapshot() // one snapshot: the key and the limits of one directory version
+	caller, _ := snap.Identity().KeySource.Lookup(key)
+	tk, _ := ctl.TryAdmit(ctx, admission.Request{Tenant: caller.Tenant, KeyID: caller.KeyID, Policies: snap.Policies()})
 	fmt.Println(caller.Tenant, "limit:", tk.Statuses(nil)[0].Limit)
 	tk.Done()
 	// Output:

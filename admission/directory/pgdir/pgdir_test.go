@@ -75,15 +75,14 @@ func newReplica(t testing.TB, dsn string, opts pgdir.Options) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := new(httpadmit.KeySet)
-	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(keys))...)
+	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	dir, err := directory.New(directory.Config{Next: mw, Controller: ctl, Keys: keys, Source: "postgres", Logger: opts.Logger})
+	dir, err := directory.New(directory.Config{Next: mw, Source: "postgres", Logger: opts.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +436,7 @@ func TestOutageAndSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := directory.New(directory.Config{Next: mw, Controller: ctl})
+	dir, err := directory.New(directory.Config{Next: mw})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -640,7 +640,7 @@ func (b *batches) retrieve(ctx context.Context, id string) ([]byte, error) {
 	if !ValidObjectID(id) {
 		return nil, errNotForwarded
 	}
-	resp, err := b.g.batchCall(ctx, nil, http.MethodGet, "/batches/"+id, nil, "", 0)
+	resp, err := b.g.batchCall(ctx, nil, nil, http.MethodGet, "/batches/"+id, nil, "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -657,7 +657,7 @@ func (b *batches) retrieve(ctx context.Context, id string) ([]byte, error) {
 // as a reservation, and created upstream.
 func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	b := g.batches
-	_, st, req, ok := g.batchCaller(c, maxBatchCreate)
+	st, req, ok := g.batchCaller(c, maxBatchCreate)
 	if !ok {
 		return nil
 	}
@@ -699,7 +699,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	if st.cost {
 		price, _, ok := st.prices.Resolve(sum.model)
 		if !ok {
-			g.refused(c, errNotPriced)
+			g.refused(c, st, errNotPriced)
 			return nil
 		}
 		rec.price, rec.priced = price.Batch(), true
@@ -734,7 +734,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 					" per period) and can never be admitted: split it into smaller batches.")
 			return nil
 		}
-		g.refused(c, err)
+		g.refused(c, st, err)
 		return nil
 	}
 	rec.tk, rec.req, rec.arrived, rec.admitted = tk, req, arrived, g.now()
@@ -751,7 +751,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		b.end("unwatchable")
 		g.log.Error("llmproxy: a batch creation's outcome is unknown; its reservation is kept at the estimate")
 	}
-	resp, err := g.batchCall(uctx, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
+	resp, err := g.batchCall(uctx, st, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
 	if err != nil {
 		if neverSent(err) {
 			rec.refund(g)
@@ -801,7 +801,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 // never reaches the upstream.
 func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 	b := g.batches
-	e, st := g.epoch.Stable(), g.state.Load()
+	st := g.state.Load()
 	isBatch := rt.path == OpBatch || rt.path == OpBatchCancel
 	what, code, param, owns := "file", "file_not_found", "file_id", b.ownsFile
 	if isBatch {
@@ -823,7 +823,7 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 			"No "+what+" "+id+" for your account: the gateway serves the batches created through it, their input files and their results.")
 		return nil
 	}
-	_, finish, ok := g.admitRequest(c, e, st, req)
+	_, finish, ok := g.admitRequest(c, st, req)
 	if !ok {
 		return nil
 	}
@@ -839,7 +839,7 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 	}
 	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer ucancel()
-	resp, err := g.batchCall(uctx, r, r.Method, path, nil, "", 0)
+	resp, err := g.batchCall(uctx, st, r, r.Method, path, nil, "", 0)
 	if err != nil {
 		g.upstreamFailed(c, ctx, err)
 		return nil
@@ -868,35 +868,32 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 
 // batchCaller identifies the caller of a Batch API route and refuses a
 // body declared over limit, before anything is admitted or read.
-func (g *Gateway) batchCaller(c echo.Context, limit int64) (e uint64, st *state, req admission.Request, ok bool) {
-	e, st = g.epoch.Stable(), g.state.Load()
+func (g *Gateway) batchCaller(c echo.Context, limit int64) (st *state, req admission.Request, ok bool) {
+	st = g.state.Load()
 	if req, ok = g.identify(c, st); !ok {
-		return e, st, req, false
+		return st, req, false
 	}
 	if c.Request().ContentLength > limit {
 		g.tooLarge(c, limit)
-		return e, st, req, false
+		return st, req, false
 	}
-	return e, st, req, true
+	return st, req, true
 }
 
 // admitRequest admits a request limited by requests only (its amounts
-// are not read from its body), decided again when a reload overlapped
+// are not read from its body) by the policy set of st, which identified
 // it, and answers a refusal itself. It returns the ticket, for reading
 // its statuses, and finish, which the caller calls once the
 // request has ended: it settles the ticket and writes the request to the
 // request log, as a refusal is.
-func (g *Gateway) admitRequest(c echo.Context, e uint64, st *state, req admission.Request) (tk admission.Ticket, finish func(), ok bool) {
+func (g *Gateway) admitRequest(c echo.Context, st *state, req admission.Request) (tk admission.Ticket, finish func(), ok bool) {
 	arrived := g.now()
 	actx, cancel := g.admissionContext(c)
 	defer cancel()
 	tk, err := g.cfg.Controller.Admit(actx, req)
-	if g.epoch.Changed(e) {
-		st, req, tk, err = g.readmit(actx, c.Request(), e, st, req, tk, err, nil)
-	}
 	if err != nil {
 		g.logRefused(&req, arrived, err)
-		g.refused(c, err)
+		g.refused(c, st, err)
 		return tk, nil, false
 	}
 	g.admitted(c.Response(), st, tk)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/internal/bodywatch"
 )
 
 // clientWriteChunk is the most written to a client under one deadline: a
@@ -20,14 +20,14 @@ const clientWriteChunk = 64 << 10
 // Config.ClientWriteTimeout. An answer written before the body was read
 // in full (a refusal) closes the connection instead of draining the rest
 // of the body, and so does the answer to a request whose framing a proxy
-// in front could read differently (httpadmit.CloseSuspectFraming: a
+// in front could read differently (bodywatch.CloseSuspectFraming: a
 // chunked body, HTTP/1.0), so nothing after its body is served.
 func (g *Gateway) deadlines(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		res, r := c.Response(), c.Request()
-		httpadmit.CloseSuspectFraming(res.Header(), r)
+		bodywatch.CloseSuspectFraming(res.Header(), r)
 		cw := &clientWriter{ResponseWriter: res.Writer, rc: http.NewResponseController(res.Writer), timeout: g.cfg.ClientWriteTimeout, r: r}
-		cw.body = httpadmit.WatchBody(res.Writer, r, g.cfg.BodyReadTimeout)
+		cw.body = bodywatch.WatchBody(res.Writer, r, g.cfg.BodyReadTimeout)
 		res.Writer = cw
 		// Armed now for what net/http writes by itself (100 Continue),
 		// and again at the end for what it writes after the handler.
@@ -57,7 +57,7 @@ type clientWriter struct {
 	// deadline is the write deadline set last.
 	deadline time.Time
 	r        *http.Request
-	body     *httpadmit.Body // nil for a request without a body
+	body     *bodywatch.Body // nil for a request without a body
 	// watched is set while a stream's writes are bounded by the
 	// gateway's streamWatch instead of the connection's deadline.
 	watched bool
@@ -103,7 +103,7 @@ const deadlineSlack = 8
 // client's pace.
 func (w *clientWriter) WriteHeader(code int) {
 	if code >= 200 {
-		httpadmit.CloseUnread(w.Header(), w.r, w.body)
+		bodywatch.CloseUnread(w.Header(), w.r, w.body)
 	}
 	w.arm()
 	w.ResponseWriter.WriteHeader(code)

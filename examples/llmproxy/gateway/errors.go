@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // errorBody returns {"error":{"message","type","param","code"}}, the OpenAI
@@ -84,7 +84,7 @@ func rejectionCode(rej *admission.Rejection) string {
 // when the shared upstream capacity or the limit store is the problem.
 func (st *state) rejectionShape(rej *admission.Rejection) (status int, typ, code string) {
 	code = rejectionCode(rej)
-	status = httpadmit.StatusCode(rej, st.quota)
+	status = limitheaders.StatusCode(rej, st.quota)
 	switch rej.Reason {
 	case admission.ReasonRate, admission.ReasonOverflow:
 		typ = string(rej.Status.Unit)
@@ -130,13 +130,13 @@ func rejectionMessage(rej *admission.Rejection) string {
 		what = "The rate limiter is unavailable."
 	default:
 		what = fmt.Sprintf("Rate limit reached on %s per %s (policy %s): limit %d, remaining %d.",
-			unitPhrase(s), httpadmit.FormatReset(s.Window), rej.Policy, s.Limit, s.Remaining)
+			unitPhrase(s), limitheaders.FormatReset(s.Window), rej.Policy, s.Limit, s.Remaining)
 	}
 	switch {
 	case rej.RetryAfter == limits.Never:
 		return what + " This request is larger than the limit allows and cannot succeed as is."
 	case rej.RetryAfter > 0:
-		return what + " Please try again in " + httpadmit.FormatReset(rej.RetryAfter) + "."
+		return what + " Please try again in " + limitheaders.FormatReset(rej.RetryAfter) + "."
 	}
 	return what
 }
@@ -153,7 +153,13 @@ func rejectionMessage(rej *admission.Rejection) string {
 // the signature of httpadmit.WithRejectionHandler, which the gateway's
 // middleware is given.
 func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
-	status, typ, code := g.state.Load().rejectionShape(rej)
+	g.writeRejection(g.state.Load(), w, r, rej)
+}
+
+// writeRejection is WriteRejection by the state st the request was
+// decided with.
+func (g *Gateway) writeRejection(st *state, w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
+	status, typ, code := st.rejectionShape(rej)
 	h := w.Header()
 	// Every policy evaluated for the request, so a tokens rejection still
 	// carries the requests figures and the other way round.
@@ -163,7 +169,7 @@ func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *ad
 	}
 	g.setLimitHeaders(w, sts)
 	now := time.Now()
-	httpadmit.SetRetryHints(h, rej.RetryAfter, now, now.Add(g.cfg.GiveUpAfter))
+	limitheaders.SetRetryHints(h, rej.RetryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(r.Context(), code)
 	writeError(w, status, typ, code, "", rejectionMessage(rej))
 }
@@ -176,9 +182,9 @@ func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *ad
 // limits the caller has to respect.
 func (g *Gateway) setLimitHeaders(w http.ResponseWriter, ss []admission.Status) {
 	h := w.Header()
-	ss = httpadmit.Enforced(ss)
-	httpadmit.SetOpenAIHeaders(h, ss)
-	httpadmit.SetLimitHeaders(h, ss)
+	ss = limitheaders.Enforced(ss)
+	limitheaders.SetOpenAIHeaders(h, ss)
+	limitheaders.SetLimitHeaders(h, ss)
 	if anthropicShaped(w) {
 		setAnthropicHeaders(h, ss, time.Now())
 	}

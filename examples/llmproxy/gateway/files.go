@@ -13,7 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/internal/bodywatch"
 )
 
 // OpFiles is the route of a file upload, POST /v1/files: a batch input
@@ -69,7 +69,7 @@ func ValidObjectID(id string) bool {
 // the batches created from it.
 func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	b := g.batches
-	e, st, req, ok := g.batchCaller(c, b.cfg.MaxFileBytes+multipartSlack)
+	st, req, ok := g.batchCaller(c, b.cfg.MaxFileBytes+multipartSlack)
 	if !ok {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "A file upload is a multipart/form-data body with a purpose and a file.")
 		return nil
 	}
-	_, finish, ok := g.admitRequest(c, e, st, req)
+	_, finish, ok := g.admitRequest(c, st, req)
 	if !ok {
 		return nil
 	}
@@ -115,7 +115,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		resp, err := g.batchCall(uctx, r, http.MethodPost, "/files", pr, out.FormDataContentType(), -1)
+		resp, err := g.batchCall(uctx, st, r, http.MethodPost, "/files", pr, out.FormDataContentType(), -1)
 		// An upstream that answered early reads no more: the copy stops.
 		pr.CloseWithError(errUpstreamAnswered)
 		done <- answer{resp, err}
@@ -203,7 +203,7 @@ func (b *batches) paced(c echo.Context) io.ReadCloser {
 	rc := http.NewResponseController(c.Response().Writer)
 	p := &pacedBody{ReadCloser: r.Body, rc: rc, grace: b.cfg.UploadGrace,
 		need: max(int64(min(float64(b.cfg.MinUploadRate)*b.cfg.UploadGrace.Seconds(), float64(b.cfg.MaxFileBytes))), 1)}
-	if wb, ok := r.Body.(*httpadmit.Body); ok {
+	if wb, ok := r.Body.(*bodywatch.Body); ok {
 		p.done = wb.Complete
 	}
 	_ = rc.SetReadDeadline(time.Now().Add(p.grace))
@@ -331,9 +331,10 @@ func ValidFileName(name string) bool {
 
 // batchCall sends a Batch API request to Config.Upstream + path, a path
 // the caller built from constants and ids that passed ValidObjectID, with
-// the forwardable headers of r (nil for the gateway's own polls) and the
-// upstream key. n is the body's length, -1 when unknown.
-func (g *Gateway) batchCall(ctx context.Context, r *http.Request, method, path string, body io.Reader, contentType string, n int64) (*http.Response, error) {
+// the forwardable headers of r (nil for the gateway's own polls; st is
+// the state that decided r) and the upstream key. n is the body's
+// length, -1 when unknown.
+func (g *Gateway) batchCall(ctx context.Context, st *state, r *http.Request, method, path string, body io.Reader, contentType string, n int64) (*http.Response, error) {
 	u := *g.base
 	u.Path = g.base.Path + path
 	u.RawPath, u.RawQuery = "", g.base.RawQuery
@@ -345,7 +346,7 @@ func (g *Gateway) batchCall(ctx context.Context, r *http.Request, method, path s
 		return nil, err
 	}
 	if r != nil {
-		g.copyRequestHeaders(req.Header, r.Header)
+		g.copyRequestHeaders(st, req.Header, r.Header)
 	}
 	req.Header.Del("Content-Type")
 	if contentType != "" {

@@ -84,7 +84,7 @@ func ValidModelName(m string) bool {
 // and the upstream key (Config.Anthropic's for the Messages API). The
 // client's query string is not forwarded: the upstream URL keeps its own
 // (Azure's api-version).
-func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, rt route, id string, body []byte) (*http.Response, error) {
+func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt route, id string, body []byte) (*http.Response, error) {
 	if (rt.path == OpModel) != (id != "") || (id != "" && !ValidModelID(id)) {
 		return nil, errNotForwarded
 	}
@@ -103,7 +103,7 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, rt route, id s
 	if err != nil {
 		return nil, err
 	}
-	g.copyRequestHeaders(req.Header, r.Header)
+	g.copyRequestHeaders(st, req.Header, r.Header)
 	if rt.anthropic() {
 		g.setAnthropicUpstream(req.Header, r.Header)
 	} else {
@@ -130,9 +130,9 @@ func (g *Gateway) setUpstreamKey(h http.Header) {
 // copyRequestHeaders copies to dst the client headers that may go
 // upstream: those forwardRequestHeader allows, or Config.ForwardHeaders
 // lists, and never one that can carry a client credential
-// (IdentityConfig.CredentialHeader).
-func (g *Gateway) copyRequestHeaders(dst, src http.Header) {
-	ic := g.mw.IdentityConfig()
+// (the IdentityConfig.CredentialHeader of st, the request's state).
+func (g *Gateway) copyRequestHeaders(st *state, dst, src http.Header) {
+	ic := st.mw.Identity()
 	for k, vs := range src {
 		if (forwardRequestHeader(k) || g.forward.match(k)) && !ic.CredentialHeader(k) {
 			dst[k] = vs

@@ -145,8 +145,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -158,6 +158,7 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/shadow/requestlog"
@@ -178,7 +179,7 @@ const (
 	// DefaultBodyReadTimeout bounds the time a client takes to send its
 	// request body, from the end of its headers: the HTTP middleware's
 	// default.
-	DefaultBodyReadTimeout = httpadmit.DefaultBodyTimeout
+	DefaultBodyReadTimeout = config.DefaultBodyTimeout
 	// DefaultParseBudget is the request-body bytes read and priced at
 	// once: eight bodies of 8 MiB.
 	DefaultParseBudget = 64 << 20
@@ -251,10 +252,6 @@ type Config struct {
 	// model, no fallback price) is refused with 400 model_not_priced: an
 	// unpriced model is never free.
 	File *config.File
-	// Keys, when set, is where API keys are looked up instead of File's
-	// tenants: the key set of a tenant directory held in a database (see
-	// package admission/directory), which Apply leaves in place.
-	Keys httpadmit.KeyLookup
 	// ParseBudget bounds the request-body bytes being read and priced at
 	// once, over all requests: a request reserves its Content-Length (or
 	// the body cap when it sends none) before reading. Zero means
@@ -345,7 +342,7 @@ type Gateway struct {
 	cfg     Config
 	base    *url.URL
 	mw      *httpadmit.Middleware // identity and operation names
-	epoch   config.Epoch          // brackets Apply (see state)
+	mu      sync.Mutex            // serialises installs of state
 	state   atomic.Pointer[state]
 	budget  *budget
 	ready   atomic.Bool
@@ -358,10 +355,16 @@ type Gateway struct {
 	streams   streamWatch
 }
 
-// state is what the gateway derives from one policy file besides the
-// controller's policies and the middleware's identity settings.
+// state is the gateway's snapshot: everything it derives from one
+// policy file (and the tenant directory's version), built and checked
+// whole, then installed by one atomic swap (Apply, SetTenant, SetKey).
+// A request loads it once, when it arrives, and is identified, priced,
+// admitted (the policy set of mw, which its ticket settles against) and
+// answered by it alone: never by the policies of one file and the key
+// table, prices or quota status of another.
 type state struct {
-	file   *config.File // the file installed
+	mw     *httpadmit.Snapshot // the policy set, the identity settings and keys
+	file   *config.File        // the file installed
 	prices *weights.Prices
 	// cost is set while a policy counts cost: unpriced models are then
 	// refused.
@@ -404,9 +407,6 @@ func New(cfg Config) (*Gateway, error) {
 		g.log = slog.Default()
 	}
 	mwOpts := []httpadmit.Option{httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log)}
-	if cfg.Keys != nil {
-		mwOpts = append(mwOpts, httpadmit.WithKeyLookup(cfg.Keys))
-	}
 	g.mw, err = httpadmit.New(cfg.Controller, mwOpts...)
 	if err != nil {
 		return nil, err
@@ -459,11 +459,12 @@ func NewTransport() *http.Transport {
 	}
 }
 
-// Apply installs a policy file, as a config.Subscriber: the controller's
-// policies and plans, the key table, the quota status, the shadow header,
-// the prices and the failed-authentication throttle's figures (each
-// address keeping what is left of its allowance), as one step (see
-// httpadmit.Readmit). A file the controller refuses changes nothing.
+// Apply installs a policy file, as a config.Subscriber: the policy set
+// (policies and plans), the key table, the quota status, the shadow
+// header, the prices and the failed-authentication throttle's figures
+// (each address keeping what is left of its allowance), built into one
+// state and installed by one swap (see state). A file that does not
+// build changes nothing.
 func (g *Gateway) Apply(f *config.File) error {
 	if err := g.cfg.Providers.check(f); err != nil {
 		return err
@@ -484,23 +485,57 @@ func (g *Gateway) Apply(f *config.File) error {
 	if g.cfg.SharedPolicies != nil {
 		st.shared = g.cfg.SharedPolicies
 	}
-	return g.epoch.Install(func(moves func()) error {
-		old := g.state.Load()
-		if old == nil {
-			old = &state{file: &config.File{}}
-		}
-		if old.cost != st.cost || !reflect.DeepEqual(old.file.Prices, f.Prices) || !reflect.DeepEqual(old.file.Identity, f.Identity) {
-			moves()
-		}
-		if st.auth, err = nextAuthLimiter(old.auth, f.Identity.FailedAuth, g.cfg.Clock); err != nil {
-			return err
-		}
-		if err := g.mw.Apply(f); err != nil {
-			return err
-		}
-		g.state.Store(st)
-		return nil
-	})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var oldAuth *authLimiter
+	if old := g.state.Load(); old != nil {
+		oldAuth = old.auth
+	}
+	if st.mw, err = g.mw.Compile(f); err != nil {
+		return err
+	}
+	if st.auth, err = nextAuthLimiter(oldAuth, f.Identity.FailedAuth, g.cfg.Clock); err != nil {
+		return err
+	}
+	return g.install(st)
+}
+
+// install makes st the state requests read (its policy set the
+// controller's too); g.mu is held.
+func (g *Gateway) install(st *state) error {
+	if err := g.mw.Install(st.mw); err != nil {
+		return err
+	}
+	g.state.Store(st)
+	return nil
+}
+
+// SetTenant installs the state in force with one tenant's plan and
+// overrides changed (tp nil removes the tenant), as a tenant directory's
+// target (directory.Target): one new state, sharing the other tenants'
+// limits and every partition.
+func (g *Gateway) SetTenant(tenant string, tp *limits.TenantPlan) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := *g.state.Load()
+	var err error
+	if next.mw, err = next.mw.WithTenant(g.cfg.Controller, tenant, tp); err != nil {
+		return err
+	}
+	return g.install(&next)
+}
+
+// SetKey installs the state in force with one API key added, replaced or
+// (k nil) revoked, as a tenant directory's target (directory.Target).
+func (g *Gateway) SetKey(h config.KeyHash, k *config.Key) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := *g.state.Load()
+	var err error
+	if next.mw, err = next.mw.WithKey(h, k); err != nil {
+		return err
+	}
+	return g.install(&next)
 }
 
 // admitted writes the headers of an admitted request.
@@ -511,7 +546,7 @@ func (g *Gateway) admitted(w http.ResponseWriter, st *state, tk admission.Ticket
 	if st.shadow {
 		var names [4]string
 		if wr := tk.WouldReject(names[:0]); len(wr) > 0 {
-			httpadmit.SetWouldReject(h, wr)
+			limitheaders.SetWouldReject(h, wr)
 		}
 	}
 }
@@ -627,14 +662,14 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 func (g *Gateway) identify(c echo.Context, st *state) (admission.Request, bool) {
 	r := c.Request()
 	ctx := r.Context()
-	req, err := g.mw.Request(r)
+	req, err := g.mw.Request(st.mw, r)
 	addr := req.Addr
 	if err != nil {
-		addr = g.mw.IdentityConfig().ClientAddr(r)
+		addr = st.mw.Identity().ClientAddr(r)
 	}
 	if wait, ok := st.auth.allow(ctx, addr); !ok {
 		g.m.authThrottled.Add(ctx, 1)
-		httpadmit.SetRetryAfter(c.Response().Header(), wait)
+		limitheaders.SetRetryAfter(c.Response().Header(), wait)
 		writeError(c.Response(), http.StatusTooManyRequests, "invalid_request_error", "too_many_authentication_failures", "",
 			"Too many requests with a missing or incorrect API key came from your address. Please retry later.")
 		return admission.Request{}, false
@@ -693,15 +728,16 @@ func (g *Gateway) admissionContext(c echo.Context) (context.Context, context.Can
 	return ctx, func() {}
 }
 
-// refused answers a request that admission did not let through: the
-// rejection, 400 for an amount out of range, nothing when the client gave
-// up while queued, 503 when admission itself failed.
-func (g *Gateway) refused(c echo.Context, err error) {
+// refused answers a request that admission did not let through, by the
+// state st it was decided with: the rejection, 400 for an amount out of
+// range, nothing when the client gave up while queued, 503 when
+// admission itself failed.
+func (g *Gateway) refused(c echo.Context, st *state, err error) {
 	var rej *admission.Rejection
 	ctx := c.Request().Context()
 	switch {
 	case errors.As(err, &rej):
-		g.WriteRejection(c.Response(), c.Request(), rej)
+		g.writeRejection(st, c.Response(), c.Request(), rej)
 	case errors.Is(err, errNotPriced):
 		g.m.count(ctx, g.m.clientErrors, "model_not_priced")
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "model_not_priced", "model",
@@ -739,7 +775,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 			return nil
 		}
 	}
-	e, st := g.epoch.Stable(), g.state.Load()
+	st := g.state.Load()
 	req, ok := g.identify(c, st)
 	if !ok {
 		return nil
@@ -749,7 +785,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		g.tooLarge(c, limit) // before it takes a request from the caller's limits
 		return nil
 	}
-	tk, finish, ok := g.admitRequest(c, e, st, req)
+	tk, finish, ok := g.admitRequest(c, st, req)
 	if !ok {
 		return nil
 	}
@@ -764,7 +800,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
 	defer cancel()
-	resp, err := g.roundTrip(ctx, r, rt, id, body)
+	resp, err := g.roundTrip(ctx, st, r, rt, id, body)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil

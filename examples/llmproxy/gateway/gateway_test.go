@@ -78,7 +78,7 @@ func TestHeaderFilters(t *testing.T) {
 		src[http.CanonicalHeaderKey(k)] = []string{"v"}
 	}
 	dst := http.Header{}
-	g.copyRequestHeaders(dst, src)
+	g.copyRequestHeaders(&state{mw: mw.Snapshot()}, dst, src)
 	for k, fwd := range want {
 		if _, got := dst[http.CanonicalHeaderKey(k)]; got != fwd {
 			t.Errorf("header %s forwarded = %v; want %v", k, got, fwd)

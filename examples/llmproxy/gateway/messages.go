@@ -12,8 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -181,7 +181,7 @@ var anthropicLimits = [...]struct {
 
 // setAnthropicHeaders writes, for each unit of anthropicLimits, the
 // anthropic-ratelimit-<unit>-{limit,remaining,reset} of the tightest rate
-// policy among sts that counts it (httpadmit.Tightest), as Anthropic's
+// policy among sts that counts it (limitheaders.Tightest), as Anthropic's
 // API writes them: the reset as the RFC 3339 instant, in whole seconds
 // rounded up from now, when the partition is fully available again.
 func setAnthropicHeaders(h http.Header, sts []admission.Status, now time.Time) {
@@ -197,12 +197,12 @@ func setAnthropicHeaders(h http.Header, sts []admission.Status, now time.Time) {
 				of = append(of, s)
 			}
 		}
-		i := httpadmit.Tightest(of)
+		i := limitheaders.Tightest(of)
 		if i < 0 {
 			continue
 		}
 		s := &of[i]
-		reset := now.Add(time.Duration(httpadmit.Seconds(s.Reset)) * time.Second).UTC().Truncate(time.Second)
+		reset := now.Add(time.Duration(limitheaders.Seconds(s.Reset)) * time.Second).UTC().Truncate(time.Second)
 		h[al.limit] = []string{strconv.FormatInt(s.Limit, 10)}
 		h[al.remaining] = []string{strconv.FormatInt(max(0, s.Remaining), 10)}
 		h[al.reset] = []string{reset.Format(time.RFC3339)}

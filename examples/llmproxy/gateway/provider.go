@@ -184,7 +184,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 	g, c := x.g, x.c
 	r := c.Request()
 	sent := time.Now()
-	resp, err := g.roundTrip(ctx, r, rt, "", body)
+	resp, err := g.roundTrip(ctx, x.st, r, rt, "", body)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
@@ -213,7 +213,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 	if err != nil {
 		g.m.throttled(ctx, "refused")
 		g.logRefused(&req, g.now(), err)
-		g.refused(c, err)
+		g.refused(c, x.st, err)
 		return nil, false
 	}
 	g.m.throttled(ctx, "absorbed")
@@ -221,7 +221,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 	x.tk, x.admitted = tk, g.now()
 	g.admitted(c.Response(), x.st, tk)
 	sent = time.Now()
-	if resp, err = g.roundTrip(ctx, r, rt, "", body); err != nil {
+	if resp, err = g.roundTrip(ctx, x.st, r, rt, "", body); err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}

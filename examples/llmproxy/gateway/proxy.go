@@ -15,7 +15,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/tokenunits"
 	"github.com/sluicehq/sluice/weights"
@@ -31,27 +30,15 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	ctx := r.Context()
 	est := g.cfg.Estimator
 	arrived := g.now()
-	var e uint64
-	var st *state
-	var req admission.Request
+	// One state decides the request, from identity to settlement.
+	st := g.state.Load()
 	var tk admission.Ticket
 	var err error
-	ok := false
 	// A caller over its request rate is refused here, before a byte of
-	// its body is read or parsed. A refusal a reload overlapped took
-	// nothing and is decided again, the third time with reloads held off.
-	begin := func() {
-		e, st = g.epoch.Stable(), g.state.Load()
-		if req, ok = g.identify(c, st); ok && r.ContentLength <= est.MaxBodyBytes() {
-			tk, err = g.cfg.Controller.Begin(ctx, req)
-		}
-	}
-	for tries := 0; tries == 0 || (ok && err != nil && g.epoch.Changed(e)); tries++ {
-		if tries == 2 {
-			g.epoch.Hold(begin)
-		} else {
-			begin()
-		}
+	// its body is read or parsed.
+	req, ok := g.identify(c, st)
+	if ok && r.ContentLength <= est.MaxBodyBytes() {
+		tk, err = g.cfg.Controller.Begin(ctx, req)
 	}
 	switch {
 	case !ok:
@@ -61,7 +48,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		return nil
 	case err != nil:
 		g.logRefused(&req, arrived, err)
-		g.refused(c, err)
+		g.refused(c, st, err)
 		return nil
 	}
 	// Settles the permits held when the request ends before it is
@@ -88,14 +75,11 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		actx, cancel := g.admissionContext(c)
 		continued = true
 		err = tk.Continue(actx, req)
-		if g.epoch.Changed(e) {
-			st, req, tk, err = g.readmit(actx, r, e, st, req, tk, err, &x)
-		}
 		cancel()
 	}
 	if err != nil {
 		g.logRefused(&req, arrived, err)
-		g.refused(c, err)
+		g.refused(c, st, err)
 		return nil
 	}
 	x.tk, x.st, x.req, x.arrived, x.admitted = tk, st, req, arrived, g.now()
@@ -185,34 +169,6 @@ func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request
 		req.Cost = min(price.EstimateMicros(in, out), limits.MaxAmount)
 	}
 	return price, priced, src, nil
-}
-
-// readmit decides again (httpadmit.Readmit) a request a reload
-// overlapped: identified and priced (x; nil for the models routes) anew,
-// and admitted whole when that changes it. It returns the state it was
-// decided with; x gets the price.
-func (g *Gateway) readmit(ctx context.Context, r *http.Request, e uint64, st *state, req admission.Request, tk admission.Ticket, err error, x *exchange) (*state, admission.Request, admission.Ticket, error) {
-	cand := st
-	var price weights.Price
-	var priced bool
-	again := func() (admission.Request, error) {
-		cand = g.state.Load()
-		a, err := g.mw.Request(r)
-		cand.classify(r, &a)
-		if err == nil && x != nil {
-			price, priced, _, err = g.amounts(cand, &x.est, &a)
-		}
-		return a, err
-	}
-	admit := func(a admission.Request) (admission.Ticket, error) {
-		st = cand
-		if x != nil {
-			x.price, x.priced = price, priced
-		}
-		return g.cfg.Controller.Admit(ctx, a)
-	}
-	req, tk, err = httpadmit.Readmit(&g.epoch, e, req, tk, err, again, admit)
-	return st, req, tk, err
 }
 
 // readAndPrice reads the body within the parse budget and prices it,

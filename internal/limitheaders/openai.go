@@ -1,4 +1,4 @@
-package httpadmit
+package limitheaders
 
 import (
 	"net/http"

@@ -1,4 +1,4 @@
-package httpadmit_test
+package limitheaders_test
 
 import (
 	"net/http"
@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 func TestOpenAIHeaders(t *testing.T) {
@@ -18,7 +18,7 @@ func TestOpenAIHeaders(t *testing.T) {
 		{Policy: "inflight", Algorithm: limits.Concurrency, Limit: 2, Remaining: 0},
 	}
 	h := http.Header{}
-	httpadmit.SetOpenAIHeaders(h, sts)
+	limitheaders.SetOpenAIHeaders(h, sts)
 	want := map[string]string{
 		"x-ratelimit-limit-requests":     "10000",
 		"x-ratelimit-remaining-requests": "20",
@@ -51,7 +51,7 @@ func TestRetryHints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		h := http.Header{}
-		httpadmit.SetRetryHints(h, tt.retry, now, tt.deadline)
+		limitheaders.SetRetryHints(h, tt.retry, now, tt.deadline)
 		if h.Get("Retry-After") != tt.after || h.Get("retry-after-ms") != tt.ms || h.Get("x-should-retry") != tt.should {
 			t.Errorf("SetRetryHints(%v, deadline %v) = %v; want Retry-After %q, retry-after-ms %q, x-should-retry %q",
 				tt.retry, tt.deadline, h, tt.after, tt.ms, tt.should)
@@ -75,11 +75,11 @@ func TestFormatReset(t *testing.T) {
 		{time.Minute + 100*time.Microsecond, "1m0.001s"},
 		{400 * time.Microsecond, "1ms"},
 	} {
-		if got := httpadmit.FormatReset(tc.d); got != tc.want {
-			t.Errorf("httpadmit.FormatReset(%v) = %q; want %q", tc.d, got, tc.want)
+		if got := limitheaders.FormatReset(tc.d); got != tc.want {
+			t.Errorf("limitheaders.FormatReset(%v) = %q; want %q", tc.d, got, tc.want)
 		}
-		if _, err := time.ParseDuration(httpadmit.FormatReset(tc.d)); err != nil {
-			t.Errorf("httpadmit.FormatReset(%v) = %q is not a Go duration", tc.d, httpadmit.FormatReset(tc.d))
+		if _, err := time.ParseDuration(limitheaders.FormatReset(tc.d)); err != nil {
+			t.Errorf("limitheaders.FormatReset(%v) = %q is not a Go duration", tc.d, limitheaders.FormatReset(tc.d))
 		}
 	}
 }

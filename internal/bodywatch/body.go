@@ -1,4 +1,8 @@
-package httpadmit
+// Package bodywatch bounds the time a client takes to send a request
+// body (WatchBody) and closes the connection of a request answered
+// before its body was read (CloseUnread), for the net/http middleware
+// (package httpadmit), its echo adapter and the LLM gateway.
+package bodywatch
 
 import (
 	"errors"
@@ -100,6 +104,23 @@ func CloseUnread(h http.Header, r *http.Request, b *Body) {
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
+		h.Set("Connection", "close")
+	}
+}
+
+// CloseSuspectFraming sets "Connection: close" on the answer to r when a
+// proxy in front could have framed its body differently from net/http:
+// an HTTP/1.1 request with a chunked body (net/http hides a Content-Length
+// sent beside it) and any HTTP/1.0 request (net/http hides its
+// Transfer-Encoding). net/http then closes the connection once the
+// answer is sent and never reads what follows the body as another
+// request. A clean chunked request loses only its connection's reuse.
+// HTTP/2 requests are left alone: their framing is the protocol's own.
+// Call it before the answer's header is written; the middleware does
+// (httpadmit.Middleware.Handler), and httpadmit.StrictFraming does for a
+// whole server.
+func CloseSuspectFraming(h http.Header, r *http.Request) {
+	if r.ProtoMajor == 1 && (r.ProtoMinor == 0 || len(r.TransferEncoding) > 0) {
 		h.Set("Connection", "close")
 	}
 }

@@ -1,4 +1,11 @@
-package httpadmit
+// Package limitheaders writes the limit figures of admission decisions
+// into HTTP headers: the IETF RateLimit-Policy and RateLimit fields,
+// X-RateLimit-*, Retry-After (and Retry-After-Ms), Server-Timing's queue
+// entry, Sluice-Would-Reject, and the OpenAI-style x-ratelimit-* fields
+// and retry hints of an LLM gateway. Package httpadmit (the net/http
+// middleware), the Envoy rate-limit service and the LLM gateway share it;
+// what each header means is written in httpadmit's package doc.
+package limitheaders
 
 import (
 	"net/http"
@@ -251,4 +258,21 @@ func SetWouldReject(h http.Header, names []string) {
 	if len(names) > 0 {
 		h[HeaderWouldReject] = []string{strings.Join(names, ", ")}
 	}
+}
+
+// StatusCode returns the HTTP status of a rejection: 429 for the caller's
+// own rate, concurrency and queue limits, quotaStatus (403 or 429; 0 means
+// 403) for an exhausted quota, 503 when the limit store is unavailable or
+// the partition table is full.
+func StatusCode(rej *admission.Rejection, quotaStatus int) int {
+	switch rej.Reason {
+	case admission.ReasonQuota:
+		if quotaStatus == 0 {
+			return http.StatusForbidden
+		}
+		return quotaStatus
+	case admission.ReasonStoreUnavailable, admission.ReasonOverflow:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusTooManyRequests
 }
