@@ -47,3 +47,19 @@ func FuzzFastMatchesJSON(f *testing.F) {
 		}
 	})
 }
+
+// The fast decoder's strings and map keys are copies: the log reader
+// reuses the line's buffer for the next line.
+func TestFastCopiesWhatItKeeps(t *testing.T) {
+	line := []byte(`{"time":"t","tenant":"acme","model":"m","units":{"x":1},"actual":{"units":{"y":2}}}`)
+	var w recordJSON
+	if !parseFast(line, &w, func(b []byte) string { return string(b) }) {
+		t.Fatalf("parseFast(%s) = false", line)
+	}
+	for i := range line {
+		line[i] = '#'
+	}
+	if *w.Time != "t" || *w.Tenant != "acme" || w.Model != "m" || w.Units["x"] != 1 || w.Actual == nil || w.Actual.Units["y"] != 2 {
+		t.Errorf("after the line changed: %+v, actual %+v; want time t, tenant acme, model m, units x=1, actual units y=2", w, w.Actual)
+	}
+}
