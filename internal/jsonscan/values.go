@@ -14,6 +14,13 @@ import (
 // character, a bad escape), so the caller can fall back to it for the
 // error.
 func Unquote[S ~string | ~[]byte](in S) (string, bool) {
+	i := 0
+	for i < len(in) && plainASCII[in[i]] {
+		i++
+	}
+	if i == len(in) {
+		return string(in), true // plain ASCII: one copy
+	}
 	out, ok := AppendUnquote(make([]byte, 0, len(in)), in)
 	return string(out), ok
 }
