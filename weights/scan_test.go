@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/benchcpu"
 	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
@@ -348,11 +349,13 @@ func BenchmarkEstimateHostile(b *testing.B) {
 		e := newTestEstimator(b)
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
+		cpu := benchcpu.Start()
 		for b.Loop() {
 			if _, err := e.Estimate("/v1/chat/completions", body); err != nil {
 				b.Fatal(err)
 			}
 		}
+		cpu.Report(b)
 	})
 	b.Run("peer=encoding-json", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))

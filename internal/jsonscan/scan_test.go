@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/benchcpu"
 )
 
 // check runs the scanner over data and compares it with encoding/json:
@@ -355,4 +357,35 @@ func TestScanAllocatesNothing(t *testing.T) {
 	if allocs != 0 || sc.Err() != nil {
 		t.Errorf("scanning allocated %v times (error %v); want 0", allocs, sc.Err())
 	}
+}
+
+// BenchmarkScan checks a chat request body of about 16 KB, against its
+// peer json.Valid.
+func BenchmarkScan(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o","max_tokens":1000,"messages":[` + strings.Repeat(`{"role":"user","content":"Summarise the history of the river and its bridges, caf\u00e9 and all."},`, 200) + `{"role":"user","content":"end"}]}`)
+	b.Run("scanner", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		cpu := benchcpu.Start()
+		var sc Scanner
+		for b.Loop() {
+			sc.ResetBytes(body)
+			sc.Skip()
+			if sc.End(); sc.Err() != nil {
+				b.Fatal(sc.Err())
+			}
+		}
+		cpu.Report(b)
+	})
+	b.Run("peer=json.Valid", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		cpu := benchcpu.Start()
+		for b.Loop() {
+			if !json.Valid(body) {
+				b.Fatal("invalid")
+			}
+		}
+		cpu.Report(b)
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/benchcpu"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -136,6 +137,7 @@ func BenchmarkLineCounter(b *testing.B) {
 	est := fuzzEstimator(b)
 	b.SetBytes(int64(len(file)))
 	b.ReportAllocs()
+	cpu := benchcpu.Start()
 	for b.Loop() {
 		lc := newLineCounter(est, 1<<20, 50_000, 1<<30, 0)
 		for rest := file; len(rest) > 0; {
@@ -149,6 +151,7 @@ func BenchmarkLineCounter(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	cpu.Report(b)
 }
 
 // BenchmarkLineCounterPeer prices the same bodies one by one, as the
@@ -158,6 +161,7 @@ func BenchmarkLineCounterPeer(b *testing.B) {
 	est := fuzzEstimator(b)
 	b.SetBytes(int64(len(file)))
 	b.ReportAllocs()
+	cpu := benchcpu.Start()
 	for b.Loop() {
 		for _, body := range bodies {
 			if _, err := est.EstimateEndpoint(weights.EndpointChatCompletions, body); err != nil {
@@ -165,6 +169,7 @@ func BenchmarkLineCounterPeer(b *testing.B) {
 			}
 		}
 	}
+	cpu.Report(b)
 }
 
 // objectFieldsRef is objectFields written with encoding/json's decoder,
