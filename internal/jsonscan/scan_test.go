@@ -183,9 +183,10 @@ func seeds(t testing.TB) [][]byte {
 	} {
 		out = append(out, []byte(s))
 	}
-	// The callers' test data: the request logs of the replay tests.
+	// The callers' test data: the request logs of the shadow tests.
 	files, _ := filepath.Glob("../../shadow/testdata/*")
-	for _, f := range files {
+	more, _ := filepath.Glob("../../shadow/*/testdata/*")
+	for _, f := range append(files, more...) {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
