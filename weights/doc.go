@@ -101,7 +101,8 @@
 //
 // # Reading the body
 //
-// The body is read in one pass by a strict JSON scanner: it accepts what
+// The body is read in one pass by the module's strict JSON scanner
+// (internal/jsonscan, fuzzed against encoding/json): it accepts what
 // encoding/json accepts (invalid UTF-8 inside a string is counted as
 // U+FFFD; nesting is limited to 10,000 levels) and nothing else. The request
 // is never decoded into a tree: its text goes to the tokenizer piece by

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
 // fuzzEstimator has a small body cap and sampling threshold so that fuzzed
@@ -218,8 +220,8 @@ func FuzzUnquote(f *testing.F) {
 			t.Fatalf("jstr(%q) = %q, %v; encoding/json gives %q", lit, got, gotErr, want)
 		}
 		if len(lit) >= 2 && lit[0] == '"' && lit[len(lit)-1] == '"' {
-			if v, ok := unquote(lit[1 : len(lit)-1]); ok && (wantErr != nil || v != want) {
-				t.Fatalf("unquote(%q) = %q; encoding/json gives %q, %v", lit, v, want, wantErr)
+			if v, ok := jsonscan.Unquote(lit[1 : len(lit)-1]); ok && (wantErr != nil || v != want) {
+				t.Fatalf("jsonscan.Unquote(%q) = %q; encoding/json gives %q, %v", lit, v, want, wantErr)
 			}
 		}
 	})

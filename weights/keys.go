@@ -1,6 +1,10 @@
 package weights
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
+)
 
 // keySet finds repeated keys among the members of the objects being read,
 // with no allocation per member: one open-addressing table holds the keys
@@ -20,7 +24,7 @@ type keySlot struct {
 	h     uint64
 	raw   string // the key as written in the body
 	obj   int32
-	dirty bool // raw must be decoded (see scanner.str)
+	dirty bool // raw must be decoded (see jsonscan.Scanner.Str)
 	used  bool
 }
 
@@ -68,7 +72,7 @@ func (k *keySet) equal(s *keySlot, key string) bool {
 	if !s.dirty {
 		return s.raw == key
 	}
-	k.scratch, _ = appendUnquote(k.scratch[:0], s.raw)
+	k.scratch, _ = jsonscan.AppendUnquote(k.scratch[:0], s.raw)
 	return string(k.scratch) == key
 }
 

@@ -75,8 +75,8 @@ var (
 
 // system prices the system prompt: a string or an array of text blocks.
 func (w *walker) system() {
-	if c := w.sc.peek(); c == 'n' {
-		w.sc.lit()
+	if c := w.sc.Peek(); c == 'n' {
+		w.sc.Literal()
 		return
 	}
 	w.t.add(tokensPerMessage)
@@ -89,8 +89,8 @@ func (w *walker) claudeMessages() {
 	if !w.container('[', "messages", "an array") {
 		return
 	}
-	w.sc.open()
-	for n := 0; w.sc.more(&n, ']'); {
+	w.sc.Open()
+	for n := 0; w.sc.More(&n, ']'); {
 		w.messages++
 		w.t.add(tokensPerMessage)
 		if !w.container('{', "messages", "an object") {
@@ -131,7 +131,7 @@ func (w *walker) block(path string) {
 	}
 	if w.blocks >= maxBlockDepth {
 		w.fail(path, fmt.Errorf("content blocks nested more than %d deep", maxBlockDepth))
-		w.sc.skip()
+		w.sc.Skip()
 		return
 	}
 	w.blocks++
@@ -192,23 +192,23 @@ func (w *walker) block(path string) {
 		w.textOf(context)
 		w.document(&src, paths.sourceContent)
 	default:
-		w.t.add(bytesTokens(w.sc.i - start))
+		w.t.add(bytesTokens(w.sc.Pos() - start))
 	}
 }
 
 // raw reads any value and returns its span.
 func (w *walker) raw() span {
-	w.sc.ws()
-	start := w.sc.i
-	w.sc.skip()
-	return span{start, w.sc.i}
+	w.sc.SkipSpace()
+	start := w.sc.Pos()
+	w.sc.Skip()
+	return span{start, w.sc.Pos()}
 }
 
 // rawText prices the JSON text of a value as text (a tool call's input,
 // a tool's input schema), as the model reads it.
 func (w *walker) rawText(s span) {
-	if s.end > s.start && w.sc.err == nil {
-		w.t.text(w.sc.s[s.start:s.end])
+	if s.end > s.start && w.sc.Err() == nil {
+		w.t.text(w.sc.Src()[s.start:s.end])
 	}
 }
 
@@ -343,8 +343,8 @@ func (w *walker) claudeTools() {
 	if !w.container('[', "tools", "an array") {
 		return
 	}
-	w.sc.open()
-	for n := 0; w.sc.more(&n, ']'); {
+	w.sc.Open()
+	for n := 0; w.sc.More(&n, ']'); {
 		if n == 1 {
 			w.t.add(claudeToolPrompt)
 		}
@@ -377,7 +377,7 @@ func (w *walker) claudeTools() {
 			w.textOf(desc)
 			w.rawText(schema)
 		} else {
-			w.t.add(bytesTokens(w.sc.i - start))
+			w.t.add(bytesTokens(w.sc.Pos() - start))
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
 // The chat format's fixed costs, from OpenAI's cookbook "How to count tokens
@@ -249,7 +251,7 @@ type object struct {
 // as it goes and hands the text to a tally without building the request.
 // Above the sampling threshold a second walk hands the text to a sampler.
 type walker struct {
-	sc   scanner
+	sc   jsonscan.Scanner
 	t    tally
 	keys keySet
 	e    *Estimator
@@ -281,21 +283,21 @@ func (e *Estimator) price(ep Endpoint, body []byte) (Estimate, error) {
 	w := walkers.Get().(*walker)
 	defer w.release()
 	*w = walker{
-		// The body is read as a string without a copy: nothing that
-		// outlives this call refers to it (see cloning).
-		sc:   scanner{s: view(body)},
 		t:    tally{threshold: e.sampleThreshold, keep: e.sampleThreshold >= 0, arena: w.t.arena[:0], ends: w.t.ends[:0]},
 		keys: w.keys,
 		e:    e,
 		ep:   ep,
 		buf:  w.buf[:0], dec: w.dec[:0], kdec: w.kdec[:0],
 	}
+	// The body is read in place: nothing that outlives this call refers
+	// to it (see cloning).
+	w.sc.ResetBytes(body)
 	if w.t.keep && cap(w.t.arena) == 0 {
 		w.t.arena = make([]byte, 0, min(e.sampleThreshold, len(body)))
 	}
 	w.walk()
-	if w.sc.err != nil {
-		return Estimate{}, malformed(ep, "", w.sc.err)
+	if w.sc.Err() != nil {
+		return Estimate{}, malformed(ep, "", w.sc.Err())
 	}
 	if w.err != nil {
 		return Estimate{}, w.err
@@ -372,7 +374,7 @@ func (w *walker) inputTokens(m model) (int64, bool) {
 
 // rewalk walks the body again, handing its text to the tally's new mode.
 func (w *walker) rewalk() {
-	w.sc.i, w.sc.depth = 0, 0
+	w.sc.Reset(w.sc.Src())
 	w.walk()
 }
 
@@ -414,7 +416,7 @@ func (w *walker) fail(path string, err error) {
 }
 
 func (w *walker) wrongType(path, want string, c byte) {
-	w.fail(path, fmt.Errorf("want %s, got %s", want, kind(c)))
+	w.fail(path, fmt.Errorf("want %s, got %s", want, jsonscan.Kind(c)))
 }
 
 // join returns the path of member name of the object at path.
@@ -446,7 +448,7 @@ func (w *walker) decode(v jstring) string {
 			w.dec = make([]byte, 0, n)
 		}
 	}
-	w.dec, _ = appendUnquote(w.dec[:0], v.raw)
+	w.dec, _ = jsonscan.AppendUnquote(w.dec[:0], v.raw)
 	return view(w.dec)
 }
 
@@ -456,7 +458,7 @@ func (w *walker) decodedLen(raw string) int {
 	n := 0
 	for len(raw) > 0 {
 		var k int
-		w.dec, k, _ = unquoteChunk(w.dec[:0], raw, 4<<10)
+		w.dec, k, _ = jsonscan.UnquoteChunk(w.dec[:0], raw, 4<<10)
 		n += len(w.dec)
 		raw = raw[k:]
 	}
@@ -483,7 +485,7 @@ func appendDecoded(dst []byte, v jstring) []byte {
 	if !v.dirty {
 		return append(dst, v.raw...)
 	}
-	dst, _ = appendUnquote(slices.Grow(dst, len(v.raw)), v.raw)
+	dst, _ = jsonscan.AppendUnquote(slices.Grow(dst, len(v.raw)), v.raw)
 	return dst
 }
 
@@ -491,7 +493,7 @@ func appendDecoded(dst []byte, v jstring) []byte {
 func (w *walker) begin(o *object, fs *fieldSet, path string) {
 	*o = object{fields: fs, path: path}
 	o.id, o.mark = w.keys.open()
-	w.sc.open()
+	w.sc.Open()
 }
 
 // member reads the key of the object's next member and checks it: a
@@ -499,18 +501,18 @@ func (w *walker) begin(o *object, fs *fieldSet, path string) {
 // problem. known is the field's name, or empty for another key. ok is
 // false at the end of the object.
 func (w *walker) member(o *object) (key jstring, known string, ok bool) {
-	if !w.sc.more(&o.n, '}') {
+	if !w.sc.More(&o.n, '}') {
 		w.keys.release(o.mark)
 		return jstring{}, "", false
 	}
-	raw, dirty := w.sc.key()
+	raw, dirty := w.sc.Key()
 	key = jstring{raw, dirty}
-	if w.sc.err != nil {
+	if w.sc.Err() != nil {
 		return key, "", true
 	}
 	k := raw
 	if dirty {
-		w.kdec, _ = appendUnquote(w.kdec[:0], raw)
+		w.kdec, _ = jsonscan.AppendUnquote(w.kdec[:0], raw)
 		k = view(w.kdec)
 	}
 	if i := o.fields.index(k); i >= 0 {
@@ -541,21 +543,21 @@ func (w *walker) next(o *object) (string, bool) {
 		if !ok || name != "" {
 			return name, ok
 		}
-		w.sc.skip()
+		w.sc.Skip()
 	}
 }
 
 // str reads a string or null.
 func (w *walker) str(path, name string) jstring {
-	switch c := w.sc.peek(); c {
+	switch c := w.sc.Peek(); c {
 	case '"':
-		raw, dirty := w.sc.str()
+		raw, dirty := w.sc.Str()
 		return jstring{raw, dirty}
 	case 'n':
-		w.sc.lit()
+		w.sc.Literal()
 	default:
 		w.wrongType(join(path, name), "a string", c)
-		w.sc.skip()
+		w.sc.Skip()
 	}
 	return jstring{}
 }
@@ -565,12 +567,12 @@ func (w *walker) text(path, name string) { w.textOf(w.str(path, name)) }
 
 // int reads an integer or null.
 func (w *walker) int(path, name string) limit {
-	switch c := w.sc.peek(); {
+	switch c := w.sc.Peek(); {
 	case c == 'n':
-		w.sc.lit()
+		w.sc.Literal()
 	case c == '-' || c >= '0' && c <= '9':
-		lit := w.sc.num()
-		if v, ok := intValue(lit); ok {
+		lit := w.sc.Number()
+		if v, ok := jsonscan.Integral(lit); ok {
 			return limit{v: v, set: true}
 		}
 		if len(lit) > 32 {
@@ -579,22 +581,22 @@ func (w *walker) int(path, name string) limit {
 		w.fail(join(path, name), fmt.Errorf("want an integer, got number %s", lit))
 	default:
 		w.wrongType(join(path, name), "an integer", c)
-		w.sc.skip()
+		w.sc.Skip()
 	}
 	return limit{}
 }
 
 // bool reads a boolean or null.
 func (w *walker) bool(path, name string) bool {
-	switch c := w.sc.peek(); c {
+	switch c := w.sc.Peek(); c {
 	case 't', 'f':
-		w.sc.lit()
+		w.sc.Literal()
 		return c == 't'
 	case 'n':
-		w.sc.lit()
+		w.sc.Literal()
 	default:
 		w.wrongType(join(path, name), "a boolean", c)
-		w.sc.skip()
+		w.sc.Skip()
 	}
 	return false
 }
@@ -603,14 +605,14 @@ func (w *walker) bool(path, name string) bool {
 // '{' or '['), leaving it to the caller; it reads a null, and any other
 // value as a problem.
 func (w *walker) container(open byte, path, want string) bool {
-	switch c := w.sc.peek(); c {
+	switch c := w.sc.Peek(); c {
 	case open:
 		return true
 	case 'n':
-		w.sc.lit()
+		w.sc.Literal()
 	default:
 		w.wrongType(path, want, c)
-		w.sc.skip()
+		w.sc.Skip()
 	}
 	return false
 }
@@ -619,10 +621,10 @@ func (w *walker) container(open byte, path, want string) bool {
 // returns where its value starts; a null (or a value of another type, a
 // problem) is priced by size and reported as no object.
 func (w *walker) pricedObject(path string) (start int, ok bool) {
-	w.sc.ws()
-	start = w.sc.i
+	w.sc.SkipSpace()
+	start = w.sc.Pos()
 	if !w.container('{', path, "an object") {
-		w.t.add(bytesTokens(w.sc.i - start))
+		w.t.add(bytesTokens(w.sc.Pos() - start))
 		return start, false
 	}
 	return start, true
@@ -631,10 +633,10 @@ func (w *walker) pricedObject(path string) (start int, ok bool) {
 // at runs f with the scanner at offset i of the body (a value the walk
 // has already checked), then returns to where it was.
 func (w *walker) at(i int, f func()) {
-	saved := w.sc.i
-	w.sc.i = i
+	saved := w.sc.Pos()
+	w.sc.Seek(i)
 	f()
-	w.sc.i = saved
+	w.sc.Seek(saved)
 }
 
 // walk reads the request object.
@@ -642,7 +644,7 @@ func (w *walker) walk() {
 	w.model, w.messages, w.lim = jstring{}, 0, limits{}
 	w.prompt.present, w.prompt.items, w.prompt.tokens = false, 0, 0
 	sc := &w.sc
-	if sc.peek() != '{' {
+	if sc.Peek() != '{' {
 		w.fail("", errors.New("want a JSON object"))
 		return
 	}
@@ -721,10 +723,7 @@ func (w *walker) walk() {
 	if w.ep == EndpointChatCompletions || w.ep == EndpointResponses || w.ep == EndpointMessages {
 		w.t.add(replyPriming)
 	}
-	sc.ws()
-	if sc.i < len(sc.s) {
-		sc.unexpected("after top-level value")
-	}
+	sc.End()
 }
 
 func (w *walker) streamOptions() {
@@ -746,8 +745,8 @@ func (w *walker) chatMessages() {
 	if !w.container('[', "messages", "an array") {
 		return
 	}
-	w.sc.open()
-	for n := 0; w.sc.more(&n, ']'); {
+	w.sc.Open()
+	for n := 0; w.sc.More(&n, ']'); {
 		w.messages++
 		w.t.add(tokensPerMessage)
 		if !w.container('{', "messages", "an object") {
@@ -784,8 +783,8 @@ func (w *walker) toolCalls() {
 	if !w.container('[', path, "an array") {
 		return
 	}
-	w.sc.open()
-	for n := 0; w.sc.more(&n, ']'); {
+	w.sc.Open()
+	for n := 0; w.sc.More(&n, ']'); {
 		if !w.container('{', path, "an object") {
 			continue
 		}
@@ -823,15 +822,15 @@ func (w *walker) functionCall(path string) {
 // content prices a message content: a string, an array of parts (content
 // blocks in Anthropic's Messages API), or null.
 func (w *walker) content(path string) {
-	switch c := w.sc.peek(); c {
+	switch c := w.sc.Peek(); c {
 	case '"':
-		raw, dirty := w.sc.str()
+		raw, dirty := w.sc.Str()
 		w.textOf(jstring{raw, dirty})
 	case 'n':
-		w.sc.lit()
+		w.sc.Literal()
 	case '[':
-		w.sc.open()
-		for n := 0; w.sc.more(&n, ']'); {
+		w.sc.Open()
+		for n := 0; w.sc.More(&n, ']'); {
 			if w.ep == EndpointMessages {
 				w.block(path)
 			} else {
@@ -844,7 +843,7 @@ func (w *walker) content(path string) {
 			want = "a string or an array of content blocks"
 		}
 		w.wrongType(path, want, c)
-		w.sc.skip()
+		w.sc.Skip()
 	}
 }
 
@@ -890,14 +889,14 @@ func (w *walker) part(path string) {
 		}
 		w.image(url, urlDetail)
 	default:
-		w.t.add(bytesTokens(w.sc.i - start))
+		w.t.add(bytesTokens(w.sc.Pos() - start))
 	}
 }
 
 // imageURL reads an image_url value: an object {"url", "detail"} in the
 // Chat Completions API, a plain string in the Responses API.
 func (w *walker) imageURL(path string) (url, detail jstring) {
-	if c := w.sc.peek(); c == '"' || c == 'n' {
+	if c := w.sc.Peek(); c == '"' || c == 'n' {
 		return w.str(path, ""), jstring{}
 	}
 	if !w.container('{', path, "a string or an object") {
@@ -940,9 +939,9 @@ func (w *walker) image(url, detail jstring) {
 // an array of strings, an array of token ids, or an array of token arrays.
 func (w *walker) textInput(name string) {
 	in := &w.prompt
-	switch c := w.sc.peek(); c {
+	switch c := w.sc.Peek(); c {
 	case 'n':
-		w.sc.lit()
+		w.sc.Literal()
 		return
 	case '"':
 		w.text("", name)
@@ -951,29 +950,29 @@ func (w *walker) textInput(name string) {
 	case '[':
 	default:
 		w.wrongType(name, wantInput, c)
-		w.sc.skip()
+		w.sc.Skip()
 		return
 	}
 	in.present = true
-	w.sc.open()
+	w.sc.Open()
 	var first byte // the first element's type decides the array's
-	for n := 0; w.sc.more(&n, ']'); {
-		c := w.sc.peek()
+	for n := 0; w.sc.More(&n, ']'); {
+		c := w.sc.Peek()
 		if n == 1 {
 			first = c
 		}
 		in.items++
 		switch {
 		case c == 'n':
-			w.sc.lit()
+			w.sc.Literal()
 			if first != '"' && first != '[' {
 				in.tokens++
 			}
 		case first == '"' && c == '"':
 			w.text("", name)
 		case first == '[' && c == '[':
-			w.sc.open()
-			for m := 0; w.sc.more(&m, ']'); {
+			w.sc.Open()
+			for m := 0; w.sc.More(&m, ']'); {
 				in.tokens++
 				w.tokenID(name)
 			}
@@ -982,7 +981,7 @@ func (w *walker) textInput(name string) {
 			w.tokenID(name)
 		default:
 			w.wrongType(name, wantInput, '[')
-			w.sc.skip()
+			w.sc.Skip()
 		}
 	}
 	if first != '"' && first != '[' && in.items > 0 {
@@ -991,25 +990,25 @@ func (w *walker) textInput(name string) {
 }
 
 func (w *walker) tokenID(name string) {
-	switch c := w.sc.peek(); {
+	switch c := w.sc.Peek(); {
 	case c == 'n':
-		w.sc.lit()
+		w.sc.Literal()
 	case c == '-' || c >= '0' && c <= '9':
-		if _, ok := intValue(w.sc.num()); !ok {
+		if _, ok := jsonscan.Integral(w.sc.Number()); !ok {
 			w.wrongType(name, wantInput, '[')
 		}
 	default:
 		w.wrongType(name, wantInput, '[')
-		w.sc.skip()
+		w.sc.Skip()
 	}
 }
 
 // responsesInput prices the Responses API input: a string or an array of
 // items.
 func (w *walker) responsesInput() {
-	switch c := w.sc.peek(); c {
+	switch c := w.sc.Peek(); c {
 	case 'n':
-		w.sc.lit()
+		w.sc.Literal()
 	case '"':
 		if v := w.str("", "input"); v.raw != "" {
 			w.t.add(tokensPerMessage)
@@ -1017,13 +1016,13 @@ func (w *walker) responsesInput() {
 			w.textOf(v)
 		}
 	case '[':
-		w.sc.open()
-		for n := 0; w.sc.more(&n, ']'); {
+		w.sc.Open()
+		for n := 0; w.sc.More(&n, ']'); {
 			w.item()
 		}
 	default:
 		w.wrongType("input", "a string or an array of input items", c)
-		w.sc.skip()
+		w.sc.Skip()
 	}
 }
 
@@ -1033,8 +1032,8 @@ func (w *walker) responsesInput() {
 // and priced once the type is known.
 func (w *walker) item() {
 	const path = "input"
-	w.sc.ws()
-	start := w.sc.i
+	w.sc.SkipSpace()
+	start := w.sc.Pos()
 	if !w.container('{', path, "an object") {
 		w.t.add(tokensPerMessage) // a null item is an empty message
 		return
@@ -1082,7 +1081,7 @@ func (w *walker) item() {
 		// Refers to a stored item whose size is unknown here; the actual
 		// usage settles it.
 	default:
-		w.t.add(bytesTokens(w.sc.i - start))
+		w.t.add(bytesTokens(w.sc.Pos() - start))
 	}
 }
 
@@ -1097,13 +1096,13 @@ func (w *walker) deferred(priced bool, read func()) span {
 		read()
 		return span{}
 	}
-	w.sc.ws()
-	start := w.sc.i
+	w.sc.SkipSpace()
+	start := w.sc.Pos()
 	mute := w.t.mute
 	w.t.mute = true
 	read()
 	w.t.mute = mute
-	return span{start, w.sc.i}
+	return span{start, w.sc.Pos()}
 }
 
 // priceSpan prices with read a value deferred returned the span of, if it

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/benchcpu"
+	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
 const hiMessages = `"messages":[{"role":"user","content":"hi"}]`
@@ -158,27 +161,6 @@ func TestSaturation(t *testing.T) {
 	}
 }
 
-func TestIntValue(t *testing.T) {
-	tests := []struct {
-		lit string
-		v   int64
-		ok  bool
-	}{
-		{"0", 0, true}, {"-0", 0, true}, {"7", 7, true}, {"-7", -7, true}, {"0.0", 0, true}, {"0e-5", 0, true},
-		{"10", 10, true}, {"1e1", 10, true}, {"10.0", 10, true}, {"0.1e2", 10, true}, {"100e-1", 10, true}, {"1E+1", 10, true},
-		{"9223372036854775807", math.MaxInt64, true}, {"9223372036854775808", math.MaxInt64, true},
-		{"-9223372036854775807", -math.MaxInt64, true}, {"9.3e18", math.MaxInt64, true}, {"9.2e18", 9200000000000000000, true},
-		{"1e400", math.MaxInt64, true}, {"1e1000000000000", math.MaxInt64, true}, {"-1e400", -math.MaxInt64, true},
-		{"1.5", 0, false}, {"1e-1", 0, false}, {"1e-400", 0, false}, {"1e-1000000000000", 0, false}, {"12.34e1", 0, false},
-		{"123.4e1", 1234, true}, {"0.00000000000000000000000001e26", 1, true},
-	}
-	for _, tt := range tests {
-		if v, ok := intValue(tt.lit); v != tt.v || ok != tt.ok {
-			t.Errorf("intValue(%s) = %d, %v; want %d, %v", tt.lit, v, ok, tt.v, tt.ok)
-		}
-	}
-}
-
 // TestStrictJSON: the scanner accepts what encoding/json accepts, and
 // refuses the rest with a syntax error.
 func TestStrictJSON(t *testing.T) {
@@ -197,7 +179,7 @@ func TestStrictJSON(t *testing.T) {
 		`{"messages":[{"role":"user","content":"hi"}],"x":tru}`,
 		`{"messages":[{"role":"user","content":"hi"}],"x":NaN}`,
 		`{"messages":[{"role":"user","content":"hi"}],'x':1}`,
-		`{"messages":[{"role":"user","content":"hi"}],"x":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`,
+		`{"messages":[{"role":"user","content":"hi"}],"x":` + strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1) + `}`,
 	} {
 		if json.Valid([]byte(body)) {
 			t.Fatalf("test case %.60q is valid JSON", body)
@@ -210,9 +192,9 @@ func TestStrictJSON(t *testing.T) {
 	}
 	// Nesting up to the limit, invalid UTF-8 (decoded to U+FFFD) and a
 	// syntax error after a type error (reported as the syntax error).
-	deep := `{"messages":[{"role":"user","content":"hi"}],"x":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`
+	deep := `{"messages":[{"role":"user","content":"hi"}],"x":` + strings.Repeat("[", jsonscan.MaxDepth-1) + strings.Repeat("]", jsonscan.MaxDepth-1) + `}`
 	if _, err := e.Estimate("/v1/chat/completions", []byte(deep)); err != nil {
-		t.Errorf("Estimate(nesting %d) error = %v; want none", maxDepth, err)
+		t.Errorf("Estimate(nesting %d) error = %v; want none", jsonscan.MaxDepth, err)
 	}
 	c, _ := e.counter(O200kBase)
 	est, err := e.Estimate("/v1/chat/completions", []byte("{\"messages\":[{\"role\":\"user\",\"content\":\"a\xffb\"}]}"))
@@ -283,14 +265,12 @@ func FuzzScanner(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		sc := scanner{s: string(body)}
-		sc.skip()
-		sc.ws()
-		if sc.err == nil && sc.i < len(sc.s) {
-			sc.unexpected("after top-level value")
-		}
-		if valid := json.Valid(body); valid != (sc.err == nil) {
-			t.Fatalf("scanner error %v; json.Valid = %v", sc.err, valid)
+		var sc jsonscan.Scanner
+		sc.ResetBytes(body)
+		sc.Skip()
+		sc.End()
+		if valid := json.Valid(body); valid != (sc.Err() == nil) {
+			t.Fatalf("scanner error %v; json.Valid = %v", sc.Err(), valid)
 		}
 		e, err := fuzzEstimator()
 		if err != nil {
@@ -369,11 +349,13 @@ func BenchmarkEstimateHostile(b *testing.B) {
 		e := newTestEstimator(b)
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
+		cpu := benchcpu.Start()
 		for b.Loop() {
 			if _, err := e.Estimate("/v1/chat/completions", body); err != nil {
 				b.Fatal(err)
 			}
 		}
+		cpu.Report(b)
 	})
 	b.Run("peer=encoding-json", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))

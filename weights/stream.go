@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"strings"
 	"sync"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
 // DefaultMaxEventBytes bounds the memory a [StreamReader] holds for one
@@ -661,11 +662,16 @@ func InjectIncludeUsage(ep Endpoint, body []byte) (out []byte, injected bool, er
 	if ep != EndpointChatCompletions && ep != EndpointCompletions {
 		return body, false, nil
 	}
-	if firstByte(body) != '{' || !json.Valid(body) {
+	var sc jsonscan.Scanner
+	sc.ResetBytes(body)
+	if sc.Peek() != '{' {
 		return body, false, malformed(ep, "", errWantObject)
 	}
-	open := skipSpace(body, 0)
-	members := objectMembers(body, open)
+	open := sc.Pos()
+	members := objectMembers(&sc)
+	if sc.End(); sc.Err() != nil {
+		return body, false, malformed(ep, "", errWantObject)
+	}
 	var stream, opts *member
 	for i := range members {
 		switch members[i].key {
@@ -691,7 +697,8 @@ func InjectIncludeUsage(ep Endpoint, body []byte) (out []byte, injected bool, er
 		return body, false, malformed(ep, "stream_options", errWantObject)
 	}
 	var inc *member
-	inner := objectMembers(body, opts.start)
+	sc.Seek(opts.start)
+	inner := objectMembers(&sc)
 	for i := range inner {
 		if inner[i].key == "include_usage" {
 			inc = &inner[i]
@@ -730,84 +737,20 @@ type member struct {
 	start, end int
 }
 
-// objectMembers lists the members of the valid JSON object starting at
-// b[at] (the '{'). It never panics: on input that is not valid JSON it
-// returns what it found.
-func objectMembers(b []byte, at int) []member {
+// objectMembers lists the members of the object at the scanner (a '{'),
+// checking it; keys are decoded.
+func objectMembers(sc *jsonscan.Scanner) []member {
 	var ms []member
-	i := skipSpace(b, at+1)
-	for i < len(b) && b[i] == '"' {
-		kEnd := skipString(b, i)
-		key := string(b[i+1 : max(kEnd-1, i+1)])
-		if strings.IndexByte(key, '\\') >= 0 {
-			var k string
-			if json.Unmarshal(b[i:kEnd], &k) == nil {
-				key = k
-			}
+	sc.Open()
+	for n := 0; sc.More(&n, '}'); {
+		key, dirty := sc.Key()
+		if dirty {
+			key, _ = jsonscan.Unquote(key)
 		}
-		i = skipSpace(b, kEnd)
-		if i >= len(b) || b[i] != ':' {
-			return ms
-		}
-		i = skipSpace(b, i+1)
-		vEnd := skipValue(b, i)
-		ms = append(ms, member{key: key, start: i, end: vEnd})
-		i = skipSpace(b, vEnd)
-		if i >= len(b) || b[i] != ',' {
-			return ms
-		}
-		i = skipSpace(b, i+1)
+		sc.SkipSpace()
+		start := sc.Pos()
+		sc.Skip()
+		ms = append(ms, member{key: key, start: start, end: sc.Pos()})
 	}
 	return ms
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string starting at b[i] (a '"').
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index after the JSON value starting at b[i].
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return len(b)
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(b)
-	}
-	for i < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[i])) {
-		i++
-	}
-	return i
 }

@@ -3,6 +3,8 @@ package weights
 import (
 	"bytes"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
 // chunkVerdict is what chunkParser made of an event.
@@ -339,9 +341,8 @@ func (p *chunkParser) null() chunkVerdict {
 	return chunkOther
 }
 
-// stringOrNull reads a string (validated as encoding/json does: no control
-// character, valid escapes; invalid UTF-8 is replaced when decoded) or,
-// unless key, null.
+// stringOrNull reads a string (validated by the module's JSON scanner, as
+// encoding/json does) or, unless key, null.
 func (p *chunkParser) stringOrNull(key bool) chunkVerdict {
 	if p.b[p.i] != '"' {
 		if key {
@@ -349,66 +350,30 @@ func (p *chunkParser) stringOrNull(key bool) chunkVerdict {
 		}
 		return p.null()
 	}
-	end := stringEnd(p.b, p.i)
-	if end < 0 {
+	sc := p.scanner()
+	sc.Str()
+	p.i = sc.Pos()
+	if sc.Err() != nil {
 		return chunkInvalid
 	}
-	p.i = end
 	return chunkText
 }
 
-// stringEnd returns the index after the JSON string starting at b[i] (a
-// '"'), validated as encoding/json does (no control character, valid
-// escapes; invalid UTF-8 is replaced when decoded), or -1 when it is not
-// a valid string.
-func stringEnd(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		for i < len(b) && plainInString[b[i]] {
-			i++
-		}
-		if i == len(b) {
-			break
-		}
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1
-		case c < 0x20:
-			return -1
-		case c == '\\':
-			i++
-			if i >= len(b) {
-				return -1
-			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if i+4 >= len(b) {
-					return -1
-				}
-				for _, h := range b[i+1 : i+5] {
-					if !isHex(h) {
-						return -1
-					}
-				}
-				i += 4
-			default:
-				return -1
-			}
-		}
-	}
-	return -1
+// number reads the number at p.i and reports whether it is valid JSON.
+func (p *chunkParser) number() bool {
+	sc := p.scanner()
+	sc.Number()
+	p.i = sc.Pos()
+	return sc.Err() == nil
 }
 
-// plainInString marks the bytes a JSON string holds as they are: all but
-// the quote, the backslash and control characters.
-var plainInString = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+// scanner returns the module's JSON scanner at p.i, to read a string or
+// a number.
+func (p *chunkParser) scanner() (sc jsonscan.Scanner) {
+	sc.ResetBytes(p.b)
+	sc.Seek(p.i)
+	return sc
+}
 
 // maxSkipDepth bounds the nesting of a value readChunk skips; a deeper one
 // goes to the general path.
@@ -520,44 +485,6 @@ func (p *chunkParser) member() chunkVerdict {
 	p.i++
 	p.ws()
 	return chunkText
-}
-
-// number reads a JSON number.
-func (p *chunkParser) number() bool {
-	b, i := p.b, p.i
-	digits := func() bool {
-		start := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		return i > start
-	}
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case !digits():
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if !digits() {
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if !digits() {
-			return false
-		}
-	}
-	p.i = i
-	return true
 }
 
 // jsonText adds the text of a JSON string value, decoded as jstr does.

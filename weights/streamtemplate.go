@@ -1,6 +1,10 @@
 package weights
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
+)
 
 // Bounds of what a chunkTemplate holds: the bytes of a chunk around its
 // value strings, and the number of those. A stream's chunks differ, as a
@@ -35,17 +39,19 @@ type chunkTemplate struct {
 // strings, and sets at[k] to the span of string k (quotes included).
 func (t *chunkTemplate) match(data []byte, at *[maxTemplateStrings]span) bool {
 	i, f := 0, 0 // in data, in fixed
+	var sc jsonscan.Scanner
+	sc.ResetBytes(data)
 	for k := range t.n {
 		run := t.fixed[f:t.cuts[k]]
 		if len(data)-i < len(run)+2 || !bytes.Equal(data[i:i+len(run)], run) || data[i+len(run)] != '"' {
 			return false
 		}
 		i, f = i+len(run), int(t.cuts[k])
-		end := stringEnd(data, i)
-		if end < 0 {
+		sc.Seek(i)
+		if sc.Str(); sc.Err() != nil {
 			return false
 		}
-		at[k], i = span{i, end}, end
+		at[k], i = span{i, sc.Pos()}, sc.Pos()
 	}
 	return bytes.Equal(data[i:], t.fixed[f:])
 }

@@ -1,5 +1,7 @@
 package weights
 
+import "github.com/sluicehq/sluice/internal/jsonscan"
+
 // fnSpans is a function definition: {"name", "description", "parameters"}.
 type fnSpans struct {
 	name, desc jstring
@@ -13,8 +15,8 @@ func (w *walker) tools() {
 	if !w.container('[', "tools", "an array") {
 		return
 	}
-	w.sc.open()
-	for n := 0; w.sc.more(&n, ']'); {
+	w.sc.Open()
+	for n := 0; w.sc.More(&n, ']'); {
 		start, ok := w.pricedObject("tools")
 		if !ok {
 			continue
@@ -50,7 +52,7 @@ func (w *walker) tools() {
 			w.function(&outer)
 		default:
 			// Built-in tools (web_search, file_search, ...): priced by size.
-			w.t.add(bytesTokens(w.sc.i - start))
+			w.t.add(bytesTokens(w.sc.Pos() - start))
 		}
 	}
 }
@@ -60,8 +62,8 @@ func (w *walker) functions() {
 	if !w.container('[', "functions", "an array") {
 		return
 	}
-	w.sc.open()
-	for n := 0; w.sc.more(&n, ']'); {
+	w.sc.Open()
+	for n := 0; w.sc.More(&n, ']'); {
 		var f fnSpans
 		if w.container('{', "functions", "an object") {
 			w.functionDef(&f, "functions")
@@ -90,10 +92,10 @@ func (w *walker) fnMember(f *fnSpans, path, name string) {
 	case "description":
 		f.desc = w.str(path, name)
 	case "parameters":
-		w.sc.ws()
-		f.params.start = w.sc.i
-		w.sc.skip()
-		f.params.end = w.sc.i
+		w.sc.SkipSpace()
+		f.params.start = w.sc.Pos()
+		w.sc.Skip()
+		f.params.end = w.sc.Pos()
 	}
 }
 
@@ -112,7 +114,7 @@ func (w *walker) function(f *fnSpans) {
 	w.buf = append(w.buf, ':')
 	w.buf = appendNoDot(w.buf, f.desc)
 	w.t.text(view(w.buf))
-	if f.params.end == f.params.start || w.sc.s[f.params.start] != '{' {
+	if f.params.end == f.params.start || w.sc.Src()[f.params.start] != '{' {
 		return
 	}
 	w.at(f.params.start, w.parameters)
@@ -140,15 +142,15 @@ func (w *walker) parameters() {
 		}
 		switch name {
 		case "type":
-			w.sc.skip()
+			w.sc.Skip()
 		case "description", "enum":
 			if !w.schemaKeyword(name) {
 				w.fail("tools", errSchema)
 			}
 		case "properties":
-			switch c := w.sc.peek(); c {
+			switch c := w.sc.Peek(); c {
 			case 'n':
-				w.sc.lit()
+				w.sc.Literal()
 			case '{':
 				var po object
 				w.begin(&po, anyFields, path+".properties")
@@ -165,7 +167,7 @@ func (w *walker) parameters() {
 				}
 			default:
 				w.fail("tools", errSchema)
-				w.sc.skip()
+				w.sc.Skip()
 			}
 		}
 	}
@@ -178,8 +180,8 @@ func (w *walker) schemaKeyword(name string) bool {
 	if name == "enum" {
 		want = '['
 	}
-	c := w.sc.peek()
-	w.sc.skip()
+	c := w.sc.Peek()
+	w.sc.Skip()
 	return c == want || c == 'n'
 }
 
@@ -189,13 +191,13 @@ func (w *walker) schemaKeyword(name string) bool {
 // priced as "name:compact JSON".
 func (w *walker) property(key jstring) {
 	const path = "tools.parameters.properties"
-	w.sc.ws()
-	start := w.sc.i
-	valid := w.sc.peek() == '{'
+	w.sc.SkipSpace()
+	start := w.sc.Pos()
+	valid := w.sc.Peek() == '{'
 	var typ, enum span
 	var desc jstring
 	if !valid {
-		w.sc.skip()
+		w.sc.Skip()
 	} else {
 		var o object
 		w.begin(&o, schemaFields, path)
@@ -204,43 +206,43 @@ func (w *walker) property(key jstring) {
 			if !ok {
 				break
 			}
-			w.sc.ws()
-			vs := w.sc.i
-			switch c := w.sc.peek(); {
+			w.sc.SkipSpace()
+			vs := w.sc.Pos()
+			switch c := w.sc.Peek(); {
 			case name == "description" && c == '"':
 				desc = w.str(path, name)
 			case name == "type", c == 'n':
-				w.sc.skip()
+				w.sc.Skip()
 			case name == "enum" && c == '[':
-				w.sc.skip()
-				enum = span{vs, w.sc.i}
+				w.sc.Skip()
+				enum = span{vs, w.sc.Pos()}
 			default: // a description that is not a string, an enum or properties that are not an array or object
 				valid = valid && name == "properties" && c == '{'
-				w.sc.skip()
+				w.sc.Skip()
 			}
 			if name == "type" {
-				typ = span{vs, w.sc.i}
+				typ = span{vs, w.sc.Pos()}
 			}
 		}
 	}
-	end := w.sc.i
+	end := w.sc.Pos()
 	if !valid {
 		w.buf = appendDecoded(w.buf[:0], key)
 		w.buf = append(w.buf, ':')
-		w.buf = appendCompact(w.buf, w.sc.s[start:end])
+		w.buf = jsonscan.AppendCompact(w.buf, w.sc.Src()[start:end])
 		w.t.text(view(w.buf))
 		return
 	}
 	if enum.end > enum.start {
 		w.at(enum.start, func() {
-			w.sc.open()
+			w.sc.Open()
 			items := int64(0)
-			for n := 0; w.sc.more(&n, ']'); {
-				w.sc.ws()
-				vs := w.sc.i
-				w.sc.skip()
+			for n := 0; w.sc.More(&n, ']'); {
+				w.sc.SkipSpace()
+				vs := w.sc.Pos()
+				w.sc.Skip()
 				items++
-				w.buf = appendScalar(w.buf[:0], w.sc.s[vs:w.sc.i])
+				w.buf = appendScalar(w.buf[:0], w.sc.Src()[vs:w.sc.Pos()])
 				w.t.text(view(w.buf))
 			}
 			if items > 0 {
@@ -250,17 +252,17 @@ func (w *walker) property(key jstring) {
 	}
 	w.buf = appendDecoded(w.buf[:0], key)
 	w.buf = append(w.buf, ':')
-	w.buf = appendScalar(w.buf, w.sc.s[typ.start:typ.end])
+	w.buf = appendScalar(w.buf, w.sc.Src()[typ.start:typ.end])
 	w.buf = append(w.buf, ':')
 	w.buf = appendNoDot(w.buf, desc)
 	w.t.text(view(w.buf))
 	w.at(start, func() {
-		w.sc.open()
-		for n := 0; w.sc.more(&n, '}'); {
-			raw, dirty := w.sc.key()
-			w.sc.ws()
-			vs := w.sc.i
-			w.sc.skip()
+		w.sc.Open()
+		for n := 0; w.sc.More(&n, '}'); {
+			raw, dirty := w.sc.Key()
+			w.sc.SkipSpace()
+			vs := w.sc.Pos()
+			w.sc.Skip()
 			k := jstring{raw, dirty}
 			switch w.decode(k) {
 			case "type", "description", "enum":
@@ -268,7 +270,7 @@ func (w *walker) property(key jstring) {
 			}
 			w.buf = appendDecoded(w.buf[:0], k)
 			w.buf = append(w.buf, ':')
-			w.buf = appendCompact(w.buf, w.sc.s[vs:w.sc.i])
+			w.buf = jsonscan.AppendCompact(w.buf, w.sc.Src()[vs:w.sc.Pos()])
 			w.t.text(view(w.buf))
 		}
 	})
@@ -278,10 +280,10 @@ func (w *walker) property(key jstring) {
 // JSON text.
 func appendScalar(dst []byte, v string) []byte {
 	if len(v) > 0 && v[0] == '"' {
-		dst, _ = appendUnquote(dst, v[1:len(v)-1])
+		dst, _ = jsonscan.AppendUnquote(dst, v[1:len(v)-1])
 		return dst
 	}
-	return appendCompact(dst, v)
+	return jsonscan.AppendCompact(dst, v)
 }
 
 // responseFormat prices the JSON schema of a structured output format: the
@@ -302,11 +304,11 @@ func (w *walker) responseFormat(path, key string) {
 		case "type":
 			w.str(path, name)
 		case key:
-			v := w.sc.span()
-			w.buf = appendCompact(w.buf[:0], v)
+			v := w.sc.Value()
+			w.buf = jsonscan.AppendCompact(w.buf[:0], v)
 			w.t.text(view(w.buf))
 		default:
-			w.sc.skip()
+			w.sc.Skip()
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
 // Usage is what a request actually cost, as the upstream reported it (or as
@@ -171,42 +173,40 @@ func ReadUsage(body []byte) (UsageReport, error) {
 // null), and returns the text of its "response" member. Keys match
 // exactly, as the APIs write them; of repeated keys the last wins.
 func findUsage(v string) (usage *rawUsage, response string, err error) {
-	s := scanner{s: v}
-	if s.peek() != '{' {
+	var s jsonscan.Scanner
+	s.Reset(v)
+	if s.Peek() != '{' {
 		return nil, "", errors.New("want a JSON object")
 	}
 	var u rawUsage
-	s.open()
-	for n := 0; s.more(&n, '}'); {
+	s.Open()
+	for n := 0; s.More(&n, '}'); {
 		switch memberKey(&s) {
 		case "usage":
-			if v := s.span(); v == "null" {
+			if v := s.Value(); v == "null" {
 				usage = nil
 			} else {
 				u.rep, usage = readUsageObject(v), &u
 			}
 		case "response":
-			response = s.span()
+			response = s.Value()
 		default:
-			s.skip()
+			s.Skip()
 		}
 	}
-	if s.peek() != 0 && s.err == nil {
-		s.unexpected("after top-level value")
-	}
-	if s.err != nil {
-		return nil, "", s.err
+	if s.End(); s.Err() != nil {
+		return nil, "", s.Err()
 	}
 	return usage, response, nil
 }
 
 // memberKey reads an object member's key, decoded when it has escapes.
-func memberKey(s *scanner) string {
-	raw, dirty := s.key()
+func memberKey(s *jsonscan.Scanner) string {
+	raw, dirty := s.Key()
 	if !dirty {
 		return raw
 	}
-	b, _ := appendUnquote(nil, raw)
+	b, _ := jsonscan.AppendUnquote(nil, raw)
 	return string(b)
 }
 
@@ -306,38 +306,39 @@ func (r *rawUsage) report() UsageReport {
 // count unusable, so that the request is charged as reserved rather than
 // as a cheaper prompt than it was.
 func readUsageObject(v string) UsageReport {
-	s := scanner{s: v}
-	if s.peek() != '{' {
+	var s jsonscan.Scanner
+	s.Reset(v)
+	if s.Peek() != '{' {
 		return malformedReport
 	}
 	var prompt, input, completion, output, total, cacheWrite, cacheRead string
 	var cached, reasoning int64
-	s.open()
-	for n := 0; s.more(&n, '}'); {
+	s.Open()
+	for n := 0; s.More(&n, '}'); {
 		switch memberKey(&s) {
 		case "prompt_tokens":
-			prompt = s.span()
+			prompt = s.Value()
 		case "input_tokens":
-			input = s.span()
+			input = s.Value()
 		case "completion_tokens":
-			completion = s.span()
+			completion = s.Value()
 		case "output_tokens":
-			output = s.span()
+			output = s.Value()
 		case "total_tokens":
-			total = s.span()
+			total = s.Value()
 		case "cache_creation_input_tokens":
-			cacheWrite = s.span()
+			cacheWrite = s.Value()
 		case "cache_read_input_tokens":
-			cacheRead = s.span()
+			cacheRead = s.Value()
 		case "prompt_tokens_details", "input_tokens_details":
-			cached = max(cached, detail(s.span(), "cached_tokens"))
+			cached = max(cached, detail(s.Value(), "cached_tokens"))
 		case "completion_tokens_details", "output_tokens_details":
-			reasoning = max(reasoning, detail(s.span(), "reasoning_tokens"))
+			reasoning = max(reasoning, detail(s.Value(), "reasoning_tokens"))
 		default:
-			s.skip()
+			s.Skip()
 		}
 	}
-	if s.err != nil {
+	if s.Err() != nil {
 		return malformedReport
 	}
 	var rep UsageReport
@@ -391,20 +392,21 @@ func pick(a, b string) (int64, UsageFallback) {
 // detail reads a count of a details object, given as its JSON text, or 0
 // when it is not usable.
 func detail(v, key string) int64 {
-	s := scanner{s: v}
-	if s.peek() != '{' {
+	var s jsonscan.Scanner
+	s.Reset(v)
+	if s.Peek() != '{' {
 		return 0
 	}
 	var count string
-	s.open()
-	for n := 0; s.more(&n, '}'); {
+	s.Open()
+	for n := 0; s.More(&n, '}'); {
 		if memberKey(&s) == key {
-			count = s.span()
+			count = s.Value()
 		} else {
-			s.skip()
+			s.Skip()
 		}
 	}
-	if n, st := parseCount(count); s.err == nil && st == FallbackNone {
+	if n, st := parseCount(count); s.Err() == nil && st == FallbackNone {
 		return n
 	}
 	return 0

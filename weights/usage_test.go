@@ -65,7 +65,7 @@ func TestReadUsage(t *testing.T) {
 			t.Errorf("%s: ReadUsage(%s) = %+v, %v; want %+v, nil", tt.name, tt.body, got, err, tt.want)
 		}
 	}
-	for _, body := range []string{``, `[]`, `"usage"`, `{"usage":`, `{"usage":{"prompt_tokens":1e}}`} {
+	for _, body := range []string{``, `[]`, `"usage"`, `{"usage":`, `{"usage":{"prompt_tokens":1e}}`, "{\"usage\":{\"prompt_tokens\":1}}\x00", `{"usage":null} x`} {
 		if got, err := ReadUsage([]byte(body)); err == nil || got != malformedReport {
 			t.Errorf("ReadUsage(%q) = %+v, %v; want the malformed report and an error", body, got, err)
 		}

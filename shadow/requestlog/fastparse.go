@@ -1,8 +1,9 @@
 package requestlog
 
 import (
-	"bytes"
-	"unicode/utf8"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
 // parseFast decodes the common shape of a record without reflection: a
@@ -13,25 +14,23 @@ import (
 // str, which may intern them.
 func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 	p := fastParser{b: line, str: str}
-	p.ws()
-	if !p.lit('{') {
+	p.sc.ResetBytes(line)
+	if p.sc.Peek() != '{' {
 		return false
 	}
+	p.sc.Open()
 	var seen uint16
-	for first := true; ; first = false {
-		key, end, ok := p.member(first)
+	for n := 0; p.sc.More(&n, '}'); {
+		key, ok := p.key()
 		if !ok {
 			return false
-		}
-		if end {
-			break
 		}
 		bit := uint16(1) << keyBit(key)
 		if seen&bit != 0 {
 			return false // a repeated key: encoding/json merges objects
 		}
 		seen |= bit
-		switch string(key) {
+		switch key {
 		case "time":
 			s, ok := p.raw()
 			if !ok {
@@ -79,13 +78,13 @@ func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 			return false
 		}
 	}
-	p.ws()
-	return p.i == len(p.b)
+	p.sc.End()
+	return p.sc.Err() == nil
 }
 
 // keyBit numbers the record's keys for parseFast's duplicate check.
-func keyBit(k []byte) int {
-	switch string(k) {
+func keyBit(k string) int {
+	switch k {
 	case "time":
 		return 1
 	case "tenant":
@@ -120,6 +119,19 @@ func keyBit(k []byte) int {
 	return 0
 }
 
+// fastParser reads a record with the module's JSON scanner, in place.
+type fastParser struct {
+	b   []byte
+	sc  jsonscan.Scanner
+	str func([]byte) string
+}
+
+// key reads a member's key, when it is written without escapes.
+func (p *fastParser) key() (string, bool) {
+	k, dirty := p.sc.Key()
+	return k, !dirty && p.sc.Err() == nil
+}
+
 // smallIntTo reads an integer that fits an int into dst.
 func (p *fastParser) smallIntTo(dst *int) bool {
 	n, ok := p.int()
@@ -129,60 +141,25 @@ func (p *fastParser) smallIntTo(dst *int) bool {
 
 // boolTo reads true or false into dst.
 func (p *fastParser) boolTo(dst *bool) bool {
-	switch rest := p.b[p.i:]; {
-	case bytes.HasPrefix(rest, []byte("true")):
-		*dst, p.i = true, p.i+4
-	case bytes.HasPrefix(rest, []byte("false")):
-		*dst, p.i = false, p.i+5
-	default:
+	c := p.sc.Peek()
+	if c != 't' && c != 'f' {
 		return false
 	}
-	return true
+	p.sc.Literal()
+	*dst = c == 't'
+	return p.sc.Err() == nil
 }
 
-type fastParser struct {
-	b   []byte
-	i   int
-	str func([]byte) string
-}
-
-func (p *fastParser) ws() {
-	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\r' || p.b[p.i] == '\n') {
-		p.i++
-	}
-}
-
-func (p *fastParser) lit(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// raw returns the bytes of a string without escapes or control
-// characters, in valid UTF-8.
+// raw returns the bytes of a string without escapes, in valid UTF-8.
 func (p *fastParser) raw() ([]byte, bool) {
-	if !p.lit('"') {
+	if p.sc.Peek() != '"' {
 		return nil, false
 	}
-	start := p.i
-	ascii := true
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, ascii || utf8.Valid(s)
-		case c == '\\' || c < 0x20:
-			return nil, false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
-		p.i++
+	start := p.sc.Pos() + 1
+	if _, dirty := p.sc.Str(); dirty || p.sc.Err() != nil {
+		return nil, false
 	}
-	return nil, false
+	return p.b[start : p.sc.Pos()-1], true
 }
 
 func (p *fastParser) strTo(dst *string) bool {
@@ -193,103 +170,60 @@ func (p *fastParser) strTo(dst *string) bool {
 	return ok
 }
 
-// int reads an integer written the way JSON allows and int64 holds.
+// int reads an integer as encoding/json decodes it into an int64.
 func (p *fastParser) int() (int64, bool) {
-	neg := p.lit('-')
-	start := p.i
-	var n uint64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		if n > (1<<63)/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(p.b[p.i]-'0')
-		p.i++
-	}
-	digits := p.i - start
-	if digits == 0 || digits > 1 && p.b[start] == '0' || n > 1<<63-1 {
+	if c := p.sc.Peek(); c != '-' && (c < '0' || c > '9') {
 		return 0, false
 	}
-	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
-		return 0, false
-	}
-	if neg {
-		return -int64(n), true
-	}
-	return int64(n), true
-}
-
-// member reads up to the value of an object's next member (after its
-// opening brace): the separator, the key and the colon. end reports the
-// closing brace instead.
-func (p *fastParser) member(first bool) (key []byte, end, ok bool) {
-	p.ws()
-	if p.lit('}') {
-		return nil, true, true
-	}
-	if !first && !p.lit(',') {
-		return nil, false, false
-	}
-	p.ws()
-	if key, ok = p.raw(); !ok {
-		return nil, false, false
-	}
-	p.ws()
-	if !p.lit(':') {
-		return nil, false, false
-	}
-	p.ws()
-	return key, false, true
+	return jsonscan.Int64(p.sc.Number())
 }
 
 func (p *fastParser) units() (map[string]int64, bool) {
-	if !p.lit('{') {
+	if p.sc.Peek() != '{' {
 		return nil, false
 	}
+	p.sc.Open()
 	m := map[string]int64{}
-	for first := true; ; first = false {
-		k, end, ok := p.member(first)
+	for n := 0; p.sc.More(&n, '}'); {
+		k, ok := p.key()
 		if !ok {
 			return nil, false
 		}
-		if end {
-			return m, true
-		}
-		n, ok := p.int()
+		v, ok := p.int()
 		if !ok {
 			return nil, false
 		}
-		m[string(k)] = n
+		m[strings.Clone(k)] = v // k is a view of the line
 	}
+	return m, p.sc.Err() == nil
 }
 
 func (p *fastParser) actual(w *recordJSON) bool {
-	if !p.lit('{') {
+	if p.sc.Peek() != '{' {
 		return false
 	}
+	p.sc.Open()
 	a := &actualJSON{}
 	w.Actual = a
 	// A repeated key (encoding/json would merge) finds its field set.
-	for first := true; ; first = false {
-		k, end, ok := p.member(first)
+	for n := 0; p.sc.More(&n, '}'); {
+		k, ok := p.key()
 		if !ok {
 			return false
 		}
-		if end {
-			return true
-		}
-		switch string(k) {
+		switch k {
 		case "tokens":
-			n, ok := p.int()
+			v, ok := p.int()
 			if !ok || a.Tokens != nil {
 				return false
 			}
-			a.Tokens = &n
+			a.Tokens = &v
 		case "cost":
-			n, ok := p.int()
+			v, ok := p.int()
 			if !ok || a.Cost != nil {
 				return false
 			}
-			a.Cost = &n
+			a.Cost = &v
 		case "units":
 			if a.Units != nil {
 				return false
@@ -301,6 +235,7 @@ func (p *fastParser) actual(w *recordJSON) bool {
 			return false
 		}
 	}
+	return p.sc.Err() == nil
 }
 
 // interner returns one string per distinct value of the fields that

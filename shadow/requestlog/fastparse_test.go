@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/benchcpu"
 )
 
 // The fast decoder accepts only records encoding/json decodes, and
@@ -45,5 +47,53 @@ func FuzzFastMatchesJSON(f *testing.F) {
 		if !reflect.DeepEqual(fast, slow) {
 			t.Fatalf("%q: parseFast = %+v; encoding/json = %+v", line, fast, slow)
 		}
+	})
+}
+
+// The fast decoder's strings and map keys are copies: the log reader
+// reuses the line's buffer for the next line.
+func TestFastCopiesWhatItKeeps(t *testing.T) {
+	line := []byte(`{"time":"t","tenant":"acme","model":"m","units":{"x":1},"actual":{"units":{"y":2}}}`)
+	var w recordJSON
+	if !parseFast(line, &w, func(b []byte) string { return string(b) }) {
+		t.Fatalf("parseFast(%s) = false", line)
+	}
+	for i := range line {
+		line[i] = '#'
+	}
+	if *w.Time != "t" || *w.Tenant != "acme" || w.Model != "m" || w.Units["x"] != 1 || w.Actual == nil || w.Actual.Units["y"] != 2 {
+		t.Errorf("after the line changed: %+v, actual %+v; want time t, tenant acme, model m, units x=1, actual units y=2", w, w.Actual)
+	}
+}
+
+// BenchmarkParseFast decodes a record of the shape the request log
+// writes, against its peer: encoding/json decoding the same record, the
+// fallback of a record the fast decoder does not take.
+func BenchmarkParseFast(b *testing.B) {
+	line := []byte(`{"time":"2026-01-01T12:00:00.123Z","tenant":"t07","operation":"POST /v1/chat/completions","model":"m","tokens":1234,"cost":123,"actual":{"tokens":987},"duration":"1.234s"}`)
+	var in interner
+	b.Run("fast", func(b *testing.B) {
+		b.SetBytes(int64(len(line)))
+		b.ReportAllocs()
+		cpu := benchcpu.Start()
+		for b.Loop() {
+			var w recordJSON
+			if !parseFast(line, &w, in.str) {
+				b.Fatal("not parsed")
+			}
+		}
+		cpu.Report(b)
+	})
+	b.Run("peer=encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(line)))
+		b.ReportAllocs()
+		cpu := benchcpu.Start()
+		for b.Loop() {
+			var w recordJSON
+			if err := json.Unmarshal(line, &w); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.Report(b)
 	})
 }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 
+	"github.com/sluicehq/sluice/internal/jsonscan"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -203,14 +203,16 @@ func (lc *lineCounter) count(line []byte) error {
 	return nil
 }
 
-// jsonText returns the text of raw, a JSON value, when it is a string:
-// without escapes it is the bytes between the quotes, else decoded.
+// jsonText returns the text of raw, a JSON value, when it is a string
+// (or null, as encoding/json decodes it into a string: "").
 func jsonText(raw json.RawMessage) (string, bool) {
-	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1]), true
+	switch {
+	case string(raw) == "null":
+		return "", true
+	case len(raw) < 2 || raw[0] != '"':
+		return "", false
 	}
-	var s string
-	return s, json.Unmarshal(raw, &s) == nil
+	return jsonscan.Unquote(raw[1 : len(raw)-1])
 }
 
 // satSum adds non-negative a and b, saturating at math.MaxInt64.
@@ -241,98 +243,51 @@ type objField struct {
 // key not among fields, given twice or written with escapes is an error:
 // two values for one key would let the gateway price one and the
 // upstream run the other, and an escaped key could spell a known one
-// the gateway did not recognise. It checks data with json.Valid and then
-// only finds the spans, without copying or decoding a value.
+// the gateway did not recognise. Invalid JSON anywhere in data is the
+// error reported first. Values are checked and their spans found in one
+// pass, without copying or decoding them.
 func objectFields(data []byte, fields ...objField) error {
 	if len(fields) > 64 {
 		panic("gateway: objectFields reads at most 64 keys")
 	}
-	if !json.Valid(data) {
-		return errors.New("invalid JSON")
-	}
-	i := skipWS(data, 0)
-	if data[i] != '{' {
-		return errors.New("not a JSON object")
-	}
-	var seen uint64
-	if i = skipWS(data, i+1); data[i] == '}' {
-		return nil
-	}
-	for {
-		end := jsonStringEnd(data, i)
-		key := data[i+1 : end-1]
-		i = skipWS(data, skipWS(data, end)+1) // past the colon
-		vend := jsonValueEnd(data, i)
-		k := -1
-		for j := range fields {
-			if string(key) == fields[j].name {
-				k = j
-				break
+	var sc jsonscan.Scanner
+	sc.ResetBytes(data)
+	var problem error
+	if sc.Peek() != '{' {
+		sc.Skip()
+		problem = errors.New("not a JSON object")
+	} else {
+		sc.Open()
+		var seen uint64
+		for n := 0; sc.More(&n, '}'); {
+			key, _ := sc.Key() // an escaped key is compared as written: unknown
+			sc.SkipSpace()
+			start := sc.Pos()
+			sc.Skip()
+			if problem != nil || sc.Err() != nil {
+				continue
 			}
-		}
-		switch {
-		case k < 0:
-			return fmt.Errorf("unknown key %s", quoteClip(string(key)))
-		case seen&(1<<k) != 0:
-			return fmt.Errorf("key %s given twice", quoteClip(string(key)))
-		}
-		seen |= 1 << k
-		*fields[k].dst = data[i:vend:vend]
-		if i = skipWS(data, vend); data[i] == '}' {
-			return nil
-		}
-		i = skipWS(data, i+1) // past the comma
-	}
-}
-
-// skipWS returns the index of the first byte of data at or after i that
-// is not JSON white space (len(data) at the end).
-func skipWS(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// jsonStringEnd returns the index after the string of valid JSON data
-// that starts at i.
-func jsonStringEnd(data []byte, i int) int {
-	for j := i + 1; j < len(data); j++ {
-		switch data[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return len(data)
-}
-
-// jsonValueEnd returns the index after the value of valid JSON data
-// that starts at i.
-func jsonValueEnd(data []byte, i int) int {
-	switch data[i] {
-	case '"':
-		return jsonStringEnd(data, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(data); j++ {
-			switch data[j] {
-			case '"':
-				j = jsonStringEnd(data, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
+			k := -1
+			for j := range fields {
+				if key == fields[j].name {
+					k = j
+					break
 				}
 			}
+			switch {
+			case k < 0:
+				problem = fmt.Errorf("unknown key %s", quoteClip(key))
+			case seen&(1<<k) != 0:
+				problem = fmt.Errorf("key %s given twice", quoteClip(key))
+			default:
+				seen |= 1 << k
+				end := sc.Pos()
+				*fields[k].dst = data[start:end:end]
+			}
 		}
-		return len(data)
 	}
-	j := i
-	for j < len(data) && !strings.ContainsRune(",}] \t\n\r", rune(data[j])) {
-		j++
+	if sc.End(); sc.Err() != nil {
+		return errors.New("invalid JSON")
 	}
-	return j
+	return problem
 }

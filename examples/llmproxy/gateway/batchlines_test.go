@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/benchcpu"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -136,6 +137,7 @@ func BenchmarkLineCounter(b *testing.B) {
 	est := fuzzEstimator(b)
 	b.SetBytes(int64(len(file)))
 	b.ReportAllocs()
+	cpu := benchcpu.Start()
 	for b.Loop() {
 		lc := newLineCounter(est, 1<<20, 50_000, 1<<30, 0)
 		for rest := file; len(rest) > 0; {
@@ -149,6 +151,7 @@ func BenchmarkLineCounter(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	cpu.Report(b)
 }
 
 // BenchmarkLineCounterPeer prices the same bodies one by one, as the
@@ -158,6 +161,7 @@ func BenchmarkLineCounterPeer(b *testing.B) {
 	est := fuzzEstimator(b)
 	b.SetBytes(int64(len(file)))
 	b.ReportAllocs()
+	cpu := benchcpu.Start()
 	for b.Loop() {
 		for _, body := range bodies {
 			if _, err := est.EstimateEndpoint(weights.EndpointChatCompletions, body); err != nil {
@@ -165,6 +169,7 @@ func BenchmarkLineCounterPeer(b *testing.B) {
 			}
 		}
 	}
+	cpu.Report(b)
 }
 
 // objectFieldsRef is objectFields written with encoding/json's decoder,
@@ -243,4 +248,33 @@ func FuzzObjectFields(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLineCustomIDBound: the bound on custom_id is on its value as the
+// upstream decodes it, where each byte of invalid UTF-8 becomes U+FFFD
+// (three bytes): 200 such bytes are 600 bytes upstream.
+func TestLineCustomIDBound(t *testing.T) {
+	line := func(id string) []byte {
+		return []byte(`{"custom_id":"` + id + `","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"x"}}`)
+	}
+	for _, tt := range []struct {
+		name, id string
+		ok       bool
+	}{
+		{"plain", strings.Repeat("a", maxCustomID), true},
+		{"plain, one byte over", strings.Repeat("a", maxCustomID+1), false},
+		{"escaped", strings.Repeat(`\u00e9`, maxCustomID/2), true},
+		{"escaped, over once decoded", strings.Repeat(`\u20ac`, maxCustomID/3+1), false},
+		{"invalid UTF-8, over once decoded", strings.Repeat("\xff", 200), false},
+		{"invalid UTF-8", strings.Repeat("\xff", maxCustomID/3), true},
+	} {
+		lc := newLineCounter(fuzzEstimator(t), 8<<10, 4, 1<<20, 0)
+		err := lc.count(line(tt.id))
+		if ok := err == nil; ok != tt.ok {
+			t.Errorf("%s: count = %v; want accepted %v", tt.name, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "custom_id must be a string of 1 to 512 bytes") {
+			t.Errorf("%s: count = %v; want the custom_id bound", tt.name, err)
+		}
+	}
 }
