@@ -40,7 +40,7 @@ func Catalog() []Metric {
 		{"admission_limit", "gauge", []string{"policy", "mode", "algorithm", "unit"},
 			"The policy's own limit; its labels say the mode (enforce, shadow)."},
 		{"admission_partitions", "gauge", []string{"policy"},
-			"Partitions held in memory."},
+			"Partitions held in memory, or found in Redis for a policy on the Redis store (at most StatsKeys of them, counted at most every StatsEvery)."},
 		{"admission_partitions_evictions_total", "counter", []string{"policy"},
 			"Idle partitions evicted."},
 		{"admission_partitions_limit", "gauge", []string{"policy"},
