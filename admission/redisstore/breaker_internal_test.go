@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -15,7 +16,8 @@ func TestBreakerRatio(t *testing.T) {
 	cases := []struct {
 		name string
 		// trips are round trips in order: 'o' answered, 'x' failed, 'p'
-		// a probe after the cooldown (allow must grant it) that answers.
+		// a probe after the cooldown (allow must refuse it until then, and
+		// grant it then) that answers.
 		trips string
 		open  bool
 	}{
@@ -32,7 +34,8 @@ func TestBreakerRatio(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var changes []bool
-			b := newBreaker(DefaultBreakerFailures, time.Nanosecond, func(open bool) { changes = append(changes, open) })
+			clock := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			b := newBreaker(DefaultBreakerFailures, time.Second, clock, func(open bool) { changes = append(changes, open) })
 			for i, r := range c.trips {
 				switch r {
 				case 'o':
@@ -40,9 +43,11 @@ func TestBreakerRatio(t *testing.T) {
 				case 'x':
 					b.failure()
 				case 'p':
-					for b.refusing() {
-						time.Sleep(time.Microsecond) // a 1ns cooldown
+					clock.Advance(time.Second - time.Nanosecond)
+					if b.allow() {
+						t.Fatalf("trip %d: allow 1ns before the end of the cooldown = true; want false", i)
 					}
+					clock.Advance(time.Nanosecond)
 					if !b.allow() {
 						t.Fatalf("trip %d: allow after the cooldown = false; want a probe", i)
 					}
