@@ -409,7 +409,9 @@ func TestStalledClientsAreCutAndReleaseTheirPermits(t *testing.T) {
 }
 
 // A client that does not read a large plain answer is cut too, and the
-// permit it holds released.
+// permit it holds released: end to end, over loopback TCP, with no bound
+// on how long that takes (the gateway package's test of the same name
+// times the cut to the nanosecond, in a testing/synctest bubble).
 func TestStalledReaderOfAPlainAnswerIsCut(t *testing.T) {
 	rec := newRecorder(t)
 	s := startProxy(t, edgePolicy(t, rec, `
