@@ -22,12 +22,13 @@ import (
 // on purpose and need no answer from it in time.
 const faultTimeout = 50 * time.Millisecond
 
-// TestFaults' store settings. Its replicas need answers from a healthy
-// Redis (before the faults, and the probes after them), so their timeout
-// is one a busy machine does not reach; the breaker's cooldown is
-// measured on a fake clock that moves only when the test says.
+// The store settings of the fault tests that also need answers from a
+// healthy Redis (before the faults, and the probes after them): a timeout
+// that a busy machine does not reach (a first call dials, and loads its
+// script, within it), and a breaker's cooldown measured on a fake clock
+// that moves only when the test says.
 const (
-	faultsTimeout  = time.Second
+	faultsTimeout  = 2 * time.Second
 	faultsCooldown = 300 * time.Millisecond
 )
 
@@ -344,7 +345,7 @@ func TestCrashedReplicaLeases(t *testing.T) {
 func TestSettleFailureReported(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &recorder{}
-	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "shared"}, redisstore.WithObserver(rec))
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultsTimeout, Name: "shared"}, redisstore.WithObserver(rec))
 	p := admission.Policy{Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute,
 		Store: "shared", OnStoreError: limits.FailClosedMode}
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}}, admission.WithStore("shared", st), admission.WithObserver(rec))
