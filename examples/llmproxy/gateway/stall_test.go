@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -20,46 +19,9 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/internal/pipenet"
 	"github.com/sluicehq/sluice/weights"
 )
-
-// pipeListener is a net.Listener whose connections are in-memory pipes
-// (net.Pipe): inside a testing/synctest bubble their deadlines run on
-// the bubble's clock, and a write the other end does not read blocks, as
-// one to a client that stopped reading does once the socket buffers are
-// full.
-type pipeListener struct {
-	conns chan net.Conn
-	once  sync.Once
-	done  chan struct{}
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-// dial returns the client end of a new connection.
-func (l *pipeListener) dial() net.Conn {
-	client, server := net.Pipe()
-	l.conns <- server
-	return client
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
 
 // handlerTransport answers upstream requests with an http.Handler, in
 // memory.
@@ -75,7 +37,7 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // that run in a testing/synctest bubble: every deadline and timer of the
 // gateway and its server is on the bubble's clock.
 type pipeGateway struct {
-	ln       *pipeListener
+	ln       *pipenet.Listener
 	ctl      *admission.Controller
 	upstream atomic.Int32 // requests the upstream received
 }
@@ -97,7 +59,7 @@ identity: {anonymous: deny}
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg := &pipeGateway{ln: newPipeListener()}
+	pg := &pipeGateway{ln: pipenet.Listen()}
 	if pg.ctl, err = admission.New(f.Config); err != nil {
 		t.Fatal(err)
 	}
@@ -137,13 +99,23 @@ identity: {anonymous: deny}
 	return pg
 }
 
+// dial opens a connection to the gateway.
+func (pg *pipeGateway) dial(t *testing.T) net.Conn {
+	t.Helper()
+	conn, err := pg.ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // inflight returns the requests holding the concurrency policy's permit.
 func (pg *pipeGateway) inflight() int64 { return pg.ctl.Stats()[0].InFlight }
 
 // status asks for a small answer on a new connection and reads it.
 func (pg *pipeGateway) status(t *testing.T) int {
 	t.Helper()
-	conn := pg.ln.dial()
+	conn := pg.dial(t)
 	defer conn.Close()
 	go fmt.Fprint(conn, "GET /v1/models/gpt-4o HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer sk-acme\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -165,7 +137,7 @@ func TestStalledReaderOfAPlainAnswerIsCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 200 * time.Millisecond
 		pg := startPipeGateway(t, func(c *gateway.Config) { c.ClientWriteTimeout = timeout })
-		stalled := pg.ln.dial()
+		stalled := pg.dial(t)
 		defer stalled.Close()
 		// Asks for the large answer, and never reads it.
 		go fmt.Fprint(stalled, "GET /v1/models/big HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer sk-acme\r\n\r\n")
@@ -228,7 +200,7 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			const timeout = 300 * time.Millisecond
 			pg := startPipeGateway(t, func(c *gateway.Config) { c.BodyReadTimeout = timeout })
-			conn := pg.ln.dial()
+			conn := pg.dial(t)
 			defer conn.Close()
 			start := time.Now()
 			writing := make(chan struct{})
@@ -269,7 +241,7 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const timeout = time.Minute
 				pg := startPipeGateway(t, func(c *gateway.Config) { c.BodyReadTimeout = timeout })
-				conn := pg.ln.dial()
+				conn := pg.dial(t)
 				defer conn.Close()
 				start := time.Now()
 				go io.WriteString(conn, tc.head)
