@@ -621,6 +621,21 @@ func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry 
 	c.obs.Decision(&t.dec)
 }
 
+// callerEnded returns the caller's own end of ctx, if any: its error, or
+// context.DeadlineExceeded once its deadline has passed by the wall clock
+// (a context's deadline is wall-clock time) though its timer has not yet
+// marked it done, which a store call cut by the same deadline (a socket
+// deadline taken from it) can see first.
+func callerEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // storeFailed applies the policy's failure mode when its store failed.
 // A call that ended because its caller's context did is no failure of
 // the store: the request ends with the context's error (reported as
@@ -628,7 +643,7 @@ func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry 
 func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err error, now time.Time) error {
 	p := h.p
 	h.grant = backend.Grant{}
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := callerEnded(ctx); cerr != nil {
 		c.report(t, h, Canceled, ReasonNone, 0)
 		return cerr
 	}
