@@ -512,14 +512,16 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 	r.open = false
 	b.releaseSlotLocked(r.tenant)
 	if data == nil {
-		b.end("held_too_long")
 		b.g.logAdmitted(&r.req, r.arrived, admission.Usage{}, r.admitted)
 		r.tk.Done()
+		b.end("held_too_long")
 		return
 	}
 	var obj batchObject
 	_ = json.Unmarshal(data, &obj)
-	b.end(obj.Status)
+	// Counted once settled and logged: an ended batch is never seen on
+	// the metrics before its reservation is.
+	defer b.end(obj.Status)
 	for _, f := range []string{obj.OutputFile, obj.ErrorFile} {
 		if ValidObjectID(f) && b.outputs[f] == "" {
 			b.outputs[f] = r.tenant
