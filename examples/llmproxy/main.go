@@ -200,8 +200,8 @@ type server struct {
 	log      *slog.Logger
 	traces   *sdktrace.TracerProvider // with --otlp-traces or the OTEL_* variables
 	tracesTo string                   // where the spans go, for the banner
-	reqLog   *requestlog.Writer // for --request-log
-	dir      *tenantDirectory   // with directory.source postgres
+	reqLog   *requestlog.Writer       // for --request-log
+	dir      *tenantDirectory         // with directory.source postgres
 }
 
 // start builds everything and starts serving; it returns once the

@@ -135,11 +135,11 @@ identity: {anonymous: deny}
 	}
 	const attrs = "gen_ai.operation.name=chat,gen_ai.provider.name=openai,gen_ai.request.model=gpt-4o"
 	for key, want := range map[string]uint64{
-		"gen_ai.client.token.usage{" + attrs + ",gen_ai.token.type=input}":  2,
-		"gen_ai.client.token.usage{" + attrs + ",gen_ai.token.type=output}": 2,
-		"gen_ai.server.request.duration{" + attrs + "}":                     2,
-		"gen_ai.server.time_to_first_token{" + attrs + "}":                  1,
-		"gen_ai.server.time_per_output_token{" + attrs + "}":                1,
+		"gen_ai.client.token.usage{" + attrs + ",gen_ai.token.type=input}":                                                                 2,
+		"gen_ai.client.token.usage{" + attrs + ",gen_ai.token.type=output}":                                                                2,
+		"gen_ai.server.request.duration{" + attrs + "}":                                                                                    2,
+		"gen_ai.server.time_to_first_token{" + attrs + "}":                                                                                 1,
+		"gen_ai.server.time_per_output_token{" + attrs + "}":                                                                               1,
 		"gen_ai.server.request.duration{error.type=404,gen_ai.operation.name=chat,gen_ai.provider.name=openai,gen_ai.request.model=other}": 1,
 	} {
 		if got[key].count != want {
