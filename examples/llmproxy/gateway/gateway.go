@@ -134,7 +134,23 @@
 // adaptive_concurrency, llmproxy_provider_concurrency_limit and
 // llmproxy_provider_ttfb_seconds too). Shadow
 // decisions (what a shadow policy would reject) are logged through package
-// shadow, rate-limited.
+// shadow, rate-limited. The token-priced routes also record the
+// OpenTelemetry GenAI metrics (gen_ai.client.token.usage,
+// gen_ai.server.request.duration, gen_ai.server.time_to_first_token,
+// gen_ai.server.time_per_output_token) of the convention version
+// GenAIConvention, with bounded attributes: the model as the prices name
+// it or OtherModel, never the tenant.
+//
+// # Traces
+//
+// With Config.TracerProvider, serve the echo server through Handler: each
+// request gets a server span continuing the client's W3C traceparent,
+// named by its route, on which the controller's decisions are events
+// (give the controller oteltrace.Observer) and the settlement is
+// SettledEvent; each upstream call is a client span whose trace context
+// goes upstream (traceparent and tracestate only, never baggage nor a
+// client credential). Log lines written in a request's context carry its
+// trace with oteltrace.LogHandler.
 package gateway
 
 import (
