@@ -234,3 +234,55 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 	}
 	return m
 }
+
+// TestRejectionLogJoinsTrace: a request refused by its tenant's limit,
+// sent with a traceparent, is logged by the decision log with the trace
+// id of its server span, which the exported span shares.
+func TestRejectionLogJoinsTrace(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
+	rc := newTraceReceiver(t)
+	var logs lockedBuffer
+	s := startProxy(t, withPolicy(t, `
+  - {name: per-tenant, key: [tenant], algorithm: fixed_window, limit: 1, per: 1h}
+`, []string{"a"}, ""), func(o *options) {
+		o.traces = rc.URL
+		o.logLevel = "info"
+		o.logOutput = &logs
+	})
+	traceID := bytes.Repeat([]byte{0x3c, 0x09}, 8)
+	tp := "00-" + hex.EncodeToString(traceID) + "-" + hex.EncodeToString(bytes.Repeat([]byte{0x22}, 8)) + "-01"
+	c := sdk(s, testKey("a"), option.WithHeader("traceparent", tp))
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := c.Chat.Completions.New(ctx, chatParams("first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Chat.Completions.New(ctx, chatParams("second")); err == nil {
+		t.Fatal("the second request was admitted; want a 429")
+	}
+	if err := s.e.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.traces.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rejected *tracepb.Span
+	for _, sp := range rc.inTrace(traceID) {
+		for _, ev := range sp.GetEvents() {
+			if ev.GetName() == oteltrace.EventName && attrs(ev.GetAttributes())["sluice.outcome"] == "rejected" {
+				rejected = sp
+			}
+		}
+	}
+	if rejected == nil {
+		t.Fatalf("no exported span of trace %x has the rejection", traceID)
+	}
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "per-tenant") && strings.Contains(l, "rejected") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, hex.EncodeToString(traceID)) || !strings.Contains(line, hex.EncodeToString(rejected.GetSpanId())) {
+		t.Errorf("decision log line %q; want trace_id %x and span_id %x", line, traceID, rejected.GetSpanId())
+	}
+}
