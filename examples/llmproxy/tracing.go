@@ -6,10 +6,17 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/oteltrace"
 )
+
+// MaxSpanAttributeBytes bounds the value of a span attribute, unless
+// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT
+// sets another bound: a client's User-Agent and path go on its server span,
+// and the SDK's default keeps them whole (up to MaxHeaderBytes).
+const MaxSpanAttributeBytes = 1024
 
 // startTracing builds the tracer provider that exports spans over
 // OTLP/HTTP to --otlp-traces, else to the receiver the OTEL_* variables
@@ -18,7 +25,11 @@ import (
 // among them, carries its trace_id and span_id.
 func (s *server) startTracing(endpoint string) error {
 	s.log = slog.New(oteltrace.LogHandler(s.log.Handler()))
-	tp, where, err := oteltrace.NewTracerProvider(context.Background(), endpoint)
+	limits := sdktrace.NewSpanLimits() // OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT
+	if limits.AttributeValueLengthLimit < 0 {
+		limits.AttributeValueLengthLimit = MaxSpanAttributeBytes
+	}
+	tp, where, err := oteltrace.NewTracerProvider(context.Background(), endpoint, sdktrace.WithRawSpanLimits(limits))
 	if err != nil {
 		return err
 	}

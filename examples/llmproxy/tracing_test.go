@@ -105,7 +105,7 @@ func newRecordingUpstream(t *testing.T) *recordingUpstream {
 // with the admission decisions and the settlement as events, and a client
 // span for the upstream call, whose traceparent the upstream received.
 // The upstream gets the provider's key only: never the tenant's key, nor
-// the baggage.
+// the baggage. A client's 16 KiB User-Agent is cut on the span.
 func TestTraceThroughGateway(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
 	rc := newTraceReceiver(t)
@@ -133,7 +133,8 @@ func TestTraceThroughGateway(t *testing.T) {
 	for i, stream := range modes {
 		traceID, parent := ids(i)
 		tp := "00-" + hex.EncodeToString(traceID) + "-" + hex.EncodeToString(parent) + "-01"
-		c := sdk(s, tenantKey, option.WithHeader("traceparent", tp), option.WithHeader("baggage", "tenant.key="+tenantKey))
+		c := sdk(s, tenantKey, option.WithHeader("traceparent", tp), option.WithHeader("baggage", "tenant.key="+tenantKey),
+			option.WithHeader("User-Agent", strings.Repeat("u", 16<<10)))
 		if stream {
 			st := c.Chat.Completions.NewStreaming(ctx, chatParams("Hello"))
 			for st.Next() {
@@ -176,6 +177,9 @@ func TestTraceThroughGateway(t *testing.T) {
 		}
 		if server.GetName() != "POST /v1/chat/completions" || !bytes.Equal(server.GetParentSpanId(), parent) {
 			t.Errorf("stream=%v: server span %q, parent %x; want POST /v1/chat/completions, parent %x", stream, server.GetName(), server.GetParentSpanId(), parent)
+		}
+		if ua := attrs(server.GetAttributes())["user_agent.original"]; len(ua) != MaxSpanAttributeBytes {
+			t.Errorf("stream=%v: the server span keeps %d bytes of a 16 KiB User-Agent; want %d", stream, len(ua), MaxSpanAttributeBytes)
 		}
 		if !bytes.Equal(client.GetParentSpanId(), server.GetSpanId()) {
 			t.Errorf("stream=%v: client span's parent %x; want the server span %x", stream, client.GetParentSpanId(), server.GetSpanId())
