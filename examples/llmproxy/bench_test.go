@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
@@ -186,8 +187,11 @@ func BenchmarkPeerReverseProxyTokenize(b *testing.B) {
 	drive(b, serve(b, h), "sk-bench")
 }
 
-func BenchmarkProxy(b *testing.B) {
-	s := startProxy(b, withPolicy(b, `
+// startBenchProxy starts the gateway of BenchmarkProxy: three policies
+// (requests/min, tokens/min, concurrency) in front of the shared
+// simulated upstream, with edits applied.
+func startBenchProxy(b *testing.B, edits ...func(*options)) *server {
+	return startProxy(b, append([]func(*options){withPolicy(b, `
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1G, per: 1m}
   - name: tpm
     match: {routes: [/v1/chat/completions], methods: [POST]}
@@ -197,6 +201,32 @@ func BenchmarkProxy(b *testing.B) {
     limit: 1G
     per: 1m
   - {name: concurrency, key: [tenant], algorithm: concurrency, limit: 10000}
-`, []string{"bench"}, ""), func(o *options) { o.gw.Upstream = benchUpstream() })
-	drive(b, s.URL, testKey("bench"))
+`, []string{"bench"}, ""), func(o *options) { o.gw.Upstream = benchUpstream() }}, edits...)...)
+}
+
+func BenchmarkProxy(b *testing.B) {
+	drive(b, startBenchProxy(b).URL, testKey("bench"))
+}
+
+// BenchmarkProxyTracing is BenchmarkProxy with traces off, on with a
+// sampler that records nothing (always_off), and on with one that
+// records every request (always_on: a server span with its decision and
+// settlement events and a client span per request, batched over
+// OTLP/HTTP to a receiver that discards them).
+func BenchmarkProxyTracing(b *testing.B) {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	b.Cleanup(sink.Close)
+	for _, tc := range []struct{ name, sampler string }{{"off", ""}, {"unsampled", "always_off"}, {"sampled", "always_on"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+			b.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+			b.Setenv("OTEL_TRACES_SAMPLER", tc.sampler)
+			s := startBenchProxy(b, func(o *options) {
+				if tc.sampler != "" {
+					o.traces = sink.URL
+				}
+			})
+			drive(b, s.URL, testKey("bench"))
+		})
+	}
 }

@@ -23,10 +23,12 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/oteltrace"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -91,6 +93,7 @@ type options struct {
 	requestLog      string
 	metricsAddr     string
 	otlp            otlpSettings
+	traces          string // --otlp-traces
 	forwardHeaders  string
 
 	// Test hooks (the clock also goes to gw.Clock).
@@ -126,6 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "operator listener serving metrics and /debug/rollout (never the API listener); empty uses the policy file's metrics.listen, else "+DefaultMetricsAddr)
 	fs.StringVar(&o.otlp.endpoint, "otlp-endpoint", "", "also push the metrics over OTLP/HTTP to this receiver, e.g. http://127.0.0.1:4318 (/v1/metrics when the URL has no path); overrides $"+otlpMetricsEndpointEnv+" and $"+otlpEndpointEnv+", either of which turns the push on without the flag; the other OTEL_EXPORTER_OTLP_* variables apply")
+	fs.StringVar(&o.traces, "otlp-traces", "", "export traces (a server span per request with its admission decisions, a client span per upstream call) over OTLP/HTTP to this receiver, e.g. http://127.0.0.1:4318 (/v1/traces when the URL has no path); overrides $"+oteltrace.TracesEndpointEnv+" and $"+oteltrace.EndpointEnv+", either of which turns the export on without the flag; OTEL_TRACES_SAMPLER and the other OTEL_* variables apply")
 	fs.DurationVar(&o.otlp.interval, "otlp-interval", 0, "how often the metrics are pushed over OTLP (and once more at shutdown); 0 uses $OTEL_METRIC_EXPORT_INTERVAL, else 1m")
 	fs.DurationVar(&o.gw.ClientWriteTimeout, "client-write-timeout", gateway.DefaultClientWriteTimeout, "limit on each write to a client: a client that stops reading is cut and its permits released")
 	fs.DurationVar(&o.gw.BodyReadTimeout, "body-read-timeout", 0, "limit on the time a client takes to send its request body; 0 uses the policy file's http.body_timeout (default 1m)")
@@ -159,6 +163,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// Failed pushes and other exporter errors go to the gateway's log.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { s.log.Warn("llmproxy: opentelemetry", "err", err) }))
+	s.setGlobalTracing()
 	s.banner(stdout)
 	select {
 	case <-ctx.Done():
@@ -193,8 +198,10 @@ type server struct {
 	simURL   string
 	serveErr chan error
 	log      *slog.Logger
-	reqLog   *requestlog.Writer // for --request-log
-	dir      *tenantDirectory   // with directory.source postgres
+	traces   *sdktrace.TracerProvider // with --otlp-traces or the OTEL_* variables
+	tracesTo string                   // where the spans go, for the banner
+	reqLog   *requestlog.Writer       // for --request-log
+	dir      *tenantDirectory         // with directory.source postgres
 }
 
 // start builds everything and starts serving; it returns once the
@@ -223,6 +230,9 @@ func start(o options) (_ *server, err error) {
 		}
 	}
 	s.log = shadow.FileLogger(cmp.Or[io.Writer](o.logOutput, io.Discard), &logging)
+	if err := s.startTracing(o.traces); err != nil {
+		return nil, err
+	}
 	gc := o.gw
 	if gc.Cut, err = gateway.ParseCutMode(o.cut); err != nil {
 		return nil, fmt.Errorf("--cut-streams: %w", err)
@@ -235,7 +245,7 @@ func start(o options) (_ *server, err error) {
 	if s.budgets, err = newBudgets(s.file, s.log, s.metrics.prom.Provider, o.clock); err != nil {
 		return nil, err
 	}
-	copts := []admission.Option{admission.WithObserver(shadow.Join(s.metrics.observer, s.budgets.watcher))}
+	copts := []admission.Option{admission.WithObserver(shadow.Join(s.metrics.observer, s.budgets.watcher, s.traceObserver()))}
 	stores, err := s.openStores(o.redis)
 	if err != nil {
 		return nil, err
@@ -301,6 +311,9 @@ func start(o options) (_ *server, err error) {
 	}
 	gc.Controller, gc.Estimator, gc.File = s.ctl, est, s.file
 	gc.Clock, gc.Meter, gc.Logger = o.clock, s.metrics.prom.Provider.Meter(meterName), s.log
+	if s.traces != nil {
+		gc.TracerProvider = s.traces
+	}
 	if o.requestLog != "" {
 		if s.reqLog, err = requestlog.NewWriter(requestlog.WriterConfig{Path: o.requestLog}); err != nil {
 			return nil, fmt.Errorf("--request-log: %w", err)
@@ -341,6 +354,7 @@ func start(o options) (_ *server, err error) {
 	s.e.Server.IdleTimeout = 2 * time.Minute
 	s.e.Server.MaxHeaderBytes = MaxHeaderBytes
 	s.gw.Register(s.e)
+	s.e.Server.Handler = s.gw.Handler(s.e)
 	if err := s.startOperator(); err != nil {
 		return nil, err
 	}
@@ -395,6 +409,9 @@ func (s *server) banner(w io.Writer) {
 	if s.metrics.otlp != "" {
 		fmt.Fprintf(w, "llmproxy: metrics pushed over OTLP/HTTP to %s\n", s.metrics.otlp)
 	}
+	if s.tracesTo != "" {
+		fmt.Fprintf(w, "llmproxy: traces exported over OTLP/HTTP to %s\n", s.tracesTo)
+	}
 }
 
 // startOperator opens the operator listener: the metrics at metrics.path
@@ -448,6 +465,9 @@ func (s *server) shutdown(ctx context.Context) error {
 	if merr := s.metrics.shutdown(ctx); merr != nil {
 		s.log.Warn("llmproxy: last metrics push failed", "err", merr)
 	}
+	if terr := s.shutdownTracing(ctx); terr != nil {
+		s.log.Warn("llmproxy: last trace export failed", "err", terr)
+	}
 	s.close()
 	return err
 }
@@ -489,6 +509,7 @@ func (s *server) close() {
 	if s.reqLog != nil {
 		_ = s.reqLog.Close() // after the server: the drained requests are written
 	}
+	_ = s.shutdownTracing(context.Background())
 }
 
 // openStores connects to the Redis server at addr and returns it as every

@@ -56,6 +56,11 @@ func (m *recordingMeter) Float64Histogram(name string, opts ...metric.Float64His
 	return m.Meter.Float64Histogram(name, opts...)
 }
 
+func (m *recordingMeter) Int64Histogram(name string, opts ...metric.Int64HistogramOption) (metric.Int64Histogram, error) {
+	m.add(name, metric.NewInt64HistogramConfig(opts...).Unit(), "histogram")
+	return m.Meter.Int64Histogram(name, opts...)
+}
+
 func (m *recordingMeter) Int64ObservableGauge(name string, opts ...metric.Int64ObservableGaugeOption) (metric.Int64ObservableGauge, error) {
 	m.add(name, metric.NewInt64ObservableGaugeConfig(opts...).Unit(), "gauge")
 	return m.Meter.Int64ObservableGauge(name, opts...)

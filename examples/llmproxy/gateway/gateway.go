@@ -134,7 +134,23 @@
 // adaptive_concurrency, llmproxy_provider_concurrency_limit and
 // llmproxy_provider_ttfb_seconds too). Shadow
 // decisions (what a shadow policy would reject) are logged through package
-// shadow, rate-limited.
+// shadow, rate-limited. The token-priced routes also record the
+// OpenTelemetry GenAI metrics (gen_ai.client.token.usage,
+// gen_ai.server.request.duration, gen_ai.server.time_to_first_token,
+// gen_ai.server.time_per_output_token) of the convention version
+// GenAIConvention, with bounded attributes: the model as the prices name
+// it or OtherModel, never the tenant.
+//
+// # Traces
+//
+// With Config.TracerProvider, serve the echo server through Handler: each
+// request gets a server span continuing the client's W3C traceparent,
+// named by its route, on which the controller's decisions are events
+// (give the controller oteltrace.Observer) and the settlement is
+// SettledEvent; each upstream call is a client span whose trace context
+// goes upstream (traceparent and tracestate only, never baggage nor a
+// client credential). Log lines written in a request's context carry its
+// trace with oteltrace.LogHandler.
 package gateway
 
 import (
@@ -153,6 +169,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
@@ -331,8 +349,19 @@ type Config struct {
 	// through the same file gives the live decisions back. It never holds
 	// a key, a prompt or a completion.
 	RequestLog *requestlog.Writer
-	// Meter creates the gateway's own instruments; nil means none.
+	// Meter creates the gateway's own instruments, the GenAI metrics
+	// among them (see GenAIConvention); nil means none.
 	Meter metric.Meter
+	// GenAIProvider is the gen_ai.provider.name of Upstream on the GenAI
+	// metrics (a value of the convention: openai, azure.ai.openai,
+	// groq...); empty means openai. The Messages API routes are anthropic.
+	GenAIProvider string
+	// TracerProvider, when set, traces requests: Handler serves them
+	// under a server span, every upstream call is a client span whose
+	// trace context (traceparent and tracestate, nothing else) goes
+	// upstream, and a settlement adds SettledEvent to the server span.
+	// Nil traces nothing, at no cost.
+	TracerProvider trace.TracerProvider
 	// Logger logs upstream failures; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -349,6 +378,7 @@ type Gateway struct {
 	forward headerSet
 	log     *slog.Logger
 	m       instruments
+	genai   genAI
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
 	batches   *batches // the Batch API's files and reservations
@@ -374,6 +404,7 @@ type state struct {
 	shadow bool            // the Sluice-Would-Reject header
 	auth   *authLimiter
 	store  map[string]string // policy → its store, for the policies on a store
+	models map[string]bool   // the values of gen_ai.request.model besides OtherModel
 }
 
 // New checks cfg, installs cfg.File and returns a Gateway.
@@ -393,6 +424,12 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()
+	}
+	if cfg.TracerProvider != nil {
+		cfg.Transport = tracedTransport(cfg.Transport, cfg.TracerProvider)
+	}
+	if cfg.GenAIProvider == "" {
+		cfg.GenAIProvider = string(genaiconv.ProviderNameOpenAI)
 	}
 	cfg.Timeout, cfg.StreamIdleTimeout = positive(cfg.Timeout, DefaultTimeout), positive(cfg.StreamIdleTimeout, DefaultStreamIdle)
 	cfg.ChargeInterval, cfg.GiveUpAfter = positive(cfg.ChargeInterval, DefaultChargeInterval), positive(cfg.GiveUpAfter, DefaultGiveUpAfter)
@@ -418,7 +455,7 @@ func New(cfg Config) (*Gateway, error) {
 	if g.batches, err = newBatches(g, cfg.Batches, cfg.Clock); err != nil {
 		return nil, err
 	}
-	if err := errors.Join(g.m.init(cfg.Meter), g.initProviders(cfg.Meter)); err != nil {
+	if err := errors.Join(g.m.init(cfg.Meter), g.genai.init(cfg.Meter), g.initProviders(cfg.Meter)); err != nil {
 		return nil, err
 	}
 	g.ready.Store(true)
@@ -473,7 +510,7 @@ func (g *Gateway) Apply(f *config.File) error {
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
 	}
-	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}}
+	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}, models: configuredModels(f)}
 	for _, p := range f.Config.Policies {
 		if p.Store != "" {
 			st.store[p.Name] = p.Store
@@ -648,7 +685,7 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 	typ, code := "invalid_request_error", "unknown_url"
 	if status >= 500 {
 		typ, code = "server_error", "internal_error"
-		g.log.Error("llmproxy: handler error", "err", shadow.Clip(err.Error()))
+		g.log.ErrorContext(r.Context(), "llmproxy: handler error", "err", shadow.Clip(err.Error()))
 	} else if status == http.StatusMethodNotAllowed {
 		code = "method_not_allowed"
 	}
@@ -753,7 +790,7 @@ func (g *Gateway) refused(c echo.Context, st *state, err error) {
 		// The client gave up while queued: nobody is left to answer.
 		c.Response().Status = 499
 	default:
-		g.log.Error("llmproxy: admission failed", "err", err)
+		g.log.ErrorContext(ctx, "llmproxy: admission failed", "err", err)
 		writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
 			"The gateway cannot admit requests right now. Please retry.")
 	}

@@ -103,6 +103,12 @@ func send(url string, stream bool, hdr ...string) (int, string, error) {
 	if stream {
 		body = `{"model":"gpt-4o","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	}
+	return sendBody(url, body, hdr...)
+}
+
+// sendBody sends a chat completion body as acme, with extra headers, and
+// returns the status and body of the answer.
+func sendBody(url, body string, hdr ...string) (int, string, error) {
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer sk-acme")
 	req.Header.Set("Content-Type", "application/json")

@@ -83,6 +83,8 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		return nil
 	}
 	x.tk, x.st, x.req, x.arrived, x.admitted = tk, st, req, arrived, g.now()
+	x.gen = g.genAIKey(st, rt, x.est.Model)
+	defer x.measure()
 	defer x.settleZeroOutput() // settles only if nothing else did
 	g.admitted(c.Response(), st, tk)
 	g.queueWaited(ctx, st, req.Priority, tk)
@@ -199,7 +201,7 @@ func (g *Gateway) readAndPrice(c echo.Context, ep weights.Endpoint) (weights.Est
 	case errors.Is(err, weights.ErrTooLarge):
 		g.tooLarge(c, est.MaxBodyBytes())
 	default:
-		g.log.Error("llmproxy: estimate failed", "err", err)
+		g.log.ErrorContext(ctx, "llmproxy: estimate failed", "err", err)
 		writeError(c.Response(), http.StatusInternalServerError, "server_error", "internal_error", "", "The request could not be priced.")
 	}
 	return weights.Estimate{}, nil, false
@@ -264,6 +266,8 @@ type exchange struct {
 	// when it was admitted.
 	req               admission.Request
 	arrived, admitted time.Time
+
+	gen genAIKey // the GenAI metrics' attributes
 }
 
 // usage converts upstream usage to the admission figures: tokens, the
@@ -277,13 +281,23 @@ func (x *exchange) usage(buf []admission.UnitAmount, u weights.Usage) admission.
 	return au
 }
 
-// settle settles the ticket with u, once, and logs the request.
+// settle settles the ticket with u, once, logs the request, records its
+// tokens on the GenAI metrics and the settled amounts on its span.
 func (x *exchange) settle(u weights.Usage) {
 	au := x.usage(nil, u)
 	if x.tk.Valid() {
+		ctx := x.c.Request().Context()
 		x.g.logAdmitted(&x.req, x.arrived, au, x.admitted)
+		x.g.genai.usage(ctx, x.gen, x.est.Endpoint, u)
+		settledEvent(ctx, &au)
 	}
 	x.tk.Settle(au)
+}
+
+// measure records the duration of the admitted request on the GenAI
+// metrics, once it has been answered.
+func (x *exchange) measure() {
+	x.g.genai.requestDuration(x.c.Request().Context(), x.gen, x.g.now().Sub(x.arrived), x.c.Response().Status)
 }
 
 // logRefused writes a request the policies refused to the request log,
@@ -358,7 +372,7 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 	}
 	switch {
 	case st == http.StatusUnauthorized || st == http.StatusForbidden:
-		g.log.Error("llmproxy: the upstream refused the gateway's key", "status", st)
+		g.log.ErrorContext(c.Request().Context(), "llmproxy: the upstream refused the gateway's key", "status", st)
 		g.m.count(c.Request().Context(), g.m.upstreamFailures, "unauthorized")
 		writeError(c.Response(), http.StatusBadGateway, "server_error", "upstream_unauthorized", "",
 			"The upstream API refused the gateway's credentials.")
@@ -427,7 +441,7 @@ func (g *Gateway) upstreamFailed(c echo.Context, clientCtx context.Context, err 
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			reason = "connection_refused"
 		}
-		g.log.Warn("llmproxy: upstream call failed", "err", err)
+		g.log.WarnContext(clientCtx, "llmproxy: upstream call failed", "err", err)
 		g.m.count(clientCtx, g.m.upstreamFailures, reason)
 		writeError(c.Response(), http.StatusBadGateway, "server_error", "upstream_unavailable", "", "The upstream API could not be reached.")
 	}

@@ -61,11 +61,16 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	defer idle.stop()
 	ch := charging{interval: g.cfg.ChargeInterval, last: idle.began}
 	var readErr error
+	var first time.Time // when the first chunk came
 	clientGone, cut := false, false
 	for {
 		n, err := sr.Read(buf)
 		if n > 0 {
 			now := clock()
+			if first.IsZero() {
+				first = g.now()
+				g.genai.ttft.RecordSet(x.c.Request().Context(), first.Sub(x.arrived).Seconds(), g.genai.set(x.gen))
+			}
 			idle.progress(now)
 			// Each write and flush is bounded by the client write
 			// timeout: a client that stops reading is cut here.
@@ -118,6 +123,10 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		if res.Reported && res.Fallback == weights.FallbackNone && res.Usage.TotalTokens() > u.TotalTokens() {
 			u = res.Usage
 		}
+	}
+	if res.Completed && u.OutputTokens > 1 {
+		per := g.now().Sub(first).Seconds() / float64(u.OutputTokens-1)
+		g.genai.tpot.RecordSet(x.c.Request().Context(), per, g.genai.set(x.gen))
 	}
 	x.settle(u)
 }
