@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/memstore"
@@ -71,11 +72,11 @@ func TestExampleFile(t *testing.T) {
 	if _, err := admission.New(f.Config); err != nil {
 		t.Errorf("admission.New(example) = %v", err)
 	}
-	id, ok := f.Identity.Keys[config.HashKey("sk-example-acme-ci")]
+	id, ok := f.Identity.Keys[apikey.Sum("sk-example-acme-ci")]
 	if !ok || id.Tenant != "acme" || id.KeyID != "acme-ci" {
 		t.Errorf("Lookup(acme ci key) = %+v, %v; want acme/acme-ci", id, ok)
 	}
-	id, ok = f.Identity.Keys[config.HashKey("sk-example-globex")]
+	id, ok = f.Identity.Keys[apikey.Sum("sk-example-globex")]
 	if !ok || id.Tenant != "globex" || !strings.HasPrefix(id.KeyID, "key_") {
 		t.Errorf("Lookup(globex key) = %+v, %v; want globex with a derived id", id, ok)
 	}
@@ -158,11 +159,11 @@ func TestValues(t *testing.T) {
 }
 
 func TestKeyHashForm(t *testing.T) {
-	h := config.HashKey("sk-example-acme-1")
+	h := apikey.Sum("sk-example-acme-1")
 	if got, want := h.String(), "sha256:e441e10e484da43fa24e869bb226e626905ba748647185f3d0cccd011c2e0b1c"; got != want {
 		t.Errorf("HashKey(sk-example-acme-1) = %s; want %s", got, want)
 	}
-	back, err := config.ParseKeyHash(h.String())
+	back, err := apikey.ParseHash(h.String())
 	if err != nil || back != h {
 		t.Errorf("ParseKeyHash(%s) = %v, %v", h, back, err)
 	}

@@ -32,6 +32,8 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/shadow"
 )
@@ -133,7 +135,7 @@ type server struct {
 	prom       *metrics.Prometheus
 	metrics    *metrics.Observer
 	metricsLn  *config.MetricsListener
-	watcher    *config.Watcher
+	watcher    *reload.Watcher
 	srv        *http.Server
 	serveErr   chan error
 }
@@ -197,7 +199,7 @@ func start(o options) (_ *server, err error) {
 	// The API and its limits. WithRoutes names each request's operation
 	// after the pattern the mux routes it to, as the policies' routes do.
 	mux := http.NewServeMux()
-	s.mw, err = httpadmit.New(s.ctl, append(httpadmit.FileOptions(f), httpadmit.WithRoutes(mux), httpadmit.WithLogger(log))...)
+	s.mw, err = httpadmit.New(s.ctl, append(httpadmitfile.Options(f), httpadmit.WithRoutes(mux), httpadmit.WithLogger(log))...)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +215,7 @@ func start(o options) (_ *server, err error) {
 		// A reload applies the policies, tenants, identity and http
 		// sections at once (the middleware is the subscriber); logging and
 		// metrics are read at start.
-		s.watcher, err = config.Watch(o.configPath, s.mw, config.WithLogger(log), config.OnReload(func(r config.Reload) { s.metrics.CountReload(r.Err) }))
+		s.watcher, err = reload.Watch(o.configPath, httpadmitfile.Middleware{Middleware: s.mw}, reload.WithLogger(log), reload.OnReload(func(r reload.Event) { s.metrics.CountReload(r.Err) }))
 		if err != nil {
 			return nil, err
 		}

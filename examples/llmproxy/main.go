@@ -25,9 +25,11 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/shadow"
@@ -184,7 +186,7 @@ type server struct {
 	gw       *gateway.Gateway
 	ctl      *admission.Controller
 	file     *config.File
-	watcher  *config.Watcher
+	watcher  *reload.Watcher
 	metrics  *telemetry
 	budgets  *budgets      // quota warnings
 	redis    *redis.Client // for --redis
@@ -317,7 +319,7 @@ func start(o options) (_ *server, err error) {
 	// A reload reaches the gateway, which installs it whole, or the tenant
 	// directory, which installs it with its tenants and keys (and each
 	// change of one of them) into the gateway's state.
-	var sub config.Subscriber = s.gw
+	var sub reload.Subscriber = s.gw
 	if s.file.Directory.Source == config.DirectoryPostgres {
 		if s.dir, err = openDirectory(s, gc.Meter); err != nil {
 			return nil, err
@@ -326,7 +328,7 @@ func start(o options) (_ *server, err error) {
 	}
 
 	if o.configPath != "" {
-		s.watcher, err = config.Watch(o.configPath, s.budgets.subscriber(sub), config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
+		s.watcher, err = reload.Watch(o.configPath, s.budgets.subscriber(sub), reload.WithLogger(s.log), reload.OnReload(func(r reload.Event) {
 			s.metrics.metrics.CountReload(r.Err)
 			s.metrics.status.Reloaded(r.Source, r.Err)
 		}))
@@ -370,7 +372,7 @@ func (s *server) banner(w io.Writer) {
 	if s.opts.configPath == "" {
 		fmt.Fprintln(w, "llmproxy: policy: embedded default.yaml; demo keys:")
 		for _, k := range demoKeys {
-			if id, ok := s.file.Identity.Keys[config.HashKey(k)]; ok {
+			if id, ok := s.file.Identity.Keys[apikey.Sum(k)]; ok {
 				fmt.Fprintf(w, "  %-18s tenant %-8s plan %s\n", k, id.Tenant, s.file.Config.Plans.Tenants[id.Tenant].Plan)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 )
 
 // Run parses args with fs (a key beginning with - goes after --), reads
@@ -46,7 +46,7 @@ func Run(fs *flag.FlagSet, args []string, stdin io.Reader, stdout, stderr io.Wri
 		fmt.Fprintln(stderr, "admitctl hash-key: empty key")
 		return 2
 	}
-	h := config.HashKey(key)
+	h := apikey.Sum(key)
 	fmt.Fprintln(stdout, h.String())
 	fmt.Fprintf(stderr, "key id in logs and metrics: %s\n", h.ID())
 	return 0
