@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -272,5 +273,25 @@ func TestTopTenantsAtLeastOne(t *testing.T) {
 	_, err := config.Parse("m.yaml", []byte("version: 1\npolicies:\n  - {name: rpm, algorithm: token_bucket, limit: 1, per: 1s}\nmetrics: {top_tenants: 0}\n"))
 	if err == nil || !strings.Contains(err.Error(), "metrics.top_tenants: must be between 1 and") {
 		t.Errorf("top_tenants: 0: %v; want it refused", err)
+	}
+}
+
+// Reading policy files must not link the OpenTelemetry and Prometheus
+// modules, nor any adapter, nor the file watcher: package config is the
+// schema and its decoder, and the packages that act on a section
+// (httpadmitfile, metrics.Expose, reload) read it from the File.
+func TestNoAdapterDependency(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		adapter := false
+		for _, a := range []string{"admission/httpadmit", "admission/echoadmit", "admission/httpretry", "admission/redisstore", "admission/reload", "metrics", "shadow", "weights"} {
+			adapter = adapter || strings.HasPrefix(p, "github.com/sluicehq/sluice/"+a)
+		}
+		if adapter || strings.HasPrefix(p, "go.opentelemetry.io/") || strings.HasPrefix(p, "github.com/prometheus/") || strings.HasPrefix(p, "github.com/fsnotify/") {
+			t.Errorf("admission/config depends on %s", p)
+		}
 	}
 }

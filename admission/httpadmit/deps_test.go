@@ -4,6 +4,9 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/httpadmit"
 )
 
 // TestNoFileDeps keeps the middlewares plain: a program that configures
@@ -33,5 +36,20 @@ func TestNoFileDeps(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDefaultsOfTheFile checks that a middleware without options has the
+// defaults a policy file documents, which the middleware, not linking the
+// decoder, states again.
+func TestDefaultsOfTheFile(t *testing.T) {
+	if httpadmit.DefaultMaxBody != config.DefaultMaxBody {
+		t.Errorf("max body = %d; want http.max_body's default %d", httpadmit.DefaultMaxBody, config.DefaultMaxBody)
+	}
+	if httpadmit.DefaultBodyTimeout != config.DefaultBodyTimeout {
+		t.Errorf("body timeout = %v; want http.body_timeout's default %v", httpadmit.DefaultBodyTimeout, config.DefaultBodyTimeout)
+	}
+	if httpadmit.DefaultAnonymousTenant != config.DefaultAnonymousTenant {
+		t.Errorf("anonymous tenant = %q; want identity.anonymous_tenant's default %q", httpadmit.DefaultAnonymousTenant, config.DefaultAnonymousTenant)
 	}
 }

@@ -22,6 +22,8 @@ const (
 	ProblemUnauthenticated = problemUnauthenticated
 	ProblemUnavailable     = problemUnavailable
 	DefaultMaxBody         = defaultMaxBody
+	DefaultBodyTimeout     = defaultBodyTimeout
+	DefaultAnonymousTenant = defaultAnonymousTenant
 )
 
 // Group is group.

@@ -134,7 +134,7 @@ type server struct {
 	mw         *httpadmit.Middleware
 	prom       *metrics.Prometheus
 	metrics    *metrics.Observer
-	metricsLn  *config.MetricsListener
+	metricsLn  *metrics.Listener
 	watcher    *reload.Watcher
 	srv        *http.Server
 	serveErr   chan error
@@ -205,7 +205,7 @@ func start(o options) (_ *server, err error) {
 	}
 	api := &api{claims: newStore(clock), identity: func() *httpadmit.IdentityConfig { return s.mw.Snapshot().Identity() }, exportHold: o.exportHold}
 	api.register(mux)
-	h, ml, err := f.Metrics.Expose(scrape, s.mw.Handler(mux))
+	h, ml, err := metrics.Expose(metrics.Exposure{Enabled: f.Metrics.Enabled, Path: f.Metrics.Path, Listen: f.Metrics.Listen}, scrape, s.mw.Handler(mux))
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
@@ -180,7 +181,7 @@ type server struct {
 	opts     options
 	URL      string // http://host:port of the proxy
 	OpsURL   string // http://host:port of the operator listener; empty when metrics are disabled
-	ops      *config.MetricsListener
+	ops      *metrics.Listener
 	e        *echo.Echo
 	ln       net.Listener
 	gw       *gateway.Gateway
@@ -422,7 +423,7 @@ func (s *server) startOperator() (err error) {
 			http.NotFound(w, r)
 		}
 	})
-	if s.ops, err = m.Serve(cmp.Or(s.opts.metricsAddr, m.Listen, DefaultMetricsAddr), s.metrics.handler, rollout); err != nil {
+	if s.ops, err = metrics.Serve(cmp.Or(s.opts.metricsAddr, m.Listen, DefaultMetricsAddr), m.Path, s.metrics.handler, rollout); err != nil {
 		return fmt.Errorf("operator listener: %w", err)
 	}
 	s.OpsURL = "http://" + s.ops.Addr()
