@@ -45,10 +45,14 @@
 // class comes from: the key's entry, the route, the tenant's plan, a
 // client header only for the keys the operator lists ([File.Priority]).
 //
-// The package yields plain data and imports only the core; the packages
-// that act on a section read it from a File (httpadmitfile.Options,
-// shadow.FileLogger, shadow.FileObserver; Metrics.Expose serves the
-// metrics section). In a service using the library, a few calls do it:
+// The package is the schema and its decoder: it yields plain data and
+// strict errors, imports only the core (and apikey, whose Hash and
+// Identity the identity section's key table holds), and neither watches
+// files nor serves anything. The packages that act on a section read it
+// from a File (httpadmitfile.Options, shadow.FileLogger,
+// shadow.FileObserver, metrics.Expose with the metrics section); package
+// reload follows the file on disk. In a service using the library, a few
+// calls do it:
 //
 //	log := shadow.FileLogger(os.Stderr, &f.Logging)
 //	prom, _ := metrics.NewPrometheus(f.Metrics.CardinalityLimit)
@@ -57,13 +61,15 @@
 //	ctl, _ := admission.New(f.Config, admission.WithObserver(obs))
 //	mo.Watch(ctl)
 //	mw, _ := httpadmit.New(ctl, httpadmitfile.Options(f)...)
-//	h, ml, _ := f.Metrics.Expose(prom.Handler, mw.Handler(mux)) // metrics.enabled, listen, path
-//	w, _ := reload.Watch(path, mw, reload.OnReload(func(r reload.Event) { mo.CountReload(r.Err) }))
+//	e := metrics.Exposure{Enabled: f.Metrics.Enabled, Path: f.Metrics.Path, Listen: f.Metrics.Listen}
+//	h, ml, _ := metrics.Expose(e, prom.Handler, mw.Handler(mux))
+//	w, _ := reload.Watch(path, httpadmitfile.Middleware{Middleware: mw}, reload.OnReload(func(r reload.Event) { mo.CountReload(r.Err) }))
 //
-// A Watcher reloads the file when it changes and on SIGHUP: a file that
-// does not validate is refused and reported, and the old configuration
-// keeps serving. A reload reaches the program through one Subscriber,
-// whose Apply installs the whole file as one snapshot, by one swap.
+// A reload.Watcher reloads the file when it changes and on SIGHUP: a
+// file that does not validate is refused and reported, and the old
+// configuration keeps serving. A reload reaches the program through one
+// reload.Subscriber, whose Apply installs the whole file as one
+// snapshot, by one swap.
 package config
 
 import (
@@ -200,14 +206,14 @@ type HTTP struct {
 }
 
 // Metrics is the metrics section. A service using the library applies it
-// with Expose; llmproxy applies it itself.
+// with metrics.Expose; llmproxy applies it itself.
 type Metrics struct {
 	// Enabled turns the exporter on (default true).
 	Enabled bool
-	// Listen is the address of a separate metrics listener. Empty leaves
-	// the choice to the program: Expose serves Path on the application's
-	// own listener; llmproxy never does, and listens on its own operator
-	// default.
+	// Listen is the address of a separate metrics listener. Empty
+	// leaves the choice to the program: metrics.Expose serves Path on the
+	// application's own listener; llmproxy never does, and listens on its
+	// own operator default.
 	Listen string
 	// Path is where Prometheus scrapes (default /metrics).
 	Path string

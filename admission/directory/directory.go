@@ -64,7 +64,7 @@ func (d *Data) Clone() *Data {
 }
 
 // A Target is where a Directory installs: a program's snapshot of its
-// configuration (a httpadmit.Middleware, the gateway). Each method makes
+// configuration (httpadmitfile.Middleware, the gateway). Each method makes
 // one new snapshot and installs it whole, or fails and changes nothing.
 type Target interface {
 	// Apply installs a policy file with the directory's plans and keys.
