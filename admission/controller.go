@@ -469,7 +469,7 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		lo, hi = cfg.early, len(cfg.policies)
 	}
 	t.stage = part
-	t.ctx = ctx
+	t.dec.Context = ctx // kept across the reports of this call (see report)
 	first := len(t.ops)
 	lims := cfg.limitsFor(r.Tenant)
 	allShadow := c.allShadow.Load()
@@ -522,7 +522,7 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 	if part != stageBegun || rolledBack {
 		c.reportAdmitted(t, evaluated, rolledBack)
 	}
-	t.ctx = nil
+	t.dec.Context = nil // the ticket outlives the call; the context must not
 	if rolledBack {
 		t.recycle()
 		return Ticket{}, err
@@ -562,7 +562,7 @@ func (c *Controller) reportAdmitted(t *ticket, n int, rolledBack bool) {
 		if h.grant.OK {
 			t.dec = Decision{
 				Status: h.status(), Outcome: Admitted, Tenant: t.tenant, Operation: t.operation,
-				Model: t.model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack, Context: t.ctx,
+				Model: t.model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack, Context: t.dec.Context,
 			}
 			h.win = t.dec.Window // for the settlement, computed once
 			c.obs.Decision(&t.dec)
@@ -616,9 +616,24 @@ func (c *Controller) decide(t *ticket, h *held) error {
 func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry time.Duration) {
 	t.dec = Decision{
 		Status: h.status(), Outcome: o, Reason: reason, Tenant: t.tenant, Operation: t.operation,
-		Model: t.model, Cost: h.est, QueueWait: h.wait, RetryAfter: retry, Context: t.ctx,
+		Model: t.model, Cost: h.est, QueueWait: h.wait, RetryAfter: retry, Context: t.dec.Context,
 	}
 	c.obs.Decision(&t.dec)
+}
+
+// callerEnded returns the caller's own end of ctx, if any: its error, or
+// context.DeadlineExceeded once its deadline has passed by the wall clock
+// (a context's deadline is wall-clock time) though its timer has not yet
+// marked it done, which a store call cut by the same deadline (a socket
+// deadline taken from it) can see first.
+func callerEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // storeFailed applies the policy's failure mode when its store failed.
@@ -628,7 +643,7 @@ func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry 
 func (c *Controller) storeFailed(ctx context.Context, t *ticket, h *held, err error, now time.Time) error {
 	p := h.p
 	h.grant = backend.Grant{}
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := callerEnded(ctx); cerr != nil {
 		c.report(t, h, Canceled, ReasonNone, 0)
 		return cerr
 	}

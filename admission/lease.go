@@ -177,6 +177,9 @@ func (kl *keptLeases) forget() {
 // lost clears the copy of op's grant: its lease is gone (the store found
 // it expired, or it was forgotten).
 func (kl *keptLeases) lost(op int) {
+	if kl == nil { // the ticket never held a lease the keeper renews
+		return
+	}
 	kl.mu.Lock()
 	defer kl.mu.Unlock()
 	for i := range kl.list {
@@ -210,11 +213,12 @@ func (k *leaseKeeper) init(c *Controller) {
 	}
 }
 
-// newTicket makes a ticket for c's pool, with its weak pointer made once.
+// newTicket makes a ticket for c's pool. Its weak pointer and lease
+// copies are made when it first holds a lease (see keep), once: most
+// tickets never do, and a ticket held pending (a two-phase request) costs
+// less without them.
 func (k *leaseKeeper) newTicket() *ticket {
-	t := &ticket{c: k.c, shard: uint8(k.next.Add(1) % keeperShards), leases: &keptLeases{}}
-	t.self = weak.Make(t)
-	return t
+	return &ticket{c: k.c, shard: uint8(k.next.Add(1) % keeperShards)}
 }
 
 // renewable reports whether h holds a lease the keeper can renew.
@@ -243,6 +247,9 @@ func (k *leaseKeeper) keep(t *ticket) {
 	}
 	// Under the ticket's lock: a run may still hold this ticket from an
 	// earlier entry (its previous life in the pool, or before Continue).
+	if t.leases == nil {
+		t.self, t.leases = weak.Make(t), &keptLeases{}
+	}
 	t.lease.Lock()
 	t.kept = true
 	t.leases.set(t)

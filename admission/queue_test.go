@@ -14,38 +14,34 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
-// waitDeadline bounds every wait of these tests: long enough for a
-// machine loaded by other builds, short enough that a wait that can never
-// end fails with its name instead of running into the test binary's
-// timeout.
-const waitDeadline = 20 * time.Second
+// patience is how long a wait of these tests goes before it logs that it
+// still waits. No wait has a deadline (package poll): a wait that can
+// never end runs into the test binary's -timeout, whose report shows it.
+const patience = 20 * time.Second
 
-// waitFor polls cond until it holds, failing the test after waitDeadline.
+// waitFor waits until cond holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, patience, what, cond)
 }
 
-// receive returns the next value from ch, failing the test when none comes
-// within waitDeadline.
+// receive returns the next value from ch, logging every patience that it
+// still waits.
 func receive[T any](t *testing.T, what string, ch <-chan T) T {
 	t.Helper()
-	timer := time.NewTimer(waitDeadline)
+	timer := time.NewTimer(patience)
 	defer timer.Stop()
-	select {
-	case v := <-ch:
-		return v
-	case <-timer.C:
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
+	for {
+		select {
+		case v := <-ch:
+			return v
+		case <-timer.C:
+			t.Logf("still waiting for %s", what)
+			timer.Reset(patience)
+		}
 	}
 }
 

@@ -54,18 +54,15 @@ type ticket struct {
 	charged   uint64
 	chargedN  int
 	cfg       *PolicySet // the configuration the ticket was admitted under
-	stage     stage
 	start     time.Time
 	tenant    string
 	model     string
 	operation string
 	priority  int
 	batch     []backend.Op
-	dec       Decision // the event being reported, so observers get a pointer
-	// ctx is the context of the admission being evaluated, for
-	// Decision.Context; nil outside Admit, Begin and Continue so that a
-	// pooled ticket keeps no request's context alive.
-	ctx    context.Context
+	// dec is the event being reported, so observers get a pointer; its
+	// Context is the call's, nil outside Admit, Begin and Continue.
+	dec    Decision
 	keybuf []byte
 	// lease serialises the lease keeper's renewals of the ticket with its
 	// settlement, Renew and Continue; kept says the keeper has the ticket,
@@ -74,6 +71,7 @@ type ticket struct {
 	lease  sync.Mutex
 	kept   bool
 	shard  uint8
+	stage  stage // next to kept and shard: one word for the three
 	self   weak.Pointer[ticket]
 	leases *keptLeases // copies of its leases' grants (see leaseKeeper)
 }

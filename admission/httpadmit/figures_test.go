@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/limitheaders"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // figureServer serves, behind the middleware on loopback with a fake
@@ -201,16 +202,10 @@ func async(t *testing.T, srv *httptest.Server, path string) <-chan *http.Respons
 	return ch
 }
 
-// waitFor polls cond until it holds, failing after a deadline.
+// waitFor waits until cond holds, with no deadline (package poll).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, what, cond)
 }
 
 func inFlight(ctl *admission.Controller, policy string) (inflight int64, queued int) {

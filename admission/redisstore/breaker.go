@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/admission"
 )
 
 // breaker stops calls to a failing Redis. It counts round trips, not
@@ -14,24 +16,26 @@ import (
 // once until cooldown has passed; then one probe call goes through, whose
 // success closes it (and forgets the round trips counted) and whose
 // failure opens it for another cooldown. The closed path costs two atomic
-// loads and one compare-and-swap, and no clock read.
+// loads and one compare-and-swap, and no clock read. The cooldown is
+// measured on clock.
 type breaker struct {
 	threshold int
 	mask      uint64 // the last 2×threshold round trips
 	cooldown  int64  // ns
+	clock     admission.Clock
 	onChange  func(open bool)
 
 	// history holds the outcome of the latest round trips, one bit each
 	// (1: failed), the latest in the lowest bit.
 	history   atomic.Uint64
-	openUntil atomic.Int64 // unix ns; 0 when closed
+	openUntil atomic.Int64 // unix ns by clock; 0 when closed
 	probing   atomic.Bool
 }
 
-// newBreaker returns a closed breaker.
-func newBreaker(threshold int, cooldown time.Duration, onChange func(open bool)) *breaker {
+// newBreaker returns a closed breaker whose cooldown is measured on clock.
+func newBreaker(threshold int, cooldown time.Duration, clock admission.Clock, onChange func(open bool)) *breaker {
 	threshold = min(threshold, 32)
-	return &breaker{threshold: threshold, mask: 1<<(2*threshold) - 1, cooldown: int64(cooldown), onChange: onChange}
+	return &breaker{threshold: threshold, mask: 1<<(2*threshold) - 1, cooldown: int64(cooldown), clock: clock, onChange: onChange}
 }
 
 // allow reports whether a call may go to Redis now.
@@ -50,7 +54,7 @@ func (b *breaker) allow() bool {
 // passed: allow would refuse. It takes no probe slot.
 func (b *breaker) refusing() bool {
 	until := b.openUntil.Load()
-	return until != 0 && time.Now().UnixNano() < until
+	return until != 0 && b.clock.Now().UnixNano() < until
 }
 
 // record shifts a round trip's outcome into the history and returns how
@@ -84,12 +88,12 @@ func (b *breaker) success() {
 // failure records a round trip that failed.
 func (b *breaker) failure() {
 	if b.probing.Load() {
-		b.openUntil.Store(time.Now().UnixNano() + b.cooldown)
+		b.openUntil.Store(b.clock.Now().UnixNano() + b.cooldown)
 		b.probing.Store(false)
 		return
 	}
 	if b.record(true) >= b.threshold {
-		if b.openUntil.CompareAndSwap(0, time.Now().UnixNano()+b.cooldown) {
+		if b.openUntil.CompareAndSwap(0, b.clock.Now().UnixNano()+b.cooldown) {
 			b.onChange(true)
 		}
 	}

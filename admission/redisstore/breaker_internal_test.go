@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -15,7 +17,8 @@ func TestBreakerRatio(t *testing.T) {
 	cases := []struct {
 		name string
 		// trips are round trips in order: 'o' answered, 'x' failed, 'p'
-		// a probe after the cooldown (allow must grant it) that answers.
+		// a probe after the cooldown (allow must refuse it until then, and
+		// grant it then) that answers.
 		trips string
 		open  bool
 	}{
@@ -32,7 +35,8 @@ func TestBreakerRatio(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var changes []bool
-			b := newBreaker(DefaultBreakerFailures, time.Nanosecond, func(open bool) { changes = append(changes, open) })
+			clock := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			b := newBreaker(DefaultBreakerFailures, time.Second, clock, func(open bool) { changes = append(changes, open) })
 			for i, r := range c.trips {
 				switch r {
 				case 'o':
@@ -40,9 +44,11 @@ func TestBreakerRatio(t *testing.T) {
 				case 'x':
 					b.failure()
 				case 'p':
-					for b.refusing() {
-						time.Sleep(time.Microsecond) // a 1ns cooldown
+					clock.Advance(time.Second - time.Nanosecond)
+					if b.allow() {
+						t.Fatalf("trip %d: allow 1ns before the end of the cooldown = true; want false", i)
 					}
+					clock.Advance(time.Nanosecond)
 					if !b.allow() {
 						t.Fatalf("trip %d: allow after the cooldown = false; want a probe", i)
 					}
@@ -63,7 +69,9 @@ func TestPipelineTimeoutCounts(t *testing.T) {
 	srv := redistest.Start(t)
 	f := newDecisionFixture(t, srv.Addr, 200*time.Millisecond)
 	f.hold.beforePipeline = func() {
-		if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "1000", "ALL"); err != nil {
+		// Paused for longer than the test runs: no call is answered
+		// after it, however slow the machine.
+		if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "3600000", "WRITE"); err != nil {
 			t.Error(err)
 		}
 	}
@@ -89,17 +97,11 @@ func TestPipelineTimeoutCounts(t *testing.T) {
 	}
 	// The callers return at their deadline; the pipeline's sender counts
 	// its round trip when the pipeline returns.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	poll.Until(t, 5*time.Second, "no round trip on its way", func() bool {
 		f.st.group.mu.Lock()
-		sending := f.st.group.sending
-		f.st.group.mu.Unlock()
-		if sending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d round trips still on their way after 5s", sending)
-		}
-	}
+		defer f.st.group.mu.Unlock()
+		return f.st.group.sending == 0
+	})
 	if n := bits.OnesCount64(f.st.brk.history.Load()); n != alone+1 {
 		t.Errorf("failed round trips in the breaker = %d; want %d (%d calls alone, and the pipeline once)", n, alone+1, alone)
 	}

@@ -219,7 +219,8 @@
 // counts round trips, a pipeline of a burst's calls being one: when
 // Config.BreakerFailures (5) of the last twice as many round trips
 // failed, the breaker opens and calls fail at once, without touching
-// the network, for Config.BreakerCooldown (1s); then one probe call goes
+// the network, for Config.BreakerCooldown (1s, on the clock WithClock
+// sets, the system's by default); then one probe call goes
 // through and its success closes the breaker. One slow answer, however
 // many calls it carried, does not open it. A decision the open breaker
 // refuses allocates nothing: while Redis is down every request comes

@@ -95,6 +95,13 @@ type Option func(*Store)
 // settlements are reported by the controller (StoreError).
 func WithObserver(o admission.Observer) Option { return func(s *Store) { s.obs = o } }
 
+// WithClock sets the clock the circuit breaker's cooldown is measured on;
+// the default is admission.SystemClock. Tests pass a fake clock (package
+// admissiontest) to open and close the breaker at chosen instants. The
+// deadlines of calls to Redis are the network's, on the real clock, and
+// decisions use the server's time (see Time in the package documentation).
+func WithClock(c admission.Clock) Option { return func(s *Store) { s.clock = c } }
+
 // Call describes one Redis call of a store: Op is "acquire", "batch",
 // "settle" or "renew"; Duration is zero when the breaker refused the call.
 type Call = backend.Call
@@ -117,6 +124,7 @@ type Store struct {
 	cfg     Config
 	sharded bool // Cluster or Ring: a batch's keys must share a hash tag
 	obs     admission.Observer
+	clock   admission.Clock // the breaker's
 	calls   backend.CallObserver
 	breaks  BreakerObserver
 	brk     *breaker
@@ -176,7 +184,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 		return nil, errors.New("redisstore: the client ignores context deadlines, so the store's Timeout could not bound its calls: " +
 			"set ContextTimeoutEnabled: true in the client's options")
 	}
-	s := &Store{client: client, cfg: cfg, obs: admission.NopObserver{}}
+	s := &Store{client: client, cfg: cfg, obs: admission.NopObserver{}, clock: admission.SystemClock{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -186,7 +194,7 @@ func New(client redis.UniversalClient, cfg Config, opts ...Option) (*Store, erro
 	case *redis.ClusterClient, *redis.Ring:
 		s.sharded = true
 	}
-	s.brk = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, func(open bool) {
+	s.brk = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, s.clock, func(open bool) {
 		if s.breaks != nil {
 			s.breaks.BreakerChanged(s.cfg.Name, open)
 		}

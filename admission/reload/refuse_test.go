@@ -13,18 +13,13 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/reload"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
-// waitFor polls cond until it holds, failing the test after 10 seconds.
+// waitFor waits until cond holds, with no deadline (package poll).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, what, cond)
 }
 
 // syncFile is a log destination in the watched directory whose lines the

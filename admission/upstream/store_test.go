@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/admission/upstream"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // tpm is the provider's published budget for a model: 1000 tokens a
@@ -209,17 +210,10 @@ func queued(c *admission.Controller) int {
 	return n
 }
 
-// waitFor polls cond until it holds, failing after a bound long enough for
-// a loaded machine.
+// waitFor waits until cond holds, with no deadline (package poll).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 20*time.Second, what, cond)
 }
 
 // TestPausedRequestsWait: after the provider's 429, requests wait in the

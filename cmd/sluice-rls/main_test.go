@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
@@ -267,15 +268,10 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// waitFor waits until cond holds, with no deadline (package poll).
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the condition", cond)
 }
 
 // TestGracefulStop: a stop lets the call in flight (held in a queue)

@@ -409,7 +409,9 @@ func TestStalledClientsAreCutAndReleaseTheirPermits(t *testing.T) {
 }
 
 // A client that does not read a large plain answer is cut too, and the
-// permit it holds released.
+// permit it holds released: end to end, over loopback TCP, with no bound
+// on how long that takes (the gateway package's test of the same name
+// times the cut to the nanosecond, in a testing/synctest bubble).
 func TestStalledReaderOfAPlainAnswerIsCut(t *testing.T) {
 	rec := newRecorder(t)
 	s := startProxy(t, edgePolicy(t, rec, `
@@ -439,28 +441,28 @@ func TestStalledReaderOfAPlainAnswerIsCut(t *testing.T) {
 }
 
 // readUntilClosed reads the answer on conn and then waits for the
-// connection to end, returning the status line and when it ended.
-func readUntilClosed(t testing.TB, conn net.Conn, within time.Duration) (string, time.Duration) {
+// connection to end, returning the status line.
+func readUntilClosed(t testing.TB, conn net.Conn) string {
 	t.Helper()
-	start := time.Now()
-	_ = conn.SetReadDeadline(start.Add(within))
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		t.Fatalf("no answer within %v: %v", within, err)
+		t.Fatalf("no answer: %v", err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if _, err := br.ReadByte(); err != io.EOF {
-		t.Fatalf("after the %s answer the connection is not closed within %v: %v", resp.Status, within, err)
+		t.Fatalf("after the %s answer the connection is not closed: %v", resp.Status, err)
 	}
-	return resp.Status, time.Since(start)
+	return resp.Status
 }
 
 // A body sent at one byte a second is cut once the body read timeout has
 // passed; a request with an unknown key is refused before its body is
 // read, and its connection closed rather than drained; so is a body
-// declared too large.
+// declared too large. End to end, over loopback TCP, with no bound on how
+// long that takes: the gateway package's test of the same name times the
+// cut and the closing on a testing/synctest bubble's clock.
 func TestSlowAndUnwantedBodies(t *testing.T) {
 	rec := newRecorder(t)
 	dial := func(s *server) net.Conn {
@@ -487,12 +489,8 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 				}
 			}
 		}()
-		status, took := readUntilClosed(t, conn, 3*time.Second)
-		if !strings.HasPrefix(status, "408") {
+		if status := readUntilClosed(t, conn); !strings.HasPrefix(status, "408") {
 			t.Errorf("slow body: answer %s; want 408", status)
-		}
-		if took > 1500*time.Millisecond {
-			t.Errorf("slow body cut after %v; want about the 300ms body read timeout", took)
 		}
 		if n := len(rec.requests()); n != 0 {
 			t.Errorf("the upstream received %d requests; want 0", n)
@@ -512,12 +510,8 @@ func TestSlowAndUnwantedBodies(t *testing.T) {
 	} {
 		conn := dial(s)
 		io.WriteString(conn, tc.head)
-		status, took := readUntilClosed(t, conn, 3*time.Second)
-		if !strings.HasPrefix(status, tc.status) {
+		if status := readUntilClosed(t, conn); !strings.HasPrefix(status, tc.status) {
 			t.Errorf("%s: answer %s; want %s", tc.name, status, tc.status)
-		}
-		if took > time.Second {
-			t.Errorf("%s: connection ended after %v; want at once", tc.name, took)
 		}
 	}
 }

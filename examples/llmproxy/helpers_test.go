@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // startProxy starts the proxy on a free loopback port with the simulated
@@ -258,16 +259,11 @@ func scrapeN(t testing.TB, s *server, name string, labels ...string) (float64, i
 	return sum, n
 }
 
-// eventually polls cond every 10 ms for at most d.
+// eventually waits until cond holds, with no deadline (package poll),
+// logging every d that it still waits.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, d, what, cond)
 }
 
 // statusOf returns the HTTP status of an SDK error, 0 for none.

@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/shadow/status"
@@ -117,18 +118,11 @@ func (r *replica) call(key string) (int, int64) {
 	return w.Code, q
 }
 
-// waitFor polls cond every millisecond until it holds or d passes, and
-// returns how long it took.
+// waitFor waits until cond holds, with no deadline (package poll),
+// logging every d that it still waits, and returns how long it took.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start)
+	return poll.Until(t, d, what, cond)
 }
 
 // TestMigrateTwice migrates from two connections at once, then again:

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -317,16 +318,11 @@ func TestBatchPolledInTheBackground(t *testing.T) {
 	})
 }
 
-// waitFor waits, at most 5 seconds, until ok holds: for the effect of a
-// poll the fake clock started, which runs over loopback HTTP.
+// waitFor waits until ok holds, with no deadline (package poll): for the
+// effect of a poll the fake clock started, which runs over loopback HTTP.
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, what, ok)
 }
 
 // TestBatchHeldTooLong: a reservation still open after MaxHold is settled
