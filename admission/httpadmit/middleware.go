@@ -107,6 +107,14 @@
 // when the request arrives (see Snapshot). The header rendering it shares
 // with the LLM gateway and the Envoy service lives in
 // internal/limitheaders, the body deadline in internal/bodywatch.
+//
+// # Without a policy file
+//
+// The package takes plain values: New takes Options, Apply and Compile
+// an admission.Config and Options, and API keys are apikey values. It
+// links neither the YAML decoder nor the file watcher (TestNoFileDeps):
+// a program that reads a policy file uses httpadmitfile (Options(f), and
+// its Middleware, whose Apply takes the file) and reload to follow it.
 package httpadmit
 
 import (
