@@ -1,7 +1,8 @@
 // Package hashkey prints the stored form of an API key. It is shared by
 // admitctl's hash-key command and the hashkey program, a main package
-// that imports nothing but admission/config so that a service's module
-// can run it with the go.sum entries it already has.
+// that imports nothing but admission/apikey (the standard library) so
+// that a service's module can run it with the go.sum entries it already
+// has.
 package hashkey
 
 import (
