@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -37,7 +38,7 @@ policies:
     queue: {size: 100, timeout: 10s, shares: [{class: interactive, percent: 70}]}
   - {name: provider-cap, store: openai, key: [model], algorithm: concurrency, limit: 16}
 tenants:
-  acme: {api_keys: [` + config.HashKey("sk-acme").String() + `]}
+  acme: {api_keys: [` + apikey.Sum("sk-acme").String() + `]}
 identity: {anonymous: deny}
 `
 

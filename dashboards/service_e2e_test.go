@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/dashboards"
@@ -76,9 +76,9 @@ func startService(t *testing.T, policies []admission.Policy, tenants []string, w
 	}
 	t.Cleanup(func() { _ = ctl.Close() })
 	obs.Watch(ctl)
-	keys := map[config.KeyHash]httpadmit.Identity{}
+	keys := map[apikey.Hash]httpadmit.Identity{}
 	for _, tenant := range tenants {
-		keys[config.HashKey("sk-"+tenant)] = httpadmit.Identity{Tenant: tenant}
+		keys[apikey.Sum("sk-"+tenant)] = httpadmit.Identity{Tenant: tenant}
 	}
 	mw, err := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{Keys: keys}))
 	if err != nil {

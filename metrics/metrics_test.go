@@ -205,7 +205,7 @@ func TestDecisionCounts(t *testing.T) {
 }
 
 // appliedErr is a reload error of a file applied without a part of it,
-// as config.PartialError says.
+// as reload.PartialError says.
 type appliedErr struct{}
 
 func (appliedErr) Error() string { return "applied without its directory section" }

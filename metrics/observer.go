@@ -550,9 +550,9 @@ var _ backend.CallObserver = (*Observer)(nil)
 
 // CountReload counts a policy file reload by result, as
 // admission_reloads_total: ok when err is nil, partial when err has an
-// Applied method that reports true (a config.PartialError: the file is in
+// Applied method that reports true (a reload.PartialError: the file is in
 // force without a part of it), rejected otherwise (call it from
-// config.OnReload with the reload's Err). A nil Observer (metrics
+// reload.OnReload with the reload's Err). A nil Observer (metrics
 // disabled) counts nothing.
 func (o *Observer) CountReload(err error) {
 	if o == nil {

@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/memstore"
@@ -71,11 +73,11 @@ func TestExampleFile(t *testing.T) {
 	if _, err := admission.New(f.Config); err != nil {
 		t.Errorf("admission.New(example) = %v", err)
 	}
-	id, ok := f.Identity.Keys[config.HashKey("sk-example-acme-ci")]
+	id, ok := f.Identity.Keys[apikey.Sum("sk-example-acme-ci")]
 	if !ok || id.Tenant != "acme" || id.KeyID != "acme-ci" {
 		t.Errorf("Lookup(acme ci key) = %+v, %v; want acme/acme-ci", id, ok)
 	}
-	id, ok = f.Identity.Keys[config.HashKey("sk-example-globex")]
+	id, ok = f.Identity.Keys[apikey.Sum("sk-example-globex")]
 	if !ok || id.Tenant != "globex" || !strings.HasPrefix(id.KeyID, "key_") {
 		t.Errorf("Lookup(globex key) = %+v, %v; want globex with a derived id", id, ok)
 	}
@@ -154,17 +156,6 @@ func TestValues(t *testing.T) {
 			t.Errorf("Parse(%s, %s, %s) = %d, %v, %d; want %d, %v, %d", tt.limit, tt.per, tt.size,
 				p.Limit, p.Per, f.HTTP.MaxBody, tt.wantLimit, tt.wantPer, tt.wantSize)
 		}
-	}
-}
-
-func TestKeyHashForm(t *testing.T) {
-	h := config.HashKey("sk-example-acme-1")
-	if got, want := h.String(), "sha256:e441e10e484da43fa24e869bb226e626905ba748647185f3d0cccd011c2e0b1c"; got != want {
-		t.Errorf("HashKey(sk-example-acme-1) = %s; want %s", got, want)
-	}
-	back, err := config.ParseKeyHash(h.String())
-	if err != nil || back != h {
-		t.Errorf("ParseKeyHash(%s) = %v, %v", h, back, err)
 	}
 }
 
@@ -271,5 +262,25 @@ func TestTopTenantsAtLeastOne(t *testing.T) {
 	_, err := config.Parse("m.yaml", []byte("version: 1\npolicies:\n  - {name: rpm, algorithm: token_bucket, limit: 1, per: 1s}\nmetrics: {top_tenants: 0}\n"))
 	if err == nil || !strings.Contains(err.Error(), "metrics.top_tenants: must be between 1 and") {
 		t.Errorf("top_tenants: 0: %v; want it refused", err)
+	}
+}
+
+// Reading policy files must not link the OpenTelemetry and Prometheus
+// modules, nor any adapter, nor the file watcher: package config is the
+// schema and its decoder, and the packages that act on a section
+// (httpadmitfile, metrics.Expose, reload) read it from the File.
+func TestNoAdapterDependency(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		adapter := false
+		for _, a := range []string{"admission/httpadmit", "admission/echoadmit", "admission/httpretry", "admission/redisstore", "admission/reload", "metrics", "shadow", "weights"} {
+			adapter = adapter || strings.HasPrefix(p, "github.com/sluicehq/sluice/"+a)
+		}
+		if adapter || strings.HasPrefix(p, "go.opentelemetry.io/") || strings.HasPrefix(p, "github.com/prometheus/") || strings.HasPrefix(p, "github.com/fsnotify/") {
+			t.Errorf("admission/config depends on %s", p)
+		}
 	}
 }

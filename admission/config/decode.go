@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -32,7 +33,7 @@ type decoder struct {
 	lines map[string]*yaml.Node
 	f     *File
 	// keyPaths records where each key hash was declared.
-	keyPaths map[KeyHash]string
+	keyPaths map[apikey.Hash]string
 	// overridePaths records the node of each plan and tenant override.
 	tenantNodes map[string]*yaml.Node
 	// cls holds what names classes until the classes section is known.
@@ -98,7 +99,7 @@ func ParseTree(name string, data []byte) (*File, *yaml.Node, error) {
 	// About half the nodes are keys, whose positions lines records.
 	d := &decoder{
 		file: name, lines: make(map[string]*yaml.Node, nodes/2), f: edgeDefaults(defaults()),
-		keyPaths: map[KeyHash]string{}, tenantNodes: map[string]*yaml.Node{},
+		keyPaths: map[apikey.Hash]string{}, tenantNodes: map[string]*yaml.Node{},
 	}
 	d.f.Source = name
 	d.decodeRoot(root)
@@ -739,7 +740,7 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 	}
 	id := &d.f.Identity
 	if id.Keys == nil {
-		id.Keys = map[KeyHash]Key{}
+		id.Keys = map[apikey.Hash]apikey.Identity{}
 	}
 	for i, e := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
@@ -768,7 +769,7 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 		if x, ok := d.lines[p+".hash"]; ok {
 			at = x
 		}
-		h, err := ParseKeyHash(hash)
+		h, err := apikey.ParseHash(hash)
 		if err != nil {
 			d.errorf(at, p, "%v", err)
 			continue
@@ -781,7 +782,7 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 		if keyID == "" {
 			keyID = h.ID()
 		}
-		id.Keys[h] = Key{Tenant: tenant, KeyID: keyID, User: user}
+		id.Keys[h] = apikey.Identity{Tenant: tenant, KeyID: keyID, User: user}
 		d.keyClass(keyID, class, p)
 	}
 }

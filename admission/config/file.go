@@ -45,10 +45,14 @@
 // class comes from: the key's entry, the route, the tenant's plan, a
 // client header only for the keys the operator lists ([File.Priority]).
 //
-// The package yields plain data and imports only the core; the packages
-// that act on a section read it from a File (httpadmit.FileOptions,
-// shadow.FileLogger, shadow.FileObserver; Metrics.Expose serves the
-// metrics section). In a service using the library, a few calls do it:
+// The package is the schema and its decoder: it yields plain data and
+// strict errors, imports only the core (and apikey, whose Hash and
+// Identity the identity section's key table holds), and neither watches
+// files nor serves anything. The packages that act on a section read it
+// from a File (httpadmitfile.Options, shadow.FileLogger,
+// shadow.FileObserver, metrics.Expose with the metrics section); package
+// reload follows the file on disk. In a service using the library, a few
+// calls do it:
 //
 //	log := shadow.FileLogger(os.Stderr, &f.Logging)
 //	prom, _ := metrics.NewPrometheus(f.Metrics.CardinalityLimit)
@@ -56,30 +60,29 @@
 //	obs, _ := shadow.FileObserver(&f.Logging, log, mo)
 //	ctl, _ := admission.New(f.Config, admission.WithObserver(obs))
 //	mo.Watch(ctl)
-//	mw, _ := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
-//	h, ml, _ := f.Metrics.Expose(prom.Handler, mw.Handler(mux)) // metrics.enabled, listen, path
-//	w, _ := config.Watch(path, mw, config.OnReload(func(r config.Reload) { mo.CountReload(r.Err) }))
+//	mw, _ := httpadmit.New(ctl, httpadmitfile.Options(f)...)
+//	e := metrics.Exposure{Enabled: f.Metrics.Enabled, Path: f.Metrics.Path, Listen: f.Metrics.Listen}
+//	h, ml, _ := metrics.Expose(e, prom.Handler, mw.Handler(mux))
+//	w, _ := reload.Watch(path, httpadmitfile.Middleware{Middleware: mw}, reload.OnReload(func(r reload.Event) { mo.CountReload(r.Err) }))
 //
-// A Watcher reloads the file when it changes and on SIGHUP: a file that
-// does not validate is refused and reported, and the old configuration
-// keeps serving. A reload reaches the program through one Subscriber,
-// whose Apply installs the whole file as one snapshot, by one swap.
+// A reload.Watcher reloads the file when it changes and on SIGHUP: a
+// file that does not validate is refused and reported, and the old
+// configuration keeps serving. A reload reaches the program through one
+// reload.Subscriber, whose Apply installs the whole file as one
+// snapshot, by one swap.
 package config
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -147,7 +150,7 @@ type Identity struct {
 	// RequireKey refuses callers without credentials with 401.
 	RequireKey bool
 	// Keys maps the tenants' hashed API keys to what they stand for.
-	Keys map[KeyHash]Key
+	Keys map[apikey.Hash]apikey.Identity
 	// FailedAuth throttles failed authentication per client address, for
 	// a gateway that applies it (llmproxy does).
 	FailedAuth FailedAuth
@@ -169,52 +172,6 @@ type FailedAuth struct {
 	Per time.Duration
 	// MaxAddresses bounds the addresses tracked (default 65536).
 	MaxAddresses int
-}
-
-// A Key is the caller a hashed API key of the file stands for (and
-// httpadmit.Identity the same type): the tenant whose api_keys list it,
-// the key's id (the entry's, else KeyHash.ID; never the key) and the end
-// user, if the entry names one.
-type Key struct {
-	Tenant string // the account billed; the usual partition key
-	KeyID  string // the credential's short id
-	User   string // the end user inside the tenant, when known
-}
-
-// KeyHash is the SHA-256 digest of an API key: the only form in which
-// keys are stored.
-type KeyHash [sha256.Size]byte
-
-// HashKey returns the digest of an API key.
-func HashKey(key string) KeyHash {
-	var buf [128]byte
-	if len(key) <= len(buf) {
-		return sha256.Sum256(append(buf[:0], key...))
-	}
-	return sha256.Sum256([]byte(key))
-}
-
-// String returns the stored form, "sha256:" and 64 lower-case hex digits.
-func (h KeyHash) String() string { return "sha256:" + hex.EncodeToString(h[:]) }
-
-// ID returns a short id derived from the hash, safe to log and to use as a
-// partition key: "key_" and the first 12 hex digits.
-func (h KeyHash) ID() string { return "key_" + hex.EncodeToString(h[:6]) }
-
-// ParseKeyHash parses the stored form written by KeyHash.String.
-func ParseKeyHash(s string) (KeyHash, error) {
-	var h KeyHash
-	hexPart, ok := strings.CutPrefix(s, "sha256:")
-	if !ok {
-		return h, errors.New(`must start with "sha256:" (store the hash of the key, not the key: see admitctl hash-key)`)
-	}
-	if len(hexPart) != 2*sha256.Size {
-		return h, errors.New("must have 64 hex digits after \"sha256:\"")
-	}
-	if _, err := hex.Decode(h[:], []byte(hexPart)); err != nil {
-		return h, errors.New("is not hexadecimal")
-	}
-	return h, nil
 }
 
 // HTTP is the http section: middleware settings.
@@ -249,14 +206,14 @@ type HTTP struct {
 }
 
 // Metrics is the metrics section. A service using the library applies it
-// with Expose; llmproxy applies it itself.
+// with metrics.Expose; llmproxy applies it itself.
 type Metrics struct {
 	// Enabled turns the exporter on (default true).
 	Enabled bool
-	// Listen is the address of a separate metrics listener. Empty leaves
-	// the choice to the program: Expose serves Path on the application's
-	// own listener; llmproxy never does, and listens on its own operator
-	// default.
+	// Listen is the address of a separate metrics listener. Empty
+	// leaves the choice to the program: metrics.Expose serves Path on the
+	// application's own listener; llmproxy never does, and listens on its
+	// own operator default.
 	Listen string
 	// Path is where Prometheus scrapes (default /metrics).
 	Path string

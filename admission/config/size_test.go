@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 )
 
@@ -19,7 +20,7 @@ func bigDirectory(tenants int) []byte {
 	b.WriteString("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 60, per: 1m}\n")
 	b.WriteString("identity: {anonymous: deny}\ndefault_plan: basic\nplans:\n  basic:\n    rpm: {limit: 10}\ntenants:\n")
 	for i := range tenants {
-		h := config.HashKey(fmt.Sprintf("sk-%d", i))
+		h := apikey.Sum(fmt.Sprintf("sk-%d", i))
 		fmt.Fprintf(&b, "  t%06d:\n    plan: basic\n    api_keys:\n      - hash: %s\n        id: %s\n", i, h, h.ID())
 	}
 	return b.Bytes()
@@ -45,7 +46,7 @@ func TestLoadLargeDirectory(t *testing.T) {
 		t.Errorf("keys = %d; want %d", got, tenants)
 	}
 	for i := range tenants {
-		h := config.HashKey(fmt.Sprintf("sk-%d", i))
+		h := apikey.Sum(fmt.Sprintf("sk-%d", i))
 		if k, want := f.Identity.Keys[h], fmt.Sprintf("t%06d", i); k.Tenant != want || k.KeyID != h.ID() {
 			t.Fatalf("key of %s = %+v; want tenant %s, id %s", want, k, want, h.ID())
 		}

@@ -33,8 +33,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/reload"
 )
 
 // Data is a whole directory as plain data.
@@ -44,7 +46,7 @@ type Data struct {
 	Plans limits.Plans
 	// Keys maps the hashes of the live (not revoked) API keys to their
 	// callers.
-	Keys map[config.KeyHash]config.Key
+	Keys map[apikey.Hash]apikey.Identity
 }
 
 // FromFile returns the directory a policy file holds.
@@ -62,7 +64,7 @@ func (d *Data) Clone() *Data {
 }
 
 // A Target is where a Directory installs: a program's snapshot of its
-// configuration (a httpadmit.Middleware, the gateway). Each method makes
+// configuration (httpadmitfile.Middleware, the gateway). Each method makes
 // one new snapshot and installs it whole, or fails and changes nothing.
 type Target interface {
 	// Apply installs a policy file with the directory's plans and keys.
@@ -71,7 +73,7 @@ type Target interface {
 	// it), keeping the others and every partition.
 	SetTenant(tenant string, tp *limits.TenantPlan) error
 	// SetKey adds or replaces one API key (k nil revokes it).
-	SetKey(h config.KeyHash, k *config.Key) error
+	SetKey(h apikey.Hash, k *apikey.Identity) error
 }
 
 // Config is what a Directory installs into.
@@ -123,19 +125,19 @@ func (d *Directory) Data() *Data {
 	return d.data.Clone()
 }
 
-// Apply installs a policy file, as a config.Subscriber: its policies with
+// Apply installs a policy file, as a reload.Subscriber: its policies with
 // the directory's plans. The whole directory as given is checked against
 // the file (the last Install's data and the changes since, entries an
 // earlier file refused included: a file that accepts them installs
 // them). Entries the new policies refuse are left out, logged, each with
 // its path, and counted (Refused) while the file is installed, and Apply
-// returns a *config.PartialError without a Section wrapping a
+// returns a *reload.PartialError without a Section wrapping a
 // *RefusedError: the watcher reports the file applied without them (the
 // status page's warning, admission_reloads_total{result="partial"}). Where the directory lives changes with a restart: a
 // reloaded file whose directory section changed is installed with the
 // running section (and without the file's default_plan, plans and
 // tenants, which the change would bring), and the change is logged as
-// refused and returned as a *config.PartialError (section "directory":
+// refused and returned as a *reload.PartialError (section "directory":
 // the watcher reports the file applied without it) at each such reload
 // until the section is restored or the program restarts; that error
 // comes first when both happen.
@@ -147,7 +149,7 @@ func (d *Directory) Apply(f *config.File) error {
 		d.log.Error("policy file applied without its directory section: the section changed, and a restart applies it",
 			"file", f.Source, "running", describe(d.file.Directory), "refused", describe(f.Directory))
 		// What was refused first: a status page bounds the message.
-		partial = &config.PartialError{Section: "directory", Err: fmt.Errorf("%s refused, a restart applies it; running %s",
+		partial = &reload.PartialError{Section: "directory", Err: fmt.Errorf("%s refused, a restart applies it; running %s",
 			describe(f.Directory), describe(d.file.Directory))}
 		kept := *f
 		kept.Directory = d.file.Directory
@@ -159,7 +161,7 @@ func (d *Directory) Apply(f *config.File) error {
 		slices.SortFunc(es, func(a, b *config.Error) int { return strings.Compare(a.Path, b.Path) })
 		re := &RefusedError{Source: d.source, Problems: es}
 		d.log.Warn("directory entries refused by the policy file", "source", d.source, "problems", len(es), "first", re.Error())
-		err = &config.PartialError{Err: re}
+		err = &reload.PartialError{Err: re}
 		if partial == nil {
 			return err
 		}
@@ -308,7 +310,7 @@ func (d *Directory) check(f *config.File, data *Data) (*Data, map[string]int, er
 }
 
 // anonymousKey is the problem of a key of the anonymous tenant.
-func anonymousKey(source string, h config.KeyHash, k config.Key) *config.Error {
+func anonymousKey(source string, h apikey.Hash, k apikey.Identity) *config.Error {
 	return &config.Error{File: source, Path: "keys." + h.ID(), Msg: fmt.Sprintf("%q is the anonymous tenant (identity.anonymous_tenant): callers without a key would share its limits", k.Tenant)}
 }
 
@@ -447,12 +449,12 @@ func (d *Directory) record(installed bool, change func(*Data)) {
 // SetKey adds or replaces one API key (k nil revokes it). A key the
 // policy file refuses is removed, as a load leaves it out: it does not
 // stay with the tenant it had.
-func (d *Directory) SetKey(h config.KeyHash, k *config.Key) error {
+func (d *Directory) SetKey(h apikey.Hash, k *apikey.Identity) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	set := func(data *Data) {
 		if data.Keys == nil {
-			data.Keys = map[config.KeyHash]config.Key{}
+			data.Keys = map[apikey.Hash]apikey.Identity{}
 		}
 		if k == nil {
 			delete(data.Keys, h)

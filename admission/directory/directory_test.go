@@ -12,10 +12,13 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
@@ -40,11 +43,11 @@ directory: {source: postgres}
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
+	mw, err := httpadmit.New(ctl, httpadmitfile.Options(f)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := directory.New(directory.Config{Next: mw, Source: "db"})
+	d, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +74,9 @@ func TestInstallRefusesEntries(t *testing.T) {
 				"anonymous": {},
 			},
 		},
-		Keys: map[config.KeyHash]config.Key{
-			config.HashKey("k1"): {Tenant: "t.1", KeyID: "k1"},
-			config.HashKey("k2"): {Tenant: "anonymous", KeyID: "k2"},
+		Keys: map[apikey.Hash]apikey.Identity{
+			apikey.Sum("k1"): {Tenant: "t.1", KeyID: "k1"},
+			apikey.Sum("k2"): {Tenant: "anonymous", KeyID: "k2"},
 		},
 	}
 	err := d.Install(data)
@@ -153,19 +156,19 @@ directory: %s
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(first)...)
+	mw, err := httpadmit.New(ctl, httpadmitfile.Options(first)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var log syncbuf.Buffer
-	d, err := directory.New(directory.Config{Next: mw, Source: "db", Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	d, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "db", Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Reloads only when asked: no signal, and file events wait an hour.
-	var last config.Reload
-	w, err := config.Watch(path, d, config.WithSignals(), config.WithDebounce(time.Hour), config.WithLogger(slog.New(slog.DiscardHandler)),
-		config.OnReload(func(r config.Reload) { last = r }))
+	var last reload.Event
+	w, err := reload.Watch(path, d, reload.WithSignals(), reload.WithDebounce(time.Hour), reload.WithLogger(slog.New(slog.DiscardHandler)),
+		reload.OnReload(func(r reload.Event) { last = r }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +199,9 @@ directory: %s
 			t.Errorf("reload %d: limit %d; want %d", i, got, step.limit)
 		}
 		// The reload is reported applied, without its directory section.
-		var partial *config.PartialError
+		var partial *reload.PartialError
 		if !last.Applied() || !errors.As(last.Err, &partial) || partial.Section != "directory" || !strings.Contains(last.Err.Error(), "a restart applies it") {
-			t.Errorf("reload %d reported as %+v (applied %v); want applied with a *config.PartialError naming the directory section", i, last, last.Applied())
+			t.Errorf("reload %d reported as %+v (applied %v); want applied with a *reload.PartialError naming the directory section", i, last, last.Applied())
 		}
 		got := log.String()[mark:]
 		if !strings.Contains(got, "policy file applied without its directory section: the section changed, and a restart applies it") ||
@@ -224,14 +227,14 @@ directory: %s
 // and removed, not left serving its old tenant.
 func TestSetKeyRefusedRemoves(t *testing.T) {
 	d, mw, _ := newDirMW(t)
-	h := config.HashKey("sk-1")
-	if err := d.SetKey(h, &config.Key{Tenant: "acme", KeyID: "k1"}); err != nil {
+	h := apikey.Sum("sk-1")
+	if err := d.SetKey(h, &apikey.Identity{Tenant: "acme", KeyID: "k1"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := mw.Snapshot().Identity().KeySource.Lookup("sk-1"); !ok {
 		t.Fatal("the key set is not found")
 	}
-	if err := d.SetKey(h, &config.Key{Tenant: "anonymous", KeyID: "k1"}); !errors.Is(err, directory.ErrRefused) {
+	if err := d.SetKey(h, &apikey.Identity{Tenant: "anonymous", KeyID: "k1"}); !errors.Is(err, directory.ErrRefused) {
 		t.Errorf("SetKey(anonymous) = %v; want ErrRefused", err)
 	}
 	if k, ok := mw.Snapshot().Identity().KeySource.Lookup("sk-1"); ok {
@@ -271,17 +274,17 @@ directory: {source: postgres}
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(first)...)
+	mw, err := httpadmit.New(ctl, httpadmitfile.Options(first)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := directory.New(directory.Config{Next: mw, Source: "db", Logger: slog.New(slog.DiscardHandler)})
+	d, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "db", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last config.Reload
-	w, err := config.Watch(path, d, config.WithSignals(), config.WithDebounce(time.Hour), config.WithLogger(slog.New(slog.DiscardHandler)),
-		config.OnReload(func(r config.Reload) { last = r }))
+	var last reload.Event
+	w, err := reload.Watch(path, d, reload.WithSignals(), reload.WithDebounce(time.Hour), reload.WithLogger(slog.New(slog.DiscardHandler)),
+		reload.OnReload(func(r reload.Event) { last = r }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,10 +304,10 @@ directory: {source: postgres}
 	if err := w.Reload(); err != nil {
 		t.Fatalf("reload without c.x = %v; want the file applied", err)
 	}
-	var partial *config.PartialError
+	var partial *reload.PartialError
 	var refused *directory.RefusedError
 	if !last.Applied() || !errors.As(last.Err, &partial) || partial.Section != "" || !errors.As(last.Err, &refused) || !errors.Is(last.Err, directory.ErrRefused) {
-		t.Fatalf("reload reported as %v (applied %v); want applied with a *config.PartialError wrapping a *directory.RefusedError", last.Err, last.Applied())
+		t.Fatalf("reload reported as %v (applied %v); want applied with a *reload.PartialError wrapping a *directory.RefusedError", last.Err, last.Applied())
 	}
 	msg := last.Err.Error()
 	if len(refused.Problems) != 6 || !strings.HasPrefix(msg, "applied without the entries refused: 6 problems (db): ") ||
@@ -347,11 +350,11 @@ directory: {source: postgres}
 // that request keeps the key and the limits of one directory version.
 func TestChangesMakeSnapshots(t *testing.T) {
 	d, mw, ctl := newDirMW(t)
-	h := config.HashKey("sk-1")
+	h := apikey.Sum("sk-1")
 	if err := d.Install(&directory.Data{
 		Plans: limits.Plans{Plans: map[string]map[string]limits.Override{"p": {"rpm": {Limit: 2}}, "q": {"rpm": {Limit: 3}}},
 			Tenants: map[string]limits.TenantPlan{"x": {Plan: "p"}}},
-		Keys: map[config.KeyHash]config.Key{h: {Tenant: "x", KeyID: "k1"}},
+		Keys: map[apikey.Hash]apikey.Identity{h: {Tenant: "x", KeyID: "k1"}},
 	}); err != nil {
 		t.Fatal(err)
 	}

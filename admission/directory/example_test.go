@@ -6,9 +6,11 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -24,8 +26,8 @@ directory: {source: postgres}
 		panic(err)
 	}
 	ctl, _ := admission.New(f.Config)
-	mw, _ := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
-	dir, _ := directory.New(directory.Config{Next: mw, Source: "postgres"})
+	mw, _ := httpadmit.New(ctl, httpadmitfile.Options(f)...)
+	dir, _ := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "postgres"})
 	_ = dir.Apply(f)
 
 	err = dir.Install(&directory.Data{
@@ -36,7 +38,7 @@ directory: {source: postgres}
 			},
 			Tenants: map[string]limits.TenantPlan{"acme": {Plan: "basic"}},
 		},
-		Keys: map[config.KeyHash]config.Key{config.HashKey("sk-acme"): {Tenant: "acme", KeyID: "acme-1"}},
+		Keys: map[apikey.Hash]apikey.Identity{apikey.Sum("sk-acme"): {Tenant: "acme", KeyID: "acme-1"}},
 	})
 	var refused config.Errors
 	if errors.As(err, &refused) {
@@ -54,7 +56,7 @@ directory: {source: postgres}
 	fmt.Println(id.Tenant, "on basic:", limit("acme"))
 	_ = dir.SetTenant("acme", &limits.TenantPlan{Plan: "pro"})
 	fmt.Println(id.Tenant, "on pro:", limit("acme"))
-	_ = dir.SetKey(config.HashKey("sk-acme"), nil)
+	_ = dir.SetKey(apikey.Sum("sk-acme"), nil)
 	_, ok := mw.Snapshot().Identity().KeySource.Lookup("sk-acme")
 	fmt.Println("key after revocation:", ok)
 	// Output:

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/echoadmit"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -36,7 +36,7 @@ func newServerWith(t testing.TB, cfg echoadmit.Config, opts []httpadmit.Option, 
 		t.Fatal(err)
 	}
 	mw, err := httpadmit.New(ctl, append([]httpadmit.Option{httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
-		Keys: map[config.KeyHash]httpadmit.Identity{config.HashKey(key): {Tenant: "acme"}},
+		Keys: map[apikey.Hash]httpadmit.Identity{apikey.Sum(key): {Tenant: "acme"}},
 	})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func Example() {
 	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{itemsPolicy}}, admission.WithClock(clk))
 	mw, _ := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
-		Keys: map[config.KeyHash]httpadmit.Identity{config.HashKey(key): {Tenant: "acme"}},
+		Keys: map[apikey.Hash]httpadmit.Identity{apikey.Sum(key): {Tenant: "acme"}},
 	}))
 	e := echo.New()
 	e.Use(echoadmit.Middleware(mw, echoadmit.Config{}))

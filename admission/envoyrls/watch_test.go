@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
@@ -21,7 +21,7 @@ func TestWatch(t *testing.T) {
 	writeFile(t, file, "domain: api\ndescriptors:\n  - {key: a, rate_limit: {unit: day, requests_per_unit: 1}}\n")
 	r := start(t, mustLoad(t, "ratelimit/example1.yaml"), rigOption{})
 	logs := &syncbuf.Buffer{}
-	w, err := envoyrls.Watch(file, r.srv, config.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	w, err := envoyrls.Watch(file, r.srv, reload.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

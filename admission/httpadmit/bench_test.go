@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 )
@@ -44,7 +44,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	r := benchRequest()
 	mw, err := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
-		Keys: httpadmit.KeyTable{config.HashKey("sk-bench-0123456789abcdef0123456789abcdef"): {Tenant: "acme", KeyID: "key_1"}},
+		Keys: httpadmit.KeyTable{apikey.Sum("sk-bench-0123456789abcdef0123456789abcdef"): {Tenant: "acme", KeyID: "key_1"}},
 	}))
 	if err != nil {
 		b.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/limitheaders"
@@ -25,7 +25,7 @@ func Example() {
 		Algorithm: limits.TokenBucket, Limit: 2, Per: time.Minute,
 	}}}, admission.WithClock(clock))
 	mw, _ := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
-		Keys: httpadmit.KeyTable{config.HashKey("sk-demo"): {Tenant: "demo"}},
+		Keys: httpadmit.KeyTable{apikey.Sum("sk-demo"): {Tenant: "demo"}},
 	}))
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for _, key := range []string{"sk-demo", "sk-demo", "sk-demo", "sk-wrong"} {

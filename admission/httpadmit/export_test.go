@@ -3,9 +3,8 @@ package httpadmit
 import (
 	"net/http"
 
-	"github.com/sluicehq/sluice/admission/config"
-
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 )
 
 // Names the tests of package httpadmit_test reach that the package does
@@ -23,6 +22,8 @@ const (
 	ProblemUnauthenticated = problemUnauthenticated
 	ProblemUnavailable     = problemUnavailable
 	DefaultMaxBody         = defaultMaxBody
+	DefaultBodyTimeout     = defaultBodyTimeout
+	DefaultAnonymousTenant = defaultAnonymousTenant
 )
 
 // Group is group.
@@ -67,10 +68,10 @@ func (m *Middleware) Operation(r *http.Request) string { return m.operation(m.cu
 func (s *KeySet) Len() int { return s.n }
 
 // With is with.
-func (s *KeySet) With(h config.KeyHash, id Identity) *KeySet { return s.with(h, id) }
+func (s *KeySet) With(h apikey.Hash, id Identity) *KeySet { return s.with(h, id) }
 
 // Without is without.
-func (s *KeySet) Without(h config.KeyHash) *KeySet { return s.without(h) }
+func (s *KeySet) Without(h apikey.Hash) *KeySet { return s.without(h) }
 
 // KeyTable is keyTable.
 type KeyTable = keyTable

@@ -10,13 +10,13 @@ import (
 	"net/textproto"
 	"strings"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 )
 
 // Identity is a validated caller: the tenant billed, the credential used
 // (as a short hash-derived id, never the credential) and the end user. It
-// is what a policy file's API key stands for (config.Key).
-type Identity = config.Key
+// is what a policy file's API key stands for (apikey.Identity).
+type Identity = apikey.Identity
 
 type identityKey struct{}
 
@@ -37,16 +37,16 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 	return id, ok
 }
 
-// keyTable maps API key hashes (config.HashKey) to the identities they
+// keyTable maps API key hashes (apikey.Sum) to the identities they
 // stand for.
-type keyTable map[config.KeyHash]Identity
+type keyTable map[apikey.Hash]Identity
 
 // Lookup hashes key and returns its identity.
 func (t keyTable) Lookup(key string) (Identity, bool) {
 	if len(t) == 0 {
 		return Identity{}, false
 	}
-	id, ok := t[config.HashKey(key)]
+	id, ok := t[apikey.Sum(key)]
 	return id, ok
 }
 
@@ -85,23 +85,23 @@ func newKeySet(t keyTable) *KeySet {
 
 // Lookup hashes key and returns its identity.
 func (s *KeySet) Lookup(key string) (Identity, bool) {
-	h := config.HashKey(key)
+	h := apikey.Sum(key)
 	id, ok := s.shards[h[0]][h]
 	return id, ok
 }
 
 // with returns s with one key added or replaced.
-func (s *KeySet) with(h config.KeyHash, id Identity) *KeySet {
+func (s *KeySet) with(h apikey.Hash, id Identity) *KeySet {
 	return s.change(h, func(t keyTable) { t[h] = id })
 }
 
 // without returns s without one key: a revocation.
-func (s *KeySet) without(h config.KeyHash) *KeySet {
+func (s *KeySet) without(h apikey.Hash) *KeySet {
 	return s.change(h, func(t keyTable) { delete(t, h) })
 }
 
 // change returns s with fn applied to a copy of h's shard.
-func (s *KeySet) change(h config.KeyHash, fn func(keyTable)) *KeySet {
+func (s *KeySet) change(h apikey.Hash, fn func(keyTable)) *KeySet {
 	next := *s
 	t := maps.Clone(s.shards[h[0]])
 	if t == nil {
@@ -161,21 +161,7 @@ func (ic IdentityConfig) normalize() IdentityConfig {
 }
 
 // defaultAnonymousTenant is the tenant of unidentified callers.
-const defaultAnonymousTenant = config.DefaultAnonymousTenant
-
-// FileOptions returns the options a policy file sets: its http section
-// and its identity section with the tenants' key table. Pass them to New;
-// Apply installs those of a reloaded file.
-func FileOptions(f *config.File) []Option {
-	h, id := &f.HTTP, &f.Identity
-	return []Option{
-		WithExempt(h.Exempt...), WithMaxBody(h.MaxBody), WithBodyTimeout(h.BodyTimeout), WithQuotaStatus(h.QuotaStatus),
-		WithShadowHeader(h.ShadowHeader), WithIdentityConfig(IdentityConfig{
-			KeyHeaders: id.KeyHeaders, Keys: id.Keys, TrustedProxies: id.TrustedProxies,
-			ClientIPHeader: id.ClientIPHeader, AnonymousTenant: id.AnonymousTenant, RequireKey: id.RequireKey,
-		}),
-	}
-}
+const defaultAnonymousTenant = "anonymous"
 
 var defaultKeyHeaders = []string{"Authorization", "X-Api-Key"}
 

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 )
 
 // TestKeySet adds, replaces and revokes keys one at a time: each change
@@ -20,7 +22,7 @@ func TestKeySet(t *testing.T) {
 	if _, ok := zero.Lookup("sk-a"); ok || zero.Len() != 0 {
 		t.Fatal("the zero KeySet is not empty")
 	}
-	s := httpadmit.NewKeySet(httpadmit.KeyTable{config.HashKey("sk-a"): {Tenant: "a"}, config.HashKey("sk-b"): {Tenant: "b"}})
+	s := httpadmit.NewKeySet(httpadmit.KeyTable{apikey.Sum("sk-a"): {Tenant: "a"}, apikey.Sum("sk-b"): {Tenant: "b"}})
 	first := s
 	steps := []struct {
 		change func(*httpadmit.KeySet) *httpadmit.KeySet
@@ -31,15 +33,15 @@ func TestKeySet(t *testing.T) {
 	}{
 		{nil, "sk-a", "a", true, 2},
 		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
-			return s.With(config.HashKey("sk-c"), httpadmit.Identity{Tenant: "c"})
+			return s.With(apikey.Sum("sk-c"), httpadmit.Identity{Tenant: "c"})
 		}, "sk-c", "c", true, 3},
 		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
-			return s.With(config.HashKey("sk-a"), httpadmit.Identity{Tenant: "a2"})
+			return s.With(apikey.Sum("sk-a"), httpadmit.Identity{Tenant: "a2"})
 		}, "sk-a", "a2", true, 3},
-		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.Without(config.HashKey("sk-b")) }, "sk-b", "", false, 2},
-		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.Without(config.HashKey("sk-b")) }, "sk-c", "c", true, 2},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.Without(apikey.Sum("sk-b")) }, "sk-b", "", false, 2},
+		{func(s *httpadmit.KeySet) *httpadmit.KeySet { return s.Without(apikey.Sum("sk-b")) }, "sk-c", "c", true, 2},
 		{func(s *httpadmit.KeySet) *httpadmit.KeySet {
-			return zero.With(config.HashKey("sk-d"), httpadmit.Identity{Tenant: "d"})
+			return zero.With(apikey.Sum("sk-d"), httpadmit.Identity{Tenant: "d"})
 		}, "sk-d", "d", true, 1},
 	}
 	for i, st := range steps {
@@ -72,8 +74,8 @@ func TestKeyLookupSurvivesApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := httpadmit.KeyTable{config.HashKey("sk-live"): {Tenant: "acme", KeyID: "k1"}}
-	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(keys))...)
+	keys := httpadmit.KeyTable{apikey.Sum("sk-live"): {Tenant: "acme", KeyID: "k1"}}
+	mw, err := httpadmit.New(ctl, append(httpadmitfile.Options(f), httpadmit.WithKeyLookup(keys))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,13 +89,13 @@ func TestKeyLookupSurvivesApply(t *testing.T) {
 	if got := call(); got != http.StatusOK {
 		t.Fatalf("status = %d; want 200", got)
 	}
-	if err := mw.Apply(f); err != nil {
+	if err := mw.Apply(f.Config, httpadmitfile.Options(f)...); err != nil {
 		t.Fatal(err)
 	}
 	if got := call(); got != http.StatusOK {
 		t.Fatalf("after Apply: status = %d; want 200", got)
 	}
-	delete(keys, config.HashKey("sk-live"))
+	delete(keys, apikey.Sum("sk-live"))
 	if got := call(); got != http.StatusUnauthorized {
 		t.Fatalf("after the key left the table: status = %d; want 401", got)
 	}
@@ -107,7 +109,7 @@ func BenchmarkKeyLookup(b *testing.B) {
 	const n = 200_000
 	table := make(httpadmit.KeyTable, n)
 	for i := range n {
-		table[config.HashKey(fmt.Sprintf("sk-bench-%08d-0123456789abcdef0123", i))] = httpadmit.Identity{Tenant: fmt.Sprintf("t%d", i/2)}
+		table[apikey.Sum(fmt.Sprintf("sk-bench-%08d-0123456789abcdef0123", i))] = httpadmit.Identity{Tenant: fmt.Sprintf("t%d", i/2)}
 	}
 	set := httpadmit.NewKeySet(table)
 	keys := make([]string, 1024)
@@ -145,8 +147,8 @@ func TestIdentityReachesTheHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := httpadmit.KeyTable{config.HashKey("sk-live"): {Tenant: "acme", KeyID: "k1", User: "u"}}
-	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(f), httpadmit.WithKeyLookup(keys))...)
+	keys := httpadmit.KeyTable{apikey.Sum("sk-live"): {Tenant: "acme", KeyID: "k1", User: "u"}}
+	mw, err := httpadmit.New(ctl, append(httpadmitfile.Options(f), httpadmit.WithKeyLookup(keys))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,6 +107,14 @@
 // when the request arrives (see Snapshot). The header rendering it shares
 // with the LLM gateway and the Envoy service lives in
 // internal/limitheaders, the body deadline in internal/bodywatch.
+//
+// # Without a policy file
+//
+// The package takes plain values: New takes Options, Apply and Compile
+// an admission.Config and Options, and API keys are apikey values. It
+// links neither the YAML decoder nor the file watcher (TestNoFileDeps):
+// a program that reads a policy file uses httpadmitfile (Options(f), and
+// its Middleware, whose Apply takes the file) and reload to follow it.
 package httpadmit
 
 import (
@@ -122,7 +130,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/bodywatch"
 	"github.com/sluicehq/sluice/internal/limitheaders"
@@ -204,10 +212,10 @@ func WithBodyTimeout(d time.Duration) Option { return func(o *Snapshot) { o.body
 // Defaults of the body options.
 const (
 	// defaultMaxBody is the body limit of a middleware without WithMaxBody.
-	defaultMaxBody = config.DefaultMaxBody
+	defaultMaxBody = 1 << 20
 	// defaultBodyTimeout is the body timeout of a middleware without
 	// WithBodyTimeout.
-	defaultBodyTimeout = config.DefaultBodyTimeout
+	defaultBodyTimeout = time.Minute
 )
 
 // WithQuotaStatus sets the status of an exhausted quota: 403 (the default)
@@ -342,27 +350,30 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	return m, nil
 }
 
-// Apply installs a policy file, as a config.Subscriber: Compile, then
-// Install. A file that does not compile changes nothing.
-func (m *Middleware) Apply(f *config.File) error {
+// Apply installs the policies and plans of cfg with opts applied over
+// the middleware's own options (a policy file's: httpadmitfile.Options),
+// as one snapshot: Compile, then Install, with no other change in
+// between. A configuration that does not compile changes nothing.
+func (m *Middleware) Apply(cfg admission.Config, opts ...Option) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s, err := m.Compile(f)
+	s, err := m.Compile(cfg, opts...)
 	if err != nil {
 		return err
 	}
 	return m.install(s)
 }
 
-// Compile builds, without installing it, the snapshot of a policy file:
-// its policies and plans compiled by the controller, its http and
-// identity sections (FileOptions) over the middleware's own options.
-func (m *Middleware) Compile(f *config.File) (*Snapshot, error) {
+// Compile builds, without installing it, the snapshot of a
+// configuration: cfg's policies and plans compiled by the controller,
+// and opts (a policy file's http and identity sections:
+// httpadmitfile.Options) over the middleware's own options.
+func (m *Middleware) Compile(cfg admission.Config, opts ...Option) (*Snapshot, error) {
 	s := *m.cur.Load()
-	if err := build(&s, FileOptions(f)); err != nil {
+	if err := build(&s, opts); err != nil {
 		return nil, err
 	}
-	set, err := m.ctl.Compile(f.Config)
+	set, err := m.ctl.Compile(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +418,7 @@ func (m *Middleware) SetTenant(tenant string, tp *limits.TenantPlan) error {
 
 // SetKey installs the current snapshot with one API key added, replaced
 // or (id nil) revoked (Snapshot.WithKey), for a tenant directory.
-func (m *Middleware) SetKey(h config.KeyHash, id *Identity) error {
+func (m *Middleware) SetKey(h apikey.Hash, id *Identity) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, err := m.cur.Load().WithKey(h, id)
@@ -441,7 +452,7 @@ func (s *Snapshot) WithTenant(ctl *admission.Controller, tenant string, tp *limi
 // WithKey returns s with one API key added or replaced (id nil revokes
 // it), copying one shard of its key set. A snapshot whose keys are
 // looked up elsewhere (WithKeyLookup) refuses.
-func (s *Snapshot) WithKey(h config.KeyHash, id *Identity) (*Snapshot, error) {
+func (s *Snapshot) WithKey(h apikey.Hash, id *Identity) (*Snapshot, error) {
 	ks, ok := s.identity.KeySource.(*KeySet)
 	if !ok || s.keyLookup != nil {
 		return nil, errors.New("httpadmit: the API keys are looked up in the WithKeyLookup table")

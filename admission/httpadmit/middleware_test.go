@@ -18,7 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/limitheaders"
@@ -32,8 +32,8 @@ const (
 )
 
 var keys = httpadmit.KeyTable{
-	config.HashKey(keyNoisy):  {Tenant: "noisy", KeyID: "k1"},
-	config.HashKey(keySteady): {Tenant: "steady", KeyID: "k2"},
+	apikey.Sum(keyNoisy):  {Tenant: "noisy", KeyID: "k1"},
+	apikey.Sum(keySteady): {Tenant: "steady", KeyID: "k2"},
 }
 
 type decisions struct {

@@ -12,8 +12,10 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 )
 
 // TestApplyIsOneStep installs, between the identification of a request
@@ -83,15 +85,15 @@ func decideDuring(t *testing.T, ctl *admission.Controller, first, next *config.F
 	var mw *httpadmit.Middleware
 	mid := func(*http.Request, *admission.Request) error {
 		if next != nil {
-			return mw.Apply(next)
+			return mw.Apply(next.Config, httpadmitfile.Options(next)...)
 		}
 		return nil
 	}
-	mw, err := httpadmit.New(ctl, append(httpadmit.FileOptions(first), httpadmit.WithRequest(mid), httpadmit.WithLogger(slog.New(slog.DiscardHandler)))...)
+	mw, err := httpadmit.New(ctl, append(httpadmitfile.Options(first), httpadmit.WithRequest(mid), httpadmit.WithLogger(slog.New(slog.DiscardHandler)))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mw.Apply(first); err != nil {
+	if err := mw.Apply(first.Config, httpadmitfile.Options(first)...); err != nil {
 		t.Fatal(err)
 	}
 	r := httptest.NewRequest("GET", "/v1/items", nil)
@@ -107,7 +109,7 @@ func keysIf(owner bool) string {
 	if !owner {
 		return ""
 	}
-	return ", api_keys: [" + config.HashKey(keyNoisy).String() + "]"
+	return ", api_keys: [" + apikey.Sum(keyNoisy).String() + "]"
 }
 
 // TestReloadCountsTheRequestOnce: a file installed while a request is

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/oteltrace"
@@ -113,7 +113,7 @@ func TestRejectedRequestSpanOverOTLP(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ctl.Close() })
 	mw, err := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
-		Keys: map[config.KeyHash]httpadmit.Identity{config.HashKey("sk-acme"): {Tenant: "acme"}},
+		Keys: map[apikey.Hash]httpadmit.Identity{apikey.Sum("sk-acme"): {Tenant: "acme"}},
 	}))
 	if err != nil {
 		t.Fatal(err)

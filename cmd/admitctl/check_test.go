@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 )
 
@@ -235,7 +236,7 @@ func TestCheckParsesOnce(t *testing.T) {
 	b.WriteString("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 60, per: 1m}\nidentity: {anonymous: deny}\n")
 	b.WriteString("http: {exempt: [/healthz]}\ndefault_plan: basic\nplans:\n  basic: {rpm: {limit: 10}}\ntenants:\n")
 	for i := range 500 {
-		fmt.Fprintf(&b, "  t%04d: {api_keys: [%s]}\n", i, config.HashKey(fmt.Sprintf("sk-t%04d", i)))
+		fmt.Fprintf(&b, "  t%04d: {api_keys: [%s]}\n", i, apikey.Sum(fmt.Sprintf("sk-t%04d", i)))
 	}
 	path := filepath.Join(t.TempDir(), "p.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -75,7 +76,7 @@ func TestDBCommands(t *testing.T) {
 		t.Errorf("tenant list:\n%s", list)
 	}
 	export := db(0, "export")
-	for _, want := range []string{"default_plan: basic", "limit: 600", "burst: 900", "plan: pro", "limit: 16", config.HashKey(key).String(), "id: acme-1", "user: alice"} {
+	for _, want := range []string{"default_plan: basic", "limit: 600", "burst: 900", "plan: pro", "limit: 16", apikey.Sum(key).String(), "id: acme-1", "user: alice"} {
 		if !strings.Contains(export, want) {
 			t.Errorf("export lacks %q:\n%s", want, export)
 		}
@@ -244,17 +245,17 @@ func TestWriteExportAsEncoder(t *testing.T) {
 	check("empty", &directory.Data{})
 	check("default only", &directory.Data{Plans: limits.Plans{Default: "yes"}})
 
-	d := &directory.Data{Plans: limits.Plans{Default: "basic", Plans: map[string]map[string]limits.Override{}, Tenants: map[string]limits.TenantPlan{}}, Keys: map[config.KeyHash]config.Key{}}
+	d := &directory.Data{Plans: limits.Plans{Default: "basic", Plans: map[string]map[string]limits.Override{}, Tenants: map[string]limits.TenantPlan{}}, Keys: map[apikey.Hash]apikey.Identity{}}
 	pers := []time.Duration{0, time.Minute, 1500 * time.Nanosecond, 2 * time.Millisecond, 26*time.Hour + 3*time.Second}
 	for i, n := range oddNames {
 		o := limits.Override{Limit: int64(i), Burst: int64(i % 3), Per: pers[i%len(pers)]}
 		d.Plans.Plans[n] = map[string]limits.Override{n: o, "rpm": {Limit: 10}}
 		d.Plans.Tenants[n] = limits.TenantPlan{Plan: oddNames[(i+1)%len(oddNames)], Overrides: map[string]limits.Override{n: o}}
 		d.Plans.Tenants["empty-"+n] = limits.TenantPlan{}
-		h := config.HashKey(n)
-		d.Keys[h] = config.Key{Tenant: n, KeyID: h.ID(), User: oddNames[(i+2)%len(oddNames)]}
-		h = config.HashKey("only-" + n)
-		d.Keys[h] = config.Key{Tenant: "keys-only-" + n, KeyID: n}
+		h := apikey.Sum(n)
+		d.Keys[h] = apikey.Identity{Tenant: n, KeyID: h.ID(), User: oddNames[(i+2)%len(oddNames)]}
+		h = apikey.Sum("only-" + n)
+		d.Keys[h] = apikey.Identity{Tenant: "keys-only-" + n, KeyID: n}
 	}
 	d.Plans.Plans["none"] = nil
 	check("odd names", d)
@@ -262,7 +263,7 @@ func TestWriteExportAsEncoder(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	pick := func() string { return oddNames[r.IntN(len(oddNames))] + oddNames[r.IntN(len(oddNames))][:1] }
 	for i := range 200 {
-		d := &directory.Data{Plans: limits.Plans{Plans: map[string]map[string]limits.Override{}, Tenants: map[string]limits.TenantPlan{}}, Keys: map[config.KeyHash]config.Key{}}
+		d := &directory.Data{Plans: limits.Plans{Plans: map[string]map[string]limits.Override{}, Tenants: map[string]limits.TenantPlan{}}, Keys: map[apikey.Hash]apikey.Identity{}}
 		if r.IntN(2) == 0 {
 			d.Plans.Default = pick()
 		}
@@ -273,8 +274,8 @@ func TestWriteExportAsEncoder(t *testing.T) {
 			d.Plans.Tenants[pick()] = limits.TenantPlan{Plan: pick(), Overrides: map[string]limits.Override{pick(): {Burst: r.Int64N(3)}}}
 		}
 		for j := range r.IntN(6) {
-			h := config.HashKey(fmt.Sprint(i, j))
-			d.Keys[h] = config.Key{Tenant: pick(), KeyID: pick(), User: pick()}
+			h := apikey.Sum(fmt.Sprint(i, j))
+			d.Keys[h] = apikey.Identity{Tenant: pick(), KeyID: pick(), User: pick()}
 		}
 		check(fmt.Sprintf("random directory %d", i), d)
 	}

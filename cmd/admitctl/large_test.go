@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pgtest"
@@ -41,13 +41,13 @@ func largeDirectory(tenants int) *directory.Data {
 			Plans:   map[string]map[string]limits.Override{"basic": {"rpm": {Limit: 10}}},
 			Tenants: make(map[string]limits.TenantPlan, tenants),
 		},
-		Keys: make(map[config.KeyHash]config.Key, tenants),
+		Keys: make(map[apikey.Hash]apikey.Identity, tenants),
 	}
 	for i := range tenants {
 		name := fmt.Sprintf("t%06d", i)
 		d.Plans.Tenants[name] = limits.TenantPlan{Plan: "basic"}
-		h := config.HashKey("sk-" + name)
-		d.Keys[h] = config.Key{Tenant: name, KeyID: h.ID()}
+		h := apikey.Sum("sk-" + name)
+		d.Keys[h] = apikey.Identity{Tenant: name, KeyID: h.ID()}
 	}
 	return d
 }
@@ -81,7 +81,7 @@ func TestCheckLargeFile(t *testing.T) {
 	b.WriteString("policies:\n  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 60, per: 1m}\nidentity: {anonymous: deny}\n")
 	b.WriteString("default_plan: basic\nplans:\n  basic: {rpm: {limit: 10}}\ntenants:\n")
 	for i := range tenants {
-		fmt.Fprintf(&b, "  t%06d: {api_keys: [%s]}\n", i, config.HashKey(fmt.Sprintf("sk-t%06d", i)))
+		fmt.Fprintf(&b, "  t%06d: {api_keys: [%s]}\n", i, apikey.Sum(fmt.Sprintf("sk-t%06d", i)))
 	}
 	code, out, errs := checkFile(t, b.String())
 	if want := fmt.Sprintf("F: OK: 1 policies, 1 plans, %d tenants, %d API keys", tenants, tenants); code != 0 || !strings.Contains(out, want) {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/shadow/requestlog"
 )
@@ -72,7 +73,7 @@ func newGenerator(cfg loadgenConfig) *generator {
 		g.zipf = rand.NewZipf(rng, cfg.zipf, 1, uint64(len(cfg.tenants)-1))
 	}
 	for t, k := range cfg.keys {
-		g.keyID[t] = config.HashKey(k).ID()
+		g.keyID[t] = apikey.Sum(k).ID()
 	}
 	return g
 }

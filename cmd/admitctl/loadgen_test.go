@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/shadow/replay"
 	"github.com/sluicehq/sluice/shadow/requestlog"
 )
@@ -219,7 +219,7 @@ func TestLoadgenKeysLog(t *testing.T) {
 		t.Fatal("the log contains an API key")
 	}
 	for _, r := range records(t, out) {
-		want := map[string]string{"acme": config.HashKey("sk-test-acme").ID(), "globex": config.HashKey("sk-test-globex").ID()}[r.Tenant]
+		want := map[string]string{"acme": apikey.Sum("sk-test-acme").ID(), "globex": apikey.Sum("sk-test-globex").ID()}[r.Tenant]
 		if want == "" || r.KeyID != want {
 			t.Fatalf("record of tenant %q has key id %q; want %q", r.Tenant, r.KeyID, want)
 		}

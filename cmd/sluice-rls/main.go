@@ -39,10 +39,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/shadow"
 )
@@ -160,7 +160,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 	if err := registerStats(prom.Registry, srv); err != nil {
 		return err
 	}
-	w, err := envoyrls.Watch(o.config, srv, config.WithLogger(log), config.OnReload(func(r config.Reload) { mo.CountReload(r.Err) }))
+	w, err := envoyrls.Watch(o.config, srv, reload.WithLogger(log), reload.OnReload(func(r reload.Event) { mo.CountReload(r.Err) }))
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,8 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/shadow"
 )
@@ -132,8 +134,8 @@ type server struct {
 	mw         *httpadmit.Middleware
 	prom       *metrics.Prometheus
 	metrics    *metrics.Observer
-	metricsLn  *config.MetricsListener
-	watcher    *config.Watcher
+	metricsLn  *metrics.Listener
+	watcher    *reload.Watcher
 	srv        *http.Server
 	serveErr   chan error
 }
@@ -197,13 +199,13 @@ func start(o options) (_ *server, err error) {
 	// The API and its limits. WithRoutes names each request's operation
 	// after the pattern the mux routes it to, as the policies' routes do.
 	mux := http.NewServeMux()
-	s.mw, err = httpadmit.New(s.ctl, append(httpadmit.FileOptions(f), httpadmit.WithRoutes(mux), httpadmit.WithLogger(log))...)
+	s.mw, err = httpadmit.New(s.ctl, append(httpadmitfile.Options(f), httpadmit.WithRoutes(mux), httpadmit.WithLogger(log))...)
 	if err != nil {
 		return nil, err
 	}
 	api := &api{claims: newStore(clock), identity: func() *httpadmit.IdentityConfig { return s.mw.Snapshot().Identity() }, exportHold: o.exportHold}
 	api.register(mux)
-	h, ml, err := f.Metrics.Expose(scrape, s.mw.Handler(mux))
+	h, ml, err := metrics.Expose(metrics.Exposure{Enabled: f.Metrics.Enabled, Path: f.Metrics.Path, Listen: f.Metrics.Listen}, scrape, s.mw.Handler(mux))
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
@@ -213,7 +215,7 @@ func start(o options) (_ *server, err error) {
 		// A reload applies the policies, tenants, identity and http
 		// sections at once (the middleware is the subscriber); logging and
 		// metrics are read at start.
-		s.watcher, err = config.Watch(o.configPath, s.mw, config.WithLogger(log), config.OnReload(func(r config.Reload) { s.metrics.CountReload(r.Err) }))
+		s.watcher, err = reload.Watch(o.configPath, httpadmitfile.Middleware{Middleware: s.mw}, reload.WithLogger(log), reload.OnReload(func(r reload.Event) { s.metrics.CountReload(r.Err) }))
 		if err != nil {
 			return nil, err
 		}

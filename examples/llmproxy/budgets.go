@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/budget"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/reload"
 )
 
 // budgets is the gateway's budget warnings: the watcher of the quotas
@@ -51,18 +52,18 @@ func newBudgets(f *config.File, log *slog.Logger, mp metric.MeterProvider, clk a
 // subscriber returns next with the budgets following each reload: a
 // file whose webhook secret is missing is refused before anything is
 // installed. The webhook's queue keeps the size it started with.
-func (b *budgets) subscriber(next config.Subscriber) config.Subscriber {
+func (b *budgets) subscriber(next reload.Subscriber) reload.Subscriber {
 	return reloadBudgets{b, next}
 }
 
 type reloadBudgets struct {
 	b    *budgets
-	next config.Subscriber
+	next reload.Subscriber
 }
 
 // Apply installs f in the gateway, then its thresholds and webhook. A
 // file the gateway installed without a part of it (a
-// *config.PartialError: the tenant directory's section) has its budgets
+// *reload.PartialError: the tenant directory's section) has its budgets
 // installed too, and the partial error is returned for the watcher to
 // report.
 func (r reloadBudgets) Apply(f *config.File) error {
@@ -75,7 +76,7 @@ func (r reloadBudgets) Apply(f *config.File) error {
 		return err
 	}
 	applied := r.next.Apply(f)
-	var partial *config.PartialError
+	var partial *reload.PartialError
 	if applied != nil && !errors.As(applied, &partial) {
 		return applied
 	}

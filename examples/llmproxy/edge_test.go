@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
@@ -115,7 +115,7 @@ func edgePolicy(t testing.TB, rec *recorder, policies string, tenants []string, 
 	var b strings.Builder
 	b.WriteString("version: 1\npolicies:\n" + policies + "\ntenants:\n")
 	for _, tn := range tenants {
-		b.WriteString("  " + tn + ":\n    api_keys: [" + config.HashKey(testKey(tn)).String() + "]\n")
+		b.WriteString("  " + tn + ":\n    api_keys: [" + apikey.Sum(testKey(tn)).String() + "]\n")
 	}
 	b.WriteString("identity:\n  anonymous: deny\n" + identity + extra)
 	path := filepath.Join(t.TempDir(), "policy.yaml")

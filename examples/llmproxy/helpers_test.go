@@ -18,7 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/internal/poll"
 )
 
@@ -70,7 +70,7 @@ func writePolicy(t testing.TB, path, policies string, tenants []string, extra st
 	b.WriteString(policies)
 	b.WriteString("\ntenants:\n")
 	for _, tn := range tenants {
-		b.WriteString("  " + tn + ":\n    api_keys: [" + config.HashKey(testKey(tn)).String() + "]\n")
+		b.WriteString("  " + tn + ":\n    api_keys: [" + apikey.Sum(testKey(tn)).String() + "]\n")
 	}
 	b.WriteString("identity:\n  anonymous: deny\n")
 	b.WriteString(extra)

@@ -26,12 +26,15 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/oteltrace"
 	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
@@ -183,13 +186,13 @@ type server struct {
 	opts     options
 	URL      string // http://host:port of the proxy
 	OpsURL   string // http://host:port of the operator listener; empty when metrics are disabled
-	ops      *config.MetricsListener
+	ops      *metrics.Listener
 	e        *echo.Echo
 	ln       net.Listener
 	gw       *gateway.Gateway
 	ctl      *admission.Controller
 	file     *config.File
-	watcher  *config.Watcher
+	watcher  *reload.Watcher
 	metrics  *telemetry
 	budgets  *budgets      // quota warnings
 	redis    *redis.Client // for --redis
@@ -330,7 +333,7 @@ func start(o options) (_ *server, err error) {
 	// A reload reaches the gateway, which installs it whole, or the tenant
 	// directory, which installs it with its tenants and keys (and each
 	// change of one of them) into the gateway's state.
-	var sub config.Subscriber = s.gw
+	var sub reload.Subscriber = s.gw
 	if s.file.Directory.Source == config.DirectoryPostgres {
 		if s.dir, err = openDirectory(s, gc.Meter); err != nil {
 			return nil, err
@@ -339,7 +342,7 @@ func start(o options) (_ *server, err error) {
 	}
 
 	if o.configPath != "" {
-		s.watcher, err = config.Watch(o.configPath, s.budgets.subscriber(sub), config.WithLogger(s.log), config.OnReload(func(r config.Reload) {
+		s.watcher, err = reload.Watch(o.configPath, s.budgets.subscriber(sub), reload.WithLogger(s.log), reload.OnReload(func(r reload.Event) {
 			s.metrics.metrics.CountReload(r.Err)
 			s.metrics.status.Reloaded(r.Source, r.Err)
 		}))
@@ -384,7 +387,7 @@ func (s *server) banner(w io.Writer) {
 	if s.opts.configPath == "" {
 		fmt.Fprintln(w, "llmproxy: policy: embedded default.yaml; demo keys:")
 		for _, k := range demoKeys {
-			if id, ok := s.file.Identity.Keys[config.HashKey(k)]; ok {
+			if id, ok := s.file.Identity.Keys[apikey.Sum(k)]; ok {
 				fmt.Fprintf(w, "  %-18s tenant %-8s plan %s\n", k, id.Tenant, s.file.Config.Plans.Tenants[id.Tenant].Plan)
 			}
 		}
@@ -437,7 +440,7 @@ func (s *server) startOperator() (err error) {
 			http.NotFound(w, r)
 		}
 	})
-	if s.ops, err = m.Serve(cmp.Or(s.opts.metricsAddr, m.Listen, DefaultMetricsAddr), s.metrics.handler, rollout); err != nil {
+	if s.ops, err = metrics.Serve(cmp.Or(s.opts.metricsAddr, m.Listen, DefaultMetricsAddr), m.Path, s.metrics.handler, rollout); err != nil {
 		return fmt.Errorf("operator listener: %w", err)
 	}
 	s.OpsURL = "http://" + s.ops.Addr()

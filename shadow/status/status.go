@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/shadow/internal/chart"
 )
@@ -118,7 +118,7 @@ const (
 	// ReloadApplied is a configuration installed whole.
 	ReloadApplied = "applied"
 	// ReloadPartial is a configuration installed without a part of it
-	// (a *config.PartialError): Warning says which and why.
+	// (a *reload.PartialError): Warning says which and why.
 	ReloadPartial = "partial"
 	// ReloadRefused is a configuration refused: the previous one stays in
 	// force, and Error says why.
@@ -259,14 +259,14 @@ func (p *Page) StoreError(e admission.StoreEvent) {
 	}
 }
 
-// Reloaded records a configuration reload, as config.Reload reports it:
+// Reloaded records a configuration reload, as reload.Event reports it:
 // err is nil when the new configuration was installed whole, a
-// *config.PartialError when it was installed without a part (a warning),
+// *reload.PartialError when it was installed without a part (a warning),
 // and why it was refused otherwise. The policy-file package's reload hook
-// (config.OnReload) calls it with the reload's Err.
+// (reload.OnReload) calls it with the reload's Err.
 func (p *Page) Reloaded(source string, err error) {
 	r := Reload{Time: p.cfg.Clock.Now(), State: ReloadApplied, OK: true, Source: clip(source)}
-	var partial *config.PartialError
+	var partial *reload.PartialError
 	switch {
 	case errors.As(err, &partial):
 		r.State, r.Warning = ReloadPartial, clip(err.Error())

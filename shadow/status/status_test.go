@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/internal/vclock"
 	"github.com/sluicehq/sluice/shadow"
@@ -243,7 +243,7 @@ func TestStatusPageFigures(t *testing.T) {
 			r.page.Reloaded("policies.yaml", errors.New("policies[0].limit: "+strings.Repeat("x", 500)))
 		}
 	}
-	r.page.Reloaded("policies.yaml", fmt.Errorf("policies.yaml: %w", &config.PartialError{Section: "directory", Err: errors.New("the section changed")}))
+	r.page.Reloaded("policies.yaml", fmt.Errorf("policies.yaml: %w", &reload.PartialError{Section: "directory", Err: errors.New("the section changed")}))
 	st = r.status(t)
 	if len(st.Reloads) != status.DefaultReloads || st.Reloads[1].OK || st.Reloads[1].State != status.ReloadRefused || len(st.Reloads[1].Error) > 210 ||
 		!st.Reloads[2].OK || st.Reloads[2].State != status.ReloadApplied || st.Reloads[2].Warning != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -193,18 +194,18 @@ func CreateKey(ctx context.Context, db Execer, tenant, keyID, user string) (key 
 		return "", "", err
 	}
 	key = "sk-sluice-" + base64.RawURLEncoding.EncodeToString(raw[:])
-	h := config.HashKey(key)
+	h := apikey.Sum(key)
 	if keyID == "" {
 		keyID = h.ID()
 	}
-	if err := PutKey(ctx, db, h, config.Key{Tenant: tenant, KeyID: keyID, User: user}); err != nil {
+	if err := PutKey(ctx, db, h, apikey.Identity{Tenant: tenant, KeyID: keyID, User: user}); err != nil {
 		return "", "", err
 	}
 	return key, keyID, nil
 }
 
 // PutKey stores a key's hash for its tenant (an import).
-func PutKey(ctx context.Context, db Execer, h config.KeyHash, k config.Key) error {
+func PutKey(ctx context.Context, db Execer, h apikey.Hash, k apikey.Identity) error {
 	if err := keyError(k); err != nil {
 		return err
 	}
@@ -215,7 +216,7 @@ func PutKey(ctx context.Context, db Execer, h config.KeyHash, k config.Key) erro
 }
 
 // keyError says why k's id or user cannot be stored (nil: they can).
-func keyError(k config.Key) error {
+func keyError(k apikey.Identity) error {
 	if !config.ValidKeyID(k.KeyID) {
 		return fmt.Errorf("%q is not a valid key id", k.KeyID)
 	}
@@ -411,7 +412,7 @@ func importRows(d *directory.Data) (*importSet, error) {
 			s.pers = append(s.pers, pgtype.Interval{Microseconds: o.Per.Microseconds(), Valid: o.Per != 0})
 		}
 	}
-	hashes := slices.SortedFunc(maps.Keys(d.Keys), func(a, b config.KeyHash) int { return bytes.Compare(a[:], b[:]) })
+	hashes := slices.SortedFunc(maps.Keys(d.Keys), func(a, b apikey.Hash) int { return bytes.Compare(a[:], b[:]) })
 	for _, h := range hashes {
 		k := d.Keys[h]
 		r.keys.hashes = append(r.keys.hashes, h.String())

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -49,7 +49,7 @@ func seedLarge(b *testing.B, conn *pgx.Conn) {
 	}
 	_, err = conn.CopyFrom(ctx, pgx.Identifier{"sluice_keys"}, []string{"hash", "key_id", "tenant"},
 		pgx.CopyFromSlice(benchKeys, func(i int) ([]any, error) {
-			return []any{config.HashKey(fmt.Sprintf("sk-bench-%07d", i)).String(), fmt.Sprintf("k%07d", i), fmt.Sprintf("tenant-%06d", i/2)}, nil
+			return []any{apikey.Sum(fmt.Sprintf("sk-bench-%07d", i)).String(), fmt.Sprintf("k%07d", i), fmt.Sprintf("tenant-%06d", i/2)}, nil
 		}))
 	if err != nil {
 		b.Fatal(err)
@@ -152,7 +152,7 @@ func BenchmarkRevokeWithSnapshot(b *testing.B) {
 func importData(tenants int) *directory.Data {
 	d := &directory.Data{
 		Plans: limits.Plans{Default: "free", Plans: map[string]map[string]limits.Override{}, Tenants: make(map[string]limits.TenantPlan, tenants)},
-		Keys:  make(map[config.KeyHash]config.Key, 2*tenants),
+		Keys:  make(map[apikey.Hash]apikey.Identity, 2*tenants),
 	}
 	plans := []string{"free", "team", "enterprise"}
 	for i, plan := range plans {
@@ -166,8 +166,8 @@ func importData(tenants int) *directory.Data {
 		}
 		d.Plans.Tenants[name] = tp
 		for j := range 2 {
-			h := config.HashKey(fmt.Sprintf("sk-%s-%d", name, j))
-			d.Keys[h] = config.Key{Tenant: name, KeyID: h.ID()}
+			h := apikey.Sum(fmt.Sprintf("sk-%s-%d", name, j))
+			d.Keys[h] = apikey.Identity{Tenant: name, KeyID: h.ID()}
 		}
 	}
 	return d

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pgtest"
 )
@@ -42,8 +43,8 @@ func Example() {
 directory: {source: postgres}
 `))
 	ctl, _ := admission.New(f.Config)
-	mw, _ := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
-	dir, _ := directory.New(directory.Config{Next: mw, Source: "postgres"})
+	mw, _ := httpadmit.New(ctl, httpadmitfile.Options(f)...)
+	dir, _ := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "postgres"})
 	_ = dir.Apply(f)
 	fol, err := pgdir.Open(ctx, dsn, dir, pgdir.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

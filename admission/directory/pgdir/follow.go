@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -401,8 +402,8 @@ type change struct {
 	entry  string // as the notification names it: "tenant:<name>", "key:<hash>"
 	tenant string
 	tp     *limits.TenantPlan // nil: the tenant is gone
-	hash   *config.KeyHash    // a key's change, else nil
-	key    *config.Key        // nil: the key is gone or revoked
+	hash   *apikey.Hash       // a key's change, else nil
+	key    *apikey.Identity   // nil: the key is gone or revoked
 	bad    error              // why a key's row cannot be a key (then key is nil)
 	at     time.Time          // when it was re-read
 }
@@ -410,7 +411,7 @@ type change struct {
 // to applies c to d.
 func (c *change) to(d *directory.Data) {
 	if d.Keys == nil {
-		d.Keys = map[config.KeyHash]config.Key{}
+		d.Keys = map[apikey.Hash]apikey.Identity{}
 	}
 	if d.Plans.Tenants == nil {
 		d.Plans.Tenants = map[string]limits.TenantPlan{}
@@ -441,7 +442,7 @@ func (f *Follower) read(ctx context.Context, payload string) (*change, error) {
 		}
 		return &change{entry: payload, tenant: name, tp: tp, at: time.Now().UTC()}, nil
 	case "key":
-		h, err := config.ParseKeyHash(name)
+		h, err := apikey.ParseHash(name)
 		if err != nil {
 			f.log.Warn("directory notification ignored", "problem", "malformed key hash")
 			return nil, nil
@@ -613,7 +614,7 @@ func readSnapshot(path string) (*snapshot, error) {
 	if s.Tenants == nil {
 		s.Tenants = map[string]limits.TenantPlan{}
 	}
-	s.Data = &directory.Data{Plans: limits.Plans{Default: s.Default, Plans: s.Plans, Tenants: s.Tenants}, Keys: make(map[config.KeyHash]config.Key, len(s.Keys))}
+	s.Data = &directory.Data{Plans: limits.Plans{Default: s.Default, Plans: s.Plans, Tenants: s.Tenants}, Keys: make(map[apikey.Hash]apikey.Identity, len(s.Keys))}
 	for _, k := range s.Keys {
 		if err := k.to(s.Data); err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", path, err)
@@ -628,11 +629,11 @@ func readSnapshot(path string) (*snapshot, error) {
 
 // to adds k to d.
 func (k *snapshotKey) to(d *directory.Data) error {
-	h, err := config.ParseKeyHash(k.Hash)
+	h, err := apikey.ParseHash(k.Hash)
 	if err != nil || !config.ValidKeyID(k.KeyID) || !config.ValidUser(k.User) {
 		return fmt.Errorf("key %q is malformed", k.KeyID)
 	}
-	d.Keys[h] = config.Key{Tenant: k.Tenant, KeyID: k.KeyID, User: k.User}
+	d.Keys[h] = apikey.Identity{Tenant: k.Tenant, KeyID: k.KeyID, User: k.User}
 	return nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -39,8 +39,8 @@ func TestImport(t *testing.T) {
 	must(pgdir.AddTenant(ctx, conn, "acme", "pro"))
 	must(pgdir.SetOverride(ctx, conn, "acme", "rpm", limits.Override{Limit: 3}))
 	must(pgdir.SetOverride(ctx, conn, "acme", "inflight", limits.Override{Limit: 4}))
-	k1, k2 := config.HashKey("sk-1"), config.HashKey("sk-2")
-	must(pgdir.PutKey(ctx, conn, k1, config.Key{Tenant: "acme", KeyID: "acme-1"}))
+	k1, k2 := apikey.Sum("sk-1"), apikey.Sum("sk-2")
+	must(pgdir.PutKey(ctx, conn, k1, apikey.Identity{Tenant: "acme", KeyID: "acme-1"}))
 
 	must(pgdir.Import(ctx, conn, &directory.Data{
 		Plans: limits.Plans{
@@ -54,7 +54,7 @@ func TestImport(t *testing.T) {
 				"new":  {Plan: "gold", Overrides: map[string]limits.Override{"rpm": {Burst: 9}}},
 			},
 		},
-		Keys: map[config.KeyHash]config.Key{
+		Keys: map[apikey.Hash]apikey.Identity{
 			k1: {Tenant: "acme", KeyID: "acme-1", User: "alice"},
 			k2: {Tenant: "keys-only", KeyID: "ko-1"},
 		},
@@ -73,7 +73,7 @@ func TestImport(t *testing.T) {
 				"keys-only": {},
 			},
 		},
-		Keys: map[config.KeyHash]config.Key{
+		Keys: map[apikey.Hash]apikey.Identity{
 			k1: {Tenant: "acme", KeyID: "acme-1", User: "alice"},
 			k2: {Tenant: "keys-only", KeyID: "ko-1"},
 		},
@@ -110,11 +110,11 @@ func TestImport(t *testing.T) {
 		}}, pgdir.ErrNotFound, []string{`tenant "y": plan "platinum": not found`}},
 		{"bad key", &directory.Data{
 			Plans: limits.Plans{Tenants: map[string]limits.TenantPlan{"other": {}}},
-			Keys:  map[config.KeyHash]config.Key{config.HashKey("sk-3"): {Tenant: "other", KeyID: "no way"}},
+			Keys:  map[apikey.Hash]apikey.Identity{apikey.Sum("sk-3"): {Tenant: "other", KeyID: "no way"}},
 		}, nil, []string{`key no way: "no way" is not a valid key id`}},
 		{"key id taken", &directory.Data{
 			Plans: limits.Plans{Tenants: map[string]limits.TenantPlan{"other": {}}},
-			Keys:  map[config.KeyHash]config.Key{config.HashKey("sk-3"): {Tenant: "other", KeyID: "acme-1"}},
+			Keys:  map[apikey.Hash]apikey.Identity{apikey.Sum("sk-3"): {Tenant: "other", KeyID: "acme-1"}},
 		}, nil, []string{"duplicate key value", "Key (key_id)=(acme-1) already exists"}},
 	} {
 		err := pgdir.Import(ctx, conn, tc.d)
@@ -181,7 +181,7 @@ func TestImportNotifiesOnce(t *testing.T) {
 			},
 			Tenants: make(map[string]limits.TenantPlan, tenants),
 		},
-		Keys: make(map[config.KeyHash]config.Key, tenants),
+		Keys: make(map[apikey.Hash]apikey.Identity, tenants),
 	}
 	for i := range tenants {
 		name := fmt.Sprintf("t%04d", i)
@@ -190,8 +190,8 @@ func TestImportNotifiesOnce(t *testing.T) {
 			tp.Overrides = map[string]limits.Override{"rpm": {Limit: int64(i%7 + 1), Per: time.Duration(i%3+1) * time.Minute}}
 		}
 		d.Plans.Tenants[name] = tp
-		h := config.HashKey("sk-" + name)
-		d.Keys[h] = config.Key{Tenant: name, KeyID: fmt.Sprintf("k%04d", i), User: "u"}
+		h := apikey.Sum("sk-" + name)
+		d.Keys[h] = apikey.Identity{Tenant: name, KeyID: fmt.Sprintf("k%04d", i), User: "u"}
 	}
 	got := notifications(t, dsn, conn, func() {
 		if err := pgdir.Import(ctx, conn, d); err != nil {
@@ -225,13 +225,13 @@ func TestImportNotifiesOnce(t *testing.T) {
 		}
 	})
 	slices.Sort(got)
-	if want := []string{"key:" + config.HashKey("sk-t0004").String(), "key:" + config.HashKey("sk-t0008").String(),
+	if want := []string{"key:" + apikey.Sum("sk-t0004").String(), "key:" + apikey.Sum("sk-t0008").String(),
 		"tenant:t0004", "tenant:t0004-x", "tenant:t0008", "tenant:t0008-x"}; !slices.Equal(got, want) {
 		t.Errorf("renaming two tenants sent %q; want %q", got, want)
 	}
 	waitFor(t, 30*time.Second, "rename on the replica", func() bool {
 		view := r.dir.Data()
 		_, old := view.Plans.Tenants["t0004"]
-		return !old && view.Plans.Tenants["t0004-x"].Overrides["rpm"].Limit == 5 && view.Keys[config.HashKey("sk-t0004")].Tenant == "t0004-x"
+		return !old && view.Plans.Tenants["t0004-x"].Overrides["rpm"].Limit == 5 && view.Keys[apikey.Sum("sk-t0004")].Tenant == "t0004-x"
 	})
 }

@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/limits"
 )
@@ -103,7 +103,7 @@ func (r *record) to(d *directory.Data) error {
 	case r.Key != nil:
 		return r.Key.to(d)
 	case r.Gone != "":
-		h, err := config.ParseKeyHash(r.Gone)
+		h, err := apikey.ParseHash(r.Gone)
 		if err != nil {
 			return err
 		}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -158,7 +159,7 @@ func Load(ctx context.Context, db Beginner) (*directory.Data, config.Errors, err
 func load(ctx context.Context, q querier) (*directory.Data, config.Errors, error) {
 	d := &directory.Data{
 		Plans: limits.Plans{Plans: map[string]map[string]limits.Override{}, Tenants: map[string]limits.TenantPlan{}},
-		Keys:  map[config.KeyHash]config.Key{},
+		Keys:  map[apikey.Hash]apikey.Identity{},
 	}
 	var problems config.Errors
 	bad := func(path, format string, args ...any) {
@@ -271,13 +272,13 @@ func scanOverride(rows pgx.Rows, owner, pol *string, o *limits.Override) error {
 }
 
 // scanKey reads a key row; msg says why the row cannot be a key.
-func scanKey(rows pgx.Rows) (config.KeyHash, config.Key, string, error) {
+func scanKey(rows pgx.Rows) (apikey.Hash, apikey.Identity, string, error) {
 	var hash string
-	var k config.Key
+	var k apikey.Identity
 	if err := rows.Scan(&hash, &k.KeyID, &k.Tenant, &k.User); err != nil {
-		return config.KeyHash{}, k, "", err
+		return apikey.Hash{}, k, "", err
 	}
-	h, err := config.ParseKeyHash(hash)
+	h, err := apikey.ParseHash(hash)
 	switch {
 	case !config.ValidKeyID(k.KeyID):
 		id := k.KeyID
@@ -335,13 +336,13 @@ var errBadKey = errors.New("pgdir: bad key row")
 
 // loadKey reads one live key by its stored hash: nil when it is gone or
 // revoked.
-func loadKey(ctx context.Context, q querier, hash string) (*config.Key, error) {
+func loadKey(ctx context.Context, q querier, hash string) (*apikey.Identity, error) {
 	rows, err := q.Query(ctx, "SELECT hash, key_id, tenant, end_user FROM sluice_keys WHERE hash = $1 AND revoked_at IS NULL", hash)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out *config.Key
+	var out *apikey.Identity
 	for rows.Next() {
 		_, k, msg, err := scanKey(rows)
 		if err != nil {

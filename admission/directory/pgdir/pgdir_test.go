@@ -20,11 +20,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/directory/pgdir"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/syncbuf"
@@ -76,14 +79,14 @@ func newReplica(t testing.TB, dsn string, opts pgdir.Options) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
+	mw, err := httpadmit.New(ctl, httpadmitfile.Options(f)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	dir, err := directory.New(directory.Config{Next: mw, Source: "postgres", Logger: opts.Logger})
+	dir, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "postgres", Logger: opts.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +433,7 @@ func TestOutageAndSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := directory.New(directory.Config{Next: mw})
+	dir, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +523,7 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 	key := seed(t, conn)
 	snap := filepath.Join(t.TempDir(), "directory.json")
 	newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Refresh: time.Second})
-	hash := config.HashKey(key).String()
+	hash := apikey.Sum(key).String()
 	read := func(path string) string {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -654,8 +657,8 @@ func TestReloadRefusalsReported(t *testing.T) {
 		}
 	}
 	write(policyFile)
-	w, err := config.Watch(path, r.dir, config.WithSignals(), config.WithDebounce(time.Hour), config.WithLogger(slog.New(slog.DiscardHandler)),
-		config.OnReload(func(rl config.Reload) {
+	w, err := reload.Watch(path, r.dir, reload.WithSignals(), reload.WithDebounce(time.Hour), reload.WithLogger(slog.New(slog.DiscardHandler)),
+		reload.OnReload(func(rl reload.Event) {
 			obs.CountReload(rl.Err)
 			page.Reloaded(rl.Source, rl.Err)
 		}))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -55,10 +56,10 @@ const zeros64 = "000000000000000000000000000000000000000000000000000000000000000
 func TestSnapshotRewrittenOnlyWhenChanged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "directory.json")
 	data := func(tenants ...string) *directory.Data {
-		d := &directory.Data{Plans: limits.Plans{Default: "free", Tenants: map[string]limits.TenantPlan{}}, Keys: map[config.KeyHash]config.Key{}}
+		d := &directory.Data{Plans: limits.Plans{Default: "free", Tenants: map[string]limits.TenantPlan{}}, Keys: map[apikey.Hash]apikey.Identity{}}
 		for _, tn := range tenants {
 			d.Plans.Tenants[tn] = limits.TenantPlan{Plan: "free"}
-			d.Keys[config.HashKey("sk-"+tn)] = config.Key{Tenant: tn, KeyID: "k-" + tn}
+			d.Keys[apikey.Sum("sk-"+tn)] = apikey.Identity{Tenant: tn, KeyID: "k-" + tn}
 		}
 		return d
 	}
@@ -105,10 +106,10 @@ func TestSnapshotRewrittenOnlyWhenChanged(t *testing.T) {
 // read in the middle is an error.
 func TestJournalReplay(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "directory.json")
-	k1, k2 := config.HashKey("sk-1"), config.HashKey("sk-2")
+	k1, k2 := apikey.Sum("sk-1"), apikey.Sum("sk-2")
 	d := &directory.Data{
 		Plans: limits.Plans{Plans: map[string]map[string]limits.Override{"free": {"rpm": {Limit: 5}}}, Tenants: map[string]limits.TenantPlan{"acme": {Plan: "free"}, "gone": {}}},
-		Keys:  map[config.KeyHash]config.Key{k1: {Tenant: "acme", KeyID: "k1"}},
+		Keys:  map[apikey.Hash]apikey.Identity{k1: {Tenant: "acme", KeyID: "k1"}},
 	}
 	written, err := writeSnapshot(path, d, nil)
 	if err != nil {
@@ -121,14 +122,14 @@ func TestJournalReplay(t *testing.T) {
 		`{"tenant":"new","plan":{"Plan":"free","Overrides":null}}` + "\n"
 	for _, tc := range []struct {
 		name, journal string
-		keys          []config.KeyHash
+		keys          []apikey.Hash
 		tenants       []string
 		err           string
 	}{
-		{"none", "", []config.KeyHash{k1}, []string{"acme", "gone"}, ""},
-		{"applied", head + changes, []config.KeyHash{k2}, []string{"acme", "new"}, ""},
-		{"cut short", head + changes + `{"gone_key":"` + k2.String(), []config.KeyHash{k2}, []string{"acme", "new"}, ""},
-		{"another snapshot", `{"base":"2001-01-01T00:00:00Z"}` + "\n" + changes, []config.KeyHash{k1}, []string{"acme", "gone"}, ""},
+		{"none", "", []apikey.Hash{k1}, []string{"acme", "gone"}, ""},
+		{"applied", head + changes, []apikey.Hash{k2}, []string{"acme", "new"}, ""},
+		{"cut short", head + changes + `{"gone_key":"` + k2.String(), []apikey.Hash{k2}, []string{"acme", "new"}, ""},
+		{"another snapshot", `{"base":"2001-01-01T00:00:00Z"}` + "\n" + changes, []apikey.Hash{k1}, []string{"acme", "gone"}, ""},
 		{"bad line", head + "{]\n" + changes, nil, nil, "line 2"},
 		{"not a change", head + "{}\n", nil, nil, "not a change"},
 	} {
@@ -149,7 +150,7 @@ func TestJournalReplay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var keys []config.KeyHash
+			var keys []apikey.Hash
 			for h := range s.Data.Keys {
 				keys = append(keys, h)
 			}
@@ -174,7 +175,7 @@ func TestJournalReplay(t *testing.T) {
 func FuzzReplayJournal(f *testing.F) {
 	dir := f.TempDir()
 	path := filepath.Join(dir, "directory.json")
-	written, err := writeSnapshot(path, &directory.Data{Keys: map[config.KeyHash]config.Key{config.HashKey("sk-1"): {Tenant: "a", KeyID: "k1"}}}, nil)
+	written, err := writeSnapshot(path, &directory.Data{Keys: map[apikey.Hash]apikey.Identity{apikey.Sum("sk-1"): {Tenant: "a", KeyID: "k1"}}}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}

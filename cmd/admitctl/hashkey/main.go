@@ -1,8 +1,8 @@
 // Command hashkey prints the stored form (sha256:...) of an API key, as
 // admitctl hash-key does, and reads the key from stdin when not given. It
-// imports nothing but admission/config, so from a module that already
-// uses sluice's HTTP middleware or config it runs with no new go.sum
-// entries:
+// imports nothing but admission/apikey (the standard library), so from a
+// module that already uses sluice's HTTP middleware or config it runs
+// with no new go.sum entries:
 //
 //	go run github.com/sluicehq/sluice/cmd/admitctl/hashkey < key.txt
 //

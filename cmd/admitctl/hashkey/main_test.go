@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 )
 
 // TestRunFromServiceModule runs the documented command from a service's
@@ -70,7 +70,7 @@ func main() {
 	if err != nil {
 		t.Fatalf("go run github.com/sluicehq/sluice/cmd/admitctl/hashkey: %v", err)
 	}
-	if want := config.HashKey("sk-example-acme-1").String() + "\n"; out != want {
+	if want := apikey.Sum("sk-example-acme-1").String() + "\n"; out != want {
 		t.Errorf("hashkey < key = %q; want %q", out, want)
 	}
 }

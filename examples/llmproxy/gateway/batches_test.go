@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -55,7 +56,7 @@ policies:
 
 func batchGateway(t *testing.T, policy string, tune func(*gateway.Config, *upstream.Config)) *batchStack {
 	t.Helper()
-	f, err := config.Parse("batch.yaml", []byte(policy+"tenants:\n  a: {api_keys: ["+config.HashKey(keyA).String()+"]}\n  b: {api_keys: ["+config.HashKey(batchKeyB).String()+"]}\nidentity: {anonymous: deny}\n"))
+	f, err := config.Parse("batch.yaml", []byte(policy+"tenants:\n  a: {api_keys: ["+apikey.Sum(keyA).String()+"]}\n  b: {api_keys: ["+apikey.Sum(batchKeyB).String()+"]}\nidentity: {anonymous: deny}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
 
@@ -29,8 +29,8 @@ classes:
 policies:
   - {name: shared-rpm, algorithm: token_bucket, limit: 1, per: 1m, queue: {size: 10, timeout: 1h}}
 tenants:
-  acme: {api_keys: [{hash: "` + config.HashKey("sk-acme").String() + `", id: ci}]}
-  other: {api_keys: [` + config.HashKey("sk-other").String() + `]}
+  acme: {api_keys: [{hash: "` + apikey.Sum("sk-acme").String() + `", id: ci}]}
+  other: {api_keys: [` + apikey.Sum("sk-other").String() + `]}
 identity: {anonymous: deny}
 `
 	clk := admissiontest.NewClock(time.Now())
@@ -94,7 +94,7 @@ stores:
 policies:
   - {name: provider-cap, store: openai, key: [model], algorithm: concurrency, limit: 8, queue: {size: 10, timeout: 10s}}
 tenants:
-  acme: {api_keys: [` + config.HashKey("sk-acme").String() + `]}
+  acme: {api_keys: [` + apikey.Sum("sk-acme").String() + `]}
 identity: {anonymous: deny}
 `
 	clk := admissiontest.NewClock(time.Now())

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -38,7 +39,7 @@ type embedded struct {
 // loopback with the controller on a fake clock.
 func embed(t *testing.T, policy string) *embedded {
 	t.Helper()
-	f, err := config.Parse("embed.yaml", []byte(policy+"tenants:\n  a: {api_keys: ["+config.HashKey(keyA).String()+"]}\nidentity: {anonymous: deny}\n"))
+	f, err := config.Parse("embed.yaml", []byte(policy+"tenants:\n  a: {api_keys: ["+apikey.Sum(keyA).String()+"]}\nidentity: {anonymous: deny}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ tenants:
   %s: {plan: p%s, api_keys: [%s]}
   %s: {plan: p%s}
 identity: {anonymous: deny}
-`, la, lb, owner, owner, config.HashKey(keyA), other, other))
+`, la, lb, owner, owner, apikey.Sum(keyA), other, other))
 	if err != nil {
 		t.Fatal(err)
 	}

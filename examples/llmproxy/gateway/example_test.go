@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -22,13 +23,13 @@ import (
 // The gateway inside a program's own echo server: a policy file, a
 // controller built from it, an estimator, and the upstream (here the
 // simulator). Register adds the OpenAI-compatible routes; a
-// config.Watcher would hand later versions of the file to gw.Apply.
+// reload.Watcher would hand later versions of the file to gw.Apply.
 func Example() {
 	f, err := config.Parse("policies.yaml", []byte(`
 policies:
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1, per: 1m}
 tenants:
-  acme: {api_keys: [`+config.HashKey("sk-acme").String()+`]}
+  acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
 identity: {anonymous: deny}
 `))
 	if err != nil {

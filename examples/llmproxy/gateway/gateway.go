@@ -5,7 +5,7 @@
 // echo server (see the example). It identifies callers with an
 // httpadmit.Middleware, renders rejections with WriteRejection (the
 // middleware's rejection handler), and takes reloads through Apply
-// (config.Subscriber), installing policies, keys and prices as one step.
+// (reload.Subscriber), installing policies, keys and prices as one step.
 //
 // # The path of a request
 //
@@ -173,8 +173,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/limitheaders"
 	"github.com/sluicehq/sluice/internal/pricing"
@@ -496,7 +498,7 @@ func NewTransport() *http.Transport {
 	}
 }
 
-// Apply installs a policy file, as a config.Subscriber: the policy set
+// Apply installs a policy file, as a reload.Subscriber: the policy set
 // (policies and plans), the key table, the quota status, the shadow
 // header, the prices and the failed-authentication throttle's figures
 // (each address keeping what is left of its allowance), built into one
@@ -528,7 +530,7 @@ func (g *Gateway) Apply(f *config.File) error {
 	if old := g.state.Load(); old != nil {
 		oldAuth = old.auth
 	}
-	if st.mw, err = g.mw.Compile(f); err != nil {
+	if st.mw, err = g.mw.Compile(f.Config, httpadmitfile.Options(f)...); err != nil {
 		return err
 	}
 	if st.auth, err = nextAuthLimiter(oldAuth, f.Identity.FailedAuth, g.cfg.Clock); err != nil {
@@ -564,7 +566,7 @@ func (g *Gateway) SetTenant(tenant string, tp *limits.TenantPlan) error {
 
 // SetKey installs the state in force with one API key added, replaced or
 // (k nil) revoked, as a tenant directory's target (directory.Target).
-func (g *Gateway) SetKey(h config.KeyHash, k *config.Key) error {
+func (g *Gateway) SetKey(h apikey.Hash, k *apikey.Identity) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	next := *g.state.Load()

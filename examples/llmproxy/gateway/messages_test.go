@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -54,7 +55,7 @@ func (s *anthropicStack) seen() []http.Header {
 // and the simulator's configurations.
 func anthropicGateway(t *testing.T, policy string, realClock bool, tune ...func(*gateway.Config, *upstream.Config)) *anthropicStack {
 	t.Helper()
-	keys := "tenants:\n  a: {api_keys: [" + config.HashKey(keyA).String() + "]}\n  b: {api_keys: [" + config.HashKey(keyB).String() + "]}\n"
+	keys := "tenants:\n  a: {api_keys: [" + apikey.Sum(keyA).String() + "]}\n  b: {api_keys: [" + apikey.Sum(keyB).String() + "]}\n"
 	f, err := config.Parse("messages.yaml", []byte(policy+keys+"identity: {anonymous: deny}\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
 
@@ -40,7 +40,7 @@ policies:
     limit: 1000
     per: 1m
 tenants:
-  acme: {api_keys: [`+config.HashKey("sk-acme").String()+`]}
+  acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
 identity: {anonymous: deny}
 `, clk)
 	// The provider refuses the request and its retry, asking for a day

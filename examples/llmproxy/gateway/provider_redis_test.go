@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/backend"
-	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -23,7 +23,7 @@ stores:
 policies:
   - {name: provider-rpm, store: openai, key: [model], algorithm: sliding_window, limit: 10, per: 1m}
 tenants:
-  acme: {api_keys: [` + config.HashKey("sk-acme").String() + `]}
+  acme: {api_keys: [` + apikey.Sum("sk-acme").String() + `]}
 identity: {anonymous: deny}
 `
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
 	budget "github.com/sluicehq/sluice/admission/upstream"
@@ -41,7 +42,7 @@ policies:
     per: 1m
     queue: {size: 10, timeout: 10s}
 tenants:
-  acme: {api_keys: [` + config.HashKey("sk-acme").String() + `]}
+  acme: {api_keys: [` + apikey.Sum("sk-acme").String() + `]}
 identity: {anonymous: deny}
 `
 }

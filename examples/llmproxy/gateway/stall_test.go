@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/internal/pipenet"
@@ -53,7 +54,7 @@ func startPipeGateway(t *testing.T, edit func(*gateway.Config)) *pipeGateway {
 policies:
   - {name: conc, key: [tenant], algorithm: concurrency, limit: 1}
 tenants:
-  acme: {api_keys: [`+config.HashKey("sk-acme").String()+`]}
+  acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
 identity: {anonymous: deny}
 `))
 	if err != nil {

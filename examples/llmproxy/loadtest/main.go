@@ -64,7 +64,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
@@ -86,7 +86,7 @@ policies:
   - {name: concurrency, key: [tenant], algorithm: concurrency, limit: 100000}
 tenants:
   load:
-    api_keys: [` + config.HashKey(key).String() + `]
+    api_keys: [` + apikey.Sum(key).String() + `]
 identity: {anonymous: deny}
 `
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
 
@@ -75,7 +75,7 @@ func priorityPolicy(s prioritySetup, mode priorityMode) string {
 	if mode != noClasses {
 		class = ", class: batch"
 	}
-	fmt.Fprintf(&b, "  %s: {api_keys: [{hash: %q%s}]}\n", batchTenant, config.HashKey("sk-"+batchTenant).String(), class)
+	fmt.Fprintf(&b, "  %s: {api_keys: [{hash: %q%s}]}\n", batchTenant, apikey.Sum("sk-"+batchTenant).String(), class)
 	b.WriteString("identity: {anonymous: deny}\n")
 	return b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -85,7 +86,7 @@ func providerTPM(s providerSetup, shares string) string {
 func writeTenants(b *strings.Builder) {
 	b.WriteString("tenants:\n")
 	for _, t := range tenants {
-		fmt.Fprintf(b, "  %s: {api_keys: [%s]}\n", t, config.HashKey("sk-"+t))
+		fmt.Fprintf(b, "  %s: {api_keys: [%s]}\n", t, apikey.Sum("sk-"+t))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 )
 
@@ -53,8 +54,8 @@ func TestPriorityPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", mode, err)
 		}
-		batch := f.Priority(batchTenant, config.HashKey("sk-batch").ID(), "POST /v1/chat/completions", nil)
-		interactive := f.Priority("t1", config.HashKey("sk-t1").ID(), "POST /v1/chat/completions", nil)
+		batch := f.Priority(batchTenant, apikey.Sum("sk-batch").ID(), "POST /v1/chat/completions", nil)
+		interactive := f.Priority("t1", apikey.Sum("sk-t1").ID(), "POST /v1/chat/completions", nil)
 		if (batch < interactive) != (mode != noClasses) {
 			t.Errorf("%v: batch priority %d, interactive %d", mode, batch, interactive)
 		}

@@ -1,7 +1,8 @@
 // Package hashkey prints the stored form of an API key. It is shared by
 // admitctl's hash-key command and the hashkey program, a main package
-// that imports nothing but admission/config so that a service's module
-// can run it with the go.sum entries it already has.
+// that imports nothing but admission/apikey (the standard library) so
+// that a service's module can run it with the go.sum entries it already
+// has.
 package hashkey
 
 import (
@@ -12,7 +13,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/apikey"
 )
 
 // Run parses args with fs (a key beginning with - goes after --), reads
@@ -46,7 +47,7 @@ func Run(fs *flag.FlagSet, args []string, stdin io.Reader, stdout, stderr io.Wri
 		fmt.Fprintln(stderr, "admitctl hash-key: empty key")
 		return 2
 	}
-	h := config.HashKey(key)
+	h := apikey.Sum(key)
 	fmt.Fprintln(stdout, h.String())
 	fmt.Fprintf(stderr, "key id in logs and metrics: %s\n", h.ID())
 	return 0

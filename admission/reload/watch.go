@@ -1,4 +1,17 @@
-package config
+// Package reload keeps a running program in step with its configuration
+// on disk: Watch follows a policy file (admission/config) and hands each
+// version that decodes to a Subscriber, whose Apply installs it whole
+// (httpadmitfile.Middleware, directory.Directory, the llmproxy gateway);
+// NewWatcher follows any file or directory a program loads itself (the
+// Envoy rate-limit configuration). A version that does not load is
+// refused, logged and reported (OnReload, an Event) while the previous
+// one keeps serving; one applied without a part it cannot take at run
+// time is reported with a *PartialError.
+//
+// Package config is only the schema and its decoder: it neither watches
+// files nor serves anything, so a program that decodes a file once links
+// no fsnotify.
+package reload
 
 import (
 	"crypto/sha256"
@@ -15,6 +28,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice/admission/config"
 )
 
 // A Watcher keeps a program in step with its configuration: a policy
@@ -47,7 +62,7 @@ type Watcher struct {
 	dir      bool // path is a directory, whose files are the configuration
 	load     func(path string) (policies int, err error)
 	name     string // what the logs call the configuration
-	onReload func(Reload)
+	onReload func(Event)
 	log      *slog.Logger
 	signals  []os.Signal
 	debounce time.Duration
@@ -57,7 +72,7 @@ type Watcher struct {
 	real     string     // the file's path with symlinks resolved, for the loop
 	policies int        // the policies in force
 	data     []byte     // the content of the file the last reload read
-	cur      atomic.Pointer[File]
+	cur      atomic.Pointer[config.File]
 	applied  atomic.Int64
 	refused  atomic.Int64
 
@@ -75,22 +90,22 @@ type version struct {
 	readErr string
 }
 
-// A WatchOption configures a Watcher.
-type WatchOption func(*Watcher)
+// A Option configures a Watcher.
+type Option func(*Watcher)
 
 // A Subscriber is where a policy file takes effect: Apply builds all the
 // program derives from it (policies, keys, HTTP settings, prices) into
 // one snapshot and installs it by one swap (httpadmit.Snapshot), or fails
 // and leaves the previous file in force.
-// httpadmit.Middleware is one; a program with only a controller applies
+// httpadmitfile.Middleware is one; a program with only a controller applies
 // f.Config with Controller.SetConfig.
 type Subscriber interface {
-	Apply(f *File) error
+	Apply(f *config.File) error
 }
 
-// Reload is one reload of the configuration, applied or refused, as
+// An Event is one reload of the configuration, applied or refused, as
 // OnReload reports it.
-type Reload struct {
+type Event struct {
 	Source   string // the configuration's path
 	Policies int    // the policies in force afterwards
 	// Err is nil when the configuration was applied whole, a
@@ -101,7 +116,7 @@ type Reload struct {
 
 // Applied reports whether the configuration is in force: whole, or
 // without the part a *PartialError names.
-func (r Reload) Applied() bool {
+func (r Event) Applied() bool {
 	var p *PartialError
 	return r.Err == nil || errors.As(r.Err, &p)
 }
@@ -111,7 +126,7 @@ func (r Reload) Applied() bool {
 // the running program cannot take (a tenant directory's directory
 // section, which a restart applies; the directory's entries that the
 // file's policies refuse): the rest is in force. The Watcher
-// counts and logs the reload as applied, and reports it (Reload.Err) with
+// counts and logs the reload as applied, and reports it (Event.Err) with
 // this error, so that a status page and the reload metrics say what was
 // left out, rather than refusing the whole file.
 type PartialError struct {
@@ -136,38 +151,38 @@ func (e *PartialError) Error() string {
 func (e *PartialError) Unwrap() error { return e.Err }
 
 // Applied reports that the configuration is in force without the
-// section: true. Packages that cannot import config (package metrics)
+// section: true. Packages that cannot import reload (package metrics)
 // tell a partial reload from a refused one by this method.
 func (e *PartialError) Applied() bool { return true }
 
 // OnReload sets the function told about every reload, applied or refused
 // (the first load included), for example to count reloads
 // (metrics.Observer.CountReload).
-func OnReload(fn func(Reload)) WatchOption { return func(w *Watcher) { w.onReload = fn } }
+func OnReload(fn func(Event)) Option { return func(w *Watcher) { w.onReload = fn } }
 
 // WithLogger sets the logger of reloads; the default is slog.Default().
-func WithLogger(l *slog.Logger) WatchOption { return func(w *Watcher) { w.log = l } }
+func WithLogger(l *slog.Logger) Option { return func(w *Watcher) { w.log = l } }
 
 // WithName sets what the logs call the configuration ("<name> applied",
 // "<name> refused; ..."); the default is "policy file".
-func WithName(name string) WatchOption { return func(w *Watcher) { w.name = name } }
+func WithName(name string) Option { return func(w *Watcher) { w.name = name } }
 
 // WithSignals sets the signals that force a reload; the default is SIGHUP.
 // No signal at all disables signal handling.
-func WithSignals(sigs ...os.Signal) WatchOption {
+func WithSignals(sigs ...os.Signal) Option {
 	return func(w *Watcher) { w.signals = sigs }
 }
 
 // WithDebounce sets how long file events must be quiet before a reload
 // (default 100ms).
-func WithDebounce(d time.Duration) WatchOption { return func(w *Watcher) { w.debounce = d } }
+func WithDebounce(d time.Duration) Option { return func(w *Watcher) { w.debounce = d } }
 
 // Watch loads the policy file at path, applies it to sub and keeps
 // watching it until Close. It fails when the first load fails.
-func Watch(path string, sub Subscriber, opts ...WatchOption) (*Watcher, error) {
+func Watch(path string, sub Subscriber, opts ...Option) (*Watcher, error) {
 	w := newWatcher(path, opts)
 	w.load = func(path string) (int, error) {
-		f, err := Parse(path, w.data) // the bytes of the version tried
+		f, err := config.Parse(path, w.data) // the bytes of the version tried
 		if err != nil {
 			return 0, err
 		}
@@ -188,15 +203,15 @@ func Watch(path string, sub Subscriber, opts ...WatchOption) (*Watcher, error) {
 // why it refused it (the previous configuration staying in force). load
 // runs now, and again for every new version and on SIGHUP, until Close;
 // NewWatcher fails when the first load fails. Current is nil.
-func NewWatcher(path string, load func(path string) (policies int, err error), opts ...WatchOption) (*Watcher, error) {
+func NewWatcher(path string, load func(path string) (policies int, err error), opts ...Option) (*Watcher, error) {
 	w := newWatcher(path, opts)
 	w.load = load
 	return w.start()
 }
 
-func newWatcher(path string, opts []WatchOption) *Watcher {
+func newWatcher(path string, opts []Option) *Watcher {
 	w := &Watcher{
-		path: filepath.Clean(path), name: "policy file", onReload: func(Reload) {}, log: slog.Default(),
+		path: filepath.Clean(path), name: "policy file", onReload: func(Event) {}, log: slog.Default(),
 		signals: []os.Signal{syscall.SIGHUP}, debounce: 100 * time.Millisecond,
 		stop: make(chan struct{}),
 	}
@@ -225,7 +240,7 @@ func (w *Watcher) start() (*Watcher, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("config: watching %s: %w", w.path, err)
+		return nil, fmt.Errorf("reload: watching %s: %w", w.path, err)
 	}
 	w.fsw = fsw
 	if len(w.signals) > 0 {
@@ -238,7 +253,7 @@ func (w *Watcher) start() (*Watcher, error) {
 }
 
 // Current returns the policy file in force (nil for a NewWatcher).
-func (w *Watcher) Current() *File { return w.cur.Load() }
+func (w *Watcher) Current() *config.File { return w.cur.Load() }
 
 // Stats returns how many reloads were applied (whole or without a part)
 // and refused since Watch (the first load counts as applied).
@@ -378,7 +393,7 @@ func (w *Watcher) reload(force bool) error {
 		return w.refuse(err)
 	}
 	w.policies = n
-	w.onReload(Reload{Source: w.path, Policies: n, Err: err})
+	w.onReload(Event{Source: w.path, Policies: n, Err: err})
 	if partial != nil {
 		w.log.Warn(w.name+" applied without a part", slog.String("file", w.path), slog.Int("policies", n), slog.String("warning", err.Error()))
 	} else {
@@ -390,9 +405,9 @@ func (w *Watcher) reload(force bool) error {
 
 func (w *Watcher) refuse(err error) error {
 	defer w.refused.Add(1) // last, as for an applied configuration
-	w.onReload(Reload{Source: w.path, Err: err, Policies: w.policies})
+	w.onReload(Event{Source: w.path, Err: err, Policies: w.policies})
 	n := 0
-	var es Errors
+	var es config.Errors
 	if errors.As(err, &es) {
 		n = len(es)
 	}

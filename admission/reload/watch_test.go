@@ -1,4 +1,4 @@
-package config_test
+package reload_test
 
 import (
 	"fmt"
@@ -16,17 +16,20 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 type reloads struct {
 	mu  sync.Mutex
-	got []config.Reload
+	got []reload.Event
 }
 
-func (r *reloads) add(ev config.Reload) {
+func (r *reloads) add(ev reload.Event) {
 	r.mu.Lock()
 	r.got = append(r.got, ev)
 	r.mu.Unlock()
@@ -68,7 +71,7 @@ tenants:
     api_keys: [%s]
 http:
   shadow_header: true
-`, limit, mode, other, config.HashKey(keyAcme))
+`, limit, mode, other, apikey.Sum(keyAcme))
 }
 
 func write(t *testing.T, path, data string) {
@@ -83,7 +86,7 @@ func write(t *testing.T, path, data string) {
 }
 
 // serve starts a controller, a watcher and a real HTTP server on loopback.
-func serve(t *testing.T, path string, obs *reloads, opts ...config.WatchOption) (*config.Watcher, *httptest.Server) {
+func serve(t *testing.T, path string, obs *reloads, opts ...reload.Option) (*reload.Watcher, *httptest.Server) {
 	t.Helper()
 	f, err := config.Load(path)
 	if err != nil {
@@ -94,14 +97,14 @@ func serve(t *testing.T, path string, obs *reloads, opts ...config.WatchOption) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, httpadmit.FileOptions(f)...)
+	mw, err := httpadmit.New(ctl, httpadmitfile.Options(f)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]config.WatchOption{
-		config.OnReload(obs.add), config.WithSignals(), config.WithLogger(slog.New(slog.DiscardHandler)),
+	opts = append([]reload.Option{
+		reload.OnReload(obs.add), reload.WithSignals(), reload.WithLogger(slog.New(slog.DiscardHandler)),
 	}, opts...)
-	w, err := config.Watch(path, mw, opts...)
+	w, err := reload.Watch(path, httpadmitfile.Middleware{Middleware: mw}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,26 +198,26 @@ func TestReloadUnderLoad(t *testing.T) {
 // editing the file: the enforcing policy starts from the state its shadow
 // run built.
 // partialSub applies every file, and answers with its error: a
-// *config.PartialError, a refusal or nil.
+// *reload.PartialError, a refusal or nil.
 type partialSub struct{ err error }
 
 func (s *partialSub) Apply(*config.File) error { return s.err }
 
 // TestReloadPartial: a file the subscriber applies without a part of it
 // is in force and counted applied, and OnReload reports it with the
-// *config.PartialError saying what was left out; a refusal is still a
+// *reload.PartialError saying what was left out; a refusal is still a
 // refusal.
 func TestReloadPartial(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	write(t, path, policyFile(10, "enforce", 1000))
 	sub, got := &partialSub{}, &reloads{}
-	w, err := config.Watch(path, sub, config.OnReload(got.add), config.WithSignals(), config.WithDebounce(time.Hour),
-		config.WithLogger(slog.New(slog.DiscardHandler)))
+	w, err := reload.Watch(path, sub, reload.OnReload(got.add), reload.WithSignals(), reload.WithDebounce(time.Hour),
+		reload.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	partial := &config.PartialError{Section: "directory", Err: fmt.Errorf("the section changed")}
+	partial := &reload.PartialError{Section: "directory", Err: fmt.Errorf("the section changed")}
 	for i, step := range []struct {
 		limit            int
 		err              error
@@ -240,7 +243,7 @@ func TestReloadPartial(t *testing.T) {
 			t.Errorf("step %d: Reload() = %v, reported %v (applied %v)", i, err, last.Err, last.Applied())
 		}
 		if step.err == partial && last.Err != partial {
-			t.Errorf("step %d: reported %v; want the *config.PartialError", i, last.Err)
+			t.Errorf("step %d: reported %v; want the *reload.PartialError", i, last.Err)
 		}
 	}
 	if want := "applied without its directory section: the section changed"; partial.Error() != want {
@@ -286,7 +289,7 @@ func TestReloadOnChangeAndSignal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	write(t, path, policyFile(10, "enforce", 1000))
 	obs := &reloads{}
-	w, _ := serve(t, path, obs, config.WithDebounce(10*time.Millisecond), config.WithSignals(syscall.SIGHUP))
+	w, _ := serve(t, path, obs, reload.WithDebounce(10*time.Millisecond), reload.WithSignals(syscall.SIGHUP))
 	waitApplied := func(n int64, what string) {
 		t.Helper()
 		waitFor(t, what, func() bool { applied, _ := w.Stats(); return applied >= n })
@@ -327,13 +330,13 @@ func TestReloadKeys(t *testing.T) {
 	if got := req("sk-new", "/v1/items"); got != http.StatusUnauthorized {
 		t.Fatalf("key not yet in the file: %d; want 401", got)
 	}
-	write(t, path, policyFile(10, "enforce", 1000)+fmt.Sprintf("  globex:\n    api_keys: [%s]\n", config.HashKey("sk-new"))+
+	write(t, path, policyFile(10, "enforce", 1000)+fmt.Sprintf("  globex:\n    api_keys: [%s]\n", apikey.Sum("sk-new"))+
 		"http_unused: 1\n")
 	if err := w.Reload(); err == nil {
 		t.Fatal("Reload(file with an unknown key) = nil; want an error")
 	}
 	data := strings.Replace(policyFile(10, "enforce", 1000), "http:\n  shadow_header: true\n",
-		fmt.Sprintf("  globex:\n    api_keys: [%s]\nhttp:\n  exempt: [/v1/status]\n", config.HashKey("sk-new")), 1)
+		fmt.Sprintf("  globex:\n    api_keys: [%s]\nhttp:\n  exempt: [/v1/status]\n", apikey.Sum("sk-new")), 1)
 	write(t, path, data)
 	if err := w.Reload(); err != nil {
 		t.Fatal(err)

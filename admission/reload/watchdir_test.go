@@ -1,4 +1,4 @@
-package config_test
+package reload_test
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/reload"
 )
 
 // dirStep is a change of a watched directory and the reloads it makes.
@@ -25,7 +25,7 @@ type dirStep struct {
 // program does (a file holding "bad" is refused), and runs steps: after
 // each, the counts of the watcher and of OnReload are exactly the step's
 // (a change reloaded twice, or a non-change reloaded at all, fails).
-func watchDir(t *testing.T, dir string, steps []dirStep) *config.Watcher {
+func watchDir(t *testing.T, dir string, steps []dirStep) *reload.Watcher {
 	t.Helper()
 	var seen atomic.Value
 	load := func(path string) (int, error) {
@@ -46,8 +46,8 @@ func watchDir(t *testing.T, dir string, steps []dirStep) *config.Watcher {
 	}
 	obs := &reloads{}
 	debounce := 20 * time.Millisecond
-	w, err := config.NewWatcher(dir, load, config.OnReload(obs.add), config.WithDebounce(debounce),
-		config.WithSignals(), config.WithLogger(slog.New(slog.DiscardHandler)))
+	w, err := reload.NewWatcher(dir, load, reload.OnReload(obs.add), reload.WithDebounce(debounce),
+		reload.WithSignals(), reload.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

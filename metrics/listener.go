@@ -1,4 +1,4 @@
-package config
+package metrics
 
 import (
 	"errors"
@@ -8,56 +8,62 @@ import (
 	"time"
 )
 
-// This file serves the metrics section in a program that uses the
-// library. It does not import package metrics, whose OpenTelemetry and
-// Prometheus modules every reader of policy files would otherwise link:
-// the metrics handler is passed in as an http.Handler. The logging
-// section is read by package shadow (shadow.FileLogger,
-// shadow.FileObserver).
+// Exposure says where a program serves its metrics: a policy file's
+// metrics section (config.Metrics: Enabled, Path, Listen), or flags.
+type Exposure struct {
+	// Enabled serves the metrics at all.
+	Enabled bool
+	// Path is the scrape path ("/metrics"), compared as written, not as
+	// a ServeMux pattern.
+	Path string
+	// Listen is the address of a separate metrics listener. Empty serves
+	// the metrics on the application's listener, ahead of the
+	// application.
+	Listen string
+}
 
-// Expose serves h, the metrics handler (metrics.Prometheus.Handler), as
-// the metrics section says, and returns the handler to serve app with:
+// Expose serves h, the metrics handler (Prometheus.Handler), as e says,
+// and returns the handler to serve app with:
 //
-//   - metrics.enabled false: app itself, and no listener (h may be nil);
-//   - metrics.listen empty: a handler that answers GET and HEAD of exactly
-//     metrics.path with h and passes every other request to app. The
-//     scrape is answered ahead of app, so the admission middleware inside
-//     app never limits it, whatever http.exempt lists;
-//   - metrics.listen set: app itself, and a MetricsListener serving h at
-//     metrics.path on that address, to close at shutdown.
+//   - Enabled false: app itself, and no listener (h may be nil);
+//   - Listen empty: a handler that answers GET and HEAD of exactly Path
+//     with h and passes every other request to app. The scrape is
+//     answered ahead of app, so the admission middleware inside app
+//     never limits it, whatever http.exempt lists;
+//   - Listen set: app itself, and a Listener serving h at Path on that
+//     address, to close at shutdown.
 //
 // Keep a separate listener private: the metrics name the heaviest tenants.
-func (m *Metrics) Expose(h, app http.Handler) (http.Handler, *MetricsListener, error) {
+func Expose(e Exposure, h, app http.Handler) (http.Handler, *Listener, error) {
 	if app == nil {
-		return nil, nil, errors.New("config: Expose needs an application handler")
+		return nil, nil, errors.New("metrics: Expose needs an application handler")
 	}
-	if !m.Enabled {
+	if !e.Enabled {
 		return app, nil, nil
 	}
 	if h == nil {
-		return nil, nil, errors.New("config: metrics are enabled and Expose has no metrics handler")
+		return nil, nil, errors.New("metrics: metrics are enabled and Expose has no metrics handler")
 	}
-	if m.Listen == "" {
-		return scrape(m.Path, h, app), nil, nil
+	if e.Listen == "" {
+		return scrape(e.Path, h, app), nil, nil
 	}
-	ml, err := m.Serve(m.Listen, h, http.NotFoundHandler())
-	return app, ml, err
+	l, err := Serve(e.Listen, e.Path, h, http.NotFoundHandler())
+	return app, l, err
 }
 
-// Serve serves h at metrics.path and rest at every other path on a
-// listener of its own at addr, for a program whose operator listener has
-// its own address or serves more than the metrics (llmproxy's rollout
-// report); Expose calls it for metrics.listen. Close the listener at
-// shutdown.
-func (m *Metrics) Serve(addr string, h, rest http.Handler) (*MetricsListener, error) {
+// Serve serves h at path and rest at every other path on a listener of
+// its own at addr, for a program whose operator listener has its own
+// address or serves more than the metrics (llmproxy's rollout report);
+// Expose calls it for Exposure.Listen. Close the listener at shutdown.
+func Serve(addr, path string, h, rest http.Handler) (*Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	ml := &MetricsListener{
+	ml := &Listener{
 		addr: ln.Addr().String(),
 		srv: &http.Server{
-			Handler:           bodiless(scrape(m.Path, h, rest)),
+			Handler:           bodiless(scrape(path, h, rest)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
@@ -113,8 +119,9 @@ func scrape(path string, h, next http.Handler) http.Handler {
 	})
 }
 
-// A MetricsListener serves the metrics on the address of metrics.listen.
-type MetricsListener struct {
+// A Listener serves the metrics on an address of its own
+// (Exposure.Listen, Serve).
+type Listener struct {
 	addr string
 	srv  *http.Server
 	wg   sync.WaitGroup
@@ -122,12 +129,12 @@ type MetricsListener struct {
 }
 
 // Addr returns the address listened on, with the port chosen when
-// metrics.listen names port 0.
-func (l *MetricsListener) Addr() string { return l.addr }
+// the address names port 0.
+func (l *Listener) Addr() string { return l.addr }
 
 // Close stops the listener and its connections, and returns the error
 // that stopped it serving earlier, if any.
-func (l *MetricsListener) Close() error {
+func (l *Listener) Close() error {
 	err := l.srv.Close()
 	l.wg.Wait()
 	return errors.Join(err, l.err)

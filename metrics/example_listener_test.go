@@ -1,4 +1,4 @@
-package config_test
+package metrics_test
 
 import (
 	"fmt"
@@ -7,23 +7,25 @@ import (
 	"net/http/httptest"
 
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/metrics"
 )
 
 // The metrics section in a service: with metrics.listen unset the scrape
 // path is answered ahead of the application (so the admission middleware
 // inside it never limits the scrape) and every other path goes to the
 // application.
-func ExampleMetrics_Expose() {
+func ExampleExpose() {
 	f, _ := config.Parse("policies.yaml", []byte(`
 policies:
   - {name: rpm, key: tenant, algorithm: token_bucket, limit: 60, per: 1m}
 metrics: {enabled: true, path: /metrics}
 `))
-	// In a program: metrics.NewPrometheus(...).Handler, and the
+	// In a program: NewPrometheus(...).Handler, and the
 	// application behind httpadmit.
 	scrape := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "admission_decisions_total ...") })
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "claims") })
-	h, ml, err := f.Metrics.Expose(scrape, app)
+	e := metrics.Exposure{Enabled: f.Metrics.Enabled, Path: f.Metrics.Path, Listen: f.Metrics.Listen}
+	h, ml, err := metrics.Expose(e, scrape, app)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,15 +1,15 @@
-package config_test
+package metrics_test
 
 import (
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/metrics"
 )
 
 const exposePolicy = `
@@ -17,13 +17,15 @@ policies:
   - {name: rpm, key: tenant, algorithm: token_bucket, limit: 1, per: 1m}
 `
 
-func parse(t *testing.T, extra string) *config.File {
+// exposure returns the metrics section of a policy file with extra, as
+// a program passes it to Expose.
+func exposure(t *testing.T, extra string) metrics.Exposure {
 	t.Helper()
 	f, err := config.Parse("policies.yaml", []byte(exposePolicy+extra))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f
+	return metrics.Exposure{Enabled: f.Metrics.Enabled, Path: f.Metrics.Path, Listen: f.Metrics.Listen}
 }
 
 // body GETs (or sends method to) url and returns the status and body.
@@ -74,8 +76,8 @@ func TestExpose(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := parse(t, tc.section)
-			h, ml, err := f.Metrics.Expose(scrape, app)
+			e := exposure(t, tc.section)
+			h, ml, err := metrics.Expose(e, scrape, app)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,49 +108,30 @@ func TestExpose(t *testing.T) {
 		})
 	}
 	// A listen address already taken is an error, not a silent default.
-	f := parse(t, "metrics: {listen: '127.0.0.1:0'}")
-	_, ml, err := f.Metrics.Expose(scrape, app)
+	e := exposure(t, "metrics: {listen: '127.0.0.1:0'}")
+	_, ml, err := metrics.Expose(e, scrape, app)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ml.Close()
-	f.Metrics.Listen = ml.Addr()
-	if _, _, err := f.Metrics.Expose(scrape, app); err == nil {
+	e.Listen = ml.Addr()
+	if _, _, err := metrics.Expose(e, scrape, app); err == nil {
 		t.Errorf("Expose on %s, already in use: no error", ml.Addr())
-	}
-}
-
-// Reading policy files must not link the OpenTelemetry and Prometheus
-// modules, nor any adapter: the packages that act on a section read it
-// from the File.
-func TestNoAdapterDependency(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, out)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		adapter := false
-		for _, a := range []string{"admission/httpadmit", "admission/echoadmit", "admission/httpretry", "admission/redisstore", "metrics", "shadow", "weights"} {
-			adapter = adapter || strings.HasPrefix(p, "github.com/sluicehq/sluice/"+a)
-		}
-		if adapter || strings.HasPrefix(p, "go.opentelemetry.io/") || strings.HasPrefix(p, "github.com/prometheus/") {
-			t.Errorf("admission/config depends on %s", p)
-		}
 	}
 }
 
 // A disabled section needs no metrics handler; an enabled one does.
 func TestExposeHandlers(t *testing.T) {
 	app := http.NotFoundHandler()
-	off := parse(t, "metrics: {enabled: false}")
-	if h, ml, err := off.Metrics.Expose(nil, app); err != nil || ml != nil || h == nil {
+	off := exposure(t, "metrics: {enabled: false}")
+	if h, ml, err := metrics.Expose(off, nil, app); err != nil || ml != nil || h == nil {
 		t.Errorf("disabled Expose(nil, app) = %v, %v, %v; want app, nil, nil", h, ml, err)
 	}
-	on := parse(t, "")
-	if _, _, err := on.Metrics.Expose(nil, app); err == nil {
+	on := exposure(t, "")
+	if _, _, err := metrics.Expose(on, nil, app); err == nil {
 		t.Errorf("enabled Expose(nil, app): no error")
 	}
-	if _, _, err := off.Metrics.Expose(app, nil); err == nil {
+	if _, _, err := metrics.Expose(off, app, nil); err == nil {
 		t.Errorf("Expose(h, nil): no error")
 	}
 }

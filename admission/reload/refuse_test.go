@@ -1,4 +1,4 @@
-package config_test
+package reload_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/poll"
 )
 
@@ -77,8 +78,8 @@ func TestReloadRefusesBadFileOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs := &reloads{}
-	w, err := config.Watch(path, controller{ctl}, config.OnReload(obs.add), config.WithDebounce(5*time.Millisecond),
-		config.WithSignals(syscall.SIGHUP), config.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	w, err := reload.Watch(path, controller{ctl}, reload.OnReload(obs.add), reload.WithDebounce(5*time.Millisecond),
+		reload.WithSignals(syscall.SIGHUP), reload.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestReloadNotStarvedByOtherFiles(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "policies.yaml")
 	write(t, path, policyFile(10, "enforce", 1000))
-	w, _ := serve(t, path, &reloads{}, config.WithDebounce(250*time.Millisecond))
+	w, _ := serve(t, path, &reloads{}, reload.WithDebounce(250*time.Millisecond))
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -215,7 +216,7 @@ func TestReloadConfigMapSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs := &reloads{}
-	w, _ := serve(t, path, obs, config.WithDebounce(5*time.Millisecond))
+	w, _ := serve(t, path, obs, reload.WithDebounce(5*time.Millisecond))
 	version("..v2", policyFile(20, "enforce", 1000))
 	waitFor(t, "the swap to v2 to be applied", func() bool { applied, _ := w.Stats(); return applied >= 2 })
 	if got := w.Current().Config.Policies[0].Limit; got != 20 {
