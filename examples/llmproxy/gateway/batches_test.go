@@ -690,10 +690,20 @@ func TestBatchHoldLogged(t *testing.T) {
 		base = *gc
 	})
 	s.created(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_input_tokens": "100", "sim_output_tokens": "50"})
-	for range 26 {
+	for range 25 {
 		s.clk.Advance(time.Hour)
 	}
-	waitFor(t, "batch completed", func() bool { return sumCounter(t, reader, "llmproxy.batches.ended", "outcome")["completed"] == 1 })
+	// The polls run on their own goroutine, each arming the next when it
+	// returns: advance the clock a minute at a time until one sees the
+	// batch completed, so that no poll armed after the last advance is
+	// waited for. Past 26 hours the test fails on the hold below.
+	waitFor(t, "batch completed", func() bool {
+		if sumCounter(t, reader, "llmproxy.batches.ended", "outcome")["completed"] == 1 {
+			return true
+		}
+		s.clk.Advance(time.Minute)
+		return false
+	})
 	if err := rl.Close(); err != nil {
 		t.Fatal(err)
 	}

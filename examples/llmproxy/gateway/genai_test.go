@@ -15,6 +15,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -33,7 +34,7 @@ func TestGenAIMetrics(t *testing.T) {
 policies:
   - {name: tpm, key: [tenant], algorithm: token_bucket, unit: tokens, limit: 100000, per: 1m}
 tenants:
-  acme: {api_keys: [`+config.HashKey("sk-acme").String()+`]}
+  acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
 identity: {anonymous: deny}
 `))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -27,7 +28,7 @@ func TestServerSpanNames(t *testing.T) {
 	f, err := config.Parse("names.yaml", []byte(`
 policies: [{name: rpm, key: [tenant], algorithm: token_bucket, limit: 1000, per: 1m}]
 tenants:
-  acme: {api_keys: [`+config.HashKey("sk-acme").String()+`]}
+  acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
 identity: {anonymous: deny}
 `))
 	if err != nil {
