@@ -3,7 +3,7 @@ package shadow_test
 import (
 	"testing"
 
-	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
+	"github.com/sluicehq/sluice/internal/apinames"
 )
 
 // maxExported bounds what package shadow itself exports: what runs next
@@ -18,7 +18,7 @@ const maxExported = 60
 // see the counts by kind.
 func TestExportedNames(t *testing.T) {
 	for _, dir := range []string{".", "requestlog", "replay", "status"} {
-		count := shadowtest.ExportedNames(t, dir)
+		count := apinames.ExportedNames(t, dir)
 		total := 0
 		for _, n := range count {
 			total += n
