@@ -73,6 +73,7 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 	}
 	unpriced(e.stdout, f, prices)
 	budgetLines(e.stdout, f)
+	queueLines(e.stdout, f)
 	fmt.Fprintln(e.stdout)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLAN\tPOLICY\tMODE\tALGORITHM\tUNIT\tKEY\tLIMIT\tBURST\tPER\tQUEUE")
@@ -238,4 +239,22 @@ func formatDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// queueLines says, for each policy that queues on a shared store, that its
+// queue is held by each replica: the limit is decided fleet-wide, but the
+// waiters are bounded per replica, so a fleet holds up to replicas × size
+// of them. The figure uses the policy's replicas when it sets them.
+func queueLines(w io.Writer, f *config.File) {
+	for _, p := range f.Config.Policies {
+		if p.Queue.Size == 0 || p.Store == "" || p.Store == "memory" {
+			continue
+		}
+		fleet := "n × " + strconv.Itoa(p.Queue.Size) + " across n replicas"
+		if p.Replicas > 1 {
+			fleet = strconv.Itoa(p.Replicas*p.Queue.Size) + " across its " + strconv.Itoa(p.Replicas) + " replicas"
+		}
+		fmt.Fprintf(w, "queues: %s on store %q: its limit is fleet-wide, its queue per replica: up to %d waiters per replica (%s)\n",
+			p.Name, p.Store, p.Queue.Size, fleet)
+	}
 }

@@ -261,3 +261,29 @@ func TestCheckParsesOnce(t *testing.T) {
 		t.Errorf("loadPolicyFile allocates %.0f times; want at most 1.1 × config.Parse's %.0f (one parse)", load, parse)
 	}
 }
+
+// TestCheckQueuesPerReplica: a policy that queues on a shared store is
+// reported with its queue per replica and the fleet-wide figure; a
+// policy in memory or without a queue is not.
+func TestCheckQueuesPerReplica(t *testing.T) {
+	const file = "policies:\n" +
+		"  - {name: shared, algorithm: concurrency, limit: 2, store: redis, queue: {size: 5, timeout: 1s}}\n" +
+		"  - {name: counted, algorithm: token_bucket, limit: 10, per: 1s, store: redis, on_store_error: local, replicas: 3, queue: {size: 4, timeout: 1s}}\n" +
+		"  - {name: local, algorithm: concurrency, limit: 2, queue: {size: 7, timeout: 1s}}\n" +
+		"  - {name: unqueued, algorithm: token_bucket, limit: 10, per: 1s, store: redis}\n"
+	code, out, errs := checkFile(t, file)
+	if code != 0 {
+		t.Fatalf("check exited %d:\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{
+		`queues: shared on store "redis": its limit is fleet-wide, its queue per replica: up to 5 waiters per replica (n × 5 across n replicas)`,
+		`queues: counted on store "redis": its limit is fleet-wide, its queue per replica: up to 4 waiters per replica (12 across its 3 replicas)`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "queues: "); n != 2 {
+		t.Errorf("%d queue lines; want 2 (none for a policy in memory or without a queue):\n%s", n, out)
+	}
+}
