@@ -1,8 +1,8 @@
 // Package gateway is an OpenAI-compatible LLM gateway behind admission
 // control, on echo v4: llmproxy is this package behind flags (each the
-// Config field or option of the same meaning, as named below), and a team that
-// wants it inside its own binary imports it and calls Register on its own
-// echo server (see the example). It identifies callers with an
+// Config field or option of the same meaning, as named below), and a
+// team that wants it inside its own binary imports it and calls Register
+// on its own echo server (see the example). It identifies callers with an
 // httpadmit.Middleware, renders rejections with WriteRejection (the
 // middleware's rejection handler), and takes reloads through Apply
 // (reload.Subscriber), installing policies, keys and prices as one step.
