@@ -70,10 +70,9 @@ func startGateway(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = prom.Provider.Shutdown(context.Background()) })
 	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
-	gw, err := gateway.New(gateway.Config{
-		Upstream: up.URL + "/v1", Controller: ctl, Estimator: est, File: f, Providers: prov,
-		ForwardHeaders: []string{"X-Sim-*"}, Meter: prom.Provider.Meter("llmproxy"), Logger: slog.New(slog.DiscardHandler),
-	})
+	gw, err := gateway.New(ctl, est, f, gateway.Config{
+		Upstream: up.URL + "/v1", ForwardHeaders: []string{"X-Sim-*"},
+	}, gateway.WithProviders(prov), gateway.WithMeterProvider(prom.Provider), gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,9 @@
 // Install a whole directory, SetTenant and SetKey one entry. Entries that
 // do not validate against the file's policies are refused one by one,
 // with the messages admitctl check gives, and the rest is installed.
+//
+// Optional collaborators are options: WithLogger; see
+// docs/concepts.md#constructors.
 package directory
 
 import (
@@ -76,16 +79,23 @@ type Target interface {
 	SetKey(h apikey.Hash, k *apikey.Identity) error
 }
 
-// Config is what a Directory installs into.
+// Config configures a Directory.
 type Config struct {
-	// Next is where policy files are installed, with their plans and
-	// keys taken from the directory, and where changes of one entry go.
-	Next Target
 	// Source names the directory in the problems reported ("postgres").
 	Source string
-	// Logger gets the entries a reloaded policy file refuses; nil means
-	// slog.Default().
-	Logger *slog.Logger
+}
+
+// An Option sets an optional collaborator of a Directory.
+type Option func(*Directory)
+
+// WithLogger sets the logger of the entries a reloaded policy file
+// refuses; nil means slog.Default(), the default.
+func WithLogger(l *slog.Logger) Option {
+	return func(d *Directory) {
+		if l != nil {
+			d.log = l
+		}
+	}
 }
 
 // Directory is the in-memory directory of a running program.
@@ -105,15 +115,18 @@ type Directory struct {
 	nrefused atomic.Int64   // the sum of refused
 }
 
-// New returns an empty Directory; Apply gives it its policy file.
-func New(cfg Config) (*Directory, error) {
-	if cfg.Next == nil {
-		return nil, errors.New("directory: Next is required")
+// New returns an empty Directory installing into next: where policy
+// files are installed, with their plans and keys taken from the
+// directory, and where changes of one entry go. Apply gives it its
+// policy file.
+func New(next Target, cfg Config, opts ...Option) (*Directory, error) {
+	if next == nil {
+		return nil, errors.New("directory: a Target is required")
 	}
-	d := &Directory{next: cfg.Next, source: cfg.Source, log: cfg.Logger, data: &Data{}, refused: map[string]int{}}
+	d := &Directory{next: next, source: cfg.Source, log: slog.Default(), data: &Data{}, refused: map[string]int{}}
 	d.given = d.data
-	if d.log == nil {
-		d.log = slog.Default()
+	for _, o := range opts {
+		o(d)
 	}
 	return d, nil
 }

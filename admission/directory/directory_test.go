@@ -47,7 +47,7 @@ directory: {source: postgres}
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "db"})
+	d, err := directory.New(httpadmitfile.Middleware{Middleware: mw}, directory.Config{Source: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ directory: %s
 		t.Fatal(err)
 	}
 	var log syncbuf.Buffer
-	d, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "db", Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	d, err := directory.New(httpadmitfile.Middleware{Middleware: mw}, directory.Config{Source: "db"}, directory.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ directory: {source: postgres}
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "db", Logger: slog.New(slog.DiscardHandler)})
+	d, err := directory.New(httpadmitfile.Middleware{Middleware: mw}, directory.Config{Source: "db"}, directory.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

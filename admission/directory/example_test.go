@@ -27,7 +27,7 @@ directory: {source: postgres}
 	}
 	ctl, _ := admission.New(f.Config)
 	mw, _ := httpadmit.New(ctl, httpadmitfile.Options(f)...)
-	dir, _ := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "postgres"})
+	dir, _ := directory.New(httpadmitfile.Middleware{Middleware: mw}, directory.Config{Source: "postgres"})
 	_ = dir.Apply(f)
 
 	err = dir.Install(&directory.Data{

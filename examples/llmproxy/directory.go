@@ -23,22 +23,21 @@ type tenantDirectory struct {
 
 // openDirectory loads the directory the file names into the gateway (its
 // controller and keys) and follows its changes.
-func openDirectory(s *server, meter metric.Meter) (*tenantDirectory, error) {
+func openDirectory(s *server, mp metric.MeterProvider) (*tenantDirectory, error) {
 	d := s.file.Directory
 	dsn := os.Getenv(d.DSNEnv)
 	if dsn == "" {
 		return nil, fmt.Errorf("%s: directory.source is postgres: set %s to the database's connection string", s.file.Source, d.DSNEnv)
 	}
-	dir, err := directory.New(directory.Config{Next: s.gw, Source: "postgres", Logger: s.log})
+	dir, err := directory.New(s.gw, directory.Config{Source: "postgres"}, directory.WithLogger(s.log))
 	if err != nil {
 		return nil, err
 	}
 	if err := dir.Apply(s.file); err != nil {
 		return nil, err
 	}
-	fol, err := pgdir.Open(context.Background(), dsn, dir, pgdir.Options{
-		Refresh: d.Refresh, Snapshot: d.Snapshot, Logger: s.log, Meter: meter,
-	})
+	fol, err := pgdir.Open(context.Background(), dsn, dir, pgdir.Config{Refresh: d.Refresh, Snapshot: d.Snapshot},
+		pgdir.WithLogger(s.log), pgdir.WithMeterProvider(mp))
 	if err != nil {
 		return nil, err
 	}

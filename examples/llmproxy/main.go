@@ -99,7 +99,7 @@ type options struct {
 	traces          string // --otlp-traces
 	forwardHeaders  string
 
-	// Test hooks (the clock also goes to gw.Clock).
+	// Test hooks (the clock also goes to the gateway and the simulator).
 	clock     admission.Clock
 	logOutput io.Writer
 }
@@ -261,10 +261,11 @@ func start(o options) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if gc.Providers, err = gateway.NewProviders(s.file, static); err != nil {
+	providers, err := gateway.NewProviders(s.file, static)
+	if err != nil {
 		return nil, err
 	}
-	copts = append(append(copts, stores...), gc.Providers.Options()...)
+	copts = append(append(copts, stores...), providers.Options()...)
 	if o.clock != nil {
 		copts = append(copts, admission.WithClock(o.clock))
 	}
@@ -277,7 +278,7 @@ func start(o options) (_ *server, err error) {
 
 	// The upstream: the one given, or the simulator on a loopback port.
 	if gc.Upstream == "" {
-		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens, Limits: o.simLimits})
+		s.sim = upstream.New(upstream.Config{Latency: o.simLatency, TokensPerSecond: o.simRate, OutputTokens: o.simTokens, Limits: o.simLimits}, upstream.WithClock(o.clock))
 		simLn, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("simulated upstream: %w", err)
@@ -312,21 +313,21 @@ func start(o options) (_ *server, err error) {
 		// The simulator's steering headers (X-Sim-Fault...) reach it.
 		gc.ForwardHeaders = append(gc.ForwardHeaders, "X-Sim-*")
 	}
-	gc.Controller, gc.Estimator, gc.File = s.ctl, est, s.file
-	gc.Clock, gc.Meter, gc.Logger = o.clock, s.metrics.prom.Provider.Meter(meterName), s.log
+	gopts := []gateway.Option{gateway.WithProviders(providers), gateway.WithClock(o.clock),
+		gateway.WithMeterProvider(s.metrics.prom.Provider), gateway.WithLogger(s.log)}
 	if s.traces != nil {
-		gc.TracerProvider = s.traces
+		gopts = append(gopts, gateway.WithTracerProvider(s.traces))
 	}
 	if o.requestLog != "" {
 		if s.reqLog, err = requestlog.NewWriter(requestlog.WriterConfig{Path: o.requestLog}); err != nil {
 			return nil, fmt.Errorf("--request-log: %w", err)
 		}
-		gc.RequestLog = s.reqLog
+		gopts = append(gopts, gateway.WithRequestLog(s.reqLog))
 		if err := s.metrics.countRequestLog(s.reqLog); err != nil {
 			return nil, err
 		}
 	}
-	s.gw, err = gateway.New(gc)
+	s.gw, err = gateway.New(s.ctl, est, s.file, gc, gopts...)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +336,7 @@ func start(o options) (_ *server, err error) {
 	// change of one of them) into the gateway's state.
 	var sub reload.Subscriber = s.gw
 	if s.file.Directory.Source == config.DirectoryPostgres {
-		if s.dir, err = openDirectory(s, gc.Meter); err != nil {
+		if s.dir, err = openDirectory(s, s.metrics.prom.Provider); err != nil {
 			return nil, err
 		}
 		sub = s.dir.dir

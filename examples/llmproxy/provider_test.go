@@ -27,7 +27,7 @@ func TestProviderLimits(t *testing.T) {
     queue: {size: 10, timeout: 10s}
 `, []string{"a"}, "stores:\n  openai: {kind: upstream}\n"), func(o *options) {
 		o.clock = clk
-		o.simLimits = upstream.Limits{Requests: 2, Window: time.Second, Now: clk.Now}
+		o.simLimits = upstream.Limits{Requests: 2, Window: time.Second}
 	})
 	c := sdk(s, testKey("a"))
 	for i := range 2 {

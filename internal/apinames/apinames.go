@@ -1,6 +1,8 @@
 // Package apinames counts a package's exported names for the tests that
 // keep a package's vocabulary small (admission, httpadmit, shadow), and
-// checks each has a doc comment.
+// checks each has a doc comment. Its own test,
+// TestCollaboratorsAreOptions, keeps every Config of the module free of
+// optional collaborators (see docs/concepts.md#constructors).
 package apinames
 
 import (

@@ -9,4 +9,7 @@
 // The Page is an admission.Observer too: join it with the others
 // (shadow.Join). For what a replay of the traffic through other limits
 // would show, open package shadow/replay.
+//
+// Optional collaborators are options: WithClock; see
+// docs/concepts.md#constructors.
 package status

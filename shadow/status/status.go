@@ -64,8 +64,19 @@ type Config struct {
 	// and shadow.DefaultBuckets, the Recorder's.
 	Window  time.Duration
 	Buckets int
-	// Clock is the page's clock; nil means admission.SystemClock.
-	Clock admission.Clock
+}
+
+// An Option sets an optional collaborator of a Page.
+type Option func(*Page)
+
+// WithClock sets the page's clock; nil means admission.SystemClock, the
+// default.
+func WithClock(c admission.Clock) Option {
+	return func(p *Page) {
+		if c != nil {
+			p.clock = c
+		}
+	}
 }
 
 // A Page is the operator's live view of a controller: every policy
@@ -86,6 +97,7 @@ type Config struct {
 type Page struct {
 	admission.NopObserver
 	cfg   Config
+	clock admission.Clock
 	width int64 // ring bucket width in nanoseconds
 
 	mu       sync.Mutex
@@ -144,16 +156,13 @@ type Reload struct {
 
 // NewPage returns a status page of the controller cfg.Stats
 // describes.
-func NewPage(cfg Config) (*Page, error) {
+func NewPage(cfg Config, opts ...Option) (*Page, error) {
 	cfg.Threshold = cmp.Or(cfg.Threshold, shadow.DefaultThreshold)
 	cfg.Refresh = cmp.Or(cfg.Refresh, DefaultRefresh)
 	cfg.Top = cmp.Or(cfg.Top, DefaultTop)
 	cfg.Reloads = cmp.Or(cfg.Reloads, DefaultReloads)
 	cfg.Window = cmp.Or(cfg.Window, shadow.DefaultWindow)
 	cfg.Buckets = cmp.Or(cfg.Buckets, shadow.DefaultBuckets)
-	if cfg.Clock == nil {
-		cfg.Clock = admission.SystemClock{}
-	}
 	var errs []error
 	if cfg.Stats == nil {
 		errs = append(errs, errors.New("shadow: status page: no Stats"))
@@ -167,14 +176,18 @@ func NewPage(cfg Config) (*Page, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Page{
-		cfg: cfg, width: max(int64(cfg.Window)/int64(cfg.Buckets), 1),
+	p := &Page{
+		cfg: cfg, clock: admission.SystemClock{}, width: max(int64(cfg.Window)/int64(cfg.Buckets), 1),
 		policies: map[string]*statusRing{}, stores: map[string]*storeStatus{},
-	}, nil
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
 }
 
 // epoch returns the ring slot number of now.
-func (p *Page) epoch() int64 { return p.cfg.Clock.Now().UnixNano()/p.width + 1 }
+func (p *Page) epoch() int64 { return p.clock.Now().UnixNano()/p.width + 1 }
 
 // bucket returns policy's current ring bucket, or nil past the bound of
 // policies. Callers hold p.mu.
@@ -253,7 +266,7 @@ func (p *Page) StoreError(e admission.StoreEvent) {
 	}
 	s.errors[i]++
 	s.total++
-	s.lastAt = p.cfg.Clock.Now()
+	s.lastAt = p.clock.Now()
 	if e.Err != nil {
 		s.lastError = clip(e.Err.Error())
 	}
@@ -265,7 +278,7 @@ func (p *Page) StoreError(e admission.StoreEvent) {
 // and why it was refused otherwise. The policy-file package's reload hook
 // (reload.OnReload) calls it with the reload's Err.
 func (p *Page) Reloaded(source string, err error) {
-	r := Reload{Time: p.cfg.Clock.Now(), State: ReloadApplied, OK: true, Source: clip(source)}
+	r := Reload{Time: p.clock.Now(), State: ReloadApplied, OK: true, Source: clip(source)}
 	var partial *reload.PartialError
 	switch {
 	case errors.As(err, &partial):
@@ -344,7 +357,7 @@ type Store struct {
 
 // View returns the page's figures now.
 func (p *Page) View() View {
-	now := p.cfg.Clock.Now()
+	now := p.clock.Now()
 	st := View{Time: now, Window: p.cfg.Window, Threshold: p.cfg.Threshold}
 	var win map[string]*shadow.Figures
 	if p.cfg.Recorder != nil {

@@ -78,7 +78,7 @@ func BenchmarkReady(b *testing.B) {
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
 		start, cpu0 := time.Now(), cpuTime()
-		r := newReplica(b, dsn, pgdir.Options{})
+		r := newReplica(b, dsn, pgdir.Config{}, nil)
 		ready += float64(time.Since(start).Milliseconds())
 		cpu += float64((cpuTime() - cpu0).Milliseconds())
 		runtime.GC()
@@ -116,8 +116,8 @@ func BenchmarkRevokeWithSnapshot(b *testing.B) {
 	conn := migrated(b, dsn)
 	seedLarge(b, conn)
 	snap := filepath.Join(b.TempDir(), "directory.json")
-	with := newReplica(b, dsn, pgdir.Options{Snapshot: snap})
-	without := newReplica(b, dsn, pgdir.Options{})
+	with := newReplica(b, dsn, pgdir.Config{Snapshot: snap}, nil)
+	without := newReplica(b, dsn, pgdir.Config{}, nil)
 	var withMs, withoutMs float64
 	i := 0
 	for b.Loop() {

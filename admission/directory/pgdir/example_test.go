@@ -44,9 +44,9 @@ directory: {source: postgres}
 `))
 	ctl, _ := admission.New(f.Config)
 	mw, _ := httpadmit.New(ctl, httpadmitfile.Options(f)...)
-	dir, _ := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "postgres"})
+	dir, _ := directory.New(httpadmitfile.Middleware{Middleware: mw}, directory.Config{Source: "postgres"})
 	_ = dir.Apply(f)
-	fol, err := pgdir.Open(ctx, dsn, dir, pgdir.Options{Logger: slog.New(slog.DiscardHandler)})
+	fol, err := pgdir.Open(ctx, dsn, dir, pgdir.Config{}, pgdir.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		panic(err)
 	}

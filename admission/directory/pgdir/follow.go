@@ -25,8 +25,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Options configure Open.
-type Options struct {
+// Config configures Open.
+type Config struct {
 	// Refresh is the period of the full reload behind the notifications;
 	// zero means config.DefaultRefresh (60s).
 	Refresh time.Duration
@@ -46,22 +46,39 @@ type Options struct {
 	// Timeout bounds each database call (connect, load, re-read); zero
 	// means 10s.
 	Timeout time.Duration
-	// Logger logs outages, recoveries and refused entries; nil means
-	// slog.Default().
-	Logger *slog.Logger
-	// Meter creates the directory's instruments (age, outages, refused
-	// entries, changes); nil means none.
-	Meter metric.Meter
-	// Tracer, when set, sees every statement the directory sends.
-	Tracer pgx.QueryTracer
 }
+
+// An Option sets an optional collaborator of Open.
+type Option func(*options)
+
+// options are the collaborators of a Follower.
+type options struct {
+	log    *slog.Logger
+	mp     metric.MeterProvider
+	tracer pgx.QueryTracer
+}
+
+// scope is the instrumentation scope of the directory's instruments.
+const scope = "github.com/sluicehq/sluice/admission/directory/pgdir"
+
+// WithLogger sets the logger of outages, recoveries and refused entries;
+// nil means slog.Default(), the default.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithMeterProvider creates the directory's instruments (age, outages,
+// refused entries, changes) on mp; nil, the default, creates none.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.mp = mp } }
+
+// WithQueryTracer shows t every statement the directory sends; nil, the
+// default, traces none.
+func WithQueryTracer(t pgx.QueryTracer) Option { return func(o *options) { o.tracer = t } }
 
 // A Follower keeps a directory.Directory current from PostgreSQL until
 // Close.
 type Follower struct {
 	pool *pgxpool.Pool
 	dir  *directory.Directory
-	opts Options
+	cfg  Config
 	log  *slog.Logger
 
 	synced  atomic.Int64 // unix nanoseconds when the directory was last known current
@@ -87,39 +104,43 @@ type Follower struct {
 // Close. When the database cannot be reached it starts from the snapshot
 // file if one is configured and readable, and keeps trying; without one it
 // fails with a message saying so.
-func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Options) (*Follower, error) {
-	if opts.Refresh <= 0 {
-		opts.Refresh = config.DefaultRefresh
+func Open(ctx context.Context, dsn string, dir *directory.Directory, cfg Config, opts ...Option) (*Follower, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
-	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = 5 * time.Second
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = config.DefaultRefresh
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 10 * time.Second
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 5 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
 	}
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("pgdir: the directory's connection string: %w", err)
 	}
 	pc.MaxConns = 4
-	pc.ConnConfig.Tracer = opts.Tracer
-	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > opts.Timeout {
-		pc.ConnConfig.ConnectTimeout = opts.Timeout
+	pc.ConnConfig.Tracer = o.tracer
+	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > cfg.Timeout {
+		pc.ConnConfig.ConnectTimeout = cfg.Timeout
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgdir: %w", err)
 	}
-	f := &Follower{pool: pool, dir: dir, opts: opts, log: opts.Logger, done: make(chan struct{}), bad: map[string]int64{}}
+	f := &Follower{pool: pool, dir: dir, cfg: cfg, log: o.log, done: make(chan struct{}), bad: map[string]int64{}}
 	if f.log == nil {
 		f.log = slog.Default()
 	}
 	conn, err := f.connect(ctx)
 	if err != nil {
-		snap, serr := readSnapshot(opts.Snapshot)
+		snap, serr := readSnapshot(cfg.Snapshot)
 		if serr != nil {
 			pool.Close()
-			if opts.Snapshot == "" {
+			if cfg.Snapshot == "" {
 				return nil, fmt.Errorf("pgdir: the tenant directory cannot be loaded from PostgreSQL (%v), and no snapshot is configured (directory.snapshot): start the database, or configure a snapshot to start from the last good directory", err)
 			}
 			return nil, fmt.Errorf("pgdir: the tenant directory cannot be loaded from PostgreSQL (%v), nor from the snapshot: %v", err, serr)
@@ -127,13 +148,13 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, opts Option
 		f.outage(err)
 		if ierr := f.install(snap.Data, nil); ierr != nil {
 			pool.Close()
-			return nil, fmt.Errorf("pgdir: snapshot %s: %w", opts.Snapshot, ierr)
+			return nil, fmt.Errorf("pgdir: snapshot %s: %w", cfg.Snapshot, ierr)
 		}
 		f.synced.Store(snap.Current.UnixNano())
-		f.log.Warn("tenant directory started from its snapshot: PostgreSQL cannot be reached", "snapshot", opts.Snapshot, "written", snap.Written, "current", snap.Current, "error", err)
+		f.log.Warn("tenant directory started from its snapshot: PostgreSQL cannot be reached", "snapshot", cfg.Snapshot, "written", snap.Written, "current", snap.Current, "error", err)
 	}
-	if opts.Meter != nil {
-		if err := f.instruments(opts.Meter); err != nil {
+	if o.mp != nil {
+		if err := f.instruments(o.mp.Meter(scope)); err != nil {
 			f.closeJournal()
 			pool.Close()
 			return nil, err
@@ -176,7 +197,7 @@ func (f *Follower) Refused() int64 { return f.dir.Refused() + f.unread.Load() }
 // fullLoad reads the whole directory, writes the snapshot and installs
 // it.
 func (f *Follower) fullLoad(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
 	data, problems, err := Load(ctx, f.pool)
 	if err != nil {
@@ -293,7 +314,7 @@ const maxBatch = 1024
 // connect takes a connection, listens on it, then loads the whole
 // directory (changes may have been missed before it listened).
 func (f *Follower) connect(ctx context.Context) (*pgxpool.Conn, error) {
-	actx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
+	actx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
 	pc, err := f.pool.Acquire(actx)
 	if err != nil {
@@ -313,9 +334,9 @@ func (f *Follower) connect(ctx context.Context) (*pgxpool.Conn, error) {
 // follow applies notifications as they come on conn, with a full reload
 // every Refresh and a ping every Heartbeat, until conn fails.
 func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
-	next := time.Now().Add(f.opts.Refresh)
+	next := time.Now().Add(f.cfg.Refresh)
 	for {
-		wait := min(f.opts.Heartbeat, time.Until(next))
+		wait := min(f.cfg.Heartbeat, time.Until(next))
 		wctx, cancel := context.WithTimeout(ctx, max(wait, time.Millisecond))
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
@@ -332,10 +353,10 @@ func (f *Follower) follow(ctx context.Context, conn *pgx.Conn) error {
 				if err := f.fullLoad(ctx); err != nil {
 					return err
 				}
-				next = time.Now().Add(f.opts.Refresh)
+				next = time.Now().Add(f.cfg.Refresh)
 				continue
 			}
-			pctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
+			pctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 			err := conn.Ping(pctx)
 			cancel()
 			if err != nil {
@@ -431,7 +452,7 @@ func (c *change) to(d *directory.Data) {
 // read re-reads the entry a notification names: nil for a notification
 // that names none. Only a database error is returned.
 func (f *Follower) read(ctx context.Context, payload string) (*change, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
 	kind, name, _ := strings.Cut(payload, ":")
 	switch kind {

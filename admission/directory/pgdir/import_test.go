@@ -170,7 +170,7 @@ func TestImportNotifiesOnce(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.DB(t)
 	conn := migrated(t, dsn)
-	r := newReplica(t, dsn, pgdir.Options{})
+	r := newReplica(t, dsn, pgdir.Config{}, nil)
 	const tenants = 2000
 	d := &directory.Data{
 		Plans: limits.Plans{

@@ -17,7 +17,7 @@ import (
 )
 
 // The snapshot is two files: the whole directory, rewritten at full loads
-// (writeSnapshot), and its journal next to it (Options.Snapshot plus
+// (writeSnapshot), and its journal next to it (Config.Snapshot plus
 // ".changes"), to which each batch of changes is appended and flushed to
 // disk before the running directory applies it. A change is thus durable
 // at the cost of a few hundred bytes, whatever the directory's size. The
@@ -122,10 +122,10 @@ func (r *record) to(d *directory.Data) error {
 // journal afresh. When it cannot, it removes both files (see
 // dropSnapshot).
 func (f *Follower) snapshot(d *directory.Data) {
-	if f.opts.Snapshot == "" {
+	if f.cfg.Snapshot == "" {
 		return
 	}
-	written, err := writeSnapshot(f.opts.Snapshot, d, &f.written)
+	written, err := writeSnapshot(f.cfg.Snapshot, d, &f.written)
 	if err == nil && !written.IsZero() {
 		f.base = written
 	}
@@ -141,7 +141,7 @@ func (f *Follower) snapshot(d *directory.Data) {
 // snapshot written at f.base, and opens it for appending.
 func (f *Follower) startJournal() error {
 	f.closeJournal()
-	path := journalPath(f.opts.Snapshot)
+	path := journalPath(f.cfg.Snapshot)
 	head, err := json.Marshal(record{At: time.Now().UTC(), Base: f.base.Format(time.RFC3339Nano)})
 	if err != nil {
 		return err
@@ -199,12 +199,12 @@ func (f *Follower) record(changes []change) {
 func (f *Follower) dropSnapshot(err error) {
 	f.closeJournal()
 	f.written = [sha256.Size]byte{}
-	for _, p := range []string{f.opts.Snapshot, journalPath(f.opts.Snapshot)} {
+	for _, p := range []string{f.cfg.Snapshot, journalPath(f.cfg.Snapshot)} {
 		if rerr := os.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			err = errors.Join(err, rerr)
 		}
 	}
-	f.log.Error("directory snapshot not written: it is removed until the next full load (a start without the database fails meanwhile)", "snapshot", f.opts.Snapshot, "error", err)
+	f.log.Error("directory snapshot not written: it is removed until the next full load (a start without the database fails meanwhile)", "snapshot", f.cfg.Snapshot, "error", err)
 }
 
 func (f *Follower) closeJournal() {

@@ -21,6 +21,9 @@
 // Operating it (the admitctl db commands, start-up without the database)
 // is in docs/postgres.md in the repository, the figures measured in
 // docs/benchmarks.md.
+//
+// Optional collaborators are options: WithLogger, WithMeterProvider,
+// WithQueryTracer; see docs/concepts.md#constructors.
 package pgdir
 
 import (

@@ -72,7 +72,7 @@ type replica struct {
 	h   http.Handler
 }
 
-func newReplica(t testing.TB, dsn string, opts pgdir.Options) *replica {
+func newReplica(t testing.TB, dsn string, cfg pgdir.Config, log *slog.Logger, opts ...pgdir.Option) *replica {
 	t.Helper()
 	f := parse(t)
 	ctl, err := admission.New(f.Config)
@@ -83,17 +83,17 @@ func newReplica(t testing.TB, dsn string, opts pgdir.Options) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	dir, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}, Source: "postgres", Logger: opts.Logger})
+	dir, err := directory.New(httpadmitfile.Middleware{Middleware: mw}, directory.Config{Source: "postgres"}, directory.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := dir.Apply(f); err != nil {
 		t.Fatal(err)
 	}
-	fol, err := pgdir.Open(context.Background(), dsn, dir, opts)
+	fol, err := pgdir.Open(context.Background(), dsn, dir, cfg, append([]pgdir.Option{pgdir.WithLogger(log)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestLoadAndUpgrade(t *testing.T) {
 	dsn := pgtest.DB(t)
 	conn := migrated(t, dsn)
 	key := seed(t, conn)
-	r := newReplica(t, dsn, pgdir.Options{})
+	r := newReplica(t, dsn, pgdir.Config{}, nil)
 	for i := range 3 {
 		if code, q := r.call(key); code != http.StatusOK || q != 10 {
 			t.Fatalf("request %d: status %d, rpm quota %d; want 200, 10", i, code, q)
@@ -235,7 +235,7 @@ func TestRevocationOnTwoReplicas(t *testing.T) {
 	dsn := pgtest.DB(t)
 	conn := migrated(t, dsn)
 	key := seed(t, conn)
-	a, b := newReplica(t, dsn, pgdir.Options{}), newReplica(t, dsn, pgdir.Options{})
+	a, b := newReplica(t, dsn, pgdir.Config{}, nil), newReplica(t, dsn, pgdir.Config{}, nil)
 	for _, r := range []*replica{a, b} {
 		if code, _ := r.call(key); code != http.StatusOK {
 			t.Fatalf("before revocation: status %d; want 200", code)
@@ -284,7 +284,7 @@ func TestBadRows(t *testing.T) {
 		}
 	}
 	var log syncbuf.Buffer
-	r := newReplica(t, dsn, pgdir.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	r := newReplica(t, dsn, pgdir.Config{}, slog.New(slog.NewTextHandler(&log, nil)))
 	if code, q := r.call(key); code != http.StatusOK || q != 10 {
 		t.Errorf("the good rows: status %d, quota %d; want 200, 10", code, q)
 	}
@@ -356,7 +356,7 @@ func TestNoQueryOnRequestPath(t *testing.T) {
 		keys[i] = k
 	}
 	var tr countingTracer
-	r := newReplica(t, dsn, pgdir.Options{Tracer: &tr, Heartbeat: time.Minute})
+	r := newReplica(t, dsn, pgdir.Config{Heartbeat: time.Minute}, nil, pgdir.WithQueryTracer(&tr))
 	before := tr.n.Load()
 	if before == 0 {
 		t.Fatal("the tracer saw no statement at all: it does not count")
@@ -397,10 +397,10 @@ func TestOutageAndSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second}
+	cfg := pgdir.Config{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second}
 	var log syncbuf.Buffer
-	a := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second, Meter: prom.Provider.Meter("test"),
-		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+	a := newReplica(t, dsn, pgdir.Config{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Timeout: time.Second},
+		slog.New(slog.NewJSONHandler(&log, nil)), pgdir.WithMeterProvider(prom.Provider))
 	if _, err := os.Stat(snap); err != nil {
 		t.Fatalf("snapshot after the load: %v", err)
 	}
@@ -417,7 +417,7 @@ func TestOutageAndSnapshot(t *testing.T) {
 		t.Errorf("sluice_directory_outages_total = %v; want 1", n)
 	}
 
-	b := newReplica(t, dsn, opts)
+	b := newReplica(t, dsn, cfg, nil)
 	if code, q := b.call(key); code != http.StatusOK || q != 10 {
 		t.Errorf("replica started from the snapshot: status %d, quota %d; want 200, 10", code, q)
 	}
@@ -433,14 +433,14 @@ func TestOutageAndSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := directory.New(directory.Config{Next: httpadmitfile.Middleware{Middleware: mw}})
+	dir, err := directory.New(httpadmitfile.Middleware{Middleware: mw}, directory.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := dir.Apply(f); err != nil {
 		t.Fatal(err)
 	}
-	_, err = pgdir.Open(context.Background(), dsn, dir, pgdir.Options{Timeout: time.Second})
+	_, err = pgdir.Open(context.Background(), dsn, dir, pgdir.Config{Timeout: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "no snapshot is configured (directory.snapshot)") {
 		t.Errorf("Open without database nor snapshot = %v; want the message naming directory.snapshot", err)
 	}
@@ -499,7 +499,7 @@ func TestRefreshCatchesMissedChanges(t *testing.T) {
 	dsn := pgtest.DB(t)
 	conn := migrated(t, dsn)
 	seed(t, conn)
-	r := newReplica(t, dsn, pgdir.Options{Refresh: 300 * time.Millisecond})
+	r := newReplica(t, dsn, pgdir.Config{Refresh: 300 * time.Millisecond}, nil)
 	ctx := context.Background()
 	for _, q := range []string{
 		"ALTER TABLE sluice_tenants DISABLE TRIGGER sluice_tenants_notify_update",
@@ -522,7 +522,7 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 	conn := migrated(t, dsn)
 	key := seed(t, conn)
 	snap := filepath.Join(t.TempDir(), "directory.json")
-	newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Refresh: time.Second})
+	newReplica(t, dsn, pgdir.Config{Snapshot: snap, Heartbeat: 50 * time.Millisecond, Refresh: time.Second}, nil)
 	hash := apikey.Sum(key).String()
 	read := func(path string) string {
 		b, err := os.ReadFile(path)
@@ -558,7 +558,7 @@ func TestRevocationSurvivesCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := filepath.Join(t.TempDir(), "directory.json")
-	a := newReplica(t, dsn, pgdir.Options{Snapshot: snap, Heartbeat: time.Hour, Timeout: time.Second})
+	a := newReplica(t, dsn, pgdir.Config{Snapshot: snap, Heartbeat: time.Hour, Timeout: time.Second}, nil)
 	if code, _ := a.call(key); code != http.StatusOK {
 		t.Fatalf("before the revocation: status %d; want 200", code)
 	}
@@ -578,7 +578,7 @@ func TestRevocationSurvivesCrash(t *testing.T) {
 		}
 	}
 	srv.Kill()
-	b := newReplica(t, dsn, pgdir.Options{Snapshot: crashed, Timeout: time.Second})
+	b := newReplica(t, dsn, pgdir.Config{Snapshot: crashed, Timeout: time.Second}, nil)
 	if code, _ := b.call(key); code != http.StatusUnauthorized {
 		t.Errorf("replica started from the snapshot after the crash, revoked key: status %d; want 401", code)
 	}
@@ -598,7 +598,7 @@ func TestRefusedCountsChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReplica(t, dsn, pgdir.Options{Meter: prom.Provider.Meter("test")})
+	r := newReplica(t, dsn, pgdir.Config{}, nil, pgdir.WithMeterProvider(prom.Provider))
 	if n := scrape(t, prom.Handler, "sluice_directory_refused"); n != 0 {
 		t.Fatalf("sluice_directory_refused = %v at the start; want 0", n)
 	}
@@ -648,7 +648,7 @@ func TestReloadRefusalsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReplica(t, dsn, pgdir.Options{Meter: prom.Provider.Meter("test")})
+	r := newReplica(t, dsn, pgdir.Config{}, nil, pgdir.WithMeterProvider(prom.Provider))
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	write := func(body string) {
 		t.Helper()

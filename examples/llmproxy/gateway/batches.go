@@ -102,16 +102,16 @@ type BatchAPI struct {
 	// measured over each UploadGrace from the upload's start: a span
 	// that brings less than MinUploadRate × UploadGrace bytes (the
 	// upstream's reading pace included) cuts the upload with 408 and
-	// frees its slot. Zero means File's http.upload_min_rate, else
+	// frees its slot. Zero means the policy file's http.upload_min_rate, else
 	// DefaultMinUploadRate.
 	MinUploadRate int64
 	// UploadGrace is the span MinUploadRate is measured over; zero means
-	// File's http.upload_grace, else DefaultUploadGrace.
+	// the policy file's http.upload_grace, else DefaultUploadGrace.
 	UploadGrace time.Duration
 	// MaxUploads bounds the uploads counted at once (503 server_busy
 	// beyond), and MaxUploadsPerTenant those of one tenant (429
 	// too_many_uploads beyond), so that no tenant, however slow its
-	// uploads, holds another's slot. Zero means File's http.max_uploads
+	// uploads, holds another's slot. Zero means the policy file's http.max_uploads
 	// and http.max_uploads_per_tenant, else DefaultMaxUploads and
 	// DefaultMaxUploadsPerTenant (at most MaxUploads).
 	MaxUploads, MaxUploadsPerTenant int
@@ -243,8 +243,8 @@ type batchRecord struct {
 
 func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, error) {
 	cfg.MaxFileBytes = positive(cfg.MaxFileBytes, DefaultMaxFileBytes)
-	cfg.MaxLineBytes = positive(cfg.MaxLineBytes, g.cfg.Estimator.MaxBodyBytes())
-	h := &g.cfg.File.HTTP
+	cfg.MaxLineBytes = positive(cfg.MaxLineBytes, g.est.MaxBodyBytes())
+	h := &g.file.HTTP
 	cfg.MinUploadRate = positive(cfg.MinUploadRate, positive(h.UploadMinRate, DefaultMinUploadRate))
 	cfg.UploadGrace = positive(cfg.UploadGrace, positive(h.UploadGrace, DefaultUploadGrace))
 	cfg.MaxUploads = int(positive(int64(cfg.MaxUploads), positive(int64(h.MaxUploads), DefaultMaxUploads)))
@@ -279,9 +279,9 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, erro
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	var errs [2]error
-	b.openGauge, errs[0] = g.cfg.Meter.Int64UpDownCounter("llmproxy.batches.open",
+	b.openGauge, errs[0] = g.meter.Int64UpDownCounter("llmproxy.batches.open",
 		metric.WithDescription("Batches whose reservation is open, watched until they end."), metric.WithUnit("{batch}"))
-	b.ended, errs[1] = g.cfg.Meter.Int64Counter("llmproxy.batches.ended",
+	b.ended, errs[1] = g.meter.Int64Counter("llmproxy.batches.ended",
 		metric.WithDescription("Batch reservations ended, by outcome: the batch's final status (completed, failed, expired, cancelled), held_too_long (settled at the estimate after MaxHold) or unwatchable (an upstream batch id the gateway refused)."), metric.WithUnit("{batch}"))
 	return b, errors.Join(errs[:]...)
 }
@@ -724,7 +724,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	}()
 	arrived := g.now()
 	actx, cancel := g.admissionContext(c)
-	tk, err := g.cfg.Controller.Admit(actx, req)
+	tk, err := g.ctl.Admit(actx, req)
 	cancel()
 	if err != nil {
 		var rej *admission.Rejection
@@ -892,7 +892,7 @@ func (g *Gateway) admitRequest(c echo.Context, st *state, req admission.Request)
 	arrived := g.now()
 	actx, cancel := g.admissionContext(c)
 	defer cancel()
-	tk, err := g.cfg.Controller.Admit(actx, req)
+	tk, err := g.ctl.Admit(actx, req)
 	if err != nil {
 		g.logRefused(&req, arrived, err)
 		g.refused(c, st, err)

@@ -32,8 +32,9 @@ func TestBatchPollBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Config{Upstream: up.URL + "/v1", Controller: ctl, Estimator: fuzzEstimator(t), File: &config.File{}, Clock: clk,
-		Batches: BatchAPI{PollInterval: time.Minute, MaxPollInterval: 10 * time.Minute}})
+	g, err := New(ctl, fuzzEstimator(t), &config.File{}, Config{
+		Upstream: up.URL + "/v1", Batches: BatchAPI{PollInterval: time.Minute, MaxPollInterval: 10 * time.Minute},
+	}, WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,17 @@ policies:
   - {name: batch-spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 1M, match: {operations: ["POST /v1/batches"]}}
 `
 
-func batchGateway(t *testing.T, policy string, tune func(*gateway.Config, *upstream.Config)) *batchStack {
+// gatewaySetup is what batchGateway gives gateway.New: the controller,
+// estimator and file, the Config and the options, for a test to tune.
+type gatewaySetup struct {
+	gateway.Config
+	ctl  *admission.Controller
+	est  *weights.Estimator
+	file *config.File
+	opts []gateway.Option
+}
+
+func batchGateway(t *testing.T, policy string, tune func(*gatewaySetup, *upstream.Config)) *batchStack {
 	t.Helper()
 	f, err := config.Parse("batch.yaml", []byte(policy+"tenants:\n  a: {api_keys: ["+apikey.Sum(keyA).String()+"]}\n  b: {api_keys: ["+apikey.Sum(batchKeyB).String()+"]}\nidentity: {anonymous: deny}\n"))
 	if err != nil {
@@ -69,20 +79,19 @@ func batchGateway(t *testing.T, policy string, tune func(*gateway.Config, *upstr
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := upstream.Config{OutputTokens: 5, BatchDelay: time.Hour, Now: clk.Now}
-	gc := gateway.Config{
-		UpstreamKey: "sk-upstream", Controller: ctl, Estimator: est, File: f, Clock: clk,
-		Batches: gateway.BatchAPI{PollInterval: time.Minute, MaxHold: 30 * time.Hour},
-		Logger:  slog.New(slog.DiscardHandler),
-	}
+	sc := upstream.Config{OutputTokens: 5, BatchDelay: time.Hour}
+	gc := gatewaySetup{Config: gateway.Config{
+		UpstreamKey: "sk-upstream",
+		Batches:     gateway.BatchAPI{PollInterval: time.Minute, MaxHold: 30 * time.Hour},
+	}, ctl: ctl, est: est, file: f, opts: []gateway.Option{gateway.WithClock(clk), gateway.WithLogger(slog.New(slog.DiscardHandler))}}
 	if tune != nil {
 		tune(&gc, &sc)
 	}
-	sim := upstream.New(sc)
+	sim := upstream.New(sc, upstream.WithClock(clk))
 	up := httptest.NewServer(sim)
 	t.Cleanup(up.Close)
 	gc.Upstream = up.URL + "/v1"
-	gw, err := gateway.New(gc)
+	gw, err := gateway.New(gc.ctl, gc.est, gc.file, gc.Config, gc.opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,8 +252,8 @@ func TestBatchLifecycle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
-			s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) {
-				gc.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+			s := batchGateway(t, batchPolicy, func(gc *gatewaySetup, _ *upstream.Config) {
+				gc.opts = append(gc.opts, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 			})
 			in, out, cost := s.reservation(t)
 			if tok, c := s.remaining(t, "a"); tok != fullTokens || c != fullCost {
@@ -329,9 +338,9 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // at its estimate, and the batch's later end changes nothing.
 func TestBatchHeldTooLong(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, sc *upstream.Config) {
+	s := batchGateway(t, batchPolicy, func(gc *gatewaySetup, sc *upstream.Config) {
 		sc.BatchDelay = 100 * time.Hour
-		gc.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+		gc.opts = append(gc.opts, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	})
 	_, _, cost := s.reservation(t)
 	id := s.created(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_input_tokens": "100", "sim_output_tokens": "50"})
@@ -447,7 +456,7 @@ http: {quota_status: 429}
 // bytes, and the upstream never stores it: the upload is cut before its
 // end.
 func TestBatchHostileFiles(t *testing.T) {
-	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) {
+	s := batchGateway(t, batchPolicy, func(gc *gatewaySetup, _ *upstream.Config) {
 		gc.Batches.MaxLineBytes, gc.Batches.MaxLines, gc.Batches.MaxFileBytes = 2048, 3, 64<<10
 	})
 	ok := chatLine("r1", "Hello", 10)
@@ -654,9 +663,9 @@ func TestBatchUnpriced(t *testing.T) {
 // reservation is kept at the estimate, and counted as unwatchable.
 func TestBatchCreationUnanswered(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) {
+	s := batchGateway(t, batchPolicy, func(gc *gatewaySetup, _ *upstream.Config) {
 		gc.Timeout = 200 * time.Millisecond
-		gc.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+		gc.opts = append(gc.opts, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	})
 	in, out, cost := s.reservation(t)
 	resp, b := s.create(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_hang": "1"})
@@ -682,11 +691,11 @@ func TestBatchHoldLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var base gateway.Config
-	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, sc *upstream.Config) {
+	var base gatewaySetup
+	s := batchGateway(t, batchPolicy, func(gc *gatewaySetup, sc *upstream.Config) {
 		sc.BatchDelay = 25 * time.Hour
-		gc.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
-		gc.RequestLog = rl
+		gc.opts = append(gc.opts, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+		gc.opts = append(gc.opts, gateway.WithRequestLog(rl))
 		base = *gc
 	})
 	s.created(t, keyA, s.uploaded(t, keyA, batchFile), map[string]string{"sim_input_tokens": "100", "sim_output_tokens": "50"})
@@ -730,9 +739,9 @@ func TestBatchHoldLogged(t *testing.T) {
 	if len(held) != 1 || held[0] < 25*time.Hour || held[0] > 26*time.Hour {
 		t.Errorf("the batch's request log records hold %v; want one of 25h to 26h", held)
 	}
-	base.Upstream, base.RequestLog = s.up.URL+"/v1", nil
+	base.Upstream = s.up.URL + "/v1"
 	base.Batches.MaxHold = requestlog.MaxRecordDuration
-	if gw, err := gateway.New(base); err == nil || !strings.Contains(err.Error(), "exceed the longest hold a request log records") {
+	if gw, err := gateway.New(base.ctl, base.est, base.file, base.Config, append(base.opts, gateway.WithRequestLog(nil))...); err == nil || !strings.Contains(err.Error(), "exceed the longest hold a request log records") {
 		if gw != nil {
 			gw.Close()
 		}

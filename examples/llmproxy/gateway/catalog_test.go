@@ -23,6 +23,14 @@ type recordingMeter struct {
 	got map[string]string
 }
 
+// recordingProvider gives the gateway its recordingMeter.
+type recordingProvider struct {
+	noop.MeterProvider
+	m *recordingMeter
+}
+
+func (p recordingProvider) Meter(string, ...metric.MeterOption) metric.Meter { return p.m }
+
 // add records an instrument: dots become underscores, the unit s adds
 // _seconds, a counter _total.
 func (m *recordingMeter) add(name, unit, typ string) {
@@ -84,7 +92,7 @@ func TestCatalog(t *testing.T) {
 	}
 	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	m := &recordingMeter{got: map[string]string{}}
-	if _, err := gateway.New(gateway.Config{Upstream: "http://127.0.0.1:1/v1", Controller: ctl, Estimator: est, File: f, Meter: m, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+	if _, err := gateway.New(ctl, est, f, gateway.Config{Upstream: "http://127.0.0.1:1/v1"}, gateway.WithMeterProvider(recordingProvider{m: m}), gateway.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
 		t.Fatal(err)
 	}
 	cat := gateway.Catalog()

@@ -53,10 +53,9 @@ func embed(t *testing.T, policy string) *embedded {
 	}
 	up := httptest.NewServer(upstream.New(upstream.Config{OutputTokens: 5}))
 	t.Cleanup(up.Close)
-	gw, err := gateway.New(gateway.Config{
-		Upstream: up.URL + "/v1", Controller: ctl, Estimator: est, File: f,
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	gw, err := gateway.New(ctl, est, f, gateway.Config{
+		Upstream: up.URL + "/v1",
+	}, gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

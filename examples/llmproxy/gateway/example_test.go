@@ -41,10 +41,9 @@ identity: {anonymous: deny}
 	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	up := httptest.NewServer(upstream.New(upstream.Config{OutputTokens: 5}))
 	defer up.Close()
-	gw, err := gateway.New(gateway.Config{
-		Upstream: up.URL + "/v1", Controller: ctl, Estimator: est, File: f,
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	gw, err := gateway.New(ctl, est, f, gateway.Config{
+		Upstream: up.URL + "/v1",
+	}, gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		fmt.Println(err)
 		return

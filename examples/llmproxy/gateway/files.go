@@ -103,7 +103,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		g.batchError(c, http.StatusServiceUnavailable, "server_error", "server_busy", "", "The gateway holds as many batch input files as it can. Please retry later.")
 		return nil
 	}
-	lc := newLineCounter(g.cfg.Estimator, int(b.cfg.MaxLineBytes), b.cfg.MaxLines, b.cfg.MaxFileBytes, g.cfg.MaxOutputReserve)
+	lc := newLineCounter(g.est, int(b.cfg.MaxLineBytes), b.cfg.MaxLines, b.cfg.MaxFileBytes, g.cfg.MaxOutputReserve)
 	body := http.MaxBytesReader(c.Response(), b.paced(c), b.cfg.MaxFileBytes+multipartSlack)
 	pr, pw := io.Pipe()
 	out := multipart.NewWriter(pw)
@@ -354,7 +354,7 @@ func (g *Gateway) batchCall(ctx context.Context, st *state, r *http.Request, met
 	}
 	g.setUpstreamKey(req.Header)
 	req.ContentLength = n
-	return g.cfg.Transport.RoundTrip(req)
+	return g.opt.transport.RoundTrip(req)
 }
 
 // batchError answers an error of the Batch API routes in the OpenAI

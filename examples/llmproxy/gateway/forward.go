@@ -110,7 +110,7 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 		g.setUpstreamKey(req.Header)
 	}
 	req.ContentLength = int64(len(body))
-	return g.cfg.Transport.RoundTrip(req)
+	return g.opt.transport.RoundTrip(req)
 }
 
 // setUpstreamKey puts Config.UpstreamKey in h, in Config.UpstreamKeyHeader

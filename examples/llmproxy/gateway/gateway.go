@@ -1,8 +1,8 @@
 // Package gateway is an OpenAI-compatible LLM gateway behind admission
 // control, on echo v4: llmproxy is this package behind flags (each the
-// Config field of the same meaning, as named below), and a team that
-// wants it inside its own binary imports it and calls Register on its own
-// echo server (see the example). It identifies callers with an
+// Config field or option of the same meaning, as named below), and a
+// team that wants it inside its own binary imports it and calls Register
+// on its own echo server (see the example). It identifies callers with an
 // httpadmit.Middleware, renders rejections with WriteRejection (the
 // middleware's rejection handler), and takes reloads through Apply
 // (reload.Subscriber), installing policies, keys and prices as one step.
@@ -66,7 +66,7 @@
 //  7. The provider's own 429s are passed through with their retry hints and
 //     counted apart (llmproxy_upstream_throttled_total): they are the
 //     provider throttling the proxy, not the proxy throttling a tenant.
-//     With upstream stores in the policy file (Config.Providers), every
+//     With upstream stores in the policy file (WithProviders), every
 //     response's limit headers feed them, and a provider 429 is first
 //     absorbed: the request waits for the provider's pause, within its
 //     deadline, and is retried once (see Providers).
@@ -143,7 +143,7 @@
 //
 // # Traces
 //
-// With Config.TracerProvider, serve the echo server through Handler: each
+// With WithTracerProvider, serve the echo server through Handler: each
 // request gets a server span continuing the client's W3C traceparent,
 // named by its route, on which the controller's decisions are events
 // (give the controller oteltrace.Observer) and the settlement is
@@ -151,6 +151,10 @@
 // goes upstream (traceparent and tracestate only, never baggage nor a
 // client credential). Log lines written in a request's context carry its
 // trace with oteltrace.LogHandler.
+//
+// Optional collaborators are options: WithLogger, WithClock,
+// WithMeterProvider, WithTracerProvider, WithTransport, WithRequestLog,
+// WithProviders; see docs/concepts.md#constructors.
 package gateway
 
 import (
@@ -237,8 +241,8 @@ func ParseCutMode(s string) (CutMode, error) {
 	return 0, fmt.Errorf("unknown stream cut mode %q (want all, quota or never)", s)
 }
 
-// Config configures a Gateway. Upstream, Controller, Estimator and File
-// are required; every other field documents its default.
+// Config configures a Gateway. Upstream is required; every other field
+// documents its default.
 type Config struct {
 	// Upstream is the base URL of the OpenAI-compatible API, with its
 	// version prefix: "https://api.openai.com/v1". A request for
@@ -258,20 +262,6 @@ type Config struct {
 	// Batches configures the Batch API routes (see BatchAPI); the zero
 	// value serves them with its defaults.
 	Batches BatchAPI
-	// Controller admits requests; New installs File's policies in it.
-	Controller *admission.Controller
-	// Estimator counts the tokens of request bodies and caps their size.
-	Estimator *weights.Estimator
-	// File is the policy file in force; Apply installs the next one. The
-	// gateway reads its policies and plans (into Controller), its
-	// identity section (API keys, trusted proxies, failed_auth), its http
-	// section's quota_status, shadow_header, body_timeout (see
-	// BodyReadTimeout) and upload settings (see BatchAPI; like
-	// body_timeout, read once by New), and its prices: while a cost policy is installed,
-	// a request for a model the prices cannot price (no entry, no base
-	// model, no fallback price) is refused with 400 model_not_priced: an
-	// unpriced model is never free.
-	File *config.File
 	// ParseBudget bounds the request-body bytes being read and priced at
 	// once, over all requests: a request reserves its Content-Length (or
 	// the body cap when it sends none) before reading. Zero means
@@ -281,8 +271,6 @@ type Config struct {
 	// budget before it is refused with 503; zero means
 	// DefaultParseBudgetWait.
 	ParseBudgetWait time.Duration
-	// Transport carries upstream requests; nil means NewTransport().
-	Transport http.RoundTripper
 	// Timeout bounds a non-streaming upstream call; zero means
 	// DefaultTimeout.
 	Timeout time.Duration
@@ -326,51 +314,86 @@ type Config struct {
 	// BodyReadTimeout bounds the time a client takes to send its request
 	// body, counted from the end of its headers (which the server bounds
 	// with its ReadHeaderTimeout): a slower body is cut and the connection
-	// closed. Zero means File's http.body_timeout, else
+	// closed. Zero means the policy file's http.body_timeout, else
 	// DefaultBodyReadTimeout; a reload does not change it.
 	BodyReadTimeout time.Duration
-	// Providers are the upstream stores of File's stores section, built
-	// by NewProviders and registered with Controller (Providers.Options):
-	// every upstream response feeds them, and a provider 429 is absorbed
-	// once (see Providers). Nil, or none declared, passes the provider's
-	// 429s through.
-	Providers *Providers
-	// Clock is the clock of the failed-authentication limiter, of the
-	// providers' reports and of the request log's times; nil means the
-	// system clock.
-	Clock admission.Clock
-	// RequestLog, when set, receives every request the policies decided,
-	// on every route: a refused one with its estimates, an admitted one
-	// when it ends with its actual usage (a batch when its reservation
-	// ends) and how long it held its permits, one whose body was refused
-	// (400, 413, 503 server_busy) after the request-level policies
-	// admitted it as a begin_only record (requestlog.Record.BeginOnly: it
-	// spent those policies and replays through them alone), in the
-	// format admitctl replay reads (see requestlog.Writer), so that
-	// replaying the log
-	// through the same file gives the live decisions back. It never holds
-	// a key, a prompt or a completion.
-	RequestLog *requestlog.Writer
-	// Meter creates the gateway's own instruments, the GenAI metrics
-	// among them (see GenAIConvention); nil means none.
-	Meter metric.Meter
 	// GenAIProvider is the gen_ai.provider.name of Upstream on the GenAI
 	// metrics (a value of the convention: openai, azure.ai.openai,
 	// groq...); empty means openai. The Messages API routes are anthropic.
 	GenAIProvider string
-	// TracerProvider, when set, traces requests: Handler serves them
-	// under a server span, every upstream call is a client span whose
-	// trace context (traceparent and tracestate, nothing else) goes
-	// upstream, and a settlement adds SettledEvent to the server span.
-	// Nil traces nothing, at no cost.
-	TracerProvider trace.TracerProvider
-	// Logger logs upstream failures; nil means slog.Default().
-	Logger *slog.Logger
 }
+
+// An Option sets an optional collaborator of a Gateway.
+type Option func(*options)
+
+// options are the optional collaborators of a Gateway.
+type options struct {
+	transport  http.RoundTripper
+	clock      admission.Clock
+	mp         metric.MeterProvider
+	tp         trace.TracerProvider
+	log        *slog.Logger
+	requestLog *requestlog.Writer
+	providers  *Providers
+}
+
+// scope is the instrumentation scope of the gateway's instruments: the
+// program's (llmproxy), whose metrics they are.
+const scope = "github.com/sluicehq/sluice/examples/llmproxy"
+
+// WithTransport sets the transport of upstream requests; nil means
+// NewTransport(), the default.
+func WithTransport(t http.RoundTripper) Option { return func(o *options) { o.transport = t } }
+
+// WithClock sets the clock of the failed-authentication limiter, of the
+// providers' reports, of batches and of the request log's times; nil
+// means the system clock (admission.SystemClock), the default.
+func WithClock(c admission.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithMeterProvider creates the gateway's own instruments, the GenAI
+// metrics among them (see GenAIConvention), on mp; nil, the default,
+// creates none.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.mp = mp } }
+
+// WithTracerProvider traces requests on tp: Handler serves them under a
+// server span, every upstream call is a client span whose trace context
+// (traceparent and tracestate, nothing else) goes upstream, and a
+// settlement adds SettledEvent to the server span. Nil, the default,
+// traces nothing, at no cost.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
+
+// WithLogger sets the logger of upstream failures; nil means
+// slog.Default(), the default.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithRequestLog sends to w every request the policies decided, on every
+// route: a refused one with its estimates, an admitted one when it ends
+// with its actual usage (a batch when its reservation ends) and how long
+// it held its permits, one whose body was refused (400, 413, 503
+// server_busy) after the request-level policies admitted it as a
+// begin_only record (requestlog.Record.BeginOnly: it spent those
+// policies and replays through them alone), in the format admitctl
+// replay reads (see requestlog.Writer), so that replaying the log
+// through the same file gives the live decisions back. It never holds a
+// key, a prompt or a completion. Nil, the default, logs none.
+func WithRequestLog(w *requestlog.Writer) Option { return func(o *options) { o.requestLog = w } }
+
+// WithProviders sets the upstream stores of the policy file's stores
+// section, built by NewProviders and registered with the controller
+// (Providers.Options): every upstream response feeds them, and a
+// provider 429 is absorbed once (see Providers). Nil, the default, or
+// none declared, passes the provider's 429s through; a file that
+// declares upstream stores then fails to install.
+func WithProviders(p *Providers) Option { return func(o *options) { o.providers = p } }
 
 // Gateway proxies OpenAI-compatible requests through admission control.
 type Gateway struct {
 	cfg     Config
+	ctl     *admission.Controller
+	est     *weights.Estimator
+	file    *config.File // the file given to New
+	opt     options
+	meter   metric.Meter // the instruments' meter; a no-op one without WithMeterProvider
 	base    *url.URL
 	mw      *httpadmit.Middleware // identity and operation names
 	mu      sync.Mutex            // serialises installs of state
@@ -409,10 +432,25 @@ type state struct {
 	models map[string]bool   // the values of gen_ai.request.model besides OtherModel
 }
 
-// New checks cfg, installs cfg.File and returns a Gateway.
-func New(cfg Config) (*Gateway, error) {
-	if cfg.Controller == nil || cfg.Estimator == nil || cfg.File == nil {
-		return nil, errors.New("gateway: Controller, Estimator and File are required")
+// New checks cfg, installs file and returns a Gateway admitting requests
+// with ctl, whose bodies est counts the tokens of and caps the size of.
+//
+// The file is the policy file in force; Apply installs the next one. The
+// gateway reads its policies and plans (into ctl), its identity section
+// (API keys, trusted proxies, failed_auth), its http section's
+// quota_status, shadow_header, body_timeout (see
+// Config.BodyReadTimeout) and upload settings (see BatchAPI; like
+// body_timeout, read once by New), and its prices: while a cost policy
+// is installed, a request for a model the prices cannot price (no entry,
+// no base model, no fallback price) is refused with 400
+// model_not_priced: an unpriced model is never free.
+func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, cfg Config, opts ...Option) (*Gateway, error) {
+	if ctl == nil || est == nil || file == nil {
+		return nil, errors.New("gateway: a controller, an estimator and a policy file are required")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
 	base, err := parseUpstream(cfg.Upstream)
 	if err != nil {
@@ -424,11 +462,11 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	if cfg.Transport == nil {
-		cfg.Transport = NewTransport()
+	if o.transport == nil {
+		o.transport = NewTransport()
 	}
-	if cfg.TracerProvider != nil {
-		cfg.Transport = tracedTransport(cfg.Transport, cfg.TracerProvider)
+	if o.tp != nil {
+		o.transport = tracedTransport(o.transport, o.tp)
 	}
 	if cfg.GenAIProvider == "" {
 		cfg.GenAIProvider = string(genaiconv.ProviderNameOpenAI)
@@ -436,28 +474,29 @@ func New(cfg Config) (*Gateway, error) {
 	cfg.Timeout, cfg.StreamIdleTimeout = positive(cfg.Timeout, DefaultTimeout), positive(cfg.StreamIdleTimeout, DefaultStreamIdle)
 	cfg.ChargeInterval, cfg.GiveUpAfter = positive(cfg.ChargeInterval, DefaultChargeInterval), positive(cfg.GiveUpAfter, DefaultGiveUpAfter)
 	cfg.MaxResponseBytes, cfg.ClientWriteTimeout = positive(cfg.MaxResponseBytes, DefaultMaxResponseBytes), positive(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
-	cfg.BodyReadTimeout = positive(cfg.BodyReadTimeout, positive(cfg.File.HTTP.BodyTimeout, DefaultBodyReadTimeout))
+	cfg.BodyReadTimeout = positive(cfg.BodyReadTimeout, positive(file.HTTP.BodyTimeout, DefaultBodyReadTimeout))
 	cfg.ParseBudget, cfg.ParseBudgetWait = positive(cfg.ParseBudget, DefaultParseBudget), positive(cfg.ParseBudgetWait, DefaultParseBudgetWait)
-	if cfg.Meter == nil {
-		cfg.Meter = noop.NewMeterProvider().Meter("")
+	if o.mp == nil {
+		o.mp = noop.NewMeterProvider()
 	}
-	g := &Gateway{cfg: cfg, base: base, anthropic: anthropic, log: cfg.Logger, forward: newHeaderSet(cfg.ForwardHeaders)}
-	if g.log == nil {
-		g.log = slog.Default()
+	if o.log == nil {
+		o.log = slog.Default()
 	}
+	g := &Gateway{cfg: cfg, ctl: ctl, est: est, file: file, opt: o, meter: o.mp.Meter(scope),
+		base: base, anthropic: anthropic, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
 	mwOpts := []httpadmit.Option{httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log)}
-	g.mw, err = httpadmit.New(cfg.Controller, mwOpts...)
+	g.mw, err = httpadmit.New(ctl, mwOpts...)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.Apply(cfg.File); err != nil {
+	if err := g.Apply(file); err != nil {
 		return nil, err
 	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
-	if g.batches, err = newBatches(g, cfg.Batches, cfg.Clock); err != nil {
+	if g.batches, err = newBatches(g, cfg.Batches, o.clock); err != nil {
 		return nil, err
 	}
-	if err := errors.Join(g.m.init(cfg.Meter), g.genai.init(cfg.Meter), g.initProviders(cfg.Meter)); err != nil {
+	if err := errors.Join(g.m.init(g.meter), g.genai.init(g.meter), g.initProviders(g.meter)); err != nil {
 		return nil, err
 	}
 	g.ready.Store(true)
@@ -505,7 +544,7 @@ func NewTransport() *http.Transport {
 // state and installed by one swap (see state). A file that does not
 // build changes nothing.
 func (g *Gateway) Apply(f *config.File) error {
-	if err := g.cfg.Providers.check(f); err != nil {
+	if err := g.opt.providers.check(f); err != nil {
 		return err
 	}
 	prices, err := pricing.Table(f.Prices)
@@ -533,7 +572,7 @@ func (g *Gateway) Apply(f *config.File) error {
 	if st.mw, err = g.mw.Compile(f.Config, httpadmitfile.Options(f)...); err != nil {
 		return err
 	}
-	if st.auth, err = nextAuthLimiter(oldAuth, f.Identity.FailedAuth, g.cfg.Clock); err != nil {
+	if st.auth, err = nextAuthLimiter(oldAuth, f.Identity.FailedAuth, g.opt.clock); err != nil {
 		return err
 	}
 	return g.install(st)
@@ -558,7 +597,7 @@ func (g *Gateway) SetTenant(tenant string, tp *limits.TenantPlan) error {
 	defer g.mu.Unlock()
 	next := *g.state.Load()
 	var err error
-	if next.mw, err = next.mw.WithTenant(g.cfg.Controller, tenant, tp); err != nil {
+	if next.mw, err = next.mw.WithTenant(g.ctl, tenant, tp); err != nil {
 		return err
 	}
 	return g.install(&next)
@@ -820,7 +859,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	r := c.Request()
-	if limit := g.cfg.Estimator.MaxBodyBytes(); r.ContentLength > limit {
+	if limit := g.est.MaxBodyBytes(); r.ContentLength > limit {
 		g.tooLarge(c, limit) // before it takes a request from the caller's limits
 		return nil
 	}

@@ -51,12 +51,9 @@ identity: {anonymous: deny}
 	reader := sdkmetric.NewManualReader()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	gw, err := gateway.New(gateway.Config{
-		Upstream: up.URL + "/v1", Controller: ctl, Estimator: est, File: f,
-		Meter:          sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"),
-		TracerProvider: tp,
-		Logger:         slog.New(slog.DiscardHandler),
-	})
+	gw, err := gateway.New(ctl, est, f, gateway.Config{
+		Upstream: up.URL + "/v1",
+	}, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), gateway.WithTracerProvider(tp), gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

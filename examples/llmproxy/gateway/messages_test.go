@@ -74,10 +74,7 @@ func anthropicGateway(t *testing.T, policy string, realClock bool, tune ...func(
 	}
 	s := &anthropicStack{}
 	simCfg := upstream.Config{OutputTokens: 5, AnyModel: true}
-	cfg := gateway.Config{
-		Controller: ctl, Estimator: est, File: f, ForwardHeaders: []string{"X-Sim-*"},
-		Logger: slog.New(slog.DiscardHandler),
-	}
+	cfg := gateway.Config{ForwardHeaders: []string{"X-Sim-*"}}
 	for _, f := range tune {
 		f(&cfg, &simCfg)
 	}
@@ -91,7 +88,7 @@ func anthropicGateway(t *testing.T, policy string, realClock bool, tune ...func(
 	t.Cleanup(up.Close)
 	cfg.Upstream, cfg.UpstreamKey = up.URL+"/v1", "sk-openai-upstream"
 	cfg.Anthropic = gateway.Anthropic{Upstream: up.URL + "/v1", Key: upstreamKey}
-	gw, err := gateway.New(cfg)
+	gw, err := gateway.New(ctl, est, f, cfg, gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func (p *Providers) check(f *config.File) error {
 	case len(decl) == 0 && len(f.Upstreams) == 0 || reflect.DeepEqual(decl, f.Upstreams):
 		return nil
 	case p == nil:
-		return errors.New("stores: the file declares upstream stores: build them with NewProviders, register them with the controller and pass them as Config.Providers")
+		return errors.New("stores: the file declares upstream stores: build them with NewProviders, register them with the controller and pass them with WithProviders")
 	}
 	return errors.New("stores: the stores section changed; it takes effect on a restart, not a reload")
 }
@@ -123,7 +123,7 @@ func (p *Providers) check(f *config.File) error {
 // time to first byte, ttfb (0 when not measured), feeds the stores'
 // adaptive concurrency.
 func (g *Gateway) observe(resp *http.Response, st *state, tk admission.Ticket, model string, ttfb time.Duration) {
-	p := g.cfg.Providers
+	p := g.opt.providers
 	if p == nil || len(p.stores) == 0 {
 		return
 	}
@@ -167,8 +167,8 @@ func (st *state) guards(passed []admission.Status, store string) bool {
 // now is the instant a response arrived, on the controller's clock when
 // one is configured.
 func (g *Gateway) now() time.Time {
-	if g.cfg.Clock != nil {
-		return g.cfg.Clock.Now()
+	if g.opt.clock != nil {
+		return g.opt.clock.Now()
 	}
 	return time.Now()
 }
@@ -190,7 +190,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		return nil, false
 	}
 	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent))
-	if resp.StatusCode != http.StatusTooManyRequests || g.cfg.Providers == nil || len(g.cfg.Providers.stores) == 0 {
+	if resp.StatusCode != http.StatusTooManyRequests || g.opt.providers == nil || len(g.opt.providers.stores) == 0 {
 		return resp, true
 	}
 	data, err := readLimited(resp.Body, maxThrottleBody)
@@ -208,7 +208,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	x.settle(weights.Usage{}) // the provider counted nothing
 	actx, cancel := g.admissionContext(c)
-	tk, err := g.cfg.Controller.Admit(actx, req)
+	tk, err := g.ctl.Admit(actx, req)
 	cancel()
 	if err != nil {
 		g.m.throttled(ctx, "refused")
@@ -276,7 +276,7 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 	if err := errors.Join(errs[:]...); err != nil {
 		return err
 	}
-	p := g.cfg.Providers
+	p := g.opt.providers
 	if p == nil || len(p.stores) == 0 {
 		return nil
 	}

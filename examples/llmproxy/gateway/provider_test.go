@@ -81,12 +81,9 @@ func newProviderGatewayOn(t *testing.T, sim *upstream.Server, src string, clk ad
 	up := httptest.NewServer(sim)
 	t.Cleanup(up.Close)
 	reader := sdkmetric.NewManualReader()
-	gw, err := gateway.New(gateway.Config{
-		Upstream: up.URL + "/v1", Controller: ctl, Estimator: est, File: f, Providers: prov,
-		ForwardHeaders: []string{"X-Sim-*"}, Clock: clk,
-		Meter:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"),
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	gw, err := gateway.New(ctl, est, f, gateway.Config{
+		Upstream: up.URL + "/v1", ForwardHeaders: []string{"X-Sim-*"},
+	}, gateway.WithProviders(prov), gateway.WithClock(clk), gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +214,7 @@ func sumCounter(t *testing.T, r *sdkmetric.ManualReader, name, key string) map[s
 func TestProviderBudgetLearned(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		clk := admissiontest.NewClock(time.Now())
-		sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 2, Window: time.Second, Now: clk.Now}})
+		sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 2, Window: time.Second}}, upstream.WithClock(clk))
 		pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"), clk)
 		for i := range 2 {
 			if status, body := post(t, pg.url, stream); status != 200 {
@@ -248,7 +245,7 @@ func TestProviderBudgetLearned(t *testing.T) {
 // the second 429 reaches the client.
 func TestProviderThrottleAbsorbed(t *testing.T) {
 	clk := admissiontest.NewClock(time.Now())
-	sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 1, Window: time.Second, Now: clk.Now}})
+	sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 1, Window: time.Second}}, upstream.WithClock(clk))
 	direct := httptest.NewServer(sim)
 	defer direct.Close()
 	pg := newProviderGateway(t, sim, providerFile("  openai: {kind: upstream}"), clk)
@@ -338,8 +335,8 @@ func TestProvidersRequired(t *testing.T) {
 		t.Fatal(err)
 	}
 	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
-	_, err = gateway.New(gateway.Config{Upstream: "http://127.0.0.1:1/v1", Controller: ctl, Estimator: est, File: f})
-	if err == nil || !strings.Contains(err.Error(), "Config.Providers") {
-		t.Errorf("New without Providers = %v; want an error naming Config.Providers", err)
+	_, err = gateway.New(ctl, est, f, gateway.Config{Upstream: "http://127.0.0.1:1/v1"})
+	if err == nil || !strings.Contains(err.Error(), "WithProviders") {
+		t.Errorf("New without Providers = %v; want an error naming WithProviders", err)
 	}
 }

@@ -28,7 +28,7 @@ import (
 func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	r := c.Request()
 	ctx := r.Context()
-	est := g.cfg.Estimator
+	est := g.est
 	arrived := g.now()
 	// One state decides the request, from identity to settlement.
 	st := g.state.Load()
@@ -38,7 +38,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	// its body is read or parsed.
 	req, ok := g.identify(c, st)
 	if ok && r.ContentLength <= est.MaxBodyBytes() {
-		tk, err = g.cfg.Controller.Begin(ctx, req)
+		tk, err = g.ctl.Begin(ctx, req)
 	}
 	switch {
 	case !ok:
@@ -179,7 +179,7 @@ func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request
 // stays full.
 func (g *Gateway) readAndPrice(c echo.Context, ep weights.Endpoint) (weights.Estimate, []byte, bool) {
 	ctx := c.Request().Context()
-	est := g.cfg.Estimator
+	est := g.est
 	body, release, ok := g.readBody(c)
 	if !ok {
 		return weights.Estimate{}, nil, false
@@ -213,7 +213,7 @@ func (g *Gateway) readAndPrice(c echo.Context, ep weights.Endpoint) (weights.Est
 func (g *Gateway) readBody(c echo.Context) (body []byte, release func(), ok bool) {
 	r := c.Request()
 	ctx := r.Context()
-	est := g.cfg.Estimator
+	est := g.est
 	want := r.ContentLength
 	if want < 0 {
 		want = est.MaxBodyBytes()
@@ -304,8 +304,8 @@ func (x *exchange) measure() {
 // with its estimates as its usage.
 func (g *Gateway) logRefused(req *admission.Request, arrived time.Time, err error) {
 	var rej *admission.Rejection
-	if g.cfg.RequestLog != nil && errors.As(err, &rej) {
-		g.cfg.RequestLog.Log(req, arrived, admission.Usage{}, 0)
+	if g.opt.requestLog != nil && errors.As(err, &rej) {
+		g.opt.requestLog.Log(req, arrived, admission.Usage{}, 0)
 	}
 }
 
@@ -314,7 +314,7 @@ func (g *Gateway) logRefused(req *admission.Request, arrived time.Time, err erro
 // unreadable) to the request log: a begin_only record of req as Begin
 // was given it, never its body.
 func (g *Gateway) logBeginOnly(req *admission.Request, arrived time.Time) {
-	if l := g.cfg.RequestLog; l != nil {
+	if l := g.opt.requestLog; l != nil {
 		l.LogBeginOnly(req, arrived)
 	}
 }
@@ -323,7 +323,7 @@ func (g *Gateway) logBeginOnly(req *admission.Request, arrived time.Time) {
 // log: its actual usage (the zero Usage keeps its estimates) and how long
 // it held its permits, from its admission.
 func (g *Gateway) logAdmitted(req *admission.Request, arrived time.Time, u admission.Usage, admitted time.Time) {
-	if l := g.cfg.RequestLog; l != nil {
+	if l := g.opt.requestLog; l != nil {
 		l.Log(req, arrived, u, g.now().Sub(admitted))
 	}
 }

@@ -83,12 +83,9 @@ identity: {anonymous: deny}
 		}
 		fmt.Fprintf(w, `{"id":%q,"object":"model","padding":%q}`, strings.TrimPrefix(r.URL.Path, "/v1/models/"), padding)
 	})
-	cfg := gateway.Config{
-		Upstream: "http://upstream.test/v1", Controller: pg.ctl, Estimator: est, File: f,
-		Transport: handlerTransport{upstream}, Logger: slog.New(slog.DiscardHandler),
-	}
+	cfg := gateway.Config{Upstream: "http://upstream.test/v1"}
 	edit(&cfg)
-	gw, err := gateway.New(cfg)
+	gw, err := gateway.New(pg.ctl, est, f, cfg, gateway.WithTransport(handlerTransport{upstream}), gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ const streamBuffer = 2 << 10
 func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *http.Response, injected bool) {
 	g := x.g
 	w := x.c.Response()
-	sr := g.cfg.Estimator.NewStreamReader(resp.Body, x.est, injected)
+	sr := g.est.NewStreamReader(resp.Body, x.est, injected)
 	h := w.Header()
 	for k, vs := range resp.Header {
 		if !dropResponseHeader(k) {

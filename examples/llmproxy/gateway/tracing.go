@@ -35,7 +35,7 @@ const (
 var traceContext propagation.TextMapPropagator = propagation.TraceContext{}
 
 // Handler returns next (the echo server Register filled) served under a
-// server span per request when Config.TracerProvider is set, and next
+// server span per request when WithTracerProvider is set, and next
 // itself otherwise. The span continues the client's W3C traceparent; it
 // is named by the matched route ("POST /v1/chat/completions"), never by
 // the path the client sent, and a request no route matched by its method
@@ -43,7 +43,7 @@ var traceContext propagation.TextMapPropagator = propagation.TraceContext{}
 // not traced. The admission decisions of the request are events on that
 // span when the controller's observers include oteltrace.Observer.
 func (g *Gateway) Handler(next http.Handler) http.Handler {
-	tp := g.cfg.TracerProvider
+	tp := g.opt.tp
 	if tp == nil {
 		return next
 	}

@@ -45,7 +45,7 @@ identity: {anonymous: deny}
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	gw, err := gateway.New(gateway.Config{Upstream: up.URL + "/v1", Controller: ctl, Estimator: est, File: f, TracerProvider: tp, Logger: slog.New(slog.DiscardHandler)})
+	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: up.URL + "/v1"}, gateway.WithTracerProvider(tp), gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

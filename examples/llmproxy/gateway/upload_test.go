@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
 
@@ -51,7 +50,7 @@ func answerOn(t *testing.T, conn net.Conn, wait time.Duration) (int, error) {
 // holds the gateway's slots.
 func TestSlowUploadsHoldOnlyTheirTenantsSlot(t *testing.T) {
 	// A long grace: the crawling upload keeps its slot for the test.
-	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) { gc.Batches.UploadGrace = time.Minute })
+	s := batchGateway(t, batchPolicy, func(gc *gatewaySetup, _ *upstream.Config) { gc.Batches.UploadGrace = time.Minute })
 	a1, a2 := slowUpload(t, s, keyA), slowUpload(t, s, keyA)
 	statuses := make(chan int, 2)
 	for _, c := range []net.Conn{a1, a2} {
@@ -73,7 +72,7 @@ func TestSlowUploadsHoldOnlyTheirTenantsSlot(t *testing.T) {
 // brings too little (408, the connection closed), and its slot is free
 // again for the tenant's next upload.
 func TestUploadBelowMinimumRateIsCut(t *testing.T) {
-	s := batchGateway(t, batchPolicy, func(gc *gateway.Config, _ *upstream.Config) {
+	s := batchGateway(t, batchPolicy, func(gc *gatewaySetup, _ *upstream.Config) {
 		gc.Batches.MinUploadRate, gc.Batches.UploadGrace = 64<<10, 200*time.Millisecond
 	})
 	conn := slowUpload(t, s, keyA)

@@ -192,10 +192,9 @@ func withGateway(s providerSetup, src string, obs admission.Observer, fn func(gw
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{
-		Upstream: simURL + "/v1", Controller: ctl, Estimator: est, File: f, Providers: prov,
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	gw, err := gateway.New(ctl, est, f, gateway.Config{
+		Upstream: simURL + "/v1",
+	}, gateway.WithProviders(prov), gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return err
 	}

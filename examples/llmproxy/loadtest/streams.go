@@ -328,10 +328,9 @@ func newGateway(upURL string, tr http.RoundTripper) (http.Handler, *admission.Co
 	if err != nil {
 		return nil, nil, err
 	}
-	gw, err := gateway.New(gateway.Config{
-		Upstream: upURL, Controller: ctl, Estimator: est, File: f, Transport: tr,
-		Meter: prom.Provider.Meter("loadtest"), Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	gw, err := gateway.New(ctl, est, f, gateway.Config{
+		Upstream: upURL,
+	}, gateway.WithTransport(tr), gateway.WithMeterProvider(prom.Provider), gateway.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		return nil, nil, err
 	}

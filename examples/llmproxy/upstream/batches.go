@@ -21,7 +21,7 @@ import (
 // A batch is validating when created, in_progress once it is retrieved
 // after that, and ends Config.BatchDelay after its creation (a
 // cancelled one Config.BatchDelay after its cancellation, cancelling
-// until then), on the clock of Config.Now. Its metadata picks the ending,
+// until then), on the clock of WithClock. Its metadata picks the ending,
 // for tests:
 //
 //	sim_outcome: completed     the default; also failed, expired, cancelled
@@ -78,12 +78,7 @@ func isBatchAPI(path string) bool {
 	return strings.Contains(path, "/files") || strings.Contains(path, "/batches")
 }
 
-func (s *Server) now() time.Time {
-	if s.cfg.Now != nil {
-		return s.cfg.Now()
-	}
-	return time.Now()
-}
+func (s *Server) now() time.Time { return s.clock.Now() }
 
 // batchAPI serves the files and batches routes.
 func (s *Server) batchAPI(w http.ResponseWriter, r *http.Request, path string) {

@@ -19,7 +19,7 @@ import (
 // with the usage of the requests done.
 func TestBatchAPI(t *testing.T) {
 	clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	srv := httptest.NewServer(upstream.New(upstream.Config{OutputTokens: 5, BatchDelay: time.Hour, Now: clk.Now}))
+	srv := httptest.NewServer(upstream.New(upstream.Config{OutputTokens: 5, BatchDelay: time.Hour}, upstream.WithClock(clk)))
 	defer srv.Close()
 	call := func(method, path, ct string, body io.Reader) (int, map[string]any) {
 		t.Helper()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
 
@@ -43,8 +44,8 @@ func Example() {
 func ExampleLimits() {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	srv := httptest.NewServer(upstream.New(upstream.Config{
-		Limits: upstream.Limits{Requests: 1, Window: time.Minute, Now: func() time.Time { return now }},
-	}))
+		Limits: upstream.Limits{Requests: 1, Window: time.Minute},
+	}, upstream.WithClock(admissiontest.NewClock(now))))
 	defer srv.Close()
 	for range 2 {
 		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",

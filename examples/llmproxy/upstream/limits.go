@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/admission"
 )
 
 // DefaultWindow is the window of Limits when Limits.Window is zero: the
@@ -39,8 +41,6 @@ type Limits struct {
 	// Window is the time a spent budget takes to refill; zero means
 	// DefaultWindow.
 	Window time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 // enabled reports whether l limits anything.
@@ -71,18 +71,16 @@ func (b *bucket) until(n, limit int64, window time.Duration) time.Duration {
 // limiter enforces Limits per model.
 type limiter struct {
 	cfg    Limits
+	clock  admission.Clock
 	mu     sync.Mutex
 	models map[string]*[2]bucket // requests, tokens
 }
 
-func newLimiter(cfg Limits) *limiter {
+func newLimiter(cfg Limits, clock admission.Clock) *limiter {
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return &limiter{cfg: cfg, models: map[string]*[2]bucket{}}
+	return &limiter{cfg: cfg, clock: clock, models: map[string]*[2]bucket{}}
 }
 
 // verdict is what the limiter decided about one request: the figures of
@@ -97,7 +95,7 @@ type verdict struct {
 
 // take admits a request of n tokens for model, or refuses it.
 func (l *limiter) take(model string, n int64) verdict {
-	now := l.cfg.Now()
+	now := l.clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.models[model]

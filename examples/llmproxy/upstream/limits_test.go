@@ -6,23 +6,11 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/admissiontest"
 )
-
-// fakeClock is a settable clock for Limits.Now.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // The rolling window: requests and tokens per model are refused past
 // what is left with OpenAI's 429 and headers, every answer carries the
@@ -69,16 +57,14 @@ func TestLimits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := &fakeClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-			start := clk.t
-			lim := tc.limits
-			lim.Now = clk.now
-			sim := New(Config{Limits: lim})
+			clk := admissiontest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+			start := clk.Now()
+			sim := New(Config{Limits: tc.limits}, WithClock(clk))
 			srv := httptest.NewServer(sim)
 			defer srv.Close()
 			refused := int64(0)
 			for i, s := range tc.steps {
-				clk.advance(start.Add(s.at).Sub(clk.now()))
+				clk.Advance(start.Add(s.at).Sub(clk.Now()))
 				model := s.model
 				if model == "" {
 					model = "gpt-4o"

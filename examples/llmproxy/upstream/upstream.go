@@ -26,9 +26,12 @@
 //
 // It also serves OpenAI's Batch API: file uploads and contents, batches
 // created, retrieved and cancelled, each running Config.BatchDelay on the
-// clock Config.Now and ending as its metadata picks (sim_outcome,
+// clock of WithClock and ending as its metadata picks (sim_outcome,
 // sim_completed, sim_input_tokens, sim_output_tokens, sim_cached_tokens,
 // sim_id, sim_hang), with its usage in the batch object's usage field.
+//
+// Optional collaborators are options: WithClock; see
+// docs/concepts.md#constructors.
 package upstream
 
 import (
@@ -45,6 +48,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/admission"
 )
 
 // Defaults of Config fields left zero.
@@ -84,14 +89,26 @@ type Config struct {
 	// BatchDelay is how long a batch runs before it ends (see the Batch
 	// API in batches.go); zero ends it at its first retrieval.
 	BatchDelay time.Duration
-	// Now is the clock of batches; nil means time.Now.
-	Now func() time.Time
+}
+
+// An Option sets an optional collaborator of a Server.
+type Option func(*Server)
+
+// WithClock sets the clock of batches and of Limits' windows; nil means
+// admission.SystemClock, the wall clock, the default.
+func WithClock(c admission.Clock) Option {
+	return func(s *Server) {
+		if c != nil {
+			s.clock = c
+		}
+	}
 }
 
 // Server is the simulated API. It is an http.Handler, safe for concurrent
 // use, and counts the requests it serves.
 type Server struct {
 	cfg      Config
+	clock    admission.Clock
 	models   map[string]bool
 	seq      atomic.Int64
 	requests atomic.Int64
@@ -120,7 +137,7 @@ type Seen struct {
 }
 
 // New returns a simulator.
-func New(cfg Config) *Server {
+func New(cfg Config, opts ...Option) *Server {
 	if cfg.OutputTokens <= 0 {
 		cfg.OutputTokens = DefaultOutputTokens
 	}
@@ -130,9 +147,12 @@ func New(cfg Config) *Server {
 	if len(cfg.Models) == 0 {
 		cfg.Models = DefaultModels
 	}
-	s := &Server{cfg: cfg, models: map[string]bool{}}
+	s := &Server{cfg: cfg, clock: admission.SystemClock{}, models: map[string]bool{}}
+	for _, o := range opts {
+		o(s)
+	}
 	if cfg.Limits.enabled() {
-		s.limits = newLimiter(cfg.Limits)
+		s.limits = newLimiter(cfg.Limits, s.clock)
 	}
 	for _, m := range cfg.Models {
 		s.models[m] = true
