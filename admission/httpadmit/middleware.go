@@ -24,7 +24,8 @@
 //
 // A service with its own authentication passes a WithIdentity function
 // (the identity it validated); WithRejectionHandler writes its own answer
-// to a rejection; WithRetryAfterMs adds the precise wait (Retry-After-Ms)
+// to a rejection, with the default answer's headers and status from one
+// call (SetRejectionHeaders); WithRetryAfterMs adds the precise wait (Retry-After-Ms)
 // beside Retry-After's whole seconds; an admitted request that waited in
 // a queue gets a Server-Timing entry "queue;dur=<ms>" (WithServerTiming).
 //
@@ -104,7 +105,12 @@
 //
 // The middleware decides each request by one Snapshot: the policy set,
 // identity settings, key set and settings of one configuration, read once
-// when the request arrives (see Snapshot). The header rendering it shares
+// when the request arrives (see Snapshot). The handler's request context
+// holds one value the middleware placed, allocated once with the limit
+// headers' values: the identity the request was admitted as
+// (IdentityFrom), the ticket with WithTicketInContext (TicketFrom), and
+// the snapshot whose settings SetRejectionHeaders reads in a rejection
+// handler. The header rendering it shares
 // with the LLM gateway and the Envoy service lives in
 // internal/limitheaders, the body deadline in internal/bodywatch.
 //
@@ -293,13 +299,19 @@ func WithIdentity(f func(*http.Request) (Identity, error)) Option {
 }
 
 // WithRejectionHandler sets the function that answers a rejected request,
-// like ASP.NET's OnRejected: it writes the status (429, 403, 503 or its
-// own), headers and body from the typed rejection, whose Reason, Policy,
-// RetryAfter and Status figures are the middleware's. Only
-// "Connection: close" is set before it is called, when the request body
-// was not read to its end. Without it, or to fall back, the answer is the
-// default one (Middleware.WriteRejection): Retry-After, the limit
-// headers and problem+json. The function must not reveal internals.
+// like ASP.NET's OnRejected: it writes the status, headers and body from
+// the typed rejection, whose Reason, Policy, RetryAfter and Status
+// figures are the middleware's. One call, SetRejectionHeaders(w, r, rej),
+// sets the headers the default answer carries (Retry-After,
+// Retry-After-Ms with WithRetryAfterMs, the limit fields) and returns its
+// status (429, the WithQuotaStatus status, 503), by the settings of the
+// snapshot that decided r; the function then writes that status (or its
+// own) and its body. Only "Connection: close" is set before it is called,
+// when the request body was not read to its end; r's context holds the
+// identity the request was refused as (IdentityFrom). Without it, or to
+// fall back, the answer is the default one (Middleware.WriteRejection):
+// those headers and problem+json. The function must not reveal
+// internals.
 func WithRejectionHandler(f func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection)) Option {
 	return func(o *Snapshot) { o.onRejected = f }
 }
