@@ -2,6 +2,7 @@ package httpadmit
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/sluicehq/sluice/admission"
@@ -42,6 +43,10 @@ func (s *reqState) Value(key any) any {
 	}
 	return s.Context.Value(key)
 }
+
+// String names s without its contents, as context.WithValue's contexts
+// do: a printed context shows no identity.
+func (s *reqState) String() string { return fmt.Sprint(s.Context) + ".WithValue(httpadmit)" }
 
 // stateOf returns the innermost reqState of ctx, or nil.
 func stateOf(ctx context.Context) *reqState {

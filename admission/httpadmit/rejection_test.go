@@ -1,6 +1,7 @@
 package httpadmit_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +129,36 @@ func equalHeaders(a, b http.Header) bool {
 		}
 	}
 	return true
+}
+
+// TestContextValue: the context the handler gets holds the identity and
+// the ticket; an identity placed on it later (ContextWithIdentity) keeps
+// the ticket; a printed context shows neither.
+func TestContextValue(t *testing.T) {
+	var got, inner httpadmit.Identity
+	var ticket, innerTicket bool
+	var printed string
+	stub := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = httpadmit.IdentityFrom(r.Context())
+		_, ticket = httpadmit.TicketFrom(r.Context())
+		ctx := httpadmit.ContextWithIdentity(r.Context(), httpadmit.Identity{Tenant: "other"})
+		inner, _ = httpadmit.IdentityFrom(ctx)
+		_, innerTicket = httpadmit.TicketFrom(ctx)
+		printed = fmt.Sprint(ctx)
+	})
+	benchMiddleware(t, stub, benchRequest(), httpadmit.WithTicketInContext())
+	if want := (httpadmit.Identity{Tenant: "acme", KeyID: "key_1"}); got != want || !ticket {
+		t.Errorf("handler: IdentityFrom = %+v, TicketFrom ok = %v; want %+v, true", got, ticket, want)
+	}
+	if inner.Tenant != "other" || !innerTicket {
+		t.Errorf("after ContextWithIdentity: IdentityFrom = %+v, TicketFrom ok = %v; want tenant other, true", inner, innerTicket)
+	}
+	for _, secret := range []string{"acme", "key_1", "other"} {
+		if strings.Contains(printed, secret) {
+			t.Errorf("printed context %q shows %q", printed, secret)
+		}
+	}
+	if _, ok := httpadmit.IdentityFrom(context.Background()); ok {
+		t.Error("IdentityFrom(context.Background()) found an identity")
+	}
 }
