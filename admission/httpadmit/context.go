@@ -25,11 +25,13 @@ type reqState struct {
 }
 
 // served is the per-request allocation of the middleware's admitted
-// path: the context value and the values of the limit headers set on the
-// response.
+// path: the context value, the values of the limit headers set on the
+// response, and the request the handler gets (the copy
+// http.Request.WithContext makes, held here rather than allocated apart).
 type served struct {
 	reqState
 	vals limitheaders.Values
+	req  http.Request
 }
 
 // stateKey is the context key under which a reqState finds itself.

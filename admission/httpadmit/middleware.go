@@ -107,7 +107,7 @@
 // identity settings, key set and settings of one configuration, read once
 // when the request arrives (see Snapshot). The handler's request context
 // holds one value the middleware placed, allocated once with the limit
-// headers' values: the identity the request was admitted as
+// headers' values and the handler's request: the identity the request was admitted as
 // (IdentityFrom), the ticket with WithTicketInContext (TicketFrom), and
 // the snapshot whose settings SetRejectionHeaders reads in a rejection
 // handler. The header rendering it shares
@@ -546,7 +546,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		arrived = time.Now()
 	}
 	// The request's one allocation of the middleware's own: its context
-	// value and the limit headers' values.
+	// value, the limit headers' values and the handler's request.
 	st := &served{reqState: reqState{Context: r.Context(), snap: o}}
 	req, tk, err := m.decide(o, w, r, &st.vals)
 	body, _ := r.Body.(*bodywatch.Body)
@@ -578,7 +578,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// too with WithTicketInContext (TicketFrom).
 	st.id, st.hasID = Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User}, true
 	st.tk, st.hasTicket = tk, o.ticketCtx
-	h.next.ServeHTTP(w, r.WithContext(&st.reqState))
+	st.req = *r.WithContext(&st.reqState)
+	h.next.ServeHTTP(w, &st.req)
 }
 
 // logRequest reports req to log (WithRequestLog): refused when admitted
