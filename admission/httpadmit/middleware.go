@@ -25,9 +25,10 @@
 // A service with its own authentication passes a WithIdentity function
 // (the identity it validated); WithRejectionHandler writes its own answer
 // to a rejection, with the default answer's headers and status from one
-// call (SetRejectionHeaders); WithRetryAfterMs adds the precise wait (Retry-After-Ms)
-// beside Retry-After's whole seconds; an admitted request that waited in
-// a queue gets a Server-Timing entry "queue;dur=<ms>" (WithServerTiming).
+// call (SetRejectionHeaders); WithRetryAfterMs adds the precise wait
+// (Retry-After-Ms) beside Retry-After's whole seconds; an admitted
+// request that waited in a queue gets a Server-Timing entry
+// "queue;dur=<ms>" (WithServerTiming).
 //
 // # What the limit headers mean
 //
@@ -107,10 +108,10 @@
 // identity settings, key set and settings of one configuration, read once
 // when the request arrives (see Snapshot). The handler's request context
 // holds one value the middleware placed, allocated once with the limit
-// headers' values and the handler's request: the identity the request was admitted as
-// (IdentityFrom), the ticket with WithTicketInContext (TicketFrom), and
-// the snapshot whose settings SetRejectionHeaders reads in a rejection
-// handler. The header rendering it shares
+// headers' values and the handler's request: the identity the request
+// was admitted as (IdentityFrom), the ticket with WithTicketInContext
+// (TicketFrom), and the snapshot whose settings SetRejectionHeaders
+// reads in a rejection handler. The header rendering it shares
 // with the LLM gateway and the Envoy service lives in
 // internal/limitheaders, the body deadline in internal/bodywatch.
 //
@@ -545,10 +546,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if log != nil {
 		arrived = time.Now()
 	}
-	// The request's one allocation of the middleware's own: its context
-	// value, the limit headers' values and the handler's request.
-	st := &served{reqState: reqState{Context: r.Context(), snap: o}}
-	req, tk, err := m.decide(o, w, r, &st.vals)
+	// The admitted request's one allocation of the middleware's own (its
+	// context value, the limit headers' values and the handler's
+	// request), made once it is admitted.
+	var st *served
+	req, tk, err := m.decide(o, w, r, &st)
 	body, _ := r.Body.(*bodywatch.Body)
 	if body != nil {
 		// What the handler leaves of the body is not drained.
@@ -560,10 +562,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if log != nil {
 				logRequest(log, req, arrived, time.Time{})
 			}
-			// Refused as identified: a rejection handler may read it.
-			st.id, st.hasID = Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User}, true
+			if o.onRejected != nil {
+				// Refused as identified: the rejection handler may read it.
+				rs := withState(r.Context(), new(reqState))
+				rs.id, rs.hasID = Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User}, true
+				o.writeError(w, r, err, rs)
+				return
+			}
 		}
-		o.writeError(w, r, err, &st.reqState)
+		o.WriteError(w, r, err)
 		return
 	}
 	// Settled when the handler returns, and also while a panic unwinds
@@ -576,6 +583,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The identity the request was admitted as reaches the handler
 	// (IdentityFrom), which never identifies the caller again; the ticket
 	// too with WithTicketInContext (TicketFrom).
+	st.Context, st.snap = r.Context(), o
 	st.id, st.hasID = Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User}, true
 	st.tk, st.hasTicket = tk, o.ticketCtx
 	st.req = *r.WithContext(&st.reqState)
@@ -618,12 +626,12 @@ func (o *Snapshot) Exempt(r *http.Request) bool {
 }
 
 // decide admits r by the snapshot o, returning the request decided as
-// well; vals (nil: allocated) holds the admitted limit headers' values.
-func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request, vals *limitheaders.Values) (admission.Request, admission.Ticket, error) {
+// well; into is admit's.
+func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request, into **served) (admission.Request, admission.Ticket, error) {
 	if err := o.LimitBody(w, r); err != nil {
 		return admission.Request{}, admission.Ticket{}, err
 	}
-	return m.admitAs(o, w, r, nil, nil, vals)
+	return m.admitAs(o, w, r, nil, nil, into)
 }
 
 // AdmitAs admits r, after s.LimitBody, for an adapter that builds
@@ -640,8 +648,8 @@ func (m *Middleware) AdmitAs(s *Snapshot, w http.ResponseWriter, r *http.Request
 }
 
 // admitAs is AdmitAs by the snapshot o, returning the request decided as
-// well; vals is admit's.
-func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error, vals *limitheaders.Values) (admission.Request, admission.Ticket, error) {
+// well; into is admit's.
+func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error, into **served) (admission.Request, admission.Ticket, error) {
 	req, err := m.caller(o, r, caller)
 	switch {
 	case err != nil:
@@ -660,7 +668,7 @@ func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return req, admission.Ticket{}, err
 	}
-	tk, err := m.admit(o, w, r, req, vals)
+	tk, err := m.admit(o, w, r, req, into)
 	return req, tk, err
 }
 
@@ -683,8 +691,8 @@ func (o *Snapshot) LimitBody(w http.ResponseWriter, r *http.Request) error {
 
 // admit asks the controller to admit req on behalf of r by the policies
 // of o and, once admitted, sets the limit headers on w, their values held
-// in vals (nil: allocated).
-func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, req admission.Request, vals *limitheaders.Values) (admission.Ticket, error) {
+// in *into, allocated for the admitted request, when into is not nil.
+func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, req admission.Request, into **served) (admission.Ticket, error) {
 	req.Policies = o.policies
 	var tk admission.Ticket
 	var err error
@@ -699,6 +707,11 @@ func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, 
 	var stack [maxStatuses]admission.Status
 	sts := limitheaders.Enforced(tk.Statuses(stack[:0]))
 	h := w.Header()
+	var vals *limitheaders.Values
+	if into != nil {
+		*into = new(served)
+		vals = &(*into).vals
+	}
 	limitheaders.SetLimitHeadersIn(h, sts, vals)
 	if o.serverTiming {
 		if d := tk.QueueWait(); d > 0 {
