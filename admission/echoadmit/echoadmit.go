@@ -53,7 +53,12 @@ type Config struct {
 	// DenyHandler answers a rejected request; err is a
 	// *admission.Rejection and identifier the tenant. The default is the
 	// httpadmit middleware's answer: its WithRejectionHandler function, or
-	// the 429/403/503 contract.
+	// the 429/403/503 contract. A WithRejectionHandler function's
+	// httpadmit.SetRejectionHeaders honours the middleware's settings
+	// (WithQuotaStatus, WithRetryAfterMs); called from a DenyHandler, it
+	// knows none and uses the defaults, so a service that renders its own
+	// body with the standard headers sets WithRejectionHandler rather
+	// than a DenyHandler.
 	DenyHandler func(c echo.Context, identifier string, err error) error
 	// ErrorHandler answers a request that could not be evaluated: 401 for
 	// identity errors, 413 for an oversized body, 408 for a body too slow,

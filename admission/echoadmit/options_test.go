@@ -217,3 +217,27 @@ func TestEchoRequestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRejectionHeadersOnEcho: under echo, a WithRejectionHandler function
+// that writes its own body gets the default answer's headers and status
+// from httpadmit.SetRejectionHeaders, by the middleware's settings (the
+// quota status 429, Retry-After-Ms).
+func TestRejectionHeadersOnEcho(t *testing.T) {
+	hook := func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
+		status := httpadmit.SetRejectionHeaders(w, r, rej)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"policy":%q}`, rej.Policy)
+	}
+	daily := admission.Policy{Name: "daily", Algorithm: limits.Quota, Limit: 1, Period: limits.PeriodDay}
+	srv, _ := newServerWith(t, echoadmit.Config{}, []httpadmit.Option{
+		httpadmit.WithRejectionHandler(hook), httpadmit.WithQuotaStatus(429), httpadmit.WithRetryAfterMs(true),
+	}, daily)
+	send(t, srv.URL+"/v1/items/1")
+	resp, body := send(t, srv.URL+"/v1/items/1")
+	h := resp.Header
+	if resp.StatusCode != 429 || body != `{"policy":"daily"}` || h.Get("Retry-After") != "86400" || h.Get("Retry-After-Ms") != "86400000" ||
+		h.Get("RateLimit") != `"daily";r=0;t=86400` || h.Get("X-RateLimit-Limit") != "1" {
+		t.Errorf("quota rejection: %d %v %s; want 429 with Retry-After 86400, Retry-After-Ms and the limit fields", resp.StatusCode, h, body)
+	}
+}

@@ -30,31 +30,41 @@ func benchRequest() *http.Request {
 	return r
 }
 
-// BenchmarkMiddleware measures admit and settle of one token-bucket policy
-// keyed by tenant through the net/http middleware: API key lookup by hash,
-// client address, operation from the route pattern, the decision, the
-// limit headers, the handler and the settlement.
-func BenchmarkMiddleware(b *testing.B) {
+// benchMiddleware returns next behind a middleware with one token-bucket
+// policy keyed by tenant and the API key of benchRequest, opts added,
+// after serving r once.
+func benchMiddleware(tb testing.TB, next http.Handler, r *http.Request, opts ...httpadmit.Option) (http.Handler, *httptest.ResponseRecorder) {
+	tb.Helper()
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
 		Name: "per-tenant", Key: []limits.KeyPart{limits.KeyTenant},
 		Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Second,
 	}}})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	r := benchRequest()
-	mw, err := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
+	mw, err := httpadmit.New(ctl, append([]httpadmit.Option{httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
 		Keys: httpadmit.KeyTable{apikey.Sum("sk-bench-0123456789abcdef0123456789abcdef"): {Tenant: "acme", KeyID: "key_1"}},
-	}))
+	})}, opts...)...)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	h := mw.Handler(benchHandler())
+	h := mw.Handler(next)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	if w.Code != http.StatusOK || w.Header().Get("RateLimit") == "" {
-		b.Fatalf("status %d, headers %v", w.Code, w.Header())
+		tb.Fatalf("status %d, headers %v", w.Code, w.Header())
 	}
+	return h, w
+}
+
+// BenchmarkMiddleware measures admit and settle of one token-bucket policy
+// keyed by tenant through the net/http middleware: API key lookup by hash,
+// client address, operation from the route pattern, the decision, the
+// limit headers, the identity in the request's context, the handler and
+// the settlement.
+func BenchmarkMiddleware(b *testing.B) {
+	r := benchRequest()
+	h, w := benchMiddleware(b, benchHandler(), r)
 	b.ReportAllocs()
 	cpu := cpuTime()
 	for b.Loop() {
@@ -62,6 +72,42 @@ func BenchmarkMiddleware(b *testing.B) {
 		h.ServeHTTP(w, r)
 	}
 	reportCPU(b, cpu)
+}
+
+// middlewareAllocs is the number of allocations of an admitted request
+// through the middleware, the handler's aside: one holding the context
+// value (the identity, the ticket, the snapshot), the limit headers'
+// values and the handler's copy of the request (http.Request.WithContext),
+// and the limit headers' text.
+const middlewareAllocs = 2
+
+// TestMiddlewareAllocs pins the allocations of one admitted request
+// through the middleware to a handler that allocates nothing, with and
+// without the ticket in the context: the identity and the ticket reach
+// the handler without an allocation of their own.
+func TestMiddlewareAllocs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []httpadmit.Option
+	}{
+		{"identity", nil},
+		{"identity and ticket", []httpadmit.Option{httpadmit.WithTicketInContext()}},
+	} {
+		var id httpadmit.Identity
+		var ticket bool
+		stub := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id, _ = httpadmit.IdentityFrom(r.Context())
+			_, ticket = httpadmit.TicketFrom(r.Context())
+		})
+		r := benchRequest()
+		h, w := benchMiddleware(t, stub, r, tc.opts...)
+		if want := (httpadmit.Identity{Tenant: "acme", KeyID: "key_1"}); id != want || ticket != (tc.opts != nil) {
+			t.Fatalf("%s: handler saw identity %+v and ticket %v; want %+v and %v", tc.name, id, ticket, want, tc.opts != nil)
+		}
+		if got := testing.AllocsPerRun(100, func() { h.ServeHTTP(w, r) }); got != middlewareAllocs {
+			t.Errorf("%s: allocations per admitted request = %v; want %d", tc.name, got, middlewareAllocs)
+		}
+	}
 }
 
 // BenchmarkPeerBareHandler is the peer of BenchmarkMiddleware: the same

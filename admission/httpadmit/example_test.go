@@ -1,6 +1,7 @@
 package httpadmit_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -76,32 +77,32 @@ func ExampleWithIdentity() {
 	// s-forged 401
 }
 
-// A rejection handler writes the service's own answer from the typed
-// rejection, and falls back to the default problem+json for the rest.
+// A rejection handler writes the service's own JSON body; the headers
+// and the status are the middleware's (SetRejectionHeaders): Retry-After,
+// Retry-After-Ms, the limit fields, and the quota status the service
+// configured.
 func ExampleWithRejectionHandler() {
-	var mw *httpadmit.Middleware
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "rps", Algorithm: limits.TokenBucket, Limit: 1, Per: time.Second,
-	}}}, admission.WithClock(admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))))
-	mw, _ = httpadmit.New(ctl, httpadmit.WithRejectionHandler(func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
-		if !errors.Is(rej, admission.ErrRateLimited) {
-			mw.WriteRejection(w, rej)
-			return
-		}
-		limitheaders.SetRetryAfter(w.Header(), rej.RetryAfter)
-		w.Header().Set("Content-Type", "text/plain")
-		w.WriteHeader(http.StatusTooManyRequests)
-		fmt.Fprintf(w, "slow down: %s allows %d per second\n", rej.Policy, rej.Status.Limit)
-	}))
+		Name: "daily", Algorithm: limits.Quota, Limit: 1, Period: limits.PeriodDay,
+	}}}, admission.WithClock(admissiontest.NewClock(time.Date(2026, 1, 1, 18, 0, 0, 0, time.UTC))))
+	mw, _ := httpadmit.New(ctl, httpadmit.WithQuotaStatus(http.StatusTooManyRequests), httpadmit.WithRetryAfterMs(true),
+		httpadmit.WithRejectionHandler(func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
+			status := httpadmit.SetRejectionHeaders(w, r, rej)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": "limit_reached", "policy": rej.Policy, "reason": rej.Reason.String()})
+		}))
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for range 2 {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/claims", nil))
-		fmt.Println(strings.TrimSpace(fmt.Sprint(rec.Code, " ", rec.Header().Get("Retry-After"), " ", rec.Body.String())))
+		fmt.Println(rec.Code, rec.Header().Get("Retry-After"), rec.Header().Get("Retry-After-Ms"), rec.Header().Get("RateLimit"))
+		fmt.Print(rec.Body.String())
 	}
 	// Output:
-	// 200
-	// 429 1 slow down: rps allows 1 per second
+	// 200   "daily";r=0;t=21600
+	// 429 21600 21600000 "daily";r=0;t=21600
+	// {"error":"limit_reached","policy":"daily","reason":"quota"}
 }
 
 // With WithRetryAfterMs a wait of 0.2 s reads Retry-After: 1 (whole

@@ -34,7 +34,7 @@ var NewKeySet = newKeySet
 
 // WriteRejection writes the default answer to rej with quotaStatus.
 func WriteRejection(w http.ResponseWriter, rej *admission.Rejection, quotaStatus int) {
-	writeRejectionProblem(w, rej, rejectionProblem(rej, quotaStatus))
+	writeRejection(w, rej, &Snapshot{quotaStatus: quotaStatus})
 }
 
 // Decide admits r, or says why not. On admission it sets the limit headers
@@ -47,7 +47,7 @@ func WriteRejection(w http.ResponseWriter, rej *admission.Rejection, quotaStatus
 // away while queued, or another error when admission itself failed.
 // WriteError answers each of them.
 func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.Ticket, error) {
-	_, tk, err := m.decide(m.cur.Load(), w, r)
+	_, tk, err := m.decide(m.cur.Load(), w, r, nil)
 	return tk, err
 }
 
@@ -56,7 +56,7 @@ func (m *Middleware) Decide(w http.ResponseWriter, r *http.Request) (admission.T
 // when it is admitted, sets the limit headers (and the shadow header when
 // enabled) on w.
 func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
-	return m.admit(m.cur.Load(), w, r, req)
+	return m.admit(m.cur.Load(), w, r, req, nil)
 }
 
 // Operation returns the operation name of r: "METHOD route", the route

@@ -1,7 +1,6 @@
 package httpadmit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,25 +16,6 @@ import (
 // (as a short hash-derived id, never the credential) and the end user. It
 // is what a policy file's API key stands for (apikey.Identity).
 type Identity = apikey.Identity
-
-type identityKey struct{}
-
-// ContextWithIdentity returns a context carrying id. An authentication middleware
-// that runs before this one calls it once it has validated the caller's
-// credentials (a JWT, a session); the admission middleware then uses id
-// instead of looking for an API key.
-func ContextWithIdentity(ctx context.Context, id Identity) context.Context {
-	return context.WithValue(ctx, identityKey{}, id)
-}
-
-// IdentityFrom returns the identity placed in ctx by ContextWithIdentity:
-// in a handler behind the middleware (Middleware.Handler), the identity
-// the request was admitted as, which the handler uses rather than
-// identifying the caller again.
-func IdentityFrom(ctx context.Context) (Identity, bool) {
-	id, ok := ctx.Value(identityKey{}).(Identity)
-	return id, ok
-}
 
 // keyTable maps API key hashes (apikey.Sum) to the identities they
 // stand for.

@@ -24,9 +24,11 @@
 //
 // A service with its own authentication passes a WithIdentity function
 // (the identity it validated); WithRejectionHandler writes its own answer
-// to a rejection; WithRetryAfterMs adds the precise wait (Retry-After-Ms)
-// beside Retry-After's whole seconds; an admitted request that waited in
-// a queue gets a Server-Timing entry "queue;dur=<ms>" (WithServerTiming).
+// to a rejection, with the default answer's headers and status from one
+// call (SetRejectionHeaders); WithRetryAfterMs adds the precise wait
+// (Retry-After-Ms) beside Retry-After's whole seconds; an admitted
+// request that waited in a queue gets a Server-Timing entry
+// "queue;dur=<ms>" (WithServerTiming).
 //
 // # What the limit headers mean
 //
@@ -104,7 +106,12 @@
 //
 // The middleware decides each request by one Snapshot: the policy set,
 // identity settings, key set and settings of one configuration, read once
-// when the request arrives (see Snapshot). The header rendering it shares
+// when the request arrives (see Snapshot). The handler's request context
+// holds one value the middleware placed, allocated once with the limit
+// headers' values and the handler's request: the identity the request
+// was admitted as (IdentityFrom), the ticket with WithTicketInContext
+// (TicketFrom), and the snapshot whose settings SetRejectionHeaders
+// reads in a rejection handler. The header rendering it shares
 // with the LLM gateway and the Envoy service lives in
 // internal/limitheaders, the body deadline in internal/bodywatch.
 //
@@ -264,7 +271,9 @@ func WithRequestLog(log func(r *admission.Request, arrived time.Time, actual adm
 
 // WithTicketInContext places the ticket in the request context for the
 // handler (see TicketFrom), so it can Settle with the actual usage or
-// Charge while it streams. It costs two allocations per request.
+// Charge while it streams. It costs no allocation: the ticket shares the
+// one context value the middleware places (with the identity,
+// IdentityFrom).
 func WithTicketInContext() Option { return func(o *Snapshot) { o.ticketCtx = true } }
 
 // WithLogger sets the logger of unexpected admission errors; the default
@@ -291,13 +300,19 @@ func WithIdentity(f func(*http.Request) (Identity, error)) Option {
 }
 
 // WithRejectionHandler sets the function that answers a rejected request,
-// like ASP.NET's OnRejected: it writes the status (429, 403, 503 or its
-// own), headers and body from the typed rejection, whose Reason, Policy,
-// RetryAfter and Status figures are the middleware's. Only
-// "Connection: close" is set before it is called, when the request body
-// was not read to its end. Without it, or to fall back, the answer is the
-// default one (Middleware.WriteRejection): Retry-After, the limit
-// headers and problem+json. The function must not reveal internals.
+// like ASP.NET's OnRejected: it writes the status, headers and body from
+// the typed rejection, whose Reason, Policy, RetryAfter and Status
+// figures are the middleware's. One call, SetRejectionHeaders(w, r, rej),
+// sets the headers the default answer carries (Retry-After,
+// Retry-After-Ms with WithRetryAfterMs, the limit fields) and returns its
+// status (429, the WithQuotaStatus status, 503), by the settings of the
+// snapshot that decided r; the function then writes that status (or its
+// own) and its body. Only "Connection: close" is set before it is called,
+// when the request body was not read to its end; r's context holds the
+// identity the request was refused as (IdentityFrom). Without it, or to
+// fall back, the answer is the default one (Middleware.WriteRejection):
+// those headers and problem+json. The function must not reveal
+// internals.
 func WithRejectionHandler(f func(w http.ResponseWriter, r *http.Request, rej *admission.Rejection)) Option {
 	return func(o *Snapshot) { o.onRejected = f }
 }
@@ -531,7 +546,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if log != nil {
 		arrived = time.Now()
 	}
-	req, tk, err := m.decide(o, w, r)
+	// The admitted request's one allocation of the middleware's own (its
+	// context value, the limit headers' values and the handler's
+	// request), made once it is admitted.
+	var st *served
+	req, tk, err := m.decide(o, w, r, &st)
 	body, _ := r.Body.(*bodywatch.Body)
 	if body != nil {
 		// What the handler leaves of the body is not drained.
@@ -539,8 +558,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		var rej *admission.Rejection
-		if log != nil && errors.As(err, &rej) {
-			logRequest(log, req, arrived, time.Time{})
+		if errors.As(err, &rej) {
+			if log != nil {
+				logRequest(log, req, arrived, time.Time{})
+			}
+			if o.onRejected != nil {
+				// Refused as identified: the rejection handler may read it.
+				rs := withState(r.Context(), new(reqState))
+				rs.id, rs.hasID = Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User}, true
+				o.writeError(w, r, err, rs)
+				return
+			}
 		}
 		o.WriteError(w, r, err)
 		return
@@ -553,12 +581,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer tk.Done()
 	// The identity the request was admitted as reaches the handler
-	// (IdentityFrom), which never identifies the caller again.
-	ctx := ContextWithIdentity(r.Context(), Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User})
-	if o.ticketCtx {
-		ctx = context.WithValue(ctx, ticketKey{}, tk)
-	}
-	h.next.ServeHTTP(w, r.WithContext(ctx))
+	// (IdentityFrom), which never identifies the caller again; the ticket
+	// too with WithTicketInContext (TicketFrom).
+	st.Context, st.snap = r.Context(), o
+	st.id, st.hasID = Identity{Tenant: req.Tenant, KeyID: req.KeyID, User: req.User}, true
+	st.tk, st.hasTicket = tk, o.ticketCtx
+	st.req = *r.WithContext(&st.reqState)
+	h.next.ServeHTTP(w, &st.req)
 }
 
 // logRequest reports req to log (WithRequestLog): refused when admitted
@@ -570,16 +599,6 @@ func logRequest(log func(*admission.Request, time.Time, admission.Usage, time.Du
 		work = time.Since(admitted)
 	}
 	log(&req, arrived, admission.Usage{}, work)
-}
-
-type ticketKey struct{}
-
-// TicketFrom returns the ticket of the request whose context is ctx, when
-// the middleware has WithTicketInContext. Settling it in the handler is
-// fine: the middleware's own settlement then does nothing.
-func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
-	tk, ok := ctx.Value(ticketKey{}).(admission.Ticket)
-	return tk, ok
 }
 
 // Exempt reports whether r bypasses admission: an exempt path or the
@@ -607,12 +626,12 @@ func (o *Snapshot) Exempt(r *http.Request) bool {
 }
 
 // decide admits r by the snapshot o, returning the request decided as
-// well.
-func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request) (admission.Request, admission.Ticket, error) {
+// well; into is admit's.
+func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request, into **served) (admission.Request, admission.Ticket, error) {
 	if err := o.LimitBody(w, r); err != nil {
 		return admission.Request{}, admission.Ticket{}, err
 	}
-	return m.admitAs(o, w, r, nil, nil)
+	return m.admitAs(o, w, r, nil, nil, into)
 }
 
 // AdmitAs admits r, after s.LimitBody, for an adapter that builds
@@ -624,13 +643,13 @@ func (m *Middleware) decide(o *Snapshot, w http.ResponseWriter, r *http.Request)
 // checked as the WithRequest function's); the request is decided by the
 // policies of s.
 func (m *Middleware) AdmitAs(s *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Ticket, error) {
-	_, tk, err := m.admitAs(s, w, r, caller, complete)
+	_, tk, err := m.admitAs(s, w, r, caller, complete, nil)
 	return tk, err
 }
 
 // admitAs is AdmitAs by the snapshot o, returning the request decided as
-// well.
-func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error) (admission.Request, admission.Ticket, error) {
+// well; into is admit's.
+func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request, caller func() (admission.Request, error), complete func(*admission.Request) error, into **served) (admission.Request, admission.Ticket, error) {
 	req, err := m.caller(o, r, caller)
 	switch {
 	case err != nil:
@@ -649,7 +668,7 @@ func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return req, admission.Ticket{}, err
 	}
-	tk, err := m.admit(o, w, r, req)
+	tk, err := m.admit(o, w, r, req, into)
 	return req, tk, err
 }
 
@@ -670,7 +689,10 @@ func (o *Snapshot) LimitBody(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, req admission.Request) (admission.Ticket, error) {
+// admit asks the controller to admit req on behalf of r by the policies
+// of o and, once admitted, sets the limit headers on w, their values held
+// in *into, allocated for the admitted request, when into is not nil.
+func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, req admission.Request, into **served) (admission.Ticket, error) {
 	req.Policies = o.policies
 	var tk admission.Ticket
 	var err error
@@ -685,7 +707,12 @@ func (m *Middleware) admit(o *Snapshot, w http.ResponseWriter, r *http.Request, 
 	var stack [maxStatuses]admission.Status
 	sts := limitheaders.Enforced(tk.Statuses(stack[:0]))
 	h := w.Header()
-	limitheaders.SetLimitHeaders(h, sts)
+	var vals *limitheaders.Values
+	if into != nil {
+		*into = new(served)
+		vals = &(*into).vals
+	}
+	limitheaders.SetLimitHeadersIn(h, sts, vals)
 	if o.serverTiming {
 		if d := tk.QueueWait(); d > 0 {
 			limitheaders.SetQueueTiming(h, d)
@@ -810,8 +837,16 @@ func (e *badRequest) Unwrap() error { return e.err }
 // *admission.Rejection, nothing when the client is gone, 400 for an
 // error matching admission.ErrInvalidCost (problem type
 // problemInvalidCost) or of the WithRequest function, and 503 for
-// anything else (logged, never shown).
+// anything else (logged, never shown). The WithRejectionHandler function
+// is given r with a context that SetRejectionHeaders reads o's settings
+// from.
 func (o *Snapshot) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	o.writeError(w, r, err, nil)
+}
+
+// writeError is WriteError; st (nil: allocated when needed) is the
+// request's context value, given to the WithRejectionHandler function.
+func (o *Snapshot) writeError(w http.ResponseWriter, r *http.Request, err error, st *reqState) {
 	var rej *admission.Rejection
 	var bad *badRequest
 	// A refusal is sent at once, and the connection closed rather than
@@ -821,7 +856,11 @@ func (o *Snapshot) WriteError(w http.ResponseWriter, r *http.Request, err error)
 	switch {
 	case errors.As(err, &rej):
 		if o.onRejected != nil {
-			o.onRejected(w, r, rej)
+			if st == nil {
+				st = withState(r.Context(), new(reqState))
+			}
+			st.snap = o
+			o.onRejected(w, r.WithContext(st), rej)
 			return
 		}
 		writeRejection(w, rej, o)
@@ -857,19 +896,50 @@ func (o *Snapshot) WriteError(w http.ResponseWriter, r *http.Request, err error)
 }
 
 // WriteRejection writes the default answer to a rejection with the
-// middleware's settings (WithQuotaStatus, WithRetryAfterMs), for a
+// settings in force (WithQuotaStatus, WithRetryAfterMs), for a
 // WithRejectionHandler function that falls back to it.
 func (m *Middleware) WriteRejection(w http.ResponseWriter, rej *admission.Rejection) {
 	writeRejection(w, rej, m.cur.Load())
 }
 
+// SetRejectionHeaders sets on w the headers of the middleware's own
+// answer to rej, and returns the status it answers with, for a
+// WithRejectionHandler function that writes its own body: Retry-After
+// (whole seconds, rounded up; absent when waiting cannot help), with
+// WithRetryAfterMs Retry-After-Ms, and the refusing policy's
+// RateLimit-Policy, RateLimit and X-RateLimit-* fields (none for an
+// unavailable store or a full partition table); the status is 429, the
+// WithQuotaStatus status for an exhausted quota (403 by default), or
+// 503. The settings are those of the snapshot that decided r, the
+// request the function is given; for a request the middleware did not
+// decide, the defaults. The function then writes the status and its
+// body.
+func SetRejectionHeaders(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) int {
+	return snapshotOf(r).setRejectionHeaders(w.Header(), rej)
+}
+
+// setRejectionHeaders is SetRejectionHeaders by the settings of o.
+func (o *Snapshot) setRejectionHeaders(h http.Header, rej *admission.Rejection) int {
+	limitheaders.SetRetryAfter(h, rej.RetryAfter)
+	if o.retryAfterMs {
+		limitheaders.SetRetryAfterMs(h, rej.RetryAfter)
+	}
+	// A store failure or a full partition table has no figures worth
+	// showing: they would describe the service, not the caller.
+	if rej.Status.Policy != "" && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow {
+		limitheaders.SetLimitHeaders(h, []admission.Status{rej.Status})
+	}
+	return limitheaders.StatusCode(rej, o.quotaStatus)
+}
+
+// writeRejection writes the default answer to rej by the settings of o:
+// its headers (setRejectionHeaders) and the problem.
 func writeRejection(w http.ResponseWriter, rej *admission.Rejection, o *Snapshot) {
-	p := rejectionProblem(rej, o.quotaStatus)
+	p := rejectionProblem(rej, o.setRejectionHeaders(w.Header(), rej))
 	if o.retryAfterMs && rej.RetryAfter != limits.Never {
-		limitheaders.SetRetryAfterMs(w.Header(), rej.RetryAfter)
 		p.RetryAfterMs = limitheaders.Millis(rej.RetryAfter)
 	}
-	writeRejectionProblem(w, rej, p)
+	writeProblem(w, p)
 }
 
 func (m *Middleware) operation(o *Snapshot, r *http.Request) string {

@@ -75,11 +75,10 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// rejectionProblem returns the problem for a rejection. It names the
-// policy and the wait, and nothing else: no backend error, no other
-// tenant's figures.
-func rejectionProblem(rej *admission.Rejection, quotaStatus int) *problem {
-	code := limitheaders.StatusCode(rej, quotaStatus)
+// rejectionProblem returns the problem for a rejection answered with
+// status code. It names the policy and the wait, and nothing else: no
+// backend error, no other tenant's figures.
+func rejectionProblem(rej *admission.Rejection, code int) *problem {
 	p := &problem{
 		Type: problemType(rej.Reason), Title: http.StatusText(code), Status: code,
 		Policy: rej.Policy, Reason: rej.Reason.String(),
@@ -108,18 +107,6 @@ func rejectionProblem(rej *admission.Rejection, quotaStatus int) *problem {
 		p.Detail += fmt.Sprintf(" Retry after %d s.", wait)
 	}
 	return p
-}
-
-// writeRejectionProblem writes the headers of rej and the problem p.
-func writeRejectionProblem(w http.ResponseWriter, rej *admission.Rejection, p *problem) {
-	h := w.Header()
-	limitheaders.SetRetryAfter(h, rej.RetryAfter)
-	// A store failure or a full partition table has no figures worth
-	// showing: they would describe the service, not the caller.
-	if rej.Status.Policy != "" && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow {
-		limitheaders.SetLimitHeaders(h, []admission.Status{rej.Status})
-	}
-	writeProblem(w, p)
 }
 
 // ErrBodyTooLarge is returned by AdmitAs (after LimitBody) when the declared body is larger

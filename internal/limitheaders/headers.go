@@ -189,7 +189,17 @@ func Tightest(sts []admission.Status) int {
 // RateLimit with one member per policy, and X-RateLimit-Limit, -Remaining
 // and -Reset (seconds until fully available) for the tightest policy. It
 // allocates two objects whatever the number of policies.
-func SetLimitHeaders(h http.Header, sts []admission.Status) {
+func SetLimitHeaders(h http.Header, sts []admission.Status) { SetLimitHeadersIn(h, sts, nil) }
+
+// Values holds the values of the five limit headers, for a caller of
+// SetLimitHeadersIn that allocates something per request anyway and
+// keeps them in it.
+type Values [5]string
+
+// SetLimitHeadersIn is SetLimitHeaders with the header values held in
+// vals (nil: allocated), which h then refers to: one allocation fewer.
+// vals must not be used for anything else while h is.
+func SetLimitHeadersIn(h http.Header, sts []admission.Status, vals *Values) {
 	if len(sts) == 0 {
 		return
 	}
@@ -234,21 +244,25 @@ func SetLimitHeaders(h http.Header, sts []admission.Status) {
 		b = AppendLimitItem(b, &sts[i])
 	}
 	all := string(b)
+	var v []string
+	switch {
+	case vals != nil:
+		v = vals[:]
+	case tight < 0:
+		v = make([]string, 2)
+	default:
+		v = make([]string, len(Values{}))
+	}
+	v[0], v[1] = all[:policyEnd], all[policyEnd:]
+	h[HeaderRateLimitPolicy] = v[0:1:1]
+	h[HeaderRateLimit] = v[1:2:2]
 	if tight < 0 {
-		vals := make([]string, 2)
-		vals[0], vals[1] = all[:policyEnd], all[policyEnd:]
-		h[HeaderRateLimitPolicy] = vals[0:1:1]
-		h[HeaderRateLimit] = vals[1:2:2]
 		return
 	}
-	vals := make([]string, 5)
-	vals[0], vals[1] = all[:policyEnd], all[policyEnd:]
-	vals[2], vals[3], vals[4] = all[q[0]:q[1]], all[r[0]:r[1]], all[t[0]:t[1]]
-	h[HeaderRateLimitPolicy] = vals[0:1:1]
-	h[HeaderRateLimit] = vals[1:2:2]
-	h[HeaderXRateLimitLimit] = vals[2:3:3]
-	h[HeaderXRateLimitRemain] = vals[3:4:4]
-	h[HeaderXRateLimitReset] = vals[4:5:5]
+	v[2], v[3], v[4] = all[q[0]:q[1]], all[r[0]:r[1]], all[t[0]:t[1]]
+	h[HeaderXRateLimitLimit] = v[2:3:3]
+	h[HeaderXRateLimitRemain] = v[3:4:4]
+	h[HeaderXRateLimitReset] = v[4:5:5]
 }
 
 // SetWouldReject sets the Sluice-Would-Reject header naming the shadow
