@@ -231,8 +231,9 @@ func (s *Store) acquireCall(ops []backend.Op, now int64) *call {
 
 // grants fills the grants of ops from an acquire's reply. When an
 // enforcing op did not fit, the batch took nothing: every grant then holds
-// nothing and the figures of those that fit are the partition's without
-// their permits, as the script left it.
+// nothing, and the Remaining of those that fit is the partition's without
+// their permits, as the script left it (their Reset is the one of the
+// take, as after a refund: see backend.Limiter.Adjust).
 func grants(ops []backend.Op, reply string) error {
 	fits, err := fillGrants(ops, reply, false)
 	if err != nil || fits {
@@ -262,7 +263,7 @@ func fillGrants(ops []backend.Op, reply string, back bool) (bool, error) {
 		case limits.TokenBucket:
 			g.Limit = op.Limit.Capacity()
 			g.Stamp = now
-			backend.BucketFigures(&op.Limit, op.N, r.float()+float64(taken), g)
+			backend.BucketFigures(&op.Limit, op.N, r.float(), g)
 		case limits.Concurrency:
 			g.Limit = op.Limit.Amount
 			g.Remaining = g.Limit - min(max(r.int()-taken, 0), g.Limit)
@@ -281,7 +282,7 @@ func fillGrants(ops []backend.Op, reply string, back bool) (bool, error) {
 			ws := r.int() * 1e9
 			g.Stamp = ws + r.int()
 		}
-		if alg := op.Limiter.(*limiter).alg; alg != limits.TokenBucket && alg != limits.Concurrency {
+		if op.Limiter.(*limiter).alg != limits.Concurrency {
 			g.Remaining = min(g.Remaining+taken, g.Limit)
 		}
 		if g.OK && !back {
