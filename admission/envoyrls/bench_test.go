@@ -186,11 +186,11 @@ func BenchmarkDescriptors(b *testing.B) {
 	}
 }
 
-// serverFigures are a Redis server's CPU time (user and system, ns) and
-// its script calls so far.
-type serverFigures struct{ cpu, scripts int64 }
+// serverFigures are a Redis server's CPU time (user and system, ns), its
+// script calls and the commands its clients sent so far.
+type serverFigures struct{ cpu, scripts, cmds int64 }
 
-func redisFigures(b *testing.B, addr string) serverFigures {
+func redisFigures(b testing.TB, addr string) serverFigures {
 	b.Helper()
 	info, err := redistest.Do(addr, "INFO", "all")
 	if err != nil {
@@ -203,6 +203,8 @@ func redisFigures(b *testing.B, addr string) serverFigures {
 		case "used_cpu_sys", "used_cpu_user":
 			s, _ := strconv.ParseFloat(value, 64)
 			f.cpu += int64(s * 1e9)
+		case "total_commands_processed":
+			f.cmds, _ = strconv.ParseInt(value, 10, 64)
 		case "cmdstat_evalsha", "cmdstat_eval":
 			calls, _, _ := strings.Cut(strings.TrimPrefix(value, "calls="), ",")
 			n, _ := strconv.ParseInt(calls, 10, 64)
