@@ -141,8 +141,9 @@ func storeName(s string) string {
 // model's, each a limit of its own) over loopback gRPC from exactly
 // inflight concurrent callers (not a multiple of GOMAXPROCS), every call
 // admitted. Besides ns/op and cpu-ns/op (this process: client and server),
-// it reports the Redis server's CPU per call (redis-cpu-ns/op) and its
-// script calls per call (scripts/op), from INFO.
+// it reports the Redis server's CPU per call (redis-cpu-ns/op), its
+// script calls per call (scripts/op) and the commands sent to it per call
+// (cmds/op), from INFO.
 func BenchmarkDescriptors(b *testing.B) {
 	srv := redistest.Start(b)
 	cfg := "domain: bench\nalgorithm: token_bucket\nstore: redis\ndescriptors:\n"
@@ -181,6 +182,7 @@ func BenchmarkDescriptors(b *testing.B) {
 				after := redisFigures(b, srv.Addr)
 				b.ReportMetric(float64(after.cpu-before.cpu)/float64(b.N), "redis-cpu-ns/op")
 				b.ReportMetric(float64(after.scripts-before.scripts)/float64(b.N), "scripts/op")
+				b.ReportMetric(float64(after.cmds-before.cmds-1)/float64(b.N), "cmds/op") // less the INFO
 			})
 		}
 	}
