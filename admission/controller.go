@@ -445,17 +445,11 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 	lo, hi := 0, 0
 	now := c.clock.Now()
 	if t == nil {
-		if cfg = r.Policies; cfg == nil {
-			cfg = c.cfg.Load()
-		} else if cfg.ctl != c {
-			return Ticket{}, errForeignSet
+		var err error
+		if cfg, err = c.setOf(r, nil); err != nil {
+			return Ticket{}, err
 		}
-		t = c.tickets.Get().(*ticket)
-		t.cfg = cfg
-		t.start = now
-		t.tenant, t.model, t.operation, t.priority = r.Tenant, r.Model, r.Operation, r.Priority
-		t.ops = t.ops[:0]
-		t.keybuf = t.keybuf[:0]
+		t = c.issue(cfg, r, now)
 		hi = len(cfg.policies)
 		if part == stageBegun {
 			hi = cfg.early
@@ -471,14 +465,52 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 	t.stage = part
 	t.dec.Context = ctx // kept across the reports of this call (see report)
 	first := len(t.ops)
-	lims := cfg.limitsFor(r.Tenant)
-	allShadow := c.allShadow.Load()
-	for _, p := range cfg.policies[lo:hi] {
+	t.match(cfg.policies[lo:hi], cfg.limitsFor(r.Tenant), r, c.allShadow.Load(), now)
+	evaluated, err := c.evaluate(ctx, t, first, wait, now)
+	return c.conclude(t, evaluated, err, err != nil, part, nil)
+}
+
+// setOf returns the policy set r is decided under: its own, or cur (the
+// controller's current one when cur is nil).
+func (c *Controller) setOf(r *Request, cur *PolicySet) (*PolicySet, error) {
+	switch {
+	case r.Policies == nil && cur != nil:
+		return cur, nil
+	case r.Policies == nil:
+		return c.cfg.Load(), nil
+	case r.Policies.ctl != c:
+		return nil, errForeignSet
+	}
+	return r.Policies, nil
+}
+
+// issue takes a ticket from the pool for r, decided under cfg at now,
+// holding no policy yet.
+func (c *Controller) issue(cfg *PolicySet, r *Request, now time.Time) *ticket {
+	t := c.tickets.Get().(*ticket)
+	t.cfg = cfg
+	t.start = now
+	t.tenant, t.model, t.operation, t.priority = r.Tenant, r.Model, r.Operation, r.Priority
+	t.ops = t.ops[:0]
+	t.keybuf = t.keybuf[:0]
+	t.stage = stageWhole
+	return t
+}
+
+// match adds to t the policies of ps that match r.
+func (t *ticket) match(ps []*policy, lims []limits.Limit, r *Request, allShadow bool, now time.Time) {
+	for _, p := range ps {
 		if !p.Matches(r.Operation, r.Model) {
 			continue
 		}
 		t.add(p, lims, r, allShadow).renewed = now
 	}
+}
+
+// evaluate decides t's ops from first on, in order, waiting in queues
+// when wait is set, until one refuses. It returns how far it went and the
+// refusal (or failure).
+func (c *Controller) evaluate(ctx context.Context, t *ticket, first int, wait bool, now time.Time) (int, error) {
 	var err error
 	evaluated := first
 	for evaluated < len(t.ops) && err == nil {
@@ -505,14 +537,31 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		}
 		evaluated++
 	}
-	rolledBack := err != nil
+	return evaluated, err
+}
+
+// conclude ends one stage of t's admission, whose first evaluated ops
+// were decided with err: it gives back what t holds when rolledBack (err
+// refused, or another request of its group did), and reports the
+// decisions. When st is set, it receives the figures of the refusing
+// policy, or else of t's first policy (after the rollback).
+func (c *Controller) conclude(t *ticket, evaluated int, err error, rolledBack bool, part stage, st *Status) (Ticket, error) {
+	rej, _ := err.(*Rejection)
 	if rolledBack {
 		c.rollback(t, c.clock.Now())
-		if rej, ok := err.(*Rejection); ok {
+		if rej != nil {
 			// After the rollback: refunds update the grants' figures.
 			for i := range evaluated {
 				rej.Statuses = append(rej.Statuses, t.ops[i].status())
 			}
+		}
+	}
+	if st != nil {
+		switch {
+		case rej != nil:
+			*st = rej.Status
+		case evaluated > 0:
+			*st = t.ops[0].status()
 		}
 	}
 	// Once the request's fate is known, each policy that let it through

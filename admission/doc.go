@@ -221,6 +221,13 @@
 // everything already taken from the others is given back: a request is
 // admitted by all its policies or charged by none.
 //
+// TryAdmitAll extends this to several requests decided as one (the
+// descriptors of one Envoy rate limit call, each its own partition and
+// tenant): each member gets its own answer, and the group is admitted
+// whole or charged nothing. On a store that evaluates batches, a group
+// whose policies have no queue and count in distinct partitions is one
+// store call.
+//
 // # Shadow mode
 //
 // A policy in Shadow mode never blocks. It keeps exactly the state it would

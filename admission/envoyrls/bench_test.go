@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -132,4 +134,84 @@ func storeName(s string) string {
 		return "memory"
 	}
 	return s
+}
+
+// BenchmarkDescriptors is a load client for the rate limit service on
+// Redis: calls of 1 or 3 descriptors (a tenant's, its route's and its
+// model's, each a limit of its own) over loopback gRPC from exactly
+// inflight concurrent callers (not a multiple of GOMAXPROCS), every call
+// admitted. Besides ns/op and cpu-ns/op (this process: client and server),
+// it reports the Redis server's CPU per call (redis-cpu-ns/op), its
+// script calls per call (scripts/op) and the commands sent to it per call
+// (cmds/op), from INFO.
+func BenchmarkDescriptors(b *testing.B) {
+	srv := redistest.Start(b)
+	cfg := "domain: bench\nalgorithm: token_bucket\nstore: redis\ndescriptors:\n"
+	for _, k := range []string{"tenant", "route", "model"} {
+		cfg += "  - key: " + k + "\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
+	}
+	r := replica(b, srv.Addr, mustParse(b, cfg), slowOK)
+	for _, n := range []int{1, 3} {
+		reqs := make([]*rlsv3.RateLimitRequest, benchTenantCount)
+		for i := range reqs {
+			ds := []*rlv3.RateLimitDescriptor{desc("tenant", "t"+strconv.Itoa(i)), desc("route", "r"+strconv.Itoa(i%100)), desc("model", "m"+strconv.Itoa(i%10))}
+			reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds[:n]}
+		}
+		for _, inflight := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("descriptors=%d/inflight=%d", n, inflight), func(b *testing.B) {
+				b.ReportAllocs()
+				before := redisFigures(b, srv.Addr)
+				cpu := benchcpu.Start()
+				var seq atomic.Int64
+				var wg sync.WaitGroup
+				for g := range inflight {
+					wg.Go(func() {
+						i := g * 7919
+						for seq.Add(1) <= int64(b.N) {
+							resp, err := r.client.ShouldRateLimit(context.Background(), reqs[i%benchTenantCount])
+							if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+								b.Errorf("ShouldRateLimit = %v, %v", resp, err)
+								return
+							}
+							i++
+						}
+					})
+				}
+				wg.Wait()
+				cpu.Report(b)
+				after := redisFigures(b, srv.Addr)
+				b.ReportMetric(float64(after.cpu-before.cpu)/float64(b.N), "redis-cpu-ns/op")
+				b.ReportMetric(float64(after.scripts-before.scripts)/float64(b.N), "scripts/op")
+				b.ReportMetric(float64(after.cmds-before.cmds-1)/float64(b.N), "cmds/op") // less the INFO
+			})
+		}
+	}
+}
+
+// serverFigures are a Redis server's CPU time (user and system, ns), its
+// script calls and the commands its clients sent so far.
+type serverFigures struct{ cpu, scripts, cmds int64 }
+
+func redisFigures(b testing.TB, addr string) serverFigures {
+	b.Helper()
+	info, err := redistest.Do(addr, "INFO", "all")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var f serverFigures
+	for _, line := range strings.Split(info, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		switch name {
+		case "used_cpu_sys", "used_cpu_user":
+			s, _ := strconv.ParseFloat(value, 64)
+			f.cpu += int64(s * 1e9)
+		case "total_commands_processed":
+			f.cmds, _ = strconv.ParseInt(value, 10, 64)
+		case "cmdstat_evalsha", "cmdstat_eval":
+			calls, _, _ := strings.Cut(strings.TrimPrefix(value, "calls="), ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			f.scripts += n
+		}
+	}
+	return f
 }

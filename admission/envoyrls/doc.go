@@ -74,8 +74,14 @@
 // One call is one admission for all its descriptors: if any descriptor is
 // refused, the call is OVER_LIMIT and no descriptor is charged (an
 // envoyproxy/ratelimit call charges the descriptors that were under their
-// limits). Descriptors whose limit has a queue are evaluated last, and
-// wait only if no other descriptor refused.
+// limits). The descriptors whose limit has no queue are decided together
+// (admission.Controller.TryAdmitAll): when their limits live in one store
+// that evaluates batches (Redis), in one store call, one script whatever
+// their number, which takes nothing at all when one of them is refused;
+// two descriptors counting in one partition are decided one after the
+// other, so that each sees what the other takes. Descriptors whose limit
+// has a queue are evaluated last, and wait only if no other descriptor
+// refused.
 //
 // # Weights and costs reported after the response
 //

@@ -222,25 +222,26 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.prepare(&evs[i], dom, d, req.HitsAddend)
 	}
 	applyReplaces(evs)
-	// Descriptors that cannot wait first, so that a refusal is known
-	// before a queue is waited in; then the others, without waiting once
-	// something refused.
+	// Descriptors that cannot wait first, together, so that a refusal is
+	// known before a queue is waited in; then the others, without waiting
+	// once something refused.
+	if err := s.decideUnqueued(ctx, evs); err != nil {
+		return nil, err
+	}
 	refused := false
 	for i := range evs {
 		refused = refused || evs[i].code == rlsconfig.OverLimit
 	}
-	for pass := range 2 {
-		for i := range evs {
-			e := &evs[i]
-			if e.lf == nil || e.replaced || e.lf.Unlimited || e.lf.Blocked || e.lf.Queued != (pass == 1) {
-				continue
-			}
-			if err := s.decide(ctx, e, !refused); err != nil {
-				s.undo(evs)
-				return nil, err
-			}
-			refused = refused || e.code == rlsconfig.OverLimit
+	for i := range evs {
+		e := &evs[i]
+		if !e.decided() || !e.lf.Queued {
+			continue
 		}
+		if err := s.decide(ctx, e, !refused); err != nil {
+			s.undo(evs)
+			return nil, err
+		}
+		refused = refused || e.code == rlsconfig.OverLimit
 	}
 	now := s.clock.Now()
 	// A request is admitted by all its descriptors or charged by none.
@@ -407,6 +408,68 @@ func usageOf(u limits.Unit, n int64) admission.Usage {
 	return admission.Usage{Units: []admission.UnitAmount{{Unit: u, Amount: n}}}
 }
 
+// decided reports whether e is decided by its policy: it matched a limit
+// that is neither replaced, unlimited nor blocked.
+func (e *eval) decided() bool {
+	return e.lf != nil && !e.replaced && !e.lf.Unlimited && !e.lf.Blocked
+}
+
+// decideUnqueued decides the descriptors whose limits have no queue: the
+// response-phase ones are charged, the others admitted together, all or
+// none, in one store call when their limits share a store that evaluates
+// batches (Controller.TryAdmitAll). Like a limit without a queue in
+// decide, they are decided whatever the call's deadline. An error is the
+// call's failure; nothing is then held for any descriptor.
+func (s *Server) decideUnqueued(ctx context.Context, evs []eval) error {
+	ctx = context.WithoutCancel(ctx)
+	var ms []admission.Member
+	var idx []int
+	for i := range evs {
+		e := &evs[i]
+		if !e.decided() || e.lf.Queued {
+			continue
+		}
+		if e.response {
+			s.charge(ctx, e)
+			continue
+		}
+		s.checkEarly(e)
+		if ms == nil {
+			ms, idx = make([]admission.Member, 0, len(evs)-i), make([]int, 0, len(evs)-i)
+		}
+		ms = append(ms, admission.Member{Request: e.req})
+		idx = append(idx, i)
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	err := s.ctl.TryAdmitAll(ctx, ms)
+	var rej *admission.Rejection
+	if err != nil && !errors.As(err, &rej) {
+		return status.Error(codes.Unavailable, "rate limit service unavailable")
+	}
+	for k, i := range idx {
+		e, m := &evs[i], &ms[k]
+		e.st, e.hasSt = m.Status, m.Status.Policy != ""
+		if errors.As(m.Err, &rej) {
+			e.code, e.retry = rlsconfig.OverLimit, rej.RetryAfter
+		}
+		if m.Ticket.Valid() {
+			e.ticket, e.admitted = m.Ticket, true
+		}
+	}
+	return nil
+}
+
+// checkEarly makes e a check that charges nothing when the actual of its
+// request id arrived first and was charged.
+func (s *Server) checkEarly(e *eval) {
+	if e.rid != "" && s.pending.settledEarly(s.key(e), s.clock.Now()) {
+		e.check = true
+		setAmount(&e.req, e.lf.Unit, 1)
+	}
+}
+
 // decide evaluates one descriptor; wait says whether it may wait in its
 // policy's queue (bounded by the call's deadline). An error is the call's
 // failure (the controller closed, the call canceled while waiting).
@@ -426,11 +489,7 @@ func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
 	if !e.lf.Queued {
 		ctx = context.WithoutCancel(ctx)
 	}
-	if e.rid != "" && s.pending.settledEarly(s.key(e), s.clock.Now()) {
-		// The actual arrived first and was charged: check, charge nothing.
-		e.check = true
-		setAmount(&e.req, e.lf.Unit, 1)
-	}
+	s.checkEarly(e)
 	var t admission.Ticket
 	var err error
 	if wait {

@@ -229,8 +229,23 @@ func (s *Store) acquireCall(ops []backend.Op, now int64) *call {
 	return c
 }
 
-// grants fills the grants of ops from an acquire's reply.
+// grants fills the grants of ops from an acquire's reply. When an
+// enforcing op did not fit, the batch took nothing: every grant then holds
+// nothing, and the Remaining of those that fit is the partition's without
+// their permits, as the script left it (their Reset is the one of the
+// take, as after a refund: see backend.Limiter.Adjust).
 func grants(ops []backend.Op, reply string) error {
+	fits, err := fillGrants(ops, reply, false)
+	if err != nil || fits {
+		return err
+	}
+	_, err = fillGrants(ops, reply, true)
+	return err
+}
+
+// fillGrants reads an acquire's reply into the grants of ops, and reports
+// whether the batch fits; with back, it gives every grant's permits back.
+func fillGrants(ops []backend.Op, reply string, back bool) (bool, error) {
 	r := floats{s: reply}
 	now := r.int() * 1e9
 	now += r.int()
@@ -239,6 +254,11 @@ func grants(ops []backend.Op, reply string) error {
 		op := &ops[i]
 		g := &op.Grant
 		*g = backend.Grant{OK: r.float() == 1}
+		// taken is what the reply's figures count of op's permits.
+		taken := int64(0)
+		if back && g.OK {
+			taken = op.N
+		}
 		switch op.Limiter.(*limiter).alg {
 		case limits.TokenBucket:
 			g.Limit = op.Limit.Capacity()
@@ -246,7 +266,7 @@ func grants(ops []backend.Op, reply string) error {
 			backend.BucketFigures(&op.Limit, op.N, r.float(), g)
 		case limits.Concurrency:
 			g.Limit = op.Limit.Amount
-			g.Remaining = g.Limit - min(r.int(), g.Limit)
+			g.Remaining = g.Limit - min(max(r.int()-taken, 0), g.Limit)
 			if !g.OK && op.N > g.Limit {
 				g.RetryAfter = limits.Never
 			}
@@ -262,25 +282,22 @@ func grants(ops []backend.Op, reply string) error {
 			ws := r.int() * 1e9
 			g.Stamp = ws + r.int()
 		}
-		if g.OK {
+		if op.Limiter.(*limiter).alg != limits.Concurrency {
+			g.Remaining = min(g.Remaining+taken, g.Limit)
+		}
+		if g.OK && !back {
 			g.Taken = op.N
-		} else if !op.Shadow {
+		} else if !g.OK && !op.Shadow {
 			fits = false
+		}
+		if back && op.Limiter.(*limiter).alg == limits.Concurrency {
+			g.Stamp = 0
 		}
 	}
 	if r.err || len(r.s) != 0 {
-		return fmt.Errorf("redisstore: malformed reply %q", reply)
+		return false, fmt.Errorf("redisstore: malformed reply %q", reply)
 	}
-	if !fits {
-		for i := range ops {
-			g := &ops[i].Grant
-			g.Taken = 0
-			if ops[i].Limiter.(*limiter).alg == limits.Concurrency {
-				g.Stamp = 0
-			}
-		}
-	}
-	return nil
+	return fits, nil
 }
 
 // maxHold returns the lease lifetime of a concurrency limit, in
