@@ -8,20 +8,12 @@ import (
 	"github.com/sluicehq/sluice/admission/apikey"
 )
 
-// table is an apikey.Lookup over a map of hashes.
-type table map[apikey.Hash]apikey.Identity
-
-func (t table) Lookup(key string) (apikey.Identity, bool) {
-	id, ok := t[apikey.Sum(key)]
-	return id, ok
-}
-
 // TestRulesIdentify runs the shared identity rules over a plain header
 // getter, as both transports do.
 func TestRulesIdentify(t *testing.T) {
 	acme := apikey.Identity{Tenant: "acme", KeyID: "key_1"}
 	long := strings.Repeat("k", apikey.MaxKeyLen+1)
-	keys := table{apikey.Sum("sk-good"): acme, apikey.Sum(long): acme}
+	keys := apikey.Table{apikey.Sum("sk-good"): acme, apikey.Sum(long): acme}
 	for _, tt := range []struct {
 		name    string
 		rules   apikey.Rules

@@ -39,16 +39,7 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 
 // keyTable maps API key hashes (apikey.Sum) to the identities they
 // stand for.
-type keyTable map[apikey.Hash]Identity
-
-// Lookup hashes key and returns its identity.
-func (t keyTable) Lookup(key string) (Identity, bool) {
-	if len(t) == 0 {
-		return Identity{}, false
-	}
-	id, ok := t[apikey.Sum(key)]
-	return id, ok
-}
+type keyTable = apikey.Table
 
 // A KeyLookup finds the identity of an API key: a keyTable, a KeySet, or
 // any other table of hashed keys (apikey.Lookup). Lookup is on every
