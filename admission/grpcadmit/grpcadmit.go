@@ -56,7 +56,8 @@
 //   - 401 (an unknown key, a missing one under WithRequireKey, a tenant
 //     claim that is not the key's, or an error of the WithIdentity
 //     function): codes.Unauthenticated, without a partition.
-//   - 400 (a WithRequest error or a negative estimate):
+//   - 400 (a WithRequest error, or an estimate outside
+//     [0, limits.MaxAmount], which HTTP saturates at the top):
 //     codes.InvalidArgument.
 //   - Any other failure: codes.Unavailable, logged, its text never sent.
 //
@@ -65,8 +66,8 @@
 // x-ratelimit-limit, -remaining, -reset), as httpadmit writes them. A
 // policy in shadow mode never refuses; its decisions reach the
 // controller's observer (metrics, decision log) exactly as HTTP
-// requests' do. The health service (grpc.health.v1.Health) is never
-// limited (WithExempt).
+// requests' do, and WithShadowHeader names them to the caller. The
+// health service (grpc.health.v1.Health) is never limited (WithExempt).
 //
 // # Clients
 //
@@ -107,6 +108,9 @@ import (
 // maxMethodLen bounds the full method name taken as an operation.
 const maxMethodLen = 256
 
+// wouldRejectKey is the metadata key of WithShadowHeader.
+const wouldRejectKey = "sluice-would-reject"
+
 // maxStatuses is the number of policy statuses read on the stack.
 const maxStatuses = 8
 
@@ -120,6 +124,7 @@ type settings struct {
 	enrich   func(ctx context.Context, method string, msg any, r *admission.Request) error
 	exempt   []string
 	noWait   bool
+	shadow   bool
 	logger   *slog.Logger
 }
 
@@ -182,6 +187,12 @@ func WithExempt(methods ...string) Option {
 // WithoutQueueing refuses at once calls that would wait in a policy's
 // queue (Controller.TryAdmit).
 func WithoutQueueing() Option { return func(s *settings) { s.noWait = true } }
+
+// WithShadowHeader adds, on admitted calls, the header metadata
+// sluice-would-reject naming the shadow policies that would have
+// refused the call, as httpadmit's Sluice-Would-Reject. Off by default:
+// it tells callers about limits not yet enforced.
+func WithShadowHeader(on bool) Option { return func(s *settings) { s.shadow = on } }
 
 // WithLogger sets the logger of unexpected admission errors; the default
 // is slog.Default().
@@ -324,8 +335,15 @@ func (ic *Interceptor) admit(ctx context.Context, method string, msg any, setHea
 		return nil, tk, ic.errorStatus(ctx, err)
 	}
 	var stack [maxStatuses]admission.Status
-	if sts := limitheaders.Enforced(tk.Statuses(stack[:0])); len(sts) > 0 {
-		setHeader(limitMetadata(sts))
+	md = limitMetadata(limitheaders.Enforced(tk.Statuses(stack[:0])))
+	if ic.s.shadow {
+		var names [maxStatuses]string
+		if wr := tk.WouldReject(names[:0]); len(wr) > 0 {
+			md[wouldRejectKey] = []string{strings.Join(wr, ", ")}
+		}
+	}
+	if len(md) > 0 {
+		setHeader(md)
 	}
 	ctx = context.WithValue(ctx, ticketKey{}, tk)
 	return context.WithValue(ctx, identityKey{}, id), tk, nil

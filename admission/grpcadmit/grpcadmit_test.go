@@ -225,15 +225,18 @@ func TestUnauthenticated(t *testing.T) {
 func TestShadow(t *testing.T) {
 	p := perTenantRate("candidate", unaryMethod, 1)
 	p.Mode = limits.Shadow
-	r := newRig(t, []admission.Policy{p}, nil)
+	r := newRig(t, []admission.Policy{p}, []grpcadmit.Option{grpcadmit.WithShadowHeader(true)})
 	ctx := as(t.Context(), acmeKey)
-	for i := range 3 {
+	for i, want := range []string{"", "candidate", "candidate"} {
 		var header metadata.MD
 		if _, err := r.cli.UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.Header(&header)); err != nil {
 			t.Fatalf("call %d: %v; a shadow policy must not refuse", i, err)
 		}
 		if got := header.Get("ratelimit-policy"); len(got) != 0 {
 			t.Errorf("call %d: ratelimit-policy %q; shadow policies never appear", i, got)
+		}
+		if got := strings.Join(header.Get("sluice-would-reject"), ","); got != want {
+			t.Errorf("call %d: sluice-would-reject %q; want %q", i, got, want)
 		}
 	}
 	if got := r.obs.count(admission.WouldReject); got != 2 {
@@ -353,5 +356,34 @@ func TestRetryDelayOnlyHinted(t *testing.T) {
 		if _, got := grpcadmit.RetryDelay(tt.err); got != tt.want {
 			t.Errorf("RetryDelay(%v) = %v; want %v", tt.err, got, tt.want)
 		}
+	}
+}
+
+// TestLongMethodBounded: a full method name over 256 bytes (an
+// unknown-service handler sees whatever the client sends) is the empty
+// operation, so that a client cannot make a partition per name of its
+// choosing under a policy keyed by operation.
+func TestLongMethodBounded(t *testing.T) {
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
+		Name: "per-operation", Key: []limits.KeyPart{limits.KeyOperation},
+		Algorithm: limits.TokenBucket, Limit: 1, Per: time.Minute,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	ic, err := grpcadmit.New(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := func(ctx context.Context, req any) (any, error) { return nil, nil }
+	var got []codes.Code
+	for _, c := range "ab" {
+		m := "/x.Y/" + strings.Repeat(string(c), 300)
+		_, err := ic.Unary(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: m}, handler)
+		got = append(got, status.Code(err))
+	}
+	if got[0] != codes.OK || got[1] != codes.ResourceExhausted {
+		t.Errorf("two long method names: codes %v; want OK then ResourceExhausted (one partition)", got)
 	}
 }
