@@ -2,6 +2,8 @@ package grpcadmit
 
 import (
 	"context"
+	"errors"
+	"io"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -48,26 +50,115 @@ func RetryDelay(err error) (time.Duration, bool) {
 // method does.
 func UnaryClientInterceptor(t *httpretry.Transport) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		attempts := t.MaxAttempts
-		if attempts <= 0 {
-			attempts = httpretry.DefaultMaxAttempts
-		}
+		attempts := maxAttempts(t)
 		for attempt := 1; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			if err == nil || attempt >= attempts {
 				return err
 			}
-			hint, ok := RetryDelay(err)
-			if !ok {
-				return err
-			}
-			waited, werr := t.WaitHint(ctx, hint)
-			if werr != nil {
-				return status.FromContextError(werr).Err()
-			}
-			if !waited {
+			if err = waitHint(ctx, t, err); err != nil {
 				return err
 			}
 		}
+	}
+}
+
+// maxAttempts returns t's attempt budget.
+func maxAttempts(t *httpretry.Transport) int {
+	if t.MaxAttempts <= 0 {
+		return httpretry.DefaultMaxAttempts
+	}
+	return t.MaxAttempts
+}
+
+// waitHint waits the hint of the refusal err with t, and returns nil
+// when the call is to be sent again: err itself when it has no hint or
+// the wait would end too late, the context's status when it ends while
+// waiting.
+func waitHint(ctx context.Context, t *httpretry.Transport, err error) error {
+	hint, ok := RetryDelay(err)
+	if !ok {
+		return err
+	}
+	waited, werr := t.WaitHint(ctx, hint)
+	switch {
+	case werr != nil:
+		return status.FromContextError(werr).Err()
+	case !waited:
+		return err
+	}
+	return nil
+}
+
+// StreamClientInterceptor returns a grpc.StreamClientInterceptor that
+// retries a server-streaming call (one request, a stream of responses)
+// refused with a retry hint, as UnaryClientInterceptor retries unary
+// calls: the server refuses a stream when it opens, so the refusal is
+// the error of the first receive, and the interceptor then waits the
+// hint, opens the stream again with the same request and receives from
+// it. Once a response has arrived, an error is returned as is. Other
+// kinds of stream (the client sends several messages) pass through:
+// their messages would have to be kept to be sent again. Header and
+// Trailer are those of the last attempt; the stream's methods must not
+// be called concurrently with its first RecvMsg.
+func StreamClientInterceptor(t *httpretry.Transport) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || desc.ClientStreams || !desc.ServerStreams {
+			return cs, err
+		}
+		return &retryStream{ClientStream: cs, open: func() (grpc.ClientStream, error) {
+			return streamer(ctx, desc, cc, method, opts...)
+		}, ctx: ctx, t: t}, nil
+	}
+}
+
+// retryStream is a server-streaming call that is opened again while its
+// first receive is a hinted refusal.
+type retryStream struct {
+	grpc.ClientStream
+	open     func() (grpc.ClientStream, error)
+	ctx      context.Context
+	t        *httpretry.Transport
+	req      any  // the one request, kept to be sent again
+	received bool // a response arrived: no more retries
+	attempt  int  // attempts made after the first
+}
+
+// SendMsg sends the stream's request, keeping it for another attempt.
+func (s *retryStream) SendMsg(m any) error {
+	s.req = m
+	return s.ClientStream.SendMsg(m)
+}
+
+// RecvMsg receives a response, opening the stream again after a hinted
+// refusal of its first receive.
+func (s *retryStream) RecvMsg(m any) error {
+	for {
+		err := s.ClientStream.RecvMsg(m)
+		if err == nil {
+			s.received = true
+			return nil
+		}
+		if s.received || s.req == nil || s.attempt+1 >= maxAttempts(s.t) {
+			return err
+		}
+		if err = waitHint(s.ctx, s.t, err); err != nil {
+			return err
+		}
+		cs, err := s.open()
+		if err != nil {
+			return err
+		}
+		// A refused stream may end before the request is written
+		// (io.EOF): its status comes with the next receive.
+		if err := cs.SendMsg(s.req); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if err := cs.CloseSend(); err != nil {
+			return err
+		}
+		s.ClientStream = cs
+		s.attempt++
 	}
 }

@@ -76,8 +76,10 @@
 // the server did not run the call), waiting the hint with
 // httpretry's jitter and attempt budget and never past the call's
 // deadline (httpretry.Transport.WaitHint). A stream is refused when it
-// opens, on the client's first receive; RetryDelay reads the hint of its
-// error for a client that opens it again.
+// opens, which its client sees on its first receive:
+// StreamClientInterceptor opens a server-streaming call again after the
+// hint, and RetryDelay reads the hint of any refusal for a client that
+// retries itself.
 package grpcadmit
 
 import (

@@ -387,3 +387,65 @@ func TestLongMethodBounded(t *testing.T) {
 		t.Errorf("two long method names: codes %v; want OK then ResourceExhausted (one partition)", got)
 	}
 }
+
+// TestStreamClientRetries: a server-streaming call refused while
+// another stream holds the tenant's one permit is opened again after
+// the hint (the wait, on the fake clock, is when the other stream ends)
+// and receives its responses; a refusal past the attempt budget comes
+// back as it is.
+func TestStreamClientRetries(t *testing.T) {
+	var r *rig
+	var waits []time.Duration
+	var endFirst context.CancelFunc
+	tr := &httpretry.Transport{
+		Rand: func() float64 { return 0 },
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			waits = append(waits, d)
+			if endFirst != nil {
+				endFirst()
+				endFirst = nil
+				<-r.obs.settled
+			}
+			r.clock.Advance(d)
+			return nil
+		},
+	}
+	r = newRig(t, []admission.Policy{perTenantStreams(streamMethod, 1)}, nil,
+		grpc.WithStreamInterceptor(grpcadmit.StreamClientInterceptor(tr)))
+
+	open := func() (context.CancelFunc, grpc.ServerStreamingClient[testpb.StreamingOutputCallResponse]) {
+		ctx, cancel := context.WithCancel(as(t.Context(), acmeKey))
+		s, err := r.cli.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{ResponseParameters: []*testpb.ResponseParameters{{}, {}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cancel, s
+	}
+	end1, first := open()
+	defer end1()
+	if _, err := first.Recv(); err != nil {
+		t.Fatalf("first stream: %v", err)
+	}
+	endFirst = end1
+
+	end2, second := open()
+	defer end2()
+	for i := range 2 {
+		if _, err := second.Recv(); err != nil {
+			t.Fatalf("second stream, message %d: %v; want admitted once the first ended", i, err)
+		}
+	}
+	if len(waits) != 1 || waits[0] != time.Second {
+		t.Errorf("waits = %v; want [1s], the concurrency policy's hint", waits)
+	}
+
+	// The second stream holds the permit now, and nothing ends it: a
+	// third is refused after its attempts (4, so 3 waits).
+	waits = nil
+	end3, third := open()
+	defer end3()
+	_, err := third.Recv()
+	if code := status.Code(err); code != codes.ResourceExhausted || len(waits) != 3 {
+		t.Errorf("third stream: code %v after %d waits; want ResourceExhausted after 3", code, len(waits))
+	}
+}
