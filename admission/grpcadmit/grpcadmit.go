@@ -33,7 +33,9 @@
 // address is the TCP peer, IPv6 grouped by /64. Metadata is read, never
 // logged nor used as a metric label.
 //
-// Each call is admitted once, before its handler runs: a unary call for
+// Calls are decided by the policies the controller has installed, one
+// immutable set per call (Controller.Install swaps it whole on a
+// reload). Each call is admitted once, before its handler runs: a unary call for
 // its one request, a stream for its whole life, however many messages
 // it carries (a stream holds at most one permit of each policy). The
 // ticket is settled when the handler returns, also when it panics or the
@@ -137,8 +139,9 @@ func WithKeyHeaders(names ...string) Option {
 	return func(s *settings) { s.rules.KeyHeaders = lower(names) }
 }
 
-// WithKeys sets the table API keys are looked up in: a KeySet or keyTable
-// of httpadmit, or any apikey.Lookup. Without it every key is unknown.
+// WithKeys sets the table API keys are looked up in: an apikey.Table, an
+// httpadmit.KeySet, or any apikey.Lookup. Without it every key is
+// unknown.
 func WithKeys(l apikey.Lookup) Option { return func(s *settings) { s.rules.Keys = l } }
 
 // WithTenantHeader names a metadata key in which a caller may state its
