@@ -25,7 +25,7 @@ func TestWaitHint(t *testing.T) {
 		want   []time.Duration
 	}{
 		{time.Hour, time.Second, true, []time.Duration{2500 * time.Millisecond}}, // [1s, 4s] drawn at 0.5
-		{2 * time.Second, time.Second, true, []time.Duration{1500 * time.Millisecond - 1}},
+		{2 * time.Second, time.Second, true, []time.Duration{1500*time.Millisecond - 1}},
 		{500 * time.Millisecond, time.Second, false, nil},
 	} {
 		waits = nil
