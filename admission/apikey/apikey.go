@@ -1,7 +1,11 @@
 // Package apikey is how API keys are stored and what they stand for: the
 // SHA-256 Hash of a key (the only form a key is ever kept in, written
 // "sha256:<64 hex digits>"), its short loggable ID, and the Identity a
-// key resolves to. It imports only the standard library, so that the
+// key resolves to; and the identity rules every transport applies
+// (Rules: a key from a header or metadata, looked up by its hash in a
+// Table or any Lookup, else the anonymous tenant), which the net/http middleware and the gRPC
+// interceptors (admission/grpcadmit) share by adapting their headers to
+// a getter. It imports only the standard library, so that the
 // net/http middleware (admission/httpadmit) resolves keys without
 // linking the policy-file decoder (admission/config), which fills its
 // key table from a file's api_keys with the same types.

@@ -26,8 +26,8 @@ const (
 	DefaultAnonymousTenant = defaultAnonymousTenant
 )
 
-// Group is group.
-var Group = group
+// Group is apikey.Group, which ClientAddr applies.
+var Group = apikey.Group
 
 // NewKeySet is newKeySet.
 var NewKeySet = newKeySet

@@ -19,23 +19,12 @@ type Identity = apikey.Identity
 
 // keyTable maps API key hashes (apikey.Sum) to the identities they
 // stand for.
-type keyTable map[apikey.Hash]Identity
-
-// Lookup hashes key and returns its identity.
-func (t keyTable) Lookup(key string) (Identity, bool) {
-	if len(t) == 0 {
-		return Identity{}, false
-	}
-	id, ok := t[apikey.Sum(key)]
-	return id, ok
-}
+type keyTable = apikey.Table
 
 // A KeyLookup finds the identity of an API key: a keyTable, a KeySet, or
-// any other table of hashed keys. Lookup is on every request's path: it
-// must not block on I/O.
-type KeyLookup interface {
-	Lookup(key string) (Identity, bool)
-}
+// any other table of hashed keys (apikey.Lookup). Lookup is on every
+// request's path: it must not block on I/O.
+type KeyLookup = apikey.Lookup
 
 // keyShards is the number of shards of a KeySet, indexed by the hash's
 // first byte.
@@ -141,17 +130,16 @@ func (ic IdentityConfig) normalize() IdentityConfig {
 }
 
 // defaultAnonymousTenant is the tenant of unidentified callers.
-const defaultAnonymousTenant = "anonymous"
-
-var defaultKeyHeaders = []string{"Authorization", "X-Api-Key"}
+const defaultAnonymousTenant = apikey.DefaultAnonymousTenant
 
 // Errors returned by Identify. Both answer 401.
 var (
-	// ErrUnknownKey: the request carries an API key that is not in the table.
-	ErrUnknownKey = errors.New("unknown API key")
+	// ErrUnknownKey: the request carries an API key that is not in the
+	// table (apikey.ErrUnknownKey).
+	ErrUnknownKey = apikey.ErrUnknownKey
 	// ErrNoCredentials: the request carries no credential and anonymous
-	// callers are not admitted.
-	ErrNoCredentials = errors.New("no credentials")
+	// callers are not admitted (apikey.ErrNoCredentials).
+	ErrNoCredentials = apikey.ErrNoCredentials
 	// ErrUnauthenticated: the WithIdentity function (or echo's
 	// IdentifierExtractor) refused the caller. Errors wrapped by
 	// unauthenticated match it.
@@ -170,66 +158,29 @@ func unauthenticated(err error) error {
 }
 
 // Identify returns the validated identity of r: the identity placed in its
-// context by ContextWithIdentity, or the one an API key maps to, or the anonymous
-// tenant. It returns ErrUnknownKey for a key not in the table and
+// context by ContextWithIdentity, else the identity rules every transport
+// shares (apikey.Rules) applied to its headers: the identity an API key
+// maps to, or the anonymous tenant. It returns ErrUnknownKey for a key
+// not in the table (or longer than apikey.MaxKeyLen) and
 // ErrNoCredentials when a key is required and none was sent.
 func (ic *IdentityConfig) Identify(r *http.Request) (Identity, error) {
 	if id, ok := IdentityFrom(r.Context()); ok {
 		return id, nil
 	}
-	if key, ok := ic.apiKey(r); ok {
-		var id Identity
-		var ok bool
-		if ic.KeySource != nil {
-			id, ok = ic.KeySource.Lookup(key)
-		} else {
-			id, ok = ic.Keys.Lookup(key)
-		}
-		if ok {
-			return id, nil
-		}
-		return Identity{}, ErrUnknownKey
+	rules := apikey.Rules{KeyHeaders: ic.KeyHeaders, Keys: ic.KeySource, AnonymousTenant: ic.AnonymousTenant, RequireKey: ic.RequireKey}
+	if rules.Keys == nil && len(ic.Keys) > 0 {
+		rules.Keys = ic.Keys
 	}
-	if ic.RequireKey {
-		return Identity{}, ErrNoCredentials
-	}
-	t := ic.AnonymousTenant
-	if t == "" {
-		t = defaultAnonymousTenant
-	}
-	return Identity{Tenant: t}, nil
-}
-
-// apiKey returns the API key r carries in one of the key headers.
-func (ic *IdentityConfig) apiKey(r *http.Request) (string, bool) {
-	hs := ic.KeyHeaders
-	if len(hs) == 0 {
-		hs = defaultKeyHeaders
-	}
-	for _, h := range hs {
-		var v string
-		if ic.canonical || len(ic.KeyHeaders) == 0 {
-			if vs := r.Header[h]; len(vs) > 0 {
-				v = vs[0]
-			}
-		} else {
-			v = r.Header.Get(h)
+	direct := ic.canonical || len(ic.KeyHeaders) == 0
+	return rules.Identify(func(name string) string {
+		if !direct {
+			return r.Header.Get(name)
 		}
-		if v == "" {
-			continue
+		if vs := r.Header[name]; len(vs) > 0 {
+			return vs[0]
 		}
-		if h == "Authorization" || strings.EqualFold(h, "Authorization") {
-			scheme, key, ok := strings.Cut(v, " ")
-			if !ok || !strings.EqualFold(scheme, "Bearer") {
-				continue
-			}
-			v = strings.TrimSpace(key)
-		}
-		if v != "" {
-			return v, true
-		}
-	}
-	return "", false
+		return ""
+	})
 }
 
 // CredentialHeader reports whether the header named k can carry a
@@ -272,20 +223,7 @@ func (ic *IdentityConfig) ClientAddr(r *http.Request) netip.Addr {
 	if ic.trusted(peer) {
 		addr = ic.forwarded(r, peer)
 	}
-	return group(addr)
-}
-
-// group returns a as partitions see it: IPv4 unchanged, IPv6 reduced to
-// the first address of its /64.
-func group(a netip.Addr) netip.Addr {
-	a = a.Unmap()
-	if a.Is6() {
-		p, err := a.Prefix(64)
-		if err == nil {
-			return p.Addr()
-		}
-	}
-	return a
+	return apikey.Group(addr)
 }
 
 func (ic *IdentityConfig) trusted(a netip.Addr) bool {

@@ -251,6 +251,21 @@ func Hint(h http.Header, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
+// WaitHint waits out a server's retry hint as RoundTrip does, for a
+// client of another transport (a gRPC interceptor reading RetryInfo): a
+// uniformly random time in [hint, hint·(1+Jitter)], cut at MaxWait and
+// ctx's deadline, through Sleep. It returns false at once, without
+// waiting, when even the hint would end past the deadline or exceed
+// MaxWait, and ctx's error when ctx ends while it waits.
+func (t *Transport) WaitHint(ctx context.Context, hint time.Duration) (bool, error) {
+	room := t.room(ctx)
+	wait := t.jitter(hint, room)
+	if wait > room {
+		return false, nil
+	}
+	return true, t.sleep(ctx, wait)
+}
+
 // room returns the longest acceptable wait: within MaxWait and ending
 // before ctx's deadline; negative when the deadline has passed.
 func (t *Transport) room(ctx context.Context) time.Duration {

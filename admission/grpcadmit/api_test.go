@@ -1,0 +1,25 @@
+package grpcadmit_test
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/apinames"
+)
+
+// maxExported bounds the package's API: one interceptor value with its
+// options, the context accessors and the client side.
+const maxExported = 21
+
+// TestExportedNames counts the package's exported names, requires a doc
+// comment on each, and keeps the count within maxExported. Run with -v to
+// see them.
+func TestExportedNames(t *testing.T) {
+	total := 0
+	for _, n := range apinames.ExportedNames(t, ".") {
+		total += n
+	}
+	t.Logf("grpcadmit exports %d names", total)
+	if total > maxExported {
+		t.Errorf("grpcadmit exports %d names; want at most %d", total, maxExported)
+	}
+}

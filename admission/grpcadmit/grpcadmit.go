@@ -1,0 +1,476 @@
+// Package grpcadmit puts an admission.Controller in front of a gRPC
+// server, and gives its clients an interceptor that honours the
+// server's retry hint.
+//
+// # One value, two interceptors
+//
+// New returns an Interceptor whose methods Unary and Stream are a
+// grpc.UnaryServerInterceptor and a grpc.StreamServerInterceptor:
+//
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(ic.Unary),
+//		grpc.ChainStreamInterceptor(ic.Stream),
+//	)
+//
+// One constructor and one set of options serve both kinds of call, as
+// one httpadmit.Middleware serves every route: the identity rules and
+// the policies cannot differ between a service's unary and streaming
+// methods.
+//
+// # How it maps to the HTTP contract
+//
+// The operation a policy's match.operations names is the call's full
+// method name, "/pkg.Service/Method" (exactly as an HTTP route is
+// "POST /v1/chat/completions"); a name longer than 256 bytes (only a
+// server with an unknown-service handler sees one) is the empty
+// operation, which only unrestricted policies match. The caller is
+// identified from the call's metadata by the rules the HTTP middleware
+// applies to headers (apikey.Rules, one implementation): an API key in
+// "authorization: Bearer <key>" or "x-api-key" (WithKeyHeaders), looked
+// up by its SHA-256 hash and never longer than apikey.MaxKeyLen, else the
+// anonymous tenant; a tenant header (WithTenantHeader) is a claim
+// checked against the key, never the source of the tenant. The client
+// address is the TCP peer, IPv6 grouped by /64. Metadata is read, never
+// logged nor used as a metric label.
+//
+// Calls are decided by the policies the controller has installed, one
+// immutable set per call (Controller.Install swaps it whole on a
+// reload). Each call is admitted once, before its handler runs: a unary call for
+// its one request, a stream for its whole life, however many messages
+// it carries (a stream holds at most one permit of each policy). The
+// ticket is settled when the handler returns, also when it panics or the
+// client cancels; a handler that knows the actual usage settles it
+// first (TicketFrom), which makes the interceptor's settlement do
+// nothing.
+//
+// The answers mirror HTTP's statuses:
+//
+//   - 429 and 403 (a rate, concurrency, queue or quota limit):
+//     codes.ResourceExhausted, with an errdetails.RetryInfo holding the
+//     wait of the refused call (the figure HTTP rounds up to whole
+//     seconds in Retry-After, here in milliseconds rounded up; absent
+//     when waiting cannot help) and an errdetails.QuotaFailure whose
+//     violation names the policy (subject "policy:<name>") and the
+//     reason.
+//   - 503 (the limit store unavailable with a policy failing closed, or
+//     the partition table full): codes.Unavailable with RetryInfo and no
+//     figures, which describe the service rather than the caller.
+//   - 401 (an unknown key, a missing one under WithRequireKey, a tenant
+//     claim that is not the key's, or an error of the WithIdentity
+//     function): codes.Unauthenticated, without a partition.
+//   - 400 (a WithRequest error, or an estimate outside
+//     [0, limits.MaxAmount], which HTTP saturates at the top):
+//     codes.InvalidArgument.
+//   - Any other failure: codes.Unavailable, logged, its text never sent.
+//
+// Admitted and refused calls carry the limit figures as header metadata
+// under the HTTP field names, lower-cased (ratelimit-policy, ratelimit,
+// x-ratelimit-limit, -remaining, -reset), as httpadmit writes them. A
+// policy in shadow mode never refuses; its decisions reach the
+// controller's observer (metrics, decision log) exactly as HTTP
+// requests' do, and WithShadowHeader names them to the caller. The
+// health service (grpc.health.v1.Health) is never limited (WithExempt).
+//
+// # Clients
+//
+// UnaryClientInterceptor retries a unary call refused with RetryInfo
+// (ResourceExhausted or Unavailable: an admission refusal, which means
+// the server did not run the call), waiting the hint with
+// httpretry's jitter and attempt budget and never past the call's
+// deadline (httpretry.Transport.WaitHint). A stream is refused when it
+// opens, which its client sees on its first receive:
+// StreamClientInterceptor opens a server-streaming call again after the
+// hint, and RetryDelay reads the hint of any refusal for a client that
+// retries itself.
+package grpcadmit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
+)
+
+// maxMethodLen bounds the full method name taken as an operation.
+const maxMethodLen = 256
+
+// wouldRejectKey is the metadata key of WithShadowHeader.
+const wouldRejectKey = "sluice-would-reject"
+
+// maxStatuses is the number of policy statuses read on the stack.
+const maxStatuses = 8
+
+// An Option sets one setting of an Interceptor.
+type Option func(*settings)
+
+// settings are an Interceptor's options.
+type settings struct {
+	rules    apikey.Rules
+	identify func(ctx context.Context, md metadata.MD) (apikey.Identity, error)
+	enrich   func(ctx context.Context, method string, msg any, r *admission.Request) error
+	exempt   []string
+	noWait   bool
+	shadow   bool
+	logger   *slog.Logger
+}
+
+// WithKeyHeaders sets the metadata keys that may carry an API key, tried
+// in order: "authorization" is read as "Bearer <key>", any other holds
+// the key itself. The default is authorization and x-api-key.
+func WithKeyHeaders(names ...string) Option {
+	return func(s *settings) { s.rules.KeyHeaders = lower(names) }
+}
+
+// WithKeys sets the table API keys are looked up in: an apikey.Table, an
+// httpadmit.KeySet, or any apikey.Lookup. Without it every key is
+// unknown.
+func WithKeys(l apikey.Lookup) Option { return func(s *settings) { s.rules.Keys = l } }
+
+// WithTenantHeader names a metadata key in which a caller may state its
+// tenant: a caller that sends it must send the tenant its key stands for
+// (the anonymous tenant without a key), or be refused as unauthenticated
+// (apikey.Rules.TenantHeader). The tenant always comes from the key.
+func WithTenantHeader(name string) Option {
+	return func(s *settings) { s.rules.TenantHeader = strings.ToLower(name) }
+}
+
+// WithAnonymousTenant sets the tenant of callers that present no key;
+// the default is "anonymous".
+func WithAnonymousTenant(tenant string) Option {
+	return func(s *settings) { s.rules.AnonymousTenant = tenant }
+}
+
+// WithRequireKey refuses callers without a key (codes.Unauthenticated)
+// instead of admitting them as the anonymous tenant.
+func WithRequireKey() Option { return func(s *settings) { s.rules.RequireKey = true } }
+
+// WithIdentity sets the function that identifies callers, for a service
+// with its own authentication (mTLS, a verified token), replacing the
+// key rules. Every field of the identity it returns must come from
+// credentials it has validated, never from metadata the client chooses
+// freely. An error refuses the call with codes.Unauthenticated, without
+// its text.
+func WithIdentity(f func(ctx context.Context, md metadata.MD) (apikey.Identity, error)) Option {
+	return func(s *settings) { s.identify = f }
+}
+
+// WithRequest sets a function that completes the admission request
+// before it is decided (the model, the estimated tokens or cost, the
+// priority): msg is a unary call's request message, nil for a stream
+// (admitted before its first message is read). An error refuses the
+// call with codes.InvalidArgument and its text, which must therefore not
+// reveal internals.
+func WithRequest(f func(ctx context.Context, method string, msg any, r *admission.Request) error) Option {
+	return func(s *settings) { s.enrich = f }
+}
+
+// WithExempt lists full method names that are never limited, or service
+// prefixes written "/pkg.Service/*". The default is the health service,
+// "/grpc.health.v1.Health/*"; WithExempt replaces it.
+func WithExempt(methods ...string) Option {
+	return func(s *settings) { s.exempt = append([]string(nil), methods...) }
+}
+
+// WithoutQueueing refuses at once calls that would wait in a policy's
+// queue (Controller.TryAdmit).
+func WithoutQueueing() Option { return func(s *settings) { s.noWait = true } }
+
+// WithShadowHeader adds, on admitted calls, the header metadata
+// sluice-would-reject naming the shadow policies that would have
+// refused the call, as httpadmit's Sluice-Would-Reject. Off by default:
+// it tells callers about limits not yet enforced.
+func WithShadowHeader(on bool) Option { return func(s *settings) { s.shadow = on } }
+
+// WithLogger sets the logger of unexpected admission errors; the default
+// is slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
+
+// lower returns names lower-cased, as metadata keys are.
+func lower(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strings.ToLower(n)
+	}
+	return out
+}
+
+// An Interceptor admits gRPC calls through a Controller: Unary for unary
+// calls, Stream for streams. It is safe for concurrent use.
+type Interceptor struct {
+	ctl *admission.Controller
+	s   settings
+}
+
+// New returns an Interceptor admitting calls through ctl.
+func New(ctl *admission.Controller, opts ...Option) (*Interceptor, error) {
+	if ctl == nil {
+		return nil, errors.New("grpcadmit: nil controller")
+	}
+	s := settings{exempt: []string{"/grpc.health.v1.Health/*"}}
+	for _, opt := range opts {
+		opt(&s)
+	}
+	if len(s.rules.KeyHeaders) == 0 {
+		s.rules.KeyHeaders = lower(apikey.DefaultKeyHeaders)
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	return &Interceptor{ctl: ctl, s: s}, nil
+}
+
+// Unary is a grpc.UnaryServerInterceptor: it admits the call, runs the
+// handler, and settles the ticket when the handler returns.
+func (ic *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if ic.exempt(info.FullMethod) {
+		return handler(ctx, req)
+	}
+	actx, tk, err := ic.admit(ctx, info.FullMethod, req, func(md metadata.MD) { _ = grpc.SetHeader(ctx, md) })
+	if err != nil {
+		return nil, err
+	}
+	defer tk.Done()
+	return handler(actx, req)
+}
+
+// Stream is a grpc.StreamServerInterceptor: it admits the stream once,
+// when it opens, and holds its permits until the handler returns.
+func (ic *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if ic.exempt(info.FullMethod) {
+		return handler(srv, ss)
+	}
+	ctx, tk, err := ic.admit(ss.Context(), info.FullMethod, nil, func(md metadata.MD) { _ = ss.SetHeader(md) })
+	if err != nil {
+		return err
+	}
+	defer tk.Done()
+	return handler(srv, &stream{ServerStream: ss, ctx: ctx})
+}
+
+// stream is a server stream whose context carries the ticket.
+type stream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+// Context returns the stream's context, with its ticket and identity.
+func (s *stream) Context() context.Context { return s.ctx }
+
+// exempt reports whether method is never limited.
+func (ic *Interceptor) exempt(method string) bool {
+	for _, e := range ic.s.exempt {
+		if prefix, ok := strings.CutSuffix(e, "*"); ok && strings.HasSuffix(prefix, "/") {
+			if strings.HasPrefix(method, prefix) {
+				return true
+			}
+		} else if method == e {
+			return true
+		}
+	}
+	return false
+}
+
+type ticketKey struct{}
+
+type identityKey struct{}
+
+// TicketFrom returns the ticket of the call whose context is ctx, so that
+// its handler can Settle with the actual usage or Charge while it
+// streams. Settling it in the handler is fine: the interceptor's own
+// settlement then does nothing.
+func TicketFrom(ctx context.Context) (admission.Ticket, bool) {
+	tk, ok := ctx.Value(ticketKey{}).(admission.Ticket)
+	return tk, ok
+}
+
+// IdentityFrom returns the identity the call whose context is ctx was
+// admitted as, which its handler uses rather than identifying the
+// caller again.
+func IdentityFrom(ctx context.Context) (apikey.Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(apikey.Identity)
+	return id, ok
+}
+
+// admit identifies and admits a call to method, sending the limit
+// figures with setHeader, and returns the handler's context.
+func (ic *Interceptor) admit(ctx context.Context, method string, msg any, setHeader func(metadata.MD)) (context.Context, admission.Ticket, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	id, err := ic.identity(ctx, md)
+	if err != nil {
+		return nil, admission.Ticket{}, status.Error(codes.Unauthenticated, unauthenticatedMessage(err))
+	}
+	req := admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Addr: peerAddr(ctx)}
+	if len(method) <= maxMethodLen {
+		req.Operation = method
+	}
+	if ic.s.enrich != nil {
+		if err := ic.s.enrich(ctx, method, msg, &req); err != nil {
+			return nil, admission.Ticket{}, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	var tk admission.Ticket
+	if ic.s.noWait {
+		tk, err = ic.ctl.TryAdmit(ctx, req)
+	} else {
+		tk, err = ic.ctl.Admit(ctx, req)
+	}
+	if err != nil {
+		var rej *admission.Rejection
+		if errors.As(err, &rej) && rej.Status.Policy != "" && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow {
+			setHeader(limitMetadata([]admission.Status{rej.Status}))
+		}
+		return nil, tk, ic.errorStatus(ctx, err)
+	}
+	var stack [maxStatuses]admission.Status
+	md = limitMetadata(limitheaders.Enforced(tk.Statuses(stack[:0])))
+	if ic.s.shadow {
+		var names [maxStatuses]string
+		if wr := tk.WouldReject(names[:0]); len(wr) > 0 {
+			md[wouldRejectKey] = []string{strings.Join(wr, ", ")}
+		}
+	}
+	if len(md) > 0 {
+		setHeader(md)
+	}
+	ctx = context.WithValue(ctx, ticketKey{}, tk)
+	return context.WithValue(ctx, identityKey{}, id), tk, nil
+}
+
+// identity returns the caller's validated identity: the WithIdentity
+// function's, else the shared key rules applied to md.
+func (ic *Interceptor) identity(ctx context.Context, md metadata.MD) (apikey.Identity, error) {
+	if ic.s.identify != nil {
+		return ic.s.identify(ctx, md)
+	}
+	return ic.s.rules.Identify(func(name string) string {
+		if vs := md[name]; len(vs) > 0 {
+			return vs[0]
+		}
+		return ""
+	})
+}
+
+// unauthenticatedMessage is the message of a refused identity: fixed
+// texts, never the error of a WithIdentity function.
+func unauthenticatedMessage(err error) string {
+	switch {
+	case errors.Is(err, apikey.ErrUnknownKey):
+		return "the API key is not valid"
+	case errors.Is(err, apikey.ErrNoCredentials):
+		return "an API key is required"
+	case errors.Is(err, apikey.ErrTenantMismatch):
+		return "the tenant does not match the API key"
+	}
+	return "the call's credentials are not valid"
+}
+
+// peerAddr returns the call's TCP peer address, grouped as partitions
+// see it; the zero Addr when there is none.
+func peerAddr(ctx context.Context) netip.Addr {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Addr{}
+	}
+	if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+		return apikey.Group(tcp.AddrPort().Addr())
+	}
+	ap, err := netip.ParseAddrPort(p.Addr.String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return apikey.Group(ap.Addr())
+}
+
+// limitMetadata returns the limit fields of sts as header metadata,
+// under the HTTP field names lower-cased.
+func limitMetadata(sts []admission.Status) metadata.MD {
+	h := http.Header{}
+	limitheaders.SetLimitHeaders(h, sts)
+	md := make(metadata.MD, len(h))
+	for k, vs := range h {
+		md[strings.ToLower(k)] = vs
+	}
+	return md
+}
+
+// errorStatus returns the gRPC status error of an admission error (see
+// the package doc).
+func (ic *Interceptor) errorStatus(ctx context.Context, err error) error {
+	var rej *admission.Rejection
+	switch {
+	case errors.As(err, &rej):
+		return rejectionStatus(rej).Err()
+	case errors.Is(err, admission.ErrInvalidCost):
+		return status.Error(codes.InvalidArgument, "the call's estimated cost is negative or too large")
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return status.FromContextError(err).Err()
+	}
+	ic.s.logger.LogAttrs(ctx, slog.LevelError, "admission failed", slog.String("error", err.Error()))
+	return status.Error(codes.Unavailable, "the call cannot be admitted right now")
+}
+
+// rejectionStatus returns the status of a rejection: ResourceExhausted
+// (Unavailable for the store or the partition table) with RetryInfo and,
+// for a caller's own limit, QuotaFailure. It names the policy, which the
+// operator wrote, and nothing the client sent.
+func rejectionStatus(rej *admission.Rejection) *status.Status {
+	code := codes.ResourceExhausted
+	if limitheaders.StatusCode(rej, 0) == http.StatusServiceUnavailable {
+		code = codes.Unavailable
+	}
+	msg := fmt.Sprintf("%s limit %q exceeded", rej.Reason, rej.Policy)
+	if code == codes.Unavailable {
+		msg = "the service cannot check limits right now"
+	}
+	st := status.New(code, msg)
+	var retry *errdetails.RetryInfo
+	if rej.RetryAfter != limits.Never {
+		ms := max(1, limitheaders.Millis(rej.RetryAfter))
+		retry = &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(ms) * time.Millisecond)}
+	}
+	var with *status.Status
+	var err error
+	switch {
+	case code == codes.ResourceExhausted && retry != nil:
+		with, err = st.WithDetails(retry, quotaFailure(rej))
+	case code == codes.ResourceExhausted:
+		with, err = st.WithDetails(quotaFailure(rej))
+	case retry != nil:
+		with, err = st.WithDetails(retry)
+	default:
+		return st
+	}
+	if err != nil {
+		return st
+	}
+	return with
+}
+
+// quotaFailure names the refusing policy and the reason.
+func quotaFailure(rej *admission.Rejection) *errdetails.QuotaFailure {
+	desc := fmt.Sprintf("%s limit of policy %q", rej.Reason, rej.Policy)
+	if rej.RetryAfter == limits.Never {
+		desc += ": the call costs more than the limit allows at once; retrying cannot succeed"
+	}
+	return &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+		Subject: "policy:" + rej.Policy, Description: desc,
+	}}}
+}
