@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // TestAlgorithms runs every rate algorithm through descriptors: 3 a
@@ -521,23 +523,13 @@ descriptors:
 			served <- tenant
 		}()
 		// Queue them in this order.
-		deadline := time.Now().Add(10 * time.Second)
-		for r.obs.count(admission.Queued) != int64(i+1) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiter %d never queued", i+1)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		poll.Until(t, time.Second, fmt.Sprintf("waiter %d to queue", i+1), func() bool { return r.obs.count(admission.Queued) == int64(i+1) })
 	}
 	var order []string
 	for range 4 {
+		// A token comes on the fake clock, and the next waiter is served.
 		r.clk.Advance(time.Second)
-		select {
-		case tenant := <-served:
-			order = append(order, tenant)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no waiter served after a token came; served %v", order)
-		}
+		order = append(order, <-served)
 	}
 	if got, want := strings.Join(order, " "), "a b a a"; got != want {
 		t.Fatalf("served in the order %s; want %s", got, want)
