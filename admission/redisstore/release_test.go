@@ -44,6 +44,11 @@ func (r *releaseRecorder) pending() (n, storeErrors int) {
 	return n, len(r.storeErr)
 }
 
+// pausedTimeout is the store timeout of the tests that pause Redis's
+// writes: the calls Redis holds fail at it whatever its length, and the
+// others, which must land, never reach it on a loaded machine.
+const pausedTimeout = time.Second
+
 // pauseWrites makes the Redis at addr hold every script (each writes),
 // so the store's calls time out whatever the machine's speed, until the
 // returned function resumes it. That waits first until Redis has dropped
@@ -76,7 +81,7 @@ func pauseWrites(t *testing.T, addr string) (resume func()) {
 func TestReleaseRetriedAfterPause(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &releaseRecorder{}
-	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "redis"})
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: pausedTimeout, Name: "redis"})
 	p := admission.Policy{Name: "global", Algorithm: limits.Concurrency, Limit: 2, Store: "redis"}
 	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}},
@@ -137,7 +142,7 @@ func TestReleaseRetriedAfterPause(t *testing.T) {
 func TestReleaseAbandonedAtExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &releaseRecorder{}
-	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "redis"})
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: pausedTimeout, Name: "redis"})
 	const hold = 300 * time.Millisecond
 	p := admission.Policy{Name: "global", Algorithm: limits.Concurrency, Limit: 1, MaxHold: hold, Store: "redis"}
 	clock := admissiontest.NewClock(backendtest.Epoch)
