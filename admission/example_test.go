@@ -71,7 +71,7 @@ func Example_queue() {
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
 		Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant},
 		Algorithm: limits.Concurrency, Limit: 1,
-		Queue: limits.Queue{Size: 10, Timeout: time.Second},
+		Queue: limits.Queue{Size: 10, Timeout: time.Minute},
 	}}})
 	ctx := context.Background()
 	first, _ := ctl.Admit(ctx, admission.Request{Tenant: "acme"})

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // TestStatusFigures: over random traffic with overruns settled (debt) on
@@ -110,13 +111,7 @@ func TestTicketQueueWait(t *testing.T) {
 		}
 		done <- tk
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Stats()[0].Queued != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the second request was never queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, time.Second, "the second request to queue", func() bool { return c.Stats()[0].Queued == 1 })
 	clock.Advance(750 * time.Millisecond)
 	first.Done()
 	second := <-done

@@ -24,7 +24,7 @@ func TestCatalogMatchesExposition(t *testing.T) {
 	}
 	clk := admissiontest.NewClock(t0)
 	r := newReceiver(t)
-	h := newWebhook(t, r.URL, nil)
+	h := newWebhook(t, r, nil)
 	w, err := budget.New(budget.Config{Policies: []budget.Policy{
 		{Name: "q", Thresholds: []int{50, 80}, Period: limits.PeriodDay, MaxTenants: 16},
 		{Name: "soft", Thresholds: []int{100}, Soft: true, Period: limits.PeriodDay},

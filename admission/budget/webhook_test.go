@@ -5,39 +5,60 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/admission/budget"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/pipenet"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 var secret = []byte("0123456789abcdef-test-secret")
 
-// receiver is a webhook receiver on loopback: it verifies each POST's
-// signature as a real receiver would, and answers with the statuses of
-// its script in turn (200 once the script is spent).
+// receiver is a webhook receiver: it verifies each POST's signature as a
+// real receiver would, and answers with the statuses of its script in
+// turn (200 once the script is spent).
 type receiver struct {
-	*httptest.Server
-	mu       sync.Mutex
-	script   []int
-	attempts []time.Time
-	got      []budget.Warning
-	hold     chan struct{} // when set, each request waits for it
-	active   atomic.Int64  // requests waiting for hold
-	hang     atomic.Int64  // requests still to hang until the sender gives up
-	badSig   atomic.Int64
+	URL       string
+	transport http.RoundTripper // to reach it; nil for the default one
+	mu        sync.Mutex
+	script    []int
+	attempts  []time.Time
+	got       []budget.Warning
+	hold      chan struct{} // when set, each request waits for it
+	active    atomic.Int64  // requests waiting for hold
+	hang      atomic.Int64  // requests still to hang until the sender gives up
+	badSig    atomic.Int64
 }
 
+// newReceiver serves a receiver on a loopback port.
 func newReceiver(t *testing.T, script ...int) *receiver {
 	r := &receiver{script: script}
-	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
-	t.Cleanup(r.Close)
+	srv := httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(srv.Close)
+	r.URL = srv.URL
+	return r
+}
+
+// newPipeReceiver serves a receiver on in-memory connections, for a test
+// in a testing/synctest bubble: the sender's deadlines and backoffs and
+// the receiver's clock are the bubble's.
+func newPipeReceiver(t *testing.T, script ...int) *receiver {
+	r := &receiver{script: script, URL: "http://receiver.test/hook"}
+	ln := pipenet.Listen()
+	srv := &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return ln.Dial() }}
+	r.transport = tr
+	t.Cleanup(func() { tr.CloseIdleConnections(); srv.Close() })
 	return r
 }
 
@@ -46,10 +67,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		// Once the body is read, the server notices the sender hanging
 		// up at its deadline.
 		_, _ = io.Copy(io.Discard, req.Body)
-		select {
-		case <-req.Context().Done():
-		case <-time.After(10 * time.Second):
-		}
+		<-req.Context().Done()
 		return
 	}
 	if r.hold != nil {
@@ -93,9 +111,10 @@ func (r *receiver) delivered() []budget.Warning {
 	return append([]budget.Warning(nil), r.got...)
 }
 
-func newWebhook(t *testing.T, url string, mod func(*budget.WebhookConfig)) *budget.Webhook {
+// newWebhook returns a webhook delivering to r.
+func newWebhook(t *testing.T, r *receiver, mod func(*budget.WebhookConfig)) *budget.Webhook {
 	t.Helper()
-	cfg := budget.WebhookConfig{URL: url, Secret: secret, Timeout: time.Second, Attempts: 4,
+	cfg := budget.WebhookConfig{URL: r.URL, Secret: secret, Timeout: time.Second, Attempts: 4,
 		Backoff: 20 * time.Millisecond, MaxBackoff: 80 * time.Millisecond, Queue: 16}
 	if mod != nil {
 		mod(&cfg)
@@ -104,24 +123,20 @@ func newWebhook(t *testing.T, url string, mod func(*budget.WebhookConfig)) *budg
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r.transport != nil {
+		budget.SetTransport(h, r.transport)
+	}
 	t.Cleanup(func() { _ = h.Close() })
 	return h
 }
 
-// waitStats polls h's counts until cond holds, within 10 seconds.
+// waitStats polls h's counts until cond holds, with no deadline: a
+// condition that never holds is ended by the test timeout.
 func waitStats(t *testing.T, h *budget.Webhook, what string, cond func(budget.WebhookStats) bool) budget.WebhookStats {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := h.Stats()
-		if cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: stats %+v", what, s)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	var s budget.WebhookStats
+	poll.Until(t, time.Second, what, func() bool { s = h.Stats(); return cond(s) })
+	return s
 }
 
 var sample = budget.Warning{
@@ -131,28 +146,46 @@ var sample = budget.Warning{
 
 // TestWebhookRetries answers 503, a hang past the attempt's deadline, and
 // 429 before accepting: the warning arrives once, signed, after three
-// retries spaced by at least half the growing backoff.
+// retries spaced by the attempt's deadline and the growing backoff,
+// drawn between its half and its whole. It runs in a testing/synctest
+// bubble, so the spacings are the sender's own, to the nanosecond.
 func TestWebhookRetries(t *testing.T) {
-	r := newReceiver(t, 503, 429)
-	r.hang.Store(1)
-	h := newWebhook(t, r.URL, func(c *budget.WebhookConfig) { c.Timeout = 100 * time.Millisecond })
-	start := time.Now()
-	h.Notify(sample)
-	s := waitStats(t, h, "delivery", func(s budget.WebhookStats) bool { return s.Delivered+s.Failed > 0 })
-	if s != (budget.WebhookStats{Delivered: 1, Retried: 3}) {
-		t.Errorf("stats = %+v; want 1 delivered after 3 retries", s)
-	}
-	got := r.delivered()
-	if len(got) != 1 || got[0] != sample {
-		t.Fatalf("received %+v; want the warning once, as sent", got)
-	}
-	// Backoffs of at least 10, 20 and 40 ms, plus the 100 ms deadline.
-	if el := time.Since(start); el < 170*time.Millisecond {
-		t.Errorf("delivered after %v; the backoffs and the deadline take at least 170ms", el)
-	}
-	if r.badSig.Load() != 0 {
-		t.Errorf("%d attempts failed the signature check", r.badSig.Load())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r := newPipeReceiver(t, 503, 429)
+		r.hang.Store(1)
+		h := newWebhook(t, r, func(c *budget.WebhookConfig) { c.Timeout = 100 * time.Millisecond })
+		start := time.Now()
+		h.Notify(sample)
+		s := waitStats(t, h, "delivery", func(s budget.WebhookStats) bool { return s.Delivered+s.Failed > 0 })
+		if s != (budget.WebhookStats{Delivered: 1, Retried: 3}) {
+			t.Errorf("stats = %+v; want 1 delivered after 3 retries", s)
+		}
+		got := r.delivered()
+		if len(got) != 1 || got[0] != sample {
+			t.Fatalf("received %+v; want the warning once, as sent", got)
+		}
+		if r.badSig.Load() != 0 {
+			t.Errorf("%d attempts failed the signature check", r.badSig.Load())
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.attempts) != 3 {
+			t.Fatalf("%d attempts answered; want 3 (503, 429, 200) after the one that hung", len(r.attempts))
+		}
+		// The hung attempt's 100ms deadline, then backoffs of 20, 40 and
+		// 80ms (Backoff doubling up to MaxBackoff), each drawn in [d/2, d].
+		prev := start
+		for i, want := range []struct{ min, max time.Duration }{
+			{100*time.Millisecond + 10*time.Millisecond, 100*time.Millisecond + 20*time.Millisecond},
+			{20 * time.Millisecond, 40 * time.Millisecond},
+			{40 * time.Millisecond, 80 * time.Millisecond},
+		} {
+			if d := r.attempts[i].Sub(prev); d < want.min || d > want.max {
+				t.Errorf("attempt %d came %v after the one before; want %v to %v", i+2, d, want.min, want.max)
+			}
+			prev = r.attempts[i]
+		}
+	})
 }
 
 // TestWebhookGivesUp: a status retrying cannot change is not retried,
@@ -166,54 +199,58 @@ func TestWebhookGivesUp(t *testing.T) {
 		{[]int{302}, 1}, // a redirect is not followed
 		{[]int{500, 502, 503, 504, 500}, 4},
 	} {
-		r := newReceiver(t, tc.script...)
-		h := newWebhook(t, r.URL, nil)
-		h.Notify(sample)
-		s := waitStats(t, h, "giving up", func(s budget.WebhookStats) bool { return s.Failed+s.Delivered > 0 })
-		if s.Failed != 1 || s.Delivered != 0 || int(s.Retried) != tc.attempts-1 {
-			t.Errorf("script %v: stats %+v; want 1 failed after %d attempts", tc.script, s, tc.attempts)
-		}
-		r.mu.Lock()
-		if len(r.attempts) != tc.attempts {
-			t.Errorf("script %v: %d attempts; want %d", tc.script, len(r.attempts), tc.attempts)
-		}
-		r.mu.Unlock()
+		synctest.Test(t, func(t *testing.T) {
+			r := newPipeReceiver(t, tc.script...)
+			h := newWebhook(t, r, nil)
+			h.Notify(sample)
+			s := waitStats(t, h, "giving up", func(s budget.WebhookStats) bool { return s.Failed+s.Delivered > 0 })
+			if s.Failed != 1 || s.Delivered != 0 || int(s.Retried) != tc.attempts-1 {
+				t.Errorf("script %v: stats %+v; want 1 failed after %d attempts", tc.script, s, tc.attempts)
+			}
+			r.mu.Lock()
+			if len(r.attempts) != tc.attempts {
+				t.Errorf("script %v: %d attempts; want %d", tc.script, len(r.attempts), tc.attempts)
+			}
+			r.mu.Unlock()
+		})
 	}
 }
 
 // TestWebhookQueueBound holds the receiver: the workers hold one warning
 // each, the queue the next 3, and every other is dropped at once and
-// counted; released, the held and queued ones are delivered.
+// counted; released, the held and queued ones are delivered. It runs in
+// a testing/synctest bubble: "at once" is before the bubble's clock moves.
 func TestWebhookQueueBound(t *testing.T) {
-	r := newReceiver(t)
-	r.hold = make(chan struct{})
-	h := newWebhook(t, r.URL, func(c *budget.WebhookConfig) { c.Queue = 3 })
-	const workers = 4
-	for i := range workers {
-		w := sample
-		w.ID = string(rune('a' + i))
-		h.Notify(w)
-	}
-	// Wait until every worker holds a warning and the queue is empty.
-	deadline := time.Now().Add(10 * time.Second)
-	for r.inFlight() < workers {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d requests reached the receiver", r.inFlight())
+	synctest.Test(t, func(t *testing.T) {
+		r := newPipeReceiver(t)
+		r.hold = make(chan struct{})
+		h := newWebhook(t, r, func(c *budget.WebhookConfig) { c.Queue = 3 })
+		const workers = 4
+		for i := range workers {
+			w := sample
+			w.ID = string(rune('a' + i))
+			h.Notify(w)
+			// A worker takes it to the receiver before the next comes, so
+			// none waits in the queue of 3.
+			synctest.Wait()
 		}
-		time.Sleep(time.Millisecond)
-	}
-	start := time.Now()
-	for range 100 {
-		h.Notify(sample)
-	}
-	if el := time.Since(start); el > time.Second {
-		t.Errorf("100 Notify calls took %v against a stuck receiver; they must not wait", el)
-	}
-	if s := h.Stats(); s.Dropped != 97 {
-		t.Errorf("dropped %d; want 97 (100 minus a queue of 3)", s.Dropped)
-	}
-	close(r.hold)
-	waitStats(t, h, "delivering the held and queued warnings", func(s budget.WebhookStats) bool { return s.Delivered == workers+3 })
+		// Every worker holds a warning and the queue is empty.
+		if n := r.inFlight(); n != workers {
+			t.Fatalf("%d requests reached the receiver; want %d", n, workers)
+		}
+		start := time.Now()
+		for range 100 {
+			h.Notify(sample)
+		}
+		if el := time.Since(start); el != 0 {
+			t.Errorf("100 Notify calls took %v against a stuck receiver; they must not wait", el)
+		}
+		if s := h.Stats(); s.Dropped != 97 {
+			t.Errorf("dropped %d; want 97 (100 minus a queue of 3)", s.Dropped)
+		}
+		close(r.hold)
+		waitStats(t, h, "delivering the held and queued warnings", func(s budget.WebhookStats) bool { return s.Delivered == workers+3 })
+	})
 }
 
 // inFlight is the number of requests waiting for hold.
@@ -287,21 +324,21 @@ func TestWebhookURLRedacted(t *testing.T) {
 // TestWebhookShutdown delivers what is queued and under way before
 // closing, and drops (and counts) what comes after.
 func TestWebhookShutdown(t *testing.T) {
-	r := newReceiver(t, 503)
-	h := newWebhook(t, r.URL, nil)
-	for range 10 {
+	synctest.Test(t, func(t *testing.T) {
+		r := newPipeReceiver(t, 503)
+		h := newWebhook(t, r, nil)
+		for range 10 {
+			h.Notify(sample)
+		}
+		if err := h.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		h.Notify(sample)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := h.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h.Notify(sample)
-	if s := h.Stats(); s.Delivered != 10 || s.Retried != 1 || s.Dropped != 1 {
-		t.Errorf("stats after Shutdown = %+v; want 10 delivered (one after a retry), the late one dropped", s)
-	}
-	if got := len(r.delivered()); got != 10 {
-		t.Errorf("receiver got %d; want 10", got)
-	}
+		if s := h.Stats(); s.Delivered != 10 || s.Retried != 1 || s.Dropped != 1 {
+			t.Errorf("stats after Shutdown = %+v; want 10 delivered (one after a retry), the late one dropped", s)
+		}
+		if got := len(r.delivered()); got != 10 {
+			t.Errorf("receiver got %d; want 10", got)
+		}
+	})
 }

@@ -27,9 +27,19 @@ func newServer(t testing.TB, cfg echoadmit.Config, policies ...admission.Policy)
 	return srv
 }
 
-// newServerWith serves the echo routes behind the middleware built with
-// opts, with a fake clock; "/v1/hold" waits for the returned channel.
+// newServerWith serves the echo routes of newEcho on a loopback port.
 func newServerWith(t testing.TB, cfg echoadmit.Config, opts []httpadmit.Option, policies ...admission.Policy) (*httptest.Server, *testEnv) {
+	e, env := newEcho(t, cfg, opts, policies...)
+	srv := httptest.NewServer(e)
+	if tt, ok := t.(*testing.T); ok {
+		tt.Cleanup(func() { close(env.release); srv.Close() })
+	}
+	return srv, env
+}
+
+// newEcho returns the echo routes behind the middleware built with opts,
+// with a fake clock; "/v1/hold" waits for the returned release channel.
+func newEcho(t testing.TB, cfg echoadmit.Config, opts []httpadmit.Option, policies ...admission.Policy) (*echo.Echo, *testEnv) {
 	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ctl, err := admission.New(admission.Config{Policies: policies}, admission.WithClock(clk))
 	if err != nil {
@@ -48,11 +58,7 @@ func newServerWith(t testing.TB, cfg echoadmit.Config, opts []httpadmit.Option, 
 	e.GET("/v1/items/:id", func(c echo.Context) error { return c.String(http.StatusOK, "item "+c.Param("id")) })
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 	e.GET("/v1/hold", func(c echo.Context) error { <-env.release; return c.NoContent(http.StatusOK) })
-	srv := httptest.NewServer(e)
-	if tt, ok := t.(*testing.T); ok {
-		tt.Cleanup(func() { close(env.release); srv.Close() })
-	}
-	return srv, env
+	return e, env
 }
 
 // testEnv is what a test drives besides the server.

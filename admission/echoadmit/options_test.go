@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/limitheaders"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 func send(t *testing.T, url string, hdr ...string) (*http.Response, string) {
@@ -163,17 +164,11 @@ func async(t *testing.T, url string) <-chan *http.Response {
 	return ch
 }
 
-// waitStats polls the controller's one policy until cond holds, failing
-// after a deadline.
+// waitStats polls the controller's one policy until cond holds, with no
+// deadline: a condition that never holds is ended by the test timeout.
 func waitStats(t *testing.T, ctl *admission.Controller, cond func(admission.PolicyStats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond(ctl.Stats()[0]) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out; stats %+v", ctl.Stats()[0])
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, time.Second, "the policy's figures", func() bool { return cond(ctl.Stats()[0]) })
 }
 
 // TestEchoRequestErrors: a Request function's errors are answered as on

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
+	"github.com/sluicehq/sluice/internal/pipenet"
 )
 
 // epoch is a fixed instant at the start of a day, a minute and a second,
@@ -38,6 +39,7 @@ type rig struct {
 
 type rigOption struct {
 	clock   admission.Clock
+	pipes   bool // serve on in-memory connections, for a testing/synctest bubble
 	ctlOpts []admission.Option
 	srvOpts []envoyrls.Option
 }
@@ -61,7 +63,11 @@ func start(t testing.TB, cfg *rlsconfig.Config, o rigOption) *rig {
 		t.Fatal(err)
 	}
 	r.srv = srv
-	r.conn = serve(t, srv)
+	if o.pipes {
+		r.conn = servePipes(t, srv)
+	} else {
+		r.conn = serve(t, srv)
+	}
 	r.client = rlsv3.NewRateLimitServiceClient(r.conn)
 	return r
 }
@@ -77,6 +83,24 @@ func serve(t testing.TB, srv *envoyrls.Server) *grpc.ClientConn {
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// servePipes serves srv on in-memory connections and returns a connection
+// to it: inside a testing/synctest bubble, the calls' deadlines and the
+// server's timers are on the bubble's clock.
+func servePipes(t testing.TB, srv *envoyrls.Server) *grpc.ClientConn {
+	t.Helper()
+	ln := pipenet.Listen()
+	g, _ := envoyrls.NewGRPCServer(srv)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///pipe", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return ln.Dial() }))
 	if err != nil {
 		t.Fatal(err)
 	}

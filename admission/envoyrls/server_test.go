@@ -2,9 +2,11 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -16,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // TestAlgorithms runs every rate algorithm through descriptors: 3 a
@@ -360,9 +363,12 @@ descriptors:
 
 // TestQueueDeadline: a limit with a queue holds the call until it is
 // admitted, and never past the deadline Envoy sends: a wait longer than
-// the call's deadline is refused at once.
+// the call's deadline is refused at once. The service runs in a
+// testing/synctest bubble on in-memory connections, so the waits are
+// measured on the bubble's clock, to the nanosecond.
 func TestQueueDeadline(t *testing.T) {
-	r := start(t, mustParse(t, `
+	synctest.Test(t, func(t *testing.T) {
+		r := start(t, mustParse(t, `
 domain: api
 descriptors:
   - key: tenant
@@ -373,34 +379,39 @@ descriptors:
       algorithm: token_bucket
       burst: 1
       queue: {size: 10, timeout: 5s}
-`), rigOption{clock: admission.SystemClock{}})
-	call := func(timeout time.Duration) (*rlsv3.RateLimitResponse, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		return r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant", "a")}})
-	}
-	t0 := time.Now()
-	if resp, err := call(5 * time.Second); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("first call = %v, %v; want OK", resp, err)
-	}
-	// The bucket is empty: the next token comes 500ms after the first
-	// admission, within a 5s deadline.
-	resp, err := call(5 * time.Second)
-	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("queued call = %v, %v; want OK", resp, err)
-	}
-	if d := time.Since(t0); d < 500*time.Millisecond {
-		t.Errorf("queued call answered %v after the first began; want it held until the next token (500ms)", d)
-	}
-	// With a 200ms deadline the next token (500ms away) cannot come in
-	// time: refused at once, an answer rather than a timeout.
-	resp, err = call(200 * time.Millisecond)
-	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
-		t.Fatalf("call with a short deadline = %v, %v; want OVER_LIMIT before the deadline", resp, err)
-	}
-	if got := r.obs.count(admission.Queued); got != 1 {
-		t.Errorf("queued decisions = %d; want 1", got)
-	}
+`), rigOption{clock: admission.SystemClock{}, pipes: true})
+		call := func(timeout time.Duration) (*rlsv3.RateLimitResponse, time.Duration, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			start := time.Now()
+			resp, err := r.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant", "a")}})
+			return resp, time.Since(start), err
+		}
+		if resp, _, err := call(5 * time.Second); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("first call = %v, %v; want OK", resp, err)
+		}
+		// The bucket is empty: the next token comes 500ms after the first
+		// admission, within a 5s deadline.
+		resp, took, err := call(5 * time.Second)
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("queued call = %v, %v; want OK", resp, err)
+		}
+		if took != 500*time.Millisecond {
+			t.Errorf("queued call answered after %v; want it held until the next token, 500ms", took)
+		}
+		// With a 200ms deadline the next token (500ms away) cannot come in
+		// time: refused at once, an answer rather than a timeout.
+		resp, took, err = call(200 * time.Millisecond)
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("call with a short deadline = %v, %v; want OVER_LIMIT before the deadline", resp, err)
+		}
+		if took != 0 {
+			t.Errorf("call with a short deadline refused after %v; want at once", took)
+		}
+		if got := r.obs.count(admission.Queued); got != 1 {
+			t.Errorf("queued decisions = %d; want 1", got)
+		}
+	})
 }
 
 // TestHostileRequests: calls outside the bounds are refused with
@@ -521,23 +532,13 @@ descriptors:
 			served <- tenant
 		}()
 		// Queue them in this order.
-		deadline := time.Now().Add(10 * time.Second)
-		for r.obs.count(admission.Queued) != int64(i+1) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiter %d never queued", i+1)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		poll.Until(t, time.Second, fmt.Sprintf("waiter %d to queue", i+1), func() bool { return r.obs.count(admission.Queued) == int64(i+1) })
 	}
 	var order []string
 	for range 4 {
+		// A token comes on the fake clock, and the next waiter is served.
 		r.clk.Advance(time.Second)
-		select {
-		case tenant := <-served:
-			order = append(order, tenant)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no waiter served after a token came; served %v", order)
-		}
+		order = append(order, <-served)
 	}
 	if got, want := strings.Join(order, " "), "a b a a"; got != want {
 		t.Fatalf("served in the order %s; want %s", got, want)

@@ -1,6 +1,7 @@
 package envoyrls_test
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/reload"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
@@ -28,17 +30,10 @@ func TestWatch(t *testing.T) {
 	defer w.Close()
 	stats := func(applied, refused int64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		poll.Until(t, time.Second, fmt.Sprintf("Stats() = %d applied, %d refused", applied, refused), func() bool {
 			a, f := w.Stats()
-			if a == applied && f == refused {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Stats() = %d applied, %d refused; want %d, %d (log: %s)", a, f, applied, refused, logs.String())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return a == applied && f == refused
+		})
 	}
 	stats(1, 0)
 	if got := outcome(r.call("api", desc("a", "x"))); got != "OK: OK" {

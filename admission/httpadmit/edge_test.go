@@ -10,18 +10,20 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/bodywatch"
+	"github.com/sluicehq/sluice/internal/pipenet"
 )
 
-// bodyServer serves a handler behind the middleware whose WithRequest
-// function reads the body (as a cost estimator does) and prices the
-// request at the number in its "cost" header.
-func bodyServer(t *testing.T, opts ...httpadmit.Option) *httptest.Server {
+// bodyHandler is the middleware, around a handler that answers "ok",
+// whose WithRequest function reads the body (as a cost estimator does)
+// and prices the request at the number in its "cost" header.
+func bodyHandler(t *testing.T, opts ...httpadmit.Option) http.Handler {
 	t.Helper()
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
 		{Name: "tpm", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Minute},
@@ -29,6 +31,7 @@ func bodyServer(t *testing.T, opts ...httpadmit.Option) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ctl.Close() })
 	opts = append([]httpadmit.Option{
 		httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{Keys: keys}),
 		httpadmit.WithLogger(slog.New(slog.DiscardHandler)),
@@ -44,9 +47,32 @@ func bodyServer(t *testing.T, opts ...httpadmit.Option) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })))
+	return mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+}
+
+// bodyServer serves bodyHandler on a loopback port.
+func bodyServer(t *testing.T, opts ...httpadmit.Option) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(bodyHandler(t, opts...))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// pipeBodyServer serves bodyHandler on in-memory connections, for a test
+// in a testing/synctest bubble: the body timeout and net/http's own
+// timers run on the bubble's clock. It returns a connection to it.
+func pipeBodyServer(t *testing.T, opts ...httpadmit.Option) net.Conn {
+	t.Helper()
+	ln := pipenet.Listen()
+	srv := &http.Server{Handler: bodyHandler(t, opts...), ReadHeaderTimeout: time.Hour}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	conn, err := ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // The body limit holds without WithMaxBody, before the WithRequest
@@ -86,70 +112,78 @@ func TestBodyLimitAndAmountsBeforeAdmission(t *testing.T) {
 	}
 }
 
-// dialRaw opens a connection to srv.
-func dialRaw(t *testing.T, srv *httptest.Server) net.Conn {
-	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
 // answerThenEOF reads one answer from conn and checks the connection then
-// ends, all within d; it returns the status.
-func answerThenEOF(t *testing.T, conn net.Conn, d time.Duration) int {
+// ends; it returns the status and how long after start the answer came.
+func answerThenEOF(t *testing.T, conn net.Conn, start time.Time) (int, time.Duration) {
 	t.Helper()
-	_ = conn.SetReadDeadline(time.Now().Add(d))
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		t.Fatalf("no answer within %v: %v", d, err)
+		t.Fatalf("no answer: %v", err)
 	}
+	answered := time.Since(start)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if _, err := br.ReadByte(); err != io.EOF {
-		t.Fatalf("after %s the connection did not end within %v: %v", resp.Status, d, err)
+		t.Fatalf("after %s the connection did not end: %v", resp.Status, err)
 	}
-	return resp.StatusCode
+	return resp.StatusCode, answered
 }
 
 // A body sent a byte a second is cut at the body timeout with 408; a
 // request with an unknown key is refused before its body arrives and its
-// connection closed rather than drained.
+// connection closed rather than drained. Both run in a testing/synctest
+// bubble on in-memory connections, so the durations are the bubble's, to
+// the nanosecond, however busy the machine.
 func TestSlowAndUnwantedBodies(t *testing.T) {
-	srv := bodyServer(t, httpadmit.WithBodyTimeout(200*time.Millisecond))
+	const bodyTimeout = 200 * time.Millisecond
 	head := "POST /v1/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nCost: 1\r\nContent-Length: 100\r\n\r\n"
 
-	conn := dialRaw(t, srv)
-	fmt.Fprintf(conn, head+"{", keySteady)
-	go func(conn net.Conn) {
-		for range 5 {
-			time.Sleep(time.Second)
-			if _, err := io.WriteString(conn, " "); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		conn := pipeBodyServer(t, httpadmit.WithBodyTimeout(bodyTimeout))
+		start := time.Now()
+		sending := make(chan struct{})
+		go func() {
+			defer close(sending)
+			if _, err := fmt.Fprintf(conn, head+"{", keySteady); err != nil {
 				return
 			}
+			for range 5 {
+				time.Sleep(time.Second)
+				if _, err := io.WriteString(conn, " "); err != nil {
+					return
+				}
+			}
+		}()
+		st, answered := answerThenEOF(t, conn, start)
+		if st != http.StatusRequestTimeout {
+			t.Errorf("a body at a byte a second: status %d; want 408", st)
 		}
-	}(conn)
-	start := time.Now()
-	if st := answerThenEOF(t, conn, 3*time.Second); st != http.StatusRequestTimeout {
-		t.Errorf("a body at a byte a second: status %d; want 408", st)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("the slow body was cut after %v; want about the 200ms body timeout", d)
-	}
+		if answered != bodyTimeout {
+			t.Errorf("the slow body was cut after %v; want the %v body timeout", answered, bodyTimeout)
+		}
+		<-sending // its next byte finds the connection closed
+	})
 
-	slowTimeout := bodyServer(t, httpadmit.WithBodyTimeout(time.Minute))
-	conn = dialRaw(t, slowTimeout)
-	fmt.Fprintf(conn, head, "sk-unknown")
-	start = time.Now()
-	if st := answerThenEOF(t, conn, 3*time.Second); st != http.StatusUnauthorized {
-		t.Errorf("an unknown key with its body pending: status %d; want 401", st)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("the unknown key's connection ended after %v; want at once", d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		// The body never comes: a server that drained it would wait for
+		// the whole body timeout before ending the connection.
+		conn := pipeBodyServer(t, httpadmit.WithBodyTimeout(time.Hour))
+		start := time.Now()
+		go fmt.Fprintf(conn, head, "sk-unknown")
+		st, answered := answerThenEOF(t, conn, start)
+		if st != http.StatusUnauthorized {
+			t.Errorf("an unknown key with its body pending: status %d; want 401", st)
+		}
+		if answered != 0 {
+			t.Errorf("the unknown key was refused after %v; want before any timer fired", answered)
+		}
+		if ended := time.Since(start); ended >= time.Hour {
+			t.Errorf("the unknown key's connection ended after %v; want before the body timeout (drained, not closed)", ended)
+		} else {
+			t.Logf("the unknown key's connection ended %v after its request", ended)
+		}
+	})
 }
 
 func TestCredentialHeaders(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/limitheaders"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -402,17 +403,9 @@ func TestSettledOnPanicAndClientGone(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp := call(t, srv, "GET", "/ok", "")
-		if resp.StatusCode == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the client left: status %d; want 200", resp.StatusCode)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, time.Second, "a request admitted after the client left", func() bool {
+		return call(t, srv, "GET", "/ok", "").StatusCode == http.StatusOK
+	})
 }
 
 func TestBodyLimitBeforeAdmission(t *testing.T) {

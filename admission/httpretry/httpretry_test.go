@@ -4,29 +4,55 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/admission/httpretry"
+	"github.com/sluicehq/sluice/internal/pipenet"
 )
 
 // server answers the first fails requests with status and hint headers,
 // then 200; it records the bodies it received.
 type server struct {
-	*httptest.Server
+	URL    string
+	base   http.RoundTripper // reaches it; nil for the default transport
 	calls  atomic.Int64
 	mu     sync.Mutex
 	bodies []string
 }
 
+// newServer serves a server on a loopback port.
 func newServer(t *testing.T, fails int, status int, hdr func() http.Header) *server {
 	s := &server{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(s.handler(fails, status, hdr))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	return s
+}
+
+// newPipeServer serves a server on in-memory connections, for a test in
+// a testing/synctest bubble: the retries' waits are on the bubble's
+// clock.
+func newPipeServer(t *testing.T, fails int, status int, hdr func() http.Header) *server {
+	s := &server{URL: "http://upstream.test/"}
+	ln := pipenet.Listen()
+	srv := &http.Server{Handler: s.handler(fails, status, hdr), ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return ln.Dial() }}
+	s.base = tr
+	t.Cleanup(func() { tr.CloseIdleConnections(); srv.Close() })
+	return s
+}
+
+func (s *server) handler(fails int, status int, hdr func() http.Header) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := s.calls.Add(1)
 		b, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
@@ -41,9 +67,7 @@ func newServer(t *testing.T, fails int, status int, hdr func() http.Header) *ser
 			return
 		}
 		io.WriteString(w, "ok")
-	}))
-	t.Cleanup(s.Close)
-	return s
+	})
 }
 
 // fakeClock records sleeps and moves its time by them.
@@ -72,18 +96,24 @@ func hdr(kv ...string) func() http.Header {
 	}
 }
 
+// TestRetryAfterMsRealWait: with the default clock and sleep, a
+// retry-after-ms hint of 120ms is waited for, jittered in [120ms, 480ms]
+// (the default jitter of 3), and wins over Retry-After. It runs in a
+// testing/synctest bubble, so the wait is measured exactly.
 func TestRetryAfterMsRealWait(t *testing.T) {
-	s := newServer(t, 1, 429, hdr("retry-after-ms", "120", "Retry-After", "1"))
-	c := &http.Client{Transport: &httpretry.Transport{}}
-	start := time.Now()
-	resp, err := c.Get(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if el := time.Since(start); resp.StatusCode != 200 || s.calls.Load() != 2 || el < 120*time.Millisecond || el > 900*time.Millisecond {
-		t.Errorf("status %d after %d calls in %v; want 200 after 2 calls in [120ms, 900ms) (retry-after-ms wins over Retry-After)", resp.StatusCode, s.calls.Load(), el)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newPipeServer(t, 1, 429, hdr("retry-after-ms", "120", "Retry-After", "1"))
+		c := &http.Client{Transport: &httpretry.Transport{Base: s.base}}
+		start := time.Now()
+		resp, err := c.Get(s.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if el := time.Since(start); resp.StatusCode != 200 || s.calls.Load() != 2 || el < 120*time.Millisecond || el > 480*time.Millisecond {
+			t.Errorf("status %d after %d calls in %v; want 200 after 2 calls in [120ms, 480ms] (retry-after-ms wins over Retry-After)", resp.StatusCode, s.calls.Load(), el)
+		}
+	})
 }
 
 func TestHintForms(t *testing.T) {
@@ -143,20 +173,22 @@ func TestShouldRetryFalse(t *testing.T) {
 // TestDeadlineNeverExceeded: a hint that would end past the deadline is
 // not waited for; the 429 comes back at once with its headers.
 func TestDeadlineNeverExceeded(t *testing.T) {
-	s := newServer(t, 5, 429, hdr("Retry-After", "5"))
-	c := &http.Client{Transport: &httpretry.Transport{}}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL, nil)
-	start := time.Now()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if el := time.Since(start); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "5" || s.calls.Load() != 1 || el > time.Second {
-		t.Errorf("status %d, Retry-After %q after %d calls in %v; want the 429 at once", resp.StatusCode, resp.Header.Get("Retry-After"), s.calls.Load(), el)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newPipeServer(t, 5, 429, hdr("Retry-After", "5"))
+		c := &http.Client{Transport: &httpretry.Transport{Base: s.base}}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.URL, nil)
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if el := time.Since(start); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "5" || s.calls.Load() != 1 || el != 0 {
+			t.Errorf("status %d, Retry-After %q after %d calls in %v; want the 429 at once", resp.StatusCode, resp.Header.Get("Retry-After"), s.calls.Load(), el)
+		}
+	})
 }
 
 // TestBackoffWithinDeadline: without hints, jittered backoff; every wait

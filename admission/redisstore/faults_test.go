@@ -18,10 +18,6 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// faultTimeout is the store timeout of the tests that make Redis fail
-// on purpose and need no answer from it in time.
-const faultTimeout = 50 * time.Millisecond
-
 // The store settings of the fault tests that also need answers from a
 // healthy Redis (before the faults, and the probes after them): a timeout
 // that a busy machine does not reach (a first call dials, and loads its

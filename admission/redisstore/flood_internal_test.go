@@ -38,10 +38,12 @@ func usedMemory(t *testing.T, addr string) int64 {
 // memory a partition costs and the expiry that bounds its life.
 func TestTenantFlood(t *testing.T) {
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	// How long the flood takes is not what the test measures: no read
+	// timeout, and a store timeout no call on a loaded machine reaches.
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, ReadTimeout: -1})
 	defer client.Close()
 	const prefix = "flood:"
-	st, err := New(client, Config{Prefix: prefix, Timeout: 5 * time.Second})
+	st, err := New(client, Config{Prefix: prefix, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,6 @@ func TestTenantFlood(t *testing.T) {
 		{admission.Policy{Name: "inflight", Algorithm: limits.Concurrency, Limit: 10, MaxHold: time.Hour}, 10_000, time.Hour},
 	}
 	ctx := context.Background()
-	deadline := time.Now().Add(40 * time.Second)
 	for _, tc := range policies {
 		p, tenants := tc.p, tc.tenants
 		lim, _ := st.Limiter(&p)
@@ -70,9 +71,6 @@ func TestTenantFlood(t *testing.T) {
 		before := usedMemory(t, srv.Addr)
 		keysBefore, _ := client.DBSize(ctx).Result()
 		for i := 0; i < tenants; i += 1000 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: flood not done in time (%d tenants)", p.Name, i)
-			}
 			pipe := client.Pipeline()
 			now := time.Now().UnixNano()
 			var calls []*call

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -43,8 +44,35 @@ func (r *releaseRecorder) pending() (n, storeErrors int) {
 	return n, len(r.storeErr)
 }
 
+// pausedTimeout is the store timeout of the tests that pause Redis's
+// writes: the calls Redis holds fail at it whatever its length, and the
+// others, which must land, never reach it on a loaded machine.
+const pausedTimeout = time.Second
+
+// pauseWrites makes the Redis at addr hold every script (each writes),
+// so the store's calls time out whatever the machine's speed, until the
+// returned function resumes it. That waits first until Redis has dropped
+// the calls whose clients gave up (none of them then lands later).
+func pauseWrites(t *testing.T, addr string) (resume func()) {
+	t.Helper()
+	if _, err := redistest.Do(addr, "CLIENT", "PAUSE", "3600000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		poll.Until(t, time.Second, "Redis to drop the calls that timed out", func() bool {
+			info, err := redistest.Do(addr, "INFO", "clients")
+			return err == nil && strings.Contains(info, "blocked_clients:0\r\n")
+		})
+		if _, err := redistest.Do(addr, "CLIENT", "UNPAUSE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestReleaseRetriedAfterPause: two requests under a global cap of 2 end
-// while Redis is paused (CLIENT PAUSE ALL), so their releases time out.
+// while Redis holds their scripts (CLIENT PAUSE WRITE), so their releases
+// time out.
 // The permits stay held, and shown in flight, while the releases cannot
 // land; once Redis answers again, the controller's retry (100ms after the
 // failure, on the fake clock) releases them: a third request is admitted
@@ -53,7 +81,7 @@ func (r *releaseRecorder) pending() (n, storeErrors int) {
 func TestReleaseRetriedAfterPause(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &releaseRecorder{}
-	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "redis"})
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: pausedTimeout, Name: "redis"})
 	p := admission.Policy{Name: "global", Algorithm: limits.Concurrency, Limit: 2, Store: "redis"}
 	clock := admissiontest.NewClock(backendtest.Epoch)
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{p}},
@@ -73,17 +101,11 @@ func TestReleaseRetriedAfterPause(t *testing.T) {
 	if n := inflight(); n != 2 {
 		t.Errorf("in flight with two requests running = %d; want 2", n)
 	}
-	// Long enough for both releases to time out (50ms each) on a busy
-	// machine; the PING below waits for its end.
-	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "2000", "ALL"); err != nil {
-		t.Fatal(err)
-	}
+	resume := pauseWrites(t, srv.Addr)
 	for i := range slow {
 		slow[i].Done()
 	}
-	if _, err := redistest.Do(srv.Addr, "PING"); err != nil {
-		t.Fatal(err)
-	}
+	resume()
 	if n, failed := rec.pending(); n != 2 || failed != 2 {
 		t.Fatalf("releases during the pause: %d pending, %d store errors; want 2 and 2", n, failed)
 	}
@@ -120,7 +142,7 @@ func TestReleaseRetriedAfterPause(t *testing.T) {
 func TestReleaseAbandonedAtExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &releaseRecorder{}
-	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: faultTimeout, Name: "redis"})
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: pausedTimeout, Name: "redis"})
 	const hold = 300 * time.Millisecond
 	p := admission.Policy{Name: "global", Algorithm: limits.Concurrency, Limit: 1, MaxHold: hold, Store: "redis"}
 	clock := admissiontest.NewClock(backendtest.Epoch)
@@ -135,24 +157,22 @@ func TestReleaseAbandonedAtExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "2000", "ALL"); err != nil {
-		t.Fatal(err)
-	}
+	resume := pauseWrites(t, srv.Addr)
 	tk.Done()
 	failed := time.Now()
 	if n := ctl.Stats()[0].InFlight; n != 1 {
 		t.Errorf("in flight while the release has not landed = %d; want 1", n)
 	}
 	clock.Advance(hold) // one more failed attempt at 100ms, then the lease's expiry
-	if _, err := redistest.Do(srv.Addr, "PING"); err != nil {
-		t.Fatal(err)
-	}
+	resume()
 	rec.mu.Lock()
 	outcomes := strings.Join(rec.outcomes, " ")
 	rec.mu.Unlock()
 	if outcomes != "retrying abandoned" {
 		t.Errorf("release outcomes = %q; want retrying abandoned", outcomes)
 	}
+	// Redis reclaims the lease on its own clock: the test waits for that
+	// (the machine's clock, which Redis on loopback reads too).
 	time.Sleep(time.Until(failed.Add(hold)))
 	if n := ctl.Stats()[0].InFlight; n != 0 {
 		t.Errorf("in flight once the lease would have expired = %d; want 0", n)

@@ -24,7 +24,9 @@ func TestRenewServerTime(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &recorder{}
 	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Timeout: time.Second}, redisstore.WithObserver(rec))
-	const hold = time.Second
+	// Redis decides on its own clock, the machine's: each step must run
+	// before an expiry, and a slow machine has 0.4×MaxHold to spare.
+	const hold = 2 * time.Second
 	p := admission.Policy{Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency,
 		Limit: 1, MaxHold: hold, Store: "redis"}
 	clock := admissiontest.NewClock(backendtest.Epoch)
@@ -39,15 +41,18 @@ func TestRenewServerTime(t *testing.T) {
 	ctx := context.Background()
 	r := admission.Request{Tenant: "acme"}
 	start := time.Now()
-	at := func(d time.Duration) {
-		time.Sleep(time.Until(start.Add(d)))
+	// at waits until d after the admission, or until Redis's clock has
+	// passed notBefore (the instant an expiry is due), and moves the
+	// replica's clock to d.
+	at := func(d time.Duration, notBefore time.Time) {
+		time.Sleep(max(time.Until(start.Add(d)), time.Until(notBefore)))
 		clock.Set(backendtest.Epoch.Add(d))
 	}
 	stream, err := ctl.Admit(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	at(hold / 4)
+	at(hold/4, time.Time{})
 	calls := scriptCalls(t, srv.Addr)
 	if err := stream.Renew(); err != nil {
 		t.Fatalf("Renew at 0.25×MaxHold: %v", err)
@@ -55,19 +60,20 @@ func TestRenewServerTime(t *testing.T) {
 	if n := scriptCalls(t, srv.Addr) - calls; n != 0 {
 		t.Errorf("Renew at 0.25×MaxHold made %d script calls; want 0", n)
 	}
-	at(hold * 6 / 10)
+	at(hold*6/10, time.Time{})
 	rec.reset()
 	if err := stream.Renew(); err != nil {
 		t.Fatalf("Renew at 0.6×MaxHold: %v", err)
 	}
+	renewed := time.Now() // the renewed lease expires by hold after at the latest
 	if got, _ := rec.snapshot(); len(got) != 1 || got[0].Op != "renew" || got[0].Err != nil {
 		t.Errorf("store calls of a renewal = %+v; want one renew", got)
 	}
-	at(hold * 12 / 10)
+	at(hold*12/10, time.Time{})
 	if _, err := ctl.TryAdmit(ctx, r); !errors.Is(err, admission.ErrConcurrencyLimited) {
 		t.Fatalf("TryAdmit at 1.2×MaxHold beside the renewed stream = %v; want ErrConcurrencyLimited", err)
 	}
-	at(hold * 17 / 10)
+	at(hold*17/10, renewed.Add(hold))
 	other, err := ctl.TryAdmit(ctx, r)
 	if err != nil {
 		t.Fatalf("TryAdmit at 1.7×MaxHold, the stream unrenewed since 0.6×: %v", err)
@@ -93,7 +99,9 @@ func TestRenewExtendsKey(t *testing.T) {
 	prefix := uniquePrefix()
 	const grace = 50 * time.Millisecond
 	st := newStore(t, client, redisstore.Config{Prefix: prefix, Timeout: time.Second, IdleGrace: grace})
-	p := admission.Policy{Name: "cr", Algorithm: limits.Concurrency, Limit: 2, MaxHold: 400 * time.Millisecond}
+	// Redis decides on its own clock, the machine's: a slow machine has
+	// half of MaxHold to spare at each step.
+	p := admission.Policy{Name: "cr", Algorithm: limits.Concurrency, Limit: 2, MaxHold: 2 * time.Second}
 	lim, err := st.Limiter(&p)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +111,8 @@ func TestRenewExtendsKey(t *testing.T) {
 	if err != nil || !g.OK {
 		t.Fatalf("Acquire = %+v, %v", g, err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	acquired := time.Now() // the lease, unrenewed, expires by MaxHold after at the latest
+	time.Sleep(p.MaxHold / 2)
 	// A caller with no idea of the time.
 	if err := lim.(backend.Renewer).Renew(ctx, "acme", limitOf(&p), &g, time.Unix(0, 1)); err != nil {
 		t.Fatal(err)
@@ -115,11 +124,13 @@ func TestRenewExtendsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ttl <= 300*time.Millisecond || ttl > p.MaxHold+grace {
-		t.Errorf("PTTL after a renewal 200ms in = %v; want in (300ms, %v]", ttl, p.MaxHold+grace)
+	// Unrenewed, the key would expire within MaxHold/2 + grace.
+	if ttl <= p.MaxHold/2+grace || ttl > p.MaxHold+grace {
+		t.Errorf("PTTL after a renewal MaxHold/2 in = %v; want in (%v, %v]", ttl, p.MaxHold/2+grace, p.MaxHold+grace)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Past the unrenewed lease's expiry.
+	time.Sleep(time.Until(acquired.Add(p.MaxHold + grace)))
 	if g2, err := backendtest.Acquire(ctx, lim, "acme", limitOf(&p), 2, time.Now()); err != nil || g2.OK || g2.Remaining != 1 {
-		t.Errorf("Acquire(2) 500ms in = %+v, %v; want refused with 1 left: the renewed lease holds", g2, err)
+		t.Errorf("Acquire(2) past the first lease's expiry = %+v, %v; want refused with 1 left: the renewed lease holds", g2, err)
 	}
 }

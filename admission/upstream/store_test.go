@@ -350,12 +350,7 @@ func TestPausedClassesShare(t *testing.T) {
 		if i > 0 {
 			clock.Advance(100 * time.Millisecond)
 		}
-		var r result
-		select {
-		case r = <-out:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no request admitted after step %d", i)
-		}
+		r := <-out
 		if r.err != nil {
 			t.Fatalf("step %d: %v", i, r.err)
 		}

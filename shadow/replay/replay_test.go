@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
 	"github.com/sluicehq/sluice/shadow/replay"
 	"github.com/sluicehq/sluice/shadow/requestlog"
@@ -637,11 +638,5 @@ func TestReplayStoppedLeavesNoWaiters(t *testing.T) {
 	if _, err := replay.Run(context.Background(), strings.NewReader(log), replay.Config{}, cand("c", queued)); err == nil {
 		t.Fatal("no error for the malformed line")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines, %d before the replay", runtime.NumGoroutine(), before)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, time.Second, fmt.Sprintf("the goroutines to end (%d before the replay)", before), func() bool { return runtime.NumGoroutine() <= before })
 }

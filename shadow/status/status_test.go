@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/browsertest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/vclock"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
@@ -205,12 +206,7 @@ func TestStatusPageFigures(t *testing.T) {
 		}
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); statusPolicy(t, r.status(t), "queued").Queued != 1; {
-		if time.Now().After(deadline) {
-			t.Fatal("the second batch request never queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, time.Second, "the second batch request to queue", func() bool { return statusPolicy(t, r.status(t), "queued").Queued == 1 })
 	r.clk.Advance(300 * time.Millisecond)
 	first.Done()
 	if err := <-done; err != nil {
