@@ -10,7 +10,7 @@ import (
 )
 
 // TestNoFileDeps keeps the middlewares plain: a program that configures
-// httpadmit (or echoadmit) in Go links neither the YAML decoder nor the
+// httpadmit (or echoadmit, or grpcadmit) in Go links neither the YAML decoder nor the
 // file watcher, nor the packages that bring them (admission/config,
 // admission/reload); reading and following a policy file is
 // httpadmitfile's and reload's.
@@ -20,7 +20,7 @@ func TestNoFileDeps(t *testing.T) {
 		"go.yaml.in/yaml/", "gopkg.in/yaml.", "github.com/fsnotify/fsnotify",
 		mod + "/admission/config", mod + "/admission/reload",
 	}
-	for _, pkg := range []string{mod + "/admission/httpadmit", mod + "/admission/echoadmit"} {
+	for _, pkg := range []string{mod + "/admission/httpadmit", mod + "/admission/echoadmit", mod + "/admission/grpcadmit"} {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
