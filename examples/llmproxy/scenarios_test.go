@@ -230,11 +230,9 @@ func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
 type streamResult struct {
 	chunks int
 	err    error
-	took   time.Duration
 }
 
 func runStream(ctx context.Context, c openai.Client, p openai.ChatCompletionNewParams, firstChunk func()) streamResult {
-	start := time.Now()
 	st := c.Chat.Completions.NewStreaming(ctx, p)
 	defer st.Close()
 	var r streamResult
@@ -246,13 +244,16 @@ func runStream(ctx context.Context, c openai.Client, p openai.ChatCompletionNewP
 			}
 		}
 	}
-	r.err, r.took = st.Err(), time.Since(start)
+	r.err = st.Err()
 	return r
 }
 
 // Concurrency: 20 parallel long streams against a per-tenant cap of 4 with
 // a queue of 8: never more than 4 upstream at once, 8 wait, the other 8
-// get 429 at once.
+// get 429 at once. The controller's clock is fake and never moves, so no
+// queue timeout can fire, and the upstream's streams go on until the test
+// finishes them: the 8 refusals come while the first 4 still hold their
+// permits, so they were refused on arrival, not after a wait.
 func TestStreamsAgainstConcurrencyCap(t *testing.T) {
 	s := startProxy(t, withPolicy(t, `
   - name: tenant-concurrency
@@ -260,45 +261,49 @@ func TestStreamsAgainstConcurrencyCap(t *testing.T) {
     algorithm: concurrency
     limit: 4
     queue: {size: 8, timeout: 20s}
-`, []string{"a"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 40 })
+`, []string{"a"}, ""), func(o *options) {
+		o.clock = admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		o.simRate, o.simTokens = 100, 1_000_000 // until FinishStreams
+	})
 	c := sdk(s, testKey("a"))
 	ctx := ctxT(t, 30*time.Second)
 	var wg sync.WaitGroup
 	results := make([]streamResult, 20)
-	var maxQueued, maxHeld atomic.Int64
-	done := make(chan struct{})
-	go func() { // watch the queue
-		for {
-			for _, st := range s.ctl.Stats() {
-				if st.Name == "tenant-concurrency" && int64(st.Queued) > maxQueued.Load() {
-					maxQueued.Store(int64(st.Queued))
-				}
-				if st.Name == "tenant-concurrency" && st.InFlight > maxHeld.Load() {
-					maxHeld.Store(st.InFlight)
-				}
+	var refused atomic.Int64
+	for i := range results {
+		wg.Go(func() {
+			results[i] = runStream(ctx, c, chatParams("a long story"), nil)
+			if statusOf(results[i].err) == http.StatusTooManyRequests {
+				refused.Add(1)
 			}
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
+		})
+	}
+	held := func() (inflight int64, queued int) {
+		for _, st := range s.ctl.Stats() {
+			if st.Name == "tenant-concurrency" {
+				return st.InFlight, st.Queued
 			}
 		}
-	}()
-	for i := range results {
-		wg.Go(func() { results[i] = runStream(ctx, c, chatParams("a long story"), nil) })
+		t.Fatal("no stats for policy tenant-concurrency")
+		return 0, 0
 	}
+	eventually(t, 5*time.Second, "every stream upstream, queued or refused", func() bool {
+		_, queued := held()
+		return s.sim.InFlight()+int64(queued)+refused.Load() == int64(len(results))
+	})
+	inflight, queued := held()
+	if up, r := s.sim.InFlight(), refused.Load(); up != 4 || inflight != 4 || queued != 8 || r != 8 {
+		t.Errorf("before any stream ended: %d streams upstream (%d permits held), %d queued, %d refused; want 4 (4), 8 and 8", up, inflight, queued, r)
+	}
+	s.sim.FinishStreams()
 	wg.Wait()
-	close(done)
 	var ok, rejected int
 	for i, r := range results {
 		switch {
-		case r.err == nil && r.chunks == 40:
+		case r.err == nil:
 			ok++
 		case statusOf(r.err) == http.StatusTooManyRequests && codeOf(r.err) == "concurrency_limit_exceeded":
 			rejected++
-			if r.took > 2*time.Second {
-				t.Errorf("stream %d: rejected after %v; want at once", i, r.took)
-			}
 		default:
 			t.Errorf("stream %d: %d chunks, err %v", i, r.chunks, r.err)
 		}
@@ -307,16 +312,15 @@ func TestStreamsAgainstConcurrencyCap(t *testing.T) {
 		t.Errorf("%d streams completed, %d rejected; want 12 (4 running + 8 queued) and 8", ok, rejected)
 	}
 	if m := s.sim.MaxInFlight(); m > 4 {
-		t.Errorf("the upstream saw %d streams at once; want at most 4 (permits held at most: %d)", m, maxHeld.Load())
-	}
-	if q := maxQueued.Load(); q != 8 {
-		t.Errorf("at most %d streams queued; want 8", q)
+		t.Errorf("the upstream saw %d streams at once; want at most 4", m)
 	}
 }
 
 // A client that disconnects frees its concurrency slot at once: a queued
 // stream starts right away, the upstream call is cancelled, and nothing is
-// left in flight.
+// left in flight. The controller's clock is fake and never moves, and the
+// upstream's streams never end by themselves: the cancellation is the
+// only thing that can start the queued stream.
 func TestDisconnectFreesSlot(t *testing.T) {
 	s := startProxy(t, withPolicy(t, `
   - name: tenant-concurrency
@@ -325,7 +329,10 @@ func TestDisconnectFreesSlot(t *testing.T) {
     limit: 4
     queue: {size: 8, timeout: 20s}
   - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 1M, per: 1m}
-`, []string{"a"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 2000 })
+`, []string{"a"}, ""), func(o *options) {
+		o.clock = admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		o.simRate, o.simTokens = 100, 1_000_000
+	})
 	c := sdk(s, testKey("a"))
 	ctx := ctxT(t, 30*time.Second)
 	var started sync.WaitGroup
@@ -338,25 +345,29 @@ func TestDisconnectFreesSlot(t *testing.T) {
 		wg.Go(func() { runStream(sctx, c, chatParams("long"), started.Done) })
 	}
 	started.Wait()
-	fifth := make(chan time.Time, 1)
+	fifth := make(chan struct{})
 	fctx, fcancel := context.WithCancel(ctx)
-	wg.Go(func() { runStream(fctx, c, chatParams("queued"), func() { fifth <- time.Now() }) })
+	wg.Go(func() { runStream(fctx, c, chatParams("queued"), func() { close(fifth) }) })
 	eventually(t, 5*time.Second, "the fifth stream queues", func() bool {
 		return scrape(t, s, "admission_queue_depth", "policy", "tenant-concurrency") == 1
 	})
 	if v := scrape(t, s, "admission_inflight", "policy", "tenant-concurrency"); v != 4 {
 		t.Errorf("admission_inflight{policy=tenant-concurrency} = %v with 4 streams running; want 4", v)
 	}
-	cancelled := time.Now()
-	cancels[0]()
 	select {
-	case at := <-fifth:
-		if d := at.Sub(cancelled); d > time.Second {
-			t.Errorf("the queued stream started %v after a client left; want at once", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the queued stream did not start after a client left")
+	case <-fifth:
+		t.Fatal("the queued stream started while 4 streams held the 4 permits")
+	default:
 	}
+	cancels[0]()
+	eventually(t, 5*time.Second, "the queued stream starts after a client left", func() bool {
+		select {
+		case <-fifth:
+			return true
+		default:
+			return false
+		}
+	})
 	for _, cancel := range cancels[1:] {
 		cancel()
 	}
@@ -717,9 +728,12 @@ func TestUpstreamKeyFromEnvironment(t *testing.T) {
 }
 
 // A request that waits in a tenant's queue longer than the queue allows
-// gets 429 queue_timeout; a request refused by the shared upstream cap
+// gets 429 queue_timeout, exactly when its timeout has passed on the
+// controller's (fake) clock; a request refused by the shared upstream cap
 // gets 503, since the proxy is overloaded, not the tenant over its limit.
+// The upstream's streams go on until the test cancels them.
 func TestQueueTimeoutAndSharedOverload(t *testing.T) {
+	clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	s := startProxy(t, withPolicy(t, `
   - name: tenant-concurrency
     key: [tenant]
@@ -730,29 +744,65 @@ func TestQueueTimeoutAndSharedOverload(t *testing.T) {
     key: [global]
     algorithm: concurrency
     limit: 2
-`, []string{"a", "b", "c"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 200 })
+`, []string{"a", "b", "c"}, ""), func(o *options) {
+		o.clock = clk
+		o.simRate, o.simTokens = 100, 1_000_000
+	})
 	ctx, cancel := context.WithCancel(ctxT(t, 20*time.Second))
 	defer cancel()
 	var wg sync.WaitGroup
 	stream := func(tenant string) {
 		started := make(chan struct{})
 		wg.Go(func() { runStream(ctx, sdk(s, testKey(tenant)), chatParams("long"), func() { close(started) }) })
-		select {
-		case <-started:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the stream of %s did not start", tenant)
+		<-started
+	}
+	queued := func() int {
+		for _, st := range s.ctl.Stats() {
+			if st.Name == "tenant-concurrency" {
+				return st.Queued
+			}
 		}
+		return -1
 	}
 	stream("a")
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
-	start := time.Now()
-	resp, b := post(t, s, "/v1/chat/completions", testKey("a"), body)
-	checkError(t, "queued too long", resp, b, http.StatusTooManyRequests, "queue_timeout")
-	if d := time.Since(start); d < 200*time.Millisecond || d > 5*time.Second {
-		t.Errorf("queue timeout after %v; want about 200ms", d)
+	type answer struct {
+		resp *http.Response
+		body []byte
+		err  error
 	}
+	answered := make(chan answer, 1)
+	go func() { // post fails the test, which only the test's goroutine may do
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+testKey("a"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answered <- answer{resp, b, err}
+	}()
+	eventually(t, 5*time.Second, "the second request of a waits in the queue", func() bool { return queued() == 1 })
+	// The clock's timers run within Advance: a queue timeout due by then
+	// has removed its waiter when Advance returns.
+	clk.Advance(200*time.Millisecond - time.Nanosecond)
+	if n := queued(); n != 1 {
+		t.Fatalf("%d requests queued 200ms less a nanosecond after the request queued; want 1 (timeout 200ms)", n)
+	}
+	clk.Advance(time.Nanosecond)
+	if n := queued(); n != 0 {
+		t.Fatalf("%d requests queued once the queue's timeout of 200ms has passed; want 0", n)
+	}
+	a := <-answered
+	if a.err != nil {
+		t.Fatalf("the request queued too long: %v", a.err)
+	}
+	checkError(t, "queued too long", a.resp, a.body, http.StatusTooManyRequests, "queue_timeout")
 	stream("b")
-	resp, b = post(t, s, "/v1/chat/completions", testKey("c"), body)
+	resp, b := post(t, s, "/v1/chat/completions", testKey("c"), body)
 	checkError(t, "shared cap full", resp, b, http.StatusServiceUnavailable, "concurrency_limit_exceeded")
 	cancel()
 	wg.Wait()
