@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -19,15 +22,22 @@ import (
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
-// Noisy neighbour: tenant A bursts 50 chat calls while tenant B sends one
-// every 100 ms. A is limited (429 with the limit headers); B never sees a
-// 429, and its latency stays near its normal range because the shared
-// upstream capacity queue is served round robin across tenants.
+// Noisy neighbour: tenant A bursts 50 chat calls, then tenant B sends
+// one. A is limited (429 with the limit headers); B never sees a 429, and
+// waits for at most one of A's calls, never behind A's backlog, because
+// the shared upstream capacity queue is served round robin across
+// tenants. The controller's clock is fake and never moves (the rate
+// limit does not refill, no queue times out), and the upstream holds
+// every call until the test releases it, so the order in which calls
+// reach it is the queue's, whatever the machine's pace.
 func TestNoisyNeighbour(t *testing.T) {
-	const latency = 100 * time.Millisecond
+	g := &heldUpstream{next: upstream.New(upstream.Config{}), release: make(chan struct{})}
+	up := httptest.NewServer(g)
+	t.Cleanup(up.Close)
 	s := startProxy(t, withPolicy(t, `
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 40, per: 1m}
   - name: upstream-capacity
@@ -35,52 +45,50 @@ func TestNoisyNeighbour(t *testing.T) {
     algorithm: concurrency
     limit: 4
     queue: {size: 64, timeout: 20s}
-`, []string{"a", "b"}, ""), func(o *options) { o.simLatency = latency })
+`, []string{"a", "b"}, ""), pointAt(up.URL+"/v1"), func(o *options) {
+		o.clock = admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	})
 	body := func(user string) string {
 		return `{"model":"gpt-4o-mini","user":"` + user + `","messages":[{"role":"user","content":"hello"}]}`
 	}
-	timed := func(key string) (int, time.Duration, http.Header, []byte) {
-		start := time.Now()
-		user := "a"
-		if key == testKey("b") {
-			user = "b"
-		}
-		resp, b := post(t, s, "/v1/chat/completions", key, body(user))
-		return resp.StatusCode, time.Since(start), resp.Header, b
-	}
-	// B alone: its normal range.
-	var normal time.Duration
+	// B alone, served at once.
 	for range 3 {
-		st, d, h, b := timed(testKey("b"))
-		if st != http.StatusOK {
-			t.Fatalf("B alone: status %d: %s", st, b)
+		resp, b := post(t, s, "/v1/chat/completions", testKey("b"), body("b"))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("B alone: status %d: %s", resp.StatusCode, b)
 		}
-		normal = max(normal, d)
 		// X-RateLimit-* describe one policy, the request rate, not the
 		// upstream cap of 4 while it has room.
+		h := resp.Header
 		if got := h.Get("X-Ratelimit-Limit") + "/" + h.Get("X-Ratelimit-Remaining"); got != h.Get("x-ratelimit-limit-requests")+"/"+h.Get("x-ratelimit-remaining-requests") {
 			t.Errorf("B alone: X-Ratelimit-Limit/Remaining = %s; want the requests policy's %s/%s", got,
 				h.Get("x-ratelimit-limit-requests"), h.Get("x-ratelimit-remaining-requests"))
 		}
 	}
+	g.hold.Store(true)
+	queued := func() int {
+		for _, st := range s.ctl.Stats() {
+			if st.Name == "upstream-capacity" {
+				return st.Queued
+			}
+		}
+		return -1
+	}
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var aOK, a429 int
-	var aSlowest time.Duration
 	for range 50 {
 		wg.Go(func() {
-			st, d, h, b := timed(testKey("a"))
+			resp, b := post(t, s, "/v1/chat/completions", testKey("a"), body("a"))
 			mu.Lock()
 			defer mu.Unlock()
-			switch st {
+			switch h := resp.Header; resp.StatusCode {
 			case http.StatusOK:
 				aOK++
-				aSlowest = max(aSlowest, d)
 			case http.StatusTooManyRequests:
 				a429++
 				if a429 == 1 {
-					resp := &http.Response{StatusCode: st, Header: h}
 					checkError(t, "A's 429", resp, b, http.StatusTooManyRequests, "rate_limit_exceeded")
 					if h.Get("x-ratelimit-limit-requests") != "40" || h.Get("x-ratelimit-remaining-requests") != "0" {
 						t.Errorf("A's 429: x-ratelimit-limit-requests %q remaining %q; want 40 and 0",
@@ -91,56 +99,85 @@ func TestNoisyNeighbour(t *testing.T) {
 					}
 				}
 			default:
-				t.Errorf("A: status %d: %s", st, b)
+				t.Errorf("A: status %d: %s", resp.StatusCode, b)
 			}
 		})
 	}
-	var bLat []time.Duration
-	tick := time.NewTicker(100 * time.Millisecond)
-	seenBeforeB := 0
-	for i := range 12 {
-		<-tick.C
-		if i == 0 {
-			// How many calls had reached the upstream when B's first one
-			// was sent: B may follow them, plus at most one of A's by
-			// round robin, plus one wave of 4 dispatched meanwhile.
-			seenBeforeB = len(s.sim.Seen())
+	// A's 40 admitted calls: 4 upstream, 36 queued; 10 refused.
+	eventually(t, 5*time.Second, "A's burst refused, upstream or queued", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return a429 == 10 && g.held.Load() == 4 && queued() == 36
+	})
+	bDone := make(chan int, 1)
+	wg.Go(func() {
+		resp, b := post(t, s, "/v1/chat/completions", testKey("b"), body("b"))
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("B during A's burst: status %d: %s", resp.StatusCode, b)
 		}
-		st, d, _, b := timed(testKey("b"))
-		if st != http.StatusOK {
-			t.Errorf("B during A's burst: status %d: %s", st, b)
-		}
-		bLat = append(bLat, d)
+		bDone <- resp.StatusCode
+	})
+	eventually(t, 5*time.Second, "B's call queued behind A's 36", func() bool { return queued() == 37 })
+	// Each call released frees a slot for the next in the queue: round
+	// robin serves B after at most one of A's.
+	released := 0
+	for !slices.Contains(g.seen()[3:], "b") && released < 2 {
+		g.release <- struct{}{}
+		released++
+		eventually(t, 5*time.Second, "the next call upstream", func() bool { return len(g.seen()) == 3+4+released })
 	}
-	tick.Stop()
+	order := g.seen()
+	if first := slices.Index(order[3:], "b"); first < 0 || first > 4+1 {
+		t.Errorf("upstream order %v: after %d of A's calls ended, B's call beside A has not reached the upstream; want it after at most one of A's 36 queued", order, released)
+	}
+	close(g.release)
 	wg.Wait()
-	t.Logf("B's latencies in order: %v", bLat)
-	slices.Sort(bLat)
-	t.Logf("B alone: %v at most; B beside A: median %v, max %v; A: %d admitted (slowest %v), %d rejected",
-		normal, bLat[len(bLat)/2], bLat[len(bLat)-1], aOK, aSlowest, a429)
 	if aOK != 40 || a429 != 10 {
 		t.Errorf("A: %d admitted, %d rejected; want 40 and 10", aOK, a429)
 	}
-	// Round robin: B waits for about one upstream call to end, never
-	// behind A's backlog of 36 calls queued for 4 slots (~900 ms).
-	if limit := normal + latency + 50*time.Millisecond; bLat[len(bLat)/2] > limit {
-		t.Errorf("B's median call took %v beside A; want at most %v (normal %v + one upstream call)", bLat[len(bLat)/2], limit, normal)
+	if st := <-bDone; st != http.StatusOK {
+		t.Errorf("B beside A: status %d; want 200", st)
 	}
-	// The order in which calls reached the upstream shows the queue's
-	// fairness whatever the machine's pauses: when B's first call joined
-	// the queue, A had calls waiting behind the 4 slots (36 at first).
-	// First in first out would put B behind all of them; round robin lets
-	// at most one of A's go first, plus a wave of 4 dispatched while B's
-	// call was on its way.
-	var order []string
-	for _, seen := range s.sim.Seen() {
-		order = append(order, seen.User)
+}
+
+// heldUpstream is an upstream that records the "user" of every request
+// and, while hold is set, holds it until a value is received from release
+// (or release is closed) before next answers it.
+type heldUpstream struct {
+	next    http.Handler
+	hold    atomic.Bool
+	release chan struct{}
+	held    atomic.Int64 // requests held now
+	mu      sync.Mutex
+	order   []string
+}
+
+func (h *heldUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		User string `json:"user"`
 	}
-	first := slices.Index(order[3:], "b") + 3 // after B's calls alone
-	if first < 3 || first > seenBeforeB+1+4 {
-		t.Errorf("upstream order %v: B's first call beside A reached the upstream at %d; %d calls had arrived when it was sent, want at most %d",
-			order, first, seenBeforeB, seenBeforeB+1+4)
+	_ = json.Unmarshal(body, &req)
+	h.mu.Lock()
+	h.order = append(h.order, req.User)
+	h.mu.Unlock()
+	if h.hold.Load() {
+		h.held.Add(1)
+		select {
+		case <-h.release:
+		case <-r.Context().Done():
+		}
+		h.held.Add(-1)
 	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	h.next.ServeHTTP(w, r)
+}
+
+// seen returns the users of the requests received, in order.
+func (h *heldUpstream) seen() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.order)
 }
 
 // A policy in shadow produces would-reject metrics and no 429s; editing
