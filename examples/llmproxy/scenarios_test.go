@@ -638,11 +638,7 @@ func TestGracefulShutdownDrainsStreams(t *testing.T) {
 	go func() {
 		res <- runStream(ctxT(t, 20*time.Second), c, chatParams("hi"), func() { close(first) })
 	}()
-	select {
-	case <-first:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the stream did not start")
-	}
+	<-first
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -703,13 +699,8 @@ func TestRunWithDefaults(t *testing.T) {
 		t.Errorf("sixth request of initech: %v; want 429", last)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return after its context ended")
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
 	}
 }
 
