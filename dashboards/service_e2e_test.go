@@ -180,13 +180,9 @@ func TestPlainServices(t *testing.T) {
 			Replace(dashboards.Overview().Panels[1].Targets[0].Expr)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
-	defer cancel()
-	var failures []string
+	ctx := context.Background()
 	checked := 0
-	for {
-		time.Sleep(2 * time.Second)
-		failures = failures[:0]
+	failures := promtest.Rounds(t, func() (failures []string) {
 		checked = 0
 		for _, job := range []string{"checkout", "search"} {
 			for _, q := range queriesFor(job, "noisy") {
@@ -223,10 +219,8 @@ func TestPlainServices(t *testing.T) {
 				failures = append(failures, fmt.Sprintf("tenant-rpm rejection ratio of job %s = %v (%v); want it alone, positive %v", job, got, err, positive))
 			}
 		}
-		if len(failures) == 0 || ctx.Err() != nil || time.Since(start) > 75*time.Second {
-			break
-		}
-	}
+		return failures
+	})
 	for _, f := range failures {
 		t.Error(f)
 	}

@@ -313,7 +313,11 @@ type result struct {
 func (h *httpLoad) run(ctx context.Context, e *env, g *generator) int {
 	ctx, cancel := context.WithTimeout(ctx, h.maxTime)
 	defer cancel()
-	client := &http.Client{Timeout: h.timeout, Transport: &http.Transport{MaxIdleConnsPerHost: h.concurrency}}
+	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: h.concurrency}
+	if e.transport != nil {
+		rt = e.transport
+	}
+	client := &http.Client{Timeout: h.timeout, Transport: rt}
 	defer client.CloseIdleConnections()
 	type job struct {
 		body []byte

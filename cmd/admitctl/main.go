@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -48,6 +49,9 @@ type command struct {
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// transport, when not nil, carries loadgen's requests instead of a
+	// new http.Transport (tests answer them in memory).
+	transport http.RoundTripper
 }
 
 var commands = map[string]*command{}

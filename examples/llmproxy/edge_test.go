@@ -140,7 +140,6 @@ func rawRequest(t testing.TB, s *server, request string) (*http.Response, string
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(conn, request); err != nil {
 		t.Fatal(err)
 	}

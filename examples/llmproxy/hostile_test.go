@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/admissiontest"
 )
 
 // smallChat is a valid chat request of a few tokens.
@@ -340,20 +342,25 @@ func TestParseBudgetBoundsBodiesInFlight(t *testing.T) {
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", testKey("a"), 64<<10)
 	// Once the gateway is reading that body, another one waits the
 	// budget's wait and is refused. (Until then a small body may still
-	// get through: try again.)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// get through: try again.) The slow body is never finished, so only
+	// the wait can end the refused one's; its length is a real timer's,
+	// which a busy machine can lengthen but not shorten: only the lower
+	// bound is checked here, and the exact wait on a testing/synctest
+	// clock by the gateway package's TestBudgetRefusesAfterWait.
+	var (
+		resp *http.Response
+		b    []byte
+		took time.Duration
+	)
+	eventually(t, 5*time.Second, "a body refused while the budget is full", func() bool {
 		start := time.Now()
-		resp, b := post(t, s, "/v1/chat/completions", testKey("a"), smallChat)
-		if resp.StatusCode == http.StatusOK && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		checkError(t, "a body while the budget is full", resp, b, http.StatusServiceUnavailable, "server_busy")
-		if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
-			t.Errorf("refused after %v; want after the budget's wait of 300ms", d)
-		}
-		break
+		resp, b = post(t, s, "/v1/chat/completions", testKey("a"), smallChat)
+		took = time.Since(start)
+		return resp.StatusCode != http.StatusOK
+	})
+	checkError(t, "a body while the budget is full", resp, b, http.StatusServiceUnavailable, "server_busy")
+	if took < 300*time.Millisecond {
+		t.Errorf("refused after %v; want after the budget's wait of 300ms", took)
 	}
 	conn.Close()
 	eventually(t, 5*time.Second, "the budget is free again", func() bool {
@@ -363,13 +370,20 @@ func TestParseBudgetBoundsBodiesInFlight(t *testing.T) {
 }
 
 // A healthy stream that lives longer than max_hold keeps its concurrency
-// permit (each chunk that reaches the client renews the lease), so the
-// cap still holds while it runs; once it ends, the permit is free.
+// permit (the controller renews the lease of a live request), so the cap
+// still holds while it runs; once it ends, the permit is free. The
+// controller's clock is fake, moved past max_hold and past twice
+// max_hold while the stream runs; the stream goes on until the test
+// finishes it.
 func TestLongStreamKeepsItsPermit(t *testing.T) {
+	clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	s := startProxy(t, withPolicy(t, `
   - {name: one-at-a-time, key: [tenant], algorithm: concurrency, limit: 1, max_hold: 1s}
-`, []string{"a"}, ""), func(o *options) { o.simRate, o.simTokens = 20, 60 }) // a stream of about 3s
-	stream := `{"model":"gpt-4o-mini","stream":true,"max_tokens":60,"messages":[{"role":"user","content":"hi"}]}`
+`, []string{"a"}, ""), func(o *options) {
+		o.clock = clk
+		o.simRate, o.simTokens = 20, 1_000_000 // until FinishStreams
+	})
+	stream := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	done := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(stream))
@@ -387,27 +401,23 @@ func TestLongStreamKeepsItsPermit(t *testing.T) {
 		}
 		done <- err
 	}()
-	start := time.Now()
+	start := clk.Now()
 	eventually(t, 5*time.Second, "the stream holds the permit", func() bool { return inflight(t, s) == 1 })
 	// Past max_hold, and again past twice max_hold, the stream still
 	// counts: a second request is refused.
 	for _, at := range []time.Duration{1500 * time.Millisecond, 2200 * time.Millisecond} {
-		time.Sleep(time.Until(start.Add(at)))
+		clk.Set(start.Add(at))
 		select {
 		case err := <-done:
-			t.Fatalf("the stream ended after %v, before the check at %v (%v): make it longer", time.Since(start), at, err)
+			t.Fatalf("the stream ended by %v on the controller's clock (%v); want it running until the test finishes it", at, err)
 		default:
 		}
 		resp, b := post(t, s, "/v1/chat/completions", testKey("a"), smallChat)
 		checkError(t, fmt.Sprintf("a second request %v into a stream, max_hold 1s", at), resp, b, http.StatusTooManyRequests, "concurrency_limit_exceeded")
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("stream: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the stream did not end")
+	s.sim.FinishStreams()
+	if err := <-done; err != nil {
+		t.Fatalf("stream: %v", err)
 	}
 	if resp, b := post(t, s, "/v1/chat/completions", testKey("a"), smallChat); resp.StatusCode != http.StatusOK {
 		t.Errorf("after the stream: status %d: %s", resp.StatusCode, b)

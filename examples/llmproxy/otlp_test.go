@@ -98,27 +98,27 @@ func attrKey(kvs []*commonpb.KeyValue) string {
 	return "policy=" + m["policy"] + " mode=" + m["mode"] + " decision=" + m["decision"] + " reason=" + m["reason"]
 }
 
-// waitFor waits until the receiver's counters hold want, or fails at the
-// deadline with what it has.
-func (rc *otlpReceiver) waitFor(t *testing.T, d time.Duration, want map[string]int64) {
+// waitFor waits, with no deadline (the exporter pushes at its own pace),
+// until the receiver's counters hold want; it fails at once when an
+// export was undecodable or a counter has gone past its figure (they only
+// grow), and, when done is set (the push is known to be over), if they
+// do not hold want at the first look.
+func (rc *otlpReceiver) waitFor(t *testing.T, done bool, want map[string]int64) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	eventually(t, 5*time.Second, "the exported decisions", func() bool {
 		rc.mu.Lock()
-		ok := len(rc.bad) == 0
+		ok, over := len(rc.bad) == 0, false
 		for k, v := range want {
 			ok = ok && rc.decisions[k] == v
+			over = over || rc.decisions[k] > v
 		}
 		got, bad, n := maps.Clone(rc.decisions), rc.bad, rc.requests
 		rc.mu.Unlock()
-		if ok {
-			return
-		}
-		if len(bad) > 0 || time.Now().After(deadline) {
+		if !ok && (done || over || len(bad) > 0) {
 			t.Fatalf("after %d export requests the receiver has decisions %v (undecodable: %q); want %v", n, got, bad, want)
 		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+		return ok
+	})
 }
 
 // otlpTraffic sends three requests from tenant a through a policy of two
@@ -150,7 +150,7 @@ func TestOTLPPushPeriodic(t *testing.T) {
 	if !strings.Contains(s.metrics.otlp, rc.URL+"/v1/metrics") {
 		t.Errorf("push destination = %q; want %s/v1/metrics", s.metrics.otlp, rc.URL)
 	}
-	rc.waitFor(t, 10*time.Second, otlpTraffic(t, s))
+	rc.waitFor(t, false, otlpTraffic(t, s))
 	// The scrape goes on beside the push, with the same figures.
 	resp, err := http.Get(s.OpsURL + "/metrics")
 	if err != nil {
@@ -183,7 +183,7 @@ func TestOTLPFlushOnShutdown(t *testing.T) {
 	if err := s.shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	rc.waitFor(t, 0, want) // shutdown returned: the push is done
+	rc.waitFor(t, true, want) // shutdown returned: the push is done
 }
 
 // The standard variables name the receiver when the flag does not, and
@@ -213,7 +213,7 @@ func TestOTLPEndpointPrecedence(t *testing.T) {
 			s := startProxy(t, withPolicy(t, otlpPolicy, []string{"a"}, ""), func(o *options) { o.otlp.endpoint = tt.flag })
 			want := otlpTraffic(t, s)
 			for _, rc := range tt.want {
-				rc.waitFor(t, 10*time.Second, want)
+				rc.waitFor(t, false, want)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -19,15 +22,22 @@ import (
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
-// Noisy neighbour: tenant A bursts 50 chat calls while tenant B sends one
-// every 100 ms. A is limited (429 with the limit headers); B never sees a
-// 429, and its latency stays near its normal range because the shared
-// upstream capacity queue is served round robin across tenants.
+// Noisy neighbour: tenant A bursts 50 chat calls, then tenant B sends
+// one. A is limited (429 with the limit headers); B never sees a 429, and
+// waits for at most one of A's calls, never behind A's backlog, because
+// the shared upstream capacity queue is served round robin across
+// tenants. The controller's clock is fake and never moves (the rate
+// limit does not refill, no queue times out), and the upstream holds
+// every call until the test releases it, so the order in which calls
+// reach it is the queue's, whatever the machine's pace.
 func TestNoisyNeighbour(t *testing.T) {
-	const latency = 100 * time.Millisecond
+	g := &heldUpstream{next: upstream.New(upstream.Config{}), release: make(chan struct{})}
+	up := httptest.NewServer(g)
+	t.Cleanup(up.Close)
 	s := startProxy(t, withPolicy(t, `
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 40, per: 1m}
   - name: upstream-capacity
@@ -35,52 +45,50 @@ func TestNoisyNeighbour(t *testing.T) {
     algorithm: concurrency
     limit: 4
     queue: {size: 64, timeout: 20s}
-`, []string{"a", "b"}, ""), func(o *options) { o.simLatency = latency })
+`, []string{"a", "b"}, ""), pointAt(up.URL+"/v1"), func(o *options) {
+		o.clock = admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	})
 	body := func(user string) string {
 		return `{"model":"gpt-4o-mini","user":"` + user + `","messages":[{"role":"user","content":"hello"}]}`
 	}
-	timed := func(key string) (int, time.Duration, http.Header, []byte) {
-		start := time.Now()
-		user := "a"
-		if key == testKey("b") {
-			user = "b"
-		}
-		resp, b := post(t, s, "/v1/chat/completions", key, body(user))
-		return resp.StatusCode, time.Since(start), resp.Header, b
-	}
-	// B alone: its normal range.
-	var normal time.Duration
+	// B alone, served at once.
 	for range 3 {
-		st, d, h, b := timed(testKey("b"))
-		if st != http.StatusOK {
-			t.Fatalf("B alone: status %d: %s", st, b)
+		resp, b := post(t, s, "/v1/chat/completions", testKey("b"), body("b"))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("B alone: status %d: %s", resp.StatusCode, b)
 		}
-		normal = max(normal, d)
 		// X-RateLimit-* describe one policy, the request rate, not the
 		// upstream cap of 4 while it has room.
+		h := resp.Header
 		if got := h.Get("X-Ratelimit-Limit") + "/" + h.Get("X-Ratelimit-Remaining"); got != h.Get("x-ratelimit-limit-requests")+"/"+h.Get("x-ratelimit-remaining-requests") {
 			t.Errorf("B alone: X-Ratelimit-Limit/Remaining = %s; want the requests policy's %s/%s", got,
 				h.Get("x-ratelimit-limit-requests"), h.Get("x-ratelimit-remaining-requests"))
 		}
 	}
+	g.hold.Store(true)
+	queued := func() int {
+		for _, st := range s.ctl.Stats() {
+			if st.Name == "upstream-capacity" {
+				return st.Queued
+			}
+		}
+		return -1
+	}
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var aOK, a429 int
-	var aSlowest time.Duration
 	for range 50 {
 		wg.Go(func() {
-			st, d, h, b := timed(testKey("a"))
+			resp, b := post(t, s, "/v1/chat/completions", testKey("a"), body("a"))
 			mu.Lock()
 			defer mu.Unlock()
-			switch st {
+			switch h := resp.Header; resp.StatusCode {
 			case http.StatusOK:
 				aOK++
-				aSlowest = max(aSlowest, d)
 			case http.StatusTooManyRequests:
 				a429++
 				if a429 == 1 {
-					resp := &http.Response{StatusCode: st, Header: h}
 					checkError(t, "A's 429", resp, b, http.StatusTooManyRequests, "rate_limit_exceeded")
 					if h.Get("x-ratelimit-limit-requests") != "40" || h.Get("x-ratelimit-remaining-requests") != "0" {
 						t.Errorf("A's 429: x-ratelimit-limit-requests %q remaining %q; want 40 and 0",
@@ -91,56 +99,85 @@ func TestNoisyNeighbour(t *testing.T) {
 					}
 				}
 			default:
-				t.Errorf("A: status %d: %s", st, b)
+				t.Errorf("A: status %d: %s", resp.StatusCode, b)
 			}
 		})
 	}
-	var bLat []time.Duration
-	tick := time.NewTicker(100 * time.Millisecond)
-	seenBeforeB := 0
-	for i := range 12 {
-		<-tick.C
-		if i == 0 {
-			// How many calls had reached the upstream when B's first one
-			// was sent: B may follow them, plus at most one of A's by
-			// round robin, plus one wave of 4 dispatched meanwhile.
-			seenBeforeB = len(s.sim.Seen())
+	// A's 40 admitted calls: 4 upstream, 36 queued; 10 refused.
+	eventually(t, 5*time.Second, "A's burst refused, upstream or queued", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return a429 == 10 && g.held.Load() == 4 && queued() == 36
+	})
+	bDone := make(chan int, 1)
+	wg.Go(func() {
+		resp, b := post(t, s, "/v1/chat/completions", testKey("b"), body("b"))
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("B during A's burst: status %d: %s", resp.StatusCode, b)
 		}
-		st, d, _, b := timed(testKey("b"))
-		if st != http.StatusOK {
-			t.Errorf("B during A's burst: status %d: %s", st, b)
-		}
-		bLat = append(bLat, d)
+		bDone <- resp.StatusCode
+	})
+	eventually(t, 5*time.Second, "B's call queued behind A's 36", func() bool { return queued() == 37 })
+	// Each call released frees a slot for the next in the queue: round
+	// robin serves B after at most one of A's.
+	released := 0
+	for !slices.Contains(g.seen()[3:], "b") && released < 2 {
+		g.release <- struct{}{}
+		released++
+		eventually(t, 5*time.Second, "the next call upstream", func() bool { return len(g.seen()) == 3+4+released })
 	}
-	tick.Stop()
+	order := g.seen()
+	if first := slices.Index(order[3:], "b"); first < 0 || first > 4+1 {
+		t.Errorf("upstream order %v: after %d of A's calls ended, B's call beside A has not reached the upstream; want it after at most one of A's 36 queued", order, released)
+	}
+	close(g.release)
 	wg.Wait()
-	t.Logf("B's latencies in order: %v", bLat)
-	slices.Sort(bLat)
-	t.Logf("B alone: %v at most; B beside A: median %v, max %v; A: %d admitted (slowest %v), %d rejected",
-		normal, bLat[len(bLat)/2], bLat[len(bLat)-1], aOK, aSlowest, a429)
 	if aOK != 40 || a429 != 10 {
 		t.Errorf("A: %d admitted, %d rejected; want 40 and 10", aOK, a429)
 	}
-	// Round robin: B waits for about one upstream call to end, never
-	// behind A's backlog of 36 calls queued for 4 slots (~900 ms).
-	if limit := normal + latency + 50*time.Millisecond; bLat[len(bLat)/2] > limit {
-		t.Errorf("B's median call took %v beside A; want at most %v (normal %v + one upstream call)", bLat[len(bLat)/2], limit, normal)
+	if st := <-bDone; st != http.StatusOK {
+		t.Errorf("B beside A: status %d; want 200", st)
 	}
-	// The order in which calls reached the upstream shows the queue's
-	// fairness whatever the machine's pauses: when B's first call joined
-	// the queue, A had calls waiting behind the 4 slots (36 at first).
-	// First in first out would put B behind all of them; round robin lets
-	// at most one of A's go first, plus a wave of 4 dispatched while B's
-	// call was on its way.
-	var order []string
-	for _, seen := range s.sim.Seen() {
-		order = append(order, seen.User)
+}
+
+// heldUpstream is an upstream that records the "user" of every request
+// and, while hold is set, holds it until a value is received from release
+// (or release is closed) before next answers it.
+type heldUpstream struct {
+	next    http.Handler
+	hold    atomic.Bool
+	release chan struct{}
+	held    atomic.Int64 // requests held now
+	mu      sync.Mutex
+	order   []string
+}
+
+func (h *heldUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		User string `json:"user"`
 	}
-	first := slices.Index(order[3:], "b") + 3 // after B's calls alone
-	if first < 3 || first > seenBeforeB+1+4 {
-		t.Errorf("upstream order %v: B's first call beside A reached the upstream at %d; %d calls had arrived when it was sent, want at most %d",
-			order, first, seenBeforeB, seenBeforeB+1+4)
+	_ = json.Unmarshal(body, &req)
+	h.mu.Lock()
+	h.order = append(h.order, req.User)
+	h.mu.Unlock()
+	if h.hold.Load() {
+		h.held.Add(1)
+		select {
+		case <-h.release:
+		case <-r.Context().Done():
+		}
+		h.held.Add(-1)
 	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	h.next.ServeHTTP(w, r)
+}
+
+// seen returns the users of the requests received, in order.
+func (h *heldUpstream) seen() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.order)
 }
 
 // A policy in shadow produces would-reject metrics and no 429s; editing
@@ -230,11 +267,9 @@ func TestShadowThenEnforceByEditingTheFile(t *testing.T) {
 type streamResult struct {
 	chunks int
 	err    error
-	took   time.Duration
 }
 
 func runStream(ctx context.Context, c openai.Client, p openai.ChatCompletionNewParams, firstChunk func()) streamResult {
-	start := time.Now()
 	st := c.Chat.Completions.NewStreaming(ctx, p)
 	defer st.Close()
 	var r streamResult
@@ -246,13 +281,16 @@ func runStream(ctx context.Context, c openai.Client, p openai.ChatCompletionNewP
 			}
 		}
 	}
-	r.err, r.took = st.Err(), time.Since(start)
+	r.err = st.Err()
 	return r
 }
 
 // Concurrency: 20 parallel long streams against a per-tenant cap of 4 with
 // a queue of 8: never more than 4 upstream at once, 8 wait, the other 8
-// get 429 at once.
+// get 429 at once. The controller's clock is fake and never moves, so no
+// queue timeout can fire, and the upstream's streams go on until the test
+// finishes them: the 8 refusals come while the first 4 still hold their
+// permits, so they were refused on arrival, not after a wait.
 func TestStreamsAgainstConcurrencyCap(t *testing.T) {
 	s := startProxy(t, withPolicy(t, `
   - name: tenant-concurrency
@@ -260,45 +298,49 @@ func TestStreamsAgainstConcurrencyCap(t *testing.T) {
     algorithm: concurrency
     limit: 4
     queue: {size: 8, timeout: 20s}
-`, []string{"a"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 40 })
+`, []string{"a"}, ""), func(o *options) {
+		o.clock = admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		o.simRate, o.simTokens = 100, 1_000_000 // until FinishStreams
+	})
 	c := sdk(s, testKey("a"))
 	ctx := ctxT(t, 30*time.Second)
 	var wg sync.WaitGroup
 	results := make([]streamResult, 20)
-	var maxQueued, maxHeld atomic.Int64
-	done := make(chan struct{})
-	go func() { // watch the queue
-		for {
-			for _, st := range s.ctl.Stats() {
-				if st.Name == "tenant-concurrency" && int64(st.Queued) > maxQueued.Load() {
-					maxQueued.Store(int64(st.Queued))
-				}
-				if st.Name == "tenant-concurrency" && st.InFlight > maxHeld.Load() {
-					maxHeld.Store(st.InFlight)
-				}
+	var refused atomic.Int64
+	for i := range results {
+		wg.Go(func() {
+			results[i] = runStream(ctx, c, chatParams("a long story"), nil)
+			if statusOf(results[i].err) == http.StatusTooManyRequests {
+				refused.Add(1)
 			}
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
+		})
+	}
+	held := func() (inflight int64, queued int) {
+		for _, st := range s.ctl.Stats() {
+			if st.Name == "tenant-concurrency" {
+				return st.InFlight, st.Queued
 			}
 		}
-	}()
-	for i := range results {
-		wg.Go(func() { results[i] = runStream(ctx, c, chatParams("a long story"), nil) })
+		t.Fatal("no stats for policy tenant-concurrency")
+		return 0, 0
 	}
+	eventually(t, 5*time.Second, "every stream upstream, queued or refused", func() bool {
+		_, queued := held()
+		return s.sim.InFlight()+int64(queued)+refused.Load() == int64(len(results))
+	})
+	inflight, queued := held()
+	if up, r := s.sim.InFlight(), refused.Load(); up != 4 || inflight != 4 || queued != 8 || r != 8 {
+		t.Errorf("before any stream ended: %d streams upstream (%d permits held), %d queued, %d refused; want 4 (4), 8 and 8", up, inflight, queued, r)
+	}
+	s.sim.FinishStreams()
 	wg.Wait()
-	close(done)
 	var ok, rejected int
 	for i, r := range results {
 		switch {
-		case r.err == nil && r.chunks == 40:
+		case r.err == nil:
 			ok++
 		case statusOf(r.err) == http.StatusTooManyRequests && codeOf(r.err) == "concurrency_limit_exceeded":
 			rejected++
-			if r.took > 2*time.Second {
-				t.Errorf("stream %d: rejected after %v; want at once", i, r.took)
-			}
 		default:
 			t.Errorf("stream %d: %d chunks, err %v", i, r.chunks, r.err)
 		}
@@ -307,16 +349,15 @@ func TestStreamsAgainstConcurrencyCap(t *testing.T) {
 		t.Errorf("%d streams completed, %d rejected; want 12 (4 running + 8 queued) and 8", ok, rejected)
 	}
 	if m := s.sim.MaxInFlight(); m > 4 {
-		t.Errorf("the upstream saw %d streams at once; want at most 4 (permits held at most: %d)", m, maxHeld.Load())
-	}
-	if q := maxQueued.Load(); q != 8 {
-		t.Errorf("at most %d streams queued; want 8", q)
+		t.Errorf("the upstream saw %d streams at once; want at most 4", m)
 	}
 }
 
 // A client that disconnects frees its concurrency slot at once: a queued
 // stream starts right away, the upstream call is cancelled, and nothing is
-// left in flight.
+// left in flight. The controller's clock is fake and never moves, and the
+// upstream's streams never end by themselves: the cancellation is the
+// only thing that can start the queued stream.
 func TestDisconnectFreesSlot(t *testing.T) {
 	s := startProxy(t, withPolicy(t, `
   - name: tenant-concurrency
@@ -325,7 +366,10 @@ func TestDisconnectFreesSlot(t *testing.T) {
     limit: 4
     queue: {size: 8, timeout: 20s}
   - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 1M, per: 1m}
-`, []string{"a"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 2000 })
+`, []string{"a"}, ""), func(o *options) {
+		o.clock = admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		o.simRate, o.simTokens = 100, 1_000_000
+	})
 	c := sdk(s, testKey("a"))
 	ctx := ctxT(t, 30*time.Second)
 	var started sync.WaitGroup
@@ -338,25 +382,29 @@ func TestDisconnectFreesSlot(t *testing.T) {
 		wg.Go(func() { runStream(sctx, c, chatParams("long"), started.Done) })
 	}
 	started.Wait()
-	fifth := make(chan time.Time, 1)
+	fifth := make(chan struct{})
 	fctx, fcancel := context.WithCancel(ctx)
-	wg.Go(func() { runStream(fctx, c, chatParams("queued"), func() { fifth <- time.Now() }) })
+	wg.Go(func() { runStream(fctx, c, chatParams("queued"), func() { close(fifth) }) })
 	eventually(t, 5*time.Second, "the fifth stream queues", func() bool {
 		return scrape(t, s, "admission_queue_depth", "policy", "tenant-concurrency") == 1
 	})
 	if v := scrape(t, s, "admission_inflight", "policy", "tenant-concurrency"); v != 4 {
 		t.Errorf("admission_inflight{policy=tenant-concurrency} = %v with 4 streams running; want 4", v)
 	}
-	cancelled := time.Now()
-	cancels[0]()
 	select {
-	case at := <-fifth:
-		if d := at.Sub(cancelled); d > time.Second {
-			t.Errorf("the queued stream started %v after a client left; want at once", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the queued stream did not start after a client left")
+	case <-fifth:
+		t.Fatal("the queued stream started while 4 streams held the 4 permits")
+	default:
 	}
+	cancels[0]()
+	eventually(t, 5*time.Second, "the queued stream starts after a client left", func() bool {
+		select {
+		case <-fifth:
+			return true
+		default:
+			return false
+		}
+	})
 	for _, cancel := range cancels[1:] {
 		cancel()
 	}
@@ -590,11 +638,7 @@ func TestGracefulShutdownDrainsStreams(t *testing.T) {
 	go func() {
 		res <- runStream(ctxT(t, 20*time.Second), c, chatParams("hi"), func() { close(first) })
 	}()
-	select {
-	case <-first:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the stream did not start")
-	}
+	<-first
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -655,13 +699,8 @@ func TestRunWithDefaults(t *testing.T) {
 		t.Errorf("sixth request of initech: %v; want 429", last)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return after its context ended")
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
 	}
 }
 
@@ -717,9 +756,12 @@ func TestUpstreamKeyFromEnvironment(t *testing.T) {
 }
 
 // A request that waits in a tenant's queue longer than the queue allows
-// gets 429 queue_timeout; a request refused by the shared upstream cap
+// gets 429 queue_timeout, exactly when its timeout has passed on the
+// controller's (fake) clock; a request refused by the shared upstream cap
 // gets 503, since the proxy is overloaded, not the tenant over its limit.
+// The upstream's streams go on until the test cancels them.
 func TestQueueTimeoutAndSharedOverload(t *testing.T) {
+	clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	s := startProxy(t, withPolicy(t, `
   - name: tenant-concurrency
     key: [tenant]
@@ -730,29 +772,65 @@ func TestQueueTimeoutAndSharedOverload(t *testing.T) {
     key: [global]
     algorithm: concurrency
     limit: 2
-`, []string{"a", "b", "c"}, ""), func(o *options) { o.simRate, o.simTokens = 100, 200 })
+`, []string{"a", "b", "c"}, ""), func(o *options) {
+		o.clock = clk
+		o.simRate, o.simTokens = 100, 1_000_000
+	})
 	ctx, cancel := context.WithCancel(ctxT(t, 20*time.Second))
 	defer cancel()
 	var wg sync.WaitGroup
 	stream := func(tenant string) {
 		started := make(chan struct{})
 		wg.Go(func() { runStream(ctx, sdk(s, testKey(tenant)), chatParams("long"), func() { close(started) }) })
-		select {
-		case <-started:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the stream of %s did not start", tenant)
+		<-started
+	}
+	queued := func() int {
+		for _, st := range s.ctl.Stats() {
+			if st.Name == "tenant-concurrency" {
+				return st.Queued
+			}
 		}
+		return -1
 	}
 	stream("a")
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
-	start := time.Now()
-	resp, b := post(t, s, "/v1/chat/completions", testKey("a"), body)
-	checkError(t, "queued too long", resp, b, http.StatusTooManyRequests, "queue_timeout")
-	if d := time.Since(start); d < 200*time.Millisecond || d > 5*time.Second {
-		t.Errorf("queue timeout after %v; want about 200ms", d)
+	type answer struct {
+		resp *http.Response
+		body []byte
+		err  error
 	}
+	answered := make(chan answer, 1)
+	go func() { // post fails the test, which only the test's goroutine may do
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+testKey("a"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answered <- answer{resp, b, err}
+	}()
+	eventually(t, 5*time.Second, "the second request of a waits in the queue", func() bool { return queued() == 1 })
+	// The clock's timers run within Advance: a queue timeout due by then
+	// has removed its waiter when Advance returns.
+	clk.Advance(200*time.Millisecond - time.Nanosecond)
+	if n := queued(); n != 1 {
+		t.Fatalf("%d requests queued 200ms less a nanosecond after the request queued; want 1 (timeout 200ms)", n)
+	}
+	clk.Advance(time.Nanosecond)
+	if n := queued(); n != 0 {
+		t.Fatalf("%d requests queued once the queue's timeout of 200ms has passed; want 0", n)
+	}
+	a := <-answered
+	if a.err != nil {
+		t.Fatalf("the request queued too long: %v", a.err)
+	}
+	checkError(t, "queued too long", a.resp, a.body, http.StatusTooManyRequests, "queue_timeout")
 	stream("b")
-	resp, b = post(t, s, "/v1/chat/completions", testKey("c"), body)
+	resp, b := post(t, s, "/v1/chat/completions", testKey("c"), body)
 	checkError(t, "shared cap full", resp, b, http.StatusServiceUnavailable, "concurrency_limit_exceeded")
 	cancel()
 	wg.Wait()

@@ -149,32 +149,22 @@ func queuedThen(t *testing.T, pg *providerGateway, sim *upstream.Server, seen in
 		status, body, err := send(pg.url, false, hdr...)
 		done <- answer{status, body, err}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitFor(t, "the request waiting in the queue", func() bool {
 		queued := 0
 		for _, p := range pg.ctl.Stats() {
 			queued += p.Queued
 		}
-		if queued == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the request never waited in the queue")
-		}
-	}
+		return queued == 1
+	})
 	if n := sim.Requests(); n != seen {
 		t.Errorf("the provider saw %d requests while one waited; want %d", n, seen)
 	}
 	clk.Advance(d)
-	select {
-	case a := <-done:
-		if a.err != nil {
-			t.Fatal(a.err)
-		}
-		return a.status, a.body
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request waiting in the queue was never answered")
+	a := <-done // the advance dispatched or timed out the one waiter
+	if a.err != nil {
+		t.Fatal(a.err)
 	}
-	return 0, ""
+	return a.status, a.body
 }
 
 // sumCounter returns the counter's value per value of the attribute key.
