@@ -48,4 +48,7 @@
 // fast again. Feed it each response's time to first byte:
 //
 //	store.ObserveLatency(model, time.Since(sent), time.Now())
+//
+// Optional collaborators are options: WithStaticStore; see
+// docs/concepts.md#constructors.
 package upstream

@@ -51,16 +51,26 @@ type Config struct {
 	// between Adaptive.Min and the policy's limit (see Adaptive and
 	// ObserveLatency).
 	Adaptive *Adaptive
-	// Static is the store that holds the policies' static budgets; nil
-	// means the in-memory store. With a shared store (Redis) the
-	// published budget holds for a fleet of gateways, while each replica
-	// learns from the responses it receives.
-	Static backend.Store
+}
+
+// An Option sets an optional collaborator of a Store.
+type Option func(*Store)
+
+// WithStaticStore makes s hold the policies' static budgets; nil means
+// the in-memory store, the default. With a shared store (Redis) the
+// published budget holds for a fleet of gateways, while each replica
+// learns from the responses it receives.
+func WithStaticStore(s backend.Store) Option {
+	return func(st *Store) {
+		if s != nil {
+			st.static = s
+		}
+	}
 }
 
 // Store is a limit store for the policies that guard a provider: each
 // policy is evaluated with its own, static limit (the provider's
-// published tier) by Config.Static, in memory by default, and tightened
+// published tier) by the static store (WithStaticStore), in memory by default, and tightened
 // by what the provider's responses report, per group. A group is a
 // partition key of the policies on the store: "" for a policy keyed
 // globally (the whole upstream), the model for a policy keyed by model.
@@ -80,6 +90,7 @@ type Config struct {
 // rather than fail.
 type Store struct {
 	cfg    Config
+	static backend.Store // holds the static budgets
 	mu     sync.RWMutex
 	groups map[string]*group
 	swept  int64 // last sweep of a full table, unix nanoseconds
@@ -126,7 +137,7 @@ func (l *learned) wait(n int64, now int64) time.Duration {
 }
 
 // New returns a Store; it fails when a field of cfg is negative.
-func New(cfg Config) (*Store, error) {
+func New(cfg Config, opts ...Option) (*Store, error) {
 	var errs []error
 	if cfg.MaxGroups < 0 {
 		errs = append(errs, errors.New("upstream: MaxGroups must be >= 0"))
@@ -156,7 +167,11 @@ func New(cfg Config) (*Store, error) {
 		}
 		cfg.Adaptive = &a
 	}
-	return &Store{cfg: cfg, groups: map[string]*group{}}, nil
+	s := &Store{cfg: cfg, static: memstore.Store{}, groups: map[string]*group{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // Limiter returns the limiter of p. An upstream policy counts requests,
@@ -188,11 +203,7 @@ func (s *Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	static := s.cfg.Static
-	if static == nil {
-		static = memstore.Store{}
-	}
-	inner, err := static.Limiter(p)
+	inner, err := s.static.Limiter(p)
 	if err != nil {
 		return nil, err
 	}

@@ -421,7 +421,7 @@ func TestStaticStore(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := admissiontest.NewClock(backendtest.Epoch)
-			s, _ := upstream.New(upstream.Config{Static: tc.static})
+			s, _ := upstream.New(upstream.Config{}, upstream.WithStaticStore(tc.static))
 			p := limits.Policy{Name: "inflight", Store: "upstream", Algorithm: limits.Concurrency, Limit: 1}
 			c := newController(t, clock, s, p)
 			tk, err := c.Admit(context.Background(), admission.Request{Tenant: "a"})

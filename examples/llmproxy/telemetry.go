@@ -151,12 +151,12 @@ func newTelemetry(f *config.File, log *slog.Logger, push otlpSettings) (*telemet
 	// The status page of /status: every policy's figures, the tenants
 	// refused, shadow ratios against the rollout threshold, reloads.
 	if t.rollout, err = shadow.NewRecorder(shadow.RecorderConfig{}); err == nil {
-		t.status, err = status.NewPage(status.Config{Recorder: t.rollout, Stats: func() []admission.PolicyStats {
+		t.status, err = status.NewPage(status.Config{Stats: func() []admission.PolicyStats {
 			if c := t.ctl.Load(); c != nil {
 				return c.Stats()
 			}
 			return nil
-		}})
+		}}, status.WithRecorder(t.rollout))
 	}
 	if err == nil {
 		t.observer, err = shadow.FileObserver(&f.Logging, log, t.metrics, t.rollout, t.status)

@@ -34,6 +34,8 @@ var collaborators = []string{
 	"net/http.RoundTripper",
 	"github.com/jackc/pgx/v5.QueryTracer",
 	"func() time.Time",
+	module + "/admission/backend.Store",
+	"*" + module + "/shadow.Recorder",
 }
 
 // exceptions are the struct types, "package path.Type", meant to be used

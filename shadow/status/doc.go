@@ -10,6 +10,6 @@
 // (shadow.Join). For what a replay of the traffic through other limits
 // would show, open package shadow/replay.
 //
-// Optional collaborators are options: WithClock; see
+// Optional collaborators are options: WithRecorder, WithClock; see
 // docs/concepts.md#constructors.
 package status

@@ -43,10 +43,6 @@ type Config struct {
 	// Stats returns the controller's policies (Controller.Stats); it may
 	// refer to a controller created after the page, which observes it.
 	Stats func() []admission.PolicyStats
-	// Recorder, when set, gives the last window's refusals per policy,
-	// their tenants and the ratio over time (the same Recorder that
-	// serves /debug/rollout).
-	Recorder *shadow.Recorder
 	// Threshold is the rollout threshold drawn on the shadow policies'
 	// charts; zero means shadow.DefaultThreshold.
 	Threshold float64
@@ -68,6 +64,13 @@ type Config struct {
 
 // An Option sets an optional collaborator of a Page.
 type Option func(*Page)
+
+// WithRecorder gives the page the last window's refusals per policy,
+// their tenants and the ratio over time from r (the same Recorder that
+// serves /debug/rollout); nil means none: the page shows current use only.
+func WithRecorder(r *shadow.Recorder) Option {
+	return func(p *Page) { p.recorder = r }
+}
 
 // WithClock sets the page's clock; nil means admission.SystemClock, the
 // default.
@@ -96,9 +99,10 @@ func WithClock(c admission.Clock) Option {
 // stores, the Recorder's own bounds, and the last reloads.
 type Page struct {
 	admission.NopObserver
-	cfg   Config
-	clock admission.Clock
-	width int64 // ring bucket width in nanoseconds
+	cfg      Config
+	clock    admission.Clock
+	recorder *shadow.Recorder
+	width    int64 // ring bucket width in nanoseconds
 
 	mu       sync.Mutex
 	policies map[string]*statusRing
@@ -360,8 +364,8 @@ func (p *Page) View() View {
 	now := p.clock.Now()
 	st := View{Time: now, Window: p.cfg.Window, Threshold: p.cfg.Threshold}
 	var win map[string]*shadow.Figures
-	if p.cfg.Recorder != nil {
-		rep := p.cfg.Recorder.Report(p.cfg.Top)
+	if p.recorder != nil {
+		rep := p.recorder.Report(p.cfg.Top)
 		win = make(map[string]*shadow.Figures, len(rep.Policies))
 		for i := range rep.Policies {
 			win[rep.Policies[i].Policy] = &rep.Policies[i]

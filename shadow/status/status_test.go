@@ -46,7 +46,7 @@ func newStatusRig(t *testing.T, rcfg shadow.RecorderConfig, policies ...admissio
 	if r.rec, err = shadow.NewRecorder(rcfg, shadow.WithClock(r.clk)); err != nil {
 		t.Fatal(err)
 	}
-	r.page, err = status.NewPage(status.Config{Stats: func() []admission.PolicyStats { return r.ctl.Stats() }, Recorder: r.rec}, status.WithClock(r.clk))
+	r.page, err = status.NewPage(status.Config{Stats: func() []admission.PolicyStats { return r.ctl.Stats() }}, status.WithRecorder(r.rec), status.WithClock(r.clk))
 	if err != nil {
 		t.Fatal(err)
 	}

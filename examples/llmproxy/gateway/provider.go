@@ -61,11 +61,11 @@ type provider struct {
 func NewProviders(f *config.File, static backend.Store) (*Providers, error) {
 	p := &Providers{decl: f.Upstreams}
 	for name, u := range f.Upstreams {
-		cfg := upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL, Static: static}
+		cfg := upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL}
 		if a := u.Adaptive; a != nil {
 			cfg.Adaptive = &upstream.Adaptive{Min: a.Min, Tolerance: a.Tolerance, Smoothing: a.Smoothing, Window: a.Window}
 		}
-		s, err := upstream.New(cfg)
+		s, err := upstream.New(cfg, upstream.WithStaticStore(static))
 		if err != nil {
 			return nil, fmt.Errorf("stores.%s: %w", name, err)
 		}
