@@ -462,7 +462,7 @@ elseif hd$ then
   end
 end
 `,
-		reply:      []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$"},
+		reply: []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$"},
 		// The sum without the entries that left the window, counted, not
 		// removed; the reset is the newest entry's, if any is left. (now
 		// is exact below 2^53 ns from the base second, which every write
@@ -593,7 +593,7 @@ elseif hd$ then
   end
 end
 `,
-		reply:      []string{"ok$", "a$", "(add$ > 0 and q$ or 0)", "exp$"},
+		reply: []string{"ok$", "a$", "(add$ > 0 and q$ or 0)", "exp$"},
 		// The cost of the leases not expired, counted as lease_scan
 		// counts them, none reclaimed.
 		peek: `
