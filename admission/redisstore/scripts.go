@@ -41,6 +41,9 @@ import (
 // is 1, then each op's keys. The reply is the remaining figure of each
 // op, or "K" when the settle needs an idempotency key it was not given.
 //
+// Peek: an acquire's arguments and reply, for one op of zero permits; the
+// script reads only (genPeek).
+//
 // A reply of 'S' and two float64s (now_s, now_n: 17 bytes, which no other
 // reply is long) says that a window or quota period computed from the
 // caller's clock does not hold the server's time: the caller computes it
