@@ -13,11 +13,11 @@ import (
 // evaluate r (those whose Match holds for its operation and model), in
 // evaluation order, with the tenant's plan and overrides: the figures
 // an admission's headers would show (Ticket.Statuses), as of now and
-// before taking anything. It is named after x/time/rate's Tokens, the
-// question it answers: how much a caller has left. r's set (Request.Policies)
-// decides, as for Admit; its identity picks the partitions exactly as
-// Admit's does, and its amounts are not read. A concurrency policy reports
-// its cap and what is not in flight.
+// before taking anything. It answers what x/time/rate's Tokens does: how
+// much a caller has left. r's set (Request.Policies) decides, as for
+// Admit, so a program reading a snapshot names it there; r's identity
+// picks the partitions exactly as Admit's does, and its amounts are not
+// read. A concurrency policy reports its cap and what is not in flight.
 //
 // It only reads (backend.Peeker): no permit is taken, no partition is
 // created (one that does not exist reads as full, so an unknown tenant
