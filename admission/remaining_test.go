@@ -235,3 +235,34 @@ func TestRemainingUnknown(t *testing.T) {
 		t.Errorf("Remaining =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestRemainingOfASet: a request naming a compiled set reads that set's
+// limits and plans (here none: acme's pro plan is gone), not the
+// installed one's; a set of another controller is refused.
+func TestRemainingOfASet(t *testing.T) {
+	ctl, err := admission.New(remainingConfig(), admission.WithClock(admissiontest.NewClock(backendtest.Epoch)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	cfg := remainingConfig()
+	cfg.Policies[0].Limit = 7
+	cfg.Plans = limits.Plans{}
+	set, err := ctl.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ss, err := ctl.Remaining(ctx, admission.Request{Tenant: "acme", Policies: set}, nil)
+	if got, want := format(ss), "rpm enforce limit=7 remaining=7 reset=0s\n"; err != nil || !strings.HasPrefix(got, want) {
+		t.Errorf("Remaining under the compiled set = %q, %v; want %q", got, err, want)
+	}
+	other, err := admission.New(remainingConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if ss, err := other.Remaining(ctx, admission.Request{Tenant: "globex", Policies: set}, nil); err == nil || len(ss) != 0 {
+		t.Errorf("Remaining under another controller's set = %d statuses, %v; want none and an error", len(ss), err)
+	}
+}
