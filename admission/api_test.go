@@ -9,8 +9,9 @@ import (
 // maxExported bounds the consumer API: what a service author meets in
 // package admission. The vocabulary of policies lives in admission/limits,
 // the store contract in admission/backend. (95: Controller.TryAdmitAll
-// and its Member, deciding several requests as one.)
-const maxExported = 95
+// and its Member, deciding several requests as one; 96:
+// Controller.Remaining, what a caller has left, read without writing.)
+const maxExported = 96
 
 // TestExportedNames counts the package's exported names (types, functions,
 // methods, constants and variables; not struct fields or interface

@@ -273,6 +273,19 @@
 // shards of the tenants copied), so 100,000 tenants do not make a copy of
 // 100,000 per change.
 //
+// # Reading what is left
+//
+// Remaining answers "how much does this caller have left" without an
+// admission, as x/time/rate's Tokens does: given a Request (the same
+// fields that pick partitions; its amounts are not read), it returns the
+// Status of every policy that would evaluate it, with the tenant's plan
+// and overrides, as an admission's headers would show it. It only reads
+// (backend.Peeker): nothing is taken, created, refilled or reclaimed, no
+// idle timer is reset and no decision is observed, so a tenant never seen
+// costs nothing and reads full. On Redis each read is one read-only
+// script. A policy whose store cannot read without writing reads full,
+// with an error matching errors.ErrUnsupported.
+//
 // # Observing
 //
 // An Observer receives every decision, settlement, lease expiry, eviction

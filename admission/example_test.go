@@ -183,3 +183,43 @@ func ExampleTicket_Renew() {
 	// a minute later: <nil>
 	// true
 }
+
+// What a customer has left, read without taking or creating anything: a
+// status page or a billing view asks, no admission is made.
+func ExampleController_Remaining() {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	ctl, err := admission.New(admission.Config{
+		Policies: []admission.Policy{{
+			Name: "daily-tokens", Key: []limits.KeyPart{limits.KeyTenant},
+			Unit: limits.UnitTokens, Algorithm: limits.Quota,
+			Limit: 100_000, Period: limits.PeriodDay,
+		}},
+		Plans: limits.Plans{
+			Plans:   map[string]map[string]limits.Override{"pro": {"daily-tokens": {Limit: 1_000_000}}},
+			Tenants: map[string]limits.TenantPlan{"acme": {Plan: "pro"}},
+		},
+	}, admission.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer ctl.Close()
+	ctx := context.Background()
+	t, err := ctl.Admit(ctx, admission.Request{Tenant: "acme", Tokens: 2500})
+	if err != nil {
+		panic(err)
+	}
+	t.Done()
+
+	for _, tenant := range []string{"acme", "globex"} {
+		ss, err := ctl.Remaining(ctx, admission.Request{Tenant: tenant}, nil)
+		if err != nil {
+			panic(err)
+		}
+		for _, s := range ss {
+			fmt.Printf("%s: %s %d of %d %s left, resets in %v\n", tenant, s.Policy, s.Remaining, s.Limit, s.Unit, s.Reset)
+		}
+	}
+	// Output:
+	// acme: daily-tokens 997500 of 1000000 tokens left, resets in 12h0m0s
+	// globex: daily-tokens 100000 of 100000 tokens left, resets in 12h0m0s
+}

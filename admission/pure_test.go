@@ -16,8 +16,8 @@ import (
 
 // TestReadsArePure runs random traces of admissions and settlements over
 // tenants of different plans and overrides with and without reads
-// (Stats, Statuses) interleaved: the decisions and figures must be the
-// same, reading changes nothing.
+// (Stats, Statuses, Remaining) interleaved: the decisions and figures
+// must be the same, reading changes nothing.
 func TestReadsArePure(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		puretest.Run(t, func(*testing.T) backend.Store { return memstore.Store{} }, seed, 500)

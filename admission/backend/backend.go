@@ -65,6 +65,24 @@ type Renewer interface {
 	Renew(ctx context.Context, key string, l *limits.Limit, g *Grant, now time.Time) error
 }
 
+// A Peeker is a Limiter that can read what a partition has left without
+// changing anything, an optional interface (as Renewer is): the
+// controller's Remaining uses it to answer "how much does this caller have
+// left" with no admission. A store whose limiters do not implement it
+// cannot be read without writing; Remaining then reports the partition as
+// full, with an error matching errors.ErrUnsupported.
+type Peeker interface {
+	// Peek writes into g the Limit, Remaining and Reset an Acquire of
+	// zero permits at now would report for the partition of key under l,
+	// and its Stamp (the window or period the figures are of), the other
+	// fields zero. It only reads: it creates no partition (one that does
+	// not exist reads as new, so full), and refills, rolls, reclaims,
+	// extends and touches nothing, not even what an idle sweep or an
+	// expiry goes by. A shared store reads its own clock, as Acquire
+	// does. The error is non-nil only when the store failed.
+	Peek(ctx context.Context, key string, l *limits.Limit, now time.Time, g *Grant) error
+}
+
 // A Forgetter is a Limiter that counts the leases its process holds
 // without asking its store (a shared store's in-flight figure), an
 // optional interface: Forget tells it that the process holds the lease

@@ -17,6 +17,8 @@
 //     lease keeper's renewals);
 //   - Forgetter: a lease the process holds no more (its ticket dropped,
 //     its lease expired unrenewed) taken out of a store's own count;
+//   - Peeker: a partition's figures read without writing (what is left,
+//     for Controller.Remaining);
 //   - Inspector: partitions counted and evictions reported, for stores
 //     whose state is in this process.
 //

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/admission/backend"
@@ -267,6 +268,20 @@ func (c *cell) calmAt(l *limits.Limit) int64 {
 		_, end := limits.QuotaPeriod(l, c.t)
 		return end
 	}
+}
+
+// snapshot returns a copy of c that an acquisition can change without
+// changing c: the sliding log's ring is shared (an acquisition of nothing
+// only moves the copy's head past expired entries, and its caller holds
+// the lock), the leases, which reclaiming reorders, are copied.
+func (c *cell) snapshot() cell {
+	s := *c
+	if c.x != nil {
+		x := *c.x
+		x.leases = slices.Clone(x.leases)
+		s.x = &x
+	}
+	return s
 }
 
 // Token bucket.

@@ -384,7 +384,31 @@ func (l *memLimiter) Release(_ context.Context, key string, lim *limits.Limit, g
 var (
 	_ backend.Renewer   = (*memLimiter)(nil)
 	_ backend.Inspector = (*memLimiter)(nil)
+	_ backend.Peeker    = (*memLimiter)(nil)
 )
+
+// Peek implements Peeker: under the partition's lock it works out, on a
+// copy, what an acquisition of nothing would report at now. The table is
+// looked up, never added to (a partition not in it reads as a new one,
+// even when a full table would send an acquisition to the overflow
+// partition), and the partition is left as it was: not refilled, rolled
+// or reclaimed, its last use (which idle eviction goes by) unchanged.
+func (l *memLimiter) Peek(_ context.Context, key string, lim *limits.Limit, now time.Time, g *backend.Grant) error {
+	ns := now.UnixNano()
+	var c cell
+	var r backend.Grant
+	sh := &l.shards[shardOf(l.seed, key)]
+	sh.mu.Lock()
+	if p, ok := sh.m[key]; ok {
+		c = p.snapshot()
+	} else {
+		c.init(lim, ns)
+	}
+	c.acquire(lim, 0, ns, &r)
+	sh.mu.Unlock()
+	*g = backend.Grant{Limit: r.Limit, Remaining: r.Remaining, Reset: r.Reset, Stamp: r.Stamp}
+	return nil
+}
 
 // OnEvict registers f, called with the number of idle partitions each sweep
 // evicts and of the expired leases they held. The controller registers it

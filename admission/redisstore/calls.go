@@ -76,6 +76,31 @@ func (l *limiter) Renew(ctx context.Context, key string, lim *limits.Limit, g *b
 	return l.renewed(lim, g, reply)
 }
 
+var _ backend.Peeker = (*limiter)(nil)
+
+// Peek implements backend.Peeker: one call of the algorithm's read-only
+// script (see genPeek), which reads the partition's keys and the server's
+// TIME and writes nothing, an absent key reading as a new partition. Its
+// latency is not reported to the store's observer, whose operations are
+// those of decisions.
+func (l *limiter) Peek(ctx context.Context, key string, lim *limits.Limit, now time.Time, g *backend.Grant) error {
+	s := l.s
+	if s.brk.refusing() {
+		return s.openErr
+	}
+	ops := [1]backend.Op{{Limiter: l, Key: key, Limit: *lim, Shadow: true}}
+	sc := peekScripts.get([]byte{byte(l.alg)})
+	reply, err := retry(nowNanos(now), true, func(now int64, _ bool) (string, error) {
+		return s.run(ctx, sc, opPeek, 1, s.acquireCall(ops[:], now))
+	})
+	if err == nil {
+		_, err = fillGrants(ops[:], reply, false)
+	}
+	r := &ops[0].Grant
+	*g = backend.Grant{Limit: r.Limit, Remaining: r.Remaining, Reset: r.Reset, Stamp: r.Stamp}
+	return err
+}
+
 // A script is a Lua script the store runs by its hash (see Store.eval).
 type script struct {
 	src, sha any // the source and its hex SHA-1, boxed once for the calls
@@ -127,6 +152,7 @@ func (c *scriptCache) get(key []byte) *script {
 var (
 	acquireScripts = &scriptCache{gen: genAcquire}
 	settleScripts  = &scriptCache{gen: genSettle}
+	peekScripts    = &scriptCache{gen: genPeek}
 )
 
 // blob is the binary argument of a script. Passed as a pointer to the

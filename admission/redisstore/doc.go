@@ -81,6 +81,14 @@
 // timeout, a paused Redis) is retried by the controller until it lands or
 // the lease expires.
 //
+// Reading what a partition has left (backend.Peeker, for
+// admission.Controller.Remaining) is one call of a read-only script per
+// algorithm, generated from the same Lua as the acquisitions: it reads the
+// partition's keys (hash-tagged as theirs) and TIME, and calls no write
+// command, so a key that does not exist reads as a new partition and stays
+// absent. Its latency is not reported to the observer, whose operations
+// are those of decisions.
+//
 // The store's limiters implement backend.Inspector from what this replica
 // knows, without a call to Redis: the in-flight figure
 // (admission_inflight) is the cost of the leases this replica took and

@@ -12,9 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/memstore"
 	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/internal/puretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -159,7 +163,8 @@ func errorsIsRejection(err error) bool {
 }
 
 // TestCluster runs the conformance tables on a three-node Redis Cluster and
-// checks a request's policies keyed by tenant run in one script there.
+// checks a request's policies keyed by tenant run in one script there, and
+// that what a tenant has left is read there.
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	testSharded(t, func(t testing.TB) redis.UniversalClient { return newClusterClient(t, cl.Addrs) }, cl.Addrs)
@@ -195,6 +200,39 @@ func testSharded(t *testing.T, newClient func(t testing.TB) redis.UniversalClien
 		flushed.AddHook(h)
 		backendtest.RunCases(t, callerTimeStores(flushed))
 		h.check(t)
+	})
+	t.Run("remaining", func(t *testing.T) {
+		// Reading what is left runs on the node of the tenant's slot (a
+		// sliding log's two keys together) and reads the memory's figures.
+		var ctls []*admission.Controller
+		for _, st := range []backend.Store{memstore.Store{}, newStore(t, client, redisstore.Config{CallerTime: true, Timeout: 10 * time.Second})} {
+			ctl, err := admission.New(puretest.Config("s"), admission.WithClock(admissiontest.NewClock(backendtest.Epoch)), admission.WithStore("s", st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ctl.Close() })
+			ctls = append(ctls, ctl)
+		}
+		ctx := context.Background()
+		for i := range 20 {
+			r := admission.Request{Tenant: fmt.Sprintf("tenant-%d", i), Tokens: int64(100 * i)}
+			var figures [2]string
+			for j, ctl := range ctls {
+				if i%2 == 0 {
+					if _, err := ctl.TryAdmit(ctx, r); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ss, err := ctl.Remaining(ctx, r, nil)
+				if err != nil {
+					t.Fatalf("Remaining(%s): %v", r.Tenant, err)
+				}
+				figures[j] = fmt.Sprint(ss)
+			}
+			if figures[1] != figures[0] {
+				t.Errorf("Remaining(%s) =\n\t%s\nwant (memory)\n\t%s", r.Tenant, figures[1], figures[0])
+			}
+		}
 	})
 	t.Run("batch", func(t *testing.T) {
 		st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})

@@ -41,6 +41,9 @@ import (
 // is 1, then each op's keys. The reply is the remaining figure of each
 // op, or "K" when the settle needs an idempotency key it was not given.
 //
+// Peek: an acquire's arguments and reply, for one op of zero permits; the
+// script reads only (genPeek).
+//
 // A reply of 'S' and two float64s (now_s, now_n: 17 bytes, which no other
 // reply is long) says that a window or quota period computed from the
 // caller's clock does not hold the server's time: the caller computes it
@@ -251,6 +254,11 @@ type algLua struct {
 	// d$, when apply) or releases its lease, and sets its remaining
 	// figure r$.
 	settleArgs, settle string
+	// peek, if set, is what a peek runs instead of take (whose reads
+	// also write: dropping a log's old entries, reclaiming leases): it
+	// sets the locals reply lists, as take would for zero permits, with
+	// reads only.
+	peek string
 }
 
 // luaAlg describes every algorithm, in the order of limits.Algorithm.
@@ -457,7 +465,32 @@ elseif hd$ then
   end
 end
 `,
-		reply:      []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$"},
+		reply: []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$"},
+		// The sum without the entries that left the window, counted, not
+		// removed; the reset is the newest entry's, if any is left. (now
+		// is exact below 2^53 ns from the base second, which every write
+		// past 2^52 moves: 52 days with no write and a window longer
+		// still. An entry is "<seq>:<cost>": the pattern needs no anchor,
+		// which the generator's $ would take.)
+		peek: `
+local a$, ok$, rt$, rs$ = 0, 1, 0, 0
+do
+  local v = redis.call('HMGET', KEYS[{k}], 'b', 'a')
+  local b = tonumber(v[1])
+  if b then
+    local now = (now_s - b) * E9 + now_n
+    a$ = tonumber(v[2]) or 0
+    local old = redis.call('ZRANGEBYSCORE', KEYS[{z}], '-inf', dec(now - x$))
+    for i = 1, #old do a$ = a$ - tonumber(string.match(old[i], ':(%d+)')) end
+    if redis.call('ZCARD', KEYS[{z}]) > #old then
+      rs$ = tonumber(redis.call('ZRANGE', KEYS[{z}], -1, -1, 'WITHSCORES')[2]) + x$ - now
+    else
+      a$ = 0
+    end
+  end
+end
+if a$ > am$ then ok$ = 0 end
+`,
 		settleArgs: "d$, ss$, sn$, am$, x$",
 		// The adjustment applies to the ticket's entry (its stamp's
 		// instant, the highest sequence there); a charge fills the log up
@@ -563,7 +596,32 @@ elseif hd$ then
   end
 end
 `,
-		reply:      []string{"ok$", "a$", "(add$ > 0 and q$ or 0)", "exp$"},
+		reply: []string{"ok$", "a$", "(add$ > 0 and q$ or 0)", "exp$"},
+		// The cost of the leases not expired, counted as lease_scan
+		// counts them, none reclaimed.
+		peek: `
+local ok$, a$, add$, q$, exp$ = 1, 0, 0, 0, 0
+do
+  local h = redis.call('HGET', KEYS[{k}], 'h')
+  if h then
+    local b, a, q, e, m = up('<ddddd', h)
+    local now, shift = (now_s - b) * E9 + now_n, 0
+    if a > 0 and (e < 0 or e <= now or now > 4503599627370496) then
+      if now > 4503599627370496 then shift, now = (now_s - b) * E9, now_n end
+      a = 0
+      local all = redis.call('HGETALL', KEYS[{k}])
+      for i = 1, #all, 2 do
+        if string.byte(all[i], 1) == 108 then
+          local exp, cost = up('<dd', all[i + 1])
+          if exp - shift > now then a = a + cost end
+        end
+      end
+    end
+    if a > 0 then a$ = a end
+  end
+end
+if a$ > am$ then ok$ = 0 end
+`,
 		settleArgs: "l$, tk$, am$, x$", // lease, taken, amount, max hold
 		// The lease, if still held, is dropped (see leaseRead).
 		settle: `
@@ -856,6 +914,36 @@ func genAcquire(algs []limits.Algorithm) string {
 		fmt.Fprintf(&b, "return fits, pk('<%s', %s)%s\nend\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "), rest)
 	}
 	b.WriteString("local _, r = take0(true)\nreturn pk('<dd', now_s, now_n) .. r\n")
+	return withHelpers(head.String(), b.String())
+}
+
+// genPeek returns the read-only script of one op of algs[0] (a peek is
+// one op): the acquire's header, window check and reads, then the op's
+// take for zero permits (or its peek, for an algorithm whose take
+// writes), and the acquire's reply; no save. Its arguments are an
+// acquire's, for zero permits.
+func genPeek(algs []limits.Algorithm) string {
+	ops := layout(algs[:1])
+	o := ops[0]
+	var head, b strings.Builder
+	head.WriteString(prelude)
+	names, format := args("clock, now_s, now_n, grace", ops, false)
+	fmt.Fprintf(&head, "local %s = up('%s', ARGV[1])\n", names, format)
+	head.WriteString(luaTime)
+	skews(&b, ops, skewReply, true, 0, false)
+	if o.alg.get {
+		fmt.Fprintf(&b, "local v%d = redis.call('GET', KEYS[%d])\n", o.num, o.key)
+	}
+	src := o.alg.peek
+	if src == "" {
+		src = o.alg.take
+	}
+	b.WriteString(o.part(src))
+	reply := make([]string, len(o.alg.reply))
+	for i, r := range o.alg.reply {
+		reply[i] = o.part(r)
+	}
+	fmt.Fprintf(&b, "return pk('<dd%s', now_s, now_n, %s)\n", strings.Repeat("d", len(reply)), strings.Join(reply, ", "))
 	return withHelpers(head.String(), b.String())
 }
 

@@ -822,13 +822,17 @@ func noScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
+// opPeek names a peek's calls, which are reads, not the calls of a
+// decision: they are not reported to the observer.
+const opPeek = "peek"
+
 // refused reports and returns the error of a call the open breaker
 // refused, without allocating: while Redis is down every call of every
 // request comes here, and garbage made at that rate would bring the
 // collector's pauses onto the decisions still on their way.
 func (s *Store) refused(op string, policies int) error {
 	err := s.openErr
-	if s.calls != nil {
+	if s.calls != nil && op != opPeek {
 		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
 	}
 	return err
@@ -842,7 +846,7 @@ func (s *Store) finish(op string, policies int, start time.Time, err error) erro
 		s.brk.abandon()
 		err = fmt.Errorf("redisstore: %s: %w", op, err)
 	}
-	if s.calls != nil {
+	if s.calls != nil && op != opPeek {
 		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Duration: time.Since(start), Err: err})
 	}
 	return err

@@ -4,7 +4,8 @@
 // fresh stores, once as is and once with reads (Controller.Stats,
 // Ticket.Statuses, Ticket.WouldReject) interleaved at random, and every
 // decision, settlement and lease expiry the observer sees must be the
-// same. The in-memory and Redis stores' tests run it.
+// same. Controller.Remaining is among the reads, for the tenants of the
+// trace and one it never names. The in-memory and Redis stores' tests run it.
 package puretest
 
 import (
@@ -105,12 +106,18 @@ func trace(t *testing.T, st backend.Store, seed uint64, ops int, reads bool) str
 	readRng := rand.New(rand.NewPCG(seed, 0x7ead))
 	ctx := context.Background()
 	var live []admission.Ticket
-	var statuses []admission.Status
+	var statuses, left []admission.Status
 	var names []string
 	for i := range ops {
 		if reads && readRng.IntN(3) == 0 {
-			// What a scrape, a status page or a response's headers read.
+			// What a scrape, a status page, a response's headers or a
+			// "what is left" query read.
 			_ = ctl.Stats()
+			who := append(tenants[:len(tenants):len(tenants)], "stranger")[readRng.IntN(len(tenants)+1)]
+			var err error
+			if left, err = ctl.Remaining(ctx, admission.Request{Tenant: who}, left[:0]); err != nil {
+				t.Fatalf("Remaining(%s): %v", who, err)
+			}
 			if len(live) > 0 {
 				tk := live[readRng.IntN(len(live))]
 				statuses = tk.Statuses(statuses[:0])

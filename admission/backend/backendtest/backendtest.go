@@ -385,6 +385,8 @@ type Traffic struct {
 // that implements backend.Inspector, it also checks that reading is pure:
 // the same traffic, over partitions of different limits (as plans give
 // them), answers the same with Stats called at random between its calls.
+// For a limiter that implements backend.Peeker, it checks that Peek
+// reports what an Acquire of nothing would (see checkPeek).
 func RunProperties(t *testing.T, newStore func(t *testing.T) backend.Store, tr Traffic) {
 	s := time.Second
 	policies := []limits.Policy{
@@ -393,6 +395,12 @@ func RunProperties(t *testing.T, newStore func(t *testing.T) backend.Store, tr T
 		{Name: "sw", Algorithm: limits.SlidingWindow, Limit: 25, Per: 3 * s},
 		{Name: "sl", Algorithm: limits.SlidingLog, Limit: 25, Per: 3 * s},
 		{Name: "c", Algorithm: limits.Concurrency, Limit: 12, MaxHold: time.Hour},
+	}
+	peeked := append(policies[:len(policies):len(policies)],
+		limits.Policy{Name: "qf", Algorithm: limits.Quota, Limit: 25, Period: limits.PeriodFixed, Per: 3 * s},
+		limits.Policy{Name: "qd", Algorithm: limits.Quota, Limit: 25, Period: limits.PeriodDay})
+	for _, p := range peeked {
+		t.Run(p.Name+"/peek", func(t *testing.T) { checkPeek(t, newStore, p, tr) })
 	}
 	for _, p := range policies {
 		t.Run(p.Name+"/reads", func(t *testing.T) { checkPureReads(t, newStore, p, tr) })
@@ -572,6 +580,125 @@ func checkPureReads(t *testing.T, newStore func(t *testing.T) backend.Store, p l
 		if read[i] != plain[i] {
 			t.Fatalf("call %d with Stats called between the calls: %s; want (without) %s", i, read[i], plain[i])
 		}
+	}
+}
+
+// checkPeek runs tr (its first peekOps calls) against p on three stores,
+// over partitions of different limits (as checkPureReads does) and one
+// partition no call touches but Peek: the first store as is, the second
+// with Peek called at random between the calls, the third with Peek
+// followed by an Acquire of zero permits at the same instant at the same
+// points. The second's calls must answer as the first's (Peek changes no
+// decision), and on the third each Peek must report the Limit,
+// Remaining, Reset and Stamp of the Acquire of zero that follows it. A
+// Peek of the untouched partition must create nothing: with an
+// Inspector, the partition count is the same before and after.
+func checkPeek(t *testing.T, newStore func(t *testing.T) backend.Store, p limits.Policy, tr Traffic) {
+	if lim, err := newStore(t).Limiter(&p); err != nil {
+		t.Fatal(err)
+	} else if _, ok := lim.(backend.Peeker); !ok {
+		t.Skip("the limiter is no backend.Peeker")
+	}
+	lims := make([]limits.Limit, max(tr.Keys, 1)+1)
+	for i := range lims {
+		o := p
+		o.Limit, o.Burst = p.Limit<<1>>(i%3), p.Burst<<1>>(i%3)
+		lims[i] = o.Base()
+	}
+	untouched := len(lims) - 1
+	const (
+		plain = iota
+		peeking
+		zero
+	)
+	const peekOps = 600
+	run := func(mode int) (calls []string, reads int) {
+		lim, err := newStore(t).Limiter(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, _ := lim.(backend.Inspector)
+		rng := rand.New(rand.NewPCG(tr.Seed, 0x9eec))
+		readRng := rand.New(rand.NewPCG(tr.Seed, 0x7ead))
+		ctx := context.Background()
+		type open struct {
+			i int
+			g backend.Grant
+		}
+		var held []open
+		now := Epoch
+		for range min(tr.Ops, peekOps) {
+			if mode != plain && readRng.IntN(2) == 0 {
+				i := readRng.IntN(len(lims))
+				key, done := view(fmt.Sprintf("k%d", i))
+				var g backend.Grant
+				var before backend.Stats
+				if in != nil {
+					before = in.Stats(&lims[0], now)
+				}
+				err = lim.(backend.Peeker).Peek(ctx, key, &lims[i], now, &g)
+				var z backend.Grant
+				if err == nil && mode == zero {
+					err = lim.Acquire(ctx, key, &lims[i], 0, now, &z)
+				}
+				done()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mode == zero {
+					got := fmt.Sprintf("limit=%d remaining=%d reset=%v stamp=%d", g.Limit, g.Remaining, g.Reset, g.Stamp)
+					want := fmt.Sprintf("limit=%d remaining=%d reset=%v stamp=%d", z.Limit, z.Remaining, z.Reset, z.Stamp)
+					if got != want {
+						t.Errorf("at %v, k%d: Peek = %s; want (Acquire of zero) %s", now.Sub(Epoch), i, got, want)
+					}
+					reads++
+				}
+				if in != nil && mode == peeking && i == untouched {
+					if after := in.Stats(&lims[0], now); after.Partitions != before.Partitions {
+						t.Fatalf("at %v: Peek of a partition never acquired: %d partitions; want %d as before", now.Sub(Epoch), after.Partitions, before.Partitions)
+					}
+				}
+			}
+			now = now.Add(time.Duration(rng.Int64N(int64(tr.MaxDt) + 1)))
+			i := rng.IntN(untouched)
+			key, done := view(fmt.Sprintf("k%d", i))
+			var g backend.Grant
+			switch op := rng.IntN(4); {
+			case op > 0 || len(held) == 0:
+				err = lim.Acquire(ctx, key, &lims[i], 1+rng.Int64N(tr.MaxN), now, &g)
+				if g.OK {
+					held = append(held, open{i, g})
+				}
+			default:
+				j := rng.IntN(len(held))
+				o := held[j]
+				done()
+				key, done = view(fmt.Sprintf("k%d", o.i))
+				g = o.g
+				if p.Algorithm == limits.Concurrency {
+					err = lim.Release(ctx, key, &lims[o.i], &g, now)
+				} else {
+					err = lim.Adjust(ctx, key, &lims[o.i], &g, rng.Int64N(2*tr.MaxN+1)-tr.MaxN, now)
+				}
+				held = append(held[:j], held[j+1:]...)
+			}
+			done()
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, fmt.Sprintf("at %v: %+v", now.Sub(Epoch), g))
+		}
+		return calls, reads
+	}
+	want, _ := run(plain)
+	got, _ := run(peeking)
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("call %d with Peek called between the calls: %s; want (without) %s", i, got[i], want[i])
+		}
+	}
+	if _, n := run(zero); n == 0 {
+		t.Fatal("no Peek compared with an Acquire of zero: the check checks nothing")
 	}
 }
 
