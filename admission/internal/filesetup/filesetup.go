@@ -73,7 +73,9 @@ func WithObserver[O any](obs admission.Observer) Option[O] {
 func WithClock[O any](c admission.Clock) Option[O] { return func(s *Settings[O]) { s.Clock = c } }
 
 // OnReload sets Collaborators.OnReload.
-func OnReload[O any](fn func(reload.Event)) Option[O] { return func(s *Settings[O]) { s.OnReload = fn } }
+func OnReload[O any](fn func(reload.Event)) Option[O] {
+	return func(s *Settings[O]) { s.OnReload = fn }
+}
 
 // WithFrontEnd adds to Settings.FrontEnd.
 func WithFrontEnd[O any](opts ...O) Option[O] {
