@@ -53,8 +53,9 @@
 // files nor serves anything. The packages that act on a section read it
 // from a File (httpadmitfile.Options, shadow.FileLogger,
 // shadow.FileObserver, metrics.Expose with the metrics section); package
-// reload follows the file on disk. In a service using the library, a few
-// calls do it:
+// reload follows the file on disk. In a service using the library, one
+// call does it all, Redis stores included (httpadmitfile.FromFile,
+// grpcadmitfile.FromFile); piece by piece, a few calls:
 //
 //	log := shadow.FileLogger(os.Stderr, &f.Logging)
 //	prom, _ := metrics.NewPrometheus(f.Metrics.CardinalityLimit)
