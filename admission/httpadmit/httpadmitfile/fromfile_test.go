@@ -2,6 +2,7 @@ package httpadmitfile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 	"github.com/sluicehq/sluice/admission/internal/filesetup/filetest"
+	"github.com/sluicehq/sluice/admission/reload"
 	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -114,16 +116,20 @@ func TestFromFile(t *testing.T) {
 // A policy on a store of kind redis decides on the Redis server the file
 // names (through the variable address_env names), and the store reports
 // its calls to the metrics: admission_store_duration_seconds is scraped.
+// An edit of the stores section is reported as left out (the stores are
+// opened at start) while the rest of the file applies.
 func TestFromFileRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	t.Setenv("TEST_SLUICE_REDIS", "redis://"+rs.Addr+"/0")
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	filetest.Write(t, path, policyFile(1, "shared", "stores: {shared: {kind: redis, address_env: TEST_SLUICE_REDIS, prefix: 'ff:'}}"))
-	s, err := httpadmitfile.FromFile(t.Context(), path, httpadmitfile.WithLogger(quiet))
+	onReload, events := filetest.Events()
+	s, err := httpadmitfile.FromFile(t.Context(), path, httpadmitfile.WithLogger(quiet), httpadmitfile.OnReload(onReload))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	filetest.Applied(t, events, 1)
 	h := s.Handler(http.NotFoundHandler())
 	for i, want := range []int{404, 429} {
 		if got, _ := get(t, h, "/v1/items"); got != want {
@@ -136,6 +142,18 @@ func TestFromFileRedis(t *testing.T) {
 	_, body := get(t, h, "/metrics")
 	if !strings.Contains(body, `admission_store_duration_seconds_count{`) || !strings.Contains(body, `store="shared"`) {
 		t.Errorf("GET /metrics has no admission_store_duration_seconds of the store shared:\n%s", body)
+	}
+
+	filetest.Write(t, path, policyFile(2, "shared", "stores: {shared: {kind: redis, address_env: TEST_SLUICE_REDIS, prefix: 'new:'}}"))
+	var partial *reload.PartialError
+	if e := <-events; !errors.As(e.Err, &partial) || partial.Section != "stores" || !e.Applied() {
+		t.Fatalf("reload with another prefix: %v; want applied without its stores section", e.Err)
+	}
+	if got, _ := get(t, h, "/v1/items"); got != 404 { // 2 an hour now, on the store opened at start
+		t.Errorf("after the edit: status %d; want 404 from the handler", got)
+	}
+	if keys, _ := redistest.Do(rs.Addr, "KEYS", "new:*"); keys != "" {
+		t.Errorf("KEYS new:* = %q; want none: the store keeps the prefix it was opened with", keys)
 	}
 }
 
