@@ -2,6 +2,7 @@ package grpcadmitfile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/admission/grpcadmit"
 	"github.com/sluicehq/sluice/admission/grpcadmit/grpcadmitfile"
 	"github.com/sluicehq/sluice/admission/internal/filesetup/filetest"
+	"github.com/sluicehq/sluice/admission/reload"
 )
 
 // service answers UnaryCall with the caller's tenant.
@@ -64,8 +66,8 @@ identity: {anonymous: deny}
 
 // One call from the file on disk to interceptors on a real gRPC server
 // over loopback: the file's limit and keys apply, an edit applies its
-// new limit and key table once the watcher reports it, and a file with
-// a mistake is refused with its line.
+// new limit and key table once the watcher reports it (and says what it
+// left out), and a file with a mistake is refused with its line.
 func TestFromFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	filetest.Write(t, path, policyFile(1, "sk-one"))
@@ -109,6 +111,16 @@ func TestFromFile(t *testing.T) {
 	filetest.Write(t, path, policyFile(3, "sk-one", "sk-two"))
 	filetest.Applied(t, events, 1)
 	steps("after the edit", step{"sk-two", codes.OK}, step{"sk-one", codes.OK}, step{"sk-two", codes.ResourceExhausted})
+
+	// The interceptor's identity settings are fixed when it is built: an
+	// edit allowing anonymous callers applies its limit and keys, and
+	// is reported without its identity section.
+	filetest.Write(t, path, strings.Replace(policyFile(5, "sk-one"), "anonymous: deny", "anonymous: allow", 1))
+	var partial *reload.PartialError
+	if e := <-events; !errors.As(e.Err, &partial) || partial.Section != "identity" || !e.Applied() {
+		t.Fatalf("reload allowing anonymous callers: %v; want applied without its identity section", e.Err)
+	}
+	steps("after allowing anonymous callers", step{"sk-one", codes.OK}, step{"sk-two", codes.Unauthenticated}, step{"", codes.Unauthenticated})
 
 	w := httptest.NewRecorder()
 	s.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))

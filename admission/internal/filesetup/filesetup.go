@@ -126,13 +126,15 @@ func Start[O any](ctx context.Context, path string, opts []Option[O], build func
 		if front != nil {
 			return s.reapply(front, f)
 		}
+		var fe FrontEnd
 		err := s.open(ctx, f, &set.Collaborators)
 		if err == nil {
-			front, err = build(s, f, set.FrontEnd)
+			fe, err = build(s, f, set.FrontEnd)
 		}
 		if err != nil {
 			return errors.Join(err, s.close())
 		}
+		front = fe
 		h := s.Log.Handler()
 		target.Store(&h)
 		return nil
@@ -164,13 +166,19 @@ func (fn subscriber) Apply(f *config.File) error { return fn(f) }
 // stores stay those opened at start, and a version declaring others is
 // applied without its stores section.
 func (s *Setup) reapply(front FrontEnd, f *config.File) error {
-	if err := front.Apply(f); err != nil {
+	err := front.Apply(f)
+	partial := &reload.PartialError{}
+	if err != nil && !errors.As(err, &partial) {
 		return err
 	}
-	if !maps.Equal(f.Redis, s.redis) {
-		return &reload.PartialError{Section: "stores", Err: errors.New("the Redis stores are opened at start: restart to apply the stores section")}
+	if maps.Equal(f.Redis, s.redis) {
+		return err
 	}
-	return nil
+	stores := errors.New("the Redis stores are opened at start: restart to apply the stores section")
+	if err != nil { // the front end left out a section too
+		return &reload.PartialError{Section: partial.Section + " and stores", Err: errors.Join(partial.Err, stores)}
+	}
+	return &reload.PartialError{Section: "stores", Err: stores}
 }
 
 // open builds all but the front end from the first version of the file:
