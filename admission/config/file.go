@@ -34,11 +34,13 @@
 //	  models:
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
-// The stores section (see [Upstream]) declares the stores that guard an
-// external provider's limits, for the policies that name them:
+// The stores section declares the stores the policies name: those that
+// guard an external provider's limits (see [Upstream]), and those kept
+// on a Redis server (see [Redis]):
 //
 //	stores:
 //	  openai: {kind: upstream, group_by: model}
+//	  redis: {kind: redis, address_env: SLUICE_REDIS_URL}
 //
 // The classes section (see [Classes]) names the priority classes whose
 // shares a policy's queue reserves (queue.shares), and where a request's
@@ -51,8 +53,9 @@
 // files nor serves anything. The packages that act on a section read it
 // from a File (httpadmitfile.Options, shadow.FileLogger,
 // shadow.FileObserver, metrics.Expose with the metrics section); package
-// reload follows the file on disk. In a service using the library, a few
-// calls do it:
+// reload follows the file on disk. In a service using the library, one
+// call does it all, Redis stores included (httpadmitfile.FromFile,
+// grpcadmitfile.FromFile); piece by piece, a few calls:
 //
 //	log := shadow.FileLogger(os.Stderr, &f.Logging)
 //	prom, _ := metrics.NewPrometheus(f.Metrics.CardinalityLimit)
@@ -109,6 +112,9 @@ type File struct {
 	// Upstreams holds the stores section's entries (all of kind
 	// upstream), by store name; nil when the file declares none.
 	Upstreams map[string]Upstream
+	// Redis holds the stores section's entries of kind redis, by store
+	// name; nil when the file declares none.
+	Redis map[string]Redis
 	// Classes holds the classes section: the priority classes and where
 	// a request's class comes from (see Priority).
 	Classes Classes

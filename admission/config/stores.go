@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -77,6 +78,41 @@ type Adaptive struct {
 	Window    int     // the answers of the long-term average of the time to first byte
 }
 
+// StoreRedis is the kind of a store kept on a Redis server (package
+// admission/redisstore), so that every replica enforces one limit.
+const StoreRedis = "redis"
+
+// Redis is one entry of the stores section of kind redis: a store on the
+// Redis server at Address, or at the address the environment variable
+// AddressEnv holds (exactly one of the two), for the policies that name
+// it. The file holds no password: an address with credentials (a
+// redis://user:password@host:port/db URL) goes in the variable. The
+// program opens the store at start (httpadmitfile.FromFile does); a
+// reload does not change the stores, only the policies on them.
+//
+//	stores:
+//	  redis: {kind: redis, address_env: SLUICE_REDIS_URL, prefix: "sluice:", timeout: 500ms}
+//	policies:
+//	  - {name: rpm, store: redis, key: [tenant], algorithm: sliding_window, limit: 600, per: 1m}
+type Redis struct {
+	// Address is host:port or a redis:// URL without credentials.
+	Address string
+	// AddressEnv names the environment variable holding the address.
+	AddressEnv string
+	// Prefix starts every key of the store; empty takes
+	// redisstore.DefaultPrefix.
+	Prefix string
+	// Timeout bounds each answer of the server; 0 takes
+	// redisstore.DefaultTimeout.
+	Timeout time.Duration
+}
+
+// storeFields are the fields of each kind of store, beside kind.
+var storeFields = map[string][]string{
+	StoreUpstream: {"group_by", "max_groups", "pause", "max_pause", "remaining_ttl", "adaptive_concurrency"},
+	StoreRedis:    {"address", "address_env", "prefix", "timeout"},
+}
+
 // decodeStores decodes the stores section.
 func (d *decoder) decodeStores(n *yaml.Node, path string) {
 	d.pairs(n, path, func(name string, k, v *yaml.Node, p string) {
@@ -86,6 +122,7 @@ func (d *decoder) decodeStores(n *yaml.Node, path string) {
 		}
 		var kind, group string
 		var u Upstream
+		var r Redis
 		if !d.mapping(v, p,
 			field{"kind", d.str(&kind)},
 			field{"group_by", d.str(&group)},
@@ -94,15 +131,32 @@ func (d *decoder) decodeStores(n *yaml.Node, path string) {
 			field{"max_pause", d.duration(&u.MaxPause, false)},
 			field{"remaining_ttl", d.duration(&u.RemainingTTL, false)},
 			field{"adaptive_concurrency", func(n *yaml.Node, p string) { u.Adaptive = d.decodeAdaptive(n, p) }},
+			field{"address", d.str(&r.Address)},
+			field{"address_env", d.str(&r.AddressEnv)},
+			field{"prefix", d.str(&r.Prefix)},
+			field{"timeout", d.duration(&r.Timeout, false)},
 		) {
 			return
 		}
 		switch kind {
-		case StoreUpstream:
+		case StoreUpstream, StoreRedis:
+			for other, fields := range storeFields {
+				for _, f := range fields {
+					if other != kind && d.lines[p+"."+f] != nil {
+						d.errorf(d.lines[p+"."+f], p+"."+f, "a store of kind %s has no %s (a field of kind %s)", kind, f, other)
+					}
+				}
+			}
 		case "":
-			d.errorf(d.resolve(v), p+".kind", "missing: a store needs a kind (want upstream)")
+			d.errorf(d.resolve(v), p+".kind", "missing: a store needs a kind (want upstream or redis)")
+			return
 		default:
-			d.errorf(d.lines[p+".kind"], p+".kind", "unknown kind %q (want upstream)", kind)
+			d.errorf(d.lines[p+".kind"], p+".kind", "unknown kind %q (want upstream or redis)", kind)
+			return
+		}
+		if kind == StoreRedis {
+			d.redisStore(name, r, d.resolve(v), p)
+			return
 		}
 		switch group {
 		case "", "model":
@@ -119,6 +173,28 @@ func (d *decoder) decodeStores(n *yaml.Node, path string) {
 		}
 		d.f.Upstreams[name] = u
 	})
+}
+
+// redisStore checks and records a store of kind redis: one address,
+// given without credentials, and a prefix that redisstore takes.
+func (d *decoder) redisStore(name string, r Redis, n *yaml.Node, p string) {
+	switch {
+	case r.Address == "" && r.AddressEnv == "":
+		d.errorf(n, p+".address", "missing: a redis store needs an address (host:port) or address_env (the variable holding it)")
+	case r.Address != "" && r.AddressEnv != "":
+		d.errorf(d.lines[p+".address_env"], p+".address_env", "give address or address_env, not both: which one the store uses would depend on the environment")
+	case strings.Contains(r.Address, "@"):
+		d.errorf(d.lines[p+".address"], p+".address", "%q holds credentials: the file holds no password; put the URL in the variable address_env names", RedactURL(r.Address))
+	case r.AddressEnv != "" && !validName(r.AddressEnv):
+		d.errorf(d.lines[p+".address_env"], p+".address_env", "%q is not an environment variable name", r.AddressEnv)
+	}
+	if strings.ContainsAny(r.Prefix, "{}") {
+		d.errorf(d.lines[p+".prefix"], p+".prefix", "%q must not contain '{' or '}', which delimit the keys' hash tags", r.Prefix)
+	}
+	if d.f.Redis == nil {
+		d.f.Redis = map[string]Redis{}
+	}
+	d.f.Redis[name] = r
 }
 
 // validateStores checks the policies on an upstream store: they count

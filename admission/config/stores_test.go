@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +62,49 @@ policies:
 	}
 	if config.GroupByModel.String() != "model" || config.GroupByUpstream.String() != "upstream" {
 		t.Errorf("Grouping names: %s, %s", config.GroupByModel, config.GroupByUpstream)
+	}
+}
+
+// A store of kind redis names its server by one address, or by the
+// variable holding it, never with credentials in the file; each mistake
+// is refused with its line.
+func TestRedisStores(t *testing.T) {
+	const policy = "\npolicies:\n  - {name: rpm, store: shared, key: [tenant], algorithm: fixed_window, limit: 10, per: 1m}\n"
+	f, err := config.Parse("stores.yaml", []byte(`version: 1
+stores:
+  shared: {kind: redis, address_env: SLUICE_REDIS_URL, prefix: "svc:", timeout: 250ms}
+  other: {kind: redis, address: "127.0.0.1:6379"}`+policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]config.Redis{
+		"shared": {AddressEnv: "SLUICE_REDIS_URL", Prefix: "svc:", Timeout: 250 * time.Millisecond},
+		"other":  {Address: "127.0.0.1:6379"},
+	}
+	if !reflect.DeepEqual(f.Redis, want) {
+		t.Errorf("Redis = %+v; want %+v", f.Redis, want)
+	}
+	if len(f.Upstreams) != 0 {
+		t.Errorf("Upstreams = %+v; want none", f.Upstreams)
+	}
+	refused := []struct{ entry, want string }{
+		{`{kind: redis}`, "stores.yaml:3:11: stores.shared.address: missing"},
+		{`{kind: redis, address: "a:1", address_env: A}`, "stores.yaml:3:41: stores.shared.address_env: give address or address_env, not both"},
+		{`{kind: redis, address: "redis://u:secret@h:1"}`, `stores.yaml:3:25: stores.shared.address: "redis://u:xxxxx@h:1" holds credentials`},
+		{`{kind: redis, address_env: "A B"}`, `stores.yaml:3:25: stores.shared.address_env: "A B" is not an environment variable name`},
+		{`{kind: redis, address: "a:1", prefix: "x{"}`, `stores.yaml:3:41: stores.shared.prefix: "x{" must not contain`},
+		{`{kind: redis, address: "a:1", group_by: model}`, "stores.yaml:3:41: stores.shared.group_by: a store of kind redis has no group_by"},
+		{`{kind: upstream, timeout: 1s}`, "stores.yaml:3:28: stores.shared.timeout: a store of kind upstream has no timeout"},
+		{`{kind: redis, address: "a:1", adress: b}`, `stores.yaml:3:41: stores.shared.adress: unknown key "adress"`},
+		{`{kind: redsi, address: "a:1"}`, `stores.yaml:3:12: stores.shared.kind: unknown kind "redsi" (want upstream or redis)`},
+	}
+	for _, tc := range refused {
+		_, err := config.Parse("stores.yaml", []byte("version: 1\nstores:\n  shared: "+tc.entry+policy))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(stores: {shared: %s}) = %v; want an error containing %q", tc.entry, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("Parse(stores: {shared: %s}) = %v; the error shows the password", tc.entry, err)
+		}
 	}
 }
