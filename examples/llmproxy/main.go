@@ -520,6 +520,12 @@ func (s *server) close() {
 // store the policy file names (other than memory and the upstream stores
 // of its stores section); with no such store it connects to nothing.
 func (s *server) openStores(addr string) ([]admission.Option, error) {
+	// A store of kind redis says where its server is; the gateway holds
+	// every shared store on the server of --redis, so a file that says
+	// otherwise is refused rather than silently pointed elsewhere.
+	for _, name := range slices.Sorted(maps.Keys(s.file.Redis)) {
+		return nil, fmt.Errorf("%s: stores.%s: the gateway keeps every shared store on the Redis server of --redis; remove this entry (policies name the store %q without it) and start with --redis", s.file.Source, name, name)
+	}
 	names := s.redisStores()
 	if len(names) == 0 && (addr == "" || len(s.file.Upstreams) == 0) {
 		return nil, nil

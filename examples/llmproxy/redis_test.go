@@ -60,3 +60,17 @@ func TestRedisStoreNeedsAddress(t *testing.T) {
 		t.Fatalf("start without --redis = %v; want an error naming --redis", err)
 	}
 }
+
+// TestRedisStoreOfTheFileRefused: a store of kind redis in the file names
+// its own server, which the gateway would not use (it holds shared stores
+// on --redis): the file is refused at start, naming the entry, rather
+// than the limits silently kept on another server.
+func TestRedisStoreOfTheFileRefused(t *testing.T) {
+	o := options{addr: "127.0.0.1:0", cut: "all", redis: "127.0.0.1:1"}
+	pol := strings.Replace(redisPolicy, "store: redis", "store: shared", 1)
+	withPolicy(t, pol, []string{"acme"}, "stores:\n  shared: {kind: redis, address: 127.0.0.1:2}\n")(&o)
+	_, err := start(o)
+	if err == nil || !strings.Contains(err.Error(), "stores.shared") || !strings.Contains(err.Error(), "--redis") {
+		t.Fatalf("start with a redis store in the file = %v; want an error naming stores.shared and --redis", err)
+	}
+}
