@@ -7,8 +7,9 @@ import (
 )
 
 // maxExported bounds the package's API: one interceptor value with its
-// options, the context accessors and the client side.
-const maxExported = 21
+// options and Apply (one reload step), the context accessors and the
+// client side.
+const maxExported = 22
 
 // TestExportedNames counts the package's exported names, requires a doc
 // comment on each, and keeps the count within maxExported. Run with -v to

@@ -35,7 +35,9 @@
 //
 // Calls are decided by the policies the controller has installed, one
 // immutable set per call (Controller.Install swaps it whole on a
-// reload). Each call is admitted once, before its handler runs: a unary call for
+// reload); Interceptor.Apply installs policies and identity settings
+// together, one value read once per call, so a reload that changes keys
+// and limits never mixes the two. Each call is admitted once, before its handler runs: a unary call for
 // its one request, a stream for its whole life, however many messages
 // it carries (a stream holds at most one permit of each policy). The
 // ticket is settled when the handler returns, also when it panics or the
@@ -92,7 +94,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -216,7 +221,16 @@ func lower(names []string) []string {
 // calls, Stream for streams. It is safe for concurrent use.
 type Interceptor struct {
 	ctl *admission.Controller
-	s   settings
+	own []Option   // New's options, which win over Apply's
+	mu  sync.Mutex // serializes Apply
+	cur atomic.Pointer[snapshot]
+}
+
+// snapshot is what a call is decided by, read once when it starts: the
+// settings and the policy set installed together by Apply.
+type snapshot struct {
+	settings
+	policies *admission.PolicySet // nil: the controller's installed set
 }
 
 // New returns an Interceptor admitting calls through ctl.
@@ -224,6 +238,13 @@ func New(ctl *admission.Controller, opts ...Option) (*Interceptor, error) {
 	if ctl == nil {
 		return nil, errors.New("grpcadmit: nil controller")
 	}
+	ic := &Interceptor{ctl: ctl, own: slices.Clip(opts)}
+	ic.cur.Store(&snapshot{settings: build(opts)})
+	return ic, nil
+}
+
+// build returns the settings opts make over the defaults.
+func build(opts []Option) settings {
 	s := settings{exempt: []string{"/grpc.health.v1.Health/*"}}
 	for _, opt := range opts {
 		opt(&s)
@@ -234,16 +255,41 @@ func New(ctl *admission.Controller, opts ...Option) (*Interceptor, error) {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	return &Interceptor{ctl: ctl, s: s}, nil
+	return s
+}
+
+// Apply installs a configuration for the calls that start after it, as
+// one value: cfg's policies and plans, compiled by the controller, with
+// the settings opts make (a policy file's identity section and key
+// table), under the options New was given, which win. A call decided
+// before keeps the policies and identity rules it started with; no call
+// sees the new keys with the old policies. The controller's installed
+// set becomes cfg's too. From the first Apply on, calls are decided by
+// the applied set, so change policies and plans through Apply. An error
+// changes nothing.
+func (ic *Interceptor) Apply(cfg admission.Config, opts ...Option) error {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	set, err := ic.ctl.Compile(cfg)
+	if err != nil {
+		return err
+	}
+	s := build(append(slices.Clip(opts), ic.own...))
+	if err := ic.ctl.Install(set); err != nil {
+		return err
+	}
+	ic.cur.Store(&snapshot{settings: s, policies: set})
+	return nil
 }
 
 // Unary is a grpc.UnaryServerInterceptor: it admits the call, runs the
 // handler, and settles the ticket when the handler returns.
 func (ic *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if ic.exempt(info.FullMethod) {
+	snap := ic.cur.Load()
+	if snap.exempts(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	actx, tk, err := ic.admit(ctx, info.FullMethod, req, func(md metadata.MD) { _ = grpc.SetHeader(ctx, md) })
+	actx, tk, err := ic.admit(ctx, snap, info.FullMethod, req, func(md metadata.MD) { _ = grpc.SetHeader(ctx, md) })
 	if err != nil {
 		return nil, err
 	}
@@ -254,10 +300,11 @@ func (ic *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // Stream is a grpc.StreamServerInterceptor: it admits the stream once,
 // when it opens, and holds its permits until the handler returns.
 func (ic *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if ic.exempt(info.FullMethod) {
+	snap := ic.cur.Load()
+	if snap.exempts(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	ctx, tk, err := ic.admit(ss.Context(), info.FullMethod, nil, func(md metadata.MD) { _ = ss.SetHeader(md) })
+	ctx, tk, err := ic.admit(ss.Context(), snap, info.FullMethod, nil, func(md metadata.MD) { _ = ss.SetHeader(md) })
 	if err != nil {
 		return err
 	}
@@ -274,9 +321,9 @@ type stream struct {
 // Context returns the stream's context, with its ticket and identity.
 func (s *stream) Context() context.Context { return s.ctx }
 
-// exempt reports whether method is never limited.
-func (ic *Interceptor) exempt(method string) bool {
-	for _, e := range ic.s.exempt {
+// exempts reports whether method is never limited.
+func (s *settings) exempts(method string) bool {
+	for _, e := range s.exempt {
 		if prefix, ok := strings.CutSuffix(e, "*"); ok && strings.HasSuffix(prefix, "/") {
 			if strings.HasPrefix(method, prefix) {
 				return true
@@ -309,25 +356,25 @@ func IdentityFrom(ctx context.Context) (apikey.Identity, bool) {
 	return id, ok
 }
 
-// admit identifies and admits a call to method, sending the limit
-// figures with setHeader, and returns the handler's context.
-func (ic *Interceptor) admit(ctx context.Context, method string, msg any, setHeader func(metadata.MD)) (context.Context, admission.Ticket, error) {
+// admit identifies and admits a call to method by snap, sending the
+// limit figures with setHeader, and returns the handler's context.
+func (ic *Interceptor) admit(ctx context.Context, snap *snapshot, method string, msg any, setHeader func(metadata.MD)) (context.Context, admission.Ticket, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	id, err := ic.identity(ctx, md)
+	id, err := snap.identity(ctx, md)
 	if err != nil {
 		return nil, admission.Ticket{}, status.Error(codes.Unauthenticated, unauthenticatedMessage(err))
 	}
-	req := admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Addr: peerAddr(ctx)}
+	req := admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Addr: peerAddr(ctx), Policies: snap.policies}
 	if len(method) <= maxMethodLen {
 		req.Operation = method
 	}
-	if ic.s.enrich != nil {
-		if err := ic.s.enrich(ctx, method, msg, &req); err != nil {
+	if snap.enrich != nil {
+		if err := snap.enrich(ctx, method, msg, &req); err != nil {
 			return nil, admission.Ticket{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
 	var tk admission.Ticket
-	if ic.s.noWait {
+	if snap.noWait {
 		tk, err = ic.ctl.TryAdmit(ctx, req)
 	} else {
 		tk, err = ic.ctl.Admit(ctx, req)
@@ -337,11 +384,11 @@ func (ic *Interceptor) admit(ctx context.Context, method string, msg any, setHea
 		if errors.As(err, &rej) && rej.Status.Policy != "" && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow {
 			setHeader(limitMetadata([]admission.Status{rej.Status}))
 		}
-		return nil, tk, ic.errorStatus(ctx, err)
+		return nil, tk, snap.errorStatus(ctx, err)
 	}
 	var stack [maxStatuses]admission.Status
 	md = limitMetadata(limitheaders.Enforced(tk.Statuses(stack[:0])))
-	if ic.s.shadow {
+	if snap.shadow {
 		var names [maxStatuses]string
 		if wr := tk.WouldReject(names[:0]); len(wr) > 0 {
 			md[wouldRejectKey] = []string{strings.Join(wr, ", ")}
@@ -356,11 +403,11 @@ func (ic *Interceptor) admit(ctx context.Context, method string, msg any, setHea
 
 // identity returns the caller's validated identity: the WithIdentity
 // function's, else the shared key rules applied to md.
-func (ic *Interceptor) identity(ctx context.Context, md metadata.MD) (apikey.Identity, error) {
-	if ic.s.identify != nil {
-		return ic.s.identify(ctx, md)
+func (s *settings) identity(ctx context.Context, md metadata.MD) (apikey.Identity, error) {
+	if s.identify != nil {
+		return s.identify(ctx, md)
 	}
-	return ic.s.rules.Identify(func(name string) string {
+	return s.rules.Identify(func(name string) string {
 		if vs := md[name]; len(vs) > 0 {
 			return vs[0]
 		}
@@ -413,7 +460,7 @@ func limitMetadata(sts []admission.Status) metadata.MD {
 
 // errorStatus returns the gRPC status error of an admission error (see
 // the package doc).
-func (ic *Interceptor) errorStatus(ctx context.Context, err error) error {
+func (s *settings) errorStatus(ctx context.Context, err error) error {
 	var rej *admission.Rejection
 	switch {
 	case errors.As(err, &rej):
@@ -423,7 +470,7 @@ func (ic *Interceptor) errorStatus(ctx context.Context, err error) error {
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return status.FromContextError(err).Err()
 	}
-	ic.s.logger.LogAttrs(ctx, slog.LevelError, "admission failed", slog.String("error", err.Error()))
+	s.logger.LogAttrs(ctx, slog.LevelError, "admission failed", slog.String("error", err.Error()))
 	return status.Error(codes.Unavailable, "the call cannot be admitted right now")
 }
 

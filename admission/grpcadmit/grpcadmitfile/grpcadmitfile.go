@@ -20,21 +20,16 @@
 // address, or by the program at its path (MetricsHandler): a gRPC server
 // has no HTTP listener to answer it ahead of.
 //
-// A later version of the file installs its policies, plans and key table;
-// the interceptor's other settings are fixed when it is built, so a
-// version that changes key_headers, anonymous or shadow_header is
-// applied without its identity section (a *reload.PartialError the
-// watcher reports). The key table and the policies are two swaps: a call
-// decided between them sees the new keys with the old policies.
+// A later version of the file installs its policies, plans, key table,
+// identity settings and shadow_header as one value
+// (grpcadmit.Interceptor.Apply): a call is decided by one version of the
+// file, never by the keys of one and the policies of another.
 package grpcadmitfile
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -97,22 +92,16 @@ type Setup struct {
 func FromFile(ctx context.Context, path string, opts ...Option) (*Setup, error) {
 	st := &Setup{}
 	s, err := filesetup.Start(ctx, path, opts, func(s *filesetup.Setup, f *config.File, iopts []grpcadmit.Option) (filesetup.FrontEnd, error) {
-		fe := &frontEnd{ctl: s.Controller, fixed: fixedOf(f)}
-		fe.keys.Store(keyTable(f))
-		id := &f.Identity
-		base := []grpcadmit.Option{
-			grpcadmit.WithKeys(fe), grpcadmit.WithAnonymousTenant(id.AnonymousTenant),
-			grpcadmit.WithShadowHeader(f.HTTP.ShadowHeader), grpcadmit.WithLogger(s.Log),
+		ic, err := grpcadmit.New(s.Controller, append([]grpcadmit.Option{grpcadmit.WithLogger(s.Log)}, iopts...)...)
+		if err != nil {
+			return nil, err
 		}
-		if len(id.KeyHeaders) > 0 {
-			base = append(base, grpcadmit.WithKeyHeaders(id.KeyHeaders...))
+		fe := &frontEnd{ic: ic}
+		if err := fe.Apply(f); err != nil {
+			return nil, err
 		}
-		if id.RequireKey {
-			base = append(base, grpcadmit.WithRequireKey())
-		}
-		var err error
-		st.ic, err = grpcadmit.New(s.Controller, append(base, iopts...)...)
-		return fe, err
+		st.ic = ic
+		return fe, nil
 	})
 	if err != nil {
 		return nil, err
@@ -143,49 +132,31 @@ func (s *Setup) Watcher() *reload.Watcher { return s.s.Watcher }
 // gRPC server first (GracefulStop).
 func (s *Setup) Close() error { return s.s.Close() }
 
-// frontEnd applies later versions of the file to the interceptor: the
-// policies to the controller, the key table to its lookup.
+// frontEnd applies the versions of the file to the interceptor.
 type frontEnd struct {
-	ctl   *admission.Controller
-	keys  atomic.Pointer[apikey.Table]
-	fixed fixed
+	ic *grpcadmit.Interceptor
 }
 
-// fixed are the settings of the interceptor a reload cannot change.
-type fixed struct {
-	keyHeaders       string
-	anonymous        string
-	requireKey, show bool
-}
-
-func fixedOf(f *config.File) fixed {
-	id := &f.Identity
-	return fixed{keyHeaders: strings.Join(id.KeyHeaders, "\n"), anonymous: id.AnonymousTenant, requireKey: id.RequireKey, show: f.HTTP.ShadowHeader}
-}
-
-// keyTable returns the identity section's key table.
-func keyTable(f *config.File) *apikey.Table {
-	t := apikey.Table(f.Identity.Keys)
-	return &t
-}
-
-// Lookup looks key up in the key table in force.
-func (fe *frontEnd) Lookup(key string) (apikey.Identity, bool) { return fe.keys.Load().Lookup(key) }
-
-// Apply installs a later version of the file: its policies and plans,
-// then its key table; a version whose other identity settings differ
-// from the first is applied without them (a *reload.PartialError).
+// Apply installs a version of the file: its policies and plans, with its
+// identity section and shadow_header, in one step.
 func (fe *frontEnd) Apply(f *config.File) error {
-	set, err := fe.ctl.Compile(f.Config)
-	if err != nil {
-		return err
+	return fe.ic.Apply(f.Config, options(f)...)
+}
+
+// options returns the interceptor settings of a file: its identity
+// section, with the tenants' key table, and the http section's
+// shadow_header.
+func options(f *config.File) []grpcadmit.Option {
+	id := &f.Identity
+	opts := []grpcadmit.Option{
+		grpcadmit.WithKeys(apikey.Table(id.Keys)), grpcadmit.WithAnonymousTenant(id.AnonymousTenant),
+		grpcadmit.WithShadowHeader(f.HTTP.ShadowHeader),
 	}
-	if err := fe.ctl.Install(set); err != nil {
-		return err
+	if len(id.KeyHeaders) > 0 {
+		opts = append(opts, grpcadmit.WithKeyHeaders(id.KeyHeaders...))
 	}
-	fe.keys.Store(keyTable(f))
-	if fixedOf(f) != fe.fixed {
-		return &reload.PartialError{Section: "identity", Err: errors.New("key_headers, anonymous and http.shadow_header are set when the gRPC interceptor is built: restart to apply them")}
+	if id.RequireKey {
+		opts = append(opts, grpcadmit.WithRequireKey())
 	}
-	return nil
+	return opts
 }

@@ -2,7 +2,6 @@ package grpcadmitfile_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,7 +23,6 @@ import (
 	"github.com/sluicehq/sluice/admission/grpcadmit"
 	"github.com/sluicehq/sluice/admission/grpcadmit/grpcadmitfile"
 	"github.com/sluicehq/sluice/admission/internal/filesetup/filetest"
-	"github.com/sluicehq/sluice/admission/reload"
 )
 
 // service answers UnaryCall with the caller's tenant.
@@ -112,15 +110,13 @@ func TestFromFile(t *testing.T) {
 	filetest.Applied(t, events, 1)
 	steps("after the edit", step{"sk-two", codes.OK}, step{"sk-one", codes.OK}, step{"sk-two", codes.ResourceExhausted})
 
-	// The interceptor's identity settings are fixed when it is built: an
-	// edit allowing anonymous callers applies its limit and keys, and
-	// is reported without its identity section.
+	// An edit allowing anonymous callers is applied whole, its identity
+	// section with its limit and keys, in one step.
 	filetest.Write(t, path, strings.Replace(policyFile(5, "sk-one"), "anonymous: deny", "anonymous: allow", 1))
-	var partial *reload.PartialError
-	if e := <-events; !errors.As(e.Err, &partial) || partial.Section != "identity" || !e.Applied() {
-		t.Fatalf("reload allowing anonymous callers: %v; want applied without its identity section", e.Err)
+	if e := <-events; e.Err != nil || !e.Applied() {
+		t.Fatalf("reload allowing anonymous callers: %v; want applied whole", e.Err)
 	}
-	steps("after allowing anonymous callers", step{"sk-one", codes.OK}, step{"sk-two", codes.Unauthenticated}, step{"", codes.Unauthenticated})
+	steps("after allowing anonymous callers", step{"sk-one", codes.OK}, step{"sk-two", codes.Unauthenticated}, step{"", codes.OK})
 
 	w := httptest.NewRecorder()
 	s.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
