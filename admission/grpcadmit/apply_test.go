@@ -96,3 +96,38 @@ func TestApplyIsOneStep(t *testing.T) {
 		t.Errorf("the controller's installed limit after Apply: %d; want 5", got)
 	}
 }
+
+// TestEstimatesBounded: an estimate above limits.MaxAmount is saturated,
+// as HTTP does, and refused as larger than any limit (ResourceExhausted,
+// no retry hint: waiting cannot help); a negative one is the caller's
+// error (InvalidArgument).
+func TestEstimatesBounded(t *testing.T) {
+	tpm := admission.Policy{Name: "tpm", Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens,
+		Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute}
+	estimate := grpcadmit.WithRequest(func(_ context.Context, _ string, msg any, r *admission.Request) error {
+		switch msg.(*testpb.SimpleRequest).GetResponseSize() {
+		case 1:
+			r.Tokens = 1 << 62
+		case 2:
+			r.Tokens = -1
+		default:
+			r.Tokens = 10
+		}
+		return nil
+	})
+	r := newRig(t, []admission.Policy{tpm}, []grpcadmit.Option{estimate})
+	ctx := as(t.Context(), acmeKey)
+	_, err := r.cli.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 1})
+	if code := status.Code(err); code != codes.ResourceExhausted {
+		t.Fatalf("an estimate of 2^62 tokens: %v; want ResourceExhausted", err)
+	}
+	if d, ok := grpcadmit.RetryDelay(err); ok {
+		t.Errorf("an estimate larger than any limit advises a retry in %v; want none", d)
+	}
+	if _, err := r.cli.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 2}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a negative estimate: %v; want InvalidArgument", err)
+	}
+	if _, err := r.cli.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+		t.Errorf("an estimate of 10 tokens after both: %v; want admitted (nothing was charged)", err)
+	}
+}

@@ -60,9 +60,10 @@
 //   - 401 (an unknown key, a missing one under WithRequireKey, a tenant
 //     claim that is not the key's, or an error of the WithIdentity
 //     function): codes.Unauthenticated, without a partition.
-//   - 400 (a WithRequest error, or an estimate outside
-//     [0, limits.MaxAmount], which HTTP saturates at the top):
-//     codes.InvalidArgument.
+//   - 400 (a WithRequest error, or a negative estimate):
+//     codes.InvalidArgument. An estimate above limits.MaxAmount is
+//     saturated to it, as HTTP does, and refused as larger than any
+//     limit.
 //   - Any other failure: codes.Unavailable, logged, its text never sent.
 //
 // Admitted and refused calls carry the limit figures as header metadata
@@ -110,6 +111,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/internal/amounts"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/limitheaders"
 )
@@ -372,6 +374,9 @@ func (ic *Interceptor) admit(ctx context.Context, snap *snapshot, method string,
 		if err := snap.enrich(ctx, method, msg, &req); err != nil {
 			return nil, admission.Ticket{}, status.Error(codes.InvalidArgument, err.Error())
 		}
+	}
+	if err := amounts.Bound(&req); err != nil {
+		return nil, admission.Ticket{}, snap.errorStatus(ctx, err)
 	}
 	var tk admission.Ticket
 	if snap.noWait {

@@ -88,6 +88,3 @@ func (ic *IdentityConfig) StripCredentials(h http.Header) {
 
 // Unauthenticated is unauthenticated.
 var Unauthenticated = unauthenticated
-
-// BoundCost is boundCost.
-var BoundCost = boundCost

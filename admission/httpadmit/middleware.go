@@ -17,7 +17,7 @@
 // (WithMaxBody, 1 MiB by default) and in time (WithBodyTimeout, a minute
 // by default), and a refusal is answered at once with the connection
 // closed rather than the body drained. Estimates from a WithRequest
-// function are checked (boundCost): negative is a 400 (problem type
+// function are checked (amounts.Bound): negative is a 400 (problem type
 // problemInvalidCost), above limits.MaxAmount saturated. Admitted
 // responses carry the same limit headers; the ticket is settled when the
 // handler returns, panics or gives up on a departed client.
@@ -127,7 +127,6 @@ package httpadmit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"path"
@@ -138,6 +137,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/internal/amounts"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/bodywatch"
 	"github.com/sluicehq/sluice/internal/limitheaders"
@@ -659,7 +659,7 @@ func (m *Middleware) admitAs(o *Snapshot, w http.ResponseWriter, r *http.Request
 		if err = complete(&c); err != nil {
 			err = requestError(r, err)
 		} else {
-			err = boundCost(&c)
+			err = amounts.Bound(&c)
 		}
 		req = c
 	case o.enrich != nil:
@@ -775,12 +775,12 @@ func (o *Snapshot) Identify(r *http.Request) (Identity, error) {
 // enrich is apart from Request so that the admitted path without a
 // WithRequest function keeps its request on the stack. A body that was
 // too large or too slow for the function to read is told apart from the
-// function's own errors; the amounts are bounded by boundCost.
+// function's own errors; the amounts are bounded by amounts.Bound.
 func enrich(f func(*http.Request, *admission.Request) error, r *http.Request, req admission.Request) (admission.Request, error) {
 	if err := f(r, &req); err != nil {
 		return req, requestError(r, err)
 	}
-	return req, boundCost(&req)
+	return req, amounts.Bound(&req)
 }
 
 // requestError classifies the error of a function that completes the
@@ -801,28 +801,6 @@ func requestError(r *http.Request, err error) error {
 		return err
 	}
 	return &badRequest{err}
-}
-
-// errNegativeCost is boundCost's error.
-var errNegativeCost = fmt.Errorf("%w: the request's estimated cost is negative", admission.ErrInvalidCost)
-
-// boundCost checks the amounts of an estimate before admission: a
-// negative Tokens, Cost or Units amount is an error matching
-// admission.ErrInvalidCost (WriteError answers 400), and an amount above
-// limits.MaxAmount is saturated to it: such a request is larger than
-// any limit, and refused as such (a decision) rather than as an error.
-func boundCost(req *admission.Request) error {
-	if req.Tokens < 0 || req.Cost < 0 {
-		return errNegativeCost
-	}
-	req.Tokens, req.Cost = min(req.Tokens, limits.MaxAmount), min(req.Cost, limits.MaxAmount)
-	for i := range req.Units {
-		if req.Units[i].Amount < 0 {
-			return errNegativeCost
-		}
-		req.Units[i].Amount = min(req.Units[i].Amount, limits.MaxAmount)
-	}
-	return nil
 }
 
 type badRequest struct{ err error }
