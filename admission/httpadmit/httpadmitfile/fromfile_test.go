@@ -97,6 +97,8 @@ func TestFromFile(t *testing.T) {
 			t.Fatalf("after the edit, request %d: status %d; want %d", i+1, got, want)
 		}
 	}
+	// The watcher reports a reload before Stats counts it: wait for the count.
+	poll.Until(t, time.Second, "the edit counted", func() bool { applied, _ := s.Watcher().Stats(); return applied >= 2 })
 	if applied, refused := s.Watcher().Stats(); applied != 2 || refused != 0 {
 		t.Errorf("Stats() = %d applied, %d refused; want 2 (the first load once, the edit once), 0", applied, refused)
 	}
