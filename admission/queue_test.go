@@ -255,7 +255,8 @@ func TestQueueFairness(t *testing.T) {
 	waitFor(t, "1000 noisy waiters", func() bool { return c.Stats()[0].Queued == 1000 })
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "quiet"}, "quiet", out)
 	holder.Done()
-	for served := 1; ; served++ {
+	served := 1
+	for ; ; served++ {
 		r := receive(t, "a waiter to be served", out)
 		if r.err != nil {
 			t.Fatal(r.err)
@@ -270,8 +271,10 @@ func TestQueueFairness(t *testing.T) {
 		}
 		r.tk.Done()
 	}
-	// Drain the rest.
-	for i := 0; i < 999; i++ {
+	// Drain the rest: the noisy waiters not served before the quiet one
+	// (served-1 of them were), so that a late quiet tenant fails the test
+	// above rather than hanging it here.
+	for i := served - 1; i < 1000; i++ {
 		r := receive(t, "a noisy waiter to be served", out)
 		if r.err != nil {
 			t.Fatal(r.err)
