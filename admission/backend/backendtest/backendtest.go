@@ -533,12 +533,8 @@ func checkPureReads(t *testing.T, newStore func(t *testing.T) backend.Store, p l
 		rng := rand.New(rand.NewPCG(tr.Seed, 0x7ead))
 		readRng := rand.New(rand.NewPCG(tr.Seed, 0x5eed))
 		ctx := context.Background()
-		type open struct {
-			i int
-			g backend.Grant
-		}
 		var log []string
-		var held []open
+		var held []heldGrant
 		now := Epoch
 		for range tr.Ops {
 			if reads && readRng.IntN(2) == 0 {
@@ -546,28 +542,8 @@ func checkPureReads(t *testing.T, newStore func(t *testing.T) backend.Store, p l
 			}
 			now = now.Add(time.Duration(rng.Int64N(int64(tr.MaxDt) + 1)))
 			i := rng.IntN(len(lims))
-			key, done := view(fmt.Sprintf("k%d", i))
 			var g backend.Grant
-			switch op := rng.IntN(4); {
-			case op > 0 || len(held) == 0:
-				err = lim.Acquire(ctx, key, &lims[i], 1+rng.Int64N(tr.MaxN), now, &g)
-				if g.OK {
-					held = append(held, open{i, g})
-				}
-			default:
-				j := rng.IntN(len(held))
-				o := held[j]
-				done()
-				key, done = view(fmt.Sprintf("k%d", o.i))
-				g = o.g
-				if p.Algorithm == limits.Concurrency {
-					err = lim.Release(ctx, key, &lims[o.i], &g, now)
-				} else {
-					err = lim.Adjust(ctx, key, &lims[o.i], &g, rng.Int64N(2*tr.MaxN+1)-tr.MaxN, now)
-				}
-				held = append(held[:j], held[j+1:]...)
-			}
-			done()
+			g, held, err = randomOp(ctx, lim, p.Algorithm, lims, i, held, rng, tr.MaxN, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -621,11 +597,7 @@ func checkPeek(t *testing.T, newStore func(t *testing.T) backend.Store, p limits
 		rng := rand.New(rand.NewPCG(tr.Seed, 0x9eec))
 		readRng := rand.New(rand.NewPCG(tr.Seed, 0x7ead))
 		ctx := context.Background()
-		type open struct {
-			i int
-			g backend.Grant
-		}
-		var held []open
+		var held []heldGrant
 		now := Epoch
 		for range min(tr.Ops, peekOps) {
 			if mode != plain && readRng.IntN(2) == 0 {
@@ -661,28 +633,8 @@ func checkPeek(t *testing.T, newStore func(t *testing.T) backend.Store, p limits
 			}
 			now = now.Add(time.Duration(rng.Int64N(int64(tr.MaxDt) + 1)))
 			i := rng.IntN(untouched)
-			key, done := view(fmt.Sprintf("k%d", i))
 			var g backend.Grant
-			switch op := rng.IntN(4); {
-			case op > 0 || len(held) == 0:
-				err = lim.Acquire(ctx, key, &lims[i], 1+rng.Int64N(tr.MaxN), now, &g)
-				if g.OK {
-					held = append(held, open{i, g})
-				}
-			default:
-				j := rng.IntN(len(held))
-				o := held[j]
-				done()
-				key, done = view(fmt.Sprintf("k%d", o.i))
-				g = o.g
-				if p.Algorithm == limits.Concurrency {
-					err = lim.Release(ctx, key, &lims[o.i], &g, now)
-				} else {
-					err = lim.Adjust(ctx, key, &lims[o.i], &g, rng.Int64N(2*tr.MaxN+1)-tr.MaxN, now)
-				}
-				held = append(held[:j], held[j+1:]...)
-			}
-			done()
+			g, held, err = randomOp(ctx, lim, p.Algorithm, lims, i, held, rng, tr.MaxN, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -723,4 +675,40 @@ func checkRolling[T any](t *testing.T, key string, as []T, f func(T) (time.Durat
 			t.Fatalf("%s: %d admitted in the window ending at %v; bound %d", key, sum, at, bound)
 		}
 	}
+}
+
+// heldGrant is a grant a random trace holds on its partition i.
+type heldGrant struct {
+	i int
+	g backend.Grant
+}
+
+// randomOp applies one operation of a random trace at now: three times in
+// four (and always when nothing is held) an acquire on partition i of
+// lims, else the settlement of a held grant (a release for a concurrency
+// limit, an adjustment otherwise). It returns the grant the store
+// answered and the grants held after it.
+func randomOp(ctx context.Context, lim backend.Limiter, alg limits.Algorithm, lims []limits.Limit, i int, held []heldGrant, rng *rand.Rand, maxN int64, now time.Time) (backend.Grant, []heldGrant, error) {
+	key, done := view(fmt.Sprintf("k%d", i))
+	defer func() { done() }()
+	var g backend.Grant
+	if rng.IntN(4) > 0 || len(held) == 0 {
+		err := lim.Acquire(ctx, key, &lims[i], 1+rng.Int64N(maxN), now, &g)
+		if g.OK {
+			held = append(held, heldGrant{i, g})
+		}
+		return g, held, err
+	}
+	j := rng.IntN(len(held))
+	o := held[j]
+	done()
+	key, done = view(fmt.Sprintf("k%d", o.i))
+	g = o.g
+	var err error
+	if alg == limits.Concurrency {
+		err = lim.Release(ctx, key, &lims[o.i], &g, now)
+	} else {
+		err = lim.Adjust(ctx, key, &lims[o.i], &g, rng.Int64N(2*maxN+1)-maxN, now)
+	}
+	return g, append(held[:j], held[j+1:]...), err
 }
