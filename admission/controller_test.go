@@ -63,6 +63,19 @@ func (r *recorder) count(o admission.Outcome) int {
 	return n
 }
 
+// queuedOf returns how many Queued decisions the tenant's requests got.
+func (r *recorder) queuedOf(tenant string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, d := range r.decisions {
+		if d.Outcome == admission.Queued && d.Tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
 func newController(t testing.TB, clock admission.Clock, obs admission.Observer, policies ...admission.Policy) *admission.Controller {
 	t.Helper()
 	opts := []admission.Option{admission.WithClock(clock)}

@@ -54,12 +54,14 @@ type result struct {
 // enqueue starts an Admit in a goroutine and waits until it is queued.
 func enqueue(t *testing.T, c *admission.Controller, rec *recorder, ctx context.Context, r admission.Request, name string, out chan<- result) {
 	t.Helper()
-	before := rec.count(admission.Queued)
+	// Count only this tenant's Queued decisions: other goroutines may
+	// report theirs late, after Stats already shows them waiting.
+	before := rec.queuedOf(r.Tenant)
 	go func() {
 		tk, err := c.Admit(ctx, r)
 		out <- result{name, tk, err}
 	}()
-	waitFor(t, name+" to queue", func() bool { return rec.count(admission.Queued) > before })
+	waitFor(t, name+" to queue", func() bool { return rec.queuedOf(r.Tenant) > before })
 }
 
 func concurrencyPolicy(limit int64, q limits.Queue, key ...limits.KeyPart) admission.Policy {
