@@ -14,7 +14,6 @@ import (
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -42,22 +41,7 @@ func TestAdmitAllSameAsMemory(t *testing.T) {
 		{Name: "shadow", Key: tenant, Match: chat, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 32, Per: per, Mode: limits.Shadow},
 	}
 	clock := admissiontest.NewClock(backendtest.Epoch)
-	mem, err := admission.New(admission.Config{Policies: all}, admission.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	onRedis := slices.Clone(all)
-	for i := range onRedis {
-		onRedis[i].Store = "redis"
-	}
-	red, err := admission.New(admission.Config{Policies: onRedis}, admission.WithClock(clock), admission.WithStore("redis", st))
-	if err != nil {
-		t.Fatal(err)
-	}
+	mem, red := twins(t, client, clock, all)
 	// answer describes a group's answer. When two members share a
 	// partition and the group is refused, only that is compared: in
 	// memory a member refused by one policy holds what its others took

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/backend"
@@ -328,23 +330,10 @@ func TestControllerSameAsMemory(t *testing.T) {
 		admission.Policy{Name: "quota", Match: batch, Key: []limits.KeyPart{limits.KeyTenant}, Unit: limits.UnitTokens, Algorithm: limits.Quota, Limit: 2000, Period: limits.PeriodFixed, Per: time.Minute},
 	)
 	clock := admissiontest.NewClock(backendtest.Epoch)
-	mem, err := admission.New(admission.Config{Policies: all}, admission.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	onRedis := slices.Clone(all)
+	mem, red := twins(t, client, clock, all)
 	byPolicy := map[string]limits.Limit{}
-	for i := range onRedis {
-		onRedis[i].Store = "redis"
-		byPolicy[all[i].Name] = all[i].Base()
-	}
-	red, err := admission.New(admission.Config{Policies: onRedis}, admission.WithClock(clock), admission.WithStore("redis", st))
-	if err != nil {
-		t.Fatal(err)
+	for _, p := range all {
+		byPolicy[p.Name] = p.Base()
 	}
 	rng := rand.New(rand.NewPCG(12, 1))
 	amount := func(typical int64) int64 {
@@ -426,4 +415,28 @@ func TestControllerSameAsMemory(t *testing.T) {
 	if outcomes["admitted"] == 0 || outcomes["rejected"] == 0 || outcomes["invalid"] == 0 {
 		t.Fatalf("outcomes %v: the workload does not exercise the limits", outcomes)
 	}
+}
+
+// twins returns two controllers of the policies on clock: one on the
+// in-memory store, one with every policy on a Redis store of its own
+// prefix (caller time, so that both read the same clock).
+func twins(t *testing.T, client *redis.Client, clock admission.Clock, policies []admission.Policy) (mem, red *admission.Controller) {
+	t.Helper()
+	mem, err := admission.New(admission.Config{Policies: policies}, admission.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := redisstore.New(client, redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onRedis := slices.Clone(policies)
+	for i := range onRedis {
+		onRedis[i].Store = "redis"
+	}
+	red, err = admission.New(admission.Config{Policies: onRedis}, admission.WithClock(clock), admission.WithStore("redis", st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mem, red
 }
