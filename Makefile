@@ -19,10 +19,15 @@ FUZZMINIMIZETIME ?= 1000x
 ## wall-clock time, so all run together whatever else the machine is doing.
 ## The tests that count allocations of pooled state run without -race too: the race detector makes
 ## sync.Pool drop a random part of what is put back (their files say //go:build !race).
+## The scale tests of admitctl (100,000 tenants through check, and through an import into PostgreSQL
+## and back) also run without -race: they prove size, not concurrency, and the race detector makes
+## them three to four times slower (their file says //go:build !race).
 ALLOCS ?= AllocateNothing$$
+SCALE ?= Large
 test: test-deps check vet
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 	$(GO) test -count=1 -timeout 2m -run '$(ALLOCS)' ./admission
+	$(GO) test -count=1 -timeout 10m -run '$(SCALE)' ./cmd/admitctl
 	$(MAKE) fuzz
 
 ## fuzz: compare the token counter with tiktoken-go on FUZZTIME fuzzed inputs.

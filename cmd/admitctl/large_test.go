@@ -1,3 +1,9 @@
+//go:build !race
+
+// The scale tests run without the race detector (make test runs them in a
+// step of their own): they prove size, not concurrency, and under -race
+// they take three to four times longer.
+
 package main
 
 import (
