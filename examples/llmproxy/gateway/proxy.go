@@ -285,13 +285,13 @@ func (x *exchange) usage(buf []admission.UnitAmount, u weights.Usage) admission.
 // tokens on the GenAI metrics and the settled amounts on its span.
 func (x *exchange) settle(u weights.Usage) {
 	au := x.usage(nil, u)
+	ctx := x.c.Request().Context()
 	if x.tk.Valid() {
-		ctx := x.c.Request().Context()
 		x.g.logAdmitted(&x.req, x.arrived, au, x.admitted)
 		x.g.genai.usage(ctx, x.gen, x.est.Endpoint, u)
 		settledEvent(ctx, &au)
 	}
-	x.tk.Settle(au)
+	x.tk.SettleContext(ctx, au)
 }
 
 // measure records the duration of the admitted request on the GenAI
