@@ -131,6 +131,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	// nothing, and counted.
 	rep, err := weights.ReadUsage(data)
 	u, fb := x.est.CheckUsage(rep)
+	g.genai.responseModel(ctx, &x.gen, data)
 	if fb != weights.FallbackNone {
 		g.m.count(ctx, g.m.usageFallbacks, fb.String())
 	}
