@@ -102,8 +102,11 @@ func WithSource(s Source) Option { return func(c *config) { c.source = s } }
 // count and the cost; the cells are exported through observable counters
 // when the metrics are collected. Recording an admitted decision therefore
 // costs a few nanoseconds and allocates nothing. Queue waits, lease
-// durations and estimate accuracy go to synchronous histograms with
-// prebuilt attribute sets.
+// durations, estimate accuracy and store call latencies go to synchronous
+// histograms with prebuilt attribute sets, each recorded in the context
+// of the request it is about when the event carries one
+// (Decision.Context, Settlement.Context, backend.Call.Context), so that
+// a sampled request's trace becomes a bucket's exemplar.
 //
 // Tenants appear as a label only through a heavy-hitter sketch per policy:
 // the K tenants with the most refused cost (rejected or would-reject) are
