@@ -41,3 +41,28 @@ func TestAnsweredModel(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAnsweredModel: whatever an upstream sends, the model read from it
+// is empty or a valid name found in the answer as is, and reading never
+// panics.
+func FuzzAnsweredModel(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"gpt-4o"}`,
+		"data: {\"model\":\"gpt-4o\"}\n\n",
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-3\"}}\n",
+		`{"response":{"model":"o3"},"model":7}`,
+		`{"model":"a\"b"}`,
+		"[[[[",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m := answeredModel(b)
+		if m == "" {
+			return
+		}
+		if validModel(m) != m || !strings.Contains(string(b), `"`+m+`"`) {
+			t.Errorf("answeredModel(%q) = %q; want a valid name quoted in the answer", b, m)
+		}
+	})
+}
