@@ -10,8 +10,10 @@ import (
 // package admission. The vocabulary of policies lives in admission/limits,
 // the store contract in admission/backend. (95: Controller.TryAdmitAll
 // and its Member, deciding several requests as one; 96:
-// Controller.Remaining, what a caller has left, read without writing.)
-const maxExported = 96
+// Controller.Remaining, what a caller has left, read without writing; 97:
+// Ticket.SettleContext, a settlement whose observers see the request's
+// trace.)
+const maxExported = 97
 
 // TestExportedNames counts the package's exported names (types, functions,
 // methods, constants and variables; not struct fields or interface

@@ -67,7 +67,7 @@ func (c *Controller) Charge(ctx context.Context, r Request, u Usage) error {
 		}
 		h.grant.OK, h.remAfter, h.win = true, h.rem0, h.window()
 		h.closing(n)
-		c.reportSettled(t, h, n)
+		c.reportSettled(ctx, t, h, n)
 	}
 	t.recycle()
 	return errors.Join(errs...)

@@ -95,6 +95,11 @@ type Settlement struct {
 	Limit     int64
 	Remaining int64
 	Window    time.Duration
+	// Context is the request's context when the settlement has one
+	// (Ticket.SettleContext, Controller.Charge), nil otherwise, so that
+	// an observer gives a histogram's exemplar the request's trace. It is
+	// valid only during the call: an observer must not keep it.
+	Context context.Context
 }
 
 // StoreEvent reports a store failure and what the policy did about it.

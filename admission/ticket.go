@@ -214,7 +214,18 @@ func (tk Ticket) Done() { tk.Settle(Usage{}) }
 // actual amount is not known stay charged at their estimate.
 func (tk Ticket) Settle(u Usage) {
 	u.refund = false
-	tk.settle(&u)
+	tk.settle(nil, &u)
+}
+
+// SettleContext settles the ticket as Settle does and hands ctx, the
+// request's, to the observers with each Settlement, so that a metrics
+// observer gives the request's trace to the histograms the settlement
+// records (hold time, estimate accuracy) as their exemplar. The store
+// calls are not made with ctx: a request cancelled or past its deadline
+// still gives its permits back.
+func (tk Ticket) SettleContext(ctx context.Context, u Usage) {
+	u.refund = false
+	tk.settle(ctx, &u)
 }
 
 // Refund settles the ticket as work that did not happen (a batch
@@ -224,10 +235,11 @@ func (tk Ticket) Settle(u Usage) {
 // permits are released. Observers get a settlement with Actual 0. Only
 // what Charge recorded beyond the estimate stays charged, as usage so far
 // never decreases. Refunding a settled ticket is harmless.
-func (tk Ticket) Refund() { tk.settle(&Usage{refund: true}) }
+func (tk Ticket) Refund() { tk.settle(nil, &Usage{refund: true}) }
 
-// settle settles the ticket at u, once.
-func (tk Ticket) settle(u *Usage) {
+// settle settles the ticket at u, once; rctx, the request's context or
+// nil, goes to the observers only.
+func (tk Ticket) settle(rctx context.Context, u *Usage) {
 	t := tk.t
 	// Claiming the ticket moves its generation on: every copy, this one
 	// included, is inert from here.
@@ -275,20 +287,20 @@ func (tk Ticket) settle(u *Usage) {
 		if a, ok := u.amount(h.p.unit); ok && (h.p.Algorithm.IsRate() || u.refund) {
 			actual = a
 		}
-		c.reportSettled(t, h, actual)
+		c.reportSettled(rctx, t, h, actual)
 	}
 	t.put()
 }
 
 // reportSettled reports to the observer how h's reservation ended, at
-// actual, when h let the request through.
-func (c *Controller) reportSettled(t *ticket, h *held, actual int64) {
+// actual, when h let the request through; ctx is the request's, or nil.
+func (c *Controller) reportSettled(ctx context.Context, t *ticket, h *held, actual int64) {
 	if !h.grant.OK && !h.failOpen {
 		return
 	}
 	s := Settlement{
 		Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Algorithm: h.p.Algorithm, Tenant: t.tenant, Model: t.model,
-		Estimated: h.est, Actual: actual, Admitted: t.start,
+		Estimated: h.est, Actual: actual, Admitted: t.start, Context: ctx,
 	}
 	if h.grant.OK { // a policy that failed open has no figures
 		s.Limit, s.Remaining, s.Window = h.limit(), h.remAfter, h.win

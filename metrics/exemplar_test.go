@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/internal/promtest"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -41,15 +44,7 @@ func TestExemplarOfRejectionOnPrometheus(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ctl.Close() })
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", prom.Handler)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	addr := serveMetrics(t, prom)
 
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -64,27 +59,79 @@ func TestExemplarOfRejectionOnPrometheus(t *testing.T) {
 	if !errors.Is(err, admission.ErrQueueTimeout) {
 		t.Fatalf("queued request: err = %v; want a queue timeout", err)
 	}
-	traceID := span.SpanContext().TraceID().String()
 
-	p := promtest.Start(t, promtest.Config{Targets: []string{l.Addr().String()}, Exemplars: true})
-	// Prometheus scrapes on its own schedule: ask until the exemplar is
-	// there, with no deadline (a scrape that never comes is ended by the
-	// test timeout; the last answer is logged every 10 queries).
-	for i := 1; ; i++ {
-		last, err := p.QueryExemplars(context.Background(), `admission_queue_wait_seconds_bucket{policy="inflight",decision="timeout"}`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range last {
-			for _, e := range s.Exemplars {
-				if e.Labels["trace_id"] == traceID && e.Labels["span_id"] == span.SpanContext().SpanID().String() {
-					return
-				}
-			}
-		}
-		if i%10 == 0 {
-			t.Logf("query_exemplars: still no exemplar with trace_id %s; got %+v", traceID, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+	p := promtest.Start(t, promtest.Config{Targets: []string{addr}, Exemplars: true})
+	sc := span.SpanContext()
+	p.AwaitExemplar(t, `admission_queue_wait_seconds_bucket{policy="inflight",decision="timeout"}`, sc.TraceID().String(), sc.SpanID().String())
+}
+
+// TestExemplarsOfStoreLeaseAndAccuracyOnPrometheus: a request sent under
+// a sampled span is admitted by a concurrency policy and a token policy
+// on a real Redis, and settled in its context with fewer tokens than
+// estimated. A real Prometheus with exemplar storage finds that
+// request's trace and span ids on the store's call latency (the
+// admission's script call), on the permit's hold time and on the
+// estimate's accuracy.
+func TestExemplarsOfStoreLeaseAndAccuracyOnPrometheus(t *testing.T) {
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = prom.Provider.Shutdown(context.Background()) })
+	obs, err := metrics.New(metrics.WithMeterProvider(prom.Provider))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	st, err := redisstore.New(client, redisstore.Config{Timeout: 10 * time.Second}, redisstore.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := []limits.KeyPart{limits.KeyTenant}
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
+		{Name: "inflight", Key: tenant, Algorithm: limits.Concurrency, Limit: 4, Store: "redis"},
+		{Name: "tpm", Key: tenant, Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 1000, Per: time.Minute, Store: "redis"},
+	}}, admission.WithObserver(obs), admission.WithStore("redis", st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ctl.Close() })
+	addr := serveMetrics(t, prom)
+
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx, span := tp.Tracer("test").Start(context.Background(), "POST /v1/chat/completions")
+	tk, err := ctl.Admit(ctx, admission.Request{Tenant: "a", Tokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.SettleContext(ctx, admission.Usage{Tokens: 80, TokensKnown: true})
+	span.End()
+
+	p := promtest.Start(t, promtest.Config{Targets: []string{addr}, Exemplars: true})
+	for _, expr := range []string{
+		`admission_store_duration_seconds_bucket{store="redis",outcome="ok",op=~"acquire|batch"}`,
+		`admission_lease_duration_seconds_bucket{policy="inflight"}`,
+		`admission_estimate_accuracy_bucket{policy="tpm"}`,
+	} {
+		p.AwaitExemplar(t, expr, span.SpanContext().TraceID().String(), span.SpanContext().SpanID().String())
+	}
+}
+
+// serveMetrics serves prom's exposition at /metrics on a loopback port
+// until the test ends, and returns its address.
+func serveMetrics(t *testing.T, prom *metrics.Prometheus) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", prom.Handler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return l.Addr().String()
 }

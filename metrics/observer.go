@@ -102,8 +102,11 @@ func WithSource(s Source) Option { return func(c *config) { c.source = s } }
 // count and the cost; the cells are exported through observable counters
 // when the metrics are collected. Recording an admitted decision therefore
 // costs a few nanoseconds and allocates nothing. Queue waits, lease
-// durations and estimate accuracy go to synchronous histograms with
-// prebuilt attribute sets.
+// durations, estimate accuracy and store call latencies go to synchronous
+// histograms with prebuilt attribute sets, each recorded in the context
+// of the request it is about when the event carries one
+// (Decision.Context, Settlement.Context, backend.Call.Context), so that
+// a sampled request's trace becomes a bucket's exemplar.
 //
 // Tenants appear as a label only through a heavy-hitter sketch per policy:
 // the K tenants with the most refused cost (rejected or would-reject) are
@@ -393,11 +396,16 @@ func (o *Observer) decision(pm *policyMetrics, d *admission.Decision) {
 // recordWait records d's queue wait in the context of d's request, so
 // that a sampled request's trace becomes the bucket's exemplar.
 func (pm *policyMetrics) recordWait(o *Observer, out int, d *admission.Decision) {
-	ctx := d.Context
+	o.queueWait.Record(orBackground(d.Context), d.QueueWait.Seconds(), pm.waitOpts[out]...)
+}
+
+// orBackground returns ctx, or the background context when an event
+// carries none.
+func orBackground(ctx context.Context) context.Context {
 	if ctx == nil {
-		ctx = context.Background()
+		return context.Background()
 	}
-	o.queueWait.Record(ctx, d.QueueWait.Seconds(), pm.waitOpts[out]...)
+	return ctx
 }
 
 func tenantLabel(t string) string {
@@ -418,17 +426,19 @@ func utilisation(s *admission.Status) float64 {
 
 // Settled counts the settled work of the tenant at its actual cost,
 // records how long a concurrency permit was held and, for token policies,
-// the ratio of actual to estimated tokens.
+// the ratio of actual to estimated tokens, both in the settlement's
+// context when it has one (Ticket.SettleContext), so that a sampled
+// request's trace becomes the bucket's exemplar.
 func (o *Observer) Settled(s admission.Settlement) {
 	pm := o.policy(s.Policy, nil)
 	pm.tenants.add(tenantLabel(s.Tenant), classAdmitted, uint64(max(s.Actual, 0)), 0)
 	if m := pm.meta.Load(); m != nil && m.algorithm == limits.Concurrency && !s.Admitted.IsZero() {
 		held := o.cfg.clock.Now().Sub(s.Admitted)
-		o.lease.Record(context.Background(), max(held, 0).Seconds(), pm.leaseOpts...)
+		o.lease.Record(orBackground(s.Context), max(held, 0).Seconds(), pm.leaseOpts...)
 	}
 	if s.Unit == limits.UnitTokens && s.Estimated > 0 {
 		opts := o.accuracyOpts(pm, s.Model)
-		o.accuracy.Record(context.Background(), float64(s.Actual)/float64(s.Estimated), opts...)
+		o.accuracy.Record(orBackground(s.Context), float64(s.Actual)/float64(s.Estimated), opts...)
 	}
 }
 
@@ -519,7 +529,9 @@ type callKey struct {
 // StoreCall records a store call's latency (backend.CallObserver):
 // the Redis store reports every script call through it. Calls refused
 // without reaching the backend (an open breaker) have no latency and are
-// counted by StoreError only.
+// counted by StoreError only. The latency is recorded in the call's
+// context, so that a sampled request's trace becomes the bucket's
+// exemplar.
 func (o *Observer) StoreCall(c backend.Call) {
 	if c.Duration <= 0 {
 		return
@@ -543,7 +555,7 @@ func (o *Observer) StoreCall(c backend.Call) {
 		set := attribute.NewSet(attribute.String("store", store), attribute.String("op", k.op), attribute.String("outcome", outcome))
 		opts, _ = o.callOpts.LoadOrStore(k, []metric.RecordOption{metric.WithAttributeSet(set)})
 	}
-	o.storeCall.Record(context.Background(), c.Duration.Seconds(), opts.([]metric.RecordOption)...)
+	o.storeCall.Record(orBackground(c.Context), c.Duration.Seconds(), opts.([]metric.RecordOption)...)
 }
 
 var _ backend.CallObserver = (*Observer)(nil)

@@ -180,6 +180,12 @@ type Call struct {
 	Duration time.Duration
 	// Err is the call's error, nil on success. Never shown to clients.
 	Err error
+	// Context is the context the call was made with (the request's, for
+	// the calls of an admission), so that an observer gives a latency
+	// histogram's exemplar the request's trace; nil when the store has
+	// none. It is valid only during the observer's call: an observer
+	// must not keep it.
+	Context context.Context
 }
 
 // A CallObserver is an observer that also wants the latency of every call a

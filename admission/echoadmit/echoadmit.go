@@ -129,7 +129,7 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 				}
 				return fail(c, err)
 			}
-			defer tk.Done()
+			defer tk.SettleContext(r.Context(), admission.Usage{}) // the context for the observers only
 			return next(c)
 		}
 	}

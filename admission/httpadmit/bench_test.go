@@ -1,16 +1,24 @@
 package httpadmit_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/oteltrace"
 )
 
 var okBody = []byte("ok\n")
@@ -35,13 +43,26 @@ func benchRequest() *http.Request {
 // after serving r once.
 func benchMiddleware(tb testing.TB, next http.Handler, r *http.Request, opts ...httpadmit.Option) (http.Handler, *httptest.ResponseRecorder) {
 	tb.Helper()
+	return benchTraced(tb, nil, next, r, opts...)
+}
+
+// benchTraced is benchMiddleware served under an otelhttp server span
+// from tp, the controller's decisions recorded on it by
+// oteltrace.Observer; with a nil tp it is benchMiddleware, untraced.
+func benchTraced(tb testing.TB, tp trace.TracerProvider, next http.Handler, r *http.Request, opts ...httpadmit.Option) (http.Handler, *httptest.ResponseRecorder) {
+	tb.Helper()
+	var ctlOpts []admission.Option
+	if tp != nil {
+		ctlOpts = append(ctlOpts, admission.WithObserver(oteltrace.Observer{}))
+	}
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
 		Name: "per-tenant", Key: []limits.KeyPart{limits.KeyTenant},
 		Algorithm: limits.TokenBucket, Limit: 1 << 40, Per: time.Second,
-	}}})
+	}}}, ctlOpts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() { _ = ctl.Close() })
 	mw, err := httpadmit.New(ctl, append([]httpadmit.Option{httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
 		Keys: httpadmit.KeyTable{apikey.Sum("sk-bench-0123456789abcdef0123456789abcdef"): {Tenant: "acme", KeyID: "key_1"}},
 	})}, opts...)...)
@@ -49,6 +70,10 @@ func benchMiddleware(tb testing.TB, next http.Handler, r *http.Request, opts ...
 		tb.Fatal(err)
 	}
 	h := mw.Handler(next)
+	if tp != nil {
+		h = otelhttp.NewHandler(h, "service", otelhttp.WithTracerProvider(tp),
+			otelhttp.WithPropagators(propagation.TraceContext{}), otelhttp.WithMeterProvider(noop.NewMeterProvider()))
+	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	if w.Code != http.StatusOK || w.Header().Get("RateLimit") == "" {
@@ -73,6 +98,48 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	reportCPU(b, cpu)
 }
+
+// BenchmarkMiddlewareTracing is BenchmarkMiddleware as a traced service
+// runs it: "no-tracer" is BenchmarkMiddleware itself; the others serve
+// it under an otelhttp server span (W3C trace context) with the
+// decisions recorded on it by oteltrace.Observer, from a tracer provider
+// whose sampler records nothing ("never-sample") or every request
+// ("always-sample", its spans batched to an exporter that discards
+// them). The difference to no-tracer is the cost per request of tracing.
+func BenchmarkMiddlewareTracing(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		sampler sdktrace.Sampler // nil: no tracer
+	}{
+		{"no-tracer", nil},
+		{"never-sample", sdktrace.NeverSample()},
+		{"always-sample", sdktrace.AlwaysSample()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var tp trace.TracerProvider
+			if bc.sampler != nil {
+				sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(bc.sampler), sdktrace.WithBatcher(discardSpans{}))
+				b.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+				tp = sdk
+			}
+			r := benchRequest()
+			h, w := benchTraced(b, tp, benchHandler(), r)
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				w.Body.Reset()
+				h.ServeHTTP(w, r)
+			}
+			reportCPU(b, cpu)
+		})
+	}
+}
+
+// discardSpans is a span exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
 
 // middlewareAllocs is the number of allocations of an admitted request
 // through the middleware, the handler's aside: one holding the context

@@ -579,7 +579,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if log != nil {
 		defer logRequest(log, req, arrived, time.Now())
 	}
-	defer tk.Done()
+	// Settled in the request's context, for the observers only: the
+	// settlement's histograms take its trace as their exemplar.
+	defer tk.SettleContext(r.Context(), admission.Usage{})
 	// The identity the request was admitted as reaches the handler
 	// (IdentityFrom), which never identifies the caller again; the ticket
 	// too with WithTicketInContext (TicketFrom).

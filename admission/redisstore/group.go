@@ -86,7 +86,7 @@ func (s *Store) queueFor(ctx context.Context, c *call) *groupQueue {
 func (s *Store) run(ctx context.Context, script *script, op string, policies int, c *call) (string, error) {
 	if !s.brk.allow() {
 		s.putCall(c)
-		return "", s.refused(op, policies)
+		return "", s.refused(ctx, op, policies)
 	}
 	start := time.Now()
 	// A settlement is off the request's path: once sent, its caller
@@ -101,7 +101,7 @@ func (s *Store) run(ctx context.Context, script *script, op string, policies int
 		}
 	}
 	reply, err := s.queueFor(ctx, c).run(s, ctx, script, c)
-	return reply, s.finish(op, policies, start, err)
+	return reply, s.finish(ctx, op, policies, start, err)
 }
 
 // judge counts a round trip sent at sent, bounded by deadline, in the

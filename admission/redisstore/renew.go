@@ -92,7 +92,7 @@ func (s *Store) renewPipeline(ctx context.Context, ops []backend.Op, now time.Ti
 		return err
 	}
 	if !s.brk.allow() {
-		return fail(s.refused("renew", n))
+		return fail(s.refused(ctx, "renew", n))
 	}
 	start := time.Now()
 	deadline := start.Add(s.cfg.Timeout)
@@ -146,7 +146,7 @@ func (s *Store) renewPipeline(ctx context.Context, ops []backend.Op, now time.Ti
 		op.Err = err
 	}
 	s.judge(ctx, start, deadline, first)
-	if err := s.finish("renew", n, start, first); err != nil {
+	if err := s.finish(ctx, "renew", n, start, first); err != nil {
 		return fail(err)
 	}
 	return nil

@@ -622,7 +622,7 @@ func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now 
 	}
 	if s.brk.refusing() {
 		// Refused before its keys are built: nothing allocated.
-		return s.refused(name, len(ops))
+		return s.refused(ctx, name, len(ops))
 	}
 	var kb [chunkMax]byte
 	sc := acquireScripts.get(scriptKey(kb[:0], ops, false))
@@ -826,28 +826,28 @@ func noScript(err error) bool {
 // decision: they are not reported to the observer.
 const opPeek = "peek"
 
-// refused reports and returns the error of a call the open breaker
-// refused, without allocating: while Redis is down every call of every
+// refused reports and returns the error of a call made with ctx that the
+// open breaker refused, without allocating: while Redis is down every call of every
 // request comes here, and garbage made at that rate would bring the
 // collector's pauses onto the decisions still on their way.
-func (s *Store) refused(op string, policies int) error {
+func (s *Store) refused(ctx context.Context, op string, policies int) error {
 	err := s.openErr
 	if s.calls != nil && op != opPeek {
-		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err})
+		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Err: err, Context: ctx})
 	}
 	return err
 }
 
-// finish records the outcome of a call that started at start in the
-// observer, and returns its error wrapped. (Its round trip was counted in
-// the breaker when it returned: see judge.)
-func (s *Store) finish(op string, policies int, start time.Time, err error) error {
+// finish records the outcome of a call made with ctx that started at
+// start in the observer, and returns its error wrapped. (Its round trip
+// was counted in the breaker when it returned: see judge.)
+func (s *Store) finish(ctx context.Context, op string, policies int, start time.Time, err error) error {
 	if err != nil {
 		s.brk.abandon()
 		err = fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	if s.calls != nil && op != opPeek {
-		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Duration: time.Since(start), Err: err})
+		s.calls.StoreCall(Call{Store: s.cfg.Name, Op: op, Policies: policies, Duration: time.Since(start), Err: err, Context: ctx})
 	}
 	return err
 }

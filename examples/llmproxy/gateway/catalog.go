@@ -8,13 +8,13 @@ import "github.com/sluicehq/sluice/metrics"
 // instruments New creates; dashboards and alerts are linted against it.
 func Catalog() []metrics.Metric {
 	return []metrics.Metric{
-		{Name: "gen_ai_client_token_usage", Type: "histogram", Labels: []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type"},
+		{Name: "gen_ai_client_token_usage", Type: "histogram", Labels: []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model", "gen_ai_token_type"},
 			Help: "Number of input and output tokens used."},
-		{Name: "gen_ai_server_request_duration_seconds", Type: "histogram", Labels: []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "error_type"},
+		{Name: "gen_ai_server_request_duration_seconds", Type: "histogram", Labels: []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model", "error_type"},
 			Help: "Generative AI server request duration such as time-to-last byte or last output token."},
-		{Name: "gen_ai_server_time_per_output_token_seconds", Type: "histogram", Labels: []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"},
+		{Name: "gen_ai_server_time_per_output_token_seconds", Type: "histogram", Labels: []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model"},
 			Help: "Time per output token generated after the first token for successful responses."},
-		{Name: "gen_ai_server_time_to_first_token_seconds", Type: "histogram", Labels: []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"},
+		{Name: "gen_ai_server_time_to_first_token_seconds", Type: "histogram", Labels: []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model"},
 			Help: "Time to generate first token for successful responses."},
 		{Name: "llmproxy_auth_failures_total", Type: "counter", Labels: []string{"reason"},
 			Help: "Requests with a missing or unknown API key, by reason (missing_api_key, invalid_api_key)."},

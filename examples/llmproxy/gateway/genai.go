@@ -11,18 +11,30 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/internal/jsonscan"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/weights"
 )
 
 // GenAIConvention is the version of the OpenTelemetry semantic
-// conventions the GenAI metrics follow (go.opentelemetry.io/otel/semconv,
-// package genaiconv): their names, units, attribute names and the values
-// of gen_ai.operation.name, gen_ai.provider.name and gen_ai.token.type.
-// That version defines the token types input and output only: cached and
-// reasoning tokens are counted within them.
+// conventions the GenAI metrics and span attributes follow
+// (go.opentelemetry.io/otel/semconv, package genaiconv): their names,
+// units, attribute names and the values of gen_ai.operation.name,
+// gen_ai.provider.name and gen_ai.token.type. It is the last version
+// of go.opentelemetry.io/otel/semconv with the GenAI conventions (later
+// ones moved them to a registry of their own). That version defines the
+// token types input and output only: cached and reasoning tokens are
+// counted within them on gen_ai.client.token.usage, and reported apart
+// by the convention's usage attributes on the request's span
+// (gen_ai.usage.cache_read.input_tokens,
+// gen_ai.usage.cache_creation.input_tokens,
+// gen_ai.usage.reasoning.output_tokens, next to
+// gen_ai.usage.input_tokens and gen_ai.usage.output_tokens).
 const GenAIConvention = "1.41.0"
 
 // OtherModel is the gen_ai.request.model of a model the policy file's
@@ -58,8 +70,11 @@ type genAI struct {
 // set of values.
 type genAIKey struct {
 	op, provider, model string
-	tokenType           genaiconv.TokenTypeAttr // empty on the duration metrics
-	errType             string                  // the error status of a failed request
+	// respModel is the family (metrics.ModelFamily) of the model the
+	// upstream answered with; empty until an answer named a valid one.
+	respModel string
+	tokenType genaiconv.TokenTypeAttr // empty on the duration metrics
+	errType   string                  // the error status of a failed request
 }
 
 func (m *genAI) init(meter metric.Meter) error {
@@ -81,6 +96,9 @@ func (m *genAI) set(k genAIKey) attribute.Set {
 		attribute.String("gen_ai.provider.name", k.provider),
 		attribute.String("gen_ai.request.model", k.model),
 	}
+	if k.respModel != "" {
+		kvs = append(kvs, attribute.String("gen_ai.response.model", k.respModel))
+	}
 	if k.tokenType != "" {
 		kvs = append(kvs, attribute.String("gen_ai.token.type", string(k.tokenType)))
 	}
@@ -91,11 +109,27 @@ func (m *genAI) set(k genAIKey) attribute.Set {
 	return s.(attribute.Set)
 }
 
-// usage records the input and output tokens of a settled request; a
-// request settled at nothing (a provider refusal retried) records none.
+// usage records the input and output tokens of a settled request, and
+// puts them on the request's span by type, cached and reasoning tokens
+// included (see GenAIConvention); a request settled at nothing (a
+// provider refusal retried) records none.
 func (m *genAI) usage(ctx context.Context, k genAIKey, ep weights.Endpoint, u weights.Usage) {
 	if u.InputTokens <= 0 && u.OutputTokens <= 0 {
 		return
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		var buf [5]attribute.KeyValue
+		attrs := append(buf[:0], semconv.GenAIUsageInputTokensKey.Int64(u.InputTokens), semconv.GenAIUsageOutputTokensKey.Int64(u.OutputTokens))
+		if u.CachedInputTokens > 0 {
+			attrs = append(attrs, semconv.GenAIUsageCacheReadInputTokensKey.Int64(u.CachedInputTokens))
+		}
+		if u.CacheWriteInputTokens > 0 {
+			attrs = append(attrs, semconv.GenAIUsageCacheCreationInputTokensKey.Int64(u.CacheWriteInputTokens))
+		}
+		if u.ReasoningTokens > 0 {
+			attrs = append(attrs, semconv.GenAIUsageReasoningOutputTokensKey.Int64(u.ReasoningTokens))
+		}
+		span.SetAttributes(attrs...)
 	}
 	k.tokenType = genaiconv.TokenTypeInput
 	m.tokens.RecordSet(ctx, u.InputTokens, m.set(k))
@@ -158,4 +192,104 @@ func configuredModels(f *config.File) map[string]bool {
 		names[strings.ToLower(m)] = true
 	}
 	return names
+}
+
+// maxModelName bounds the model name an upstream's answer may put on a
+// span.
+const maxModelName = 128
+
+// responseModel notes the model the upstream answered with, named in b,
+// a JSON response body or the start of a stream (see answeredModel): on
+// the request's span as gen_ai.response.model, as the upstream wrote it
+// once checked (validModel), and in k, for the metrics recorded after,
+// as its family (metrics.ModelFamily: a bounded set of values, other for
+// a model of no known family). An answer that names no valid model
+// changes neither.
+func (m *genAI) responseModel(ctx context.Context, k *genAIKey, b []byte) {
+	model := answeredModel(b)
+	if model == "" {
+		return
+	}
+	k.respModel = metrics.ModelFamily(model)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(semconv.GenAIResponseModel(strings.Clone(model)))
+	}
+}
+
+// answeredModel returns the model b names, a view into b ("" when it
+// names no valid one): for a JSON object, its "model" member, else that
+// of its "response" member (a Responses API event) or its "message"
+// member (Anthropic's message_start); for server-sent events, that of
+// the first event's data when b holds its whole line.
+func answeredModel(b []byte) string {
+	var view jsonscan.Scanner
+	view.ResetBytes(b) // b as a string, not copied
+	v := strings.TrimLeft(view.Src(), " \t\r\n")
+	if strings.HasPrefix(v, "{") {
+		return objectModel(v, true)
+	}
+	for v != "" {
+		line, rest, whole := strings.Cut(v, "\n")
+		if !whole {
+			return ""
+		}
+		if data, ok := strings.CutPrefix(line, "data:"); ok {
+			return objectModel(strings.TrimSpace(data), true)
+		}
+		v = rest
+	}
+	return ""
+}
+
+// objectModel returns the valid model name of the JSON object v: its
+// "model" member, else, when nested, that of its "response" or "message"
+// member; "" when there is none or v is not a JSON object.
+func objectModel(v string, nested bool) string {
+	var s jsonscan.Scanner
+	s.Reset(v)
+	if s.Peek() != '{' {
+		return ""
+	}
+	var model, inner string
+	s.Open()
+	for n := 0; s.More(&n, '}'); {
+		key, dirty := s.Key()
+		switch {
+		case dirty:
+			s.Skip()
+		case key == "model" && s.Peek() == '"':
+			var esc bool
+			if model, esc = s.Str(); esc {
+				model = "" // no valid name has an escape
+			}
+		case nested && (key == "response" || key == "message") && s.Peek() == '{':
+			inner = s.Value()
+		default:
+			s.Skip()
+		}
+	}
+	if s.End(); s.Err() != nil {
+		return ""
+	}
+	if model == "" && inner != "" {
+		return objectModel(inner, false)
+	}
+	return validModel(model)
+}
+
+// validModel returns m when it may name a model on a span: 1 to
+// maxModelName letters, digits and . _ - : / @ +, and "" otherwise.
+func validModel(m string) string {
+	if m == "" || len(m) > maxModelName {
+		return ""
+	}
+	for i := 0; i < len(m); i++ {
+		switch c := m[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '.', c == '_', c == '-', c == ':', c == '/', c == '@', c == '+':
+		default:
+			return ""
+		}
+	}
+	return m
 }

@@ -131,6 +131,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	// nothing, and counted.
 	rep, err := weights.ReadUsage(data)
 	u, fb := x.est.CheckUsage(rep)
+	g.genai.responseModel(ctx, &x.gen, data)
 	if fb != weights.FallbackNone {
 		g.m.count(ctx, g.m.usageFallbacks, fb.String())
 	}
@@ -285,13 +286,13 @@ func (x *exchange) usage(buf []admission.UnitAmount, u weights.Usage) admission.
 // tokens on the GenAI metrics and the settled amounts on its span.
 func (x *exchange) settle(u weights.Usage) {
 	au := x.usage(nil, u)
+	ctx := x.c.Request().Context()
 	if x.tk.Valid() {
-		ctx := x.c.Request().Context()
 		x.g.logAdmitted(&x.req, x.arrived, au, x.admitted)
 		x.g.genai.usage(ctx, x.gen, x.est.Endpoint, u)
 		settledEvent(ctx, &au)
 	}
-	x.tk.Settle(au)
+	x.tk.SettleContext(ctx, au)
 }
 
 // measure records the duration of the admitted request on the GenAI

@@ -69,6 +69,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 			now := clock()
 			if first.IsZero() {
 				first = g.now()
+				g.genai.responseModel(x.c.Request().Context(), &x.gen, buf[:n])
 				g.genai.ttft.RecordSet(x.c.Request().Context(), first.Sub(x.arrived).Seconds(), g.genai.set(x.gen))
 			}
 			idle.progress(now)
