@@ -116,6 +116,9 @@ func main() {
 	if ran, code := runStreamsFlags(*rounds); ran {
 		os.Exit(code)
 	}
+	if ran, code := runGovernedFlags(*rounds); ran {
+		os.Exit(code)
+	}
 	if *priority {
 		ds.providerSetup = ps
 		ds.Output, ds.Deadline = 100, 10*time.Second
