@@ -2,7 +2,7 @@ package memstore
 
 import (
 	"context"
-	"encoding/binary"
+	"hash/maphash"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -32,30 +32,18 @@ func (Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 	return newMemLimiter(p), nil
 }
 
-// shardOf picks a shard from the key's first and last eight bytes and its
-// length, mixed with a per-table seed: a few nanoseconds where a full hash
-// of the key costs more than the map lookup it precedes. Keys that share
-// both ends share a shard, which costs contention, never correctness.
-func shardOf(seed uint64, key string) int {
-	n := len(key)
-	var head, tail uint64
-	switch {
-	case n >= 8:
-		head = binary.LittleEndian.Uint64([]byte(key[:8]))
-		tail = binary.LittleEndian.Uint64([]byte(key[n-8:]))
-	default:
-		for i := 0; i < n; i++ {
-			head = head<<8 | uint64(key[i])
-		}
-	}
-	h := (head ^ seed) * 0x9E3779B97F4A7C15
-	h ^= (tail + uint64(n)) * 0xC2B2AE3D27D4EB4F
-	return int((h ^ h>>29) % numShards)
+// shardOf picks a key's shard by a hash of the whole key under the
+// table's seed. Partition keys often differ only in a few characters
+// anywhere (tenant-0001 to tenant-9999, then a model name): a hash of part
+// of the key would put them all in one shard, under one lock, and leave
+// eviction one shard to sample.
+func shardOf(seed maphash.Seed, key string) int {
+	return int(maphash.String(seed, key) % numShards)
 }
 
 // memLimiter holds the partitions of one policy in a sharded table.
 type memLimiter struct {
-	seed          uint64
+	seed          maphash.Seed
 	maxParts      int64
 	count         atomic.Int64
 	lastSweep     atomic.Int64
@@ -93,7 +81,7 @@ func newMemLimiter(p *limits.Policy) *memLimiter {
 		idle = limits.DefaultIdleTimeout
 	}
 	l := &memLimiter{
-		seed:     rand.Uint64(),
+		seed:     maphash.MakeSeed(),
 		maxParts: int64(maxParts),
 		idle:     int64(idle),
 		overflow: p.Overflow,
@@ -233,8 +221,12 @@ func (l *memLimiter) sweep(sh *shard, now int64, full bool) int {
 	return n
 }
 
-// Eviction samples evictSample partitions of each of evictShards
-// shards that hold any.
+// Eviction samples up to evictSample partitions of each shard, from a
+// random one on, until it has seen evictShards shards that hold any and
+// evictShards×evictSample partitions it may drop (or every shard): a few
+// shards that hold only heavy partitions, as eviction itself leaves them
+// when it has emptied their light ones, do not make a heavy one the
+// victim.
 const (
 	evictShards = 4
 	evictSample = 4
@@ -255,7 +247,7 @@ func (l *memLimiter) evict(now int64) bool {
 		calm, used int64
 		held       float64
 	}
-	for i, seen := 0, 0; i < numShards && seen < evictShards; i++ {
+	for i, seen, sampled := 0, 0, 0; i < numShards && (seen < evictShards || sampled < evictShards*evictSample); i++ {
 		sh := &l.shards[(first+i)%numShards]
 		sh.mu.Lock()
 		if len(sh.m) > 0 {
@@ -266,6 +258,7 @@ func (l *memLimiter) evict(now int64) bool {
 			if c.x != nil && len(c.x.leases) > 0 {
 				continue
 			}
+			sampled++
 			held := l.held(c)
 			if victim.sh == nil || c.calm < victim.calm ||
 				c.calm == victim.calm && (held < victim.held || held == victim.held && c.used < victim.used) {
