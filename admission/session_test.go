@@ -1,0 +1,131 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+)
+
+// sessionPolicies are a budget of 3 steps a day per session, and a
+// tenant's own limit of 10 requests an hour.
+func sessionPolicies(maxSessions int) []admission.Policy {
+	return []admission.Policy{
+		{Name: "session-steps", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession}, Unit: limits.UnitSteps,
+			Algorithm: limits.Quota, Limit: 3, Per: 24 * time.Hour, MaxPartitions: maxSessions, Overflow: limits.OverflowEvict},
+		{Name: "tenant-rph", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: 10, Per: time.Hour},
+	}
+}
+
+func step(tenant, session string) admission.Request {
+	return admission.Request{Tenant: tenant, Session: session, Operation: "POST /v1/chat/completions",
+		Units: []admission.UnitAmount{{Unit: limits.UnitSteps, Amount: 1}}}
+}
+
+// TestSessionBudgetUnderTenant: a session's steps are counted under its
+// tenant (the same session id in two tenants is two budgets), a request
+// without a session is not counted by the session policy, and every
+// request, of any session or none, counts against its tenant's own limit.
+func TestSessionBudgetUnderTenant(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	c := newController(t, clock, nil, sessionPolicies(0)...)
+	ctx := context.Background()
+	try := func(r admission.Request) string {
+		tk, err := c.TryAdmit(ctx, r)
+		var rej *admission.Rejection
+		switch {
+		case err == nil:
+			tk.Done()
+			return "admitted"
+		case errors.As(err, &rej):
+			return rej.Policy
+		}
+		t.Fatal(err)
+		return ""
+	}
+	steps := []struct {
+		tenant, session, want string
+	}{
+		{"a", "s1", "admitted"}, {"a", "s1", "admitted"}, {"a", "s1", "admitted"},
+		{"a", "s1", "session-steps"},
+		{"b", "s1", "admitted"}, // another tenant's session of the same id
+		{"a", "s2", "admitted"}, // another session of the tenant
+		{"a", "", "admitted"},   // no session: the session policy does not apply
+		{"a", "", "admitted"},
+		{"a", "", "admitted"},
+		{"a", "", "admitted"},
+		{"a", "s3", "admitted"},
+		{"a", "s4", "admitted"}, // the tenant's 10th request
+		{"a", "s5", "tenant-rph"},
+		{"a", "", "tenant-rph"},
+	}
+	for i, s := range steps {
+		if got := try(step(s.tenant, s.session)); got != s.want {
+			t.Errorf("step %d: TryAdmit(tenant %q, session %q) = %s; want %s", i, s.tenant, s.session, got, s.want)
+		}
+	}
+}
+
+// TestSessionFloodStaysUnderTenant: a tenant inventing a new session for
+// every request keeps the session table within its bound and gets no
+// more than its own limit.
+func TestSessionFloodStaysUnderTenant(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	c := newController(t, clock, nil, sessionPolicies(1000)...)
+	ctx := context.Background()
+	admitted := 0
+	for i := range 100_000 {
+		tk, err := c.TryAdmit(ctx, step("greedy", "s-"+strconv.Itoa(i)))
+		if err == nil {
+			admitted++
+			tk.Done()
+		} else if !errors.Is(err, admission.ErrRateLimited) {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("admitted %d requests of invented sessions; want the tenant's limit, 10", admitted)
+	}
+	for _, s := range c.Stats() {
+		if s.Partitions > 1000 {
+			t.Errorf("policy %s holds %d partitions; want <= 1000", s.Name, s.Partitions)
+		}
+	}
+	// Another tenant's session is untouched by the flood.
+	if tk, err := c.TryAdmit(ctx, step("quiet", "s-1")); err != nil {
+		t.Errorf("quiet tenant: %v; want admitted", err)
+	} else {
+		tk.Done()
+	}
+}
+
+// TestSessionPolicyDecidedAfterBody: a session named in the body (known
+// only at Continue) is counted by the session policy, even one counting
+// requests, which Begin therefore leaves alone.
+func TestSessionPolicyDecidedAfterBody(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	c := newController(t, clock, nil, admission.Policy{
+		Name: "session-calls", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession},
+		Algorithm: limits.Quota, Limit: 1, Per: 24 * time.Hour,
+	})
+	ctx := context.Background()
+	for i, want := range []bool{true, false} {
+		r := admission.Request{Tenant: "a"}
+		tk, err := c.Begin(ctx, r)
+		if err != nil {
+			t.Fatalf("call %d: Begin: %v", i, err)
+		}
+		r.Session = "from-body"
+		err = tk.Continue(ctx, r)
+		if got := err == nil; got != want {
+			t.Errorf("call %d: Continue admitted = %v (%v); want %v", i, got, err, want)
+		}
+		tk.Done()
+	}
+}
