@@ -110,6 +110,9 @@ type IdentityConfig struct {
 	// RequireKey refuses callers without a credential with 401 instead of
 	// admitting them as the anonymous tenant.
 	RequireKey bool
+	// Session says which headers carry a request's agent session
+	// (admission.Request.Session).
+	Session SessionConfig
 
 	// canonical is set when KeyHeaders hold canonical header names, so
 	// that they index the header map directly.
@@ -118,15 +121,96 @@ type IdentityConfig struct {
 
 // normalize returns a copy of ic whose key headers are canonical.
 func (ic IdentityConfig) normalize() IdentityConfig {
-	if len(ic.KeyHeaders) > 0 {
-		hs := make([]string, len(ic.KeyHeaders))
-		for i, h := range ic.KeyHeaders {
-			hs[i] = textproto.CanonicalMIMEHeaderKey(h)
-		}
-		ic.KeyHeaders = hs
-	}
+	ic.KeyHeaders = canonicalHeaders(ic.KeyHeaders)
+	ic.Session.Headers = canonicalHeaders(ic.Session.Headers)
 	ic.canonical = true
 	return ic
+}
+
+// SessionConfig says where a request's agent session id is read: the
+// first of Headers present. A value that ValidSession refuses is answered
+// 400 (ErrInvalidSession), never used nor shortened. The middleware reads
+// it only while a policy in force is keyed by session
+// (limits.KeySession): a service without session policies never refuses
+// a request for its session header.
+type SessionConfig struct {
+	// Headers are the headers that may carry the session id, tried in
+	// order. Nil means DefaultSessionHeaders; an empty, non-nil list reads
+	// none.
+	Headers []string
+	// MaxLength is the longest id accepted, in bytes; zero means
+	// DefaultMaxSessionLength.
+	MaxLength int
+}
+
+// Defaults of SessionConfig (the policy file's identity.session).
+const (
+	DefaultMaxSessionLength = 128
+)
+
+// DefaultSessionHeaders are the headers read for a session id by
+// default: X-Session-Id, then the MCP streamable HTTP transport's
+// Mcp-Session-Id.
+var DefaultSessionHeaders = []string{"X-Session-Id", "Mcp-Session-Id"}
+
+// ErrInvalidSession: the request names a session whose id ValidSession
+// refuses (empty, too long, or not printable ASCII). It answers 400.
+var ErrInvalidSession = errors.New("invalid session id")
+
+// ValidSession reports whether id may be a session id: 1 to max bytes
+// (DefaultMaxSessionLength when max is zero), each printable ASCII other
+// than space (0x21 to 0x7E, the characters of an MCP session id). Such an
+// id holds no separator of partition keys, no control character for a
+// log, no quote that needs escaping in a header.
+func ValidSession(id string, max int) bool {
+	if max <= 0 {
+		max = DefaultMaxSessionLength
+	}
+	if id == "" || len(id) > max {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// SessionOf returns the session id r carries in the first of the
+// session headers present, "" when none is, or ErrInvalidSession for a
+// value ValidSession refuses.
+func (ic *IdentityConfig) SessionOf(r *http.Request) (string, error) {
+	hs := ic.Session.Headers
+	if hs == nil {
+		hs = DefaultSessionHeaders
+	}
+	for _, h := range hs {
+		vs := r.Header[h]
+		if !ic.canonical {
+			vs = r.Header.Values(h)
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		if len(vs) > 1 || !ValidSession(vs[0], ic.Session.MaxLength) {
+			return "", ErrInvalidSession
+		}
+		return vs[0], nil
+	}
+	return "", nil
+}
+
+// canonicalHeaders returns hs in canonical form (nil for nil).
+func canonicalHeaders(hs []string) []string {
+	if hs == nil {
+		return nil
+	}
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = textproto.CanonicalMIMEHeaderKey(h)
+	}
+	return out
 }
 
 // defaultAnonymousTenant is the tenant of unidentified callers.

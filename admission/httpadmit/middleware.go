@@ -130,6 +130,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,6 +177,9 @@ type Snapshot struct {
 	retryAfterMs bool
 	serverTiming bool
 	requestLog   func(*admission.Request, time.Time, admission.Usage, time.Duration)
+	// sessions is set while a policy is keyed by session: only then is a
+	// request's session read (IdentityConfig.SessionOf).
+	sessions bool
 }
 
 // WithIdentityConfig sets how callers are identified (see IdentityConfig).
@@ -361,8 +365,14 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	if err := build(o, opts); err != nil {
 		return nil, err
 	}
+	o.sessions = keyedBySession(ctl.Policies())
 	m.cur.Store(o)
 	return m, nil
+}
+
+// keyedBySession reports whether a policy of ps is keyed by session.
+func keyedBySession(ps []admission.Policy) bool {
+	return slices.ContainsFunc(ps, func(p admission.Policy) bool { return p.KeyedBySession() })
 }
 
 // Apply installs the policies and plans of cfg with opts applied over
@@ -392,7 +402,7 @@ func (m *Middleware) Compile(cfg admission.Config, opts ...Option) (*Snapshot, e
 	if err != nil {
 		return nil, err
 	}
-	s.policies = set
+	s.policies, s.sessions = set, keyedBySession(cfg.Policies)
 	return &s, nil
 }
 
@@ -750,11 +760,15 @@ func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.R
 	if err != nil {
 		return admission.Request{}, err
 	}
-	return admission.Request{
+	req := admission.Request{
 		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
 		Addr:      o.identity.ClientAddr(r),
 		Operation: m.operation(o, r),
-	}, nil
+	}
+	if o.sessions {
+		req.Session, err = o.identity.SessionOf(r)
+	}
+	return req, err
 }
 
 // Identify returns the validated identity of r: the WithIdentity
@@ -814,7 +828,8 @@ func (e *badRequest) Unwrap() error { return e.err }
 // function or the rejection contract (WriteRejection) for a
 // *admission.Rejection, nothing when the client is gone, 400 for an
 // error matching admission.ErrInvalidCost (problem type
-// problemInvalidCost) or of the WithRequest function, and 503 for
+// problemInvalidCost), for ErrInvalidSession (problemInvalidSession) or
+// of the WithRequest function, and 503 for
 // anything else (logged, never shown). The WithRejectionHandler function
 // is given r with a context that SetRejectionHeaders reads o's settings
 // from.
@@ -858,6 +873,9 @@ func (o *Snapshot) writeError(w http.ResponseWriter, r *http.Request, err error,
 	case errors.Is(err, ErrBodyTimeout):
 		writeProblem(w, &problem{Type: problemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
 			Detail: "The request body was not received in time."})
+	case errors.Is(err, ErrInvalidSession):
+		writeProblem(w, &problem{Type: problemInvalidSession, Title: "Bad Request", Status: http.StatusBadRequest,
+			Detail: "The session id must be printable ASCII without spaces, within the length this service accepts."})
 	case errors.Is(err, admission.ErrInvalidCost):
 		writeProblem(w, &problem{Type: problemInvalidCost, Title: "Bad Request", Status: http.StatusBadRequest,
 			Detail: "The request's estimated cost is negative or too large."})
