@@ -149,7 +149,9 @@ func rejectionMessage(rej *admission.Rejection) string {
 // upstream capacity or the limit store is the problem), Retry-After
 // (whole seconds, rounded up), retry-after-ms and x-should-retry (false
 // when the wait would outlast Config.GiveUpAfter or can never end), and
-// the limit headers. It is the gateway's one rejection renderer, and has
+// the limit headers. An exhausted budget (a quota marked budget: true)
+// is answered as one not to retry: see writeBudgetRefusal. It is the
+// gateway's one rejection renderer, and has
 // the signature of httpadmit.WithRejectionHandler, which the gateway's
 // middleware is given.
 func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
@@ -159,6 +161,10 @@ func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *ad
 // writeRejection is WriteRejection by the state st the request was
 // decided with.
 func (g *Gateway) writeRejection(st *state, w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
+	if budget, session := st.budgetRefusal(rej); budget {
+		g.writeBudgetRefusal(w, r, rej, session)
+		return
+	}
 	status, typ, code := st.rejectionShape(rej)
 	h := w.Header()
 	// Every policy evaluated for the request, so a tokens rejection still

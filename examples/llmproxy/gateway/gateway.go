@@ -429,7 +429,9 @@ type state struct {
 	shadow bool            // the Sluice-Would-Reject header
 	auth   *authLimiter
 	store  map[string]string // policy → its store, for the policies on a store
-	models map[string]bool   // the values of gen_ai.request.model besides OtherModel
+	// sessions: where sessions come from, which policies are budgets.
+	sessions sessions
+	models   map[string]bool // the values of gen_ai.request.model besides OtherModel
 }
 
 // New checks cfg, installs file and returns a Gateway admitting requests
@@ -551,7 +553,7 @@ func (g *Gateway) Apply(f *config.File) error {
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
 	}
-	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}, models: configuredModels(f)}
+	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}, models: configuredModels(f), sessions: newSessions(f)}
 	for _, p := range f.Config.Policies {
 		if p.Store != "" {
 			st.store[p.Name] = p.Store
@@ -755,6 +757,12 @@ func (g *Gateway) identify(c echo.Context, st *state) (admission.Request, bool) 
 	if err == nil {
 		st.classify(r, &req)
 		return req, true
+	}
+	if errors.Is(err, httpadmit.ErrInvalidSession) {
+		// Identified, with a session header it refuses: not an
+		// authentication failure.
+		g.invalidSession(c)
+		return admission.Request{}, false
 	}
 	st.auth.failed(ctx, addr)
 	g.unauthorized(c, err)

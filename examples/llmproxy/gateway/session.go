@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/limitheaders"
+)
+
+// sessions is what the gateway derives from a policy file about agent
+// sessions (see docs/policy-file.md, "Sessions and budgets"):
+//
+//   - A request's session comes from the identity.session headers (read
+//     by the middleware, X-Session-Id then Mcp-Session-Id by default),
+//     else from the body fields listed (metadata.session_id of OpenAI's
+//     request metadata, metadata.user_id of Anthropic's, or user), read
+//     only while a policy is keyed by session. An id that is not 1 to
+//     max_length printable ASCII is refused with 400 invalid_session; it
+//     is never shortened nor used raw.
+//   - Each model call is one step (limits.UnitSteps) while a policy
+//     counts steps; a tool call will be charged the same unit.
+//   - A quota marked budget: true refuses as a budget: 403, never to be
+//     retried (see writeBudgetRefusal).
+type sessions struct {
+	cfg       config.Session
+	bySession bool            // a policy is keyed by session
+	steps     bool            // a policy counts steps
+	budgets   map[string]bool // budget policy → keyed by session
+}
+
+// newSessions returns the sessions settings of f.
+func newSessions(f *config.File) sessions {
+	s := sessions{cfg: f.Identity.Session, budgets: map[string]bool{}}
+	for i, p := range f.Config.Policies {
+		s.bySession = s.bySession || p.KeyedBySession()
+		s.steps = s.steps || p.Unit == limits.UnitSteps
+		if i < len(f.Policies) && f.Policies[i].Budget {
+			s.budgets[p.Name] = p.KeyedBySession()
+		}
+	}
+	return s
+}
+
+// sessionBody holds the body fields that may name a session. Each is
+// kept raw: a field of the wrong type is refused, not taken for absent.
+type sessionBody struct {
+	Metadata json.RawMessage `json:"metadata"`
+	User     json.RawMessage `json:"user"`
+}
+
+type sessionMetadata struct {
+	SessionID json.RawMessage `json:"session_id"`
+	UserID    json.RawMessage `json:"user_id"`
+}
+
+// fromBody returns the session the body names in the first of the
+// configured fields present, "" when none is, or
+// httpadmit.ErrInvalidSession for a value that is not a valid id (or
+// not a string). The body was parsed strictly before (no repeated key),
+// so this second reading sees the fields the upstream will.
+func (s *sessions) fromBody(body []byte) (string, error) {
+	var b sessionBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		return "", nil // the estimator accepted it: not an object of ours
+	}
+	var md sessionMetadata
+	if t := bytes.TrimSpace(b.Metadata); len(t) > 0 && t[0] == '{' {
+		if err := json.Unmarshal(t, &md); err != nil {
+			return "", httpadmit.ErrInvalidSession
+		}
+	}
+	for _, f := range s.cfg.Body {
+		var raw json.RawMessage
+		switch f {
+		case config.SessionFieldMetadataSessionID:
+			raw = md.SessionID
+		case config.SessionFieldMetadataUserID:
+			raw = md.UserID
+		case config.SessionFieldUser:
+			raw = b.User
+		}
+		if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
+			continue
+		}
+		var id string
+		if json.Unmarshal(raw, &id) != nil || !httpadmit.ValidSession(id, s.cfg.MaxLength) {
+			return "", httpadmit.ErrInvalidSession
+		}
+		return id, nil
+	}
+	return "", nil
+}
+
+// session completes req, a model call whose body is body, with its
+// session (when no header named one) and its step, by the state st; it
+// answers 400 invalid_session and returns false for a session id it
+// refuses.
+func (g *Gateway) session(c echo.Context, st *state, body []byte, req *admission.Request) bool {
+	s := &st.sessions
+	if s.bySession && req.Session == "" && len(s.cfg.Body) > 0 {
+		id, err := s.fromBody(body)
+		if err != nil {
+			g.invalidSession(c)
+			return false
+		}
+		req.Session = id
+	}
+	if s.steps {
+		req.Units = append(req.Units, admission.UnitAmount{Unit: limits.UnitSteps, Amount: 1})
+	}
+	return true
+}
+
+// invalidSession answers 400 invalid_session.
+func (g *Gateway) invalidSession(c echo.Context) {
+	g.m.count(c.Request().Context(), g.m.clientErrors, "invalid_session")
+	writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "invalid_session", "",
+		"The session id must be printable ASCII without spaces, and not longer than this gateway accepts.")
+}
+
+// budgetRefusal reports whether rej is the refusal of an exhausted
+// budget (a quota marked budget: true) under st, and whether that budget
+// is a session's.
+func (st *state) budgetRefusal(rej *admission.Rejection) (budget, session bool) {
+	if rej.Reason != admission.ReasonQuota {
+		return false, false
+	}
+	session, budget = st.sessions.budgets[rej.Policy]
+	return budget, session
+}
+
+// writeBudgetRefusal answers an exhausted budget: the budget is spent
+// for good (a session's steps, tokens or cost), so no wait helps and no
+// retry may be made. The status is 403 on every API shape, the OpenAI
+// error type insufficient_quota or Anthropic's permission_error, the
+// code session_budget_exceeded (budget_exceeded for a budget not keyed
+// by session), a message naming the budget and its figure, and
+// x-should-retry: false with no Retry-After nor retry-after-ms.
+//
+// Why 403 rather than 429: the official SDKs (openai-go,
+// anthropic-sdk-go and their Python and TypeScript siblings) honour
+// x-should-retry: false on any status, but many clients do not read it:
+// generic HTTP retry layers, agent frameworks with their own retry loop,
+// proxies configured to retry 429. All of them retry 429 and none
+// retries 403. A 429 would invite the agent to come back, the very loop
+// a session budget is there to stop; 403 says the request will not be
+// served as it is, which is the truth until the session ends.
+func (g *Gateway) writeBudgetRefusal(w http.ResponseWriter, r *http.Request, rej *admission.Rejection, session bool) {
+	h := w.Header()
+	sts := rej.Statuses
+	if len(sts) == 0 {
+		sts = []admission.Status{rej.Status}
+	}
+	g.setLimitHeaders(w, sts)
+	now := time.Now()
+	limitheaders.SetRetryHints(h, limits.Never, now, now)
+	code, what, who := "budget_exceeded", "Budget", "caller"
+	if session {
+		code, what, who = "session_budget_exceeded", "Session budget", "session"
+	}
+	g.m.rejected(r.Context(), code)
+	msg := fmt.Sprintf("%s of %d %s used (policy %s): this %s can make no more calls.",
+		what, rej.Status.Limit, budgetUnit(rej.Status.Unit), rej.Policy, who)
+	writeError(w, http.StatusForbidden, "insufficient_quota", code, "", msg)
+}
+
+// budgetUnit names what a budget counts, for its refusal's message.
+func budgetUnit(u limits.Unit) string {
+	switch u {
+	case limits.UnitCost:
+		return "micro-dollars"
+	case "":
+		return string(limits.UnitRequests)
+	}
+	return string(u)
+}
