@@ -129,3 +129,34 @@ func TestSessionPolicyDecidedAfterBody(t *testing.T) {
 		tk.Done()
 	}
 }
+
+// TestSessionTokenBudgetSettles: a session's token budget reserves the
+// estimate before the call and keeps only the actual usage after it, so
+// the next call of the session sees what is really left.
+func TestSessionTokenBudgetSettles(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	c := newController(t, clock, nil, admission.Policy{
+		Name: "session-tokens", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession}, Unit: limits.UnitTokens,
+		Algorithm: limits.Quota, Limit: 1000, Per: 24 * time.Hour,
+	})
+	ctx := context.Background()
+	r := admission.Request{Tenant: "a", Session: "run", Tokens: 600}
+	tk, err := c.TryAdmit(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAdmit(ctx, r); !errors.Is(err, admission.ErrQuotaExceeded) {
+		t.Errorf("second call while 600 of 1000 are reserved: %v; want a quota refusal", err)
+	}
+	tk.Settle(admission.Usage{Tokens: 100, TokensKnown: true})
+	sts, err := c.Remaining(ctx, r, nil)
+	if err != nil || len(sts) != 1 || sts[0].Remaining != 900 {
+		t.Fatalf("Remaining after settling 100 of 600 = %+v, %v; want 900", sts, err)
+	}
+	tk, err = c.TryAdmit(ctx, r)
+	if err != nil {
+		t.Errorf("call after the settlement: %v; want admitted (900 left)", err)
+	} else {
+		tk.Done()
+	}
+}
