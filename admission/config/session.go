@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/admission/apikey"
 )
 
 // Session is the identity.session section: where the agent session of a
@@ -15,8 +17,9 @@ import (
 // the headers in order, then the body fields in order (a program that
 // reads bodies, such as llmproxy, reads them). A value that is empty,
 // longer than MaxLength or not printable ASCII (0x21 to 0x7E, the
-// characters of an MCP session id) is refused with 400, never used nor
-// shortened; a request without one is not counted by session policies.
+// characters of an MCP session id, apikey.ValidSession) is refused with
+// 400, never used nor shortened; a request without one is not counted by
+// session policies.
 //
 //	identity:
 //	  session:
@@ -38,15 +41,9 @@ type Session struct {
 	// reads headers only.
 	Body []string
 	// MaxLength is the longest session id accepted, in bytes (default
-	// DefaultSessionMaxLength, at most MaxSessionLength).
+	// apikey.DefaultMaxSessionLength, at most apikey.MaxSessionLength).
 	MaxLength int
 }
-
-// Bounds of identity.session.
-const (
-	DefaultSessionMaxLength = 128
-	MaxSessionLength        = 1024
-)
 
 // The body fields identity.session.body may list.
 const (
@@ -58,9 +55,9 @@ const (
 // defaultSession is identity.session when the file leaves it out.
 func defaultSession() Session {
 	return Session{
-		Headers:   []string{"X-Session-Id", "Mcp-Session-Id"},
+		Headers:   slices.Clone(apikey.DefaultSessionHeaders),
 		Body:      []string{SessionFieldMetadataSessionID, SessionFieldMetadataUserID},
-		MaxLength: DefaultSessionMaxLength,
+		MaxLength: apikey.DefaultMaxSessionLength,
 	}
 }
 
@@ -77,8 +74,8 @@ func (d *decoder) decodeSession(n *yaml.Node, path string) {
 		field{"body", func(n *yaml.Node, p string) { bodySet = true; d.list(&body, true)(n, p) }},
 		field{"max_length", d.integer(&s.MaxLength, 1)},
 	)
-	if s.MaxLength > MaxSessionLength {
-		d.errorf(d.lines[path+".max_length"], path+".max_length", "must be at most %d, got %d", MaxSessionLength, s.MaxLength)
+	if s.MaxLength > apikey.MaxSessionLength {
+		d.errorf(d.lines[path+".max_length"], path+".max_length", "must be at most %d, got %d", apikey.MaxSessionLength, s.MaxLength)
 	}
 	if headersSet {
 		s.Headers = s.Headers[:0:0]

@@ -128,62 +128,33 @@ func (ic IdentityConfig) normalize() IdentityConfig {
 }
 
 // SessionConfig says where a request's agent session id is read: the
-// first of Headers present. A value that ValidSession refuses is answered
-// 400 (ErrInvalidSession), never used nor shortened. The middleware reads
-// it only while a policy in force is keyed by session
+// first of Headers present. A value that apikey.ValidSession refuses is
+// answered 400 (ErrInvalidSession), never used nor shortened. The
+// middleware reads it only while a policy in force is keyed by session
 // (limits.KeySession): a service without session policies never refuses
 // a request for its session header.
 type SessionConfig struct {
 	// Headers are the headers that may carry the session id, tried in
-	// order. Nil means DefaultSessionHeaders; an empty, non-nil list reads
-	// none.
+	// order. Nil means apikey.DefaultSessionHeaders; an empty, non-nil
+	// list reads none.
 	Headers []string
 	// MaxLength is the longest id accepted, in bytes; zero means
-	// DefaultMaxSessionLength.
+	// apikey.DefaultMaxSessionLength.
 	MaxLength int
 }
 
-// Defaults of SessionConfig (the policy file's identity.session).
-const (
-	DefaultMaxSessionLength = 128
-)
-
-// DefaultSessionHeaders are the headers read for a session id by
-// default: X-Session-Id, then the MCP streamable HTTP transport's
-// Mcp-Session-Id.
-var DefaultSessionHeaders = []string{"X-Session-Id", "Mcp-Session-Id"}
-
-// ErrInvalidSession: the request names a session whose id ValidSession
-// refuses (empty, too long, or not printable ASCII). It answers 400.
+// ErrInvalidSession: the request names a session whose id
+// apikey.ValidSession refuses (empty, too long, or not printable ASCII).
+// It answers 400.
 var ErrInvalidSession = errors.New("invalid session id")
-
-// ValidSession reports whether id may be a session id: 1 to max bytes
-// (DefaultMaxSessionLength when max is zero), each printable ASCII other
-// than space (0x21 to 0x7E, the characters of an MCP session id). Such an
-// id holds no separator of partition keys, no control character for a
-// log, no quote that needs escaping in a header.
-func ValidSession(id string, max int) bool {
-	if max <= 0 {
-		max = DefaultMaxSessionLength
-	}
-	if id == "" || len(id) > max {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] < 0x21 || id[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
 
 // SessionOf returns the session id r carries in the first of the
 // session headers present, "" when none is, or ErrInvalidSession for a
-// value ValidSession refuses.
+// value apikey.ValidSession refuses.
 func (ic *IdentityConfig) SessionOf(r *http.Request) (string, error) {
 	hs := ic.Session.Headers
 	if hs == nil {
-		hs = DefaultSessionHeaders
+		hs = apikey.DefaultSessionHeaders
 	}
 	for _, h := range hs {
 		vs := r.Header[h]
@@ -193,7 +164,7 @@ func (ic *IdentityConfig) SessionOf(r *http.Request) (string, error) {
 		if len(vs) == 0 {
 			continue
 		}
-		if len(vs) > 1 || !ValidSession(vs[0], ic.Session.MaxLength) {
+		if len(vs) > 1 || !apikey.ValidSession(vs[0], ic.Session.MaxLength) {
 			return "", ErrInvalidSession
 		}
 		return vs[0], nil

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
@@ -92,7 +93,7 @@ func (s *sessions) fromBody(body []byte) (string, error) {
 			continue
 		}
 		var id string
-		if json.Unmarshal(raw, &id) != nil || !httpadmit.ValidSession(id, s.cfg.MaxLength) {
+		if json.Unmarshal(raw, &id) != nil || !apikey.ValidSession(id, s.cfg.MaxLength) {
 			return "", httpadmit.ErrInvalidSession
 		}
 		return id, nil
