@@ -108,7 +108,19 @@
 // retry; x-should-retry: false says that waiting cannot help before a
 // client would give up (the request is larger than the limit, or a quota
 // is exhausted until its period ends), so the official SDKs neither hammer
-// the proxy nor give up on a wait they could make.
+// the proxy nor give up on a wait they could make. An exhausted budget (a
+// quota marked budget: true, such as a session's steps, tokens or cost)
+// is final: 403 with x-should-retry: false and no Retry-After, code
+// session_budget_exceeded (see docs/sessions.md).
+//
+// # Sessions
+//
+// A request's agent session comes from the identity.session headers
+// (X-Session-Id, then Mcp-Session-Id), else from its body
+// (metadata.session_id, metadata.user_id), while a policy is keyed by
+// session; an id that is not 1 to max_length printable ASCII is refused
+// with 400 invalid_session. Each model call is one step of the unit
+// steps while a policy counts them.
 //
 // Every response carries x-ratelimit-{limit,remaining,reset}-{requests,
 // tokens} for the tightest policy of each unit (reset as a Go duration,
