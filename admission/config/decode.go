@@ -669,8 +669,13 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 	}
 	pol.Match.Operations = ops
 	d.budgetPolicy(&pol, &info, path)
-	if at := d.lines[path+".budget"]; at != nil && info.Budget && pol.Algorithm != limits.Quota {
-		d.errorf(at, path+".budget", "only a quota is a budget (this policy is a %s)", pol.Algorithm)
+	if at := d.lines[path+".budget"]; at != nil && info.Budget {
+		switch {
+		case pol.Algorithm != limits.Quota:
+			d.errorf(at, path+".budget", "only a quota is a budget (this policy is a %s)", pol.Algorithm)
+		case info.Soft:
+			d.errorf(at, path+".budget", "a soft quota never refuses: it cannot be a budget; remove budget (or soft)")
+		}
 	}
 	d.f.Config.Policies = append(d.f.Config.Policies, pol)
 	d.f.Policies = append(d.f.Policies, info)
