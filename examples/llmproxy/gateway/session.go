@@ -51,31 +51,21 @@ func newSessions(f *config.File) sessions {
 	return s
 }
 
-// sessionBody holds the body fields that may name a session. Each is
-// kept raw: a field of the wrong type is refused, not taken for absent.
-type sessionBody struct {
-	Metadata json.RawMessage `json:"metadata"`
-	User     json.RawMessage `json:"user"`
-}
-
-type sessionMetadata struct {
-	SessionID json.RawMessage `json:"session_id"`
-	UserID    json.RawMessage `json:"user_id"`
-}
-
 // fromBody returns the session the body names in the first of the
 // configured fields present, "" when none is, or
 // httpadmit.ErrInvalidSession for a value that is not a valid id (or
-// not a string). The body was parsed strictly before (no repeated key),
-// so this second reading sees the fields the upstream will.
+// not a string). Field names match exactly, as the upstream reads them
+// (encoding/json's struct fields would also take "Metadata" or "USER");
+// the body was parsed strictly before, with no repeated key, so the
+// field read here is the one the upstream sees.
 func (s *sessions) fromBody(body []byte) (string, error) {
-	var b sessionBody
-	if err := json.Unmarshal(body, &b); err != nil {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
 		return "", nil // the estimator accepted it: not an object of ours
 	}
-	var md sessionMetadata
-	if t := bytes.TrimSpace(b.Metadata); len(t) > 0 && t[0] == '{' {
-		if err := json.Unmarshal(t, &md); err != nil {
+	var md map[string]json.RawMessage
+	if t := bytes.TrimSpace(top["metadata"]); len(t) > 0 && t[0] == '{' {
+		if json.Unmarshal(t, &md) != nil {
 			return "", httpadmit.ErrInvalidSession
 		}
 	}
@@ -83,11 +73,11 @@ func (s *sessions) fromBody(body []byte) (string, error) {
 		var raw json.RawMessage
 		switch f {
 		case config.SessionFieldMetadataSessionID:
-			raw = md.SessionID
+			raw = md["session_id"]
 		case config.SessionFieldMetadataUserID:
-			raw = md.UserID
+			raw = md["user_id"]
 		case config.SessionFieldUser:
-			raw = b.User
+			raw = top["user"]
 		}
 		if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
 			continue
