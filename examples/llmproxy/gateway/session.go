@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
-	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // sessions is what the gateway derives from a policy file about agent
@@ -30,7 +28,7 @@ import (
 //   - Each model call is one step (limits.UnitSteps) while a policy
 //     counts steps; a tool call will be charged the same unit.
 //   - A quota marked budget: true refuses as a budget: 403, never to be
-//     retried (see writeBudgetRefusal).
+//     retried (see budgetShape).
 type sessions struct {
 	cfg       config.Session
 	bySession bool            // a policy is keyed by session
@@ -129,13 +127,15 @@ func (st *state) budgetRefusal(rej *admission.Rejection) (budget, session bool) 
 	return budget, session
 }
 
-// writeBudgetRefusal answers an exhausted budget: the budget is spent
-// for good (a session's steps, tokens or cost), so no wait helps and no
-// retry may be made. The status is 403 on every API shape, the OpenAI
-// error type insufficient_quota or Anthropic's permission_error, the
-// code session_budget_exceeded (budget_exceeded for a budget not keyed
-// by session), a message naming the budget and its figure, and
-// x-should-retry: false with no Retry-After nor retry-after-ms.
+// budgetShape returns the status, error type and code of an exhausted
+// budget: the budget is spent for good (a session's steps, tokens or
+// cost), so no wait helps and no retry may be made. The status is 403 on
+// every API shape, the OpenAI error type insufficient_quota (Anthropic's
+// permission_error, the type of its 403), the code
+// session_budget_exceeded (budget_exceeded for a budget not keyed by
+// session); writeRejection sends x-should-retry: false and no
+// Retry-After nor retry-after-ms, and a running stream cut by the budget
+// ends with an error event of the same type, code and message.
 //
 // Why 403 rather than 429: the official SDKs (openai-go,
 // anthropic-sdk-go and their Python and TypeScript siblings) honour
@@ -145,23 +145,24 @@ func (st *state) budgetRefusal(rej *admission.Rejection) (budget, session bool) 
 // retries 403. A 429 would invite the agent to come back, the very loop
 // a session budget is there to stop; 403 says the request will not be
 // served as it is, which is the truth until the session ends.
-func (g *Gateway) writeBudgetRefusal(w http.ResponseWriter, r *http.Request, rej *admission.Rejection, session bool) {
-	h := w.Header()
-	sts := rej.Statuses
-	if len(sts) == 0 {
-		sts = []admission.Status{rej.Status}
-	}
-	g.setLimitHeaders(w, sts)
-	now := time.Now()
-	limitheaders.SetRetryHints(h, limits.Never, now, now)
-	code, what, who := "budget_exceeded", "Budget", "caller"
+func budgetShape(session bool) (status int, typ, code string) {
+	code = "budget_exceeded"
 	if session {
-		code, what, who = "session_budget_exceeded", "Session budget", "session"
+		code = "session_budget_exceeded"
 	}
-	g.m.rejected(r.Context(), code)
-	msg := fmt.Sprintf("%s of %d %s used (policy %s): this %s can make no more calls.",
+	return http.StatusForbidden, "insufficient_quota", code
+}
+
+// budgetMessage names the exhausted budget and its figure: "Session
+// budget of 200 steps used (policy session-steps): this session can make
+// no more calls."
+func budgetMessage(rej *admission.Rejection, session bool) string {
+	what, who := "Budget", "caller"
+	if session {
+		what, who = "Session budget", "session"
+	}
+	return fmt.Sprintf("%s of %d %s used (policy %s): this %s can make no more calls.",
 		what, rej.Status.Limit, budgetUnit(rej.Status.Unit), rej.Policy, who)
-	writeError(w, http.StatusForbidden, "insufficient_quota", code, "", msg)
 }
 
 // budgetUnit names what a budget counts, for its refusal's message.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -58,7 +60,7 @@ type sessionGateway struct {
 
 // newSessionGateway starts a gateway for src whose sessions store is
 // store (nil: in memory).
-func newSessionGateway(t *testing.T, src string, store *redisstore.Store) *sessionGateway {
+func newSessionGateway(t *testing.T, src string, store *redisstore.Store, tune ...func(*gateway.Config, *upstream.Config)) *sessionGateway {
 	t.Helper()
 	f, err := config.Parse("sessions.yaml", []byte(src))
 	if err != nil {
@@ -73,10 +75,15 @@ func newSessionGateway(t *testing.T, src string, store *redisstore.Store) *sessi
 		t.Fatal(err)
 	}
 	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
-	up := httptest.NewServer(upstream.New(upstream.Config{}))
+	var simCfg upstream.Config
+	cfg := gateway.Config{ForwardHeaders: []string{"X-Sim-*"}}
+	for _, f := range tune {
+		f(&cfg, &simCfg)
+	}
+	up := httptest.NewServer(upstream.New(simCfg))
 	t.Cleanup(up.Close)
-	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: up.URL + "/v1", Anthropic: gateway.Anthropic{Upstream: up.URL + "/v1"}},
-		gateway.WithLogger(slog.New(slog.DiscardHandler)))
+	cfg.Upstream, cfg.Anthropic.Upstream = up.URL+"/v1", up.URL+"/v1"
+	gw, err := gateway.New(ctl, est, f, cfg, gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,4 +300,43 @@ func TestSessionBudgetSDKs(t *testing.T) {
 			t.Errorf("the gateway saw %d requests for 2 calls; want 2 (no retry)", n)
 		}
 	})
+}
+
+// TestSessionBudgetCutsStream: a stream whose session runs out of its
+// output-token budget as it goes is cut with a final error event naming
+// the budget, and the session's next call is refused.
+func TestSessionBudgetCutsStream(t *testing.T) {
+	src := fmt.Sprintf(`
+policies:
+  - {name: session-output, key: [tenant, session], unit: output_tokens, algorithm: quota, per: 7d, limit: 4,
+     budget: true, store: sessions}
+tenants:
+  acme: {api_keys: [%s]}
+identity: {anonymous: deny}
+`, apikey.Sum("sk-acme"))
+	sg := newSessionGateway(t, src, nil, func(g *gateway.Config, u *upstream.Config) {
+		g.ChargeInterval, g.MaxOutputReserve, u.TokensPerSecond = time.Millisecond, 1, 200
+	})
+	body := `{"model":"gpt-4o","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	req, _ := http.NewRequest(http.MethodPost, sg.url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer sk-acme")
+	req.Header.Set("X-Session-Id", "streaming-run")
+	req.Header.Set("X-Sim-Tokens", "40")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %d, %v", resp.StatusCode, err)
+	}
+	events := strings.Split(strings.TrimSpace(string(data)), "\n\n")
+	last := events[len(events)-1]
+	if !strings.Contains(last, `"code":"session_budget_exceeded"`) || !strings.Contains(last, "Session budget of 4 output_tokens used (policy session-output)") {
+		t.Errorf("last event %q; want the budget's error event", last)
+	}
+	if status, code, _ := sg.call(t, "sk-acme", "", "X-Session-Id", "streaming-run"); status != 403 || code != "session_budget_exceeded" {
+		t.Errorf("next call of the session: %d %s; want 403 session_budget_exceeded", status, code)
+	}
 }
