@@ -13,13 +13,14 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
-// sessionPolicies are a budget of 3 steps a day per session, and a
-// tenant's own limit of 10 requests an hour.
-func sessionPolicies(maxSessions int) []admission.Policy {
+// sessionPolicies are a budget of 3 steps a day per session, kept in at
+// most maxSessions partitions (0: the default), and a tenant's own limit
+// of tenantLimit requests an hour.
+func sessionPolicies(maxSessions int, tenantLimit int64) []admission.Policy {
 	return []admission.Policy{
 		{Name: "session-steps", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession}, Unit: limits.UnitSteps,
 			Algorithm: limits.Quota, Limit: 3, Per: 24 * time.Hour, MaxPartitions: maxSessions, Overflow: limits.OverflowEvict},
-		{Name: "tenant-rph", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: 10, Per: time.Hour},
+		{Name: "tenant-rph", Key: tenantKey, Algorithm: limits.FixedWindow, Limit: tenantLimit, Per: time.Hour},
 	}
 }
 
@@ -34,7 +35,7 @@ func step(tenant, session string) admission.Request {
 // request, of any session or none, counts against its tenant's own limit.
 func TestSessionBudgetUnderTenant(t *testing.T) {
 	clock := admissiontest.NewClock(backendtest.Epoch)
-	c := newController(t, clock, nil, sessionPolicies(0)...)
+	c := newController(t, clock, nil, sessionPolicies(0, 10)...)
 	ctx := context.Background()
 	try := func(r admission.Request) string {
 		tk, err := c.TryAdmit(ctx, r)
@@ -73,35 +74,53 @@ func TestSessionBudgetUnderTenant(t *testing.T) {
 }
 
 // TestSessionFloodStaysUnderTenant: a tenant inventing a new session for
-// every request keeps the session table within its bound and gets no
-// more than its own limit.
+// every request gets no more than its own limit, and, under a limit high
+// enough to let the flood through, the session table stays within its
+// bound; another tenant's session is untouched either way.
 func TestSessionFloodStaysUnderTenant(t *testing.T) {
-	clock := admissiontest.NewClock(backendtest.Epoch)
-	c := newController(t, clock, nil, sessionPolicies(1000)...)
-	ctx := context.Background()
-	admitted := 0
-	for i := range 100_000 {
-		tk, err := c.TryAdmit(ctx, step("greedy", "s-"+strconv.Itoa(i)))
-		if err == nil {
-			admitted++
-			tk.Done()
-		} else if !errors.Is(err, admission.ErrRateLimited) {
-			t.Fatalf("request %d: %v", i, err)
-		}
-	}
-	if admitted != 10 {
-		t.Errorf("admitted %d requests of invented sessions; want the tenant's limit, 10", admitted)
-	}
-	for _, s := range c.Stats() {
-		if s.Partitions > 1000 {
-			t.Errorf("policy %s holds %d partitions; want <= 1000", s.Name, s.Partitions)
-		}
-	}
-	// Another tenant's session is untouched by the flood.
-	if tk, err := c.TryAdmit(ctx, step("quiet", "s-1")); err != nil {
-		t.Errorf("quiet tenant: %v; want admitted", err)
-	} else {
-		tk.Done()
+	for _, tc := range []struct {
+		name         string
+		tenantLimit  int64
+		wantAdmitted int
+	}{
+		{"tenant limit binds", 10, 10},
+		{"session table bound", 1_000_000, 100_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := admissiontest.NewClock(backendtest.Epoch)
+			c := newController(t, clock, nil, sessionPolicies(1000, tc.tenantLimit)...)
+			ctx := context.Background()
+			// A quiet tenant's session, started before the flood.
+			quiet, err := c.TryAdmit(ctx, step("quiet", "s-1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			quiet.Done()
+			admitted := 0
+			for i := range 100_000 {
+				tk, err := c.TryAdmit(ctx, step("greedy", "s-"+strconv.Itoa(i)))
+				if err == nil {
+					admitted++
+					tk.Done()
+				} else if !errors.Is(err, admission.ErrRateLimited) {
+					t.Fatalf("request %d: %v", i, err)
+				}
+			}
+			if admitted != tc.wantAdmitted {
+				t.Errorf("admitted %d requests of invented sessions; want %d", admitted, tc.wantAdmitted)
+			}
+			for _, s := range c.Stats() {
+				if s.Partitions > 1000 {
+					t.Errorf("policy %s holds %d partitions; want <= 1000", s.Name, s.Partitions)
+				}
+				t.Logf("after 100000 invented sessions: policy %s holds %d partitions", s.Name, s.Partitions)
+			}
+			if tk, err := c.TryAdmit(ctx, step("quiet", "s-2")); err != nil {
+				t.Errorf("quiet tenant, new session: %v; want admitted", err)
+			} else {
+				tk.Done()
+			}
+		})
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // sessions is what the gateway derives from a policy file about agent
-// sessions (see docs/policy-file.md, "Sessions and budgets"):
+// sessions (see docs/sessions.md in the repository):
 //
 //   - A request's session comes from the identity.session headers (read
 //     by the middleware, X-Session-Id then Mcp-Session-Id by default),
