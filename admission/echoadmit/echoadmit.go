@@ -111,11 +111,15 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 					id, err = s.Identify(r)
 				}
 				tenant = id.Tenant
-				return admission.Request{
+				req := admission.Request{
 					Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
 					Addr:      s.Identity().ClientAddr(r),
 					Operation: m.OperationName(r.Method, c.Path()),
-				}, err
+				}
+				if err == nil {
+					req.Session, err = s.Session(r)
+				}
+				return req, err
 			}
 			var complete func(*admission.Request) error
 			if cfg.Request != nil {

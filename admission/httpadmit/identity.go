@@ -204,9 +204,10 @@ var (
 // unauthenticated returns err wrapped so that it matches
 // ErrUnauthenticated (and still err): WriteError answers it with 401 and
 // never shows its text. It returns nil for nil, and err itself when it
-// already matches ErrUnknownKey, ErrNoCredentials or ErrUnauthenticated.
+// already matches ErrUnknownKey, ErrNoCredentials or ErrUnauthenticated,
+// or ErrInvalidSession (answered 400: the caller was identified).
 func unauthenticated(err error) error {
-	if err == nil || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrUnauthenticated) {
+	if err == nil || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrInvalidSession) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnauthenticated, err)

@@ -765,10 +765,19 @@ func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.R
 		Addr:      o.identity.ClientAddr(r),
 		Operation: m.operation(o, r),
 	}
-	if o.sessions {
-		req.Session, err = o.identity.SessionOf(r)
-	}
+	req.Session, err = o.Session(r)
 	return req, err
+}
+
+// Session returns the agent session r carries under o
+// (IdentityConfig.SessionOf), or "" while no policy of o is keyed by
+// session: only then is the session header read, and refused when
+// invalid (ErrInvalidSession, which WriteError answers 400).
+func (o *Snapshot) Session(r *http.Request) (string, error) {
+	if !o.sessions {
+		return "", nil
+	}
+	return o.identity.SessionOf(r)
 }
 
 // Identify returns the validated identity of r: the WithIdentity
