@@ -1,5 +1,7 @@
 package apikey
 
+import "errors"
+
 // The identity rules of agent sessions, which every transport shares: a
 // session id is read from a request (a header, a body field, call
 // metadata) and counted under the caller's tenant by the policies keyed
@@ -11,6 +13,11 @@ const (
 	// MaxSessionLength is the largest bound a configuration may set.
 	MaxSessionLength = 1024
 )
+
+// ErrInvalidSession: a request names a session whose id ValidSession
+// refuses. A transport answers it as a bad request (HTTP 400), not as
+// unauthenticated: the caller was identified.
+var ErrInvalidSession = errors.New("invalid session id")
 
 // DefaultSessionHeaders are the headers read for a session id by
 // default, in order: X-Session-Id, then the MCP streamable HTTP

@@ -111,15 +111,11 @@ func Middleware(m *httpadmit.Middleware, cfg Config) echo.MiddlewareFunc {
 					id, err = s.Identify(r)
 				}
 				tenant = id.Tenant
-				req := admission.Request{
+				return admission.Request{
 					Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
 					Addr:      s.Identity().ClientAddr(r),
 					Operation: m.OperationName(r.Method, c.Path()),
-				}
-				if err == nil {
-					req.Session, err = s.Session(r)
-				}
-				return req, err
+				}, err
 			}
 			var complete func(*admission.Request) error
 			if cfg.Request != nil {

@@ -110,9 +110,18 @@ type IdentityConfig struct {
 	// RequireKey refuses callers without a credential with 401 instead of
 	// admitting them as the anonymous tenant.
 	RequireKey bool
-	// Session says which headers carry a request's agent session
-	// (admission.Request.Session).
-	Session SessionConfig
+	// SessionHeaders are the headers that may carry a request's agent
+	// session id (admission.Request.Session), tried in order. Nil means
+	// apikey.DefaultSessionHeaders; an empty, non-nil list reads none. A
+	// value that apikey.ValidSession refuses is answered 400
+	// (apikey.ErrInvalidSession), never used nor shortened. The
+	// middleware reads them only while a policy in force is keyed by
+	// session (limits.KeySession): a service without session policies
+	// never refuses a request for its session header.
+	SessionHeaders []string
+	// MaxSessionLength is the longest session id accepted, in bytes;
+	// zero means apikey.DefaultMaxSessionLength.
+	MaxSessionLength int
 
 	// canonical is set when KeyHeaders hold canonical header names, so
 	// that they index the header map directly.
@@ -122,37 +131,16 @@ type IdentityConfig struct {
 // normalize returns a copy of ic whose key headers are canonical.
 func (ic IdentityConfig) normalize() IdentityConfig {
 	ic.KeyHeaders = canonicalHeaders(ic.KeyHeaders)
-	ic.Session.Headers = canonicalHeaders(ic.Session.Headers)
+	ic.SessionHeaders = canonicalHeaders(ic.SessionHeaders)
 	ic.canonical = true
 	return ic
 }
 
-// SessionConfig says where a request's agent session id is read: the
-// first of Headers present. A value that apikey.ValidSession refuses is
-// answered 400 (ErrInvalidSession), never used nor shortened. The
-// middleware reads it only while a policy in force is keyed by session
-// (limits.KeySession): a service without session policies never refuses
-// a request for its session header.
-type SessionConfig struct {
-	// Headers are the headers that may carry the session id, tried in
-	// order. Nil means apikey.DefaultSessionHeaders; an empty, non-nil
-	// list reads none.
-	Headers []string
-	// MaxLength is the longest id accepted, in bytes; zero means
-	// apikey.DefaultMaxSessionLength.
-	MaxLength int
-}
-
-// ErrInvalidSession: the request names a session whose id
-// apikey.ValidSession refuses (empty, too long, or not printable ASCII).
-// It answers 400.
-var ErrInvalidSession = errors.New("invalid session id")
-
-// SessionOf returns the session id r carries in the first of the
-// session headers present, "" when none is, or ErrInvalidSession for a
-// value apikey.ValidSession refuses.
-func (ic *IdentityConfig) SessionOf(r *http.Request) (string, error) {
-	hs := ic.Session.Headers
+// sessionOf returns the session id r carries in the first of the
+// session headers present, "" when none is, or apikey.ErrInvalidSession
+// for a value apikey.ValidSession refuses (or a header sent twice).
+func (ic *IdentityConfig) sessionOf(r *http.Request) (string, error) {
+	hs := ic.SessionHeaders
 	if hs == nil {
 		hs = apikey.DefaultSessionHeaders
 	}
@@ -164,8 +152,8 @@ func (ic *IdentityConfig) SessionOf(r *http.Request) (string, error) {
 		if len(vs) == 0 {
 			continue
 		}
-		if len(vs) > 1 || !apikey.ValidSession(vs[0], ic.Session.MaxLength) {
-			return "", ErrInvalidSession
+		if len(vs) > 1 || !apikey.ValidSession(vs[0], ic.MaxSessionLength) {
+			return "", apikey.ErrInvalidSession
 		}
 		return vs[0], nil
 	}
@@ -205,9 +193,9 @@ var (
 // ErrUnauthenticated (and still err): WriteError answers it with 401 and
 // never shows its text. It returns nil for nil, and err itself when it
 // already matches ErrUnknownKey, ErrNoCredentials or ErrUnauthenticated,
-// or ErrInvalidSession (answered 400: the caller was identified).
+// or apikey.ErrInvalidSession (answered 400: the caller was identified).
 func unauthenticated(err error) error {
-	if err == nil || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrInvalidSession) {
+	if err == nil || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, apikey.ErrInvalidSession) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnauthenticated, err)

@@ -178,7 +178,7 @@ type Snapshot struct {
 	serverTiming bool
 	requestLog   func(*admission.Request, time.Time, admission.Usage, time.Duration)
 	// sessions is set while a policy is keyed by session: only then is a
-	// request's session read (IdentityConfig.SessionOf).
+	// request's session read (IdentityConfig.SessionHeaders).
 	sessions bool
 }
 
@@ -754,6 +754,9 @@ func (m *Middleware) Request(o *Snapshot, r *http.Request) (admission.Request, e
 func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
 	if fn != nil {
 		req, err := fn()
+		if err == nil && req.Session == "" {
+			req.Session, err = o.session(r)
+		}
 		return req, unauthenticated(err)
 	}
 	id, err := o.Identify(r)
@@ -765,19 +768,19 @@ func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.R
 		Addr:      o.identity.ClientAddr(r),
 		Operation: m.operation(o, r),
 	}
-	req.Session, err = o.Session(r)
+	req.Session, err = o.session(r)
 	return req, err
 }
 
-// Session returns the agent session r carries under o
-// (IdentityConfig.SessionOf), or "" while no policy of o is keyed by
-// session: only then is the session header read, and refused when
-// invalid (ErrInvalidSession, which WriteError answers 400).
-func (o *Snapshot) Session(r *http.Request) (string, error) {
+// session returns the agent session r carries under o
+// (IdentityConfig.SessionHeaders), or "" while no policy of o is keyed
+// by session: only then is the session header read, and refused when
+// invalid (apikey.ErrInvalidSession, which WriteError answers 400).
+func (o *Snapshot) session(r *http.Request) (string, error) {
 	if !o.sessions {
 		return "", nil
 	}
-	return o.identity.SessionOf(r)
+	return o.identity.sessionOf(r)
 }
 
 // Identify returns the validated identity of r: the WithIdentity
@@ -837,7 +840,7 @@ func (e *badRequest) Unwrap() error { return e.err }
 // function or the rejection contract (WriteRejection) for a
 // *admission.Rejection, nothing when the client is gone, 400 for an
 // error matching admission.ErrInvalidCost (problem type
-// problemInvalidCost), for ErrInvalidSession (problemInvalidSession) or
+// problemInvalidCost), for apikey.ErrInvalidSession (problemInvalidSession) or
 // of the WithRequest function, and 503 for
 // anything else (logged, never shown). The WithRejectionHandler function
 // is given r with a context that SetRejectionHeaders reads o's settings
@@ -882,7 +885,7 @@ func (o *Snapshot) writeError(w http.ResponseWriter, r *http.Request, err error,
 	case errors.Is(err, ErrBodyTimeout):
 		writeProblem(w, &problem{Type: problemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
 			Detail: "The request body was not received in time."})
-	case errors.Is(err, ErrInvalidSession):
+	case errors.Is(err, apikey.ErrInvalidSession):
 		writeProblem(w, &problem{Type: problemInvalidSession, Title: "Bad Request", Status: http.StatusBadRequest,
 			Detail: "The session id must be printable ASCII without spaces, within the length this service accepts."})
 	case errors.Is(err, admission.ErrInvalidCost):

@@ -25,7 +25,8 @@ const (
 	// the controller accepts (admission.ErrInvalidCost); answered 400.
 	problemInvalidCost = problemTypeBase + "invalid-cost"
 	// problemInvalidSession: the request's session id is not one
-	// ValidSession accepts (ErrInvalidSession); answered 400.
+	// apikey.ValidSession accepts (apikey.ErrInvalidSession); answered
+	// 400.
 	problemInvalidSession = problemTypeBase + "invalid-session"
 )
 

@@ -35,7 +35,7 @@ func TestSessionHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{Session: httpadmit.SessionConfig{MaxLength: 16}}))
+	mw, err := httpadmit.New(ctl, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{MaxSessionLength: 16}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func Options(f *config.File) []httpadmit.Option {
 		httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
 			KeyHeaders: id.KeyHeaders, Keys: id.Keys, TrustedProxies: id.TrustedProxies,
 			ClientIPHeader: id.ClientIPHeader, AnonymousTenant: id.AnonymousTenant, RequireKey: id.RequireKey,
-			Session: httpadmit.SessionConfig{Headers: id.Session.Headers, MaxLength: id.Session.MaxLength},
+			SessionHeaders: id.Session.Headers, MaxSessionLength: id.Session.MaxLength,
 		}),
 	}
 }

@@ -770,7 +770,7 @@ func (g *Gateway) identify(c echo.Context, st *state) (admission.Request, bool) 
 		st.classify(r, &req)
 		return req, true
 	}
-	if errors.Is(err, httpadmit.ErrInvalidSession) {
+	if errors.Is(err, apikey.ErrInvalidSession) {
 		// Identified, with a session header it refuses: not an
 		// authentication failure.
 		g.invalidSession(c)

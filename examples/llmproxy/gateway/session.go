@@ -11,7 +11,6 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
-	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -51,7 +50,7 @@ func newSessions(f *config.File) sessions {
 
 // fromBody returns the session the body names in the first of the
 // configured fields present, "" when none is, or
-// httpadmit.ErrInvalidSession for a value that is not a valid id (or
+// apikey.ErrInvalidSession for a value that is not a valid id (or
 // not a string). Field names match exactly, as the upstream reads them
 // (encoding/json's struct fields would also take "Metadata" or "USER");
 // the body was parsed strictly before, with no repeated key, so the
@@ -64,7 +63,7 @@ func (s *sessions) fromBody(body []byte) (string, error) {
 	var md map[string]json.RawMessage
 	if t := bytes.TrimSpace(top["metadata"]); len(t) > 0 && t[0] == '{' {
 		if json.Unmarshal(t, &md) != nil {
-			return "", httpadmit.ErrInvalidSession
+			return "", apikey.ErrInvalidSession
 		}
 	}
 	for _, f := range s.cfg.Body {
@@ -82,7 +81,7 @@ func (s *sessions) fromBody(body []byte) (string, error) {
 		}
 		var id string
 		if json.Unmarshal(raw, &id) != nil || !apikey.ValidSession(id, s.cfg.MaxLength) {
-			return "", httpadmit.ErrInvalidSession
+			return "", apikey.ErrInvalidSession
 		}
 		return id, nil
 	}
