@@ -46,3 +46,34 @@ func TestRefundAndChargeAllocateNothing(t *testing.T) {
 		t.Errorf("Admit, Refund and Charge: %v allocations; want 0", n)
 	}
 }
+
+// TestSessionAdmitAndDoneAllocateNothing: a session's key is built in the
+// ticket's buffer, so admitting and settling a request of a known session
+// allocates nothing.
+func TestSessionAdmitAndDoneAllocateNothing(t *testing.T) {
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
+		{Name: "session-steps", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession}, Unit: limits.UnitSteps,
+			Algorithm: limits.Quota, Per: 24 * time.Hour, Limit: limits.MaxAmount},
+		{Name: "tenant-rpm", Key: tenantKey, Algorithm: limits.TokenBucket, Limit: limits.MaxAmount, Per: time.Minute},
+	}}, admission.WithObserver(discard{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	units := []admission.UnitAmount{{Unit: limits.UnitSteps, Amount: 1}}
+	req := admission.Request{Tenant: "acme", Session: "run-1", Units: units}
+	tk, err := ctl.Admit(ctx, req) // creates the partitions
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done()
+	if n := testing.AllocsPerRun(200, func() {
+		tk, err := ctl.Admit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done()
+	}); n != 0 {
+		t.Errorf("Admit and Done of a session's request: %v allocations; want 0", n)
+	}
+}

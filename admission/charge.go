@@ -43,7 +43,7 @@ func (c *Controller) Charge(ctx context.Context, r Request, u Usage) error {
 	var errs []error
 	for _, p := range cfg.policies {
 		n, known := u.amount(p.unit)
-		if !p.Algorithm.IsRate() || !known || n == 0 || !p.Matches(r.Operation, r.Model) {
+		if !p.Algorithm.IsRate() || !known || n == 0 || !p.applies(&r) {
 			continue
 		}
 		t.ops = t.ops[:0]

@@ -79,6 +79,9 @@ type policy struct {
 	unit  limits.Unit
 	class int
 	index int
+	// bySession is set when the key holds limits.KeySession: the policy
+	// applies only to requests of a session.
+	bySession bool
 	*policyState
 }
 
@@ -260,6 +263,7 @@ func buildPolicies(list []Policy, old *PolicySet) []*policy {
 		}
 		p.base = p.Base()
 		p.class = p.evalClass()
+		p.bySession = p.KeyedBySession()
 		if old != nil {
 			if o, ok := old.byName[p.Name]; ok && compatible(&o.Policy, &p.Policy) {
 				p.policyState = o.policyState
@@ -369,6 +373,8 @@ func (p *policy) key(r *Request, buf []byte) (string, []byte) {
 			buf = append(buf, r.Model...)
 		case limits.KeyOperation:
 			buf = append(buf, r.Operation...)
+		case limits.KeySession:
+			buf = append(buf, r.Session...)
 		case limits.KeyIP:
 			if r.Addr.IsValid() {
 				buf = r.Addr.Unmap().AppendTo(buf)
@@ -497,10 +503,16 @@ func (c *Controller) issue(cfg *PolicySet, r *Request, now time.Time) *ticket {
 	return t
 }
 
-// match adds to t the policies of ps that match r.
+// applies reports whether p evaluates r (limits.Policy.AppliesTo): it
+// matches r, and r has a session when p is keyed by session.
+func (p *policy) applies(r *Request) bool {
+	return (r.Session != "" || !p.bySession) && p.Matches(r.Operation, r.Model)
+}
+
+// match adds to t the policies of ps that apply to r.
 func (t *ticket) match(ps []*policy, lims []limits.Limit, r *Request, allShadow bool, now time.Time) {
 	for _, p := range ps {
-		if !p.Matches(r.Operation, r.Model) {
+		if !p.applies(r) {
 			continue
 		}
 		t.add(p, lims, r, allShadow).renewed = now

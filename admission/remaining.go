@@ -38,7 +38,7 @@ func (c *Controller) Remaining(ctx context.Context, r Request, dst []Status) ([]
 	var t ticket // only its key buffer and ops: no pooled ticket, no lease
 	var errs []error
 	for _, p := range set.policies {
-		if !p.Matches(r.Operation, r.Model) {
+		if !p.applies(&r) {
 			continue
 		}
 		h := t.add(p, lims, &r, allShadow)

@@ -24,6 +24,11 @@ type Request struct {
 	KeyID string
 	// User is an end user inside the tenant, when known.
 	User string
+	// Session is the agent session the work belongs to, when known: an
+	// id the caller has checked (bounded in length, printable), which
+	// policies keyed by limits.KeySession count under the tenant. Empty
+	// means no session: those policies do not apply.
+	Session string
 	// Addr is the client address, already resolved through trusted proxies.
 	Addr netip.Addr
 	// Operation is the route or operation name policies match on.

@@ -598,6 +598,7 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 		field{"retry_hint", d.duration(&pol.RetryHint, false)},
 		field{"warn", d.warn(&info.Warn)},
 		field{"soft", d.boolean(&info.Soft)},
+		field{"budget", d.boolean(&info.Budget)},
 	)
 	if !ok {
 		return
@@ -668,6 +669,14 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 	}
 	pol.Match.Operations = ops
 	d.budgetPolicy(&pol, &info, path)
+	if at := d.lines[path+".budget"]; at != nil && info.Budget {
+		switch {
+		case pol.Algorithm != limits.Quota:
+			d.errorf(at, path+".budget", "only a quota is a budget (this policy is a %s)", pol.Algorithm)
+		case info.Soft:
+			d.errorf(at, path+".budget", "a soft quota never refuses: it cannot be a budget; remove budget (or soft)")
+		}
+	}
 	d.f.Config.Policies = append(d.f.Config.Policies, pol)
 	d.f.Policies = append(d.f.Policies, info)
 }
@@ -798,7 +807,9 @@ func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
 		field{"anonymous", d.str(&anonymous)},
 		field{"anonymous_tenant", d.str(&id.AnonymousTenant)},
 		field{"failed_auth", d.decodeFailedAuth},
+		field{"session", d.decodeSession},
 	)
+	d.checkSessionHeaders(path)
 	switch anonymous {
 	case "", "allow":
 	case "deny":

@@ -140,6 +140,12 @@ type PolicyInfo struct {
 	// runs in shadow mode and Warn holds 100.
 	Warn []int
 	Soft bool
+	// Budget marks a quota whose refusal is final for its partition (a
+	// session's budget of steps, tokens or cost): a program answers it
+	// as a refusal not to retry, naming the budget (llmproxy: 403 with
+	// x-should-retry: false and no Retry-After) rather than as a limit
+	// to wait for.
+	Budget bool
 }
 
 // Identity is the identity section.
@@ -160,6 +166,8 @@ type Identity struct {
 	// FailedAuth throttles failed authentication per client address, for
 	// a gateway that applies it (llmproxy does).
 	FailedAuth FailedAuth
+	// Session says where a request's agent session id comes from.
+	Session Session
 }
 
 // FailedAuth is the identity.failed_auth section: each client address
@@ -276,6 +284,7 @@ func defaults() *File {
 func edgeDefaults(f *File) *File {
 	f.Identity.FailedAuth = FailedAuth{Enabled: true, Limit: 20, Per: time.Minute, MaxAddresses: 1 << 16}
 	f.HTTP.BodyTimeout = DefaultBodyTimeout
+	f.Identity.Session = defaultSession()
 	return f
 }
 

@@ -110,6 +110,18 @@ type IdentityConfig struct {
 	// RequireKey refuses callers without a credential with 401 instead of
 	// admitting them as the anonymous tenant.
 	RequireKey bool
+	// SessionHeaders are the headers that may carry a request's agent
+	// session id (admission.Request.Session), tried in order. Nil means
+	// apikey.DefaultSessionHeaders; an empty, non-nil list reads none. A
+	// value that apikey.ValidSession refuses is answered 400
+	// (apikey.ErrInvalidSession), never used nor shortened. The
+	// middleware reads them only while a policy in force is keyed by
+	// session (limits.KeySession): a service without session policies
+	// never refuses a request for its session header.
+	SessionHeaders []string
+	// MaxSessionLength is the longest session id accepted, in bytes;
+	// zero means apikey.DefaultMaxSessionLength.
+	MaxSessionLength int
 
 	// canonical is set when KeyHeaders hold canonical header names, so
 	// that they index the header map directly.
@@ -118,15 +130,46 @@ type IdentityConfig struct {
 
 // normalize returns a copy of ic whose key headers are canonical.
 func (ic IdentityConfig) normalize() IdentityConfig {
-	if len(ic.KeyHeaders) > 0 {
-		hs := make([]string, len(ic.KeyHeaders))
-		for i, h := range ic.KeyHeaders {
-			hs[i] = textproto.CanonicalMIMEHeaderKey(h)
-		}
-		ic.KeyHeaders = hs
-	}
+	ic.KeyHeaders = canonicalHeaders(ic.KeyHeaders)
+	ic.SessionHeaders = canonicalHeaders(ic.SessionHeaders)
 	ic.canonical = true
 	return ic
+}
+
+// sessionOf returns the session id r carries in the first of the
+// session headers present, "" when none is, or apikey.ErrInvalidSession
+// for a value apikey.ValidSession refuses (or a header sent twice).
+func (ic *IdentityConfig) sessionOf(r *http.Request) (string, error) {
+	hs := ic.SessionHeaders
+	if hs == nil {
+		hs = apikey.DefaultSessionHeaders
+	}
+	for _, h := range hs {
+		vs := r.Header[h]
+		if !ic.canonical {
+			vs = r.Header.Values(h)
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		if len(vs) > 1 || !apikey.ValidSession(vs[0], ic.MaxSessionLength) {
+			return "", apikey.ErrInvalidSession
+		}
+		return vs[0], nil
+	}
+	return "", nil
+}
+
+// canonicalHeaders returns hs in canonical form (nil for nil).
+func canonicalHeaders(hs []string) []string {
+	if hs == nil {
+		return nil
+	}
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = textproto.CanonicalMIMEHeaderKey(h)
+	}
+	return out
 }
 
 // defaultAnonymousTenant is the tenant of unidentified callers.
@@ -149,9 +192,10 @@ var (
 // unauthenticated returns err wrapped so that it matches
 // ErrUnauthenticated (and still err): WriteError answers it with 401 and
 // never shows its text. It returns nil for nil, and err itself when it
-// already matches ErrUnknownKey, ErrNoCredentials or ErrUnauthenticated.
+// already matches ErrUnknownKey, ErrNoCredentials or ErrUnauthenticated,
+// or apikey.ErrInvalidSession (answered 400: the caller was identified).
 func unauthenticated(err error) error {
-	if err == nil || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrUnauthenticated) {
+	if err == nil || errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, apikey.ErrInvalidSession) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnauthenticated, err)

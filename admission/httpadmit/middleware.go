@@ -130,6 +130,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,6 +177,9 @@ type Snapshot struct {
 	retryAfterMs bool
 	serverTiming bool
 	requestLog   func(*admission.Request, time.Time, admission.Usage, time.Duration)
+	// sessions is set while a policy is keyed by session: only then is a
+	// request's session read (IdentityConfig.SessionHeaders).
+	sessions bool
 }
 
 // WithIdentityConfig sets how callers are identified (see IdentityConfig).
@@ -361,8 +365,14 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	if err := build(o, opts); err != nil {
 		return nil, err
 	}
+	o.sessions = keyedBySession(ctl.Policies())
 	m.cur.Store(o)
 	return m, nil
+}
+
+// keyedBySession reports whether a policy of ps is keyed by session.
+func keyedBySession(ps []admission.Policy) bool {
+	return slices.ContainsFunc(ps, func(p admission.Policy) bool { return p.KeyedBySession() })
 }
 
 // Apply installs the policies and plans of cfg with opts applied over
@@ -392,7 +402,7 @@ func (m *Middleware) Compile(cfg admission.Config, opts ...Option) (*Snapshot, e
 	if err != nil {
 		return nil, err
 	}
-	s.policies = set
+	s.policies, s.sessions = set, keyedBySession(cfg.Policies)
 	return &s, nil
 }
 
@@ -746,17 +756,33 @@ func (m *Middleware) Request(o *Snapshot, r *http.Request) (admission.Request, e
 func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.Request, error)) (admission.Request, error) {
 	if fn != nil {
 		req, err := fn()
+		if err == nil && req.Session == "" {
+			req.Session, err = o.session(r)
+		}
 		return req, unauthenticated(err)
 	}
 	id, err := o.Identify(r)
 	if err != nil {
 		return admission.Request{}, err
 	}
-	return admission.Request{
+	req := admission.Request{
 		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
 		Addr:      o.identity.ClientAddr(r),
 		Operation: m.operation(o, r),
-	}, nil
+	}
+	req.Session, err = o.session(r)
+	return req, err
+}
+
+// session returns the agent session r carries under o
+// (IdentityConfig.SessionHeaders), or "" while no policy of o is keyed
+// by session: only then is the session header read, and refused when
+// invalid (apikey.ErrInvalidSession, which WriteError answers 400).
+func (o *Snapshot) session(r *http.Request) (string, error) {
+	if !o.sessions {
+		return "", nil
+	}
+	return o.identity.sessionOf(r)
 }
 
 // Identify returns the validated identity of r: the WithIdentity
@@ -816,7 +842,8 @@ func (e *badRequest) Unwrap() error { return e.err }
 // function or the rejection contract (WriteRejection) for a
 // *admission.Rejection, nothing when the client is gone, 400 for an
 // error matching admission.ErrInvalidCost (problem type
-// problemInvalidCost) or of the WithRequest function, and 503 for
+// problemInvalidCost), for apikey.ErrInvalidSession (problemInvalidSession) or
+// of the WithRequest function, and 503 for
 // anything else (logged, never shown). The WithRejectionHandler function
 // is given r with a context that SetRejectionHeaders reads o's settings
 // from.
@@ -860,6 +887,9 @@ func (o *Snapshot) writeError(w http.ResponseWriter, r *http.Request, err error,
 	case errors.Is(err, ErrBodyTimeout):
 		writeProblem(w, &problem{Type: problemBodyTimeout, Title: "Request Timeout", Status: http.StatusRequestTimeout,
 			Detail: "The request body was not received in time."})
+	case errors.Is(err, apikey.ErrInvalidSession):
+		writeProblem(w, &problem{Type: problemInvalidSession, Title: "Bad Request", Status: http.StatusBadRequest,
+			Detail: "The session id must be printable ASCII without spaces, within the length this service accepts."})
 	case errors.Is(err, admission.ErrInvalidCost):
 		writeProblem(w, &problem{Type: problemInvalidCost, Title: "Bad Request", Status: http.StatusBadRequest,
 			Detail: "The request's estimated cost is negative or too large."})

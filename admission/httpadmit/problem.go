@@ -24,6 +24,10 @@ const (
 	// problemInvalidCost: the request's estimated cost is outside what
 	// the controller accepts (admission.ErrInvalidCost); answered 400.
 	problemInvalidCost = problemTypeBase + "invalid-cost"
+	// problemInvalidSession: the request's session id is not one
+	// apikey.ValidSession accepts (apikey.ErrInvalidSession); answered
+	// 400.
+	problemInvalidSession = problemTypeBase + "invalid-session"
 )
 
 var reasonTypes = [admission.NumReasons]string{

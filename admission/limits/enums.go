@@ -132,6 +132,13 @@ const (
 	KeyModel
 	// KeyOperation is the route or operation.
 	KeyOperation
+	// KeySession is the agent session the request belongs to, inside its
+	// tenant: a policy keyed by session is always keyed by tenant too
+	// (Validate), so a tenant's sessions are counted apart from another
+	// tenant's and a tenant inventing sessions stays under its own
+	// tenant-keyed policies. A request without a session is not counted
+	// by a session-keyed policy at all (see Policy.AppliesTo).
+	KeySession
 )
 
 var keyPartNames = [...]string{
@@ -143,6 +150,7 @@ var keyPartNames = [...]string{
 	KeyIPPrefix:  "ip_prefix",
 	KeyModel:     "model",
 	KeyOperation: "operation",
+	KeySession:   "session",
 }
 
 // String returns the name used in configuration files and metric labels.
@@ -258,4 +266,10 @@ const (
 	UnitInputTokens       Unit = "input_tokens"
 	UnitOutputTokens      Unit = "output_tokens"
 	UnitCachedInputTokens Unit = "cached_input_tokens"
+	// UnitSteps counts the steps of an agent session: each model call is
+	// one step, and so is each tool call, so that one budget bounds both.
+	// The caller supplies it in Request.Units (an amount of 1 for a
+	// step); a step is spent once the call is admitted, whatever it
+	// produced.
+	UnitSteps Unit = "steps"
 )

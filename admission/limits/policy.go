@@ -182,9 +182,25 @@ func (o Override) Apply(l Limit) Limit {
 
 // DecidedAtBegin reports whether admission.Controller.Begin decides the
 // policy: it needs nothing a request body tells (no model in its match or
-// key, a cost of one request) and never waits (no queue).
+// key, no session in its key, a cost of one request) and never waits (no
+// queue).
 func (p *Policy) DecidedAtBegin() bool {
-	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, KeyModel) && (p.Unit == "" || p.Unit == UnitRequests) && p.Queue.Size == 0
+	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, KeyModel) && !p.KeyedBySession() &&
+		(p.Unit == "" || p.Unit == UnitRequests) && p.Queue.Size == 0
+}
+
+// KeyedBySession reports whether the policy's key holds KeySession.
+func (p *Policy) KeyedBySession() bool { return slices.Contains(p.Key, KeySession) }
+
+// AppliesTo reports whether the policy evaluates a request for operation
+// and model that belongs to a session (hasSession): it Matches them, and
+// a policy keyed by session applies only to requests of a session. A
+// request without one is not counted under an invented session (which
+// every sessionless request of the tenant would share, so that a session
+// budget would become a tenant budget): the tenant's own policies bound
+// it.
+func (p *Policy) AppliesTo(operation, model string, hasSession bool) bool {
+	return (hasSession || !p.KeyedBySession()) && p.Matches(operation, model)
 }
 
 // Matches reports whether the policy applies to a request for operation
@@ -372,6 +388,9 @@ func (p *Policy) Validate(prefix string) error {
 	}
 	if seen[KeyGlobal] && len(p.Key) > 1 {
 		bad("key", "global cannot be combined with other key parts")
+	}
+	if seen[KeySession] && !seen[KeyTenant] {
+		bad("key", "session must be combined with tenant: a session is counted under its tenant")
 	}
 	return errors.Join(errs...)
 }

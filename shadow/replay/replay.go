@@ -384,7 +384,7 @@ func (r *run) decide(ctx context.Context, rec *requestlog.Record, req admission.
 // for a BeginOnly record, those Begin decides.
 func (r *run) countMatched(rec *requestlog.Record, req *admission.Request) {
 	for i := range r.policies {
-		if p := &r.policies[i]; p.Matches(req.Operation, req.Model) && (!rec.BeginOnly || p.DecidedAtBegin()) {
+		if p := &r.policies[i]; p.AppliesTo(req.Operation, req.Model, req.Session != "") && (!rec.BeginOnly || p.DecidedAtBegin()) {
 			r.stats[i].matched++
 		}
 	}

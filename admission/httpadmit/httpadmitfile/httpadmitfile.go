@@ -69,6 +69,7 @@ func Options(f *config.File) []httpadmit.Option {
 		httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
 			KeyHeaders: id.KeyHeaders, Keys: id.Keys, TrustedProxies: id.TrustedProxies,
 			ClientIPHeader: id.ClientIPHeader, AnonymousTenant: id.AnonymousTenant, RequireKey: id.RequireKey,
+			SessionHeaders: id.Session.Headers, MaxSessionLength: id.Session.MaxLength,
 		}),
 	}
 }

@@ -81,8 +81,12 @@ func rejectionCode(rej *admission.Rejection) string {
 
 // rejectionShape returns the status, error type and code of a rejection:
 // 429 for the caller's own limits, QuotaStatus for an exhausted quota, 503
-// when the shared upstream capacity or the limit store is the problem.
+// when the shared upstream capacity or the limit store is the problem,
+// and an exhausted budget's (budgetShape).
 func (st *state) rejectionShape(rej *admission.Rejection) (status int, typ, code string) {
+	if budget, session := st.budgetRefusal(rej); budget {
+		return budgetShape(session)
+	}
 	code = rejectionCode(rej)
 	status = limitheaders.StatusCode(rej, st.quota)
 	switch rej.Reason {
@@ -115,8 +119,11 @@ func unitPhrase(s admission.Status) string {
 }
 
 // rejectionMessage explains a rejection to the caller with its own
-// figures only.
-func rejectionMessage(rej *admission.Rejection) string {
+// figures only, by the state st it was decided with.
+func (st *state) rejectionMessage(rej *admission.Rejection) string {
+	if budget, session := st.budgetRefusal(rej); budget {
+		return budgetMessage(rej, session)
+	}
 	s := rej.Status
 	var what string
 	switch rej.Reason {
@@ -149,7 +156,9 @@ func rejectionMessage(rej *admission.Rejection) string {
 // upstream capacity or the limit store is the problem), Retry-After
 // (whole seconds, rounded up), retry-after-ms and x-should-retry (false
 // when the wait would outlast Config.GiveUpAfter or can never end), and
-// the limit headers. It is the gateway's one rejection renderer, and has
+// the limit headers. An exhausted budget (a quota marked budget: true)
+// is answered as one not to retry: see budgetShape. It is the
+// gateway's one rejection renderer, and has
 // the signature of httpadmit.WithRejectionHandler, which the gateway's
 // middleware is given.
 func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
@@ -169,9 +178,13 @@ func (g *Gateway) writeRejection(st *state, w http.ResponseWriter, r *http.Reque
 	}
 	g.setLimitHeaders(w, sts)
 	now := time.Now()
-	limitheaders.SetRetryHints(h, rej.RetryAfter, now, now.Add(g.cfg.GiveUpAfter))
+	retryAfter := rej.RetryAfter
+	if budget, _ := st.budgetRefusal(rej); budget {
+		retryAfter = limits.Never // spent for good: x-should-retry: false, no Retry-After
+	}
+	limitheaders.SetRetryHints(h, retryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(r.Context(), code)
-	writeError(w, status, typ, code, "", rejectionMessage(rej))
+	writeError(w, status, typ, code, "", st.rejectionMessage(rej))
 }
 
 // setLimitHeaders writes, for the enforced policies among ss, the

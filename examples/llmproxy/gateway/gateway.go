@@ -108,7 +108,19 @@
 // retry; x-should-retry: false says that waiting cannot help before a
 // client would give up (the request is larger than the limit, or a quota
 // is exhausted until its period ends), so the official SDKs neither hammer
-// the proxy nor give up on a wait they could make.
+// the proxy nor give up on a wait they could make. An exhausted budget (a
+// quota marked budget: true, such as a session's steps, tokens or cost)
+// is final: 403 with x-should-retry: false and no Retry-After, code
+// session_budget_exceeded (see docs/sessions.md).
+//
+// # Sessions
+//
+// A request's agent session comes from the identity.session headers
+// (X-Session-Id, then Mcp-Session-Id), else from its body
+// (metadata.session_id, metadata.user_id), while a policy is keyed by
+// session; an id that is not 1 to max_length printable ASCII is refused
+// with 400 invalid_session. Each model call is one step of the unit
+// steps while a policy counts them.
 //
 // Every response carries x-ratelimit-{limit,remaining,reset}-{requests,
 // tokens} for the tightest policy of each unit (reset as a Go duration,
@@ -429,7 +441,9 @@ type state struct {
 	shadow bool            // the Sluice-Would-Reject header
 	auth   *authLimiter
 	store  map[string]string // policy → its store, for the policies on a store
-	models map[string]bool   // the values of gen_ai.request.model besides OtherModel
+	// sessions: where sessions come from, which policies are budgets.
+	sessions sessions
+	models   map[string]bool // the values of gen_ai.request.model besides OtherModel
 }
 
 // New checks cfg, installs file and returns a Gateway admitting requests
@@ -551,7 +565,7 @@ func (g *Gateway) Apply(f *config.File) error {
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
 	}
-	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}, models: configuredModels(f)}
+	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}, models: configuredModels(f), sessions: newSessions(f)}
 	for _, p := range f.Config.Policies {
 		if p.Store != "" {
 			st.store[p.Name] = p.Store
@@ -755,6 +769,12 @@ func (g *Gateway) identify(c echo.Context, st *state) (admission.Request, bool) 
 	if err == nil {
 		st.classify(r, &req)
 		return req, true
+	}
+	if errors.Is(err, apikey.ErrInvalidSession) {
+		// Identified, with a session header it refuses: not an
+		// authentication failure.
+		g.invalidSession(c)
+		return admission.Request{}, false
 	}
 	st.auth.failed(ctx, addr)
 	g.unauthorized(c, err)

@@ -64,7 +64,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	}()
 	x := exchange{g: g, c: c}
 	var body []byte
-	if x.est, body, ok = g.readAndPrice(c, rt.endpoint); !ok || !g.checkModel(c, x.est.Model) {
+	if x.est, body, ok = g.readAndPrice(c, rt.endpoint); !ok || !g.checkModel(c, x.est.Model) || !g.session(c, st, body, &req) {
 		return nil
 	}
 	var src weights.PriceSource

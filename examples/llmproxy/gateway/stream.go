@@ -225,7 +225,7 @@ func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
 func (x *exchange) cutStream(rej *admission.Rejection) {
 	x.g.m.count(context.Background(), x.g.m.streamsCut, rejectionCode(rej))
 	_, typ, code := x.st.rejectionShape(rej)
-	x.writeStreamError(typ, code, rejectionMessage(rej))
+	x.writeStreamError(typ, code, x.st.rejectionMessage(rej))
 }
 
 // writeStreamError appends an error event to a stream: "data:
