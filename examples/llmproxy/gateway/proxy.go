@@ -67,8 +67,16 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	if x.est, body, ok = g.readAndPrice(c, rt.endpoint); !ok || !g.checkModel(c, x.est.Model) {
 		return nil
 	}
+	if rt.endpoint == weights.EndpointResponses {
+		// A chain's recorded size, a background slot (see ResponsesAPI).
+		if x.rsp, ok = g.responsesCall(c, st, req.Tenant, body, &x.est); !ok {
+			return nil
+		}
+		defer x.rsp.release(g.responses)
+	}
 	var src weights.PriceSource
 	if x.price, x.priced, src, err = g.amounts(st, &x.est, &req); err == nil {
+		x.rsp.reserve(&req, x.priced)
 		if src == weights.PriceFallback {
 			g.m.count(ctx, g.m.fallbackPrices, "fallback")
 		}
@@ -126,6 +134,12 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		g.upstreamError(c, resp, data)
 		return nil
 	}
+	if x.background(data) {
+		// The background watch owns the reservation now.
+		tk, x.tk = admission.Ticket{}, admission.Ticket{}
+		g.writeUpstream(c, resp, data)
+		return nil
+	}
 	// The usage the upstream reports is checked against the request: a
 	// missing or implausible figure is charged as reserved, never as
 	// nothing, and counted.
@@ -133,6 +147,9 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	u, fb := x.est.CheckUsage(rep)
 	if fb != weights.FallbackNone {
 		g.m.count(ctx, g.m.usageFallbacks, fb.String())
+	}
+	if x.rsp != nil {
+		x.rsp.answered(g, weights.ReadResponseInfo(data), u)
 	}
 	x.settle(u)
 	if err != nil {
@@ -268,6 +285,8 @@ type exchange struct {
 	arrived, admitted time.Time
 
 	gen genAIKey // the GenAI metrics' attributes
+
+	rsp *responseCall // a Responses API call; nil on other routes
 }
 
 // usage converts upstream usage to the admission figures: tokens, the
@@ -276,7 +295,7 @@ type exchange struct {
 func (x *exchange) usage(buf []admission.UnitAmount, u weights.Usage) admission.Usage {
 	au := tokenunits.Usage(buf, u.Units())
 	if x.priced {
-		au.Cost, au.CostKnown = x.price.CostMicros(u), true
+		au.Cost, au.CostKnown = satSum(x.price.CostMicros(u), x.rsp.feeMicros()), true
 	}
 	return au
 }

@@ -128,6 +128,9 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		per := g.now().Sub(first).Seconds() / float64(u.OutputTokens-1)
 		g.genai.tpot.RecordSet(x.c.Request().Context(), per, g.genai.set(x.gen))
 	}
+	if x.rsp != nil {
+		x.rsp.answered(g, res.Response, u)
+	}
 	x.settle(u)
 }
 
