@@ -134,6 +134,14 @@ func TestResponsesSDK(t *testing.T) {
 		t.Fatalf("chained usage %+v; want the chain of %d tokens read (cached)", chained.Usage, first.Usage.TotalTokens)
 	}
 
+	// Chained on the streamed one: its size was read from its events.
+	if _, err := client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-4o-mini", MaxOutputTokens: openai.Int(100), PreviousResponseID: openai.String(completed.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Now backwards.")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Another tenant: a 404 for the first's id, as for an id nobody has.
 	other := openai.NewClient(option.WithBaseURL(s.URL+"/v1"), option.WithAPIKey(batchKeyB), option.WithMaxRetries(0))
 	var theirs, unknown *openai.Error
@@ -200,13 +208,21 @@ func TestResponsesSDK(t *testing.T) {
 	}
 
 	recs := logged(t, rl, path, "POST /v1/responses")
-	if len(recs) != 5 { // plain, stream, chained, background, refused
-		t.Fatalf("%d records of POST /v1/responses; want 5", len(recs))
+	if len(recs) != 6 { // plain, stream, chained twice, background, refused
+		t.Fatalf("%d records of POST /v1/responses; want 6", len(recs))
 	}
 	ratio := func(r requestlog.Record) float64 { return float64(r.Tokens) / float64(r.Actual.Tokens) }
-	plain, chain, bgRec := recs[0], recs[2], recs[3]
+	plain, chain, bgRec := recs[0], recs[2], recs[4]
 	if chain.Tokens < first.Usage.TotalTokens {
 		t.Errorf("the chained call reserved %d tokens; want at least the recorded chain, %d", chain.Tokens, first.Usage.TotalTokens)
+	}
+	for _, r := range recs[2:4] {
+		if r.Tokens >= gateway.DefaultUnknownChainTokens {
+			t.Errorf("a chained call reserved %d tokens: priced as an unknown chain, not from its record", r.Tokens)
+		}
+	}
+	if recs[3].Tokens < completed.Usage.TotalTokens {
+		t.Errorf("the call chained on a stream reserved %d tokens; want at least the recorded chain, %d", recs[3].Tokens, completed.Usage.TotalTokens)
 	}
 	for _, r := range []requestlog.Record{plain, chain} {
 		if r.Actual.Tokens <= 0 || r.Tokens < r.Actual.Tokens {
