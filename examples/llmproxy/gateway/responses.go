@@ -337,8 +337,9 @@ func satMul(a, b int64) int64 {
 type responseCall struct {
 	rr   responsesRequest
 	fees toolFees
-	// charged is the tool fees to add to its cost: reserved until it is
-	// answered, then those of its calls.
+	// charged is the tool fees to add to its cost: none until it is
+	// answered (a call that fails runs no tool), then those of its
+	// calls.
 	charged int64
 	// slot is set while it holds a background slot.
 	slot   bool
@@ -411,8 +412,8 @@ func (rc *responseCall) reserve(req *admission.Request, priced bool) {
 	if rc == nil || !priced {
 		return
 	}
-	rc.charged = rc.fees.micros(min(rc.rr.webSearch, 1), min(rc.rr.fileSearch, 1))
-	req.Cost = min(satSum(req.Cost, rc.charged), limits.MaxAmount)
+	fees := rc.fees.micros(min(rc.rr.webSearch, 1), min(rc.rr.fileSearch, 1))
+	req.Cost = min(satSum(req.Cost, fees), limits.MaxAmount)
 }
 
 // release gives back a background slot the call did not hand over.

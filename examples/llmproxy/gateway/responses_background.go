@@ -170,8 +170,8 @@ func (rs *responses) tick(id string, h *held) {
 		rs.mu.Unlock()
 		return
 	}
-	if held := rs.clock.Now().Sub(h.opened); held >= rs.cfg.MaxHold {
-		rs.g.log.Warn("llmproxy: background response held too long, settled at its estimate", "response", id, "held", held.String())
+	if d := rs.clock.Now().Sub(h.opened); d >= rs.cfg.MaxHold {
+		rs.g.log.Warn("llmproxy: background response held too long, settled at its estimate", "response", id, "held", d.String())
 		rs.endLocked(id, h, nil)
 		rs.mu.Unlock()
 		return

@@ -163,7 +163,8 @@ func TestResponseIDsNeverForwarded(t *testing.T) {
 
 // TestResponsesToolFees: a call declaring web_search and file_search
 // reserves one call of each at the file's tool_calls prices on top of
-// its tokens, and is settled at the calls its output lists.
+// its tokens, and is settled at the calls its output lists; one the
+// upstream fails is charged no fee.
 func TestResponsesToolFees(t *testing.T) {
 	const policy = `
 policies:
@@ -171,14 +172,22 @@ policies:
 prices:
   tool_calls: {web_search: 25, file_search: 2.5}
 `
-	s, rl, path := responsesStack(t, policy, nil)
+	s, rl, path := responsesStack(t, policy, func(gc *gatewaySetup, _ *upstream.Config) {
+		gc.ForwardHeaders = []string{"X-Sim-*"}
+	})
 	body := map[string]any{"model": "gpt-4o-mini", "input": "Search the news.", "max_output_tokens": 40,
 		"tools": []any{map[string]any{"type": "web_search"}, map[string]any{"type": "web_search_preview"}, map[string]any{"type": "file_search", "vector_store_ids": []string{"vs_1"}}}}
 	code, o := s.respond(t, keyA, body)
 	if code != 200 {
 		t.Fatalf("%d %s", code, o.raw)
 	}
+	if code, _ := s.respond(t, keyA, body, "X-Sim-Fault", "500"); code != 500 {
+		t.Fatalf("a failed call: %d; want the upstream's 500", code)
+	}
 	recs := logged(t, rl, path, "POST /v1/responses")
+	if len(recs) != 2 || recs[1].Actual.Cost != 0 || !recs[1].Actual.CostKnown {
+		t.Fatalf("records %+v; want the failed call settled at nothing, no tool fee", recs)
+	}
 	price := weights.DefaultPrices()["gpt-4o-mini"]
 	est, err := s.est.EstimateEndpoint(weights.EndpointResponses, mustJSON(body))
 	if err != nil {
