@@ -118,6 +118,9 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		if timer.Stop() {
 			x.stream(uctx, cancel, resp, injected)
+			if x.rsp.handedOver() {
+				tk = admission.Ticket{} // the background watch's now
+			}
 		} else {
 			g.upstreamFailed(c, ctx, context.DeadlineExceeded)
 		}
@@ -135,8 +138,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		return nil
 	}
 	if x.background(data) {
-		// The background watch owns the reservation now.
-		tk, x.tk = admission.Ticket{}, admission.Ticket{}
+		tk = admission.Ticket{} // the background watch's now
 		g.writeUpstream(c, resp, data)
 		return nil
 	}

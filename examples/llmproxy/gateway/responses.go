@@ -71,7 +71,9 @@ import (
 // open, the gateway MaxBackground (429 too_many_background_responses
 // beyond, before anything is admitted). The open reservations live in
 // the gateway's memory. A background call that also streams is settled
-// when its stream ends, as any stream.
+// when its stream completes, as any stream; when its stream ends before
+// (the client left, the stream was cut), the response runs on at the
+// provider and its reservation is held as above.
 //
 // # Built-in tools
 //
@@ -341,10 +343,15 @@ type responseCall struct {
 	// answered (a call that fails runs no tool), then those of its
 	// calls.
 	charged int64
-	// slot is set while it holds a background slot.
-	slot   bool
-	tenant string
+	// slot is set while it holds a background slot; handed once its
+	// reservation went to the background watch.
+	slot, handed bool
+	tenant       string
 }
+
+// handedOver reports whether the call's reservation went to the
+// background watch; false for a nil call.
+func (rc *responseCall) handedOver() bool { return rc != nil && rc.handed }
 
 // feeMicros returns the tool fees to charge; zero for a nil call.
 func (rc *responseCall) feeMicros() int64 {
@@ -394,7 +401,7 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body [
 	}
 	est.InputTokens = min(satSum(est.InputTokens, chain), limits.MaxAmount)
 	rc := &responseCall{rr: rr, fees: feesOf(st.file), tenant: tenant}
-	if rr.background && !est.Stream {
+	if rr.background {
 		if !rs.takeSlot(tenant) {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(int(rs.cfg.PollInterval/time.Second)+1))
 			g.batchError(c, http.StatusTooManyRequests, "invalid_request_error", "too_many_background_responses", "background",
@@ -437,36 +444,43 @@ func (rc *responseCall) answered(g *Gateway, info weights.ResponseInfo, u weight
 
 // background reports whether the upstream's answer data to a call
 // created with background: true is a response still running, and if so
-// hands the exchange's reservation to the background watch: the caller
-// then neither settles it nor releases its slot. A running response
-// whose id is not valid cannot be watched: its reservation is kept at
-// the estimate, as a batch's is.
+// hands its reservation to the background watch (handOver).
 func (x *exchange) background(data []byte) bool {
-	rc := x.rsp
-	if rc == nil || !rc.slot {
+	if x.rsp == nil || !x.rsp.slot {
 		return false
 	}
 	info := weights.ReadResponseInfo(data)
 	if !running(info.Status) {
 		return false
 	}
-	rs := x.g.responses
-	rc.slot = false
-	if !ValidObjectID(info.ID) {
+	x.handOver(info.ID)
+	return true
+}
+
+// handOver gives the exchange's reservation and background slot to the
+// background watch, which holds them until response id ends: the
+// exchange then neither settles the ticket nor releases the slot (nor
+// does its handler, see handedOver). A running response whose id is not
+// valid cannot be watched: its reservation is kept at the estimate, as
+// a batch's is.
+func (x *exchange) handOver(id string) {
+	rc, rs := x.rsp, x.g.responses
+	rc.slot, rc.handed = false, true
+	defer func() { x.tk = admission.Ticket{} }()
+	if !ValidObjectID(id) {
 		rs.freeSlot(rc.tenant)
 		x.g.logAdmitted(&x.req, x.arrived, admission.Usage{}, x.admitted)
 		x.tk.Done()
 		x.g.m.count(context.Background(), x.g.m.upstreamFailures, "bad_response")
 		x.g.log.Error("llmproxy: a background response without a valid id; its reservation is kept at the estimate")
-		return true
+		return
 	}
-	rs.hold(info.ID, &held{
+	rs.hold(id, &held{
 		tenant: rc.tenant, tk: x.tk, est: x.est, price: x.price, priced: x.priced, fees: rc.fees,
 		req: x.req, arrived: x.arrived, admitted: x.admitted,
 	})
 	u := weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: x.est.OutputTokens}
-	rs.record(rc.tenant, info.ID, u) // its owner, and its size at most
-	return true
+	rs.record(rc.tenant, id, u) // its owner, and its size at most
 }
 
 // running reports whether a response status is that of a response still

@@ -346,3 +346,49 @@ func TestResponsesSharedOnRedis(t *testing.T) {
 		t.Errorf("records %+v; want the chained call reserved %d + %d", recs, recs[0].Tokens, first.Usage.TotalTokens)
 	}
 }
+
+// TestBackgroundStreamCut: a background response whose stream ends
+// before it completes (here the upstream cuts it; a client that leaves
+// is the same) runs on at the provider: its reservation is held, not
+// settled at what the stream carried, until the gateway sees it end.
+func TestBackgroundStreamCut(t *testing.T) {
+	s := batchGateway(t, responsesPolicy, func(gc *gatewaySetup, sc *upstream.Config) {
+		sc.OutputTokens = 20
+		gc.ForwardHeaders = []string{"X-Sim-*"}
+		gc.Responses = gateway.ResponsesAPI{PollInterval: time.Minute}
+	})
+	left := func() int64 { return s.remainingOf(t, "a", "POST /v1/responses", "resp-tokens") }
+	full := left()
+	b := mustJSON(map[string]any{"model": "gpt-4o-mini", "input": "Tell a story.", "max_output_tokens": 60, "background": true, "stream": true})
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/responses", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	req.Header.Set("X-Sim-Fault", "cut")
+	resp, data := roundTrip(t, req)
+	if resp.StatusCode != 200 || !strings.Contains(string(data), "response.created") || strings.Contains(string(data), "response.completed") {
+		t.Fatalf("cut stream: %d %s", resp.StatusCode, data)
+	}
+	var created struct{ Response struct{ ID string } }
+	line := string(data)[strings.Index(string(data), "data: ")+6:]
+	json.Unmarshal([]byte(line[:strings.Index(line, "\n")]), &created)
+	reserved := full - left()
+	est, err := s.est.EstimateEndpoint(weights.EndpointResponses, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reserved != est.InputTokens+est.OutputTokens {
+		t.Fatalf("after the cut: %d tokens held; want the reservation, %d", reserved, est.InputTokens+est.OutputTokens)
+	}
+	waitFor(t, "the cut background response settled by the gateway's poll", func() bool {
+		if left() != full-reserved {
+			return true
+		}
+		s.clk.Advance(time.Minute)
+		return false
+	})
+	code, body := objectCall(t, s.URL, keyA, http.MethodGet, "/v1/responses/"+created.Response.ID)
+	var o respObject
+	json.Unmarshal([]byte(body), &o)
+	if code != 200 || o.Status != "completed" || left() != full-o.Usage.TotalTokens {
+		t.Errorf("%d tokens left; want %d, the %d of the completed response (%d %s)", left(), full-o.Usage.TotalTokens, o.Usage.TotalTokens, code, body)
+	}
+}
