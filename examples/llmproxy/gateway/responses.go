@@ -53,7 +53,9 @@ import (
 // gateway has no record of, gets a 404 in OpenAI's error shape, the same
 // answer for both. An id is 1 to 128 ASCII letters, digits, - and _; the
 // query of input_items is rebuilt from the parameters it knows (limit,
-// order, after, before, include), each checked. The routes are limited
+// order, after, before, include), each checked; that of the other routes
+// is dropped (a retrieval is answered as an object, never as a resumed
+// stream). The routes are limited
 // by requests only: policies match them as "GET /v1/responses/{id}",
 // "DELETE /v1/responses/{id}", "GET /v1/responses/{id}/input_items" and
 // "POST /v1/responses/{id}/cancel".
