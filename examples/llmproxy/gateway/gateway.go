@@ -135,6 +135,8 @@
 // llmproxy_client_cancels_total, llmproxy_streams_active,
 // llmproxy_streams_cut_total, llmproxy_stream_charges_total,
 // llmproxy_batches_open, llmproxy_batches_ended_total by outcome,
+// llmproxy_responses_background_open,
+// llmproxy_responses_background_ended_total by outcome,
 // llmproxy_auth_failures_total and llmproxy_auth_throttled_total; with
 // upstream stores, llmproxy_provider_throttled_total by outcome and the
 // gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit

@@ -473,6 +473,7 @@ func (x *exchange) handOver(id string) {
 		rs.freeSlot(rc.tenant)
 		x.g.logAdmitted(&x.req, x.arrived, admission.Usage{}, x.admitted)
 		x.tk.Done()
+		rs.end("unwatchable")
 		x.g.m.count(context.Background(), x.g.m.upstreamFailures, "bad_response")
 		x.g.log.Error("llmproxy: a background response without a valid id; its reservation is kept at the estimate")
 		return

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/internal/tokenunits"
 	"github.com/sluicehq/sluice/shadow/requestlog"
@@ -22,6 +24,9 @@ type responses struct {
 	cfg     ResponsesAPI
 	clock   admission.Clock
 	records responseRecords
+	// Metrics: the reservations open, and the reservations ended by how.
+	openGauge metric.Int64UpDownCounter
+	ended     metric.Int64Counter
 
 	mu        sync.Mutex
 	slots     int            // background slots taken: open or being created
@@ -81,7 +86,17 @@ func newResponses(g *Gateway, cfg ResponsesAPI, clock admission.Clock) (*respons
 		rs.records = newMemRecords(cfg.MaxRecords, cfg.MaxRecordsPerTenant)
 	}
 	rs.ctx, rs.cancel = context.WithCancel(context.Background())
-	return rs, nil
+	var errs [2]error
+	rs.openGauge, errs[0] = g.meter.Int64UpDownCounter("llmproxy.responses.background.open",
+		metric.WithDescription("Background responses whose reservation is open, watched until they end."), metric.WithUnit("{response}"))
+	rs.ended, errs[1] = g.meter.Int64Counter("llmproxy.responses.background.ended",
+		metric.WithDescription("Background response reservations ended, by outcome: the response's final status (completed, incomplete, failed, cancelled, other), held_too_long (settled at the estimate after MaxHold) or unwatchable (a running response without a valid id)."), metric.WithUnit("{response}"))
+	return rs, errors.Join(errs[:]...)
+}
+
+// end counts a reservation ended, by outcome (a closed set).
+func (rs *responses) end(outcome string) {
+	rs.ended.Add(context.Background(), 1, rs.g.m.opt("outcome", outcome))
 }
 
 // close stops the polls; open reservations stay charged at their
@@ -151,6 +166,7 @@ func (rs *responses) hold(id string, h *held) {
 		rs.endLocked(id, old, nil)
 	}
 	rs.open[id] = h
+	rs.openGauge.Add(context.Background(), 1)
 	rs.armLocked(id, h)
 }
 
@@ -233,13 +249,22 @@ func (rs *responses) endLocked(id string, h *held, data []byte) {
 		h.timer.Stop()
 	}
 	rs.freeSlotLocked(h.tenant)
+	rs.openGauge.Add(context.Background(), -1)
 	g := rs.g
 	if data == nil {
 		g.logAdmitted(&h.req, h.arrived, admission.Usage{}, h.admitted)
 		h.tk.Done()
+		rs.end("held_too_long")
 		return
 	}
 	info := weights.ReadResponseInfo(data)
+	// Counted once settled and logged.
+	switch info.Status {
+	case "completed", "incomplete", "failed", "cancelled":
+		defer rs.end(info.Status)
+	default:
+		defer rs.end("other")
+	}
 	rep, err := weights.ReadUsage(data)
 	if (info.Status == "failed" || info.Status == "cancelled") && (err != nil || !rep.Found() || rep.Usage.TotalTokens() == 0) {
 		au := tokenunits.Usage(nil, weights.TokenUnits{})

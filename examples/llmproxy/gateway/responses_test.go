@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -220,9 +221,11 @@ func mustJSON(v any) []byte {
 // gateway's own poll sees it complete; one that runs past MaxHold is
 // settled at its estimate, and its slot freed.
 func TestBackgroundResponses(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
 	s := batchGateway(t, responsesPolicy, func(gc *gatewaySetup, sc *upstream.Config) {
 		sc.OutputTokens, sc.BackgroundDelay = 20, time.Hour
 		gc.Responses = gateway.ResponsesAPI{PollInterval: time.Minute, MaxHold: 3 * time.Hour, MaxBackgroundPerTenant: 2}
+		gc.opts = append(gc.opts, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	})
 	left := func() int64 { return s.remainingOf(t, "a", "POST /v1/responses", "resp-tokens") }
 	bg := map[string]any{"model": "gpt-4o-mini", "input": "Think for a while.", "max_output_tokens": 60, "background": true}
@@ -264,6 +267,12 @@ func TestBackgroundResponses(t *testing.T) {
 	})
 	if got := left(); got <= full-reserved || got == full {
 		t.Errorf("after completion: %d tokens left; want its usage charged (less than its reservation of %d)", got, reserved)
+	}
+	if got := sumCounter(t, reader, "llmproxy.responses.background.ended", "outcome"); got["completed"] != 1 || got["cancelled"] != 1 || len(got) != 2 {
+		t.Errorf("llmproxy.responses.background.ended = %v; want one completed, one cancelled", got)
+	}
+	if got := sumCounter(t, reader, "llmproxy.responses.background.open", "")[""]; got != 0 {
+		t.Errorf("llmproxy.responses.background.open = %d; want 0", got)
 	}
 
 	// Past MaxHold, a response that never completes is settled at its
