@@ -98,9 +98,10 @@ type ResponsesAPI struct {
 	UnknownChainTokens int64
 	// RefuseUnknownChains refuses (404, as an unknown response) a call
 	// whose previous_response_id its tenant has no record of, instead of
-	// pricing it at UnknownChainTokens: a tenant then never continues a
-	// chain the gateway did not see it create, at the price of refusing
-	// its own evicted ones.
+	// pricing it at UnknownChainTokens, and (400) one naming a
+	// conversation: a tenant then never continues a chain the gateway
+	// did not see it create, at the price of refusing its own evicted
+	// ones. A record the store cannot read is then a 503.
 	RefuseUnknownChains bool
 	// RecordTTL is how long the records stay on Redis after their last
 	// write (WithResponseRecords); zero means DefaultResponseRecordTTL.
@@ -385,10 +386,15 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body [
 	chain := int64(0)
 	if rr.previous != "" {
 		n, found, err := rs.records.get(ctx, tenant, rr.previous)
-		if err != nil {
-			g.log.WarnContext(ctx, "llmproxy: reading a response record failed; the chain is priced as unknown", "err", err)
-		}
 		switch {
+		case err != nil && rs.cfg.RefuseUnknownChains:
+			g.log.ErrorContext(ctx, "llmproxy: reading a response record failed", "err", err)
+			writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
+				"The gateway cannot look the previous response up right now. Please retry.")
+			return nil, false
+		case err != nil:
+			g.log.WarnContext(ctx, "llmproxy: reading a response record failed; the chain is priced as unknown", "err", err)
+			chain = rs.cfg.UnknownChainTokens
 		case found:
 			chain = n
 		case rs.cfg.RefuseUnknownChains:
@@ -399,6 +405,13 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body [
 		}
 	}
 	if rr.conversation {
+		if rs.cfg.RefuseUnknownChains {
+			// The gateway serves no Conversations API: a conversation
+			// was made elsewhere, and may be anyone's.
+			g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "conversation",
+				"This gateway does not serve conversations: continue a response with previous_response_id.")
+			return nil, false
+		}
 		chain = satSum(chain, rs.cfg.UnknownChainTokens)
 	}
 	est.InputTokens = min(satSum(est.InputTokens, chain), limits.MaxAmount)

@@ -122,6 +122,9 @@ func TestResponsesChainPricing(t *testing.T) {
 	if c, o := strict.respond(t, keyA, map[string]any{"model": "gpt-4o-mini", "input": "Hi.", "previous_response_id": mine.ID}); c != 200 {
 		t.Errorf("strict: the owner's chain: %d %s; want 200", c, o.raw)
 	}
+	if c, o := strict.respond(t, keyA, map[string]any{"model": "gpt-4o-mini", "input": "Hi.", "conversation": "conv_1"}); c != 400 {
+		t.Errorf("strict: a conversation: %d %s; want 400", c, o.raw)
+	}
 }
 
 // TestResponseIDsNeverForwarded: an id that is not 1 to 128 letters,
