@@ -66,6 +66,10 @@ type StreamResult struct {
 	// ErrorMessage is the message of an error event, if the upstream sent
 	// one.
 	ErrorMessage string
+	// Response is what the Responses API events' response objects said
+	// (response.created, response.completed...): the response's id, its
+	// last status and the built-in tool calls of its final output.
+	Response ResponseInfo
 	// Events is the number of events seen.
 	Events int
 	// Stripped is the number of usage-only events removed from the output.
@@ -457,6 +461,7 @@ type streamEvent struct {
 	Message  json.RawMessage `json:"message"`
 	Error    json.RawMessage `json:"error"`
 	Response *struct {
+		responseFields
 		Usage *rawUsage       `json:"usage"`
 		Error json.RawMessage `json:"error"`
 	} `json:"response"`
@@ -561,6 +566,9 @@ func (s *StreamReader) handleEvent(eventType string, data []byte) (drop bool) {
 	}
 	if msg != "" && s.res.ErrorMessage == "" {
 		s.res.ErrorMessage = msg
+	}
+	if ev.Response != nil {
+		s.res.Response = s.res.Response.merge(ev.Response.info())
 	}
 	switch ev.Type {
 	case "response.completed", "response.incomplete", "response.failed", "message_stop":

@@ -174,7 +174,7 @@ func TestStreamResults(t *testing.T) {
 	}{
 		{"usage CRLF", StreamResult{Usage: testUsageWant, Reported: true, Completed: true, Events: 7}},
 		{"usage CR", StreamResult{Usage: testUsageWant, Reported: true, Completed: true, Events: 7}},
-		{"responses", StreamResult{Usage: Usage{InputTokens: 12, OutputTokens: 2}, Reported: true, Completed: true, Events: 4}},
+		{"responses", StreamResult{Usage: Usage{InputTokens: 12, OutputTokens: 2}, Reported: true, Completed: true, Response: ResponseInfo{ID: "resp_1", Status: "completed"}, Events: 4}},
 		{"comments", StreamResult{Usage: testUsageWant, Reported: true, Completed: true, Events: 5}},
 		{"multi-line", StreamResult{Usage: Usage{InputTokens: 3, OutputTokens: 1}, Reported: true, Completed: true, Events: 3}},
 		// Errors: the fallback counts what was streamed ("Hi" is one token

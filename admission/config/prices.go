@@ -28,6 +28,9 @@ import (
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //	  aliases:            # a name priced as another model (an Azure deployment, an in-house name)
 //	    prod-chat: gpt-4o-mini
+//	  tool_calls:         # built-in tool fees, in US dollars per thousand calls
+//	    web_search: 10    # the default: $10 per 1,000 web_search calls
+//	    file_search: 2.5  # the default: $2.50 per 1,000 file_search calls
 //
 // The section is optional; without it the built-in table applies and
 // unpriced models are refused. The program turns it into a price table
@@ -48,7 +51,19 @@ type Prices struct {
 	// (built-in or the file's; the fallback does not count). An alias
 	// may not also be an entry of Models.
 	Aliases map[string]string
+	// ToolCalls are the fees of the Responses API's built-in tools, in US
+	// dollars per thousand calls, by tool: web_search and file_search (no
+	// other key is accepted). A tool left out costs its default, which
+	// the gateway documents (OpenAI's list prices: 10 and 2.5); 0 makes
+	// its calls free.
+	ToolCalls map[string]float64
 }
+
+// The built-in tools whose calls prices.tool_calls prices.
+const (
+	ToolWebSearch  = "web_search"
+	ToolFileSearch = "file_search"
+)
 
 // Price is a model's price in US dollars per million tokens. Input and
 // Output are required in the file; CachedInput and CacheWrite default to
@@ -103,6 +118,10 @@ func (d *decoder) decodePrices(n *yaml.Node, path string) {
 			})
 		}},
 		field{"aliases", func(n *yaml.Node, path string) { aliasKeys = d.decodeAliases(n, path) }},
+		field{"tool_calls", func(n *yaml.Node, path string) {
+			p.ToolCalls = map[string]float64{}
+			d.mapping(n, path, d.toolFee(p.ToolCalls, ToolWebSearch), d.toolFee(p.ToolCalls, ToolFileSearch))
+		}},
 	) {
 		return
 	}
@@ -131,6 +150,23 @@ func (d *decoder) decodePrices(n *yaml.Node, path string) {
 	if !p.Builtin && len(d.f.Prices.Models) == 0 && !hasFallback {
 		d.errorf(d.lines[path+".builtin"], path+".builtin", "false with no models and no fallback prices nothing: every model would be refused")
 	}
+}
+
+// toolFee decodes the fee of tool, in US dollars per thousand calls,
+// into fees.
+func (d *decoder) toolFee(fees map[string]float64, tool string) field {
+	return field{tool, func(n *yaml.Node, path string) {
+		s, given := d.scalar(n, path)
+		if !given {
+			return
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(v >= 0 && v <= maxPrice) {
+			d.errorf(d.resolve(n), path, "%q is not a fee: write US dollars per thousand calls between 0 and %g (10 for $10 per 1,000 calls)", s, float64(maxPrice))
+			return
+		}
+		fees[tool] = v
+	}}
 }
 
 // modelName reports whether name, found at n, is a model name, and

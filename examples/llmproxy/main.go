@@ -318,6 +318,11 @@ func start(o options) (_ *server, err error) {
 	if s.traces != nil {
 		gopts = append(gopts, gateway.WithTracerProvider(s.traces))
 	}
+	if s.redis != nil {
+		// The Responses API's records (a chain's size, a response's
+		// owner) are shared with every replica on the same server.
+		gopts = append(gopts, gateway.WithResponseRecords(s.redis))
+	}
 	if o.requestLog != "" {
 		if s.reqLog, err = requestlog.NewWriter(requestlog.WriterConfig{Path: o.requestLog}); err != nil {
 			return nil, fmt.Errorf("--request-log: %w", err)

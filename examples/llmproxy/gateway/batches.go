@@ -296,8 +296,9 @@ func (g *Gateway) registerBatches(e *echo.Echo) {
 	e.POST(OpBatchCancel, on(batchCancelRoute, g.handleOwned))
 }
 
-// Close stops watching batches: the background polls end and no more
-// start. Open reservations stay as they are (charged at their estimate).
+// Close stops watching batches and background responses: the background
+// polls end and no more start. Open reservations stay as they are
+// (charged at their estimate).
 // The gateway's observable instruments stop reporting. Close is for a
 // gateway that serves no more requests.
 func (g *Gateway) Close() error {
@@ -310,6 +311,7 @@ func (g *Gateway) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	b.wg.Wait()
+	g.responses.close()
 	return g.m.unregister()
 }
 

@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -329,15 +330,21 @@ func ValidFileName(name string) bool {
 	return true
 }
 
-// batchCall sends a Batch API request to Config.Upstream + path, a path
-// the caller built from constants and ids that passed ValidObjectID, with
+// batchCall sends a Batch API (or Responses API object) request to
+// Config.Upstream + path, a path the caller built from constants and ids
+// that passed ValidObjectID, and after a '?' a query it built from
+// checked values, with
 // the forwardable headers of r (nil for the gateway's own polls; st is
 // the state that decided r) and the upstream key. n is the body's
 // length, -1 when unknown.
 func (g *Gateway) batchCall(ctx context.Context, st *state, r *http.Request, method, path string, body io.Reader, contentType string, n int64) (*http.Response, error) {
 	u := *g.base
+	path, query, _ := strings.Cut(path, "?") // a query the caller built and checked
 	u.Path = g.base.Path + path
 	u.RawPath, u.RawQuery = "", g.base.RawQuery
+	if query != "" {
+		u.RawQuery = strings.TrimPrefix(u.RawQuery+"&"+query, "&")
+	}
 	if body == nil {
 		body = http.NoBody
 	}

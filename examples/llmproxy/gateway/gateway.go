@@ -89,6 +89,14 @@
 // reads only its own files (GET /v1/batches/{id}, POST
 // /v1/batches/{id}/cancel, GET /v1/files/{id} and its content).
 //
+// The Responses API is served whole (see ResponsesAPI): a call chained
+// with previous_response_id is priced from the recorded size of its
+// chain, never from zero; a tenant retrieves, deletes, lists the input
+// items of and cancels only its own responses (GET and DELETE
+// /v1/responses/{id}, GET /v1/responses/{id}/input_items, POST
+// /v1/responses/{id}/cancel); a background response holds its
+// reservation until it ends; built-in tool calls are charged their fees.
+//
 // GET /v1/models and GET /v1/models/{id} are passed through, limited by the
 // policies that match them; a model id must be 1 to 256 ASCII letters,
 // digits and - _ . : @ once decoded, neither "." nor "..", else 404. Every
@@ -139,6 +147,8 @@
 // llmproxy_client_cancels_total, llmproxy_streams_active,
 // llmproxy_streams_cut_total, llmproxy_stream_charges_total,
 // llmproxy_batches_open, llmproxy_batches_ended_total by outcome,
+// llmproxy_responses_background_open,
+// llmproxy_responses_background_ended_total by outcome,
 // llmproxy_auth_failures_total and llmproxy_auth_throttled_total; with
 // upstream stores, llmproxy_provider_throttled_total by outcome and the
 // gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit
@@ -166,7 +176,7 @@
 //
 // Optional collaborators are options: WithLogger, WithClock,
 // WithMeterProvider, WithTracerProvider, WithTransport, WithRequestLog,
-// WithProviders; see docs/concepts.md#constructors.
+// WithProviders, WithResponseRecords; see docs/concepts.md#constructors.
 package gateway
 
 import (
@@ -183,6 +193,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
@@ -274,6 +285,10 @@ type Config struct {
 	// Batches configures the Batch API routes (see BatchAPI); the zero
 	// value serves them with its defaults.
 	Batches BatchAPI
+	// Responses configures the Responses API's chained calls, the routes
+	// of one response and background responses (see ResponsesAPI); the
+	// zero value serves them with its defaults.
+	Responses ResponsesAPI
 	// ParseBudget bounds the request-body bytes being read and priced at
 	// once, over all requests: a request reserves its Content-Length (or
 	// the body cap when it sends none) before reading. Zero means
@@ -347,6 +362,8 @@ type options struct {
 	log        *slog.Logger
 	requestLog *requestlog.Writer
 	providers  *Providers
+	// responseRedis holds the Responses API's records (WithResponseRecords).
+	responseRedis redis.UniversalClient
 }
 
 // scope is the instrumentation scope of the gateway's instruments: the
@@ -419,6 +436,7 @@ type Gateway struct {
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
 	batches   *batches // the Batch API's files and reservations
+	responses *responses
 	streams   streamWatch
 }
 
@@ -508,6 +526,9 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 	}
 	g.budget = newBudget(cfg.ParseBudget, cfg.ParseBudgetWait)
 	if g.batches, err = newBatches(g, cfg.Batches, o.clock); err != nil {
+		return nil, err
+	}
+	if g.responses, err = newResponses(g, cfg.Responses, o.clock); err != nil {
 		return nil, err
 	}
 	if err := errors.Join(g.m.init(g.meter), g.genai.init(g.meter), g.initProviders(g.meter)); err != nil {
@@ -705,6 +726,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 	}
 	g.registerMessages(e)
 	g.registerBatches(e)
+	g.registerResponses(e)
 	e.GET(OpModels, on(modelsRoute, g.handleModels))
 	e.GET(OpModel, on(modelRoute, g.handleModels))
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })

@@ -67,8 +67,16 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	if x.est, body, ok = g.readAndPrice(c, rt.endpoint); !ok || !g.checkModel(c, x.est.Model) || !g.session(c, st, body, &req) {
 		return nil
 	}
+	if rt.endpoint == weights.EndpointResponses {
+		// A chain's recorded size, a background slot (see ResponsesAPI).
+		if x.rsp, ok = g.responsesCall(c, st, req.Tenant, body, &x.est); !ok {
+			return nil
+		}
+		defer x.rsp.release(g.responses)
+	}
 	var src weights.PriceSource
 	if x.price, x.priced, src, err = g.amounts(st, &x.est, &req); err == nil {
+		x.rsp.reserve(&req, x.priced)
 		if src == weights.PriceFallback {
 			g.m.count(ctx, g.m.fallbackPrices, "fallback")
 		}
@@ -110,6 +118,9 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		if timer.Stop() {
 			x.stream(uctx, cancel, resp, injected)
+			if x.rsp.handedOver() {
+				tk = admission.Ticket{} // the background watch's now
+			}
 		} else {
 			g.upstreamFailed(c, ctx, context.DeadlineExceeded)
 		}
@@ -126,6 +137,11 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 		g.upstreamError(c, resp, data)
 		return nil
 	}
+	if x.background(data) {
+		tk = admission.Ticket{} // the background watch's now
+		g.writeUpstream(c, resp, data)
+		return nil
+	}
 	// The usage the upstream reports is checked against the request: a
 	// missing or implausible figure is charged as reserved, never as
 	// nothing, and counted.
@@ -134,6 +150,9 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	g.genai.responseModel(ctx, &x.gen, data)
 	if fb != weights.FallbackNone {
 		g.m.count(ctx, g.m.usageFallbacks, fb.String())
+	}
+	if x.rsp != nil {
+		x.rsp.answered(g, weights.ReadResponseInfo(data), u)
 	}
 	x.settle(u)
 	if err != nil {
@@ -269,6 +288,8 @@ type exchange struct {
 	arrived, admitted time.Time
 
 	gen genAIKey // the GenAI metrics' attributes
+
+	rsp *responseCall // a Responses API call; nil on other routes
 }
 
 // usage converts upstream usage to the admission figures: tokens, the
@@ -277,7 +298,7 @@ type exchange struct {
 func (x *exchange) usage(buf []admission.UnitAmount, u weights.Usage) admission.Usage {
 	au := tokenunits.Usage(buf, u.Units())
 	if x.priced {
-		au.Cost, au.CostKnown = x.price.CostMicros(u), true
+		au.Cost, au.CostKnown = satSum(x.price.CostMicros(u), x.rsp.feeMicros()), true
 	}
 	return au
 }

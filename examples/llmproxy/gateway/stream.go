@@ -129,6 +129,15 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		per := g.now().Sub(first).Seconds() / float64(u.OutputTokens-1)
 		g.genai.tpot.RecordSet(x.c.Request().Context(), per, g.genai.set(x.gen))
 	}
+	if rc := x.rsp; rc != nil && rc.slot && !res.Completed {
+		// A background response runs on without its stream: its
+		// reservation is held until it ends.
+		x.handOver(res.Response.ID)
+		return
+	}
+	if x.rsp != nil {
+		x.rsp.answered(g, res.Response, u)
+	}
 	x.settle(u)
 }
 

@@ -19,6 +19,7 @@
 //	X-Sim-Fault: cut       break the connection half-way through the output
 //	X-Sim-Fault: garbage   answer 200 with a body that is not JSON
 //	X-Sim-Latency: 2s      time before the first byte, for this request
+//	X-Sim-Reasoning-Tokens: 40  reasoning tokens added to a response's output
 //
 // With Config.Limits it enforces a provider's requests and tokens per
 // minute per model over a rolling window, answering 429 with OpenAI's
@@ -29,6 +30,11 @@
 // clock of WithClock and ending as its metadata picks (sim_outcome,
 // sim_completed, sim_input_tokens, sim_output_tokens, sim_cached_tokens,
 // sim_id, sim_hang), with its usage in the batch object's usage field.
+//
+// It serves the Responses API whole (see responses.go): stored responses
+// retrieved, deleted, listed and cancelled, chains whose usage grows with
+// them, background responses running Config.BackgroundDelay, built-in
+// tool calls, cached and reasoning tokens in the usage.
 //
 // Optional collaborators are options: WithClock; see
 // docs/concepts.md#constructors.
@@ -89,6 +95,10 @@ type Config struct {
 	// BatchDelay is how long a batch runs before it ends (see the Batch
 	// API in batches.go); zero ends it at its first retrieval.
 	BatchDelay time.Duration
+	// BackgroundDelay is how long a background response runs before it
+	// completes (see responses.go); zero completes it at its first
+	// retrieval.
+	BackgroundDelay time.Duration
 }
 
 // An Option sets an optional collaborator of a Server.
@@ -119,6 +129,7 @@ type Server struct {
 	limits   *limiter // nil without Limits
 	limited  atomic.Int64
 	batch    batchStore
+	resp     respStore
 	// finishing ends every stream at its next token (FinishStreams).
 	finishing atomic.Bool
 }
@@ -207,6 +218,12 @@ type simRequest struct {
 	EncodingFormat string `json:"encoding_format"`
 	Dimensions     int    `json:"dimensions"`
 	User           string `json:"user"`
+	// The Responses API's chain, background mode and tools.
+	PreviousResponseID string `json:"previous_response_id"`
+	Background         bool   `json:"background"`
+	Tools              []struct {
+		Type string `json:"type"`
+	} `json:"tools"`
 }
 
 type simMessage struct {
@@ -250,6 +267,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case isBatchAPI(path):
 		s.batchAPI(w, r, path)
 		return
+	case isResponseObject(path):
+		s.responseObject(w, r, path)
+		return
 	case r.Method != http.MethodPost:
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Method not allowed.")
 		return
@@ -268,31 +288,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fault, ok := s.wait(r)
-	if !ok {
-		return
-	}
-	switch fault {
-	case "500":
-		writeError(w, http.StatusInternalServerError, "server_error", "", "The server had an error while processing your request.")
-		return
-	case "429":
-		h := w.Header()
-		h.Set("Retry-After", "1")
-		h.Set("Retry-After-Ms", "1000")
-		if v := r.Header.Get("X-Sim-Retry-After"); v != "" {
-			h.Set("Retry-After", v)
-			h.Del("Retry-After-Ms")
-		}
-		h.Set("X-Ratelimit-Limit-Requests", "10000")
-		h.Set("X-Ratelimit-Remaining-Requests", "0")
-		h.Set("X-Ratelimit-Reset-Requests", "1s")
-		writeError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "Rate limit reached for gpt-4o-mini in organization org-simulated on requests per min (RPM): Limit 10000, Used 10000, Requested 1. Please try again in 1s.")
-		return
-	case "401":
-		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-		return
-	case "garbage":
-		writeGarbage(w)
+	if !ok || s.fault(w, r, fault) {
 		return
 	}
 	out := s.outputTokens(r)
@@ -302,8 +298,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			out, finish = max(*lim, 0), "length"
 		}
 	}
+	chain := 0
+	if strings.HasSuffix(path, "/responses") {
+		if chain, ok = s.chain(w, &req); !ok {
+			return
+		}
+	}
 	if s.limits != nil {
-		n := requestTokens(path, &req, out)
+		n := requestTokens(path, &req, out) + int64(chain)
 		v := s.limits.take(req.Model, n)
 		s.limits.setHeaders(w.Header(), v)
 		if v.refused != "" {
@@ -323,11 +325,43 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasSuffix(path, "/embeddings"):
 		s.embeddings(w, &req)
 	case strings.HasSuffix(path, "/responses"):
-		g.prompt = promptTokens(req.Input) + textTokens(req.Instructions)
+		g.prompt = promptTokens(req.Input) + textTokens(req.Instructions) + chain
+		g.cached = chain
 		g.responses()
 	default:
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "Unknown request URL: "+r.Method+" "+r.URL.Path)
 	}
+}
+
+// fault answers the X-Sim-Fault of a request, when it names one the
+// simulator answers at once (500, 429, 401, garbage), and reports
+// whether it did.
+func (s *Server) fault(w http.ResponseWriter, r *http.Request, fault string) bool {
+	switch fault {
+	case "500":
+		writeError(w, http.StatusInternalServerError, "server_error", "", "The server had an error while processing your request.")
+		return true
+	case "429":
+		h := w.Header()
+		h.Set("Retry-After", "1")
+		h.Set("Retry-After-Ms", "1000")
+		if v := r.Header.Get("X-Sim-Retry-After"); v != "" {
+			h.Set("Retry-After", v)
+			h.Del("Retry-After-Ms")
+		}
+		h.Set("X-Ratelimit-Limit-Requests", "10000")
+		h.Set("X-Ratelimit-Remaining-Requests", "0")
+		h.Set("X-Ratelimit-Reset-Requests", "1s")
+		writeError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "Rate limit reached for gpt-4o-mini in organization org-simulated on requests per min (RPM): Limit 10000, Used 10000, Requested 1. Please try again in 1s.")
+		return true
+	case "401":
+		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+		return true
+	case "garbage":
+		writeGarbage(w)
+		return true
+	}
+	return false
 }
 
 func (s *Server) record(x Seen) {
@@ -455,6 +489,7 @@ type gen struct {
 	r      *http.Request
 	req    *simRequest
 	prompt int
+	cached int // prompt tokens read from the cache (a chain's earlier turns)
 	out    int
 	finish string
 	cut    bool
@@ -665,66 +700,6 @@ func (s *Server) embeddings(w http.ResponseWriter, req *simRequest) {
 		"object": "list", "data": data, "model": req.Model,
 		"usage": map[string]any{"prompt_tokens": tokens, "total_tokens": tokens},
 	})
-}
-
-func (g *gen) responsesUsage() map[string]any {
-	return map[string]any{
-		"input_tokens": g.prompt, "input_tokens_details": map[string]any{"cached_tokens": 0},
-		"output_tokens": g.out, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
-		"total_tokens": g.prompt + g.out,
-	}
-}
-
-func (g *gen) response(id, msgID, status string, text string, usage any) map[string]any {
-	output := []any{}
-	if status == "completed" || status == "incomplete" {
-		output = append(output, map[string]any{
-			"type": "message", "id": msgID, "status": "completed", "role": "assistant",
-			"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}},
-		})
-	}
-	return map[string]any{
-		"id": id, "object": "response", "created_at": time.Now().Unix(), "status": status,
-		"model": g.req.Model, "output": output, "usage": usage, "parallel_tool_calls": true,
-		"tool_choice": "auto", "tools": []any{}, "error": nil, "incomplete_details": nil,
-		"instructions": nil, "metadata": map[string]any{}, "temperature": 1.0, "top_p": 1.0,
-	}
-}
-
-func (g *gen) responses() {
-	id, msgID := g.id("resp"), g.id("msg")
-	status := "completed"
-	if g.finish == "length" {
-		status = "incomplete"
-	}
-	if !g.req.Stream {
-		if !g.pace(g.out) {
-			return
-		}
-		writeJSON(g.w, http.StatusOK, g.response(id, msgID, status, g.text(), g.responsesUsage()))
-		return
-	}
-	sse := g.startSSE()
-	seq := 0
-	event := func(typ string, v map[string]any) bool {
-		v["type"] = typ
-		v["sequence_number"] = seq
-		seq++
-		return sse.event(typ, v)
-	}
-	if !event("response.created", map[string]any{"response": g.response(id, msgID, "in_progress", "", nil)}) {
-		return
-	}
-	g.deltaEvent = "response.output_text.delta"
-	if !g.streamTokens(sse, func(text string) any {
-		v := map[string]any{"type": "response.output_text.delta", "item_id": msgID, "output_index": 0, "content_index": 0, "delta": text, "sequence_number": seq}
-		seq++
-		return v
-	}) {
-		return
-	}
-	sse.last()
-	event("response."+status, map[string]any{"response": g.response(id, msgID, status, g.text(), g.responsesUsage())})
 }
 
 // sseWriter writes server-sent events and flushes each.

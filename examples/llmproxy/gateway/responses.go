@@ -1,0 +1,639 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/jsonscan"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// ResponsesAPI configures OpenAI's Responses API on the gateway beyond
+// POST /v1/responses, which is priced like every LLM route: chained calls
+// (previous_response_id), the routes of one response, background
+// responses and built-in tool fees. Every field documents its default.
+//
+// # Chained calls
+//
+// A response created with previous_response_id carries its whole chain
+// as input, kept by the provider: nothing in the request says how large
+// it is. The gateway records, per tenant, the size of every response it
+// proxied (its input plus output tokens as the provider reported them:
+// the tokens the chain holds after it) and prices a chained call as that
+// recorded size plus its own input, never from zero. An id the tenant
+// has no record of (evicted, created elsewhere, or another tenant's: the
+// gateway cannot tell these apart and never says which) is priced as
+// UnknownChainTokens, and so is a call naming a conversation; it is then
+// admitted or refused by the policies like any other request, unless
+// RefuseUnknownChains refuses it as an unknown response.
+//
+// The records are kept in memory, MaxRecordsPerTenant per tenant and
+// MaxRecords in all (the oldest is forgotten first), or on the Redis
+// server the gateway shares with other replicas (WithResponseRecords),
+// under the same bounds, so that a chain continued through another
+// replica is priced from the same record.
+//
+// # The routes of one response
+//
+// GET /v1/responses/{id}, DELETE /v1/responses/{id}, GET
+// /v1/responses/{id}/input_items and POST /v1/responses/{id}/cancel
+// reach the upstream only for the tenant whose call created the
+// response (the record holds its owner): another tenant, or an id the
+// gateway has no record of, gets a 404 in OpenAI's error shape, the same
+// answer for both. An id is 1 to 128 ASCII letters, digits, - and _; the
+// query of input_items is rebuilt from the parameters it knows (limit,
+// order, after, before, include), each checked; that of the other routes
+// is dropped (a retrieval is answered as an object, never as a resumed
+// stream). The routes are limited
+// by requests only: policies match them as "GET /v1/responses/{id}",
+// "DELETE /v1/responses/{id}", "GET /v1/responses/{id}/input_items" and
+// "POST /v1/responses/{id}/cancel".
+//
+// # Background responses
+//
+// A response created with background: true is answered at once, queued
+// or in progress, and runs on at the provider: its reservation (tokens,
+// cost, and the concurrency it holds) stays open until it ends, as a
+// batch's does. The gateway sees it end on the tenant's own retrievals
+// and cancellations, and polls it every PollInterval in the background;
+// it is then settled at its reported usage (a failed or cancelled one
+// with no usage is refunded). One open longer than MaxHold is settled at
+// its estimate and forgotten. A tenant has at most MaxBackgroundPerTenant
+// open, the gateway MaxBackground (429 too_many_background_responses
+// beyond, before anything is admitted). The open reservations live in
+// the gateway's memory. A background call that also streams is settled
+// when its stream completes, as any stream; when its stream ends before
+// (the client left, the stream was cut), the response runs on at the
+// provider and its reservation is held as above.
+//
+// # Built-in tools
+//
+// The web_search and file_search tools cost a fee per call on top of the
+// tokens: the policy file's prices.tool_calls, in US dollars per
+// thousand calls, else DefaultWebSearchFee and DefaultFileSearchFee.
+// While a cost policy is installed a call reserves one call of each such
+// tool it declares, and is settled at the calls its output lists
+// (web_search_call and file_search_call items).
+type ResponsesAPI struct {
+	// MaxRecords bounds the responses whose size and owner are recorded,
+	// over all tenants; zero means DefaultMaxResponseRecords.
+	MaxRecords int
+	// MaxRecordsPerTenant bounds those of one tenant; zero means
+	// DefaultMaxResponseRecordsPerTenant.
+	MaxRecordsPerTenant int
+	// UnknownChainTokens is the size a chained call is priced at when
+	// its previous_response_id has no record for its tenant, or it names
+	// a conversation; zero means DefaultUnknownChainTokens.
+	UnknownChainTokens int64
+	// RefuseUnknownChains refuses (404, as an unknown response) a call
+	// whose previous_response_id its tenant has no record of, instead of
+	// pricing it at UnknownChainTokens, and (400) one naming a
+	// conversation: a tenant then never continues a chain the gateway
+	// did not see it create, at the price of refusing its own evicted
+	// ones. A record the store cannot read is then a 503.
+	RefuseUnknownChains bool
+	// RecordTTL is how long the records stay on Redis after their last
+	// write (WithResponseRecords); zero means DefaultResponseRecordTTL.
+	RecordTTL time.Duration
+	// MaxBackground bounds the background responses with an open
+	// reservation, and MaxBackgroundPerTenant those of one tenant; zero
+	// means DefaultMaxBackground and DefaultMaxBackgroundPerTenant.
+	MaxBackground, MaxBackgroundPerTenant int
+	// PollInterval is how often an open background response is retrieved
+	// by the gateway; zero means DefaultBackgroundPollInterval.
+	PollInterval time.Duration
+	// MaxHold is the longest a background reservation stays open; zero
+	// means DefaultBackgroundMaxHold. Then it is settled at its estimate.
+	MaxHold time.Duration
+}
+
+// Defaults of ResponsesAPI fields left zero, and of the built-in tool
+// fees.
+const (
+	DefaultMaxResponseRecords          = 100_000
+	DefaultMaxResponseRecordsPerTenant = 1_000
+	DefaultUnknownChainTokens          = 32_768
+	DefaultResponseRecordTTL           = 30 * 24 * time.Hour
+	DefaultMaxBackground               = 1_000
+	DefaultMaxBackgroundPerTenant      = 50
+	DefaultBackgroundPollInterval      = time.Minute
+	DefaultBackgroundMaxHold           = 2 * time.Hour
+	// DefaultWebSearchFee and DefaultFileSearchFee are the fees of a
+	// thousand web_search and file_search calls in US dollars (OpenAI's
+	// list prices), when the policy file's prices.tool_calls names none.
+	DefaultWebSearchFee  = 10.0
+	DefaultFileSearchFee = 2.5
+)
+
+// The routes of one response.
+const (
+	OpResponse           = "/v1/responses/:id"
+	OpResponseInputItems = "/v1/responses/:id/input_items"
+	OpResponseCancel     = "/v1/responses/:id/cancel"
+)
+
+var (
+	responseGetRoute    = route{OpResponse, "GET " + OpResponses + "/{id}", "/responses/", weights.EndpointUnknown}
+	responseDeleteRoute = route{OpResponse, "DELETE " + OpResponses + "/{id}", "/responses/", weights.EndpointUnknown}
+	responseItemsRoute  = route{OpResponseInputItems, "GET " + OpResponses + "/{id}/input_items", "/responses/", weights.EndpointUnknown}
+	responseCancelRoute = route{OpResponseCancel, "POST " + OpResponses + "/{id}/cancel", "/responses/", weights.EndpointUnknown}
+)
+
+// registerResponses adds the routes of one response.
+func (g *Gateway) registerResponses(e *echo.Echo) {
+	e.GET(OpResponse, on(responseGetRoute, g.handleResponse))
+	e.DELETE(OpResponse, on(responseDeleteRoute, g.handleResponse))
+	e.GET(OpResponseInputItems, on(responseItemsRoute, g.handleResponse))
+	e.POST(OpResponseCancel, on(responseCancelRoute, g.handleResponse))
+}
+
+// responsesRequest is what the gateway reads of a POST /v1/responses body
+// besides what the estimator prices.
+type responsesRequest struct {
+	previous     string // previous_response_id; empty when absent or null
+	conversation bool   // a conversation is named
+	background   bool
+	// The built-in tools declared.
+	webSearch, fileSearch int64
+}
+
+// responsesFields are the members parseResponsesRequest reads, exactly
+// as the API names them.
+var responsesFields = [...]string{"previous_response_id", "conversation", "background", "tools"}
+
+// errResponsesBody is a body parseResponsesRequest refuses; param names
+// the member.
+type errResponsesBody struct{ param, msg string }
+
+func (e *errResponsesBody) Error() string { return e.param + ": " + e.msg }
+
+// parseResponsesRequest reads the members of a Responses API body that
+// the estimator leaves: previous_response_id (a valid id or null),
+// conversation (anything but null names one), background (a boolean or
+// null) and the types of the tools. Keys are compared decoded; a key
+// that differs from one of these only in case is refused, as an upstream
+// that folds case would read it. Every other member is skipped.
+func parseResponsesRequest(body []byte) (responsesRequest, error) {
+	var r responsesRequest
+	var sc jsonscan.Scanner
+	sc.ResetBytes(body)
+	bad := func(param, msg string) error { return &errResponsesBody{param, msg} }
+	if sc.Peek() != '{' {
+		return r, bad("", "want a JSON object")
+	}
+	var problem error
+	var seen [len(responsesFields)]bool
+	sc.Open()
+	for n := 0; sc.More(&n, '}'); {
+		raw, dirty := sc.Key()
+		key := raw
+		if dirty {
+			var ok bool
+			if key, ok = jsonscan.Unquote(raw); !ok {
+				key = raw
+			}
+		}
+		k := -1
+		for i, f := range responsesFields {
+			if key == f {
+				k = i
+			} else if problem == nil && len(key) >= len(f) && len(key) <= 3*len(f) && strings.EqualFold(key, f) {
+				problem = bad(f, "a key that differs from "+f+" only in case")
+			}
+		}
+		if k < 0 {
+			sc.Skip()
+			continue
+		}
+		if seen[k] && problem == nil {
+			problem = bad(responsesFields[k], "given twice")
+		}
+		seen[k] = true
+		switch c := sc.Peek(); {
+		case c == 'n':
+			sc.Literal()
+		case k == 0:
+			v, ok := "", c == '"'
+			if ok {
+				s, dirty := sc.Str()
+				v = s
+				if dirty {
+					v, ok = jsonscan.Unquote(s)
+				}
+			} else {
+				sc.Skip()
+			}
+			if (!ok || !ValidObjectID(v)) && problem == nil {
+				problem = bad("previous_response_id", "must be the id of a response: 1 to 128 letters, digits, - and _")
+			}
+			r.previous = v
+		case k == 1:
+			sc.Skip()
+			r.conversation = true
+		case k == 2:
+			if c != 't' && c != 'f' {
+				sc.Skip()
+				if problem == nil {
+					problem = bad("background", "must be a boolean")
+				}
+				break
+			}
+			sc.Literal()
+			r.background = c == 't'
+		default:
+			if err := readTools(&sc, &r); err != nil && problem == nil {
+				problem = err
+			}
+		}
+	}
+	if sc.End(); sc.Err() != nil {
+		return responsesRequest{}, bad("", sc.Err().Error())
+	}
+	if problem != nil {
+		return responsesRequest{}, problem
+	}
+	return r, nil
+}
+
+// readTools reads the tools array, counting the built-in tools whose
+// calls cost a fee: web_search (and its preview and dated variants) and
+// file_search.
+func readTools(sc *jsonscan.Scanner, r *responsesRequest) error {
+	if sc.Peek() != '[' {
+		sc.Skip()
+		return &errResponsesBody{"tools", "must be an array"}
+	}
+	sc.Open()
+	var problem error
+	for n := 0; sc.More(&n, ']'); {
+		if sc.Peek() != '{' {
+			sc.Skip()
+			if problem == nil {
+				problem = &errResponsesBody{"tools", "every tool must be an object"}
+			}
+			continue
+		}
+		sc.Open()
+		for m := 0; sc.More(&m, '}'); {
+			key, _ := sc.Key()
+			if key != "type" || sc.Peek() != '"' {
+				sc.Skip()
+				continue
+			}
+			typ, _ := sc.Str()
+			switch {
+			case typ == config.ToolFileSearch:
+				r.fileSearch = satSum(r.fileSearch, 1)
+			case strings.HasPrefix(typ, config.ToolWebSearch):
+				r.webSearch = satSum(r.webSearch, 1)
+			}
+		}
+	}
+	return problem
+}
+
+// toolFees are the fees of the built-in tools in micro-dollars per call.
+type toolFees struct{ webSearch, fileSearch int64 }
+
+// feesOf returns the tool fees of the prices of f: its
+// prices.tool_calls, else the defaults.
+func feesOf(f *config.File) toolFees {
+	fee := func(tool string, d float64) int64 {
+		v, ok := f.Prices.ToolCalls[tool]
+		if !ok {
+			v = d
+		}
+		// US dollars per thousand calls are thousandths of a dollar, or
+		// a thousand micro-dollars, per call.
+		return int64(math.Round(min(max(v, 0), 1e9) * 1000))
+	}
+	return toolFees{webSearch: fee(config.ToolWebSearch, DefaultWebSearchFee), fileSearch: fee(config.ToolFileSearch, DefaultFileSearchFee)}
+}
+
+// micros returns the fees of web and file calls, saturating.
+func (f toolFees) micros(web, file int64) int64 {
+	return satSum(satMul(max(web, 0), f.webSearch), satMul(max(file, 0), f.fileSearch))
+}
+
+// satMul returns a × b for non-negative a and b, saturating.
+func satMul(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// responseCall is a POST /v1/responses on its way: what its body said
+// and, once answered, its tool fees.
+type responseCall struct {
+	rr   responsesRequest
+	fees toolFees
+	// charged is the tool fees to add to its cost: none until it is
+	// answered (a call that fails runs no tool), then those of its
+	// calls.
+	charged int64
+	// slot is set while it holds a background slot; handed once its
+	// reservation went to the background watch.
+	slot, handed bool
+	tenant       string
+}
+
+// handedOver reports whether the call's reservation went to the
+// background watch; false for a nil call.
+func (rc *responseCall) handedOver() bool { return rc != nil && rc.handed }
+
+// feeMicros returns the tool fees to charge; zero for a nil call.
+func (rc *responseCall) feeMicros() int64 {
+	if rc == nil {
+		return 0
+	}
+	return rc.charged
+}
+
+// responsesCall reads the Responses API members of body and prices its
+// chain into est (see ResponsesAPI). It answers the client itself and
+// returns false when the body is refused, the previous response is
+// unknown under RefuseUnknownChains, or no background slot is free.
+func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body []byte, est *weights.Estimate) (*responseCall, bool) {
+	ctx := c.Request().Context()
+	rr, err := parseResponsesRequest(body)
+	if err != nil {
+		var be *errResponsesBody
+		errors.As(err, &be)
+		code, msg := "invalid_value", be.msg
+		if be.param == "" {
+			code, msg = "invalid_json", "We could not parse the JSON body of your request: "+be.msg+"."
+		}
+		g.m.count(ctx, g.m.clientErrors, code)
+		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", code, be.param, msg)
+		return nil, false
+	}
+	rs := g.responses
+	chain := int64(0)
+	if rr.previous != "" {
+		n, found, err := rs.records.get(ctx, tenant, rr.previous)
+		switch {
+		case err != nil && rs.cfg.RefuseUnknownChains:
+			g.log.ErrorContext(ctx, "llmproxy: reading a response record failed", "err", err)
+			writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
+				"The gateway cannot look the previous response up right now. Please retry.")
+			return nil, false
+		case err != nil:
+			g.log.WarnContext(ctx, "llmproxy: reading a response record failed; the chain is priced as unknown", "err", err)
+			chain = rs.cfg.UnknownChainTokens
+		case found:
+			chain = n
+		case rs.cfg.RefuseUnknownChains:
+			responseNotFound(g, c, rr.previous, "previous_response_id")
+			return nil, false
+		default:
+			chain = rs.cfg.UnknownChainTokens
+		}
+	}
+	if rr.conversation {
+		if rs.cfg.RefuseUnknownChains {
+			// The gateway serves no Conversations API: a conversation
+			// was made elsewhere, and may be anyone's.
+			g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "conversation",
+				"This gateway does not serve conversations: continue a response with previous_response_id.")
+			return nil, false
+		}
+		chain = satSum(chain, rs.cfg.UnknownChainTokens)
+	}
+	est.InputTokens = min(satSum(est.InputTokens, chain), limits.MaxAmount)
+	rc := &responseCall{rr: rr, fees: feesOf(st.file), tenant: tenant}
+	if rr.background {
+		if !rs.takeSlot(tenant) {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(int(rs.cfg.PollInterval/time.Second)+1))
+			g.batchError(c, http.StatusTooManyRequests, "invalid_request_error", "too_many_background_responses", "background",
+				"Your account has as many background responses running through this gateway as it may ("+strconv.Itoa(rs.cfg.MaxBackgroundPerTenant)+"), or the gateway does. Please retry once one has ended.")
+			return nil, false
+		}
+		rc.slot = true
+	}
+	return rc, true
+}
+
+// reserve adds the tool fees of one call of each built-in tool declared
+// to the reservation's cost, when it is priced.
+func (rc *responseCall) reserve(req *admission.Request, priced bool) {
+	if rc == nil || !priced {
+		return
+	}
+	fees := rc.fees.micros(min(rc.rr.webSearch, 1), min(rc.rr.fileSearch, 1))
+	req.Cost = min(satSum(req.Cost, fees), limits.MaxAmount)
+}
+
+// release gives back a background slot the call did not hand over.
+func (rc *responseCall) release(rs *responses) {
+	if rc != nil && rc.slot {
+		rc.slot = false
+		rs.freeSlot(rc.tenant)
+	}
+}
+
+// answered takes what the upstream said of a finished call, before it is
+// settled with u: the fees of the tool calls its output lists, and the
+// record of its size under its id for its tenant.
+func (rc *responseCall) answered(g *Gateway, info weights.ResponseInfo, u weights.Usage) {
+	if rc == nil {
+		return
+	}
+	rc.charged = rc.fees.micros(info.WebSearchCalls, info.FileSearchCalls)
+	g.responses.record(rc.tenant, info.ID, u)
+}
+
+// background reports whether the upstream's answer data to a call
+// created with background: true is a response still running, and if so
+// hands its reservation to the background watch (handOver).
+func (x *exchange) background(data []byte) bool {
+	if x.rsp == nil || !x.rsp.slot {
+		return false
+	}
+	info := weights.ReadResponseInfo(data)
+	if !running(info.Status) {
+		return false
+	}
+	x.handOver(info.ID)
+	return true
+}
+
+// handOver gives the exchange's reservation and background slot to the
+// background watch, which holds them until response id ends: the
+// exchange then neither settles the ticket nor releases the slot (nor
+// does its handler, see handedOver). A running response whose id is not
+// valid cannot be watched: its reservation is kept at the estimate, as
+// a batch's is.
+func (x *exchange) handOver(id string) {
+	rc, rs := x.rsp, x.g.responses
+	rc.slot, rc.handed = false, true
+	defer func() { x.tk = admission.Ticket{} }()
+	if !ValidObjectID(id) {
+		rs.freeSlot(rc.tenant)
+		x.g.logAdmitted(&x.req, x.arrived, admission.Usage{}, x.admitted)
+		x.tk.Done()
+		rs.end("unwatchable")
+		x.g.m.count(context.Background(), x.g.m.upstreamFailures, "bad_response")
+		x.g.log.Error("llmproxy: a background response without a valid id; its reservation is kept at the estimate")
+		return
+	}
+	rs.hold(id, &held{
+		tenant: rc.tenant, tk: x.tk, est: x.est, price: x.price, priced: x.priced, fees: rc.fees,
+		req: x.req, arrived: x.arrived, admitted: x.admitted,
+	})
+	u := weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: x.est.OutputTokens}
+	rs.record(rc.tenant, id, u) // its owner, and its size at most
+}
+
+// running reports whether a response status is that of a response still
+// running.
+func running(status string) bool { return status == "queued" || status == "in_progress" }
+
+// responseNotFound answers 404 for a response id the tenant has no
+// record of, in OpenAI's shape, the same for an unknown id and for
+// another tenant's.
+func responseNotFound(g *Gateway, c echo.Context, id, param string) {
+	msg := "Response not found: an id is 1 to 128 letters, digits, - and _."
+	if ValidObjectID(id) {
+		msg = "Response with id '" + id + "' not found."
+	}
+	g.batchError(c, http.StatusNotFound, "invalid_request_error", "not_found", param, msg)
+}
+
+// handleResponse serves the routes of one response for the tenant that
+// created it (see ResponsesAPI): any other id is a 404 that never
+// reaches the upstream. A response object answered (a retrieval, a
+// cancellation) is observed: a background response that ended is
+// settled. A deletion forgets the record.
+func (g *Gateway) handleResponse(c echo.Context, rt route) error {
+	rs := g.responses
+	r := c.Request()
+	id := c.Param("id")
+	if r.URL.RawPath != "" || !ValidObjectID(id) {
+		responseNotFound(g, c, id, "")
+		return nil
+	}
+	query, ok := inputItemsQuery(r.URL.Query())
+	if rt.path == OpResponseInputItems && !ok {
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "",
+			"The query accepts limit (1 to 100), order (asc or desc), after and before (item ids) and include.")
+		return nil
+	}
+	st := g.state.Load()
+	req, ok := g.identify(c, st)
+	if !ok {
+		return nil
+	}
+	ctx := r.Context()
+	_, found, err := rs.records.get(ctx, req.Tenant, id)
+	if err != nil {
+		g.log.ErrorContext(ctx, "llmproxy: reading a response record failed", "err", err)
+		writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
+			"The gateway cannot look the response up right now. Please retry.")
+		return nil
+	}
+	if !found {
+		responseNotFound(g, c, id, "")
+		return nil
+	}
+	_, finish, ok := g.admitRequest(c, st, req)
+	if !ok {
+		return nil
+	}
+	defer finish()
+	path := rt.upstream + id
+	switch rt.path {
+	case OpResponseInputItems:
+		path += "/input_items"
+		if query != "" {
+			path += "?" + query
+		}
+	case OpResponseCancel:
+		path += "/cancel"
+	}
+	uctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	resp, err := g.batchCall(uctx, st, r, r.Method, path, nil, "", 0)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	defer resp.Body.Close()
+	g.m.upstreamStatus(ctx, resp.StatusCode)
+	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		g.upstreamError(c, resp, data)
+		return nil
+	}
+	switch {
+	case r.Method == http.MethodDelete:
+		if err := rs.records.forget(context.WithoutCancel(ctx), req.Tenant, id); err != nil {
+			g.log.WarnContext(ctx, "llmproxy: forgetting a response record failed", "err", err)
+		}
+	case rt.path != OpResponseInputItems:
+		rs.observe(req.Tenant, id, data)
+	}
+	g.writeUpstream(c, resp, data)
+	return nil
+}
+
+// inputItemsQuery rebuilds the query of an input_items listing from the
+// parameters it knows, each checked: limit (1 to 100), order (asc or
+// desc), after and before (ids), include (up to 8 names of lower-case
+// letters, digits, . and _). ok is false for any other parameter or
+// value.
+func inputItemsQuery(q url.Values) (string, bool) {
+	out := url.Values{}
+	for k, vs := range q {
+		switch {
+		case k == "include" || k == "include[]":
+			if len(vs) > 8 {
+				return "", false
+			}
+			for _, v := range vs {
+				if v == "" || len(v) > 64 || strings.Trim(v, "abcdefghijklmnopqrstuvwxyz0123456789._") != "" {
+					return "", false
+				}
+				out.Add("include[]", v)
+			}
+		case len(vs) != 1:
+			return "", false
+		case k == "limit":
+			if n, err := strconv.Atoi(vs[0]); err != nil || n < 1 || n > 100 {
+				return "", false
+			}
+			out.Set(k, vs[0])
+		case k == "order":
+			if vs[0] != "asc" && vs[0] != "desc" {
+				return "", false
+			}
+			out.Set(k, vs[0])
+		case k == "after" || k == "before":
+			if !ValidObjectID(vs[0]) {
+				return "", false
+			}
+			out.Set(k, vs[0])
+		default:
+			return "", false
+		}
+	}
+	return out.Encode(), true
+}

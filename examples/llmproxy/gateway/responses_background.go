@@ -1,0 +1,296 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/tokenunits"
+	"github.com/sluicehq/sluice/shadow/requestlog"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// responses is the Responses API's state: the records of responses, and
+// the background responses whose reservation is open.
+type responses struct {
+	g       *Gateway
+	cfg     ResponsesAPI
+	clock   admission.Clock
+	records responseRecords
+	// Metrics: the reservations open, and the reservations ended by how.
+	openGauge metric.Int64UpDownCounter
+	ended     metric.Int64Counter
+
+	mu        sync.Mutex
+	slots     int            // background slots taken: open or being created
+	perTenant map[string]int // tenant → its slots
+	open      map[string]*held
+	closed    bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// held is a background response's open reservation.
+type held struct {
+	tenant string
+	tk     admission.Ticket
+	est    weights.Estimate
+	price  weights.Price
+	priced bool
+	fees   toolFees
+	opened time.Time
+	timer  admission.Timer
+
+	// For the request log: the call as admitted, when it arrived and
+	// when it was admitted.
+	req               admission.Request
+	arrived, admitted time.Time
+}
+
+func newResponses(g *Gateway, cfg ResponsesAPI, clock admission.Clock) (*responses, error) {
+	for _, f := range []struct {
+		v *int
+		d int
+	}{
+		{&cfg.MaxRecords, DefaultMaxResponseRecords}, {&cfg.MaxRecordsPerTenant, DefaultMaxResponseRecordsPerTenant},
+		{&cfg.MaxBackground, DefaultMaxBackground}, {&cfg.MaxBackgroundPerTenant, DefaultMaxBackgroundPerTenant},
+	} {
+		if *f.v <= 0 {
+			*f.v = f.d
+		}
+	}
+	cfg.MaxRecordsPerTenant = min(cfg.MaxRecordsPerTenant, cfg.MaxRecords)
+	cfg.MaxBackgroundPerTenant = min(cfg.MaxBackgroundPerTenant, cfg.MaxBackground)
+	cfg.UnknownChainTokens = positive(cfg.UnknownChainTokens, DefaultUnknownChainTokens)
+	cfg.RecordTTL = positive(cfg.RecordTTL, DefaultResponseRecordTTL)
+	cfg.PollInterval = positive(cfg.PollInterval, DefaultBackgroundPollInterval)
+	cfg.MaxHold = positive(cfg.MaxHold, DefaultBackgroundMaxHold)
+	if cfg.MaxHold > requestlog.MaxRecordDuration-cfg.PollInterval {
+		return nil, fmt.Errorf("gateway: responses: max hold %v and a poll interval of %v exceed the longest hold a request log records (%v)", cfg.MaxHold, cfg.PollInterval, requestlog.MaxRecordDuration)
+	}
+	if clock == nil {
+		clock = admission.SystemClock{}
+	}
+	rs := &responses{g: g, cfg: cfg, clock: clock, perTenant: map[string]int{}, open: map[string]*held{}}
+	if c := g.opt.responseRedis; c != nil {
+		rs.records = &redisRecords{c: c, max: cfg.MaxRecords, perTenant: cfg.MaxRecordsPerTenant, ttl: cfg.RecordTTL}
+	} else {
+		rs.records = newMemRecords(cfg.MaxRecords, cfg.MaxRecordsPerTenant)
+	}
+	rs.ctx, rs.cancel = context.WithCancel(context.Background())
+	var errs [2]error
+	rs.openGauge, errs[0] = g.meter.Int64UpDownCounter("llmproxy.responses.background.open",
+		metric.WithDescription("Background responses whose reservation is open, watched until they end."), metric.WithUnit("{response}"))
+	rs.ended, errs[1] = g.meter.Int64Counter("llmproxy.responses.background.ended",
+		metric.WithDescription("Background response reservations ended, by outcome: the response's final status (completed, incomplete, failed, cancelled, other), held_too_long (settled at the estimate after MaxHold) or unwatchable (a running response without a valid id)."), metric.WithUnit("{response}"))
+	return rs, errors.Join(errs[:]...)
+}
+
+// end counts a reservation ended, by outcome (a closed set).
+func (rs *responses) end(outcome string) {
+	rs.ended.Add(context.Background(), 1, rs.g.m.opt("outcome", outcome))
+}
+
+// close stops the polls; open reservations stay charged at their
+// estimate.
+func (rs *responses) close() {
+	rs.mu.Lock()
+	rs.closed = true
+	for _, h := range rs.open {
+		if h.timer != nil {
+			h.timer.Stop()
+		}
+	}
+	rs.mu.Unlock()
+	rs.cancel()
+	rs.wg.Wait()
+}
+
+// takeSlot takes a background slot for tenant; false when the tenant or
+// the gateway has all of theirs.
+func (rs *responses) takeSlot(tenant string) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.closed || rs.perTenant[tenant] >= rs.cfg.MaxBackgroundPerTenant || rs.slots >= rs.cfg.MaxBackground {
+		return false
+	}
+	rs.slots++
+	rs.perTenant[tenant]++
+	return true
+}
+
+// freeSlot gives a slot of tenant back.
+func (rs *responses) freeSlot(tenant string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.freeSlotLocked(tenant)
+}
+
+func (rs *responses) freeSlotLocked(tenant string) {
+	rs.slots--
+	if rs.perTenant[tenant]--; rs.perTenant[tenant] <= 0 {
+		delete(rs.perTenant, tenant)
+	}
+}
+
+// record writes the size of response id for tenant (its usage's input
+// and output tokens, the chain it now holds); an id that is not valid is
+// not recorded. A failed write is logged: the chain is then priced as
+// unknown, never as nothing.
+func (rs *responses) record(tenant, id string, u weights.Usage) {
+	if !ValidObjectID(id) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(rs.ctx, 5*time.Second)
+	defer cancel()
+	if err := rs.records.put(ctx, tenant, id, u.TotalTokens()); err != nil {
+		rs.g.log.Warn("llmproxy: recording a response failed; a call chained on it is priced as unknown", "err", err)
+	}
+}
+
+// hold keeps h open for background response id until it ends, polling it
+// every PollInterval; the slot it took becomes the response's.
+func (rs *responses) hold(id string, h *held) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	h.opened = rs.clock.Now()
+	if old := rs.open[id]; old != nil { // the upstream reused an id
+		rs.endLocked(id, old, nil)
+	}
+	rs.open[id] = h
+	rs.openGauge.Add(context.Background(), 1)
+	rs.armLocked(id, h)
+}
+
+// armLocked schedules the next poll of h.
+func (rs *responses) armLocked(id string, h *held) {
+	if rs.closed {
+		return
+	}
+	h.timer = rs.clock.AfterFunc(rs.cfg.PollInterval, func() { rs.tick(id, h) })
+}
+
+// tick polls background response id, or settles it at its estimate once
+// it has been open MaxHold.
+func (rs *responses) tick(id string, h *held) {
+	rs.mu.Lock()
+	if rs.open[id] != h || rs.closed {
+		rs.mu.Unlock()
+		return
+	}
+	if d := rs.clock.Now().Sub(h.opened); d >= rs.cfg.MaxHold {
+		rs.g.log.Warn("llmproxy: background response held too long, settled at its estimate", "response", id, "held", d.String())
+		rs.endLocked(id, h, nil)
+		rs.mu.Unlock()
+		return
+	}
+	rs.wg.Add(1)
+	rs.mu.Unlock()
+	go func() {
+		defer rs.wg.Done()
+		data, err := rs.retrieve(id)
+		if err == nil {
+			rs.observe(h.tenant, id, data)
+		}
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		if rs.open[id] == h {
+			rs.armLocked(id, h)
+		}
+	}()
+}
+
+// retrieve gets the upstream's response object of id.
+func (rs *responses) retrieve(id string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(rs.ctx, min(rs.g.cfg.Timeout, time.Minute))
+	defer cancel()
+	resp, err := rs.g.batchCall(ctx, nil, nil, http.MethodGet, "/responses/"+id, nil, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := readLimited(resp.Body, rs.g.cfg.MaxResponseBytes)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = errors.New("upstream status " + strconv.Itoa(resp.StatusCode))
+	}
+	return data, err
+}
+
+// observe settles the reservation of background response id of tenant
+// when the response object data says it ended.
+func (rs *responses) observe(tenant, id string, data []byte) {
+	info := weights.ReadResponseInfo(data)
+	if info.ID != id || info.Status == "" || running(info.Status) {
+		return
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if h := rs.open[id]; h != nil && h.tenant == tenant {
+		rs.endLocked(id, h, data)
+	}
+}
+
+// endLocked ends h's reservation by the final response object data: nil
+// settles it at its estimate (MaxHold passed, or its id was reused). A
+// response that ended with a usage is settled at it (checked as every
+// usage is), its tool calls' fees added, and its size recorded; a failed
+// or cancelled one without usage is refunded.
+func (rs *responses) endLocked(id string, h *held, data []byte) {
+	delete(rs.open, id)
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	rs.freeSlotLocked(h.tenant)
+	rs.openGauge.Add(context.Background(), -1)
+	g := rs.g
+	if data == nil {
+		g.logAdmitted(&h.req, h.arrived, admission.Usage{}, h.admitted)
+		h.tk.Done()
+		rs.end("held_too_long")
+		return
+	}
+	info := weights.ReadResponseInfo(data)
+	// Counted once settled and logged.
+	switch info.Status {
+	case "completed", "incomplete", "failed", "cancelled":
+		defer rs.end(info.Status)
+	default:
+		defer rs.end("other")
+	}
+	rep, err := weights.ReadUsage(data)
+	if (info.Status == "failed" || info.Status == "cancelled") && (err != nil || !rep.Found() || rep.Usage.TotalTokens() == 0) {
+		au := tokenunits.Usage(nil, weights.TokenUnits{})
+		au.CostKnown = h.priced
+		g.logAdmitted(&h.req, h.arrived, au, h.admitted)
+		h.tk.Refund()
+		return
+	}
+	u, fb := h.est.CheckUsage(rep)
+	if fb != weights.FallbackNone {
+		g.m.count(context.Background(), g.m.usageFallbacks, fb.String())
+	}
+	au := tokenunits.Usage(nil, u.Units())
+	if h.priced {
+		au.Cost, au.CostKnown = satSum(h.price.CostMicros(u), h.fees.micros(info.WebSearchCalls, info.FileSearchCalls)), true
+	}
+	g.logAdmitted(&h.req, h.arrived, au, h.admitted)
+	h.tk.Settle(au)
+	// Recorded in the background, as the lock is held; a closed gateway
+	// records nothing more.
+	if rs.closed {
+		return
+	}
+	rs.wg.Add(1)
+	go func() {
+		defer rs.wg.Done()
+		rs.record(h.tenant, id, u)
+	}()
+}
