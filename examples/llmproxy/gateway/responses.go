@@ -33,10 +33,12 @@ import (
 // the tokens the chain holds after it) and prices a chained call as that
 // recorded size plus its own input, never from zero. An id the tenant
 // has no record of (evicted, created elsewhere, or another tenant's: the
-// gateway cannot tell these apart and never says which) is priced as
-// UnknownChainTokens, and so is a call naming a conversation; it is then
-// admitted or refused by the policies like any other request, unless
-// RefuseUnknownChains refuses it as an unknown response.
+// gateway cannot tell these apart and never says which) is refused with
+// the 404 of an unknown response, and a call naming a conversation with
+// a 400: every tenant's responses live in the one upstream account, so a
+// tenant that learned another's response id could otherwise have the
+// provider continue that tenant's conversation for it. AllowUnknownChains
+// admits them instead, priced as UnknownChainTokens.
 //
 // The records are kept in memory, MaxRecordsPerTenant per tenant and
 // MaxRecords in all (the oldest is forgotten first), or on the Redis
@@ -92,17 +94,22 @@ type ResponsesAPI struct {
 	// MaxRecordsPerTenant bounds those of one tenant; zero means
 	// DefaultMaxResponseRecordsPerTenant.
 	MaxRecordsPerTenant int
-	// UnknownChainTokens is the size a chained call is priced at when
-	// its previous_response_id has no record for its tenant, or it names
-	// a conversation; zero means DefaultUnknownChainTokens.
+	// UnknownChainTokens is the size a chained call is priced at, under
+	// AllowUnknownChains, when its previous_response_id has no record for
+	// its tenant, or it names a conversation; zero means
+	// DefaultUnknownChainTokens.
 	UnknownChainTokens int64
-	// RefuseUnknownChains refuses (404, as an unknown response) a call
-	// whose previous_response_id its tenant has no record of, instead of
-	// pricing it at UnknownChainTokens, and (400) one naming a
-	// conversation: a tenant then never continues a chain the gateway
-	// did not see it create, at the price of refusing its own evicted
-	// ones. A record the store cannot read is then a 503.
-	RefuseUnknownChains bool
+	// AllowUnknownChains admits, priced at UnknownChainTokens, a call
+	// whose previous_response_id its tenant has no record of, and one
+	// naming a conversation (the policies still decide), where by
+	// default the first is a 404, as an unknown response, the second a
+	// 400, and a record the store cannot read a 503. Set it only when the
+	// tenants may continue each other's responses (one team behind
+	// several keys): every tenant's responses live in the one upstream
+	// account, and with it a tenant that learned another's response id
+	// has the provider continue that conversation. Without it a tenant's
+	// own evicted ids are refused too (MaxRecordsPerTenant, RecordTTL).
+	AllowUnknownChains bool
 	// RecordTTL is how long the records stay on Redis after their last
 	// write (WithResponseRecords); zero means DefaultResponseRecordTTL.
 	RecordTTL time.Duration
@@ -367,7 +374,7 @@ func (rc *responseCall) feeMicros() int64 {
 // responsesCall reads the Responses API members of body and prices its
 // chain into est (see ResponsesAPI). It answers the client itself and
 // returns false when the body is refused, the previous response is
-// unknown under RefuseUnknownChains, or no background slot is free.
+// unknown (unless AllowUnknownChains), or no background slot is free.
 func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body []byte, est *weights.Estimate) (*responseCall, bool) {
 	ctx := c.Request().Context()
 	rr, err := parseResponsesRequest(body)
@@ -387,7 +394,7 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body [
 	if rr.previous != "" {
 		n, found, err := rs.records.get(ctx, tenant, rr.previous)
 		switch {
-		case err != nil && rs.cfg.RefuseUnknownChains:
+		case err != nil && !rs.cfg.AllowUnknownChains:
 			g.log.ErrorContext(ctx, "llmproxy: reading a response record failed", "err", err)
 			writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
 				"The gateway cannot look the previous response up right now. Please retry.")
@@ -397,7 +404,7 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body [
 			chain = rs.cfg.UnknownChainTokens
 		case found:
 			chain = n
-		case rs.cfg.RefuseUnknownChains:
+		case !rs.cfg.AllowUnknownChains:
 			responseNotFound(g, c, rr.previous, "previous_response_id")
 			return nil, false
 		default:
@@ -405,7 +412,7 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body [
 		}
 	}
 	if rr.conversation {
-		if rs.cfg.RefuseUnknownChains {
+		if !rs.cfg.AllowUnknownChains {
 			// The gateway serves no Conversations API: a conversation
 			// was made elsewhere, and may be anyone's.
 			g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "conversation",

@@ -65,15 +65,16 @@ func objectCall(t *testing.T, url, key, method, path string) (int, string) {
 }
 
 // TestResponsesChainPricing: a chained call is reserved its own input
-// plus the size recorded for its previous response; an id its tenant has
-// no record of (unknown, or another tenant's) is reserved
-// UnknownChainTokens, the same for both, and admitted by the policies;
-// with RefuseUnknownChains both are the same 404, which never reaches
-// the upstream.
+// plus the size recorded for its previous response; by default an id its
+// tenant has no record of (unknown, or another tenant's) is the same 404
+// for both, which never reaches the upstream; with AllowUnknownChains both
+// are reserved UnknownChainTokens, the same for both, and admitted by the
+// policies.
 func TestResponsesChainPricing(t *testing.T) {
 	const unknown = 5000
 	s, rl, path := responsesStack(t, responsesPolicy, func(gc *gatewaySetup, _ *upstream.Config) {
 		gc.Responses.UnknownChainTokens = unknown
+		gc.Responses.AllowUnknownChains = true
 	})
 	call := func(key, prev string) (int, respObject) {
 		body := map[string]any{"model": "gpt-4o-mini", "input": "Go on.", "max_output_tokens": 50}
@@ -106,9 +107,7 @@ func TestResponsesChainPricing(t *testing.T) {
 		}
 	}
 
-	strict := batchGateway(t, responsesPolicy, func(gc *gatewaySetup, _ *upstream.Config) {
-		gc.Responses.RefuseUnknownChains = true
-	})
+	strict := batchGateway(t, responsesPolicy, nil) // the default
 	_, mine := strict.respond(t, keyA, map[string]any{"model": "gpt-4o-mini", "input": "Hi."})
 	before := strict.sim.Requests()
 	c1, theirs := strict.respond(t, batchKeyB, map[string]any{"model": "gpt-4o-mini", "input": "Hi.", "previous_response_id": mine.ID})
