@@ -242,6 +242,9 @@ func (c *Controller) SetAllShadow(on bool) { c.allShadow.Store(on) }
 // Policies returns the installed policies in evaluation order.
 func (c *Controller) Policies() []Policy {
 	cfg := c.cfg.Load()
+	if cfg == nil {
+		return nil // a zero Controller, not made by New
+	}
 	out := make([]Policy, len(cfg.policies))
 	for i, p := range cfg.policies {
 		out[i] = p.Policy

@@ -177,8 +177,8 @@ type Snapshot struct {
 	retryAfterMs bool
 	serverTiming bool
 	requestLog   func(*admission.Request, time.Time, admission.Usage, time.Duration)
-	// sessions is set while a policy is keyed by session: only then is a
-	// request's session read (IdentityConfig.SessionHeaders).
+	// sessions is set while a policy is keyed by session: only then is
+	// an invalid session header refused (see session).
 	sessions bool
 }
 
@@ -775,14 +775,18 @@ func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.R
 }
 
 // session returns the agent session r carries under o
-// (IdentityConfig.SessionHeaders), or "" while no policy of o is keyed
-// by session: only then is the session header read, and refused when
-// invalid (apikey.ErrInvalidSession, which WriteError answers 400).
+// (IdentityConfig.SessionHeaders), "" when it carries none. An invalid
+// one is refused (apikey.ErrInvalidSession, which WriteError answers 400)
+// while a policy of o is keyed by session, and ignored otherwise, so that
+// a service without session policies never refuses the header; a valid
+// one is always read, so that a session policy installed on the
+// controller by other means than the middleware still finds it.
 func (o *Snapshot) session(r *http.Request) (string, error) {
-	if !o.sessions {
+	s, err := o.identity.sessionOf(r)
+	if err != nil && !o.sessions {
 		return "", nil
 	}
-	return o.identity.sessionOf(r)
+	return s, err
 }
 
 // Identify returns the validated identity of r: the WithIdentity

@@ -67,7 +67,7 @@ func TestSessionHeader(t *testing.T) {
 			t.Errorf("request %d: body %s; want the problem type invalid-session", i, body)
 		}
 	}
-	// Without a session policy the header is not read, valid or not.
+	// Without a session policy an invalid header is not refused.
 	plain, err := admission.New(admission.Config{Policies: []admission.Policy{perTenant}})
 	if err != nil {
 		t.Fatal(err)
@@ -78,5 +78,15 @@ func TestSessionHeader(t *testing.T) {
 	}
 	if code, body := serve(mw.Handler(ok), map[string][]string{"X-Session-Id": {"a b"}}); code != 200 {
 		t.Errorf("no session policy, session header %q: status %d; want 200 (%s)", "a b", code, body)
+	}
+	// A session policy installed on the controller itself, not through
+	// the middleware, still finds a valid session: its budget binds.
+	if err := plain.SetConfig(admission.Config{Policies: []admission.Policy{perSession, perTenant}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{200, 403} {
+		if code, body := serve(mw.Handler(ok), map[string][]string{"X-Session-Id": {"later"}}); code != want {
+			t.Errorf("session policy installed by SetConfig, call %d: status %d; want %d (%s)", i+1, code, want, body)
+		}
 	}
 }
