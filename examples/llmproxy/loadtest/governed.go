@@ -369,21 +369,11 @@ func waitReady(what string, ready func() error) error {
 
 // The gateway part.
 
-// governedPolicy has policies of every kind the default configuration
-// uses, with limits that admit everything at this load: the figures are
-// the cost of deciding.
-var governedPolicy = `version: 1
-policies:
-  - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 1G, per: 1m}
-  - name: tpm
-    match: {routes: [/v1/chat/completions], methods: [POST]}
-    key: [tenant]
-    unit: tokens
-    algorithm: token_bucket
-    limit: 1G
-    per: 1m
-  - {name: spend, key: [tenant], unit: cost, algorithm: quota, limit: 1G, period: day}
-  - {name: concurrency, key: [tenant], algorithm: concurrency, limit: 100000}
+// governedPolicy is the load test's policy (requests, tokens and
+// concurrency) with the other kinds the default configuration uses, a
+// spend quota and a shadow candidate, all with limits that admit
+// everything at this load: the figures are the cost of deciding.
+var governedPolicy = strings.Replace(policy, "tenants:\n", `  - {name: spend, key: [tenant], unit: cost, algorithm: quota, limit: 1G, period: day}
   - name: tpm-candidate
     mode: shadow
     match: {routes: [/v1/chat/completions], methods: [POST]}
@@ -393,10 +383,7 @@ policies:
     limit: 1G
     per: 1m
 tenants:
-  load:
-    api_keys: [` + apikey.Sum(key).String() + `]
-identity: {anonymous: deny}
-`
+`, 1)
 
 // startGateways runs n llmproxy replicas on policy, in front of the
 // simulated upstream, and returns their base URLs.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/admission/config"
 )
 
 // TestBurstAllowed: a fixed window of limit per minute allows limit in
@@ -114,5 +116,22 @@ func TestReportWrite(t *testing.T) {
 	}
 	if !strings.Contains(string(svg), "&lt;64 connections&gt;") {
 		t.Error("a row's text is not escaped in the chart")
+	}
+}
+
+// TestGovernedPolicy: the governed gateway's file has the load test's
+// three policies and the spend quota and shadow candidate besides, and
+// parses.
+func TestGovernedPolicy(t *testing.T) {
+	f, err := config.Parse("governed", []byte(governedPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range f.Config.Policies {
+		names = append(names, p.Name)
+	}
+	if got := strings.Join(names, ","); got != "rpm,tpm,concurrency,spend,tpm-candidate" {
+		t.Errorf("policies %s; want rpm,tpm,concurrency,spend,tpm-candidate", got)
 	}
 }
