@@ -51,6 +51,8 @@ func Catalog() []Metric {
 			"Requests waiting in the policy's queue."},
 		{"admission_queue_wait_seconds", "histogram", []string{"policy", "decision"},
 			"Time spent queued, by how the wait ended (admitted, timeout, canceled)."},
+		{"admission_refusal_retry_after_seconds", "histogram", []string{"policy", "decision"},
+			"Retry hints of refused requests (rejected, would_reject, timeout, fail_closed); each bucket's exemplar is a refused request's trace."},
 		{"admission_release_retries_total", "counter", []string{"policy", "outcome"},
 			"Concurrency releases the store failed, by outcome: retrying (queued to be tried again), landed (a retry reached the store), abandoned (the lease expired first)."},
 		{"admission_reloads_total", "counter", []string{"result"},
@@ -88,7 +90,7 @@ func MarkdownTable() string {
 // × 3 decisions × 2 counters, plus K utilisation gauges), 6 gauges, 7
 // counters, 3 × stores store-error counters and the histograms' buckets;
 // plus, per store, the latency histograms of 3 operations × 2 outcomes.
-// With 10 policies, K = 20, 3 families and 1 store that is 5,567, and no
+// With 10 policies, K = 20, 3 families and 1 store that is 6,180, and no
 // number of tenants changes it.
 func SeriesBound(policies, topK, families, stores int) int {
 	hist := func(buckets []float64) int { return len(buckets) + 3 }      // +Inf, _sum, _count
@@ -97,7 +99,7 @@ func SeriesBound(policies, topK, families, stores int) int {
 		6 + // partitions, partitions limit, near limit, queue depth, inflight, limit
 		numModes + 2 + 3 + // rollbacks, lease expirations, evictions, release retries (3 outcomes)
 		3*stores +
-		4*hist(QueueWaitBuckets) + hist(LeaseBuckets) + min(families, maxFamilies)*hist(AccuracyBuckets)
+		4*hist(QueueWaitBuckets) + 4*hist(RetryAfterBuckets) + hist(LeaseBuckets) + min(families, maxFamilies)*hist(AccuracyBuckets)
 	// Store call latency: per store, 3 operations × 2 outcomes.
 	return policies*perPolicy + stores*6*hist(StoreCallBuckets) + 3 + 1 // reloads (ok, partial, rejected), target_info
 }

@@ -24,6 +24,9 @@ var (
 	// AccuracyBuckets are the boundaries of admission.estimate.accuracy
 	// (actual ÷ estimated).
 	AccuracyBuckets = []float64{0.1, 0.25, 0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 4, 10}
+	// RetryAfterBuckets are the boundaries of admission.refusal.retry_after,
+	// in seconds: from a token bucket's next token to a day's quota.
+	RetryAfterBuckets = []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 86400}
 )
 
 // observables are the instruments exported from the cells at collection.
@@ -65,6 +68,8 @@ func (o *Observer) instruments(m metric.Meter) error {
 		"How long concurrency permits were held, from admission to settlement.", LeaseBuckets)
 	o.accuracy = hist("admission.estimate.accuracy", "1",
 		"Actual tokens divided by estimated tokens per settled request, by policy and model family.", AccuracyBuckets)
+	o.retryAfter = hist("admission.refusal.retry_after", "s",
+		"Retry hints of refused requests, by policy and decision (rejected, would_reject, timeout, fail_closed); recorded in the request's context, so that a sampled refusal's trace is its bucket's exemplar.", RetryAfterBuckets)
 	o.storeCall = hist("admission.store.duration", "s",
 		"Latency of calls to a shared store (such as Redis), by store, operation and outcome (ok, error).", StoreCallBuckets)
 

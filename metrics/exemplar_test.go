@@ -20,9 +20,12 @@ import (
 )
 
 // TestExemplarOfRejectionOnPrometheus: a request sent under a sampled span
-// times out in a queue (a 429); a real Prometheus with exemplar storage
-// scrapes the OpenMetrics exposition, and query_exemplars returns that
-// request's trace id on the queue-wait histogram.
+// times out in a queue (a 429), and another, under another span, is
+// refused at once by a rate limit; a real Prometheus with exemplar
+// storage scrapes the OpenMetrics exposition, and query_exemplars returns
+// the first request's trace id on the queue-wait histogram and on the
+// refusals' retry hints, and the second's on the retry hints: every
+// refusal, queued or not, leads to its trace.
 func TestExemplarOfRejectionOnPrometheus(t *testing.T) {
 	prom, err := metrics.NewPrometheus(0)
 	if err != nil {
@@ -38,6 +41,9 @@ func TestExemplarOfRejectionOnPrometheus(t *testing.T) {
 	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{{
 		Name: "inflight", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.Concurrency, Limit: 1,
 		Queue: limits.Queue{Size: 1, Timeout: 20 * time.Millisecond},
+	}, {
+		Name: "hourly", Key: []limits.KeyPart{limits.KeyTenant}, Match: limits.Match{Operations: []string{"rated"}},
+		Algorithm: limits.TokenBucket, Limit: 1, Per: time.Hour,
 	}}}, admission.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
@@ -60,9 +66,24 @@ func TestExemplarOfRejectionOnPrometheus(t *testing.T) {
 		t.Fatalf("queued request: err = %v; want a queue timeout", err)
 	}
 
+	first, err := ctl.Admit(context.Background(), admission.Request{Tenant: "b", Operation: "rated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Done()
+	rctx, rspan := tp.Tracer("test").Start(context.Background(), "POST /v1/chat/completions")
+	_, err = ctl.Admit(rctx, admission.Request{Tenant: "b", Operation: "rated"})
+	rspan.End()
+	var rej *admission.Rejection
+	if !errors.As(err, &rej) || rej.Policy != "hourly" || rej.Reason != admission.ReasonRate {
+		t.Fatalf("second rated request: err = %v; want a rate refusal by hourly", err)
+	}
+
 	p := promtest.Start(t, promtest.Config{Targets: []string{addr}, Exemplars: true})
-	sc := span.SpanContext()
+	sc, rsc := span.SpanContext(), rspan.SpanContext()
 	p.AwaitExemplar(t, `admission_queue_wait_seconds_bucket{policy="inflight",decision="timeout"}`, sc.TraceID().String(), sc.SpanID().String())
+	p.AwaitExemplar(t, `admission_refusal_retry_after_seconds_bucket{policy="inflight",decision="timeout"}`, sc.TraceID().String(), sc.SpanID().String())
+	p.AwaitExemplar(t, `admission_refusal_retry_after_seconds_bucket{policy="hourly",decision="rejected"}`, rsc.TraceID().String(), rsc.SpanID().String())
 }
 
 // TestExemplarsOfStoreLeaseAndAccuracyOnPrometheus: a request sent under

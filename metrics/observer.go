@@ -125,12 +125,13 @@ type Observer struct {
 
 	reloads [3]atomic.Uint64 // ok, rejected, partial
 
-	queueWait metric.Float64Histogram
-	lease     metric.Float64Histogram
-	accuracy  metric.Float64Histogram
-	storeCall metric.Float64Histogram
-	callOpts  sync.Map // callKey → []metric.RecordOption
-	callKeys  atomic.Int64
+	queueWait  metric.Float64Histogram
+	retryAfter metric.Float64Histogram
+	lease      metric.Float64Histogram
+	accuracy   metric.Float64Histogram
+	storeCall  metric.Float64Histogram
+	callOpts   sync.Map // callKey → []metric.RecordOption
+	callKeys   atomic.Int64
 
 	collectMu sync.Mutex // serialises collections
 	reg       metric.Registration
@@ -382,11 +383,14 @@ func (o *Observer) decision(pm *policyMetrics, d *admission.Decision) {
 			pm.tenants.touch(tenantLabel(d.Tenant), u)
 		}
 	case admission.Rejected, admission.FailClosed:
+		pm.recordRetry(o, out, d)
 		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.Timeout:
 		pm.recordWait(o, out, d)
+		pm.recordRetry(o, out, d)
 		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.WouldReject:
+		pm.recordRetry(o, out, d)
 		pm.tenants.add(tenantLabel(d.Tenant), classWouldReject, uint64(max(cost, 0)), utilisation(&d.Status))
 	case admission.Canceled:
 		pm.recordWait(o, out, d)
@@ -406,6 +410,13 @@ func orBackground(ctx context.Context) context.Context {
 		return context.Background()
 	}
 	return ctx
+}
+
+// recordRetry records the retry hint of d, a refusal, in the context of
+// d's request, so that every refusal, queued or not, can be followed from
+// its bucket's exemplar to its trace.
+func (pm *policyMetrics) recordRetry(o *Observer, out int, d *admission.Decision) {
+	o.retryAfter.Record(orBackground(d.Context), max(d.RetryAfter, 0).Seconds(), pm.waitOpts[out]...)
 }
 
 func tenantLabel(t string) string {
