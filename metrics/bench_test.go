@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -36,6 +37,35 @@ func BenchmarkObserverDecision(b *testing.B) {
 	// Through the interface, as the controller calls it.
 	var obs admission.Observer = o
 	obs.Decision(&d) // the first decision of a policy creates its cells
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		obs.Decision(&d)
+	}
+}
+
+// BenchmarkObserverRefusal records one refused decision: its count, the
+// tenant's refusal in the top-K sketch and its retry hint in the
+// histogram that carries refusals' exemplars.
+func BenchmarkObserverRefusal(b *testing.B) {
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer prom.Provider.Shutdown(context.Background())
+	o, err := metrics.New(metrics.WithMeterProvider(prom.Provider))
+	if err != nil {
+		b.Fatal(err)
+	}
+	name := "tokens-per-minute"
+	d := admission.Decision{
+		Status: admission.Status{Policy: name, Mode: limits.Enforce, Unit: limits.UnitTokens,
+			Algorithm: limits.TokenBucket, Limit: 100000, Remaining: 0},
+		Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "tenant-7", Operation: "chat", Model: "gpt-4o",
+		Cost: 1200, RetryAfter: 2 * time.Second,
+	}
+	var obs admission.Observer = o
+	obs.Decision(&d)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
