@@ -11,7 +11,7 @@ BENCHTIME ?= 1s
 ## does as much work on a busy machine as on an idle one, only slower. 5000x takes about 10s on
 ## an idle 2-core machine. For a long run: make fuzz FUZZTIME=1000000x.
 FUZZTIME ?= 5000x
-FUZZMINIMIZETIME ?= 1000x
+FUZZMINIMIZETIME ?= 200x
 
 ## test: install what the tests need (redis-server, prometheus/promtool, chromium, postgresql), check
 ## that go.mod is tidy and the sources gofmt-formatted, vet, run every test with -race, then fuzz the
