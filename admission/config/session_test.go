@@ -51,6 +51,7 @@ func TestSessionSection(t *testing.T) {
 		"  - {name: s, key: [tenant, session], algorithm: token_bucket, per: 1m, limit: 5, budget: true}\n":                   "bad.yaml:4:83: policies[1].budget: only a quota is a budget",
 		"  - {name: s, key: [tenant, session], algorithm: quota, per: 1d, limit: 5, soft: true, warn: [50%], budget: true}\n": "policies[1].budget: a soft quota never refuses",
 		"  - {name: s, key: [tenant, sessions], algorithm: quota, per: 1d, limit: 5}\n":                                       "policies[1].key[1]: unknown key part \"sessions\"",
+		"  - {name: s, key: [tenant, session], algorithm: quota, per: 1d, limit: 5, overflow: evict, budget: true}\n":         "policies[1].budget: overflow: evict would drop a budget's partition",
 	} {
 		_, err := config.Parse("bad.yaml", []byte(sessionBudget+src))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -42,7 +42,7 @@ func sessionFile(steps, tenantCalls int) string {
 	return fmt.Sprintf(`
 policies:
   - {name: session-steps, key: [tenant, session], unit: steps, algorithm: quota, per: 7d, limit: %d,
-     budget: true, store: sessions, max_partitions: 1000, overflow: evict}
+     budget: true, store: sessions, max_partitions: 1000, overflow: reject}
   - {name: tenant-calls, key: [tenant], algorithm: quota, per: 7d, limit: %d}
 tenants:
   acme: {api_keys: [%s]}
