@@ -19,35 +19,28 @@ import (
 // its cost) through the real observer on a real SDK meter provider, called
 // through the admission.Observer interface as the controller calls it.
 func BenchmarkObserverDecision(b *testing.B) {
-	prom, err := metrics.NewPrometheus(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer prom.Provider.Shutdown(context.Background())
-	o, err := metrics.New(metrics.WithMeterProvider(prom.Provider))
-	if err != nil {
-		b.Fatal(err)
-	}
-	name := "tokens-per-minute"
-	d := admission.Decision{
-		Status: admission.Status{Policy: name, Mode: limits.Enforce, Unit: limits.UnitTokens,
+	benchDecision(b, admission.Decision{
+		Status: admission.Status{Policy: "tokens-per-minute", Mode: limits.Enforce, Unit: limits.UnitTokens,
 			Algorithm: limits.TokenBucket, Limit: 100000, Remaining: 50000},
 		Outcome: admission.Admitted, Tenant: "tenant-7", Operation: "chat", Model: "gpt-4o", Cost: 1200,
-	}
-	// Through the interface, as the controller calls it.
-	var obs admission.Observer = o
-	obs.Decision(&d) // the first decision of a policy creates its cells
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		obs.Decision(&d)
-	}
+	})
 }
 
 // BenchmarkObserverRefusal records one refused decision: its count, the
 // tenant's refusal in the top-K sketch and its retry hint in the
 // histogram that carries refusals' exemplars.
 func BenchmarkObserverRefusal(b *testing.B) {
+	benchDecision(b, admission.Decision{
+		Status: admission.Status{Policy: "tokens-per-minute", Mode: limits.Enforce, Unit: limits.UnitTokens,
+			Algorithm: limits.TokenBucket, Limit: 100000, Remaining: 0},
+		Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "tenant-7", Operation: "chat", Model: "gpt-4o",
+		Cost: 1200, RetryAfter: 2 * time.Second,
+	})
+}
+
+// benchDecision records d again and again through a Prometheus-backed
+// observer, called through the interface as the controller calls it.
+func benchDecision(b *testing.B, d admission.Decision) {
 	prom, err := metrics.NewPrometheus(0)
 	if err != nil {
 		b.Fatal(err)
@@ -57,15 +50,8 @@ func BenchmarkObserverRefusal(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	name := "tokens-per-minute"
-	d := admission.Decision{
-		Status: admission.Status{Policy: name, Mode: limits.Enforce, Unit: limits.UnitTokens,
-			Algorithm: limits.TokenBucket, Limit: 100000, Remaining: 0},
-		Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "tenant-7", Operation: "chat", Model: "gpt-4o",
-		Cost: 1200, RetryAfter: 2 * time.Second,
-	}
 	var obs admission.Observer = o
-	obs.Decision(&d)
+	obs.Decision(&d) // the first decision of a policy creates its cells
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {

@@ -832,8 +832,6 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 		return nil
 	}
 	defer finish()
-	r := c.Request()
-	ctx := r.Context()
 	path := rt.upstream + id
 	switch rt.path {
 	case OpBatchCancel:
@@ -841,26 +839,8 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 	case OpFileContent:
 		path += "/content"
 	}
-	uctx, ucancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	defer ucancel()
-	resp, err := g.batchCall(uctx, st, r, r.Method, path, nil, "", 0)
-	if err != nil {
-		g.upstreamFailed(c, ctx, err)
-		return nil
-	}
-	defer resp.Body.Close()
-	g.m.upstreamStatus(ctx, resp.StatusCode)
-	if resp.StatusCode == http.StatusOK && rt.path == OpFileContent {
-		streamUpstream(c, resp)
-		return nil
-	}
-	data, err := readLimited(resp.Body, maxBatchObject)
-	if err != nil {
-		g.upstreamFailed(c, ctx, err)
-		return nil
-	}
-	if resp.StatusCode != http.StatusOK {
-		g.upstreamError(c, resp, data)
+	resp, data, ok := g.objectCall(c, st, path, maxBatchObject, rt.path == OpFileContent)
+	if !ok {
 		return nil
 	}
 	if isBatch {
@@ -882,6 +862,39 @@ func (g *Gateway) batchCaller(c echo.Context, limit int64) (st *state, req admis
 		return st, req, false
 	}
 	return st, req, true
+}
+
+// objectCall makes the call of a route about one stored object (the
+// client's method on path, no body) to the upstream within
+// Config.Timeout and reads its answer, up to limit bytes. ok is false
+// once the client has been answered: the call failed, the upstream
+// refused (its error passed on), or, with raw, a 200 was passed on as it
+// came (a file's content, under the client write deadline).
+func (g *Gateway) objectCall(c echo.Context, st *state, path string, limit int64, raw bool) (resp *http.Response, data []byte, ok bool) {
+	r := c.Request()
+	ctx := r.Context()
+	uctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	resp, err := g.batchCall(uctx, st, r, r.Method, path, nil, "", 0)
+	if err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil, nil, false
+	}
+	defer resp.Body.Close()
+	g.m.upstreamStatus(ctx, resp.StatusCode)
+	if raw && resp.StatusCode == http.StatusOK {
+		streamUpstream(c, resp)
+		return nil, nil, false
+	}
+	if data, err = readLimited(resp.Body, limit); err != nil {
+		g.upstreamFailed(c, ctx, err)
+		return nil, nil, false
+	}
+	if resp.StatusCode != http.StatusOK {
+		g.upstreamError(c, resp, data)
+		return nil, nil, false
+	}
+	return resp, data, true
 }
 
 // admitRequest admits a request limited by requests only (its amounts

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -713,28 +711,9 @@ func TestBatchHoldLogged(t *testing.T) {
 		s.clk.Advance(time.Minute)
 		return false
 	})
-	if err := rl.Close(); err != nil {
-		t.Fatal(err)
-	}
-	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	lr := requestlog.NewReader(fh)
 	var held []time.Duration
-	for {
-		var rec requestlog.Record
-		err := lr.Read(&rec)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("the request log does not read back: %v", err)
-		}
-		if rec.Operation == "POST /v1/batches" {
-			held = append(held, rec.Duration)
-		}
+	for _, rec := range logged(t, rl, path, "POST /v1/batches") {
+		held = append(held, rec.Duration)
 	}
 	if len(held) != 1 || held[0] < 25*time.Hour || held[0] > 26*time.Hour {
 		t.Errorf("the batch's request log records hold %v; want one of 25h to 26h", held)

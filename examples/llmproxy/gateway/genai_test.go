@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -20,13 +18,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/admission/apikey"
-	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
-	"github.com/sluicehq/sluice/weights"
 )
+
+// genAIPolicy is the policy of the GenAI tests' gateway.
+const genAIPolicy = "{name: tpm, key: [tenant], algorithm: token_bucket, unit: tokens, limit: 100000, per: 1m}"
 
 // TestGenAIMetrics: a chat completion, a streamed one and one for a model
 // the prices do not name, each in a sampled trace, through a traced
@@ -37,36 +34,13 @@ import (
 // the stream's time to first and per output token, the failed request's
 // error.type, and exemplars from the requests' traces.
 func TestGenAIMetrics(t *testing.T) {
-	f, err := config.Parse("genai.yaml", []byte(`
-policies:
-  - {name: tpm, key: [tenant], algorithm: token_bucket, unit: tokens, limit: 100000, per: 1m}
-tenants:
-  acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
-identity: {anonymous: deny}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := admission.New(f.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ctl.Close() })
-	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	up := httptest.NewServer(upstream.New(upstream.Config{}))
 	t.Cleanup(up.Close)
 	reader := sdkmetric.NewManualReader()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	gw, err := gateway.New(ctl, est, f, gateway.Config{
-		Upstream: up.URL + "/v1",
-	}, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), gateway.WithTracerProvider(tp), gateway.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	gw.Register(e)
-	srv := httptest.NewServer(gw.Handler(e))
+	srv := acmeGateway(t, genAIPolicy, up.URL,
+		gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), gateway.WithTracerProvider(tp))
 
 	traces := map[string]bool{}
 	traceparent := func(i byte) string {
@@ -176,22 +150,6 @@ func sendModel(url, model string, hdr ...string) (int, string, error) {
 // (gen_ai.usage.*); the metrics carry the answered model's family only.
 // The hostile name reaches neither.
 func TestGenAIResponseModelAndTokenTypes(t *testing.T) {
-	f, err := config.Parse("genai.yaml", []byte(`
-policies:
-  - {name: tpm, key: [tenant], algorithm: token_bucket, unit: tokens, limit: 100000, per: 1m}
-tenants:
-  acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
-identity: {anonymous: deny}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := admission.New(f.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ctl.Close() })
-	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	const usage = `"usage":{"prompt_tokens":8,"completion_tokens":5,"total_tokens":13,` +
 		`"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":3}}`
 	answers := []string{
@@ -217,14 +175,8 @@ identity: {anonymous: deny}
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: up.URL + "/v1"},
-		gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), gateway.WithTracerProvider(tp), gateway.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	gw.Register(e)
-	srv := httptest.NewServer(gw.Handler(e))
+	srv := acmeGateway(t, genAIPolicy, up.URL,
+		gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), gateway.WithTracerProvider(tp))
 	for i, stream := range []bool{false, true, false} {
 		if status, body := post(t, srv.URL, stream); status != 200 {
 			t.Fatalf("request %d: %d %s", i, status, body)

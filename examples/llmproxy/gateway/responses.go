@@ -572,22 +572,8 @@ func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 	case OpResponseCancel:
 		path += "/cancel"
 	}
-	uctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	defer cancel()
-	resp, err := g.batchCall(uctx, st, r, r.Method, path, nil, "", 0)
-	if err != nil {
-		g.upstreamFailed(c, ctx, err)
-		return nil
-	}
-	defer resp.Body.Close()
-	g.m.upstreamStatus(ctx, resp.StatusCode)
-	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
-	if err != nil {
-		g.upstreamFailed(c, ctx, err)
-		return nil
-	}
-	if resp.StatusCode != http.StatusOK {
-		g.upstreamError(c, resp, data)
+	resp, data, ok := g.objectCall(c, st, path, g.cfg.MaxResponseBytes, false)
+	if !ok {
 		return nil
 	}
 	switch {

@@ -22,11 +22,15 @@ import (
 	"github.com/sluicehq/sluice/weights"
 )
 
-// TestServerSpanNames: a server span is named by the route matched,
-// never by the path or method a client sent, and the probes have none.
-func TestServerSpanNames(t *testing.T) {
-	f, err := config.Parse("names.yaml", []byte(`
-policies: [{name: rpm, key: [tenant], algorithm: token_bucket, limit: 1000, per: 1m}]
+// acmeGateway serves a gateway under the one policy given, in front of
+// the upstream at upstreamURL, for the tenant acme (key sk-acme; no
+// anonymous callers), with opts and a discarding logger. The servers
+// stop with the test; closing the returned one first waits for every
+// handler.
+func acmeGateway(t *testing.T, policy, upstreamURL string, opts ...gateway.Option) *httptest.Server {
+	t.Helper()
+	f, err := config.Parse("acme.yaml", []byte(`
+policies: [`+policy+`]
 tenants:
   acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
 identity: {anonymous: deny}
@@ -40,18 +44,27 @@ identity: {anonymous: deny}
 	}
 	t.Cleanup(func() { _ = ctl.Close() })
 	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
-	up := httptest.NewServer(upstream.New(upstream.Config{}))
-	t.Cleanup(up.Close)
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: up.URL + "/v1"}, gateway.WithTracerProvider(tp), gateway.WithLogger(slog.New(slog.DiscardHandler)))
+	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: upstreamURL + "/v1"},
+		append([]gateway.Option{gateway.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := echo.New()
 	gw.Register(e)
 	srv := httptest.NewServer(gw.Handler(e))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestServerSpanNames: a server span is named by the route matched,
+// never by the path or method a client sent, and the probes have none.
+func TestServerSpanNames(t *testing.T) {
+	up := httptest.NewServer(upstream.New(upstream.Config{}))
+	t.Cleanup(up.Close)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	srv := acmeGateway(t, "{name: rpm, key: [tenant], algorithm: token_bucket, limit: 1000, per: 1m}", up.URL, gateway.WithTracerProvider(tp))
 	for _, rq := range []struct{ method, path string }{
 		{"GET", "/v1/models/gpt-4o"},
 		{"GET", "/v1/secret-tenant-path/8f3a9c"},

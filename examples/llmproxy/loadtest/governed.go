@@ -303,12 +303,18 @@ func stopProcess(cmd *exec.Cmd) {
 	if cmd.Process == nil || cmd.ProcessState != nil {
 		return
 	}
-	_ = cmd.Process.Signal(os.Interrupt)
+	endProcess(cmd, func() { _ = cmd.Process.Signal(os.Interrupt) }, 5*time.Second)
+}
+
+// endProcess asks cmd's process to end with ask, waits grace for it to
+// exit and kills it if it has not.
+func endProcess(cmd *exec.Cmd, ask func(), grace time.Duration) {
+	ask()
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(grace):
 		_ = cmd.Process.Kill()
 		<-done
 	}

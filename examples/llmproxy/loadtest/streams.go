@@ -382,15 +382,7 @@ func startChild(role string, env ...string) (*child, error) {
 // stop ends the child: its standard input closes, and it is killed if it
 // has not exited a second later.
 func (c *child) stop() {
-	_ = c.stdin.Close()
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		_ = c.cmd.Process.Kill()
-		<-done
-	}
+	endProcess(c.cmd, func() { _ = c.stdin.Close() }, time.Second)
 }
 
 // statsClient keeps no connection open: a child counts its goroutines
