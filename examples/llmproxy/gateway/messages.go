@@ -163,6 +163,8 @@ func anthropicStreamError(typ, msg string) []byte {
 		at = "api_error"
 	case "server_overloaded":
 		at = "overloaded_error"
+	case "insufficient_quota": // a spent budget: its 403's type
+		at = anthropicErrorType(http.StatusForbidden)
 	}
 	ev := append([]byte("event: error\ndata: "), anthropicErrorBody(at, msg)...)
 	return append(ev, "\n\n"...)
