@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
@@ -752,6 +753,26 @@ func TestUpstreamKeyFromEnvironment(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--cut-streams"}, io.Discard); err == nil {
 		t.Error("a flag without its value was accepted")
+	}
+}
+
+// The Responses API's records and unknown chains are set by flags; a
+// bound that is not positive is refused, never taken as its default.
+func TestResponsesFlags(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if r := o.gw.Responses; err != nil || r.AllowUnknownChains || r.MaxRecords != gateway.DefaultMaxResponseRecords ||
+		r.MaxRecordsPerTenant != gateway.DefaultMaxResponseRecordsPerTenant || r.UnknownChainTokens != gateway.DefaultUnknownChainTokens {
+		t.Errorf("defaults: %+v, %v", r, err)
+	}
+	o, err = parseFlags([]string{"--responses-allow-unknown-chains", "--responses-unknown-chain-tokens", "4096",
+		"--responses-max-records", "500", "--responses-max-records-per-tenant", "50"}, io.Discard)
+	if r := o.gw.Responses; err != nil || !r.AllowUnknownChains || r.UnknownChainTokens != 4096 || r.MaxRecords != 500 || r.MaxRecordsPerTenant != 50 {
+		t.Errorf("set: %+v, %v", r, err)
+	}
+	for _, arg := range []string{"--responses-max-records=0", "--responses-max-records-per-tenant=-1", "--responses-unknown-chain-tokens=0"} {
+		if _, err := parseFlags([]string{arg}, io.Discard); err == nil || !strings.Contains(err.Error(), "not positive") {
+			t.Errorf("%s: %v; want refused", arg, err)
+		}
 	}
 }
 
