@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -856,4 +859,25 @@ func TestQueueTimeoutAndSharedOverload(t *testing.T) {
 	cancel()
 	wg.Wait()
 	eventually(t, 5*time.Second, "no permits in flight", func() bool { return inflight(t, s) == 0 })
+}
+
+// Every flag the proxy takes is in the README's table of flags.
+func TestEveryFlagDocumented(t *testing.T) {
+	var usage strings.Builder
+	if _, err := parseFlags([]string{"-h"}, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(usage.String(), -1)
+	if len(names) < 30 {
+		t.Fatalf("read %d flags from the usage; want them all:\n%s", len(names), usage.String())
+	}
+	for _, m := range names {
+		if !strings.Contains(string(readme), "`--"+m[1]+"`") {
+			t.Errorf("--%s is not in README.md's table of flags", m[1])
+		}
+	}
 }
