@@ -43,6 +43,10 @@ type Decision struct {
 	Tenant    string
 	Operation string
 	Model     string
+	// Session is the request's agent session (Request.Session), empty
+	// for none: as its caller validated it, and unbounded, so never a
+	// metric label.
+	Session string
 	// Cost is the request's cost in the policy's unit.
 	Cost int64
 	// QueueWait is how long the request waited in the policy's queue.

@@ -56,6 +56,7 @@ type ticket struct {
 	cfg       *PolicySet // the configuration the ticket was admitted under
 	start     time.Time
 	tenant    string
+	session   string
 	model     string
 	operation string
 	priority  int

@@ -340,7 +340,7 @@ func start(o options) (_ *server, err error) {
 		gopts = append(gopts, gateway.WithResponseRecords(s.redis))
 	}
 	if o.requestLog != "" {
-		if s.reqLog, err = requestlog.NewWriter(requestlog.WriterConfig{Path: o.requestLog}); err != nil {
+		if s.reqLog, err = requestlog.NewWriter(requestlog.WriterConfig{Path: o.requestLog, HashSessions: s.file.Logging.HashSessions}); err != nil {
 			return nil, fmt.Errorf("--request-log: %w", err)
 		}
 		gopts = append(gopts, gateway.WithRequestLog(s.reqLog))
