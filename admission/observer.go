@@ -71,6 +71,10 @@ type Settlement struct {
 	Unit   limits.Unit
 	Tenant string
 	Model  string
+	// Session is the request's session when the policy is keyed by
+	// session, so that the partition (and Limit and Remaining) is the
+	// session's own; empty for any other policy.
+	Session string
 	// Estimated is what was reserved at admission, Actual what was charged
 	// in the end (equal when the actual amount was not known).
 	Estimated int64
