@@ -401,6 +401,9 @@ func start(o options) (_ *server, err error) {
 // the demo keys.
 func (s *server) banner(w io.Writer) {
 	fmt.Fprintf(w, "llmproxy: listening on %s (OpenAI-compatible API under %s/v1)\n", s.URL, s.URL)
+	if s.sim != nil || s.opts.gw.Anthropic.Upstream != "" {
+		fmt.Fprintf(w, "llmproxy: Anthropic Messages API under %s/v1/messages: give the Anthropic SDKs the base URL %s, without /v1\n", s.URL, s.URL)
+	}
 	if s.sim != nil {
 		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)
 	} else {

@@ -689,6 +689,9 @@ func TestRunWithDefaults(t *testing.T) {
 			t.Errorf("banner lacks demo key %s", k)
 		}
 	}
+	if !strings.Contains(out.String(), "give the Anthropic SDKs the base URL "+url+", without /v1") {
+		t.Errorf("the banner does not say which base URL the Anthropic SDKs take:\n%s", out.String())
+	}
 	cl := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("sk-demo-acme"), option.WithMaxRetries(0))
 	if _, err := cl.Chat.Completions.New(ctxT(t, 10*time.Second), chatParams("hi")); err != nil {
 		t.Errorf("chat with a demo key: %v", err)
