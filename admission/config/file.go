@@ -123,7 +123,7 @@ type File struct {
 	// Directory says where tenants, plans and API keys live.
 	Directory Directory
 	// Tools holds the tools section: the MCP tools, their costs and
-	// which of them write (see MCPOperation).
+	// which of them write (see limits.MCPOperation).
 	Tools Tools
 }
 
@@ -138,7 +138,7 @@ type PolicyInfo struct {
 	Methods []string // empty: every method
 	// Tools and MCPMethods are the MCP match of the policy (match.tools,
 	// match.mcp_methods), expanded into Match.Operations (see
-	// MCPOperation).
+	// limits.MCPOperation).
 	Tools      []string
 	MCPMethods []string
 	// Bounds names the rate policy a quota is meant to bound.

@@ -6,15 +6,16 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
-// MCP tool calls and the tools section (see docs/mcp.md in the
-// repository). An MCP request is admitted as the operation
-// MCPOperation(method, tool): "mcp tools/call search" for a call of the
-// declared tool search, "mcp tools/call __other__" for a tool the file
-// does not declare, "mcp resources/read" for another method. So a policy
-// keyed by operation counts each declared tool apart, and every label a
-// tool name can reach is one the file wrote.
+// The tools section (see docs/mcp.md in the repository) declares the
+// MCP tools behind the program: an MCP request is admitted as the
+// operation limits.MCPOperation(method, tool), where tool is the
+// declared name or limits.OtherTool, so a policy keyed by operation
+// counts each declared tool apart and every label a tool name can reach
+// is one the file wrote.
 //
 //	tools:
 //	  - {name: search}                       # cost 1
@@ -28,38 +29,8 @@ import (
 // label can take.
 const MaxTools = 256
 
-// MaxToolName bounds a tool name, in bytes (the length MCP recommends).
-const MaxToolName = 128
-
-// OtherTool is the tool label of a call of a tool the file does not
-// declare.
-const OtherTool = "__other__"
-
 // WritesTag, in match.tools, names every tool declared with write: true.
 const WritesTag = "@writes"
-
-// MCPToolsCall is the MCP method of a tool call.
-const MCPToolsCall = "tools/call"
-
-// MCPMethods are the MCP client requests an MCP admission counts; a
-// client's other requests (initialize, ping, notifications) are never
-// limited, like a health check.
-var MCPMethods = []string{
-	MCPToolsCall, "tools/list", "resources/read", "resources/list", "resources/templates/list",
-	"resources/subscribe", "resources/unsubscribe", "prompts/get", "prompts/list",
-	"completion/complete", "logging/setLevel",
-}
-
-// MCPOperation returns the admission operation of an MCP request of
-// method: "mcp " + method, followed by " " + tool when tool is not empty.
-// Callers pass for tool the Tools.Label of a tool call's name, and ""
-// for other methods.
-func MCPOperation(method, tool string) string {
-	if tool == "" {
-		return "mcp " + method
-	}
-	return "mcp " + method + " " + tool
-}
 
 // Tool is one entry of the tools section.
 type Tool struct {
@@ -90,12 +61,12 @@ func (t *Tools) Lookup(name string) (Tool, bool) {
 }
 
 // Label returns the bounded name of tool name: name when the file
-// declares it, else OtherTool.
+// declares it, else limits.OtherTool.
 func (t *Tools) Label(name string) string {
 	if _, ok := t.byName[name]; ok {
 		return name
 	}
-	return OtherTool
+	return limits.OtherTool
 }
 
 // Cost returns the cost of one call of tool name: its declared cost, 1
@@ -105,23 +76,6 @@ func (t *Tools) Cost(name string) int64 {
 		return tl.Cost
 	}
 	return 1
-}
-
-// ValidToolName reports whether name can be a tool name: 1 to
-// MaxToolName bytes of letters, digits, '_', '-', '.' and '/'.
-func ValidToolName(name string) bool {
-	if name == "" || len(name) > MaxToolName {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.', c == '/':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func (d *decoder) decodeTools(n *yaml.Node, path string) {
@@ -147,8 +101,8 @@ func (d *decoder) decodeTools(n *yaml.Node, path string) {
 			continue
 		}
 		switch j, dup := t.byName[tl.Name]; {
-		case !ValidToolName(tl.Name) || tl.Name == OtherTool:
-			d.errorf(d.resolve(e), p+".name", "%.140q is not a tool name (1 to %d letters, digits, '_', '-', '.', '/')", tl.Name, MaxToolName)
+		case !limits.ValidToolName(tl.Name) || tl.Name == limits.OtherTool:
+			d.errorf(d.resolve(e), p+".name", "%.140q is not a tool name (1 to %d letters, digits, '_', '-', '.', '/')", tl.Name, limits.MaxToolName)
 		case dup:
 			d.errorf(d.resolve(e), p+".name", "%q already declared at %s[%d]", tl.Name, path, j)
 		default:
@@ -169,7 +123,7 @@ func (d *decoder) matchMCP(info *PolicyInfo) []field {
 
 // expandMCP adds to each policy's Match.Operations the operations of its
 // MCP match, once the tools section is known: match.tools names tool
-// calls of declared tools (WritesTag: all the write tools, OtherTool: the
+// calls of declared tools (WritesTag: all the write tools, limits.OtherTool: the
 // undeclared ones); match.mcp_methods names methods, tools/call being
 // every tool (or the tools of match.tools).
 func (d *decoder) expandMCP() {
@@ -186,23 +140,23 @@ func (d *decoder) expandMCP() {
 		tools := d.matchedTools(info.Tools, path+".tools")
 		methods := info.MCPMethods
 		if len(methods) == 0 {
-			methods = []string{MCPToolsCall}
+			methods = []string{limits.MCPToolsCall}
 		}
 		var ops []string
 		for j, m := range methods {
 			switch {
-			case !slices.Contains(MCPMethods, m):
+			case !slices.Contains(limits.MCPMethods, m):
 				d.errorf(d.lines[fmt.Sprintf("%s.mcp_methods[%d]", path, j)], fmt.Sprintf("%s.mcp_methods[%d]", path, j),
-					"%.140q is not an MCP method that is admitted (want one of %s)", m, strings.Join(MCPMethods, ", "))
-			case m == MCPToolsCall:
+					"%.140q is not an MCP method that is admitted (want one of %s)", m, strings.Join(limits.MCPMethods, ", "))
+			case m == limits.MCPToolsCall:
 				for _, t := range tools {
-					ops = append(ops, MCPOperation(m, t))
+					ops = append(ops, limits.MCPOperation(m, t))
 				}
 			case len(info.Tools) > 0:
 				d.errorf(d.lines[fmt.Sprintf("%s.mcp_methods[%d]", path, j)], fmt.Sprintf("%s.mcp_methods[%d]", path, j),
 					"match.tools selects tool calls: %q cannot be matched with them (write a policy of its own)", m)
 			default:
-				ops = append(ops, MCPOperation(m, ""))
+				ops = append(ops, limits.MCPOperation(m, ""))
 			}
 		}
 		pols[i].Match.Operations = append(pols[i].Match.Operations, ops...)
@@ -218,7 +172,7 @@ func (d *decoder) matchedTools(names []string, path string) []string {
 		for _, tl := range t.List {
 			all = append(all, tl.Name)
 		}
-		return append(all, OtherTool)
+		return append(all, limits.OtherTool)
 	}
 	var out []string
 	for j, n := range names {
@@ -235,7 +189,7 @@ func (d *decoder) matchedTools(names []string, path string) []string {
 			if writes == 0 {
 				d.errorf(d.lines[p], p, "the tools section declares no tool with write: true")
 			}
-		case ok || n == OtherTool:
+		case ok || n == limits.OtherTool:
 			if !slices.Contains(out, n) {
 				out = append(out, n)
 			}

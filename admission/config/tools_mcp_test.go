@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/limits"
 )
 
 const toolsFile = "version: 1\n" +
@@ -21,7 +22,7 @@ const toolsFile = "version: 1\n" +
 
 // TestToolsSection: the tools section declares tools, their costs and
 // writes, and the MCP match of a policy becomes the operations of the
-// tool calls and methods it names (see config.MCPOperation).
+// tool calls and methods it names (see limits.MCPOperation).
 func TestToolsSection(t *testing.T) {
 	f, err := config.Parse("tools.yaml", []byte(toolsFile))
 	if err != nil {
@@ -36,8 +37,8 @@ func TestToolsSection(t *testing.T) {
 			t.Errorf("Tools.Lookup(%s) = %+v, %v; want %+v", name, got, ok, want)
 		}
 	}
-	if got := f.Tools.Label("rm_rf"); got != config.OtherTool {
-		t.Errorf("Tools.Label(rm_rf) = %q; want %q", got, config.OtherTool)
+	if got := f.Tools.Label("rm_rf"); got != limits.OtherTool {
+		t.Errorf("Tools.Label(rm_rf) = %q; want %q", got, limits.OtherTool)
 	}
 	if got := f.Tools.Cost("rm_rf"); got != 1 {
 		t.Errorf("Tools.Cost(rm_rf) = %d; want 1", got)
@@ -52,9 +53,9 @@ func TestToolsSection(t *testing.T) {
 			t.Errorf("policies[%d].Match.Operations = %q; want %q", i, got, want)
 		}
 	}
-	if !f.Config.Policies[1].Matches(config.MCPOperation("tools/call", f.Tools.Label("write_file")), "") ||
-		f.Config.Policies[1].Matches(config.MCPOperation("tools/call", f.Tools.Label("search")), "") ||
-		f.Config.Policies[1].Matches(config.MCPOperation("tools/call", f.Tools.Label("unknown")), "") {
+	if !f.Config.Policies[1].Matches(limits.MCPOperation("tools/call", f.Tools.Label("write_file")), "") ||
+		f.Config.Policies[1].Matches(limits.MCPOperation("tools/call", f.Tools.Label("search")), "") ||
+		f.Config.Policies[1].Matches(limits.MCPOperation("tools/call", f.Tools.Label("unknown")), "") {
 		t.Error("the writes policy must match write_file and delete_file calls, and neither search nor an undeclared tool")
 	}
 }
