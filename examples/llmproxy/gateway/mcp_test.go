@@ -155,8 +155,8 @@ func (mg *mcpGateway) post(t *testing.T, key, sid string, body io.Reader, length
 type rpcError struct {
 	ID    json.RawMessage `json:"id"`
 	Error struct {
-		Code    int                 `json:"code"`
-		Message string              `json:"message"`
+		Code    int                `json:"code"`
+		Message string             `json:"message"`
 		Data    mcpadmit.ErrorData `json:"data"`
 	} `json:"error"`
 }
