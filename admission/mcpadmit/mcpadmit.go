@@ -265,10 +265,7 @@ func Refusal(rej *admission.Rejection, budget bool) (ErrorData, string) {
 		return d, fmt.Sprintf("The cost of this call exceeds the limit of %d %s (policy %s): it can never be admitted.", st.Limit, unit, rej.Policy)
 	}
 	d.Retryable = true
-	d.RetryAfterMs = max(rej.RetryAfter.Milliseconds(), 1)
-	if rej.RetryAfter%time.Millisecond != 0 {
-		d.RetryAfterMs = rej.RetryAfter.Milliseconds() + 1
-	}
+	d.RetryAfterMs = max(int64((rej.RetryAfter+time.Millisecond-1)/time.Millisecond), 1) // rounded up
 	per := ""
 	if st.Window > 0 {
 		per = " per " + st.Window.String()

@@ -311,3 +311,42 @@ func TestMCPHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPBatchRefusedWhole: a batch is admitted whole or refused whole:
+// when one of its calls is over a limit, each of its requests gets the
+// refusal, and what the others took is given back.
+func TestMCPBatchRefusedWhole(t *testing.T) {
+	mg := newMCPGateway(t)
+	cs := mg.connect(t, "sk-acme")
+	before := mg.upstream.Load()
+	status, h, body := mg.post(t, "sk-acme", cs.ID(), strings.NewReader(`[
+		{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"query":"a"}}},
+		{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"a","content":"b"}}},
+		{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}},
+		{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"a","content":"b"}}}]`), -1)
+	var errs []rpcError
+	if err := json.Unmarshal(body, &errs); err != nil {
+		t.Fatalf("batch refusal %s: %v", body, err)
+	}
+	if status != http.StatusTooManyRequests || h.Get("Retry-After") == "" || len(errs) != 3 {
+		t.Fatalf("batch = %d %s; want 429 and one error per request", status, body)
+	}
+	for i, e := range errs {
+		if want := fmt.Sprint(i + 1); string(e.ID) != want || e.Error.Code != mcpadmit.CodeLimited || e.Error.Data.Policy != "writes" {
+			t.Errorf("error %d = id %s, code %d, policy %s; want id %s, CodeLimited, writes", i, e.ID, e.Error.Code, e.Error.Data.Policy, want)
+		}
+	}
+	if n := mg.upstream.Load() - before; n != 0 {
+		t.Errorf("the refused batch reached the MCP server (%d requests)", n)
+	}
+	// Nothing of the batch was spent: the write it admitted, and the 5
+	// steps of the session.
+	if err := callTool(cs, upstream.MCPWriteTool); err != nil {
+		t.Fatalf("write after the refused batch: %v", err)
+	}
+	for i := range 4 {
+		if err := callTool(cs, upstream.MCPSearchTool); err != nil {
+			t.Fatalf("step %d after the refused batch: %v", i+2, err)
+		}
+	}
+}
