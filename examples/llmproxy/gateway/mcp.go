@@ -277,16 +277,42 @@ func (g *Gateway) handleMCPPost(c echo.Context) error {
 		g.mcpError(c, http.StatusRequestEntityTooLarge, nil, false, -32600, "The request body is larger than "+strconv.FormatInt(p.cfg.MaxBody, 10)+" bytes.", nil)
 		return nil
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBody))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			g.mcpError(c, http.StatusRequestEntityTooLarge, nil, false, -32600, "The request body is larger than "+strconv.FormatInt(p.cfg.MaxBody, 10)+" bytes.", nil)
-		}
-		return nil // a client that stopped sending: net/http closes the connection
+	// The body is read and parsed within the parse budget the model
+	// routes share.
+	want := r.ContentLength
+	if want < 0 {
+		want = p.cfg.MaxBody
 	}
-	msgs, batch, err := parseMCP(body, p.cfg.MaxBatch)
-	if err != nil {
+	got, ok := g.budget.acquire(ctx, want)
+	if !ok {
+		if ctx.Err() == nil {
+			g.m.count(ctx, g.m.clientErrors, "parse_budget_full")
+			w.Header().Set("Retry-After", "1")
+			g.mcpError(c, http.StatusServiceUnavailable, nil, false, -32603, "The gateway is reading too many request bodies at once. Please retry.", nil)
+		}
+		return nil
+	}
+	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBody))
+	var (
+		msgs  []mcpMessage
+		batch bool
+		err   error
+	)
+	if readErr == nil {
+		msgs, batch, err = parseMCP(body, p.cfg.MaxBatch)
+	}
+	g.budget.release(got)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(readErr, &tooLarge):
+		g.mcpError(c, http.StatusRequestEntityTooLarge, nil, false, -32600, "The request body is larger than "+strconv.FormatInt(p.cfg.MaxBody, 10)+" bytes.", nil)
+		return nil
+	case readErr != nil:
+		if ctx.Err() == nil {
+			g.mcpError(c, http.StatusBadRequest, nil, false, -32600, "The request body could not be read.", nil)
+		}
+		return nil
+	case err != nil:
 		g.m.count(ctx, g.m.clientErrors, "invalid_mcp_request")
 		g.mcpError(c, http.StatusBadRequest, nil, false, -32600, "Invalid request: "+err.Error()+".", nil)
 		return nil
