@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
@@ -55,7 +56,7 @@ type mcpGateway struct {
 	modelsURL string
 }
 
-func newMCPGateway(t *testing.T) *mcpGateway {
+func newMCPGateway(t *testing.T, opts ...gateway.Option) *mcpGateway {
 	t.Helper()
 	f, err := config.Parse("mcp.yaml", []byte(mcpFile))
 	if err != nil {
@@ -80,7 +81,7 @@ func newMCPGateway(t *testing.T) *mcpGateway {
 	models := httptest.NewServer(upstream.New(upstream.Config{}))
 	t.Cleanup(models.Close)
 	cfg := gateway.Config{Upstream: models.URL + "/v1", MCP: gateway.MCP{Upstream: mcpUp.URL + "/mcp"}}
-	gw, err := gateway.New(ctl, est, f, cfg, gateway.WithLogger(slog.New(slog.DiscardHandler)))
+	gw, err := gateway.New(ctl, est, f, cfg, append(opts, gateway.WithLogger(slog.New(slog.DiscardHandler)))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,5 +349,23 @@ func TestMCPBatchRefusedWhole(t *testing.T) {
 		if err := callTool(cs, upstream.MCPSearchTool); err != nil {
 			t.Fatalf("step %d after the refused batch: %v", i+2, err)
 		}
+	}
+}
+
+// TestMCPToolLabels: the per-tool figures name the tools the policy
+// file declares; any other tool is __other__, however many names a
+// client invents.
+func TestMCPToolLabels(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mg := newMCPGateway(t, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	cs := mg.connect(t, "sk-acme")
+	if err := callTool(cs, upstream.MCPSearchTool); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // the simulated server answers each with a tool error
+		cs.CallTool(context.Background(), &mcp.CallToolParams{Name: fmt.Sprintf("invented_%d", i)})
+	}
+	if got := sumCounter(t, reader, "llmproxy.mcp.requests", "tool"); got["search"] != 1 || got["__other__"] != 3 || len(got) != 2 {
+		t.Errorf("llmproxy.mcp.requests by tool = %v; want search 1, __other__ 3", got)
 	}
 }
