@@ -72,7 +72,7 @@ func TestToolsErrors(t *testing.T) {
 		{pol("{tools: [search]}"), `"search" is not declared`},
 		{"tools:\n  - {name: search}\n" + pol("{tools: [search], models: [gpt-4o]}"), "match.models cannot be combined with match.tools"},
 		{pol("{mcp_methods: [tools/cal]}"), `policies[0].match.mcp_methods[0]: "tools/cal" is not an MCP method that is admitted`},
-		{pol("{mcp_methods: [initialize]}"), `"initialize" is not an MCP method that is admitted`},
+		{pol("{mcp_methods: [ping]}"), `"ping" is not an MCP method that is admitted`},
 		{"tools:\n  - {name: search}\n" + pol("{tools: [search], mcp_methods: [tools/call, resources/read]}"), `policies[0].match.mcp_methods[1]: match.tools selects tool calls: "resources/read" cannot be matched`},
 		{"tools:\n  - {name: 'a b'}\n" + pol("{}"), `tools[0].name: "a b" is not a tool name`},
 		{"tools:\n  - {name: " + strings.Repeat("x", 129) + "}\n" + pol("{}"), "tools[0].name: \"xxxx"},

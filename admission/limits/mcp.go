@@ -19,11 +19,12 @@ const OtherTool = "__other__"
 // MCPToolsCall is the MCP method of a tool call.
 const MCPToolsCall = "tools/call"
 
-// MCPMethods are the MCP client requests an MCP admission counts; a
-// client's other messages (initialize, ping, notifications, responses)
-// are never limited, like a health check.
+// MCPMethods are the MCP client requests an MCP admission counts
+// (initialize among them: each opens a session on the server); a
+// client's other messages (ping, notifications, responses) are never
+// limited, like a health check.
 var MCPMethods = []string{
-	MCPToolsCall, "tools/list", "resources/read", "resources/list", "resources/templates/list",
+	MCPToolsCall, "initialize", "tools/list", "resources/read", "resources/list", "resources/templates/list",
 	"resources/subscribe", "resources/unsubscribe", "prompts/get", "prompts/list",
 	"completion/complete", "logging/setLevel",
 }

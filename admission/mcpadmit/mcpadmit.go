@@ -28,8 +28,8 @@
 // cancelled: a permit is held exactly while its work runs. A refusal is
 // a JSON-RPC error (see ErrorData and docs/mcp.md): CodeLimited with a
 // retry hint, or CodeFinal for a refusal that waiting cannot cure (a
-// session's budget, a cost above the limit). initialize, ping and
-// notifications are never limited.
+// session's budget, a cost above the limit). ping and notifications are
+// never limited.
 //
 // The package links the SDK; the core and the HTTP middlewares do not.
 package mcpadmit

@@ -251,13 +251,16 @@ func TestSessionBudget(t *testing.T) {
 }
 
 // TestUnknownKey: a caller whose API key is not in the table is refused
-// before any policy counts it.
+// before any policy counts it, from its first request (initialize) on.
 func TestUnknownKey(t *testing.T) {
 	fx := newFixture(t, tools+"  - {name: all, key: [tenant], algorithm: token_bucket, limit: 100, per: 1h}\n")
-	_, err := fx.connect(t, "sk-nobody").CallTool(context.Background(), &mcp.CallToolParams{Name: "search"})
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	_, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: fx.url, HTTPClient: &http.Client{Transport: keyTransport{"sk-nobody"}}, DisableStandaloneSSE: true, MaxRetries: -1,
+	}, nil)
 	var je *jsonrpc.Error
 	if !errors.As(err, &je) || je.Code != mcpadmit.CodeUnauthenticated || len(je.Data) != 0 {
-		t.Errorf("call with an unknown key = %v; want CodeUnauthenticated without data", err)
+		t.Errorf("initialize with an unknown key = %v; want CodeUnauthenticated without data", err)
 	}
 }
 
@@ -296,4 +299,20 @@ func TestPermitReleasedOnPanicAndCancel(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // the release follows the handler's return
 	}
+}
+
+// TestSessionsLimited: initialize is admitted like the other requests,
+// so a policy can bound the sessions a tenant opens on the server.
+func TestSessionsLimited(t *testing.T) {
+	fx := newFixture(t, tools+"  - {name: sessions, match: {mcp_methods: [initialize]}, key: [tenant], algorithm: token_bucket, limit: 1, per: 1h}\n")
+	fx.connect(t, "sk-acme")
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	_, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: fx.url, HTTPClient: &http.Client{Transport: keyTransport{"sk-acme"}}, DisableStandaloneSSE: true, MaxRetries: -1,
+	}, nil)
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != mcpadmit.CodeLimited {
+		t.Errorf("second session of acme = %v; want refused with CodeLimited", err)
+	}
+	fx.connect(t, "sk-globex")
 }

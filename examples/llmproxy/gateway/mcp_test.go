@@ -365,7 +365,7 @@ func TestMCPToolLabels(t *testing.T) {
 	for i := range 3 { // the simulated server answers each with a tool error
 		cs.CallTool(context.Background(), &mcp.CallToolParams{Name: fmt.Sprintf("invented_%d", i)})
 	}
-	if got := sumCounter(t, reader, "llmproxy.mcp.requests", "tool"); got["search"] != 1 || got["__other__"] != 3 || len(got) != 2 {
-		t.Errorf("llmproxy.mcp.requests by tool = %v; want search 1, __other__ 3", got)
+	if got := sumCounter(t, reader, "llmproxy.mcp.requests", "tool"); got["search"] != 1 || got["__other__"] != 3 || got[""] != 1 || len(got) != 3 {
+		t.Errorf("llmproxy.mcp.requests by tool = %v; want search 1, __other__ 3, and no tool for the initialize", got)
 	}
 }
