@@ -25,7 +25,6 @@ import (
 	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/mcpadmit"
-	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // OpMCP is the route of MCP's streamable HTTP transport: POST sends
@@ -382,21 +381,8 @@ func (g *Gateway) refusedMCP(c echo.Context, st *state, err error, msgs []mcpMes
 		g.refused(c, st, err)
 		return
 	}
-	w := c.Response()
-	status, _, code := st.rejectionShape(rej)
-	sts := rej.Statuses
-	if len(sts) == 0 {
-		sts = []admission.Status{rej.Status}
-	}
-	g.setLimitHeaders(w, sts)
+	status, _, _ := g.rejectionHeaders(st, c.Response(), c.Request(), rej)
 	budget, _ := st.budgetRefusal(rej)
-	retryAfter := rej.RetryAfter
-	if budget {
-		retryAfter = limits.Never
-	}
-	now := time.Now()
-	limitheaders.SetRetryHints(w.Header(), retryAfter, now, now.Add(g.cfg.GiveUpAfter))
-	g.m.rejected(c.Request().Context(), code)
 	data, msg := mcpadmit.Refusal(rej, budget)
 	jcode := mcpadmit.CodeLimited
 	if !data.Retryable {
