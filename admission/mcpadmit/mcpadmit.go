@@ -234,13 +234,9 @@ func (m *Middleware) refusal(err error) error {
 		}
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The request could not be admitted."}
 	}
-	data, msg := Refusal(rej, m.final(rej))
-	code := int64(CodeLimited)
-	if !data.Retryable {
-		code = CodeFinal
-	}
+	code, data, msg := Refusal(rej, m.final(rej))
 	raw, _ := json.Marshal(data) // a struct of strings and numbers
-	return &jsonrpc.Error{Code: code, Message: msg, Data: raw}
+	return &jsonrpc.Error{Code: int64(code), Message: msg, Data: raw}
 }
 
 // final reports whether rej is the refusal of a budget.
@@ -248,21 +244,22 @@ func (m *Middleware) final(rej *admission.Rejection) bool {
 	return rej.Reason == admission.ReasonQuota && slices.Contains(m.o.budgets, rej.Policy)
 }
 
-// Refusal returns the error data and message of rej, a budget's refusal
-// when budget is set. The MCP gateway of llmproxy answers the same.
-func Refusal(rej *admission.Rejection, budget bool) (ErrorData, string) {
+// Refusal returns the JSON-RPC error code, data and message of rej, a
+// budget's refusal when budget is set: CodeLimited, or CodeFinal when
+// waiting cannot help. The MCP gateway of llmproxy answers the same.
+func Refusal(rej *admission.Rejection, budget bool) (code int, d ErrorData, msg string) {
 	st := rej.Status
 	unit := string(st.Unit)
 	if unit == "" {
 		unit = string(limits.UnitRequests)
 	}
-	d := ErrorData{Policy: rej.Policy, Reason: rej.Reason.String(), Limit: st.Limit, Unit: unit, Remaining: st.Remaining}
+	d = ErrorData{Policy: rej.Policy, Reason: rej.Reason.String(), Limit: st.Limit, Unit: unit, Remaining: st.Remaining}
 	switch {
 	case budget:
 		d.Reason = "budget"
-		return d, fmt.Sprintf("Budget of %d %s used (policy %s): this session can make no more calls.", st.Limit, unit, rej.Policy)
+		return CodeFinal, d, fmt.Sprintf("Budget of %d %s used (policy %s): this session can make no more calls.", st.Limit, unit, rej.Policy)
 	case rej.RetryAfter == limits.Never:
-		return d, fmt.Sprintf("The cost of this call exceeds the limit of %d %s (policy %s): it can never be admitted.", st.Limit, unit, rej.Policy)
+		return CodeFinal, d, fmt.Sprintf("The cost of this call exceeds the limit of %d %s (policy %s): it can never be admitted.", st.Limit, unit, rej.Policy)
 	}
 	d.Retryable = true
 	d.RetryAfterMs = max(int64((rej.RetryAfter+time.Millisecond-1)/time.Millisecond), 1) // rounded up
@@ -270,5 +267,5 @@ func Refusal(rej *admission.Rejection, budget bool) (ErrorData, string) {
 	if st.Window > 0 {
 		per = " per " + st.Window.String()
 	}
-	return d, fmt.Sprintf("Limit of %d %s%s reached (policy %s, %s): retry after %v.", st.Limit, unit, per, rej.Policy, rej.Reason, time.Duration(d.RetryAfterMs)*time.Millisecond)
+	return CodeLimited, d, fmt.Sprintf("Limit of %d %s%s reached (policy %s, %s): retry after %v.", st.Limit, unit, per, rej.Policy, rej.Reason, time.Duration(d.RetryAfterMs)*time.Millisecond)
 }

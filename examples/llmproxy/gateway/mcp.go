@@ -383,12 +383,8 @@ func (g *Gateway) refusedMCP(c echo.Context, st *state, err error, msgs []mcpMes
 	}
 	status, _, _ := g.rejectionHeaders(st, c.Response(), c.Request(), rej)
 	budget, _ := st.budgetRefusal(rej)
-	data, msg := mcpadmit.Refusal(rej, budget)
-	jcode := mcpadmit.CodeLimited
-	if !data.Retryable {
-		jcode = mcpadmit.CodeFinal
-	}
-	g.mcpError(c, status, msgs, batch, jcode, msg, data)
+	code, data, msg := mcpadmit.Refusal(rej, budget)
+	g.mcpError(c, status, msgs, batch, code, msg, data)
 }
 
 // mcpError answers status with a JSON-RPC error response for each
