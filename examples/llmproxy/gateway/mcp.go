@@ -475,8 +475,8 @@ func mcpRequestHeader(k string) bool {
 // upstream session up) and passes the answer on: its status, type and
 // session (signed for tenant: an id that does not fit the session ids
 // the gateway accepts is a 502), and its body as it comes, each read
-// bounded by the stream idle timeout, a plain answer also by
-// MaxResponseBytes.
+// bounded by the stream idle timeout, the answer to a POST (a JSON
+// body or an event stream) also by MaxResponseBytes.
 func (g *Gateway) forwardMCP(c echo.Context, st *state, tenant, method, up string, body []byte) {
 	r, w := c.Request(), c.Response()
 	ctx, cancel := context.WithCancel(r.Context())
@@ -530,9 +530,9 @@ func (g *Gateway) forwardMCP(c echo.Context, st *state, tenant, method, up strin
 		h.Set("Mcp-Session-Id", signed)
 	}
 	w.WriteHeader(resp.StatusCode)
-	limit := g.cfg.MaxResponseBytes
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		limit = -1
+	limit := g.cfg.MaxResponseBytes // the answers to a POST, as a JSON body or a stream
+	if method == http.MethodGet {
+		limit = -1 // the server's stream, for the session's lifetime
 	}
 	var idle idleWatch
 	idle.start(g.cfg.StreamIdleTimeout, cancel, g.now)
