@@ -168,8 +168,11 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 // undeclared is the tool set of a middleware without WithTools.
 type undeclared struct{}
 
+// Label returns limits.OtherTool: no tool is declared.
 func (undeclared) Label(string) string { return limits.OtherTool }
-func (undeclared) Cost(string) int64   { return 1 }
+
+// Cost returns 1, the cost of an undeclared tool.
+func (undeclared) Cost(string) int64 { return 1 }
 
 // tokenIdentity is the default identity: the user of the verified bearer
 // token as tenant, else the anonymous tenant.
