@@ -515,6 +515,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"classes", d.decodeClasses},
 		field{"budgets", d.decodeBudgets},
 		field{"directory", d.decodeDirectory},
+		field{"tools", d.decodeTools},
 	) {
 		return
 	}
@@ -558,12 +559,12 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 		field{"name", d.name(&pol.Name, "policy")},
 		field{"description", d.str(&info.Description)},
 		field{"match", func(n *yaml.Node, p string) {
-			d.mapping(n, p,
-				field{"operations", d.list(&ops, false)},
-				field{"routes", d.list(&info.Routes, false)},
-				field{"methods", d.list(&info.Methods, false)},
-				field{"models", d.list(&pol.Match.Models, false)},
-			)
+			d.mapping(n, p, append([]field{
+				{"operations", d.list(&ops, false)},
+				{"routes", d.list(&info.Routes, false)},
+				{"methods", d.list(&info.Methods, false)},
+				{"models", d.list(&pol.Match.Models, false)},
+			}, d.matchMCP(&info)...)...)
 		}},
 		field{"key", d.list(&keys, true)},
 		field{"unit", d.str(&unit)},
@@ -971,6 +972,7 @@ func (d *decoder) decodeLogging(n *yaml.Node, path string) {
 // validate checks what spans entries: names, references, plans, keys.
 func (d *decoder) validate(root *yaml.Node) {
 	f := d.f
+	d.expandMCP()
 	d.validateStores()
 	d.validateClasses()
 	pols := f.Config.Policies

@@ -122,6 +122,9 @@ type File struct {
 	Budgets Budgets
 	// Directory says where tenants, plans and API keys live.
 	Directory Directory
+	// Tools holds the tools section: the MCP tools, their costs and
+	// which of them write (see limits.MCPOperation).
+	Tools Tools
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
@@ -133,6 +136,11 @@ type PolicyInfo struct {
 	// Match.Operations as "METHOD route".
 	Routes  []string
 	Methods []string // empty: every method
+	// Tools and MCPMethods are the MCP match of the policy (match.tools,
+	// match.mcp_methods), expanded into Match.Operations (see
+	// limits.MCPOperation).
+	Tools      []string
+	MCPMethods []string
 	// Bounds names the rate policy a quota is meant to bound.
 	Bounds string
 	// Warn lists a quota's warning thresholds in percent of its limit,

@@ -113,6 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.gw.Upstream, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
 	fs.StringVar(&o.gw.UpstreamKeyHeader, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
 	fs.StringVar(&o.gw.Anthropic.Upstream, "anthropic-upstream", "", "base URL of the Anthropic API with its version prefix, e.g. https://api.anthropic.com/v1, serving /v1/messages and /v1/messages/count_tokens; empty serves them only with the built-in simulator. The key is read from $"+AnthropicKeyEnv)
+	fs.StringVar(&o.gw.MCP.Upstream, "mcp-upstream", "", "URL of the upstream MCP server's streamable HTTP endpoint, proxied at /mcp, e.g. http://tools.internal:8080/mcp; empty serves /mcp only with the built-in simulator (a search tool and a write_file tool)")
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
 	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
 	fs.IntVar(&o.simTokens, "sim-output-tokens", 48, "simulated upstream: output tokens of a completion without a smaller max_tokens")
@@ -299,12 +300,18 @@ func start(o options) (_ *server, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("simulated upstream: %w", err)
 		}
-		s.simSrv = &http.Server{Handler: s.sim, ReadHeaderTimeout: 10 * time.Second}
+		sim := http.NewServeMux()
+		sim.Handle("/mcp", upstream.NewMCP()) // the simulated MCP server
+		sim.Handle("/", s.sim)
+		s.simSrv = &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = s.simSrv.Serve(simLn) }()
 		s.simURL = "http://" + simLn.Addr().String() + "/v1"
 		gc.Upstream = s.simURL
 		if gc.Anthropic.Upstream == "" {
 			gc.Anthropic.Upstream = s.simURL // the simulator speaks the Messages API too
+		}
+		if gc.MCP.Upstream == "" {
+			gc.MCP.Upstream = "http://" + simLn.Addr().String() + "/mcp"
 		}
 	}
 

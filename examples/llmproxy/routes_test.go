@@ -28,6 +28,7 @@ const (
 	llmCall                      // a priced LLM call
 	generation                   // a priced LLM call that generates output
 	batchCall                    // a batch, reserved until it ends
+	mcpRoute                     // MCP: each tool call admitted, not the HTTP request
 )
 
 // gatewayRoutes classifies every route the gateway serves, as
@@ -55,6 +56,9 @@ var gatewayRoutes = map[string]routeKind{
 	"DELETE /v1/responses/{id}":          byRequests,
 	"GET /v1/responses/{id}/input_items": byRequests,
 	"POST /v1/responses/{id}/cancel":     byRequests,
+	"POST /mcp":                          mcpRoute,
+	"GET /mcp":                           mcpRoute,
+	"DELETE /mcp":                        mcpRoute,
 }
 
 // TestDefaultPolicyGovernsEveryRoute enumerates the routes the demo
@@ -120,6 +124,18 @@ func TestDefaultPolicyGovernsEveryRoute(t *testing.T) {
 			need(has(limits.UnitRequests, limits.Concurrency), "a concurrency cap")
 			if kind == generation {
 				need(has(limits.UnitOutputTokens, rate...), "an output token rate")
+			}
+		case mcpRoute:
+			need(len(names) == 0, "no policy on the HTTP request (its MCP requests are admitted one by one)")
+			for _, tool := range []string{"search", "write_file", limits.OtherTool} {
+				n := 0
+				for _, p := range s.file.Config.Policies {
+					if p.Matches(limits.MCPOperation(limits.MCPToolsCall, tool), "") && p.Mode == limits.Enforce && slices.Contains(rate, p.Algorithm) {
+						n++
+					}
+				}
+				need(n > 0, "a rate on calls of "+tool)
+				need(tool != "write_file" || n > 1, "a lower rate on the write tool")
 			}
 		case batchCall:
 			need(has(limits.UnitRequests, rate...), "a request rate")

@@ -28,6 +28,8 @@ func Catalog() []metrics.Metric {
 			Help: "Requests the client abandoned, by phase (before_response, during_stream)."},
 		{Name: "llmproxy_client_errors_total", Type: "counter", Labels: []string{"reason"},
 			Help: "Requests refused before admission (bad key, bad body), by code."},
+		{Name: "llmproxy_mcp_requests_total", Type: "counter", Labels: []string{"method", "outcome", "tool"},
+			Help: "MCP requests through the gateway, by method, tool (a tool of the policy file's tools section, else __other__) and outcome (admitted, refused)."},
 		{Name: "llmproxy_prices_fallbacks_total", Type: "counter", Labels: []string{"reason"},
 			Help: "Requests for a model without a price of its own, charged the fallback price."},
 		{Name: "llmproxy_provider_budget_limit", Type: "gauge", Labels: []string{"store", "group", "dimension"},

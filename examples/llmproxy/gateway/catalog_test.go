@@ -92,7 +92,7 @@ func TestCatalog(t *testing.T) {
 	}
 	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	m := &recordingMeter{got: map[string]string{}}
-	if _, err := gateway.New(ctl, est, f, gateway.Config{Upstream: "http://127.0.0.1:1/v1"}, gateway.WithMeterProvider(recordingProvider{m: m}), gateway.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
+	if _, err := gateway.New(ctl, est, f, gateway.Config{Upstream: "http://127.0.0.1:1/v1", MCP: gateway.MCP{Upstream: "http://127.0.0.1:1/mcp"}}, gateway.WithMeterProvider(recordingProvider{m: m}), gateway.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
 		t.Fatal(err)
 	}
 	cat := gateway.Catalog()

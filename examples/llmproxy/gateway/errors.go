@@ -168,7 +168,15 @@ func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *ad
 // writeRejection is WriteRejection by the state st the request was
 // decided with.
 func (g *Gateway) writeRejection(st *state, w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
-	status, typ, code := st.rejectionShape(rej)
+	status, typ, code := g.rejectionHeaders(st, w, r, rej)
+	writeError(w, status, typ, code, "", st.rejectionMessage(rej))
+}
+
+// rejectionHeaders writes the headers of a rejection (limits, retry
+// hints) and counts it; it returns its status, error type and code for
+// the body, which the caller writes in its API's shape.
+func (g *Gateway) rejectionHeaders(st *state, w http.ResponseWriter, r *http.Request, rej *admission.Rejection) (status int, typ, code string) {
+	status, typ, code = st.rejectionShape(rej)
 	h := w.Header()
 	// Every policy evaluated for the request, so a tokens rejection still
 	// carries the requests figures and the other way round.
@@ -184,7 +192,7 @@ func (g *Gateway) writeRejection(st *state, w http.ResponseWriter, r *http.Reque
 	}
 	limitheaders.SetRetryHints(h, retryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(r.Context(), code)
-	writeError(w, status, typ, code, "", st.rejectionMessage(rej))
+	return status, typ, code
 }
 
 // setLimitHeaders writes, for the enforced policies among ss, the

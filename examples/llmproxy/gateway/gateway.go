@@ -286,6 +286,9 @@ type Config struct {
 	// Batches configures the Batch API routes (see BatchAPI); the zero
 	// value serves them with its defaults.
 	Batches BatchAPI
+	// MCP configures the MCP route (see MCP); the zero value leaves it
+	// out.
+	MCP MCP
 	// Responses configures the Responses API's chained calls, the routes
 	// of one response and background responses (see ResponsesAPI); the
 	// zero value serves them with its defaults.
@@ -439,6 +442,7 @@ type Gateway struct {
 	batches   *batches // the Batch API's files and reservations
 	responses *responses
 	streams   streamWatch
+	mcp       *mcpProxy // Config.MCP's route; nil without an upstream
 }
 
 // state is the gateway's snapshot: everything it derives from one
@@ -533,6 +537,9 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 		return nil, err
 	}
 	if err := errors.Join(g.m.init(g.meter), g.genai.init(g.meter), g.initProviders(g.meter)); err != nil {
+		return nil, err
+	}
+	if g.mcp, err = newMCP(cfg.MCP, g.meter); err != nil {
 		return nil, err
 	}
 	g.ready.Store(true)
@@ -728,6 +735,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 	g.registerMessages(e)
 	g.registerBatches(e)
 	g.registerResponses(e)
+	g.registerMCP(e)
 	e.GET(OpModels, on(modelsRoute, g.handleModels))
 	e.GET(OpModel, on(modelRoute, g.handleModels))
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })

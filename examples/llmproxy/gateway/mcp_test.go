@@ -1,0 +1,371 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/mcpadmit"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// mcpFile declares the simulated server's tools, a write tool with a
+// lower limit than the reads, and a budget of steps per session that
+// model calls and tool calls share.
+var mcpFile = fmt.Sprintf(`
+tools:
+  - {name: search}
+  - {name: write_file, cost: 3, write: true}
+policies:
+  - {name: writes, match: {tools: ['@writes']}, key: [tenant], algorithm: token_bucket, limit: 1, per: 1h}
+  - {name: session-steps, key: [tenant, session], unit: steps, algorithm: quota, per: 7d, limit: 5, budget: true,
+     max_partitions: 1000, overflow: reject}
+tenants:
+  acme: {api_keys: [%s]}
+  globex: {api_keys: [%s]}
+identity: {anonymous: deny}
+`, apikey.Sum("sk-acme"), apikey.Sum("sk-globex"))
+
+// mcpGateway is a gateway in front of the simulated model API and the
+// simulated MCP server (the go-sdk's), recording what reaches the MCP
+// server.
+type mcpGateway struct {
+	url       string
+	upstream  atomic.Int64 // requests that reached the MCP server
+	gets      chan struct{}
+	getsOnce  sync.Once
+	modelsURL string
+}
+
+func newMCPGateway(t *testing.T, opts ...gateway.Option) *mcpGateway {
+	t.Helper()
+	f, err := config.Parse("mcp.yaml", []byte(mcpFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := admission.New(f.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctl.Close() })
+	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	mg := &mcpGateway{gets: make(chan struct{})}
+	tools := upstream.NewMCP()
+	mcpUp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mg.upstream.Add(1)
+		if r.Method == http.MethodGet {
+			mg.getsOnce.Do(func() { close(mg.gets) })
+		}
+		tools.ServeHTTP(w, r)
+	}))
+	t.Cleanup(mcpUp.Close)
+	models := httptest.NewServer(upstream.New(upstream.Config{}))
+	t.Cleanup(models.Close)
+	cfg := gateway.Config{Upstream: models.URL + "/v1", MCP: gateway.MCP{Upstream: mcpUp.URL + "/mcp"}}
+	gw, err := gateway.New(ctl, est, f, cfg, append(opts, gateway.WithLogger(slog.New(slog.DiscardHandler)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	gw.Register(e)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	mg.url = srv.URL
+	return mg
+}
+
+// connect opens an MCP session through the gateway with the go-sdk's
+// client, as the holder of key (its standalone event stream on).
+func (mg *mcpGateway) connect(t *testing.T, key string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: mg.url + gateway.OpMCP, HTTPClient: &http.Client{Transport: bearer{key}}, MaxRetries: -1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// bearer adds an API key to each request.
+type bearer struct{ key string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// callTool calls tool through cs and returns the error.
+func callTool(cs *mcp.ClientSession, tool string) error {
+	args := map[string]any{"query": "q"}
+	if tool == upstream.MCPWriteTool {
+		args = map[string]any{"path": "a.txt", "content": "hello"}
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err == nil && res.IsError {
+		b, _ := json.Marshal(res.Content)
+		return fmt.Errorf("tool error: %s", b)
+	}
+	return err
+}
+
+// post sends body to the MCP route as key, in session sid (when not
+// empty), and returns the status, the headers and the body.
+func (mg *mcpGateway) post(t *testing.T, key, sid string, body io.Reader, length int64) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, mg.url+gateway.OpMCP, body)
+	req.ContentLength = length
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, data
+}
+
+// rpcError is a JSON-RPC error response.
+type rpcError struct {
+	ID    json.RawMessage `json:"id"`
+	Error struct {
+		Code    int                `json:"code"`
+		Message string             `json:"message"`
+		Data    mcpadmit.ErrorData `json:"data"`
+	} `json:"error"`
+}
+
+// TestMCPGateway: the go-sdk's client connects through the gateway
+// (initialize, tools/list, tools/call, its GET event stream); a write
+// tool over its lower limit is refused with 429 while a read passes;
+// the session's budget of steps counts its tool calls and a model call
+// made in the same session together, and refuses with 403 and a final
+// JSON-RPC error; another tenant cannot use the session.
+func TestMCPGateway(t *testing.T) {
+	mg := newMCPGateway(t)
+	cs := mg.connect(t, "sk-acme")
+	sid := cs.ID()
+	if !apikey.ValidSession(sid, apikey.DefaultMaxSessionLength) || !strings.Contains(sid, ".") {
+		t.Fatalf("session id %q; want the upstream's, signed for the tenant", sid)
+	}
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil || len(list.Tools) != 2 {
+		t.Fatalf("ListTools = %v, %v; want the two simulated tools", list, err)
+	}
+	<-mg.gets // the client's event stream reached the server through the gateway
+	if err := callTool(cs, upstream.MCPSearchTool); err != nil {
+		t.Fatalf("step 1, search: %v", err)
+	}
+	if err := callTool(cs, upstream.MCPWriteTool); err != nil {
+		t.Fatalf("step 2, write_file: %v", err)
+	}
+	// The second write is over the writes limit (1 an hour): 429, which
+	// the go-sdk's client reports as a rejected, transient call.
+	before := mg.upstream.Load()
+	err = callTool(cs, upstream.MCPWriteTool)
+	if err == nil || !strings.Contains(err.Error(), "Too Many Requests") {
+		t.Fatalf("second write = %v; want 429 Too Many Requests", err)
+	}
+	// The same refusal seen on the wire: 429, Retry-After, the JSON-RPC
+	// error with the request's id and the retry hint in data.
+	status, h, body := mg.post(t, "sk-acme", sid, strings.NewReader(`{"jsonrpc":"2.0","id":"w-7","method":"tools/call","params":{"name":"write_file","arguments":{"path":"b","content":"x"}}}`), -1)
+	var re rpcError
+	if err := json.Unmarshal(body, &re); err != nil {
+		t.Fatalf("refusal body %s: %v", body, err)
+	}
+	d := re.Error.Data
+	if status != http.StatusTooManyRequests || h.Get("Retry-After") == "" || string(re.ID) != `"w-7"` || re.Error.Code != mcpadmit.CodeLimited ||
+		d.Policy != "writes" || d.Reason != "rate" || !d.Retryable || d.RetryAfterMs <= 0 {
+		t.Errorf("raw write = %d, Retry-After %q, %s; want 429 with a retry hint and CodeLimited by writes", status, h.Get("Retry-After"), body)
+	}
+	if n := mg.upstream.Load() - before; n != 0 {
+		t.Errorf("%d refused calls reached the MCP server", n)
+	}
+	if err := callTool(cs, upstream.MCPSearchTool); err != nil {
+		t.Fatalf("step 3, search after the refused write: %v", err)
+	}
+	// Step 4: a model call in the same session.
+	req, _ := http.NewRequest(http.MethodPost, mg.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer sk-acme")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("model call in the session = %d; want 200", resp.StatusCode)
+	}
+	if err := callTool(cs, upstream.MCPSearchTool); err != nil {
+		t.Fatalf("step 5, search: %v", err)
+	}
+	// Step 6 is over the budget of 5: 403, a final JSON-RPC error that
+	// the go-sdk's client decodes.
+	err = callTool(cs, upstream.MCPSearchTool)
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) {
+		t.Fatalf("step 6 = %v; want the budget's JSON-RPC error", err)
+	}
+	var bd mcpadmit.ErrorData
+	_ = json.Unmarshal(je.Data, &bd)
+	if je.Code != mcpadmit.CodeFinal || bd.Policy != "session-steps" || bd.Reason != "budget" || bd.Retryable || bd.RetryAfterMs != 0 ||
+		je.Message != "Budget of 5 steps used (policy session-steps): this session can make no more calls." {
+		t.Errorf("step 6 = %d %q %+v; want CodeFinal, the session budget, not retryable", je.Code, je.Message, bd)
+	}
+	status, h, _ = mg.post(t, "sk-acme", sid, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"search"}}`), -1)
+	if status != http.StatusForbidden || h.Get("X-Should-Retry") != "false" || h.Get("Retry-After") != "" {
+		t.Errorf("raw step 6 = %d, x-should-retry %q, Retry-After %q; want 403, false, none", status, h.Get("X-Should-Retry"), h.Get("Retry-After"))
+	}
+	// Another tenant presenting the session is refused as an unknown
+	// session; its own session has its own budget.
+	status, _, _ = mg.post(t, "sk-globex", sid, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"}}`), -1)
+	if status != http.StatusNotFound {
+		t.Errorf("globex with acme's session = %d; want 404", status)
+	}
+	if err := callTool(mg.connect(t, "sk-globex"), upstream.MCPSearchTool); err != nil {
+		t.Errorf("globex's own session: %v", err)
+	}
+}
+
+// TestMCPHostile: what a hostile client sends is refused before the
+// controller or the MCP server sees it: a body over the cap (announced
+// or not), JSON nested past the decoder's depth, a forged or malformed
+// session id, a batch of 10,000 calls, a tool name with a repeated or
+// case-variant key. None of it spends a step.
+func TestMCPHostile(t *testing.T) {
+	mg := newMCPGateway(t)
+	cs := mg.connect(t, "sk-acme")
+	sid := cs.ID()
+	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"search","arguments":{"query":"x"}}}`
+	var batch strings.Builder
+	batch.WriteString("[")
+	for i := range 10_000 {
+		if i > 0 {
+			batch.WriteString(",")
+		}
+		fmt.Fprintf(&batch, call, i)
+	}
+	batch.WriteString("]")
+	huge := strings.Repeat("x", gateway.DefaultMCPMaxBody+1)
+	deep := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"q":` + strings.Repeat("[", 200_000) + strings.Repeat("]", 200_000) + `}}}`
+	before := mg.upstream.Load()
+	for _, tc := range []struct {
+		name, sid, body string
+		length          int64
+		status          int
+	}{
+		{"announced huge body", sid, huge, int64(len(huge)), http.StatusRequestEntityTooLarge},
+		{"chunked huge body", sid, huge, -1, http.StatusRequestEntityTooLarge},
+		{"deep JSON", sid, deep, -1, http.StatusBadRequest},
+		{"batch of 10,000 calls", sid, batch.String(), -1, http.StatusBadRequest},
+		{"repeated name", sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","name":"write_file"}}`, -1, http.StatusBadRequest},
+		{"case variant", sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","Name":"write_file"}}`, -1, http.StatusBadRequest},
+		{"bad tool name", sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a b"}}`, -1, http.StatusBadRequest},
+		{"not JSON", sid, `{"jsonrpc":`, -1, http.StatusBadRequest},
+		{"empty batch", sid, `[]`, -1, http.StatusBadRequest},
+		{"forged session", "0123456789." + strings.Repeat("A", 22), fmt.Sprintf(call, 1), -1, http.StatusNotFound},
+		{"session with a space", "a b", fmt.Sprintf(call, 1), -1, http.StatusBadRequest},
+	} {
+		var body io.Reader = strings.NewReader(tc.body)
+		if tc.length < 0 {
+			body = io.MultiReader(body) // no length: sent chunked
+		}
+		if status, _, data := mg.post(t, "sk-acme", tc.sid, body, tc.length); status != tc.status {
+			t.Errorf("%s = %d %.200s; want %d", tc.name, status, data, tc.status)
+		}
+	}
+	if n := mg.upstream.Load() - before; n != 0 {
+		t.Errorf("%d hostile requests reached the MCP server", n)
+	}
+	for i := range 5 { // the whole budget of 5 steps is left
+		if err := callTool(cs, upstream.MCPSearchTool); err != nil {
+			t.Fatalf("step %d after the hostile requests: %v", i+1, err)
+		}
+	}
+}
+
+// TestMCPBatchRefusedWhole: a batch is admitted whole or refused whole:
+// when one of its calls is over a limit, each of its requests gets the
+// refusal, and what the others took is given back.
+func TestMCPBatchRefusedWhole(t *testing.T) {
+	mg := newMCPGateway(t)
+	cs := mg.connect(t, "sk-acme")
+	before := mg.upstream.Load()
+	status, h, body := mg.post(t, "sk-acme", cs.ID(), strings.NewReader(`[
+		{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"query":"a"}}},
+		{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"a","content":"b"}}},
+		{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}},
+		{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"a","content":"b"}}}]`), -1)
+	var errs []rpcError
+	if err := json.Unmarshal(body, &errs); err != nil {
+		t.Fatalf("batch refusal %s: %v", body, err)
+	}
+	if status != http.StatusTooManyRequests || h.Get("Retry-After") == "" || len(errs) != 3 {
+		t.Fatalf("batch = %d %s; want 429 and one error per request", status, body)
+	}
+	for i, e := range errs {
+		if want := fmt.Sprint(i + 1); string(e.ID) != want || e.Error.Code != mcpadmit.CodeLimited || e.Error.Data.Policy != "writes" {
+			t.Errorf("error %d = id %s, code %d, policy %s; want id %s, CodeLimited, writes", i, e.ID, e.Error.Code, e.Error.Data.Policy, want)
+		}
+	}
+	if n := mg.upstream.Load() - before; n != 0 {
+		t.Errorf("the refused batch reached the MCP server (%d requests)", n)
+	}
+	// Nothing of the batch was spent: the write it admitted, and the 5
+	// steps of the session.
+	if err := callTool(cs, upstream.MCPWriteTool); err != nil {
+		t.Fatalf("write after the refused batch: %v", err)
+	}
+	for i := range 4 {
+		if err := callTool(cs, upstream.MCPSearchTool); err != nil {
+			t.Fatalf("step %d after the refused batch: %v", i+2, err)
+		}
+	}
+}
+
+// TestMCPToolLabels: the per-tool figures name the tools the policy
+// file declares; any other tool is __other__, however many names a
+// client invents.
+func TestMCPToolLabels(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mg := newMCPGateway(t, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	cs := mg.connect(t, "sk-acme")
+	if err := callTool(cs, upstream.MCPSearchTool); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // the simulated server answers each with a tool error
+		cs.CallTool(context.Background(), &mcp.CallToolParams{Name: fmt.Sprintf("invented_%d", i)})
+	}
+	if got := sumCounter(t, reader, "llmproxy.mcp.requests", "tool"); got["search"] != 1 || got["__other__"] != 3 || got[""] != 1 || len(got) != 3 {
+		t.Errorf("llmproxy.mcp.requests by tool = %v; want search 1, __other__ 3, and no tool for the initialize", got)
+	}
+}
