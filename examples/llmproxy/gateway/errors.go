@@ -87,6 +87,9 @@ func (st *state) rejectionShape(rej *admission.Rejection) (status int, typ, code
 	if budget, session := st.budgetRefusal(rej); budget {
 		return budgetShape(session)
 	}
+	if rej.Reason == admission.ReasonLoop {
+		return loopShape()
+	}
 	code = rejectionCode(rej)
 	status = limitheaders.StatusCode(rej, st.quota)
 	switch rej.Reason {
@@ -179,12 +182,16 @@ func (g *Gateway) writeRejection(st *state, w http.ResponseWriter, r *http.Reque
 	g.setLimitHeaders(w, sts)
 	now := time.Now()
 	retryAfter := rej.RetryAfter
+	msg := st.rejectionMessage(rej)
 	if budget, _ := st.budgetRefusal(rej); budget {
 		retryAfter = limits.Never // spent for good: x-should-retry: false, no Retry-After
 	}
+	if rej.Reason == admission.ReasonLoop {
+		retryAfter, msg = limits.Never, loopMessage(r, rej) // the same step is refused again
+	}
 	limitheaders.SetRetryHints(h, retryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(r.Context(), code)
-	writeError(w, status, typ, code, "", st.rejectionMessage(rej))
+	writeError(w, status, typ, code, "", msg)
 }
 
 // setLimitHeaders writes, for the enforced policies among ss, the
