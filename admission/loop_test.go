@@ -94,7 +94,7 @@ func loopTrace(t *testing.T, mode limits.Mode, steps []traceStep) []int {
 }
 
 type traceStep struct {
-	gap                  time.Duration
+	gap                time.Duration
 	tool, args, result string
 }
 
