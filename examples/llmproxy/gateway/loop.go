@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/fingerprint"
-	"github.com/sluicehq/sluice/internal/limitheaders"
 )
 
 // loopToolKey is the context key of the tool name a request's step
@@ -52,7 +53,7 @@ func loopShape() (status int, typ, code string) {
 // near-identical steps in what window, and the tool the step calls when
 // its name was valid (never other client text): "Loop detected (policy
 // loops): this session made the same step (tool get_weather) more than
-// 5 times within 2m0s. It will not be served again as it is; change the
+// 5 times within 2m. It will not be served again as it is; change the
 // step or end the session."
 func loopMessage(r *http.Request, rej *admission.Rejection) string {
 	step := "the same step"
@@ -61,5 +62,18 @@ func loopMessage(r *http.Request, rej *admission.Rejection) string {
 	}
 	return fmt.Sprintf("Loop detected (policy %s): this session made %s more than %d times within %s. "+
 		"It will not be served again as it is; change the step or end the session.",
-		rej.Policy, step, rej.Status.Limit, limitheaders.FormatReset(rej.Status.Window))
+		rej.Policy, step, rej.Status.Limit, shortDuration(rej.Status.Window))
+}
+
+// shortDuration writes a policy's window as it is written in a policy
+// file: "2m", "1h", "1h30m" rather than "2m0s", "1h0m0s", "1h30m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -124,7 +125,7 @@ func TestLoopThroughGateway(t *testing.T) {
 			if refusedAt != k+limit || apiErr == nil {
 				t.Fatalf("refused at step %d; want %d", refusedAt, k+limit)
 			}
-			want := "Loop detected (policy loops): this session made the same step (tool get_weather) more than 5 times within 1h"
+			want := "Loop detected (policy loops): this session made the same step (tool get_weather) more than 5 times within 1h."
 			if apiErr.StatusCode != 403 || apiErr.Code != "loop_detected" || !strings.Contains(apiErr.Message, want) ||
 				apiErr.Response.Header.Get("X-Should-Retry") != "false" || apiErr.Response.Header.Get("Retry-After") != "" {
 				t.Errorf("refusal = %d %s %q, x-should-retry %q, retry-after %q; want 403 loop_detected %q, false, none",
@@ -138,5 +139,45 @@ func TestLoopThroughGateway(t *testing.T) {
 				t.Errorf("the gateways saw %d requests for %d steps; want %d (no retry)", seen, k+limit, k+limit)
 			}
 		})
+	}
+}
+
+// TestLoopAnthropicShape: a loop on the Messages API (tool_use and
+// tool_result blocks with fresh ids) is refused at its 6th step in
+// Anthropic's error shape: 403 permission_error, the evidence in the
+// message, x-should-retry: false.
+func TestLoopAnthropicShape(t *testing.T) {
+	gw := newSessionGateway(t, loopFile("enforce"), nil)
+	for i := 1; i <= 6; i++ {
+		id := fmt.Sprintf("toolu_%d", i)
+		body := `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"Weather?"},` +
+			`{"role":"assistant","content":[{"type":"tool_use","id":"` + id + `","name":"get_weather","input":{"city":"Paris"}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + id + `","content":"Rain"}]}]}`
+		req, _ := http.NewRequest(http.MethodPost, gw.url+"/v1/messages", strings.NewReader(body))
+		req.Header.Set("X-Api-Key", "sk-acme")
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Session-Id", "claude-run")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		switch {
+		case i < 6 && resp.StatusCode != 200:
+			t.Fatalf("step %d: %d %+v; want 200", i, resp.StatusCode, e)
+		case i == 6 && (resp.StatusCode != 403 || e.Type != "error" || e.Error.Type != "permission_error" ||
+			!strings.Contains(e.Error.Message, "Loop detected (policy loops): this session made the same step (tool get_weather) more than 5 times") ||
+			resp.Header.Get("X-Should-Retry") != "false"):
+			t.Errorf("step 6: %d %+v, x-should-retry %q; want 403 permission_error with the loop's evidence", resp.StatusCode, e, resp.Header.Get("X-Should-Retry"))
+		}
 	}
 }
