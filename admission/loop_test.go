@@ -1,9 +1,11 @@
 package admission_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/fingerprint"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/shadow"
 )
 
 // loopPolicy allows 5 near-identical steps of a session in any 2 minutes
@@ -187,6 +190,37 @@ func TestLoopFlood(t *testing.T) {
 			t.Fatalf("loop step %d refused early: %v", i+1, err)
 		case i == 5 && (!errors.As(err, &rej) || rej.Reason != admission.ReasonLoop):
 			t.Errorf("6th identical step after a flood: %v; want a loop refusal", err)
+		}
+	}
+}
+
+// TestLoopDecisionLog: in shadow, the 6th identical step is served and
+// the decision log's line carries the evidence: the policy, would_reject
+// with the reason loop, the count allowed and the window.
+func TestLoopDecisionLog(t *testing.T) {
+	var buf bytes.Buffer
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	log, err := shadow.NewLog(shadow.LogConfig{}, shadow.WithClock(clock), shadow.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newController(t, clock, log, loopPolicy(limits.Shadow, 0))
+	fp := fingerprint.ToolCall("get_weather", []byte(`{"city":"Paris"}`))
+	for i := range 6 {
+		tk, err := c.TryAdmit(context.Background(), admission.Request{Tenant: "acme", Session: "run-1", Fingerprint: fp})
+		if err != nil {
+			t.Fatalf("step %d in shadow: %v; want served", i+1, err)
+		}
+		tk.Done()
+	}
+	want := []string{`"policy":"loops"`, `"decision":"would_reject"`, `"reason":"loop"`, `"limit":5`, `"window_s":120`}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("decision log = %q; want one line, the 6th step's", buf.String())
+	}
+	for _, w := range want {
+		if !strings.Contains(lines[0], w) {
+			t.Errorf("decision log line %s; want %s", lines[0], w)
 		}
 	}
 }
