@@ -141,3 +141,18 @@ func ExampleToolCall() {
 	fmt.Println(a == b, a == c)
 	// Output: true false
 }
+
+// BenchmarkChat fingerprints the step of a 200-turn conversation of
+// about 60 KB, the tail being a tool call and its result.
+func BenchmarkChat(b *testing.B) {
+	var tail []string
+	for i := range 200 {
+		tail = append(tail, call(fmt.Sprint("call_", i), "read_file", fmt.Sprintf(`{"path":"pkg/f%d.go","line":%d}`, i, i), strings.Repeat("text ", 40)))
+	}
+	body := chat("gpt-4o", strings.Join(tail, ","))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		fingerprint.Chat(body)
+	}
+}
