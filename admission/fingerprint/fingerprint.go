@@ -233,6 +233,8 @@ func elements(a []byte) [][]byte {
 	}
 }
 
+// skipSpace returns the index of the first byte of b from i that is not
+// JSON white space.
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
@@ -327,6 +329,7 @@ type writer struct {
 	buf []byte
 }
 
+// newWriter returns a writer whose hash starts with the kind of step.
 func newWriter(kind string) *writer {
 	w := &writer{h: sha256.New(), buf: make([]byte, 0, 256)}
 	w.str("sluice-step-v1/" + kind)
@@ -344,6 +347,7 @@ func (w *writer) sum() limits.Fingerprint {
 	return fp
 }
 
+// tag writes the one-byte tag of a JSON value or of a tool call.
 func (w *writer) tag(c byte) { w.h.Write([]byte{c}) }
 
 // str writes s normalised: its first MaxPart bytes, trimmed, white space
