@@ -478,7 +478,7 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 		// lease keeper leaves the ticket alone while its ops grow.
 		c.keeper.drop(t)
 		cfg = t.cfg
-		t.model = r.Model
+		t.model, t.session = r.Model, r.Session
 		lo, hi = cfg.early, len(cfg.policies)
 	}
 	t.stage = part
@@ -510,6 +510,7 @@ func (c *Controller) issue(cfg *PolicySet, r *Request, now time.Time) *ticket {
 	t.cfg = cfg
 	t.start = now
 	t.tenant, t.model, t.operation, t.priority = r.Tenant, r.Model, r.Operation, r.Priority
+	t.session = r.Session
 	t.ops = t.ops[:0]
 	t.keybuf = t.keybuf[:0]
 	t.stage = stageWhole
@@ -635,7 +636,7 @@ func (c *Controller) reportAdmitted(t *ticket, n int, rolledBack bool) {
 		h := &t.ops[i]
 		if h.grant.OK {
 			t.dec = Decision{
-				Status: h.status(), Outcome: Admitted, Tenant: t.tenant, Operation: t.operation,
+				Status: h.status(), Outcome: Admitted, Tenant: t.tenant, Session: t.session, Operation: t.operation,
 				Model: t.model, Cost: h.est, QueueWait: h.wait, RolledBack: rolledBack, Context: t.dec.Context,
 			}
 			h.win = t.dec.Window // for the settlement, computed once
@@ -689,7 +690,7 @@ func (c *Controller) decide(t *ticket, h *held) error {
 
 func (c *Controller) report(t *ticket, h *held, o Outcome, reason Reason, retry time.Duration) {
 	t.dec = Decision{
-		Status: h.status(), Outcome: o, Reason: reason, Tenant: t.tenant, Operation: t.operation,
+		Status: h.status(), Outcome: o, Reason: reason, Tenant: t.tenant, Session: t.session, Operation: t.operation,
 		Model: t.model, Cost: h.est, QueueWait: h.wait, RetryAfter: retry, Context: t.dec.Context,
 	}
 	c.obs.Decision(&t.dec)

@@ -43,6 +43,10 @@ type Decision struct {
 	Tenant    string
 	Operation string
 	Model     string
+	// Session is the request's agent session (Request.Session), empty
+	// for none: as its caller validated it, and unbounded, so never a
+	// metric label.
+	Session string
 	// Cost is the request's cost in the policy's unit.
 	Cost int64
 	// QueueWait is how long the request waited in the policy's queue.
@@ -67,6 +71,10 @@ type Settlement struct {
 	Unit   limits.Unit
 	Tenant string
 	Model  string
+	// Session is the request's session when the policy is keyed by
+	// session, so that the partition (and Limit and Remaining) is the
+	// session's own; empty for any other policy.
+	Session string
 	// Estimated is what was reserved at admission, Actual what was charged
 	// in the end (equal when the actual amount was not known).
 	Estimated int64

@@ -179,3 +179,39 @@ func TestSessionTokenBudgetSettles(t *testing.T) {
 		tk.Done()
 	}
 }
+
+// TestDecisionCarriesSession: a decision names the request's session, the
+// one Admit was given or the one Continue learned from the body, so the
+// decision log can show whose session was refused.
+func TestDecisionCarriesSession(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, admission.Policy{
+		Name: "session-calls", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession},
+		Algorithm: limits.Quota, Limit: 1, Per: 24 * time.Hour,
+	})
+	ctx := context.Background()
+	tk, err := c.Admit(ctx, admission.Request{Tenant: "a", Session: "run-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done()
+	tk, err = c.Begin(ctx, admission.Request{Tenant: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.Continue(ctx, admission.Request{Tenant: "a", Session: "run-1"}); err == nil {
+		t.Error("the session's second call was admitted; want its budget of 1 refusing it")
+	}
+	tk.Done()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.decisions) != 2 {
+		t.Fatalf("%d decisions; want 2", len(rec.decisions))
+	}
+	for i, d := range rec.decisions {
+		if d.Session != "run-1" || d.Tenant != "a" {
+			t.Errorf("decision %d (%v): session %q, tenant %q; want run-1 of a", i, d.Outcome, d.Session, d.Tenant)
+		}
+	}
+}

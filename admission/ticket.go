@@ -56,6 +56,7 @@ type ticket struct {
 	cfg       *PolicySet // the configuration the ticket was admitted under
 	start     time.Time
 	tenant    string
+	session   string
 	model     string
 	operation string
 	priority  int
@@ -304,6 +305,9 @@ func (c *Controller) reportSettled(ctx context.Context, t *ticket, h *held, actu
 	}
 	if h.grant.OK { // a policy that failed open has no figures
 		s.Limit, s.Remaining, s.Window = h.limit(), h.remAfter, h.win
+	}
+	if h.p.bySession {
+		s.Session = t.session
 	}
 	c.obs.Settled(s)
 }

@@ -28,7 +28,7 @@ func FileLogger(w io.Writer, l *config.Logging) *slog.Logger {
 // records a second, at most min(max_per_second, DefaultLogBurst) at
 // once), followed by obs, typically a metrics.Observer, nil ones skipped.
 func FileObserver(l *config.Logging, log *slog.Logger, obs ...admission.Observer) (admission.Observer, error) {
-	c := LogConfig{Rate: float64(l.MaxPerSecond), Burst: min(l.MaxPerSecond, DefaultLogBurst)}
+	c := LogConfig{Rate: float64(l.MaxPerSecond), Burst: min(l.MaxPerSecond, DefaultLogBurst), HashSessions: l.HashSessions}
 	if l.Rejections {
 		c.RejectSample = 1
 	}

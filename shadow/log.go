@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -44,6 +45,9 @@ type LogConfig struct {
 	// Level is the level of would-reject and fail-open records; refusals
 	// are logged one level higher. The zero value is slog.LevelInfo.
 	Level slog.Level
+	// HashSessions writes a decision's session as its pseudonym
+	// (apikey.HashSession) rather than as the id.
+	HashSessions bool
 }
 
 // An Option configures a Log or a Recorder.
@@ -182,6 +186,7 @@ func (l *Log) Decision(d *admission.Decision) {
 		slog.Float64("reset_s", seconds(d.Reset)),
 		slog.Float64("window_s", seconds(d.Window)),
 		slog.Uint64("suppressed", l.pending.Swap(0)),
+		{}, // the session, when the request has one
 	}
 	msg := "admission decision"
 	if d.Outcome == admission.WouldReject {
@@ -193,7 +198,14 @@ func (l *Log) Decision(d *admission.Decision) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	l.opts.logger.LogAttrs(ctx, level, msg, attrs[:]...)
+	all := attrs[:len(attrs)-1]
+	if s := d.Session; s != "" {
+		if l.cfg.HashSessions {
+			s = apikey.HashSession(s)
+		}
+		attrs[len(attrs)-1], all = slog.String("session", Clip(s)), attrs[:]
+	}
+	l.opts.logger.LogAttrs(ctx, level, msg, all...)
 }
 
 // seconds returns d as the decision log writes it: seconds rounded to the

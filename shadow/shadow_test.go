@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow"
@@ -111,6 +112,36 @@ func TestLogRecord(t *testing.T) {
 	}
 	if recs[0]["level"] != "WARN" {
 		t.Errorf("rejection level = %v; want WARN", recs[0]["level"])
+	}
+}
+
+// A decision's session is in its record, as the id or as its
+// pseudonym; a decision without one has no session field.
+func TestLogSession(t *testing.T) {
+	for _, hash := range []bool{false, true} {
+		var buf bytes.Buffer
+		l, err := shadow.NewLog(shadow.LogConfig{HashSessions: hash}, shadow.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := wouldReject("acme")
+		l.Decision(&d)
+		d.Session = "agent-run-42"
+		l.Decision(&d)
+		recs := records(t, &buf)
+		if len(recs) != 2 {
+			t.Fatalf("%d records; want 2", len(recs))
+		}
+		if s, ok := recs[0]["session"]; ok {
+			t.Errorf("hash=%v: a decision without a session logged session=%v", hash, s)
+		}
+		want := "agent-run-42"
+		if hash {
+			want = apikey.HashSession(want)
+		}
+		if recs[1]["session"] != want || recs[1]["tenant"] != "acme" {
+			t.Errorf("hash=%v: record %v; want session %q for tenant acme", hash, recs[1], want)
+		}
 	}
 }
 

@@ -1,6 +1,10 @@
 package apikey
 
-import "errors"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+)
 
 // The identity rules of agent sessions, which every transport shares: a
 // session id is read from a request (a header, a body field, call
@@ -43,4 +47,17 @@ func ValidSession(id string, max int) bool {
 		}
 	}
 	return true
+}
+
+// HashSession returns the pseudonym logs write for the session id when
+// the operator asks for hashed sessions (logging.sessions: hash): "h-"
+// and the first 16 bytes of the id's SHA-256 in hex, 34 characters that
+// are themselves a valid session id. It is the same in every process, so
+// the decision logs of several replicas and a request log replayed later
+// still tell one session from another; it hides an id, not a guessable
+// one (whoever can list candidate ids can hash them), so sessions whose
+// ids should stay private need random ids, as MCP's are.
+func HashSession(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "h-" + hex.EncodeToString(sum[:16])
 }

@@ -814,13 +814,7 @@ func (d *decoder) decodeIdentity(n *yaml.Node, path string) {
 		field{"session", d.decodeSession},
 	)
 	d.checkSessionHeaders(path)
-	switch anonymous {
-	case "", "allow":
-	case "deny":
-		id.RequireKey = true
-	default:
-		d.errorf(d.lines[path+".anonymous"], path+".anonymous", "unknown value %q (want one of allow, deny)", anonymous)
-	}
+	id.RequireKey = d.either(path+".anonymous", anonymous, "allow", "deny")
 	switch strings.ToLower(id.ClientIPHeader) {
 	case "x-forwarded-for":
 		id.ClientIPHeader = "X-Forwarded-For"
@@ -928,11 +922,26 @@ func (d *decoder) decodeMetrics(n *yaml.Node, path string) {
 	}
 }
 
+// either decodes the value v of the setting at key, which has two: off,
+// the default (also when v is empty), and on. It reports whether v is on
+// and refuses any other value with its line.
+func (d *decoder) either(key, v, off, on string) bool {
+	switch v {
+	case "", off:
+		return false
+	case on:
+		return true
+	}
+	d.errorf(d.lines[key], key, "unknown value %q (want one of %s, %s)", v, off, on)
+	return false
+}
+
 func (d *decoder) decodeLogging(n *yaml.Node, path string) {
 	l := &d.f.Logging
-	var level, sample string
+	var level, sample, sessions string
 	d.mapping(n, path,
 		field{"level", d.str(&level)},
+		field{"sessions", d.str(&sessions)},
 		field{"format", d.str(&l.Format)},
 		field{"decisions", func(n *yaml.Node, p string) {
 			d.mapping(n, p,
@@ -950,6 +959,7 @@ func (d *decoder) decodeLogging(n *yaml.Node, path string) {
 	if l.Format != "json" && l.Format != "text" {
 		d.errorf(d.lines[path+".format"], path+".format", "unknown format %q (want one of json, text)", l.Format)
 	}
+	l.HashSessions = d.either(path+".sessions", sessions, "raw", "hash")
 	if sample != "" {
 		v, err := strconv.ParseFloat(sample, 64)
 		if err != nil || v < 0 || v > 1 {

@@ -254,6 +254,10 @@ type Logging struct {
 	Rejections bool
 	// MaxPerSecond bounds decision log lines per second (default 100).
 	MaxPerSecond int
+	// HashSessions writes a request's session in the decision log and
+	// the request log as apikey.HashSession's pseudonym rather than as
+	// the id (logging.sessions: hash; default raw).
+	HashSessions bool
 }
 
 // DefaultExempt is the default of http.exempt.

@@ -59,3 +59,22 @@ func TestSessionSection(t *testing.T) {
 		}
 	}
 }
+
+// logging.sessions says how logs write a session: raw by default, hash on
+// request; anything else is refused with its line.
+func TestLoggingSessions(t *testing.T) {
+	const policy = "policies:\n  - {name: rpm, algorithm: token_bucket, limit: 10, per: 1m}\n"
+	for _, tt := range []struct {
+		section string
+		hash    bool
+	}{{"", false}, {"logging: {sessions: raw}\n", false}, {"logging: {sessions: hash}\n", true}} {
+		f := must(config.Parse("s.yaml", []byte(policy+tt.section)))
+		if f.Logging.HashSessions != tt.hash {
+			t.Errorf("%q: HashSessions = %v; want %v", tt.section, f.Logging.HashSessions, tt.hash)
+		}
+	}
+	_, err := config.Parse("s.yaml", []byte(policy+"logging:\n  sessions: sha1\n"))
+	if err == nil || !strings.Contains(err.Error(), "s.yaml:4") || !strings.Contains(err.Error(), "logging.sessions") {
+		t.Errorf("sessions: sha1: %v; want an error at s.yaml:4, logging.sessions", err)
+	}
+}

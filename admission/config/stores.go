@@ -158,12 +158,8 @@ func (d *decoder) decodeStores(n *yaml.Node, path string) {
 			d.redisStore(name, r, d.resolve(v), p)
 			return
 		}
-		switch group {
-		case "", "model":
-		case "upstream":
+		if d.either(p+".group_by", group, "model", "upstream") {
 			u.GroupBy = GroupByUpstream
-		default:
-			d.errorf(d.lines[p+".group_by"], p+".group_by", "unknown grouping %q (want one of model, upstream)", group)
 		}
 		if u.Pause > 0 && u.MaxPause > 0 && u.Pause > u.MaxPause {
 			d.errorf(d.lines[p+".pause"], p+".pause", "%v is longer than max_pause %v", u.Pause, u.MaxPause)

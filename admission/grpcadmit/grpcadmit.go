@@ -88,6 +88,7 @@
 package grpcadmit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,6 +97,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,6 +139,10 @@ type settings struct {
 	noWait   bool
 	shadow   bool
 	logger   *slog.Logger
+	// sessionKeys are the metadata keys of a session id (nil:
+	// apikey.DefaultSessionHeaders lower-cased), maxSession its longest.
+	sessionKeys []string
+	maxSession  int
 }
 
 // WithKeyHeaders sets the metadata keys that may carry an API key, tried
@@ -206,6 +212,17 @@ func WithoutQueueing() Option { return func(s *settings) { s.noWait = true } }
 // it tells callers about limits not yet enforced.
 func WithShadowHeader(on bool) Option { return func(s *settings) { s.shadow = on } }
 
+// WithSessions sets the metadata keys that may carry a call's agent
+// session id (admission.Request.Session), tried in order, and the
+// longest id accepted in bytes (zero: apikey.DefaultMaxSessionLength).
+// The default keys are x-session-id and mcp-session-id; no keys reads
+// none. A value apikey.ValidSession refuses, or a key sent twice, is
+// refused with codes.InvalidArgument while a policy is keyed by session,
+// and ignored otherwise, as httpadmit does with its session headers.
+func WithSessions(maxLength int, keys ...string) Option {
+	return func(s *settings) { s.sessionKeys, s.maxSession = lower(keys), maxLength }
+}
+
 // WithLogger sets the logger of unexpected admission errors; the default
 // is slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
@@ -233,6 +250,9 @@ type Interceptor struct {
 type snapshot struct {
 	settings
 	policies *admission.PolicySet // nil: the controller's installed set
+	// sessions is set while a policy is keyed by session: only then is
+	// an invalid session refused.
+	sessions bool
 }
 
 // New returns an Interceptor admitting calls through ctl.
@@ -241,7 +261,7 @@ func New(ctl *admission.Controller, opts ...Option) (*Interceptor, error) {
 		return nil, errors.New("grpcadmit: nil controller")
 	}
 	ic := &Interceptor{ctl: ctl, own: slices.Clip(opts)}
-	ic.cur.Store(&snapshot{settings: build(opts)})
+	ic.cur.Store(&snapshot{settings: build(opts), sessions: keyedBySession(ctl.Policies())})
 	return ic, nil
 }
 
@@ -253,6 +273,9 @@ func build(opts []Option) settings {
 	}
 	if len(s.rules.KeyHeaders) == 0 {
 		s.rules.KeyHeaders = lower(apikey.DefaultKeyHeaders)
+	}
+	if s.sessionKeys == nil {
+		s.sessionKeys = lower(apikey.DefaultSessionHeaders)
 	}
 	if s.logger == nil {
 		s.logger = slog.Default()
@@ -280,7 +303,7 @@ func (ic *Interceptor) Apply(cfg admission.Config, opts ...Option) error {
 	if err := ic.ctl.Install(set); err != nil {
 		return err
 	}
-	ic.cur.Store(&snapshot{settings: s, policies: set})
+	ic.cur.Store(&snapshot{settings: s, policies: set, sessions: keyedBySession(cfg.Policies)})
 	return nil
 }
 
@@ -367,6 +390,9 @@ func (ic *Interceptor) admit(ctx context.Context, snap *snapshot, method string,
 		return nil, admission.Ticket{}, status.Error(codes.Unauthenticated, unauthenticatedMessage(err))
 	}
 	req := admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Addr: peerAddr(ctx), Policies: snap.policies}
+	if req.Session, err = snap.session(md); err != nil {
+		return nil, admission.Ticket{}, status.Error(codes.InvalidArgument, "the session id is not valid: 1 to "+strconv.Itoa(cmp.Or(snap.maxSession, apikey.DefaultMaxSessionLength))+" bytes of printable ASCII, no space")
+	}
 	if len(method) <= maxMethodLen {
 		req.Operation = method
 	}
@@ -418,6 +444,32 @@ func (s *settings) identity(ctx context.Context, md metadata.MD) (apikey.Identit
 		}
 		return ""
 	})
+}
+
+// session returns the session id md carries in the first of the session
+// keys present, "" when none is. An invalid one (apikey.ValidSession, a
+// key sent twice) is apikey.ErrInvalidSession while a policy is keyed by
+// session, and ignored otherwise.
+func (s *snapshot) session(md metadata.MD) (string, error) {
+	for _, k := range s.sessionKeys {
+		vs := md[k]
+		if len(vs) == 0 {
+			continue
+		}
+		if len(vs) > 1 || !apikey.ValidSession(vs[0], s.maxSession) {
+			if !s.sessions {
+				return "", nil
+			}
+			return "", apikey.ErrInvalidSession
+		}
+		return vs[0], nil
+	}
+	return "", nil
+}
+
+// keyedBySession reports whether a policy of ps is keyed by session.
+func keyedBySession(ps []admission.Policy) bool {
+	return slices.ContainsFunc(ps, func(p admission.Policy) bool { return p.KeyedBySession() })
 }
 
 // unauthenticatedMessage is the message of a refused identity: fixed

@@ -141,8 +141,24 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.gw.Batches.MaxFileBytes, "batch-max-file-bytes", gateway.DefaultMaxFileBytes, "largest batch input file uploaded through POST /v1/files (counted line by line as it streams upstream)")
 	fs.DurationVar(&o.gw.Batches.MaxHold, "batch-max-hold", gateway.DefaultMaxHold, "longest a batch's reservation stays open; then it is settled at its estimate")
 	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
+	fs.IntVar(&o.gw.Responses.MaxRecords, "responses-max-records", gateway.DefaultMaxResponseRecords, "Responses API: responses whose size and owner are recorded, over all tenants, the oldest forgotten first (in memory; on Redis per tenant only)")
+	fs.IntVar(&o.gw.Responses.MaxRecordsPerTenant, "responses-max-records-per-tenant", gateway.DefaultMaxResponseRecordsPerTenant, "Responses API: responses recorded per tenant; a call chained on a forgotten one is refused unless --responses-allow-unknown-chains")
+	fs.BoolVar(&o.gw.Responses.AllowUnknownChains, "responses-allow-unknown-chains", false, "Responses API: admit a call chained on a response its tenant has no record of, or naming a conversation, priced at --responses-unknown-chain-tokens; only where tenants may continue each other's responses (they share the upstream account)")
+	fs.Int64Var(&o.gw.Responses.UnknownChainTokens, "responses-unknown-chain-tokens", gateway.DefaultUnknownChainTokens, "Responses API: the prompt tokens a chained call without a record is priced at, under --responses-allow-unknown-chains")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"responses-max-records", int64(o.gw.Responses.MaxRecords)},
+		{"responses-max-records-per-tenant", int64(o.gw.Responses.MaxRecordsPerTenant)},
+		{"responses-unknown-chain-tokens", o.gw.Responses.UnknownChainTokens},
+	} {
+		if f.v <= 0 {
+			return o, fmt.Errorf("--%s: %d is not positive", f.name, f.v)
+		}
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -324,7 +340,7 @@ func start(o options) (_ *server, err error) {
 		gopts = append(gopts, gateway.WithResponseRecords(s.redis))
 	}
 	if o.requestLog != "" {
-		if s.reqLog, err = requestlog.NewWriter(requestlog.WriterConfig{Path: o.requestLog}); err != nil {
+		if s.reqLog, err = requestlog.NewWriter(requestlog.WriterConfig{Path: o.requestLog, HashSessions: s.file.Logging.HashSessions}); err != nil {
 			return nil, fmt.Errorf("--request-log: %w", err)
 		}
 		gopts = append(gopts, gateway.WithRequestLog(s.reqLog))
@@ -385,6 +401,9 @@ func start(o options) (_ *server, err error) {
 // the demo keys.
 func (s *server) banner(w io.Writer) {
 	fmt.Fprintf(w, "llmproxy: listening on %s (OpenAI-compatible API under %s/v1)\n", s.URL, s.URL)
+	if s.sim != nil || s.opts.gw.Anthropic.Upstream != "" {
+		fmt.Fprintf(w, "llmproxy: Anthropic Messages API under %s/v1/messages: give the Anthropic SDKs the base URL %s, without /v1\n", s.URL, s.URL)
+	}
 	if s.sim != nil {
 		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)
 	} else {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 )
@@ -685,6 +689,9 @@ func TestRunWithDefaults(t *testing.T) {
 			t.Errorf("banner lacks demo key %s", k)
 		}
 	}
+	if !strings.Contains(out.String(), "give the Anthropic SDKs the base URL "+url+", without /v1") {
+		t.Errorf("the banner does not say which base URL the Anthropic SDKs take:\n%s", out.String())
+	}
 	cl := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("sk-demo-acme"), option.WithMaxRetries(0))
 	if _, err := cl.Chat.Completions.New(ctxT(t, 10*time.Second), chatParams("hi")); err != nil {
 		t.Errorf("chat with a demo key: %v", err)
@@ -752,6 +759,26 @@ func TestUpstreamKeyFromEnvironment(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--cut-streams"}, io.Discard); err == nil {
 		t.Error("a flag without its value was accepted")
+	}
+}
+
+// The Responses API's records and unknown chains are set by flags; a
+// bound that is not positive is refused, never taken as its default.
+func TestResponsesFlags(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if r := o.gw.Responses; err != nil || r.AllowUnknownChains || r.MaxRecords != gateway.DefaultMaxResponseRecords ||
+		r.MaxRecordsPerTenant != gateway.DefaultMaxResponseRecordsPerTenant || r.UnknownChainTokens != gateway.DefaultUnknownChainTokens {
+		t.Errorf("defaults: %+v, %v", r, err)
+	}
+	o, err = parseFlags([]string{"--responses-allow-unknown-chains", "--responses-unknown-chain-tokens", "4096",
+		"--responses-max-records", "500", "--responses-max-records-per-tenant", "50"}, io.Discard)
+	if r := o.gw.Responses; err != nil || !r.AllowUnknownChains || r.UnknownChainTokens != 4096 || r.MaxRecords != 500 || r.MaxRecordsPerTenant != 50 {
+		t.Errorf("set: %+v, %v", r, err)
+	}
+	for _, arg := range []string{"--responses-max-records=0", "--responses-max-records-per-tenant=-1", "--responses-unknown-chain-tokens=0"} {
+		if _, err := parseFlags([]string{arg}, io.Discard); err == nil || !strings.Contains(err.Error(), "not positive") {
+			t.Errorf("%s: %v; want refused", arg, err)
+		}
 	}
 }
 
@@ -835,4 +862,25 @@ func TestQueueTimeoutAndSharedOverload(t *testing.T) {
 	cancel()
 	wg.Wait()
 	eventually(t, 5*time.Second, "no permits in flight", func() bool { return inflight(t, s) == 0 })
+}
+
+// Every flag the proxy takes is in the README's table of flags.
+func TestEveryFlagDocumented(t *testing.T) {
+	var usage strings.Builder
+	if _, err := parseFlags([]string{"-h"}, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(usage.String(), -1)
+	if len(names) < 30 {
+		t.Fatalf("read %d flags from the usage; want them all:\n%s", len(names), usage.String())
+	}
+	for _, m := range names {
+		if !strings.Contains(string(readme), "`--"+m[1]+"`") {
+			t.Errorf("--%s is not in README.md's table of flags", m[1])
+		}
+	}
 }

@@ -156,7 +156,7 @@ func newTelemetry(f *config.File, log *slog.Logger, push otlpSettings) (*telemet
 				return c.Stats()
 			}
 			return nil
-		}}, status.WithRecorder(t.rollout))
+		}, HashSessions: f.Logging.HashSessions}, status.WithRecorder(t.rollout))
 	}
 	if err == nil {
 		t.observer, err = shadow.FileObserver(&f.Logging, log, t.metrics, t.rollout, t.status)

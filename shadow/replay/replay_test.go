@@ -49,6 +49,10 @@ func logLines(t testing.TB, specs ...string) string {
 				r.Operation = v
 			case "begin":
 				r.BeginOnly = v == "1"
+			case "session":
+				r.Session = v
+			case "steps":
+				r.Units = append(r.Units, admission.UnitAmount{Unit: limits.UnitSteps, Amount: n})
 			default:
 				t.Fatalf("bad spec %q", s)
 			}
@@ -302,6 +306,34 @@ func TestReplayBeginOnly(t *testing.T) {
 			if w := want[p.Policy]; p.Requests != w[0] || p.Admitted != w[1] || p.Rejected != w[2] {
 				t.Errorf("%s: policy %s matched %d, admitted %d, rejected %d; want %d, %d, %d", c.Candidate, p.Policy, p.Requests, p.Admitted, p.Rejected, w[0], w[1], w[2])
 			}
+		}
+	}
+}
+
+// A log's sessions are replayed: a candidate session budget counts each
+// session of a tenant apart, and requests without a session not at all,
+// while the tenant's own policy counts them all.
+func TestReplaySessions(t *testing.T) {
+	// Each model call is one step, as llmproxy logs it.
+	log := logLines(t,
+		"0 acme session=run-1 steps=1", "1 acme session=run-1 steps=1", "2 acme session=run-1 steps=1", // the third over the budget
+		"3 acme session=run-2 steps=1", "4 acme session=run-2 steps=1",
+		"5 globex session=run-1 steps=1", "6 globex session=run-1 steps=1", // another tenant's run-1
+		"7 acme steps=1", "8 acme steps=1", "9 acme steps=1", // no session
+	)
+	budget := admission.Policy{Name: "session-steps", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession},
+		Unit: limits.UnitSteps, Algorithm: limits.Quota, Limit: 2, Per: time.Hour}
+	tenant := admission.Policy{Name: "rph", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 100, Per: time.Hour}
+	rep := replayLog(t, log, cand("budget", budget, tenant))
+	// The refused step bypasses the tenant's policy.
+	want := map[string][3]int64{"session-steps": {7, 6, 1}, "rph": {10, 9, 0}}
+	c := rep.Candidates[0]
+	if c.Requests != 10 || c.Rejected != 1 {
+		t.Errorf("%d requests, %d rejected; want 10, 1", c.Requests, c.Rejected)
+	}
+	for _, p := range c.Policies {
+		if w := want[p.Policy]; p.Requests != w[0] || p.Admitted != w[1] || p.Rejected != w[2] {
+			t.Errorf("policy %s matched %d, admitted %d, rejected %d; want %d, %d, %d", p.Policy, p.Requests, p.Admitted, p.Rejected, w[0], w[1], w[2])
 		}
 	}
 }

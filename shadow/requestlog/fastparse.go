@@ -19,13 +19,13 @@ func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 		return false
 	}
 	p.sc.Open()
-	var seen uint16
+	var seen uint32
 	for n := 0; p.sc.More(&n, '}'); {
 		key, ok := p.key()
 		if !ok {
 			return false
 		}
-		bit := uint16(1) << keyBit(key)
+		bit := uint32(1) << keyBit(key)
 		if seen&bit != 0 {
 			return false // a repeated key: encoding/json merges objects
 		}
@@ -49,6 +49,8 @@ func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 			ok = p.strTo(&w.KeyID)
 		case "user":
 			ok = p.strTo(&w.User)
+		case "session":
+			ok = p.strTo(&w.Session)
 		case "ip":
 			ok = p.strTo(&w.IP)
 		case "operation":
@@ -115,6 +117,8 @@ func keyBit(k string) int {
 		return 14
 	case "begin_only":
 		return 15
+	case "session":
+		return 16
 	}
 	return 0
 }

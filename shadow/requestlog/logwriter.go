@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 )
 
 // Defaults of WriterConfig.
@@ -43,6 +44,9 @@ type WriterConfig struct {
 	// (chosen by a hash of the tenant, the same in every process), all of
 	// them for the tenants kept. Zero or one logs every request.
 	SampleTenants int
+	// HashSessions writes a request's session as its pseudonym
+	// (apikey.HashSession) rather than as the id.
+	HashSessions bool
 	// Buffer bounds the records waiting to be written; when the disk is
 	// slower than the traffic, new records are dropped and counted. Zero
 	// means DefaultBuffer.
@@ -150,6 +154,9 @@ func (l *Writer) log(r *admission.Request, arrived time.Time, actual admission.U
 	rec := Record{Time: arrived.UTC(), Request: *r, Actual: actual, Duration: min(max(work, 0), MaxRecordDuration), BeginOnly: beginOnly}
 	if l.cfg.SampleTenants > 1 {
 		rec.Sample = l.cfg.SampleTenants
+	}
+	if l.cfg.HashSessions && r.Session != "" {
+		rec.Session = apikey.HashSession(r.Session)
 	}
 	if len(r.Units) > 0 {
 		rec.Units = slices.Clone(r.Units)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/shadow/internal/shadowtest"
 	"github.com/sluicehq/sluice/shadow/replay"
@@ -183,6 +185,52 @@ func TestRequestLogRecord(t *testing.T) {
 `
 	if string(b) != want {
 		t.Errorf("log:\n%s\nwant:\n%s", b, want)
+	}
+}
+
+// A request's session is logged as the id, or with HashSessions as its
+// pseudonym, which reads back as a session and tells sessions apart.
+func TestRequestLogSessions(t *testing.T) {
+	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, hash := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "r.jsonl")
+		rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path, HashSessions: hash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"run-1", "run-2", "run-1", ""} {
+			rl.Log(&admission.Request{Tenant: "acme", Session: s}, at, admission.Usage{}, 0)
+		}
+		if err := rl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		fh, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		lr := requestlog.NewReader(fh)
+		for {
+			var rec requestlog.Record
+			if err := lr.Read(&rec); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, rec.Session)
+		}
+		fh.Close()
+		want := []string{"run-1", "run-2", "run-1", ""}
+		if hash {
+			h1, h2 := apikey.HashSession("run-1"), apikey.HashSession("run-2")
+			want = []string{h1, h2, h1, ""}
+			if h1 == h2 || len(h1) != 34 || !apikey.ValidSession(h1, 0) {
+				t.Errorf("pseudonyms %q, %q; want two different valid session ids of 34 bytes", h1, h2)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("hash=%v: sessions read back %q; want %q", hash, got, want)
+		}
 	}
 }
 

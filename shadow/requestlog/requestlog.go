@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -142,6 +143,7 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	dst = appendJSONString(dst, r.Tenant)
 	str("key_id", r.KeyID)
 	str("user", r.User)
+	str("session", r.Session)
 	if r.Addr.IsValid() {
 		str("ip", r.Addr.String())
 	}
@@ -302,6 +304,7 @@ type recordJSON struct {
 	Tenant    *string          `json:"tenant"`
 	KeyID     string           `json:"key_id"`
 	User      string           `json:"user"`
+	Session   string           `json:"session"`
 	IP        string           `json:"ip"`
 	Operation string           `json:"operation"`
 	Model     string           `json:"model"`
@@ -345,7 +348,7 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 			return fmt.Errorf("unexpected data after the record at column %d", off+1)
 		}
 	}
-	*rec = Record{Request: admission.Request{KeyID: w.KeyID, User: w.User, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost}, Sample: w.Sample, BeginOnly: w.BeginOnly}
+	*rec = Record{Request: admission.Request{KeyID: w.KeyID, User: w.User, Session: w.Session, Operation: w.Operation, Model: w.Model, Priority: w.Priority, Tokens: w.Tokens, Cost: w.Cost}, Sample: w.Sample, BeginOnly: w.BeginOnly}
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
@@ -367,6 +370,9 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 		bad("tenant", "must not be empty")
 	default:
 		rec.Tenant = *w.Tenant
+	}
+	if w.Session != "" && !apikey.ValidSession(w.Session, apikey.MaxSessionLength) {
+		bad("session", "not a session id: 1 to %d bytes of printable ASCII, no space", apikey.MaxSessionLength)
 	}
 	if w.IP != "" {
 		a, err := netip.ParseAddr(w.IP)

@@ -60,6 +60,10 @@ type Config struct {
 	// and shadow.DefaultBuckets, the Recorder's.
 	Window  time.Duration
 	Buckets int
+	// HashSessions shows sessions by their pseudonym
+	// (apikey.HashSession), as the logs write them with
+	// logging.sessions: hash.
+	HashSessions bool
 }
 
 // An Option sets an optional collaborator of a Page.
@@ -106,6 +110,7 @@ type Page struct {
 
 	mu       sync.Mutex
 	policies map[string]*statusRing
+	sessions map[string]*sessionTop // per policy keyed by session
 	stores   map[string]*storeStatus
 	reloads  []Reload
 }
@@ -182,7 +187,7 @@ func NewPage(cfg Config, opts ...Option) (*Page, error) {
 	}
 	p := &Page{
 		cfg: cfg, clock: admission.SystemClock{}, width: max(int64(cfg.Window)/int64(cfg.Buckets), 1),
-		policies: map[string]*statusRing{}, stores: map[string]*storeStatus{},
+		policies: map[string]*statusRing{}, sessions: map[string]*sessionTop{}, stores: map[string]*storeStatus{},
 	}
 	for _, o := range opts {
 		o(p)
@@ -343,6 +348,10 @@ type Policy struct {
 	// by the local fallback limiter.
 	StoreErrors  int64 `json:"store_errors"`
 	LocalLimiter int64 `json:"local_limiter"`
+	// Sessions are, for a policy keyed by session, the sessions that
+	// settled in the window with the most used (a session budget's
+	// spend), at most Config.Top.
+	Sessions []Session `json:"sessions,omitempty"`
 }
 
 // Store is one store's health on the status page.
@@ -399,6 +408,9 @@ func (p *Page) View() View {
 			if n := ps.Waited + ps.Timeouts; n > 0 {
 				ps.WaitMean = sum / time.Duration(n)
 			}
+		}
+		if t := p.sessions[s.Name]; t != nil {
+			ps.Sessions = t.top(p.cfg.Top, now.Add(-p.cfg.Window))
 		}
 		st.Policies = append(st.Policies, ps)
 	}
@@ -482,6 +494,23 @@ func (st *View) WriteHTML(w io.Writer, refresh time.Duration) error {
 	}
 	if !listed {
 		p("<p class=\"none\">No tenant refused in the window.</p>\n")
+	}
+	p("<h2>Top sessions by spend</h2>\n")
+	listed = false
+	for _, ps := range st.Policies {
+		if len(ps.Sessions) == 0 {
+			continue
+		}
+		listed = true
+		p("<h3>%s</h3>\n<table class=\"sessions\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>session</th><th>used</th><th>of</th><th>last settled</th></tr></thead><tbody>\n", esc(ps.Policy), esc(ps.Policy))
+		for _, s := range ps.Sessions {
+			p("<tr data-session=\"%s\"><td>%s</td><td>%s</td><td>%d %s</td><td>%d (%s)</td><td>%s</td></tr>\n",
+				esc(s.Session), esc(s.Tenant), esc(s.Session), s.Used, ps.Unit, s.Limit, chart.Pct(float64(s.Used)/float64(s.Limit)), s.Updated.UTC().Format(time.RFC3339))
+		}
+		p("</tbody></table>\n")
+	}
+	if !listed {
+		p("<p class=\"none\">No session settled in the window under a policy keyed by session.</p>\n")
 	}
 	p("<h2>Shadow policies: would-reject ratio</h2>\n<div class=\"side\">\n")
 	shadowSeen := false

@@ -158,5 +158,8 @@ func options(f *config.File) []grpcadmit.Option {
 	if id.RequireKey {
 		opts = append(opts, grpcadmit.WithRequireKey())
 	}
+	if s := id.Session; s.Headers != nil || s.MaxLength != 0 {
+		opts = append(opts, grpcadmit.WithSessions(s.MaxLength, s.Headers...))
+	}
 	return opts
 }

@@ -188,6 +188,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -739,21 +740,27 @@ func (g *Gateway) Register(e *echo.Echo) {
 }
 
 // errorHandler answers echo's own errors (unknown route, wrong method) in
-// the OpenAI error shape.
+// the OpenAI error shape, or Anthropic's under the Messages API's paths.
 func (g *Gateway) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
 	r := c.Request()
+	if g.anthropic != nil && anthropicPath(r.URL.Path) {
+		anthropicAnswer(c)
+	}
 	status, msg := http.StatusInternalServerError, "The server had an error while processing your request."
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		status = he.Code
 		// The path is the client's: quoted back bounded and cleaned.
-		switch status {
-		case http.StatusNotFound:
+		switch {
+		case status == http.StatusNotFound && strings.HasPrefix(r.URL.Path, "/v1/v1/"):
+			msg = "Unknown request URL: " + shadow.Clip(r.Method) + " " + shadow.Clip(r.URL.Path) +
+				". The base URL has /v1 twice: give the Anthropic SDKs the gateway's URL without /v1 (the OpenAI SDKs take it with /v1)."
+		case status == http.StatusNotFound:
 			msg = "Unknown request URL: " + shadow.Clip(r.Method) + " " + shadow.Clip(r.URL.Path) + "."
-		case http.StatusMethodNotAllowed:
+		case status == http.StatusMethodNotAllowed:
 			msg = "Method " + shadow.Clip(r.Method) + " is not allowed on " + shadow.Clip(r.URL.Path) + "."
 		default:
 			msg = http.StatusText(status)

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -84,12 +86,32 @@ type anthropicWriter struct{ http.ResponseWriter }
 // Unwrap gives http.ResponseController the writer underneath.
 func (w anthropicWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// inAnthropicShape serves a Messages API route with h: its answers in
+// Anthropic's shape, each with a request-id, the upstream's when the
+// answer is the upstream's, else one of the gateway's own.
 func inAnthropicShape(h echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		res := c.Response()
-		res.Writer = anthropicWriter{res.Writer}
+		anthropicAnswer(c)
 		return h(c)
 	}
+}
+
+// anthropicAnswer makes c's answer one of the Messages API: its errors in
+// Anthropic's shape and a request-id of the gateway's, which an upstream
+// answer passed on replaces with its own.
+func anthropicAnswer(c echo.Context) {
+	res := c.Response()
+	res.Writer = anthropicWriter{res.Writer}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	res.Header().Set("Request-Id", "req_sluice_"+hex.EncodeToString(b[:]))
+}
+
+// anthropicPath reports whether path is under the Messages API (or the
+// doubled /v1 an SDK given the gateway's /v1 URL calls), where every
+// answer, a 404 included, takes Anthropic's shape.
+func anthropicPath(path string) bool {
+	return strings.HasPrefix(path, OpMessages) || strings.HasPrefix(path, "/v1"+OpMessages)
 }
 
 // anthropicShaped reports whether w answers a Messages API route.
@@ -163,6 +185,8 @@ func anthropicStreamError(typ, msg string) []byte {
 		at = "api_error"
 	case "server_overloaded":
 		at = "overloaded_error"
+	case "insufficient_quota": // a spent budget: its 403's type
+		at = anthropicErrorType(http.StatusForbidden)
 	}
 	ev := append([]byte("event: error\ndata: "), anthropicErrorBody(at, msg)...)
 	return append(ev, "\n\n"...)

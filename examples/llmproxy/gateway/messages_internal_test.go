@@ -27,9 +27,10 @@ func TestAnthropicErrorBody(t *testing.T) {
 		t.Errorf("anthropicErrorBody = %s; want %s", got, want)
 	}
 	for typ, want := range map[string]string{
-		"tokens":            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"m\"}}\n\n",
-		"server_error":      "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"m\"}}\n\n",
-		"server_overloaded": "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"m\"}}\n\n",
+		"tokens":             "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"m\"}}\n\n",
+		"server_error":       "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"m\"}}\n\n",
+		"server_overloaded":  "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"m\"}}\n\n",
+		"insufficient_quota": "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"permission_error\",\"message\":\"m\"}}\n\n",
 	} {
 		if got := string(anthropicStreamError(typ, "m")); got != want {
 			t.Errorf("anthropicStreamError(%s) = %q; want %q", typ, got, want)

@@ -460,8 +460,10 @@ policies:
 
 // Every error of the Messages routes, the gateway's own and the
 // upstream's, is in Anthropic's shape with Anthropic's type for its
-// status; the provider's own limit headers and organization never reach
-// the tenant.
+// status, an unknown route under /v1/messages too (and the doubled /v1
+// of an SDK given the gateway's /v1 URL, with what to do), each with a
+// request-id; the provider's own limit headers and organization never
+// reach the tenant.
 func TestMessagesErrorsInAnthropicShape(t *testing.T) {
 	s := anthropicGateway(t, `
 policies:
@@ -486,11 +488,16 @@ policies:
 		{"upstream garbage", keyA, ok, []string{"X-Sim-Fault", "garbage"}, 502, "api_error"},
 		{"count_tokens without key", "", ok, nil, 401, "authentication_error"},
 		{"count_tokens too large", keyA, `{"model":"` + claude + `","messages":[{"role":"user","content":"` + strings.Repeat("a", maxBody) + `"}]}`, nil, 413, "request_too_large"},
+		{"/v1/messages/batches", keyA, ok, nil, 404, "not_found_error"},
+		{"/v1/v1/messages", keyA, ok, nil, 404, "not_found_error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := gateway.OpMessages
-			if strings.HasPrefix(tc.name, "count_tokens") {
+			switch {
+			case strings.HasPrefix(tc.name, "count_tokens"):
 				path = gateway.OpCountTokens
+			case strings.HasPrefix(tc.name, "/"):
+				path = tc.name
 			}
 			resp, b := s.post(t, path, tc.key, tc.body, tc.hdr...)
 			if resp.StatusCode != tc.status {
@@ -503,6 +510,12 @@ policies:
 			if tc.key == "" && !strings.Contains(msg, "x-api-key") {
 				t.Errorf("401 without a key: %q does not say to send x-api-key", msg)
 			}
+			if path == "/v1/v1/messages" && !strings.Contains(msg, "without /v1") {
+				t.Errorf("404 of a doubled /v1: %q does not say to drop /v1", msg)
+			}
+			if id := resp.Header.Get("Request-Id"); !strings.HasPrefix(id, "req_") {
+				t.Errorf("request-id %q; want one on every answer", id)
+			}
 			if resp.Header.Get("Anthropic-Organization-Id") != "" || strings.Contains(string(b), "org-simulated") {
 				t.Errorf("the provider's organization reached the tenant: %v %s", resp.Header, b)
 			}
@@ -510,6 +523,11 @@ policies:
 				t.Errorf("the provider's own limit headers reached the tenant: %v", resp.Header)
 			}
 		})
+	}
+
+	// An upstream answer passed on carries the upstream's request-id.
+	if resp, b := s.post(t, gateway.OpMessages, keyB, ok); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Request-Id"), "req_sim_") {
+		t.Errorf("a message: %d, request-id %q; want 200 with the upstream's: %s", resp.StatusCode, resp.Header.Get("Request-Id"), b)
 	}
 
 	// The shared upstream cap, full: 503 overloaded_error.

@@ -317,24 +317,33 @@ identity: {anonymous: deny}
 	sg := newSessionGateway(t, src, nil, func(g *gateway.Config, u *upstream.Config) {
 		g.ChargeInterval, g.MaxOutputReserve, u.TokensPerSecond = time.Millisecond, 1, 200
 	})
-	body := `{"model":"gpt-4o","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	req, _ := http.NewRequest(http.MethodPost, sg.url+"/v1/chat/completions", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer sk-acme")
-	req.Header.Set("X-Session-Id", "streaming-run")
-	req.Header.Set("X-Sim-Tokens", "40")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("stream: %d, %v", resp.StatusCode, err)
-	}
-	events := strings.Split(strings.TrimSpace(string(data)), "\n\n")
-	last := events[len(events)-1]
-	if !strings.Contains(last, `"code":"session_budget_exceeded"`) || !strings.Contains(last, "Session budget of 4 output_tokens used (policy session-output)") {
-		t.Errorf("last event %q; want the budget's error event", last)
+	// The OpenAI shape carries the budget's code, Anthropic's the type of
+	// its 403 (permission_error, which the SDKs do not retry; never
+	// rate_limit_error).
+	for _, tt := range []struct{ path, model, session, want string }{
+		{"/v1/chat/completions", "gpt-4o", "streaming-run", `"code":"session_budget_exceeded"`},
+		{"/v1/messages", "claude-sonnet-4-5", "streaming-messages", `"type":"permission_error"`},
+	} {
+		body := `{"model":"` + tt.model + `","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		req, _ := http.NewRequest(http.MethodPost, sg.url+tt.path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("X-Session-Id", tt.session)
+		req.Header.Set("X-Sim-Tokens", "40")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s stream: %d, %v", tt.path, resp.StatusCode, err)
+		}
+		events := strings.Split(strings.TrimSpace(string(data)), "\n\n")
+		last := events[len(events)-1]
+		if !strings.Contains(last, tt.want) || !strings.Contains(last, "Session budget of 4 output_tokens used (policy session-output)") {
+			t.Errorf("%s: last event %q; want the budget's error event with %s", tt.path, last, tt.want)
+		}
 	}
 	if status, code, _ := sg.call(t, "sk-acme", "", "X-Session-Id", "streaming-run"); status != 403 || code != "session_budget_exceeded" {
 		t.Errorf("next call of the session: %d %s; want 403 session_budget_exceeded", status, code)

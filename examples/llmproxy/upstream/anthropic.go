@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -90,6 +91,8 @@ func anthropicError(w http.ResponseWriter, status int, typ, msg string) {
 
 // messages serves the Messages API.
 func (s *Server) messages(w http.ResponseWriter, r *http.Request, path string) {
+	// As Anthropic's API, an id on every answer.
+	w.Header().Set("Request-Id", fmt.Sprintf("req_sim_%024d", s.requests.Load()))
 	var req messagesRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "The request body is not valid JSON.")
