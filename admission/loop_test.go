@@ -196,7 +196,7 @@ func TestLoopFlood(t *testing.T) {
 
 // TestLoopDecisionLog: in shadow, the 6th identical step is served and
 // the decision log's line carries the evidence: the policy, would_reject
-// with the reason loop, the count allowed and the window.
+// with the reason loop, the count allowed, the window and the session.
 func TestLoopDecisionLog(t *testing.T) {
 	var buf bytes.Buffer
 	clock := admissiontest.NewClock(backendtest.Epoch)
@@ -213,7 +213,7 @@ func TestLoopDecisionLog(t *testing.T) {
 		}
 		tk.Done()
 	}
-	want := []string{`"policy":"loops"`, `"decision":"would_reject"`, `"reason":"loop"`, `"limit":5`, `"window_s":120`}
+	want := []string{`"policy":"loops"`, `"decision":"would_reject"`, `"reason":"loop"`, `"limit":5`, `"window_s":120`, `"session":"run-1"`}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 1 {
 		t.Fatalf("decision log = %q; want one line, the 6th step's", buf.String())
