@@ -160,7 +160,8 @@ func (st *state) rejectionMessage(rej *admission.Rejection) string {
 // (whole seconds, rounded up), retry-after-ms and x-should-retry (false
 // when the wait would outlast Config.GiveUpAfter or can never end), and
 // the limit headers. An exhausted budget (a quota marked budget: true)
-// is answered as one not to retry: see budgetShape. It is the
+// is answered as one not to retry: see budgetShape; so is a loop (a
+// loop policy's refusal): see loopShape. It is the
 // gateway's one rejection renderer, and has
 // the signature of httpadmit.WithRejectionHandler, which the gateway's
 // middleware is given.
