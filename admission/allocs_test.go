@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/fingerprint"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -75,5 +76,34 @@ func TestSessionAdmitAndDoneAllocateNothing(t *testing.T) {
 		tk.Done()
 	}); n != 0 {
 		t.Errorf("Admit and Done of a session's request: %v allocations; want 0", n)
+	}
+}
+
+// TestLoopAdmitAllocatesNothing: a step's fingerprint is a fixed-size
+// value whose key part is written into the ticket's buffer, so admitting
+// and settling a step of a known session allocates nothing.
+func TestLoopAdmitAllocatesNothing(t *testing.T) {
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
+		{Name: "loops", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession, limits.KeyFingerprint},
+			Algorithm: limits.SlidingWindow, Limit: limits.MaxAmount, Per: 2 * time.Minute, Overflow: limits.OverflowEvict},
+	}}, admission.WithObserver(discard{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := admission.Request{Tenant: "acme", Session: "run-1", Fingerprint: fingerprint.ToolCall("t", []byte(`{}`))}
+	tk, err := ctl.Admit(ctx, req) // creates the partition
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done()
+	if n := testing.AllocsPerRun(200, func() {
+		tk, err := ctl.Admit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done()
+	}); n != 0 {
+		t.Errorf("Admit and Done of a step: %v allocations; want 0", n)
 	}
 }

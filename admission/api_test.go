@@ -12,8 +12,9 @@ import (
 // and its Member, deciding several requests as one; 96:
 // Controller.Remaining, what a caller has left, read without writing; 97:
 // Ticket.SettleContext, a settlement whose observers see the request's
-// trace.)
-const maxExported = 97
+// trace; 98: ReasonLoop, the refusal of a loop policy, whose fingerprint
+// type is limits.Fingerprint.)
+const maxExported = 98
 
 // TestExportedNames counts the package's exported names (types, functions,
 // methods, constants and variables; not struct fields or interface

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -82,6 +83,10 @@ type policy struct {
 	// bySession is set when the key holds limits.KeySession: the policy
 	// applies only to requests of a session.
 	bySession bool
+	// loop is set when the key holds limits.KeyFingerprint: the policy
+	// applies only to requests with a fingerprint, and refuses with
+	// ReasonLoop.
+	loop bool
 	*policyState
 }
 
@@ -267,6 +272,7 @@ func buildPolicies(list []Policy, old *PolicySet) []*policy {
 		p.base = p.Base()
 		p.class = p.evalClass()
 		p.bySession = p.KeyedBySession()
+		p.loop = p.DetectsLoops()
 		if old != nil {
 			if o, ok := old.byName[p.Name]; ok && compatible(&o.Policy, &p.Policy) {
 				p.policyState = o.policyState
@@ -330,6 +336,8 @@ func (p *policy) reason(g *backend.Grant) Reason {
 	switch {
 	case g.Full:
 		return ReasonOverflow
+	case p.loop:
+		return ReasonLoop
 	case p.Algorithm == limits.Quota:
 		return ReasonQuota
 	case p.Algorithm == limits.Concurrency:
@@ -378,6 +386,8 @@ func (p *policy) key(r *Request, buf []byte) (string, []byte) {
 			buf = append(buf, r.Operation...)
 		case limits.KeySession:
 			buf = append(buf, r.Session...)
+		case limits.KeyFingerprint:
+			buf = hex.AppendEncode(buf, r.Fingerprint[:])
 		case limits.KeyIP:
 			if r.Addr.IsValid() {
 				buf = r.Addr.Unmap().AppendTo(buf)
@@ -510,7 +520,7 @@ func (c *Controller) issue(cfg *PolicySet, r *Request, now time.Time) *ticket {
 // applies reports whether p evaluates r (limits.Policy.AppliesTo): it
 // matches r, and r has a session when p is keyed by session.
 func (p *policy) applies(r *Request) bool {
-	return (r.Session != "" || !p.bySession) && p.Matches(r.Operation, r.Model)
+	return (r.Session != "" || !p.bySession) && (!p.loop || !r.Fingerprint.IsZero()) && p.Matches(r.Operation, r.Model)
 }
 
 // match adds to t the policies of ps that apply to r.

@@ -13,6 +13,9 @@ const (
 	ReasonQueueTimeout
 	ReasonStoreUnavailable
 	ReasonOverflow
+	// ReasonLoop: a loop policy (limits.Policy.DetectsLoops) saw the
+	// session repeat the same step more often than its limit allows.
+	ReasonLoop
 	numReasons
 )
 
@@ -25,6 +28,7 @@ var reasonNames = [...]string{
 	ReasonQueueTimeout:     "queue_timeout",
 	ReasonStoreUnavailable: "store_unavailable",
 	ReasonOverflow:         "overflow",
+	ReasonLoop:             "loop",
 }
 
 // NumReasons is the number of Reason values, for observers that precompute

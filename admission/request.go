@@ -29,6 +29,14 @@ type Request struct {
 	// policies keyed by limits.KeySession count under the tenant. Empty
 	// means no session: those policies do not apply.
 	Session string
+	// Fingerprint identifies the step the request makes in its session
+	// (for a model call, the conversation's tail: the last tool calls
+	// and what they returned; for a tool call, the tool and its
+	// arguments), computed by the caller from normalised content, so
+	// that repeating a step repeats its fingerprint. Loop policies
+	// (limits.KeyFingerprint) count it under the tenant and session; the
+	// zero value means none: those policies do not apply.
+	Fingerprint limits.Fingerprint
 	// Addr is the client address, already resolved through trusted proxies.
 	Addr netip.Addr
 	// Operation is the route or operation name policies match on.

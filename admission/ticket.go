@@ -423,7 +423,10 @@ func (t *ticket) charge(h *held, u *Usage, now time.Time, rej **Rejection) {
 	t.c.settleOne(h, actual-h.grant.Taken, now, false)
 	if h.mode == limits.Enforce && h.grant.Remaining <= 0 && *rej == nil {
 		reason := ReasonRate
-		if h.p.Algorithm == limits.Quota {
+		switch {
+		case h.p.loop:
+			reason = ReasonLoop
+		case h.p.Algorithm == limits.Quota:
 			reason = ReasonQuota
 		}
 		*rej = &Rejection{Policy: h.p.Name, Reason: reason, RetryAfter: h.grant.Reset, Status: h.status()}

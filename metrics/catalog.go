@@ -85,12 +85,12 @@ func MarkdownTable() string {
 // SeriesBound is the most series the Observer can export (target_info
 // included) for the given number of policies, top K, model families seen
 // in token settlements (at most 32) and stores per policy. Per policy:
-// 2 × 128 decision and cost cells (2 modes × 8 outcomes × 8 reasons; in
+// 2 × 144 decision and cost cells (2 modes × 8 outcomes × 9 reasons; in
 // practice about 20 are ever used), 7K+6 tenant series (K+1 tenant values
 // × 3 decisions × 2 counters, plus K utilisation gauges), 6 gauges, 7
 // counters, 3 × stores store-error counters and the histograms' buckets;
 // plus, per store, the latency histograms of 3 operations × 2 outcomes.
-// With 10 policies, K = 20, 3 families and 1 store that is 6,180, and no
+// With 10 policies, K = 20, 3 families and 1 store that is 6,500, and no
 // number of tenants changes it.
 func SeriesBound(policies, topK, families, stores int) int {
 	hist := func(buckets []float64) int { return len(buckets) + 3 }      // +Inf, _sum, _count

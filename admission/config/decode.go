@@ -676,6 +676,8 @@ func (d *decoder) decodePolicy(n *yaml.Node, path string) {
 			d.errorf(at, path+".budget", "only a quota is a budget (this policy is a %s)", pol.Algorithm)
 		case info.Soft:
 			d.errorf(at, path+".budget", "a soft quota never refuses: it cannot be a budget; remove budget (or soft)")
+		case pol.DetectsLoops():
+			d.errorf(at, path+".budget", "a loop policy (keyed by fingerprint) cannot be a budget: its refusal is the loop's")
 		case pol.Overflow == limits.OverflowEvict:
 			d.errorf(at, path+".budget", "overflow: evict would drop a budget's partition when the table is full, and its session would start the budget again; use overflow: reject (or shared)")
 		}

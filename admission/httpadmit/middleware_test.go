@@ -481,6 +481,7 @@ func TestStatusCode(t *testing.T) {
 		{admission.ReasonQuota, 429, 429},
 		{admission.ReasonStoreUnavailable, 0, 503},
 		{admission.ReasonOverflow, 0, 503},
+		{admission.ReasonLoop, 0, 403},
 	}
 	for _, tt := range tests {
 		if got := limitheaders.StatusCode(&admission.Rejection{Reason: tt.reason}, tt.quota); got != tt.want {

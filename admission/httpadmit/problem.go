@@ -39,6 +39,7 @@ var reasonTypes = [admission.NumReasons]string{
 	admission.ReasonQueueTimeout:     problemTypeBase + "queue-timeout",
 	admission.ReasonStoreUnavailable: problemTypeBase + "store-unavailable",
 	admission.ReasonOverflow:         problemTypeBase + "overloaded",
+	admission.ReasonLoop:             problemTypeBase + "loop-detected",
 }
 
 // problemType returns the stable problem type URI of a rejection reason,
@@ -103,6 +104,8 @@ func rejectionProblem(rej *admission.Rejection, code int) *problem {
 		p.Detail = "The service cannot check limits right now."
 	case admission.ReasonOverflow:
 		p.Detail = "The service is overloaded."
+	case admission.ReasonLoop:
+		p.Detail = fmt.Sprintf("The session repeats the same step more often than %q allows.", rej.Policy)
 	}
 	if rej.RetryAfter == limits.Never {
 		p.Detail += " The request costs more than the limit allows at once; retrying cannot succeed."

@@ -139,18 +139,28 @@ const (
 	// tenant-keyed policies. A request without a session is not counted
 	// by a session-keyed policy at all (see Policy.AppliesTo).
 	KeySession
+	// KeyFingerprint is the fingerprint of the step a request makes in
+	// its session (admission.Request.Fingerprint): the same tool called
+	// with the same arguments on the same result gives the same
+	// fingerprint. A policy keyed by it is a loop policy (see
+	// Policy.DetectsLoops): always keyed by tenant and session too
+	// (Validate), it counts how often a session repeats one step, and
+	// its refusals have the reason loop. A request without a fingerprint
+	// is not counted by it.
+	KeyFingerprint
 )
 
 var keyPartNames = [...]string{
-	KeyGlobal:    "global",
-	KeyTenant:    "tenant",
-	KeyKeyID:     "key_id",
-	KeyUser:      "user",
-	KeyIP:        "ip",
-	KeyIPPrefix:  "ip_prefix",
-	KeyModel:     "model",
-	KeyOperation: "operation",
-	KeySession:   "session",
+	KeyGlobal:      "global",
+	KeyTenant:      "tenant",
+	KeyKeyID:       "key_id",
+	KeyUser:        "user",
+	KeyIP:          "ip",
+	KeyIPPrefix:    "ip_prefix",
+	KeyModel:       "model",
+	KeyOperation:   "operation",
+	KeySession:     "session",
+	KeyFingerprint: "fingerprint",
 }
 
 // String returns the name used in configuration files and metric labels.
@@ -273,3 +283,11 @@ const (
 	// produced.
 	UnitSteps Unit = "steps"
 )
+
+// Fingerprint is a fixed-size hash of one step of an agent session, the
+// value of KeyFingerprint (see admission.Request.Fingerprint). The zero
+// value means no fingerprint.
+type Fingerprint [16]byte
+
+// IsZero reports whether f is the zero Fingerprint (none).
+func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }

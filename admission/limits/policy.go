@@ -185,12 +185,18 @@ func (o Override) Apply(l Limit) Limit {
 // key, no session in its key, a cost of one request) and never waits (no
 // queue).
 func (p *Policy) DecidedAtBegin() bool {
-	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, KeyModel) && !p.KeyedBySession() &&
+	return len(p.Match.Models) == 0 && !slices.Contains(p.Key, KeyModel) && !p.KeyedBySession() && !p.DetectsLoops() &&
 		(p.Unit == "" || p.Unit == UnitRequests) && p.Queue.Size == 0
 }
 
 // KeyedBySession reports whether the policy's key holds KeySession.
 func (p *Policy) KeyedBySession() bool { return slices.Contains(p.Key, KeySession) }
+
+// DetectsLoops reports whether the policy is a loop policy: its key holds
+// KeyFingerprint, so each of its partitions counts the repetitions of one
+// step of one session, and a request it refuses has the reason loop
+// rather than rate or quota.
+func (p *Policy) DetectsLoops() bool { return slices.Contains(p.Key, KeyFingerprint) }
 
 // AppliesTo reports whether the policy evaluates a request for operation
 // and model that belongs to a session (hasSession): it Matches them, and
@@ -391,6 +397,37 @@ func (p *Policy) Validate(prefix string) error {
 	}
 	if seen[KeySession] && !seen[KeyTenant] {
 		bad("key", "session must be combined with tenant: a session is counted under its tenant")
+	}
+	errs = append(errs, p.validateLoop(prefix, seen))
+	return errors.Join(errs...)
+}
+
+// validateLoop checks a loop policy (DetectsLoops): a fingerprint is a
+// step of a session, counted under its tenant; the policy counts steps
+// (requests or steps), never waits (a repeated step that waits its turn
+// is still a loop), is not a concurrency limit, and evicts a partition
+// when its table is full (a forgotten count only delays a detection; a
+// shared partition would refuse sound steps).
+func (p *Policy) validateLoop(prefix string, seen map[KeyPart]bool) error {
+	if !seen[KeyFingerprint] {
+		return nil
+	}
+	var errs []error
+	bad := func(field, msg string) { errs = append(errs, &FieldError{Path: prefix + "." + field, Msg: msg}) }
+	if !seen[KeyTenant] || !seen[KeySession] {
+		bad("key", "fingerprint must be combined with tenant and session: a loop is one session's repeated step")
+	}
+	if !p.Algorithm.IsRate() {
+		bad("algorithm", "a loop policy counts repeated steps over time: use sliding_window, sliding_log, fixed_window, token_bucket or quota")
+	}
+	if p.Unit != "" && p.Unit != UnitRequests && p.Unit != UnitSteps {
+		bad("unit", "a loop policy counts steps: use requests or steps")
+	}
+	if p.Queue.Size > 0 {
+		bad("queue.size", "a loop policy cannot queue: a repeated step that waits its turn is still a loop")
+	}
+	if p.Overflow != OverflowEvict {
+		bad("overflow", "a loop policy needs overflow: evict: with its table full, shared would count the new steps of every session as one step and refuse them as a loop, reject would refuse them all")
 	}
 	return errors.Join(errs...)
 }

@@ -37,7 +37,7 @@ func TestCheckSuggests(t *testing.T) {
 		{"key", "policies:\n  - name: a\n    algorythm: token_bucket\n    limit: 1\n    per: 1s\n",
 			`F:3:5: policies[0].algorythm: unknown key "algorythm"; did you mean "algorithm"? (want one of name, description, match, key, unit, algorithm,`},
 		{"key part", "policies:\n  - {name: a, algorithm: token_bucket, limit: 1, per: 1s, key: [tennant]}\n",
-			`policies[0].key[0]: unknown key part "tennant"; did you mean "tenant"? (want one of global, tenant, key_id, user, ip, ip_prefix, model, operation, session)`},
+			`policies[0].key[0]: unknown key part "tennant"; did you mean "tenant"? (want one of global, tenant, key_id, user, ip, ip_prefix, model, operation, session, fingerprint)`},
 		{"algorithm", "policies:\n  - {name: a, algorithm: Token_Bucket, limit: 1, per: 1s}\n",
 			`policies[0].algorithm: unknown algorithm "Token_Bucket"; did you mean "token_bucket"? (want one of token_bucket, fixed_window, sliding_window, sliding_log, concurrency, quota)`},
 		{"mode", "policies:\n  - {name: a, algorithm: token_bucket, limit: 1, per: 1s, mode: enforec}\n",

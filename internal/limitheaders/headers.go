@@ -277,9 +277,12 @@ func SetWouldReject(h http.Header, names []string) {
 // StatusCode returns the HTTP status of a rejection: 429 for the caller's
 // own rate, concurrency and queue limits, quotaStatus (403 or 429; 0 means
 // 403) for an exhausted quota, 503 when the limit store is unavailable or
-// the partition table is full.
+// the partition table is full, 403 for a loop (repeating the step will
+// not be served, see docs/sessions.md).
 func StatusCode(rej *admission.Rejection, quotaStatus int) int {
 	switch rej.Reason {
+	case admission.ReasonLoop:
+		return http.StatusForbidden
 	case admission.ReasonQuota:
 		if quotaStatus == 0 {
 			return http.StatusForbidden

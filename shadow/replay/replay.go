@@ -384,7 +384,9 @@ func (r *run) decide(ctx context.Context, rec *requestlog.Record, req admission.
 // for a BeginOnly record, those Begin decides.
 func (r *run) countMatched(rec *requestlog.Record, req *admission.Request) {
 	for i := range r.policies {
-		if p := &r.policies[i]; p.AppliesTo(req.Operation, req.Model, req.Session != "") && (!rec.BeginOnly || p.DecidedAtBegin()) {
+		// The request log keeps no step fingerprint: a loop policy never
+		// applies to a replayed request, and is not counted as matched.
+		if p := &r.policies[i]; p.AppliesTo(req.Operation, req.Model, req.Session != "") && !p.DetectsLoops() && (!rec.BeginOnly || p.DecidedAtBegin()) {
 			r.stats[i].matched++
 		}
 	}

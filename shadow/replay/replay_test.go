@@ -324,9 +324,12 @@ func TestReplaySessions(t *testing.T) {
 	budget := admission.Policy{Name: "session-steps", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession},
 		Unit: limits.UnitSteps, Algorithm: limits.Quota, Limit: 2, Per: time.Hour}
 	tenant := admission.Policy{Name: "rph", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 100, Per: time.Hour}
-	rep := replayLog(t, log, cand("budget", budget, tenant))
+	// The log keeps no step fingerprint: a loop policy matches nothing.
+	loops := admission.Policy{Name: "loops", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession, limits.KeyFingerprint},
+		Algorithm: limits.SlidingLog, Limit: 1, Per: time.Hour, Overflow: limits.OverflowEvict}
+	rep := replayLog(t, log, cand("budget", budget, tenant, loops))
 	// The refused step bypasses the tenant's policy.
-	want := map[string][3]int64{"session-steps": {7, 6, 1}, "rph": {10, 9, 0}}
+	want := map[string][3]int64{"session-steps": {7, 6, 1}, "rph": {10, 9, 0}, "loops": {0, 0, 0}}
 	c := rep.Candidates[0]
 	if c.Requests != 10 || c.Rejected != 1 {
 		t.Errorf("%d requests, %d rejected; want 10, 1", c.Requests, c.Rejected)

@@ -87,6 +87,9 @@ func (st *state) rejectionShape(rej *admission.Rejection) (status int, typ, code
 	if budget, session := st.budgetRefusal(rej); budget {
 		return budgetShape(session)
 	}
+	if rej.Reason == admission.ReasonLoop {
+		return loopShape()
+	}
 	code = rejectionCode(rej)
 	status = limitheaders.StatusCode(rej, st.quota)
 	switch rej.Reason {
@@ -157,7 +160,8 @@ func (st *state) rejectionMessage(rej *admission.Rejection) string {
 // (whole seconds, rounded up), retry-after-ms and x-should-retry (false
 // when the wait would outlast Config.GiveUpAfter or can never end), and
 // the limit headers. An exhausted budget (a quota marked budget: true)
-// is answered as one not to retry: see budgetShape. It is the
+// is answered as one not to retry: see budgetShape; so is a loop (a
+// loop policy's refusal): see loopShape. It is the
 // gateway's one rejection renderer, and has
 // the signature of httpadmit.WithRejectionHandler, which the gateway's
 // middleware is given.
@@ -168,14 +172,14 @@ func (g *Gateway) WriteRejection(w http.ResponseWriter, r *http.Request, rej *ad
 // writeRejection is WriteRejection by the state st the request was
 // decided with.
 func (g *Gateway) writeRejection(st *state, w http.ResponseWriter, r *http.Request, rej *admission.Rejection) {
-	status, typ, code := g.rejectionHeaders(st, w, r, rej)
-	writeError(w, status, typ, code, "", st.rejectionMessage(rej))
+	status, typ, code, msg := g.rejectionHeaders(st, w, r, rej)
+	writeError(w, status, typ, code, "", msg)
 }
 
 // rejectionHeaders writes the headers of a rejection (limits, retry
-// hints) and counts it; it returns its status, error type and code for
-// the body, which the caller writes in its API's shape.
-func (g *Gateway) rejectionHeaders(st *state, w http.ResponseWriter, r *http.Request, rej *admission.Rejection) (status int, typ, code string) {
+// hints) and counts it; it returns its status, error type, code and
+// message for the body, which the caller writes in its API's shape.
+func (g *Gateway) rejectionHeaders(st *state, w http.ResponseWriter, r *http.Request, rej *admission.Rejection) (status int, typ, code, msg string) {
 	status, typ, code = st.rejectionShape(rej)
 	h := w.Header()
 	// Every policy evaluated for the request, so a tokens rejection still
@@ -187,12 +191,16 @@ func (g *Gateway) rejectionHeaders(st *state, w http.ResponseWriter, r *http.Req
 	g.setLimitHeaders(w, sts)
 	now := time.Now()
 	retryAfter := rej.RetryAfter
+	msg = st.rejectionMessage(rej)
 	if budget, _ := st.budgetRefusal(rej); budget {
 		retryAfter = limits.Never // spent for good: x-should-retry: false, no Retry-After
 	}
+	if rej.Reason == admission.ReasonLoop {
+		retryAfter, msg = limits.Never, loopMessage(r, rej) // the same step is refused again
+	}
 	limitheaders.SetRetryHints(h, retryAfter, now, now.Add(g.cfg.GiveUpAfter))
 	g.m.rejected(r.Context(), code)
-	return status, typ, code
+	return status, typ, code, msg
 }
 
 // setLimitHeaders writes, for the enforced policies among ss, the

@@ -381,7 +381,7 @@ func (g *Gateway) refusedMCP(c echo.Context, st *state, err error, msgs []mcpMes
 		g.refused(c, st, err)
 		return
 	}
-	status, _, _ := g.rejectionHeaders(st, c.Response(), c.Request(), rej)
+	status, _, _, _ := g.rejectionHeaders(st, c.Response(), c.Request(), rej)
 	budget, _ := st.budgetRefusal(rej)
 	code, data, msg := mcpadmit.Refusal(rej, budget)
 	g.mcpError(c, status, msgs, batch, code, msg, data)

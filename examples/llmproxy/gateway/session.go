@@ -28,10 +28,15 @@ import (
 //     counts steps; a tool call will be charged the same unit.
 //   - A quota marked budget: true refuses as a budget: 403, never to be
 //     retried (see budgetShape).
+//   - While a loop policy is in force (keyed by fingerprint), a model
+//     call of a session carries its step's fingerprint (see loopStep),
+//     and a loop refusal is answered 403, never to be retried (see
+//     loopShape).
 type sessions struct {
 	cfg       config.Session
 	bySession bool            // a policy is keyed by session
 	steps     bool            // a policy counts steps
+	loops     bool            // a policy detects loops (keyed by fingerprint)
 	budgets   map[string]bool // budget policy → keyed by session
 }
 
@@ -41,6 +46,7 @@ func newSessions(f *config.File) sessions {
 	for i, p := range f.Config.Policies {
 		s.bySession = s.bySession || p.KeyedBySession()
 		s.steps = s.steps || p.Unit == limits.UnitSteps
+		s.loops = s.loops || p.DetectsLoops()
 		if i < len(f.Policies) && f.Policies[i].Budget {
 			s.budgets[p.Name] = p.KeyedBySession()
 		}
@@ -105,6 +111,7 @@ func (g *Gateway) session(c echo.Context, st *state, body []byte, req *admission
 	if s.steps {
 		req.Units = append(req.Units, admission.UnitAmount{Unit: limits.UnitSteps, Amount: 1})
 	}
+	g.loopStep(c, st, body, req)
 	return true
 }
 
