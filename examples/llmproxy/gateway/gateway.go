@@ -282,6 +282,9 @@ type Config struct {
 	// Anthropic configures the Messages API routes (see Anthropic); the
 	// zero value leaves them out.
 	Anthropic Anthropic
+	// Gemini configures the Gemini API routes (see Gemini); the zero
+	// value leaves them out.
+	Gemini Gemini
 	// Batches configures the Batch API routes (see BatchAPI); the zero
 	// value serves them with its defaults.
 	Batches BatchAPI
@@ -435,6 +438,7 @@ type Gateway struct {
 	genai   genAI
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
+	gemini    *url.URL // Config.Gemini.Upstream; nil without one
 	batches   *batches // the Batch API's files and reservations
 	responses *responses
 	streams   streamWatch
@@ -494,6 +498,12 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 			return nil, err
 		}
 	}
+	var gemini *url.URL
+	if cfg.Gemini.Upstream != "" {
+		if gemini, err = parseUpstream(cfg.Gemini.Upstream); err != nil {
+			return nil, err
+		}
+	}
 	if o.transport == nil {
 		o.transport = NewTransport()
 	}
@@ -515,7 +525,7 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 		o.log = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, ctl: ctl, est: est, file: file, opt: o, meter: o.mp.Meter(scope),
-		base: base, anthropic: anthropic, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
+		base: base, anthropic: anthropic, gemini: gemini, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
 	mwOpts := []httpadmit.Option{httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log)}
 	g.mw, err = httpadmit.New(ctl, mwOpts...)
 	if err != nil {
@@ -725,6 +735,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 		e.POST(rt.path, on(rt, g.handleLLM))
 	}
 	g.registerMessages(e)
+	g.registerGemini(e)
 	g.registerBatches(e)
 	g.registerResponses(e)
 	e.GET(OpModels, on(modelsRoute, g.handleModels))
@@ -811,6 +822,8 @@ func (g *Gateway) unauthorized(c echo.Context, err error) {
 		how := "\"Authorization: Bearer YOUR_KEY\""
 		if anthropicShaped(c.Response()) {
 			how = "\"x-api-key: YOUR_KEY\""
+		} else if geminiShaped(c.Response()) {
+			how = "\"x-goog-api-key: YOUR_KEY\""
 		}
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
 			"You didn't provide an API key. Send it as "+how+".")
