@@ -174,6 +174,14 @@ func (g *Gateway) geminiCredential(c echo.Context) {
 	r.Header.Set(hs[0], key)
 }
 
+// geminiUnrouted gives an error of echo's own (an unknown path, a wrong
+// method) under /v1beta/ Google's shape, when the Gemini API is served.
+func (g *Gateway) geminiUnrouted(c echo.Context) {
+	if res := c.Response(); g.gemini != nil && strings.HasPrefix(c.Request().URL.Path, "/v1beta/") && !geminiShaped(res.Writer) {
+		res.Writer = geminiWriter{res.Writer}
+	}
+}
+
 // geminiUpstream points an upstream request of the Gemini API at
 // Config.Gemini: alt=sse on a stream, the key in x-goog-api-key.
 func (g *Gateway) geminiUpstream(u *url.URL, h http.Header, rt route) {

@@ -376,6 +376,7 @@ func TestGeminiHostile(t *testing.T) {
 		{"huge body", "/v1beta/models/" + gemini + ":generateContent", `{"contents":[{"parts":[{"text":"` + strings.Repeat("x", geminiMaxBody) + `"}]}]}`, []string{geminiKeyHeader, keyA}, 413, "INVALID_ARGUMENT"},
 		{"deep JSON", "/v1beta/models/" + gemini + ":generateContent", deep, []string{geminiKeyHeader, keyA}, 400, "INVALID_ARGUMENT"},
 		{"no key", "/v1beta/models/" + gemini + ":generateContent", body, nil, 401, "UNAUTHENTICATED"},
+		{"path beyond the model", "/v1beta/models/" + gemini + ":generateContent/..%2F..%2Fx", body, []string{geminiKeyHeader, keyA}, 404, "NOT_FOUND"},
 		{"wrong key", "/v1beta/models/" + gemini + ":generateContent?key=sk-wrong-query-key", body, nil, 401, "UNAUTHENTICATED"},
 	} {
 		resp, b := s.post(t, tc.path, tc.body, tc.hdr...)
