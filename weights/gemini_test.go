@@ -167,6 +167,10 @@ func TestGeminiStream(t *testing.T) {
 			t.Errorf("%s: StreamedTokens() = %d; want 7", name, got)
 		}
 	}
+	blocked := `data: {"promptFeedback":{"blockReason":"SAFETY"},"usageMetadata":{"promptTokenCount":40,"totalTokenCount":40}}` + "\n\n"
+	if _, res := readStream(t, strings.NewReader(blocked), cfg); !res.Completed || res.Usage.InputTokens != 40 || res.Usage.OutputTokens != 0 {
+		t.Errorf("blocked prompt: Result() = %+v; want complete, the prompt charged", res)
+	}
 	cut := stream[:strings.LastIndex(stream, "data: ")]
 	s := NewStreamReader(strings.NewReader(cut), cfg)
 	readAll(t, s)

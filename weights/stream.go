@@ -470,6 +470,11 @@ type streamEvent struct {
 	// the usage so far.
 	Candidates    []geminiCandidate `json:"candidates"`
 	UsageMetadata *geminiUsage      `json:"usageMetadata"`
+	// PromptFeedback's blockReason ends a Gemini stream whose prompt
+	// was blocked: no candidate follows.
+	PromptFeedback *struct {
+		BlockReason string `json:"blockReason"`
+	} `json:"promptFeedback"`
 }
 
 // handle interprets one event's data and reports whether the event is a
@@ -546,7 +551,7 @@ func (s *StreamReader) handleEvent(eventType string, data []byte) (drop bool) {
 			s.text(string(d.Thinking))
 		}
 	}
-	finished := false
+	finished := ev.PromptFeedback != nil && ev.PromptFeedback.BlockReason != ""
 	for _, c := range ev.Candidates {
 		for _, p := range c.Content.Parts {
 			s.text(string(p.Text))
