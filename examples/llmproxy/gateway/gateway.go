@@ -82,6 +82,18 @@
 // rejections included, are in Anthropic's shape, and answers carry
 // anthropic-ratelimit-* headers (see Anthropic).
 //
+// With Config.Gemini, POST /v1beta/models/{model}:generateContent and
+// :streamGenerateContent?alt=sse (the Gemini API) take the same path,
+// priced as weights.EndpointGenerateContent by the model of the path
+// (validated first; the upstream path is rebuilt from it), settled from
+// usageMetadata; :countTokens is limited by requests only and passed
+// through. The client's key comes in x-goog-api-key or the key= query
+// parameter, is taken out of the request, and never goes upstream, where
+// the gateway's own key goes in x-goog-api-key. Errors on these routes,
+// rejections included, are in Google's shape with a RetryInfo detail;
+// a provider 429's RetryInfo and QuotaFailure feed the upstream stores
+// (see Gemini and docs/gemini.md).
+//
 // The Batch API is served too (see BatchAPI): POST /v1/files counts a
 // batch input file line by line as it streams upstream, POST /v1/batches
 // reserves the batch's tokens and cost on the tenant's quotas until the
