@@ -73,8 +73,9 @@ func (s *geminiStack) seen() ([]http.Header, []string) {
 }
 
 // geminiGateway serves policy for tenants a (keyA) and b (keyB) on a fake
-// clock, with the upstream stores the policy declares.
-func geminiGateway(t *testing.T, policy string) *geminiStack {
+// clock, with the upstream stores the policy declares; tune, when given,
+// edits the gateway's and the simulator's configurations.
+func geminiGateway(t *testing.T, policy string, tune ...func(*gateway.Config, *upstream.Config)) *geminiStack {
 	t.Helper()
 	keys := "tenants:\n  a: {api_keys: [" + apikey.Sum(keyA).String() + "]}\n  b: {api_keys: [" + apikey.Sum(keyB).String() + "]}\n"
 	f, err := config.Parse("gemini.yaml", []byte(policy+keys+"identity: {anonymous: deny}\n"))
@@ -93,7 +94,12 @@ func geminiGateway(t *testing.T, policy string) *geminiStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.sim = upstream.New(upstream.Config{OutputTokens: 5})
+	simCfg := upstream.Config{OutputTokens: 5}
+	cfg := gateway.Config{ForwardHeaders: []string{"X-Sim-*"}}
+	for _, f := range tune {
+		f(&cfg, &simCfg)
+	}
+	s.sim = upstream.New(simCfg)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.hdr = append(s.hdr, r.Header.Clone())
@@ -102,10 +108,8 @@ func geminiGateway(t *testing.T, policy string) *geminiStack {
 		s.sim.ServeHTTP(w, r)
 	}))
 	t.Cleanup(up.Close)
-	cfg := gateway.Config{
-		Upstream: up.URL + "/v1", UpstreamKey: "sk-openai-upstream", ForwardHeaders: []string{"X-Sim-*"},
-		Gemini: gateway.Gemini{Upstream: up.URL + "/v1beta", Key: geminiUpstream},
-	}
+	cfg.Upstream, cfg.UpstreamKey = up.URL+"/v1", "sk-openai-upstream"
+	cfg.Gemini = gateway.Gemini{Upstream: up.URL + "/v1beta", Key: geminiUpstream}
 	log := slog.New(slog.NewTextHandler(&s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw, err := gateway.New(ctl, est, f, cfg, gateway.WithLogger(log), gateway.WithProviders(s.prov), gateway.WithClock(s.clk))
 	if err != nil {
@@ -410,5 +414,38 @@ func TestGeminiHostile(t *testing.T) {
 	}
 	if logs := s.logs.String(); strings.Contains(logs, queryKey) || strings.Contains(logs, "sk-wrong-query-key") {
 		t.Errorf("a key reached the log:\n%s", logs)
+	}
+}
+
+// A stream whose tenant runs out of tokens as it goes is cut with an
+// error event in Google's shape, which the SDK raises as an APIError 429,
+// and is charged what it streamed.
+func TestGeminiStreamCut(t *testing.T) {
+	s := geminiGateway(t, `
+policies:
+  - {name: tpm, key: [tenant], unit: tokens, algorithm: token_bucket, limit: 30, per: 1m}
+`, func(g *gateway.Config, u *upstream.Config) {
+		g.ChargeInterval, g.MaxOutputReserve, u.TokensPerSecond = time.Millisecond, 1, 200
+	})
+	c := s.client(t, keyA, http.Header{"X-Sim-Tokens": {"60"}}, nil)
+	var text strings.Builder
+	var err error
+	for r, e := range c.Models.GenerateContentStream(ctxT(t, 10*time.Second), gemini, genai.Text("hi"), &genai.GenerateContentConfig{MaxOutputTokens: 100}) {
+		if e != nil {
+			err = e
+			break
+		}
+		text.WriteString(r.Text())
+	}
+	var ae genai.APIError
+	if !errors.As(err, &ae) || ae.Code != 429 || ae.Status != "RESOURCE_EXHAUSTED" {
+		t.Fatalf("stream error %v; want an APIError 429 RESOURCE_EXHAUSTED", err)
+	}
+	if text.Len() == 0 {
+		t.Error("no text before the cut")
+	}
+	resp, b := s.post(t, "/v1beta/models/"+gemini+":countTokens", `{"contents":[{"parts":[{"text":"hi"}]}]}`, geminiKeyHeader, keyA)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Remaining-Tokens") != "0" {
+		t.Errorf("after the cut: %d, tokens remaining %q (%s); want 0", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining-Tokens"), b)
 	}
 }
