@@ -178,3 +178,13 @@ func TestGeminiStream(t *testing.T) {
 		t.Errorf("cut stream: Result() = %+v; want the prompt so far, not completed", res)
 	}
 }
+
+func FuzzEstimateGenerateContent(f *testing.F) {
+	fuzzEstimateWith(f, func(e *Estimator, body []byte) (Estimate, error) {
+		return e.EstimateModel(EndpointGenerateContent, "gemini-2.5-flash", body)
+	},
+		`{"systemInstruction":{"parts":[{"text":"s"}]},"contents":[{"role":"user","parts":[{"text":"Hello"},{"inlineData":{"mimeType":"image/png","data":"`+tinyPNG+`"}}]}],"generationConfig":{"maxOutputTokens":10,"candidateCount":2}}`,
+		`{"contents":[{"role":"model","parts":[{"functionCall":{"name":"f","args":{"a":[1,2]}}}]},{"role":"user","parts":[{"function_response":{"name":"f","response":{"r":1}}}]}],"tools":[{"functionDeclarations":[{"name":"f","description":"d","parameters":{"type":"object"}}]},{"googleSearch":{}}]}`,
+		`{"contents":[{"parts":[{"text":"x","thoughtSignature":"c2ln"}]}],"generation_config":{"max_output_tokens":1e3}}`,
+	)
+}
