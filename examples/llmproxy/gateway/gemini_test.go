@@ -449,3 +449,29 @@ policies:
 		t.Errorf("after the cut: %d, tokens remaining %q (%s); want 0", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining-Tokens"), b)
 	}
 }
+
+// Policies match the Gemini routes by their operation names, and a
+// policy keyed by model sees the path's model.
+func TestGeminiOperationsAndModels(t *testing.T) {
+	s := geminiGateway(t, `
+policies:
+  - {name: stream-rpm, match: {operations: ["POST /v1beta/models/{model}:streamGenerateContent"]}, key: [tenant], algorithm: token_bucket, limit: 1, per: 1m}
+  - {name: model-rpm, match: {operations: ["POST /v1beta/models/{model}:generateContent"]}, key: [tenant, model], algorithm: token_bucket, limit: 1, per: 1m}
+`)
+	body := `{"contents":[{"parts":[{"text":"Hi"}]}]}`
+	for i, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", 200},
+		{"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", 429},
+		{"/v1beta/models/gemini-2.5-flash:generateContent", 200},
+		{"/v1beta/models/gemini-2.5-pro:generateContent", 200},
+		{"/v1beta/models/gemini-2.5-flash:generateContent", 429},
+		{"/v1beta/models/gemini-2.5-flash:countTokens", 200},
+	} {
+		if resp, b := s.post(t, tc.path, body, geminiKeyHeader, keyA); resp.StatusCode != tc.status {
+			t.Errorf("request %d, %s: %d %s; want %d", i, tc.path, resp.StatusCode, b, tc.status)
+		}
+	}
+}
