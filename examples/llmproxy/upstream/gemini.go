@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The Gemini API, simulated: POST .../models/{model}:generateContent
@@ -23,7 +24,10 @@ import (
 // X-Sim-Retry-After's seconds) and a QuotaFailure on input tokens per
 // minute; X-Sim-Reasoning-Tokens reports thoughtsTokenCount, and
 // X-Sim-Cached-Tokens cachedContentTokenCount (part of the prompt).
-// Config.Limits is not enforced on these routes.
+// Config.Limits is enforced as on the other routes (the prompt and the
+// output against the tokens limit), a refusal answered with Google's 429
+// (its QuotaFailure naming the quota run out, its RetryInfo the wait)
+// and no limit headers, as Google sends none.
 
 // GeminiModels are served by the Gemini API besides Config.Models.
 var GeminiModels = []string{"gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.0-flash", "gemini-3-pro-preview"}
@@ -97,6 +101,27 @@ func googleError(w http.ResponseWriter, status int, code, msg string, details ..
 	writeJSON(w, status, map[string]any{"error": e})
 }
 
+// quotaExceeded answers Google's 429: RESOURCE_EXHAUSTED with a
+// QuotaFailure naming the quota of dim ("requests" or "tokens", input
+// tokens per minute) and its value, and a RetryInfo of delay (rounded up
+// to the millisecond).
+func quotaExceeded(w http.ResponseWriter, model, dim string, value int64, delay time.Duration) {
+	metric, id := "generate_content_paid_tier_requests", "GenerateRequestsPerMinutePerProjectPerModel"
+	if dim == "tokens" {
+		metric, id = "generate_content_paid_tier_input_token_count", "GenerateContentPaidTierInputTokensPerModelPerMinute"
+	}
+	ms := (delay + time.Millisecond - 1) / time.Millisecond
+	googleError(w, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+		"You exceeded your current quota, please check your plan and billing details.",
+		map[string]any{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []any{map[string]any{
+			"quotaMetric": "generativelanguage.googleapis.com/" + metric, "quotaId": id,
+			"quotaDimensions": map[string]any{"location": "global", "model": model},
+			"quotaValue":      strconv.FormatInt(value, 10),
+		}}},
+		map[string]any{"@type": "type.googleapis.com/google.rpc.Help", "links": []any{map[string]any{"description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}}},
+		map[string]any{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) + "s"})
+}
+
 // gemini serves the Gemini API.
 func (s *Server) gemini(w http.ResponseWriter, r *http.Request, path, model, method string) {
 	var req geminiRequest
@@ -128,20 +153,11 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, path, model, met
 		googleError(w, http.StatusInternalServerError, "INTERNAL", "An internal error has occurred.")
 		return
 	case "429":
-		delay := "1s"
+		delay := time.Second
 		if v, err := strconv.Atoi(r.Header.Get("X-Sim-Retry-After")); err == nil && v >= 0 {
-			delay = strconv.Itoa(v) + "s"
+			delay = time.Duration(v) * time.Second
 		}
-		googleError(w, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
-			"You exceeded your current quota, please check your plan and billing details.",
-			map[string]any{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []any{map[string]any{
-				"quotaMetric":     "generativelanguage.googleapis.com/generate_content_paid_tier_input_token_count",
-				"quotaId":         "GenerateContentPaidTierInputTokensPerModelPerMinute",
-				"quotaDimensions": map[string]any{"location": "global", "model": model},
-				"quotaValue":      "1000000",
-			}}},
-			map[string]any{"@type": "type.googleapis.com/google.rpc.Help", "links": []any{map[string]any{"description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}}},
-			map[string]any{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay})
+		quotaExceeded(w, model, "tokens", 1_000_000, delay)
 		return
 	case "401":
 		googleError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.")
@@ -154,6 +170,18 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, path, model, met
 	finish := "STOP"
 	if lim := req.GenerationConfig.MaxOutputTokens; lim != nil && *lim < out {
 		out, finish = max(*lim, 0), "MAX_TOKENS"
+	}
+	if s.limits != nil {
+		// Google sends no limit headers: its figures are in the 429's body.
+		if v := s.limits.take(model, int64(prompt+out)); v.refused != "" {
+			s.limited.Add(1)
+			limit := s.limits.cfg.Requests
+			if v.refused == "tokens" {
+				limit = s.limits.cfg.Tokens
+			}
+			quotaExceeded(w, model, v.refused, limit, v.retry)
+			return
+		}
 	}
 	reasoning, _ := strconv.Atoi(r.Header.Get("X-Sim-Reasoning-Tokens"))
 	cached, _ := strconv.Atoi(r.Header.Get("X-Sim-Cached-Tokens"))
