@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -233,13 +234,37 @@ func geminiThrottled(resp *http.Response) {
 	}
 }
 
-// geminiRetryHint copies an upstream error's Retry-After-Ms (Google's
-// RetryInfo, see geminiThrottled) to the answer of a Gemini API route
-// before its body is built, so the body's RetryInfo carries it.
-func geminiRetryHint(w http.ResponseWriter, resp *http.Response) {
-	if v := resp.Header.Get("Retry-After-Ms"); v != "" && geminiShaped(w) {
+// geminiUpstreamError prepares an upstream error answer on a Gemini API
+// route (w), before its body is built: the upstream's Retry-After-Ms
+// (Google's RetryInfo, see geminiThrottled) is copied to the answer, so
+// the body's RetryInfo carries it. It returns the status to answer by:
+// 401 for Google's 400 API_KEY_INVALID, which is about the gateway's own
+// key (answered 502, never as the client's key), else the upstream's.
+func geminiUpstreamError(w http.ResponseWriter, resp *http.Response, data []byte) int {
+	if !geminiShaped(w) {
+		return resp.StatusCode
+	}
+	if v := resp.Header.Get("Retry-After-Ms"); v != "" {
 		w.Header().Set("Retry-After-Ms", v)
 	}
+	if resp.StatusCode == http.StatusBadRequest && bytes.Contains(data, []byte("API_KEY_INVALID")) {
+		var v struct {
+			Error struct {
+				Details []struct {
+					Type   string `json:"@type"`
+					Reason string `json:"reason"`
+				} `json:"details"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(data, &v) == nil {
+			for _, d := range v.Error.Details {
+				if d.Type == "type.googleapis.com/google.rpc.ErrorInfo" && d.Reason == "API_KEY_INVALID" {
+					return http.StatusUnauthorized
+				}
+			}
+		}
+	}
+	return resp.StatusCode
 }
 
 // geminiWriter marks a response to a Gemini API route: the gateway's

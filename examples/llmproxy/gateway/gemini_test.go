@@ -475,3 +475,18 @@ policies:
 		}
 	}
 }
+
+// Google's 400 API_KEY_INVALID speaks of the gateway's own key: the
+// client gets 502 UNAVAILABLE, never a hint that its key is wrong; the
+// upstream's other 4xx pass through.
+func TestGeminiUpstreamKeyRefused(t *testing.T) {
+	s := geminiGateway(t, geminiPolicies)
+	resp, b := s.post(t, "/v1beta/models/"+gemini+":generateContent", `{"contents":[{"parts":[{"text":"Hi"}]}]}`, geminiKeyHeader, keyA, "X-Sim-Fault", "401")
+	if e := googleError(t, b); resp.StatusCode != 502 || e.Status != "UNAVAILABLE" || strings.Contains(e.Message, "API key not valid") {
+		t.Errorf("upstream key refused: %d %s; want 502 UNAVAILABLE", resp.StatusCode, b)
+	}
+	resp, b = s.post(t, "/v1beta/models/gemini-unknown:generateContent", `{"contents":[{"parts":[{"text":"Hi"}]}]}`, geminiKeyHeader, keyA)
+	if e := googleError(t, b); resp.StatusCode != 404 || e.Status != "NOT_FOUND" || !strings.Contains(e.Message, "gemini-unknown") {
+		t.Errorf("unknown model upstream: %d %s; want Google's own 404", resp.StatusCode, b)
+	}
+}

@@ -392,7 +392,7 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 		}
 		code = e.code
 	}
-	geminiRetryHint(c.Response(), resp)
+	st = geminiUpstreamError(c.Response(), resp, data)
 	switch {
 	case st == http.StatusUnauthorized || st == http.StatusForbidden:
 		g.log.ErrorContext(c.Request().Context(), "llmproxy: the upstream refused the gateway's key", "status", st)

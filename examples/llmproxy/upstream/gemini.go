@@ -160,7 +160,9 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, path, model, met
 		quotaExceeded(w, model, "tokens", 1_000_000, delay)
 		return
 	case "401":
-		googleError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.")
+		googleError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.",
+			map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com",
+				"metadata": map[string]any{"service": "generativelanguage.googleapis.com"}})
 		return
 	case "garbage":
 		writeGarbage(w)
