@@ -3,6 +3,7 @@ package weights
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -187,4 +188,13 @@ func FuzzEstimateGenerateContent(f *testing.F) {
 		`{"contents":[{"role":"model","parts":[{"functionCall":{"name":"f","args":{"a":[1,2]}}}]},{"role":"user","parts":[{"function_response":{"name":"f","response":{"r":1}}}]}],"tools":[{"functionDeclarations":[{"name":"f","description":"d","parameters":{"type":"object"}}]},{"googleSearch":{}}]}`,
 		`{"contents":[{"parts":[{"text":"x","thoughtSignature":"c2ln"}]}],"generation_config":{"max_output_tokens":1e3}}`,
 	)
+}
+
+// A Gemini request names its model in its path: the gateway passes it.
+func ExampleEstimator_EstimateModel() {
+	e, _ := NewEstimator(Config{})
+	body := []byte(`{"contents":[{"role":"user","parts":[{"text":"Why is the sky blue?"}]}],"generationConfig":{"maxOutputTokens":256}}`)
+	est, _ := e.EstimateModel(EndpointGenerateContent, "gemini-2.5-flash", body)
+	fmt.Println(est.Model, est.InputTokens, est.OutputTokens)
+	// Output: gemini-2.5-flash 13 256
 }

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -34,4 +35,15 @@ func TestParseGoogleError(t *testing.T) {
 			t.Errorf("%s: ParseGoogleError = %+v; want %+v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// A Gemini 429 carries its retry delay and the quota it ran into in its
+// body, not in headers.
+func ExampleParseGoogleError() {
+	body := []byte(`{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","message":"You exceeded your current quota.","details":[
+		{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_paid_tier_input_token_count","quotaValue":"2000000"}]},
+		{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"13s"}]}}`)
+	ge := ParseGoogleError(body)
+	fmt.Println(ge.RetryAfter, ge.Quotas[0].Dimension, ge.Quotas[0].Limit)
+	// Output: 13s tokens 2000000
 }
