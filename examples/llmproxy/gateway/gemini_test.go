@@ -490,3 +490,41 @@ func TestGeminiUpstreamKeyRefused(t *testing.T) {
 		t.Errorf("unknown model upstream: %d %s; want Google's own 404", resp.StatusCode, b)
 	}
 }
+
+// A cost quota is settled at the built-in Gemini price of the exact
+// usage: the prompt not cached at the input price, the cached part at the
+// cached price, candidates and thoughts at the output price; an
+// unpriced Gemini model is refused in Google's shape.
+func TestGeminiCostSettlesExactly(t *testing.T) {
+	s := geminiGateway(t, `
+policies:
+  - {name: spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 100M}
+`)
+	resp, b := s.post(t, "/v1beta/models/"+gemini+":generateContent", `{"contents":[{"parts":[{"text":"`+strings.Repeat("Physics, patiently. ", 40)+`"}]}]}`,
+		geminiKeyHeader, keyA, "X-Sim-Cached-Tokens", "100", "X-Sim-Reasoning-Tokens", "300")
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	var r struct {
+		UsageMetadata struct{ PromptTokenCount, CachedContentTokenCount, CandidatesTokenCount, ThoughtsTokenCount int64 }
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.UsageMetadata.CachedContentTokenCount != 100 {
+		t.Fatalf("usage %s (%v): want 100 cached", b, err)
+	}
+	u := r.UsageMetadata
+	// gemini-2.5-flash: $0.30 in, $0.03 cached, $2.50 out per million
+	// tokens; micro-dollars rounded up once.
+	pico := (u.PromptTokenCount-u.CachedContentTokenCount)*300_000 + u.CachedContentTokenCount*30_000 + (u.CandidatesTokenCount+u.ThoughtsTokenCount)*2_500_000
+	cost := (pico + 999_999) / 1_000_000
+	resp, b = s.post(t, "/v1beta/models/"+gemini+":countTokens", `{"contents":[{"parts":[{"text":"hi"}]}]}`, geminiKeyHeader, keyA)
+	if resp.StatusCode != 200 {
+		t.Fatalf("countTokens: %d %s", resp.StatusCode, b)
+	}
+	if got, want := resp.Header.Get("RateLimit"), `"spend";r=`+strconv.FormatInt(100_000_000-cost, 10)+";"; !strings.HasPrefix(got, want) {
+		t.Errorf("after the call, RateLimit = %q; want %s… (cost %d µ$ of usage %+v)", got, want, cost, u)
+	}
+	resp, b = s.post(t, "/v1beta/models/gemini-unpriced-9:generateContent", `{"contents":[{"parts":[{"text":"hi"}]}]}`, geminiKeyHeader, keyA)
+	if e := googleError(t, b); resp.StatusCode != 400 || e.Status != "INVALID_ARGUMENT" || !strings.Contains(e.Message, "price") {
+		t.Errorf("unpriced model: %d %s; want 400 INVALID_ARGUMENT about the price", resp.StatusCode, b)
+	}
+}
