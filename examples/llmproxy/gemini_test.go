@@ -1,7 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,4 +59,36 @@ func TestGeminiFlags(t *testing.T) {
 	if err != nil || o.gw.Gemini.Upstream != "https://generativelanguage.googleapis.com/v1beta" || o.gw.Gemini.Key != "gemini-x" {
 		t.Errorf("parseFlags = %+v, %v; want the Gemini upstream and the key from $%s", o.gw.Gemini, err, GeminiKeyEnv)
 	}
+}
+
+// TestDefaultPolicyMetersGemini: on generateContent the default policy
+// refuses a free tenant's request for 1e12 output tokens in Google's
+// shape, and charges an admitted call to the tenant's tokens, output
+// tokens and monthly spend.
+func TestDefaultPolicyMetersGemini(t *testing.T) {
+	s := startProxy(t, func(o *options) { o.clock = demoClock() })
+	const path = "/v1beta/models/gemini-2.5-flash:generateContent"
+	const body = `{"contents":[{"role":"user","parts":[{"text":"Write a long story."}]}],"generationConfig":{"maxOutputTokens":%d}}`
+	spent := remaining(t, s, "globex", "monthly-spend")
+	resp, b := post(t, s, path, "", fmt.Sprintf(body, int64(1e12)), "X-Goog-Api-Key", "sk-demo-globex")
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), `"RESOURCE_EXHAUSTED"`) || resp.Header.Get("X-Should-Retry") != "false" {
+		t.Errorf("free tenant, maxOutputTokens 1e12: %d %s; want 429 RESOURCE_EXHAUSTED that no retry helps", resp.StatusCode, b)
+	}
+	tokens, output := remaining(t, s, "globex", "tokens-per-minute"), remaining(t, s, "globex", "output-tokens-per-minute")
+	resp, b = post(t, s, path+"?key=sk-demo-globex", "", fmt.Sprintf(body, 64))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a small call: %d %s", resp.StatusCode, b)
+	}
+	var r struct {
+		UsageMetadata struct{ PromptTokenCount, CandidatesTokenCount int64 }
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.UsageMetadata.CandidatesTokenCount == 0 {
+		t.Fatalf("answer %s: no usage (%v)", b, err)
+	}
+	u := r.UsageMetadata
+	eventually(t, 5*time.Second, "the call settled on every budget", func() bool {
+		return remaining(t, s, "globex", "monthly-spend") < spent &&
+			tokens-remaining(t, s, "globex", "tokens-per-minute") == u.PromptTokenCount+u.CandidatesTokenCount &&
+			output-remaining(t, s, "globex", "output-tokens-per-minute") == u.CandidatesTokenCount
+	})
 }

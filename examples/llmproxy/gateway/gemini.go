@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/upstream"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -106,10 +107,11 @@ func pathModel(c echo.Context) string {
 	return m
 }
 
-// handleGemini serves the Gemini API: the path's model and method are
-// validated before anything else (404 in Google's shape), the client's
-// key taken out of the request (see geminiCredential), and the upstream
-// path rebuilt from the method and the validated model.
+// handleGemini serves the Gemini API: the client's key is first taken
+// out of the request (see geminiCredential), so that no answer, log line
+// or upstream request carries it; then the path's model and method are
+// validated before anything else is done (404 in Google's shape), and the
+// upstream path rebuilt from the method and the validated model.
 // streamGenerateContent is served as server-sent events only: without
 // alt=sse Google answers one JSON array, which this gateway refuses with
 // 400 rather than buffer a whole stream to price it.
@@ -164,7 +166,7 @@ func (g *Gateway) geminiCredential(c echo.Context) {
 	}
 	hs := g.state.Load().mw.Identity().KeyHeaders
 	if len(hs) == 0 {
-		hs = []string{"Authorization"}
+		hs = apikey.DefaultKeyHeaders
 	}
 	for _, h := range hs {
 		r.Header.Del(h)
