@@ -186,11 +186,13 @@ func (g *Gateway) geminiUnrouted(c echo.Context) {
 }
 
 // geminiUpstream points an upstream request of the Gemini API at
-// Config.Gemini: alt=sse on a stream, the key in x-goog-api-key.
+// Config.Gemini: alt=sse added to the upstream URL's own query on a
+// stream, the key in x-goog-api-key.
 func (g *Gateway) geminiUpstream(u *url.URL, h http.Header, rt route) {
-	u.RawQuery = ""
 	if rt.pattern == "POST "+OpStreamGenerateContent {
-		u.RawQuery = "alt=sse"
+		q := u.Query()
+		q.Set("alt", "sse")
+		u.RawQuery = q.Encode()
 	}
 	if k := g.cfg.Gemini.Key; k != "" {
 		h.Set("X-Goog-Api-Key", k)
