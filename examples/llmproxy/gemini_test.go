@@ -9,10 +9,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"google.golang.org/genai"
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
 )
+
+// geminiRouteKinds classifies the Gemini API's operations for
+// TestDefaultPolicyGovernsEveryRoute, as gatewayRoutes does the others.
+var geminiRouteKinds = map[string]routeKind{
+	"POST /v1beta/models/{model}:generateContent":       generation,
+	"POST /v1beta/models/{model}:streamGenerateContent": generation,
+	"POST /v1beta/models/{model}:countTokens":           ownRequests,
+}
+
+// servedOperations returns the operations of the gateway's routes, as
+// "METHOD pattern": one per route, but three for the one route that
+// serves the Gemini API's methods.
+func servedOperations(routes []*echo.Route) []string {
+	var ops []string
+	for _, r := range routes {
+		if r.Path == "/v1beta/models/:call" {
+			for op := range geminiRouteKinds {
+				ops = append(ops, op)
+			}
+			continue
+		}
+		ops = append(ops, r.Method+" "+strings.ReplaceAll(r.Path, ":id", "{id}"))
+	}
+	return ops
+}
 
 // llmproxy with its built-in simulator serves the Gemini API to the
 // official SDK: a call and a stream are admitted on a tokens policy and

@@ -35,29 +35,26 @@ const (
 // TestDefaultPolicyGovernsEveryRoute: classify it, and give it its
 // limits in default.yaml.
 var gatewayRoutes = map[string]routeKind{
-	"GET /healthz":                                      probe,
-	"GET /readyz":                                       probe,
-	"POST /v1/chat/completions":                         generation,
-	"POST /v1/completions":                              generation,
-	"POST /v1/responses":                                generation,
-	"POST /v1/messages":                                 generation,
-	"POST /v1/embeddings":                               llmCall,
-	"POST /v1/batches":                                  batchCall,
-	"POST /v1/messages/count_tokens":                    ownRequests,
-	"POST /v1beta/models/{model}:generateContent":       generation,
-	"POST /v1beta/models/{model}:streamGenerateContent": generation,
-	"POST /v1beta/models/{model}:countTokens":           ownRequests,
-	"GET /v1/models":                                    byRequests,
-	"GET /v1/models/{id}":                               byRequests,
-	"POST /v1/files":                                    byRequests,
-	"GET /v1/files/{id}":                                byRequests,
-	"GET /v1/files/{id}/content":                        byRequests,
-	"GET /v1/batches/{id}":                              byRequests,
-	"POST /v1/batches/{id}/cancel":                      byRequests,
-	"GET /v1/responses/{id}":                            byRequests,
-	"DELETE /v1/responses/{id}":                         byRequests,
-	"GET /v1/responses/{id}/input_items":                byRequests,
-	"POST /v1/responses/{id}/cancel":                    byRequests,
+	"GET /healthz":                       probe,
+	"GET /readyz":                        probe,
+	"POST /v1/chat/completions":          generation,
+	"POST /v1/completions":               generation,
+	"POST /v1/responses":                 generation,
+	"POST /v1/messages":                  generation,
+	"POST /v1/embeddings":                llmCall,
+	"POST /v1/batches":                   batchCall,
+	"POST /v1/messages/count_tokens":     ownRequests,
+	"GET /v1/models":                     byRequests,
+	"GET /v1/models/{id}":                byRequests,
+	"POST /v1/files":                     byRequests,
+	"GET /v1/files/{id}":                 byRequests,
+	"GET /v1/files/{id}/content":         byRequests,
+	"GET /v1/batches/{id}":               byRequests,
+	"POST /v1/batches/{id}/cancel":       byRequests,
+	"GET /v1/responses/{id}":             byRequests,
+	"DELETE /v1/responses/{id}":          byRequests,
+	"GET /v1/responses/{id}/input_items": byRequests,
+	"POST /v1/responses/{id}/cancel":     byRequests,
 }
 
 // TestDefaultPolicyGovernsEveryRoute enumerates the routes the demo
@@ -70,21 +67,12 @@ var gatewayRoutes = map[string]routeKind{
 func TestDefaultPolicyGovernsEveryRoute(t *testing.T) {
 	s := startProxy(t)
 	var served []string
-	var ops []string
-	for _, r := range s.e.Routes() {
-		if r.Path == "/v1beta/models/:call" {
-			// One route serves the Gemini API's methods, each its own
-			// operation.
-			for _, m := range []string{"generateContent", "streamGenerateContent", "countTokens"} {
-				ops = append(ops, r.Method+" /v1beta/models/{model}:"+m)
-			}
-			continue
-		}
-		ops = append(ops, r.Method+" "+strings.ReplaceAll(r.Path, ":id", "{id}"))
-	}
-	for _, op := range ops {
+	for _, op := range servedOperations(s.e.Routes()) {
 		served = append(served, op)
 		kind, ok := gatewayRoutes[op]
+		if !ok {
+			kind, ok = geminiRouteKinds[op]
+		}
 		if !ok {
 			t.Errorf("%s: the gateway serves a route this test does not know: classify it in gatewayRoutes and limit it in default.yaml", op)
 			continue
