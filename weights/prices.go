@@ -209,8 +209,9 @@ var builtinPrices = withBatchDiscount(0.5, map[string]Price{
 	"claude-3-opus":          {Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75},
 	"claude-3-haiku":         {Input: 0.25, Output: 1.25, CachedInput: 0.03, CacheWrite: 0.30},
 	// Gemini API (paid tier, text, image and video input; thinking is
-	// output), from https://ai.google.dev/gemini-api/docs/pricing as read
-	// on 2025-12-01. Where the page bills prompts over 200k tokens at a
+	// output), from https://ai.google.dev/gemini-api/docs/pricing as
+	// published in late 2025 (not re-read against the live page when
+	// entered: check it before relying on them). Where the page bills prompts over 200k tokens at a
 	// higher rate (the Pro models), the higher rate is the entry, so no
 	// prompt is priced below its bill; CachedInput is the context-cache
 	// read price of the same tier (storage is billed apart, by the hour,
