@@ -211,8 +211,9 @@ var builtinPrices = withBatchDiscount(0.5, map[string]Price{
 	// Gemini API (paid tier, text, image and video input; thinking is
 	// output), from https://ai.google.dev/gemini-api/docs/pricing as
 	// published in late 2025 (not re-read against the live page when
-	// entered: check it before relying on them). Where the page bills prompts over 200k tokens at a
-	// higher rate (the Pro models), the higher rate is the entry, so no
+	// entered: check it before relying on them). Where the page bills
+	// prompts over 200k tokens at a higher rate (the Pro models), the
+	// higher rate is the entry, so no
 	// prompt is priced below its bill; CachedInput is the context-cache
 	// read price of the same tier (storage is billed apart, by the hour,
 	// and not priced here). Audio input on the Flash models is billed
