@@ -68,6 +68,29 @@
 // input_tokens (not read from the cache: Anthropic's input limit),
 // cached_input_tokens and output_tokens (reasoning included).
 //
+// # The Gemini API
+//
+// A generateContent body ([EndpointGenerateContent]) names no model: its
+// path does, and [Estimator.EstimateModel] takes it. The walker reads
+// contents (each a message of the chat format: its role and the text of
+// its parts; a function call or response as its name and JSON text),
+// systemInstruction, tools (function declarations as their JSON text,
+// other tools by size) and generationConfig's maxOutputTokens and
+// candidateCount (the reservation, as max_tokens and n are), in either
+// of the spellings the API accepts (systemInstruction or
+// system_instruction); a member spelled both ways, or in another case, is
+// refused. Inline data is an image of Gemini's tiles
+// ([GeminiImageTokens]) when its header tells its size, else priced by
+// size at one token per four bytes of base64, above what Google bills
+// for any medium. A cachedContent or a fileData part is refused: what it
+// holds is upstream and can exceed what the settlement accepts as
+// plausible. Gemini's tokenizer is not public: text is counted with
+// o200k_base. [ReadUsage] and the [StreamReader] read usageMetadata:
+// promptTokenCount (cached content included) plus
+// toolUsePromptTokenCount is the prompt, candidatesTokenCount plus
+// thoughtsTokenCount the output, cachedContentTokenCount the cached part;
+// a stream is complete at a candidate's finishReason.
+//
 // # Large bodies
 //
 // A body above [Config.MaxBodyBytes] is refused with a [*BodyTooLargeError]

@@ -27,6 +27,11 @@ const (
 	EndpointResponses
 	// EndpointMessages is POST /v1/messages, Anthropic's Messages API.
 	EndpointMessages
+	// EndpointGenerateContent is POST
+	// /v1beta/models/{model}:generateContent (and
+	// :streamGenerateContent), the Gemini API, whose model is in the
+	// path: price it with [Estimator.EstimateModel].
+	EndpointGenerateContent
 )
 
 // String returns the endpoint's canonical path.
@@ -42,6 +47,8 @@ func (e Endpoint) String() string {
 		return "/v1/responses"
 	case EndpointMessages:
 		return "/v1/messages"
+	case EndpointGenerateContent:
+		return "/v1beta/models/{model}:generateContent"
 	}
 	return "unknown endpoint"
 }
@@ -382,13 +389,19 @@ func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
 // routes requests itself (a gateway's route table) and knows the endpoint
 // without deriving it from a path.
 func (e *Estimator) EstimateEndpoint(ep Endpoint, body []byte) (Estimate, error) {
+	return e.estimate(ep, "", body)
+}
+
+// estimate prices body for ep; model is the path's model of an endpoint
+// that names it there (see EstimateModel), else empty.
+func (e *Estimator) estimate(ep Endpoint, model string, body []byte) (Estimate, error) {
 	if int64(len(body)) > e.maxBody {
 		return Estimate{}, &BodyTooLargeError{Limit: e.maxBody, Size: int64(len(body))}
 	}
-	if ep == EndpointUnknown {
+	if ep == EndpointUnknown || (ep == EndpointGenerateContent) != (model != "") {
 		return Estimate{}, fmt.Errorf("%w: %v", ErrUnsupportedEndpoint, ep)
 	}
-	est, err := e.price(ep, body)
+	est, err := e.priceModel(ep, model, body)
 	if err != nil {
 		return Estimate{}, err
 	}

@@ -21,6 +21,11 @@ var fuzzEstimator = sync.OnceValues(func() (*Estimator, error) {
 // fuzzEstimate checks that any body yields either a typed error or an
 // estimate with non-negative figures, the same on a second call.
 func fuzzEstimate(f *testing.F, path string, seeds ...string) {
+	fuzzEstimateWith(f, func(e *Estimator, body []byte) (Estimate, error) { return e.Estimate(path, body) }, seeds...)
+}
+
+// fuzzEstimateWith is fuzzEstimate for bodies priced by estimate.
+func fuzzEstimateWith(f *testing.F, estimate func(*Estimator, []byte) (Estimate, error), seeds ...string) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
@@ -32,7 +37,7 @@ func fuzzEstimate(f *testing.F, path string, seeds ...string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		est, err := e.Estimate(path, body)
+		est, err := estimate(e, body)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("Estimate error %v matches neither ErrMalformed nor ErrTooLarge", err)
@@ -48,7 +53,7 @@ func fuzzEstimate(f *testing.F, path string, seeds ...string) {
 		if !json.Valid(body) {
 			t.Fatalf("estimated an invalid JSON body: %+v", est)
 		}
-		again, err := e.Estimate(path, body)
+		again, err := estimate(e, body)
 		if err != nil || again != est {
 			t.Fatalf("second Estimate = %+v, %v; want %+v", again, err, est)
 		}

@@ -84,6 +84,10 @@ var builtinModels = []ModelRule{
 	{Prefix: "eu.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
 	{Prefix: "apac.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
 	{Prefix: "global.anthropic.claude", Encoding: Cl100kBase, TokenScale: claudeTokenScale},
+	// Gemini's tokenizer (SentencePiece, 256k pieces) is not run here:
+	// o200k_base is the nearer of the two public ones, and the
+	// settlement charges usageMetadata's exact counts.
+	{Prefix: "gemini", Encoding: O200kBase},
 }
 
 // matchRule returns the longest rule of rules whose prefix starts name.

@@ -153,7 +153,7 @@ func (s PriceSource) String() string {
 	return "unknown"
 }
 
-// builtinPrices are OpenAI's and Anthropic's list prices in US dollars per
+// builtinPrices are OpenAI's, Anthropic's and Google's list prices in US dollars per
 // million tokens (standard tier, text tokens; for Claude, CachedInput is
 // the cache-read price and CacheWrite the five-minute cache-write price,
 // 1.25 times the input price), as published in 2025, each with the
@@ -208,6 +208,26 @@ var builtinPrices = withBatchDiscount(0.5, map[string]Price{
 	"claude-3-5-haiku":       {Input: 0.80, Output: 4.00, CachedInput: 0.08, CacheWrite: 1.00},
 	"claude-3-opus":          {Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75},
 	"claude-3-haiku":         {Input: 0.25, Output: 1.25, CachedInput: 0.03, CacheWrite: 0.30},
+	// Gemini API (paid tier, text, image and video input; thinking is
+	// output), from https://ai.google.dev/gemini-api/docs/pricing as
+	// published in late 2025 (not re-read against the live page when
+	// entered: check it before relying on them). Where the page bills
+	// prompts over 200k tokens at a higher rate (the Pro models), the
+	// higher rate is the entry, so no
+	// prompt is priced below its bill; CachedInput is the context-cache
+	// read price of the same tier (storage is billed apart, by the hour,
+	// and not priced here). Audio input on the Flash models is billed
+	// above the text rate (1.00 on gemini-2.5-flash) and is priced here at
+	// the text rate.
+	"gemini-3-pro":                 {Input: 4.00, Output: 18.00, CachedInput: 0.40},
+	"gemini-2.5-pro":               {Input: 2.50, Output: 15.00, CachedInput: 0.25},
+	"gemini-2.5-flash":             {Input: 0.30, Output: 2.50, CachedInput: 0.03},
+	"gemini-2.5-flash-lite":        {Input: 0.10, Output: 0.40, CachedInput: 0.01},
+	"gemini-2.5-flash-image":       {Input: 0.30, Output: 30.00},
+	"gemini-2.5-flash-preview-tts": {Input: 0.50, Output: 10.00},
+	"gemini-2.5-pro-preview-tts":   {Input: 1.00, Output: 20.00},
+	"gemini-2.0-flash":             {Input: 0.10, Output: 0.40, CachedInput: 0.025},
+	"gemini-2.0-flash-lite":        {Input: 0.075, Output: 0.30},
 })
 
 // withBatchDiscount sets the batch discount of every price of table.

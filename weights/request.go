@@ -263,6 +263,10 @@ type walker struct {
 
 	blocks int // content blocks being read, nested (Messages API)
 
+	// pathModel is the model a generateContent request names in its
+	// path (see Estimator.EstimateModel).
+	pathModel string
+
 	// What the walk found at the top level.
 	model    jstring
 	messages int
@@ -280,6 +284,12 @@ func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // price walks body and returns its estimate.
 func (e *Estimator) price(ep Endpoint, body []byte) (Estimate, error) {
+	return e.priceModel(ep, "", body)
+}
+
+// priceModel is price for a request whose model is named by its path
+// (pathModel; empty for the APIs that name it in the body).
+func (e *Estimator) priceModel(ep Endpoint, pathModel string, body []byte) (Estimate, error) {
 	w := walkers.Get().(*walker)
 	defer w.release()
 	*w = walker{
@@ -288,6 +298,7 @@ func (e *Estimator) price(ep Endpoint, body []byte) (Estimate, error) {
 		e:    e,
 		ep:   ep,
 		buf:  w.buf[:0], dec: w.dec[:0], kdec: w.kdec[:0],
+		pathModel: pathModel,
 	}
 	// The body is read in place: nothing that outlives this call refers
 	// to it (see cloning).
@@ -305,6 +316,8 @@ func (e *Estimator) price(ep Endpoint, body []byte) (Estimate, error) {
 	switch {
 	case (ep == EndpointChatCompletions || ep == EndpointMessages) && w.messages == 0:
 		return Estimate{}, malformed(ep, "messages", errors.New("must be a non-empty array"))
+	case ep == EndpointGenerateContent && w.messages == 0:
+		return Estimate{}, malformed(ep, "contents", errors.New("must be a non-empty array"))
 	case ep == EndpointMessages && !w.lim.maxTokens.set:
 		// Required by the API, and the reservation Anthropic's own output
 		// limit takes.
@@ -641,6 +654,10 @@ func (w *walker) at(i int, f func()) {
 
 // walk reads the request object.
 func (w *walker) walk() {
+	if w.ep == EndpointGenerateContent {
+		w.geminiWalk()
+		return
+	}
 	w.model, w.messages, w.lim = jstring{}, 0, limits{}
 	w.prompt.present, w.prompt.items, w.prompt.tokens = false, 0, 0
 	sc := &w.sc

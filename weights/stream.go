@@ -465,6 +465,16 @@ type streamEvent struct {
 		Usage *rawUsage       `json:"usage"`
 		Error json.RawMessage `json:"error"`
 	} `json:"response"`
+	// Candidates and UsageMetadata are a Gemini API chunk's: the parts
+	// of each candidate so far, the finish reason of its last chunk, and
+	// the usage so far.
+	Candidates    []geminiCandidate `json:"candidates"`
+	UsageMetadata *geminiUsage      `json:"usageMetadata"`
+	// PromptFeedback's blockReason ends a Gemini stream whose prompt
+	// was blocked: no candidate follows.
+	PromptFeedback *struct {
+		BlockReason string `json:"blockReason"`
+	} `json:"promptFeedback"`
 }
 
 // handle interprets one event's data and reports whether the event is a
@@ -541,8 +551,21 @@ func (s *StreamReader) handleEvent(eventType string, data []byte) (drop bool) {
 			s.text(string(d.Thinking))
 		}
 	}
+	finished := ev.PromptFeedback != nil && ev.PromptFeedback.BlockReason != ""
+	for _, c := range ev.Candidates {
+		for _, p := range c.Content.Parts {
+			s.text(string(p.Text))
+			if fc := p.FunctionCall; fc != nil {
+				s.text(string(fc.Name))
+				s.text(string(fc.Args))
+			}
+		}
+		finished = finished || c.FinishReason != ""
+	}
 	raw := ev.Usage
 	switch {
+	case ev.UsageMetadata != nil:
+		raw = &rawUsage{rep: ev.UsageMetadata.rep}
 	case raw != nil:
 	case ev.Response != nil:
 		raw = ev.Response.Usage
@@ -572,6 +595,9 @@ func (s *StreamReader) handleEvent(eventType string, data []byte) (drop bool) {
 	}
 	switch ev.Type {
 	case "response.completed", "response.incomplete", "response.failed", "message_stop":
+		s.res.Completed = true
+	}
+	if finished {
 		s.res.Completed = true
 	}
 	s.mu.Unlock()

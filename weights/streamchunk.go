@@ -86,7 +86,7 @@ func (p *chunkParser) valueString(start int) {
 // one of them only in case (encoding/json matches names case
 // insensitively) sends the event there.
 var (
-	eventFields  = []string{"object", "type", "choices", "usage", "delta", "content_block", "message", "error", "response"}
+	eventFields  = []string{"object", "type", "choices", "usage", "delta", "content_block", "message", "error", "response", "candidates", "usageMetadata", "promptFeedback"}
 	choiceFields = []string{"delta", "text"}
 	deltaFields  = []string{"content", "refusal", "reasoning_content", "tool_calls", "function_call"}
 	callFields   = []string{"function"}

@@ -133,7 +133,7 @@ func FuzzChunkText(f *testing.F) {
 }
 
 var randomKeys = [][]string{
-	{"choices", "choices", "choices", "usage", "object", "id", "type", "Choices", "message", "delta"},
+	{"choices", "choices", "choices", "usage", "object", "id", "type", "Choices", "message", "delta", "candidates", "usageMetadata"},
 	{"delta", "delta", "text", "index", "Delta", "finish_reason"},
 	{"content", "content", "refusal", "reasoning_content", "tool_calls", "function_call", "role", "Content", "c\\u006fntent"},
 	{"function", "index", "FUNCTION"},

@@ -149,7 +149,8 @@ var malformedReport = UsageReport{Input: FallbackMalformed, Output: FallbackMalf
 
 // ReadUsage reads the usage of a non-streaming response body of any of the
 // endpoints listed at [Endpoint]: the top-level "usage" object or, for a
-// Responses API event, "response.usage". A bad count never fails it: it is
+// Responses API event, "response.usage", or the Gemini API's
+// "usageMetadata" (see [EndpointGenerateContent]). A bad count never fails it: it is
 // recorded in the report, and [Estimate.CheckUsage] decides what to charge.
 // The error is not nil only when the body is not a JSON object; the report
 // then says the usage is malformed, so that checking it still charges the
@@ -187,6 +188,12 @@ func findUsage(v string) (usage *rawUsage, response string, err error) {
 				usage = nil
 			} else {
 				u.rep, usage = readUsageObject(v), &u
+			}
+		case "usageMetadata": // the Gemini API's
+			if v := s.Value(); v == "null" {
+				usage = nil
+			} else {
+				u.rep, usage = readGeminiUsage(v), &u
 			}
 		case "response":
 			response = s.Value()

@@ -56,6 +56,10 @@ const UpstreamKeyEnv = "LLMPROXY_UPSTREAM_API_KEY"
 // key, sent upstream in x-api-key on the Messages API routes.
 const AnthropicKeyEnv = "LLMPROXY_ANTHROPIC_API_KEY"
 
+// GeminiKeyEnv is the environment variable holding the Gemini API key,
+// sent upstream in x-goog-api-key on the Gemini API routes.
+const GeminiKeyEnv = "LLMPROXY_GEMINI_API_KEY"
+
 // MaxHeaderBytes bounds the request headers a client may send on the API
 // listener (431 past it): an OpenAI-style request needs a few hundred
 // bytes, net/http's default allows a megabyte per connection.
@@ -112,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.configPath, "config", "", "policy file (reloaded on change and on SIGHUP); empty uses the embedded default with its demo tenants")
 	fs.StringVar(&o.gw.Upstream, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
 	fs.StringVar(&o.gw.UpstreamKeyHeader, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
+	fs.StringVar(&o.gw.Gemini.Upstream, "gemini-upstream", "", "base URL of the Gemini API with its version prefix, e.g. https://generativelanguage.googleapis.com/v1beta, serving /v1beta/models/{model}:generateContent, :streamGenerateContent and :countTokens; empty serves them only with the built-in simulator. The key is read from $"+GeminiKeyEnv)
 	fs.StringVar(&o.gw.Anthropic.Upstream, "anthropic-upstream", "", "base URL of the Anthropic API with its version prefix, e.g. https://api.anthropic.com/v1, serving /v1/messages and /v1/messages/count_tokens; empty serves them only with the built-in simulator. The key is read from $"+AnthropicKeyEnv)
 	fs.StringVar(&o.gw.MCP.Upstream, "mcp-upstream", "", "URL of the upstream MCP server's streamable HTTP endpoint, proxied at /mcp, e.g. http://tools.internal:8080/mcp; empty serves /mcp only with the built-in simulator (a search tool and a write_file tool)")
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
@@ -166,6 +171,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.gw.UpstreamKey = os.Getenv(UpstreamKeyEnv)
 	o.gw.Anthropic.Key = os.Getenv(AnthropicKeyEnv)
+	o.gw.Gemini.Key = os.Getenv(GeminiKeyEnv)
 	return o, nil
 }
 
@@ -312,6 +318,9 @@ func start(o options) (_ *server, err error) {
 		}
 		if gc.MCP.Upstream == "" {
 			gc.MCP.Upstream = "http://" + simLn.Addr().String() + "/mcp"
+		}
+		if gc.Gemini.Upstream == "" {
+			gc.Gemini.Upstream = strings.TrimSuffix(s.simURL, "/v1") + "/v1beta" // and the Gemini API
 		}
 	}
 

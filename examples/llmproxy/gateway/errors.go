@@ -40,13 +40,13 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, q...)
 }
 
-// writeError answers with an error in the OpenAI shape, or Anthropic's
+// writeError answers with an error in the OpenAI shape, Anthropic's
 // on a Messages API route (the type of the status, see
-// anthropicErrorType).
+// anthropicErrorType), or Google's on a Gemini API route.
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	body := errorBody(typ, code, param, msg)
-	if anthropicShaped(w) {
-		body = anthropicErrorBody(anthropicErrorType(status), msg)
+	if anthropicShaped(w) || geminiShaped(w) {
+		body = errorBodyFor(w, status, typ, code, msg)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

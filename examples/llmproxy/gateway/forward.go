@@ -91,6 +91,8 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 	base := g.base
 	if rt.anthropic() {
 		base = g.anthropic
+	} else if rt.gemini() {
+		base = g.gemini
 	}
 	u := *base
 	u.Path = base.Path + rt.upstream + id
@@ -104,13 +106,20 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 		return nil, err
 	}
 	g.copyRequestHeaders(st, req.Header, r.Header)
-	if rt.anthropic() {
+	switch {
+	case rt.anthropic():
 		g.setAnthropicUpstream(req.Header, r.Header)
-	} else {
+	case rt.gemini():
+		g.geminiUpstream(req.URL, req.Header, rt)
+	default:
 		g.setUpstreamKey(req.Header)
 	}
 	req.ContentLength = int64(len(body))
-	return g.opt.transport.RoundTrip(req)
+	resp, err := g.opt.transport.RoundTrip(req)
+	if err == nil && rt.gemini() {
+		geminiThrottled(resp)
+	}
+	return resp, err
 }
 
 // setUpstreamKey puts Config.UpstreamKey in h, in Config.UpstreamKeyHeader

@@ -82,6 +82,18 @@
 // rejections included, are in Anthropic's shape, and answers carry
 // anthropic-ratelimit-* headers (see Anthropic).
 //
+// With Config.Gemini, POST /v1beta/models/{model}:generateContent and
+// :streamGenerateContent?alt=sse (the Gemini API) take the same path,
+// priced as weights.EndpointGenerateContent by the model of the path
+// (validated first; the upstream path is rebuilt from it), settled from
+// usageMetadata; :countTokens is limited by requests only and passed
+// through. The client's key comes in x-goog-api-key or the key= query
+// parameter, is taken out of the request, and never goes upstream, where
+// the gateway's own key goes in x-goog-api-key. Errors on these routes,
+// rejections included, are in Google's shape with a RetryInfo detail;
+// a provider 429's RetryInfo and QuotaFailure feed the upstream stores
+// (see Gemini and docs/gemini.md).
+//
 // The Batch API is served too (see BatchAPI): POST /v1/files counts a
 // batch input file line by line as it streams upstream, POST /v1/batches
 // reserves the batch's tokens and cost on the tenant's quotas until the
@@ -283,6 +295,9 @@ type Config struct {
 	// Anthropic configures the Messages API routes (see Anthropic); the
 	// zero value leaves them out.
 	Anthropic Anthropic
+	// Gemini configures the Gemini API routes (see Gemini); the zero
+	// value leaves them out.
+	Gemini Gemini
 	// Batches configures the Batch API routes (see BatchAPI); the zero
 	// value serves them with its defaults.
 	Batches BatchAPI
@@ -439,6 +454,7 @@ type Gateway struct {
 	genai   genAI
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
+	gemini    *url.URL // Config.Gemini.Upstream; nil without one
 	batches   *batches // the Batch API's files and reservations
 	responses *responses
 	streams   streamWatch
@@ -499,6 +515,12 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 			return nil, err
 		}
 	}
+	var gemini *url.URL
+	if cfg.Gemini.Upstream != "" {
+		if gemini, err = parseUpstream(cfg.Gemini.Upstream); err != nil {
+			return nil, err
+		}
+	}
 	if o.transport == nil {
 		o.transport = NewTransport()
 	}
@@ -520,7 +542,7 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 		o.log = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, ctl: ctl, est: est, file: file, opt: o, meter: o.mp.Meter(scope),
-		base: base, anthropic: anthropic, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
+		base: base, anthropic: anthropic, gemini: gemini, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
 	mwOpts := []httpadmit.Option{httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log)}
 	g.mw, err = httpadmit.New(ctl, mwOpts...)
 	if err != nil {
@@ -733,6 +755,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 		e.POST(rt.path, on(rt, g.handleLLM))
 	}
 	g.registerMessages(e)
+	g.registerGemini(e)
 	g.registerBatches(e)
 	g.registerResponses(e)
 	g.registerMCP(e)
@@ -774,6 +797,7 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 			msg = http.StatusText(status)
 		}
 	}
+	g.geminiUnrouted(c)
 	typ, code := "invalid_request_error", "unknown_url"
 	if status >= 500 {
 		typ, code = "server_error", "internal_error"
@@ -826,6 +850,8 @@ func (g *Gateway) unauthorized(c echo.Context, err error) {
 		how := "\"Authorization: Bearer YOUR_KEY\""
 		if anthropicShaped(c.Response()) {
 			how = "\"x-api-key: YOUR_KEY\""
+		} else if geminiShaped(c.Response()) {
+			how = "\"x-goog-api-key: YOUR_KEY\""
 		}
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
 			"You didn't provide an API key. Send it as "+how+".")

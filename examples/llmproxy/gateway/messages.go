@@ -115,18 +115,7 @@ func anthropicPath(path string) bool {
 }
 
 // anthropicShaped reports whether w answers a Messages API route.
-func anthropicShaped(w http.ResponseWriter) bool {
-	for {
-		switch v := w.(type) {
-		case anthropicWriter:
-			return true
-		case interface{ Unwrap() http.ResponseWriter }:
-			w = v.Unwrap()
-		default:
-			return false
-		}
-	}
-}
+func anthropicShaped(w http.ResponseWriter) bool { return wraps[anthropicWriter](w) }
 
 // anthropicErrorType is the error type Anthropic's API gives a status.
 func anthropicErrorType(status int) string {
@@ -166,11 +155,14 @@ func anthropicErrorBody(typ, msg string) []byte {
 }
 
 // errorBodyFor returns an error body in the shape of w's route: OpenAI's
-// (type, code) or, on a Messages API route, Anthropic's (the type of the
-// status).
+// (type, code), on a Messages API route Anthropic's (the type of the
+// status), on a Gemini API route Google's (geminiErrorBody).
 func errorBodyFor(w http.ResponseWriter, status int, typ, code, msg string) []byte {
 	if anthropicShaped(w) {
 		return anthropicErrorBody(anthropicErrorType(status), msg)
+	}
+	if geminiShaped(w) {
+		return geminiErrorBody(w.Header(), status, code, msg)
 	}
 	return errorBody(typ, code, "", msg)
 }

@@ -205,7 +205,7 @@ func (g *Gateway) readAndPrice(c echo.Context, ep weights.Endpoint) (weights.Est
 		return weights.Estimate{}, nil, false
 	}
 	defer release()
-	e, err := est.EstimateEndpoint(ep, body)
+	e, err := est.EstimateModel(ep, pathModel(c), body)
 	if err == nil {
 		return e, body, true
 	}
@@ -392,6 +392,7 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 		}
 		code = e.code
 	}
+	st = geminiUpstreamError(c.Response(), resp, data)
 	switch {
 	case st == http.StatusUnauthorized || st == http.StatusForbidden:
 		g.log.ErrorContext(c.Request().Context(), "llmproxy: the upstream refused the gateway's key", "status", st)

@@ -248,6 +248,12 @@ func (x *exchange) writeStreamError(typ, code, msg string) {
 	switch x.est.Endpoint {
 	case weights.EndpointMessages:
 		ev = anthropicStreamError(typ, msg)
+	case weights.EndpointGenerateContent:
+		status := http.StatusTooManyRequests
+		if typ == "server_error" || typ == "server_overloaded" {
+			status = http.StatusBadGateway
+		}
+		ev = geminiStreamError(w.Header(), status, code, msg)
 	case weights.EndpointResponses:
 		ev = append(ev, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
 		ev = appendJSONString(ev, code)

@@ -145,6 +145,9 @@ type Seen struct {
 	Stream       bool
 	// User is the request's "user" field.
 	User string
+	// Query is the raw query string of a Gemini API request, and
+	// GoogAPIKey its x-goog-api-key header.
+	Query, GoogAPIKey string
 }
 
 // New returns a simulator.
@@ -263,6 +266,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case isMessages(r, path):
 		s.messages(w, r, path)
+		return
+	case isGemini(r, path):
+		model, method, _ := geminiCall(r, path)
+		s.gemini(w, r, path, model, method)
 		return
 	case isBatchAPI(path):
 		s.batchAPI(w, r, path)
