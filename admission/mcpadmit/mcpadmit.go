@@ -48,6 +48,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/fingerprint"
 	"github.com/sluicehq/sluice/admission/httpadmit"
 	"github.com/sluicehq/sluice/admission/limits"
 )
@@ -223,6 +224,9 @@ func (m *Middleware) request(ctx context.Context, method string, req mcp.Request
 		tool = m.o.tools.Label(p.Name)
 		r.Cost = m.o.tools.Cost(tool)
 		r.Units = []admission.UnitAmount{{Unit: limits.UnitSteps, Amount: 1}}
+		// The step a loop policy counts: the tool and its arguments,
+		// normalised.
+		r.Fingerprint = fingerprint.ToolCall(p.Name, p.Arguments)
 	}
 	r.Operation = limits.MCPOperation(method, tool)
 	return r, nil
@@ -261,6 +265,13 @@ func Refusal(rej *admission.Rejection, budget bool) (code int, d ErrorData, msg 
 	case budget:
 		d.Reason = "budget"
 		return CodeFinal, d, fmt.Sprintf("Budget of %d %s used (policy %s): this session can make no more calls.", st.Limit, unit, rej.Policy)
+	case rej.Reason == admission.ReasonLoop:
+		// The same call would be the same step again: not retryable.
+		per := ""
+		if st.Window > 0 {
+			per = " within " + st.Window.String()
+		}
+		return CodeFinal, d, fmt.Sprintf("Loop detected (policy %s): this session made the same tool call more than %d times%s. It will not be served again as it is; change the call or end the session.", rej.Policy, st.Limit, per)
 	case rej.RetryAfter == limits.Never:
 		return CodeFinal, d, fmt.Sprintf("The cost of this call exceeds the limit of %d %s (policy %s): it can never be admitted.", st.Limit, unit, rej.Policy)
 	}

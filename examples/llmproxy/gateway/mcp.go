@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/fingerprint"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/mcpadmit"
 )
@@ -137,7 +138,8 @@ func (p *mcpProxy) open(tenant, id string) (string, bool) {
 type mcpMessage struct {
 	id     json.RawMessage // nil for a notification or a response
 	method string
-	tool   string // params.name of a tools/call
+	tool   string          // params.name of a tools/call
+	args   json.RawMessage // its params.arguments, for its step's fingerprint
 }
 
 // maxMethod bounds a method name.
@@ -207,8 +209,13 @@ func parseMCPMessage(raw []byte) (mcpMessage, error) {
 		return m, err
 	}
 	err = members(params, func(k string, v json.RawMessage) error {
-		if k == "name" && json.Unmarshal(v, &m.tool) != nil {
-			return errMCPTool
+		switch k {
+		case "name":
+			if json.Unmarshal(v, &m.tool) != nil {
+				return errMCPTool
+			}
+		case "arguments":
+			m.args = v
 		}
 		return nil
 	})
@@ -345,6 +352,9 @@ func (g *Gateway) admitMCP(c echo.Context, st *state, req admission.Request, msg
 			tool = st.file.Tools.Label(m.tool)
 			r.Cost = st.file.Tools.Cost(m.tool)
 			r.Units = []admission.UnitAmount{{Unit: limits.UnitSteps, Amount: 1}}
+			// The step a loop policy counts: the tool and its arguments,
+			// normalised.
+			r.Fingerprint = fingerprint.ToolCall(m.tool, m.args)
 		}
 		r.Operation = limits.MCPOperation(m.method, tool)
 		actx, cancel := g.admissionContext(c)

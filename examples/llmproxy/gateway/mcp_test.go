@@ -58,7 +58,13 @@ type mcpGateway struct {
 
 func newMCPGateway(t *testing.T, opts ...gateway.Option) *mcpGateway {
 	t.Helper()
-	f, err := config.Parse("mcp.yaml", []byte(mcpFile))
+	return newMCPGatewayFile(t, mcpFile, opts...)
+}
+
+// newMCPGatewayFile is newMCPGateway under the policy file src.
+func newMCPGatewayFile(t *testing.T, src string, opts ...gateway.Option) *mcpGateway {
+	t.Helper()
+	f, err := config.Parse("mcp.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,5 +373,34 @@ func TestMCPToolLabels(t *testing.T) {
 	}
 	if got := sumCounter(t, reader, "llmproxy.mcp.requests", "tool"); got["search"] != 1 || got["__other__"] != 3 || got[""] != 1 || len(got) != 3 {
 		t.Errorf("llmproxy.mcp.requests by tool = %v; want search 1, __other__ 3, and no tool for the initialize", got)
+	}
+}
+
+// TestMCPToolCallLoop: a session that calls the same tool with the same
+// arguments (in any key order) over and over is refused by a loop policy
+// at the first call over its limit, with a final JSON-RPC error naming
+// the loop, while the same tool with other arguments still passes.
+func TestMCPToolCallLoop(t *testing.T) {
+	src := strings.Replace(mcpFile, "policies:\n", "policies:\n"+
+		"  - {name: loops, key: [tenant, session, fingerprint], algorithm: sliding_log, limit: 2, per: 2m, max_partitions: 1000, overflow: evict}\n", 1)
+	mg := newMCPGatewayFile(t, src)
+	cs := mg.connect(t, "sk-acme")
+	call := func(args map[string]any) error {
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "search", Arguments: args})
+		return err
+	}
+	if err := call(map[string]any{"query": "weather", "city": "Paris"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(map[string]any{"city": "Paris", "query": "weather"}); err != nil {
+		t.Fatal(err)
+	}
+	err := call(map[string]any{"query": "weather", "city": "Paris"})
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != mcpadmit.CodeFinal || !strings.Contains(je.Message, "Loop detected (policy loops)") {
+		t.Fatalf("third identical call: %v; want the final JSON-RPC error of a loop", err)
+	}
+	if err := call(map[string]any{"query": "weather", "city": "Lyon"}); err != nil {
+		t.Errorf("the same tool with other arguments: %v; want served", err)
 	}
 }
