@@ -61,7 +61,8 @@ type provider struct {
 func NewProviders(f *config.File, static backend.Store) (*Providers, error) {
 	p := &Providers{decl: f.Upstreams}
 	for name, u := range f.Upstreams {
-		cfg := upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL}
+		cfg := upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL,
+			Accounting: upstream.Accounting{Initial: u.ChargeRatio.Initial, Min: u.ChargeRatio.Min, Max: u.ChargeRatio.Max, Window: u.ChargeRatio.Window}}
 		if a := u.Adaptive; a != nil {
 			cfg.Adaptive = &upstream.Adaptive{Min: a.Min, Tolerance: a.Tolerance, Smoothing: a.Smoothing, Window: a.Window}
 		}
@@ -121,8 +122,9 @@ func (p *Providers) check(f *config.File) error {
 // are read: successes, 429 and 503, so that neither a client's
 // misspelled model (404) nor any other error makes a group. A success's
 // time to first byte, ttfb (0 when not measured), feeds the stores'
-// adaptive concurrency.
-func (g *Gateway) observe(resp *http.Response, st *state, tk admission.Ticket, model string, ttfb time.Duration) {
+// adaptive concurrency; sent, the request's token estimate (0 when not
+// known), teaches them the provider's accounting (upstream.Accounting).
+func (g *Gateway) observe(resp *http.Response, st *state, tk admission.Ticket, model string, ttfb time.Duration, sent int64) {
 	p := g.opt.providers
 	if p == nil || len(p.stores) == 0 {
 		return
@@ -135,6 +137,7 @@ func (g *Gateway) observe(resp *http.Response, st *state, tk admission.Ticket, m
 	passed := tk.Statuses(buf[:0])
 	now := g.now()
 	r := upstream.Parse(resp.Header.Get, code, now)
+	r.Sent = sent
 	for _, s := range p.stores {
 		if !st.guards(passed, s.name) {
 			continue
@@ -189,7 +192,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}
-	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent))
+	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent), req.Tokens)
 	if resp.StatusCode != http.StatusTooManyRequests || g.opt.providers == nil || len(g.opt.providers.stores) == 0 {
 		return resp, true
 	}
@@ -225,7 +228,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}
-	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent))
+	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent), req.Tokens)
 	if resp.StatusCode == http.StatusTooManyRequests {
 		g.m.throttled(ctx, "passed_through")
 	}
@@ -251,10 +254,11 @@ func (m *instruments) throttled(ctx context.Context, outcome string) {
 // (llmproxy.provider.budget.remaining and .limit by store, group and
 // dimension; llmproxy.provider.paused by store and group; with adaptive
 // concurrency, llmproxy.provider.concurrency.limit by store and group and
-// llmproxy.provider.ttfb by store, group and average), at most
+// llmproxy.provider.ttfb by store, group and average;
+// llmproxy.provider.charge_ratio by store and group), at most
 // maxGaugeGroups groups a store.
 func (g *Gateway) initProviders(meter metric.Meter) error {
-	errs := [7]error{6: g.m.initClasses(meter)}
+	errs := [8]error{6: g.m.initClasses(meter)}
 	m := &g.m.provider
 	m.throttled, errs[0] = meter.Int64Counter("llmproxy.provider.throttled",
 		metric.WithDescription("The provider's 429 answers to the gateway, by outcome: absorbed (admitted again and retried), refused (not admitted again), passed_through (the client got the provider's 429)."), metric.WithUnit("{response}"))
@@ -273,6 +277,9 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 	ttfb, err := meter.Float64ObservableGauge("llmproxy.provider.ttfb",
 		metric.WithDescription("The provider's time to first byte the adaptive cap follows, by store, group and average (short: the last 10 answers; baseline: the long-term average)."), metric.WithUnit("s"))
 	errs[5] = err
+	ratio, err := meter.Float64ObservableGauge("llmproxy.provider.charge_ratio",
+		metric.WithDescription("What the provider's limiter counts per token of the gateway's estimate, as learned from its headers (the store's token policies reserve at it), by store and group."), metric.WithUnit("1"))
+	errs[7] = err
 	if err := errors.Join(errs[:]...); err != nil {
 		return err
 	}
@@ -286,6 +293,7 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 			for _, st := range gaugeGroups(s.store.Groups(now)) {
 				base := []attribute.KeyValue{attribute.String("store", s.name), attribute.String("group", st.Group)}
 				o.ObserveFloat64(paused, st.Paused.Seconds(), metric.WithAttributes(base...))
+				o.ObserveFloat64(ratio, st.Ratio, metric.WithAttributes(base...))
 				if st.Concurrency > 0 {
 					o.ObserveInt64(concurrency, st.Concurrency, metric.WithAttributes(base...))
 					o.ObserveFloat64(ttfb, st.TTFB.Seconds(), metric.WithAttributes(append(base, attribute.String("average", "short"))...))
@@ -305,7 +313,7 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 			}
 		}
 		return nil
-	}, remaining, limit, paused, concurrency, ttfb)
+	}, remaining, limit, paused, concurrency, ttfb, ratio)
 	if reg != nil {
 		g.m.regs = append(g.m.regs, reg)
 	}
