@@ -127,7 +127,23 @@ func newQueueSet(c *Controller, st *policyState) *queueSet {
 	for i := range qs.shards {
 		qs.shards[i].m = make(map[string]*queue)
 	}
+	if w, ok := st.limiter.(backend.Waker); ok {
+		w.OnWake(qs.wake)
+	}
 	return qs
+}
+
+// wake serves the queue of key now, if it has waiters: its limiter says
+// the partition may have gained room (backend.Waker).
+func (qs *queueSet) wake(key string) {
+	sh := qs.shard(key)
+	sh.mu.Lock()
+	q := sh.m[key]
+	waiting := q != nil && q.n > 0
+	sh.mu.Unlock()
+	if waiting {
+		qs.dispatch(key)
+	}
 }
 
 func (qs *queueSet) shard(key string) *qshard {

@@ -98,7 +98,8 @@ type Store struct {
 	static backend.Store // holds the static budgets
 	mu     sync.RWMutex
 	groups map[string]*group
-	swept  int64 // last sweep of a full table, unix nanoseconds
+	swept  int64                // last sweep of a full table, unix nanoseconds
+	wakers []func(group string) // the controller's queues (backend.Waker)
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -239,6 +240,20 @@ func (s *Store) Observe(group string, r Report) bool {
 	if g == nil {
 		return false
 	}
+	g.observe(s, r, now)
+	// The queues waiting on the group look again at once: the report may
+	// say its budget refilled, sooner than their retry-after.
+	s.mu.RLock()
+	wakers := s.wakers
+	s.mu.RUnlock()
+	for _, w := range wakers {
+		w(group)
+	}
+	return true
+}
+
+// observe records r, received at now, in g (see Store.Observe).
+func (g *group) observe(s *Store, r Report, now int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.acct.learn(&s.cfg.Accounting, r.Figures[Tokens].bounded(), now, min(max(r.Sent, 0), limits.MaxAmount), r.Throttled)
@@ -279,7 +294,6 @@ func (s *Store) Observe(group string, r Report) bool {
 		}
 		g.paused = max(g.paused, now+int64(min(pause, s.cfg.MaxPause)))
 	}
-	return true
 }
 
 // group returns the group of key, created if there is room, or nil.
@@ -403,6 +417,7 @@ var (
 	_ backend.Limiter   = (*limiter)(nil)
 	_ backend.Renewer   = (*limiter)(nil)
 	_ backend.Inspector = (*limiter)(nil)
+	_ backend.Waker     = (*limiter)(nil)
 )
 
 // Acquire implements backend.Limiter: the group's pause and learned
@@ -534,6 +549,14 @@ func (l *limiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
 		return in.Stats(lim, now)
 	}
 	return backend.Stats{}
+}
+
+// OnWake implements backend.Waker: f is called with the group of every
+// report Store.Observe keeps.
+func (l *limiter) OnWake(f func(key string)) {
+	l.s.mu.Lock()
+	l.s.wakers = append(l.s.wakers[:len(l.s.wakers):len(l.s.wakers)], f)
+	l.s.mu.Unlock()
 }
 
 // OnEvict implements backend.Inspector.
