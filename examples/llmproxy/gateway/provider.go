@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/upstream"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -233,6 +234,32 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		g.m.throttled(ctx, "passed_through")
 	}
 	return resp, true
+}
+
+// acceptedCut returns what a running stream's charge that rej refused
+// (nil: none) cuts it for: the provider's budget is settled, not
+// enforced, once the provider accepted the request (it charges it
+// anyway: cutting would waste what it counted), so a refusal by a policy
+// on an upstream store cuts only when a tenant policy the stream is
+// charged on (a token or cost policy, enforcing) has nothing left too.
+func (x *exchange) acceptedCut(rej *admission.Rejection) *admission.Rejection {
+	p := x.g.opt.providers
+	if rej == nil || p == nil || p.Store(x.st.store[rej.Policy]) == nil {
+		return rej
+	}
+	var buf [8]admission.Status
+	for _, s := range x.tk.Statuses(buf[:0]) {
+		if s.Mode != limits.Enforce || !s.Algorithm.IsRate() || s.Unit == "" || s.Unit == limits.UnitRequests ||
+			s.Remaining > 0 || p.Store(x.st.store[s.Policy]) != nil {
+			continue
+		}
+		reason := admission.ReasonRate
+		if s.Algorithm == limits.Quota {
+			reason = admission.ReasonQuota
+		}
+		return &admission.Rejection{Policy: s.Policy, Reason: reason, RetryAfter: s.Reset, Status: s}
+	}
+	return nil
 }
 
 // providerInstruments are the metrics of the providers' budgets: what
