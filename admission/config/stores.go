@@ -232,6 +232,7 @@ func (d *decoder) validateStores() {
 			continue
 		}
 		path := fmt.Sprintf("policies[%d]", i)
+		defaultPerTenant(p)
 		switch p.Unit {
 		case "", limits.UnitRequests, limits.UnitTokens, "input_tokens", "output_tokens":
 		default:
@@ -249,6 +250,21 @@ func (d *decoder) validateStores() {
 			}
 			d.errorf(d.at(path, ".key", ".store"), path+".key", "the upstream store %q groups its budget by %s: a policy on it is keyed %s", p.Store, u.GroupBy, want)
 		}
+	}
+}
+
+// DefaultPerTenantShare is the share of a queue one tenant may fill by
+// default on a policy guarding a provider: its size over 8.
+const DefaultPerTenantShare = 8
+
+// defaultPerTenant gives a queued policy on an upstream store that sets
+// no queue.per_tenant one of Size/DefaultPerTenantShare (at least 1): the
+// provider's budget is shared by every tenant, and a heavy tenant filling
+// its queue would leave a light one nothing but queue_full. A file that
+// wants one tenant to fill the queue says per_tenant: <size>.
+func defaultPerTenant(p *limits.Policy) {
+	if q := &p.Queue; q.Size > 0 && q.PerTenant == 0 {
+		q.PerTenant = max(1, q.Size/DefaultPerTenantShare)
 	}
 }
 

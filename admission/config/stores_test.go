@@ -66,6 +66,24 @@ policies:
 			}
 		})
 	}
+	// A queue guarding a provider is shared fairly by default: one tenant
+	// fills at most an eighth of it, unless the file says otherwise.
+	f, err := config.Parse("stores.yaml", []byte(`version: 1
+stores:
+  openai: {kind: upstream}
+policies:
+  - {name: tpm, store: openai, key: [model], unit: tokens, algorithm: token_bucket, limit: 2M, per: 1m, queue: {size: 200}}
+  - {name: rpm, store: openai, key: [model], algorithm: token_bucket, limit: 10k, per: 1m, queue: {size: 200, per_tenant: 200}}
+  - {name: own, key: [tenant], algorithm: token_bucket, limit: 10k, per: 1m, queue: {size: 200}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{25, 200, 0} {
+		if got := f.Config.Policies[i].Queue.PerTenant; got != want {
+			t.Errorf("policies[%d].queue.per_tenant = %d; want %d", i, got, want)
+		}
+	}
 	if config.GroupByModel.String() != "model" || config.GroupByUpstream.String() != "upstream" {
 		t.Errorf("Grouping names: %s, %s", config.GroupByModel, config.GroupByUpstream)
 	}
