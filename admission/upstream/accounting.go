@@ -29,7 +29,8 @@ const (
 // reports answered (Report.Sent), averaged over about Window answers and
 // bounded to [Min, Max]; a 429 about tokens whose remaining figure is
 // above what the gateway reserved raises it at once (the provider
-// charges more than that remaining). A token policy on the store then
+// charges more than that remaining), unless the same answer says its
+// requests budget is the one exhausted. A token policy on the store then
 // reserves its estimate times the ratio, in the provider's units, against
 // the learned and the static budget; the policies on other stores (the
 // tenants') still count the estimate.
@@ -95,8 +96,9 @@ func (a *accounting) ratioOf(cfg *Accounting) float64 {
 
 // learn takes one token report f received at now in answer to a request
 // the gateway estimated at sent tokens, accepted by the provider or
-// refused (throttled).
-func (a *accounting) learn(cfg *Accounting, f Figure, now int64, sent int64, throttled bool) {
+// refused (throttled); tokensRefused says the refusal may be about tokens
+// (the requests budget was not the one exhausted).
+func (a *accounting) learn(cfg *Accounting, f Figure, now int64, sent int64, throttled, tokensRefused bool) {
 	if !f.HasRemaining {
 		return
 	}
@@ -120,7 +122,7 @@ func (a *accounting) learn(cfg *Accounting, f Figure, now int64, sent int64, thr
 			a.ratio = min(max(a.charged/a.sent, cfg.Min), cfg.Max)
 		}
 	}
-	if throttled && sent > 0 && rem > 0 {
+	if throttled && tokensRefused && sent > 0 && rem > 0 {
 		// The provider refused a request it counts above rem.
 		if low := rem / float64(sent); low > a.ratioOf(cfg) {
 			a.ratio = min(low, cfg.Max)

@@ -132,6 +132,16 @@ func TestAccountingBounds(t *testing.T) {
 	if got := s.Ratio("m"); got != 0.8 {
 		t.Errorf("Ratio after free requests = %v; want 0.8 (Min)", got)
 	}
+	// A 429 for a request of 100 while plenty of tokens remained but no
+	// request: the requests budget refused it, nothing is learned.
+	r := upstream.Report{Received: at, Throttled: true, Sent: 100}
+	r.Figures[upstream.Tokens] = upstream.Figure{Limit: 1_000_000, Remaining: level, HasLimit: true, HasRemaining: true}
+	r.Figures[upstream.Requests] = upstream.Figure{Remaining: 0, HasRemaining: true}
+	s.Observe("m", r)
+	at = at.Add(time.Millisecond)
+	if got := s.Ratio("m"); got != 0.8 {
+		t.Errorf("Ratio after a 429 of the requests budget = %v; want 0.8 still", got)
+	}
 	// A 429 for a request of 100 while 150 remained: the provider counts
 	// it above 150.
 	report(150, http.StatusTooManyRequests, 100)

@@ -256,7 +256,8 @@ func (s *Store) Observe(group string, r Report) bool {
 func (g *group) observe(s *Store, r Report, now int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.acct.learn(&s.cfg.Accounting, r.Figures[Tokens].bounded(), now, min(max(r.Sent, 0), limits.MaxAmount), r.Throttled)
+	reqs := r.Figures[Requests]
+	g.acct.learn(&s.cfg.Accounting, r.Figures[Tokens].bounded(), now, min(max(r.Sent, 0), limits.MaxAmount), r.Throttled, !reqs.HasRemaining || reqs.Remaining > 0)
 	pause, exhausted := time.Duration(0), false
 	refill, hasRefill := time.Duration(0), false // the latest reset reported
 	for d := range g.dims {
