@@ -87,13 +87,11 @@ tenants:
 type mixSetup struct {
 	// Factor is the gateway's exact count of the prompt over the
 	// provider's (0.75: the exact count is 25% below the provider's).
-	Factor            float64
-	Warmup, Duration  time.Duration
-	Deadline          time.Duration
-	Queue             int
-	Overload          float64 // scales every tenant's load; 1 is the 2.34x
-	MaxTokensOmitted  bool    // the clients send no max_tokens
-	DefaultOutputToks int64   // the estimator's reservation without max_tokens
+	Factor           float64
+	Warmup, Duration time.Duration
+	Deadline         time.Duration
+	Queue            int
+	Overload         float64 // scales every tenant's load; 1 is 2.34x the provider's capacity
 }
 
 // mixRun is what one run measured.
@@ -133,11 +131,8 @@ func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // mixBody returns a chat request of the scenario.
-func mixBody(s mixSetup, stream bool) []byte {
-	req := map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": mixPrompt}}}
-	if !s.MaxTokensOmitted {
-		req["max_tokens"] = mixOutput
-	}
+func mixBody(stream bool) []byte {
+	req := map[string]any{"model": "gpt-4o-mini", "max_tokens": mixOutput, "messages": []any{map[string]any{"role": "user", "content": mixPrompt}}}
 	if stream {
 		req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
 	}
@@ -148,11 +143,11 @@ func mixBody(s mixSetup, stream bool) []byte {
 // runMix runs the scenario once.
 func runMix(s mixSetup) (mixRun, error) {
 	var run mixRun
-	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter, DefaultMaxOutputTokens: s.DefaultOutputToks})
+	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	if err != nil {
 		return run, err
 	}
-	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, mixBody(mixSetup{}, false))
+	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, mixBody(false))
 	if err != nil {
 		return run, err
 	}
@@ -215,7 +210,7 @@ func runMix(s mixSetup) (mixRun, error) {
 				time.Sleep(time.Until(due))
 				measured := !due.Before(from)
 				wg.Go(func() {
-					status, answer, err := call(ctx, client, gwURL, t.name, mixBody(s, i%4 == 3), s.Deadline)
+					status, answer, err := call(ctx, client, gwURL, t.name, mixBody(i%4 == 3), s.Deadline)
 					now := time.Now()
 					if measured {
 						sent.Add(1)
@@ -317,8 +312,8 @@ func maxMinFair(demand []int64, capacity int64) []int64 {
 // above the provider's count, prints each and reports whether every run
 // met the goals.
 func runMixRounds(s mixSetup, rounds int) (bool, error) {
-	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, max_tokens %d (omitted: %v), one in four streamed, %v warm-up, %v measured, deadline %v, queue %d\n",
-		mixRPM, mixTPM, s.Overload, len(mixPrompt), mixOutput, s.MaxTokensOmitted, s.Warmup, s.Duration, s.Deadline, s.Queue)
+	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, max_tokens %d, one in four streamed, %v warm-up, %v measured, deadline %v, queue %d\n",
+		mixRPM, mixTPM, s.Overload, len(mixPrompt), mixOutput, s.Warmup, s.Duration, s.Deadline, s.Queue)
 	good := true
 	for round := range rounds {
 		for _, factor := range []float64{0.75, 1.25} {
