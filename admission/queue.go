@@ -62,6 +62,7 @@ type lease struct {
 type queue struct {
 	key     string
 	n       int
+	cost    int64        // the waiters' estimates, summed
 	classes []*prioClass // by priority, highest first
 	timer   Timer
 	timerAt int64
@@ -114,6 +115,7 @@ type waiter struct {
 	key     string
 	sh      *qshard
 	tenant  string
+	cost    int64 // the request's estimate under the policy
 	prio    int
 	order   limits.Order
 	state   int
@@ -127,7 +129,23 @@ func newQueueSet(c *Controller, st *policyState) *queueSet {
 	for i := range qs.shards {
 		qs.shards[i].m = make(map[string]*queue)
 	}
+	if w, ok := st.limiter.(backend.Waker); ok {
+		w.OnWake(qs.wake)
+	}
 	return qs
+}
+
+// wake serves the queue of key now, if it has waiters: its limiter says
+// the partition may have gained room (backend.Waker).
+func (qs *queueSet) wake(key string) {
+	sh := qs.shard(key)
+	sh.mu.Lock()
+	q := sh.m[key]
+	waiting := q != nil && q.n > 0
+	sh.mu.Unlock()
+	if waiting {
+		qs.dispatch(key)
+	}
 }
 
 func (qs *queueSet) shard(key string) *qshard {
@@ -166,6 +184,9 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		return c.decide(t, h)
 	}
 	if q != nil && (q.n >= h.p.Queue.Size || h.p.Queue.PerTenant > 0 && q.waitersOf(t.tenant) >= h.p.Queue.PerTenant) {
+		if hint := q.fullHint(h, t.tenant); hint > 0 {
+			h.grant.RetryAfter = hint
+		}
 		sh.mu.Unlock()
 		retry := h.retryAfter()
 		c.report(t, h, Rejected, ReasonQueueFull, retry)
@@ -183,7 +204,7 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	// (The shard locks of earlier policies, which giving back may take,
 	// always come after a later policy's: no lock order cycle.)
 	yielded := c.yield(t, h, now)
-	w := &waiter{h: h, yielded: yielded, key: q.key, sh: sh, tenant: t.tenant, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
+	w := &waiter{h: h, yielded: yielded, key: q.key, sh: sh, tenant: t.tenant, cost: h.est, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
 	w.prio = t.priority
 	q.push(w)
 	if q.n == 1 {
@@ -548,6 +569,36 @@ func (q *queue) push(w *waiter) {
 	}
 	tq.ws = append(tq.ws, w)
 	q.n++
+	q.cost += w.cost
+}
+
+// fullHint returns the retry hint of h, a request of tenant refused
+// because the queue q of a rate policy is full (or the tenant's part of
+// it, Queue.PerTenant): the time the policy's rate takes to serve the
+// waiters ahead of it (the tenant's, one turn in the round robin of the
+// tenants waiting, when its own part is what is full), after which a
+// retry finds room rather than the same full queue. It returns 0 for a
+// concurrency policy, or a limit without a rate: their own hint applies.
+func (q *queue) fullHint(h *held, tenant string) time.Duration {
+	if !h.p.Algorithm.IsRate() || h.lim.Per <= 0 || h.lim.Amount <= 0 {
+		return 0
+	}
+	ahead := q.cost
+	if q.n < h.p.Queue.Size {
+		// The tenant's part is full: its waiters are served once a turn.
+		var own int64
+		tenants := 0
+		for _, pc := range q.classes {
+			tenants += len(pc.ring)
+			if tq := pc.tenants[tenant]; tq != nil {
+				for _, w := range tq.ws {
+					own += w.cost
+				}
+			}
+		}
+		ahead = min(ahead, own*int64(max(tenants, 1)))
+	}
+	return limits.CeilDuration(float64(ahead) * float64(h.lim.Per) / float64(h.lim.Amount))
 }
 
 // waitersOf returns how many of q's waiters are the tenant's.
@@ -621,6 +672,7 @@ func (q *queue) pop(w *waiter) {
 		i := slices.Index(tq.ws, w)
 		tq.ws = slices.Delete(tq.ws, i, i+1)
 		q.n--
+		q.cost -= w.cost
 		if q.groups != nil {
 			q.groups[pc.group].n--
 		}

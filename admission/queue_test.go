@@ -502,3 +502,58 @@ func TestQueuePerTenant(t *testing.T) {
 		t.Errorf("after draining: queued %d, in flight %d", s.Queued, s.InFlight)
 	}
 }
+
+// TestQueueFullHint: a request refused because a rate policy's queue is
+// full is told to retry when the policy's rate has served the waiters
+// ahead of it (not at once, as it would find the same full queue): the
+// whole queue's tokens, or, when only the tenant's part of it is full,
+// its own waiters' tokens once a turn of the tenants waiting.
+func TestQueueFullHint(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, admission.Policy{
+		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute, // 10 tokens a second
+		Queue: limits.Queue{Size: 4, PerTenant: 2, Timeout: time.Hour},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600}); err != nil {
+		t.Fatal(err)
+	} else {
+		tk.Done()
+	}
+	out := make(chan result, 4)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 50}, "a1", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 50}, "a2", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "b", Tokens: 200}, "b", out)
+	for _, tc := range []struct {
+		tenant string
+		want   time.Duration
+	}{
+		// a's part is full: its 100 tokens, once a turn of a and b.
+		{"a", 20 * time.Second},
+	} {
+		_, err := c.Admit(ctx, admission.Request{Tenant: tc.tenant, Tokens: 10})
+		var rej *admission.Rejection
+		if !errors.As(err, &rej) || rej.Reason != admission.ReasonQueueFull || rej.RetryAfter != tc.want {
+			t.Errorf("%s, its part of the queue full: %v; want queue_full, retry after %v", tc.tenant, err, tc.want)
+		}
+	}
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "c", Tokens: 100}, "c", out)
+	// The queue is full: its 400 tokens take 40s.
+	_, err := c.Admit(ctx, admission.Request{Tenant: "d", Tokens: 10})
+	var rej *admission.Rejection
+	if !errors.As(err, &rej) || rej.Reason != admission.ReasonQueueFull || rej.RetryAfter != 40*time.Second {
+		t.Errorf("the queue full: %v; want queue_full, retry after 40s", err)
+	}
+	// Served, the waiters leave room: d's retry after the hint is queued.
+	clock.Advance(40 * time.Second)
+	for range 4 {
+		if r := receive(t, "a waiter", out); r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+	}
+	if n := c.Stats()[0].Queued; n != 0 {
+		t.Errorf("after the hint: %d still wait; want 0", n)
+	}
+}

@@ -221,6 +221,17 @@ type Inspector interface {
 	OnEvict(f func(partitions, leases int))
 }
 
+// A Waker is a Limiter whose partitions may gain room from outside the
+// controller's sight (a provider's report that its budget refilled): it
+// tells the controller, which then serves the partition's queue at once
+// rather than at the retry-after of the waiter at its head.
+type Waker interface {
+	// OnWake registers f, called with a partition's key after it may
+	// have gained room; f must be called with no lock of the limiter
+	// held, as it may evaluate the partition again.
+	OnWake(f func(key string))
+}
+
 // Stats describes a limiter's partitions (see Inspector).
 type Stats struct {
 	// Partitions is the number of partitions in the table.

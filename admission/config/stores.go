@@ -63,6 +63,22 @@ type Upstream struct {
 	// store's concurrency policies follow the provider's time to first
 	// byte, between its min and the policy's limit.
 	Adaptive *Adaptive
+	// ChargeRatio (charge_ratio) bounds the ratio of the provider's token
+	// count to the gateway's estimate the store learns; zero fields take
+	// admission/upstream.Accounting's defaults.
+	ChargeRatio ChargeRatio
+}
+
+// ChargeRatio is an upstream store's charge_ratio entry (see
+// admission/upstream.Accounting for the fields' meaning; zero fields take
+// its defaults):
+//
+//	stores:
+//	  openai: {kind: upstream, charge_ratio: {initial: 1.3, min: 1.3, max: 4, window: 50}}
+type ChargeRatio struct {
+	Initial  float64 // the ratio before anything is learned, in [0.01, 100]
+	Min, Max float64 // the bounds of the learned ratio, in [0.01, 100]
+	Window   int     // the answers the ratio averages over
 }
 
 // Adaptive is an upstream store's adaptive_concurrency entry (see
@@ -109,7 +125,7 @@ type Redis struct {
 
 // storeFields are the fields of each kind of store, beside kind.
 var storeFields = map[string][]string{
-	StoreUpstream: {"group_by", "max_groups", "pause", "max_pause", "remaining_ttl", "adaptive_concurrency"},
+	StoreUpstream: {"group_by", "max_groups", "pause", "max_pause", "remaining_ttl", "adaptive_concurrency", "charge_ratio"},
 	StoreRedis:    {"address", "address_env", "prefix", "timeout"},
 }
 
@@ -131,6 +147,7 @@ func (d *decoder) decodeStores(n *yaml.Node, path string) {
 			field{"max_pause", d.duration(&u.MaxPause, false)},
 			field{"remaining_ttl", d.duration(&u.RemainingTTL, false)},
 			field{"adaptive_concurrency", func(n *yaml.Node, p string) { u.Adaptive = d.decodeAdaptive(n, p) }},
+			field{"charge_ratio", func(n *yaml.Node, p string) { u.ChargeRatio = d.decodeChargeRatio(n, p) }},
 			field{"address", d.str(&r.Address)},
 			field{"address_env", d.str(&r.AddressEnv)},
 			field{"prefix", d.str(&r.Prefix)},
@@ -211,6 +228,7 @@ func (d *decoder) validateStores() {
 			continue
 		}
 		path := fmt.Sprintf("policies[%d]", i)
+		defaultPerTenant(p)
 		switch p.Unit {
 		case "", limits.UnitRequests, limits.UnitTokens, "input_tokens", "output_tokens":
 		default:
@@ -228,6 +246,21 @@ func (d *decoder) validateStores() {
 			}
 			d.errorf(d.at(path, ".key", ".store"), path+".key", "the upstream store %q groups its budget by %s: a policy on it is keyed %s", p.Store, u.GroupBy, want)
 		}
+	}
+}
+
+// DefaultPerTenantShare is the share of a queue one tenant may fill by
+// default on a policy guarding a provider: its size over 8.
+const DefaultPerTenantShare = 8
+
+// defaultPerTenant gives a queued policy on an upstream store that sets
+// no queue.per_tenant one of Size/DefaultPerTenantShare (at least 1): the
+// provider's budget is shared by every tenant, and a heavy tenant filling
+// its queue would leave a light one nothing but queue_full. A file that
+// wants one tenant to fill the queue says per_tenant: <size>.
+func defaultPerTenant(p *limits.Policy) {
+	if q := &p.Queue; q.Size > 0 && q.PerTenant == 0 {
+		q.PerTenant = max(1, q.Size/DefaultPerTenantShare)
 	}
 }
 
@@ -254,6 +287,24 @@ func (d *decoder) decodeAdaptive(n *yaml.Node, path string) *Adaptive {
 		d.errorf(d.lines[path+".window"], path+".window", "at most 1000000 samples, got %d", a.Window)
 	}
 	return a
+}
+
+// decodeChargeRatio decodes a charge_ratio entry.
+func (d *decoder) decodeChargeRatio(n *yaml.Node, path string) ChargeRatio {
+	var c ChargeRatio
+	d.mapping(n, path,
+		field{"initial", d.fraction(&c.Initial, 0.01, 100)},
+		field{"min", d.fraction(&c.Min, 0.01, 100)},
+		field{"max", d.fraction(&c.Max, 0.01, 100)},
+		field{"window", d.integer(&c.Window, 1)},
+	)
+	if c.Window > 1_000_000 {
+		d.errorf(d.lines[path+".window"], path+".window", "at most 1000000 answers, got %d", c.Window)
+	}
+	if c.Min > 0 && c.Max > 0 && c.Min > c.Max {
+		d.errorf(d.lines[path+".min"], path+".min", "%v is above max %v", c.Min, c.Max)
+	}
+	return c
 }
 
 // fraction decodes a number in [lo, hi], and above lo when lo is 0.

@@ -36,6 +36,12 @@ stores:
 policies:
   - {name: cap, store: openai, key: [model], algorithm: concurrency, limit: 64}
 `, map[string]config.Upstream{"openai": {Adaptive: &config.Adaptive{Min: 4, Tolerance: 2, Smoothing: 0.5, Window: 300}}}},
+		{"charge ratio", `
+stores:
+  openai: {kind: upstream, charge_ratio: {initial: 1.3, min: 1.3, max: 3, window: 20}}
+policies:
+  - {name: tpm, store: openai, key: [model], unit: tokens, algorithm: token_bucket, limit: 2M, per: 1m}
+`, map[string]config.Upstream{"openai": {ChargeRatio: config.ChargeRatio{Initial: 1.3, Min: 1.3, Max: 3, Window: 20}}}},
 		{"none", `
 policies:
   - {name: rpm, key: [tenant], algorithm: token_bucket, limit: 600, per: 1m}
@@ -59,6 +65,24 @@ policies:
 				}
 			}
 		})
+	}
+	// A queue guarding a provider is shared fairly by default: one tenant
+	// fills at most an eighth of it, unless the file says otherwise.
+	f, err := config.Parse("stores.yaml", []byte(`version: 1
+stores:
+  openai: {kind: upstream}
+policies:
+  - {name: tpm, store: openai, key: [model], unit: tokens, algorithm: token_bucket, limit: 2M, per: 1m, queue: {size: 200}}
+  - {name: rpm, store: openai, key: [model], algorithm: token_bucket, limit: 10k, per: 1m, queue: {size: 200, per_tenant: 200}}
+  - {name: own, key: [tenant], algorithm: token_bucket, limit: 10k, per: 1m, queue: {size: 200}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{25, 200, 0} {
+		if got := f.Config.Policies[i].Queue.PerTenant; got != want {
+			t.Errorf("policies[%d].queue.per_tenant = %d; want %d", i, got, want)
+		}
 	}
 	if config.GroupByModel.String() != "model" || config.GroupByUpstream.String() != "upstream" {
 		t.Errorf("Grouping names: %s, %s", config.GroupByModel, config.GroupByUpstream)
@@ -96,6 +120,8 @@ stores:
 		{`{kind: redis, address: "a:1", group_by: model}`, "stores.yaml:3:41: stores.shared.group_by: a store of kind redis has no group_by"},
 		{`{kind: upstream, timeout: 1s}`, "stores.yaml:3:28: stores.shared.timeout: a store of kind upstream has no timeout"},
 		{`{kind: redis, address: "a:1", adress: b}`, `stores.yaml:3:41: stores.shared.adress: unknown key "adress"`},
+		{`{kind: upstream, charge_ratio: {min: 2, max: 1}}`, "stores.shared.charge_ratio.min: 2 is above max 1"},
+		{`{kind: upstream, charge_ratio: {initial: 0}}`, "stores.shared.charge_ratio.initial"},
 		{`{kind: redsi, address: "a:1"}`, `stores.yaml:3:12: stores.shared.kind: unknown kind "redsi" (want upstream or redis)`},
 	}
 	for _, tc := range refused {

@@ -40,6 +40,14 @@
 // end, within the caller's deadline) and retry it once, rather than pass
 // the provider's refusal on to the tenant.
 //
+// A provider's limiter is not an exact tokenizer: it estimates a request
+// (OpenAI's from its characters and max_tokens) and charges more or less
+// than the gateway's count. Set Report.Sent to the request's token
+// estimate before Observe and each group learns the ratio between the
+// two (see Accounting); the store's token policies then reserve in the
+// provider's units, while the policies on other stores (the tenants')
+// still count the estimate.
+//
 // With Config.Adaptive, the store's concurrency policies get a cap that
 // follows the provider's time to first byte, per group (a gradient limit,
 // as Netflix's concurrency-limits and Envoy's adaptive concurrency filter

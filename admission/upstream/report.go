@@ -75,6 +75,11 @@ type Report struct {
 	// HasRetryAfter.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
+	// Sent is the gateway's token estimate of the request this response
+	// answers (Request.Tokens), which Parse cannot know: the caller sets
+	// it so that the store learns the provider's accounting (see
+	// Accounting). Zero teaches nothing.
+	Sent int64
 }
 
 // Parse reads the rate-limit figures of a provider response: header

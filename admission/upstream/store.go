@@ -51,6 +51,11 @@ type Config struct {
 	// between Adaptive.Min and the policy's limit (see Adaptive and
 	// ObserveLatency).
 	Adaptive *Adaptive
+	// Accounting bounds the ratio of the provider's token count to the
+	// gateway's estimate that each group learns, which the store's token
+	// policies reserve at (see Accounting); its zero value takes the
+	// defaults.
+	Accounting Accounting
 }
 
 // An Option sets an optional collaborator of a Store.
@@ -93,7 +98,8 @@ type Store struct {
 	static backend.Store // holds the static budgets
 	mu     sync.RWMutex
 	groups map[string]*group
-	swept  int64 // last sweep of a full table, unix nanoseconds
+	swept  int64                // last sweep of a full table, unix nanoseconds
+	wakers []func(group string) // the controller's queues (backend.Waker)
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -103,7 +109,8 @@ type group struct {
 	mu     sync.Mutex
 	paused int64 // refuse until then, unix nanoseconds
 	dims   [numDimensions]learned
-	grad   gradient // the adaptive concurrency cap (Config.Adaptive)
+	grad   gradient   // the adaptive concurrency cap (Config.Adaptive)
+	acct   accounting // the provider's token count over the estimate
 }
 
 // learned is the provider's budget of one dimension of a group. OpenAI
@@ -159,6 +166,9 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	if cfg.MaxGroups == 0 {
 		cfg.MaxGroups = DefaultMaxGroups
+	}
+	if err := cfg.Accounting.normalize(); err != nil {
+		return nil, err
 	}
 	if cfg.Adaptive != nil {
 		a := *cfg.Adaptive
@@ -230,8 +240,24 @@ func (s *Store) Observe(group string, r Report) bool {
 	if g == nil {
 		return false
 	}
+	g.observe(s, r, now)
+	// The queues waiting on the group look again at once: the report may
+	// say its budget refilled, sooner than their retry-after.
+	s.mu.RLock()
+	wakers := s.wakers
+	s.mu.RUnlock()
+	for _, w := range wakers {
+		w(group)
+	}
+	return true
+}
+
+// observe records r, received at now, in g (see Store.Observe).
+func (g *group) observe(s *Store, r Report, now int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	reqs := r.Figures[Requests]
+	g.acct.learn(&s.cfg.Accounting, r.Figures[Tokens].bounded(), now, min(max(r.Sent, 0), limits.MaxAmount), r.Throttled, !reqs.HasRemaining || reqs.Remaining > 0)
 	pause, exhausted := time.Duration(0), false
 	refill, hasRefill := time.Duration(0), false // the latest reset reported
 	for d := range g.dims {
@@ -269,7 +295,6 @@ func (s *Store) Observe(group string, r Report) bool {
 		}
 		g.paused = max(g.paused, now+int64(min(pause, s.cfg.MaxPause)))
 	}
-	return true
 }
 
 // group returns the group of key, created if there is room, or nil.
@@ -337,6 +362,10 @@ type GroupStatus struct {
 	// all zero before the first sample.
 	Concurrency        int64
 	TTFB, BaselineTTFB time.Duration
+	// Ratio is what the group's token policies reserve per token of the
+	// gateway's estimate: the provider's count over it as learned, or
+	// Accounting.Initial before it is (see Accounting).
+	Ratio float64
 }
 
 // Groups returns the status at now of every group the store holds, in no
@@ -350,6 +379,7 @@ func (s *Store) Groups(now time.Time) []GroupStatus {
 		st := GroupStatus{Group: k}
 		g.mu.Lock()
 		st.Paused = time.Duration(max(g.paused-ns, 0))
+		st.Ratio = g.acct.ratioOf(&s.cfg.Accounting)
 		if gr := &g.grad; gr.limit > 0 {
 			st.Concurrency, st.TTFB, st.BaselineTTFB = int64(gr.limit), time.Duration(gr.short), time.Duration(gr.long)
 		}
@@ -388,10 +418,13 @@ var (
 	_ backend.Limiter   = (*limiter)(nil)
 	_ backend.Renewer   = (*limiter)(nil)
 	_ backend.Inspector = (*limiter)(nil)
+	_ backend.Waker     = (*limiter)(nil)
 )
 
 // Acquire implements backend.Limiter: the group's pause and learned
-// budget first, then the static limit.
+// budget first, then the static limit. A token policy reserves n times
+// the group's learned ratio (see Accounting), in the provider's units;
+// the grant's Taken stays n, the estimate the controller settles.
 func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n int64, now time.Time, g *backend.Grant) error {
 	ns := now.UnixNano()
 	gr := l.s.lookup(key)
@@ -399,7 +432,7 @@ func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n 
 		gr = l.s.group(key, ns) // the cap adapts from the first response
 	}
 	if gr == nil {
-		return l.inner.Acquire(ctx, key, lim, n, now, g)
+		return l.acquireStatic(ctx, key, lim, n, scale(n, l.ratio(nil)), now, g)
 	}
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
@@ -411,34 +444,87 @@ func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n 
 	if !l.rate && l.s.cfg.Adaptive != nil {
 		return l.adaptiveAcquire(ctx, gr, key, lim, n, now, g)
 	}
+	m := scale(n, l.ratio(gr))
 	b := &gr.dims[l.dim]
 	if !l.rate || ns >= b.until {
-		return l.inner.Acquire(ctx, key, lim, n, now, g)
+		return l.acquireStatic(ctx, key, lim, n, m, now, g)
 	}
 	avail := b.available(ns)
-	if float64(n) > avail {
+	if float64(m) > avail {
 		reset := time.Duration(b.until - ns)
-		*g = backend.Grant{Limit: lim.Capacity(), Remaining: int64(max(avail, 0)), Reset: reset, RetryAfter: b.wait(n, ns)}
+		*g = backend.Grant{Limit: lim.Capacity(), Remaining: int64(max(avail, 0)), Reset: reset, RetryAfter: b.wait(m, ns)}
 		if b.limit > 0 {
 			g.Limit = min(g.Limit, b.limit)
 		}
-		if b.limit > 0 && n > b.limit {
+		if b.limit > 0 && m > b.limit {
 			g.RetryAfter = limits.Never
 		}
 		return nil
 	}
-	if err := l.inner.Acquire(ctx, key, lim, n, now, g); err != nil || !g.OK {
+	if err := l.acquireStatic(ctx, key, lim, n, m, now, g); err != nil || !g.OK {
 		return err
 	}
-	b.remaining -= float64(n)
-	g.Remaining = min(g.Remaining, int64(avail)-n)
+	b.remaining -= float64(m)
+	g.Remaining = min(g.Remaining, int64(avail)-m)
 	return nil
 }
 
-// Adjust implements backend.Limiter. It settles the static limit only:
-// the provider's next report says what it counted.
+// ratio returns the ratio a token policy reserves at in group gr (nil:
+// nothing learned), 1 for a policy of another unit.
+func (l *limiter) ratio(gr *group) float64 {
+	if l.dim != Tokens || !l.rate {
+		return 1
+	}
+	if gr == nil {
+		return l.s.cfg.Accounting.Initial
+	}
+	return gr.acct.ratioOf(&l.s.cfg.Accounting)
+}
+
+// acquireStatic takes m, n in the provider's units, from the static
+// limit; the grant holds n.
+func (l *limiter) acquireStatic(ctx context.Context, key string, lim *limits.Limit, n, m int64, now time.Time, g *backend.Grant) error {
+	err := l.inner.Acquire(ctx, key, lim, m, now, g)
+	if g.OK {
+		g.Taken = n
+	}
+	return err
+}
+
+// Adjust implements backend.Limiter. It settles the static limit only
+// (the provider's next report says what it counted), as the providers
+// count: a token policy's reservation, in the provider's units, stays
+// charged whatever the answer's length (the provider charged its own
+// estimate of the request when it accepted it), is given back whole when
+// the request is settled at nothing (the provider refused it, or it never
+// reached the provider), and an overrun is charged at the group's ratio.
 func (l *limiter) Adjust(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, delta int64, now time.Time) error {
-	return l.inner.Adjust(ctx, key, lim, g, delta, now)
+	if l.dim != Tokens || !l.rate {
+		return l.inner.Adjust(ctx, key, lim, g, delta, now)
+	}
+	r := l.s.cfg.Accounting.Initial
+	if gr := l.s.lookup(key); gr != nil {
+		gr.mu.Lock()
+		r = l.ratio(gr)
+		gr.mu.Unlock()
+	}
+	n := g.Taken
+	in := *g
+	in.Taken = scale(n, r)
+	d := int64(0)
+	switch {
+	case delta > 0:
+		d = scale(n+delta, r) - in.Taken
+	case n+delta <= 0:
+		d = -in.Taken
+	}
+	err := l.inner.Adjust(ctx, key, lim, &in, d, now)
+	*g = in
+	g.Taken = n
+	if err == nil {
+		g.Taken = n + delta
+	}
+	return err
 }
 
 // Release implements backend.Limiter.
@@ -464,6 +550,14 @@ func (l *limiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
 		return in.Stats(lim, now)
 	}
 	return backend.Stats{}
+}
+
+// OnWake implements backend.Waker: f is called with the group of every
+// report Store.Observe keeps.
+func (l *limiter) OnWake(f func(key string)) {
+	l.s.mu.Lock()
+	l.s.wakers = append(l.s.wakers[:len(l.s.wakers):len(l.s.wakers)], f)
+	l.s.mu.Unlock()
 }
 
 // OnEvict implements backend.Inspector.

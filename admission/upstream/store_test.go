@@ -371,10 +371,11 @@ func TestStoreGroups(t *testing.T) {
 		at   time.Duration
 		want upstream.GroupStatus
 	}{
-		// 40 left of 1000, full in 30s: 32 tokens a second.
-		{2 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Paused: 3 * time.Second, Figures: [4]upstream.Figure{{}, fig(1000, 104, 28*time.Second)}}},
-		{10 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Figures: [4]upstream.Figure{{}, fig(1000, 360, 20*time.Second)}}},
-		{30 * time.Second, upstream.GroupStatus{Group: "gpt-4o"}},
+		// 40 left of 1000, full in 30s: 32 tokens a second. Nothing
+		// learned of the provider's accounting: the ratio is Initial.
+		{2 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Paused: 3 * time.Second, Figures: [4]upstream.Figure{{}, fig(1000, 104, 28*time.Second)}, Ratio: 1}},
+		{10 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Figures: [4]upstream.Figure{{}, fig(1000, 360, 20*time.Second)}, Ratio: 1}},
+		{30 * time.Second, upstream.GroupStatus{Group: "gpt-4o", Ratio: 1}},
 	} {
 		got := s.Groups(backendtest.Epoch.Add(tc.at))
 		if len(got) != 1 || got[0] != tc.want {

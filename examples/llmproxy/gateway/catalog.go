@@ -36,6 +36,8 @@ func Catalog() []metrics.Metric {
 			Help: "The provider's limit as its headers report it."},
 		{Name: "llmproxy_provider_budget_remaining", Type: "gauge", Labels: []string{"store", "group", "dimension"},
 			Help: "The provider's remaining budget as learned from its headers, less what was admitted since."},
+		{Name: "llmproxy_provider_charge_ratio", Type: "gauge", Labels: []string{"store", "group"},
+			Help: "What the provider's limiter counts per token of the gateway's estimate, as learned from its headers."},
 		{Name: "llmproxy_provider_concurrency_limit", Type: "gauge", Labels: []string{"store", "group"},
 			Help: "The adaptive cap of the concurrency policies on an upstream store with adaptive_concurrency."},
 		{Name: "llmproxy_provider_paused_seconds", Type: "gauge", Labels: []string{"store", "group"},

@@ -99,6 +99,9 @@ func (st *state) rejectionShape(rej *admission.Rejection) (status int, typ, code
 		typ = "insufficient_quota"
 	case admission.ReasonConcurrency, admission.ReasonQueueFull, admission.ReasonQueueTimeout:
 		typ = "concurrency"
+		if rej.Reason == admission.ReasonQueueFull && rej.Status.Algorithm != limits.Concurrency {
+			typ = string(rej.Status.Unit) // a rate policy's queue: its unit ran out
+		}
 		if st.shared[rej.Policy] {
 			typ, status = "server_overloaded", http.StatusServiceUnavailable
 		}
@@ -121,6 +124,18 @@ func unitPhrase(s admission.Status) string {
 	return string(s.Unit)
 }
 
+// queueFullMessage explains a refusal by a full queue in the unit of the
+// policy whose queue it is: in flight for a concurrency cap, its rate's
+// unit for a rate policy (the queue waits for the rate to refill).
+func queueFullMessage(rej *admission.Rejection) string {
+	s := rej.Status
+	if s.Algorithm == limits.Concurrency {
+		return fmt.Sprintf("Too many requests in flight (policy %s): limit %d at once, and the queue is full.", rej.Policy, s.Limit)
+	}
+	return fmt.Sprintf("Rate limit reached on %s per %s (policy %s): limit %d, and the queue of requests waiting for it is full.",
+		unitPhrase(s), limitheaders.FormatReset(s.Window), rej.Policy, s.Limit)
+}
+
 // rejectionMessage explains a rejection to the caller with its own
 // figures only, by the state st it was decided with.
 func (st *state) rejectionMessage(rej *admission.Rejection) string {
@@ -132,7 +147,9 @@ func (st *state) rejectionMessage(rej *admission.Rejection) string {
 	switch rej.Reason {
 	case admission.ReasonQuota:
 		what = fmt.Sprintf("Quota exceeded on %s (policy %s): limit %d per period.", unitPhrase(s), rej.Policy, s.Limit)
-	case admission.ReasonConcurrency, admission.ReasonQueueFull:
+	case admission.ReasonQueueFull:
+		what = queueFullMessage(rej)
+	case admission.ReasonConcurrency:
 		what = fmt.Sprintf("Too many requests in flight (policy %s): limit %d at once, and the queue is full.", rej.Policy, s.Limit)
 	case admission.ReasonQueueTimeout:
 		what = fmt.Sprintf("The request waited too long in the queue (policy %s).", rej.Policy)

@@ -163,8 +163,9 @@
 // llmproxy_responses_background_ended_total by outcome,
 // llmproxy_auth_failures_total and llmproxy_auth_throttled_total; with
 // upstream stores, llmproxy_provider_throttled_total by outcome and the
-// gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit
-// and llmproxy_provider_paused_seconds by store and group (with
+// gauges llmproxy_provider_budget_remaining, llmproxy_provider_budget_limit,
+// llmproxy_provider_charge_ratio and llmproxy_provider_paused_seconds by
+// store and group (with
 // adaptive_concurrency, llmproxy_provider_concurrency_limit and
 // llmproxy_provider_ttfb_seconds too). Shadow
 // decisions (what a shadow policy would reject) are logged through package
@@ -967,7 +968,7 @@ func (g *Gateway) handleModels(c echo.Context, rt route) error {
 		return nil
 	}
 	defer resp.Body.Close()
-	g.observe(resp, st, tk, "", 0)
+	g.observe(resp, st, tk, "", 0, 0)
 	g.m.upstreamStatus(ctx, resp.StatusCode)
 	data, err := readLimited(resp.Body, g.cfg.MaxResponseBytes)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/upstream"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -61,7 +62,8 @@ type provider struct {
 func NewProviders(f *config.File, static backend.Store) (*Providers, error) {
 	p := &Providers{decl: f.Upstreams}
 	for name, u := range f.Upstreams {
-		cfg := upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL}
+		cfg := upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL,
+			Accounting: upstream.Accounting{Initial: u.ChargeRatio.Initial, Min: u.ChargeRatio.Min, Max: u.ChargeRatio.Max, Window: u.ChargeRatio.Window}}
 		if a := u.Adaptive; a != nil {
 			cfg.Adaptive = &upstream.Adaptive{Min: a.Min, Tolerance: a.Tolerance, Smoothing: a.Smoothing, Window: a.Window}
 		}
@@ -121,8 +123,9 @@ func (p *Providers) check(f *config.File) error {
 // are read: successes, 429 and 503, so that neither a client's
 // misspelled model (404) nor any other error makes a group. A success's
 // time to first byte, ttfb (0 when not measured), feeds the stores'
-// adaptive concurrency.
-func (g *Gateway) observe(resp *http.Response, st *state, tk admission.Ticket, model string, ttfb time.Duration) {
+// adaptive concurrency; sent, the request's token estimate (0 when not
+// known), teaches them the provider's accounting (upstream.Accounting).
+func (g *Gateway) observe(resp *http.Response, st *state, tk admission.Ticket, model string, ttfb time.Duration, sent int64) {
 	p := g.opt.providers
 	if p == nil || len(p.stores) == 0 {
 		return
@@ -135,6 +138,7 @@ func (g *Gateway) observe(resp *http.Response, st *state, tk admission.Ticket, m
 	passed := tk.Statuses(buf[:0])
 	now := g.now()
 	r := upstream.Parse(resp.Header.Get, code, now)
+	r.Sent = sent
 	for _, s := range p.stores {
 		if !st.guards(passed, s.name) {
 			continue
@@ -189,7 +193,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}
-	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent))
+	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent), req.Tokens)
 	if resp.StatusCode != http.StatusTooManyRequests || g.opt.providers == nil || len(g.opt.providers.stores) == 0 {
 		return resp, true
 	}
@@ -225,11 +229,37 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		g.upstreamFailed(c, r.Context(), err)
 		return nil, false
 	}
-	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent))
+	g.observe(resp, x.st, x.tk, x.est.Model, time.Since(sent), req.Tokens)
 	if resp.StatusCode == http.StatusTooManyRequests {
 		g.m.throttled(ctx, "passed_through")
 	}
 	return resp, true
+}
+
+// acceptedCut returns what a running stream's charge that rej refused
+// (nil: none) cuts it for: the provider's budget is settled, not
+// enforced, once the provider accepted the request (it charges it
+// anyway: cutting would waste what it counted), so a refusal by a policy
+// on an upstream store cuts only when a tenant policy the stream is
+// charged on (a token or cost policy, enforcing) has nothing left too.
+func (x *exchange) acceptedCut(rej *admission.Rejection) *admission.Rejection {
+	p := x.g.opt.providers
+	if rej == nil || p == nil || p.Store(x.st.store[rej.Policy]) == nil {
+		return rej
+	}
+	var buf [8]admission.Status
+	for _, s := range x.tk.Statuses(buf[:0]) {
+		if s.Mode != limits.Enforce || !s.Algorithm.IsRate() || s.Unit == "" || s.Unit == limits.UnitRequests ||
+			s.Remaining > 0 || p.Store(x.st.store[s.Policy]) != nil {
+			continue
+		}
+		reason := admission.ReasonRate
+		if s.Algorithm == limits.Quota {
+			reason = admission.ReasonQuota
+		}
+		return &admission.Rejection{Policy: s.Policy, Reason: reason, RetryAfter: s.Reset, Status: s}
+	}
+	return nil
 }
 
 // providerInstruments are the metrics of the providers' budgets: what
@@ -251,10 +281,11 @@ func (m *instruments) throttled(ctx context.Context, outcome string) {
 // (llmproxy.provider.budget.remaining and .limit by store, group and
 // dimension; llmproxy.provider.paused by store and group; with adaptive
 // concurrency, llmproxy.provider.concurrency.limit by store and group and
-// llmproxy.provider.ttfb by store, group and average), at most
+// llmproxy.provider.ttfb by store, group and average;
+// llmproxy.provider.charge_ratio by store and group), at most
 // maxGaugeGroups groups a store.
 func (g *Gateway) initProviders(meter metric.Meter) error {
-	errs := [7]error{6: g.m.initClasses(meter)}
+	errs := [8]error{6: g.m.initClasses(meter)}
 	m := &g.m.provider
 	m.throttled, errs[0] = meter.Int64Counter("llmproxy.provider.throttled",
 		metric.WithDescription("The provider's 429 answers to the gateway, by outcome: absorbed (admitted again and retried), refused (not admitted again), passed_through (the client got the provider's 429)."), metric.WithUnit("{response}"))
@@ -273,6 +304,9 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 	ttfb, err := meter.Float64ObservableGauge("llmproxy.provider.ttfb",
 		metric.WithDescription("The provider's time to first byte the adaptive cap follows, by store, group and average (short: the last 10 answers; baseline: the long-term average)."), metric.WithUnit("s"))
 	errs[5] = err
+	ratio, err := meter.Float64ObservableGauge("llmproxy.provider.charge_ratio",
+		metric.WithDescription("What the provider's limiter counts per token of the gateway's estimate, as learned from its headers (the store's token policies reserve at it), by store and group."), metric.WithUnit("1"))
+	errs[7] = err
 	if err := errors.Join(errs[:]...); err != nil {
 		return err
 	}
@@ -286,6 +320,7 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 			for _, st := range gaugeGroups(s.store.Groups(now)) {
 				base := []attribute.KeyValue{attribute.String("store", s.name), attribute.String("group", st.Group)}
 				o.ObserveFloat64(paused, st.Paused.Seconds(), metric.WithAttributes(base...))
+				o.ObserveFloat64(ratio, st.Ratio, metric.WithAttributes(base...))
 				if st.Concurrency > 0 {
 					o.ObserveInt64(concurrency, st.Concurrency, metric.WithAttributes(base...))
 					o.ObserveFloat64(ttfb, st.TTFB.Seconds(), metric.WithAttributes(append(base, attribute.String("average", "short"))...))
@@ -305,7 +340,7 @@ func (g *Gateway) initProviders(meter metric.Meter) error {
 			}
 		}
 		return nil
-	}, remaining, limit, paused, concurrency, ttfb)
+	}, remaining, limit, paused, concurrency, ttfb, ratio)
 	if reg != nil {
 		g.m.regs = append(g.m.regs, reg)
 	}

@@ -62,8 +62,9 @@ func newProviderGateway(t *testing.T, sim *upstream.Server, src string, clk admi
 }
 
 // newProviderGatewayOn is newProviderGateway with the upstream stores'
-// static budgets on static (nil: in memory).
-func newProviderGatewayOn(t *testing.T, sim *upstream.Server, src string, clk admission.Clock, static backend.Store) *providerGateway {
+// static budgets on static (nil: in memory) and the gateway's Config
+// changed by mods.
+func newProviderGatewayOn(t *testing.T, sim *upstream.Server, src string, clk admission.Clock, static backend.Store, mods ...func(*gateway.Config)) *providerGateway {
 	t.Helper()
 	f, err := config.Parse("providers.yaml", []byte(src))
 	if err != nil {
@@ -81,9 +82,11 @@ func newProviderGatewayOn(t *testing.T, sim *upstream.Server, src string, clk ad
 	up := httptest.NewServer(sim)
 	t.Cleanup(up.Close)
 	reader := sdkmetric.NewManualReader()
-	gw, err := gateway.New(ctl, est, f, gateway.Config{
-		Upstream: up.URL + "/v1", ForwardHeaders: []string{"X-Sim-*"},
-	}, gateway.WithProviders(prov), gateway.WithClock(clk), gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), gateway.WithLogger(slog.New(slog.DiscardHandler)))
+	cfg := gateway.Config{Upstream: up.URL + "/v1", ForwardHeaders: []string{"X-Sim-*"}}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	gw, err := gateway.New(ctl, est, f, cfg, gateway.WithProviders(prov), gateway.WithClock(clk), gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -216,7 +216,7 @@ func (x *exchange) charge(sr *weights.StreamReader) *admission.Rejection {
 	err := x.tk.Charge(x.usage(x.units[:0], produced(sr)))
 	x.g.m.charges.n.Add(1)
 	rej, _ := err.(*admission.Rejection)
-	if rej == nil {
+	if rej = x.acceptedCut(rej); rej == nil {
 		return nil
 	}
 	switch x.g.cfg.Cut {

@@ -112,7 +112,26 @@ func main() {
 	flag.Float64Var(&ds.Interactive, "priority-interactive", 0.6, "priority scenario: the load the interactive tenants offer together, over the provider's rate")
 	flag.IntVar(&ds.BatchWorkers, "priority-batch-workers", 32, "priority scenario: the batch tenant's closed-loop senders")
 	flag.IntVar(&ds.Floor, "priority-floor", 30, "priority scenario: the batch class's reserved share, in percent")
+	mix := flag.Bool("provider-mix", false, "run the provider-mix scenario instead: a 600 RPM / 100,000 TPM provider in its own process counting prompts 25% above and below the gateway's count, two heavy and two light tenants at 2.34x, asserting the goals (exit 1 when one is missed)")
+	ms := mixSetup{Deadline: 10 * time.Second, Queue: 200, Overload: 1}
+	flag.DurationVar(&ms.Warmup, "provider-mix-warmup", time.Minute, "provider-mix scenario: the unmeasured start, while the provider's full bucket is spent")
+	flag.DurationVar(&ms.Duration, "provider-mix-duration", time.Minute, "provider-mix scenario: the measured interval")
 	flag.Parse()
+	if *mix {
+		if ms.Warmup < 0 || ms.Warmup > 5*time.Minute || ms.Duration <= 0 || ms.Duration > 5*time.Minute || *rounds < 1 || *rounds > 10 {
+			fmt.Fprintln(os.Stderr, "loadtest: -provider-mix-warmup must be in [0, 5m], -provider-mix-duration in (0, 5m], -rounds in 1..10")
+			os.Exit(2)
+		}
+		met, err := runMixRounds(ms, *rounds)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+			os.Exit(1)
+		}
+		if !met {
+			os.Exit(1)
+		}
+		return
+	}
 	if ran, code := runStreamsFlags(*rounds); ran {
 		os.Exit(code)
 	}

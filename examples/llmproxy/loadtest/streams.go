@@ -209,6 +209,11 @@ func serveChild(role string) error {
 		}
 		sim := upstream.New(upstream.Config{TokensPerSecond: rate, OutputTokens: 1 << 20})
 		h, finish = sim, sim.FinishStreams
+	case roleProvider:
+		var err error
+		if h, err = providerChild(); err != nil {
+			return err
+		}
 	case roleRP, roleGateway:
 		upURL := os.Getenv(childUpEnv)
 		base, err := url.Parse(upURL)

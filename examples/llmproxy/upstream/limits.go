@@ -41,6 +41,15 @@ type Limits struct {
 	// Window is the time a spent budget takes to refill; zero means
 	// DefaultWindow.
 	Window time.Duration
+	// CharsPerToken, when set, makes the tokens limit count a request as
+	// a real provider's limiter does, by an estimate rather than the
+	// usage it answers with: its prompt's bytes (plus 3 a chat message
+	// and 3 for the reply) over CharsPerToken, rounded up, plus the
+	// output it asks for (max_tokens, else the output it will generate).
+	// Tests set it so that the provider counts a prompt above or below
+	// the gateway's exact count; zero counts the usage's prompt tokens
+	// (one token per four bytes of each string).
+	CharsPerToken float64
 }
 
 // enabled reports whether l limits anything.
@@ -162,19 +171,28 @@ func (l *limiter) refuse(w http.ResponseWriter, model string, n int64, v verdict
 		model, what, limit, used, requested, v.retry.Round(time.Millisecond)))
 }
 
-// requestTokens is what a request counts against the tokens limit: its
-// prompt and the output it will generate, on every choice.
-func requestTokens(path string, req *simRequest, out int) int64 {
+// count is what a request counts against the tokens limit: its prompt
+// (see Limits.CharsPerToken) and the output it will generate, on every
+// choice.
+func (l *limiter) count(path string, req *simRequest, out int) int64 {
+	text := textTokens
+	if l.cfg.CharsPerToken > 0 {
+		text = func(s string) int { return len(s) }
+	}
 	var prompt int
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
-		prompt = chatPromptTokens(req)
+		prompt = chatPromptCount(req, text)
 	case strings.HasSuffix(path, "/completions"):
-		prompt = promptTokens(req.Prompt)
+		prompt = promptCount(req.Prompt, text)
 	case strings.HasSuffix(path, "/embeddings"):
-		return int64(promptTokens(req.Input))
+		prompt, out = promptCount(req.Input, text), 0
 	default:
-		prompt = promptTokens(req.Input) + textTokens(req.Instructions)
+		prompt = promptCount(req.Input, text) + text(req.Instructions)
 	}
-	return int64(prompt) + int64(out)*int64(min(max(req.N, 1), maxChoices))
+	n := int64(prompt)
+	if l.cfg.CharsPerToken > 0 {
+		n = int64(min(math.Ceil(float64(prompt)/l.cfg.CharsPerToken), 1<<40))
+	}
+	return n + int64(out)*int64(min(max(req.N, 1), maxChoices))
 }

@@ -51,6 +51,14 @@ func TestLimits(t *testing.T) {
 			{at: 500 * time.Millisecond, status: 429, remaining: [2]string{"0", ""}, retryMs: "500"},
 			{at: time.Second, status: 200, remaining: [2]string{"0", ""}},
 		}},
+		// An estimate from characters: (3+3+2 bytes) / 0.5 = 16 prompt
+		// tokens, where the usage counts 7; at 8 bytes a token, 1.
+		{"counted from characters", Limits{Tokens: 1000, CharsPerToken: 0.5}, []step{
+			{out: 13, status: 200, remaining: [2]string{"", "971"}},
+		}},
+		{"counted from characters, below the usage", Limits{Tokens: 1000, CharsPerToken: 8}, []step{
+			{out: 13, status: 200, remaining: [2]string{"", "986"}},
+		}},
 		{"larger than the limit", Limits{Tokens: 10, Window: time.Minute}, []step{
 			{at: 0, out: 20, status: 429, remaining: [2]string{"", "10"}, reset: "0s", retryMs: "60000"},
 		}},

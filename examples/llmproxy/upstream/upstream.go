@@ -312,7 +312,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.limits != nil {
-		n := requestTokens(path, &req, out) + int64(chain)
+		n := s.limits.count(path, &req, out) + int64(chain)
 		v := s.limits.take(req.Model, n)
 		s.limits.setHeaders(w.Header(), v)
 		if v.refused != "" {
@@ -437,32 +437,36 @@ func textTokens(s string) int { return (len(s) + 3) / 4 }
 
 // promptTokens prices a JSON prompt value (a string, an array of strings,
 // content parts or input items) by the length of the strings it holds.
-func promptTokens(raw json.RawMessage) int {
+func promptTokens(raw json.RawMessage) int { return promptCount(raw, textTokens) }
+
+// promptCount counts a JSON prompt value with text, which counts one of
+// the strings it holds (a token id counts 1).
+func promptCount(raw json.RawMessage, text func(string) int) int {
 	if len(raw) == 0 {
 		return 0
 	}
 	var v any
 	if json.Unmarshal(raw, &v) != nil {
-		return textTokens(string(raw))
+		return text(string(raw))
 	}
-	return walkTokens(v)
+	return walkTokens(v, text)
 }
 
-func walkTokens(v any) int {
+func walkTokens(v any, text func(string) int) int {
 	switch x := v.(type) {
 	case string:
-		return textTokens(x)
+		return text(x)
 	case []any:
 		n := 0
 		for _, e := range x {
-			n += walkTokens(e)
+			n += walkTokens(e, text)
 		}
 		return n
 	case map[string]any:
 		n := 0
 		for k, e := range x {
 			if k == "text" || k == "content" || k == "input" {
-				n += walkTokens(e)
+				n += walkTokens(e, text)
 			}
 		}
 		return n
@@ -472,10 +476,14 @@ func walkTokens(v any) int {
 	return 0
 }
 
-func chatPromptTokens(req *simRequest) int {
+func chatPromptTokens(req *simRequest) int { return chatPromptCount(req, textTokens) }
+
+// chatPromptCount counts a chat request's messages with text, plus 3 a
+// message and 3 for the reply, as OpenAI's tokenizers do.
+func chatPromptCount(req *simRequest, text func(string) int) int {
 	n := 3
 	for _, m := range req.Messages {
-		n += 3 + promptTokens(m.Content)
+		n += 3 + promptCount(m.Content, text)
 		if m.Name != "" {
 			n++
 		}

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/weights"
+)
+
+// The provider-mix scenario: a simulated provider of 600 RPM and 100,000
+// TPM in its own process, whose limiter counts prompts from their
+// characters (CharsPerToken), the gateway in front with the README's
+// setup (an upstream store, RPM and TPM policies at the provider's
+// limits, queued), and four tenants offering open loop 2.34 times its
+// capacity: two heavy at 1.05 times each, two light at 0.12 times.
+const (
+	roleProvider = "provider"
+	// mixCPTEnv passes the provider's characters per token to the child.
+	mixCPTEnv = "LOADTEST_PROVIDER_CPT"
+	mixRPM    = 600
+	mixTPM    = 100_000
+	mixOutput = 50
+)
+
+// mixTenants are the tenants and their load, over the provider's
+// capacity.
+var mixTenants = []struct {
+	name string
+	load float64
+}{{"heavy1", 1.05}, {"heavy2", 1.05}, {"light1", 0.12}, {"light2", 0.12}}
+
+// mixPrompt is an English prompt of 600 bytes.
+var mixPrompt = func() string {
+	const s = "Summarize the quarterly report for the board in three short bullet points, please. "
+	return strings.Repeat(s, 600/len(s)+1)[:600]
+}()
+
+// providerChild is the simulated provider the child process serves.
+func providerChild() (http.Handler, error) {
+	cpt, err := strconv.ParseFloat(os.Getenv(mixCPTEnv), 64)
+	if err != nil || !(cpt > 0 && cpt < 100) {
+		return nil, fmt.Errorf("%s=%q: want characters per token in (0, 100)", mixCPTEnv, os.Getenv(mixCPTEnv))
+	}
+	return upstream.New(upstream.Config{
+		Latency: 50 * time.Millisecond, OutputTokens: 1 << 12,
+		Limits: upstream.Limits{Requests: mixRPM, Tokens: mixTPM, Window: time.Minute, CharsPerToken: cpt},
+	}), nil
+}
+
+// mixPolicy is the README's setup in front of the provider.
+func mixPolicy(queue int, deadline time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `version: 1
+stores:
+  openai: {kind: upstream}
+policies:
+  - {name: provider-rpm, store: openai, key: [model], algorithm: token_bucket, limit: %d, per: 1m, queue: {size: %d, timeout: %v}}
+  - {name: provider-tpm, store: openai, key: [model], unit: tokens, algorithm: token_bucket, limit: %d, per: 1m, queue: {size: %d, timeout: %v}}
+tenants:
+`, mixRPM, queue, deadline, mixTPM, queue, deadline)
+	for _, t := range mixTenants {
+		fmt.Fprintf(&b, "  %s: {api_keys: [%s]}\n", t.name, apikey.Sum("sk-"+t.name))
+	}
+	b.WriteString("identity: {anonymous: deny}\n")
+	return b.String()
+}
+
+// mixSetup is one run of the scenario.
+type mixSetup struct {
+	// Factor is the gateway's exact count of the prompt over the
+	// provider's (0.75: the exact count is 25% below the provider's).
+	Factor           float64
+	Warmup, Duration time.Duration
+	Deadline         time.Duration
+	Queue            int
+	Overload         float64 // scales every tenant's load; 1 is 2.34x the provider's capacity
+}
+
+// mixRun is what one run measured.
+type mixRun struct {
+	Sent, OK, Refused, Failed int64
+	ProviderSent, Provider429 int64
+	// Served is each tenant's tokens answered in the measured interval,
+	// Offered what it sent; FirstTry its share of requests answered at
+	// the first try.
+	Served, Offered []int64
+	FirstTry        []float64
+	Goodput, Jain   float64
+	CPT             float64
+}
+
+func (r mixRun) String() string {
+	return fmt.Sprintf("provider 429s %d of %d sent (%.2f%%)  goodput %.1f%%  first-try success heavy %.1f%% %.1f%%, light %.1f%% %.1f%%  Jain over served/fair share %.3f  (sent %d, ok %d, gateway refusals %d, failures %d; provider chars/token %.2f)",
+		r.Provider429, r.ProviderSent, pct(r.Provider429, r.ProviderSent), 100*r.Goodput, 100*r.FirstTry[0], 100*r.FirstTry[1], 100*r.FirstTry[2], 100*r.FirstTry[3], r.Jain,
+		r.Sent, r.OK, r.Refused, r.Failed, r.CPT)
+}
+
+// counting counts the upstream's answers by status.
+type counting struct {
+	next      http.RoundTripper
+	sent, tmr atomic.Int64
+}
+
+func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil {
+		c.sent.Add(1)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			c.tmr.Add(1)
+		}
+	}
+	return resp, err
+}
+
+// mixBody returns a chat request of the scenario.
+func mixBody(stream bool) []byte {
+	req := map[string]any{"model": "gpt-4o-mini", "max_tokens": mixOutput, "messages": []any{map[string]any{"role": "user", "content": mixPrompt}}}
+	if stream {
+		req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
+	}
+	b, _ := json.Marshal(req)
+	return b
+}
+
+// runMix runs the scenario once.
+func runMix(s mixSetup) (mixRun, error) {
+	var run mixRun
+	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	if err != nil {
+		return run, err
+	}
+	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, mixBody(false))
+	if err != nil {
+		return run, err
+	}
+	// The provider's prompt count is the exact one over Factor; its
+	// limiter counts (6 + bytes) / CPT.
+	providerPrompt := float64(e.InputTokens) / s.Factor
+	run.CPT = float64(6+len(mixPrompt)) / providerPrompt
+	sim, err := startChild(roleProvider, mixCPTEnv+"="+strconv.FormatFloat(run.CPT, 'f', 4, 64))
+	if err != nil {
+		return run, err
+	}
+	defer sim.stop()
+	f, err := config.Parse("provider-mix", []byte(mixPolicy(s.Queue, s.Deadline)))
+	if err != nil {
+		return run, err
+	}
+	prov, err := gateway.NewProviders(f, nil)
+	if err != nil {
+		return run, err
+	}
+	ctl, err := admission.New(f.Config, prov.Options()...)
+	if err != nil {
+		return run, err
+	}
+	ct := &counting{next: gateway.NewTransport()}
+	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: "http://" + sim.addr + "/v1"},
+		gateway.WithProviders(prov), gateway.WithTransport(ct), gateway.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return run, err
+	}
+	defer gw.Close()
+	ec := echo.New()
+	ec.HideBanner, ec.HidePort = true, true
+	gw.Register(ec)
+	gwURL, stop, err := serve(ec)
+	if err != nil {
+		return run, err
+	}
+	defer stop()
+	// The provider's capacity in requests a second, at its own count.
+	perRequest := math.Ceil(providerPrompt) + mixOutput
+	capacity := min(float64(mixTPM)/perRequest, mixRPM) / 60
+	n := len(mixTenants)
+	run.Served, run.Offered, run.FirstTry = make([]int64, n), make([]int64, n), make([]float64, n)
+	firstOK, tried := make([]atomic.Int64, n), make([]atomic.Int64, n)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, Timeout: s.Deadline + 5*time.Second}
+	defer client.CloseIdleConnections()
+	start := time.Now()
+	from, to := start.Add(s.Warmup), start.Add(s.Warmup+s.Duration)
+	ctx, cancel := context.WithDeadline(context.Background(), to.Add(s.Deadline+time.Second))
+	defer cancel()
+	var sent, ok, refused, failed atomic.Int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for ti, t := range mixTenants {
+		interval := time.Duration(float64(time.Second) / (t.load * s.Overload * capacity))
+		wg.Go(func() {
+			due := start.Add(time.Duration(ti) * interval / time.Duration(n))
+			for i := 0; due.Before(to); i, due = i+1, due.Add(interval) {
+				time.Sleep(time.Until(due))
+				measured := !due.Before(from)
+				wg.Go(func() {
+					status, answer, err := call(ctx, client, gwURL, t.name, mixBody(i%4 == 3), s.Deadline)
+					now := time.Now()
+					if measured {
+						sent.Add(1)
+						tried[ti].Add(1)
+					}
+					switch {
+					case err != nil:
+						if measured {
+							failed.Add(1)
+						}
+					case status == http.StatusOK:
+						m := totalTokens.FindAllSubmatch(answer, -1)
+						if len(m) == 0 {
+							break
+						}
+						tokens, _ := strconv.ParseInt(string(m[len(m)-1][1]), 10, 64)
+						if !now.Before(from) && now.Before(to) {
+							mu.Lock()
+							run.Served[ti] += tokens
+							mu.Unlock()
+						}
+						if measured {
+							ok.Add(1)
+							firstOK[ti].Add(1)
+						}
+					case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+						if measured {
+							refused.Add(1)
+						}
+					default:
+						if measured {
+							failed.Add(1)
+						}
+					}
+				})
+			}
+		})
+	}
+	// The provider's answers are counted from the measured interval on.
+	time.Sleep(time.Until(from))
+	sent0, tmr0 := ct.sent.Load(), ct.tmr.Load()
+	wg.Wait()
+	run.ProviderSent, run.Provider429 = ct.sent.Load()-sent0, ct.tmr.Load()-tmr0
+	run.Sent, run.OK, run.Refused, run.Failed = sent.Load(), ok.Load(), refused.Load(), failed.Load()
+	// Offered, in tokens answered per request: each tenant's demand.
+	perAnswer := float64(e.InputTokens + mixOutput)
+	var total int64
+	for i, t := range mixTenants {
+		run.Offered[i] = int64(t.load * s.Overload * capacity * s.Duration.Seconds() * perAnswer)
+		total += run.Served[i]
+		if n := tried[i].Load(); n > 0 {
+			run.FirstTry[i] = float64(firstOK[i].Load()) / float64(n)
+		}
+	}
+	// Goodput: the provider's count of what was answered over what it
+	// accepts in the interval.
+	run.Goodput = float64(total) / perAnswer * perRequest / (float64(mixTPM) * s.Duration.Minutes())
+	run.Jain = jain(fairRatios(run.Served, run.Offered))
+	return run, nil
+}
+
+// fairRatios returns each tenant's served over its max-min fair share of
+// the total served, scaled by 1000 (jain takes integers).
+func fairRatios(served, demand []int64) []int64 {
+	var total int64
+	for _, s := range served {
+		total += s
+	}
+	fair := maxMinFair(demand, total)
+	out := make([]int64, len(served))
+	for i := range served {
+		if fair[i] > 0 {
+			out[i] = served[i] * 1000 / fair[i]
+		}
+	}
+	return out
+}
+
+// maxMinFair returns the max-min fair shares of capacity among demands:
+// the smallest demands are met in full, the rest split what is left
+// equally.
+func maxMinFair(demand []int64, capacity int64) []int64 {
+	idx := make([]int, len(demand))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return int(demand[a] - demand[b]) })
+	out := make([]int64, len(demand))
+	left := capacity
+	for k, i := range idx {
+		share := left / int64(len(idx)-k)
+		out[i] = min(demand[i], share)
+		left -= out[i]
+	}
+	return out
+}
+
+// runMixRounds runs rounds of the scenario, prompts 25% below and 25%
+// above the provider's count, prints each and reports whether every run
+// met the goals.
+func runMixRounds(s mixSetup, rounds int) (bool, error) {
+	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, max_tokens %d, one in four streamed, %v warm-up, %v measured, deadline %v, queue %d\n",
+		mixRPM, mixTPM, s.Overload, len(mixPrompt), mixOutput, s.Warmup, s.Duration, s.Deadline, s.Queue)
+	good := true
+	for round := range rounds {
+		for _, factor := range []float64{0.75, 1.25} {
+			s.Factor = factor
+			r, err := runMix(s)
+			if err != nil {
+				return false, err
+			}
+			met := r.ProviderSent > 0 && float64(r.Provider429) <= 0.01*float64(r.ProviderSent) && r.Goodput >= 0.95 &&
+				r.FirstTry[2] >= 0.95 && r.FirstTry[3] >= 0.95 && r.Jain >= 0.95
+			good = good && met
+			fmt.Printf("round %d  exact count %+.0f%% of the provider's  %v  goals met: %v\n", round+1, 100*(factor-1), r, met)
+		}
+	}
+	return good, nil
+}
