@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,14 +18,19 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/mcpadmit"
+	"github.com/sluicehq/sluice/admission/memstore"
+	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -64,16 +70,6 @@ func newMCPGateway(t *testing.T, opts ...gateway.Option) *mcpGateway {
 // newMCPGatewayFile is newMCPGateway under the policy file src.
 func newMCPGatewayFile(t *testing.T, src string, opts ...gateway.Option) *mcpGateway {
 	t.Helper()
-	f, err := config.Parse("mcp.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := admission.New(f.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctl.Close() })
-	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	mg := &mcpGateway{gets: make(chan struct{})}
 	tools := upstream.NewMCP()
 	mcpUp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -84,9 +80,32 @@ func newMCPGatewayFile(t *testing.T, src string, opts ...gateway.Option) *mcpGat
 		tools.ServeHTTP(w, r)
 	}))
 	t.Cleanup(mcpUp.Close)
+	mg.url = mcpReplica(t, src, mcpUp.URL+"/mcp", nil, nil, opts...)
+	return mg
+}
+
+// mcpReplica serves a gateway under the policy file src in front of the
+// MCP server at mcpURL and a simulated model API, and returns its URL:
+// the store named sessions is sessions (nil: in memory), the session ids
+// it hands out are signed with secret (nil: its own).
+func mcpReplica(t *testing.T, src, mcpURL string, sessions backend.Store, secret []byte, opts ...gateway.Option) string {
+	t.Helper()
+	f, err := config.Parse("mcp.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sessions == nil {
+		sessions = memstore.Store{}
+	}
+	ctl, err := admission.New(f.Config, admission.WithStore("sessions", sessions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctl.Close() })
+	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	models := httptest.NewServer(upstream.New(upstream.Config{}))
 	t.Cleanup(models.Close)
-	cfg := gateway.Config{Upstream: models.URL + "/v1", MCP: gateway.MCP{Upstream: mcpUp.URL + "/mcp"}}
+	cfg := gateway.Config{Upstream: models.URL + "/v1", MCP: gateway.MCP{Upstream: mcpURL, SessionSecret: secret}}
 	gw, err := gateway.New(ctl, est, f, cfg, append(opts, gateway.WithLogger(slog.New(slog.DiscardHandler)))...)
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +114,7 @@ func newMCPGatewayFile(t *testing.T, src string, opts ...gateway.Option) *mcpGat
 	gw.Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	mg.url = srv.URL
-	return mg
+	return srv.URL
 }
 
 // connect opens an MCP session through the gateway with the go-sdk's
@@ -402,5 +420,65 @@ func TestMCPToolCallLoop(t *testing.T) {
 	}
 	if err := call(map[string]any{"query": "weather", "city": "Lyon"}); err != nil {
 		t.Errorf("the same tool with other arguments: %v; want served", err)
+	}
+}
+
+// TestMCPSessionBudgetOnRedis: one agent session's tool calls, sent in
+// parallel to two gateway replicas sharing a redis-server (and the secret
+// that signs session ids), spend its budget of steps exactly: as many
+// calls are served as the budget holds, the others refused with 403 and
+// a final JSON-RPC error.
+func TestMCPSessionBudgetOnRedis(t *testing.T) {
+	const budget, calls = 7, 40
+	src := fmt.Sprintf(`
+tools:
+  - {name: search}
+policies:
+  - {name: session-steps, key: [tenant, session], unit: steps, algorithm: quota, per: 7d, limit: %d,
+     budget: true, store: sessions, max_partitions: 1000, overflow: reject}
+tenants:
+  acme: {api_keys: [%s]}
+identity: {anonymous: deny}
+`, budget, apikey.Sum("sk-acme"))
+	srv := redistest.Start(t)
+	store := func() *redisstore.Store {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		st, err := redisstore.New(c, redisstore.Config{Name: "sessions"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	mcpUp := httptest.NewServer(upstream.NewMCP())
+	t.Cleanup(mcpUp.Close)
+	secret := []byte("one secret for the fleet")
+	replicas := []*mcpGateway{
+		{url: mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret)},
+		{url: mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret)},
+	}
+	cs := replicas[0].connect(t, "sk-acme") // initialize: the session, signed
+	sid := cs.ID()
+	var ok, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(100+i) + `,"method":"tools/call","params":{"name":"search","arguments":{"query":"q` + strconv.Itoa(i) + `"}}}`
+			status, _, data := replicas[i%2].post(t, "sk-acme", sid, strings.NewReader(body), int64(len(body)))
+			var e rpcError
+			switch {
+			case status == 200:
+				ok.Add(1)
+			case status == 403 && json.Unmarshal(data, &e) == nil && e.Error.Code == mcpadmit.CodeFinal && !e.Error.Data.Retryable:
+				refused.Add(1)
+			default:
+				t.Errorf("call %d: %d %s", i, status, data)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d parallel tool calls of one session through two replicas on Redis, budget %d steps: %d served, %d refused", calls, budget, ok.Load(), refused.Load())
+	if ok.Load() != budget || refused.Load() != calls-budget {
+		t.Errorf("served %d, refused %d; want exactly %d served", ok.Load(), refused.Load(), budget)
 	}
 }
