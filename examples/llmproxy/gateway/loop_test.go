@@ -11,7 +11,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/redisstore"
@@ -89,15 +88,7 @@ func loopingAgent(t *testing.T, gws []*sessionGateway, steps int) (refusedAt int
 func TestLoopThroughGateway(t *testing.T) {
 	const k, limit, steps = 4, 5, 12
 	srv := redistest.Start(t)
-	store := func() *redisstore.Store {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(c, redisstore.Config{Name: "sessions"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	store := func() *redisstore.Store { return sessionsOn(t, srv.Addr) }
 	t.Run("shadow", func(t *testing.T) {
 		gw := newSessionGateway(t, loopFile("shadow"), nil)
 		refusedAt, _, wouldRejectAt := loopingAgent(t, []*sessionGateway{gw}, steps)

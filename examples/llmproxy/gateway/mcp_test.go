@@ -18,7 +18,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluicehq/sluice/admission"
@@ -441,15 +440,7 @@ tenants:
 identity: {anonymous: deny}
 `, budget, apikey.Sum("sk-acme"))
 	srv := redistest.Start(t)
-	store := func() *redisstore.Store {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(c, redisstore.Config{Name: "sessions"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	store := func() *redisstore.Store { return sessionsOn(t, srv.Addr) }
 	mcpUp := httptest.NewServer(upstream.NewMCP())
 	t.Cleanup(mcpUp.Close)
 	secret := []byte("one secret for the fleet")

@@ -181,6 +181,19 @@ func TestSessionIdentity(t *testing.T) {
 	}
 }
 
+// sessionsOn returns a Redis store named sessions on the redis-server at
+// addr, with a client of its own, as each replica of a fleet has.
+func sessionsOn(t *testing.T, addr string) *redisstore.Store {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	st, err := redisstore.New(c, redisstore.Config{Name: "sessions"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // TestSessionBudgetExactUnderConcurrency: parallel calls of one session
 // against a budget of B steps admit exactly B, with the budget in memory
 // and on a real redis-server shared by two gateways; the others get the
@@ -188,15 +201,7 @@ func TestSessionIdentity(t *testing.T) {
 func TestSessionBudgetExactUnderConcurrency(t *testing.T) {
 	const budget, calls = 7, 60
 	srv := redistest.Start(t)
-	store := func() *redisstore.Store {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(c, redisstore.Config{Name: "sessions"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	store := func() *redisstore.Store { return sessionsOn(t, srv.Addr) }
 	for _, tc := range []struct {
 		name string
 		gws  func() []*sessionGateway
