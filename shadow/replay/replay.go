@@ -384,9 +384,9 @@ func (r *run) decide(ctx context.Context, rec *requestlog.Record, req admission.
 // for a BeginOnly record, those Begin decides.
 func (r *run) countMatched(rec *requestlog.Record, req *admission.Request) {
 	for i := range r.policies {
-		// The request log keeps no step fingerprint: a loop policy never
-		// applies to a replayed request, and is not counted as matched.
-		if p := &r.policies[i]; p.AppliesTo(req.Operation, req.Model, req.Session != "") && !p.DetectsLoops() && (!rec.BeginOnly || p.DecidedAtBegin()) {
+		// A loop policy counts only the requests that made a step (their
+		// fingerprint is logged), as it does live.
+		if p := &r.policies[i]; p.AppliesTo(req.Operation, req.Model, req.Session != "") && (!p.DetectsLoops() || !req.Fingerprint.IsZero()) && (!rec.BeginOnly || p.DecidedAtBegin()) {
 			r.stats[i].matched++
 		}
 	}

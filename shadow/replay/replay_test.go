@@ -51,6 +51,8 @@ func logLines(t testing.TB, specs ...string) string {
 				r.BeginOnly = v == "1"
 			case "session":
 				r.Session = v
+			case "step":
+				r.Fingerprint = limits.Fingerprint{byte(n)}
 			case "steps":
 				r.Units = append(r.Units, admission.UnitAmount{Unit: limits.UnitSteps, Amount: n})
 			default:
@@ -324,7 +326,7 @@ func TestReplaySessions(t *testing.T) {
 	budget := admission.Policy{Name: "session-steps", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession},
 		Unit: limits.UnitSteps, Algorithm: limits.Quota, Limit: 2, Per: time.Hour}
 	tenant := admission.Policy{Name: "rph", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 100, Per: time.Hour}
-	// The log keeps no step fingerprint: a loop policy matches nothing.
+	// No record has a step fingerprint: a loop policy matches nothing.
 	loops := admission.Policy{Name: "loops", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession, limits.KeyFingerprint},
 		Algorithm: limits.SlidingLog, Limit: 1, Per: time.Hour, Overflow: limits.OverflowEvict}
 	rep := replayLog(t, log, cand("budget", budget, tenant, loops))
@@ -338,6 +340,26 @@ func TestReplaySessions(t *testing.T) {
 		if w := want[p.Policy]; p.Requests != w[0] || p.Admitted != w[1] || p.Rejected != w[2] {
 			t.Errorf("policy %s matched %d, admitted %d, rejected %d; want %d, %d, %d", p.Policy, p.Requests, p.Admitted, p.Rejected, w[0], w[1], w[2])
 		}
+	}
+}
+
+// A log's step fingerprints are replayed: a candidate loop policy counts
+// each step of each session apart, and a request without a session or
+// without a step not at all, as it does live.
+func TestReplayLoops(t *testing.T) {
+	log := logLines(t,
+		"0 acme session=run-1 step=1", "1 acme session=run-1 step=1", // the second over the loop policy
+		"2 acme session=run-1 step=2", "3 acme session=run-2 step=1",
+		"4 acme step=1", "5 acme session=run-1", // no session, no step: not counted
+	)
+	loops := admission.Policy{Name: "loops", Key: []limits.KeyPart{limits.KeyTenant, limits.KeySession, limits.KeyFingerprint},
+		Algorithm: limits.SlidingLog, Limit: 1, Per: time.Hour, Overflow: limits.OverflowEvict}
+	c := replayLog(t, log, cand("loops", loops)).Candidates[0]
+	if c.Requests != 6 || c.Rejected != 1 {
+		t.Errorf("%d requests, %d rejected; want 6, 1", c.Requests, c.Rejected)
+	}
+	if p := c.Policies[0]; p.Requests != 4 || p.Admitted != 3 || p.Rejected != 1 {
+		t.Errorf("loops matched %d, admitted %d, rejected %d; want 4, 3, 1", p.Requests, p.Admitted, p.Rejected)
 	}
 }
 

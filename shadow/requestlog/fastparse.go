@@ -51,6 +51,8 @@ func parseFast(line []byte, w *recordJSON, str func([]byte) string) bool {
 			ok = p.strTo(&w.User)
 		case "session":
 			ok = p.strTo(&w.Session)
+		case "fingerprint":
+			ok = p.strTo(&w.Fingerprint)
 		case "ip":
 			ok = p.strTo(&w.IP)
 		case "operation":
@@ -119,6 +121,8 @@ func keyBit(k string) int {
 		return 15
 	case "session":
 		return 16
+	case "fingerprint":
+		return 17
 	}
 	return 0
 }

@@ -15,7 +15,7 @@ func FuzzFastMatchesJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"time":"2026-01-01T12:00:00Z","tenant":"acme"}`,
 		`{"time":"t","tenant":"a","key_id":"k","user":"u","session":"s","ip":"::1","operation":"op","model":"m","priority":-1,"tokens":1,"cost":2,"units":{"x":3},"actual":{"tokens":1,"cost":0,"units":{"x":1}},"duration":"1ms","sample":10}`,
-		`{"sample":9223372036854775807}`, `{"sample":1,"sample":2}`, `{"session":"a","session":"b"}`,
+		`{"sample":9223372036854775807}`, `{"sample":1,"sample":2}`, `{"session":"a","session":"b"}`, `{"fingerprint":"00112233445566778899aabbccddeeff"}`, `{"fingerprint":"xyz"}`,
 		`{"begin_only":true}`, `{"begin_only":false}`, `{"begin_only":tru}`, `{"begin_only":1}`, `{"begin_only":true,"begin_only":false}`,
 		`{"units":{"a":1},"units":{"b":2}}`, `{"actual":{"tokens":1},"actual":{"cost":2}}`,
 		`{"tokens":-9223372036854775808}`, `{"tokens":9223372036854775807}`, `{"tokens":01}`, `{"tokens":1.0}`,

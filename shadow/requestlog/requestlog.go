@@ -3,6 +3,7 @@ package requestlog
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,6 +145,13 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	str("key_id", r.KeyID)
 	str("user", r.User)
 	str("session", r.Session)
+	if !r.Fingerprint.IsZero() {
+		var hx [2 * len(r.Fingerprint)]byte
+		hex.Encode(hx[:], r.Fingerprint[:])
+		dst = append(dst, `,"fingerprint":"`...)
+		dst = append(dst, hx[:]...)
+		dst = append(dst, '"')
+	}
 	if r.Addr.IsValid() {
 		str("ip", r.Addr.String())
 	}
@@ -300,22 +308,23 @@ func (lr *Reader) readLine() ([]byte, error) {
 
 // recordJSON is the wire form of a Record.
 type recordJSON struct {
-	Time      *string          `json:"time"`
-	Tenant    *string          `json:"tenant"`
-	KeyID     string           `json:"key_id"`
-	User      string           `json:"user"`
-	Session   string           `json:"session"`
-	IP        string           `json:"ip"`
-	Operation string           `json:"operation"`
-	Model     string           `json:"model"`
-	Priority  int              `json:"priority"`
-	Tokens    int64            `json:"tokens"`
-	Cost      int64            `json:"cost"`
-	Units     map[string]int64 `json:"units"`
-	Actual    *actualJSON      `json:"actual"`
-	Duration  string           `json:"duration"`
-	Sample    int              `json:"sample"`
-	BeginOnly bool             `json:"begin_only"`
+	Time        *string          `json:"time"`
+	Tenant      *string          `json:"tenant"`
+	KeyID       string           `json:"key_id"`
+	User        string           `json:"user"`
+	Session     string           `json:"session"`
+	Fingerprint string           `json:"fingerprint"`
+	IP          string           `json:"ip"`
+	Operation   string           `json:"operation"`
+	Model       string           `json:"model"`
+	Priority    int              `json:"priority"`
+	Tokens      int64            `json:"tokens"`
+	Cost        int64            `json:"cost"`
+	Units       map[string]int64 `json:"units"`
+	Actual      *actualJSON      `json:"actual"`
+	Duration    string           `json:"duration"`
+	Sample      int              `json:"sample"`
+	BeginOnly   bool             `json:"begin_only"`
 
 	timeVal, tenantVal string // what Time and Tenant point to after parseFast
 }
@@ -373,6 +382,11 @@ func parseRecord(line []byte, rec *Record, str func([]byte) string) error {
 	}
 	if w.Session != "" && !apikey.ValidSession(w.Session, apikey.MaxSessionLength) {
 		bad("session", "not a session id: 1 to %d bytes of printable ASCII, no space", apikey.MaxSessionLength)
+	}
+	if w.Fingerprint != "" {
+		if _, err := hex.Decode(rec.Fingerprint[:], []byte(w.Fingerprint)); err != nil || len(w.Fingerprint) != 2*len(rec.Fingerprint) {
+			bad("fingerprint", "not a step fingerprint: %d hex digits", 2*len(rec.Fingerprint))
+		}
 	}
 	if w.IP != "" {
 		a, err := netip.ParseAddr(w.IP)

@@ -38,6 +38,8 @@ func TestParseRecord(t *testing.T) {
 			requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "acme", Operation: "POST /v1/chat/completions"}, BeginOnly: true}},
 		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme","session":"run-7","model":"gpt-4o"}`,
 			requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "acme", Session: "run-7", Model: "gpt-4o"}}},
+		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme","session":"run-7","fingerprint":"0a0000000000000000000000000000ff"}`,
+			requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "acme", Session: "run-7", Fingerprint: limits.Fingerprint{0: 0x0a, 15: 0xff}}}},
 		{`{"time":"2026-01-01T12:00:00Z","tenant":"acme","begin_only":false}`, requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "acme"}}},
 		{`  {"tenant":"b","time":"2026-01-01T13:00:00+01:00","actual":{"cost":0}}  `, requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "b"}, Actual: admission.Usage{CostKnown: true}}},
 	}

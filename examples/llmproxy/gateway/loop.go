@@ -19,13 +19,15 @@ type loopToolKey struct{}
 
 // loopStep completes req, a model call of a session whose body is body,
 // with the fingerprint of its step (fingerprint.Chat: the conversation's
-// tail, normalised) while a loop policy is in force (st.sessions.loops).
+// tail, normalised) while a loop policy is in force (st.sessions.loops)
+// or a request log is written, so that a replay can try a loop policy
+// on traffic that had none.
 // The body was read, bounded and parsed strictly before; a body without
 // messages makes no step and no loop policy counts it. The name of the
 // tool the step calls, when fingerprint.ToolName accepts it, goes with
 // the request for the evidence of its refusal.
 func (g *Gateway) loopStep(c echo.Context, st *state, body []byte, req *admission.Request) {
-	if !st.sessions.loops || req.Session == "" {
+	if (!st.sessions.loops && g.opt.requestLog == nil) || req.Session == "" {
 		return
 	}
 	fp, tool, ok := fingerprint.Chat(body)

@@ -172,3 +172,35 @@ func TestLoopAnthropicShape(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestLogKeepsSteps: with a request log written and no loop policy
+// in force, each model call of a session is logged with its step's
+// fingerprint, the same for the same step, so a replay can try a loop
+// policy on the traffic; a call without a session has none.
+func TestRequestLogKeepsSteps(t *testing.T) {
+	s, rl, path := responsesStack(t, responsesPolicy, nil)
+	send := func(session, content string) {
+		t.Helper()
+		body := `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"` + content + `"}]}`
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if session != "" {
+			req.Header.Set("X-Session-Id", session)
+		}
+		if resp, b := s.do(t, req, keyA); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	send("run-1", "list the files")
+	send("run-1", "list  the FILES") // the same step, normalised
+	send("run-1", "read main.go")
+	send("", "list the files")
+	recs := logged(t, rl, path, "POST /v1/chat/completions")
+	if len(recs) != 4 {
+		t.Fatalf("%d records; want 4", len(recs))
+	}
+	if recs[0].Fingerprint.IsZero() || recs[0].Fingerprint != recs[1].Fingerprint || recs[2].Fingerprint == recs[0].Fingerprint || !recs[3].Fingerprint.IsZero() {
+		t.Errorf("fingerprints %x %x %x %x; want the first two equal, the third another, the sessionless one none",
+			recs[0].Fingerprint, recs[1].Fingerprint, recs[2].Fingerprint, recs[3].Fingerprint)
+	}
+}
