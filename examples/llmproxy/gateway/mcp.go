@@ -265,8 +265,9 @@ func members(raw []byte, fn func(k string, v json.RawMessage) error) error {
 // the client deadline and parsed (parseMCP); each request of an admitted
 // method is admitted (a batch whole, or refused whole), forwarded, and
 // settled when the upstream's answer (a JSON body or an event stream)
-// has been passed on.
+// has been passed on, and written to the request log.
 func (g *Gateway) handleMCPPost(c echo.Context) error {
+	arrived := g.now()
 	r, w := c.Request(), c.Response()
 	ctx := r.Context()
 	st := g.state.Load()
@@ -323,25 +324,35 @@ func (g *Gateway) handleMCPPost(c echo.Context) error {
 		g.mcpError(c, http.StatusBadRequest, nil, false, -32600, "Invalid request: "+err.Error()+".", nil)
 		return nil
 	}
-	tickets, ok := g.admitMCP(c, st, req, msgs, batch)
+	tickets, ok := g.admitMCP(c, st, req, msgs, batch, arrived)
 	if !ok {
 		return nil
 	}
+	admitted := g.now()
 	defer func() {
-		for _, tk := range tickets {
-			tk.Done()
+		for _, t := range tickets {
+			t.tk.Done()
+			g.logAdmitted(&t.req, arrived, admission.Usage{}, admitted)
 		}
 	}()
 	g.forwardMCP(c, st, req.Tenant, http.MethodPost, upSession, body)
 	return nil
 }
 
+// mcpTicket is one admitted MCP request and its ticket.
+type mcpTicket struct {
+	req admission.Request
+	tk  admission.Ticket
+}
+
 // admitMCP admits the requests among msgs whose methods are admitted,
 // under the identity of req, and returns their tickets; on a refusal it
-// gives back what the others took, answers it and returns false.
-func (g *Gateway) admitMCP(c echo.Context, st *state, req admission.Request, msgs []mcpMessage, batch bool) ([]admission.Ticket, bool) {
+// gives back what the others took, answers it, writes the refused
+// request (which arrived at arrived) to the request log and returns
+// false.
+func (g *Gateway) admitMCP(c echo.Context, st *state, req admission.Request, msgs []mcpMessage, batch bool, arrived time.Time) ([]mcpTicket, bool) {
 	ctx := c.Request().Context()
-	var tickets []admission.Ticket
+	var tickets []mcpTicket
 	for _, m := range msgs {
 		if m.id == nil || !slices.Contains(limits.MCPMethods, m.method) {
 			continue
@@ -367,16 +378,17 @@ func (g *Gateway) admitMCP(c echo.Context, st *state, req admission.Request, msg
 		g.mcp.calls.Add(ctx, 1, metric.WithAttributes(attribute.String("method", m.method), attribute.String("tool", tool), attribute.String("outcome", outcome)))
 		if err != nil {
 			for _, t := range tickets {
-				t.Refund() // the batch is refused whole: nothing of it runs
+				t.tk.Refund() // the batch is refused whole: nothing of it runs
 			}
+			g.logRefused(&r, arrived, err)
 			g.refusedMCP(c, st, err, msgs, batch)
 			return nil, false
 		}
-		tickets = append(tickets, tk)
+		tickets = append(tickets, mcpTicket{r, tk})
 	}
 	if len(tickets) > 0 {
 		var buf [8]admission.Status
-		g.setLimitHeaders(c.Response(), tickets[len(tickets)-1].Statuses(buf[:0]))
+		g.setLimitHeaders(c.Response(), tickets[len(tickets)-1].tk.Statuses(buf[:0]))
 	}
 	return tickets, true
 }

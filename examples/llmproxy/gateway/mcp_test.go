@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -471,5 +473,39 @@ identity: {anonymous: deny}
 	t.Logf("%d parallel tool calls of one session through two replicas on Redis, budget %d steps: %d served, %d refused", calls, budget, ok.Load(), refused.Load())
 	if ok.Load() != budget || refused.Load() != calls-budget {
 		t.Errorf("served %d, refused %d; want exactly %d served", ok.Load(), refused.Load(), budget)
+	}
+}
+
+// TestMCPRequestLog: MCP requests are in the request log as model calls
+// are, admitted and refused, with their operation, session, step and
+// fingerprint, so a replay decides them as live.
+func TestMCPRequestLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mg := newMCPGateway(t, gateway.WithRequestLog(rl))
+	cs := mg.connect(t, "sk-acme")
+	if err := callTool(cs, "search"); err != nil {
+		t.Fatal(err)
+	}
+	if err := callTool(cs, upstream.MCPWriteTool); err != nil {
+		t.Fatal(err)
+	}
+	if err := callTool(cs, upstream.MCPWriteTool); err == nil {
+		t.Fatal("the second write was served; want the writes limit of 1 to refuse it")
+	}
+	search := logged(t, rl, path, "mcp tools/call search")
+	writes := logged(t, rl, path, "mcp tools/call write_file")
+	if len(search) != 1 || len(writes) != 2 {
+		t.Fatalf("logged %d searches, %d writes; want 1 and 2 (one refused)", len(search), len(writes))
+	}
+	r := search[0]
+	if r.Tenant != "acme" || r.Session != cs.ID() || r.Fingerprint.IsZero() || len(r.Units) != 1 || r.Units[0].Unit != "steps" {
+		t.Errorf("search record %+v; want acme's, in the session, with its step and fingerprint", r.Request)
+	}
+	if writes[0].Duration == 0 && writes[1].Duration == 0 {
+		t.Errorf("writes %+v; want the admitted one with its duration", writes)
 	}
 }
