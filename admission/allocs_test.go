@@ -60,23 +60,29 @@ func TestSessionAdmitAndDoneAllocateNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	units := []admission.UnitAmount{{Unit: limits.UnitSteps, Amount: 1}}
-	req := admission.Request{Tenant: "acme", Session: "run-1", Units: units}
+	if n := admitAllocs(t, ctl, admission.Request{Tenant: "acme", Session: "run-1", Units: units}); n != 0 {
+		t.Errorf("Admit and Done of a session's request: %v allocations; want 0", n)
+	}
+}
+
+// admitAllocs returns the allocations of one Admit and Done of req on
+// ctl, once its partitions exist.
+func admitAllocs(t *testing.T, ctl *admission.Controller, req admission.Request) float64 {
+	t.Helper()
+	ctx := context.Background()
 	tk, err := ctl.Admit(ctx, req) // creates the partitions
 	if err != nil {
 		t.Fatal(err)
 	}
 	tk.Done()
-	if n := testing.AllocsPerRun(200, func() {
+	return testing.AllocsPerRun(200, func() {
 		tk, err := ctl.Admit(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tk.Done()
-	}); n != 0 {
-		t.Errorf("Admit and Done of a session's request: %v allocations; want 0", n)
-	}
+	})
 }
 
 // TestLoopAdmitAllocatesNothing: a step's fingerprint is a fixed-size
@@ -90,20 +96,8 @@ func TestLoopAdmitAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	req := admission.Request{Tenant: "acme", Session: "run-1", Fingerprint: fingerprint.ToolCall("t", []byte(`{}`))}
-	tk, err := ctl.Admit(ctx, req) // creates the partition
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk.Done()
-	if n := testing.AllocsPerRun(200, func() {
-		tk, err := ctl.Admit(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tk.Done()
-	}); n != 0 {
+	if n := admitAllocs(t, ctl, req); n != 0 {
 		t.Errorf("Admit and Done of a step: %v allocations; want 0", n)
 	}
 }
