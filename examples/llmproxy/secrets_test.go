@@ -8,30 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/admission/config"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
-
-// lockedBuffer is a log destination the test reads while the proxy writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The password planted in every configured URL, which no output may show.
 const plantedPassword = "hunter2pw"
@@ -66,7 +48,7 @@ func TestConfiguredSecretsNotEchoed(t *testing.T) {
 		{"webhook", withPolicy(t, "  - {name: spend, key: tenant, algorithm: quota, period: month, limit: 500, warn: [80%]}\n", nil,
 			"budgets:\n  webhook: {url: \""+bad+"\", secret_env: LLMPROXY_TEST_SECRET_ENV}\n")},
 	} {
-		var log lockedBuffer
+		var log syncbuf.Buffer
 		o := options{addr: "127.0.0.1:0", metricsAddr: "127.0.0.1:0", cut: "all", logLevel: "debug", logOutput: &log, shutdownTimeout: 5 * time.Second}
 		tt.edit(&o)
 		s, err := start(o)
@@ -81,7 +63,7 @@ func TestConfiguredSecretsNotEchoed(t *testing.T) {
 	}
 
 	// Well-formed URLs with credentials: the banner shows them redacted.
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	s := startProxy(t, func(o *options) {
 		o.gw.Upstream = "http://alice:" + plantedPassword + "@127.0.0.1:1/v1"
 		o.otlp.endpoint = "http://alice:" + plantedPassword + "@127.0.0.1:1"

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/admission/oteltrace"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
 // traceReceiver is an OTLP/HTTP trace receiver on loopback: it decodes
@@ -245,7 +246,7 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 func TestRejectionLogJoinsTrace(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
 	rc := newTraceReceiver(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	s := startProxy(t, withPolicy(t, `
   - {name: per-tenant, key: [tenant], algorithm: fixed_window, limit: 1, per: 1h}
 `, []string{"a"}, ""), func(o *options) {

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/oteltrace"
 	"github.com/sluicehq/sluice/internal/promtest"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
 // TestWalkFromExemplarToTraceToLog follows one rejected request as an
@@ -37,7 +38,7 @@ import (
 func TestWalkFromExemplarToTraceToLog(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
 	rc := newTraceReceiver(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	// The system clock: the queue's timeout has only to fire, no bound is
 	// put on when.
 	s := startProxy(t, withPolicy(t, `

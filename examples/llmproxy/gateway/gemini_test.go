@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -23,6 +22,7 @@ import (
 	budget "github.com/sluicehq/sluice/admission/upstream"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -33,24 +33,6 @@ const (
 	geminiKeyHeader = "X-Goog-Api-Key"
 )
 
-// lockedBuffer is a log sink shared by the gateway's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // geminiStack is a gateway serving the Gemini API in front of the
 // simulator, which records what it received; the gateway logs at debug
 // level into logs.
@@ -59,7 +41,7 @@ type geminiStack struct {
 	sim  *upstream.Server
 	clk  *admissiontest.Clock
 	prov *gateway.Providers
-	logs lockedBuffer
+	logs syncbuf.Buffer
 	mu   sync.Mutex
 	hdr  []http.Header
 	urls []string
