@@ -172,42 +172,54 @@ func withGateway(s providerSetup, src string, obs admission.Observer, fn func(gw
 		return err
 	}
 	defer stopSim()
-	f, err := config.Parse("provider scenario", []byte(src))
-	if err != nil {
-		return err
-	}
-	prov, err := gateway.NewProviders(f, nil)
-	if err != nil {
-		return err
-	}
-	opts := prov.Options()
-	if obs != nil {
-		opts = append(opts, admission.WithObserver(obs))
-	}
-	ctl, err := admission.New(f.Config, opts...)
-	if err != nil {
-		return err
-	}
 	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(ctl, est, f, gateway.Config{
-		Upstream: simURL + "/v1",
-	}, gateway.WithProviders(prov), gateway.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		return err
+	var ctlOpts []admission.Option
+	if obs != nil {
+		ctlOpts = append(ctlOpts, admission.WithObserver(obs))
 	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	gw.Register(e)
-	gwURL, stopGw, err := serve(e)
+	gwURL, stopGw, err := serveGateway("provider scenario", src, simURL+"/v1", est, ctlOpts)
 	if err != nil {
 		return err
 	}
 	defer stopGw()
 	fn(gwURL, sim)
 	return nil
+}
+
+// serveGateway serves, on a loopback port, a gateway for the policy file
+// src (its upstream stores registered) in front of upstreamURL, with the
+// controller options ctlOpts and the gateway options gwOpts, and returns
+// its URL and the function that stops it.
+func serveGateway(name, src, upstreamURL string, est *weights.Estimator, ctlOpts []admission.Option, gwOpts ...gateway.Option) (string, func(), error) {
+	f, err := config.Parse(name, []byte(src))
+	if err != nil {
+		return "", nil, err
+	}
+	prov, err := gateway.NewProviders(f, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	ctl, err := admission.New(f.Config, append(prov.Options(), ctlOpts...)...)
+	if err != nil {
+		return "", nil, err
+	}
+	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: upstreamURL},
+		append([]gateway.Option{gateway.WithProviders(prov), gateway.WithLogger(slog.New(slog.DiscardHandler))}, gwOpts...)...)
+	if err != nil {
+		return "", nil, err
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	gw.Register(e)
+	gwURL, stop, err := serve(e)
+	if err != nil {
+		gw.Close()
+		return "", nil, err
+	}
+	return gwURL, func() { stop(); gw.Close() }, nil
 }
 
 // totalTokens finds the last usage figure of an answer, plain or

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -15,11 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
-	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
-	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/weights"
@@ -160,29 +155,8 @@ func runMix(s mixSetup) (mixRun, error) {
 		return run, err
 	}
 	defer sim.stop()
-	f, err := config.Parse("provider-mix", []byte(mixPolicy(s.Queue, s.Deadline)))
-	if err != nil {
-		return run, err
-	}
-	prov, err := gateway.NewProviders(f, nil)
-	if err != nil {
-		return run, err
-	}
-	ctl, err := admission.New(f.Config, prov.Options()...)
-	if err != nil {
-		return run, err
-	}
 	ct := &counting{next: gateway.NewTransport()}
-	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: "http://" + sim.addr + "/v1"},
-		gateway.WithProviders(prov), gateway.WithTransport(ct), gateway.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		return run, err
-	}
-	defer gw.Close()
-	ec := echo.New()
-	ec.HideBanner, ec.HidePort = true, true
-	gw.Register(ec)
-	gwURL, stop, err := serve(ec)
+	gwURL, stop, err := serveGateway("provider-mix", mixPolicy(s.Queue, s.Deadline), "http://"+sim.addr+"/v1", est, nil, gateway.WithTransport(ct))
 	if err != nil {
 		return run, err
 	}
