@@ -36,6 +36,7 @@ const batchKeyB = "sk-batch-b"
 // a (keyA) and b (batchKeyB).
 type batchStack struct {
 	URL string
+	srv *httptest.Server // the gateway's
 	gw  *gateway.Gateway
 	sim *upstream.Server
 	up  *httptest.Server
@@ -98,7 +99,7 @@ func batchGateway(t *testing.T, policy string, tune func(*gatewaySetup, *upstrea
 	gw.Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &batchStack{URL: srv.URL, gw: gw, sim: sim, up: up, clk: clk, ctl: ctl, est: est}
+	return &batchStack{URL: srv.URL, srv: srv, gw: gw, sim: sim, up: up, clk: clk, ctl: ctl, est: est}
 }
 
 func (s *batchStack) do(t *testing.T, req *http.Request, key string) (*http.Response, []byte) {
@@ -712,7 +713,7 @@ func TestBatchHoldLogged(t *testing.T) {
 		return false
 	})
 	var held []time.Duration
-	for _, rec := range logged(t, rl, path, "POST /v1/batches") {
+	for _, rec := range logged(t, rl, path, "POST /v1/batches", s.srv) {
 		held = append(held, rec.Duration)
 	}
 	if len(held) != 1 || held[0] < 25*time.Hour || held[0] > 26*time.Hour {

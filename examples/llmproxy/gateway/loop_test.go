@@ -195,7 +195,7 @@ func TestRequestLogKeepsSteps(t *testing.T) {
 	send("run-1", "list  the FILES") // the same step, normalised
 	send("run-1", "read main.go")
 	send("", "list the files")
-	recs := logged(t, rl, path, "POST /v1/chat/completions")
+	recs := logged(t, rl, path, "POST /v1/chat/completions", s.srv)
 	if len(recs) != 4 {
 		t.Fatalf("%d records; want 4", len(recs))
 	}

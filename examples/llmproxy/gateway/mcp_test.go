@@ -57,7 +57,8 @@ identity: {anonymous: deny}
 // server.
 type mcpGateway struct {
 	url       string
-	upstream  atomic.Int64 // requests that reached the MCP server
+	srv       *httptest.Server // the gateway's
+	upstream  atomic.Int64     // requests that reached the MCP server
 	gets      chan struct{}
 	getsOnce  sync.Once
 	modelsURL string
@@ -81,7 +82,8 @@ func newMCPGatewayFile(t *testing.T, src string, opts ...gateway.Option) *mcpGat
 		tools.ServeHTTP(w, r)
 	}))
 	t.Cleanup(mcpUp.Close)
-	mg.url = mcpReplica(t, src, mcpUp.URL+"/mcp", nil, nil, opts...)
+	mg.srv = mcpReplica(t, src, mcpUp.URL+"/mcp", nil, nil, opts...)
+	mg.url = mg.srv.URL
 	return mg
 }
 
@@ -89,7 +91,7 @@ func newMCPGatewayFile(t *testing.T, src string, opts ...gateway.Option) *mcpGat
 // MCP server at mcpURL and a simulated model API, and returns its URL:
 // the store named sessions is sessions (nil: in memory), the session ids
 // it hands out are signed with secret (nil: its own).
-func mcpReplica(t *testing.T, src, mcpURL string, sessions backend.Store, secret []byte, opts ...gateway.Option) string {
+func mcpReplica(t *testing.T, src, mcpURL string, sessions backend.Store, secret []byte, opts ...gateway.Option) *httptest.Server {
 	t.Helper()
 	f, err := config.Parse("mcp.yaml", []byte(src))
 	if err != nil {
@@ -115,7 +117,7 @@ func mcpReplica(t *testing.T, src, mcpURL string, sessions backend.Store, secret
 	gw.Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return srv
 }
 
 // connect opens an MCP session through the gateway with the go-sdk's
@@ -447,8 +449,8 @@ identity: {anonymous: deny}
 	t.Cleanup(mcpUp.Close)
 	secret := []byte("one secret for the fleet")
 	replicas := []*mcpGateway{
-		{url: mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret)},
-		{url: mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret)},
+		{url: mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret).URL},
+		{url: mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret).URL},
 	}
 	cs := replicas[0].connect(t, "sk-acme") // initialize: the session, signed
 	sid := cs.ID()
@@ -496,13 +498,15 @@ func TestMCPRequestLog(t *testing.T) {
 	if err := callTool(cs, upstream.MCPWriteTool); err == nil {
 		t.Fatal("the second write was served; want the writes limit of 1 to refuse it")
 	}
-	search := logged(t, rl, path, "mcp tools/call search")
-	writes := logged(t, rl, path, "mcp tools/call write_file")
+	sid := cs.ID()
+	cs.Close() // its event stream ends, so the gateway's server can close
+	search := logged(t, rl, path, "mcp tools/call search", mg.srv)
+	writes := logged(t, rl, path, "mcp tools/call write_file", mg.srv)
 	if len(search) != 1 || len(writes) != 2 {
 		t.Fatalf("logged %d searches, %d writes; want 1 and 2 (one refused)", len(search), len(writes))
 	}
 	r := search[0]
-	if r.Tenant != "acme" || r.Session != cs.ID() || r.Fingerprint.IsZero() || len(r.Units) != 1 || r.Units[0].Unit != "steps" {
+	if r.Tenant != "acme" || r.Session != sid || r.Fingerprint.IsZero() || len(r.Units) != 1 || r.Units[0].Unit != "steps" {
 		t.Errorf("search record %+v; want acme's, in the session, with its step and fingerprint", r.Request)
 	}
 	if writes[0].Duration == 0 && writes[1].Duration == 0 {

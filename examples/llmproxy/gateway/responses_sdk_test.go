@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,10 +51,18 @@ func responsesStack(t *testing.T, policy string, tune func(*gatewaySetup, *upstr
 	return s, rl, path
 }
 
-// logged closes the request log and returns its records of operation op,
-// in order.
-func logged(t *testing.T, rl *requestlog.Writer, path, op string) []requestlog.Record {
+// logged closes the gateway servers srvs, which waits for every handler
+// to return (a request is logged when it has ended, which can be after
+// its client read the last byte of its answer), then the request log,
+// and returns its records of operation op, in order.
+func logged(t *testing.T, rl *requestlog.Writer, path, op string, srvs ...*httptest.Server) []requestlog.Record {
 	t.Helper()
+	if len(srvs) == 0 {
+		t.Fatal("logged needs the gateway's servers, to wait for their handlers")
+	}
+	for _, srv := range srvs {
+		srv.Close()
+	}
 	if err := rl.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +216,7 @@ func TestResponsesSDK(t *testing.T) {
 		t.Fatalf("over the quota: %v; want a 429 quota_exceeded", err)
 	}
 
-	recs := logged(t, rl, path, "POST /v1/responses")
+	recs := logged(t, rl, path, "POST /v1/responses", s.srv)
 	if len(recs) != 6 { // plain, stream, chained twice, background, refused
 		t.Fatalf("%d records of POST /v1/responses; want 6", len(recs))
 	}

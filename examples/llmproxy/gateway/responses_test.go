@@ -90,7 +90,7 @@ func TestResponsesChainPricing(t *testing.T) {
 	_, second := call(keyA, first.ID)
 	call(keyA, "resp-unknown")
 	call(batchKeyB, first.ID) // b has no record of a's response
-	recs := logged(t, rl, path, "POST /v1/responses")
+	recs := logged(t, rl, path, "POST /v1/responses", s.srv)
 	if len(recs) != 4 {
 		t.Fatalf("%d records; want 4", len(recs))
 	}
@@ -187,7 +187,7 @@ prices:
 	if code, _ := s.respond(t, keyA, body, "X-Sim-Fault", "500"); code != 500 {
 		t.Fatalf("a failed call: %d; want the upstream's 500", code)
 	}
-	recs := logged(t, rl, path, "POST /v1/responses")
+	recs := logged(t, rl, path, "POST /v1/responses", s.srv)
 	if len(recs) != 2 || recs[1].Actual.Cost != 0 || !recs[1].Actual.CostKnown {
 		t.Fatalf("records %+v; want the failed call settled at nothing, no tool fee", recs)
 	}
@@ -304,7 +304,7 @@ func TestBackgroundResponses(t *testing.T) {
 	// The refusals for want of a slot are logged begin_only; the held
 	// response once, when settled.
 	var held []requestlog.Record
-	for _, r := range logged(t, rl, path, "POST /v1/responses") {
+	for _, r := range logged(t, rl, path, "POST /v1/responses", s.srv) {
 		if !r.BeginOnly {
 			held = append(held, r)
 		}
@@ -354,7 +354,7 @@ func TestResponsesSharedOnRedis(t *testing.T) {
 	if code, _ := objectCall(t, srv2.URL, batchKeyB, http.MethodGet, "/v1/responses/"+first.ID); code != 404 {
 		t.Errorf("another tenant's retrieval: %d; want 404", code)
 	}
-	recs := logged(t, rl, path, "POST /v1/responses")
+	recs := logged(t, rl, path, "POST /v1/responses", s.srv, srv2)
 	if len(recs) != 2 || recs[1].Tokens != recs[0].Tokens+first.Usage.TotalTokens {
 		t.Errorf("records %+v; want the chained call reserved %d + %d", recs, recs[0].Tokens, first.Usage.TotalTokens)
 	}
