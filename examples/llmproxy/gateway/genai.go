@@ -165,8 +165,11 @@ func operationName(ep weights.Endpoint) string {
 // the state st that decided it.
 func (g *Gateway) genAIKey(st *state, rt route, model string) genAIKey {
 	k := genAIKey{op: operationName(rt.endpoint), provider: g.cfg.GenAIProvider, model: OtherModel}
-	if rt.anthropic() {
+	switch {
+	case rt.anthropic():
 		k.provider = string(genaiconv.ProviderNameAnthropic)
+	case rt.gemini():
+		k.provider = string(genaiconv.ProviderNameGCPGemini)
 	}
 	if m := strings.ToLower(model); st.models[m] {
 		k.model = m

@@ -66,3 +66,24 @@ func FuzzAnsweredModel(f *testing.F) {
 		}
 	})
 }
+
+// TestGenAIProvider: the gen_ai.provider.name of a request is the API its
+// route speaks: Anthropic's Messages, Google's Gemini, and the configured
+// provider of the OpenAI-shaped upstream for the rest.
+func TestGenAIProvider(t *testing.T) {
+	g := &Gateway{cfg: Config{GenAIProvider: "openai"}}
+	st := &state{models: map[string]bool{"gpt-4o": true}}
+	for _, tt := range []struct {
+		rt   route
+		want string
+	}{
+		{llmRoutes[0], "openai"},
+		{messagesRoute, "anthropic"},
+		{geminiRoutes["generateContent"], "gcp.gemini"},
+		{geminiRoutes["streamGenerateContent"], "gcp.gemini"},
+	} {
+		if got := g.genAIKey(st, tt.rt, "gpt-4o").provider; got != tt.want {
+			t.Errorf("%s: provider %q; want %q", tt.rt.pattern, got, tt.want)
+		}
+	}
+}
