@@ -225,15 +225,19 @@ type fileEntry struct {
 type batchRecord struct {
 	tenant string
 	open   bool
-	tk     admission.Ticket
-	price  weights.Price // the batch price; zero when not priced
-	priced bool
-	est    weights.Estimate
-	opened time.Time
-	next   time.Time // the next background poll
-	fails  int       // polls failed in a row
-	poll   bool      // a poll is on its way
-	files  []string  // its output and error files, once it ended
+	// messages is set for a batch of Anthropic's Message Batches API,
+	// whose usage is read from its results once it has ended (fetching
+	// is set while they are being read).
+	messages, fetching bool
+	tk                 admission.Ticket
+	price              weights.Price // the batch price; zero when not priced
+	priced             bool
+	est                weights.Estimate
+	opened             time.Time
+	next               time.Time // the next background poll
+	fails              int       // polls failed in a row
+	poll               bool      // a poll is on its way
+	files              []string  // its output and error files, once it ended
 
 	// For the request log: the creation as admitted, when it arrived and
 	// when it was admitted.
@@ -460,12 +464,16 @@ func (b *batches) track(id string, rec *batchRecord) {
 	b.scheduleLocked()
 }
 
-// owner reports whether tenant owns batch id.
-func (b *batches) owner(tenant, id string) bool {
+// owner reports whether tenant owns batch id of the Batch API.
+func (b *batches) owner(tenant, id string) bool { return b.owns(tenant, id, false) }
+
+// owns reports whether tenant owns batch id, of the Message Batches API
+// when messages is set, else of the Batch API.
+func (b *batches) owns(tenant, id string, messages bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.records[id]
-	return r != nil && r.tenant == tenant
+	return r != nil && r.tenant == tenant && r.messages == messages
 }
 
 // batchObject is what the gateway reads of an upstream batch object.
@@ -491,6 +499,13 @@ func (b *batches) ownsFile(tenant, id string) bool {
 // observe settles the reservation of batch id when the object the
 // upstream returned for it (data) says it ended.
 func (b *batches) observe(id string, data []byte) {
+	b.mu.Lock()
+	r := b.records[id]
+	b.mu.Unlock()
+	if r != nil && r.messages {
+		b.observeMessages(id, r, data)
+		return
+	}
 	var obj batchObject
 	if json.Unmarshal(data, &obj) != nil || obj.ID != id {
 		return
@@ -531,24 +546,31 @@ func (b *batches) endLocked(r *batchRecord, data []byte) {
 		}
 	}
 	rep, err := weights.ReadUsage(data)
-	switch {
-	case obj.Status == "failed":
+	// Failed, or expired or cancelled before any request completed:
+	// nothing ran.
+	nothing := obj.Status == "failed" || (obj.Status != "completed" && (err != nil || !rep.Found() || (rep.Usage.InputTokens == 0 && rep.Usage.OutputTokens == 0)))
+	b.closeLocked(r, rep, nothing)
+}
+
+// closeLocked ends r's open reservation: refunded whole when nothing of
+// the batch ran, else settled at the usage rep reports, checked against
+// its estimate (a missing or implausible figure charged as reserved), at
+// the batch price.
+func (b *batches) closeLocked(r *batchRecord, rep weights.UsageReport, nothing bool) {
+	if nothing {
 		r.refund(b.g)
-	case obj.Status != "completed" && (err != nil || !rep.Found() || (rep.Usage.InputTokens == 0 && rep.Usage.OutputTokens == 0)):
-		// Expired or cancelled before any request completed.
-		r.refund(b.g)
-	default:
-		u, fb := r.est.CheckUsage(rep)
-		if fb != weights.FallbackNone {
-			b.g.m.count(context.Background(), b.g.m.usageFallbacks, fb.String())
-		}
-		au := tokenunits.Usage(nil, u.Units())
-		if r.priced {
-			au.Cost, au.CostKnown = r.price.CostMicros(u), true
-		}
-		b.g.logAdmitted(&r.req, r.arrived, au, r.admitted)
-		r.tk.Settle(au)
+		return
 	}
+	u, fb := r.est.CheckUsage(rep)
+	if fb != weights.FallbackNone {
+		b.g.m.count(context.Background(), b.g.m.usageFallbacks, fb.String())
+	}
+	au := tokenunits.Usage(nil, u.Units())
+	if r.priced {
+		au.Cost, au.CostKnown = r.price.CostMicros(u), true
+	}
+	b.g.logAdmitted(&r.req, r.arrived, au, r.admitted)
+	r.tk.Settle(au)
 }
 
 // refund gives back the whole reservation of r, and logs the batch as
@@ -620,7 +642,7 @@ func (b *batches) poll(id string, r *batchRecord) {
 	defer func() { <-b.polls }()
 	ctx, cancel := context.WithTimeout(b.ctx, min(b.g.cfg.Timeout, time.Minute))
 	defer cancel()
-	data, err := b.retrieve(ctx, id)
+	data, err := b.retrieve(ctx, id, r.messages)
 	b.mu.Lock()
 	r.poll = false
 	if err != nil {
@@ -639,12 +661,17 @@ func (b *batches) poll(id string, r *batchRecord) {
 	}
 }
 
-// retrieve gets the upstream's batch object of id.
-func (b *batches) retrieve(ctx context.Context, id string) ([]byte, error) {
+// retrieve gets the upstream's batch object of id, a message batch when
+// messages is set.
+func (b *batches) retrieve(ctx context.Context, id string, messages bool) ([]byte, error) {
 	if !ValidObjectID(id) {
 		return nil, errNotForwarded
 	}
-	resp, err := b.g.batchCall(ctx, nil, nil, http.MethodGet, "/batches/"+id, nil, "", 0)
+	path := "/batches/" + id
+	if messages {
+		path = "/messages" + path
+	}
+	resp, err := b.g.batchCall(ctx, nil, nil, http.MethodGet, path, nil, "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -696,15 +723,29 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 			"endpoint must be the url of the input file's requests, "+sum.endpoint+".")
 		return nil
 	}
-	req.Model = sum.model
-	est := weights.Estimate{Model: sum.model, InputTokens: min(sum.in, limits.MaxAmount), OutputTokens: min(sum.out, limits.MaxAmount)}
+	g.openBatch(c, st, req, sum.model, sum.in, sum.out, false, "input_file_id", "/batches", body)
+	return nil
+}
+
+// openBatch prices req, the creation of a batch of model whose requests
+// add up to in prompt and out output tokens (a message batch when
+// messages is set), admits it as the batch's reservation (a 400 naming
+// param when it can never fit), creates the batch upstream (body, POST to
+// path), and tracks the batch the upstream created: its answer passed on,
+// the reservation held until the batch ends.
+func (g *Gateway) openBatch(c echo.Context, st *state, req admission.Request, model string, in, out int64, messages bool, param, path string, body []byte) {
+	b := g.batches
+	r := c.Request()
+	ctx := r.Context()
+	req.Model = model
+	est := weights.Estimate{Model: model, InputTokens: min(in, limits.MaxAmount), OutputTokens: min(out, limits.MaxAmount)}
 	tokenunits.Request(&req, weights.TokenUnits{Input: est.InputTokens, Output: est.OutputTokens})
-	rec := &batchRecord{tenant: req.Tenant, open: true, est: est}
+	rec := &batchRecord{tenant: req.Tenant, open: true, est: est, messages: messages}
 	if st.cost {
-		price, _, ok := st.prices.Resolve(sum.model)
+		price, _, ok := st.prices.Resolve(model)
 		if !ok {
 			g.refused(c, st, errNotPriced)
-			return nil
+			return
 		}
 		rec.price, rec.priced = price.Batch(), true
 		req.Cost = min(rec.price.EstimateMicros(est.InputTokens, est.OutputTokens), limits.MaxAmount)
@@ -716,7 +757,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(int(b.cfg.PollInterval/time.Second)+1))
 		g.batchError(c, http.StatusTooManyRequests, "invalid_request_error", "too_many_open_batches", "",
 			"Your account has as many batches running through this gateway as it may ("+strconv.Itoa(b.cfg.MaxOpenPerTenant)+"), or the gateway does. Please retry once one has ended.")
-		return nil
+		return
 	}
 	tracked := false
 	defer func() {
@@ -733,13 +774,13 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		g.logRefused(&req, arrived, err)
 		if errors.As(err, &rej) && rej.RetryAfter == limits.Never {
 			g.setLimitHeaders(c.Response(), rej.Statuses)
-			g.batchError(c, http.StatusBadRequest, "invalid_request_error", "batch_too_large", "input_file_id",
+			g.batchError(c, http.StatusBadRequest, "invalid_request_error", "batch_too_large", param,
 				"The batch reserves more than the whole limit of policy "+rej.Policy+" ("+strconv.FormatInt(rej.Status.Limit, 10)+" "+unitPhrase(rej.Status)+
 					" per period) and can never be admitted: split it into smaller batches.")
-			return nil
+			return
 		}
 		g.refused(c, st, err)
-		return nil
+		return
 	}
 	rec.tk, rec.req, rec.arrived, rec.admitted = tk, req, arrived, g.now()
 	g.admitted(c.Response(), st, tk)
@@ -755,7 +796,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		b.end("unwatchable")
 		g.log.Error("llmproxy: a batch creation's outcome is unknown; its reservation is kept at the estimate")
 	}
-	resp, err := g.batchCall(uctx, st, r, http.MethodPost, "/batches", bytes.NewReader(body), "application/json", int64(len(body)))
+	resp, err := g.batchCall(uctx, st, r, http.MethodPost, path, bytes.NewReader(body), "application/json", int64(len(body)))
 	if err != nil {
 		if neverSent(err) {
 			rec.refund(g)
@@ -763,7 +804,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 			unwatchable()
 		}
 		g.upstreamFailed(c, ctx, err)
-		return nil
+		return
 	}
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
@@ -772,7 +813,7 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 	case err != nil && resp.StatusCode == http.StatusOK:
 		unwatchable()
 		g.upstreamFailed(c, ctx, err)
-		return nil
+		return
 	case err != nil || resp.StatusCode != http.StatusOK:
 		// Nothing was created: the reservation is given back.
 		rec.refund(g)
@@ -781,34 +822,38 @@ func (g *Gateway) handleBatchCreate(c echo.Context, rt route) error {
 		} else {
 			g.upstreamError(c, resp, data)
 		}
-		return nil
+		return
 	}
 	var obj batchObject
 	if json.Unmarshal(data, &obj) != nil || !ValidObjectID(obj.ID) {
 		unwatchable()
 		g.m.count(ctx, g.m.upstreamFailures, "bad_response")
 		g.batchError(c, http.StatusBadGateway, "server_error", "bad_upstream_response", "", "The upstream API answered without a valid batch id.")
-		return nil
+		return
 	}
 	tracked = true
 	b.track(obj.ID, rec)
 	b.observe(obj.ID, data)
 	g.writeUpstream(c, resp, data)
-	return nil
 }
 
 // handleOwned serves the routes of one object a tenant owns, limited by
 // requests: the retrieval and the cancellation of a batch it created
 // through the gateway (whose batch object is observed), a file's object
 // and content (see batches.ownsFile; the content streams through as it
-// comes, under the client write deadline). Any other id is a 404 that
-// never reaches the upstream.
+// comes, under the client write deadline), and a message batch's
+// retrieval, cancellation, deletion and results (streamed the same way).
+// Any other id is a 404 that never reaches the upstream.
 func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 	b := g.batches
 	st := g.state.Load()
+	messages := rt.anthropic()
 	isBatch := rt.path == OpBatch || rt.path == OpBatchCancel
 	what, code, param, owns := "file", "file_not_found", "file_id", b.ownsFile
-	if isBatch {
+	switch {
+	case messages:
+		what, code, param, owns = "message batch", "batch_not_found", "", func(tenant, id string) bool { return b.owns(tenant, id, true) }
+	case isBatch:
 		what, code, param, owns = "batch", "batch_not_found", "batch_id", b.owner
 	}
 	// A valid id has nothing to encode: a path with encoded bytes is not
@@ -834,16 +879,22 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 	defer finish()
 	path := rt.upstream + id
 	switch rt.path {
-	case OpBatchCancel:
+	case OpBatchCancel, OpMessageBatchCancel:
 		path += "/cancel"
 	case OpFileContent:
 		path += "/content"
+	case OpMessageBatchResults:
+		path += "/results"
 	}
-	resp, data, ok := g.objectCall(c, st, path, maxBatchObject, rt.path == OpFileContent)
+	resp, data, ok := g.objectCall(c, st, path, maxBatchObject, rt.path == OpFileContent || rt.path == OpMessageBatchResults)
 	if !ok {
 		return nil
 	}
-	if isBatch {
+	switch {
+	case messages && c.Request().Method != http.MethodDelete:
+		b.observe(id, data)
+		data = gatewayResultsURL(data, id)
+	case isBatch:
 		b.observe(id, data)
 	}
 	g.writeUpstream(c, resp, data)

@@ -90,6 +90,7 @@ func batchGateway(t *testing.T, policy string, tune func(*gatewaySetup, *upstrea
 	up := httptest.NewServer(sim)
 	t.Cleanup(up.Close)
 	gc.Upstream = up.URL + "/v1"
+	gc.Anthropic.Upstream = up.URL + "/v1" // the simulator serves Anthropic's API too
 	gw, err := gateway.New(gc.ctl, gc.est, gc.file, gc.Config, gc.opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +172,14 @@ func (s *batchStack) batch(t *testing.T, key, id string, cancel bool) (int, stri
 // today and micro-dollars this month.
 func (s *batchStack) remaining(t *testing.T, tenant string) (tokens, cost int64) {
 	t.Helper()
-	tk, err := s.ctl.TryAdmit(context.Background(), admission.Request{Tenant: tenant, Operation: "POST /v1/batches", Model: "gpt-4o-mini"})
+	return s.quotasLeft(t, tenant, "POST /v1/batches", "gpt-4o-mini")
+}
+
+// quotasLeft returns what tenant has left of the batch-tokens and
+// batch-spend quotas for a request of operation op on model.
+func (s *batchStack) quotasLeft(t *testing.T, tenant, op, model string) (tokens, cost int64) {
+	t.Helper()
+	tk, err := s.ctl.TryAdmit(context.Background(), admission.Request{Tenant: tenant, Operation: op, Model: model})
 	if err != nil {
 		t.Fatal(err)
 	}

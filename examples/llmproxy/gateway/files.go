@@ -335,13 +335,19 @@ func ValidFileName(name string) bool {
 // that passed ValidObjectID, and after a '?' a query it built from
 // checked values, with
 // the forwardable headers of r (nil for the gateway's own polls; st is
-// the state that decided r) and the upstream key. n is the body's
-// length, -1 when unknown.
+// the state that decided r) and the upstream key; a path under
+// /messages/ (the Message Batches API) goes to Config.Anthropic's
+// upstream with its key and version instead. n is the body's length, -1
+// when unknown.
 func (g *Gateway) batchCall(ctx context.Context, st *state, r *http.Request, method, path string, body io.Reader, contentType string, n int64) (*http.Response, error) {
-	u := *g.base
+	base, messages := g.base, strings.HasPrefix(path, "/messages/")
+	if messages {
+		base = g.anthropic
+	}
+	u := *base
 	path, query, _ := strings.Cut(path, "?") // a query the caller built and checked
-	u.Path = g.base.Path + path
-	u.RawPath, u.RawQuery = "", g.base.RawQuery
+	u.Path = base.Path + path
+	u.RawPath, u.RawQuery = "", base.RawQuery
 	if query != "" {
 		u.RawQuery = strings.TrimPrefix(u.RawQuery+"&"+query, "&")
 	}
@@ -359,7 +365,15 @@ func (g *Gateway) batchCall(ctx context.Context, st *state, r *http.Request, met
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	g.setUpstreamKey(req.Header)
+	if messages {
+		var src http.Header
+		if r != nil {
+			src = r.Header
+		}
+		g.setAnthropicUpstream(req.Header, src)
+	} else {
+		g.setUpstreamKey(req.Header)
+	}
 	req.ContentLength = n
 	return g.opt.transport.RoundTrip(req)
 }

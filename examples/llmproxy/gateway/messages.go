@@ -38,6 +38,14 @@ type Anthropic struct {
 	// empty means DefaultAnthropicVersion. A client's own anthropic-version
 	// and anthropic-beta pass through.
 	Version string
+	// MaxBatchBytes bounds the body of a message batch's creation, which
+	// the gateway reads whole and holds until the batch is admitted;
+	// zero means DefaultMaxMessageBatchBytes, and it is at most the parse
+	// budget. A larger one is a 413: split it.
+	MaxBatchBytes int64
+	// MaxBatchRequests bounds the requests of one message batch; zero
+	// means DefaultMaxMessageBatchRequests.
+	MaxBatchRequests int
 }
 
 // The routes of Anthropic's Messages API, served when
@@ -69,13 +77,15 @@ func parseUpstream(s string) (*url.URL, error) {
 // registerMessages adds the Messages API routes when they have an
 // upstream. /v1/messages takes the path of the other token-priced
 // endpoints (handleLLM); count_tokens is limited by requests only and
-// its body passed through once admitted.
+// its body passed through once admitted; the Message Batches routes are
+// those of registerMessageBatches.
 func (g *Gateway) registerMessages(e *echo.Echo) {
 	if g.anthropic == nil {
 		return
 	}
 	e.POST(OpMessages, inAnthropicShape(on(messagesRoute, g.handleLLM)))
 	e.POST(OpCountTokens, inAnthropicShape(on(countTokensRoute, g.handleModels)))
+	g.registerMessageBatches(e)
 }
 
 // anthropicWriter marks a response to a Messages API route: the gateway's

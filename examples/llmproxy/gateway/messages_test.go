@@ -488,7 +488,8 @@ policies:
 		{"upstream garbage", keyA, ok, []string{"X-Sim-Fault", "garbage"}, 502, "api_error"},
 		{"count_tokens without key", "", ok, nil, 401, "authentication_error"},
 		{"count_tokens too large", keyA, `{"model":"` + claude + `","messages":[{"role":"user","content":"` + strings.Repeat("a", maxBody) + `"}]}`, nil, 413, "request_too_large"},
-		{"/v1/messages/batches", keyA, ok, nil, 404, "not_found_error"},
+		{"/v1/messages/batches", keyA, ok, nil, 400, "invalid_request_error"}, // not a batch
+		{"/v1/messages/unknown", keyA, ok, nil, 404, "not_found_error"},
 		{"/v1/v1/messages", keyA, ok, nil, 404, "not_found_error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

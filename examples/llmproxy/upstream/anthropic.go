@@ -44,6 +44,9 @@ type messagesRequest struct {
 	System    json.RawMessage   `json:"system"`
 	Messages  []messagesMessage `json:"messages"`
 	Stream    bool              `json:"stream"`
+	Metadata  struct {
+		UserID string `json:"user_id"`
+	} `json:"metadata"`
 }
 
 type messagesMessage struct {

@@ -46,6 +46,9 @@ type batchStore struct {
 	mu      sync.Mutex
 	files   map[string]*simFile
 	batches map[string]*simBatch
+	// The Message Batches API's: by id, and their ids, oldest first.
+	msgBatches map[string]*simMessageBatch
+	order      []string
 }
 
 type simFile struct {

@@ -264,6 +264,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, modelObject(id))
 		return
+	case isMessageBatches(path):
+		s.messageBatches(w, r, path)
+		return
 	case isMessages(r, path):
 		s.messages(w, r, path)
 		return
