@@ -92,7 +92,7 @@ func (d *decoder) decodeWebhook(n *yaml.Node, path string) {
 	}
 	if w.URL == "" {
 		d.errorf(at("url"), path+".url", "missing: where to POST the warnings")
-	} else if msg := webhookURLProblem(w.URL); msg != "" {
+	} else if msg := urlProblem(w.URL, "the receiver checks the signature instead"); msg != "" {
 		d.errorf(at("url"), path+".url", "%s", msg)
 	}
 	if w.SecretEnv == "" {
@@ -121,14 +121,16 @@ func (d *decoder) decodeWebhook(n *yaml.Node, path string) {
 	d.f.Budgets.Webhook = w
 }
 
-// webhookURLProblem says what is wrong with a webhook URL, or "".
-func webhookURLProblem(s string) string {
+// urlProblem says what is wrong with the URL of a server the program
+// calls, or "": it must be http or https, with a host, no fragment and
+// no credentials (creds says where they go instead).
+func urlProblem(s, creds string) string {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return fmt.Sprintf("%q is not an http:// or https:// URL", RedactURL(s))
 	case u.User != nil:
-		return "must not hold credentials: the receiver checks the signature instead"
+		return "must not hold credentials: " + creds
 	case u.Fragment != "" || strings.HasSuffix(s, "#"):
 		return "must not have a fragment"
 	case len(s) > 2048:

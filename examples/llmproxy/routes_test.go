@@ -132,7 +132,7 @@ func TestDefaultPolicyGovernsEveryRoute(t *testing.T) {
 			for _, tool := range []string{"search", "write_file", limits.OtherTool} {
 				n := 0
 				for _, p := range s.file.Config.Policies {
-					if p.Matches(limits.MCPOperation(limits.MCPToolsCall, tool), "") && p.Mode == limits.Enforce && slices.Contains(rate, p.Algorithm) {
+					if p.Matches(limits.MCPOperation("", limits.MCPToolsCall, tool), "") && p.Mode == limits.Enforce && slices.Contains(rate, p.Algorithm) {
 						n++
 					}
 				}

@@ -367,7 +367,7 @@ func (g *Gateway) admitMCP(c echo.Context, st *state, req admission.Request, msg
 			// normalised.
 			r.Fingerprint = fingerprint.ToolCall(m.tool, m.args)
 		}
-		r.Operation = limits.MCPOperation(m.method, tool)
+		r.Operation = limits.MCPOperation("", m.method, tool)
 		actx, cancel := g.admissionContext(c)
 		tk, err := g.ctl.Admit(actx, r)
 		cancel()
