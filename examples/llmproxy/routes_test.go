@@ -59,6 +59,9 @@ var gatewayRoutes = map[string]routeKind{
 	"POST /mcp":                          mcpRoute,
 	"GET /mcp":                           mcpRoute,
 	"DELETE /mcp":                        mcpRoute,
+	"POST /mcp/{server}":                 mcpRoute,
+	"GET /mcp/{server}":                  mcpRoute,
+	"DELETE /mcp/{server}":               mcpRoute,
 }
 
 // TestDefaultPolicyGovernsEveryRoute enumerates the routes the demo
