@@ -99,8 +99,11 @@ func WithClock(c admission.Clock) Option {
 //
 // It is also an admission.Observer (shadow.Join it with the others): it counts,
 // in a ring of per-interval figures, queue waits, fail-opens and store
-// errors. Memory is bounded: the ring, a fixed number of policies and
-// stores, the Recorder's own bounds, and the last reloads.
+// errors, and follows the agent sessions of the policies keyed by session
+// (their spend) and of the loop policies (their loop refusals, with the
+// step repeated). Memory is bounded: the ring, a fixed number of
+// policies, stores and sessions per policy, the Recorder's own bounds,
+// and the last reloads.
 type Page struct {
 	admission.NopObserver
 	cfg      Config
@@ -110,7 +113,8 @@ type Page struct {
 
 	mu       sync.Mutex
 	policies map[string]*statusRing
-	sessions map[string]*sessionTop // per policy keyed by session
+	sessions map[string]*followed[Session] // per policy keyed by session
+	loops    map[string]*followed[Loop]    // per loop policy
 	stores   map[string]*storeStatus
 	reloads  []Reload
 }
@@ -187,7 +191,7 @@ func NewPage(cfg Config, opts ...Option) (*Page, error) {
 	}
 	p := &Page{
 		cfg: cfg, clock: admission.SystemClock{}, width: max(int64(cfg.Window)/int64(cfg.Buckets), 1),
-		policies: map[string]*statusRing{}, sessions: map[string]*sessionTop{}, stores: map[string]*storeStatus{},
+		policies: map[string]*statusRing{}, sessions: map[string]*followed[Session]{}, loops: map[string]*followed[Loop]{}, stores: map[string]*storeStatus{},
 	}
 	for _, o := range opts {
 		o(p)
@@ -217,8 +221,13 @@ func (p *Page) bucket(policy string) *statusBucket {
 	return b
 }
 
-// Decision counts queue waits and fail-open and fail-closed decisions.
+// Decision counts queue waits and fail-open and fail-closed decisions,
+// and follows the sessions loop policies refuse.
 func (p *Page) Decision(d *admission.Decision) {
+	if d.Reason == admission.ReasonLoop && d.Session != "" && (d.Outcome == admission.Rejected || d.Outcome == admission.WouldReject) {
+		p.loop(d)
+		return
+	}
 	switch d.Outcome {
 	case admission.Admitted, admission.Timeout, admission.FailOpen, admission.FailClosed:
 	default:
@@ -352,6 +361,10 @@ type Policy struct {
 	// settled in the window with the most used (a session budget's
 	// spend), at most Config.Top.
 	Sessions []Session `json:"sessions,omitempty"`
+	// Loops are, for a loop policy, the sessions it refused (or, in
+	// shadow mode, would have) in the window, the most refusals first,
+	// at most Config.Top.
+	Loops []Loop `json:"loops,omitempty"`
 }
 
 // Store is one store's health on the status page.
@@ -411,6 +424,9 @@ func (p *Page) View() View {
 		}
 		if t := p.sessions[s.Name]; t != nil {
 			ps.Sessions = t.top(p.cfg.Top, now.Add(-p.cfg.Window))
+		}
+		if t := p.loops[s.Name]; t != nil {
+			ps.Loops = t.top(p.cfg.Top, now.Add(-p.cfg.Window))
 		}
 		st.Policies = append(st.Policies, ps)
 	}
@@ -511,6 +527,27 @@ func (st *View) WriteHTML(w io.Writer, refresh time.Duration) error {
 	}
 	if !listed {
 		p("<p class=\"none\">No session settled in the window under a policy keyed by session.</p>\n")
+	}
+	p("<h2>Loop refusals by session</h2>\n")
+	listed = false
+	for _, ps := range st.Policies {
+		if len(ps.Loops) == 0 {
+			continue
+		}
+		listed = true
+		verb := "refused"
+		if ps.Mode == limits.Shadow {
+			verb = "would refuse"
+		}
+		p("<h3>%s (%s)</h3>\n<table class=\"loops\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>session</th><th>refusals</th><th>step repeated</th><th>more than</th><th>last</th></tr></thead><tbody>\n", esc(ps.Policy), verb, esc(ps.Policy))
+		for _, l := range ps.Loops {
+			p("<tr data-session=\"%s\"><td>%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d within %s</td><td>%s</td></tr>\n",
+				esc(l.Session), esc(l.Tenant), esc(l.Session), l.Refusals, esc(l.Step), l.Limit, l.Window, l.Updated.UTC().Format(time.RFC3339))
+		}
+		p("</tbody></table>\n")
+	}
+	if !listed {
+		p("<p class=\"none\">No session refused as a loop in the window.</p>\n")
 	}
 	p("<h2>Shadow policies: would-reject ratio</h2>\n<div class=\"side\">\n")
 	shadowSeen := false
