@@ -84,12 +84,7 @@ func (d *decoder) decodeWebhook(n *yaml.Node, path string) {
 	) {
 		return
 	}
-	at := func(key string) *yaml.Node {
-		if k := d.lines[path+"."+key]; k != nil {
-			return k
-		}
-		return d.lines[path]
-	}
+	at := func(key string) *yaml.Node { return d.keyAt(path, key) }
 	if w.URL == "" {
 		d.errorf(at("url"), path+".url", "missing: where to POST the warnings")
 	} else if msg := urlProblem(w.URL, "the receiver checks the signature instead"); msg != "" {
@@ -97,8 +92,8 @@ func (d *decoder) decodeWebhook(n *yaml.Node, path string) {
 	}
 	if w.SecretEnv == "" {
 		d.errorf(at("secret_env"), path+".secret_env", "missing: the environment variable holding the signing secret")
-	} else if !envName(w.SecretEnv) {
-		d.errorf(at("secret_env"), path+".secret_env", "%q is not an environment variable name (A-Z, 0-9 and _, not starting with a digit, at most 128)", w.SecretEnv)
+	} else {
+		d.envVar(path, "secret_env", w.SecretEnv)
 	}
 	for _, b := range [...]struct {
 		key string
@@ -137,6 +132,23 @@ func urlProblem(s, creds string) string {
 		return "longer than 2048 bytes"
 	}
 	return ""
+}
+
+// keyAt returns the node of the key path.key, or of path when the key is
+// absent: where an error about it points.
+func (d *decoder) keyAt(path, key string) *yaml.Node {
+	if k := d.lines[path+"."+key]; k != nil {
+		return k
+	}
+	return d.lines[path]
+}
+
+// envVar reports an error at path.key unless name is an environment
+// variable name.
+func (d *decoder) envVar(path, key, name string) {
+	if !envName(name) {
+		d.errorf(d.keyAt(path, key), path+"."+key, "%q is not an environment variable name (A-Z, 0-9 and _, not starting with a digit, at most 128)", name)
+	}
 }
 
 func envName(s string) bool {

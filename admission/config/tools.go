@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -168,19 +169,13 @@ func (d *decoder) decodeMCPServers(n *yaml.Node, path string) {
 		) {
 			return
 		}
-		at := func(key string) *yaml.Node {
-			if k := d.lines[p+"."+key]; k != nil {
-				return k
-			}
-			return d.lines[p]
-		}
 		if s.URL == "" {
-			d.errorf(at("url"), p+".url", "missing: the server's streamable HTTP endpoint")
+			d.errorf(d.keyAt(p, "url"), p+".url", "missing: the server's streamable HTTP endpoint")
 		} else if msg := urlProblem(s.URL, "name the variable holding the key in key_env"); msg != "" {
-			d.errorf(at("url"), p+".url", "%s", msg)
+			d.errorf(d.keyAt(p, "url"), p+".url", "%s", msg)
 		}
-		if s.KeyEnv != "" && !envName(s.KeyEnv) {
-			d.errorf(at("key_env"), p+".key_env", "%q is not an environment variable name (A-Z, 0-9 and _, not starting with a digit, at most 128)", s.KeyEnv)
+		if s.KeyEnv != "" {
+			d.envVar(p, "key_env", s.KeyEnv)
 		}
 		if d.f.MCPServers == nil {
 			d.f.MCPServers = map[string]MCPServer{}
@@ -190,14 +185,7 @@ func (d *decoder) decodeMCPServers(n *yaml.Node, path string) {
 }
 
 // MCPServerNames returns the names of the mcp_servers section, sorted.
-func (f *File) MCPServerNames() []string {
-	names := make([]string, 0, len(f.MCPServers))
-	for n := range f.MCPServers {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
+func (f *File) MCPServerNames() []string { return slices.Sorted(maps.Keys(f.MCPServers)) }
 
 // MCPTools returns the tool set of the MCP server named server: the
 // tools section for "", else the mcp_servers entry's (nil when the file

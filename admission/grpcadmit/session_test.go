@@ -100,7 +100,10 @@ func TestLoopRefusal(t *testing.T) {
 		return nil
 	})
 	attempts := 0
-	tr := &httpretry.Transport{Sleep: func(context.Context, time.Duration) error { t.Error("the client waited to retry a loop refusal"); return nil }}
+	tr := &httpretry.Transport{Sleep: func(context.Context, time.Duration) error {
+		t.Error("the client waited to retry a loop refusal")
+		return nil
+	}}
 	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		attempts++
 		return invoker(ctx, method, req, reply, cc, opts...)

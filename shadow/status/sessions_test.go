@@ -92,18 +92,24 @@ func TestStatusPageTopSessions(t *testing.T) {
 	}
 }
 
-// With HashSessions the page shows a session's pseudonym, never its id.
+// With HashSessions the page shows a session's pseudonym, never its id,
+// among the top sessions and the loops.
 func TestStatusPageHashesSessions(t *testing.T) {
 	page, err := status.NewPage(status.Config{Stats: func() []admission.PolicyStats {
-		return []admission.PolicyStats{{Name: "session-steps", Unit: limits.UnitSteps, Limit: 10}}
+		return []admission.PolicyStats{{Name: "session-steps", Unit: limits.UnitSteps, Limit: 10}, {Name: "loops", Unit: limits.UnitRequests, Limit: 5}}
 	}, HashSessions: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	page.Settled(admission.Settlement{Policy: "session-steps", Tenant: "acme", Session: "secret-run", Limit: 10, Remaining: 7})
+	page.Decision(&admission.Decision{Status: admission.Status{Policy: "loops", Limit: 5, Window: time.Minute}, Outcome: admission.Rejected,
+		Reason: admission.ReasonLoop, Tenant: "acme", Session: "secret-run", Operation: "POST /v1/chat/completions"})
 	v := page.View()
 	if s := v.Policies[0].Sessions; len(s) != 1 || s[0].Session != apikey.HashSession("secret-run") || s[0].Used != 3 {
 		t.Errorf("sessions %+v; want the pseudonym of secret-run, 3 used", s)
+	}
+	if l := v.Policies[1].Loops; len(l) != 1 || l[0].Session != apikey.HashSession("secret-run") || l[0].Step != "POST /v1/chat/completions" {
+		t.Errorf("loops %+v; want the pseudonym of secret-run and its step", l)
 	}
 }
 
@@ -194,20 +200,5 @@ func TestStatusPageLoops(t *testing.T) {
 	}
 	if l := loops("loops"); len(l) != 1 || l[0].Refusals != 1 {
 		t.Errorf("refused again after an idle window: %+v; want run-a with 1 refusal", l)
-	}
-}
-
-// With HashSessions the loops list shows a session's pseudonym.
-func TestStatusPageHashesLoopSessions(t *testing.T) {
-	page, err := status.NewPage(status.Config{Stats: func() []admission.PolicyStats {
-		return []admission.PolicyStats{{Name: "loops", Unit: limits.UnitRequests, Limit: 5}}
-	}, HashSessions: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	page.Decision(&admission.Decision{Status: admission.Status{Policy: "loops", Limit: 5, Window: time.Minute}, Outcome: admission.Rejected,
-		Reason: admission.ReasonLoop, Tenant: "acme", Session: "secret-run", Operation: "POST /v1/chat/completions"})
-	if l := page.View().Policies[0].Loops; len(l) != 1 || l[0].Session != apikey.HashSession("secret-run") || l[0].Step != "POST /v1/chat/completions" {
-		t.Errorf("loops %+v; want the pseudonym of secret-run and its step", l)
 	}
 }

@@ -490,65 +490,60 @@ func (st *View) WriteHTML(w io.Writer, refresh time.Duration) error {
 			ps.WaitMean.Round(time.Millisecond), ps.WaitMax.Round(time.Millisecond), ps.Timeouts, ps.Refused, ps.Requests, chart.Pct(ps.Ratio), ps.FailOpen, ps.StoreErrors)
 	}
 	p("</tbody></table>\n")
-	p("<h2>Refused tenants</h2>\n")
-	listed := false
-	for _, ps := range st.Policies {
-		if len(ps.Tenants) == 0 {
-			continue
+	// perPolicy writes a section of one table per policy that has rows
+	// (n of them), headed by its name and, with verbs, what it does in
+	// its mode (verbs[0] enforcing, verbs[1] in shadow); none when no
+	// policy has any.
+	perPolicy := func(heading, none, class, head string, verbs []string, n func(*Policy) int, row func(*Policy, int)) {
+		p("<h2>%s</h2>\n", heading)
+		listed := false
+		for i := range st.Policies {
+			ps := &st.Policies[i]
+			if n(ps) == 0 {
+				continue
+			}
+			listed = true
+			title := esc(ps.Policy)
+			switch {
+			case len(verbs) == 2 && ps.Mode == limits.Shadow:
+				title += " (" + verbs[1] + ")"
+			case len(verbs) == 2:
+				title += " (" + verbs[0] + ")"
+			}
+			p("<h3>%s</h3>\n<table class=\"%s\" data-policy=\"%s\"><thead><tr>%s</tr></thead><tbody>\n", title, class, esc(ps.Policy), head)
+			for j := range n(ps) {
+				row(ps, j)
+			}
+			p("</tbody></table>\n")
 		}
-		listed = true
-		verb := "rejected"
-		if ps.Mode == limits.Shadow {
-			verb = "would reject"
+		if !listed {
+			p("<p class=\"none\">%s</p>\n", none)
 		}
-		p("<h3>%s (%s)</h3>\n<table class=\"tenants\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>requests</th><th>refused</th><th>of their requests</th><th>share of refusals</th></tr></thead><tbody>\n", esc(ps.Policy), verb, esc(ps.Policy))
-		for _, t := range ps.Tenants {
+	}
+	perPolicy("Refused tenants", "No tenant refused in the window.", "tenants",
+		"<th>tenant</th><th>requests</th><th>refused</th><th>of their requests</th><th>share of refusals</th>", []string{"rejected", "would reject"},
+		func(ps *Policy) int { return len(ps.Tenants) },
+		func(ps *Policy, i int) {
+			t := ps.Tenants[i]
 			p("<tr data-tenant=\"%s\"><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
 				esc(t.Tenant), esc(t.Tenant), t.Requests, t.Refused, chart.Pct(t.Ratio), chart.Pct(t.Share))
-		}
-		p("</tbody></table>\n")
-	}
-	if !listed {
-		p("<p class=\"none\">No tenant refused in the window.</p>\n")
-	}
-	p("<h2>Top sessions by spend</h2>\n")
-	listed = false
-	for _, ps := range st.Policies {
-		if len(ps.Sessions) == 0 {
-			continue
-		}
-		listed = true
-		p("<h3>%s</h3>\n<table class=\"sessions\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>session</th><th>used</th><th>of</th><th>last settled</th></tr></thead><tbody>\n", esc(ps.Policy), esc(ps.Policy))
-		for _, s := range ps.Sessions {
+		})
+	perPolicy("Top sessions by spend", "No session settled in the window under a policy keyed by session.", "sessions",
+		"<th>tenant</th><th>session</th><th>used</th><th>of</th><th>last settled</th>", nil,
+		func(ps *Policy) int { return len(ps.Sessions) },
+		func(ps *Policy, i int) {
+			s := ps.Sessions[i]
 			p("<tr data-session=\"%s\"><td>%s</td><td>%s</td><td>%d %s</td><td>%d (%s)</td><td>%s</td></tr>\n",
 				esc(s.Session), esc(s.Tenant), esc(s.Session), s.Used, ps.Unit, s.Limit, chart.Pct(float64(s.Used)/float64(s.Limit)), s.Updated.UTC().Format(time.RFC3339))
-		}
-		p("</tbody></table>\n")
-	}
-	if !listed {
-		p("<p class=\"none\">No session settled in the window under a policy keyed by session.</p>\n")
-	}
-	p("<h2>Loop refusals by session</h2>\n")
-	listed = false
-	for _, ps := range st.Policies {
-		if len(ps.Loops) == 0 {
-			continue
-		}
-		listed = true
-		verb := "refused"
-		if ps.Mode == limits.Shadow {
-			verb = "would refuse"
-		}
-		p("<h3>%s (%s)</h3>\n<table class=\"loops\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>session</th><th>refusals</th><th>step repeated</th><th>more than</th><th>last</th></tr></thead><tbody>\n", esc(ps.Policy), verb, esc(ps.Policy))
-		for _, l := range ps.Loops {
+		})
+	perPolicy("Loop refusals by session", "No session refused as a loop in the window.", "loops",
+		"<th>tenant</th><th>session</th><th>refusals</th><th>step repeated</th><th>more than</th><th>last</th>", []string{"refused", "would refuse"},
+		func(ps *Policy) int { return len(ps.Loops) },
+		func(ps *Policy, i int) {
+			l := ps.Loops[i]
 			p("<tr data-session=\"%s\"><td>%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d within %s</td><td>%s</td></tr>\n",
 				esc(l.Session), esc(l.Tenant), esc(l.Session), l.Refusals, esc(l.Step), l.Limit, l.Window, l.Updated.UTC().Format(time.RFC3339))
-		}
-		p("</tbody></table>\n")
-	}
-	if !listed {
-		p("<p class=\"none\">No session refused as a loop in the window.</p>\n")
-	}
+		})
 	p("<h2>Shadow policies: would-reject ratio</h2>\n<div class=\"side\">\n")
 	shadowSeen := false
 	for _, ps := range st.Policies {
