@@ -155,7 +155,8 @@ func (g *Gateway) registerMCP(e *echo.Echo) {
 // mcpServer returns the name and the server of the request's route
 // under st: "" and the unnamed server for /mcp, a server of st's file
 // for /mcp/{name}. It answers 404 and returns false for a name the file
-// does not declare.
+// does not declare (to an identified caller: the names are not told to
+// anyone else).
 func (g *Gateway) mcpServer(c echo.Context, st *state) (string, mcpServer, bool) {
 	name := c.Param("server")
 	if name == "" {
@@ -334,11 +335,11 @@ func (g *Gateway) handleMCPPost(c echo.Context) error {
 	r, w := c.Request(), c.Response()
 	ctx := r.Context()
 	st := g.state.Load()
-	server, srv, ok := g.mcpServer(c, st)
+	req, ok := g.identify(c, st)
 	if !ok {
 		return nil
 	}
-	req, ok := g.identify(c, st)
+	server, srv, ok := g.mcpServer(c, st)
 	if !ok {
 		return nil
 	}
@@ -536,11 +537,11 @@ func (g *Gateway) mcpSession(c echo.Context, tenant, server string) (string, boo
 // neither is admitted (no tool runs), and both need a session.
 func (g *Gateway) handleMCPStream(c echo.Context) error {
 	st := g.state.Load()
-	server, srv, ok := g.mcpServer(c, st)
+	req, ok := g.identify(c, st)
 	if !ok {
 		return nil
 	}
-	req, ok := g.identify(c, st)
+	server, srv, ok := g.mcpServer(c, st)
 	if !ok {
 		return nil
 	}
