@@ -160,8 +160,8 @@ func WithIdentityConfig(ic httpadmit.IdentityConfig) Option {
 // Middleware admits an MCP server's requests; see the package doc.
 type Middleware struct {
 	ctl  *admission.Controller
-	base []Option // New's, under those of each Apply
-	mu   sync.Mutex
+	base []Option   // New's, under those of each Apply
+	mu   sync.Mutex // serialises installs
 	cur  atomic.Pointer[snapshot]
 }
 

@@ -66,9 +66,8 @@ type MCP struct {
 	MaxBatch int
 	// SessionSecret signs the session ids the gateway hands out, which
 	// bind an upstream session to the tenant that opened it and to its
-	// server. Empty means
-	// a random secret per process: set the same secret on every replica
-	// behind one load balancer.
+	// server. Empty means a random secret per process: set the same
+	// secret on every replica behind one load balancer.
 	SessionSecret []byte
 }
 
