@@ -84,21 +84,16 @@ func (d *decoder) decodeWebhook(n *yaml.Node, path string) {
 	) {
 		return
 	}
-	at := func(key string) *yaml.Node {
-		if k := d.lines[path+"."+key]; k != nil {
-			return k
-		}
-		return d.lines[path]
-	}
+	at := func(key string) *yaml.Node { return d.keyAt(path, key) }
 	if w.URL == "" {
 		d.errorf(at("url"), path+".url", "missing: where to POST the warnings")
-	} else if msg := webhookURLProblem(w.URL); msg != "" {
+	} else if msg := urlProblem(w.URL, "the receiver checks the signature instead"); msg != "" {
 		d.errorf(at("url"), path+".url", "%s", msg)
 	}
 	if w.SecretEnv == "" {
 		d.errorf(at("secret_env"), path+".secret_env", "missing: the environment variable holding the signing secret")
-	} else if !envName(w.SecretEnv) {
-		d.errorf(at("secret_env"), path+".secret_env", "%q is not an environment variable name (A-Z, 0-9 and _, not starting with a digit, at most 128)", w.SecretEnv)
+	} else {
+		d.envVar(path, "secret_env", w.SecretEnv)
 	}
 	for _, b := range [...]struct {
 		key string
@@ -121,20 +116,39 @@ func (d *decoder) decodeWebhook(n *yaml.Node, path string) {
 	d.f.Budgets.Webhook = w
 }
 
-// webhookURLProblem says what is wrong with a webhook URL, or "".
-func webhookURLProblem(s string) string {
+// urlProblem says what is wrong with the URL of a server the program
+// calls, or "": it must be http or https, with a host, no fragment and
+// no credentials (creds says where they go instead).
+func urlProblem(s, creds string) string {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return fmt.Sprintf("%q is not an http:// or https:// URL", RedactURL(s))
 	case u.User != nil:
-		return "must not hold credentials: the receiver checks the signature instead"
+		return "must not hold credentials: " + creds
 	case u.Fragment != "" || strings.HasSuffix(s, "#"):
 		return "must not have a fragment"
 	case len(s) > 2048:
 		return "longer than 2048 bytes"
 	}
 	return ""
+}
+
+// keyAt returns the node of the key path.key, or of path when the key is
+// absent: where an error about it points.
+func (d *decoder) keyAt(path, key string) *yaml.Node {
+	if k := d.lines[path+"."+key]; k != nil {
+		return k
+	}
+	return d.lines[path]
+}
+
+// envVar reports an error at path.key unless name is an environment
+// variable name.
+func (d *decoder) envVar(path, key, name string) {
+	if !envName(name) {
+		d.errorf(d.keyAt(path, key), path+"."+key, "%q is not an environment variable name (A-Z, 0-9 and _, not starting with a digit, at most 128)", name)
+	}
 }
 
 func envName(s string) bool {

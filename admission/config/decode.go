@@ -515,7 +515,8 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"classes", d.decodeClasses},
 		field{"budgets", d.decodeBudgets},
 		field{"directory", d.decodeDirectory},
-		field{"tools", d.decodeTools},
+		field{"tools", d.tools(&f.Tools)},
+		field{"mcp_servers", d.decodeMCPServers},
 	) {
 		return
 	}

@@ -122,9 +122,13 @@ type File struct {
 	Budgets Budgets
 	// Directory says where tenants, plans and API keys live.
 	Directory Directory
-	// Tools holds the tools section: the MCP tools, their costs and
-	// which of them write (see limits.MCPOperation).
+	// Tools holds the tools section: the MCP tools of the unnamed MCP
+	// server, their costs and which of them write (see
+	// limits.MCPOperation).
 	Tools Tools
+	// MCPServers holds the mcp_servers section, by server name; nil
+	// when the file declares none.
+	MCPServers map[string]MCPServer
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
@@ -136,9 +140,10 @@ type PolicyInfo struct {
 	// Match.Operations as "METHOD route".
 	Routes  []string
 	Methods []string // empty: every method
-	// Tools and MCPMethods are the MCP match of the policy (match.tools,
-	// match.mcp_methods), expanded into Match.Operations (see
-	// limits.MCPOperation).
+	// Servers, Tools and MCPMethods are the MCP match of the policy
+	// (match.servers, match.tools, match.mcp_methods), expanded into
+	// Match.Operations (see limits.MCPOperation).
+	Servers    []string
 	Tools      []string
 	MCPMethods []string
 	// Bounds names the rate policy a quota is meant to bound.

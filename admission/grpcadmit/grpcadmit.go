@@ -54,6 +54,13 @@
 //     when waiting cannot help) and an errdetails.QuotaFailure whose
 //     violation names the policy (subject "policy:<name>") and the
 //     reason.
+//   - 403 loop_detected (a loop policy: the session repeats one step
+//     more often than the policy allows): codes.FailedPrecondition,
+//     which a client does not retry as it is, with an errdetails.ErrorInfo
+//     (reason LOOP_DETECTED, domain sluice, metadata policy, limit and
+//     window) and an errdetails.PreconditionFailure naming the policy
+//     (subject "policy:<name>"), and no RetryInfo: the same step would
+//     be refused again, so waiting cannot help (see docs/sessions.md).
 //   - 503 (the limit store unavailable with a policy failing closed, or
 //     the partition table full): codes.Unavailable with RetryInfo and no
 //     figures, which describe the service rather than the caller.
@@ -533,9 +540,13 @@ func (s *settings) errorStatus(ctx context.Context, err error) error {
 
 // rejectionStatus returns the status of a rejection: ResourceExhausted
 // (Unavailable for the store or the partition table) with RetryInfo and,
-// for a caller's own limit, QuotaFailure. It names the policy, which the
-// operator wrote, and nothing the client sent.
+// for a caller's own limit, QuotaFailure; a loop's (loopStatus). It
+// names the policy, which the operator wrote, and nothing the client
+// sent.
 func rejectionStatus(rej *admission.Rejection) *status.Status {
+	if rej.Reason == admission.ReasonLoop {
+		return loopStatus(rej)
+	}
 	code := codes.ResourceExhausted
 	if limitheaders.StatusCode(rej, 0) == http.StatusServiceUnavailable {
 		code = codes.Unavailable
@@ -564,6 +575,37 @@ func rejectionStatus(rej *admission.Rejection) *status.Status {
 	}
 	if err != nil {
 		return st
+	}
+	return with
+}
+
+// loopReason is the ErrorInfo reason of a loop refusal (see the package
+// doc); errorDomain is the domain of the package's reasons.
+const (
+	loopReason  = "LOOP_DETECTED"
+	errorDomain = "sluice"
+)
+
+// loopStatus returns the status of a loop refusal: FailedPrecondition,
+// with the loop's evidence (the policy, how many repetitions of one step
+// in what window) in the message, an ErrorInfo and a
+// PreconditionFailure, and no RetryInfo.
+func loopStatus(rej *admission.Rejection) *status.Status {
+	st := rej.Status
+	per, md := "", map[string]string{"policy": rej.Policy, "limit": strconv.FormatInt(st.Limit, 10)}
+	if st.Window > 0 {
+		per = " within " + st.Window.String()
+		md["window"] = st.Window.String()
+	}
+	evidence := fmt.Sprintf("the session made the same step more than %d times%s", st.Limit, per)
+	s := status.New(codes.FailedPrecondition, fmt.Sprintf("loop detected by policy %q: %s; it will not be served again as it is: change the step or end the session", rej.Policy, evidence))
+	with, err := s.WithDetails(
+		&errdetails.ErrorInfo{Reason: loopReason, Domain: errorDomain, Metadata: md},
+		&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
+			Type: loopReason, Subject: "policy:" + rej.Policy, Description: evidence,
+		}}})
+	if err != nil {
+		return s
 	}
 	return with
 }

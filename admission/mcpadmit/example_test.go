@@ -18,7 +18,7 @@ import (
 // An MCP server whose tool calls are limited to two an hour.
 func Example() {
 	ctl, _ := admission.New(admission.Config{Policies: []admission.Policy{{
-		Name: "tool-calls", Match: limits.Match{Operations: []string{limits.MCPOperation("tools/call", limits.OtherTool)}},
+		Name: "tool-calls", Match: limits.Match{Operations: []string{limits.MCPOperation("", "tools/call", limits.OtherTool)}},
 		Algorithm: limits.TokenBucket, Limit: 2, Per: time.Hour,
 	}}}, admission.WithClock(admissiontest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))))
 	defer ctl.Close()

@@ -9,10 +9,12 @@
 //
 // Each request of a method in limits.MCPMethods is one admission.Request:
 //
-//   - Operation: limits.MCPOperation(method, tool), "mcp tools/call
-//     search" for a call of the declared tool search ("__other__" for a
-//     tool WithTools does not declare), "mcp resources/read" for a read;
-//     policies match it with match.tools and match.mcp_methods.
+//   - Operation: limits.MCPOperation(server, method, tool), "mcp
+//     tools/call search" for a call of the declared tool search
+//     ("__other__" for a tool WithTools does not declare), "mcp
+//     resources/read" for a read, "mcp/files tools/call write_file" for
+//     a server named files (WithServer); policies match it with
+//     match.servers, match.tools and match.mcp_methods.
 //   - Session: the MCP session id, which a policy keyed by session counts
 //     under the tenant.
 //   - Tenant, key id and user: from the HTTP request behind the session,
@@ -25,7 +27,10 @@
 //     steps counts its model calls and its tool calls together.
 //
 // The ticket is settled when the handler returns, panics or is
-// cancelled: a permit is held exactly while its work runs. A refusal is
+// cancelled: a permit is held exactly while its work runs. Apply
+// installs a reloaded policy file's policies and tool declarations as
+// one snapshot, which each request reads once: it is priced, named and
+// admitted by the tools and policies of one file. A refusal is
 // a JSON-RPC error (see ErrorData and docs/mcp.md): CodeLimited with a
 // retry hint, or CodeFinal for a refusal that waiting cannot cure (a
 // session's budget, a cost above the limit). ping and notifications are
@@ -41,6 +46,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -109,11 +116,19 @@ type options struct {
 	budgets  []string
 	identify IdentifyFunc
 	maxSess  int
+	server   string
 }
 
 // WithTools prices and labels tool calls by ts; without it every tool is
-// limits.OtherTool and costs 1.
+// limits.OtherTool and costs 1. A policy file's tool set is
+// f.MCPTools(server): pass it to New, and again to Apply on each reload.
 func WithTools(ts ToolSet) Option { return func(o *options) { o.tools = ts } }
+
+// WithServer names the server in the operations of its requests ("mcp/"
+// + name, see limits.MCPOperation), so that the policies of a file that
+// declares several MCP servers (match.servers) tell it apart; name must
+// be limits.ValidServerName. Without it the server is the unnamed one.
+func WithServer(name string) Option { return func(o *options) { o.server = name } }
 
 // WithBudgets names the policies whose quota refusals are final (a
 // policy file's budget: true): they answer CodeFinal, not retryable.
@@ -144,8 +159,17 @@ func WithIdentityConfig(ic httpadmit.IdentityConfig) Option {
 
 // Middleware admits an MCP server's requests; see the package doc.
 type Middleware struct {
-	ctl *admission.Controller
-	o   options
+	ctl  *admission.Controller
+	base []Option   // New's, under those of each Apply
+	mu   sync.Mutex // serialises installs
+	cur  atomic.Pointer[snapshot]
+}
+
+// snapshot is what a request is decided by: the options in force and
+// the policy set installed with them (nil: the controller's).
+type snapshot struct {
+	o        options
+	policies *admission.PolicySet
 }
 
 // New returns a middleware admitting through ctl.
@@ -153,17 +177,59 @@ func New(ctl *admission.Controller, opts ...Option) (*Middleware, error) {
 	if ctl == nil {
 		return nil, errors.New("mcpadmit: nil controller")
 	}
-	m := &Middleware{ctl: ctl}
-	for _, opt := range opts {
-		opt(&m.o)
+	m := &Middleware{ctl: ctl, base: opts}
+	s, err := m.build(nil)
+	if err != nil {
+		return nil, err
 	}
-	if m.o.tools == nil {
-		m.o.tools = undeclared{}
-	}
-	if m.o.identify == nil {
-		m.o.identify = tokenIdentity
-	}
+	m.cur.Store(s)
 	return m, nil
+}
+
+// build returns the snapshot of New's options with opts over them.
+func (m *Middleware) build(opts []Option) (*snapshot, error) {
+	s := &snapshot{}
+	for _, opt := range append(slices.Clip(m.base), opts...) {
+		opt(&s.o)
+	}
+	if s.o.server != "" && !limits.ValidServerName(s.o.server) {
+		return nil, fmt.Errorf("mcpadmit: %.40q is not a server name (see limits.ValidServerName)", s.o.server)
+	}
+	if s.o.tools == nil {
+		s.o.tools = undeclared{}
+	}
+	if s.o.identify == nil {
+		s.o.identify = tokenIdentity
+	}
+	return s, nil
+}
+
+// Apply installs the policies and plans of cfg, with opts applied over
+// New's options (a reloaded file's tools and budgets: WithTools,
+// WithBudgets), as one snapshot: the controller compiles cfg, and the
+// policy set and the options are swapped in together, so that no
+// request is priced by one file's tools and admitted by another's
+// policies. A configuration that does not compile, or options that do
+// not build, change nothing. As a reload.Subscriber:
+//
+//	func(f *config.File) error {
+//		return mw.Apply(f.Config, mcpadmit.WithTools(f.MCPTools("files")), mcpadmit.WithBudgets(budgets(f)...))
+//	}
+func (m *Middleware) Apply(cfg admission.Config, opts ...Option) error {
+	s, err := m.build(opts)
+	if err != nil {
+		return err
+	}
+	if s.policies, err = m.ctl.Compile(cfg); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.ctl.Install(s.policies); err != nil {
+		return err
+	}
+	m.cur.Store(s)
+	return nil
 }
 
 // undeclared is the tool set of a middleware without WithTools.
@@ -190,29 +256,31 @@ func (m *Middleware) Wrap(next mcp.MethodHandler) mcp.MethodHandler {
 		if !slices.Contains(limits.MCPMethods, method) {
 			return next(ctx, method, req)
 		}
-		r, err := m.request(ctx, method, req)
+		s := m.cur.Load()
+		r, err := s.request(ctx, method, req)
 		if err != nil {
 			return nil, err
 		}
 		tk, err := m.ctl.Admit(ctx, r)
 		if err != nil {
-			return nil, m.refusal(err)
+			return nil, s.refusal(err)
 		}
 		defer tk.Done() // on return, panic or cancel alike
 		return next(ctx, method, req)
 	}
 }
 
-// request returns the admission request of an MCP request of method.
-func (m *Middleware) request(ctx context.Context, method string, req mcp.Request) (admission.Request, error) {
-	id, err := m.o.identify(ctx, req)
+// request returns the admission request of an MCP request of method,
+// decided by the policies of s.
+func (s *snapshot) request(ctx context.Context, method string, req mcp.Request) (admission.Request, error) {
+	id, err := s.o.identify(ctx, req)
 	if err != nil {
 		return admission.Request{}, &jsonrpc.Error{Code: CodeUnauthenticated, Message: "Unauthenticated: the credentials were refused."}
 	}
-	r := admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User}
-	if s := req.GetSession(); s != nil {
-		if sid := s.ID(); sid != "" {
-			if !apikey.ValidSession(sid, m.o.maxSess) {
+	r := admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Policies: s.policies}
+	if ss := req.GetSession(); ss != nil {
+		if sid := ss.ID(); sid != "" {
+			if !apikey.ValidSession(sid, s.o.maxSess) {
 				return admission.Request{}, &jsonrpc.Error{Code: CodeInvalidSession,
 					Message: "Invalid session id: it must be printable ASCII without spaces, and not longer than this server accepts."}
 			}
@@ -221,19 +289,19 @@ func (m *Middleware) request(ctx context.Context, method string, req mcp.Request
 	}
 	tool := ""
 	if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
-		tool = m.o.tools.Label(p.Name)
-		r.Cost = m.o.tools.Cost(tool)
+		tool = s.o.tools.Label(p.Name)
+		r.Cost = s.o.tools.Cost(tool)
 		r.Units = []admission.UnitAmount{{Unit: limits.UnitSteps, Amount: 1}}
 		// The step a loop policy counts: the tool and its arguments,
 		// normalised.
 		r.Fingerprint = fingerprint.ToolCall(p.Name, p.Arguments)
 	}
-	r.Operation = limits.MCPOperation(method, tool)
+	r.Operation = limits.MCPOperation(s.o.server, method, tool)
 	return r, nil
 }
 
 // refusal returns the JSON-RPC error of an admission error.
-func (m *Middleware) refusal(err error) error {
+func (s *snapshot) refusal(err error) error {
 	var rej *admission.Rejection
 	if !errors.As(err, &rej) {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -241,14 +309,14 @@ func (m *Middleware) refusal(err error) error {
 		}
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The request could not be admitted."}
 	}
-	code, data, msg := Refusal(rej, m.final(rej))
+	code, data, msg := Refusal(rej, s.final(rej))
 	raw, _ := json.Marshal(data) // a struct of strings and numbers
 	return &jsonrpc.Error{Code: int64(code), Message: msg, Data: raw}
 }
 
 // final reports whether rej is the refusal of a budget.
-func (m *Middleware) final(rej *admission.Rejection) bool {
-	return rej.Reason == admission.ReasonQuota && slices.Contains(m.o.budgets, rej.Policy)
+func (s *snapshot) final(rej *admission.Rejection) bool {
+	return rej.Reason == admission.ReasonQuota && slices.Contains(s.o.budgets, rej.Policy)
 }
 
 // Refusal returns the JSON-RPC error code, data and message of rej, a

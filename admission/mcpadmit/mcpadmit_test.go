@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,13 +32,14 @@ var keys = apikey.Table{
 // HTTP on loopback, built from a policy file; its tool "slow" waits for
 // release, its other tools answer at once.
 type fixture struct {
+	mw      *mcpadmit.Middleware
 	url     string
 	entered chan struct{}
 	left    chan struct{}
 	release chan struct{}
 }
 
-func newFixture(t *testing.T, policy string) *fixture {
+func newFixture(t *testing.T, policy string, opts ...mcpadmit.Option) *fixture {
 	t.Helper()
 	f, err := config.Parse("mcp.yaml", []byte(policy))
 	if err != nil {
@@ -48,18 +50,11 @@ func newFixture(t *testing.T, policy string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ctl.Close() })
-	var budgets []string
-	for i, p := range f.Policies {
-		if p.Budget {
-			budgets = append(budgets, f.Config.Policies[i].Name)
-		}
-	}
-	mw, err := mcpadmit.New(ctl, mcpadmit.WithTools(&f.Tools), mcpadmit.WithBudgets(budgets...),
-		mcpadmit.WithIdentityConfig(httpadmit.IdentityConfig{Keys: keys, RequireKey: true}))
+	mw, err := mcpadmit.New(ctl, append(append(fileOptions(f), mcpadmit.WithIdentityConfig(httpadmit.IdentityConfig{Keys: keys, RequireKey: true})), opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := &fixture{entered: make(chan struct{}, 16), left: make(chan struct{}, 16), release: make(chan struct{})}
+	fx := &fixture{mw: mw, entered: make(chan struct{}, 16), left: make(chan struct{}, 16), release: make(chan struct{})}
 	server := mcp.NewServer(&mcp.Implementation{Name: "files", Version: "1"}, nil)
 	answer := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
@@ -97,6 +92,30 @@ func newFixture(t *testing.T, policy string) *fixture {
 	t.Cleanup(srv.Close)
 	fx.url = srv.URL
 	return fx
+}
+
+// fileOptions returns the options a policy file sets: its tools and its
+// budgets.
+func fileOptions(f *config.File) []mcpadmit.Option {
+	var budgets []string
+	for i, p := range f.Policies {
+		if p.Budget {
+			budgets = append(budgets, f.Config.Policies[i].Name)
+		}
+	}
+	return []mcpadmit.Option{mcpadmit.WithTools(&f.Tools), mcpadmit.WithBudgets(budgets...)}
+}
+
+// apply installs the policy file src as a reload does.
+func (fx *fixture) apply(t *testing.T, src string) {
+	t.Helper()
+	f, err := config.Parse("reloaded.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.mw.Apply(f.Config, fileOptions(f)...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // keyTransport adds an API key to each request.
@@ -315,4 +334,80 @@ func TestSessionsLimited(t *testing.T) {
 		t.Errorf("second session of acme = %v; want refused with CodeLimited", err)
 	}
 	fx.connect(t, "sk-globex")
+}
+
+// TestToolsFollowReload: a reloaded file's tool declarations and
+// policies take effect together on the next call, and the options of
+// New (the identity) stay: a tool the first file leaves undeclared is
+// counted as __other__; once the next file declares it a write with a
+// cost, it is named, priced and limited as such; back to the first
+// file, it is __other__ again, its partition of the first file kept.
+func TestToolsFollowReload(t *testing.T) {
+	const first = "version: 1\ntools:\n  - {name: search}\npolicies:\n" +
+		"  - {name: undeclared, match: {tools: [__other__]}, key: [tenant], algorithm: token_bucket, limit: 1, per: 1h}\n"
+	const next = "version: 1\ntools:\n  - {name: search}\n  - {name: write_file, cost: 5, write: true}\npolicies:\n" +
+		"  - {name: undeclared, match: {tools: [__other__]}, key: [tenant], algorithm: token_bucket, limit: 1, per: 1h}\n" +
+		"  - {name: writes, match: {tools: ['@writes']}, key: [tenant], algorithm: token_bucket, limit: 3, per: 1h}\n" +
+		"  - {name: spend, match: {mcp_methods: [tools/call]}, key: [tenant], unit: cost, algorithm: quota, per: 1h, limit: 12, budget: true}\n"
+	fx := newFixture(t, first)
+	cs := fx.connect(t, "sk-acme")
+	if je, _ := call(t, cs, "write_file"); je != nil {
+		t.Fatalf("first write_file (undeclared, 1 of 1) refused: %v", je)
+	}
+	fx.apply(t, next)
+	for i := range 2 {
+		if je, d := call(t, cs, "write_file"); je != nil {
+			t.Fatalf("write_file %d after the reload refused: %v %+v (still counted as __other__?)", i, je, d)
+		}
+	}
+	// 10 of 12 spent: the third write (cost 5) exceeds the budget, a
+	// final refusal by WithBudgets of the reloaded file.
+	je, d := call(t, cs, "write_file")
+	if je == nil || je.Code != mcpadmit.CodeFinal || d.Policy != "spend" || d.Reason != "budget" || d.Remaining != 2 {
+		t.Errorf("third write_file after the reload = %v %+v; want CodeFinal by spend (budget, remaining 2)", je, d)
+	}
+	fx.apply(t, first)
+	je, d = call(t, cs, "write_file")
+	if je == nil || je.Code != mcpadmit.CodeLimited || d.Policy != "undeclared" {
+		t.Errorf("write_file back under the first file = %v %+v; want refused by undeclared (its one call spent before the reloads)", je, d)
+	}
+	if je, _ := call(t, fx.connect(t, "sk-globex"), "write_file"); je != nil {
+		t.Errorf("globex's first undeclared call refused: %v", je)
+	}
+	if _, err := mcp.NewClient(&mcp.Implementation{Name: "anonymous", Version: "1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: fx.url, DisableStandaloneSSE: true, MaxRetries: -1}, nil); err == nil {
+		t.Error("a caller without a key connected after the reloads; want refused (New's identity option kept)")
+	}
+}
+
+// TestWithServer: a middleware named after an mcp_servers entry is
+// matched by that server's policies (match.servers) and priced by its
+// tools, never by the policies of another server; a name that cannot be
+// a server's is refused.
+func TestWithServer(t *testing.T) {
+	const src = "version: 1\nmcp_servers:\n" +
+		"  files: {url: 'http://files.internal/mcp', tools: [{name: write_file, write: true}]}\n" +
+		"  search: {url: 'http://search.internal/mcp', tools: [{name: write_file, write: true}]}\n" +
+		"policies:\n" +
+		"  - {name: files-writes, match: {servers: [files], tools: ['@writes']}, key: [tenant], algorithm: token_bucket, limit: 1, per: 1h}\n" +
+		"  - {name: search-calls, match: {servers: [search]}, key: [tenant], algorithm: token_bucket, limit: 1, per: 1h}\n"
+	f, err := config.Parse("servers.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := newFixture(t, src, mcpadmit.WithServer("files"), mcpadmit.WithTools(f.MCPTools("files")))
+	cs := fx.connect(t, "sk-acme") // initialize: not a tools/call of files, search-calls does not count it
+	if je, _ := call(t, cs, "write_file"); je != nil {
+		t.Fatalf("first write_file on files refused: %v", je)
+	}
+	if je, d := call(t, cs, "write_file"); je == nil || d.Policy != "files-writes" {
+		t.Errorf("second write_file on files = %v %+v; want refused by files-writes", je, d)
+	}
+	ctl, _ := admission.New(admission.Config{})
+	defer ctl.Close()
+	for _, name := range []string{"Files", "default", "a/b", strings.Repeat("x", 33)} {
+		if _, err := mcpadmit.New(ctl, mcpadmit.WithServer(name)); err == nil {
+			t.Errorf("New(WithServer(%q)) = nil error; want refused", name)
+		}
+	}
 }

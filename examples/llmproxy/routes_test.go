@@ -59,6 +59,9 @@ var gatewayRoutes = map[string]routeKind{
 	"POST /mcp":                          mcpRoute,
 	"GET /mcp":                           mcpRoute,
 	"DELETE /mcp":                        mcpRoute,
+	"POST /mcp/{server}":                 mcpRoute,
+	"GET /mcp/{server}":                  mcpRoute,
+	"DELETE /mcp/{server}":               mcpRoute,
 }
 
 // TestDefaultPolicyGovernsEveryRoute enumerates the routes the demo
@@ -132,7 +135,7 @@ func TestDefaultPolicyGovernsEveryRoute(t *testing.T) {
 			for _, tool := range []string{"search", "write_file", limits.OtherTool} {
 				n := 0
 				for _, p := range s.file.Config.Policies {
-					if p.Matches(limits.MCPOperation(limits.MCPToolsCall, tool), "") && p.Mode == limits.Enforce && slices.Contains(rate, p.Algorithm) {
+					if p.Matches(limits.MCPOperation("", limits.MCPToolsCall, tool), "") && p.Mode == limits.Enforce && slices.Contains(rate, p.Algorithm) {
 						n++
 					}
 				}

@@ -99,8 +99,11 @@ func WithClock(c admission.Clock) Option {
 //
 // It is also an admission.Observer (shadow.Join it with the others): it counts,
 // in a ring of per-interval figures, queue waits, fail-opens and store
-// errors. Memory is bounded: the ring, a fixed number of policies and
-// stores, the Recorder's own bounds, and the last reloads.
+// errors, and follows the agent sessions of the policies keyed by session
+// (their spend) and of the loop policies (their loop refusals, with the
+// step repeated). Memory is bounded: the ring, a fixed number of
+// policies, stores and sessions per policy, the Recorder's own bounds,
+// and the last reloads.
 type Page struct {
 	admission.NopObserver
 	cfg      Config
@@ -110,7 +113,8 @@ type Page struct {
 
 	mu       sync.Mutex
 	policies map[string]*statusRing
-	sessions map[string]*sessionTop // per policy keyed by session
+	sessions map[string]*followed[Session] // per policy keyed by session
+	loops    map[string]*followed[Loop]    // per loop policy
 	stores   map[string]*storeStatus
 	reloads  []Reload
 }
@@ -187,7 +191,7 @@ func NewPage(cfg Config, opts ...Option) (*Page, error) {
 	}
 	p := &Page{
 		cfg: cfg, clock: admission.SystemClock{}, width: max(int64(cfg.Window)/int64(cfg.Buckets), 1),
-		policies: map[string]*statusRing{}, sessions: map[string]*sessionTop{}, stores: map[string]*storeStatus{},
+		policies: map[string]*statusRing{}, sessions: map[string]*followed[Session]{}, loops: map[string]*followed[Loop]{}, stores: map[string]*storeStatus{},
 	}
 	for _, o := range opts {
 		o(p)
@@ -217,8 +221,13 @@ func (p *Page) bucket(policy string) *statusBucket {
 	return b
 }
 
-// Decision counts queue waits and fail-open and fail-closed decisions.
+// Decision counts queue waits and fail-open and fail-closed decisions,
+// and follows the sessions loop policies refuse.
 func (p *Page) Decision(d *admission.Decision) {
+	if d.Reason == admission.ReasonLoop && d.Session != "" && (d.Outcome == admission.Rejected || d.Outcome == admission.WouldReject) {
+		p.loop(d)
+		return
+	}
 	switch d.Outcome {
 	case admission.Admitted, admission.Timeout, admission.FailOpen, admission.FailClosed:
 	default:
@@ -352,6 +361,10 @@ type Policy struct {
 	// settled in the window with the most used (a session budget's
 	// spend), at most Config.Top.
 	Sessions []Session `json:"sessions,omitempty"`
+	// Loops are, for a loop policy, the sessions it refused (or, in
+	// shadow mode, would have) in the window, the most refusals first,
+	// at most Config.Top.
+	Loops []Loop `json:"loops,omitempty"`
 }
 
 // Store is one store's health on the status page.
@@ -411,6 +424,9 @@ func (p *Page) View() View {
 		}
 		if t := p.sessions[s.Name]; t != nil {
 			ps.Sessions = t.top(p.cfg.Top, now.Add(-p.cfg.Window))
+		}
+		if t := p.loops[s.Name]; t != nil {
+			ps.Loops = t.top(p.cfg.Top, now.Add(-p.cfg.Window))
 		}
 		st.Policies = append(st.Policies, ps)
 	}
@@ -474,44 +490,60 @@ func (st *View) WriteHTML(w io.Writer, refresh time.Duration) error {
 			ps.WaitMean.Round(time.Millisecond), ps.WaitMax.Round(time.Millisecond), ps.Timeouts, ps.Refused, ps.Requests, chart.Pct(ps.Ratio), ps.FailOpen, ps.StoreErrors)
 	}
 	p("</tbody></table>\n")
-	p("<h2>Refused tenants</h2>\n")
-	listed := false
-	for _, ps := range st.Policies {
-		if len(ps.Tenants) == 0 {
-			continue
+	// perPolicy writes a section of one table per policy that has rows
+	// (n of them), headed by its name and, with verbs, what it does in
+	// its mode (verbs[0] enforcing, verbs[1] in shadow); none when no
+	// policy has any.
+	perPolicy := func(heading, none, class, head string, verbs []string, n func(*Policy) int, row func(*Policy, int)) {
+		p("<h2>%s</h2>\n", heading)
+		listed := false
+		for i := range st.Policies {
+			ps := &st.Policies[i]
+			if n(ps) == 0 {
+				continue
+			}
+			listed = true
+			title := esc(ps.Policy)
+			switch {
+			case len(verbs) == 2 && ps.Mode == limits.Shadow:
+				title += " (" + verbs[1] + ")"
+			case len(verbs) == 2:
+				title += " (" + verbs[0] + ")"
+			}
+			p("<h3>%s</h3>\n<table class=\"%s\" data-policy=\"%s\"><thead><tr>%s</tr></thead><tbody>\n", title, class, esc(ps.Policy), head)
+			for j := range n(ps) {
+				row(ps, j)
+			}
+			p("</tbody></table>\n")
 		}
-		listed = true
-		verb := "rejected"
-		if ps.Mode == limits.Shadow {
-			verb = "would reject"
+		if !listed {
+			p("<p class=\"none\">%s</p>\n", none)
 		}
-		p("<h3>%s (%s)</h3>\n<table class=\"tenants\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>requests</th><th>refused</th><th>of their requests</th><th>share of refusals</th></tr></thead><tbody>\n", esc(ps.Policy), verb, esc(ps.Policy))
-		for _, t := range ps.Tenants {
+	}
+	perPolicy("Refused tenants", "No tenant refused in the window.", "tenants",
+		"<th>tenant</th><th>requests</th><th>refused</th><th>of their requests</th><th>share of refusals</th>", []string{"rejected", "would reject"},
+		func(ps *Policy) int { return len(ps.Tenants) },
+		func(ps *Policy, i int) {
+			t := ps.Tenants[i]
 			p("<tr data-tenant=\"%s\"><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
 				esc(t.Tenant), esc(t.Tenant), t.Requests, t.Refused, chart.Pct(t.Ratio), chart.Pct(t.Share))
-		}
-		p("</tbody></table>\n")
-	}
-	if !listed {
-		p("<p class=\"none\">No tenant refused in the window.</p>\n")
-	}
-	p("<h2>Top sessions by spend</h2>\n")
-	listed = false
-	for _, ps := range st.Policies {
-		if len(ps.Sessions) == 0 {
-			continue
-		}
-		listed = true
-		p("<h3>%s</h3>\n<table class=\"sessions\" data-policy=\"%s\"><thead><tr><th>tenant</th><th>session</th><th>used</th><th>of</th><th>last settled</th></tr></thead><tbody>\n", esc(ps.Policy), esc(ps.Policy))
-		for _, s := range ps.Sessions {
+		})
+	perPolicy("Top sessions by spend", "No session settled in the window under a policy keyed by session.", "sessions",
+		"<th>tenant</th><th>session</th><th>used</th><th>of</th><th>last settled</th>", nil,
+		func(ps *Policy) int { return len(ps.Sessions) },
+		func(ps *Policy, i int) {
+			s := ps.Sessions[i]
 			p("<tr data-session=\"%s\"><td>%s</td><td>%s</td><td>%d %s</td><td>%d (%s)</td><td>%s</td></tr>\n",
 				esc(s.Session), esc(s.Tenant), esc(s.Session), s.Used, ps.Unit, s.Limit, chart.Pct(float64(s.Used)/float64(s.Limit)), s.Updated.UTC().Format(time.RFC3339))
-		}
-		p("</tbody></table>\n")
-	}
-	if !listed {
-		p("<p class=\"none\">No session settled in the window under a policy keyed by session.</p>\n")
-	}
+		})
+	perPolicy("Loop refusals by session", "No session refused as a loop in the window.", "loops",
+		"<th>tenant</th><th>session</th><th>refusals</th><th>step repeated</th><th>more than</th><th>last</th>", []string{"refused", "would refuse"},
+		func(ps *Policy) int { return len(ps.Loops) },
+		func(ps *Policy, i int) {
+			l := ps.Loops[i]
+			p("<tr data-session=\"%s\"><td>%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d within %s</td><td>%s</td></tr>\n",
+				esc(l.Session), esc(l.Tenant), esc(l.Session), l.Refusals, esc(l.Step), l.Limit, l.Window, l.Updated.UTC().Format(time.RFC3339))
+		})
 	p("<h2>Shadow policies: would-reject ratio</h2>\n<div class=\"side\">\n")
 	shadowSeen := false
 	for _, ps := range st.Policies {

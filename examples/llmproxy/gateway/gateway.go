@@ -459,7 +459,7 @@ type Gateway struct {
 	batches   *batches // the Batch API's files and reservations
 	responses *responses
 	streams   streamWatch
-	mcp       *mcpProxy // Config.MCP's route; nil without an upstream
+	mcp       *mcpProxy // Config.MCP's routes
 }
 
 // state is the gateway's snapshot: everything it derives from one
@@ -483,7 +483,8 @@ type state struct {
 	store  map[string]string // policy → its store, for the policies on a store
 	// sessions: where sessions come from, which policies are budgets.
 	sessions sessions
-	models   map[string]bool // the values of gen_ai.request.model besides OtherModel
+	models   map[string]bool      // the values of gen_ai.request.model besides OtherModel
+	mcp      map[string]mcpServer // the file's named MCP servers
 }
 
 // New checks cfg, installs file and returns a Gateway admitting requests
@@ -605,7 +606,9 @@ func NewTransport() *http.Transport {
 
 // Apply installs a policy file, as a reload.Subscriber: the policy set
 // (policies and plans), the key table, the quota status, the shadow
-// header, the prices and the failed-authentication throttle's figures
+// header, the prices, the MCP servers (mcp_servers: a server added is
+// served at /mcp/{name} from this state on, one removed answers 404)
+// and the failed-authentication throttle's figures
 // (each address keeping what is left of its allowance), built into one
 // state and installed by one swap (see state). A file that does not
 // build changes nothing.
@@ -617,7 +620,11 @@ func (g *Gateway) Apply(f *config.File) error {
 	if err != nil {
 		return fmt.Errorf("prices: %w", err)
 	}
-	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}, models: configuredModels(f), sessions: newSessions(f)}
+	servers, err := mcpServers(f)
+	if err != nil {
+		return err
+	}
+	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}, models: configuredModels(f), sessions: newSessions(f), mcp: servers}
 	for _, p := range f.Config.Policies {
 		if p.Store != "" {
 			st.store[p.Name] = p.Store

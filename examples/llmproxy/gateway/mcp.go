@@ -9,9 +9,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,14 +25,17 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/fingerprint"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/mcpadmit"
 )
 
-// OpMCP is the route of MCP's streamable HTTP transport: POST sends
-// JSON-RPC messages, GET opens the server's event stream, DELETE ends a
-// session.
+// OpMCP is the route of MCP's streamable HTTP transport to the unnamed
+// upstream MCP server (MCP.Upstream): POST sends JSON-RPC messages, GET
+// opens the server's event stream, DELETE ends a session. OpMCP + "/"
+// + name is the route of the server of that name in the policy file's
+// mcp_servers section.
 const OpMCP = "/mcp"
 
 // Defaults of MCP fields left zero.
@@ -39,17 +44,20 @@ const (
 	DefaultMCPMaxBatch = 16
 )
 
-// MCP configures the MCP route (see docs/mcp.md in the repository): the
-// gateway proxies MCP over streamable HTTP to one upstream MCP server,
+// MCP configures the MCP routes (see docs/mcp.md in the repository):
+// the gateway proxies MCP over streamable HTTP to upstream MCP servers,
 // admitting each tool call, resource read and prompt get like a model
-// call. The zero value leaves the route out.
+// call: the unnamed server at /mcp, and each server of the policy
+// file's mcp_servers section at /mcp/{name}, which follow the file in
+// force. Without Upstream, /mcp is left out.
 type MCP struct {
-	// Upstream is the URL of the upstream server's MCP endpoint
-	// ("http://tools.internal:8080/mcp"); every request goes there,
-	// whatever path the client used.
+	// Upstream is the URL of the unnamed upstream server's MCP endpoint
+	// ("http://tools.internal:8080/mcp"); every request to /mcp goes
+	// there, whatever path the client used.
 	Upstream string
-	// UpstreamKey, when set, is sent upstream as "Authorization: Bearer
-	// <key>"; the client's credentials never are.
+	// UpstreamKey, when set, is sent to Upstream as "Authorization:
+	// Bearer <key>" (a named server's is its key_env's); the client's
+	// credentials never are.
 	UpstreamKey string
 	// MaxBody bounds a POST body; zero means DefaultMCPMaxBody.
 	MaxBody int64
@@ -57,32 +65,61 @@ type MCP struct {
 	// DefaultMCPMaxBatch.
 	MaxBatch int
 	// SessionSecret signs the session ids the gateway hands out, which
-	// bind an upstream session to the tenant that opened it. Empty means
-	// a random secret per process: set the same secret on every replica
-	// behind one load balancer.
+	// bind an upstream session to the tenant that opened it and to its
+	// server. Empty means a random secret per process: set the same
+	// secret on every replica behind one load balancer.
 	SessionSecret []byte
 }
 
-// mcpProxy is the gateway's MCP route: its upstream and what binds a
-// session to its tenant.
+// mcpProxy is the gateway's MCP routes: the unnamed upstream and what
+// binds a session to its tenant and server.
 type mcpProxy struct {
 	cfg      MCP
-	upstream *url.URL
+	upstream *url.URL // the unnamed server's; nil without one
 	secret   []byte
-	calls    metric.Int64Counter // by method, tool label and outcome
+	calls    metric.Int64Counter // by server, method, tool label and outcome
+}
+
+// mcpServer is one upstream MCP server: where its requests go, the key
+// sent with them and its tool set.
+type mcpServer struct {
+	upstream *url.URL
+	key      string
+	tools    *config.Tools
+}
+
+// mcpServers returns the named MCP servers of f (its mcp_servers
+// section), each key read from its variable.
+func mcpServers(f *config.File) (map[string]mcpServer, error) {
+	out := make(map[string]mcpServer, len(f.MCPServers))
+	for _, name := range f.MCPServerNames() {
+		s := f.MCPServers[name]
+		u, err := parseUpstream(s.URL)
+		if err != nil {
+			return nil, fmt.Errorf("mcp_servers.%s: %w", name, err)
+		}
+		srv := mcpServer{upstream: u, tools: f.MCPTools(name)}
+		if s.KeyEnv != "" {
+			if srv.key = os.Getenv(s.KeyEnv); srv.key == "" {
+				return nil, fmt.Errorf("mcp_servers.%s.key_env: the variable %s is not set", name, s.KeyEnv)
+			}
+		}
+		out[name] = srv
+	}
+	return out, nil
 }
 
 // macLen is the length of a session id's signature: 16 bytes, base64.
 const macLen = 22
 
-// newMCP returns the MCP route of cfg, nil without an upstream.
+// newMCP returns the MCP routes of cfg.
 func newMCP(cfg MCP, meter metric.Meter) (*mcpProxy, error) {
-	if cfg.Upstream == "" {
-		return nil, nil
-	}
-	u, err := parseUpstream(cfg.Upstream)
-	if err != nil {
-		return nil, err
+	var u *url.URL
+	if cfg.Upstream != "" {
+		var err error
+		if u, err = parseUpstream(cfg.Upstream); err != nil {
+			return nil, err
+		}
 	}
 	cfg.MaxBody = positive(cfg.MaxBody, DefaultMCPMaxBody)
 	if cfg.MaxBatch <= 0 {
@@ -93,45 +130,71 @@ func newMCP(cfg MCP, meter metric.Meter) (*mcpProxy, error) {
 		p.secret = make([]byte, 32)
 		rand.Read(p.secret)
 	}
+	var err error
 	p.calls, err = meter.Int64Counter("llmproxy.mcp.requests",
-		metric.WithDescription("MCP requests through the gateway, by method, tool (a tool of the policy file's tools section, else __other__) and outcome (admitted, refused)."),
+		metric.WithDescription("MCP requests through the gateway, by server (a name of the policy file's mcp_servers section, empty for /mcp), method, tool (a tool of the server's tool set, else __other__) and outcome (admitted, refused)."),
 		metric.WithUnit("{request}"))
 	return p, err
 }
 
-// registerMCP adds the MCP route when it has an upstream.
+// registerMCP adds the route of the unnamed server when it has an
+// upstream, and the route of the named servers, which the state in
+// force serves.
 func (g *Gateway) registerMCP(e *echo.Echo) {
-	if g.mcp == nil {
-		return
+	if g.mcp.upstream != nil {
+		e.POST(OpMCP, g.handleMCPPost)
+		e.GET(OpMCP, g.handleMCPStream)
+		e.DELETE(OpMCP, g.handleMCPStream)
 	}
-	e.POST(OpMCP, g.handleMCPPost)
-	e.GET(OpMCP, g.handleMCPStream)
-	e.DELETE(OpMCP, g.handleMCPStream)
+	e.POST(OpMCP+"/:server", g.handleMCPPost)
+	e.GET(OpMCP+"/:server", g.handleMCPStream)
+	e.DELETE(OpMCP+"/:server", g.handleMCPStream)
 }
 
-// sign returns the session id the client sees for the upstream's id:
-// the id, '.', and a MAC of it and the tenant.
-func (p *mcpProxy) sign(tenant, upstream string) string {
-	return upstream + "." + p.mac(tenant, upstream)
+// mcpServer returns the name and the server of the request's route
+// under st: "" and the unnamed server for /mcp, a server of st's file
+// for /mcp/{name}. It answers 404 and returns false for a name the file
+// does not declare (to an identified caller: the names are not told to
+// anyone else).
+func (g *Gateway) mcpServer(c echo.Context, st *state) (string, mcpServer, bool) {
+	name := c.Param("server")
+	if name == "" {
+		return "", mcpServer{upstream: g.mcp.upstream, key: g.mcp.cfg.UpstreamKey, tools: &st.file.Tools}, true
+	}
+	if srv, ok := st.mcp[name]; ok {
+		return name, srv, true
+	}
+	g.m.count(c.Request().Context(), g.m.clientErrors, "unknown_mcp_server")
+	g.mcpError(c, http.StatusNotFound, nil, false, -32600, "No such MCP server.", nil)
+	return "", mcpServer{}, false
 }
 
-func (p *mcpProxy) mac(tenant, upstream string) string {
+// sign returns the session id the client sees for the upstream's id on
+// server: the id, '.', and a MAC of it, the tenant and the server.
+func (p *mcpProxy) sign(tenant, server, upstream string) string {
+	return upstream + "." + p.mac(tenant, server, upstream)
+}
+
+func (p *mcpProxy) mac(tenant, server, upstream string) string {
 	h := hmac.New(sha256.New, p.secret)
 	h.Write([]byte(tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(server))
 	h.Write([]byte{0})
 	h.Write([]byte(upstream))
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
-// open returns the upstream session of the id a client of tenant sent,
-// and false for an id the gateway did not give that tenant.
-func (p *mcpProxy) open(tenant, id string) (string, bool) {
+// open returns the upstream session of the id a client of tenant sent
+// to server, and false for an id the gateway did not give that tenant
+// on that server.
+func (p *mcpProxy) open(tenant, server, id string) (string, bool) {
 	i := strings.LastIndexByte(id, '.')
 	if i <= 0 || len(id)-i-1 != macLen {
 		return "", false
 	}
 	up := id[:i]
-	return up, hmac.Equal([]byte(id[i+1:]), []byte(p.mac(tenant, up)))
+	return up, hmac.Equal([]byte(id[i+1:]), []byte(p.mac(tenant, server, up)))
 }
 
 // mcpMessage is what the gateway reads of one JSON-RPC message.
@@ -275,7 +338,11 @@ func (g *Gateway) handleMCPPost(c echo.Context) error {
 	if !ok {
 		return nil
 	}
-	upSession, ok := g.mcpSession(c, req.Tenant)
+	server, srv, ok := g.mcpServer(c, st)
+	if !ok {
+		return nil
+	}
+	upSession, ok := g.mcpSession(c, req.Tenant, server)
 	if !ok {
 		return nil
 	}
@@ -324,7 +391,7 @@ func (g *Gateway) handleMCPPost(c echo.Context) error {
 		g.mcpError(c, http.StatusBadRequest, nil, false, -32600, "Invalid request: "+err.Error()+".", nil)
 		return nil
 	}
-	tickets, ok := g.admitMCP(c, st, req, msgs, batch, arrived)
+	tickets, ok := g.admitMCP(c, st, server, srv.tools, req, msgs, batch, arrived)
 	if !ok {
 		return nil
 	}
@@ -335,7 +402,7 @@ func (g *Gateway) handleMCPPost(c echo.Context) error {
 			g.logAdmitted(&t.req, arrived, admission.Usage{}, admitted)
 		}
 	}()
-	g.forwardMCP(c, st, req.Tenant, http.MethodPost, upSession, body)
+	g.forwardMCP(c, st, server, srv, req.Tenant, http.MethodPost, upSession, body)
 	return nil
 }
 
@@ -345,12 +412,13 @@ type mcpTicket struct {
 	tk  admission.Ticket
 }
 
-// admitMCP admits the requests among msgs whose methods are admitted,
-// under the identity of req, and returns their tickets; on a refusal it
+// admitMCP admits the requests among msgs to server, whose tool set is
+// tools, whose methods are admitted, under the identity of req, and
+// returns their tickets; on a refusal it
 // gives back what the others took, answers it, writes the refused
 // request (which arrived at arrived) to the request log and returns
 // false.
-func (g *Gateway) admitMCP(c echo.Context, st *state, req admission.Request, msgs []mcpMessage, batch bool, arrived time.Time) ([]mcpTicket, bool) {
+func (g *Gateway) admitMCP(c echo.Context, st *state, server string, tools *config.Tools, req admission.Request, msgs []mcpMessage, batch bool, arrived time.Time) ([]mcpTicket, bool) {
 	ctx := c.Request().Context()
 	var tickets []mcpTicket
 	for _, m := range msgs {
@@ -360,14 +428,14 @@ func (g *Gateway) admitMCP(c echo.Context, st *state, req admission.Request, msg
 		r := req
 		tool := ""
 		if m.method == limits.MCPToolsCall {
-			tool = st.file.Tools.Label(m.tool)
-			r.Cost = st.file.Tools.Cost(m.tool)
+			tool = tools.Label(m.tool)
+			r.Cost = tools.Cost(m.tool)
 			r.Units = []admission.UnitAmount{{Unit: limits.UnitSteps, Amount: 1}}
 			// The step a loop policy counts: the tool and its arguments,
 			// normalised.
 			r.Fingerprint = fingerprint.ToolCall(m.tool, m.args)
 		}
-		r.Operation = limits.MCPOperation(m.method, tool)
+		r.Operation = limits.MCPOperation(server, m.method, tool)
 		actx, cancel := g.admissionContext(c)
 		tk, err := g.ctl.Admit(actx, r)
 		cancel()
@@ -375,7 +443,7 @@ func (g *Gateway) admitMCP(c echo.Context, st *state, req admission.Request, msg
 		if err != nil {
 			outcome = "refused"
 		}
-		g.mcp.calls.Add(ctx, 1, metric.WithAttributes(attribute.String("method", m.method), attribute.String("tool", tool), attribute.String("outcome", outcome)))
+		g.mcp.calls.Add(ctx, 1, metric.WithAttributes(attribute.String("server", server), attribute.String("method", m.method), attribute.String("tool", tool), attribute.String("outcome", outcome)))
 		if err != nil {
 			for _, t := range tickets {
 				t.tk.Refund() // the batch is refused whole: nothing of it runs
@@ -447,14 +515,14 @@ func (g *Gateway) mcpError(c echo.Context, status int, msgs []mcpMessage, batch 
 // mcpSession returns the upstream session of the request's
 // Mcp-Session-Id, "" when it names none; it answers 404 (MCP's answer
 // for an unknown session) and returns false for an id the gateway did
-// not hand this tenant, or one sent twice.
-func (g *Gateway) mcpSession(c echo.Context, tenant string) (string, bool) {
+// not hand this tenant on this server, or one sent twice.
+func (g *Gateway) mcpSession(c echo.Context, tenant, server string) (string, bool) {
 	vs := c.Request().Header.Values("Mcp-Session-Id")
 	if len(vs) == 0 {
 		return "", true
 	}
 	if len(vs) == 1 {
-		if up, ok := g.mcp.open(tenant, vs[0]); ok {
+		if up, ok := g.mcp.open(tenant, server, vs[0]); ok {
 			return up, true
 		}
 	}
@@ -472,7 +540,11 @@ func (g *Gateway) handleMCPStream(c echo.Context) error {
 	if !ok {
 		return nil
 	}
-	up, ok := g.mcpSession(c, req.Tenant)
+	server, srv, ok := g.mcpServer(c, st)
+	if !ok {
+		return nil
+	}
+	up, ok := g.mcpSession(c, req.Tenant, server)
 	if !ok {
 		return nil
 	}
@@ -480,7 +552,7 @@ func (g *Gateway) handleMCPStream(c echo.Context) error {
 		g.mcpError(c, http.StatusBadRequest, nil, false, -32600, "An Mcp-Session-Id header is required.", nil)
 		return nil
 	}
-	g.forwardMCP(c, st, req.Tenant, c.Request().Method, up, nil)
+	g.forwardMCP(c, st, server, srv, req.Tenant, c.Request().Method, up, nil)
 	return nil
 }
 
@@ -493,13 +565,13 @@ func mcpRequestHeader(k string) bool {
 	return false
 }
 
-// forwardMCP sends the request upstream (to the configured URL, with the
+// forwardMCP sends the request to srv (to its configured URL, with the
 // upstream session up) and passes the answer on: its status, type and
-// session (signed for tenant: an id that does not fit the session ids
-// the gateway accepts is a 502), and its body as it comes, each read
+// session (signed for tenant and server: an id that does not fit the
+// session ids the gateway accepts is a 502), and its body as it comes, each read
 // bounded by the stream idle timeout, the answer to a POST (a JSON
 // body or an event stream) also by MaxResponseBytes.
-func (g *Gateway) forwardMCP(c echo.Context, st *state, tenant, method, up string, body []byte) {
+func (g *Gateway) forwardMCP(c echo.Context, st *state, server string, srv mcpServer, tenant, method, up string, body []byte) {
 	r, w := c.Request(), c.Response()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -507,7 +579,7 @@ func (g *Gateway) forwardMCP(c echo.Context, st *state, tenant, method, up strin
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	out, err := http.NewRequestWithContext(ctx, method, g.mcp.upstream.String(), rd)
+	out, err := http.NewRequestWithContext(ctx, method, srv.upstream.String(), rd)
 	if err != nil {
 		g.upstreamFailed(c, r.Context(), err)
 		return
@@ -520,7 +592,7 @@ func (g *Gateway) forwardMCP(c echo.Context, st *state, tenant, method, up strin
 	if up != "" {
 		out.Header.Set("Mcp-Session-Id", up)
 	}
-	if k := g.mcp.cfg.UpstreamKey; k != "" {
+	if k := srv.key; k != "" {
 		out.Header.Set("Authorization", "Bearer "+k)
 	}
 	out.ContentLength = int64(len(body))
@@ -543,7 +615,7 @@ func (g *Gateway) forwardMCP(c echo.Context, st *state, tenant, method, up strin
 		}
 	}
 	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
-		signed := g.mcp.sign(tenant, sid)
+		signed := g.mcp.sign(tenant, server, sid)
 		if !apikey.ValidSession(signed, st.sessions.cfg.MaxLength) {
 			g.m.count(r.Context(), g.m.upstreamFailures, "bad_response")
 			g.mcpError(c, http.StatusBadGateway, nil, false, -32603, "The upstream MCP server returned a session id this gateway cannot carry.", nil)

@@ -57,6 +57,7 @@ identity: {anonymous: deny}
 // server.
 type mcpGateway struct {
 	url       string
+	route     string           // the MCP route: empty for gateway.OpMCP
 	srv       *httptest.Server // the gateway's
 	upstream  atomic.Int64     // requests that reached the MCP server
 	gets      chan struct{}
@@ -73,25 +74,35 @@ func newMCPGateway(t *testing.T, opts ...gateway.Option) *mcpGateway {
 func newMCPGatewayFile(t *testing.T, src string, opts ...gateway.Option) *mcpGateway {
 	t.Helper()
 	mg := &mcpGateway{gets: make(chan struct{})}
-	tools := upstream.NewMCP()
-	mcpUp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mg.upstream.Add(1)
-		if r.Method == http.MethodGet {
-			mg.getsOnce.Do(func() { close(mg.gets) })
-		}
-		tools.ServeHTTP(w, r)
-	}))
-	t.Cleanup(mcpUp.Close)
-	mg.srv = mcpReplica(t, src, mcpUp.URL+"/mcp", nil, nil, opts...)
+	mcpUp := countingMCP(t, &mg.upstream, func() { mg.getsOnce.Do(func() { close(mg.gets) }) })
+	mg.srv, _ = mcpReplica(t, src, mcpUp.URL+"/mcp", nil, nil, opts...)
 	mg.url = mg.srv.URL
 	return mg
 }
 
+// countingMCP serves the simulated MCP server (the go-sdk's), counting
+// the requests that reach it in n and calling onGet (when not nil) for
+// each GET.
+func countingMCP(t *testing.T, n *atomic.Int64, onGet func()) *httptest.Server {
+	t.Helper()
+	tools := upstream.NewMCP()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		if r.Method == http.MethodGet && onGet != nil {
+			onGet()
+		}
+		tools.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // mcpReplica serves a gateway under the policy file src in front of the
-// MCP server at mcpURL and a simulated model API, and returns its URL:
-// the store named sessions is sessions (nil: in memory), the session ids
-// it hands out are signed with secret (nil: its own).
-func mcpReplica(t *testing.T, src, mcpURL string, sessions backend.Store, secret []byte, opts ...gateway.Option) *httptest.Server {
+// MCP server at mcpURL (empty: none at /mcp) and a simulated model API,
+// and returns its server and the gateway: the store named sessions is
+// sessions (nil: in memory), the session ids it hands out are signed
+// with secret (nil: its own).
+func mcpReplica(t *testing.T, src, mcpURL string, sessions backend.Store, secret []byte, opts ...gateway.Option) (*httptest.Server, *gateway.Gateway) {
 	t.Helper()
 	f, err := config.Parse("mcp.yaml", []byte(src))
 	if err != nil {
@@ -117,7 +128,7 @@ func mcpReplica(t *testing.T, src, mcpURL string, sessions backend.Store, secret
 	gw.Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, gw
 }
 
 // connect opens an MCP session through the gateway with the go-sdk's
@@ -126,13 +137,21 @@ func (mg *mcpGateway) connect(t *testing.T, key string) *mcp.ClientSession {
 	t.Helper()
 	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
 	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: mg.url + gateway.OpMCP, HTTPClient: &http.Client{Transport: bearer{key}}, MaxRetries: -1,
+		Endpoint: mg.endpoint(), HTTPClient: &http.Client{Transport: bearer{key}}, MaxRetries: -1,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// endpoint returns the URL of the gateway's MCP route.
+func (mg *mcpGateway) endpoint() string {
+	if mg.route == "" {
+		return mg.url + gateway.OpMCP
+	}
+	return mg.url + mg.route
 }
 
 // bearer adds an API key to each request.
@@ -162,7 +181,7 @@ func callTool(cs *mcp.ClientSession, tool string) error {
 // empty), and returns the status, the headers and the body.
 func (mg *mcpGateway) post(t *testing.T, key, sid string, body io.Reader, length int64) (int, http.Header, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, mg.url+gateway.OpMCP, body)
+	req, _ := http.NewRequest(http.MethodPost, mg.endpoint(), body)
 	req.ContentLength = length
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
@@ -448,10 +467,9 @@ identity: {anonymous: deny}
 	mcpUp := httptest.NewServer(upstream.NewMCP())
 	t.Cleanup(mcpUp.Close)
 	secret := []byte("one secret for the fleet")
-	replicas := []*mcpGateway{
-		{url: mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret).URL},
-		{url: mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret).URL},
-	}
+	first, _ := mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret)
+	second, _ := mcpReplica(t, src, mcpUp.URL+"/mcp", store(), secret)
+	replicas := []*mcpGateway{{url: first.URL}, {url: second.URL}}
 	cs := replicas[0].connect(t, "sk-acme") // initialize: the session, signed
 	sid := cs.ID()
 	var ok, refused atomic.Int64
@@ -511,5 +529,115 @@ func TestMCPRequestLog(t *testing.T) {
 	}
 	if writes[0].Duration == 0 && writes[1].Duration == 0 {
 		t.Errorf("writes %+v; want the admitted one with its duration", writes)
+	}
+}
+
+// mcpServersFile declares two upstream MCP servers, files and web, both
+// with a tool named search; web declares no write_file. The policy on
+// files' writes does not touch web.
+const mcpServersFile = `
+mcp_servers:
+  files: {url: '%[1]s', tools: [{name: search}, {name: write_file, cost: 3, write: true}]}
+  %[2]s: {url: '%[3]s', tools: [{name: search}]}
+policies:
+  - {name: file-writes, match: {servers: [files], tools: ['@writes']}, key: [tenant], algorithm: token_bucket, limit: 1, per: 1h}
+  - {name: web-calls, match: {servers: [%[2]s]}, key: [tenant, operation], algorithm: token_bucket, limit: 100, per: 1h}
+tenants:
+  acme: {api_keys: [%[4]s]}
+identity: {anonymous: deny}
+`
+
+// TestMCPServers: one gateway in front of two simulated MCP servers
+// (the go-sdk's), each served at /mcp/{name} to the go-sdk's client. A
+// policy on one server's writes refuses its second write_file while the
+// other server's calls of a tool of the same name pass; each request
+// reaches its own server; a session id of one server is refused on the
+// other (404, nothing reaches it), a server the file does not declare is
+// a 404; the request log names the server in each operation; a reload
+// that renames a server serves the new name and refuses the old one.
+func TestMCPServers(t *testing.T) {
+	var filesN, webN atomic.Int64
+	files := countingMCP(t, &filesN, nil)
+	web := countingMCP(t, &webN, nil)
+	src := func(webName string) string {
+		return fmt.Sprintf(mcpServersFile, files.URL+"/mcp", webName, web.URL+"/mcp", apikey.Sum("sk-acme"))
+	}
+	file := func(webName string) *config.File {
+		f, err := config.Parse("servers.yaml", []byte(src(webName)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, gw := mcpReplica(t, src("web"), "", nil, nil, gateway.WithRequestLog(rl))
+	at := func(server string) *mcpGateway { return &mcpGateway{url: srv.URL, route: gateway.OpMCP + "/" + server} }
+	filesCS, webCS := at("files").connect(t, "sk-acme"), at("web").connect(t, "sk-acme")
+
+	if err := callTool(filesCS, upstream.MCPWriteTool); err != nil {
+		t.Fatalf("first write_file on files: %v", err)
+	}
+	if err := callTool(filesCS, upstream.MCPWriteTool); err == nil {
+		t.Error("second write_file on files served; want refused by file-writes (1 per hour)")
+	}
+	for i := range 3 {
+		if err := callTool(webCS, upstream.MCPWriteTool); err != nil {
+			t.Fatalf("write_file %d on web: %v (refused by the policy of files?)", i, err)
+		}
+		if err := callTool(webCS, upstream.MCPSearchTool); err != nil {
+			t.Fatalf("search %d on web: %v", i, err)
+		}
+	}
+	if err := callTool(filesCS, upstream.MCPSearchTool); err != nil {
+		t.Fatalf("search on files: %v", err)
+	}
+
+	// A session of files presented on web, or on an undeclared server,
+	// never reaches an upstream.
+	before := webN.Load() + filesN.Load()
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"query":"q"}}}`
+	for _, route := range []string{"web", "nope", "Files", "files/x"} {
+		status, _, data := at(route).post(t, "sk-acme", filesCS.ID(), strings.NewReader(body), int64(len(body)))
+		if status != http.StatusNotFound {
+			t.Errorf("POST /mcp/%s with files' session = %d %s; want 404", route, status, data)
+		}
+	}
+	if status, _, _ := (&mcpGateway{url: srv.URL}).post(t, "sk-acme", "", strings.NewReader(body), int64(len(body))); status != http.StatusNotFound {
+		t.Errorf("POST /mcp without an unnamed server = %d; want 404", status)
+	}
+	if n := webN.Load() + filesN.Load(); n != before {
+		t.Errorf("%d refused requests reached an upstream MCP server", n-before)
+	}
+	if filesN.Load() == 0 || webN.Load() == 0 {
+		t.Errorf("requests reaching files %d, web %d; want each server its own", filesN.Load(), webN.Load())
+	}
+
+	// A reload renames web to search: the new name is served, the old
+	// one is gone.
+	if err := gw.Apply(file("search")); err != nil {
+		t.Fatal(err)
+	}
+	searchCS := at("search").connect(t, "sk-acme")
+	if err := callTool(searchCS, upstream.MCPSearchTool); err != nil {
+		t.Errorf("search on the server the reload added: %v", err)
+	}
+	searchCS.Close() // its event stream ends, so the gateway's server can close
+	if status, _, _ := at("web").post(t, "sk-acme", "", strings.NewReader(body), int64(len(body))); status != http.StatusNotFound {
+		t.Errorf("POST /mcp/web after the reload removed it = %d; want 404", status)
+	}
+	if err := gw.Apply(file("web")); err != nil {
+		t.Fatal(err)
+	}
+	filesCS.Close()
+	webCS.Close()
+	writes := logged(t, rl, path, "mcp/files tools/call write_file", srv)
+	other := readLog(t, path, "mcp/web tools/call __other__")
+	searches := readLog(t, path, "mcp/web tools/call search")
+	if len(writes) != 2 || len(other) != 3 || len(searches) != 3 {
+		t.Errorf("request log: %d files writes, %d web __other__, %d web searches; want 2 (one refused), 3, 3", len(writes), len(other), len(searches))
 	}
 }

@@ -66,6 +66,13 @@ func logged(t *testing.T, rl *requestlog.Writer, path, op string, srvs ...*httpt
 	if err := rl.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return readLog(t, path, op)
+}
+
+// readLog returns the records of operation op of the request log at
+// path, in order.
+func readLog(t *testing.T, path, op string) []requestlog.Record {
+	t.Helper()
 	fh, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
