@@ -516,6 +516,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"budgets", d.decodeBudgets},
 		field{"directory", d.decodeDirectory},
 		field{"tools", d.decodeTools},
+		field{"deployments", d.decodeDeployments},
 	) {
 		return
 	}

@@ -125,6 +125,9 @@ type File struct {
 	// Tools holds the tools section: the MCP tools, their costs and
 	// which of them write (see limits.MCPOperation).
 	Tools Tools
+	// Deployments holds the deployments section: the Azure OpenAI
+	// deployments served and the model each runs (see Deployments).
+	Deployments Deployments
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission
