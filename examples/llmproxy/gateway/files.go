@@ -30,9 +30,9 @@ const (
 )
 
 var (
-	filesRoute       = route{OpFiles, "POST " + OpFiles, "/files", 0}
-	fileRoute        = route{OpFile, "GET " + OpFiles + "/{id}", "/files/", 0}
-	fileContentRoute = route{OpFileContent, "GET " + OpFiles + "/{id}/content", "/files/", 0}
+	filesRoute       = route{OpFiles, "POST " + OpFiles, "/files", 0, nil}
+	fileRoute        = route{OpFile, "GET " + OpFiles + "/{id}", "/files/", 0, nil}
+	fileContentRoute = route{OpFileContent, "GET " + OpFiles + "/{id}/content", "/files/", 0, nil}
 )
 
 // maxFormField bounds a form field of an upload other than its file.

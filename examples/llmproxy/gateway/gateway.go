@@ -299,6 +299,9 @@ type Config struct {
 	// Gemini configures the Gemini API routes (see Gemini); the zero
 	// value leaves them out.
 	Gemini Gemini
+	// Azure configures the Azure OpenAI routes (see Azure); the zero
+	// value leaves them out.
+	Azure Azure
 	// Batches configures the Batch API routes (see BatchAPI); the zero
 	// value serves them with its defaults.
 	Batches BatchAPI
@@ -456,6 +459,7 @@ type Gateway struct {
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
 	gemini    *url.URL // Config.Gemini.Upstream; nil without one
+	azure     *url.URL // Config.Azure.Upstream; nil without one
 	batches   *batches // the Batch API's files and reservations
 	responses *responses
 	streams   streamWatch
@@ -522,6 +526,12 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 			return nil, err
 		}
 	}
+	var azure *url.URL
+	if cfg.Azure.Upstream != "" {
+		if azure, err = parseUpstream(cfg.Azure.Upstream); err != nil {
+			return nil, err
+		}
+	}
 	if o.transport == nil {
 		o.transport = NewTransport()
 	}
@@ -543,7 +553,7 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 		o.log = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, ctl: ctl, est: est, file: file, opt: o, meter: o.mp.Meter(scope),
-		base: base, anthropic: anthropic, gemini: gemini, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
+		base: base, anthropic: anthropic, gemini: gemini, azure: azure, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
 	mwOpts := []httpadmit.Option{httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log)}
 	g.mw, err = httpadmit.New(ctl, mwOpts...)
 	if err != nil {
@@ -720,17 +730,20 @@ const (
 type route struct {
 	path, pattern, upstream string
 	endpoint                weights.Endpoint // what the body is priced as
+	// az is an Azure OpenAI request's deployment and api-version, set
+	// per request (see handleAzure); nil on other routes.
+	az *azureCall
 }
 
 var (
 	llmRoutes = []route{
-		{OpChatCompletions, "POST " + OpChatCompletions, "/chat/completions", weights.EndpointChatCompletions},
-		{OpCompletions, "POST " + OpCompletions, "/completions", weights.EndpointCompletions},
-		{OpEmbeddings, "POST " + OpEmbeddings, "/embeddings", weights.EndpointEmbeddings},
-		{OpResponses, "POST " + OpResponses, "/responses", weights.EndpointResponses},
+		{OpChatCompletions, "POST " + OpChatCompletions, "/chat/completions", weights.EndpointChatCompletions, nil},
+		{OpCompletions, "POST " + OpCompletions, "/completions", weights.EndpointCompletions, nil},
+		{OpEmbeddings, "POST " + OpEmbeddings, "/embeddings", weights.EndpointEmbeddings, nil},
+		{OpResponses, "POST " + OpResponses, "/responses", weights.EndpointResponses, nil},
 	}
-	modelsRoute = route{OpModels, "GET " + OpModels, "/models", weights.EndpointUnknown}
-	modelRoute  = route{OpModel, "GET " + OpModels + "/{id}", "/models/", weights.EndpointUnknown}
+	modelsRoute = route{OpModels, "GET " + OpModels, "/models", weights.EndpointUnknown, nil}
+	modelRoute  = route{OpModel, "GET " + OpModels + "/{id}", "/models/", weights.EndpointUnknown, nil}
 )
 
 // on returns h for rt, the request's pattern set for the middleware.
@@ -757,6 +770,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 	}
 	g.registerMessages(e)
 	g.registerGemini(e)
+	g.registerAzure(e)
 	g.registerBatches(e)
 	g.registerResponses(e)
 	g.registerMCP(e)
@@ -799,6 +813,7 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 		}
 	}
 	g.geminiUnrouted(c)
+	g.azureUnrouted(c)
 	typ, code := "invalid_request_error", "unknown_url"
 	if status >= 500 {
 		typ, code = "server_error", "internal_error"
@@ -853,6 +868,8 @@ func (g *Gateway) unauthorized(c echo.Context, err error) {
 			how = "\"x-api-key: YOUR_KEY\""
 		} else if geminiShaped(c.Response()) {
 			how = "\"x-goog-api-key: YOUR_KEY\""
+		} else if azureShaped(c.Response()) {
+			how = "\"api-key: YOUR_KEY\""
 		}
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
 			"You didn't provide an API key. Send it as "+how+".")

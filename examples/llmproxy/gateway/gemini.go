@@ -52,9 +52,9 @@ const geminiPath = "/v1beta/models/:call"
 const maxGeminiModel = 128
 
 var geminiRoutes = map[string]route{
-	"generateContent":       {geminiPath, "POST " + OpGenerateContent, "", weights.EndpointGenerateContent},
-	"streamGenerateContent": {geminiPath, "POST " + OpStreamGenerateContent, "", weights.EndpointGenerateContent},
-	"countTokens":           {geminiPath, "POST " + OpGeminiCountTokens, "", weights.EndpointUnknown},
+	"generateContent":       {geminiPath, "POST " + OpGenerateContent, "", weights.EndpointGenerateContent, nil},
+	"streamGenerateContent": {geminiPath, "POST " + OpStreamGenerateContent, "", weights.EndpointGenerateContent, nil},
+	"countTokens":           {geminiPath, "POST " + OpGeminiCountTokens, "", weights.EndpointUnknown, nil},
 }
 
 // gemini reports whether rt is a route of the Gemini API, proxied to
