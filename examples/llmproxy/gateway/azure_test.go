@@ -386,4 +386,3 @@ func TestAzureReload(t *testing.T) {
 		t.Errorf("after the reload: the dropped deployment %d, the added %d; want 404 and 200", a, b)
 	}
 }
-
