@@ -59,6 +59,16 @@ var gatewayRoutes = map[string]routeKind{
 	"POST /mcp":                          mcpRoute,
 	"GET /mcp":                           mcpRoute,
 	"DELETE /mcp":                        mcpRoute,
+
+	"POST /openai/deployments/{deployment}/chat/completions": generation,
+	"POST /openai/deployments/{deployment}/completions":      generation,
+	"POST /openai/deployments/{deployment}/responses":        generation,
+	"POST /openai/deployments/{deployment}/embeddings":       llmCall,
+	"POST /openai/v1/chat/completions":                       generation,
+	"POST /openai/v1/completions":                            generation,
+	"POST /openai/v1/responses":                              generation,
+	"POST /openai/responses":                                 generation,
+	"POST /openai/v1/embeddings":                             llmCall,
 }
 
 // TestDefaultPolicyGovernsEveryRoute enumerates the routes the demo
