@@ -231,7 +231,8 @@ func TestAzureSDKRoutes(t *testing.T) {
 // through once the bucket has refilled (the test's transport moves the
 // gateway's clock by the delay the answer advised). An unknown
 // deployment is a 404 DeploymentNotFound the SDK does not retry and the
-// resource never sees; a missing key a 401.
+// resource never sees; a wrong key a 401; the resource's own 429 keeps
+// its retry hint and loses its message.
 func TestAzureSDKRefusals(t *testing.T) {
 	s, _ := azureStack(t, `
 policies:
@@ -283,6 +284,15 @@ policies:
 	_, err = wrong.Chat.Completions.New(ctx, params)
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "401" {
 		t.Errorf("wrong key: %v; want a 401, code \"401\"", err)
+	}
+	// The resource's own 429: its retry hint passed on, its message (its
+	// pricing tier) and its limits (tokens, which no policy here counts)
+	// not.
+	s.clk.Advance(time.Second)
+	_, err = raw.Chat.Completions.New(ctx, params, option.WithHeader("X-Sim-Fault", "429"), option.WithHeader("X-Sim-Retry-After", "7"))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "429" || strings.Contains(apiErr.Message, "pricing tier") ||
+		apiErr.Response.Header.Get("Retry-After") != "7" || apiErr.Response.Header.Get("X-Ratelimit-Remaining-Tokens") != "" {
+		t.Errorf("the resource's 429: %v, code %q, %q, headers %v; want Azure's shape, retry-after 7, the gateway's message and limits", err, apiErr.Code, apiErr.Message, apiErr.Response.Header)
 	}
 	for _, r := range s.sim.Seen() {
 		if strings.Contains(r.Path, "no-such-deployment") {
