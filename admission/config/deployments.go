@@ -44,11 +44,15 @@ func (ds Deployments) Lookup(name string) (Deployment, bool) {
 	return d, ok
 }
 
-// ValidDeploymentName reports whether name may name a deployment: 1 to
-// MaxDeploymentName ASCII letters, digits and - _ ., neither "." nor
-// "..": nothing that could change the meaning of a URL path.
-func ValidDeploymentName(name string) bool {
-	if name == "" || len(name) > MaxDeploymentName || name == "." || name == ".." {
+// ValidDeploymentName reports whether name may name a deployment: a
+// ValidPathSegment of at most MaxDeploymentName bytes.
+func ValidDeploymentName(name string) bool { return ValidPathSegment(name, MaxDeploymentName) }
+
+// ValidPathSegment reports whether name may go into a URL path as one
+// segment, as written: 1 to max ASCII letters, digits and - _ ., neither
+// "." nor "..": nothing that could change the meaning of the path.
+func ValidPathSegment(name string, max int) bool {
+	if name == "" || len(name) > max || name == "." || name == ".." {
 		return false
 	}
 	for i := 0; i < len(name); i++ {

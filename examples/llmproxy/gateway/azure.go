@@ -9,7 +9,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/weights"
 )
@@ -91,10 +90,10 @@ func (g *Gateway) registerAzure(e *echo.Echo) {
 		return
 	}
 	for _, rt := range azureDeploymentRoutes {
-		e.POST(rt.path, inAzureShape(on(rt, g.handleAzure)))
+		e.POST(rt.path, inShape[azureShape](on(rt, g.handleAzure)))
 	}
 	for _, rt := range azureBodyRoutes {
-		e.POST(rt.path, inAzureShape(on(rt, g.handleAzure)))
+		e.POST(rt.path, inShape[azureShape](on(rt, g.handleAzure)))
 	}
 }
 
@@ -230,20 +229,9 @@ func (g *Gateway) azureCredential(c echo.Context) {
 	r := c.Request()
 	key := r.Header.Get("Api-Key")
 	r.Header.Del("Api-Key")
-	if key == "" {
-		return
+	if key != "" {
+		g.presentKey(r, key)
 	}
-	hs := g.state.Load().mw.Identity().KeyHeaders
-	if len(hs) == 0 {
-		hs = apikey.DefaultKeyHeaders
-	}
-	for _, h := range hs {
-		r.Header.Del(h)
-	}
-	if http.CanonicalHeaderKey(hs[0]) == "Authorization" {
-		key = "Bearer " + key
-	}
-	r.Header.Set(hs[0], key)
 }
 
 // azureUpstream points an upstream request of Azure OpenAI at
@@ -278,31 +266,12 @@ func azureStreamUsage(a *azureCall) bool {
 	return v[:len("2024-09-01")] >= "2024-09-01"
 }
 
-// azureWriter marks a response to an Azure OpenAI route: the gateway's
-// errors on it take Azure's shape (writeError).
-type azureWriter struct{ http.ResponseWriter }
-
-// Unwrap gives http.ResponseController the writer underneath.
-func (w azureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func inAzureShape(h echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		res := c.Response()
-		res.Writer = azureWriter{res.Writer}
-		return h(c)
-	}
-}
+// azureShape marks the responses to the Azure OpenAI routes: the
+// gateway's errors on them take Azure's shape (writeError).
+type azureShape struct{}
 
 // azureShaped reports whether w answers an Azure OpenAI route.
-func azureShaped(w http.ResponseWriter) bool { return wraps[azureWriter](w) }
-
-// azureUnrouted gives an error of echo's own (an unknown path, a wrong
-// method) under /openai/ Azure's shape, when Azure OpenAI is served.
-func (g *Gateway) azureUnrouted(c echo.Context) {
-	if res := c.Response(); g.azure != nil && strings.HasPrefix(c.Request().URL.Path, "/openai/") && !azureShaped(res.Writer) {
-		res.Writer = azureWriter{res.Writer}
-	}
-}
+func azureShaped(w http.ResponseWriter) bool { return wraps[shapedWriter[azureShape]](w) }
 
 // azureErrorBody returns an error in Azure OpenAI's shape:
 // {"error":{"code","message"}}. Azure spells the code of a 401 and a 429

@@ -812,8 +812,7 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 			msg = http.StatusText(status)
 		}
 	}
-	g.geminiUnrouted(c)
-	g.azureUnrouted(c)
+	g.unroutedShape(c)
 	typ, code := "invalid_request_error", "unknown_url"
 	if status >= 500 {
 		typ, code = "server_error", "internal_error"

@@ -43,12 +43,7 @@ func (s *Server) azureDeployment(w http.ResponseWriter, path string, req *simReq
 // whose code is "429".
 func azureThrottled(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Retry-After", "1")
-	h.Set("Retry-After-Ms", "1000")
-	if v := r.Header.Get("X-Sim-Retry-After"); v != "" {
-		h.Set("Retry-After", v)
-		h.Del("Retry-After-Ms")
-	}
+	faultRetryHints(h, r)
 	h.Set("X-Ratelimit-Remaining-Requests", "0")
 	h.Set("X-Ratelimit-Remaining-Tokens", "0")
 	writeAzureError(w, http.StatusTooManyRequests, "429",

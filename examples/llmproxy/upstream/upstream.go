@@ -366,12 +366,7 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, fault string) boo
 		return true
 	case "429":
 		h := w.Header()
-		h.Set("Retry-After", "1")
-		h.Set("Retry-After-Ms", "1000")
-		if v := r.Header.Get("X-Sim-Retry-After"); v != "" {
-			h.Set("Retry-After", v)
-			h.Del("Retry-After-Ms")
-		}
+		faultRetryHints(h, r)
 		h.Set("X-Ratelimit-Limit-Requests", "10000")
 		h.Set("X-Ratelimit-Remaining-Requests", "0")
 		h.Set("X-Ratelimit-Reset-Requests", "1s")
@@ -385,6 +380,17 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, fault string) boo
 		return true
 	}
 	return false
+}
+
+// faultRetryHints sets the retry hints of the 429 fault in h: one
+// second, or the X-Sim-Retry-After of r (and then no retry-after-ms).
+func faultRetryHints(h http.Header, r *http.Request) {
+	h.Set("Retry-After", "1")
+	h.Set("Retry-After-Ms", "1000")
+	if v := r.Header.Get("X-Sim-Retry-After"); v != "" {
+		h.Set("Retry-After", v)
+		h.Del("Retry-After-Ms")
+	}
 }
 
 func (s *Server) record(x Seen) {
