@@ -94,6 +94,19 @@
 // a provider 429's RetryInfo and QuotaFailure feed the upstream stores
 // (see Gemini and docs/gemini.md).
 //
+// With Config.Azure, Azure OpenAI's routes take the same path:
+// /openai/deployments/{deployment}/{chat/completions,completions,
+// embeddings,responses}?api-version=..., /openai/v1/... and
+// /openai/responses (the deployment in the body's model). A deployment
+// is served when the policy file's deployments section names it, and is
+// priced and limited as the model the section gives it, whatever the
+// body names; any other is a 404 DeploymentNotFound, never forwarded.
+// The client's key comes in api-key (or Authorization: Bearer) and never
+// goes upstream, where the gateway's own goes in api-key; the upstream
+// path is rebuilt from the route, the deployment as the file spells it
+// and the validated api-version. Errors on these routes, rejections
+// included, are in Azure's shape (see Azure and docs/azure.md).
+//
 // The Batch API is served too (see BatchAPI): POST /v1/files counts a
 // batch input file line by line as it streams upstream, POST /v1/batches
 // reserves the batch's tokens and cost on the tenant's quotas until the
