@@ -66,10 +66,12 @@ func TestPricesNeverOlderFamily(t *testing.T) {
 			t.Errorf("Resolve(%q) = %+v, %v; want %s's price %+v", tt.model, got, ok, tt.entry, builtin[tt.entry])
 		}
 	}
-	// An entry ending with a separator prices every name it begins.
-	open := must(NewPrices(map[string]Price{"llama-": {Input: 1, Output: 1}}))
-	if _, ok := open.Lookup("llama-4-maverick"); !ok {
-		t.Error(`"llama-" does not price llama-4-maverick`)
+	// The caller's entries are the operator's: plain prefixes.
+	own := must(NewPriceTable(PricesConfig{Models: map[string]Price{"llama": {Input: 1, Output: 1}, "claude-opus-4": {Input: 15, Output: 75}}}))
+	for _, m := range []string{"llama-3.3-70b", "claude-opus-4-6"} {
+		if pr, _, ok := own.Resolve(m); !ok || pr.Input == 0 {
+			t.Errorf("Resolve(%q) = %+v, %v; want the file's entry, a plain prefix", m, pr, ok)
+		}
 	}
 }
 

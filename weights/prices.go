@@ -319,6 +319,14 @@ const maxModelName = 256
 // Prices is a model price table. A model is priced by the entry whose name
 // is the longest prefix of its lower-cased name, so "gpt-4o-mini" can be
 // priced apart from "gpt-4o" and "gpt-4o-2024-08-06" falls under "gpt-4o".
+// An entry of the built-in table prices only the names of its family: a
+// dated snapshot or a variant ("claude-sonnet-4-20250514",
+// "gpt-5-codex"), never a newer version or another tier ("gpt-5.1" is not
+// "gpt-5", "claude-opus-4-6" not "claude-opus-4", "gpt-4o-audio-preview"
+// not "gpt-4o"), which has no built-in price until an entry names it. An
+// entry the caller gives (PricesConfig.Models, an alias) is the
+// operator's: it prices every name it begins ("llama" prices
+// "llama-3.3-70b").
 // A name with a provider part ("openai/gpt-4o") is also tried without it,
 // and a fine-tuned model with no entry of its own is priced as its base
 // model (see [PriceBaseModel]). A model no entry matches gets the fallback
@@ -332,6 +340,10 @@ type Prices struct {
 type priceEntry struct {
 	prefix string
 	price  Price
+	// builtin marks an entry of the built-in table, which prices the
+	// names of its family only (see extends); the others price every
+	// name they begin.
+	builtin bool
 }
 
 // NewPrices validates a table of prices keyed by model name prefix and
@@ -364,7 +376,7 @@ func NewPriceTable(cfg PricesConfig) (*Prices, error) {
 	if !cfg.OmitBuiltin {
 		for name, price := range builtinPrices {
 			if _, replaced := seen[name]; !replaced {
-				p.entries = append(p.entries, priceEntry{prefix: name, price: price})
+				p.entries = append(p.entries, priceEntry{prefix: name, price: price, builtin: true})
 			}
 		}
 	}
@@ -482,30 +494,29 @@ func (p *Prices) match(name string) (Price, bool) {
 		return Price{}, false
 	}
 	for _, e := range p.entries {
-		if extends(name, e.prefix) {
+		if e.builtin && extends(name, e.prefix) || !e.builtin && strings.HasPrefix(name, e.prefix) {
 			return e.price, true
 		}
 	}
 	return Price{}, false
 }
 
-// extends reports whether the lower-cased name is the model an entry
-// named prefix prices: prefix itself, or a name that continues it after a
+// extends reports whether the lower-cased name is the model a built-in
+// entry named prefix prices: prefix itself, or a name that continues it after a
 // separator ('-', '_', '.', ':', '@', '/') with anything but a newer
 // version or another tier. A newer version is a first segment of one or
 // two digits but 0 ("gpt-5.1" after "gpt-5", "claude-opus-4-6-20260205"
 // after "claude-opus-4"; a snapshot's date, "-20250514", "-2024-08-06",
 // "-0613", "-001", is not one); another tier is any segment a provider
 // prices apart (tierWords: "gpt-5.1-codex-mini" after "gpt-5.1"). So a
-// newer family never gets an older family's price: it has none until an
-// entry names it. A prefix that itself ends with a separator ("llama-")
-// prices every name that starts with it.
+// newer family never gets an older family's built-in price: it has none
+// until an entry names it.
 func extends(name, prefix string) bool {
 	if !strings.HasPrefix(name, prefix) {
 		return false
 	}
 	rest := name[len(prefix):]
-	if rest == "" || strings.ContainsRune(separators, rune(prefix[len(prefix)-1])) {
+	if rest == "" {
 		return true
 	}
 	if !strings.ContainsRune(separators, rune(rest[0])) {
