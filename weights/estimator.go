@@ -389,19 +389,19 @@ func (e *Estimator) Estimate(path string, body []byte) (Estimate, error) {
 // routes requests itself (a gateway's route table) and knows the endpoint
 // without deriving it from a path.
 func (e *Estimator) EstimateEndpoint(ep Endpoint, body []byte) (Estimate, error) {
-	return e.estimate(ep, "", body)
+	return e.estimate(ep, "", nil, body)
 }
 
 // estimate prices body for ep; model is the path's model of an endpoint
 // that names it there (see EstimateModel), else empty.
-func (e *Estimator) estimate(ep Endpoint, model string, body []byte) (Estimate, error) {
+func (e *Estimator) estimate(ep Endpoint, model string, as func(string) (string, error), body []byte) (Estimate, error) {
 	if int64(len(body)) > e.maxBody {
 		return Estimate{}, &BodyTooLargeError{Limit: e.maxBody, Size: int64(len(body))}
 	}
-	if ep == EndpointUnknown || (ep == EndpointGenerateContent) != (model != "") {
+	if ep == EndpointUnknown || (ep == EndpointGenerateContent) != (model != "") || (ep == EndpointGenerateContent && as != nil) {
 		return Estimate{}, fmt.Errorf("%w: %v", ErrUnsupportedEndpoint, ep)
 	}
-	est, err := e.priceModel(ep, model, body)
+	est, err := e.priceModel(ep, model, as, body)
 	if err != nil {
 		return Estimate{}, err
 	}

@@ -87,7 +87,20 @@ func (w *walker) gnext(o *object) (string, bool) {
 // reservation and the price. For any other endpoint model must be empty
 // (the body names it), else the error matches [ErrUnsupportedEndpoint].
 func (e *Estimator) EstimateModel(ep Endpoint, model string, body []byte) (Estimate, error) {
-	return e.estimate(ep, model, body)
+	return e.estimate(ep, model, nil, body)
+}
+
+// EstimateAs is EstimateEndpoint for a request that runs another model
+// than the one its body names: an Azure OpenAI deployment's, whose name
+// the path or the body's model field gives. as is given the body's
+// model ("" when it names none) once the body is read, before any text
+// is counted, and returns the model the request runs, which names the
+// tokenizer, the default output reservation and the price, and is the
+// estimate's Model; an error of as is returned as is. The endpoint must
+// name its model in the body (not [EndpointGenerateContent]), else the
+// error matches [ErrUnsupportedEndpoint].
+func (e *Estimator) EstimateAs(ep Endpoint, body []byte, as func(named string) (string, error)) (Estimate, error) {
+	return e.estimate(ep, "", as, body)
 }
 
 // geminiWalk reads a generateContent request: contents (each a message

@@ -89,7 +89,7 @@ func TestPricesLookup(t *testing.T) {
 		{"gpt-4o-mini", 0.15, true},
 		{"gpt-4o-mini-2024-07-18", 0.15, true},
 		{"openai/gpt-4o-mini", 0.15, true},
-		{"gpt-4-turbo", 30, true},
+		{"gpt-4-turbo", 30, true}, // the caller's entries are plain prefixes
 		{"gpt-5", 0, false},
 		{"", 0, false},
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -153,94 +154,139 @@ func (s PriceSource) String() string {
 	return "unknown"
 }
 
-// builtinPrices are OpenAI's, Anthropic's and Google's list prices in US dollars per
-// million tokens (standard tier, text tokens; for Claude, CachedInput is
-// the cache-read price and CacheWrite the five-minute cache-write price,
-// 1.25 times the input price), as published in 2025, each with the
-// providers' Batch API discount of one half. A policy file's prices
-// section starts from them; see [DefaultPrices].
-var builtinPrices = withBatchDiscount(0.5, map[string]Price{
-	"gpt-5":                  {Input: 1.25, Output: 10.00, CachedInput: 0.125},
-	"gpt-5-mini":             {Input: 0.25, Output: 2.00, CachedInput: 0.025},
-	"gpt-5-nano":             {Input: 0.05, Output: 0.40, CachedInput: 0.005},
-	"gpt-5-pro":              {Input: 15.00, Output: 120.00},
-	"gpt-4.5":                {Input: 75.00, Output: 150.00, CachedInput: 37.50},
-	"gpt-4.1":                {Input: 2.00, Output: 8.00, CachedInput: 0.50},
-	"gpt-4.1-mini":           {Input: 0.40, Output: 1.60, CachedInput: 0.10},
-	"gpt-4.1-nano":           {Input: 0.10, Output: 0.40, CachedInput: 0.025},
-	"gpt-4o":                 {Input: 2.50, Output: 10.00, CachedInput: 1.25},
-	"gpt-4o-2024-05-13":      {Input: 5.00, Output: 15.00},
-	"gpt-4o-realtime":        {Input: 5.00, Output: 20.00, CachedInput: 2.50},
-	"gpt-4o-mini":            {Input: 0.15, Output: 0.60, CachedInput: 0.075},
-	"gpt-4o-mini-realtime":   {Input: 0.60, Output: 2.40, CachedInput: 0.30},
-	"chatgpt-4o":             {Input: 5.00, Output: 15.00},
-	"o1":                     {Input: 15.00, Output: 60.00, CachedInput: 7.50},
-	"o1-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.55},
-	"o1-pro":                 {Input: 150.00, Output: 600.00},
-	"o3":                     {Input: 2.00, Output: 8.00, CachedInput: 0.50},
-	"o3-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.55},
-	"o3-pro":                 {Input: 20.00, Output: 80.00},
-	"o3-deep-research":       {Input: 10.00, Output: 40.00, CachedInput: 2.50},
-	"o4-mini":                {Input: 1.10, Output: 4.40, CachedInput: 0.275},
-	"o4-mini-deep-research":  {Input: 2.00, Output: 8.00, CachedInput: 0.50},
-	"codex-mini":             {Input: 1.50, Output: 6.00, CachedInput: 0.375},
-	"computer-use-preview":   {Input: 3.00, Output: 12.00},
-	"gpt-4":                  {Input: 30.00, Output: 60.00},
-	"gpt-4-32k":              {Input: 60.00, Output: 120.00},
-	"gpt-4-turbo":            {Input: 10.00, Output: 30.00},
-	"gpt-4-0125-preview":     {Input: 10.00, Output: 30.00},
-	"gpt-4-1106":             {Input: 10.00, Output: 30.00},
-	"gpt-4-vision":           {Input: 10.00, Output: 30.00},
-	"gpt-3.5-turbo":          {Input: 0.50, Output: 1.50},
-	"gpt-3.5-turbo-instruct": {Input: 1.50, Output: 2.00},
-	"gpt-35-turbo":           {Input: 0.50, Output: 1.50}, // Azure OpenAI deployment spelling
-	"davinci-002":            {Input: 2.00, Output: 2.00},
-	"babbage-002":            {Input: 0.40, Output: 0.40},
-	"text-embedding-3-small": {Input: 0.02},
-	"text-embedding-3-large": {Input: 0.13},
-	"text-embedding-ada-002": {Input: 0.10},
-	"claude-opus-4":          {Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75},
-	"claude-opus-4-5":        {Input: 5.00, Output: 25.00, CachedInput: 0.50, CacheWrite: 6.25},
-	"claude-sonnet-4":        {Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75},
-	"claude-haiku-4-5":       {Input: 1.00, Output: 5.00, CachedInput: 0.10, CacheWrite: 1.25},
-	"claude-3-7-sonnet":      {Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75},
-	"claude-3-5-sonnet":      {Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75},
-	"claude-3-5-haiku":       {Input: 0.80, Output: 4.00, CachedInput: 0.08, CacheWrite: 1.00},
-	"claude-3-opus":          {Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75},
-	"claude-3-haiku":         {Input: 0.25, Output: 1.25, CachedInput: 0.03, CacheWrite: 0.30},
-	// Gemini API (paid tier, text, image and video input; thinking is
-	// output), from https://ai.google.dev/gemini-api/docs/pricing as
-	// published in late 2025 (not re-read against the live page when
-	// entered: check it before relying on them). Where the page bills
-	// prompts over 200k tokens at a higher rate (the Pro models), the
-	// higher rate is the entry, so no
-	// prompt is priced below its bill; CachedInput is the context-cache
-	// read price of the same tier (storage is billed apart, by the hour,
-	// and not priced here). Audio input on the Flash models is billed
-	// above the text rate (1.00 on gemini-2.5-flash) and is priced here at
-	// the text rate.
-	"gemini-3-pro":                 {Input: 4.00, Output: 18.00, CachedInput: 0.40},
-	"gemini-2.5-pro":               {Input: 2.50, Output: 15.00, CachedInput: 0.25},
-	"gemini-2.5-flash":             {Input: 0.30, Output: 2.50, CachedInput: 0.03},
-	"gemini-2.5-flash-lite":        {Input: 0.10, Output: 0.40, CachedInput: 0.01},
-	"gemini-2.5-flash-image":       {Input: 0.30, Output: 30.00},
-	"gemini-2.5-flash-preview-tts": {Input: 0.50, Output: 10.00},
-	"gemini-2.5-pro-preview-tts":   {Input: 1.00, Output: 20.00},
-	"gemini-2.0-flash":             {Input: 0.10, Output: 0.40, CachedInput: 0.025},
-	"gemini-2.0-flash-lite":        {Input: 0.075, Output: 0.30},
-})
+// The providers' pricing pages, the sources of the built-in table.
+const (
+	SourceOpenAI    = "https://platform.openai.com/docs/pricing"
+	SourceAnthropic = "https://docs.anthropic.com/en/docs/about-claude/pricing"
+	SourceGoogle    = "https://ai.google.dev/gemini-api/docs/pricing"
+	SourceAzure     = "https://azure.microsoft.com/en-us/pricing/details/cognitive-services/openai-service/"
+)
 
-// withBatchDiscount sets the batch discount of every price of table.
-func withBatchDiscount(d float64, table map[string]Price) map[string]Price {
-	for name, p := range table {
-		p.BatchDiscount = d
-		table[name] = p
-	}
-	return table
+// A ListedPrice is an entry of the built-in price table: the list price
+// a provider's pricing page gives a model, with the page and the month
+// it gives it from. See [BuiltinPrices].
+type ListedPrice struct {
+	// Model is the model name the entry prices, and the names that
+	// extend it (see [Prices]).
+	Model string
+	// Price is the page's price, with the provider's Batch API discount.
+	Price Price
+	// Since is the month ("2025-08") from which Source lists Price: the
+	// model's release or the price's last change.
+	Since string
+	// Source is the provider's pricing page.
+	Source string
+	// Unverified marks an entry whose figures or month were not checked
+	// against Source when it was entered: check it before relying on it,
+	// or give the model a price of the policy file's.
+	Unverified bool
 }
 
-// DefaultPrices returns a copy of the built-in price table: OpenAI's and
-// Anthropic's list prices, per model name prefix, in US dollars per million tokens. It is
+// listed is the built-in table: OpenAI's, Anthropic's and Google's list
+// prices in US dollars per million tokens (standard tier, text tokens),
+// each with the providers' Batch API discount of one half. For Claude,
+// CachedInput is the cache-read price and CacheWrite the five-minute
+// cache-write price, 1.25 times the input price; a prompt over 200k
+// tokens to a Sonnet with the long context is billed above these and
+// priced at them. For Gemini, where the page bills prompts over 200k
+// tokens at a higher rate (the Pro models), the higher rate is the entry,
+// so no prompt is priced below its bill; CachedInput is the context-cache
+// read price of the same tier (storage is billed apart, by the hour, and
+// not priced here); audio input on the Flash models is billed above the
+// text rate and is priced here at the text rate. The Gemini entries were
+// not re-read against the live page when entered: they are Unverified.
+//
+// A model family the table does not list (a newer release: gpt-5.2,
+// claude-opus-4-6) has no built-in price rather than an older family's
+// (see [Prices]): give it one in the policy file.
+var listed = []ListedPrice{
+	{"gpt-5", Price{Input: 1.25, Output: 10.00, CachedInput: 0.125}, "2025-08", SourceOpenAI, false},
+	{"gpt-5-mini", Price{Input: 0.25, Output: 2.00, CachedInput: 0.025}, "2025-08", SourceOpenAI, false},
+	{"gpt-5-nano", Price{Input: 0.05, Output: 0.40, CachedInput: 0.005}, "2025-08", SourceOpenAI, false},
+	{"gpt-5-pro", Price{Input: 15.00, Output: 120.00}, "2025-10", SourceOpenAI, false},
+	{"gpt-5.1", Price{Input: 1.25, Output: 10.00, CachedInput: 0.125}, "2025-11", SourceOpenAI, false},
+	{"gpt-4.5", Price{Input: 75.00, Output: 150.00, CachedInput: 37.50}, "2025-02", SourceOpenAI, true},
+	{"gpt-4.1", Price{Input: 2.00, Output: 8.00, CachedInput: 0.50}, "2025-04", SourceOpenAI, false},
+	{"gpt-4.1-mini", Price{Input: 0.40, Output: 1.60, CachedInput: 0.10}, "2025-04", SourceOpenAI, false},
+	{"gpt-4.1-nano", Price{Input: 0.10, Output: 0.40, CachedInput: 0.025}, "2025-04", SourceOpenAI, false},
+	{"gpt-4o", Price{Input: 2.50, Output: 10.00, CachedInput: 1.25}, "2024-08", SourceOpenAI, false},
+	{"gpt-4o-2024-05-13", Price{Input: 5.00, Output: 15.00}, "2024-05", SourceOpenAI, false},
+	{"gpt-4o-realtime", Price{Input: 5.00, Output: 20.00, CachedInput: 2.50}, "2024-12", SourceOpenAI, true},
+	{"gpt-4o-mini", Price{Input: 0.15, Output: 0.60, CachedInput: 0.075}, "2024-07", SourceOpenAI, false},
+	{"gpt-4o-mini-realtime", Price{Input: 0.60, Output: 2.40, CachedInput: 0.30}, "2024-12", SourceOpenAI, true},
+	{"chatgpt-4o", Price{Input: 5.00, Output: 15.00}, "2024-08", SourceOpenAI, false},
+	{"o1", Price{Input: 15.00, Output: 60.00, CachedInput: 7.50}, "2024-12", SourceOpenAI, false},
+	{"o1-mini", Price{Input: 1.10, Output: 4.40, CachedInput: 0.55}, "2025-01", SourceOpenAI, false},
+	{"o1-pro", Price{Input: 150.00, Output: 600.00}, "2025-03", SourceOpenAI, false},
+	{"o3", Price{Input: 2.00, Output: 8.00, CachedInput: 0.50}, "2025-06", SourceOpenAI, false},
+	{"o3-mini", Price{Input: 1.10, Output: 4.40, CachedInput: 0.55}, "2025-01", SourceOpenAI, false},
+	{"o3-pro", Price{Input: 20.00, Output: 80.00}, "2025-06", SourceOpenAI, false},
+	{"o3-deep-research", Price{Input: 10.00, Output: 40.00, CachedInput: 2.50}, "2025-06", SourceOpenAI, false},
+	{"o4-mini", Price{Input: 1.10, Output: 4.40, CachedInput: 0.275}, "2025-04", SourceOpenAI, false},
+	{"o4-mini-deep-research", Price{Input: 2.00, Output: 8.00, CachedInput: 0.50}, "2025-06", SourceOpenAI, false},
+	{"codex-mini", Price{Input: 1.50, Output: 6.00, CachedInput: 0.375}, "2025-05", SourceOpenAI, false},
+	{"computer-use-preview", Price{Input: 3.00, Output: 12.00}, "2025-03", SourceOpenAI, false},
+	{"gpt-4", Price{Input: 30.00, Output: 60.00}, "2023-03", SourceOpenAI, false},
+	{"gpt-4-32k", Price{Input: 60.00, Output: 120.00}, "2023-03", SourceOpenAI, false},
+	{"gpt-4-turbo", Price{Input: 10.00, Output: 30.00}, "2024-04", SourceOpenAI, false},
+	{"gpt-4-0125-preview", Price{Input: 10.00, Output: 30.00}, "2024-01", SourceOpenAI, false},
+	{"gpt-4-1106", Price{Input: 10.00, Output: 30.00}, "2023-11", SourceOpenAI, false},
+	{"gpt-4-vision", Price{Input: 10.00, Output: 30.00}, "2023-11", SourceOpenAI, false},
+	{"gpt-3.5-turbo", Price{Input: 0.50, Output: 1.50}, "2024-01", SourceOpenAI, false},
+	{"gpt-3.5-turbo-instruct", Price{Input: 1.50, Output: 2.00}, "2023-09", SourceOpenAI, false},
+	// Azure OpenAI's spelling of gpt-3.5-turbo, at OpenAI's price.
+	{"gpt-35-turbo", Price{Input: 0.50, Output: 1.50}, "2024-01", SourceAzure, true},
+	{"davinci-002", Price{Input: 2.00, Output: 2.00}, "2023-08", SourceOpenAI, false},
+	{"babbage-002", Price{Input: 0.40, Output: 0.40}, "2023-08", SourceOpenAI, false},
+	{"text-embedding-3-small", Price{Input: 0.02}, "2024-01", SourceOpenAI, false},
+	{"text-embedding-3-large", Price{Input: 0.13}, "2024-01", SourceOpenAI, false},
+	{"text-embedding-ada-002", Price{Input: 0.10}, "2022-12", SourceOpenAI, false},
+	{"claude-opus-4", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75}, "2025-05", SourceAnthropic, false},
+	{"claude-opus-4-1", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75}, "2025-08", SourceAnthropic, false},
+	{"claude-opus-4-5", Price{Input: 5.00, Output: 25.00, CachedInput: 0.50, CacheWrite: 6.25}, "2025-11", SourceAnthropic, false},
+	{"claude-sonnet-4", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75}, "2025-05", SourceAnthropic, false},
+	{"claude-sonnet-4-5", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75}, "2025-09", SourceAnthropic, false},
+	{"claude-haiku-4-5", Price{Input: 1.00, Output: 5.00, CachedInput: 0.10, CacheWrite: 1.25}, "2025-10", SourceAnthropic, false},
+	{"claude-3-7-sonnet", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75}, "2025-02", SourceAnthropic, false},
+	{"claude-3-5-sonnet", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75}, "2024-06", SourceAnthropic, false},
+	{"claude-3-5-haiku", Price{Input: 0.80, Output: 4.00, CachedInput: 0.08, CacheWrite: 1.00}, "2024-12", SourceAnthropic, true},
+	{"claude-3-opus", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75}, "2024-03", SourceAnthropic, false},
+	{"claude-3-haiku", Price{Input: 0.25, Output: 1.25, CachedInput: 0.03, CacheWrite: 0.30}, "2024-03", SourceAnthropic, false},
+	{"gemini-3-pro", Price{Input: 4.00, Output: 18.00, CachedInput: 0.40}, "2025-11", SourceGoogle, true},
+	{"gemini-2.5-pro", Price{Input: 2.50, Output: 15.00, CachedInput: 0.25}, "2025-06", SourceGoogle, true},
+	{"gemini-2.5-flash", Price{Input: 0.30, Output: 2.50, CachedInput: 0.03}, "2025-06", SourceGoogle, true},
+	{"gemini-2.5-flash-lite", Price{Input: 0.10, Output: 0.40, CachedInput: 0.01}, "2025-07", SourceGoogle, true},
+	{"gemini-2.5-flash-image", Price{Input: 0.30, Output: 30.00}, "2025-08", SourceGoogle, true},
+	{"gemini-2.5-flash-preview-tts", Price{Input: 0.50, Output: 10.00}, "2025-05", SourceGoogle, true},
+	{"gemini-2.5-pro-preview-tts", Price{Input: 1.00, Output: 20.00}, "2025-05", SourceGoogle, true},
+	{"gemini-2.0-flash", Price{Input: 0.10, Output: 0.40, CachedInput: 0.025}, "2025-02", SourceGoogle, true},
+	{"gemini-2.0-flash-lite", Price{Input: 0.075, Output: 0.30}, "2025-02", SourceGoogle, true},
+}
+
+// builtinPrices is listed by model, each price with the providers'
+// Batch API discount of one half. A policy file's prices section starts
+// from it; see [DefaultPrices].
+var builtinPrices = func() map[string]Price {
+	m := make(map[string]Price, len(listed))
+	for i := range listed {
+		listed[i].Price.BatchDiscount = 0.5
+		m[listed[i].Model] = listed[i].Price
+	}
+	return m
+}()
+
+// BuiltinPrices returns the entries of the built-in price table with the
+// page each was taken from and the month it dates from, sorted by model
+// name: what admitctl prices lists.
+func BuiltinPrices() []ListedPrice {
+	out := slices.Clone(listed)
+	slices.SortFunc(out, func(a, b ListedPrice) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// DefaultPrices returns a copy of the built-in price table: OpenAI's,
+// Anthropic's and Google's list prices, per model name, in US dollars per
+// million tokens (see [BuiltinPrices] for each entry's page and month). It is
 // the default of a policy file's prices section and of
 // [PricesConfig].
 func DefaultPrices() map[string]Price { return maps.Clone(builtinPrices) }
@@ -273,6 +319,14 @@ const maxModelName = 256
 // Prices is a model price table. A model is priced by the entry whose name
 // is the longest prefix of its lower-cased name, so "gpt-4o-mini" can be
 // priced apart from "gpt-4o" and "gpt-4o-2024-08-06" falls under "gpt-4o".
+// An entry of the built-in table prices only the names of its family: a
+// dated snapshot or a variant ("claude-sonnet-4-20250514",
+// "gpt-5-codex"), never a newer version or another tier ("gpt-5.1" is not
+// "gpt-5", "claude-opus-4-6" not "claude-opus-4", "gpt-4o-audio-preview"
+// not "gpt-4o"), which has no built-in price until an entry names it. An
+// entry the caller gives (PricesConfig.Models, an alias) is the
+// operator's: it prices every name it begins ("llama" prices
+// "llama-3.3-70b").
 // A name with a provider part ("openai/gpt-4o") is also tried without it,
 // and a fine-tuned model with no entry of its own is priced as its base
 // model (see [PriceBaseModel]). A model no entry matches gets the fallback
@@ -286,6 +340,10 @@ type Prices struct {
 type priceEntry struct {
 	prefix string
 	price  Price
+	// builtin marks an entry of the built-in table, which prices the
+	// names of its family only (see extends); the others price every
+	// name they begin.
+	builtin bool
 }
 
 // NewPrices validates a table of prices keyed by model name prefix and
@@ -318,7 +376,7 @@ func NewPriceTable(cfg PricesConfig) (*Prices, error) {
 	if !cfg.OmitBuiltin {
 		for name, price := range builtinPrices {
 			if _, replaced := seen[name]; !replaced {
-				p.entries = append(p.entries, priceEntry{prefix: name, price: price})
+				p.entries = append(p.entries, priceEntry{prefix: name, price: price, builtin: true})
 			}
 		}
 	}
@@ -436,9 +494,48 @@ func (p *Prices) match(name string) (Price, bool) {
 		return Price{}, false
 	}
 	for _, e := range p.entries {
-		if strings.HasPrefix(name, e.prefix) {
+		if e.builtin && extends(name, e.prefix) || !e.builtin && strings.HasPrefix(name, e.prefix) {
 			return e.price, true
 		}
 	}
 	return Price{}, false
 }
+
+// extends reports whether the lower-cased name is the model a built-in
+// entry named prefix prices: prefix itself, or a name that continues it after a
+// separator ('-', '_', '.', ':', '@', '/') with anything but a newer
+// version or another tier. A newer version is a first segment of one or
+// two digits but 0 ("gpt-5.1" after "gpt-5", "claude-opus-4-6-20260205"
+// after "claude-opus-4"; a snapshot's date, "-20250514", "-2024-08-06",
+// "-0613", "-001", is not one); another tier is any segment a provider
+// prices apart (tierWords: "gpt-5.1-codex-mini" after "gpt-5.1"). So a
+// newer family never gets an older family's built-in price: it has none
+// until an entry names it.
+func extends(name, prefix string) bool {
+	if !strings.HasPrefix(name, prefix) {
+		return false
+	}
+	rest := name[len(prefix):]
+	if rest == "" {
+		return true
+	}
+	if !strings.ContainsRune(separators, rune(rest[0])) {
+		return false // "gpt-4o" does not continue "gpt-4"
+	}
+	for i, seg := range strings.FieldsFunc(rest, func(r rune) bool { return strings.ContainsRune(separators, r) }) {
+		if i == 0 && len(seg) <= 2 && strings.Trim(seg, "0123456789") == "" && strings.Trim(seg, "0") != "" {
+			return false // a newer version; later numbers are a date's
+		}
+		if slices.Contains(tierWords, seg) {
+			return false
+		}
+	}
+	return true
+}
+
+// separators split a model name into segments.
+const separators = "-_.:@/"
+
+// tierWords are the segments that make a model a tier or a modality a
+// provider prices apart from the model whose name it extends.
+var tierWords = []string{"mini", "nano", "lite", "pro", "max", "turbo", "realtime", "audio", "image", "tts"}

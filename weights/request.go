@@ -284,12 +284,13 @@ func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // price walks body and returns its estimate.
 func (e *Estimator) price(ep Endpoint, body []byte) (Estimate, error) {
-	return e.priceModel(ep, "", body)
+	return e.priceModel(ep, "", nil, body)
 }
 
 // priceModel is price for a request whose model is named by its path
-// (pathModel; empty for the APIs that name it in the body).
-func (e *Estimator) priceModel(ep Endpoint, pathModel string, body []byte) (Estimate, error) {
+// (pathModel; empty for the APIs that name it in the body), or, with as,
+// is the model as returns for the body's (see Estimator.EstimateAs).
+func (e *Estimator) priceModel(ep Endpoint, pathModel string, as func(string) (string, error), body []byte) (Estimate, error) {
 	w := walkers.Get().(*walker)
 	defer w.release()
 	*w = walker{
@@ -326,6 +327,12 @@ func (e *Estimator) priceModel(ep Endpoint, pathModel string, body []byte) (Esti
 		return Estimate{}, malformed(ep, "input", errors.New("required"))
 	}
 	name := strings.Clone(w.decode(w.model))
+	if as != nil {
+		var err error
+		if name, err = as(name); err != nil {
+			return Estimate{}, err
+		}
+	}
 	m, err := e.resolve(name)
 	if err != nil {
 		return Estimate{}, err

@@ -517,6 +517,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"directory", d.decodeDirectory},
 		field{"tools", d.tools(&f.Tools)},
 		field{"mcp_servers", d.decodeMCPServers},
+		field{"deployments", d.decodeDeployments},
 	) {
 		return
 	}

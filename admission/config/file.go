@@ -129,6 +129,9 @@ type File struct {
 	// MCPServers holds the mcp_servers section, by server name; nil
 	// when the file declares none.
 	MCPServers map[string]MCPServer
+	// Deployments holds the deployments section: the Azure OpenAI
+	// deployments served and the model each runs (see Deployments).
+	Deployments Deployments
 }
 
 // PolicyInfo is the part of a policy's entry that is not an admission

@@ -11,6 +11,9 @@
 //	                           replay a request log against candidate policy files and compare;
 //	                           malformed lines are named and skipped (--strict: the first one stops)
 //	admitctl loadgen [flags]   generate multi-tenant traffic as a request log, or send it as HTTP
+//	admitctl prices [--config FILE] [--request-log FILE]
+//	                           list the built-in prices with each entry's provider page and month;
+//	                           with a request log, the models seen that have no price
 //	admitctl db SUBCOMMAND     manage the tenant directory in PostgreSQL: migrate, tenants, plans,
 //	                           overrides, keys (created once, stored hashed, revoked), export, import
 //	admitctl help [COMMAND]    list the commands, or print one's synopsis and every flag

@@ -60,6 +60,11 @@ const AnthropicKeyEnv = "LLMPROXY_ANTHROPIC_API_KEY"
 // sent upstream in x-goog-api-key on the Gemini API routes.
 const GeminiKeyEnv = "LLMPROXY_GEMINI_API_KEY"
 
+// AzureKeyEnv is the default of --azure-api-key-env: the environment
+// variable holding the Azure OpenAI resource's key, sent upstream in
+// api-key on the Azure OpenAI routes.
+const AzureKeyEnv = "LLMPROXY_AZURE_API_KEY"
+
 // MaxHeaderBytes bounds the request headers a client may send on the API
 // listener (431 past it): an OpenAI-style request needs a few hundred
 // bytes, net/http's default allows a megabyte per connection.
@@ -101,6 +106,7 @@ type options struct {
 	metricsAddr     string
 	otlp            otlpSettings
 	traces          string // --otlp-traces
+	azureKeyEnv     string // --azure-api-key-env
 	forwardHeaders  string
 
 	// Test hooks (the clock also goes to the gateway and the simulator).
@@ -118,6 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.gw.UpstreamKeyHeader, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
 	fs.StringVar(&o.gw.Gemini.Upstream, "gemini-upstream", "", "base URL of the Gemini API with its version prefix, e.g. https://generativelanguage.googleapis.com/v1beta, serving /v1beta/models/{model}:generateContent, :streamGenerateContent and :countTokens; empty serves them only with the built-in simulator. The key is read from $"+GeminiKeyEnv)
 	fs.StringVar(&o.gw.Anthropic.Upstream, "anthropic-upstream", "", "base URL of the Anthropic API with its version prefix, e.g. https://api.anthropic.com/v1, serving /v1/messages and /v1/messages/count_tokens; empty serves them only with the built-in simulator. The key is read from $"+AnthropicKeyEnv)
+	fs.StringVar(&o.gw.Azure.Upstream, "azure-upstream", "", "base URL of the Azure OpenAI resource, without /openai, e.g. https://myres.openai.azure.com, serving /openai/deployments/{deployment}/{chat/completions,completions,embeddings,responses}?api-version=..., /openai/v1/... and /openai/responses for the deployments of the policy file's deployments section; empty serves them only with the built-in simulator. The key is read from the variable --azure-api-key-env names")
+	fs.StringVar(&o.azureKeyEnv, "azure-api-key-env", AzureKeyEnv, "environment variable holding the Azure OpenAI resource's key, sent upstream in api-key")
 	fs.StringVar(&o.gw.MCP.Upstream, "mcp-upstream", "", "URL of the unnamed upstream MCP server's streamable HTTP endpoint, proxied at /mcp, e.g. http://tools.internal:8080/mcp; empty serves /mcp only with the built-in simulator (a search tool and a write_file tool). The policy file's mcp_servers are served at /mcp/{name} besides")
 	fs.DurationVar(&o.simLatency, "sim-latency", 150*time.Millisecond, "simulated upstream: time to the first byte")
 	fs.Float64Var(&o.simRate, "sim-tokens-per-second", 100, "simulated upstream: output tokens per second (0: instant)")
@@ -172,6 +180,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.gw.UpstreamKey = os.Getenv(UpstreamKeyEnv)
 	o.gw.Anthropic.Key = os.Getenv(AnthropicKeyEnv)
 	o.gw.Gemini.Key = os.Getenv(GeminiKeyEnv)
+	if o.azureKeyEnv != "" {
+		o.gw.Azure.Key = os.Getenv(o.azureKeyEnv)
+	}
 	return o, nil
 }
 
@@ -322,6 +333,9 @@ func start(o options) (_ *server, err error) {
 		if gc.Gemini.Upstream == "" {
 			gc.Gemini.Upstream = strings.TrimSuffix(s.simURL, "/v1") + "/v1beta" // and the Gemini API
 		}
+		if gc.Azure.Upstream == "" {
+			gc.Azure.Upstream = strings.TrimSuffix(s.simURL, "/v1") // and Azure OpenAI's paths
+		}
 	}
 
 	maxBody := s.file.HTTP.MaxBody
@@ -419,6 +433,9 @@ func (s *server) banner(w io.Writer) {
 	fmt.Fprintf(w, "llmproxy: listening on %s (OpenAI-compatible API under %s/v1)\n", s.URL, s.URL)
 	if s.sim != nil || s.opts.gw.Anthropic.Upstream != "" {
 		fmt.Fprintf(w, "llmproxy: Anthropic Messages API under %s/v1/messages: give the Anthropic SDKs the base URL %s, without /v1\n", s.URL, s.URL)
+	}
+	if s.sim != nil || s.opts.gw.Azure.Upstream != "" {
+		fmt.Fprintf(w, "llmproxy: Azure OpenAI under %s/openai/ for the policy file's deployments (%d): give the SDKs' Azure option the endpoint %s\n", s.URL, len(s.file.Deployments), s.URL)
 	}
 	if s.sim != nil {
 		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)

@@ -174,9 +174,9 @@ const (
 )
 
 var (
-	batchesRoute     = route{OpBatches, "POST " + OpBatches, "/batches", weights.EndpointUnknown}
-	batchRoute       = route{OpBatch, "GET " + OpBatches + "/{id}", "/batches/", weights.EndpointUnknown}
-	batchCancelRoute = route{OpBatchCancel, "POST " + OpBatches + "/{id}/cancel", "/batches/", weights.EndpointUnknown}
+	batchesRoute     = route{OpBatches, "POST " + OpBatches, "/batches", weights.EndpointUnknown, nil}
+	batchRoute       = route{OpBatch, "GET " + OpBatches + "/{id}", "/batches/", weights.EndpointUnknown, nil}
+	batchCancelRoute = route{OpBatchCancel, "POST " + OpBatches + "/{id}/cancel", "/batches/", weights.EndpointUnknown, nil}
 )
 
 // maxBatchObject bounds an upstream file or batch object, and a batch

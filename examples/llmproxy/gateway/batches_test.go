@@ -91,6 +91,7 @@ func batchGateway(t *testing.T, policy string, tune func(*gatewaySetup, *upstrea
 	t.Cleanup(up.Close)
 	gc.Upstream = up.URL + "/v1"
 	gc.Anthropic.Upstream = up.URL + "/v1" // the simulator serves Anthropic's API too
+	gc.Azure.Upstream = up.URL             // the simulator serves Azure OpenAI's paths too
 	gw, err := gateway.New(gc.ctl, gc.est, gc.file, gc.Config, gc.opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/internal/bodywatch"
 )
 
@@ -30,9 +31,9 @@ const (
 )
 
 var (
-	filesRoute       = route{OpFiles, "POST " + OpFiles, "/files", 0}
-	fileRoute        = route{OpFile, "GET " + OpFiles + "/{id}", "/files/", 0}
-	fileContentRoute = route{OpFileContent, "GET " + OpFiles + "/{id}/content", "/files/", 0}
+	filesRoute       = route{OpFiles, "POST " + OpFiles, "/files", 0, nil}
+	fileRoute        = route{OpFile, "GET " + OpFiles + "/{id}", "/files/", 0, nil}
+	fileContentRoute = route{OpFileContent, "GET " + OpFiles + "/{id}/content", "/files/", 0, nil}
 )
 
 // maxFormField bounds a form field of an upload other than its file.
@@ -316,19 +317,7 @@ func copyUpload(in *multipart.Reader, out *multipart.Writer, lc *lineCounter) er
 // ValidFileName reports whether an uploaded file's name is passed
 // upstream as sent: 1 to 128 ASCII letters, digits, '-', '_' and '.';
 // any other name goes up as batch.jsonl.
-func ValidFileName(name string) bool {
-	if name == "" || len(name) > 128 || name == "." || name == ".." {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		switch b := name[i]; {
-		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '-', b == '_', b == '.':
-		default:
-			return false
-		}
-	}
-	return true
-}
+func ValidFileName(name string) bool { return config.ValidPathSegment(name, 128) }
 
 // batchCall sends a Batch API (or Responses API object) request to
 // Config.Upstream + path, a path the caller built from constants and ids

@@ -93,6 +93,8 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 		base = g.anthropic
 	} else if rt.gemini() {
 		base = g.gemini
+	} else if rt.azure() {
+		base = g.azure
 	}
 	u := *base
 	u.Path = base.Path + rt.upstream + id
@@ -111,6 +113,8 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 		g.setAnthropicUpstream(req.Header, r.Header)
 	case rt.gemini():
 		g.geminiUpstream(req.URL, req.Header, rt)
+	case rt.azure():
+		g.azureUpstream(req.URL, req.Header, rt)
 	default:
 		g.setUpstreamKey(req.Header)
 	}

@@ -94,6 +94,19 @@
 // a provider 429's RetryInfo and QuotaFailure feed the upstream stores
 // (see Gemini and docs/gemini.md).
 //
+// With Config.Azure, Azure OpenAI's routes take the same path:
+// /openai/deployments/{deployment}/{chat/completions,completions,
+// embeddings,responses}?api-version=..., /openai/v1/... and
+// /openai/responses (the deployment in the body's model). A deployment
+// is served when the policy file's deployments section names it, and is
+// priced and limited as the model the section gives it, whatever the
+// body names; any other is a 404 DeploymentNotFound, never forwarded.
+// The client's key comes in api-key (or Authorization: Bearer) and never
+// goes upstream, where the gateway's own goes in api-key; the upstream
+// path is rebuilt from the route, the deployment as the file spells it
+// and the validated api-version. Errors on these routes, rejections
+// included, are in Azure's shape (see Azure and docs/azure.md).
+//
 // The Batch API is served too (see BatchAPI): POST /v1/files counts a
 // batch input file line by line as it streams upstream, POST /v1/batches
 // reserves the batch's tokens and cost on the tenant's quotas until the
@@ -299,6 +312,9 @@ type Config struct {
 	// Gemini configures the Gemini API routes (see Gemini); the zero
 	// value leaves them out.
 	Gemini Gemini
+	// Azure configures the Azure OpenAI routes (see Azure); the zero
+	// value leaves them out.
+	Azure Azure
 	// Batches configures the Batch API routes (see BatchAPI); the zero
 	// value serves them with its defaults.
 	Batches BatchAPI
@@ -456,6 +472,7 @@ type Gateway struct {
 
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
 	gemini    *url.URL // Config.Gemini.Upstream; nil without one
+	azure     *url.URL // Config.Azure.Upstream; nil without one
 	batches   *batches // the Batch API's files and reservations
 	responses *responses
 	streams   streamWatch
@@ -523,6 +540,12 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 			return nil, err
 		}
 	}
+	var azure *url.URL
+	if cfg.Azure.Upstream != "" {
+		if azure, err = parseUpstream(cfg.Azure.Upstream); err != nil {
+			return nil, err
+		}
+	}
 	if o.transport == nil {
 		o.transport = NewTransport()
 	}
@@ -544,7 +567,7 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 		o.log = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, ctl: ctl, est: est, file: file, opt: o, meter: o.mp.Meter(scope),
-		base: base, anthropic: anthropic, gemini: gemini, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
+		base: base, anthropic: anthropic, gemini: gemini, azure: azure, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
 	mwOpts := []httpadmit.Option{httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log)}
 	g.mw, err = httpadmit.New(ctl, mwOpts...)
 	if err != nil {
@@ -727,17 +750,20 @@ const (
 type route struct {
 	path, pattern, upstream string
 	endpoint                weights.Endpoint // what the body is priced as
+	// az is an Azure OpenAI request's deployment and api-version, set
+	// per request (see handleAzure); nil on other routes.
+	az *azureCall
 }
 
 var (
 	llmRoutes = []route{
-		{OpChatCompletions, "POST " + OpChatCompletions, "/chat/completions", weights.EndpointChatCompletions},
-		{OpCompletions, "POST " + OpCompletions, "/completions", weights.EndpointCompletions},
-		{OpEmbeddings, "POST " + OpEmbeddings, "/embeddings", weights.EndpointEmbeddings},
-		{OpResponses, "POST " + OpResponses, "/responses", weights.EndpointResponses},
+		{OpChatCompletions, "POST " + OpChatCompletions, "/chat/completions", weights.EndpointChatCompletions, nil},
+		{OpCompletions, "POST " + OpCompletions, "/completions", weights.EndpointCompletions, nil},
+		{OpEmbeddings, "POST " + OpEmbeddings, "/embeddings", weights.EndpointEmbeddings, nil},
+		{OpResponses, "POST " + OpResponses, "/responses", weights.EndpointResponses, nil},
 	}
-	modelsRoute = route{OpModels, "GET " + OpModels, "/models", weights.EndpointUnknown}
-	modelRoute  = route{OpModel, "GET " + OpModels + "/{id}", "/models/", weights.EndpointUnknown}
+	modelsRoute = route{OpModels, "GET " + OpModels, "/models", weights.EndpointUnknown, nil}
+	modelRoute  = route{OpModel, "GET " + OpModels + "/{id}", "/models/", weights.EndpointUnknown, nil}
 )
 
 // on returns h for rt, the request's pattern set for the middleware.
@@ -764,6 +790,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 	}
 	g.registerMessages(e)
 	g.registerGemini(e)
+	g.registerAzure(e)
 	g.registerBatches(e)
 	g.registerResponses(e)
 	g.registerMCP(e)
@@ -805,7 +832,7 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 			msg = http.StatusText(status)
 		}
 	}
-	g.geminiUnrouted(c)
+	g.unroutedShape(c)
 	typ, code := "invalid_request_error", "unknown_url"
 	if status >= 500 {
 		typ, code = "server_error", "internal_error"
@@ -860,6 +887,8 @@ func (g *Gateway) unauthorized(c echo.Context, err error) {
 			how = "\"x-api-key: YOUR_KEY\""
 		} else if geminiShaped(c.Response()) {
 			how = "\"x-goog-api-key: YOUR_KEY\""
+		} else if azureShaped(c.Response()) {
+			how = "\"api-key: YOUR_KEY\""
 		}
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
 			"You didn't provide an API key. Send it as "+how+".")

@@ -52,9 +52,9 @@ const geminiPath = "/v1beta/models/:call"
 const maxGeminiModel = 128
 
 var geminiRoutes = map[string]route{
-	"generateContent":       {geminiPath, "POST " + OpGenerateContent, "", weights.EndpointGenerateContent},
-	"streamGenerateContent": {geminiPath, "POST " + OpStreamGenerateContent, "", weights.EndpointGenerateContent},
-	"countTokens":           {geminiPath, "POST " + OpGeminiCountTokens, "", weights.EndpointUnknown},
+	"generateContent":       {geminiPath, "POST " + OpGenerateContent, "", weights.EndpointGenerateContent, nil},
+	"streamGenerateContent": {geminiPath, "POST " + OpStreamGenerateContent, "", weights.EndpointGenerateContent, nil},
+	"countTokens":           {geminiPath, "POST " + OpGeminiCountTokens, "", weights.EndpointUnknown, nil},
 }
 
 // gemini reports whether rt is a route of the Gemini API, proxied to
@@ -71,7 +71,7 @@ func (g *Gateway) registerGemini(e *echo.Echo) {
 	if g.gemini == nil {
 		return
 	}
-	e.POST(geminiPath, inGeminiShape(g.handleGemini))
+	e.POST(geminiPath, inShape[geminiShape](g.handleGemini))
 }
 
 // geminiCall splits and validates the last segment of a Gemini path,
@@ -161,9 +161,16 @@ func (g *Gateway) geminiCredential(c echo.Context) {
 		r.URL.RawQuery = q.Encode()
 		r.RequestURI = r.URL.RequestURI()
 	}
-	if key == "" {
-		return
+	if key != "" {
+		g.presentKey(r, key)
 	}
+}
+
+// presentKey puts key, a client's key found where its API sends it (a
+// header or a query parameter of its own), in the first key header of
+// the identity section, where the gateway's identity reads it, after
+// removing every other credential the request carries in those headers.
+func (g *Gateway) presentKey(r *http.Request, key string) {
 	hs := g.state.Load().mw.Identity().KeyHeaders
 	if len(hs) == 0 {
 		hs = apikey.DefaultKeyHeaders
@@ -175,14 +182,6 @@ func (g *Gateway) geminiCredential(c echo.Context) {
 		key = "Bearer " + key
 	}
 	r.Header.Set(hs[0], key)
-}
-
-// geminiUnrouted gives an error of echo's own (an unknown path, a wrong
-// method) under /v1beta/ Google's shape, when the Gemini API is served.
-func (g *Gateway) geminiUnrouted(c echo.Context) {
-	if res := c.Response(); g.gemini != nil && strings.HasPrefix(c.Request().URL.Path, "/v1beta/") && !geminiShaped(res.Writer) {
-		res.Writer = geminiWriter{res.Writer}
-	}
 }
 
 // geminiUpstream points an upstream request of the Gemini API at
@@ -271,23 +270,47 @@ func geminiUpstreamError(w http.ResponseWriter, resp *http.Response, data []byte
 	return resp.StatusCode
 }
 
-// geminiWriter marks a response to a Gemini API route: the gateway's
-// errors on it take Google's shape (writeError).
-type geminiWriter struct{ http.ResponseWriter }
+// geminiShape marks the responses to the Gemini API's routes: the
+// gateway's errors on them take Google's shape (writeError).
+type geminiShape struct{}
+
+// geminiShaped reports whether w answers a Gemini API route.
+func geminiShaped(w http.ResponseWriter) bool { return wraps[shapedWriter[geminiShape]](w) }
+
+// shapedWriter marks a response to the routes of an API whose errors
+// have a shape of their own, which S names (geminiShape, azureShape).
+type shapedWriter[S any] struct{ http.ResponseWriter }
 
 // Unwrap gives http.ResponseController the writer underneath.
-func (w geminiWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w shapedWriter[S]) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func inGeminiShape(h echo.HandlerFunc) echo.HandlerFunc {
+// markShape makes c's answer one in the shape S, unless it is already.
+func markShape[S any](c echo.Context) {
+	if res := c.Response(); !wraps[shapedWriter[S]](res.Writer) {
+		res.Writer = shapedWriter[S]{res.Writer}
+	}
+}
+
+// inShape serves a route with h, its answers in the shape S.
+func inShape[S any](h echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		res := c.Response()
-		res.Writer = geminiWriter{res.Writer}
+		markShape[S](c)
 		return h(c)
 	}
 }
 
-// geminiShaped reports whether w answers a Gemini API route.
-func geminiShaped(w http.ResponseWriter) bool { return wraps[geminiWriter](w) }
+// unroutedShape gives an error of echo's own (an unknown path, a wrong
+// method) the shape of the API served under its path: Google's under
+// /v1beta/ with the Gemini API, Azure's under /openai/ with Azure OpenAI.
+func (g *Gateway) unroutedShape(c echo.Context) {
+	p := c.Request().URL.Path
+	switch {
+	case g.gemini != nil && strings.HasPrefix(p, "/v1beta/"):
+		markShape[geminiShape](c)
+	case g.azure != nil && strings.HasPrefix(p, "/openai/"):
+		markShape[azureShape](c)
+	}
+}
 
 // wraps reports whether w is, or wraps, a writer of type T.
 func wraps[T http.ResponseWriter](w http.ResponseWriter) bool {

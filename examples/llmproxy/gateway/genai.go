@@ -170,6 +170,8 @@ func (g *Gateway) genAIKey(st *state, rt route, model string) genAIKey {
 		k.provider = string(genaiconv.ProviderNameAnthropic)
 	case rt.gemini():
 		k.provider = string(genaiconv.ProviderNameGCPGemini)
+	case rt.azure():
+		k.provider = string(genaiconv.ProviderNameAzureAIOpenAI)
 	}
 	if m := strings.ToLower(model); st.models[m] {
 		k.model = m

@@ -58,12 +58,12 @@ const (
 )
 
 var (
-	messageBatchesRoute      = route{OpMessageBatches, "POST " + OpMessageBatches, "/messages/batches", weights.EndpointUnknown}
-	messageBatchListRoute    = route{OpMessageBatches, "GET " + OpMessageBatches, "/messages/batches", weights.EndpointUnknown}
-	messageBatchRoute        = route{OpMessageBatch, "GET " + OpMessageBatches + "/{id}", "/messages/batches/", weights.EndpointUnknown}
-	messageBatchDeleteRoute  = route{OpMessageBatch, "DELETE " + OpMessageBatches + "/{id}", "/messages/batches/", weights.EndpointUnknown}
-	messageBatchCancelRoute  = route{OpMessageBatchCancel, "POST " + OpMessageBatches + "/{id}/cancel", "/messages/batches/", weights.EndpointUnknown}
-	messageBatchResultsRoute = route{OpMessageBatchResults, "GET " + OpMessageBatches + "/{id}/results", "/messages/batches/", weights.EndpointUnknown}
+	messageBatchesRoute      = route{OpMessageBatches, "POST " + OpMessageBatches, "/messages/batches", weights.EndpointUnknown, nil}
+	messageBatchListRoute    = route{OpMessageBatches, "GET " + OpMessageBatches, "/messages/batches", weights.EndpointUnknown, nil}
+	messageBatchRoute        = route{OpMessageBatch, "GET " + OpMessageBatches + "/{id}", "/messages/batches/", weights.EndpointUnknown, nil}
+	messageBatchDeleteRoute  = route{OpMessageBatch, "DELETE " + OpMessageBatches + "/{id}", "/messages/batches/", weights.EndpointUnknown, nil}
+	messageBatchCancelRoute  = route{OpMessageBatchCancel, "POST " + OpMessageBatches + "/{id}/cancel", "/messages/batches/", weights.EndpointUnknown, nil}
+	messageBatchResultsRoute = route{OpMessageBatchResults, "GET " + OpMessageBatches + "/{id}/results", "/messages/batches/", weights.EndpointUnknown, nil}
 )
 
 // maxMessageCustomID bounds a custom_id, as Anthropic does.

@@ -57,8 +57,8 @@ const (
 )
 
 var (
-	messagesRoute    = route{OpMessages, "POST " + OpMessages, "/messages", weights.EndpointMessages}
-	countTokensRoute = route{OpCountTokens, "POST " + OpCountTokens, "/messages/count_tokens", weights.EndpointUnknown}
+	messagesRoute    = route{OpMessages, "POST " + OpMessages, "/messages", weights.EndpointMessages, nil}
+	countTokensRoute = route{OpCountTokens, "POST " + OpCountTokens, "/messages/count_tokens", weights.EndpointUnknown, nil}
 )
 
 // anthropic reports whether rt is a route of Anthropic's API, proxied to
@@ -166,13 +166,17 @@ func anthropicErrorBody(typ, msg string) []byte {
 
 // errorBodyFor returns an error body in the shape of w's route: OpenAI's
 // (type, code), on a Messages API route Anthropic's (the type of the
-// status), on a Gemini API route Google's (geminiErrorBody).
+// status), on a Gemini API route Google's (geminiErrorBody), on an Azure
+// OpenAI route Azure's (azureErrorBody).
 func errorBodyFor(w http.ResponseWriter, status int, typ, code, msg string) []byte {
 	if anthropicShaped(w) {
 		return anthropicErrorBody(anthropicErrorType(status), msg)
 	}
 	if geminiShaped(w) {
 		return geminiErrorBody(w.Header(), status, code, msg)
+	}
+	if azureShaped(w) {
+		return azureErrorBody(status, code, msg)
 	}
 	return errorBody(typ, code, "", msg)
 }

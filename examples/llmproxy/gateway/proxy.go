@@ -37,6 +37,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	// A caller over its request rate is refused here, before a byte of
 	// its body is read or parsed.
 	req, ok := g.identify(c, st)
+	ok = ok && g.azureDeployment(c, st, rt)
 	if ok && r.ContentLength <= est.MaxBodyBytes() {
 		tk, err = g.ctl.Begin(ctx, req)
 	}
@@ -64,12 +65,12 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	}()
 	x := exchange{g: g, c: c}
 	var body []byte
-	if x.est, body, ok = g.readAndPrice(c, rt.endpoint); !ok || !g.checkModel(c, x.est.Model) || !g.session(c, st, body, &req) {
+	if x.est, body, ok = g.readAndPrice(c, st, rt); !ok || !g.checkModel(c, x.est.Model) || !g.session(c, st, body, &req) {
 		return nil
 	}
 	if rt.endpoint == weights.EndpointResponses {
 		// A chain's recorded size, a background slot (see ResponsesAPI).
-		if x.rsp, ok = g.responsesCall(c, st, req.Tenant, body, &x.est); !ok {
+		if x.rsp, ok = g.responsesCall(c, st, rt, req.Tenant, body, &x.est); !ok {
 			return nil
 		}
 		defer x.rsp.release(g.responses)
@@ -98,7 +99,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	g.queueWaited(ctx, st, req.Priority, tk)
 
 	injected := false
-	if x.est.Stream && !x.est.IncludeUsage {
+	if x.est.Stream && !x.est.IncludeUsage && azureStreamUsage(rt.az) {
 		if b, inj, err := weights.InjectIncludeUsage(rt.endpoint, body); err == nil && inj {
 			body, injected = b, true
 		}
@@ -193,11 +194,14 @@ func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request
 	return price, priced, src, nil
 }
 
-// readAndPrice reads the body within the parse budget and prices it,
-// answering the client itself when it cannot: 413 for a body over the
-// cap, 400 for one that is unreadable or malformed, 503 when the budget
+// readAndPrice reads the body within the parse budget and prices it as
+// the endpoint of rt (an Azure OpenAI request as its deployment's model,
+// by the state st), answering the client itself when it cannot: 413 for
+// a body over the cap, 400 for one that is unreadable or malformed, 404
+// for an Azure OpenAI body naming no deployment, 503 when the budget
 // stays full.
-func (g *Gateway) readAndPrice(c echo.Context, ep weights.Endpoint) (weights.Estimate, []byte, bool) {
+func (g *Gateway) readAndPrice(c echo.Context, st *state, rt route) (weights.Estimate, []byte, bool) {
+	ep := rt.endpoint
 	ctx := c.Request().Context()
 	est := g.est
 	body, release, ok := g.readBody(c)
@@ -205,7 +209,13 @@ func (g *Gateway) readAndPrice(c echo.Context, ep weights.Endpoint) (weights.Est
 		return weights.Estimate{}, nil, false
 	}
 	defer release()
-	e, err := est.EstimateModel(ep, pathModel(c), body)
+	var e weights.Estimate
+	var err error
+	if as := azureModel(st, rt); as != nil {
+		e, err = est.EstimateAs(ep, body, as)
+	} else {
+		e, err = est.EstimateModel(ep, pathModel(c), body)
+	}
 	if err == nil {
 		return e, body, true
 	}
@@ -220,6 +230,8 @@ func (g *Gateway) readAndPrice(c echo.Context, ep weights.Endpoint) (weights.Est
 		g.m.count(ctx, g.m.clientErrors, code)
 	case errors.Is(err, weights.ErrTooLarge):
 		g.tooLarge(c, est.MaxBodyBytes())
+	case errors.Is(err, errUnknownDeployment):
+		g.deploymentNotFound(c)
 	default:
 		g.log.ErrorContext(ctx, "llmproxy: estimate failed", "err", err)
 		writeError(c.Response(), http.StatusInternalServerError, "server_error", "internal_error", "", "The request could not be priced.")

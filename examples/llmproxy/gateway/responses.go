@@ -151,10 +151,10 @@ const (
 )
 
 var (
-	responseGetRoute    = route{OpResponse, "GET " + OpResponses + "/{id}", "/responses/", weights.EndpointUnknown}
-	responseDeleteRoute = route{OpResponse, "DELETE " + OpResponses + "/{id}", "/responses/", weights.EndpointUnknown}
-	responseItemsRoute  = route{OpResponseInputItems, "GET " + OpResponses + "/{id}/input_items", "/responses/", weights.EndpointUnknown}
-	responseCancelRoute = route{OpResponseCancel, "POST " + OpResponses + "/{id}/cancel", "/responses/", weights.EndpointUnknown}
+	responseGetRoute    = route{OpResponse, "GET " + OpResponses + "/{id}", "/responses/", weights.EndpointUnknown, nil}
+	responseDeleteRoute = route{OpResponse, "DELETE " + OpResponses + "/{id}", "/responses/", weights.EndpointUnknown, nil}
+	responseItemsRoute  = route{OpResponseInputItems, "GET " + OpResponses + "/{id}/input_items", "/responses/", weights.EndpointUnknown, nil}
+	responseCancelRoute = route{OpResponseCancel, "POST " + OpResponses + "/{id}/cancel", "/responses/", weights.EndpointUnknown, nil}
 )
 
 // registerResponses adds the routes of one response.
@@ -374,8 +374,9 @@ func (rc *responseCall) feeMicros() int64 {
 // responsesCall reads the Responses API members of body and prices its
 // chain into est (see ResponsesAPI). It answers the client itself and
 // returns false when the body is refused, the previous response is
-// unknown (unless AllowUnknownChains), or no background slot is free.
-func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body []byte, est *weights.Estimate) (*responseCall, bool) {
+// unknown (unless AllowUnknownChains), no background slot is free, or
+// a background response is asked for on an Azure OpenAI route (rt).
+func (g *Gateway) responsesCall(c echo.Context, st *state, rt route, tenant string, body []byte, est *weights.Estimate) (*responseCall, bool) {
 	ctx := c.Request().Context()
 	rr, err := parseResponsesRequest(body)
 	if err != nil {
@@ -387,6 +388,13 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, tenant string, body [
 		}
 		g.m.count(ctx, g.m.clientErrors, code)
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", code, be.param, msg)
+		return nil, false
+	}
+	if rr.background && rt.azure() {
+		// Its watch would poll the OpenAI upstream, not the deployment's.
+		g.m.count(ctx, g.m.clientErrors, "unsupported_background")
+		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "unsupported_background", "background",
+			"Background responses are not served on the Azure OpenAI routes of this gateway: call without background.")
 		return nil, false
 	}
 	rs := g.responses

@@ -31,6 +31,10 @@
 // sim_completed, sim_input_tokens, sim_output_tokens, sim_cached_tokens,
 // sim_id, sim_hang), with its usage in the batch object's usage field.
 //
+// It serves Azure OpenAI's paths too (see azure.go): the deployment
+// routes with their api-version, the v1 routes, Config.Deployments
+// mapping each deployment to its model, and Azure's 429.
+//
 // It serves the Responses API whole (see responses.go): stored responses
 // retrieved, deleted, listed and cancelled, chains whose usage grows with
 // them, background responses running Config.BackgroundDelay, built-in
@@ -89,6 +93,10 @@ type Config struct {
 	Models []string
 	// AnyModel serves every model name.
 	AnyModel bool
+	// Deployments are the Azure OpenAI deployments served, each with the
+	// model it runs (see azure.go); nil serves every deployment as the
+	// model of its name.
+	Deployments map[string]string
 	// Limits are the provider's limits per model; the zero Limits limit
 	// nothing.
 	Limits Limits
@@ -145,8 +153,8 @@ type Seen struct {
 	Stream       bool
 	// User is the request's "user" field.
 	User string
-	// Query is the raw query string of a Gemini API request, and
-	// GoogAPIKey its x-goog-api-key header.
+	// Query is the raw query string of a Gemini API or Azure OpenAI
+	// request, and GoogAPIKey its x-goog-api-key header.
 	Query, GoogAPIKey string
 }
 
@@ -291,13 +299,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.record(Seen{
 		Path: path, Auth: r.Header.Get("Authorization"), APIKey: r.Header.Get("Api-Key"), Stream: req.Stream,
-		IncludeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, User: req.User,
+		IncludeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, User: req.User, Query: r.URL.RawQuery,
 	})
-	if !s.knows(req.Model) {
+	azure := azurePath(path)
+	if azure && !s.azureDeployment(w, path, &req) {
+		return
+	}
+	if !azure && !s.knows(req.Model) {
 		notFound(w, req.Model)
 		return
 	}
 	fault, ok := s.wait(r)
+	if ok && azure && fault == "429" {
+		azureThrottled(w, r)
+		return
+	}
 	if !ok || s.fault(w, r, fault) {
 		return
 	}
@@ -353,12 +369,7 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, fault string) boo
 		return true
 	case "429":
 		h := w.Header()
-		h.Set("Retry-After", "1")
-		h.Set("Retry-After-Ms", "1000")
-		if v := r.Header.Get("X-Sim-Retry-After"); v != "" {
-			h.Set("Retry-After", v)
-			h.Del("Retry-After-Ms")
-		}
+		faultRetryHints(h, r)
 		h.Set("X-Ratelimit-Limit-Requests", "10000")
 		h.Set("X-Ratelimit-Remaining-Requests", "0")
 		h.Set("X-Ratelimit-Reset-Requests", "1s")
@@ -372,6 +383,17 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, fault string) boo
 		return true
 	}
 	return false
+}
+
+// faultRetryHints sets the retry hints of the 429 fault in h: one
+// second, or the X-Sim-Retry-After of r (and then no retry-after-ms).
+func faultRetryHints(h http.Header, r *http.Request) {
+	h.Set("Retry-After", "1")
+	h.Set("Retry-After-Ms", "1000")
+	if v := r.Header.Get("X-Sim-Retry-After"); v != "" {
+		h.Set("Retry-After", v)
+		h.Del("Retry-After-Ms")
+	}
 }
 
 func (s *Server) record(x Seen) {
