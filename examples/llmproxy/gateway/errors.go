@@ -42,10 +42,11 @@ func appendJSONString(b []byte, s string) []byte {
 
 // writeError answers with an error in the OpenAI shape, Anthropic's
 // on a Messages API route (the type of the status, see
-// anthropicErrorType), or Google's on a Gemini API route.
+// anthropicErrorType), Google's on a Gemini API route, or Bedrock's on a
+// Converse API route.
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	body := errorBody(typ, code, param, msg)
-	if anthropicShaped(w) || geminiShaped(w) {
+	if anthropicShaped(w) || geminiShaped(w) || bedrockShaped(w) {
 		body = errorBodyFor(w, status, typ, code, msg)
 	}
 	h := w.Header()

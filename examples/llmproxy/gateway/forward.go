@@ -93,6 +93,8 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 		base = g.anthropic
 	} else if rt.gemini() {
 		base = g.gemini
+	} else if rt.bedrock() {
+		base = g.bedrock
 	}
 	u := *base
 	u.Path = base.Path + rt.upstream + id
@@ -111,6 +113,10 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 		g.setAnthropicUpstream(req.Header, r.Header)
 	case rt.gemini():
 		g.geminiUpstream(req.URL, req.Header, rt)
+	case rt.bedrock():
+		if err := g.bedrockUpstream(ctx, req, body); err != nil {
+			return nil, err
+		}
 	default:
 		g.setUpstreamKey(req.Header)
 	}

@@ -96,14 +96,14 @@ func geminiCall(param string, encoded bool) (model, method string, ok bool) {
 	return model, method, true
 }
 
-// geminiModelKey is the echo context key of a Gemini request's model, read
-// by readAndPrice.
-const geminiModelKey = "sluice.gemini.model"
+// pathModelKey is the echo context key of the model a request names in
+// its path (a Gemini or a Bedrock request's), read by readAndPrice.
+const pathModelKey = "sluice.path.model"
 
-// pathModel returns the model a request names in its path (a Gemini
-// request's), or "".
+// pathModel returns the model a request names in its path (a Gemini or
+// a Bedrock request's), or "".
 func pathModel(c echo.Context) string {
-	m, _ := c.Get(geminiModelKey).(string)
+	m, _ := c.Get(pathModelKey).(string)
 	return m
 }
 
@@ -135,7 +135,7 @@ func (g *Gateway) handleGemini(c echo.Context) error {
 			"streamGenerateContent is served as server-sent events only: add ?alt=sse (the official SDKs do).")
 		return nil
 	}
-	c.Set(geminiModelKey, model)
+	c.Set(pathModelKey, model)
 	if rt.endpoint == weights.EndpointUnknown {
 		return g.handleModels(c, rt)
 	}
@@ -161,6 +161,15 @@ func (g *Gateway) geminiCredential(c echo.Context) {
 		r.URL.RawQuery = q.Encode()
 		r.RequestURI = r.URL.RequestURI()
 	}
+	g.placeKey(r, key)
+}
+
+// placeKey puts a client's key, taken out of the header its API carries
+// it in, into the first key header of the identity section (with the
+// Bearer scheme when that is Authorization), where the gateway's
+// identity reads it, after removing every other credential the request
+// carries in those headers. An empty key places nothing.
+func (g *Gateway) placeKey(r *http.Request, key string) {
 	if key == "" {
 		return
 	}

@@ -167,6 +167,8 @@ func (g *Gateway) genAIKey(st *state, rt route, model string) genAIKey {
 	k := genAIKey{op: operationName(rt.endpoint), provider: g.cfg.GenAIProvider, model: OtherModel}
 	if rt.anthropic() {
 		k.provider = string(genaiconv.ProviderNameAnthropic)
+	} else if rt.bedrock() {
+		k.provider = string(genaiconv.ProviderNameAWSBedrock)
 	}
 	if m := strings.ToLower(model); st.models[m] {
 		k.model = m

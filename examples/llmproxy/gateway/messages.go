@@ -156,13 +156,17 @@ func anthropicErrorBody(typ, msg string) []byte {
 
 // errorBodyFor returns an error body in the shape of w's route: OpenAI's
 // (type, code), on a Messages API route Anthropic's (the type of the
-// status), on a Gemini API route Google's (geminiErrorBody).
+// status), on a Gemini API route Google's (geminiErrorBody), on a
+// Converse API route Bedrock's (bedrockErrorBody).
 func errorBodyFor(w http.ResponseWriter, status int, typ, code, msg string) []byte {
 	if anthropicShaped(w) {
 		return anthropicErrorBody(anthropicErrorType(status), msg)
 	}
 	if geminiShaped(w) {
 		return geminiErrorBody(w.Header(), status, code, msg)
+	}
+	if bedrockShaped(w) {
+		return bedrockErrorBody(w.Header(), status, msg)
 	}
 	return errorBody(typ, code, "", msg)
 }
