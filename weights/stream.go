@@ -119,7 +119,7 @@ type StreamReader struct {
 	raw       []byte // bytes of the current event, held back in strip mode
 	eventType string
 	tmpl      chunkTemplate
-	pending   []byte // streamed text not yet counted
+	pending   []byte               // streamed text not yet counted
 	frames    *eventstream.Decoder // an event stream's, else nil
 
 	mu      sync.Mutex

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -128,7 +127,7 @@ func (g *Gateway) bedrockCredential(r *http.Request) {
 func (g *Gateway) bedrockUpstream(ctx context.Context, req *http.Request, body []byte) error {
 	u := req.URL
 	if model, op, ok := strings.Cut(strings.TrimPrefix(u.Path, g.bedrock.Path+bedrockPrefix), "/"); ok {
-		u.RawPath = g.bedrock.EscapedPath() + bedrockPrefix + url.PathEscape(model) + "/" + op
+		u.RawPath = g.bedrock.EscapedPath() + bedrockPrefix + awsEscaper.Replace(model) + "/" + op
 	}
 	for k := range req.Header {
 		if k == "Authorization" || strings.HasPrefix(k, "X-Amz-") || strings.HasPrefix(k, "Amz-Sdk-") {
@@ -156,6 +155,11 @@ func (g *Gateway) bedrockUpstream(ctx context.Context, req *http.Request, body [
 	}
 	return nil
 }
+
+// awsEscaper escapes what a valid model id (ValidModelID) holds beyond
+// RFC 3986's unreserved characters, as the AWS SDKs escape a path
+// parameter.
+var awsEscaper = strings.NewReplacer(":", "%3A", "@", "%40")
 
 // bedrockRegion returns the region upstream requests are signed for.
 func (g *Gateway) bedrockRegion() string {

@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/eventstream"
 )
 
 // Defaults of Config fields left zero.
@@ -266,6 +267,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case isMessages(r, path):
 		s.messages(w, r, path)
+		return
+	case isBedrock(r, path):
+		model, stream, _ := bedrockCall(r, path)
+		s.bedrock(w, r, path, model, stream)
 		return
 	case isGemini(r, path):
 		model, method, _ := geminiCall(r, path)
@@ -717,10 +722,12 @@ func (s *Server) embeddings(w http.ResponseWriter, req *simRequest) {
 	})
 }
 
-// sseWriter writes server-sent events and flushes each.
+// sseWriter writes server-sent events, or the messages of an AWS event
+// stream (frames), and flushes each.
 type sseWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	frames bool
 }
 
 func (g *gen) startSSE() *sseWriter {
@@ -763,11 +770,16 @@ type lastWriter struct {
 func (w *lastWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *sseWriter) write(name string, data []byte) bool {
-	buf := make([]byte, 0, len(data)+len(name)+16)
-	if name != "" {
-		buf = append(append(append(buf, "event: "...), name...), '\n')
+	var buf []byte
+	if s.frames {
+		buf = eventstream.Event(name, data)
+	} else {
+		buf = make([]byte, 0, len(data)+len(name)+16)
+		if name != "" {
+			buf = append(append(append(buf, "event: "...), name...), '\n')
+		}
+		buf = append(append(append(buf, "data: "...), data...), "\n\n"...)
 	}
-	buf = append(append(append(buf, "data: "...), data...), "\n\n"...)
 	if _, err := s.w.Write(buf); err != nil {
 		return false
 	}
