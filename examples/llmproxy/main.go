@@ -449,6 +449,9 @@ func (s *server) banner(w io.Writer) {
 	if s.sim != nil || s.opts.gw.Anthropic.Upstream != "" {
 		fmt.Fprintf(w, "llmproxy: Anthropic Messages API under %s/v1/messages: give the Anthropic SDKs the base URL %s, without /v1\n", s.URL, s.URL)
 	}
+	if s.sim != nil || s.opts.gw.Bedrock.Upstream != "" {
+		fmt.Fprintf(w, "llmproxy: Bedrock Converse API under %s/model/: give the AWS SDKs this endpoint behind TLS, the key as a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK)\n", s.URL)
+	}
 	if s.sim != nil {
 		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)
 	} else {
