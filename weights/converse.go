@@ -11,7 +11,6 @@ import (
 // this package does not read is priced by size (see converseBlock).
 var (
 	converseRequestFields = fields(true, "messages", "system", "inferenceConfig", "toolConfig", "promptVariables")
-	converseMessageFields = fields(true, "role", "content")
 	converseBlockFields   = fields(true, "text", "image", "document", "video", "toolUse", "toolResult", "json", "cachePoint")
 	converseMediaFields   = fields(true, "format", "name", "source")
 	converseSourceFields  = fields(true, "bytes", "text", "content", "s3Location")
@@ -48,7 +47,7 @@ func (w *walker) converseWalk() {
 		}
 		switch name {
 		case "messages":
-			w.converseMessages()
+			w.claudeMessages()
 		case "system":
 			w.t.add(tokensPerMessage)
 			w.converseBlocks("system")
@@ -62,34 +61,6 @@ func (w *walker) converseWalk() {
 	}
 	w.t.add(replyPriming)
 	w.sc.End()
-}
-
-// converseMessages prices the messages.
-func (w *walker) converseMessages() {
-	if !w.container('[', "messages", "an array") {
-		return
-	}
-	w.sc.Open()
-	for n := 0; w.sc.More(&n, ']'); {
-		w.messages++
-		w.t.add(tokensPerMessage)
-		if !w.container('{', "messages", "an object") {
-			continue
-		}
-		var o object
-		w.begin(&o, converseMessageFields, "messages")
-		for {
-			name, ok := w.next(&o)
-			if !ok {
-				break
-			}
-			if name == "role" {
-				w.text("messages", name)
-			} else {
-				w.converseBlocks("messages.content")
-			}
-		}
-	}
 }
 
 // converseBlocks prices an array of content blocks.
@@ -137,7 +108,7 @@ func (w *walker) converseBlock(path string) {
 		case "image", "document", "video":
 			w.converseMedia(p, name)
 		case "toolUse":
-			w.converseToolUse(p)
+			w.textAndJSON(p, converseToolUseFields, "input")
 		case "toolResult":
 			w.converseToolResult(p)
 		case "json":
@@ -212,19 +183,22 @@ func (w *walker) converseSource(path string) (data, text jstring) {
 	}
 }
 
-// converseToolUse prices a tool call: its id, name and input's JSON text.
-func (w *walker) converseToolUse(path string) {
+// textAndJSON prices an object whose members fs are text, but for
+// jsonName, a JSON value priced as its JSON text: a tool call (its id,
+// name and input), a tool specification (its name, description and
+// input schema).
+func (w *walker) textAndJSON(path string, fs *fieldSet, jsonName string) {
 	if !w.container('{', path, "an object") {
 		return
 	}
 	var o object
-	w.begin(&o, converseToolUseFields, path)
+	w.begin(&o, fs, path)
 	for {
 		name, ok := w.next(&o)
 		if !ok {
 			return
 		}
-		if name == "input" {
+		if name == jsonName {
 			w.rawText(w.raw())
 		} else {
 			w.text(path, name)
@@ -316,23 +290,7 @@ func (w *walker) converseTool(path string) {
 			break
 		}
 		spec = true
-		sp := path + ".toolSpec"
-		if !w.container('{', sp, "an object") {
-			continue
-		}
-		var so object
-		w.begin(&so, converseSpecFields, sp)
-		for {
-			name, ok := w.next(&so)
-			if !ok {
-				break
-			}
-			if name == "inputSchema" {
-				w.rawText(w.raw())
-			} else {
-				w.text(sp, name)
-			}
-		}
+		w.textAndJSON(path+".toolSpec", converseSpecFields, "inputSchema")
 	}
 	if !spec {
 		w.t.add(bytesTokens(w.sc.Pos() - start))

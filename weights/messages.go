@@ -84,7 +84,8 @@ func (w *walker) system() {
 }
 
 // claudeMessages prices the messages: each one a message of the chat
-// format, its role and its content.
+// format, its role and its content (a Converse request's content
+// blocks on EndpointConverse).
 func (w *walker) claudeMessages() {
 	if !w.container('[', "messages", "an array") {
 		return
@@ -103,9 +104,12 @@ func (w *walker) claudeMessages() {
 			if !ok {
 				break
 			}
-			if name == "role" {
+			switch {
+			case name == "role":
 				w.text("messages", name)
-			} else {
+			case w.ep == EndpointConverse:
+				w.converseBlocks("messages.content")
+			default:
 				w.content("messages.content")
 			}
 		}

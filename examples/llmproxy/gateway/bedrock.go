@@ -74,7 +74,7 @@ func (g *Gateway) registerBedrock(e *echo.Echo) {
 		return
 	}
 	for _, rt := range bedrockRoutes {
-		e.POST(rt.path, inBedrockShape(func(c echo.Context) error { return g.handleBedrock(c, rt) }))
+		e.POST(rt.path, inShape(func(c echo.Context) error { return g.handleBedrock(c, rt) }, newBedrockWriter))
 	}
 }
 
@@ -176,13 +176,7 @@ type bedrockWriter struct{ http.ResponseWriter }
 // Unwrap gives http.ResponseController the writer underneath.
 func (w bedrockWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func inBedrockShape(h echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		res := c.Response()
-		res.Writer = bedrockWriter{res.Writer}
-		return h(c)
-	}
-}
+func newBedrockWriter(w http.ResponseWriter) bedrockWriter { return bedrockWriter{w} }
 
 // bedrockShaped reports whether w answers a Converse API route.
 func bedrockShaped(w http.ResponseWriter) bool { return wraps[bedrockWriter](w) }
@@ -191,9 +185,7 @@ func bedrockShaped(w http.ResponseWriter) bool { return wraps[bedrockWriter](w) 
 // method) under /model/ Bedrock's shape, when the Converse API is
 // served.
 func (g *Gateway) bedrockUnrouted(c echo.Context) {
-	if res := c.Response(); g.bedrock != nil && strings.HasPrefix(c.Request().URL.Path, bedrockPrefix) && !bedrockShaped(res.Writer) {
-		res.Writer = bedrockWriter{res.Writer}
-	}
+	unroutedInShape(c, g.bedrock != nil, bedrockPrefix, newBedrockWriter)
 }
 
 // bedrockErrorType returns the error type (x-amzn-ErrorType) of an

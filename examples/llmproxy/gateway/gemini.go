@@ -71,7 +71,7 @@ func (g *Gateway) registerGemini(e *echo.Echo) {
 	if g.gemini == nil {
 		return
 	}
-	e.POST(geminiPath, inGeminiShape(g.handleGemini))
+	e.POST(geminiPath, inShape(g.handleGemini, newGeminiWriter))
 }
 
 // geminiCall splits and validates the last segment of a Gemini path,
@@ -189,9 +189,7 @@ func (g *Gateway) placeKey(r *http.Request, key string) {
 // geminiUnrouted gives an error of echo's own (an unknown path, a wrong
 // method) under /v1beta/ Google's shape, when the Gemini API is served.
 func (g *Gateway) geminiUnrouted(c echo.Context) {
-	if res := c.Response(); g.gemini != nil && strings.HasPrefix(c.Request().URL.Path, "/v1beta/") && !geminiShaped(res.Writer) {
-		res.Writer = geminiWriter{res.Writer}
-	}
+	unroutedInShape(c, g.gemini != nil, "/v1beta/", newGeminiWriter)
 }
 
 // geminiUpstream points an upstream request of the Gemini API at
@@ -287,11 +285,24 @@ type geminiWriter struct{ http.ResponseWriter }
 // Unwrap gives http.ResponseController the writer underneath.
 func (w geminiWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func inGeminiShape(h echo.HandlerFunc) echo.HandlerFunc {
+func newGeminiWriter(w http.ResponseWriter) geminiWriter { return geminiWriter{w} }
+
+// inShape serves a route with h, its answers marked by wrap (a writer
+// of type T, whose API's shape the gateway's errors then take).
+func inShape[T http.ResponseWriter](h echo.HandlerFunc, wrap func(http.ResponseWriter) T) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		res := c.Response()
-		res.Writer = geminiWriter{res.Writer}
+		res.Writer = wrap(res.Writer)
 		return h(c)
+	}
+}
+
+// unroutedInShape marks with wrap an error of echo's own (an unknown
+// path, a wrong method) under an API's path prefix, when the API is
+// served, so that it takes the API's shape.
+func unroutedInShape[T http.ResponseWriter](c echo.Context, served bool, prefix string, wrap func(http.ResponseWriter) T) {
+	if res := c.Response(); served && strings.HasPrefix(c.Request().URL.Path, prefix) && !wraps[T](res.Writer) {
+		res.Writer = wrap(res.Writer)
 	}
 }
 

@@ -129,6 +129,19 @@ func bedrockError(w http.ResponseWriter, status int, typ, msg string) {
 	writeJSON(w, status, map[string]any{"message": msg})
 }
 
+// bedrockFaults are the Converse API's answers to X-Sim-Fault.
+var bedrockFaults = apiFaults{
+	"500": func(w http.ResponseWriter, _ *http.Request) {
+		bedrockError(w, http.StatusInternalServerError, "InternalServerException", "The server encountered an internal error.")
+	},
+	"429": func(w http.ResponseWriter, _ *http.Request) {
+		bedrockError(w, http.StatusTooManyRequests, "ThrottlingException", "Too many requests, please wait before trying again.")
+	},
+	"401": func(w http.ResponseWriter, _ *http.Request) {
+		bedrockError(w, http.StatusForbidden, "UnrecognizedClientException", "The security token included in the request is invalid.")
+	},
+}
+
 // bedrock serves the Converse API.
 func (s *Server) bedrock(w http.ResponseWriter, r *http.Request, path, model string, stream bool) {
 	s.record(Seen{Path: path, Auth: r.Header.Get("Authorization"), Stream: stream})
@@ -149,22 +162,8 @@ func (s *Server) bedrock(w http.ResponseWriter, r *http.Request, path, model str
 		bedrockError(w, http.StatusNotFound, "ResourceNotFoundException", "The provided model identifier is invalid.")
 		return
 	}
-	fault, ok := s.wait(r)
-	if !ok {
-		return
-	}
-	switch fault {
-	case "500":
-		bedrockError(w, http.StatusInternalServerError, "InternalServerException", "The server encountered an internal error.")
-		return
-	case "429":
-		bedrockError(w, http.StatusTooManyRequests, "ThrottlingException", "Too many requests, please wait before trying again.")
-		return
-	case "401":
-		bedrockError(w, http.StatusForbidden, "UnrecognizedClientException", "The security token included in the request is invalid.")
-		return
-	case "garbage":
-		writeGarbage(w)
+	fault, done := s.answerFault(w, r, bedrockFaults)
+	if done {
 		return
 	}
 	prompt, prefix := req.price()

@@ -421,6 +421,30 @@ func (s *Server) wait(r *http.Request) (fault string, ok bool) {
 	return fault, sleep(r, latency)
 }
 
+// apiFaults are an API's own answers to the X-Sim-Faults it answers at
+// once, by fault.
+type apiFaults map[string]func(http.ResponseWriter, *http.Request)
+
+// answerFault holds a request for its time to the first byte (wait) and
+// answers its X-Sim-Fault in its API's shape (answers; "garbage" is
+// answered alike on every API). It reports whether the request is done:
+// answered, or its client gone; otherwise it returns the fault, which
+// the generation may play ("cut").
+func (s *Server) answerFault(w http.ResponseWriter, r *http.Request, answers apiFaults) (fault string, done bool) {
+	fault, ok := s.wait(r)
+	switch {
+	case !ok:
+		return fault, true
+	case answers[fault] != nil:
+		answers[fault](w, r)
+		return fault, true
+	case fault == "garbage":
+		writeGarbage(w)
+		return fault, true
+	}
+	return fault, false
+}
+
 // sleep waits d or until the request is cancelled; it reports whether the
 // request is still alive.
 func sleep(r *http.Request, d time.Duration) bool {
