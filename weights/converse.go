@@ -2,7 +2,6 @@ package weights
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -87,12 +86,9 @@ func (w *walker) converseBlock(path string) {
 	if _, ok := w.pricedObject(path); !ok {
 		return
 	}
-	if w.blocks >= maxBlockDepth {
-		w.fail(path, fmt.Errorf("content blocks nested more than %d deep", maxBlockDepth))
-		w.sc.Skip()
+	if !w.nest(path) {
 		return
 	}
-	w.blocks++
 	defer func() { w.blocks-- }()
 	var o object
 	w.begin(&o, converseBlockFields, path)
