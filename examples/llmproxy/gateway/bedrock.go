@@ -107,15 +107,15 @@ func (g *Gateway) handleBedrock(c echo.Context, rt route) error {
 // a key.
 func (g *Gateway) bedrockCredential(r *http.Request) {
 	auth := r.Header.Get("Authorization")
-	key, bearer := strings.CutPrefix(auth, "Bearer ")
-	if !bearer {
+	const scheme = "Bearer "
+	if len(auth) < len(scheme) || !strings.EqualFold(auth[:len(scheme)], scheme) {
 		if strings.HasPrefix(auth, "AWS4-") {
 			r.Header.Del("Authorization")
 		}
 		return
 	}
 	r.Header.Del("Authorization")
-	g.placeKey(r, strings.TrimSpace(key))
+	g.placeKey(r, strings.TrimSpace(auth[len(scheme):]))
 }
 
 // bedrockUpstream prepares an upstream request of the Converse API: its

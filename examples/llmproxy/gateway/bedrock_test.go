@@ -435,3 +435,30 @@ func TestBedrockHostile(t *testing.T) {
 		t.Errorf("upstream requests %q; want none", s.uris)
 	}
 }
+
+// Bedrock's own errors: a refusal of the client's request (an unknown
+// model's 404) passes through with its type and message; a 429 or a 5xx
+// keeps its status and type under a message of the gateway's; a refusal
+// of the gateway's credentials (403 UnrecognizedClientException) is a
+// 502, never a hint that the client's key is wrong; a body that is not
+// JSON is a 502.
+func TestBedrockUpstreamErrors(t *testing.T) {
+	s := bedrockGateway(t, bedrockPolicies)
+	key := "Bearer " + keyA
+	for _, tc := range []struct {
+		name, model, fault string
+		status             int
+		typ, says          string
+	}{
+		{"unknown model", "anthropic.claude-unknown-v1:0", "", 404, "ResourceNotFoundException", "The provided model identifier is invalid."},
+		{"throttled", bedrockModel, "429", 429, "ThrottlingException", "rate limiting the gateway"},
+		{"failed", bedrockModel, "500", 500, "InternalServerException", "failed with status 500"},
+		{"credentials", bedrockModel, "401", 502, "InternalServerException", "refused the gateway's credentials"},
+		{"garbage", bedrockModel, "garbage", 502, "InternalServerException", "not valid JSON"},
+	} {
+		resp, b := s.post(t, "/model/"+tc.model+"/converse", converseJSON, "Authorization", key, "X-Sim-Fault", tc.fault)
+		if resp.StatusCode != tc.status || resp.Header.Get("X-Amzn-Errortype") != tc.typ || !bytes.Contains(b, []byte(tc.says)) {
+			t.Errorf("%s: %d %s %s; want %d %s saying %q", tc.name, resp.StatusCode, resp.Header.Get("X-Amzn-Errortype"), b, tc.status, tc.typ, tc.says)
+		}
+	}
+}
