@@ -36,6 +36,10 @@
 // them, background responses running Config.BackgroundDelay, built-in
 // tool calls, cached and reasoning tokens in the usage.
 //
+// It serves Amazon Bedrock's Converse API (see bedrock.go): Converse and
+// ConverseStream as an AWS event stream, checking that every request is
+// signed with SigV4.
+//
 // Optional collaborators are options: WithClock; see
 // docs/concepts.md#constructors.
 package upstream
