@@ -35,7 +35,7 @@ func servedOperations(routes []*echo.Route) []string {
 			}
 			continue
 		}
-		ops = append(ops, r.Method+" "+strings.ReplaceAll(r.Path, ":id", "{id}"))
+		ops = append(ops, r.Method+" "+strings.NewReplacer(":id", "{id}", ":modelId", "{modelId}").Replace(r.Path))
 	}
 	return ops
 }
