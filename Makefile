@@ -30,9 +30,11 @@ test: test-deps check vet
 	$(GO) test -count=1 -timeout 10m -run '$(SCALE)' ./cmd/admitctl
 	$(MAKE) fuzz
 
-## fuzz: compare the token counter with tiktoken-go on FUZZTIME fuzzed inputs.
+## fuzz: compare the token counter with tiktoken-go on FUZZTIME fuzzed inputs, and fuzz the AWS
+## event-stream decoder (Bedrock's ConverseStream framing) for as many.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCountMatchesTiktoken$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./weights/bpe
+	$(GO) test -run '^$$' -fuzz '^FuzzDecoder$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/eventstream
 
 ## check: go.mod and go.sum are what go mod tidy makes, and every Go file is gofmt-formatted.
 check:

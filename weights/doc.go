@@ -91,6 +91,23 @@
 // thoughtsTokenCount the output, cachedContentTokenCount the cached part;
 // a stream is complete at a candidate's finishReason.
 //
+// # Amazon Bedrock's Converse API
+//
+// A Converse body ([EndpointConverse]) names no model either: its path's
+// model id does ([Estimator.EstimateModel]); a Bedrock id names Claude's
+// tokenizer as Anthropic's names do, and [Prices.Resolve] prices it as
+// its provider's own model ([BedrockModel]: the region group, the
+// provider and the version taken off). The walker reads messages (each
+// a message of the chat format: its role and its content blocks),
+// system, toolConfig.tools and inferenceConfig.maxTokens (the
+// reservation): text as text, an image by [ClaudeImageTokens], a PDF by
+// its pages, tool calls and results as their text, other blocks by
+// size; content in S3 is refused. [ReadUsage] reads the usage in its
+// lowerCamelCase spelling, whose inputTokens leaves the cache out, as
+// Anthropic's does; a [StreamReader] with [StreamConfig].EventStream reads
+// a ConverseStream's AWS event-stream messages (checked, bounded) for
+// their text and the metadata event's usage.
+//
 // # Large bodies
 //
 // A body above [Config.MaxBodyBytes] is refused with a [*BodyTooLargeError]

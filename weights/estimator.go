@@ -32,6 +32,10 @@ const (
 	// :streamGenerateContent), the Gemini API, whose model is in the
 	// path: price it with [Estimator.EstimateModel].
 	EndpointGenerateContent
+	// EndpointConverse is POST /model/{modelId}/converse (and
+	// /converse-stream), Amazon Bedrock's Converse API, whose model is in
+	// the path: price it with [Estimator.EstimateModel].
+	EndpointConverse
 )
 
 // String returns the endpoint's canonical path.
@@ -49,6 +53,8 @@ func (e Endpoint) String() string {
 		return "/v1/messages"
 	case EndpointGenerateContent:
 		return "/v1beta/models/{model}:generateContent"
+	case EndpointConverse:
+		return "/model/{modelId}/converse"
 	}
 	return "unknown endpoint"
 }
@@ -78,6 +84,10 @@ func EndpointFor(path string) Endpoint {
 	}
 	return EndpointUnknown
 }
+
+// pathModel reports whether the endpoint's model is named by the
+// request's path rather than its body.
+func (e Endpoint) pathModel() bool { return e == EndpointGenerateContent || e == EndpointConverse }
 
 // hasPathSuffix reports whether path ends with the segments of suffix.
 func hasPathSuffix(path, suffix string) bool {
@@ -398,7 +408,7 @@ func (e *Estimator) estimate(ep Endpoint, model string, as func(string) (string,
 	if int64(len(body)) > e.maxBody {
 		return Estimate{}, &BodyTooLargeError{Limit: e.maxBody, Size: int64(len(body))}
 	}
-	if ep == EndpointUnknown || (ep == EndpointGenerateContent) != (model != "") || (ep == EndpointGenerateContent && as != nil) {
+	if ep == EndpointUnknown || ep.pathModel() != (model != "") || (ep.pathModel() && as != nil) {
 		return Estimate{}, fmt.Errorf("%w: %v", ErrUnsupportedEndpoint, ep)
 	}
 	est, err := e.priceModel(ep, model, as, body)

@@ -82,7 +82,8 @@ func (w *walker) gnext(o *object) (string, bool) {
 // EstimateModel is EstimateEndpoint for an API whose model is named by
 // the request's path rather than its body: Gemini's generateContent
 // ([EndpointGenerateContent]), whose path is
-// /v1beta/models/{model}:generateContent. model is the path's model,
+// /v1beta/models/{model}:generateContent, and Bedrock's Converse
+// ([EndpointConverse]), /model/{modelId}/converse. model is the path's model,
 // validated by the caller; it names the tokenizer, the default output
 // reservation and the price. For any other endpoint model must be empty
 // (the body names it), else the error matches [ErrUnsupportedEndpoint].
@@ -211,10 +212,7 @@ func (w *walker) geminiPart(path string) {
 		case "functionCall", "functionResponse":
 			w.geminiCall(join(path, name))
 		default: // executableCode, codeExecutionResult, thoughtSignature
-			w.sc.SkipSpace()
-			at := w.sc.Pos()
-			w.sc.Skip()
-			w.t.add(bytesTokens(w.sc.Pos() - at))
+			w.bySize()
 		}
 	}
 }

@@ -84,7 +84,8 @@ func (w *walker) system() {
 }
 
 // claudeMessages prices the messages: each one a message of the chat
-// format, its role and its content.
+// format, its role and its content (a Converse request's content
+// blocks on EndpointConverse).
 func (w *walker) claudeMessages() {
 	if !w.container('[', "messages", "an array") {
 		return
@@ -103,9 +104,12 @@ func (w *walker) claudeMessages() {
 			if !ok {
 				break
 			}
-			if name == "role" {
+			switch {
+			case name == "role":
 				w.text("messages", name)
-			} else {
+			case w.ep == EndpointConverse:
+				w.converseBlocks("messages.content")
+			default:
 				w.content("messages.content")
 			}
 		}
@@ -129,12 +133,9 @@ func (w *walker) block(path string) {
 	if !ok {
 		return
 	}
-	if w.blocks >= maxBlockDepth {
-		w.fail(path, fmt.Errorf("content blocks nested more than %d deep", maxBlockDepth))
-		w.sc.Skip()
+	if !w.nest(path) {
 		return
 	}
-	w.blocks++
 	defer func() { w.blocks-- }()
 	paths := blockPaths[path]
 	var typ, text, id, useID, name, thinking, title, context jstring
@@ -194,6 +195,19 @@ func (w *walker) block(path string) {
 	default:
 		w.t.add(bytesTokens(w.sc.Pos() - start))
 	}
+}
+
+// nest enters the content block at path, whose '{' was read, unless it
+// is nested more than maxBlockDepth deep: it is then refused and skipped,
+// and nest returns false. The caller leaves the block with w.blocks--.
+func (w *walker) nest(path string) bool {
+	if w.blocks >= maxBlockDepth {
+		w.fail(path, fmt.Errorf("content blocks nested more than %d deep", maxBlockDepth))
+		w.sc.Skip()
+		return false
+	}
+	w.blocks++
+	return true
 }
 
 // raw reads any value and returns its span.

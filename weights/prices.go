@@ -441,7 +441,8 @@ func (p *Prices) alias(aliases map[string]string, models map[string]string) []er
 
 // Resolve returns the price to charge for a model and where it came from:
 // the table's entry for its name (tried whole, then without a provider
-// part), else its base model's entry when it is fine-tuned, else the
+// part, then as the provider's own name of an Amazon Bedrock model id,
+// see [BedrockModel]), else its base model's entry when it is fine-tuned, else the
 // fallback price. ok is false, with PriceUnpriced, when none applies: the
 // caller refuses the request rather than serve it for free.
 func (p *Prices) Resolve(model string) (price Price, source PriceSource, ok bool) {
@@ -455,6 +456,11 @@ func (p *Prices) Resolve(model string) (price Price, source PriceSource, ok bool
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		name = name[i+1:]
 		if pr, ok := p.match(name); ok {
+			return pr, PriceListed, true
+		}
+	}
+	if b := BedrockModel(name); b != name {
+		if pr, ok := p.match(b); ok {
 			return pr, PriceListed, true
 		}
 	}

@@ -315,7 +315,7 @@ func (e *Estimator) priceModel(ep Endpoint, pathModel string, as func(string) (s
 		return Estimate{}, w.err
 	}
 	switch {
-	case (ep == EndpointChatCompletions || ep == EndpointMessages) && w.messages == 0:
+	case (ep == EndpointChatCompletions || ep == EndpointMessages || ep == EndpointConverse) && w.messages == 0:
 		return Estimate{}, malformed(ep, "messages", errors.New("must be a non-empty array"))
 	case ep == EndpointGenerateContent && w.messages == 0:
 		return Estimate{}, malformed(ep, "contents", errors.New("must be a non-empty array"))
@@ -661,8 +661,12 @@ func (w *walker) at(i int, f func()) {
 
 // walk reads the request object.
 func (w *walker) walk() {
-	if w.ep == EndpointGenerateContent {
+	switch w.ep {
+	case EndpointGenerateContent:
 		w.geminiWalk()
+		return
+	case EndpointConverse:
+		w.converseWalk()
 		return
 	}
 	w.model, w.messages, w.lim = jstring{}, 0, limits{}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/sluicehq/sluice/internal/eventstream"
 	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
@@ -40,6 +41,14 @@ type StreamConfig struct {
 	// MaxEventBytes bounds the memory held for one event. Zero means
 	// DefaultMaxEventBytes.
 	MaxEventBytes int
+	// EventStream says the body is an AWS event stream (Amazon Bedrock's
+	// ConverseStream, application/vnd.amazon.eventstream) rather than
+	// server-sent events: its messages are checked (checksums, at most
+	// MaxEventBytes each) and read for their text (contentBlockDelta),
+	// their end (messageStop) and their usage (metadata); a message over
+	// the bound, or one that does not check, ends the reading (the
+	// stream is then not Completed). StripUsage does not apply.
+	EventStream bool
 }
 
 // StreamResult is what a [StreamReader] learnt from a stream.
@@ -110,7 +119,8 @@ type StreamReader struct {
 	raw       []byte // bytes of the current event, held back in strip mode
 	eventType string
 	tmpl      chunkTemplate
-	pending   []byte // streamed text not yet counted
+	pending   []byte               // streamed text not yet counted
+	frames    *eventstream.Decoder // an event stream's, else nil
 
 	mu      sync.Mutex
 	events  int   // res.Events
@@ -135,19 +145,24 @@ func NewStreamReader(r io.Reader, cfg StreamConfig) *StreamReader {
 	if s.maxEv <= 0 {
 		s.maxEv = DefaultMaxEventBytes
 	}
+	if cfg.EventStream {
+		s.strip, s.frames = false, eventstream.NewDecoder(s.maxEv)
+	}
 	return s
 }
 
 // NewStreamReader returns a StreamReader for the response to a request
 // priced as est, counting fallback output with the model's tokenizer and
-// checking the reported usage against est.
+// checking the reported usage against est; the response to a Converse
+// request ([EndpointConverse]) is read as an event stream.
 // stripUsage is the injected result of [InjectIncludeUsage].
 func (e *Estimator) NewStreamReader(r io.Reader, est Estimate, stripUsage bool) *StreamReader {
 	c, err := e.Counter(est.Model)
 	if err != nil {
 		c = nil
 	}
-	return NewStreamReader(r, StreamConfig{Counter: c, InputTokens: est.InputTokens, OutputTokens: est.OutputTokens, StripUsage: stripUsage})
+	return NewStreamReader(r, StreamConfig{Counter: c, InputTokens: est.InputTokens, OutputTokens: est.OutputTokens, StripUsage: stripUsage,
+		EventStream: est.Endpoint == EndpointConverse})
 }
 
 // Read implements io.Reader.
@@ -232,6 +247,10 @@ func (s *StreamReader) StreamedTokens() int64 {
 // w: the bytes of b[:w] (moved there from later in b) are output, ahead
 // of what it added to out.
 func (s *StreamReader) feed(b []byte) (w int) {
+	if s.frames != nil {
+		s.feedFrames(b)
+		return 0
+	}
 	for i := 0; i < len(b); {
 		if s.between() {
 			if m, keep, ok := s.whole(b[i:]); ok {
@@ -581,15 +600,7 @@ func (s *StreamReader) handleEvent(eventType string, data []byte) (drop bool) {
 		msg = errorMessage(ev.Response.Error)
 	}
 	s.mu.Lock()
-	if rep.Found() {
-		if !s.res.Reported {
-			s.report = noReport
-		}
-		s.report, s.res.Reported = s.report.merge(rep), true
-	}
-	if msg != "" && s.res.ErrorMessage == "" {
-		s.res.ErrorMessage = msg
-	}
+	s.record(rep, msg)
 	if ev.Response != nil {
 		s.res.Response = s.res.Response.merge(ev.Response.info())
 	}
@@ -602,6 +613,19 @@ func (s *StreamReader) handleEvent(eventType string, data []byte) (drop bool) {
 	}
 	s.mu.Unlock()
 	return s.strip && rep.Found() && ev.Type == "" && len(ev.Choices) == 0
+}
+
+// record merges a usage report and notes an error message; s.mu is held.
+func (s *StreamReader) record(rep UsageReport, msg string) {
+	if rep.Found() {
+		if !s.res.Reported {
+			s.report = noReport
+		}
+		s.report, s.res.Reported = s.report.merge(rep), true
+	}
+	if msg != "" && s.res.ErrorMessage == "" {
+		s.res.ErrorMessage = msg
+	}
 }
 
 // errorMessage extracts the message of an "error" value: an object with a

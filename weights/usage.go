@@ -306,10 +306,13 @@ func (r *rawUsage) report() UsageReport {
 
 // readUsageObject reads the counts of a usage object, given as its JSON
 // text, without building anything: a value that is not a JSON object is
-// malformed. Keys match exactly; of repeated keys the last wins. An
-// Anthropic usage (one with cache_creation_input_tokens or
-// cache_read_input_tokens) counts its cache figures into the prompt, as
-// the other APIs do; a cache figure that cannot be used makes the prompt
+// malformed. Keys match exactly; of repeated keys the last wins. Amazon
+// Bedrock's Converse usage spells the counts in lowerCamelCase
+// (inputTokens, outputTokens, totalTokens, cacheReadInputTokens,
+// cacheWriteInputTokens). An Anthropic or Bedrock usage (one with
+// cache_creation_input_tokens or cache_read_input_tokens, or their
+// Bedrock spellings), whose input count leaves the cache out, counts its
+// cache figures into the prompt, as the other APIs do; a cache figure that cannot be used makes the prompt
 // count unusable, so that the request is charged as reserved rather than
 // as a cheaper prompt than it was.
 func readUsageObject(v string) UsageReport {
@@ -325,17 +328,17 @@ func readUsageObject(v string) UsageReport {
 		switch memberKey(&s) {
 		case "prompt_tokens":
 			prompt = s.Value()
-		case "input_tokens":
+		case "input_tokens", "inputTokens":
 			input = s.Value()
 		case "completion_tokens":
 			completion = s.Value()
-		case "output_tokens":
+		case "output_tokens", "outputTokens":
 			output = s.Value()
-		case "total_tokens":
+		case "total_tokens", "totalTokens":
 			total = s.Value()
-		case "cache_creation_input_tokens":
+		case "cache_creation_input_tokens", "cacheWriteInputTokens":
 			cacheWrite = s.Value()
-		case "cache_read_input_tokens":
+		case "cache_read_input_tokens", "cacheReadInputTokens":
 			cacheRead = s.Value()
 		case "prompt_tokens_details", "input_tokens_details":
 			cached = max(cached, detail(s.Value(), "cached_tokens"))

@@ -35,7 +35,7 @@ func servedOperations(routes []*echo.Route) []string {
 			}
 			continue
 		}
-		ops = append(ops, r.Method+" "+strings.NewReplacer(":id", "{id}", ":server", "{server}", ":deployment", "{deployment}").Replace(r.Path))
+		ops = append(ops, r.Method+" "+strings.NewReplacer(":id", "{id}", ":server", "{server}", ":deployment", "{deployment}", ":modelId", "{modelId}").Replace(r.Path))
 	}
 	return ops
 }

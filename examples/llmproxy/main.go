@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
@@ -123,6 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.gw.Upstream, "upstream", "", "base URL of the OpenAI-compatible upstream API with its version prefix, e.g. https://api.openai.com/v1; empty starts the built-in simulator. The key is read from $"+UpstreamKeyEnv)
 	fs.StringVar(&o.gw.UpstreamKeyHeader, "upstream-key-header", "Authorization", "header carrying the upstream key: Authorization (as a Bearer token) or another header holding the key itself, e.g. api-key for Azure OpenAI")
 	fs.StringVar(&o.gw.Gemini.Upstream, "gemini-upstream", "", "base URL of the Gemini API with its version prefix, e.g. https://generativelanguage.googleapis.com/v1beta, serving /v1beta/models/{model}:generateContent, :streamGenerateContent and :countTokens; empty serves them only with the built-in simulator. The key is read from $"+GeminiKeyEnv)
+	fs.StringVar(&o.gw.Bedrock.Upstream, "bedrock-upstream", "", "base URL of the Amazon Bedrock runtime API, e.g. https://bedrock-runtime.us-east-1.amazonaws.com, serving /model/{modelId}/converse and /converse-stream; empty serves them only with the built-in simulator. Upstream requests are signed (SigV4) with the credentials of $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN")
+	fs.StringVar(&o.gw.Bedrock.Region, "bedrock-region", "", "region the Bedrock upstream requests are signed for; empty uses $AWS_REGION, else "+gateway.DefaultBedrockRegion)
 	fs.StringVar(&o.gw.Anthropic.Upstream, "anthropic-upstream", "", "base URL of the Anthropic API with its version prefix, e.g. https://api.anthropic.com/v1, serving /v1/messages and /v1/messages/count_tokens; empty serves them only with the built-in simulator. The key is read from $"+AnthropicKeyEnv)
 	fs.StringVar(&o.gw.Azure.Upstream, "azure-upstream", "", "base URL of the Azure OpenAI resource, without /openai, e.g. https://myres.openai.azure.com, serving /openai/deployments/{deployment}/{chat/completions,completions,embeddings,responses}?api-version=..., /openai/v1/... and /openai/responses for the deployments of the policy file's deployments section; empty serves them only with the built-in simulator. The key is read from the variable --azure-api-key-env names")
 	fs.StringVar(&o.azureKeyEnv, "azure-api-key-env", AzureKeyEnv, "environment variable holding the Azure OpenAI resource's key, sent upstream in api-key")
@@ -183,7 +186,24 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.azureKeyEnv != "" {
 		o.gw.Azure.Key = os.Getenv(o.azureKeyEnv)
 	}
+	if o.gw.Bedrock.Region == "" {
+		o.gw.Bedrock.Region = os.Getenv("AWS_REGION")
+	}
+	o.gw.Bedrock.Credentials = awsEnvCredentials()
 	return o, nil
+}
+
+// awsEnvCredentials returns the AWS credentials of the standard
+// environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+// AWS_SESSION_TOKEN), or nil when they are not set. They sign the
+// Bedrock upstream requests and are never logged.
+func awsEnvCredentials() aws.CredentialsProvider {
+	id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+	if id == "" || secret == "" {
+		return nil
+	}
+	c := aws.Credentials{AccessKeyID: id, SecretAccessKey: secret, SessionToken: os.Getenv("AWS_SESSION_TOKEN"), Source: "environment"}
+	return aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return c, nil })
 }
 
 // run starts the proxy and serves until ctx ends, then shuts down
@@ -336,6 +356,15 @@ func start(o options) (_ *server, err error) {
 		if gc.Azure.Upstream == "" {
 			gc.Azure.Upstream = strings.TrimSuffix(s.simURL, "/v1") // and Azure OpenAI's paths
 		}
+		if gc.Bedrock.Upstream == "" {
+			gc.Bedrock.Upstream = strings.TrimSuffix(s.simURL, "/v1") // and Bedrock's Converse API
+			if gc.Bedrock.Credentials == nil {
+				// The simulator checks that requests are signed, not
+				// with what.
+				sim := aws.Credentials{AccessKeyID: "SIMULATED", SecretAccessKey: "simulated"}
+				gc.Bedrock.Credentials = aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return sim, nil })
+			}
+		}
 	}
 
 	maxBody := s.file.HTTP.MaxBody
@@ -436,6 +465,9 @@ func (s *server) banner(w io.Writer) {
 	}
 	if s.sim != nil || s.opts.gw.Azure.Upstream != "" {
 		fmt.Fprintf(w, "llmproxy: Azure OpenAI under %s/openai/ for the policy file's deployments (%d): give the SDKs' Azure option the endpoint %s\n", s.URL, len(s.file.Deployments), s.URL)
+	}
+	if s.sim != nil || s.opts.gw.Bedrock.Upstream != "" {
+		fmt.Fprintf(w, "llmproxy: Bedrock Converse API under %s/model/: give the AWS SDKs this endpoint behind TLS, the key as a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK)\n", s.URL)
 	}
 	if s.sim != nil {
 		fmt.Fprintf(w, "llmproxy: upstream: built-in simulator at %s\n", s.simURL)

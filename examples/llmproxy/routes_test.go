@@ -42,6 +42,8 @@ var gatewayRoutes = map[string]routeKind{
 	"POST /v1/completions":                  generation,
 	"POST /v1/responses":                    generation,
 	"POST /v1/messages":                     generation,
+	"POST /model/{modelId}/converse":        generation,
+	"POST /model/{modelId}/converse-stream": generation,
 	"POST /v1/embeddings":                   llmCall,
 	"POST /v1/batches":                      batchCall,
 	"POST /v1/messages/batches":             batchCall,

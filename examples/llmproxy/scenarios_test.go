@@ -696,6 +696,20 @@ func TestRunWithDefaults(t *testing.T) {
 	if _, err := cl.Chat.Completions.New(ctxT(t, 10*time.Second), chatParams("hi")); err != nil {
 		t.Errorf("chat with a demo key: %v", err)
 	}
+	// The simulator serves Bedrock's Converse API, the gateway signing
+	// for it.
+	req, _ := http.NewRequest(http.MethodPost, url+"/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse",
+		strings.NewReader(`{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":20}}`))
+	req.Header.Set("Authorization", "Bearer sk-demo-acme")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Error(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"outputTokens"`) {
+			t.Errorf("Bedrock converse with a demo key: %d %s", resp.StatusCode, b)
+		}
+	}
 	// initech's plan allows 5 requests a minute: the sixth is a 429.
 	ci := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("sk-demo-initech"), option.WithMaxRetries(0))
 	var last error
@@ -759,6 +773,30 @@ func TestUpstreamKeyFromEnvironment(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--cut-streams"}, io.Discard); err == nil {
 		t.Error("a flag without its value was accepted")
+	}
+}
+
+// The Bedrock upstream is signed with the credentials of the standard AWS
+// variables, for the region of --bedrock-region, else $AWS_REGION.
+func TestBedrockFromEnvironment(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDENV")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret-env")
+	t.Setenv("AWS_SESSION_TOKEN", "token-env")
+	t.Setenv("AWS_REGION", "eu-central-1")
+	o, err := parseFlags([]string{"--bedrock-upstream", "https://bedrock-runtime.eu-central-1.amazonaws.com"}, io.Discard)
+	if err != nil || o.gw.Bedrock.Credentials == nil || o.gw.Bedrock.Region != "eu-central-1" || o.gw.Bedrock.Upstream != "https://bedrock-runtime.eu-central-1.amazonaws.com" {
+		t.Fatalf("parseFlags: %+v, %v", o.gw.Bedrock, err)
+	}
+	c, err := o.gw.Bedrock.Credentials.Retrieve(context.Background())
+	if err != nil || c.AccessKeyID != "AKIDENV" || c.SecretAccessKey != "secret-env" || c.SessionToken != "token-env" {
+		t.Errorf("credentials %+v, %v; want the environment's", c, err)
+	}
+	if o, _ := parseFlags([]string{"--bedrock-region", "ap-south-1"}, io.Discard); o.gw.Bedrock.Region != "ap-south-1" {
+		t.Errorf("--bedrock-region: region %q", o.gw.Bedrock.Region)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	if o, _ := parseFlags(nil, io.Discard); o.gw.Bedrock.Credentials != nil {
+		t.Error("credentials without a secret key")
 	}
 }
 

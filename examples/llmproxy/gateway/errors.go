@@ -42,11 +42,11 @@ func appendJSONString(b []byte, s string) []byte {
 
 // writeError answers with an error in the OpenAI shape, Anthropic's
 // on a Messages API route (the type of the status, see
-// anthropicErrorType), Google's on a Gemini API route, or Azure's on an
-// Azure OpenAI route.
+// anthropicErrorType), Google's on a Gemini API route, Azure's on an
+// Azure OpenAI route, or Bedrock's on a Converse API route.
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	body := errorBody(typ, code, param, msg)
-	if anthropicShaped(w) || geminiShaped(w) || azureShaped(w) {
+	if anthropicShaped(w) || geminiShaped(w) || azureShaped(w) || bedrockShaped(w) {
 		body = errorBodyFor(w, status, typ, code, msg)
 	}
 	h := w.Header()

@@ -95,6 +95,8 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 		base = g.gemini
 	} else if rt.azure() {
 		base = g.azure
+	} else if rt.bedrock() {
+		base = g.bedrock
 	}
 	u := *base
 	u.Path = base.Path + rt.upstream + id
@@ -115,6 +117,10 @@ func (g *Gateway) roundTrip(ctx context.Context, st *state, r *http.Request, rt 
 		g.geminiUpstream(req.URL, req.Header, rt)
 	case rt.azure():
 		g.azureUpstream(req.URL, req.Header, rt)
+	case rt.bedrock():
+		if err := g.bedrockUpstream(ctx, req, body); err != nil {
+			return nil, err
+		}
 	default:
 		g.setUpstreamKey(req.Header)
 	}

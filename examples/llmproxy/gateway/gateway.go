@@ -107,6 +107,18 @@
 // and the validated api-version. Errors on these routes, rejections
 // included, are in Azure's shape (see Azure and docs/azure.md).
 //
+// With Config.Bedrock, POST /model/{modelId}/converse and
+// /converse-stream (Amazon Bedrock's Converse API) take the same path,
+// priced as weights.EndpointConverse by the model id of the path
+// (validated first; the upstream path is rebuilt from it), settled from
+// the response's usage or, for a stream (an AWS event stream, charged as
+// it goes), its metadata event's. The client's gateway key comes as a
+// Bedrock API key (Authorization: Bearer); upstream, each request is
+// signed with the gateway's own AWS credentials (SigV4). Errors on these
+// routes, rejections included, are in Bedrock's shape: x-amzn-ErrorType
+// ThrottlingException on a 429 to retry, ServiceQuotaExceededException
+// on one not to retry (see Bedrock and docs/bedrock.md).
+//
 // The Batch API is served too (see BatchAPI): POST /v1/files counts a
 // batch input file line by line as it streams upstream, POST /v1/batches
 // reserves the batch's tokens and cost on the tenant's quotas until the
@@ -315,6 +327,9 @@ type Config struct {
 	// Azure configures the Azure OpenAI routes (see Azure); the zero
 	// value leaves them out.
 	Azure Azure
+	// Bedrock configures the Converse API routes of Amazon Bedrock (see
+	// Bedrock); the zero value leaves them out.
+	Bedrock Bedrock
 	// Batches configures the Batch API routes (see BatchAPI); the zero
 	// value serves them with its defaults.
 	Batches BatchAPI
@@ -473,6 +488,7 @@ type Gateway struct {
 	anthropic *url.URL // Config.Anthropic.Upstream; nil without one
 	gemini    *url.URL // Config.Gemini.Upstream; nil without one
 	azure     *url.URL // Config.Azure.Upstream; nil without one
+	bedrock   *url.URL // Config.Bedrock.Upstream; nil without one
 	batches   *batches // the Batch API's files and reservations
 	responses *responses
 	streams   streamWatch
@@ -546,6 +562,12 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 			return nil, err
 		}
 	}
+	var bedrock *url.URL
+	if cfg.Bedrock.Upstream != "" {
+		if bedrock, err = parseUpstream(cfg.Bedrock.Upstream); err != nil {
+			return nil, err
+		}
+	}
 	if o.transport == nil {
 		o.transport = NewTransport()
 	}
@@ -567,7 +589,7 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 		o.log = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, ctl: ctl, est: est, file: file, opt: o, meter: o.mp.Meter(scope),
-		base: base, anthropic: anthropic, gemini: gemini, azure: azure, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
+		base: base, anthropic: anthropic, gemini: gemini, azure: azure, bedrock: bedrock, log: o.log, forward: newHeaderSet(cfg.ForwardHeaders)}
 	mwOpts := []httpadmit.Option{httpadmit.WithRejectionHandler(g.WriteRejection), httpadmit.WithLogger(g.log)}
 	g.mw, err = httpadmit.New(ctl, mwOpts...)
 	if err != nil {
@@ -791,6 +813,7 @@ func (g *Gateway) Register(e *echo.Echo) {
 	g.registerMessages(e)
 	g.registerGemini(e)
 	g.registerAzure(e)
+	g.registerBedrock(e)
 	g.registerBatches(e)
 	g.registerResponses(e)
 	g.registerMCP(e)
@@ -889,6 +912,8 @@ func (g *Gateway) unauthorized(c echo.Context, err error) {
 			how = "\"x-goog-api-key: YOUR_KEY\""
 		} else if azureShaped(c.Response()) {
 			how = "\"api-key: YOUR_KEY\""
+		} else if bedrockShaped(c.Response()) {
+			how = "a Bedrock API key, \"Authorization: Bearer YOUR_KEY\" (the AWS SDKs send it over HTTPS with AWS_BEARER_TOKEN_BEDROCK set; a SigV4 signature is not accepted)"
 		}
 		writeError(c.Response(), http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "",
 			"You didn't provide an API key. Send it as "+how+".")

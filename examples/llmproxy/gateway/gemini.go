@@ -96,14 +96,14 @@ func geminiCall(param string, encoded bool) (model, method string, ok bool) {
 	return model, method, true
 }
 
-// geminiModelKey is the echo context key of a Gemini request's model, read
-// by readAndPrice.
-const geminiModelKey = "sluice.gemini.model"
+// pathModelKey is the echo context key of the model a request names in
+// its path (a Gemini or a Bedrock request's), read by readAndPrice.
+const pathModelKey = "sluice.path.model"
 
-// pathModel returns the model a request names in its path (a Gemini
-// request's), or "".
+// pathModel returns the model a request names in its path (a Gemini or
+// a Bedrock request's), or "".
 func pathModel(c echo.Context) string {
-	m, _ := c.Get(geminiModelKey).(string)
+	m, _ := c.Get(pathModelKey).(string)
 	return m
 }
 
@@ -135,7 +135,7 @@ func (g *Gateway) handleGemini(c echo.Context) error {
 			"streamGenerateContent is served as server-sent events only: add ?alt=sse (the official SDKs do).")
 		return nil
 	}
-	c.Set(geminiModelKey, model)
+	c.Set(pathModelKey, model)
 	if rt.endpoint == weights.EndpointUnknown {
 		return g.handleModels(c, rt)
 	}
@@ -278,7 +278,8 @@ type geminiShape struct{}
 func geminiShaped(w http.ResponseWriter) bool { return wraps[shapedWriter[geminiShape]](w) }
 
 // shapedWriter marks a response to the routes of an API whose errors
-// have a shape of their own, which S names (geminiShape, azureShape).
+// have a shape of their own, which S names (geminiShape, azureShape,
+// bedrockShape).
 type shapedWriter[S any] struct{ http.ResponseWriter }
 
 // Unwrap gives http.ResponseController the writer underneath.
@@ -301,7 +302,8 @@ func inShape[S any](h echo.HandlerFunc) echo.HandlerFunc {
 
 // unroutedShape gives an error of echo's own (an unknown path, a wrong
 // method) the shape of the API served under its path: Google's under
-// /v1beta/ with the Gemini API, Azure's under /openai/ with Azure OpenAI.
+// /v1beta/ with the Gemini API, Azure's under /openai/ with Azure OpenAI,
+// Bedrock's under /model/ with the Converse API.
 func (g *Gateway) unroutedShape(c echo.Context) {
 	p := c.Request().URL.Path
 	switch {
@@ -309,6 +311,8 @@ func (g *Gateway) unroutedShape(c echo.Context) {
 		markShape[geminiShape](c)
 	case g.azure != nil && strings.HasPrefix(p, "/openai/"):
 		markShape[azureShape](c)
+	case g.bedrock != nil && strings.HasPrefix(p, bedrockPrefix):
+		markShape[bedrockShape](c)
 	}
 }
 

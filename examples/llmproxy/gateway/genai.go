@@ -172,6 +172,8 @@ func (g *Gateway) genAIKey(st *state, rt route, model string) genAIKey {
 		k.provider = string(genaiconv.ProviderNameGCPGemini)
 	case rt.azure():
 		k.provider = string(genaiconv.ProviderNameAzureAIOpenAI)
+	case rt.bedrock():
+		k.provider = string(genaiconv.ProviderNameAWSBedrock)
 	}
 	if m := strings.ToLower(model); st.models[m] {
 		k.model = m

@@ -167,7 +167,8 @@ func anthropicErrorBody(typ, msg string) []byte {
 // errorBodyFor returns an error body in the shape of w's route: OpenAI's
 // (type, code), on a Messages API route Anthropic's (the type of the
 // status), on a Gemini API route Google's (geminiErrorBody), on an Azure
-// OpenAI route Azure's (azureErrorBody).
+// OpenAI route Azure's (azureErrorBody), on a Converse API route
+// Bedrock's (bedrockErrorBody).
 func errorBodyFor(w http.ResponseWriter, status int, typ, code, msg string) []byte {
 	if anthropicShaped(w) {
 		return anthropicErrorBody(anthropicErrorType(status), msg)
@@ -177,6 +178,9 @@ func errorBodyFor(w http.ResponseWriter, status int, typ, code, msg string) []by
 	}
 	if azureShaped(w) {
 		return azureErrorBody(status, code, msg)
+	}
+	if bedrockShaped(w) {
+		return bedrockErrorBody(w.Header(), status, msg)
 	}
 	return errorBody(typ, code, "", msg)
 }

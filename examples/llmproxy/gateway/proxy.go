@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -116,7 +115,7 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	}
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
-	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if streamed(resp) {
 		if timer.Stop() {
 			x.stream(uctx, cancel, resp, injected)
 			if x.rsp.handedOver() {
@@ -406,6 +405,11 @@ func (g *Gateway) upstreamError(c echo.Context, resp *http.Response, data []byte
 	}
 	st = geminiUpstreamError(c.Response(), resp, data)
 	switch {
+	case bedrockShaped(c.Response()) && st < 500 && st != http.StatusTooManyRequests && st != http.StatusUnauthorized && st != http.StatusForbidden:
+		// Bedrock's own refusal of the request (ValidationException...),
+		// its type in x-amzn-ErrorType, its message the client's to read.
+		g.writeUpstream(c, resp, data)
+		return
 	case st == http.StatusUnauthorized || st == http.StatusForbidden:
 		g.log.ErrorContext(c.Request().Context(), "llmproxy: the upstream refused the gateway's key", "status", st)
 		g.m.count(c.Request().Context(), g.m.upstreamFailures, "unauthorized")

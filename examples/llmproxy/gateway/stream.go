@@ -240,7 +240,8 @@ func (x *exchange) cutStream(rej *admission.Rejection) {
 // writeStreamError appends an error event to a stream: "data:
 // {"error":{...}}", which the official SDKs raise as a stream error. On
 // the Responses API it is an "error" event that also carries the fields
-// of that API's error event; on the Messages API Anthropic's error event.
+// of that API's error event; on the Messages API Anthropic's error event;
+// on a ConverseStream an exception message (bedrockStreamError).
 func (x *exchange) writeStreamError(typ, code, msg string) {
 	w := x.c.Response()
 	body := errorBody(typ, code, "", msg)
@@ -254,6 +255,8 @@ func (x *exchange) writeStreamError(typ, code, msg string) {
 			status = http.StatusBadGateway
 		}
 		ev = geminiStreamError(w.Header(), status, code, msg)
+	case weights.EndpointConverse:
+		ev = bedrockStreamError(typ, msg)
 	case weights.EndpointResponses:
 		ev = append(ev, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
 		ev = appendJSONString(ev, code)

@@ -32,6 +32,26 @@ var ClaudeModels = []string{
 	"claude-sonnet-4-0", "claude-3-7-sonnet-latest", "claude-3-5-haiku-latest",
 }
 
+// anthropicFaults are the Messages API's answers to X-Sim-Fault.
+var anthropicFaults = apiFaults{
+	"500": func(w http.ResponseWriter, _ *http.Request) {
+		anthropicError(w, http.StatusInternalServerError, "api_error", "Internal server error")
+	},
+	"529": func(w http.ResponseWriter, _ *http.Request) { anthropicError(w, 529, "overloaded_error", "Overloaded") },
+	"429": func(w http.ResponseWriter, _ *http.Request) {
+		h := w.Header()
+		h.Set("Retry-After", "1")
+		h.Set("Anthropic-Ratelimit-Requests-Limit", "50")
+		h.Set("Anthropic-Ratelimit-Requests-Remaining", "0")
+		h.Set("Anthropic-Ratelimit-Requests-Reset", time.Now().Add(time.Second).UTC().Format(time.RFC3339))
+		h.Set("Anthropic-Organization-Id", "org-simulated")
+		anthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "This request would exceed the rate limit for your organization (org-simulated) of 50 requests per minute.")
+	},
+	"401": func(w http.ResponseWriter, _ *http.Request) {
+		anthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
+	},
+}
+
 // isMessages reports whether a request is for the Messages API.
 func isMessages(r *http.Request, path string) bool {
 	return r.Method == http.MethodPost && (strings.HasSuffix(path, "/messages") || strings.HasSuffix(path, "/messages/count_tokens"))
@@ -115,31 +135,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, path string) {
 		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens: Field required")
 		return
 	}
-	fault, ok := s.wait(r)
-	if !ok {
-		return
-	}
-	switch fault {
-	case "500":
-		anthropicError(w, http.StatusInternalServerError, "api_error", "Internal server error")
-		return
-	case "529":
-		anthropicError(w, 529, "overloaded_error", "Overloaded")
-		return
-	case "429":
-		h := w.Header()
-		h.Set("Retry-After", "1")
-		h.Set("Anthropic-Ratelimit-Requests-Limit", "50")
-		h.Set("Anthropic-Ratelimit-Requests-Remaining", "0")
-		h.Set("Anthropic-Ratelimit-Requests-Reset", time.Now().Add(time.Second).UTC().Format(time.RFC3339))
-		h.Set("Anthropic-Organization-Id", "org-simulated")
-		anthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "This request would exceed the rate limit for your organization (org-simulated) of 50 requests per minute.")
-		return
-	case "401":
-		anthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
-		return
-	case "garbage":
-		writeGarbage(w)
+	fault, done := s.answerFault(w, r, anthropicFaults)
+	if done {
 		return
 	}
 	out := s.outputTokens(r)

@@ -144,28 +144,24 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, path, model, met
 		googleError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "The simulator streams with alt=sse only.")
 		return
 	}
-	fault, ok := s.wait(r)
-	if !ok {
-		return
-	}
-	switch fault {
-	case "500":
-		googleError(w, http.StatusInternalServerError, "INTERNAL", "An internal error has occurred.")
-		return
-	case "429":
-		delay := time.Second
-		if v, err := strconv.Atoi(r.Header.Get("X-Sim-Retry-After")); err == nil && v >= 0 {
-			delay = time.Duration(v) * time.Second
-		}
-		quotaExceeded(w, model, "tokens", 1_000_000, delay)
-		return
-	case "401":
-		googleError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.",
-			map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com",
-				"metadata": map[string]any{"service": "generativelanguage.googleapis.com"}})
-		return
-	case "garbage":
-		writeGarbage(w)
+	fault, done := s.answerFault(w, r, apiFaults{
+		"500": func(w http.ResponseWriter, _ *http.Request) {
+			googleError(w, http.StatusInternalServerError, "INTERNAL", "An internal error has occurred.")
+		},
+		"429": func(w http.ResponseWriter, r *http.Request) {
+			delay := time.Second
+			if v, err := strconv.Atoi(r.Header.Get("X-Sim-Retry-After")); err == nil && v >= 0 {
+				delay = time.Duration(v) * time.Second
+			}
+			quotaExceeded(w, model, "tokens", 1_000_000, delay)
+		},
+		"401": func(w http.ResponseWriter, _ *http.Request) {
+			googleError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.",
+				map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com",
+					"metadata": map[string]any{"service": "generativelanguage.googleapis.com"}})
+		},
+	})
+	if done {
 		return
 	}
 	out := s.outputTokens(r)

@@ -40,6 +40,10 @@
 // them, background responses running Config.BackgroundDelay, built-in
 // tool calls, cached and reasoning tokens in the usage.
 //
+// It serves Amazon Bedrock's Converse API (see bedrock.go): Converse and
+// ConverseStream as an AWS event stream, checking that every request is
+// signed with SigV4.
+//
 // Optional collaborators are options: WithClock; see
 // docs/concepts.md#constructors.
 package upstream
@@ -60,6 +64,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/eventstream"
 )
 
 // Defaults of Config fields left zero.
@@ -278,6 +283,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case isMessages(r, path):
 		s.messages(w, r, path)
 		return
+	case isBedrock(r, path):
+		model, stream, _ := bedrockCall(r, path)
+		s.bedrock(w, r, path, model, stream)
+		return
 	case isGemini(r, path):
 		model, method, _ := geminiCall(r, path)
 		s.gemini(w, r, path, model, method)
@@ -439,6 +448,30 @@ func (s *Server) wait(r *http.Request) (fault string, ok bool) {
 		return fault, false
 	}
 	return fault, sleep(r, latency)
+}
+
+// apiFaults are an API's own answers to the X-Sim-Faults it answers at
+// once, by fault.
+type apiFaults map[string]func(http.ResponseWriter, *http.Request)
+
+// answerFault holds a request for its time to the first byte (wait) and
+// answers its X-Sim-Fault in its API's shape (answers; "garbage" is
+// answered alike on every API). It reports whether the request is done:
+// answered, or its client gone; otherwise it returns the fault, which
+// the generation may play ("cut").
+func (s *Server) answerFault(w http.ResponseWriter, r *http.Request, answers apiFaults) (fault string, done bool) {
+	fault, ok := s.wait(r)
+	switch {
+	case !ok:
+		return fault, true
+	case answers[fault] != nil:
+		answers[fault](w, r)
+		return fault, true
+	case fault == "garbage":
+		writeGarbage(w)
+		return fault, true
+	}
+	return fault, false
 }
 
 // sleep waits d or until the request is cancelled; it reports whether the
@@ -742,10 +775,12 @@ func (s *Server) embeddings(w http.ResponseWriter, req *simRequest) {
 	})
 }
 
-// sseWriter writes server-sent events and flushes each.
+// sseWriter writes server-sent events, or the messages of an AWS event
+// stream (frames), and flushes each.
 type sseWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	frames bool
 }
 
 func (g *gen) startSSE() *sseWriter {
@@ -788,11 +823,16 @@ type lastWriter struct {
 func (w *lastWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *sseWriter) write(name string, data []byte) bool {
-	buf := make([]byte, 0, len(data)+len(name)+16)
-	if name != "" {
-		buf = append(append(append(buf, "event: "...), name...), '\n')
+	var buf []byte
+	if s.frames {
+		buf = eventstream.Event(name, data)
+	} else {
+		buf = make([]byte, 0, len(data)+len(name)+16)
+		if name != "" {
+			buf = append(append(append(buf, "event: "...), name...), '\n')
+		}
+		buf = append(append(append(buf, "data: "...), data...), "\n\n"...)
 	}
-	buf = append(append(append(buf, "data: "...), data...), "\n\n"...)
 	if _, err := s.w.Write(buf); err != nil {
 		return false
 	}
