@@ -63,7 +63,10 @@
 // Anthropic's usage leaves the cache out of input_tokens; [ReadUsage]
 // adds cache_creation_input_tokens and cache_read_input_tokens into
 // [Usage].InputTokens, as the other APIs count them, and keeps them as
-// CacheWriteInputTokens and CachedInputTokens. [Usage.Units] and
+// CacheWriteInputTokens and CachedInputTokens; the writes to a one-hour
+// cache (cache_creation.ephemeral_1h_input_tokens, or the entries of
+// Bedrock's cacheDetails with a ttl of "1h") are CacheWrite1hInputTokens,
+// which [Price.CostMicros] charges at the one-hour price. [Usage.Units] and
 // [Estimate.Units] split tokens into the units providers limit:
 // input_tokens (not read from the cache: Anthropic's input limit),
 // cached_input_tokens and output_tokens (reasoning included).

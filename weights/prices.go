@@ -28,6 +28,11 @@ type Price struct {
 	// billed above the input price: 1.25 times it for a five-minute
 	// cache). Zero means the Input price.
 	CacheWrite float64 `json:"cache_write,omitempty" yaml:"cache_write,omitempty"`
+	// CacheWrite1h is the price of a million prompt tokens written to a
+	// one-hour prompt cache (Anthropic's
+	// cache_creation.ephemeral_1h_input_tokens, billed at twice the
+	// input price). Zero means the CacheWrite price.
+	CacheWrite1h float64 `json:"cache_write_1h,omitempty" yaml:"cache_write_1h,omitempty"`
 	// BatchDiscount is the part of every price taken off for work sent
 	// through a provider's Batch API, from 0 (none) up to but not
 	// including 1: 0.5 is half price, as OpenAI and Anthropic bill
@@ -42,7 +47,7 @@ func (p Price) Batch() Price {
 	if !(k > 0 && k <= 1) { // an unvalidated discount never makes work free nor dearer
 		k = 1
 	}
-	return Price{Input: p.Input * k, Output: p.Output * k, CachedInput: p.CachedInput * k, CacheWrite: p.CacheWrite * k}
+	return Price{Input: p.Input * k, Output: p.Output * k, CachedInput: p.CachedInput * k, CacheWrite: p.CacheWrite * k, CacheWrite1h: p.CacheWrite1h * k}
 }
 
 // picoPerMicro converts pico-dollars to micro-dollars.
@@ -66,16 +71,21 @@ func (p Price) EstimateMicros(in, out int64) int64 {
 
 // CostMicros prices actual usage in micro-dollars, rounded up once for the
 // whole request: prompt tokens read from the cache at the CachedInput
-// price, prompt tokens written to it at CacheWrite, the other prompt
-// tokens at Input, and completion tokens at Output. The cached and
-// written parts count as at most the prompt, reads first.
+// price, prompt tokens written to it at CacheWrite (those written to a
+// one-hour cache at CacheWrite1h), the other prompt tokens at Input, and
+// completion tokens at Output. The cached and written parts count as at
+// most the prompt, reads first, and the one-hour writes as at most the
+// writes.
 func (p Price) CostMicros(u Usage) int64 {
 	in := max(u.InputTokens, 0)
 	cached := min(max(u.CachedInputTokens, 0), in)
 	written := min(max(u.CacheWriteInputTokens, 0), in-cached)
+	long := min(max(u.CacheWrite1hInputTokens, 0), written)
+	write := orInput(p.CacheWrite, p.Input)
 	total := costPico(in-cached-written, pico(p.Input))
 	total = satAdd(total, costPico(cached, pico(orInput(p.CachedInput, p.Input))))
-	total = satAdd(total, costPico(written, pico(orInput(p.CacheWrite, p.Input))))
+	total = satAdd(total, costPico(written-long, pico(write)))
+	total = satAdd(total, costPico(long, pico(orInput(p.CacheWrite1h, write))))
 	total = satAdd(total, costPico(u.OutputTokens, pico(p.Output)))
 	return ceilDiv(total, picoPerMicro)
 }
@@ -105,7 +115,7 @@ func (p Price) validate(path string) []error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"input", p.Input}, {"output", p.Output}, {"cached_input", p.CachedInput}, {"cache_write", p.CacheWrite}} {
+	}{{"input", p.Input}, {"output", p.Output}, {"cached_input", p.CachedInput}, {"cache_write", p.CacheWrite}, {"cache_write_1h", p.CacheWrite1h}} {
 		if f.v < 0 || f.v > maxPrice || math.IsNaN(f.v) {
 			errs = append(errs, fmt.Errorf("%s.%s: must be between 0 and %g US dollars per million tokens", path, f.name, maxPrice))
 		}
@@ -186,7 +196,8 @@ type ListedPrice struct {
 // prices in US dollars per million tokens (standard tier, text tokens),
 // each with the providers' Batch API discount of one half. For Claude,
 // CachedInput is the cache-read price and CacheWrite the five-minute
-// cache-write price, 1.25 times the input price; a prompt over 200k
+// cache-write price, 1.25 times the input price, and CacheWrite1h the
+// one-hour cache-write price, twice the input price; a prompt over 200k
 // tokens to a Sonnet with the long context is billed above these and
 // priced at them. For Gemini, where the page bills prompts over 200k
 // tokens at a higher rate (the Pro models), the higher rate is the entry,
@@ -241,17 +252,17 @@ var listed = []ListedPrice{
 	{"text-embedding-3-small", Price{Input: 0.02}, "2024-01", SourceOpenAI, false},
 	{"text-embedding-3-large", Price{Input: 0.13}, "2024-01", SourceOpenAI, false},
 	{"text-embedding-ada-002", Price{Input: 0.10}, "2022-12", SourceOpenAI, false},
-	{"claude-opus-4", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75}, "2025-05", SourceAnthropic, false},
-	{"claude-opus-4-1", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75}, "2025-08", SourceAnthropic, false},
-	{"claude-opus-4-5", Price{Input: 5.00, Output: 25.00, CachedInput: 0.50, CacheWrite: 6.25}, "2025-11", SourceAnthropic, false},
-	{"claude-sonnet-4", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75}, "2025-05", SourceAnthropic, false},
-	{"claude-sonnet-4-5", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75}, "2025-09", SourceAnthropic, false},
-	{"claude-haiku-4-5", Price{Input: 1.00, Output: 5.00, CachedInput: 0.10, CacheWrite: 1.25}, "2025-10", SourceAnthropic, false},
-	{"claude-3-7-sonnet", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75}, "2025-02", SourceAnthropic, false},
-	{"claude-3-5-sonnet", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75}, "2024-06", SourceAnthropic, false},
-	{"claude-3-5-haiku", Price{Input: 0.80, Output: 4.00, CachedInput: 0.08, CacheWrite: 1.00}, "2024-12", SourceAnthropic, true},
-	{"claude-3-opus", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75}, "2024-03", SourceAnthropic, false},
-	{"claude-3-haiku", Price{Input: 0.25, Output: 1.25, CachedInput: 0.03, CacheWrite: 0.30}, "2024-03", SourceAnthropic, false},
+	{"claude-opus-4", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75, CacheWrite1h: 30.00}, "2025-05", SourceAnthropic, false},
+	{"claude-opus-4-1", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75, CacheWrite1h: 30.00}, "2025-08", SourceAnthropic, false},
+	{"claude-opus-4-5", Price{Input: 5.00, Output: 25.00, CachedInput: 0.50, CacheWrite: 6.25, CacheWrite1h: 10.00}, "2025-11", SourceAnthropic, false},
+	{"claude-sonnet-4", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75, CacheWrite1h: 6.00}, "2025-05", SourceAnthropic, false},
+	{"claude-sonnet-4-5", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75, CacheWrite1h: 6.00}, "2025-09", SourceAnthropic, false},
+	{"claude-haiku-4-5", Price{Input: 1.00, Output: 5.00, CachedInput: 0.10, CacheWrite: 1.25, CacheWrite1h: 2.00}, "2025-10", SourceAnthropic, false},
+	{"claude-3-7-sonnet", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75, CacheWrite1h: 6.00}, "2025-02", SourceAnthropic, false},
+	{"claude-3-5-sonnet", Price{Input: 3.00, Output: 15.00, CachedInput: 0.30, CacheWrite: 3.75, CacheWrite1h: 6.00}, "2024-06", SourceAnthropic, false},
+	{"claude-3-5-haiku", Price{Input: 0.80, Output: 4.00, CachedInput: 0.08, CacheWrite: 1.00, CacheWrite1h: 1.60}, "2024-12", SourceAnthropic, true},
+	{"claude-3-opus", Price{Input: 15.00, Output: 75.00, CachedInput: 1.50, CacheWrite: 18.75, CacheWrite1h: 30.00}, "2024-03", SourceAnthropic, false},
+	{"claude-3-haiku", Price{Input: 0.25, Output: 1.25, CachedInput: 0.03, CacheWrite: 0.30, CacheWrite1h: 0.50}, "2024-03", SourceAnthropic, false},
 	{"gemini-3-pro", Price{Input: 4.00, Output: 18.00, CachedInput: 0.40}, "2025-11", SourceGoogle, true},
 	{"gemini-2.5-pro", Price{Input: 2.50, Output: 15.00, CachedInput: 0.25}, "2025-06", SourceGoogle, true},
 	{"gemini-2.5-flash", Price{Input: 0.30, Output: 2.50, CachedInput: 0.03}, "2025-06", SourceGoogle, true},

@@ -32,6 +32,13 @@ type Usage struct {
 	// provider's prompt cache, which Anthropic bills above the input
 	// price (cache_creation_input_tokens).
 	CacheWriteInputTokens int64 `json:"cache_write_input_tokens,omitempty"`
+	// CacheWrite1hInputTokens is the part of CacheWriteInputTokens
+	// written to a one-hour cache, which Anthropic bills above a
+	// five-minute write (Anthropic's
+	// cache_creation.ephemeral_1h_input_tokens, Bedrock's cacheDetails
+	// entries with a ttl of "1h"). The rest of the writes are five-minute
+	// writes.
+	CacheWrite1hInputTokens int64 `json:"cache_write_1h_input_tokens,omitempty"`
 	// ReasoningTokens is the part of OutputTokens spent on hidden reasoning
 	// (completion_tokens_details.reasoning_tokens or
 	// output_tokens_details.reasoning_tokens).
@@ -234,7 +241,8 @@ func memberKey(s *jsonscan.Scanner) string {
 // admission reserved it, never as nothing. The one exception is a missing
 // completion count when nothing was reserved for one (an embedding). When
 // both counts are bad the reason is the prompt's. Cached and reasoning
-// tokens are clamped to the counts they are part of. Pass the estimate as
+// tokens are clamped to the counts they are part of (the one-hour cache
+// writes to the writes). Pass the estimate as
 // reserved: a caller that lowered OutputTokens (a cap on reservations) has
 // lowered the fallback and the bound with it.
 func (e Estimate) CheckUsage(r UsageReport) (Usage, UsageFallback) { return e.check(r, 0) }
@@ -271,6 +279,7 @@ func (e Estimate) check(r UsageReport, streamed int64) (Usage, UsageFallback) {
 	}
 	u.CachedInputTokens = min(max(u.CachedInputTokens, 0), u.InputTokens)
 	u.CacheWriteInputTokens = min(max(u.CacheWriteInputTokens, 0), u.InputTokens-u.CachedInputTokens)
+	u.CacheWrite1hInputTokens = min(max(u.CacheWrite1hInputTokens, 0), u.CacheWriteInputTokens)
 	u.ReasoningTokens = min(max(u.ReasoningTokens, 0), u.OutputTokens)
 	u.Estimated = u.Estimated || reason != FallbackNone
 	return u, reason
@@ -309,19 +318,24 @@ func (r *rawUsage) report() UsageReport {
 // malformed. Keys match exactly; of repeated keys the last wins. Amazon
 // Bedrock's Converse usage spells the counts in lowerCamelCase
 // (inputTokens, outputTokens, totalTokens, cacheReadInputTokens,
-// cacheWriteInputTokens). An Anthropic or Bedrock usage (one with
+// cacheWriteInputTokens, and cacheDetails for the writes by time to
+// live, see readCacheTTLs). An Anthropic or Bedrock usage (one with
 // cache_creation_input_tokens or cache_read_input_tokens, or their
 // Bedrock spellings), whose input count leaves the cache out, counts its
-// cache figures into the prompt, as the other APIs do; a cache figure that cannot be used makes the prompt
-// count unusable, so that the request is charged as reserved rather than
-// as a cheaper prompt than it was.
+// cache figures into the prompt, as the other APIs do, and reads the
+// one-hour part of its writes (Anthropic's cache_creation breakdown,
+// Bedrock's cacheDetails), at most the writes. A cache figure that cannot
+// be used, that breakdown included, makes the prompt count unusable, so
+// that the request is charged as reserved rather than as a cheaper prompt
+// than it was.
 func readUsageObject(v string) UsageReport {
 	var s jsonscan.Scanner
 	s.Reset(v)
 	if s.Peek() != '{' {
 		return malformedReport
 	}
-	var prompt, input, completion, output, total, cacheWrite, cacheRead string
+	var prompt, input, completion, output, total, cacheWrite, cacheRead, cacheTTL string
+	ttlShape := 0
 	var cached, reasoning int64
 	s.Open()
 	for n := 0; s.More(&n, '}'); {
@@ -340,6 +354,10 @@ func readUsageObject(v string) UsageReport {
 			cacheWrite = s.Value()
 		case "cache_read_input_tokens", "cacheReadInputTokens":
 			cacheRead = s.Value()
+		case "cache_creation":
+			cacheTTL, ttlShape = s.Value(), anthropicTTLs
+		case "cacheDetails":
+			cacheTTL, ttlShape = s.Value(), bedrockTTLs
 		case "prompt_tokens_details", "input_tokens_details":
 			cached = max(cached, detail(s.Value(), "cached_tokens"))
 		case "completion_tokens_details", "output_tokens_details":
@@ -363,15 +381,96 @@ func readUsageObject(v string) UsageReport {
 	if cacheWrite != "" || cacheRead != "" {
 		written, wst := parseCount(cacheWrite)
 		read, rst := parseCount(cacheRead)
-		for _, st := range [...]UsageFallback{wst, rst} {
+		long, lst := readCacheTTLs(cacheTTL, ttlShape)
+		for _, st := range [...]UsageFallback{wst, rst, lst} {
 			if st != FallbackNone && st != FallbackMissing && rep.Input == FallbackNone {
 				rep.Input = st
 			}
 		}
 		rep.Usage.InputTokens = satAdd(satAdd(rep.Usage.InputTokens, written), read)
 		rep.Usage.CachedInputTokens, rep.Usage.CacheWriteInputTokens = read, written
+		rep.Usage.CacheWrite1hInputTokens = min(long, written)
 	}
 	return rep
+}
+
+// The shapes of a usage's breakdown of cache writes by time to live.
+const (
+	// anthropicTTLs is the Messages API's cache_creation object:
+	// {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}.
+	anthropicTTLs = iota + 1
+	// bedrockTTLs is the Converse API's cacheDetails list:
+	// [{"ttl": "1h", "inputTokens": 0}, {"ttl": "5m", "inputTokens": 0}].
+	bedrockTTLs
+)
+
+// readCacheTTLs reads the one-hour part of a breakdown of cache writes
+// by time to live (v, of the given shape: anthropicTTLs or
+// bedrockTTLs). Absent or null is FallbackMissing (no one-hour writes,
+// as before the APIs reported them); a breakdown that is not of its
+// shape, or a count in it that is not a count, FallbackMalformed; a
+// negative count FallbackNegative. A Bedrock entry whose ttl is neither
+// "5m" nor "1h" (a longer time to live added later) counts as one-hour,
+// the dearest write priced; the sum saturates.
+func readCacheTTLs(v string, shape int) (int64, UsageFallback) {
+	if v = strings.TrimSpace(v); v == "" || v == "null" {
+		return 0, FallbackMissing
+	}
+	var s jsonscan.Scanner
+	s.Reset(v)
+	if shape == anthropicTTLs {
+		return readTTLEntry(&s, "ephemeral_1h_input_tokens", "")
+	}
+	if s.Peek() != '[' {
+		return 0, FallbackMalformed
+	}
+	var long int64
+	s.Open()
+	for n := 0; s.More(&n, ']'); {
+		c, st := readTTLEntry(&s, "inputTokens", "ttl")
+		if st != FallbackNone {
+			return 0, st
+		}
+		long = satAdd(long, c)
+	}
+	if s.Err() != nil {
+		return 0, FallbackMalformed
+	}
+	return long, FallbackNone
+}
+
+// readTTLEntry reads the object at s: the count under countKey when the
+// object is a one-hour part (ttlKey is empty, or the object's ttl is not
+// "5m"), else 0. A count that is absent or null is 0, as is an object
+// with none.
+func readTTLEntry(s *jsonscan.Scanner, countKey, ttlKey string) (int64, UsageFallback) {
+	if s.Peek() != '{' {
+		s.Skip()
+		return 0, FallbackMalformed
+	}
+	var count, ttl string
+	s.Open()
+	for n := 0; s.More(&n, '}'); {
+		switch memberKey(s) {
+		case countKey:
+			count = s.Value()
+		case ttlKey:
+			ttl = s.Value()
+		default:
+			s.Skip()
+		}
+	}
+	if s.Err() != nil {
+		return 0, FallbackMalformed
+	}
+	if ttlKey != "" && ttl == `"5m"` {
+		return 0, FallbackNone
+	}
+	c, st := parseCount(count)
+	if st == FallbackMissing {
+		return 0, FallbackNone
+	}
+	return c, st
 }
 
 // merge returns the usage of a stream that reported r and then next: each
@@ -383,6 +482,7 @@ func (r UsageReport) merge(next UsageReport) UsageReport {
 	if next.Input != FallbackMissing {
 		r.Input = next.Input
 		r.Usage.InputTokens, r.Usage.CachedInputTokens, r.Usage.CacheWriteInputTokens = next.Usage.InputTokens, next.Usage.CachedInputTokens, next.Usage.CacheWriteInputTokens
+		r.Usage.CacheWrite1hInputTokens = next.Usage.CacheWrite1hInputTokens
 	}
 	if next.Output != FallbackMissing {
 		r.Output = next.Output

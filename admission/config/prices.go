@@ -23,7 +23,7 @@ import (
 //	  fallback: {input: 10, output: 30}
 //	  models:             # replace or add entries, in US dollars per million tokens
 //	    gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075, batch_discount: 0.5}
-//	    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.30, cache_write: 3.75}
+//	    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.30, cache_write: 3.75, cache_write_1h: 6}
 //	    ft:gpt-4o-mini: {input: 0.30, output: 1.20}
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //	  aliases:            # a name priced as another model (an Azure deployment, an in-house name)
@@ -67,7 +67,8 @@ const (
 
 // Price is a model's price in US dollars per million tokens. Input and
 // Output are required in the file; CachedInput and CacheWrite default to
-// 0, which means the Input price, and BatchDiscount to 0, no discount.
+// 0, which means the Input price, CacheWrite1h to 0, which means the
+// CacheWrite price, and BatchDiscount to 0, no discount.
 // An entry of the file replaces the built-in entry whole: its batch
 // discount too.
 type Price struct {
@@ -82,6 +83,10 @@ type Price struct {
 	// provider's cache (Anthropic's cache_creation_input_tokens); 0
 	// means Input.
 	CacheWrite float64
+	// CacheWrite1h is the price of a million prompt tokens written to a
+	// one-hour cache (Anthropic's ephemeral_1h_input_tokens, Bedrock's
+	// cache writes with a ttl of 1h); 0 means CacheWrite.
+	CacheWrite1h float64
 	// BatchDiscount is the part of every price taken off for work sent
 	// through the Batch API (batch_discount: 0.5 is half price), at least
 	// 0 and below 1.
@@ -253,6 +258,7 @@ func (d *decoder) price(n *yaml.Node, path string, fallback bool) (Price, bool) 
 		field{"output", amount(&pr.Output)},
 		field{"cached_input", amount(&pr.CachedInput)},
 		field{"cache_write", amount(&pr.CacheWrite)},
+		field{"cache_write_1h", amount(&pr.CacheWrite1h)},
 		field{"batch_discount", func(n *yaml.Node, path string) {
 			s, given := d.scalar(n, path)
 			if !given {

@@ -476,6 +476,7 @@ func (m *messageResults) add(line []byte) {
 		u.OutputTokens = satSum(u.OutputTokens, rep.Usage.OutputTokens)
 		u.CachedInputTokens = satSum(u.CachedInputTokens, rep.Usage.CachedInputTokens)
 		u.CacheWriteInputTokens = satSum(u.CacheWriteInputTokens, rep.Usage.CacheWriteInputTokens)
+		u.CacheWrite1hInputTokens = satSum(u.CacheWrite1hInputTokens, rep.Usage.CacheWrite1hInputTokens)
 		u.ReasoningTokens = satSum(u.ReasoningTokens, rep.Usage.ReasoningTokens)
 	case "errored":
 		m.errored++

@@ -178,7 +178,8 @@ func produced(sr *weights.StreamReader) weights.Usage {
 	res := sr.Result()
 	u := weights.Usage{
 		InputTokens: res.Usage.InputTokens, CachedInputTokens: res.Usage.CachedInputTokens,
-		CacheWriteInputTokens: res.Usage.CacheWriteInputTokens, OutputTokens: sr.StreamedTokens(),
+		CacheWriteInputTokens: res.Usage.CacheWriteInputTokens, CacheWrite1hInputTokens: res.Usage.CacheWrite1hInputTokens,
+		OutputTokens: sr.StreamedTokens(),
 	}
 	if res.Fallback == weights.FallbackNone {
 		u.OutputTokens = max(u.OutputTokens, res.Usage.OutputTokens)
