@@ -214,14 +214,14 @@ func TestPrices(t *testing.T) {
   fallback: {input: 10, output: 30.5}
   models:
     gpt-4o-mini: {input: 0.15, output: 0.6, cached_input: 0.075, batch_discount: 0.5}
-    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.3, cache_write: 3.75, batch_discount: 0}
+    claude-sonnet-4: {input: 3, output: 15, cached_input: 0.3, cache_write: 3.75, cache_write_1h: 6, batch_discount: 0}
     ft:gpt-4o-mini: {input: 0.3, output: 1.2}
     local-embedder: {input: 0, output: 0}
 `)))
 	want := config.Prices{
 		Models: map[string]config.Price{
 			"gpt-4o-mini":     {Input: 0.15, Output: 0.6, CachedInput: 0.075, BatchDiscount: 0.5},
-			"claude-sonnet-4": {Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75},
+			"claude-sonnet-4": {Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75, CacheWrite1h: 6},
 			"ft:gpt-4o-mini":  {Input: 0.3, Output: 1.2},
 			"local-embedder":  {},
 		},
