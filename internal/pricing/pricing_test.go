@@ -32,7 +32,7 @@ prices:
 		src   weights.PriceSource
 	}{
 		{"llama-3.3-70b", weights.Price{Input: 0.59, Output: 0.79}, weights.PriceListed},
-		{"claude-sonnet-4-5", weights.Price{Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75, BatchDiscount: 0.5}, weights.PriceListed},
+		{"claude-sonnet-4-5", weights.Price{Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75, CacheWrite1h: 6, BatchDiscount: 0.5}, weights.PriceListed},
 		{"gpt-4o-mini", weights.DefaultPrices()["gpt-4o-mini"], weights.PriceListed},
 		{"ft:gpt-4o-mini-2024-07-18:acme::abc123", weights.DefaultPrices()["gpt-4o-mini"], weights.PriceBaseModel},
 		{"my-local-model", weights.Price{Input: 10, Output: 30}, weights.PriceFallback},
