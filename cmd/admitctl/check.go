@@ -192,9 +192,9 @@ func listPrices(w io.Writer, f *config.File, prices *weights.Prices) {
 	}
 	slices.Sort(models)
 	models = slices.Compact(models)
-	fmt.Fprintln(w, "\nprices in US dollars per million tokens (cache reads and writes at the input price when not set):")
+	fmt.Fprintln(w, "\nprices in US dollars per million tokens (cache reads and writes at the input price when not set, one-hour writes at the cache-write price):")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tINPUT\tCACHED_INPUT\tCACHE_WRITE\tOUTPUT\tBATCH_DISCOUNT\tSOURCE")
+	fmt.Fprintln(tw, "MODEL\tINPUT\tCACHED_INPUT\tCACHE_WRITE\tCACHE_WRITE_1H\tOUTPUT\tBATCH_DISCOUNT\tSOURCE")
 	row := func(name string, p weights.Price, src string) {
 		opt := func(v float64) string {
 			if v == 0 {
@@ -206,12 +206,12 @@ func listPrices(w io.Writer, f *config.File, prices *weights.Prices) {
 		if p.BatchDiscount > 0 {
 			batch = strconv.FormatFloat(p.BatchDiscount*100, 'g', 4, 64) + "%"
 		}
-		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%g\t%s\t%s\n", name, p.Input, opt(p.CachedInput), opt(p.CacheWrite), p.Output, batch, src)
+		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%g\t%s\t%s\n", name, p.Input, opt(p.CachedInput), opt(p.CacheWrite), opt(p.CacheWrite1h), p.Output, batch, src)
 	}
 	for _, m := range models {
 		p, src, ok := prices.Resolve(m)
 		if !ok {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\n", m, src)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\n", m, src)
 			continue
 		}
 		if target, ok := f.Prices.Aliases[m]; ok {

@@ -32,17 +32,17 @@ prices:
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
 	for _, want := range []string{
-		"MODEL INPUT CACHED_INPUT CACHE_WRITE OUTPUT BATCH_DISCOUNT SOURCE",
+		"MODEL INPUT CACHED_INPUT CACHE_WRITE CACHE_WRITE_1H OUTPUT BATCH_DISCOUNT SOURCE",
 		// The file's entry replaces the built-in one whole: no discount.
-		"claude-sonnet-4 3 0.3 3.75 15 - listed",
+		"claude-sonnet-4 3 0.3 3.75 - 15 - listed",
 		// A newer family is never priced by an older one's entry: the
 		// built-in claude-sonnet-4-5, with its discount.
-		"claude-sonnet-4-5 3 0.3 3.75 15 50% listed",
-		"gpt-4o-mini 0.15 0.075 - 0.6 50% listed",
-		"llama-3.3-70b 0.59 - - 0.79 25% listed",
-		"my-llm 10 - - 30 - fallback",
-		"prod-llama 0.59 - - 0.79 25% alias of llama-3.3-70b",
-		"(fallback) 10 - - 30 - prices.fallback",
+		"claude-sonnet-4-5 3 0.3 3.75 6 15 50% listed",
+		"gpt-4o-mini 0.15 0.075 - - 0.6 50% listed",
+		"llama-3.3-70b 0.59 - - - 0.79 25% listed",
+		"my-llm 10 - - - 30 - fallback",
+		"prod-llama 0.59 - - - 0.79 25% alias of llama-3.3-70b",
+		"(fallback) 10 - - - 30 - prices.fallback",
 	} {
 		if !slices.Contains(lines, want) {
 			t.Errorf("check output lacks the row %q:\n%s", want, out)

@@ -81,10 +81,15 @@ func runPrices(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 func writeBuiltinPrices(w io.Writer) {
 	fmt.Fprintln(w, "built-in prices in US dollars per million tokens (batch: the Batch API's discount), with the provider's page and the month it lists them from:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tIN\tCACHE READ\tCACHE WRITE\tOUT\tBATCH\tSINCE\tSOURCE\tNOTE")
-	usd := func(v, or float64) string {
-		if v == 0 {
-			v = or
+	fmt.Fprintln(tw, "MODEL\tIN\tCACHE READ\tCACHE WRITE\tCACHE WRITE 1H\tOUT\tBATCH\tSINCE\tSOURCE\tNOTE")
+	// usd formats a price, or the first of its fallbacks set when it is
+	// not.
+	usd := func(v float64, fallbacks ...float64) string {
+		for _, f := range fallbacks {
+			if v != 0 {
+				break
+			}
+			v = f
 		}
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
@@ -94,7 +99,7 @@ func writeBuiltinPrices(w io.Writer) {
 		if l.Unverified {
 			note, unverified = "unverified", unverified+1
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Model, usd(p.Input, 0), usd(p.CachedInput, p.Input), usd(p.CacheWrite, p.Input),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Model, usd(p.Input, 0), usd(p.CachedInput, p.Input), usd(p.CacheWrite, p.Input), usd(p.CacheWrite1h, p.CacheWrite, p.Input),
 			usd(p.Output, 0), strconv.FormatFloat(p.BatchDiscount*100, 'f', -1, 64)+"%", l.Since, l.Source, note)
 	}
 	tw.Flush()

@@ -21,7 +21,7 @@ func TestPricesList(t *testing.T) {
 		found := false
 		for _, line := range lines {
 			f := strings.Fields(line)
-			if len(f) >= 8 && f[0] == l.Model && f[6] == l.Since && f[7] == l.Source && (len(f) == 9) == l.Unverified {
+			if len(f) >= 9 && f[0] == l.Model && f[7] == l.Since && f[8] == l.Source && (len(f) == 10) == l.Unverified {
 				found = true
 				break
 			}
@@ -30,8 +30,8 @@ func TestPricesList(t *testing.T) {
 			t.Errorf("no line for %s (since %s, %s, unverified %v) in:\n%s", l.Model, l.Since, l.Source, l.Unverified, out)
 		}
 	}
-	if !strings.Contains(out, "claude-opus-4-5  ") || !strings.Contains(out, " 5      0.5         6.25         25") {
-		t.Errorf("claude-opus-4-5's prices are not listed as 5 in, 0.5 cache read, 6.25 cache write, 25 out:\n%s", out)
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), " claude-opus-4-5 5 0.5 6.25 10 25 50% ") {
+		t.Errorf("claude-opus-4-5's prices are not listed as 5 in, 0.5 cache read, 6.25 cache write, 10 one-hour cache write, 25 out:\n%s", out)
 	}
 }
 
