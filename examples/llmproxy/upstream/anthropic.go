@@ -23,7 +23,10 @@ import (
 // cached prefix: written to the cache (cache_creation_input_tokens), or,
 // with the request header X-Sim-Cache: read, read from it
 // (cache_read_input_tokens); input_tokens is the rest, as Anthropic
-// reports it. The X-Sim-* headers of the package doc apply, and
+// reports it. The writes are split by time to live in cache_creation:
+// the prompt up to the last block whose cache_control has "ttl": "1h" is
+// ephemeral_1h_input_tokens, the rest of the prefix
+// ephemeral_5m_input_tokens. The X-Sim-* headers of the package doc apply, and
 // X-Sim-Fault: 529 answers overloaded_error.
 
 // ClaudeModels are served by the Messages API besides Config.Models.
@@ -74,16 +77,34 @@ type messagesMessage struct {
 	Content json.RawMessage `json:"content"`
 }
 
-// messagesPrompt is a prompt's tokens: the whole, and the cached prefix.
-type messagesPrompt struct{ total, prefix int }
+// messagesPrompt is a prompt's tokens: the whole, the cached prefix, and
+// the part of the prefix cached for an hour.
+type messagesPrompt struct{ total, prefix, hour int }
+
+// usage returns the prompt's part of a message's usage: the prefix
+// written to the cache, split by time to live, or read from it.
+func (p messagesPrompt) usage(read bool) map[string]any {
+	if read {
+		return map[string]any{
+			"input_tokens": p.total - p.prefix, "cache_creation_input_tokens": 0, "cache_read_input_tokens": p.prefix,
+			"cache_creation": map[string]any{"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+		}
+	}
+	return map[string]any{
+		"input_tokens": p.total - p.prefix, "cache_creation_input_tokens": p.prefix, "cache_read_input_tokens": 0,
+		"cache_creation": map[string]any{"ephemeral_5m_input_tokens": p.prefix - p.hour, "ephemeral_1h_input_tokens": p.hour},
+	}
+}
 
 // price prices the system prompt and the messages, and finds the cached
-// prefix.
+// prefix and its one-hour part.
 func (m *messagesRequest) price() messagesPrompt {
 	var p messagesPrompt
 	add := func(raw json.RawMessage) {
 		var blocks []struct {
-			CacheControl json.RawMessage `json:"cache_control"`
+			CacheControl *struct {
+				TTL string `json:"ttl"`
+			} `json:"cache_control"`
 		}
 		if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &blocks) != nil {
 			p.total += promptTokens(raw)
@@ -93,8 +114,11 @@ func (m *messagesRequest) price() messagesPrompt {
 		_ = json.Unmarshal(raw, &parts)
 		for i, b := range parts {
 			p.total += promptTokens(b)
-			if len(blocks[i].CacheControl) > 0 && string(blocks[i].CacheControl) != "null" {
+			if cc := blocks[i].CacheControl; cc != nil {
 				p.prefix = p.total
+				if cc.TTL == "1h" {
+					p.hour = p.total
+				}
 			}
 		}
 	}
@@ -144,10 +168,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, path string) {
 	if *req.MaxTokens < out {
 		out, stop = max(*req.MaxTokens, 0), "max_tokens"
 	}
-	usage := map[string]any{"input_tokens": prompt.total - prompt.prefix, "cache_creation_input_tokens": prompt.prefix, "cache_read_input_tokens": 0}
-	if r.Header.Get("X-Sim-Cache") == "read" {
-		usage["cache_creation_input_tokens"], usage["cache_read_input_tokens"] = 0, prompt.prefix
-	}
+	usage := prompt.usage(r.Header.Get("X-Sim-Cache") == "read")
 	g := gen{s: s, w: w, r: r, req: &simRequest{Model: req.Model, Stream: req.Stream}, prompt: prompt.total, out: out, finish: stop, cut: fault == "cut"}
 	g.message(usage)
 }

@@ -13,13 +13,18 @@ import (
 // The Messages API, as Anthropic shapes it: the prompt (4 tokens of
 // system prompt marked for the cache, "hi", the message and reply
 // overheads: 11) with its cached prefix written or read, 3 tokens out,
-// in JSON and in events; count_tokens; errors in Anthropic's shape. The
-// usage reads, through package weights, as the whole prompt with its
-// cached part apart.
+// in JSON and in events, the writes split by time to live (the prefix up
+// to a one-hour cache_control written for an hour); count_tokens; errors
+// in Anthropic's shape. The usage reads, through package weights, as the
+// whole prompt with its cached part, and the one-hour writes, apart.
 func TestMessagesShapes(t *testing.T) {
 	srv := httptest.NewServer(New(Config{OutputTokens: 3, AnyModel: true}))
 	defer srv.Close()
 	const body = `{"model":"claude-sonnet-4-5","max_tokens":10,"system":[{"type":"text","text":"0123456789abcdef","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]`
+	// The system prompt cached for an hour; then, in mixed, a message
+	// (3 + 4 tokens) cached for five minutes after it.
+	hour := strings.Replace(body, `{"type":"ephemeral"}`, `{"type":"ephemeral","ttl":"1h"}`, 1)
+	mixed := strings.Replace(hour, `"content":"hi"`, `"content":[{"type":"text","text":"hi, rivers wind","cache_control":{"type":"ephemeral","ttl":"5m"}}]`, 1)
 	for _, tc := range []struct {
 		name, path, body, cache string
 		status                  int
@@ -27,8 +32,18 @@ func TestMessagesShapes(t *testing.T) {
 		usage                   weights.Usage
 	}{
 		{"json/cache write", "/v1/messages", body + "}", "", 200,
-			[]string{`"type":"message"`, `"stop_reason":"end_turn"`, `"input_tokens":7`, `"cache_creation_input_tokens":4`, `"cache_read_input_tokens":0`, `"output_tokens":3`},
+			[]string{`"type":"message"`, `"stop_reason":"end_turn"`, `"input_tokens":7`, `"cache_creation_input_tokens":4`, `"cache_read_input_tokens":0`, `"output_tokens":3`,
+				`"cache_creation":{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":4}`},
 			weights.Usage{InputTokens: 11, CacheWriteInputTokens: 4, OutputTokens: 3}},
+		{"json/cache write 1h", "/v1/messages", hour + "}", "", 200,
+			[]string{`"cache_creation_input_tokens":4`, `"cache_creation":{"ephemeral_1h_input_tokens":4,"ephemeral_5m_input_tokens":0}`},
+			weights.Usage{InputTokens: 11, CacheWriteInputTokens: 4, CacheWrite1hInputTokens: 4, OutputTokens: 3}},
+		{"json/cache write 1h and 5m", "/v1/messages", mixed + "}", "", 200,
+			[]string{`"input_tokens":3`, `"cache_creation_input_tokens":11`, `"cache_creation":{"ephemeral_1h_input_tokens":4,"ephemeral_5m_input_tokens":7}`},
+			weights.Usage{InputTokens: 14, CacheWriteInputTokens: 11, CacheWrite1hInputTokens: 4, OutputTokens: 3}},
+		{"stream/cache write 1h", "/v1/messages", hour + `,"stream":true}`, "", 200,
+			[]string{"event: message_start", `"ephemeral_1h_input_tokens":4`, "event: message_stop"},
+			weights.Usage{InputTokens: 11, CacheWriteInputTokens: 4, CacheWrite1hInputTokens: 4, OutputTokens: 3}},
 		{"json/cache read", "/v1/messages", body + "}", "read", 200,
 			[]string{`"input_tokens":7`, `"cache_creation_input_tokens":0`, `"cache_read_input_tokens":4`},
 			weights.Usage{InputTokens: 11, CachedInputTokens: 4, OutputTokens: 3}},

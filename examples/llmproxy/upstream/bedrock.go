@@ -29,7 +29,10 @@ import (
 // prompt up to the last cachePoint block is the cached prefix: written
 // to the cache (cacheWriteInputTokens), or, with the request header
 // X-Sim-Cache: read, read from it (cacheReadInputTokens); inputTokens is
-// the rest, as Bedrock reports it. The X-Sim-* headers of the package
+// the rest, as Bedrock reports it. The writes are split by time to live
+// in cacheDetails (1h before 5m, as Bedrock sorts them, an empty part
+// left out): the prompt up to the last cachePoint with "ttl": "1h" is
+// written for an hour, the rest of the prefix for five minutes. The X-Sim-* headers of the package
 // doc apply: X-Sim-Fault: 429 answers a ThrottlingException, 500 an
 // InternalServerException, 401 a 403 UnrecognizedClientException (as
 // for wrong upstream credentials). Config.Limits is enforced as on the
@@ -81,17 +84,23 @@ type converseRequest struct {
 
 // converseBlock is a content block: its text, or a cache point.
 type converseBlock struct {
-	Text       string    `json:"text"`
-	CachePoint *struct{} `json:"cachePoint"`
+	Text       string `json:"text"`
+	CachePoint *struct {
+		TTL string `json:"ttl"`
+	} `json:"cachePoint"`
 }
 
 // price prices the system blocks and the messages, and 3 to prime the
-// reply; prefix is the part up to the last cache point.
-func (c *converseRequest) price() (total, prefix int) {
+// reply; prefix is the part up to the last cache point, hour the part
+// up to the last one-hour cache point.
+func (c *converseRequest) price() (total, prefix, hour int) {
 	block := func(b converseBlock) {
 		total += textTokens(b.Text)
 		if b.CachePoint != nil {
 			prefix = total
+			if b.CachePoint.TTL == "1h" {
+				hour = total
+			}
 		}
 	}
 	if len(c.System) > 0 {
@@ -106,7 +115,7 @@ func (c *converseRequest) price() (total, prefix int) {
 			block(b)
 		}
 	}
-	return total + 3, prefix
+	return total + 3, prefix, hour
 }
 
 // sigV4 is the shape of a SigV4 Authorization header for Bedrock.
@@ -166,7 +175,7 @@ func (s *Server) bedrock(w http.ResponseWriter, r *http.Request, path, model str
 	if done {
 		return
 	}
-	prompt, prefix := req.price()
+	prompt, prefix, hour := req.price()
 	out := s.outputTokens(r)
 	stop := "end_turn"
 	if lim := req.InferenceConfig.MaxTokens; lim != nil && *lim < out {
@@ -182,6 +191,17 @@ func (s *Server) bedrock(w http.ResponseWriter, r *http.Request, path, model str
 	usage := map[string]any{"inputTokens": prompt - prefix, "cacheWriteInputTokens": prefix, "cacheReadInputTokens": 0}
 	if r.Header.Get("X-Sim-Cache") == "read" {
 		usage["cacheWriteInputTokens"], usage["cacheReadInputTokens"] = 0, prefix
+	} else if prefix > 0 {
+		var details []any
+		for _, d := range []struct {
+			ttl    string
+			tokens int
+		}{{"1h", hour}, {"5m", prefix - hour}} {
+			if d.tokens > 0 {
+				details = append(details, map[string]any{"ttl": d.ttl, "inputTokens": d.tokens})
+			}
+		}
+		usage["cacheDetails"] = details
 	}
 	g := gen{s: s, w: w, r: r, req: &simRequest{Model: model, Stream: stream}, prompt: prompt, out: out, finish: stop, cut: fault == "cut"}
 	g.converse(usage)

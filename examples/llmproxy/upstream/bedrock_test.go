@@ -16,6 +16,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/sluicehq/sluice/internal/eventstream"
+	"github.com/sluicehq/sluice/weights"
 )
 
 // The simulator serves the Converse API: an unsigned or badly signed
@@ -23,12 +24,13 @@ import (
 // answers its message and usage (the prompt up to the cache point
 // written to the cache, or read from it with X-Sim-Cache: read);
 // ConverseStream answers an event stream ending with messageStop and
-// the metadata event's usage; a fault is a ThrottlingException.
+// the metadata event's usage; a fault is a ThrottlingException; the
+// writes are split by time to live in cacheDetails.
 func TestBedrockSimulator(t *testing.T) {
 	s := httptest.NewServer(New(Config{OutputTokens: 4, ChunkTokens: 1}))
 	defer s.Close()
 	const body = `{"system":[{"text":"Be brief."},{"cachePoint":{"type":"default"}}],"messages":[{"role":"user","content":[{"text":"Why is the sky blue?"}]}],"inferenceConfig":{"maxTokens":3}}`
-	post := func(op string, sign bool, hdr ...string) (*http.Response, []byte) {
+	postBody := func(body, op string, sign bool, hdr ...string) (*http.Response, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, s.URL+"/model/anthropic.claude-3-haiku-20240307-v1%3A0/"+op, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -49,6 +51,10 @@ func TestBedrockSimulator(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp, b
+	}
+	post := func(op string, sign bool, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		return postBody(body, op, sign, hdr...)
 	}
 
 	for name, tc := range map[string]struct {
@@ -114,5 +120,22 @@ func TestBedrockSimulator(t *testing.T) {
 	resp, b = post("converse", true, "X-Sim-Fault", "429")
 	if resp.StatusCode != 429 || resp.Header.Get("X-Amzn-Errortype") != "ThrottlingException" {
 		t.Errorf("fault 429: %d %s %s; want a ThrottlingException", resp.StatusCode, resp.Header.Get("X-Amzn-Errortype"), b)
+	}
+
+	// A one-hour cache point, then a five-minute one: the prompt up to
+	// the first (3 + 3 tokens) is written for an hour, the text between
+	// them (7 tokens) for five minutes, in cacheDetails, 1h first; the
+	// message ("user", "Why?": 3 + 1 + 1) and the reply's 3 are not cached.
+	const ttls = `{"system":[{"text":"Be brief."},{"cachePoint":{"type":"default","ttl":"1h"}},{"text":"Answer in one line, please."},{"cachePoint":{"type":"default","ttl":"5m"}}],"messages":[{"role":"user","content":[{"text":"Why?"}]}]}`
+	resp, b = postBody(ttls, "converse", true)
+	rep, err := weights.ReadUsage(b)
+	wantUsage := weights.Usage{InputTokens: 13 + 3 + 1 + 1 + 3, OutputTokens: 4, CacheWriteInputTokens: 13, CacheWrite1hInputTokens: 6}
+	if resp.StatusCode != 200 || err != nil || rep.Usage != wantUsage ||
+		!strings.Contains(string(b), `"cacheDetails":[{"inputTokens":6,"ttl":"1h"},{"inputTokens":7,"ttl":"5m"}]`) {
+		t.Errorf("one-hour cache point: %d %s, usage %+v (%v); want %+v", resp.StatusCode, b, rep.Usage, err, wantUsage)
+	}
+	resp, b = postBody(ttls, "converse", true, "X-Sim-Cache", "read")
+	if rep, _ := weights.ReadUsage(b); resp.StatusCode != 200 || rep.Usage.CachedInputTokens != 13 || rep.Usage.CacheWriteInputTokens != 0 || strings.Contains(string(b), "cacheDetails") {
+		t.Errorf("one-hour cache point, read: %d %s; want 13 tokens read, no writes", resp.StatusCode, b)
 	}
 }

@@ -23,7 +23,8 @@ import (
 // until Config.BatchDelay after the cancellation, then ended with every
 // request canceled. Each succeeded request's message is priced as the
 // Messages API prices it: its prompt as input_tokens (the cached prefix
-// as cache_creation_input_tokens), and the smaller of its max_tokens and
+// as cache_creation_input_tokens, split by time to live in
+// cache_creation), and the smaller of its max_tokens and
 // Config.OutputTokens as output_tokens. A request whose params set
 // metadata.user_id "sim_errored" is errored instead.
 
@@ -39,7 +40,8 @@ type simMessageBatch struct {
 // simMessageRequest is one request of a message batch.
 type simMessageRequest struct {
 	customID, model, stop string
-	prompt, prefix, out   int
+	prompt                messagesPrompt
+	out                   int
 	errored               bool
 }
 
@@ -205,7 +207,7 @@ func (s *Server) createMessageBatch(w http.ResponseWriter, r *http.Request, path
 			out, stop = max(*p.MaxTokens, 0), "max_tokens"
 		}
 		b.requests = append(b.requests, simMessageRequest{
-			customID: q.CustomID, model: p.Model, prompt: prompt.total, prefix: prompt.prefix, out: out, stop: stop,
+			customID: q.CustomID, model: p.Model, prompt: prompt, out: out, stop: stop,
 			errored: p.Metadata.UserID == "sim_errored",
 		})
 	}
@@ -280,14 +282,13 @@ func (s *Server) writeMessageBatchResults(w http.ResponseWriter, reqs []simMessa
 		case q.errored:
 			result = map[string]any{"type": "errored", "error": map[string]any{"type": "error", "error": map[string]any{"type": "invalid_request_error", "message": "simulated error"}}}
 		default:
+			usage := q.prompt.usage(false)
+			usage["output_tokens"] = q.out
 			result = map[string]any{"type": "succeeded", "message": map[string]any{
 				"id": fmt.Sprintf("msg_simbatch%d", i), "type": "message", "role": "assistant", "model": q.model,
 				"content":     []any{map[string]any{"type": "text", "text": strings.Repeat("tok ", q.out)}},
 				"stop_reason": q.stop, "stop_sequence": nil,
-				"usage": map[string]any{
-					"input_tokens": q.prompt - q.prefix, "cache_creation_input_tokens": q.prefix,
-					"cache_read_input_tokens": 0, "output_tokens": q.out,
-				},
+				"usage": usage,
 			}}
 		}
 		line, _ := json.Marshal(map[string]any{"custom_id": q.customID, "result": result})
