@@ -181,3 +181,25 @@ func TestBuiltinCacheWrite1h(t *testing.T) {
 		t.Error("no built-in entry has a cache-write price")
 	}
 }
+
+// Reading a usage's cache writes split by time to live, in either shape,
+// allocates nothing more than reading the same usage without the split.
+func TestReadUsageCacheTTLAllocs(t *testing.T) {
+	for _, tt := range []struct{ split, plain string }{
+		{`{"type":"message","usage":{"input_tokens":25,"cache_creation_input_tokens":2048,"cache_read_input_tokens":0,"cache_creation":{"ephemeral_5m_input_tokens":1024,"ephemeral_1h_input_tokens":1024},"output_tokens":7}}`,
+			`{"type":"message","usage":{"input_tokens":25,"cache_creation_input_tokens":2048,"cache_read_input_tokens":0,"output_tokens":7}}`},
+		{`{"usage":{"inputTokens":25,"outputTokens":7,"cacheWriteInputTokens":2048,"cacheDetails":[{"ttl":"1h","inputTokens":1024},{"ttl":"5m","inputTokens":1024}]}}`,
+			`{"usage":{"inputTokens":25,"outputTokens":7,"cacheWriteInputTokens":2048}}`},
+	} {
+		split, plain := []byte(tt.split), []byte(tt.plain)
+		var long int64
+		n := testing.AllocsPerRun(100, func() {
+			rep, _ := ReadUsage(split)
+			long = rep.Usage.CacheWrite1hInputTokens
+		})
+		base := testing.AllocsPerRun(100, func() { _, _ = ReadUsage(plain) })
+		if n > base || long != 1024 {
+			t.Errorf("ReadUsage(%s): %v allocations (%v without the split), %d one-hour writes; want at most %v and 1024", tt.split, n, base, long, base)
+		}
+	}
+}

@@ -175,7 +175,8 @@ func usageWithin(est Estimate, streamed int64, u Usage) error {
 	case u.OutputTokens < streamed/UsageFactor || u.OutputTokens > satAdd(max(out, streamed), UsageSlack):
 		return fmt.Errorf("output %d outside [%d, %d+slack]", u.OutputTokens, streamed/UsageFactor, max(out, streamed))
 	case u.CachedInputTokens < 0 || u.CachedInputTokens > u.InputTokens || u.ReasoningTokens < 0 || u.ReasoningTokens > u.OutputTokens,
-		u.CacheWriteInputTokens < 0 || u.CacheWriteInputTokens > u.InputTokens-u.CachedInputTokens:
+		u.CacheWriteInputTokens < 0 || u.CacheWriteInputTokens > u.InputTokens-u.CachedInputTokens,
+		u.CacheWrite1hInputTokens < 0 || u.CacheWrite1hInputTokens > u.CacheWriteInputTokens:
 		return fmt.Errorf("parts outside their counts: %+v", u)
 	}
 	return nil
@@ -245,12 +246,15 @@ func FuzzReadUsage(f *testing.F) {
 	f.Add([]byte(`{"usage":null}`), int64(0), int64(0))
 	f.Add([]byte(anthropicResponse), int64(3000), int64(1024))
 	f.Add([]byte(`{"usage":{"input_tokens":3,"cache_creation_input_tokens":-1,"cache_read_input_tokens":"x","output_tokens":2}}`), int64(3), int64(2))
+	f.Add([]byte(`{"usage":{"input_tokens":3,"cache_creation_input_tokens":5,"cache_creation":{"ephemeral_1h_input_tokens":9},"output_tokens":2}}`), int64(8), int64(2))
+	f.Add([]byte(`{"usage":{"inputTokens":3,"outputTokens":2,"cacheWriteInputTokens":5,"cacheDetails":[{"ttl":"1h","inputTokens":4},{"ttl":"5m","inputTokens":-1}]}}`), int64(8), int64(2))
 	f.Fuzz(func(t *testing.T, body []byte, in, out int64) {
 		rep, err := ReadUsage(body)
 		if err != nil && rep != malformedReport {
 			t.Fatalf("ReadUsage error %v with report %+v", err, rep)
 		}
-		if u := rep.Usage; u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.ReasoningTokens < 0 {
+		if u := rep.Usage; u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.ReasoningTokens < 0 ||
+			u.CacheWrite1hInputTokens < 0 || u.CacheWrite1hInputTokens > u.CacheWriteInputTokens {
 			t.Fatalf("negative count read: %+v", rep)
 		}
 		est := Estimate{InputTokens: in, OutputTokens: out}
