@@ -207,6 +207,52 @@ func conversation() *bedrockruntime.ConverseInput {
 	}
 }
 
+// converse calls c's Converse, or its ConverseStream when stream, with
+// in, and returns the answer's text and usage (the response's, or the
+// stream's metadata event's); a stream must bring at least two text
+// deltas and end with end_turn.
+func converse(ctx context.Context, t *testing.T, c *bedrockruntime.Client, in *bedrockruntime.ConverseInput, stream bool) (string, *types.TokenUsage) {
+	t.Helper()
+	var text strings.Builder
+	if !stream {
+		out, err := c.Converse(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := out.Output.(*types.ConverseOutputMemberMessage); ok && len(m.Value.Content) == 1 {
+			if tb, ok := m.Value.Content[0].(*types.ContentBlockMemberText); ok {
+				text.WriteString(tb.Value)
+			}
+		}
+		return text.String(), out.Usage
+	}
+	out, err := c.ConverseStream(ctx, &bedrockruntime.ConverseStreamInput{ModelId: in.ModelId, System: in.System, Messages: in.Messages, InferenceConfig: in.InferenceConfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := out.GetStream()
+	defer st.Close()
+	var u *types.TokenUsage
+	deltas, stopped := 0, false
+	for ev := range st.Events() {
+		switch v := ev.(type) {
+		case *types.ConverseStreamOutputMemberContentBlockDelta:
+			if d, ok := v.Value.Delta.(*types.ContentBlockDeltaMemberText); ok {
+				text.WriteString(d.Value)
+				deltas++
+			}
+		case *types.ConverseStreamOutputMemberMessageStop:
+			stopped = v.Value.StopReason == types.StopReasonEndTurn
+		case *types.ConverseStreamOutputMemberMetadata:
+			u = v.Value.Usage
+		}
+	}
+	if err := st.Err(); err != nil || deltas < 2 || !stopped {
+		t.Fatalf("stream: %v, %d deltas, stopped %v; want the simulator's deltas and end_turn", err, deltas, stopped)
+	}
+	return text.String(), u
+}
+
 // The SDK's Converse and ConverseStream through the gateway: the call is
 // settled at exactly the usage Bedrock reports (inputTokens plus the
 // cache's read and written tokens plus outputTokens: the response's
@@ -222,47 +268,9 @@ func TestBedrockSDKSettlesUsage(t *testing.T) {
 			s := bedrockGateway(t, bedrockPolicies)
 			c := s.client(t, keyA, nil)
 			ctx := ctxT(t, 10*time.Second)
-			in := conversation()
-			var text strings.Builder
-			var u *types.TokenUsage
-			if stream {
-				out, err := c.ConverseStream(ctx, &bedrockruntime.ConverseStreamInput{ModelId: in.ModelId, System: in.System, Messages: in.Messages, InferenceConfig: in.InferenceConfig})
-				if err != nil {
-					t.Fatal(err)
-				}
-				st := out.GetStream()
-				deltas, stopped := 0, false
-				for ev := range st.Events() {
-					switch v := ev.(type) {
-					case *types.ConverseStreamOutputMemberContentBlockDelta:
-						if d, ok := v.Value.Delta.(*types.ContentBlockDeltaMemberText); ok {
-							text.WriteString(d.Value)
-							deltas++
-						}
-					case *types.ConverseStreamOutputMemberMessageStop:
-						stopped = v.Value.StopReason == types.StopReasonEndTurn
-					case *types.ConverseStreamOutputMemberMetadata:
-						u = v.Value.Usage
-					}
-				}
-				if err := st.Err(); err != nil || deltas < 2 || !stopped {
-					t.Fatalf("stream: %v, %d deltas, stopped %v; want the simulator's deltas and end_turn", err, deltas, stopped)
-				}
-				st.Close()
-			} else {
-				out, err := c.Converse(ctx, in)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if m, ok := out.Output.(*types.ConverseOutputMemberMessage); ok && len(m.Value.Content) == 1 {
-					if tb, ok := m.Value.Content[0].(*types.ContentBlockMemberText); ok {
-						text.WriteString(tb.Value)
-					}
-				}
-				u = out.Usage
-			}
-			if text.Len() == 0 || u == nil || aws.ToInt32(u.OutputTokens) != 5 || aws.ToInt32(u.CacheWriteInputTokens) == 0 || aws.ToInt32(u.InputTokens) == 0 {
-				t.Fatalf("answer %q, usage %+v: want 5 tokens of text and a cache write", text.String(), u)
+			text, u := converse(ctx, t, c, conversation(), stream)
+			if text == "" || u == nil || aws.ToInt32(u.OutputTokens) != 5 || aws.ToInt32(u.CacheWriteInputTokens) == 0 || aws.ToInt32(u.InputTokens) == 0 {
+				t.Fatalf("answer %q, usage %+v: want 5 tokens of text and a cache write", text, u)
 			}
 			used := int64(aws.ToInt32(u.InputTokens) + aws.ToInt32(u.CacheWriteInputTokens) + aws.ToInt32(u.CacheReadInputTokens) + aws.ToInt32(u.OutputTokens))
 			if got, want := s.remainingTokens(t, keyA), 100_000-used; got != want {
@@ -461,4 +469,49 @@ func TestBedrockUpstreamErrors(t *testing.T) {
 			t.Errorf("%s: %d %s %s; want %d %s saying %q", tc.name, resp.StatusCode, resp.Header.Get("X-Amzn-Errortype"), b, tc.status, tc.typ, tc.says)
 		}
 	}
+}
+
+// The bedrockruntime SDK's Converse and ConverseStream with a cache point
+// of one hour (CachePointBlock.Ttl "1h"): the simulator reports the
+// write in cacheDetails, and the gateway settles it at the built-in
+// one-hour cache-write price of Claude 3.5 Sonnet, $6 per million tokens
+// (twice its input price); the spend left, as a refused probe shows, is
+// the cap less exactly that.
+func TestBedrockSDKOneHourCacheWriteSettled(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run("stream="+strconv.FormatBool(stream), func(t *testing.T) {
+			s := bedrockGateway(t, spendPolicy)
+			c := s.client(t, keyA, nil)
+			ctx := ctxT(t, 10*time.Second)
+			in := conversation()
+			in.Messages[0].Content[1] = &types.ContentBlockMemberCachePoint{Value: types.CachePointBlock{Type: types.CachePointTypeDefault, Ttl: types.CacheTTLOneHour}}
+			_, u := converse(ctx, t, c, in, stream)
+			if u == nil || len(u.CacheDetails) != 1 || u.CacheDetails[0].Ttl != types.CacheTTLOneHour ||
+				aws.ToInt32(u.CacheDetails[0].InputTokens) != aws.ToInt32(u.CacheWriteInputTokens) || aws.ToInt32(u.CacheWriteInputTokens) == 0 {
+				t.Fatalf("usage %+v: want the prompt written to the one-hour cache", u)
+			}
+			uncached, written, output := int64(aws.ToInt32(u.InputTokens)), int64(aws.ToInt32(u.CacheWriteInputTokens)), int64(aws.ToInt32(u.OutputTokens))
+			cost := oneHourCost(uncached, 0, written, output, 3, 3.75, 6, 15)
+			if got, want := s.remainingSpend(t, keyA), 100_000_000-cost; got != want {
+				t.Errorf("spend left after the call = %d µ$; want %d (cost %d µ$ of usage %+v)", got, want, cost, u)
+			}
+		})
+	}
+}
+
+// remainingSpend asks for more output than the spend cap can pay for
+// (the refusal is decided before anything is charged) and returns what
+// its answer's RateLimit field says remains, in micro-dollars.
+func (s *bedrockStack) remainingSpend(t *testing.T, key string) int64 {
+	t.Helper()
+	resp, b := s.post(t, "/model/"+bedrockModel+"/converse", `{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":10000000}}`,
+		"Authorization", "Bearer "+key)
+	field := resp.Header.Get("RateLimit")
+	_, rest, _ := strings.Cut(field, `"spend";r=`)
+	r, _, _ := strings.Cut(rest, ";")
+	n, err := strconv.ParseInt(r, 10, 64)
+	if resp.StatusCode < 400 || err != nil {
+		t.Fatalf("probe: %d, RateLimit %q (%s); want a refusal with the spend left", resp.StatusCode, field, b)
+	}
+	return n
 }
