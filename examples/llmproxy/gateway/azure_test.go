@@ -42,12 +42,16 @@ deployments:
 // azureStack is the gateway serving Azure OpenAI in front of the
 // simulated resource (azureDeployments), with the gateway's key and
 // request log, whose records of an operation records returns once the
-// test is done with the gateway (the first call closes it).
-func azureStack(t *testing.T, policy string) (*batchStack, func(op string) []requestlog.Record) {
+// test is done with the gateway (the first call closes it); tune, when
+// given, sets up the gateway further.
+func azureStack(t *testing.T, policy string, tune ...func(*gatewaySetup)) (*batchStack, func(op string) []requestlog.Record) {
 	t.Helper()
 	s, rl, path := responsesStack(t, policy+azureDeploymentsYAML, func(gc *gatewaySetup, sc *upstream.Config) {
 		gc.Azure.Key, gc.ForwardHeaders = azureUpstreamKey, []string{"X-Sim-*"}
 		sc.Deployments, sc.OutputTokens = azureDeployments, 7
+		for _, f := range tune {
+			f(gc)
+		}
 	})
 	var all []requestlog.Record
 	var once sync.Once
@@ -317,8 +321,8 @@ func azureError(t *testing.T, b []byte) (code, msg string) {
 // reach another upstream path (an encoded slash, dot segments, a long
 // name), a missing, repeated or malformed api-version (one that would
 // add a query parameter upstream), a body naming no deployment, a body
-// naming a cheaper model than its deployment's, a background response,
-// a tenant key in api-key. The refused are answered in Azure's shape
+// naming a cheaper model than its deployment's, a background member
+// that is not a boolean, a tenant key in api-key. The refused are answered in Azure's shape
 // before the resource sees anything; the cheaper model is priced as the
 // deployment's; the tenant's key never reaches the resource.
 func TestAzureHostile(t *testing.T) {
@@ -340,7 +344,7 @@ func TestAzureHostile(t *testing.T) {
 		{"long api-version", dep + "prod-chat/chat/completions?api-version=" + strings.Repeat("9", gateway.MaxAPIVersion+1), chat, 400, "InvalidApiVersionParameter"},
 		{"v1 unknown deployment", "/openai/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}]}`, 404, "DeploymentNotFound"},
 		{"v1 no model", "/openai/v1/chat/completions", chat, 404, "DeploymentNotFound"},
-		{"background", "/openai/v1/responses", `{"model":"prod-chat","input":"Hi","background":true}`, 400, "unsupported_background"},
+		{"background not a boolean", "/openai/v1/responses", `{"model":"prod-chat","input":"Hi","background":"yes"}`, 400, "invalid_value"},
 		{"unknown route", "/openai/deployments/prod-chat/images/generations?api-version=" + azureVersion, `{}`, 404, "unknown_url"},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, s.URL+tc.path, strings.NewReader(tc.body))

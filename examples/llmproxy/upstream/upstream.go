@@ -159,7 +159,8 @@ type Seen struct {
 	// User is the request's "user" field.
 	User string
 	// Query is the raw query string of a Gemini API or Azure OpenAI
-	// request, and GoogAPIKey its x-goog-api-key header.
+	// request, or of a route of one response, and GoogAPIKey its
+	// x-goog-api-key header.
 	Query, GoogAPIKey string
 }
 
