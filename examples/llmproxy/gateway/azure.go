@@ -18,8 +18,11 @@ import (
 // /embeddings and /responses, each with ?api-version=), the v1 routes
 // (/openai/v1/chat/completions, /completions, /embeddings, /responses)
 // and /openai/responses (the Responses API of the dated versions), the
-// last two naming the deployment in the body's model. The zero value
-// serves none of them (they answer 404).
+// last two naming the deployment in the body's model, and the routes of
+// one response (GET and DELETE /openai/responses/{id}, GET
+// /openai/responses/{id}/input_items, POST /openai/responses/{id}/cancel,
+// and the same under /openai/v1/responses/) as ResponsesAPI describes
+// them. The zero value serves none of them (they answer 404).
 //
 // A deployment is served when the policy file's deployments section
 // names it (config.Deployments), and is priced, matched by policies

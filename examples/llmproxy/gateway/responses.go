@@ -62,6 +62,16 @@ import (
 // "DELETE /v1/responses/{id}", "GET /v1/responses/{id}/input_items" and
 // "POST /v1/responses/{id}/cancel".
 //
+// With Config.Azure, the same routes under /openai/responses/ and
+// /openai/v1/responses/ (policies match "GET /openai/responses/{id}" and
+// so on) serve the responses of the Azure OpenAI resource, as these
+// serve OpenAI's: the same records prove ownership, the api-version
+// (optional, checked as on Azure's other routes) is passed on, the
+// resource is called with Config.Azure.Key, and errors are in Azure's
+// shape. The records do not say which upstream made a response: an id
+// is taken to name one response whichever upstream is asked, as the
+// providers' random ids do.
+//
 // # Background responses
 //
 // A response created with background: true is answered at once, queued
@@ -70,7 +80,10 @@ import (
 // batch's does. The gateway sees it end on the tenant's own retrievals
 // and cancellations, and polls it every PollInterval in the background;
 // it is then settled at its reported usage (a failed or cancelled one
-// with no usage is refunded). One open longer than MaxHold is settled at
+// with no usage is refunded). One created on an Azure OpenAI route is
+// polled on the Azure resource: GET /openai/responses/{id} with the
+// api-version of its creation (from a deployment route too), or GET
+// /openai/v1/responses/{id} when created on the v1 path. One open longer than MaxHold is settled at
 // its estimate and forgotten. A tenant has at most MaxBackgroundPerTenant
 // open, the gateway MaxBackground (429 too_many_background_responses
 // beyond, before anything is admitted). The open reservations live in

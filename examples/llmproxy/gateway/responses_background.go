@@ -41,9 +41,6 @@ type responses struct {
 // held is a background response's open reservation.
 type held struct {
 	tenant string
-	// objects is where the response is polled: the upstream it was
-	// created on.
-	objects objectBase
 	tk     admission.Ticket
 	est    weights.Estimate
 	price  weights.Price
@@ -51,6 +48,9 @@ type held struct {
 	fees   toolFees
 	opened time.Time
 	timer  admission.Timer
+	// objects is where the response is polled: on the upstream it was
+	// created on.
+	objects objectBase
 
 	// For the request log: the call as admitted, when it arrived and
 	// when it was admitted.

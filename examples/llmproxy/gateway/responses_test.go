@@ -254,21 +254,12 @@ func TestBackgroundResponses(t *testing.T) {
 		t.Fatalf("after the cancellation: %d tokens left; want %d (refunded)", got, full-reserved)
 	}
 	// Nobody polls the first: the gateway does, every minute, and an
-	// hour on it has completed. The polls run on their own goroutine,
-	// each arming the next when it returns: the clock advances a minute
-	// at a time until one has settled it. The ended counter is counted
-	// last, once the response is settled: wait for it, not for the
+	// hour on it has completed. Wait for the ended counter, not for the
 	// settlement, which a poll makes visible before it counts.
 	for range 59 {
 		s.clk.Advance(time.Minute)
 	}
-	waitFor(t, "the background response settled by the gateway's poll", func() bool {
-		if sumCounter(t, reader, "llmproxy.responses.background.ended", "outcome")["completed"] == 1 {
-			return true
-		}
-		s.clk.Advance(time.Minute)
-		return false
-	})
+	s.pollUntilEnded(t, reader, "llmproxy.responses.background.ended", 1)
 	if got := left(); got <= full-reserved || got == full {
 		t.Errorf("after completion: %d tokens left; want its usage charged (less than its reservation of %d)", got, reserved)
 	}

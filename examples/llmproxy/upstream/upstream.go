@@ -32,8 +32,9 @@
 // sim_id, sim_hang), with its usage in the batch object's usage field.
 //
 // It serves Azure OpenAI's paths too (see azure.go): the deployment
-// routes with their api-version, the v1 routes, Config.Deployments
-// mapping each deployment to its model, and Azure's 429.
+// routes with their api-version, the v1 routes, the routes of one
+// stored response, Config.Deployments mapping each deployment to its
+// model, and Azure's 429.
 //
 // It serves the Responses API whole (see responses.go): stored responses
 // retrieved, deleted, listed and cancelled, chains whose usage grows with
