@@ -83,10 +83,11 @@ import (
 // with no usage is refunded). One created on an Azure OpenAI route is
 // polled on the Azure resource: GET /openai/responses/{id} with the
 // api-version of its creation (from a deployment route too), or GET
-// /openai/v1/responses/{id} when created on the v1 path. One open longer than MaxHold is settled at
-// its estimate and forgotten. A tenant has at most MaxBackgroundPerTenant
-// open, the gateway MaxBackground (429 too_many_background_responses
-// beyond, before anything is admitted). The open reservations live in
+// /openai/v1/responses/{id} when created on the v1 path. One open
+// longer than MaxHold is settled at its estimate and forgotten. A
+// tenant has at most MaxBackgroundPerTenant open, the gateway
+// MaxBackground (429 too_many_background_responses beyond, before
+// anything is admitted). The open reservations live in
 // the gateway's memory. A background call that also streams is settled
 // when its stream completes, as any stream; when its stream ends before
 // (the client left, the stream was cut), the response runs on at the
