@@ -80,6 +80,14 @@ var gatewayRoutes = map[string]routeKind{
 	"POST /openai/v1/responses":                              generation,
 	"POST /openai/responses":                                 generation,
 	"POST /openai/v1/embeddings":                             llmCall,
+	"GET /openai/responses/{id}":                             byRequests,
+	"DELETE /openai/responses/{id}":                          byRequests,
+	"GET /openai/responses/{id}/input_items":                 byRequests,
+	"POST /openai/responses/{id}/cancel":                     byRequests,
+	"GET /openai/v1/responses/{id}":                          byRequests,
+	"DELETE /openai/v1/responses/{id}":                       byRequests,
+	"GET /openai/v1/responses/{id}/input_items":              byRequests,
+	"POST /openai/v1/responses/{id}/cancel":                  byRequests,
 }
 
 // TestDefaultPolicyGovernsEveryRoute enumerates the routes the demo

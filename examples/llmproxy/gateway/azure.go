@@ -18,8 +18,11 @@ import (
 // /embeddings and /responses, each with ?api-version=), the v1 routes
 // (/openai/v1/chat/completions, /completions, /embeddings, /responses)
 // and /openai/responses (the Responses API of the dated versions), the
-// last two naming the deployment in the body's model. The zero value
-// serves none of them (they answer 404).
+// last two naming the deployment in the body's model, and the routes of
+// one response (GET and DELETE /openai/responses/{id}, GET
+// /openai/responses/{id}/input_items, POST /openai/responses/{id}/cancel,
+// and the same under /openai/v1/responses/) as ResponsesAPI describes
+// them. The zero value serves none of them (they answer 404).
 //
 // A deployment is served when the policy file's deployments section
 // names it (config.Deployments), and is priced, matched by policies
@@ -71,6 +74,9 @@ var (
 		azureRoute(azureV1Prefix+"/responses", azureV1Prefix+"/responses", weights.EndpointResponses),
 		azureRoute(azureResponsesPath, azureResponsesPath, weights.EndpointResponses),
 	}
+	// azureResponseRoutes are the routes of one response, on the paths
+	// of the dated versions and of the v1 API.
+	azureResponseRoutes = append(responseRoutes(azureResponsesPath, azureResponsesPath), responseRoutes(azureV1Prefix+"/responses", azureV1Prefix+"/responses")...)
 )
 
 // azureRoute returns the route of an Azure OpenAI path (an echo path,
@@ -95,6 +101,7 @@ func (g *Gateway) registerAzure(e *echo.Echo) {
 	for _, rt := range azureBodyRoutes {
 		e.POST(rt.path, inShape[azureShape](on(rt, g.handleAzure)))
 	}
+	registerResponseRoutes(e, azureResponseRoutes, g.handleAzureResponse, inShape[azureShape])
 }
 
 // azureCall is what an Azure OpenAI request's path and query say, once
@@ -136,7 +143,6 @@ func (g *Gateway) handleAzure(c echo.Context, rt route) error {
 	r := c.Request()
 	g.azureCredential(c)
 	a := &azureCall{}
-	vs := r.URL.Query()["api-version"]
 	byPath := strings.HasPrefix(rt.path, azureDeploymentPrefix)
 	if byPath {
 		name := c.Param("deployment")
@@ -149,22 +155,50 @@ func (g *Gateway) handleAzure(c echo.Context, rt route) error {
 		}
 		a.named = name
 	}
+	var ok bool
+	if a.version, ok = g.apiVersion(c, byPath); !ok {
+		return nil
+	}
+	rt.az = a
+	return g.handleLLM(c, rt)
+}
+
+// handleAzureResponse serves Azure OpenAI's routes of one response as
+// the OpenAI routes' (handleResponse), the client's api-key moved where
+// the identity reads it and the api-version, optional, checked and
+// passed on.
+func (g *Gateway) handleAzureResponse(c echo.Context, rt route) error {
+	g.azureCredential(c)
+	v, ok := g.apiVersion(c, false)
+	if !ok {
+		return nil
+	}
+	rt.az = &azureCall{version: v}
+	return g.handleResponse(c, rt)
+}
+
+// apiVersion returns the api-version of an Azure OpenAI request, ""
+// when it has none and none is required; it answers 400 in Azure's shape
+// and reports false when one is required and missing, or when it is
+// repeated or is not ValidAPIVersion.
+func (g *Gateway) apiVersion(c echo.Context, required bool) (string, bool) {
+	r := c.Request()
+	vs := r.URL.Query()["api-version"]
 	switch {
-	case len(vs) == 0 && byPath:
+	case len(vs) == 0 && required:
 		g.m.count(r.Context(), g.m.clientErrors, "missing_api_version")
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "MissingApiVersionParameter", "api-version",
 			"The api-version query parameter (?api-version=) is required for all requests.")
-		return nil
+		return "", false
 	case len(vs) > 1 || (len(vs) == 1 && !ValidAPIVersion(vs[0])):
 		g.m.count(r.Context(), g.m.clientErrors, "invalid_api_version")
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "InvalidApiVersionParameter", "api-version",
 			"The api-version query parameter must be one version of 1 to "+strconv.Itoa(MaxAPIVersion)+" lower-case letters, digits, '-' and '.' (2024-10-21).")
-		return nil
+		return "", false
 	case len(vs) == 1:
-		a.version = vs[0]
+		return vs[0], true
 	}
-	rt.az = a
-	return g.handleLLM(c, rt)
+	return "", true
 }
 
 // azureDeployment resolves the deployment an Azure OpenAI deployment
@@ -246,6 +280,11 @@ func (g *Gateway) azureUpstream(u *url.URL, h http.Header, rt route) {
 	if a.version != "" {
 		u.RawQuery = url.Values{"api-version": {a.version}}.Encode()
 	}
+	g.setAzureKey(h)
+}
+
+// setAzureKey puts Config.Azure.Key in h's api-key.
+func (g *Gateway) setAzureKey(h http.Header) {
 	if k := g.cfg.Azure.Key; k != "" {
 		h.Set("Api-Key", k)
 	}

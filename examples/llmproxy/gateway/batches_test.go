@@ -342,6 +342,23 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 	poll.Until(t, 5*time.Second, what, ok)
 }
 
+// pollUntilEnded advances the gateway's clock a minute at a time until
+// the counter of ended reservations (by outcome) counts n completed. The
+// gateway's polls run on their own goroutines, each arming the next when
+// it returns: advancing in steps until the counter moves means no poll
+// armed after the last advance is waited for. The counter is counted
+// last, once a reservation is settled and logged.
+func (s *batchStack) pollUntilEnded(t *testing.T, reader *sdkmetric.ManualReader, counter string, n int64) {
+	t.Helper()
+	waitFor(t, counter+" completed", func() bool {
+		if sumCounter(t, reader, counter, "outcome")["completed"] == n {
+			return true
+		}
+		s.clk.Advance(time.Minute)
+		return false
+	})
+}
+
 // TestBatchHeldTooLong: a reservation still open after MaxHold is settled
 // at its estimate, and the batch's later end changes nothing.
 func TestBatchHeldTooLong(t *testing.T) {
@@ -710,17 +727,8 @@ func TestBatchHoldLogged(t *testing.T) {
 	for range 25 {
 		s.clk.Advance(time.Hour)
 	}
-	// The polls run on their own goroutine, each arming the next when it
-	// returns: advance the clock a minute at a time until one sees the
-	// batch completed, so that no poll armed after the last advance is
-	// waited for. Past 26 hours the test fails on the hold below.
-	waitFor(t, "batch completed", func() bool {
-		if sumCounter(t, reader, "llmproxy.batches.ended", "outcome")["completed"] == 1 {
-			return true
-		}
-		s.clk.Advance(time.Minute)
-		return false
-	})
+	// Past 26 hours the test fails on the hold below.
+	s.pollUntilEnded(t, reader, "llmproxy.batches.ended", 1)
 	var held []time.Duration
 	for _, rec := range logged(t, rl, path, "POST /v1/batches", s.srv) {
 		held = append(held, rec.Duration)

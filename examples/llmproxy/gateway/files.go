@@ -326,12 +326,19 @@ func ValidFileName(name string) bool { return config.ValidPathSegment(name, 128)
 // the forwardable headers of r (nil for the gateway's own polls; st is
 // the state that decided r) and the upstream key; a path under
 // /messages/ (the Message Batches API) goes to Config.Anthropic's
-// upstream with its key and version instead. n is the body's length, -1
-// when unknown.
+// upstream with its key and version instead, one under /openai/ (Azure
+// OpenAI's responses) to Config.Azure's with its api-key. n is the
+// body's length, -1 when unknown.
 func (g *Gateway) batchCall(ctx context.Context, st *state, r *http.Request, method, path string, body io.Reader, contentType string, n int64) (*http.Response, error) {
-	base, messages := g.base, strings.HasPrefix(path, "/messages/")
-	if messages {
+	base, messages, azure := g.base, strings.HasPrefix(path, "/messages/"), strings.HasPrefix(path, "/openai/")
+	switch {
+	case messages:
 		base = g.anthropic
+	case azure:
+		base = g.azure
+	}
+	if base == nil {
+		return nil, errNotForwarded
 	}
 	u := *base
 	path, query, _ := strings.Cut(path, "?") // a query the caller built and checked
@@ -360,6 +367,8 @@ func (g *Gateway) batchCall(ctx context.Context, st *state, r *http.Request, met
 			src = r.Header
 		}
 		g.setAnthropicUpstream(req.Header, src)
+	} else if azure {
+		g.setAzureKey(req.Header)
 	} else {
 		g.setUpstreamKey(req.Header)
 	}

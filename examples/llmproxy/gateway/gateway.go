@@ -133,6 +133,8 @@
 // /v1/responses/{id}, GET /v1/responses/{id}/input_items, POST
 // /v1/responses/{id}/cancel); a background response holds its
 // reservation until it ends; built-in tool calls are charged their fees.
+// Azure OpenAI's routes serve the same for the Azure resource (see
+// Azure).
 //
 // GET /v1/models and GET /v1/models/{id} are passed through, limited by the
 // policies that match them; a model id must be 1 to 256 ASCII letters,

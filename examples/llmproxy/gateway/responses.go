@@ -62,6 +62,16 @@ import (
 // "DELETE /v1/responses/{id}", "GET /v1/responses/{id}/input_items" and
 // "POST /v1/responses/{id}/cancel".
 //
+// With Config.Azure, the same routes under /openai/responses/ and
+// /openai/v1/responses/ (policies match "GET /openai/responses/{id}" and
+// so on) serve the responses of the Azure OpenAI resource, as these
+// serve OpenAI's: the same records prove ownership, the api-version
+// (optional, checked as on Azure's other routes) is passed on, the
+// resource is called with Config.Azure.Key, and errors are in Azure's
+// shape. The records do not say which upstream made a response: an id
+// is taken to name one response whichever upstream is asked, as the
+// providers' random ids do.
+//
 // # Background responses
 //
 // A response created with background: true is answered at once, queued
@@ -70,10 +80,14 @@ import (
 // batch's does. The gateway sees it end on the tenant's own retrievals
 // and cancellations, and polls it every PollInterval in the background;
 // it is then settled at its reported usage (a failed or cancelled one
-// with no usage is refunded). One open longer than MaxHold is settled at
-// its estimate and forgotten. A tenant has at most MaxBackgroundPerTenant
-// open, the gateway MaxBackground (429 too_many_background_responses
-// beyond, before anything is admitted). The open reservations live in
+// with no usage is refunded). One created on an Azure OpenAI route is
+// polled on the Azure resource: GET /openai/responses/{id} with the
+// api-version of its creation (from a deployment route too), or GET
+// /openai/v1/responses/{id} when created on the v1 path. One open
+// longer than MaxHold is settled at its estimate and forgotten. A
+// tenant has at most MaxBackgroundPerTenant open, the gateway
+// MaxBackground (429 too_many_background_responses beyond, before
+// anything is admitted). The open reservations live in
 // the gateway's memory. A background call that also streams is settled
 // when its stream completes, as any stream; when its stream ends before
 // (the client left, the stream was cut), the response runs on at the
@@ -143,26 +157,67 @@ const (
 	DefaultFileSearchFee = 2.5
 )
 
-// The routes of one response.
-const (
-	OpResponse           = "/v1/responses/:id"
-	OpResponseInputItems = "/v1/responses/:id/input_items"
-	OpResponseCancel     = "/v1/responses/:id/cancel"
-)
+// responseRoutes returns the routes of one response under prefix (an
+// echo path: "/v1/responses"), each going to upstream + "/" + its id and
+// its part (see objectBase): retrieve, delete, list input items and
+// cancel.
+func responseRoutes(prefix, upstream string) []route {
+	rt := func(method, part string) route {
+		return route{prefix + "/:id" + part, method + " " + prefix + "/{id}" + part, upstream, weights.EndpointUnknown, nil}
+	}
+	return []route{rt(http.MethodGet, ""), rt(http.MethodDelete, ""), rt(http.MethodGet, "/input_items"), rt(http.MethodPost, "/cancel")}
+}
 
-var (
-	responseGetRoute    = route{OpResponse, "GET " + OpResponses + "/{id}", "/responses/", weights.EndpointUnknown, nil}
-	responseDeleteRoute = route{OpResponse, "DELETE " + OpResponses + "/{id}", "/responses/", weights.EndpointUnknown, nil}
-	responseItemsRoute  = route{OpResponseInputItems, "GET " + OpResponses + "/{id}/input_items", "/responses/", weights.EndpointUnknown, nil}
-	responseCancelRoute = route{OpResponseCancel, "POST " + OpResponses + "/{id}/cancel", "/responses/", weights.EndpointUnknown, nil}
-)
+// openAIResponseRoutes are the routes of one response of Config.Upstream.
+var openAIResponseRoutes = responseRoutes(OpResponses, "/responses")
+
+// registerResponseRoutes adds rts, routes of one response, served by h.
+func registerResponseRoutes(e *echo.Echo, rts []route, h func(echo.Context, route) error, wrap func(echo.HandlerFunc) echo.HandlerFunc) {
+	for _, rt := range rts {
+		method, _, _ := strings.Cut(rt.pattern, " ")
+		e.Add(method, rt.path, wrap(on(rt, h)))
+	}
+}
 
 // registerResponses adds the routes of one response.
 func (g *Gateway) registerResponses(e *echo.Echo) {
-	e.GET(OpResponse, on(responseGetRoute, g.handleResponse))
-	e.DELETE(OpResponse, on(responseDeleteRoute, g.handleResponse))
-	e.GET(OpResponseInputItems, on(responseItemsRoute, g.handleResponse))
-	e.POST(OpResponseCancel, on(responseCancelRoute, g.handleResponse))
+	registerResponseRoutes(e, openAIResponseRoutes, g.handleResponse, func(h echo.HandlerFunc) echo.HandlerFunc { return h })
+}
+
+// objectBase is where the routes of a response go upstream: under the
+// path prefix of its objects ("/responses/" of Config.Upstream,
+// "/openai/responses/" or "/openai/v1/responses/" of Config.Azure's),
+// with the api-version of Azure OpenAI when the call had one.
+type objectBase struct{ prefix, version string }
+
+// objectsOf returns where the routes of a response made on rt go: the
+// routes of one response under rt's upstream path, and for a response
+// created on an Azure OpenAI deployment route, Azure's
+// /openai/responses/ with the creation's api-version.
+func objectsOf(rt route) objectBase {
+	b := objectBase{prefix: rt.upstream + "/"}
+	if a := rt.az; a != nil {
+		b.version = a.version
+		if a.named != "" {
+			b.prefix = azureResponsesPath + "/"
+		}
+	}
+	return b
+}
+
+// path returns the upstream path of response id's part ("", or
+// "/input_items", "/cancel") with, after a '?', the api-version and
+// query, a query its caller built from checked values: what batchCall
+// sends.
+func (b objectBase) path(id, part, query string) string {
+	p := b.prefix + id + part
+	if b.version != "" {
+		query = strings.TrimSuffix(url.Values{"api-version": {b.version}}.Encode()+"&"+query, "&")
+	}
+	if query != "" {
+		p += "?" + query
+	}
+	return p
 }
 
 // responsesRequest is what the gateway reads of a POST /v1/responses body
@@ -357,6 +412,9 @@ type responseCall struct {
 	// reservation went to the background watch.
 	slot, handed bool
 	tenant       string
+	// objects is where its response is retrieved: the background watch
+	// polls it there.
+	objects objectBase
 }
 
 // handedOver reports whether the call's reservation went to the
@@ -374,8 +432,8 @@ func (rc *responseCall) feeMicros() int64 {
 // responsesCall reads the Responses API members of body and prices its
 // chain into est (see ResponsesAPI). It answers the client itself and
 // returns false when the body is refused, the previous response is
-// unknown (unless AllowUnknownChains), no background slot is free, or
-// a background response is asked for on an Azure OpenAI route (rt).
+// unknown (unless AllowUnknownChains) or no background slot is free.
+// The routes of its response are those of rt's upstream (objectsOf).
 func (g *Gateway) responsesCall(c echo.Context, st *state, rt route, tenant string, body []byte, est *weights.Estimate) (*responseCall, bool) {
 	ctx := c.Request().Context()
 	rr, err := parseResponsesRequest(body)
@@ -388,13 +446,6 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, rt route, tenant stri
 		}
 		g.m.count(ctx, g.m.clientErrors, code)
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", code, be.param, msg)
-		return nil, false
-	}
-	if rr.background && rt.azure() {
-		// Its watch would poll the OpenAI upstream, not the deployment's.
-		g.m.count(ctx, g.m.clientErrors, "unsupported_background")
-		writeError(c.Response(), http.StatusBadRequest, "invalid_request_error", "unsupported_background", "background",
-			"Background responses are not served on the Azure OpenAI routes of this gateway: call without background.")
 		return nil, false
 	}
 	rs := g.responses
@@ -430,7 +481,7 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, rt route, tenant stri
 		chain = satSum(chain, rs.cfg.UnknownChainTokens)
 	}
 	est.InputTokens = min(satSum(est.InputTokens, chain), limits.MaxAmount)
-	rc := &responseCall{rr: rr, fees: feesOf(st.file), tenant: tenant}
+	rc := &responseCall{rr: rr, fees: feesOf(st.file), tenant: tenant, objects: objectsOf(rt)}
 	if rr.background {
 		if !rs.takeSlot(tenant) {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(int(rs.cfg.PollInterval/time.Second)+1))
@@ -507,7 +558,7 @@ func (x *exchange) handOver(id string) {
 		return
 	}
 	rs.hold(id, &held{
-		tenant: rc.tenant, tk: x.tk, est: x.est, price: x.price, priced: x.priced, fees: rc.fees,
+		tenant: rc.tenant, objects: rc.objects, tk: x.tk, est: x.est, price: x.price, priced: x.priced, fees: rc.fees,
 		req: x.req, arrived: x.arrived, admitted: x.admitted,
 	})
 	u := weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: x.est.OutputTokens}
@@ -533,7 +584,9 @@ func responseNotFound(g *Gateway, c echo.Context, id, param string) {
 // created it (see ResponsesAPI): any other id is a 404 that never
 // reaches the upstream. A response object answered (a retrieval, a
 // cancellation) is observed: a background response that ended is
-// settled. A deletion forgets the record.
+// settled. A deletion forgets the record. On Azure OpenAI's routes
+// (handleAzureResponse) the api-version is read and passed on apart,
+// and the call goes to the Azure resource with its key (batchCall).
 func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 	rs := g.responses
 	r := c.Request()
@@ -542,11 +595,19 @@ func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 		responseNotFound(g, c, id, "")
 		return nil
 	}
-	query, ok := inputItemsQuery(r.URL.Query())
-	if rt.path == OpResponseInputItems && !ok {
+	_, part, _ := strings.Cut(rt.path, ":id")
+	q := r.URL.Query()
+	if rt.az != nil {
+		delete(q, "api-version")
+	}
+	query, ok := inputItemsQuery(q)
+	if part == "/input_items" && !ok {
 		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "",
 			"The query accepts limit (1 to 100), order (asc or desc), after and before (item ids) and include.")
 		return nil
+	}
+	if part != "/input_items" {
+		query = ""
 	}
 	st := g.state.Load()
 	req, ok := g.identify(c, st)
@@ -570,17 +631,7 @@ func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 		return nil
 	}
 	defer finish()
-	path := rt.upstream + id
-	switch rt.path {
-	case OpResponseInputItems:
-		path += "/input_items"
-		if query != "" {
-			path += "?" + query
-		}
-	case OpResponseCancel:
-		path += "/cancel"
-	}
-	resp, data, ok := g.objectCall(c, st, path, g.cfg.MaxResponseBytes, false)
+	resp, data, ok := g.objectCall(c, st, objectsOf(rt).path(id, part, query), g.cfg.MaxResponseBytes, false)
 	if !ok {
 		return nil
 	}
@@ -589,7 +640,7 @@ func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 		if err := rs.records.forget(context.WithoutCancel(ctx), req.Tenant, id); err != nil {
 			g.log.WarnContext(ctx, "llmproxy: forgetting a response record failed", "err", err)
 		}
-	case rt.path != OpResponseInputItems:
+	case part != "/input_items":
 		rs.observe(req.Tenant, id, data)
 	}
 	g.writeUpstream(c, resp, data)

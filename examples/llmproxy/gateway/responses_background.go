@@ -48,6 +48,9 @@ type held struct {
 	fees   toolFees
 	opened time.Time
 	timer  admission.Timer
+	// objects is where the response is polled: on the upstream it was
+	// created on.
+	objects objectBase
 
 	// For the request log: the call as admitted, when it arrived and
 	// when it was admitted.
@@ -196,7 +199,7 @@ func (rs *responses) tick(id string, h *held) {
 	rs.mu.Unlock()
 	go func() {
 		defer rs.wg.Done()
-		data, err := rs.retrieve(id)
+		data, err := rs.retrieve(h.objects.path(id, "", ""))
 		if err == nil {
 			rs.observe(h.tenant, id, data)
 		}
@@ -208,11 +211,12 @@ func (rs *responses) tick(id string, h *held) {
 	}()
 }
 
-// retrieve gets the upstream's response object of id.
-func (rs *responses) retrieve(id string) ([]byte, error) {
+// retrieve gets the response object at path (see objectBase) from its
+// upstream.
+func (rs *responses) retrieve(path string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(rs.ctx, min(rs.g.cfg.Timeout, time.Minute))
 	defer cancel()
-	resp, err := rs.g.batchCall(ctx, nil, nil, http.MethodGet, "/responses/"+id, nil, "", 0)
+	resp, err := rs.g.batchCall(ctx, nil, nil, http.MethodGet, path, nil, "", 0)
 	if err != nil {
 		return nil, err
 	}

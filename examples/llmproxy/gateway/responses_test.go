@@ -254,21 +254,12 @@ func TestBackgroundResponses(t *testing.T) {
 		t.Fatalf("after the cancellation: %d tokens left; want %d (refunded)", got, full-reserved)
 	}
 	// Nobody polls the first: the gateway does, every minute, and an
-	// hour on it has completed. The polls run on their own goroutine,
-	// each arming the next when it returns: the clock advances a minute
-	// at a time until one has settled it. The ended counter is counted
-	// last, once the response is settled: wait for it, not for the
+	// hour on it has completed. Wait for the ended counter, not for the
 	// settlement, which a poll makes visible before it counts.
 	for range 59 {
 		s.clk.Advance(time.Minute)
 	}
-	waitFor(t, "the background response settled by the gateway's poll", func() bool {
-		if sumCounter(t, reader, "llmproxy.responses.background.ended", "outcome")["completed"] == 1 {
-			return true
-		}
-		s.clk.Advance(time.Minute)
-		return false
-	})
+	s.pollUntilEnded(t, reader, "llmproxy.responses.background.ended", 1)
 	if got := left(); got <= full-reserved || got == full {
 		t.Errorf("after completion: %d tokens left; want its usage charged (less than its reservation of %d)", got, reserved)
 	}
@@ -288,23 +279,28 @@ func TestBackgroundResponses(t *testing.T) {
 	if code, o := s2.respond(t, keyA, bg); code != 200 {
 		t.Fatalf("background create: %d %s", code, o.raw)
 	}
-	for range 119 {
+	// Each poll runs on its own goroutine and arms the next when it
+	// returns: the clock moves a minute only once it has, so that the
+	// polls keep to their minutes however slow the machine.
+	armed := s2.clk.Pending()
+	step := func() {
+		waitFor(t, "the next poll armed", func() bool { return s2.clk.Pending() == armed })
 		s2.clk.Advance(time.Minute)
+	}
+	for range 119 {
+		step()
 	}
 	if code, _ := s2.respond(t, keyA, bg); code != 429 {
 		t.Fatalf("a second background response before MaxHold: %d; want 429", code)
 	}
-	waitFor(t, "the slot freed after MaxHold", func() bool {
-		if code, _ := s2.respond(t, keyA, bg); code == 200 {
-			return true
-		}
-		s2.clk.Advance(time.Minute)
-		return false
-	})
+	step() // two hours: the hold ends, and its slot is freed
+	if code, o := s2.respond(t, keyA, bg); code != 200 {
+		t.Fatalf("a background response once the first was held MaxHold: %d %s; want 200", code, o.raw)
+	}
 	// The refusals for want of a slot are logged begin_only; the held
 	// response once, when settled.
 	var held []requestlog.Record
-	for _, r := range logged(t, rl, path, "POST /v1/responses", s.srv) {
+	for _, r := range logged(t, rl, path, "POST /v1/responses", s2.srv) {
 		if !r.BeginOnly {
 			held = append(held, r)
 		}

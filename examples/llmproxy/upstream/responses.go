@@ -14,7 +14,9 @@ import (
 // /v1/responses/{id}, GET /v1/responses/{id}/input_items and POST
 // /v1/responses/{id}/cancel answer with OpenAI's objects and error
 // shape, with the same faults and latency as the other routes
-// (X-Sim-Fault, X-Sim-Latency).
+// (X-Sim-Fault, X-Sim-Latency). Azure OpenAI's routes of one response
+// (/openai/responses/{id}... and /openai/v1/responses/{id}...) reach
+// the same store, whichever route created the response.
 //
 // A call chained with previous_response_id reads the chain as input: its
 // input_tokens are its own prompt plus the previous response's input and
@@ -259,7 +261,7 @@ func with(final map[string]any, status string) map[string]any {
 
 // responseObject serves the routes of one response.
 func (s *Server) responseObject(w http.ResponseWriter, r *http.Request, path string) {
-	s.record(Seen{Path: path, Auth: r.Header.Get("Authorization")})
+	s.record(Seen{Path: path, Auth: r.Header.Get("Authorization"), APIKey: r.Header.Get("Api-Key"), Query: r.URL.RawQuery})
 	fault, ok := s.wait(r)
 	if !ok || s.fault(w, r, fault) {
 		return

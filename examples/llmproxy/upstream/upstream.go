@@ -32,8 +32,9 @@
 // sim_id, sim_hang), with its usage in the batch object's usage field.
 //
 // It serves Azure OpenAI's paths too (see azure.go): the deployment
-// routes with their api-version, the v1 routes, Config.Deployments
-// mapping each deployment to its model, and Azure's 429.
+// routes with their api-version, the v1 routes, the routes of one
+// stored response, Config.Deployments mapping each deployment to its
+// model, and Azure's 429.
 //
 // It serves the Responses API whole (see responses.go): stored responses
 // retrieved, deleted, listed and cancelled, chains whose usage grows with
@@ -159,7 +160,8 @@ type Seen struct {
 	// User is the request's "user" field.
 	User string
 	// Query is the raw query string of a Gemini API or Azure OpenAI
-	// request, and GoogAPIKey its x-goog-api-key header.
+	// request, or of a route of one response, and GoogAPIKey its
+	// x-goog-api-key header.
 	Query, GoogAPIKey string
 }
 
