@@ -502,6 +502,33 @@ func TestAzureSDKStoredResponses(t *testing.T) {
 		t.Errorf("the resource got %q; want %q", got, want)
 	}
 	checkAzureUpstream(t, s.sim.Seen())
+
+	// A response id is its upstream's: the owner's record of a response
+	// made on Azure does not open the same id on the OpenAI upstream, nor
+	// the reverse (here one simulator serves both, so the id would be
+	// found there).
+	kept, err := client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "prod-chat", MaxOutputTokens: openai.Int(20),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Name one tide.")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := openai.NewClient(option.WithBaseURL(s.URL+"/v1/"), option.WithAPIKey(keyA), option.WithMaxRetries(0))
+	var elsewhere *openai.Error
+	if _, err := plain.Responses.Get(ctx, kept.ID, responses.ResponseGetParams{}); !errors.As(err, &elsewhere) || elsewhere.StatusCode != http.StatusNotFound {
+		t.Errorf("an Azure response retrieved on the OpenAI route: %v; want 404", err)
+	}
+	onOpenAI, err := plain.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-4o-mini", MaxOutputTokens: openai.Int(20),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Name one tide.")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Responses.Get(ctx, onOpenAI.ID, responses.ResponseGetParams{}); !errors.As(err, &elsewhere) || elsewhere.StatusCode != http.StatusNotFound {
+		t.Errorf("an OpenAI response retrieved on the Azure route: %v; want 404", err)
+	}
 }
 
 // Hostile calls on Azure's routes of one response: a malformed or

@@ -68,9 +68,9 @@ import (
 // serve OpenAI's: the same records prove ownership, the api-version
 // (optional, checked as on Azure's other routes) is passed on, the
 // resource is called with Config.Azure.Key, and errors are in Azure's
-// shape. The records do not say which upstream made a response: an id
-// is taken to name one response whichever upstream is asked, as the
-// providers' random ids do.
+// shape. A tenant's records of the responses made on the Azure resource
+// are kept apart from those made on the OpenAI-shaped upstream
+// (objectBase.owner): a record opens its id on its own upstream only.
 //
 // # Background responses
 //
@@ -203,6 +203,18 @@ func objectsOf(rt route) objectBase {
 		}
 	}
 	return b
+}
+
+// owner returns the name tenant's records of responses made on the
+// upstream b names are kept under: the tenant's own on the OpenAI-shaped
+// upstream, one of its own on Azure OpenAI's. A response id is its
+// upstream's: the same id on the other upstream is another response,
+// which the tenant's record of the first must not open.
+func (b objectBase) owner(tenant string) string {
+	if strings.HasPrefix(b.prefix, "/openai/") {
+		return tenant + "\x00azure"
+	}
+	return tenant
 }
 
 // path returns the upstream path of response id's part ("", or
@@ -451,7 +463,7 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, rt route, tenant stri
 	rs := g.responses
 	chain := int64(0)
 	if rr.previous != "" {
-		n, found, err := rs.records.get(ctx, tenant, rr.previous)
+		n, found, err := rs.records.get(ctx, objectsOf(rt).owner(tenant), rr.previous)
 		switch {
 		case err != nil && !rs.cfg.AllowUnknownChains:
 			g.log.ErrorContext(ctx, "llmproxy: reading a response record failed", "err", err)
@@ -520,7 +532,7 @@ func (rc *responseCall) answered(g *Gateway, info weights.ResponseInfo, u weight
 		return
 	}
 	rc.charged = rc.fees.micros(info.WebSearchCalls, info.FileSearchCalls)
-	g.responses.record(rc.tenant, info.ID, u)
+	g.responses.record(rc.objects.owner(rc.tenant), info.ID, u)
 }
 
 // background reports whether the upstream's answer data to a call
@@ -562,7 +574,7 @@ func (x *exchange) handOver(id string) {
 		req: x.req, arrived: x.arrived, admitted: x.admitted,
 	})
 	u := weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: x.est.OutputTokens}
-	rs.record(rc.tenant, id, u) // its owner, and its size at most
+	rs.record(rc.objects.owner(rc.tenant), id, u) // its owner, and its size at most
 }
 
 // running reports whether a response status is that of a response still
@@ -615,7 +627,8 @@ func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 		return nil
 	}
 	ctx := r.Context()
-	_, found, err := rs.records.get(ctx, req.Tenant, id)
+	owner := objectsOf(rt).owner(req.Tenant)
+	_, found, err := rs.records.get(ctx, owner, id)
 	if err != nil {
 		g.log.ErrorContext(ctx, "llmproxy: reading a response record failed", "err", err)
 		writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
@@ -637,7 +650,7 @@ func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 	}
 	switch {
 	case r.Method == http.MethodDelete:
-		if err := rs.records.forget(context.WithoutCancel(ctx), req.Tenant, id); err != nil {
+		if err := rs.records.forget(context.WithoutCancel(ctx), owner, id); err != nil {
 			g.log.WarnContext(ctx, "llmproxy: forgetting a response record failed", "err", err)
 		}
 	case part != "/input_items":

@@ -144,17 +144,18 @@ func (rs *responses) freeSlotLocked(tenant string) {
 	}
 }
 
-// record writes the size of response id for tenant (its usage's input
-// and output tokens, the chain it now holds); an id that is not valid is
-// not recorded. A failed write is logged: the chain is then priced as
+// record writes the size of response id (its usage's input and output
+// tokens, the chain it now holds) for owner, its tenant on the upstream
+// it was made on (objectBase.owner); an id that is not valid is not
+// recorded. A failed write is logged: the chain is then priced as
 // unknown, never as nothing.
-func (rs *responses) record(tenant, id string, u weights.Usage) {
+func (rs *responses) record(owner, id string, u weights.Usage) {
 	if !ValidObjectID(id) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(rs.ctx, 5*time.Second)
 	defer cancel()
-	if err := rs.records.put(ctx, tenant, id, u.TotalTokens()); err != nil {
+	if err := rs.records.put(ctx, owner, id, u.TotalTokens()); err != nil {
 		rs.g.log.Warn("llmproxy: recording a response failed; a call chained on it is priced as unknown", "err", err)
 	}
 }
@@ -295,6 +296,6 @@ func (rs *responses) endLocked(id string, h *held, data []byte) {
 	rs.wg.Add(1)
 	go func() {
 		defer rs.wg.Done()
-		rs.record(h.tenant, id, u)
+		rs.record(h.objects.owner(h.tenant), id, u)
 	}()
 }
