@@ -116,6 +116,7 @@ func main() {
 	ms := mixSetup{Deadline: 10 * time.Second, Queue: 200, Overload: 1}
 	flag.DurationVar(&ms.Warmup, "provider-mix-warmup", time.Minute, "provider-mix scenario: the unmeasured start, while the provider's full bucket is spent")
 	flag.DurationVar(&ms.Duration, "provider-mix-duration", time.Minute, "provider-mix scenario: the measured interval")
+	flag.BoolVar(&ms.NoMaxTokens, "provider-mix-no-max-tokens", false, "provider-mix scenario: the clients send no max_tokens; the provider's limiter counts 256 output tokens for such a request, and the policy file's models section reserves that")
 	flag.Parse()
 	if *mix {
 		if ms.Warmup < 0 || ms.Warmup > 5*time.Minute || ms.Duration <= 0 || ms.Duration > 5*time.Minute || *rounds < 1 || *rounds > 10 {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,13 +27,20 @@ import (
 // setup (an upstream store, RPM and TPM policies at the provider's
 // limits, queued), and four tenants offering open loop 2.34 times its
 // capacity: two heavy at 1.05 times each, two light at 0.12 times.
+// Every answer is mixOutput tokens long; the clients send max_tokens
+// mixOutput, or with mixSetup.NoMaxTokens none, which the provider's
+// limiter counts as mixDefaultMaxTokens output tokens (and the policy
+// file's models section says so).
 const (
 	roleProvider = "provider"
-	// mixCPTEnv passes the provider's characters per token to the child.
-	mixCPTEnv = "LOADTEST_PROVIDER_CPT"
-	mixRPM    = 600
-	mixTPM    = 100_000
-	mixOutput = 50
+	// mixCPTEnv passes the provider's characters per token to the child,
+	// mixDefaultEnv what it counts for a request without max_tokens.
+	mixCPTEnv           = "LOADTEST_PROVIDER_CPT"
+	mixDefaultEnv       = "LOADTEST_PROVIDER_DEFAULT_MAX_TOKENS"
+	mixRPM              = 600
+	mixTPM              = 100_000
+	mixOutput           = 50
+	mixDefaultMaxTokens = 256
 )
 
 // mixTenants are the tenants and their load, over the provider's
@@ -54,15 +62,24 @@ func providerChild() (http.Handler, error) {
 	if err != nil || !(cpt > 0 && cpt < 100) {
 		return nil, fmt.Errorf("%s=%q: want characters per token in (0, 100)", mixCPTEnv, os.Getenv(mixCPTEnv))
 	}
+	def, err := strconv.ParseInt(os.Getenv(mixDefaultEnv), 10, 64)
+	if err != nil || def < 1 || def > 1<<20 {
+		return nil, fmt.Errorf("%s=%q: want output tokens in [1, %d]", mixDefaultEnv, os.Getenv(mixDefaultEnv), 1<<20)
+	}
 	return upstream.New(upstream.Config{
-		Latency: 50 * time.Millisecond, OutputTokens: 1 << 12,
-		Limits: upstream.Limits{Requests: mixRPM, Tokens: mixTPM, Window: time.Minute, CharsPerToken: cpt},
+		Latency: 50 * time.Millisecond, OutputTokens: mixOutput,
+		Limits: upstream.Limits{Requests: mixRPM, Tokens: mixTPM, Window: time.Minute, CharsPerToken: cpt, DefaultMaxTokens: def},
 	}), nil
 }
 
-// mixPolicy is the README's setup in front of the provider.
-func mixPolicy(queue int, deadline time.Duration) string {
+// mixPolicy is the README's setup in front of the provider; with
+// defaultMaxTokens (not zero) its models section reserves that for the
+// output of a request without max_tokens.
+func mixPolicy(queue int, deadline time.Duration, defaultMaxTokens int64) string {
 	var b strings.Builder
+	if defaultMaxTokens > 0 {
+		fmt.Fprintf(&b, "models:\n  gpt-4o-mini: {default_max_tokens: %d}\n", defaultMaxTokens)
+	}
 	fmt.Fprintf(&b, `version: 1
 stores:
   openai: {kind: upstream}
@@ -87,6 +104,16 @@ type mixSetup struct {
 	Deadline         time.Duration
 	Queue            int
 	Overload         float64 // scales every tenant's load; 1 is 2.34x the provider's capacity
+	// NoMaxTokens makes the clients send no max_tokens.
+	NoMaxTokens bool
+}
+
+// output is what the provider's limiter counts for a request's output.
+func (s mixSetup) output() int64 {
+	if s.NoMaxTokens {
+		return mixDefaultMaxTokens
+	}
+	return mixOutput
 }
 
 // mixRun is what one run measured.
@@ -100,12 +127,16 @@ type mixRun struct {
 	FirstTry        []float64
 	Goodput, Jain   float64
 	CPT             float64
+	// Hinted counts the gateway's queued refusals (a full queue, a wait
+	// out) retried once after their retry-after-ms, HintedOK those that
+	// then succeeded.
+	Hinted, HintedOK int64
 }
 
 func (r mixRun) String() string {
-	return fmt.Sprintf("provider 429s %d of %d sent (%.2f%%)  goodput %.1f%%  first-try success heavy %.1f%% %.1f%%, light %.1f%% %.1f%%  Jain over served/fair share %.3f  (sent %d, ok %d, gateway refusals %d, failures %d; provider chars/token %.2f)",
+	return fmt.Sprintf("provider 429s %d of %d sent (%.2f%%)  goodput %.1f%%  first-try success heavy %.1f%% %.1f%%, light %.1f%% %.1f%%  Jain over served/fair share %.3f  retried after the hint %d, succeeded %.1f%%  (sent %d, ok %d, gateway refusals %d, failures %d; provider chars/token %.2f)",
 		r.Provider429, r.ProviderSent, pct(r.Provider429, r.ProviderSent), 100*r.Goodput, 100*r.FirstTry[0], 100*r.FirstTry[1], 100*r.FirstTry[2], 100*r.FirstTry[3], r.Jain,
-		r.Sent, r.OK, r.Refused, r.Failed, r.CPT)
+		r.Hinted, pct(r.HintedOK, r.Hinted), r.Sent, r.OK, r.Refused, r.Failed, r.CPT)
 }
 
 // counting counts the upstream's answers by status.
@@ -125,9 +156,13 @@ func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// mixBody returns a chat request of the scenario.
-func mixBody(stream bool) []byte {
-	req := map[string]any{"model": "gpt-4o-mini", "max_tokens": mixOutput, "messages": []any{map[string]any{"role": "user", "content": mixPrompt}}}
+// mixBody returns a chat request of the scenario, with max_tokens
+// mixOutput unless noMax.
+func mixBody(stream, noMax bool) []byte {
+	req := map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": mixPrompt}}}
+	if !noMax {
+		req["max_tokens"] = mixOutput
+	}
 	if stream {
 		req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
 	}
@@ -142,7 +177,7 @@ func runMix(s mixSetup) (mixRun, error) {
 	if err != nil {
 		return run, err
 	}
-	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, mixBody(false))
+	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, mixBody(false, s.NoMaxTokens))
 	if err != nil {
 		return run, err
 	}
@@ -150,19 +185,23 @@ func runMix(s mixSetup) (mixRun, error) {
 	// limiter counts (6 + bytes) / CPT.
 	providerPrompt := float64(e.InputTokens) / s.Factor
 	run.CPT = float64(6+len(mixPrompt)) / providerPrompt
-	sim, err := startChild(roleProvider, mixCPTEnv+"="+strconv.FormatFloat(run.CPT, 'f', 4, 64))
+	sim, err := startChild(roleProvider, mixCPTEnv+"="+strconv.FormatFloat(run.CPT, 'f', 4, 64), mixDefaultEnv+"="+strconv.Itoa(mixDefaultMaxTokens))
 	if err != nil {
 		return run, err
 	}
 	defer sim.stop()
 	ct := &counting{next: gateway.NewTransport()}
-	gwURL, stop, err := serveGateway("provider-mix", mixPolicy(s.Queue, s.Deadline), "http://"+sim.addr+"/v1", est, nil, gateway.WithTransport(ct))
+	var def int64
+	if s.NoMaxTokens {
+		def = mixDefaultMaxTokens // what the provider counts, as the operator sets it
+	}
+	gwURL, stop, err := serveGateway("provider-mix", mixPolicy(s.Queue, s.Deadline, def), "http://"+sim.addr+"/v1", est, nil, gateway.WithTransport(ct))
 	if err != nil {
 		return run, err
 	}
 	defer stop()
 	// The provider's capacity in requests a second, at its own count.
-	perRequest := math.Ceil(providerPrompt) + mixOutput
+	perRequest := math.Ceil(providerPrompt) + float64(s.output())
 	capacity := min(float64(mixTPM)/perRequest, mixRPM) / 60
 	n := len(mixTenants)
 	run.Served, run.Offered, run.FirstTry = make([]int64, n), make([]int64, n), make([]float64, n)
@@ -171,9 +210,10 @@ func runMix(s mixSetup) (mixRun, error) {
 	defer client.CloseIdleConnections()
 	start := time.Now()
 	from, to := start.Add(s.Warmup), start.Add(s.Warmup+s.Duration)
-	ctx, cancel := context.WithDeadline(context.Background(), to.Add(s.Deadline+time.Second))
+	// A refused request may wait its hint (at most Deadline) and retry.
+	ctx, cancel := context.WithDeadline(context.Background(), to.Add(3*s.Deadline+time.Second))
 	defer cancel()
-	var sent, ok, refused, failed atomic.Int64
+	var sent, ok, refused, failed, hinted, hintedOK atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for ti, t := range mixTenants {
@@ -184,8 +224,17 @@ func runMix(s mixSetup) (mixRun, error) {
 				time.Sleep(time.Until(due))
 				measured := !due.Before(from)
 				wg.Go(func() {
-					status, answer, err := call(ctx, client, gwURL, t.name, mixBody(i%4 == 3), s.Deadline)
-					now := time.Now()
+					body := mixBody(i%4 == 3, s.NoMaxTokens)
+					status, h, answer, err := call(ctx, client, gwURL, t.name, body, s.Deadline)
+					served := func(answer []byte) {
+						m := totalTokens.FindAllSubmatch(answer, -1)
+						if now := time.Now(); len(m) > 0 && !now.Before(from) && now.Before(to) {
+							tokens, _ := strconv.ParseInt(string(m[len(m)-1][1]), 10, 64)
+							mu.Lock()
+							run.Served[ti] += tokens
+							mu.Unlock()
+						}
+					}
 					if measured {
 						sent.Add(1)
 						tried[ti].Add(1)
@@ -196,16 +245,7 @@ func runMix(s mixSetup) (mixRun, error) {
 							failed.Add(1)
 						}
 					case status == http.StatusOK:
-						m := totalTokens.FindAllSubmatch(answer, -1)
-						if len(m) == 0 {
-							break
-						}
-						tokens, _ := strconv.ParseInt(string(m[len(m)-1][1]), 10, 64)
-						if !now.Before(from) && now.Before(to) {
-							mu.Lock()
-							run.Served[ti] += tokens
-							mu.Unlock()
-						}
+						served(answer)
 						if measured {
 							ok.Add(1)
 							firstOK[ti].Add(1)
@@ -213,6 +253,23 @@ func runMix(s mixSetup) (mixRun, error) {
 					case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
 						if measured {
 							refused.Add(1)
+						}
+						wait, queued := retryHint(h, answer, s.Deadline)
+						if !queued {
+							break
+						}
+						// A client retries a queued refusal once, after
+						// the hint, as the SDKs do.
+						time.Sleep(wait)
+						status, _, answer, err = call(ctx, client, gwURL, t.name, body, s.Deadline)
+						if err == nil && status == http.StatusOK {
+							served(answer)
+						}
+						if measured {
+							hinted.Add(1)
+							if err == nil && status == http.StatusOK {
+								hintedOK.Add(1)
+							}
 						}
 					default:
 						if measured {
@@ -229,6 +286,7 @@ func runMix(s mixSetup) (mixRun, error) {
 	wg.Wait()
 	run.ProviderSent, run.Provider429 = ct.sent.Load()-sent0, ct.tmr.Load()-tmr0
 	run.Sent, run.OK, run.Refused, run.Failed = sent.Load(), ok.Load(), refused.Load(), failed.Load()
+	run.Hinted, run.HintedOK = hinted.Load(), hintedOK.Load()
 	// Offered, in tokens answered per request: each tenant's demand.
 	perAnswer := float64(e.InputTokens + mixOutput)
 	var total int64
@@ -245,6 +303,28 @@ func runMix(s mixSetup) (mixRun, error) {
 	run.Jain = jain(fairRatios(run.Served, run.Offered))
 	return run, nil
 }
+
+// retryHint returns, for a gateway refusal with headers h and body
+// answer, whether it is a queued refusal a client retries (its policy's
+// queue was full, or the wait ran out; x-should-retry is not false, the
+// hint at most limit) and the wait its hint asks for: retry-after-ms,
+// else Retry-After, as the SDKs read them.
+func retryHint(h http.Header, answer []byte, limit time.Duration) (time.Duration, bool) {
+	if !queuedRefusal.Match(answer) || h.Get("X-Should-Retry") == "false" {
+		return 0, false
+	}
+	wait := time.Duration(-1)
+	if ms, err := strconv.ParseInt(h.Get("Retry-After-Ms"), 10, 64); err == nil && ms >= 0 && ms <= limit.Milliseconds() {
+		wait = time.Duration(ms) * time.Millisecond
+	} else if sec, err := strconv.ParseInt(h.Get("Retry-After"), 10, 64); err == nil && sec >= 0 && sec <= int64(limit/time.Second) {
+		wait = time.Duration(sec) * time.Second
+	}
+	return wait, wait >= 0
+}
+
+// queuedRefusal matches the error of a refusal by a policy's queue: the
+// queue was full, or the request waited out its time in it.
+var queuedRefusal = regexp.MustCompile(`queue of requests waiting for it is full|queue is full|"code":"queue_timeout"`)
 
 // fairRatios returns each tenant's served over its max-min fair share of
 // the total served, scaled by 1000 (jain takes integers).
@@ -286,8 +366,12 @@ func maxMinFair(demand []int64, capacity int64) []int64 {
 // above the provider's count, prints each and reports whether every run
 // met the goals.
 func runMixRounds(s mixSetup, rounds int) (bool, error) {
-	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, max_tokens %d, one in four streamed, %v warm-up, %v measured, deadline %v, queue %d\n",
-		mixRPM, mixTPM, s.Overload, len(mixPrompt), mixOutput, s.Warmup, s.Duration, s.Deadline, s.Queue)
+	asks := fmt.Sprintf("max_tokens %d", mixOutput)
+	if s.NoMaxTokens {
+		asks = fmt.Sprintf("no max_tokens (the provider counts %d output tokens, models.gpt-4o-mini.default_max_tokens says so)", mixDefaultMaxTokens)
+	}
+	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, %s, %d-token answers, one in four streamed, queued refusals retried once after the hint, %v warm-up, %v measured, deadline %v, queue %d\n",
+		mixRPM, mixTPM, s.Overload, len(mixPrompt), asks, mixOutput, s.Warmup, s.Duration, s.Deadline, s.Queue)
 	good := true
 	for round := range rounds {
 		for _, factor := range []float64{0.75, 1.25} {
