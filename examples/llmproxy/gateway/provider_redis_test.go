@@ -6,12 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/backend"
-	"github.com/sluicehq/sluice/admission/redisstore"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/weights"
@@ -40,7 +38,7 @@ func TestSharedStaticBudget(t *testing.T) {
 		static func() backend.Store
 		want   int
 	}{
-		{"on Redis", func() backend.Store { return redisStatic(t, srv.Addr) }, 10},
+		{"on Redis", func() backend.Store { return redisOn(t, srv.Addr, "upstream") }, 10},
 		{"in memory", func() backend.Store { return nil }, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,25 +65,11 @@ func TestSharedStaticBudget(t *testing.T) {
 	}
 }
 
-// redisStatic returns a Redis store on its own client to the server at
-// addr, as each replica of a fleet has, for an upstream store's static
-// budgets.
-func redisStatic(t *testing.T, addr string) *redisstore.Store {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	st, err := redisstore.New(c, redisstore.Config{Name: "upstream"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // Two gateways in front of one provider account of 100,000 tokens a
 // minute (drawn down a little by the requests, 10 a second), whose
 // limiter counts prompts from their characters (4 bytes a token, about
-// 1.1 times the gateway's estimate with max_tokens), learn its accounting together on
-// one real redis-server: a gateway that has received one answer reserves
+// 1.1 times the gateway's estimate with max_tokens), learn its
+// accounting together on one real redis-server: a gateway that has received one answer reserves
 // at the ratio the other learned from ten, and as they take turns both
 // keep the provider's ratio. Each learning alone, the second keeps the
 // initial ratio until it has learned five answers of its own, and as
@@ -112,7 +96,7 @@ func TestSharedChargeRatio(t *testing.T) {
 		static func() backend.Store
 		shared bool
 	}{
-		{"on Redis", func() backend.Store { return redisStatic(t, srv.Addr) }, true},
+		{"on Redis", func() backend.Store { return redisOn(t, srv.Addr, "upstream") }, true},
 		{"in memory", func() backend.Store { return nil }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
