@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,16 +127,19 @@ type mixRun struct {
 	FirstTry        []float64
 	Goodput, Jain   float64
 	CPT             float64
-	// Hinted counts the gateway's queued refusals (a full queue, a wait
-	// out) retried once after their retry-after-ms, HintedOK those that
+	// Codes counts the gateway's refusals by error code. Every policy
+	// of the scenario is queued: each refusal whose hint says to retry
+	// (x-should-retry not false, at most a minute, as the SDKs read it)
+	// is retried once after it; Hinted counts them, HintedOK those that
 	// then succeeded.
+	Codes            map[string]int64
 	Hinted, HintedOK int64
 }
 
 func (r mixRun) String() string {
-	return fmt.Sprintf("provider 429s %d of %d sent (%.2f%%)  goodput %.1f%%  first-try success heavy %.1f%% %.1f%%, light %.1f%% %.1f%%  Jain over served/fair share %.3f  retried after the hint %d, succeeded %.1f%%  (sent %d, ok %d, gateway refusals %d, failures %d; provider chars/token %.2f)",
+	return fmt.Sprintf("provider 429s %d of %d sent (%.2f%%)  goodput %.1f%%  first-try success heavy %.1f%% %.1f%%, light %.1f%% %.1f%%  Jain over served/fair share %.3f  retried after the hint %d of %d refusals, succeeded %.1f%%  (sent %d, ok %d, gateway refusals %v, failures %d; provider chars/token %.2f)",
 		r.Provider429, r.ProviderSent, pct(r.Provider429, r.ProviderSent), 100*r.Goodput, 100*r.FirstTry[0], 100*r.FirstTry[1], 100*r.FirstTry[2], 100*r.FirstTry[3], r.Jain,
-		r.Hinted, pct(r.HintedOK, r.Hinted), r.Sent, r.OK, r.Refused, r.Failed, r.CPT)
+		r.Hinted, r.Refused, pct(r.HintedOK, r.Hinted), r.Sent, r.OK, r.Codes, r.Failed, r.CPT)
 }
 
 // counting counts the upstream's answers by status.
@@ -205,14 +207,14 @@ func runMix(s mixSetup) (mixRun, error) {
 	perRequest := math.Ceil(providerPrompt) + float64(s.output())
 	capacity := min(float64(mixTPM)/perRequest, mixRPM) / 60
 	n := len(mixTenants)
-	run.Served, run.Offered, run.FirstTry = make([]int64, n), make([]int64, n), make([]float64, n)
+	run.Served, run.Offered, run.FirstTry, run.Codes = make([]int64, n), make([]int64, n), make([]float64, n), map[string]int64{}
 	firstOK, tried := make([]atomic.Int64, n), make([]atomic.Int64, n)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, Timeout: s.Deadline + 5*time.Second}
 	defer client.CloseIdleConnections()
 	start := time.Now()
 	from, to := start.Add(s.Warmup), start.Add(s.Warmup+s.Duration)
-	// A refused request may wait its hint (at most Deadline) and retry.
-	ctx, cancel := context.WithDeadline(context.Background(), to.Add(3*s.Deadline+time.Second))
+	// A refused request may wait its hint (at most maxHint) and retry.
+	ctx, cancel := context.WithDeadline(context.Background(), to.Add(2*s.Deadline+maxHint+time.Second))
 	defer cancel()
 	var sent, ok, refused, failed, hinted, hintedOK atomic.Int64
 	var mu sync.Mutex
@@ -252,13 +254,19 @@ func runMix(s mixSetup) (mixRun, error) {
 					case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
 						if measured {
 							refused.Add(1)
+							code := errorCode.FindSubmatch(answer)
+							mu.Lock()
+							if len(code) == 2 {
+								run.Codes[string(code[1])]++
+							}
+							mu.Unlock()
 						}
-						wait, queued := retryHint(h, answer, s.Deadline)
-						if !queued {
+						wait, retry := retryHint(h)
+						if !retry {
 							break
 						}
-						// A client retries a queued refusal once, after
-						// the hint, as the SDKs do.
+						// A client retries once, after the hint, as the
+						// SDKs do.
 						time.Sleep(wait)
 						status, _, _, err = call(ctx, client, gwURL, t.name, body, s.Deadline)
 						if err == nil && status == http.StatusOK {
@@ -302,27 +310,26 @@ func runMix(s mixSetup) (mixRun, error) {
 	return run, nil
 }
 
-// retryHint returns, for a gateway refusal with headers h and body
-// answer, whether it is a queued refusal a client retries (its policy's
-// queue was full, or the wait ran out; x-should-retry is not false, the
-// hint at most limit) and the wait its hint asks for: retry-after-ms,
-// else Retry-After, as the SDKs read them.
-func retryHint(h http.Header, answer []byte, limit time.Duration) (time.Duration, bool) {
-	if !queuedRefusal.Match(answer) || h.Get("X-Should-Retry") == "false" {
+// maxHint is the longest hint a client waits for before it retries, as
+// the SDKs do (OpenAI's wait at most a minute).
+const maxHint = time.Minute
+
+// retryHint returns whether a client retries a refusal with headers h
+// (x-should-retry is not false, the hint at most maxHint) and the wait
+// its hint asks for: retry-after-ms, else Retry-After, as the SDKs read
+// them.
+func retryHint(h http.Header) (time.Duration, bool) {
+	if h.Get("X-Should-Retry") == "false" {
 		return 0, false
 	}
 	wait := time.Duration(-1)
-	if ms, err := strconv.ParseInt(h.Get("Retry-After-Ms"), 10, 64); err == nil && ms >= 0 && ms <= limit.Milliseconds() {
+	if ms, err := strconv.ParseInt(h.Get("Retry-After-Ms"), 10, 64); err == nil && ms >= 0 && ms <= maxHint.Milliseconds() {
 		wait = time.Duration(ms) * time.Millisecond
-	} else if sec, err := strconv.ParseInt(h.Get("Retry-After"), 10, 64); err == nil && sec >= 0 && sec <= int64(limit/time.Second) {
+	} else if sec, err := strconv.ParseInt(h.Get("Retry-After"), 10, 64); err == nil && sec >= 0 && sec <= int64(maxHint/time.Second) {
 		wait = time.Duration(sec) * time.Second
 	}
 	return wait, wait >= 0
 }
-
-// queuedRefusal matches the error of a refusal by a policy's queue: the
-// queue was full, or the request waited out its time in it.
-var queuedRefusal = regexp.MustCompile(`queue of requests waiting for it is full|queue is full|"code":"queue_timeout"`)
 
 // fairRatios returns each tenant's served over its max-min fair share of
 // the total served, scaled by 1000 (jain takes integers).
@@ -368,7 +375,7 @@ func runMixRounds(s mixSetup, rounds int) (bool, error) {
 	if s.NoMaxTokens {
 		asks = fmt.Sprintf("no max_tokens (the provider counts %d output tokens, models.gpt-4o-mini.default_max_tokens says so)", mixDefaultMaxTokens)
 	}
-	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, %s, %d-token answers, one in four streamed, queued refusals retried once after the hint, %v warm-up, %v measured, deadline %v, queue %d\n",
+	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, %s, %d-token answers, one in four streamed, refusals retried once after their hint (unless x-should-retry: false or over 1m), %v warm-up, %v measured, deadline %v, queue %d\n",
 		mixRPM, mixTPM, s.Overload, len(mixPrompt), asks, mixOutput, s.Warmup, s.Duration, s.Deadline, s.Queue)
 	good := true
 	for round := range rounds {
