@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/backend"
