@@ -39,6 +39,19 @@
 //
 //	go run ./examples/llmproxy/loadtest -priority      # 30 s measured, 3 rounds
 //
+// With -provider-mix the simulated provider (600 RPM, 100,000 TPM) runs
+// in its own process and counts prompts from their characters, 25% above
+// and then 25% below the gateway's exact count; two heavy and two light
+// tenants offer together 2.34 times its capacity, open loop, and every
+// refusal is retried once after its hint, as the SDKs do. It prints the
+// provider's 429s, the goodput, each tenant's first-try success, Jain's
+// index over served ÷ max-min fair share and the share of retries that
+// succeeded, and exits 1 when a goal is missed; with
+// -provider-mix-no-max-tokens the clients send no max_tokens:
+//
+//	go run ./examples/llmproxy/loadtest -provider-mix -rounds 3
+//	go run ./examples/llmproxy/loadtest -provider-mix -provider-mix-no-max-tokens -rounds 3
+//
 // Latency is measured from the moment a request was due to be sent, so a
 // sender that falls behind is charged for it. At most -max-inflight
 // requests are outstanding; requests beyond are counted as dropped, which
