@@ -540,17 +540,24 @@ func (l *limiter) acquireStatic(ctx context.Context, key string, lim *limits.Lim
 // (the provider's next report says what it counted), as the providers
 // count: a token policy's reservation, in the provider's units, stays
 // charged whatever the answer's length (the provider charged its own
-// estimate of the request when it accepted it), is given back whole when
-// the request is settled at nothing (the provider refused it, or it never
-// reached the provider), and an overrun is charged at the group's ratio.
+// estimate of the request when it accepted it), and is given back whole
+// when the request is settled at nothing (the provider refused it, or it
+// never reached the provider). An overrun (an answer whose usage passes
+// the estimate) is charged at the group's ratio only while the group has
+// not learned it: once learned, the reservation is what the provider's
+// limiter counted when it accepted the request (the ratio holds whatever
+// made its count differ from the estimate: its prompt count, an output
+// reservation the gateway capped), and charging the overrun again would
+// count it twice; before, it is the best guess of what the provider
+// counted.
 func (l *limiter) Adjust(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, delta int64, now time.Time) error {
 	if l.dim != Tokens || !l.rate {
 		return l.inner.Adjust(ctx, key, lim, g, delta, now)
 	}
-	r := l.s.cfg.Accounting.Initial
+	r, learned := l.s.cfg.Accounting.Initial, false
 	if gr := l.s.lookup(key); gr != nil {
 		gr.mu.Lock()
-		r = l.ratio(gr)
+		r, learned = l.ratio(gr), gr.acct.ratio != 0
 		gr.mu.Unlock()
 	}
 	n := g.Taken
@@ -558,7 +565,7 @@ func (l *limiter) Adjust(ctx context.Context, key string, lim *limits.Limit, g *
 	in.Taken = scale(n, r)
 	d := int64(0)
 	switch {
-	case delta > 0:
+	case delta > 0 && !learned:
 		d = scale(n+delta, r) - in.Taken
 	case n+delta <= 0:
 		d = -in.Taken
