@@ -303,9 +303,10 @@ func runMix(s mixSetup) (mixRun, error) {
 			run.FirstTry[i] = float64(firstOK[i].Load()) / float64(n)
 		}
 	}
-	// Goodput: the provider's count of what was answered over what it
-	// accepts in the interval.
-	run.Goodput = float64(total) * perRequest / (float64(mixTPM) * s.Duration.Minutes())
+	// Goodput: what was answered over what the provider accepts in the
+	// interval, by its tighter limit (tokens, or requests when its count
+	// of a request is small).
+	run.Goodput = float64(total) / (capacity * s.Duration.Seconds())
 	run.Jain = jain(fairRatios(run.Served, run.Offered))
 	return run, nil
 }
