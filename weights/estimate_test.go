@@ -255,27 +255,29 @@ func TestOutputReservation(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	// defaulted is Estimate.DefaultOutput: the choices the model's
+	// default is reserved for when the request sets no limit.
 	tests := []struct {
-		path, body string
-		want       int64
+		path, body      string
+		want, defaulted int64
 	}{
-		{"/v1/chat/completions", `{"model":"gpt-4o",` + msgs + `}`, 1000},
-		{"/v1/chat/completions", `{"model":"big-model",` + msgs + `}`, 32000},
-		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":50,` + msgs + `}`, 50},
-		{"/v1/chat/completions", `{"model":"gpt-4o","max_completion_tokens":70,"max_tokens":50,` + msgs + `}`, 70},
-		{"/v1/chat/completions", `{"model":"gpt-4o","max_completion_tokens":null,"max_tokens":50,` + msgs + `}`, 50},
-		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":50,"n":3,` + msgs + `}`, 150},
-		{"/v1/chat/completions", `{"model":"gpt-4o","n":2,` + msgs + `}`, 2000},
-		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":0,` + msgs + `}`, 0},
-		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"Say hi"}`, 16},
-		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"Say hi","max_tokens":100}`, 100},
-		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":["a","b","c"],"max_tokens":10,"n":2}`, 60},
-		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"a","max_tokens":10,"n":2,"best_of":5}`, 50},
-		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":[[1,2],[3]],"max_tokens":10}`, 20},
-		{"/v1/responses", `{"model":"gpt-5","input":"hi"}`, 1000},
-		{"/v1/responses", `{"model":"gpt-5","input":"hi","max_output_tokens":300}`, 300},
-		{"/v1/embeddings", `{"model":"text-embedding-3-small","input":"hi","max_tokens":300}`, 0},
-		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":9223372036854775807,"n":128,` + msgs + `}`, MaxTokens},
+		{"/v1/chat/completions", `{"model":"gpt-4o",` + msgs + `}`, 1000, 1},
+		{"/v1/chat/completions", `{"model":"big-model",` + msgs + `}`, 32000, 1},
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":50,` + msgs + `}`, 50, 0},
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_completion_tokens":70,"max_tokens":50,` + msgs + `}`, 70, 0},
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_completion_tokens":null,"max_tokens":50,` + msgs + `}`, 50, 0},
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":50,"n":3,` + msgs + `}`, 150, 0},
+		{"/v1/chat/completions", `{"model":"gpt-4o","n":2,` + msgs + `}`, 2000, 2},
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":0,` + msgs + `}`, 0, 0},
+		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"Say hi"}`, 16, 0},
+		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"Say hi","max_tokens":100}`, 100, 0},
+		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":["a","b","c"],"max_tokens":10,"n":2}`, 60, 0},
+		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"a","max_tokens":10,"n":2,"best_of":5}`, 50, 0},
+		{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":[[1,2],[3]],"max_tokens":10}`, 20, 0},
+		{"/v1/responses", `{"model":"gpt-5","input":"hi"}`, 1000, 1},
+		{"/v1/responses", `{"model":"gpt-5","input":"hi","max_output_tokens":300}`, 300, 0},
+		{"/v1/embeddings", `{"model":"text-embedding-3-small","input":"hi","max_tokens":300}`, 0, 0},
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":9223372036854775807,"n":128,` + msgs + `}`, MaxTokens, 0},
 	}
 	for _, tt := range tests {
 		est, err := e.Estimate(tt.path, []byte(tt.body))
@@ -283,8 +285,8 @@ func TestOutputReservation(t *testing.T) {
 			t.Errorf("Estimate(%s, %s) error %v", tt.path, tt.body, err)
 			continue
 		}
-		if est.OutputTokens != tt.want {
-			t.Errorf("Estimate(%s, %s).OutputTokens = %d; want %d", tt.path, tt.body, est.OutputTokens, tt.want)
+		if est.OutputTokens != tt.want || est.DefaultOutput != tt.defaulted {
+			t.Errorf("Estimate(%s, %s): OutputTokens %d, DefaultOutput %d; want %d, %d", tt.path, tt.body, est.OutputTokens, est.DefaultOutput, tt.want, tt.defaulted)
 		}
 	}
 }

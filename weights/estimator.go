@@ -361,6 +361,15 @@ type Estimate struct {
 	// the model's default) times the number of completions asked for, at
 	// most [MaxTokens].
 	OutputTokens int64
+	// DefaultOutput is, for a request that sets no output limit of its
+	// own (max_tokens, max_completion_tokens, max_output_tokens,
+	// maxOutputTokens), the number of completions (n, best_of, 1 when
+	// unset) OutputTokens reserves the model's default output for; 0 for
+	// a request that sets one, and on the completions and embeddings
+	// endpoints (the legacy API's own default, 16, is charged there). A
+	// caller with a default of its own per model (what its provider's
+	// limiter charges such a request) reserves it times DefaultOutput.
+	DefaultOutput int64
 	// Stream reports whether the request asks for a streamed response.
 	Stream bool
 	// IncludeUsage reports whether a streaming request already asks for the

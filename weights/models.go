@@ -105,20 +105,24 @@ func matchRule(rules []ModelRule, name string) (ModelRule, bool) {
 // the built-in table, each tried with the whole name and then with the part
 // after the last slash.
 func lookupRule(configured []ModelRule, model string) (ModelRule, bool) {
-	name := strings.ToLower(model)
-	short := name
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		short = name[i+1:]
+	if r, ok := MatchModel(configured, model); ok {
+		return r, true
 	}
-	for _, rules := range [2][]ModelRule{configured, builtinModels} {
-		if r, ok := matchRule(rules, name); ok {
-			return r, true
-		}
-		if short != name {
-			if r, ok := matchRule(rules, short); ok {
-				return r, true
-			}
-		}
+	return MatchModel(builtinModels, model)
+}
+
+// MatchModel returns the rule of rules for a model name as an
+// [Estimator] finds its configured ones: the rule with the longest
+// prefix of the lower-cased name, tried whole and then with the part
+// after the last slash ("openai/gpt-4o"). The rules' prefixes must be
+// lower-case.
+func MatchModel(rules []ModelRule, model string) (ModelRule, bool) {
+	name := strings.ToLower(model)
+	if r, ok := matchRule(rules, name); ok {
+		return r, true
+	}
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		return matchRule(rules, name[i+1:])
 	}
 	return ModelRule{}, false
 }

@@ -122,8 +122,9 @@ type limits struct {
 
 // output computes the output reservation: the first limit set, else def,
 // times the number of choices (the larger of n and best_of) and prompts,
-// at most MaxTokens.
-func (l *limits) output(ep Endpoint, def, prompts int64) (int64, error) {
+// at most MaxTokens; defaulted is the number of choices times prompts
+// when no limit is set (def was taken), else 0.
+func (l *limits) output(ep Endpoint, def, prompts int64) (out, defaulted int64, err error) {
 	out, found := def, false
 	for _, f := range [...]struct {
 		name string
@@ -133,7 +134,7 @@ func (l *limits) output(ep Endpoint, def, prompts int64) (int64, error) {
 			continue
 		}
 		if f.v.v < 0 {
-			return 0, malformed(ep, f.name, errors.New("must be >= 0"))
+			return 0, 0, malformed(ep, f.name, errors.New("must be >= 0"))
 		}
 		if !found {
 			out, found = f.v.v, true
@@ -148,11 +149,15 @@ func (l *limits) output(ep Endpoint, def, prompts int64) (int64, error) {
 			continue
 		}
 		if f.v.v < 1 {
-			return 0, malformed(ep, f.name, errors.New("must be >= 1"))
+			return 0, 0, malformed(ep, f.name, errors.New("must be >= 1"))
 		}
 		choices = max(choices, f.v.v)
 	}
-	return capTokens(satMul(satMul(capTokens(out), choices), max(prompts, 1))), nil
+	n := satMul(choices, max(prompts, 1))
+	if !found {
+		defaulted = n
+	}
+	return capTokens(satMul(capTokens(out), n)), defaulted, nil
 }
 
 // jstring is a JSON string as written in the body: its contents, and
@@ -341,9 +346,10 @@ func (e *Estimator) priceModel(ep Endpoint, pathModel string, as func(string) (s
 	switch ep {
 	case EndpointEmbeddings:
 	case EndpointCompletions:
-		est.OutputTokens, err = w.lim.output(ep, DefaultCompletionsMaxTokens, w.prompt.items)
+		// The API's own default: no other is charged for it.
+		est.OutputTokens, _, err = w.lim.output(ep, DefaultCompletionsMaxTokens, w.prompt.items)
 	default:
-		est.OutputTokens, err = w.lim.output(ep, m.maxOutput, 1)
+		est.OutputTokens, est.DefaultOutput, err = w.lim.output(ep, m.maxOutput, 1)
 	}
 	if err != nil {
 		return Estimate{}, err

@@ -170,8 +170,8 @@ type RenewBatcher interface {
 type Call struct {
 	// Store is the store's name.
 	Store string
-	// Op names the call: "acquire", "batch", "settle" or "renew" for the
-	// Redis store.
+	// Op names the call: "acquire", "batch", "settle", "renew" or
+	// "ratio" (the provider's learned accounting) for the Redis store.
 	Op string
 	// Policies is the number of policies the call evaluated.
 	Policies int

@@ -511,6 +511,7 @@ func (d *decoder) decodeRoot(root *yaml.Node) {
 		field{"metrics", d.decodeMetrics},
 		field{"logging", d.decodeLogging},
 		field{"prices", d.decodePrices},
+		field{"models", d.decodeModels},
 		field{"stores", d.decodeStores},
 		field{"classes", d.decodeClasses},
 		field{"budgets", d.decodeBudgets},

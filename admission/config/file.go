@@ -34,6 +34,12 @@
 //	  models:
 //	    llama-3.3-70b: {input: 0.59, output: 0.79}
 //
+// The models section (see [Model]) says what to reserve for the answer
+// of a request that sets no max_tokens, per model:
+//
+//	models:
+//	  gpt-4o-mini: {default_max_tokens: 256}
+//
 // The stores section declares the stores the policies name: those that
 // guard an external provider's limits (see [Upstream]), and those kept
 // on a Redis server (see [Redis]):
@@ -109,6 +115,10 @@ type File struct {
 	Logging Logging
 	// Prices holds the model prices of cost policies.
 	Prices Prices
+	// Models holds the models section: the output reserved for a request
+	// that sets no output limit, by model name prefix as written (see
+	// Model); nil when the file has none.
+	Models map[string]Model
 	// Upstreams holds the stores section's entries (all of kind
 	// upstream), by store name; nil when the file declares none.
 	Upstreams map[string]Upstream

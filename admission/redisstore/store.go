@@ -103,7 +103,8 @@ func WithObserver(o admission.Observer) Option { return func(s *Store) { s.obs =
 func WithClock(c admission.Clock) Option { return func(s *Store) { s.clock = c } }
 
 // Call describes one Redis call of a store: Op is "acquire", "batch",
-// "settle" or "renew"; Duration is zero when the breaker refused the call.
+// "settle", "renew" or "ratio" (LearnRatio); Duration is zero when the
+// breaker refused the call.
 type Call = backend.Call
 
 // A BreakerObserver is an observer that also wants the breaker's state

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"math"
 
@@ -73,12 +74,65 @@ func (a *Accounting) normalize() error {
 	return errors.Join(errs...)
 }
 
+// A Ledger keeps the accounting the gateways of a fleet learn together
+// about one provider account: a static store (WithStaticStore) that
+// implements it, as the Redis store does, is where every group of the
+// Store learns, so that the drop of the provider's remaining tokens
+// between two reports, whichever replica received them, is set against
+// what every replica sent (each replica learning alone would set the
+// drop its neighbours' requests made against its own sends alone), and
+// every replica reserves at the fleet's ratio from the first answer it
+// receives. A replica whose ledger call fails learns that answer alone.
+type Ledger interface {
+	// LearnRatio applies s to the accounting kept under key (the
+	// account and the group, see Config.Account) as the in-memory
+	// accounting does, and returns the ratio learned: 0 while fewer
+	// than 5 answers are, within [s.Min, s.Max] after.
+	LearnRatio(ctx context.Context, key string, s RatioSample) (float64, error)
+}
+
+// RatioSample is one provider answer to learn the accounting from (see
+// Accounting): its token report, the gateway's estimate of the request
+// it answered, and the bounds the ratio is learned within. The instants
+// are the gateways' (Report.Received), in unix nanoseconds.
+type RatioSample struct {
+	// At is when the answer arrived; Remaining the provider's remaining
+	// tokens then; Limit its tokens limit (0: not reported); PerNs the
+	// refill per nanosecond the report implies (0: none).
+	At               int64
+	Remaining, Limit float64
+	PerNs            float64
+	// Sent is the gateway's estimate of the request answered (0: not
+	// known); Throttled says the provider refused it, TokensRefused that
+	// its tokens budget may be what refused it.
+	Sent                     int64
+	Throttled, TokensRefused bool
+	// Initial, Min, Max and Window are the Accounting in force.
+	Initial, Min, Max float64
+	Window            int
+}
+
+// sample returns the sample of one answer, received at now, whose token
+// figure is f (it has a remaining figure), to a request estimated at
+// sent tokens.
+func (cfg *Accounting) sample(f Figure, now, sent int64, throttled, tokensRefused bool) RatioSample {
+	x := RatioSample{At: now, Remaining: float64(f.Remaining), Sent: sent, Throttled: throttled, TokensRefused: tokensRefused,
+		Initial: cfg.Initial, Min: cfg.Min, Max: cfg.Max, Window: cfg.Window}
+	if f.HasLimit {
+		x.Limit = float64(f.Limit)
+		if f.HasReset && f.Reset > 0 && f.Limit > f.Remaining {
+			x.PerNs = float64(f.Limit-f.Remaining) / float64(f.Reset)
+		}
+	}
+	return x
+}
+
 // accounting is what one group learned about the provider's accounting.
 type accounting struct {
 	charged, sent float64 // decayed sums: what the provider charged, what was sent
 	samples       int
 	ratio         float64 // 0 until learned
-	// The last token report, as the provider sent it.
+	// The latest token report, as the provider sent it.
 	at        int64
 	remaining float64
 	limit     float64
@@ -94,49 +148,46 @@ func (a *accounting) ratioOf(cfg *Accounting) float64 {
 	return a.ratio
 }
 
-// learn takes one token report f received at now in answer to a request
-// the gateway estimated at sent tokens, accepted by the provider or
-// refused (throttled); tokensRefused says the refusal may be about tokens
-// (the requests budget was not the one exhausted).
-func (a *accounting) learn(cfg *Accounting, f Figure, now int64, sent int64, throttled, tokensRefused bool) {
-	if !f.HasRemaining {
+// learn takes one answer's sample x. The drop of the provider's
+// remaining tokens since the latest report (less the refill in between)
+// is what it charged; an answer older than the latest report teaches
+// nothing and is not kept (answers of several replicas arrive in any
+// order). A ledger's script (the Redis store's) does the same.
+func (a *accounting) learn(x RatioSample) {
+	if a.hasLast && x.At < a.at {
 		return
 	}
-	rem := float64(f.Remaining)
-	if a.hasLast && now >= a.at && sent > 0 {
-		expected := a.remaining + a.perNs*float64(now-a.at)
+	if a.hasLast && x.Sent > 0 {
+		expected := a.remaining + a.perNs*float64(x.At-a.at)
 		if a.limit > 0 {
 			expected = min(expected, a.limit)
 		}
-		accepted := float64(sent)
-		if throttled {
+		accepted := float64(x.Sent)
+		if x.Throttled {
 			accepted = 0 // refused, the request was not charged
 		}
-		decay := 1 - 1/float64(cfg.Window)
-		a.charged = a.charged*decay + (expected - rem)
+		decay := 1 - 1/float64(x.Window)
+		a.charged = a.charged*decay + (expected - x.Remaining)
 		a.sent = a.sent*decay + accepted
 		if accepted > 0 {
 			a.samples++
 		}
 		if a.samples >= ratioSamples && a.sent > 0 {
-			a.ratio = min(max(a.charged/a.sent, cfg.Min), cfg.Max)
+			a.ratio = min(max(a.charged/a.sent, x.Min), x.Max)
 		}
 	}
-	if throttled && tokensRefused && sent > 0 && rem > 0 {
-		// The provider refused a request it counts above rem.
-		if low := rem / float64(sent); low > a.ratioOf(cfg) {
-			a.ratio = min(low, cfg.Max)
+	if x.Throttled && x.TokensRefused && x.Sent > 0 && x.Remaining > 0 {
+		// The provider refused a request it counts above Remaining.
+		cur := a.ratio
+		if cur == 0 {
+			cur = x.Initial
+		}
+		if low := x.Remaining / float64(x.Sent); low > cur {
+			a.ratio = min(low, x.Max)
 			a.charged = a.sent * a.ratio
 		}
 	}
-	a.at, a.remaining, a.hasLast = now, rem, true
-	a.limit, a.perNs = 0, 0
-	if f.HasLimit {
-		a.limit = float64(f.Limit)
-		if f.HasReset && f.Reset > 0 && f.Limit > f.Remaining {
-			a.perNs = float64(f.Limit-f.Remaining) / float64(f.Reset)
-		}
-	}
+	a.at, a.remaining, a.limit, a.perNs, a.hasLast = x.At, x.Remaining, x.Limit, x.PerNs, true
 }
 
 // scale returns n in the provider's units at ratio r, rounded up, within

@@ -154,3 +154,50 @@ func TestAccountingBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrunOnceLearned: an answer whose usage passes its estimate is
+// charged to the provider's budget while the group has not learned the
+// provider's ratio (the best guess of what it counted); once learned, the
+// reservation in the provider's units is what its limiter counted when
+// it accepted the request, and the overrun is not charged again.
+func TestOverrunOnceLearned(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	s, _ := upstream.New(upstream.Config{})
+	c, err := admission.New(admission.Config{Policies: []limits.Policy{{
+		Name: "tpm", Store: "upstream", Key: []limits.KeyPart{limits.KeyModel}, Unit: limits.UnitTokens,
+		Algorithm: limits.TokenBucket, Limit: 10_000, Per: 1000 * time.Hour,
+	}}}, admission.WithClock(clock), admission.WithStore("upstream", s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Group "learned": the provider counts 1.3 times each estimate of 100.
+	for i := range 6 {
+		r := upstream.Report{Received: clock.Now().Add(time.Duration(i) * time.Millisecond), Sent: 100}
+		r.Figures[upstream.Tokens] = upstream.Figure{Limit: 1_000_000, Remaining: 900_000 - 130*int64(i), HasLimit: true, HasRemaining: true}
+		s.Observe("learned", r)
+	}
+	if got := s.Ratio("learned"); math.Abs(got-1.3) > 1e-9 {
+		t.Fatalf("Ratio(learned) = %v; want 1.3", got)
+	}
+	for _, tc := range []struct {
+		model string
+		want  int64 // remaining after two requests of 100, the first used 150
+	}{
+		{"new", 10_000 - 150 - 100},     // the overrun charged, at the initial ratio 1
+		{"learned", 10_000 - 130 - 130}, // the reservation at 1.3 stands
+	} {
+		tk, err := c.TryAdmit(context.Background(), admission.Request{Model: tc.model, Tokens: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Settle(admission.Usage{Tokens: 150, TokensKnown: true})
+		tk, err = c.TryAdmit(context.Background(), admission.Request{Model: tc.model, Tokens: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := tk.Statuses(nil); len(st) != 1 || st[0].Remaining != tc.want {
+			t.Errorf("%s: statuses %+v; want remaining %d", tc.model, st, tc.want)
+		}
+		tk.Done()
+	}
+}

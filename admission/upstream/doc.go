@@ -46,7 +46,11 @@
 // estimate before Observe and each group learns the ratio between the
 // two (see Accounting); the store's token policies then reserve in the
 // provider's units, while the policies on other stores (the tenants')
-// still count the estimate.
+// still count the estimate. Several gateways in front of one account
+// learn it together when their static store is a Ledger (the Redis
+// store is: one ratio per Config.Account and group, learned from every
+// replica's answers); each learning alone would count its neighbours'
+// requests in the provider's drops and overestimate it.
 //
 // With Config.Adaptive, the store's concurrency policies get a cap that
 // follows the provider's time to first byte, per group (a gradient limit,

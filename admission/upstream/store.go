@@ -56,7 +56,18 @@ type Config struct {
 	// policies reserve at (see Accounting); its zero value takes the
 	// defaults.
 	Accounting Accounting
+	// Account names the provider account the store guards in what a
+	// fleet of gateways shares (a Ledger's keys, "<Account>/<group>"):
+	// the policy file's store name. At most 128 bytes.
+	Account string
 }
+
+// maxAccount bounds Config.Account.
+const maxAccount = 128
+
+// ledgerTimeout bounds a ledger call when the ledger sets no shorter
+// deadline of its own (the Redis store's Timeout does).
+const ledgerTimeout = time.Second
 
 // An Option sets an optional collaborator of a Store.
 type Option func(*Store)
@@ -64,11 +75,14 @@ type Option func(*Store)
 // WithStaticStore makes s hold the policies' static budgets; nil means
 // the in-memory store, the default. With a shared store (Redis) the
 // published budget holds for a fleet of gateways, while each replica
-// learns from the responses it receives.
+// learns the provider's figures from the responses it receives; when s
+// is also a Ledger (the Redis store is), the fleet learns the provider's
+// accounting there, together (see Ledger).
 func WithStaticStore(s backend.Store) Option {
 	return func(st *Store) {
 		if s != nil {
 			st.static = s
+			st.ledger, _ = s.(Ledger)
 		}
 	}
 }
@@ -96,6 +110,7 @@ func WithStaticStore(s backend.Store) Option {
 type Store struct {
 	cfg    Config
 	static backend.Store // holds the static budgets
+	ledger Ledger        // where the fleet learns the accounting; nil: each group alone
 	mu     sync.RWMutex
 	groups map[string]*group
 	swept  int64                // last sweep of a full table, unix nanoseconds
@@ -148,6 +163,9 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	var errs []error
 	if cfg.MaxGroups < 0 {
 		errs = append(errs, errors.New("upstream: MaxGroups must be >= 0"))
+	}
+	if len(cfg.Account) > maxAccount {
+		errs = append(errs, fmt.Errorf("upstream: Account must be at most %d bytes", maxAccount))
 	}
 	for _, d := range []struct {
 		name string
@@ -240,7 +258,21 @@ func (s *Store) Observe(group string, r Report) bool {
 	if g == nil {
 		return false
 	}
-	g.observe(s, r, now)
+	x, learn := s.sample(r, now)
+	if learn && s.ledger != nil {
+		// The fleet's ledger learns it, outside the group's lock: a
+		// network call. On failure the group learns it alone.
+		ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
+		ratio, err := s.ledger.LearnRatio(ctx, s.cfg.Account+"/"+group, x)
+		cancel()
+		if err == nil {
+			learn = false
+			g.mu.Lock()
+			g.acct.ratio = ratio
+			g.mu.Unlock()
+		}
+	}
+	g.observe(s, r, now, x, learn)
 	// The queues waiting on the group look again at once: the report may
 	// say its budget refilled, sooner than their retry-after.
 	s.mu.RLock()
@@ -252,12 +284,25 @@ func (s *Store) Observe(group string, r Report) bool {
 	return true
 }
 
-// observe records r, received at now, in g (see Store.Observe).
-func (g *group) observe(s *Store, r Report, now int64) {
+// sample returns the accounting sample of r, received at now, and
+// whether there is one to learn: r reports the tokens remaining.
+func (s *Store) sample(r Report, now int64) (RatioSample, bool) {
+	f := r.Figures[Tokens].bounded()
+	if !f.HasRemaining {
+		return RatioSample{}, false
+	}
+	reqs := r.Figures[Requests]
+	return s.cfg.Accounting.sample(f, now, min(max(r.Sent, 0), limits.MaxAmount), r.Throttled, !reqs.HasRemaining || reqs.Remaining > 0), true
+}
+
+// observe records r, received at now, in g (see Store.Observe); with
+// learn, g learns the accounting sample x of it alone.
+func (g *group) observe(s *Store, r Report, now int64, x RatioSample, learn bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	reqs := r.Figures[Requests]
-	g.acct.learn(&s.cfg.Accounting, r.Figures[Tokens].bounded(), now, min(max(r.Sent, 0), limits.MaxAmount), r.Throttled, !reqs.HasRemaining || reqs.Remaining > 0)
+	if learn {
+		g.acct.learn(x)
+	}
 	pause, exhausted := time.Duration(0), false
 	refill, hasRefill := time.Duration(0), false // the latest reset reported
 	for d := range g.dims {
@@ -495,17 +540,24 @@ func (l *limiter) acquireStatic(ctx context.Context, key string, lim *limits.Lim
 // (the provider's next report says what it counted), as the providers
 // count: a token policy's reservation, in the provider's units, stays
 // charged whatever the answer's length (the provider charged its own
-// estimate of the request when it accepted it), is given back whole when
-// the request is settled at nothing (the provider refused it, or it never
-// reached the provider), and an overrun is charged at the group's ratio.
+// estimate of the request when it accepted it), and is given back whole
+// when the request is settled at nothing (the provider refused it, or it
+// never reached the provider). An overrun (an answer whose usage passes
+// the estimate) is charged at the group's ratio only while the group has
+// not learned it: once learned, the reservation is what the provider's
+// limiter counted when it accepted the request (the ratio holds whatever
+// made its count differ from the estimate: its prompt count, an output
+// reservation the gateway capped), and charging the overrun again would
+// count it twice; before, it is the best guess of what the provider
+// counted.
 func (l *limiter) Adjust(ctx context.Context, key string, lim *limits.Limit, g *backend.Grant, delta int64, now time.Time) error {
 	if l.dim != Tokens || !l.rate {
 		return l.inner.Adjust(ctx, key, lim, g, delta, now)
 	}
-	r := l.s.cfg.Accounting.Initial
+	r, learned := l.s.cfg.Accounting.Initial, false
 	if gr := l.s.lookup(key); gr != nil {
 		gr.mu.Lock()
-		r = l.ratio(gr)
+		r, learned = l.ratio(gr), gr.acct.ratio != 0
 		gr.mu.Unlock()
 	}
 	n := g.Taken
@@ -513,7 +565,7 @@ func (l *limiter) Adjust(ctx context.Context, key string, lim *limits.Limit, g *
 	in.Taken = scale(n, r)
 	d := int64(0)
 	switch {
-	case delta > 0:
+	case delta > 0 && !learned:
 		d = scale(n+delta, r) - in.Taken
 	case n+delta <= 0:
 		d = -in.Taken

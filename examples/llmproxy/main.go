@@ -144,6 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.gw.ParseBudget, "parse-budget", gateway.DefaultParseBudget, "request-body bytes read and priced at once, over all requests; a body that finds no room waits --parse-budget-wait, then gets 503")
 	fs.DurationVar(&o.gw.ParseBudgetWait, "parse-budget-wait", gateway.DefaultParseBudgetWait, "how long a request body waits for room in the parse budget")
 	fs.Int64Var(&o.gw.MaxOutputReserve, "max-output-reserve", 0, "cap on the output tokens reserved at admission (0: the request's full max_tokens); the rest is charged as it streams")
+	fs.Int64Var(&o.gw.DefaultMaxTokens, "default-max-tokens", 0, "output tokens reserved for a request without max_tokens, for models the policy file's models section does not name (0: 4096); set it to what the provider's limiter charges such a request")
 	fs.DurationVar(&o.gw.GiveUpAfter, "max-retry-wait", gateway.DefaultGiveUpAfter, "longest retry-after a client is expected to wait; a rejection advising longer carries x-should-retry: false")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; empty uses the policy file's logging.level")
 	fs.StringVar(&o.tokenizer, "tokenizer", "bpe", "token counter: bpe (exact, allocation-free, package weights/bpe) or tiktoken (github.com/pkoukk/tiktoken-go)")

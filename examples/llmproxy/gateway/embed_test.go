@@ -36,8 +36,9 @@ type embedded struct {
 }
 
 // embed parses policy, adds tenant a with keyA, and serves the gateway on
-// loopback with the controller on a fake clock.
-func embed(t *testing.T, policy string) *embedded {
+// loopback with the controller on a fake clock; each of cfgs, when
+// given, sets the gateway's Config further.
+func embed(t *testing.T, policy string, cfgs ...func(*gateway.Config)) *embedded {
 	t.Helper()
 	f, err := config.Parse("embed.yaml", []byte(policy+"tenants:\n  a: {api_keys: ["+apikey.Sum(keyA).String()+"]}\nidentity: {anonymous: deny}\n"))
 	if err != nil {
@@ -53,9 +54,11 @@ func embed(t *testing.T, policy string) *embedded {
 	}
 	up := httptest.NewServer(upstream.New(upstream.Config{OutputTokens: 5}))
 	t.Cleanup(up.Close)
-	gw, err := gateway.New(ctl, est, f, gateway.Config{
-		Upstream: up.URL + "/v1",
-	}, gateway.WithLogger(slog.New(slog.DiscardHandler)))
+	cfg := gateway.Config{Upstream: up.URL + "/v1"}
+	for _, set := range cfgs {
+		set(&cfg)
+	}
+	gw, err := gateway.New(ctl, est, f, cfg, gateway.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +153,48 @@ func remainingTokens(t *testing.T, resp *http.Response) int64 {
 		t.Fatalf("x-ratelimit-remaining-tokens: %v", err)
 	}
 	return n
+}
+
+// A request without max_tokens reserves its model's default output from
+// the policy file's models section, else Config.DefaultMaxTokens (the
+// --default-max-tokens flag), else the estimator's 4,096, per choice; a
+// request with max_tokens reserves it whatever the defaults.
+func TestDefaultOutputReservation(t *testing.T) {
+	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const noLimit = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello there"}]}`
+	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, []byte(noLimit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := e.InputTokens
+	for _, tc := range []struct {
+		name     string
+		models   string
+		flag     int64
+		body     string
+		reserved int64
+	}{
+		{"the file's entry", "models:\n  gpt-4o: {default_max_tokens: 99}\n  GPT-4o-mini: {default_max_tokens: 256}\n", 300, noLimit, prompt + 256},
+		{"the file's entry, two choices", "models:\n  gpt-4o-mini: {default_max_tokens: 256}\n", 0, strings.Replace(noLimit, `{"model"`, `{"n":2,"model"`, 1), prompt + 512},
+		{"a shorter prefix", "models:\n  gpt-4: {default_max_tokens: 128}\n", 300, noLimit, prompt + 128},
+		{"the flag for a model the file does not name", "models:\n  gpt-4.1: {default_max_tokens: 99}\n", 300, noLimit, prompt + 300},
+		{"the estimator's default", "", 0, noLimit, prompt + weights.DefaultMaxOutputTokens},
+		{"max_tokens whatever the defaults", "models:\n  gpt-4o-mini: {default_max_tokens: 256}\n", 300, chat, prompt + 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := embed(t, tc.models+tpm, func(c *gateway.Config) { c.DefaultMaxTokens = tc.flag })
+			resp, b := s.post(t, keyA, tc.body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			if got := 100_000 - remainingTokens(t, resp); got != tc.reserved {
+				t.Errorf("reserved %d tokens; want %d", got, tc.reserved)
+			}
+		})
+	}
 }
 
 // A request reserves its estimate and is settled at the usage the

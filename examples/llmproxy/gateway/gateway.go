@@ -370,6 +370,14 @@ type Config struct {
 	// token reservation; the rest is charged as the stream goes. Zero
 	// reserves the full output limit.
 	MaxOutputReserve int64
+	// DefaultMaxTokens, when positive, is the output reserved for a
+	// request that sets no output limit of its own (no max_tokens), per
+	// completion asked for, for the models the policy file's models
+	// section does not name (see config.Model); zero keeps the
+	// estimator's default (weights.DefaultMaxOutputTokens unless it is
+	// configured otherwise). Set it to what the provider's limiter
+	// charges such a request. At most 10,000,000.
+	DefaultMaxTokens int64
 	// MaxResponseBytes caps a non-streaming upstream response; zero means
 	// DefaultMaxResponseBytes.
 	MaxResponseBytes int64
@@ -520,6 +528,9 @@ type state struct {
 	sessions sessions
 	models   map[string]bool      // the values of gen_ai.request.model besides OtherModel
 	mcp      map[string]mcpServer // the file's named MCP servers
+	// outputs are the models section's output reservations of a request
+	// without max_tokens, as rules (MaxOutputTokens) by lower-cased prefix.
+	outputs []weights.ModelRule
 }
 
 // New checks cfg, installs file and returns a Gateway admitting requests
@@ -541,6 +552,9 @@ func New(ctl *admission.Controller, est *weights.Estimator, file *config.File, c
 	var o options
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if cfg.DefaultMaxTokens < 0 || cfg.DefaultMaxTokens > maxDefaultOutput {
+		return nil, fmt.Errorf("gateway: DefaultMaxTokens %d is outside [0, %d]", cfg.DefaultMaxTokens, maxDefaultOutput)
 	}
 	base, err := parseUpstream(cfg.Upstream)
 	if err != nil {
@@ -672,6 +686,9 @@ func (g *Gateway) Apply(f *config.File) error {
 		return err
 	}
 	st := &state{file: f, prices: prices, shared: map[string]bool{}, quota: f.HTTP.QuotaStatus, shadow: f.HTTP.ShadowHeader, store: map[string]string{}, models: configuredModels(f), sessions: newSessions(f), mcp: servers}
+	for name, m := range f.Models {
+		st.outputs = append(st.outputs, weights.ModelRule{Prefix: strings.ToLower(name), MaxOutputTokens: m.DefaultMaxTokens})
+	}
 	for _, p := range f.Config.Policies {
 		if p.Store != "" {
 			st.store[p.Name] = p.Store

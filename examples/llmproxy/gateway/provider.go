@@ -55,14 +55,16 @@ type provider struct {
 }
 
 // NewProviders builds an upstream.Store for every upstream store f
-// declares; static, when not nil, holds the policies' static budgets (a
-// shared store, so a fleet of gateways keeps one published budget), else
-// they are held in memory. With no store declared it returns an empty
+// declares, its account named after the entry; static, when not nil,
+// holds the policies' static budgets (a shared store, so a fleet of
+// gateways keeps one published budget, and with the Redis store, an
+// upstream.Ledger, learns the provider's accounting together: one
+// charge ratio per account and model), else they are held in memory. With no store declared it returns an empty
 // Providers, which observes and absorbs nothing.
 func NewProviders(f *config.File, static backend.Store) (*Providers, error) {
 	p := &Providers{decl: f.Upstreams}
 	for name, u := range f.Upstreams {
-		cfg := upstream.Config{MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL,
+		cfg := upstream.Config{Account: name, MaxGroups: u.MaxGroups, Pause: u.Pause, MaxPause: u.MaxPause, RemainingTTL: u.RemainingTTL,
 			Accounting: upstream.Accounting{Initial: u.ChargeRatio.Initial, Min: u.ChargeRatio.Min, Max: u.ChargeRatio.Max, Window: u.ChargeRatio.Window}}
 		if a := u.Adaptive; a != nil {
 			cfg.Adaptive = &upstream.Adaptive{Min: a.Min, Tolerance: a.Tolerance, Smoothing: a.Smoothing, Window: a.Window}

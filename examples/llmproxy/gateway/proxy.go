@@ -168,8 +168,32 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 // while a cost policy is installed (400 model_not_priced).
 var errNotPriced = errors.New("gateway: the model has no price")
 
-// amounts is the one pricing step of a request: the estimate's tokens,
-// the output capped by Config.MaxOutputReserve, and with a cost policy
+// maxDefaultOutput bounds Config.DefaultMaxTokens, as the policy file
+// bounds its models' default_max_tokens.
+const maxDefaultOutput = 10_000_000
+
+// defaultOutput sets the output reservation of e, a request that sets no
+// output limit of its own, to the default of its model in st's models
+// section, else Config.DefaultMaxTokens, per completion asked for; it
+// leaves the estimator's default when neither is set.
+func (g *Gateway) defaultOutput(st *state, e *weights.Estimate) {
+	if e.DefaultOutput <= 0 {
+		return
+	}
+	def := g.cfg.DefaultMaxTokens
+	if r, ok := weights.MatchModel(st.outputs, e.Model); ok {
+		def = r.MaxOutputTokens
+	}
+	if def > 0 {
+		// def <= 10^7: the product saturates at MaxAmount, never wraps.
+		e.OutputTokens = def * min(e.DefaultOutput, limits.MaxAmount/def)
+	}
+}
+
+// amounts is the one pricing step of a request: the estimate's tokens
+// (the output of a request without max_tokens as st's models section or
+// Config.DefaultMaxTokens says, see defaultOutput), the output capped by
+// Config.MaxOutputReserve, and with a cost policy
 // the model's price from st and the reservation's cost, bounded to
 // [0, limits.MaxAmount]; errNotPriced for a model st cannot price.
 func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request) (price weights.Price, priced bool, src weights.PriceSource, err error) {
@@ -178,6 +202,7 @@ func (g *Gateway) amounts(st *state, e *weights.Estimate, req *admission.Request
 			return price, false, src, errNotPriced
 		}
 	}
+	g.defaultOutput(st, e)
 	in, out := e.InputTokens, e.OutputTokens
 	if m := g.cfg.MaxOutputReserve; m > 0 && out > m {
 		out = m

@@ -183,11 +183,15 @@ func TestSessionIdentity(t *testing.T) {
 
 // sessionsOn returns a Redis store named sessions on the redis-server at
 // addr, with a client of its own, as each replica of a fleet has.
-func sessionsOn(t *testing.T, addr string) *redisstore.Store {
+func sessionsOn(t *testing.T, addr string) *redisstore.Store { return redisOn(t, addr, "sessions") }
+
+// redisOn returns a Redis store named name on the redis-server at addr,
+// with a client of its own, as each replica of a fleet has.
+func redisOn(t *testing.T, addr, name string) *redisstore.Store {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	st, err := redisstore.New(c, redisstore.Config{Name: "sessions"})
+	st, err := redisstore.New(c, redisstore.Config{Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,19 @@
 //
 //	go run ./examples/llmproxy/loadtest -priority      # 30 s measured, 3 rounds
 //
+// With -provider-mix the simulated provider (600 RPM, 100,000 TPM) runs
+// in its own process and counts prompts from their characters, 25% above
+// and then 25% below the gateway's exact count; two heavy and two light
+// tenants offer together 2.34 times its capacity, open loop, and every
+// refusal is retried once after its hint, as the SDKs do. It prints the
+// provider's 429s, the goodput, each tenant's first-try success, Jain's
+// index over served ÷ max-min fair share and the share of retries that
+// succeeded, and exits 1 when a goal is missed; with
+// -provider-mix-no-max-tokens the clients send no max_tokens:
+//
+//	go run ./examples/llmproxy/loadtest -provider-mix -rounds 3
+//	go run ./examples/llmproxy/loadtest -provider-mix -provider-mix-no-max-tokens -rounds 3
+//
 // Latency is measured from the moment a request was due to be sent, so a
 // sender that falls behind is charged for it. At most -max-inflight
 // requests are outstanding; requests beyond are counted as dropped, which
@@ -116,6 +129,7 @@ func main() {
 	ms := mixSetup{Deadline: 10 * time.Second, Queue: 200, Overload: 1}
 	flag.DurationVar(&ms.Warmup, "provider-mix-warmup", time.Minute, "provider-mix scenario: the unmeasured start, while the provider's full bucket is spent")
 	flag.DurationVar(&ms.Duration, "provider-mix-duration", time.Minute, "provider-mix scenario: the measured interval")
+	flag.BoolVar(&ms.NoMaxTokens, "provider-mix-no-max-tokens", false, "provider-mix scenario: the clients send no max_tokens; the provider's limiter counts 256 output tokens for such a request, and the policy file's models section reserves that")
 	flag.Parse()
 	if *mix {
 		if ms.Warmup < 0 || ms.Warmup > 5*time.Minute || ms.Duration <= 0 || ms.Duration > 5*time.Minute || *rounds < 1 || *rounds > 10 {

@@ -300,7 +300,7 @@ func offer(gwURL string, s providerSetup, clients []client) providerRun {
 			req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
 		}
 		body, _ := json.Marshal(req)
-		status, answer, err := call(ctx, client, gwURL, cl.Tenant, body, s.Deadline)
+		status, _, answer, err := call(ctx, client, gwURL, cl.Tenant, body, s.Deadline)
 		now := time.Now()
 		switch {
 		case err != nil:
@@ -380,18 +380,18 @@ func offer(gwURL string, s providerSetup, clients []client) providerRun {
 }
 
 // call sends one chat request as tenant and reads the whole answer.
-func call(ctx context.Context, client *http.Client, gwURL, tenant string, body []byte, deadline time.Duration) (int, []byte, error) {
+func call(ctx context.Context, client *http.Client, gwURL, tenant string, body []byte, deadline time.Duration) (int, http.Header, []byte, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gwURL+"/v1/chat/completions", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer sk-"+tenant)
 	req.Header.Set("X-Stainless-Timeout", strconv.FormatFloat(deadline.Seconds(), 'f', -1, 64))
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, answer, err
+	return resp.StatusCode, resp.Header, answer, err
 }
 
 // runProviderRounds measures rounds runs without and with the upstream

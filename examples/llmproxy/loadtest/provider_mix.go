@@ -26,13 +26,20 @@ import (
 // setup (an upstream store, RPM and TPM policies at the provider's
 // limits, queued), and four tenants offering open loop 2.34 times its
 // capacity: two heavy at 1.05 times each, two light at 0.12 times.
+// Every answer is mixOutput tokens long; the clients send max_tokens
+// mixOutput, or with mixSetup.NoMaxTokens none, which the provider's
+// limiter counts as mixDefaultMaxTokens output tokens (and the policy
+// file's models section says so).
 const (
 	roleProvider = "provider"
-	// mixCPTEnv passes the provider's characters per token to the child.
-	mixCPTEnv = "LOADTEST_PROVIDER_CPT"
-	mixRPM    = 600
-	mixTPM    = 100_000
-	mixOutput = 50
+	// mixCPTEnv passes the provider's characters per token to the child,
+	// mixDefaultEnv what it counts for a request without max_tokens.
+	mixCPTEnv           = "LOADTEST_PROVIDER_CPT"
+	mixDefaultEnv       = "LOADTEST_PROVIDER_DEFAULT_MAX_TOKENS"
+	mixRPM              = 600
+	mixTPM              = 100_000
+	mixOutput           = 50
+	mixDefaultMaxTokens = 256
 )
 
 // mixTenants are the tenants and their load, over the provider's
@@ -54,15 +61,24 @@ func providerChild() (http.Handler, error) {
 	if err != nil || !(cpt > 0 && cpt < 100) {
 		return nil, fmt.Errorf("%s=%q: want characters per token in (0, 100)", mixCPTEnv, os.Getenv(mixCPTEnv))
 	}
+	def, err := strconv.ParseInt(os.Getenv(mixDefaultEnv), 10, 64)
+	if err != nil || def < 1 || def > 1<<20 {
+		return nil, fmt.Errorf("%s=%q: want output tokens in [1, %d]", mixDefaultEnv, os.Getenv(mixDefaultEnv), 1<<20)
+	}
 	return upstream.New(upstream.Config{
-		Latency: 50 * time.Millisecond, OutputTokens: 1 << 12,
-		Limits: upstream.Limits{Requests: mixRPM, Tokens: mixTPM, Window: time.Minute, CharsPerToken: cpt},
+		Latency: 50 * time.Millisecond, OutputTokens: mixOutput,
+		Limits: upstream.Limits{Requests: mixRPM, Tokens: mixTPM, Window: time.Minute, CharsPerToken: cpt, DefaultMaxTokens: def},
 	}), nil
 }
 
-// mixPolicy is the README's setup in front of the provider.
-func mixPolicy(queue int, deadline time.Duration) string {
+// mixPolicy is the README's setup in front of the provider; with
+// defaultMaxTokens (not zero) its models section reserves that for the
+// output of a request without max_tokens.
+func mixPolicy(queue int, deadline time.Duration, defaultMaxTokens int64) string {
 	var b strings.Builder
+	if defaultMaxTokens > 0 {
+		fmt.Fprintf(&b, "models:\n  gpt-4o-mini: {default_max_tokens: %d}\n", defaultMaxTokens)
+	}
 	fmt.Fprintf(&b, `version: 1
 stores:
   openai: {kind: upstream}
@@ -87,25 +103,43 @@ type mixSetup struct {
 	Deadline         time.Duration
 	Queue            int
 	Overload         float64 // scales every tenant's load; 1 is 2.34x the provider's capacity
+	// NoMaxTokens makes the clients send no max_tokens.
+	NoMaxTokens bool
+}
+
+// output is what the provider's limiter counts for a request's output.
+func (s mixSetup) output() int64 {
+	if s.NoMaxTokens {
+		return mixDefaultMaxTokens
+	}
+	return mixOutput
 }
 
 // mixRun is what one run measured.
 type mixRun struct {
 	Sent, OK, Refused, Failed int64
 	ProviderSent, Provider429 int64
-	// Served is each tenant's tokens answered in the measured interval,
-	// Offered what it sent; FirstTry its share of requests answered at
+	// Served is each tenant's answers completed in the measured interval
+	// (every answer is as long), Offered the requests it sent in it (its
+	// demand); FirstTry its share of requests answered at
 	// the first try.
 	Served, Offered []int64
 	FirstTry        []float64
 	Goodput, Jain   float64
 	CPT             float64
+	// Codes counts the gateway's refusals by error code. Every policy
+	// of the scenario is queued: each refusal whose hint says to retry
+	// (x-should-retry not false, at most a minute, as the SDKs read it)
+	// is retried once after it; Hinted counts them, HintedOK those that
+	// then succeeded.
+	Codes            map[string]int64
+	Hinted, HintedOK int64
 }
 
 func (r mixRun) String() string {
-	return fmt.Sprintf("provider 429s %d of %d sent (%.2f%%)  goodput %.1f%%  first-try success heavy %.1f%% %.1f%%, light %.1f%% %.1f%%  Jain over served/fair share %.3f  (sent %d, ok %d, gateway refusals %d, failures %d; provider chars/token %.2f)",
+	return fmt.Sprintf("provider 429s %d of %d sent (%.2f%%)  goodput %.1f%%  first-try success heavy %.1f%% %.1f%%, light %.1f%% %.1f%%  Jain over served/fair share %.3f  retried after the hint %d of %d refusals, succeeded %.1f%%  (sent %d, ok %d, gateway refusals %v, failures %d; provider chars/token %.2f)",
 		r.Provider429, r.ProviderSent, pct(r.Provider429, r.ProviderSent), 100*r.Goodput, 100*r.FirstTry[0], 100*r.FirstTry[1], 100*r.FirstTry[2], 100*r.FirstTry[3], r.Jain,
-		r.Sent, r.OK, r.Refused, r.Failed, r.CPT)
+		r.Hinted, r.Refused, pct(r.HintedOK, r.Hinted), r.Sent, r.OK, r.Codes, r.Failed, r.CPT)
 }
 
 // counting counts the upstream's answers by status.
@@ -125,9 +159,13 @@ func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// mixBody returns a chat request of the scenario.
-func mixBody(stream bool) []byte {
-	req := map[string]any{"model": "gpt-4o-mini", "max_tokens": mixOutput, "messages": []any{map[string]any{"role": "user", "content": mixPrompt}}}
+// mixBody returns a chat request of the scenario, with max_tokens
+// mixOutput unless noMax.
+func mixBody(stream, noMax bool) []byte {
+	req := map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": mixPrompt}}}
+	if !noMax {
+		req["max_tokens"] = mixOutput
+	}
 	if stream {
 		req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
 	}
@@ -142,7 +180,7 @@ func runMix(s mixSetup) (mixRun, error) {
 	if err != nil {
 		return run, err
 	}
-	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, mixBody(false))
+	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, mixBody(false, s.NoMaxTokens))
 	if err != nil {
 		return run, err
 	}
@@ -150,30 +188,35 @@ func runMix(s mixSetup) (mixRun, error) {
 	// limiter counts (6 + bytes) / CPT.
 	providerPrompt := float64(e.InputTokens) / s.Factor
 	run.CPT = float64(6+len(mixPrompt)) / providerPrompt
-	sim, err := startChild(roleProvider, mixCPTEnv+"="+strconv.FormatFloat(run.CPT, 'f', 4, 64))
+	sim, err := startChild(roleProvider, mixCPTEnv+"="+strconv.FormatFloat(run.CPT, 'f', 4, 64), mixDefaultEnv+"="+strconv.Itoa(mixDefaultMaxTokens))
 	if err != nil {
 		return run, err
 	}
 	defer sim.stop()
 	ct := &counting{next: gateway.NewTransport()}
-	gwURL, stop, err := serveGateway("provider-mix", mixPolicy(s.Queue, s.Deadline), "http://"+sim.addr+"/v1", est, nil, gateway.WithTransport(ct))
+	var def int64
+	if s.NoMaxTokens {
+		def = mixDefaultMaxTokens // what the provider counts, as the operator sets it
+	}
+	gwURL, stop, err := serveGateway("provider-mix", mixPolicy(s.Queue, s.Deadline, def), "http://"+sim.addr+"/v1", est, nil, gateway.WithTransport(ct))
 	if err != nil {
 		return run, err
 	}
 	defer stop()
 	// The provider's capacity in requests a second, at its own count.
-	perRequest := math.Ceil(providerPrompt) + mixOutput
+	perRequest := math.Ceil(providerPrompt) + float64(s.output())
 	capacity := min(float64(mixTPM)/perRequest, mixRPM) / 60
 	n := len(mixTenants)
-	run.Served, run.Offered, run.FirstTry = make([]int64, n), make([]int64, n), make([]float64, n)
+	run.Served, run.Offered, run.FirstTry, run.Codes = make([]int64, n), make([]int64, n), make([]float64, n), map[string]int64{}
 	firstOK, tried := make([]atomic.Int64, n), make([]atomic.Int64, n)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, Timeout: s.Deadline + 5*time.Second}
 	defer client.CloseIdleConnections()
 	start := time.Now()
 	from, to := start.Add(s.Warmup), start.Add(s.Warmup+s.Duration)
-	ctx, cancel := context.WithDeadline(context.Background(), to.Add(s.Deadline+time.Second))
+	// A refused request may wait its hint (at most maxHint) and retry.
+	ctx, cancel := context.WithDeadline(context.Background(), to.Add(2*s.Deadline+maxHint+time.Second))
 	defer cancel()
-	var sent, ok, refused, failed atomic.Int64
+	var sent, ok, refused, failed, hinted, hintedOK atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for ti, t := range mixTenants {
@@ -184,8 +227,15 @@ func runMix(s mixSetup) (mixRun, error) {
 				time.Sleep(time.Until(due))
 				measured := !due.Before(from)
 				wg.Go(func() {
-					status, answer, err := call(ctx, client, gwURL, t.name, mixBody(i%4 == 3), s.Deadline)
-					now := time.Now()
+					body := mixBody(i%4 == 3, s.NoMaxTokens)
+					status, h, answer, err := call(ctx, client, gwURL, t.name, body, s.Deadline)
+					served := func() {
+						if now := time.Now(); !now.Before(from) && now.Before(to) {
+							mu.Lock()
+							run.Served[ti]++
+							mu.Unlock()
+						}
+					}
 					if measured {
 						sent.Add(1)
 						tried[ti].Add(1)
@@ -196,16 +246,7 @@ func runMix(s mixSetup) (mixRun, error) {
 							failed.Add(1)
 						}
 					case status == http.StatusOK:
-						m := totalTokens.FindAllSubmatch(answer, -1)
-						if len(m) == 0 {
-							break
-						}
-						tokens, _ := strconv.ParseInt(string(m[len(m)-1][1]), 10, 64)
-						if !now.Before(from) && now.Before(to) {
-							mu.Lock()
-							run.Served[ti] += tokens
-							mu.Unlock()
-						}
+						served()
 						if measured {
 							ok.Add(1)
 							firstOK[ti].Add(1)
@@ -213,6 +254,29 @@ func runMix(s mixSetup) (mixRun, error) {
 					case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
 						if measured {
 							refused.Add(1)
+							code := errorCode.FindSubmatch(answer)
+							mu.Lock()
+							if len(code) == 2 {
+								run.Codes[string(code[1])]++
+							}
+							mu.Unlock()
+						}
+						wait, retry := retryHint(h)
+						if !retry {
+							break
+						}
+						// A client retries once, after the hint, as the
+						// SDKs do.
+						time.Sleep(wait)
+						status, _, _, err = call(ctx, client, gwURL, t.name, body, s.Deadline)
+						if err == nil && status == http.StatusOK {
+							served()
+						}
+						if measured {
+							hinted.Add(1)
+							if err == nil && status == http.StatusOK {
+								hintedOK.Add(1)
+							}
 						}
 					default:
 						if measured {
@@ -229,21 +293,43 @@ func runMix(s mixSetup) (mixRun, error) {
 	wg.Wait()
 	run.ProviderSent, run.Provider429 = ct.sent.Load()-sent0, ct.tmr.Load()-tmr0
 	run.Sent, run.OK, run.Refused, run.Failed = sent.Load(), ok.Load(), refused.Load(), failed.Load()
-	// Offered, in tokens answered per request: each tenant's demand.
-	perAnswer := float64(e.InputTokens + mixOutput)
+	run.Hinted, run.HintedOK = hinted.Load(), hintedOK.Load()
+	// Offered, in requests: each tenant's demand.
 	var total int64
 	for i, t := range mixTenants {
-		run.Offered[i] = int64(t.load * s.Overload * capacity * s.Duration.Seconds() * perAnswer)
+		run.Offered[i] = int64(t.load * s.Overload * capacity * s.Duration.Seconds())
 		total += run.Served[i]
 		if n := tried[i].Load(); n > 0 {
 			run.FirstTry[i] = float64(firstOK[i].Load()) / float64(n)
 		}
 	}
-	// Goodput: the provider's count of what was answered over what it
-	// accepts in the interval.
-	run.Goodput = float64(total) / perAnswer * perRequest / (float64(mixTPM) * s.Duration.Minutes())
+	// Goodput: what was answered over what the provider accepts in the
+	// interval, by its tighter limit (tokens, or requests when its count
+	// of a request is small).
+	run.Goodput = float64(total) / (capacity * s.Duration.Seconds())
 	run.Jain = jain(fairRatios(run.Served, run.Offered))
 	return run, nil
+}
+
+// maxHint is the longest hint a client waits for before it retries, as
+// the SDKs do (OpenAI's wait at most a minute).
+const maxHint = time.Minute
+
+// retryHint returns whether a client retries a refusal with headers h
+// (x-should-retry is not false, the hint at most maxHint) and the wait
+// its hint asks for: retry-after-ms, else Retry-After, as the SDKs read
+// them.
+func retryHint(h http.Header) (time.Duration, bool) {
+	if h.Get("X-Should-Retry") == "false" {
+		return 0, false
+	}
+	wait := time.Duration(-1)
+	if ms, err := strconv.ParseInt(h.Get("Retry-After-Ms"), 10, 64); err == nil && ms >= 0 && ms <= maxHint.Milliseconds() {
+		wait = time.Duration(ms) * time.Millisecond
+	} else if sec, err := strconv.ParseInt(h.Get("Retry-After"), 10, 64); err == nil && sec >= 0 && sec <= int64(maxHint/time.Second) {
+		wait = time.Duration(sec) * time.Second
+	}
+	return wait, wait >= 0
 }
 
 // fairRatios returns each tenant's served over its max-min fair share of
@@ -286,8 +372,12 @@ func maxMinFair(demand []int64, capacity int64) []int64 {
 // above the provider's count, prints each and reports whether every run
 // met the goals.
 func runMixRounds(s mixSetup, rounds int) (bool, error) {
-	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, max_tokens %d, one in four streamed, %v warm-up, %v measured, deadline %v, queue %d\n",
-		mixRPM, mixTPM, s.Overload, len(mixPrompt), mixOutput, s.Warmup, s.Duration, s.Deadline, s.Queue)
+	asks := fmt.Sprintf("max_tokens %d", mixOutput)
+	if s.NoMaxTokens {
+		asks = fmt.Sprintf("no max_tokens (the provider counts %d output tokens, models.gpt-4o-mini.default_max_tokens says so)", mixDefaultMaxTokens)
+	}
+	fmt.Printf("provider-mix: %d RPM / %d TPM provider in its own process, 4 tenants (2 heavy at 1.05x, 2 light at 0.12x, scaled by %.2f), %d-byte prompts, %s, %d-token answers, one in four streamed, refusals retried once after their hint (unless x-should-retry: false or over 1m), %v warm-up, %v measured, deadline %v, queue %d\n",
+		mixRPM, mixTPM, s.Overload, len(mixPrompt), asks, mixOutput, s.Warmup, s.Duration, s.Deadline, s.Queue)
 	good := true
 	for round := range rounds {
 		for _, factor := range []float64{0.75, 1.25} {

@@ -285,10 +285,8 @@ func (s *Server) simLines(data []byte) ([]simLine, error) {
 			return nil, fmt.Errorf("line %d is not a JSON request", n)
 		}
 		out := s.cfg.OutputTokens
-		for _, lim := range []*int{l.Body.MaxCompletionTokens, l.Body.MaxTokens, l.Body.MaxOutputTokens} {
-			if lim != nil && *lim < out {
-				out = max(*lim, 0)
-			}
+		if lim, ok := l.Body.outputLimit(); ok && lim < out {
+			out = max(lim, 0)
 		}
 		lines = append(lines, simLine{customID: l.CustomID, prompt: chatPromptTokens(&l.Body), out: out, model: l.Body.Model, reqURL: l.URL})
 	}

@@ -41,15 +41,21 @@ type Limits struct {
 	// Window is the time a spent budget takes to refill; zero means
 	// DefaultWindow.
 	Window time.Duration
-	// CharsPerToken, when set, makes the tokens limit count a request as
-	// a real provider's limiter does, by an estimate rather than the
-	// usage it answers with: its prompt's bytes (plus 3 a chat message
-	// and 3 for the reply) over CharsPerToken, rounded up, plus the
-	// output it asks for (max_tokens, else the output it will generate).
-	// Tests set it so that the provider counts a prompt above or below
-	// the gateway's exact count; zero counts the usage's prompt tokens
-	// (one token per four bytes of each string).
+	// CharsPerToken, when set, makes the tokens limit count a request's
+	// prompt as a real provider's limiter does, by an estimate rather
+	// than the usage it answers with: its bytes (plus 3 a chat message
+	// and 3 for the reply) over CharsPerToken, rounded up. Tests set it
+	// so that the provider counts a prompt above or below the gateway's
+	// exact count; zero counts the usage's prompt tokens (one token per
+	// four bytes of each string).
 	CharsPerToken float64
+	// DefaultMaxTokens is what the tokens limit counts for the output of
+	// a request that sets no max_tokens (nor max_completion_tokens or
+	// max_output_tokens). The limit counts a request when it accepts it,
+	// as OpenAI's does: its prompt plus max_tokens when it sets one
+	// (whatever it then generates), else DefaultMaxTokens, per choice;
+	// zero counts the output it will generate.
+	DefaultMaxTokens int64
 }
 
 // enabled reports whether l limits anything.
@@ -172,9 +178,16 @@ func (l *limiter) refuse(w http.ResponseWriter, model string, n int64, v verdict
 }
 
 // count is what a request counts against the tokens limit: its prompt
-// (see Limits.CharsPerToken) and the output it will generate, on every
-// choice.
+// (see Limits.CharsPerToken) and, on every choice, its output limit, else
+// Limits.DefaultMaxTokens, else out, the output it will generate.
 func (l *limiter) count(path string, req *simRequest, out int) int64 {
+	limit := int64(out)
+	if l.cfg.DefaultMaxTokens > 0 {
+		limit = l.cfg.DefaultMaxTokens
+	}
+	if n, ok := req.outputLimit(); ok {
+		limit = int64(n)
+	}
 	text := textTokens
 	if l.cfg.CharsPerToken > 0 {
 		text = func(s string) int { return len(s) }
@@ -186,7 +199,7 @@ func (l *limiter) count(path string, req *simRequest, out int) int64 {
 	case strings.HasSuffix(path, "/completions"):
 		prompt = promptCount(req.Prompt, text)
 	case strings.HasSuffix(path, "/embeddings"):
-		prompt, out = promptCount(req.Input, text), 0
+		prompt, limit = promptCount(req.Input, text), 0
 	default:
 		prompt = promptCount(req.Input, text) + text(req.Instructions)
 	}
@@ -194,5 +207,5 @@ func (l *limiter) count(path string, req *simRequest, out int) int64 {
 	if l.cfg.CharsPerToken > 0 {
 		n = int64(min(math.Ceil(float64(prompt)/l.cfg.CharsPerToken), 1<<40))
 	}
-	return n + int64(out)*int64(min(max(req.N, 1), maxChoices))
+	return n + min(max(limit, 0), 1<<40)*int64(min(max(req.N, 1), maxChoices))
 }

@@ -129,3 +129,36 @@ func TestNoLimits(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// The tokens limit counts a request as OpenAI's does when it accepts it:
+// max_tokens when the request sets one, whatever it then generates, else
+// Limits.DefaultMaxTokens, else the output it generates.
+func TestLimitsCountOutputLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits Limits
+		body   string
+		want   string // remaining tokens after the request
+	}{
+		// "hi": 7 prompt tokens; the simulator generates 32 tokens.
+		{"max_tokens above the output", Limits{Tokens: 1000}, `{"model":"gpt-4o","max_tokens":300,"messages":[{"role":"user","content":"hi"}]}`, "693"},
+		{"max_tokens below the output", Limits{Tokens: 1000}, `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "988"},
+		{"no max_tokens, a default", Limits{Tokens: 1000, DefaultMaxTokens: 256}, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "737"},
+		{"no max_tokens, two choices", Limits{Tokens: 1000, DefaultMaxTokens: 256}, `{"model":"gpt-4o","n":2,"messages":[{"role":"user","content":"hi"}]}`, "481"},
+		{"no max_tokens, no default", Limits{Tokens: 1000}, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "961"},
+		{"max_completion_tokens over a default", Limits{Tokens: 1000, DefaultMaxTokens: 256}, `{"model":"gpt-4o","max_completion_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "983"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(New(Config{Limits: tc.limits}))
+			defer srv.Close()
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := resp.Header.Get("X-Ratelimit-Remaining-Tokens"); resp.StatusCode != 200 || got != tc.want {
+				t.Errorf("status %d, remaining tokens %q; want 200, %q", resp.StatusCode, got, tc.want)
+			}
+		})
+	}
+}

@@ -244,6 +244,19 @@ type simRequest struct {
 	} `json:"tools"`
 }
 
+// outputLimit returns the smallest of the request's output limits
+// (max_tokens, max_completion_tokens, max_output_tokens), and whether it
+// sets one.
+func (r *simRequest) outputLimit() (int, bool) {
+	out, ok := 0, false
+	for _, lim := range []*int{r.MaxCompletionTokens, r.MaxTokens, r.MaxOutputTokens} {
+		if lim != nil && (!ok || *lim < out) {
+			out, ok = *lim, true
+		}
+	}
+	return out, ok
+}
+
 type simMessage struct {
 	Role    string          `json:"role"`
 	Name    string          `json:"name"`
@@ -330,10 +343,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := s.outputTokens(r)
 	finish := "stop"
-	for _, lim := range []*int{req.MaxCompletionTokens, req.MaxTokens, req.MaxOutputTokens} {
-		if lim != nil && *lim < out {
-			out, finish = max(*lim, 0), "length"
-		}
+	if lim, ok := req.outputLimit(); ok && lim < out {
+		out, finish = max(lim, 0), "length"
 	}
 	chain := 0
 	if strings.HasSuffix(path, "/responses") {
