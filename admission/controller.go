@@ -510,7 +510,7 @@ func (c *Controller) issue(cfg *PolicySet, r *Request, now time.Time) *ticket {
 	t.cfg = cfg
 	t.start = now
 	t.tenant, t.model, t.operation, t.priority = r.Tenant, r.Model, r.Operation, r.Priority
-	t.session = r.Session
+	t.session, t.retry = r.Session, r.Retry
 	t.ops = t.ops[:0]
 	t.keybuf = t.keybuf[:0]
 	t.stage = stageWhole

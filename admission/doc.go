@@ -211,6 +211,18 @@
 // source (the tenant's plan, the API key, the route), never from a raw
 // client header.
 //
+// A request refused because a rate policy's queue (or the tenant's part
+// of it, Queue.PerTenant) is full is told to retry when the policy's rate
+// will have served the waiters ahead of it. Once a tenant marks its
+// retries (Request.Retry, from an SDK's retry-count header), the queue
+// holds a place for each such refusal's retry: new requests count it as
+// taken, and the retry takes it at its hint although the queue is full,
+// so a tenant sending more than its share gets later hints that hold
+// rather than early ones its own new requests make false. A place is
+// held for hints of at most a minute and given up two seconds after its
+// time; places are held by tenant, so marking every request a retry only
+// reorders the tenant's own.
+//
 // # Several policies
 //
 // All matching policies are evaluated: first those Begin would decide

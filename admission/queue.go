@@ -75,6 +75,12 @@ type queue struct {
 	// slots, for a concurrency partition, is what its groups hold in
 	// flight: the group holding least for its share goes next.
 	slots *slotLoad
+	// places are the places held for refused requests' retries, by
+	// tenant (see promise), nHeld and heldCost their number and cost;
+	// nil until a tenant marks a retry.
+	places   map[string]*heldPlaces
+	nHeld    int
+	heldCost int64
 }
 
 // shareGroup is the state of one share of a queue: a start-time fair
@@ -183,9 +189,10 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		sh.mu.Unlock()
 		return c.decide(t, h)
 	}
-	if q != nil && (q.n >= h.p.Queue.Size || h.p.Queue.PerTenant > 0 && q.waitersOf(t.tenant) >= h.p.Queue.PerTenant) {
-		if hint := q.fullHint(h, t.tenant); hint > 0 {
+	if q != nil && q.refuses(h.p, t.tenant, t.retry, now.UnixNano()) {
+		if hint := q.fullHint(h, t.tenant, now.UnixNano()); hint > 0 {
 			h.grant.RetryAfter = hint
+			q.promise(h.p, t.tenant, h.est, hint, now.UnixNano())
 		}
 		sh.mu.Unlock()
 		retry := h.retryAfter()
@@ -332,7 +339,26 @@ func (qs *queueSet) dispatch(key string) {
 		w.grant, w.state = g, granted
 		close(w.done)
 	}
-	delete(sh.m, key)
+	qs.emptied(sh, q)
+}
+
+// emptied drops q, whose last waiter has left, from its shard, or, while
+// it holds places for retries, keeps it until the last one's grace ends.
+// Callers hold the shard lock.
+func (qs *queueSet) emptied(sh *qshard, q *queue) {
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
+	}
+	now := qs.c.clock.Now().UnixNano()
+	last := q.lastHeld(now)
+	if last == 0 {
+		delete(sh.m, q.key)
+		return
+	}
+	key := q.key
+	q.timerAt = last + 1
+	q.timer = qs.c.clock.AfterFunc(time.Duration(q.timerAt-now), func() { qs.dispatch(key) })
 }
 
 // yield gives back the concurrency permits t holds from the policies
@@ -428,10 +454,7 @@ func (qs *queueSet) remove(w *waiter, state int) {
 	w.state = state
 	close(w.done)
 	if q.n == 0 {
-		if q.timer != nil {
-			q.timer.Stop()
-		}
-		delete(sh.m, q.key)
+		qs.emptied(sh, q)
 		head = false
 	}
 	sh.mu.Unlock()
@@ -575,28 +598,43 @@ func (q *queue) push(w *waiter) {
 // fullHint returns the retry hint of h, a request of tenant refused
 // because the queue q of a rate policy is full (or the tenant's part of
 // it, Queue.PerTenant): the time the policy's rate takes to serve the
-// waiters ahead of it (the tenant's, one turn in the round robin of the
-// tenants waiting, when its own part is what is full), after which a
-// retry finds room rather than the same full queue. It returns 0 for a
+// waiters ahead of it and the retries places are held for (the tenant's,
+// one turn in the round robin of the tenants waiting, when its own part
+// is what is full), after which a retry finds room rather than the same
+// full queue (and finds it held, see promise). It returns 0 for a
 // concurrency policy, or a limit without a rate: their own hint applies.
-func (q *queue) fullHint(h *held, tenant string) time.Duration {
+func (q *queue) fullHint(h *held, tenant string, now int64) time.Duration {
 	if !h.p.Algorithm.IsRate() || h.lim.Per <= 0 || h.lim.Amount <= 0 {
 		return 0
 	}
-	ahead := q.cost
+	ahead := q.cost + q.heldCost
 	if q.n < h.p.Queue.Size {
-		// The tenant's part is full: its waiters are served once a turn.
+		// The tenant's part is full: its waiters, and the retries its
+		// places are held for, are served once a turn (the waiters at
+		// most after all the others waiting now; the retries, still to
+		// come, in turns with whatever the others send by then).
 		var own int64
-		tenants := 0
+		tenants, waiting := 0, false
 		for _, pc := range q.classes {
 			tenants += len(pc.ring)
 			if tq := pc.tenants[tenant]; tq != nil {
+				waiting = true
 				for _, w := range tq.ws {
 					own += w.cost
 				}
 			}
 		}
-		ahead = min(ahead, own*int64(max(tenants, 1)))
+		if !waiting {
+			tenants++
+		}
+		ahead = min(q.cost, own*int64(tenants))
+		if pl := q.places[tenant]; pl != nil && len(pl.ps) > 0 {
+			// And no sooner than a turn after the tenant's last place.
+			ahead += pl.cost * int64(tenants)
+			hint := limits.CeilDuration(float64(ahead) * float64(h.lim.Per) / float64(h.lim.Amount))
+			turn := limits.CeilDuration(float64(h.est*int64(tenants)) * float64(h.lim.Per) / float64(h.lim.Amount))
+			return max(hint, time.Duration(pl.ps[len(pl.ps)-1].due-now)+turn)
+		}
 	}
 	return limits.CeilDuration(float64(ahead) * float64(h.lim.Per) / float64(h.lim.Amount))
 }
@@ -696,16 +734,23 @@ func (q *queue) pop(w *waiter) {
 	}
 }
 
-// depth returns the number of waiters.
-func (qs *queueSet) depth() int {
-	n := 0
+// depth returns the number of waiters, and of places held for retries
+// at now (read, not pruned: Stats changes nothing).
+func (qs *queueSet) depth(now int64) (n, held int) {
 	for i := range qs.shards {
 		sh := &qs.shards[i]
 		sh.mu.Lock()
 		for _, q := range sh.m {
 			n += q.n
+			for _, pl := range q.places {
+				for _, pr := range pl.ps {
+					if pr.until >= now {
+						held++
+					}
+				}
+			}
 		}
 		sh.mu.Unlock()
 	}
-	return n
+	return n, held
 }

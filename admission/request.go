@@ -46,6 +46,12 @@ type Request struct {
 	// Priority orders waiters in a queue: a higher value is served first.
 	// Requests of equal priority are served fairly across tenants.
 	Priority int
+	// Retry says the request repeats one refused before (the client says
+	// so: an SDK's retry-count header, read by httpadmit). A place a full
+	// queue held for the refused request's retry is its to take; a
+	// tenant that marks every request only reorders its own (see the
+	// package doc, Waiting).
+	Retry bool
 	// Tokens is the estimated token cost (prompt plus output reservation).
 	// Zero, with token units in Units, means their sum.
 	Tokens int64

@@ -27,6 +27,9 @@ type PolicyStats struct {
 	InFlight int64
 	// Queued is the number of requests waiting.
 	Queued int
+	// Held is the number of places the policy's queues hold for the
+	// retries of requests they refused (see Request.Retry).
+	Held int
 }
 
 // Stats returns a snapshot of every policy. It walks the partition tables,
@@ -52,7 +55,7 @@ func (c *Controller) Stats() []PolicyStats {
 			s.Partitions, s.NearLimit, s.InFlight, s.Evicted = ps.Partitions, ps.NearLimit, ps.InFlight, ps.Evicted
 		}
 		if p.queues != nil {
-			s.Queued = p.queues.depth()
+			s.Queued, s.Held = p.queues.depth(now.UnixNano())
 		}
 		out = append(out, s)
 	}

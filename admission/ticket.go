@@ -60,6 +60,7 @@ type ticket struct {
 	model     string
 	operation string
 	priority  int
+	retry     bool // Request.Retry
 	batch     []backend.Op
 	// dec is the event being reported, so observers get a pointer; its
 	// Context is the call's, nil outside Admit, Begin and Continue.

@@ -28,7 +28,10 @@
 // call (SetRejectionHeaders); WithRetryAfterMs adds the precise wait
 // (Retry-After-Ms) beside Retry-After's whole seconds; an admitted
 // request that waited in a queue gets a Server-Timing entry
-// "queue;dur=<ms>" (WithServerTiming).
+// "queue;dur=<ms>" (WithServerTiming). A request whose
+// X-Stainless-Retry-Count (the OpenAI and Anthropic SDKs' count of a
+// request's retries) is 1 or more is a retry (admission.Request.Retry):
+// it takes the place a full queue held for its refused try.
 //
 // # What the limit headers mean
 //
@@ -759,6 +762,7 @@ func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.R
 		if err == nil && req.Session == "" {
 			req.Session, err = o.session(r)
 		}
+		req.Retry = req.Retry || isRetry(r.Header)
 		return req, unauthenticated(err)
 	}
 	id, err := o.Identify(r)
@@ -769,9 +773,35 @@ func (m *Middleware) caller(o *Snapshot, r *http.Request, fn func() (admission.R
 		Tenant: id.Tenant, KeyID: id.KeyID, User: id.User,
 		Addr:      o.identity.ClientAddr(r),
 		Operation: m.operation(o, r),
+		Retry:     isRetry(r.Header),
 	}
 	req.Session, err = o.session(r)
 	return req, err
+}
+
+// retryCountHeader is the header by which OpenAI's and Anthropic's SDKs
+// number a request's retries (absent or 0 on the first try). A request
+// with a count of 1 or more is an admission.Request.Retry: a place a full
+// queue held for its refused try is its to take. A client gains nothing
+// over other tenants by sending it on every request: places are held by
+// tenant.
+const retryCountHeader = "X-Stainless-Retry-Count"
+
+// isRetry reports whether h numbers a retry (retryCountHeader, a decimal
+// count of 1 to 999).
+func isRetry(h http.Header) bool {
+	v := h.Get(retryCountHeader)
+	if len(v) == 0 || len(v) > 3 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return false
+		}
+		n = n*10 + int(v[i]-'0')
+	}
+	return n > 0
 }
 
 // session returns the agent session r carries under o

@@ -379,12 +379,16 @@ func offer(gwURL string, s providerSetup, clients []client) providerRun {
 	return run
 }
 
-// call sends one chat request as tenant and reads the whole answer.
-func call(ctx context.Context, client *http.Client, gwURL, tenant string, body []byte, deadline time.Duration) (int, http.Header, []byte, error) {
+// call sends one chat request as tenant, with the header pairs hdr, and
+// reads the whole answer.
+func call(ctx context.Context, client *http.Client, gwURL, tenant string, body []byte, deadline time.Duration, hdr ...string) (int, http.Header, []byte, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gwURL+"/v1/chat/completions", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer sk-"+tenant)
 	req.Header.Set("X-Stainless-Timeout", strconv.FormatFloat(deadline.Seconds(), 'f', -1, 64))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, nil, err

@@ -266,9 +266,9 @@ func runMix(s mixSetup) (mixRun, error) {
 							break
 						}
 						// A client retries once, after the hint, as the
-						// SDKs do.
+						// SDKs do, numbering its retry.
 						time.Sleep(wait)
-						status, _, _, err = call(ctx, client, gwURL, t.name, body, s.Deadline)
+						status, _, _, err = call(ctx, client, gwURL, t.name, body, s.Deadline, "X-Stainless-Retry-Count", "1")
 						if err == nil && status == http.StatusOK {
 							served()
 						}

@@ -1,0 +1,266 @@
+package admission_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+)
+
+// maxHeldWait is the furthest hint a queue holds a place for.
+const maxHeldWait = time.Minute
+
+// heldOn returns the places c's policy name holds for retries.
+func heldOn(c *admission.Controller, name string) int {
+	for _, s := range c.Stats() {
+		if s.Name == name {
+			return s.Held
+		}
+	}
+	return -1
+}
+
+// TestQueueHeldPlaces: once a tenant marks its retries, each refusal of
+// its requests by a full queue holds a place for the retry: later hints
+// count it, the tenant's new requests find it taken (another tenant's
+// do not), the retry takes it at its hint (not before), the queue keeps
+// it when its waiters are gone, and a place whose retry does not come is
+// given up heldGrace after its time. A tenant that does not mark retries
+// holds no place.
+func TestQueueHeldPlaces(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, admission.Policy{
+		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute, // 10 tokens a second
+		Queue: limits.Queue{Size: 6, PerTenant: 2, Timeout: time.Hour},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600}); err != nil {
+		t.Fatal(err)
+	} else {
+		tk.Done()
+	}
+	out := make(chan result, 8)
+	served := func(n int) {
+		t.Helper()
+		for range n {
+			if r := receive(t, "a waiter", out); r.err != nil {
+				t.Errorf("%s: %v", r.name, r.err)
+			} else {
+				r.tk.Done()
+			}
+		}
+	}
+	// Each request takes a second of the rate; a1, b1, a2 are served at
+	// 1s, 2s and 3s.
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10}, "a1", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "b", Tokens: 10}, "b1", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10}, "a2", out)
+	check := func(what string, queued, held int) {
+		t.Helper()
+		if q, h := queuedOn(c, "tpm"), heldOn(c, "tpm"); q != queued || h != held {
+			t.Errorf("%s: %d queued, %d places held; want %d, %d", what, q, h, queued, held)
+		}
+	}
+	refused := func(what string, r admission.Request, want time.Duration, held int) {
+		t.Helper()
+		_, err := c.Admit(ctx, r)
+		var rej *admission.Rejection
+		if !errors.As(err, &rej) || rej.Reason != admission.ReasonQueueFull || rej.RetryAfter != want {
+			t.Errorf("%s: %v; want queue_full, retry after %v", what, err, want)
+		}
+		if got := heldOn(c, "tpm"); got != held {
+			t.Errorf("after %s: %d places held; want %d", what, got, held)
+		}
+	}
+	// a's part is full: the 30 tokens waiting are served in 3s.
+	refused("a's request, retries unmarked", admission.Request{Tenant: "a", Tokens: 10}, 3*time.Second, 0)
+	refused("a's first marked retry", admission.Request{Tenant: "a", Tokens: 10, Retry: true}, 3*time.Second, 1)
+	// From now on a's refusals hold places, and the hints count the
+	// retries they wait for, once a turn of a and b.
+	refused("a's next request", admission.Request{Tenant: "a", Tokens: 10}, 5*time.Second, 2)
+	clock.Advance(time.Second)
+	served(1)
+	// a's part has room for one waiter, but its places take it.
+	refused("a's request with its places due", admission.Request{Tenant: "a", Tokens: 10}, 6*time.Second, 3)
+	// Before its time a retry takes no place.
+	refused("a's retry before its time", admission.Request{Tenant: "a", Tokens: 10, Retry: true}, 8*time.Second, 4)
+	clock.Advance(2 * time.Second)
+	served(2)
+	check("the waiters served", 0, 4)
+	// Its time (3s): the retry takes its place. Places never refuse
+	// another tenant: c finds room.
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10, Retry: true}, "a's retry", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "c", Tokens: 10}, "c", out)
+	check("the retry took its place", 2, 3)
+	// The retry of the place due at 5s never comes: at 7s it is given up.
+	clock.Advance(5 * time.Second)
+	served(2)
+	check("at 8s", 0, 2)
+	// The last place is given up at 11s, and the queue with it.
+	clock.Advance(4 * time.Second)
+	check("at 12s", 0, 0)
+}
+
+// TestQueueHeldPlacesUnderOverload runs two tenants offering twice a
+// policy's rate each and a light one, every request refused by a full
+// queue retried once after its hint: the retries of the tenant that marks
+// them find their places (those of the one that does not mostly find its
+// own new requests in them), the two share the rate equally, the light
+// tenant is always served, and the policy admits no more than its rate.
+func TestQueueHeldPlacesUnderOverload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := admissiontest.NewClock(backendtest.Epoch)
+		const cost, rate = 10, 10 // tokens per request, per second
+		c := newController(t, clock, nil, admission.Policy{
+			Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 60 * rate, Per: time.Minute,
+			Queue: limits.Queue{Size: 12, PerTenant: 4, Timeout: 30 * time.Second},
+		})
+		ctx := context.Background()
+		start := clock.Now()
+		type tally struct{ sent, firstOK, retries, retriesOK, served, servedIn int }
+		var mu sync.Mutex
+		tallies := map[string]*tally{"a": {}, "b": {}, "c": {}}
+		// The first minute warms up: the hints of a's first refusals,
+		// before its first retry shows that it marks them, hold no place.
+		const warmup, run = time.Minute, 3 * time.Minute
+		type retry struct {
+			at       time.Time
+			r        admission.Request
+			measured bool
+		}
+		var due []retry
+		send := func(r admission.Request, retried, measured bool) {
+			go func() {
+				tk, err := c.Admit(ctx, r)
+				mu.Lock()
+				defer mu.Unlock()
+				tl := tallies[r.Tenant]
+				if err == nil {
+					tk.Done()
+					tl.served++
+					if d := clock.Now().Sub(start); d >= warmup && d < run {
+						tl.servedIn++
+					}
+					if retried && measured {
+						tl.retriesOK++
+					} else if !retried {
+						tl.firstOK++
+					}
+					return
+				}
+				var rej *admission.Rejection
+				if !errors.As(err, &rej) {
+					t.Errorf("%s: %v", r.Tenant, err)
+					return
+				}
+				if !retried && rej.RetryAfter > 0 && rej.RetryAfter <= time.Minute {
+					again := r
+					// Only a marks its retries (as an SDK's retry-count
+					// header does); b's retry looks like a new request.
+					again.Retry = r.Tenant == "a"
+					due = append(due, retry{clock.Now().Add(rej.RetryAfter), again, measured})
+				}
+			}()
+		}
+		const step = 100 * time.Millisecond
+		for i := 0; ; i++ {
+			now := clock.Now()
+			measured := now.Sub(start) >= warmup
+			if now.Sub(start) < run {
+				if i%5 == 0 {
+					tallies["a"].sent++
+					tallies["b"].sent++
+					send(admission.Request{Tenant: "a", Tokens: cost}, false, measured)
+					synctest.Wait()
+					send(admission.Request{Tenant: "b", Tokens: cost}, false, measured)
+					synctest.Wait()
+				}
+				if i%40 == 0 {
+					tallies["c"].sent++
+					send(admission.Request{Tenant: "c", Tokens: cost}, false, measured)
+					synctest.Wait()
+				}
+			}
+			synctest.Wait()
+			mu.Lock()
+			// Retries go in the order of their time, then tenant: the
+			// run is the same every time.
+			slices.SortStableFunc(due, func(x, y retry) int {
+				if c := x.at.Compare(y.at); c != 0 {
+					return c
+				}
+				if c := strings.Compare(x.r.Tenant, y.r.Tenant); c != 0 {
+					return c
+				}
+				return cmp.Compare(b2i(x.measured), b2i(y.measured))
+			})
+			var later []retry
+			for _, d := range due {
+				if d.at.After(now) {
+					later = append(later, d)
+					continue
+				}
+				if d.measured {
+					tallies[d.r.Tenant].retries++
+				}
+				mu.Unlock()
+				send(d.r, true, d.measured)
+				synctest.Wait()
+				mu.Lock()
+			}
+			due = later
+			mu.Unlock()
+			synctest.Wait()
+			mu.Lock()
+			pending := len(due)
+			mu.Unlock()
+			if now.Sub(start) >= run && pending == 0 && queuedOn(c, "tpm") == 0 {
+				break
+			}
+			clock.Advance(step)
+		}
+		synctest.Wait()
+		elapsed := clock.Now().Sub(start)
+		a, b, l := tallies["a"], tallies["b"], tallies["c"]
+		t.Logf("over %v: a sent %d, served %d (%d from the warm-up to the end of the arrivals; first try %d; after the warm-up, retries %d of %d); b sent %d, served %d (%d; first try %d; retries %d of %d); c sent %d, served %d",
+			elapsed, a.sent, a.served, a.servedIn, a.firstOK, a.retriesOK, a.retries, b.sent, b.served, b.servedIn, b.firstOK, b.retriesOK, b.retries, l.sent, l.served)
+		if a.retries == 0 || float64(a.retriesOK) < 0.9*float64(a.retries) {
+			t.Errorf("a's marked retries: %d of %d served; want at least 90%%", a.retriesOK, a.retries)
+		}
+		if float64(b.retriesOK) >= 0.5*float64(b.retries) {
+			t.Errorf("b's unmarked retries: %d of %d served; the scenario is meant to show them losing their room to b's new requests", b.retriesOK, b.retries)
+		}
+		if mean := float64(a.servedIn+b.servedIn) / 2; float64(max(a.servedIn, b.servedIn)-min(a.servedIn, b.servedIn)) > 0.1*mean {
+			t.Errorf("a served %d, b %d between the warm-up and the end of the arrivals: the places held for a's retries change its share", a.servedIn, b.servedIn)
+		}
+		if l.firstOK != l.sent {
+			t.Errorf("c, the light tenant: %d of %d served at the first try; want all", l.firstOK, l.sent)
+		}
+		if admitted, most := int64(a.served+b.served+l.served)*cost, 60*rate+int64(elapsed/time.Second+1)*rate; admitted > most {
+			t.Errorf("admitted %d tokens in %v; the policy allows at most %d", admitted, elapsed, most)
+		}
+		clock.Advance(maxHeldWait + 2*time.Second)
+		if h := heldOn(c, "tpm"); h != 0 {
+			t.Errorf("a minute after the run: %d places held; want 0", h)
+		}
+	})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
