@@ -49,6 +49,8 @@ func Catalog() []Metric {
 			"Partitions at 80% or more of the policy's limit."},
 		{"admission_queue_depth", "gauge", []string{"policy"},
 			"Requests waiting in the policy's queue."},
+		{"admission_queue_held", "gauge", []string{"policy"},
+			"Places the policy's queues hold for the retries of requests they refused (clients that number their retries)."},
 		{"admission_queue_wait_seconds", "histogram", []string{"policy", "decision"},
 			"Time spent queued, by how the wait ended (admitted, timeout, canceled)."},
 		{"admission_refusal_retry_after_seconds", "histogram", []string{"policy", "decision"},

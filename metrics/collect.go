@@ -34,7 +34,7 @@ type observables struct {
 	decisions, cost, rollbacks, expirations, evictions, storeErrors, reloads metric.Int64ObservableCounter
 	releaseRetries                                                           metric.Int64ObservableCounter
 	tenantDecisions, tenantCost                                              metric.Int64ObservableCounter
-	partitions, nearLimit, queueDepth, inflight                              metric.Int64ObservableUpDownCounter
+	partitions, nearLimit, queueDepth, queueHeld, inflight                   metric.Int64ObservableUpDownCounter
 	partitionsLimit, limit                                                   metric.Int64ObservableGauge
 	tenantUtil                                                               metric.Float64ObservableGauge
 }
@@ -102,6 +102,8 @@ func (o *Observer) instruments(m metric.Meter) error {
 		"Partitions using 80% or more of the policy's limit.")
 	ob.queueDepth = updown("admission.queue.depth", "{request}",
 		"Requests waiting in a policy's queue.")
+	ob.queueHeld = updown("admission.queue.held", "{request}",
+		"Places a policy's queues hold for the retries of requests they refused.")
 	ob.inflight = updown("admission.inflight", "{cost}",
 		"Cost held by concurrency permits, in the policy's unit.")
 	ob.limit = gauge("admission.limit", "{cost}",
@@ -118,7 +120,7 @@ func (o *Observer) instruments(m metric.Meter) error {
 		return nil
 	}, ob.decisions, ob.cost, ob.rollbacks, ob.expirations, ob.releaseRetries, ob.evictions, ob.storeErrors, ob.reloads,
 		ob.tenantDecisions, ob.tenantCost, ob.partitions, ob.partitionsLimit, ob.nearLimit,
-		ob.queueDepth, ob.inflight, ob.limit, ob.tenantUtil)
+		ob.queueDepth, ob.queueHeld, ob.inflight, ob.limit, ob.tenantUtil)
 	return err
 }
 
@@ -177,6 +179,7 @@ func (o *Observer) collect(obs metric.Observer, ob *observables) {
 		obs.ObserveInt64(ob.partitionsLimit, int64(maxParts[s.Name]), pa)
 		obs.ObserveInt64(ob.nearLimit, int64(s.NearLimit), pa)
 		obs.ObserveInt64(ob.queueDepth, int64(s.Queued), pa)
+		obs.ObserveInt64(ob.queueHeld, int64(s.Held), pa)
 		unit := keyUnit.String(string(s.Unit))
 		obs.ObserveInt64(ob.inflight, s.InFlight, metric.WithAttributes(attribute.String("policy", s.Name), unit))
 		obs.ObserveInt64(ob.limit, s.Limit, metric.WithAttributes(attribute.String("policy", s.Name), unit,
