@@ -62,9 +62,10 @@ func maxHeld(p *policy) int { return 4 * p.Queue.Size }
 // the request is a retry taking a place held for it, when the tenant's
 // waiters and places held fill its part of the queue (Queue.PerTenant,
 // else the whole queue). A retry takes the tenant's earliest place whose
-// time has come, in its part although its hint came early. Places count
-// against their tenant's part only: they never refuse another tenant's
-// request. From a tenant's first retry on, q holds places for its
+// time has come, in its part although its hint came early (up to twice
+// the part: however the hints went, a tenant's waiters stay bounded by
+// its part). Places count against their tenant's part only: they never
+// refuse another tenant's request. From a tenant's first retry on, q holds places for its
 // refused requests (see promise).
 func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
 	for _, pl := range q.places {
@@ -86,7 +87,7 @@ func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
 	switch {
 	case q.n >= p.Queue.Size:
 		return true
-	case retry && pl != nil && len(pl.ps) > 0 && pl.ps[0].due <= now:
+	case retry && pl != nil && len(pl.ps) > 0 && pl.ps[0].due <= now && w < 2*part:
 		q.drop(pl, 1)
 		return false
 	case pl == nil:

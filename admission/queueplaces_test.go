@@ -113,6 +113,51 @@ func TestQueueHeldPlaces(t *testing.T) {
 	check("at 12s", 0, 0)
 }
 
+func isQueueFull(err error) bool {
+	var rej *admission.Rejection
+	return errors.As(err, &rej) && rej.Reason == admission.ReasonQueueFull
+}
+
+// TestQueueHeldPlacesBounded: however its places come due, a tenant's
+// retries take them only while it has fewer than twice its part of the
+// queue waiting.
+func TestQueueHeldPlacesBounded(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, admission.Policy{
+		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute,
+		Queue: limits.Queue{Size: 6, PerTenant: 1, Timeout: time.Hour},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	if tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600}); err != nil {
+		t.Fatal(err)
+	} else {
+		tk.Done()
+	}
+	out := make(chan result, 4)
+	// z's request at the head is served at 59s: nobody is before.
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "z", Tokens: 590}, "z", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10}, "a1", out)
+	for _, r := range []admission.Request{{Tenant: "a", Tokens: 10, Retry: true}, {Tenant: "a", Tokens: 10}} {
+		if _, err := c.Admit(ctx, r); !isQueueFull(err) {
+			t.Fatalf("a's request with its part full: %v; want queue_full", err)
+		}
+	}
+	if h := heldOn(c, "tpm"); h != 2 {
+		t.Fatalf("%d places held; want 2", h)
+	}
+	clock.Advance(4 * time.Second)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10, Retry: true}, "a's retry", out)
+	// Its second place is due, but a has twice its part waiting.
+	if _, err := c.Admit(ctx, admission.Request{Tenant: "a", Tokens: 10, Retry: true}); !isQueueFull(err) {
+		t.Errorf("a's second retry with 2 waiting for a part of 1: %v; want queue_full", err)
+	}
+	cancel()
+	for range 3 {
+		receive(t, "a waiter to give up", out)
+	}
+}
+
 // TestQueueHeldPlacesUnderOverload runs two tenants offering twice a
 // policy's rate each and a light one, every request refused by a full
 // queue retried once after its hint: the retries of the tenant that marks
