@@ -63,8 +63,8 @@ func maxHeld(p *policy) int { return 4 * p.Queue.Size }
 // waiters and places held fill its part of the queue (Queue.PerTenant,
 // else the whole queue). A retry takes the tenant's earliest place whose
 // time has come, in its part although its hint came early (up to twice
-// the part: however the hints went, a tenant's waiters stay bounded by
-// its part). Places count against their tenant's part only: they never
+// the part: however the hints went, a tenant's waiters stay within
+// twice its part). Places count against their tenant's part only: they never
 // refuse another tenant's request. From a tenant's first retry on, q holds places for its
 // refused requests (see promise).
 func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
