@@ -87,6 +87,10 @@ type policy struct {
 	// applies only to requests with a fingerprint, and refuses with
 	// ReasonLoop.
 	loop bool
+	// always is set when the policy applies to every request: it is not
+	// off, matches every operation and model, and is keyed by neither
+	// session nor fingerprint.
+	always bool
 	*policyState
 }
 
@@ -273,6 +277,7 @@ func buildPolicies(list []Policy, old *PolicySet) []*policy {
 		p.class = p.evalClass()
 		p.bySession = p.KeyedBySession()
 		p.loop = p.DetectsLoops()
+		p.always = p.Mode != limits.Off && len(p.Match.Operations) == 0 && len(p.Match.Models) == 0 && !p.bySession && !p.loop
 		if old != nil {
 			if o, ok := old.byName[p.Name]; ok && compatible(&o.Policy, &p.Policy) {
 				p.policyState = o.policyState
@@ -526,10 +531,12 @@ func (p *policy) applies(r *Request) bool {
 // match adds to t the policies of ps that apply to r.
 func (t *ticket) match(ps []*policy, lims []limits.Limit, r *Request, allShadow bool, now time.Time) {
 	for _, p := range ps {
-		if !p.applies(r) {
+		if !p.always && !p.applies(r) {
 			continue
 		}
-		t.add(p, lims, r, allShadow).renewed = now
+		if h := t.add(p, lims, r, allShadow); p.Algorithm == limits.Concurrency {
+			h.renewed = now // only a lease is renewed
+		}
 	}
 }
 
@@ -558,8 +565,13 @@ func (c *Controller) evaluate(ctx context.Context, t *ticket, first int, wait bo
 					t.ops[j].renewed = now
 				}
 			}
+		} else if e := h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now, &h.grant); e != nil {
+			err = c.storeFailed(ctx, t, h, e, now)
+		} else if g := &h.grant; g.OK && g.Expired == 0 {
+			// Taken, nothing to report: decide's common case.
+			h.taken, h.rem0, h.remAfter = true, g.Remaining, g.Remaining
 		} else {
-			err = c.acquire(ctx, t, h, now)
+			err = c.decide(t, h)
 		}
 		evaluated++
 	}
@@ -594,7 +606,7 @@ func (c *Controller) conclude(t *ticket, evaluated int, err error, rolledBack bo
 	// reports it, marked when another policy's refusal gave its permits
 	// back: after Begin only if it refused, after Continue for Begin's
 	// policies too.
-	if part != stageBegun || rolledBack {
+	if (part != stageBegun || rolledBack) && !c.nop {
 		c.reportAdmitted(t, evaluated, rolledBack)
 	}
 	t.dec.Context = nil // the ticket outlives the call; the context must not
@@ -607,7 +619,8 @@ func (c *Controller) conclude(t *ticket, evaluated int, err error, rolledBack bo
 }
 
 // add appends p's part of r to t, with every field set but the grant
-// (which the evaluation always writes) and renewed.
+// (which the evaluation always writes) and renewed (which only a
+// concurrency policy's lease reads).
 func (t *ticket) add(p *policy, lims []limits.Limit, r *Request, allShadow bool) *held {
 	n := len(t.ops)
 	if n < cap(t.ops) {
@@ -657,14 +670,6 @@ func (c *Controller) batchable(ops []held) int {
 		n++
 	}
 	return n
-}
-
-// acquire evaluates one policy without queueing.
-func (c *Controller) acquire(ctx context.Context, t *ticket, h *held, now time.Time) error {
-	if err := h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now, &h.grant); err != nil {
-		return c.storeFailed(ctx, t, h, err, now)
-	}
-	return c.decide(t, h)
 }
 
 // decide acts on h.grant: a taken grant, a would-reject or a rejection.
