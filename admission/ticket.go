@@ -255,8 +255,8 @@ func (tk Ticket) settle(rctx context.Context, u *Usage) {
 		// known: settled without Continue, it was.
 		c.reportAdmitted(t, len(t.ops), false)
 	}
-	for i := range t.ops {
-		if h := &t.ops[i]; h.taken && !c.nop {
+	for i := 0; i < len(t.ops) && !c.nop; i++ {
+		if h := &t.ops[i]; h.taken {
 			final := int64(0) // a concurrency grant is released whole
 			if h.p.Algorithm.IsRate() {
 				final = h.grant.Taken + h.settleDelta(u)
