@@ -91,6 +91,9 @@ type policy struct {
 	// off, matches every operation and model, and is keyed by neither
 	// session nor fingerprint.
 	always bool
+	// alone is set when the policy is decided by one call of its own
+	// limiter: it has no queue and its store does not batch.
+	alone bool
 	*policyState
 }
 
@@ -209,6 +212,7 @@ func (c *Controller) compile(cfg Config) (*PolicySet, error) {
 	table := compilePlans(&cfg.Plans, policies)
 	next := &PolicySet{ctl: c, policies: policies, byName: map[string]*policy{}, limits: table}
 	for _, p := range policies {
+		p.alone = p.Queue.Size == 0 && p.batcher == nil
 		next.byName[p.Name] = p
 		if p.early() {
 			next.early++
@@ -547,6 +551,11 @@ func (c *Controller) evaluate(ctx context.Context, t *ticket, first int, wait bo
 	var err error
 	evaluated := first
 	for evaluated < len(t.ops) && err == nil {
+		if h := &t.ops[evaluated]; h.p.alone {
+			err = c.acquire(ctx, t, h, now)
+			evaluated++
+			continue
+		}
 		if n := c.batchable(t.ops[evaluated:]); n > 1 {
 			err = c.acquireBatch(ctx, t, t.ops[evaluated:evaluated+n], now)
 			evaluated += n
@@ -565,13 +574,8 @@ func (c *Controller) evaluate(ctx context.Context, t *ticket, first int, wait bo
 					t.ops[j].renewed = now
 				}
 			}
-		} else if e := h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now, &h.grant); e != nil {
-			err = c.storeFailed(ctx, t, h, e, now)
-		} else if g := &h.grant; g.OK && g.Expired == 0 {
-			// Taken, nothing to report: decide's common case.
-			h.taken, h.rem0, h.remAfter = true, g.Remaining, g.Remaining
 		} else {
-			err = c.decide(t, h)
+			err = c.acquire(ctx, t, h, now)
 		}
 		evaluated++
 	}
@@ -670,6 +674,19 @@ func (c *Controller) batchable(ops []held) int {
 		n++
 	}
 	return n
+}
+
+// acquire evaluates one policy without queueing.
+func (c *Controller) acquire(ctx context.Context, t *ticket, h *held, now time.Time) error {
+	if err := h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now, &h.grant); err != nil {
+		return c.storeFailed(ctx, t, h, err, now)
+	}
+	if g := &h.grant; g.OK && g.Expired == 0 {
+		// Taken, nothing to report: decide's common case.
+		h.taken, h.rem0, h.remAfter = true, g.Remaining, g.Remaining
+		return nil
+	}
+	return c.decide(t, h)
 }
 
 // decide acts on h.grant: a taken grant, a would-reject or a rejection.
