@@ -87,6 +87,13 @@ type policy struct {
 	// applies only to requests with a fingerprint, and refuses with
 	// ReasonLoop.
 	loop bool
+	// always is set when the policy applies to every request: it is not
+	// off, matches every operation and model, and is keyed by neither
+	// session nor fingerprint.
+	always bool
+	// alone is set when the policy is decided by one call of its own
+	// limiter: it has no queue and its store does not batch.
+	alone bool
 	*policyState
 }
 
@@ -205,6 +212,7 @@ func (c *Controller) compile(cfg Config) (*PolicySet, error) {
 	table := compilePlans(&cfg.Plans, policies)
 	next := &PolicySet{ctl: c, policies: policies, byName: map[string]*policy{}, limits: table}
 	for _, p := range policies {
+		p.alone = p.Queue.Size == 0 && p.batcher == nil
 		next.byName[p.Name] = p
 		if p.early() {
 			next.early++
@@ -273,6 +281,7 @@ func buildPolicies(list []Policy, old *PolicySet) []*policy {
 		p.class = p.evalClass()
 		p.bySession = p.KeyedBySession()
 		p.loop = p.DetectsLoops()
+		p.always = p.Mode != limits.Off && len(p.Match.Operations) == 0 && len(p.Match.Models) == 0 && !p.bySession && !p.loop
 		if old != nil {
 			if o, ok := old.byName[p.Name]; ok && compatible(&o.Policy, &p.Policy) {
 				p.policyState = o.policyState
@@ -526,10 +535,12 @@ func (p *policy) applies(r *Request) bool {
 // match adds to t the policies of ps that apply to r.
 func (t *ticket) match(ps []*policy, lims []limits.Limit, r *Request, allShadow bool, now time.Time) {
 	for _, p := range ps {
-		if !p.applies(r) {
+		if !p.always && !p.applies(r) {
 			continue
 		}
-		t.add(p, lims, r, allShadow).renewed = now
+		if h := t.add(p, lims, r, allShadow); p.Algorithm == limits.Concurrency {
+			h.renewed = now // only a lease is renewed
+		}
 	}
 }
 
@@ -540,6 +551,11 @@ func (c *Controller) evaluate(ctx context.Context, t *ticket, first int, wait bo
 	var err error
 	evaluated := first
 	for evaluated < len(t.ops) && err == nil {
+		if h := &t.ops[evaluated]; h.p.alone {
+			err = c.acquire(ctx, t, h, now)
+			evaluated++
+			continue
+		}
 		if n := c.batchable(t.ops[evaluated:]); n > 1 {
 			err = c.acquireBatch(ctx, t, t.ops[evaluated:evaluated+n], now)
 			evaluated += n
@@ -594,7 +610,7 @@ func (c *Controller) conclude(t *ticket, evaluated int, err error, rolledBack bo
 	// reports it, marked when another policy's refusal gave its permits
 	// back: after Begin only if it refused, after Continue for Begin's
 	// policies too.
-	if part != stageBegun || rolledBack {
+	if (part != stageBegun || rolledBack) && !c.nop {
 		c.reportAdmitted(t, evaluated, rolledBack)
 	}
 	t.dec.Context = nil // the ticket outlives the call; the context must not
@@ -607,7 +623,8 @@ func (c *Controller) conclude(t *ticket, evaluated int, err error, rolledBack bo
 }
 
 // add appends p's part of r to t, with every field set but the grant
-// (which the evaluation always writes) and renewed.
+// (which the evaluation always writes) and renewed (which only a
+// concurrency policy's lease reads).
 func (t *ticket) add(p *policy, lims []limits.Limit, r *Request, allShadow bool) *held {
 	n := len(t.ops)
 	if n < cap(t.ops) {
@@ -663,6 +680,11 @@ func (c *Controller) batchable(ops []held) int {
 func (c *Controller) acquire(ctx context.Context, t *ticket, h *held, now time.Time) error {
 	if err := h.p.limiter.Acquire(ctx, h.key, h.lim, h.est, now, &h.grant); err != nil {
 		return c.storeFailed(ctx, t, h, err, now)
+	}
+	if g := &h.grant; g.OK && g.Expired == 0 {
+		// Taken, nothing to report: decide's common case.
+		h.taken, h.rem0, h.remAfter = true, g.Remaining, g.Remaining
+		return nil
 	}
 	return c.decide(t, h)
 }

@@ -177,5 +177,11 @@ func (u *Usage) amount(unit limits.Unit) (int64, bool) {
 	return unitAmount(u.Units, unit)
 }
 
+// knowsAny reports whether u knows the actual amount of any unit; amount
+// reports every unit unknown when it does not.
+func (u *Usage) knowsAny() bool {
+	return u.refund || u.Tokens != 0 || u.TokensKnown || u.Cost != 0 || u.CostKnown || len(u.Units) > 0
+}
+
 // clampAmount returns v within [0, MaxAmount].
 func clampAmount(v int64) int64 { return min(max(v, 0), limits.MaxAmount) }

@@ -93,7 +93,7 @@ type held struct {
 	est         int64         // estimated cost, reserved at admission
 	grant       backend.Grant
 	wait        time.Duration
-	renewed     time.Time     // when the lease was taken or last renewed
+	renewed     time.Time     // when the lease was taken or last renewed (concurrency only)
 	lost        bool          // the lease keeper found the lease expired (Renew tells)
 	rem0        int64         // the partition's Remaining when the grant was taken
 	remAfter    int64         // the partition's Remaining after the settlement (see Settlement)
@@ -256,8 +256,8 @@ func (tk Ticket) settle(rctx context.Context, u *Usage) {
 		// known: settled without Continue, it was.
 		c.reportAdmitted(t, len(t.ops), false)
 	}
-	for i := range t.ops {
-		if h := &t.ops[i]; h.taken && !c.nop {
+	for i := 0; i < len(t.ops) && !c.nop; i++ {
+		if h := &t.ops[i]; h.taken {
 			final := int64(0) // a concurrency grant is released whole
 			if h.p.Algorithm.IsRate() {
 				final = h.grant.Taken + h.settleDelta(u)
@@ -267,15 +267,20 @@ func (tk Ticket) settle(rctx context.Context, u *Usage) {
 	}
 	// Releasing needs no clock (leases are found by id); only a charge or
 	// refund does, so a request settled at its estimate reads it once.
+	// A usage that knows no amount (Done's) leaves every rate grant as
+	// reserved: only concurrency leases have something to give back.
 	now := t.start
 	if len(t.ops) < 2 || c.batchSettle(ctx, t, u, now) == 0 {
-		clockRead := false
+		clockRead, known := false, u.knowsAny()
 		for i := range t.ops {
 			h := &t.ops[i]
 			if !h.taken {
 				continue
 			}
 			h.taken = false
+			if !known && h.p.Algorithm != limits.Concurrency {
+				continue
+			}
 			delta := h.settleDelta(u)
 			if delta != 0 && !clockRead {
 				now, clockRead = c.clock.Now(), true

@@ -260,6 +260,9 @@ func BucketFigures(l *limits.Limit, n int64, available float64, g *Grant) {
 		// Division, not multiplication by nsPer, keeps the retry exact.
 		g.RetryAfter = limits.CeilDuration((float64(n) - available) / perNs)
 	}
-	g.Remaining = int64(max(available, 0))
+	g.Remaining = 0
+	if available > 0 {
+		g.Remaining = int64(available)
+	}
 	g.Reset = limits.CeilDuration((float64(capacity) - available) * nsPer)
 }

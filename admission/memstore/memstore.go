@@ -32,14 +32,16 @@ func (Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 	return newMemLimiter(p), nil
 }
 
-// shardOf picks a key's shard by a hash of the whole key under the
-// table's seed. Partition keys often differ only in a few characters
-// anywhere (tenant-0001 to tenant-9999, then a model name): a hash of part
-// of the key would put them all in one shard, under one lock, and leave
-// eviction one shard to sample.
-func shardOf(seed maphash.Seed, key string) int {
-	return int(maphash.String(seed, key) % numShards)
-}
+// shardIndex picks the shard of a key by its hash, the seeded hash of
+// the whole key: its low bits (the bits above them place the key in its
+// shard's table, see table.start). Partition keys often differ only in a
+// few characters anywhere (tenant-0001 to tenant-9999, then a model
+// name): a hash of part of the key would put them all in one shard, under
+// one lock, and leave eviction one shard to sample.
+func shardIndex(h uint64) int { return int(h % numShards) }
+
+// shardBits is the number of low bits of a hash shardIndex reads.
+const shardBits = 6
 
 // memLimiter holds the partitions of one policy in a sharded table.
 type memLimiter struct {
@@ -53,20 +55,150 @@ type memLimiter struct {
 	alg           limits.Algorithm
 	evicted       atomic.Uint64
 	onEvict       func(partitions, leases int)
-	ovf           struct {
-		sync.Mutex
-		c    cell
-		init bool
-	}
-	shards [numShards]shard
+	ovf           partition // live once a full table has sent a key to it
+	shards        [numShards]shard
 }
 
-type shard struct {
+// partition is one key's state in the table: its cell, under a lock of
+// its own. Its key and live flag change under its shard's lock and its
+// own together, so that either lock reads them.
+type partition struct {
 	mu   sync.Mutex
-	m    map[string]*cell
-	free []*cell
-	slab []cell
+	live bool   // in its shard's table (the overflow partition: initialised)
+	slot uint32 // its slot in the shard's table; the shard's lock guards it alone
+	key  string
+	cell
+}
+
+// A shard's table is open addressing with linear probing, keyed by the
+// seeded hash of the key that also chose the shard: the key is hashed
+// once per lookup. Lookups take no shard lock: they read the table and
+// its slots atomically, and a partition found by its hash is confirmed
+// under its own lock (live, and its key the one asked for), so a lookup
+// racing a deletion, a reuse of the partition for another key or a
+// growth of the table either finds the right partition or none, and then
+// looks again under the shard's lock. Changes to the table (a key added,
+// partitions dropped, the table grown) take the shard's lock; a table is
+// replaced whole when it grows, never changed once replaced. The seed is
+// the table's own and secret, so keys chosen by callers cannot be made to
+// collide.
+type shard struct {
+	mu   sync.Mutex // serialises changes of the table; each partition's state is under its own lock
+	tab  atomic.Pointer[table]
+	live int // partitions in tab; mu
+	used int // slots of tab not free (live or deleted); mu
+	free []*partition
+	slab []partition
 	_    [48]byte // keep shards on separate cache lines
+}
+
+// table is a shard's slots, a power of two of them, a quarter of them at
+// least free (nil), so that every probe ends.
+type table struct {
+	mask  uint64
+	slots []slot
+}
+
+// slot is one place of a table: a partition and the hash of its key, or
+// free (nil), or deleted (tomb, hash 0).
+type slot struct {
+	hash atomic.Uint64
+	p    atomic.Pointer[partition]
+}
+
+// tomb marks a deleted slot, which probes go past and insertion reuses.
+var tomb partition
+
+// minTable is the smallest table a shard has.
+const minTable = 8
+
+func newTable(n int) *table {
+	return &table{mask: uint64(n - 1), slots: make([]slot, n)}
+}
+
+// start is the slot a probe for hash h begins at.
+func (t *table) start(h uint64) uint64 { return (h >> shardBits) & t.mask }
+
+// find returns the live partition of key, whose hash is h, locked, or nil.
+// It takes no shard lock (see shard).
+func (sh *shard) find(h uint64, key string) *partition {
+	t := sh.tab.Load()
+	for i := t.start(h); ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		p := s.p.Load()
+		if p == nil {
+			return nil
+		}
+		if s.hash.Load() == h && p != &tomb {
+			p.mu.Lock()
+			if p.live && p.key == key {
+				return p
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// insert adds p, holding the key whose hash is h, to the table; sh.mu is
+// held, and the key is not in the table.
+func (sh *shard) insert(h uint64, p *partition) {
+	t := sh.tab.Load()
+	if 4*(sh.used+1) > 3*len(t.slots) {
+		t = sh.rebuild(sh.live + 1)
+	}
+	for i := t.start(h); ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		if q := s.p.Load(); q == nil || q == &tomb {
+			if q == nil {
+				sh.used++
+			}
+			s.p.Store(p)
+			s.hash.Store(h)
+			p.slot = uint32(i)
+			sh.live++
+			return
+		}
+	}
+}
+
+// rebuild replaces the table by one without deleted slots, sized for n
+// partitions (half full at most); sh.mu is held.
+func (sh *shard) rebuild(n int) *table {
+	size := minTable
+	for size < 2*n {
+		size *= 2
+	}
+	old, t := sh.tab.Load(), newTable(size)
+	for i := range old.slots {
+		s := &old.slots[i]
+		p := s.p.Load()
+		if p == nil || p == &tomb {
+			continue
+		}
+		h := s.hash.Load()
+		for j := t.start(h); ; j = (j + 1) & t.mask {
+			if d := &t.slots[j]; d.p.Load() == nil {
+				d.p.Store(p)
+				d.hash.Store(h)
+				p.slot = uint32(j)
+				break
+			}
+		}
+	}
+	sh.used = sh.live
+	sh.tab.Store(t)
+	return t
+}
+
+// remove drops p, locked by the caller, from the shard's table and frees
+// it; sh.mu is held.
+func (sh *shard) remove(p *partition) {
+	s := &sh.tab.Load().slots[p.slot]
+	s.p.Store(&tomb)
+	s.hash.Store(0)
+	p.live, p.key, p.cell = false, "", cell{}
+	sh.live--
+	sh.free = append(sh.free, p)
 }
 
 var _ backend.Limiter = (*memLimiter)(nil)
@@ -88,7 +220,7 @@ func newMemLimiter(p *limits.Policy) *memLimiter {
 		alg:      p.Algorithm,
 	}
 	for i := range l.shards {
-		l.shards[i].m = make(map[string]*cell)
+		l.shards[i].tab.Store(newTable(minTable))
 	}
 	return l
 }
@@ -97,22 +229,27 @@ func newMemLimiter(p *limits.Policy) *memLimiter {
 // unlock must be called with the returned mutex. A nil cell means the table
 // is full and the policy rejects overflow.
 func (l *memLimiter) lock(key string, lim *limits.Limit, now int64, create bool) (*cell, *sync.Mutex) {
-	sh := &l.shards[shardOf(l.seed, key)]
-	sh.mu.Lock()
-	if c, ok := sh.m[key]; ok {
-		c.used = now
-		return c, &sh.mu
+	h := maphash.String(l.seed, key)
+	sh := &l.shards[shardIndex(h)]
+	if p := sh.find(h, key); p != nil {
+		p.used = now
+		return &p.cell, &p.mu
 	}
-	sh.mu.Unlock()
 	if !create {
 		return nil, nil
 	}
-	return l.create(sh, key, lim, now)
+	p := l.create(sh, h, key, lim, now)
+	if p == nil {
+		return nil, nil
+	}
+	return &p.cell, &p.mu
 }
 
-// create adds the partition of key, making room first when the table is
-// full or an idle period has passed.
-func (l *memLimiter) create(sh *shard, key string, lim *limits.Limit, now int64) (*cell, *sync.Mutex) {
+// create adds the partition of key, whose hash is h, making room first
+// when the table is full or an idle period has passed, and returns it
+// locked, or the overflow partition, or nil when the table is full and the
+// policy rejects overflow.
+func (l *memLimiter) create(sh *shard, h uint64, key string, lim *limits.Limit, now int64) *partition {
 	last := l.lastSweep.Load()
 	full := l.count.Load() >= l.maxParts
 	if (now-last > l.idle || full && now >= l.nextFullSweep.Load()) && l.lastSweep.CompareAndSwap(last, now) {
@@ -132,9 +269,10 @@ func (l *memLimiter) create(sh *shard, key string, lim *limits.Limit, now int64)
 		}
 	}
 	sh.mu.Lock()
-	if c, ok := sh.m[key]; ok {
-		c.used = now
-		return c, &sh.mu
+	if p := sh.find(h, key); p != nil {
+		sh.mu.Unlock()
+		p.used = now
+		return p
 	}
 	if l.count.Load() >= l.maxParts && l.overflow == limits.OverflowEvict {
 		// Make room by dropping the partition that loses the least, and
@@ -142,28 +280,33 @@ func (l *memLimiter) create(sh *shard, key string, lim *limits.Limit, now int64)
 		sh.mu.Unlock()
 		l.evict(now)
 		sh.mu.Lock()
-		if c, ok := sh.m[key]; ok {
-			c.used = now
-			return c, &sh.mu
+		if p := sh.find(h, key); p != nil {
+			sh.mu.Unlock()
+			p.used = now
+			return p
 		}
 	}
 	if l.count.Load() >= l.maxParts {
 		sh.mu.Unlock()
 		if l.overflow == limits.OverflowReject {
-			return nil, nil
+			return nil
 		}
-		l.ovf.Lock()
-		if !l.ovf.init {
-			l.ovf.init = true
-			l.ovf.c.init(lim, now)
+		p := &l.ovf
+		p.mu.Lock()
+		if !p.live {
+			p.live = true
+			p.init(lim, now)
 		}
-		return &l.ovf.c, &l.ovf.Mutex
+		return p
 	}
-	c := sh.alloc()
-	c.init(lim, now)
-	sh.m[strings.Clone(key)] = c
+	p := sh.alloc()
+	p.mu.Lock()
+	p.live, p.key = true, strings.Clone(key)
+	p.init(lim, now)
+	sh.insert(h, p)
+	sh.mu.Unlock()
 	l.count.Add(1)
-	return c, &sh.mu
+	return p
 }
 
 func (c *cell) init(l *limits.Limit, now int64) {
@@ -181,35 +324,40 @@ func (c *cell) init(l *limits.Limit, now int64) {
 	}
 }
 
-func (sh *shard) alloc() *cell {
+func (sh *shard) alloc() *partition {
 	if n := len(sh.free); n > 0 {
-		c := sh.free[n-1]
+		p := sh.free[n-1]
 		sh.free = sh.free[:n-1]
-		return c
+		return p
 	}
 	if len(sh.slab) == 0 {
-		sh.slab = make([]cell, slabSize)
+		sh.slab = make([]partition, slabSize)
 	}
-	c := &sh.slab[0]
+	p := &sh.slab[0]
 	sh.slab = sh.slab[1:]
-	return c
+	return p
 }
 
 // sweep drops partitions whose state is neutral: idle ones, or any neutral
 // one when the shard is full (dropping a neutral partition changes nothing).
 func (l *memLimiter) sweep(sh *shard, now int64, full bool) int {
 	n, leases := 0, 0
-	for k, c := range sh.m {
-		if (full || now-c.used >= l.idle) && now >= c.calm {
-			if c.x != nil {
+	t := sh.tab.Load()
+	for i := range t.slots {
+		p := t.slots[i].p.Load()
+		if p == nil || p == &tomb {
+			continue
+		}
+		p.mu.Lock()
+		if (full || now-p.used >= l.idle) && now >= p.calm {
+			if p.x != nil {
 				// Past its calm instant every lease has expired.
-				leases += len(c.x.leases)
+				leases += len(p.x.leases)
 			}
-			delete(sh.m, k)
-			*c = cell{}
-			sh.free = append(sh.free, c)
+			sh.remove(p)
 			n++
 		}
+		p.mu.Unlock()
 	}
 	if n > 0 {
 		l.count.Add(int64(-n))
@@ -239,10 +387,12 @@ const (
 // each charged once, thus evicts its own partitions before those of
 // callers near their limit or still active; a partition holding
 // concurrency permits is never dropped. It reports whether it dropped one.
+// Each shard's sample starts at a random slot of its table.
 func (l *memLimiter) evict(now int64) bool {
 	first := rand.IntN(numShards)
 	var victim struct {
 		sh         *shard
+		p          *partition
 		key        string
 		calm, used int64
 		held       float64
@@ -250,40 +400,46 @@ func (l *memLimiter) evict(now int64) bool {
 	for i, seen, sampled := 0, 0, 0; i < numShards && (seen < evictShards || sampled < evictShards*evictSample); i++ {
 		sh := &l.shards[(first+i)%numShards]
 		sh.mu.Lock()
-		if len(sh.m) > 0 {
+		if sh.live > 0 {
 			seen++ // an empty shard is no sample
 		}
+		t := sh.tab.Load()
 		n := 0
-		for k, c := range sh.m {
-			if c.x != nil && len(c.x.leases) > 0 {
+		for j, from := 0, rand.IntN(len(t.slots)); j < len(t.slots) && n < evictSample; j++ {
+			p := t.slots[(from+j)&int(t.mask)].p.Load()
+			if p == nil || p == &tomb {
 				continue
 			}
-			sampled++
-			held := l.held(c)
-			if victim.sh == nil || c.calm < victim.calm ||
-				c.calm == victim.calm && (held < victim.held || held == victim.held && c.used < victim.used) {
-				victim.sh, victim.key, victim.calm, victim.used, victim.held = sh, k, c.calm, c.used, held
+			p.mu.Lock()
+			if p.x == nil || len(p.x.leases) == 0 {
+				sampled++
+				n++
+				held := l.held(&p.cell)
+				if victim.sh == nil || p.calm < victim.calm ||
+					p.calm == victim.calm && (held < victim.held || held == victim.held && p.used < victim.used) {
+					victim.sh, victim.p, victim.key = sh, p, p.key
+					victim.calm, victim.used, victim.held = p.calm, p.used, held
+				}
 			}
-			if n++; n == evictSample {
-				break
-			}
+			p.mu.Unlock()
 		}
 		sh.mu.Unlock()
 	}
 	if victim.sh == nil {
 		return false
 	}
-	sh := victim.sh
+	sh, p := victim.sh, victim.p
 	sh.mu.Lock()
-	c, ok := sh.m[victim.key]
-	// Used since it was sampled: it is active, keep it.
-	if !ok || c.used != victim.used {
+	p.mu.Lock()
+	// Dropped (and perhaps reused for another key), or used since it was
+	// sampled (it is active): keep it.
+	if !p.live || p.key != victim.key || p.used != victim.used {
+		p.mu.Unlock()
 		sh.mu.Unlock()
 		return false
 	}
-	delete(sh.m, victim.key)
-	*c = cell{}
-	sh.free = append(sh.free, c)
+	sh.remove(p)
+	p.mu.Unlock()
 	sh.mu.Unlock()
 	l.count.Add(-1)
 	l.evicted.Add(1)
@@ -324,7 +480,7 @@ func (l *memLimiter) Acquire(_ context.Context, key string, lim *limits.Limit, n
 		// longer).
 		c.calm = ns + int64(g.Reset)
 	}
-	g.Overflow = c == &l.ovf.c
+	g.Overflow = c == &l.ovf.cell
 	mu.Unlock()
 	return nil
 }
@@ -332,12 +488,12 @@ func (l *memLimiter) Acquire(_ context.Context, key string, lim *limits.Limit, n
 // cellOf returns the locked cell a grant was taken from, or nil.
 func (l *memLimiter) cellOf(key string, lim *limits.Limit, g *backend.Grant, now int64, create bool) (*cell, *sync.Mutex) {
 	if g.Overflow {
-		l.ovf.Lock()
-		if !l.ovf.init {
-			l.ovf.Unlock()
+		l.ovf.mu.Lock()
+		if !l.ovf.live {
+			l.ovf.mu.Unlock()
 			return nil, nil
 		}
-		return &l.ovf.c, &l.ovf.Mutex
+		return &l.ovf.cell, &l.ovf.mu
 	}
 	return l.lock(key, lim, now, create)
 }
@@ -346,7 +502,7 @@ func (l *memLimiter) cellOf(key string, lim *limits.Limit, g *backend.Grant, now
 func (l *memLimiter) Adjust(_ context.Context, key string, lim *limits.Limit, g *backend.Grant, delta int64, now time.Time) error {
 	ns := now.UnixNano()
 	c, mu := l.cellOf(key, lim, g, ns, delta > 0)
-	if c == nil || (c == &l.ovf.c && !g.Overflow) {
+	if c == nil || (c == &l.ovf.cell && !g.Overflow) {
 		if c != nil {
 			mu.Unlock()
 		}
@@ -390,15 +546,14 @@ func (l *memLimiter) Peek(_ context.Context, key string, lim *limits.Limit, now 
 	ns := now.UnixNano()
 	var c cell
 	var r backend.Grant
-	sh := &l.shards[shardOf(l.seed, key)]
-	sh.mu.Lock()
-	if p, ok := sh.m[key]; ok {
+	h := maphash.String(l.seed, key)
+	if p := l.shards[shardIndex(h)].find(h, key); p != nil {
 		c = p.snapshot()
+		p.mu.Unlock()
 	} else {
 		c.init(lim, ns)
 	}
 	c.acquire(lim, 0, ns, &r)
-	sh.mu.Unlock()
 	*g = backend.Grant{Limit: r.Limit, Remaining: r.Remaining, Reset: r.Reset, Stamp: r.Stamp}
 	return nil
 }
@@ -446,16 +601,21 @@ func (l *memLimiter) Stats(lim *limits.Limit, now time.Time) backend.Stats {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		parts += len(sh.m)
-		for _, c := range sh.m {
-			visit(c)
+		parts += sh.live
+		t := sh.tab.Load()
+		for j := range t.slots {
+			if p := t.slots[j].p.Load(); p != nil && p != &tomb {
+				p.mu.Lock()
+				visit(&p.cell)
+				p.mu.Unlock()
+			}
 		}
 		sh.mu.Unlock()
 	}
-	l.ovf.Lock()
-	if l.ovf.init {
-		visit(&l.ovf.c)
+	l.ovf.mu.Lock()
+	if l.ovf.live {
+		visit(&l.ovf.cell)
 	}
-	l.ovf.Unlock()
+	l.ovf.mu.Unlock()
 	return backend.Stats{Partitions: parts, NearLimit: near, InFlight: inflight, Evicted: l.evicted.Load()}
 }

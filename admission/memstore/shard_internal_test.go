@@ -27,7 +27,7 @@ func TestShardsSpreadKeys(t *testing.T) {
 			var count [numShards]int
 			const keys = 900
 			for i := range keys {
-				count[shardOf(seed, key(i))]++
+				count[shardIndex(maphash.String(seed, key(i)))]++
 			}
 			used, most := 0, 0
 			for _, n := range count {
