@@ -34,6 +34,13 @@
 // seeds (TestJitterNoStampede). Set Jitter negative to honour hints
 // exactly.
 //
+// Retries are numbered (RetryCountHeader, as OpenAI's and Anthropic's
+// SDKs number theirs). A Sluice queue that refuses a request because it
+// is full holds a place for its numbered retry from the hint's time for
+// two seconds, and spaces the hints it gives one tenant so that they do
+// not stampede: against such a queue, honour hints exactly (Jitter
+// negative), or a jittered retry may come after its place was given up.
+//
 // The transport also caps the requests retrying at once (waiting for their
 // next attempt or sending it) to one host, MaxRetriesPerHost: a request
 // that would start retrying past the cap gets its response back as is, so
@@ -167,7 +174,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if wait > t.room(ctx) {
 			return resp, err
 		}
-		next, berr := nextRequest(req)
+		next, berr := nextRequest(req, attempt)
 		if berr != nil {
 			return resp, err
 		}
@@ -378,9 +385,17 @@ func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// nextRequest returns a copy of req with a fresh body for another attempt.
-func nextRequest(req *http.Request) (*http.Request, error) {
+// RetryCountHeader numbers a request's retries, as OpenAI's and
+// Anthropic's SDKs do: a server that holds a place in its queue for a
+// refused request's retry (Sluice's gateway and httpadmit do) knows the
+// retry by it.
+const RetryCountHeader = "X-Stainless-Retry-Count"
+
+// nextRequest returns a copy of req with a fresh body for the retry that
+// follows attempt, numbered (RetryCountHeader).
+func nextRequest(req *http.Request, attempt int) (*http.Request, error) {
 	next := req.Clone(req.Context())
+	next.Header.Set(RetryCountHeader, strconv.Itoa(attempt))
 	if req.Body != nil && req.Body != http.NoBody {
 		body, err := req.GetBody()
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ type server struct {
 	calls  atomic.Int64
 	mu     sync.Mutex
 	bodies []string
+	counts []string // the requests' X-Stainless-Retry-Count
 }
 
 // newServer serves a server on a loopback port.
@@ -57,6 +59,7 @@ func (s *server) handler(fails int, status int, hdr func() http.Header) http.Han
 		b, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
 		s.bodies = append(s.bodies, string(b))
+		s.counts = append(s.counts, r.Header.Get("X-Stainless-Retry-Count"))
 		s.mu.Unlock()
 		if int(n) <= fails {
 			for k, v := range hdr() {
@@ -235,6 +238,13 @@ func TestAttemptBudget(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 503 || s.calls.Load() != 3 {
 		t.Errorf("status %d after %d calls; want 503 after 3", resp.StatusCode, s.calls.Load())
+	}
+	// Retries are numbered, as the OpenAI and Anthropic SDKs number them:
+	// a server that holds a place for a refused request's retry knows it.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !slices.Equal(s.counts, []string{"", "1", "2"}) {
+		t.Errorf("X-Stainless-Retry-Count of the attempts = %q; want none, 1, 2", s.counts)
 	}
 }
 
