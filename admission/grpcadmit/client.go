@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/admission/httpretry"
@@ -52,7 +54,7 @@ func UnaryClientInterceptor(t *httpretry.Transport) grpc.UnaryClientInterceptor 
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		attempts := maxAttempts(t)
 		for attempt := 1; ; attempt++ {
-			err := invoker(ctx, method, req, reply, cc, opts...)
+			err := invoker(numbered(ctx, attempt), method, req, reply, cc, opts...)
 			if err == nil || attempt >= attempts {
 				return err
 			}
@@ -61,6 +63,31 @@ func UnaryClientInterceptor(t *httpretry.Transport) grpc.UnaryClientInterceptor 
 			}
 		}
 	}
+}
+
+// previousAttemptsKey numbers a call's retries, as gRPC's own retries
+// do: a server that holds a place in its queue for a refused call's retry
+// knows the retry by it.
+const previousAttemptsKey = "grpc-previous-rpc-attempts"
+
+// numbered returns ctx for the attempt'th sending of a call: a retry
+// carries the number of attempts before it.
+func numbered(ctx context.Context, attempt int) context.Context {
+	if attempt == 1 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, previousAttemptsKey, strconv.Itoa(attempt-1))
+}
+
+// isRetry reports whether md is a retry's (previousAttemptsKey, a count
+// of 1 to 999).
+func isRetry(md metadata.MD) bool {
+	v := md.Get(previousAttemptsKey)
+	if len(v) != 1 {
+		return false
+	}
+	n, err := strconv.Atoi(v[0])
+	return err == nil && len(v[0]) <= 3 && n > 0
 }
 
 // maxAttempts returns t's attempt budget.
@@ -107,8 +134,8 @@ func StreamClientInterceptor(t *httpretry.Transport) grpc.StreamClientIntercepto
 		if err != nil || desc.ClientStreams || !desc.ServerStreams {
 			return cs, err
 		}
-		return &retryStream{ClientStream: cs, open: func() (grpc.ClientStream, error) {
-			return streamer(ctx, desc, cc, method, opts...)
+		return &retryStream{ClientStream: cs, open: func(attempt int) (grpc.ClientStream, error) {
+			return streamer(numbered(ctx, attempt), desc, cc, method, opts...)
 		}, ctx: ctx, t: t}, nil
 	}
 }
@@ -117,7 +144,7 @@ func StreamClientInterceptor(t *httpretry.Transport) grpc.StreamClientIntercepto
 // first receive is a hinted refusal.
 type retryStream struct {
 	grpc.ClientStream
-	open     func() (grpc.ClientStream, error)
+	open     func(attempt int) (grpc.ClientStream, error) // the attempt'th opening
 	ctx      context.Context
 	t        *httpretry.Transport
 	req      any  // the one request, kept to be sent again
@@ -146,7 +173,7 @@ func (s *retryStream) RecvMsg(m any) error {
 		if err = waitHint(s.ctx, s.t, err); err != nil {
 			return err
 		}
-		cs, err := s.open()
+		cs, err := s.open(s.attempt + 2)
 		if err != nil {
 			return err
 		}

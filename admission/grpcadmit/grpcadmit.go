@@ -396,7 +396,7 @@ func (ic *Interceptor) admit(ctx context.Context, snap *snapshot, method string,
 	if err != nil {
 		return nil, admission.Ticket{}, status.Error(codes.Unauthenticated, unauthenticatedMessage(err))
 	}
-	req := admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Addr: peerAddr(ctx), Policies: snap.policies}
+	req := admission.Request{Tenant: id.Tenant, KeyID: id.KeyID, User: id.User, Addr: peerAddr(ctx), Policies: snap.policies, Retry: isRetry(md)}
 	if req.Session, err = snap.session(md); err != nil {
 		return nil, admission.Ticket{}, status.Error(codes.InvalidArgument, "the session id is not valid: 1 to "+strconv.Itoa(cmp.Or(snap.maxSession, apikey.DefaultMaxSessionLength))+" bytes of printable ASCII, no space")
 	}

@@ -3,6 +3,7 @@ package grpcadmit_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -280,7 +281,14 @@ func TestClientRetriesAfterHint(t *testing.T) {
 			return nil
 		},
 	}
-	r = newRig(t, []admission.Policy{perTenantRate("unary-rpm", unaryMethod, 1)}, nil,
+	// The server sees the retry numbered (grpc-previous-rpc-attempts, as
+	// gRPC's own retries number theirs): admission.Request.Retry.
+	var retries []bool
+	seen := grpcadmit.WithRequest(func(_ context.Context, _ string, _ any, req *admission.Request) error {
+		retries = append(retries, req.Retry)
+		return nil
+	})
+	r = newRig(t, []admission.Policy{perTenantRate("unary-rpm", unaryMethod, 1)}, []grpcadmit.Option{seen},
 		grpc.WithUnaryInterceptor(grpcadmit.UnaryClientInterceptor(tr)))
 	ctx := as(t.Context(), acmeKey)
 	for i := range 2 {
@@ -290,6 +298,9 @@ func TestClientRetriesAfterHint(t *testing.T) {
 	}
 	if len(sleeps) != 1 || sleeps[0] != time.Minute {
 		t.Errorf("waits = %v; want [1m0s], the server's hint", sleeps)
+	}
+	if !slices.Equal(retries, []bool{false, false, true}) {
+		t.Errorf("retry marks the server saw = %v; want the third sending (the second call's retry) marked", retries)
 	}
 
 	// A deadline 30 s away: the one-minute hint is not waited, and the
