@@ -91,7 +91,10 @@
 // opens, which its client sees on its first receive:
 // StreamClientInterceptor opens a server-streaming call again after the
 // hint, and RetryDelay reads the hint of any refusal for a client that
-// retries itself.
+// retries itself. Both number their retries in grpc-previous-rpc-attempts,
+// as gRPC's own retries do, and the server reads a call that carries it
+// as a retry (admission.Request.Retry): a queue that refused the call for
+// want of room holds a place for it.
 package grpcadmit
 
 import (
