@@ -57,6 +57,10 @@ type Rejection struct {
 	// the refusing one included, so a response can carry all its limits
 	// (policies evaluated after the refusal are not included).
 	Statuses []Status
+	// Held says the refusing queue holds a place for the request's retry
+	// from RetryAfter on, for two seconds (see Request.Retry): a client
+	// should come back then, not later.
+	Held bool
 }
 
 // Error describes the rejection: the reason, the policy and the wait.

@@ -190,14 +190,15 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		return c.decide(t, h)
 	}
 	if q != nil && q.refuses(h.p, t.tenant, t.retry, now.UnixNano()) {
+		held := false
 		if hint := q.fullHint(h, t.tenant, now.UnixNano()); hint > 0 {
 			h.grant.RetryAfter = hint
-			q.promise(h.p, t.tenant, h.est, hint, now.UnixNano())
+			held = q.promise(h.p, t.tenant, h.est, hint, now.UnixNano())
 		}
 		sh.mu.Unlock()
 		retry := h.retryAfter()
 		c.report(t, h, Rejected, ReasonQueueFull, retry)
-		return &Rejection{Policy: h.p.Name, Reason: ReasonQueueFull, RetryAfter: retry, Status: h.status()}
+		return &Rejection{Policy: h.p.Name, Reason: ReasonQueueFull, RetryAfter: retry, Status: h.status(), Held: held}
 	}
 	if q == nil {
 		q = newQueue(strings.Clone(h.key), h.p.Queue.Shares)

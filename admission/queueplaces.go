@@ -98,11 +98,12 @@ func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
 
 // promise holds a place in q for the retry of tenant's request of cost,
 // refused at now with hint, when tenant marks its retries, the hint is
-// at most maxHeldWait and q holds fewer than maxHeld(p).
-func (q *queue) promise(p *policy, tenant string, cost int64, hint time.Duration, now int64) {
+// at most maxHeldWait and q holds fewer than maxHeld(p); it reports
+// whether it did.
+func (q *queue) promise(p *policy, tenant string, cost int64, hint time.Duration, now int64) bool {
 	pl := q.places[tenant]
 	if pl == nil || hint > maxHeldWait || q.nHeld >= maxHeld(p) {
-		return
+		return false
 	}
 	due := now + int64(hint)
 	i, _ := slices.BinarySearchFunc(pl.ps, due, func(o promise, d int64) int { return cmp.Compare(o.due, d) })
@@ -110,6 +111,7 @@ func (q *queue) promise(p *policy, tenant string, cost int64, hint time.Duration
 	pl.cost += cost
 	q.nHeld++
 	q.heldCost += cost
+	return true
 }
 
 // expire gives up the places of pl whose retry did not come in time.

@@ -75,13 +75,18 @@ func TestQueueHeldPlaces(t *testing.T) {
 	}
 	refused := func(what string, r admission.Request, want time.Duration, held int) {
 		t.Helper()
+		before := heldOn(c, "tpm")
 		_, err := c.Admit(ctx, r)
 		var rej *admission.Rejection
 		if !errors.As(err, &rej) || rej.Reason != admission.ReasonQueueFull || rej.RetryAfter != want {
-			t.Errorf("%s: %v; want queue_full, retry after %v", what, err, want)
+			t.Fatalf("%s: %v; want queue_full, retry after %v", what, err, want)
 		}
 		if got := heldOn(c, "tpm"); got != held {
 			t.Errorf("after %s: %d places held; want %d", what, got, held)
+		}
+		// The refusal says whether it holds a place for the retry.
+		if rej.Held != (held > before) {
+			t.Errorf("%s: Held = %v with %d places held before, %d after", what, rej.Held, before, held)
 		}
 	}
 	// a's part is full: the 30 tokens waiting are served in 3s.

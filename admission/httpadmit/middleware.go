@@ -968,6 +968,7 @@ func (o *Snapshot) setRejectionHeaders(h http.Header, rej *admission.Rejection) 
 	if o.retryAfterMs {
 		limitheaders.SetRetryAfterMs(h, rej.RetryAfter)
 	}
+	limitheaders.SetRetryHeld(h, rej)
 	// A store failure or a full partition table has no figures worth
 	// showing: they would describe the service, not the caller.
 	if rej.Status.Policy != "" && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow {

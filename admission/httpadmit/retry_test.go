@@ -24,6 +24,7 @@ func TestRetryCountTakesHeldPlace(t *testing.T) {
 		_, n := inFlight(ctl, "rate")
 		return n == 1
 	}
+	held := make(chan string, 16) // each answer's X-Retry-Held
 	get := func(count string) <-chan int {
 		out := make(chan int, 1)
 		go func() {
@@ -38,32 +39,36 @@ func TestRetryCountTakesHeldPlace(t *testing.T) {
 				return
 			}
 			resp.Body.Close()
+			held <- resp.Header.Get("X-Retry-Held")
 			out <- resp.StatusCode
 		}()
 		return out
 	}
-	want := func(what string, got <-chan int, status int) {
+	want := func(what string, got <-chan int, status int, isHeld string) {
 		t.Helper()
 		if s := <-got; s != status {
 			t.Errorf("%s: status %d; want %d", what, s, status)
 		}
+		if h := <-held; h != isHeld {
+			t.Errorf("%s: X-Retry-Held %q; want %q", what, h, isHeld)
+		}
 	}
-	want("the first request", get(""), 200)
+	want("the first request", get(""), 200, "")
 	waiting := get("")
 	waitFor(t, "a request to queue", queued)
 	// noisy's part of the queue is full: its first retry is refused, and
 	// from then on its refusals hold a place each (due at 10s, then 20s).
-	want("the first retry", get("1"), 429)
-	want("a new request", get(""), 429)
+	want("the first retry", get("1"), 429, "true")
+	want("a new request", get(""), 429, "true")
 	clk.Advance(10 * time.Second)
-	want("the waiter", waiting, 200)
+	want("the waiter", waiting, 200, "")
 	// The queue is empty, but the places are noisy's: new requests and
 	// requests that do not count a retry are refused.
 	for _, count := range []string{"", "0", "x1", "1000", "-1"} {
-		want("a request with retry count "+count, get(count), 429)
+		want("a request with retry count "+count, get(count), 429, "true")
 	}
 	retry := get("2")
 	waitFor(t, "the retry to take its place", queued)
 	clk.Advance(10 * time.Second)
-	want("the retry", retry, 200)
+	want("the retry", retry, 200, "")
 }

@@ -37,9 +37,9 @@
 // Retries are numbered (RetryCountHeader, as OpenAI's and Anthropic's
 // SDKs number theirs). A Sluice queue that refuses a request because it
 // is full holds a place for its numbered retry from the hint's time for
-// two seconds, and spaces the hints it gives one tenant so that they do
-// not stampede: against such a queue, honour hints exactly (Jitter
-// negative), or a jittered retry may come after its place was given up.
+// two seconds, spaces the hints it gives one tenant so that they do not
+// stampede, and says so (HeldHeader): the transport then waits that hint
+// exactly, without jitter.
 //
 // The transport also caps the requests retrying at once (waiting for their
 // next attempt or sending it) to one host, MaxRetriesPerHost: a request
@@ -165,9 +165,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return resp, nil
 			}
 			hint, ok := Hint(resp.Header, t.now())
-			if ok {
+			switch {
+			case ok && resp.Header.Get(HeldHeader) == "true":
+				wait = hint
+			case ok:
 				wait = t.jitter(hint, t.room(ctx))
-			} else {
+			default:
 				wait = t.backoff(attempt)
 			}
 		}
@@ -384,6 +387,12 @@ func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// HeldHeader, "true" on a refusal, says the server holds a place for the
+// request's retry from the refusal's hint on, for a short while: the
+// transport then waits the hint exactly, without jitter (the server
+// spaces the hints it gives, one place each, so they do not stampede).
+const HeldHeader = "X-Retry-Held"
 
 // RetryCountHeader numbers a request's retries, as OpenAI's and
 // Anthropic's SDKs do: a server that holds a place in its queue for a

@@ -300,7 +300,8 @@ func TestMaxWait(t *testing.T) {
 }
 
 // TestJitterBounds: a jittered hint is never shorter than the hint, and
-// never longer than MaxWait or the time left before the deadline.
+// never longer than MaxWait or the time left before the deadline; a hint
+// for which the server holds a place (HeldHeader) is waited exactly.
 func TestJitterBounds(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -309,18 +310,24 @@ func TestJitterBounds(t *testing.T) {
 		maxWait  time.Duration
 		deadline time.Duration // 0: none
 		want     time.Duration // with a deadline: the wait is in [10s, want)
+		held     bool
 	}{
-		{"exact", -1, 0.999, 0, 0, 10 * time.Second},
-		{"lowest draw", 0, 0, 0, 0, 10 * time.Second},
-		{"default", 0, 0.5, 0, 0, 25 * time.Second},
-		{"configured", 0.5, 0.5, 0, 0, 12500 * time.Millisecond},
-		{"capped at 10", 50, 0.5, time.Hour, 0, time.Minute},
-		{"cut at MaxWait", 0, 0.5, 20 * time.Second, 0, 15 * time.Second},
-		{"cut at the deadline", 0, 0.999, 0, 15 * time.Second, 15 * time.Second},
+		{"exact", -1, 0.999, 0, 0, 10 * time.Second, false},
+		{"lowest draw", 0, 0, 0, 0, 10 * time.Second, false},
+		{"default", 0, 0.5, 0, 0, 25 * time.Second, false},
+		{"configured", 0.5, 0.5, 0, 0, 12500 * time.Millisecond, false},
+		{"capped at 10", 50, 0.5, time.Hour, 0, time.Minute, false},
+		{"cut at MaxWait", 0, 0.5, 20 * time.Second, 0, 15 * time.Second, false},
+		{"cut at the deadline", 0, 0.999, 0, 15 * time.Second, 15 * time.Second, false},
+		{"a place held", 0, 0.999, 0, 0, 10 * time.Second, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newServer(t, 1, 429, hdr("Retry-After-Ms", "10000"))
+			h := hdr("Retry-After-Ms", "10000")
+			if tt.held {
+				h = hdr("Retry-After-Ms", "10000", httpretry.HeldHeader, "true")
+			}
+			s := newServer(t, 1, 429, h)
 			// The deadline is on the real clock, the fake one starts there.
 			clk := &fakeClock{now: time.Now()}
 			ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/httpretry"
 	"github.com/sluicehq/sluice/admission/limits"
 )
 
@@ -45,6 +46,15 @@ func SetRetryAfter(h http.Header, d time.Duration) {
 		return
 	}
 	h[HeaderRetryAfter] = []string{strconv.FormatInt(max(1, Seconds(d)), 10)}
+}
+
+// SetRetryHeld sets httpretry.HeldHeader on the answer to rej when its
+// queue holds a place for the request's retry (admission.Rejection.Held):
+// a client should come back at the hint exactly.
+func SetRetryHeld(h http.Header, rej *admission.Rejection) {
+	if rej.Held {
+		h[httpretry.HeldHeader] = []string{"true"}
+	}
 }
 
 // Millis returns d in milliseconds, rounded up: the form of

@@ -217,6 +217,7 @@ func (g *Gateway) rejectionHeaders(st *state, w http.ResponseWriter, r *http.Req
 		retryAfter, msg = limits.Never, loopMessage(r, rej) // the same step is refused again
 	}
 	limitheaders.SetRetryHints(h, retryAfter, now, now.Add(g.cfg.GiveUpAfter))
+	limitheaders.SetRetryHeld(h, rej)
 	g.m.rejected(r.Context(), code)
 	return status, typ, code, msg
 }
