@@ -31,7 +31,8 @@
 // "queue;dur=<ms>" (WithServerTiming). A request whose
 // X-Stainless-Retry-Count (the OpenAI and Anthropic SDKs' count of a
 // request's retries) is 1 or more is a retry (admission.Request.Retry):
-// it takes the place a full queue held for its refused try.
+// it takes the place a full queue held for its refused try, whose answer
+// said so (X-Retry-Held: true).
 //
 // # What the limit headers mean
 //
