@@ -22,15 +22,19 @@ func inFlight(c *admission.Controller) map[string]int64 {
 	return m
 }
 
-// queuedOn returns the number of requests waiting in c's policy name.
-func queuedOn(c *admission.Controller, name string) int {
+// statsOf returns the stats of c's policy name; Queued and Held are -1
+// when there is none.
+func statsOf(c *admission.Controller, name string) admission.PolicyStats {
 	for _, s := range c.Stats() {
 		if s.Name == name {
-			return s.Queued
+			return s
 		}
 	}
-	return -1
+	return admission.PolicyStats{Queued: -1, Held: -1}
 }
+
+// queuedOn returns the number of requests waiting in c's policy name.
+func queuedOn(c *admission.Controller, name string) int { return statsOf(c, name).Queued }
 
 // TestQueueHoldsNoOtherPermits: a request waiting in a tenant's queue
 // holds no permit of the global cap decided before it. With a global cap

@@ -21,14 +21,7 @@ import (
 const maxHeldWait = time.Minute
 
 // heldOn returns the places c's policy name holds for retries.
-func heldOn(c *admission.Controller, name string) int {
-	for _, s := range c.Stats() {
-		if s.Name == name {
-			return s.Held
-		}
-	}
-	return -1
-}
+func heldOn(c *admission.Controller, name string) int { return statsOf(c, name).Held }
 
 // TestQueueHeldPlaces: once a tenant marks its retries, each refusal of
 // its requests by a full queue holds a place for the retry: later hints
