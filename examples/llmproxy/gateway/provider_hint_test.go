@@ -12,10 +12,10 @@ import (
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 )
 
-// TestQueueFullHonestHint: a token budget's full queue answers with the
-// time its rate takes to serve the waiters ahead (Retry-After and
-// retry-after-ms), and a message in tokens, not the concurrency one.
-func TestQueueFullHonestHint(t *testing.T) {
+// tokenQueueGateway serves a gateway with a fake clock whose provider
+// budget is 600 tokens a minute with a queue of one, its simulator
+// answering 3 tokens, for tenant acme (sk-acme).
+func tokenQueueGateway(t *testing.T) (*providerGateway, *admissiontest.Clock) {
 	clk := admissiontest.NewClock(time.Now())
 	sim := upstream.New(upstream.Config{OutputTokens: 3}, upstream.WithClock(clk))
 	pg := newProviderGateway(t, sim, `
@@ -27,6 +27,14 @@ tenants:
   acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
 identity: {anonymous: deny}
 `, clk)
+	return pg, clk
+}
+
+// TestQueueFullHonestHint: a token budget's full queue answers with the
+// time its rate takes to serve the waiters ahead (Retry-After and
+// retry-after-ms), and a message in tokens, not the concurrency one.
+func TestQueueFullHonestHint(t *testing.T) {
+	pg, clk := tokenQueueGateway(t)
 	// 590 of the 600 tokens: the next 13-token request waits.
 	big := `{"model":"gpt-4o","max_tokens":583,"messages":[{"role":"user","content":"hi"}]}`
 	if status, body, err := sendBody(pg.url, big); err != nil || status != 200 {
@@ -67,17 +75,7 @@ identity: {anonymous: deny}
 // it, a new request finds the tenant's part taken, and the retry at its
 // hint takes its place and is served.
 func TestQueueFullHoldsRetry(t *testing.T) {
-	clk := admissiontest.NewClock(time.Now())
-	sim := upstream.New(upstream.Config{OutputTokens: 3}, upstream.WithClock(clk))
-	pg := newProviderGateway(t, sim, `
-stores:
-  openai: {kind: upstream}
-policies:
-  - {name: provider-tpm, store: openai, key: [model], unit: tokens, algorithm: token_bucket, limit: 600, per: 1m, queue: {size: 1, timeout: 1h}}
-tenants:
-  acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
-identity: {anonymous: deny}
-`, clk)
+	pg, clk := tokenQueueGateway(t)
 	big := `{"model":"gpt-4o","max_tokens":583,"messages":[{"role":"user","content":"hi"}]}`
 	if status, body, err := sendBody(pg.url, big); err != nil || status != 200 {
 		t.Fatalf("status %d, %v: %s", status, err, body)
