@@ -625,6 +625,18 @@ func (q *queue) fullHint(h *held, tenant string, now int64) time.Duration {
 				}
 			}
 		}
+		// The tenants whose retries have places are waiting too, in
+		// effect: counting only those in the queue now would give the
+		// tenant that has waiters at this instant shorter hints than
+		// the one whose retries are on their way, and more turns.
+		for other, pl := range q.places {
+			if len(pl.ps) > 0 && !q.waiting(other) {
+				tenants++
+				if other == tenant {
+					waiting = true
+				}
+			}
+		}
 		if !waiting {
 			tenants++
 		}
@@ -638,6 +650,16 @@ func (q *queue) fullHint(h *held, tenant string, now int64) time.Duration {
 		}
 	}
 	return limits.CeilDuration(float64(ahead) * float64(h.lim.Per) / float64(h.lim.Amount))
+}
+
+// waiting reports whether tenant has a waiter in q.
+func (q *queue) waiting(tenant string) bool {
+	for _, pc := range q.classes {
+		if pc.tenants[tenant] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // waitersOf returns how many of q's waiters are the tenant's.

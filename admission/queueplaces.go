@@ -55,18 +55,20 @@ type promise struct {
 // maxHeld bounds the places a queue of p holds, and the tenants it holds
 // them for: four times its size. (The hint's bound, maxHeldWait, is
 // usually the one reached first.)
-func maxHeld(p *policy) int { return 4 * p.Queue.Size }
+func maxHeld(p *policy) int { return 16 * p.Queue.Size }
 
 // refuses reports whether q, of policy p, refuses a request of tenant
-// at now for want of room: when its waiters fill the queue, or, unless
-// the request is a retry taking a place held for it, when the tenant's
-// waiters and places held fill its part of the queue (Queue.PerTenant,
-// else the whole queue). A retry takes the tenant's earliest place whose
-// time has come, in its part although its hint came early (up to twice
-// the part: however the hints went, a tenant's waiters stay within
-// twice its part). Places count against their tenant's part only: they never
-// refuse another tenant's request. From a tenant's first retry on, q holds places for its
-// refused requests (see promise).
+// at now for want of room: when its waiters fill the queue or the
+// tenant's part of it (Queue.PerTenant, else the whole queue), or,
+// unless the request is a retry taking a place held for it, when the
+// tenant's waiters and places fill its part. A retry takes the tenant's
+// earliest place whose time has come. Places take at most all but one of
+// the part: a tenant whose retries are on their way still has a new
+// request waiting when its turn comes, rather than losing the turn to
+// the others. Places count against their tenant's part only: they never
+// refuse another tenant's request. From a tenant's first retry on, q
+// holds places for its refused requests (see promise).
+
 func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
 	for _, pl := range q.places {
 		q.expire(pl, now)
@@ -85,15 +87,15 @@ func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
 	}
 	w := q.waitersOf(tenant)
 	switch {
-	case q.n >= p.Queue.Size:
+	case q.n >= p.Queue.Size || w >= part:
 		return true
-	case retry && pl != nil && len(pl.ps) > 0 && pl.ps[0].due <= now && w < 2*part:
+	case retry && pl != nil && len(pl.ps) > 0 && pl.ps[0].due <= now:
 		q.drop(pl, 1)
 		return false
 	case pl == nil:
-		return w >= part
+		return false
 	}
-	return w+len(pl.ps) >= part
+	return w+min(len(pl.ps), part-1) >= part
 }
 
 // promise holds a place in q for the retry of tenant's request of cost,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -116,9 +117,9 @@ func isQueueFull(err error) bool {
 	return errors.As(err, &rej) && rej.Reason == admission.ReasonQueueFull
 }
 
-// TestQueueHeldPlacesBounded: however its places come due, a tenant's
-// retries take them only while it has fewer than twice its part of the
-// queue waiting.
+// TestQueueHeldPlacesBounded: a retry takes its place only while its
+// tenant's waiters are fewer than its part of the queue: however the
+// hints went, places never let a tenant have more waiting than its part.
 func TestQueueHeldPlacesBounded(t *testing.T) {
 	clock := admissiontest.NewClock(backendtest.Epoch)
 	rec := &recorder{}
@@ -145,24 +146,45 @@ func TestQueueHeldPlacesBounded(t *testing.T) {
 		t.Fatalf("%d places held; want 2", h)
 	}
 	clock.Advance(4 * time.Second)
-	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10, Retry: true}, "a's retry", out)
-	// Its second place is due, but a has twice its part waiting.
+	// Both places are due, but a1 still fills a's part of one.
 	if _, err := c.Admit(ctx, admission.Request{Tenant: "a", Tokens: 10, Retry: true}); !isQueueFull(err) {
-		t.Errorf("a's second retry with 2 waiting for a part of 1: %v; want queue_full", err)
+		t.Errorf("a's retry with its part full of waiters: %v; want queue_full", err)
+	}
+	if q := queuedOn(c, "tpm"); q != 2 {
+		t.Errorf("%d waiting; want 2 (z and a1)", q)
 	}
 	cancel()
-	for range 3 {
+	for range 2 {
 		receive(t, "a waiter to give up", out)
 	}
 }
 
 // TestQueueHeldPlacesUnderOverload runs two tenants offering twice a
-// policy's rate each and a light one, every request refused by a full
-// queue retried once after its hint: the retries of the tenant that marks
-// them find their places (those of the one that does not mostly find its
-// own new requests in them), the two share the rate equally, the light
-// tenant is always served, and the policy admits no more than its rate.
+// policy's rate each and a light one, open loop at random instants, every
+// request refused by a full queue retried once after its hint: the
+// retries of a tenant that marks them find their places (those of one
+// that does not mostly find its own new requests in them), the two share
+// the rate equally (within 15% over the measured interval) whether one or
+// both mark, the light tenant is served at the first try (at least 95%,
+// as without places), and the policy admits no more than its rate.
 func TestQueueHeldPlacesUnderOverload(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		seed   uint64
+		bMarks bool
+	}{
+		{"a marks/seed=1", 1, false},
+		{"a marks/seed=2", 2, false},
+		{"both mark/seed=1", 1, true},
+		{"both mark/seed=2", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { overload(t, tc.seed, tc.bMarks) })
+	}
+}
+
+// overload runs TestQueueHeldPlacesUnderOverload's scenario with seed;
+// b marks its retries when bMarks.
+func overload(t *testing.T, seed uint64, bMarks bool) {
 	synctest.Test(t, func(t *testing.T) {
 		clock := admissiontest.NewClock(backendtest.Epoch)
 		const cost, rate = 10, 10 // tokens per request, per second
@@ -212,28 +234,29 @@ func TestQueueHeldPlacesUnderOverload(t *testing.T) {
 					again := r
 					// Only a marks its retries (as an SDK's retry-count
 					// header does); b's retry looks like a new request.
-					again.Retry = r.Tenant == "a"
+					again.Retry = r.Tenant == "a" || r.Tenant == "b" && bMarks
 					due = append(due, retry{clock.Now().Add(rej.RetryAfter), again, measured})
 				}
 			}()
 		}
 		const step = 100 * time.Millisecond
+		rng := rand.New(rand.NewPCG(seed, 1))
 		for i := 0; ; i++ {
 			now := clock.Now()
 			measured := now.Sub(start) >= warmup
 			if now.Sub(start) < run {
-				if i%5 == 0 {
-					tallies["a"].sent++
-					tallies["b"].sent++
-					send(admission.Request{Tenant: "a", Tokens: cost}, false, measured)
-					synctest.Wait()
-					send(admission.Request{Tenant: "b", Tokens: cost}, false, measured)
-					synctest.Wait()
-				}
-				if i%40 == 0 {
-					tallies["c"].sent++
-					send(admission.Request{Tenant: "c", Tokens: cost}, false, measured)
-					synctest.Wait()
+				// Open loop, at random instants (seeded: the run is the
+				// same every time): a and b send 2 requests a second on
+				// average, c one every 4 s.
+				for _, tn := range []struct {
+					name string
+					p    float64
+				}{{"a", 0.2}, {"b", 0.2}, {"c", 0.025}} {
+					if rng.Float64() < tn.p {
+						tallies[tn.name].sent++
+						send(admission.Request{Tenant: tn.name, Tokens: cost}, false, measured)
+						synctest.Wait()
+					}
 				}
 			}
 			synctest.Wait()
@@ -282,14 +305,17 @@ func TestQueueHeldPlacesUnderOverload(t *testing.T) {
 		if a.retries == 0 || float64(a.retriesOK) < 0.9*float64(a.retries) {
 			t.Errorf("a's marked retries: %d of %d served; want at least 90%%", a.retriesOK, a.retries)
 		}
-		if float64(b.retriesOK) >= 0.5*float64(b.retries) {
+		switch {
+		case bMarks && (b.retries == 0 || float64(b.retriesOK) < 0.9*float64(b.retries)):
+			t.Errorf("b's marked retries: %d of %d served; want at least 90%%", b.retriesOK, b.retries)
+		case !bMarks && float64(b.retriesOK) >= 0.5*float64(b.retries):
 			t.Errorf("b's unmarked retries: %d of %d served; the scenario is meant to show them losing their room to b's new requests", b.retriesOK, b.retries)
 		}
-		if mean := float64(a.servedIn+b.servedIn) / 2; float64(max(a.servedIn, b.servedIn)-min(a.servedIn, b.servedIn)) > 0.1*mean {
-			t.Errorf("a served %d, b %d between the warm-up and the end of the arrivals: the places held for a's retries change its share", a.servedIn, b.servedIn)
+		if mean := float64(a.servedIn+b.servedIn) / 2; float64(max(a.servedIn, b.servedIn)-min(a.servedIn, b.servedIn)) > 0.15*mean {
+			t.Errorf("a served %d, b %d between the warm-up and the end of the arrivals: the places held for retries change the tenants' shares", a.servedIn, b.servedIn)
 		}
-		if l.firstOK != l.sent {
-			t.Errorf("c, the light tenant: %d of %d served at the first try; want all", l.firstOK, l.sent)
+		if float64(l.firstOK) < 0.95*float64(l.sent) {
+			t.Errorf("c, the light tenant: %d of %d served at the first try; want at least 95%%", l.firstOK, l.sent)
 		}
 		if admitted, most := int64(a.served+b.served+l.served)*cost, 60*rate+int64(elapsed/time.Second+1)*rate; admitted > most {
 			t.Errorf("admitted %d tokens in %v; the policy allows at most %d", admitted, elapsed, most)
