@@ -215,12 +215,15 @@
 // of it, Queue.PerTenant) is full is told to retry when the policy's rate
 // will have served the waiters ahead of it. Once a tenant marks its
 // retries (Request.Retry, from an SDK's retry-count header), the queue
-// holds a place for each such refusal's retry: new requests count it as
-// taken, and the retry takes it at its hint although the queue is full,
+// holds a place for each such refusal's retry: the tenant's new requests
+// count it as taken, and the retry takes it at its hint ahead of them,
 // so a tenant sending more than its share gets later hints that hold
-// rather than early ones its own new requests make false. A place is
-// held for hints of at most a minute and given up two seconds after its
-// time; places are held by tenant, so marking every request a retry only
+// rather than early ones its own new requests make false. Places take at
+// most all but one of the tenant's part (its next new request still waits
+// for its turn, so a tenant whose retries are on their way does not lose
+// its turns), and a retry joins only within the part. A place is held for
+// hints of at most a minute and given up two seconds after its time;
+// places are held by tenant, so marking every request a retry only
 // reorders the tenant's own.
 //
 // # Several policies

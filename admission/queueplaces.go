@@ -53,7 +53,7 @@ type promise struct {
 }
 
 // maxHeld bounds the places a queue of p holds, and the tenants it holds
-// them for: four times its size. (The hint's bound, maxHeldWait, is
+// them for: sixteen times its size. (The hint's bound, maxHeldWait, is
 // usually the one reached first.)
 func maxHeld(p *policy) int { return 16 * p.Queue.Size }
 
@@ -68,7 +68,6 @@ func maxHeld(p *policy) int { return 16 * p.Queue.Size }
 // the others. Places count against their tenant's part only: they never
 // refuse another tenant's request. From a tenant's first retry on, q
 // holds places for its refused requests (see promise).
-
 func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
 	for _, pl := range q.places {
 		q.expire(pl, now)

@@ -13,16 +13,17 @@ import (
 )
 
 // tokenQueueGateway serves a gateway with a fake clock whose provider
-// budget is 600 tokens a minute with a queue of one, its simulator
-// answering 3 tokens, for tenant acme (sk-acme).
-func tokenQueueGateway(t *testing.T) (*providerGateway, *admissiontest.Clock) {
+// budget is 600 tokens a minute with a queue of the given size (all of it
+// one tenant's to fill), its simulator answering 3 tokens, for tenant acme
+// (sk-acme).
+func tokenQueueGateway(t *testing.T, queue int) (*providerGateway, *admissiontest.Clock) {
 	clk := admissiontest.NewClock(time.Now())
 	sim := upstream.New(upstream.Config{OutputTokens: 3}, upstream.WithClock(clk))
 	pg := newProviderGateway(t, sim, `
 stores:
   openai: {kind: upstream}
 policies:
-  - {name: provider-tpm, store: openai, key: [model], unit: tokens, algorithm: token_bucket, limit: 600, per: 1m, queue: {size: 1, timeout: 1h}}
+  - {name: provider-tpm, store: openai, key: [model], unit: tokens, algorithm: token_bucket, limit: 600, per: 1m, queue: {size: `+strconv.Itoa(queue)+`, per_tenant: `+strconv.Itoa(queue)+`, timeout: 1h}}
 tenants:
   acme: {api_keys: [`+apikey.Sum("sk-acme").String()+`]}
 identity: {anonymous: deny}
@@ -34,7 +35,7 @@ identity: {anonymous: deny}
 // time its rate takes to serve the waiters ahead (Retry-After and
 // retry-after-ms), and a message in tokens, not the concurrency one.
 func TestQueueFullHonestHint(t *testing.T) {
-	pg, clk := tokenQueueGateway(t)
+	pg, clk := tokenQueueGateway(t, 1)
 	// 590 of the 600 tokens: the next 13-token request waits.
 	big := `{"model":"gpt-4o","max_tokens":583,"messages":[{"role":"user","content":"hi"}]}`
 	if status, body, err := sendBody(pg.url, big); err != nil || status != 200 {
@@ -75,7 +76,7 @@ func TestQueueFullHonestHint(t *testing.T) {
 // it, a new request finds the tenant's part taken, and the retry at its
 // hint takes its place and is served.
 func TestQueueFullHoldsRetry(t *testing.T) {
-	pg, clk := tokenQueueGateway(t)
+	pg, clk := tokenQueueGateway(t, 2)
 	big := `{"model":"gpt-4o","max_tokens":583,"messages":[{"role":"user","content":"hi"}]}`
 	if status, body, err := sendBody(pg.url, big); err != nil || status != 200 {
 		t.Fatalf("status %d, %v: %s", status, err, body)
@@ -110,19 +111,35 @@ func TestQueueFullHoldsRetry(t *testing.T) {
 			t.Errorf("%s: %+v; want status %d, retry-after-ms %q, X-Retry-Held %q", what, got, status, ms, held)
 		}
 	}
-	waiter := call("")
-	waitFor(t, "a request waiting", func() bool { return pg.ctl.Stats()[0].Queued == 1 })
-	// The waiter's 13 tokens at 10 a second: 1.3 s; the retry's place is
+	queued := func(n int) func() bool {
+		return func() bool { return pg.ctl.Stats()[0].Queued == n }
+	}
+	first := call("")
+	waitFor(t, "a request waiting", queued(1))
+	second := call("")
+	waitFor(t, "two requests waiting", queued(2))
+	// The waiters' 26 tokens at 10 a second: 2.6 s; the retry's place is
 	// held, and the next hint counts it.
-	want("a numbered retry", <-call("1"), 429, "1300", "true")
-	want("a new request", <-call(""), 429, "2600", "true")
+	want("a numbered retry", <-call("1"), 429, "2600", "true")
+	want("a new request", <-call(""), 429, "3900", "true")
 	clk.Advance(1300 * time.Millisecond)
-	want("the waiter", <-waiter, 200, "", "")
-	// At 1.3 s the queue is empty, but acme's part is its places': a new
-	// request is told to come after both (2.6 s and 3.9 s from the start).
-	want("a new request at the retry's time", <-call(""), 429, "2600", "true")
+	want("the first waiter", <-first, 200, "", "")
+	// At 1.3 s one waiter and the places held fill acme's part: a new
+	// request is told to come after the places (the second waiter's turn,
+	// then the two places at 2.6 s and 3.9 s).
+	want("a new request at 1.3 s", <-call(""), 429, "3900", "true")
+	clk.Advance(1300 * time.Millisecond)
+	want("the second waiter", <-second, 200, "", "")
+	// At 2.6 s the retry's place is due: the retry takes it, and a new
+	// request beside it finds acme's part full (told to come after the
+	// retry and the two places left: 39 tokens).
+	held := pg.ctl.Stats()[0].Held
 	retry := call("1")
-	waitFor(t, "the retry to take its place", func() bool { return pg.ctl.Stats()[0].Queued == 1 })
-	clk.Advance(time.Second)
+	waitFor(t, "the retry to take its place", queued(1))
+	if got := pg.ctl.Stats()[0].Held; got != held-1 {
+		t.Errorf("places held after the retry: %d; want %d", got, held-1)
+	}
+	want("a new request beside the retry", <-call(""), 429, "3900", "true")
+	clk.Advance(1300 * time.Millisecond)
 	want("the retry", <-retry, 200, "", "")
 }
