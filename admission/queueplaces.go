@@ -18,8 +18,10 @@ import (
 // (Request.Retry: an SDK's retry-count header), each of its refusals
 // holds a place for its retry: new requests count the places held as
 // taken, the next hints count the retries they wait for as waiters
-// ahead, and the retry, coming back at its hint, takes its place
-// although the queue is full. A retry that does not come back within
+// ahead, and the retry, coming back at its hint, takes its place ahead
+// of the tenant's new requests. Places take at most all but one of the
+// tenant's part, so a tenant whose retries are on their way still has a
+// new request waiting at its turn. A retry that does not come back within
 // heldGrace of its time gives its place up. Clients that never mark
 // retries hold no place: nothing changes for them.
 //
