@@ -74,17 +74,14 @@ func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
 	for _, pl := range q.places {
 		q.expire(pl, now)
 	}
+	part := partOf(p)
 	pl := q.places[tenant]
-	if retry && pl == nil && len(q.places) < maxHeld(p) {
+	if retry && pl == nil && part > 1 && len(q.places) < maxHeld(p) {
 		if q.places == nil {
 			q.places = map[string]*heldPlaces{}
 		}
 		pl = &heldPlaces{}
 		q.places[tenant] = pl
-	}
-	part := p.Queue.PerTenant
-	if part == 0 {
-		part = p.Queue.Size
 	}
 	w := q.waitersOf(tenant)
 	switch {
@@ -97,6 +94,16 @@ func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
 		return false
 	}
 	return w+min(len(pl.ps), part-1) >= part
+}
+
+// partOf returns the most waiters one tenant may have in a queue of p:
+// Queue.PerTenant, else the whole queue. A part of one holds no place:
+// places take at most all but one of it.
+func partOf(p *policy) int {
+	if p.Queue.PerTenant > 0 {
+		return p.Queue.PerTenant
+	}
+	return p.Queue.Size
 }
 
 // promise holds a place in q for the retry of tenant's request of cost,

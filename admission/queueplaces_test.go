@@ -125,7 +125,7 @@ func TestQueueHeldPlacesBounded(t *testing.T) {
 	rec := &recorder{}
 	c := newController(t, clock, rec, admission.Policy{
 		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute,
-		Queue: limits.Queue{Size: 6, PerTenant: 1, Timeout: time.Hour},
+		Queue: limits.Queue{Size: 6, PerTenant: 2, Timeout: time.Hour},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	if tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600}); err != nil {
@@ -137,6 +137,7 @@ func TestQueueHeldPlacesBounded(t *testing.T) {
 	// z's request at the head is served at 59s: nobody is before.
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "z", Tokens: 590}, "z", out)
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10}, "a1", out)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10}, "a2", out)
 	for _, r := range []admission.Request{{Tenant: "a", Tokens: 10, Retry: true}, {Tenant: "a", Tokens: 10}} {
 		if _, err := c.Admit(ctx, r); !isQueueFull(err) {
 			t.Fatalf("a's request with its part full: %v; want queue_full", err)
@@ -146,17 +147,50 @@ func TestQueueHeldPlacesBounded(t *testing.T) {
 		t.Fatalf("%d places held; want 2", h)
 	}
 	clock.Advance(4 * time.Second)
-	// Both places are due, but a1 still fills a's part of one.
+	// Both places are due, but a1 and a2 still fill a's part of two.
 	if _, err := c.Admit(ctx, admission.Request{Tenant: "a", Tokens: 10, Retry: true}); !isQueueFull(err) {
 		t.Errorf("a's retry with its part full of waiters: %v; want queue_full", err)
 	}
-	if q := queuedOn(c, "tpm"); q != 2 {
-		t.Errorf("%d waiting; want 2 (z and a1)", q)
+	if q := queuedOn(c, "tpm"); q != 3 {
+		t.Errorf("%d waiting; want 3 (z, a1 and a2)", q)
 	}
 	cancel()
-	for range 2 {
+	for range 3 {
 		receive(t, "a waiter to give up", out)
 	}
+}
+
+// TestQueuePartOfOneHoldsNoPlace: places take at most all but one of a
+// tenant's part, so a part of one holds none, and its refusals do not
+// say one is held (a client told so waits its hint exactly, for a place
+// that a new request of its tenant could take).
+func TestQueuePartOfOneHoldsNoPlace(t *testing.T) {
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, admission.Policy{
+		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute,
+		Queue: limits.Queue{Size: 6, PerTenant: 1, Timeout: time.Hour},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	if tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600}); err != nil {
+		t.Fatal(err)
+	} else {
+		tk.Done()
+	}
+	out := make(chan result, 1)
+	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10}, "a1", out)
+	for _, r := range []admission.Request{{Tenant: "a", Tokens: 10, Retry: true}, {Tenant: "a", Tokens: 10}, {Tenant: "a", Tokens: 10, Retry: true}} {
+		_, err := c.Admit(ctx, r)
+		var rej *admission.Rejection
+		if !errors.As(err, &rej) || rej.Reason != admission.ReasonQueueFull || rej.RetryAfter <= 0 || rej.Held {
+			t.Errorf("a's request (retry %v) with its part of one full: %v; want queue_full with a hint, no place held", r.Retry, err)
+		}
+	}
+	if h := heldOn(c, "tpm"); h != 0 {
+		t.Errorf("%d places held; want none", h)
+	}
+	cancel()
+	receive(t, "a waiter to give up", out)
 }
 
 // TestQueueHeldPlacesUnderOverload runs two tenants offering twice a
