@@ -27,15 +27,26 @@ func tenants(n int) []string {
 
 // BenchmarkPeerXTimeRate is the peer: golang.org/x/time/rate AllowN with a
 // clock read per call, on one limiter and on 10,000 limiters in a map behind
-// one mutex.
+// one mutex. Its limiters have a finite rate and burst that no request
+// reaches, as BenchmarkAdmit's policy has: each call refills and takes
+// from the bucket. The unlimited variant gives them rate.Inf, which
+// x/time/rate answers without touching the bucket (no limit at all), for
+// comparison with figures measured that way.
 func BenchmarkPeerXTimeRate(b *testing.B) {
+	peerXTimeRate(b, rate.Limit(1<<40), 1<<40)
+	b.Run("unlimited", func(b *testing.B) { peerXTimeRate(b, rate.Inf, 1) })
+}
+
+// peerXTimeRate runs the peer's keys=1 and keys=10000 cases on limiters of
+// the rate and burst given.
+func peerXTimeRate(b *testing.B, limit rate.Limit, burst int) {
 	for _, keys := range []int{1, 10000} {
 		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
 			names := tenants(keys)
 			var mu sync.Mutex
 			m := make(map[string]*rate.Limiter, keys)
 			for _, k := range names {
-				m[k] = rate.NewLimiter(rate.Inf, 1)
+				m[k] = rate.NewLimiter(limit, burst)
 			}
 			allow := func(i int) error {
 				k := names[i%keys]

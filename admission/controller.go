@@ -69,8 +69,11 @@ type PolicySet struct {
 	ctl      *Controller
 	policies []*policy // in evaluation order
 	early    int       // policies[:early] are decided by Begin
-	byName   map[string]*policy
-	limits   *limitTable
+	// lone is the set's only policy when it is a rate policy that every
+	// request meets and one limiter call decides: admit's short way.
+	lone   *policy
+	byName map[string]*policy
+	limits *limitTable
 }
 
 // policy is an installed Policy with its state.
@@ -216,6 +219,11 @@ func (c *Controller) compile(cfg Config) (*PolicySet, error) {
 		next.byName[p.Name] = p
 		if p.early() {
 			next.early++
+		}
+	}
+	if len(policies) == 1 {
+		if p := policies[0]; p.always && p.alone && p.Algorithm.IsRate() {
+			next.lone = p
 		}
 	}
 	return next, nil
@@ -478,6 +486,9 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 			return Ticket{}, err
 		}
 		t = c.issue(cfg, r, now)
+		if cfg.lone != nil && part == stageWhole {
+			return c.admitLone(ctx, t, r, now)
+		}
 		hi = len(cfg.policies)
 		if part == stageBegun {
 			hi = cfg.early
@@ -496,6 +507,22 @@ func (c *Controller) admit(ctx context.Context, t *ticket, r *Request, wait bool
 	t.match(cfg.policies[lo:hi], cfg.limitsFor(r.Tenant), r, c.allShadow.Load(), now)
 	evaluated, err := c.evaluate(ctx, t, first, wait, now)
 	return c.conclude(t, evaluated, err, err != nil, part, nil)
+}
+
+// admitLone is admit's short way for a set of one rate policy that every
+// request meets, decided by one limiter call (PolicySet.lone): the same
+// decision, reports and ticket, without the general loops. t is issued
+// for r at now.
+func (c *Controller) admitLone(ctx context.Context, t *ticket, r *Request, now time.Time) (Ticket, error) {
+	t.dec.Context = ctx
+	h := t.add(t.cfg.lone, t.cfg.limitsFor(r.Tenant), r, c.allShadow.Load())
+	if err := c.acquire(ctx, t, h, now); err != nil || !h.taken || !c.nop {
+		// A refusal, a failure, a would-reject or a decision to report:
+		// conclude's general way. (A rate policy holds no lease to keep.)
+		return c.conclude(t, 1, err, err != nil, stageWhole, nil)
+	}
+	t.dec.Context = nil
+	return Ticket{t: t, gen: t.gen.Load()}, nil
 }
 
 // setOf returns the policy set r is decided under: its own, or cur (the
