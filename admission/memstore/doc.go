@@ -13,7 +13,8 @@
 // shard, each decision also wrote its shard's lock: two cores admitting
 // and settling over 10,000 keys took 1.26 to 1.37 times the wall time of
 // x/time/rate limiters in a map under one mutex (BenchmarkAdmit and its
-// peer in package admission, medians of 25 to 30 runs on 2 cores),
+// peer in package admission with rate.Inf limiters, now its unlimited
+// variant; medians of 25 to 30 runs on 2 cores),
 // against 1.05 to 1.12 now; one core, 1.73 to 1.78 times against 1.60 to
 // 1.62 (the map's own hash, which the table saves, cost what the table's
 // probing does). The table costs 12 bytes more per partition (134.9
