@@ -13,6 +13,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/admissiontest"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/benchcpu"
 )
@@ -240,5 +242,53 @@ func BenchmarkPartitionMemory(b *testing.B) {
 		if s := c.Stats()[0]; s.Partitions != n {
 			b.Fatalf("partitions = %d; want %d", s.Partitions, n)
 		}
+	}
+}
+
+// BenchmarkQueueFullRefusal is a refusal by a full rate-policy queue (200
+// waiters of 8 tenants) of a tenant that marks its retries, with 1, 100 and
+// 3,200 such tenants: each refusal visits the tenants the queue holds
+// places for, at most queue.size of them, so the last two cost about the
+// same.
+func BenchmarkQueueFullRefusal(b *testing.B) {
+	for _, tenants := range []int{1, 100, 3200} {
+		b.Run("tenants="+strconv.Itoa(tenants), func(b *testing.B) {
+			clock := admissiontest.NewClock(backendtest.Epoch)
+			c, err := admission.New(admission.Config{Policies: []admission.Policy{{
+				Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute,
+				Queue: limits.Queue{Size: 200, PerTenant: 25, Timeout: time.Hour},
+			}}}, admission.WithClock(clock))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tk.Done()
+			// Fill the queue: 8 tenants x 25 waiters.
+			for i := range 200 {
+				go c.Admit(ctx, admission.Request{Tenant: "w" + strconv.Itoa(i%8), Tokens: 1})
+			}
+			for c.Stats()[0].Queued < 200 {
+				time.Sleep(time.Millisecond)
+			}
+			names := make([]string, tenants)
+			for i := range names {
+				names[i] = "t" + strconv.Itoa(i)
+				c.Admit(ctx, admission.Request{Tenant: names[i], Tokens: 1, Retry: true})
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				_, err := c.Admit(ctx, admission.Request{Tenant: names[i%tenants], Tokens: 1, Retry: true})
+				var rej *admission.Rejection
+				if !errors.As(err, &rej) || rej.Reason != admission.ReasonQueueFull {
+					b.Fatalf("a request to the full queue: %v; want queue_full", err)
+				}
+			}
+			b.ReportMetric(float64(c.Stats()[0].Held), "held")
+		})
 	}
 }

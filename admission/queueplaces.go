@@ -32,6 +32,14 @@ import (
 // none is held, and the hint says as much. Places are held per replica:
 // a retry that reaches another replica finds none there. A queue whose
 // waiters have all been served keeps its places until their grace ends.
+//
+// A queue holds places for as many tenants as it has room for waiters
+// (maxHeldTenants), first come; a tenant that has no place left and has
+// sent no marked retry for maxHeldWait is forgotten, making room for the
+// next. So tenants that mark their retries once (or an identity minted
+// per request, where the tenant is a client's address) cannot keep the
+// room from the tenants that come after, and a refusal, which visits
+// every tenant with places, costs at most queue.size steps.
 
 // maxHeldWait is the furthest hint a place is held for: clients wait
 // about a minute on a hint at most (OpenAI's SDKs back off on their own
@@ -46,6 +54,11 @@ const heldGrace = 2 * time.Second
 type heldPlaces struct {
 	ps   []promise // by due
 	cost int64     // the requests' estimates, summed
+	// seen is when the tenant last sent a marked retry or was promised a
+	// place (unix nanoseconds): an entry without places is forgotten
+	// maxHeldWait after, so tenants that came once do not keep the
+	// queue's room for tenants (maxHeldTenants) taken.
+	seen int64
 }
 
 // promise is a place held for the retry of a refused request.
@@ -54,10 +67,15 @@ type promise struct {
 	cost       int64 // the refused request's estimate
 }
 
-// maxHeld bounds the places a queue of p holds, and the tenants it holds
-// them for: sixteen times its size. (The hint's bound, maxHeldWait, is
-// usually the one reached first.)
+// maxHeld bounds the places a queue of p holds: sixteen times its size.
+// (The hint's bound, maxHeldWait, is usually the one reached first.)
 func maxHeld(p *policy) int { return 16 * p.Queue.Size }
+
+// maxHeldTenants bounds the tenants a queue of p holds places for: as
+// many as it has room for waiters. Every refusal visits them (to give up
+// the places whose retry did not come), so the bound is also what one
+// refusal costs at most.
+func maxHeldTenants(p *policy) int { return p.Queue.Size }
 
 // refuses reports whether q, of policy p, refuses a request of tenant
 // at now for want of room: when its waiters fill the queue or the
@@ -69,19 +87,26 @@ func maxHeld(p *policy) int { return 16 * p.Queue.Size }
 // request waiting when its turn comes, rather than losing the turn to
 // the others. Places count against their tenant's part only: they never
 // refuse another tenant's request. From a tenant's first retry on, q
-// holds places for its refused requests (see promise).
+// holds places for its refused requests (see promise), until it is
+// forgotten.
 func (q *queue) refuses(p *policy, tenant string, retry bool, now int64) bool {
-	for _, pl := range q.places {
+	for t, pl := range q.places {
 		q.expire(pl, now)
+		if len(pl.ps) == 0 && pl.seen+int64(maxHeldWait) < now {
+			delete(q.places, t)
+		}
 	}
 	part := partOf(p)
 	pl := q.places[tenant]
-	if retry && pl == nil && part > 1 && len(q.places) < maxHeld(p) {
+	if retry && pl == nil && part > 1 && len(q.places) < maxHeldTenants(p) {
 		if q.places == nil {
 			q.places = map[string]*heldPlaces{}
 		}
 		pl = &heldPlaces{}
 		q.places[tenant] = pl
+	}
+	if retry && pl != nil {
+		pl.seen = now
 	}
 	w := q.waitersOf(tenant)
 	switch {
@@ -118,6 +143,7 @@ func (q *queue) promise(p *policy, tenant string, cost int64, hint time.Duration
 	due := now + int64(hint)
 	i, _ := slices.BinarySearchFunc(pl.ps, due, func(o promise, d int64) int { return cmp.Compare(o.due, d) })
 	pl.ps = slices.Insert(pl.ps, i, promise{due: due, until: due + int64(heldGrace), cost: cost})
+	pl.seen = now
 	pl.cost += cost
 	q.nHeld++
 	q.heldCost += cost
