@@ -24,6 +24,26 @@ const maxHeldWait = time.Minute
 // heldOn returns the places c's policy name holds for retries.
 func heldOn(c *admission.Controller, name string) int { return statsOf(c, name).Held }
 
+// spentTokenQueue returns a controller on a fake clock (with the recorder
+// of its decisions) whose one policy, tpm, allows 600 tokens a minute (10
+// a second) with a queue of six, perTenant of it one tenant's, and whose
+// bucket is spent.
+func spentTokenQueue(t *testing.T, perTenant int) (*admission.Controller, *admissiontest.Clock, *recorder) {
+	t.Helper()
+	clock := admissiontest.NewClock(backendtest.Epoch)
+	rec := &recorder{}
+	c := newController(t, clock, rec, admission.Policy{
+		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute,
+		Queue: limits.Queue{Size: 6, PerTenant: perTenant, Timeout: time.Hour},
+	})
+	tk, err := c.Admit(context.Background(), admission.Request{Tenant: "x", Tokens: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done()
+	return c, clock, rec
+}
+
 // TestQueueHeldPlaces: once a tenant marks its retries, each refusal of
 // its requests by a full queue holds a place for the retry: later hints
 // count it, the tenant's new requests find it taken (another tenant's
@@ -32,19 +52,9 @@ func heldOn(c *admission.Controller, name string) int { return statsOf(c, name).
 // given up heldGrace after its time. A tenant that does not mark retries
 // holds no place.
 func TestQueueHeldPlaces(t *testing.T) {
-	clock := admissiontest.NewClock(backendtest.Epoch)
-	rec := &recorder{}
-	c := newController(t, clock, rec, admission.Policy{
-		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute, // 10 tokens a second
-		Queue: limits.Queue{Size: 6, PerTenant: 2, Timeout: time.Hour},
-	})
+	c, clock, rec := spentTokenQueue(t, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600}); err != nil {
-		t.Fatal(err)
-	} else {
-		tk.Done()
-	}
 	out := make(chan result, 8)
 	served := func(n int) {
 		t.Helper()
@@ -121,18 +131,8 @@ func isQueueFull(err error) bool {
 // tenant's waiters are fewer than its part of the queue: however the
 // hints went, places never let a tenant have more waiting than its part.
 func TestQueueHeldPlacesBounded(t *testing.T) {
-	clock := admissiontest.NewClock(backendtest.Epoch)
-	rec := &recorder{}
-	c := newController(t, clock, rec, admission.Policy{
-		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute,
-		Queue: limits.Queue{Size: 6, PerTenant: 2, Timeout: time.Hour},
-	})
+	c, clock, rec := spentTokenQueue(t, 2)
 	ctx, cancel := context.WithCancel(context.Background())
-	if tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600}); err != nil {
-		t.Fatal(err)
-	} else {
-		tk.Done()
-	}
 	out := make(chan result, 4)
 	// z's request at the head is served at 59s: nobody is before.
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "z", Tokens: 590}, "z", out)
@@ -165,18 +165,8 @@ func TestQueueHeldPlacesBounded(t *testing.T) {
 // say one is held (a client told so waits its hint exactly, for a place
 // that a new request of its tenant could take).
 func TestQueuePartOfOneHoldsNoPlace(t *testing.T) {
-	clock := admissiontest.NewClock(backendtest.Epoch)
-	rec := &recorder{}
-	c := newController(t, clock, rec, admission.Policy{
-		Name: "tpm", Unit: limits.UnitTokens, Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute,
-		Queue: limits.Queue{Size: 6, PerTenant: 1, Timeout: time.Hour},
-	})
+	c, _, rec := spentTokenQueue(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	if tk, err := c.Admit(ctx, admission.Request{Tenant: "x", Tokens: 600}); err != nil {
-		t.Fatal(err)
-	} else {
-		tk.Done()
-	}
 	out := make(chan result, 1)
 	enqueue(t, c, rec, ctx, admission.Request{Tenant: "a", Tokens: 10}, "a1", out)
 	for _, r := range []admission.Request{{Tenant: "a", Tokens: 10, Retry: true}, {Tenant: "a", Tokens: 10}, {Tenant: "a", Tokens: 10, Retry: true}} {
