@@ -39,7 +39,9 @@ import (
 // next. So tenants that mark their retries once (or an identity minted
 // per request, where the tenant is a client's address) cannot keep the
 // room from the tenants that come after, and a refusal, which visits
-// every tenant with places, costs at most queue.size steps.
+// every tenant with places, costs at most queue.size steps. A tenant holds
+// at most an equal share of the places (maxHeld) among the tenants the
+// queue holds places for: alone it may take them all.
 
 // maxHeldWait is the furthest hint a place is held for: clients wait
 // about a minute on a hint at most (OpenAI's SDKs back off on their own
@@ -133,11 +135,13 @@ func partOf(p *policy) int {
 
 // promise holds a place in q for the retry of tenant's request of cost,
 // refused at now with hint, when tenant marks its retries, the hint is
-// at most maxHeldWait and q holds fewer than maxHeld(p); it reports
-// whether it did.
+// at most maxHeldWait, q holds fewer than maxHeld(p) places and the
+// tenant fewer than its equal share of them among the tenants q holds
+// places for (so one tenant's small requests cannot take every place from
+// the others); it reports whether it did.
 func (q *queue) promise(p *policy, tenant string, cost int64, hint time.Duration, now int64) bool {
 	pl := q.places[tenant]
-	if pl == nil || hint > maxHeldWait || q.nHeld >= maxHeld(p) {
+	if pl == nil || hint > maxHeldWait || q.nHeld >= maxHeld(p) || len(pl.ps) >= maxHeld(p)/len(q.places) {
 		return false
 	}
 	due := now + int64(hint)

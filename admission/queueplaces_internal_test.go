@@ -57,3 +57,45 @@ func keys(m map[string]*heldPlaces) []string {
 	}
 	return out
 }
+
+// TestHeldPlacesShared: one tenant may take every place while it is the
+// only one holding places, and no more than its equal share of them once
+// others are: the places it holds beyond stay until their time, new ones
+// go to the others.
+func TestHeldPlacesShared(t *testing.T) {
+	p := &policy{Policy: Policy{Name: "tpm", Algorithm: limits.TokenBucket, Limit: 600, Per: time.Minute,
+		Queue: limits.Queue{Size: 4, PerTenant: 2, Timeout: time.Hour}}}
+	q := newQueue("k", nil)
+	now := int64(time.Hour)
+	// promised refuses a request of tenant (a marked retry, or a new
+	// request) n times at now, and returns how many places it held.
+	promised := func(tenant string, n int, retry bool) int {
+		got := 0
+		for i := range n {
+			q.refuses(p, tenant, retry, now)
+			if q.promise(p, tenant, 1, time.Duration(i+1)*time.Millisecond, now) {
+				got++
+			}
+		}
+		return got
+	}
+	all := maxHeld(p)
+	if got := promised("a", all+10, true); got != all {
+		t.Fatalf("a alone was promised %d places; want all %d", got, all)
+	}
+	if got := promised("b", 1, true); got != 0 {
+		t.Fatalf("b was promised %d places with every place held; want 0", got)
+	}
+	// The half of a's places due first is given up: b may take half, a
+	// none.
+	now += int64(time.Duration(all/2)*time.Millisecond+heldGrace) + 1
+	if got := promised("a", 10, false); got != 0 || len(q.places["a"].ps) != all/2 {
+		t.Errorf("a, holding %d places, its share, was promised %d more", len(q.places["a"].ps), got)
+	}
+	if got := promised("b", all, false); got != all/2 {
+		t.Errorf("b was promised %d places; want its share, %d", got, all/2)
+	}
+	if q.nHeld != all {
+		t.Errorf("%d places held; want %d", q.nHeld, all)
+	}
+}
