@@ -224,7 +224,9 @@
 // its turns), and a retry joins only within the part. A place is held for
 // hints of at most a minute and given up two seconds after its time;
 // places are held by tenant, so marking every request a retry only
-// reorders the tenant's own.
+// reorders the tenant's own. A queue holds places for at most Queue.Size
+// tenants, each at most an equal share of them, and forgets a tenant a
+// minute after its last place and marked retry.
 //
 // # Several policies
 //
