@@ -225,6 +225,24 @@ func (s *StreamReader) Result() StreamResult {
 	return r
 }
 
+// AtEventEnd reports whether the bytes Read has returned so far end where
+// an event ends, so that an event of the caller's own (the error event of
+// a stream cut short) can follow without breaking one in two. A stream
+// that cannot be parsed (a corrupt event-stream message) counts as at an
+// end: no later byte would make it one. Call it from the goroutine that
+// reads.
+func (s *StreamReader) AtEventEnd() bool {
+	switch {
+	case s.frames != nil:
+		return s.frames.Pending() == 0 || s.frames.Err() != nil
+	case s.strip:
+		// An event still being read is held back, unless it outgrew
+		// the bound and is passed on as it comes.
+		return !s.rawSpill && s.outPos == len(s.out)
+	}
+	return s.between()
+}
+
 // Usage returns Result().Usage: the checked reported usage, or the
 // fallback count.
 func (s *StreamReader) Usage() Usage { return s.Result().Usage }

@@ -63,6 +63,9 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	var readErr error
 	var first time.Time // when the first chunk came
 	clientGone, cut := false, false
+	// A cut waits for the end of the event being passed on: the error
+	// event that ends the stream must not land inside another.
+	var cutBy *admission.Rejection
 	for {
 		n, err := sr.Read(buf)
 		if n > 0 {
@@ -80,12 +83,13 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 				clientGone = true
 				break
 			}
-			if ch.due(now) {
-				if rej := x.charge(sr); rej != nil {
-					cut = true
-					x.cutStream(rej)
-					break
-				}
+			if cutBy == nil && ch.due(now) {
+				cutBy = x.charge(sr)
+			}
+			if cutBy != nil && sr.AtEventEnd() {
+				cut = true
+				x.cutStream(cutBy)
+				break
 			}
 		}
 		if err != nil {

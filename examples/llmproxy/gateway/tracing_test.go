@@ -29,6 +29,12 @@ import (
 // handler.
 func acmeGateway(t *testing.T, policy, upstreamURL string, opts ...gateway.Option) *httptest.Server {
 	t.Helper()
+	return acmeGatewayConfig(t, policy, gateway.Config{Upstream: upstreamURL + "/v1"}, opts...)
+}
+
+// acmeGatewayConfig is acmeGateway with the gateway's configuration cfg.
+func acmeGatewayConfig(t *testing.T, policy string, cfg gateway.Config, opts ...gateway.Option) *httptest.Server {
+	t.Helper()
 	f, err := config.Parse("acme.yaml", []byte(`
 policies: [`+policy+`]
 tenants:
@@ -44,7 +50,7 @@ identity: {anonymous: deny}
 	}
 	t.Cleanup(func() { _ = ctl.Close() })
 	est, _ := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
-	gw, err := gateway.New(ctl, est, f, gateway.Config{Upstream: upstreamURL + "/v1"},
+	gw, err := gateway.New(ctl, est, f, cfg,
 		append([]gateway.Option{gateway.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
