@@ -146,7 +146,7 @@ func storeName(s string) string {
 // (cmds/op), from INFO.
 func BenchmarkDescriptors(b *testing.B) {
 	srv := redistest.Start(b)
-	cfg := "domain: bench\nalgorithm: token_bucket\nstore: redis\ndescriptors:\n"
+	cfg := "domain: bench\nalgorithm: fixed_window\nstore: redis\ndescriptors:\n"
 	for _, k := range []string{"tenant", "route", "model"} {
 		cfg += "  - key: " + k + "\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
 	}

@@ -127,8 +127,9 @@
 // parts (its take and its write-back for decisions, its adjustment or
 // release for settlements) that the generator strings together as
 // straight-line code: one binary argument and a binary reply, no loops
-// over ops, no function tables, no number formatting, and one MGET for
-// every partition kept in a single string (buckets, windows, quotas).
+// over ops, no function tables, no number formatting (but a fixed
+// window's increment and key name), and one MGET for every partition kept
+// in a single string (buckets, sliding windows, quotas).
 // Decisions, batches, settlements and the Envoy rate-limit service's
 // calls (which reach the store through the controller) all run scripts of
 // this one family; lease renewals run one more script of the same kind. A
@@ -180,15 +181,39 @@
 //
 // Keys are
 //
-//	<prefix>{<tag>}:<policy>:<alg>:<partition key>          token bucket, windows, quota, concurrency
+//	<prefix>{<tag>}:<policy>:<alg>:<partition key>          token bucket, sliding window, quota, concurrency
+//	<prefix>{<tag>}:<policy>:fc:<partition key>@<window>    fixed window: one window's count
 //	<prefix>{<tag>}:<policy>:<alg>:h:<partition key>        sliding log: a hash
 //	<prefix>{<tag>}:<policy>:<alg>:z:<partition key>        ... and a sorted set
 //	<prefix>{<tag>}:settle:<random id>                      idempotency of a settlement
 //
-// where prefix is Config.Prefix ("sluice:" by default), alg is tb, fw, sw,
+// where prefix is Config.Prefix ("sluice:" by default), alg is tb, fc, sw,
 // sl, cl or q (a policy that changes algorithm starts from fresh state),
-// and tag is the partition key's first field (see Tag). Token buckets,
-// windows and quotas are one string of packed doubles; a sliding log is a
+// tag is the partition key's first field (see Tag) and window is the
+// start of a fixed window, in Unix seconds (followed by a dot and nine
+// digits of nanoseconds when it does not start on a whole second).
+//
+// A fixed window keeps one integer per window, in a key named after the
+// window: a decision is one INCRBY of it (and its PEXPIRE, to the
+// window's end plus the grace, on the window's first count), where a
+// partition kept in one key of the count and its window would be read and
+// written again whole. A batch that does not fit gives its increments back
+// (DECRBY, and DEL of a count brought to zero); a shadow policy's take that
+// does not fit is given back alike; a peek reads the count with GET. The
+// script names the window's key itself, from the partition's key it is
+// given and the window it places at the server's time, so no replica's
+// clock chooses the key: the name keeps the partition's hash tag, so the
+// key is in the slot of the script's declared keys (which Redis Cluster
+// allows a script). An acquisition that does not fit costs one command
+// more than it would with a read first (the INCRBY and its DECRBY); one
+// that does, the common case, one command instead of two, and no argument
+// or reply to pack: BenchmarkDescriptors and the governed benchmark
+// measure it (docs/benchmarks.md). Fixed windows were named fw while a
+// partition was one key of packed doubles: replicas of that version and of
+// this one keep separate counts during a rolling upgrade.
+//
+// Token buckets, sliding windows and quotas are one string of packed
+// doubles; a sliding log is a
 // sorted set of entries, at most one per admitted permit (so at most the
 // limit in the window), with a small hash of its sum; concurrency is one
 // hash of packed doubles: its sums and one field per lease (expiry and
@@ -291,7 +316,8 @@
 // Where a request's cost goes (the benchmarks' cmds/op, script-µs/op,
 // srv-cpu-ns/op and cpu-ns/op, from INFO commandstats, INFO cpu and
 // getrusage; redis-server 7.0): a single token bucket is one script of 3
-// Redis commands (TIME, GET, SET with its expiry). A request of a tenant's
+// Redis commands (TIME, GET, SET with its expiry), a fixed window one of
+// 2 (TIME, INCRBY) once its window has counted. A request of a tenant's
 // requests and tokens buckets and a concurrency limit (BenchmarkRedisAdmit's
 // policies=3) is an admission of 7 (TIME, one MGET of both buckets, HGET of
 // the partition's sums, SET of each bucket with its expiry, HSET of the

@@ -189,6 +189,15 @@ local function sl_save(h, z, per, b, now, a, q, card)
   redis.call('PEXPIRE', z, px)
 end
 `,
+	// wkey names the key of a fixed window's count: the partition's key
+	// and the window's start, in the partition's hash slot (the tag is
+	// the partition key's).
+	"wkey": `
+local function wkey(base, s, n)
+  if n == 0 then return base .. '@' .. fmt('%d', s) end
+  return base .. '@' .. fmt('%d.%09d', s, n)
+end
+`,
 	"lease": luaLeaseScan,
 }
 
@@ -333,14 +342,49 @@ end
 `,
 	},
 	limits.FixedWindow: {
-		nkeys: 1, get: true,
+		// A count per window, an integer in a key of its own named after
+		// the window (wkey): taking is one INCRBY, which a batch that does
+		// not fit gives back (see fwTake).
+		nkeys:       1,
 		acquireArgs: "sh$, n$, am$, x$, hs$, hn$", // amount, per, the window's start (hint)
 		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
-		take:        "local ws$, wn$, el$ = window(x$, hs$, hn$)\n" + countTake,
-		save:        countSave,
-		reply:       []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$", "ws$", "wn$"},
-		settleArgs:  "d$, ss$, sn$, am$, x$, hs$, hn$",
-		settle:      "local r$ = 0\ndo\n  local ws, wn, el = window(x$, hs$, hn$)\n" + countAdjust + "end\n",
+		take:        fwTake,
+		// The take's figures for zero permits, with a read only.
+		peek: `
+local ws$, wn$, el$ = window(x$, hs$, hn$)
+local a$ = tonumber(redis.call('GET', wkey(KEYS[{k}], ws$, wn$))) or 0
+local ok$, rt$, rs$ = 1, 0, x$ - el$
+if a$ > am$ then ok$, rt$ = 0, rs$ end
+`,
+		save: `
+if c$ > 0 and not (fits and ok$ == 1) then
+  if redis.call('DECRBY', k$, dec(n$)) <= 0 then redis.call('DEL', k$) end
+end
+`,
+		reply:      []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$", "ws$", "wn$"},
+		settleArgs: "d$, ss$, sn$, am$, x$, hs$, hn$",
+		// The adjustment applies to the current window's count when it is
+		// the ticket's (a charge applies to it in any case).
+		settle: `
+local r$ = 0
+do
+  local ws, wn, el = window(x$, hs$, hn$)
+  local wk = wkey(KEYS[ki + {k}], ws, wn)
+  local a = tonumber(redis.call('GET', wk)) or 0
+  if apply and ((ss$ == ws and sn$ == wn) or d$ > 0) then
+    local b = bounded(a, d$, am$)
+    if b <= 0 then
+      if a > 0 then redis.call('DEL', wk) end
+    elseif a <= 0 then
+      redis.call('SET', wk, dec(b), 'PX', ttl(x$ - el))
+    elseif b ~= a then
+      redis.call('INCRBY', wk, dec(b - a))
+    end
+    a = b
+  end
+  r$ = max(0, am$ - a)
+end
+`,
 	},
 	limits.SlidingWindow: {
 		nkeys: 1, get: true,
@@ -658,8 +702,36 @@ end
 	},
 }
 
-// The counting algorithms (fixed window, quota) share their take, save and
-// adjustment: a count a$ in the window (ws$, wn$) of length x$, el$ into it.
+// fwTake takes n$ from a fixed window's count: an INCRBY of the window's
+// key (k$), its expiry set when the count is new (at the window's end,
+// plus the grace), so that a key never lives without one whatever the
+// rest of the script does; a count of zero permits, or of more than the
+// limit (which never fits), is only read. The count before the take is
+// a$ - n$ when it fits; when it does not, or the batch does not, the save
+// gives the increment back (c$ > 0 says there is one).
+const fwTake = `
+local ws$, wn$, el$ = window(x$, hs$, hn$)
+local k$ = wkey(KEYS[{k}], ws$, wn$)
+local a$, ok$, rt$, c$ = 0, 0, 0, 0
+if n$ > 0 and n$ <= am$ then
+  c$ = redis.call('INCRBY', k$, dec(n$))
+  if c$ == n$ then redis.call('PEXPIRE', k$, ttl(x$ - el$)) end
+  a$ = c$ - n$
+else
+  a$ = tonumber(redis.call('GET', k$)) or 0
+end
+local rs$ = x$ - el$
+if a$ + n$ <= am$ then
+  a$, ok$ = a$ + n$, 1
+elseif n$ > am$ then
+  rt$ = NEVER
+else
+  rt$ = rs$
+end
+`
+
+// A quota's take, save and adjustment: a count a$ in the period (ws$,
+// wn$) of length x$, el$ into it.
 const (
 	countTake = `
 local a$, ok$, rt$ = 0, 0, 0
@@ -734,10 +806,11 @@ end
 // helperOrder is the order helpers are defined in (later ones use
 // earlier ones), and helperNames what each defines.
 var (
-	helperOrder = []string{"num", "window", "log", "lease"}
+	helperOrder = []string{"num", "window", "wkey", "log", "lease"}
 	helperNames = map[string][]string{
 		"num":    {"NEVER", "ceil_ns(", "dec(", "ttl("},
 		"window": {"window(", "far(", "quota_place(", "quota_skew(", "bounded("},
+		"wkey":   {"wkey("},
 		"log":    {"mcost(", "mseq(", "sl_load(", "sl_last(", "sl_save("},
 		"lease":  {"lease_scan("},
 	}
@@ -776,11 +849,12 @@ if idem > 0 then
 end
 `
 
-// How a settle's parts delete a key: at once, or (in a settle of several
-// ops) with the others at the end, in one DEL.
-const (
-	delOne   = "redis.call('DEL', KEYS[ki + {k}])"
-	delLater = "nd = nd + 1; dels[nd] = KEYS[ki + {k}]"
+// A settle's parts delete a key at once; in a settle of several ops,
+// delLater makes them delete it with the others at the end, in one DEL
+// (a partition's key, or a fixed window's count, wk).
+var delLater = strings.NewReplacer(
+	"redis.call('DEL', KEYS[ki + {k}])", "nd = nd + 1; dels[nd] = KEYS[ki + {k}]",
+	"redis.call('DEL', wk)", "nd = nd + 1; dels[nd] = wk",
 )
 
 // An opLayout places one op of a script: its number, its first key's
@@ -1027,7 +1101,7 @@ func genSettle(algs []limits.Algorithm) string {
 	del := func(src string) string { return src }
 	if len(ops) > 1 {
 		b.WriteString("local dels, nd = {}, 0\n")
-		del = func(src string) string { return strings.ReplaceAll(src, delOne, delLater) }
+		del = delLater.Replace
 	}
 	if single {
 		for _, o := range ops {

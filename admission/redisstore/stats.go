@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -129,7 +131,7 @@ const scanBatch = 500
 
 // node counts the partitions on one node.
 func (c *counter) node(ctx context.Context, n redis.Cmdable) error {
-	pattern := c.l.pattern()
+	pattern := c.l.pattern(c.lim, c.now)
 	var cursor uint64
 	for {
 		c.mu.Lock()
@@ -200,27 +202,28 @@ func (c *counter) nearOf(ctx context.Context, n redis.Cmdable, keys []string) (i
 // used returns the permits a token bucket or fixed window partition has
 // used as of now, and its limit (the policy's own).
 func (c *counter) used(v string) (used, limit float64) {
+	if c.l.alg == limits.FixedWindow {
+		// The count of the current window (the only keys the pattern
+		// matches).
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		return float64(n), float64(c.lim.Amount)
+	}
 	f, ok := doubles(v, 3)
 	if !ok {
 		return 0, 0
 	}
 	lim := c.lim
-	if c.l.alg == limits.TokenBucket {
-		// Available permits, their instant: refilled to now.
-		capacity := float64(lim.Capacity())
-		el := float64(c.now - (int64(f[1])*1e9 + int64(f[2])))
-		a := f[0]
-		if el > 0 {
-			a = math.Min(capacity, a+el*(float64(lim.Amount)/float64(lim.Per)))
-		}
-		return capacity - math.Floor(a), capacity // whole permits, as in memory
+	// Available permits, their instant: refilled to now.
+	capacity := float64(lim.Capacity())
+	el := float64(c.now - (int64(f[1])*1e9 + int64(f[2])))
+	a := f[0]
+	if el > 0 {
+		a = math.Min(capacity, a+el*(float64(lim.Amount)/float64(lim.Per)))
 	}
-	// The count, the window's start: a window that has passed counts 0.
-	start := int64(f[1])*1e9 + int64(f[2])
-	if c.now-start >= int64(lim.Per) || c.now < start {
-		return 0, float64(lim.Amount)
-	}
-	return f[0], float64(lim.Amount)
+	return capacity - math.Floor(a), capacity // whole permits, as in memory
 }
 
 // leasesHeld returns the cost of a concurrency partition's leases not
@@ -255,14 +258,34 @@ func doubles(v string, n int) ([]float64, bool) {
 	return out, true
 }
 
-// pattern is the SCAN pattern of the limiter's partition keys (the hash
-// of a sliding log's pair).
-func (l *limiter) pattern() string {
+// pattern is the SCAN pattern of the limiter's partition keys at now
+// (the hash of a sliding log's pair; the counts of the window holding
+// now, for a fixed window under lim).
+func (l *limiter) pattern(lim *limits.Limit, now int64) string {
 	p := globEscape(l.s.cfg.Prefix) + "{*}" + globEscape(l.infix)
-	if l.alg == limits.SlidingLog {
+	switch l.alg {
+	case limits.SlidingLog:
 		p += "h:"
+	case limits.FixedWindow:
+		if lim.Per > 0 {
+			return p + "*" + string(appendWindow(nil, floorTo(now, int64(lim.Per))))
+		}
 	}
 	return p + "*"
+}
+
+// appendWindow appends to dst the suffix a fixed window's count key has
+// after its partition's key: '@' and the window's start, in seconds and
+// nanoseconds (the script's wkey).
+func appendWindow(dst []byte, start int64) []byte {
+	sec, ns := split(start)
+	dst = append(dst, '@')
+	dst = strconv.AppendInt(dst, sec, 10)
+	if ns != 0 {
+		dst = append(dst, '.')
+		dst = append(dst, fmt.Sprintf("%09d", ns)...)
+	}
+	return dst
 }
 
 // globEscape escapes the characters SCAN's MATCH gives a meaning to.

@@ -237,7 +237,7 @@ func (s *Store) Limiter(p *admission.Policy) (backend.Limiter, error) {
 
 var algCode = [...]string{
 	limits.TokenBucket:   "tb",
-	limits.FixedWindow:   "fw",
+	limits.FixedWindow:   "fc", // its earlier layout (one packed key per partition) was named fw
 	limits.SlidingWindow: "sw",
 	limits.SlidingLog:    "sl",
 	limits.Concurrency:   "cl", // its earlier text layout was named cc

@@ -65,6 +65,11 @@ local function bounded(x, d, am)
   return max(x, min(x + d, am))
 end
 
+local function wkey(base, s, n)
+  if n == 0 then return base .. '@' .. fmt('%d', s) end
+  return base .. '@' .. fmt('%d.%09d', s, n)
+end
+
 local function mcost(m) return tonumber(string.match(m, ':(%d+)$')) end
 local function mseq(m) return tonumber(string.match(m, '^(%d+):')) end
 local function sl_load(h, z, per)
@@ -194,13 +199,11 @@ return fits, pk('<dddddd', ok9, am9 - min(ceil(est9), am9), rs9, rt9, ws9, wn9)
 end
 local function take0(fits)
 local sh1, n1, am1, x1, y1, sh2, n2, am2, x2, hs2, hn2, sh3, n3, am3, x3, hs3, hn3, sh4, n4, am4, x4, sh5, n5, am5, x5, sh6, n6, am6, hs6, hn6, x6, cal6, sh7, n7, am7, x7, y7, sh8, n8, am8, x8, hs8, hn8 = up('<ddddddddddddddddddddddddddddddddddddddddddd', ARGV[1], 33)
-local vs = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[7], KEYS[8], KEYS[9])
+local vs = redis.call('MGET', KEYS[1], KEYS[3], KEYS[7], KEYS[8])
 local v1 = vs[1]
-local v2 = vs[2]
-local v3 = vs[3]
-local v6 = vs[4]
-local v7 = vs[5]
-local v8 = vs[6]
+local v3 = vs[2]
+local v6 = vs[3]
+local v7 = vs[4]
 
 local a1, ts1, tn1 = x1, now_s, now_n
 if v1 then a1, ts1, tn1 = up('<ddd', v1) end
@@ -215,12 +218,16 @@ end
 if a1 < -x1 then a1 = -x1 end
 local a01, ok1 = a1, 0
 if n1 <= a1 then a1, ok1 = a1 - n1, 1 end
-local ws2, wn2, el2 = window(x2, hs2, hn2)
 
-local a2, ok2, rt2 = 0, 0, 0
-if v2 then
-  local a, ss, sn = up('<ddd', v2)
-  if ss == ws2 and sn == wn2 then a2 = a end
+local ws2, wn2, el2 = window(x2, hs2, hn2)
+local k2 = wkey(KEYS[2], ws2, wn2)
+local a2, ok2, rt2, c2 = 0, 0, 0, 0
+if n2 > 0 and n2 <= am2 then
+  c2 = redis.call('INCRBY', k2, dec(n2))
+  if c2 == n2 then redis.call('PEXPIRE', k2, ttl(x2 - el2)) end
+  a2 = c2 - n2
+else
+  a2 = tonumber(redis.call('GET', k2)) or 0
 end
 local rs2 = x2 - el2
 if a2 + n2 <= am2 then
@@ -334,12 +341,16 @@ end
 if a7 < -x7 then a7 = -x7 end
 local a07, ok7 = a7, 0
 if n7 <= a7 then a7, ok7 = a7 - n7, 1 end
-local ws8, wn8, el8 = window(x8, hs8, hn8)
 
-local a8, ok8, rt8 = 0, 0, 0
-if v8 then
-  local a, ss, sn = up('<ddd', v8)
-  if ss == ws8 and sn == wn8 then a8 = a end
+local ws8, wn8, el8 = window(x8, hs8, hn8)
+local k8 = wkey(KEYS[9], ws8, wn8)
+local a8, ok8, rt8, c8 = 0, 0, 0, 0
+if n8 > 0 and n8 <= am8 then
+  c8 = redis.call('INCRBY', k8, dec(n8))
+  if c8 == n8 then redis.call('PEXPIRE', k8, ttl(x8 - el8)) end
+  a8 = c8 - n8
+else
+  a8 = tonumber(redis.call('GET', k8)) or 0
 end
 local rs8 = x8 - el8
 if a8 + n8 <= am8 then
@@ -363,12 +374,8 @@ else
   redis.call('SET', KEYS[1], pk('<ddd', a01, ts1, tn1), 'KEEPTTL')
 end
 
-if fits and ok2 == 1 then
-  if a2 > 0 then
-    redis.call('SET', KEYS[2], pk('<ddd', a2, ws2, wn2), 'PX', ttl(x2 - el2))
-  else
-    redis.call('DEL', KEYS[2])
-  end
+if c2 > 0 and not (fits and ok2 == 1) then
+  if redis.call('DECRBY', k2, dec(n2)) <= 0 then redis.call('DEL', k2) end
 end
 
 if fits and ok3 == 1 then
@@ -426,12 +433,8 @@ else
   redis.call('SET', KEYS[8], pk('<ddd', a07, ts7, tn7), 'KEEPTTL')
 end
 
-if fits and ok8 == 1 then
-  if a8 > 0 then
-    redis.call('SET', KEYS[9], pk('<ddd', a8, ws8, wn8), 'PX', ttl(x8 - el8))
-  else
-    redis.call('DEL', KEYS[9])
-  end
+if c8 > 0 and not (fits and ok8 == 1) then
+  if redis.call('DECRBY', k8, dec(n8)) <= 0 then redis.call('DEL', k8) end
 end
 return fits, pk('<dddddddddddddddddddddddddddddddddddd', ok1, a1, ok2, am2 - min(a2, am2), rs2, rt2, ws2, wn2, ok3, am3 - min(ceil(est3), am3), rs3, rt3, ws3, wn3, ok4, am4 - min(a4, am4), rs4, rt4, ok5, a5, (add5 > 0 and q5 or 0), exp5, ok6, am6 - min(a6, am6), rs6, rt6, ws6, wn6, ok7, a7, ok8, am8 - min(a8, am8), rs8, rt8, ws8, wn8) .. rest
 end

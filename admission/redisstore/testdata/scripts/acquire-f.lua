@@ -64,14 +64,22 @@ local function bounded(x, d, am)
   if d < 0 then return max(x + d, 0) end
   return max(x, min(x + d, am))
 end
-if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
-local v1 = redis.call('GET', KEYS[1])
-local ws1, wn1, el1 = window(x1, hs1, hn1)
 
-local a1, ok1, rt1 = 0, 0, 0
-if v1 then
-  local a, ss, sn = up('<ddd', v1)
-  if ss == ws1 and sn == wn1 then a1 = a end
+local function wkey(base, s, n)
+  if n == 0 then return base .. '@' .. fmt('%d', s) end
+  return base .. '@' .. fmt('%d.%09d', s, n)
+end
+if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
+
+local ws1, wn1, el1 = window(x1, hs1, hn1)
+local k1 = wkey(KEYS[1], ws1, wn1)
+local a1, ok1, rt1, c1 = 0, 0, 0, 0
+if n1 > 0 and n1 <= am1 then
+  c1 = redis.call('INCRBY', k1, dec(n1))
+  if c1 == n1 then redis.call('PEXPIRE', k1, ttl(x1 - el1)) end
+  a1 = c1 - n1
+else
+  a1 = tonumber(redis.call('GET', k1)) or 0
 end
 local rs1 = x1 - el1
 if a1 + n1 <= am1 then
@@ -83,11 +91,7 @@ else
 end
 local fits = (ok1 == 1 or sh1 == 1)
 
-if fits and ok1 == 1 then
-  if a1 > 0 then
-    redis.call('SET', KEYS[1], pk('<ddd', a1, ws1, wn1), 'PX', ttl(x1 - el1))
-  else
-    redis.call('DEL', KEYS[1])
-  end
+if c1 > 0 and not (fits and ok1 == 1) then
+  if redis.call('DECRBY', k1, dec(n1)) <= 0 then redis.call('DEL', k1) end
 end
 return pk('<dddddddd', now_s, now_n, ok1, am1 - min(a1, am1), rs1, rt1, ws1, wn1)

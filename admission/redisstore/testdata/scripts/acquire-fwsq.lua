@@ -65,6 +65,11 @@ local function bounded(x, d, am)
   return max(x, min(x + d, am))
 end
 
+local function wkey(base, s, n)
+  if n == 0 then return base .. '@' .. fmt('%d', s) end
+  return base .. '@' .. fmt('%d.%09d', s, n)
+end
+
 local function mcost(m) return tonumber(string.match(m, ':(%d+)$')) end
 local function mseq(m) return tonumber(string.match(m, '^(%d+):')) end
 local function sl_load(h, z, per)
@@ -110,16 +115,19 @@ end
 if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
 if far((now_s - hs2) * E9 + (now_n - hn2), x2) then return 'S' .. pk('<dd', now_s, now_n) end
 if quota_skew(hs4, hn4, x4, cal4) then return 'S' .. pk('<dd', now_s, now_n) end
-local vs = redis.call('MGET', KEYS[1], KEYS[2], KEYS[5])
-local v1 = vs[1]
-local v2 = vs[2]
-local v4 = vs[3]
-local ws1, wn1, el1 = window(x1, hs1, hn1)
+local vs = redis.call('MGET', KEYS[2], KEYS[5])
+local v2 = vs[1]
+local v4 = vs[2]
 
-local a1, ok1, rt1 = 0, 0, 0
-if v1 then
-  local a, ss, sn = up('<ddd', v1)
-  if ss == ws1 and sn == wn1 then a1 = a end
+local ws1, wn1, el1 = window(x1, hs1, hn1)
+local k1 = wkey(KEYS[1], ws1, wn1)
+local a1, ok1, rt1, c1 = 0, 0, 0, 0
+if n1 > 0 and n1 <= am1 then
+  c1 = redis.call('INCRBY', k1, dec(n1))
+  if c1 == n1 then redis.call('PEXPIRE', k1, ttl(x1 - el1)) end
+  a1 = c1 - n1
+else
+  a1 = tonumber(redis.call('GET', k1)) or 0
 end
 local rs1 = x1 - el1
 if a1 + n1 <= am1 then
@@ -198,12 +206,8 @@ else
 end
 local fits = (ok1 == 1 or sh1 == 1) and (ok2 == 1 or sh2 == 1) and (ok3 == 1 or sh3 == 1) and (ok4 == 1 or sh4 == 1)
 
-if fits and ok1 == 1 then
-  if a1 > 0 then
-    redis.call('SET', KEYS[1], pk('<ddd', a1, ws1, wn1), 'PX', ttl(x1 - el1))
-  else
-    redis.call('DEL', KEYS[1])
-  end
+if c1 > 0 and not (fits and ok1 == 1) then
+  if redis.call('DECRBY', k1, dec(n1)) <= 0 then redis.call('DEL', k1) end
 end
 
 if fits and ok2 == 1 then

@@ -13,19 +13,6 @@ if clock == 0 then
   now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
 end
 
-local NEVER, MAXD = -1, 4611686018427387903
-local function ceil_ns(x)
-  if x <= 0 then return 0 end
-  if x > MAXD then return MAXD end
-  return ceil(x)
-end
-local function dec(x) return fmt('%d', x) end
-local function ttl(ns)
-  local ms = ceil(ns / 1000000)
-  if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
-  return dec(ms + grace)
-end
-
 local function tadd(s, n, d)
   local t = n + d
   local q = floor(t / E9)
@@ -64,21 +51,15 @@ local function bounded(x, d, am)
   if d < 0 then return max(x + d, 0) end
   return max(x, min(x + d, am))
 end
-if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
-local v1 = redis.call('GET', KEYS[1])
-local ws1, wn1, el1 = window(x1, hs1, hn1)
 
-local a1, ok1, rt1 = 0, 0, 0
-if v1 then
-  local a, ss, sn = up('<ddd', v1)
-  if ss == ws1 and sn == wn1 then a1 = a end
+local function wkey(base, s, n)
+  if n == 0 then return base .. '@' .. fmt('%d', s) end
+  return base .. '@' .. fmt('%d.%09d', s, n)
 end
-local rs1 = x1 - el1
-if a1 + n1 <= am1 then
-  a1, ok1 = a1 + n1, 1
-elseif n1 > am1 then
-  rt1 = NEVER
-else
-  rt1 = rs1
-end
+if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
+
+local ws1, wn1, el1 = window(x1, hs1, hn1)
+local a1 = tonumber(redis.call('GET', wkey(KEYS[1], ws1, wn1))) or 0
+local ok1, rt1, rs1 = 1, 0, x1 - el1
+if a1 > am1 then ok1, rt1 = 0, rs1 end
 return pk('<dddddddd', now_s, now_n, ok1, am1 - min(a1, am1), rs1, rt1, ws1, wn1)

@@ -65,6 +65,11 @@ local function bounded(x, d, am)
   return max(x, min(x + d, am))
 end
 
+local function wkey(base, s, n)
+  if n == 0 then return base .. '@' .. fmt('%d', s) end
+  return base .. '@' .. fmt('%d.%09d', s, n)
+end
+
 local function mcost(m) return tonumber(string.match(m, ':(%d+)$')) end
 local function mseq(m) return tonumber(string.match(m, '^(%d+):')) end
 local function sl_load(h, z, per)
@@ -166,23 +171,22 @@ do
   end
   if a > 0 then r1 = floor(a) end
 end
+
 local r2 = 0
 do
   local ws, wn, el = window(x2, hs2, hn2)
-
-  local a = 0
-  local v = redis.call('GET', KEYS[ki + 2])
-  if v then
-    local c, s, n = up('<ddd', v)
-    if s == ws and n == wn then a = c end
-  end
+  local wk = wkey(KEYS[ki + 2], ws, wn)
+  local a = tonumber(redis.call('GET', wk)) or 0
   if apply and ((ss2 == ws and sn2 == wn) or d2 > 0) then
-    a = bounded(a, d2, am2)
-    if a > 0 then
-      redis.call('SET', KEYS[ki + 2], pk('<ddd', a, ws, wn), 'PX', ttl(x2 - el))
-    else
-      nd = nd + 1; dels[nd] = KEYS[ki + 2]
+    local b = bounded(a, d2, am2)
+    if b <= 0 then
+      if a > 0 then nd = nd + 1; dels[nd] = wk end
+    elseif a <= 0 then
+      redis.call('SET', wk, dec(b), 'PX', ttl(x2 - el))
+    elseif b ~= a then
+      redis.call('INCRBY', wk, dec(b - a))
     end
+    a = b
   end
   r2 = max(0, am2 - a)
 end
@@ -327,23 +331,22 @@ do
   end
   if a > 0 then r7 = floor(a) end
 end
+
 local r8 = 0
 do
   local ws, wn, el = window(x8, hs8, hn8)
-
-  local a = 0
-  local v = redis.call('GET', KEYS[ki + 9])
-  if v then
-    local c, s, n = up('<ddd', v)
-    if s == ws and n == wn then a = c end
-  end
+  local wk = wkey(KEYS[ki + 9], ws, wn)
+  local a = tonumber(redis.call('GET', wk)) or 0
   if apply and ((ss8 == ws and sn8 == wn) or d8 > 0) then
-    a = bounded(a, d8, am8)
-    if a > 0 then
-      redis.call('SET', KEYS[ki + 9], pk('<ddd', a, ws, wn), 'PX', ttl(x8 - el))
-    else
-      nd = nd + 1; dels[nd] = KEYS[ki + 9]
+    local b = bounded(a, d8, am8)
+    if b <= 0 then
+      if a > 0 then nd = nd + 1; dels[nd] = wk end
+    elseif a <= 0 then
+      redis.call('SET', wk, dec(b), 'PX', ttl(x8 - el))
+    elseif b ~= a then
+      redis.call('INCRBY', wk, dec(b - a))
     end
+    a = b
   end
   r8 = max(0, am8 - a)
 end

@@ -64,6 +64,11 @@ local function bounded(x, d, am)
   if d < 0 then return max(x + d, 0) end
   return max(x, min(x + d, am))
 end
+
+local function wkey(base, s, n)
+  if n == 0 then return base .. '@' .. fmt('%d', s) end
+  return base .. '@' .. fmt('%d.%09d', s, n)
+end
 if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
 local apply = true
 
@@ -71,23 +76,22 @@ if idem > 0 then
   if ki == 0 then return 'K' end
   apply = redis.call('SET', KEYS[1], '1', 'NX', 'PX', fmt('%d', idem)) ~= false
 end
+
 local r1 = 0
 do
   local ws, wn, el = window(x1, hs1, hn1)
-
-  local a = 0
-  local v = redis.call('GET', KEYS[ki + 1])
-  if v then
-    local c, s, n = up('<ddd', v)
-    if s == ws and n == wn then a = c end
-  end
+  local wk = wkey(KEYS[ki + 1], ws, wn)
+  local a = tonumber(redis.call('GET', wk)) or 0
   if apply and ((ss1 == ws and sn1 == wn) or d1 > 0) then
-    a = bounded(a, d1, am1)
-    if a > 0 then
-      redis.call('SET', KEYS[ki + 1], pk('<ddd', a, ws, wn), 'PX', ttl(x1 - el))
-    else
-      redis.call('DEL', KEYS[ki + 1])
+    local b = bounded(a, d1, am1)
+    if b <= 0 then
+      if a > 0 then redis.call('DEL', wk) end
+    elseif a <= 0 then
+      redis.call('SET', wk, dec(b), 'PX', ttl(x1 - el))
+    elseif b ~= a then
+      redis.call('INCRBY', wk, dec(b - a))
     end
+    a = b
   end
   r1 = max(0, am1 - a)
 end

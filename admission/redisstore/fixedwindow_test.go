@@ -1,0 +1,148 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/admission/backend"
+	"github.com/sluicehq/sluice/admission/backend/backendtest"
+	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/admission/redisstore"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestFixedWindowCounts follows a fixed window's count in Redis: one
+// integer per window, in a key named after the window, with an expiry at
+// the window's end plus the grace from its first count on. A batch that
+// does not fit (another policy refusing) and a shadow take that does not
+// fit leave the count as it was and create no key; the next window counts
+// in a key of its own; refunds lower the count and delete it at zero; and
+// the partition count of Stats sees only the current window's keys.
+func TestFixedWindowCounts(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr)
+	prefix := uniquePrefix()
+	const grace = 50 * time.Millisecond
+	st := newStore(t, client, redisstore.Config{Prefix: prefix, CallerTime: true, Timeout: time.Second, IdleGrace: grace})
+	fwp := admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 10, Per: time.Minute}
+	tbp := admission.Policy{Name: "tb", Algorithm: limits.TokenBucket, Limit: 2, Per: time.Hour}
+	fw, _ := st.Limiter(&fwp)
+	tb, _ := st.Limiter(&tbp)
+	ctx := context.Background()
+	start := backendtest.Epoch.Truncate(time.Minute)
+	now := start.Add(10 * time.Second)
+	key := func(tenant string, window time.Time) string {
+		return prefix + "{" + tenant + "}:fw:fc:" + tenant + "@" + strconv.FormatInt(window.Unix(), 10)
+	}
+	count := func(k string) string {
+		t.Helper()
+		v, err := redistest.Do(srv.Addr, "GET", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	batch := func(fwShadow bool, tenant string, nfw, ntb int64) []backend.Op {
+		t.Helper()
+		ops := []backend.Op{
+			{Limiter: fw, Key: tenant, Limit: fwp.Base(), N: nfw, Shadow: fwShadow},
+			{Limiter: tb, Key: tenant, Limit: tbp.Base(), N: ntb},
+		}
+		if err := st.AcquireBatch(ctx, ops, now); err != nil {
+			t.Fatal(err)
+		}
+		return ops
+	}
+
+	if ops := batch(false, "acme", 4, 1); !ops[0].Grant.OK || !ops[1].Grant.OK || ops[0].Grant.Remaining != 6 {
+		t.Fatalf("first batch: %+v, %+v; want both admitted, 6 left in the window", ops[0].Grant, ops[1].Grant)
+	}
+	k := key("acme", start)
+	if got := count(k); got != "4" {
+		t.Errorf("count after 4 permits = %q; want 4", got)
+	}
+	ttl, err := client.PTTL(ctx, k).Result()
+	if want := 50*time.Second + grace; err != nil || ttl <= 50*time.Second-time.Second || ttl > want {
+		t.Errorf("PTTL %s = %v, %v; want about %v (the window's end plus the grace)", k, ttl, err, want)
+	}
+
+	// The bucket refuses 5 (its capacity is 2): the window gives its 3 back.
+	if ops := batch(false, "acme", 3, 5); ops[0].Grant.OK && ops[1].Grant.OK || ops[0].Grant.Taken != 0 || ops[0].Grant.Remaining != 6 {
+		t.Errorf("refused batch: %+v, %+v; want nothing taken, 6 left", ops[0].Grant, ops[1].Grant)
+	}
+	if got := count(k); got != "4" {
+		t.Errorf("count after a refused batch = %q; want 4, as before it", got)
+	}
+	if ops := batch(false, "beta", 3, 5); ops[0].Grant.Taken != 0 {
+		t.Errorf("refused batch of a new tenant took %d", ops[0].Grant.Taken)
+	}
+	if n, err := client.Exists(ctx, key("beta", start)).Result(); err != nil || n != 0 {
+		t.Errorf("a new tenant's refused batch left its window's key (EXISTS %d, %v)", n, err)
+	}
+
+	// A shadow take of 7 does not fit (4 + 7 > 10), the bucket's 1 does:
+	// the batch is admitted, the shadow window takes nothing.
+	if ops := batch(true, "acme", 7, 1); ops[0].Grant.OK || !ops[1].Grant.OK || ops[0].Grant.Taken != 0 {
+		t.Errorf("shadow batch: %+v, %+v; want the shadow window refused, the bucket admitted", ops[0].Grant, ops[1].Grant)
+	}
+	if got := count(k); got != "4" {
+		t.Errorf("count after a shadow refusal = %q; want 4", got)
+	}
+
+	// The next window counts apart; the last one's key stays until its expiry.
+	now = start.Add(time.Minute + time.Second)
+	var g backend.Grant
+	if err := fw.Acquire(ctx, "acme", limitOf(&fwp), 2, now, &g); err != nil || !g.OK || g.Remaining != 8 {
+		t.Fatalf("next window: %+v, %v; want 2 taken, 8 left", g, err)
+	}
+	next := key("acme", start.Add(time.Minute))
+	if got, old := count(next), count(k); got != "2" || old != "4" {
+		t.Errorf("counts of the next window and the last = %q, %q; want 2, 4", got, old)
+	}
+	stats := fw.(backend.Inspector).Stats(limitOf(&fwp), now)
+	if stats.Partitions != 1 {
+		t.Errorf("Stats in the next window: %d partitions; want 1 (the last window's key has passed)", stats.Partitions)
+	}
+
+	for i, want := range []string{"1", ""} {
+		if err := fw.Adjust(ctx, "acme", limitOf(&fwp), &g, -1, now); err != nil {
+			t.Fatal(err)
+		}
+		if got := count(next); got != want {
+			t.Errorf("count after refund %d = %q; want %q", i+1, got, want)
+		}
+	}
+}
+
+// TestFixedWindowTakeIsOneCommand counts the Redis commands of a fixed
+// window's decision on a partition that already counts in this window:
+// TIME and one INCRBY, nothing read before, no expiry set again.
+func TestFixedWindowTakeIsOneCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newStore(t, newClient(t, srv.Addr), redisstore.Config{Prefix: uniquePrefix(), Timeout: time.Second})
+	p := admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 1 << 40, Per: time.Hour}
+	lim, _ := st.Limiter(&p)
+	ctx := context.Background()
+	var g backend.Grant
+	if err := lim.Acquire(ctx, "acme", limitOf(&p), 1, time.Now(), &g); err != nil || !g.OK {
+		t.Fatalf("first take: %+v, %v", g, err)
+	}
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Acquire(ctx, "acme", limitOf(&p), 5, time.Now(), &g); err != nil || !g.OK {
+		t.Fatalf("second take: %+v, %v", g, err)
+	}
+	calls := commandCalls(t, srv.Addr)
+	if calls["incrby"] != "1" || calls["time"] != "1" {
+		t.Errorf("INCRBY, TIME calls %q, %q; want 1 each (all calls %v)", calls["incrby"], calls["time"], calls)
+	}
+	for _, c := range []string{"get", "mget", "set", "pexpire", "decrby", "del"} {
+		if calls[c] != "" {
+			t.Errorf("%s calls %s; want none (all calls %v)", c, calls[c], calls)
+		}
+	}
+}
