@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,15 +212,38 @@ func scriptKey(dst []byte, ops []backend.Op, settle bool) []byte {
 	return dst
 }
 
-// putKeys adds the Redis keys of partition key to c: one, or two for a
-// sliding log.
-func (l *limiter) putKeys(c *call, key string) {
-	if l.alg != limits.SlidingLog {
+// putKeys adds the Redis keys of partition key under lim to c, at now:
+// one (for a fixed window, the count of the window holding now), or two
+// for a sliding log.
+func (l *limiter) putKeys(c *call, key string, lim *limits.Limit, now int64) {
+	switch l.alg {
+	case limits.FixedWindow:
+		c.putKey(func(b []byte) []byte { return appendWindow(l.appendKey(b, key), floorTo(now, int64(lim.Per))) })
+	case limits.SlidingLog:
+		c.putKey(func(b []byte) []byte { return l.appendSubKey(b, "h:", key) })
+		c.putKey(func(b []byte) []byte { return l.appendSubKey(b, "z:", key) })
+	default:
 		c.putKey(func(b []byte) []byte { return l.appendKey(b, key) })
-		return
 	}
-	c.putKey(func(b []byte) []byte { return l.appendSubKey(b, "h:", key) })
-	c.putKey(func(b []byte) []byte { return l.appendSubKey(b, "z:", key) })
+}
+
+// appendWindow appends to dst the suffix of a fixed window's count key
+// after its partition's key: '@' and the window's start, in Unix seconds,
+// then a dot and nine digits of nanoseconds when they are not zero (the
+// scripts' wkey).
+func appendWindow(dst []byte, start int64) []byte {
+	sec, ns := split(start)
+	dst = append(dst, '@')
+	dst = strconv.AppendInt(dst, sec, 10)
+	if ns == 0 {
+		return dst
+	}
+	dst = append(dst, ".000000000"...)
+	for i := len(dst) - 1; ns > 0; i-- {
+		dst[i] = byte('0' + ns%10)
+		ns /= 10
+	}
+	return dst
 }
 
 // acquireCall returns the keys and argument of the acquire of ops.
@@ -229,7 +253,7 @@ func (s *Store) acquireCall(ops []backend.Op, now int64) *call {
 	for i := range ops {
 		op := &ops[i]
 		l := op.Limiter.(*limiter)
-		l.putKeys(c, op.Key)
+		l.putKeys(c, op.Key, &op.Limit, now)
 		var shadow int64
 		if op.Shadow {
 			shadow = 1
@@ -302,6 +326,21 @@ func fillGrants(ops []backend.Op, reply string, back bool) (bool, error) {
 			g.Limit = op.Limit.Amount
 			g.Remaining, g.Reset, g.RetryAfter = r.int(), dur(r.int()), dur(r.int())
 			g.Stamp = now
+		case limits.FixedWindow:
+			// The count; the window is the one holding the server's
+			// instant, as the script placed it.
+			g.Limit = op.Limit.Amount
+			g.Remaining = g.Limit - min(r.int(), g.Limit)
+			per := int64(op.Limit.Per)
+			g.Stamp = floorTo(now, per)
+			g.Reset = time.Duration(g.Stamp + per - now)
+			switch {
+			case g.OK:
+			case op.N > g.Limit:
+				g.RetryAfter = limits.Never
+			default:
+				g.RetryAfter = g.Reset
+			}
 		default:
 			g.Limit = op.Limit.Amount
 			g.Remaining, g.Reset, g.RetryAfter = r.int(), dur(r.int()), dur(r.int())
@@ -355,7 +394,7 @@ func (s *Store) settleCall(ops []backend.Op, now int64, clock int, tag string, k
 		if !settles(l, op) {
 			continue
 		}
-		l.putKeys(c, op.Key)
+		l.putKeys(c, op.Key, &op.Limit, now)
 		lim := &op.Limit
 		ss, sn := split(op.Grant.Stamp)
 		switch l.alg {

@@ -146,3 +146,59 @@ func TestFixedWindowTakeIsOneCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedWindowServerPlacesKey decides, adjusts and peeks a fixed
+// window from a replica whose clock is three days behind the server's
+// (within the 13 days a script moves a window by itself): the count is
+// the server's window's, in its key, and the replica's window has no key.
+func TestFixedWindowServerPlacesKey(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr)
+	prefix := uniquePrefix()
+	st := newStore(t, client, redisstore.Config{Prefix: prefix, Timeout: time.Second})
+	p := admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 10, Per: 24 * time.Hour}
+	lim, _ := st.Limiter(&p)
+	ctx := context.Background()
+	key := func(start int64) string {
+		return prefix + "{acme}:fw:fc:acme@" + strconv.FormatInt(start/1e9, 10)
+	}
+	// The window rolls once a day: a run that straddles a roll runs again.
+	for attempt := 0; ; attempt++ {
+		behind := time.Now().Add(-72 * time.Hour)
+		var g, peek backend.Grant
+		if err := lim.Acquire(ctx, "acme", limitOf(&p), 3, behind, &g); err != nil || !g.OK {
+			t.Fatalf("Acquire: %+v, %v", g, err)
+		}
+		if err := lim.(backend.Peeker).Peek(ctx, "acme", limitOf(&p), behind, &peek); err != nil {
+			t.Fatal(err)
+		}
+		v, err := redistest.Do(srv.Addr, "GET", key(g.Stamp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale, err := client.Exists(ctx, key(behind.Truncate(24*time.Hour).UnixNano())).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lim.Adjust(ctx, "acme", limitOf(&p), &g, -3, behind); err != nil {
+			t.Fatal(err)
+		}
+		left, _ := client.Exists(ctx, key(g.Stamp)).Result()
+		if peek.Stamp != g.Stamp && attempt == 0 {
+			continue
+		}
+		if since := time.Since(time.Unix(0, g.Stamp)); since < 0 || since > 24*time.Hour {
+			t.Errorf("the window starts %v before now; want the server's day", since)
+		}
+		if v != "3" || stale != 0 {
+			t.Errorf("count in the server's window %q, the replica's window's key exists: %d; want 3, 0", v, stale)
+		}
+		if peek.Remaining != 7 || peek.Stamp != g.Stamp {
+			t.Errorf("Peek: %+v; want 7 left in the window of the take (%d)", peek, g.Stamp)
+		}
+		if g.Remaining != 10 || left != 0 {
+			t.Errorf("after refunding the 3: %d left, key exists %d; want 10 and no key", g.Remaining, left)
+		}
+		return
+	}
+}

@@ -55,6 +55,7 @@ func TestTenantFlood(t *testing.T) {
 		life    time.Duration // neutral after at most this long
 	}{
 		{admission.Policy{Name: "rph", Algorithm: limits.TokenBucket, Limit: 100, Per: time.Hour}, 100_000, time.Hour},
+		{admission.Policy{Name: "fixed", Algorithm: limits.FixedWindow, Limit: 100, Per: time.Hour}, 10_000, time.Hour},
 		{admission.Policy{Name: "win", Algorithm: limits.SlidingWindow, Limit: 100, Per: time.Hour}, 10_000, 2 * time.Hour},
 		{admission.Policy{Name: "log", Algorithm: limits.SlidingLog, Limit: 100, Per: time.Hour}, 10_000, time.Hour},
 		{admission.Policy{Name: "inflight", Algorithm: limits.Concurrency, Limit: 10, MaxHold: time.Hour}, 10_000, time.Hour},
@@ -70,9 +71,13 @@ func TestTenantFlood(t *testing.T) {
 		}
 		before := usedMemory(t, srv.Addr)
 		keysBefore, _ := client.DBSize(ctx).Result()
+		// The instant of each thousand tenants' calls, which names a fixed
+		// window's keys.
+		nows := make([]int64, 0, tenants/1000)
 		for i := 0; i < tenants; i += 1000 {
 			pipe := client.Pipeline()
 			now := time.Now().UnixNano()
+			nows = append(nows, now)
 			var calls []*call
 			for j := i; j < i+1000; j++ {
 				op := []backend.Op{{Limiter: l, Key: "tenant-" + strconv.Itoa(j), Limit: limit, N: 1}}
@@ -103,7 +108,8 @@ func TestTenantFlood(t *testing.T) {
 		var usage, maxTTL int64
 		for i := 0; i < 100; i++ {
 			c := &call{}
-			l.putKeys(c, "tenant-"+strconv.Itoa(i*(tenants/100)+i%7))
+			j := i*(tenants/100) + i%7
+			l.putKeys(c, "tenant-"+strconv.Itoa(j), &limit, nows[j/1000])
 			c.flushKeys()
 			for _, k := range c.keys {
 				u, err := client.MemoryUsage(ctx, k).Result()

@@ -97,16 +97,23 @@ end
 `
 
 // The helpers, each defined once in a script whose code calls it (see
-// withHelpers).
+// withHelpers), by the name helperOrder gives them.
 var luaHelpers = map[string]string{
-	"num": `
-local NEVER, MAXD = -1, 4611686018427387903
+	"never": `
+local NEVER = -1
+`,
+	"ceil_ns": `
+local MAXD = 4611686018427387903
 local function ceil_ns(x)
   if x <= 0 then return 0 end
   if x > MAXD then return MAXD end
   return ceil(x)
 end
+`,
+	"dec": `
 local function dec(x) return fmt('%d', x) end
+`,
+	"ttl": `
 local function ttl(ns)
   local ms = ceil(ns / 1000000)
   if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
@@ -118,7 +125,7 @@ end
 	// 2^53 ns. A hint more than 2^50 ns (13 days) off the server's time
 	// could not be moved exactly: far says so, and the caller recomputes
 	// it from the server's time.
-	"window": `
+	"tadd": `
 local function tadd(s, n, d)
   local t = n + d
   local q = floor(t / E9)
@@ -126,6 +133,8 @@ local function tadd(s, n, d)
   if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
   return s + q, r
 end
+`,
+	"window": `
 local function window(per, hs, hn)
   local el = (now_s - hs) * E9 + (now_n - hn)
   local ws, wn = hs, hn
@@ -138,7 +147,34 @@ local function window(per, hs, hn)
   end
   return ws, wn, el
 end
+`,
+	"far": `
 local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
+`,
+	// The quota places its period with window.
+	"quota_place": `
+local function quota_place(ps, pn, len, cal)
+  if cal == 1 then return ps, pn, (now_s - ps) * E9 + (now_n - pn) end
+  return window(len, ps, pn)
+end
+`,
+	"quota_skew": `
+local function quota_skew(ps, pn, len, cal)
+  local el = (now_s - ps) * E9 + (now_n - pn)
+  if cal == 1 then return el < 0 or el >= len end
+  return far(el, len)
+end
+`,
+	// bounded changes a count x by d within the debt bound of the
+	// counting algorithms: a refund lowers it to zero at most, a charge
+	// raises it to the limit am at most and never lowers it (a count
+	// above the limit a ticket was admitted under counts admissions a
+	// higher limit let through).
+	"bounded": `
+local function bounded(x, d, am)
+  if d < 0 then return max(x + d, 0) end
+  return max(x, min(x + d, am))
+end
 `,
 	// sl_load reads a sliding log (hash h, sorted set z): its base
 	// second, the instant relative to it (rebasing the scores when they
@@ -189,11 +225,13 @@ local function sl_save(h, z, per, b, now, a, q, card)
   redis.call('PEXPIRE', z, px)
 end
 `,
-	// wkey names the key of a fixed window's count: the partition's key
-	// and the window's start, in the partition's hash slot (the tag is
-	// the partition key's).
+	// wkey names the key of the count of the window starting at (s, n)
+	// from the key of another window of the same partition: the
+	// partition's key, '@' and the window's start (Go's appendWindow).
+	// The name keeps the partition's hash tag, so its slot.
 	"wkey": `
-local function wkey(base, s, n)
+local function wkey(key, s, n)
+  local base = string.match(key, '^(.*)@')
   if n == 0 then return base .. '@' .. fmt('%d', s) end
   return base .. '@' .. fmt('%d.%09d', s, n)
 end
@@ -352,16 +390,22 @@ end
 		// The take's figures for zero permits, with a read only.
 		peek: `
 local ws$, wn$, el$ = window(x$, hs$, hn$)
-local a$ = tonumber(redis.call('GET', wkey(KEYS[{k}], ws$, wn$))) or 0
-local ok$, rt$, rs$ = 1, 0, x$ - el$
-if a$ > am$ then ok$, rt$ = 0, rs$ end
+local k$ = KEYS[{k}]
+if ws$ ~= hs$ or wn$ ~= hn$ then k$ = wkey(k$, ws$, wn$) end
+local a$ = tonumber(redis.call('GET', k$)) or 0
+local ok$ = 1
+if a$ > am$ then ok$ = 0 end
 `,
 		save: `
 if c$ > 0 and not (fits and ok$ == 1) then
   if redis.call('DECRBY', k$, dec(n$)) <= 0 then redis.call('DEL', k$) end
 end
 `,
-		reply:      []string{"ok$", "am$ - min(a$, am$)", "rs$", "rt$", "ws$", "wn$"},
+		// Whether it fits and the count (after the take when it fits,
+		// before otherwise): the caller derives the other figures from
+		// the server's instant (see fillGrants), the window being the one
+		// holding it.
+		reply:      []string{"ok$", "a$"},
 		settleArgs: "d$, ss$, sn$, am$, x$, hs$, hn$",
 		// The adjustment applies to the current window's count when it is
 		// the ticket's (a charge applies to it in any case).
@@ -369,7 +413,8 @@ end
 local r$ = 0
 do
   local ws, wn, el = window(x$, hs$, hn$)
-  local wk = wkey(KEYS[ki + {k}], ws, wn)
+  local wk = KEYS[ki + {k}]
+  if ws ~= hs$ or wn ~= hn$ then wk = wkey(wk, ws, wn) end
   local a = tonumber(redis.call('GET', wk)) or 0
   if apply and ((ss$ == ws and sn$ == wn) or d$ > 0) then
     local b = bounded(a, d$, am$)
@@ -703,16 +748,18 @@ end
 }
 
 // fwTake takes n$ from a fixed window's count: an INCRBY of the window's
-// key (k$), its expiry set when the count is new (at the window's end,
-// plus the grace), so that a key never lives without one whatever the
-// rest of the script does; a count of zero permits, or of more than the
-// limit (which never fits), is only read. The count before the take is
-// a$ - n$ when it fits; when it does not, or the batch does not, the save
-// gives the increment back (c$ > 0 says there is one).
+// key (k$: the key given, named after the caller's window, when the
+// server's time is in it, as it nearly always is), its expiry set when
+// the count is new (at the window's end, plus the grace), so that a key
+// never lives without one whatever the rest of the script does; a take
+// of zero permits, or of more than the limit (which never fits), only
+// reads the count. When the take does not fit, or the batch does not,
+// the save gives the increment back (c$ > 0 says there is one).
 const fwTake = `
 local ws$, wn$, el$ = window(x$, hs$, hn$)
-local k$ = wkey(KEYS[{k}], ws$, wn$)
-local a$, ok$, rt$, c$ = 0, 0, 0, 0
+local k$ = KEYS[{k}]
+if ws$ ~= hs$ or wn$ ~= hn$ then k$ = wkey(k$, ws$, wn$) end
+local a$, ok$, c$ = 0, 0, 0
 if n$ > 0 and n$ <= am$ then
   c$ = redis.call('INCRBY', k$, dec(n$))
   if c$ == n$ then redis.call('PEXPIRE', k$, ttl(x$ - el$)) end
@@ -720,14 +767,7 @@ if n$ > 0 and n$ <= am$ then
 else
   a$ = tonumber(redis.call('GET', k$)) or 0
 end
-local rs$ = x$ - el$
-if a$ + n$ <= am$ then
-  a$, ok$ = a$ + n$, 1
-elseif n$ > am$ then
-  rt$ = NEVER
-else
-  rt$ = rs$
-end
+if a$ + n$ <= am$ then a$, ok$ = a$ + n$, 1 end
 `
 
 // A quota's take, save and adjustment: a count a$ in the period (ws$,
@@ -779,40 +819,16 @@ end
 `
 )
 
-func init() {
-	// The quota places its period with the window helper, and every
-	// settle of a count bounds it.
-	luaHelpers["window"] += `
-local function quota_place(ps, pn, len, cal)
-  if cal == 1 then return ps, pn, (now_s - ps) * E9 + (now_n - pn) end
-  return window(len, ps, pn)
-end
-local function quota_skew(ps, pn, len, cal)
-  local el = (now_s - ps) * E9 + (now_n - pn)
-  if cal == 1 then return el < 0 or el >= len end
-  return far(el, len)
-end
--- bounded changes a count x by d within the debt bound of the counting
--- algorithms: a refund lowers it to zero at most, a charge raises it to
--- the limit am at most and never lowers it (a count above the limit a
--- ticket was admitted under counts admissions a higher limit let through).
-local function bounded(x, d, am)
-  if d < 0 then return max(x + d, 0) end
-  return max(x, min(x + d, am))
-end
-`
-}
-
 // helperOrder is the order helpers are defined in (later ones use
-// earlier ones), and helperNames what each defines.
+// earlier ones), and helperNames what each defines, when it defines
+// more than its own name: a script defines only the functions it calls,
+// a definition costing a closure per call.
 var (
-	helperOrder = []string{"num", "window", "wkey", "log", "lease"}
+	helperOrder = []string{"never", "ceil_ns", "dec", "ttl", "tadd", "window", "far", "quota_place", "quota_skew", "bounded", "wkey", "log", "lease"}
 	helperNames = map[string][]string{
-		"num":    {"NEVER", "ceil_ns(", "dec(", "ttl("},
-		"window": {"window(", "far(", "quota_place(", "quota_skew(", "bounded("},
-		"wkey":   {"wkey("},
-		"log":    {"mcost(", "mseq(", "sl_load(", "sl_last(", "sl_save("},
-		"lease":  {"lease_scan("},
+		"never": {"NEVER"},
+		"log":   {"mcost(", "mseq(", "sl_load(", "sl_last(", "sl_save("},
+		"lease": {"lease_scan("},
 	}
 )
 
@@ -915,7 +931,11 @@ func withHelpers(head, body string) string {
 	text := body
 	for i := len(helperOrder) - 1; i >= 0; i-- {
 		h := helperOrder[i]
-		for _, name := range helperNames[h] {
+		names, ok := helperNames[h]
+		if !ok {
+			names = []string{h + "("}
+		}
+		for _, name := range names {
 			if strings.Contains(text, name) {
 				used = append([]string{luaHelpers[h]}, used...)
 				text += luaHelpers[h]

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -272,20 +271,6 @@ func (l *limiter) pattern(lim *limits.Limit, now int64) string {
 		}
 	}
 	return p + "*"
-}
-
-// appendWindow appends to dst the suffix a fixed window's count key has
-// after its partition's key: '@' and the window's start, in seconds and
-// nanoseconds (the script's wkey).
-func appendWindow(dst []byte, start int64) []byte {
-	sec, ns := split(start)
-	dst = append(dst, '@')
-	dst = strconv.AppendInt(dst, sec, 10)
-	if ns != 0 {
-		dst = append(dst, '.')
-		dst = append(dst, fmt.Sprintf("%09d", ns)...)
-	}
-	return dst
 }
 
 // globEscape escapes the characters SCAN's MATCH gives a meaning to.

@@ -13,13 +13,17 @@ if clock == 0 then
   now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
 end
 
-local NEVER, MAXD = -1, 4611686018427387903
+local NEVER = -1
+
+local MAXD = 4611686018427387903
 local function ceil_ns(x)
   if x <= 0 then return 0 end
   if x > MAXD then return MAXD end
   return ceil(x)
 end
+
 local function dec(x) return fmt('%d', x) end
+
 local function ttl(ns)
   local ms = ceil(ns / 1000000)
   if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
@@ -33,6 +37,7 @@ local function tadd(s, n, d)
   if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
   return s + q, r
 end
+
 local function window(per, hs, hn)
   local el = (now_s - hs) * E9 + (now_n - hn)
   local ws, wn = hs, hn
@@ -45,27 +50,22 @@ local function window(per, hs, hn)
   end
   return ws, wn, el
 end
+
 local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
 
 local function quota_place(ps, pn, len, cal)
   if cal == 1 then return ps, pn, (now_s - ps) * E9 + (now_n - pn) end
   return window(len, ps, pn)
 end
+
 local function quota_skew(ps, pn, len, cal)
   local el = (now_s - ps) * E9 + (now_n - pn)
   if cal == 1 then return el < 0 or el >= len end
   return far(el, len)
 end
--- bounded changes a count x by d within the debt bound of the counting
--- algorithms: a refund lowers it to zero at most, a charge raises it to
--- the limit am at most and never lowers it (a count above the limit a
--- ticket was admitted under counts admissions a higher limit let through).
-local function bounded(x, d, am)
-  if d < 0 then return max(x + d, 0) end
-  return max(x, min(x + d, am))
-end
 
-local function wkey(base, s, n)
+local function wkey(key, s, n)
+  local base = string.match(key, '^(.*)@')
   if n == 0 then return base .. '@' .. fmt('%d', s) end
   return base .. '@' .. fmt('%d.%09d', s, n)
 end
@@ -220,8 +220,9 @@ local a01, ok1 = a1, 0
 if n1 <= a1 then a1, ok1 = a1 - n1, 1 end
 
 local ws2, wn2, el2 = window(x2, hs2, hn2)
-local k2 = wkey(KEYS[2], ws2, wn2)
-local a2, ok2, rt2, c2 = 0, 0, 0, 0
+local k2 = KEYS[2]
+if ws2 ~= hs2 or wn2 ~= hn2 then k2 = wkey(k2, ws2, wn2) end
+local a2, ok2, c2 = 0, 0, 0
 if n2 > 0 and n2 <= am2 then
   c2 = redis.call('INCRBY', k2, dec(n2))
   if c2 == n2 then redis.call('PEXPIRE', k2, ttl(x2 - el2)) end
@@ -229,14 +230,7 @@ if n2 > 0 and n2 <= am2 then
 else
   a2 = tonumber(redis.call('GET', k2)) or 0
 end
-local rs2 = x2 - el2
-if a2 + n2 <= am2 then
-  a2, ok2 = a2 + n2, 1
-elseif n2 > am2 then
-  rt2 = NEVER
-else
-  rt2 = rs2
-end
+if a2 + n2 <= am2 then a2, ok2 = a2 + n2, 1 end
 
 local ws3, wn3, el3 = window(x3, hs3, hn3)
 local a3, b3, ok3, rt3, rs3 = 0, 0, 0, 0, 0
@@ -343,8 +337,9 @@ local a07, ok7 = a7, 0
 if n7 <= a7 then a7, ok7 = a7 - n7, 1 end
 
 local ws8, wn8, el8 = window(x8, hs8, hn8)
-local k8 = wkey(KEYS[9], ws8, wn8)
-local a8, ok8, rt8, c8 = 0, 0, 0, 0
+local k8 = KEYS[9]
+if ws8 ~= hs8 or wn8 ~= hn8 then k8 = wkey(k8, ws8, wn8) end
+local a8, ok8, c8 = 0, 0, 0
 if n8 > 0 and n8 <= am8 then
   c8 = redis.call('INCRBY', k8, dec(n8))
   if c8 == n8 then redis.call('PEXPIRE', k8, ttl(x8 - el8)) end
@@ -352,14 +347,7 @@ if n8 > 0 and n8 <= am8 then
 else
   a8 = tonumber(redis.call('GET', k8)) or 0
 end
-local rs8 = x8 - el8
-if a8 + n8 <= am8 then
-  a8, ok8 = a8 + n8, 1
-elseif n8 > am8 then
-  rt8 = NEVER
-else
-  rt8 = rs8
-end
+if a8 + n8 <= am8 then a8, ok8 = a8 + n8, 1 end
 fits = fits and (ok1 == 1 or sh1 == 1) and (ok2 == 1 or sh2 == 1) and (ok3 == 1 or sh3 == 1) and (ok4 == 1 or sh4 == 1) and (ok5 == 1 or sh5 == 1) and (ok6 == 1 or sh6 == 1) and (ok7 == 1 or sh7 == 1) and (ok8 == 1 or sh8 == 1)
 local rest
 fits, rest = take1(fits)
@@ -436,7 +424,7 @@ end
 if c8 > 0 and not (fits and ok8 == 1) then
   if redis.call('DECRBY', k8, dec(n8)) <= 0 then redis.call('DEL', k8) end
 end
-return fits, pk('<dddddddddddddddddddddddddddddddddddd', ok1, a1, ok2, am2 - min(a2, am2), rs2, rt2, ws2, wn2, ok3, am3 - min(ceil(est3), am3), rs3, rt3, ws3, wn3, ok4, am4 - min(a4, am4), rs4, rt4, ok5, a5, (add5 > 0 and q5 or 0), exp5, ok6, am6 - min(a6, am6), rs6, rt6, ws6, wn6, ok7, a7, ok8, am8 - min(a8, am8), rs8, rt8, ws8, wn8) .. rest
+return fits, pk('<dddddddddddddddddddddddddddd', ok1, a1, ok2, a2, ok3, am3 - min(ceil(est3), am3), rs3, rt3, ws3, wn3, ok4, am4 - min(a4, am4), rs4, rt4, ok5, a5, (add5 > 0 and q5 or 0), exp5, ok6, am6 - min(a6, am6), rs6, rt6, ws6, wn6, ok7, a7, ok8, a8) .. rest
 end
 local _, r = take0(true)
 return pk('<dd', now_s, now_n) .. r

@@ -13,13 +13,8 @@ if clock == 0 then
   now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
 end
 
-local NEVER, MAXD = -1, 4611686018427387903
-local function ceil_ns(x)
-  if x <= 0 then return 0 end
-  if x > MAXD then return MAXD end
-  return ceil(x)
-end
 local function dec(x) return fmt('%d', x) end
+
 local function ttl(ns)
   local ms = ceil(ns / 1000000)
   if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
@@ -33,6 +28,7 @@ local function tadd(s, n, d)
   if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
   return s + q, r
 end
+
 local function window(per, hs, hn)
   local el = (now_s - hs) * E9 + (now_n - hn)
   local ws, wn = hs, hn
@@ -45,35 +41,20 @@ local function window(per, hs, hn)
   end
   return ws, wn, el
 end
+
 local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
 
-local function quota_place(ps, pn, len, cal)
-  if cal == 1 then return ps, pn, (now_s - ps) * E9 + (now_n - pn) end
-  return window(len, ps, pn)
-end
-local function quota_skew(ps, pn, len, cal)
-  local el = (now_s - ps) * E9 + (now_n - pn)
-  if cal == 1 then return el < 0 or el >= len end
-  return far(el, len)
-end
--- bounded changes a count x by d within the debt bound of the counting
--- algorithms: a refund lowers it to zero at most, a charge raises it to
--- the limit am at most and never lowers it (a count above the limit a
--- ticket was admitted under counts admissions a higher limit let through).
-local function bounded(x, d, am)
-  if d < 0 then return max(x + d, 0) end
-  return max(x, min(x + d, am))
-end
-
-local function wkey(base, s, n)
+local function wkey(key, s, n)
+  local base = string.match(key, '^(.*)@')
   if n == 0 then return base .. '@' .. fmt('%d', s) end
   return base .. '@' .. fmt('%d.%09d', s, n)
 end
 if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
 
 local ws1, wn1, el1 = window(x1, hs1, hn1)
-local k1 = wkey(KEYS[1], ws1, wn1)
-local a1, ok1, rt1, c1 = 0, 0, 0, 0
+local k1 = KEYS[1]
+if ws1 ~= hs1 or wn1 ~= hn1 then k1 = wkey(k1, ws1, wn1) end
+local a1, ok1, c1 = 0, 0, 0
 if n1 > 0 and n1 <= am1 then
   c1 = redis.call('INCRBY', k1, dec(n1))
   if c1 == n1 then redis.call('PEXPIRE', k1, ttl(x1 - el1)) end
@@ -81,17 +62,10 @@ if n1 > 0 and n1 <= am1 then
 else
   a1 = tonumber(redis.call('GET', k1)) or 0
 end
-local rs1 = x1 - el1
-if a1 + n1 <= am1 then
-  a1, ok1 = a1 + n1, 1
-elseif n1 > am1 then
-  rt1 = NEVER
-else
-  rt1 = rs1
-end
+if a1 + n1 <= am1 then a1, ok1 = a1 + n1, 1 end
 local fits = (ok1 == 1 or sh1 == 1)
 
 if c1 > 0 and not (fits and ok1 == 1) then
   if redis.call('DECRBY', k1, dec(n1)) <= 0 then redis.call('DEL', k1) end
 end
-return pk('<dddddddd', now_s, now_n, ok1, am1 - min(a1, am1), rs1, rt1, ws1, wn1)
+return pk('<dddd', now_s, now_n, ok1, a1)

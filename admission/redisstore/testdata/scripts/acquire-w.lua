@@ -13,13 +13,17 @@ if clock == 0 then
   now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
 end
 
-local NEVER, MAXD = -1, 4611686018427387903
+local NEVER = -1
+
+local MAXD = 4611686018427387903
 local function ceil_ns(x)
   if x <= 0 then return 0 end
   if x > MAXD then return MAXD end
   return ceil(x)
 end
+
 local function dec(x) return fmt('%d', x) end
+
 local function ttl(ns)
   local ms = ceil(ns / 1000000)
   if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
@@ -33,6 +37,7 @@ local function tadd(s, n, d)
   if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
   return s + q, r
 end
+
 local function window(per, hs, hn)
   local el = (now_s - hs) * E9 + (now_n - hn)
   local ws, wn = hs, hn
@@ -45,25 +50,8 @@ local function window(per, hs, hn)
   end
   return ws, wn, el
 end
-local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
 
-local function quota_place(ps, pn, len, cal)
-  if cal == 1 then return ps, pn, (now_s - ps) * E9 + (now_n - pn) end
-  return window(len, ps, pn)
-end
-local function quota_skew(ps, pn, len, cal)
-  local el = (now_s - ps) * E9 + (now_n - pn)
-  if cal == 1 then return el < 0 or el >= len end
-  return far(el, len)
-end
--- bounded changes a count x by d within the debt bound of the counting
--- algorithms: a refund lowers it to zero at most, a charge raises it to
--- the limit am at most and never lowers it (a count above the limit a
--- ticket was admitted under counts admissions a higher limit let through).
-local function bounded(x, d, am)
-  if d < 0 then return max(x + d, 0) end
-  return max(x, min(x + d, am))
-end
+local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
 if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
 local v1 = redis.call('GET', KEYS[1])
 

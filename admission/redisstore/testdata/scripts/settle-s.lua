@@ -13,13 +13,8 @@ if clock == 0 then
   now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
 end
 
-local NEVER, MAXD = -1, 4611686018427387903
-local function ceil_ns(x)
-  if x <= 0 then return 0 end
-  if x > MAXD then return MAXD end
-  return ceil(x)
-end
 local function dec(x) return fmt('%d', x) end
+
 local function ttl(ns)
   local ms = ceil(ns / 1000000)
   if ms < 1 then ms = 1 elseif ms > MAXTTL then ms = MAXTTL end
