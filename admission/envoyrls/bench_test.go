@@ -138,7 +138,8 @@ func storeName(s string) string {
 
 // BenchmarkDescriptors is a load client for the rate limit service on
 // Redis: calls of 1 or 3 descriptors (a tenant's, its route's and its
-// model's, each a limit of its own) over loopback gRPC from exactly
+// model's, each a limit of its own, a fixed window: the service's default
+// algorithm and envoyproxy/ratelimit's) over loopback gRPC from exactly
 // inflight concurrent callers (not a multiple of GOMAXPROCS), every call
 // admitted. Besides ns/op and cpu-ns/op (this process: client and server),
 // it reports the Redis server's CPU per call (redis-cpu-ns/op), its
