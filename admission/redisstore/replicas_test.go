@@ -234,6 +234,30 @@ func testSharded(t *testing.T, newClient func(t testing.TB) redis.UniversalClien
 			}
 		}
 	})
+	t.Run("fixed_window_server_window", func(t *testing.T) {
+		// A replica three days behind the server: the script names the
+		// server's window's key itself, in the slot of the one it was
+		// given, which the node lets it write.
+		st := newStore(t, client, redisstore.Config{Prefix: uniquePrefix(), Timeout: 2 * time.Second})
+		p := admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 10, Per: 24 * time.Hour}
+		lim, _ := st.Limiter(&p)
+		ctx := context.Background()
+		behind := time.Now().Add(-72 * time.Hour)
+		var g, again backend.Grant
+		if err := lim.Acquire(ctx, "acme", limitOf(&p), 3, behind, &g); err != nil || !g.OK {
+			t.Fatalf("Acquire: %+v, %v", g, err)
+		}
+		if err := lim.Acquire(ctx, "acme", limitOf(&p), 3, behind, &again); err != nil || !again.OK {
+			t.Fatalf("second Acquire: %+v, %v", again, err)
+		}
+		// Unless the day turned between the two (then the second counts alone).
+		if again.Stamp == g.Stamp && again.Remaining != 4 {
+			t.Errorf("second Acquire left %d; want 4 in the server's window", again.Remaining)
+		}
+		if since := time.Since(time.Unix(0, again.Stamp)); since < 0 || since > 24*time.Hour {
+			t.Errorf("the window starts %v before now; want the server's day", since)
+		}
+	})
 	t.Run("batch", func(t *testing.T) {
 		st := newStore(t, client, redisstore.Config{Timeout: 2 * time.Second})
 		ctl := newController(t, st, threePolicies()...)
