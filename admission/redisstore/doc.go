@@ -235,7 +235,8 @@
 // Config.IdleGrace (1s by default), so idle tenants cost nothing. Measured
 // with MEMORY USAGE after a flood of 100,000 distinct tenants
 // (TestTenantFlood): a token-bucket partition is one key of about 120
-// bytes (180 bytes of used_memory), a sliding window 136, a concurrency
+// bytes (180 bytes of used_memory), a fixed window's count 104, a
+// sliding window 136, a concurrency
 // partition with one lease 184, a sliding log with one entry 240 over its
 // two keys.
 //
