@@ -30,11 +30,11 @@ import (
 // Partitions and NearLimit are the policy's partitions in Redis, the
 // whole fleet's (every replica reports the same figures): the keys of
 // the policy (for a fixed window, the counts of the window holding the
-// instant Stats is given) found by a read-only SCAN of its key pattern (on every
-// master of a Cluster, every shard of a Ring), and those of them at 80%
-// or more of the policy's own limit, as the in-memory store counts them
-// (with the partition's figures as of now, reclaiming and refilling
-// nothing). NearLimit counts token buckets, fixed windows and
+// instant Stats is given) found by a read-only SCAN of its key pattern
+// (on every master of a Cluster, every shard of a Ring), and those of
+// them at 80% or more of the policy's own limit, as the in-memory store
+// counts them (with the partition's figures as of now, reclaiming and
+// refilling nothing). NearLimit counts token buckets, fixed windows and
 // concurrency limits; the partitions of the other algorithms are counted
 // in Partitions only. A count reads at most Config.StatsKeys keys, within
 // the store's Timeout: when it stops there (a bound hit, a deadline
