@@ -205,9 +205,11 @@
 // clock chooses the key: the name keeps the partition's hash tag, so the
 // key is in the slot of the script's declared keys (which Redis Cluster
 // allows a script). An acquisition that does not fit costs one command
-// more than it would with a read first (the INCRBY and its DECRBY); one
-// that does, the common case, one command instead of two, and no argument
-// or reply to pack: BenchmarkDescriptors and the governed benchmark
+// more than it would with a read first (the INCRBY and its DECRBY), and
+// both are writes, which an append-only file and replicas receive (as
+// they receive envoyproxy/ratelimit's INCRBY and EXPIRE of every call);
+// one that fits, the common case, costs one command instead of two, and
+// no argument or reply to pack: BenchmarkDescriptors and the governed benchmark
 // measure it (docs/benchmarks.md). Fixed windows were named fw while a
 // partition was one key of packed doubles: replicas of that version and of
 // this one keep separate counts during a rolling upgrade.
