@@ -266,7 +266,15 @@ func (s *Store) acquireCall(ops []backend.Op, now int64) *call {
 			c.blob.int(shadow, op.N, lim.Amount, maxHold(lim))
 		case limits.SlidingLog:
 			c.blob.int(shadow, op.N, lim.Amount, int64(lim.Per))
-		case limits.FixedWindow, limits.SlidingWindow:
+		case limits.FixedWindow:
+			start := floorTo(now, int64(lim.Per))
+			ws, wn := split(start)
+			var readFirst int64
+			if l.full.has(l.full.fingerprint(op.Key, start)) {
+				readFirst = 1
+			}
+			c.blob.int(shadow, op.N, lim.Amount, int64(lim.Per), ws, wn, readFirst)
+		case limits.SlidingWindow:
 			ws, wn := split(floorTo(now, int64(lim.Per)))
 			c.blob.int(shadow, op.N, lim.Amount, int64(lim.Per), ws, wn)
 		default:

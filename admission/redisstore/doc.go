@@ -200,17 +200,26 @@
 // written again whole. A batch that does not fit gives its increments back
 // (DECRBY, and DEL of a count brought to zero); a shadow policy's take that
 // does not fit is given back alike; a peek reads the count with GET. The
-// script names the window's key itself, from the partition's key it is
-// given and the window it places at the server's time, so no replica's
-// clock chooses the key: the name keeps the partition's hash tag, so the
-// key is in the slot of the script's declared keys (which Redis Cluster
-// allows a script). An acquisition that does not fit costs one command
-// more than it would with a read first (the INCRBY and its DECRBY), and
-// both are writes, which an append-only file and replicas receive (as
-// they receive envoyproxy/ratelimit's INCRBY and EXPIRE of every call);
-// one that fits, the common case, costs one command instead of two, and
-// no argument or reply to pack: BenchmarkDescriptors and the governed benchmark
-// measure it (docs/benchmarks.md). Fixed windows were named fw while a
+// caller names the key after the window holding its own instant; the
+// script counts there when the server's time is in that window, and
+// otherwise names the server's window's key itself from the one given, so
+// no replica's clock chooses the window: the name keeps the partition's
+// hash tag, so the key is in the slot of the script's declared keys
+// (which Redis Cluster allows a script). An acquisition that fits, the common case, costs one
+// command instead of a read and a write, and no argument or reply to
+// pack. One that does not fit costs an INCRBY and its DECRBY, two writes
+// that an append-only file and replicas would receive for every refused
+// request of a flood: so a replica remembers the partitions whose last
+// take did not fit in the current window (a table of 1,024 fingerprints
+// per fixed-window policy, 8 KiB whatever the number of tenants), and
+// their next take reads the count first and increments it only when the
+// take fits. A flood of refusals then costs one GET each and writes
+// nothing (TestFixedWindowRefusalsWriteNothing); a take that fits again
+// (another replica refunded) clears the mark. The table only chooses
+// between the two ways of taking: the script decides from the count
+// either way, so a collision or a stale mark never changes an answer.
+// BenchmarkDescriptors and the governed benchmark measure the decisions
+// (docs/benchmarks.md). Fixed windows were named fw while a
 // partition was one key of packed doubles: replicas of that version and of
 // this one keep separate counts during a rolling upgrade.
 //

@@ -205,3 +205,67 @@ func TestFixedWindowServerPlacesKey(t *testing.T) {
 		return
 	}
 }
+
+// TestFixedWindowRefusalsWriteNothing floods a full fixed window with
+// takes: the first refusal increments and gives back, and tells the
+// replica the window is full; the next ones only read the count. When
+// another replica refunds, the next take reads room and takes it, and the
+// one after increments at once again.
+func TestFixedWindowRefusalsWriteNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr)
+	cfg := redisstore.Config{Prefix: uniquePrefix(), CallerTime: true, Timeout: time.Second}
+	a, b := newStore(t, client, cfg), newStore(t, client, cfg)
+	p := admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 5, Per: time.Hour}
+	la, _ := a.Limiter(&p)
+	lb, _ := b.Limiter(&p)
+	ctx := context.Background()
+	now := backendtest.Epoch
+	take := func(n int64) backend.Grant {
+		t.Helper()
+		var g backend.Grant
+		if err := la.Acquire(ctx, "acme", limitOf(&p), n, now, &g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	reset := func() {
+		t.Helper()
+		if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := take(5)
+	if !first.OK {
+		t.Fatalf("first take: %+v", first)
+	}
+	reset()
+	for i := 0; i < 21; i++ {
+		if g := take(1); g.OK || g.Remaining != 0 {
+			t.Fatalf("take %d of a full window: %+v; want refused, 0 left", i, g)
+		}
+	}
+	calls := commandCalls(t, srv.Addr)
+	if calls["incrby"] != "1" || calls["decrby"] != "1" || calls["get"] != "20" {
+		t.Errorf("21 refusals: INCRBY %q, DECRBY %q, GET %q; want 1, 1, 20 (all calls %v)", calls["incrby"], calls["decrby"], calls["get"], calls)
+	}
+
+	// The other replica gives 2 back: the next take reads room and takes 1.
+	if err := lb.Adjust(ctx, "acme", limitOf(&p), &first, -2, now); err != nil {
+		t.Fatal(err)
+	}
+	reset()
+	if g := take(1); !g.OK || g.Remaining != 1 {
+		t.Errorf("take after the refund: %+v; want admitted, 1 left", g)
+	}
+	if calls := commandCalls(t, srv.Addr); calls["get"] != "1" || calls["incrby"] != "1" || calls["decrby"] != "" {
+		t.Errorf("take after the refund: GET %q, INCRBY %q, DECRBY %q; want 1, 1, none", calls["get"], calls["incrby"], calls["decrby"])
+	}
+	reset()
+	if g := take(1); !g.OK || g.Remaining != 0 {
+		t.Errorf("last take: %+v; want admitted, 0 left", g)
+	}
+	if calls := commandCalls(t, srv.Addr); calls["get"] != "" || calls["incrby"] != "1" {
+		t.Errorf("a take after one that fitted: GET %q, INCRBY %q; want none, 1", calls["get"], calls["incrby"])
+	}
+}

@@ -384,7 +384,9 @@ end
 		// the window (wkey): taking is one INCRBY, which a batch that does
 		// not fit gives back (see fwTake).
 		nkeys:       1,
-		acquireArgs: "sh$, n$, am$, x$, hs$, hn$", // amount, per, the window's start (hint)
+		// amount, per, the window's start (hint), 1 to read the count
+		// before taking (see fwTake)
+		acquireArgs: "sh$, n$, am$, x$, hs$, hn$, rf$",
 		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
 		take:        fwTake,
 		// The take's figures for zero permits, with a read only.
@@ -754,18 +756,20 @@ end
 // never lives without one whatever the rest of the script does; a take
 // of zero permits, or of more than the limit (which never fits), only
 // reads the count. When the take does not fit, or the batch does not,
-// the save gives the increment back (c$ > 0 says there is one).
+// the save gives the increment back (c$ > 0 says there is one). With rf$
+// (the caller found the partition full at its last take in this window:
+// see fullWindows) the count is read first and incremented only when the
+// take fits, so that a flood of refused takes writes nothing.
 const fwTake = `
 local ws$, wn$, el$ = window(x$, hs$, hn$)
 local k$ = KEYS[{k}]
 if ws$ ~= hs$ or wn$ ~= hn$ then k$ = wkey(k$, ws$, wn$) end
 local a$, ok$, c$ = 0, 0, 0
-if n$ > 0 and n$ <= am$ then
+if rf$ == 1 or n$ <= 0 or n$ > am$ then a$ = tonumber(redis.call('GET', k$)) or 0 end
+if n$ > 0 and n$ <= am$ and (rf$ == 0 or a$ + n$ <= am$) then
   c$ = redis.call('INCRBY', k$, dec(n$))
   if c$ == n$ then redis.call('PEXPIRE', k$, ttl(x$ - el$)) end
   a$ = c$ - n$
-else
-  a$ = tonumber(redis.call('GET', k$)) or 0
 end
 if a$ + n$ <= am$ then a$, ok$ = a$ + n$, 1 end
 `

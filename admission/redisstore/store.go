@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -229,10 +230,66 @@ func (s *Store) Limiter(p *admission.Policy) (backend.Limiter, error) {
 	if p.Algorithm > limits.Quota {
 		return nil, fmt.Errorf("redisstore: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
 	}
-	return &limiter{
+	l := &limiter{
 		s: s, policy: p.Name, alg: p.Algorithm,
 		infix: ":" + p.Name + ":" + algCode[p.Algorithm] + ":",
-	}, nil
+	}
+	if p.Algorithm == limits.FixedWindow {
+		l.full = &fullWindows{seed: maphash.MakeSeed()}
+	}
+	return l, nil
+}
+
+// fullWindows remembers, per partition and window, that the last take of
+// a fixed window's partition on this replica did not fit: the next take
+// of the partition in that window reads the count before it increments
+// it (and increments it only if the take fits), so that a flood of
+// refused requests writes nothing to Redis, its append-only file or its
+// replicas. It is a direct-mapped table of fingerprints, of a fixed size
+// whatever the number of partitions: a collision or a stale entry only
+// changes which of the two ways a take is made, never its answer, which
+// the script decides from the count either way.
+type fullWindows struct {
+	seed  maphash.Seed
+	slots [fullSlots]atomic.Uint64
+}
+
+// fullSlots is the size of a fixed window policy's table (8 KiB).
+const fullSlots = 1024
+
+// fingerprint returns the nonzero fingerprint of a partition's window.
+func (f *fullWindows) fingerprint(key string, window int64) uint64 {
+	return (maphash.String(f.seed, key) ^ uint64(window)*0x9e3779b97f4a7c15) | 1
+}
+
+// has reports whether the window of fingerprint h was full.
+func (f *fullWindows) has(h uint64) bool { return f.slots[h%fullSlots].Load() == h }
+
+// mark records whether the window of fingerprint h is full, writing the
+// table only when that changes.
+func (f *fullWindows) mark(h uint64, full bool) {
+	slot := &f.slots[h%fullSlots]
+	switch {
+	case full && slot.Load() != h:
+		slot.Store(h)
+	case !full && slot.Load() == h:
+		slot.CompareAndSwap(h, 0)
+	}
+}
+
+// markFull records in the fixed windows of ops, just acquired at now,
+// which did not fit (a take of more than the limit never fits, and says
+// nothing of the count).
+func markFull(ops []backend.Op, now int64) {
+	for i := range ops {
+		op := &ops[i]
+		l := op.Limiter.(*limiter)
+		if l.alg != limits.FixedWindow || op.N <= 0 {
+			continue
+		}
+		full := !op.Grant.OK && op.N <= op.Limit.Amount
+		l.full.mark(l.full.fingerprint(op.Key, floorTo(now, int64(op.Limit.Per))), full)
+	}
 }
 
 var algCode = [...]string{
@@ -260,6 +317,7 @@ type limiter struct {
 	stuckMu sync.Mutex
 	stuck   map[int64]stuckLease // by lease id (Grant.Stamp)
 	scan    partScan             // the partitions, counted for Stats
+	full    *fullWindows         // a fixed window's partitions found full
 }
 
 // stuckLease is a lease whose release failed: held in Redis until a
@@ -637,6 +695,7 @@ func (s *Store) acquire(ctx context.Context, name string, ops []backend.Op, now 
 		return err
 	}
 	tookLeases(ops)
+	markFull(ops, now)
 	return nil
 }
 

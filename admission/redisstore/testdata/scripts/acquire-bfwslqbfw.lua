@@ -143,27 +143,27 @@ local function lease_scan(k, s, n, b, now, m, a)
   return b, now, m, e, a, expired
 end
 do
-local sh2, n2, am2, x2, hs2, hn2 = up('<dddddd', ARGV[1], 73)
+local sh2, n2, am2, x2, hs2, hn2, rf2 = up('<ddddddd', ARGV[1], 73)
 if far((now_s - hs2) * E9 + (now_n - hn2), x2) then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
-local sh3, n3, am3, x3, hs3, hn3 = up('<dddddd', ARGV[1], 121)
+local sh3, n3, am3, x3, hs3, hn3 = up('<dddddd', ARGV[1], 129)
 if far((now_s - hs3) * E9 + (now_n - hn3), x3) then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
-local sh6, n6, am6, hs6, hn6, x6, cal6 = up('<ddddddd', ARGV[1], 233)
+local sh6, n6, am6, hs6, hn6, x6, cal6 = up('<ddddddd', ARGV[1], 241)
 if quota_skew(hs6, hn6, x6, cal6) then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
-local sh8, n8, am8, x8, hs8, hn8 = up('<dddddd', ARGV[1], 329)
+local sh8, n8, am8, x8, hs8, hn8, rf8 = up('<ddddddd', ARGV[1], 337)
 if far((now_s - hs8) * E9 + (now_n - hn8), x8) then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
-local sh9, n9, am9, x9, hs9, hn9 = up('<dddddd', ARGV[1], 377)
+local sh9, n9, am9, x9, hs9, hn9 = up('<dddddd', ARGV[1], 393)
 if far((now_s - hs9) * E9 + (now_n - hn9), x9) then return 'S' .. pk('<dd', now_s, now_n) end
 end
 local function take1(fits)
-local sh9, n9, am9, x9, hs9, hn9 = up('<dddddd', ARGV[1], 377)
+local sh9, n9, am9, x9, hs9, hn9 = up('<dddddd', ARGV[1], 393)
 local v9 = redis.call('GET', KEYS[10])
 
 local ws9, wn9, el9 = window(x9, hs9, hn9)
@@ -198,7 +198,7 @@ end
 return fits, pk('<dddddd', ok9, am9 - min(ceil(est9), am9), rs9, rt9, ws9, wn9)
 end
 local function take0(fits)
-local sh1, n1, am1, x1, y1, sh2, n2, am2, x2, hs2, hn2, sh3, n3, am3, x3, hs3, hn3, sh4, n4, am4, x4, sh5, n5, am5, x5, sh6, n6, am6, hs6, hn6, x6, cal6, sh7, n7, am7, x7, y7, sh8, n8, am8, x8, hs8, hn8 = up('<ddddddddddddddddddddddddddddddddddddddddddd', ARGV[1], 33)
+local sh1, n1, am1, x1, y1, sh2, n2, am2, x2, hs2, hn2, rf2, sh3, n3, am3, x3, hs3, hn3, sh4, n4, am4, x4, sh5, n5, am5, x5, sh6, n6, am6, hs6, hn6, x6, cal6, sh7, n7, am7, x7, y7, sh8, n8, am8, x8, hs8, hn8, rf8 = up('<ddddddddddddddddddddddddddddddddddddddddddddd', ARGV[1], 33)
 local vs = redis.call('MGET', KEYS[1], KEYS[3], KEYS[7], KEYS[8])
 local v1 = vs[1]
 local v3 = vs[2]
@@ -223,12 +223,11 @@ local ws2, wn2, el2 = window(x2, hs2, hn2)
 local k2 = KEYS[2]
 if ws2 ~= hs2 or wn2 ~= hn2 then k2 = wkey(k2, ws2, wn2) end
 local a2, ok2, c2 = 0, 0, 0
-if n2 > 0 and n2 <= am2 then
+if rf2 == 1 or n2 <= 0 or n2 > am2 then a2 = tonumber(redis.call('GET', k2)) or 0 end
+if n2 > 0 and n2 <= am2 and (rf2 == 0 or a2 + n2 <= am2) then
   c2 = redis.call('INCRBY', k2, dec(n2))
   if c2 == n2 then redis.call('PEXPIRE', k2, ttl(x2 - el2)) end
   a2 = c2 - n2
-else
-  a2 = tonumber(redis.call('GET', k2)) or 0
 end
 if a2 + n2 <= am2 then a2, ok2 = a2 + n2, 1 end
 
@@ -340,12 +339,11 @@ local ws8, wn8, el8 = window(x8, hs8, hn8)
 local k8 = KEYS[9]
 if ws8 ~= hs8 or wn8 ~= hn8 then k8 = wkey(k8, ws8, wn8) end
 local a8, ok8, c8 = 0, 0, 0
-if n8 > 0 and n8 <= am8 then
+if rf8 == 1 or n8 <= 0 or n8 > am8 then a8 = tonumber(redis.call('GET', k8)) or 0 end
+if n8 > 0 and n8 <= am8 and (rf8 == 0 or a8 + n8 <= am8) then
   c8 = redis.call('INCRBY', k8, dec(n8))
   if c8 == n8 then redis.call('PEXPIRE', k8, ttl(x8 - el8)) end
   a8 = c8 - n8
-else
-  a8 = tonumber(redis.call('GET', k8)) or 0
 end
 if a8 + n8 <= am8 then a8, ok8 = a8 + n8, 1 end
 fits = fits and (ok1 == 1 or sh1 == 1) and (ok2 == 1 or sh2 == 1) and (ok3 == 1 or sh3 == 1) and (ok4 == 1 or sh4 == 1) and (ok5 == 1 or sh5 == 1) and (ok6 == 1 or sh6 == 1) and (ok7 == 1 or sh7 == 1) and (ok8 == 1 or sh8 == 1)

@@ -6,7 +6,7 @@ local E9 = 1000000000
 -- refilling a huge burst slowly would otherwise ask for an expiry Redis
 -- refuses.
 local MAXTTL = 1125899906842624
-local clock, now_s, now_n, grace, sh1, n1, am1, x1, hs1, hn1 = up('<dddddddddd', ARGV[1])
+local clock, now_s, now_n, grace, sh1, n1, am1, x1, hs1, hn1, rf1 = up('<ddddddddddd', ARGV[1])
 
 if clock == 0 then
   local t = redis.call('TIME')
@@ -55,12 +55,11 @@ local ws1, wn1, el1 = window(x1, hs1, hn1)
 local k1 = KEYS[1]
 if ws1 ~= hs1 or wn1 ~= hn1 then k1 = wkey(k1, ws1, wn1) end
 local a1, ok1, c1 = 0, 0, 0
-if n1 > 0 and n1 <= am1 then
+if rf1 == 1 or n1 <= 0 or n1 > am1 then a1 = tonumber(redis.call('GET', k1)) or 0 end
+if n1 > 0 and n1 <= am1 and (rf1 == 0 or a1 + n1 <= am1) then
   c1 = redis.call('INCRBY', k1, dec(n1))
   if c1 == n1 then redis.call('PEXPIRE', k1, ttl(x1 - el1)) end
   a1 = c1 - n1
-else
-  a1 = tonumber(redis.call('GET', k1)) or 0
 end
 if a1 + n1 <= am1 then a1, ok1 = a1 + n1, 1 end
 local fits = (ok1 == 1 or sh1 == 1)

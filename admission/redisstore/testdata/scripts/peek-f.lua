@@ -6,7 +6,7 @@ local E9 = 1000000000
 -- refilling a huge burst slowly would otherwise ask for an expiry Redis
 -- refuses.
 local MAXTTL = 1125899906842624
-local clock, now_s, now_n, grace, sh1, n1, am1, x1, hs1, hn1 = up('<dddddddddd', ARGV[1])
+local clock, now_s, now_n, grace, sh1, n1, am1, x1, hs1, hn1, rf1 = up('<ddddddddddd', ARGV[1])
 
 if clock == 0 then
   local t = redis.call('TIME')
