@@ -383,12 +383,14 @@ end
 		// A count per window, an integer in a key of its own named after
 		// the window (wkey): taking is one INCRBY, which a batch that does
 		// not fit gives back (see fwTake).
-		nkeys:       1,
+		nkeys: 1,
 		// amount, per, the window's start (hint), 1 to read the count
 		// before taking (see fwTake)
 		acquireArgs: "sh$, n$, am$, x$, hs$, hn$, rf$",
-		skew:        "far((now_s - hs$) * E9 + (now_n - hn$), x$)",
-		take:        fwTake,
+		// far, written out: a fixed window's take calls no function when
+		// the server's time is in the caller's window.
+		skew: "(now_s - hs$) * E9 + (now_n - hn$) < -1125899906842624 or (now_s - hs$) * E9 + (now_n - hn$) >= x$ + 1125899906842624",
+		take: fwTake,
 		// The take's figures for zero permits, with a read only.
 		peek: `
 local ws$, wn$, el$ = window(x$, hs$, hn$)
@@ -761,13 +763,15 @@ end
 // see fullWindows) the count is read first and incremented only when the
 // take fits, so that a flood of refused takes writes nothing.
 const fwTake = `
-local ws$, wn$, el$ = window(x$, hs$, hn$)
-local k$ = KEYS[{k}]
-if ws$ ~= hs$ or wn$ ~= hn$ then k$ = wkey(k$, ws$, wn$) end
+local ws$, wn$, el$, k$ = hs$, hn$, (now_s - hs$) * E9 + (now_n - hn$), KEYS[{k}]
+if el$ < 0 or el$ >= x$ then
+  ws$, wn$, el$ = window(x$, hs$, hn$)
+  k$ = wkey(k$, ws$, wn$)
+end
 local a$, ok$, c$ = 0, 0, 0
 if rf$ == 1 or n$ <= 0 or n$ > am$ then a$ = tonumber(redis.call('GET', k$)) or 0 end
 if n$ > 0 and n$ <= am$ and (rf$ == 0 or a$ + n$ <= am$) then
-  c$ = redis.call('INCRBY', k$, dec(n$))
+  c$ = redis.call('INCRBY', k$, fmt('%d', n$))
   if c$ == n$ then redis.call('PEXPIRE', k$, ttl(x$ - el$)) end
   a$ = c$ - n$
 end

@@ -144,7 +144,7 @@ local function lease_scan(k, s, n, b, now, m, a)
 end
 do
 local sh2, n2, am2, x2, hs2, hn2, rf2 = up('<ddddddd', ARGV[1], 73)
-if far((now_s - hs2) * E9 + (now_n - hn2), x2) then return 'S' .. pk('<dd', now_s, now_n) end
+if (now_s - hs2) * E9 + (now_n - hn2) < -1125899906842624 or (now_s - hs2) * E9 + (now_n - hn2) >= x2 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
 local sh3, n3, am3, x3, hs3, hn3 = up('<dddddd', ARGV[1], 129)
@@ -156,7 +156,7 @@ if quota_skew(hs6, hn6, x6, cal6) then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
 local sh8, n8, am8, x8, hs8, hn8, rf8 = up('<ddddddd', ARGV[1], 337)
-if far((now_s - hs8) * E9 + (now_n - hn8), x8) then return 'S' .. pk('<dd', now_s, now_n) end
+if (now_s - hs8) * E9 + (now_n - hn8) < -1125899906842624 or (now_s - hs8) * E9 + (now_n - hn8) >= x8 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
 local sh9, n9, am9, x9, hs9, hn9 = up('<dddddd', ARGV[1], 393)
@@ -219,13 +219,15 @@ if a1 < -x1 then a1 = -x1 end
 local a01, ok1 = a1, 0
 if n1 <= a1 then a1, ok1 = a1 - n1, 1 end
 
-local ws2, wn2, el2 = window(x2, hs2, hn2)
-local k2 = KEYS[2]
-if ws2 ~= hs2 or wn2 ~= hn2 then k2 = wkey(k2, ws2, wn2) end
+local ws2, wn2, el2, k2 = hs2, hn2, (now_s - hs2) * E9 + (now_n - hn2), KEYS[2]
+if el2 < 0 or el2 >= x2 then
+  ws2, wn2, el2 = window(x2, hs2, hn2)
+  k2 = wkey(k2, ws2, wn2)
+end
 local a2, ok2, c2 = 0, 0, 0
 if rf2 == 1 or n2 <= 0 or n2 > am2 then a2 = tonumber(redis.call('GET', k2)) or 0 end
 if n2 > 0 and n2 <= am2 and (rf2 == 0 or a2 + n2 <= am2) then
-  c2 = redis.call('INCRBY', k2, dec(n2))
+  c2 = redis.call('INCRBY', k2, fmt('%d', n2))
   if c2 == n2 then redis.call('PEXPIRE', k2, ttl(x2 - el2)) end
   a2 = c2 - n2
 end
@@ -335,13 +337,15 @@ if a7 < -x7 then a7 = -x7 end
 local a07, ok7 = a7, 0
 if n7 <= a7 then a7, ok7 = a7 - n7, 1 end
 
-local ws8, wn8, el8 = window(x8, hs8, hn8)
-local k8 = KEYS[9]
-if ws8 ~= hs8 or wn8 ~= hn8 then k8 = wkey(k8, ws8, wn8) end
+local ws8, wn8, el8, k8 = hs8, hn8, (now_s - hs8) * E9 + (now_n - hn8), KEYS[9]
+if el8 < 0 or el8 >= x8 then
+  ws8, wn8, el8 = window(x8, hs8, hn8)
+  k8 = wkey(k8, ws8, wn8)
+end
 local a8, ok8, c8 = 0, 0, 0
 if rf8 == 1 or n8 <= 0 or n8 > am8 then a8 = tonumber(redis.call('GET', k8)) or 0 end
 if n8 > 0 and n8 <= am8 and (rf8 == 0 or a8 + n8 <= am8) then
-  c8 = redis.call('INCRBY', k8, dec(n8))
+  c8 = redis.call('INCRBY', k8, fmt('%d', n8))
   if c8 == n8 then redis.call('PEXPIRE', k8, ttl(x8 - el8)) end
   a8 = c8 - n8
 end

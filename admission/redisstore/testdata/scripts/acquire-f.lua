@@ -42,22 +42,22 @@ local function window(per, hs, hn)
   return ws, wn, el
 end
 
-local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
-
 local function wkey(key, s, n)
   local base = string.match(key, '^(.*)@')
   if n == 0 then return base .. '@' .. fmt('%d', s) end
   return base .. '@' .. fmt('%d.%09d', s, n)
 end
-if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
+if (now_s - hs1) * E9 + (now_n - hn1) < -1125899906842624 or (now_s - hs1) * E9 + (now_n - hn1) >= x1 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 
-local ws1, wn1, el1 = window(x1, hs1, hn1)
-local k1 = KEYS[1]
-if ws1 ~= hs1 or wn1 ~= hn1 then k1 = wkey(k1, ws1, wn1) end
+local ws1, wn1, el1, k1 = hs1, hn1, (now_s - hs1) * E9 + (now_n - hn1), KEYS[1]
+if el1 < 0 or el1 >= x1 then
+  ws1, wn1, el1 = window(x1, hs1, hn1)
+  k1 = wkey(k1, ws1, wn1)
+end
 local a1, ok1, c1 = 0, 0, 0
 if rf1 == 1 or n1 <= 0 or n1 > am1 then a1 = tonumber(redis.call('GET', k1)) or 0 end
 if n1 > 0 and n1 <= am1 and (rf1 == 0 or a1 + n1 <= am1) then
-  c1 = redis.call('INCRBY', k1, dec(n1))
+  c1 = redis.call('INCRBY', k1, fmt('%d', n1))
   if c1 == n1 then redis.call('PEXPIRE', k1, ttl(x1 - el1)) end
   a1 = c1 - n1
 end

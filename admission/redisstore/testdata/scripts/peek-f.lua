@@ -34,14 +34,12 @@ local function window(per, hs, hn)
   return ws, wn, el
 end
 
-local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
-
 local function wkey(key, s, n)
   local base = string.match(key, '^(.*)@')
   if n == 0 then return base .. '@' .. fmt('%d', s) end
   return base .. '@' .. fmt('%d.%09d', s, n)
 end
-if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
+if (now_s - hs1) * E9 + (now_n - hn1) < -1125899906842624 or (now_s - hs1) * E9 + (now_n - hn1) >= x1 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 
 local ws1, wn1, el1 = window(x1, hs1, hn1)
 local k1 = KEYS[1]

@@ -110,7 +110,7 @@ local function sl_save(h, z, per, b, now, a, q, card)
 end
 do
 local d2, ss2, sn2, am2, x2, hs2, hn2 = up('<ddddddd', ARGV[1], 105)
-if far((now_s - hs2) * E9 + (now_n - hn2), x2) then return 'S' .. pk('<dd', now_s, now_n) end
+if (now_s - hs2) * E9 + (now_n - hn2) < -1125899906842624 or (now_s - hs2) * E9 + (now_n - hn2) >= x2 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
 local d3, ss3, sn3, am3, x3, hs3, hn3 = up('<ddddddd', ARGV[1], 161)
@@ -122,7 +122,7 @@ if quota_skew(hs6, hn6, x6, cal6) then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
 local d8, ss8, sn8, am8, x8, hs8, hn8 = up('<ddddddd', ARGV[1], 385)
-if far((now_s - hs8) * E9 + (now_n - hn8), x8) then return 'S' .. pk('<dd', now_s, now_n) end
+if (now_s - hs8) * E9 + (now_n - hn8) < -1125899906842624 or (now_s - hs8) * E9 + (now_n - hn8) >= x8 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 end
 do
 local d9, ss9, sn9, am9, x9, hs9, hn9 = up('<ddddddd', ARGV[1], 441)

@@ -42,8 +42,6 @@ local function window(per, hs, hn)
   return ws, wn, el
 end
 
-local function far(el, per) return el < -1125899906842624 or el >= per + 1125899906842624 end
-
 local function bounded(x, d, am)
   if d < 0 then return max(x + d, 0) end
   return max(x, min(x + d, am))
@@ -54,7 +52,7 @@ local function wkey(key, s, n)
   if n == 0 then return base .. '@' .. fmt('%d', s) end
   return base .. '@' .. fmt('%d.%09d', s, n)
 end
-if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
+if (now_s - hs1) * E9 + (now_n - hn1) < -1125899906842624 or (now_s - hs1) * E9 + (now_n - hn1) >= x1 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 local apply = true
 
 if idem > 0 then

@@ -108,7 +108,7 @@ local function sl_save(h, z, per, b, now, a, q, card)
   redis.call('PEXPIRE', h, px)
   redis.call('PEXPIRE', z, px)
 end
-if far((now_s - hs1) * E9 + (now_n - hn1), x1) then return 'S' .. pk('<dd', now_s, now_n) end
+if (now_s - hs1) * E9 + (now_n - hn1) < -1125899906842624 or (now_s - hs1) * E9 + (now_n - hn1) >= x1 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 if far((now_s - hs2) * E9 + (now_n - hn2), x2) then return 'S' .. pk('<dd', now_s, now_n) end
 if quota_skew(hs4, hn4, x4, cal4) then return 'S' .. pk('<dd', now_s, now_n) end
 local apply = true
