@@ -125,20 +125,20 @@ end
 	// 2^53 ns. A hint more than 2^50 ns (13 days) off the server's time
 	// could not be moved exactly: far says so, and the caller recomputes
 	// it from the server's time.
-	"tadd": `
-local function tadd(s, n, d)
-  local t = n + d
-  local q = floor(t / E9)
-  local r = t - q * E9
-  if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
-  return s + q, r
-end
-`,
+	// (tadd, which moves a window, is defined only when one moves: a
+	// definition costs a closure.)
 	"window": `
 local function window(per, hs, hn)
   local el = (now_s - hs) * E9 + (now_n - hn)
   local ws, wn = hs, hn
   if el < 0 or el >= per then
+    local function tadd(s, n, d)
+      local t = n + d
+      local q = floor(t / E9)
+      local r = t - q * E9
+      if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
+      return s + q, r
+    end
     local k = floor(el / per)
     ws, wn = tadd(hs, hn, k * per)
     el = el - k * per
@@ -832,7 +832,7 @@ end
 // more than its own name: a script defines only the functions it calls,
 // a definition costing a closure per call.
 var (
-	helperOrder = []string{"never", "ceil_ns", "dec", "ttl", "tadd", "window", "far", "quota_place", "quota_skew", "bounded", "wkey", "log", "lease"}
+	helperOrder = []string{"never", "ceil_ns", "dec", "ttl", "window", "far", "quota_place", "quota_skew", "bounded", "wkey", "log", "lease"}
 	helperNames = map[string][]string{
 		"never": {"NEVER"},
 		"log":   {"mcost(", "mseq(", "sl_load(", "sl_last(", "sl_save("},

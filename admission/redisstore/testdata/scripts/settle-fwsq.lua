@@ -21,18 +21,17 @@ local function ttl(ns)
   return dec(ms + grace)
 end
 
-local function tadd(s, n, d)
-  local t = n + d
-  local q = floor(t / E9)
-  local r = t - q * E9
-  if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
-  return s + q, r
-end
-
 local function window(per, hs, hn)
   local el = (now_s - hs) * E9 + (now_n - hn)
   local ws, wn = hs, hn
   if el < 0 or el >= per then
+    local function tadd(s, n, d)
+      local t = n + d
+      local q = floor(t / E9)
+      local r = t - q * E9
+      if r < 0 then q = q - 1; r = r + E9 elseif r >= E9 then q = q + 1; r = r - E9 end
+      return s + q, r
+    end
     local k = floor(el / per)
     ws, wn = tadd(hs, hn, k * per)
     el = el - k * per
