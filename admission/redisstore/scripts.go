@@ -392,10 +392,7 @@ end
 		skew: "(now_s - hs$) * E9 + (now_n - hn$) < -1125899906842624 or (now_s - hs$) * E9 + (now_n - hn$) >= x$ + 1125899906842624",
 		take: fwTake,
 		// The take's figures for zero permits, with a read only.
-		peek: `
-local ws$, wn$, el$ = window(x$, hs$, hn$)
-local k$ = KEYS[{k}]
-if ws$ ~= hs$ or wn$ ~= hn$ then k$ = wkey(k$, ws$, wn$) end
+		peek: fwPlace + `
 local a$ = tonumber(redis.call('GET', k$)) or 0
 local ok$ = 1
 if a$ > am$ then ok$ = 0 end
@@ -751,6 +748,16 @@ end
 	},
 }
 
+// fwPlace places a fixed window's op: its window (ws$, wn$), el$ into it,
+// and the key of its count, k$ (the one given, named after the caller's
+// window, when the server's time is in it; no function is called then).
+const fwPlace = `
+local ws$, wn$, el$, k$ = hs$, hn$, (now_s - hs$) * E9 + (now_n - hn$), KEYS[{k}]
+if el$ < 0 or el$ >= x$ then
+  ws$, wn$, el$ = window(x$, hs$, hn$)
+  k$ = wkey(k$, ws$, wn$)
+end`
+
 // fwTake takes n$ from a fixed window's count: an INCRBY of the window's
 // key (k$: the key given, named after the caller's window, when the
 // server's time is in it, as it nearly always is), its expiry set when
@@ -762,12 +769,7 @@ end
 // (the caller found the partition full at its last take in this window:
 // see fullWindows) the count is read first and incremented only when the
 // take fits, so that a flood of refused takes writes nothing.
-const fwTake = `
-local ws$, wn$, el$, k$ = hs$, hn$, (now_s - hs$) * E9 + (now_n - hn$), KEYS[{k}]
-if el$ < 0 or el$ >= x$ then
-  ws$, wn$, el$ = window(x$, hs$, hn$)
-  k$ = wkey(k$, ws$, wn$)
-end
+const fwTake = fwPlace + `
 local a$, ok$, c$ = 0, 0, 0
 if rf$ == 1 or n$ <= 0 or n$ > am$ then a$ = tonumber(redis.call('GET', k$)) or 0 end
 if n$ > 0 and n$ <= am$ and (rf$ == 0 or a$ + n$ <= am$) then

@@ -40,9 +40,11 @@ local function wkey(key, s, n)
 end
 if (now_s - hs1) * E9 + (now_n - hn1) < -1125899906842624 or (now_s - hs1) * E9 + (now_n - hn1) >= x1 + 1125899906842624 then return 'S' .. pk('<dd', now_s, now_n) end
 
-local ws1, wn1, el1 = window(x1, hs1, hn1)
-local k1 = KEYS[1]
-if ws1 ~= hs1 or wn1 ~= hn1 then k1 = wkey(k1, ws1, wn1) end
+local ws1, wn1, el1, k1 = hs1, hn1, (now_s - hs1) * E9 + (now_n - hn1), KEYS[1]
+if el1 < 0 or el1 >= x1 then
+  ws1, wn1, el1 = window(x1, hs1, hn1)
+  k1 = wkey(k1, ws1, wn1)
+end
 local a1 = tonumber(redis.call('GET', k1)) or 0
 local ok1 = 1
 if a1 > am1 then ok1 = 0 end
