@@ -129,17 +129,25 @@ func TestFixedWindowTakeIsOneCommand(t *testing.T) {
 	p := admission.Policy{Name: "fw", Algorithm: limits.FixedWindow, Limit: 1 << 40, Per: time.Hour}
 	lim, _ := st.Limiter(&p)
 	ctx := context.Background()
-	var g backend.Grant
-	if err := lim.Acquire(ctx, "acme", limitOf(&p), 1, time.Now(), &g); err != nil || !g.OK {
-		t.Fatalf("first take: %+v, %v", g, err)
+	var calls map[string]string
+	// The server's hour can turn between the two takes (the second is then
+	// its window's first): that attempt says nothing, and runs again.
+	for attempt := 0; ; attempt++ {
+		var first, g backend.Grant
+		if err := lim.Acquire(ctx, "acme", limitOf(&p), 1, time.Now(), &first); err != nil || !first.OK {
+			t.Fatalf("first take: %+v, %v", first, err)
+		}
+		if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+		if err := lim.Acquire(ctx, "acme", limitOf(&p), 5, time.Now(), &g); err != nil || !g.OK {
+			t.Fatalf("second take: %+v, %v", g, err)
+		}
+		calls = commandCalls(t, srv.Addr)
+		if g.Stamp == first.Stamp || attempt > 0 {
+			break
+		}
 	}
-	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
-		t.Fatal(err)
-	}
-	if err := lim.Acquire(ctx, "acme", limitOf(&p), 5, time.Now(), &g); err != nil || !g.OK {
-		t.Fatalf("second take: %+v, %v", g, err)
-	}
-	calls := commandCalls(t, srv.Addr)
 	if calls["incrby"] != "1" || calls["time"] != "1" {
 		t.Errorf("INCRBY, TIME calls %q, %q; want 1 each (all calls %v)", calls["incrby"], calls["time"], calls)
 	}
