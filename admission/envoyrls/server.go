@@ -312,6 +312,7 @@ func checkRequest(req *rlsv3.RateLimitRequest) error {
 func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescriptor, hits uint32) {
 	var stack [rlsconfig.MaxDepth]rlsconfig.Entry
 	entries := stack[:0]
+	deep := false // deeper than any rule: matches none
 	for _, en := range d.Entries {
 		switch en.Key {
 		case PhaseKey:
@@ -320,8 +321,8 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 			e.rid = en.Value
 		default:
 			if len(entries) == rlsconfig.MaxDepth {
-				entries = entries[:0:0] // deeper than any rule: matches none
-				break
+				deep = true
+				continue
 			}
 			entries = append(entries, rlsconfig.Entry{Key: en.Key, Value: en.Value})
 		}
@@ -342,7 +343,7 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 		return
 	}
 	lf, found := dom.Match(entries)
-	if !found {
+	if !found || deep {
 		e.code = dom.Unknown
 		s.stats.unknown.Add(1)
 		return
