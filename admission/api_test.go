@@ -13,8 +13,9 @@ import (
 // Controller.Remaining, what a caller has left, read without writing; 97:
 // Ticket.SettleContext, a settlement whose observers see the request's
 // trace; 98: ReasonLoop, the refusal of a loop policy, whose fingerprint
-// type is limits.Fingerprint.)
-const maxExported = 98
+// type is limits.Fingerprint; 99: Controller.AllShadow, read by adapters
+// that refuse without a policy.)
+const maxExported = 99
 
 // TestExportedNames counts the package's exported names (types, functions,
 // methods, constants and variables; not struct fields or interface

@@ -260,6 +260,11 @@ func (c *Controller) SetPlans(pl limits.Plans) error {
 // rejections while keeping all state.
 func (c *Controller) SetAllShadow(on bool) { c.allShadow.Store(on) }
 
+// AllShadow reports whether SetAllShadow has switched every enforcing
+// policy to shadow, so that an adapter refusing on its own (a limit of
+// zero, which needs no policy) stops refusing too.
+func (c *Controller) AllShadow() bool { return c.allShadow.Load() }
+
 // Policies returns the installed policies in evaluation order.
 func (c *Controller) Policies() []Policy {
 	cfg := c.cfg.Load()

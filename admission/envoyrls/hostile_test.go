@@ -34,3 +34,26 @@ descriptors:
 		t.Errorf("tenant=a after the deep descriptors = %s; want OK: OK (they charged nothing)", got)
 	}
 }
+
+// TestBlockedUnderGlobalShadow: the global shadow switch turns every limit
+// into a shadow one, requests_per_unit 0 included: it answers OK.
+func TestBlockedUnderGlobalShadow(t *testing.T) {
+	r := start(t, mustParse(t, `
+domain: api
+descriptors:
+  - key: route
+    value: /admin
+    rate_limit: {unit: second, requests_per_unit: 0}
+`), rigOption{})
+	if got := outcome(r.call("api", desc("route", "/admin"))); got != "OVER_LIMIT: OVER_LIMIT" {
+		t.Fatalf("blocked route = %s; want OVER_LIMIT: OVER_LIMIT", got)
+	}
+	r.ctl.SetAllShadow(true)
+	resp := r.call("api", desc("route", "/admin"))
+	if got := outcome(resp); got != "OK: OK" {
+		t.Errorf("blocked route with every limit in shadow = %s; want OK: OK", got)
+	}
+	if got := header(resp, "retry-after"); got != "" {
+		t.Errorf("retry-after = %q; want none", got)
+	}
+}

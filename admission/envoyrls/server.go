@@ -358,7 +358,7 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 		return
 	case lf.Blocked:
 		s.stats.blocked.Add(1)
-		if !lf.Shadow && !e.response {
+		if !lf.Shadow && !e.response && !s.ctl.AllShadow() {
 			e.code = rlsconfig.OverLimit
 		}
 		return
