@@ -122,7 +122,8 @@
 // carries the enforcing limits' RateLimit-Policy and RateLimit fields in
 // the syntax of draft-ietf-httpapi-ratelimit-headers-10, X-RateLimit-Limit,
 // -Remaining and -Reset of the tightest, and Retry-After (whole seconds)
-// on OVER_LIMIT. Shadow limits answer OK, keep the state enforcement would
+// on OVER_LIMIT when waiting can help (not for a descriptor no rule
+// matches, nor a cost above its limit). Shadow limits answer OK, keep the state enforcement would
 // and report their would-reject decisions to the controller's observer,
 // exactly as at the HTTP edge; they never appear in headers. A limit whose
 // store fails answers as its on_store_error says: OK (open), OVER_LIMIT

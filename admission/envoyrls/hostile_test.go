@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 )
 
@@ -55,5 +57,37 @@ descriptors:
 	}
 	if got := header(resp, "retry-after"); got != "" {
 		t.Errorf("retry-after = %q; want none", got)
+	}
+}
+
+// TestUnknownRefusalNoRetryAfter: a descriptor refused because no rule
+// matches it is refused whenever it comes again: the answer advises no
+// Retry-After, alone or beside a limit that does.
+func TestUnknownRefusalNoRetryAfter(t *testing.T) {
+	r := start(t, mustParse(t, `
+domain: api
+unknown: over_limit
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`), rigOption{srvOpts: []envoyrls.Option{envoyrls.WithUnknownDomain(rlsconfig.OverLimit)}})
+	for _, c := range []struct {
+		name   string
+		domain string
+		ds     []*rlv3.RateLimitDescriptor
+		want   string
+	}{
+		{"unknown descriptor", "api", []*rlv3.RateLimitDescriptor{desc("other", "x")}, ""},
+		{"unknown domain", "nowhere", []*rlv3.RateLimitDescriptor{desc("tenant", "a")}, ""},
+		{"tenant spent", "api", []*rlv3.RateLimitDescriptor{desc("tenant", "b"), desc("tenant", "b")}, "60"},
+		{"tenant spent and unknown", "api", []*rlv3.RateLimitDescriptor{desc("tenant", "b"), desc("tenant", "b"), desc("other", "x")}, "60"},
+	} {
+		resp := r.call(c.domain, c.ds...)
+		if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("%s = %s; want OVER_LIMIT", c.name, outcome(resp))
+		}
+		if got := header(resp, "retry-after"); got != c.want {
+			t.Errorf("%s: retry-after = %q; want %q", c.name, got, c.want)
+		}
 	}
 }

@@ -337,14 +337,16 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 	case hits > 0:
 		e.cost = int64(hits)
 	}
+	// No rule will match the descriptor later either: a refusal for it
+	// advises no retry.
 	if dom == nil {
-		e.code = s.unknownDomain
+		e.code, e.retry = s.unknownDomain, limits.Never
 		s.stats.unknown.Add(1)
 		return
 	}
 	lf, found := dom.Match(entries)
 	if !found || deep {
-		e.code = dom.Unknown
+		e.code, e.retry = dom.Unknown, limits.Never
 		s.stats.unknown.Add(1)
 		return
 	}
