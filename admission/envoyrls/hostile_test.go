@@ -91,3 +91,33 @@ descriptors:
 		}
 	}
 }
+
+// TestEarlyActualRefusedFigures: an estimate whose actual was charged
+// first is a check of one unit; when another descriptor refuses the call,
+// its status reports what the partition holds, not the estimate given
+// back.
+func TestEarlyActualRefusedFigures(t *testing.T) {
+	r := start(t, mustParse(t, `
+domain: llm
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 100, counts: tokens}
+  - key: route
+    value: /blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`), rigOption{})
+	r.call("llm", hits(desc("tenant", "a", envoyrls.PhaseKey, "response", envoyrls.RequestIDKey, "r1"), 60))
+	resp := r.call("llm", hits(desc("tenant", "a", envoyrls.RequestIDKey, "r1"), 50), desc("route", "/blocked"))
+	if got := outcome(resp); got != "OVER_LIMIT: OK OVER_LIMIT" {
+		t.Fatalf("call = %s; want OVER_LIMIT: OK OVER_LIMIT", got)
+	}
+	if got := resp.Statuses[0].LimitRemaining; got != 40 {
+		t.Errorf("remaining = %d; want 40 (100 less the 60 charged)", got)
+	}
+	if got := header(resp, "x-ratelimit-remaining"); got != "40" {
+		t.Errorf("x-ratelimit-remaining = %q; want 40", got)
+	}
+	if got := r.call("llm", hits(desc("tenant", "a"), 0)).Statuses[0].LimitRemaining; got != 40 {
+		t.Errorf("remaining after = %d; want 40", got)
+	}
+}

@@ -468,7 +468,7 @@ func (s *Server) decideUnqueued(ctx context.Context, evs []eval) error {
 // request id arrived first and was charged.
 func (s *Server) checkEarly(e *eval) {
 	if e.rid != "" && s.pending.settledEarly(s.key(e), s.clock.Now()) {
-		e.check = true
+		e.check, e.cost = true, 1
 		setAmount(&e.req, e.lf.Unit, 1)
 	}
 }
