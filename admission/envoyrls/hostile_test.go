@@ -7,6 +7,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 )
@@ -119,5 +120,26 @@ descriptors:
 	}
 	if got := r.call("llm", hits(desc("tenant", "a"), 0)).Statuses[0].LimitRemaining; got != 40 {
 		t.Errorf("remaining after = %d; want 40", got)
+	}
+}
+
+// TestRulesAndPoliciesOneSnapshot: a call is decided by the policies
+// compiled with the rules it matched, even while the controller's
+// installed set is being replaced (here: emptied, as a reload swapping
+// the controller's set before the server's rules would leave it).
+func TestRulesAndPoliciesOneSnapshot(t *testing.T) {
+	r := start(t, mustParse(t, `
+domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`), rigOption{})
+	if err := r.ctl.SetConfig(admission.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
+		if got := outcome(r.call("api", desc("tenant", "a"))); got != want {
+			t.Errorf("call %d = %s; want %s", i+1, got, want)
+		}
 	}
 }

@@ -74,12 +74,20 @@ const (
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	ctl           *admission.Controller
-	cfg           atomic.Pointer[rlsconfig.Config]
+	mu            sync.Mutex // serialises SetConfig
+	cur           atomic.Pointer[snapshot]
 	clock         admission.Clock
 	unknownDomain rlsconfig.Code
 	defaultStore  string
 	pending       *pendingTable
 	stats         counters
+}
+
+// snapshot is what a call is decided by, read once: the rules and the
+// policy set compiled from them.
+type snapshot struct {
+	cfg      *rlsconfig.Config
+	policies *admission.PolicySet
 }
 
 type counters struct {
@@ -147,17 +155,25 @@ func New(ctl *admission.Controller, cfg *rlsconfig.Config, opts ...Option) (*Ser
 }
 
 // SetConfig installs a new configuration: its policies in the controller
-// (partitions of unchanged policies keep their state) and its rules.
+// (partitions of unchanged policies keep their state) and its rules,
+// together: each call is decided by the rules and the policies of one
+// configuration.
 func (s *Server) SetConfig(cfg *rlsconfig.Config) error {
-	if err := s.ctl.SetConfig(admission.Config{Policies: cfg.Policies}); err != nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := s.ctl.Compile(admission.Config{Policies: cfg.Policies})
+	if err != nil {
 		return err
 	}
-	s.cfg.Store(cfg)
+	if err := s.ctl.Install(set); err != nil {
+		return err
+	}
+	s.cur.Store(&snapshot{cfg: cfg, policies: set})
 	return nil
 }
 
 // Config returns the configuration in force.
-func (s *Server) Config() *rlsconfig.Config { return s.cfg.Load() }
+func (s *Server) Config() *rlsconfig.Config { return s.cur.Load().cfg }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
@@ -215,11 +231,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err := checkRequest(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	cfg := s.cfg.Load()
-	dom := cfg.Domain(req.Domain)
+	snap := s.cur.Load()
+	dom := snap.cfg.Domain(req.Domain)
 	evs := make([]eval, len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		s.prepare(&evs[i], dom, d, req.HitsAddend)
+		evs[i].req.Policies = snap.policies
 	}
 	applyReplaces(evs)
 	// Descriptors that cannot wait first, together, so that a refusal is
