@@ -13,7 +13,8 @@ import (
 // actual arrives, and remembers actuals that arrived first, so that each
 // request is charged its actual once. It is bounded in entries and time:
 // entries expire in insertion order after ttl (a ticket then stays charged
-// at its estimate).
+// at its estimate), and the expiry order keeps at most two keys per entry
+// allowed, however many requests are reconciled within a ttl.
 //
 // An entry is keyed by a 128-bit hash of its policy, tenant, partition and
 // request id (two hashes of the table's own random seeds, which a client
@@ -28,6 +29,7 @@ type pendingTable struct {
 	seeds   [2]maphash.Seed
 	entries map[pendingID]pendingEntry
 	order   []pendingKey // insertion order, for expiry
+	seq     uint64       // the last insertion's number
 }
 
 // pendingID identifies a request's reconciliation entry.
@@ -35,13 +37,15 @@ type pendingID struct{ a, b uint64 }
 
 type pendingEntry struct {
 	ticket  admission.Ticket
-	expires int64 // unix ns
-	settled bool  // the actual came first: only a marker
+	expires int64  // unix ns
+	seq     uint64 // the insertion that put it, which its order key names
+	settled bool   // the actual came first: only a marker
 }
 
 type pendingKey struct {
 	id      pendingID
 	expires int64
+	seq     uint64
 }
 
 func newPendingTable() *pendingTable {
@@ -73,7 +77,7 @@ func (p *pendingTable) expire(now int64) {
 	n := 0
 	for ; n < len(p.order) && now >= p.order[n].expires; n++ {
 		k := p.order[n]
-		if e, ok := p.entries[k.id]; ok && e.expires == k.expires {
+		if e, ok := p.entries[k.id]; ok && e.seq == k.seq {
 			delete(p.entries, k.id)
 			e.ticket.Done()
 		}
@@ -95,10 +99,29 @@ func (p *pendingTable) insert(id pendingID, e pendingEntry, now time.Time) bool 
 	} else if len(p.entries) >= p.max {
 		return false
 	}
-	e.expires = ns + int64(p.ttl)
+	p.seq++
+	e.expires, e.seq = ns+int64(p.ttl), p.seq
 	p.entries[id] = e
-	p.order = append(p.order, pendingKey{id, e.expires})
+	p.order = append(p.order, pendingKey{id, e.expires, e.seq})
+	if len(p.order) > 2*p.max {
+		p.compact()
+	}
 	return true
+}
+
+// compact drops the order keys of entries taken or replaced before they
+// expired, so that the order holds no more keys than the table entries
+// (the caller holds mu).
+func (p *pendingTable) compact() {
+	n := 0
+	for _, k := range p.order {
+		if e, ok := p.entries[k.id]; ok && e.seq == k.seq {
+			p.order[n] = k
+			n++
+		}
+	}
+	clear(p.order[n:])
+	p.order = p.order[:n]
 }
 
 // put holds t for id; false when the table is full.
