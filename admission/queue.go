@@ -179,15 +179,19 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 			sh.mu.Unlock()
 			return c.decide(t, h)
 		}
-	} else if !wait {
-		// Others are waiting: a request that will not wait is refused, not
-		// let past them. It may retry when the queue is next served.
+	} else {
+		// Others are waiting: the request's figures are the queue's (its
+		// grant, from the ticket's last use, is another request's). One
+		// that will not wait is refused, not let past them. It may retry
+		// when the queue is next served.
 		h.grant = backend.Grant{Limit: h.lim.Capacity()}
 		if q.timer != nil && h.p.Algorithm != limits.Concurrency {
 			h.grant.RetryAfter = time.Duration(max(1, q.timerAt-now.UnixNano()))
 		}
-		sh.mu.Unlock()
-		return c.decide(t, h)
+		if !wait {
+			sh.mu.Unlock()
+			return c.decide(t, h)
+		}
 	}
 	if q != nil && q.refuses(h.p, t.tenant, t.retry, now.UnixNano()) {
 		held := false
