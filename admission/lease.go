@@ -108,6 +108,13 @@ type leaseKeeper struct {
 	spare   []pendingRelease
 	logged  time.Time // the last log line
 	unsaid  int       // failures since, not logged
+	// least is the shortest MaxHold of the leases the last run found
+	// held, fresh that of the tickets entered since that run began (0:
+	// none): a ticket admitted under another policy set than the
+	// installed one (an earlier one, or its request's own) may hold a
+	// lease shorter than any the installed set has, and the keeper runs
+	// often enough for it too.
+	least, fresh time.Duration
 
 	walk   []keeperEntry // a run's copy of a shard, reused (runs never overlap)
 	batch  []batchedRenewal
@@ -235,14 +242,13 @@ func (h *held) renewable() bool {
 // keep enters t, just admitted (or continued), in the keeper when it holds
 // a lease to renew.
 func (k *leaseKeeper) keep(t *ticket) {
-	found := false
+	hold := time.Duration(0) // the shortest MaxHold of t's leases
 	for i := range t.ops {
-		if t.ops[i].renewable() {
-			found = true
-			break
+		if h := &t.ops[i]; h.renewable() && (hold == 0 || h.lim.MaxHold < hold) {
+			hold = h.lim.MaxHold
 		}
 	}
-	if !found {
+	if hold == 0 {
 		return
 	}
 	// Under the ticket's lock: a run may still hold this ticket from an
@@ -259,10 +265,33 @@ func (k *leaseKeeper) keep(t *ticket) {
 	s.live[t.self] = keeperEntry{gen: t.gen.Load(), leases: t.leases}
 	s.mu.Unlock()
 	k.live.Add(1)
+	k.mu.Lock()
+	k.fresh = shorter(k.fresh, hold)
+	k.mu.Unlock()
+	now := k.c.clock.Now()
 	if k.armed.CompareAndSwap(false, true) {
-		k.arm(k.c.clock.Now())
+		k.arm(now)
+		return
 	}
+	// A run is scheduled, perhaps too late for t's leases: bring it
+	// forward. (One running now schedules the next with fresh.)
+	k.mu.Lock()
+	if d := holdPeriod(hold); k.timer != nil && !k.closed && now.Add(d).Before(k.due) && k.timer.Stop() {
+		k.timer, k.due = k.c.clock.AfterFunc(d, k.run), now.Add(d)
+	}
+	k.mu.Unlock()
 }
+
+// shorter returns the shorter of two MaxHolds, 0 meaning none.
+func shorter(a, b time.Duration) time.Duration {
+	if a == 0 || b != 0 && b < a {
+		return b
+	}
+	return a
+}
+
+// holdPeriod is how often the keeper runs for a lease of MaxHold hold.
+func holdPeriod(hold time.Duration) time.Duration { return max(hold/3, keeperMinPeriod) }
 
 // drop removes t from the keeper, waiting for a run renewing it to end:
 // from then on the keeper does not touch t.
@@ -289,7 +318,7 @@ func (cfg *PolicySet) keeperPeriod() time.Duration {
 			least = min(least, p.base.MaxHold)
 		}
 	}
-	return max(least/3, keeperMinPeriod)
+	return holdPeriod(least)
 }
 
 // arm schedules the next run (armed is set): after a period, or at the
@@ -301,6 +330,9 @@ func (k *leaseKeeper) arm(now time.Time) {
 		return
 	}
 	d := k.c.cfg.Load().keeperPeriod()
+	if hold := shorter(k.least, k.fresh); hold != 0 {
+		d = min(d, holdPeriod(hold))
+	}
 	for i := range k.pending {
 		d = min(d, max(k.pending[i].at.Sub(now), 0))
 	}
@@ -311,10 +343,14 @@ func (k *leaseKeeper) arm(now time.Time) {
 // the next run while there is anything left to do.
 func (k *leaseKeeper) run() {
 	now := k.c.clock.Now()
-	k.renewAll(now)
+	k.mu.Lock()
+	k.fresh = 0 // the tickets entered from here on are walked, or say so
+	k.mu.Unlock()
+	least := k.renewAll(now)
 	k.retry(now)
 	k.mu.Lock()
 	k.timer = nil
+	k.least = least
 	more := len(k.pending) > 0
 	k.mu.Unlock()
 	// Disarmed first, then checked: a ticket entered meanwhile either is
@@ -328,8 +364,10 @@ func (k *leaseKeeper) run() {
 // renewAll renews the due leases of every live ticket: those on a store
 // that renews in batches (a backend.RenewBatcher) together, one call per
 // store for up to renewBatchMax of them, the others one by one. The
-// tickets of a batch stay locked until it returns.
-func (k *leaseKeeper) renewAll(now time.Time) {
+// tickets of a batch stay locked until it returns. It returns the
+// shortest MaxHold of the leases it found held (0: none).
+func (k *leaseKeeper) renewAll(now time.Time) time.Duration {
+	least := time.Duration(0)
 	for i := range k.shards {
 		s := &k.shards[i]
 		s.mu.Lock()
@@ -358,7 +396,11 @@ func (k *leaseKeeper) renewAll(now time.Time) {
 			if t.kept && t.gen.Load() == e.gen {
 				for j := range t.ops {
 					h := &t.ops[j]
-					if !h.renewable() || now.Sub(h.renewed) < h.lim.MaxHold/6 {
+					if !h.renewable() {
+						continue
+					}
+					least = shorter(least, h.lim.MaxHold)
+					if now.Sub(h.renewed) < h.lim.MaxHold/6 {
 						continue
 					}
 					if rb := h.p.renewBatcher; rb != nil && !h.local {
@@ -381,6 +423,7 @@ func (k *leaseKeeper) renewAll(now time.Time) {
 	}
 	k.flush(now)
 	clear(k.walk)
+	return least
 }
 
 // renewBatchMax bounds the leases renewed in one batch.
