@@ -13,8 +13,8 @@ import (
 // things per algorithm:
 //
 //	token bucket    a = tokens (negative: debt), t = instant of a (ns)
-//	fixed window    a = count, t = window index
-//	sliding window  a = current count, b = previous count, t = window index
+//	fixed window    a = count, t = window start (ns)
+//	sliding window  a = current count, b = previous count, t = window start (ns)
 //	sliding log     log holds (instant, cost) entries, a = their sum
 //	concurrency     a = cost in flight, leases hold each grant, t = lease counter
 //	quota           a = used, t = period start (ns)
@@ -131,7 +131,7 @@ func (c *cell) adjust(l *limits.Limit, g *backend.Grant, delta int64, now int64)
 		switch {
 		case g.Stamp == c.t || delta > 0:
 			c.a = bounded(c.a, d, l)
-		case g.Stamp == c.t-1:
+		case g.Stamp == c.t-int64(l.Per):
 			c.b = bounded(c.b, d, l)
 		}
 	case limits.SlidingLog:
@@ -181,21 +181,13 @@ func (c *cell) standing(l *limits.Limit, now int64) (remaining, inflight int64) 
 		}
 		return floorNonNeg(a), 0
 	case limits.FixedWindow:
-		if now/int64(l.Per) != c.t {
+		if windowStart(now, l.Per) > c.t {
 			used = 0
 		}
 	case limits.SlidingWindow:
-		idx := now / int64(l.Per)
-		a, b := c.a, c.b
-		switch idx {
-		case c.t:
-		case c.t + 1:
-			a, b = 0, a
-		default:
-			a, b = 0, 0
-		}
-		weight := 1 - float64(now-idx*int64(l.Per))/float64(l.Per)
-		used = math.Ceil(b*weight + a)
+		s := *c
+		s.slidingRoll(l, now)
+		used = math.Ceil(s.b*s.slidingWeight(l, now) + s.a)
 	case limits.SlidingLog:
 		if c.x != nil {
 			r := &c.x.log
@@ -239,13 +231,13 @@ func (c *cell) calmAt(l *limits.Limit) int64 {
 		if c.a == 0 {
 			return 0
 		}
-		return (c.t + 1) * int64(l.Per)
+		return windowStart(c.t, l.Per) + int64(l.Per)
 	case limits.SlidingWindow:
 		switch {
 		case c.a > 0:
-			return (c.t + 2) * int64(l.Per)
+			return windowStart(c.t, l.Per) + 2*int64(l.Per)
 		case c.b > 0:
-			return (c.t + 1) * int64(l.Per)
+			return windowStart(c.t, l.Per) + int64(l.Per)
 		}
 		return 0
 	case limits.SlidingLog:
@@ -316,18 +308,35 @@ func (c *cell) bucketAcquire(l *limits.Limit, n int64, now int64, g *backend.Gra
 	backend.BucketFigures(l, n, c.a, g)
 }
 
+// windowStart returns the start (ns) of the window of length per that
+// holds now (ns).
+func windowStart(now int64, per time.Duration) int64 {
+	p := int64(per)
+	start := now - now%p
+	if now%p < 0 {
+		start -= p
+	}
+	return start
+}
+
 // Fixed window.
 
+// fixedRoll starts a new window when now is past the one c counts: when
+// the window of l holding now starts after c's. A window of another
+// length (a reload that changed the policy's, or a plan's on a partition
+// its tenant shares with others) that starts no later than c's keeps the
+// count: the admissions it holds happened in that window too, and a
+// count reset by every request judged with the other length would
+// refuse nobody.
 func (c *cell) fixedRoll(l *limits.Limit, now int64) {
-	if idx := now / int64(l.Per); idx != c.t {
-		c.t, c.a = idx, 0
+	if start := windowStart(now, l.Per); start > c.t {
+		c.t, c.a = start, 0
 	}
 }
 
 func (c *cell) fixedAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
 	c.fixedRoll(l, now)
-	per := int64(l.Per)
-	reset := time.Duration((c.t+1)*per - now)
+	reset := time.Duration(windowStart(now, l.Per) + int64(l.Per) - now)
 	*g = backend.Grant{Limit: l.Amount, Stamp: c.t, Reset: reset}
 	c.take(l, n, g, reset)
 }
@@ -349,21 +358,35 @@ func (c *cell) take(l *limits.Limit, n int64, g *backend.Grant, retry time.Durat
 
 // Sliding window counter.
 
+// slidingRoll moves c's windows on to the one of l holding now, when it
+// starts after c's current one (see fixedRoll: a window of another length
+// starting no later keeps the counts).
 func (c *cell) slidingRoll(l *limits.Limit, now int64) {
-	idx := now / int64(l.Per)
-	switch {
-	case idx == c.t:
-	case idx == c.t+1:
-		c.b, c.a, c.t = c.a, 0, idx
+	per := int64(l.Per)
+	switch start := windowStart(now, l.Per); {
+	case start <= c.t:
+	case start-per == c.t:
+		c.b, c.a, c.t = c.a, 0, start
 	default:
-		c.b, c.a, c.t = 0, 0, idx
+		c.b, c.a, c.t = 0, 0, start
 	}
+}
+
+// slidingElapsed is how far now is into c's current window, rolled for
+// l, within [0, l.Per).
+func (c *cell) slidingElapsed(l *limits.Limit, now int64) float64 {
+	return float64(min(max(now-c.t, 0), int64(l.Per)-1))
+}
+
+// slidingWeight is the weight of the previous window's count at now.
+func (c *cell) slidingWeight(l *limits.Limit, now int64) float64 {
+	return 1 - c.slidingElapsed(l, now)/float64(l.Per)
 }
 
 func (c *cell) slidingAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {
 	c.slidingRoll(l, now)
 	per := float64(l.Per)
-	elapsed := float64(now - c.t*int64(l.Per))
+	elapsed := c.slidingElapsed(l, now)
 	weight := 1 - elapsed/per
 	est := c.b*weight + c.a
 	limit := float64(l.Amount)
