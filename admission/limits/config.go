@@ -100,6 +100,8 @@ func (o Override) validate(path string, a Algorithm) error {
 	}
 	if o.Limit > MaxAmount {
 		errs = append(errs, &FieldError{Path: path + ".limit", Msg: fmt.Sprintf("must be <= %d (MaxAmount), got %d", MaxAmount, o.Limit)})
+	} else if a == SlidingLog && o.Limit > maxLogLimit {
+		errs = append(errs, &FieldError{Path: path + ".limit", Msg: fmt.Sprintf("a sliding_log keeps one entry per admission: at most %d, got %d", maxLogLimit, o.Limit)})
 	}
 	if o.Burst < 0 {
 		errs = append(errs, &FieldError{Path: path + ".burst", Msg: "must be > 0"})

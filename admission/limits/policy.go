@@ -262,6 +262,10 @@ func (q *Queue) validateShares(path string) error {
 	return errors.Join(errs...)
 }
 
+// maxLogLimit bounds a sliding log's limit, its own or a plan's: the
+// entries one partition keeps.
+const maxLogLimit = 1_000_000
+
 // maxDuration bounds every duration of a policy: an instant plus it never
 // overflows (a lease's expiry, a period's end) for centuries to come.
 const maxDuration = 100 * 365 * 24 * time.Hour
@@ -325,8 +329,8 @@ func (p *Policy) Validate(prefix string) error {
 			bad("per", "a concurrency limit has no period")
 		}
 	}
-	if p.Algorithm == SlidingLog && p.Limit > 1_000_000 {
-		bad("limit", "a sliding_log keeps one entry per admission: at most 1000000, got %d", p.Limit)
+	if p.Algorithm == SlidingLog && p.Limit > maxLogLimit {
+		bad("limit", "a sliding_log keeps one entry per admission: at most %d, got %d", maxLogLimit, p.Limit)
 	}
 	if p.MaxCost < 0 {
 		bad("max_cost", "must be >= 0")
