@@ -2,9 +2,14 @@ package metrics_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
@@ -85,5 +90,70 @@ func TestCardinality(t *testing.T) {
 	t.Logf("%d tenants: %d series (bound %d)", tenants, series, bound)
 	if series > bound {
 		t.Errorf("%d series; want at most %d", series, bound)
+	}
+}
+
+// TestHostileTenantLabels sends refusals of tenants whose names a caller
+// may choose (a custom identity function reading a header) and checks the
+// scrape still answers, every tenant label value is short, valid UTF-8
+// without control characters, distinct tenants keep distinct values, and
+// a tenant named like the overflow bucket never adds to it. One case per
+// attack class.
+func TestHostileTenantLabels(t *testing.T) {
+	long := strings.Repeat("t", 1<<20)
+	for _, tc := range []struct {
+		name    string
+		tenants []string
+	}{
+		{"invalid UTF-8", []string{"\xff\xfe", "acme\xc3"}},
+		{"control characters", []string{"a\x00b", "a\rb", "a\x1b[31mb", "a\u0085b"}},
+		{"very long", []string{long + "1", long + "2"}},
+		{"reserved names", []string{metrics.Other, metrics.NoTenant}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, prom := newProm(t)
+			st := admission.Status{Policy: "p", Unit: limits.UnitRequests, Algorithm: limits.TokenBucket, Limit: 10}
+			refuse := func(tenant string, cost int64) {
+				o.Decision(&admission.Decision{Status: st, Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: tenant, Cost: cost})
+			}
+			// Enough ordinary tenants to fill the sketch, so that Other
+			// holds some of them; the hostile ones are the heaviest.
+			for i := range 10 * metrics.DefaultSketchFactor * metrics.DefaultTopK {
+				refuse("plain-"+strconv.Itoa(i), 1)
+			}
+			for _, tenant := range tc.tenants {
+				refuse(tenant, 1000)
+			}
+			fams := gather(t, prom)
+			values := map[string]float64{}
+			for _, m := range fams["admission_tenant_decisions_total"].GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" {
+						values[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+			named := 0
+			for v := range values {
+				if !utf8.ValidString(v) || len(v) > metrics.MaxTenantLabel {
+					t.Errorf("tenant label %.40q: want valid UTF-8 of at most %d bytes", v, metrics.MaxTenantLabel)
+				}
+				for _, r := range v {
+					if unicode.IsControl(r) {
+						t.Errorf("tenant label %q holds the control character %U", v, r)
+					}
+				}
+				if !strings.HasPrefix(v, "plain-") && v != metrics.Other {
+					named++
+				}
+			}
+			if named != len(tc.tenants) {
+				t.Errorf("%d hostile tenant values in %v; want %d, one per tenant", named, slices.Collect(maps.Keys(values)), len(tc.tenants))
+			}
+			// Other counts ordinary tenants only: each refused once.
+			if got := values[metrics.Other]; got != float64(10*metrics.DefaultSketchFactor*metrics.DefaultTopK-(metrics.DefaultTopK-len(tc.tenants))) {
+				t.Errorf("%s = %v; want the ordinary tenants outside the top K only", metrics.Other, got)
+			}
+		})
 	}
 }
