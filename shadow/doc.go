@@ -33,8 +33,10 @@ import (
 )
 
 // Join returns an observer that passes every event to each of obs in
-// order. When some of obs are admission.StoreCallObservers (the metrics
-// observer is), so is the result, and it passes store calls to them.
+// order. It is an admission.ReleaseObserver that passes failed releases
+// to those of obs that are one (the metrics observer is). When some of
+// obs are backend.CallObservers (the metrics observer is), so is the
+// result, and it passes store calls to them.
 func Join(obs ...admission.Observer) admission.Observer {
 	var calls []backend.CallObserver
 	for _, o := range obs {
@@ -90,3 +92,15 @@ func (m multi) StoreError(e admission.StoreEvent) {
 		o.StoreError(e)
 	}
 }
+
+// ReleaseRetry passes a failed concurrency release to the observers that
+// want them (admission.ReleaseObserver).
+func (m multi) ReleaseRetry(policy, outcome string) {
+	for _, o := range m {
+		if r, ok := o.(admission.ReleaseObserver); ok {
+			r.ReleaseRetry(policy, outcome)
+		}
+	}
+}
+
+var _ admission.ReleaseObserver = multi(nil)

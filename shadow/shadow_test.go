@@ -280,6 +280,32 @@ func TestJoin(t *testing.T) {
 	}
 }
 
+// TestJoinPassesReleaseRetries: the metrics observer counts the
+// concurrency releases its store failed (admission_release_retries_total,
+// behind the AdmissionReleaseLost alert) only if the controller can tell
+// it; joined with other observers, it must still be told.
+func TestJoinPassesReleaseRetries(t *testing.T) {
+	rec, _ := shadow.NewRecorder(shadow.RecorderConfig{})
+	rel := &releases{}
+	for _, o := range []admission.Observer{shadow.Join(rec, rel), shadow.Join(rec, rel, &storeCalls{})} {
+		ro, ok := o.(admission.ReleaseObserver)
+		if !ok {
+			t.Fatalf("Join(%T...) is not an admission.ReleaseObserver: failed releases are never counted", rec)
+		}
+		ro.ReleaseRetry("conc", "abandoned")
+	}
+	if len(rel.got) != 2 || rel.got[0] != "conc/abandoned" {
+		t.Errorf("release retries passed on: %v; want conc/abandoned twice", rel.got)
+	}
+}
+
+type releases struct {
+	admission.NopObserver
+	got []string
+}
+
+func (r *releases) ReleaseRetry(policy, outcome string) { r.got = append(r.got, policy+"/"+outcome) }
+
 type storeCalls struct {
 	admission.NopObserver
 	got []backend.Call
