@@ -22,8 +22,9 @@
 // the policy's unit), sluice.queue.wait (seconds), sluice.retry_after
 // (seconds, on refusals), sluice.limit and sluice.remaining, sluice.rolled_back
 // when another policy's refusal gave the permits back, and the request's
-// sluice.tenant, sluice.operation and sluice.model. The tenant is allowed
-// on a span (one request, one trace), never on a metric.
+// sluice.tenant, sluice.operation and sluice.model, each valid UTF-8 of
+// at most MaxValue bytes (Value). The tenant is allowed on a span (one
+// request, one trace), never on a metric.
 //
 // Nothing is recorded, and nothing allocated, when the span is not
 // recording (no span, or a sampler that dropped it).
@@ -40,6 +41,8 @@ package oteltrace
 import (
 	"context"
 	"log/slog"
+	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -116,7 +119,34 @@ func Attributes(dst []attribute.KeyValue, d *admission.Decision) []attribute.Key
 	if d.RolledBack {
 		dst = append(dst, KeyRolledBack.Bool(true))
 	}
-	return append(dst, KeyTenant.String(d.Tenant), KeyOperation.String(d.Operation), KeyModel.String(d.Model))
+	return append(dst, KeyTenant.String(Value(d.Tenant)), KeyOperation.String(Value(d.Operation)), KeyModel.String(Value(d.Model)))
+}
+
+// MaxValue bounds the length in bytes of the string attributes a decision
+// event takes from the request (tenant, operation, model).
+const MaxValue = 256
+
+// Value returns s as a decision event records it: s itself when it is
+// valid UTF-8 of at most MaxValue bytes (without allocating), else with
+// each invalid byte sequence replaced by U+FFFD and cut at a character
+// boundary to MaxValue bytes ending in "...". A span exporter's protobuf
+// encoding refuses invalid UTF-8 and with it the whole batch of spans, so
+// that one request naming an operation "GET /%FF" would otherwise drop
+// every other request's spans exported with it.
+func Value(s string) string {
+	if len(s) <= MaxValue && utf8.ValidString(s) {
+		return s
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= MaxValue {
+		return s
+	}
+	const ellipsis = "..."
+	cut := MaxValue - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }
 
 // LogHandler returns a handler that adds trace_id and span_id to every

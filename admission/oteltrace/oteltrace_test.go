@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -227,6 +228,73 @@ func TestUnrecordedDecisionAllocatesNothing(t *testing.T) {
 		d := &admission.Decision{Outcome: admission.Rejected, Reason: admission.ReasonRate, Tenant: "acme", Context: c}
 		if n := testing.AllocsPerRun(100, func() { oteltrace.Observer{}.Decision(d) }); n != 0 {
 			t.Errorf("Decision with context %v: %v allocations; want 0", c, n)
+		}
+	}
+}
+
+// TestHostileRequestKeepsTraceExport: behind the generic middleware
+// (no routes: the operation is the method and the path the client sent)
+// of a service that starts its own server spans, one request whose path decodes to invalid UTF-8 and one with a very
+// long path are decided under sampled server spans, next to an ordinary
+// request. The OTLP export carries the three spans, in one batch, with
+// every decision attribute valid UTF-8 of at most oteltrace.MaxValue
+// bytes: one hostile request neither drops the batch of every other
+// request's spans (protobuf refuses invalid UTF-8) nor bloats it.
+func TestHostileRequestKeepsTraceExport(t *testing.T) {
+	rc := &receiver{}
+	otlp := httptest.NewServer(rc)
+	defer otlp.Close()
+	tp, _, err := oteltrace.NewTracerProvider(context.Background(), otlp.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{
+		{Name: "global", Algorithm: limits.FixedWindow, Limit: 100, Per: time.Hour},
+	}}, admission.WithObserver(oteltrace.Observer{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ctl.Close() })
+	mw, err := httpadmit.New(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	// The service starts its server spans itself, as the gateway does,
+	// and records nothing of the path on them.
+	tracer := tp.Tracer("service")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := tracer.Start(r.Context(), "request")
+		defer span.End()
+		app.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	defer srv.Close()
+	paths := []string{"/ok", "/%FF%FE", "/" + strings.Repeat("a", 32<<10)}
+	for _, p := range paths {
+		resp, err := http.Get(srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %.20s: %d; want 200", p, resp.StatusCode)
+		}
+	}
+	if err := tp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.spans) != len(paths) {
+		t.Fatalf("%d spans exported; want %d, one per request", len(rc.spans), len(paths))
+	}
+	for _, s := range rc.spans {
+		for _, e := range s.Events {
+			for k, v := range attrs(e.Attributes) {
+				if !utf8.ValidString(v) || len(v) > oteltrace.MaxValue {
+					t.Errorf("event attribute %s = %.40q (%d bytes); want valid UTF-8 of at most %d bytes", k, v, len(v), oteltrace.MaxValue)
+				}
+			}
 		}
 	}
 }
