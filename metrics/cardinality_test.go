@@ -157,3 +157,35 @@ func TestHostileTenantLabels(t *testing.T) {
 		})
 	}
 }
+
+// TestUtilizationSurvivesScrapes: a tenant's partition reaches 90% of its
+// limit; two Prometheus servers scraping the same replica (the usual HA
+// pair), or an operator's look at /metrics between two scrapes, each read
+// the peak: reading the gauge does not reset it. The peak goes back to 0
+// once UtilizationWindow passes twice without the tenant near its limit.
+func TestUtilizationSurvivesScrapes(t *testing.T) {
+	clk := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	o, prom := newProm(t, metrics.WithClock(clk))
+	st := admission.Status{Policy: "p", Unit: limits.UnitRequests, Algorithm: limits.TokenBucket, Limit: 10, Remaining: 1}
+	o.Decision(&admission.Decision{Status: st, Outcome: admission.WouldReject, Reason: admission.ReasonRate, Tenant: "acme", Cost: 1})
+	util := func() float64 {
+		for _, m := range gather(t, prom)["admission_tenant_utilization_ratio"].GetMetric() {
+			return m.GetGauge().GetValue()
+		}
+		return -1
+	}
+	for i, step := range []struct {
+		advance time.Duration
+		want    float64
+	}{
+		{0, 0.9},
+		{0, 0.9}, // the second scraper
+		{metrics.UtilizationWindow, 0.9},
+		{metrics.UtilizationWindow, 0},
+	} {
+		clk.Advance(step.advance)
+		if got := util(); got != step.want {
+			t.Errorf("scrape %d: admission_tenant_utilization_ratio = %v; want %v", i, got, step.want)
+		}
+	}
+}

@@ -70,7 +70,7 @@ func Catalog() []Metric {
 		{"admission_tenant_decisions_total", "counter", []string{"policy", "decision", "tenant"},
 			"Decisions per tenant: admitted (counted when settled), rejected, would_reject; top K, the rest as `__other__`."},
 		{"admission_tenant_utilization_ratio", "gauge", []string{"policy", "tenant"},
-			"Highest share of its limit a top-K tenant's partition reached since the previous scrape, when 0.8 or more; 0 otherwise."},
+			"Highest share of its limit a top-K tenant's partition reached in the current or the previous minute (windows aligned on the clock; a scrape resets nothing), when 0.8 or more; 0 otherwise."},
 	}
 }
 

@@ -110,7 +110,7 @@ func (o *Observer) instruments(m metric.Meter) error {
 		"A policy's own limit (plans may differ per tenant), with its mode, algorithm and unit.")
 	var err error
 	ob.tenantUtil, err = m.Float64ObservableGauge("admission.tenant.utilization", metric.WithUnit("1"),
-		metric.WithDescription("Highest share of its limit a top-K tenant's partition reached since the previous collection when at least 0.8, else 0."))
+		metric.WithDescription("Highest share of its limit a top-K tenant's partition reached in the current or the previous minute when at least 0.8, else 0."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -223,7 +223,7 @@ func (o *Observer) collectPolicy(obs metric.Observer, ob *observables, pm *polic
 
 	var top []tenantCount
 	var tot sketchTotals
-	top, tot = pm.tenants.top(o.cfg.topK, o.scratch)
+	top, tot = pm.tenants.top(o.cfg.topK, o.epoch(), o.scratch)
 	o.scratch = top[:0]
 	var sumW, sumN [numClasses]uint64
 	for _, t := range top {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 	"unsafe"
@@ -29,6 +30,11 @@ const (
 	// NearLimit is the utilisation from which an admitted decision
 	// reports its tenant's utilisation (admission.tenant.utilization).
 	NearLimit = 0.8
+	// UtilizationWindow is the window of admission.tenant.utilization:
+	// the gauge is the highest utilisation noted in the current window
+	// or the previous one (windows aligned on the clock), so every
+	// scraper reads the same peak and a scrape resets nothing.
+	UtilizationWindow = time.Minute
 	// DefaultMaxPolicies bounds the policies counted by name; decisions of
 	// further policies are counted under the policy name Other.
 	DefaultMaxPolicies = 64
@@ -382,21 +388,37 @@ func (o *Observer) decision(pm *policyMetrics, d *admission.Decision) {
 		// Admitted work is counted per tenant when it settles, at its
 		// actual cost; here only a partition near its limit is noted.
 		if u := utilisation(&d.Status); u >= NearLimit && !d.RolledBack {
-			pm.tenants.touch(tenantLabel(d.Tenant), u)
+			pm.tenants.touch(tenantLabel(d.Tenant), u, o.epoch())
 		}
 	case admission.Rejected, admission.FailClosed:
 		pm.recordRetry(o, out, d)
-		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), utilisation(&d.Status))
+		o.refused(pm, d, classRejected, cost)
 	case admission.Timeout:
 		pm.recordWait(o, out, d)
 		pm.recordRetry(o, out, d)
-		pm.tenants.add(tenantLabel(d.Tenant), classRejected, uint64(max(cost, 0)), utilisation(&d.Status))
+		o.refused(pm, d, classRejected, cost)
 	case admission.WouldReject:
 		pm.recordRetry(o, out, d)
-		pm.tenants.add(tenantLabel(d.Tenant), classWouldReject, uint64(max(cost, 0)), utilisation(&d.Status))
+		o.refused(pm, d, classWouldReject, cost)
 	case admission.Canceled:
 		pm.recordWait(o, out, d)
 	}
+}
+
+// refused counts the refusal d, of class c and the given cost, for its
+// tenant.
+func (o *Observer) refused(pm *policyMetrics, d *admission.Decision, c int, cost int64) {
+	var ep int64
+	u := utilisation(&d.Status)
+	if u > 0 {
+		ep = o.epoch()
+	}
+	pm.tenants.add(tenantLabel(d.Tenant), c, uint64(max(cost, 0)), u, ep)
+}
+
+// epoch returns the number of the current UtilizationWindow.
+func (o *Observer) epoch() int64 {
+	return o.cfg.clock.Now().UnixNano() / int64(UtilizationWindow)
 }
 
 // recordWait records d's queue wait in the context of d's request, so
@@ -489,7 +511,7 @@ func utilisation(s *admission.Status) float64 {
 // request's trace becomes the bucket's exemplar.
 func (o *Observer) Settled(s admission.Settlement) {
 	pm := o.policy(s.Policy, nil)
-	pm.tenants.add(tenantLabel(s.Tenant), classAdmitted, uint64(max(s.Actual, 0)), 0)
+	pm.tenants.add(tenantLabel(s.Tenant), classAdmitted, uint64(max(s.Actual, 0)), 0, 0)
 	if m := pm.meta.Load(); m != nil && m.algorithm == limits.Concurrency && !s.Admitted.IsZero() {
 		held := o.cfg.clock.Now().Sub(s.Admitted)
 		o.lease.Record(orBackground(s.Context), max(held, 0).Seconds(), pm.leaseOpts...)

@@ -66,8 +66,39 @@ type ssEntry struct {
 	rank   uint64 // estimated refused cost, an upper bound
 	weight [numClasses]uint64
 	events [numClasses]uint64
-	util   float64 // highest utilisation noted since the last collection
-	index  int     // position in the heap
+	util   peak
+	index  int // position in the heap
+}
+
+// A peak is the highest utilisation noted in the current and the
+// previous UtilizationWindow, windows numbered from the clock (epochs):
+// reading it changes nothing, so every reader sees the same peak.
+type peak struct {
+	cur, prev float64
+	epoch     int64 // the window of cur
+}
+
+// note notes utilisation u in window ep.
+func (p *peak) note(u float64, ep int64) {
+	switch {
+	case ep <= p.epoch: // a clock that went back stays in the window
+	case ep == p.epoch+1:
+		p.prev, p.cur, p.epoch = p.cur, 0, ep
+	default:
+		p.prev, p.cur, p.epoch = 0, 0, ep
+	}
+	p.cur = max(p.cur, u)
+}
+
+// at returns the peak as seen in window ep.
+func (p *peak) at(ep int64) float64 {
+	switch {
+	case ep <= p.epoch:
+		return max(p.cur, p.prev)
+	case ep == p.epoch+1:
+		return p.cur
+	}
+	return 0
 }
 
 func newSketch(capacity int) *sketch {
@@ -81,8 +112,8 @@ func newSketch(capacity int) *sketch {
 }
 
 // add records an event of the given cost in class c for tenant, whose
-// partition is at utilisation util.
-func (s *sketch) add(tenant string, c int, cost uint64, util float64) {
+// partition is at utilisation util in window ep.
+func (s *sketch) add(tenant string, c int, cost uint64, util float64, ep int64) {
 	sh := &s.shards[maphash.String(s.seed, tenant)%sketchShards]
 	sh.mu.Lock()
 	sh.weight[c] += cost
@@ -108,18 +139,20 @@ func (s *sketch) add(tenant string, c int, cost uint64, util float64) {
 	}
 	e.weight[c] += cost
 	e.events[c]++
-	e.util = max(e.util, util)
+	if util > 0 {
+		e.util.note(util, ep)
+	}
 	heap.Fix(&sh.heap, e.index)
 	sh.mu.Unlock()
 }
 
-// touch notes the utilisation of a monitored tenant's partition; it does
-// not make a tenant monitored.
-func (s *sketch) touch(tenant string, util float64) {
+// touch notes the utilisation of a monitored tenant's partition in
+// window ep; it does not make a tenant monitored.
+func (s *sketch) touch(tenant string, util float64, ep int64) {
 	sh := &s.shards[maphash.String(s.seed, tenant)%sketchShards]
 	sh.mu.Lock()
 	if e, ok := sh.byName[tenant]; ok {
-		e.util = max(e.util, util)
+		e.util.note(util, ep)
 	}
 	sh.mu.Unlock()
 }
@@ -140,9 +173,9 @@ type sketchTotals struct {
 }
 
 // top returns the k monitored tenants with the most refused cost (then
-// the most admitted cost), heaviest first, and the stream's totals. dst is
-// reused for the result. The tenants' utilisation peaks start over.
-func (s *sketch) top(k int, dst []tenantCount) ([]tenantCount, sketchTotals) {
+// the most admitted cost), heaviest first, with their utilisation peaks as
+// of window ep, and the stream's totals. dst is reused for the result.
+func (s *sketch) top(k int, ep int64, dst []tenantCount) ([]tenantCount, sketchTotals) {
 	dst = dst[:0]
 	var t sketchTotals
 	for i := range s.shards {
@@ -153,8 +186,7 @@ func (s *sketch) top(k int, dst []tenantCount) ([]tenantCount, sketchTotals) {
 			t.events[c] += sh.events[c]
 		}
 		for _, e := range sh.heap {
-			dst = append(dst, tenantCount{tenant: e.tenant, rank: e.rank, weight: e.weight, events: e.events, util: e.util})
-			e.util = 0
+			dst = append(dst, tenantCount{tenant: e.tenant, rank: e.rank, weight: e.weight, events: e.events, util: e.util.at(ep)})
 		}
 		sh.mu.Unlock()
 	}

@@ -22,14 +22,14 @@ func TestSketchGuarantees(t *testing.T) {
 			tenant := "t" + strconv.FormatUint(zipf.Uint64(), 10)
 			cost := uint64(1 + rnd.IntN(10))
 			if rnd.IntN(3) == 0 {
-				s.add(tenant, classAdmitted, cost, 0)
+				s.add(tenant, classAdmitted, cost, 0, 0)
 				continue
 			}
-			s.add(tenant, classRejected, cost, 1)
+			s.add(tenant, classRejected, cost, 1, 0)
 			refused[tenant] += cost
 			shardTotal[maphash.String(s.seed, tenant)%sketchShards] += cost
 		}
-		top, _ := s.top(1<<20, nil)
+		top, _ := s.top(1<<20, 0, nil)
 		got := map[string]tenantCount{}
 		for _, tc := range top {
 			got[tc.tenant] = tc
