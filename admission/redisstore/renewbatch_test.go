@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
 	"github.com/sluicehq/sluice/admission/backend"
@@ -101,5 +103,55 @@ func BenchmarkRenewKeeper(b *testing.B) {
 				tk.Done()
 			}
 		})
+	}
+}
+
+// TestRenewBatchOneShardDown: the leases of 8 tenants live on a Ring of
+// two servers; after one keeper run, one server holds every script
+// (CLIENT PAUSE WRITE) for a whole MaxHold of runs. The leases on the
+// other server are renewed at every run, and their tickets keep them:
+// only the paused server's leases are lost. Before, one shard's failure
+// failed every renewal of the batch, the healthy shard's leases were
+// declared lost after a MaxHold (their permits then held in Redis by no
+// ticket until they expired), and each run reported a store error for
+// each of them.
+func TestRenewBatchOneShardDown(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	client := redis.NewRing(&redis.RingOptions{
+		Addrs:                 map[string]string{"a": a.Addr, "b": b.Addr},
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { client.Close() })
+	prefix := uniquePrefix()
+	st := newStore(t, client, redisstore.Config{Prefix: prefix, CallerTime: true, Timeout: pausedTimeout})
+	_, tickets, clock := keeperSetup(t, st, 8)
+	onB := make([]bool, len(tickets))
+	split := [2]int{}
+	for i := range tickets {
+		n, err := redistest.Do(b.Addr, "EXISTS", fmt.Sprintf("%s{t%d}:streams:cl:t%d", prefix, i, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		onB[i] = n == "1"
+		split[map[bool]int{false: 0, true: 1}[onB[i]]]++
+	}
+	if split[0] == 0 || split[1] == 0 {
+		t.Fatalf("tenants per server %v; want some on each", split)
+	}
+	clock.Advance(10 * time.Second) // a run with both servers up: they have the script
+	resume := pauseWrites(t, b.Addr)
+	for range 3 {
+		clock.Advance(10 * time.Second) // a keeper run: every lease is due
+	}
+	resume()
+	for i, tk := range tickets {
+		err := tk.Renew()
+		if onB[i] && err == nil {
+			t.Errorf("ticket %d (paused server): Renew after a MaxHold without renewal = nil; want its lease lost", i)
+		}
+		if !onB[i] && err != nil {
+			t.Errorf("ticket %d (healthy server): Renew = %v; want its lease held", i, err)
+		}
+		tk.Done()
 	}
 }
