@@ -54,9 +54,10 @@ func renews(op *backend.Op) bool {
 
 // RenewBatch implements backend.RenewBatcher: the renew script once per
 // op holding a lease, up to renewBatch calls in one pipeline (one round
-// trip, one count in the breaker, bounded by the store's Timeout), each
-// call its own script, atomic and exact as Renew's. On Cluster the
-// client splits a pipeline by node.
+// trip, one count in the breaker, bounded by the store's Timeout; the
+// calls of a node without the script yet take one more, with a Timeout
+// of its own), each call its own script, atomic and exact as Renew's. On
+// Cluster the client splits a pipeline by node.
 func (s *Store) RenewBatch(ctx context.Context, ops []backend.Op, now time.Time) error {
 	for i := range ops {
 		if l, ok := ops[i].Limiter.(*limiter); !ok || l.s != s {
@@ -118,18 +119,7 @@ func (s *Store) renewPipeline(ctx context.Context, ops []backend.Op, now time.Ti
 		}
 	}
 	_, _ = pipe.Exec(pctx)
-	var again redis.Pipeliner
-	for i, cmd := range cmds {
-		if cmd != nil && noScript(cmd.Err()) {
-			if again == nil {
-				again = s.client.Pipeline()
-			}
-			cmds[i] = again.Do(pctx, calls[i].command("eval", renewScript.src)...)
-		}
-	}
-	if again != nil {
-		_, _ = again.Exec(pctx)
-	}
+	s.loadRenew(ctx, cmds, calls)
 	var first error
 	for i, cmd := range cmds {
 		if cmd == nil {
@@ -150,4 +140,32 @@ func (s *Store) renewPipeline(ctx context.Context, ops []backend.Op, now time.Ti
 	// spans nodes, and one node failing says nothing of the leases the
 	// others renewed.
 	return s.finish(ctx, "renew", n, start, first)
+}
+
+// loadRenew sends again, with the script's source, the calls of cmds
+// whose node had no renew script, and replaces their commands. Their
+// node answered, but on Cluster and Ring the pipeline waited for its
+// slowest node, perhaps until the deadline, so these calls have a
+// Timeout of their own (within ctx's deadline).
+func (s *Store) loadRenew(ctx context.Context, cmds []*redis.Cmd, calls []*call) {
+	var again []int
+	for i, cmd := range cmds {
+		if cmd != nil && noScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	deadline := time.Now().Add(s.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	actx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	for _, i := range again {
+		cmds[i] = pipe.Do(actx, calls[i].command("eval", renewScript.src)...)
+	}
+	_, _ = pipe.Exec(actx)
 }

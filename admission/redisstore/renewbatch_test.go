@@ -155,3 +155,60 @@ func TestRenewBatchOneShardDown(t *testing.T) {
 		tk.Done()
 	}
 }
+
+// TestRenewBatchScriptLoadedBesideSlowShard: of a Ring of two servers,
+// one has never run the renew script (a restart empties its cache) and
+// the other holds every script until the renewals' deadline. The first
+// answers NOSCRIPT at once, and its renewals are sent again with the
+// script's source: they land. Before, that second round trip was given
+// what was left of the deadline the slow server had spent, and failed at
+// once, at every keeper run while the other server was slow.
+func TestRenewBatchScriptLoadedBesideSlowShard(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	client := redis.NewRing(&redis.RingOptions{
+		Addrs:                 map[string]string{"a": a.Addr, "b": b.Addr},
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { client.Close() })
+	prefix := uniquePrefix()
+	st := newStore(t, client, redisstore.Config{Prefix: prefix, CallerTime: true, Timeout: pausedTimeout})
+	p := admission.Policy{Name: "streams", Algorithm: limits.Concurrency, Limit: 4, MaxHold: 30 * time.Second}
+	lim, _ := st.Limiter(&p)
+	ctx := context.Background()
+	now := backendtest.Epoch
+	var ops []backend.Op
+	for i := range 8 {
+		var g backend.Grant
+		key := fmt.Sprint("t", i)
+		if err := lim.Acquire(ctx, key, limitOf(&p), 1, now, &g); err != nil || !g.OK {
+			t.Fatalf("Acquire %s: %+v, %v", key, g, err)
+		}
+		ops = append(ops, backend.Op{Limiter: lim, Key: key, Limit: p.Base(), Grant: g})
+	}
+	if _, err := redistest.Do(a.Addr, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	resume := pauseWrites(t, b.Addr)
+	err := st.RenewBatch(ctx, ops, now.Add(10*time.Second))
+	resume()
+	if err == nil {
+		t.Fatal("RenewBatch with a paused server = nil; want its renewals' error")
+	}
+	healthy := 0
+	for _, op := range ops {
+		n, err := redistest.Do(a.Addr, "EXISTS", fmt.Sprintf("%s{%s}:streams:cl:%s", prefix, op.Key, op.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != "1" {
+			continue
+		}
+		healthy++
+		if op.Err != nil || op.Grant.Stamp == 0 {
+			t.Errorf("renewal of %s on the responsive server: %v (lease id %d); want renewed", op.Key, op.Err, op.Grant.Stamp)
+		}
+	}
+	if healthy == 0 || healthy == len(ops) {
+		t.Fatalf("%d of %d leases on the responsive server; want some on each", healthy, len(ops))
+	}
+}
