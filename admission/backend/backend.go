@@ -147,7 +147,10 @@ type Op struct {
 type Batcher interface {
 	// AcquireBatch acquires every op atomically: if any enforcing op does
 	// not fit, nothing is taken for any op and each op's Grant reports its
-	// own answer. The error is non-nil only when the store failed.
+	// own answer. The error is non-nil only when the store failed. (A
+	// store that takes a batch in parts and could not give a part's
+	// concurrency lease back leaves it in its op's Grant, Stamp and
+	// Taken set, for the caller's rollback to release.)
 	AcquireBatch(ctx context.Context, ops []Op, now time.Time) error
 	// SettleBatch adjusts (by N) and releases the grants of ops.
 	SettleBatch(ctx context.Context, ops []Op, now time.Time) error

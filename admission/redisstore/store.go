@@ -564,7 +564,8 @@ func (l *limiter) Acquire(ctx context.Context, key string, lim *limits.Limit, n 
 // atomically when their keys can share a script (always on a single node;
 // on Cluster and Ring when their hash tags are equal, see Tag). Otherwise
 // the ops are evaluated in groups of equal tags and the groups that took
-// permits are given back when an enforcing op did not fit.
+// permits are given back when an enforcing op did not fit; a lease whose
+// give-back failed stays in its op's grant, for the caller to release.
 func (s *Store) AcquireBatch(ctx context.Context, ops []backend.Op, now time.Time) error {
 	for i := range ops {
 		if l, ok := ops[i].Limiter.(*limiter); !ok || l.s != s {
@@ -631,11 +632,20 @@ func (s *Store) AcquireBatch(ctx context.Context, ops []backend.Op, now time.Tim
 	if len(back) > 0 {
 		_ = s.SettleBatch(context.WithoutCancel(ctx), back, now)
 	}
-	for _, j := range idx {
-		ops[j].Grant.Taken = 0
+	for k, j := range idx {
 		if ops[j].Limiter.(*limiter).alg == limits.Concurrency {
+			if back[k].Err != nil {
+				// The lease is still held: the grant keeps it, so the
+				// caller's rollback releases it, and retries until it
+				// lands or the lease expires (a release is applied once
+				// however often it is sent).
+				continue
+			}
 			ops[j].Grant.Stamp = 0
 		}
+		// A refund that failed is not sent again: if it was applied
+		// and only its answer lost, a second would give back twice.
+		ops[j].Grant.Taken = 0
 	}
 	return err
 }
