@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -115,6 +116,10 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	}
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
+	if encoded(resp) {
+		x.unreadable(resp)
+		return nil
+	}
 	if streamed(resp) {
 		if timer.Stop() {
 			x.stream(uctx, cancel, resp, injected)
@@ -162,6 +167,34 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	}
 	g.writeUpstream(c, resp, data)
 	return nil
+}
+
+// encoded reports whether resp's body has a Content-Encoding (gzip...),
+// which the gateway never asks for (it sends no Accept-Encoding): it can
+// neither read its usage nor count its stream.
+func encoded(resp *http.Response) bool {
+	ce := resp.Header.Get("Content-Encoding")
+	return ce != "" && !strings.EqualFold(ce, "identity")
+}
+
+// unreadable answers an upstream response the gateway cannot read (see
+// encoded) with 502 bad_upstream_response, never its bytes: passed on,
+// its output would reach the client unmetered. A 200 is charged as
+// reserved, as any unreadable usage is; an error nothing, as the
+// upstream's errors are.
+func (x *exchange) unreadable(resp *http.Response) {
+	g, ctx := x.g, x.c.Request().Context()
+	u := weights.Usage{}
+	if resp.StatusCode == http.StatusOK {
+		rep, _ := weights.ReadUsage(nil)
+		var fb weights.UsageFallback
+		u, fb = x.est.CheckUsage(rep)
+		g.m.count(ctx, g.m.usageFallbacks, fb.String())
+	}
+	x.settle(u)
+	g.m.count(ctx, g.m.upstreamFailures, "bad_response")
+	writeError(x.c.Response(), http.StatusBadGateway, "server_error", "bad_upstream_response", "",
+		"The upstream API returned an encoded response (Content-Encoding) the gateway did not ask for.")
 }
 
 // errNotPriced refuses a request for a model the prices cannot price
