@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -365,8 +366,8 @@ func googleStatus(status int) string {
 // {"error":{"code","message","status","details"}}, its details an
 // ErrorInfo naming the gateway's code (upper-cased, as Google's reasons
 // are) and, when h carries the gateway's retry hint (Retry-After-Ms, set
-// before the body is written), a RetryInfo with the delay, which Google's
-// SDKs read.
+// before the body is written) and it fits a time.Duration, a RetryInfo with the
+// delay, which Google's SDKs read.
 func geminiErrorBody(h http.Header, status int, code, msg string) []byte {
 	b := make([]byte, 0, 256+len(msg))
 	b = append(b, `{"error":{"code":`...)
@@ -378,7 +379,9 @@ func geminiErrorBody(h http.Header, status int, code, msg string) []byte {
 	b = append(b, `,"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":`...)
 	b = appendJSONString(b, strings.ToUpper(code))
 	b = append(b, `,"domain":"sluice.gateway"}`...)
-	if ms, err := strconv.ParseInt(h.Get("Retry-After-Ms"), 10, 64); err == nil && ms >= 0 {
+	// On a provider's 429 the hint is the provider's, any integer: one
+	// past what a Duration holds would wrap into a short or negative delay.
+	if ms, err := strconv.ParseInt(h.Get("Retry-After-Ms"), 10, 64); err == nil && ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
 		b = append(b, `,{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":`...)
 		b = appendJSONString(b, strconv.FormatFloat((time.Duration(ms)*time.Millisecond).Seconds(), 'f', -1, 64)+"s")
 		b = append(b, '}')
