@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -242,6 +244,60 @@ func TestSampledError(t *testing.T) {
 					t.Errorf("%s %dKB seed %d: sampled %d; want within %.0f%% of %d", tt.name, size>>10, seed, got, tt.bound, want)
 				}
 			}
+		}
+	}
+}
+
+// TestSampledDenseTextCharged: a prompt built to fool the samples (plain
+// words where the windows fall, runs of tabs and spaces, which cost a
+// token per two bytes and nothing to the proxy, everywhere else) is
+// estimated far below its count; the upstream's true count must still be
+// charged, not judged implausible and replaced by the low estimate. A
+// count above what the text could encode to stays implausible.
+func TestSampledDenseTextCharged(t *testing.T) {
+	e := newTestEstimator(t)
+	const n = 400_000
+	b := []byte(strings.Repeat("\t ", n/2))
+	total := len("user") + n // the text the sampler sees: the role, then the content
+	for k := range sampleWindows {
+		c := (2*k+1)*total/(2*sampleWindows) - len("user")
+		copy(b[c-700:c+700], strings.Repeat("hello world ", 200))
+	}
+	body := chatBody(t, "gpt-4o", []map[string]string{{"role": "user", "content": string(b)}}, nil)
+	est, err := e.Estimate("/v1/chat/completions", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact, err := NewEstimator(Config{SampleThreshold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := exact.Estimate("/v1/chat/completions", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !est.Sampled || want.InputTokens < 10*est.InputTokens {
+		t.Fatalf("sampled estimate %d (Sampled %v), exact %d: the text no longer fools the samples", est.InputTokens, est.Sampled, want.InputTokens)
+	}
+	for _, tt := range []struct {
+		in       int64
+		want     int64
+		fallback UsageFallback
+	}{
+		{want.InputTokens, want.InputTokens, FallbackNone},
+		{int64(n) + 1000, est.InputTokens, FallbackImplausibleInput},
+	} {
+		rep := UsageReport{Usage: Usage{InputTokens: tt.in, OutputTokens: 5}}
+		u, fb := est.CheckUsage(rep)
+		if u.InputTokens != tt.want || fb != tt.fallback {
+			t.Errorf("CheckUsage(input %d) = %d, %v; want %d, %v", tt.in, u.InputTokens, fb, tt.want, tt.fallback)
+		}
+		sr := e.NewStreamReader(strings.NewReader(`data: {"choices":[],"usage":{"prompt_tokens":`+strconv.FormatInt(tt.in, 10)+`,"completion_tokens":5}}`+"\n\n"), est, false)
+		if _, err := io.Copy(io.Discard, sr); err != nil {
+			t.Fatal(err)
+		}
+		if r := sr.Result(); r.Usage.InputTokens != tt.want || r.Fallback != tt.fallback {
+			t.Errorf("stream reporting input %d: Result() = %d, %v; want %d, %v", tt.in, r.Usage.InputTokens, r.Fallback, tt.want, tt.fallback)
 		}
 	}
 }

@@ -378,6 +378,14 @@ type Estimate struct {
 	// Sampled reports whether the prompt was estimated from samples because
 	// its text exceeded the sampling threshold.
 	Sampled bool
+	// MaxInputTokens is, for a Sampled estimate, the most prompt tokens the
+	// request can encode to in any tokenizer: its text's size in bytes (a
+	// token covers at least one byte) plus the fixed costs, at most
+	// [MaxTokens]; 0 for a counted one. Samples can miss what the rest of
+	// a text holds (a long prompt whose samples fall on plain words while
+	// the rest is dense), so [Estimate.CheckUsage] accepts a reported
+	// prompt up to it.
+	MaxInputTokens int64
 	// Images is the number of image inputs priced.
 	Images int
 	// CostMicros is the estimated price in micro-dollars (millionths of a

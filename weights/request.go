@@ -358,6 +358,10 @@ func (e *Estimator) priceModel(ep Endpoint, pathModel string, as func(string) (s
 		est.Stream, est.IncludeUsage = w.lim.stream, w.lim.includeUsage
 	}
 	est.InputTokens, est.Sampled = w.inputTokens(m)
+	if est.Sampled {
+		// A token covers at least one byte of text, in any tokenizer.
+		est.MaxInputTokens = max(capTokens(satAdd(int64(w.t.bytes), w.inputFixed(m))), est.InputTokens)
+	}
 	return est, nil
 }
 
@@ -365,13 +369,7 @@ func (e *Estimator) priceModel(ep Endpoint, pathModel string, as func(string) (s
 // costs.
 func (w *walker) inputTokens(m model) (int64, bool) {
 	t := &w.t
-	fixed := satAdd(t.fixed, w.prompt.tokens)
-	if w.ep == EndpointCompletions && !w.prompt.present {
-		fixed = satAdd(fixed, 1) // the API's default prompt is <|endoftext|>, one token
-	}
-	if t.functions > 0 {
-		fixed = satAdd(fixed, satAdd(toolsEnd, satMul(t.functions, m.toolInit)))
-	}
+	fixed := w.inputFixed(m)
 	c := cloning(m.counter)
 	var n int64
 	sampled := t.threshold >= 0 && t.bytes > t.threshold
@@ -396,6 +394,18 @@ func (w *walker) inputTokens(m model) (int64, bool) {
 		}
 	}
 	return capTokens(satAdd(scaleCount(n, m.scale), fixed)), sampled
+}
+
+// inputFixed returns the prompt's fixed costs: all but its text.
+func (w *walker) inputFixed(m model) int64 {
+	fixed := satAdd(w.t.fixed, w.prompt.tokens)
+	if w.ep == EndpointCompletions && !w.prompt.present {
+		fixed = satAdd(fixed, 1) // the API's default prompt is <|endoftext|>, one token
+	}
+	if w.t.functions > 0 {
+		fixed = satAdd(fixed, satAdd(toolsEnd, satMul(w.t.functions, m.toolInit)))
+	}
+	return fixed
 }
 
 // rewalk walks the body again, handing its text to the tally's new mode.

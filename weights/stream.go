@@ -25,6 +25,10 @@ type StreamConfig struct {
 	// the request's [Estimate].InputTokens. With OutputTokens it bounds a
 	// plausible report, see [StreamResult].Fallback.
 	InputTokens int64
+	// MaxInputTokens is [Estimate].MaxInputTokens: a sampled estimate's
+	// bound on a plausible prompt count, when above the one InputTokens
+	// sets.
+	MaxInputTokens int64
 	// OutputTokens is the request's output reservation,
 	// [Estimate].OutputTokens: it bounds a plausible report, and is
 	// charged (or the streamed text's count, when larger) when the
@@ -133,12 +137,13 @@ type StreamReader struct {
 	res     StreamResult
 	report  UsageReport // the last usage reported, when res.Reported
 	input   int64
+	inMax   int64 // StreamConfig.MaxInputTokens
 	output  int64
 }
 
 // NewStreamReader returns a StreamReader reading the SSE body r.
 func NewStreamReader(r io.Reader, cfg StreamConfig) *StreamReader {
-	s := &StreamReader{r: r, counter: cfg.Counter, strip: cfg.StripUsage, maxEv: cfg.MaxEventBytes, input: cfg.InputTokens, output: cfg.OutputTokens}
+	s := &StreamReader{r: r, counter: cfg.Counter, strip: cfg.StripUsage, maxEv: cfg.MaxEventBytes, input: cfg.InputTokens, inMax: cfg.MaxInputTokens, output: cfg.OutputTokens}
 	if s.counter == nil {
 		s.counter = ratioCounter{charsPerToken: 4}
 	}
@@ -161,7 +166,7 @@ func (e *Estimator) NewStreamReader(r io.Reader, est Estimate, stripUsage bool) 
 	if err != nil {
 		c = nil
 	}
-	return NewStreamReader(r, StreamConfig{Counter: c, InputTokens: est.InputTokens, OutputTokens: est.OutputTokens, StripUsage: stripUsage,
+	return NewStreamReader(r, StreamConfig{Counter: c, InputTokens: est.InputTokens, MaxInputTokens: est.MaxInputTokens, OutputTokens: est.OutputTokens, StripUsage: stripUsage,
 		EventStream: est.Endpoint == EndpointConverse})
 }
 
@@ -218,7 +223,7 @@ func (s *StreamReader) Result() StreamResult {
 	r.Events = s.events
 	streamed := s.counted + int64(s.pendLen+3)/4
 	if r.Reported {
-		r.Usage, r.Fallback = Estimate{InputTokens: s.input, OutputTokens: s.output}.check(s.report, streamed)
+		r.Usage, r.Fallback = Estimate{InputTokens: s.input, MaxInputTokens: s.inMax, OutputTokens: s.output}.check(s.report, streamed)
 	} else {
 		r.Usage, r.Fallback = Usage{InputTokens: max(s.input, 0), OutputTokens: streamed, Estimated: true}, FallbackMissing
 	}

@@ -112,8 +112,10 @@ const (
 	// says of it: the prompt count is at most UsageFactor times the
 	// estimate (plus UsageSlack), and a stream's completion count at least
 	// the streamed text's tokens divided by UsageFactor. The estimate is
-	// exact for text and within a few percent when sampled, so a factor of
-	// 4 leaves room for tokenizers of other model families. There is no
+	// exact for text and within a few percent when sampled from ordinary
+	// text, so a factor of 4 leaves room for tokenizers of other model
+	// families (a text built to fool the samples is bounded by its size
+	// instead, see [Estimate].MaxInputTokens). There is no
 	// proportional lower bound on the prompt: content the estimate prices
 	// by size (files, images behind URLs) can cost far less than priced,
 	// so only a prompt of zero tokens, for a request that has one, is
@@ -230,7 +232,8 @@ func memberKey(s *jsonscan.Scanner) string {
 // negative count, nor one above the plausible range:
 //
 //   - prompt tokens: from 1 (0 when e.InputTokens is 0) to
-//     e.InputTokens × [UsageFactor] + [UsageSlack];
+//     e.InputTokens × [UsageFactor] + [UsageSlack], or to
+//     e.MaxInputTokens (a sampled estimate's bound) when that is larger;
 //   - completion tokens: at most e.OutputTokens (the reservation: the
 //     request's limit, or the model's default, times the completions asked
 //     for) + UsageSlack.
@@ -263,7 +266,7 @@ func (e Estimate) check(r UsageReport, streamed int64) (Usage, UsageFallback) {
 	if st := countState(r.Input, u.InputTokens); st != FallbackNone {
 		fallBack(st)
 		u.InputTokens = in
-	} else if u.InputTokens > satAdd(satMul(in, UsageFactor), UsageSlack) || u.InputTokens < min(in, 1) {
+	} else if u.InputTokens > max(satAdd(satMul(in, UsageFactor), UsageSlack), e.MaxInputTokens) || u.InputTokens < min(in, 1) {
 		fallBack(FallbackImplausibleInput)
 		u.InputTokens = in
 	}
