@@ -18,7 +18,8 @@ type OperationCost struct {
 	// matching prefix wins; an exact route beats any prefix.
 	Route string `json:"route" yaml:"route"`
 	// Units is what one call costs, in the unit the policy counts ("an
-	// export is 50, a lookup is 1"). It must be >= 0.
+	// export is 50, a lookup is 1"). It must be >= 0 and at most
+	// [MaxTokens], the largest amount an admission controller accepts.
 	Units int64 `json:"units" yaml:"units"`
 }
 
@@ -52,12 +53,14 @@ type prefixCost struct {
 }
 
 // NewOperationCosts validates a table and returns it. def is the cost of a
-// call that matches no entry. Every problem is reported at once, each with
+// call that matches no entry. Costs are from 0 to [MaxTokens]. Every problem is reported at once, each with
 // its entry's index ("costs[2].units: must be >= 0").
 func NewOperationCosts(def int64, entries []OperationCost) (*OperationCosts, error) {
 	var errs []error
 	if def < 0 {
 		errs = append(errs, errors.New("default: must be >= 0"))
+	} else if def > MaxTokens {
+		errs = append(errs, fmt.Errorf("default: must be <= %d", MaxTokens))
 	}
 	t := &OperationCosts{def: def, exact: map[string]methodCosts{}}
 	prefixes := map[string]methodCosts{}
@@ -82,6 +85,8 @@ func NewOperationCosts(def int64, entries []OperationCost) (*OperationCosts, err
 		}
 		if e.Units < 0 {
 			errs = append(errs, fmt.Errorf("%s.units: must be >= 0", path))
+		} else if e.Units > MaxTokens {
+			errs = append(errs, fmt.Errorf("%s.units: must be <= %d", path, MaxTokens))
 		}
 		key := [2]string{method, e.Route}
 		if j, dup := seen[key]; dup {

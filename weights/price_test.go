@@ -331,6 +331,24 @@ func TestNewOperationCostsValidation(t *testing.T) {
 	}
 }
 
+// TestOperationCostsBounded: a cost above what an admission controller
+// accepts as an amount (MaxTokens, limits.MaxAmount) is a problem of the
+// table, not a refusal of every call it prices.
+func TestOperationCostsBounded(t *testing.T) {
+	if _, err := NewOperationCosts(MaxTokens, []OperationCost{{Route: "/a", Units: MaxTokens}}); err != nil {
+		t.Errorf("NewOperationCosts(MaxTokens) = %v; want nil", err)
+	}
+	_, err := NewOperationCosts(MaxTokens+1, []OperationCost{{Route: "/a", Units: 1}, {Route: "/b", Units: math.MaxInt64}})
+	if err == nil {
+		t.Fatal("NewOperationCosts(costs above MaxTokens) = nil error")
+	}
+	for _, want := range []string{"default: must be <= 1125899906842624", "costs[1].units: must be <= 1125899906842624"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("NewOperationCosts error does not mention %q:\n%v", want, err)
+		}
+	}
+}
+
 func TestImageTokens(t *testing.T) {
 	// Figures from OpenAI's vision guide (gpt-4o): a 1024×1024 image at high
 	// detail costs 765 tokens, 2048×4096 costs 1105, any image at low 85.
