@@ -243,9 +243,10 @@ func memberKey(s *jsonscan.Scanner) string {
 // e.OutputTokens for the completion, so a bad report is charged as the
 // admission reserved it, never as nothing. The one exception is a missing
 // completion count when nothing was reserved for one (an embedding). When
-// both counts are bad the reason is the prompt's. Cached and reasoning
-// tokens are clamped to the counts they are part of (the one-hour cache
-// writes to the writes). Pass the estimate as
+// both counts are bad the reason is the prompt's. A prompt charged as
+// reserved has no cached part and no cache writes, as the reservation
+// had none. Cached and reasoning tokens are clamped to the counts they
+// are part of (the one-hour cache writes to the writes). Pass the estimate as
 // reserved: a caller that lowered OutputTokens (a cap on reservations) has
 // lowered the fallback and the bound with it.
 func (e Estimate) CheckUsage(r UsageReport) (Usage, UsageFallback) { return e.check(r, 0) }
@@ -263,12 +264,15 @@ func (e Estimate) check(r UsageReport, streamed int64) (Usage, UsageFallback) {
 			reason = f
 		}
 	}
+	// A prompt charged as reserved is all uncached input, as the
+	// reservation counted it: the cache figures of a report whose prompt
+	// count cannot be used are no more trusted than the count.
 	if st := countState(r.Input, u.InputTokens); st != FallbackNone {
 		fallBack(st)
-		u.InputTokens = in
+		u.InputTokens, u.CachedInputTokens, u.CacheWriteInputTokens, u.CacheWrite1hInputTokens = in, 0, 0, 0
 	} else if u.InputTokens > max(satAdd(satMul(in, UsageFactor), UsageSlack), e.MaxInputTokens) || u.InputTokens < min(in, 1) {
 		fallBack(FallbackImplausibleInput)
-		u.InputTokens = in
+		u.InputTokens, u.CachedInputTokens, u.CacheWriteInputTokens, u.CacheWrite1hInputTokens = in, 0, 0, 0
 	}
 	outFallback := max(out, seen)
 	if st := countState(r.Output, u.OutputTokens); st == FallbackMissing && outFallback == 0 {

@@ -112,7 +112,7 @@ func TestCheckUsage(t *testing.T) {
 		{"negative parts", est, UsageReport{Usage: Usage{InputTokens: 120, OutputTokens: 30, CachedInputTokens: -1, ReasoningTokens: -1}},
 			Usage{InputTokens: 120, OutputTokens: 30}, FallbackNone},
 		{"cached of a replaced input", est, UsageReport{Usage: Usage{InputTokens: 1e18, OutputTokens: 30, CachedInputTokens: 1e17}},
-			Usage{InputTokens: 100, OutputTokens: 30, CachedInputTokens: 100, Estimated: true}, FallbackImplausibleInput},
+			Usage{InputTokens: 100, OutputTokens: 30, Estimated: true}, FallbackImplausibleInput},
 		// A huge estimate saturates its bound instead of wrapping.
 		{"huge estimate", Estimate{InputTokens: math.MaxInt64 / 2, OutputTokens: math.MaxInt64}, ok(math.MaxInt64, math.MaxInt64),
 			Usage{InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64}, FallbackNone},
@@ -121,6 +121,32 @@ func TestCheckUsage(t *testing.T) {
 		got, fb := tt.est.CheckUsage(tt.rep)
 		if got != tt.want || fb != tt.fb {
 			t.Errorf("%s: %+v.CheckUsage(%+v) = %+v, %v; want %+v, %v", tt.name, tt.est, tt.rep, got, fb, tt.want, tt.fb)
+		}
+	}
+}
+
+// TestCheckUsageFallbackUncached: a prompt count that cannot be used is
+// charged as the admission reserved it, all of it uncached input; the
+// cache figures of the same report do not make it cheaper nor take it out
+// of an input-tokens limit.
+func TestCheckUsageFallbackUncached(t *testing.T) {
+	est := Estimate{InputTokens: 1000, OutputTokens: 100}
+	for _, usage := range []string{
+		`{"prompt_tokens":-1,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":1000}}`,
+		`{"prompt_tokens":1e18,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":1e17}}`,
+		`{"prompt_tokens":0,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":900}}`,
+		`{"input_tokens":"many","cache_read_input_tokens":100000,"output_tokens":5}`,
+		`{"input_tokens":10,"cache_read_input_tokens":1e19,"cache_creation_input_tokens":50,"output_tokens":5}`,
+		`{"input_tokens":-1,"cache_creation_input_tokens":800,"cache_creation":{"ephemeral_1h_input_tokens":800},"output_tokens":5}`,
+	} {
+		rep, err := ReadUsage([]byte(`{"usage":` + usage + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, fb := est.CheckUsage(rep)
+		want := TokenUnits{Input: 1000, Output: 5}
+		if got := u.Units(); got != want || fb == FallbackNone || u.CacheWriteInputTokens != 0 || u.CacheWrite1hInputTokens != 0 {
+			t.Errorf("usage %s: CheckUsage = %+v (units %+v), %v; want units %+v and no cache figures, with a fallback", usage, u, got, fb, want)
 		}
 	}
 }
