@@ -152,11 +152,11 @@ func Chat(body []byte) (fp limits.Fingerprint, tool string, ok bool) {
 	return w.sum(), tool, true
 }
 
-// split returns the model and the elements of the messages array of a
-// JSON object body, by one scan that decodes nothing else: the body was
-// parsed strictly before, and only the tail of the messages is decoded
-// after. A key written with escapes is unquoted first, as the upstream
-// reads it. No messages array: nil.
+// split returns the model and the last MaxTail elements of the messages
+// array of a JSON object body (all that Chat reads), by one scan that
+// decodes nothing else: the body was parsed strictly before, and only the
+// tail of the messages is decoded after. A key written with escapes is
+// unquoted first, as the upstream reads it. No messages array: nil.
 func split(body []byte) (model string, msgs [][]byte) {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
@@ -206,8 +206,9 @@ func split(body []byte) (model string, msgs [][]byte) {
 	}
 }
 
-// elements returns the elements of the JSON array a, nil when a is not
-// an array.
+// elements returns the last MaxTail elements of the JSON array a, nil
+// when a is not an array. It holds at most 2×MaxTail of them at a time,
+// however many the array has.
 func elements(a []byte) [][]byte {
 	if len(a) == 0 || a[0] != '[' {
 		return nil
@@ -216,11 +217,14 @@ func elements(a []byte) [][]byte {
 	for i := 1; ; {
 		i = skipSpace(a, i)
 		if i >= len(a) || a[i] == ']' {
-			return out
+			return out[max(0, len(out)-MaxTail):]
 		}
 		end := skipValue(a, i)
 		if end <= i {
 			return nil
+		}
+		if len(out) == 2*MaxTail {
+			out = append(out[:0], out[MaxTail:]...)
 		}
 		out = append(out, a[i:end])
 		i = skipSpace(a, end)

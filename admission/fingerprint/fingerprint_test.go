@@ -2,6 +2,7 @@ package fingerprint_test
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -154,5 +155,25 @@ func BenchmarkChat(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		fingerprint.Chat(body)
+	}
+}
+
+// TestChatMemoryBounded: a conversation of many tiny messages (a hostile
+// body the strict parse accepts) costs memory for its tail only, not a
+// slice entry per message: the fingerprint is computed before admission
+// decides, so an amplification would cost a gateway before any limit
+// refused the request.
+func TestChatMemoryBounded(t *testing.T) {
+	body := []byte(`{"model":"gpt-4o","messages":[` + strings.Repeat(`{},`, 1<<20/3) + `{"role":"user","content":"hi"}]}`)
+	want, _, _ := fingerprint.Chat([]byte(`{"model":"gpt-4o","messages":[` + strings.Repeat(`{},`, fingerprint.MaxTail) + `{"role":"user","content":"hi"}]}`))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fp, _, ok := fingerprint.Chat(body)
+	runtime.ReadMemStats(&after)
+	if !ok || fp != want {
+		t.Errorf("Chat(%d tiny messages) = %x, %v; want %x, the step of its tail", 1<<20/3, fp, ok, want)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("Chat of a %d-byte body allocated %d bytes; want at most 64 KiB", len(body), n)
 	}
 }
