@@ -749,19 +749,11 @@ func InjectIncludeUsage(ep Endpoint, body []byte) (out []byte, injected bool, er
 		return body, false, malformed(ep, "", errWantObject)
 	}
 	open := sc.Pos()
-	members := objectMembers(&sc)
+	top, _ := lastMembers(&sc, "stream", "stream_options")
 	if sc.End(); sc.Err() != nil {
 		return body, false, malformed(ep, "", errWantObject)
 	}
-	var stream, opts *member
-	for i := range members {
-		switch members[i].key {
-		case "stream":
-			stream = &members[i]
-		case "stream_options":
-			opts = &members[i]
-		}
-	}
+	stream, opts := top[0], top[1]
 	if stream == nil || string(body[stream.start:stream.end]) != "true" {
 		return body, false, nil
 	}
@@ -777,18 +769,13 @@ func InjectIncludeUsage(ep Endpoint, body []byte) (out []byte, injected bool, er
 	default:
 		return body, false, malformed(ep, "stream_options", errWantObject)
 	}
-	var inc *member
 	sc.Seek(opts.start)
-	inner := objectMembers(&sc)
-	for i := range inner {
-		if inner[i].key == "include_usage" {
-			inc = &inner[i]
-		}
-	}
+	found, inner := lastMembers(&sc, "include_usage")
+	inc := found[0]
 	if inc == nil {
 		open := opts.start + 1
 		sep := ","
-		if len(inner) == 0 {
+		if inner == 0 {
 			sep = ""
 		}
 		return splice(body, open, open, option+sep), true, nil
@@ -812,18 +799,17 @@ func splice(b []byte, from, to int, s string) []byte {
 	return out
 }
 
-// member is one member of a JSON object: its key and its value's span.
-type member struct {
-	key        string
-	start, end int
-}
+// member is the value's span of one member of a JSON object.
+type member struct{ start, end int }
 
-// objectMembers lists the members of the object at the scanner (a '{'),
-// checking it; keys are decoded.
-func objectMembers(sc *jsonscan.Scanner) []member {
-	var ms []member
+// lastMembers reads the object at the scanner (a '{'), checking it, and
+// returns the last member under each of at most two keys (nil when
+// absent; keys are decoded) and the number of members: it holds no more,
+// however many the object has.
+func lastMembers(sc *jsonscan.Scanner, keys ...string) (found [2]*member, n int) {
+	var spans [2]member
 	sc.Open()
-	for n := 0; sc.More(&n, '}'); {
+	for sc.More(&n, '}') {
 		key, dirty := sc.Key()
 		if dirty {
 			key, _ = jsonscan.Unquote(key)
@@ -831,7 +817,11 @@ func objectMembers(sc *jsonscan.Scanner) []member {
 		sc.SkipSpace()
 		start := sc.Pos()
 		sc.Skip()
-		ms = append(ms, member{key: key, start: start, end: sc.Pos()})
+		for i, k := range keys {
+			if k == key {
+				spans[i], found[i] = member{start: start, end: sc.Pos()}, &spans[i]
+			}
+		}
 	}
-	return ms
+	return found, n
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -416,5 +417,21 @@ func BenchmarkStreamReaderChunk(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestInjectIncludeUsageMemoryBounded: a body of many members costs the
+// injection its copy, not a record of every member.
+func TestInjectIncludeUsageMemoryBounded(t *testing.T) {
+	body := []byte(`{"stream":true,` + strings.Repeat(`"a":0,`, 1<<20/6) + `"stream_options":{` + strings.Repeat(`"b":0,`, 1<<20/6) + `"c":1}}`)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	out, injected, err := InjectIncludeUsage(EndpointChatCompletions, body)
+	runtime.ReadMemStats(&after)
+	if err != nil || !injected || !bytes.Contains(out, []byte(`"stream_options":{"include_usage":true,"b":0,`)) || len(out) != len(body)+len(`"include_usage":true,`) {
+		t.Fatalf("InjectIncludeUsage(%d-byte body) = %d bytes, %v, %v; want the option added", len(body), len(out), injected, err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(len(body))+64<<10 {
+		t.Errorf("InjectIncludeUsage of a %d-byte body allocated %d bytes; want its copy and at most 64 KiB more", len(body), n)
 	}
 }
