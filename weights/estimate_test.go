@@ -302,6 +302,36 @@ func TestSampledDenseTextCharged(t *testing.T) {
 	}
 }
 
+// TestSampledBoundFollowsModelRule: a model whose rule counts more than a
+// token per byte (fewer than one character per token, a scale above 1)
+// has a sampled estimate's bound at least its exact count.
+func TestSampledBoundFollowsModelRule(t *testing.T) {
+	models := []ModelRule{{Prefix: "dense-", CharsPerToken: 0.5}, {Prefix: "scaled-", Encoding: O200kBase, TokenScale: 3}}
+	sampled, err := NewEstimator(Config{Models: models})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact, err := NewEstimator(Config{Models: models, SampleThreshold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat(".,", 40<<10) + strings.Repeat("hello world ", 4<<10)
+	for _, model := range []string{"dense-1", "scaled-1"} {
+		body := chatBody(t, model, []map[string]string{{"role": "user", "content": text}}, nil)
+		est, err := sampled.Estimate("/v1/chat/completions", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := exact.Estimate("/v1/chat/completions", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !est.Sampled || est.MaxInputTokens < want.InputTokens {
+			t.Errorf("%s: sampled %v, MaxInputTokens %d; want at least the exact count %d", model, est.Sampled, est.MaxInputTokens, want.InputTokens)
+		}
+	}
+}
+
 func TestOutputReservation(t *testing.T) {
 	e, err := NewEstimator(Config{
 		DefaultMaxOutputTokens: 1000,

@@ -3,6 +3,7 @@ package weights
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -359,8 +360,7 @@ func (e *Estimator) priceModel(ep Endpoint, pathModel string, as func(string) (s
 	}
 	est.InputTokens, est.Sampled = w.inputTokens(m)
 	if est.Sampled {
-		// A token covers at least one byte of text, in any tokenizer.
-		est.MaxInputTokens = max(capTokens(satAdd(int64(w.t.bytes), w.inputFixed(m))), est.InputTokens)
+		est.MaxInputTokens = max(capTokens(satAdd(m.maxTokens(w.t.bytes), w.inputFixed(m))), est.InputTokens)
 	}
 	return est, nil
 }
@@ -394,6 +394,17 @@ func (w *walker) inputTokens(m model) (int64, bool) {
 		}
 	}
 	return capTokens(satAdd(scaleCount(n, m.scale), fixed)), sampled
+}
+
+// maxTokens bounds the tokens of text of n bytes: n, as a token covers at
+// least one byte in any tokenizer, or more when the model's rule counts
+// more (a scale above 1, fewer than one character per token).
+func (m model) maxTokens(n int) int64 {
+	bound := max(int64(n), scaleCount(int64(n), m.scale))
+	if r, ok := m.counter.(ratioCounter); ok && r.charsPerToken < 1 {
+		bound = max(bound, int64(math.Ceil(min(float64(n)/r.charsPerToken, MaxTokens))))
+	}
+	return bound
 }
 
 // inputFixed returns the prompt's fixed costs: all but its text.
