@@ -210,3 +210,50 @@ func (c *chunkedReader) Read(p []byte) (int, error) {
 	c.b = c.b[k:]
 	return k, nil
 }
+
+func FuzzEstimateConverse(f *testing.F) {
+	fuzzEstimateWith(f, func(e *Estimator, body []byte) (Estimate, error) {
+		return e.EstimateModel(EndpointConverse, "us.anthropic.claude-sonnet-4-5-20250929-v1:0", body)
+	},
+		`{"system":[{"text":"Be brief."},{"cachePoint":{"type":"default"}}],"messages":[{"role":"user","content":[{"text":"Hi"},{"text":" there"}]},{"role":"assistant","content":[{"text":"Hello!"}]}],"inferenceConfig":{"maxTokens":100,"temperature":0.2}}`,
+		`{"messages":[{"role":"user","content":[{"text":"q"},{"image":{"format":"png","source":{"bytes":"`+tinyPNG+`"}}},{"document":{"format":"pdf","name":"d","source":{"bytes":"JVBERi0xLjQ="}}}]}]}`,
+		`{"messages":[{"role":"assistant","content":[{"toolUse":{"toolUseId":"t","name":"f","input":{"a":1}}}]},{"role":"user","content":[{"toolResult":{"toolUseId":"t","content":[{"json":{"r":1}},{"text":"ok"}]}}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"f","description":"d","inputSchema":{"json":{"type":"object"}}}}]}}`,
+		`{"messages":[{"role":"user","content":[{"text":"`+strings.Repeat("word ", 1200)+`"}]}]}`,
+	)
+}
+
+// FuzzConverseStream reads a ConverseStream whose delta and metadata
+// payloads are any bytes: the bytes pass unchanged, the result does not
+// depend on the chunking, and the usage charged stays in its plausible
+// range.
+func FuzzConverseStream(f *testing.F) {
+	f.Add([]byte(`{"delta":{"text":"Hello"}}`), []byte(`{"usage":{"inputTokens":12,"outputTokens":14,"cacheReadInputTokens":4,"cacheDetails":[{"ttl":"1h","inputTokens":2}]}}`), uint8(3))
+	f.Add([]byte(`{"delta":{"toolUse":{"input":"{\"a\":1}"}}}`), []byte(`{"usage":{"inputTokens":-1,"outputTokens":1e30}}`), uint8(1))
+	f.Add([]byte(`{"start":{"toolUse":{"name":"f"}}}`), []byte(`{"message":"slow down"}`), uint8(7))
+	f.Fuzz(func(t *testing.T, delta, meta []byte, chunk uint8) {
+		var stream []byte
+		stream = append(stream, eventstream.Event("contentBlockDelta", delta)...)
+		stream = append(stream, eventstream.Event("metadata", meta)...)
+		stream = append(stream, eventstream.Exception("throttlingException", meta)...)
+		est := Estimate{InputTokens: 10, OutputTokens: 100}
+		read := func(n int) StreamResult {
+			r := NewStreamReader(&chunkedReader{b: stream, n: n}, StreamConfig{EventStream: true, MaxEventBytes: 1 << 10, InputTokens: est.InputTokens, OutputTokens: est.OutputTokens})
+			var out bytes.Buffer
+			if _, err := out.ReadFrom(r); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(out.Bytes(), stream) {
+				t.Fatalf("chunks of %d: the stream's bytes changed", n)
+			}
+			res := r.Result()
+			if err := usageWithin(est, r.StreamedTokens(), res.Usage); err != nil {
+				t.Fatalf("chunks of %d: Result() = %+v: %v", n, res, err)
+			}
+			return res
+		}
+		want := read(len(stream))
+		if got := read(int(chunk) + 1); got != want {
+			t.Fatalf("chunks of %d: Result() = %+v; want %+v", int(chunk)+1, got, want)
+		}
+	})
+}

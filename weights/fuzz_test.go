@@ -18,8 +18,14 @@ var fuzzEstimator = sync.OnceValues(func() (*Estimator, error) {
 	return NewEstimator(Config{MaxBodyBytes: 64 << 10, SampleThreshold: 4096, SampleBytes: 1024})
 })
 
+// fuzzExactEstimator is fuzzEstimator without sampling.
+var fuzzExactEstimator = sync.OnceValues(func() (*Estimator, error) {
+	return NewEstimator(Config{MaxBodyBytes: 64 << 10, SampleThreshold: -1})
+})
+
 // fuzzEstimate checks that any body yields either a typed error or an
-// estimate with non-negative figures, the same on a second call.
+// estimate with non-negative figures, the same on a second call, whose
+// MaxInputTokens, when sampled, is at least the exact count.
 func fuzzEstimate(f *testing.F, path string, seeds ...string) {
 	fuzzEstimateWith(f, func(e *Estimator, body []byte) (Estimate, error) { return e.Estimate(path, body) }, seeds...)
 }
@@ -56,6 +62,20 @@ func fuzzEstimateWith(f *testing.F, estimate func(*Estimator, []byte) (Estimate,
 		again, err := estimate(e, body)
 		if err != nil || again != est {
 			t.Fatalf("second Estimate = %+v, %v; want %+v", again, err, est)
+		}
+		if !est.Sampled {
+			if est.MaxInputTokens != 0 {
+				t.Fatalf("counted estimate %+v has a MaxInputTokens", est)
+			}
+			return
+		}
+		xe, err := fuzzExactEstimator()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exact, err := estimate(xe, body)
+		if err != nil || exact.InputTokens > est.MaxInputTokens || est.InputTokens > est.MaxInputTokens {
+			t.Fatalf("sampled %+v; exact count %d (error %v) above its MaxInputTokens", est, exact.InputTokens, err)
 		}
 	})
 }
