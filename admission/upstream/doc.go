@@ -34,11 +34,12 @@
 //
 //	store.Observe(model, upstream.Parse(resp.Header.Get, resp.StatusCode, time.Now()))
 //
-// A 429 observed pauses the group, so the gateway can absorb it: settle
-// the ticket with no usage (Usage{TokensKnown: true}: the provider
-// counted nothing), Admit the same request again (it waits for the pause to
-// end, within the caller's deadline) and retry it once, rather than pass
-// the provider's refusal on to the tenant.
+// A 429 observed pauses the group, so the gateway can absorb it: refund
+// the ticket (Ticket.Refund: the provider served nothing, and the
+// tenant's one call must not count twice against its own request,
+// session-step or loop policies), Admit the same request again (it waits
+// for the pause to end, within the caller's deadline) and retry it once,
+// rather than pass the provider's refusal on to the tenant.
 //
 // A provider's limiter is not an exact tokenizer: it estimates a request
 // (OpenAI's from its characters and max_tokens) and charges more or less

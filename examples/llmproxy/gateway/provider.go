@@ -20,7 +20,6 @@ import (
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/upstream"
-	"github.com/sluicehq/sluice/weights"
 )
 
 // maxGaugeGroups bounds the groups of one store the budget gauges report,
@@ -182,8 +181,10 @@ func (g *Gateway) now() time.Time {
 // call sends an admitted LLM request upstream and feeds the answer to the
 // providers' stores. A provider 429 (other than an exhausted account,
 // insufficient_quota) is absorbed once when the file declares upstream
-// stores: the ticket is settled as nothing used, the request admitted
-// again with the caller's deadline and, once admitted, sent again. It
+// stores: the ticket is refunded whole (the request, its session step
+// and its loop count included, so that the client's one call is charged
+// once), the request admitted again with the caller's deadline and, once
+// admitted, sent again. It
 // answers the client itself and returns false when there is no response
 // to pass on: the call failed, or the request was not admitted again.
 func (x *exchange) call(ctx context.Context, rt route, body []byte, req admission.Request) (*http.Response, bool) {
@@ -212,7 +213,7 @@ func (x *exchange) call(ctx context.Context, rt route, body []byte, req admissio
 		return resp, true
 	}
 	g.m.upstreamStatus(ctx, resp.StatusCode)
-	x.settle(weights.Usage{}) // the provider counted nothing
+	x.refund() // the provider served nothing: the call is decided again
 	actx, cancel := g.admissionContext(c)
 	tk, err := g.ctl.Admit(actx, req)
 	cancel()

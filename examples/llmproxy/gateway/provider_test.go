@@ -333,3 +333,63 @@ func TestProvidersRequired(t *testing.T) {
 		t.Errorf("New without Providers = %v; want an error naming WithProviders", err)
 	}
 }
+
+// A provider 429 the gateway absorbs is one call of the client's, not
+// two: the retry does not spend a second step of the session's budget,
+// nor count the step twice against a loop policy, nor count the request
+// twice against the tenant's own request quota.
+func TestProviderThrottleAbsorbedChargesOnce(t *testing.T) {
+	clk := admissiontest.NewClock(time.Now())
+	sim := upstream.New(upstream.Config{OutputTokens: 3, Limits: upstream.Limits{Requests: 1, Window: time.Second}}, upstream.WithClock(clk))
+	direct := httptest.NewServer(sim)
+	defer direct.Close()
+	src := strings.Replace(providerFile("  openai: {kind: upstream}"), "tenants:", `  - {name: session-steps, key: [tenant, session], unit: steps, algorithm: quota, per: 7d, limit: 2,
+     budget: true, max_partitions: 1000, overflow: reject}
+  - {name: loops, key: [tenant, session, fingerprint], algorithm: sliding_log, limit: 2, per: 1h,
+     max_partitions: 1000, overflow: evict}
+  - {name: tenant-calls, key: [tenant], algorithm: quota, per: 7d, limit: 2}
+tenants:`, 1)
+	pg := newProviderGateway(t, sim, src, clk)
+	body := `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"build_status","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"running"}]}`
+
+	// The provider's budget is spent by another client: the first call
+	// meets its 429, waits for its retry-after and is retried.
+	resp, err := http.Post(direct.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o","messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	done := make(chan answer, 1)
+	go func() {
+		status, b, err := sendBody(pg.url, body, "X-Session-Id", "run-1")
+		done <- answer{status, b, err}
+	}()
+	waitFor(t, "the absorbed request waiting in the queue", func() bool {
+		queued := 0
+		for _, p := range pg.ctl.Stats() {
+			queued += p.Queued
+		}
+		return queued == 1
+	})
+	clk.Advance(time.Second)
+	if a := <-done; a.err != nil || a.status != 200 {
+		t.Fatalf("absorbed call: %d %s %v; want 200", a.status, a.body, a.err)
+	}
+	if sim.Limited() != 1 {
+		t.Fatalf("the provider refused %d requests; want the one absorbed", sim.Limited())
+	}
+
+	// The session's second call (the same step again) is its second
+	// step, its second repetition and the tenant's second call: all
+	// within their limits of 2.
+	clk.Advance(time.Second)
+	status, b, err := sendBody(pg.url, body, "X-Session-Id", "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != 200 {
+		t.Errorf("second call after one absorbed 429: status %d: %s; want 200 (the absorbed call spent one step)", status, b)
+	}
+}

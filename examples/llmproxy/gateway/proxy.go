@@ -385,6 +385,22 @@ func (x *exchange) settle(u weights.Usage) {
 	x.tk.SettleContext(ctx, au)
 }
 
+// refund settles the ticket as a call that did not happen (a provider
+// 429 about to be absorbed: the request is admitted again): every unit
+// is given back, the request and its session step included (see
+// admission.Ticket.Refund), and the request is logged as having cost
+// nothing.
+func (x *exchange) refund() {
+	if x.tk.Valid() {
+		au := x.usage(nil, weights.Usage{})
+		ctx := x.c.Request().Context()
+		x.g.logAdmitted(&x.req, x.arrived, au, x.admitted)
+		x.g.genai.usage(ctx, x.gen, x.est.Endpoint, weights.Usage{})
+		settledEvent(ctx, &au)
+	}
+	x.tk.Refund()
+}
+
 // measure records the duration of the admitted request on the GenAI
 // metrics, once it has been answered.
 func (x *exchange) measure() {
