@@ -92,7 +92,8 @@ func WithStaticStore(s backend.Store) Option {
 // published tier) by the static store (WithStaticStore), in memory by default, and tightened
 // by what the provider's responses report, per group. A group is a
 // partition key of the policies on the store: "" for a policy keyed
-// globally (the whole upstream), the model for a policy keyed by model.
+// globally (the whole upstream), the model for a policy keyed by model
+// (the operation for one keyed by operation).
 // Register one Store per upstream (per provider account, or per Azure
 // deployment) with admission.WithStore, and feed it every response with
 // Observe.
@@ -204,8 +205,11 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 
 // Limiter returns the limiter of p. An upstream policy counts requests,
 // tokens, or Anthropic's input_tokens or output_tokens (a named unit),
-// or is a concurrency cap (which pauses too); it is keyed globally, or
-// by model and operation, the groupings providers limit by.
+// or is a concurrency cap (which pauses too); it is keyed globally, by
+// model or by operation, the groupings providers limit by, with one key
+// part at most: its partition key is then the group Observe is told (a
+// composite key, model and operation, would never be the group of a
+// report, and the provider's refusals would not pause it).
 func (s *Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 	dim, ok := Requests, true
 	switch p.Unit {
@@ -227,6 +231,9 @@ func (s *Store) Limiter(p *limits.Policy) (backend.Limiter, error) {
 		if k != limits.KeyGlobal && k != limits.KeyModel && k != limits.KeyOperation {
 			errs = append(errs, fmt.Errorf("upstream: key %s: an upstream policy is keyed by global, model or operation, as providers limit", k))
 		}
+	}
+	if len(p.Key) > 1 {
+		errs = append(errs, fmt.Errorf("upstream: key %v: an upstream policy has one key part, the group its reports are observed for", p.Key))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -303,6 +303,9 @@ func TestStoreValidates(t *testing.T) {
 	for _, p := range []limits.Policy{
 		{Name: "cost", Unit: limits.UnitCost, Algorithm: limits.FixedWindow, Limit: 1, Per: time.Second},
 		{Name: "per-tenant", Key: []limits.KeyPart{limits.KeyTenant}, Algorithm: limits.FixedWindow, Limit: 1, Per: time.Second},
+		// Its partitions ("gpt-4o\x1fchat") are never the group a report
+		// is observed for ("gpt-4o"): a provider's 429 would not pause it.
+		{Name: "model-and-operation", Key: []limits.KeyPart{limits.KeyModel, limits.KeyOperation}, Algorithm: limits.FixedWindow, Limit: 1, Per: time.Second},
 	} {
 		s, _ := upstream.New(upstream.Config{})
 		if _, err := s.Limiter(&p); err == nil {
