@@ -26,7 +26,9 @@
 // thresholds a tenant crossed lives until the quota's period ends
 // (computed as the controller does, from the policy's period kind,
 // location and window), and nothing lowers it in between, so a refund
-// that takes usage back under a threshold does not let it warn again.
+// that takes usage back under a threshold does not let it warn again. A
+// reload that changes a fixed quota's per moves each tenant to the new
+// period at its next decision.
 // With several replicas each keeps its own set: each warns once; the
 // webhook's event id is the same on all of them, so a receiver can
 // de-duplicate. A store that keeps time itself (Redis: the server's

@@ -302,7 +302,7 @@ func (w *Watcher) Settled(s admission.Settlement) {
 	sh := p.st.shard(tenant)
 	sh.mu.Lock()
 	e := sh.m[tenant]
-	if e == nil || ns >= e.end {
+	if e == nil || !p.current(e, s.Window, ns) {
 		sh.mu.Unlock()
 		// The figures are those of the admission's period: they say
 		// nothing of a later one.
@@ -338,7 +338,7 @@ func (w *Watcher) observe(p *watched, tenant string, used, limit int64, window t
 	sh := p.st.shard(tenant)
 	sh.mu.Lock()
 	e := sh.m[tenant]
-	if e != nil && ns >= e.end {
+	if e != nil && !p.current(e, window, ns) {
 		e.fired = bits{}
 		e.start, e.end = p.period(window, ns)
 	}
@@ -362,6 +362,15 @@ func (w *Watcher) observe(p *watched, tenant string, used, limit int64, window t
 	if !due.empty() {
 		w.emit(p, tenant, due, used, limit, unit, start, end, now)
 	}
+}
+
+// current reports whether e's period is still the one a decision at ns
+// whose window is window falls in: it has not ended, and a fixed period
+// is as long as the window (a reload that changed the quota's per, or a
+// first decision after an entry made without a window, starts the
+// tenant's standing in the new period).
+func (p *watched) current(e *entry, window time.Duration, ns int64) bool {
+	return ns < e.end && (p.Period != limits.PeriodFixed || window <= 0 || e.end-e.start == int64(window))
 }
 
 // period returns the quota period holding ns, the window of a fixed

@@ -380,3 +380,56 @@ func TestConcurrentCrossings(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadChangingFixedPeriod: a reload that changes a fixed quota's
+// per (30 days to a day, a day to two) moves its tenants to the new
+// periods at once: each threshold warns once in each new period, neither
+// silenced until the old period would have ended nor repeated inside
+// the new one.
+func TestReloadChangingFixedPeriod(t *testing.T) {
+	const month, day = 720 * time.Hour, 24 * time.Hour
+	pol := budget.Policy{Name: "q", Thresholds: []int{50}, Period: limits.PeriodFixed}
+	at := func(window time.Duration) *admission.Decision {
+		d := decision("q", "a", 600, 1000, admission.Admitted)
+		d.Window = window
+		return d
+	}
+	periodOf := func(window time.Duration, now time.Time) int64 {
+		start, _ := limits.QuotaPeriod(&limits.Limit{Period: limits.PeriodFixed, Per: window}, now.UnixNano())
+		return start
+	}
+	// A day-aligned start whose next day is in the same 30-day period.
+	start := time.Unix(0, periodOf(month, t0))
+	if periodOf(month, start.Add(day)) != periodOf(month, start) {
+		t.Fatal("the test's instants are not in one 30-day period")
+	}
+	for _, tc := range []struct {
+		name           string
+		before, after  time.Duration
+		step           time.Duration // from start to the decision after the reload
+		wantAfterWarns int
+	}{
+		{"30 days to a day: the next day warns again", month, day, day, 1},
+		{"a day to two: the second day of one period does not", day, 2 * day, day, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := admissiontest.NewClock(start)
+			var s sink
+			w := newWatcher(t, clk, &s, pol)
+			w.Decision(at(tc.before))
+			if got := len(s.take()); got != 1 {
+				t.Fatalf("first crossing: %d warnings; want 1", got)
+			}
+			if err := w.SetConfig(budget.Config{Policies: []budget.Policy{pol}}); err != nil {
+				t.Fatal(err)
+			}
+			w.Decision(at(tc.after)) // the period the reload starts
+			s.take()
+			clk.Set(start.Add(tc.step))
+			w.Decision(at(tc.after))
+			if got := len(s.take()); got != tc.wantAfterWarns {
+				t.Errorf("a day after the reload, per %v: %d warnings; want %d", tc.after, got, tc.wantAfterWarns)
+			}
+		})
+	}
+}
