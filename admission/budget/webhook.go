@@ -288,13 +288,24 @@ func (h *Webhook) attempt(cfg *WebhookConfig, id string, body []byte) (int, erro
 	req.Header.Set(SignatureHeader, Sign(cfg.Secret, time.Now(), body))
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, hideURL(err, req.URL)
 	}
 	// Read a little of the answer so the connection can be reused; the
 	// deadline covers it.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	_ = resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// hideURL returns err, a failed request's, naming only the scheme and the
+// host of u: a receiver's path or query may be its secret (chat
+// services' incoming-webhook URLs are), and the error goes to the log.
+func hideURL(err error, u *url.URL) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return fmt.Errorf("%s %s://%s: %w", ue.Op, u.Scheme, u.Host, ue.Err)
 }
 
 // Sign returns the Sluice-Signature value of body sent at t:

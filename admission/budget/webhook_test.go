@@ -1,10 +1,12 @@
 package budget_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -341,4 +343,55 @@ func TestWebhookShutdown(t *testing.T) {
 			t.Errorf("receiver got %d; want 10", got)
 		}
 	})
+}
+
+// TestWebhookFailureLogHidesURL: a receiver URL whose path and query
+// carry its secret (as chat services' incoming-webhook URLs do) is not
+// written in the log line of a failed delivery, which names its scheme
+// and host only.
+func TestWebhookFailureLogHidesURL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := ln.Addr().String()
+	ln.Close() // nothing listens: the delivery fails with a transport error
+	var logged syncBuffer
+	cfg := budget.WebhookConfig{URL: "http://" + host + "/services/T0/B0/pathsecret?token=querysecret", Secret: secret,
+		Timeout: time.Second, Attempts: 1, Backoff: time.Millisecond, MaxBackoff: time.Millisecond, Queue: 1}
+	h, err := budget.NewWebhook(cfg, budget.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	h.Notify(sample)
+	waitStats(t, h, "the delivery failing", func(s budget.WebhookStats) bool { return s.Failed == 1 })
+	_ = h.Close() // the count comes before the log line: Close waits for the worker to write it
+	out := logged.String()
+	if !strings.Contains(out, "budget webhook delivery failed") || !strings.Contains(out, "http://"+host) {
+		t.Fatalf("log %q; want the failure, naming the receiver's host", out)
+	}
+	for _, s := range []string{"pathsecret", "querysecret", "/services/"} {
+		if strings.Contains(out, s) {
+			t.Errorf("log %q holds %q of the receiver's URL", out, s)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
