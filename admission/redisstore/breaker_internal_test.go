@@ -42,14 +42,14 @@ func TestBreakerRatio(t *testing.T) {
 				case 'o':
 					b.success()
 				case 'x':
-					b.failure()
+					b.failure(0)
 				case 'p':
 					clock.Advance(time.Second - time.Nanosecond)
-					if b.allow() {
+					if _, ok := b.allow(); ok {
 						t.Fatalf("trip %d: allow 1ns before the end of the cooldown = true; want false", i)
 					}
 					clock.Advance(time.Nanosecond)
-					if !b.allow() {
+					if _, ok := b.allow(); !ok {
 						t.Fatalf("trip %d: allow after the cooldown = false; want a probe", i)
 					}
 					b.success()
@@ -57,6 +57,71 @@ func TestBreakerRatio(t *testing.T) {
 			}
 			if got := b.openUntil.Load() != 0; got != c.open {
 				t.Fatalf("after %q: open = %v (changes %v); want %v", c.trips, got, changes, c.open)
+			}
+		})
+	}
+}
+
+// TestBreakerOneProbe: while the open breaker's probe is on its way, no
+// other call goes through, whatever becomes of the calls sent before it
+// opened (a failure, an abandon) or of an earlier probe that ends late;
+// only the probe's own end frees its slot.
+func TestBreakerOneProbe(t *testing.T) {
+	type step struct {
+		op    string // "fail", "abandon" or "allow"
+		who   string // a probe's name ("" for a call that is no probe); for allow, the probe granted ("" for none)
+		after time.Duration
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"a call sent before it opened is abandoned", []step{
+			{"allow", "p1", time.Second}, {"abandon", "", 0}, {"allow", "", 0},
+		}},
+		{"a call sent before it opened fails", []step{
+			{"allow", "p1", time.Second}, {"fail", "", 0}, {"allow", "", 0}, {"allow", "", time.Second},
+		}},
+		{"the probe is abandoned", []step{
+			{"allow", "p1", time.Second}, {"abandon", "p1", 0}, {"allow", "p2", 0},
+		}},
+		{"the probe fails", []step{
+			{"allow", "p1", time.Second}, {"fail", "p1", 0}, {"allow", "", 0},
+			{"allow", "", time.Second - time.Nanosecond}, {"allow", "p2", time.Nanosecond},
+		}},
+		{"an abandoned probe's round trip fails late", []step{
+			{"allow", "p1", time.Second}, {"abandon", "p1", 0}, {"allow", "p2", 0},
+			{"fail", "p1", 0}, {"abandon", "p1", 0}, {"allow", "", 0}, {"allow", "", time.Second},
+			{"fail", "p2", 0}, {"allow", "p3", time.Second},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clock := admissiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			b := newBreaker(DefaultBreakerFailures, time.Second, clock, func(bool) {})
+			for range DefaultBreakerFailures {
+				b.failure(0)
+			}
+			tickets := map[string]uint64{}
+			for i, s := range c.steps {
+				clock.Advance(s.after)
+				switch s.op {
+				case "fail":
+					b.failure(tickets[s.who])
+				case "abandon":
+					b.abandon(tickets[s.who])
+				case "allow":
+					probe, ok := b.allow()
+					if ok != (s.who != "") || ok && probe == 0 {
+						t.Fatalf("step %d: allow = %d, %v; want a probe %v", i, probe, ok, s.who != "")
+					}
+					if ok {
+						tickets[s.who] = probe
+					}
+				}
+				if b.openUntil.Load() == 0 {
+					t.Fatalf("step %d: the breaker closed with no answer", i)
+				}
 			}
 		})
 	}

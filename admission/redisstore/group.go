@@ -84,11 +84,13 @@ func (s *Store) queueFor(ctx context.Context, c *call) *groupQueue {
 // for the observer ("acquire", "batch", "settle", "renew") and policies
 // is its number of ops.
 func (s *Store) run(ctx context.Context, script *script, op string, policies int, c *call) (string, error) {
-	if !s.brk.allow() {
+	probe, ok := s.brk.allow()
+	if !ok {
 		s.putCall(c)
 		return "", s.refused(ctx, op, policies)
 	}
 	start := time.Now()
+	c.probe = probe
 	// A settlement is off the request's path: once sent, its caller
 	// giving up does not cancel it (queued, it leaves).
 	c.detached = op == "settle"
@@ -101,20 +103,21 @@ func (s *Store) run(ctx context.Context, script *script, op string, policies int
 		}
 	}
 	reply, err := s.queueFor(ctx, c).run(s, ctx, script, c)
-	return reply, s.finish(ctx, op, policies, start, err)
+	return reply, s.finish(ctx, op, policies, start, probe, err)
 }
 
 // judge counts a round trip sent at sent, bounded by deadline, in the
 // breaker: an answer is a success; an error is a failure of Redis unless
 // the round trip's callers gave up (ctx, or a deadline of theirs earlier
-// than the store's Timeout, passed).
-func (s *Store) judge(ctx context.Context, sent, deadline time.Time, err error) {
+// than the store's Timeout, passed). probe is the breaker's ticket of the
+// probe the round trip carried, if any (0 otherwise).
+func (s *Store) judge(ctx context.Context, sent, deadline time.Time, probe uint64, err error) {
 	switch {
 	case err == nil:
 		s.brk.success()
 	case ctx.Err() != nil:
 	case time.Now().Before(deadline) || !deadline.Before(sent.Add(s.cfg.Timeout)):
-		s.brk.failure()
+		s.brk.failure(probe)
 	}
 }
 
@@ -141,7 +144,7 @@ func (q *groupQueue) run(s *Store, ctx context.Context, script *script, c *call)
 		ectx, cancel := context.WithDeadline(parent, c.deadline)
 		reply, err := s.eval(ectx, script, c)
 		cancel()
-		s.judge(parent, c.start, c.deadline, err)
+		s.judge(parent, c.start, c.deadline, c.probe, err)
 		s.putCall(c)
 		q.mu.Lock()
 		if len(q.waiting) == 0 {
@@ -288,17 +291,19 @@ func (q *groupQueue) leave(c *call, queued bool) (int, time.Time) {
 func (q *groupQueue) send(s *Store, batch []*call) {
 	sent := batch[0].start // when take gave the batch its deadlines
 	var latest time.Time
+	var probe uint64 // the breaker's probe, if the batch carries it
 	for _, b := range batch {
 		if b.deadline.After(latest) {
 			latest = b.deadline
 		}
+		probe = max(probe, b.probe)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), latest)
 	defer cancel()
 	if len(batch) == 1 {
 		b := batch[0]
 		b.reply, b.err = s.eval(ctx, b.script, b)
-		s.judge(context.Background(), sent, latest, b.err)
+		s.judge(context.Background(), sent, latest, probe, b.err)
 		return
 	}
 	cmds := make([]*redis.Cmd, 0, len(batch))
@@ -335,5 +340,5 @@ func (q *groupQueue) send(s *Store, batch []*call) {
 			break
 		}
 	}
-	s.judge(context.Background(), sent, latest, err)
+	s.judge(context.Background(), sent, latest, probe, err)
 }

@@ -75,7 +75,8 @@ return f(ratio)
 // the observer as op "ratio".
 func (s *Store) LearnRatio(ctx context.Context, key string, x upstream.RatioSample) (float64, error) {
 	const op = "ratio"
-	if !s.brk.allow() {
+	probe, ok := s.brk.allow()
+	if !ok {
 		return 0, s.refused(ctx, op, 1)
 	}
 	start := time.Now()
@@ -101,8 +102,8 @@ func (s *Store) LearnRatio(ctx context.Context, key string, x upstream.RatioSamp
 		reply, err = s.client.Do(cctx, args...).Text()
 	}
 	cancel()
-	s.judge(ctx, start, deadline, err)
-	if err := s.finish(ctx, op, 1, start, err); err != nil {
+	s.judge(ctx, start, deadline, probe, err)
+	if err := s.finish(ctx, op, 1, start, probe, err); err != nil {
 		return 0, err
 	}
 	r, err := strconv.ParseFloat(reply, 64)

@@ -92,7 +92,8 @@ func (s *Store) renewPipeline(ctx context.Context, ops []backend.Op, now time.Ti
 		}
 		return err
 	}
-	if !s.brk.allow() {
+	probe, ok := s.brk.allow()
+	if !ok {
 		return fail(s.refused(ctx, "renew", n))
 	}
 	start := time.Now()
@@ -135,11 +136,11 @@ func (s *Store) renewPipeline(ctx context.Context, ops []backend.Op, now time.Ti
 		}
 		op.Err = err
 	}
-	s.judge(ctx, start, deadline, first)
+	s.judge(ctx, start, deadline, probe, first)
 	// Each op keeps its own outcome: on Cluster and Ring the pipeline
 	// spans nodes, and one node failing says nothing of the leases the
 	// others renewed.
-	return s.finish(ctx, "renew", n, start, first)
+	return s.finish(ctx, "renew", n, start, probe, first)
 }
 
 // loadRenew sends again, with the script's source, the calls of cmds

@@ -465,9 +465,10 @@ type call struct {
 	err            error
 	done           chan struct{}
 	timer          *time.Timer
-	detached       bool // once sent, not cancelled by its caller (a settlement)
-	finished       bool // done is closed
-	gone           bool // left while its batch was sent: the sender recycles it
+	probe          uint64 // the breaker's ticket when it is its probe (see breaker.allow)
+	detached       bool   // once sent, not cancelled by its caller (a settlement)
+	finished       bool   // done is closed
+	gone           bool   // left while its batch was sent: the sender recycles it
 }
 
 // putKey appends a key, written by add, for flushKeys.
@@ -509,7 +510,7 @@ func (s *Store) putCall(c *call) {
 	c.keys, c.args, c.cmd, c.blob.b, c.kbuf, c.kend = c.keys[:0], c.args[:0], c.cmd[:0], c.blob.b[:0], c.kbuf[:0], c.kend[:0]
 	c.script, c.deadline, c.reply, c.err = nil, time.Time{}, "", nil
 	c.start, c.callerDeadline = time.Time{}, time.Time{}
-	c.detached, c.finished, c.gone, c.sent = false, false, false, false
+	c.detached, c.finished, c.gone, c.sent, c.probe = false, false, false, false, 0
 	s.pool.Put(c)
 }
 
@@ -909,11 +910,13 @@ func (s *Store) refused(ctx context.Context, op string, policies int) error {
 }
 
 // finish records the outcome of a call made with ctx that started at
-// start in the observer, and returns its error wrapped. (Its round trip
-// was counted in the breaker when it returned: see judge.)
-func (s *Store) finish(ctx context.Context, op string, policies int, start time.Time, err error) error {
+// start in the observer, and returns its error wrapped; probe is the
+// breaker's ticket if the call was its probe (0 otherwise), whose slot a
+// failed call frees. (Its round trip was counted in the breaker when it
+// returned: see judge.)
+func (s *Store) finish(ctx context.Context, op string, policies int, start time.Time, probe uint64, err error) error {
 	if err != nil {
-		s.brk.abandon()
+		s.brk.abandon(probe)
 		err = fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	if s.calls != nil && op != opPeek {
