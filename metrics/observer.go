@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 	"unsafe"
 
 	"go.opentelemetry.io/otel"
@@ -18,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/backend"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/tenantname"
 )
 
 // Defaults of the options.
@@ -450,7 +449,7 @@ func (pm *policyMetrics) recordRetry(o *Observer, out int, d *admission.Decision
 // the whole name (FNV-1a, the same in every process), so that one hostile
 // name can neither break the scrape, nor fill memory or the exposition,
 // nor pass for another tenant or the overflow bucket.
-const MaxTenantLabel = 128
+const MaxTenantLabel = tenantname.Max
 
 // tenantLabel returns the tenant label value of tenant t: t itself in the
 // common case, without allocating.
@@ -458,41 +457,7 @@ func tenantLabel(t string) string {
 	if t == "" {
 		return NoTenant
 	}
-	if len(t) > MaxTenantLabel || t == Other || t == NoTenant {
-		return hashedTenant(t)
-	}
-	for _, r := range t {
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			return hashedTenant(t)
-		}
-	}
-	return t
-}
-
-// hashedTenant is the label value of a tenant name tenantLabel cannot
-// export as it is.
-func hashedTenant(t string) string {
-	const suffix = 1 + 16 // "~" and the hash
-	b := make([]byte, 0, MaxTenantLabel)
-	for _, r := range t {
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			r = '?'
-		}
-		if len(b)+utf8.RuneLen(r) > MaxTenantLabel-suffix {
-			break
-		}
-		b = utf8.AppendRune(b, r)
-	}
-	h := uint64(14695981039346656037) // FNV-1a, 64 bits
-	for i := 0; i < len(t); i++ {
-		h = (h ^ uint64(t[i])) * 1099511628211
-	}
-	b = append(b, '~')
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, digits[h>>shift&0xf])
-	}
-	return string(b)
+	return tenantname.Safe(t, Other, NoTenant)
 }
 
 // utilisation is the share of the partition's limit in use after a

@@ -51,7 +51,8 @@ type Figures struct {
 
 // TenantFigures are one tenant's part of a policy's refusals.
 type TenantFigures struct {
-	// Tenant is the tenant, or OtherTenant for the tenants not tracked by
+	// Tenant is the tenant (in a Recorder's report, a hostile name
+	// hashed: see Recorder), or OtherTenant for the tenants not tracked by
 	// name.
 	Tenant string `json:"tenant"`
 	// Requests counts the tenant's requests: under the policy in the live

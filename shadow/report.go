@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/tenantname"
 )
 
 // Defaults of RecorderConfig.
@@ -49,6 +50,10 @@ type RecorderConfig struct {
 // It counts a request once per policy when the policy decides it:
 // admitted, would-reject, or refused (rejected, timeout, fail-closed).
 // Queue entries and cancellations are not decisions and are not counted.
+// A tenant is counted under its name, unless the name is longer than 128
+// bytes, is not valid UTF-8, holds a control character or is OtherTenant:
+// then under a printable prefix of it, "~" and 16 hex digits of a hash of
+// the whole name (FNV-1a), as package metrics labels it.
 type Recorder struct {
 	admission.NopObserver
 	cfg   RecorderConfig
@@ -142,9 +147,15 @@ func (r *Recorder) Decision(d *admission.Decision) {
 		b.tenants = map[string]*counts{}
 	}
 	b.total.add(rejected, would)
-	c := b.tenants[d.Tenant]
+	// A tenant's name, which a caller may choose, is counted as itself
+	// unless it is long, not valid UTF-8, holds a control character or is
+	// OtherTenant: then as a printable prefix, "~" and a hash of it, so
+	// that it bounds the memory of its key and cannot break a report nor
+	// pass for the overflow bucket.
+	key := tenantname.Safe(d.Tenant, OtherTenant)
+	c := b.tenants[key]
 	if c == nil {
-		key := strings.Clone(d.Tenant)
+		key = strings.Clone(key)
 		if len(b.tenants) >= r.cfg.MaxTenants {
 			key = OtherTenant
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/admissiontest"
@@ -250,6 +252,65 @@ func TestRecorderBoundsTenants(t *testing.T) {
 	}
 	if len(got) != 4 || got["a"] != 2 || got["c"] != 1 || got[shadow.OtherTenant] != 2 {
 		t.Errorf("tenants = %v; want a:2 b:1 c:1 %s:2", got, shadow.OtherTenant)
+	}
+}
+
+// TestRecorderHostileTenants: tenants whose names a caller may choose
+// are reported under a name that is short, valid UTF-8 without control
+// characters, distinct per tenant, and never the overflow bucket's. One
+// case per attack class.
+func TestRecorderHostileTenants(t *testing.T) {
+	long := strings.Repeat("t", 1<<20)
+	for _, tc := range []struct {
+		name    string
+		tenants []string
+	}{
+		{"invalid UTF-8", []string{"\xff\xfe", "acme\xc3"}},
+		{"control characters", []string{"a\x00b", "a\rb", "a\x1b[31mb", "a\u0085b"}},
+		{"very long", []string{long + "1", long + "2"}},
+		{"the overflow bucket's name", []string{shadow.OtherTenant}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := shadow.NewRecorder(shadow.RecorderConfig{MaxTenants: len(tc.tenants) + 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tenant := range tc.tenants {
+				r.Decision(ptr(wouldReject(tenant)))
+				r.Decision(ptr(wouldReject(tenant)))
+			}
+			// One ordinary tenant fills the table, the next two overflow.
+			for _, tenant := range []string{"plain-1", "plain-2", "plain-3"} {
+				r.Decision(ptr(wouldReject(tenant)))
+			}
+			got := map[string]int64{}
+			for _, tr := range r.Report(100).Policies[0].Tenants {
+				got[tr.Tenant] = tr.Refused
+				if !utf8.ValidString(tr.Tenant) || len(tr.Tenant) > 128 {
+					t.Errorf("tenant %.40q: want valid UTF-8 of at most 128 bytes", tr.Tenant)
+				}
+				for _, c := range tr.Tenant {
+					if unicode.IsControl(c) {
+						t.Errorf("tenant %q holds the control character %U", tr.Tenant, c)
+					}
+				}
+			}
+			if got[shadow.OtherTenant] != 2 || got["plain-1"] != 1 {
+				t.Errorf("tenants = %v; want plain-1:1 and %s:2", got, shadow.OtherTenant)
+			}
+			named := 0
+			for name, n := range got {
+				if name != shadow.OtherTenant && !strings.HasPrefix(name, "plain-") {
+					named++
+					if n != 2 {
+						t.Errorf("tenant %.40q refused %d; want 2", name, n)
+					}
+				}
+			}
+			if named != len(tc.tenants) {
+				t.Errorf("%d hostile tenants reported apart; want %d (tenants %v)", named, len(tc.tenants), got)
+			}
+		})
 	}
 }
 
