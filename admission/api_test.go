@@ -14,8 +14,9 @@ import (
 // Ticket.SettleContext, a settlement whose observers see the request's
 // trace; 98: ReasonLoop, the refusal of a loop policy, whose fingerprint
 // type is limits.Fingerprint; 99: Controller.AllShadow, read by adapters
-// that refuse without a policy.)
-const maxExported = 99
+// that refuse without a policy; 100: Controller.Observer, where those
+// adapters report the decisions they make without a policy.)
+const maxExported = 100
 
 // TestExportedNames counts the package's exported names (types, functions,
 // methods, constants and variables; not struct fields or interface

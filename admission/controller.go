@@ -265,6 +265,12 @@ func (c *Controller) SetAllShadow(on bool) { c.allShadow.Store(on) }
 // zero, which needs no policy) stops refusing too.
 func (c *Controller) AllShadow() bool { return c.allShadow.Load() }
 
+// Observer returns the observer the controller reports to (WithObserver;
+// NopObserver when none was given), so that an adapter deciding on its
+// own (a limit of zero, which needs no policy) reports its decision where
+// the controller's go.
+func (c *Controller) Observer() Observer { return c.obs }
+
 // Policies returns the installed policies in evaluation order.
 func (c *Controller) Policies() []Policy {
 	cfg := c.cfg.Load()

@@ -125,7 +125,11 @@
 // on OVER_LIMIT when waiting can help (not for a descriptor no rule
 // matches, nor a cost above its limit). Shadow limits answer OK, keep the state enforcement would
 // and report their would-reject decisions to the controller's observer,
-// exactly as at the HTTP edge; they never appear in headers. A limit whose
+// exactly as at the HTTP edge; they never appear in headers. A shadow
+// limit of requests_per_unit 0, which no policy decides, is reported by
+// the server itself (Controller.Observer): one would-reject per
+// request-phase descriptor, under its generated policy name, in shadow
+// mode, as a fixed window of 0. A limit whose
 // store fails answers as its on_store_error says: OK (open), OVER_LIMIT
 // (closed) or by an in-memory limit (local).
 //

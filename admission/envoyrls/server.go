@@ -221,6 +221,9 @@ type eval struct {
 	ticket   admission.Ticket
 	admitted bool
 	replaced bool
+	// wouldReject marks a request-phase descriptor of a shadow limit of
+	// zero: no policy decides it, the server reports its decision.
+	wouldReject bool
 }
 
 // ShouldRateLimit answers one call: per descriptor OK or OVER_LIMIT with
@@ -239,6 +242,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		evs[i].req.Policies = snap.policies
 	}
 	applyReplaces(evs)
+	for i := range evs {
+		if e := &evs[i]; e.wouldReject && !e.replaced {
+			s.wouldReject(ctx, e)
+		}
+	}
 	// Descriptors that cannot wait first, together, so that a refusal is
 	// known before a queue is waited in; then the others, without waiting
 	// once something refused.
@@ -377,7 +385,14 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 		return
 	case lf.Blocked:
 		s.stats.blocked.Add(1)
-		if !lf.Shadow && !e.response && !s.ctl.AllShadow() {
+		switch {
+		case e.response:
+		case lf.Shadow || s.ctl.AllShadow():
+			// Enforced, it would refuse: a would-reject decision, reported
+			// once the call's replaced limits are known (wouldReject).
+			e.wouldReject = true
+			e.req.Tenant = lf.Tenant(entries)
+		default:
 			e.code = rlsconfig.OverLimit
 		}
 		return
@@ -387,6 +402,25 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 		e.check, e.cost = true, 1
 	}
 	setAmount(&e.req, lf.Unit, e.cost)
+}
+
+// wouldReject reports e, a descriptor matching a shadow limit of zero, to
+// the controller's observer as its policies' would-reject decisions are:
+// a would-reject of the limit's generated policy name, in shadow mode, a
+// fixed window of 0 (as envoyproxy/ratelimit counts it), for the
+// descriptor's tenant and cost (a check's being one unit). No policy is
+// installed for the limit: nothing else is kept.
+func (s *Server) wouldReject(ctx context.Context, e *eval) {
+	lf := e.lf
+	reset := blockedReset(lf, s.clock.Now())
+	s.ctl.Observer().Decision(&admission.Decision{
+		Status: admission.Status{
+			Policy: lf.Policy, Mode: limits.Shadow, Unit: lf.Unit, Algorithm: limits.FixedWindow,
+			Window: lf.Per, Reset: reset,
+		},
+		Outcome: admission.WouldReject, Reason: admission.ReasonRate,
+		Tenant: e.req.Tenant, Operation: lf.Policy, Cost: max(e.cost, 1), RetryAfter: reset, Context: ctx,
+	})
 }
 
 // applyReplaces drops the limits another matched limit replaces: they are

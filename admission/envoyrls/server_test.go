@@ -3,6 +3,8 @@ package envoyrls_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/admission/envoyrls"
 	"github.com/sluicehq/sluice/admission/envoyrls/rlsconfig"
 	"github.com/sluicehq/sluice/internal/poll"
+	"github.com/sluicehq/sluice/metrics"
 )
 
 // TestAlgorithms runs every rate algorithm through descriptors: 3 a
@@ -295,6 +298,84 @@ descriptors:
 	}
 	if got := r.obs.count(admission.Rejected); got != 0 {
 		t.Errorf("rejections = %d; want 0", got)
+	}
+}
+
+// TestShadowBlocked: a shadow limit of requests_per_unit 0 answers OK
+// and counts each request-phase descriptor it matches as a would-reject
+// decision of its limit, for its tenant, in the metrics, as every shadow
+// limit does; so does an enforcing one under the global switch. A
+// response-phase charge, a replaced limit and an enforced refusal are no
+// would-reject.
+func TestShadowBlocked(t *testing.T) {
+	prom, err := metrics.NewPrometheus(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prom.Provider.Shutdown(context.Background()) })
+	mo, err := metrics.New(metrics.WithMeterProvider(prom.Provider))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mo.Close() })
+	r := start(t, mustParse(t, `
+domain: api
+descriptors:
+  - key: tenant
+    tenant: true
+    descriptors:
+      - key: route
+        value: /beta
+        shadow_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: route
+    value: /admin
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: route
+    value: /old
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0, name: old}
+  - key: route
+    value: /new
+    rate_limit: {unit: minute, requests_per_unit: 10, replaces: [{name: old}]}
+`), rigOption{ctlOpts: []admission.Option{admission.WithObserver(mo)}})
+	for _, c := range []struct {
+		ds   []*rlv3.RateLimitDescriptor
+		want string
+	}{
+		{[]*rlv3.RateLimitDescriptor{desc("tenant", "acme", "route", "/beta")}, "OK: OK"},
+		{[]*rlv3.RateLimitDescriptor{hits(desc("tenant", "acme", "route", "/beta"), 5)}, "OK: OK"},
+		{[]*rlv3.RateLimitDescriptor{hits(desc("tenant", "acme", "route", "/beta", envoyrls.PhaseKey, "response"), 7)}, "OK: OK"},
+		{[]*rlv3.RateLimitDescriptor{desc("route", "/admin")}, "OVER_LIMIT: OVER_LIMIT"},
+		{[]*rlv3.RateLimitDescriptor{desc("route", "/old"), desc("route", "/new")}, "OK: OK OK"},
+	} {
+		if got := outcome(r.call("api", c.ds...)); got != c.want {
+			t.Fatalf("call %v = %s; want %s", c.ds, got, c.want)
+		}
+	}
+	r.ctl.SetAllShadow(true)
+	if got := outcome(r.call("api", desc("route", "/admin"))); got != "OK: OK" {
+		t.Fatalf("/admin under the global switch = %s; want OK: OK", got)
+	}
+	rec := httptest.NewRecorder()
+	prom.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	counted := map[string]string{}
+	for _, line := range strings.Split(body, "\n") {
+		if strings.Contains(line, `decision="would_reject"`) &&
+			(strings.HasPrefix(line, "admission_decisions_total{") || strings.HasPrefix(line, "admission_tenant_decisions_total{")) {
+			name, value, _ := strings.Cut(line, " ")
+			counted[name] = value
+		}
+	}
+	want := map[string]string{
+		`admission_decisions_total{decision="would_reject",mode="shadow",policy="api/tenant/route=/beta",reason="rate"}`: "2",
+		`admission_decisions_total{decision="would_reject",mode="shadow",policy="api/route=/admin",reason="rate"}`:       "1",
+		`admission_tenant_decisions_total{decision="would_reject",policy="api/tenant/route=/beta",tenant="acme"}`:        "2",
+		`admission_tenant_decisions_total{decision="would_reject",policy="api/route=/admin",tenant="__none__"}`:          "1",
+	}
+	if !maps.Equal(counted, want) {
+		t.Errorf("would-reject series = %v; want %v\n%s", counted, want, body)
 	}
 }
 

@@ -157,6 +157,26 @@ func TestServe(t *testing.T) {
 	}
 }
 
+// TestShadowBlockedCounted: a shadow limit of requests_per_unit 0 answers
+// OK and its would-rejects are in the metrics, as every shadow limit's.
+func TestShadowBlockedCounted(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(file, []byte("domain: api\ndescriptors:\n  - key: tenant\n    shadow_mode: true\n    rate_limit: {unit: day, requests_per_unit: 0}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conn, op, _ := binary(t, "-config", file)
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	for i := range 2 {
+		if got := call(t, rls, "a"); got != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d = %v; want OK", i+1, got)
+		}
+	}
+	body := scrape(t, op)
+	if want := `admission_decisions_total{decision="would_reject",mode="shadow",policy="api/tenant",reason="rate"} 2`; !strings.Contains(body, want) {
+		t.Errorf("metrics do not contain %s:\n%s", want, body)
+	}
+}
+
 // TestRedisReplicas: two processes on one Redis enforce one limit.
 func TestRedisReplicas(t *testing.T) {
 	srv := redistest.Start(t)
