@@ -424,7 +424,8 @@ func (s *Server) wouldReject(ctx context.Context, e *eval) {
 }
 
 // applyReplaces drops the limits another matched limit replaces: they are
-// neither evaluated nor charged, and answered OK.
+// neither evaluated nor charged, and answered OK (a limit of 0 included,
+// whose refusal prepare set).
 func applyReplaces(evs []eval) {
 	for i := range evs {
 		lf := evs[i].lf
@@ -433,7 +434,7 @@ func applyReplaces(evs []eval) {
 		}
 		for j := range evs {
 			if o := evs[j].lf; o != nil && o.Name != "" && slices.Contains(lf.Replaces, o.Name) {
-				evs[j].replaced = true
+				evs[j].replaced, evs[j].code = true, rlsconfig.OK
 			}
 		}
 	}

@@ -647,6 +647,29 @@ func TestReplacesResponsePhase(t *testing.T) {
 	}
 }
 
+// TestReplacedBlocked: a limit of requests_per_unit 0 that another
+// matched limit replaces is not applied either: the call is decided by
+// the replacing limit alone.
+func TestReplacedBlocked(t *testing.T) {
+	r := start(t, mustParse(t, `
+domain: api
+descriptors:
+  - key: route
+    value: /old
+    rate_limit: {unit: minute, requests_per_unit: 0, name: old}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1, replaces: [{name: old}]}
+`), rigOption{})
+	for i, want := range []string{"OK: OK OK", "OVER_LIMIT: OK OVER_LIMIT"} {
+		if got := outcome(r.call("api", desc("route", "/old"), desc("tenant", "a"))); got != want {
+			t.Errorf("call %d = %s; want %s", i+1, got, want)
+		}
+	}
+	if got := outcome(r.call("api", desc("route", "/old"))); got != "OVER_LIMIT: OVER_LIMIT" {
+		t.Errorf("/old alone = %s; want OVER_LIMIT: OVER_LIMIT (nothing replaces it)", got)
+	}
+}
+
 // TestREADMEConfiguration runs the Envoy pattern of cmd/sluice-rls/README.md
 // on its configuration, which the README quotes whole: a request-phase
 // check per tenant and model, the tokens charged after the response, the
