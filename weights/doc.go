@@ -189,10 +189,13 @@
 // output so far): it
 // passes the bytes through unchanged, picks up the final usage report, and,
 // when none arrives (a cut stream, an upstream that ignores the option),
-// counts the streamed text with the tokenizer. [InjectIncludeUsage] asks the
-// upstream for that report on requests that did not, and
-// [StreamConfig.StripUsage] removes the extra chunk from what the client
-// sees.
+// counts the streamed text with the tokenizer. An event too large to read
+// ([DefaultMaxEventBytes]) is passed through unread: its text cannot be
+// counted and a report in it is lost, so unless a report follows it the
+// stream is charged at least its reservation ([StreamResult].Unread).
+// [InjectIncludeUsage] asks the upstream for that report on requests that
+// did not, and [StreamConfig.StripUsage] removes the extra chunk from what
+// the client sees.
 //
 // Upstream usage is untrusted input. Counts are read in every JSON number
 // form (1000, 1e3, 1000.0) and a bad one never fails the response;

@@ -30,12 +30,21 @@ type converseEvent struct {
 }
 
 // feedFrames reads the messages of an event stream (see
-// StreamConfig.EventStream) as their bytes arrive.
+// StreamConfig.EventStream) as their bytes arrive. A message over the
+// bound or failing its checksum ends the reading: it and the rest of the
+// stream count as one unread event.
 func (s *StreamReader) feedFrames(b []byte) {
 	s.frames.Feed(b)
 	for {
 		m, ok := s.frames.Next()
 		if !ok {
+			if s.frames.Err() != nil && !s.framesErr {
+				s.framesErr = true
+				s.mu.Lock()
+				s.unread++
+				s.unreadLast = true
+				s.mu.Unlock()
+			}
 			return
 		}
 		s.mu.Lock()

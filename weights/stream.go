@@ -13,7 +13,9 @@ import (
 
 // DefaultMaxEventBytes bounds the memory a [StreamReader] holds for one
 // server-sent event: 4 MiB, enough for a Responses API "response.completed"
-// event repeating a long answer. A larger event passes through unparsed.
+// event repeating a long answer. A larger event passes through unparsed:
+// its text is not counted, so the stream is then charged at least its
+// output reservation (see [StreamResult].Unread).
 const DefaultMaxEventBytes = 4 << 20
 
 // StreamConfig configures a [StreamReader].
@@ -32,7 +34,8 @@ type StreamConfig struct {
 	// OutputTokens is the request's output reservation,
 	// [Estimate].OutputTokens: it bounds a plausible report, and is
 	// charged (or the streamed text's count, when larger) when the
-	// reported completion count cannot be used.
+	// reported completion count cannot be used, or when an event passed
+	// unread and no report followed it (see [StreamResult].Unread).
 	OutputTokens int64
 	// StripUsage removes the usage-only chunk that
 	// stream_options.include_usage adds (a chunk with an empty "choices"
@@ -43,7 +46,8 @@ type StreamConfig struct {
 	// clients ignore it.
 	StripUsage bool
 	// MaxEventBytes bounds the memory held for one event. Zero means
-	// DefaultMaxEventBytes.
+	// DefaultMaxEventBytes. A larger event is passed on unread (see
+	// [StreamResult].Unread).
 	MaxEventBytes int
 	// EventStream says the body is an AWS event stream (Amazon Bedrock's
 	// ConverseStream, application/vnd.amazon.eventstream) rather than
@@ -51,7 +55,8 @@ type StreamConfig struct {
 	// MaxEventBytes each) and read for their text (contentBlockDelta),
 	// their end (messageStop) and their usage (metadata); a message over
 	// the bound, or one that does not check, ends the reading (the
-	// stream is then not Completed). StripUsage does not apply.
+	// stream is then not Completed, and the rest of it is Unread).
+	// StripUsage does not apply.
 	EventStream bool
 }
 
@@ -62,12 +67,17 @@ type StreamResult struct {
 	// InputTokens and OutputTokens and against the streamed text (a
 	// completion count below the streamed text's tokens divided by
 	// [UsageFactor] is implausible too). When the upstream reported none,
-	// it is InputTokens and the streamed text's count. Usage.Estimated is
-	// true when a figure is not the upstream's.
+	// it is InputTokens and the streamed text's count. When an event
+	// passed unread (see Unread) and no report came after the last such
+	// event, it is InputTokens and OutputTokens (or the streamed text's
+	// count, when larger), whatever was reported before: the unread
+	// event's text is not in the count, and it may have carried a later
+	// report. Usage.Estimated is true when a figure is not the upstream's.
 	Usage Usage
 	// Fallback says why Usage is not the upstream's report:
-	// FallbackMissing when there was none, else the reason the report
-	// could not be used as is (FallbackNone when it was).
+	// FallbackMissing when there was none (or none after the last unread
+	// event), else the reason the report could not be used as is
+	// (FallbackNone when it was).
 	Fallback UsageFallback
 	// Reported reports whether the upstream sent a usage object with a
 	// prompt or completion count, usable or not.
@@ -85,6 +95,15 @@ type StreamResult struct {
 	Response ResponseInfo
 	// Events is the number of events seen.
 	Events int
+	// Unread is the number of events passed on without being read: a
+	// server-sent event over MaxEventBytes, or, in an event stream, the
+	// message over the bound (or failing its checksum) that ended the
+	// reading, with everything after it. Their text is not in the
+	// streamed count and a usage they carried is lost, so unless a usage
+	// report came after the last of them, Usage charges the output
+	// reservation (or the streamed text's count, when larger): never
+	// the text counted before them alone.
+	Unread int
 	// Stripped is the number of usage-only events removed from the output.
 	Stripped int
 }
@@ -97,8 +116,10 @@ type StreamResult struct {
 // unchanged (except for the usage-only chunk when StripUsage is set) while
 // the reader picks up the usage report and counts the streamed text for the
 // case where no report arrives (a cut stream, an upstream that ignores
-// stream_options). Events may be split across reads at any byte; the result
-// does not depend on where.
+// stream_options). An event over MaxEventBytes is passed on unread and
+// the stream charged at least its reservation unless a report follows
+// (see [StreamResult].Unread). Events may be split across reads at any
+// byte; the result does not depend on where.
 //
 // Read must be called from one goroutine at a time; Result and
 // StreamedTokens may be called concurrently with it, to charge a long stream
@@ -125,11 +146,16 @@ type StreamReader struct {
 	tmpl      chunkTemplate
 	pending   []byte               // streamed text not yet counted
 	frames    *eventstream.Decoder // an event stream's, else nil
+	framesErr bool                 // the frames' error was counted as unread
 
 	mu      sync.Mutex
 	events  int   // res.Events
 	pendLen int   // len(pending), for StreamedTokens
 	counted int64 // tokens of the streamed text counted so far
+	unread  int   // res.Unread
+	// unreadLast says an event was passed unread since the last usage
+	// report: the report may not be the upstream's last.
+	unreadLast bool
 
 	srcErr  error
 	counter Counter
@@ -220,11 +246,16 @@ func (s *StreamReader) Result() StreamResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.res
-	r.Events = s.events
+	r.Events, r.Unread = s.events, s.unread
 	streamed := s.counted + int64(s.pendLen+3)/4
-	if r.Reported {
+	switch {
+	case r.Reported && !s.unreadLast:
 		r.Usage, r.Fallback = Estimate{InputTokens: s.input, MaxInputTokens: s.inMax, OutputTokens: s.output}.check(s.report, streamed)
-	} else {
+	case s.unread > 0:
+		// The text of the unread events is not in streamed, and the
+		// last report may be in them: charged as reserved.
+		r.Usage, r.Fallback = Usage{InputTokens: max(s.input, 0), OutputTokens: max(s.output, streamed), Estimated: true}, FallbackMissing
+	default:
 		r.Usage, r.Fallback = Usage{InputTokens: max(s.input, 0), OutputTokens: streamed, Estimated: true}, FallbackMissing
 	}
 	return r
@@ -460,6 +491,10 @@ func (s *StreamReader) dispatch() {
 	if s.hasData {
 		s.mu.Lock()
 		s.events++
+		if s.dataOver {
+			s.unread++
+			s.unreadLast = true
+		}
 		s.mu.Unlock()
 		if !s.dataOver {
 			drop = s.handle(s.eventType, s.data)
@@ -645,6 +680,7 @@ func (s *StreamReader) record(rep UsageReport, msg string) {
 			s.report = noReport
 		}
 		s.report, s.res.Reported = s.report.merge(rep), true
+		s.unreadLast = false
 	}
 	if msg != "" && s.res.ErrorMessage == "" {
 		s.res.ErrorMessage = msg

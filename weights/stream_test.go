@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"testing/iotest"
+
+	"github.com/sluicehq/sluice/internal/eventstream"
 )
 
 // chatStream builds an OpenAI-style chat completion stream with one chunk
@@ -433,5 +435,88 @@ func TestInjectIncludeUsageMemoryBounded(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(len(body))+64<<10 {
 		t.Errorf("InjectIncludeUsage of a %d-byte body allocated %d bytes; want its copy and at most 64 KiB more", len(body), n)
+	}
+}
+
+// TestStreamOversizedEventCharged: an event over MaxEventBytes passes
+// through unread, in every API shape, so its text is not counted and a
+// usage it carried is lost: the stream says so (Unread), and its usage
+// then charges at least the output reservation, never the text counted
+// before it. A usage report that arrives after the unread event is the
+// upstream's last word and is checked as usual.
+func TestStreamOversizedEventCharged(t *testing.T) {
+	const maxEv, in, out = 256, 11, 500
+	pad := strings.Repeat("x", 2*maxEv)
+	chat := func(text string) string {
+		return `data: {"choices":[{"delta":{"content":"` + text + `"}}]}` + "\n\n"
+	}
+	typed := func(typ, data string) string { return "event: " + typ + "\ndata: " + data + "\n\n" }
+	anthropicStart := typed("message_start", `{"type":"message_start","message":{"usage":{"input_tokens":9,"output_tokens":1}}}`)
+	anthropicDelta := func(text string) string {
+		return typed("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+text+`"}}`)
+	}
+	gemini := func(text, extra string) string {
+		return `data: {"candidates":[{"content":{"parts":[{"text":"` + text + `"}],"role":"model"}` + extra + `}],"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":2,"totalTokenCount":11}}` + "\n\n"
+	}
+	reserved := Usage{InputTokens: in, OutputTokens: out, Estimated: true}
+	for _, tc := range []struct {
+		name      string
+		stream    string
+		want      Usage
+		fallback  UsageFallback
+		completed bool
+	}{
+		{"chat, no usage", chat("Hi") + chat(pad) + "data: [DONE]\n\n", reserved, FallbackMissing, true},
+		{"chat, oversized usage chunk", chat("Hi") + `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2},"pad":"` + pad + `"}` + "\n\ndata: [DONE]\n\n", reserved, FallbackMissing, true},
+		{"chat, usage after", chat(pad) + `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":300}}` + "\n\ndata: [DONE]\n\n", Usage{InputTokens: 9, OutputTokens: 300}, FallbackNone, true},
+		{"chat, cut inside", chat("Hi") + chat(pad)[:2*maxEv], reserved, FallbackMissing, false},
+		{"chat, CRLF", strings.ReplaceAll(chat("Hi")+chat(pad)+"data: [DONE]\n\n", "\n", "\r\n"), reserved, FallbackMissing, true},
+		{"responses, oversized completion", typed("response.output_text.delta", `{"type":"response.output_text.delta","delta":"Hi"}`) +
+			typed("response.completed", `{"type":"response.completed","response":{"id":"resp_1","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"`+pad+`"}]}],"usage":{"input_tokens":9,"output_tokens":2}}}`),
+			reserved, FallbackMissing, false},
+		{"anthropic, oversized delta", anthropicStart + anthropicDelta(pad) + typed("message_stop", `{"type":"message_stop"}`), reserved, FallbackMissing, true},
+		{"anthropic, oversized message_delta", anthropicStart + anthropicDelta("Hi") +
+			typed("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":"`+pad+`"},"usage":{"output_tokens":400}}`) +
+			typed("message_stop", `{"type":"message_stop"}`), reserved, FallbackMissing, true},
+		{"anthropic, usage after", anthropicStart + anthropicDelta(pad) +
+			typed("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":300}}`) +
+			typed("message_stop", `{"type":"message_stop"}`), Usage{InputTokens: 9, OutputTokens: 300}, FallbackNone, true},
+		{"gemini, oversized last chunk", gemini("Hi", "") + gemini(pad, `,"finishReason":"STOP"`), reserved, FallbackMissing, false},
+		{"gemini, usage after", gemini(pad, "") + gemini("Hi", `,"finishReason":"STOP"`), Usage{InputTokens: 9, OutputTokens: 2}, FallbackNone, true},
+	} {
+		for _, strip := range []bool{false, true} {
+			if strip && !strings.HasPrefix(tc.name, "chat") {
+				continue // only a chat stream has a usage chunk to strip
+			}
+			for _, chunk := range []int{1, 7, 1 << 20} {
+				body := []byte(tc.stream)
+				s := NewStreamReader(&chunkedReader{b: body, n: chunk}, StreamConfig{MaxEventBytes: maxEv, InputTokens: in, OutputTokens: out, StripUsage: strip})
+				got, err := io.ReadAll(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Contains(got, []byte(pad[:maxEv])) || !strip && !bytes.Equal(got, body) {
+					t.Errorf("%s (strip %v, chunks of %d): output changed", tc.name, strip, chunk)
+				}
+				res := s.Result()
+				if res.Unread != 1 || res.Usage != tc.want || res.Fallback != tc.fallback || res.Completed != tc.completed {
+					t.Errorf("%s (strip %v, chunks of %d): Result() = %+v;\nwant 1 unread, usage %+v, fallback %v, completed %v", tc.name, strip, chunk, res, tc.want, tc.fallback, tc.completed)
+				}
+			}
+		}
+	}
+
+	// A ConverseStream message over the bound ends the reading: the
+	// metadata event after it is never read.
+	big := eventstream.Event("contentBlockDelta", []byte(`{"delta":{"text":"`+pad+`"}}`))
+	body := append(big, converseStream(`{"inputTokens":9,"outputTokens":2}`)...)
+	for _, chunk := range []int{1, 7, 1 << 20} {
+		s := NewStreamReader(&chunkedReader{b: body, n: chunk}, StreamConfig{EventStream: true, MaxEventBytes: maxEv, InputTokens: in, OutputTokens: out})
+		if _, err := io.ReadAll(s); err != nil {
+			t.Fatal(err)
+		}
+		if res := s.Result(); res.Unread != 1 || res.Usage != reserved || res.Fallback != FallbackMissing || res.Completed {
+			t.Errorf("converse (chunks of %d): Result() = %+v; want 1 unread, usage %+v, not completed", chunk, res, reserved)
+		}
 	}
 }

@@ -28,7 +28,8 @@ const streamBuffer = 2 << 10
 // charged every ChargeInterval for what it has produced, cut off when an
 // enforcing limit runs out (per Config.Cut), and settled at the end with
 // the reported usage or, for a stream cut short by either side, with what
-// was counted.
+// was counted (at least the reservation once an event too large to read
+// has passed).
 func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *http.Response, injected bool) {
 	g := x.g
 	w := x.c.Response()
@@ -177,7 +178,10 @@ func (c *charging) due(now time.Time) bool {
 // produced returns what a running stream has produced so far: the prompt
 // as the upstream reported it (Anthropic's message_start, with its cache
 // figures) or else as estimated, and the output counted on the way, or
-// as reported so far (Anthropic's message_delta) when that is more.
+// as reported so far (Anthropic's message_delta) when that is more. Once
+// an event too large to read has passed (weights.StreamResult.Unread)
+// with no report after it, its text is not in the count: the output is
+// then at least the reservation, as the result's usage says.
 func produced(sr *weights.StreamReader) weights.Usage {
 	res := sr.Result()
 	u := weights.Usage{
@@ -185,7 +189,7 @@ func produced(sr *weights.StreamReader) weights.Usage {
 		CacheWriteInputTokens: res.Usage.CacheWriteInputTokens, CacheWrite1hInputTokens: res.Usage.CacheWrite1hInputTokens,
 		OutputTokens: sr.StreamedTokens(),
 	}
-	if res.Fallback == weights.FallbackNone {
+	if res.Fallback == weights.FallbackNone || res.Unread > 0 {
 		u.OutputTokens = max(u.OutputTokens, res.Usage.OutputTokens)
 	}
 	return u
