@@ -516,6 +516,16 @@ func (rc *responseCall) reserve(req *admission.Request, priced bool) {
 	req.Cost = min(satSum(req.Cost, fees), limits.MaxAmount)
 }
 
+// reservedCalls returns info with at least the tool calls the call
+// reserved (one of each built-in tool declared): for a stream whose
+// final response object, which lists the calls made, may have passed
+// unread (see weights.StreamResult.Unread).
+func (rc *responseCall) reservedCalls(info weights.ResponseInfo) weights.ResponseInfo {
+	info.WebSearchCalls = max(info.WebSearchCalls, min(rc.rr.webSearch, 1))
+	info.FileSearchCalls = max(info.FileSearchCalls, min(rc.rr.fileSearch, 1))
+	return info
+}
+
 // release gives back a background slot the call did not hand over.
 func (rc *responseCall) release(rs *responses) {
 	if rc != nil && rc.slot {

@@ -141,7 +141,13 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 		return
 	}
 	if x.rsp != nil {
-		x.rsp.answered(g, res.Response, u)
+		info := res.Response
+		if res.Unread > 0 && res.Fallback == weights.FallbackMissing {
+			// The final response object, which lists the tool calls
+			// with the usage, may be among the unread events.
+			info = x.rsp.reservedCalls(info)
+		}
+		x.rsp.answered(g, info, u)
 	}
 	x.settle(u)
 }

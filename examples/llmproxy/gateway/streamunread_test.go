@@ -4,11 +4,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/shadow/requestlog"
 	"github.com/sluicehq/sluice/weights"
 )
 
@@ -79,5 +81,51 @@ func TestStreamUnreadEventChargedAsReserved(t *testing.T) {
 				t.Errorf("charged %d tokens (%d reserved)", charged, reserved)
 			}
 		})
+	}
+}
+
+// TestStreamUnreadResponseChargedAsReserved: a Responses API stream whose
+// response.completed event is too large to read (a long answer, images)
+// loses the usage and the list of tool calls that event carries: it is
+// settled at no less than its reservation, tool fees included, not at
+// the tokens alone.
+func TestStreamUnreadResponseChargedAsReserved(t *testing.T) {
+	huge := strings.Repeat("word ", weights.DefaultMaxEventBytes/5+1<<18)
+	typed := func(typ, data string) string { return "event: " + typ + "\ndata: " + data + "\n\n" }
+	stream := typed("response.created", `{"type":"response.created","response":{"id":"resp_1","status":"in_progress","output":[],"usage":null}}`) +
+		typed("response.output_text.delta", `{"type":"response.output_text.delta","delta":"Hi"}`) +
+		typed("response.completed", `{"type":"response.completed","response":{"id":"resp_1","status":"completed","output":[`+
+			`{"type":"web_search_call","id":"ws_1","status":"completed"},{"type":"message","content":[{"type":"output_text","text":"`+huge+`"}]}],`+
+			`"usage":{"input_tokens":8,"output_tokens":2}}}`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, stream)
+	}))
+	t.Cleanup(up.Close)
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	rl, err := requestlog.NewWriter(requestlog.WriterConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rl.Close() })
+	srv := acmeGatewayConfig(t, `{name: spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 100M}`,
+		gateway.Config{Upstream: up.URL + "/v1"}, gateway.WithRequestLog(rl))
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/responses", strings.NewReader(
+		`{"model":"gpt-4o-mini","input":"Search the news.","max_output_tokens":40,"stream":true,"tools":[{"type":"web_search"}]}`))
+	req.Header.Set("Authorization", "Bearer sk-acme")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || n < int64(len(stream)) {
+		t.Fatalf("status %d, %d bytes, %v; want the upstream's stream", resp.StatusCode, n, err)
+	}
+	recs := logged(t, rl, path, "POST /v1/responses", srv)
+	if len(recs) != 1 || !recs[0].Actual.CostKnown || recs[0].Actual.Cost < recs[0].Cost {
+		t.Fatalf("records %+v; want one, settled at no less than its reserved cost", recs)
 	}
 }
