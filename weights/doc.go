@@ -191,8 +191,9 @@
 // when none arrives (a cut stream, an upstream that ignores the option),
 // counts the streamed text with the tokenizer. An event too large to read
 // ([DefaultMaxEventBytes]) is passed through unread: its text cannot be
-// counted and a report in it is lost, so unless a report follows it the
-// stream is charged at least its reservation ([StreamResult].Unread).
+// counted and a report in it is lost, so the stream is charged at least
+// its reservation ([StreamResult].Unread), whether a report follows it or
+// not (one of more is charged as reported).
 // [InjectIncludeUsage] asks the upstream for that report on requests that
 // did not, and [StreamConfig.StripUsage] removes the extra chunk from what
 // the client sees.

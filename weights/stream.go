@@ -102,7 +102,9 @@ type StreamResult struct {
 	// streamed count and a usage they carried is lost, so unless a usage
 	// report came after the last of them, Usage charges the output
 	// reservation (or the streamed text's count, when larger): never
-	// the text counted before them alone.
+	// the text counted before them alone. A report that came after is
+	// checked, and its output raised to the reservation when below it
+	// (FallbackImplausibleOutput): nothing bounds it from below then.
 	Unread int
 	// Stripped is the number of usage-only events removed from the output.
 	Stripped int
@@ -251,6 +253,12 @@ func (s *StreamReader) Result() StreamResult {
 	switch {
 	case r.Reported && !s.unreadLast:
 		r.Usage, r.Fallback = Estimate{InputTokens: s.input, MaxInputTokens: s.inMax, OutputTokens: s.output}.check(s.report, streamed)
+		if s.unread > 0 && r.Usage.OutputTokens < s.output {
+			// The unread events' text is not in streamed, so the check
+			// could not bound the report from below: a report of less
+			// than the reservation after them is implausible.
+			r.Usage.OutputTokens, r.Usage.Estimated, r.Fallback = s.output, true, FallbackImplausibleOutput
+		}
 	case s.unread > 0:
 		// The text of the unread events is not in streamed, and the
 		// last report may be in them: charged as reserved.

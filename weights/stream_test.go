@@ -468,7 +468,8 @@ func TestStreamOversizedEventCharged(t *testing.T) {
 	}{
 		{"chat, no usage", chat("Hi") + chat(pad) + "data: [DONE]\n\n", reserved, FallbackMissing, true},
 		{"chat, oversized usage chunk", chat("Hi") + `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2},"pad":"` + pad + `"}` + "\n\ndata: [DONE]\n\n", reserved, FallbackMissing, true},
-		{"chat, usage after", chat(pad) + `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":300}}` + "\n\ndata: [DONE]\n\n", Usage{InputTokens: 9, OutputTokens: 300}, FallbackNone, true},
+		{"chat, usage after", chat(pad) + `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":700}}` + "\n\ndata: [DONE]\n\n", Usage{InputTokens: 9, OutputTokens: 700}, FallbackNone, true},
+		{"chat, usage after below the reservation", chat(pad) + `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1}}` + "\n\ndata: [DONE]\n\n", Usage{InputTokens: 9, OutputTokens: out, Estimated: true}, FallbackImplausibleOutput, true},
 		{"chat, cut inside", chat("Hi") + chat(pad)[:2*maxEv], reserved, FallbackMissing, false},
 		{"chat, CRLF", strings.ReplaceAll(chat("Hi")+chat(pad)+"data: [DONE]\n\n", "\n", "\r\n"), reserved, FallbackMissing, true},
 		{"responses, oversized completion", typed("response.output_text.delta", `{"type":"response.output_text.delta","delta":"Hi"}`) +
@@ -480,9 +481,9 @@ func TestStreamOversizedEventCharged(t *testing.T) {
 			typed("message_stop", `{"type":"message_stop"}`), reserved, FallbackMissing, true},
 		{"anthropic, usage after", anthropicStart + anthropicDelta(pad) +
 			typed("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":300}}`) +
-			typed("message_stop", `{"type":"message_stop"}`), Usage{InputTokens: 9, OutputTokens: 300}, FallbackNone, true},
+			typed("message_stop", `{"type":"message_stop"}`), Usage{InputTokens: 9, OutputTokens: out, Estimated: true}, FallbackImplausibleOutput, true},
 		{"gemini, oversized last chunk", gemini("Hi", "") + gemini(pad, `,"finishReason":"STOP"`), reserved, FallbackMissing, false},
-		{"gemini, usage after", gemini(pad, "") + gemini("Hi", `,"finishReason":"STOP"`), Usage{InputTokens: 9, OutputTokens: 2}, FallbackNone, true},
+		{"gemini, usage after", gemini(pad, "") + gemini("Hi", `,"finishReason":"STOP"`), Usage{InputTokens: 9, OutputTokens: out, Estimated: true}, FallbackImplausibleOutput, true},
 	} {
 		for _, strip := range []bool{false, true} {
 			if strip && !strings.HasPrefix(tc.name, "chat") {

@@ -19,7 +19,8 @@ import (
 // passed to the client, but its text cannot be counted and a usage it
 // carried is lost: the stream is then charged at least its reservation
 // (the prompt and max_tokens), never only the text counted around it.
-// A usage report after it is still charged as reported.
+// A usage report after it is charged as reported when it is at least the
+// reservation, and as reserved when it is less.
 func TestStreamUnreadEventChargedAsReserved(t *testing.T) {
 	huge := strings.Repeat("word ", weights.DefaultMaxEventBytes/5+1<<18) // about 1.3M tokens, 5 MiB
 	chunk := func(content string) string {
@@ -38,7 +39,10 @@ func TestStreamUnreadEventChargedAsReserved(t *testing.T) {
 		{"cut", chunk("Hi") + chunk(huge), func(n, reserved int64) bool { return n >= reserved }},
 		{"oversized usage", chunk("Hi") + strings.TrimSuffix(usage("400"), "}\n\n") + `,"pad":"` + huge + `"}` + "\n\n" + done,
 			func(n, reserved int64) bool { return n >= reserved }},
-		{"usage after", chunk(huge) + usage("300") + done, func(n, _ int64) bool { return n == 308 }},
+		{"usage after", chunk(huge) + usage("700") + done, func(n, _ int64) bool { return n == 708 }},
+		// Nothing bounds a report after the unread text from below: one
+		// of less than the reservation is raised to it.
+		{"usage after, below the reservation", chunk(huge) + usage("1") + done, func(n, reserved int64) bool { return n == reserved }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int64
