@@ -74,6 +74,10 @@ type PolicySet struct {
 	lone   *policy
 	byName map[string]*policy
 	limits *limitTable
+	// installed is set once the set has been the controller's: its
+	// requests waiting in queues are served under the limits installed
+	// after it (see limitNow).
+	installed atomic.Bool
 }
 
 // policy is an installed Policy with its state.
@@ -143,7 +147,7 @@ func (c *Controller) SetConfig(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	c.cfg.Store(set)
+	c.install(set)
 	return nil
 }
 
@@ -165,8 +169,36 @@ func (c *Controller) Install(set *PolicySet) error {
 	if set == nil || set.ctl != c {
 		return errForeignSet
 	}
-	c.cfg.Store(set)
+	c.install(set)
 	return nil
+}
+
+// install makes set the installed one.
+func (c *Controller) install(set *PolicySet) {
+	set.installed.Store(true)
+	c.cfg.Store(set)
+}
+
+// limitNow returns the limit h, a request of tenant decided under set,
+// is served under as it leaves a queue: its partition's in the set
+// installed now when set was installed before it and h's policy kept its
+// partitions through the reloads since (a reload or a plan change applies
+// to the requests waiting as to those arriving, so that no more run than
+// the cap installed, and a raised one lets the waiters in); else the one
+// h was decided with (a request that named a set of its own keeps it).
+func (c *Controller) limitNow(set *PolicySet, h *held, tenant string) *limits.Limit {
+	cur := c.cfg.Load()
+	if cur == set || !set.installed.Load() {
+		return h.lim
+	}
+	p := cur.byName[h.p.Name]
+	if p == nil || p.policyState != h.p.policyState {
+		return h.lim
+	}
+	if lims := cur.limitsFor(tenant); lims != nil {
+		return &lims[p.index]
+	}
+	return &p.base
 }
 
 // errForeignSet refuses a PolicySet another controller compiled.
@@ -251,7 +283,7 @@ func (c *Controller) SetPlans(pl limits.Plans) error {
 	if err != nil {
 		return err
 	}
-	c.cfg.Store(set)
+	c.install(set)
 	return nil
 }
 

@@ -290,6 +290,15 @@
 // shards of the tenants copied), so 100,000 tenants do not make a copy of
 // 100,000 per change.
 //
+// A request waiting in a queue when another set is installed is served
+// under the installed set's limits (its policy's and the earlier
+// concurrency caps it gave back to wait), when that set keeps the
+// policy's partitions: a cap lowered holds for the waiters as for the
+// requests arriving, and a cap raised lets them in at the queue's next
+// attempt. (A request that named a set never installed keeps its set's.)
+// Work already admitted keeps its permits: a cap lowered below what runs
+// admits nothing until enough of it has ended.
+//
 // # Reading what is left
 //
 // Remaining answers "how much does this caller have left" without an

@@ -104,14 +104,15 @@ func (s *PolicySet) WithTenant(tenant string, tp *limits.TenantPlan) (*PolicySet
 	if err := check.Validate(); err != nil {
 		return nil, err
 	}
-	next := *s
+	// Every field of s but installed: next is installed when it is.
+	next := &PolicySet{ctl: s.ctl, policies: s.policies, early: s.early, lone: s.lone, byName: s.byName, limits: s.limits}
 	switch {
 	case s.limits != nil:
 		next.limits = s.limits.with(tenant, tp)
 	case tp != nil:
 		next.limits = compilePlans(&check.Plans, s.policies)
 	}
-	return &next, nil
+	return next, nil
 }
 
 // SetTenant installs the set WithTenant derives from the one installed:
@@ -124,6 +125,6 @@ func (c *Controller) SetTenant(tenant string, tp *limits.TenantPlan) error {
 	if err != nil {
 		return err
 	}
-	c.cfg.Store(next)
+	c.install(next)
 	return nil
 }

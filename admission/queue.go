@@ -118,6 +118,7 @@ type waiter struct {
 	// again with this policy's, all or none. Valid while queued, as h.
 	yielded []*held
 	retaken []backend.Grant // dispatch's attempt at yielded's grants
+	set     *PolicySet      // the configuration the request was decided under
 	key     string
 	sh      *qshard
 	tenant  string
@@ -126,6 +127,7 @@ type waiter struct {
 	order   limits.Order
 	state   int
 	grant   backend.Grant
+	lim     *limits.Limit // the limit the grant was taken under
 	done    chan struct{}
 	queued  time.Time
 }
@@ -174,7 +176,7 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		g := h.grant
 		if g.OK || !wait || g.Full || g.RetryAfter == limits.Never || qs.hopeless(ctx, h, g, now) {
 			if g.OK {
-				qs.hold(sh, h.key, t.priority, h, &g, now)
+				qs.hold(sh, h.key, t.priority, h, h.lim, &g, now)
 			}
 			sh.mu.Unlock()
 			return c.decide(t, h)
@@ -216,7 +218,7 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 	// (The shard locks of earlier policies, which giving back may take,
 	// always come after a later policy's: no lock order cycle.)
 	yielded := c.yield(t, h, now)
-	w := &waiter{h: h, yielded: yielded, key: q.key, sh: sh, tenant: t.tenant, cost: h.est, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
+	w := &waiter{h: h, yielded: yielded, set: t.cfg, key: q.key, sh: sh, tenant: t.tenant, cost: h.est, order: h.p.Queue.Order, done: make(chan struct{}), queued: now}
 	w.prio = t.priority
 	q.push(w)
 	if q.n == 1 {
@@ -242,7 +244,7 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 		timer.Stop()
 	}
 	sh.mu.Lock()
-	state, g := w.state, w.grant
+	state, g, lim := w.state, w.grant, w.lim
 	sh.mu.Unlock()
 	h.wait = c.clock.Now().Sub(now)
 	switch state {
@@ -252,7 +254,7 @@ func (qs *queueSet) acquire(ctx context.Context, t *ticket, h *held, wait bool, 
 			// report that it would reject).
 			_ = c.decide(t, o)
 		}
-		h.grant = g
+		h.grant, h.lim = g, lim
 		return c.decide(t, h)
 	case timedOut:
 		retry := h.retryAfter()
@@ -320,8 +322,11 @@ func (qs *queueSet) dispatch(key string) {
 	for q.n > 0 {
 		w := q.peek()
 		now := qs.c.clock.Now()
+		// Served under the limit installed now (a reload since it queued
+		// applies to it); its caller takes it with the grant.
+		lim := qs.c.limitNow(w.set, w.h, w.tenant)
 		var g backend.Grant
-		err := qs.st.limiter.Acquire(context.Background(), q.key, w.h.lim, w.h.est, now, &g)
+		err := qs.st.limiter.Acquire(context.Background(), q.key, lim, w.h.est, now, &g)
 		if err != nil || !g.OK {
 			if g.Expired > 0 {
 				qs.c.obs.LeaseExpired(w.h.p.Name, int(g.Expired))
@@ -333,15 +338,15 @@ func (qs *queueSet) dispatch(key string) {
 		if !qs.retake(w, now) {
 			// Its earlier policies have no room now: it keeps its place,
 			// and this policy's permits go back until the next attempt.
-			qs.giveBack(w.h, &g, now)
+			qs.giveBack(w.h, lim, &g, now)
 			qs.arm(q, w.h, backend.Grant{}, now)
 			return
 		}
 		q.charge(w.prio, w.h.est)
-		qs.hold(sh, q.key, w.prio, w.h, &g, now)
+		qs.hold(sh, q.key, w.prio, w.h, lim, &g, now)
 		w.h.renewed = now // its lease starts now, not when it queued
 		q.pop(w)
-		w.grant, w.state = g, granted
+		w.grant, w.lim, w.state = g, lim, granted
 		close(w.done)
 	}
 	qs.emptied(sh, q)
@@ -399,6 +404,7 @@ func (qs *queueSet) retake(w *waiter, now time.Time) bool {
 	}
 	for i, o := range w.yielded {
 		g := &w.retaken[i]
+		o.lim = c.limitNow(w.set, o, w.tenant)
 		err := o.limiterOf().Acquire(context.Background(), o.key, o.lim, o.est, now, g)
 		c.settleFailed(o, err)
 		if g.Expired > 0 {
@@ -424,22 +430,22 @@ func (qs *queueSet) retake(w *waiter, now time.Time) bool {
 		if o.grant.OK && o.p.queues != nil && !o.local {
 			osh := o.p.queues.shard(o.key)
 			osh.mu.Lock()
-			o.p.queues.hold(osh, o.key, w.prio, o, &o.grant, now)
+			o.p.queues.hold(osh, o.key, w.prio, o, o.lim, &o.grant, now)
 			osh.mu.Unlock()
 		}
 	}
 	return true
 }
 
-// giveBack returns the permits g took from h's policy for a waiter that
-// is not served after all. Callers hold the lock of the queue's shard, so
-// the queue is not served from here.
-func (qs *queueSet) giveBack(h *held, g *backend.Grant, now time.Time) {
+// giveBack returns the permits g took under lim from h's policy for a
+// waiter that is not served after all. Callers hold the lock of the
+// queue's shard, so the queue is not served from here.
+func (qs *queueSet) giveBack(h *held, lim *limits.Limit, g *backend.Grant, now time.Time) {
 	ctx := context.Background()
 	if h.p.Algorithm == limits.Concurrency {
-		qs.c.settleFailed(h, qs.st.limiter.Release(ctx, h.key, h.lim, g, now))
+		qs.c.settleFailed(h, qs.st.limiter.Release(ctx, h.key, lim, g, now))
 	} else if g.Taken != 0 {
-		qs.c.settleFailed(h, qs.st.limiter.Adjust(ctx, h.key, h.lim, g, -g.Taken, now))
+		qs.c.settleFailed(h, qs.st.limiter.Adjust(ctx, h.key, lim, g, -g.Taken, now))
 	}
 }
 
@@ -521,10 +527,10 @@ func (sh *qshard) slotLoad(key string, create bool) *slotLoad {
 	return l
 }
 
-// hold records the concurrency grant g, taken by a request of priority
-// prio, in its partition's load when its policy reserves shares. Callers
-// hold the shard lock.
-func (qs *queueSet) hold(sh *qshard, key string, prio int, h *held, g *backend.Grant, now time.Time) {
+// hold records the concurrency grant g, taken under lim by a request of
+// priority prio, in its partition's load when its policy reserves shares.
+// Callers hold the shard lock.
+func (qs *queueSet) hold(sh *qshard, key string, prio int, h *held, lim *limits.Limit, g *backend.Grant, now time.Time) {
 	if h.p.Algorithm != limits.Concurrency || len(h.p.Queue.Shares) == 0 || g.Stamp == 0 {
 		return
 	}
@@ -543,7 +549,7 @@ func (qs *queueSet) hold(sh *qshard, key string, prio int, h *held, g *backend.G
 		}
 		l.swept = len(l.leases)
 	}
-	l.leases[g.Stamp] = lease{prio: prio, cost: h.est, expires: ns + int64(h.lim.MaxHold)}
+	l.leases[g.Stamp] = lease{prio: prio, cost: h.est, expires: ns + int64(lim.MaxHold)}
 	l.byPrio[prio] += h.est
 }
 
