@@ -261,3 +261,49 @@ func swapConfigMap(t *testing.T, dir, name string, files map[string]string) {
 type controller struct{ *admission.Controller }
 
 func (c controller) Apply(f *config.File) error { return c.SetConfig(f.Config) }
+
+// TestReloadSymlinkTarget follows a policy file that is a symlink to a
+// file kept elsewhere (/etc/sluice/policies.yaml -> /srv/config/...), as
+// an operator links a file from a checked-out repository: editing the
+// target, in place or by an editor's rename, is a change of the policy
+// file, and is applied.
+func TestReloadSymlinkTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sameDir bool
+	}{{"other directory", false}, {"same directory", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			linkDir, targetDir := t.TempDir(), t.TempDir()
+			if tc.sameDir {
+				targetDir = linkDir
+			}
+			target := filepath.Join(targetDir, "policies-main.yaml")
+			if err := os.WriteFile(target, []byte(policyFile(10, "enforce", 1000)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(linkDir, "policies.yaml")
+			if err := os.Symlink(target, path); err != nil {
+				t.Fatal(err)
+			}
+			w, _ := serve(t, path, &reloads{}, reload.WithDebounce(5*time.Millisecond), reload.WithSignals())
+			if err := os.WriteFile(target, []byte(policyFile(20, "enforce", 1000)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the edit of the target to be applied", func() bool { applied, _ := w.Stats(); return applied >= 2 })
+			if got := w.Current().Config.Policies[0].Limit; got != 20 {
+				t.Errorf("limit after the edit = %d; want 20", got)
+			}
+			tmp := filepath.Join(targetDir, ".policies-main.yaml.swp")
+			if err := os.WriteFile(tmp, []byte(policyFile(30, "enforce", 1000)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, target); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the rename over the target to be applied", func() bool { applied, _ := w.Stats(); return applied >= 3 })
+			if got := w.Current().Config.Policies[0].Limit; got != 30 {
+				t.Errorf("limit after the rename = %d; want 30", got)
+			}
+		})
+	}
+}

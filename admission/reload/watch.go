@@ -45,7 +45,9 @@ import (
 //
 // File changes are seen through fsnotify on the file's directory, so that
 // editors that write a new file and rename it, and Kubernetes ConfigMap
-// volumes that swap a symlink, are both followed. Events of other files in
+// volumes that swap a symlink, are both followed; a file that is a
+// symlink to a file elsewhere has its target's directory watched too, so
+// that an edit of the target is seen. Events of other files in
 // the directory (a log written next to the policy file, an editor's swap
 // file) are ignored, and events of the file are debounced. A directory is
 // watched itself: every event inside it concerns it.
@@ -70,6 +72,7 @@ type Watcher struct {
 	mu       sync.Mutex // serialises reloads and guards tried, policies and data
 	tried    version    // the version the last reload read
 	real     string     // the file's path with symlinks resolved, for the loop
+	target   string     // the directory of real also watched, for the loop; "" when none
 	policies int        // the policies in force
 	data     []byte     // the content of the file the last reload read
 	cur      atomic.Pointer[config.File]
@@ -243,6 +246,7 @@ func (w *Watcher) start() (*Watcher, error) {
 		return nil, fmt.Errorf("reload: watching %s: %w", w.path, err)
 	}
 	w.fsw = fsw
+	w.watchTarget()
 	if len(w.signals) > 0 {
 		w.sigs = make(chan os.Signal, 1)
 		signal.Notify(w.sigs, w.signals...)
@@ -319,11 +323,13 @@ func (w *Watcher) loop() {
 }
 
 // concerns reports whether ev may have changed the configuration: any
-// event in a watched directory; for a file, an event of the file itself,
-// or any event after which the file resolves to another path (a ConfigMap
-// volume swaps a symlink in the directory: "..data").
+// event in a watched directory; for a file, an event of the file itself
+// or of the file its symlinks resolve to, or any event after which the
+// file resolves to another path (a ConfigMap volume swaps a symlink in
+// the directory: "..data").
 func (w *Watcher) concerns(ev fsnotify.Event) bool {
-	if w.dir || filepath.Clean(ev.Name) == w.path {
+	name := filepath.Clean(ev.Name)
+	if w.dir || name == w.path || w.real != "" && name == w.real {
 		return true
 	}
 	real, _ := filepath.EvalSymlinks(w.path)
@@ -331,7 +337,37 @@ func (w *Watcher) concerns(ev fsnotify.Event) bool {
 		return false
 	}
 	w.real = real
+	w.watchTarget()
 	return true
+}
+
+// watchTarget watches, besides the file's directory, the directory of
+// the file its symlinks resolve to (a policy file linked from a
+// repository checked out elsewhere), in place of the one watched before,
+// so that an edit of the target is seen.
+func (w *Watcher) watchTarget() {
+	dir := ""
+	if !w.dir && w.real != "" {
+		dir = filepath.Dir(w.real)
+	}
+	if dir == filepath.Dir(w.path) {
+		dir = ""
+	}
+	if dir == w.target {
+		return
+	}
+	if w.target != "" {
+		_ = w.fsw.Remove(w.target) // gone with its directory, perhaps
+		w.target = ""
+	}
+	if dir == "" {
+		return
+	}
+	if err := w.fsw.Add(dir); err != nil {
+		w.log.Warn(w.name+" watch error: its symlink's target is not followed", slog.String("file", w.path), slog.String("target", w.real), slog.String("error", err.Error()))
+		return
+	}
+	w.target = dir
 }
 
 // read returns the version of the configuration on disk: the hash of the
