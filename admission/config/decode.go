@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,40 @@ import (
 // error naming the bound, before any of it is decoded: it never loads in
 // part.
 const MaxNodes = 5_000_000
+
+// MaxFileSize bounds the bytes of a policy file: room for a file of
+// MaxNodes nodes in the shape of an admitctl db export. A larger file,
+// or one that never ends (a device, a pipe), is refused with an error
+// naming the bound, before it is read whole or parsed.
+const MaxFileSize = 128 << 20
+
+// tooLarge is the error of a file over MaxFileSize.
+func tooLarge(name string) Errors {
+	return Errors{{File: name, Line: 1, Column: 1,
+		Msg: fmt.Sprintf("file too large: more than %d bytes (the bound is config.MaxFileSize); nothing of it was loaded", MaxFileSize)}}
+}
+
+// ReadFile reads the policy file at path, at most MaxFileSize bytes: a
+// larger file, or one that never ends, is refused with an Errors naming
+// the bound, after reading at most one byte more.
+func ReadFile(path string) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	if st, err := fh.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > MaxFileSize {
+		return nil, tooLarge(path)
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooLarge(path)
+	}
+	return data, nil
+}
 
 type decoder struct {
 	file  string
@@ -54,6 +89,9 @@ func Parse(name string, data []byte) (*File, error) {
 // the file again. The node is nil when data is not one YAML document;
 // the caller must not change it.
 func ParseTree(name string, data []byte) (*File, *yaml.Node, error) {
+	if len(data) > MaxFileSize {
+		return nil, nil, tooLarge(name)
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	err := dec.Decode(&doc)

@@ -12,10 +12,11 @@
 //
 //	policies.yaml:14:12: policies[1].burst: 5 is smaller than max_cost 8: the largest request could never be admitted
 //
-// A file loads whole or is refused: one of more than MaxNodes YAML nodes,
-// counted with its aliases expanded (room for the export of several
-// hundred thousand tenants), or with an alias that contains itself, is
-// refused before any of it is decoded, with an error naming the bound.
+// A file loads whole or is refused: one of more than MaxFileSize bytes
+// (or that never ends), or of more than MaxNodes YAML nodes, counted with
+// its aliases expanded (room for the export of several hundred thousand
+// tenants), or with an alias that contains itself, is refused before any
+// of it is decoded, with an error naming the bound.
 // Errors show a configured URL without its password (see RedactURL).
 //
 // Durations are Go durations or days (90s, 1m, 24h, 7d); amounts may use
@@ -85,7 +86,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"slices"
 	"sort"
 	"time"
@@ -333,9 +333,9 @@ func (f *File) Stores() []string {
 	return out
 }
 
-// Load reads and parses the policy file at path.
+// Load reads and parses the policy file at path (see ReadFile).
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -392,7 +392,11 @@ func (w *Watcher) read() (version, error) {
 	}
 	h := sha256.New()
 	for _, name := range files {
-		data, err := os.ReadFile(name)
+		read := os.ReadFile
+		if !w.dir {
+			read = config.ReadFile // a policy file, bounded
+		}
+		data, err := read(name)
 		if w.dir && errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,7 +111,7 @@ func runCheck(_ context.Context, e *env, fs *flag.FlagSet, args []string) int {
 // not valid it writes every problem to w, reworded by explain, and
 // reports false.
 func loadPolicyFile(w io.Writer, path string) (*config.File, rawFile, bool) {
-	data, err := os.ReadFile(path)
+	data, err := config.ReadFile(path)
 	if err != nil {
 		fmt.Fprintln(w, err)
 		return nil, rawFile{}, false

@@ -701,7 +701,7 @@ func yamlKeyLess(ar, br []rune) bool {
 // which keeps its lines (errors name them); a file of another shape is
 // merged as a document and encoded again.
 func readImport(path string, pf *config.File) (*directory.Data, error) {
-	data, err := os.ReadFile(path)
+	data, err := config.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
