@@ -772,6 +772,9 @@ func (d *decoder) decodeTenants(n *yaml.Node, path string) {
 	pl.Tenants = map[string]limits.TenantPlan{}
 	d.pairs(n, path, func(tenant string, k, v *yaml.Node, p string) {
 		d.tenantNodes[tenant] = k
+		if !ValidTenant(tenant) {
+			d.errorf(k, p, "%q is not a valid tenant name (1 to %d printable characters)", tenant, maxTenantName)
+		}
 		var tp limits.TenantPlan
 		d.mapping(v, p,
 			field{"plan", d.name(&tp.Plan, "plan")},
@@ -819,6 +822,9 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 			hash = s
 		} else {
 			continue
+		}
+		if !ValidUser(user) {
+			d.errorf(d.lines[p+".user"], p+".user", "the user is not 0 to %d printable characters", maxUser)
 		}
 		at := e
 		if x, ok := d.lines[p+".hash"]; ok {
