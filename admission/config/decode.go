@@ -984,6 +984,11 @@ func (d *decoder) either(key, v, off, on string) bool {
 	return false
 }
 
+// minDecisionSample is the smallest logging.decisions.sample above 0: one
+// admitted decision in a billion, so that one in round(1/sample) stays a
+// count (a smaller fraction would overflow it).
+const minDecisionSample = 1e-9
+
 func (d *decoder) decodeLogging(n *yaml.Node, path string) {
 	l := &d.f.Logging
 	var level, sample, sessions string
@@ -1010,8 +1015,8 @@ func (d *decoder) decodeLogging(n *yaml.Node, path string) {
 	l.HashSessions = d.either(path+".sessions", sessions, "raw", "hash")
 	if sample != "" {
 		v, err := strconv.ParseFloat(sample, 64)
-		if err != nil || v < 0 || v > 1 {
-			d.errorf(d.lines[path+".decisions.sample"], path+".decisions.sample", "%q is not a fraction between 0 and 1", sample)
+		if err != nil || !(v == 0 || v >= minDecisionSample && v <= 1) {
+			d.errorf(d.lines[path+".decisions.sample"], path+".decisions.sample", "%q is not a fraction between 0 and 1 (0, or at least %g: one in a billion)", sample, minDecisionSample)
 		}
 		l.DecisionSample = v
 	}

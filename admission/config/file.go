@@ -273,7 +273,8 @@ type Logging struct {
 	// Format is "json" (default) or "text".
 	Format string
 	// DecisionSample is the fraction of admitted decisions to log
-	// (default 0): one in round(1/DecisionSample), within MaxPerSecond.
+	// (default 0; else from 1e-9 to 1): one in round(1/DecisionSample),
+	// within MaxPerSecond.
 	DecisionSample float64
 	// Rejections logs every rejection and would-reject (default true),
 	// within MaxPerSecond.
