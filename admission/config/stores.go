@@ -315,7 +315,7 @@ func (d *decoder) fraction(dst *float64, lo, hi float64) func(*yaml.Node, string
 			return
 		}
 		v, err := strconv.ParseFloat(s, 64)
-		if err != nil || v < lo || v > hi || v == 0 && lo == 0 {
+		if err != nil || !(v >= lo && v <= hi) || v == 0 && lo == 0 { // NaN too
 			open := "["
 			if lo == 0 {
 				open = "("

@@ -134,3 +134,23 @@ stores:
 		}
 	}
 }
+
+// TestStoreFractionsRefuseNaN refuses a NaN (or infinite) figure in a
+// store's adaptive_concurrency and charge_ratio: NaN passes every
+// range comparison, and a provider budget reserved through a NaN ratio
+// would be no figure at all.
+func TestStoreFractionsRefuseNaN(t *testing.T) {
+	const policy = "\npolicies:\n  - {name: tpm, key: model, algorithm: token_bucket, unit: tokens, limit: 1000, per: 1m, store: shared}\n"
+	for _, entry := range []struct{ field, yaml string }{
+		{"adaptive_concurrency.tolerance", "adaptive_concurrency: {tolerance: .nan}"},
+		{"adaptive_concurrency.smoothing", "adaptive_concurrency: {smoothing: NaN}"},
+		{"charge_ratio.initial", "charge_ratio: {initial: .NaN}"},
+		{"charge_ratio.min", "charge_ratio: {min: nan}"},
+		{"charge_ratio.max", "charge_ratio: {max: +Inf}"},
+	} {
+		_, err := config.Parse("stores.yaml", []byte("stores:\n  shared: {kind: upstream, "+entry.yaml+"}"+policy))
+		if want := "stores.shared." + entry.field; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) = %v; want an error at %s", entry.yaml, err, want)
+		}
+	}
+}
