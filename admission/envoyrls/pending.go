@@ -29,23 +29,23 @@ type pendingTable struct {
 	seeds   [2]maphash.Seed
 	entries map[pendingID]pendingEntry
 	order   []pendingKey // insertion order, for expiry
-	seq     uint64       // the last insertion's number
+	last    int64        // the last insertion's expiry
 }
 
 // pendingID identifies a request's reconciliation entry.
 type pendingID struct{ a, b uint64 }
 
 type pendingEntry struct {
-	ticket  admission.Ticket
-	expires int64  // unix ns
-	seq     uint64 // the insertion that put it, which its order key names
-	settled bool   // the actual came first: only a marker
+	ticket admission.Ticket
+	// expires (unix ns) is unique to the insertion that put the entry,
+	// which its order key names: a later one expires at least 1ns after.
+	expires int64
+	settled bool // the actual came first: only a marker
 }
 
 type pendingKey struct {
 	id      pendingID
 	expires int64
-	seq     uint64
 }
 
 func newPendingTable() *pendingTable {
@@ -77,7 +77,7 @@ func (p *pendingTable) expire(now int64) {
 	n := 0
 	for ; n < len(p.order) && now >= p.order[n].expires; n++ {
 		k := p.order[n]
-		if e, ok := p.entries[k.id]; ok && e.seq == k.seq {
+		if e, ok := p.entries[k.id]; ok && e.expires == k.expires {
 			delete(p.entries, k.id)
 			e.ticket.Done()
 		}
@@ -99,10 +99,10 @@ func (p *pendingTable) insert(id pendingID, e pendingEntry, now time.Time) bool 
 	} else if len(p.entries) >= p.max {
 		return false
 	}
-	p.seq++
-	e.expires, e.seq = ns+int64(p.ttl), p.seq
+	p.last = max(ns+int64(p.ttl), p.last+1)
+	e.expires = p.last
 	p.entries[id] = e
-	p.order = append(p.order, pendingKey{id, e.expires, e.seq})
+	p.order = append(p.order, pendingKey{id, e.expires})
 	if len(p.order) > 2*p.max {
 		p.compact()
 	}
@@ -115,7 +115,7 @@ func (p *pendingTable) insert(id pendingID, e pendingEntry, now time.Time) bool 
 func (p *pendingTable) compact() {
 	n := 0
 	for _, k := range p.order {
-		if e, ok := p.entries[k.id]; ok && e.seq == k.seq {
+		if e, ok := p.entries[k.id]; ok && e.expires == k.expires {
 			p.order[n] = k
 			n++
 		}
