@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/admission/memstore"
+	"github.com/sluicehq/sluice/internal/tenantname"
 	"github.com/sluicehq/sluice/internal/vclock"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/shadow/requestlog"
@@ -40,7 +41,10 @@ type Candidate struct {
 type Config struct {
 	// MaxTenants bounds the tenants counted by name, in the whole log and
 	// per policy; the others are counted as shadow.OtherTenant. Zero means
-	// shadow.DefaultMaxTenants.
+	// shadow.DefaultMaxTenants. A tenant whose name is longer than 128
+	// bytes, not valid UTF-8, holds a control character or is
+	// shadow.OtherTenant is counted and reported under a printable prefix
+	// of it, "~" and 16 hex digits of its hash, as the live report does.
 	MaxTenants int
 	// TopTenants is how many tenants the report lists per policy, most
 	// refused first; zero means DefaultTopTenants.
@@ -208,8 +212,8 @@ func (a *amounts) add(r *requestlog.Record) {
 	}
 }
 
-// tenantTable counts per tenant, by name for the first max tenants and
-// under shadow.OtherTenant for the rest.
+// tenantTable counts per tenant, by safe name (see safeTenant) for the
+// first max tenants and under shadow.OtherTenant for the rest.
 type tenantTable[T any] struct {
 	max int
 	m   map[string]*T
@@ -219,7 +223,15 @@ func newTenantTable[T any](max int) *tenantTable[T] {
 	return &tenantTable[T]{max: max, m: map[string]*T{}}
 }
 
+// safeTenant returns the name a tenant is counted and reported under: its
+// own, unless it is too long, invalid UTF-8, holds a control character or
+// is shadow.OtherTenant; then a printable prefix and a hash of the whole
+// name, so that it neither fills memory nor breaks a terminal nor hides
+// in the overflow bucket.
+func safeTenant(tenant string) string { return tenantname.Safe(tenant, shadow.OtherTenant) }
+
 func (t *tenantTable[T]) get(tenant string) *T {
+	tenant = safeTenant(tenant)
 	if v, ok := t.m[tenant]; ok {
 		return v
 	}

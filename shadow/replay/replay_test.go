@@ -697,3 +697,51 @@ func TestReplayStoppedLeavesNoWaiters(t *testing.T) {
 	}
 	poll.Until(t, time.Second, fmt.Sprintf("the goroutines to end (%d before the replay)", before), func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// A tenant named like the overflow bucket, or with a name too long,
+// invalid or holding control characters, is counted under its own safe
+// name: never merged with __other__, never printed raw.
+func TestReplayHostileTenantNames(t *testing.T) {
+	long := strings.Repeat("L", 5000)
+	// One request each, past the limit of 1 per minute: each tenant is
+	// refused once. "c" and "d" overflow MaxTenants into __other__.
+	var b strings.Builder
+	for _, tenant := range []string{"a", "__other__", long, "x\x1b[2Jy", "c", "d"} {
+		for range 2 {
+			r := requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: tenant}}
+			b.Write(r.AppendJSON(nil))
+			b.WriteByte('\n')
+		}
+	}
+	p := admission.Policy{Name: "one", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute}
+	rep, err := replay.Run(context.Background(), strings.NewReader(b.String()), replay.Config{MaxTenants: 4, TopTenants: 10}, cand("c", p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := rep.Candidates[0].Policies[0]
+	got := map[string]string{}
+	var names []string
+	for _, tf := range pr.Tenants {
+		names = append(names, fmt.Sprintf("%.40q", tf.Tenant))
+		if len(tf.Tenant) > 128 || strings.ContainsAny(tf.Tenant, "\x1b") {
+			t.Errorf("tenant %.60q reported raw", tf.Tenant)
+		}
+		got[tf.Tenant] = fmt.Sprintf("%d/%d", tf.Rejected, tf.Requests)
+	}
+	if g := got["__other__"]; g != "2/4" {
+		t.Errorf("__other__ = %s; want 2/4 (c and d only)", g)
+	}
+	if len(got) != 5 {
+		t.Errorf("tenants %v; want a, the three hostile ones by safe names, __other__", names)
+	}
+	for name, g := range got {
+		if name != "__other__" && g != "1/2" {
+			t.Errorf("%.60q = %s; want 1/2", name, g)
+		}
+	}
+	for _, ts := range pr.Series.Tenants {
+		if len(ts.Tenant) > 128 {
+			t.Errorf("series tenant %.60q reported raw", ts.Tenant)
+		}
+	}
+}

@@ -55,7 +55,8 @@ type Suggestion struct {
 	// own limit, alone and enforced.
 	Matched, Rejected, WasRejected int64
 	Share                          float64
-	// Target is the share aimed at, Ignored the tenants left out.
+	// Target is the share aimed at, Ignored the tenants left out (each
+	// under the name the report counts it by: a hostile name hashed).
 	Target  float64
 	Ignored []string
 	// Reached is false when even the largest limit (limits.MaxAmount)
@@ -263,7 +264,7 @@ func addFiltered(ctx context.Context, rp *Replayer, r io.Reader, skip map[string
 		if err != nil {
 			return err
 		}
-		if skip[rec.Tenant] {
+		if len(skip) > 0 && skip[safeTenant(rec.Tenant)] {
 			continue
 		}
 		if err := rp.checkSample(&rec); err != nil {
