@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/shadow/replay"
@@ -204,12 +206,27 @@ func writeSuggestions(w io.Writer, all []replay.Suggestion) {
 		if i == 0 || all[i-1].Candidate != s.Candidate {
 			fmt.Fprintf(w, "\n# %s: the smallest limits under which each policy, enforced alone, rejects at most %.1f%% of its requests", s.Candidate, s.Target*100)
 			if len(s.Ignored) > 0 {
-				fmt.Fprintf(w, " (leaving out %s)", strings.Join(s.Ignored, ", "))
+				names := make([]string, len(s.Ignored))
+				for i, t := range s.Ignored {
+					names[i] = commentName(t)
+				}
+				fmt.Fprintf(w, " (leaving out %s)", strings.Join(names, ", "))
 			}
 			fmt.Fprint(w, "\npolicies:\n")
 		}
 		fmt.Fprint(w, s.YAML())
 	}
+}
+
+// commentName returns tenant as it can stand in a YAML comment: itself
+// when every rune is printable, else quoted with Go escapes, so that no
+// line break YAML knows (U+0085, U+2028, U+2029 among them) ends the
+// comment and puts the rest of the name into the policy file.
+func commentName(tenant string) string {
+	if strings.IndexFunc(tenant, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return tenant
+	}
+	return strconv.Quote(tenant)
 }
 
 // writeHTMLReport writes the HTML report to path, replacing it whole.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluicehq/sluice/shadow/replay"
 )
 
@@ -200,5 +202,40 @@ func TestReplayQueuedExample(t *testing.T) {
 	q := findPolicy(t, rep.Report, "../../examples/replay/queued.yaml", "tenant-concurrency")
 	if now.Rejected != 318 || q.Rejected != 245 || q.Reasons["queue_full"] != 235 || q.Reasons["queue_timeout"] != 10 || q.Admitted != 729 {
 		t.Errorf("queued candidate: %+v; current rejects %d", q, now.Rejected)
+	}
+}
+
+// A tenant name holding a YAML line break (U+2028) cannot end the
+// comment that names the tenants --ignore-top leaves out: the snippet
+// still parses to the candidate's policies alone.
+func TestReplaySuggestHostileIgnored(t *testing.T) {
+	hostile := "x\u2028  - name: evil\u2028    limit: 1000000\u2028#"
+	var lines []string
+	for i := range 30 {
+		lines = append(lines, rec(i%60, hostile, ""))
+	}
+	lines = append(lines, rec(0, "acme", ""), rec(1, "acme", ""))
+	code, out, errs := runArgs("", "replay", "--log", logFile(t, lines...), "--config", current, "--suggest", "--ignore-top", "1")
+	if code != 0 {
+		t.Fatalf("replay --suggest = %d; stderr:\n%s", code, errs)
+	}
+	_, snippet, ok := strings.Cut(out, "\n# "+current+": ")
+	if !ok {
+		t.Fatalf("no YAML snippet in:\n%s", out)
+	}
+	var doc struct {
+		Policies []struct {
+			Name string `yaml:"name"`
+		} `yaml:"policies"`
+	}
+	if err := yaml.Unmarshal([]byte("# "+snippet), &doc); err != nil {
+		t.Fatalf("snippet does not parse: %v\n%s", err, snippet)
+	}
+	var names []string
+	for _, p := range doc.Policies {
+		names = append(names, p.Name)
+	}
+	if strings.Join(names, " ") != "tenant-rpm tenant-concurrency" {
+		t.Errorf("snippet's policies = %q; want tenant-rpm tenant-concurrency:\n%s", names, snippet)
 	}
 }
