@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -198,8 +199,8 @@ type amounts struct {
 
 func (a *amounts) add(r *requestlog.Record) {
 	a.requests++
-	a.tokens += r.Tokens
-	a.cost += r.Cost
+	a.tokens = satAdd(a.tokens, r.Tokens)
+	a.cost = satAdd(a.cost, r.Cost)
 	for _, u := range r.Units {
 		if a.units == nil {
 			a.units = map[limits.Unit]int64{}
@@ -208,8 +209,21 @@ func (a *amounts) add(r *requestlog.Record) {
 		if _, ok := a.units[name]; !ok && len(a.units) >= maxNamedUnits {
 			name = shadow.OtherTenant
 		}
-		a.units[name] += u.Amount
+		a.units[name] = satAdd(a.units[name], u.Amount)
 	}
+}
+
+// satAdd returns a+b, saturated at the int64 bounds: a long log's
+// refused amounts, each up to limits.MaxAmount, never wrap.
+func satAdd(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
 }
 
 // tenantTable counts per tenant, by safe name (see safeTenant) for the
@@ -887,7 +901,7 @@ type Policy struct {
 type Amounts struct {
 	// Requests counts requests; Tokens and Cost sum their estimates;
 	// Units sums named units (at most 32 names, the rest under
-	// shadow.OtherTenant's name).
+	// shadow.OtherTenant's name). Sums stop at the largest int64.
 	Requests int64            `json:"requests"`
 	Tokens   int64            `json:"tokens"`
 	Cost     int64            `json:"cost"`

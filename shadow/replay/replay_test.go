@@ -745,3 +745,26 @@ func TestReplayHostileTenantNames(t *testing.T) {
 		}
 	}
 }
+
+// Refused amounts, each at most limits.MaxAmount, saturate when their
+// sum passes the largest int64 rather than wrap to a negative figure.
+func TestReplayRefusedCostSaturates(t *testing.T) {
+	var b strings.Builder
+	r := requestlog.Record{Time: shadowtest.T0, Request: admission.Request{Tenant: "acme", Tokens: limits.MaxAmount, Cost: limits.MaxAmount,
+		Units: []admission.UnitAmount{{Unit: "images", Amount: limits.MaxAmount}}}}
+	line := r.AppendJSON(nil)
+	for range 8193 { // 8192 refused, of 2^50 each: 2^63
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	p := admission.Policy{Name: "one", Key: shadowtest.TenantKey(), Algorithm: limits.FixedWindow, Limit: 1, Per: time.Minute}
+	rep := replayLog(t, b.String(), cand("c", p))
+	pr := rep.Candidates[0].Policies[0]
+	if pr.Rejected != 8192 {
+		t.Fatalf("rejected %d; want 8192", pr.Rejected)
+	}
+	const maxInt64 = 1<<63 - 1
+	if rc := pr.RefusedCost; rc.Tokens != maxInt64 || rc.Cost != maxInt64 || rc.Units["images"] != maxInt64 {
+		t.Errorf("refused cost = %+v; want every amount saturated at %d", rc, int64(maxInt64))
+	}
+}
