@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/shadow"
 	"github.com/sluicehq/sluice/shadow/replay"
 	"github.com/sluicehq/sluice/shadow/requestlog"
@@ -93,6 +94,15 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 	for _, path := range configs {
 		f, _, ok := loadPolicyFile(e.stderr, path)
 		if !ok {
+			failed = true
+			continue
+		}
+		if f.Directory.Source == config.DirectoryPostgres {
+			// The plans and tenant overrides the gateways enforce are in
+			// the database: without them every tenant would be decided by
+			// the policies alone.
+			fmt.Fprintf(e.stderr, "%s: directory.source postgres: the replay cannot read the database's plans and tenant overrides; "+
+				"replay a copy of the file with directory.source file and the plans and tenants admitctl db export prints\n", path)
 			failed = true
 			continue
 		}

@@ -111,3 +111,18 @@ func TestReplayExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// A candidate whose plans and tenants live in PostgreSQL is refused: the
+// replay cannot see them and would decide every tenant by the policies
+// alone, without the plans and overrides the gateways enforce.
+func TestReplayDirectoryPostgres(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pg.yaml")
+	os.WriteFile(path, []byte("version: 1\ndirectory:\n  source: postgres\npolicies:\n  - name: a\n    key: tenant\n    algorithm: token_bucket\n    limit: 10\n    per: 1m\n"), 0o644)
+	code, out, errs := runArgs("", "replay", "--log", sampleLog, "--config", path)
+	if code != 1 || !strings.Contains(errs, path+": directory.source postgres") || !strings.Contains(errs, "admitctl db export") {
+		t.Errorf("replay of a postgres-directory candidate = %d, stderr %q; want 1 and why", code, errs)
+	}
+	if out != "" {
+		t.Errorf("stdout %q; want none", out)
+	}
+}
