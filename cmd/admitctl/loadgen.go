@@ -147,7 +147,7 @@ func runLoadgen(ctx context.Context, e *env, fs *flag.FlagSet, args []string) in
 	fs.StringVar(&c.operation, "operation", "POST /v1/chat/completions", "the records' operation")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed: the same seed gives the same traffic")
 	out := fs.String("out", "-", "where to write the log (- for stdout)")
-	target := fs.String("target", "", "send the traffic as HTTP to this base URL (POST /v1/chat/completions) instead of writing a log")
+	target := fs.String("target", "", "send the traffic as HTTP to this base URL (POST /v1/chat/completions) instead of writing a log; a redirect is counted by its status, not followed")
 	keysPath := fs.String("keys", "", "file of \"TENANT API-KEY\" lines: the tenants and the key each sends (required with --target)")
 	conc := fs.Int("concurrency", 8, "HTTP mode: requests in flight at most")
 	maxRequests := fs.Int("max-requests", 1000, "HTTP mode: most requests sent")
@@ -317,7 +317,9 @@ func (h *httpLoad) run(ctx context.Context, e *env, g *generator) int {
 	if e.transport != nil {
 		rt = e.transport
 	}
-	client := &http.Client{Timeout: h.timeout, Transport: rt}
+	// A redirect is an answer to count, not to follow: the traffic goes
+	// to the target given and nowhere else.
+	client := &http.Client{Timeout: h.timeout, Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	defer client.CloseIdleConnections()
 	type job struct {
 		body []byte

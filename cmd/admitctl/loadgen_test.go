@@ -264,3 +264,31 @@ func TestLoadgenKeysLog(t *testing.T) {
 		}
 	}
 }
+
+// A redirect from the target is reported, not followed: loadgen sends
+// only to the target it was given (a 307 would resend the request, its
+// body and, to the same host, its key elsewhere).
+func TestLoadgenNoRedirect(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "keys.txt")
+	os.WriteFile(keyFile, []byte("acme sk-test-acme\n"), 0o600)
+	var mu sync.Mutex
+	hosts := map[string]int{}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hosts[r.URL.Host]++
+		mu.Unlock()
+		http.Redirect(w, r, "http://elsewhere.test/v1/chat/completions", http.StatusTemporaryRedirect)
+	})
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, transport: handlerTransport{h}}
+	code := run(context.Background(), e, []string{"loadgen", "--keys", keyFile, "--target", "http://llm.test", "--max-requests", "5", "--no-pace"})
+	if code != 0 {
+		t.Fatalf("loadgen = %d: %s", code, errb.String())
+	}
+	if len(hosts) != 1 || hosts["llm.test"] != 5 {
+		t.Errorf("requests by host %v; want 5, all to llm.test", hosts)
+	}
+	if !strings.Contains(out.String(), "status 307: 5") {
+		t.Errorf("report does not count the redirects:\n%s", out.String())
+	}
+}
