@@ -193,21 +193,42 @@ func runReplay(ctx context.Context, e *env, fs *flag.FlagSet, args []string) int
 			return 1
 		}
 	}
+	out := &stickyWriter{w: e.stdout}
 	if *format == "json" {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(jsonReport{Report: rep, BadLines: rep.Skipped, Suggestions: suggestions}); err != nil {
-			return 1
+		if err := enc.Encode(jsonReport{Report: rep, BadLines: rep.Skipped, Suggestions: suggestions}); out.err == nil {
+			out.err = err
 		}
-		return 0
+	} else {
+		if err := rep.WriteText(out); out.err == nil {
+			out.err = err
+		}
+		if *suggest {
+			writeSuggestions(out, suggestions)
+		}
 	}
-	if err := rep.WriteText(e.stdout); err != nil {
+	if out.err != nil {
+		fmt.Fprintf(e.stderr, "admitctl replay: writing the report: %v\n", out.err)
 		return 1
 	}
-	if *suggest {
-		writeSuggestions(e.stdout, suggestions)
-	}
 	return 0
+}
+
+// stickyWriter writes to w until a write fails, then keeps that error
+// and writes nothing more.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
 }
 
 // writeSuggestions prints each candidate's suggestions as a YAML snippet.

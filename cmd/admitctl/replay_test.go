@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +127,22 @@ func TestReplayDirectoryPostgres(t *testing.T) {
 	}
 	if out != "" {
 		t.Errorf("stdout %q; want none", out)
+	}
+}
+
+// failWriter fails every write, as a closed pipe or a full disk does.
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// A report that cannot be written is an error said on stderr, status 1.
+func TestReplayWriteError(t *testing.T) {
+	for _, format := range []string{"table", "json"} {
+		var errb bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: failWriter{}, stderr: &errb}
+		code := run(context.Background(), e, []string{"replay", "--log", sampleLog, "--config", current, "--format", format})
+		if code != 1 || !strings.Contains(errb.String(), "no space left on device") {
+			t.Errorf("--format %s to a failing stdout = %d, stderr %q; want 1 and the error", format, code, errb.String())
+		}
 	}
 }
