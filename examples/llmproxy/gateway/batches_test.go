@@ -745,3 +745,41 @@ func TestBatchHoldLogged(t *testing.T) {
 		t.Errorf("gateway.New with MaxHold %v = %v; want refused", base.Batches.MaxHold, err)
 	}
 }
+
+// TestBatchLineDefaultOutput: a batch line without max_tokens reserves
+// the output the same body sent to its url would, the policy file's
+// default_max_tokens for its model (or Config.DefaultMaxTokens) per
+// choice, never the estimator's smaller default: a batch is not a way
+// around the file's reservation.
+func TestBatchLineDefaultOutput(t *testing.T) {
+	const noLimit = `{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello there"}]}}`
+	est, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := est.EstimateEndpoint(weights.EndpointChatCompletions, []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello there"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		models string
+		flag   int64
+		file   string
+		out    int64
+	}{
+		{"the file's entry", "models:\n  gpt-4o-mini: {default_max_tokens: 16000}\n", 0, noLimit, 16000},
+		{"the file's entry, two choices", "models:\n  gpt-4o-mini: {default_max_tokens: 16000}\n", 0, strings.Replace(noLimit, `"body":{`, `"body":{"n":2,`, 1), 32000},
+		{"the flag", "", 9000, noLimit, 9000},
+		{"max_tokens whatever the defaults", "models:\n  gpt-4o-mini: {default_max_tokens: 16000}\n", 0, chatLine("r1", "Hello there", 100), 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := batchGateway(t, tc.models+batchPolicy, func(gc *gatewaySetup, _ *upstream.Config) { gc.DefaultMaxTokens = tc.flag })
+			s.created(t, keyA, s.uploaded(t, keyA, tc.file), nil)
+			tok, _ := s.remaining(t, "a")
+			if got := 100_000 - tok - e.InputTokens; got != tc.out {
+				t.Errorf("the batch reserved %d output tokens; want %d", got, tc.out)
+			}
+		})
+	}
+}

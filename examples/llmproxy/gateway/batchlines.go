@@ -53,6 +53,9 @@ type lineCounter struct {
 	maxLines  int
 	maxBytes  int64
 	maxOutput int64 // the output reservation cap of a line; 0 for none
+	// defaults, when set, gives a line's estimate the output reservation
+	// the same body sent to its url gets (see Gateway.defaultOutput).
+	defaults func(*weights.Estimate)
 
 	buf   []byte // the line being read, without its newline
 	line  int    // the number of the line being read, from 1
@@ -189,6 +192,9 @@ func (lc *lineCounter) count(line []byte) error {
 		return bad("model %s differs from the first request's %s: a batch runs one model", quoteClip(e.Model), quoteClip(lc.sum.model))
 	case e.Stream:
 		return bad("body.stream: a batch request cannot stream")
+	}
+	if lc.defaults != nil {
+		lc.defaults(&e)
 	}
 	out := e.OutputTokens
 	if lc.maxOutput > 0 && out > lc.maxOutput {

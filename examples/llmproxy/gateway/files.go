@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/internal/bodywatch"
+	"github.com/sluicehq/sluice/weights"
 )
 
 // OpFiles is the route of a file upload, POST /v1/files: a batch input
@@ -106,6 +107,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		return nil
 	}
 	lc := newLineCounter(g.est, int(b.cfg.MaxLineBytes), b.cfg.MaxLines, b.cfg.MaxFileBytes, g.cfg.MaxOutputReserve)
+	lc.defaults = func(e *weights.Estimate) { g.defaultOutput(st, e) }
 	body := http.MaxBytesReader(c.Response(), b.paced(c), b.cfg.MaxFileBytes+multipartSlack)
 	pr, pw := io.Pipe()
 	out := multipart.NewWriter(pw)
