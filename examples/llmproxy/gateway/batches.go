@@ -33,7 +33,12 @@ import (
 // line as the file is uploaded through it: each line's body exactly as
 // the same request sent to its url would be (prompt tokens with the
 // model's tokenizer plus the output reservation, capped by
-// Config.MaxOutputReserve), every line of one model and one url. The
+// Config.MaxOutputReserve), every line of one model and one url; a
+// /v1/responses line continuing a response (previous_response_id) is
+// priced from the recorded size of its chain, and one continuing a
+// response of another tenant, an unknown one, or naming a conversation
+// refuses the file, as the same call to /v1/responses is (see
+// ResponsesAPI). The
 // gateway keeps only a summary per file (model, url, lines, token sums)
 // for the tenant that uploaded it. A batch created from a file the gateway
 // did not count (uploaded to the provider directly, by another tenant,

@@ -783,3 +783,50 @@ func TestBatchLineDefaultOutput(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchResponsesChains: a batch line of /v1/responses that continues
+// a response is held to what the same call sent to /v1/responses is: one
+// continuing another tenant's response (or an unknown one), or naming a
+// conversation, refuses the file before the upstream stores it, and one
+// continuing the tenant's own response reserves the recorded size of its
+// chain, never nothing.
+func TestBatchResponsesChains(t *testing.T) {
+	s := batchGateway(t, batchPolicy, nil)
+	code, mine := s.respond(t, keyA, map[string]any{"model": "gpt-4o-mini", "input": "Hi.", "max_output_tokens": 50})
+	if code != 200 || mine.Usage.TotalTokens == 0 {
+		t.Fatalf("a's response: %d %s", code, mine.raw)
+	}
+	line := func(extra string) string {
+		return `{"custom_id":"r1","method":"POST","url":"/v1/responses","body":{"model":"gpt-4o-mini","input":"Go on.","max_output_tokens":50` + extra + `}}` + "\n"
+	}
+	stored := s.sim.Files()
+	for _, tc := range []struct{ name, key, extra string }{
+		{"another tenant's response", batchKeyB, `,"previous_response_id":"` + mine.ID + `"`},
+		{"an unknown response", keyA, `,"previous_response_id":"resp_nobody"`},
+		{"a conversation", keyA, `,"conversation":"conv_1"`},
+	} {
+		if resp, b := s.upload(t, tc.key, line(tc.extra)); resp.StatusCode != 400 {
+			t.Errorf("%s: %d %s; want 400", tc.name, resp.StatusCode, b)
+		}
+	}
+	if n := s.sim.Files() - stored; n != 0 {
+		t.Errorf("the upstream stored %d refused files", n)
+	}
+	create := func(file string) {
+		t.Helper()
+		b := mustJSON(map[string]any{"input_file_id": s.uploaded(t, keyA, file), "endpoint": "/v1/responses", "completion_window": "24h"})
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/batches", bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		if resp, b := s.do(t, req, keyA); resp.StatusCode != 200 {
+			t.Fatalf("create: %d %s", resp.StatusCode, b)
+		}
+	}
+	before, _ := s.quotasLeft(t, "a", "POST /v1/batches", "gpt-4o-mini")
+	create(line(""))
+	mid, _ := s.quotasLeft(t, "a", "POST /v1/batches", "gpt-4o-mini")
+	create(line(`,"previous_response_id":"` + mine.ID + `"`))
+	after, _ := s.quotasLeft(t, "a", "POST /v1/batches", "gpt-4o-mini")
+	if own, chained := before-mid, mid-after; chained != own+mine.Usage.TotalTokens {
+		t.Errorf("a chained line reserved %d tokens; want %d (its own %d + the chain's %d)", chained, own+mine.Usage.TotalTokens, own, mine.Usage.TotalTokens)
+	}
+}

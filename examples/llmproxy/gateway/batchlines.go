@@ -56,6 +56,10 @@ type lineCounter struct {
 	// defaults, when set, gives a line's estimate the output reservation
 	// the same body sent to its url gets (see Gateway.defaultOutput).
 	defaults func(*weights.Estimate)
+	// chain, when set, returns the size of the chain a /v1/responses
+	// line continues (see responses.chainTokens); nil refuses a line
+	// that continues a response or names a conversation.
+	chain func(responsesRequest) (int64, error)
 
 	buf   []byte // the line being read, without its newline
 	line  int    // the number of the line being read, from 1
@@ -192,6 +196,27 @@ func (lc *lineCounter) count(line []byte) error {
 		return bad("model %s differs from the first request's %s: a batch runs one model", quoteClip(e.Model), quoteClip(lc.sum.model))
 	case e.Stream:
 		return bad("body.stream: a batch request cannot stream")
+	}
+	if ep == weights.EndpointResponses {
+		// A continued response is priced from its recorded chain, and
+		// only the tenant's own, as on /v1/responses.
+		rr, err := parseResponsesRequest(body)
+		if err != nil {
+			return bad("body: %v", err)
+		}
+		if rr.previous != "" || rr.conversation {
+			n, err := int64(0), errUnknownChain
+			if lc.chain != nil {
+				n, err = lc.chain(rr)
+			}
+			switch {
+			case errors.Is(err, errUnknownChain), errors.Is(err, errConversation):
+				return bad("body.%v", err)
+			case err != nil:
+				return bad("body.previous_response_id: the gateway cannot look the previous response up right now")
+			}
+			e.InputTokens = min(satSum(e.InputTokens, n), weights.MaxTokens)
+		}
 	}
 	if lc.defaults != nil {
 		lc.defaults(&e)

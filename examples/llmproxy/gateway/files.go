@@ -108,6 +108,10 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 	}
 	lc := newLineCounter(g.est, int(b.cfg.MaxLineBytes), b.cfg.MaxLines, b.cfg.MaxFileBytes, g.cfg.MaxOutputReserve)
 	lc.defaults = func(e *weights.Estimate) { g.defaultOutput(st, e) }
+	lc.chain = func(rr responsesRequest) (int64, error) {
+		// The tenant's records on Config.Upstream, where its batches run.
+		return g.responses.chainTokens(ctx, req.Tenant, rr)
+	}
 	body := http.MaxBytesReader(c.Response(), b.paced(c), b.cfg.MaxFileBytes+multipartSlack)
 	pr, pw := io.Pipe()
 	out := multipart.NewWriter(pw)

@@ -461,36 +461,22 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, rt route, tenant stri
 		return nil, false
 	}
 	rs := g.responses
-	chain := int64(0)
-	if rr.previous != "" {
-		n, found, err := rs.records.get(ctx, objectsOf(rt).owner(tenant), rr.previous)
-		switch {
-		case err != nil && !rs.cfg.AllowUnknownChains:
-			g.log.ErrorContext(ctx, "llmproxy: reading a response record failed", "err", err)
-			writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
-				"The gateway cannot look the previous response up right now. Please retry.")
-			return nil, false
-		case err != nil:
-			g.log.WarnContext(ctx, "llmproxy: reading a response record failed; the chain is priced as unknown", "err", err)
-			chain = rs.cfg.UnknownChainTokens
-		case found:
-			chain = n
-		case !rs.cfg.AllowUnknownChains:
-			responseNotFound(g, c, rr.previous, "previous_response_id")
-			return nil, false
-		default:
-			chain = rs.cfg.UnknownChainTokens
-		}
-	}
-	if rr.conversation {
-		if !rs.cfg.AllowUnknownChains {
-			// The gateway serves no Conversations API: a conversation
-			// was made elsewhere, and may be anyone's.
-			g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "conversation",
-				"This gateway does not serve conversations: continue a response with previous_response_id.")
-			return nil, false
-		}
-		chain = satSum(chain, rs.cfg.UnknownChainTokens)
+	chain, err := rs.chainTokens(ctx, objectsOf(rt).owner(tenant), rr)
+	switch {
+	case errors.Is(err, errUnknownChain):
+		responseNotFound(g, c, rr.previous, "previous_response_id")
+		return nil, false
+	case errors.Is(err, errConversation):
+		// The gateway serves no Conversations API: a conversation
+		// was made elsewhere, and may be anyone's.
+		g.batchError(c, http.StatusBadRequest, "invalid_request_error", "invalid_value", "conversation",
+			"This gateway does not serve conversations: continue a response with previous_response_id.")
+		return nil, false
+	case err != nil:
+		g.log.ErrorContext(ctx, "llmproxy: reading a response record failed", "err", err)
+		writeError(c.Response(), http.StatusServiceUnavailable, "server_error", "service_unavailable", "",
+			"The gateway cannot look the previous response up right now. Please retry.")
+		return nil, false
 	}
 	est.InputTokens = min(satSum(est.InputTokens, chain), limits.MaxAmount)
 	rc := &responseCall{rr: rr, fees: feesOf(st.file), tenant: tenant, objects: objectsOf(rt)}
@@ -504,6 +490,48 @@ func (g *Gateway) responsesCall(c echo.Context, st *state, rt route, tenant stri
 		rc.slot = true
 	}
 	return rc, true
+}
+
+// errUnknownChain and errConversation refuse a call continuing a
+// response its tenant has no record of, and one naming a conversation
+// (see chainTokens).
+var (
+	errUnknownChain = errors.New("previous_response_id: no response with this id was made through this gateway for your account")
+	errConversation = errors.New("conversation: this gateway does not serve conversations, continue a response with previous_response_id")
+)
+
+// chainTokens returns the size of the chain a call of owner (a tenant on
+// one upstream, see objectBase.owner) continues: the recorded size of
+// its previous response plus, for a conversation, UnknownChainTokens;
+// zero for a call that continues nothing. Without AllowUnknownChains, a
+// previous response owner has no record of is errUnknownChain, a
+// conversation errConversation, and a record the store cannot read the
+// store's error; with it, each is priced as UnknownChainTokens.
+func (rs *responses) chainTokens(ctx context.Context, owner string, rr responsesRequest) (int64, error) {
+	chain := int64(0)
+	if rr.previous != "" {
+		n, found, err := rs.records.get(ctx, owner, rr.previous)
+		switch {
+		case err != nil && !rs.cfg.AllowUnknownChains:
+			return 0, err
+		case err != nil:
+			rs.g.log.WarnContext(ctx, "llmproxy: reading a response record failed; the chain is priced as unknown", "err", err)
+			chain = rs.cfg.UnknownChainTokens
+		case found:
+			chain = n
+		case !rs.cfg.AllowUnknownChains:
+			return 0, errUnknownChain
+		default:
+			chain = rs.cfg.UnknownChainTokens
+		}
+	}
+	if rr.conversation {
+		if !rs.cfg.AllowUnknownChains {
+			return 0, errConversation
+		}
+		chain = satSum(chain, rs.cfg.UnknownChainTokens)
+	}
+	return chain, nil
 }
 
 // reserve adds the tool fees of one call of each built-in tool declared
