@@ -100,7 +100,9 @@ import (
 // thousand calls, else DefaultWebSearchFee and DefaultFileSearchFee.
 // While a cost policy is installed a call reserves one call of each such
 // tool it declares, and is settled at the calls its output lists
-// (web_search_call and file_search_call items).
+// (web_search_call and file_search_call items); a stream that ends
+// before its final response object (cut, or left by its client) is
+// settled at least at the calls it reserved.
 type ResponsesAPI struct {
 	// MaxRecords bounds the responses whose size and owner are recorded,
 	// over all tenants; zero means DefaultMaxResponseRecords.

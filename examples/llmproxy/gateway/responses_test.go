@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -399,5 +400,49 @@ func TestBackgroundStreamCut(t *testing.T) {
 	json.Unmarshal([]byte(body), &o)
 	if code != 200 || o.Status != "completed" || left() != full-o.Usage.TotalTokens {
 		t.Errorf("%d tokens left; want %d, the %d of the completed response (%d %s)", left(), full-o.Usage.TotalTokens, o.Usage.TotalTokens, code, body)
+	}
+}
+
+// TestResponsesStreamCutToolFees: a stream of a call declaring built-in
+// tools that ends before its final response object (the upstream cut it,
+// or the client left once it had the text) is charged at least the tool
+// calls it reserved, as a stream whose final object went unread is: the
+// calls ran before the text, and the provider bills them.
+func TestResponsesStreamCutToolFees(t *testing.T) {
+	const policy = `
+policies:
+  - {name: spend, key: [tenant], unit: cost, algorithm: quota, period: month, limit: 10M, match: {operations: ["POST /v1/responses"]}}
+prices:
+  tool_calls: {web_search: 25, file_search: 2.5}
+`
+	s, rl, path := responsesStack(t, policy, func(gc *gatewaySetup, sc *upstream.Config) {
+		sc.OutputTokens = 20
+		gc.ForwardHeaders = []string{"X-Sim-*"}
+	})
+	b := mustJSON(map[string]any{"model": "gpt-4o-mini", "input": "Search the news.", "max_output_tokens": 40, "stream": true,
+		"tools": []any{map[string]any{"type": "web_search"}, map[string]any{"type": "file_search", "vector_store_ids": []string{"vs_1"}}}})
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/responses", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	req.Header.Set("X-Sim-Fault", "cut")
+	resp, data := roundTrip(t, req)
+	if resp.StatusCode != 200 || !strings.Contains(string(data), "response.output_text.delta") || strings.Contains(string(data), "response.completed") {
+		t.Fatalf("cut stream: %d %s", resp.StatusCode, data)
+	}
+	recs := logged(t, rl, path, "POST /v1/responses", s.srv)
+	if len(recs) != 1 || !recs[0].Actual.CostKnown {
+		t.Fatalf("records %+v; want one, its cost known", recs)
+	}
+	var u weights.Usage
+	for _, a := range recs[0].Actual.Units {
+		switch a.Unit {
+		case limits.UnitInputTokens:
+			u.InputTokens = a.Amount
+		case limits.UnitOutputTokens:
+			u.OutputTokens = a.Amount
+		}
+	}
+	tokens := weights.DefaultPrices()["gpt-4o-mini"].CostMicros(u)
+	if got, want := recs[0].Actual.Cost-tokens, int64(25_000+2_500); got != want {
+		t.Errorf("the cut stream was charged %d µ$ of tool fees (%d in all, %d of tokens); want %d, the calls it reserved", got, recs[0].Actual.Cost, tokens, want)
 	}
 }

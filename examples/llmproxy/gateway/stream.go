@@ -142,9 +142,11 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	}
 	if x.rsp != nil {
 		info := res.Response
-		if res.Unread > 0 && res.Fallback == weights.FallbackMissing {
+		if !res.Completed || (res.Unread > 0 && res.Fallback == weights.FallbackMissing) {
 			// The final response object, which lists the tool calls
-			// with the usage, may be among the unread events.
+			// with the usage, never came (the stream ended before it:
+			// the calls, made before the text, ran all the same) or
+			// may be among the unread events.
 			info = x.rsp.reservedCalls(info)
 		}
 		x.rsp.answered(g, info, u)
