@@ -64,7 +64,7 @@ func newProviderGateway(t *testing.T, sim *upstream.Server, src string, clk admi
 // newProviderGatewayOn is newProviderGateway with the upstream stores'
 // static budgets on static (nil: in memory) and the gateway's Config
 // changed by mods.
-func newProviderGatewayOn(t *testing.T, sim *upstream.Server, src string, clk admission.Clock, static backend.Store, mods ...func(*gateway.Config)) *providerGateway {
+func newProviderGatewayOn(t *testing.T, sim http.Handler, src string, clk admission.Clock, static backend.Store, mods ...func(*gateway.Config)) *providerGateway {
 	t.Helper()
 	f, err := config.Parse("providers.yaml", []byte(src))
 	if err != nil {

@@ -88,8 +88,13 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 				cutBy = x.charge(sr)
 			}
 			if cutBy != nil && sr.AtEventEnd() {
-				cut = true
-				x.cutStream(cutBy)
+				// A stream whose end came in this read has nothing left
+				// to cut, and an event after its end would break it: its
+				// overrun is charged when it settles.
+				if !sr.Result().Completed {
+					cut = true
+					x.cutStream(cutBy)
+				}
 				break
 			}
 		}
