@@ -1,7 +1,6 @@
 package budget_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/admission/limits"
 	"github.com/sluicehq/sluice/internal/pipenet"
 	"github.com/sluicehq/sluice/internal/poll"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 )
 
 var secret = []byte("0123456789abcdef-test-secret")
@@ -356,7 +356,7 @@ func TestWebhookFailureLogHidesURL(t *testing.T) {
 	}
 	host := ln.Addr().String()
 	ln.Close() // nothing listens: the delivery fails with a transport error
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	cfg := budget.WebhookConfig{URL: "http://" + host + "/services/T0/B0/pathsecret?token=querysecret", Secret: secret,
 		Timeout: time.Second, Attempts: 1, Backoff: time.Millisecond, MaxBackoff: time.Millisecond, Queue: 1}
 	h, err := budget.NewWebhook(cfg, budget.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
@@ -376,22 +376,4 @@ func TestWebhookFailureLogHidesURL(t *testing.T) {
 			t.Errorf("log %q holds %q of the receiver's URL", out, s)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
