@@ -17,6 +17,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -53,8 +54,9 @@ import (
 // watched itself: every event inside it concerns it.
 //
 // Each version of the configuration, told apart by the SHA-256 of its
-// content (for a directory, of the names and contents of its files; for
-// one that cannot be read, by the error), is tried once: a version that
+// content (for a directory, of the names and contents of its files, a
+// file larger than config.MaxFileSize by its size and modification time,
+// unread; for one that cannot be read, by the error), is tried once: a version that
 // was refused is refused, logged and counted once, not again on every
 // event, and a version equal to the last one tried is skipped. The next
 // change is tried again. SIGHUP and Reload retry on demand, whatever the
@@ -372,7 +374,9 @@ func (w *Watcher) watchTarget() {
 
 // read returns the version of the configuration on disk: the hash of the
 // file, or of the names and contents of the directory's files (its
-// subdirectories and entries gone while it is read left out).
+// subdirectories and entries gone while it is read left out; a file
+// larger than config.MaxFileSize stands by its size and modification
+// time, unread: see hashFile).
 func (w *Watcher) read() (version, error) {
 	var v version
 	files := []string{w.path}
@@ -392,26 +396,52 @@ func (w *Watcher) read() (version, error) {
 	}
 	h := sha256.New()
 	for _, name := range files {
-		read := os.ReadFile
-		if !w.dir {
-			read = config.ReadFile // a policy file, bounded
-		}
-		data, err := read(name)
-		if w.dir && errors.Is(err, fs.ErrNotExist) {
+		if w.dir {
+			if err := hashFile(h, name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				v.readErr = err.Error()
+				return v, err
+			}
 			continue
 		}
+		data, err := config.ReadFile(name) // a policy file, bounded
 		if err != nil {
 			v.readErr = err.Error()
 			return v, err
 		}
 		fmt.Fprintf(h, "%d:%s:%d:", len(name), name, len(data))
 		h.Write(data)
-		if !w.dir {
-			w.data = data
-		}
+		w.data = data
 	}
 	h.Sum(v.sum[:0])
 	return v, nil
+}
+
+// hashFile writes to h the name of a watched directory's file and the
+// hash of its content, read a buffer at a time and at most
+// config.MaxFileSize bytes; for a file larger than that (no configuration
+// file: a log, a dump written next to them), its size and modification
+// time instead, without reading it.
+func hashFile(h io.Writer, name string) error {
+	fh, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() > config.MaxFileSize {
+		_, err = fmt.Fprintf(h, "%d:%s:large:%d:%d;", len(name), name, st.Size(), st.ModTime().UnixNano())
+		return err
+	}
+	sum := sha256.New()
+	n, err := io.Copy(sum, io.LimitReader(fh, config.MaxFileSize+1))
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(h, "%d:%s:%d:%x;", len(name), name, n, sum.Sum(nil))
+	return err
 }
 
 // reload reads and applies the configuration; force tries it even when it

@@ -5,11 +5,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/reload"
 )
 
@@ -154,4 +156,42 @@ func TestWatchDirectoryConfigMap(t *testing.T) {
 		{"a swap to a refused v3", swap("..v3", "bad"), 2, 1, "api.yaml=a2"},
 		{"a swap to v4, as v2", swap("..v4", "a2"), 3, 1, "api.yaml=a2"},
 	})
+}
+
+// TestWatchDirectoryLargeFile watches a directory holding, besides the
+// configuration, a file under config.MaxFileSize and one over it (a log,
+// a core dump written next to the rate limit files): a reload reads
+// neither into memory (the one over is not read at all), and a change of
+// the large file is still seen.
+func TestWatchDirectoryLargeFile(t *testing.T) {
+	dir := t.TempDir()
+	sparse := func(name string, size int64) func() {
+		return func() {
+			fh, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY, 0o644)
+			if err == nil {
+				err = errors.Join(fh.Truncate(size), fh.Close())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("a1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sparse("under.log", config.MaxFileSize/2)()
+	sparse("over.log", config.MaxFileSize+1)()
+	w := watchDir(t, dir, []dirStep{
+		{"start", func() {}, 1, 0, "a.yaml=a1"},
+		{"the large file grown", sparse("over.log", config.MaxFileSize+2), 2, 0, "a.yaml=a1"},
+	})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("a reload allocated %d bytes; want under 1 MiB, whatever the sizes of the directory's files", n)
+	}
 }
