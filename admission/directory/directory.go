@@ -283,28 +283,39 @@ func (d *Directory) installLocked(f *config.File, data *Data) error {
 	return refused
 }
 
+// maxPasses bounds the passes of check: a plan refused makes the
+// tenants on it, and the default plan, name no plan, which the next pass
+// refuses; nothing refused then makes another entry wrong.
+const maxPasses = 4
+
 // check returns the valid part of data, the problems of the rest counted
 // by entry ("tenant:<name>", "key:<hash>", else the problem's path), and
 // those problems; a nil Data when the problems cannot be told apart by
-// entry.
+// entry. An entry that refers to one refused (a tenant on a plan refused)
+// is refused too.
 func (d *Directory) check(f *config.File, data *Data) (*Data, map[string]int, error) {
-	all := f.CheckPlans(d.source, &data.Plans)
+	var all config.Errors
 	valid := data
-	if len(all) > 0 {
-		valid = data.Clone()
-	}
 	byEntry := map[string]int{}
-	for _, e := range all {
-		entry := refuse(&valid.Plans, &data.Plans, e.Path)
-		if entry == "" {
-			return nil, nil, errors.Join(ErrRefused, all)
+	for pass := 0; ; pass++ {
+		es := f.CheckPlans(d.source, &valid.Plans)
+		if len(es) == 0 {
+			break
 		}
-		byEntry[entry]++
-	}
-	if len(all) > 0 {
-		if es := f.CheckPlans(d.source, &valid.Plans); len(es) > 0 {
+		if pass == maxPasses {
 			return nil, nil, errors.Join(ErrRefused, es)
 		}
+		if valid == data {
+			valid = data.Clone()
+		}
+		for _, e := range es {
+			entry := refuse(&valid.Plans, &data.Plans, e.Path)
+			if entry == "" {
+				return nil, nil, errors.Join(ErrRefused, es)
+			}
+			byEntry[entry]++
+		}
+		all = append(all, es...)
 	}
 	for h, k := range valid.Keys {
 		if k.Tenant == f.Identity.AnonymousTenant {

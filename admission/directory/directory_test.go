@@ -112,6 +112,45 @@ func TestInstallRefusesEntries(t *testing.T) {
 	}
 }
 
+// TestInstallRefusesPlanWithItsTenants installs a directory holding a
+// plan whose name the gateways refuse (a row written before the schema
+// checked names), with tenants on it and as the default: the plan is
+// refused, and with it the tenants on it and the default plan, while the
+// rest is installed, a revoked key gone with it.
+func TestInstallRefusesPlanWithItsTenants(t *testing.T) {
+	d := newDir(t)
+	k0, k1, k2 := apikey.Sum("k0"), apikey.Sum("k1"), apikey.Sum("k2")
+	if err := d.Install(&directory.Data{Keys: map[apikey.Hash]apikey.Identity{k0: {Tenant: "u", KeyID: "k0"}}}); err != nil {
+		t.Fatal(err)
+	}
+	err := d.Install(&directory.Data{
+		Plans: limits.Plans{
+			Default: "team plan",
+			Plans:   map[string]map[string]limits.Override{"team plan": {"rpm": {Limit: 50}}, "p": {"rpm": {Limit: 9}}},
+			Tenants: map[string]limits.TenantPlan{"t": {Plan: "team plan"}, "u": {Plan: "p"}},
+		},
+		Keys: map[apikey.Hash]apikey.Identity{k1: {Tenant: "t", KeyID: "k1"}, k2: {Tenant: "u", KeyID: "k2"}},
+	})
+	if !errors.Is(err, directory.ErrRefused) {
+		t.Fatalf("Install = %v; want ErrRefused", err)
+	}
+	for _, want := range []string{`plans.team plan: "team plan" is not a valid plan name`, `tenants.t.plan: no plan "team plan"`, `default_plan: no plan "team plan"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Install error lacks %q:\n%v", want, err)
+		}
+	}
+	got := d.Data()
+	if _, ok := got.Keys[k0]; ok {
+		t.Errorf("the key gone from the directory is still installed")
+	}
+	if len(got.Keys) != 2 || got.Plans.Tenants["u"].Plan != "p" || len(got.Plans.Tenants) != 1 || len(got.Plans.Plans) != 1 || got.Plans.Default != "" {
+		t.Errorf("installed %+v; want plan p with tenant u, no default, keys k1 and k2", got)
+	}
+	if n := d.Refused(); n != 3 {
+		t.Errorf("Refused() = %d; want 3", n)
+	}
+}
+
 func TestSetTenantRefused(t *testing.T) {
 	d := newDir(t)
 	if err := d.Install(&directory.Data{Plans: limits.Plans{Plans: map[string]map[string]limits.Override{"p": {"rpm": {Limit: 9}}}}}); err != nil {
