@@ -718,3 +718,40 @@ func reloads(t *testing.T, h http.Handler, result string) float64 {
 	}
 	return 0
 }
+
+// TestRevocationAcrossDroppedConnection revokes keys in the transaction
+// that terminates every connection of the replica to the database (the
+// listening one included), after gaps of several lengths: the reload
+// after the reconnection brings each revocation, though its notification
+// went to no listener.
+func TestRevocationAcrossDroppedConnection(t *testing.T) {
+	dsn := pgtest.DB(t)
+	conn := migrated(t, dsn)
+	seed(t, conn)
+	r := newReplica(t, dsn, pgdir.Config{Heartbeat: time.Hour, Refresh: time.Hour, Timeout: 2 * time.Second}, nil)
+	ctx := context.Background()
+	live := func(key string) bool { _, ok := r.dir.Data().Keys[apikey.Sum(key)]; return ok }
+	for i, gap := range []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond} {
+		id := fmt.Sprintf("gap-%d", i)
+		key, _, err := pgdir.CreateKey(ctx, conn, "acme", id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Second, "key created", func() bool { return live(key) })
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"); err != nil {
+				return err
+			}
+			time.Sleep(gap)
+			return pgdir.RevokeKey(ctx, tx, id)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := waitFor(t, time.Second, "revocation", func() bool { return !live(key) })
+		t.Logf("gap %v: revoked key gone after %v", gap, took)
+	}
+	if n := r.fol.Outages(); n != 3 {
+		t.Errorf("Outages() = %d; want 3", n)
+	}
+}
