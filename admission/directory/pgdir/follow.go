@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -41,7 +42,9 @@ type Config struct {
 	// place), and each batch of changes is appended to its journal, the
 	// file named Snapshot plus ".changes", and flushed to disk before the
 	// running directory applies it: a replica started from the two never
-	// accepts a key revoked before a running replica refused it.
+	// accepts a key revoked before a running replica refused it. Open
+	// removes the partial files a crash while writing them left next to
+	// them.
 	Snapshot string
 	// Timeout bounds each database call (connect, load, re-read); zero
 	// means 10s.
@@ -134,6 +137,11 @@ func Open(ctx context.Context, dsn string, dir *directory.Directory, cfg Config,
 	f := &Follower{pool: pool, dir: dir, cfg: cfg, log: o.log, done: make(chan struct{}), bad: map[string]int64{}}
 	if f.log == nil {
 		f.log = slog.Default()
+	}
+	if cfg.Snapshot != "" {
+		if err := removeLeftovers(cfg.Snapshot); err != nil {
+			f.log.Warn("directory snapshot: the partial files of an earlier crash are not all removed", "snapshot", cfg.Snapshot, "error", err)
+		}
 	}
 	conn, err := f.connect(ctx)
 	if err != nil {
@@ -575,7 +583,7 @@ func writeSnapshot(path string, d *directory.Data, last *[sha256.Size]byte) (tim
 // rename flushed, so that the caller acts on what the file says only once
 // a crash cannot take it back.
 func replaceFile(path string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".directory-*.tmp")
+	tmp, err := os.CreateTemp(filepath.Dir(path), tmpPrefix(path)+"*")
 	if err != nil {
 		return err
 	}
@@ -598,6 +606,30 @@ func replaceFile(path string, write func(io.Writer) error) error {
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// tmpPrefix begins the names of the temporary files replaceFile writes
+// path through.
+func tmpPrefix(path string) string { return "." + filepath.Base(path) + ".tmp-" }
+
+// removeLeftovers removes the temporary files of the snapshot at path and
+// of its journal that a crash while writing them left behind (each as
+// large as the directory).
+func removeLeftovers(path string) error {
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // the snapshot's write says why
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if n := e.Name(); strings.HasPrefix(n, tmpPrefix(path)) || strings.HasPrefix(n, tmpPrefix(journalPath(path))) {
+			errs = append(errs, os.Remove(filepath.Join(filepath.Dir(path), n)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // syncDir flushes a directory's entries (a rename in it) to disk.

@@ -1,8 +1,14 @@
 package pgdir
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -10,10 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 	"github.com/sluicehq/sluice/admission/directory"
+	"github.com/sluicehq/sluice/admission/httpadmit"
+	"github.com/sluicehq/sluice/admission/httpadmit/httpadmitfile"
 	"github.com/sluicehq/sluice/admission/limits"
+	"github.com/sluicehq/sluice/internal/testproc"
 )
 
 // FuzzReadSnapshot feeds arbitrary files to the snapshot reader: it never
@@ -198,4 +208,86 @@ func FuzzReplayJournal(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCrashWhileRewritingSnapshot kills a process (os.Exit: no deferred
+// clean-up runs, as at a crash) in the middle of rewriting the snapshot,
+// then in the middle of rewriting its journal, after a revocation was
+// journaled: a replica then started while the database is down refuses
+// the revoked key, and leaves in the snapshot's directory nothing but the
+// snapshot and its journal, however many crashes came before.
+func TestCrashWhileRewritingSnapshot(t *testing.T) {
+	if path := os.Getenv("PGDIR_CRASH_WRITING"); path != "" {
+		_ = replaceFile(path, func(w io.Writer) error {
+			_, _ = w.Write(bytes.Repeat([]byte("x"), 1<<20))
+			os.Exit(3)
+			return nil
+		})
+		return
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "directory.json")
+	revoked, live := apikey.Sum("sk-revoked"), apikey.Sum("sk-live")
+	f := &Follower{cfg: Config{Snapshot: path}, log: slog.New(slog.DiscardHandler)}
+	f.snapshot(&directory.Data{
+		Plans: limits.Plans{Tenants: map[string]limits.TenantPlan{"acme": {}}},
+		Keys:  map[apikey.Hash]apikey.Identity{revoked: {Tenant: "acme", KeyID: "k1"}, live: {Tenant: "acme", KeyID: "k2"}},
+	})
+	f.record([]change{{entry: "key:" + revoked.String(), hash: &revoked, at: time.Now().UTC()}})
+	f.closeJournal()
+	for _, target := range []string{path, journalPath(path), path, journalPath(path)} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashWhileRewritingSnapshot$")
+		cmd.Env = append(os.Environ(), "PGDIR_CRASH_WRITING="+target)
+		if out, err := cmd.CombinedOutput(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 3 {
+			t.Fatalf("the crashing process: %v\n%s", err, out)
+		}
+	}
+
+	pf, err := config.Parse("p.yaml", []byte("policies:\n  - {name: rpm, key: [tenant], algorithm: fixed_window, limit: 5, per: 1m}\ndirectory: {source: postgres}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := admission.New(pf.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpadmit.New(ctl, httpadmitfile.Options(pf)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := directory.New(httpadmitfile.Middleware{Middleware: mw}, directory.Config{Source: "postgres"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Apply(pf); err != nil {
+		t.Fatal(err)
+	}
+	port, err := testproc.FreePort() // nothing listens there: the database is down
+	if err != nil {
+		t.Fatal(err)
+	}
+	fol, err := Open(context.Background(), fmt.Sprintf("postgres://sluice@127.0.0.1:%d/x?sslmode=disable", port), d,
+		Config{Snapshot: path, Timeout: time.Second}, WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fol.Close()
+	keys := d.Data().Keys
+	if _, ok := keys[revoked]; ok {
+		t.Error("the key revoked before the crashes is accepted")
+	}
+	if _, ok := keys[live]; !ok {
+		t.Error("the live key is refused")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"directory.json", "directory.json.changes"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("the snapshot's directory holds %q; want %q (the crashes' partial files removed)", names, want)
+	}
 }
