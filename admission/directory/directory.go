@@ -32,9 +32,12 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
@@ -201,8 +204,9 @@ type RefusedError struct {
 const maxShown = 3
 
 // Error says how many problems the entries have and names the first
-// maxShown, in the order of their paths, each in at most 200 bytes: a
-// status page or a log line stays short whatever the directory holds.
+// maxShown, in the order of their paths (quoted when not printable),
+// each in at most 200 bytes: a status page or a log line stays short
+// whatever the directory holds.
 func (e *RefusedError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d problems", len(e.Problems))
@@ -214,7 +218,7 @@ func (e *RefusedError) Error() string {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		msg := p.Path + ": " + p.Msg
+		msg := quoted(p.Path) + ": " + p.Msg
 		if len(msg) > 200 {
 			msg = strings.ToValidUTF8(msg[:200], "") + "…"
 		}
@@ -224,6 +228,16 @@ func (e *RefusedError) Error() string {
 		fmt.Fprintf(&b, " (and %d more)", n)
 	}
 	return b.String()
+}
+
+// quoted returns path as it is, or quoted when it holds what is not
+// printable UTF-8 (a name written into the database by another tool):
+// no control character reaches a status page or a log line.
+func quoted(path string) string {
+	if utf8.ValidString(path) && !strings.ContainsFunc(path, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return path
+	}
+	return strconv.Quote(path)
 }
 
 // Unwrap returns ErrRefused and the problems.

@@ -423,3 +423,21 @@ func TestChangesMakeSnapshots(t *testing.T) {
 		t.Errorf("the snapshot installed: limit %d, key found %v; want 3, false", got, nowKey)
 	}
 }
+
+// TestRefusedErrorQuotesNames: a tenant name with control characters,
+// written into the database by another tool, is quoted in the message a
+// status page and the logs show, not written out raw.
+func TestRefusedErrorQuotesNames(t *testing.T) {
+	name := "evil\x1b[2J\n\x00"
+	e := &directory.RefusedError{Source: "postgres", Problems: config.Errors{
+		{File: "postgres", Path: "tenants." + name, Msg: fmt.Sprintf("%q is not a valid tenant name", name)},
+		{File: "postgres", Path: "tenants.ok.overrides.rpm", Msg: "no such policy"},
+	}}
+	got := e.Error()
+	if strings.ContainsFunc(got, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		t.Errorf("Error() = %q; want no control character", got)
+	}
+	if want := `2 problems (postgres): "tenants.evil\x1b[2J\n\x00": "evil\x1b[2J\n\x00" is not a valid tenant name; tenants.ok.overrides.rpm: no such policy`; got != want {
+		t.Errorf("Error() = %q; want %q", got, want)
+	}
+}
