@@ -717,6 +717,21 @@ func TestCountTextChunks(t *testing.T) {
 	}
 }
 
+// TestCountText: CountText counts a model's text as countText does with
+// the model's counter (in chunks), and nothing for empty text.
+func TestCountText(t *testing.T) {
+	e := newTestEstimator(t)
+	c, err := e.Counter("gpt-4o-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"", "Hello, world.", corpusText(englishCorpus, 4<<10, 3), strings.Repeat("é", 4<<10)} {
+		if got, want := e.CountText("gpt-4o-mini", text), int64(countText(c, text)); got != want {
+			t.Errorf("CountText(%.30q...) = %d; want %d", text, got, want)
+		}
+	}
+}
+
 // TestBPECounterEstimates: an Estimator on the allocation-free counter gives
 // the same estimates as one on tiktoken-go, for the cookbook's examples and
 // the realistic requests (exact and sampled).

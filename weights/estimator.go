@@ -344,6 +344,18 @@ func (e *Estimator) Counter(modelName string) (Counter, error) {
 	return m.counter, nil
 }
 
+// CountText counts text a model produced (the output items of a response
+// that came without usage) with the model's counter, as streamed output
+// is counted: a piece at a time, so that no text is slow to count. It
+// returns 0 when the model has no counter.
+func (e *Estimator) CountText(modelName, text string) int64 {
+	c, err := e.Counter(modelName)
+	if err != nil || text == "" {
+		return 0
+	}
+	return int64(countText(c, text))
+}
+
 // Estimate is the price of one request before it is sent.
 type Estimate struct {
 	// Endpoint is the endpoint the body was parsed for.

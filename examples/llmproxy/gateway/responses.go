@@ -77,11 +77,19 @@ import (
 // A response created with background: true is answered at once, queued
 // or in progress, and runs on at the provider: its reservation (tokens,
 // cost, and the concurrency it holds) stays open until it ends, as a
-// batch's does. The gateway sees it end on the tenant's own retrievals
-// and cancellations, and polls it every PollInterval in the background;
-// it is then settled at its reported usage (a failed or cancelled one
-// with no usage is refunded). One created on an Azure OpenAI route is
-// polled on the Azure resource: GET /openai/responses/{id} with the
+// batch's does. The gateway sees it end on the tenant's own retrievals,
+// and polls it every PollInterval in the background; it is then settled
+// at its reported usage (a failed one with no usage is refunded). A
+// cancellation settles nothing by itself: Azure OpenAI's is best effort
+// (a response answered cancelled can still complete), so the response
+// is polled on until a retrieval shows it ended. A cancelled one is
+// charged the usage reported; without usage (OpenAI reports none for a
+// cancelled response, though it bills the tokens made before) it is
+// charged as reserved, and at least the text its output kept, unless the
+// gateway saw it queued and nothing else and its cancellation was
+// answered cancelled with no output: nothing ran, and it is refunded.
+// One created on an Azure OpenAI route is polled on the Azure
+// resource: GET /openai/responses/{id} with the
 // api-version of its creation (from a deployment route too), or GET
 // /openai/v1/responses/{id} when created on the v1 path. One open
 // longer than MaxHold is settled at its estimate and forgotten. A
@@ -586,17 +594,18 @@ func (x *exchange) background(data []byte) bool {
 	if !running(info.Status) {
 		return false
 	}
-	x.handOver(info.ID)
+	x.handOver(info.ID, info.Status != "queued")
 	return true
 }
 
 // handOver gives the exchange's reservation and background slot to the
 // background watch, which holds them until response id ends: the
 // exchange then neither settles the ticket nor releases the slot (nor
-// does its handler, see handedOver). A running response whose id is not
-// valid cannot be watched: its reservation is kept at the estimate, as
-// a batch's is.
-func (x *exchange) handOver(id string) {
+// does its handler, see handedOver). ran says the response was seen
+// running, not only queued (see held). A running response whose id is
+// not valid cannot be watched: its reservation is kept at the estimate,
+// as a batch's is.
+func (x *exchange) handOver(id string, ran bool) {
 	rc, rs := x.rsp, x.g.responses
 	rc.slot, rc.handed = false, true
 	defer func() { x.tk = admission.Ticket{} }()
@@ -611,7 +620,7 @@ func (x *exchange) handOver(id string) {
 	}
 	rs.hold(id, &held{
 		tenant: rc.tenant, objects: rc.objects, tk: x.tk, est: x.est, price: x.price, priced: x.priced, fees: rc.fees,
-		req: x.req, arrived: x.arrived, admitted: x.admitted,
+		req: x.req, arrived: x.arrived, admitted: x.admitted, ran: ran,
 	})
 	u := weights.Usage{InputTokens: x.est.InputTokens, OutputTokens: x.est.OutputTokens}
 	rs.record(rc.objects.owner(rc.tenant), id, u) // its owner, and its size at most
@@ -694,7 +703,7 @@ func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 			g.log.WarnContext(ctx, "llmproxy: forgetting a response record failed", "err", err)
 		}
 	case part != "/input_items":
-		rs.observe(req.Tenant, id, data)
+		rs.observe(req.Tenant, id, data, part == "/cancel")
 	}
 	g.writeUpstream(c, resp, data)
 	return nil

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -56,6 +57,15 @@ type held struct {
 	// when it was admitted.
 	req               admission.Request
 	arrived, admitted time.Time
+
+	// What the gateway saw of the response, for its settlement once
+	// cancelled without usage (see endLocked), under responses.mu: ran
+	// is set once a status other than queued, or an output item, was
+	// seen; cancelled once a cancellation was answered cancelled; kept
+	// is the most output tokens counted in the text of the output of a
+	// cancelled object without usage.
+	ran, cancelled bool
+	kept           int64
 }
 
 func newResponses(g *Gateway, cfg ResponsesAPI, clock admission.Clock) (*responses, error) {
@@ -202,7 +212,7 @@ func (rs *responses) tick(id string, h *held) {
 		defer rs.wg.Done()
 		data, err := rs.retrieve(h.objects.path(id, "", ""))
 		if err == nil {
-			rs.observe(h.tenant, id, data)
+			rs.observe(h.tenant, id, data, false)
 		}
 		rs.mu.Lock()
 		defer rs.mu.Unlock()
@@ -229,25 +239,96 @@ func (rs *responses) retrieve(path string) ([]byte, error) {
 	return data, err
 }
 
-// observe settles the reservation of background response id of tenant
-// when the response object data says it ended.
-func (rs *responses) observe(tenant, id string, data []byte) {
+// observe takes what the response object data says of background
+// response id of tenant: a retrieval (the gateway's poll, the tenant's
+// own) showing it ended settles its reservation. A cancellation's answer
+// (cancel) showing it cancelled settles nothing: Azure OpenAI's
+// cancellation is best effort (a response answered cancelled can still
+// complete), so the response is polled on until a retrieval shows it
+// ended, or MaxHold. What it says of the response having run is kept for
+// the settlement of one cancelled without usage (see endLocked).
+func (rs *responses) observe(tenant, id string, data []byte, cancel bool) {
 	info := weights.ReadResponseInfo(data)
-	if info.ID != id || info.Status == "" || running(info.Status) {
+	if info.ID != id || info.Status == "" {
 		return
 	}
 	rs.mu.Lock()
+	h := rs.open[id]
+	rs.mu.Unlock()
+	if h == nil || h.tenant != tenant {
+		return
+	}
+	// The output is read (its text counted) without the lock; h's
+	// tenant and estimate never change once it is held.
+	var items int
+	var kept int64
+	if info.Status == "queued" || info.Status == "cancelled" {
+		var texts []string
+		items, texts = outputOf(data)
+		if rep, err := weights.ReadUsage(data); info.Status == "cancelled" && (err != nil || !rep.Found()) {
+			for _, t := range texts {
+				kept += rs.g.est.CountText(h.est.Model, t)
+			}
+		}
+	}
+	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if h := rs.open[id]; h != nil && h.tenant == tenant {
+	if rs.open[id] != h {
+		return
+	}
+	h.ran = h.ran || items > 0 || (info.Status != "queued" && info.Status != "cancelled")
+	h.kept = max(h.kept, kept)
+	switch {
+	case running(info.Status):
+	case cancel && info.Status == "cancelled":
+		h.cancelled = true
+	default:
 		rs.endLocked(id, h, data)
 	}
+}
+
+// outputOf reads the output of the response object data: how many items
+// it lists, and the texts they carry (their messages' text and refusals,
+// function calls' arguments, reasoning summaries), which the response
+// produced: a lower bound of its output. A member of another type is
+// skipped.
+func outputOf(data []byte) (items int, texts []string) {
+	var o struct {
+		Output []json.RawMessage `json:"output"`
+	}
+	_ = json.Unmarshal(data, &o) // a member of another type leaves Output nil
+	for _, raw := range o.Output {
+		var it struct {
+			Arguments        json.RawMessage
+			Content, Summary []struct{ Text, Refusal json.RawMessage }
+		}
+		_ = json.Unmarshal(raw, &it) // fields of another type are skipped
+		add := func(v json.RawMessage) {
+			var s string
+			if json.Unmarshal(v, &s) == nil && s != "" {
+				texts = append(texts, s)
+			}
+		}
+		add(it.Arguments)
+		for _, p := range append(it.Content, it.Summary...) {
+			add(p.Text)
+			add(p.Refusal)
+		}
+	}
+	return len(o.Output), texts
 }
 
 // endLocked ends h's reservation by the final response object data: nil
 // settles it at its estimate (MaxHold passed, or its id was reused). A
 // response that ended with a usage is settled at it (checked as every
 // usage is), its tool calls' fees added, and its size recorded; a failed
-// or cancelled one without usage is refunded.
+// one without usage is refunded. A cancelled one is charged the usage it
+// reports; without one (OpenAI reports
+// none, though it bills the tokens made before the cancellation) it is
+// charged as reserved, and at least the text its output kept, unless the
+// gateway knows nothing ran: it saw the response queued and nothing
+// else, and its cancellation answered cancelled with no output. Then it
+// is refunded.
 func (rs *responses) endLocked(id string, h *held, data []byte) {
 	delete(rs.open, id)
 	if h.timer != nil {
@@ -271,16 +352,23 @@ func (rs *responses) endLocked(id string, h *held, data []byte) {
 		defer rs.end("other")
 	}
 	rep, err := weights.ReadUsage(data)
-	if (info.Status == "failed" || info.Status == "cancelled") && (err != nil || !rep.Found() || rep.Usage.TotalTokens() == 0) {
+	noUsage := err != nil || !rep.Found() || rep.Usage.TotalTokens() == 0
+	if noUsage && (info.Status == "failed" || (info.Status == "cancelled" && h.cancelled && !h.ran)) {
 		au := tokenunits.Usage(nil, weights.TokenUnits{})
 		au.CostKnown = h.priced
 		g.logAdmitted(&h.req, h.arrived, au, h.admitted)
 		h.tk.Refund()
 		return
 	}
+	if noUsage && info.Status == "cancelled" {
+		rep = weights.UsageReport{Input: weights.FallbackMissing, Output: weights.FallbackMissing}
+	}
 	u, fb := h.est.CheckUsage(rep)
 	if fb != weights.FallbackNone {
 		g.m.count(context.Background(), g.m.usageFallbacks, fb.String())
+	}
+	if !rep.Found() && h.kept > u.OutputTokens {
+		u.OutputTokens, u.Estimated = h.kept, true
 	}
 	au := tokenunits.Usage(nil, u.Units())
 	if h.priced {

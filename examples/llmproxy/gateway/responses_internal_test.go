@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -234,5 +235,29 @@ func TestResponseRecords(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOutputOf: the output of a response object is read as its item
+// count and the texts its items carry; members of another type (a
+// hostile upstream's) are skipped, never a panic.
+func TestOutputOf(t *testing.T) {
+	for _, tc := range []struct {
+		data  string
+		items int
+		texts []string
+	}{
+		{`{"output":[]}`, 0, nil},
+		{`{"output":null}`, 0, nil},
+		{`{"output":"text"}`, 0, nil},
+		{`not json`, 0, nil},
+		{`{"output":[{"type":"message","content":[{"type":"output_text","text":"Hello"},{"type":"refusal","refusal":"No"}]}]}`, 1, []string{"Hello", "No"}},
+		{`{"output":[{"type":"function_call","arguments":"{\"a\":1}"},{"type":"reasoning","summary":[{"type":"summary_text","text":"Think"}]}]}`, 2, []string{`{"a":1}`, "Think"}},
+		{`{"output":[1,"x",null,{"content":"x"},{"content":[{"text":7},5]},{"arguments":{}}]}`, 6, nil},
+	} {
+		items, texts := outputOf([]byte(tc.data))
+		if items != tc.items || !slices.Equal(texts, tc.texts) {
+			t.Errorf("outputOf(%s) = %d, %q; want %d, %q", tc.data, items, texts, tc.items, tc.texts)
+		}
 	}
 }

@@ -251,13 +251,20 @@ func TestBackgroundResponses(t *testing.T) {
 	if code, body := objectCall(t, s.URL, keyA, http.MethodPost, "/v1/responses/"+cancelled.ID+"/cancel"); code != 200 || !strings.Contains(body, `"cancelled"`) {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
-	if got := left(); got != full-reserved {
-		t.Fatalf("after the cancellation: %d tokens left; want %d (refunded)", got, full-reserved)
+	// A cancellation is best effort (Azure OpenAI's can be answered
+	// cancelled and the response complete after all): the reservation
+	// is held until a retrieval shows the response ended. The gateway's
+	// poll a minute on shows it cancelled, and it is refunded: the
+	// gateway saw it queued and nothing else.
+	if got := left(); got != full-2*reserved {
+		t.Fatalf("right after the cancellation: %d tokens left; want %d (held until a retrieval shows it ended)", got, full-2*reserved)
 	}
+	s.clk.Advance(time.Minute)
+	waitFor(t, "the cancelled response refunded at the next poll", func() bool { return left() == full-reserved })
 	// Nobody polls the first: the gateway does, every minute, and an
 	// hour on it has completed. Wait for the ended counter, not for the
 	// settlement, which a poll makes visible before it counts.
-	for range 59 {
+	for range 58 {
 		s.clk.Advance(time.Minute)
 	}
 	s.pollUntilEnded(t, reader, "llmproxy.responses.background.ended", 1)
@@ -308,6 +315,136 @@ func TestBackgroundResponses(t *testing.T) {
 	}
 	if len(held) != 1 || held[0].Actual.Tokens != 0 || held[0].Actual.TokensKnown || held[0].Duration < 2*time.Hour || held[0].Duration > 2*time.Hour+2*time.Minute {
 		t.Errorf("the held response's records: %+v; want one, its estimate kept (no actual usage) after 2h", held)
+	}
+}
+
+// TestBackgroundCancelled: a background response that ends cancelled is
+// charged what it ran, never nothing: the usage it reports, else its
+// reservation, and at least the text its output kept. It is refunded only
+// when the gateway saw it queued and nothing else and its cancellation
+// was answered cancelled without output. A cancellation settles nothing by
+// itself: the response is polled on until a retrieval shows it ended, as
+// Azure OpenAI's cancellation is best effort (answered cancelled, the
+// response can still complete, and is then charged its usage).
+func TestBackgroundCancelled(t *testing.T) {
+	const (
+		refunded = "refunded"
+		reserved = "reserved"
+		kept     = "kept"
+		usage    = "usage"
+	)
+	for _, tc := range []struct {
+		name      string
+		tune      func(*gatewaySetup, *upstream.Config)
+		run       int  // minutes it runs, polled every minute, before the cancellation
+		retrieved bool // the tenant retrieves it (in progress) before cancelling
+		noLimit   bool // the call sets no max_output_tokens
+		charged   string
+		outcome   string
+	}{
+		{name: "cancelled while queued", charged: refunded, outcome: "cancelled"},
+		{name: "cancelled once retrieved running", retrieved: true, charged: reserved, outcome: "cancelled"},
+		{name: "cancelled once polled running", run: 2, charged: reserved, outcome: "cancelled"},
+		{name: "cancelled with partial output", run: 30, noLimit: true, charged: kept, outcome: "cancelled", tune: func(gc *gatewaySetup, sc *upstream.Config) {
+			sc.CancelKeepsOutput, gc.DefaultMaxTokens = true, 4
+		}},
+		{name: "cancelled while queued, completed after all", charged: usage, outcome: "completed", tune: func(_ *gatewaySetup, sc *upstream.Config) {
+			sc.CancelBestEffort = true
+		}},
+		{name: "cancelled running, completed after all", run: 5, charged: usage, outcome: "completed", tune: func(_ *gatewaySetup, sc *upstream.Config) {
+			sc.CancelBestEffort = true
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			s := batchGateway(t, responsesPolicy, func(gc *gatewaySetup, sc *upstream.Config) {
+				sc.OutputTokens, sc.BackgroundDelay = 20, time.Hour
+				gc.Responses = gateway.ResponsesAPI{PollInterval: time.Minute}
+				gc.opts = append(gc.opts, gateway.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+				if tc.tune != nil {
+					tc.tune(gc, sc)
+				}
+			})
+			left := func() int64 { return s.remainingOf(t, "a", "POST /v1/responses", "resp-tokens") }
+			ended := func() map[string]int64 {
+				return sumCounter(t, reader, "llmproxy.responses.background.ended", "outcome")
+			}
+			full := left()
+			call := map[string]any{"model": "gpt-4o-mini", "input": "Think for a while.", "max_output_tokens": 60, "background": true}
+			if tc.noLimit {
+				delete(call, "max_output_tokens")
+			}
+			code, o := s.respond(t, keyA, call)
+			if code != 200 || o.Status != "queued" {
+				t.Fatalf("background create: %d %s", code, o.raw)
+			}
+			held := full - left()
+			// The gateway's poll is armed: the clock moves a minute only
+			// once the poll of the last has armed the next.
+			armed := s.clk.Pending()
+			for range tc.run {
+				waitFor(t, "the next poll armed", func() bool { return s.clk.Pending() == armed })
+				s.clk.Advance(time.Minute)
+			}
+			waitFor(t, "the next poll armed", func() bool { return s.clk.Pending() == armed })
+			if tc.retrieved {
+				if code, body := objectCall(t, s.URL, keyA, http.MethodGet, "/v1/responses/"+o.ID); code != 200 || !strings.Contains(body, `"in_progress"`) {
+					t.Fatalf("retrieval: %d %s", code, body)
+				}
+			}
+			code, body := objectCall(t, s.URL, keyA, http.MethodPost, "/v1/responses/"+o.ID+"/cancel")
+			if code != 200 || !strings.Contains(body, `"cancelled"`) || !strings.Contains(body, `"usage":null`) {
+				t.Fatalf("cancel: %d %s", code, body)
+			}
+			if got := left(); got != full-held {
+				t.Errorf("right after the cancellation: %d tokens left; want %d (its reservation of %d held until a retrieval shows it ended)", got, full-held, held)
+			}
+			waitFor(t, "the cancelled response settled", func() bool {
+				if len(ended()) > 0 {
+					return true
+				}
+				if s.clk.Pending() == armed {
+					s.clk.Advance(time.Minute)
+				}
+				return false
+			})
+			if got := ended(); got[tc.outcome] != 1 || len(got) != 1 {
+				t.Errorf("llmproxy.responses.background.ended = %v; want one %s", got, tc.outcome)
+			}
+			var want int64
+			switch tc.charged {
+			case reserved:
+				want = held
+			case kept:
+				var cancelled struct {
+					Output []struct{ Content []struct{ Text string } }
+				}
+				json.Unmarshal([]byte(body), &cancelled)
+				if len(cancelled.Output) != 1 || len(cancelled.Output[0].Content) != 1 {
+					t.Fatalf("the cancellation kept no output: %s", body)
+				}
+				c, err := s.est.Counter("gpt-4o-mini")
+				if err != nil {
+					t.Fatal(err)
+				}
+				text := int64(c.Count(cancelled.Output[0].Content[0].Text))
+				if text <= 4 {
+					t.Fatalf("the kept text is %d tokens; the test wants more than the 4 reserved", text)
+				}
+				want = held - 4 + text
+			case usage:
+				code, body := objectCall(t, s.URL, keyA, http.MethodGet, "/v1/responses/"+o.ID)
+				var done respObject
+				json.Unmarshal([]byte(body), &done)
+				if code != 200 || done.Status != "completed" || done.Usage.TotalTokens == 0 {
+					t.Fatalf("retrieval once ended: %d %s", code, body)
+				}
+				want = done.Usage.TotalTokens
+			}
+			if got := full - left(); got != want {
+				t.Errorf("charged %d tokens; want %d (%s; %d reserved)", got, want, tc.charged, held)
+			}
+		})
 	}
 }
 

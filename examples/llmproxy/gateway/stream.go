@@ -142,7 +142,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, resp *
 	if rc := x.rsp; rc != nil && rc.slot && !res.Completed {
 		// A background response runs on without its stream: its
 		// reservation is held until it ends.
-		x.handOver(res.Response.ID)
+		x.handOver(res.Response.ID, res.Response.Status != "queued" || sr.StreamedTokens() > 0)
 		return
 	}
 	if x.rsp != nil {

@@ -30,8 +30,10 @@ import (
 // A background call (background: true, not streamed) is answered queued
 // and completes Config.BackgroundDelay after its creation on the clock
 // of WithClock (at its first retrieval when zero); cancelled before
-// that, it ends cancelled without usage. Only a background response can
-// be cancelled.
+// that, it ends cancelled without usage, and without output unless
+// Config.CancelKeepsOutput; with Config.CancelBestEffort the
+// cancellation is answered cancelled and changes nothing. Only a
+// background response can be cancelled.
 
 // maxSimResponses bounds the responses the simulator stores.
 const maxSimResponses = 10_000
@@ -52,6 +54,9 @@ type simResponse struct {
 	created    time.Time
 	retrieved  bool
 	cancelled  bool
+	// kept is the output a cancelled response keeps
+	// (Config.CancelKeepsOutput).
+	kept []any
 }
 
 // isResponseObject reports whether path is that of one response.
@@ -241,7 +246,11 @@ func (s *Server) object(r *simResponse) map[string]any {
 	r.retrieved = true
 	switch {
 	case r.cancelled:
-		return with(r.final, "cancelled")
+		o := with(r.final, "cancelled")
+		if r.kept != nil {
+			o["output"] = r.kept
+		}
+		return o
 	case done:
 		return r.final
 	}
@@ -257,6 +266,31 @@ func with(final map[string]any, status string) map[string]any {
 	}
 	o["status"], o["output"], o["usage"] = status, []any{}, nil
 	return o
+}
+
+// keptOutput returns the output a response whose final object is final
+// keeps when cancelled after the fraction f of its run: its message,
+// incomplete, with that part of its text (cut after a word).
+func keptOutput(final map[string]any, f float64) []any {
+	out, _ := final["output"].([]any)
+	for _, it := range out {
+		m, _ := it.(map[string]any)
+		parts, _ := m["content"].([]any)
+		if m["type"] != "message" || len(parts) == 0 {
+			continue
+		}
+		part, _ := parts[0].(map[string]any)
+		text, _ := part["text"].(string)
+		n := int(float64(len(text)) * min(max(f, 0), 1))
+		if i := strings.LastIndexByte(text[:n], ' '); i > 0 {
+			n = i
+		}
+		return []any{map[string]any{
+			"type": "message", "id": m["id"], "status": "incomplete", "role": "assistant",
+			"content": []any{map[string]any{"type": "output_text", "text": text[:n], "annotations": []any{}}},
+		}}
+	}
+	return []any{}
 }
 
 // responseObject serves the routes of one response.
@@ -296,10 +330,15 @@ func (s *Server) responseObject(w http.ResponseWriter, r *http.Request, path str
 			return
 		}
 		o := s.object(resp)
-		if o["status"] == "in_progress" {
+		if o["status"] == "in_progress" && !s.cfg.CancelBestEffort {
 			s.resp.mu.Lock()
 			resp.cancelled = true
+			if s.cfg.CancelKeepsOutput && s.cfg.BackgroundDelay > 0 {
+				resp.kept = keptOutput(resp.final, float64(s.now().Sub(resp.created))/float64(s.cfg.BackgroundDelay))
+			}
 			s.resp.mu.Unlock()
+			o = s.object(resp)
+		} else if o["status"] == "in_progress" {
 			o = with(resp.final, "cancelled")
 		}
 		writeJSON(w, http.StatusOK, o)

@@ -99,3 +99,53 @@ func TestResponsesRoutes(t *testing.T) {
 		t.Errorf("the cancelled one a minute on: %v; want cancelled", v["status"])
 	}
 }
+
+// TestResponsesCancelModes: with CancelKeepsOutput a background response
+// cancelled half-way keeps about half its text, usage still null; with
+// CancelBestEffort one answered cancelled runs on and completes.
+func TestResponsesCancelModes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // the status a retrieval shows once BackgroundDelay has passed
+	}{
+		{"keeps output", Config{OutputTokens: 20, BackgroundDelay: time.Hour, CancelKeepsOutput: true}, "cancelled"},
+		{"best effort", Config{OutputTokens: 20, BackgroundDelay: time.Hour, CancelBestEffort: true}, "completed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := admissiontest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+			srv := httptest.NewServer(New(tc.cfg, WithClock(clk)))
+			defer srv.Close()
+			call := func(method, path, body string) map[string]any {
+				t.Helper()
+				req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var v map[string]any
+				json.NewDecoder(resp.Body).Decode(&v)
+				return v
+			}
+			bg := call(http.MethodPost, "/v1/responses", `{"model":"gpt-4o","input":"abcd","background":true}`)
+			id, _ := bg["id"].(string)
+			clk.Advance(30 * time.Minute)
+			v := call(http.MethodPost, "/v1/responses/"+id+"/cancel", "")
+			out, _ := v["output"].([]any)
+			if v["status"] != "cancelled" || v["usage"] != nil || (len(out) > 0) != tc.cfg.CancelKeepsOutput {
+				t.Errorf("cancel: %v; want cancelled, usage null, output kept only with CancelKeepsOutput", v)
+			}
+			if tc.cfg.CancelKeepsOutput {
+				text := out[0].(map[string]any)["content"].([]any)[0].(map[string]any)["text"].(string)
+				if n := len(strings.Fields(text)); n < 5 || n > 15 {
+					t.Errorf("kept text %q: %d words; want about half of 20", text, n)
+				}
+			}
+			clk.Advance(time.Hour)
+			if v := call(http.MethodGet, "/v1/responses/"+id, ""); v["status"] != tc.want {
+				t.Errorf("an hour on: %v; want %s", v["status"], tc.want)
+			}
+		})
+	}
+}

@@ -113,6 +113,14 @@ type Config struct {
 	// completes (see responses.go); zero completes it at its first
 	// retrieval.
 	BackgroundDelay time.Duration
+	// CancelBestEffort answers the cancellation of a running background
+	// response as Azure OpenAI may: cancelled, while the response runs
+	// on and completes as if never cancelled.
+	CancelBestEffort bool
+	// CancelKeepsOutput has a background response cancelled while
+	// running keep the part of its text it made before (the part of
+	// BackgroundDelay it ran), its usage still null.
+	CancelKeepsOutput bool
 }
 
 // An Option sets an optional collaborator of a Server.
