@@ -111,6 +111,19 @@
 // a ConverseStream's AWS event-stream messages (checked, bounded) for
 // their text and the metadata event's usage.
 //
+// # Objects stored upstream
+//
+// A body can name by id what the provider keeps in the caller's account:
+// a file (a chat file part's file.file_id, a Responses input_file or
+// input_image, a Messages source or container_upload), an item of a
+// stored response (item_reference) or a file_search tool's vector
+// stores. Their size is not in the estimate (a file part is priced by
+// the size of its reference), and the provider reads them for whoever
+// names them: [Estimate.Refs] lists them ([Ref]: kind, field path, id),
+// so that a caller serving several tenants from one account checks
+// they are the requesting tenant's own, and prices what it knows of
+// them. A body naming more than [MaxRefs] is refused.
+//
 // # Large bodies
 //
 // A body above [Config.MaxBodyBytes] is refused with a [*BodyTooLargeError]

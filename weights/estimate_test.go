@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -636,7 +637,7 @@ func TestEstimateStreamFlagsAndPrice(t *testing.T) {
 	// 3 + "user" (1) + "hi" (1) + 3 = 8 input tokens; 8×2.5 + 100×10 = 1020 µ$.
 	want := Estimate{Endpoint: EndpointChatCompletions, Model: "gpt-4o", Encoding: O200kBase, InputTokens: 8, OutputTokens: 100,
 		Stream: true, IncludeUsage: true, CostMicros: 1020, Priced: true}
-	if est != want {
+	if !reflect.DeepEqual(est, want) {
 		t.Errorf("Estimate = %+v;\nwant %+v", est, want)
 	}
 	if est.TotalTokens() != 108 {
@@ -754,7 +755,7 @@ func TestBPECounterEstimates(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := fast.Estimate("/v1/chat/completions", body)
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("request %d: BPECounter estimate %+v, %v;\nwant %+v", i, got, err, want)
 		}
 	}
@@ -778,7 +779,7 @@ func TestEstimateEndpoint(t *testing.T) {
 	} {
 		byPath, err1 := e.Estimate(tc.path, []byte(tc.body))
 		byEp, err2 := e.EstimateEndpoint(tc.ep, []byte(tc.body))
-		if err1 != nil || err2 != nil || byPath != byEp {
+		if err1 != nil || err2 != nil || !reflect.DeepEqual(byPath, byEp) {
 			t.Errorf("%s: Estimate = %+v, %v; EstimateEndpoint(%v) = %+v, %v; want equal", tc.path, byPath, err1, tc.ep, byEp, err2)
 		}
 	}

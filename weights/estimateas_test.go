@@ -2,6 +2,7 @@ package weights
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 )
 
@@ -23,7 +24,7 @@ func TestEstimateAs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != want || len(named) != 1 || named[0] != "gpt-3.5-turbo" {
+	if !reflect.DeepEqual(got, want) || len(named) != 1 || named[0] != "gpt-3.5-turbo" {
 		t.Errorf("EstimateAs = %+v (as given %q); want %+v, the gpt-4o estimate", got, named, want)
 	}
 	named = nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -60,7 +61,7 @@ func fuzzEstimateWith(f *testing.F, estimate func(*Estimator, []byte) (Estimate,
 			t.Fatalf("estimated an invalid JSON body: %+v", est)
 		}
 		again, err := estimate(e, body)
-		if err != nil || again != est {
+		if err != nil || !reflect.DeepEqual(again, est) {
 			t.Fatalf("second Estimate = %+v, %v; want %+v", again, err, est)
 		}
 		if !est.Sampled {

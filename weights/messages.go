@@ -68,7 +68,7 @@ var blockPaths = func() map[string]blockPath {
 // The members each object of a Messages API request is read for.
 var (
 	claudeMessageFields = fields(true, "role", "content")
-	claudeBlockFields   = fields(true, "type", "text", "id", "tool_use_id", "name", "input", "content", "thinking", "source", "title", "context")
+	claudeBlockFields   = fields(true, "type", "text", "id", "tool_use_id", "name", "input", "content", "thinking", "source", "title", "context", "file_id")
 	claudeSourceFields  = fields(true, "type", "media_type", "data", "url", "file_id", "content")
 	claudeToolFields    = fields(true, "type", "name", "description", "input_schema")
 )
@@ -172,6 +172,8 @@ func (w *walker) block(path string) {
 			content = w.deferred(typed && w.decode(typ) == "tool_result", func() { w.content(paths.content) })
 		case "source":
 			w.source(&src, paths.source, paths.sourceContent)
+		case "file_id": // a container_upload block
+			w.ref(RefFile, path+".file_id", w.str(path, f))
 		}
 	}
 	switch w.decode(typ) {
@@ -246,7 +248,9 @@ func (w *walker) source(src *claudeSource, path, contentPath string) {
 			src.data = w.str(path, f)
 		case "content":
 			src.content = w.deferred(false, func() { w.content(contentPath) })
-		default: // media_type, url, file_id
+		case "file_id":
+			w.ref(RefFile, path+".file_id", w.str(path, f))
+		default: // media_type, url
 			w.str(path, f)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -337,7 +338,7 @@ func TestBlockNesting(t *testing.T) {
 		t.Fatal(err)
 	}
 	last, err := e.Estimate("/v1/messages", body(`{"tool_use_id":"t","content":[`+docLast+`],"type":"tool_result"}`))
-	if err != nil || last != first {
+	if err != nil || !reflect.DeepEqual(last, first) {
 		t.Errorf("type last: %+v, %v; want %+v", last, err, first)
 	}
 	if want := int64(3+3) + claudeCount(t, "user", "t", "inner text"); first.InputTokens != want {

@@ -223,13 +223,14 @@ var (
 	messageFields        = fields(true, "role", "name", "content", "tool_call_id", "tool_calls", "function_call", "refusal")
 	toolCallFields       = fields(true, "id", "function")
 	functionCallFields   = fields(true, "name", "arguments")
-	partFields           = fields(true, "type", "text", "refusal", "image_url", "detail")
+	partFields           = fields(true, "type", "text", "refusal", "image_url", "detail", "file_id", "file")
+	filePartFields       = fields(true, "file_id")
 	imageURLFields       = fields(true, "url", "detail")
-	toolFields           = fields(true, "type", "function", "name", "description", "parameters")
+	toolFields           = fields(true, "type", "function", "name", "description", "parameters", "vector_store_ids")
 	functionDefFields    = fields(true, "name", "description", "parameters")
 	responseFormatFields = fields(true, "type", "json_schema", "schema")
 	textFields           = fields(true, "format")
-	itemFields           = fields(true, "type", "role", "content", "name", "arguments", "call_id", "output")
+	itemFields           = fields(true, "type", "role", "content", "name", "arguments", "call_id", "output", "id")
 	// JSON Schema keywords are case-sensitive everywhere: a case variant is
 	// another keyword.
 	schemaFields = fields(false, "type", "description", "enum", "properties")
@@ -272,6 +273,10 @@ type walker struct {
 	// pathModel is the model a generateContent request names in its
 	// path (see Estimator.EstimateModel).
 	pathModel string
+
+	// refs are the objects stored upstream the body names (see Ref),
+	// found by the first walk.
+	refs []Ref
 
 	// What the walk found at the top level.
 	model    jstring
@@ -343,7 +348,7 @@ func (e *Estimator) priceModel(ep Endpoint, pathModel string, as func(string) (s
 	if err != nil {
 		return Estimate{}, err
 	}
-	est := Estimate{Model: name, Encoding: m.encoding, Images: w.t.images}
+	est := Estimate{Model: name, Encoding: m.encoding, Images: w.t.images, Refs: w.refs}
 	switch ep {
 	case EndpointEmbeddings:
 	case EndpointCompletions:
@@ -931,6 +936,10 @@ func (w *walker) part(path string) {
 			detail = w.str(path, name)
 		case "image_url":
 			url, urlDetail = w.imageURL(path + ".image_url")
+		case "file_id":
+			w.ref(RefFile, path+".file_id", w.str(path, name))
+		case "file":
+			w.filePart(path + ".file")
 		}
 	}
 	switch w.decode(typ) {
@@ -945,6 +954,23 @@ func (w *walker) part(path string) {
 		w.image(url, urlDetail)
 	default:
 		w.t.add(bytesTokens(w.sc.Pos() - start))
+	}
+}
+
+// filePart reads the file of a Chat Completions file part: its file_id
+// is a reference; its inline data is priced with the part, by size.
+func (w *walker) filePart(path string) {
+	if !w.container('{', path, "an object") {
+		return
+	}
+	var o object
+	w.begin(&o, filePartFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		w.ref(RefFile, path+".file_id", w.str(path, name))
 	}
 }
 
@@ -1093,7 +1119,7 @@ func (w *walker) item() {
 		w.t.add(tokensPerMessage) // a null item is an empty message
 		return
 	}
-	var typ, role, name, args, callID jstring
+	var typ, role, name, args, callID, id jstring
 	var content, output span
 	typed := false // the type was read: a content is priced where it stands
 	var o object
@@ -1114,11 +1140,18 @@ func (w *walker) item() {
 			args = w.str(path, f)
 		case "call_id":
 			callID = w.str(path, f)
+		case "id":
+			id = w.str(path, f)
 		case "content":
 			content = w.deferred(typed && isMessage(w.decode(typ)), func() { w.content("input.content") })
 		case "output":
 			output = w.deferred(typed && w.decode(typ) == "function_call_output", func() { w.content("input.output") })
 		}
+	}
+	if t := w.decode(typ); t == "item_reference" || t == "" {
+		// A reference to an item of a stored response; an item with
+		// no type and an id may be read as one too.
+		w.ref(RefItem, "input.id", id)
 	}
 	switch t := w.decode(typ); {
 	case isMessage(t):

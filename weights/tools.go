@@ -41,6 +41,8 @@ func (w *walker) tools() {
 					hasInner = true
 					w.functionDef(&inner, "tools.function")
 				}
+			case "vector_store_ids":
+				w.refList(RefVectorStore, "tools.vector_store_ids")
 			default:
 				w.fnMember(&outer, "tools", name)
 			}

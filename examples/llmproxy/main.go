@@ -161,8 +161,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redis, "redis", "", "Redis server (host:port or a redis:// URL) holding the state of the policies whose store is not memory (store: redis in the policy file), so that every replica enforces one limit")
 	fs.IntVar(&o.gw.Responses.MaxRecords, "responses-max-records", gateway.DefaultMaxResponseRecords, "Responses API: responses whose size and owner are recorded, over all tenants, the oldest forgotten first (in memory; on Redis per tenant only)")
 	fs.IntVar(&o.gw.Responses.MaxRecordsPerTenant, "responses-max-records-per-tenant", gateway.DefaultMaxResponseRecordsPerTenant, "Responses API: responses recorded per tenant; a call chained on a forgotten one is refused unless --responses-allow-unknown-chains")
-	fs.BoolVar(&o.gw.Responses.AllowUnknownChains, "responses-allow-unknown-chains", false, "Responses API: admit a call chained on a response its tenant has no record of, or naming a conversation, priced at --responses-unknown-chain-tokens; only where tenants may continue each other's responses (they share the upstream account)")
+	fs.BoolVar(&o.gw.Responses.AllowUnknownChains, "responses-allow-unknown-chains", false, "Responses API: admit a call chained on a response its tenant has no record of, naming a conversation or referring to a stored item (item_reference), priced at --responses-unknown-chain-tokens; only where tenants may continue each other's responses (they share the upstream account)")
 	fs.Int64Var(&o.gw.Responses.UnknownChainTokens, "responses-unknown-chain-tokens", gateway.DefaultUnknownChainTokens, "Responses API: the prompt tokens a chained call without a record is priced at, under --responses-allow-unknown-chains")
+	fs.BoolVar(&o.gw.AllowUnknownFiles, "allow-unknown-files", false, "pass on a request body naming a file id that is not its tenant's own (uploaded through the gateway, or a result of its batches); only where tenants may read each other's files (they share the upstream account)")
+	fs.BoolVar(&o.gw.AllowVectorStores, "allow-vector-stores", false, "pass on a file_search tool's vector_store_ids, which the gateway cannot tell the owner of; only where tenants may search each other's vector stores")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -501,6 +501,18 @@ func (b *batches) ownsFile(tenant, id string) bool {
 	return b.outputs[id] == tenant
 }
 
+// fileSize reports whether tenant may read file id (see ownsFile) and,
+// for an input file it uploaded, the file's size in bytes; 0 for a
+// batch's output or error file, whose size the gateway never saw.
+func (b *batches) fileSize(tenant, id string) (size int64, owned bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f := b.files[id]; f != nil && f.sum.tenant == tenant {
+		return f.sum.bytes, true
+	}
+	return 0, b.outputs[id] == tenant
+}
+
 // observe settles the reservation of batch id when the object the
 // upstream returned for it (data) says it ended.
 func (b *batches) observe(id string, data []byte) {

@@ -23,6 +23,8 @@ type fileSummary struct {
 	// in and out are the file's prompt tokens and output reservation,
 	// summed over its lines, saturating at math.MaxInt64.
 	in, out int64
+	// bytes is the file's size.
+	bytes int64
 }
 
 // lineError is a batch input file refused: the line (from 1) and what is
@@ -60,6 +62,10 @@ type lineCounter struct {
 	// line continues (see responses.chainTokens); nil refuses a line
 	// that continues a response or names a conversation.
 	chain func(responsesRequest) (int64, error)
+	// refs, when set, checks the objects stored upstream a line's body
+	// names and prices the files among them (see Gateway.checkRefs);
+	// nil refuses a line that names any.
+	refs func(*weights.Estimate) error
 
 	buf   []byte // the line being read, without its newline
 	line  int    // the number of the line being read, from 1
@@ -196,6 +202,16 @@ func (lc *lineCounter) count(line []byte) error {
 		return bad("model %s differs from the first request's %s: a batch runs one model", quoteClip(e.Model), quoteClip(lc.sum.model))
 	case e.Stream:
 		return bad("body.stream: a batch request cannot stream")
+	}
+	if len(e.Refs) > 0 {
+		// Only the tenant's own, as on the line's url.
+		err := error(&refProblem{e.Refs[0].Field, "this gateway does not serve objects stored upstream in batch lines"})
+		if lc.refs != nil {
+			err = lc.refs(&e)
+		}
+		if err != nil {
+			return bad("body.%v", err)
+		}
 	}
 	if ep == weights.EndpointResponses {
 		// A continued response is priced from its recorded chain, and

@@ -112,6 +112,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		// The tenant's records on Config.Upstream, where its batches run.
 		return g.responses.chainTokens(ctx, req.Tenant, rr)
 	}
+	lc.refs = func(e *weights.Estimate) error { return g.checkRefs(req.Tenant, true, e) }
 	body := http.MaxBytesReader(c.Response(), b.paced(c), b.cfg.MaxFileBytes+multipartSlack)
 	pr, pw := io.Pipe()
 	out := multipart.NewWriter(pw)
@@ -194,7 +195,7 @@ func (g *Gateway) handleFileUpload(c echo.Context, rt route) error {
 		return nil
 	}
 	sum := lc.sum
-	sum.tenant = req.Tenant
+	sum.tenant, sum.bytes = req.Tenant, lc.total
 	b.addFile(obj.ID, &sum)
 	g.writeUpstream(c, a.resp, data)
 	return nil

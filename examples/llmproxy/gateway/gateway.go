@@ -338,6 +338,27 @@ type Config struct {
 	// MCP configures the MCP route (see MCP); the zero value leaves it
 	// out.
 	MCP MCP
+	// AllowUnknownFiles passes on a request body naming a file by id (a
+	// Chat Completions file part's file.file_id, a Responses API
+	// input_file or input_image, a Messages API source: see
+	// weights.RefFile) that is not its tenant's own, where by default
+	// it is a 400 naming the field that never reaches the upstream. A
+	// tenant's own files are the batch input files it uploaded through
+	// the gateway and the output and error files of its batches, on
+	// Config.Upstream only (the gateway records no file of Azure
+	// OpenAI's or Anthropic's). Every tenant's files live in the one
+	// provider account, which reads any of them for whoever names it:
+	// set it only when the tenants may read each other's files, or
+	// upload them to the provider directly. Such a file is priced by its
+	// reference alone; one the gateway recorded, by its size too (one
+	// token per 4 bytes), whether or not this is set.
+	AllowUnknownFiles bool
+	// AllowVectorStores passes on a file_search tool's vector_store_ids
+	// (weights.RefVectorStore), where by default it is a 400: the
+	// gateway serves no vector stores, so it cannot tell whose a vector
+	// store is, and the provider searches any for whoever names it. Set
+	// it only when the tenants may search each other's.
+	AllowVectorStores bool
 	// Responses configures the Responses API's chained calls, the routes
 	// of one response and background responses (see ResponsesAPI); the
 	// zero value serves them with its defaults.

@@ -192,6 +192,10 @@ func (g *Gateway) priceMessageBatch(body []byte, maxRequests int) (messageBatchS
 		case e.Stream:
 			return sum, bad("params.stream: a batch request cannot stream")
 		}
+		// The gateway records no file of Anthropic's (see checkRefs).
+		if err := g.checkRefs("", false, &e); err != nil {
+			return sum, bad("params." + err.Error())
+		}
 		out := e.OutputTokens
 		if m := g.cfg.MaxOutputReserve; m > 0 && out > m {
 			out = m

@@ -68,6 +68,11 @@ func (g *Gateway) handleLLM(c echo.Context, rt route) error {
 	if x.est, body, ok = g.readAndPrice(c, st, rt); !ok || !g.checkModel(c, x.est.Model) || !g.session(c, st, body, &req) {
 		return nil
 	}
+	// The files and other objects stored upstream it names: its tenant's
+	// own only (see checkRefs).
+	if !g.refsAllowed(c, rt, req.Tenant, &x.est) {
+		return nil
+	}
 	if rt.endpoint == weights.EndpointResponses {
 		// A chain's recorded size, a background slot (see ResponsesAPI).
 		if x.rsp, ok = g.responsesCall(c, st, rt, req.Tenant, body, &x.est); !ok {

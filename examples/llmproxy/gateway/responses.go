@@ -38,7 +38,11 @@ import (
 // a 400: every tenant's responses live in the one upstream account, so a
 // tenant that learned another's response id could otherwise have the
 // provider continue that tenant's conversation for it. AllowUnknownChains
-// admits them instead, priced as UnknownChainTokens.
+// admits them instead, priced as UnknownChainTokens. An input item that
+// refers to an item of a stored response (item_reference) is a 400 for
+// the same reason, unless AllowUnknownChains: the gateway records
+// responses, not their items. The files and vector stores a body names
+// are checked too (see Config.AllowUnknownFiles).
 //
 // The records are kept in memory, MaxRecordsPerTenant per tenant and
 // MaxRecords in all (the oldest is forgotten first), or on the Redis
@@ -125,9 +129,11 @@ type ResponsesAPI struct {
 	UnknownChainTokens int64
 	// AllowUnknownChains admits, priced at UnknownChainTokens, a call
 	// whose previous_response_id its tenant has no record of, and one
-	// naming a conversation (the policies still decide), where by
-	// default the first is a 404, as an unknown response, the second a
-	// 400, and a record the store cannot read a 503. Set it only when the
+	// naming a conversation (the policies still decide), and passes on
+	// an input item referring to a stored item (item_reference, priced
+	// by its reference), where by default the first is a 404, as an
+	// unknown response, the second and third a 400, and a record the
+	// store cannot read a 503. Set it only when the
 	// tenants may continue each other's responses (one team behind
 	// several keys): every tenant's responses live in the one upstream
 	// account, and with it a tenant that learned another's response id

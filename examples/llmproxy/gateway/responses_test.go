@@ -178,6 +178,7 @@ prices:
 `
 	s, rl, path := responsesStack(t, policy, func(gc *gatewaySetup, _ *upstream.Config) {
 		gc.ForwardHeaders = []string{"X-Sim-*"}
+		gc.AllowVectorStores = true // file_search names one
 	})
 	body := map[string]any{"model": "gpt-4o-mini", "input": "Search the news.", "max_output_tokens": 40,
 		"tools": []any{map[string]any{"type": "web_search"}, map[string]any{"type": "web_search_preview"}, map[string]any{"type": "file_search", "vector_store_ids": []string{"vs_1"}}}}
@@ -555,6 +556,7 @@ prices:
 	s, rl, path := responsesStack(t, policy, func(gc *gatewaySetup, sc *upstream.Config) {
 		sc.OutputTokens = 20
 		gc.ForwardHeaders = []string{"X-Sim-*"}
+		gc.AllowVectorStores = true // file_search names one
 	})
 	b := mustJSON(map[string]any{"model": "gpt-4o-mini", "input": "Search the news.", "max_output_tokens": 40, "stream": true,
 		"tools": []any{map[string]any{"type": "web_search"}, map[string]any{"type": "file_search", "vector_store_ids": []string{"vs_1"}}}})

@@ -1,0 +1,147 @@
+package gateway_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
+	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
+	"github.com/sluicehq/sluice/shadow/requestlog"
+)
+
+// postJSON sends body to path with key and returns the status and the
+// answer.
+func (s *batchStack) postJSON(t *testing.T, key, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, s.URL+path, bytes.NewReader([]byte(body)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, b := s.do(t, req, key)
+	return resp.StatusCode, string(b)
+}
+
+// The bodies naming objects stored upstream: a file in a chat file part,
+// a Responses input_file and input_image, a Responses item reference and
+// a file_search tool's vector store.
+func chatFile(id string) string {
+	return `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":[{"type":"text","text":"Summarise."},{"type":"file","file":{"file_id":"` + id + `"}}]}]}`
+}
+
+func respFile(id string) string {
+	return `{"model":"gpt-4o-mini","max_output_tokens":20,"input":[{"role":"user","content":[{"type":"input_text","text":"Summarise."},{"type":"input_file","file_id":"` + id + `"}]}]}`
+}
+
+func respImage(id string) string {
+	return `{"model":"gpt-4o-mini","max_output_tokens":20,"input":[{"role":"user","content":[{"type":"input_image","file_id":"` + id + `"}]}]}`
+}
+
+const (
+	respItemRef     = `{"model":"gpt-4o-mini","max_output_tokens":20,"input":[{"type":"item_reference","id":"msg_someone"}]}`
+	respVectorStore = `{"model":"gpt-4o-mini","max_output_tokens":20,"input":"Find it.","tools":[{"type":"file_search","vector_store_ids":["vs_someone"]}]}`
+	respPlain       = `{"model":"gpt-4o-mini","max_output_tokens":20,"input":[{"role":"user","content":[{"type":"input_text","text":"Summarise."}]}]}`
+)
+
+// bigBatchFile is a batch input file of about n bytes.
+func bigBatchFile(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		b.WriteString(chatLine(fmt.Sprintf("r%d", i), strings.Repeat("Tell me about the sea. ", 20), 10) + "\n")
+	}
+	return b.String()
+}
+
+// TestBodyRefsOwnedByTenant: a body naming a file by id (a chat file
+// part, a Responses input_file or input_image, a batch line) is served
+// only for a file its tenant uploaded through the gateway: another
+// tenant's file id and an id the gateway does not know are the same 400
+// naming the field, never the id, and never reach the upstream; so are a
+// Responses item reference and a file_search tool's vector stores. The
+// tenant's own file is admitted, reserved one token per 4 bytes of its
+// size on top of its reference. AllowUnknownFiles, AllowVectorStores and
+// ResponsesAPI.AllowUnknownChains pass the others on.
+func TestBodyRefsOwnedByTenant(t *testing.T) {
+	s, rl, path := responsesStack(t, responsesPolicy, nil)
+	file := bigBatchFile(40_000)
+	mine := s.uploaded(t, keyA, file)
+
+	before := s.sim.Requests()
+	for _, tc := range []struct {
+		name, path, body, field string
+	}{
+		{"chat, another tenant's file", "/v1/chat/completions", chatFile(mine), "messages.content.file.file_id"},
+		{"chat, an unknown file", "/v1/chat/completions", chatFile("file-nobody"), "messages.content.file.file_id"},
+		{"responses, another tenant's file", "/v1/responses", respFile(mine), "input.content.file_id"},
+		{"responses, an unknown file", "/v1/responses", respFile("file-nobody"), "input.content.file_id"},
+		{"responses, another tenant's image", "/v1/responses", respImage(mine), "input.content.file_id"},
+		{"responses, an item reference", "/v1/responses", respItemRef, "input.id"},
+		{"responses, a vector store", "/v1/responses", respVectorStore, "tools.vector_store_ids"},
+		{"responses, a hostile id", "/v1/responses", respFile(`<\"x\u0000\n`), "input.content.file_id"},
+	} {
+		code, body := s.postJSON(t, batchKeyB, tc.path, tc.body)
+		if _, c, _ := openAIError(t, []byte(body)); code != 400 || c != "invalid_value" || !strings.Contains(body, `"param":"`+tc.field+`"`) {
+			t.Errorf("%s: %d %s; want 400 invalid_value naming %s", tc.name, code, body, tc.field)
+		}
+		if strings.Contains(body, mine) || strings.Contains(body, "nobody") || strings.Contains(body, "someone") || strings.Contains(body, "<") {
+			t.Errorf("%s: the answer echoes the id: %s", tc.name, body)
+		}
+	}
+	// Anthropic's files are never the gateway's: refused, in Anthropic's shape.
+	if code, body := s.postJSON(t, batchKeyB, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"file_someone"}}]}]}`); code != 400 || !strings.Contains(body, "messages.content.source.file_id") || strings.Contains(body, "someone") {
+		t.Errorf("messages, a file: %d %s; want 400 naming the field, not the id", code, body)
+	}
+	if n := s.sim.Requests() - before; n != 0 {
+		t.Errorf("%d refused requests reached the upstream", n)
+	}
+	// The same in a batch line: the upload is cut, never stored.
+	files := s.sim.Files()
+	if resp, b := s.upload(t, batchKeyB, `{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":`+chatFile(mine)+"}\n"); resp.StatusCode != 400 || strings.Contains(string(b), mine) {
+		t.Errorf("a batch line naming another tenant's file: %d %s; want 400 without the id", resp.StatusCode, b)
+	}
+	if n := s.sim.Files() - files; n != 0 {
+		t.Errorf("the upstream stored %d refused batch files", n)
+	}
+
+	// The owner's own file, in a chat and a Responses body.
+	if code, body := s.postJSON(t, keyA, "/v1/chat/completions", chatFile(mine)); code != 200 {
+		t.Errorf("chat, the owner's file: %d %s; want 200", code, body)
+	}
+	if code, body := s.postJSON(t, keyA, "/v1/responses", respPlain); code != 200 {
+		t.Fatalf("responses, no file: %d %s", code, body)
+	}
+	if code, body := s.postJSON(t, keyA, "/v1/responses", respFile(mine)); code != 200 {
+		t.Fatalf("responses, the owner's file: %d %s; want 200", code, body)
+	}
+	var recs []requestlog.Record
+	for _, r := range logged(t, rl, path, "POST /v1/responses", s.srv) {
+		if !r.BeginOnly { // the refused bodies
+			recs = append(recs, r)
+		}
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d records; want 2", len(recs))
+	}
+	// The file's reserve is its size over 4, plus its reference's JSON
+	// (the part's ~45 bytes, priced by size).
+	fileTokens := int64(len(file)+3) / 4
+	if got := recs[1].Tokens - recs[0].Tokens; got < fileTokens || got > fileTokens+32 {
+		t.Errorf("naming a file of %d bytes reserved %d tokens more than naming none; want %d (its size / 4) and its reference", len(file), got, fileTokens)
+	}
+
+	open := batchGateway(t, responsesPolicy, func(gc *gatewaySetup, _ *upstream.Config) {
+		gc.AllowUnknownFiles, gc.AllowVectorStores = true, true
+		gc.Responses = gateway.ResponsesAPI{AllowUnknownChains: true}
+	})
+	theirs := open.uploaded(t, keyA, batchFile)
+	for _, tc := range []struct{ name, path, body string }{
+		{"chat, another tenant's file", "/v1/chat/completions", chatFile(theirs)},
+		{"responses, an unknown file", "/v1/responses", respFile("file-nobody")},
+		{"responses, an item reference", "/v1/responses", respItemRef},
+		{"responses, a vector store", "/v1/responses", respVectorStore},
+	} {
+		if code, body := open.postJSON(t, batchKeyB, tc.path, tc.body); code != 200 {
+			t.Errorf("allowed: %s: %d %s; want 200", tc.name, code, body)
+		}
+	}
+}
