@@ -109,12 +109,17 @@ type leaseKeeper struct {
 	logged  time.Time // the last log line
 	unsaid  int       // failures since, not logged
 	// least is the shortest MaxHold of the leases the last run found
-	// held, fresh that of the tickets entered since that run began (0:
+	// held, fresh (ns, atomic: read and written by every ticket entered,
+	// without k.mu) that of the tickets entered since that run began (0:
 	// none): a ticket admitted under another policy set than the
 	// installed one (an earlier one, or its request's own) may hold a
 	// lease shorter than any the installed set has, and the keeper runs
-	// often enough for it too.
-	least, fresh time.Duration
+	// often enough for it too. period (ns, atomic) is the delay the
+	// scheduled run was set with: a ticket whose leases need a run no
+	// sooner takes no lock.
+	least  time.Duration
+	fresh  atomic.Int64
+	period atomic.Int64
 
 	walk   []keeperEntry // a run's copy of a shard, reused (runs never overlap)
 	batch  []batchedRenewal
@@ -265,21 +270,37 @@ func (k *leaseKeeper) keep(t *ticket) {
 	s.live[t.self] = keeperEntry{gen: t.gen.Load(), leases: t.leases}
 	s.mu.Unlock()
 	k.live.Add(1)
-	k.mu.Lock()
-	k.fresh = shorter(k.fresh, hold)
-	k.mu.Unlock()
-	now := k.c.clock.Now()
+	for {
+		f := k.fresh.Load()
+		if f != 0 && f <= int64(hold) || k.fresh.CompareAndSwap(f, int64(hold)) {
+			break
+		}
+	}
 	if k.armed.CompareAndSwap(false, true) {
-		k.arm(now)
+		k.arm(k.c.clock.Now())
+		return
+	}
+	d := holdPeriod(hold)
+	if p := k.period.Load(); p > 0 && int64(d) >= p {
+		// The scheduled run is due within its period from now: soon
+		// enough. (A run being scheduled reads fresh after setting
+		// period to 0, so it sees t's hold, or t takes the lock.)
 		return
 	}
 	// A run is scheduled, perhaps too late for t's leases: bring it
-	// forward. (One running now schedules the next with fresh.)
+	// forward.
+	now := k.c.clock.Now()
 	k.mu.Lock()
-	if d := holdPeriod(hold); k.timer != nil && !k.closed && now.Add(d).Before(k.due) && k.timer.Stop() {
-		k.timer, k.due = k.c.clock.AfterFunc(d, k.run), now.Add(d)
+	if k.timer != nil && !k.closed && now.Add(d).Before(k.due) && k.timer.Stop() {
+		k.schedule(now, d)
 	}
 	k.mu.Unlock()
+}
+
+// schedule sets the next run d after now; k.mu is held.
+func (k *leaseKeeper) schedule(now time.Time, d time.Duration) {
+	k.timer, k.due = k.c.clock.AfterFunc(d, k.run), now.Add(d)
+	k.period.Store(int64(d))
 }
 
 // shorter returns the shorter of two MaxHolds, 0 meaning none.
@@ -329,23 +350,22 @@ func (k *leaseKeeper) arm(now time.Time) {
 	if k.closed {
 		return
 	}
+	k.period.Store(0) // before fresh is read: see keep
 	d := k.c.cfg.Load().keeperPeriod()
-	if hold := shorter(k.least, k.fresh); hold != 0 {
+	if hold := shorter(k.least, time.Duration(k.fresh.Load())); hold != 0 {
 		d = min(d, holdPeriod(hold))
 	}
 	for i := range k.pending {
 		d = min(d, max(k.pending[i].at.Sub(now), 0))
 	}
-	k.timer, k.due = k.c.clock.AfterFunc(d, k.run), now.Add(d)
+	k.schedule(now, d)
 }
 
 // run renews what is due, retries the failed releases due, and schedules
 // the next run while there is anything left to do.
 func (k *leaseKeeper) run() {
 	now := k.c.clock.Now()
-	k.mu.Lock()
-	k.fresh = 0 // the tickets entered from here on are walked, or say so
-	k.mu.Unlock()
+	k.fresh.Store(0) // the tickets entered from here on are walked, or say so
 	least := k.renewAll(now)
 	k.retry(now)
 	k.mu.Lock()
@@ -557,7 +577,7 @@ func (k *leaseKeeper) released(h *held, err error) {
 	// A run is scheduled, perhaps for much later: bring it forward.
 	k.mu.Lock()
 	if k.timer != nil && !k.closed && pr.at.Before(k.due) && k.timer.Stop() {
-		k.timer, k.due = k.c.clock.AfterFunc(retryFirst, k.run), pr.at
+		k.schedule(now, retryFirst)
 	}
 	k.mu.Unlock()
 }
