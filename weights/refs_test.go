@@ -43,6 +43,8 @@ func TestRefs(t *testing.T) {
 			[]ref{file(respPart, "file-A"), file(respPart, "file-I")}},
 		{"responses function output file", weights.EndpointResponses, `{"model":"gpt-4o","input":[{"output":[{"type":"input_file","file_id":"file-O"}],"call_id":"c","type":"function_call_output"}]}`,
 			[]ref{file("input.output.file_id", "file-O")}},
+		{"responses computer screenshot, type last", weights.EndpointResponses, `{"model":"computer-use-preview","input":[{"call_id":"c","output":{"file_id":"file-S","type":"computer_screenshot"},"type":"computer_call_output"},{"type":"computer_call_output","call_id":"d","output":{"type":"computer_screenshot","image_url":"data:image/png;base64,AAAA"}}]}`,
+			[]ref{file("input.output.file_id", "file-S")}},
 		{"responses item references", weights.EndpointResponses, `{"model":"gpt-4o","input":[{"type":"item_reference","id":"msg_1"},{"id":"msg_2"},{"type":"message","id":"msg_3","role":"assistant","content":"ok"}]}`,
 			[]ref{{Kind: weights.RefItem, Field: "input.id", ID: "msg_1"}, {Kind: weights.RefItem, Field: "input.id", ID: "msg_2"}}},
 		{"responses vector stores", weights.EndpointResponses, `{"model":"gpt-4o","input":"Hi","tools":[{"type":"file_search","vector_store_ids":["vs_1","vs_2",null]}]}`,

@@ -1145,7 +1145,7 @@ func (w *walker) item() {
 		case "content":
 			content = w.deferred(typed && isMessage(w.decode(typ)), func() { w.content("input.content") })
 		case "output":
-			output = w.deferred(typed && w.decode(typ) == "function_call_output", func() { w.content("input.output") })
+			output = w.deferred(typed && w.decode(typ) == "function_call_output", w.itemOutput)
 		}
 	}
 	if t := w.decode(typ); t == "item_reference" || t == "" {
@@ -1164,13 +1164,24 @@ func (w *walker) item() {
 		w.textOf(args)
 	case t == "function_call_output":
 		w.textOf(callID)
-		w.priceSpan(output, func() { w.content("input.output") })
+		w.priceSpan(output, w.itemOutput)
 	case t == "item_reference":
 		// Refers to a stored item whose size is unknown here; the actual
 		// usage settles it.
 	default:
 		w.t.add(bytesTokens(w.sc.Pos() - start))
 	}
+}
+
+// itemOutput reads the output of a tool call's output item: a string or
+// an array of content parts (function_call_output), or one part (a
+// computer_call_output's screenshot, whose file_id is a reference).
+func (w *walker) itemOutput() {
+	if w.sc.Peek() == '{' {
+		w.part("input.output")
+		return
+	}
+	w.content("input.output")
 }
 
 func isMessage(typ string) bool { return typ == "" || typ == "message" }

@@ -37,6 +37,10 @@ func respImage(id string) string {
 	return `{"model":"gpt-4o-mini","max_output_tokens":20,"input":[{"role":"user","content":[{"type":"input_image","file_id":"` + id + `"}]}]}`
 }
 
+func respScreenshot(id string) string {
+	return `{"model":"gpt-4o-mini","max_output_tokens":20,"input":[{"type":"computer_call_output","call_id":"c1","output":{"type":"computer_screenshot","file_id":"` + id + `"}}]}`
+}
+
 const (
 	respItemRef     = `{"model":"gpt-4o-mini","max_output_tokens":20,"input":[{"type":"item_reference","id":"msg_someone"}]}`
 	respVectorStore = `{"model":"gpt-4o-mini","max_output_tokens":20,"input":"Find it.","tools":[{"type":"file_search","vector_store_ids":["vs_someone"]}]}`
@@ -75,6 +79,7 @@ func TestBodyRefsOwnedByTenant(t *testing.T) {
 		{"responses, another tenant's file", "/v1/responses", respFile(mine), "input.content.file_id"},
 		{"responses, an unknown file", "/v1/responses", respFile("file-nobody"), "input.content.file_id"},
 		{"responses, another tenant's image", "/v1/responses", respImage(mine), "input.content.file_id"},
+		{"responses, another tenant's screenshot", "/v1/responses", respScreenshot(mine), "input.output.file_id"},
 		{"responses, an item reference", "/v1/responses", respItemRef, "input.id"},
 		{"responses, a vector store", "/v1/responses", respVectorStore, "tools.vector_store_ids"},
 		{"responses, a hostile id", "/v1/responses", respFile(`<\"x\u0000\n`), "input.content.file_id"},
