@@ -115,9 +115,14 @@
 //
 // A body can name by id what the provider keeps in the caller's account:
 // a file (a chat file part's file.file_id, a Responses input_file or
-// input_image, a Messages source or container_upload), an item of a
-// stored response (item_reference) or a file_search tool's vector
-// stores. Their size is not in the estimate (a file part is priced by
+// input_image, in the input, a prompt's variables or a computer
+// screenshot, a code_interpreter container's file_ids, an
+// image_generation tool's mask, a Messages source or container_upload),
+// an item of a stored response (item_reference, a reasoning item by id
+// without its encrypted_content), a file_search tool's vector stores,
+// the audio of an earlier chat completion (audio.id), a stored prompt
+// template (prompt.id), a code execution container or a custom skill
+// (see [RefKind]). Their size is not in the estimate (a file part is priced by
 // the size of its reference), and the provider reads them for whoever
 // names them: [Estimate.Refs] lists them ([Ref]: kind, field path, id),
 // so that a caller serving several tenants from one account checks

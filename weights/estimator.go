@@ -406,7 +406,8 @@ type Estimate struct {
 	// Priced reports whether a price was found for Model.
 	Priced bool
 	// Refs are the objects stored upstream (files, items of stored
-	// responses, vector stores) the body names by id, each once, in the
+	// responses, vector stores, audio, prompt templates, containers,
+	// skills: see [RefKind]) the body names by id, each once, in the
 	// order met, at most [MaxRefs]; nil when it names none. Their size
 	// is not in the estimate, and the provider reads them for whoever
 	// names them: see [Ref].

@@ -67,11 +67,70 @@ var blockPaths = func() map[string]blockPath {
 
 // The members each object of a Messages API request is read for.
 var (
-	claudeMessageFields = fields(true, "role", "content")
-	claudeBlockFields   = fields(true, "type", "text", "id", "tool_use_id", "name", "input", "content", "thinking", "source", "title", "context", "file_id")
-	claudeSourceFields  = fields(true, "type", "media_type", "data", "url", "file_id", "content")
-	claudeToolFields    = fields(true, "type", "name", "description", "input_schema")
+	claudeMessageFields   = fields(true, "role", "content")
+	claudeBlockFields     = fields(true, "type", "text", "id", "tool_use_id", "name", "input", "content", "thinking", "source", "title", "context", "file_id")
+	claudeSourceFields    = fields(true, "type", "media_type", "data", "url", "file_id", "content")
+	claudeToolFields      = fields(true, "type", "name", "description", "input_schema")
+	claudeContainerFields = fields(true, "id", "skills")
+	claudeSkillFields     = fields(true, "type", "skill_id")
 )
+
+// claudeContainer reads a Messages API container: the id of a code
+// execution container (a string, or an object's id), a reference, and
+// the skills loaded into it, of which those uploaded to the account (any
+// type but "anthropic") are references.
+func (w *walker) claudeContainer() {
+	const path = "container"
+	switch c := w.sc.Peek(); c {
+	case '"', 'n':
+		w.ref(RefContainer, path, w.str("", path))
+		return
+	case '{':
+	default:
+		w.wrongType(path, "a string or an object", c)
+		w.sc.Skip()
+		return
+	}
+	var o object
+	w.begin(&o, claudeContainerFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		if name == "id" {
+			w.ref(RefContainer, "container.id", w.str(path, name))
+			continue
+		}
+		const skills = "container.skills"
+		if !w.container('[', skills, "an array") {
+			continue
+		}
+		w.sc.Open()
+		for n := 0; w.sc.More(&n, ']'); {
+			if !w.container('{', skills, "an object") {
+				continue
+			}
+			var typ, id jstring
+			var so object
+			w.begin(&so, claudeSkillFields, skills)
+			for {
+				f, ok := w.next(&so)
+				if !ok {
+					break
+				}
+				if f == "type" {
+					typ = w.str(skills, f)
+				} else {
+					id = w.str(skills, f)
+				}
+			}
+			if w.decode(typ) != "anthropic" {
+				w.ref(RefSkill, "container.skills.skill_id", id)
+			}
+		}
+	}
+}
 
 // system prices the system prompt: a string or an array of text blocks.
 func (w *walker) system() {

@@ -12,19 +12,39 @@ type RefKind uint8
 
 const (
 	// RefFile is a file: the file_id of a Chat Completions file part
-	// (file.file_id), of a Responses API input_file or input_image part,
-	// or of a Messages API source or container_upload block.
+	// (file.file_id), of a Responses API input_file or input_image part
+	// (in the input, a prompt's variables or a computer screenshot), of
+	// a code_interpreter tool's container (file_ids) or an
+	// image_generation tool's input_image_mask, or of a Messages API
+	// source or container_upload block.
 	RefFile RefKind = iota + 1
 	// RefItem is an item of a stored response: the id of a Responses API
-	// input item of type item_reference, or of one with no type (which
-	// the API reads as a reference).
+	// input item of type item_reference, of one with no type (which the
+	// API reads as a reference), of a reasoning item without its
+	// encrypted_content or of an image_generation_call without its
+	// result (the API reads the stored item).
 	RefItem
 	// RefVectorStore is a vector store: one of a tool's vector_store_ids
 	// (the Responses API's file_search).
 	RefVectorStore
+	// RefAudio is the audio of an earlier Chat Completions response: a
+	// message's audio.id.
+	RefAudio
+	// RefPrompt is a prompt template stored in the account: a Responses
+	// API prompt.id.
+	RefPrompt
+	// RefContainer is a code execution container: a Responses API
+	// code_interpreter tool's container given as an id, or a Messages
+	// API container (its id, or the string naming it).
+	RefContainer
+	// RefSkill is a skill uploaded to the account: the skill_id of a
+	// Messages API container's skill of a type other than "anthropic"
+	// (Anthropic's own skills are not stored in the account).
+	RefSkill
 )
 
-// String returns the kind's name: "file", "item" or "vector_store".
+// String returns the kind's name: "file", "item", "vector_store",
+// "audio", "prompt", "container" or "skill".
 func (k RefKind) String() string {
 	switch k {
 	case RefFile:
@@ -33,6 +53,14 @@ func (k RefKind) String() string {
 		return "item"
 	case RefVectorStore:
 		return "vector_store"
+	case RefAudio:
+		return "audio"
+	case RefPrompt:
+		return "prompt"
+	case RefContainer:
+		return "container"
+	case RefSkill:
+		return "skill"
 	}
 	return "RefKind(" + strconv.Itoa(int(k)) + ")"
 }

@@ -51,6 +51,19 @@ func TestRefs(t *testing.T) {
 			[]ref{{Kind: weights.RefVectorStore, Field: "tools.vector_store_ids", ID: "vs_1"}, {Kind: weights.RefVectorStore, Field: "tools.vector_store_ids", ID: "vs_2"}}},
 		{"messages document and container upload", weights.EndpointMessages, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"file_1"}},{"type":"image","source":{"file_id":"file_2","type":"file"}},{"type":"container_upload","file_id":"file_3"}]}]}`,
 			[]ref{file(claudeSrc, "file_1"), file(claudeSrc, "file_2"), file("messages.content.file_id", "file_3")}},
+		{"chat audio of an earlier response", weights.EndpointChatCompletions, `{"model":"gpt-4o-audio-preview","messages":[{"role":"user","content":"Hi"},{"role":"assistant","audio":{"id":"audio_1"}},{"audio":null,"role":"assistant"}]}`,
+			[]ref{{Kind: weights.RefAudio, Field: "messages.audio.id", ID: "audio_1"}}},
+		{"responses reasoning and image generation items by id", weights.EndpointResponses, `{"model":"gpt-5","input":[{"type":"reasoning","id":"rs_1","summary":[]},{"id":"rs_2","type":"reasoning","encrypted_content":"AAAA"},{"type":"reasoning","id":"rs_3","encrypted_content":null},{"type":"image_generation_call","id":"ig_1"},{"type":"image_generation_call","id":"ig_2","result":"QUJD"},{"type":"function_call","id":"fc_1","call_id":"c","name":"f","arguments":"{}"}]}`,
+			[]ref{{Kind: weights.RefItem, Field: "input.id", ID: "rs_1"}, {Kind: weights.RefItem, Field: "input.id", ID: "rs_3"}, {Kind: weights.RefItem, Field: "input.id", ID: "ig_1"}}},
+		{"responses prompt template and its variables", weights.EndpointResponses, `{"model":"gpt-4o","prompt":{"variables":{"doc":{"type":"input_file","file_id":"file-V"},"name":"Ann","pic":{"type":"input_image","image_url":"https://x/y.png"}},"id":"pmpt_1","version":"2"}}`,
+			[]ref{file("prompt.variables.file_id", "file-V"), {Kind: weights.RefPrompt, Field: "prompt.id", ID: "pmpt_1"}}},
+		{"responses code interpreter and image generation tools", weights.EndpointResponses, `{"model":"gpt-4o","input":"Hi","tools":[{"type":"code_interpreter","container":"cntr_1"},{"type":"code_interpreter","container":{"type":"auto","file_ids":["file-C1","file-C2"]}},{"type":"image_generation","input_image_mask":{"file_id":"file-M"}},{"type":"image_generation","input_image_mask":{"image_url":"data:image/png;base64,AAAA"}}]}`,
+			[]ref{{Kind: weights.RefContainer, Field: "tools.container", ID: "cntr_1"}, file("tools.container.file_ids", "file-C1"), file("tools.container.file_ids", "file-C2"), file("tools.input_image_mask.file_id", "file-M")}},
+		{"messages container by id", weights.EndpointMessages, `{"model":"claude-sonnet-4-5","max_tokens":10,"container":"container_1","messages":[{"role":"user","content":"Hi"}]}`,
+			[]ref{{Kind: weights.RefContainer, Field: "container", ID: "container_1"}}},
+		{"messages container with skills", weights.EndpointMessages, `{"model":"claude-sonnet-4-5","max_tokens":10,"container":{"skills":[{"type":"anthropic","skill_id":"pptx","version":"latest"},{"skill_id":"skill_01","type":"custom"},{"skill_id":"skill_02"}],"id":"container_2"},"messages":[{"role":"user","content":"Hi"}]}`,
+			[]ref{{Kind: weights.RefSkill, Field: "container.skills.skill_id", ID: "skill_01"}, {Kind: weights.RefSkill, Field: "container.skills.skill_id", ID: "skill_02"}, {Kind: weights.RefContainer, Field: "container.id", ID: "container_2"}}},
+		{"messages new container", weights.EndpointMessages, `{"model":"claude-sonnet-4-5","max_tokens":10,"container":{"skills":[{"type":"anthropic","skill_id":"xlsx"}]},"messages":[{"role":"user","content":"Hi"}]}`, nil},
 		{"null ids name nothing", weights.EndpointResponses, `{"model":"gpt-4o","input":[{"role":"user","content":[{"type":"input_file","file_id":null}]}]}`, nil},
 	} {
 		est, err := e.EstimateEndpoint(tc.ep, []byte(tc.body))
@@ -68,9 +81,22 @@ func TestRefs(t *testing.T) {
 		`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"File_Id":"file-A"}}]}]}`,
 		`{"model":"gpt-4o","input":"Hi","tools":[{"type":"file_search","Vector_Store_IDs":["vs_1"]}]}`,
 		`{"model":"gpt-4o","input":[{"type":"item_reference","ID":"msg_1"}]}`,
+		`{"model":"gpt-4o","messages":[{"role":"assistant","Audio":{"id":"audio_1"}}]}`,
+		`{"model":"gpt-4o","messages":[{"role":"assistant","audio":{"Id":"audio_1"}}]}`,
+		`{"model":"gpt-4o","input":"Hi","Prompt":{"id":"pmpt_1"}}`,
+		`{"model":"gpt-4o","input":"Hi","prompt":{"ID":"pmpt_1"}}`,
+		`{"model":"gpt-4o","input":[{"type":"reasoning","id":"rs_1","Encrypted_Content":"AAAA"}]}`,
+		`{"model":"gpt-4o","input":"Hi","tools":[{"type":"code_interpreter","Container":"cntr_1"}]}`,
+		`{"model":"gpt-4o","input":"Hi","tools":[{"type":"code_interpreter","container":{"File_IDs":["file-1"]}}]}`,
+		`{"model":"gpt-4o","input":"Hi","tools":[{"type":"image_generation","input_image_mask":{"File_Id":"file-1"}}]}`,
+		`{"model":"claude-sonnet-4-5","max_tokens":10,"Container":"c","messages":[{"role":"user","content":"Hi"}]}`,
+		`{"model":"claude-sonnet-4-5","max_tokens":10,"container":{"skills":[{"Skill_Id":"skill_01"}]},"messages":[{"role":"user","content":"Hi"}]}`,
 	} {
 		ep := weights.EndpointResponses
-		if strings.Contains(body, "messages") {
+		switch {
+		case strings.Contains(body, "claude"):
+			ep = weights.EndpointMessages
+		case strings.Contains(body, "messages"):
 			ep = weights.EndpointChatCompletions
 		}
 		if _, err := e.EstimateEndpoint(ep, []byte(body)); !errors.Is(err, weights.ErrMalformed) {
@@ -95,5 +121,29 @@ func TestRefs(t *testing.T) {
 	var mal *weights.MalformedError
 	if _, err := e.EstimateEndpoint(weights.EndpointResponses, []byte(parts(weights.MaxRefs+1))); !errors.As(err, &mal) || mal.Field != respPart {
 		t.Errorf("%d refs: %v; want malformed at %s", weights.MaxRefs+1, err, respPart)
+	}
+}
+
+// TestPromptVariablesPriced: the variables of a Responses prompt
+// template are priced as the text and parts they are, not skipped with
+// the template.
+func TestPromptVariablesPriced(t *testing.T) {
+	e, err := weights.NewEstimator(weights.Config{Counters: weights.BPECounter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("The sea is calm tonight. ", 400)
+	without, err := e.EstimateEndpoint(weights.EndpointResponses, []byte(`{"model":"gpt-4o","prompt":{"id":"pmpt_1"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{`"` + text + `"`, `{"type":"input_text","text":"` + text + `"}`} {
+		with, err := e.EstimateEndpoint(weights.EndpointResponses, []byte(`{"model":"gpt-4o","prompt":{"id":"pmpt_1","variables":{"a":`+v+`}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := with.InputTokens-without.InputTokens, int64(len(text)/5); got < want {
+			t.Errorf("a variable of %d bytes (%.20s...) adds %d tokens; want at least %d", len(text), v, got, want)
+		}
 	}
 }

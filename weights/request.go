@@ -215,22 +215,25 @@ var (
 		EndpointChatCompletions: fields(true, slices.Concat(limitFields, []string{"messages", "tools", "functions", "response_format"})...),
 		EndpointCompletions:     fields(true, slices.Concat(limitFields, []string{"prompt", "suffix"})...),
 		EndpointEmbeddings:      fields(true, slices.Concat(limitFields, []string{"input"})...),
-		EndpointResponses:       fields(true, slices.Concat(limitFields, []string{"instructions", "input", "tools", "text"})...),
+		EndpointResponses:       fields(true, slices.Concat(limitFields, []string{"instructions", "input", "tools", "text", "prompt"})...),
 		// Anthropic's Messages API has none of OpenAI's other limits.
-		EndpointMessages: fields(true, "model", "max_tokens", "stream", "system", "messages", "tools"),
+		EndpointMessages: fields(true, "model", "max_tokens", "stream", "system", "messages", "tools", "container"),
 	}
 	streamOptionFields   = fields(true, "include_usage")
-	messageFields        = fields(true, "role", "name", "content", "tool_call_id", "tool_calls", "function_call", "refusal")
+	messageFields        = fields(true, "role", "name", "content", "tool_call_id", "tool_calls", "function_call", "refusal", "audio")
+	audioFields          = fields(true, "id")
 	toolCallFields       = fields(true, "id", "function")
 	functionCallFields   = fields(true, "name", "arguments")
 	partFields           = fields(true, "type", "text", "refusal", "image_url", "detail", "file_id", "file")
 	filePartFields       = fields(true, "file_id")
 	imageURLFields       = fields(true, "url", "detail")
-	toolFields           = fields(true, "type", "function", "name", "description", "parameters", "vector_store_ids")
+	toolFields           = fields(true, "type", "function", "name", "description", "parameters", "vector_store_ids", "container", "input_image_mask")
+	toolContainerFields  = fields(true, "file_ids")
 	functionDefFields    = fields(true, "name", "description", "parameters")
 	responseFormatFields = fields(true, "type", "json_schema", "schema")
 	textFields           = fields(true, "format")
-	itemFields           = fields(true, "type", "role", "content", "name", "arguments", "call_id", "output", "id")
+	itemFields           = fields(true, "type", "role", "content", "name", "arguments", "call_id", "output", "id", "encrypted_content", "result")
+	promptFields         = fields(true, "id", "variables")
 	// JSON Schema keywords are case-sensitive everywhere: a case variant is
 	// another keyword.
 	schemaFields = fields(false, "type", "description", "enum", "properties")
@@ -751,7 +754,13 @@ func (w *walker) walk() {
 		case "response_format":
 			w.responseFormat("response_format", "json_schema")
 		case "prompt":
-			w.textInput(name)
+			if w.ep == EndpointResponses {
+				w.promptTemplate()
+			} else {
+				w.textInput(name)
+			}
+		case "container":
+			w.claudeContainer()
 		case "suffix":
 			w.text("", name)
 		case "instructions":
@@ -831,6 +840,8 @@ func (w *walker) chatMessages() {
 				w.toolCalls()
 			case "function_call":
 				w.functionCall("messages.function_call")
+			case "audio":
+				w.idRef(RefAudio, "messages.audio", audioFields)
 			default: // role, tool_call_id, refusal
 				w.text("messages", name)
 			}
@@ -957,8 +968,9 @@ func (w *walker) part(path string) {
 	}
 }
 
-// filePart reads the file of a Chat Completions file part: its file_id
-// is a reference; its inline data is priced with the part, by size.
+// filePart reads an object whose member file_id is a reference: the
+// file of a Chat Completions file part, whose inline data is priced with
+// the part, by size, or an image_generation tool's input_image_mask.
 func (w *walker) filePart(path string) {
 	if !w.container('{', path, "an object") {
 		return
@@ -1121,7 +1133,8 @@ func (w *walker) item() {
 	}
 	var typ, role, name, args, callID, id jstring
 	var content, output span
-	typed := false // the type was read: a content is priced where it stands
+	typed := false  // the type was read: a content is priced where it stands
+	inline := false // a reasoning item's encrypted_content or an image_generation_call's result is sent
 	var o object
 	w.begin(&o, itemFields, path)
 	for {
@@ -1142,15 +1155,21 @@ func (w *walker) item() {
 			callID = w.str(path, f)
 		case "id":
 			id = w.str(path, f)
+		case "encrypted_content", "result":
+			inline = w.present() || inline
 		case "content":
 			content = w.deferred(typed && isMessage(w.decode(typ)), func() { w.content("input.content") })
 		case "output":
 			output = w.deferred(typed && w.decode(typ) == "function_call_output", w.itemOutput)
 		}
 	}
-	if t := w.decode(typ); t == "item_reference" || t == "" {
+	switch t := w.decode(typ); {
+	case t == "item_reference" || t == "":
 		// A reference to an item of a stored response; an item with
 		// no type and an id may be read as one too.
+		w.ref(RefItem, "input.id", id)
+	case (t == "reasoning" || t == "image_generation_call") && !inline:
+		// Without what it holds, the API reads the stored item by id.
 		w.ref(RefItem, "input.id", id)
 	}
 	switch t := w.decode(typ); {
@@ -1170,6 +1189,77 @@ func (w *walker) item() {
 		// usage settles it.
 	default:
 		w.t.add(bytesTokens(w.sc.Pos() - start))
+	}
+}
+
+// present reads any value and reports whether it is not null.
+func (w *walker) present() bool {
+	if w.sc.Peek() == 'n' {
+		w.sc.Literal()
+		return false
+	}
+	w.sc.Skip()
+	return true
+}
+
+// idRef reads an object (or null) at path whose only member read, id,
+// names an object stored upstream of kind.
+func (w *walker) idRef(kind RefKind, path string, fs *fieldSet) {
+	if !w.container('{', path, "an object") {
+		return
+	}
+	var o object
+	w.begin(&o, fs, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		w.ref(kind, path+".id", w.str(path, name))
+	}
+}
+
+// promptTemplate reads a Responses API prompt: the id of a template
+// stored in the account, a reference, and its variables, each a string
+// priced as text or a content part (input_text, input_image,
+// input_file) priced and checked as one. The template itself is not
+// priced: its size is unknown here, and the actual usage settles it.
+func (w *walker) promptTemplate() {
+	const path = "prompt"
+	if !w.container('{', path, "an object") {
+		return
+	}
+	var o object
+	w.begin(&o, promptFields, path)
+	for {
+		name, ok := w.next(&o)
+		if !ok {
+			return
+		}
+		if name == "id" {
+			w.ref(RefPrompt, "prompt.id", w.str(path, name))
+			continue
+		}
+		const vars = "prompt.variables"
+		if !w.container('{', vars, "an object") {
+			continue
+		}
+		var vo object
+		w.begin(&vo, anyFields, vars)
+		for {
+			if _, _, ok := w.member(&vo); !ok {
+				break
+			}
+			switch c := w.sc.Peek(); c {
+			case '"', 'n':
+				w.text(vars, "")
+			case '{':
+				w.part(vars)
+			default:
+				w.wrongType(vars, "a string or a content part", c)
+				w.sc.Skip()
+			}
+		}
 	}
 }
 

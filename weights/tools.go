@@ -43,6 +43,12 @@ func (w *walker) tools() {
 				}
 			case "vector_store_ids":
 				w.refList(RefVectorStore, "tools.vector_store_ids")
+			case "container":
+				w.toolContainer()
+			case "input_image_mask":
+				// An image_generation tool's mask: an image_url, or a
+				// file_id, a reference.
+				w.filePart("tools.input_image_mask")
 			default:
 				w.fnMember(&outer, "tools", name)
 			}
@@ -56,6 +62,29 @@ func (w *walker) tools() {
 			// Built-in tools (web_search, file_search, ...): priced by size.
 			w.t.add(bytesTokens(w.sc.Pos() - start))
 		}
+	}
+}
+
+// toolContainer reads a code_interpreter tool's container: the id of a
+// container, a reference, or the one the API is to create, whose
+// file_ids are references.
+func (w *walker) toolContainer() {
+	const path = "tools.container"
+	switch c := w.sc.Peek(); c {
+	case '"', 'n':
+		w.ref(RefContainer, path, w.str("tools", "container"))
+	case '{':
+		var o object
+		w.begin(&o, toolContainerFields, path)
+		for {
+			if _, ok := w.next(&o); !ok {
+				return
+			}
+			w.refList(RefFile, path+".file_ids")
+		}
+	default:
+		w.wrongType(path, "a string or an object", c)
+		w.sc.Skip()
 	}
 }
 

@@ -359,6 +359,24 @@ type Config struct {
 	// store is, and the provider searches any for whoever names it. Set
 	// it only when the tenants may search each other's.
 	AllowVectorStores bool
+	// AllowStoredPrompts passes on a Responses API prompt.id (a prompt
+	// template stored in the provider account, weights.RefPrompt) and a
+	// Messages API container's custom skills (weights.RefSkill), where
+	// by default they are a 400: the gateway does not proxy their
+	// creation, so it cannot tell whose one is, and the provider runs
+	// any for whoever names it. Set it when the operator creates them
+	// for every tenant to use, and no tenant may create its own.
+	AllowStoredPrompts bool
+	// AllowContainers passes on a code execution container named by id
+	// (a Responses API code_interpreter tool's container, a Messages API
+	// container: weights.RefContainer), where by default it is a 400: a
+	// container keeps the files and state of the calls that ran in it,
+	// the gateway does not record whose calls those were, and the
+	// provider runs code in any for whoever names it. A tool that
+	// creates its own container ({"type":"auto"}, or no container) is
+	// served either way. Set it only when the tenants may read each
+	// other's containers.
+	AllowContainers bool
 	// Responses configures the Responses API's chained calls, the routes
 	// of one response and background responses (see ResponsesAPI); the
 	// zero value serves them with its defaults.

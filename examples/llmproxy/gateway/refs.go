@@ -21,6 +21,10 @@ const (
 	msgUnknownFile = "no file with this id was uploaded through this gateway for your account: a request names only the files its tenant uploaded, or its batches produced"
 	msgItemRef     = "this gateway does not serve references to stored items: send the item itself, or continue a response with previous_response_id"
 	msgVectorStore = "this gateway does not serve vector stores: a file_search tool cannot name one"
+	msgAudio       = "this gateway does not serve references to the audio of earlier responses: send the assistant message's transcript as its content instead"
+	msgPrompt      = "this gateway does not serve stored prompts: send the instructions and input themselves"
+	msgSkill       = "this gateway does not serve skills uploaded to the account: only Anthropic's own skills (type anthropic) can be named"
+	msgContainer   = "this gateway does not serve containers by id: let the tool create its own (a container of type auto, or none)"
 )
 
 // checkRefs checks the objects stored upstream that a body of tenant
@@ -31,9 +35,13 @@ const (
 // its batches, on the upstream whose files the gateway records
 // (gatewayFiles: Config.Upstream; the files of Azure OpenAI's resource
 // and of Anthropic's are never recorded), unless Config.AllowUnknownFiles.
-// An item reference is refused unless ResponsesAPI.AllowUnknownChains
-// (the gateway records responses, not their items), a vector store
-// unless Config.AllowVectorStores (the gateway serves no vector stores).
+// An item reference, and the audio of an earlier Chat Completions
+// response, are refused unless ResponsesAPI.AllowUnknownChains (the
+// gateway records responses, not their items or audio), a vector store
+// unless Config.AllowVectorStores (the gateway serves no vector stores),
+// a stored prompt or a custom skill unless Config.AllowStoredPrompts,
+// and a container unless Config.AllowContainers (the gateway proxies
+// none of their creation).
 // A file whose size the gateway recorded adds one token per 4 of its
 // bytes to e's prompt: its reference alone prices nothing of what the
 // provider reads.
@@ -52,6 +60,22 @@ func (g *Gateway) checkRefs(tenant string, gatewayFiles bool, e *weights.Estimat
 		case weights.RefItem:
 			if !g.responses.cfg.AllowUnknownChains {
 				return &refProblem{r.Field, msgItemRef}
+			}
+		case weights.RefAudio:
+			if !g.responses.cfg.AllowUnknownChains {
+				return &refProblem{r.Field, msgAudio}
+			}
+		case weights.RefPrompt:
+			if !g.cfg.AllowStoredPrompts {
+				return &refProblem{r.Field, msgPrompt}
+			}
+		case weights.RefSkill:
+			if !g.cfg.AllowStoredPrompts {
+				return &refProblem{r.Field, msgSkill}
+			}
+		case weights.RefContainer:
+			if !g.cfg.AllowContainers {
+				return &refProblem{r.Field, msgContainer}
 			}
 		case weights.RefVectorStore:
 			if !g.cfg.AllowVectorStores {

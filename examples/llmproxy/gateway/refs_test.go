@@ -150,3 +150,93 @@ func TestBodyRefsOwnedByTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyRefsStoredObjects: the other objects stored upstream a body
+// can name by id are refused the same way (400 invalid_value naming the
+// field, never the id, never reaching the upstream): the audio of an
+// earlier chat completion and a reasoning item by id (unless
+// ResponsesAPI.AllowUnknownChains), a stored prompt template and a
+// custom skill (unless AllowStoredPrompts), a container (unless
+// AllowContainers), and another tenant's file in a prompt's variables,
+// a code_interpreter container's file_ids or an image_generation tool's
+// mask. The tenant's own files there are served.
+func TestBodyRefsStoredObjects(t *testing.T) {
+	s, _, _ := responsesStack(t, responsesPolicy, nil)
+	mine := s.uploaded(t, keyA, batchFile)
+	chatAudio := `{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"Hi"},{"role":"assistant","audio":{"id":"audio_someone"}},{"role":"user","content":"Again."}]}`
+	reasoning := `{"model":"gpt-4o-mini","max_output_tokens":20,"input":[{"type":"reasoning","id":"rs_someone","summary":[]},{"role":"user","content":"Go on."}]}`
+	prompt := `{"model":"gpt-4o-mini","max_output_tokens":20,"prompt":{"id":"pmpt_someone","version":"1"}}`
+	promptFile := func(id string) string {
+		return `{"model":"gpt-4o-mini","max_output_tokens":20,"input":"Hi","prompt":{"variables":{"doc":{"type":"input_file","file_id":"` + id + `"}}}}`
+	}
+	codeContainer := `{"model":"gpt-4o-mini","max_output_tokens":20,"input":"Run it.","tools":[{"type":"code_interpreter","container":"cntr_someone"}]}`
+	codeFiles := func(id string) string {
+		return `{"model":"gpt-4o-mini","max_output_tokens":20,"input":"Run it.","tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":["` + id + `"]}}]}`
+	}
+	mask := func(id string) string {
+		return `{"model":"gpt-4o-mini","max_output_tokens":20,"input":"Draw.","tools":[{"type":"image_generation","input_image_mask":{"file_id":"` + id + `"}}]}`
+	}
+	claudeContainer := `{"model":"claude-sonnet-4-5","max_tokens":10,"container":"container_someone","messages":[{"role":"user","content":"Hi"}]}`
+	claudeSkill := `{"model":"claude-sonnet-4-5","max_tokens":10,"container":{"skills":[{"type":"custom","skill_id":"skill_someone","version":"latest"}]},"messages":[{"role":"user","content":"Hi"}]}`
+
+	before := s.sim.Requests()
+	for _, tc := range []struct {
+		name, path, body, field string
+	}{
+		{"chat, earlier audio", "/v1/chat/completions", chatAudio, "messages.audio.id"},
+		{"responses, a reasoning item by id", "/v1/responses", reasoning, "input.id"},
+		{"responses, a stored prompt", "/v1/responses", prompt, "prompt.id"},
+		{"responses, another tenant's file in a prompt variable", "/v1/responses", promptFile(mine), "prompt.variables.file_id"},
+		{"responses, a container", "/v1/responses", codeContainer, "tools.container"},
+		{"responses, another tenant's file in a container", "/v1/responses", codeFiles(mine), "tools.container.file_ids"},
+		{"responses, another tenant's mask", "/v1/responses", mask(mine), "tools.input_image_mask.file_id"},
+		{"messages, a container", "/v1/messages", claudeContainer, "container"},
+		{"messages, a custom skill", "/v1/messages", claudeSkill, "container.skills.skill_id"},
+	} {
+		code, body := s.postJSON(t, batchKeyB, tc.path, tc.body)
+		if code != 400 || !strings.Contains(body, tc.field) {
+			t.Errorf("%s: %d %s; want 400 naming %s", tc.name, code, body, tc.field)
+		}
+		if !strings.HasPrefix(tc.path, "/v1/messages") {
+			if _, c, _ := openAIError(t, []byte(body)); c != "invalid_value" {
+				t.Errorf("%s: code %q; want invalid_value", tc.name, c)
+			}
+		}
+		if strings.Contains(body, mine) || strings.Contains(body, "someone") {
+			t.Errorf("%s: the answer echoes the id: %s", tc.name, body)
+		}
+	}
+	if n := s.sim.Requests() - before; n != 0 {
+		t.Errorf("%d refused requests reached the upstream", n)
+	}
+	// The same in a batch line: refused before the upstream stores it.
+	files := s.sim.Files()
+	if resp, b := s.upload(t, batchKeyB, `{"custom_id":"r1","method":"POST","url":"/v1/responses","body":`+codeFiles(mine)+"}\n"); resp.StatusCode != 400 || strings.Contains(string(b), mine) {
+		t.Errorf("a batch line naming another tenant's file in a container: %d %s; want 400 without the id", resp.StatusCode, b)
+	}
+	if n := s.sim.Files() - files; n != 0 {
+		t.Errorf("the upstream stored %d refused batch files", n)
+	}
+
+	// The owner's own files there are served.
+	for _, body := range []string{promptFile(mine), codeFiles(mine), mask(mine)} {
+		if code, answer := s.postJSON(t, keyA, "/v1/responses", body); code != 200 {
+			t.Errorf("the owner's file: %s: %d %s; want 200", body, code, answer)
+		}
+	}
+
+	open := batchGateway(t, responsesPolicy, func(gc *gatewaySetup, _ *upstream.Config) {
+		gc.AllowStoredPrompts, gc.AllowContainers = true, true
+		gc.Responses = gateway.ResponsesAPI{AllowUnknownChains: true}
+	})
+	for _, tc := range []struct{ name, path, body string }{
+		{"chat, earlier audio", "/v1/chat/completions", chatAudio},
+		{"responses, a reasoning item by id", "/v1/responses", reasoning},
+		{"responses, a stored prompt", "/v1/responses", prompt},
+		{"responses, a container", "/v1/responses", codeContainer},
+	} {
+		if code, body := open.postJSON(t, batchKeyB, tc.path, tc.body); code != 200 {
+			t.Errorf("allowed: %s: %d %s; want 200", tc.name, code, body)
+		}
+	}
+}

@@ -39,9 +39,10 @@ import (
 // tenant that learned another's response id could otherwise have the
 // provider continue that tenant's conversation for it. AllowUnknownChains
 // admits them instead, priced as UnknownChainTokens. An input item that
-// refers to an item of a stored response (item_reference) is a 400 for
-// the same reason, unless AllowUnknownChains: the gateway records
-// responses, not their items. The files and vector stores a body names
+// refers to an item of a stored response (item_reference, a reasoning
+// item without its encrypted_content) is a 400 for the same reason, and
+// so is a chat message naming the audio of an earlier response, unless
+// AllowUnknownChains: the gateway records responses, not their items. The files and vector stores a body names
 // are checked too (see Config.AllowUnknownFiles).
 //
 // The records are kept in memory, MaxRecordsPerTenant per tenant and
@@ -130,8 +131,11 @@ type ResponsesAPI struct {
 	// AllowUnknownChains admits, priced at UnknownChainTokens, a call
 	// whose previous_response_id its tenant has no record of, and one
 	// naming a conversation (the policies still decide), and passes on
-	// an input item referring to a stored item (item_reference, priced
-	// by its reference), where by default the first is a 404, as an
+	// an input item referring to a stored item (item_reference, or a
+	// reasoning or image_generation_call item by id without what it
+	// holds, priced by its reference) and a Chat Completions message
+	// naming the audio of an earlier response (audio.id), where by
+	// default the first is a 404, as an
 	// unknown response, the second and third a 400, and a record the
 	// store cannot read a 503. Set it only when the
 	// tenants may continue each other's responses (one team behind
