@@ -211,13 +211,16 @@ type batches struct {
 	records   map[string]*batchRecord
 	order     []string          // record ids, oldest first
 	outputs   map[string]string // output and error file id → tenant
-	open      int
-	perOpen   map[string]int // tenant → open batches
-	timer     admission.Timer
-	closed    bool
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// outputBytes are the sizes of the output and error files the
+	// gateway learned (see learnOutputSize), by id.
+	outputBytes map[string]int64
+	open        int
+	perOpen     map[string]int // tenant → open batches
+	timer       admission.Timer
+	closed      bool
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 type fileEntry struct {
@@ -285,6 +288,7 @@ func newBatches(g *Gateway, cfg BatchAPI, clock admission.Clock) (*batches, erro
 	b := &batches{
 		g: g, cfg: cfg, clock: clock, polls: make(chan struct{}, cfg.PollConcurrency),
 		perUpload: map[string]int{}, files: map[string]*fileEntry{}, byOwner: map[string][]string{}, records: map[string]*batchRecord{}, perOpen: map[string]int{}, outputs: map[string]string{},
+		outputBytes: map[string]int64{},
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	var errs [2]error
@@ -459,6 +463,7 @@ func (b *batches) track(id string, rec *batchRecord) {
 			if r := b.records[x]; r == nil || !r.open {
 				for _, f := range r.files {
 					delete(b.outputs, f)
+					delete(b.outputBytes, f)
 				}
 				delete(b.records, x)
 				b.order = append(b.order[:i:i], b.order[i+1:]...)
@@ -501,16 +506,42 @@ func (b *batches) ownsFile(tenant, id string) bool {
 	return b.outputs[id] == tenant
 }
 
-// fileSize reports whether tenant may read file id (see ownsFile) and,
-// for an input file it uploaded, the file's size in bytes; 0 for a
-// batch's output or error file, whose size the gateway never saw.
+// fileSize reports whether tenant may read file id (see ownsFile) and
+// the file's size in bytes: of an input file it uploaded, as counted at
+// upload; of a batch's output or error file, as learned once the tenant
+// read its content or its object through the gateway (learnOutputSize),
+// else 0: the batch object does not tell it, and the gateway fetches
+// nothing on its own.
 func (b *batches) fileSize(tenant, id string) (size int64, owned bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if f := b.files[id]; f != nil && f.sum.tenant == tenant {
 		return f.sum.bytes, true
 	}
-	return 0, b.outputs[id] == tenant
+	if b.outputs[id] != tenant {
+		return 0, false
+	}
+	return b.outputBytes[id], true
+}
+
+// maxLearnedFileBytes bounds the size of an output file the gateway
+// learns from the upstream: a file object claiming more is recorded at
+// this size (which prices it far over any model's context anyway).
+const maxLearnedFileBytes = 1 << 40
+
+// learnOutputSize records n as the size of output or error file id,
+// which the gateway learned serving its owner tenant the file's content
+// (the bytes that passed) or object (its bytes). A negative n is
+// ignored; the file of no batch of tenant's is not recorded.
+func (b *batches) learnOutputSize(tenant, id string, n int64) {
+	if n < 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.outputs[id] == tenant && tenant != "" {
+		b.outputBytes[id] = min(n, maxLearnedFileBytes)
+	}
 }
 
 // observe settles the reservation of batch id when the object the
@@ -903,11 +934,27 @@ func (g *Gateway) handleOwned(c echo.Context, rt route) error {
 	case OpMessageBatchResults:
 		path += "/results"
 	}
-	resp, data, ok := g.objectCall(c, st, path, maxBatchObject, rt.path == OpFileContent || rt.path == OpMessageBatchResults)
+	var streamed func(int64)
+	switch rt.path {
+	case OpFileContent:
+		// The bytes of the whole content are the file's size.
+		streamed = func(n int64) { b.learnOutputSize(req.Tenant, id, n) }
+	case OpMessageBatchResults:
+		streamed = func(int64) {}
+	}
+	resp, data, ok := g.objectCall(c, st, path, maxBatchObject, streamed)
 	if !ok {
 		return nil
 	}
 	switch {
+	case rt.path == OpFile:
+		var obj struct {
+			ID    string `json:"id"`
+			Bytes *int64 `json:"bytes"`
+		}
+		if json.Unmarshal(data, &obj) == nil && obj.ID == id && obj.Bytes != nil {
+			b.learnOutputSize(req.Tenant, id, *obj.Bytes)
+		}
 	case messages && c.Request().Method != http.MethodDelete:
 		b.observe(id, data)
 		data = gatewayResultsURL(data, id)
@@ -936,9 +983,11 @@ func (g *Gateway) batchCaller(c echo.Context, limit int64) (st *state, req admis
 // client's method on path, no body) to the upstream within
 // Config.Timeout and reads its answer, up to limit bytes. ok is false
 // once the client has been answered: the call failed, the upstream
-// refused (its error passed on), or, with raw, a 200 was passed on as it
-// came (a file's content, under the client write deadline).
-func (g *Gateway) objectCall(c echo.Context, st *state, path string, limit int64, raw bool) (resp *http.Response, data []byte, ok bool) {
+// refused (its error passed on), or, with streamed set, a 200 was passed
+// on as it came (a file's content, under the client write deadline),
+// and streamed is called with its size in bytes once the whole of it
+// has passed.
+func (g *Gateway) objectCall(c echo.Context, st *state, path string, limit int64, streamed func(n int64)) (resp *http.Response, data []byte, ok bool) {
 	r := c.Request()
 	ctx := r.Context()
 	uctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
@@ -950,8 +999,10 @@ func (g *Gateway) objectCall(c echo.Context, st *state, path string, limit int64
 	}
 	defer resp.Body.Close()
 	g.m.upstreamStatus(ctx, resp.StatusCode)
-	if raw && resp.StatusCode == http.StatusOK {
-		streamUpstream(c, resp)
+	if streamed != nil && resp.StatusCode == http.StatusOK {
+		if n, err := streamUpstream(c, resp); err == nil {
+			streamed(n)
+		}
 		return nil, nil, false
 	}
 	if data, err = readLimited(resp.Body, limit); err != nil {

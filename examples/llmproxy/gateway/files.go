@@ -393,8 +393,9 @@ func (g *Gateway) batchError(c echo.Context, status int, typ, code, param, msg s
 }
 
 // streamUpstream answers with an upstream response's status, headers
-// and body, the body copied as it comes.
-func streamUpstream(c echo.Context, resp *http.Response) {
+// and body, the body copied as it comes. It returns the bytes of the
+// body passed on, and an error unless the whole of it was.
+func streamUpstream(c echo.Context, resp *http.Response) (int64, error) {
 	h := c.Response().Header()
 	for k, vs := range resp.Header {
 		if !dropResponseHeader(k) {
@@ -405,5 +406,5 @@ func streamUpstream(c echo.Context, resp *http.Response) {
 		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}
 	c.Response().WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(c.Response(), resp.Body)
+	return io.Copy(c.Response(), resp.Body)
 }

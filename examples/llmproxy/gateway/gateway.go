@@ -350,8 +350,10 @@ type Config struct {
 	// provider account, which reads any of them for whoever names it:
 	// set it only when the tenants may read each other's files, or
 	// upload them to the provider directly. Such a file is priced by its
-	// reference alone; one the gateway recorded, by its size too (one
-	// token per 4 bytes), whether or not this is set.
+	// reference alone; one whose size the gateway knows, by its size too
+	// (one token per 4 bytes), whether or not this is set: an input
+	// file's, counted at upload, and a batch result's, once its tenant
+	// read its content or its object through the gateway.
 	AllowUnknownFiles bool
 	// AllowVectorStores passes on a file_search tool's vector_store_ids
 	// (weights.RefVectorStore), where by default it is a 400: the

@@ -274,7 +274,7 @@ func (g *Gateway) handleMessageBatchList(c echo.Context, rt route) error {
 	if query != "" {
 		path += "?" + query
 	}
-	resp, data, ok := g.objectCall(c, st, path, g.cfg.MaxResponseBytes, false)
+	resp, data, ok := g.objectCall(c, st, path, g.cfg.MaxResponseBytes, nil)
 	if !ok {
 		return nil
 	}

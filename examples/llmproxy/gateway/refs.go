@@ -42,9 +42,9 @@ const (
 // a stored prompt or a custom skill unless Config.AllowStoredPrompts,
 // and a container unless Config.AllowContainers (the gateway proxies
 // none of their creation).
-// A file whose size the gateway recorded adds one token per 4 of its
-// bytes to e's prompt: its reference alone prices nothing of what the
-// provider reads.
+// A file whose size the gateway knows (batches.fileSize) adds one token
+// per 4 of its bytes to e's prompt: its reference alone prices nothing
+// of what the provider reads.
 func (g *Gateway) checkRefs(tenant string, gatewayFiles bool, e *weights.Estimate) error {
 	for _, r := range e.Refs {
 		switch r.Kind {

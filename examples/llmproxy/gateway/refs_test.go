@@ -2,10 +2,12 @@ package gateway_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/examples/llmproxy/gateway"
 	"github.com/sluicehq/sluice/examples/llmproxy/upstream"
@@ -237,6 +239,70 @@ func TestBodyRefsStoredObjects(t *testing.T) {
 	} {
 		if code, body := open.postJSON(t, batchKeyB, tc.path, tc.body); code != 200 {
 			t.Errorf("allowed: %s: %d %s; want 200", tc.name, code, body)
+		}
+	}
+}
+
+// TestBodyRefsOutputFileSize: a batch's output file, named in a body by
+// its owner, reserves only its reference until the gateway learns its
+// size; once the tenant has read the file's content through the gateway
+// (the bytes that passed), or another result's object (its bytes), the
+// file reserves one token per 4 bytes of it, as an uploaded file does.
+func TestBodyRefsOutputFileSize(t *testing.T) {
+	s, rl, path := responsesStack(t, responsesPolicy, nil)
+	get := func(p string) string {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+p, nil)
+		resp, b := s.do(t, req, keyA)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", p, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	output := func() string {
+		id := s.created(t, keyA, s.uploaded(t, keyA, batchFile), nil)
+		s.batch(t, keyA, id, false)
+		s.clk.Advance(time.Hour)
+		var o struct {
+			Status     string
+			OutputFile string `json:"output_file_id"`
+		}
+		if b := get("/v1/batches/" + id); json.Unmarshal([]byte(b), &o) != nil || o.Status != "completed" || o.OutputFile == "" {
+			t.Fatalf("batch: %s; want completed with an output file", b)
+		}
+		return o.OutputFile
+	}
+	post := func(body string) {
+		if code, answer := s.postJSON(t, keyA, "/v1/responses", body); code != 200 {
+			t.Fatalf("responses: %d %s; want 200", code, answer)
+		}
+	}
+	byContent, byObject := output(), output()
+	post(respPlain)
+	post(respFile(byContent)) // size unknown: its reference only
+	size := int64(len(get("/v1/files/" + byContent + "/content")))
+	post(respFile(byContent))
+	var obj struct{ Bytes int64 }
+	if err := json.Unmarshal([]byte(get("/v1/files/"+byObject)), &obj); err != nil || obj.Bytes <= 0 {
+		t.Fatalf("file object: %+v, %v", obj, err)
+	}
+	post(respFile(byObject))
+
+	recs := logged(t, rl, path, "POST /v1/responses", s.srv)
+	if len(recs) != 4 {
+		t.Fatalf("%d records; want 4", len(recs))
+	}
+	const refSlack = 32 // the input_file part's JSON, priced by size
+	for _, tc := range []struct {
+		name string
+		rec  int
+		want int64
+	}{
+		{"an output file of unknown size", 1, 0},
+		{"an output file whose content was read", 2, (size + 3) / 4},
+		{"an output file whose object was read", 3, (obj.Bytes + 3) / 4},
+	} {
+		if got := recs[tc.rec].Tokens - recs[0].Tokens; got < tc.want || got > tc.want+refSlack {
+			t.Errorf("%s: reserved %d tokens more than naming none; want %d (its size / 4) and its reference", tc.name, got, tc.want)
 		}
 	}
 }

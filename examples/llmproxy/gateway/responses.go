@@ -703,7 +703,7 @@ func (g *Gateway) handleResponse(c echo.Context, rt route) error {
 		return nil
 	}
 	defer finish()
-	resp, data, ok := g.objectCall(c, st, objectsOf(rt).path(id, part, query), g.cfg.MaxResponseBytes, false)
+	resp, data, ok := g.objectCall(c, st, objectsOf(rt).path(id, part, query), g.cfg.MaxResponseBytes, nil)
 	if !ok {
 		return nil
 	}
