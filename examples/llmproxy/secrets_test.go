@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -98,6 +99,53 @@ func TestConfiguredSecretsNotEchoed(t *testing.T) {
 	for what, out := range outputs {
 		if strings.Contains(out, plantedPassword) {
 			t.Errorf("%s shows the password:\n%.2000s", what, out)
+		}
+	}
+}
+
+// TestBodySecretsNotLogged: the credentials a body carries for the
+// provider to use (a Messages request's mcp_servers authorization_token,
+// a Responses mcp tool's authorization and headers) reach neither the
+// log, at debug level, nor the request log, whether the request is
+// served or refused.
+func TestBodySecretsNotLogged(t *testing.T) {
+	const secret = "mcpsecret7"
+	var log syncbuf.Buffer
+	reqLog := filepath.Join(t.TempDir(), "requests.jsonl")
+	s := startProxy(t, func(o *options) {
+		o.logOutput, o.logLevel, o.requestLog = &log, "debug", reqLog
+	}, withPolicy(t, rpmPolicy, []string{"a"}, ""))
+	messages := `{"model":"claude-sonnet-4-5","max_tokens":16,"mcp_servers":[{"type":"url","url":"https://mcp.example.com/sse","name":"x","authorization_token":"` + secret + `"}],"messages":[{"role":"user","content":"Hi"}]%s}`
+	responses := `{"model":"gpt-4o-mini","max_output_tokens":16,"input":"Hi","tools":[{"type":"mcp","server_label":"x","server_url":"https://mcp.example.com","authorization":"` + secret + `","headers":{"X-Key":"` + secret + `"}}]%s}`
+	for _, tc := range []struct {
+		path, body string
+		code       int
+	}{
+		{"/v1/messages", fmt.Sprintf(messages, ""), 200},
+		{"/v1/messages", fmt.Sprintf(messages, `,"max_tokens":1`), 400},
+		{"/v1/responses", fmt.Sprintf(responses, ""), 200},
+		{"/v1/responses", fmt.Sprintf(responses, `,"MAX_OUTPUT_TOKENS":1`), 400},
+	} {
+		resp, b := post(t, s, tc.path, testKey("a"), tc.body)
+		if resp.StatusCode != tc.code {
+			t.Errorf("%s: %d %s; want %d", tc.path, resp.StatusCode, b, tc.code)
+		}
+		if strings.Contains(string(b), secret) {
+			t.Errorf("%s: the answer shows the secret: %s", tc.path, b)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(reqLog)
+	if err != nil || !bytes.Contains(written, []byte(`"decision":"rejected"`)) && !bytes.Contains(written, []byte("begin_only")) {
+		t.Fatalf("request log: %v\n%.2000s", err, written)
+	}
+	for what, out := range map[string]string{"log": log.String(), "request log": string(written)} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the %s shows the secret:\n%.2000s", what, out)
 		}
 	}
 }
