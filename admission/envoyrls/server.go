@@ -97,8 +97,9 @@ type counters struct {
 // Stats counts what the server did beside the controller's decisions.
 type Stats struct {
 	// Unknown counts descriptors no rule matched (answered by the domain's
-	// unknown setting), Blocked those whose rule allows 0, Unlimited those
-	// whose rule is unlimited.
+	// unknown setting), Blocked those whose rule allows 0 (and no other
+	// limit of the call replaces), Unlimited those whose rule is
+	// unlimited.
 	Unknown, Blocked, Unlimited int64
 	// Reconciled counts response-phase actuals that replaced their
 	// request-phase estimate; Charged those charged on their own (no
@@ -243,7 +244,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	applyReplaces(evs)
 	for i := range evs {
-		if e := &evs[i]; e.wouldReject && !e.replaced {
+		e := &evs[i]
+		if e.replaced || e.lf == nil || !e.lf.Blocked {
+			continue
+		}
+		s.stats.blocked.Add(1)
+		if e.wouldReject {
 			s.wouldReject(ctx, e)
 		}
 	}
@@ -384,7 +390,6 @@ func (s *Server) prepare(e *eval, dom *rlsconfig.Domain, d *rlv3.RateLimitDescri
 		s.stats.unlimited.Add(1)
 		return
 	case lf.Blocked:
-		s.stats.blocked.Add(1)
 		switch {
 		case e.response:
 		case lf.Shadow || s.ctl.AllShadow():

@@ -648,8 +648,8 @@ func TestReplacesResponsePhase(t *testing.T) {
 }
 
 // TestReplacedBlocked: a limit of requests_per_unit 0 that another
-// matched limit replaces is not applied either: the call is decided by
-// the replacing limit alone.
+// matched limit replaces is not applied either, nor counted as blocked:
+// the call is decided by the replacing limit alone.
 func TestReplacedBlocked(t *testing.T) {
 	r := start(t, mustParse(t, `
 domain: api
@@ -665,8 +665,14 @@ descriptors:
 			t.Errorf("call %d = %s; want %s", i+1, got, want)
 		}
 	}
+	if got := r.srv.Stats().Blocked; got != 0 {
+		t.Errorf("blocked descriptors counted after two calls replacing the limit of 0 = %d; want 0", got)
+	}
 	if got := outcome(r.call("api", desc("route", "/old"))); got != "OVER_LIMIT: OVER_LIMIT" {
 		t.Errorf("/old alone = %s; want OVER_LIMIT: OVER_LIMIT (nothing replaces it)", got)
+	}
+	if got := r.srv.Stats().Blocked; got != 1 {
+		t.Errorf("blocked descriptors counted after /old alone = %d; want 1", got)
 	}
 }
 
