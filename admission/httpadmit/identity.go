@@ -101,7 +101,8 @@ type IdentityConfig struct {
 	// Empty means none: the client address is the TCP peer.
 	TrustedProxies []netip.Prefix
 	// ClientIPHeader is the forwarding header read when the peer is a
-	// trusted proxy: "X-Forwarded-For" (the default) or "Forwarded".
+	// trusted proxy: "X-Forwarded-For" (the default) or "Forwarded", in
+	// any case. New and Compile refuse any other name.
 	ClientIPHeader string
 	// AnonymousTenant is the tenant of callers that present no credential;
 	// empty means "anonymous". Policies keyed by ip or ip_prefix still give

@@ -131,6 +131,7 @@ package httpadmit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"path"
@@ -522,6 +523,16 @@ func build(o *Snapshot, opts []Option) error {
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
+	}
+	switch {
+	case o.identity.ClientIPHeader == "", strings.EqualFold(o.identity.ClientIPHeader, "X-Forwarded-For"):
+		o.identity.ClientIPHeader = "X-Forwarded-For"
+	case strings.EqualFold(o.identity.ClientIPHeader, "Forwarded"):
+		o.identity.ClientIPHeader = "Forwarded"
+	default:
+		// Reading X-Forwarded-For in its place would believe what a
+		// client sent through a proxy that sets only the named header.
+		return fmt.Errorf("httpadmit: IdentityConfig.ClientIPHeader %.40q is not X-Forwarded-For or Forwarded", o.identity.ClientIPHeader)
 	}
 	o.identity = o.identity.normalize()
 	switch {

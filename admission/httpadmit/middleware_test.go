@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -586,5 +587,57 @@ func TestExemptPrefix(t *testing.T) {
 		if got := mw.Snapshot().Exempt(httptest.NewRequest("GET", path, nil)); got != want {
 			t.Errorf("Exempt(%s) = %v; want %v", path, got, want)
 		}
+	}
+}
+
+// TestClientIPHeaderMustBeKnown: a forwarding header the middleware does
+// not read (X-Real-IP, a CDN's own) is refused when the middleware is
+// built or a configuration compiled, rather than X-Forwarded-For being
+// read in its place: behind a proxy that sets only X-Real-IP, the
+// X-Forwarded-For a client sends passes through untouched, and each
+// request could name a fresh address to escape a per-address limit.
+func TestClientIPHeaderMustBeKnown(t *testing.T) {
+	perIP := admission.Policy{Name: "per-ip", Key: []limits.KeyPart{limits.KeyIP},
+		Algorithm: limits.FixedWindow, Limit: 1, Per: time.Hour}
+	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	for _, name := range []string{"X-Real-IP", "CF-Connecting-IP", "X-Forwarded-For, Forwarded", " Forwarded"} {
+		ctl, err := admission.New(admission.Config{Policies: []admission.Policy{perIP}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ic := httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{TrustedProxies: loopback, ClientIPHeader: name})
+		mw, err := httpadmit.New(ctl, ic, httpadmit.WithLogger(slog.New(slog.DiscardHandler)))
+		if err == nil {
+			// Show what the header would have let a client do.
+			srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+			admitted := 0
+			for i := range 3 {
+				if call(t, srv, "GET", "/v1/items/1", "", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1)).StatusCode == http.StatusOK {
+					admitted++
+				}
+			}
+			srv.Close()
+			t.Errorf("New with ClientIPHeader %q: no error; a client rotating X-Forwarded-For had %d of 3 requests admitted under a limit of 1 per address", name, admitted)
+			continue
+		}
+		if !strings.Contains(err.Error(), "ClientIPHeader") {
+			t.Errorf("New with ClientIPHeader %q: %v; want an error naming ClientIPHeader", name, err)
+		}
+	}
+	ctl, err := admission.New(admission.Config{Policies: []admission.Policy{perIP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpadmit.New(ctl, httpadmit.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"", "X-Forwarded-For", "x-forwarded-for", "Forwarded", "forwarded"} {
+		if _, err := mw.Compile(admission.Config{Policies: []admission.Policy{perIP}}, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{ClientIPHeader: name})); err != nil {
+			t.Errorf("Compile with ClientIPHeader %q: %v; want it accepted", name, err)
+		}
+	}
+	if _, err := mw.Compile(admission.Config{Policies: []admission.Policy{perIP}}, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{ClientIPHeader: "X-Real-IP"})); err == nil {
+		t.Error("Compile with ClientIPHeader X-Real-IP: no error; want it refused")
 	}
 }
