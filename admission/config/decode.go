@@ -69,6 +69,9 @@ type decoder struct {
 	f     *File
 	// keyPaths records where each key hash was declared.
 	keyPaths map[apikey.Hash]string
+	// keyIDs records the tenant and path where each key id was first
+	// given.
+	keyIDs map[string][2]string
 	// overridePaths records the node of each plan and tenant override.
 	tenantNodes map[string]*yaml.Node
 	// cls holds what names classes until the classes section is known.
@@ -137,7 +140,7 @@ func ParseTree(name string, data []byte) (*File, *yaml.Node, error) {
 	// About half the nodes are keys, whose positions lines records.
 	d := &decoder{
 		file: name, lines: make(map[string]*yaml.Node, nodes/2), f: edgeDefaults(defaults()),
-		keyPaths: map[apikey.Hash]string{}, tenantNodes: map[string]*yaml.Node{},
+		keyPaths: map[apikey.Hash]string{}, keyIDs: map[string][2]string{}, tenantNodes: map[string]*yaml.Node{},
 	}
 	d.f.Source = name
 	d.decodeRoot(root)
@@ -842,6 +845,17 @@ func (d *decoder) decodeKeys(tenant string, n *yaml.Node, path string) {
 		d.keyPaths[h] = p
 		if keyID == "" {
 			keyID = h.ID()
+		}
+		// One tenant's keys may share an id (a key and the one replacing
+		// it); another tenant's key under it would share its partitions.
+		if first, ok := d.keyIDs[keyID]; ok && first[0] != tenant {
+			if x, ok := d.lines[p+".id"]; ok {
+				at = x
+			}
+			d.errorf(at, p+".id", "key id %q is already a key of tenant %q at %s: a key id names the keys of one tenant", keyID, first[0], first[1])
+			continue
+		} else if !ok {
+			d.keyIDs[keyID] = [2]string{tenant, p}
 		}
 		id.Keys[h] = apikey.Identity{Tenant: tenant, KeyID: keyID, User: user}
 		d.keyClass(keyID, class, p)

@@ -1,10 +1,12 @@
 package config_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission/apikey"
 	"github.com/sluicehq/sluice/admission/config"
 )
 
@@ -40,5 +42,26 @@ func TestEdgeSections(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%q) = %v; want an error at %s", src, err, want)
 		}
+	}
+}
+
+// TestKeyIDNamesOneTenant: a key id names the keys of one tenant. Two
+// keys of one tenant may share an id (a rotated key and its successor,
+// counted as one credential), but the same id under two tenants would
+// put one tenant's key in the other's partitions of a policy keyed by
+// key_id, and let it choose a class classes.from_header grants the other.
+func TestKeyIDNamesOneTenant(t *testing.T) {
+	h1, h2, h3 := apikey.Sum("sk-acme-old"), apikey.Sum("sk-acme-new"), apikey.Sum("sk-globex")
+	perKey := "version: 1\npolicies:\n  - {name: per-key, key: [key_id], algorithm: token_bucket, limit: 10, per: 1m}\n"
+	f, err := config.Parse("rotate.yaml", fmt.Appendf(nil, "%stenants:\n  acme: {api_keys: [{hash: %q, id: main}, {hash: %q, id: main}]}\n  globex: {api_keys: [{hash: %q, id: other}]}\n", perKey, h1, h2, h3))
+	if err != nil {
+		t.Fatalf("one tenant's two keys under one id: %v", err)
+	}
+	if a, b := f.Identity.Keys[h1], f.Identity.Keys[h2]; a.KeyID != "main" || b.KeyID != "main" {
+		t.Errorf("key ids = %q, %q; want main, main", a.KeyID, b.KeyID)
+	}
+	_, err = config.Parse("shared.yaml", fmt.Appendf(nil, "%stenants:\n  acme: {api_keys: [{hash: %q, id: main}]}\n  globex: {api_keys: [{hash: %q}, {hash: %q, id: main}]}\n", perKey, h1, h3, h2))
+	if err == nil || !strings.Contains(err.Error(), `key id "main"`) || !strings.Contains(err.Error(), "tenants.") {
+		t.Errorf("one key id under two tenants: %v; want an error naming the id and where it was first given", err)
 	}
 }
