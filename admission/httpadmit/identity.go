@@ -271,9 +271,12 @@ func (ic *IdentityConfig) ClientAddr(r *http.Request) netip.Addr {
 	return apikey.Group(addr)
 }
 
+// trusted reports whether a, unmapped, is a trusted proxy. A prefix
+// written in IPv4-mapped form (::ffff:10.0.0.0/104) holds the IPv4
+// addresses it maps.
 func (ic *IdentityConfig) trusted(a netip.Addr) bool {
 	for _, p := range ic.TrustedProxies {
-		if p.Contains(a) {
+		if p.Contains(a) || a.Is4() && p.Addr().Is4In6() && p.Bits() >= 96 && p.Contains(netip.AddrFrom16(a.As16())) {
 			return true
 		}
 	}

@@ -641,3 +641,34 @@ func TestClientIPHeaderMustBeKnown(t *testing.T) {
 		t.Error("Compile with ClientIPHeader X-Real-IP: no error; want it refused")
 	}
 }
+
+// TestTrustedProxyWrittenIPv4Mapped: a trusted proxy written in its
+// IPv4-mapped form (::ffff:127.0.0.1, as a dual-stack socket lists it)
+// is the IPv4 proxy it names. Were it never matched, every client behind
+// it would share the proxy's partition of a per-address limit.
+func TestTrustedProxyWrittenIPv4Mapped(t *testing.T) {
+	perIP := admission.Policy{Name: "per-ip", Key: []limits.KeyPart{limits.KeyIP},
+		Algorithm: limits.FixedWindow, Limit: 1, Per: time.Hour}
+	for _, proxy := range []string{"::ffff:127.0.0.0/104", "::ffff:127.0.0.1/128"} {
+		srv, _, _ := setup(t, []admission.Policy{perIP}, httpadmit.WithIdentityConfig(httpadmit.IdentityConfig{
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix(proxy)},
+		}))
+		for _, s := range []struct {
+			xff  string
+			want int
+		}{{"203.0.113.1", 200}, {"203.0.113.2", 200}, {"203.0.113.1", 429}} {
+			if got := call(t, srv, "GET", "/v1/items/1", "", "X-Forwarded-For", s.xff).StatusCode; got != s.want {
+				t.Errorf("trusted proxy %s, X-Forwarded-For %s: status %d; want %d", proxy, s.xff, got, s.want)
+			}
+		}
+	}
+	// A prefix that only happens to span the mapped range trusts no IPv4
+	// peer: ::/64 is an IPv6 network.
+	ic := &httpadmit.IdentityConfig{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("::/64")}}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	r.Header.Set("X-Forwarded-For", "203.0.113.9")
+	if got := ic.ClientAddr(r); got.String() != "192.0.2.1" {
+		t.Errorf("ClientAddr behind ::/64 = %s; want the peer 192.0.2.1", got)
+	}
+}
