@@ -169,8 +169,9 @@ func WithKeys(l apikey.Lookup) Option { return func(s *settings) { s.rules.Keys 
 
 // WithTenantHeader names a metadata key in which a caller may state its
 // tenant: a caller that sends it must send the tenant its key stands for
-// (the anonymous tenant without a key), or be refused as unauthenticated
-// (apikey.Rules.TenantHeader). The tenant always comes from the key.
+// (the anonymous tenant without a key) in each of its values, or be
+// refused as unauthenticated (apikey.Rules.TenantHeader). The tenant
+// always comes from the key.
 func WithTenantHeader(name string) Option {
 	return func(s *settings) { s.rules.TenantHeader = strings.ToLower(name) }
 }
@@ -448,12 +449,23 @@ func (s *settings) identity(ctx context.Context, md metadata.MD) (apikey.Identit
 	if s.identify != nil {
 		return s.identify(ctx, md)
 	}
-	return s.rules.Identify(func(name string) string {
+	id, err := s.rules.Identify(func(name string) string {
 		if vs := md[name]; len(vs) > 0 {
 			return vs[0]
 		}
 		return ""
 	})
+	if err != nil || s.rules.TenantHeader == "" {
+		return id, err
+	}
+	// The rules check the first claim; a later one must not name
+	// another tenant either.
+	for _, t := range md[s.rules.TenantHeader] {
+		if t != "" && t != id.Tenant {
+			return apikey.Identity{}, apikey.ErrTenantMismatch
+		}
+	}
+	return id, nil
 }
 
 // session returns the session id md carries in the first of the session

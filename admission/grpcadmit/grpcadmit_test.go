@@ -460,3 +460,25 @@ func TestStreamClientRetries(t *testing.T) {
 		t.Errorf("third stream: code %v after %d waits; want ResourceExhausted after 3", code, len(waits))
 	}
 }
+
+// TestTenantClaimSentTwice: a tenant claim is checked whole. A call
+// whose tenant header carries its key's tenant and another one is
+// refused, whichever comes first: a handler that reads the claim would
+// otherwise trust a tenant the key does not stand for.
+func TestTenantClaimSentTwice(t *testing.T) {
+	r := newRig(t, []admission.Policy{perTenantRate("rpm", "", 100)}, []grpcadmit.Option{grpcadmit.WithTenantHeader("X-Tenant")})
+	for _, claims := range [][]string{{"acme", "globex"}, {"globex", "acme"}, {"", "globex"}} {
+		md := []string{"authorization", "Bearer " + acmeKey}
+		for _, c := range claims {
+			md = append(md, "x-tenant", c)
+		}
+		_, err := r.cli.UnaryCall(metadata.AppendToOutgoingContext(t.Context(), md...), &testpb.SimpleRequest{})
+		if code := status.Code(err); code != codes.Unauthenticated {
+			t.Errorf("acme's key claiming tenants %q: code %v (%v); want Unauthenticated", claims, code, err)
+		}
+	}
+	resp, err := r.cli.UnaryCall(metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+acmeKey, "x-tenant", "acme", "x-tenant", "acme"), &testpb.SimpleRequest{})
+	if err != nil || resp.GetUsername() != "acme" {
+		t.Errorf("acme's key claiming acme twice: %v, %v; want admitted as acme", resp, err)
+	}
+}
