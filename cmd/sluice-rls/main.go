@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	sluice-rls -config DIR_OR_FILE [-listen :8081] [-operator :6070] [-redis host:port [-redis-timeout 500ms]] [-shadow]
+//	sluice-rls -config DIR_OR_FILE [-listen :8081] [-operator :6070] [-redis host:port [-redis-timeout 500ms]] [-shadow] [-max-concurrent-streams 1000]
 //
 // Several replicas given the same -redis enforce one limit for the fleet:
 // with -redis every domain keeps its limits in Redis unless its file says
@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -47,6 +48,12 @@ import (
 	"github.com/sluicehq/sluice/shadow"
 )
 
+// DefaultMaxConcurrentStreams is the default of -max-concurrent-streams:
+// the calls one connection may have open at once. Envoy opens another
+// connection when it needs more; a client that opens streams and never
+// sends their request holds no more than this many calls per connection.
+const DefaultMaxConcurrentStreams = 1000
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -59,6 +66,7 @@ type options struct {
 	shadow                          bool
 	unknownDomain                   string
 	maxPending                      int
+	maxStreams                      uint
 	pendingTTL, shutdownTimeout     time.Duration
 	redisTimeout                    time.Duration
 }
@@ -76,6 +84,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.unknownDomain, "unknown-domain", "ok", "answer for a domain no file declares: ok or over_limit")
 	fs.IntVar(&o.maxPending, "max-pending", envoyrls.DefaultMaxPending, "most request-phase estimates held for reconciliation")
 	fs.DurationVar(&o.pendingTTL, "pending-ttl", envoyrls.DefaultPendingTTL, "longest an estimate waits for its response-phase actual")
+	fs.UintVar(&o.maxStreams, "max-concurrent-streams", DefaultMaxConcurrentStreams, "most calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "longest graceful stop before calls in flight are cut")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -85,6 +94,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.config == "":
 		return nil, errors.New("-config is required")
+	case o.maxStreams == 0 || o.maxStreams > math.MaxUint32:
+		return nil, fmt.Errorf("-max-concurrent-streams must be between 1 and %d, got %d", uint32(math.MaxUint32), o.maxStreams)
 	case o.unknownDomain != "ok" && o.unknownDomain != "over_limit":
 		return nil, fmt.Errorf("-unknown-domain must be ok or over_limit, got %q", o.unknownDomain)
 	}
@@ -168,6 +179,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 
 	g, health := envoyrls.NewGRPCServer(srv,
 		grpc.MaxRecvMsgSize(1<<20),
+		grpc.MaxConcurrentStreams(uint32(o.maxStreams)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 	)
 	lis, err := net.Listen("tcp", o.listen)
