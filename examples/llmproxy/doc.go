@@ -25,7 +25,10 @@
 //
 // On SIGINT or SIGTERM the proxy stops accepting, /readyz answers 503, and
 // in-flight requests and streams run to completion for up to
-// --shutdown-timeout.
+// --shutdown-timeout. Those still running then are cut (their connections
+// closed), and the proxy waits up to 5s more for them to give their
+// permits back, so that a lease kept on Redis is released rather than
+// held by the other replicas' count until its max hold.
 //
 // # Performance
 //

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -75,6 +76,12 @@ const MaxHeaderBytes = 64 << 10
 // --metrics-addr nor the policy file's metrics.listen names one: loopback
 // only, the OpenTelemetry Prometheus exporter's usual port.
 const DefaultMetricsAddr = "127.0.0.1:9464"
+
+// CutGrace bounds how long a shutdown, once --shutdown-timeout has passed
+// and the requests still in flight are cut, waits for them to give their
+// permits back (a concurrency lease on Redis released, not left to expire
+// after its max hold) before the stores are closed.
+const CutGrace = 5 * time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -136,7 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.simLimits.Requests, "sim-rpm", 10_000, "simulated upstream: requests per --sim-window per model it accepts before answering 429 (0: unlimited)")
 	fs.Int64Var(&o.simLimits.Tokens, "sim-tpm", 2_000_000, "simulated upstream: tokens (prompt and output) per --sim-window per model it accepts before answering 429 (0: unlimited)")
 	fs.DurationVar(&o.simLimits.Window, "sim-window", upstream.DefaultWindow, "simulated upstream: the rolling window of --sim-rpm and --sim-tpm")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests and streams")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests and streams; then they are cut, and their permits given back")
 	fs.DurationVar(&o.gw.Timeout, "upstream-timeout", gateway.DefaultTimeout, "limit on a non-streaming upstream call")
 	fs.DurationVar(&o.gw.StreamIdleTimeout, "stream-idle-timeout", gateway.DefaultStreamIdle, "limit on the silence between two chunks of a stream")
 	fs.DurationVar(&o.gw.ChargeInterval, "charge-interval", gateway.DefaultChargeInterval, "how often a running stream is charged for its output")
@@ -259,6 +266,7 @@ type server struct {
 	simSrv   *http.Server
 	simURL   string
 	serveErr chan error
+	active   handlers // the API listener's requests
 	log      *slog.Logger
 	traces   *sdktrace.TracerProvider // with --otlp-traces or the OTEL_* variables
 	tracesTo string                   // where the spans go, for the banner
@@ -443,7 +451,7 @@ func start(o options) (_ *server, err error) {
 	s.e.Server.IdleTimeout = 2 * time.Minute
 	s.e.Server.MaxHeaderBytes = MaxHeaderBytes
 	s.gw.Register(s.e)
-	s.e.Server.Handler = s.gw.Handler(s.e)
+	s.e.Server.Handler = s.active.wrap(s.gw.Handler(s.e))
 	if err := s.startOperator(); err != nil {
 		return nil, err
 	}
@@ -542,6 +550,55 @@ func (s *server) startOperator() (err error) {
 	return nil
 }
 
+// handlers counts the requests in the API listener's handler, so that a
+// shutdown can wait for the ones it cut to end.
+type handlers struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0, made by a waiter
+}
+
+// wrap counts next's requests.
+func (f *handlers) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.n++
+		f.mu.Unlock()
+		defer f.done()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (f *handlers) done() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n--; f.n == 0 && f.idle != nil {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+// wait waits until no request is in the handler, and reports whether
+// that came before ctx ended.
+func (f *handlers) wait(ctx context.Context) bool {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
+		return true
+	}
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	idle := f.idle
+	f.mu.Unlock()
+	select {
+	case <-idle:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // splitList splits a comma-separated flag value, dropping empty entries.
 func splitList(v string) []string {
 	var out []string
@@ -554,10 +611,21 @@ func splitList(v string) []string {
 }
 
 // shutdown stops accepting, waits for in-flight requests and streams up to
-// ctx's deadline, then stops the rest.
+// ctx's deadline, then cuts those still running and waits up to CutGrace
+// for them to settle their permits, then stops the rest.
 func (s *server) shutdown(ctx context.Context) error {
 	s.gw.SetReady(false)
 	err := s.e.Shutdown(ctx)
+	if err != nil {
+		// Their connections closed, the requests' contexts end: each
+		// settles its ticket while the stores are still open.
+		_ = s.e.Close()
+		gctx, cancel := context.WithTimeout(context.Background(), CutGrace)
+		if !s.active.wait(gctx) {
+			s.log.Warn("llmproxy: requests cut at shutdown still running; their permits expire after max_hold", "after", CutGrace)
+		}
+		cancel()
+	}
 	s.budgets.drain(ctx) // the warnings of the drained requests
 	// The drained requests' figures are pushed before the exporters stop.
 	if merr := s.metrics.shutdown(ctx); merr != nil {
