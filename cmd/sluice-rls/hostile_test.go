@@ -4,8 +4,10 @@ import (
 	be "encoding/binary"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -67,6 +69,38 @@ func TestConcurrentStreamsBounded(t *testing.T) {
 		got, ok := serverSettings(t, conn.Target())[maxConcurrentStreams]
 		if !ok || got != tc.want {
 			t.Errorf("%v: SETTINGS_MAX_CONCURRENT_STREAMS = %d (sent: %v); want %d", tc.args, got, ok, tc.want)
+		}
+	}
+}
+
+// TestOperatorHeadersBounded: the operator listener, whose endpoints read
+// a path and nothing else, refuses request headers past 16 KiB (431)
+// rather than buffering net/http's default megabyte per connection.
+func TestOperatorHeadersBounded(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(file, []byte(limit2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, op, _ := binary(t, "-config", file)
+	for _, tc := range []struct {
+		size int
+		want int
+	}{
+		{1 << 10, http.StatusOK},
+		{64 << 10, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+op+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Padding", strings.Repeat("a", tc.size))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET /healthz with a %d-byte header = %d; want %d", tc.size, resp.StatusCode, tc.want)
 		}
 	}
 }

@@ -201,7 +201,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, ready func(string,
 			return err
 		}
 		opAddr = opLis.Addr().String()
-		op = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+		op = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 		go func() {
 			if err := op.Serve(opLis); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
