@@ -85,6 +85,10 @@ type Status struct {
 	Unit   limits.Unit
 	// Algorithm of the policy.
 	Algorithm limits.Algorithm
+	// FailedOpen reports that the policy's store failed and the policy
+	// admitted without it (on_store_error open): Remaining and Reset are
+	// not known and are zero, so limit headers leave the policy out.
+	FailedOpen bool
 	// Limit is the policy's quota in the header sense: the capacity of a
 	// bucket, the limit of a window or quota, the concurrency cap.
 	Limit int64

@@ -113,6 +113,7 @@ func (h *held) status() Status {
 	s := Status{
 		Policy: h.p.Name, Mode: h.mode, Unit: h.p.unit, Algorithm: h.p.Algorithm,
 		Limit: h.limit(), Window: h.window(), Remaining: h.grant.Remaining, Reset: h.grant.Reset,
+		FailedOpen: h.failOpen,
 	}
 	switch {
 	case h.p.Algorithm == limits.Concurrency:

@@ -131,7 +131,11 @@
 // request-phase descriptor, under its generated policy name, in shadow
 // mode, as a fixed window of 0. A limit whose
 // store fails answers as its on_store_error says: OK (open), OVER_LIMIT
-// (closed) or by an in-memory limit (local).
+// (closed, with Retry-After the policy's retry hint) or by an in-memory
+// limit (local, with that limit's figures). Open and closed answers carry
+// no figures of the limit (no limit_remaining nor duration_until_reset,
+// and it is left out of the headers), as at the HTTP edge: without its
+// store they would read "nothing left, retry now".
 //
 // # Waiting
 //

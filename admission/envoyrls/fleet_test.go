@@ -2,11 +2,16 @@ package envoyrls_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/admission/envoyrls"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -94,6 +99,137 @@ descriptors:
 			}
 		})
 	}
+}
+
+// TestFleetRedisPaused: two replicas, a limit of 10, Redis paused
+// (CLIENT PAUSE WRITE: the scripts wait as on an overloaded server) in the
+// middle of a burst. Before the pause the limit counts in Redis; during
+// it each failure mode answers as documented (open: every call OK;
+// closed: every call OVER_LIMIT with the retry hint; local: each replica
+// its share, 10 / 2, with that share's figures); after it Redis counts
+// again from where it stood, the calls decided without it not charged
+// there. An answer made without the store carries no limit figures (as
+// at the HTTP edge: they would describe the store, not the caller): no
+// "remaining 0, reset 0" for a call let through or refused for want of
+// Redis.
+func TestFleetRedisPaused(t *testing.T) {
+	const (
+		limit  = 10
+		before = 4
+		during = 24
+		after  = 10
+	)
+	for _, c := range []struct {
+		mode     string
+		duringOK int // of during
+		// The headers of each answer during the pause, for an OK and an
+		// OVER_LIMIT answer.
+		okHeaders, overHeaders string
+	}{
+		{"open", during, "[]", ""},
+		{"closed", 0, "", "[retry-after: 1]"},
+		{"local", limit, "local", "local"},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			cfg := mustParse(t, fmt.Sprintf(`
+domain: api
+store: redis
+replicas: 2
+algorithm: token_bucket
+descriptors:
+  - key: tenant
+    rate_limit: {unit: week, requests_per_unit: %d, on_store_error: %s}
+`, limit, c.mode))
+			// The store's default timeout: the calls held by the pause fail
+			// after it, the others never reach it.
+			fleet := []*rig{replica(t, srv.Addr, cfg, 0), replica(t, srv.Addr, cfg, 0)}
+			burst := func(n int, tenant string) (ok int, resps []*rlsv3.RateLimitResponse) {
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Go(func() {
+						resp := fleet[i%2].call("api", desc("tenant", tenant))
+						mu.Lock()
+						defer mu.Unlock()
+						resps = append(resps, resp)
+						if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+							ok++
+						}
+					})
+				}
+				wg.Wait()
+				return ok, resps
+			}
+			storeErrors := func() int64 { return fleet[0].obs.storeErrors.Load() + fleet[1].obs.storeErrors.Load() }
+			if ok, _ := burst(before, "acme"); ok != before {
+				t.Fatalf("before the pause: %d of %d admitted", ok, before)
+			}
+			srv.Pause(t)
+			ok, resps := burst(during, "acme")
+			if ok != c.duringOK {
+				t.Errorf("during the pause: %d of %d admitted; want %d", ok, during, c.duringOK)
+			}
+			if n := storeErrors(); n != during {
+				t.Errorf("during the pause: %d store errors; want %d, one a call", n, during)
+			}
+			var localRemaining []int
+			for _, resp := range resps {
+				got, st := fmt.Sprint(headerList(resp)), resp.Statuses[0]
+				want := c.okHeaders
+				if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					want = c.overHeaders
+				}
+				if want == "local" {
+					// The replica's share, and what it has left.
+					if header(resp, "x-ratelimit-limit") != "5" || fmt.Sprint(st.LimitRemaining) != header(resp, "x-ratelimit-remaining") {
+						t.Errorf("%s during the pause: headers %s, limit_remaining %d; want the figures of a limit of 5", outcome(resp), got, st.LimitRemaining)
+					}
+					if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+						localRemaining = append(localRemaining, int(st.LimitRemaining))
+					}
+					continue
+				}
+				if got != want || st.LimitRemaining != 0 || st.DurationUntilReset != nil {
+					t.Errorf("%s during the pause: headers %s, limit_remaining %d, duration_until_reset %v; want headers %s and no figures", outcome(resp), got, st.LimitRemaining, st.DurationUntilReset, want)
+				}
+			}
+			if c.mode == "local" {
+				slices.Sort(localRemaining)
+				if want := []int{0, 0, 1, 1, 2, 2, 3, 3, 4, 4}; !slices.Equal(localRemaining, want) {
+					t.Errorf("during the pause: the admitted calls' remaining = %v; want %v (5 on each replica)", localRemaining, want)
+				}
+			}
+			srv.Unpause(t)
+			// Redis answers again once the breakers let a call through: a
+			// call of another tenant that meets no store error says so.
+			poll.Until(t, time.Second, "Redis deciding again", func() bool {
+				n := storeErrors()
+				for _, r := range fleet {
+					r.call("api", desc("tenant", "probe"))
+				}
+				return storeErrors() == n
+			})
+			ok, resps = burst(after, "acme")
+			if ok != limit-before {
+				t.Errorf("after the pause: %d of %d admitted; want %d (the calls decided without Redis not charged there)", ok, after, limit-before)
+			}
+			for _, resp := range resps {
+				if got := header(resp, "x-ratelimit-limit"); got != fmt.Sprint(limit) {
+					t.Errorf("%s after the pause: x-ratelimit-limit %q; want %d", outcome(resp), got, limit)
+				}
+			}
+		})
+	}
+}
+
+// headerList returns the headers of resp as "name: value" strings.
+func headerList(resp *rlsv3.RateLimitResponse) []string {
+	out := []string{}
+	for _, h := range resp.ResponseHeadersToAdd {
+		out = append(out, h.Key+": "+h.Value)
+	}
+	return out
 }
 
 // TestFleetReconcileOnRedis: on a fleet sharing Redis, a request-phase

@@ -179,13 +179,16 @@ func header(resp *rlsv3.RateLimitResponse, name string) string {
 	return ""
 }
 
-// countingObserver counts decisions by outcome.
+// countingObserver counts decisions by outcome, and store errors.
 type countingObserver struct {
 	admission.NopObserver
-	outcomes [admission.NumOutcomes]atomic.Int64
+	outcomes    [admission.NumOutcomes]atomic.Int64
+	storeErrors atomic.Int64
 }
 
 func (o *countingObserver) Decision(d *admission.Decision) { o.outcomes[d.Outcome].Add(1) }
+
+func (o *countingObserver) StoreError(admission.StoreEvent) { o.storeErrors.Add(1) }
 
 func (o *countingObserver) count(out admission.Outcome) int64 { return o.outcomes[out].Load() }
 

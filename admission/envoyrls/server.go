@@ -510,9 +510,10 @@ func (s *Server) decideUnqueued(ctx context.Context, evs []eval) error {
 	}
 	for k, i := range idx {
 		e, m := &evs[i], &ms[k]
-		e.st, e.hasSt = m.Status, m.Status.Policy != ""
+		e.st, e.hasSt = m.Status, known(m.Status)
 		if errors.As(m.Err, &rej) {
 			e.code, e.retry = rlsconfig.OverLimit, rej.RetryAfter
+			e.hasSt = refusalKnown(rej)
 		}
 		if m.Ticket.Valid() {
 			e.ticket, e.admitted = m.Ticket, true
@@ -560,7 +561,7 @@ func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
 	var rej *admission.Rejection
 	switch {
 	case errors.As(err, &rej):
-		e.code, e.st, e.hasSt, e.retry = rlsconfig.OverLimit, rej.Status, true, rej.RetryAfter
+		e.code, e.st, e.hasSt, e.retry = rlsconfig.OverLimit, rej.Status, refusalKnown(rej), rej.RetryAfter
 		return nil
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return status.FromContextError(err).Err()
@@ -568,11 +569,20 @@ func (s *Server) decide(ctx context.Context, e *eval, wait bool) error {
 		return status.Error(codes.Unavailable, "rate limit service unavailable")
 	}
 	e.ticket, e.admitted = t, true
-	var buf [1]admission.Status
-	if sts := t.Statuses(buf[:0]); len(sts) > 0 {
-		e.st, e.hasSt = sts[0], true
-	}
+	s.fill(e, t)
 	return nil
+}
+
+// known reports whether st has figures to answer with: a policy decided
+// it, with its store (not failed open, whose figures would read "nothing
+// left, retry now").
+func known(st admission.Status) bool { return st.Policy != "" && !st.FailedOpen }
+
+// refusalKnown reports whether a refusal's figures describe the caller's
+// partition: not when the store failed (on_store_error closed) or the
+// partition table was full, as at the HTTP edge.
+func refusalKnown(rej *admission.Rejection) bool {
+	return known(rej.Status) && rej.Reason != admission.ReasonStoreUnavailable && rej.Reason != admission.ReasonOverflow
 }
 
 // charge applies a response-phase actual: it replaces the estimate held
@@ -602,10 +612,11 @@ func (s *Server) charge(ctx context.Context, e *eval) {
 	}
 }
 
+// fill sets e's figures from its ticket's.
 func (s *Server) fill(e *eval, t admission.Ticket) {
 	var buf [1]admission.Status
 	if sts := t.Statuses(buf[:0]); len(sts) > 0 {
-		e.st, e.hasSt = sts[0], true
+		e.st, e.hasSt = sts[0], known(sts[0])
 	}
 }
 

@@ -155,14 +155,16 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// Enforced filters sts in place to the enforcing policies: a shadow
-// policy's figures stay out of the headers, so clients neither learn about
-// limits not yet enforced nor pace themselves by them (which would skew
-// what the shadow run measures).
+// Enforced filters sts in place to the enforcing policies whose figures
+// are known: a shadow policy's figures stay out of the headers, so clients
+// neither learn about limits not yet enforced nor pace themselves by them
+// (which would skew what the shadow run measures), and so do those of a
+// policy that admitted without its failed store (Status.FailedOpen),
+// which would read "nothing left, retry now".
 func Enforced(sts []admission.Status) []admission.Status {
 	out := sts[:0]
 	for _, s := range sts {
-		if s.Mode == limits.Enforce {
+		if s.Mode == limits.Enforce && !s.FailedOpen {
 			out = append(out, s)
 		}
 	}

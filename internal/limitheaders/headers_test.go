@@ -32,3 +32,17 @@ func TestSetLimitHeadersIn(t *testing.T) {
 		}
 	}
 }
+
+// TestEnforcedDropsFailedOpen: a policy that admitted without its failed
+// store has no figures, and stays out of the headers like a shadow one.
+func TestEnforcedDropsFailedOpen(t *testing.T) {
+	sts := []admission.Status{
+		{Policy: "open", Mode: limits.Enforce, Limit: 10, FailedOpen: true},
+		{Policy: "shadow", Mode: limits.Shadow, Limit: 10, Remaining: 3},
+		{Policy: "rpm", Mode: limits.Enforce, Limit: 10, Remaining: 4, Reset: time.Second},
+	}
+	got := limitheaders.Enforced(sts)
+	if len(got) != 1 || got[0].Policy != "rpm" {
+		t.Fatalf("Enforced = %+v; want rpm alone", got)
+	}
+}
