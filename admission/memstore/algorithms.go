@@ -177,9 +177,9 @@ func (c *cell) standing(l *limits.Limit, now int64) (remaining, inflight int64) 
 		a := c.a
 		if now > c.t {
 			perNs, _ := l.Rates()
-			a = min(float64(l.Capacity()), a+float64(now-c.t)*perNs)
+			a += float64(now-c.t) * perNs
 		}
-		return floorNonNeg(a), 0
+		return floorNonNeg(min(float64(l.Capacity()), a)), 0
 	case limits.FixedWindow:
 		if windowStart(now, l.Per) > c.t {
 			used = 0
@@ -283,17 +283,15 @@ func (c *cell) bucketFill(l *limits.Limit, now int64) {
 	c.fill(float64(l.Capacity()), perNs, now)
 }
 
-// fill refills a token bucket up to its capacity, and raises a debt deeper
-// than the capacity (left by a larger capacity before a reload) to the
-// debt bound.
+// fill refills a token bucket up to its capacity, and brings a level
+// outside [-capacity, capacity] (left by a larger capacity before a
+// reload, even at this very instant) within it.
 func (c *cell) fill(capacity, perNs float64, now int64) {
 	if now > c.t {
-		c.a = min(capacity, c.a+float64(now-c.t)*perNs)
+		c.a += float64(now-c.t) * perNs
 		c.t = now
 	}
-	if c.a < -capacity {
-		c.a = -capacity
-	}
+	c.a = min(max(c.a, -capacity), capacity)
 }
 
 func (c *cell) bucketAcquire(l *limits.Limit, n int64, now int64, g *backend.Grant) {

@@ -327,7 +327,7 @@ do
     ts$, tn$ = now_s, now_n
   end
 end
-if a$ < -x$ then a$ = -x$ end
+if a$ < -x$ then a$ = -x$ elseif a$ > x$ then a$ = x$ end
 local a0$, ok$ = a$, 0
 if n$ <= a$ then a$, ok$ = a$ - n$, 1 end
 `,
@@ -360,7 +360,7 @@ do
     if f < x$ then a = f else a = x$ end
     ts, tn = now_s, now_n
   end
-  if a < -x$ then a = -x$ end
+  if a < -x$ then a = -x$ elseif a > x$ then a = x$ end
   if apply then
     a = a - d$
     if a < -x$ then a = -x$ end

@@ -24,7 +24,7 @@ do
     ts1, tn1 = now_s, now_n
   end
 end
-if a1 < -x1 then a1 = -x1 end
+if a1 < -x1 then a1 = -x1 elseif a1 > x1 then a1 = x1 end
 local a01, ok1 = a1, 0
 if n1 <= a1 then a1, ok1 = a1 - n1, 1 end
 local fits = (ok1 == 1 or sh1 == 1)

@@ -56,7 +56,7 @@ do
     ts1, tn1 = now_s, now_n
   end
 end
-if a1 < -x1 then a1 = -x1 end
+if a1 < -x1 then a1 = -x1 elseif a1 > x1 then a1 = x1 end
 local a01, ok1 = a1, 0
 if n1 <= a1 then a1, ok1 = a1 - n1, 1 end
 
@@ -70,7 +70,7 @@ do
     ts2, tn2 = now_s, now_n
   end
 end
-if a2 < -x2 then a2 = -x2 end
+if a2 < -x2 then a2 = -x2 elseif a2 > x2 then a2 = x2 end
 local a02, ok2 = a2, 0
 if n2 <= a2 then a2, ok2 = a2 - n2, 1 end
 

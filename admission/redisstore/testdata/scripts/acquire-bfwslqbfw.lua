@@ -214,7 +214,7 @@ do
     ts1, tn1 = now_s, now_n
   end
 end
-if a1 < -x1 then a1 = -x1 end
+if a1 < -x1 then a1 = -x1 elseif a1 > x1 then a1 = x1 end
 local a01, ok1 = a1, 0
 if n1 <= a1 then a1, ok1 = a1 - n1, 1 end
 
@@ -332,7 +332,7 @@ do
     ts7, tn7 = now_s, now_n
   end
 end
-if a7 < -x7 then a7 = -x7 end
+if a7 < -x7 then a7 = -x7 elseif a7 > x7 then a7 = x7 end
 local a07, ok7 = a7, 0
 if n7 <= a7 then a7, ok7 = a7 - n7, 1 end
 

@@ -44,7 +44,7 @@ do
     if f < x1 then a = f else a = x1 end
     ts, tn = now_s, now_n
   end
-  if a < -x1 then a = -x1 end
+  if a < -x1 then a = -x1 elseif a > x1 then a = x1 end
   if apply then
     a = a - d1
     if a < -x1 then a = -x1 end
@@ -73,7 +73,7 @@ do
     if f < x2 then a = f else a = x2 end
     ts, tn = now_s, now_n
   end
-  if a < -x2 then a = -x2 end
+  if a < -x2 then a = -x2 elseif a > x2 then a = x2 end
   if apply then
     a = a - d2
     if a < -x2 then a = -x2 end
