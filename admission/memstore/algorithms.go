@@ -155,9 +155,9 @@ func (c *cell) adjust(l *limits.Limit, g *backend.Grant, delta int64, now int64)
 // bounded returns count changed by d within the debt bound of the
 // counting algorithms: a refund (d < 0) lowers it by d, to zero at most;
 // a charge raises it by d, to l.Amount at most, and never lowers it. l is
-// the limit a ticket was admitted under, which a reload may have changed
-// since: a count above it (left by a higher limit) counts admissions that
-// happened, and a refund must not forget them.
+// the limit in force, which a reload may have lowered since the count was
+// taken: a count above it (left by a higher limit) counts admissions that
+// happened, and a charge must not forget them.
 func bounded(count, d float64, l *limits.Limit) float64 {
 	if d < 0 {
 		return max(count+d, 0)
