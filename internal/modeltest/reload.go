@@ -21,8 +21,9 @@ import (
 // settlements below and above the estimate, Done, Refund, Charge, Renew,
 // a second Done on a ticket settled already, the clock's advance (by
 // nothing at times), and reloads interleaved with them: SetConfig
-// changing the policy's limit (up and down) and burst, SetPlans and
-// SetTenant moving tenants between plans and changing their overrides.
+// changing the policy's limit (up and down), burst and window (Per),
+// SetPlans and SetTenant moving tenants between plans and changing their
+// overrides.
 // Odd seeds add a second policy that never refuses (a fixed window of a
 // huge limit), so that decisions go through batches and rollbacks rather
 // than the single policy's path.
@@ -41,18 +42,21 @@ import (
 //   - Redis: r answers as e, with the same retry-after and the policy's
 //     figures (the stores agree but for the resolution of time,
 //     microseconds, which the clock's steps respect), except for a
-//     token bucket's tenant between a raise of its capacity, or a
-//     settlement under a capacity no longer in force, and the moment
-//     both stores read its partition full again (see raise and stale).
+//     token bucket's tenant between a raise of its capacity and the
+//     moment both stores read its partition full again (see raise).
 //     r's admissions are held to the rate promise below all the same.
+//     On Redis the window of a fixed window or sliding window counter
+//     is not changed: a window lengthened by a reload starts from the
+//     count Redis keeps under the new window's start, where memory
+//     carries the current shorter window's count into it.
 //   - Concurrency: a request is admitted iff the cost of the tickets
 //     live plus its own fits the cap in force for its tenant (work
 //     admitted before a lowering stays; nothing expires while the keeper
 //     runs), and Stats' in-flight figure is the cost live. Every permit
 //     is released once: when every ticket is done, in-flight is zero and
 //     every partition reads full.
-//   - Rate algorithms: within a stretch of a tenant's decisions made
-//     under one limit, the cost admitted in any stretch of time is within
+//   - Rate algorithms: within a stretch of a tenant's decisions and
+//     settlements made under one limit, the cost admitted in any stretch of time is within
 //     the policy's promise plus the cost refunded in it (a refund gives
 //     back room; a settlement's overrun only takes more): a token bucket
 //     admits at most Burst + rate·d in any interval of length d, a fixed
@@ -73,6 +77,7 @@ func RunReload(t testing.TB, red backend.Store, alg limits.Algorithm, seed uint6
 		hist: map[string]*stretch{}, diverged: map[string]bool{}, caps: map[string]int64{},
 	}
 	m.per = 10 * time.Second
+	m.perChanges = red == nil || (alg != limits.FixedWindow && alg != limits.SlidingWindow)
 	if alg == limits.Quota {
 		m.per = 30 * time.Second
 	}
@@ -166,7 +171,10 @@ type reloadTicket struct {
 	eAdmit  bool
 	rAdmit  bool
 	lim     limits.Limit // the tenant's limit at the admission
-	sShadow bool         // s's policy was a shadow one at the admission
+	// agreed: e's and r's answers to the admission were compared (the
+	// figures a ticket keeps are its admission's).
+	agreed  bool
+	sShadow bool // s's policy was a shadow one at the admission
 }
 
 type reloadModel struct {
@@ -176,7 +184,9 @@ type reloadModel struct {
 	clock   *admissiontest.Clock
 	e, s, r *admission.Controller
 	pad     bool
-	step    int
+	// perChanges: reloads change the window (Per) too; see RunReload.
+	perChanges bool
+	step       int
 
 	per     time.Duration
 	base    int64 // the policy's Limit
@@ -323,6 +333,8 @@ func (m *reloadModel) admit() {
 	ctx := context.Background()
 	inflight := m.inFlight(tenant)
 	m.resync(tenant)
+	m.touch("e", tenant, lim)
+	m.touch("r", tenant, lim)
 
 	te, ee := m.e.TryAdmit(ctx, r)
 	ts, es := m.s.TryAdmit(ctx, r)
@@ -378,7 +390,7 @@ func (m *reloadModel) admit() {
 			m.record("r", tenant, lim, cost)
 		}
 	}
-	lt := &reloadTicket{s: ts, r: tr, tenant: tenant, cost: cost, lim: lim, sShadow: m.shadow, rAdmit: m.r != nil && er == nil}
+	lt := &reloadTicket{s: ts, r: tr, tenant: tenant, cost: cost, lim: lim, sShadow: m.shadow, rAdmit: m.r != nil && er == nil, agreed: !m.diverged[tenant]}
 	if ee != nil {
 		m.rejected++
 	} else {
@@ -444,14 +456,23 @@ func (m *reloadModel) record(ctl, tenant string, lim limits.Limit, cost int64) {
 	if m.alg == limits.Concurrency {
 		return
 	}
+	s := m.touch(ctl, tenant, lim)
+	now := m.clock.Now()
+	s.events = append(s.events, reloadEvent{at: now, cost: cost})
+	m.checkStretch(tenant, s, now)
+}
+
+// touch returns the tenant's stretch under lim on controller ctl: a
+// decision or a settlement under another limit than the stretch's (a
+// shorter window that forgot older admissions, a settlement adjusting
+// the partition under its ticket's older limit) ends it.
+func (m *reloadModel) touch(ctl, tenant string, lim limits.Limit) *stretch {
 	s := m.hist[ctl+"/"+tenant]
 	if s == nil || s.lim != lim {
 		s = &stretch{lim: lim}
 		m.hist[ctl+"/"+tenant] = s
 	}
-	now := m.clock.Now()
-	s.events = append(s.events, reloadEvent{at: now, cost: cost})
-	m.checkStretch(tenant, s, now)
+	return s
 }
 
 // refunded notes that up to n of lt's cost was given back now, by each
@@ -528,7 +549,8 @@ func (m *reloadModel) remove(i int) *reloadTicket {
 
 func (m *reloadModel) settle(i int) {
 	lt := m.remove(i)
-	m.stale(lt)
+	m.touch("e", lt.tenant, m.limit(lt.tenant))
+	m.touch("r", lt.tenant, m.limit(lt.tenant))
 	var actual int64
 	switch m.rng.IntN(3) {
 	case 0:
@@ -549,7 +571,8 @@ func (m *reloadModel) settle(i int) {
 
 func (m *reloadModel) done(i int) {
 	lt := m.remove(i)
-	m.stale(lt)
+	m.touch("e", lt.tenant, m.limit(lt.tenant))
+	m.touch("r", lt.tenant, m.limit(lt.tenant))
 	m.each(lt, true, func(tk admission.Ticket) error { tk.Done(); return nil })
 	if lt.charged {
 		m.refunded(lt, lt.cost)
@@ -558,14 +581,16 @@ func (m *reloadModel) done(i int) {
 
 func (m *reloadModel) refund(i int) {
 	lt := m.remove(i)
-	m.stale(lt)
+	m.touch("e", lt.tenant, m.limit(lt.tenant))
+	m.touch("r", lt.tenant, m.limit(lt.tenant))
 	m.each(lt, true, func(tk admission.Ticket) error { tk.Refund(); return nil })
 	m.refunded(lt, lt.cost)
 }
 
 func (m *reloadModel) charge(i int) {
 	lt := m.live[i]
-	m.stale(lt)
+	m.touch("e", lt.tenant, m.limit(lt.tenant))
+	m.touch("r", lt.tenant, m.limit(lt.tenant))
 	u := admission.Usage{Tokens: m.rng.Int64N(3*lt.cost + 5), TokensKnown: true}
 	errs := m.each(lt, false, func(tk admission.Ticket) error { return tk.Charge(u) })
 	for _, err := range errs {
@@ -577,7 +602,7 @@ func (m *reloadModel) charge(i int) {
 	// A charge that leaves an enforcing policy nothing says so: e, and r
 	// alike, and s when its policy enforced the admission (a ticket keeps
 	// the mode it was admitted under).
-	same := lt.eAdmit && lt.rAdmit && !m.diverged[lt.tenant]
+	same := lt.eAdmit && lt.rAdmit && lt.agreed && !m.diverged[lt.tenant]
 	if same && fmt.Sprint(errs[0]) != fmt.Sprint(errs[2]) {
 		m.fatalf("Charge(%d):\n redis  %v\n memory %v", u.Tokens, errs[2], errs[0])
 	}
@@ -643,19 +668,6 @@ func (m *reloadModel) install(what string, f func(c *admission.Controller, store
 	m.raise()
 }
 
-// stale notes that lt, about to be settled or charged, was admitted
-// under another token bucket than its tenant's in force, on a run with
-// r. The stores disagree there too: a settlement adjusts the bucket
-// under the limit its ticket was admitted with, and a bucket whose key
-// Redis deleted (full under the limit in force) reads full under that
-// older limit's capacity, so an overrun charged there may leave no debt
-// where memory charges it from the level the partition holds.
-func (m *reloadModel) stale(lt *reloadTicket) {
-	if m.r != nil && m.alg == limits.TokenBucket && lt.rAdmit && lt.lim != m.limit(lt.tenant) {
-		m.diverged[lt.tenant] = true
-	}
-}
-
 // raise notes the tenants whose token bucket capacity the last
 // installation raised, on a run with r. The stores disagree there: a
 // bucket full under the old capacity is a key Redis has deleted, which
@@ -696,9 +708,13 @@ func (m *reloadModel) resync(tenant string) {
 
 // reload changes the policy's limit, burst or s's mode.
 func (m *reloadModel) reload() {
-	switch m.rng.IntN(4) {
+	switch m.rng.IntN(5) {
 	case 0:
 		m.shadow = !m.shadow
+	case 4:
+		if m.alg != limits.Concurrency && m.perChanges {
+			m.per = []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second}[m.rng.IntN(3)]
+		}
 	case 1:
 		if m.alg == limits.TokenBucket {
 			m.burst = []int64{0, 10, 60, 200}[m.rng.IntN(4)]
