@@ -266,7 +266,9 @@ func (tk Ticket) settle(rctx context.Context, u *Usage) {
 			h.closing(final)
 		}
 	}
-	t.limitsNow()
+	if t.cfg != t.c.cfg.Load() {
+		t.limitsNow()
+	}
 	// Releasing needs no clock (leases are found by id); only a charge or
 	// refund does, so a request settled at its estimate reads it once.
 	// A usage that knows no amount (Done's) leaves every rate grant as
@@ -401,7 +403,9 @@ func (tk Ticket) Charge(u Usage) error {
 		return nil
 	}
 	now := t.c.clock.Now()
-	t.limitsNow()
+	if t.cfg != t.c.cfg.Load() {
+		t.limitsNow()
+	}
 	var rej *Rejection
 	if len(t.ops) <= 64 {
 		for m := t.chargeable(); m != 0; m &= m - 1 {
@@ -419,15 +423,14 @@ func (tk Ticket) Charge(u Usage) error {
 }
 
 // limitsNow points t's rate grants at the limits their partitions are
-// under now (Controller.limitNow): a reload or plan change since the
-// admission (another window, period, burst or limit) applies to the
-// ticket's refund or charge as to the requests arriving. A settlement
-// placed by the window of the older limit would move the partition on to
-// that window, and forget what the window in force has counted since.
+// under now (Controller.limitNow), for a ticket admitted under a set no
+// longer installed (its callers check, inline, that it is not): a reload
+// or plan change since the admission (another window, period, burst or
+// limit) applies to the ticket's refund or charge as to the requests
+// arriving. A settlement placed by the window of the older limit would
+// move the partition on to that window, and forget what the window in
+// force has counted since.
 func (t *ticket) limitsNow() {
-	if t.cfg == t.c.cfg.Load() {
-		return
-	}
 	for i := range t.ops {
 		if h := &t.ops[i]; h.taken && !h.local && h.p.Algorithm.IsRate() {
 			h.lim = t.c.limitNow(t.cfg, h, t.tenant)
