@@ -42,6 +42,17 @@ type queueResult struct {
 	err    error
 }
 
+// admitAsync starts request id, of tenant for cost tokens, on c: its
+// cancellation goes in cancels, its outcome on results.
+func admitAsync(c *admission.Controller, id int, tenant string, cost int64, cancels map[int]context.CancelFunc, results chan<- queueResult) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancels[id] = cancel
+	go func() {
+		tk, err := c.Admit(ctx, admission.Request{Tenant: tenant, Tokens: cost})
+		results <- queueResult{id: id, tenant: tenant, cost: cost, tk: tk, err: err}
+	}()
+}
+
 func queueModel(t *testing.T, seed uint64, ops int) {
 	rng := rand.New(rand.NewPCG(seed, 0x9e11e))
 	clock := admissiontest.NewClock(backendtest.Epoch)
@@ -166,14 +177,8 @@ func queueModel(t *testing.T, seed uint64, ops int) {
 		case k < 7:
 			tenant := tenants[rng.IntN(len(tenants))]
 			cost := rng.Int64N(4)
-			ctx, cancel := context.WithCancel(context.Background())
-			id := nextID
+			admitAsync(c, nextID, tenant, cost, cancels, results)
 			nextID++
-			cancels[id] = cancel
-			go func() {
-				tk, err := c.Admit(ctx, admission.Request{Tenant: tenant, Tokens: cost})
-				results <- queueResult{id: id, tenant: tenant, cost: cost, tk: tk, err: err}
-			}()
 		case k < 12 && len(live) > 0:
 			i := rng.IntN(len(live))
 			l := live[i]
@@ -394,14 +399,8 @@ func rateQueueModel(t *testing.T, alg limits.Algorithm, seed uint64, ops int) {
 		case k < 8:
 			tenant := tenants[rng.IntN(len(tenants))]
 			cost := rng.Int64N(20)
-			ctx, cancel := context.WithCancel(context.Background())
-			id := nextID
+			admitAsync(c, nextID, tenant, cost, cancels, results)
 			nextID++
-			cancels[id] = cancel
-			go func() {
-				tk, err := c.Admit(ctx, admission.Request{Tenant: tenant, Tokens: cost})
-				results <- queueResult{id: id, tenant: tenant, cost: cost, tk: tk, err: err}
-			}()
 		case k < 12 && len(live) > 0:
 			i := rng.IntN(len(live))
 			l := live[i]
